@@ -1,0 +1,51 @@
+#include "oneflowlike/allocator.h"
+
+#include <cstdlib>
+
+#include "oneflowlike/common/error.h"
+
+namespace ofl {
+
+void Allocator::count_allocation(size_t bytes) {
+  const size_t live = live_.fetch_add(bytes, std::memory_order_relaxed) + bytes;
+  size_t peak = peak_.load(std::memory_order_relaxed);
+  while (live > peak && !peak_.compare_exchange_weak(peak, live, std::memory_order_relaxed)) {
+  }
+}
+
+namespace {
+
+class CpuAllocator final : public Allocator {
+ public:
+  void* allocate(size_t bytes) override {
+    constexpr size_t kAlign = 64;
+    const size_t rounded = (bytes + kAlign - 1) / kAlign * kAlign;
+    void* p = std::aligned_alloc(kAlign, rounded == 0 ? kAlign : rounded);
+    OFL_CHECK_CODE(p != nullptr, ErrorCode::kUnavailable, "[cpu allocator] out of memory: could not allocate ",
+                   bytes, " bytes (", live_bytes(), " bytes live).");
+    count_allocation(bytes);
+    return p;
+  }
+  void deallocate(void* ptr, size_t bytes) override {
+    std::free(ptr);
+    count_deallocation(bytes);
+  }
+  Device device() const override { return Device::cpu(); }
+};
+
+}  // namespace
+
+Allocator* cpu_allocator() {
+  static CpuAllocator* allocator = new CpuAllocator();  // never destroyed: outlives all tensors
+  return allocator;
+}
+
+Allocator* allocator_for(Device device) {
+  OFL_CHECK_CODE(device.type == DeviceType::kCPU, ErrorCode::kUnimplemented, "[allocator] device ",
+                 device.to_string(),
+                 " is not available: this build runs tensors on cpu only (the CUDA backend is not "
+                 "built yet).");
+  return cpu_allocator();
+}
+
+}  // namespace ofl

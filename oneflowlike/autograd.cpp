@@ -1,0 +1,234 @@
+#include "oneflowlike/autograd.h"
+
+#include <unordered_map>
+
+#include "oneflowlike/eager.h"
+
+namespace ofl {
+
+namespace {
+thread_local bool grad_mode_enabled = true;
+
+std::shared_ptr<AutogradMeta>& meta_of(const Tensor& t) { return t.impl()->autograd; }
+
+}  // namespace
+
+bool GradMode::enabled() { return grad_mode_enabled; }
+void GradMode::set_enabled(bool enabled) { grad_mode_enabled = enabled; }
+
+bool Tensor::requires_grad() const { return impl_->autograd && impl_->autograd->requires_grad; }
+
+void Tensor::set_requires_grad(bool requires_grad) {
+  OFL_CHECK(is_leaf() || requires_grad, "[requires_grad] only a leaf tensor can stop requiring "
+            "grad; use detach() for a tensor computed from others. However, got ", describe(), ".");
+  OFL_CHECK_TYPE(!requires_grad || is_floating(dtype()),
+                 "[requires_grad] only floating-point tensors can require gradients. However, got ",
+                 describe(), ".");
+  if (!impl_->autograd) impl_->autograd = std::make_shared<AutogradMeta>();
+  impl_->autograd->requires_grad = requires_grad;
+}
+
+bool Tensor::is_leaf() const { return !impl_->autograd || impl_->autograd->grad_fn == nullptr; }
+
+Tensor Tensor::grad() const { return impl_->autograd ? impl_->autograd->grad : Tensor(); }
+
+void Tensor::set_grad(const Tensor& grad) {
+  if (!impl_->autograd) impl_->autograd = std::make_shared<AutogradMeta>();
+  impl_->autograd->grad = grad;
+}
+
+void record_autograd(const OpSchema& op, const AnyParams& params,
+                     const std::vector<Tensor>& inputs, std::vector<Tensor>& outputs) {
+  if (!GradMode::enabled()) return;
+  bool any = false;
+  for (const Tensor& t : inputs) any = any || t.requires_grad();
+  if (!any || !op.has<FGradient>()) return;
+  auto node = std::make_shared<AutogradNode>();
+  node->op = &op;
+  node->params = params;
+  node->inputs.reserve(inputs.size());
+  node->next.resize(inputs.size());
+  node->num_outputs = outputs.size();
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    node->inputs.push_back(inputs[i].detach());
+    const auto& meta = meta_of(inputs[i]);
+    if (!meta || !meta->requires_grad) continue;
+    if (meta->grad_fn) {
+      node->next[i].node = meta->grad_fn;
+      node->next[i].output_index = meta->output_index;
+    } else {
+      node->next[i].leaf = meta;
+    }
+  }
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    node->outputs.push_back(outputs[i].detach());
+    auto meta = std::make_shared<AutogradMeta>();
+    meta->requires_grad = is_floating(outputs[i].dtype());
+    meta->grad_fn = node;
+    meta->output_index = static_cast<int>(i);
+    outputs[i].impl()->autograd = std::move(meta);
+  }
+}
+
+namespace {
+
+Tensor accumulate(const Tensor& sum, const Tensor& g) {
+  if (!sum.defined()) return g;
+  return apply_op1(OpRegistry::global().find("add"), NoParams{}, {sum, g});
+}
+
+// GradBuilder over eager tensors: values are indices into `values_`.
+class EagerGradBuilder final : public GradBuilder {
+ public:
+  EagerGradBuilder(AutogradNode& node, const std::vector<Tensor>& output_grads)
+      : node_(node), output_grads_(output_grads), input_grads_(node.inputs.size()) {}
+
+  const AnyParams& any_params() const override { return node_.params; }
+  int num_inputs() const override { return static_cast<int>(node_.inputs.size()); }
+  int num_outputs() const override { return static_cast<int>(node_.outputs.size()); }
+  Value input(int i) override { return add(node_.inputs.at(i)); }
+  Value output(int i) override { return add(node_.outputs.at(i)); }
+  Value output_grad(int i) override {
+    return output_grads_.at(i).defined() ? add(output_grads_[i]) : kNone;
+  }
+  bool needs_input_grad(int i) const override { return node_.next.at(i).connected(); }
+  void set_input_grad(int i, Value grad) override {
+    if (grad == kNone || !needs_input_grad(i)) return;
+    const Tensor& g = values_.at(grad);
+    OFL_ASSERT(g.shape() == node_.inputs[i].shape())
+        << "[" << node_.op->name() << "] gradient of input " << i << " has shape "
+        << g.shape().to_string() << ", expected " << node_.inputs[i].shape().to_string();
+    input_grads_[i] = accumulate(input_grads_[i], g);
+  }
+  TensorMeta meta(Value v) const override {
+    const Tensor& t = values_.at(v);
+    return TensorMeta{t.shape(), t.dtype()};
+  }
+  std::vector<Value> apply(std::string_view op, AnyParams params,
+                           std::vector<Value> inputs) override {
+    std::vector<Tensor> args;
+    args.reserve(inputs.size());
+    for (Value v : inputs) args.push_back(values_.at(v));
+    std::vector<Value> out;
+    for (Tensor& t : apply_op(OpRegistry::global().find(op), params, args)) out.push_back(add(t));
+    return out;
+  }
+  std::vector<Tensor>& input_grads() { return input_grads_; }
+
+ private:
+  Value add(const Tensor& t) {
+    values_.push_back(t);
+    return static_cast<Value>(values_.size() - 1);
+  }
+
+  AutogradNode& node_;
+  const std::vector<Tensor>& output_grads_;
+  std::vector<Tensor> values_;
+  std::vector<Tensor> input_grads_;
+};
+
+void accumulate_leaf(AutogradMeta& leaf, const Tensor& g) { leaf.grad = accumulate(leaf.grad, g); }
+
+}  // namespace
+
+void backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads,
+              bool retain_graph) {
+  NoGradGuard no_grad;
+  std::unordered_map<AutogradNode*, std::vector<Tensor>> pending;  // output grads per node
+  std::unordered_map<AutogradNode*, int> dependencies;
+  std::vector<std::shared_ptr<AutogradNode>> stack;
+
+  // Seed the roots.
+  for (size_t r = 0; r < roots.size(); ++r) {
+    const Tensor& root = roots[r];
+    OFL_CHECK_CODE(root.requires_grad(), ErrorCode::kFailedPrecondition,
+                   "[backward] the tensor does not require grad and has no grad_fn. However, got ",
+                   root.describe(), ".");
+    Tensor g = r < grads.size() ? grads[r] : Tensor();
+    if (!g.defined()) {
+      OFL_CHECK_CODE(root.numel() == 1, ErrorCode::kFailedPrecondition,
+                     "[backward] grad can be implicitly created only for one-element outputs. "
+                     "However, got ", root.describe(), ".");
+      g = Tensor::scalar(1.0, root.dtype()).view(root.shape());
+    }
+    OFL_CHECK(g.shape() == root.shape(), "[backward] the gradient must have the output's shape. "
+              "However, got gradient ", g.describe(), " for output ", root.describe(), ".");
+    const auto& meta = meta_of(root);
+    if (!meta->grad_fn) {
+      accumulate_leaf(*meta, g);
+      continue;
+    }
+    AutogradNode* node = meta->grad_fn.get();
+    auto& slots = pending[node];
+    slots.resize(node->num_outputs);
+    slots[meta->output_index] = accumulate(slots[meta->output_index], g);
+    stack.push_back(meta->grad_fn);
+  }
+
+  // Count, for every reachable node, how many edges lead into it.
+  std::vector<std::shared_ptr<AutogradNode>> order;
+  {
+    std::unordered_map<AutogradNode*, bool> seen;
+    std::vector<std::shared_ptr<AutogradNode>> walk = stack;
+    for (auto& n : walk) seen[n.get()] = true;
+    while (!walk.empty()) {
+      auto node = walk.back();
+      walk.pop_back();
+      for (const AutogradEdge& e : node->next) {
+        if (!e.node) continue;
+        ++dependencies[e.node.get()];
+        if (!seen[e.node.get()]) {
+          seen[e.node.get()] = true;
+          walk.push_back(e.node);
+        }
+      }
+    }
+  }
+
+  // Roots that others also depend on wait for those contributions.
+  std::vector<std::shared_ptr<AutogradNode>> ready;
+  {
+    std::unordered_map<AutogradNode*, bool> queued;
+    for (auto& n : stack) {
+      if (dependencies[n.get()] == 0 && !queued[n.get()]) {
+        queued[n.get()] = true;
+        ready.push_back(n);
+      }
+    }
+  }
+
+  while (!ready.empty()) {
+    std::shared_ptr<AutogradNode> node = ready.back();
+    ready.pop_back();
+    OFL_CHECK_CODE(!node->released, ErrorCode::kFailedPrecondition, "[backward] trying to backward "
+                   "through the graph a second time (through op '", node->op->name(),
+                   "'); its saved tensors were freed. Pass retain_graph=True to the first "
+                   "backward to keep them.");
+    std::vector<Tensor> output_grads = std::move(pending[node.get()]);
+    pending.erase(node.get());
+    output_grads.resize(node->num_outputs);
+    EagerGradBuilder builder(*node, output_grads);
+    (*node->op->get<FGradient>())(builder);
+    std::vector<Tensor>& input_grads = builder.input_grads();
+    for (size_t i = 0; i < node->next.size(); ++i) {
+      const AutogradEdge& e = node->next[i];
+      if (e.leaf) {
+        if (input_grads[i].defined()) accumulate_leaf(*e.leaf, input_grads[i]);
+      } else if (e.node) {
+        auto& slots = pending[e.node.get()];
+        slots.resize(e.node->num_outputs);
+        if (input_grads[i].defined()) {
+          slots[e.output_index] = accumulate(slots[e.output_index], input_grads[i]);
+        }
+        if (--dependencies[e.node.get()] == 0) ready.push_back(e.node);
+      }
+    }
+    if (!retain_graph) {
+      node->inputs.clear();
+      node->outputs.clear();
+      node->released = true;
+    }
+  }
+}
+
+}  // namespace ofl

@@ -1,0 +1,72 @@
+#pragma once
+// Eager local autograd. Each op applied to a tensor that requires grad records a node holding
+// the op, its params and its (detached) inputs and outputs; backward() walks the nodes in
+// reverse topological order and asks each op's FGradient to emit the backward ops.
+//
+// Note [One gradient]: FGradient is written against GradBuilder, which this engine implements
+// over eager tensors and the compiler implements over graph values, so every gradient has one
+// definition.
+
+#include <memory>
+#include <vector>
+
+#include "oneflowlike/op.h"
+#include "oneflowlike/tensor.h"
+
+namespace ofl {
+
+struct AutogradNode;
+
+struct AutogradMeta {
+  bool requires_grad = false;
+  Tensor grad;                            // accumulated gradient of a leaf
+  std::shared_ptr<AutogradNode> grad_fn;  // producer; null for a leaf
+  int output_index = 0;                   // which output of grad_fn this tensor is
+};
+
+/// Where the gradient of one input of a node goes: into another node's output, or a leaf.
+struct AutogradEdge {
+  std::shared_ptr<AutogradNode> node;
+  int output_index = 0;
+  std::shared_ptr<AutogradMeta> leaf;
+  bool connected() const { return node != nullptr || leaf != nullptr; }
+};
+
+struct AutogradNode {
+  const OpSchema* op = nullptr;
+  AnyParams params;
+  std::vector<Tensor> inputs;   // detached
+  std::vector<Tensor> outputs;  // detached
+  std::vector<AutogradEdge> next;  // one per input
+  size_t num_outputs = 0;
+  bool released = false;          // saved tensors freed by a backward without retain_graph
+};
+
+/// Whether ops record autograd nodes on this thread.
+class GradMode {
+ public:
+  static bool enabled();
+  static void set_enabled(bool enabled);
+};
+
+/// Disables recording for its lifetime (flow.no_grad()).
+class NoGradGuard {
+ public:
+  NoGradGuard() : previous_(GradMode::enabled()) { GradMode::set_enabled(false); }
+  ~NoGradGuard() { GradMode::set_enabled(previous_); }
+
+ private:
+  bool previous_;
+};
+
+/// Records `op` for autograd when grad mode is on and some input requires grad. Marks the
+/// outputs as requiring grad.
+void record_autograd(const OpSchema& op, const AnyParams& params,
+                     const std::vector<Tensor>& inputs, std::vector<Tensor>& outputs);
+
+/// Accumulates d(roots)/d(leaf) * grads into every leaf's .grad. A missing grad for a
+/// one-element root means 1. Raises when a root does not require grad or the graph was freed.
+void backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads,
+              bool retain_graph = false);
+
+}  // namespace ofl

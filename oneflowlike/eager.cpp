@@ -1,0 +1,58 @@
+#include "oneflowlike/eager.h"
+
+#include "oneflowlike/autograd.h"
+
+namespace ofl {
+
+std::vector<Tensor> apply_op(const OpSchema& op, const AnyParams& params,
+                             const std::vector<Tensor>& inputs) {
+  std::vector<TensorMeta> metas;
+  metas.reserve(inputs.size());
+  Device device = Device::cpu();
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    OFL_CHECK(inputs[i].defined(), "[", op.name(), "] input ", i, " is an undefined tensor.");
+    metas.push_back(TensorMeta{inputs[i].shape(), inputs[i].dtype()});
+    if (i == 0) device = inputs[0].device();
+    OFL_CHECK(inputs[i].device() == device, "[", op.name(),
+              "] all inputs must be on one device. However, got input 0 on ", device.to_string(),
+              " and input ", i, " on ", inputs[i].device().to_string(), ".");
+  }
+  const std::vector<TensorMeta> out_metas = op.infer(params, metas);
+
+  std::vector<Tensor> outputs;
+  outputs.reserve(out_metas.size());
+  if (const int* view_of = op.get<TViewOfInput>()) {
+    outputs.push_back(inputs[*view_of].view(out_metas[0].shape));
+  } else {
+    for (const TensorMeta& m : out_metas) outputs.push_back(Tensor::empty(m.shape, m.dtype, device));
+    const int* dtype_from = op.get<TKernelDtypeFrom>();
+    const int which = dtype_from ? *dtype_from : 0;
+    const DataType kernel_dtype =
+        (which < 0 || inputs.empty()) ? out_metas.at(0).dtype : inputs.at(which).dtype();
+    KernelFn kernel = op.find_kernel(device.type, kernel_dtype);
+    OFL_CHECK_TYPE(kernel != nullptr, "[", op.name(), "] has no ", device_type_name(device.type),
+                   " kernel for dtype ", dtype_name(kernel_dtype), " (kernels exist for ",
+                   op.kernel_dtypes(device.type), ").");
+    std::unique_ptr<Storage> temp;
+    if (const TempBytesFn* temp_bytes = op.get<FTempBytes>()) {
+      const size_t bytes = (*temp_bytes)(InferContext(op, params, metas));
+      if (bytes > 0) temp = std::make_unique<Storage>(bytes, allocator_for(device));
+    }
+    KernelContext ctx{params, inputs, outputs};
+    if (temp) {
+      ctx.temp = temp->data();
+      ctx.temp_bytes = temp->bytes();
+    }
+    kernel(ctx);
+  }
+  record_autograd(op, params, inputs, outputs);
+  return outputs;
+}
+
+Tensor apply_op1(const OpSchema& op, const AnyParams& params, const std::vector<Tensor>& inputs) {
+  std::vector<Tensor> out = apply_op(op, params, inputs);
+  OFL_ASSERT(out.size() == 1) << op.name() << " has " << out.size() << " outputs";
+  return std::move(out[0]);
+}
+
+}  // namespace ofl

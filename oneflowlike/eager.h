@@ -1,0 +1,39 @@
+#pragma once
+// Eager execution of one op on local tensors: infer, allocate, run the kernel, record autograd.
+
+#include <vector>
+
+#include "oneflowlike/op.h"
+#include "oneflowlike/tensor.h"
+
+namespace ofl {
+
+/// Runs `op` on `inputs` now and returns its outputs. Raises on user error (names the op and
+/// the inputs).
+std::vector<Tensor> apply_op(const OpSchema& op, const AnyParams& params,
+                             const std::vector<Tensor>& inputs);
+
+/// apply_op for single-output ops.
+Tensor apply_op1(const OpSchema& op, const AnyParams& params, const std::vector<Tensor>& inputs);
+
+/// Looks the op up by name once and keeps it: `static OpHandle add("add");`.
+class OpHandle {
+ public:
+  explicit OpHandle(std::string_view name) : name_(name) {}
+  const OpSchema& get() const {
+    if (op_ == nullptr) op_ = &OpRegistry::global().find(name_);
+    return *op_;
+  }
+  std::vector<Tensor> operator()(const AnyParams& params, const std::vector<Tensor>& inputs) const {
+    return apply_op(get(), params, inputs);
+  }
+  Tensor call1(const AnyParams& params, const std::vector<Tensor>& inputs) const {
+    return apply_op1(get(), params, inputs);
+  }
+
+ private:
+  std::string_view name_;
+  mutable const OpSchema* op_ = nullptr;
+};
+
+}  // namespace ofl

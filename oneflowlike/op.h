@@ -1,0 +1,266 @@
+#pragma once
+// The op registry (NNVM style). An op is registered once, by name, in the file of its family
+// (ops/<family>.cpp), with its typed parameter struct and attributes:
+//
+//   OFL_REGISTER_OP("matmul")
+//       .inputs({"a", "b"})
+//       .outputs({"out"})
+//       .params<MatmulParams>()
+//       .set<FInferMeta>(infer_matmul)
+//       .set<FSbpSignatures>(matmul_signatures)
+//       .set<FGradient>(matmul_gradient);
+//
+// Kernels are added per device and dtype from kernels/<device>/<family>.cpp with
+// OFL_REGISTER_KERNEL. Each pass reads only the attributes it needs; a new attribute is a new
+// tag struct (F... for functions, T... for values) set from any file, with no change here.
+
+#include <array>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <typeindex>
+#include <unordered_map>
+#include <any>
+#include <vector>
+
+#include "oneflowlike/params.h"
+#include "oneflowlike/sbp.h"
+#include "oneflowlike/tensor.h"
+
+namespace ofl {
+
+class OpSchema;
+
+/// What meta inference knows of a tensor.
+struct TensorMeta {
+  Shape shape;
+  DataType dtype = DataType::kFloat32;
+  bool operator==(const TensorMeta& o) const { return shape == o.shape && dtype == o.dtype; }
+};
+
+/// Input of meta inference (and of SBP signature and temp-size functions).
+class InferContext {
+ public:
+  InferContext(const OpSchema& op, const AnyParams& params, const std::vector<TensorMeta>& inputs)
+      : op_(op), params_(params), inputs_(inputs) {}
+
+  const OpSchema& op() const { return op_; }
+  const std::string& op_name() const;
+  template <class P>
+  const P& params() const {
+    return params_.as<P>();
+  }
+  const AnyParams& any_params() const { return params_; }
+  int num_inputs() const { return static_cast<int>(inputs_.size()); }
+  const TensorMeta& input(int i) const { return inputs_[i]; }
+  const Shape& shape(int i) const { return inputs_[i].shape; }
+  DataType dtype(int i) const { return inputs_[i].dtype; }
+  /// Names of input i for messages: "a", or "inputs[2]" for a variadic op.
+  std::string input_name(int i) const;
+  /// "a (4, 8) float32, b (6, 5) float32": the actual values for the "However, got" part.
+  std::string describe_inputs() const;
+
+ private:
+  const OpSchema& op_;
+  const AnyParams& params_;
+  const std::vector<TensorMeta>& inputs_;
+};
+
+/// Everything a kernel sees. Kernels assume valid input: all checks happen in inference.
+struct KernelContext {
+  const AnyParams& params;
+  const std::vector<Tensor>& inputs;
+  const std::vector<Tensor>& outputs;
+  void* temp = nullptr;  // FTempBytes bytes of scratch memory
+  size_t temp_bytes = 0;
+  // The part of the logical tensor that output 0 holds, for kernels whose values depend on the
+  // logical position (random numbers, arange): one range per axis. Empty means "all of it".
+  const std::vector<Range>* output_region = nullptr;
+  // Logical shape of output 0 when output_region is set.
+  const Shape* logical_output_shape = nullptr;
+
+  template <class P>
+  const P& p() const {
+    return params.as<P>();
+  }
+  const Tensor& in(int i) const { return inputs[i]; }
+  const Tensor& out(int i) const { return outputs[i]; }
+};
+
+/// How a gradient builder emits backward ops. The eager engine implements it over tensors and
+/// the compiler over graph values, so each gradient is written once (Note [One gradient]).
+class GradBuilder {
+ public:
+  using Value = int;  // handle of a tensor in the builder; kNone for "no tensor"
+  static constexpr Value kNone = -1;
+
+  virtual ~GradBuilder() = default;
+  virtual const AnyParams& any_params() const = 0;
+  template <class P>
+  const P& params() const {
+    return any_params().as<P>();
+  }
+  virtual int num_inputs() const = 0;
+  virtual int num_outputs() const = 0;
+  virtual Value input(int i) = 0;
+  virtual Value output(int i) = 0;
+  /// The gradient flowing into output i, or kNone when nothing depends on that output.
+  virtual Value output_grad(int i) = 0;
+  virtual bool needs_input_grad(int i) const = 0;
+  virtual void set_input_grad(int i, Value grad) = 0;
+  virtual TensorMeta meta(Value v) const = 0;
+  /// Emits op(inputs) and returns its outputs.
+  virtual std::vector<Value> apply(std::string_view op, AnyParams params,
+                                   std::vector<Value> inputs) = 0;
+  /// Emits a single-output op.
+  Value apply1(std::string_view op, AnyParams params, std::vector<Value> inputs) {
+    return apply(op, std::move(params), std::move(inputs)).at(0);
+  }
+};
+
+using InferMetaFn = std::function<std::vector<TensorMeta>(const InferContext&)>;
+using SbpSignaturesFn = std::function<std::vector<SbpSignature>(const InferContext&)>;
+using GradientFn = std::function<void(GradBuilder&)>;
+using TempBytesFn = std::function<size_t(const InferContext&)>;
+using KernelFn = void (*)(const KernelContext&);
+
+// Attribute tags. `type` is what the attribute holds.
+/// Output shapes and dtypes from input metas; raises a user error on bad input.
+struct FInferMeta { using type = InferMetaFn; };
+/// The valid 1-d SBP signatures, given logical input metas. N-d signatures are products.
+struct FSbpSignatures { using type = SbpSignaturesFn; };
+/// Emits the backward ops. Ops without it are not differentiable.
+struct FGradient { using type = GradientFn; };
+/// Scratch bytes a kernel needs.
+struct FTempBytes { using type = TempBytesFn; };
+/// Inputs the kernel writes in place (optimizer updates).
+struct TMutatedInputs { using type = std::vector<int>; };
+/// Output 0 is a view of this input (reshape): no kernel, no copy.
+struct TViewOfInput { using type = int; };
+/// Which input's dtype picks the kernel (default 0; -1 means output 0's dtype).
+struct TKernelDtypeFrom { using type = int; };
+
+class OpSchema {
+ public:
+  explicit OpSchema(std::string name) : name_(std::move(name)) {}
+
+  const std::string& name() const { return name_; }
+
+  OpSchema& inputs(std::vector<std::string> names) {
+    input_names_ = std::move(names);
+    return *this;
+  }
+  /// Any number of inputs, each called `name[i]` in messages.
+  OpSchema& variadic_inputs(std::string name) {
+    input_names_ = {std::move(name)};
+    variadic_inputs_ = true;
+    return *this;
+  }
+  OpSchema& outputs(std::vector<std::string> names) {
+    output_names_ = std::move(names);
+    return *this;
+  }
+  /// The number of outputs is decided by FInferMeta.
+  OpSchema& variadic_outputs(std::string name) {
+    output_names_ = {std::move(name)};
+    variadic_outputs_ = true;
+    return *this;
+  }
+  template <class P>
+  OpSchema& params() {
+    params_type_ = typeid(P);
+    params_name_ = P::kParamsName;
+    return *this;
+  }
+  template <class Attr>
+  OpSchema& set(typename Attr::type value) {
+    attrs_[typeid(Attr)] = std::move(value);
+    return *this;
+  }
+  /// The attribute, or nullptr when the op does not have it.
+  template <class Attr>
+  const typename Attr::type* get() const {
+    auto it = attrs_.find(typeid(Attr));
+    return it == attrs_.end() ? nullptr : std::any_cast<typename Attr::type>(&it->second);
+  }
+  template <class Attr>
+  bool has() const {
+    return attrs_.count(typeid(Attr)) > 0;
+  }
+
+  void add_kernel(DeviceType device, DataType dtype, KernelFn fn);
+  /// The kernel, or nullptr.
+  KernelFn find_kernel(DeviceType device, DataType dtype) const;
+  /// Names of the dtypes with a kernel on `device`, for messages: "float32, float64".
+  std::string kernel_dtypes(DeviceType device) const;
+
+  const std::vector<std::string>& input_names() const { return input_names_; }
+  const std::vector<std::string>& output_names() const { return output_names_; }
+  bool has_variadic_inputs() const { return variadic_inputs_; }
+  bool has_variadic_outputs() const { return variadic_outputs_; }
+  std::type_index params_type() const { return params_type_; }
+  std::string_view params_name() const { return params_name_; }
+  bool defined() const { return has<FInferMeta>(); }
+
+  /// Checks arity and params type, then runs FInferMeta. Raises on user error.
+  std::vector<TensorMeta> infer(const AnyParams& params,
+                                const std::vector<TensorMeta>& inputs) const;
+
+ private:
+  std::string name_;
+  std::vector<std::string> input_names_;
+  std::vector<std::string> output_names_;
+  bool variadic_inputs_ = false;
+  bool variadic_outputs_ = false;
+  std::type_index params_type_ = typeid(NoParams);
+  std::string_view params_name_ = NoParams::kParamsName;
+  std::unordered_map<std::type_index, std::any> attrs_;
+  std::array<std::array<KernelFn, kNumDataTypes>, kNumDeviceTypes> kernels_{};
+};
+
+class OpRegistry {
+ public:
+  static OpRegistry& global();
+  /// The schema called `name`, created empty on first use (so that kernel files may register
+  /// before or after the op's own file).
+  OpSchema& get_or_create(std::string_view name);
+  /// The schema; raises NotFound when no op of that name is registered.
+  const OpSchema& find(std::string_view name) const;
+  const OpSchema* try_find(std::string_view name) const;
+  std::vector<std::string> names() const;
+
+ private:
+  std::map<std::string, std::unique_ptr<OpSchema>, std::less<>> ops_;
+};
+
+namespace detail {
+template <class T, class... Ts>
+struct KernelRegistrar {
+  template <template <class> class Kernel>
+  static void add(OpSchema& op, DeviceType device) {
+    op.add_kernel(device, dtype_of<T>(), &Kernel<T>::run);
+    if constexpr (sizeof...(Ts) > 0) KernelRegistrar<Ts...>::template add<Kernel>(op, device);
+  }
+};
+}  // namespace detail
+
+}  // namespace ofl
+
+#define OFL_CONCAT_INNER(a, b) a##b
+#define OFL_CONCAT(a, b) OFL_CONCAT_INNER(a, b)
+
+/// Registers (or extends) an op; chain the builder calls of OpSchema after it.
+#define OFL_REGISTER_OP(name)                                                  \
+  [[maybe_unused]] static ::ofl::OpSchema& OFL_CONCAT(ofl_op_, __COUNTER__) = \
+      ::ofl::OpRegistry::global().get_or_create(name)
+
+/// Registers Kernel<T>::run for each listed C++ type T on `device`:
+///   OFL_REGISTER_KERNEL("add", kCPU, AddKernel, float, double, int32_t, int64_t);
+#define OFL_REGISTER_KERNEL(name, device, Kernel, ...)                                      \
+  [[maybe_unused]] static const bool OFL_CONCAT(ofl_kernel_, __COUNTER__) = [] {           \
+    ::ofl::detail::KernelRegistrar<__VA_ARGS__>::add<Kernel>(                              \
+        ::ofl::OpRegistry::global().get_or_create(name), ::ofl::DeviceType::device);       \
+    return true;                                                                            \
+  }()

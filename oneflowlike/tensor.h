@@ -1,0 +1,100 @@
+#pragma once
+// Tensor: a reference-counted handle to (storage, byte offset, shape, dtype, device).
+// Tensors are contiguous; reshape and leading-axis slices are views that share storage.
+
+#include <memory>
+#include <string>
+
+#include "oneflowlike/allocator.h"
+#include "oneflowlike/dtype.h"
+#include "oneflowlike/shape.h"
+
+namespace ofl {
+
+class Storage {
+ public:
+  Storage(size_t bytes, Allocator* allocator);
+  ~Storage();
+  Storage(const Storage&) = delete;
+  Storage& operator=(const Storage&) = delete;
+
+  void* data() const { return data_; }
+  size_t bytes() const { return bytes_; }
+  Device device() const { return allocator_->device(); }
+
+ private:
+  void* data_;
+  size_t bytes_;
+  Allocator* allocator_;
+};
+
+struct AutogradMeta;
+
+struct TensorImpl {
+  std::shared_ptr<Storage> storage;
+  size_t offset_bytes = 0;
+  Shape shape;
+  DataType dtype = DataType::kFloat32;
+  std::shared_ptr<AutogradMeta> autograd;  // null when no gradient is tracked
+};
+
+class Tensor {
+ public:
+  Tensor() = default;
+  explicit Tensor(std::shared_ptr<TensorImpl> impl) : impl_(std::move(impl)) {}
+
+  /// Uninitialised memory.
+  static Tensor empty(const Shape& shape, DataType dtype, Device device = Device::cpu());
+  static Tensor zeros(const Shape& shape, DataType dtype, Device device = Device::cpu());
+  /// Copies `bytes` from host memory.
+  static Tensor from_host(const void* data, const Shape& shape, DataType dtype,
+                          Device device = Device::cpu());
+  /// A scalar (shape ()) holding value converted to dtype.
+  static Tensor scalar(double value, DataType dtype, Device device = Device::cpu());
+
+  bool defined() const { return impl_ != nullptr; }
+  const Shape& shape() const { return impl_->shape; }
+  int ndim() const { return impl_->shape.ndim(); }
+  int64_t numel() const { return impl_->shape.numel(); }
+  DataType dtype() const { return impl_->dtype; }
+  Device device() const { return impl_->storage->device(); }
+  size_t nbytes() const { return numel() * dtype_size(dtype()); }
+  void* raw_data() const {
+    return static_cast<char*>(impl_->storage->data()) + impl_->offset_bytes;
+  }
+  template <class T>
+  T* data() const {
+    return static_cast<T*>(raw_data());
+  }
+  /// Value of a one-element tensor, converted to double.
+  double item() const;
+
+  /// A view with another shape of the same numel (shares storage, no autograd).
+  Tensor view(const Shape& shape) const;
+  /// A view of rows [begin, end) of axis 0 (shares storage, no autograd).
+  Tensor narrow_rows(int64_t begin, int64_t end) const;
+  /// The same storage without autograd history.
+  Tensor detach() const;
+  /// A deep copy (no autograd history).
+  Tensor clone() const;
+  bool shares_storage_with(const Tensor& other) const {
+    return impl_->storage == other.impl_->storage;
+  }
+
+  // Autograd (see autograd.h).
+  bool requires_grad() const;
+  void set_requires_grad(bool requires_grad);
+  bool is_leaf() const;
+  Tensor grad() const;
+  void set_grad(const Tensor& grad);
+
+  TensorImpl* impl() const { return impl_.get(); }
+  const std::shared_ptr<TensorImpl>& impl_ptr() const { return impl_; }
+  /// "tensor(shape=(2, 3), dtype=float32, device=cpu:0)"
+  std::string describe() const;
+
+ private:
+  std::shared_ptr<TensorImpl> impl_;
+};
+
+}  // namespace ofl

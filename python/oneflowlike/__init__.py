@@ -1,0 +1,29 @@
+"""oneflowlike: train one model on many devices. ``import oneflowlike as flow``."""
+
+from oneflowlike import _C
+from oneflowlike._C import Tensor, device, dtype
+
+float32 = dtype.float32
+float64 = dtype.float64
+float16 = dtype.float16
+bfloat16 = dtype.bfloat16
+int8 = dtype.int8
+int32 = dtype.int32
+int64 = dtype.int64
+bool = dtype.bool  # noqa: A001 (same name as torch.bool / oneflow.bool)
+float = float32  # noqa: A001
+double = float64
+half = float16
+long = int64
+int = int32  # noqa: A001
+
+from oneflowlike import ops as _ops  # noqa: E402
+from oneflowlike.ops import *  # noqa: E402,F401,F403
+from oneflowlike.autograd import enable_grad, is_grad_enabled, no_grad, set_grad_enabled  # noqa: E402,F401
+from oneflowlike import autograd  # noqa: E402,F401
+from oneflowlike import nn  # noqa: E402,F401
+from oneflowlike import optim  # noqa: E402,F401
+
+_ops.attach_tensor_methods(Tensor)
+
+__version__ = "0.1.0"

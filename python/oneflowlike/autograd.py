@@ -1,0 +1,64 @@
+"""Grad-mode switches, as in torch: ``with flow.no_grad(): ...``."""
+
+import functools
+
+from oneflowlike import _C
+
+
+class _GradModeContext:
+    """Context manager and decorator that sets grad mode and restores it on exit."""
+
+    _mode = True
+
+    def __enter__(self):
+        self._previous = _C.is_grad_enabled()
+        _C.set_grad_enabled(self._mode)
+        return self
+
+    def __exit__(self, *exc):
+        _C.set_grad_enabled(self._previous)
+        return False
+
+    def __call__(self, fn):
+        @functools.wraps(fn)
+        def wrapper(*args, **kwargs):
+            with self.__class__():
+                return fn(*args, **kwargs)
+
+        return wrapper
+
+
+class no_grad(_GradModeContext):  # noqa: N801 (torch's name)
+    """Ops inside record no autograd history."""
+
+    _mode = False
+
+
+class enable_grad(_GradModeContext):  # noqa: N801
+    """Ops inside record autograd history even within no_grad."""
+
+    _mode = True
+
+
+class set_grad_enabled(_GradModeContext):  # noqa: N801
+    """Sets grad mode to ``mode`` (usable as a call or a context manager)."""
+
+    def __init__(self, mode=True):
+        self._mode = mode
+        self._previous = _C.is_grad_enabled()
+        _C.set_grad_enabled(mode)
+
+    def __enter__(self):
+        return self
+
+
+def is_grad_enabled():
+    return _C.is_grad_enabled()
+
+
+def backward(tensors, grad_tensors=None, retain_graph=False):
+    """Accumulates gradients of ``tensors`` into the leaves (torch.autograd.backward)."""
+    if not isinstance(tensors, (list, tuple)):
+        tensors = [tensors]
+    grads = list(grad_tensors) if grad_tensors is not None else []
+    _C.autograd_backward(list(tensors), grads, retain_graph)

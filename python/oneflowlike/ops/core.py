@@ -1,0 +1,125 @@
+"""Tensor creation from data, and Tensor basics: repr, operators' scalar handling."""
+
+import numbers
+
+import numpy as np
+
+from oneflowlike import _C
+
+__all__ = ["tensor", "from_numpy", "is_tensor", "as_tensor_like"]
+
+
+def _numpy_dtype(dtype):
+    return {
+        _C.dtype.float32: np.float32,
+        _C.dtype.float64: np.float64,
+        _C.dtype.float16: np.float16,
+        _C.dtype.int8: np.int8,
+        _C.dtype.int32: np.int32,
+        _C.dtype.int64: np.int64,
+        _C.dtype.bool: np.bool_,
+    }.get(dtype)
+
+
+def tensor(data, dtype=None, device=None, requires_grad=False):
+    """A new tensor holding a copy of ``data`` (nested lists, numbers, numpy arrays, tensors).
+
+    Python floats become float32 and ints int64 unless ``dtype`` says otherwise, as in torch.
+    """
+    if device is not None and str(device).split(":")[0] != "cpu":
+        raise NotImplementedError(
+            f"[tensor] device {device} is not available: this build runs tensors on cpu only"
+        )
+    if isinstance(data, _C.Tensor):
+        array = data.numpy()
+    else:
+        array = np.asarray(data)
+        if array.dtype == np.float64 and not isinstance(data, np.ndarray):
+            array = array.astype(np.float32)
+        if array.dtype.kind == "O":
+            raise TypeError(f"[tensor] expected numbers or nested lists of numbers, got {data!r}")
+    if dtype is not None:
+        if dtype == _C.dtype.bfloat16:
+            t = _C.from_numpy(np.ascontiguousarray(array, dtype=np.float32))
+            from oneflowlike.ops.creation import cast
+
+            result = cast(t, dtype)
+            if requires_grad:
+                result.requires_grad = True
+            return result
+        array = array.astype(_numpy_dtype(dtype))
+    elif array.dtype == np.uint8 or array.dtype.kind == "u":
+        array = array.astype(np.int64)
+    result = _C.from_numpy(np.ascontiguousarray(array))
+    if requires_grad:
+        result.requires_grad = True
+    return result
+
+
+def from_numpy(array):
+    """A tensor holding a copy of a numpy array (same dtype)."""
+    return _C.from_numpy(np.ascontiguousarray(array))
+
+
+def is_tensor(obj):
+    return isinstance(obj, _C.Tensor)
+
+
+def as_tensor_like(value, like):
+    """``value`` as a tensor with the dtype of ``like`` (for number operands)."""
+    if isinstance(value, _C.Tensor):
+        return value
+    if isinstance(value, (numbers.Number, np.number)):
+        return tensor(np.asarray(value, dtype=_numpy_dtype(like.dtype) or np.float32))
+    return tensor(value)
+
+
+def _repr(self):
+    body = np.array2string(self.numpy(), separator=", ", precision=4, prefix="tensor(")
+    extras = [f"dtype={self.dtype}"]
+    if self.requires_grad:
+        extras.append("requires_grad=True")
+    return f"tensor({body}, {', '.join(extras)})"
+
+
+def _len(self):
+    if self.ndim == 0:
+        raise TypeError("len() of a 0-d tensor")
+    return self.shape[0]
+
+
+def _array(self, dtype=None):
+    a = self.numpy()
+    return a.astype(dtype) if dtype is not None else a
+
+
+def _float(self):
+    return float(self.item())
+
+
+def _int(self):
+    return int(self.item())
+
+
+def _bool(self):
+    if self.numel() != 1:
+        raise RuntimeError(
+            f"[bool] a tensor of {self.numel()} elements has no single truth value"
+        )
+    return bool(self.item())
+
+
+def _tolist(self):
+    return self.numpy().tolist()
+
+
+TENSOR_METHODS = {
+    "__repr__": _repr,
+    "__str__": _repr,
+    "__len__": _len,
+    "__array__": _array,
+    "__float__": _float,
+    "__int__": _int,
+    "__bool__": _bool,
+    "tolist": _tolist,
+}

@@ -1,0 +1,4 @@
+"""creation ops."""
+
+__all__ = []
+TENSOR_METHODS = {}

@@ -1,0 +1,4 @@
+"""elementwise ops."""
+
+__all__ = []
+TENSOR_METHODS = {}

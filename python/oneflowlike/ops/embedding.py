@@ -1,0 +1,4 @@
+"""embedding ops."""
+
+__all__ = []
+TENSOR_METHODS = {}

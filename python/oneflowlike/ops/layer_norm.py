@@ -1,0 +1,4 @@
+"""layer_norm ops."""
+
+__all__ = []
+TENSOR_METHODS = {}

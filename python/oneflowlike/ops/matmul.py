@@ -1,0 +1,4 @@
+"""matmul ops."""
+
+__all__ = []
+TENSOR_METHODS = {}

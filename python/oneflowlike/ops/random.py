@@ -1,0 +1,4 @@
+"""random ops."""
+
+__all__ = []
+TENSOR_METHODS = {}

@@ -1,0 +1,4 @@
+"""reduce ops."""
+
+__all__ = []
+TENSOR_METHODS = {}

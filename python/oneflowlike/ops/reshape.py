@@ -1,0 +1,4 @@
+"""reshape ops."""
+
+__all__ = []
+TENSOR_METHODS = {}

@@ -1,0 +1,4 @@
+"""scalar ops."""
+
+__all__ = []
+TENSOR_METHODS = {}

@@ -1,0 +1,4 @@
+"""shape_ops ops."""
+
+__all__ = []
+TENSOR_METHODS = {}

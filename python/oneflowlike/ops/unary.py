@@ -1,0 +1,4 @@
+"""unary ops."""
+
+__all__ = []
+TENSOR_METHODS = {}

@@ -1,0 +1,4 @@
+"""where ops."""
+
+__all__ = []
+TENSOR_METHODS = {}

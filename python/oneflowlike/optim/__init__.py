@@ -1,0 +1,1 @@
+"""Optimizers (flow.optim) over the fused update ops."""

@@ -1,0 +1,7 @@
+#include "python/src/bindings.h"
+
+namespace ofl::python {
+
+void init_random(py::module_& m) { (void)m; }
+
+}  // namespace ofl::python

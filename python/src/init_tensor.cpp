@@ -1,0 +1,145 @@
+// The Tensor class, dtypes, devices, autograd entry points and numpy interop.
+
+#include <pybind11/numpy.h>
+
+#include <cstring>
+
+#include "oneflowlike/autograd.h"
+#include "oneflowlike/tensor.h"
+#include "python/src/bindings.h"
+
+namespace ofl::python {
+
+namespace {
+
+// numpy's dtype for each of ours; bfloat16 has none and is widened to float32 by numpy().
+py::dtype numpy_dtype(DataType dtype) {
+  switch (dtype) {
+    case DataType::kFloat32: return py::dtype::of<float>();
+    case DataType::kFloat64: return py::dtype::of<double>();
+    case DataType::kFloat16: return py::dtype("float16");
+    case DataType::kBFloat16: return py::dtype::of<float>();
+    case DataType::kInt8: return py::dtype::of<int8_t>();
+    case DataType::kInt32: return py::dtype::of<int32_t>();
+    case DataType::kInt64: return py::dtype::of<int64_t>();
+    case DataType::kBool: return py::dtype::of<bool>();
+  }
+  return py::dtype::of<float>();
+}
+
+DataType dtype_of_numpy(const py::dtype& dt) {
+  const char kind = dt.kind();
+  const size_t size = dt.itemsize();
+  if (kind == 'f' && size == 4) return DataType::kFloat32;
+  if (kind == 'f' && size == 8) return DataType::kFloat64;
+  if (kind == 'f' && size == 2) return DataType::kFloat16;
+  if (kind == 'i' && size == 1) return DataType::kInt8;
+  if (kind == 'i' && size == 4) return DataType::kInt32;
+  if (kind == 'i' && size == 8) return DataType::kInt64;
+  if (kind == 'b') return DataType::kBool;
+  throw_error(ErrorCode::kTypeError,
+              str_cat("[tensor] numpy dtype ", dt.attr("name").cast<std::string>(),
+                      " has no oneflowlike counterpart (float32, float64, float16, int8, int32, "
+                      "int64, bool)."));
+}
+
+/// Copies a C-contiguous numpy array into a new tensor of the array's dtype.
+Tensor from_numpy(py::array array) {
+  array = py::array::ensure(array, py::array::c_style);
+  OFL_CHECK_TYPE(array, "[tensor] expected an array-like of numbers.");
+  const DataType dtype = dtype_of_numpy(array.dtype());
+  std::vector<int64_t> dims(array.shape(), array.shape() + array.ndim());
+  return Tensor::from_host(array.data(), Shape(std::move(dims)), dtype);
+}
+
+py::array to_numpy(const Tensor& t) {
+  std::vector<py::ssize_t> shape(t.shape().dims().begin(), t.shape().dims().end());
+  py::array out(numpy_dtype(t.dtype()), shape);
+  if (t.dtype() == DataType::kBFloat16) {
+    const bfloat16* src = t.data<bfloat16>();
+    float* dst = static_cast<float*>(out.mutable_data());
+    for (int64_t i = 0; i < t.numel(); ++i) dst[i] = static_cast<float>(src[i]);
+  } else {
+    std::memcpy(out.mutable_data(), t.raw_data(), t.nbytes());
+  }
+  return out;
+}
+
+}  // namespace
+
+void init_tensor(py::module_& m) {
+  auto dtype = py::enum_<DataType>(m, "dtype", "Element type of a tensor.");
+#define OFL_BIND_DTYPE(name, Enum, ctype) dtype.value(#name, DataType::Enum);
+  OFL_FOR_EACH_DTYPE(OFL_BIND_DTYPE)
+#undef OFL_BIND_DTYPE
+  dtype.def("__repr__", [](DataType d) { return std::string("oneflowlike.") + dtype_name(d); })
+      .def("__str__", [](DataType d) { return std::string("oneflowlike.") + dtype_name(d); })
+      .def_property_readonly("is_floating_point", &is_floating)
+      .def_property_readonly("itemsize", &dtype_size);
+  m.def("dtype_from_name", &dtype_from_name, py::arg("name"));
+  m.def("promote_types", &promote_types, py::arg("a"), py::arg("b"));
+
+  py::class_<Device>(m, "device", "A device: 'cpu', 'cpu:0', 'cuda:1'.")
+      .def(py::init([](const std::string& spec) { return Device::parse(spec); }), py::arg("spec"))
+      .def_property_readonly("type",
+                             [](const Device& d) { return std::string(device_type_name(d.type)); })
+      .def_readonly("index", &Device::index)
+      .def("__eq__", &Device::operator==)
+      .def("__repr__", [](const Device& d) { return "device('" + d.to_string() + "')"; })
+      .def("__str__", &Device::to_string);
+
+  py::class_<Tensor>(m, "Tensor", "A local tensor (contiguous, on one device).")
+      .def_property_readonly("shape", &Tensor::shape)
+      .def_property_readonly("dtype", &Tensor::dtype)
+      .def_property_readonly("device", &Tensor::device)
+      .def_property_readonly("ndim", &Tensor::ndim)
+      .def("dim", &Tensor::ndim)
+      .def("numel", &Tensor::numel)
+      .def("size", [](const Tensor& t) { return t.shape(); })
+      .def("element_size", [](const Tensor& t) { return dtype_size(t.dtype()); })
+      .def("numpy", &to_numpy, "A numpy copy of the tensor (bfloat16 comes back as float32).")
+      .def("item", &Tensor::item, "The value of a one-element tensor.")
+      .def("detach", &Tensor::detach)
+      .def("clone", &Tensor::clone)
+      .def_property("requires_grad", &Tensor::requires_grad, &Tensor::set_requires_grad)
+      .def("requires_grad_",
+           [](Tensor& t, bool requires_grad) {
+             t.set_requires_grad(requires_grad);
+             return t;
+           },
+           py::arg("requires_grad") = true)
+      .def_property("grad",
+                    [](const Tensor& t) -> py::object {
+                      Tensor g = t.grad();
+                      return g.defined() ? py::cast(g) : py::none();
+                    },
+                    [](Tensor& t, py::object g) {
+                      t.set_grad(g.is_none() ? Tensor() : g.cast<Tensor>());
+                    })
+      .def_property_readonly("is_leaf", &Tensor::is_leaf)
+      .def("_shares_storage_with", &Tensor::shares_storage_with)
+      .def("_describe", &Tensor::describe)
+      .def("backward",
+           [](const Tensor& t, py::object gradient, bool retain_graph) {
+             std::vector<Tensor> grads;
+             if (!gradient.is_none()) grads.push_back(gradient.cast<Tensor>());
+             backward({t}, grads, retain_graph);
+           },
+           py::arg("gradient") = py::none(), py::arg("retain_graph") = false,
+           "Accumulates gradients of this tensor into the .grad of every leaf it depends on.");
+
+  m.def("from_numpy", &from_numpy, py::arg("array"),
+        "A tensor holding a copy of a numpy array (same dtype).");
+  m.def("autograd_backward",
+        [](const std::vector<Tensor>& roots, const std::vector<Tensor>& grads, bool retain_graph) {
+          backward(roots, grads, retain_graph);
+        },
+        py::arg("tensors"), py::arg("grad_tensors"), py::arg("retain_graph") = false);
+  m.def("is_grad_enabled", &GradMode::enabled);
+  m.def("set_grad_enabled", &GradMode::set_enabled, py::arg("mode"));
+  m.def("cpu_memory_live_bytes", [] { return cpu_allocator()->live_bytes(); });
+  m.def("cpu_memory_peak_bytes", [] { return cpu_allocator()->peak_bytes(); });
+  m.def("cpu_memory_reset_peak", [] { cpu_allocator()->reset_peak(); });
+}
+
+}  // namespace ofl::python

@@ -1,0 +1,23 @@
+#include "python/src/bindings.h"
+
+PYBIND11_MODULE(_C, m) {
+  m.doc() = "oneflowlike core: tensors, ops and autograd";
+  using namespace ofl::python;
+  init_errors(m);
+  init_tensor(m);
+  init_elementwise(m);
+  init_reduce(m);
+  init_reshape(m);
+  init_unary(m);
+  init_scalar(m);
+  init_creation(m);
+  init_where(m);
+  init_matmul(m);
+  init_softmax(m);
+  init_layer_norm(m);
+  init_embedding(m);
+  init_cross_entropy(m);
+  init_random(m);
+  init_optimizer(m);
+  init_shape_ops(m);
+}

@@ -1,0 +1,33 @@
+#pragma once
+// Helpers for op tests: build tensors from values, compare against references, and check
+// gradients against central finite differences in float64.
+
+#include <gtest/gtest.h>
+
+#include <functional>
+#include <vector>
+
+#include "oneflowlike/tensor.h"
+
+namespace ofl::testing {
+
+/// A tensor of `dtype` holding `values` (converted), shaped `shape`.
+Tensor make_tensor(const std::vector<double>& values, const Shape& shape,
+                   DataType dtype = DataType::kFloat32);
+/// Uniform random values in [lo, hi) from a fixed seed.
+Tensor random_tensor(const Shape& shape, DataType dtype, uint64_t seed, double lo = -1.0,
+                     double hi = 1.0);
+/// The values, converted to double.
+std::vector<double> values_of(const Tensor& t);
+/// Expects equal shapes and |actual - expected| <= atol + rtol * |expected| everywhere.
+void expect_close(const Tensor& actual, const std::vector<double>& expected, const Shape& shape,
+                  double rtol = 1e-5, double atol = 1e-6);
+
+/// Checks autograd against central differences: the function's outputs are reduced with fixed
+/// random weights to a scalar L; dL/dinput from backward() must match (L(x+h)-L(x-h))/2h for
+/// every element of every input that requires grad. Inputs should be float64.
+void expect_gradients_match(const std::function<std::vector<Tensor>(const std::vector<Tensor>&)>& f,
+                            const std::vector<Tensor>& inputs, double eps = 1e-6,
+                            double tol = 1e-6);
+
+}  // namespace ofl::testing
