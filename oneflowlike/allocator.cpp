@@ -1,5 +1,7 @@
 #include "oneflowlike/allocator.h"
 
+#include <sys/mman.h>
+
 #include <cstdlib>
 
 #include "oneflowlike/common/error.h"
@@ -18,9 +20,13 @@ namespace {
 class CpuAllocator final : public Allocator {
  public:
   void* allocate(size_t bytes) override {
-    constexpr size_t kAlign = 64;
-    const size_t rounded = (bytes + kAlign - 1) / kAlign * kAlign;
-    void* p = std::aligned_alloc(kAlign, rounded == 0 ? kAlign : rounded);
+    // Large blocks are 2 MiB aligned and asked to be backed by huge pages: first touches then
+    // fault 512x less often, which is most of the cost of a fresh large tensor.
+    constexpr size_t kHugePage = size_t{2} << 20;
+    const size_t align = bytes >= kHugePage ? kHugePage : 64;
+    const size_t rounded = (bytes + align - 1) / align * align;
+    void* p = std::aligned_alloc(align, rounded == 0 ? align : rounded);
+    if (p != nullptr && align == kHugePage) madvise(p, rounded, MADV_HUGEPAGE);
     OFL_CHECK_CODE(p != nullptr, ErrorCode::kUnavailable, "[cpu allocator] out of memory: could not allocate ",
                    bytes, " bytes (", live_bytes(), " bytes live).");
     count_allocation(bytes);

@@ -1,0 +1,116 @@
+// Creation ops (fill, arange) and cast.
+
+#include "oneflowlike/ops/creation.h"
+
+#include <cmath>
+
+#include "oneflowlike/eager.h"
+#include "oneflowlike/op.h"
+
+namespace ofl {
+
+namespace {
+
+std::vector<TensorMeta> infer_fill(const InferContext& ctx) {
+  const auto& p = ctx.params<FillParams>();
+  for (int64_t d : p.shape.dims()) {
+    OFL_CHECK(d >= 0, "[fill] every extent of the shape must be non-negative. However, got ",
+              p.shape.to_string(), ".");
+  }
+  return {TensorMeta{p.shape, p.dtype}};
+}
+
+// Ops with no inputs may produce any split of their output (each rank makes its own piece).
+std::vector<SbpSignature> source_signatures(const Shape& out) {
+  std::vector<SbpSignature> sigs;
+  for (int i = 0; i < out.ndim(); ++i) sigs.push_back({{}, {S(i)}});
+  sigs.push_back({{}, {B()}});
+  return sigs;
+}
+
+int64_t arange_length(const ArangeParams& p) {
+  return std::max<int64_t>(0, static_cast<int64_t>(std::ceil((p.end - p.start) / p.step)));
+}
+
+std::vector<TensorMeta> infer_arange(const InferContext& ctx) {
+  const auto& p = ctx.params<ArangeParams>();
+  OFL_CHECK(p.step != 0, "[arange] step must be non-zero. However, got step=0.");
+  OFL_CHECK(std::isfinite(p.start) && std::isfinite(p.end) && std::isfinite(p.step),
+            "[arange] start, end and step must be finite. However, got start=", p.start,
+            ", end=", p.end, ", step=", p.step, ".");
+  OFL_CHECK_TYPE(p.dtype != DataType::kBool, "[arange] dtype must be numeric. However, got bool.");
+  return {TensorMeta{Shape{arange_length(p)}, p.dtype}};
+}
+
+std::vector<TensorMeta> infer_cast(const InferContext& ctx) {
+  return {TensorMeta{ctx.shape(0), ctx.params<CastParams>().dtype}};
+}
+
+std::vector<SbpSignature> cast_signatures(const InferContext& ctx) {
+  std::vector<SbpSignature> sigs;
+  for (int i = 0; i < ctx.shape(0).ndim(); ++i) sigs.push_back({{S(i)}, {S(i)}});
+  sigs.push_back({{B()}, {B()}});
+  // Casting is linear only between floating types (to an integer it rounds each addend).
+  if (is_floating(ctx.dtype(0)) && is_floating(ctx.params<CastParams>().dtype)) {
+    sigs.push_back({{P()}, {P()}});
+  }
+  return sigs;
+}
+
+void cast_gradient(GradBuilder& g) {
+  const GradBuilder::Value dy = g.output_grad(0);
+  if (dy == GradBuilder::kNone || !g.needs_input_grad(0)) return;
+  g.set_input_grad(0, g.apply1("cast", CastParams{g.meta(g.input(0)).dtype}, {dy}));
+}
+
+}  // namespace
+
+OFL_REGISTER_OP("fill")
+    .inputs({})
+    .outputs({"out"})
+    .params<FillParams>()
+    .set<FInferMeta>(infer_fill)
+    .set<FSbpSignatures>([](const InferContext& ctx) {
+      return source_signatures(ctx.params<FillParams>().shape);
+    })
+    .set<TKernelDtypeFrom>(-1);
+
+OFL_REGISTER_OP("arange")
+    .inputs({})
+    .outputs({"out"})
+    .params<ArangeParams>()
+    .set<FInferMeta>(infer_arange)
+    .set<FSbpSignatures>([](const InferContext& ctx) {
+      return source_signatures(Shape{arange_length(ctx.params<ArangeParams>())});
+    })
+    .set<TKernelDtypeFrom>(-1);
+
+OFL_REGISTER_OP("cast")
+    .inputs({"x"})
+    .outputs({"out"})
+    .params<CastParams>()
+    .set<FInferMeta>(infer_cast)
+    .set<FSbpSignatures>(cast_signatures)
+    .set<FGradient>(cast_gradient);
+
+namespace functional {
+
+Tensor fill(const Shape& shape, DataType dtype, double value) {
+  static OpHandle op("fill");
+  return op.call1(FillParams{shape, dtype, value}, {});
+}
+
+Tensor cast(const Tensor& x, DataType dtype) {
+  static OpHandle op("cast");
+  if (x.dtype() == dtype) return x;
+  return op.call1(CastParams{dtype}, {x});
+}
+
+Tensor arange(double start, double end, double step, DataType dtype) {
+  static OpHandle op("arange");
+  return op.call1(ArangeParams{start, end, step, dtype}, {});
+}
+
+}  // namespace functional
+
+}  // namespace ofl

@@ -1,0 +1,30 @@
+#pragma once
+// Matrix products: matmul (2-D, or N-d a folded into rows against a 2-D b) and batch_matmul
+// (identical batch dims). Both compute out = alpha * op(a) @ op(b), where op transposes the
+// last two axes when its flag is set.
+
+#include "oneflowlike/params.h"
+#include "oneflowlike/tensor.h"
+
+namespace ofl {
+
+struct MatmulParams {
+  bool transpose_a = false;
+  bool transpose_b = false;
+  double alpha = 1.0;
+  OFL_PARAMS(MatmulParams, transpose_a, transpose_b, alpha)
+};
+
+namespace functional {
+/// a (M, K) or (..., M, K) with b (K, N) -> (..., M, N). transpose_a needs a 2-D a.
+Tensor matmul(const Tensor& a, const Tensor& b, bool transpose_a = false, bool transpose_b = false,
+              double alpha = 1.0);
+/// a (..., M, K), b (..., K, N) with equal batch dims -> (..., M, N).
+Tensor batch_matmul(const Tensor& a, const Tensor& b, bool transpose_a = false,
+                    bool transpose_b = false, double alpha = 1.0);
+/// torch.nn.functional.linear: x (..., in) @ weight (out, in)^T + bias (out,). An undefined
+/// bias means none.
+Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor());
+}  // namespace functional
+
+}  // namespace ofl

@@ -1,0 +1,101 @@
+// sgd_update and adam_update: in-place, output-free, not differentiable.
+
+#include "oneflowlike/ops/optimizer.h"
+
+#include "oneflowlike/eager.h"
+#include "oneflowlike/op.h"
+
+namespace ofl {
+
+namespace {
+
+// Inputs [0, num_tensors) are param-shaped; the rest are scalar hyper-parameters (lr, step).
+std::vector<TensorMeta> infer_update(const InferContext& ctx, int num_tensors) {
+  OFL_CHECK_TYPE(ctx.dtype(0) == DataType::kFloat32 || ctx.dtype(0) == DataType::kFloat64, "[",
+                 ctx.op_name(), "] param must be float32 or float64. However, got ",
+                 ctx.describe_inputs(), ".");
+  for (int i = 1; i < ctx.num_inputs(); ++i) {
+    OFL_CHECK_TYPE(ctx.dtype(i) == ctx.dtype(0), "[", ctx.op_name(), "] ", ctx.input_name(i),
+                   " must have the dtype of param. However, got ", ctx.describe_inputs(), ".");
+  }
+  for (int i = 1; i < num_tensors; ++i) {
+    OFL_CHECK(ctx.shape(i) == ctx.shape(0), "[", ctx.op_name(), "] ", ctx.input_name(i),
+              " must have the shape of param. However, got ", ctx.describe_inputs(), ".");
+  }
+  for (int i = num_tensors; i < ctx.num_inputs(); ++i) {
+    OFL_CHECK(ctx.shape(i).ndim() == 0, "[", ctx.op_name(), "] ", ctx.input_name(i),
+              " must be a scalar tensor of shape (). However, got ", ctx.describe_inputs(), ".");
+  }
+  return {};
+}
+
+std::vector<TensorMeta> infer_sgd(const InferContext& ctx) {
+  const auto& p = ctx.params<SgdParams>();
+  OFL_CHECK(!p.nesterov || (p.momentum > 0 && p.dampening == 0),
+            "[sgd_update] nesterov momentum requires a positive momentum and zero dampening. "
+            "However, got momentum=",
+            p.momentum, ", dampening=", p.dampening, ".");
+  return infer_update(ctx, /*num_tensors=*/3);
+}
+
+std::vector<TensorMeta> infer_adam(const InferContext& ctx) {
+  const auto& p = ctx.params<AdamParams>();
+  OFL_CHECK(p.beta1 >= 0 && p.beta1 < 1 && p.beta2 >= 0 && p.beta2 < 1,
+            "[adam_update] betas must be in [0, 1). However, got beta1=", p.beta1,
+            ", beta2=", p.beta2, ".");
+  return infer_update(ctx, /*num_tensors=*/4);
+}
+
+// Elementwise over the param-shaped tensors: all split on one axis, or all whole. The scalars
+// are always whole. A partial-sum grad would have to be summed first (the update is not linear).
+std::vector<SbpSignature> update_signatures(const InferContext& ctx, int num_tensors) {
+  const int num_scalars = ctx.num_inputs() - num_tensors;
+  std::vector<SbpSignature> sigs;
+  for (int axis = 0; axis < ctx.shape(0).ndim(); ++axis) {
+    SbpSignature sig;
+    sig.inputs.assign(num_tensors, S(axis));
+    sig.inputs.insert(sig.inputs.end(), num_scalars, B());
+    sigs.push_back(sig);
+  }
+  sigs.push_back({std::vector<Sbp>(ctx.num_inputs(), B()), {}});
+  return sigs;
+}
+
+}  // namespace
+
+OFL_REGISTER_OP("sgd_update")
+    .inputs({"param", "grad", "momentum_buffer", "lr"})
+    .outputs({})
+    .params<SgdParams>()
+    .set<FInferMeta>(infer_sgd)
+    .set<FSbpSignatures>([](const InferContext& ctx) { return update_signatures(ctx, 3); })
+    .set<TMutatedInputs>({0, 2});
+
+OFL_REGISTER_OP("adam_update")
+    .inputs({"param", "grad", "exp_avg", "exp_avg_sq", "lr", "step"})
+    .outputs({})
+    .params<AdamParams>()
+    .set<FInferMeta>(infer_adam)
+    .set<FSbpSignatures>([](const InferContext& ctx) { return update_signatures(ctx, 4); })
+    .set<TMutatedInputs>({0, 2, 3});
+
+namespace functional {
+
+void sgd_update(const Tensor& param, const Tensor& grad, const Tensor& momentum_buffer,
+                const Tensor& lr, double momentum, double dampening, double weight_decay,
+                bool nesterov) {
+  static OpHandle op("sgd_update");
+  op(SgdParams{momentum, dampening, weight_decay, nesterov}, {param, grad, momentum_buffer, lr});
+}
+
+void adam_update(const Tensor& param, const Tensor& grad, const Tensor& exp_avg,
+                 const Tensor& exp_avg_sq, const Tensor& lr, const Tensor& step, double beta1,
+                 double beta2, double epsilon, double weight_decay, bool decoupled_weight_decay) {
+  static OpHandle op("adam_update");
+  op(AdamParams{beta1, beta2, epsilon, weight_decay, decoupled_weight_decay},
+     {param, grad, exp_avg, exp_avg_sq, lr, step});
+}
+
+}  // namespace functional
+
+}  // namespace ofl

@@ -1,0 +1,77 @@
+#pragma once
+// Random ops: random_normal, random_uniform and dropout. Values come from Philox (philox.h), so
+// element e of a result is a pure function of (seed, offset, logical flat index of e) and a
+// split tensor holds the values of the whole one (Note [Random element counters]).
+//
+// The ops take seed and offset as parameters, which makes them deterministic and lets the
+// compiler replay them (dropout's backward redraws its mask instead of storing it). The
+// functional API takes both from the global generator below.
+
+#include <cstdint>
+
+#include "oneflowlike/params.h"
+#include "oneflowlike/tensor.h"
+
+namespace ofl {
+
+/// random_normal: mean a, standard deviation b. random_uniform: [a, b).
+struct RandomParams {
+  Shape shape;
+  DataType dtype = DataType::kFloat32;
+  double a = 0.0;
+  double b = 1.0;
+  int64_t seed = 0;
+  int64_t offset = 0;
+  OFL_PARAMS(RandomParams, shape, dtype, a, b, seed, offset)
+};
+
+/// y = x * (uniform(seed, offset, e) >= p) / (1 - p) for each logical flat index e.
+struct DropoutParams {
+  double p = 0.5;
+  int64_t seed = 0;
+  int64_t offset = 0;
+  OFL_PARAMS(DropoutParams, p, seed, offset)
+};
+
+/// The seed torch starts from, so that runs are reproducible without manual_seed.
+constexpr uint64_t kDefaultRandomSeed = 67280421310721ull;
+
+/// Seeds the global generator and restarts its counters at 0.
+void manual_seed(uint64_t seed);
+/// The seed of the global generator.
+uint64_t initial_seed();
+/// Reserves `count` counters of the global generator and returns the first one, so that
+/// successive calls draw fresh numbers (deterministic after manual_seed).
+int64_t next_offset(int64_t count);
+
+/// Seed and first counter of one draw from the global generator, read under one lock.
+struct RandomState {
+  int64_t seed = 0;
+  int64_t offset = 0;
+};
+RandomState reserve_random(int64_t count);
+
+/// Raises ValueError unless 0 <= p <= 1 (shared by the op and its functional form).
+void check_dropout_probability(double p);
+
+namespace functional {
+/// Standard normal values.
+Tensor randn(const Shape& shape, DataType dtype = DataType::kFloat32);
+/// Uniform values in [0, 1).
+Tensor rand(const Shape& shape, DataType dtype = DataType::kFloat32);
+Tensor normal(double mean, double std, const Shape& shape, DataType dtype = DataType::kFloat32);
+/// Uniform values in [low, high).
+Tensor uniform(double low, double high, const Shape& shape, DataType dtype = DataType::kFloat32);
+/// Zeroes each element with probability p and scales the rest by 1 / (1 - p); x itself when
+/// !training or p == 0.
+Tensor dropout(const Tensor& x, double p, bool training = true);
+
+/// The ops with explicit seed and offset (deterministic; for tests and replay).
+Tensor random_normal(const Shape& shape, DataType dtype, double mean, double std, int64_t seed,
+                     int64_t offset);
+Tensor random_uniform(const Shape& shape, DataType dtype, double low, double high, int64_t seed,
+                      int64_t offset);
+Tensor dropout_with_seed(const Tensor& x, double p, int64_t seed, int64_t offset);
+}  // namespace functional
+
+}  // namespace ofl

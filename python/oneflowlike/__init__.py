@@ -3,6 +3,9 @@
 from oneflowlike import _C
 from oneflowlike._C import Tensor, device, dtype
 
+_DTYPE_NAMES = {value.value: name for name, value in dtype.__members__.items()}
+dtype.__repr__ = dtype.__str__ = lambda self: f"oneflowlike.{_DTYPE_NAMES[self.value]}"
+
 float32 = dtype.float32
 float64 = dtype.float64
 float16 = dtype.float16

@@ -1,7 +1,36 @@
+// Random numbers: the global generator and the random ops (ops/random.h).
+
+#include "oneflowlike/ops/random.h"
 #include "python/src/bindings.h"
 
 namespace ofl::python {
 
-void init_random(py::module_& m) { (void)m; }
+void init_random(py::module_& m) {
+  m.def("manual_seed", &manual_seed, py::arg("seed"),
+        "Seeds the global generator and restarts its counters.");
+  m.def("initial_seed", &initial_seed, "The seed of the global generator.");
+  m.def("randn", &functional::randn, py::arg("size"), py::arg("dtype") = DataType::kFloat32,
+        "Standard normal values drawn from the global generator.");
+  m.def("rand", &functional::rand, py::arg("size"), py::arg("dtype") = DataType::kFloat32,
+        "Uniform values in [0, 1) drawn from the global generator.");
+  m.def("normal", &functional::normal, py::arg("mean"), py::arg("std"), py::arg("size"),
+        py::arg("dtype") = DataType::kFloat32,
+        "Normal values with the given mean and std drawn from the global generator.");
+  m.def("uniform", &functional::uniform, py::arg("low"), py::arg("high"), py::arg("size"),
+        py::arg("dtype") = DataType::kFloat32,
+        "Uniform values in [low, high) drawn from the global generator.");
+  m.def("dropout", &functional::dropout, py::arg("input"), py::arg("p") = 0.5,
+        py::arg("training") = true,
+        "Zeroes elements with probability p and scales the rest by 1 / (1 - p).");
+  m.def("random_normal", &functional::random_normal, py::arg("size"), py::arg("dtype"),
+        py::arg("mean"), py::arg("std"), py::arg("seed"), py::arg("offset"),
+        "The random_normal op with an explicit seed and offset (deterministic).");
+  m.def("random_uniform", &functional::random_uniform, py::arg("size"), py::arg("dtype"),
+        py::arg("low"), py::arg("high"), py::arg("seed"), py::arg("offset"),
+        "The random_uniform op with an explicit seed and offset (deterministic).");
+  m.def("dropout_with_seed", &functional::dropout_with_seed, py::arg("input"), py::arg("p"),
+        py::arg("seed"), py::arg("offset"),
+        "The dropout op with an explicit seed and offset (deterministic; its mask is fixed).");
+}
 
 }  // namespace ofl::python

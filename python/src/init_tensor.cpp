@@ -72,9 +72,9 @@ void init_tensor(py::module_& m) {
 #define OFL_BIND_DTYPE(name, Enum, ctype) dtype.value(#name, DataType::Enum);
   OFL_FOR_EACH_DTYPE(OFL_BIND_DTYPE)
 #undef OFL_BIND_DTYPE
-  dtype.def("__repr__", [](DataType d) { return std::string("oneflowlike.") + dtype_name(d); })
-      .def("__str__", [](DataType d) { return std::string("oneflowlike.") + dtype_name(d); })
-      .def_property_readonly("is_floating_point", &is_floating)
+  // __repr__ and __str__ ("oneflowlike.float32") are set in Python: pybind11 would chain them
+  // after the enum's own overloads instead of replacing them.
+  dtype.def_property_readonly("is_floating_point", &is_floating)
       .def_property_readonly("itemsize", &dtype_size);
   m.def("dtype_from_name", &dtype_from_name, py::arg("name"));
   m.def("promote_types", &promote_types, py::arg("a"), py::arg("b"));

@@ -1,1 +1,85 @@
-int main() { return 0; }
+// Op benchmarks, each against a reference measured in the same run (the machine is shared and
+// noisy, so only ratios mean much):
+//   matmul n^3 through the framework  vs  dnnl_sgemm called directly
+//   add on 64 MiB tensors             vs  memcpy of the same bytes (bandwidth)
+//   eager dispatch of tiny ops        (microseconds per op)
+// Usage: bench_ops [--quick]
+
+#include <oneapi/dnnl/dnnl.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "oneflowlike/ops/elementwise.h"
+#include "oneflowlike/ops/matmul.h"
+#include "oneflowlike/tensor.h"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Best time of `repeats` runs, in seconds (the best is the least disturbed by neighbours).
+double best_seconds(int repeats, const std::function<void()>& fn) {
+  fn();  // warm up
+  double best = 1e30;
+  for (int i = 0; i < repeats; ++i) {
+    const auto t0 = Clock::now();
+    fn();
+    best = std::min(best, std::chrono::duration<double>(Clock::now() - t0).count());
+  }
+  return best;
+}
+
+ofl::Tensor filled(const ofl::Shape& shape, float value) {
+  ofl::Tensor t = ofl::Tensor::empty(shape, ofl::DataType::kFloat32);
+  std::fill(t.data<float>(), t.data<float>() + t.numel(), value);
+  return t;
+}
+
+void bench_matmul(int64_t n, int repeats) {
+  ofl::Tensor a = filled({n, n}, 0.5f), b = filled({n, n}, 0.25f);
+  std::vector<float> c(n * n);
+  const double flops = 2.0 * n * n * n;
+  const double direct = best_seconds(repeats, [&] {
+    dnnl_sgemm('N', 'N', n, n, n, 1.0f, a.data<float>(), n, b.data<float>(), n, 0.0f, c.data(), n);
+  });
+  const double framework = best_seconds(repeats, [&] { ofl::functional::matmul(a, b, false, false); });
+  std::printf("matmul %ld^3: framework %.1f GFLOP/s, dnnl_sgemm %.1f GFLOP/s, ratio %.3f\n", n,
+              flops / framework / 1e9, flops / direct / 1e9, direct / framework);
+}
+
+void bench_add(int repeats) {
+  const int64_t n = 64 * 1024 * 1024 / 4;  // 64 MiB of float32 per tensor
+  ofl::Tensor a = filled({n}, 1.0f), b = filled({n}, 2.0f);
+  std::vector<float> dst(n);
+  const double copy = best_seconds(repeats, [&] { std::memcpy(dst.data(), a.data<float>(), n * 4); });
+  const double add = best_seconds(repeats, [&] { ofl::functional::add(a, b); });
+  // memcpy moves 2 x 64 MiB (read + write); add moves 3 x 64 MiB (two reads, one write).
+  const double copy_bw = 2.0 * n * 4 / copy / 1e9, add_bw = 3.0 * n * 4 / add / 1e9;
+  std::printf("add 64 MiB: %.2f GB/s, memcpy %.2f GB/s, ratio %.3f\n", add_bw, copy_bw,
+              add_bw / copy_bw);
+}
+
+void bench_dispatch(int iterations) {
+  ofl::Tensor a = filled({4}, 1.0f), b = filled({4}, 2.0f);
+  const double t = best_seconds(5, [&] {
+    for (int i = 0; i < iterations; ++i) ofl::functional::add(a, b);
+  });
+  std::printf("eager dispatch (add on 4 floats, C++): %.2f us per op\n", t / iterations * 1e6);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const bool quick = argc > 1 && std::string(argv[1]) == "--quick";
+  bench_matmul(1024, quick ? 2 : 10);
+  if (!quick) bench_matmul(2048, 5);
+  bench_add(quick ? 2 : 10);
+  bench_dispatch(quick ? 1000 : 100000);
+  return 0;
+}

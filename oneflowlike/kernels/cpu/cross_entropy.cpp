@@ -1,0 +1,111 @@
+// CPU kernels of sparse_softmax_cross_entropy and its backward: one pass per row for the max,
+// one for the sum of exponentials (and one more for the gradient).
+
+#include <algorithm>
+#include <cmath>
+
+#include "oneflowlike/common/parallel.h"
+#include "oneflowlike/op.h"
+
+namespace ofl::cpu {
+
+namespace {
+
+// Labels are data: checked here, on one thread (an exception must not leave a parallel region).
+template <class I>
+void check_labels(const char* op, const I* labels, int64_t n, int64_t num_classes) {
+  for (int64_t i = 0; i < n; ++i) {
+    OFL_CHECK_INDEX(labels[i] >= 0 && labels[i] < num_classes, "[", op,
+                    "] every label must be in [0, C) with C = ", num_classes,
+                    " classes. However, got label ", static_cast<int64_t>(labels[i]),
+                    " at position ", i, ".");
+  }
+}
+
+// Row max and log(sum(exp(x - max))), accumulated in double for float32 too.
+template <class T>
+void row_logsumexp(const T* x, int64_t c, double* max_out, double* log_sum_out) {
+  double m = x[0];
+  for (int64_t j = 1; j < c; ++j) m = std::max<double>(m, x[j]);
+  double s = 0;
+  for (int64_t j = 0; j < c; ++j) s += std::exp(static_cast<double>(x[j]) - m);
+  *max_out = m;
+  *log_sum_out = std::log(s);
+}
+
+template <class T, class I>
+void loss_rows(const Tensor& logits, const Tensor& labels, const Tensor& loss) {
+  const int64_t c = logits.shape()[logits.ndim() - 1];
+  const int64_t rows = labels.numel();
+  const I* label = labels.data<I>();
+  check_labels("sparse_softmax_cross_entropy", label, rows, c);
+  const T* x = logits.data<T>();
+  T* y = loss.data<T>();
+  const int64_t grain = std::max<int64_t>(1, kParallelGrain / c);
+  parallel_for(rows, grain, [&](int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; ++r) {
+      const T* row = x + r * c;
+      double m, log_sum;
+      row_logsumexp(row, c, &m, &log_sum);
+      y[r] = static_cast<T>(log_sum + m - static_cast<double>(row[label[r]]));
+    }
+  });
+}
+
+template <class T>
+struct SparseSoftmaxCrossEntropyKernel {
+  static void run(const KernelContext& ctx) {
+    if (ctx.in(1).dtype() == DataType::kInt32) {
+      loss_rows<T, int32_t>(ctx.in(0), ctx.in(1), ctx.out(0));
+    } else {
+      loss_rows<T, int64_t>(ctx.in(0), ctx.in(1), ctx.out(0));
+    }
+  }
+};
+
+template <class T, class I>
+void loss_grad_rows(const Tensor& logits, const Tensor& labels, const Tensor& dloss,
+                    const Tensor& dlogits) {
+  const int64_t c = logits.shape()[logits.ndim() - 1];
+  const int64_t rows = labels.numel();
+  const I* label = labels.data<I>();
+  check_labels("sparse_softmax_cross_entropy_grad", label, rows, c);
+  const T* x = logits.data<T>();
+  const T* dy = dloss.data<T>();
+  T* dx = dlogits.data<T>();
+  const int64_t grain = std::max<int64_t>(1, kParallelGrain / c);
+  parallel_for(rows, grain, [&](int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; ++r) {
+      const T* row = x + r * c;
+      T* out = dx + r * c;
+      double m, log_sum;
+      row_logsumexp(row, c, &m, &log_sum);
+      const double g = dy[r];
+      const int64_t target = label[r];
+      for (int64_t j = 0; j < c; ++j) {
+        const double p = std::exp(static_cast<double>(row[j]) - m - log_sum);
+        out[j] = static_cast<T>((j == target ? p - 1.0 : p) * g);
+      }
+    }
+  });
+}
+
+template <class T>
+struct SparseSoftmaxCrossEntropyGradKernel {
+  static void run(const KernelContext& ctx) {
+    if (ctx.in(1).dtype() == DataType::kInt32) {
+      loss_grad_rows<T, int32_t>(ctx.in(0), ctx.in(1), ctx.in(2), ctx.out(0));
+    } else {
+      loss_grad_rows<T, int64_t>(ctx.in(0), ctx.in(1), ctx.in(2), ctx.out(0));
+    }
+  }
+};
+
+}  // namespace
+
+OFL_REGISTER_KERNEL("sparse_softmax_cross_entropy", kCPU, SparseSoftmaxCrossEntropyKernel, float,
+                    double);
+OFL_REGISTER_KERNEL("sparse_softmax_cross_entropy_grad", kCPU, SparseSoftmaxCrossEntropyGradKernel,
+                    float, double);
+
+}  // namespace ofl::cpu

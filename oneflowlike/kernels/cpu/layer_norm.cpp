@@ -1,0 +1,149 @@
+// CPU kernels of layer_norm and its backward ops. x is viewed as (rows, cols) with rows the
+// number of elements of mean; statistics accumulate in double.
+
+#include "oneflowlike/ops/layer_norm.h"
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "oneflowlike/common/parallel.h"
+#include "oneflowlike/op.h"
+
+namespace ofl::cpu {
+
+namespace {
+
+struct RowsCols {
+  int64_t rows = 0, cols = 0;
+};
+
+// rows from the statistics tensor, cols from x: both are what this rank holds.
+RowsCols rows_cols(const Tensor& x, const Tensor& stats) {
+  const int64_t rows = stats.numel();
+  return {rows, rows == 0 ? 0 : x.numel() / rows};
+}
+
+int64_t row_grain(int64_t cols) {
+  return std::max<int64_t>(1, kParallelGrain / std::max<int64_t>(cols, 1));
+}
+
+// Inputs (x, weight, bias) -> (y, mean, inv_std).
+template <class T>
+struct LayerNormKernel {
+  static void run(const KernelContext& ctx) {
+    const T* x = ctx.in(0).data<T>();
+    const T* w = ctx.in(1).data<T>();
+    const T* bias = ctx.in(2).data<T>();
+    T* y = ctx.out(0).data<T>();
+    T* mean = ctx.out(1).data<T>();
+    T* inv_std = ctx.out(2).data<T>();
+    const auto [rows, cols] = rows_cols(ctx.in(0), ctx.out(1));
+    const double eps = ctx.p<LayerNormParams>().epsilon;
+    parallel_for(rows, row_grain(cols), [&](int64_t begin, int64_t end) {
+      for (int64_t r = begin; r < end; ++r) {
+        const T* xr = x + r * cols;
+        T* yr = y + r * cols;
+        double sum = 0;
+#pragma omp simd reduction(+ : sum)
+        for (int64_t c = 0; c < cols; ++c) sum += xr[c];
+        const double mu = cols > 0 ? sum / cols : 0.0;
+        double sq = 0;  // two passes: no cancellation for large means
+#pragma omp simd reduction(+ : sq)
+        for (int64_t c = 0; c < cols; ++c) {
+          const double d = xr[c] - mu;
+          sq += d * d;
+        }
+        const double var = cols > 0 ? sq / cols : 0.0;
+        const T m = static_cast<T>(mu);
+        const T is = static_cast<T>(1.0 / std::sqrt(var + eps));
+        mean[r] = m;
+        inv_std[r] = is;
+#pragma omp simd
+        for (int64_t c = 0; c < cols; ++c) yr[c] = (xr[c] - m) * is * w[c] + bias[c];
+      }
+    });
+  }
+};
+
+// Inputs (dy, x, mean, inv_std, weight) -> dx. With g = dy * weight and xhat the normalised x:
+//   dx = inv_std * (g - mean(g) - xhat * mean(g * xhat)).
+template <class T>
+struct LayerNormGradKernel {
+  static void run(const KernelContext& ctx) {
+    const T* dy = ctx.in(0).data<T>();
+    const T* x = ctx.in(1).data<T>();
+    const T* mean = ctx.in(2).data<T>();
+    const T* inv_std = ctx.in(3).data<T>();
+    const T* w = ctx.in(4).data<T>();
+    T* dx = ctx.out(0).data<T>();
+    const auto [rows, cols] = rows_cols(ctx.in(1), ctx.in(2));
+    parallel_for(rows, row_grain(cols), [&](int64_t begin, int64_t end) {
+      for (int64_t r = begin; r < end; ++r) {
+        const T* dyr = dy + r * cols;
+        const T* xr = x + r * cols;
+        T* dxr = dx + r * cols;
+        const T m = mean[r], is = inv_std[r];
+        double sum_g = 0, sum_g_xhat = 0;
+#pragma omp simd reduction(+ : sum_g, sum_g_xhat)
+        for (int64_t c = 0; c < cols; ++c) {
+          const double g = dyr[c] * w[c];
+          sum_g += g;
+          sum_g_xhat += g * ((xr[c] - m) * is);
+        }
+        const T mean_g = static_cast<T>(sum_g / cols);
+        const T mean_g_xhat = static_cast<T>(sum_g_xhat / cols);
+#pragma omp simd
+        for (int64_t c = 0; c < cols; ++c) {
+          const T xhat = (xr[c] - m) * is;
+          dxr[c] = is * (dyr[c] * w[c] - mean_g - xhat * mean_g_xhat);
+        }
+      }
+    });
+  }
+};
+
+// Inputs (dy, x, mean, inv_std) -> (dweight, dbias): column sums of dy * xhat and of dy.
+// Parallel over blocks of columns; each walks all rows, so writes never collide.
+template <class T>
+struct LayerNormParamGradKernel {
+  static void run(const KernelContext& ctx) {
+    const T* dy = ctx.in(0).data<T>();
+    const T* x = ctx.in(1).data<T>();
+    const T* mean = ctx.in(2).data<T>();
+    const T* inv_std = ctx.in(3).data<T>();
+    T* dw = ctx.out(0).data<T>();
+    T* db = ctx.out(1).data<T>();
+    const auto [rows, cols] = rows_cols(ctx.in(1), ctx.in(2));
+    if (rows == 0) {
+      std::fill(dw, dw + ctx.out(0).numel(), T(0));
+      std::fill(db, db + ctx.out(1).numel(), T(0));
+      return;
+    }
+    const int64_t grain = std::max<int64_t>(1, kParallelGrain / std::max<int64_t>(rows, 1));
+    parallel_for(cols, grain, [&](int64_t begin, int64_t end) {
+      std::vector<double> acc_w(end - begin, 0.0), acc_b(end - begin, 0.0);
+      for (int64_t r = 0; r < rows; ++r) {
+        const T* dyr = dy + r * cols;
+        const T* xr = x + r * cols;
+        const T m = mean[r], is = inv_std[r];
+        for (int64_t c = begin; c < end; ++c) {
+          acc_w[c - begin] += dyr[c] * ((xr[c] - m) * is);
+          acc_b[c - begin] += dyr[c];
+        }
+      }
+      for (int64_t c = begin; c < end; ++c) {
+        dw[c] = static_cast<T>(acc_w[c - begin]);
+        db[c] = static_cast<T>(acc_b[c - begin]);
+      }
+    });
+  }
+};
+
+}  // namespace
+
+OFL_REGISTER_KERNEL("layer_norm", kCPU, LayerNormKernel, float, double);
+OFL_REGISTER_KERNEL("layer_norm_grad", kCPU, LayerNormGradKernel, float, double);
+OFL_REGISTER_KERNEL("layer_norm_param_grad", kCPU, LayerNormParamGradKernel, float, double);
+
+}  // namespace ofl::cpu

@@ -1,0 +1,110 @@
+// CPU kernels of the random ops. Each element's value depends on its LOGICAL flat index only
+// (Note [Random element counters] in philox.h), read through KernelContext::output_region.
+
+#include "oneflowlike/ops/random.h"
+
+#include <cmath>
+#include <type_traits>
+
+#include "oneflowlike/common/parallel.h"
+#include "oneflowlike/op.h"
+#include "oneflowlike/philox.h"
+
+namespace ofl::cpu {
+
+namespace {
+
+// A Philox block costs about as much as a few dozen adds, so smaller chunks pay off.
+constexpr int64_t kRandomGrain = kParallelGrain / 8;
+
+// Calls fn(begin, end, logical_begin) on runs [begin, end) of output 0's physical flat indices
+// whose logical flat indices are logical_begin, logical_begin + 1, ... (a run is one row of the
+// last axis when the output is a region of a larger tensor, else everything).
+template <class F>
+void for_each_logical_run(const KernelContext& ctx, F fn) {
+  const Shape& shape = ctx.out(0).shape();
+  const int64_t n = shape.numel();
+  if (n == 0) return;
+  if (ctx.output_region == nullptr || ctx.output_region->empty()) {
+    parallel_for(n, kRandomGrain, [&](int64_t begin, int64_t end) { fn(begin, end, begin); });
+    return;
+  }
+  const std::vector<Range>& region = *ctx.output_region;
+  OFL_ASSERT(ctx.logical_output_shape != nullptr);
+  const int nd = shape.ndim();
+  OFL_ASSERT(static_cast<int>(region.size()) == nd);
+  const std::vector<int64_t> logical_strides = ctx.logical_output_shape->strides();
+  const int64_t row = shape[nd - 1];
+  parallel_for(n / row, std::max<int64_t>(1, kRandomGrain / row), [&](int64_t rb, int64_t re) {
+    for (int64_t r = rb; r < re; ++r) {
+      int64_t rest = r;
+      int64_t logical = region[nd - 1].begin;
+      for (int d = nd - 2; d >= 0; --d) {
+        logical += (region[d].begin + rest % shape[d]) * logical_strides[d];
+        rest /= shape[d];
+      }
+      fn(r * row, (r + 1) * row, logical);
+    }
+  });
+}
+
+template <class T>
+struct RandomNormalKernel {
+  static void run(const KernelContext& ctx) {
+    const auto& p = ctx.p<RandomParams>();
+    const auto seed = static_cast<uint64_t>(p.seed), offset = static_cast<uint64_t>(p.offset);
+    const T mean = static_cast<T>(p.a), std = static_cast<T>(p.b);
+    T* y = ctx.out(0).data<T>();
+    for_each_logical_run(ctx, [&](int64_t begin, int64_t end, int64_t logical) {
+      for (int64_t i = begin; i < end; ++i) {
+        y[i] = mean + std * philox::normal<T>(seed, offset, logical + (i - begin));
+      }
+    });
+  }
+};
+
+template <class T>
+struct RandomUniformKernel {
+  static void run(const KernelContext& ctx) {
+    const auto& p = ctx.p<RandomParams>();
+    const auto seed = static_cast<uint64_t>(p.seed), offset = static_cast<uint64_t>(p.offset);
+    const T low = static_cast<T>(p.a), high = static_cast<T>(p.b);
+    // low + (high - low) * u can round up to high; the largest value below it stands in.
+    const T below_high = low < high ? std::nextafter(high, low) : low;
+    T* y = ctx.out(0).data<T>();
+    for_each_logical_run(ctx, [&](int64_t begin, int64_t end, int64_t logical) {
+      for (int64_t i = begin; i < end; ++i) {
+        const T v = low + (high - low) * philox::uniform<T>(seed, offset, logical + (i - begin));
+        y[i] = v < high ? v : below_high;
+      }
+    });
+  }
+};
+
+template <class T>
+struct DropoutKernel {
+  static void run(const KernelContext& ctx) {
+    using Acc = std::conditional_t<std::is_same_v<T, double>, double, float>;
+    const auto& p = ctx.p<DropoutParams>();
+    const auto seed = static_cast<uint64_t>(p.seed), offset = static_cast<uint64_t>(p.offset);
+    const double drop = p.p;
+    const Acc scale = drop < 1.0 ? static_cast<Acc>(1.0 / (1.0 - drop)) : Acc(0);
+    const T* x = ctx.in(0).data<T>();
+    T* y = ctx.out(0).data<T>();
+    for_each_logical_run(ctx, [&](int64_t begin, int64_t end, int64_t logical) {
+      for (int64_t i = begin; i < end; ++i) {
+        // The mask uses 53-bit uniforms whatever T is, so every dtype drops the same elements.
+        const bool keep = philox::uniform<double>(seed, offset, logical + (i - begin)) >= drop;
+        y[i] = T(keep ? static_cast<Acc>(x[i]) * scale : Acc(0));
+      }
+    });
+  }
+};
+
+}  // namespace
+
+OFL_REGISTER_KERNEL("random_normal", kCPU, RandomNormalKernel, float, double);
+OFL_REGISTER_KERNEL("random_uniform", kCPU, RandomUniformKernel, float, double);
+OFL_REGISTER_KERNEL("dropout", kCPU, DropoutKernel, float, double, float16, bfloat16);
+
+}  // namespace ofl::cpu

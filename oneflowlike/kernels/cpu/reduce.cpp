@@ -1,0 +1,196 @@
+// CPU kernels of the reductions. Axes are coalesced into alternating kept/reduced groups; the
+// common patterns (reduce the trailing axes, reduce the leading axes, reduce a middle block)
+// become three nested loops, anything else walks the reduced sub-space per output element.
+
+#include <cmath>
+#include <limits>
+#include <type_traits>
+
+#include "oneflowlike/common/parallel.h"
+#include "oneflowlike/op.h"
+#include "oneflowlike/ops/reduce.h"
+
+namespace ofl::cpu {
+
+namespace {
+
+enum class Reduction { kSum, kMean, kMax };
+
+// Floats accumulate sums in double: a long row of float32 keeps its precision.
+template <class T>
+using Accumulator = std::conditional_t<std::is_floating_point_v<T>, double, T>;
+
+template <class T, Reduction R>
+struct Reducer {
+  using Acc = std::conditional_t<R == Reduction::kMax, T, Accumulator<T>>;
+  static Acc init() {
+    if constexpr (R == Reduction::kMax) {
+      if constexpr (std::is_same_v<T, bool>) {
+        return false;
+      } else {
+        return std::numeric_limits<T>::has_infinity ? -std::numeric_limits<T>::infinity()
+                                                    : std::numeric_limits<T>::lowest();
+      }
+    } else {
+      return Acc(0);
+    }
+  }
+  static Acc combine(Acc a, T x) {
+    if constexpr (R == Reduction::kMax) {
+      if constexpr (std::is_floating_point_v<T>) {
+        return (x > a || std::isnan(x)) ? x : a;  // NaN wins, as in numpy
+      } else {
+        return x > a ? x : a;
+      }
+    } else {
+      return a + static_cast<Acc>(x);
+    }
+  }
+  static T finish(Acc a, int64_t count) {
+    if constexpr (R == Reduction::kMean) {
+      return static_cast<T>(a / static_cast<Acc>(count));
+    } else {
+      return static_cast<T>(a);
+    }
+  }
+};
+
+// Groups of adjacent axes, each either all reduced or all kept (size-1 axes dropped).
+struct Groups {
+  std::vector<int64_t> extent;
+  std::vector<bool> reduced;
+};
+
+Groups coalesce(const Shape& x, const std::vector<bool>& is_reduced) {
+  Groups g;
+  for (int i = 0; i < x.ndim(); ++i) {
+    if (x[i] == 1) continue;
+    if (!g.extent.empty() && g.reduced.back() == is_reduced[i]) {
+      g.extent.back() *= x[i];
+    } else {
+      g.extent.push_back(x[i]);
+      g.reduced.push_back(is_reduced[i]);
+    }
+  }
+  return g;
+}
+
+template <class T, Reduction R>
+void reduce_kernel(const KernelContext& ctx) {
+  using Red = Reducer<T, R>;
+  using Acc = typename Red::Acc;
+  const Tensor& in = ctx.in(0);
+  const Shape& x = in.shape();
+  const auto& p = ctx.p<ReduceParams>();
+  std::vector<bool> is_reduced(x.ndim(), p.axes.empty());
+  for (int64_t a : p.axes) is_reduced[a < 0 ? a + x.ndim() : a] = true;
+  const Groups g = coalesce(x, is_reduced);
+  const T* src = in.data<T>();
+  T* dst = ctx.out(0).data<T>();
+  const int64_t out_n = ctx.out(0).numel();
+  const int64_t count = out_n == 0 ? 0 : x.numel() / out_n;
+
+  // Pattern [outer kept] [reduced] [inner kept], each part possibly absent.
+  const int n = static_cast<int>(g.extent.size());
+  int reduced_groups = 0;
+  for (bool r : g.reduced) reduced_groups += r ? 1 : 0;
+  if (reduced_groups <= 1) {
+    int64_t outer = 1, middle = 1, inner = 1;
+    bool seen = false;
+    for (int i = 0; i < n; ++i) {
+      if (g.reduced[i]) {
+        middle = g.extent[i];
+        seen = true;
+      } else {
+        (seen ? inner : outer) *= g.extent[i];
+      }
+    }
+    if (inner == 1) {  // rows: each output reduces a contiguous run
+      parallel_for(outer, std::max<int64_t>(1, kParallelGrain / std::max<int64_t>(middle, 1)),
+                   [&](int64_t begin, int64_t end) {
+                     for (int64_t o = begin; o < end; ++o) {
+                       const T* row = src + o * middle;
+                       Acc acc = Red::init();
+                       for (int64_t r = 0; r < middle; ++r) acc = Red::combine(acc, row[r]);
+                       dst[o] = Red::finish(acc, count);
+                     }
+                   });
+      return;
+    }
+    // Columns: accumulate whole inner rows at a time (vectorises), parallel over outer x inner.
+    const int64_t blocks = outer * ((inner + 255) / 256);
+    parallel_for(blocks, std::max<int64_t>(1, kParallelGrain / std::max<int64_t>(middle * 256, 1)),
+                 [&](int64_t begin, int64_t end) {
+                   std::vector<Acc> acc(256);
+                   const int64_t per_outer = (inner + 255) / 256;
+                   for (int64_t b = begin; b < end; ++b) {
+                     const int64_t o = b / per_outer;
+                     const int64_t i0 = (b % per_outer) * 256;
+                     const int64_t len = std::min<int64_t>(256, inner - i0);
+                     std::fill(acc.begin(), acc.begin() + len, Red::init());
+                     for (int64_t r = 0; r < middle; ++r) {
+                       const T* row = src + (o * middle + r) * inner + i0;
+                       for (int64_t i = 0; i < len; ++i) acc[i] = Red::combine(acc[i], row[i]);
+                     }
+                     for (int64_t i = 0; i < len; ++i) {
+                       dst[o * inner + i0 + i] = Red::finish(acc[i], count);
+                     }
+                   }
+                 });
+    return;
+  }
+
+  // General: for each output element walk the reduced sub-space with an odometer.
+  std::vector<int64_t> strides(n);
+  int64_t s = 1;
+  for (int i = n - 1; i >= 0; --i) {
+    strides[i] = s;
+    s *= g.extent[i];
+  }
+  std::vector<int> kept, red;
+  for (int i = 0; i < n; ++i) (g.reduced[i] ? red : kept).push_back(i);
+  parallel_for(out_n, std::max<int64_t>(1, kParallelGrain / std::max<int64_t>(count, 1)),
+               [&](int64_t begin, int64_t end) {
+                 std::vector<int64_t> idx(red.size());
+                 for (int64_t o = begin; o < end; ++o) {
+                   int64_t base = 0, rest = o;
+                   for (int k = static_cast<int>(kept.size()) - 1; k >= 0; --k) {
+                     base += (rest % g.extent[kept[k]]) * strides[kept[k]];
+                     rest /= g.extent[kept[k]];
+                   }
+                   std::fill(idx.begin(), idx.end(), 0);
+                   Acc acc = Red::init();
+                   for (int64_t c = 0; c < count; ++c) {
+                     int64_t off = base;
+                     for (size_t k = 0; k < red.size(); ++k) off += idx[k] * strides[red[k]];
+                     acc = Red::combine(acc, src[off]);
+                     for (int k = static_cast<int>(red.size()) - 1; k >= 0; --k) {
+                       if (++idx[k] < g.extent[red[k]]) break;
+                       idx[k] = 0;
+                     }
+                   }
+                   dst[o] = Red::finish(acc, count);
+                 }
+               });
+}
+
+template <class T>
+struct SumKernel {
+  static void run(const KernelContext& ctx) { reduce_kernel<T, Reduction::kSum>(ctx); }
+};
+template <class T>
+struct MeanKernel {
+  static void run(const KernelContext& ctx) { reduce_kernel<T, Reduction::kMean>(ctx); }
+};
+template <class T>
+struct MaxKernel {
+  static void run(const KernelContext& ctx) { reduce_kernel<T, Reduction::kMax>(ctx); }
+};
+
+}  // namespace
+
+OFL_REGISTER_KERNEL("reduce_sum", kCPU, SumKernel, float, double, int8_t, int32_t, int64_t);
+OFL_REGISTER_KERNEL("reduce_mean", kCPU, MeanKernel, float, double);
+OFL_REGISTER_KERNEL("reduce_max", kCPU, MaxKernel, float, double, int8_t, int32_t, int64_t, bool);
+
+}  // namespace ofl::cpu

@@ -1,0 +1,83 @@
+// CPU kernels of the tensor-scalar ops. The scalar is converted to the tensor's dtype once.
+
+#include "oneflowlike/ops/scalar.h"
+
+#include <cmath>
+
+#include "oneflowlike/common/parallel.h"
+#include "oneflowlike/op.h"
+
+namespace ofl::cpu {
+
+namespace {
+
+// pow is ~20x an add, so it pays for a thread sooner.
+constexpr int64_t kPowGrain = kParallelGrain / 16;
+
+template <class T, class F>
+void scalar_kernel(const KernelContext& ctx, int64_t grain, F f) {
+  const T* x = ctx.in(0).data<T>();
+  T* y = ctx.out(0).data<T>();
+  parallel_for(ctx.out(0).numel(), grain, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) y[i] = f(x[i]);
+  });
+}
+
+template <class T>
+T scalar_as(const KernelContext& ctx) {
+  return static_cast<T>(ctx.p<ScalarParams>().scalar);
+}
+
+template <class T>
+struct ScalarAddKernel {
+  static void run(const KernelContext& ctx) {
+    const T s = scalar_as<T>(ctx);
+    scalar_kernel<T>(ctx, kParallelGrain, [s](T x) { return static_cast<T>(x + s); });
+  }
+};
+
+template <class T>
+struct ScalarMulKernel {
+  static void run(const KernelContext& ctx) {
+    const T s = scalar_as<T>(ctx);
+    scalar_kernel<T>(ctx, kParallelGrain, [s](T x) { return static_cast<T>(x * s); });
+  }
+};
+
+// The common exponents get multiply/sqrt loops that vectorise instead of calls to pow.
+template <class T>
+struct ScalarPowKernel {
+  static void run(const KernelContext& ctx) {
+    const T s = scalar_as<T>(ctx);
+    if (s == T(2)) {
+      scalar_kernel<T>(ctx, kParallelGrain, [](T x) { return x * x; });
+    } else if (s == T(3)) {
+      scalar_kernel<T>(ctx, kParallelGrain, [](T x) { return x * x * x; });
+    } else if (s == T(1)) {
+      scalar_kernel<T>(ctx, kParallelGrain, [](T x) { return x; });
+    } else if (s == T(0.5)) {
+      scalar_kernel<T>(ctx, kParallelGrain, [](T x) { return std::sqrt(x); });
+    } else if (s == T(-1)) {
+      scalar_kernel<T>(ctx, kParallelGrain, [](T x) { return T(1) / x; });
+    } else {
+      scalar_kernel<T>(ctx, kPowGrain, [s](T x) { return std::pow(x, s); });
+    }
+  }
+};
+
+template <class T>
+struct ScalarRpowKernel {
+  static void run(const KernelContext& ctx) {
+    const T s = scalar_as<T>(ctx);
+    scalar_kernel<T>(ctx, kPowGrain, [s](T x) { return std::pow(s, x); });
+  }
+};
+
+}  // namespace
+
+OFL_REGISTER_KERNEL("scalar_add", kCPU, ScalarAddKernel, float, double, int8_t, int32_t, int64_t);
+OFL_REGISTER_KERNEL("scalar_mul", kCPU, ScalarMulKernel, float, double, int8_t, int32_t, int64_t);
+OFL_REGISTER_KERNEL("scalar_pow", kCPU, ScalarPowKernel, float, double);
+OFL_REGISTER_KERNEL("scalar_rpow", kCPU, ScalarRpowKernel, float, double);
+
+}  // namespace ofl::cpu

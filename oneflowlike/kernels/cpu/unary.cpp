@@ -1,0 +1,189 @@
+// CPU kernels of the unary ops and their fused backward ops: flat loops over contiguous
+// tensors, split over the cores when large.
+
+#include "oneflowlike/ops/unary.h"
+
+#include <cmath>
+#include <numbers>
+
+#include "oneflowlike/common/parallel.h"
+#include "oneflowlike/op.h"
+
+namespace ofl::cpu {
+
+namespace {
+
+// Transcendental functions cost ~10x an add, so they pay for a thread sooner.
+constexpr int64_t kTranscendentalGrain = kParallelGrain / 8;
+
+template <class T, class F>
+void unary_kernel(const KernelContext& ctx, int64_t grain, F f) {
+  const T* x = ctx.in(0).data<T>();
+  T* y = ctx.out(0).data<T>();
+  parallel_for(ctx.out(0).numel(), grain, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) y[i] = f(x[i]);
+  });
+}
+
+// out[i] = f(a[i], dy[i]) for the backward ops.
+template <class T, class F>
+void backward_kernel(const KernelContext& ctx, int64_t grain, F f) {
+  const T* a = ctx.in(0).data<T>();
+  const T* dy = ctx.in(1).data<T>();
+  T* dx = ctx.out(0).data<T>();
+  parallel_for(ctx.out(0).numel(), grain, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) dx[i] = f(a[i], dy[i]);
+  });
+}
+
+template <class T>
+struct NegKernel {
+  static void run(const KernelContext& ctx) {
+    unary_kernel<T>(ctx, kParallelGrain, [](T x) { return static_cast<T>(-x); });
+  }
+};
+template <class T>
+struct AbsKernel {
+  static void run(const KernelContext& ctx) {
+    unary_kernel<T>(ctx, kParallelGrain, [](T x) { return x < T(0) ? static_cast<T>(-x) : x; });
+  }
+};
+template <class T>
+struct ExpKernel {
+  static void run(const KernelContext& ctx) {
+    unary_kernel<T>(ctx, kTranscendentalGrain, [](T x) { return std::exp(x); });
+  }
+};
+template <class T>
+struct LogKernel {
+  static void run(const KernelContext& ctx) {
+    unary_kernel<T>(ctx, kTranscendentalGrain, [](T x) { return std::log(x); });
+  }
+};
+template <class T>
+struct SqrtKernel {
+  static void run(const KernelContext& ctx) {
+    unary_kernel<T>(ctx, kParallelGrain, [](T x) { return std::sqrt(x); });
+  }
+};
+template <class T>
+struct RsqrtKernel {
+  static void run(const KernelContext& ctx) {
+    unary_kernel<T>(ctx, kParallelGrain, [](T x) { return T(1) / std::sqrt(x); });
+  }
+};
+template <class T>
+struct TanhKernel {
+  static void run(const KernelContext& ctx) {
+    unary_kernel<T>(ctx, kTranscendentalGrain, [](T x) { return std::tanh(x); });
+  }
+};
+template <class T>
+struct ReluKernel {
+  static void run(const KernelContext& ctx) {
+    unary_kernel<T>(ctx, kParallelGrain, [](T x) { return x > T(0) ? x : T(0); });
+  }
+};
+template <class T>
+struct SigmoidKernel {
+  static void run(const KernelContext& ctx) {
+    unary_kernel<T>(ctx, kTranscendentalGrain, [](T x) { return T(1) / (T(1) + std::exp(-x)); });
+  }
+};
+
+// gelu(x) = x * Phi(x), Phi the standard normal CDF; "tanh" uses the approximation
+// Phi(x) ~ (1 + tanh(sqrt(2/pi) * (x + 0.044715 x^3))) / 2.
+template <class T>
+constexpr T kGeluCubic = T(0.044715);
+template <class T>
+constexpr T kSqrt2OverPi = T(std::numbers::sqrt2 * std::numbers::inv_sqrtpi);  // sqrt(2/pi)
+template <class T>
+constexpr T kInvSqrt2 = T(1.0 / std::numbers::sqrt2);
+template <class T>
+constexpr T kInvSqrt2Pi = T(std::numbers::inv_sqrtpi / std::numbers::sqrt2);  // 1/sqrt(2pi)
+
+bool gelu_is_tanh(const KernelContext& ctx) { return ctx.p<GeluParams>().approximate == "tanh"; }
+
+template <class T>
+struct GeluKernel {
+  static void run(const KernelContext& ctx) {
+    if (gelu_is_tanh(ctx)) {
+      unary_kernel<T>(ctx, kTranscendentalGrain, [](T x) {
+        const T inner = kSqrt2OverPi<T> * (x + kGeluCubic<T> * x * x * x);
+        return T(0.5) * x * (T(1) + std::tanh(inner));
+      });
+    } else {
+      unary_kernel<T>(ctx, kTranscendentalGrain,
+                      [](T x) { return T(0.5) * x * (T(1) + std::erf(x * kInvSqrt2<T>)); });
+    }
+  }
+};
+
+template <class T>
+struct TanhGradKernel {
+  static void run(const KernelContext& ctx) {
+    backward_kernel<T>(ctx, kParallelGrain, [](T y, T dy) { return dy * (T(1) - y * y); });
+  }
+};
+template <class T>
+struct SigmoidGradKernel {
+  static void run(const KernelContext& ctx) {
+    backward_kernel<T>(ctx, kParallelGrain, [](T y, T dy) { return dy * y * (T(1) - y); });
+  }
+};
+template <class T>
+struct ReluGradKernel {
+  static void run(const KernelContext& ctx) {
+    backward_kernel<T>(ctx, kParallelGrain, [](T y, T dy) { return y > T(0) ? dy : T(0); });
+  }
+};
+template <class T>
+struct AbsGradKernel {
+  static void run(const KernelContext& ctx) {
+    backward_kernel<T>(ctx, kParallelGrain, [](T x, T dy) {
+      return x > T(0) ? dy : (x < T(0) ? static_cast<T>(-dy) : T(0));
+    });
+  }
+};
+
+// d/dx [x Phi(x)] = Phi(x) + x phi(x); for the tanh form with u = k (x + c x^3), t = tanh(u):
+// d/dx [x (1 + t) / 2] = (1 + t) / 2 + x (1 - t^2) k (1 + 3 c x^2) / 2.
+template <class T>
+struct GeluGradKernel {
+  static void run(const KernelContext& ctx) {
+    if (gelu_is_tanh(ctx)) {
+      backward_kernel<T>(ctx, kTranscendentalGrain, [](T x, T dy) {
+        const T x2 = x * x;
+        const T t = std::tanh(kSqrt2OverPi<T> * (x + kGeluCubic<T> * x2 * x));
+        const T du = kSqrt2OverPi<T> * (T(1) + T(3) * kGeluCubic<T> * x2);
+        return dy * (T(0.5) * (T(1) + t) + T(0.5) * x * (T(1) - t * t) * du);
+      });
+    } else {
+      backward_kernel<T>(ctx, kTranscendentalGrain, [](T x, T dy) {
+        const T cdf = T(0.5) * (T(1) + std::erf(x * kInvSqrt2<T>));
+        const T pdf = kInvSqrt2Pi<T> * std::exp(T(-0.5) * x * x);
+        return dy * (cdf + x * pdf);
+      });
+    }
+  }
+};
+
+}  // namespace
+
+OFL_REGISTER_KERNEL("neg", kCPU, NegKernel, float, double, int8_t, int32_t, int64_t);
+OFL_REGISTER_KERNEL("abs", kCPU, AbsKernel, float, double, int8_t, int32_t, int64_t);
+OFL_REGISTER_KERNEL("exp", kCPU, ExpKernel, float, double);
+OFL_REGISTER_KERNEL("log", kCPU, LogKernel, float, double);
+OFL_REGISTER_KERNEL("sqrt", kCPU, SqrtKernel, float, double);
+OFL_REGISTER_KERNEL("rsqrt", kCPU, RsqrtKernel, float, double);
+OFL_REGISTER_KERNEL("tanh", kCPU, TanhKernel, float, double);
+OFL_REGISTER_KERNEL("relu", kCPU, ReluKernel, float, double);
+OFL_REGISTER_KERNEL("sigmoid", kCPU, SigmoidKernel, float, double);
+OFL_REGISTER_KERNEL("gelu", kCPU, GeluKernel, float, double);
+OFL_REGISTER_KERNEL("tanh_grad", kCPU, TanhGradKernel, float, double);
+OFL_REGISTER_KERNEL("sigmoid_grad", kCPU, SigmoidGradKernel, float, double);
+OFL_REGISTER_KERNEL("relu_grad", kCPU, ReluGradKernel, float, double);
+OFL_REGISTER_KERNEL("abs_grad", kCPU, AbsGradKernel, float, double);
+OFL_REGISTER_KERNEL("gelu_grad", kCPU, GeluGradKernel, float, double);
+
+}  // namespace ofl::cpu

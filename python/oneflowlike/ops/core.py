@@ -76,7 +76,7 @@ def as_tensor_like(value, like):
 
 def _repr(self):
     body = np.array2string(self.numpy(), separator=", ", precision=4, prefix="tensor(")
-    extras = [f"dtype={self.dtype}"]
+    extras = [f"dtype={self.dtype!r}"]
     if self.requires_grad:
         extras.append("requires_grad=True")
     return f"tensor({body}, {', '.join(extras)})"

@@ -1,4 +1,88 @@
-"""creation ops."""
+"""Creation: zeros, ones, full, arange, *_like, and dtype conversion."""
 
-__all__ = []
-TENSOR_METHODS = {}
+import builtins
+
+from oneflowlike import _C
+
+__all__ = ["zeros", "ones", "full", "zeros_like", "ones_like", "full_like", "arange", "cast"]
+
+
+def _size(size):
+    if len(size) == 1 and isinstance(size[0], (tuple, list)):
+        return tuple(size[0])
+    return tuple(size)
+
+
+def _make(shape, value, dtype, requires_grad):
+    t = _C.fill(shape, dtype if dtype is not None else _C.dtype.float32, float(value))
+    if requires_grad:
+        t.requires_grad = True
+    return t
+
+
+def zeros(*size, dtype=None, requires_grad=False):
+    """A tensor of zeros: flow.zeros(2, 3) or flow.zeros((2, 3))."""
+    return _make(_size(size), 0.0, dtype, requires_grad)
+
+
+def ones(*size, dtype=None, requires_grad=False):
+    return _make(_size(size), 1.0, dtype, requires_grad)
+
+
+def full(size, fill_value, dtype=None, requires_grad=False):
+    if dtype is None:
+        dtype = _C.dtype.int64 if isinstance(fill_value, builtins.int) and not isinstance(
+            fill_value, builtins.bool) else _C.dtype.float32
+    return _make(tuple(size), fill_value, dtype, requires_grad)
+
+
+def zeros_like(input, dtype=None, requires_grad=False):  # noqa: A002 (torch's name)
+    return _make(input.shape, 0.0, dtype or input.dtype, requires_grad)
+
+
+def ones_like(input, dtype=None, requires_grad=False):  # noqa: A002
+    return _make(input.shape, 1.0, dtype or input.dtype, requires_grad)
+
+
+def full_like(input, fill_value, dtype=None, requires_grad=False):  # noqa: A002
+    return _make(input.shape, fill_value, dtype or input.dtype, requires_grad)
+
+
+def arange(start, end=None, step=1, dtype=None):
+    """flow.arange(5), flow.arange(1, 5), flow.arange(0, 1, 0.25): int64 for integer arguments,
+    float32 otherwise, as in torch."""
+    if end is None:
+        start, end = 0, start
+    if dtype is None:
+        all_int = all(isinstance(v, builtins.int) for v in (start, end, step))
+        dtype = _C.dtype.int64 if all_int else _C.dtype.float32
+    return _C.arange(float(start), float(end), float(step), dtype)
+
+
+def cast(input, dtype):  # noqa: A002
+    return _C.cast(input, dtype)
+
+
+def _to(self, *args, **kwargs):
+    """tensor.to(dtype) or tensor.to("cpu"); other devices are not available in this build."""
+    dtype = kwargs.get("dtype")
+    for a in args:
+        if isinstance(a, _C.dtype):
+            dtype = a
+        elif isinstance(a, (str, _C.device)):
+            if str(a).split(":")[0] != "cpu":
+                raise NotImplementedError(
+                    f"[to] device {a} is not available: this build runs tensors on cpu only")
+    return self if dtype is None else _C.cast(self, dtype)
+
+
+TENSOR_METHODS = {
+    "to": _to,
+    "float": lambda self: _C.cast(self, _C.dtype.float32),
+    "double": lambda self: _C.cast(self, _C.dtype.float64),
+    "half": lambda self: _C.cast(self, _C.dtype.float16),
+    "long": lambda self: _C.cast(self, _C.dtype.int64),
+    "int": lambda self: _C.cast(self, _C.dtype.int32),
+    "bool": lambda self: _C.cast(self, _C.dtype.bool),
+    "type_as": lambda self, other: _C.cast(self, other.dtype),
+}

@@ -1,4 +1,63 @@
-"""matmul ops."""
+"""Matrix products: matmul (torch semantics for 2-D and N-d operands), bmm, and linear."""
 
-__all__ = []
-TENSOR_METHODS = {}
+from oneflowlike import _C
+
+__all__ = ["matmul", "bmm"]
+
+
+def _check_tensors(op, input, other):
+    for name, t in (("input", input), ("other", other)):
+        if not isinstance(t, _C.Tensor):
+            raise TypeError(f"[{op}] {name} must be a Tensor. However, got {type(t).__name__}.")
+
+
+def matmul(input, other):
+    """Matrix product of two tensors, like torch.matmul.
+
+    (M, K) or (..., M, K) @ (K, N) folds the leading axes of ``input`` into rows; two tensors
+    of at least 3 axes with equal batch dims multiply batch by batch. 1-D operands and
+    broadcasting of batch dims are not supported.
+    """
+    _check_tensors("matmul", input, other)
+    a, b = input.ndim, other.ndim
+    if a >= 2 and b == 2:
+        return _C.matmul(input, other)
+    if a >= 3 and b >= 3:
+        if tuple(input.shape[:-2]) != tuple(other.shape[:-2]):
+            raise ValueError(
+                "[matmul] batched operands must have identical batch dims (no broadcasting). "
+                f"However, got input {tuple(input.shape)} and other {tuple(other.shape)}."
+            )
+        return _C.batch_matmul(input, other)
+    raise ValueError(
+        "[matmul] operands must be (..., M, K) @ (K, N) or batched (..., M, K) @ (..., K, N) "
+        f"with at least 2 axes each. However, got input {tuple(input.shape)} and other "
+        f"{tuple(other.shape)}."
+    )
+
+
+def bmm(input, mat2):
+    """Batched product of two 3-D tensors: (B, M, K) @ (B, K, N) -> (B, M, N)."""
+    _check_tensors("bmm", input, mat2)
+    if input.ndim != 3 or mat2.ndim != 3:
+        raise ValueError(
+            "[bmm] both operands must be 3-D (B, M, K) and (B, K, N). However, got input "
+            f"{tuple(input.shape)} and mat2 {tuple(mat2.shape)}."
+        )
+    return _C.batch_matmul(input, mat2)
+
+
+def linear(input, weight, bias=None):
+    """torch.nn.functional.linear: input @ weight.T + bias, with weight (out, in)."""
+    return _C.linear(input, weight, bias)
+
+
+TENSOR_METHODS = {
+    "matmul": matmul,
+    "__matmul__": matmul,
+    "bmm": bmm,
+}
+
+NN_FUNCTIONAL = {
+    "linear": linear,
+}

@@ -1,4 +1,97 @@
-"""random ops."""
+"""Random numbers: manual_seed, randn, rand, normal, *_like, and dropout.
 
-__all__ = []
+Values come from a counter-based generator (Philox), so a draw is a pure function of the seed,
+the generator's counter and each element's position: reproducible after ``manual_seed`` and the
+same however a tensor is split across ranks.
+"""
+
+import numbers
+
+from oneflowlike import _C
+
+__all__ = ["manual_seed", "seed", "initial_seed", "randn", "rand", "normal", "randn_like",
+           "rand_like", "dropout"]
+
+_UINT64_MASK = (1 << 64) - 1
+
+
+def _size(size):
+    if len(size) == 1 and isinstance(size[0], (tuple, list)):
+        return tuple(size[0])
+    return tuple(size)
+
+
+def _dtype(dtype):
+    return _C.dtype.float32 if dtype is None else dtype
+
+
+def _finish(t, requires_grad):
+    if requires_grad:
+        t.requires_grad = True
+    return t
+
+
+def manual_seed(seed):
+    """Seeds the global generator (any int in [-2**63, 2**64), as torch) and restarts it."""
+    if isinstance(seed, bool) or not isinstance(seed, numbers.Integral):
+        raise TypeError(f"[manual_seed] seed must be an int. However, got {seed!r}.")
+    seed = int(seed)
+    if not -(1 << 63) <= seed <= _UINT64_MASK:
+        raise ValueError(f"[manual_seed] seed must be in [-2**63, 2**64). However, got {seed}.")
+    _C.manual_seed(seed & _UINT64_MASK)
+
+
+def initial_seed():
+    """The seed of the global generator."""
+    return _C.initial_seed()
+
+
+def seed():
+    """Seeds the global generator from the operating system and returns that seed."""
+    import os
+
+    s = int.from_bytes(os.urandom(8), "little") & ((1 << 63) - 1)
+    _C.manual_seed(s)
+    return s
+
+
+def randn(*size, dtype=None, requires_grad=False):
+    """Standard normal values: flow.randn(2, 3) or flow.randn((2, 3))."""
+    return _finish(_C.randn(_size(size), _dtype(dtype)), requires_grad)
+
+
+def rand(*size, dtype=None, requires_grad=False):
+    """Uniform values in [0, 1): flow.rand(2, 3) or flow.rand((2, 3))."""
+    return _finish(_C.rand(_size(size), _dtype(dtype)), requires_grad)
+
+
+def normal(mean, std, size, dtype=None, requires_grad=False):
+    """Normal values with float ``mean`` and ``std`` in a tensor of ``size``."""
+    for name, v in (("mean", mean), ("std", std)):
+        if isinstance(v, _C.Tensor):
+            raise TypeError(f"[normal] {name} must be a float (tensor {name} is not supported). "
+                            f"However, got a tensor of shape {tuple(v.shape)}.")
+    if isinstance(size, numbers.Integral):
+        size = (size,)
+    t = _C.normal(float(mean), float(std), tuple(size), _dtype(dtype))
+    return _finish(t, requires_grad)
+
+
+def randn_like(input, dtype=None, requires_grad=False):  # noqa: A002 (torch's name)
+    return randn(tuple(input.shape), dtype=dtype or input.dtype, requires_grad=requires_grad)
+
+
+def rand_like(input, dtype=None, requires_grad=False):  # noqa: A002
+    return rand(tuple(input.shape), dtype=dtype or input.dtype, requires_grad=requires_grad)
+
+
+def dropout(input, p=0.5, training=True, inplace=False):  # noqa: A002
+    """Zeroes each element with probability ``p`` and scales the others by 1 / (1 - p); the
+    input itself when not training or p == 0."""
+    if inplace:
+        raise NotImplementedError("[dropout] inplace=True is not supported; use inplace=False.")
+    return _C.dropout(input, float(p), bool(training))
+
+
+NN_FUNCTIONAL = {"dropout": dropout}
 TENSOR_METHODS = {}

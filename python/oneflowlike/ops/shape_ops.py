@@ -1,4 +1,246 @@
-"""shape_ops ops."""
+"""Shape ops with PyTorch names: transpose/permute, cat/concat, split, chunk, narrow, stack and
+Tensor.__getitem__ (basic indexing: ints, slices, Ellipsis, None)."""
 
-__all__ = []
-TENSOR_METHODS = {}
+import builtins
+import numbers
+import operator
+
+from oneflowlike import _C
+
+__all__ = ["transpose", "permute", "cat", "concat", "split", "chunk", "narrow", "stack"]
+
+
+def _dim(dim, ndim, op):
+    """``dim`` normalised against ``ndim`` (negative counts from the end), as in torch."""
+    try:
+        dim = operator.index(dim)
+    except TypeError:
+        raise TypeError(f"[{op}] dim must be an int. However, got {dim!r}.") from None
+    if not -ndim <= dim < ndim:
+        raise IndexError(
+            f"[{op}] dimension out of range: expected in [{-ndim}, {ndim - 1}] for a {ndim}-d "
+            f"tensor. However, got {dim}."
+        )
+    return dim + ndim if dim < 0 else dim
+
+
+def _reshape(x, shape):
+    shape = tuple(shape)
+    if tuple(x.shape) == shape:
+        return x
+    return _C.reshape(x, shape)
+
+
+def transpose(input, dim0, dim1):
+    """``input`` with axes dim0 and dim1 swapped."""
+    ndim = input.ndim
+    d0, d1 = _dim(dim0, max(ndim, 1), "transpose"), _dim(dim1, max(ndim, 1), "transpose")
+    perm = list(range(ndim))
+    if ndim > 0:
+        perm[d0], perm[d1] = perm[d1], perm[d0]
+    return _C.transpose(input, perm)
+
+
+def permute(input, *dims):
+    """``input`` with axes reordered: output axis j is input axis dims[j]."""
+    if len(dims) == 1 and isinstance(dims[0], (tuple, list)):
+        dims = dims[0]
+    return _C.transpose(input, [operator.index(d) for d in dims])
+
+
+def _t(self):
+    """The 2-d transpose (1-d and 0-d tensors come back unchanged), as torch.Tensor.t()."""
+    if self.ndim > 2:
+        raise ValueError(f"[t] expects a tensor with at most 2 dims. However, got {self.ndim}.")
+    return _C.transpose(self, list(range(self.ndim))[::-1])
+
+
+def _T(self):
+    """All axes reversed."""
+    return _C.transpose(self, list(range(self.ndim))[::-1])
+
+
+def cat(tensors, dim=0):
+    """Concatenates ``tensors`` along ``dim`` (mixed dtypes are promoted)."""
+    tensors = list(tensors)
+    if not tensors:
+        raise ValueError("[concat] expects a non-empty list of tensors. However, got none.")
+    return _C.concat(tensors, operator.index(dim))
+
+
+concat = cat
+
+
+def split(tensor, split_size_or_sections, dim=0):
+    """Pieces of ``tensor`` along ``dim``: of size split_size_or_sections each (the last may be
+    smaller), or of the listed sizes. Returns a tuple, as torch.split."""
+    d = _dim(dim, tensor.ndim, "split")
+    extent = tensor.shape[d]
+    if isinstance(split_size_or_sections, (numbers.Integral,)) and not isinstance(
+        split_size_or_sections, builtins.bool
+    ):
+        size = int(split_size_or_sections)
+        if size <= 0 and not (size == 0 and extent == 0):
+            raise ValueError(f"[split] split_size must be positive. However, got {size}.")
+        sizes = [size] * (extent // size) if size > 0 else [0]
+        if size > 0 and extent % size:
+            sizes.append(extent % size)
+        if not sizes:
+            sizes = [0]
+    else:
+        sizes = [operator.index(s) for s in split_size_or_sections]
+    return tuple(_C.split(tensor, d, sizes))
+
+
+def chunk(input, chunks, dim=0):
+    """Up to ``chunks`` pieces of equal size (the last may be smaller), as torch.chunk."""
+    chunks = operator.index(chunks)
+    if chunks <= 0:
+        raise ValueError(f"[chunk] chunks must be positive. However, got {chunks}.")
+    d = _dim(dim, input.ndim, "chunk")
+    extent = input.shape[d]
+    size = max(1, -(-extent // chunks)) if extent else 0
+    if size == 0:
+        return tuple(_C.split(input, d, [0] * chunks))
+    return split(input, size, d)
+
+
+def _slice_along(input, d, start, stop, step=1):
+    starts = [0] * input.ndim
+    stops = list(input.shape)
+    steps = [1] * input.ndim
+    starts[d], stops[d], steps[d] = start, stop, step
+    return _C.slice(input, starts, stops, steps)
+
+
+def narrow(input, dim, start, length):
+    """input[..., start:start+length, ...] on axis ``dim``."""
+    d = _dim(dim, input.ndim, "narrow")
+    extent = input.shape[d]
+    start, length = operator.index(start), operator.index(length)
+    if not -extent <= start <= extent:
+        raise IndexError(
+            f"[narrow] start must be in [{-extent}, {extent}] for dim {dim} of size {extent}. "
+            f"However, got {start}."
+        )
+    if start < 0:
+        start += extent
+    if length < 0 or start + length > extent:
+        raise ValueError(
+            f"[narrow] start + length must lie within dim {dim} of size {extent}. However, got "
+            f"start {start} and length {length}."
+        )
+    return _slice_along(input, d, start, start + length)
+
+
+def stack(tensors, dim=0):
+    """Joins tensors of one shape along a new axis ``dim``."""
+    tensors = list(tensors)
+    if not tensors:
+        raise ValueError("[stack] expects a non-empty list of tensors. However, got none.")
+    shape = tuple(tensors[0].shape)
+    for k, t in enumerate(tensors):
+        if tuple(t.shape) != shape:
+            raise ValueError(
+                f"[stack] all tensors must have one shape. However, got tensors[{k}] "
+                f"{tuple(t.shape)} and tensors[0] {shape}."
+            )
+    d = _dim(dim, len(shape) + 1, "stack")
+    new_shape = shape[:d] + (1,) + shape[d:]
+    return _C.concat([_reshape(t, new_shape) for t in tensors], d)
+
+
+def _split_method(self, split_size, dim=0):
+    return split(self, split_size, dim)
+
+
+def _permute_method(self, *dims):
+    return permute(self, *dims)
+
+
+def _index_error_for_int(index, axis, extent):
+    return IndexError(
+        f"[getitem] index {index} is out of bounds for dimension {axis} with size {extent}."
+    )
+
+
+def _getitem(self, index):
+    """Basic indexing: ints (negative too), slices with positive steps, Ellipsis and None."""
+    if not isinstance(index, tuple):
+        index = (index,)
+    for item in index:
+        if isinstance(item, _C.Tensor) or isinstance(item, (list, builtins.bool)):
+            raise TypeError(
+                f"[getitem] advanced indexing with {type(item).__name__} indices is not "
+                "supported: index with ints, slices, Ellipsis and None."
+            )
+        if not (
+            item is None
+            or item is Ellipsis
+            or isinstance(item, slice)
+            or hasattr(item, "__index__")
+        ):
+            raise TypeError(
+                f"[getitem] indices must be ints, slices, Ellipsis or None (advanced indexing is "
+                f"not supported). However, got {item!r}."
+            )
+    if builtins.sum(1 for item in index if item is Ellipsis) > 1:
+        raise IndexError("[getitem] an index can only have a single ellipsis ('...').")
+    consumed = builtins.sum(1 for item in index if item is not None and item is not Ellipsis)
+    ndim = self.ndim
+    if consumed > ndim:
+        raise IndexError(
+            f"[getitem] too many indices for a tensor of dimension {ndim}: got {consumed}."
+        )
+    if any(item is Ellipsis for item in index):
+        at = next(i for i, item in enumerate(index) if item is Ellipsis)
+        index = index[:at] + (slice(None),) * (ndim - consumed) + index[at + 1 :]
+    else:
+        index = index + (slice(None),) * (ndim - consumed)
+
+    shape = list(self.shape)
+    starts, stops, steps = [0] * ndim, list(shape), [1] * ndim
+    out_shape = []  # the result's shape, with int axes dropped and None axes inserted
+    axis = 0
+    for item in index:
+        if item is None:
+            out_shape.append(1)
+            continue
+        extent = shape[axis]
+        if isinstance(item, slice):
+            step = 1 if item.step is None else operator.index(item.step)
+            if step <= 0:
+                raise ValueError(
+                    f"[getitem] slice step must be positive (negative steps are not supported). "
+                    f"However, got {step} for dimension {axis}."
+                )
+            start, stop, _ = item.indices(extent)
+            stop = builtins.max(stop, start)
+            starts[axis], stops[axis], steps[axis] = start, stop, step
+            out_shape.append(-(-(stop - start) // step))
+        else:
+            i = operator.index(item)
+            if not -extent <= i < extent:
+                raise _index_error_for_int(i, axis, extent)
+            if i < 0:
+                i += extent
+            starts[axis], stops[axis] = i, i + 1
+        axis += 1
+    sliced = any(
+        starts[a] != 0 or stops[a] != shape[a] or steps[a] != 1 for a in range(ndim)
+    )
+    if not sliced:  # still a new tensor (a view), as torch returns for x[:] or x[None]
+        return _C.reshape(self, out_shape)
+    return _reshape(_C.slice(self, starts, stops, steps), out_shape)
+
+
+TENSOR_METHODS = {
+    "permute": _permute_method,
+    "transpose": transpose,
+    "t": _t,
+    "T": property(_T),
+    "split": _split_method,
+    "chunk": chunk,
+    "narrow": narrow,
+    "__getitem__": _getitem,
+}

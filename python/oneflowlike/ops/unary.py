@@ -1,4 +1,82 @@
-"""unary ops."""
+"""Elementwise functions of one tensor: neg, abs, exp, log, sqrt, rsqrt, tanh, relu, sigmoid,
+gelu (also as tensor methods and in flow.nn.functional)."""
 
-__all__ = []
-TENSOR_METHODS = {}
+from oneflowlike import _C
+
+__all__ = ["neg", "negative", "abs", "exp", "log", "sqrt", "rsqrt", "tanh", "relu", "sigmoid",
+           "gelu"]
+
+
+def neg(input):  # noqa: A002 (torch's names)
+    """-input (any number dtype)."""
+    return _C.neg(input)
+
+
+def abs(input):  # noqa: A001,A002
+    """|input| (any number dtype); the gradient at 0 is 0."""
+    return _C.abs(input)
+
+
+def exp(input):  # noqa: A002
+    return _C.exp(input)
+
+
+def log(input):  # noqa: A002
+    return _C.log(input)
+
+
+def sqrt(input):  # noqa: A002
+    return _C.sqrt(input)
+
+
+def rsqrt(input):  # noqa: A002
+    """1 / sqrt(input)."""
+    return _C.rsqrt(input)
+
+
+def tanh(input):  # noqa: A002
+    return _C.tanh(input)
+
+
+def sigmoid(input):  # noqa: A002
+    return _C.sigmoid(input)
+
+
+def relu(input, inplace=False):  # noqa: A002
+    """max(input, 0). ``inplace=True`` is refused: ops here never write their inputs."""
+    if inplace:
+        raise NotImplementedError(
+            "[relu] inplace=True is not supported: ops never write their inputs here; "
+            "use the returned tensor"
+        )
+    return _C.relu(input)
+
+
+def gelu(input, approximate="none"):  # noqa: A002
+    """input * Phi(input); ``approximate="tanh"`` uses the tanh approximation (as torch)."""
+    return _C.gelu(input, approximate)
+
+
+negative = neg
+
+TENSOR_METHODS = {
+    "neg": neg,
+    "negative": neg,
+    "abs": abs,
+    "exp": exp,
+    "log": log,
+    "sqrt": sqrt,
+    "rsqrt": rsqrt,
+    "tanh": tanh,
+    "relu": lambda self: relu(self),
+    "sigmoid": sigmoid,
+    "__neg__": neg,
+    "__abs__": abs,
+}
+
+NN_FUNCTIONAL = {
+    "relu": relu,
+    "gelu": gelu,
+    "sigmoid": sigmoid,
+    "tanh": tanh,
+}

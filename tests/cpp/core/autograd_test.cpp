@@ -1,0 +1,74 @@
+#include <gtest/gtest.h>
+
+#include "oneflowlike/autograd.h"
+#include "oneflowlike/ops/elementwise.h"
+#include "oneflowlike/ops/reduce.h"
+#include "tests/cpp/ops/test_util.h"
+
+namespace ofl {
+namespace {
+
+using testing::make_tensor;
+using testing::values_of;
+
+TEST(Autograd, AccumulatesThroughSharedSubexpressions) {
+  // y = sum(x * x + x): dy/dx = 2x + 1, with x used three times.
+  Tensor x = make_tensor({1, -2, 3}, Shape{3});
+  x.set_requires_grad(true);
+  Tensor y = functional::reduce_sum(functional::add(functional::mul(x, x), x), {}, false);
+  backward({y}, {});
+  EXPECT_EQ(values_of(x.grad()), (std::vector<double>{3, -3, 7}));
+}
+
+TEST(Autograd, GradientsAccumulateAcrossBackwardCalls) {
+  Tensor x = make_tensor({1, 2}, Shape{2});
+  x.set_requires_grad(true);
+  for (int i = 0; i < 2; ++i) backward({functional::reduce_sum(x, {}, false)}, {});
+  EXPECT_EQ(values_of(x.grad()), (std::vector<double>{2, 2}));
+}
+
+TEST(Autograd, NoGradRecordsNothing) {
+  Tensor x = make_tensor({1, 2}, Shape{2});
+  x.set_requires_grad(true);
+  Tensor y;
+  {
+    NoGradGuard guard;
+    y = functional::mul(x, x);
+  }
+  EXPECT_FALSE(y.requires_grad());
+  EXPECT_TRUE(functional::mul(x, x).requires_grad());
+}
+
+TEST(Autograd, SecondBackwardWithoutRetainGraphIsAnError) {
+  Tensor x = make_tensor({1, 2}, Shape{2});
+  x.set_requires_grad(true);
+  Tensor y = functional::reduce_sum(functional::mul(x, x), {}, false);
+  backward({y}, {}, /*retain_graph=*/true);
+  backward({y}, {});
+  EXPECT_EQ(values_of(x.grad()), (std::vector<double>{4, 8}));
+  try {
+    backward({y}, {});
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kFailedPrecondition);
+    EXPECT_NE(std::string(e.what()).find("second time"), std::string::npos);
+  }
+}
+
+TEST(Autograd, NonScalarRootNeedsAGradient) {
+  Tensor x = make_tensor({1, 2}, Shape{2});
+  x.set_requires_grad(true);
+  Tensor y = functional::mul(x, x);
+  EXPECT_THROW(backward({y}, {}), Error);
+  backward({y}, {make_tensor({1, 10}, Shape{2})});
+  EXPECT_EQ(values_of(x.grad()), (std::vector<double>{2, 40}));
+  EXPECT_THROW(backward({make_tensor({1}, Shape{1})}, {}), Error);  // does not require grad
+}
+
+TEST(Autograd, IntegerTensorsCannotRequireGrad) {
+  Tensor i = make_tensor({1, 2}, Shape{2}, DataType::kInt64);
+  EXPECT_THROW(i.set_requires_grad(true), Error);
+}
+
+}  // namespace
+}  // namespace ofl

@@ -1,0 +1,284 @@
+#include "oneflowlike/ops/matmul.h"
+
+#include <string>
+
+#include "oneflowlike/op.h"
+#include "tests/cpp/ops/test_util.h"
+
+namespace ofl {
+namespace {
+
+using testing::expect_close;
+using testing::expect_gradients_match;
+using testing::random_tensor;
+using testing::values_of;
+
+// alpha * op(a) @ op(b) for row-major (rows, K)-folded a and 2-D b, in double.
+std::vector<double> reference_matmul(const Tensor& a, const Tensor& b, bool ta, bool tb, int64_t m,
+                                     int64_t k, int64_t n, double alpha = 1.0) {
+  const std::vector<double> va = values_of(a), vb = values_of(b);
+  std::vector<double> out(m * n, 0.0);
+  for (int64_t i = 0; i < m; ++i) {
+    for (int64_t j = 0; j < n; ++j) {
+      double acc = 0;
+      for (int64_t p = 0; p < k; ++p) {
+        const double x = ta ? va[p * m + i] : va[i * k + p];
+        const double y = tb ? vb[j * k + p] : vb[p * n + j];
+        acc += x * y;
+      }
+      out[i * n + j] = alpha * acc;
+    }
+  }
+  return out;
+}
+
+template <class F>
+void expect_error(F&& f, ErrorCode code, const std::string& phrase) {
+  try {
+    f();
+    ADD_FAILURE() << "expected an error containing '" << phrase << "'";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), code) << e.what();
+    EXPECT_NE(std::string(e.what()).find(phrase), std::string::npos) << e.what();
+  }
+}
+
+TEST(Matmul, TwoDProductsMatchReferenceForEveryTransposeFlag) {
+  const int64_t m = 5, k = 7, n = 3;
+  for (bool ta : {false, true}) {
+    for (bool tb : {false, true}) {
+      for (DataType dtype : {DataType::kFloat32, DataType::kFloat64}) {
+        const Tensor a = random_tensor(ta ? Shape{k, m} : Shape{m, k}, dtype, 1);
+        const Tensor b = random_tensor(tb ? Shape{n, k} : Shape{k, n}, dtype, 2);
+        const Tensor y = functional::matmul(a, b, ta, tb, /*alpha=*/0.5);
+        EXPECT_EQ(y.dtype(), dtype);
+        expect_close(y, reference_matmul(a, b, ta, tb, m, k, n, 0.5), Shape{m, n});
+      }
+    }
+  }
+}
+
+TEST(Matmul, LargeFloat32ProductMatchesReference) {
+  const int64_t m = 67, k = 129, n = 45;
+  const Tensor a = random_tensor({m, k}, DataType::kFloat32, 3);
+  const Tensor b = random_tensor({k, n}, DataType::kFloat32, 4);
+  expect_close(functional::matmul(a, b), reference_matmul(a, b, false, false, m, k, n), Shape{m, n},
+               1e-4, 1e-4);
+}
+
+TEST(Matmul, IntegerProductsAreExact) {
+  const Tensor a = testing::make_tensor({1, 2, 3, 4, 5, 6}, {2, 3}, DataType::kInt64);
+  const Tensor b = testing::make_tensor({1, 0, 0, 1, 1, 1}, {3, 2}, DataType::kInt64);
+  expect_close(functional::matmul(a, b), {4, 5, 10, 11}, Shape{2, 2}, 0, 0);
+}
+
+TEST(Matmul, NdInputIsFoldedIntoRows) {
+  const Tensor a = random_tensor({2, 3, 4}, DataType::kFloat32, 5);
+  const Tensor b = random_tensor({6, 4}, DataType::kFloat32, 6);
+  const Tensor y = functional::matmul(a, b, false, /*transpose_b=*/true);
+  expect_close(y, reference_matmul(a, b, false, true, 6, 4, 6), Shape{2, 3, 6});
+}
+
+TEST(Matmul, EmptyContractionGivesZeros) {
+  const Tensor a = Tensor::empty({3, 0}, DataType::kFloat32);
+  const Tensor b = Tensor::empty({0, 2}, DataType::kFloat32);
+  expect_close(functional::matmul(a, b), std::vector<double>(6, 0.0), Shape{3, 2});
+}
+
+TEST(Matmul, GradientsMatchFiniteDifferencesForEveryTransposeFlag) {
+  for (bool ta : {false, true}) {
+    for (bool tb : {false, true}) {
+      const Tensor a = random_tensor(ta ? Shape{4, 3} : Shape{3, 4}, DataType::kFloat64, 7);
+      const Tensor b = random_tensor(tb ? Shape{2, 4} : Shape{4, 2}, DataType::kFloat64, 8);
+      expect_gradients_match(
+          [&](const std::vector<Tensor>& in) {
+            return std::vector<Tensor>{functional::matmul(in[0], in[1], ta, tb, 1.5)};
+          },
+          {a, b});
+    }
+  }
+}
+
+TEST(Matmul, GradientsOfFoldedNdInputMatchFiniteDifferences) {
+  for (bool tb : {false, true}) {
+    const Tensor a = random_tensor({2, 3, 4}, DataType::kFloat64, 9);
+    const Tensor b = random_tensor(tb ? Shape{5, 4} : Shape{4, 5}, DataType::kFloat64, 10);
+    expect_gradients_match(
+        [&](const std::vector<Tensor>& in) {
+          return std::vector<Tensor>{functional::matmul(in[0], in[1], false, tb)};
+        },
+        {a, b});
+  }
+}
+
+TEST(Matmul, MismatchedContractedExtentsRaiseValueError) {
+  const Tensor a = random_tensor({4, 8}, DataType::kFloat32, 1);
+  const Tensor b = random_tensor({6, 5}, DataType::kFloat32, 2);
+  expect_error([&] { functional::matmul(a, b); }, ErrorCode::kInvalidArgument,
+               "contracted extents of a and b must match");
+  expect_error([&] { functional::matmul(a, b); }, ErrorCode::kInvalidArgument,
+               "a (4, 8) float32, b (6, 5) float32");
+}
+
+TEST(Matmul, TransposeAOfNdInputIsRejected) {
+  const Tensor a = random_tensor({2, 4, 3}, DataType::kFloat32, 1);
+  const Tensor b = random_tensor({4, 5}, DataType::kFloat32, 2);
+  expect_error([&] { functional::matmul(a, b, /*transpose_a=*/true); }, ErrorCode::kInvalidArgument,
+               "transpose_a needs a 2-D a");
+}
+
+TEST(Matmul, BatchedBAndVectorsAndMixedDtypesAreRejected) {
+  const Tensor a = random_tensor({2, 3, 4}, DataType::kFloat32, 1);
+  expect_error(
+      [&] {
+        functional::matmul(a, random_tensor({2, 4, 5}, DataType::kFloat32, 2));
+      },
+      ErrorCode::kInvalidArgument, "b must be 2-D");
+  expect_error([&] { functional::matmul(random_tensor({4}, DataType::kFloat32, 3), a); },
+               ErrorCode::kInvalidArgument, "at least 2 axes");
+  expect_error(
+      [&] {
+        functional::matmul(random_tensor({3, 4}, DataType::kFloat32, 4),
+                           random_tensor({4, 2}, DataType::kFloat64, 5));
+      },
+      ErrorCode::kTypeError, "one dtype");
+}
+
+std::vector<std::string> signatures_of(const char* op, const AnyParams& params,
+                                       const std::vector<TensorMeta>& metas) {
+  const OpSchema& schema = OpRegistry::global().find(op);
+  const auto sigs = (*schema.get<FSbpSignatures>())(InferContext(schema, params, metas));
+  std::vector<std::string> out;
+  for (const SbpSignature& s : sigs) out.push_back(s.to_string());
+  return out;
+}
+
+TEST(Matmul, SbpSignaturesCoverRowColumnAndReductionSplits) {
+  const std::vector<TensorMeta> metas{{Shape{4, 6}, DataType::kFloat32},
+                                      {Shape{6, 8}, DataType::kFloat32}};
+  EXPECT_EQ(signatures_of("matmul", MatmulParams{}, metas),
+            (std::vector<std::string>{"S(0) x B -> S(0)", "B x S(1) -> S(1)", "S(1) x S(0) -> P",
+                                      "P x B -> P", "B x P -> P", "B x B -> B"}));
+}
+
+TEST(Matmul, SbpSignaturesFollowTransposeFlagsAndBatchAxes) {
+  const std::vector<TensorMeta> transposed{{Shape{6, 4}, DataType::kFloat32},
+                                           {Shape{8, 6}, DataType::kFloat32}};
+  EXPECT_EQ(signatures_of("matmul", MatmulParams{true, true, 1.0}, transposed),
+            (std::vector<std::string>{"S(1) x B -> S(0)", "B x S(0) -> S(1)", "S(0) x S(1) -> P",
+                                      "P x B -> P", "B x P -> P", "B x B -> B"}));
+  const std::vector<TensorMeta> folded{{Shape{2, 4, 6}, DataType::kFloat32},
+                                       {Shape{6, 8}, DataType::kFloat32}};
+  const auto sigs = signatures_of("matmul", MatmulParams{}, folded);
+  ASSERT_EQ(sigs.size(), 7u);
+  EXPECT_EQ(sigs[0], "S(0) x B -> S(0)");
+  EXPECT_EQ(sigs[1], "S(1) x B -> S(1)");
+  EXPECT_EQ(sigs[3], "S(2) x S(0) -> P");
+}
+
+// Reference batch loop over reference_matmul.
+std::vector<double> reference_batch(const Tensor& a, const Tensor& b, bool ta, bool tb,
+                                    int64_t batches, int64_t m, int64_t k, int64_t n) {
+  std::vector<double> out;
+  for (int64_t i = 0; i < batches; ++i) {
+    const Tensor ai = a.view({batches, m * k}).narrow_rows(i, i + 1).clone();
+    const Tensor bi = b.view({batches, k * n}).narrow_rows(i, i + 1).clone();
+    const auto one = reference_matmul(ai, bi, ta, tb, m, k, n);
+    out.insert(out.end(), one.begin(), one.end());
+  }
+  return out;
+}
+
+TEST(BatchMatmul, ManySmallAndFewLargeBatchesMatchReference) {
+  struct Case {
+    int64_t batch0, batch1, m, k, n;
+  };
+  for (const Case c : {Case{3, 5, 2, 3, 4}, Case{1, 2, 70, 80, 90}}) {
+    for (bool ta : {false, true}) {
+      for (bool tb : {false, true}) {
+        const Tensor a = random_tensor(
+            ta ? Shape{c.batch0, c.batch1, c.k, c.m} : Shape{c.batch0, c.batch1, c.m, c.k},
+            DataType::kFloat32, 11);
+        const Tensor b = random_tensor(
+            tb ? Shape{c.batch0, c.batch1, c.n, c.k} : Shape{c.batch0, c.batch1, c.k, c.n},
+            DataType::kFloat32, 12);
+        const Tensor y = functional::batch_matmul(a, b, ta, tb);
+        expect_close(y, reference_batch(a, b, ta, tb, c.batch0 * c.batch1, c.m, c.k, c.n),
+                     Shape{c.batch0, c.batch1, c.m, c.n}, 1e-4, 1e-4);
+      }
+    }
+  }
+}
+
+TEST(BatchMatmul, Float64MatchesReference) {
+  const Tensor a = random_tensor({4, 3, 5}, DataType::kFloat64, 13);
+  const Tensor b = random_tensor({4, 5, 2}, DataType::kFloat64, 14);
+  expect_close(functional::batch_matmul(a, b), reference_batch(a, b, false, false, 4, 3, 5, 2),
+               Shape{4, 3, 2}, 1e-12, 1e-12);
+}
+
+TEST(BatchMatmul, GradientsMatchFiniteDifferencesForEveryTransposeFlag) {
+  for (bool ta : {false, true}) {
+    for (bool tb : {false, true}) {
+      const Tensor a = random_tensor(ta ? Shape{2, 4, 3} : Shape{2, 3, 4}, DataType::kFloat64, 15);
+      const Tensor b = random_tensor(tb ? Shape{2, 2, 4} : Shape{2, 4, 2}, DataType::kFloat64, 16);
+      expect_gradients_match(
+          [&](const std::vector<Tensor>& in) {
+            return std::vector<Tensor>{functional::batch_matmul(in[0], in[1], ta, tb, 0.5)};
+          },
+          {a, b});
+    }
+  }
+}
+
+TEST(BatchMatmul, DifferentBatchDimsAndRanksRaiseValueError) {
+  const Tensor a = random_tensor({2, 3, 4}, DataType::kFloat32, 1);
+  expect_error(
+      [&] {
+        functional::batch_matmul(a, random_tensor({3, 4, 5}, DataType::kFloat32, 2));
+      },
+      ErrorCode::kInvalidArgument, "identical batch dims");
+  expect_error(
+      [&] {
+        functional::batch_matmul(a, random_tensor({4, 5}, DataType::kFloat32, 2));
+      },
+      ErrorCode::kInvalidArgument, "same number of axes, at least 3");
+  expect_error(
+      [&] {
+        functional::batch_matmul(a, random_tensor({2, 5, 5}, DataType::kFloat32, 2));
+      },
+      ErrorCode::kInvalidArgument, "contracted extents");
+}
+
+TEST(BatchMatmul, SbpSignaturesSplitBatchRowsColumnsAndReduction) {
+  const std::vector<TensorMeta> metas{{Shape{2, 4, 6}, DataType::kFloat32},
+                                      {Shape{2, 6, 8}, DataType::kFloat32}};
+  EXPECT_EQ(
+      signatures_of("batch_matmul", MatmulParams{}, metas),
+      (std::vector<std::string>{"S(0) x S(0) -> S(0)", "S(1) x B -> S(1)", "B x S(2) -> S(2)",
+                                "S(2) x S(1) -> P", "P x B -> P", "B x P -> P", "B x B -> B"}));
+}
+
+TEST(Linear, AddsBiasToProductWithTransposedWeight) {
+  const Tensor x = random_tensor({2, 3, 4}, DataType::kFloat32, 17);
+  const Tensor w = random_tensor({5, 4}, DataType::kFloat32, 18);
+  const Tensor bias = random_tensor({5}, DataType::kFloat32, 19);
+  std::vector<double> expected = reference_matmul(x, w, false, true, 6, 4, 5);
+  const std::vector<double> vb = values_of(bias);
+  for (size_t i = 0; i < expected.size(); ++i) expected[i] += vb[i % 5];
+  expect_close(functional::linear(x, w, bias), expected, Shape{2, 3, 5});
+  expect_close(functional::linear(x, w), reference_matmul(x, w, false, true, 6, 4, 5),
+               Shape{2, 3, 5});
+}
+
+TEST(Linear, GradientsMatchFiniteDifferences) {
+  expect_gradients_match(
+      [](const std::vector<Tensor>& in) {
+        return std::vector<Tensor>{functional::linear(in[0], in[1], in[2])};
+      },
+      {random_tensor({3, 4}, DataType::kFloat64, 20), random_tensor({2, 4}, DataType::kFloat64, 21),
+       random_tensor({2}, DataType::kFloat64, 22)});
+}
+
+}  // namespace
+}  // namespace ofl

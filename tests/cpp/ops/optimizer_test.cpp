@@ -1,0 +1,215 @@
+#include "oneflowlike/ops/optimizer.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "oneflowlike/op.h"
+#include "tests/cpp/ops/test_util.h"
+
+namespace ofl::testing {
+
+namespace {
+
+template <class F>
+void expect_error(F&& f, ErrorCode code, const std::string& phrase) {
+  try {
+    f();
+    ADD_FAILURE() << "expected an error containing '" << phrase << "'";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), code) << e.what();
+    EXPECT_NE(std::string(e.what()).find(phrase), std::string::npos) << e.what();
+  }
+}
+
+// torch.optim.SGD for one step, in double.
+void sgd_reference(std::vector<double>& param, const std::vector<double>& grad,
+                   std::vector<double>& buffer, bool first, double lr, const SgdParams& p) {
+  for (size_t i = 0; i < param.size(); ++i) {
+    double d = grad[i] + p.weight_decay * param[i];
+    if (p.momentum != 0) {
+      buffer[i] = first ? d : p.momentum * buffer[i] + (1 - p.dampening) * d;
+      d = p.nesterov ? d + p.momentum * buffer[i] : buffer[i];
+    }
+    param[i] -= lr * d;
+  }
+}
+
+// torch.optim.Adam / AdamW for one step, in double.
+void adam_reference(std::vector<double>& param, const std::vector<double>& grad,
+                    std::vector<double>& m, std::vector<double>& v, double lr, int step,
+                    const AdamParams& p) {
+  for (size_t i = 0; i < param.size(); ++i) {
+    double g = grad[i];
+    if (p.decoupled_weight_decay) {
+      param[i] *= 1 - lr * p.weight_decay;
+    } else {
+      g += p.weight_decay * param[i];
+    }
+    m[i] = p.beta1 * m[i] + (1 - p.beta1) * g;
+    v[i] = p.beta2 * v[i] + (1 - p.beta2) * g * g;
+    const double bias_correction1 = 1 - std::pow(p.beta1, step);
+    const double bias_correction2 = 1 - std::pow(p.beta2, step);
+    const double denom = std::sqrt(v[i]) / std::sqrt(bias_correction2) + p.epsilon;
+    param[i] -= lr / bias_correction1 * m[i] / denom;
+  }
+}
+
+void run_sgd(const SgdParams& p, DataType dtype, double tol) {
+  const Shape shape{3, 5};
+  const Tensor param = random_tensor(shape, dtype, 1);
+  const Tensor buffer = Tensor::zeros(shape, dtype);
+  std::vector<double> ref_param = values_of(param), ref_buffer(shape.numel(), 0.0);
+  for (int step = 1; step <= 4; ++step) {
+    const Tensor grad = random_tensor(shape, dtype, 10 + step);
+    const double lr = 0.1 / step;
+    // Note [SGD first step]: a zero buffer and dampening 0 on the first step.
+    const double dampening = step == 1 ? 0.0 : p.dampening;
+    functional::sgd_update(param, grad, buffer, Tensor::scalar(lr, dtype), p.momentum, dampening,
+                           p.weight_decay, p.nesterov);
+    sgd_reference(ref_param, values_of(grad), ref_buffer, step == 1, lr, p);
+    expect_close(param, ref_param, shape, tol, tol);
+    if (p.momentum != 0) expect_close(buffer, ref_buffer, shape, tol, tol);
+  }
+}
+
+void run_adam(const AdamParams& p, DataType dtype, double tol) {
+  const Shape shape{4, 3};
+  const Tensor param = random_tensor(shape, dtype, 2);
+  const Tensor m = Tensor::zeros(shape, dtype), v = Tensor::zeros(shape, dtype);
+  std::vector<double> ref_param = values_of(param), ref_m(shape.numel(), 0.0),
+                      ref_v(shape.numel(), 0.0);
+  for (int step = 1; step <= 5; ++step) {
+    const Tensor grad = random_tensor(shape, dtype, 20 + step);
+    const double lr = 0.01;
+    functional::adam_update(param, grad, m, v, Tensor::scalar(lr, dtype),
+                            Tensor::scalar(step, dtype), p.beta1, p.beta2, p.epsilon,
+                            p.weight_decay, p.decoupled_weight_decay);
+    adam_reference(ref_param, values_of(grad), ref_m, ref_v, lr, step, p);
+    expect_close(param, ref_param, shape, tol, tol);
+    expect_close(m, ref_m, shape, tol, tol);
+    expect_close(v, ref_v, shape, tol, tol);
+  }
+}
+
+}  // namespace
+
+TEST(SgdUpdate, PlainStepsMatchTorchFormulas) {
+  run_sgd(SgdParams{}, DataType::kFloat64, 1e-12);
+  run_sgd(SgdParams{}, DataType::kFloat32, 1e-6);
+}
+
+TEST(SgdUpdate, MomentumDampeningAndWeightDecayMatchTorchFormulas) {
+  run_sgd(SgdParams{/*momentum=*/0.9, /*dampening=*/0.3, /*weight_decay=*/0.01, false},
+          DataType::kFloat64, 1e-12);
+  run_sgd(SgdParams{0.9, 0.3, 0.01, false}, DataType::kFloat32, 1e-5);
+}
+
+TEST(SgdUpdate, NesterovMatchesTorchFormulas) {
+  run_sgd(SgdParams{/*momentum=*/0.8, /*dampening=*/0.0, /*weight_decay=*/0.1, true},
+          DataType::kFloat64, 1e-12);
+}
+
+TEST(SgdUpdate, LargeTensorUpdatesEveryElement) {
+  const Shape shape{100000};
+  const Tensor param = Tensor::zeros(shape, DataType::kFloat32);
+  const Tensor grad = random_tensor(shape, DataType::kFloat32, 3);
+  functional::sgd_update(param, grad, Tensor::zeros(shape, DataType::kFloat32),
+                         Tensor::scalar(2.0, DataType::kFloat32), 0, 0, 0, false);
+  std::vector<double> expected = values_of(grad);
+  for (double& x : expected) x *= -2.0;
+  expect_close(param, expected, shape);
+}
+
+TEST(AdamUpdate, AdamStepsMatchTorchFormulas) {
+  run_adam(AdamParams{}, DataType::kFloat64, 1e-12);
+  run_adam(AdamParams{0.8, 0.99, 1e-6, 0.05, false}, DataType::kFloat64, 1e-12);
+  run_adam(AdamParams{}, DataType::kFloat32, 1e-5);
+}
+
+TEST(AdamUpdate, AdamWDecouplesWeightDecay) {
+  run_adam(AdamParams{0.9, 0.999, 1e-8, /*weight_decay=*/0.1, /*decoupled_weight_decay=*/true},
+           DataType::kFloat64, 1e-12);
+}
+
+TEST(AdamUpdate, MutatesParamAndBothMoments) {
+  const OpSchema& adam = OpRegistry::global().find("adam_update");
+  const OpSchema& sgd = OpRegistry::global().find("sgd_update");
+  EXPECT_EQ(*adam.get<TMutatedInputs>(), (std::vector<int>{0, 2, 3}));
+  EXPECT_EQ(*sgd.get<TMutatedInputs>(), (std::vector<int>{0, 2}));
+  EXPECT_TRUE(adam.output_names().empty());
+  EXPECT_FALSE(adam.has<FGradient>());
+}
+
+TEST(SgdUpdate, MismatchedInputsRaise) {
+  const Tensor param = Tensor::zeros({2, 3}, DataType::kFloat32);
+  const Tensor lr = Tensor::scalar(0.1, DataType::kFloat32);
+  expect_error(
+      [&] {
+        functional::sgd_update(param, Tensor::zeros({3, 2}, DataType::kFloat32), param.clone(), lr,
+                               0, 0, 0, false);
+      },
+      ErrorCode::kInvalidArgument, "grad must have the shape of param");
+  expect_error(
+      [&] {
+        functional::sgd_update(param, Tensor::zeros({2, 3}, DataType::kFloat64), param.clone(), lr,
+                               0, 0, 0, false);
+      },
+      ErrorCode::kTypeError, "grad must have the dtype of param");
+  expect_error(
+      [&] {
+        functional::sgd_update(param, param.clone(), param.clone(),
+                               Tensor::zeros({1}, DataType::kFloat32), 0, 0, 0, false);
+      },
+      ErrorCode::kInvalidArgument, "lr must be a scalar tensor");
+  expect_error(
+      [&] { functional::sgd_update(param, param.clone(), param.clone(), lr, 0.0, 0, 0, true); },
+      ErrorCode::kInvalidArgument, "nesterov momentum requires");
+  expect_error(
+      [&] {
+        const Tensor p = Tensor::zeros({2}, DataType::kInt64);
+        functional::sgd_update(p, p.clone(), p.clone(), Tensor::scalar(1, DataType::kInt64), 0, 0,
+                               0, false);
+      },
+      ErrorCode::kTypeError, "param must be float32 or float64");
+}
+
+TEST(AdamUpdate, MismatchedInputsRaise) {
+  const Tensor param = Tensor::zeros({4}, DataType::kFloat64);
+  const Tensor scalar = Tensor::scalar(1.0, DataType::kFloat64);
+  expect_error(
+      [&] {
+        functional::adam_update(param, param.clone(), Tensor::zeros({5}, DataType::kFloat64),
+                                param.clone(), scalar, scalar, 0.9, 0.999, 1e-8, 0, false);
+      },
+      ErrorCode::kInvalidArgument, "exp_avg must have the shape of param");
+  expect_error(
+      [&] {
+        functional::adam_update(param, param.clone(), param.clone(), param.clone(), scalar,
+                                Tensor::scalar(1.0, DataType::kFloat32), 0.9, 0.999, 1e-8, 0,
+                                false);
+      },
+      ErrorCode::kTypeError, "step must have the dtype of param");
+  expect_error(
+      [&] {
+        functional::adam_update(param, param.clone(), param.clone(), param.clone(), scalar, scalar,
+                                1.0, 0.999, 1e-8, 0, false);
+      },
+      ErrorCode::kInvalidArgument, "betas must be in [0, 1)");
+}
+
+TEST(AdamUpdate, SbpSplitsAllTensorsAlikeAndKeepsScalarsWhole) {
+  const OpSchema& op = OpRegistry::global().find("adam_update");
+  const AnyParams params = AdamParams{};
+  const TensorMeta t{Shape{4, 6}, DataType::kFloat32}, s{Shape{}, DataType::kFloat32};
+  const std::vector<TensorMeta> metas = {t, t, t, t, s, s};
+  std::vector<std::string> got;
+  for (const auto& sig : (*op.get<FSbpSignatures>())(InferContext(op, params, metas))) {
+    got.push_back(sig.to_string());
+  }
+  EXPECT_EQ(got, (std::vector<std::string>{"S(0) x S(0) x S(0) x S(0) x B x B -> ",
+                                           "S(1) x S(1) x S(1) x S(1) x B x B -> ",
+                                           "B x B x B x B x B x B -> "}));
+}
+
+}  // namespace ofl::testing

@@ -1,0 +1,352 @@
+#include "oneflowlike/ops/random.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <numeric>
+
+#include "oneflowlike/autograd.h"
+#include "oneflowlike/eager.h"
+#include "oneflowlike/op.h"
+#include "oneflowlike/philox.h"
+#include "tests/cpp/ops/test_util.h"
+
+namespace ofl {
+namespace {
+
+using testing::expect_gradients_match;
+using testing::make_tensor;
+using testing::random_tensor;
+using testing::values_of;
+
+double mean_of(const std::vector<double>& v) {
+  return std::accumulate(v.begin(), v.end(), 0.0) / static_cast<double>(v.size());
+}
+
+double std_of(const std::vector<double>& v) {
+  const double m = mean_of(v);
+  double s = 0;
+  for (double x : v) s += (x - m) * (x - m);
+  return std::sqrt(s / static_cast<double>(v.size()));
+}
+
+// Runs the CPU kernel of `op` directly on a piece of a logical tensor, as a rank would.
+Tensor run_kernel_on_region(const std::string& op_name, const AnyParams& params,
+                            const std::vector<Tensor>& inputs, DataType dtype, const Shape& logical,
+                            const std::vector<Range>& region) {
+  std::vector<int64_t> dims;
+  for (const Range& r : region) dims.push_back(r.size());
+  std::vector<Tensor> outputs = {Tensor::empty(Shape(dims), dtype)};
+  const KernelFn kernel = OpRegistry::global().find(op_name).find_kernel(DeviceType::kCPU, dtype);
+  EXPECT_NE(kernel, nullptr);
+  KernelContext ctx{params, inputs, outputs};
+  ctx.output_region = &region;
+  ctx.logical_output_shape = &logical;
+  kernel(ctx);
+  return outputs[0];
+}
+
+// The values of `full` (rows, cols) inside `region`, row-major.
+std::vector<double> slice_of(const Tensor& full, const std::vector<Range>& region) {
+  const std::vector<double> v = values_of(full);
+  const int64_t cols = full.shape()[1];
+  std::vector<double> out;
+  for (int64_t r = region[0].begin; r < region[0].end; ++r) {
+    for (int64_t c = region[1].begin; c < region[1].end; ++c) out.push_back(v[r * cols + c]);
+  }
+  return out;
+}
+
+template <class F>
+void expect_error(F f, ErrorCode code, const std::string& phrase) {
+  try {
+    f();
+    ADD_FAILURE() << "expected an error containing '" << phrase << "'";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), code) << e.what();
+    EXPECT_NE(std::string(e.what()).find(phrase), std::string::npos) << e.what();
+  }
+}
+
+TEST(Philox, MatchesTheRandom123KnownAnswers) {
+  using philox::Block;
+  EXPECT_EQ(philox::philox4x32({0, 0, 0, 0}, 0, 0),
+            (Block{0x6627e8d5u, 0xe169c58du, 0xbc57ac4cu, 0x9b00dbd8u}));
+  EXPECT_EQ(philox::philox4x32({~0u, ~0u, ~0u, ~0u}, ~0u, ~0u),
+            (Block{0x408f276du, 0x41c83b0eu, 0xa20bc7c6u, 0x6d5451fdu}));
+  EXPECT_EQ(philox::philox4x32({0x243f6a88u, 0x85a308d3u, 0x13198a2eu, 0x03707344u}, 0xa4093822u,
+                               0x299f31d0u),
+            (Block{0xd16cfe09u, 0x94fdccebu, 0x5001e420u, 0x24126ea1u}));
+}
+
+TEST(Philox, UniformsStayInsideTheUnitInterval) {
+  EXPECT_EQ(philox::uniform_float(0u), 0.0f);
+  EXPECT_LT(philox::uniform_float(~0u), 1.0f);
+  EXPECT_EQ(philox::uniform_double(0u, 0u), 0.0);
+  EXPECT_LT(philox::uniform_double(~0u, ~0u), 1.0);
+}
+
+TEST(RandomNormal, LargeSampleHasTheRequestedMeanAndStd) {
+  for (DataType dtype : {DataType::kFloat32, DataType::kFloat64}) {
+    const int64_t n = 200000;
+    const Tensor y = functional::random_normal({n}, dtype, 2.0, 3.0, /*seed=*/42, /*offset=*/0);
+    EXPECT_EQ(y.dtype(), dtype);
+    const std::vector<double> v = values_of(y);
+    // Standard errors: 3 / sqrt(n) ~ 0.0067 for the mean, ~0.0047 for the std.
+    EXPECT_NEAR(mean_of(v), 2.0, 0.04);
+    EXPECT_NEAR(std_of(v), 3.0, 0.03);
+    int64_t within_one_std = 0;
+    for (double x : v) within_one_std += std::abs(x - 2.0) < 3.0;
+    EXPECT_NEAR(static_cast<double>(within_one_std) / n, 0.6827, 0.01);
+    for (double x : v) ASSERT_TRUE(std::isfinite(x));
+  }
+}
+
+TEST(RandomUniform, ValuesCoverTheHalfOpenRange) {
+  for (DataType dtype : {DataType::kFloat32, DataType::kFloat64}) {
+    const int64_t n = 100000;
+    const Tensor y = functional::random_uniform({n}, dtype, -1.0, 3.0, /*seed=*/7, /*offset=*/5);
+    const std::vector<double> v = values_of(y);
+    double lo = 10, hi = -10;
+    for (double x : v) {
+      lo = std::min(lo, x);
+      hi = std::max(hi, x);
+    }
+    EXPECT_GE(lo, -1.0);
+    EXPECT_LT(hi, 3.0);
+    EXPECT_LT(lo, -0.99);
+    EXPECT_GT(hi, 2.99);
+    EXPECT_NEAR(mean_of(v), 1.0, 0.03);                   // (a + b) / 2
+    EXPECT_NEAR(std_of(v), 4.0 / std::sqrt(12.0), 0.02);  // (b - a) / sqrt(12)
+  }
+}
+
+TEST(RandomUniform, EqualBoundsGiveThatValue) {
+  const Tensor y = functional::random_uniform({5}, DataType::kFloat32, 2.5, 2.5, 1, 0);
+  for (double x : values_of(y)) EXPECT_EQ(x, 2.5);
+}
+
+TEST(RandomNormal, SameSeedAndOffsetGiveSameValues) {
+  const Tensor a = functional::random_normal({4, 5}, DataType::kFloat64, 0, 1, 3, 100);
+  const Tensor b = functional::random_normal({4, 5}, DataType::kFloat64, 0, 1, 3, 100);
+  const Tensor c = functional::random_normal({4, 5}, DataType::kFloat64, 0, 1, 4, 100);
+  EXPECT_EQ(values_of(a), values_of(b));
+  EXPECT_NE(values_of(a), values_of(c));
+}
+
+TEST(RandomNormal, OffsetShiftsTheStreamByElements) {
+  // Element e of a draw at offset o is element e + k of a draw at offset o - k.
+  const std::vector<double> a =
+      values_of(functional::random_normal({10}, DataType::kFloat32, 0, 1, 9, 0));
+  const std::vector<double> b =
+      values_of(functional::random_normal({6}, DataType::kFloat32, 0, 1, 9, 4));
+  for (int i = 0; i < 6; ++i) EXPECT_EQ(b[i], a[i + 4]);
+}
+
+TEST(RandomGenerator, ManualSeedMakesDrawsReproducible) {
+  manual_seed(123);
+  EXPECT_EQ(initial_seed(), 123u);
+  const Tensor a1 = functional::randn({3, 4});
+  const Tensor a2 = functional::rand({3, 4}, DataType::kFloat64);
+  manual_seed(123);
+  const Tensor b1 = functional::randn({3, 4});
+  const Tensor b2 = functional::rand({3, 4}, DataType::kFloat64);
+  EXPECT_EQ(values_of(a1), values_of(b1));
+  EXPECT_EQ(values_of(a2), values_of(b2));
+  EXPECT_EQ(a2.dtype(), DataType::kFloat64);
+  // Successive draws get fresh counters.
+  manual_seed(123);
+  const Tensor c1 = functional::randn({3, 4});
+  const Tensor c2 = functional::randn({3, 4});
+  EXPECT_NE(values_of(c1), values_of(c2));
+}
+
+TEST(RandomGenerator, NextOffsetReservesCounters) {
+  manual_seed(5);
+  EXPECT_EQ(next_offset(10), 0);
+  EXPECT_EQ(next_offset(3), 10);
+  const RandomState s = reserve_random(0);
+  EXPECT_EQ(s.seed, 5);
+  EXPECT_EQ(s.offset, 13);
+  manual_seed(5);
+  EXPECT_EQ(next_offset(1), 0);
+}
+
+TEST(RandomGenerator, NormalAndUniformUseTheirArguments) {
+  manual_seed(1);
+  const std::vector<double> u = values_of(functional::uniform(10.0, 11.0, {1000}));
+  for (double x : u) {
+    EXPECT_GE(x, 10.0);
+    EXPECT_LT(x, 11.0);
+  }
+  const std::vector<double> v =
+      values_of(functional::normal(-5.0, 0.5, {20000}, DataType::kFloat64));
+  EXPECT_NEAR(mean_of(v), -5.0, 0.02);
+  EXPECT_NEAR(std_of(v), 0.5, 0.02);
+}
+
+TEST(RandomNormal, RowSliceOfASplitTensorMatchesTheWholeTensor) {
+  const Shape logical{7, 3};
+  const RandomParams params{logical, DataType::kFloat32, 0.0, 1.0, /*seed=*/11, /*offset=*/17};
+  const Tensor full = apply_op1(OpRegistry::global().find("random_normal"), params, {});
+  const std::vector<Range> rows = {{2, 5}, {0, 3}};
+  const Tensor piece =
+      run_kernel_on_region("random_normal", params, {}, DataType::kFloat32, logical, rows);
+  EXPECT_EQ(piece.shape(), Shape({3, 3}));
+  EXPECT_EQ(values_of(piece), slice_of(full, rows));
+}
+
+TEST(RandomUniform, ColumnSliceOfASplitTensorMatchesTheWholeTensor) {
+  const Shape logical{7, 3};
+  const RandomParams params{logical, DataType::kFloat64, -2.0, 2.0, /*seed=*/11, /*offset=*/17};
+  const Tensor full = apply_op1(OpRegistry::global().find("random_uniform"), params, {});
+  // Axis 1 over 2 ranks: columns [0, 2) and [2, 3).
+  for (const std::vector<Range>& region :
+       {std::vector<Range>{{0, 7}, {0, 2}}, std::vector<Range>{{0, 7}, {2, 3}}}) {
+    const Tensor piece =
+        run_kernel_on_region("random_uniform", params, {}, DataType::kFloat64, logical, region);
+    EXPECT_EQ(values_of(piece), slice_of(full, region));
+  }
+}
+
+TEST(RandomNormal, RegionOfAThreeDimensionalTensorMatchesTheWholeTensor) {
+  const Shape logical{3, 4, 5};
+  const RandomParams params{logical, DataType::kFloat64, 1.0, 2.0, /*seed=*/2, /*offset=*/0};
+  const std::vector<double> full =
+      values_of(apply_op1(OpRegistry::global().find("random_normal"), params, {}));
+  const std::vector<Range> region = {{1, 3}, {1, 4}, {2, 5}};  // (S(0), S(1), S(2)) piece
+  const Tensor piece =
+      run_kernel_on_region("random_normal", params, {}, DataType::kFloat64, logical, region);
+  std::vector<double> expected;
+  for (int64_t i = 1; i < 3; ++i) {
+    for (int64_t j = 1; j < 4; ++j) {
+      for (int64_t k = 2; k < 5; ++k) expected.push_back(full[(i * 4 + j) * 5 + k]);
+    }
+  }
+  EXPECT_EQ(values_of(piece), expected);
+}
+
+TEST(Dropout, SplitInputGivesTheSliceOfTheWholeResult) {
+  const Shape logical{7, 3};
+  const DropoutParams params{0.4, /*seed=*/3, /*offset=*/9};
+  const Tensor x = random_tensor(logical, DataType::kFloat32, 1, 0.5, 1.5);
+  const Tensor full = functional::dropout_with_seed(x, 0.4, 3, 9);
+  const std::vector<double> xv = values_of(x);
+  for (const std::vector<Range>& region :
+       {std::vector<Range>{{2, 5}, {0, 3}}, std::vector<Range>{{0, 7}, {1, 3}}}) {
+    const std::vector<double> xs = slice_of(x, region);
+    const Shape piece_shape{region[0].size(), region[1].size()};
+    const Tensor x_piece = make_tensor(xs, piece_shape, DataType::kFloat32);
+    const Tensor y_piece =
+        run_kernel_on_region("dropout", params, {x_piece}, DataType::kFloat32, logical, region);
+    EXPECT_EQ(values_of(y_piece), slice_of(full, region));
+  }
+}
+
+TEST(Dropout, KeepsTheExpectedFractionAndScales) {
+  const int64_t n = 100000;
+  const double p = 0.3;
+  const Tensor x = make_tensor(std::vector<double>(n, 2.0), {n}, DataType::kFloat32);
+  const std::vector<double> y = values_of(functional::dropout_with_seed(x, p, 8, 0));
+  int64_t kept = 0;
+  for (double v : y) {
+    if (v != 0.0) {
+      ++kept;
+      EXPECT_NEAR(v, 2.0 / (1 - p), 1e-5);
+    }
+  }
+  // Binomial standard error sqrt(0.21 / n) ~ 0.0015.
+  EXPECT_NEAR(static_cast<double>(kept) / n, 1 - p, 0.01);
+}
+
+TEST(Dropout, MaskIsTheSameForEveryDtype) {
+  const Tensor x32 = random_tensor({50}, DataType::kFloat32, 2, 1.0, 2.0);
+  const Tensor x64 = random_tensor({50}, DataType::kFloat64, 2, 1.0, 2.0);
+  const Tensor xbf = random_tensor({50}, DataType::kBFloat16, 2, 1.0, 2.0);
+  const std::vector<double> y32 = values_of(functional::dropout_with_seed(x32, 0.5, 1, 2));
+  const std::vector<double> y64 = values_of(functional::dropout_with_seed(x64, 0.5, 1, 2));
+  const std::vector<double> ybf = values_of(functional::dropout_with_seed(xbf, 0.5, 1, 2));
+  for (int i = 0; i < 50; ++i) {
+    EXPECT_EQ(y32[i] == 0.0, y64[i] == 0.0) << i;
+    EXPECT_EQ(y32[i] == 0.0, ybf[i] == 0.0) << i;
+  }
+}
+
+TEST(Dropout, ProbabilityZeroOrNotTrainingIsIdentityAndOneGivesZeros) {
+  const Tensor x = random_tensor({4, 6}, DataType::kFloat32, 3);
+  EXPECT_TRUE(functional::dropout(x, 0.5, /*training=*/false).shares_storage_with(x));
+  EXPECT_TRUE(functional::dropout(x, 0.0).shares_storage_with(x));
+  EXPECT_EQ(values_of(functional::dropout_with_seed(x, 0.0, 1, 0)), values_of(x));
+  for (double v : values_of(functional::dropout_with_seed(x, 1.0, 1, 0))) EXPECT_EQ(v, 0.0);
+  for (double v : values_of(functional::dropout(x, 1.0))) EXPECT_EQ(v, 0.0);
+}
+
+TEST(Dropout, GradientIsTheMaskScaled) {
+  const double p = 0.25;
+  const Tensor x = random_tensor({6, 5}, DataType::kFloat64, 4, 0.5, 1.5);
+  Tensor leaf = x.clone();
+  leaf.set_requires_grad(true);
+  const Tensor y = functional::dropout_with_seed(leaf, p, 21, 3);
+  backward({y}, {make_tensor(std::vector<double>(30, 1.0), {6, 5}, DataType::kFloat64)});
+  const std::vector<double> g = values_of(leaf.grad());
+  const std::vector<double> yv = values_of(y);
+  for (int i = 0; i < 30; ++i) EXPECT_NEAR(g[i], yv[i] != 0.0 ? 1.0 / (1 - p) : 0.0, 1e-12);
+}
+
+TEST(Dropout, GradientsMatchFiniteDifferences) {
+  expect_gradients_match(
+      [](const std::vector<Tensor>& in) {
+        return std::vector<Tensor>{functional::dropout_with_seed(in[0], 0.4, 13, 2)};
+      },
+      {random_tensor({3, 7}, DataType::kFloat64, 5)});
+}
+
+TEST(Dropout, RejectsBadProbabilityAndIntegerInput) {
+  const Tensor x = random_tensor({2, 3}, DataType::kFloat32, 1);
+  expect_error([&] { functional::dropout_with_seed(x, 1.5, 0, 0); }, ErrorCode::kInvalidArgument,
+               "p must be a probability in [0, 1]. However, got p=1.5");
+  expect_error([&] { functional::dropout(x, -0.1, /*training=*/false); },
+               ErrorCode::kInvalidArgument, "[dropout] p must be a probability");
+  const Tensor xi = make_tensor({1, 2, 3}, {3}, DataType::kInt64);
+  expect_error([&] { functional::dropout_with_seed(xi, 0.5, 0, 0); }, ErrorCode::kTypeError,
+               "x must have a floating dtype. However, got x (3,) int64");
+}
+
+TEST(RandomOps, RejectBadShapeDtypeAndBounds) {
+  expect_error(
+      [] {
+        functional::random_normal({2, 3}, DataType::kInt64, 0, 1, 0, 0);
+      },
+      ErrorCode::kTypeError, "[random_normal] dtype must be float32 or float64");
+  expect_error(
+      [] {
+        functional::random_normal({2, -1}, DataType::kFloat32, 0, 1, 0, 0);
+      },
+      ErrorCode::kInvalidArgument, "non-negative extents. However, got (2, -1)");
+  expect_error([] { functional::normal(0.0, -1.0, {2}); }, ErrorCode::kInvalidArgument,
+               "std finite and non-negative. However, got mean=0, std=-1");
+  expect_error([] { functional::uniform(2.0, 1.0, {2}); }, ErrorCode::kInvalidArgument,
+               "[random_uniform] low and high must be finite with low <= high");
+}
+
+TEST(RandomOps, SbpSignaturesSplitAnyAxisOrBroadcast) {
+  const OpSchema& normal = OpRegistry::global().find("random_normal");
+  const AnyParams params = RandomParams{Shape{4, 1, 6}, DataType::kFloat32, 0, 1, 0, 0};
+  const std::vector<TensorMeta> none;
+  const std::vector<SbpSignature> sigs =
+      (*normal.get<FSbpSignatures>())(InferContext(normal, params, none));
+  const std::vector<SbpSignature> expected = {{{}, {S(0)}}, {{}, {S(2)}}, {{}, {B()}}};
+  EXPECT_EQ(sigs, expected);
+
+  const OpSchema& dropout = OpRegistry::global().find("dropout");
+  const AnyParams dparams = DropoutParams{0.5, 0, 0};
+  const std::vector<TensorMeta> x = {TensorMeta{Shape{2, 1, 3}, DataType::kFloat32}};
+  const std::vector<SbpSignature> dsigs =
+      (*dropout.get<FSbpSignatures>())(InferContext(dropout, dparams, x));
+  const std::vector<SbpSignature> dexpected = {
+      {{S(0)}, {S(0)}}, {{S(2)}, {S(2)}}, {{B()}, {B()}}, {{P()}, {P()}}};
+  EXPECT_EQ(dsigs, dexpected);
+}
+
+}  // namespace
+}  // namespace ofl

@@ -1,0 +1,171 @@
+"""The Optimizer base class: parameter groups, per-parameter state, zero_grad, state_dict."""
+
+import numpy as np
+
+from oneflowlike import _C
+from oneflowlike.autograd import enable_grad, no_grad
+
+
+class _ParamState:
+    """Per-parameter state keyed by the parameter object itself (tensors compare elementwise,
+    so they are looked up by identity). Missing entries start as empty dicts, as in torch."""
+
+    def __init__(self):
+        self._entries = {}  # id(param) -> (param, state dict)
+
+    def __getitem__(self, param):
+        entry = self._entries.get(id(param))
+        if entry is None:
+            entry = self._entries[id(param)] = (param, {})
+        return entry[1]
+
+    def __setitem__(self, param, state):
+        self._entries[id(param)] = (param, state)
+
+    def __contains__(self, param):
+        return id(param) in self._entries
+
+    def __len__(self):
+        return len(self._entries)
+
+    def items(self):
+        return [(p, s) for p, s in self._entries.values()]
+
+    def clear(self):
+        self._entries.clear()
+
+
+def _numpy_dtype(param):
+    return np.float64 if param.dtype == _C.dtype.float64 else np.float32
+
+
+def scalar_like(value, param):
+    """A scalar tensor () holding ``value`` with the dtype the update ops expect for ``param``."""
+    return _C.from_numpy(np.asarray(value, dtype=_numpy_dtype(param)))
+
+
+def zeros_like(param):
+    return _C.from_numpy(np.zeros(tuple(param.shape), dtype=_numpy_dtype(param)))
+
+
+class Optimizer:
+    """Base class of flow.optim optimizers (torch.optim.Optimizer's interface).
+
+    Subclasses implement ``_update(param, grad, group, state)``, which runs one fused update op
+    on one parameter; ``step`` calls it under no_grad for every parameter that has a gradient.
+    """
+
+    def __init__(self, params, defaults):
+        self.defaults = dict(defaults)
+        self.state = _ParamState()
+        self.param_groups = []
+        if isinstance(params, _C.Tensor):
+            raise TypeError(
+                "[optim] params must be an iterable of tensors or dicts. However, got a single "
+                "tensor.")
+        params = list(params)
+        if not params:
+            raise ValueError("[optim] params must not be empty. However, got an empty list.")
+        if not isinstance(params[0], dict):
+            params = [{"params": params}]
+        for group in params:
+            self.add_param_group(group)
+
+    def add_param_group(self, param_group):
+        """Adds a group: a dict with "params" and any hyper-parameters to override."""
+        if not isinstance(param_group, dict):
+            raise TypeError(f"[optim] a param group must be a dict. However, got {param_group!r}.")
+        group = dict(param_group)
+        params = group.get("params")
+        params = [params] if isinstance(params, _C.Tensor) else list(params or [])
+        seen = {id(p) for g in self.param_groups for p in g["params"]}
+        for p in params:
+            if not isinstance(p, _C.Tensor):
+                raise TypeError(f"[optim] can only optimize tensors. However, got {type(p)}.")
+            if not p.is_leaf:
+                raise ValueError("[optim] can't optimize a non-leaf tensor (one computed from "
+                                 "others). However, got a tensor with a grad_fn.")
+            if id(p) in seen:
+                raise ValueError("[optim] a parameter appears in more than one param group.")
+            seen.add(id(p))
+        group["params"] = params
+        for key, value in self.defaults.items():
+            group.setdefault(key, value)
+        self.param_groups.append(group)
+
+    def zero_grad(self, set_to_none=True):
+        """Clears the gradients: to None (the default, as in torch) or to zeros."""
+        for group in self.param_groups:
+            for p in group["params"]:
+                if p.grad is None:
+                    continue
+                p.grad = None if set_to_none else zeros_like(p)
+
+    def step(self, closure=None):
+        """Updates every parameter that has a gradient; ``closure`` re-evaluates the loss."""
+        loss = None
+        if closure is not None:
+            with enable_grad():
+                loss = closure()
+        with no_grad():
+            for group in self.param_groups:
+                for p in group["params"]:
+                    grad = p.grad
+                    if grad is None:
+                        continue
+                    self._update(p, grad, group, self.state[p])
+        return loss
+
+    def _update(self, param, grad, group, state):
+        raise NotImplementedError
+
+    def state_dict(self):
+        """{"state": {index: {name: value}}, "param_groups": [{..., "params": [indices]}]} with
+        parameters numbered in group order, as in torch. Tensors are copies."""
+        index = {}
+        groups = []
+        for group in self.param_groups:
+            packed = {k: v for k, v in group.items() if k != "params"}
+            packed["params"] = []
+            for p in group["params"]:
+                index.setdefault(id(p), len(index))
+                packed["params"].append(index[id(p)])
+            groups.append(packed)
+        state = {}
+        for p, s in self.state.items():
+            if id(p) in index and s:
+                state[index[id(p)]] = {k: (v.clone() if isinstance(v, _C.Tensor) else v)
+                                       for k, v in s.items()}
+        return {"state": state, "param_groups": groups}
+
+    def load_state_dict(self, state_dict):
+        """Restores hyper-parameters and state saved by state_dict (groups must match)."""
+        saved_groups = state_dict["param_groups"]
+        if len(saved_groups) != len(self.param_groups):
+            raise ValueError(
+                f"[optim] the state dict has {len(saved_groups)} param groups. However, the "
+                f"optimizer has {len(self.param_groups)}.")
+        for saved, group in zip(saved_groups, self.param_groups):
+            if len(saved["params"]) != len(group["params"]):
+                raise ValueError(
+                    f"[optim] a saved param group has {len(saved['params'])} parameters. "
+                    f"However, the optimizer's group has {len(group['params'])}.")
+        self.state.clear()
+        for saved, group in zip(saved_groups, self.param_groups):
+            for key, value in saved.items():
+                if key != "params":
+                    group[key] = value
+            for i, p in zip(saved["params"], group["params"]):
+                s = state_dict["state"].get(i)
+                if s is not None:
+                    self.state[p] = {k: (v.clone() if isinstance(v, _C.Tensor) else v)
+                                     for k, v in s.items()}
+
+    def __repr__(self):
+        lines = [type(self).__name__ + " ("]
+        for i, group in enumerate(self.param_groups):
+            lines.append(f"Parameter Group {i}")
+            for key in sorted(k for k in group if k != "params"):
+                lines.append(f"    {key}: {group[key]}")
+        lines.append(")")
+        return "\n".join(lines)

@@ -1,0 +1,174 @@
+import numpy as np
+import pytest
+
+import oneflowlike as flow
+from oneflowlike import _C
+from gradcheck import check_gradients
+
+M32 = 0xFFFFFFFF
+
+
+def philox4x32_10(ctr, key):
+    """Reference Philox4x32-10 on Python ints (Salmon et al. 2011)."""
+    c = list(ctr)
+    k0, k1 = key
+    for r in range(10):
+        if r:
+            k0, k1 = (k0 + 0x9E3779B9) & M32, (k1 + 0xBB67AE85) & M32
+        p0, p1 = 0xD2511F53 * c[0], 0xCD9E8D57 * c[2]
+        c = [(p1 >> 32) ^ c[1] ^ k0, p1 & M32, (p0 >> 32) ^ c[3] ^ k1, p0 & M32]
+    return c
+
+
+def reference_uniform32(seed, offset, index):
+    counter = (offset + index) & ((1 << 64) - 1)
+    block = philox4x32_10([counter & M32, counter >> 32, 0, 0], [seed & M32, seed >> 32])
+    return (block[0] >> 8) * 2.0**-24
+
+
+def reference_uniform64(seed, offset, index):
+    counter = (offset + index) & ((1 << 64) - 1)
+    block = philox4x32_10([counter & M32, counter >> 32, 0, 0], [seed & M32, seed >> 32])
+    return ((block[0] << 21) | (block[1] >> 11)) * 2.0**-53
+
+
+def test_reference_philox_matches_known_answer():
+    assert philox4x32_10([0, 0, 0, 0], [0, 0]) == [0x6627E8D5, 0xE169C58D, 0xBC57AC4C, 0x9B00DBD8]
+
+
+def test_random_uniform_op_matches_reference_philox():
+    y = _C.random_uniform((2, 5), flow.float32, 0.0, 1.0, 77, 1000).numpy()
+    expected = np.array([reference_uniform32(77, 1000, i) for i in range(10)]).reshape(2, 5)
+    np.testing.assert_array_equal(y, expected.astype(np.float32))
+    y64 = _C.random_uniform((7,), flow.float64, -1.0, 1.0, 5, 3).numpy()
+    expected64 = np.array([-1.0 + 2.0 * reference_uniform64(5, 3, i) for i in range(7)])
+    np.testing.assert_allclose(y64, expected64, rtol=0, atol=1e-15)
+
+
+def test_manual_seed_makes_draws_reproducible():
+    flow.manual_seed(2024)
+    assert flow.initial_seed() == 2024
+    a = flow.randn(3, 4).numpy()
+    b = flow.rand(5, dtype=flow.float64).numpy()
+    flow.manual_seed(2024)
+    np.testing.assert_array_equal(flow.randn((3, 4)).numpy(), a)
+    np.testing.assert_array_equal(flow.rand(5, dtype=flow.float64).numpy(), b)
+    assert not np.array_equal(flow.randn(3, 4).numpy(), a)  # fresh counters
+
+
+def test_manual_seed_accepts_torch_range_and_rejects_others():
+    flow.manual_seed(-1)
+    assert flow.initial_seed() == 2**64 - 1
+    flow.manual_seed(2**64 - 1)
+    with pytest.raises(TypeError, match="seed must be an int"):
+        flow.manual_seed(1.5)
+    with pytest.raises(ValueError, match=r"seed must be in \[-2\*\*63, 2\*\*64\)"):
+        flow.manual_seed(2**64)
+
+
+def test_shapes_dtypes_and_requires_grad():
+    assert flow.randn(2, 3).shape == (2, 3)
+    assert flow.randn((2, 3)).shape == (2, 3)
+    assert flow.rand([4]).shape == (4,)
+    assert flow.randn(2, 3).dtype == flow.float32
+    assert flow.rand(2, dtype=flow.float64).dtype == flow.float64
+    assert flow.randn().shape == ()
+    t = flow.randn(2, 2, requires_grad=True)
+    assert t.requires_grad and t.is_leaf
+    like = flow.randn_like(flow.zeros(3, 2, dtype=flow.float64))
+    assert like.shape == (3, 2) and like.dtype == flow.float64
+    assert flow.rand_like(like).shape == (3, 2)
+
+
+def test_randn_has_standard_normal_statistics():
+    flow.manual_seed(0)
+    for dtype in (flow.float32, flow.float64):
+        x = flow.randn(200000, dtype=dtype).numpy().astype(np.float64)
+        assert np.all(np.isfinite(x))
+        assert abs(x.mean()) < 0.015  # 5 standard errors
+        assert abs(x.std() - 1.0) < 0.01
+        assert abs(np.mean(np.abs(x) < 1.0) - 0.6827) < 0.01
+        assert abs(np.mean(x > 1.96) - 0.025) < 0.003
+
+
+def test_normal_uses_mean_and_std():
+    flow.manual_seed(1)
+    x = flow.normal(3.0, 0.5, (100000,)).numpy().astype(np.float64)
+    assert abs(x.mean() - 3.0) < 0.01
+    assert abs(x.std() - 0.5) < 0.01
+    assert flow.normal(0.0, 1.0, 4).shape == (4,)
+
+
+def test_rand_lies_in_unit_interval_and_is_uniform():
+    flow.manual_seed(3)
+    for dtype in (flow.float32, flow.float64):
+        x = flow.rand(100000, dtype=dtype).numpy().astype(np.float64)
+        assert x.min() >= 0.0 and x.max() < 1.0
+        assert x.min() < 0.001 and x.max() > 0.999
+        assert abs(x.mean() - 0.5) < 0.005
+        hist, _ = np.histogram(x, bins=10, range=(0.0, 1.0))
+        assert np.all(np.abs(hist / len(x) - 0.1) < 0.005)
+
+
+def test_dropout_keeps_expected_fraction_and_scales():
+    flow.manual_seed(4)
+    p = 0.3
+    x = flow.tensor(np.full((200, 500), 2.0, dtype=np.float32))
+    y = flow.nn.functional.dropout(x, p=p).numpy()
+    kept = y != 0
+    assert abs(kept.mean() - (1 - p)) < 0.01
+    np.testing.assert_allclose(y[kept], 2.0 / (1 - p), rtol=1e-6)
+
+
+def test_dropout_mask_matches_reference_philox():
+    x = np.arange(1, 13, dtype=np.float64).reshape(3, 4)
+    y = _C.dropout_with_seed(flow.tensor(x), 0.5, 9, 40).numpy()
+    mask = np.array([reference_uniform64(9, 40, i) >= 0.5 for i in range(12)]).reshape(3, 4)
+    np.testing.assert_allclose(y, np.where(mask, x / 0.5, 0.0), rtol=1e-15)
+
+
+def test_dropout_identity_cases_and_p_one():
+    x = flow.randn(4, 5)
+    np.testing.assert_array_equal(flow.nn.functional.dropout(x, 0.5, training=False).numpy(),
+                                  x.numpy())
+    np.testing.assert_array_equal(flow.nn.functional.dropout(x, 0.0).numpy(), x.numpy())
+    np.testing.assert_array_equal(flow.nn.functional.dropout(x, 1.0).numpy(), np.zeros((4, 5)))
+
+
+def test_dropout_gradient_is_mask_over_keep_probability():
+    p = 0.4
+    x = flow.tensor(np.random.default_rng(0).uniform(0.5, 1.5, (6, 7)), requires_grad=True)
+    y = flow.nn.functional.dropout(x, p)
+    y.backward(flow.tensor(np.ones((6, 7))))
+    expected = np.where(y.numpy() != 0, 1.0 / (1 - p), 0.0)
+    np.testing.assert_allclose(x.grad.numpy(), expected, rtol=1e-12)
+
+
+def test_dropout_gradcheck_with_fixed_seed():
+    x = np.random.default_rng(1).standard_normal((3, 5))
+    check_gradients(lambda t: _C.dropout_with_seed(t, 0.35, 17, 5), x)
+
+
+def test_dropout_rejects_bad_probability_and_integer_input():
+    x = flow.randn(2, 3)
+    with pytest.raises(ValueError, match=r"\[dropout\] p must be a probability in \[0, 1\]"):
+        flow.nn.functional.dropout(x, 1.5)
+    with pytest.raises(ValueError, match="However, got p=-0.1"):
+        flow.nn.functional.dropout(x, -0.1, training=False)
+    with pytest.raises(TypeError, match=r"x must have a floating dtype\. However, got x \(3,\) int64"):
+        flow.nn.functional.dropout(flow.tensor([1, 2, 3]), 0.5)
+
+
+def test_random_ops_reject_bad_arguments():
+    with pytest.raises(TypeError, match="dtype must be float32 or float64"):
+        flow.randn(2, dtype=flow.int64)
+    with pytest.raises(TypeError, match=r"\[random_normal\] dtype must be float32 or float64"):
+        _C.random_normal((2,), flow.int32, 0.0, 1.0, 0, 0)
+    with pytest.raises(ValueError, match="std finite and non-negative"):
+        flow.normal(0.0, -1.0, (3,))
+    with pytest.raises(ValueError, match="non-negative extents"):
+        flow.randn(2, -3)
+    with pytest.raises(ValueError, match="low <= high"):
+        _C.uniform(1.0, 0.0, (2,))
+    with pytest.raises(TypeError, match="tensor mean is not supported"):
+        flow.normal(flow.zeros(2), 1.0, (2,))
