@@ -27,8 +27,9 @@ class CpuAllocator final : public Allocator {
     const size_t rounded = (bytes + align - 1) / align * align;
     void* p = std::aligned_alloc(align, rounded == 0 ? align : rounded);
     if (p != nullptr && align == kHugePage) madvise(p, rounded, MADV_HUGEPAGE);
-    OFL_CHECK_CODE(p != nullptr, ErrorCode::kUnavailable, "[cpu allocator] out of memory: could not allocate ",
-                   bytes, " bytes (", live_bytes(), " bytes live).");
+    OFL_CHECK_CODE(p != nullptr, ErrorCode::kUnavailable,
+                   "[cpu allocator] out of memory: could not allocate ", bytes, " bytes (",
+                   live_bytes(), " bytes live).");
     count_allocation(bytes);
     return p;
   }

@@ -19,8 +19,10 @@ void GradMode::set_enabled(bool enabled) { grad_mode_enabled = enabled; }
 bool Tensor::requires_grad() const { return impl_->autograd && impl_->autograd->requires_grad; }
 
 void Tensor::set_requires_grad(bool requires_grad) {
-  OFL_CHECK(is_leaf() || requires_grad, "[requires_grad] only a leaf tensor can stop requiring "
-            "grad; use detach() for a tensor computed from others. However, got ", describe(), ".");
+  OFL_CHECK(is_leaf() || requires_grad,
+            "[requires_grad] only a leaf tensor can stop requiring "
+            "grad; use detach() for a tensor computed from others. However, got ",
+            describe(), ".");
   OFL_CHECK_TYPE(!requires_grad || is_floating(dtype()),
                  "[requires_grad] only floating-point tensors can require gradients. However, got ",
                  describe(), ".");
@@ -37,8 +39,8 @@ void Tensor::set_grad(const Tensor& grad) {
   impl_->autograd->grad = grad;
 }
 
-void record_autograd(const OpSchema& op, const AnyParams& params,
-                     const std::vector<Tensor>& inputs, std::vector<Tensor>& outputs) {
+void record_autograd(const OpSchema& op, const AnyParams& params, const std::vector<Tensor>& inputs,
+                     std::vector<Tensor>& outputs) {
   if (!GradMode::enabled()) return;
   bool any = false;
   for (const Tensor& t : inputs) any = any || t.requires_grad();
@@ -148,11 +150,17 @@ void backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads
     if (!g.defined()) {
       OFL_CHECK_CODE(root.numel() == 1, ErrorCode::kFailedPrecondition,
                      "[backward] grad can be implicitly created only for one-element outputs. "
-                     "However, got ", root.describe(), ".");
+                     "However, got ",
+                     root.describe(), ".");
       g = Tensor::scalar(1.0, root.dtype()).view(root.shape());
     }
-    OFL_CHECK(g.shape() == root.shape(), "[backward] the gradient must have the output's shape. "
-              "However, got gradient ", g.describe(), " for output ", root.describe(), ".");
+    OFL_CHECK_TYPE(g.dtype() == root.dtype(),
+                   "[backward] the gradient must have the output's dtype. However, got gradient ",
+                   g.describe(), " for output ", root.describe(), ".");
+    OFL_CHECK(g.shape() == root.shape(),
+              "[backward] the gradient must have the output's shape. "
+              "However, got gradient ",
+              g.describe(), " for output ", root.describe(), ".");
     const auto& meta = meta_of(root);
     if (!meta->grad_fn) {
       accumulate_leaf(*meta, g);
@@ -200,8 +208,10 @@ void backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads
   while (!ready.empty()) {
     std::shared_ptr<AutogradNode> node = ready.back();
     ready.pop_back();
-    OFL_CHECK_CODE(!node->released, ErrorCode::kFailedPrecondition, "[backward] trying to backward "
-                   "through the graph a second time (through op '", node->op->name(),
+    OFL_CHECK_CODE(!node->released, ErrorCode::kFailedPrecondition,
+                   "[backward] trying to backward "
+                   "through the graph a second time (through op '",
+                   node->op->name(),
                    "'); its saved tensors were freed. Pass retain_graph=True to the first "
                    "backward to keep them.");
     std::vector<Tensor> output_grads = std::move(pending[node.get()]);

@@ -35,11 +35,11 @@ struct AutogradEdge {
 struct AutogradNode {
   const OpSchema* op = nullptr;
   AnyParams params;
-  std::vector<Tensor> inputs;   // detached
-  std::vector<Tensor> outputs;  // detached
+  std::vector<Tensor> inputs;      // detached
+  std::vector<Tensor> outputs;     // detached
   std::vector<AutogradEdge> next;  // one per input
   size_t num_outputs = 0;
-  bool released = false;          // saved tensors freed by a backward without retain_graph
+  bool released = false;  // saved tensors freed by a backward without retain_graph
 };
 
 /// Whether ops record autograd nodes on this thread.
@@ -61,8 +61,8 @@ class NoGradGuard {
 
 /// Records `op` for autograd when grad mode is on and some input requires grad. Marks the
 /// outputs as requiring grad.
-void record_autograd(const OpSchema& op, const AnyParams& params,
-                     const std::vector<Tensor>& inputs, std::vector<Tensor>& outputs);
+void record_autograd(const OpSchema& op, const AnyParams& params, const std::vector<Tensor>& inputs,
+                     std::vector<Tensor>& outputs);
 
 /// Accumulates d(roots)/d(leaf) * grads into every leaf's .grad. A missing grad for a
 /// one-element root means 1. Raises when a root does not require grad or the graph was freed.

@@ -6,14 +6,13 @@
 
 namespace ofl {
 
-const char* device_type_name(DeviceType type) {
-  return type == DeviceType::kCPU ? "cpu" : "cuda";
-}
+const char* device_type_name(DeviceType type) { return type == DeviceType::kCPU ? "cpu" : "cuda"; }
 
 DeviceType device_type_from_name(std::string_view name) {
   if (name == "cpu") return DeviceType::kCPU;
   if (name == "cuda" || name == "gpu") return DeviceType::kCUDA;
-  throw_error(ErrorCode::kInvalidArgument, str_cat("[device] device type must be 'cpu' or 'cuda'. However, got '", name, "'."));
+  throw_error(ErrorCode::kInvalidArgument,
+              str_cat("[device] device type must be 'cpu' or 'cuda'. However, got '", name, "'."));
 }
 
 Device Device::parse(std::string_view spec) {
@@ -30,8 +29,6 @@ Device Device::parse(std::string_view spec) {
   return d;
 }
 
-std::string Device::to_string() const {
-  return str_cat(device_type_name(type), ":", index);
-}
+std::string Device::to_string() const { return str_cat(device_type_name(type), ":", index); }
 
 }  // namespace ofl

@@ -34,10 +34,12 @@ DataType dtype_from_name(std::string_view name) {
   if (name == "float") return DataType::kFloat32;
   if (name == "double") return DataType::kFloat64;
   if (name == "half") return DataType::kFloat16;
-  if (name == "int" ) return DataType::kInt32;
+  if (name == "int") return DataType::kInt32;
   if (name == "long") return DataType::kInt64;
-  throw_error(ErrorCode::kTypeError, str_cat("[dtype] expected one of float32, float64, float16, bfloat16, int8, int32, "
-                        "int64, bool. However, got '", name, "'."));
+  throw_error(ErrorCode::kTypeError,
+              str_cat("[dtype] expected one of float32, float64, float16, bfloat16, int8, int32, "
+                      "int64, bool. However, got '",
+                      name, "'."));
 }
 
 bool is_floating(DataType dtype) {
@@ -51,9 +53,9 @@ bool is_integral(DataType dtype) {
 
 DataType promote_types(DataType a, DataType b) {
   // Rows and columns in enum order: f32 f64 f16 bf16 i8 i32 i64 bool.
-  constexpr DataType f32 = DataType::kFloat32, f64 = DataType::kFloat64,
-                     f16 = DataType::kFloat16, bf16 = DataType::kBFloat16, i8 = DataType::kInt8,
-                     i32 = DataType::kInt32, i64 = DataType::kInt64, b1 = DataType::kBool;
+  constexpr DataType f32 = DataType::kFloat32, f64 = DataType::kFloat64, f16 = DataType::kFloat16,
+                     bf16 = DataType::kBFloat16, i8 = DataType::kInt8, i32 = DataType::kInt32,
+                     i64 = DataType::kInt64, b1 = DataType::kBool;
   static constexpr DataType kTable[kNumDataTypes][kNumDataTypes] = {
       /* f32  */ {f32, f64, f32, f32, f32, f32, f32, f32},
       /* f64  */ {f64, f64, f64, f64, f64, f64, f64, f64},

@@ -11,14 +11,14 @@
 namespace ofl {
 
 // _(name, Enum, ctype)
-#define OFL_FOR_EACH_DTYPE(_)     \
-  _(float32, kFloat32, float)     \
-  _(float64, kFloat64, double)    \
-  _(float16, kFloat16, float16)   \
+#define OFL_FOR_EACH_DTYPE(_)      \
+  _(float32, kFloat32, float)      \
+  _(float64, kFloat64, double)     \
+  _(float16, kFloat16, float16)    \
   _(bfloat16, kBFloat16, bfloat16) \
-  _(int8, kInt8, int8_t)          \
-  _(int32, kInt32, int32_t)       \
-  _(int64, kInt64, int64_t)       \
+  _(int8, kInt8, int8_t)           \
+  _(int32, kInt32, int32_t)        \
+  _(int64, kInt64, int64_t)        \
   _(bool, kBool, bool)
 
 enum class DataType : int8_t {
@@ -41,9 +41,9 @@ DataType promote_types(DataType a, DataType b);
 
 template <class T>
 struct DataTypeOf;
-#define OFL_DTYPE_OF(name, Enum, ctype) \
-  template <>                           \
-  struct DataTypeOf<ctype> {            \
+#define OFL_DTYPE_OF(name, Enum, ctype)               \
+  template <>                                         \
+  struct DataTypeOf<ctype> {                          \
     static constexpr DataType value = DataType::Enum; \
   };
 OFL_FOR_EACH_DTYPE(OFL_DTYPE_OF)

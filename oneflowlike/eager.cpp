@@ -24,7 +24,8 @@ std::vector<Tensor> apply_op(const OpSchema& op, const AnyParams& params,
   if (const int* view_of = op.get<TViewOfInput>()) {
     outputs.push_back(inputs[*view_of].view(out_metas[0].shape));
   } else {
-    for (const TensorMeta& m : out_metas) outputs.push_back(Tensor::empty(m.shape, m.dtype, device));
+    for (const TensorMeta& m : out_metas)
+      outputs.push_back(Tensor::empty(m.shape, m.dtype, device));
     const int* dtype_from = op.get<TKernelDtypeFrom>();
     const int which = dtype_from ? *dtype_from : 0;
     const DataType kernel_dtype =

@@ -46,8 +46,8 @@ std::vector<TensorMeta> OpSchema::infer(const AnyParams& params,
   if (variadic_inputs_) {
     OFL_CHECK(!inputs.empty(), "[", name_, "] needs at least one input. However, got none.");
   } else {
-    OFL_CHECK(inputs.size() == input_names_.size(), "[", name_, "] takes ",
-              input_names_.size(), " inputs. However, got ", inputs.size(), ".");
+    OFL_CHECK(inputs.size() == input_names_.size(), "[", name_, "] takes ", input_names_.size(),
+              " inputs. However, got ", inputs.size(), ".");
   }
   InferContext ctx(*this, params, inputs);
   std::vector<TensorMeta> outputs = (*get<FInferMeta>())(ctx);
@@ -76,8 +76,8 @@ const OpSchema* OpRegistry::try_find(std::string_view name) const {
 
 const OpSchema& OpRegistry::find(std::string_view name) const {
   const OpSchema* op = try_find(name);
-  OFL_CHECK_CODE(op != nullptr && op->defined(), ErrorCode::kNotFound, "[op registry] no op named '",
-                 name, "' is registered.");
+  OFL_CHECK_CODE(op != nullptr && op->defined(), ErrorCode::kNotFound,
+                 "[op registry] no op named '", name, "' is registered.");
   return *op;
 }
 

@@ -14,6 +14,7 @@
 // OFL_REGISTER_KERNEL. Each pass reads only the attributes it needs; a new attribute is a new
 // tag struct (F... for functions, T... for values) set from any file, with no change here.
 
+#include <any>
 #include <array>
 #include <functional>
 #include <map>
@@ -22,7 +23,6 @@
 #include <string_view>
 #include <typeindex>
 #include <unordered_map>
-#include <any>
 #include <vector>
 
 #include "oneflowlike/params.h"
@@ -128,19 +128,33 @@ using KernelFn = void (*)(const KernelContext&);
 
 // Attribute tags. `type` is what the attribute holds.
 /// Output shapes and dtypes from input metas; raises a user error on bad input.
-struct FInferMeta { using type = InferMetaFn; };
+struct FInferMeta {
+  using type = InferMetaFn;
+};
 /// The valid 1-d SBP signatures, given logical input metas. N-d signatures are products.
-struct FSbpSignatures { using type = SbpSignaturesFn; };
+struct FSbpSignatures {
+  using type = SbpSignaturesFn;
+};
 /// Emits the backward ops. Ops without it are not differentiable.
-struct FGradient { using type = GradientFn; };
+struct FGradient {
+  using type = GradientFn;
+};
 /// Scratch bytes a kernel needs.
-struct FTempBytes { using type = TempBytesFn; };
+struct FTempBytes {
+  using type = TempBytesFn;
+};
 /// Inputs the kernel writes in place (optimizer updates).
-struct TMutatedInputs { using type = std::vector<int>; };
+struct TMutatedInputs {
+  using type = std::vector<int>;
+};
 /// Output 0 is a view of this input (reshape): no kernel, no copy.
-struct TViewOfInput { using type = int; };
+struct TViewOfInput {
+  using type = int;
+};
 /// Which input's dtype picks the kernel (default 0; -1 means output 0's dtype).
-struct TKernelDtypeFrom { using type = int; };
+struct TKernelDtypeFrom {
+  using type = int;
+};
 
 class OpSchema {
  public:
@@ -252,15 +266,15 @@ struct KernelRegistrar {
 #define OFL_CONCAT(a, b) OFL_CONCAT_INNER(a, b)
 
 /// Registers (or extends) an op; chain the builder calls of OpSchema after it.
-#define OFL_REGISTER_OP(name)                                                  \
+#define OFL_REGISTER_OP(name)                                                 \
   [[maybe_unused]] static ::ofl::OpSchema& OFL_CONCAT(ofl_op_, __COUNTER__) = \
       ::ofl::OpRegistry::global().get_or_create(name)
 
 /// Registers Kernel<T>::run for each listed C++ type T on `device`:
 ///   OFL_REGISTER_KERNEL("add", kCPU, AddKernel, float, double, int32_t, int64_t);
-#define OFL_REGISTER_KERNEL(name, device, Kernel, ...)                                      \
-  [[maybe_unused]] static const bool OFL_CONCAT(ofl_kernel_, __COUNTER__) = [] {           \
-    ::ofl::detail::KernelRegistrar<__VA_ARGS__>::add<Kernel>(                              \
-        ::ofl::OpRegistry::global().get_or_create(name), ::ofl::DeviceType::device);       \
-    return true;                                                                            \
+#define OFL_REGISTER_KERNEL(name, device, Kernel, ...)                               \
+  [[maybe_unused]] static const bool OFL_CONCAT(ofl_kernel_, __COUNTER__) = [] {     \
+    ::ofl::detail::KernelRegistrar<__VA_ARGS__>::add<Kernel>(                        \
+        ::ofl::OpRegistry::global().get_or_create(name), ::ofl::DeviceType::device); \
+    return true;                                                                     \
   }()

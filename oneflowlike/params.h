@@ -21,11 +21,11 @@
 #include "oneflowlike/dtype.h"
 #include "oneflowlike/shape.h"
 
-#define OFL_PARAMS(Type, ...)                                                   \
-  static constexpr std::string_view kParamsName = #Type;                        \
-  static constexpr std::string_view kFieldNames = #__VA_ARGS__;                 \
-  auto fields() const { return std::tie(__VA_ARGS__); }                         \
-  auto fields() { return std::tie(__VA_ARGS__); }                               \
+#define OFL_PARAMS(Type, ...)                                   \
+  static constexpr std::string_view kParamsName = #Type;        \
+  static constexpr std::string_view kFieldNames = #__VA_ARGS__; \
+  auto fields() const { return std::tie(__VA_ARGS__); }         \
+  auto fields() { return std::tie(__VA_ARGS__); }               \
   bool operator==(const Type& o) const { return fields() == o.fields(); }
 
 namespace ofl {
@@ -45,7 +45,9 @@ inline void print_value(std::string* s, const std::vector<int64_t>& v) {
   *s += "]";
 }
 
-inline void hash_value(size_t* h, size_t v) { *h ^= v + 0x9e3779b97f4a7c15ull + (*h << 6) + (*h >> 2); }
+inline void hash_value(size_t* h, size_t v) {
+  *h ^= v + 0x9e3779b97f4a7c15ull + (*h << 6) + (*h >> 2);
+}
 template <class T>
 void hash_field(size_t* h, const T& v) {
   if constexpr (std::is_same_v<T, std::vector<int64_t>>) {

@@ -16,8 +16,8 @@ Placement::Placement(DeviceType type, std::vector<int64_t> ranks, Shape hierarch
   OFL_CHECK(!ranks_.empty(), "[placement] needs at least one rank. However, got none.");
   OFL_CHECK(hierarchy_.ndim() >= 1 && hierarchy_.numel() == num_ranks(),
             "[placement] the rank array must be rectangular with hierarchy product equal to the "
-            "number of ranks. However, got ", num_ranks(), " ranks for hierarchy ",
-            hierarchy_.to_string(), ".");
+            "number of ranks. However, got ",
+            num_ranks(), " ranks for hierarchy ", hierarchy_.to_string(), ".");
   std::set<int64_t> seen;
   for (int64_t r : ranks_) {
     OFL_CHECK(r >= 0, "[placement] ranks must be non-negative. However, got rank ", r, ".");
@@ -105,8 +105,7 @@ class RankArrayParser {
       break;
     }
     if (extents->size() < depth + 1) extents->resize(depth + 1, -1);
-    expect((*extents)[depth] == -1 || (*extents)[depth] == count,
-           "rank array is not rectangular");
+    expect((*extents)[depth] == -1 || (*extents)[depth] == count, "rank array is not rectangular");
     (*extents)[depth] = count;
   }
 
@@ -128,10 +127,13 @@ Placement Placement::parse(std::string_view text) {
   const size_t comma = text.find(',');
   OFL_CHECK(comma != std::string_view::npos,
             "[placement] expected 'device_type, [ranks]' such as 'cpu, [[0, 1], [2, 3]]'. "
-            "However, got '", text, "'.");
+            "However, got '",
+            text, "'.");
   std::string_view type = text.substr(0, comma);
-  while (!type.empty() && std::isspace(static_cast<unsigned char>(type.back()))) type.remove_suffix(1);
-  while (!type.empty() && std::isspace(static_cast<unsigned char>(type.front()))) type.remove_prefix(1);
+  while (!type.empty() && std::isspace(static_cast<unsigned char>(type.back())))
+    type.remove_suffix(1);
+  while (!type.empty() && std::isspace(static_cast<unsigned char>(type.front())))
+    type.remove_prefix(1);
   std::vector<int64_t> ranks;
   Shape hierarchy;
   RankArrayParser(text.substr(comma + 1)).parse(&ranks, &hierarchy);

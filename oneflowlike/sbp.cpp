@@ -8,9 +8,12 @@ namespace ofl {
 
 std::string Sbp::to_string() const {
   switch (kind) {
-    case Kind::kSplit: return str_cat("S(", axis, ")");
-    case Kind::kBroadcast: return "B";
-    case Kind::kPartialSum: return "P";
+    case Kind::kSplit:
+      return str_cat("S(", axis, ")");
+    case Kind::kBroadcast:
+      return "B";
+    case Kind::kPartialSum:
+      return "P";
   }
   return "?";
 }
@@ -37,7 +40,8 @@ Sbp Sbp::parse(std::string_view text) {
       if (all_digits) return S(std::stoi(std::string(digits)));
     }
   }
-  throw_error(ErrorCode::kInvalidArgument, str_cat("[sbp] expected S(axis), B or P. However, got '", text, "'."));
+  throw_error(ErrorCode::kInvalidArgument,
+              str_cat("[sbp] expected S(axis), B or P. However, got '", text, "'."));
 }
 
 std::string nd_sbp_to_string(const NdSbp& nd_sbp) {
@@ -84,10 +88,10 @@ Range balanced_range(int64_t n, int64_t parts, int64_t index) {
 
 void check_nd_sbp(const Shape& logical_shape, const NdSbp& nd_sbp, const Placement& placement,
                   std::string_view tensor) {
-  OFL_CHECK(static_cast<int>(nd_sbp.size()) == placement.hierarchy().ndim(),
-            "[sbp] tensor '", tensor, "' needs one SBP per placement dimension (",
-            placement.hierarchy().ndim(), " for placement ", placement.to_string(),
-            "). However, got ", nd_sbp_to_string(nd_sbp), ".");
+  OFL_CHECK(static_cast<int>(nd_sbp.size()) == placement.hierarchy().ndim(), "[sbp] tensor '",
+            tensor, "' needs one SBP per placement dimension (", placement.hierarchy().ndim(),
+            " for placement ", placement.to_string(), "). However, got ", nd_sbp_to_string(nd_sbp),
+            ".");
   for (const Sbp& sbp : nd_sbp) {
     OFL_CHECK_INDEX(!sbp.is_split() || (sbp.axis >= 0 && sbp.axis < logical_shape.ndim()),
                     "[sbp] tensor '", tensor, "' of shape ", logical_shape.to_string(),

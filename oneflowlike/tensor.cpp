@@ -62,9 +62,10 @@ double Tensor::item() const {
 }
 
 Tensor Tensor::view(const Shape& shape) const {
-  OFL_CHECK(shape.numel() == numel(), "[view] the new shape must have as many elements as the old. "
-            "However, got ", shape.to_string(), " for a tensor of shape ", impl_->shape.to_string(),
-            ".");
+  OFL_CHECK(shape.numel() == numel(),
+            "[view] the new shape must have as many elements as the old. "
+            "However, got ",
+            shape.to_string(), " for a tensor of shape ", impl_->shape.to_string(), ".");
   auto impl = std::make_shared<TensorImpl>(*impl_);
   impl->shape = shape;
   impl->autograd = nullptr;
@@ -72,9 +73,8 @@ Tensor Tensor::view(const Shape& shape) const {
 }
 
 Tensor Tensor::narrow_rows(int64_t begin, int64_t end) const {
-  OFL_CHECK(ndim() >= 1 && 0 <= begin && begin <= end && end <= impl_->shape[0],
-            "[narrow] rows [", begin, ", ", end, ") are out of range for shape ",
-            impl_->shape.to_string(), ".");
+  OFL_CHECK(ndim() >= 1 && 0 <= begin && begin <= end && end <= impl_->shape[0], "[narrow] rows [",
+            begin, ", ", end, ") are out of range for shape ", impl_->shape.to_string(), ".");
   auto impl = std::make_shared<TensorImpl>(*impl_);
   impl->shape[0] = end - begin;
   impl->offset_bytes += begin * impl_->shape.count(1, ndim()) * dtype_size(dtype());
@@ -88,9 +88,7 @@ Tensor Tensor::detach() const {
   return Tensor(std::move(impl));
 }
 
-Tensor Tensor::clone() const {
-  return from_host(raw_data(), shape(), dtype(), device());
-}
+Tensor Tensor::clone() const { return from_host(raw_data(), shape(), dtype(), device()); }
 
 std::string Tensor::describe() const {
   if (!defined()) return "tensor(undefined)";

@@ -15,16 +15,16 @@ namespace ofl {
 
 enum class ErrorCode {
   kOk,
-  kInvalidArgument,    // ValueError
-  kTypeError,          // TypeError
-  kOutOfRange,         // IndexError
-  kFailedPrecondition, // RuntimeError
-  kNotFound,           // LookupError
-  kUnavailable,        // RuntimeError
-  kDeadlineExceeded,   // TimeoutError
-  kUnimplemented,      // NotImplementedError
-  kInternal,           // RuntimeError
-  kCancelled,          // RuntimeError
+  kInvalidArgument,     // ValueError
+  kTypeError,           // TypeError
+  kOutOfRange,          // IndexError
+  kFailedPrecondition,  // RuntimeError
+  kNotFound,            // LookupError
+  kUnavailable,         // RuntimeError
+  kDeadlineExceeded,    // TimeoutError
+  kUnimplemented,       // NotImplementedError
+  kInternal,            // RuntimeError
+  kCancelled,           // RuntimeError
 };
 
 const char* error_code_name(ErrorCode code);
@@ -50,11 +50,11 @@ std::string str_cat(const Args&... args) {
 
 }  // namespace ofl
 
-#define OFL_CHECK_CODE(cond, code, ...)                                  \
-  do {                                                                   \
-    if (!(cond)) [[unlikely]] {                                          \
-      ::ofl::throw_error((code), ::ofl::str_cat(__VA_ARGS__));           \
-    }                                                                    \
+#define OFL_CHECK_CODE(cond, code, ...)                        \
+  do {                                                         \
+    if (!(cond)) [[unlikely]] {                                \
+      ::ofl::throw_error((code), ::ofl::str_cat(__VA_ARGS__)); \
+    }                                                          \
   } while (0)
 
 /// User error that becomes ValueError.

@@ -1,8 +1,8 @@
 #pragma once
 // Creation ops: fill (zeros/ones/full), arange, cast.
 
-#include "oneflowlike/tensor.h"
 #include "oneflowlike/params.h"
+#include "oneflowlike/tensor.h"
 
 namespace ofl {
 

@@ -14,10 +14,9 @@ namespace {
 
 std::vector<TensorMeta> infer_binary(const InferContext& ctx, DataType out_dtype) {
   OFL_CHECK_TYPE(ctx.dtype(0) == ctx.dtype(1), "[", ctx.op_name(),
-                 "] both operands must have one dtype. However, got ", ctx.describe_inputs(),
-                 ".");
-  return {TensorMeta{broadcast_shapes(ctx.shape(0), ctx.shape(1), ctx.op_name().c_str()),
-                     out_dtype}};
+                 "] both operands must have one dtype. However, got ", ctx.describe_inputs(), ".");
+  return {
+      TensorMeta{broadcast_shapes(ctx.shape(0), ctx.shape(1), ctx.op_name().c_str()), out_dtype}};
 }
 
 std::vector<TensorMeta> infer_arithmetic(const InferContext& ctx) {
@@ -76,7 +75,8 @@ void sub_gradient(GradBuilder& g) {
   const Value dy = g.output_grad(0);
   if (dy == GradBuilder::kNone) return;
   g.set_input_grad(0, sum_to_shape(g, dy, g.meta(g.input(0)).shape));
-  if (g.needs_input_grad(1)) g.set_input_grad(1, neg(g, sum_to_shape(g, dy, g.meta(g.input(1)).shape)));
+  if (g.needs_input_grad(1))
+    g.set_input_grad(1, neg(g, sum_to_shape(g, dy, g.meta(g.input(1)).shape)));
 }
 
 void mul_gradient(GradBuilder& g) {

@@ -54,8 +54,10 @@ std::vector<TensorMeta> infer_reduce(const InferContext& ctx) {
                  ".");
   if (ctx.op_name() == "reduce_max") {
     for (int a : axes) {
-      OFL_CHECK(x[a] > 0, "[reduce_max] cannot reduce an empty axis (there is no maximum). "
-                "However, got ", ctx.describe_inputs(), " reducing axis ", a, ".");
+      OFL_CHECK(x[a] > 0,
+                "[reduce_max] cannot reduce an empty axis (there is no maximum). "
+                "However, got ",
+                ctx.describe_inputs(), " reducing axis ", a, ".");
     }
   }
   return {TensorMeta{Shape(std::move(dims)), ctx.dtype(0)}};
@@ -124,7 +126,8 @@ void max_gradient(GradBuilder& g) {
   const TensorMeta x = g.meta(g.input(0));
   const auto& p = g.params<ReduceParams>();
   const Value y = keepdims_grad(g, g.output(0));
-  const Value is_max = g.apply1("equal", NoParams{}, {g.input(0), g.apply1("expand", ExpandParams{x.shape}, {y})});
+  const Value is_max =
+      g.apply1("equal", NoParams{}, {g.input(0), g.apply1("expand", ExpandParams{x.shape}, {y})});
   const Value mask = g.apply1("cast", CastParams{x.dtype}, {is_max});
   const Value count = g.apply1("reduce_sum", ReduceParams{p.axes, /*keepdims=*/true}, {mask});
   const Value share = g.apply1("div", NoParams{}, {keepdims_grad(g, dy), count});
@@ -148,7 +151,9 @@ OFL_REGISTER_OP("reduce_mean")
     .outputs({"out"})
     .params<ReduceParams>()
     .set<FInferMeta>(infer_reduce)
-    .set<FSbpSignatures>([](const InferContext& ctx) { return reduce_signatures(ctx, false, true); })
+    .set<FSbpSignatures>([](const InferContext& ctx) {
+      return reduce_signatures(ctx, false, true);
+    })
     .set<FGradient>(mean_gradient);
 
 OFL_REGISTER_OP("reduce_max")
@@ -156,7 +161,9 @@ OFL_REGISTER_OP("reduce_max")
     .outputs({"out"})
     .params<ReduceParams>()
     .set<FInferMeta>(infer_reduce)
-    .set<FSbpSignatures>([](const InferContext& ctx) { return reduce_signatures(ctx, false, false); })
+    .set<FSbpSignatures>([](const InferContext& ctx) {
+      return reduce_signatures(ctx, false, false);
+    })
     .set<FGradient>(max_gradient);
 
 namespace functional {

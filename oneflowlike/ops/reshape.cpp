@@ -33,9 +33,11 @@ Shape resolve_reshape(const InferContext& ctx) {
               " is invalid for x ", ctx.shape(0).to_string(), " of ", numel, " elements.");
     out[unknown] = numel / known;
   }
-  OFL_CHECK(out.numel() == numel, "[reshape] the new shape must have as many elements as x. "
-            "However, got shape ", target.to_string(), " (", out.numel(), " elements) for x ",
-            ctx.shape(0).to_string(), " (", numel, " elements).");
+  OFL_CHECK(out.numel() == numel,
+            "[reshape] the new shape must have as many elements as x. "
+            "However, got shape ",
+            target.to_string(), " (", out.numel(), " elements) for x ", ctx.shape(0).to_string(),
+            " (", numel, " elements).");
   return out;
 }
 
@@ -72,8 +74,10 @@ void reshape_gradient(GradBuilder& g) {
 Shape resolve_expand(const InferContext& ctx) {
   const Shape& x = ctx.shape(0);
   const Shape& target = ctx.params<ExpandParams>().shape;
-  OFL_CHECK(target.ndim() >= x.ndim(), "[expand] the target shape must have at least as many "
-            "axes as x. However, got target ", target.to_string(), " for x ", x.to_string(), ".");
+  OFL_CHECK(target.ndim() >= x.ndim(),
+            "[expand] the target shape must have at least as many "
+            "axes as x. However, got target ",
+            target.to_string(), " for x ", x.to_string(), ".");
   Shape out = target;
   const int lead = target.ndim() - x.ndim();
   for (int i = 0; i < target.ndim(); ++i) {
@@ -84,9 +88,10 @@ Shape resolve_expand(const InferContext& ctx) {
       out[i] = x[j];
       continue;
     }
-    OFL_CHECK(j < 0 || x[j] == target[i] || x[j] == 1, "[expand] each axis of x must equal the "
-              "target or be 1. However, got x ", x.to_string(), " and target ", target.to_string(),
-              " (axis ", i, ").");
+    OFL_CHECK(j < 0 || x[j] == target[i] || x[j] == 1,
+              "[expand] each axis of x must equal the "
+              "target or be 1. However, got x ",
+              x.to_string(), " and target ", target.to_string(), " (axis ", i, ").");
   }
   return out;
 }

@@ -13,13 +13,27 @@ void init_errors(py::module_& m) {
     } catch (const ofl::Error& e) {
       PyObject* type = PyExc_RuntimeError;
       switch (e.code()) {
-        case ErrorCode::kInvalidArgument: type = PyExc_ValueError; break;
-        case ErrorCode::kTypeError: type = PyExc_TypeError; break;
-        case ErrorCode::kOutOfRange: type = PyExc_IndexError; break;
-        case ErrorCode::kNotFound: type = PyExc_LookupError; break;
-        case ErrorCode::kDeadlineExceeded: type = PyExc_TimeoutError; break;
-        case ErrorCode::kUnimplemented: type = PyExc_NotImplementedError; break;
-        default: type = PyExc_RuntimeError; break;
+        case ErrorCode::kInvalidArgument:
+          type = PyExc_ValueError;
+          break;
+        case ErrorCode::kTypeError:
+          type = PyExc_TypeError;
+          break;
+        case ErrorCode::kOutOfRange:
+          type = PyExc_IndexError;
+          break;
+        case ErrorCode::kNotFound:
+          type = PyExc_LookupError;
+          break;
+        case ErrorCode::kDeadlineExceeded:
+          type = PyExc_TimeoutError;
+          break;
+        case ErrorCode::kUnimplemented:
+          type = PyExc_NotImplementedError;
+          break;
+        default:
+          type = PyExc_RuntimeError;
+          break;
       }
       PyErr_SetString(type, e.what());
     }

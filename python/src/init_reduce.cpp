@@ -1,5 +1,4 @@
 #include "oneflowlike/ops/reduce.h"
-
 #include "python/src/bindings.h"
 
 namespace ofl::python {

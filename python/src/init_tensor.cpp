@@ -15,14 +15,22 @@ namespace {
 // numpy's dtype for each of ours; bfloat16 has none and is widened to float32 by numpy().
 py::dtype numpy_dtype(DataType dtype) {
   switch (dtype) {
-    case DataType::kFloat32: return py::dtype::of<float>();
-    case DataType::kFloat64: return py::dtype::of<double>();
-    case DataType::kFloat16: return py::dtype("float16");
-    case DataType::kBFloat16: return py::dtype::of<float>();
-    case DataType::kInt8: return py::dtype::of<int8_t>();
-    case DataType::kInt32: return py::dtype::of<int32_t>();
-    case DataType::kInt64: return py::dtype::of<int64_t>();
-    case DataType::kBool: return py::dtype::of<bool>();
+    case DataType::kFloat32:
+      return py::dtype::of<float>();
+    case DataType::kFloat64:
+      return py::dtype::of<double>();
+    case DataType::kFloat16:
+      return py::dtype("float16");
+    case DataType::kBFloat16:
+      return py::dtype::of<float>();
+    case DataType::kInt8:
+      return py::dtype::of<int8_t>();
+    case DataType::kInt32:
+      return py::dtype::of<int32_t>();
+    case DataType::kInt64:
+      return py::dtype::of<int64_t>();
+    case DataType::kBool:
+      return py::dtype::of<bool>();
   }
   return py::dtype::of<float>();
 }
@@ -102,39 +110,41 @@ void init_tensor(py::module_& m) {
       .def("detach", &Tensor::detach)
       .def("clone", &Tensor::clone)
       .def_property("requires_grad", &Tensor::requires_grad, &Tensor::set_requires_grad)
-      .def("requires_grad_",
-           [](Tensor& t, bool requires_grad) {
-             t.set_requires_grad(requires_grad);
-             return t;
-           },
-           py::arg("requires_grad") = true)
-      .def_property("grad",
-                    [](const Tensor& t) -> py::object {
-                      Tensor g = t.grad();
-                      return g.defined() ? py::cast(g) : py::none();
-                    },
-                    [](Tensor& t, py::object g) {
-                      t.set_grad(g.is_none() ? Tensor() : g.cast<Tensor>());
-                    })
+      .def(
+          "requires_grad_",
+          [](Tensor& t, bool requires_grad) {
+            t.set_requires_grad(requires_grad);
+            return t;
+          },
+          py::arg("requires_grad") = true)
+      .def_property(
+          "grad",
+          [](const Tensor& t) -> py::object {
+            Tensor g = t.grad();
+            return g.defined() ? py::cast(g) : py::none();
+          },
+          [](Tensor& t, py::object g) { t.set_grad(g.is_none() ? Tensor() : g.cast<Tensor>()); })
       .def_property_readonly("is_leaf", &Tensor::is_leaf)
       .def("_shares_storage_with", &Tensor::shares_storage_with)
       .def("_describe", &Tensor::describe)
-      .def("backward",
-           [](const Tensor& t, py::object gradient, bool retain_graph) {
-             std::vector<Tensor> grads;
-             if (!gradient.is_none()) grads.push_back(gradient.cast<Tensor>());
-             backward({t}, grads, retain_graph);
-           },
-           py::arg("gradient") = py::none(), py::arg("retain_graph") = false,
-           "Accumulates gradients of this tensor into the .grad of every leaf it depends on.");
+      .def(
+          "backward",
+          [](const Tensor& t, py::object gradient, bool retain_graph) {
+            std::vector<Tensor> grads;
+            if (!gradient.is_none()) grads.push_back(gradient.cast<Tensor>());
+            backward({t}, grads, retain_graph);
+          },
+          py::arg("gradient") = py::none(), py::arg("retain_graph") = false,
+          "Accumulates gradients of this tensor into the .grad of every leaf it depends on.");
 
   m.def("from_numpy", &from_numpy, py::arg("array"),
         "A tensor holding a copy of a numpy array (same dtype).");
-  m.def("autograd_backward",
-        [](const std::vector<Tensor>& roots, const std::vector<Tensor>& grads, bool retain_graph) {
-          backward(roots, grads, retain_graph);
-        },
-        py::arg("tensors"), py::arg("grad_tensors"), py::arg("retain_graph") = false);
+  m.def(
+      "autograd_backward",
+      [](const std::vector<Tensor>& roots, const std::vector<Tensor>& grads, bool retain_graph) {
+        backward(roots, grads, retain_graph);
+      },
+      py::arg("tensors"), py::arg("grad_tensors"), py::arg("retain_graph") = false);
   m.def("is_grad_enabled", &GradMode::enabled);
   m.def("set_grad_enabled", &GradMode::set_enabled, py::arg("mode"));
   m.def("cpu_memory_live_bytes", [] { return cpu_allocator()->live_bytes(); });

@@ -48,7 +48,8 @@ void bench_matmul(int64_t n, int repeats) {
   const double direct = best_seconds(repeats, [&] {
     dnnl_sgemm('N', 'N', n, n, n, 1.0f, a.data<float>(), n, b.data<float>(), n, 0.0f, c.data(), n);
   });
-  const double framework = best_seconds(repeats, [&] { ofl::functional::matmul(a, b, false, false); });
+  const double framework =
+      best_seconds(repeats, [&] { ofl::functional::matmul(a, b, false, false); });
   std::printf("matmul %ld^3: framework %.1f GFLOP/s, dnnl_sgemm %.1f GFLOP/s, ratio %.3f\n", n,
               flops / framework / 1e9, flops / direct / 1e9, direct / framework);
 }
@@ -57,7 +58,8 @@ void bench_add(int repeats) {
   const int64_t n = 64 * 1024 * 1024 / 4;  // 64 MiB of float32 per tensor
   ofl::Tensor a = filled({n}, 1.0f), b = filled({n}, 2.0f);
   std::vector<float> dst(n);
-  const double copy = best_seconds(repeats, [&] { std::memcpy(dst.data(), a.data<float>(), n * 4); });
+  const double copy =
+      best_seconds(repeats, [&] { std::memcpy(dst.data(), a.data<float>(), n * 4); });
   const double add = best_seconds(repeats, [&] { ofl::functional::add(a, b); });
   // memcpy moves 2 x 64 MiB (read + write); add moves 3 x 64 MiB (two reads, one write).
   const double copy_bw = 2.0 * n * 4 / copy / 1e9, add_bw = 3.0 * n * 4 / add / 1e9;

@@ -83,3 +83,11 @@ def test_memory_counters_track_live_bytes():
     assert flow._C.cpu_memory_live_bytes() == before + 4096
     del t
     assert flow._C.cpu_memory_live_bytes() == before
+
+
+def test_zero_dim_tensors_keep_their_shape():
+    import numpy as np
+
+    assert flow.tensor(3.0).shape == ()
+    assert flow.from_numpy(np.float64(2.0) * np.ones(())).shape == ()
+    assert flow.tensor([1.0, 2.0]).sum().shape == ()

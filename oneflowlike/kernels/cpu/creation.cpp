@@ -1,11 +1,12 @@
 // CPU kernels of fill, arange and cast.
 
+#include "oneflowlike/ops/creation.h"
+
 #include <cstring>
 #include <type_traits>
 
 #include "oneflowlike/common/parallel.h"
 #include "oneflowlike/op.h"
-#include "oneflowlike/ops/creation.h"
 
 namespace ofl::cpu {
 
@@ -35,9 +36,8 @@ struct FillKernel {
   static void run(const KernelContext& ctx) {
     const T value = convert<T>(ctx.p<FillParams>().value);
     T* y = ctx.out(0).data<T>();
-    parallel_for(ctx.out(0).numel(), kParallelGrain, [&](int64_t begin, int64_t end) {
-      std::fill(y + begin, y + end, value);
-    });
+    parallel_for(ctx.out(0).numel(), kParallelGrain,
+                 [&](int64_t begin, int64_t end) { std::fill(y + begin, y + end, value); });
   }
 };
 
@@ -70,8 +70,8 @@ struct CastKernel {
 
 OFL_REGISTER_KERNEL("fill", kCPU, FillKernel, float, double, float16, bfloat16, int8_t, int32_t,
                     int64_t, bool);
-OFL_REGISTER_KERNEL("arange", kCPU, ArangeKernel, float, double, float16, bfloat16, int8_t,
-                    int32_t, int64_t);
+OFL_REGISTER_KERNEL("arange", kCPU, ArangeKernel, float, double, float16, bfloat16, int8_t, int32_t,
+                    int64_t);
 OFL_REGISTER_KERNEL("cast", kCPU, CastKernel, float, double, float16, bfloat16, int8_t, int32_t,
                     int64_t, bool);
 

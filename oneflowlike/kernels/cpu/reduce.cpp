@@ -2,13 +2,14 @@
 // common patterns (reduce the trailing axes, reduce the leading axes, reduce a middle block)
 // become three nested loops, anything else walks the reduced sub-space per output element.
 
+#include "oneflowlike/ops/reduce.h"
+
 #include <cmath>
 #include <limits>
 #include <type_traits>
 
 #include "oneflowlike/common/parallel.h"
 #include "oneflowlike/op.h"
-#include "oneflowlike/ops/reduce.h"
 
 namespace ofl::cpu {
 

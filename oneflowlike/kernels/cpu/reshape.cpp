@@ -28,7 +28,7 @@ struct ExpandKernel {
 
 }  // namespace
 
-OFL_REGISTER_KERNEL("expand", kCPU, ExpandKernel, float, double, float16, bfloat16, int8_t,
-                    int32_t, int64_t, bool);
+OFL_REGISTER_KERNEL("expand", kCPU, ExpandKernel, float, double, float16, bfloat16, int8_t, int32_t,
+                    int64_t, bool);
 
 }  // namespace ofl::cpu

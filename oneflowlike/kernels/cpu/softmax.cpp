@@ -60,15 +60,19 @@ void for_each_row(const AxisView& v, F&& fn) {
                });
 }
 
-// exp that the compiler can vectorise (std::exp cannot be, because of errno). For float it is
-// Cephes' expf: n = round(x / ln 2), a degree-6 polynomial of the remainder, times 2^n; the
-// relative error is below 2e-7, and inputs below -87.3 (including -inf) give exactly 0.
+// exp that the compiler can vectorise (std::exp cannot be: errno). For float it is Cephes'
+// expf: n = round(x / ln 2), a degree-6 polynomial of the remainder, times 2^n, with relative
+// error below 2e-7 for x <= 88 (softmax only passes x - max <= 0). Inputs below -88, -inf
+// included, give exactly 0. The clamp and the rounding are integer and add-magic operations
+// because compares of floats may trap and then block vectorisation.
 template <class T>
 inline T exp_of(T x) {
   if constexpr (std::is_same_v<T, float>) {
-    const float clamped = std::min(std::max(x, -87.3f), 88.3f);
-    const float n = std::floor(clamped * 1.44269504088896341f + 0.5f);
-    const float r = clamped - n * 0.693359375f + n * 2.12194440e-4f;  // Cody-Waite ln 2
+    constexpr uint32_t kMinus88 = 0xC2B00000u;  // as unsigned, more negative floats are larger
+    const float lo = std::bit_cast<float>(std::min(std::bit_cast<uint32_t>(x), kMinus88));
+    constexpr float kRound = 12582912.0f;  // 1.5 * 2^23: adding it rounds to an integer
+    const float n = (lo * 1.44269504088896341f + kRound) - kRound;
+    const float r = lo - n * 0.693359375f + n * 2.12194440e-4f;  // Cody-Waite: lo - n ln 2
     float p = 1.9875691500e-4f;
     p = p * r + 1.3981999507e-3f;
     p = p * r + 8.3334519073e-3f;
@@ -76,8 +80,8 @@ inline T exp_of(T x) {
     p = p * r + 1.6666665459e-1f;
     p = p * r + 5.0000001201e-1f;
     p = p * r * r + r + 1.0f;
-    const float scale = std::bit_cast<float>((static_cast<int32_t>(n) + 127) << 23);
-    return x < -87.3f ? 0.0f : p * scale;
+    // 2^n from its exponent bits; n = -127 (lo near -88) gives 0.
+    return p * std::bit_cast<float>((static_cast<int32_t>(n) + 127) << 23);
   } else {
     return std::exp(x);
   }

@@ -96,7 +96,7 @@ struct SigmoidKernel {
 template <class T>
 constexpr T kGeluCubic = T(0.044715);
 template <class T>
-constexpr T kSqrt2OverPi = T(std::numbers::sqrt2 * std::numbers::inv_sqrtpi);  // sqrt(2/pi)
+constexpr T kSqrt2OverPi = T(std::numbers::sqrt2* std::numbers::inv_sqrtpi);  // sqrt(2/pi)
 template <class T>
 constexpr T kInvSqrt2 = T(1.0 / std::numbers::sqrt2);
 template <class T>

@@ -16,6 +16,36 @@ inline T select(uint8_t c, T a, T b) {
   return c != 0 ? a : b;
 }
 
+// One broadcast run with inner steps known at compile time (each 0 or 1 after coalescing),
+// so a broadcast operand is a loop-invariant value and the loop still vectorises.
+template <int kC, int kX, int kY, class T>
+void where_run(const uint8_t* c, const T* x, const T* y, T* out, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) out[i] = select(c[i * kC], x[i * kX], y[i * kY]);
+}
+
+template <class T>
+void where_run(const std::array<int64_t, 3>& step, const uint8_t* c, const T* x, const T* y, T* out,
+               int64_t n) {
+  switch (step[0] * 4 + step[1] * 2 + step[2]) {
+    case 0:
+      return where_run<0, 0, 0>(c, x, y, out, n);
+    case 1:
+      return where_run<0, 0, 1>(c, x, y, out, n);
+    case 2:
+      return where_run<0, 1, 0>(c, x, y, out, n);
+    case 3:
+      return where_run<0, 1, 1>(c, x, y, out, n);
+    case 4:
+      return where_run<1, 0, 0>(c, x, y, out, n);
+    case 5:
+      return where_run<1, 0, 1>(c, x, y, out, n);
+    case 6:
+      return where_run<1, 1, 0>(c, x, y, out, n);
+    default:
+      return where_run<1, 1, 1>(c, x, y, out, n);
+  }
+}
+
 template <class T>
 struct WhereKernel {
   static void run(const KernelContext& ctx) {
@@ -26,26 +56,15 @@ struct WhereKernel {
     const Shape& shape = ctx.out(0).shape();
     if (ctx.in(0).shape() == shape && ctx.in(1).shape() == shape && ctx.in(2).shape() == shape) {
       parallel_for(shape.numel(), kParallelGrain, [&](int64_t begin, int64_t end) {
-        for (int64_t i = begin; i < end; ++i) out[i] = select(c[i], x[i], y[i]);
+        where_run<1, 1, 1>(c + begin, x + begin, y + begin, out + begin, end - begin);
       });
       return;
     }
     for_each_broadcast_run<3>(shape, {&ctx.in(0).shape(), &ctx.in(1).shape(), &ctx.in(2).shape()},
                               [&](int64_t o, const std::array<int64_t, 3>& off,
                                   const std::array<int64_t, 3>& step, int64_t n) {
-                                const uint8_t* pc = c + off[0];
-                                const T* px = x + off[1];
-                                const T* py = y + off[2];
-                                T* po = out + o;
-                                if (step[0] == 1 && step[1] == 1 && step[2] == 1) {
-                                  for (int64_t i = 0; i < n; ++i)
-                                    po[i] = select(pc[i], px[i], py[i]);
-                                } else {
-                                  for (int64_t i = 0; i < n; ++i) {
-                                    po[i] =
-                                        select(pc[i * step[0]], px[i * step[1]], py[i * step[2]]);
-                                  }
-                                }
+                                OFL_ASSERT(step[0] <= 1 && step[1] <= 1 && step[2] <= 1);
+                                where_run(step, c + off[0], x + off[1], y + off[2], out + o, n);
                               });
   }
 };
@@ -73,9 +92,11 @@ struct MaskedFillKernel {
       });
       return;
     }
+    // x has the output's shape, so its inner step is 1; the mask's is 0 or 1.
     for_each_broadcast_run<2>(shape, {&ctx.in(0).shape(), &ctx.in(1).shape()},
                               [&](int64_t o, const std::array<int64_t, 2>& off,
                                   const std::array<int64_t, 2>& step, int64_t n) {
+                                OFL_ASSERT(step[0] == 1 && step[1] <= 1);
                                 const T* px = x + off[0];
                                 const uint8_t* pm = m + off[1];
                                 T* po = out + o;
@@ -83,11 +104,11 @@ struct MaskedFillKernel {
                                   if (*pm) {
                                     for (int64_t i = 0; i < n; ++i) po[i] = value;
                                   } else {
-                                    for (int64_t i = 0; i < n; ++i) po[i] = px[i * step[0]];
+                                    for (int64_t i = 0; i < n; ++i) po[i] = px[i];
                                   }
                                 } else {
                                   for (int64_t i = 0; i < n; ++i)
-                                    po[i] = select(pm[i * step[1]], value, px[i * step[0]]);
+                                    po[i] = select(pm[i], value, px[i]);
                                 }
                               });
   }

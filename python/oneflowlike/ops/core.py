@@ -40,7 +40,7 @@ def tensor(data, dtype=None, device=None, requires_grad=False):
             raise TypeError(f"[tensor] expected numbers or nested lists of numbers, got {data!r}")
     if dtype is not None:
         if dtype == _C.dtype.bfloat16:
-            t = _C.from_numpy(np.ascontiguousarray(array, dtype=np.float32))
+            t = _C.from_numpy(np.require(array, dtype=np.float32, requirements="C"))
             from oneflowlike.ops.creation import cast
 
             result = cast(t, dtype)
@@ -50,7 +50,7 @@ def tensor(data, dtype=None, device=None, requires_grad=False):
         array = array.astype(_numpy_dtype(dtype))
     elif array.dtype == np.uint8 or array.dtype.kind == "u":
         array = array.astype(np.int64)
-    result = _C.from_numpy(np.ascontiguousarray(array))
+    result = _C.from_numpy(np.require(array, requirements="C"))
     if requires_grad:
         result.requires_grad = True
     return result
@@ -58,7 +58,7 @@ def tensor(data, dtype=None, device=None, requires_grad=False):
 
 def from_numpy(array):
     """A tensor holding a copy of a numpy array (same dtype)."""
-    return _C.from_numpy(np.ascontiguousarray(array))
+    return _C.from_numpy(np.require(array, requirements="C"))
 
 
 def is_tensor(obj):

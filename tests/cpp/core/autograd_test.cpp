@@ -1,6 +1,7 @@
+#include "oneflowlike/autograd.h"
+
 #include <gtest/gtest.h>
 
-#include "oneflowlike/autograd.h"
 #include "oneflowlike/ops/elementwise.h"
 #include "oneflowlike/ops/reduce.h"
 #include "tests/cpp/ops/test_util.h"
@@ -63,6 +64,13 @@ TEST(Autograd, NonScalarRootNeedsAGradient) {
   backward({y}, {make_tensor({1, 10}, Shape{2})});
   EXPECT_EQ(values_of(x.grad()), (std::vector<double>{2, 40}));
   EXPECT_THROW(backward({make_tensor({1}, Shape{1})}, {}), Error);  // does not require grad
+  try {
+    backward({y}, {make_tensor({1, 10}, Shape{2}, DataType::kFloat64)});
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kTypeError);
+    EXPECT_NE(std::string(e.what()).find("output's dtype"), std::string::npos);
+  }
 }
 
 TEST(Autograd, IntegerTensorsCannotRequireGrad) {

@@ -1,8 +1,9 @@
+#include "oneflowlike/dtype.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
 
-#include "oneflowlike/dtype.h"
 #include "oneflowlike/common/error.h"
 
 namespace ofl {

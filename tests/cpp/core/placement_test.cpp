@@ -1,7 +1,8 @@
+#include "oneflowlike/placement.h"
+
 #include <gtest/gtest.h>
 
 #include "oneflowlike/common/error.h"
-#include "oneflowlike/placement.h"
 
 namespace ofl {
 namespace {
@@ -20,15 +21,15 @@ TEST(Placement, ParsesOneAndTwoDimensionalRankArrays) {
 }
 
 TEST(Placement, PrintsWhatItParses) {
-  for (const char* text : {"cpu, [0, 1, 2]", "cpu, [[0, 1], [2, 3]]", "cuda, [[[0, 1]], [[2, 3]]]",
-                           "cpu, [7]"}) {
+  for (const char* text :
+       {"cpu, [0, 1, 2]", "cpu, [[0, 1], [2, 3]]", "cuda, [[[0, 1]], [[2, 3]]]", "cpu, [7]"}) {
     EXPECT_EQ(Placement::parse(text).to_string(), text);
   }
 }
 
 TEST(Placement, RejectsRaggedDuplicateAndNegativeRanks) {
-  for (const char* text : {"cpu, [[0, 1], [2]]", "cpu, [0, 0]", "cpu, [-1]", "cpu, []",
-                           "cpu [0]", "npu, [0]", "cpu, [0, 1"}) {
+  for (const char* text : {"cpu, [[0, 1], [2]]", "cpu, [0, 0]", "cpu, [-1]", "cpu, []", "cpu [0]",
+                           "npu, [0]", "cpu, [0, 1"}) {
     try {
       Placement::parse(text);
       ADD_FAILURE() << "accepted " << text;

@@ -1,7 +1,8 @@
+#include "oneflowlike/sbp.h"
+
 #include <gtest/gtest.h>
 
 #include "oneflowlike/common/error.h"
-#include "oneflowlike/sbp.h"
 
 namespace ofl {
 namespace {
@@ -28,10 +29,12 @@ TEST(Sbp, BalancedRangesGiveTheFirstPiecesOneMore) {
 // Exhaustive over small cases: the pieces of every split tile the logical tensor exactly once,
 // sizes differ by at most one with larger pieces first, and B/P pieces are whole.
 TEST(Sbp, PhysicalRegionsTileTheLogicalTensorForAllSmallCases) {
-  const std::vector<Placement> placements = {
-      Placement::parse("cpu, [0]"), Placement::parse("cpu, [0, 1]"),
-      Placement::parse("cpu, [0, 1, 2]"), Placement::parse("cpu, [0, 1, 2, 3]"),
-      Placement::parse("cpu, [[0, 1], [2, 3]]"), Placement::parse("cpu, [[0, 1, 2], [3, 4, 5]]")};
+  const std::vector<Placement> placements = {Placement::parse("cpu, [0]"),
+                                             Placement::parse("cpu, [0, 1]"),
+                                             Placement::parse("cpu, [0, 1, 2]"),
+                                             Placement::parse("cpu, [0, 1, 2, 3]"),
+                                             Placement::parse("cpu, [[0, 1], [2, 3]]"),
+                                             Placement::parse("cpu, [[0, 1, 2], [3, 4, 5]]")};
   const std::vector<Sbp> one_d = {S(0), S(1), B(), P()};
   for (const Placement& placement : placements) {
     std::vector<NdSbp> all = {{}};
@@ -67,8 +70,8 @@ TEST(Sbp, PhysicalRegionsTileTheLogicalTensorForAllSmallCases) {
             }
           }
           for (int h : held) {
-            ASSERT_EQ(h, replicas) << placement.to_string() << " " << nd_sbp_to_string(nd)
-                                   << " " << logical.to_string();
+            ASSERT_EQ(h, replicas) << placement.to_string() << " " << nd_sbp_to_string(nd) << " "
+                                   << logical.to_string();
           }
         }
       }

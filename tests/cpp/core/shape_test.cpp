@@ -1,7 +1,8 @@
+#include "oneflowlike/shape.h"
+
 #include <gtest/gtest.h>
 
 #include "oneflowlike/common/error.h"
-#include "oneflowlike/shape.h"
 #include "oneflowlike/tensor.h"
 
 namespace ofl {

@@ -1,7 +1,8 @@
+#include "oneflowlike/ops/creation.h"
+
 #include <gtest/gtest.h>
 
 #include "oneflowlike/op.h"
-#include "oneflowlike/ops/creation.h"
 #include "tests/cpp/ops/test_util.h"
 
 namespace ofl {
@@ -15,7 +16,8 @@ using testing::values_of;
 TEST(Creation, FillAndArange) {
   EXPECT_EQ(values_of(functional::fill(Shape{2, 2}, DataType::kInt32, 7)),
             (std::vector<double>{7, 7, 7, 7}));
-  EXPECT_EQ(values_of(functional::arange(0, 5, 2, DataType::kInt64)), (std::vector<double>{0, 2, 4}));
+  EXPECT_EQ(values_of(functional::arange(0, 5, 2, DataType::kInt64)),
+            (std::vector<double>{0, 2, 4}));
   EXPECT_EQ(values_of(functional::arange(1, 0, -0.25, DataType::kFloat32)),
             (std::vector<double>{1, 0.75, 0.5, 0.25}));
   EXPECT_THROW(functional::arange(0, 1, 0, DataType::kFloat32), Error);
@@ -46,10 +48,12 @@ TEST(Cast, ConvertsBetweenAllTypesAndRoundTripsHalves) {
     EXPECT_EQ(values_of(functional::cast(h, DataType::kFloat64)), values_of(x));
   }
   EXPECT_TRUE(functional::cast(x, DataType::kFloat32).shares_storage_with(x));
-  expect_gradients_match([](const std::vector<Tensor>& v) {
-    return std::vector<Tensor>{functional::cast(functional::cast(v[0], DataType::kFloat32),
-                                                DataType::kFloat64)};
-  }, {random_tensor(Shape{3}, DataType::kFloat64, 1)}, 1e-2, 1e-4);
+  expect_gradients_match(
+      [](const std::vector<Tensor>& v) {
+        return std::vector<Tensor>{
+            functional::cast(functional::cast(v[0], DataType::kFloat32), DataType::kFloat64)};
+      },
+      {random_tensor(Shape{3}, DataType::kFloat64, 1)}, 1e-2, 1e-4);
 }
 
 }  // namespace

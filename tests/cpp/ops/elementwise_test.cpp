@@ -1,7 +1,8 @@
+#include "oneflowlike/ops/elementwise.h"
+
 #include <gtest/gtest.h>
 
 #include "oneflowlike/op.h"
-#include "oneflowlike/ops/elementwise.h"
 #include "tests/cpp/ops/test_util.h"
 
 namespace ofl {
@@ -40,17 +41,22 @@ std::vector<double> reference_binary(const Tensor& a, const Tensor& b, const Sha
 
 TEST(Elementwise, BroadcastingMatchesTheReferenceForManyShapePairs) {
   const std::vector<std::pair<Shape, Shape>> cases = {
-      {Shape{3, 4}, Shape{3, 4}}, {Shape{3, 4}, Shape{4}},     {Shape{3, 1}, Shape{1, 4}},
-      {Shape{2, 3, 4}, Shape{3, 1}}, {Shape{}, Shape{2, 2}}, {Shape{5, 1, 3}, Shape{1, 4, 1}},
+      {Shape{3, 4}, Shape{3, 4}},    {Shape{3, 4}, Shape{4}},
+      {Shape{3, 1}, Shape{1, 4}},    {Shape{2, 3, 4}, Shape{3, 1}},
+      {Shape{}, Shape{2, 2}},        {Shape{5, 1, 3}, Shape{1, 4, 1}},
       {Shape{200, 300}, Shape{300}}, {Shape{64, 1}, Shape{64, 700}}};
   for (const auto& [sa, sb] : cases) {
     Tensor a = random_tensor(sa, DataType::kFloat32, 1);
     Tensor b = random_tensor(sb, DataType::kFloat32, 2, 0.5, 2.0);
     const Shape out = broadcast_shapes(sa, sb, "t");
-    expect_close(functional::add(a, b), reference_binary(a, b, out, [](double x, double y) { return x + y; }), out);
-    expect_close(functional::sub(a, b), reference_binary(a, b, out, [](double x, double y) { return x - y; }), out);
-    expect_close(functional::mul(a, b), reference_binary(a, b, out, [](double x, double y) { return x * y; }), out);
-    expect_close(functional::div(a, b), reference_binary(a, b, out, [](double x, double y) { return x / y; }), out);
+    expect_close(functional::add(a, b),
+                 reference_binary(a, b, out, [](double x, double y) { return x + y; }), out);
+    expect_close(functional::sub(a, b),
+                 reference_binary(a, b, out, [](double x, double y) { return x - y; }), out);
+    expect_close(functional::mul(a, b),
+                 reference_binary(a, b, out, [](double x, double y) { return x * y; }), out);
+    expect_close(functional::div(a, b),
+                 reference_binary(a, b, out, [](double x, double y) { return x / y; }), out);
   }
 }
 
@@ -77,12 +83,12 @@ TEST(Elementwise, GradientsMatchFiniteDifferencesWithBroadcasting) {
   Tensor b = random_tensor(Shape{3}, DataType::kFloat64, 4, 0.5, 1.5);
   Tensor c = random_tensor(Shape{2, 1}, DataType::kFloat64, 5, 0.5, 1.5);
   using Fn = Tensor (*)(const Tensor&, const Tensor&);
-  for (Fn fn : {Fn(&functional::add), Fn(&functional::sub), Fn(&functional::mul),
-                Fn(&functional::div)}) {
-    expect_gradients_match([&](const std::vector<Tensor>& x) { return std::vector<Tensor>{fn(x[0], x[1])}; },
-                           {a, b});
-    expect_gradients_match([&](const std::vector<Tensor>& x) { return std::vector<Tensor>{fn(x[0], x[1])}; },
-                           {c, b});
+  for (Fn fn :
+       {Fn(&functional::add), Fn(&functional::sub), Fn(&functional::mul), Fn(&functional::div)}) {
+    expect_gradients_match(
+        [&](const std::vector<Tensor>& x) { return std::vector<Tensor>{fn(x[0], x[1])}; }, {a, b});
+    expect_gradients_match(
+        [&](const std::vector<Tensor>& x) { return std::vector<Tensor>{fn(x[0], x[1])}; }, {c, b});
   }
 }
 
@@ -104,8 +110,8 @@ TEST(Elementwise, SbpSignaturesSplitBroadcastAxesAsB) {
   const auto sigs = (*op.get<FSbpSignatures>())(InferContext(op, AnyParams(), in));
   std::vector<std::string> got;
   for (const auto& s : sigs) got.push_back(s.to_string());
-  EXPECT_EQ(got, (std::vector<std::string>{"S(0) x B -> S(0)", "S(1) x S(0) -> S(1)",
-                                           "B x B -> B", "P x B -> P", "B x P -> P"}));
+  EXPECT_EQ(got, (std::vector<std::string>{"S(0) x B -> S(0)", "S(1) x S(0) -> S(1)", "B x B -> B",
+                                           "P x B -> P", "B x P -> P"}));
   const OpSchema& add = OpRegistry::global().find("add");
   const auto add_sigs = (*add.get<FSbpSignatures>())(InferContext(add, AnyParams(), in));
   EXPECT_EQ(add_sigs.back().to_string(), "P x P -> P");

@@ -1,10 +1,11 @@
+#include "oneflowlike/ops/reduce.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
 
 #include "oneflowlike/autograd.h"
 #include "oneflowlike/op.h"
-#include "oneflowlike/ops/reduce.h"
 #include "tests/cpp/ops/test_util.h"
 
 namespace ofl {
@@ -54,7 +55,8 @@ TEST(Reduce, EveryAxisSubsetMatchesTheReference) {
       }
       if (axes.empty()) continue;
       const Shape keep(keep_dims);
-      expect_close(functional::reduce_sum(x, axes, true), reference(x, red, Kind::kSum), keep, 1e-5, 1e-4);
+      expect_close(functional::reduce_sum(x, axes, true), reference(x, red, Kind::kSum), keep, 1e-5,
+                   1e-4);
       expect_close(functional::reduce_mean(x, axes, true), reference(x, red, Kind::kMean), keep);
       expect_close(functional::reduce_max(x, axes, true), reference(x, red, Kind::kMax), keep);
     }
@@ -74,11 +76,13 @@ TEST(Reduce, GradientsMatchFiniteDifferences) {
   Tensor x = random_tensor(Shape{3, 4, 2}, DataType::kFloat64, 12);
   for (const std::vector<int64_t>& axes : std::vector<std::vector<int64_t>>{{1}, {0, 2}, {}}) {
     for (bool keep : {false, true}) {
-      expect_gradients_match([&](const std::vector<Tensor>& v) {
-        return std::vector<Tensor>{functional::reduce_sum(v[0], axes, keep),
-                                   functional::reduce_mean(v[0], axes, keep),
-                                   functional::reduce_max(v[0], axes, keep)};
-      }, {x});
+      expect_gradients_match(
+          [&](const std::vector<Tensor>& v) {
+            return std::vector<Tensor>{functional::reduce_sum(v[0], axes, keep),
+                                       functional::reduce_mean(v[0], axes, keep),
+                                       functional::reduce_max(v[0], axes, keep)};
+          },
+          {x});
     }
   }
 }

@@ -1,7 +1,8 @@
+#include "oneflowlike/ops/reshape.h"
+
 #include <gtest/gtest.h>
 
 #include "oneflowlike/op.h"
-#include "oneflowlike/ops/reshape.h"
 #include "tests/cpp/ops/test_util.h"
 
 namespace ofl {
@@ -40,10 +41,12 @@ TEST(Expand, BroadcastsAndSumsBack) {
   EXPECT_EQ(values_of(y), (std::vector<double>{1, 1, 2, 2, 3, 3, 1, 1, 2, 2, 3, 3}));
   EXPECT_EQ(functional::expand(x, Shape{-1, 4}).shape(), (Shape{3, 4}));
   EXPECT_THROW(functional::expand(x, Shape{4, 4}), Error);
-  expect_gradients_match([](const std::vector<Tensor>& v) {
-    return std::vector<Tensor>{functional::expand(v[0], Shape{2, 3, 4}),
-                               functional::reshape(v[0], Shape{1, 3})};
-  }, {random_tensor(Shape{3, 1}, DataType::kFloat64, 2)});
+  expect_gradients_match(
+      [](const std::vector<Tensor>& v) {
+        return std::vector<Tensor>{functional::expand(v[0], Shape{2, 3, 4}),
+                                   functional::reshape(v[0], Shape{1, 3})};
+      },
+      {random_tensor(Shape{3, 1}, DataType::kFloat64, 2)});
 }
 
 TEST(Reshape, SplitsMapWhereTheFlatBufferIsCutAlike) {

@@ -115,8 +115,8 @@ void expect_gradients_match(const std::function<std::vector<Tensor>(const std::v
       double* pm = minus[k].data<double>();
       pp[i] += eps;
       pm[i] -= eps;
-      const double numeric = (weighted_sum(f(plus), weights) - weighted_sum(f(minus), weights)) /
-                             (2 * eps);
+      const double numeric =
+          (weighted_sum(f(plus), weights) - weighted_sum(f(minus), weights)) / (2 * eps);
       EXPECT_NEAR(analytic[i], numeric, tol * std::max(1.0, std::abs(numeric)))
           << "input " << k << " element " << i;
     }
