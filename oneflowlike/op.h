@@ -186,8 +186,22 @@ class OpSchema {
   OpSchema& params() {
     params_type_ = typeid(P);
     params_name_ = P::kParamsName;
+    write_params_ = [](const AnyParams& params, ParamsWriter& w) {
+      detail::for_each_field(params.as<P>(), [&](std::string_view name, const auto& v) { w.write(name, v); });
+    };
+    read_params_ = [](ParamsReader& r) -> AnyParams {
+      P p;
+      detail::for_each_field(p, [&](std::string_view name, auto& v) { r.read(name, &v); });
+      return p;
+    };
     return *this;
   }
+  /// Serialises params of this op's type field by field.
+  void write_params(const AnyParams& params, ParamsWriter& writer) const {
+    write_params_(params, writer);
+  }
+  /// Builds this op's params struct from fields (absent fields keep their defaults).
+  AnyParams read_params(ParamsReader& reader) const { return read_params_(reader); }
   template <class Attr>
   OpSchema& set(typename Attr::type value) {
     attrs_[typeid(Attr)] = std::move(value);
@@ -230,6 +244,11 @@ class OpSchema {
   bool variadic_outputs_ = false;
   std::type_index params_type_ = typeid(NoParams);
   std::string_view params_name_ = NoParams::kParamsName;
+  std::function<void(const AnyParams&, ParamsWriter&)> write_params_ = [](const AnyParams&,
+                                                                          ParamsWriter&) {};
+  std::function<AnyParams(ParamsReader&)> read_params_ = [](ParamsReader&) {
+    return AnyParams(NoParams{});
+  };
   std::unordered_map<std::type_index, std::any> attrs_;
   std::array<std::array<KernelFn, kNumDataTypes>, kNumDeviceTypes> kernels_{};
 };

@@ -61,24 +61,33 @@ void hash_field(size_t* h, const T& v) {
   }
 }
 
-template <class P>
-std::string params_to_string(const P& p) {
-  std::string s;
-  std::string_view names = P::kFieldNames;
+/// Calls fn(name, value) for every field of a params struct, in declaration order.
+template <class P, class F>
+void for_each_field(P& p, F&& fn) {
+  std::string_view names = std::remove_const_t<P>::kFieldNames;
   std::apply(
-      [&](const auto&... field) {
-        [[maybe_unused]] auto one = [&](const auto& v) {
+      [&](auto&... field) {
+        [[maybe_unused]] auto one = [&](auto& v) {
           const size_t comma = names.find(',');
           std::string_view name = names.substr(0, comma);
           while (!name.empty() && name.front() == ' ') name.remove_prefix(1);
+          while (!name.empty() && name.back() == ' ') name.remove_suffix(1);
           names = comma == std::string_view::npos ? std::string_view() : names.substr(comma + 1);
-          if (!s.empty()) s += ", ";
-          s += std::string(name) + "=";
-          print_value(&s, v);
+          fn(name, v);
         };
         (one(field), ...);
       },
       p.fields());
+}
+
+template <class P>
+std::string params_to_string(const P& p) {
+  std::string s;
+  for_each_field(p, [&](std::string_view name, const auto& v) {
+    if (!s.empty()) s += ", ";
+    s += std::string(name) + "=";
+    print_value(&s, v);
+  });
   return s;
 }
 
@@ -114,6 +123,39 @@ class TypedParamsHolder final : public ParamsHolder {
 };
 
 }  // namespace detail
+
+/// Reads and writes params fields by name; the protobuf implementation lives in
+/// proto_convert.cpp, so this header stays free of generated code.
+class ParamsWriter {
+ public:
+  virtual ~ParamsWriter() = default;
+  virtual void write(std::string_view name, bool v) = 0;
+  virtual void write(std::string_view name, int64_t v) = 0;
+  virtual void write(std::string_view name, double v) = 0;
+  virtual void write(std::string_view name, const std::string& v) = 0;
+  virtual void write(std::string_view name, DataType v) = 0;
+  virtual void write(std::string_view name, const Shape& v) = 0;
+  virtual void write(std::string_view name, const std::vector<int64_t>& v) = 0;
+  void write(std::string_view name, int v) { write(name, static_cast<int64_t>(v)); }
+};
+
+class ParamsReader {
+ public:
+  virtual ~ParamsReader() = default;
+  // Each leaves the value unchanged when the field is absent (the struct's default stays).
+  virtual void read(std::string_view name, bool* v) = 0;
+  virtual void read(std::string_view name, int64_t* v) = 0;
+  virtual void read(std::string_view name, double* v) = 0;
+  virtual void read(std::string_view name, std::string* v) = 0;
+  virtual void read(std::string_view name, DataType* v) = 0;
+  virtual void read(std::string_view name, Shape* v) = 0;
+  virtual void read(std::string_view name, std::vector<int64_t>* v) = 0;
+  void read(std::string_view name, int* v) {
+    int64_t x = *v;
+    read(name, &x);
+    *v = static_cast<int>(x);
+  }
+};
 
 /// Parameters with no fields.
 struct NoParams {

@@ -1,0 +1,98 @@
+#include "compiler/builder.h"
+
+#include "oneflowlike/proto/job.pb.h"
+
+namespace ofl::compiler {
+
+GraphBuilder::GraphBuilder(std::string job_name) : placement_(DeviceType::kCPU, {0}) {
+  graph_.name = std::move(job_name);
+}
+
+namespace {
+
+NdSbp or_broadcast(const NdSbp& sbp, const Placement& placement) {
+  return sbp.empty() ? NdSbp(placement.hierarchy().ndim(), B()) : sbp;
+}
+
+}  // namespace
+
+int GraphBuilder::input(const std::string& name, const Shape& shape, DataType dtype,
+                        const NdSbp& sbp) {
+  LogicalOp op;
+  op.name = name;
+  op.kind = OpKind::kInput;
+  op.placement = placement_;
+  op.stage = stage_;
+  op.location = location_;
+  op.output_sbp_hints = {or_broadcast(sbp, placement_)};
+  check_nd_sbp(shape, op.output_sbp_hints[0], placement_, name);
+  const int index = graph_.add_op(std::move(op), 1, {name});
+  graph_.tensor(graph_.op(index).outputs[0]).meta = TensorMeta{shape, dtype};
+  return graph_.op(index).outputs[0];
+}
+
+int GraphBuilder::variable(const std::string& name, const Shape& shape, const Initializer& init,
+                           const NdSbp& sbp, bool trainable, DataType dtype) {
+  LogicalOp op;
+  op.name = name;
+  op.kind = OpKind::kVariable;
+  op.placement = placement_;
+  op.stage = stage_;
+  op.location = location_;
+  op.initializer = init;
+  op.trainable = trainable;
+  op.output_sbp_hints = {or_broadcast(sbp, placement_)};
+  check_nd_sbp(shape, op.output_sbp_hints[0], placement_, name);
+  const int index = graph_.add_op(std::move(op), 1, {name});
+  graph_.tensor(graph_.op(index).outputs[0]).meta = TensorMeta{shape, dtype};
+  return graph_.op(index).outputs[0];
+}
+
+std::vector<int> GraphBuilder::op(const std::string& type, const AnyParams& params,
+                                  const std::vector<int>& inputs, const std::string& name,
+                                  const std::vector<NdSbp>& output_sbp_hints) {
+  LogicalOp op;
+  op.schema = &OpRegistry::global().find(type);
+  op.name = name.empty() ? graph_.unique_name(type) : name;
+  op.params = params;
+  op.inputs = inputs;
+  op.placement = placement_;
+  op.stage = stage_;
+  op.location = location_;
+  op.output_sbp_hints = output_sbp_hints;
+  std::vector<TensorMeta> in;
+  for (int t : inputs) {
+    OFL_CHECK_INDEX(t >= 0 && t < graph_.num_tensors(), op.describe(), " input index ", t,
+                    " is not a tensor of this graph.");
+    in.push_back(graph_.tensor(t).meta);
+  }
+  std::vector<TensorMeta> out;
+  try {
+    out = op.schema->infer(params, in);
+  } catch (const Error& e) {
+    throw Error(e.code(), str_cat(e.what(), " ", op.describe()));
+  }
+  for (size_t k = 0; k < output_sbp_hints.size() && k < out.size(); ++k) {
+    if (!output_sbp_hints[k].empty()) {
+      check_nd_sbp(out[k].shape, output_sbp_hints[k], placement_, op.name);
+    }
+  }
+  const int index = graph_.add_op(std::move(op), static_cast<int>(out.size()));
+  std::vector<int> outputs = graph_.op(index).outputs;
+  for (size_t k = 0; k < out.size(); ++k) graph_.tensor(outputs[k]).meta = out[k];
+  return outputs;
+}
+
+int GraphBuilder::op1(const std::string& type, const AnyParams& params,
+                      const std::vector<int>& inputs, const std::string& name,
+                      const NdSbp& output_sbp_hint) {
+  std::vector<NdSbp> hints;
+  if (!output_sbp_hint.empty()) hints.push_back(output_sbp_hint);
+  const std::vector<int> out = op(type, params, inputs, name, hints);
+  OFL_CHECK(out.size() == 1, "[", type, "] has ", out.size(), " outputs; use op() for it.");
+  return out[0];
+}
+
+void GraphBuilder::to_job(proto::JobProto* job) const { graph_to_job(graph_, job); }
+
+}  // namespace ofl::compiler

@@ -1,0 +1,154 @@
+#pragma once
+// The compiler's in-memory logical graph. A JobProto is read into a Graph, passes rewrite it,
+// and physical expansion turns it into a PlanProto. Tensors and ops are addressed by index;
+// indices stay valid while passes append (they never delete in place: dead-code elimination
+// builds a new graph).
+
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "oneflowlike/op.h"
+#include "oneflowlike/placement.h"
+#include "oneflowlike/sbp.h"
+
+namespace ofl::proto {
+class JobProto;
+}
+
+namespace ofl::compiler {
+
+/// One N-d SBP per input and per output: how an op runs on its placement.
+struct NdSbpSignature {
+  std::vector<NdSbp> inputs;
+  std::vector<NdSbp> outputs;
+  std::string to_string() const;
+};
+
+struct LogicalTensor {
+  std::string name;
+  TensorMeta meta;       // filled by shape inference
+  int producer = -1;     // op index
+  int producer_output = 0;
+  NdSbp sbp;             // the producer's output SBP, filled by SBP inference
+};
+
+enum class OpKind { kCompute, kInput, kVariable, kBoxing };
+
+/// How a variable gets its first value.
+struct Initializer {
+  enum class Kind { kZeros, kOnes, kConstant, kNormal, kUniform };
+  Kind kind = Kind::kZeros;
+  double a = 0;  // constant value, normal mean, uniform low
+  double b = 1;  // normal std, uniform high
+  int64_t seed = 0;
+};
+
+/// A boxing op turns one (placement, nd_sbp) of a tensor into another. It is inserted by the
+/// boxing pass and expanded into slice/send/recv/add steps per rank.
+struct BoxingSpec {
+  Placement in_placement;
+  NdSbp in_sbp;
+  Placement out_placement;
+  NdSbp out_sbp;
+};
+
+/// Where an op came from, for statistics and the plan summary.
+enum class OpRole { kForward, kBackward, kOptimizer, kBoxing };
+
+struct LogicalOp {
+  std::string name;
+  OpKind kind = OpKind::kCompute;
+  const OpSchema* schema = nullptr;  // kCompute
+  AnyParams params;
+  std::vector<int> inputs;   // tensor indices
+  std::vector<int> outputs;  // tensor indices
+  Placement placement;
+  std::vector<NdSbp> output_sbp_hints;  // per output; empty = no hint
+  std::string location;                 // the user's source line
+  int stage = 0;
+  OpRole role = OpRole::kForward;
+  Initializer initializer;  // kVariable
+  bool trainable = false;   // kVariable
+  BoxingSpec boxing;        // kBoxing
+  NdSbpSignature signature;  // filled by SBP inference
+  std::string sbp_reason;    // why the signature was chosen (SBP inference)
+
+  /// "[op 'fc1.matmul' (matmul) at model.py:12]" for error messages.
+  std::string describe() const;
+};
+
+struct OptimizerConfig {
+  enum class Kind { kNone, kSgd, kAdam, kAdamW };
+  Kind kind = Kind::kNone;
+  double lr = 0.01;
+  double momentum = 0;
+  double dampening = 0;
+  double weight_decay = 0;
+  bool nesterov = false;
+  double beta1 = 0.9;
+  double beta2 = 0.999;
+  double epsilon = 1e-8;
+  double clip_grad_max_norm = 0;  // 0: no clipping
+};
+
+struct TrainConfig {
+  int loss = -1;  // tensor index; -1 for inference
+  OptimizerConfig optimizer;
+  int gradient_accumulation_steps = 1;
+  int zero_stage = 0;
+  double loss_scale = 1;
+};
+
+class Graph {
+ public:
+  std::string name = "job";
+
+  int add_tensor(const std::string& name, const TensorMeta& meta = {});
+  /// Appends an op and creates its output tensors named "<op>/out<i>" (or `output_names`).
+  int add_op(LogicalOp op, int num_outputs, const std::vector<std::string>& output_names = {});
+
+  LogicalOp& op(int i) { return ops_[i]; }
+  const LogicalOp& op(int i) const { return ops_[i]; }
+  LogicalTensor& tensor(int i) { return tensors_[i]; }
+  const LogicalTensor& tensor(int i) const { return tensors_[i]; }
+  int num_ops() const { return static_cast<int>(ops_.size()); }
+  int num_tensors() const { return static_cast<int>(tensors_.size()); }
+  /// Tensor index by name; raises NotFound naming the tensor.
+  int tensor_index(const std::string& name) const;
+  std::optional<int> find_tensor(const std::string& name) const;
+  /// Makes a name unique in the graph by appending a counter.
+  std::string unique_name(const std::string& base);
+
+  /// Consumers (op indices) of every tensor, recomputed on each call.
+  std::vector<std::vector<int>> consumers() const;
+  /// Op indices with every producer before its consumers; raises on a cycle naming its ops.
+  std::vector<int> topological_order() const;
+  /// The union of all placements' ranks, sorted.
+  std::vector<int64_t> all_ranks() const;
+
+  std::vector<int> fetches;  // tensor indices handed back each iteration
+  TrainConfig train;
+  /// Variable op index -> its gradient tensor (filled by autograd).
+  std::map<int, int> variable_grads;
+
+ private:
+  std::vector<LogicalOp> ops_;
+  std::vector<LogicalTensor> tensors_;
+  std::map<std::string, int> tensor_by_name_;
+  std::map<std::string, int> name_counts_;
+};
+
+/// Reads a JobProto (ops in any order, joined by tensor names); raises on unknown op types,
+/// missing inputs or duplicate names, naming the op.
+Graph graph_from_job(const proto::JobProto& job);
+/// Writes the graph back as a JobProto (with inferred shapes and chosen SBP as hints).
+void graph_to_job(const Graph& graph, proto::JobProto* job);
+
+/// A readable listing: one line per op with inputs, outputs, shapes, placement and SBP.
+std::string graph_to_text(const Graph& graph);
+/// Graphviz dot of the graph.
+std::string graph_to_dot(const Graph& graph);
+
+}  // namespace ofl::compiler

@@ -1,0 +1,46 @@
+#pragma once
+// Passes and the pass manager. Each pass declares the graph properties it needs and provides
+// ("shapes", "gradients", "sbp", ...); the manager checks the order before running anything
+// and can dump the graph after any pass (text and Graphviz dot).
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "compiler/graph.h"
+
+namespace ofl::compiler {
+
+struct CompileOptions {
+  /// Pass names after which to dump the graph ("all" for every pass).
+  std::vector<std::string> dump_after;
+  /// Where dumps go ("<dir>/<index>_<pass>.txt" and ".dot").
+  std::string dump_dir = ".";
+  /// Record, for every op, the cost of each SBP candidate (LogicalOp::sbp_reason).
+  bool explain_sbp = false;
+  /// Per-rank memory limit in bytes for the static check (0: none).
+  int64_t memory_limit_bytes = 0;
+};
+
+class Pass {
+ public:
+  virtual ~Pass() = default;
+  virtual std::string name() const = 0;
+  virtual std::vector<std::string> needs() const { return {}; }
+  virtual std::vector<std::string> provides() const { return {}; }
+  virtual void run(Graph& graph, const CompileOptions& options) = 0;
+};
+
+class PassManager {
+ public:
+  void add(std::unique_ptr<Pass> pass) { passes_.push_back(std::move(pass)); }
+  /// Raises Internal when a pass needs a property no earlier pass provides.
+  void check_order() const;
+  void run(Graph& graph, const CompileOptions& options) const;
+  std::vector<std::string> pass_names() const;
+
+ private:
+  std::vector<std::unique_ptr<Pass>> passes_;
+};
+
+}  // namespace ofl::compiler

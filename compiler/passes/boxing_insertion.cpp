@@ -1,0 +1,69 @@
+// Boxing insertion: wherever a compute op needs an input in another (placement, SBP) than its
+// producer gives, a boxing op converts it. One boxing op serves every consumer that needs the
+// same conversion of the same tensor.
+
+#include <map>
+#include <tuple>
+
+#include "compiler/passes/passes.h"
+
+namespace ofl::compiler {
+
+namespace {
+
+class BoxingInsertionPass final : public Pass {
+ public:
+  std::string name() const override { return "boxing_insertion"; }
+  std::vector<std::string> needs() const override { return {"sbp"}; }
+  std::vector<std::string> provides() const override { return {"boxing"}; }
+
+  void run(Graph& graph, const CompileOptions&) override {
+    // (tensor, placement text, sbp text) -> the boxed tensor
+    std::map<std::tuple<int, std::string, std::string>, int> boxed;
+    const int num_ops = graph.num_ops();
+    for (int i = 0; i < num_ops; ++i) {
+      if (graph.op(i).kind != OpKind::kCompute) continue;
+      for (size_t k = 0; k < graph.op(i).inputs.size(); ++k) {
+        const int t = graph.op(i).inputs[k];
+        const Placement to_placement = graph.op(i).placement;  // copies: insert() grows the graph
+        const NdSbp to = graph.op(i).signature.inputs[k];
+        const LogicalOp& producer = graph.op(graph.tensor(t).producer);
+        if (producer.placement == to_placement && graph.tensor(t).sbp == to) continue;
+        const auto key = std::make_tuple(t, to_placement.to_string(), nd_sbp_to_string(to));
+        auto it = boxed.find(key);
+        if (it == boxed.end()) it = boxed.emplace(key, insert(graph, t, to_placement, to)).first;
+        graph.op(i).inputs[k] = it->second;
+      }
+    }
+  }
+
+ private:
+  static int insert(Graph& graph, int t, const Placement& to_placement, const NdSbp& to) {
+    const LogicalTensor in = graph.tensor(t);  // copies: add_op grows the graph
+    const LogicalOp& producer = graph.op(in.producer);
+    LogicalOp op;
+    op.kind = OpKind::kBoxing;
+    op.role = OpRole::kBoxing;
+    op.name = graph.unique_name(str_cat(in.name, ".boxing"));
+    op.inputs = {t};
+    op.placement = to_placement;
+    op.stage = producer.stage;
+    op.location = producer.location;
+    op.boxing = BoxingSpec{producer.placement, in.sbp, to_placement, to};
+    op.signature = NdSbpSignature{{in.sbp}, {to}};
+    const TensorMeta meta = in.meta;
+    const int index = graph.add_op(std::move(op), 1, {graph.unique_name(str_cat(in.name, "@", nd_sbp_to_string(to)))});
+    const int out = graph.op(index).outputs[0];
+    graph.tensor(out).meta = meta;
+    graph.tensor(out).sbp = to;
+    return out;
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<Pass> make_boxing_insertion_pass() {
+  return std::make_unique<BoxingInsertionPass>();
+}
+
+}  // namespace ofl::compiler

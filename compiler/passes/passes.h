@@ -1,0 +1,30 @@
+#pragma once
+// The logical passes, in the order compile() runs them. Each lives in its own file.
+
+#include <memory>
+
+#include "compiler/pass_manager.h"
+
+namespace ofl::compiler {
+
+/// Runs meta inference on every op (needs nothing; provides "shapes"). Errors name the op, its
+/// source line, the inputs and their shapes.
+std::unique_ptr<Pass> make_shape_inference_pass();
+/// Backward ops from each op's FGradient, from the loss to every trainable variable (needs
+/// "shapes"; provides "gradients"). Fills Graph::variable_grads.
+std::unique_ptr<Pass> make_autograd_pass();
+/// Gradient clipping, optimizer state variables and update ops (needs "gradients"; provides
+/// "optimizer").
+std::unique_ptr<Pass> make_optimizer_pass();
+/// Chooses an N-d SBP signature for every op by cost (needs "shapes"; provides "sbp").
+std::unique_ptr<Pass> make_sbp_inference_pass();
+/// Estimated bytes moved per iteration to turn a tensor's (placement, SBP) into another: the
+/// cost SBP inference minimises.
+double boxing_cost(const TensorMeta& meta, const Placement& from_placement, const NdSbp& from,
+                   const Placement& to_placement, const NdSbp& to);
+
+/// Inserts a boxing op wherever a consumer needs another (placement, SBP) than its producer
+/// gives (needs "sbp"; provides "boxing").
+std::unique_ptr<Pass> make_boxing_insertion_pass();
+
+}  // namespace ofl::compiler

@@ -1,0 +1,244 @@
+// SBP signature inference. Ops are visited in topological order; each offers its 1-d
+// signatures (FSbpSignatures), the N-d candidates are their products over the placement's
+// hierarchy, and the candidate that moves the fewest bytes to get its inputs from their
+// producers wins (greedy, as OneFlow's default). User hints on outputs are obeyed.
+
+#include <algorithm>
+#include <limits>
+
+#include "compiler/passes/passes.h"
+
+namespace ofl::compiler {
+
+namespace {
+
+double tensor_bytes(const TensorMeta& m) {
+  return static_cast<double>(m.shape.numel()) * static_cast<double>(dtype_size(m.dtype));
+}
+
+// Bytes one hierarchy dimension of n ranks moves in total to turn `from` into `to` for a tensor
+// of `bytes` (the part this dimension sees), with the decompositions the boxing expansion uses.
+double one_dim_cost(const Sbp& from, const Sbp& to, int64_t n, double bytes) {
+  if (from == to || n == 1) return 0;
+  const double k = static_cast<double>(n);
+  if (from.is_broadcast()) return 0;  // B -> S is a local slice; B -> P keeps one copy
+  if (from.is_partial_sum()) {
+    if (to.is_broadcast()) return 2 * (k - 1) * bytes;  // ring all-reduce
+    return (k - 1) * bytes;                             // reduce-scatter (or reduce to P)
+  }
+  // from is a split
+  if (to.is_broadcast()) return (k - 1) * bytes;  // all-gather
+  return (k - 1) / k * bytes;                     // all-to-all, or gather for S -> P
+}
+
+int64_t split_factor(const NdSbp& sbp, const Placement& placement, size_t except) {
+  int64_t f = 1;
+  for (size_t d = 0; d < sbp.size(); ++d) {
+    if (d != except && sbp[d].is_split()) f *= placement.hierarchy()[static_cast<int>(d)];
+  }
+  return f;
+}
+
+}  // namespace
+
+/// Estimated bytes moved per iteration to turn (from_placement, from) into (to_placement, to).
+double boxing_cost(const TensorMeta& meta, const Placement& from_placement, const NdSbp& from,
+                   const Placement& to_placement, const NdSbp& to) {
+  const double bytes = tensor_bytes(meta);
+  if (from_placement != to_placement) {
+    // Every destination receives its region; partial sources each send theirs.
+    double replicas = 1, partials = 1;
+    for (size_t d = 0; d < to.size(); ++d) {
+      if (!to[d].is_split()) replicas *= static_cast<double>(to_placement.hierarchy()[d]);
+    }
+    for (size_t d = 0; d < from.size(); ++d) {
+      if (from[d].is_partial_sum()) partials *= static_cast<double>(from_placement.hierarchy()[d]);
+    }
+    return bytes * replicas * partials;
+  }
+  double cost = 0;
+  for (size_t d = 0; d < from.size(); ++d) {
+    if (from[d] == to[d]) continue;
+    const int64_t n = from_placement.hierarchy()[static_cast<int>(d)];
+    const int64_t groups = from_placement.num_ranks() / n;
+    // The other dimensions' splits shrink what each group moves.
+    const double part = bytes / static_cast<double>(std::max(split_factor(from, from_placement, d),
+                                                             split_factor(to, to_placement, d)));
+    cost += static_cast<double>(groups) * one_dim_cost(from[d], to[d], n, part);
+  }
+  return cost;
+}
+
+namespace {
+
+// All N-d products of the 1-d signatures.
+std::vector<NdSbpSignature> nd_candidates(const std::vector<SbpSignature>& one_d, int ndim) {
+  std::vector<NdSbpSignature> out;
+  if (one_d.empty()) return out;
+  const size_t inputs = one_d[0].inputs.size(), outputs = one_d[0].outputs.size();
+  std::vector<size_t> idx(ndim, 0);
+  for (;;) {
+    NdSbpSignature s;
+    s.inputs.assign(inputs, NdSbp(ndim));
+    s.outputs.assign(outputs, NdSbp(ndim));
+    for (int d = 0; d < ndim; ++d) {
+      const SbpSignature& sig = one_d[idx[d]];
+      for (size_t i = 0; i < inputs; ++i) s.inputs[i][d] = sig.inputs[i];
+      for (size_t i = 0; i < outputs; ++i) s.outputs[i][d] = sig.outputs[i];
+    }
+    out.push_back(std::move(s));
+    int d = ndim - 1;
+    while (d >= 0 && ++idx[d] == one_d.size()) idx[d--] = 0;
+    if (d < 0) break;
+  }
+  return out;
+}
+
+bool nd_sbp_fits(const NdSbp& sbp, const Shape& shape) {
+  for (const Sbp& s : sbp) {
+    if (s.is_split() && (s.axis < 0 || s.axis >= shape.ndim())) return false;
+  }
+  return true;
+}
+
+// A view (reshape) maps S(i) to S(j) by where the flat buffer is cut. When the two axes differ
+// in extent, that cut agrees only if each split extent divides evenly among its parts.
+bool view_split_is_even(const Graph& graph, const LogicalOp& op, const NdSbpSignature& cand) {
+  const Shape& x = graph.tensor(op.inputs[0]).meta.shape;
+  const Shape& y = graph.tensor(op.outputs[0]).meta.shape;
+  const NdSbp& in = cand.inputs[0];
+  const NdSbp& out = cand.outputs[0];
+  for (size_t d = 0; d < in.size(); ++d) {
+    if (!in[d].is_split() || !out[d].is_split()) continue;
+    if (x[in[d].axis] == y[out[d].axis]) continue;
+    int64_t parts_in = 1, parts_out = 1;
+    for (size_t e = 0; e < in.size(); ++e) {
+      const int64_t n = op.placement.hierarchy()[static_cast<int>(e)];
+      if (in[e].is_split() && in[e].axis == in[d].axis) parts_in *= n;
+      if (out[e].is_split() && out[e].axis == out[d].axis) parts_out *= n;
+    }
+    if (x[in[d].axis] % parts_in != 0 || y[out[d].axis] % parts_out != 0) return false;
+  }
+  return true;
+}
+
+class SbpInferencePass final : public Pass {
+ public:
+  std::string name() const override { return "sbp_inference"; }
+  std::vector<std::string> needs() const override { return {"shapes"}; }
+  std::vector<std::string> provides() const override { return {"sbp"}; }
+
+  void run(Graph& graph, const CompileOptions& options) override {
+    for (int i : graph.topological_order()) {
+      LogicalOp& op = graph.op(i);
+      const int ndim = op.placement.hierarchy().ndim();
+      if (op.kind == OpKind::kInput || op.kind == OpKind::kVariable) {
+        NdSbp sbp = !op.output_sbp_hints.empty() && !op.output_sbp_hints[0].empty()
+                        ? op.output_sbp_hints[0]
+                        : NdSbp(ndim, B());
+        OFL_CHECK(op.kind != OpKind::kInput ||
+                      std::none_of(sbp.begin(), sbp.end(), [](const Sbp& s) { return s.is_partial_sum(); }),
+                  op.describe(), " an input cannot be partial-sum (P): the caller feeds whole "
+                  "values. However, got ", nd_sbp_to_string(sbp), ".");
+        op.signature = NdSbpSignature{{}, {sbp}};
+        graph.tensor(op.outputs[0]).sbp = sbp;
+        continue;
+      }
+      if (op.kind != OpKind::kCompute) continue;
+      choose(graph, op, ndim, options);
+      for (size_t k = 0; k < op.outputs.size(); ++k) {
+        graph.tensor(op.outputs[k]).sbp = op.signature.outputs[k];
+      }
+    }
+  }
+
+ private:
+  void choose(Graph& graph, LogicalOp& op, int ndim, const CompileOptions& options) {
+    std::vector<TensorMeta> in;
+    for (int t : op.inputs) in.push_back(graph.tensor(t).meta);
+    InferContext ctx(*op.schema, op.params, in);
+    const SbpSignaturesFn* fn = op.schema->get<FSbpSignatures>();
+    OFL_CHECK_CODE(fn != nullptr, ErrorCode::kUnimplemented, op.describe(),
+                   " has no SBP signatures, so it cannot run on a placement.");
+    std::vector<NdSbpSignature> candidates = nd_candidates((*fn)(ctx), ndim);
+    const std::vector<int>* mutated = op.schema->get<TMutatedInputs>();
+
+    struct Scored {
+      double cost;
+      int boxings;
+      size_t order;
+    };
+    std::vector<std::pair<Scored, const NdSbpSignature*>> scored;
+    for (size_t c = 0; c < candidates.size(); ++c) {
+      const NdSbpSignature& cand = candidates[c];
+      bool ok = true;
+      for (size_t k = 0; k < op.output_sbp_hints.size() && ok; ++k) {
+        ok = op.output_sbp_hints[k].empty() || op.output_sbp_hints[k] == cand.outputs[k];
+      }
+      for (size_t k = 0; k < cand.outputs.size() && ok; ++k) {
+        ok = nd_sbp_fits(cand.outputs[k], graph.tensor(op.outputs[k]).meta.shape);
+      }
+      if (ok && op.schema->has<TViewOfInput>()) ok = view_split_is_even(graph, op, cand);
+      double cost = 0;
+      int boxings = 0;
+      for (size_t k = 0; k < op.inputs.size() && ok; ++k) {
+        const LogicalTensor& t = graph.tensor(op.inputs[k]);
+        const LogicalOp& producer = graph.op(t.producer);
+        const bool same = producer.placement == op.placement && t.sbp == cand.inputs[k];
+        if (mutated && std::count(mutated->begin(), mutated->end(), static_cast<int>(k)) && !same) {
+          ok = false;  // an op writing a tensor in place must get it as it is, not a copy
+          break;
+        }
+        if (!same) {
+          ++boxings;
+          cost += boxing_cost(t.meta, producer.placement, t.sbp, op.placement, cand.inputs[k]);
+        }
+      }
+      if (ok) scored.push_back({{cost, boxings, c}, &cand});
+    }
+    OFL_CHECK(!scored.empty(), op.describe(), " has no SBP signature that fits its hints and "
+              "inputs on placement ", op.placement.to_string(), ". Inputs: ",
+              describe_inputs(graph, op), hints_text(op), ".");
+    std::stable_sort(scored.begin(), scored.end(), [](const auto& a, const auto& b) {
+      if (a.first.cost != b.first.cost) return a.first.cost < b.first.cost;
+      if (a.first.boxings != b.first.boxings) return a.first.boxings < b.first.boxings;
+      return a.first.order < b.first.order;
+    });
+    op.signature = *scored.front().second;
+    if (options.explain_sbp) {
+      std::string why = str_cat("chose ", op.signature.to_string(), " (", scored.front().first.cost,
+                                " bytes of boxing); candidates:");
+      for (size_t c = 0; c < scored.size() && c < 8; ++c) {
+        why += str_cat(" [", scored[c].second->to_string(), ": ", scored[c].first.cost, " bytes, ",
+                       scored[c].first.boxings, " boxing]");
+      }
+      op.sbp_reason = why;
+    }
+  }
+
+  static std::string describe_inputs(const Graph& graph, const LogicalOp& op) {
+    std::string s;
+    for (size_t k = 0; k < op.inputs.size(); ++k) {
+      const LogicalTensor& t = graph.tensor(op.inputs[k]);
+      s += str_cat(k ? ", " : "", t.name, " ", t.meta.shape.to_string(), " ",
+                   nd_sbp_to_string(t.sbp), " on ", graph.op(t.producer).placement.to_string());
+    }
+    return s;
+  }
+
+  static std::string hints_text(const LogicalOp& op) {
+    std::string s;
+    for (size_t k = 0; k < op.output_sbp_hints.size(); ++k) {
+      if (!op.output_sbp_hints[k].empty()) {
+        s += str_cat("; hint for output ", k, ": ", nd_sbp_to_string(op.output_sbp_hints[k]));
+      }
+    }
+    return s;
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<Pass> make_sbp_inference_pass() { return std::make_unique<SbpInferencePass>(); }
+
+}  // namespace ofl::compiler
