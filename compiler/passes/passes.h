@@ -16,6 +16,10 @@ std::unique_ptr<Pass> make_autograd_pass();
 /// Gradient clipping, optimizer state variables and update ops (needs "gradients"; provides
 /// "optimizer").
 std::unique_ptr<Pass> make_optimizer_pass();
+/// Removes ops that no fetch, loss or in-place update depends on (needs "shapes").
+std::unique_ptr<Pass> make_dead_code_elimination_pass();
+/// Merges compute ops with equal type, params, inputs and placement (needs "shapes").
+std::unique_ptr<Pass> make_common_subexpression_elimination_pass();
 /// Chooses an N-d SBP signature for every op by cost (needs "shapes"; provides "sbp").
 std::unique_ptr<Pass> make_sbp_inference_pass();
 /// Estimated bytes moved per iteration to turn a tensor's (placement, SBP) into another: the

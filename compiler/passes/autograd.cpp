@@ -1,0 +1,234 @@
+// Autograd on the logical graph: backward ops from each op's FGradient, from the loss back to
+// every trainable variable. FGradient is the same function eager autograd calls (Note [One
+// gradient] in oneflowlike/autograd.h); here GradBuilder's values are tensor indices and apply()
+// appends ops to the graph instead of running kernels.
+//
+// Only ops on a path from a trainable variable to the loss are differentiated, and only through
+// floating tensors (an integer or bool tensor carries no gradient, as in eager mode). A tensor
+// with several consumers on the path gets one gradient per consumer, summed by "add" ops when its
+// producer's gradient is built.
+
+#include <map>
+
+#include "compiler/passes/passes.h"
+#include "oneflowlike/ops/creation.h"
+#include "oneflowlike/ops/scalar.h"
+
+namespace ofl::compiler {
+
+namespace {
+
+// Where the backward ops of one forward op go: its placement, stage, source line and name.
+struct BackwardSite {
+  std::string name;
+  Placement placement;
+  int stage = 0;
+  std::string location;
+
+  static BackwardSite of(const LogicalOp& op) {
+    return BackwardSite{op.name, op.placement, op.stage, op.location};
+  }
+};
+
+// Appends compute op `type` for `site` and returns its outputs (metas inferred at once, so a
+// gradient that builds a bad op fails here, naming the forward op it differentiates).
+std::vector<int> append_backward_op(Graph& graph, const BackwardSite& site, std::string_view type,
+                                    AnyParams params, std::vector<int> inputs) {
+  LogicalOp op;
+  op.schema = &OpRegistry::global().find(type);
+  op.name = graph.unique_name(str_cat(site.name, ".grad/", type));
+  op.params = std::move(params);
+  op.inputs = std::move(inputs);
+  op.placement = site.placement;
+  op.stage = site.stage;
+  op.location = site.location;
+  op.role = OpRole::kBackward;
+  std::vector<TensorMeta> in;
+  for (int t : op.inputs) in.push_back(graph.tensor(t).meta);
+  std::vector<TensorMeta> out;
+  try {
+    out = op.schema->infer(op.params, in);
+  } catch (const Error& e) {
+    throw Error(e.code(),
+                str_cat(e.what(), " ", op.describe(), " (the gradient of '", site.name, "')"));
+  }
+  const int index = graph.add_op(std::move(op), static_cast<int>(out.size()));
+  std::vector<int> outputs = graph.op(index).outputs;
+  for (size_t k = 0; k < out.size(); ++k) graph.tensor(outputs[k]).meta = out[k];
+  return outputs;
+}
+
+// Gradient contributions per forward tensor, summed on demand.
+class GradientTable {
+ public:
+  void add(int tensor, int grad) { contributions_[tensor].push_back(grad); }
+
+  // The sum of the contributions to `tensor` (built with "add" ops at `site`), or kNone.
+  int sum(Graph& graph, int tensor, const BackwardSite& site) {
+    auto it = contributions_.find(tensor);
+    if (it == contributions_.end() || it->second.empty()) return GradBuilder::kNone;
+    std::vector<int>& grads = it->second;
+    int total = grads[0];
+    for (size_t k = 1; k < grads.size(); ++k) {
+      total = append_backward_op(graph, site, "add", NoParams{}, {total, grads[k]}).at(0);
+    }
+    grads = {total};  // later calls reuse the sum
+    return total;
+  }
+
+ private:
+  std::map<int, std::vector<int>> contributions_;
+};
+
+// GradBuilder over the graph for one forward op: Value is a tensor index.
+class GraphGradBuilder final : public GradBuilder {
+ public:
+  GraphGradBuilder(Graph& graph, int op_index, const std::vector<bool>& requires_grad,
+                   GradientTable& table)
+      : graph_(graph),
+        op_index_(op_index),
+        site_(BackwardSite::of(graph.op(op_index))),
+        params_(graph.op(op_index).params),
+        inputs_(graph.op(op_index).inputs),
+        outputs_(graph.op(op_index).outputs),
+        requires_grad_(requires_grad),
+        table_(table) {
+    // Sum every output's gradient before FGradient runs, so that calling output_grad(i) twice
+    // emits one sum.
+    for (int t : outputs_) output_grads_.push_back(table_.sum(graph_, t, site_));
+  }
+
+  const AnyParams& any_params() const override { return params_; }
+  int num_inputs() const override { return static_cast<int>(inputs_.size()); }
+  int num_outputs() const override { return static_cast<int>(outputs_.size()); }
+  Value input(int i) override { return inputs_.at(i); }
+  Value output(int i) override { return outputs_.at(i); }
+  Value output_grad(int i) override { return output_grads_.at(i); }
+  bool needs_input_grad(int i) const override { return requires_grad_[inputs_.at(i)]; }
+  void set_input_grad(int i, Value grad) override {
+    if (grad == kNone || !needs_input_grad(i)) return;
+    const TensorMeta expected = graph_.tensor(inputs_[i]).meta;
+    const TensorMeta actual = graph_.tensor(grad).meta;
+    OFL_ASSERT(actual == expected)
+        << graph_.op(op_index_).describe() << " gradient of input " << i << " is "
+        << actual.shape.to_string() << " " << dtype_name(actual.dtype) << ", expected "
+        << expected.shape.to_string() << " " << dtype_name(expected.dtype);
+    table_.add(inputs_[i], grad);
+  }
+  TensorMeta meta(Value v) const override { return graph_.tensor(v).meta; }
+  std::vector<Value> apply(std::string_view op, AnyParams params,
+                           std::vector<Value> inputs) override {
+    return append_backward_op(graph_, site_, op, std::move(params), std::move(inputs));
+  }
+
+ private:
+  Graph& graph_;
+  int op_index_;
+  BackwardSite site_;
+  AnyParams params_;
+  std::vector<int> inputs_;
+  std::vector<int> outputs_;
+  std::vector<int> output_grads_;
+  const std::vector<bool>& requires_grad_;
+  GradientTable& table_;
+};
+
+class AutogradPass final : public Pass {
+ public:
+  std::string name() const override { return "autograd"; }
+  std::vector<std::string> needs() const override { return {"shapes"}; }
+  std::vector<std::string> provides() const override { return {"gradients"}; }
+
+  void run(Graph& graph, const CompileOptions&) override {
+    const int loss = graph.train.loss;
+    if (loss < 0) return;
+    const LogicalTensor loss_tensor = graph.tensor(loss);  // a copy: appending ops moves tensors
+    OFL_CHECK_TYPE(is_floating(loss_tensor.meta.dtype),
+                   "[autograd] the loss must be a floating-point tensor. However, got '",
+                   loss_tensor.name, "' ", loss_tensor.meta.shape.to_string(), " ",
+                   dtype_name(loss_tensor.meta.dtype), ".");
+    OFL_CHECK(loss_tensor.meta.shape.numel() == 1,
+              "[autograd] the loss must have one element (reduce it first, e.g. with "
+              "reduce_mean). However, got '",
+              loss_tensor.name, "' of shape ", loss_tensor.meta.shape.to_string(), ".");
+
+    const std::vector<int> order = graph.topological_order();
+    const int num_forward_tensors = graph.num_tensors();
+
+    // Forward: which tensors depend on a trainable variable through floating tensors.
+    std::vector<bool> requires_grad(num_forward_tensors, false);
+    for (int i : order) {
+      const LogicalOp& op = graph.op(i);
+      bool any = op.kind == OpKind::kVariable && op.trainable;
+      if (op.kind == OpKind::kCompute) {
+        for (int t : op.inputs) any = any || requires_grad[t];
+      }
+      for (int t : op.outputs) requires_grad[t] = any && is_floating(graph.tensor(t).meta.dtype);
+    }
+    // Backward: which of those the loss depends on.
+    std::vector<bool> reaches_loss(num_forward_tensors, false);
+    reaches_loss[loss] = requires_grad[loss];
+    std::vector<int> on_path;  // reverse topological order
+    for (auto it = order.rbegin(); it != order.rend(); ++it) {
+      const LogicalOp& op = graph.op(*it);
+      if (op.kind != OpKind::kCompute) continue;
+      bool feeds_loss = false;
+      for (int t : op.outputs) feeds_loss = feeds_loss || reaches_loss[t];
+      if (!feeds_loss) continue;
+      on_path.push_back(*it);
+      for (int t : op.inputs) reaches_loss[t] = reaches_loss[t] || requires_grad[t];
+    }
+    // Gradients only flow into tensors that lead to the loss.
+    for (int t = 0; t < num_forward_tensors; ++t) requires_grad[t] = reaches_loss[t];
+    if (!reaches_loss[loss]) return;  // no trainable variable affects the loss
+
+    for (int i : on_path) {
+      const LogicalOp& op = graph.op(i);
+      OFL_CHECK(op.schema->has<FGradient>(),
+                "[autograd] every op between a trainable variable and the loss must be "
+                "differentiable. However, got ",
+                op.describe(), ", which is not differentiable (op type '", op.schema->name(),
+                "' has no gradient), on the path to the loss '", loss_tensor.name, "'.");
+    }
+
+    GradientTable table;
+    // Seed: d(loss) = loss_scale, on the loss producer's placement.
+    {
+      const BackwardSite site = BackwardSite::of(graph.op(graph.tensor(loss).producer));
+      const TensorMeta m = graph.tensor(loss).meta;
+      table.add(loss, append_backward_op(graph, site, "fill",
+                                         FillParams{m.shape, m.dtype, graph.train.loss_scale}, {})
+                          .at(0));
+    }
+    for (int i : on_path) {
+      GraphGradBuilder builder(graph, i, requires_grad, table);
+      (*graph.op(i).schema->get<FGradient>())(builder);
+    }
+
+    for (int i : order) {
+      const LogicalOp& var = graph.op(i);
+      if (var.kind != OpKind::kVariable || !var.trainable) continue;
+      const int t = var.outputs.at(0);
+      if (!reaches_loss[t]) continue;
+      const BackwardSite site = BackwardSite::of(var);
+      int grad = table.sum(graph, t, site);
+      // A gradient function may emit nothing for an input (e.g. when only outputs it ignores
+      // lead to the loss); as in eager mode the variable then has no gradient and no update.
+      if (grad == GradBuilder::kNone) continue;
+      // Loss scaling hook: the backward ran on loss * loss_scale (the seed); the update must
+      // see the true gradient.
+      if (graph.train.loss_scale != 1) {
+        grad = append_backward_op(graph, site, "scalar_mul",
+                                  ScalarParams{1.0 / graph.train.loss_scale}, {grad})
+                   .at(0);
+      }
+      graph.variable_grads[i] = grad;
+    }
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<Pass> make_autograd_pass() { return std::make_unique<AutogradPass>(); }
+
+}  // namespace ofl::compiler

@@ -1,0 +1,250 @@
+// Optimizer ops on the logical graph: gradient clipping by global norm, the optimizer's state
+// variables and one in-place update op per trainable variable (sgd_update, adam_update).
+//
+// The learning rate and the step count are graph INPUTS ("lr", "step"), fed by the runtime every
+// iteration, so that a schedule changes values and not the plan. There is one pair per distinct
+// (placement, dtype) of the trainable variables, named "lr", "lr@1", ... in the order of the
+// variables, because the update op reads them on its own placement and in its param's dtype.
+//
+// Everything here works on LOGICAL tensors, so a gradient split across ranks (or living on
+// another stage) needs no special case: SBP inference and boxing turn, e.g., the reduce_sum of a
+// split gradient into a partial sum and all-reduce it before the square root.
+//
+// Note [Compiled SGD first step]: torch.optim.SGD sets the momentum buffer to d_p on the first
+// step and to momentum * buffer + (1 - dampening) * d_p afterwards; eager flow.optim.SGD gets
+// this by passing dampening = 0 on the first step (Note [SGD first step] in
+// oneflowlike/ops/optimizer.h). A compiled plan runs the SAME op every step, so with
+// dampening != 0 its first step leaves the buffer at (1 - dampening) * d_p instead of d_p. With
+// the default dampening = 0 both agree exactly. Fixing it needs an op that reads `step` (or a
+// first-step variant of the plan).
+
+#include "oneflowlike/ops/optimizer.h"
+
+#include <utility>
+
+#include "compiler/passes/passes.h"
+#include "oneflowlike/ops/creation.h"
+#include "oneflowlike/ops/reduce.h"
+#include "oneflowlike/ops/scalar.h"
+
+namespace ofl::compiler {
+
+namespace {
+
+// Where an optimizer op goes: placement, stage and source line.
+struct Site {
+  Placement placement;
+  int stage = 0;
+  std::string location;
+
+  static Site of(const LogicalOp& op) { return Site{op.placement, op.stage, op.location}; }
+};
+
+// Appends compute op `type` named `base` (made unique) with role kOptimizer; returns its outputs.
+std::vector<int> append_op(Graph& graph, const Site& site, const std::string& base,
+                           std::string_view type, AnyParams params, std::vector<int> inputs) {
+  LogicalOp op;
+  op.schema = &OpRegistry::global().find(type);
+  op.name = graph.unique_name(base);
+  op.params = std::move(params);
+  op.inputs = std::move(inputs);
+  op.placement = site.placement;
+  op.stage = site.stage;
+  op.location = site.location;
+  op.role = OpRole::kOptimizer;
+  std::vector<TensorMeta> in;
+  for (int t : op.inputs) in.push_back(graph.tensor(t).meta);
+  std::vector<TensorMeta> out;
+  try {
+    out = op.schema->infer(op.params, in);
+  } catch (const Error& e) {
+    throw Error(e.code(), str_cat(e.what(), " ", op.describe()));
+  }
+  const int index = graph.add_op(std::move(op), static_cast<int>(out.size()));
+  std::vector<int> outputs = graph.op(index).outputs;
+  for (size_t k = 0; k < out.size(); ++k) graph.tensor(outputs[k]).meta = out[k];
+  return outputs;
+}
+
+int append_op1(Graph& graph, const Site& site, const std::string& base, std::string_view type,
+               AnyParams params, std::vector<int> inputs) {
+  return append_op(graph, site, base, type, std::move(params), std::move(inputs)).at(0);
+}
+
+// Appends an input or variable op whose one output tensor has the op's name.
+int append_source(Graph& graph, LogicalOp op, const TensorMeta& meta) {
+  OFL_CHECK(!graph.find_tensor(op.name).has_value(), "[optimizer] the name '", op.name,
+            "' is reserved for an optimizer ", op.kind == OpKind::kInput ? "input" : "state",
+            " tensor. However, got a tensor of that name in the graph already.");
+  const std::string name = op.name;
+  const int index = graph.add_op(std::move(op), 1, {name});
+  const int t = graph.op(index).outputs[0];
+  graph.tensor(t).meta = meta;
+  return t;
+}
+
+// A zero-initialised, non-trainable variable shaped and laid out like `var` (optimizer state).
+int append_state(Graph& graph, int var_op, const std::string& suffix) {
+  const LogicalOp& var = graph.op(var_op);
+  LogicalOp state;
+  state.name = var.name + suffix;
+  state.kind = OpKind::kVariable;
+  state.placement = var.placement;
+  state.stage = var.stage;
+  state.location = var.location;
+  state.output_sbp_hints = var.output_sbp_hints;
+  state.initializer = Initializer{};  // zeros
+  state.trainable = false;
+  state.role = OpRole::kOptimizer;
+  const TensorMeta meta = graph.tensor(var.outputs.at(0)).meta;
+  return append_source(graph, std::move(state), meta);
+}
+
+int cast_to(Graph& graph, const Site& site, const std::string& base, int t, DataType dtype) {
+  if (graph.tensor(t).meta.dtype == dtype) return t;
+  return append_op1(graph, site, base, "cast", CastParams{dtype}, {t});
+}
+
+struct Update {
+  int var_op;
+  int grad;  // tensor
+};
+
+// torch.nn.utils.clip_grad_norm_ over all gradients:
+//   total = sqrt(sum_g sum(g * g)),  g *= where(total > max_norm, max_norm / (total + 1e-6), 1).
+// Each sum(g * g) runs where g lives (a scalar crosses placements, not the gradient); the total
+// and the coefficient run on the first variable's placement.
+void clip_by_global_norm(Graph& graph, double max_norm, std::vector<Update>& updates) {
+  const Site norm_site = Site::of(graph.op(updates[0].var_op));
+  const DataType dtype = graph.tensor(updates[0].grad).meta.dtype;
+  int total_sq = -1;
+  for (const Update& u : updates) {
+    const Site site = Site::of(graph.op(u.var_op));
+    const std::string base = graph.op(u.var_op).name + ".clip";
+    const int sq = append_op1(graph, site, base + "/square", "mul", NoParams{}, {u.grad, u.grad});
+    int sum_sq = append_op1(graph, site, base + "/sum_sq", "reduce_sum",
+                            ReduceParams{/*axes=*/{}, /*keepdims=*/false}, {sq});  // ()
+    sum_sq = cast_to(graph, site, base + "/cast", sum_sq, dtype);
+    total_sq = total_sq < 0 ? sum_sq
+                            : append_op1(graph, norm_site, "clip_grad_norm/add", "add", NoParams{},
+                                         {total_sq, sum_sq});
+  }
+  const int total =
+      append_op1(graph, norm_site, "clip_grad_norm/sqrt", "sqrt", NoParams{}, {total_sq});
+  const int limit = append_op1(graph, norm_site, "clip_grad_norm/max_norm", "fill",
+                               FillParams{Shape{}, dtype, max_norm}, {});
+  const int one = append_op1(graph, norm_site, "clip_grad_norm/one", "fill",
+                             FillParams{Shape{}, dtype, 1.0}, {});
+  const int over =
+      append_op1(graph, norm_site, "clip_grad_norm/greater", "greater", NoParams{}, {total, limit});
+  const int denominator = append_op1(graph, norm_site, "clip_grad_norm/add_eps", "scalar_add",
+                                     ScalarParams{1e-6}, {total});
+  const int ratio =
+      append_op1(graph, norm_site, "clip_grad_norm/div", "div", NoParams{}, {limit, denominator});
+  const int coefficient = append_op1(graph, norm_site, "clip_grad_norm/coefficient", "where",
+                                     NoParams{}, {over, ratio, one});  // ()
+  for (Update& u : updates) {
+    const Site site = Site::of(graph.op(u.var_op));
+    const std::string base = graph.op(u.var_op).name + ".clip";
+    const int c =
+        cast_to(graph, site, base + "/cast", coefficient, graph.tensor(u.grad).meta.dtype);
+    u.grad = append_op1(graph, site, base + "/mul", "mul", NoParams{}, {u.grad, c});
+  }
+}
+
+// The lr and step inputs, one pair per (placement, dtype) of the trainable variables.
+class HyperParameterInputs {
+ public:
+  HyperParameterInputs(Graph& graph, bool with_step) : graph_(graph), with_step_(with_step) {}
+
+  // {lr, step} tensors for `var_op` (step is -1 without Adam).
+  std::pair<int, int> for_variable(int var_op) {
+    const LogicalOp& var = graph_.op(var_op);
+    const DataType dtype = graph_.tensor(var.outputs.at(0)).meta.dtype;
+    for (const Entry& e : entries_) {
+      if (e.placement == var.placement && e.dtype == dtype) return {e.lr, e.step};
+    }
+    const Placement placement = var.placement;
+    const int stage = var.stage;
+    const std::string suffix = entries_.empty() ? "" : str_cat("@", entries_.size());
+    Entry e{placement, dtype, make_input("lr" + suffix, placement, stage, dtype), -1};
+    if (with_step_) e.step = make_input("step" + suffix, placement, stage, dtype);
+    entries_.push_back(e);
+    return {e.lr, e.step};
+  }
+
+ private:
+  struct Entry {
+    Placement placement;
+    DataType dtype;
+    int lr;
+    int step;
+  };
+
+  int make_input(const std::string& name, const Placement& placement, int stage, DataType dtype) {
+    LogicalOp op;
+    op.name = name;
+    op.kind = OpKind::kInput;
+    op.placement = placement;
+    op.stage = stage;
+    op.role = OpRole::kOptimizer;
+    op.output_sbp_hints = {NdSbp(placement.hierarchy().ndim(), B())};
+    return append_source(graph_, std::move(op), TensorMeta{Shape{}, dtype});
+  }
+
+  Graph& graph_;
+  bool with_step_;
+  std::vector<Entry> entries_;
+};
+
+class OptimizerPass final : public Pass {
+ public:
+  std::string name() const override { return "optimizer"; }
+  std::vector<std::string> needs() const override { return {"gradients"}; }
+  std::vector<std::string> provides() const override { return {"optimizer"}; }
+
+  void run(Graph& graph, const CompileOptions&) override {
+    const OptimizerConfig config = graph.train.optimizer;
+    if (config.kind == OptimizerConfig::Kind::kNone) return;
+    std::vector<Update> updates;  // by variable op index: a deterministic order
+    for (const auto& [var_op, grad] : graph.variable_grads) {
+      if (graph.op(var_op).trainable) updates.push_back({var_op, grad});
+    }
+    if (updates.empty()) return;
+    // Graph::variable_grads keeps the unclipped gradients; only the updates read clipped ones.
+    if (config.clip_grad_max_norm > 0) {
+      clip_by_global_norm(graph, config.clip_grad_max_norm, updates);
+    }
+    const bool adam =
+        config.kind == OptimizerConfig::Kind::kAdam || config.kind == OptimizerConfig::Kind::kAdamW;
+    HyperParameterInputs hyper(graph, /*with_step=*/adam);
+    for (const Update& u : updates) {
+      const auto [lr, step] = hyper.for_variable(u.var_op);
+      const int param = graph.op(u.var_op).outputs.at(0);
+      const Site site = Site::of(graph.op(u.var_op));
+      const std::string var_name = graph.op(u.var_op).name;
+      if (adam) {
+        const int exp_avg = append_state(graph, u.var_op, ".exp_avg");
+        const int exp_avg_sq = append_state(graph, u.var_op, ".exp_avg_sq");
+        const AdamParams params{
+            config.beta1, config.beta2, config.epsilon, config.weight_decay,
+            /*decoupled_weight_decay=*/config.kind == OptimizerConfig::Kind::kAdamW};
+        append_op(graph, site, var_name + ".adam_update", "adam_update", params,
+                  {param, u.grad, exp_avg, exp_avg_sq, lr, step});
+      } else {
+        // See Note [Compiled SGD first step] for dampening != 0.
+        const int momentum = append_state(graph, u.var_op, ".momentum");
+        const SgdParams params{config.momentum, config.dampening, config.weight_decay,
+                               config.nesterov};
+        append_op(graph, site, var_name + ".sgd_update", "sgd_update", params,
+                  {param, u.grad, momentum, lr});
+      }
+    }
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<Pass> make_optimizer_pass() { return std::make_unique<OptimizerPass>(); }
+
+}  // namespace ofl::compiler

@@ -1,0 +1,63 @@
+#pragma once
+// Boxing decomposition: one logical boxing op becomes per-rank steps (SLICE, SEND/RECV, ADD,
+// CONCAT, ZEROS, COPY), each its own task so the actor runtime can pipeline them and overlap
+// communication with compute.
+//
+// Note [Boxing decompositions]
+// When the placement stays and the SBP changes in one hierarchy dimension k, the ranks that
+// share every other coordinate form a group of n = hierarchy[k] members that run a collective
+// on their local tensors:
+//   P -> B      ring all-reduce: a reduce-scatter then an all-gather, n - 1 steps each, over
+//               n balanced chunks of one axis; per step and rank a SLICE/SEND/RECV/ADD.
+//   P -> S(i)   ring reduce-scatter, the chunks being the S(i) pieces.
+//   S(i) -> B   ring all-gather, then a CONCAT.
+//   B -> S(i)   a local SLICE (no traffic).
+//   B -> P      a COPY on coordinate 0 and ZEROS elsewhere.
+// A split of axis i in dimension k is only a chunk of the group's tensor when no later
+// dimension splits axis i again (splits nest in hierarchy order); otherwise, and for every
+// other conversion (S(i) -> S(j), other placements), the generic decomposition runs: each
+// destination takes the pieces of the sources that overlap its region (one replica each,
+// preferring its own rank), sums partial-sum pieces and concatenates the regions.
+// Several changed dimensions of one placement are converted one dimension at a time when some
+// order makes every step a collective above.
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "compiler/graph.h"
+#include "compiler/physical/expansion.h"
+
+namespace ofl::compiler::physical {
+
+/// How one boxing step is decomposed (Note [Boxing decompositions]).
+enum class BoxingKind {
+  kIdentity,            // nothing moves: the output registers are the input registers
+  kAllReduce,           // P -> B
+  kReduceScatter,       // P -> S(i)
+  kAllGather,           // S(i) -> B
+  kLocalSlice,          // B -> S(i)
+  kBroadcastToPartial,  // B -> P
+  kGeneric,             // slice, send/recv, add and concat per destination
+};
+
+const char* boxing_kind_name(BoxingKind kind);
+
+/// One step of a boxing decomposition: a conversion and how it is carried out.
+struct BoxingStep {
+  BoxingSpec spec;
+  BoxingKind kind = BoxingKind::kGeneric;
+};
+
+/// The steps expand_boxing emits for `spec` on a tensor of `logical_shape`.
+std::vector<BoxingStep> plan_boxing(const BoxingSpec& spec, const Shape& logical_shape);
+
+/// Adds the tasks that turn a tensor held as spec.in_sbp on spec.in_placement (register
+/// in_registers[parallel id]) into spec.out_sbp on spec.out_placement, and returns the output
+/// register of each out parallel id. `name` prefixes the task and register names and is the
+/// tasks' logical_op.
+std::vector<int64_t> expand_boxing(const BoxingSpec& spec, const TensorMeta& logical,
+                                   const std::vector<int64_t>& in_registers, PlanBuilder& builder,
+                                   const std::string& name);
+
+}  // namespace ofl::compiler::physical

@@ -1,0 +1,71 @@
+#pragma once
+// Physical expansion: the SBP-annotated, boxed logical graph becomes a PlanProto with one
+// RankPlanProto per rank. Every op becomes one task per parallel id of its placement (boxing
+// ops become the steps of boxing.h), and every task output becomes a register on the task's
+// rank. Data crosses ranks only through SEND/RECV pairs, so each rank's part is complete.
+//
+//   input x (5, 4) S(0) on [0, 1, 2]  ->  rank 0: INPUT -> reg (2, 4)
+//                                         rank 1: INPUT -> reg (2, 4)
+//                                         rank 2: INPUT -> reg (1, 4)
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "compiler/graph.h"
+#include "oneflowlike/proto/plan.pb.h"
+
+namespace ofl::compiler::physical {
+
+/// A plan under construction. It hands out task, register and transfer ids that are unique
+/// across the plan and files each task and register under its rank. Register ids and task ids
+/// are dense from 0, in creation order, so creation order is a valid sequential schedule.
+class PlanBuilder {
+ public:
+  /// One RankPlanProto per entry of `ranks` (sorted, distinct); world_size = max rank + 1.
+  explicit PlanBuilder(const std::vector<int64_t>& ranks);
+  PlanBuilder(const PlanBuilder&) = delete;
+  PlanBuilder& operator=(const PlanBuilder&) = delete;
+
+  /// Appends a task on `rank`. The pointer stays valid as long as the builder holds the plan.
+  proto::TaskProto* add_task(int64_t rank, proto::TaskProto::Kind kind, const std::string& name,
+                             int thread = 0);
+  /// A new register written by `task` on the task's rank, appended to the task's outputs.
+  int64_t add_output(proto::TaskProto* task, const std::string& name, const Shape& shape,
+                     DataType dtype, bool persistent = false);
+  /// `task` reads `register_id`: appended to the task's inputs and the register's consumers.
+  /// Both must be on the same rank (data moves between ranks only by SEND/RECV).
+  void add_input(proto::TaskProto* task, int64_t register_id);
+  int64_t new_transfer_id() { return next_transfer_id_++; }
+
+  const proto::TaskProto& task(int64_t id) const;
+  const proto::RegisterProto& register_proto(int64_t id) const;
+  int64_t register_rank(int64_t id) const;
+  Shape register_shape(int64_t id) const;
+  DataType register_dtype(int64_t id) const;
+  int64_t num_tasks() const { return static_cast<int64_t>(tasks_.size()); }
+  int64_t num_registers() const { return static_cast<int64_t>(registers_.size()); }
+
+  proto::PlanProto& plan() { return plan_; }
+  /// Hands the plan over; the builder must not be used afterwards.
+  proto::PlanProto release();
+
+ private:
+  proto::RankPlanProto& rank_plan(int64_t rank);
+
+  proto::PlanProto plan_;
+  std::map<int64_t, proto::RankPlanProto*> rank_plans_;
+  // Protobuf repeated message fields keep their elements in place, so these stay valid.
+  std::vector<proto::TaskProto*> tasks_;          // by task id
+  std::vector<proto::RegisterProto*> registers_;  // by register id
+  std::vector<int64_t> register_ranks_;           // by register id
+  int64_t next_transfer_id_ = 0;
+};
+
+/// Expands `graph` (after boxing insertion: every op has its signature, every compute op's
+/// inputs come from producers on the same placement with the SBP it consumes) into a plan.
+/// Memory blocks are left to memory planning (memory_block = -1).
+proto::PlanProto expand_to_plan(const Graph& graph);
+
+}  // namespace ofl::compiler::physical

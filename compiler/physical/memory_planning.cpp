@@ -1,0 +1,291 @@
+#include "compiler/physical/memory_planning.h"
+
+#include <algorithm>
+#include <deque>
+#include <map>
+#include <sstream>
+#include <string>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+#include "oneflowlike/common/error.h"
+#include "oneflowlike/dtype.h"
+#include "oneflowlike/proto_convert.h"
+
+// Note [Memory reuse and the chain]
+// ---------------------------------
+// Two registers may share memory only if one is dead before the other is written, and "before"
+// must hold in every execution the runtime may choose, not just in one schedule. Actors are
+// decentralized: without more edges, two independent tasks on rank r may run in either order,
+// so no lifetime would be well defined.
+//
+// We fix one order per rank: the chain, i.e. the rank's thread-0 (compute stream) tasks in plan
+// order, which is a topological order of the rank's data edges. Each chain task gets the previous
+// chain task as a control input (unless it is already a data predecessor), so within an
+// iteration the chain runs exactly in that order, and a register's lifetime is the closed
+// interval [index of its producer, index of its last consumer]. Closed intervals matter: a task's
+// input and output both live at that task and must not alias.
+//
+// Only registers entirely inside the chain are shared: thread-1 tasks (SEND/RECV) run outside
+// the chain order, so a register a SEND reads or a RECV writes could be live at any chain index.
+// Persistent registers live across iterations and registers with register_num > 1 hold several
+// iterations at once (pipelining), so neither has a lifetime inside one pass of the chain.
+//
+// Across iterations the runtime must keep the same discipline: thread 0 of a rank runs its chain
+// as a strict cycle (the last chain task of iteration i before the first of iteration i+1), which
+// is what a single compute stream does anyway. Control inputs only speak about one iteration,
+// so this wrap-around is the runtime's part of the contract.
+//
+// The control edges cannot deadlock when the plan lists tasks in an order that is a valid
+// sequential schedule of the whole plan (expansion's creation order is one): the chain order
+// agrees with it. check_acyclic verifies that anyway, with SEND -> RECV pairs as edges.
+
+namespace ofl::compiler::physical {
+namespace {
+
+int64_t align_up(int64_t value, int64_t alignment) {
+  return (value + alignment - 1) / alignment * alignment;
+}
+
+struct Lifetime {
+  int64_t begin = 0;  // chain index of the producer
+  int64_t end = 0;    // chain index of the last consumer (inclusive)
+  bool overlaps(const Lifetime& other) const { return begin <= other.end && other.begin <= end; }
+};
+
+struct Placed {
+  Lifetime lifetime;
+  int64_t offset = 0;
+  int64_t bytes = 0;
+};
+
+// Sets each chain task's control input to its chain predecessor; returns task id -> chain index.
+std::unordered_map<int64_t, int64_t> order_chain(
+    proto::RankPlanProto* rank_plan,
+    const std::unordered_map<int64_t, int64_t>& register_producer) {
+  std::unordered_map<int64_t, int64_t> chain_index;
+  proto::TaskProto* previous = nullptr;
+  for (proto::TaskProto& task : *rank_plan->mutable_tasks()) {
+    if (task.thread() != 0) continue;
+    chain_index[task.id()] = static_cast<int64_t>(chain_index.size());
+    if (previous != nullptr) {
+      bool ordered = std::find(task.control_inputs().begin(), task.control_inputs().end(),
+                               previous->id()) != task.control_inputs().end();
+      for (int64_t input : task.inputs()) {
+        auto it = register_producer.find(input);
+        if (it != register_producer.end() && it->second == previous->id()) ordered = true;
+      }
+      if (!ordered) task.add_control_inputs(previous->id());
+    }
+    previous = &task;
+  }
+  return chain_index;
+}
+
+// First-fit: the lowest aligned offset where `bytes` fits between the placed registers that are
+// alive at the same time.
+int64_t first_fit(const Lifetime& lifetime, int64_t bytes, const std::vector<Placed>& placed) {
+  std::vector<std::pair<int64_t, int64_t>> busy;  // [offset, end) of live neighbours
+  for (const Placed& other : placed) {
+    if (other.lifetime.overlaps(lifetime) && other.bytes > 0) {
+      busy.emplace_back(other.offset, other.offset + other.bytes);
+    }
+  }
+  std::sort(busy.begin(), busy.end());
+  int64_t offset = 0;
+  for (const auto& [begin, end] : busy) {
+    if (offset + bytes <= begin) break;
+    offset = std::max(offset, align_up(end, kMemoryAlignment));
+  }
+  return offset;
+}
+
+struct RankMemory {
+  int64_t block_bytes = 0;
+  int64_t unshared_bytes = 0;
+};
+
+RankMemory plan_rank(proto::RankPlanProto* rank_plan, int64_t block_id) {
+  std::unordered_map<int64_t, int64_t> register_producer;
+  for (const proto::RegisterProto& reg : rank_plan->registers()) {
+    register_producer[reg.id()] = reg.producer();
+  }
+  const std::unordered_map<int64_t, int64_t> chain_index =
+      order_chain(rank_plan, register_producer);
+
+  // Shareable registers and their lifetimes, largest first (ties by id: deterministic plans).
+  std::vector<std::pair<proto::RegisterProto*, Lifetime>> shareable;
+  RankMemory memory;
+  for (proto::RegisterProto& reg : *rank_plan->mutable_registers()) {
+    reg.set_bytes(register_slot_bytes(reg));
+    reg.set_memory_block(-1);
+    reg.set_offset(0);
+    auto producer = chain_index.find(reg.producer());
+    bool in_chain = !reg.persistent() && reg.register_num() == 1 && producer != chain_index.end();
+    Lifetime lifetime{producer == chain_index.end() ? 0 : producer->second, 0};
+    lifetime.end = lifetime.begin;
+    for (int64_t consumer : reg.consumers()) {
+      if (!in_chain) break;
+      auto it = chain_index.find(consumer);
+      if (it == chain_index.end()) {
+        in_chain = false;
+        break;
+      }
+      OFL_ASSERT(it->second >= lifetime.begin);  // the plan order is topological
+      lifetime.end = std::max(lifetime.end, it->second);
+    }
+    if (in_chain) {
+      shareable.emplace_back(&reg, lifetime);
+    } else {
+      memory.unshared_bytes += reg.bytes() * std::max(reg.register_num(), 1);
+    }
+  }
+  std::stable_sort(shareable.begin(), shareable.end(), [](const auto& a, const auto& b) {
+    if (a.first->bytes() != b.first->bytes()) return a.first->bytes() > b.first->bytes();
+    return a.first->id() < b.first->id();
+  });
+
+  std::vector<Placed> placed;
+  placed.reserve(shareable.size());
+  for (auto& [reg, lifetime] : shareable) {
+    const int64_t offset = first_fit(lifetime, reg->bytes(), placed);
+    placed.push_back({lifetime, offset, reg->bytes()});
+    reg->set_memory_block(block_id);
+    reg->set_offset(offset);
+    memory.block_bytes = std::max(memory.block_bytes, offset + reg->bytes());
+  }
+  if (!shareable.empty()) {
+    proto::MemoryBlockProto* block = rank_plan->add_memory_blocks();
+    block->set_id(block_id);
+    block->set_bytes(memory.block_bytes);
+  }
+  return memory;
+}
+
+// The plan's happens-before graph (data, control, SEND -> RECV) must be acyclic, or the control
+// edges added here (or a wrong plan order) would deadlock the runtime.
+void check_acyclic(const proto::PlanProto& plan) {
+  std::unordered_map<int64_t, const proto::TaskProto*> tasks;
+  std::unordered_map<int64_t, int64_t> register_producer;
+  std::map<int64_t, int64_t> send_of_transfer;
+  for (const proto::RankPlanProto& rank_plan : plan.ranks()) {
+    for (const proto::TaskProto& task : rank_plan.tasks()) {
+      tasks[task.id()] = &task;
+      if (task.kind() == proto::TaskProto::SEND) send_of_transfer[task.transfer_id()] = task.id();
+    }
+    for (const proto::RegisterProto& reg : rank_plan.registers()) {
+      register_producer[reg.id()] = reg.producer();
+    }
+  }
+  std::unordered_map<int64_t, std::vector<int64_t>> successors;
+  std::unordered_map<int64_t, int64_t> pending;  // unfinished predecessors
+  auto add_edge = [&](int64_t from, int64_t to) {
+    if (!tasks.count(from)) return;
+    successors[from].push_back(to);
+    ++pending[to];
+  };
+  for (const auto& [id, task] : tasks) {
+    pending.try_emplace(id, 0);
+    for (int64_t input : task->inputs()) {
+      auto it = register_producer.find(input);
+      if (it != register_producer.end()) add_edge(it->second, id);
+    }
+    for (int64_t control : task->control_inputs()) add_edge(control, id);
+    if (task->kind() == proto::TaskProto::RECV) {
+      auto it = send_of_transfer.find(task->transfer_id());
+      if (it != send_of_transfer.end()) add_edge(it->second, id);
+    }
+  }
+  std::deque<int64_t> ready;
+  for (const auto& [id, count] : pending) {
+    if (count == 0) ready.push_back(id);
+  }
+  size_t done = 0;
+  while (!ready.empty()) {
+    const int64_t id = ready.front();
+    ready.pop_front();
+    ++done;
+    for (int64_t next : successors[id]) {
+      if (--pending[next] == 0) ready.push_back(next);
+    }
+  }
+  if (done == tasks.size()) return;
+  std::vector<std::pair<int64_t, std::string>> stuck;
+  for (const auto& [id, count] : pending) {
+    if (count > 0) stuck.emplace_back(id, tasks.at(id)->name());
+  }
+  std::sort(stuck.begin(), stuck.end());
+  std::ostringstream os;
+  for (size_t i = 0; i < stuck.size() && i < 8; ++i) {
+    const proto::TaskProto& task = *tasks.at(stuck[i].first);
+    os << (i ? ", " : "") << "task " << task.id() << " '" << task.name() << "' on rank "
+       << task.rank();
+  }
+  if (stuck.size() > 8) os << ", ... (" << stuck.size() << " in all)";
+  throw_error(ErrorCode::kInternal,
+              str_cat("[memory_planning] The plan's tasks, with data, control and send/recv "
+                      "edges, must form an acyclic graph. However, got a cycle through: ",
+                      os.str(), ". HINT: the plan's task order must be a valid schedule."));
+}
+
+std::string largest_registers(const proto::RankPlanProto& rank_plan, size_t count) {
+  std::vector<const proto::RegisterProto*> registers;
+  for (const proto::RegisterProto& reg : rank_plan.registers()) registers.push_back(&reg);
+  std::stable_sort(registers.begin(), registers.end(), [](const auto* a, const auto* b) {
+    return a->bytes() * std::max(a->register_num(), 1) >
+           b->bytes() * std::max(b->register_num(), 1);
+  });
+  std::ostringstream os;
+  for (size_t i = 0; i < registers.size() && i < count; ++i) {
+    const proto::RegisterProto& reg = *registers[i];
+    os << (i ? ", " : "") << "'" << reg.name() << "' " << from_proto(reg.shape()).to_string() << " "
+       << reg.dtype() << " " << reg.bytes() << " bytes";
+    if (reg.register_num() > 1) os << " x " << reg.register_num() << " slots";
+    if (reg.persistent()) os << " (persistent)";
+  }
+  return os.str();
+}
+
+}  // namespace
+
+int64_t register_slot_bytes(const proto::RegisterProto& reg) {
+  if (reg.bytes() > 0 || reg.dtype().empty()) return reg.bytes();
+  int64_t numel = 1;
+  for (int64_t dim : reg.shape().dims()) numel *= dim;
+  return numel * static_cast<int64_t>(dtype_size(dtype_from_name(reg.dtype())));
+}
+
+void plan_memory(proto::PlanProto* plan, int64_t memory_limit_bytes) {
+  OFL_ASSERT(plan != nullptr);
+  int64_t next_block_id = 0;
+  for (proto::RankPlanProto& rank_plan : *plan->mutable_ranks()) {
+    rank_plan.clear_memory_blocks();
+    const RankMemory memory = plan_rank(&rank_plan, next_block_id);
+    if (rank_plan.memory_blocks_size() > 0) ++next_block_id;
+    int64_t without_reuse = 0;
+    for (const proto::RegisterProto& reg : rank_plan.registers()) {
+      without_reuse += reg.bytes() * std::max(reg.register_num(), 1);
+    }
+    rank_plan.set_peak_bytes(memory.block_bytes + memory.unshared_bytes);
+    rank_plan.set_bytes_without_reuse(without_reuse);
+  }
+  check_acyclic(*plan);
+
+  if (memory_limit_bytes <= 0) return;
+  std::ostringstream over;
+  int num_over = 0;
+  for (const proto::RankPlanProto& rank_plan : plan->ranks()) {
+    if (rank_plan.peak_bytes() <= memory_limit_bytes) continue;
+    over << (num_over++ ? "; " : "") << "rank " << rank_plan.rank() << " at a peak of "
+         << rank_plan.peak_bytes() << " bytes (" << rank_plan.bytes_without_reuse()
+         << " without reuse), its largest registers: " << largest_registers(rank_plan, 3);
+  }
+  OFL_CHECK_CODE(num_over == 0, ErrorCode::kFailedPrecondition,
+                 "[memory_planning] The peak memory of every rank must fit the memory limit of ",
+                 memory_limit_bytes, " bytes. However, got ", over.str(),
+                 ". HINT: split the largest tensors over more ranks (S instead of B), use fewer "
+                 "micro-batches in flight, or raise the limit.");
+}
+
+}  // namespace ofl::compiler::physical

@@ -1,0 +1,266 @@
+#include "compiler/plan_dump.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <sstream>
+#include <unordered_map>
+
+#include "compiler/physical/memory_planning.h"
+#include "oneflowlike/common/error.h"
+#include "oneflowlike/proto_convert.h"
+
+namespace ofl::compiler {
+namespace {
+
+using RegisterMap = std::unordered_map<int64_t, const proto::RegisterProto*>;
+
+RegisterMap registers_of(const proto::RankPlanProto& rank_plan) {
+  RegisterMap registers;
+  for (const proto::RegisterProto& reg : rank_plan.registers()) registers[reg.id()] = &reg;
+  return registers;
+}
+
+std::string shape_string(const proto::ShapeProto& shape) { return from_proto(shape).to_string(); }
+
+template <class Ids>
+std::string id_list(const Ids& ids) {
+  std::ostringstream os;
+  os << "[";
+  bool first = true;
+  for (int64_t id : ids) {
+    os << (first ? "" : ", ") << id;
+    first = false;
+  }
+  os << "]";
+  return os.str();
+}
+
+void write_register(std::ostream& os, const char* direction, int64_t id,
+                    const RegisterMap& registers) {
+  os << "    " << direction << " r" << id;
+  auto it = registers.find(id);
+  if (it == registers.end()) {
+    os << " (not on this rank)\n";
+    return;
+  }
+  const proto::RegisterProto& reg = *it->second;
+  os << " '" << reg.name() << "' " << shape_string(reg.shape()) << " " << reg.dtype() << " "
+     << physical::register_slot_bytes(reg) << " B";
+  if (reg.register_num() > 1) os << " x" << reg.register_num() << " slots";
+  if (reg.persistent()) os << " persistent";
+  if (reg.memory_block() >= 0) {
+    os << " block " << reg.memory_block() << " @" << reg.offset();
+  } else {
+    os << " own allocation";
+  }
+  os << "\n";
+}
+
+// A double-quoted dot string.
+std::string quoted(const std::string& text) {
+  std::string out = "\"";
+  for (char c : text) {
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += c;
+    } else if (c == '\n') {
+      out += "\\n";
+    } else {
+      out += c;
+    }
+  }
+  return out + "\"";
+}
+
+std::string task_node(int64_t id) { return str_cat("t", id); }
+
+bool is_transfer(const proto::TaskProto& task) {
+  return task.kind() == proto::TaskProto::SEND || task.kind() == proto::TaskProto::RECV;
+}
+
+}  // namespace
+
+std::string plan_to_text(const proto::PlanProto& plan) {
+  std::ostringstream os;
+  os << "plan '" << plan.job_name() << "': world_size " << plan.world_size() << ", pipeline_depth "
+     << plan.pipeline_depth() << ", fetches [";
+  for (int i = 0; i < plan.fetches_size(); ++i) os << (i ? ", " : "") << plan.fetches(i);
+  os << "]\n";
+  for (const proto::RankPlanProto& rank_plan : plan.ranks()) {
+    const RegisterMap registers = registers_of(rank_plan);
+    os << "rank " << rank_plan.rank() << ": " << rank_plan.tasks_size() << " tasks, "
+       << rank_plan.registers_size() << " registers, peak " << rank_plan.peak_bytes()
+       << " B, without reuse " << rank_plan.bytes_without_reuse() << " B\n";
+    for (const proto::MemoryBlockProto& block : rank_plan.memory_blocks()) {
+      os << "  memory block " << block.id() << ": " << block.bytes() << " B\n";
+    }
+    for (const proto::TaskProto& task : rank_plan.tasks()) {
+      os << "  task " << task.id() << " '" << task.name() << "' "
+         << proto::TaskProto::Kind_Name(task.kind());
+      if (!task.op_type().empty()) os << " " << task.op_type();
+      os << " thread " << task.thread();
+      if (task.kind() == proto::TaskProto::SEND) os << " to rank " << task.peer();
+      if (task.kind() == proto::TaskProto::RECV) os << " from rank " << task.peer();
+      if (is_transfer(task)) os << " transfer " << task.transfer_id();
+      if (!task.logical_op().empty() && task.logical_op() != task.name()) {
+        os << " (op '" << task.logical_op() << "')";
+      }
+      os << "\n";
+      for (int64_t id : task.inputs()) write_register(os, "in ", id, registers);
+      for (int64_t id : task.outputs()) write_register(os, "out", id, registers);
+      if (task.control_inputs_size() > 0) {
+        os << "    after tasks " << id_list(task.control_inputs()) << "\n";
+      }
+    }
+  }
+  return os.str();
+}
+
+std::string plan_to_dot(const proto::PlanProto& plan) {
+  std::ostringstream os;
+  os << "digraph plan {\n  label=" << quoted("plan " + plan.job_name()) << ";\n"
+     << "  node [shape=box, fontsize=10];\n  edge [fontsize=8];\n";
+  std::unordered_map<int64_t, int64_t> send_of_transfer;  // transfer id -> SEND task id
+  for (const proto::RankPlanProto& rank_plan : plan.ranks()) {
+    os << "  subgraph cluster_rank" << rank_plan.rank() << " {\n"
+       << "    label=" << quoted(str_cat("rank ", rank_plan.rank())) << ";\n";
+    for (const proto::TaskProto& task : rank_plan.tasks()) {
+      std::string label = task.name() + "\n" + proto::TaskProto::Kind_Name(task.kind());
+      if (!task.op_type().empty()) label += " " + task.op_type();
+      if (is_transfer(task)) {
+        label += str_cat(task.kind() == proto::TaskProto::SEND ? " to " : " from ", task.peer());
+        send_of_transfer.emplace(task.transfer_id(), task.id());
+      }
+      os << "    " << task_node(task.id()) << " [label=" << quoted(label);
+      if (is_transfer(task)) os << ", style=filled, fillcolor=lightblue";
+      if (task.kind() == proto::TaskProto::VARIABLE) os << ", style=filled, fillcolor=khaki";
+      os << "];\n";
+    }
+    os << "  }\n";
+  }
+  for (const proto::RankPlanProto& rank_plan : plan.ranks()) {
+    for (const proto::RegisterProto& reg : rank_plan.registers()) {
+      const std::string label = reg.name() + " " + shape_string(reg.shape());
+      for (int64_t consumer : reg.consumers()) {
+        os << "  " << task_node(reg.producer()) << " -> " << task_node(consumer)
+           << " [label=" << quoted(label) << "];\n";
+      }
+    }
+    for (const proto::TaskProto& task : rank_plan.tasks()) {
+      for (int64_t control : task.control_inputs()) {
+        os << "  " << task_node(control) << " -> " << task_node(task.id())
+           << " [style=dotted, color=gray];\n";
+      }
+    }
+  }
+  for (const proto::RankPlanProto& rank_plan : plan.ranks()) {
+    for (const proto::TaskProto& task : rank_plan.tasks()) {
+      if (task.kind() != proto::TaskProto::RECV) continue;
+      auto it = send_of_transfer.find(task.transfer_id());
+      if (it == send_of_transfer.end()) continue;
+      os << "  " << task_node(it->second) << " -> " << task_node(task.id())
+         << " [style=dashed, color=blue, label=" << quoted(str_cat("transfer ", task.transfer_id()))
+         << "];\n";
+    }
+  }
+  os << "}\n";
+  return os.str();
+}
+
+PlanSummary summarize_plan(const proto::PlanProto& plan) {
+  PlanSummary summary;
+  summary.job_name = plan.job_name();
+  summary.world_size = plan.world_size();
+  summary.pipeline_depth = plan.pipeline_depth();
+  for (const proto::RankPlanProto& rank_plan : plan.ranks()) {
+    const RegisterMap registers = registers_of(rank_plan);
+    auto bytes_of = [&](int64_t id) {
+      auto it = registers.find(id);
+      return it == registers.end() ? int64_t{0} : physical::register_slot_bytes(*it->second);
+    };
+    RankSummary rank;
+    rank.rank = rank_plan.rank();
+    rank.num_tasks = rank_plan.tasks_size();
+    rank.num_registers = rank_plan.registers_size();
+    for (const proto::TaskProto& task : rank_plan.tasks()) {
+      ++rank.tasks_by_kind[proto::TaskProto::Kind_Name(task.kind())];
+      if (task.kind() == proto::TaskProto::SEND) {
+        for (int64_t id : task.inputs()) rank.bytes_sent += bytes_of(id);
+      }
+      if (task.kind() == proto::TaskProto::RECV) {
+        for (int64_t id : task.outputs()) rank.bytes_received += bytes_of(id);
+      }
+    }
+    // A planned rank always has bytes_without_reuse > 0 once it holds any non-empty register.
+    const bool planned = rank_plan.bytes_without_reuse() > 0 || rank_plan.peak_bytes() > 0;
+    summary.memory_planned = summary.memory_planned || planned;
+    if (planned) {
+      rank.peak_bytes = rank_plan.peak_bytes();
+      rank.bytes_without_reuse = rank_plan.bytes_without_reuse();
+    } else {
+      for (const proto::RegisterProto& reg : rank_plan.registers()) {
+        rank.bytes_without_reuse +=
+            physical::register_slot_bytes(reg) * std::max(reg.register_num(), 1);
+      }
+      rank.peak_bytes = rank.bytes_without_reuse;
+    }
+    if (rank.bytes_without_reuse > 0) {
+      rank.reduction_percent = 100.0 * (1.0 - static_cast<double>(rank.peak_bytes) /
+                                                  static_cast<double>(rank.bytes_without_reuse));
+    }
+    summary.ranks.push_back(std::move(rank));
+  }
+  return summary;
+}
+
+std::string format_bytes(int64_t bytes) {
+  static const char* const kUnits[] = {"KiB", "MiB", "GiB", "TiB"};
+  if (bytes < 1024) return std::to_string(bytes) + " B";
+  double value = static_cast<double>(bytes);
+  int unit = -1;
+  while (value >= 1024.0 && unit < 3) {
+    value /= 1024.0;
+    ++unit;
+  }
+  char buffer[64];
+  std::snprintf(buffer, sizeof(buffer), "%.1f %s (%lld B)", value, kUnits[unit],
+                static_cast<long long>(bytes));
+  return buffer;
+}
+
+std::string summary_to_text(const PlanSummary& summary) {
+  std::ostringstream os;
+  os << "plan '" << summary.job_name << "': world size " << summary.world_size
+     << ", pipeline depth " << summary.pipeline_depth
+     << (summary.memory_planned ? "" : ", memory not planned") << "\n";
+  RankSummary total;
+  int64_t max_peak = 0;
+  for (const RankSummary& rank : summary.ranks) {
+    os << "rank " << rank.rank << ": " << rank.num_tasks
+       << (rank.num_tasks == 1 ? " task (" : " tasks (");
+    bool first = true;
+    for (const auto& [kind, count] : rank.tasks_by_kind) {
+      os << (first ? "" : ", ") << kind << " " << count;
+      first = false;
+      total.tasks_by_kind[kind] += count;
+    }
+    char reduction[32];
+    std::snprintf(reduction, sizeof(reduction), "%.1f%%", rank.reduction_percent);
+    os << "), " << rank.num_registers << " registers\n"
+       << "  per iteration: sent " << format_bytes(rank.bytes_sent) << ", received "
+       << format_bytes(rank.bytes_received) << "\n"
+       << "  memory: peak " << format_bytes(rank.peak_bytes) << ", without reuse "
+       << format_bytes(rank.bytes_without_reuse) << ", reduction " << reduction << "\n";
+    total.num_tasks += rank.num_tasks;
+    total.bytes_sent += rank.bytes_sent;
+    total.bytes_received += rank.bytes_received;
+    max_peak = std::max(max_peak, rank.peak_bytes);
+  }
+  os << "total: " << total.num_tasks << " tasks over " << summary.ranks.size()
+     << (summary.ranks.size() == 1 ? " rank" : " ranks") << ", sent "
+     << format_bytes(total.bytes_sent) << " per iteration, largest peak " << format_bytes(max_peak)
+     << "\n";
+  return os.str();
+}
+
+}  // namespace ofl::compiler

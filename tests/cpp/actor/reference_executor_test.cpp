@@ -1,0 +1,513 @@
+// The reference executor on hand-built plans: each test compares a plan against values computed
+// on one device (eager functional ops) or written out by hand.
+
+#include "actor/reference_executor.h"
+
+#include <gtest/gtest.h>
+
+#include <functional>
+
+#include "oneflowlike/ops/matmul.h"
+#include "oneflowlike/ops/optimizer.h"
+#include "oneflowlike/ops/random.h"
+#include "oneflowlike/proto_convert.h"
+#include "oneflowlike/sbp.h"
+#include "tests/cpp/ops/test_util.h"
+
+namespace ofl::actor {
+namespace {
+
+using ofl::testing::make_tensor;
+using ofl::testing::random_tensor;
+using ofl::testing::values_of;
+using Kind = proto::TaskProto::Kind;
+
+// Builds a PlanProto task by task, keeping registers' producer and consumers in step.
+class PlanBuilder {
+ public:
+  explicit PlanBuilder(int world_size) {
+    plan_.set_world_size(world_size);
+    for (int r = 0; r < world_size; ++r) plan_.add_ranks()->set_rank(r);
+  }
+
+  int64_t reg(int rank, const std::string& name, const Shape& shape,
+              DataType dtype = DataType::kFloat32, bool persistent = false) {
+    proto::RegisterProto* r = plan_.mutable_ranks(rank)->add_registers();
+    const int64_t id = next_id_++;
+    r->set_id(id);
+    r->set_name(name);
+    to_proto(shape, r->mutable_shape());
+    r->set_dtype(dtype_name(dtype));
+    r->set_producer(-1);
+    r->set_register_num(1);
+    r->set_memory_block(-1);
+    r->set_bytes(shape.numel() * static_cast<int64_t>(dtype_size(dtype)));
+    r->set_persistent(persistent);
+    where_[id] = {rank, plan_.ranks(rank).registers_size() - 1};
+    return id;
+  }
+
+  proto::TaskProto* task(int rank, const std::string& name, Kind kind,
+                         const std::vector<int64_t>& inputs, const std::vector<int64_t>& outputs) {
+    proto::TaskProto* t = plan_.mutable_ranks(rank)->add_tasks();
+    t->set_id(next_id_++);
+    t->set_name(name);
+    t->set_rank(rank);
+    t->set_kind(kind);
+    for (int64_t r : inputs) {
+      t->add_inputs(r);
+      find(r)->add_consumers(t->id());
+    }
+    for (int64_t r : outputs) {
+      t->add_outputs(r);
+      find(r)->set_producer(t->id());
+    }
+    return t;
+  }
+
+  proto::RegisterProto* find(int64_t id) {
+    auto [rank, index] = where_.at(id);
+    return plan_.mutable_ranks(rank)->mutable_registers(index);
+  }
+
+  // The piece of `logical` at `region` (empty: all of it).
+  static void set_piece(proto::TaskProto* t, const Shape& logical,
+                        const std::vector<Range>& region) {
+    to_proto(logical, t->mutable_logical_output_shape());
+    for (const Range& r : region) {
+      proto::RangeProto* p = t->add_output_region();
+      p->set_begin(r.begin);
+      p->set_end(r.end);
+    }
+  }
+
+  // INPUT `name` on `rank` holding `region` of `logical`; returns its register.
+  int64_t input(int rank, const std::string& name, const Shape& logical,
+                const std::vector<Range>& region = {}, DataType dtype = DataType::kFloat32) {
+    const int64_t r = reg(rank, name + "@" + std::to_string(rank),
+                          region.empty() ? logical : piece_shape(region), dtype);
+    proto::TaskProto* t = task(rank, "input_" + name, proto::TaskProto::INPUT, {}, {r});
+    t->set_logical_op(name);
+    t->set_contributes(true);
+    set_piece(t, logical, region);
+    return r;
+  }
+
+  int64_t variable(int rank, const std::string& name, const Shape& logical,
+                   const std::vector<Range>& region, proto::InitializerProto::Kind init,
+                   double a = 0.0, double b = 1.0, int64_t seed = 0) {
+    const int64_t r = reg(rank, name + "@" + std::to_string(rank),
+                          region.empty() ? logical : piece_shape(region), DataType::kFloat32,
+                          /*persistent=*/true);
+    proto::TaskProto* t = task(rank, "variable_" + name, proto::TaskProto::VARIABLE, {}, {r});
+    t->set_logical_op(name);
+    set_piece(t, logical, region);
+    t->mutable_initializer()->set_kind(init);
+    t->mutable_initializer()->set_a(a);
+    t->mutable_initializer()->set_b(b);
+    t->mutable_initializer()->set_seed(seed);
+    return r;
+  }
+
+  proto::TaskProto* output(int rank, const std::string& name, int64_t reg, const Shape& logical,
+                           const std::vector<Range>& region = {}, bool contributes = true) {
+    proto::TaskProto* t = task(rank, "output_" + name + "@" + std::to_string(rank),
+                               proto::TaskProto::OUTPUT, {reg}, {});
+    t->set_logical_op(name);
+    t->set_contributes(contributes);
+    set_piece(t, logical, region);
+    return t;
+  }
+
+  proto::TaskProto* compute(int rank, const std::string& name, const std::string& op_type,
+                            const AnyParams& params, const std::vector<int64_t>& inputs,
+                            const std::vector<int64_t>& outputs) {
+    proto::TaskProto* t = task(rank, name, proto::TaskProto::COMPUTE, inputs, outputs);
+    t->set_op_type(op_type);
+    params_to_proto(OpRegistry::global().find(op_type), params, t->mutable_params());
+    return t;
+  }
+
+  // A SEND of `reg` from `from` and its RECV into a new register on `to`.
+  std::pair<proto::TaskProto*, int64_t> send_recv(int from, int to, int64_t reg,
+                                                  int64_t transfer_id) {
+    const proto::RegisterProto* r = find(reg);
+    const int64_t out = this->reg(to, r->name() + "->" + std::to_string(to), from_proto(r->shape()),
+                                  dtype_from_name(r->dtype()));
+    proto::TaskProto* send =
+        task(from, "send_" + std::to_string(transfer_id), proto::TaskProto::SEND, {reg}, {});
+    send->set_peer(to);
+    send->set_transfer_id(transfer_id);
+    proto::TaskProto* recv =
+        task(to, "recv_" + std::to_string(transfer_id), proto::TaskProto::RECV, {}, {out});
+    recv->set_peer(from);
+    recv->set_transfer_id(transfer_id);
+    return {recv, out};
+  }
+
+  const proto::PlanProto& plan() const { return plan_; }
+
+ private:
+  static Shape piece_shape(const std::vector<Range>& region) {
+    std::vector<int64_t> dims;
+    for (const Range& r : region) dims.push_back(r.size());
+    return Shape(std::move(dims));
+  }
+
+  proto::PlanProto plan_;
+  int64_t next_id_ = 0;
+  std::map<int64_t, std::pair<int, int>> where_;  // register id -> (rank, index)
+};
+
+void add_range(proto::TaskProto* t, Range r, bool concat) {
+  proto::RangeProto* p = concat ? t->add_concat_regions() : t->add_slice();
+  p->set_begin(r.begin);
+  p->set_end(r.end);
+}
+
+void expect_equal(const Tensor& actual, const Tensor& expected) {
+  ASSERT_TRUE(actual.defined());
+  EXPECT_EQ(actual.shape(), expected.shape());
+  EXPECT_EQ(actual.dtype(), expected.dtype());
+  EXPECT_EQ(values_of(actual), values_of(expected));
+}
+
+void expect_error(const std::function<void()>& f, ErrorCode code,
+                  const std::vector<std::string>& phrases) {
+  try {
+    f();
+    ADD_FAILURE() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), code) << e.what();
+    for (const std::string& phrase : phrases) {
+      EXPECT_NE(std::string(e.what()).find(phrase), std::string::npos)
+          << "'" << phrase << "' not in: " << e.what();
+    }
+  }
+}
+
+// Rows of a (rows, ...) tensor split over `parts` ranks, piece `index`.
+std::vector<Range> rows(const Shape& logical, int parts, int index) {
+  std::vector<Range> region;
+  for (int a = 0; a < logical.ndim(); ++a) region.push_back(Range{0, logical[a]});
+  region[0] = balanced_range(logical[0], parts, index);
+  return region;
+}
+
+const Shape kX{4, 3};
+const Shape kW{3, 5};
+const Shape kY{4, 5};
+constexpr int64_t kSeed = 42;
+
+// y = x @ w with x split S(0) over `world` ranks and w a broadcast NORMAL variable.
+proto::PlanProto matmul_plan(int world) {
+  PlanBuilder b(world);
+  for (int r = 0; r < world; ++r) {
+    const int64_t x = b.input(r, "x", kX, rows(kX, world, r));
+    const int64_t w = b.variable(r, "w", kW, {}, proto::InitializerProto::NORMAL, /*a=*/0.0,
+                                 /*b=*/1.0, kSeed);
+    const std::vector<Range> y_region = rows(kY, world, r);
+    const int64_t y = b.reg(r, "y@" + std::to_string(r), Shape{y_region[0].size(), 5});
+    b.compute(r, "matmul", "matmul", MatmulParams{}, {x, w}, {y});
+    b.output(r, "y", y, kY, y_region);
+  }
+  return b.plan();
+}
+
+TEST(ReferenceExecutor, DataParallelMatmulEqualsOneDeviceAndEager) {
+  const Tensor x = random_tensor(kX, DataType::kFloat32, /*seed=*/1);
+  ReferenceExecutor one(matmul_plan(1));
+  ReferenceExecutor two(matmul_plan(2));
+  one.initialize_variables();
+  two.initialize_variables();
+
+  const Tensor w = two.read_variable("w");
+  expect_equal(w, functional::random_normal(kW, DataType::kFloat32, 0.0, 1.0, kSeed, 0));
+  expect_equal(one.read_variable("w"), w);
+
+  const Tensor y1 = one.run({{"x", x}}).at("y");
+  const Tensor y2 = two.run({{"x", x}}).at("y");
+  const Tensor eager = functional::matmul(x, w);
+  ofl::testing::expect_close(y2, values_of(eager), kY);
+  ofl::testing::expect_close(y1, values_of(eager), kY);
+}
+
+// A variable split on `axis` over `world` ranks, initialised by `init`.
+proto::PlanProto split_variable_plan(int world, int axis, proto::InitializerProto::Kind init) {
+  const Shape logical{5, 3};
+  PlanBuilder b(world);
+  for (int r = 0; r < world; ++r) {
+    std::vector<Range> region = {Range{0, 5}, Range{0, 3}};
+    region[axis] = balanced_range(logical[axis], world, r);
+    b.variable(r, "v", logical, region, init, /*a=*/-2.0, /*b=*/3.0, /*seed=*/7);
+  }
+  return b.plan();
+}
+
+TEST(ReferenceExecutor, RandomlyInitialisedSplitVariableEqualsOneDeviceVariable) {
+  for (auto init : {proto::InitializerProto::NORMAL, proto::InitializerProto::UNIFORM}) {
+    for (int axis : {0, 1}) {
+      SCOPED_TRACE(str_cat("init ", init, ", S(", axis, ")"));
+      ReferenceExecutor one(split_variable_plan(1, axis, init));
+      ReferenceExecutor split(split_variable_plan(2, axis, init));
+      one.initialize_variables();
+      split.initialize_variables();
+      const Tensor expected =
+          init == proto::InitializerProto::NORMAL
+              ? functional::random_normal(Shape{5, 3}, DataType::kFloat32, -2.0, 3.0, 7, 0)
+              : functional::random_uniform(Shape{5, 3}, DataType::kFloat32, -2.0, 3.0, 7, 0);
+      expect_equal(one.read_variable("v"), expected);
+      expect_equal(split.read_variable("v"), expected);
+    }
+  }
+}
+
+TEST(ReferenceExecutor, ConstantInitialisersFillEveryPiece) {
+  for (auto [init, value] : {std::pair{proto::InitializerProto::ZEROS, 0.0},
+                             std::pair{proto::InitializerProto::ONES, 1.0},
+                             std::pair{proto::InitializerProto::CONSTANT, -2.0}}) {
+    ReferenceExecutor executor(split_variable_plan(2, 0, init));
+    executor.write_variable("v", random_tensor(Shape{5, 3}, DataType::kFloat32, 3));
+    executor.initialize_variables();
+    expect_equal(executor.read_variable("v"),
+                 make_tensor(std::vector<double>(15, value), Shape{5, 3}));
+  }
+}
+
+TEST(ReferenceExecutor, WrittenSplitVariableIsReadBackAndUsed) {
+  ReferenceExecutor executor(matmul_plan(2));
+  const Tensor w = random_tensor(kW, DataType::kFloat32, /*seed=*/5);
+  executor.write_variable("w", w);
+  expect_equal(executor.read_variable("w"), w);
+  const Tensor x = random_tensor(kX, DataType::kFloat32, /*seed=*/6);
+  ofl::testing::expect_close(executor.run({{"x", x}}).at("y"), values_of(functional::matmul(x, w)),
+                             kY);
+
+  ReferenceExecutor split(split_variable_plan(2, 1, proto::InitializerProto::ZEROS));
+  const Tensor v = random_tensor(Shape{5, 3}, DataType::kFloat32, /*seed=*/8);
+  split.write_variable("v", v);
+  expect_equal(split.read_variable("v"), v);
+}
+
+TEST(ReferenceExecutor, PartialSumPiecesAreSummedAndBroadcastReplicasCountOnce) {
+  const Shape shape{2, 2};
+  PlanBuilder b(2);
+  const int64_t a = b.input(0, "a", shape);
+  const int64_t c = b.input(1, "b", shape);
+  b.output(0, "sum", a, shape);  // P: both pieces contribute
+  b.output(1, "sum", c, shape);
+  b.output(0, "first", a, shape);  // B: only coordinate 0 contributes
+  b.output(1, "first", c, shape, {}, /*contributes=*/false);
+  // S(1): each rank places one column.
+  for (int r = 0; r < 2; ++r) {
+    const int64_t column = b.reg(r, "column@" + std::to_string(r), Shape{2, 1});
+    proto::TaskProto* slice =
+        b.task(r, "slice", proto::TaskProto::SLICE, {r == 0 ? a : c}, {column});
+    add_range(slice, Range{0, 2}, /*concat=*/false);
+    add_range(slice, Range{r, r + 1}, /*concat=*/false);
+    b.output(r, "columns", column, shape, {Range{0, 2}, Range{r, r + 1}});
+  }
+  ReferenceExecutor executor(b.plan());
+  const Tensor av = make_tensor({1, 2, 3, 4}, shape);
+  const Tensor bv = make_tensor({10, 20, 30, 40}, shape);
+  auto out = executor.run({{"a", av}, {"b", bv}});
+  expect_equal(out.at("sum"), make_tensor({11, 22, 33, 44}, shape));
+  expect_equal(out.at("first"), av);
+  expect_equal(out.at("columns"), make_tensor({1, 20, 3, 40}, shape));
+}
+
+TEST(ReferenceExecutor, SendRecvAddAllReduceGivesEveryRankTheSum) {
+  const Shape shape{3};
+  PlanBuilder b(2);
+  const int64_t p0 = b.input(0, "x0", shape);
+  const int64_t p1 = b.input(1, "x1", shape);
+  // Rank 0 lists its RECV before its SEND: the order must still let both transfers happen.
+  auto [recv0, q0] = b.send_recv(1, 0, p1, /*transfer_id=*/2);
+  auto [recv1, q1] = b.send_recv(0, 1, p0, /*transfer_id=*/1);
+  (void)recv0;
+  (void)recv1;
+  const int64_t s0 = b.reg(0, "sum@0", shape);
+  const int64_t s1 = b.reg(1, "sum@1", shape);
+  b.task(0, "add@0", proto::TaskProto::ADD, {p0, q0}, {s0});
+  b.task(1, "add@1", proto::TaskProto::ADD, {q1, p1}, {s1});
+  b.output(0, "sum0", s0, shape);
+  b.output(1, "sum1", s1, shape);
+
+  ReferenceExecutor executor(b.plan());
+  EXPECT_EQ(executor.schedule(),
+            (std::vector<std::string>{"input_x0", "send_1", "input_x1", "send_2", "recv_2", "add@0",
+                                      "output_sum0@0", "recv_1", "add@1", "output_sum1@1"}));
+  auto out = executor.run(
+      {{"x0", make_tensor({1, 2, 3}, shape)}, {"x1", make_tensor({0.5, -2, 10}, shape)}});
+  expect_equal(out.at("sum0"), make_tensor({1.5, 0, 13}, shape));
+  expect_equal(out.at("sum1"), make_tensor({1.5, 0, 13}, shape));
+}
+
+TEST(ReferenceExecutor, SliceConcatZerosAndCopyMoveTheExpectedElements) {
+  const Shape shape{3, 4};
+  PlanBuilder b(1);
+  const int64_t x = b.input(0, "x", shape);  // 0 .. 11
+  const int64_t y = b.input(0, "y", Shape{2, 1});
+
+  const int64_t sliced = b.reg(0, "sliced", Shape{2, 3});
+  proto::TaskProto* slice = b.task(0, "slice", proto::TaskProto::SLICE, {x}, {sliced});
+  add_range(slice, Range{1, 3}, false);
+  add_range(slice, Range{1, 4}, false);
+  b.output(0, "sliced", sliced, Shape{2, 3});
+
+  const int64_t zeros = b.reg(0, "zeros", Shape{2, 1});
+  b.task(0, "zeros", proto::TaskProto::ZEROS, {}, {zeros});
+  const int64_t joined = b.reg(0, "joined", Shape{2, 5});
+  proto::TaskProto* concat =
+      b.task(0, "concat", proto::TaskProto::CONCAT, {zeros, sliced, y}, {joined});
+  for (Range r : {Range{0, 2}, Range{0, 1}, Range{0, 2}, Range{1, 4}, Range{0, 2}, Range{4, 5}}) {
+    add_range(concat, r, /*concat=*/true);
+  }
+  b.output(0, "joined", joined, Shape{2, 5});
+
+  const int64_t reshaped = b.reg(0, "reshaped", Shape{4, 3});
+  b.task(0, "copy", proto::TaskProto::COPY, {x}, {reshaped});
+  b.output(0, "reshaped", reshaped, Shape{4, 3});
+
+  ReferenceExecutor executor(b.plan());
+  std::vector<double> iota(12);
+  for (int i = 0; i < 12; ++i) iota[i] = i;
+  const Tensor xv = make_tensor(iota, shape);
+  auto out = executor.run({{"x", xv}, {"y", make_tensor({-1, -2}, Shape{2, 1})}});
+  expect_equal(out.at("sliced"), make_tensor({5, 6, 7, 9, 10, 11}, Shape{2, 3}));
+  expect_equal(out.at("joined"), make_tensor({0, 5, 6, 7, -1, 0, 9, 10, 11, -2}, Shape{2, 5}));
+  expect_equal(out.at("reshaped"), make_tensor(iota, Shape{4, 3}));
+}
+
+// sgd_update with momentum on a parameter split S(0) over 2 ranks. The fetched parameter comes
+// from an OUTPUT listed before the update on each rank but ordered after it by a control input.
+proto::PlanProto sgd_plan() {
+  const Shape shape{5};
+  PlanBuilder b(2);
+  for (int r = 0; r < 2; ++r) {
+    const std::vector<Range> region = {balanced_range(5, 2, r)};
+    const int64_t w = b.variable(r, "w", shape, region, proto::InitializerProto::NORMAL, 0.0, 1.0,
+                                 /*seed=*/3);
+    const int64_t buf = b.variable(r, "buf", shape, region, proto::InitializerProto::ZEROS);
+    const int64_t lr = b.variable(r, "lr", Shape{}, {}, proto::InitializerProto::CONSTANT, 0.1);
+    const int64_t g = b.input(r, "g", shape, region);
+    proto::TaskProto* fetch = b.output(r, "w_after", w, shape, region);
+    proto::TaskProto* update = b.compute(r, "sgd", "sgd_update",
+                                         SgdParams{/*momentum=*/0.9, /*dampening=*/0.0,
+                                                   /*weight_decay=*/0.01, /*nesterov=*/false},
+                                         {w, g, buf, lr}, {});
+    update->add_mutated_inputs(0);
+    update->add_mutated_inputs(2);
+    fetch->add_control_inputs(update->id());
+  }
+  return b.plan();
+}
+
+TEST(ReferenceExecutor, SgdUpdateMutatesPersistentVariablesAcrossIterations) {
+  const Shape shape{5};
+  ReferenceExecutor executor(sgd_plan());
+  executor.initialize_variables();
+
+  Tensor w = functional::random_normal(shape, DataType::kFloat32, 0.0, 1.0, 3, 0);
+  const Tensor buf = Tensor::zeros(shape, DataType::kFloat32);
+  const Tensor lr = Tensor::scalar(0.1, DataType::kFloat32);
+  expect_equal(executor.read_variable("w"), w);
+  for (int step = 0; step < 2; ++step) {
+    SCOPED_TRACE(str_cat("step ", step));
+    const Tensor g = random_tensor(shape, DataType::kFloat32, /*seed=*/10 + step);
+    const Tensor fetched = executor.run({{"g", g}}).at("w_after");
+    functional::sgd_update(w, g, buf, lr, 0.9, 0.0, 0.01, false);
+    expect_equal(executor.read_variable("w"), w);
+    expect_equal(executor.read_variable("buf"), buf);
+    expect_equal(fetched, w);
+  }
+  EXPECT_NE(values_of(executor.read_variable("buf")), std::vector<double>(5, 0.0));
+}
+
+TEST(ReferenceExecutor, MissingOrMismatchedInputIsAnErrorNamingIt) {
+  ReferenceExecutor executor(matmul_plan(2));
+  expect_error([&] { executor.run({}); }, ErrorCode::kInvalidArgument,
+               {"run needs input 'x'", "input_x", "no inputs"});
+  expect_error(
+      [&] {
+        executor.run({{"x", Tensor::zeros(Shape{4, 4}, DataType::kFloat32)}});
+      },
+      ErrorCode::kInvalidArgument, {"input 'x'", "(4, 3)", "(4, 4)"});
+  expect_error(
+      [&] {
+        executor.run({{"x", Tensor::zeros(kX, DataType::kFloat64)}});
+      },
+      ErrorCode::kTypeError, {"input 'x'", "float32", "float64"});
+  expect_error(
+      [&] {
+        executor.run({{"x", Tensor::zeros(kX, DataType::kFloat32)},
+                      {"z", Tensor::zeros(kX, DataType::kFloat32)}});
+      },
+      ErrorCode::kInvalidArgument, {"'z'", "no INPUT task"});
+  expect_error([&] { executor.read_variable("nope"); }, ErrorCode::kNotFound, {"'nope'"});
+  expect_error([&] { executor.write_variable("w", Tensor::zeros(kX, DataType::kFloat32)); },
+               ErrorCode::kInvalidArgument, {"variable 'w'", "(3, 5)", "(4, 3)"});
+}
+
+TEST(ReferenceExecutor, RecvWithoutSendIsAValidationErrorNamingTheTask) {
+  PlanBuilder b(2);
+  const int64_t r = b.reg(1, "received", Shape{2});
+  proto::TaskProto* recv = b.task(1, "orphan_recv", proto::TaskProto::RECV, {}, {r});
+  recv->set_peer(0);
+  recv->set_transfer_id(9);
+  b.output(1, "out", r, Shape{2});
+  expect_error([&] { ReferenceExecutor executor(b.plan()); }, ErrorCode::kInvalidArgument,
+               {"'orphan_recv'", "transfer_id 9", "no SEND"});
+}
+
+TEST(ReferenceExecutor, SendWithMismatchedRecvShapeIsAValidationError) {
+  PlanBuilder b(2);
+  const int64_t x = b.input(0, "x", Shape{2});
+  auto [recv, out] = b.send_recv(0, 1, x, /*transfer_id=*/4);
+  (void)recv;
+  b.find(out)->mutable_shape()->set_dims(0, 3);
+  b.find(out)->set_bytes(12);
+  b.output(1, "out", out, Shape{3});
+  expect_error([&] { ReferenceExecutor executor(b.plan()); }, ErrorCode::kInvalidArgument,
+               {"'recv_4'", "'send_4'", "sends (2,) float32 and receives (3,) float32"});
+}
+
+TEST(ReferenceExecutor, CycleThroughControlInputsIsReportedWithTheTaskNames) {
+  PlanBuilder b(1);
+  const int64_t x = b.input(0, "x", Shape{2});
+  const int64_t a = b.reg(0, "a", Shape{2});
+  const int64_t c = b.reg(0, "c", Shape{2});
+  proto::TaskProto* copy_a = b.task(0, "copy_a", proto::TaskProto::COPY, {x}, {a});
+  proto::TaskProto* copy_c = b.task(0, "copy_c", proto::TaskProto::COPY, {a}, {c});
+  copy_a->add_control_inputs(copy_c->id());
+  b.output(0, "out", c, Shape{2});
+  expect_error([&] { ReferenceExecutor executor(b.plan()); }, ErrorCode::kInvalidArgument,
+               {"3 tasks can never act",
+                "task 'copy_a' (id 4, rank 0, COPY) waits for control input task 'copy_c'",
+                "task 'copy_c' (id 5, rank 0, COPY) waits for register 'a' (id 2) from task "
+                "'copy_a'"});
+}
+
+TEST(ReferenceExecutor, RegisterWithoutProducerIsAValidationError) {
+  PlanBuilder b(1);
+  const int64_t dangling = b.reg(0, "dangling", Shape{2});
+  b.output(0, "out", dangling, Shape{2});
+  expect_error([&] { ReferenceExecutor executor(b.plan()); }, ErrorCode::kInvalidArgument,
+               {"register 'dangling'", "no task lists it as an output"});
+}
+
+TEST(ReferenceExecutor, ComputeTaskWithUnknownOpOrWrongArityIsAValidationError) {
+  PlanBuilder b(1);
+  const int64_t x = b.input(0, "x", Shape{2, 2});
+  const int64_t y = b.reg(0, "y", Shape{2, 2});
+  proto::TaskProto* t = b.compute(0, "mm", "matmul", MatmulParams{}, {x}, {y});
+  b.output(0, "y", y, Shape{2, 2});
+  expect_error([&] { ReferenceExecutor executor(b.plan()); }, ErrorCode::kInvalidArgument,
+               {"task 'mm'", "must read the 2 inputs of 'matmul'"});
+  t->set_op_type("no_such_op");
+  expect_error([&] { ReferenceExecutor executor(b.plan()); }, ErrorCode::kNotFound,
+               {"task 'mm'", "'no_such_op'"});
+}
+
+}  // namespace
+}  // namespace ofl::actor

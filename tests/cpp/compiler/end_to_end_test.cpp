@@ -1,0 +1,143 @@
+// Compiles training jobs for several parallel layouts and runs their plans with the reference
+// executor: every layout must give the loss curve and the final weights of the 1-rank run.
+
+#include <gtest/gtest.h>
+
+#include "actor/reference_executor.h"
+#include "compiler/builder.h"
+#include "compiler/compile.h"
+#include "oneflowlike/ops/matmul.h"
+#include "oneflowlike/ops/reduce.h"
+#include "tests/cpp/ops/test_util.h"
+
+namespace ofl::compiler {
+namespace {
+
+using testing::random_tensor;
+using testing::values_of;
+
+// How one layout places the MLP: the placement and the SBP of each tensor it declares.
+struct Layout {
+  std::string name;
+  Placement placement;
+  NdSbp data;  // x and labels
+  NdSbp w1, b1, w2, b2;
+};
+
+Initializer normal(int64_t seed) { return Initializer{Initializer::Kind::kNormal, 0.0, 0.3, seed}; }
+
+constexpr int64_t kBatch = 8, kIn = 6, kHidden = 10, kClasses = 4;
+
+// logits = relu(x @ w1 + b1) @ w2 + b2; loss = mean(cross_entropy(logits, labels)).
+Graph build_mlp(const Layout& layout, OptimizerConfig::Kind optimizer) {
+  GraphBuilder b("mlp_" + layout.name);
+  b.set_placement(layout.placement);
+  const int x = b.input("x", Shape{kBatch, kIn}, DataType::kFloat32, layout.data);
+  const int labels = b.input("labels", Shape{kBatch}, DataType::kInt64, layout.data);
+  const int w1 = b.variable("w1", Shape{kIn, kHidden}, normal(1), layout.w1);
+  const int b1 = b.variable("b1", Shape{kHidden}, normal(2), layout.b1);
+  const int w2 = b.variable("w2", Shape{kHidden, kClasses}, normal(3), layout.w2);
+  const int b2 = b.variable("b2", Shape{kClasses}, Initializer{}, layout.b2);
+  const int h = b.op1("relu", NoParams{}, {b.op1("add", NoParams{}, {b.op1("matmul", MatmulParams{}, {x, w1}), b1})});
+  const int logits = b.op1("add", NoParams{}, {b.op1("matmul", MatmulParams{}, {h, w2}), b2});
+  const int per_sample = b.op1("sparse_softmax_cross_entropy", NoParams{}, {logits, labels});
+  const int loss = b.op1("reduce_mean", ReduceParams{}, {per_sample}, "loss");
+  b.fetch(loss);
+  b.set_loss(loss);
+  b.train().optimizer.kind = optimizer;
+  b.train().optimizer.momentum = 0.9;
+  b.train().optimizer.weight_decay = 0.01;
+  return std::move(b.graph());
+}
+
+struct TrainingRun {
+  std::vector<double> losses;
+  std::map<std::string, std::vector<double>> weights;
+};
+
+TrainingRun train(const Layout& layout, OptimizerConfig::Kind optimizer, int steps) {
+  actor::ReferenceExecutor executor(compile_graph(build_mlp(layout, optimizer)));
+  executor.initialize_variables();
+  TrainingRun run;
+  for (int step = 1; step <= steps; ++step) {
+    std::map<std::string, Tensor> feed;
+    feed["x"] = random_tensor(Shape{kBatch, kIn}, DataType::kFloat32, 100 + step);
+    std::vector<double> labels(kBatch);
+    for (int i = 0; i < kBatch; ++i) labels[i] = (i * 7 + step) % kClasses;
+    feed["labels"] = testing::make_tensor(labels, Shape{kBatch}, DataType::kInt64);
+    feed["lr"] = Tensor::scalar(0.1, DataType::kFloat32);
+    if (optimizer != OptimizerConfig::Kind::kSgd) {
+      feed["step"] = Tensor::scalar(step, DataType::kFloat32);
+    }
+    auto fetched = executor.run(feed);
+    run.losses.push_back(fetched.at("loss/out0").item());
+  }
+  for (const char* w : {"w1", "b1", "w2", "b2"}) run.weights[w] = values_of(executor.read_variable(w));
+  return run;
+}
+
+void expect_same_training(const TrainingRun& expected, const TrainingRun& actual, const std::string& name) {
+  ASSERT_EQ(expected.losses.size(), actual.losses.size());
+  for (size_t i = 0; i < expected.losses.size(); ++i) {
+    EXPECT_NEAR(actual.losses[i], expected.losses[i], 1e-5 * std::abs(expected.losses[i]))
+        << name << " step " << i + 1;
+  }
+  for (const auto& [w, values] : expected.weights) {
+    const std::vector<double>& got = actual.weights.at(w);
+    ASSERT_EQ(got.size(), values.size()) << name << " " << w;
+    for (size_t i = 0; i < values.size(); ++i) {
+      EXPECT_NEAR(got[i], values[i], 1e-5 * std::max(1.0, std::abs(values[i])))
+          << name << " " << w << "[" << i << "]";
+    }
+  }
+}
+
+std::vector<Layout> layouts() {
+  const Placement one = Placement::parse("cpu, [0]");
+  const Placement two = Placement::parse("cpu, [0, 1]");
+  const Placement three = Placement::parse("cpu, [0, 1, 2]");
+  const Placement four = Placement::parse("cpu, [0, 1, 2, 3]");
+  const Placement grid = Placement::parse("cpu, [[0, 1], [2, 3]]");
+  return {
+      {"single", one, {B()}, {B()}, {B()}, {B()}, {B()}},
+      {"dp2", two, {S(0)}, {B()}, {B()}, {B()}, {B()}},
+      {"dp3_uneven", three, {S(0)}, {B()}, {B()}, {B()}, {B()}},
+      {"dp4", four, {S(0)}, {B()}, {B()}, {B()}, {B()}},
+      {"tp2", two, {B()}, {S(1)}, {S(0)}, {S(0)}, {B()}},
+      {"dp2_tp2", grid, {S(0), B()}, {B(), S(1)}, {B(), S(0)}, {B(), S(0)}, {B(), B()}},
+  };
+}
+
+TEST(EndToEnd, MlpTrainsTheSameUnderEveryLayoutWithSgd) {
+  const auto all = layouts();
+  const TrainingRun reference = train(all[0], OptimizerConfig::Kind::kSgd, 3);
+  ASSERT_LT(reference.losses.back(), reference.losses.front());
+  for (size_t i = 1; i < all.size(); ++i) {
+    expect_same_training(reference, train(all[i], OptimizerConfig::Kind::kSgd, 3), all[i].name);
+  }
+}
+
+TEST(EndToEnd, MlpTrainsTheSameUnderEveryLayoutWithAdamW) {
+  const auto all = layouts();
+  const TrainingRun reference = train(all[0], OptimizerConfig::Kind::kAdamW, 3);
+  for (size_t i = 1; i < all.size(); ++i) {
+    expect_same_training(reference, train(all[i], OptimizerConfig::Kind::kAdamW, 3), all[i].name);
+  }
+}
+
+TEST(EndToEnd, CompileReportsUserErrorsAsStatus) {
+  GraphBuilder b;
+  const int x = b.input("x", Shape{4, 4});
+  b.op1("relu", NoParams{}, {x}, "act", {S(0)});
+  proto::JobProto job;
+  b.to_job(&job);
+  // An SBP hint with two dimensions on a 1-d placement.
+  job.mutable_ops(1)->mutable_output_sbp_hints(0)->add_sbp();
+  const auto result = compile(job);
+  ASSERT_FALSE(result.ok());
+  EXPECT_EQ(result.status().code(), ErrorCode::kInvalidArgument);
+  EXPECT_NE(result.status().message().find("'act'"), std::string::npos) << result.status().message();
+}
+
+}  // namespace
+}  // namespace ofl::compiler

@@ -1,0 +1,374 @@
+#include "compiler/physical/memory_planning.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <random>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "oneflowlike/common/error.h"
+
+namespace ofl::compiler::physical {
+namespace {
+
+// Builds small plans by hand: tasks and registers get plan-wide dense ids in creation order.
+class HandPlan {
+ public:
+  int64_t task(int64_t rank, proto::TaskProto::Kind kind, const std::string& name, int thread = 0) {
+    proto::TaskProto* t = rank_plan(rank)->add_tasks();
+    t->set_id(next_task_++);
+    t->set_rank(rank);
+    t->set_kind(kind);
+    t->set_name(name);
+    t->set_thread(thread);
+    if (kind == proto::TaskProto::COMPUTE) t->set_op_type("relu");
+    return t->id();
+  }
+  int64_t compute(int64_t rank, const std::string& name) {
+    return task(rank, proto::TaskProto::COMPUTE, name);
+  }
+  // A float32 register of `numel` elements written by `producer`.
+  int64_t output(int64_t producer, const std::string& name, int64_t numel, int register_num = 1,
+                 bool persistent = false) {
+    proto::TaskProto* p = find_task(producer);
+    proto::RegisterProto* r = rank_plan(p->rank())->add_registers();
+    r->set_id(next_register_++);
+    r->set_name(name);
+    r->mutable_shape()->add_dims(numel);
+    r->set_dtype("float32");
+    r->set_producer(producer);
+    r->set_register_num(register_num);
+    r->set_bytes(numel * 4);
+    r->set_persistent(persistent);
+    r->set_memory_block(-1);
+    p->add_outputs(r->id());
+    return r->id();
+  }
+  void read(int64_t consumer, int64_t register_id) {
+    find_task(consumer)->add_inputs(register_id);
+    find_register(register_id)->add_consumers(consumer);
+  }
+  proto::TaskProto* find_task(int64_t id) {
+    for (auto& rp : *plan.mutable_ranks()) {
+      for (auto& t : *rp.mutable_tasks()) {
+        if (t.id() == id) return &t;
+      }
+    }
+    ADD_FAILURE() << "no task " << id;
+    return nullptr;
+  }
+  proto::RegisterProto* find_register(int64_t id) {
+    for (auto& rp : *plan.mutable_ranks()) {
+      for (auto& r : *rp.mutable_registers()) {
+        if (r.id() == id) return &r;
+      }
+    }
+    ADD_FAILURE() << "no register " << id;
+    return nullptr;
+  }
+  const proto::RankPlanProto& rank(int64_t r) { return *rank_plan(r); }
+
+  proto::PlanProto plan;
+
+ private:
+  proto::RankPlanProto* rank_plan(int64_t rank) {
+    for (auto& rp : *plan.mutable_ranks()) {
+      if (rp.rank() == rank) return &rp;
+    }
+    proto::RankPlanProto* rp = plan.add_ranks();
+    rp->set_rank(rank);
+    plan.set_world_size(std::max<int64_t>(plan.world_size(), rank + 1));
+    return rp;
+  }
+  int64_t next_task_ = 0;
+  int64_t next_register_ = 0;
+};
+
+// Independent of the planner: recomputes each shared register's lifetime from the chain and
+// checks every pair. Returns the number of violations (and reports each).
+int count_overlap_violations(const proto::PlanProto& plan) {
+  int violations = 0;
+  for (const auto& rp : plan.ranks()) {
+    std::unordered_map<int64_t, int64_t> position;
+    for (const auto& t : rp.tasks()) {
+      if (t.thread() == 0) position[t.id()] = static_cast<int64_t>(position.size());
+    }
+    struct Live {
+      const proto::RegisterProto* reg;
+      int64_t begin, end;
+    };
+    std::vector<Live> shared;
+    for (const auto& r : rp.registers()) {
+      if (r.memory_block() < 0) continue;
+      if (r.offset() % kMemoryAlignment != 0) {
+        ADD_FAILURE() << r.name() << " has unaligned offset " << r.offset();
+        ++violations;
+      }
+      int64_t begin = position.at(r.producer()), end = begin;
+      for (int64_t c : r.consumers()) end = std::max(end, position.at(c));
+      shared.push_back({&r, begin, end});
+    }
+    for (size_t i = 0; i < shared.size(); ++i) {
+      for (size_t j = i + 1; j < shared.size(); ++j) {
+        const Live& a = shared[i];
+        const Live& b = shared[j];
+        const bool alive_together = a.begin <= b.end && b.begin <= a.end;
+        const bool same_memory = a.reg->memory_block() == b.reg->memory_block() &&
+                                 a.reg->offset() < b.reg->offset() + b.reg->bytes() &&
+                                 b.reg->offset() < a.reg->offset() + a.reg->bytes();
+        if (alive_together && same_memory) {
+          ADD_FAILURE() << a.reg->name() << " and " << b.reg->name() << " overlap on rank "
+                        << rp.rank();
+          ++violations;
+        }
+      }
+    }
+    for (const auto& r : rp.registers()) {
+      if (r.memory_block() < 0) continue;
+      bool inside = false;
+      for (const auto& block : rp.memory_blocks()) {
+        inside |= block.id() == r.memory_block() && r.offset() + r.bytes() <= block.bytes();
+      }
+      if (!inside) {
+        ADD_FAILURE() << r.name() << " lies outside its block";
+        ++violations;
+      }
+    }
+  }
+  return violations;
+}
+
+// t0 -> t1 -> t2 -> t3 -> t4, register i written by t_i and read by t_{i+1}; the last has no
+// consumer.
+HandPlan five_task_chain(const std::vector<int64_t>& numels) {
+  HandPlan h;
+  std::vector<int64_t> tasks;
+  for (size_t i = 0; i < numels.size(); ++i) {
+    tasks.push_back(h.compute(0, str_cat("t", i)));
+    if (i > 0) h.read(tasks[i], static_cast<int64_t>(i - 1));
+    h.output(tasks[i], str_cat("r", i), numels[i]);
+  }
+  return h;
+}
+
+TEST(MemoryPlanning, AChainOfFiveTasksReusesMemoryUpToTheLargestAdjacentPair) {
+  HandPlan h = five_task_chain({256, 512, 128, 1024, 64});  // bytes 1024, 2048, 512, 4096, 256
+  plan_memory(&h.plan);
+  const auto& rp = h.rank(0);
+  EXPECT_EQ(count_overlap_violations(h.plan), 0);
+  ASSERT_EQ(rp.memory_blocks_size(), 1);
+  // Live at once: (r0, r1) 3072, (r1, r2) 2560, (r2, r3) 4608, (r3, r4) 4352: the optimum is 4608.
+  EXPECT_EQ(rp.memory_blocks(0).bytes(), 4608);
+  EXPECT_EQ(rp.peak_bytes(), 4608);
+  EXPECT_EQ(rp.bytes_without_reuse(), 1024 + 2048 + 512 + 4096 + 256);
+  for (const auto& r : rp.registers()) EXPECT_EQ(r.memory_block(), rp.memory_blocks(0).id());
+}
+
+TEST(MemoryPlanning, ASimpleChainReachesTheOptimumAndSharesDeadRegisters) {
+  // a -> b -> c -> d with equal registers: two are alive at a time, so two slots suffice.
+  HandPlan h = five_task_chain({16, 16, 16, 16});
+  plan_memory(&h.plan);
+  const auto& rp = h.rank(0);
+  EXPECT_EQ(count_overlap_violations(h.plan), 0);
+  EXPECT_EQ(rp.peak_bytes(), 2 * 64);
+  EXPECT_LT(rp.peak_bytes(), rp.bytes_without_reuse());
+  EXPECT_EQ(rp.registers(0).offset(), rp.registers(2).offset());  // a is dead when c is written
+  EXPECT_NE(rp.registers(0).offset(), rp.registers(1).offset());
+}
+
+TEST(MemoryPlanning, OffsetsAreAlignedEvenForOddSizes) {
+  HandPlan h = five_task_chain({3, 5, 7});  // 12, 20, 28 bytes
+  plan_memory(&h.plan);
+  EXPECT_EQ(count_overlap_violations(h.plan), 0);
+  const auto& rp = h.rank(0);
+  // Largest first: r2 (28 B) at 0; r1 (20 B) lives with r2, so after it at the next multiple
+  // of 64; r0 (12 B) lives with r1 only and fits in the gap before it.
+  EXPECT_EQ(rp.registers(2).offset(), 0);
+  EXPECT_EQ(rp.registers(1).offset(), 64);
+  EXPECT_EQ(rp.registers(0).offset(), 0);
+  EXPECT_EQ(rp.memory_blocks(0).bytes(), 64 + 20);
+}
+
+TEST(MemoryPlanning, ALongLivedRegisterIsNotOverwrittenBySkippedTasks) {
+  // t0's output is read by t1 and by t4 (a residual connection).
+  HandPlan h = five_task_chain({64, 64, 64, 64, 64});
+  h.read(4, 0);
+  plan_memory(&h.plan);
+  EXPECT_EQ(count_overlap_violations(h.plan), 0);
+  const auto& rp = h.rank(0);
+  for (int i = 1; i < 5; ++i) EXPECT_NE(rp.registers(0).offset(), rp.registers(i).offset());
+}
+
+TEST(MemoryPlanning, RandomGraphsNeverShareMemoryBetweenLiveRegisters) {
+  std::mt19937 rng(7);
+  for (int trial = 0; trial < 50; ++trial) {
+    HandPlan h;
+    std::vector<int64_t> registers;
+    const int num_tasks = 3 + trial % 20;
+    for (int i = 0; i < num_tasks; ++i) {
+      const int64_t t = h.compute(0, str_cat("t", i));
+      for (int64_t r : registers) {
+        if (rng() % 4 == 0) h.read(t, r);
+      }
+      const int outputs = 1 + static_cast<int>(rng() % 2);
+      for (int k = 0; k < outputs; ++k) {
+        registers.push_back(h.output(t, str_cat("r", registers.size()), 1 + rng() % 300));
+      }
+    }
+    plan_memory(&h.plan);
+    ASSERT_EQ(count_overlap_violations(h.plan), 0) << "trial " << trial;
+    const auto& rp = h.rank(0);
+    EXPECT_LE(rp.peak_bytes(), rp.bytes_without_reuse() + 64 * rp.registers_size());
+  }
+}
+
+TEST(MemoryPlanning, ControlInputsOrderTheComputeChainWithoutRepeatingDataEdges) {
+  HandPlan h;
+  const int64_t a = h.compute(0, "a");
+  const int64_t ra = h.output(a, "ra", 16);
+  const int64_t b = h.compute(0, "b");  // independent of a
+  const int64_t rb = h.output(b, "rb", 16);
+  const int64_t send = h.task(0, proto::TaskProto::SEND, "send", /*thread=*/1);
+  h.read(send, rb);
+  const int64_t c = h.compute(0, "c");  // reads b: a data successor of b
+  h.read(c, rb);
+  h.read(c, ra);
+  h.output(c, "rc", 16);
+  plan_memory(&h.plan);
+  EXPECT_TRUE(h.find_task(a)->control_inputs().empty());
+  ASSERT_EQ(h.find_task(b)->control_inputs_size(), 1);
+  EXPECT_EQ(h.find_task(b)->control_inputs(0), a);
+  EXPECT_TRUE(h.find_task(c)->control_inputs().empty());     // b already precedes c through rb
+  EXPECT_TRUE(h.find_task(send)->control_inputs().empty());  // not in the chain
+}
+
+TEST(MemoryPlanning, PlanningTwiceGivesTheSamePlan) {
+  HandPlan h = five_task_chain({10, 20, 30, 40, 50});
+  h.compute(0, "independent");
+  plan_memory(&h.plan);
+  const std::string once = h.plan.SerializeAsString();
+  plan_memory(&h.plan);
+  EXPECT_EQ(h.plan.SerializeAsString(), once);
+}
+
+// rank 0: w (variable) and x (input) -> matmul -> y -> SEND to rank 1
+// rank 1: RECV -> z -> relu -> out (2 slots: a pipeline boundary) -> sink
+struct TwoRankPlan {
+  HandPlan h;
+  int64_t w, x, y, z, out, scratch;
+  TwoRankPlan() {
+    const int64_t var = h.task(0, proto::TaskProto::VARIABLE, "w");
+    w = h.output(var, "w", 1000, 1, /*persistent=*/true);
+    const int64_t input = h.task(0, proto::TaskProto::INPUT, "x");
+    x = h.output(input, "x", 100);
+    const int64_t mm = h.compute(0, "matmul");
+    h.read(mm, x);
+    h.read(mm, w);
+    y = h.output(mm, "y", 50);
+    const int64_t send = h.task(0, proto::TaskProto::SEND, "send_y", /*thread=*/1);
+    h.find_task(send)->set_peer(1);
+    h.find_task(send)->set_transfer_id(0);
+    h.read(send, y);
+    const int64_t recv = h.task(1, proto::TaskProto::RECV, "recv_y", /*thread=*/1);
+    h.find_task(recv)->set_peer(0);
+    h.find_task(recv)->set_transfer_id(0);
+    z = h.output(recv, "z", 50);
+    const int64_t relu = h.compute(1, "relu");
+    h.read(relu, z);
+    out = h.output(relu, "out", 50, /*register_num=*/2);
+    const int64_t sink = h.task(1, proto::TaskProto::OUTPUT, "fetch");
+    h.read(sink, out);
+    const int64_t tail = h.compute(1, "tail");
+    scratch = h.output(tail, "scratch", 8);
+  }
+};
+
+TEST(MemoryPlanning, RegistersThatLeaveTheChainGetTheirOwnAllocation) {
+  TwoRankPlan p;
+  plan_memory(&p.h.plan);
+  EXPECT_EQ(p.h.find_register(p.w)->memory_block(), -1);    // persistent
+  EXPECT_EQ(p.h.find_register(p.y)->memory_block(), -1);    // read by SEND
+  EXPECT_EQ(p.h.find_register(p.z)->memory_block(), -1);    // written by RECV
+  EXPECT_EQ(p.h.find_register(p.out)->memory_block(), -1);  // 2 slots
+  EXPECT_GE(p.h.find_register(p.x)->memory_block(), 0);
+  EXPECT_GE(p.h.find_register(p.scratch)->memory_block(), 0);
+  EXPECT_NE(p.h.find_register(p.x)->memory_block(), p.h.find_register(p.scratch)->memory_block());
+  // rank 0: block holds x (400); w 4000 and y 200 on their own.
+  EXPECT_EQ(p.h.rank(0).peak_bytes(), 400 + 4000 + 200);
+  EXPECT_EQ(p.h.rank(0).bytes_without_reuse(), 400 + 4000 + 200);
+  // rank 1: block holds scratch (32); z 200, out 2 x 200.
+  EXPECT_EQ(p.h.rank(1).peak_bytes(), 32 + 200 + 400);
+  EXPECT_EQ(p.h.rank(1).bytes_without_reuse(), 32 + 200 + 400);
+  EXPECT_EQ(count_overlap_violations(p.h.plan), 0);
+}
+
+TEST(MemoryPlanning, ExceedingTheMemoryLimitNamesTheRankAndItsLargestRegisters) {
+  TwoRankPlan p;
+  try {
+    plan_memory(&p.h.plan, /*memory_limit_bytes=*/1000);
+    FAIL() << "expected a memory limit error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kFailedPrecondition);
+    const std::string message = e.what();
+    EXPECT_NE(message.find("got rank 0 at a peak of 4600 bytes"), std::string::npos) << message;
+    EXPECT_NE(message.find("limit of 1000 bytes"), std::string::npos) << message;
+    EXPECT_NE(message.find("'w' (1000,) float32 4000 bytes"), std::string::npos) << message;
+    EXPECT_EQ(message.find("rank 1"), std::string::npos) << message;  // 632 bytes fit
+  }
+  EXPECT_NO_THROW(plan_memory(&p.h.plan, /*memory_limit_bytes=*/4600));
+}
+
+TEST(MemoryPlanning, MemoryBlockIdsAreUniqueAcrossRanks) {
+  TwoRankPlan p;
+  plan_memory(&p.h.plan);
+  ASSERT_EQ(p.h.rank(0).memory_blocks_size(), 1);
+  ASSERT_EQ(p.h.rank(1).memory_blocks_size(), 1);
+  EXPECT_NE(p.h.rank(0).memory_blocks(0).id(), p.h.rank(1).memory_blocks(0).id());
+}
+
+TEST(MemoryPlanning, RegisterBytesAreComputedFromShapeAndDtypeWhenMissing) {
+  HandPlan h = five_task_chain({6, 6});
+  h.find_register(0)->set_bytes(0);
+  h.find_register(0)->set_dtype("float64");
+  plan_memory(&h.plan);
+  EXPECT_EQ(h.find_register(0)->bytes(), 48);
+  EXPECT_EQ(h.rank(0).bytes_without_reuse(), 48 + 24);
+}
+
+TEST(MemoryPlanning, ChainOrderThatContradictsTransfersIsReportedAsACycle) {
+  // rank 0 runs x (needs rank 1's w) before y; rank 1 runs z (needs rank 0's y) before w.
+  // Data alone is acyclic; chaining x -> y and z -> w closes a cycle.
+  HandPlan h;
+  const int64_t recv0 = h.task(0, proto::TaskProto::RECV, "recv_w", 1);
+  h.find_task(recv0)->set_transfer_id(1);
+  const int64_t w_copy = h.output(recv0, "w_copy", 4);
+  const int64_t x = h.compute(0, "x");
+  h.read(x, w_copy);
+  const int64_t y = h.compute(0, "y");
+  const int64_t ry = h.output(y, "ry", 4);
+  const int64_t send0 = h.task(0, proto::TaskProto::SEND, "send_y", 1);
+  h.find_task(send0)->set_transfer_id(0);
+  h.read(send0, ry);
+  const int64_t recv1 = h.task(1, proto::TaskProto::RECV, "recv_y", 1);
+  h.find_task(recv1)->set_transfer_id(0);
+  const int64_t y_copy = h.output(recv1, "y_copy", 4);
+  const int64_t z = h.compute(1, "z");
+  h.read(z, y_copy);
+  const int64_t w = h.compute(1, "w");
+  const int64_t rw = h.output(w, "rw", 4);
+  const int64_t send1 = h.task(1, proto::TaskProto::SEND, "send_w", 1);
+  h.find_task(send1)->set_transfer_id(1);
+  h.read(send1, rw);
+  try {
+    plan_memory(&h.plan);
+    FAIL() << "expected a cycle";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kInternal);
+    EXPECT_NE(std::string(e.what()).find("'x' on rank 0"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace ofl::compiler::physical
