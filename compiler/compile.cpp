@@ -6,6 +6,7 @@
 #include "compiler/passes/passes.h"
 #include "compiler/physical/expansion.h"
 #include "compiler/physical/memory_planning.h"
+#include "compiler/physical/plan_checks.h"
 
 namespace ofl::compiler {
 
@@ -47,13 +48,62 @@ void order_in_place_writers(proto::PlanProto* plan) {
   }
 }
 
+// Re-lists each rank's tasks so that every task follows its producers and control inputs on
+// that rank (stable: otherwise plan order is kept). Memory planning takes plan order as the
+// execution order of the compute chain, so it must respect the edges added above.
+void sort_rank_tasks(proto::PlanProto* plan) {
+  for (auto& rank : *plan->mutable_ranks()) {
+    const int n = rank.tasks_size();
+    std::map<int64_t, int> position;
+    for (int i = 0; i < n; ++i) position[rank.tasks(i).id()] = i;
+    std::map<int64_t, int64_t> producer;  // register -> task
+    for (const auto& r : rank.registers()) producer[r.id()] = r.producer();
+    std::vector<std::vector<int>> next(n);
+    std::vector<int> pending(n, 0);
+    for (int i = 0; i < n; ++i) {
+      std::set<int> before;
+      for (int64_t r : rank.tasks(i).inputs()) {
+        auto it = producer.find(r);
+        if (it != producer.end() && position.count(it->second)) before.insert(position[it->second]);
+      }
+      for (int64_t c : rank.tasks(i).control_inputs()) {
+        if (position.count(c)) before.insert(position[c]);
+      }
+      for (int b : before) {
+        next[b].push_back(i);
+        ++pending[i];
+      }
+    }
+    std::set<int> ready;
+    for (int i = 0; i < n; ++i) {
+      if (pending[i] == 0) ready.insert(i);
+    }
+    std::vector<int> order;
+    while (!ready.empty()) {
+      const int i = *ready.begin();
+      ready.erase(ready.begin());
+      order.push_back(i);
+      for (int j : next[i]) {
+        if (--pending[j] == 0) ready.insert(j);
+      }
+    }
+    // A cycle inside one rank is left for check_plan to report with its task names.
+    if (static_cast<int>(order.size()) != n) continue;
+    google::protobuf::RepeatedPtrField<proto::TaskProto> sorted;
+    for (int i : order) *sorted.Add() = rank.tasks(i);
+    rank.mutable_tasks()->Swap(&sorted);
+  }
+}
+
 }  // namespace
 
 proto::PlanProto compile_graph(Graph graph, const CompileOptions& options) {
   run_logical_passes(graph, options);
   proto::PlanProto plan = physical::expand_to_plan(graph);
   order_in_place_writers(&plan);
+  sort_rank_tasks(&plan);
   physical::plan_memory(&plan, options.memory_limit_bytes);
+  physical::check_plan(plan);
   return plan;
 }
 

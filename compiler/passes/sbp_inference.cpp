@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <limits>
+#include <set>
 
 #include "compiler/passes/passes.h"
 
@@ -94,6 +95,19 @@ std::vector<NdSbpSignature> nd_candidates(const std::vector<SbpSignature>& one_d
   return out;
 }
 
+// On a hierarchy dimension of one rank every SBP means the same (one piece, the whole value),
+// so it is written B: equal layouts then compare equal and need no boxing.
+void normalize(NdSbp& sbp, const Placement& placement) {
+  for (size_t d = 0; d < sbp.size(); ++d) {
+    if (placement.hierarchy()[static_cast<int>(d)] == 1) sbp[d] = B();
+  }
+}
+
+void normalize(NdSbpSignature& sig, const Placement& placement) {
+  for (NdSbp& s : sig.inputs) normalize(s, placement);
+  for (NdSbp& s : sig.outputs) normalize(s, placement);
+}
+
 bool nd_sbp_fits(const NdSbp& sbp, const Shape& shape) {
   for (const Sbp& s : sbp) {
     if (s.is_split() && (s.axis < 0 || s.axis >= shape.ndim())) return false;
@@ -140,6 +154,7 @@ class SbpInferencePass final : public Pass {
                       std::none_of(sbp.begin(), sbp.end(), [](const Sbp& s) { return s.is_partial_sum(); }),
                   op.describe(), " an input cannot be partial-sum (P): the caller feeds whole "
                   "values. However, got ", nd_sbp_to_string(sbp), ".");
+        normalize(sbp, op.placement);
         op.signature = NdSbpSignature{{}, {sbp}};
         graph.tensor(op.outputs[0]).sbp = sbp;
         continue;
@@ -160,7 +175,18 @@ class SbpInferencePass final : public Pass {
     const SbpSignaturesFn* fn = op.schema->get<FSbpSignatures>();
     OFL_CHECK_CODE(fn != nullptr, ErrorCode::kUnimplemented, op.describe(),
                    " has no SBP signatures, so it cannot run on a placement.");
-    std::vector<NdSbpSignature> candidates = nd_candidates((*fn)(ctx), ndim);
+    std::vector<NdSbpSignature> candidates;
+    {
+      std::set<std::string> seen;
+      for (NdSbpSignature& c : nd_candidates((*fn)(ctx), ndim)) {
+        normalize(c, op.placement);
+        if (seen.insert(c.to_string()).second) candidates.push_back(std::move(c));
+      }
+    }
+    std::vector<NdSbp> hints = op.output_sbp_hints;
+    for (NdSbp& h : hints) {
+      if (!h.empty()) normalize(h, op.placement);
+    }
     const std::vector<int>* mutated = op.schema->get<TMutatedInputs>();
 
     struct Scored {
@@ -172,8 +198,8 @@ class SbpInferencePass final : public Pass {
     for (size_t c = 0; c < candidates.size(); ++c) {
       const NdSbpSignature& cand = candidates[c];
       bool ok = true;
-      for (size_t k = 0; k < op.output_sbp_hints.size() && ok; ++k) {
-        ok = op.output_sbp_hints[k].empty() || op.output_sbp_hints[k] == cand.outputs[k];
+      for (size_t k = 0; k < hints.size() && ok; ++k) {
+        ok = hints[k].empty() || hints[k] == cand.outputs[k];
       }
       for (size_t k = 0; k < cand.outputs.size() && ok; ++k) {
         ok = nd_sbp_fits(cand.outputs[k], graph.tensor(op.outputs[k]).meta.shape);

@@ -68,7 +68,8 @@ std::unordered_map<int64_t, int64_t> order_chain(
   proto::TaskProto* previous = nullptr;
   for (proto::TaskProto& task : *rank_plan->mutable_tasks()) {
     if (task.thread() != 0) continue;
-    chain_index[task.id()] = static_cast<int64_t>(chain_index.size());
+    const auto index = static_cast<int64_t>(chain_index.size());
+    chain_index[task.id()] = index;
     if (previous != nullptr) {
       bool ordered = std::find(task.control_inputs().begin(), task.control_inputs().end(),
                                previous->id()) != task.control_inputs().end();

@@ -5,12 +5,12 @@
 
 #include <algorithm>
 #include <array>
-#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <type_traits>
 
 #include "oneflowlike/common/parallel.h"
+#include "oneflowlike/kernels/cpu/vec_math.h"
 #include "oneflowlike/op.h"
 
 namespace ofl::cpu {
@@ -60,33 +60,6 @@ void for_each_row(const AxisView& v, F&& fn) {
                });
 }
 
-// exp that the compiler can vectorise (std::exp cannot be: errno). For float it is Cephes'
-// expf: n = round(x / ln 2), a degree-6 polynomial of the remainder, times 2^n, with relative
-// error below 2e-7 for x <= 88 (softmax only passes x - max <= 0). Inputs below -88, -inf
-// included, give exactly 0. The clamp and the rounding are integer and add-magic operations
-// because compares of floats may trap and then block vectorisation.
-template <class T>
-inline T exp_of(T x) {
-  if constexpr (std::is_same_v<T, float>) {
-    constexpr uint32_t kMinus88 = 0xC2B00000u;  // as unsigned, more negative floats are larger
-    const float lo = std::bit_cast<float>(std::min(std::bit_cast<uint32_t>(x), kMinus88));
-    constexpr float kRound = 12582912.0f;  // 1.5 * 2^23: adding it rounds to an integer
-    const float n = (lo * 1.44269504088896341f + kRound) - kRound;
-    const float r = lo - n * 0.693359375f + n * 2.12194440e-4f;  // Cody-Waite: lo - n ln 2
-    float p = 1.9875691500e-4f;
-    p = p * r + 1.3981999507e-3f;
-    p = p * r + 8.3334519073e-3f;
-    p = p * r + 4.1665795894e-2f;
-    p = p * r + 1.6666665459e-1f;
-    p = p * r + 5.0000001201e-1f;
-    p = p * r * r + r + 1.0f;
-    // 2^n from its exponent bits; n = -127 (lo near -88) gives 0.
-    return p * std::bit_cast<float>((static_cast<int32_t>(n) + 127) << 23);
-  } else {
-    return std::exp(x);
-  }
-}
-
 template <class T, bool kLog>
 void softmax_row(const T* x, T* y, int64_t n) {
   T row_max = x[0];
@@ -96,14 +69,14 @@ void softmax_row(const T* x, T* y, int64_t n) {
   Acc<T> sum = 0;
   if constexpr (kLog) {
 #pragma omp simd reduction(+ : sum)
-    for (int64_t j = 0; j < n; ++j) sum += exp_of(x[j] - max);
+    for (int64_t j = 0; j < n; ++j) sum += vec_math::exp(x[j] - max);
     const T shift = max + static_cast<T>(std::log(sum));
 #pragma omp simd
     for (int64_t j = 0; j < n; ++j) y[j] = x[j] - shift;
   } else {
 #pragma omp simd reduction(+ : sum)
     for (int64_t j = 0; j < n; ++j) {
-      y[j] = exp_of(x[j] - max);
+      y[j] = vec_math::exp(x[j] - max);
       sum += y[j];
     }
     const T inv = static_cast<T>(1 / sum);
@@ -119,7 +92,7 @@ void softmax_backward_row(const T* y, const T* dy, T* dx, int64_t n) {
   for (int64_t j = 0; j < n; ++j) acc += kLog ? dy[j] : dy[j] * y[j];
   const T s = static_cast<T>(acc);
 #pragma omp simd
-  for (int64_t j = 0; j < n; ++j) dx[j] = kLog ? dy[j] - exp_of(y[j]) * s : y[j] * (dy[j] - s);
+  for (int64_t j = 0; j < n; ++j) dx[j] = kLog ? dy[j] - vec_math::exp(y[j]) * s : y[j] * (dy[j] - s);
 }
 
 template <class T, bool kLog>
@@ -145,7 +118,7 @@ struct SoftmaxKernel {
       }
       for (int64_t j = 0; j < v.extent; ++j) {
         for (int64_t c = 0; c < count; ++c) {
-          const T e = exp_of(xb[j * st + c] - max[c]);
+          const T e = vec_math::exp(xb[j * st + c] - max[c]);
           if constexpr (!kLog) yb[j * st + c] = e;
           sum[c] += e;
         }
@@ -206,7 +179,7 @@ struct SoftmaxBackwardKernel {
         for (int64_t c = 0; c < count; ++c) {
           const int64_t k = base + j * st + c;
           if constexpr (kLog) {
-            dx[k] = dy[k] - exp_of(y[k]) * s[c];
+            dx[k] = dy[k] - vec_math::exp(y[k]) * s[c];
           } else {
             dx[k] = y[k] * (dy[k] - s[c]);
           }

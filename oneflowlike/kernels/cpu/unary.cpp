@@ -1,5 +1,6 @@
 // CPU kernels of the unary ops and their fused backward ops: flat loops over contiguous
-// tensors, split over the cores when large.
+// tensors, split over the cores when large. exp, tanh, sigmoid and gelu use vec_math so that
+// their float loops vectorise (Note [Vectorisable math]).
 
 #include "oneflowlike/ops/unary.h"
 
@@ -7,6 +8,7 @@
 #include <numbers>
 
 #include "oneflowlike/common/parallel.h"
+#include "oneflowlike/kernels/cpu/vec_math.h"
 #include "oneflowlike/op.h"
 
 namespace ofl::cpu {
@@ -51,7 +53,7 @@ struct AbsKernel {
 template <class T>
 struct ExpKernel {
   static void run(const KernelContext& ctx) {
-    unary_kernel<T>(ctx, kTranscendentalGrain, [](T x) { return std::exp(x); });
+    unary_kernel<T>(ctx, kTranscendentalGrain, [](T x) { return vec_math::exp(x); });
   }
 };
 template <class T>
@@ -75,7 +77,7 @@ struct RsqrtKernel {
 template <class T>
 struct TanhKernel {
   static void run(const KernelContext& ctx) {
-    unary_kernel<T>(ctx, kTranscendentalGrain, [](T x) { return std::tanh(x); });
+    unary_kernel<T>(ctx, kTranscendentalGrain, [](T x) { return vec_math::tanh(x); });
   }
 };
 template <class T>
@@ -87,20 +89,17 @@ struct ReluKernel {
 template <class T>
 struct SigmoidKernel {
   static void run(const KernelContext& ctx) {
-    unary_kernel<T>(ctx, kTranscendentalGrain, [](T x) { return T(1) / (T(1) + std::exp(-x)); });
+    unary_kernel<T>(ctx, kTranscendentalGrain, [](T x) { return vec_math::sigmoid(x); });
   }
 };
 
-// gelu(x) = x * Phi(x), Phi the standard normal CDF; "tanh" uses the approximation
+// gelu(x) = x * Phi(x), Phi the standard normal CDF (vec_math::normal_cdf, accurate also in the
+// lower tail where 1 + erf(x / sqrt 2) would cancel); "tanh" uses the approximation
 // Phi(x) ~ (1 + tanh(sqrt(2/pi) * (x + 0.044715 x^3))) / 2.
 template <class T>
 constexpr T kGeluCubic = T(0.044715);
 template <class T>
 constexpr T kSqrt2OverPi = T(std::numbers::sqrt2* std::numbers::inv_sqrtpi);  // sqrt(2/pi)
-template <class T>
-constexpr T kInvSqrt2 = T(1.0 / std::numbers::sqrt2);
-template <class T>
-constexpr T kInvSqrt2Pi = T(std::numbers::inv_sqrtpi / std::numbers::sqrt2);  // 1/sqrt(2pi)
 
 bool gelu_is_tanh(const KernelContext& ctx) { return ctx.p<GeluParams>().approximate == "tanh"; }
 
@@ -110,11 +109,10 @@ struct GeluKernel {
     if (gelu_is_tanh(ctx)) {
       unary_kernel<T>(ctx, kTranscendentalGrain, [](T x) {
         const T inner = kSqrt2OverPi<T> * (x + kGeluCubic<T> * x * x * x);
-        return T(0.5) * x * (T(1) + std::tanh(inner));
+        return T(0.5) * x * (T(1) + vec_math::tanh(inner));
       });
     } else {
-      unary_kernel<T>(ctx, kTranscendentalGrain,
-                      [](T x) { return T(0.5) * x * (T(1) + std::erf(x * kInvSqrt2<T>)); });
+      unary_kernel<T>(ctx, kTranscendentalGrain, [](T x) { return x * vec_math::normal_cdf(x); });
     }
   }
 };
@@ -154,15 +152,13 @@ struct GeluGradKernel {
     if (gelu_is_tanh(ctx)) {
       backward_kernel<T>(ctx, kTranscendentalGrain, [](T x, T dy) {
         const T x2 = x * x;
-        const T t = std::tanh(kSqrt2OverPi<T> * (x + kGeluCubic<T> * x2 * x));
+        const T t = vec_math::tanh(kSqrt2OverPi<T> * (x + kGeluCubic<T> * x2 * x));
         const T du = kSqrt2OverPi<T> * (T(1) + T(3) * kGeluCubic<T> * x2);
         return dy * (T(0.5) * (T(1) + t) + T(0.5) * x * (T(1) - t * t) * du);
       });
     } else {
       backward_kernel<T>(ctx, kTranscendentalGrain, [](T x, T dy) {
-        const T cdf = T(0.5) * (T(1) + std::erf(x * kInvSqrt2<T>));
-        const T pdf = kInvSqrt2Pi<T> * std::exp(T(-0.5) * x * x);
-        return dy * (cdf + x * pdf);
+        return dy * (vec_math::normal_cdf(x) + x * vec_math::normal_pdf(x));
       });
     }
   }

@@ -91,8 +91,7 @@ inline float tanh(float x) {
 /// their relative accuracy instead of flushing to 0.
 inline float sigmoid(float x) {
   const float e = exp(-std::fabs(x));
-  const float r = 1.0f / (1.0f + e);
-  return detail::select(x < 0.0f, e * r, r);
+  return detail::select(x < 0.0f, e, 1.0f) / (1.0f + e);
 }
 
 namespace detail {
