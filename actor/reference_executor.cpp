@@ -152,6 +152,10 @@ std::string names_of(const std::map<std::string, Tensor>& tensors) {
 }  // namespace
 
 ReferenceExecutor::ReferenceExecutor(proto::PlanProto plan) {
+  OFL_CHECK(plan.micro_batches() >= 0, kTag,
+            "a plan must have a non-negative micro_batches. However, got ", plan.micro_batches(),
+            ".");
+  micro_batches_ = std::max(1, plan.micro_batches());
   index_plan(plan);
   for (int t = 0; t < static_cast<int>(tasks_.size()); ++t) check_task(t);
   check_transfers();
@@ -304,13 +308,62 @@ void ReferenceExecutor::check_task(int index) {
               region_to_string(task.region), " in ", task.logical_shape.to_string(), ".");
   };
 
+  // Sources and sinks talk to the caller once per iteration; the micro-batching kinds are the
+  // only way in and out of the micro-batch part, so they act in it.
+  switch (p.kind()) {
+    case proto::TaskProto::INPUT:
+    case proto::TaskProto::VARIABLE:
+    case proto::TaskProto::OUTPUT:
+      OFL_CHECK(!p.per_micro_batch(), kTag, who,
+                " must act once per iteration (micro-batches go through UNPACK and PACK). "
+                "However, it has per_micro_batch set.");
+      break;
+    case proto::TaskProto::UNPACK:
+    case proto::TaskProto::REPEAT:
+    case proto::TaskProto::ACCUMULATE:
+    case proto::TaskProto::PACK:
+      OFL_CHECK(p.per_micro_batch(), kTag, who,
+                " must act once per micro-batch. However, it does not have per_micro_batch set.");
+      break;
+    default:
+      break;
+  }
+  // UNPACK and PACK: the micro-batch register (r0, r1, ...) and the whole-batch one.
+  auto check_batched = [&](int micro, int batch, const Shape& want) {
+    same_dtype(task.inputs[0], task.outputs[0]);
+    OFL_CHECK(reg(micro).shape.ndim() >= (p.kind() == proto::TaskProto::UNPACK ? 1 : 0), kTag,
+              who, " needs a batch axis in ", describe_register(micro), ". However, got shape ",
+              reg(micro).shape.to_string(), ".");
+    same_shape(want, batch, str_cat(micro_batches_, " micro-batches of ",
+                                    describe_register(micro), " ",
+                                    reg(micro).shape.to_string())
+                                .c_str());
+  };
+
   switch (p.kind()) {
     case proto::TaskProto::INPUT:
     case proto::TaskProto::VARIABLE:
       arity(0, 1);
       OFL_CHECK(!p.logical_op().empty(), kTag, who, " must name its logical op.");
       read_region();
-      same_shape(region_shape(task.region), task.outputs[0], "the size of its output_region");
+      if (p.kind() == proto::TaskProto::INPUT) {
+        for (int64_t consumer : reg(task.outputs[0]).proto.consumers()) {
+          task.micro_batched = task.micro_batched || tasks_[task_index_.at(consumer)].proto.kind() ==
+                                                         proto::TaskProto::UNPACK;
+        }
+      }
+      if (task.micro_batched) {
+        OFL_CHECK(task.logical_shape.ndim() >= 1, kTag, who,
+                  " is unpacked into micro-batches, so it needs a batch axis. However, got "
+                  "logical_output_shape ",
+                  task.logical_shape.to_string(), ".");
+        Shape all = region_shape(task.region);
+        all[0] *= micro_batches_;
+        same_shape(all, task.outputs[0],
+                   str_cat(micro_batches_, " micro-batches of its output_region").c_str());
+      } else {
+        same_shape(region_shape(task.region), task.outputs[0], "the size of its output_region");
+      }
       if (p.kind() == proto::TaskProto::INPUT) {
         inputs_by_name_[p.logical_op()].push_back(index);
       } else {
@@ -423,6 +476,26 @@ void ReferenceExecutor::check_task(int index) {
                 describe_register(task.inputs[0]), " ", reg(task.inputs[0]).shape.to_string(),
                 " and ", describe_register(task.outputs[0]), " ",
                 reg(task.outputs[0]).shape.to_string(), ".");
+      break;
+    case proto::TaskProto::UNPACK: {
+      arity(1, 1);
+      Shape all = reg(task.outputs[0]).shape;
+      if (all.ndim() >= 1) all[0] *= micro_batches_;
+      check_batched(task.outputs[0], task.inputs[0], all);
+      break;
+    }
+    case proto::TaskProto::PACK: {
+      arity(1, 1);
+      std::vector<int64_t> dims = reg(task.inputs[0]).shape.dims();
+      dims.insert(dims.begin(), micro_batches_);
+      check_batched(task.inputs[0], task.outputs[0], Shape(std::move(dims)));
+      break;
+    }
+    case proto::TaskProto::REPEAT:
+    case proto::TaskProto::ACCUMULATE:
+      arity(1, 1);
+      same_dtype(task.inputs[0], task.outputs[0]);
+      same_shape(reg(task.inputs[0]).shape, task.outputs[0], "the shape of its input");
       break;
     default:
       OFL_CHECK(false, kTag, who, " has an unknown kind.");

@@ -16,6 +16,16 @@
 //  - INPUT/OUTPUT/VARIABLE pieces sit at their output_region of the logical tensor (empty: the
 //    whole tensor). Fetched tensors are zeros of logical_output_shape plus every contributing
 //    OUTPUT piece added at its region, which sums partial sums and places splits.
+//
+// Micro-batches (Note [Micro-batches] in plan.proto), m = plan.micro_batches (0 means 1):
+//  - run() is one iteration in three phases: the once tasks that do not depend on any
+//    per-micro-batch task; then, for k = 0..m-1, every per_micro_batch task; then the other once
+//    tasks (those after an ACCUMULATE or PACK). Each phase is ordered by the rule above.
+//  - Data enters the micro-batch part only through UNPACK (of an INPUT's whole batch) and REPEAT
+//    (of a once value), and leaves it only through ACCUMULATE (sum over k) and PACK (row k =
+//    micro-batch k); the constructor rejects any other crossing, naming both tasks.
+//  - An INPUT read by an UNPACK takes the whole batch, (m * s0, s1, ...) for a micro-batch of
+//    logical shape (s0, s1, ...), and keeps its region of every micro-batch: (m * r0, r1, ...).
 
 #include <map>
 #include <string>
@@ -49,8 +59,12 @@ class ReferenceExecutor {
   /// Scatters a logical value into every piece of the variable.
   void write_variable(const std::string& name, const Tensor& value);
 
-  /// Task names in the order run() executes them (for tests and debugging).
+  /// Task names in the order run() executes them (for tests and debugging). With m > 1, a
+  /// per-micro-batch task appears once per micro-batch k, as "name#k".
   std::vector<std::string> schedule() const;
+
+  /// m: how many micro-batches one run() goes through (1 without micro-batching).
+  int micro_batches() const { return micro_batches_; }
 
  private:
   struct RegisterInfo {
@@ -75,6 +89,20 @@ class ReferenceExecutor {
     // SLICE: the one region to copy; CONCAT: where each input goes.
     std::vector<std::vector<Range>> regions;
     int send = -1;  // RECV: the matching SEND task
+    // INPUT: read by an UNPACK, so it takes the whole batch of m micro-batches.
+    bool micro_batched = false;
+  };
+  // One act of a task; micro_batch is k for per-micro-batch tasks and 0 for once tasks.
+  struct Step {
+    int task = 0;
+    int micro_batch = 0;
+  };
+  // How a task depends on one of its predecessors.
+  enum class EdgeKind { kData, kControl, kTransfer };
+  struct Edge {
+    int from = 0;  // task index
+    EdgeKind kind = EdgeKind::kData;
+    int reg = -1;  // kData: the register read
   };
   using NameIndex = std::map<std::string, std::vector<int>>;  // name -> task indices
 
@@ -82,11 +110,17 @@ class ReferenceExecutor {
   void check_task(int index);
   void check_transfers();
   void check_pieces(const NameIndex& pieces, const char* kind) const;
+  std::vector<std::vector<Edge>> predecessor_edges() const;
+  std::vector<int> order_tasks(const std::vector<Edge>* predecessors,
+                               const std::vector<bool>& member, std::vector<int>* waiting) const;
+  void check_micro_batch_edges(const std::vector<std::vector<Edge>>& predecessors,
+                               const std::vector<int>& order, std::vector<bool>* after) const;
   void compute_schedule();
+  bool per_micro(int task) const { return tasks_[task].proto.per_micro_batch(); }
   std::string describe_task(int task) const;
   std::string describe_register(int reg) const;
   std::string output_name(const TaskInfo& task) const;
-  void act(int task, const std::map<std::string, Tensor>& inputs,
+  void act(int task, int micro_batch, const std::map<std::string, Tensor>& inputs,
            std::vector<std::pair<int, Tensor>>* fetched);
   void run_compute(const TaskInfo& task);
 
@@ -97,7 +131,8 @@ class ReferenceExecutor {
   NameIndex inputs_by_name_;
   NameIndex outputs_by_name_;
   NameIndex variables_by_name_;
-  std::vector<int> schedule_;      // task indices in execution order
+  int micro_batches_ = 1;
+  std::vector<Step> schedule_;     // in execution order
   std::vector<Tensor> values_;     // per register
   std::vector<Tensor> in_flight_;  // per task: what a SEND sent, until its RECV acts
 };

@@ -95,11 +95,35 @@ void sort_rank_tasks(proto::PlanProto* plan) {
   }
 }
 
+// Note [Pipeline register counts]: with p pipeline stages and m > 1 micro-batches, a stage
+// keeps working on later micro-batches while earlier ones are still in the stages after it. A
+// register written once per micro-batch therefore gets p slots (the most micro-batches that can
+// be in flight between a stage's forward and its backward under a 1F1B-like order, and enough
+// for GPipe-like overlap of neighbouring stages); the rest keep one. The depth is stated in
+// PlanProto.pipeline_depth.
+void set_pipeline_depth(proto::PlanProto* plan, int stages) {
+  const int depth = plan->micro_batches() > 1 ? std::max(1, stages) : 1;
+  plan->set_pipeline_depth(depth);
+  if (depth == 1) return;
+  for (auto& rank : *plan->mutable_ranks()) {
+    std::set<int64_t> per_micro_tasks;
+    for (const auto& task : rank.tasks()) {
+      if (task.per_micro_batch()) per_micro_tasks.insert(task.id());
+    }
+    for (auto& reg : *rank.mutable_registers()) {
+      if (per_micro_tasks.count(reg.producer()) && !reg.persistent()) reg.set_register_num(depth);
+    }
+  }
+}
+
 }  // namespace
 
 proto::PlanProto compile_graph(Graph graph, const CompileOptions& options) {
   run_logical_passes(graph, options);
+  int stages = 1;
+  for (int i = 0; i < graph.num_ops(); ++i) stages = std::max(stages, graph.op(i).stage + 1);
   proto::PlanProto plan = physical::expand_to_plan(graph);
+  set_pipeline_depth(&plan, stages);
   order_in_place_writers(&plan);
   sort_rank_tasks(&plan);
   physical::plan_memory(&plan, options.memory_limit_bytes);

@@ -8,6 +8,7 @@
 // with several consumers on the path gets one gradient per consumer, summed by "add" ops when its
 // producer's gradient is built.
 
+#include <algorithm>
 #include <map>
 
 #include "compiler/passes/passes.h"
@@ -17,6 +18,14 @@
 namespace ofl::compiler {
 
 namespace {
+
+// The seed gradient of the loss. With m micro-batches the loss is each micro-batch's mean and
+// the gradients of the m micro-batches are summed (Note [Micro-batches] in plan.proto), so each
+// is scaled by 1/m to give the gradient of the whole batch's mean.
+double seed_value(const TrainConfig& train) {
+  return train.loss_scale / std::max(1, train.gradient_accumulation_steps);
+}
+
 
 // Where the backward ops of one forward op go: its placement, stage, source line and name.
 struct BackwardSite {
@@ -197,7 +206,7 @@ class AutogradPass final : public Pass {
       const BackwardSite site = BackwardSite::of(graph.op(graph.tensor(loss).producer));
       const TensorMeta m = graph.tensor(loss).meta;
       table.add(loss, append_backward_op(graph, site, "fill",
-                                         FillParams{m.shape, m.dtype, graph.train.loss_scale}, {})
+                                         FillParams{m.shape, m.dtype, seed_value(graph.train)}, {})
                           .at(0));
     }
     for (int i : on_path) {

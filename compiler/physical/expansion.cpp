@@ -35,6 +35,7 @@ proto::TaskProto* PlanBuilder::add_task(int64_t rank, proto::TaskProto::Kind kin
   task->set_rank(rank);
   task->set_kind(kind);
   task->set_thread(thread);
+  task->set_per_micro_batch(per_micro_batch_);
   tasks_.push_back(task);
   return task;
 }
@@ -155,12 +156,19 @@ void initializer_to_proto(const Initializer& init, proto::InitializerProto* out)
 class Expander {
  public:
   explicit Expander(const Graph& graph)
-      : graph_(graph), builder_(graph.all_ranks()), registers_(graph.num_tensors()) {}
+      : graph_(graph),
+        builder_(graph.all_ranks()),
+        registers_(graph.num_tensors()),
+        micro_batches_(std::max(1, graph.train.gradient_accumulation_steps)),
+        per_micro_(graph.num_ops(), false) {}
 
   proto::PlanProto run() {
     builder_.plan().set_job_name(graph_.name);
+    builder_.plan().set_micro_batches(micro_batches_);
+    if (micro_batches_ > 1) assign_micro_batch_scopes();
     for (int i : graph_.topological_order()) {
       const LogicalOp& op = graph_.op(i);
+      builder_.set_per_micro_batch(per_micro_[i]);
       switch (op.kind) {
         case OpKind::kInput:
         case OpKind::kVariable:
@@ -174,11 +182,66 @@ class Expander {
           break;
       }
     }
+    builder_.set_per_micro_batch(false);
     for (int t : graph_.fetches) expand_fetch(t);
     return builder_.release();
   }
 
  private:
+  // Which ops act once per micro-batch: inputs fed per batch and everything computed from them,
+  // except the optimizer's ops and inputs (once per iteration). A boxing op whose consumers are
+  // all optimizer ops converts the accumulated value once instead of every micro-batch (boxing
+  // is linear, so that is the same sum).
+  void assign_micro_batch_scopes() {
+    const auto consumers = graph_.consumers();
+    for (int i : graph_.topological_order()) {
+      const LogicalOp& op = graph_.op(i);
+      if (op.role == OpRole::kOptimizer || op.kind == OpKind::kVariable) continue;
+      if (op.kind == OpKind::kInput) {
+        per_micro_[i] = true;
+        continue;
+      }
+      bool micro = false;
+      for (int t : op.inputs) micro = micro || per_micro_[graph_.tensor(t).producer];
+      if (micro && op.kind == OpKind::kBoxing) {
+        bool all_optimizer = !consumers[op.outputs[0]].empty();
+        for (int c : consumers[op.outputs[0]]) {
+          all_optimizer = all_optimizer && graph_.op(c).role == OpRole::kOptimizer;
+        }
+        micro = !all_optimizer;
+      }
+      per_micro_[i] = micro;
+    }
+  }
+
+  bool op_per_micro(const LogicalOp& op) const { return per_micro_[&op - &graph_.op(0)]; }
+
+  // The register of tensor t on parallel id `pid` as a consumer in scope `per_micro` sees it:
+  // a once-per-iteration value goes through REPEAT into the micro-batches, a per-micro-batch
+  // value through ACCUMULATE out of them.
+  int64_t scoped_register(int t, int64_t pid, bool per_micro) {
+    const int64_t reg = registers_[t].at(pid);
+    const bool produced_per_micro = per_micro_[graph_.tensor(t).producer];
+    if (micro_batches_ == 1 || produced_per_micro == per_micro) return reg;
+    auto& cache = per_micro ? repeated_ : accumulated_;
+    auto it = cache.find(reg);
+    if (it != cache.end()) return it->second;
+    const bool saved = per_micro_scope_;
+    builder_.set_per_micro_batch(true);  // REPEAT and ACCUMULATE act every micro-batch
+    const int64_t rank = builder_.register_rank(reg);
+    const std::string& name = builder_.register_proto(reg).name();
+    proto::TaskProto* task = builder_.add_task(
+        rank, per_micro ? proto::TaskProto::REPEAT : proto::TaskProto::ACCUMULATE,
+        name + (per_micro ? "/repeat" : "/accumulate"), /*thread=*/0);
+    task->set_logical_op(graph_.op(graph_.tensor(t).producer).name);
+    builder_.add_input(task, reg);
+    const int64_t out = builder_.add_output(task, task->name(), builder_.register_shape(reg),
+                                            builder_.register_dtype(reg));
+    builder_.set_per_micro_batch(saved);
+    cache.emplace(reg, out);
+    return out;
+  }
+
   const NdSbp& output_sbp(const LogicalOp& op, size_t k) const {
     if (k < op.signature.outputs.size()) return op.signature.outputs[k];
     return graph_.tensor(op.outputs[k]).sbp;
@@ -209,14 +272,32 @@ class Expander {
       } else {
         task->set_contributes(contributes(sbp, op.placement, pid));
       }
-      regs.push_back(builder_.add_output(task, tensor.name,
-                                         physical_shape(tensor.meta.shape, sbp, op.placement, pid),
-                                         tensor.meta.dtype, /*persistent=*/variable));
+      const Shape shape = physical_shape(tensor.meta.shape, sbp, op.placement, pid);
+      if (variable || !op_per_micro(op)) {
+        regs.push_back(builder_.add_output(task, tensor.name, shape, tensor.meta.dtype,
+                                           /*persistent=*/variable));
+        continue;
+      }
+      // Micro-batched input: the INPUT task (once) holds this rank's region of every
+      // micro-batch, and UNPACK hands out one micro-batch at a time.
+      OFL_CHECK(tensor.meta.shape.ndim() >= 1, "[expansion] ", op.describe(),
+                " is fed per micro-batch, so it needs a batch axis. However, got shape ",
+                tensor.meta.shape.to_string(), ".");
+      task->set_per_micro_batch(false);
+      Shape all = shape;
+      all[0] *= micro_batches_;
+      const int64_t fed = builder_.add_output(task, tensor.name, all, tensor.meta.dtype);
+      proto::TaskProto* unpack = builder_.add_task(op.placement.rank(pid),
+                                                   proto::TaskProto::UNPACK,
+                                                   tensor.name + "/unpack", /*thread=*/0);
+      unpack->set_logical_op(op.name);
+      builder_.add_input(unpack, fed);
+      regs.push_back(builder_.add_output(unpack, unpack->name(), shape, tensor.meta.dtype));
     }
   }
 
   /// The registers of input k of `op`, one per parallel id of op's placement.
-  const std::vector<int64_t>& input_registers(const LogicalOp& op, size_t k) const {
+  std::vector<int64_t> input_registers(const LogicalOp& op, size_t k) {
     const int t = op.inputs[k];
     const LogicalTensor& tensor = graph_.tensor(t);
     const LogicalOp& producer = graph_.op(tensor.producer);
@@ -234,7 +315,11 @@ class Expander {
                      nd_sbp_to_string(tensor.sbp), ".");
     }
     OFL_ASSERT(static_cast<int64_t>(registers_[t].size()) == op.placement.num_ranks());
-    return registers_[t];
+    std::vector<int64_t> regs;
+    for (int64_t pid = 0; pid < op.placement.num_ranks(); ++pid) {
+      regs.push_back(scoped_register(t, pid, op_per_micro(op)));
+    }
+    return regs;
   }
 
   void expand_compute(const LogicalOp& op) {
@@ -242,8 +327,11 @@ class Expander {
     const int* view_of = op.schema->get<TViewOfInput>();
     const std::vector<int>* mutated = op.schema->get<TMutatedInputs>();
     for (size_t k = 0; k < op.outputs.size(); ++k) check_sbp(op, output_sbp(op, k), "output");
+    per_micro_scope_ = op_per_micro(op);
+    std::vector<std::vector<int64_t>> input_regs;
+    for (size_t k = 0; k < op.inputs.size(); ++k) input_regs.push_back(input_registers(op, k));
     std::vector<const std::vector<int64_t>*> inputs;
-    for (size_t k = 0; k < op.inputs.size(); ++k) inputs.push_back(&input_registers(op, k));
+    for (const auto& regs : input_regs) inputs.push_back(&regs);
     for (int64_t pid = 0; pid < op.placement.num_ranks(); ++pid) {
       const int64_t rank = op.placement.rank(pid);
       proto::TaskProto* task;
@@ -283,21 +371,49 @@ class Expander {
     const BoxingSpec& spec = op.boxing;
     OFL_ASSERT(producer.placement == spec.in_placement);
     OFL_ASSERT(op.placement == spec.out_placement);
-    registers_[op.outputs[0]] =
-        expand_boxing(spec, in.meta, registers_[op.inputs[0]], builder_, op.name);
+    per_micro_scope_ = op_per_micro(op);
+    std::vector<int64_t> in_regs;
+    for (int64_t pid = 0; pid < producer.placement.num_ranks(); ++pid) {
+      in_regs.push_back(scoped_register(op.inputs[0], pid, per_micro_scope_));
+    }
+    registers_[op.outputs[0]] = expand_boxing(spec, in.meta, in_regs, builder_, op.name);
   }
 
   void expand_fetch(int t) {
     const LogicalTensor& tensor = graph_.tensor(t);
     const LogicalOp& producer = graph_.op(tensor.producer);
     const NdSbp& sbp = output_sbp(producer, tensor.producer_output);
+    const bool packed = micro_batches_ > 1 && op_per_micro(producer);
     for (int64_t pid = 0; pid < producer.placement.num_ranks(); ++pid) {
-      proto::TaskProto* task =
-          builder_.add_task(producer.placement.rank(pid), proto::TaskProto::OUTPUT,
-                            str_cat(tensor.name, "/output"), /*thread=*/0);
+      const int64_t rank = producer.placement.rank(pid);
+      int64_t reg = registers_[t].at(pid);
+      if (packed) {  // one row per micro-batch: (m, *shape)
+        builder_.set_per_micro_batch(true);
+        proto::TaskProto* pack =
+            builder_.add_task(rank, proto::TaskProto::PACK, str_cat(tensor.name, "/pack"), 0);
+        pack->set_logical_op(tensor.name);
+        builder_.add_input(pack, reg);
+        std::vector<int64_t> dims = builder_.register_shape(reg).dims();
+        dims.insert(dims.begin(), micro_batches_);
+        reg = builder_.add_output(pack, pack->name(), Shape(dims), tensor.meta.dtype);
+        builder_.set_per_micro_batch(false);
+      }
+      proto::TaskProto* task = builder_.add_task(rank, proto::TaskProto::OUTPUT,
+                                                 str_cat(tensor.name, "/output"), /*thread=*/0);
       task->set_logical_op(tensor.name);  // fetches are named by tensor: an op may have several
-      builder_.add_input(task, registers_[t].at(pid));
+      builder_.add_input(task, reg);
       describe_piece(tensor.meta, sbp, producer.placement, pid, task);
+      if (packed) {
+        std::vector<int64_t> dims = tensor.meta.shape.dims();
+        dims.insert(dims.begin(), micro_batches_);
+        to_proto(Shape(dims), task->mutable_logical_output_shape());
+        auto* first = task->mutable_output_region()->Add();
+        first->set_begin(0);
+        first->set_end(micro_batches_);
+        for (int k = task->output_region_size() - 1; k > 0; --k) {
+          task->mutable_output_region()->SwapElements(k, k - 1);
+        }
+      }
       task->set_contributes(contributes(sbp, producer.placement, pid));
     }
     builder_.plan().add_fetches(tensor.name);
@@ -306,6 +422,11 @@ class Expander {
   const Graph& graph_;
   PlanBuilder builder_;
   std::vector<std::vector<int64_t>> registers_;  // by tensor, then parallel id
+  const int micro_batches_;
+  std::vector<bool> per_micro_;            // by op: acts once per micro-batch
+  bool per_micro_scope_ = false;           // scope of the op being expanded
+  std::map<int64_t, int64_t> repeated_;    // register -> its REPEAT output
+  std::map<int64_t, int64_t> accumulated_; // register -> its ACCUMULATE output
 };
 
 }  // namespace

@@ -38,6 +38,8 @@ class PlanBuilder {
   /// Both must be on the same rank (data moves between ranks only by SEND/RECV).
   void add_input(proto::TaskProto* task, int64_t register_id);
   int64_t new_transfer_id() { return next_transfer_id_++; }
+  /// Tasks added from now on act once per micro-batch (Note [Micro-batches] in plan.proto).
+  void set_per_micro_batch(bool per_micro_batch) { per_micro_batch_ = per_micro_batch; }
 
   const proto::TaskProto& task(int64_t id) const;
   const proto::RegisterProto& register_proto(int64_t id) const;
@@ -61,6 +63,7 @@ class PlanBuilder {
   std::vector<proto::RegisterProto*> registers_;  // by register id
   std::vector<int64_t> register_ranks_;           // by register id
   int64_t next_transfer_id_ = 0;
+  bool per_micro_batch_ = false;
 };
 
 /// Expands `graph` (after boxing insertion: every op has its signature, every compute op's

@@ -139,7 +139,7 @@ RankMemory plan_rank(proto::RankPlanProto* rank_plan, int64_t block_id) {
     if (in_chain) {
       shareable.emplace_back(&reg, lifetime);
     } else {
-      memory.unshared_bytes += reg.bytes() * std::max(reg.register_num(), 1);
+      memory.unshared_bytes += align_up(reg.bytes(), kMemoryAlignment) * std::max(reg.register_num(), 1);
     }
   }
   std::stable_sort(shareable.begin(), shareable.end(), [](const auto& a, const auto& b) {
@@ -264,9 +264,11 @@ void plan_memory(proto::PlanProto* plan, int64_t memory_limit_bytes) {
     rank_plan.clear_memory_blocks();
     const RankMemory memory = plan_rank(&rank_plan, next_block_id);
     if (rank_plan.memory_blocks_size() > 0) ++next_block_id;
+    // Without reuse every register would get its own aligned allocation, as the shared ones
+    // get aligned offsets: count both the same way so the comparison is fair.
     int64_t without_reuse = 0;
     for (const proto::RegisterProto& reg : rank_plan.registers()) {
-      without_reuse += reg.bytes() * std::max(reg.register_num(), 1);
+      without_reuse += align_up(reg.bytes(), kMemoryAlignment) * std::max(reg.register_num(), 1);
     }
     rank_plan.set_peak_bytes(memory.block_bytes + memory.unshared_bytes);
     rank_plan.set_bytes_without_reuse(without_reuse);

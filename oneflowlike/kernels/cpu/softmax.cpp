@@ -92,7 +92,8 @@ void softmax_backward_row(const T* y, const T* dy, T* dx, int64_t n) {
   for (int64_t j = 0; j < n; ++j) acc += kLog ? dy[j] : dy[j] * y[j];
   const T s = static_cast<T>(acc);
 #pragma omp simd
-  for (int64_t j = 0; j < n; ++j) dx[j] = kLog ? dy[j] - vec_math::exp(y[j]) * s : y[j] * (dy[j] - s);
+  for (int64_t j = 0; j < n; ++j)
+    dx[j] = kLog ? dy[j] - vec_math::exp(y[j]) * s : y[j] * (dy[j] - s);
 }
 
 template <class T, bool kLog>

@@ -62,8 +62,8 @@ inline float exp(float x) {
   p = p * r + 5.0000001201e-1f;
   p = p * r * r + r + 1.0f;
   // n from the low bits of `shifted`; unsigned arithmetic because NaN gives garbage bits.
-  const auto ni = std::bit_cast<int32_t>(std::bit_cast<uint32_t>(shifted) -
-                                         std::bit_cast<uint32_t>(kRound));
+  const auto ni =
+      std::bit_cast<int32_t>(std::bit_cast<uint32_t>(shifted) - std::bit_cast<uint32_t>(kRound));
   const int32_t n1 = ni >> 1;
   const int32_t n2 = ni - n1;
   const float scale1 = std::bit_cast<float>(static_cast<uint32_t>(n1 + 127) << 23);
@@ -84,7 +84,8 @@ inline float tanh(float x) {
   p = p * z - 3.33332819422e-1f;
   const float small = x + x * z * p;
   const float large = 1.0f - 2.0f / (exp(2.0f * a) + 1.0f);
-  return detail::select(a < 0.625f, small, std::copysign(large, x));
+  // The sign last: tanh is odd, and it keeps tanh(-0) = -0.
+  return std::copysign(detail::select(a < 0.625f, small, large), x);
 }
 
 /// 1 / (1 + e^-x) for float, as e / (1 + e) with e = e^x for x < 0 so that tiny results keep
@@ -172,8 +173,8 @@ inline float normal_cdf(float x) {
   constexpr float kInvSqrt2 = static_cast<float>(1.0 / std::numbers::sqrt2);
   const float z = x * kInvSqrt2;
   const float a = detail::at_most(std::fabs(z), detail::kErfcZero);
-  const detail::ExactSquare x2 =
-      detail::exact_square(detail::at_most(std::fabs(x), detail::kErfcZero * std::numbers::sqrt2_v<float>));
+  const detail::ExactSquare x2 = detail::exact_square(
+      detail::at_most(std::fabs(x), detail::kErfcZero * std::numbers::sqrt2_v<float>));
   const float tail = 0.5f * detail::erfc_tail(a, {0.5f * x2.hi, 0.5f * x2.lo});
   return detail::select(a < detail::kErfcSplit, 0.5f + 0.5f * detail::erf_small(z),
                         detail::select(x < 0.0f, tail, 1.0f - tail));

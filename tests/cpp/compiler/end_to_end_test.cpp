@@ -3,6 +3,8 @@
 
 #include <gtest/gtest.h>
 
+#include <optional>
+
 #include "actor/reference_executor.h"
 #include "compiler/builder.h"
 #include "compiler/compile.h"
@@ -22,6 +24,9 @@ struct Layout {
   Placement placement;
   NdSbp data;  // x and labels
   NdSbp w1, b1, w2, b2;
+  int micro_batches = 1;
+  // When set, the second layer and the loss form pipeline stage 1 on this placement.
+  std::optional<Placement> stage1 = std::nullopt;
 };
 
 Initializer normal(int64_t seed) { return Initializer{Initializer::Kind::kNormal, 0.0, 0.3, seed}; }
@@ -29,16 +34,29 @@ Initializer normal(int64_t seed) { return Initializer{Initializer::Kind::kNormal
 constexpr int64_t kBatch = 8, kIn = 6, kHidden = 10, kClasses = 4;
 
 // logits = relu(x @ w1 + b1) @ w2 + b2; loss = mean(cross_entropy(logits, labels)).
+// The graph is written for one micro-batch (kBatch / micro_batches rows); the caller feeds
+// the whole batch and the plan runs the micro-batches in turn.
 Graph build_mlp(const Layout& layout, OptimizerConfig::Kind optimizer) {
   GraphBuilder b("mlp_" + layout.name);
   b.set_placement(layout.placement);
-  const int x = b.input("x", Shape{kBatch, kIn}, DataType::kFloat32, layout.data);
-  const int labels = b.input("labels", Shape{kBatch}, DataType::kInt64, layout.data);
+  const int64_t micro = kBatch / layout.micro_batches;
+  const int x = b.input("x", Shape{micro, kIn}, DataType::kFloat32, layout.data);
+  if (layout.stage1) {
+    b.set_placement(*layout.stage1);
+    b.set_stage(1);
+  }
+  const int labels = b.input("labels", Shape{micro}, DataType::kInt64, layout.data);
+  b.set_placement(layout.placement);
+  b.set_stage(0);
   const int w1 = b.variable("w1", Shape{kIn, kHidden}, normal(1), layout.w1);
   const int b1 = b.variable("b1", Shape{kHidden}, normal(2), layout.b1);
+  const int h = b.op1("relu", NoParams{}, {b.op1("add", NoParams{}, {b.op1("matmul", MatmulParams{}, {x, w1}), b1})});
+  if (layout.stage1) {
+    b.set_placement(*layout.stage1);
+    b.set_stage(1);
+  }
   const int w2 = b.variable("w2", Shape{kHidden, kClasses}, normal(3), layout.w2);
   const int b2 = b.variable("b2", Shape{kClasses}, Initializer{}, layout.b2);
-  const int h = b.op1("relu", NoParams{}, {b.op1("add", NoParams{}, {b.op1("matmul", MatmulParams{}, {x, w1}), b1})});
   const int logits = b.op1("add", NoParams{}, {b.op1("matmul", MatmulParams{}, {h, w2}), b2});
   const int per_sample = b.op1("sparse_softmax_cross_entropy", NoParams{}, {logits, labels});
   const int loss = b.op1("reduce_mean", ReduceParams{}, {per_sample}, "loss");
@@ -47,6 +65,7 @@ Graph build_mlp(const Layout& layout, OptimizerConfig::Kind optimizer) {
   b.train().optimizer.kind = optimizer;
   b.train().optimizer.momentum = 0.9;
   b.train().optimizer.weight_decay = 0.01;
+  b.train().gradient_accumulation_steps = layout.micro_batches;
   return std::move(b.graph());
 }
 
@@ -65,12 +84,20 @@ TrainingRun train(const Layout& layout, OptimizerConfig::Kind optimizer, int ste
     std::vector<double> labels(kBatch);
     for (int i = 0; i < kBatch; ++i) labels[i] = (i * 7 + step) % kClasses;
     feed["labels"] = testing::make_tensor(labels, Shape{kBatch}, DataType::kInt64);
-    feed["lr"] = Tensor::scalar(0.1, DataType::kFloat32);
-    if (optimizer != OptimizerConfig::Kind::kSgd) {
-      feed["step"] = Tensor::scalar(step, DataType::kFloat32);
+    // The optimizer takes lr (and step) on each placement holding variables: "lr", "lr@1", ...
+    for (const char* suffix : {"", "@1"}) {
+      if (*suffix && !layout.stage1) continue;
+      feed[str_cat("lr", suffix)] = Tensor::scalar(0.1, DataType::kFloat32);
+      if (optimizer != OptimizerConfig::Kind::kSgd) {
+        feed[str_cat("step", suffix)] = Tensor::scalar(step, DataType::kFloat32);
+      }
     }
     auto fetched = executor.run(feed);
-    run.losses.push_back(fetched.at("loss/out0").item());
+    // With micro-batches the loss comes back per micro-batch, (m,); their mean is the batch's.
+    const Tensor loss = fetched.at("loss/out0");
+    double mean = 0;
+    for (double v : values_of(loss)) mean += v / static_cast<double>(loss.numel());
+    run.losses.push_back(mean);
   }
   for (const char* w : {"w1", "b1", "w2", "b2"}) run.weights[w] = values_of(executor.read_variable(w));
   return run;
@@ -119,6 +146,29 @@ TEST(EndToEnd, MlpTrainsTheSameUnderEveryLayoutWithSgd) {
 
 TEST(EndToEnd, MlpTrainsTheSameUnderEveryLayoutWithAdamW) {
   const auto all = layouts();
+  const TrainingRun reference = train(all[0], OptimizerConfig::Kind::kAdamW, 3);
+  for (size_t i = 1; i < all.size(); ++i) {
+    expect_same_training(reference, train(all[i], OptimizerConfig::Kind::kAdamW, 3), all[i].name);
+  }
+}
+
+std::vector<Layout> pipelined_layouts() {
+  const Placement one = Placement::parse("cpu, [0]");
+  const Placement other = Placement::parse("cpu, [1]");
+  const Placement two = Placement::parse("cpu, [0, 1]");
+  const Placement next_two = Placement::parse("cpu, [2, 3]");
+  Layout single{"single", one, {B()}, {B()}, {B()}, {B()}, {B()}};
+  Layout accumulate4 = single;
+  accumulate4.name = "single_accumulate4";
+  accumulate4.micro_batches = 4;
+  Layout dp2_accumulate2{"dp2_accumulate2", two, {S(0)}, {B()}, {B()}, {B()}, {B()}, 2};
+  Layout pp2{"pp2_micro4", one, {B()}, {B()}, {B()}, {B()}, {B()}, 4, other};
+  Layout dp2_pp2{"dp2_pp2_micro2", two, {S(0)}, {B()}, {B()}, {B()}, {B()}, 2, next_two};
+  return {single, accumulate4, dp2_accumulate2, pp2, dp2_pp2};
+}
+
+TEST(EndToEnd, MicroBatchesAndPipelineStagesTrainLikeOneBatch) {
+  const auto all = pipelined_layouts();
   const TrainingRun reference = train(all[0], OptimizerConfig::Kind::kAdamW, 3);
   for (size_t i = 1; i < all.size(); ++i) {
     expect_same_training(reference, train(all[i], OptimizerConfig::Kind::kAdamW, 3), all[i].name);

@@ -32,7 +32,21 @@ void expect_matches_golden(const proto::PlanProto& plan, const std::string& name
                          << " (generate it with OFL_UPDATE_GOLDEN=1)";
   std::stringstream expected;
   expected << in.rdbuf();
-  EXPECT_EQ(text, expected.str()) << "plan differs from " << path;
+  if (text == expected.str()) return;
+  // Report the first differing line rather than two whole plans.
+  std::istringstream got_lines(text), want_lines(expected.str());
+  std::string got, want;
+  for (int line = 1;; ++line) {
+    const bool more_got = static_cast<bool>(std::getline(got_lines, got));
+    const bool more_want = static_cast<bool>(std::getline(want_lines, want));
+    if (!more_got && !more_want) break;
+    if (got != want || more_got != more_want) {
+      ADD_FAILURE() << "plan differs from " << path << " at line " << line << ":\n  golden:   "
+                    << (more_want ? want : "<end>") << "\n  compiled: " << (more_got ? got : "<end>")
+                    << "\nIf the change is intended, regenerate with OFL_UPDATE_GOLDEN=1.";
+      return;
+    }
+  }
 }
 
 TEST(GoldenPlan, MlpDataParallelOnTwoRanks) {
