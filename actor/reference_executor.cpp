@@ -293,7 +293,7 @@ void ReferenceExecutor::check_task(int index) {
                    dtype_name(reg(a).dtype), " and ", describe_register(b), " ",
                    dtype_name(reg(b).dtype), ".");
   };
-  auto same_shape = [&](const Shape& want, int r, const char* what) {
+  auto same_shape = [&](const Shape& want, int r, const std::string& what) {
     OFL_CHECK(reg(r).shape == want, kTag, who, " needs ", describe_register(r), " of shape ",
               want.to_string(), " (", what, "). However, got ", reg(r).shape.to_string(), ".");
   };
@@ -328,16 +328,10 @@ void ReferenceExecutor::check_task(int index) {
     default:
       break;
   }
-  // UNPACK and PACK: the micro-batch register (r0, r1, ...) and the whole-batch one.
-  auto check_batched = [&](int micro, int batch, const Shape& want) {
-    same_dtype(task.inputs[0], task.outputs[0]);
-    OFL_CHECK(reg(micro).shape.ndim() >= (p.kind() == proto::TaskProto::UNPACK ? 1 : 0), kTag,
-              who, " needs a batch axis in ", describe_register(micro), ". However, got shape ",
-              reg(micro).shape.to_string(), ".");
-    same_shape(want, batch, str_cat(micro_batches_, " micro-batches of ",
-                                    describe_register(micro), " ",
-                                    reg(micro).shape.to_string())
-                                .c_str());
+  // UNPACK and PACK: the whole-batch register holds m micro-batch registers.
+  auto batch_of = [&](int micro) {
+    return str_cat(micro_batches_, " micro-batches of ", describe_register(micro), " ",
+                   reg(micro).shape.to_string());
   };
 
   switch (p.kind()) {
@@ -348,8 +342,9 @@ void ReferenceExecutor::check_task(int index) {
       read_region();
       if (p.kind() == proto::TaskProto::INPUT) {
         for (int64_t consumer : reg(task.outputs[0]).proto.consumers()) {
-          task.micro_batched = task.micro_batched || tasks_[task_index_.at(consumer)].proto.kind() ==
-                                                         proto::TaskProto::UNPACK;
+          task.micro_batched =
+              task.micro_batched ||
+              tasks_[task_index_.at(consumer)].proto.kind() == proto::TaskProto::UNPACK;
         }
       }
       if (task.micro_batched) {
@@ -360,7 +355,7 @@ void ReferenceExecutor::check_task(int index) {
         Shape all = region_shape(task.region);
         all[0] *= micro_batches_;
         same_shape(all, task.outputs[0],
-                   str_cat(micro_batches_, " micro-batches of its output_region").c_str());
+                   str_cat(micro_batches_, " micro-batches of its output_region"));
       } else {
         same_shape(region_shape(task.region), task.outputs[0], "the size of its output_region");
       }
@@ -477,18 +472,22 @@ void ReferenceExecutor::check_task(int index) {
                 " and ", describe_register(task.outputs[0]), " ",
                 reg(task.outputs[0]).shape.to_string(), ".");
       break;
-    case proto::TaskProto::UNPACK: {
+    case proto::TaskProto::UNPACK: {  // (m * r0, r1, ...) -> (r0, r1, ...)
       arity(1, 1);
+      same_dtype(task.inputs[0], task.outputs[0]);
       Shape all = reg(task.outputs[0]).shape;
-      if (all.ndim() >= 1) all[0] *= micro_batches_;
-      check_batched(task.outputs[0], task.inputs[0], all);
+      OFL_CHECK(all.ndim() >= 1, kTag, who, " needs a batch axis in ",
+                describe_register(task.outputs[0]), ". However, got shape ", all.to_string(), ".");
+      all[0] *= micro_batches_;
+      same_shape(all, task.inputs[0], batch_of(task.outputs[0]));
       break;
     }
-    case proto::TaskProto::PACK: {
+    case proto::TaskProto::PACK: {  // (r0, ...) -> (m, r0, ...)
       arity(1, 1);
+      same_dtype(task.inputs[0], task.outputs[0]);
       std::vector<int64_t> dims = reg(task.inputs[0]).shape.dims();
       dims.insert(dims.begin(), micro_batches_);
-      check_batched(task.inputs[0], task.outputs[0], Shape(std::move(dims)));
+      same_shape(Shape(std::move(dims)), task.outputs[0], batch_of(task.inputs[0]));
       break;
     }
     case proto::TaskProto::REPEAT:
@@ -564,6 +563,10 @@ void ReferenceExecutor::check_pieces(const NameIndex& pieces, const char* kind) 
       OFL_CHECK(a.kind() == b.kind() && a.a() == b.a() && a.b() == b.b() && a.seed() == b.seed(),
                 kTag, "the ", kind, " pieces of '", name, "' must have one initializer. However, ",
                 describe_task(tasks[0]), " and ", describe_task(t), " differ.");
+      OFL_CHECK(task.micro_batched == first.micro_batched, kTag, "the ", kind, " pieces of '", name,
+                "' must all be unpacked into micro-batches or none. However, ",
+                describe_task(tasks[0]), (first.micro_batched ? " is" : " is not"), " and ",
+                describe_task(t), (task.micro_batched ? " is" : " is not"), ".");
       contributes = contributes || task.proto.contributes();
     }
     OFL_CHECK(std::string(kind) != "OUTPUT" || contributes, kTag, "some OUTPUT piece of '", name,
@@ -572,73 +575,182 @@ void ReferenceExecutor::check_pieces(const NameIndex& pieces, const char* kind) 
   }
 }
 
-// The execution order: repeatedly the lowest (rank, position) task whose predecessors acted.
-void ReferenceExecutor::compute_schedule() {
+// Every task's predecessors: the producers of its input registers, its control inputs and, for
+// a RECV, the SEND with its transfer_id.
+std::vector<std::vector<ReferenceExecutor::Edge>> ReferenceExecutor::predecessor_edges() const {
   const int n = static_cast<int>(tasks_.size());
-  std::vector<std::vector<int>> predecessors(n);
+  std::vector<std::vector<Edge>> predecessors(n);
   for (int t = 0; t < n; ++t) {
     const TaskInfo& task = tasks_[t];
-    for (int r : task.inputs) predecessors[t].push_back(registers_[r].producer);
+    for (int r : task.inputs) {
+      predecessors[t].push_back(Edge{registers_[r].producer, EdgeKind::kData, r});
+    }
     for (int64_t id : task.proto.control_inputs()) {
       auto it = task_index_.find(id);
       OFL_CHECK(it != task_index_.end(), kTag, describe_task(t), " has control input task id ", id,
                 ", which the plan does not have.");
-      predecessors[t].push_back(it->second);
+      predecessors[t].push_back(Edge{it->second, EdgeKind::kControl, -1});
     }
-    if (task.send >= 0) predecessors[t].push_back(task.send);
+    if (task.send >= 0) predecessors[t].push_back(Edge{task.send, EdgeKind::kTransfer, -1});
   }
+  return predecessors;
+}
+
+// The tasks of `member` in execution order: repeatedly the lowest (rank, position) one whose
+// predecessors in `member` acted (the others count as acted). `waiting` gets, per task, how many
+// of its predecessors never acted: non-zero only for tasks stuck on a cycle.
+std::vector<int> ReferenceExecutor::order_tasks(const std::vector<std::vector<Edge>>& predecessors,
+                                                const std::vector<bool>& member,
+                                                std::vector<int>* waiting) const {
+  const int n = static_cast<int>(tasks_.size());
   std::vector<std::vector<int>> successors(n);
-  std::vector<int> waiting(n, 0);  // predecessors not yet acted, counted with repeats
+  waiting->assign(n, 0);  // counted with repeats
   for (int t = 0; t < n; ++t) {
-    for (int p : predecessors[t]) successors[p].push_back(t);
-    waiting[t] = static_cast<int>(predecessors[t].size());
+    if (!member[t]) continue;
+    for (const Edge& e : predecessors[t]) {
+      if (!member[e.from]) continue;
+      successors[e.from].push_back(t);
+      ++(*waiting)[t];
+    }
   }
   std::priority_queue<int, std::vector<int>, std::greater<int>> ready;
   for (int t = 0; t < n; ++t) {
-    if (waiting[t] == 0) ready.push(t);
+    if (member[t] && (*waiting)[t] == 0) ready.push(t);
   }
+  std::vector<int> order;
   while (!ready.empty()) {
     const int t = ready.top();
     ready.pop();
-    schedule_.push_back(t);
+    order.push_back(t);
     for (int s : successors[t]) {
-      if (--waiting[s] == 0) ready.push(s);
+      if (--(*waiting)[s] == 0) ready.push(s);
     }
   }
-  if (static_cast<int>(schedule_.size()) == n) return;
+  return order;
+}
 
-  // Name every task that can never act and what it waits for.
-  std::string report;
-  int listed = 0;
-  const int stuck = n - static_cast<int>(schedule_.size());
-  for (int t = 0; t < n && listed < 10; ++t) {
-    if (waiting[t] == 0) continue;
-    ++listed;
-    const TaskInfo& task = tasks_[t];
-    std::string waits;
-    auto add = [&](const std::string& what) { waits += (waits.empty() ? "" : ", ") + what; };
-    for (int r : task.inputs) {
-      if (waiting[registers_[r].producer] > 0) {
-        add(str_cat(describe_register(r), " from ", describe_task(registers_[r].producer)));
+// Note [Micro-batches] in plan.proto: data enters the micro-batch part only through UNPACK and
+// REPEAT and leaves it only through ACCUMULATE and PACK, whose outputs are complete only after
+// the last micro-batch. A control input on a per-micro-batch task carries no data: it orders the
+// once task after the last micro-batch (an in-place update after every micro-batch's REPEAT of
+// the variable). Marks in `after` the once tasks that so depend on the micro-batch part; they
+// run after it. `order` is a topological order of all tasks.
+void ReferenceExecutor::check_micro_batch_edges(const std::vector<std::vector<Edge>>& predecessors,
+                                                const std::vector<int>& order,
+                                                std::vector<bool>* after) const {
+  auto is = [&](int t, Kind a, Kind b) {
+    const Kind kind = tasks_[t].proto.kind();
+    return kind == a || kind == b;
+  };
+  std::vector<std::string> why(tasks_.size());  // after[t]: the edge that put t after
+  for (int t : order) {
+    for (const Edge& e : predecessors[t]) {
+      const int p = e.from;
+      const bool leaves = is(p, proto::TaskProto::ACCUMULATE, proto::TaskProto::PACK);
+      const bool enters = is(t, proto::TaskProto::UNPACK, proto::TaskProto::REPEAT);
+      const bool control = e.kind == EdgeKind::kControl;
+      if (per_micro(p) && !per_micro(t)) {
+        OFL_CHECK(leaves || control, kTag,
+                  "a once-per-iteration task may depend on a per-micro-batch task only through ",
+                  "ACCUMULATE or PACK (or a control input). However, ", describe_edge(t, e), ".");
+      } else if (per_micro(p) && per_micro(t)) {
+        // A control input orders the two within one micro-batch (ACCUMULATE acts every
+        // micro-batch); only reading the accumulated register must wait for the last one.
+        OFL_CHECK(!leaves || control, kTag,
+                  "only once-per-iteration tasks may read ACCUMULATE or PACK outputs ",
+                  "(their output is complete after the last micro-batch). However, ",
+                  describe_edge(t, e), ".");
+        OFL_CHECK(
+            !enters || control, kTag,
+            "UNPACK and REPEAT must read the register of a once-per-iteration task. However, ",
+            describe_edge(t, e), ".");
+      } else if (!per_micro(p) && per_micro(t)) {
+        OFL_CHECK(enters || control, kTag,
+                  "a per-micro-batch task may read a once-per-iteration task's register only ",
+                  "through UNPACK or REPEAT. However, ", describe_edge(t, e), ".");
+        OFL_CHECK(!(*after)[p], kTag,
+                  "a per-micro-batch task must not wait for a once-per-iteration task that runs ",
+                  "after the micro-batches. However, ", describe_edge(t, e), ", which runs after ",
+                  "them because ", why[p], ".");
+      }
+      if (!per_micro(t) && !(*after)[t] && (per_micro(p) || (*after)[p])) {
+        (*after)[t] = true;
+        why[t] = describe_edge(t, e);
       }
     }
-    for (int64_t id : task.proto.control_inputs()) {
-      const int c = task_index_.at(id);
-      if (waiting[c] > 0) add(str_cat("control input ", describe_task(c)));
-    }
-    if (task.send >= 0 && waiting[task.send] > 0) add(str_cat(describe_task(task.send)));
-    report += str_cat("\n  ", describe_task(t), " waits for ", waits);
   }
-  if (stuck > listed) report += str_cat("\n  and ", stuck - listed, " more");
-  OFL_CHECK(false, kTag, "every task must be able to act (no cycle through data, control inputs ",
-            "or transfers). However, ", stuck, " tasks can never act:", report);
+}
+
+// The execution order (Note [Reference execution] in the header): the once tasks before the
+// micro-batches, the per-micro-batch tasks for each micro-batch, the once tasks after them.
+void ReferenceExecutor::compute_schedule() {
+  const int n = static_cast<int>(tasks_.size());
+  const std::vector<std::vector<Edge>> predecessors = predecessor_edges();
+  std::vector<int> waiting;
+  const std::vector<int> order = order_tasks(predecessors, std::vector<bool>(n, true), &waiting);
+  if (static_cast<int>(order.size()) < n) {
+    // Name every task that can never act and what it waits for.
+    std::string report;
+    int listed = 0;
+    const int stuck = n - static_cast<int>(order.size());
+    for (int t = 0; t < n && listed < 10; ++t) {
+      if (waiting[t] == 0) continue;
+      ++listed;
+      std::string waits;
+      for (const Edge& e : predecessors[t]) {
+        if (waiting[e.from] == 0) continue;
+        std::string what = describe_task(e.from);
+        if (e.kind == EdgeKind::kData) {
+          what = str_cat(describe_register(e.reg), " from ", what);
+        } else if (e.kind == EdgeKind::kControl) {
+          what = "control input " + what;
+        }
+        waits += (waits.empty() ? "" : ", ") + what;
+      }
+      report += str_cat("\n  ", describe_task(t), " waits for ", waits);
+    }
+    if (stuck > listed) report += str_cat("\n  and ", stuck - listed, " more");
+    OFL_CHECK(false, kTag, "every task must be able to act (no cycle through data, control ",
+              "inputs or transfers). However, ", stuck, " tasks can never act:", report);
+  }
+
+  std::vector<bool> after(n, false);
+  check_micro_batch_edges(predecessors, order, &after);
+  std::vector<bool> before(n), micro(n);
+  for (int t = 0; t < n; ++t) {
+    micro[t] = per_micro(t);
+    before[t] = !micro[t] && !after[t];
+  }
+  for (int t : order_tasks(predecessors, before, &waiting)) schedule_.push_back(Step{t, 0});
+  const std::vector<int> micro_order = order_tasks(predecessors, micro, &waiting);
+  for (int k = 0; k < micro_batches_; ++k) {
+    for (int t : micro_order) schedule_.push_back(Step{t, k});
+  }
+  for (int t : order_tasks(predecessors, after, &waiting)) schedule_.push_back(Step{t, 0});
+  OFL_ASSERT(static_cast<int>(schedule_.size()) ==
+             n + (micro_batches_ - 1) * static_cast<int>(micro_order.size()));
 }
 
 std::string ReferenceExecutor::describe_task(int task) const {
   const proto::TaskProto& p = tasks_[task].proto;
   std::string kind = kind_name(p.kind());
   if (p.kind() == proto::TaskProto::COMPUTE) kind += " " + p.op_type();
+  if (p.per_micro_batch()) kind += ", per micro-batch";
   return str_cat("task '", p.name(), "' (id ", p.id(), ", rank ", p.rank(), ", ", kind, ")");
+}
+
+// "task 'a' (...) reads register 'r' (id 3) of task 'b' (...)"
+std::string ReferenceExecutor::describe_edge(int task, const Edge& edge) const {
+  switch (edge.kind) {
+    case EdgeKind::kData:
+      return str_cat(describe_task(task), " reads ", describe_register(edge.reg), " of ",
+                     describe_task(edge.from));
+    case EdgeKind::kControl:
+      return str_cat(describe_task(task), " has a control input on ", describe_task(edge.from));
+    case EdgeKind::kTransfer:
+      return str_cat(describe_task(task), " receives from ", describe_task(edge.from));
+  }
+  return "";
 }
 
 std::string ReferenceExecutor::describe_register(int reg) const {
@@ -700,7 +812,7 @@ std::map<std::string, Tensor> ReferenceExecutor::run(const std::map<std::string,
               "plan. However, got '", name, "', which no INPUT task takes.");
   }
   std::vector<std::pair<int, Tensor>> fetched;
-  for (int t : schedule_) act(t, inputs, &fetched);
+  for (const Step& step : schedule_) act(step.task, step.micro_batch, inputs, &fetched);
 
   std::map<std::string, Tensor> results;
   for (const auto& [name, pieces] : outputs_by_name_) {
@@ -722,7 +834,7 @@ std::map<std::string, Tensor> ReferenceExecutor::run(const std::map<std::string,
   return results;
 }
 
-void ReferenceExecutor::act(int t, const std::map<std::string, Tensor>& inputs,
+void ReferenceExecutor::act(int t, int micro_batch, const std::map<std::string, Tensor>& inputs,
                             std::vector<std::pair<int, Tensor>>* fetched) {
   const TaskInfo& task = tasks_[t];
   auto fresh = [&](int i) {
@@ -736,14 +848,36 @@ void ReferenceExecutor::act(int t, const std::map<std::string, Tensor>& inputs,
       OFL_CHECK(it != inputs.end(), kTag, "run needs input '", name, "' (read by ",
                 describe_task(t), "). However, got ", names_of(inputs), ".");
       const Tensor& fed = it->second;
-      OFL_CHECK(fed.defined() && fed.shape() == task.logical_shape, kTag, "input '", name,
-                "' must have shape ", task.logical_shape.to_string(), ". However, got ",
-                fed.defined() ? fed.shape().to_string() : "an undefined tensor", ".");
+      // A micro-batched input is fed whole: m micro-batches of logical_output_shape, stacked
+      // on axis 0.
+      Shape want = task.logical_shape;
+      if (task.micro_batched) want[0] *= micro_batches_;
+      OFL_CHECK(fed.defined() && fed.shape() == want, kTag, "input '", name, "' must have shape ",
+                want.to_string(),
+                task.micro_batched ? str_cat(" (", micro_batches_, " micro-batches of ",
+                                             task.logical_shape.to_string(), ")")
+                                   : "",
+                ". However, got ", fed.defined() ? fed.shape().to_string() : "an undefined tensor",
+                ".");
       const DataType dtype = registers_[task.outputs[0]].dtype;
       OFL_CHECK_TYPE(fed.dtype() == dtype, kTag, "input '", name, "' must have dtype ",
                      dtype_name(dtype), ". However, got ", dtype_name(fed.dtype()), ".");
       Tensor out = fresh(0);
-      copy_region(fed, task.region, out, whole(out.shape()));
+      if (!task.micro_batched) {
+        copy_region(fed, task.region, out, whole(out.shape()));
+      } else {
+        // Micro-batch k is rows [k * s0, (k + 1) * s0) of the fed tensor; its region goes to
+        // rows [k * r0, (k + 1) * r0) of the register.
+        const int64_t s0 = task.logical_shape[0];
+        const int64_t r0 = task.region[0].size();
+        for (int k = 0; k < micro_batches_; ++k) {
+          std::vector<Range> from = task.region;
+          from[0] = Range{k * s0 + task.region[0].begin, k * s0 + task.region[0].end};
+          std::vector<Range> to = whole(out.shape());
+          to[0] = Range{k * r0, (k + 1) * r0};
+          copy_region(fed, from, out, to);
+        }
+      }
       values_[task.outputs[0]] = out;
       break;
     }
@@ -796,6 +930,33 @@ void ReferenceExecutor::act(int t, const std::map<std::string, Tensor>& inputs,
       Tensor out = fresh(0);
       std::memcpy(out.raw_data(), values_[task.inputs[0]].raw_data(), out.nbytes());
       values_[task.outputs[0]] = out;
+      break;
+    }
+    case proto::TaskProto::UNPACK: {  // rows [k * r0, (k + 1) * r0) of the whole batch
+      Tensor out = fresh(0);
+      const char* in = static_cast<const char*>(values_[task.inputs[0]].raw_data());
+      std::memcpy(out.raw_data(), in + micro_batch * out.nbytes(), out.nbytes());
+      values_[task.outputs[0]] = out;
+      break;
+    }
+    case proto::TaskProto::REPEAT:
+      // A copy, so that a micro-batch writing its input in place cannot change the once value.
+      values_[task.outputs[0]] = values_[task.inputs[0]].clone();
+      break;
+    case proto::TaskProto::ACCUMULATE: {  // the running sum lives in the output register
+      const Tensor& in = values_[task.inputs[0]];
+      if (micro_batch == 0) {
+        values_[task.outputs[0]] = in.clone();
+      } else {
+        add_region(in, whole(in.shape()), values_[task.outputs[0]], whole(in.shape()));
+      }
+      break;
+    }
+    case proto::TaskProto::PACK: {  // row k of (m, *shape)
+      const Tensor& in = values_[task.inputs[0]];
+      if (micro_batch == 0) values_[task.outputs[0]] = fresh(0);
+      char* out = static_cast<char*>(values_[task.outputs[0]].raw_data());
+      std::memcpy(out + micro_batch * in.nbytes(), in.raw_data(), in.nbytes());
       break;
     }
     default:
@@ -866,7 +1027,11 @@ void ReferenceExecutor::write_variable(const std::string& name, const Tensor& va
 
 std::vector<std::string> ReferenceExecutor::schedule() const {
   std::vector<std::string> names;
-  for (int t : schedule_) names.push_back(tasks_[t].proto.name());
+  for (const Step& step : schedule_) {
+    const std::string& name = tasks_[step.task].proto.name();
+    names.push_back(
+        micro_batches_ > 1 && per_micro(step.task) ? str_cat(name, "#", step.micro_batch) : name);
+  }
   return names;
 }
 

@@ -20,10 +20,12 @@
 // Micro-batches (Note [Micro-batches] in plan.proto), m = plan.micro_batches (0 means 1):
 //  - run() is one iteration in three phases: the once tasks that do not depend on any
 //    per-micro-batch task; then, for k = 0..m-1, every per_micro_batch task; then the other once
-//    tasks (those after an ACCUMULATE or PACK). Each phase is ordered by the rule above.
+//    tasks (those after an ACCUMULATE, a PACK or another per-micro-batch task). Each phase is
+//    ordered by the rule above.
 //  - Data enters the micro-batch part only through UNPACK (of an INPUT's whole batch) and REPEAT
 //    (of a once value), and leaves it only through ACCUMULATE (sum over k) and PACK (row k =
-//    micro-batch k); the constructor rejects any other crossing, naming both tasks.
+//    micro-batch k); the constructor rejects any other crossing, naming both tasks. A control
+//    input of a once task on a per-micro-batch task puts the once task after the micro-batches.
 //  - An INPUT read by an UNPACK takes the whole batch, (m * s0, s1, ...) for a micro-batch of
 //    logical shape (s0, s1, ...), and keeps its region of every micro-batch: (m * r0, r1, ...).
 
@@ -111,7 +113,7 @@ class ReferenceExecutor {
   void check_transfers();
   void check_pieces(const NameIndex& pieces, const char* kind) const;
   std::vector<std::vector<Edge>> predecessor_edges() const;
-  std::vector<int> order_tasks(const std::vector<Edge>* predecessors,
+  std::vector<int> order_tasks(const std::vector<std::vector<Edge>>& predecessors,
                                const std::vector<bool>& member, std::vector<int>* waiting) const;
   void check_micro_batch_edges(const std::vector<std::vector<Edge>>& predecessors,
                                const std::vector<int>& order, std::vector<bool>* after) const;
@@ -119,6 +121,7 @@ class ReferenceExecutor {
   bool per_micro(int task) const { return tasks_[task].proto.per_micro_batch(); }
   std::string describe_task(int task) const;
   std::string describe_register(int reg) const;
+  std::string describe_edge(int task, const Edge& edge) const;
   std::string output_name(const TaskInfo& task) const;
   void act(int task, int micro_batch, const std::map<std::string, Tensor>& inputs,
            std::vector<std::pair<int, Tensor>>* fetched);

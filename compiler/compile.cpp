@@ -1,7 +1,10 @@
 #include "compiler/compile.h"
 
 #include <algorithm>
+#include <functional>
+#include <queue>
 #include <set>
+#include <unordered_map>
 
 #include "compiler/passes/passes.h"
 #include "compiler/physical/expansion.h"
@@ -14,6 +17,7 @@ PassManager default_pass_manager() {
   PassManager pm;
   pm.add(make_shape_inference_pass());
   pm.add(make_autograd_pass());
+  pm.add(make_zero_pass());
   pm.add(make_optimizer_pass());
   pm.add(make_common_subexpression_elimination_pass());
   pm.add(make_dead_code_elimination_pass());
@@ -50,47 +54,108 @@ void order_in_place_writers(proto::PlanProto* plan) {
 
 // Re-lists each rank's tasks so that every task follows its producers and control inputs on
 // that rank (stable: otherwise plan order is kept). Memory planning takes plan order as the
-// execution order of the compute chain, so it must respect the edges added above.
+// execution order of the compute chain, so it must respect the edges added above. With
+// micro-batches each rank lists three phases (Note [Micro-batches] in plan.proto): the once
+// tasks that need nothing from the micro-batches, the per-micro-batch tasks, and the once tasks
+// after them; a task is "after" when some per-micro-batch task on any rank leads to it.
+std::unordered_map<int64_t, int> micro_batch_phases(const proto::PlanProto& plan) {
+  std::unordered_map<int64_t, int> phase;  // task id -> 0 before, 1 per micro-batch, 2 after
+  if (plan.micro_batches() <= 1) return phase;
+  std::unordered_map<int64_t, std::vector<int64_t>> next;
+  std::unordered_map<int64_t, int64_t> producer, sender;
+  for (const auto& rank : plan.ranks()) {
+    for (const auto& r : rank.registers()) producer[r.id()] = r.producer();
+    for (const auto& t : rank.tasks()) {
+      if (t.kind() == proto::TaskProto::SEND) sender[t.transfer_id()] = t.id();
+    }
+  }
+  std::vector<int64_t> stack;
+  for (const auto& rank : plan.ranks()) {
+    for (const auto& t : rank.tasks()) {
+      phase[t.id()] = t.per_micro_batch() ? 1 : 0;
+      if (t.per_micro_batch()) stack.push_back(t.id());
+      for (int64_t r : t.inputs()) next[producer[r]].push_back(t.id());
+      for (int64_t c : t.control_inputs()) next[c].push_back(t.id());
+      if (t.kind() == proto::TaskProto::RECV) next[sender[t.transfer_id()]].push_back(t.id());
+    }
+  }
+  while (!stack.empty()) {
+    const int64_t id = stack.back();
+    stack.pop_back();
+    for (int64_t n : next[id]) {
+      if (phase[n] == 0) {
+        phase[n] = 2;
+        stack.push_back(n);
+      } else if (phase[n] == 1 && phase[id] == 2) {
+        stack.push_back(n);  // already per micro-batch; nothing to change
+      }
+    }
+  }
+  return phase;
+}
+
 void sort_rank_tasks(proto::PlanProto* plan) {
+  const std::unordered_map<int64_t, int> phase = micro_batch_phases(*plan);
   for (auto& rank : *plan->mutable_ranks()) {
     const int n = rank.tasks_size();
-    std::map<int64_t, int> position;
-    for (int i = 0; i < n; ++i) position[rank.tasks(i).id()] = i;
-    std::map<int64_t, int64_t> producer;  // register -> task
-    for (const auto& r : rank.registers()) producer[r.id()] = r.producer();
+    std::unordered_map<int64_t, int> position;  // task id -> index in the rank
+    position.reserve(n);
+    for (int i = 0; i < n; ++i) position.emplace(rank.tasks(i).id(), i);
+    std::unordered_map<int64_t, int> producer;  // register id -> producer's index in the rank
+    producer.reserve(rank.registers_size());
+    for (const auto& r : rank.registers()) {
+      auto it = position.find(r.producer());
+      if (it != position.end()) producer.emplace(r.id(), it->second);
+    }
     std::vector<std::vector<int>> next(n);
     std::vector<int> pending(n, 0);
+    std::vector<int> before;
     for (int i = 0; i < n; ++i) {
-      std::set<int> before;
+      before.clear();
       for (int64_t r : rank.tasks(i).inputs()) {
         auto it = producer.find(r);
-        if (it != producer.end() && position.count(it->second)) before.insert(position[it->second]);
+        if (it != producer.end()) before.push_back(it->second);
       }
       for (int64_t c : rank.tasks(i).control_inputs()) {
-        if (position.count(c)) before.insert(position[c]);
+        auto it = position.find(c);
+        if (it != position.end()) before.push_back(it->second);
       }
+      std::sort(before.begin(), before.end());
+      before.erase(std::unique(before.begin(), before.end()), before.end());
       for (int b : before) {
         next[b].push_back(i);
         ++pending[i];
       }
     }
-    std::set<int> ready;
+    // Earliest phase, then lowest plan position first among the ready tasks (stable).
+    auto key = [&](int i) {
+      auto it = phase.find(rank.tasks(i).id());
+      return std::make_pair(it == phase.end() ? 0 : it->second, i);
+    };
+    auto later = [&](int a, int b) { return key(a) > key(b); };
+    std::priority_queue<int, std::vector<int>, decltype(later)> ready(later);
     for (int i = 0; i < n; ++i) {
-      if (pending[i] == 0) ready.insert(i);
+      if (pending[i] == 0) ready.push(i);
     }
     std::vector<int> order;
+    order.reserve(n);
     while (!ready.empty()) {
-      const int i = *ready.begin();
-      ready.erase(ready.begin());
+      const int i = ready.top();
+      ready.pop();
       order.push_back(i);
       for (int j : next[i]) {
-        if (--pending[j] == 0) ready.insert(j);
+        if (--pending[j] == 0) ready.push(j);
       }
     }
     // A cycle inside one rank is left for check_plan to report with its task names.
     if (static_cast<int>(order.size()) != n) continue;
+    bool identity = true;
+    for (int i = 0; i < n && identity; ++i) identity = order[i] == i;
+    if (identity) continue;
+    // Swap, not copy: tasks are large messages and a plan holds ~10^5 of them.
     google::protobuf::RepeatedPtrField<proto::TaskProto> sorted;
-    for (int i : order) *sorted.Add() = rank.tasks(i);
+    sorted.Reserve(n);
+    for (int i : order) sorted.Add()->Swap(rank.mutable_tasks(i));
     rank.mutable_tasks()->Swap(&sorted);
   }
 }

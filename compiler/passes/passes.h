@@ -13,6 +13,9 @@ std::unique_ptr<Pass> make_shape_inference_pass();
 /// Backward ops from each op's FGradient, from the loss to every trainable variable (needs
 /// "shapes"; provides "gradients"). Fills Graph::variable_grads.
 std::unique_ptr<Pass> make_autograd_pass();
+/// ZeRO: shards trainable variables (and so their optimizer state and gradients) over the
+/// hierarchy dimensions where they are replicated, when zero_stage >= 1 (needs "shapes").
+std::unique_ptr<Pass> make_zero_pass();
 /// Gradient clipping, optimizer state variables and update ops (needs "gradients"; provides
 /// "optimizer").
 std::unique_ptr<Pass> make_optimizer_pass();

@@ -114,6 +114,12 @@ RankMemory plan_rank(proto::RankPlanProto* rank_plan, int64_t block_id) {
   }
   const std::unordered_map<int64_t, int64_t> chain_index =
       order_chain(rank_plan, register_producer);
+  // Note [Micro-batches and memory reuse]: the micro-batch part of the chain runs m times per
+  // iteration, so a register that crosses between it and the once-per-iteration part (the input
+  // of UNPACK or REPEAT, the output of ACCUMULATE or PACK) lives through all m repetitions and
+  // cannot share memory with registers of one micro-batch; it gets its own allocation.
+  std::unordered_map<int64_t, bool> per_micro;
+  for (const proto::TaskProto& task : rank_plan->tasks()) per_micro[task.id()] = task.per_micro_batch();
 
   // Shareable registers and their lifetimes, largest first (ties by id: deterministic plans).
   std::vector<std::pair<proto::RegisterProto*, Lifetime>> shareable;
@@ -129,7 +135,7 @@ RankMemory plan_rank(proto::RankPlanProto* rank_plan, int64_t block_id) {
     for (int64_t consumer : reg.consumers()) {
       if (!in_chain) break;
       auto it = chain_index.find(consumer);
-      if (it == chain_index.end()) {
+      if (it == chain_index.end() || per_micro[consumer] != per_micro[reg.producer()]) {
         in_chain = false;
         break;
       }

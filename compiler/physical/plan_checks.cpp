@@ -1,7 +1,8 @@
 #include "compiler/physical/plan_checks.h"
 
 #include <algorithm>
-#include <map>
+#include <unordered_map>
+#include <vector>
 
 #include "oneflowlike/common/error.h"
 
@@ -21,96 +22,134 @@ std::string describe(const TaskRef& t) {
 #define OFL_PLAN_CHECK(cond, ...) \
   OFL_CHECK_CODE(cond, ::ofl::ErrorCode::kFailedPrecondition, "[plan check] ", __VA_ARGS__)
 
+bool same_shape(const proto::ShapeProto& a, const proto::ShapeProto& b) {
+  return std::equal(a.dims().begin(), a.dims().end(), b.dims().begin(), b.dims().end());
+}
+
 }  // namespace
 
+// Tasks and registers are indexed by position (plan order: rank by rank) through hash maps from
+// their ids, and every pass below walks them in plan order, so a plan with several faults always
+// reports the same one. Plans hold ~10^5-10^6 tasks; ordered maps made this check a large share
+// of compile time (see docs/benchmarks.md).
 void check_plan(const proto::PlanProto& plan) {
-  std::map<int64_t, TaskRef> tasks;
-  std::map<int64_t, std::pair<const proto::RegisterProto*, int64_t>> registers;  // id -> (reg, rank)
+  std::vector<TaskRef> tasks;
+  std::vector<std::pair<const proto::RegisterProto*, int64_t>> registers;  // (reg, rank)
+  std::unordered_map<int64_t, int> task_index, register_index;             // id -> position
   for (const auto& rank : plan.ranks()) {
-    for (const auto& t : rank.tasks()) tasks[t.id()] = TaskRef{&t, rank.rank()};
-    for (const auto& r : rank.registers()) registers[r.id()] = {&r, rank.rank()};
+    for (const auto& t : rank.tasks()) {
+      task_index.emplace(t.id(), static_cast<int>(tasks.size()));
+      tasks.push_back(TaskRef{&t, rank.rank()});
+    }
+    for (const auto& r : rank.registers()) {
+      register_index.emplace(r.id(), static_cast<int>(registers.size()));
+      registers.emplace_back(&r, rank.rank());
+    }
   }
+  auto find_task = [&](int64_t id) -> const TaskRef* {
+    auto it = task_index.find(id);
+    return it == task_index.end() ? nullptr : &tasks[it->second];
+  };
+  auto find_register = [&](int64_t id) -> const proto::RegisterProto* {
+    auto it = register_index.find(id);
+    return it == register_index.end() ? nullptr : registers[it->second].first;
+  };
   // Registers stay on their rank.
-  for (const auto& [id, entry] : registers) {
-    const auto& [reg, rank] = entry;
+  for (const auto& [reg, rank] : registers) {
     OFL_PLAN_CHECK(reg->register_num() >= 1, "register '", reg->name(), "' on rank ", rank,
                    " has no slot (register_num ", reg->register_num(), ").");
-    auto producer = tasks.find(reg->producer());
-    OFL_PLAN_CHECK(producer != tasks.end() && producer->second.rank == rank, "register '",
-                   reg->name(), "' on rank ", rank, " is not produced by a task of its rank.");
+    const TaskRef* producer = find_task(reg->producer());
+    OFL_PLAN_CHECK(producer != nullptr && producer->rank == rank, "register '", reg->name(),
+                   "' on rank ", rank, " is not produced by a task of its rank.");
     for (int64_t c : reg->consumers()) {
-      auto consumer = tasks.find(c);
-      OFL_PLAN_CHECK(consumer != tasks.end() && consumer->second.rank == rank, "register '",
-                     reg->name(), "' on rank ", rank, " is read by task ", c,
+      const TaskRef* consumer = find_task(c);
+      OFL_PLAN_CHECK(consumer != nullptr && consumer->rank == rank, "register '", reg->name(),
+                     "' on rank ", rank, " is read by task ", c,
                      ", which is not on its rank: data crosses ranks only by SEND/RECV.");
     }
   }
   // Transfers are matched.
-  std::map<int64_t, std::vector<TaskRef>> sends, recvs;
-  for (const auto& [id, t] : tasks) {
-    if (t.task->kind() == proto::TaskProto::SEND) sends[t.task->transfer_id()].push_back(t);
-    if (t.task->kind() == proto::TaskProto::RECV) recvs[t.task->transfer_id()].push_back(t);
+  std::unordered_map<int64_t, std::vector<int>> sends, recvs;  // transfer id -> task positions
+  for (int i = 0; i < static_cast<int>(tasks.size()); ++i) {
+    const proto::TaskProto& t = *tasks[i].task;
+    if (t.kind() == proto::TaskProto::SEND) sends[t.transfer_id()].push_back(i);
+    if (t.kind() == proto::TaskProto::RECV) recvs[t.transfer_id()].push_back(i);
   }
-  for (const auto& [transfer, list] : sends) {
+  for (const TaskRef& send : tasks) {
+    if (send.task->kind() != proto::TaskProto::SEND) continue;
+    const int64_t transfer = send.task->transfer_id();
+    const std::vector<int>& list = sends[transfer];
     OFL_PLAN_CHECK(list.size() == 1, "transfer ", transfer, " has ", list.size(), " senders.");
     auto it = recvs.find(transfer);
-    OFL_PLAN_CHECK(it != recvs.end() && it->second.size() == 1, "send ", describe(list[0]),
+    OFL_PLAN_CHECK(it != recvs.end() && it->second.size() == 1, "send ", describe(send),
                    " of transfer ", transfer, " has no matching receive on rank ",
-                   list[0].task->peer(), ".");
-    const TaskRef& send = list[0];
-    const TaskRef& recv = it->second[0];
+                   send.task->peer(), ".");
+    const TaskRef& recv = tasks[it->second[0]];
     OFL_PLAN_CHECK(send.task->peer() == recv.rank && recv.task->peer() == send.rank, "send ",
                    describe(send), " and receive ", describe(recv), " of transfer ", transfer,
                    " do not name each other's ranks.");
-    const auto* in = registers[send.task->inputs(0)].first;
-    const auto* out = registers[recv.task->outputs(0)].first;
-    OFL_PLAN_CHECK(in->shape().SerializeAsString() == out->shape().SerializeAsString() &&
+    const proto::RegisterProto* in = find_register(send.task->inputs(0));
+    const proto::RegisterProto* out = find_register(recv.task->outputs(0));
+    OFL_PLAN_CHECK(in != nullptr && out != nullptr && same_shape(in->shape(), out->shape()) &&
                        in->dtype() == out->dtype(),
                    "send ", describe(send), " and receive ", describe(recv),
                    " move registers of different shape or dtype.");
   }
-  for (const auto& [transfer, list] : recvs) {
-    OFL_PLAN_CHECK(sends.count(transfer), "receive ", describe(list[0]), " of transfer ",
-                   transfer, " has no matching send on rank ", list[0].task->peer(), ".");
+  for (const TaskRef& recv : tasks) {
+    if (recv.task->kind() != proto::TaskProto::RECV) continue;
+    OFL_PLAN_CHECK(sends.count(recv.task->transfer_id()), "receive ", describe(recv),
+                   " of transfer ", recv.task->transfer_id(), " has no matching send on rank ",
+                   recv.task->peer(), ".");
   }
   // No cycle across ranks (Kahn's algorithm over data, control and transfer edges).
-  std::map<int64_t, std::vector<int64_t>> next;
-  std::map<int64_t, int> pending;
-  for (const auto& [id, t] : tasks) pending[id] = 0;
-  auto edge = [&](int64_t from, int64_t to) {
+  const int n = static_cast<int>(tasks.size());
+  std::vector<std::vector<int>> next(n);
+  std::vector<int> pending(n, 0);
+  auto edge = [&](int from, int to) {
     next[from].push_back(to);
     ++pending[to];
   };
-  for (const auto& [id, t] : tasks) {
-    for (int64_t r : t.task->inputs()) edge(registers[r].first->producer(), id);
-    for (int64_t c : t.task->control_inputs()) {
-      OFL_PLAN_CHECK(tasks.count(c), "task ", describe(t), " waits for task ", c,
+  for (int i = 0; i < n; ++i) {
+    const TaskRef& t = tasks[i];
+    for (int64_t r : t.task->inputs()) {
+      const proto::RegisterProto* reg = find_register(r);
+      OFL_PLAN_CHECK(reg != nullptr, "task ", describe(t), " reads register ", r,
                      ", which does not exist.");
-      edge(c, id);
+      edge(task_index.at(reg->producer()), i);  // the producer exists: checked above
     }
-    if (t.task->kind() == proto::TaskProto::RECV) edge(sends[t.task->transfer_id()][0].task->id(), id);
+    for (int64_t c : t.task->control_inputs()) {
+      auto it = task_index.find(c);
+      OFL_PLAN_CHECK(it != task_index.end(), "task ", describe(t), " waits for task ", c,
+                     ", which does not exist.");
+      edge(it->second, i);
+    }
+    if (t.task->kind() == proto::TaskProto::RECV) edge(sends[t.task->transfer_id()][0], i);
   }
-  std::vector<int64_t> ready;
-  for (const auto& [id, n] : pending) {
-    if (n == 0) ready.push_back(id);
+  std::vector<int> ready;
+  for (int i = 0; i < n; ++i) {
+    if (pending[i] == 0) ready.push_back(i);
   }
-  size_t done = 0;
+  int done = 0;
   while (!ready.empty()) {
-    const int64_t id = ready.back();
+    const int i = ready.back();
     ready.pop_back();
     ++done;
-    for (int64_t n : next[id]) {
-      if (--pending[n] == 0) ready.push_back(n);
+    for (int j : next[i]) {
+      if (--pending[j] == 0) ready.push_back(j);
     }
   }
-  if (done != tasks.size()) {
+  if (done != n) {
     std::string stuck;
     int listed = 0;
-    for (const auto& [id, n] : pending) {
-      if (n > 0 && listed++ < 8) stuck.append(stuck.empty() ? "" : ", ").append(describe(tasks[id]));
+    for (int i = 0; i < n; ++i) {
+      if (pending[i] > 0 && listed++ < 8) {
+        stuck.append(stuck.empty() ? "" : ", ").append(describe(tasks[i]));
+      }
     }
-    OFL_PLAN_CHECK(false, "the tasks of one iteration wait for each other in a cycle, so the plan "
-                   "would deadlock. Tasks on or behind the cycle: ", stuck, ".");
+    OFL_PLAN_CHECK(false,
+                   "the tasks of one iteration wait for each other in a cycle, so the plan "
+                   "would deadlock. Tasks on or behind the cycle: ",
+                   stuck, ".");
   }
 }
 

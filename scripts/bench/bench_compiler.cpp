@@ -126,14 +126,7 @@ double compile_seconds(const GptConfig& config, const GptParallel& parallel, int
   return best;
 }
 
-void compile_time(int repeats) {
-  const GptConfig config = bench_config(/*layers=*/24, /*batch=*/8);
-  const GptParallel parallel{.dp = 4, .tp = 2};
-  int64_t tasks = 0;
-  const double best = compile_seconds(config, parallel, repeats, &tasks);
-  std::printf("## (b) compile time: GPT 24 layers on 8 ranks (dp4 x tp2), AdamW\n\n");
-  std::printf("compile_graph best of %d: %.3f s (goal < 2 s); %lld tasks in the plan\n\n", repeats,
-              best, static_cast<long long>(tasks));
+void print_phases(const GptConfig& config, const GptParallel& parallel, double compile_total) {
   const PhaseTimes t = time_phases(config, parallel);
   double logical = 0;
   for (const auto& [name, s] : t.passes) logical += s;
@@ -146,7 +139,19 @@ void compile_time(int repeats) {
   std::printf("| expand_to_plan | %.3f | %.1f%% |\n", t.expand, 100 * t.expand / sum);
   std::printf("| plan_memory | %.3f | %.1f%% |\n", t.memory, 100 * t.memory / sum);
   std::printf("| check_plan | %.3f | %.1f%% |\n", t.checks, 100 * t.checks / sum);
-  std::printf("| other (compile_graph - phases) | %.3f | |\n\n", std::max(0.0, best - sum));
+  std::printf("| other (compile_graph - phases) | %.3f | |\n\n",
+              std::max(0.0, compile_total - sum));
+}
+
+void compile_time(int repeats) {
+  const GptConfig config = bench_config(/*layers=*/24, /*batch=*/8);
+  const GptParallel parallel{.dp = 4, .tp = 2};
+  int64_t tasks = 0;
+  const double best = compile_seconds(config, parallel, repeats, &tasks);
+  std::printf("## (b) compile time: GPT 24 layers on 8 ranks (dp4 x tp2), AdamW\n\n");
+  std::printf("compile_graph best of %d: %.3f s (goal < 2 s); %lld tasks in the plan\n\n", repeats,
+              best, static_cast<long long>(tasks));
+  print_phases(config, parallel, best);
 }
 
 void scaling(const std::vector<int>& ranks, const std::vector<int64_t>& layers, int repeats) {
@@ -165,6 +170,11 @@ void scaling(const std::vector<int>& ranks, const std::vector<int64_t>& layers, 
     }
   }
   std::printf("\n");
+  const GptConfig config = bench_config(layers.front(), /*batch=*/64);
+  const GptParallel parallel{.dp = ranks.back() / 2, .tp = 2};
+  std::printf("Phases at %lld layers on %d ranks:\n\n", static_cast<long long>(layers.front()),
+              ranks.back());
+  print_phases(config, parallel, compile_seconds(config, parallel, /*repeats=*/1));
 }
 
 }  // namespace

@@ -1,9 +1,10 @@
 """Transcendental unary kernels on 4M float32 elements against NumPy (milliseconds per call).
 
-Not a test. NumPy runs on one thread, so the framework is timed on one thread (OMP_NUM_THREADS=1,
-set below before the import) as well as with the default thread count.
+Not a test. NumPy runs on one thread, so the framework is timed in a child process with
+OMP_NUM_THREADS=1 as well as in one with the default thread count. relu is the floor (a fresh
+output and the memory traffic, no arithmetic to speak of). Inputs are uniform in [-8, 8].
 
-Usage: .venv/bin/python scripts/bench/bench_unary.py [--threads N]
+Usage: .venv/bin/python scripts/bench/bench_unary.py
 """
 
 import argparse

@@ -42,14 +42,13 @@ inline float select(bool c, float a, float b) {
 inline float at_most(float x, float hi) { return select(hi < x, hi, x); }
 inline float at_least(float x, float lo) { return select(x < lo, lo, x); }
 
-}  // namespace detail
-
-/// exp(x) for float: Cephes' expf. n = round(x / ln 2), r = x - n ln 2 (Cody-Waite, two
-/// constants), e^r by a degree-7 polynomial, times 2^n applied as two factors 2^(n/2) so that
-/// results in the denormal range are rounded once and n = 128 still overflows to inf.
-inline float exp(float x) {
-  // Beyond these bounds the result is inf or 0 anyway; the clamp keeps n in [-150, 128].
-  const float c = detail::at_most(detail::at_least(x, -104.0f), 88.8f);
+/// e^c for c in [-104, 88.8] or NaN, the range exp clamps x to; callers that know their range
+/// skip the clamp. Cephes' expf: n = round(c / ln 2), r = c - n ln 2 (Cody-Waite, two
+/// constants), e^r by a degree-7 polynomial, times 2^n. 2^n is applied as two factors 2^(n/2)
+/// so that denormal results are rounded once and n = 128 still overflows to inf; with
+/// kNormalResult the caller promises c in [-87, 88] and one factor is enough.
+template <bool kNormalResult = false>
+inline float exp_in_range(float c) {
   constexpr float kRound = 12582912.0f;  // 1.5 * 2^23: adding it rounds to an integer
   const float shifted = c * 1.44269504088896341f + kRound;
   const float n = shifted - kRound;
@@ -64,11 +63,23 @@ inline float exp(float x) {
   // n from the low bits of `shifted`; unsigned arithmetic because NaN gives garbage bits.
   const auto ni =
       std::bit_cast<int32_t>(std::bit_cast<uint32_t>(shifted) - std::bit_cast<uint32_t>(kRound));
-  const int32_t n1 = ni >> 1;
-  const int32_t n2 = ni - n1;
-  const float scale1 = std::bit_cast<float>(static_cast<uint32_t>(n1 + 127) << 23);
-  const float scale2 = std::bit_cast<float>(static_cast<uint32_t>(n2 + 127) << 23);
-  return p * scale1 * scale2;
+  if constexpr (kNormalResult) {
+    return p * std::bit_cast<float>(static_cast<uint32_t>(ni + 127) << 23);
+  } else {
+    const int32_t n1 = ni >> 1;
+    const int32_t n2 = ni - n1;
+    const float scale1 = std::bit_cast<float>(static_cast<uint32_t>(n1 + 127) << 23);
+    const float scale2 = std::bit_cast<float>(static_cast<uint32_t>(n2 + 127) << 23);
+    return p * scale1 * scale2;
+  }
+}
+
+}  // namespace detail
+
+/// exp(x) for float: inf above 88.72, correctly rounded denormals down to -103.97, 0 below.
+inline float exp(float x) {
+  // Beyond the clamp the result is inf or 0 anyway.
+  return detail::exp_in_range(detail::at_most(detail::at_least(x, -104.0f), 88.8f));
 }
 
 /// tanh(x) for float: Cephes' tanhf. x + x^3 P(x^2) for |x| < 0.625, else
@@ -83,7 +94,9 @@ inline float tanh(float x) {
   p = p * z + 1.33314422036e-1f;
   p = p * z - 3.33332819422e-1f;
   const float small = x + x * z * p;
-  const float large = 1.0f - 2.0f / (exp(2.0f * a) + 1.0f);
+  // e^88 = 1.7e38 already makes `large` exactly 1.
+  const float e = detail::exp_in_range</*kNormalResult=*/true>(detail::at_most(2.0f * a, 88.0f));
+  const float large = 1.0f - 2.0f / (e + 1.0f);
   // The sign last: tanh is odd, and it keeps tanh(-0) = -0.
   return std::copysign(detail::select(a < 0.625f, small, large), x);
 }
@@ -91,7 +104,7 @@ inline float tanh(float x) {
 /// 1 / (1 + e^-x) for float, as e / (1 + e) with e = e^x for x < 0 so that tiny results keep
 /// their relative accuracy instead of flushing to 0.
 inline float sigmoid(float x) {
-  const float e = exp(-std::fabs(x));
+  const float e = detail::exp_in_range(detail::at_least(-std::fabs(x), -104.0f));
   return detail::select(x < 0.0f, e, 1.0f) / (1.0f + e);
 }
 
@@ -147,7 +160,7 @@ inline float erfc_tail(float a, ExactSquare square) {
   q = q * t + 2.4423042e-1f;
   q = q * t + 2.8232124e-1f;
   q = q * t + 2.8208637e-1f;
-  return (q * t) * (exp(-square.hi) * (1.0f - square.lo));
+  return (q * t) * (exp_in_range(-square.hi) * (1.0f - square.lo));  // hi <= 102
 }
 
 }  // namespace detail
@@ -183,9 +196,9 @@ inline float normal_cdf(float x) {
 /// phi(x) = e^(-x^2/2) / sqrt(2 pi), the standard normal density, for float.
 inline float normal_pdf(float x) {
   constexpr float kInvSqrt2Pi = static_cast<float>(std::numbers::inv_sqrtpi / std::numbers::sqrt2);
-  // e^(-x^2/2) is 0 in float beyond |x| = 14.4; the clamp keeps x^2 finite.
-  const detail::ExactSquare x2 = detail::exact_square(detail::at_most(std::fabs(x), 15.0f));
-  return kInvSqrt2Pi * (exp(-0.5f * x2.hi) * (1.0f - 0.5f * x2.lo));
+  // e^(-x^2/2) is 0 in float beyond |x| = 14.42; the clamp keeps x^2 / 2 <= 104.
+  const detail::ExactSquare x2 = detail::exact_square(detail::at_most(std::fabs(x), 14.42f));
+  return kInvSqrt2Pi * (detail::exp_in_range(-0.5f * x2.hi) * (1.0f - 0.5f * x2.lo));
 }
 
 inline double exp(double x) { return std::exp(x); }

@@ -5,11 +5,13 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <functional>
 
 #include "oneflowlike/ops/matmul.h"
 #include "oneflowlike/ops/optimizer.h"
 #include "oneflowlike/ops/random.h"
+#include "oneflowlike/ops/reduce.h"
 #include "oneflowlike/proto_convert.h"
 #include "oneflowlike/sbp.h"
 #include "tests/cpp/ops/test_util.h"
@@ -130,7 +132,8 @@ class PlanBuilder {
 
   // A SEND of `reg` from `from` and its RECV into a new register on `to`.
   std::pair<proto::TaskProto*, int64_t> send_recv(int from, int to, int64_t reg,
-                                                  int64_t transfer_id) {
+                                                  int64_t transfer_id,
+                                                  bool per_micro_batch = false) {
     const proto::RegisterProto* r = find(reg);
     const int64_t out = this->reg(to, r->name() + "->" + std::to_string(to), from_proto(r->shape()),
                                   dtype_from_name(r->dtype()));
@@ -142,7 +145,32 @@ class PlanBuilder {
         task(to, "recv_" + std::to_string(transfer_id), proto::TaskProto::RECV, {}, {out});
     recv->set_peer(from);
     recv->set_transfer_id(transfer_id);
+    send->set_per_micro_batch(per_micro_batch);
+    recv->set_per_micro_batch(per_micro_batch);
     return {recv, out};
+  }
+
+  // Note [Micro-batches] in plan.proto.
+  void set_micro_batches(int m) { plan_.set_micro_batches(m); }
+
+  // A micro-batched INPUT: its register holds `region` of each of the m micro-batches of
+  // logical shape `micro`, (m * r0, r1, ...).
+  int64_t batched_input(int rank, const std::string& name, const Shape& micro,
+                        const std::vector<Range>& region = {}) {
+    const int64_t r = input(rank, name, micro, region);
+    std::vector<int64_t> dims = region.empty() ? micro.dims() : piece_shape(region).dims();
+    dims[0] *= plan_.micro_batches();
+    to_proto(Shape(dims), find(r)->mutable_shape());
+    find(r)->set_bytes(Shape(dims).numel() * static_cast<int64_t>(dtype_size(DataType::kFloat32)));
+    return r;
+  }
+
+  // A per-micro-batch task of `kind` reading `in` and writing a new register of `shape`.
+  int64_t micro_task(int rank, const std::string& name, Kind kind, int64_t in, const Shape& shape) {
+    const proto::RegisterProto* r = find(in);
+    const int64_t out = reg(rank, name, shape, dtype_from_name(r->dtype()));
+    task(rank, name, kind, {in}, {out})->set_per_micro_batch(true);
+    return out;
   }
 
   const proto::PlanProto& plan() const { return plan_; }
@@ -507,6 +535,261 @@ TEST(ReferenceExecutor, ComputeTaskWithUnknownOpOrWrongArityIsAValidationError) 
   t->set_op_type("no_such_op");
   expect_error([&] { ReferenceExecutor executor(b.plan()); }, ErrorCode::kNotFound,
                {"task 'mm'", "'no_such_op'"});
+}
+
+// Note [Micro-batches]: x (4, 3) fed as m = 2 micro-batches of (2, 3); per micro-batch
+// y = reduce_sum(relu(x_k)), packed into (2,).
+proto::PlanProto micro_batch_sum_plan() {
+  PlanBuilder b(1);
+  b.set_micro_batches(2);
+  const int64_t x = b.batched_input(0, "x", Shape{2, 3});
+  const int64_t xk = b.micro_task(0, "unpack", proto::TaskProto::UNPACK, x, Shape{2, 3});
+  const int64_t h = b.reg(0, "h", Shape{2, 3});
+  b.compute(0, "relu", "relu", NoParams{}, {xk}, {h})->set_per_micro_batch(true);
+  const int64_t s = b.reg(0, "s", Shape{});
+  b.compute(0, "sum", "reduce_sum", ReduceParams{}, {h}, {s})->set_per_micro_batch(true);
+  const int64_t packed = b.micro_task(0, "pack", proto::TaskProto::PACK, s, Shape{2});
+  b.output(0, "y", packed, Shape{2});
+  return b.plan();
+}
+
+TEST(ReferenceExecutor, MicroBatchesRunInTurnAndPackOneRowEach) {
+  ReferenceExecutor executor(micro_batch_sum_plan());
+  EXPECT_EQ(executor.micro_batches(), 2);
+  EXPECT_EQ(executor.schedule(),
+            (std::vector<std::string>{"input_x", "unpack#0", "relu#0", "sum#0", "pack#0",
+                                      "unpack#1", "relu#1", "sum#1", "pack#1", "output_y@0"}));
+  const Tensor x = make_tensor({1, -2, 3, -4, 5, 6, -7, 8, -9, 10, 11, -12}, Shape{4, 3});
+  for (int run = 0; run < 2; ++run) {  // nothing leaks from one iteration into the next
+    expect_equal(executor.run({{"x", x}}).at("y"),
+                 make_tensor({1 + 3 + 5 + 6, 8 + 10 + 11}, Shape{2}));
+  }
+}
+
+TEST(ReferenceExecutor, MicroBatchedInputOfTheWrongShapeIsAnErrorNamingBothShapes) {
+  ReferenceExecutor executor(micro_batch_sum_plan());
+  expect_error(
+      [&] {
+        executor.run({{"x", Tensor::zeros(Shape{2, 3}, DataType::kFloat32)}});
+      },
+      ErrorCode::kInvalidArgument,
+      {"input 'x'", "must have shape (4, 3) (2 micro-batches of (2, 3))", "However, got (2, 3)"});
+}
+
+// Gradient accumulation: g_k = w * x_k for m = 2 micro-batches of x (3,); the once sgd_update
+// (momentum 0.9) applies their sum with the fed lr.
+proto::PlanProto accumulation_plan() {
+  const Shape shape{3};
+  PlanBuilder b(1);
+  b.set_micro_batches(2);
+  const int64_t w = b.variable(0, "w", shape, {}, proto::InitializerProto::ZEROS);
+  const int64_t buf = b.variable(0, "buf", shape, {}, proto::InitializerProto::ZEROS);
+  const int64_t lr = b.input(0, "lr", Shape{});
+  const int64_t x = b.batched_input(0, "x", shape);
+  const int64_t xk = b.micro_task(0, "unpack", proto::TaskProto::UNPACK, x, shape);
+  const int64_t wk = b.micro_task(0, "repeat", proto::TaskProto::REPEAT, w, shape);
+  const int64_t g = b.reg(0, "g", shape);
+  b.compute(0, "mul", "mul", NoParams{}, {wk, xk}, {g})->set_per_micro_batch(true);
+  const int64_t sum = b.micro_task(0, "accumulate", proto::TaskProto::ACCUMULATE, g, shape);
+  b.output(0, "g_sum", sum, shape);
+  proto::TaskProto* update = b.compute(0, "sgd", "sgd_update",
+                                       SgdParams{/*momentum=*/0.9, /*dampening=*/0.0,
+                                                 /*weight_decay=*/0.0, /*nesterov=*/false},
+                                       {w, sum, buf, lr}, {});
+  update->add_mutated_inputs(0);
+  update->add_mutated_inputs(2);
+  return b.plan();
+}
+
+TEST(ReferenceExecutor, AccumulatedGradientIsTheSumOverMicroBatchesAndUpdatesOnce) {
+  const Shape shape{3};
+  ReferenceExecutor executor(accumulation_plan());
+  const std::vector<std::string> schedule = executor.schedule();
+  EXPECT_EQ(std::count(schedule.begin(), schedule.end(), "sgd"), 1);
+  EXPECT_EQ(schedule.back(), "sgd");
+  EXPECT_EQ(std::count(schedule.begin(), schedule.end(), "accumulate#1"), 1);
+
+  Tensor w = make_tensor({1, -2, 0.5}, shape);
+  const Tensor buf = Tensor::zeros(shape, DataType::kFloat32);
+  const Tensor lr = Tensor::scalar(0.1, DataType::kFloat32);
+  executor.write_variable("w", w);
+  w = w.clone();
+  for (int step = 0; step < 2; ++step) {
+    SCOPED_TRACE(str_cat("step ", step));
+    const Tensor x = random_tensor(Shape{6}, DataType::kFloat32, /*seed=*/20 + step);
+    const std::vector<double> xv = values_of(x);
+    const std::vector<double> wv = values_of(w);
+    std::vector<double> sum(3);
+    for (int i = 0; i < 3; ++i) sum[i] = wv[i] * xv[i] + wv[i] * xv[3 + i];
+    const Tensor g_sum = executor.run({{"x", x}, {"lr", lr}}).at("g_sum");
+    ofl::testing::expect_close(g_sum, sum, shape);
+    functional::sgd_update(w, g_sum, buf, lr, 0.9, 0.0, 0.0, false);
+    expect_equal(executor.read_variable("w"), w);
+    expect_equal(executor.read_variable("buf"), buf);
+  }
+}
+
+// x of micro-batch shape (2, 3), S(0) over 2 ranks inside each of m = 2 micro-batches. Per
+// micro-batch, rank 1 sends its row to rank 0, which gathers the micro-batch and applies relu;
+// the result is packed on rank 0.
+proto::PlanProto split_micro_batch_plan() {
+  const Shape micro{2, 3};
+  PlanBuilder b(2);
+  b.set_micro_batches(2);
+  int64_t rows_on[2];
+  for (int r = 0; r < 2; ++r) {
+    const int64_t x = b.batched_input(r, "x", micro, rows(micro, 2, r));
+    b.output(r, str_cat("x_on_", r), x, Shape{2, 3});  // the INPUT register itself
+    rows_on[r] = b.micro_task(r, str_cat("unpack@", r), proto::TaskProto::UNPACK, x, Shape{1, 3});
+  }
+  const int64_t received =
+      b.send_recv(1, 0, rows_on[1], /*transfer_id=*/7, /*per_micro_batch=*/true).second;
+  const int64_t gathered = b.reg(0, "gathered", micro);
+  proto::TaskProto* concat =
+      b.task(0, "concat", proto::TaskProto::CONCAT, {rows_on[0], received}, {gathered});
+  concat->set_per_micro_batch(true);
+  for (Range r : {Range{0, 1}, Range{0, 3}, Range{1, 2}, Range{0, 3}}) {
+    add_range(concat, r, /*concat=*/true);
+  }
+  const int64_t y = b.reg(0, "y", micro);
+  b.compute(0, "relu", "relu", NoParams{}, {gathered}, {y})->set_per_micro_batch(true);
+  const int64_t packed = b.micro_task(0, "pack", proto::TaskProto::PACK, y, Shape{2, 2, 3});
+  b.output(0, "y", packed, Shape{2, 2, 3}, {Range{0, 2}, Range{0, 2}, Range{0, 3}});
+  return b.plan();
+}
+
+TEST(ReferenceExecutor, SplitMicroBatchedInputGivesEachRankItsRowsOfEveryMicroBatch) {
+  ReferenceExecutor executor(split_micro_batch_plan());
+  std::vector<double> iota(12);
+  for (int i = 0; i < 12; ++i) iota[i] = i - 5;
+  auto out = executor.run({{"x", make_tensor(iota, Shape{4, 3})}});
+  // Rank 0 holds rows 0 and 2 of the fed tensor (row 0 of each micro-batch), rank 1 rows 1, 3.
+  expect_equal(out.at("x_on_0"), make_tensor({-5, -4, -3, 1, 2, 3}, Shape{2, 3}));
+  expect_equal(out.at("x_on_1"), make_tensor({-2, -1, 0, 4, 5, 6}, Shape{2, 3}));
+  std::vector<double> relu(12);
+  for (int i = 0; i < 12; ++i) relu[i] = std::max(0.0, iota[i]);
+  expect_equal(out.at("y"), make_tensor(relu, Shape{2, 2, 3}));
+}
+
+TEST(ReferenceExecutor, OnceTaskReadingAMicroBatchValueWithoutAccumulateOrPackIsRejected) {
+  PlanBuilder b(1);
+  b.set_micro_batches(2);
+  const int64_t x = b.batched_input(0, "x", Shape{2});
+  const int64_t xk = b.micro_task(0, "unpack", proto::TaskProto::UNPACK, x, Shape{2});
+  const int64_t h = b.reg(0, "h", Shape{2});
+  b.compute(0, "relu", "relu", NoParams{}, {xk}, {h})->set_per_micro_batch(true);
+  b.output(0, "h", h, Shape{2});
+  expect_error([&] { ReferenceExecutor executor(b.plan()); }, ErrorCode::kInvalidArgument,
+               {"a once-per-iteration task may depend on a per-micro-batch task only through "
+                "ACCUMULATE or PACK",
+                "task 'output_h@0' (id 6, rank 0, OUTPUT) reads register 'h' (id 4) of task "
+                "'relu' (id 5, rank 0, COMPUTE relu, per micro-batch)"});
+}
+
+TEST(ReferenceExecutor, MicroBatchTaskReadingAOnceRegisterWithoutUnpackOrRepeatIsRejected) {
+  PlanBuilder b(1);
+  b.set_micro_batches(2);
+  const int64_t w = b.variable(0, "w", Shape{2}, {}, proto::InitializerProto::ONES);
+  const int64_t h = b.reg(0, "h", Shape{2});
+  b.compute(0, "relu", "relu", NoParams{}, {w}, {h})->set_per_micro_batch(true);
+  const int64_t packed = b.micro_task(0, "pack", proto::TaskProto::PACK, h, Shape{2, 2});
+  b.output(0, "h", packed, Shape{2, 2});
+  expect_error([&] { ReferenceExecutor executor(b.plan()); }, ErrorCode::kInvalidArgument,
+               {"a per-micro-batch task may read a once-per-iteration task's register only "
+                "through UNPACK or REPEAT",
+                "task 'relu'", "register 'w@0'", "task 'variable_w'"});
+}
+
+// A control input carries no data: it puts a once task after the micro-batches, which is
+// fine unless a micro-batch reads that task's register.
+TEST(ReferenceExecutor, ControlInputOnAMicroBatchTaskRunsAOnceTaskAfterTheMicroBatches) {
+  PlanBuilder b(1);
+  b.set_micro_batches(2);
+  const int64_t x = b.batched_input(0, "x", Shape{2});
+  const int64_t xk = b.micro_task(0, "unpack", proto::TaskProto::UNPACK, x, Shape{2});
+  const int64_t packed = b.micro_task(0, "pack", proto::TaskProto::PACK, xk, Shape{2, 2});
+  b.output(0, "y", packed, Shape{2, 2});
+  const int64_t lr = b.input(0, "lr", Shape{});
+  b.output(0, "lr", lr, Shape{});
+  proto::PlanProto plan = b.plan();
+  proto::TaskProto* input_lr = plan.mutable_ranks(0)->mutable_tasks(4);
+  ASSERT_EQ(input_lr->name(), "input_lr");
+  input_lr->add_control_inputs(plan.ranks(0).tasks(1).id());  // the UNPACK
+  ReferenceExecutor executor(plan);
+  EXPECT_EQ(executor.schedule(),
+            (std::vector<std::string>{"input_x", "unpack#0", "pack#0", "unpack#1", "pack#1",
+                                      "output_y@0", "input_lr", "output_lr@0"}));
+  auto out = executor.run({{"x", make_tensor({1, 2, 3, 4}, Shape{4})},
+                           {"lr", Tensor::scalar(0.5, DataType::kFloat32)}});
+  expect_equal(out.at("y"), make_tensor({1, 2, 3, 4}, Shape{2, 2}));
+}
+
+// Labels unpacked per micro-batch cannot wait for micro-batch 0 of x: they are fed once, before
+// the micro-batches, so the control input makes the plan impossible although it has no cycle.
+TEST(ReferenceExecutor, UnpackedInputWaitingForAMicroBatchTaskIsRejectedWithTheReason) {
+  PlanBuilder b(1);
+  b.set_micro_batches(2);
+  const int64_t x = b.batched_input(0, "x", Shape{2});
+  const int64_t xk = b.micro_task(0, "x/unpack", proto::TaskProto::UNPACK, x, Shape{2});
+  const int64_t labels = b.batched_input(0, "labels", Shape{2});
+  const int64_t lk = b.micro_task(0, "labels/unpack", proto::TaskProto::UNPACK, labels, Shape{2});
+  const int64_t sum = b.reg(0, "sum", Shape{2});
+  b.task(0, "add", proto::TaskProto::ADD, {xk, lk}, {sum})->set_per_micro_batch(true);
+  const int64_t packed = b.micro_task(0, "pack", proto::TaskProto::PACK, sum, Shape{2, 2});
+  b.output(0, "y", packed, Shape{2, 2});
+  proto::PlanProto plan = b.plan();
+  ReferenceExecutor valid(plan);
+  proto::TaskProto* input_labels = plan.mutable_ranks(0)->mutable_tasks(2);
+  ASSERT_EQ(input_labels->name(), "input_labels");
+  input_labels->add_control_inputs(plan.ranks(0).tasks(1).id());
+  expect_error([&] { ReferenceExecutor bad(plan); }, ErrorCode::kInvalidArgument,
+               {"must not wait for a once-per-iteration task that runs after the micro-batches",
+                "task 'labels/unpack' (id 7, rank 0, UNPACK, per micro-batch) reads register "
+                "'labels@0' (id 4) of task 'input_labels'",
+                "because task 'input_labels' (id 5, rank 0, INPUT) has a control input on task "
+                "'x/unpack'"});
+}
+
+TEST(ReferenceExecutor, MicroBatchTaskWaitingForATaskAfterTheMicroBatchesIsRejected) {
+  // ACCUMULATE -> once COPY -> REPEAT: the REPEAT would need the sum before it exists.
+  PlanBuilder b(1);
+  b.set_micro_batches(2);
+  const int64_t x = b.batched_input(0, "x", Shape{2});
+  const int64_t xk = b.micro_task(0, "unpack", proto::TaskProto::UNPACK, x, Shape{2});
+  const int64_t sum = b.micro_task(0, "accumulate", proto::TaskProto::ACCUMULATE, xk, Shape{2});
+  const int64_t copied = b.reg(0, "copied", Shape{2});
+  b.task(0, "copy", proto::TaskProto::COPY, {sum}, {copied});
+  const int64_t again = b.micro_task(0, "repeat", proto::TaskProto::REPEAT, copied, Shape{2});
+  const int64_t packed = b.micro_task(0, "pack", proto::TaskProto::PACK, again, Shape{2, 2});
+  b.output(0, "y", packed, Shape{2, 2});
+  expect_error([&] { ReferenceExecutor executor(b.plan()); }, ErrorCode::kInvalidArgument,
+               {"must not wait for a once-per-iteration task that runs after the micro-batches",
+                "task 'repeat'", "task 'copy' (id"});
+}
+
+TEST(ReferenceExecutor, MicroBatchKindsMustActPerMicroBatchAndSourcesOnce) {
+  PlanBuilder b(1);
+  b.set_micro_batches(2);
+  const int64_t x = b.batched_input(0, "x", Shape{2});
+  const int64_t xk = b.micro_task(0, "unpack", proto::TaskProto::UNPACK, x, Shape{2});
+  const int64_t packed = b.micro_task(0, "pack", proto::TaskProto::PACK, xk, Shape{2, 2});
+  b.output(0, "y", packed, Shape{2, 2});
+  ReferenceExecutor valid(b.plan());  // the plan as built is valid
+
+  proto::PlanProto plan = b.plan();
+  plan.mutable_ranks(0)->mutable_tasks(1)->set_per_micro_batch(false);
+  expect_error([&] { ReferenceExecutor executor(plan); }, ErrorCode::kInvalidArgument,
+               {"task 'unpack'", "must act once per micro-batch"});
+  plan = b.plan();
+  plan.mutable_ranks(0)->mutable_tasks(0)->set_per_micro_batch(true);
+  expect_error([&] { ReferenceExecutor executor(plan); }, ErrorCode::kInvalidArgument,
+               {"task 'input_x'", "must act once per iteration"});
+  // PACK's output must hold m rows of its input.
+  plan = b.plan();
+  plan.mutable_ranks(0)->mutable_registers(2)->mutable_shape()->set_dims(0, 3);
+  plan.mutable_ranks(0)->mutable_registers(2)->set_bytes(0);
+  expect_error([&] { ReferenceExecutor executor(plan); }, ErrorCode::kInvalidArgument,
+               {"task 'pack'", "(2, 2)", "2 micro-batches of register 'unpack'", "got (3, 2)"});
 }
 
 }  // namespace

@@ -3,6 +3,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <optional>
 
 #include "actor/reference_executor.h"
@@ -25,6 +26,7 @@ struct Layout {
   NdSbp data;  // x and labels
   NdSbp w1, b1, w2, b2;
   int micro_batches = 1;
+  int zero_stage = 0;
   // When set, the second layer and the loss form pipeline stage 1 on this placement.
   std::optional<Placement> stage1 = std::nullopt;
 };
@@ -66,6 +68,7 @@ Graph build_mlp(const Layout& layout, OptimizerConfig::Kind optimizer) {
   b.train().optimizer.momentum = 0.9;
   b.train().optimizer.weight_decay = 0.01;
   b.train().gradient_accumulation_steps = layout.micro_batches;
+  b.train().zero_stage = layout.zero_stage;
   return std::move(b.graph());
 }
 
@@ -161,9 +164,9 @@ std::vector<Layout> pipelined_layouts() {
   Layout accumulate4 = single;
   accumulate4.name = "single_accumulate4";
   accumulate4.micro_batches = 4;
-  Layout dp2_accumulate2{"dp2_accumulate2", two, {S(0)}, {B()}, {B()}, {B()}, {B()}, 2};
-  Layout pp2{"pp2_micro4", one, {B()}, {B()}, {B()}, {B()}, {B()}, 4, other};
-  Layout dp2_pp2{"dp2_pp2_micro2", two, {S(0)}, {B()}, {B()}, {B()}, {B()}, 2, next_two};
+  Layout dp2_accumulate2{"dp2_accumulate2", two, {S(0)}, {B()}, {B()}, {B()}, {B()}, 2, 0};
+  Layout pp2{"pp2_micro4", one, {B()}, {B()}, {B()}, {B()}, {B()}, 4, 0, other};
+  Layout dp2_pp2{"dp2_pp2_micro2", two, {S(0)}, {B()}, {B()}, {B()}, {B()}, 2, 0, next_two};
   return {single, accumulate4, dp2_accumulate2, pp2, dp2_pp2};
 }
 
@@ -172,6 +175,27 @@ TEST(EndToEnd, MicroBatchesAndPipelineStagesTrainLikeOneBatch) {
   const TrainingRun reference = train(all[0], OptimizerConfig::Kind::kAdamW, 3);
   for (size_t i = 1; i < all.size(); ++i) {
     expect_same_training(reference, train(all[i], OptimizerConfig::Kind::kAdamW, 3), all[i].name);
+  }
+}
+
+TEST(EndToEnd, ZeroShardsStateAndTrainsLikeOneRank) {
+  const auto all = layouts();
+  const TrainingRun reference = train(all[0], OptimizerConfig::Kind::kAdamW, 3);
+  for (const char* name : {"dp2", "dp3_uneven", "dp2_tp2"}) {
+    Layout layout = *std::find_if(all.begin(), all.end(), [&](const Layout& l) { return l.name == name; });
+    layout.zero_stage = 1;
+    layout.name += "_zero";
+    expect_same_training(reference, train(layout, OptimizerConfig::Kind::kAdamW, 3), layout.name);
+  }
+  // The plan keeps a shard of every trainable variable and of its state per rank, reduces
+  // gradients by reduce-scatter, and sends less than plain data parallelism would store.
+  Layout dp2 = all[1];
+  dp2.zero_stage = 1;
+  const proto::PlanProto plan = compile_graph(build_mlp(dp2, OptimizerConfig::Kind::kAdamW));
+  for (const auto& reg : plan.ranks(0).registers()) {
+    if (reg.name() == "w1" || reg.name() == "w1.exp_avg" || reg.name() == "w1.exp_avg_sq") {
+      EXPECT_EQ(reg.shape().dims(0), kIn / 2) << reg.name();
+    }
   }
 }
 

@@ -79,7 +79,7 @@ const std::vector<float>& sweep_inputs() {
         3.92200589f,  // erf reaches 1
         10.1f,        // erfc's clamp
         14.2836561f,  // normal_cdf's clamp
-        15.0f,        // normal_pdf's clamp
+        14.42f,       // normal_pdf's clamp
         16.6355324f,  // sigmoid reaches 1
     };
     for (const float b : boundaries) {

@@ -1,0 +1,82 @@
+// Runs the oneflowlike-plan command line tool on saved jobs, as a user would.
+
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+
+#include <google/protobuf/text_format.h>
+
+#include "compiler/builder.h"
+#include "oneflowlike/ops/matmul.h"
+#include "oneflowlike/ops/reduce.h"
+#include "oneflowlike/proto/job.pb.h"
+
+namespace ofl::compiler {
+namespace {
+
+struct Result {
+  int exit_code;
+  std::string output;
+};
+
+Result run(const std::string& args) {
+  const std::string command = std::string(OFL_PLAN_CLI) + " " + args + " 2>&1";
+  FILE* pipe = popen(command.c_str(), "r");
+  std::string output;
+  char buffer[4096];
+  while (size_t n = fread(buffer, 1, sizeof(buffer), pipe)) output.append(buffer, n);
+  const int status = pclose(pipe);
+  return {WEXITSTATUS(status), output};
+}
+
+std::string save_job(const std::string& name, bool bad_shape) {
+  GraphBuilder b("cli_job");
+  b.set_placement(Placement::parse("cpu, [0, 1]"));
+  const int x = b.input("x", Shape{8, 4}, DataType::kFloat32, {S(0)});
+  const int w = b.variable("w", Shape{4, 3}, Initializer{Initializer::Kind::kNormal, 0, 0.1, 1});
+  const int y = b.op1("matmul", MatmulParams{}, {x, w}, "fc");
+  b.set_loss(b.op1("reduce_sum", ReduceParams{}, {y}, "loss"));
+  b.train().optimizer.kind = OptimizerConfig::Kind::kSgd;
+  proto::JobProto job;
+  b.to_job(&job);
+  if (bad_shape) job.mutable_ops(1)->mutable_outputs(0)->mutable_shape()->set_dims(0, 5);
+  std::string text;
+  google::protobuf::TextFormat::PrintToString(job, &text);
+  const std::string path = ::testing::TempDir() + "/" + name + ".pbtxt";
+  std::ofstream(path) << text;
+  return path;
+}
+
+TEST(PlanCli, PrintsTheSummaryOfASavedJob) {
+  const Result r = run(save_job("good", false) + " --dot " + ::testing::TempDir() + "/plan.dot");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("rank 0:"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("rank 1:"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("per iteration: sent"), std::string::npos) << r.output;
+  std::ifstream dot(::testing::TempDir() + "/plan.dot");
+  std::stringstream all;
+  all << dot.rdbuf();
+  EXPECT_EQ(all.str().rfind("digraph", 0), 0u);
+}
+
+TEST(PlanCli, UserErrorsExitWithOneAndAMessage) {
+  const Result r = run(save_job("bad", true));
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.output.find("[matmul]"), std::string::npos) << r.output;
+  const Result limit = run(save_job("good2", false) + " --memory-limit 16");
+  EXPECT_EQ(limit.exit_code, 1);
+  EXPECT_NE(limit.output.find("memory limit"), std::string::npos) << limit.output;
+  const Result missing = run("/nonexistent/job.pbtxt");
+  EXPECT_EQ(missing.exit_code, 1) << missing.output;
+}
+
+TEST(PlanCli, BadFlagsPrintUsageAndExitWithTwo) {
+  const Result r = run("--no-such-flag");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.output.find("usage"), std::string::npos) << r.output;
+}
+
+}  // namespace
+}  // namespace ofl::compiler
