@@ -20,6 +20,7 @@ PassManager default_pass_manager() {
   pm.add(make_zero_pass());
   pm.add(make_optimizer_pass());
   pm.add(make_common_subexpression_elimination_pass());
+  pm.add(make_fusion_pass());
   pm.add(make_dead_code_elimination_pass());
   pm.add(make_sbp_inference_pass());
   pm.add(make_boxing_insertion_pass());

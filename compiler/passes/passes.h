@@ -23,6 +23,9 @@ std::unique_ptr<Pass> make_optimizer_pass();
 std::unique_ptr<Pass> make_dead_code_elimination_pass();
 /// Merges compute ops with equal type, params, inputs and placement (needs "shapes").
 std::unique_ptr<Pass> make_common_subexpression_elimination_pass();
+/// Fuses chains of unary elementwise ops into fused_elementwise (needs "shapes"); run
+/// dead-code elimination after it.
+std::unique_ptr<Pass> make_fusion_pass();
 /// Chooses an N-d SBP signature for every op by cost (needs "shapes"; provides "sbp").
 std::unique_ptr<Pass> make_sbp_inference_pass();
 /// Estimated bytes moved per iteration to turn a tensor's (placement, SBP) into another: the

@@ -20,4 +20,5 @@ PYBIND11_MODULE(_C, m) {
   init_random(m);
   init_optimizer(m);
   init_shape_ops(m);
+  init_fused(m);
 }

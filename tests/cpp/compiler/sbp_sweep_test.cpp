@@ -320,13 +320,24 @@ class CandidateCheck {
         stats_(stats),
         where_(str_cat("op '", c.op, "' (case ", c.name, ") on placement ", placement.to_string(),
                        " with signature ", candidate.to_string())) {
-    if (const auto* mutated = op_.get<TMutatedInputs>())
+    if (const auto* mutated = op_.get<TMutatedInputs>()) {
       mutated_.insert(mutated->begin(), mutated->end());
+    }
   }
 
+  /// Runs checks (1)-(4); an exception (a kernel or the compiler raising) fails the candidate.
   void run() {
+    try {
+      check();
+    } catch (const std::exception& e) {
+      ADD_FAILURE() << where_ << ": " << e.what();
+    }
+  }
+
+ private:
+  void check() {
     build();
-    if (::testing::Test::HasFatalFailure()) return;
+    if (!built_) return;  // an ASSERT in build() failed
     compute_eager();
     // Note [Forcing a signature]: run the logical passes on a copy to see what they chose.
     Graph logical = builder_.graph();
@@ -375,7 +386,6 @@ class CandidateCheck {
     if (valid) ++stats_->compiled;
   }
 
- private:
   static bool same(const NdSbpSignature& a, const NdSbpSignature& b) {
     return a.inputs == b.inputs && a.outputs == b.outputs;
   }
@@ -411,8 +421,9 @@ class CandidateCheck {
         std::vector<int64_t> dims = spec.shape.dims();
         dims.insert(dims.begin(), kPartialRows);
         NdSbp parts_sbp;
-        for (const Sbp& s : sbp)
+        for (const Sbp& s : sbp) {
           parts_sbp.push_back(s.is_partial_sum() ? S(0) : s.is_split() ? S(s.axis + 1) : B());
+        }
         const Tensor parts = sample_values(Shape(dims), spec, seed, 1.0 / kPartialRows);
         feed_[name + "_parts"] = parts;
         values_.push_back(
@@ -433,6 +444,7 @@ class CandidateCheck {
     // Fetching a variable reads it before this iteration's update (Note [In-place updates wait
     // for readers]), so the second run shows each rank's piece after one update.
     for (const auto& [k, name] : variables_) builder_.fetch(ids[k]);
+    built_ = true;
   }
 
   void compute_eager() {
@@ -597,6 +609,7 @@ class CandidateCheck {
   std::vector<Tensor> eager_inputs_;
   std::vector<Tensor> eager_outputs_;
   NdSbpSignature chosen_;
+  bool built_ = false;
 };
 
 // ---- The sweep ----

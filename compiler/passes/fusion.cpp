@@ -1,0 +1,93 @@
+// Elementwise fusion: a chain of unary elementwise ops (each intermediate read only by the next
+// op, on one placement, neither fetched nor hinted) becomes one fused_elementwise op, which reads
+// and writes memory once instead of once per op. Consumers of the chain's last tensor are
+// pointed at the fused output; dead-code elimination then drops the chain.
+
+#include <set>
+
+#include "compiler/passes/passes.h"
+#include "oneflowlike/ops/fused.h"
+
+namespace ofl::compiler {
+
+namespace {
+
+class FusionPass final : public Pass {
+ public:
+  std::string name() const override { return "elementwise_fusion"; }
+  std::vector<std::string> needs() const override { return {"shapes"}; }
+
+  void run(Graph& graph, const CompileOptions&) override {
+    const auto consumers = graph.consumers();
+    std::set<int> pinned(graph.fetches.begin(), graph.fetches.end());  // must stay as they are
+    if (graph.train.loss >= 0) pinned.insert(graph.train.loss);
+    for (const auto& [var, grad] : graph.variable_grads) pinned.insert(grad);
+    std::vector<bool> fused(graph.num_ops(), false);
+    std::vector<int> replacement(graph.num_tensors());
+    for (int t = 0; t < graph.num_tensors(); ++t) replacement[t] = t;
+    const int num_ops = graph.num_ops();
+    for (int i : graph.topological_order()) {
+      if (i >= num_ops || fused[i] || step(graph, i).empty()) continue;
+      // Only start a chain at its head: an op whose input does not come from a chain member.
+      std::vector<int> chain = {i};
+      while (true) {
+        const LogicalOp& last = graph.op(chain.back());
+        const int out = last.outputs[0];
+        if (pinned.count(out) || consumers[out].size() != 1 || has_hint(last)) break;
+        const int next = consumers[out][0];
+        const LogicalOp& n = graph.op(next);
+        if (fused[next] || step(graph, next).empty() || n.placement != last.placement ||
+            n.inputs.size() != 1) {
+          break;
+        }
+        chain.push_back(next);
+      }
+      if (chain.size() < 2) continue;
+      std::string steps;
+      for (int op : chain) {
+        steps.append(steps.empty() ? "" : ",").append(step(graph, op));
+        fused[op] = true;
+      }
+      const LogicalOp& head = graph.op(chain.front());
+      const LogicalOp& tail = graph.op(chain.back());
+      LogicalOp op;
+      op.name = graph.unique_name(tail.name + ".fused");
+      op.schema = &OpRegistry::global().find("fused_elementwise");
+      op.params = FusedElementwiseParams{steps};
+      op.inputs = {replacement[head.inputs[0]]};
+      op.placement = tail.placement;
+      op.output_sbp_hints = tail.output_sbp_hints;
+      op.location = tail.location;
+      op.stage = tail.stage;
+      op.role = tail.role;
+      const int tail_out = tail.outputs[0];
+      const TensorMeta meta = graph.tensor(tail_out).meta;
+      const int index = graph.add_op(std::move(op), 1);
+      const int out = graph.op(index).outputs[0];
+      graph.tensor(out).meta = meta;
+      replacement.push_back(out);
+      replacement[tail_out] = out;
+    }
+    for (int i = 0; i < graph.num_ops(); ++i) {
+      for (int& t : graph.op(i).inputs) t = replacement[t];
+    }
+  }
+
+ private:
+  static std::string step(const Graph& graph, int i) {
+    const LogicalOp& op = graph.op(i);
+    if (op.kind != OpKind::kCompute || op.inputs.size() != 1 || op.outputs.size() != 1) return "";
+    const DataType dtype = graph.tensor(op.outputs[0]).meta.dtype;
+    if (dtype != DataType::kFloat32 && dtype != DataType::kFloat64) return "";
+    return fused_step_text(op.schema->name(), op.params);
+  }
+  static bool has_hint(const LogicalOp& op) {
+    return !op.output_sbp_hints.empty() && !op.output_sbp_hints[0].empty();
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<Pass> make_fusion_pass() { return std::make_unique<FusionPass>(); }
+
+}  // namespace ofl::compiler

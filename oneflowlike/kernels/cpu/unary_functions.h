@@ -1,0 +1,61 @@
+#pragma once
+// The per-element functions of the unary ops, shared by their kernels and by the fused
+// elementwise kernel so both compute the same values.
+
+#include <cmath>
+#include <numbers>
+
+#include "oneflowlike/kernels/cpu/vec_math.h"
+
+namespace ofl::cpu::unary_fn {
+
+template <class T>
+constexpr T kGeluCubic = T(0.044715);
+template <class T>
+constexpr T kSqrt2OverPi = T(std::numbers::sqrt2 * std::numbers::inv_sqrtpi);  // sqrt(2/pi)
+
+template <class T>
+inline T neg(T x) {
+  return static_cast<T>(-x);
+}
+template <class T>
+inline T exp(T x) {
+  return vec_math::exp(x);
+}
+template <class T>
+inline T log(T x) {
+  return std::log(x);
+}
+template <class T>
+inline T sqrt(T x) {
+  return std::sqrt(x);
+}
+template <class T>
+inline T rsqrt(T x) {
+  return T(1) / std::sqrt(x);
+}
+template <class T>
+inline T tanh(T x) {
+  return vec_math::tanh(x);
+}
+template <class T>
+inline T relu(T x) {
+  return x > T(0) ? x : T(0);
+}
+template <class T>
+inline T sigmoid(T x) {
+  return vec_math::sigmoid(x);
+}
+/// gelu(x) = x * Phi(x), Phi the standard normal CDF.
+template <class T>
+inline T gelu(T x) {
+  return x * vec_math::normal_cdf(x);
+}
+/// Phi(x) ~ (1 + tanh(sqrt(2/pi) * (x + 0.044715 x^3))) / 2.
+template <class T>
+inline T gelu_tanh(T x) {
+  const T inner = kSqrt2OverPi<T> * (x + kGeluCubic<T> * x * x * x);
+  return T(0.5) * x * (T(1) + vec_math::tanh(inner));
+}
+
+}  // namespace ofl::cpu::unary_fn
