@@ -60,26 +60,13 @@ std::vector<int> GraphBuilder::op(const std::string& type, const AnyParams& para
   op.stage = stage_;
   op.location = location_;
   op.output_sbp_hints = output_sbp_hints;
-  std::vector<TensorMeta> in;
-  for (int t : inputs) {
-    OFL_CHECK_INDEX(t >= 0 && t < graph_.num_tensors(), op.describe(), " input index ", t,
-                    " is not a tensor of this graph.");
-    in.push_back(graph_.tensor(t).meta);
-  }
-  std::vector<TensorMeta> out;
-  try {
-    out = op.schema->infer(params, in);
-  } catch (const Error& e) {
-    throw Error(e.code(), str_cat(e.what(), " ", op.describe()));
-  }
-  for (size_t k = 0; k < output_sbp_hints.size() && k < out.size(); ++k) {
+  const std::vector<int> outputs = graph_.add_compute_op(std::move(op));
+  for (size_t k = 0; k < output_sbp_hints.size() && k < outputs.size(); ++k) {
     if (!output_sbp_hints[k].empty()) {
-      check_nd_sbp(out[k].shape, output_sbp_hints[k], placement_, op.name);
+      const LogicalTensor& t = graph_.tensor(outputs[k]);
+      check_nd_sbp(t.meta.shape, output_sbp_hints[k], placement_, graph_.op(t.producer).name);
     }
   }
-  const int index = graph_.add_op(std::move(op), static_cast<int>(out.size()));
-  std::vector<int> outputs = graph_.op(index).outputs;
-  for (size_t k = 0; k < out.size(); ++k) graph_.tensor(outputs[k]).meta = out[k];
   return outputs;
 }
 

@@ -54,6 +54,25 @@ int Graph::add_op(LogicalOp op, int num_outputs, const std::vector<std::string>&
   return index;
 }
 
+std::vector<int> Graph::add_compute_op(LogicalOp op, const std::string& context) {
+  OFL_ASSERT(op.kind == OpKind::kCompute && op.schema != nullptr);
+  std::vector<TensorMeta> in;
+  for (int t : op.inputs) {
+    OFL_CHECK_INDEX(t >= 0 && t < num_tensors(), op.describe(), " input index ", t,
+                    " is not a tensor of this graph.");
+    in.push_back(tensors_[t].meta);
+  }
+  std::vector<TensorMeta> out;
+  try {
+    out = op.schema->infer(op.params, in);
+  } catch (const Error& e) {
+    throw Error(e.code(), str_cat(e.what(), " ", op.describe(), context));
+  }
+  const int index = add_op(std::move(op), static_cast<int>(out.size()));
+  for (size_t k = 0; k < out.size(); ++k) tensors_[ops_[index].outputs[k]].meta = out[k];
+  return ops_[index].outputs;
+}
+
 std::optional<int> Graph::find_tensor(const std::string& name) const {
   auto it = tensor_by_name_.find(name);
   if (it == tensor_by_name_.end()) return std::nullopt;

@@ -108,6 +108,10 @@ class Graph {
   int add_tensor(const std::string& name, const TensorMeta& meta = {});
   /// Appends an op and creates its output tensors named "<op>/out<i>" (or `output_names`).
   int add_op(LogicalOp op, int num_outputs, const std::vector<std::string>& output_names = {});
+  /// Appends compute op `op` (schema, params and inputs set) with its output metas inferred at
+  /// once, so a bad op fails where it is made; the error names the op and ends with `context`.
+  /// Returns the output tensors.
+  std::vector<int> add_compute_op(LogicalOp op, const std::string& context = "");
 
   LogicalOp& op(int i) { return ops_[i]; }
   const LogicalOp& op(int i) const { return ops_[i]; }

@@ -52,19 +52,7 @@ std::vector<int> append_backward_op(Graph& graph, const BackwardSite& site, std:
   op.stage = site.stage;
   op.location = site.location;
   op.role = OpRole::kBackward;
-  std::vector<TensorMeta> in;
-  for (int t : op.inputs) in.push_back(graph.tensor(t).meta);
-  std::vector<TensorMeta> out;
-  try {
-    out = op.schema->infer(op.params, in);
-  } catch (const Error& e) {
-    throw Error(e.code(),
-                str_cat(e.what(), " ", op.describe(), " (the gradient of '", site.name, "')"));
-  }
-  const int index = graph.add_op(std::move(op), static_cast<int>(out.size()));
-  std::vector<int> outputs = graph.op(index).outputs;
-  for (size_t k = 0; k < out.size(); ++k) graph.tensor(outputs[k]).meta = out[k];
-  return outputs;
+  return graph.add_compute_op(std::move(op), str_cat(" (the gradient of '", site.name, "')"));
 }
 
 // Gradient contributions per forward tensor, summed on demand.

@@ -4,8 +4,7 @@
 
 #include <cmath>
 
-#include "oneflowlike/common/parallel.h"
-#include "oneflowlike/op.h"
+#include "oneflowlike/kernels/cpu/unary_functions.h"
 
 namespace ofl::cpu {
 
@@ -13,15 +12,6 @@ namespace {
 
 // pow is ~20x an add, so it pays for a thread sooner.
 constexpr int64_t kPowGrain = kParallelGrain / 16;
-
-template <class T, class F>
-void scalar_kernel(const KernelContext& ctx, int64_t grain, F f) {
-  const T* x = ctx.in(0).data<T>();
-  T* y = ctx.out(0).data<T>();
-  parallel_for(ctx.out(0).numel(), grain, [&](int64_t begin, int64_t end) {
-    for (int64_t i = begin; i < end; ++i) y[i] = f(x[i]);
-  });
-}
 
 template <class T>
 T scalar_as(const KernelContext& ctx) {
@@ -32,7 +22,7 @@ template <class T>
 struct ScalarAddKernel {
   static void run(const KernelContext& ctx) {
     const T s = scalar_as<T>(ctx);
-    scalar_kernel<T>(ctx, kParallelGrain, [s](T x) { return static_cast<T>(x + s); });
+    unary_kernel<T>(ctx, kParallelGrain, [s](T x) { return static_cast<T>(x + s); });
   }
 };
 
@@ -40,7 +30,7 @@ template <class T>
 struct ScalarMulKernel {
   static void run(const KernelContext& ctx) {
     const T s = scalar_as<T>(ctx);
-    scalar_kernel<T>(ctx, kParallelGrain, [s](T x) { return static_cast<T>(x * s); });
+    unary_kernel<T>(ctx, kParallelGrain, [s](T x) { return static_cast<T>(x * s); });
   }
 };
 
@@ -50,17 +40,17 @@ struct ScalarPowKernel {
   static void run(const KernelContext& ctx) {
     const T s = scalar_as<T>(ctx);
     if (s == T(2)) {
-      scalar_kernel<T>(ctx, kParallelGrain, [](T x) { return x * x; });
+      unary_kernel<T>(ctx, kParallelGrain, [](T x) { return x * x; });
     } else if (s == T(3)) {
-      scalar_kernel<T>(ctx, kParallelGrain, [](T x) { return x * x * x; });
+      unary_kernel<T>(ctx, kParallelGrain, [](T x) { return x * x * x; });
     } else if (s == T(1)) {
-      scalar_kernel<T>(ctx, kParallelGrain, [](T x) { return x; });
+      unary_kernel<T>(ctx, kParallelGrain, [](T x) { return x; });
     } else if (s == T(0.5)) {
-      scalar_kernel<T>(ctx, kParallelGrain, [](T x) { return std::sqrt(x); });
+      unary_kernel<T>(ctx, kParallelGrain, [](T x) { return std::sqrt(x); });
     } else if (s == T(-1)) {
-      scalar_kernel<T>(ctx, kParallelGrain, [](T x) { return T(1) / x; });
+      unary_kernel<T>(ctx, kParallelGrain, [](T x) { return T(1) / x; });
     } else {
-      scalar_kernel<T>(ctx, kPowGrain, [s](T x) { return std::pow(x, s); });
+      unary_kernel<T>(ctx, kPowGrain, [s](T x) { return std::pow(x, s); });
     }
   }
 };
@@ -69,7 +59,7 @@ template <class T>
 struct ScalarRpowKernel {
   static void run(const KernelContext& ctx) {
     const T s = scalar_as<T>(ctx);
-    scalar_kernel<T>(ctx, kPowGrain, [s](T x) { return std::pow(s, x); });
+    unary_kernel<T>(ctx, kPowGrain, [s](T x) { return std::pow(s, x); });
   }
 };
 

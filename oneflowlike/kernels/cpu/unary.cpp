@@ -8,6 +8,7 @@
 #include <numbers>
 
 #include "oneflowlike/common/parallel.h"
+#include "oneflowlike/kernels/cpu/unary_functions.h"
 #include "oneflowlike/kernels/cpu/vec_math.h"
 #include "oneflowlike/op.h"
 
@@ -17,15 +18,6 @@ namespace {
 
 // Transcendental functions cost ~10x an add, so they pay for a thread sooner.
 constexpr int64_t kTranscendentalGrain = kParallelGrain / 8;
-
-template <class T, class F>
-void unary_kernel(const KernelContext& ctx, int64_t grain, F f) {
-  const T* x = ctx.in(0).data<T>();
-  T* y = ctx.out(0).data<T>();
-  parallel_for(ctx.out(0).numel(), grain, [&](int64_t begin, int64_t end) {
-    for (int64_t i = begin; i < end; ++i) y[i] = f(x[i]);
-  });
-}
 
 // out[i] = f(a[i], dy[i]) for the backward ops.
 template <class T, class F>
@@ -41,7 +33,7 @@ void backward_kernel(const KernelContext& ctx, int64_t grain, F f) {
 template <class T>
 struct NegKernel {
   static void run(const KernelContext& ctx) {
-    unary_kernel<T>(ctx, kParallelGrain, [](T x) { return static_cast<T>(-x); });
+    unary_kernel<T>(ctx, kParallelGrain, [](T x) { return unary_fn::neg(x); });
   }
 };
 template <class T>
@@ -53,53 +45,51 @@ struct AbsKernel {
 template <class T>
 struct ExpKernel {
   static void run(const KernelContext& ctx) {
-    unary_kernel<T>(ctx, kTranscendentalGrain, [](T x) { return vec_math::exp(x); });
+    unary_kernel<T>(ctx, kTranscendentalGrain, [](T x) { return unary_fn::exp(x); });
   }
 };
 template <class T>
 struct LogKernel {
   static void run(const KernelContext& ctx) {
-    unary_kernel<T>(ctx, kTranscendentalGrain, [](T x) { return std::log(x); });
+    unary_kernel<T>(ctx, kTranscendentalGrain, [](T x) { return unary_fn::log(x); });
   }
 };
 template <class T>
 struct SqrtKernel {
   static void run(const KernelContext& ctx) {
-    unary_kernel<T>(ctx, kParallelGrain, [](T x) { return std::sqrt(x); });
+    unary_kernel<T>(ctx, kParallelGrain, [](T x) { return unary_fn::sqrt(x); });
   }
 };
 template <class T>
 struct RsqrtKernel {
   static void run(const KernelContext& ctx) {
-    unary_kernel<T>(ctx, kParallelGrain, [](T x) { return T(1) / std::sqrt(x); });
+    unary_kernel<T>(ctx, kParallelGrain, [](T x) { return unary_fn::rsqrt(x); });
   }
 };
 template <class T>
 struct TanhKernel {
   static void run(const KernelContext& ctx) {
-    unary_kernel<T>(ctx, kTranscendentalGrain, [](T x) { return vec_math::tanh(x); });
+    unary_kernel<T>(ctx, kTranscendentalGrain, [](T x) { return unary_fn::tanh(x); });
   }
 };
 template <class T>
 struct ReluKernel {
   static void run(const KernelContext& ctx) {
-    unary_kernel<T>(ctx, kParallelGrain, [](T x) { return x > T(0) ? x : T(0); });
+    unary_kernel<T>(ctx, kParallelGrain, [](T x) { return unary_fn::relu(x); });
   }
 };
 template <class T>
 struct SigmoidKernel {
   static void run(const KernelContext& ctx) {
-    unary_kernel<T>(ctx, kTranscendentalGrain, [](T x) { return vec_math::sigmoid(x); });
+    unary_kernel<T>(ctx, kTranscendentalGrain, [](T x) { return unary_fn::sigmoid(x); });
   }
 };
 
 // gelu(x) = x * Phi(x), Phi the standard normal CDF (vec_math::normal_cdf, accurate also in the
 // lower tail where 1 + erf(x / sqrt 2) would cancel); "tanh" uses the approximation
 // Phi(x) ~ (1 + tanh(sqrt(2/pi) * (x + 0.044715 x^3))) / 2.
-template <class T>
-constexpr T kGeluCubic = T(0.044715);
-template <class T>
-constexpr T kSqrt2OverPi = T(std::numbers::sqrt2* std::numbers::inv_sqrtpi);  // sqrt(2/pi)
+using unary_fn::kGeluCubic;
+using unary_fn::kSqrt2OverPi;
 
 bool gelu_is_tanh(const KernelContext& ctx) { return ctx.p<GeluParams>().approximate == "tanh"; }
 
@@ -107,12 +97,9 @@ template <class T>
 struct GeluKernel {
   static void run(const KernelContext& ctx) {
     if (gelu_is_tanh(ctx)) {
-      unary_kernel<T>(ctx, kTranscendentalGrain, [](T x) {
-        const T inner = kSqrt2OverPi<T> * (x + kGeluCubic<T> * x * x * x);
-        return T(0.5) * x * (T(1) + vec_math::tanh(inner));
-      });
+      unary_kernel<T>(ctx, kTranscendentalGrain, [](T x) { return unary_fn::gelu_tanh(x); });
     } else {
-      unary_kernel<T>(ctx, kTranscendentalGrain, [](T x) { return x * vec_math::normal_cdf(x); });
+      unary_kernel<T>(ctx, kTranscendentalGrain, [](T x) { return unary_fn::gelu(x); });
     }
   }
 };

@@ -5,7 +5,23 @@
 #include <cmath>
 #include <numbers>
 
+#include "oneflowlike/common/parallel.h"
 #include "oneflowlike/kernels/cpu/vec_math.h"
+#include "oneflowlike/op.h"
+
+namespace ofl::cpu {
+
+/// y[i] = f(x[i]) over input 0 and output 0, split over the cores when large.
+template <class T, class F>
+void unary_kernel(const KernelContext& ctx, int64_t grain, F f) {
+  const T* x = ctx.in(0).data<T>();
+  T* y = ctx.out(0).data<T>();
+  parallel_for(ctx.out(0).numel(), grain, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) y[i] = f(x[i]);
+  });
+}
+
+}  // namespace ofl::cpu
 
 namespace ofl::cpu::unary_fn {
 

@@ -28,6 +28,7 @@
 #include "oneflowlike/eager.h"
 #include "oneflowlike/ops/creation.h"
 #include "oneflowlike/ops/embedding.h"
+#include "oneflowlike/ops/fused.h"
 #include "oneflowlike/ops/layer_norm.h"
 #include "oneflowlike/ops/matmul.h"
 #include "oneflowlike/ops/optimizer.h"
@@ -170,6 +171,14 @@ std::vector<OpCase> sweep_cases() {
       {"gelu_tanh", "gelu", GeluParams{"tanh"}, {floats(m)}},
       {"gelu", "gelu", GeluParams{"none"}, {floats(m)}},
       {"gelu_grad", "gelu_grad", GeluParams{"none"}, {floats(m), floats(m)}},
+      {"fused_elementwise",
+       "fused_elementwise",
+       FusedElementwiseParams{"scalar_mul(0.5),tanh,scalar_add(1)"},
+       {floats(m)}},
+      {"fused_elementwise_linear",
+       "fused_elementwise",
+       FusedElementwiseParams{"scalar_mul(-1.5),neg"},
+       {floats(m)}},
   };
   for (const char* op : {"neg", "abs", "exp", "tanh", "sigmoid", "relu"}) {
     cases.push_back({op, op, NoParams{}, {floats(m)}});

@@ -9,16 +9,7 @@ namespace ofl::testing {
 
 namespace {
 
-template <class F>
-void expect_error(F&& f, ErrorCode code, const std::string& phrase) {
-  try {
-    f();
-    ADD_FAILURE() << "expected an error containing '" << phrase << "'";
-  } catch (const Error& e) {
-    EXPECT_EQ(e.code(), code) << e.what();
-    EXPECT_NE(std::string(e.what()).find(phrase), std::string::npos) << e.what();
-  }
-}
+using testing::expect_error;
 
 // out[n, :] = weight[indices[n], :]
 std::vector<double> gather_reference(const Tensor& weight, const std::vector<double>& indices) {

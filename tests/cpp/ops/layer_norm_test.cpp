@@ -38,16 +38,7 @@ Reference reference_layer_norm(const Tensor& x, const Tensor& w, const Tensor& b
   return r;
 }
 
-template <class F>
-void expect_error(F&& f, ErrorCode code, const std::string& phrase) {
-  try {
-    f();
-    ADD_FAILURE() << "expected an error containing '" << phrase << "'";
-  } catch (const Error& e) {
-    EXPECT_EQ(e.code(), code) << e.what();
-    EXPECT_NE(std::string(e.what()).find(phrase), std::string::npos) << e.what();
-  }
-}
+using testing::expect_error;
 
 TEST(LayerNorm, OutputsAndStatisticsMatchReference) {
   for (DataType dtype : {DataType::kFloat32, DataType::kFloat64}) {

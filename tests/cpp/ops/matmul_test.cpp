@@ -32,16 +32,7 @@ std::vector<double> reference_matmul(const Tensor& a, const Tensor& b, bool ta, 
   return out;
 }
 
-template <class F>
-void expect_error(F&& f, ErrorCode code, const std::string& phrase) {
-  try {
-    f();
-    ADD_FAILURE() << "expected an error containing '" << phrase << "'";
-  } catch (const Error& e) {
-    EXPECT_EQ(e.code(), code) << e.what();
-    EXPECT_NE(std::string(e.what()).find(phrase), std::string::npos) << e.what();
-  }
-}
+using testing::expect_error;
 
 TEST(Matmul, TwoDProductsMatchReferenceForEveryTransposeFlag) {
   const int64_t m = 5, k = 7, n = 3;

@@ -11,16 +11,7 @@ namespace ofl::testing {
 
 namespace {
 
-template <class F>
-void expect_error(F&& f, ErrorCode code, const std::string& phrase) {
-  try {
-    f();
-    ADD_FAILURE() << "expected an error containing '" << phrase << "'";
-  } catch (const Error& e) {
-    EXPECT_EQ(e.code(), code) << e.what();
-    EXPECT_NE(std::string(e.what()).find(phrase), std::string::npos) << e.what();
-  }
-}
+using testing::expect_error;
 
 // torch.optim.SGD for one step, in double.
 void sgd_reference(std::vector<double>& param, const std::vector<double>& grad,

@@ -57,16 +57,7 @@ std::vector<double> slice_of(const Tensor& full, const std::vector<Range>& regio
   return out;
 }
 
-template <class F>
-void expect_error(F f, ErrorCode code, const std::string& phrase) {
-  try {
-    f();
-    ADD_FAILURE() << "expected an error containing '" << phrase << "'";
-  } catch (const Error& e) {
-    EXPECT_EQ(e.code(), code) << e.what();
-    EXPECT_NE(std::string(e.what()).find(phrase), std::string::npos) << e.what();
-  }
-}
+using testing::expect_error;
 
 TEST(Philox, MatchesTheRandom123KnownAnswers) {
   using philox::Block;

@@ -19,16 +19,7 @@ using testing::random_tensor;
 using testing::values_of;
 namespace F = functional;
 
-template <class Fn>
-void expect_error(Fn fn, ErrorCode code, const std::string& phrase) {
-  try {
-    fn();
-    ADD_FAILURE() << "expected an error containing '" << phrase << "'";
-  } catch (const Error& e) {
-    EXPECT_EQ(e.code(), code) << e.what();
-    EXPECT_NE(std::string(e.what()).find(phrase), std::string::npos) << e.what();
-  }
-}
+using testing::expect_error;
 
 std::vector<double> map(const Tensor& x, const std::function<double(double)>& f) {
   std::vector<double> out = values_of(x);

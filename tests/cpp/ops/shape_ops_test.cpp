@@ -69,16 +69,7 @@ std::vector<double> reference_slice(const Tensor& x, const std::vector<int64_t>&
   return out;
 }
 
-template <class F>
-void expect_error(F f, ErrorCode code, const std::string& phrase) {
-  try {
-    f();
-    ADD_FAILURE() << "expected an error containing '" << phrase << "'";
-  } catch (const Error& e) {
-    EXPECT_EQ(e.code(), code) << e.what();
-    EXPECT_NE(std::string(e.what()).find(phrase), std::string::npos) << e.what();
-  }
-}
+using testing::expect_error;
 
 std::vector<SbpSignature> signatures(const std::string& name, const AnyParams& params,
                                      const std::vector<TensorMeta>& inputs) {

@@ -35,16 +35,7 @@ std::vector<double> reference_softmax(const Tensor& x, int axis, bool log) {
   return out;
 }
 
-template <class F>
-void expect_error(F&& f, ErrorCode code, const std::string& phrase) {
-  try {
-    f();
-    ADD_FAILURE() << "expected an error containing '" << phrase << "'";
-  } catch (const Error& e) {
-    EXPECT_EQ(e.code(), code) << e.what();
-    EXPECT_NE(std::string(e.what()).find(phrase), std::string::npos) << e.what();
-  }
-}
+using testing::expect_error;
 
 TEST(Softmax, RowsSumToOne) {
   const Tensor x = random_tensor({6, 10}, DataType::kFloat32, 1, -5, 5);

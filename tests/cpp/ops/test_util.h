@@ -7,6 +7,7 @@
 #include <functional>
 #include <vector>
 
+#include "oneflowlike/common/error.h"
 #include "oneflowlike/tensor.h"
 
 namespace ofl::testing {
@@ -22,6 +23,18 @@ std::vector<double> values_of(const Tensor& t);
 /// Expects equal shapes and |actual - expected| <= atol + rtol * |expected| everywhere.
 void expect_close(const Tensor& actual, const std::vector<double>& expected, const Shape& shape,
                   double rtol = 1e-5, double atol = 1e-6);
+
+/// Expects f() to raise ofl::Error with `code` and a message containing `phrase`.
+template <class F>
+void expect_error(F&& f, ErrorCode code, const std::string& phrase) {
+  try {
+    f();
+    ADD_FAILURE() << "expected an error containing '" << phrase << "'";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), code) << e.what();
+    EXPECT_NE(std::string(e.what()).find(phrase), std::string::npos) << e.what();
+  }
+}
 
 /// Checks autograd against central differences: the function's outputs are reduced with fixed
 /// random weights to a scalar L; dL/dinput from backward() must match (L(x+h)-L(x-h))/2h for
