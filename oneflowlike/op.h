@@ -187,7 +187,8 @@ class OpSchema {
     params_type_ = typeid(P);
     params_name_ = P::kParamsName;
     write_params_ = [](const AnyParams& params, ParamsWriter& w) {
-      detail::for_each_field(params.as<P>(), [&](std::string_view name, const auto& v) { w.write(name, v); });
+      detail::for_each_field(params.as<P>(),
+                             [&](std::string_view name, const auto& v) { w.write(name, v); });
     };
     read_params_ = [](ParamsReader& r) -> AnyParams {
       P p;

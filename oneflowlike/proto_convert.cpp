@@ -17,16 +17,23 @@ void to_proto(const Sbp& sbp, proto::SbpProto* out) {
       out->set_kind(proto::SbpProto::SPLIT);
       out->set_axis(sbp.axis);
       break;
-    case Sbp::Kind::kBroadcast: out->set_kind(proto::SbpProto::BROADCAST); break;
-    case Sbp::Kind::kPartialSum: out->set_kind(proto::SbpProto::PARTIAL_SUM); break;
+    case Sbp::Kind::kBroadcast:
+      out->set_kind(proto::SbpProto::BROADCAST);
+      break;
+    case Sbp::Kind::kPartialSum:
+      out->set_kind(proto::SbpProto::PARTIAL_SUM);
+      break;
   }
 }
 
 Sbp from_proto(const proto::SbpProto& in) {
   switch (in.kind()) {
-    case proto::SbpProto::SPLIT: return S(in.axis());
-    case proto::SbpProto::PARTIAL_SUM: return P();
-    default: return B();
+    case proto::SbpProto::SPLIT:
+      return S(in.axis());
+    case proto::SbpProto::PARTIAL_SUM:
+      return P();
+    default:
+      return B();
   }
 }
 
@@ -102,10 +109,12 @@ class ProtoParamsReader final : public ParamsReader {
     if (auto* f = find(name, proto::ParamFieldProto::kStringValue)) *v = f->string_value();
   }
   void read(std::string_view name, DataType* v) override {
-    if (auto* f = find(name, proto::ParamFieldProto::kDtypeValue)) *v = dtype_from_name(f->dtype_value());
+    if (auto* f = find(name, proto::ParamFieldProto::kDtypeValue))
+      *v = dtype_from_name(f->dtype_value());
   }
   void read(std::string_view name, Shape* v) override {
-    if (auto* f = find(name, proto::ParamFieldProto::kShapeValue)) *v = from_proto(f->shape_value());
+    if (auto* f = find(name, proto::ParamFieldProto::kShapeValue))
+      *v = from_proto(f->shape_value());
   }
   void read(std::string_view name, std::vector<int64_t>* v) override {
     if (auto* f = find(name, proto::ParamFieldProto::kIntListValue)) {

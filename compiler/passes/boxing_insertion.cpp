@@ -52,7 +52,8 @@ class BoxingInsertionPass final : public Pass {
     op.boxing = BoxingSpec{producer.placement, in.sbp, to_placement, to};
     op.signature = NdSbpSignature{{in.sbp}, {to}};
     const TensorMeta meta = in.meta;
-    const int index = graph.add_op(std::move(op), 1, {graph.unique_name(str_cat(in.name, "@", nd_sbp_to_string(to)))});
+    const int index = graph.add_op(
+        std::move(op), 1, {graph.unique_name(str_cat(in.name, "@", nd_sbp_to_string(to)))});
     const int out = graph.op(index).outputs[0];
     graph.tensor(out).meta = meta;
     graph.tensor(out).sbp = to;

@@ -151,9 +151,12 @@ class SbpInferencePass final : public Pass {
                         ? op.output_sbp_hints[0]
                         : NdSbp(ndim, B());
         OFL_CHECK(op.kind != OpKind::kInput ||
-                      std::none_of(sbp.begin(), sbp.end(), [](const Sbp& s) { return s.is_partial_sum(); }),
-                  op.describe(), " an input cannot be partial-sum (P): the caller feeds whole "
-                  "values. However, got ", nd_sbp_to_string(sbp), ".");
+                      std::none_of(sbp.begin(), sbp.end(),
+                                   [](const Sbp& s) { return s.is_partial_sum(); }),
+                  op.describe(),
+                  " an input cannot be partial-sum (P): the caller feeds whole "
+                  "values. However, got ",
+                  nd_sbp_to_string(sbp), ".");
         normalize(sbp, op.placement);
         op.signature = NdSbpSignature{{}, {sbp}};
         graph.tensor(op.outputs[0]).sbp = sbp;
@@ -222,9 +225,11 @@ class SbpInferencePass final : public Pass {
       }
       if (ok) scored.push_back({{cost, boxings, c}, &cand});
     }
-    OFL_CHECK(!scored.empty(), op.describe(), " has no SBP signature that fits its hints and "
-              "inputs on placement ", op.placement.to_string(), ". Inputs: ",
-              describe_inputs(graph, op), hints_text(op), ".");
+    OFL_CHECK(!scored.empty(), op.describe(),
+              " has no SBP signature that fits its hints and "
+              "inputs on placement ",
+              op.placement.to_string(), ". Inputs: ", describe_inputs(graph, op), hints_text(op),
+              ".");
     std::stable_sort(scored.begin(), scored.end(), [](const auto& a, const auto& b) {
       if (a.first.cost != b.first.cost) return a.first.cost < b.first.cost;
       if (a.first.boxings != b.first.boxings) return a.first.boxings < b.first.boxings;

@@ -119,7 +119,8 @@ RankMemory plan_rank(proto::RankPlanProto* rank_plan, int64_t block_id) {
   // of UNPACK or REPEAT, the output of ACCUMULATE or PACK) lives through all m repetitions and
   // cannot share memory with registers of one micro-batch; it gets its own allocation.
   std::unordered_map<int64_t, bool> per_micro;
-  for (const proto::TaskProto& task : rank_plan->tasks()) per_micro[task.id()] = task.per_micro_batch();
+  for (const proto::TaskProto& task : rank_plan->tasks())
+    per_micro[task.id()] = task.per_micro_batch();
 
   // Shareable registers and their lifetimes, largest first (ties by id: deterministic plans).
   std::vector<std::pair<proto::RegisterProto*, Lifetime>> shareable;
@@ -145,7 +146,8 @@ RankMemory plan_rank(proto::RankPlanProto* rank_plan, int64_t block_id) {
     if (in_chain) {
       shareable.emplace_back(&reg, lifetime);
     } else {
-      memory.unshared_bytes += align_up(reg.bytes(), kMemoryAlignment) * std::max(reg.register_num(), 1);
+      memory.unshared_bytes +=
+          align_up(reg.bytes(), kMemoryAlignment) * std::max(reg.register_num(), 1);
     }
   }
   std::stable_sort(shareable.begin(), shareable.end(), [](const auto& a, const auto& b) {

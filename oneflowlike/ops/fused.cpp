@@ -16,12 +16,18 @@ namespace {
 
 const std::map<std::string, FusedStep::Kind>& step_kinds() {
   static const std::map<std::string, FusedStep::Kind> kinds = {
-      {"neg", FusedStep::Kind::kNeg},         {"exp", FusedStep::Kind::kExp},
-      {"log", FusedStep::Kind::kLog},         {"sqrt", FusedStep::Kind::kSqrt},
-      {"rsqrt", FusedStep::Kind::kRsqrt},     {"tanh", FusedStep::Kind::kTanh},
-      {"relu", FusedStep::Kind::kRelu},       {"sigmoid", FusedStep::Kind::kSigmoid},
-      {"gelu", FusedStep::Kind::kGelu},       {"gelu_tanh", FusedStep::Kind::kGeluTanh},
-      {"scalar_add", FusedStep::Kind::kScalarAdd}, {"scalar_mul", FusedStep::Kind::kScalarMul},
+      {"neg", FusedStep::Kind::kNeg},
+      {"exp", FusedStep::Kind::kExp},
+      {"log", FusedStep::Kind::kLog},
+      {"sqrt", FusedStep::Kind::kSqrt},
+      {"rsqrt", FusedStep::Kind::kRsqrt},
+      {"tanh", FusedStep::Kind::kTanh},
+      {"relu", FusedStep::Kind::kRelu},
+      {"sigmoid", FusedStep::Kind::kSigmoid},
+      {"gelu", FusedStep::Kind::kGelu},
+      {"gelu_tanh", FusedStep::Kind::kGeluTanh},
+      {"scalar_add", FusedStep::Kind::kScalarAdd},
+      {"scalar_mul", FusedStep::Kind::kScalarMul},
       {"scalar_pow", FusedStep::Kind::kScalarPow}};
   return kinds;
 }
@@ -69,7 +75,8 @@ std::string fused_step_text(const std::string& type, const AnyParams& params) {
   if (type == "scalar_add" || type == "scalar_mul" || type == "scalar_pow") {
     // %.17g keeps every bit of the double.
     char buffer[64];
-    std::snprintf(buffer, sizeof(buffer), "%s(%.17g)", type.c_str(), params.as<ScalarParams>().scalar);
+    std::snprintf(buffer, sizeof(buffer), "%s(%.17g)", type.c_str(),
+                  params.as<ScalarParams>().scalar);
     return buffer;
   }
   if (type != "scalar_rpow" && step_kinds().count(type)) return type;

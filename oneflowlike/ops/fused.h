@@ -20,8 +20,19 @@ struct FusedElementwiseParams {
 /// One step of a fused chain.
 struct FusedStep {
   enum class Kind {
-    kNeg, kExp, kLog, kSqrt, kRsqrt, kTanh, kRelu, kSigmoid, kGelu, kGeluTanh,
-    kScalarAdd, kScalarMul, kScalarPow
+    kNeg,
+    kExp,
+    kLog,
+    kSqrt,
+    kRsqrt,
+    kTanh,
+    kRelu,
+    kSigmoid,
+    kGelu,
+    kGeluTanh,
+    kScalarAdd,
+    kScalarMul,
+    kScalarPow
   };
   Kind kind;
   double scalar = 0;  // scalar ops

@@ -1,5 +1,4 @@
 #include "oneflowlike/ops/fused.h"
-
 #include "python/src/bindings.h"
 
 namespace ofl::python {

@@ -1,13 +1,14 @@
 // CPU kernel of fused_elementwise: blocks of elements stay in cache while every step of the
 // chain runs over them, one vectorisable loop per step.
 
+#include "oneflowlike/ops/fused.h"
+
 #include <algorithm>
 #include <cmath>
 
 #include "oneflowlike/common/parallel.h"
 #include "oneflowlike/kernels/cpu/unary_functions.h"
 #include "oneflowlike/op.h"
-#include "oneflowlike/ops/fused.h"
 
 namespace ofl::cpu {
 
@@ -24,19 +25,30 @@ template <class T>
 void run_step(const FusedStep& step, T* v, int64_t n) {
   const T s = static_cast<T>(step.scalar);
   switch (step.kind) {
-    case FusedStep::Kind::kNeg: return apply(v, n, [](T x) { return unary_fn::neg(x); });
-    case FusedStep::Kind::kExp: return apply(v, n, [](T x) { return unary_fn::exp(x); });
-    case FusedStep::Kind::kLog: return apply(v, n, [](T x) { return unary_fn::log(x); });
-    case FusedStep::Kind::kSqrt: return apply(v, n, [](T x) { return unary_fn::sqrt(x); });
-    case FusedStep::Kind::kRsqrt: return apply(v, n, [](T x) { return unary_fn::rsqrt(x); });
-    case FusedStep::Kind::kTanh: return apply(v, n, [](T x) { return unary_fn::tanh(x); });
-    case FusedStep::Kind::kRelu: return apply(v, n, [](T x) { return unary_fn::relu(x); });
-    case FusedStep::Kind::kSigmoid: return apply(v, n, [](T x) { return unary_fn::sigmoid(x); });
-    case FusedStep::Kind::kGelu: return apply(v, n, [](T x) { return unary_fn::gelu(x); });
+    case FusedStep::Kind::kNeg:
+      return apply(v, n, [](T x) { return unary_fn::neg(x); });
+    case FusedStep::Kind::kExp:
+      return apply(v, n, [](T x) { return unary_fn::exp(x); });
+    case FusedStep::Kind::kLog:
+      return apply(v, n, [](T x) { return unary_fn::log(x); });
+    case FusedStep::Kind::kSqrt:
+      return apply(v, n, [](T x) { return unary_fn::sqrt(x); });
+    case FusedStep::Kind::kRsqrt:
+      return apply(v, n, [](T x) { return unary_fn::rsqrt(x); });
+    case FusedStep::Kind::kTanh:
+      return apply(v, n, [](T x) { return unary_fn::tanh(x); });
+    case FusedStep::Kind::kRelu:
+      return apply(v, n, [](T x) { return unary_fn::relu(x); });
+    case FusedStep::Kind::kSigmoid:
+      return apply(v, n, [](T x) { return unary_fn::sigmoid(x); });
+    case FusedStep::Kind::kGelu:
+      return apply(v, n, [](T x) { return unary_fn::gelu(x); });
     case FusedStep::Kind::kGeluTanh:
       return apply(v, n, [](T x) { return unary_fn::gelu_tanh(x); });
-    case FusedStep::Kind::kScalarAdd: return apply(v, n, [s](T x) { return x + s; });
-    case FusedStep::Kind::kScalarMul: return apply(v, n, [s](T x) { return x * s; });
+    case FusedStep::Kind::kScalarAdd:
+      return apply(v, n, [s](T x) { return x + s; });
+    case FusedStep::Kind::kScalarMul:
+      return apply(v, n, [s](T x) { return x * s; });
     case FusedStep::Kind::kScalarPow:
       if (step.scalar == 2) return apply(v, n, [](T x) { return x * x; });
       return apply(v, n, [s](T x) { return std::pow(x, s); });

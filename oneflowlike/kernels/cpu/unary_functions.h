@@ -28,7 +28,7 @@ namespace ofl::cpu::unary_fn {
 template <class T>
 constexpr T kGeluCubic = T(0.044715);
 template <class T>
-constexpr T kSqrt2OverPi = T(std::numbers::sqrt2 * std::numbers::inv_sqrtpi);  // sqrt(2/pi)
+constexpr T kSqrt2OverPi = T(std::numbers::sqrt2* std::numbers::inv_sqrtpi);  // sqrt(2/pi)
 
 template <class T>
 inline T neg(T x) {

@@ -52,7 +52,8 @@ Graph build_mlp(const Layout& layout, OptimizerConfig::Kind optimizer) {
   b.set_stage(0);
   const int w1 = b.variable("w1", Shape{kIn, kHidden}, normal(1), layout.w1);
   const int b1 = b.variable("b1", Shape{kHidden}, normal(2), layout.b1);
-  const int h = b.op1("relu", NoParams{}, {b.op1("add", NoParams{}, {b.op1("matmul", MatmulParams{}, {x, w1}), b1})});
+  const int h = b.op1("relu", NoParams{},
+                      {b.op1("add", NoParams{}, {b.op1("matmul", MatmulParams{}, {x, w1}), b1})});
   if (layout.stage1) {
     b.set_placement(*layout.stage1);
     b.set_stage(1);
@@ -102,11 +103,13 @@ TrainingRun train(const Layout& layout, OptimizerConfig::Kind optimizer, int ste
     for (double v : values_of(loss)) mean += v / static_cast<double>(loss.numel());
     run.losses.push_back(mean);
   }
-  for (const char* w : {"w1", "b1", "w2", "b2"}) run.weights[w] = values_of(executor.read_variable(w));
+  for (const char* w : {"w1", "b1", "w2", "b2"})
+    run.weights[w] = values_of(executor.read_variable(w));
   return run;
 }
 
-void expect_same_training(const TrainingRun& expected, const TrainingRun& actual, const std::string& name) {
+void expect_same_training(const TrainingRun& expected, const TrainingRun& actual,
+                          const std::string& name) {
   ASSERT_EQ(expected.losses.size(), actual.losses.size());
   for (size_t i = 0; i < expected.losses.size(); ++i) {
     EXPECT_NEAR(actual.losses[i], expected.losses[i], 1e-5 * std::abs(expected.losses[i]))
@@ -182,7 +185,8 @@ TEST(EndToEnd, ZeroShardsStateAndTrainsLikeOneRank) {
   const auto all = layouts();
   const TrainingRun reference = train(all[0], OptimizerConfig::Kind::kAdamW, 3);
   for (const char* name : {"dp2", "dp3_uneven", "dp2_tp2"}) {
-    Layout layout = *std::find_if(all.begin(), all.end(), [&](const Layout& l) { return l.name == name; });
+    Layout layout =
+        *std::find_if(all.begin(), all.end(), [&](const Layout& l) { return l.name == name; });
     layout.zero_stage = 1;
     layout.name += "_zero";
     expect_same_training(reference, train(layout, OptimizerConfig::Kind::kAdamW, 3), layout.name);
@@ -210,7 +214,8 @@ TEST(EndToEnd, CompileReportsUserErrorsAsStatus) {
   const auto result = compile(job);
   ASSERT_FALSE(result.ok());
   EXPECT_EQ(result.status().code(), ErrorCode::kInvalidArgument);
-  EXPECT_NE(result.status().message().find("'act'"), std::string::npos) << result.status().message();
+  EXPECT_NE(result.status().message().find("'act'"), std::string::npos)
+      << result.status().message();
 }
 
 }  // namespace

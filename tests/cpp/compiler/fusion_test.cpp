@@ -47,7 +47,8 @@ TEST(ElementwiseFusion, FusedPlanComputesWhatTheOpsCompute) {
   Tensor x = testing::random_tensor(Shape{6, 4}, DataType::kFloat32, 9);
   for (const char* placement : {"cpu, [0]", "cpu, [0, 1, 2]"}) {
     const Placement p = Placement::parse(placement);
-    actor::ReferenceExecutor executor(compile_graph(chain_graph(p, {p.num_ranks() > 1 ? S(0) : B()})));
+    actor::ReferenceExecutor executor(
+        compile_graph(chain_graph(p, {p.num_ranks() > 1 ? S(0) : B()})));
     executor.initialize_variables();
     const Tensor got = executor.run({{"x", x}}).at("out/out0");
     const Tensor h = functional::scalar_add(functional::tanh(functional::scalar_mul(x, 0.5)), 1.0);

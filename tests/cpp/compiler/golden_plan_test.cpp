@@ -21,7 +21,8 @@ namespace {
 Initializer normal() { return Initializer{Initializer::Kind::kNormal, 0.0, 0.1, 1}; }
 
 void expect_matches_golden(const proto::PlanProto& plan, const std::string& name) {
-  const std::string path = std::string(OFL_SOURCE_DIR) + "/tests/cpp/compiler/golden/" + name + ".txt";
+  const std::string path =
+      std::string(OFL_SOURCE_DIR) + "/tests/cpp/compiler/golden/" + name + ".txt";
   const std::string text = plan_to_text(plan) + "\n" + summary_to_text(summarize_plan(plan));
   if (std::getenv("OFL_UPDATE_GOLDEN") != nullptr) {
     std::ofstream(path) << text;
@@ -41,8 +42,9 @@ void expect_matches_golden(const proto::PlanProto& plan, const std::string& name
     const bool more_want = static_cast<bool>(std::getline(want_lines, want));
     if (!more_got && !more_want) break;
     if (got != want || more_got != more_want) {
-      ADD_FAILURE() << "plan differs from " << path << " at line " << line << ":\n  golden:   "
-                    << (more_want ? want : "<end>") << "\n  compiled: " << (more_got ? got : "<end>")
+      ADD_FAILURE() << "plan differs from " << path << " at line " << line
+                    << ":\n  golden:   " << (more_want ? want : "<end>")
+                    << "\n  compiled: " << (more_got ? got : "<end>")
                     << "\nIf the change is intended, regenerate with OFL_UPDATE_GOLDEN=1.";
       return;
     }
@@ -85,11 +87,13 @@ TEST(GoldenPlan, TwoStagePipelineSendsActivationsAcrossPlacements) {
   b.set_placement(Placement::parse("cpu, [0]"));
   const int x = b.input("x", Shape{4, 3});
   const int w1 = b.variable("w1", Shape{3, 3}, normal());
-  const int h = b.op1("tanh", NoParams{}, {b.op1("matmul", MatmulParams{}, {x, w1}, "stage0.fc")}, "stage0.act");
+  const int h = b.op1("tanh", NoParams{}, {b.op1("matmul", MatmulParams{}, {x, w1}, "stage0.fc")},
+                      "stage0.act");
   b.set_placement(Placement::parse("cpu, [1]"));
   b.set_stage(1);
   const int w2 = b.variable("w2", Shape{3, 2}, normal());
-  const int loss = b.op1("reduce_sum", ReduceParams{}, {b.op1("matmul", MatmulParams{}, {h, w2}, "stage1.fc")}, "loss");
+  const int loss = b.op1("reduce_sum", ReduceParams{},
+                         {b.op1("matmul", MatmulParams{}, {h, w2}, "stage1.fc")}, "loss");
   b.set_loss(loss);
   b.fetch(loss);
   b.train().optimizer.kind = OptimizerConfig::Kind::kSgd;

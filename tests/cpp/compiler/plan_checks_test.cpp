@@ -1,6 +1,7 @@
+#include "compiler/physical/plan_checks.h"
+
 #include <gtest/gtest.h>
 
-#include "compiler/physical/plan_checks.h"
 #include "oneflowlike/common/error.h"
 
 namespace ofl::compiler::physical {
@@ -59,7 +60,8 @@ TEST(PlanChecks, UnmatchedSendNamesTheTaskAndPeer) {
     FAIL();
   } catch (const Error& e) {
     EXPECT_EQ(e.code(), ErrorCode::kFailedPrecondition);
-    EXPECT_NE(std::string(e.what()).find("'send' (task 2 on rank 0)"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("'send' (task 2 on rank 0)"), std::string::npos)
+        << e.what();
     EXPECT_NE(std::string(e.what()).find("no matching receive on rank 1"), std::string::npos);
   }
 }

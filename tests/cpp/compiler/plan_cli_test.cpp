@@ -1,12 +1,11 @@
 // Runs the oneflowlike-plan command line tool on saved jobs, as a user would.
 
+#include <google/protobuf/text_format.h>
 #include <gtest/gtest.h>
 
 #include <cstdio>
 #include <fstream>
 #include <sstream>
-
-#include <google/protobuf/text_format.h>
 
 #include "compiler/builder.h"
 #include "oneflowlike/ops/matmul.h"

@@ -1,7 +1,8 @@
+#include "oneflowlike/ops/fused.h"
+
 #include <gtest/gtest.h>
 
 #include "oneflowlike/op.h"
-#include "oneflowlike/ops/fused.h"
 #include "oneflowlike/ops/scalar.h"
 #include "oneflowlike/ops/unary.h"
 #include "tests/cpp/ops/test_util.h"
