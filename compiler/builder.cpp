@@ -23,6 +23,7 @@ int GraphBuilder::input(const std::string& name, const Shape& shape, DataType dt
   op.kind = OpKind::kInput;
   op.placement = placement_;
   op.stage = stage_;
+  op.checkpoint_group = checkpoint_group_;
   op.location = location_;
   op.output_sbp_hints = {or_broadcast(sbp, placement_)};
   check_nd_sbp(shape, op.output_sbp_hints[0], placement_, name);
@@ -38,6 +39,7 @@ int GraphBuilder::variable(const std::string& name, const Shape& shape, const In
   op.kind = OpKind::kVariable;
   op.placement = placement_;
   op.stage = stage_;
+  op.checkpoint_group = checkpoint_group_;
   op.location = location_;
   op.initializer = init;
   op.trainable = trainable;
@@ -58,6 +60,7 @@ std::vector<int> GraphBuilder::op(const std::string& type, const AnyParams& para
   op.inputs = inputs;
   op.placement = placement_;
   op.stage = stage_;
+  op.checkpoint_group = checkpoint_group_;
   op.location = location_;
   op.output_sbp_hints = output_sbp_hints;
   const std::vector<int> outputs = graph_.add_compute_op(std::move(op));

@@ -30,6 +30,9 @@ class GraphBuilder {
   const Placement& placement() const { return placement_; }
   /// Pipeline stage of the ops created from now on.
   void set_stage(int stage) { stage_ = stage; }
+  /// Activation checkpointing group of the ops created from now on ("" = none): the group's
+  /// forward activations are recomputed for the backward instead of kept.
+  void set_checkpoint_group(std::string group) { checkpoint_group_ = std::move(group); }
   /// Source location attached to the ops created from now on (for error messages).
   void set_location(std::string location) { location_ = std::move(location); }
 
@@ -59,6 +62,7 @@ class GraphBuilder {
   Graph graph_;
   Placement placement_;
   int stage_ = 0;
+  std::string checkpoint_group_;
   std::string location_;
 };
 

@@ -17,6 +17,7 @@ PassManager default_pass_manager() {
   PassManager pm;
   pm.add(make_shape_inference_pass());
   pm.add(make_autograd_pass());
+  pm.add(make_checkpointing_pass());
   pm.add(make_zero_pass());
   pm.add(make_optimizer_pass());
   pm.add(make_common_subexpression_elimination_pass());

@@ -115,7 +115,17 @@ std::vector<int> Graph::topological_order() const {
                 tensors_[t].name, "' that no op produces.");
       producers.insert(tensors_[t].producer);
     }
+    for (int c : ops_[i].control_inputs) {
+      OFL_ASSERT(c >= 0 && c < num_ops() && c != i) << ops_[i].describe() << " control input " << c;
+      producers.insert(c);
+    }
     pending[i] = static_cast<int>(producers.size());
+  }
+  // Control successors of each op; merged with the data consumers into one set below, so an op
+  // both read and waited on is counted once, as in `pending`.
+  std::vector<std::vector<int>> control_next(ops_.size());
+  for (int i = 0; i < num_ops(); ++i) {
+    for (int c : ops_[i].control_inputs) control_next[c].push_back(i);
   }
   std::vector<int> order, ready;
   for (int i = num_ops() - 1; i >= 0; --i) {
@@ -127,6 +137,7 @@ std::vector<int> Graph::topological_order() const {
     order.push_back(i);
     std::set<int> next;
     for (int t : ops_[i].outputs) next.insert(cons[t].begin(), cons[t].end());
+    next.insert(control_next[i].begin(), control_next[i].end());
     for (auto it = next.rbegin(); it != next.rend(); ++it) {
       if (--pending[*it] == 0) ready.push_back(*it);
     }
@@ -174,6 +185,7 @@ Graph graph_from_job(const proto::JobProto& job) {
                                                      : OpKind::kCompute;
     op.location = p.location();
     op.stage = p.stage();
+    op.checkpoint_group = p.checkpoint_group();
     op.placement = from_proto(p.placement());
     for (const auto& hint : p.output_sbp_hints()) op.output_sbp_hints.push_back(from_proto(hint));
     if (op.kind == OpKind::kCompute) {
@@ -234,6 +246,7 @@ void graph_to_job(const Graph& g, proto::JobProto* job) {
     p->set_name(op.name);
     p->set_location(op.location);
     p->set_stage(op.stage);
+    p->set_checkpoint_group(op.checkpoint_group);
     to_proto(op.placement, p->mutable_placement());
     switch (op.kind) {
       case OpKind::kInput: p->set_kind(proto::OpProto::INPUT); break;
@@ -318,6 +331,8 @@ std::string graph_to_text(const Graph& g) {
     os << " on " << op.placement.to_string() << "\n";
     for (int t : op.inputs) os << "    in  " << tensor_text(g, t) << "\n";
     for (int t : op.outputs) os << "    out " << tensor_text(g, t) << "\n";
+    if (op.recompute) os << "    recomputes group '" << op.checkpoint_group << "'\n";
+    for (int c : op.control_inputs) os << "    after " << g.op(c).name << "\n";
     if (!op.signature.outputs.empty() || !op.signature.inputs.empty()) {
       os << "    sbp " << op.signature.to_string() << "\n";
     }

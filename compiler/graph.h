@@ -74,6 +74,19 @@ struct LogicalOp {
   BoxingSpec boxing;        // kBoxing
   NdSbpSignature signature;  // filled by SBP inference
   std::string sbp_reason;    // why the signature was chosen (SBP inference)
+  /// Activation checkpointing group ("" = none): the checkpointing pass recomputes the group's
+  /// forward activations for its backward instead of keeping them (Note [Activation
+  /// checkpointing] in passes/checkpointing.cpp). Autograd gives backward ops their forward
+  /// op's group.
+  std::string checkpoint_group;
+  /// Set on the copies of forward ops that the checkpointing pass recomputes for the backward;
+  /// CSE must not merge them back into the originals.
+  bool recompute = false;
+  /// Ops (indices) that must act before this one in the same iteration, on the same placement,
+  /// without passing data: physical expansion makes them TaskProto.control_inputs between the
+  /// two ops' tasks on each rank. Graph::topological_order honours them; passes that renumber
+  /// or replace ops map them.
+  std::vector<int> control_inputs;
 
   /// "[op 'fc1.matmul' (matmul) at model.py:12]" for error messages.
   std::string describe() const;
@@ -127,7 +140,8 @@ class Graph {
 
   /// Consumers (op indices) of every tensor, recomputed on each call.
   std::vector<std::vector<int>> consumers() const;
-  /// Op indices with every producer before its consumers; raises on a cycle naming its ops.
+  /// Op indices with every producer (and control input) before its consumers; raises on a cycle
+  /// naming its ops.
   std::vector<int> topological_order() const;
   /// The union of all placements' ranks, sorted.
   std::vector<int64_t> all_ranks() const;

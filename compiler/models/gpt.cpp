@@ -20,9 +20,11 @@
 
 namespace ofl::compiler {
 
-Placement GptParallel::placement() const {
+Placement GptParallel::placement(int stage) const {
+  OFL_CHECK_INDEX(stage >= 0 && stage < pp, "[gpt] the pipeline stage must be in [0, pp = ", pp,
+                  "). However, got stage = ", stage, ".");
   std::vector<int64_t> ranks(static_cast<size_t>(dp) * static_cast<size_t>(tp));
-  std::iota(ranks.begin(), ranks.end(), 0);
+  std::iota(ranks.begin(), ranks.end(), int64_t{stage} * dp * tp);
   if (dp > 1 && tp > 1) return Placement(DeviceType::kCPU, ranks, Shape{dp, tp});
   return Placement(DeviceType::kCPU, ranks);
 }
@@ -46,14 +48,21 @@ namespace {
 class GptBuilder {
  public:
   GptBuilder(GraphBuilder& b, const GptConfig& c, const GptParallel& p)
-      : b_(b), c_(c), p_(p), head_dim_(c.n_embd / c.n_head) {}
+      : b_(b),
+        c_(c),
+        p_(p),
+        head_dim_(c.n_embd / c.n_head),
+        micro_batch_(c.batch_size / p.micro_batches) {}
 
   int build() {
-    b_.set_placement(p_.placement());
+    const int last = p_.pp - 1;
     const NdSbp data = p_.sbp(S(0), B());
-    const Shape bt{c_.batch_size, c_.block_size};
+    const Shape bt{micro_batch_, c_.block_size};
+    enter_stage(0);
     const int tokens = b_.input(GptNames::kTokens, bt, DataType::kInt64, data);
+    enter_stage(last);  // the loss reads targets on the last stage
     const int targets = b_.input(GptNames::kTargets, bt, DataType::kInt64, data);
+    enter_stage(0);
 
     // Embeddings: (B, T, C) = wte[tokens] + wpe[0..T).
     const int wte = weight("wte", Shape{c_.vocab_size, c_.n_embd}, replicated());
@@ -65,9 +74,18 @@ class GptBuilder {
     const int pos_emb = b_.op1("embedding", NoParams{}, {wpe, positions}, "pos_emb", replicated());
     int x = b_.op1("add", NoParams{}, {tok_emb, pos_emb}, "emb", data);
 
-    const int mask = causal_mask();
-    for (int64_t l = 0; l < c_.n_layer; ++l) x = block(x, mask, str_cat("h", l));
+    // The blocks, stage by stage; the residual stream x is the only activation that crosses
+    // stages (the compiler inserts its send and, for the backward, the send of its gradient).
+    for (int s = 0; s < p_.pp; ++s) {
+      enter_stage(s);
+      const Range blocks = balanced_range(c_.n_layer, p_.pp, s);
+      if (blocks.size() == 0) continue;
+      if (s > 0) x = stage_input(x, str_cat("stage", s, ".input"));
+      const int mask = causal_mask(s);
+      for (int64_t l = blocks.begin; l < blocks.end; ++l) x = block(x, mask, str_cat("h", l));
+    }
 
+    enter_stage(last);
     const int h = layer_norm(x, "ln_f");  // (B, T, C)
     const int logits =
         c_.tied_head
@@ -75,7 +93,7 @@ class GptBuilder {
             : b_.op1("matmul", MatmulParams{},
                      {h, weight("lm_head.weight", Shape{c_.n_embd, c_.vocab_size}, replicated())},
                      "lm_head");  // (B, T, V)
-    const int64_t rows = c_.batch_size * c_.block_size;
+    const int64_t rows = micro_batch_ * c_.block_size;
     const int flat_logits =
         b_.op1("reshape", ReshapeParams{Shape{rows, c_.vocab_size}}, {logits}, "flat_logits");
     const int flat_targets =
@@ -86,6 +104,22 @@ class GptBuilder {
   }
 
  private:
+  void enter_stage(int stage) {
+    b_.set_placement(p_.placement(stage));
+    b_.set_stage(stage);
+  }
+
+  // Note [One gradient send per stage boundary]: autograd sums a tensor's gradient
+  // contributions where the tensor is produced. A block reads x twice (ln_1 and the residual
+  // add), so if x came straight from the previous stage, both contributions would be sent back
+  // and added there: twice the bytes. Taking x through one view on this stage (reshape to the
+  // same shape: a memcpy, no kernel) gives the boundary tensor one consumer, so its gradients
+  // are summed here and one tensor is sent back. (Summing where the contributions are would
+  // make this unnecessary; see the report of the pipeline change.)
+  int stage_input(int x, const std::string& name) {
+    return b_.op1("reshape", ReshapeParams{b_.meta(x).shape}, {x}, name, p_.sbp(S(0), B()));
+  }
+
   NdSbp replicated() const { return p_.sbp(B(), B()); }
   NdSbp over_tp(const Sbp& sbp) const { return p_.sbp(B(), sbp); }
 
@@ -98,15 +132,17 @@ class GptBuilder {
   }
 
   // (T, T) bool, true above the diagonal (key position j > query position i): the entries
-  // masked_fill hides. Built from arange so the caller feeds nothing.
-  int causal_mask() {
+  // masked_fill hides. Built from arange so the caller feeds nothing; each stage builds its own
+  // (a few ops, no transfer), named with a "stage<s>." prefix after the first.
+  int causal_mask(int stage) {
     const NdSbp r = replicated();
     const int64_t t = c_.block_size;
-    const int pos =
-        b_.op1("arange", ArangeParams{0, double(t), 1, DataType::kInt64}, {}, "mask.arange", r);
-    const int rows = b_.op1("reshape", ReshapeParams{Shape{t, 1}}, {pos}, "mask.rows", r);
-    const int cols = b_.op1("reshape", ReshapeParams{Shape{1, t}}, {pos}, "mask.cols", r);
-    return b_.op1("greater", NoParams{}, {cols, rows}, "causal_mask", r);
+    const std::string prefix = stage == 0 ? "" : str_cat("stage", stage, ".");
+    const int pos = b_.op1("arange", ArangeParams{0, double(t), 1, DataType::kInt64}, {},
+                           prefix + "mask.arange", r);
+    const int rows = b_.op1("reshape", ReshapeParams{Shape{t, 1}}, {pos}, prefix + "mask.rows", r);
+    const int cols = b_.op1("reshape", ReshapeParams{Shape{1, t}}, {pos}, prefix + "mask.cols", r);
+    return b_.op1("greater", NoParams{}, {cols, rows}, prefix + "causal_mask", r);
   }
 
   int layer_norm(int x, const std::string& name) {
@@ -140,7 +176,7 @@ class GptBuilder {
 
   // Causal self-attention of x (B, T, C); see Note [GPT qkv layout] in gpt.h.
   int attention(int x, int mask, const std::string& name) {
-    const int64_t bs = c_.batch_size, t = c_.block_size, c = c_.n_embd, nh = c_.n_head,
+    const int64_t bs = micro_batch_, t = c_.block_size, c = c_.n_embd, nh = c_.n_head,
                   d = head_dim_;
     const int qkv = linear(x, c, 3 * c, name + ".c_attn", over_tp(S(1)), over_tp(S(0)));
     const int heads =
@@ -167,12 +203,14 @@ class GptBuilder {
   const GptConfig& c_;
   const GptParallel& p_;
   const int64_t head_dim_;
+  const int64_t micro_batch_;  // rows of the graph: one micro-batch
   int64_t seed_ = 0;
 };
 
 void check_config(const GptConfig& c, const GptParallel& p) {
-  OFL_CHECK(p.dp >= 1 && p.tp >= 1, "[gpt] dp and tp must be at least 1. However, got dp = ", p.dp,
-            ", tp = ", p.tp, ".");
+  OFL_CHECK(p.dp >= 1 && p.tp >= 1 && p.pp >= 1 && p.micro_batches >= 1,
+            "[gpt] dp, tp, pp and micro_batches must be at least 1. However, got dp = ", p.dp,
+            ", tp = ", p.tp, ", pp = ", p.pp, ", micro_batches = ", p.micro_batches, ".");
   OFL_CHECK(c.vocab_size > 0 && c.block_size > 0 && c.n_layer >= 0 && c.n_head > 0 &&
                 c.n_embd > 0 && c.batch_size > 0,
             "[gpt] vocab_size, block_size, n_head, n_embd and batch_size must be positive and "
@@ -187,16 +225,22 @@ void check_config(const GptConfig& c, const GptParallel& p) {
             "[gpt] n_head must be a multiple of tp (tensor parallelism gives each rank whole "
             "attention heads). However, got n_head = ",
             c.n_head, ", tp = ", p.tp, ".");
-  OFL_CHECK(c.batch_size % p.dp == 0,
-            "[gpt] batch_size must be a multiple of dp (every data-parallel rank gets the same "
-            "number of sequences). However, got batch_size = ",
-            c.batch_size, ", dp = ", p.dp, ".");
+  OFL_CHECK(c.batch_size % (int64_t{p.micro_batches} * p.dp) == 0,
+            "[gpt] batch_size must be a multiple of micro_batches * dp (every micro-batch has the "
+            "same number of sequences, and every data-parallel rank the same share of it). "
+            "However, got batch_size = ",
+            c.batch_size, ", micro_batches = ", p.micro_batches, ", dp = ", p.dp, ".");
+  OFL_CHECK(p.pp == 1 || c.n_layer >= p.pp,
+            "[gpt] with pipeline stages n_layer must be at least pp (every stage gets at least "
+            "one block). However, got n_layer = ",
+            c.n_layer, ", pp = ", p.pp, ".");
 }
 
 }  // namespace
 
 int build_gpt(GraphBuilder& b, const GptConfig& config, const GptParallel& parallel) {
   check_config(config, parallel);
+  b.train().gradient_accumulation_steps = parallel.micro_batches;
   return GptBuilder(b, config, parallel).build();
 }
 

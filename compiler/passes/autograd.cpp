@@ -27,15 +27,24 @@ double seed_value(const TrainConfig& train) {
 }
 
 
-// Where the backward ops of one forward op go: its placement, stage, source line and name.
+// Where the backward ops of one forward op go: its placement, stage, source line, name and
+// checkpoint group (the checkpointing pass finds a group's backward ops by it).
 struct BackwardSite {
   std::string name;
   Placement placement;
   int stage = 0;
   std::string location;
+  std::string checkpoint_group;
 
   static BackwardSite of(const LogicalOp& op) {
-    return BackwardSite{op.name, op.placement, op.stage, op.location};
+    return BackwardSite{op.name, op.placement, op.stage, op.location, op.checkpoint_group};
+  }
+  // The seed and the variables' gradient sums belong to no group: they differentiate no
+  // forward op of one.
+  static BackwardSite outside_groups(const LogicalOp& op) {
+    BackwardSite site = of(op);
+    site.checkpoint_group.clear();
+    return site;
   }
 };
 
@@ -52,6 +61,7 @@ std::vector<int> append_backward_op(Graph& graph, const BackwardSite& site, std:
   op.stage = site.stage;
   op.location = site.location;
   op.role = OpRole::kBackward;
+  op.checkpoint_group = site.checkpoint_group;
   return graph.add_compute_op(std::move(op), str_cat(" (the gradient of '", site.name, "')"));
 }
 
@@ -191,7 +201,7 @@ class AutogradPass final : public Pass {
     GradientTable table;
     // Seed: d(loss) = loss_scale, on the loss producer's placement.
     {
-      const BackwardSite site = BackwardSite::of(graph.op(graph.tensor(loss).producer));
+      const BackwardSite site = BackwardSite::outside_groups(graph.op(graph.tensor(loss).producer));
       const TensorMeta m = graph.tensor(loss).meta;
       table.add(loss, append_backward_op(graph, site, "fill",
                                          FillParams{m.shape, m.dtype, seed_value(graph.train)}, {})
@@ -207,7 +217,7 @@ class AutogradPass final : public Pass {
       if (var.kind != OpKind::kVariable || !var.trainable) continue;
       const int t = var.outputs.at(0);
       if (!reaches_loss[t]) continue;
-      const BackwardSite site = BackwardSite::of(var);
+      const BackwardSite site = BackwardSite::outside_groups(var);
       int grad = table.sum(graph, t, site);
       // A gradient function may emit nothing for an input (e.g. when only outputs it ignores
       // lead to the loss); as in eager mode the variable then has no gradient and no update.

@@ -1,7 +1,8 @@
 // Common-subexpression elimination: two compute ops of the same type, params, inputs,
 // placement and hints compute the same values, so consumers of the second read the first.
-// Ops that write in place are never merged. (Random ops with equal seed and offset do produce
-// equal values, so merging them is right.)
+// Ops that write in place are never merged, nor ops recomputed by activation checkpointing
+// (merging them back would keep the activations alive). (Random ops with equal seed and offset
+// do produce equal values, so merging them is right.)
 
 #include <map>
 #include <tuple>
@@ -20,11 +21,15 @@ class CommonSubexpressionEliminationPass final : public Pass {
   void run(Graph& graph, const CompileOptions&) override {
     std::vector<int> replacement(graph.num_tensors());
     for (int t = 0; t < graph.num_tensors(); ++t) replacement[t] = t;
+    std::vector<int> op_replacement(graph.num_ops());  // for control inputs
+    for (int i = 0; i < graph.num_ops(); ++i) op_replacement[i] = i;
     std::multimap<size_t, int> seen;  // hash -> op index
     for (int i : graph.topological_order()) {
       LogicalOp& op = graph.op(i);
       for (int& t : op.inputs) t = replacement[t];
-      if (op.kind != OpKind::kCompute || op.schema->has<TMutatedInputs>()) continue;
+      for (int& c : op.control_inputs) c = op_replacement[c];
+      // Recomputed ops (activation checkpointing) equal their originals on purpose.
+      if (op.kind != OpKind::kCompute || op.schema->has<TMutatedInputs>() || op.recompute) continue;
       const size_t h = hash(op);
       bool merged = false;
       auto [begin, end] = seen.equal_range(h);
@@ -33,6 +38,7 @@ class CommonSubexpressionEliminationPass final : public Pass {
         if (!same(op, other)) continue;
         for (size_t k = 0; k < op.outputs.size(); ++k)
           replacement[op.outputs[k]] = other.outputs[k];
+        op_replacement[i] = it->second;
         merged = true;
       }
       if (!merged) seen.emplace(h, i);

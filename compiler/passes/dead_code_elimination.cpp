@@ -1,6 +1,7 @@
 // Dead-code elimination: keeps the ops that fetches, the loss and in-place updates depend on
 // (and every variable, which is state whether read or not), and rebuilds the graph without the
-// rest. Indices change, so the graph's tensor references (fetches, loss, gradients) are mapped.
+// rest. Indices change, so the graph's tensor references (fetches, loss, gradients) and the ops'
+// control inputs are mapped.
 
 #include <algorithm>
 #include <functional>
@@ -48,6 +49,12 @@ class DeadCodeEliminationPass final : public Pass {
       if (!live[i]) continue;
       LogicalOp op = graph.op(i);
       for (int& t : op.inputs) t = tensor_map[t];
+      // Control inputs come first in the topological order; an edge from a dead op is dropped.
+      std::vector<int> control;
+      for (int c : op.control_inputs) {
+        if (op_map[c] >= 0) control.push_back(op_map[c]);
+      }
+      op.control_inputs = std::move(control);
       std::vector<std::string> names;
       for (int t : graph.op(i).outputs) names.push_back(graph.tensor(t).name);
       const int index = out.add_op(std::move(op), static_cast<int>(names.size()), names);

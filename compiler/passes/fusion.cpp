@@ -26,6 +26,8 @@ class FusionPass final : public Pass {
     std::vector<int> replacement(graph.num_tensors());
     for (int t = 0; t < graph.num_tensors(); ++t) replacement[t] = t;
     const int num_ops = graph.num_ops();
+    std::vector<int> op_replacement(num_ops);  // chain member -> its fused op (control inputs)
+    for (int i = 0; i < num_ops; ++i) op_replacement[i] = i;
     for (int i : graph.topological_order()) {
       if (i >= num_ops || fused[i] || step(graph, i).empty()) continue;
       // Only start a chain at its head: an op whose input does not come from a chain member.
@@ -60,16 +62,33 @@ class FusionPass final : public Pass {
       op.location = tail.location;
       op.stage = tail.stage;
       op.role = tail.role;
+      op.checkpoint_group = tail.checkpoint_group;
+      std::set<int> control;
+      for (int member : chain) {
+        op.recompute = op.recompute || graph.op(member).recompute;
+        control.insert(graph.op(member).control_inputs.begin(),
+                       graph.op(member).control_inputs.end());
+      }
+      for (int member : chain) control.erase(member);
+      op.control_inputs.assign(control.begin(), control.end());
       const int tail_out = tail.outputs[0];
       const TensorMeta meta = graph.tensor(tail_out).meta;
       const int index = graph.add_op(std::move(op), 1);
       const int out = graph.op(index).outputs[0];
       graph.tensor(out).meta = meta;
+      for (int member : chain) op_replacement[member] = index;
       replacement.push_back(out);
       replacement[tail_out] = out;
     }
+    op_replacement.resize(graph.num_ops());
+    for (int i = num_ops; i < graph.num_ops(); ++i) op_replacement[i] = i;
     for (int i = 0; i < graph.num_ops(); ++i) {
       for (int& t : graph.op(i).inputs) t = replacement[t];
+      std::set<int> control;
+      for (int c : graph.op(i).control_inputs) {
+        if (op_replacement[c] != i) control.insert(op_replacement[c]);
+      }
+      graph.op(i).control_inputs.assign(control.begin(), control.end());
     }
   }
 

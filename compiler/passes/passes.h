@@ -13,6 +13,10 @@ std::unique_ptr<Pass> make_shape_inference_pass();
 /// Backward ops from each op's FGradient, from the loss to every trainable variable (needs
 /// "shapes"; provides "gradients"). Fills Graph::variable_grads.
 std::unique_ptr<Pass> make_autograd_pass();
+/// Activation checkpointing: for each LogicalOp::checkpoint_group, the backward reads
+/// recomputed copies of the group's forward activations, ordered after the gradient of the
+/// group's outputs (needs "gradients"; run before CSE). Note [Activation checkpointing].
+std::unique_ptr<Pass> make_checkpointing_pass();
 /// ZeRO: shards trainable variables (and so their optimizer state and gradients) over the
 /// hierarchy dimensions where they are replicated, when zero_stage >= 1 (needs "shapes").
 std::unique_ptr<Pass> make_zero_pass();

@@ -72,6 +72,11 @@ const proto::TaskProto& PlanBuilder::task(int64_t id) const {
   return *tasks_[id];
 }
 
+proto::TaskProto& PlanBuilder::mutable_task(int64_t id) {
+  OFL_ASSERT(id >= 0 && id < num_tasks());
+  return *tasks_[id];
+}
+
 const proto::RegisterProto& PlanBuilder::register_proto(int64_t id) const {
   OFL_ASSERT(id >= 0 && id < num_registers());
   return *registers_[id];
@@ -160,7 +165,8 @@ class Expander {
         builder_(graph.all_ranks()),
         registers_(graph.num_tensors()),
         micro_batches_(std::max(1, graph.train.gradient_accumulation_steps)),
-        per_micro_(graph.num_ops(), false) {}
+        per_micro_(graph.num_ops(), false),
+        op_tasks_(graph.num_ops()) {}
 
   proto::PlanProto run() {
     builder_.plan().set_job_name(graph_.name);
@@ -181,6 +187,7 @@ class Expander {
           expand_boxing_op(op);
           break;
       }
+      add_control_inputs(i);
     }
     builder_.set_per_micro_batch(false);
     for (int t : graph_.fetches) expand_fetch(t);
@@ -214,6 +221,33 @@ class Expander {
     }
   }
 
+  // LogicalOp::control_inputs: on each rank of the (shared) placement, the op's task waits for
+  // the task of each control input. The topological order expanded them first.
+  void add_control_inputs(int i) {
+    const LogicalOp& op = graph_.op(i);
+    for (int c : op.control_inputs) {
+      const LogicalOp& before = graph_.op(c);
+      OFL_CHECK_CODE(before.placement == op.placement, ErrorCode::kFailedPrecondition,
+                     "[expansion] ", op.describe(), " must act after ", before.describe(),
+                     " (a control input), which needs both on one placement. However, got ",
+                     op.placement.to_string(), " and ", before.placement.to_string(), ".");
+      OFL_ASSERT(op.kind != OpKind::kBoxing && before.kind != OpKind::kBoxing)
+          << "control inputs between boxing ops are not supported: " << op.describe() << " after "
+          << before.describe();
+      const std::vector<int64_t>& tasks = op_tasks_[i];
+      const std::vector<int64_t>& before_tasks = op_tasks_[c];
+      OFL_ASSERT(tasks.size() == before_tasks.size() &&
+                 static_cast<int64_t>(tasks.size()) == op.placement.num_ranks());
+      for (size_t pid = 0; pid < tasks.size(); ++pid) {
+        proto::TaskProto& task = builder_.mutable_task(tasks[pid]);
+        const auto& existing = task.control_inputs();
+        if (std::find(existing.begin(), existing.end(), before_tasks[pid]) == existing.end()) {
+          task.add_control_inputs(before_tasks[pid]);
+        }
+      }
+    }
+  }
+
   bool op_per_micro(const LogicalOp& op) const { return per_micro_[&op - &graph_.op(0)]; }
 
   // The register of tensor t on parallel id `pid` as a consumer in scope `per_micro` sees it:
@@ -230,9 +264,9 @@ class Expander {
     builder_.set_per_micro_batch(true);  // REPEAT and ACCUMULATE act every micro-batch
     const int64_t rank = builder_.register_rank(reg);
     const std::string& name = builder_.register_proto(reg).name();
-    proto::TaskProto* task = builder_.add_task(
-        rank, per_micro ? proto::TaskProto::REPEAT : proto::TaskProto::ACCUMULATE,
-        name + (per_micro ? "/repeat" : "/accumulate"), /*thread=*/0);
+    proto::TaskProto* task =
+        builder_.add_task(rank, per_micro ? proto::TaskProto::REPEAT : proto::TaskProto::ACCUMULATE,
+                          name + (per_micro ? "/repeat" : "/accumulate"), /*thread=*/0);
     task->set_logical_op(graph_.op(graph_.tensor(t).producer).name);
     builder_.add_input(task, reg);
     const int64_t out = builder_.add_output(task, task->name(), builder_.register_shape(reg),
@@ -276,6 +310,7 @@ class Expander {
       if (variable || !op_per_micro(op)) {
         regs.push_back(builder_.add_output(task, tensor.name, shape, tensor.meta.dtype,
                                            /*persistent=*/variable));
+        op_tasks_[&op - &graph_.op(0)].push_back(task->id());
         continue;
       }
       // Micro-batched input: the INPUT task (once) holds this rank's region of every
@@ -287,12 +322,12 @@ class Expander {
       Shape all = shape;
       all[0] *= micro_batches_;
       const int64_t fed = builder_.add_output(task, tensor.name, all, tensor.meta.dtype);
-      proto::TaskProto* unpack = builder_.add_task(op.placement.rank(pid),
-                                                   proto::TaskProto::UNPACK,
+      proto::TaskProto* unpack = builder_.add_task(op.placement.rank(pid), proto::TaskProto::UNPACK,
                                                    tensor.name + "/unpack", /*thread=*/0);
       unpack->set_logical_op(op.name);
       builder_.add_input(unpack, fed);
       regs.push_back(builder_.add_output(unpack, unpack->name(), shape, tensor.meta.dtype));
+      op_tasks_[&op - &graph_.op(0)].push_back(unpack->id());
     }
   }
 
@@ -349,6 +384,7 @@ class Expander {
         }
       }
       task->set_logical_op(op.name);
+      op_tasks_[&op - &graph_.op(0)].push_back(task->id());
       for (size_t k = 0; k < op.outputs.size(); ++k) {
         const LogicalTensor& tensor = graph_.tensor(op.outputs[k]);
         const NdSbp& sbp = output_sbp(op, k);
@@ -423,10 +459,11 @@ class Expander {
   PlanBuilder builder_;
   std::vector<std::vector<int64_t>> registers_;  // by tensor, then parallel id
   const int micro_batches_;
-  std::vector<bool> per_micro_;            // by op: acts once per micro-batch
-  bool per_micro_scope_ = false;           // scope of the op being expanded
-  std::map<int64_t, int64_t> repeated_;    // register -> its REPEAT output
-  std::map<int64_t, int64_t> accumulated_; // register -> its ACCUMULATE output
+  std::vector<bool> per_micro_;                 // by op: acts once per micro-batch
+  bool per_micro_scope_ = false;                // scope of the op being expanded
+  std::map<int64_t, int64_t> repeated_;         // register -> its REPEAT output
+  std::map<int64_t, int64_t> accumulated_;      // register -> its ACCUMULATE output
+  std::vector<std::vector<int64_t>> op_tasks_;  // by op, then parallel id (not boxing ops)
 };
 
 }  // namespace

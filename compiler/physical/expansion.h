@@ -42,6 +42,7 @@ class PlanBuilder {
   void set_per_micro_batch(bool per_micro_batch) { per_micro_batch_ = per_micro_batch; }
 
   const proto::TaskProto& task(int64_t id) const;
+  proto::TaskProto& mutable_task(int64_t id);
   const proto::RegisterProto& register_proto(int64_t id) const;
   int64_t register_rank(int64_t id) const;
   Shape register_shape(int64_t id) const;

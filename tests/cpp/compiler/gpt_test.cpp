@@ -45,9 +45,7 @@ std::map<std::string, Tensor> batch(const GptConfig& c, int step) {
   }
   const Shape shape{c.batch_size, c.block_size};
   return {{GptNames::kTokens, make_tensor(tokens, shape, DataType::kInt64)},
-          {GptNames::kTargets, make_tensor(targets, shape, DataType::kInt64)},
-          {"lr", Tensor::scalar(1e-2, DataType::kFloat32)},
-          {"step", Tensor::scalar(step, DataType::kFloat32)}};
+          {GptNames::kTargets, make_tensor(targets, shape, DataType::kInt64)}};
 }
 
 TrainingRun train(const GptConfig& config, const GptParallel& parallel, int steps) {
@@ -65,8 +63,17 @@ TrainingRun train(const GptConfig& config, const GptParallel& parallel, int step
   executor.initialize_variables();
   TrainingRun run;
   for (int step = 1; step <= steps; ++step) {
-    auto fetched = executor.run(batch(config, step));
-    run.losses.push_back(fetched.at(std::string(GptNames::kLoss) + "/out0").item());
+    std::map<std::string, Tensor> feed = batch(config, step);
+    for (int stage = 0; stage < parallel.pp; ++stage) {  // AdamW's inputs on every stage
+      feed[GptNames::lr(stage)] = Tensor::scalar(1e-2, DataType::kFloat32);
+      feed[GptNames::step(stage)] = Tensor::scalar(step, DataType::kFloat32);
+    }
+    // With micro-batches the loss comes back per micro-batch, (m,); their mean is the batch's.
+    const Tensor loss = executor.run(feed).at(std::string(GptNames::kLoss) + "/out0");
+    EXPECT_EQ(loss.numel(), parallel.micro_batches);
+    double mean = 0;
+    for (double v : values_of(loss)) mean += v / static_cast<double>(loss.numel());
+    run.losses.push_back(mean);
   }
   for (const std::string& v : variables) run.weights[v] = values_of(executor.read_variable(v));
   return run;
@@ -122,12 +129,30 @@ TEST(GptModel, TrainsTheSameUnderDataTensorAndTwoDimensionalParallelism) {
   }
 }
 
-TEST(GptModel, TiedHeadTrainsTheSameUnderTwoDimensionalParallelism) {
+// Pipeline stages with micro-batches (GPipe-style: gradients accumulated over the micro-batches,
+// one update per step) must train exactly like one device taking the whole batch at once.
+TEST(GptModel, PipelineStagesWithMicroBatchesTrainTheSameAsOneDevice) {
+  const GptConfig config = tiny_config();
+  const TrainingRun reference = train(config, GptParallel{}, 3);
+  const std::vector<std::pair<std::string, GptParallel>> layouts = {
+      {"pp2_micro4", {.pp = 2, .micro_batches = 4}},
+      {"dp2xpp2_micro2", {.dp = 2, .pp = 2, .micro_batches = 2}},
+      {"dp2xtp2xpp2_micro2", {.dp = 2, .tp = 2, .pp = 2, .micro_batches = 2}}};
+  for (const auto& [name, parallel] : layouts) {
+    expect_same_training(reference, train(config, parallel, 3), config, name);
+  }
+}
+
+TEST(GptModel, TiedHeadTrainsTheSameUnderTwoDimensionalParallelismAndPipelineStages) {
   GptConfig config = tiny_config();
   config.tied_head = true;
   const TrainingRun reference = train(config, GptParallel{}, 2);
   EXPECT_EQ(reference.weights.count("lm_head.weight"), 0u);
   expect_same_training(reference, train(config, GptParallel{2, 2}, 2), config, "tied dp2xtp2");
+  // Across stages the last stage reads wte from stage 0 and sends its gradient back.
+  expect_same_training(reference,
+                       train(config, GptParallel{.dp = 2, .tp = 2, .pp = 2, .micro_batches = 2}, 2),
+                       config, "tied dp2xtp2xpp2");
 }
 
 // Megatron's forward: with the hints alone, SBP inference all-reduces the output of each
@@ -174,6 +199,97 @@ TEST(GptModel, PlacesTwoDimensionalLayoutsOnADpByTpGrid) {
   EXPECT_EQ(dp2_tp4.sbp(S(0), B()), NdSbp({S(0), B()}));
   EXPECT_EQ(tp4.sbp(S(0), S(1)), NdSbp({S(1)}));
   EXPECT_EQ(dp4.sbp(S(0), S(1)), NdSbp({S(0)}));
+}
+
+TEST(GptModel, PutsEachPipelineStageOnItsOwnDpByTpRanks) {
+  const GptParallel p{.dp = 2, .tp = 2, .pp = 3};
+  EXPECT_EQ(p.num_ranks(), 12);
+  EXPECT_EQ(p.placement(0), Placement::parse("cpu, [[0, 1], [2, 3]]"));
+  EXPECT_EQ(p.placement(2), Placement::parse("cpu, [[8, 9], [10, 11]]"));
+  EXPECT_EQ((GptParallel{.dp = 2, .pp = 2}).placement(1), Placement::parse("cpu, [2, 3]"));
+  EXPECT_THROW(p.placement(3), Error);
+}
+
+// Stages split the blocks contiguously (3 blocks on 2 stages: 2 + 1), the embeddings are on the
+// first stage and the head on the last, the graph has one micro-batch of rows, and the only
+// tensors crossing stages are the residual stream and its gradient (send/recv, no collective).
+TEST(GptModel, PipelineStagesSplitBlocksAndPassOnlyTheResidualStream) {
+  GptConfig config = tiny_config();
+  config.n_layer = 3;
+  const GptParallel parallel{.dp = 2, .pp = 2, .micro_batches = 2};
+  const auto build = [&] {
+    GraphBuilder b("gpt");
+    const int loss = build_gpt(b, config, parallel);
+    b.fetch(loss);
+    b.set_loss(loss);
+    b.train().optimizer.kind = OptimizerConfig::Kind::kAdamW;
+    return std::move(b.graph());
+  };
+  Graph graph = build();
+  EXPECT_EQ(graph.train.gradient_accumulation_steps, 2);
+  std::map<std::string, int> stage_of;
+  for (int i = 0; i < graph.num_ops(); ++i) {
+    const LogicalOp& op = graph.op(i);
+    stage_of[op.name] = op.stage;
+    EXPECT_EQ(op.placement, parallel.placement(op.stage)) << op.describe();
+  }
+  EXPECT_EQ(stage_of.at("tokens"), 0);
+  EXPECT_EQ(stage_of.at("wte"), 0);
+  EXPECT_EQ(stage_of.at("h1.mlp.c_fc.weight"), 0);
+  EXPECT_EQ(stage_of.at("h2.ln_1.weight"), 1);
+  EXPECT_EQ(stage_of.at("stage1.input"), 1);
+  EXPECT_EQ(stage_of.at("stage1.causal_mask"), 1);
+  EXPECT_EQ(stage_of.at("targets"), 1);
+  EXPECT_EQ(stage_of.at("lm_head.weight"), 1);
+  EXPECT_EQ(stage_of.at(GptNames::kLoss), 1);
+  EXPECT_EQ(graph.tensor(graph.op(0).outputs[0]).meta.shape, Shape({2, config.block_size}));
+
+  run_logical_passes(graph);
+  std::vector<std::string> crossing;
+  for (int i = 0; i < graph.num_ops(); ++i) {
+    const LogicalOp& op = graph.op(i);
+    if (op.kind == OpKind::kBoxing && op.boxing.in_placement != op.boxing.out_placement) {
+      crossing.push_back(graph.tensor(op.inputs[0]).name + " " +
+                         nd_sbp_to_string(op.boxing.in_sbp) + "->" +
+                         nd_sbp_to_string(op.boxing.out_sbp));
+    }
+  }
+  ASSERT_EQ(crossing.size(), 2u) << ::testing::PrintToString(crossing);
+  std::sort(crossing.begin(), crossing.end());
+  EXPECT_EQ(crossing[0], "h1.residual_2/out0 S(0)->S(0)");
+  EXPECT_EQ(crossing[1], "stage1.input.grad/reshape/out0 S(0)->S(0)");  // its gradient, summed
+
+  const proto::PlanProto plan = compile_graph(build());
+  EXPECT_EQ(plan.ranks_size(), 4);
+  EXPECT_EQ(plan.micro_batches(), 2);
+  EXPECT_EQ(plan.pipeline_depth(), 2);
+}
+
+TEST(GptModel, RejectsBatchesThatMicroBatchesAndDataParallelRanksCannotShare) {
+  GptConfig config = tiny_config();  // batch_size 4
+  GraphBuilder b("gpt");
+  try {
+    build_gpt(b, config, GptParallel{.dp = 2, .pp = 2, .micro_batches = 4});
+    FAIL() << "build_gpt accepted batch_size = 4 with micro_batches = 4 and dp = 2";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
+    const std::string message = e.what();
+    for (const char* part : {"batch_size = 4", "micro_batches = 4", "dp = 2"}) {
+      EXPECT_NE(message.find(part), std::string::npos) << message;
+    }
+  }
+}
+
+TEST(GptModel, RejectsMorePipelineStagesThanBlocks) {
+  GraphBuilder b("gpt");
+  try {
+    build_gpt(b, tiny_config(), GptParallel{.pp = 3});  // n_layer 2
+    FAIL() << "build_gpt accepted n_layer = 2 with pp = 3";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
+    const std::string message = e.what();
+    EXPECT_NE(message.find("n_layer = 2, pp = 3"), std::string::npos) << message;
+  }
 }
 
 TEST(GptModel, RejectsHeadCountsThatTensorParallelRanksCannotShare) {
