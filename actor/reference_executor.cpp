@@ -813,6 +813,7 @@ std::map<std::string, Tensor> ReferenceExecutor::run(const std::map<std::string,
   }
   std::vector<std::pair<int, Tensor>> fetched;
   for (const Step& step : schedule_) act(step.task, step.micro_batch, inputs, &fetched);
+  ++iteration_;
 
   std::map<std::string, Tensor> results;
   for (const auto& [name, pieces] : outputs_by_name_) {
@@ -888,7 +889,7 @@ void ReferenceExecutor::act(int t, int micro_batch, const std::map<std::string, 
       fetched->emplace_back(t, values_[task.inputs[0]].clone());
       break;
     case proto::TaskProto::COMPUTE:
-      run_compute(task);
+      run_compute(task, micro_batch);
       break;
     case proto::TaskProto::SLICE: {
       Tensor out = fresh(0);
@@ -965,7 +966,7 @@ void ReferenceExecutor::act(int t, int micro_batch, const std::map<std::string, 
 }
 
 // Inputs are the registers themselves, so mutated inputs (optimizer updates) write in place.
-void ReferenceExecutor::run_compute(const TaskInfo& task) {
+void ReferenceExecutor::run_compute(const TaskInfo& task, int micro_batch) {
   std::vector<Tensor> inputs;
   std::vector<TensorMeta> metas;
   for (int r : task.inputs) {
@@ -977,6 +978,7 @@ void ReferenceExecutor::run_compute(const TaskInfo& task) {
     outputs.push_back(Tensor::empty(registers_[r].shape, registers_[r].dtype));
   Tensor temp;
   KernelContext ctx{task.params, inputs, outputs};
+  ctx.random_stream = static_cast<uint64_t>(iteration_ * micro_batches_ + std::max(micro_batch, 0));
   if (const TempBytesFn* temp_bytes = task.op->get<FTempBytes>()) {
     const size_t bytes = (*temp_bytes)(InferContext(*task.op, task.params, metas));
     if (bytes > 0) {

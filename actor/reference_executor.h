@@ -125,7 +125,7 @@ class ReferenceExecutor {
   std::string output_name(const TaskInfo& task) const;
   void act(int task, int micro_batch, const std::map<std::string, Tensor>& inputs,
            std::vector<std::pair<int, Tensor>>* fetched);
-  void run_compute(const TaskInfo& task);
+  void run_compute(const TaskInfo& task, int micro_batch);
 
   std::vector<RegisterInfo> registers_;
   std::vector<TaskInfo> tasks_;            // in (rank, position) order
@@ -135,6 +135,7 @@ class ReferenceExecutor {
   NameIndex outputs_by_name_;
   NameIndex variables_by_name_;
   int micro_batches_ = 1;
+  int64_t iteration_ = 0;  // run() calls so far: random ops draw fresh numbers each one
   std::vector<Step> schedule_;     // in execution order
   std::vector<Tensor> values_;     // per register
   std::vector<Tensor> in_flight_;  // per task: what a SEND sent, until its RECV acts

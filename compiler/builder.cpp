@@ -1,5 +1,7 @@
 #include "compiler/builder.h"
 
+#include <algorithm>
+
 #include "oneflowlike/proto/job.pb.h"
 
 namespace ofl::compiler {
@@ -27,6 +29,11 @@ int GraphBuilder::input(const std::string& name, const Shape& shape, DataType dt
   op.location = location_;
   op.output_sbp_hints = {or_broadcast(sbp, placement_)};
   check_nd_sbp(shape, op.output_sbp_hints[0], placement_, name);
+  for (const Sbp& s : op.output_sbp_hints[0]) {
+    OFL_CHECK(!s.is_partial_sum(), op.describe(), " an input cannot be partial-sum (P): the "
+              "caller feeds whole values. However, got ", nd_sbp_to_string(op.output_sbp_hints[0]),
+              ".");
+  }
   const int index = graph_.add_op(std::move(op), 1, {name});
   graph_.tensor(graph_.op(index).outputs[0]).meta = TensorMeta{shape, dtype};
   return graph_.op(index).outputs[0];
@@ -44,6 +51,10 @@ int GraphBuilder::variable(const std::string& name, const Shape& shape, const In
   op.initializer = init;
   op.trainable = trainable;
   op.output_sbp_hints = {or_broadcast(sbp, placement_)};
+  for (const Sbp& s : op.output_sbp_hints[0]) {
+    OFL_CHECK(!s.is_partial_sum(), op.describe(), " a variable cannot be partial-sum (P): it holds "
+              "whole values. However, got ", nd_sbp_to_string(op.output_sbp_hints[0]), ".");
+  }
   check_nd_sbp(shape, op.output_sbp_hints[0], placement_, name);
   const int index = graph_.add_op(std::move(op), 1, {name});
   graph_.tensor(graph_.op(index).outputs[0]).meta = TensorMeta{shape, dtype};
@@ -63,14 +74,25 @@ std::vector<int> GraphBuilder::op(const std::string& type, const AnyParams& para
   op.checkpoint_group = checkpoint_group_;
   op.location = location_;
   op.output_sbp_hints = output_sbp_hints;
-  const std::vector<int> outputs = graph_.add_compute_op(std::move(op));
-  for (size_t k = 0; k < output_sbp_hints.size() && k < outputs.size(); ++k) {
-    if (!output_sbp_hints[k].empty()) {
-      const LogicalTensor& t = graph_.tensor(outputs[k]);
-      check_nd_sbp(t.meta.shape, output_sbp_hints[k], placement_, graph_.op(t.producer).name);
-    }
+  // Hints are checked before the op joins the graph, so a bad hint leaves no half-made op.
+  std::vector<TensorMeta> in;
+  for (int t : inputs) {
+    OFL_CHECK_INDEX(t >= 0 && t < graph_.num_tensors(), op.describe(), " input index ", t,
+                    " is not a tensor of this graph.");
+    in.push_back(graph_.tensor(t).meta);
   }
-  return outputs;
+  std::vector<TensorMeta> out;
+  try {
+    out = op.schema->infer(op.params, in);
+  } catch (const Error& e) {
+    throw Error(e.code(), str_cat(e.what(), " ", op.describe()));
+  }
+  OFL_CHECK(output_sbp_hints.size() <= out.size(), op.describe(), " has ", output_sbp_hints.size(),
+            " SBP hints for ", out.size(), " outputs. However, there must be at most one per output.");
+  for (size_t k = 0; k < output_sbp_hints.size(); ++k) {
+    if (!output_sbp_hints[k].empty()) check_nd_sbp(out[k].shape, output_sbp_hints[k], placement_, op.name);
+  }
+  return graph_.add_compute_op(std::move(op));
 }
 
 int GraphBuilder::op1(const std::string& type, const AnyParams& params,
@@ -81,6 +103,14 @@ int GraphBuilder::op1(const std::string& type, const AnyParams& params,
   const std::vector<int> out = op(type, params, inputs, name, hints);
   OFL_CHECK(out.size() == 1, "[", type, "] has ", out.size(), " outputs; use op() for it.");
   return out[0];
+}
+
+void GraphBuilder::fetch(int tensor) {
+  OFL_CHECK_INDEX(tensor >= 0 && tensor < graph_.num_tensors(), "[fetch] index ", tensor,
+                  " is not a tensor of this graph.");
+  OFL_CHECK(std::find(graph_.fetches.begin(), graph_.fetches.end(), tensor) == graph_.fetches.end(),
+            "[fetch] tensor '", graph_.tensor(tensor).name, "' is fetched already.");
+  graph_.fetches.push_back(tensor);
 }
 
 void GraphBuilder::to_job(proto::JobProto* job) const { graph_to_job(graph_, job); }

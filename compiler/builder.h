@@ -49,7 +49,8 @@ class GraphBuilder {
   int op1(const std::string& type, const AnyParams& params, const std::vector<int>& inputs,
           const std::string& name = "", const NdSbp& output_sbp_hint = {});
 
-  void fetch(int tensor) { graph_.fetches.push_back(tensor); }
+  /// Hands `tensor` back every iteration; raises when it is fetched already.
+  void fetch(int tensor);
   void set_loss(int tensor) { graph_.train.loss = tensor; }
   TrainConfig& train() { return graph_.train; }
 

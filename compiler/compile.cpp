@@ -173,9 +173,13 @@ void set_pipeline_depth(proto::PlanProto* plan, int stages) {
   plan->set_pipeline_depth(depth);
   if (depth == 1) return;
   for (auto& rank : *plan->mutable_ranks()) {
+    // ACCUMULATE and PACK keep one running value per iteration: one slot.
     std::set<int64_t> per_micro_tasks;
     for (const auto& task : rank.tasks()) {
-      if (task.per_micro_batch()) per_micro_tasks.insert(task.id());
+      if (task.per_micro_batch() && task.kind() != proto::TaskProto::ACCUMULATE &&
+          task.kind() != proto::TaskProto::PACK) {
+        per_micro_tasks.insert(task.id());
+      }
     }
     for (auto& reg : *rank.mutable_registers()) {
       if (per_micro_tasks.count(reg.producer()) && !reg.persistent()) reg.set_register_num(depth);
@@ -187,8 +191,9 @@ void set_pipeline_depth(proto::PlanProto* plan, int stages) {
 
 proto::PlanProto compile_graph(Graph graph, const CompileOptions& options) {
   run_logical_passes(graph, options);
-  int stages = 1;
-  for (int i = 0; i < graph.num_ops(); ++i) stages = std::max(stages, graph.op(i).stage + 1);
+  std::set<int> stage_ids;
+  for (int i = 0; i < graph.num_ops(); ++i) stage_ids.insert(graph.op(i).stage);
+  const int stages = static_cast<int>(stage_ids.size());
   proto::PlanProto plan = physical::expand_to_plan(graph);
   set_pipeline_depth(&plan, stages);
   order_in_place_writers(&plan);

@@ -39,6 +39,8 @@ int Graph::add_tensor(const std::string& name, const TensorMeta& meta) {
 }
 
 int Graph::add_op(LogicalOp op, int num_outputs, const std::vector<std::string>& output_names) {
+  OFL_CHECK(op_names_.insert(op.name).second, "[graph] op name '", op.name,
+            "' is used twice; every op needs a unique name.");
   const int index = num_ops();
   op.outputs.clear();
   for (int i = 0; i < num_outputs; ++i) {
@@ -89,7 +91,8 @@ std::string Graph::unique_name(const std::string& base) {
   int& count = name_counts_[base];
   std::string name = count == 0 ? base : str_cat(base, "_", count);
   ++count;
-  while (tensor_by_name_.count(name) || tensor_by_name_.count(name + "/out0")) {
+  while (tensor_by_name_.count(name) || tensor_by_name_.count(name + "/out0") ||
+         op_names_.count(name)) {
     name = str_cat(base, "_", count++);
   }
   return name;
@@ -186,7 +189,19 @@ Graph graph_from_job(const proto::JobProto& job) {
     op.location = p.location();
     op.stage = p.stage();
     op.checkpoint_group = p.checkpoint_group();
-    op.placement = from_proto(p.placement());
+    try {
+      op.placement = from_proto(p.placement());
+    } catch (const Error& e) {
+      throw Error(e.code(), str_cat(e.what(), " ", op.describe()));
+    }
+    if (op.kind != OpKind::kCompute) {
+      OFL_CHECK(p.inputs_size() == 0 && p.outputs_size() == 1, op.describe(),
+                " an input or variable takes no inputs and has exactly one output. However, got ",
+                p.inputs_size(), " inputs and ", p.outputs_size(), " outputs.");
+      OFL_CHECK(!p.outputs(0).dtype().empty(), op.describe(),
+                " an input or variable must declare its dtype. However, got none for '",
+                p.outputs(0).name(), "'.");
+    }
     for (const auto& hint : p.output_sbp_hints()) op.output_sbp_hints.push_back(from_proto(hint));
     if (op.kind == OpKind::kCompute) {
       const OpSchema* schema = OpRegistry::global().try_find(p.type());
@@ -217,7 +232,12 @@ Graph graph_from_job(const proto::JobProto& job) {
       op.inputs.push_back(*t);
     }
   }
-  for (const std::string& name : job.fetches()) g.fetches.push_back(g.tensor_index(name));
+  for (const std::string& name : job.fetches()) {
+    const int t = g.tensor_index(name);
+    OFL_CHECK(std::find(g.fetches.begin(), g.fetches.end(), t) == g.fetches.end(),
+              "[graph] tensor '", name, "' is fetched twice.");
+    g.fetches.push_back(t);
+  }
   const auto& train = job.train();
   if (!train.loss().empty()) g.train.loss = g.tensor_index(train.loss());
   const auto& opt = train.optimizer();

@@ -6,6 +6,7 @@
 
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -155,6 +156,7 @@ class Graph {
   std::vector<LogicalOp> ops_;
   std::vector<LogicalTensor> tensors_;
   std::map<std::string, int> tensor_by_name_;
+  std::set<std::string> op_names_;
   std::map<std::string, int> name_counts_;
 };
 

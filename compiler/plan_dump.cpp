@@ -184,11 +184,13 @@ PlanSummary summarize_plan(const proto::PlanProto& plan) {
     rank.num_registers = rank_plan.registers_size();
     for (const proto::TaskProto& task : rank_plan.tasks()) {
       ++rank.tasks_by_kind[proto::TaskProto::Kind_Name(task.kind())];
+      // A per-micro-batch transfer happens m times per iteration.
+      const int64_t times = task.per_micro_batch() ? std::max(1, plan.micro_batches()) : 1;
       if (task.kind() == proto::TaskProto::SEND) {
-        for (int64_t id : task.inputs()) rank.bytes_sent += bytes_of(id);
+        for (int64_t id : task.inputs()) rank.bytes_sent += times * bytes_of(id);
       }
       if (task.kind() == proto::TaskProto::RECV) {
-        for (int64_t id : task.outputs()) rank.bytes_received += bytes_of(id);
+        for (int64_t id : task.outputs()) rank.bytes_received += times * bytes_of(id);
       }
     }
     // A planned rank always has bytes_without_reuse > 0 once it holds any non-empty register.

@@ -80,6 +80,11 @@ struct KernelContext {
   const std::vector<Range>* output_region = nullptr;
   // Logical shape of output 0 when output_region is set.
   const Shape* logical_output_shape = nullptr;
+  // Which draw of a random op this is within a compiled plan (iteration * micro-batches +
+  // micro-batch): random kernels move their counters on by one output's worth per stream, so
+  // every iteration and micro-batch gets fresh numbers and a recomputation within the same one
+  // repeats them. 0 in eager mode, where every call reserves fresh counters instead.
+  uint64_t random_stream = 0;
 
   template <class P>
   const P& p() const {

@@ -23,7 +23,11 @@ namespace {
 // the gradients of the m micro-batches are summed (Note [Micro-batches] in plan.proto), so each
 // is scaled by 1/m to give the gradient of the whole batch's mean.
 double seed_value(const TrainConfig& train) {
-  return train.loss_scale / std::max(1, train.gradient_accumulation_steps);
+  OFL_CHECK(train.loss_scale > 0, "[autograd] the loss scale must be positive. However, got ",
+            train.loss_scale, ".");
+  OFL_CHECK(train.gradient_accumulation_steps >= 1, "[autograd] gradient accumulation steps "
+            "must be at least 1. However, got ", train.gradient_accumulation_steps, ".");
+  return train.loss_scale / train.gradient_accumulation_steps;
 }
 
 

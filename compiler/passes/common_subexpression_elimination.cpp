@@ -5,6 +5,7 @@
 // do produce equal values, so merging them is right.)
 
 #include <map>
+#include <set>
 #include <tuple>
 
 #include "compiler/passes/passes.h"
@@ -21,6 +22,9 @@ class CommonSubexpressionEliminationPass final : public Pass {
   void run(Graph& graph, const CompileOptions&) override {
     std::vector<int> replacement(graph.num_tensors());
     for (int t = 0; t < graph.num_tensors(); ++t) replacement[t] = t;
+    std::set<int> pinned(graph.fetches.begin(), graph.fetches.end());
+    if (graph.train.loss >= 0) pinned.insert(graph.train.loss);
+    for (const auto& [var, grad] : graph.variable_grads) pinned.insert(grad);
     std::vector<int> op_replacement(graph.num_ops());  // for control inputs
     for (int i = 0; i < graph.num_ops(); ++i) op_replacement[i] = i;
     std::multimap<size_t, int> seen;  // hash -> op index
@@ -30,6 +34,10 @@ class CommonSubexpressionEliminationPass final : public Pass {
       for (int& c : op.control_inputs) c = op_replacement[c];
       // Recomputed ops (activation checkpointing) equal their originals on purpose.
       if (op.kind != OpKind::kCompute || op.schema->has<TMutatedInputs>() || op.recompute) continue;
+      // A fetched tensor, the loss and gradients are named results: merging would rename them.
+      bool pinned_output = false;
+      for (int t : op.outputs) pinned_output = pinned_output || pinned.count(t) > 0;
+      if (pinned_output) continue;
       const size_t h = hash(op);
       bool merged = false;
       auto [begin, end] = seen.equal_range(h);
@@ -55,7 +63,7 @@ class CommonSubexpressionEliminationPass final : public Pass {
     return h;
   }
   static bool same(const LogicalOp& a, const LogicalOp& b) {
-    return a.schema == b.schema && a.params == b.params && a.inputs == b.inputs &&
+    return a.role == b.role && a.checkpoint_group == b.checkpoint_group && a.schema == b.schema && a.params == b.params && a.inputs == b.inputs &&
            a.placement == b.placement && a.output_sbp_hints == b.output_sbp_hints &&
            a.outputs.size() == b.outputs.size();
   }

@@ -150,13 +150,11 @@ class SbpInferencePass final : public Pass {
         NdSbp sbp = !op.output_sbp_hints.empty() && !op.output_sbp_hints[0].empty()
                         ? op.output_sbp_hints[0]
                         : NdSbp(ndim, B());
-        OFL_CHECK(op.kind != OpKind::kInput ||
-                      std::none_of(sbp.begin(), sbp.end(),
-                                   [](const Sbp& s) { return s.is_partial_sum(); }),
-                  op.describe(),
-                  " an input cannot be partial-sum (P): the caller feeds whole "
-                  "values. However, got ",
-                  nd_sbp_to_string(sbp), ".");
+        const bool partial = std::any_of(sbp.begin(), sbp.end(),
+                                         [](const Sbp& s) { return s.is_partial_sum(); });
+        OFL_CHECK(!partial,
+                  op.describe(), " an input or variable cannot be partial-sum (P): it holds whole "
+                  "values. However, got ", nd_sbp_to_string(sbp), ".");
         normalize(sbp, op.placement);
         op.signature = NdSbpSignature{{}, {sbp}};
         graph.tensor(op.outputs[0]).sbp = sbp;

@@ -208,8 +208,12 @@ class Expander {
         per_micro_[i] = true;
         continue;
       }
-      bool micro = false;
+      // Backward ops act per micro-batch even when nothing fed reaches them (the loss-gradient
+      // seed and what is computed from it alone): each micro-batch's gradient is then summed
+      // by ACCUMULATE like any other. An op waiting on a per-micro-batch op is one too.
+      bool micro = op.role == OpRole::kBackward;
       for (int t : op.inputs) micro = micro || per_micro_[graph_.tensor(t).producer];
+      for (int c : op.control_inputs) micro = micro || per_micro_[c];
       if (micro && op.kind == OpKind::kBoxing) {
         bool all_optimizer = !consumers[op.outputs[0]].empty();
         for (int c : consumers[op.outputs[0]]) {

@@ -20,6 +20,14 @@ constexpr int64_t kRandomGrain = kParallelGrain / 8;
 // Calls fn(begin, end, logical_begin) on runs [begin, end) of output 0's physical flat indices
 // whose logical flat indices are logical_begin, logical_begin + 1, ... (a run is one row of the
 // last axis when the output is a region of a larger tensor, else everything).
+// The counter offset of this draw: the op's own offset, moved on by one logical output per
+// KernelContext::random_stream.
+uint64_t stream_offset(const KernelContext& ctx, int64_t offset) {
+  const int64_t numel = ctx.logical_output_shape ? ctx.logical_output_shape->numel()
+                                                 : ctx.out(0).numel();
+  return static_cast<uint64_t>(offset) + ctx.random_stream * static_cast<uint64_t>(numel);
+}
+
 template <class F>
 void for_each_logical_run(const KernelContext& ctx, F fn) {
   const Shape& shape = ctx.out(0).shape();
@@ -52,7 +60,7 @@ template <class T>
 struct RandomNormalKernel {
   static void run(const KernelContext& ctx) {
     const auto& p = ctx.p<RandomParams>();
-    const auto seed = static_cast<uint64_t>(p.seed), offset = static_cast<uint64_t>(p.offset);
+    const auto seed = static_cast<uint64_t>(p.seed), offset = stream_offset(ctx, p.offset);
     const T mean = static_cast<T>(p.a), std = static_cast<T>(p.b);
     T* y = ctx.out(0).data<T>();
     for_each_logical_run(ctx, [&](int64_t begin, int64_t end, int64_t logical) {
@@ -67,7 +75,7 @@ template <class T>
 struct RandomUniformKernel {
   static void run(const KernelContext& ctx) {
     const auto& p = ctx.p<RandomParams>();
-    const auto seed = static_cast<uint64_t>(p.seed), offset = static_cast<uint64_t>(p.offset);
+    const auto seed = static_cast<uint64_t>(p.seed), offset = stream_offset(ctx, p.offset);
     const T low = static_cast<T>(p.a), high = static_cast<T>(p.b);
     // low + (high - low) * u can round up to high; the largest value below it stands in.
     const T below_high = low < high ? std::nextafter(high, low) : low;
@@ -86,7 +94,7 @@ struct DropoutKernel {
   static void run(const KernelContext& ctx) {
     using Acc = std::conditional_t<std::is_same_v<T, double>, double, float>;
     const auto& p = ctx.p<DropoutParams>();
-    const auto seed = static_cast<uint64_t>(p.seed), offset = static_cast<uint64_t>(p.offset);
+    const auto seed = static_cast<uint64_t>(p.seed), offset = stream_offset(ctx, p.offset);
     const double drop = p.p;
     const Acc scale = drop < 1.0 ? static_cast<Acc>(1.0 / (1.0 - drop)) : Acc(0);
     const T* x = ctx.in(0).data<T>();

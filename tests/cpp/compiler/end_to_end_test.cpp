@@ -9,7 +9,9 @@
 #include "actor/reference_executor.h"
 #include "compiler/builder.h"
 #include "compiler/compile.h"
+#include "oneflowlike/ops/creation.h"
 #include "oneflowlike/ops/matmul.h"
+#include "oneflowlike/ops/random.h"
 #include "oneflowlike/ops/reduce.h"
 #include "tests/cpp/ops/test_util.h"
 
@@ -201,6 +203,34 @@ TEST(EndToEnd, ZeroShardsStateAndTrainsLikeOneRank) {
       EXPECT_EQ(reg.shape().dims(0), kIn / 2) << reg.name();
     }
   }
+}
+
+// Dropout in a plan: a fresh mask every iteration and every micro-batch, the same mask whatever
+// the layout (the counters are logical).
+std::vector<Tensor> dropout_outputs(const Placement& placement, const NdSbp& sbp, int micro) {
+  GraphBuilder b("dropout");
+  b.set_placement(placement);
+  const int x = b.input("x", Shape{8 / micro, 16}, DataType::kFloat32, sbp);
+  b.fetch(b.op1("dropout", DropoutParams{0.5, 11, 0}, {x}, "drop"));
+  b.train().gradient_accumulation_steps = micro;
+  actor::ReferenceExecutor executor(compile_graph(std::move(b.graph())));
+  std::vector<Tensor> out;
+  for (int step = 0; step < 2; ++step) {
+    out.push_back(executor.run({{"x", functional::fill(Shape{8, 16}, DataType::kFloat32, 1)}})
+                      .at("drop/out0"));
+  }
+  return out;
+}
+
+TEST(EndToEnd, DropoutDrawsAFreshMaskEachIterationAndMicroBatch) {
+  const auto single = dropout_outputs(Placement::parse("cpu, [0]"), {B()}, 1);
+  EXPECT_NE(values_of(single[0]), values_of(single[1]));  // a new mask each iteration
+  const auto dp2 = dropout_outputs(Placement::parse("cpu, [0, 1]"), {S(0)}, 1);
+  EXPECT_EQ(values_of(dp2[0]), values_of(single[0]));  // the layout does not change the mask
+  EXPECT_EQ(values_of(dp2[1]), values_of(single[1]));
+  const auto micro = dropout_outputs(Placement::parse("cpu, [0]"), {B()}, 2);  // (2, 4, 16)
+  const std::vector<double> v = values_of(micro[0]);
+  EXPECT_NE(std::vector<double>(v.begin(), v.begin() + 64), std::vector<double>(v.begin() + 64, v.end()));
 }
 
 TEST(EndToEnd, CompileReportsUserErrorsAsStatus) {
