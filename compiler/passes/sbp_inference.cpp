@@ -50,7 +50,9 @@ double boxing_cost(const TensorMeta& meta, const Placement& from_placement, cons
     // Every destination receives its region; partial sources each send theirs.
     double replicas = 1, partials = 1;
     for (size_t d = 0; d < to.size(); ++d) {
-      if (!to[d].is_split()) replicas *= static_cast<double>(to_placement.hierarchy()[d]);
+      // B copies go to every rank of the dimension; a P destination receives only at
+      // coordinate 0 (the others hold zeros), like a split one piece per rank.
+      if (to[d].is_broadcast()) replicas *= static_cast<double>(to_placement.hierarchy()[d]);
     }
     for (size_t d = 0; d < from.size(); ++d) {
       if (from[d].is_partial_sum()) partials *= static_cast<double>(from_placement.hierarchy()[d]);

@@ -252,7 +252,13 @@ class Expander {
     }
   }
 
-  bool op_per_micro(const LogicalOp& op) const { return per_micro_[&op - &graph_.op(0)]; }
+  // Every LogicalOp the expander sees is an element of graph_'s op vector, so its index is its
+  // offset from the first (the graph is const during expansion and never reallocates).
+  bool op_per_micro(const LogicalOp& op) const {
+    const std::ptrdiff_t index = &op - &graph_.op(0);
+    OFL_ASSERT(index >= 0 && index < graph_.num_ops());
+    return per_micro_[index];
+  }
 
   // The register of tensor t on parallel id `pid` as a consumer in scope `per_micro` sees it:
   // a once-per-iteration value goes through REPEAT into the micro-batches, a per-micro-batch

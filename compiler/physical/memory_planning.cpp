@@ -35,7 +35,12 @@
 // Across iterations the runtime must keep the same discipline: thread 0 of a rank runs its chain
 // as a strict cycle (the last chain task of iteration i before the first of iteration i+1), which
 // is what a single compute stream does anyway. Control inputs only speak about one iteration,
-// so this wrap-around is the runtime's part of the contract.
+// so this wrap-around is the runtime's part of the contract. With micro-batches the same holds
+// per micro-batch: the chain is the once tasks before, then the per-micro-batch tasks, then the
+// once tasks after (compile.cpp lists them so), and thread 0 runs the per-micro-batch segment as
+// a strict cycle per micro-batch (its last task of micro-batch k before its first of k + 1).
+// Registers that cross between the segments live through all m passes and are never shared
+// (Note [Micro-batches and memory reuse]).
 //
 // The control edges cannot deadlock when the plan lists tasks in an order that is a valid
 // sequential schedule of the whole plan (expansion's creation order is one): the chain order

@@ -28,7 +28,7 @@ proto::PlanProto two_rank_plan() {
                 std::vector<int64_t> consumers) {
     auto* r = rank->add_registers();
     r->set_id(id);
-    r->set_name("r" + std::to_string(id));
+    r->set_name(str_cat("r", id));
     r->set_producer(producer);
     r->set_register_num(1);
     r->set_dtype("float32");
