@@ -135,7 +135,7 @@ class ReferenceExecutor {
   NameIndex outputs_by_name_;
   NameIndex variables_by_name_;
   int micro_batches_ = 1;
-  int64_t iteration_ = 0;  // run() calls so far: random ops draw fresh numbers each one
+  int64_t iteration_ = 0;          // run() calls so far: random ops draw fresh numbers each one
   std::vector<Step> schedule_;     // in execution order
   std::vector<Tensor> values_;     // per register
   std::vector<Tensor> in_flight_;  // per task: what a SEND sent, until its RECV acts

@@ -30,9 +30,10 @@ int GraphBuilder::input(const std::string& name, const Shape& shape, DataType dt
   op.output_sbp_hints = {or_broadcast(sbp, placement_)};
   check_nd_sbp(shape, op.output_sbp_hints[0], placement_, name);
   for (const Sbp& s : op.output_sbp_hints[0]) {
-    OFL_CHECK(!s.is_partial_sum(), op.describe(), " an input cannot be partial-sum (P): the "
-              "caller feeds whole values. However, got ", nd_sbp_to_string(op.output_sbp_hints[0]),
-              ".");
+    OFL_CHECK(!s.is_partial_sum(), op.describe(),
+              " an input cannot be partial-sum (P): the "
+              "caller feeds whole values. However, got ",
+              nd_sbp_to_string(op.output_sbp_hints[0]), ".");
   }
   const int index = graph_.add_op(std::move(op), 1, {name});
   graph_.tensor(graph_.op(index).outputs[0]).meta = TensorMeta{shape, dtype};
@@ -52,8 +53,10 @@ int GraphBuilder::variable(const std::string& name, const Shape& shape, const In
   op.trainable = trainable;
   op.output_sbp_hints = {or_broadcast(sbp, placement_)};
   for (const Sbp& s : op.output_sbp_hints[0]) {
-    OFL_CHECK(!s.is_partial_sum(), op.describe(), " a variable cannot be partial-sum (P): it holds "
-              "whole values. However, got ", nd_sbp_to_string(op.output_sbp_hints[0]), ".");
+    OFL_CHECK(!s.is_partial_sum(), op.describe(),
+              " a variable cannot be partial-sum (P): it holds "
+              "whole values. However, got ",
+              nd_sbp_to_string(op.output_sbp_hints[0]), ".");
   }
   check_nd_sbp(shape, op.output_sbp_hints[0], placement_, name);
   const int index = graph_.add_op(std::move(op), 1, {name});
@@ -88,9 +91,11 @@ std::vector<int> GraphBuilder::op(const std::string& type, const AnyParams& para
     throw Error(e.code(), str_cat(e.what(), " ", op.describe()));
   }
   OFL_CHECK(output_sbp_hints.size() <= out.size(), op.describe(), " has ", output_sbp_hints.size(),
-            " SBP hints for ", out.size(), " outputs. However, there must be at most one per output.");
+            " SBP hints for ", out.size(),
+            " outputs. However, there must be at most one per output.");
   for (size_t k = 0; k < output_sbp_hints.size(); ++k) {
-    if (!output_sbp_hints[k].empty()) check_nd_sbp(out[k].shape, output_sbp_hints[k], placement_, op.name);
+    if (!output_sbp_hints[k].empty())
+      check_nd_sbp(out[k].shape, output_sbp_hints[k], placement_, op.name);
   }
   return graph_.add_compute_op(std::move(op));
 }

@@ -6,9 +6,9 @@
 //   GraphBuilder b("mlp");
 //   b.set_placement(Placement::parse("cpu, [0, 1]"));
 //   int x = b.input("x", Shape{8, 4}, DataType::kFloat32, {S(0)});
-//   int w = b.variable("w", Shape{4, 3}, Initializer{Initializer::Kind::kNormal, 0, 0.1, 1}, {B()});
-//   int y = b.op1("matmul", MatmulParams{}, {x, w});
-//   b.set_loss(b.op1("reduce_mean", ReduceParams{}, {y}));
+//   int w = b.variable("w", Shape{4, 3}, Initializer{Initializer::Kind::kNormal, 0, 0.1, 1},
+//   {B()}); int y = b.op1("matmul", MatmulParams{}, {x, w}); b.set_loss(b.op1("reduce_mean",
+//   ReduceParams{}, {y}));
 
 #include <string>
 #include <vector>

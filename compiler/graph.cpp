@@ -44,9 +44,8 @@ int Graph::add_op(LogicalOp op, int num_outputs, const std::vector<std::string>&
   const int index = num_ops();
   op.outputs.clear();
   for (int i = 0; i < num_outputs; ++i) {
-    const std::string name = i < static_cast<int>(output_names.size())
-                                 ? output_names[i]
-                                 : str_cat(op.name, "/out", i);
+    const std::string name =
+        i < static_cast<int>(output_names.size()) ? output_names[i] : str_cat(op.name, "/out", i);
     const int t = add_tensor(name);
     tensors_[t].producer = index;
     tensors_[t].producer_output = i;
@@ -114,8 +113,8 @@ std::vector<int> Graph::topological_order() const {
   for (int i = 0; i < num_ops(); ++i) {
     std::set<int> producers;
     for (int t : ops_[i].inputs) {
-      OFL_CHECK(tensors_[t].producer >= 0, ops_[i].describe(), " reads tensor '",
-                tensors_[t].name, "' that no op produces.");
+      OFL_CHECK(tensors_[t].producer >= 0, ops_[i].describe(), " reads tensor '", tensors_[t].name,
+                "' that no op produces.");
       producers.insert(tensors_[t].producer);
     }
     for (int c : ops_[i].control_inputs) {
@@ -157,7 +156,8 @@ std::vector<int> Graph::topological_order() const {
 
 std::vector<int64_t> Graph::all_ranks() const {
   std::set<int64_t> ranks;
-  for (const LogicalOp& op : ops_) ranks.insert(op.placement.ranks().begin(), op.placement.ranks().end());
+  for (const LogicalOp& op : ops_)
+    ranks.insert(op.placement.ranks().begin(), op.placement.ranks().end());
   return std::vector<int64_t>(ranks.begin(), ranks.end());
 }
 
@@ -205,8 +205,8 @@ Graph graph_from_job(const proto::JobProto& job) {
     for (const auto& hint : p.output_sbp_hints()) op.output_sbp_hints.push_back(from_proto(hint));
     if (op.kind == OpKind::kCompute) {
       const OpSchema* schema = OpRegistry::global().try_find(p.type());
-      OFL_CHECK_CODE(schema != nullptr && schema->defined(), ErrorCode::kNotFound,
-                     op.describe(), " uses op type '", p.type(), "', which is not registered.");
+      OFL_CHECK_CODE(schema != nullptr && schema->defined(), ErrorCode::kNotFound, op.describe(),
+                     " uses op type '", p.type(), "', which is not registered.");
       op.schema = schema;
       op.params = params_from_proto(*schema, p.params());
     } else if (op.kind == OpKind::kVariable) {
@@ -269,7 +269,9 @@ void graph_to_job(const Graph& g, proto::JobProto* job) {
     p->set_checkpoint_group(op.checkpoint_group);
     to_proto(op.placement, p->mutable_placement());
     switch (op.kind) {
-      case OpKind::kInput: p->set_kind(proto::OpProto::INPUT); break;
+      case OpKind::kInput:
+        p->set_kind(proto::OpProto::INPUT);
+        break;
       case OpKind::kVariable:
         p->set_kind(proto::OpProto::VARIABLE);
         p->mutable_initializer()->set_kind(
@@ -283,7 +285,9 @@ void graph_to_job(const Graph& g, proto::JobProto* job) {
         p->set_type(op.schema->name());
         params_to_proto(*op.schema, op.params, p->mutable_params());
         break;
-      case OpKind::kBoxing: p->set_type("boxing"); break;
+      case OpKind::kBoxing:
+        p->set_type("boxing");
+        break;
     }
     for (int t : op.inputs) p->add_inputs(g.tensor(t).name);
     for (size_t k = 0; k < op.outputs.size(); ++k) {
@@ -292,7 +296,7 @@ void graph_to_job(const Graph& g, proto::JobProto* job) {
       decl->set_name(t.name);
       to_proto(t.meta.shape, decl->mutable_shape());
       decl->set_dtype(dtype_name(t.meta.dtype));
-      const NdSbp& hint = !t.sbp.empty() ? t.sbp
+      const NdSbp& hint = !t.sbp.empty()                   ? t.sbp
                           : k < op.output_sbp_hints.size() ? op.output_sbp_hints[k]
                                                            : NdSbp{};
       to_proto(hint, p->add_output_sbp_hints());
@@ -321,12 +325,15 @@ namespace {
 
 std::string kind_name(const LogicalOp& op) {
   switch (op.kind) {
-    case OpKind::kInput: return "input";
-    case OpKind::kVariable: return "variable";
+    case OpKind::kInput:
+      return "input";
+    case OpKind::kVariable:
+      return "variable";
     case OpKind::kBoxing:
       return str_cat("boxing ", nd_sbp_to_string(op.boxing.in_sbp), " -> ",
                      nd_sbp_to_string(op.boxing.out_sbp));
-    case OpKind::kCompute: return op.schema->name();
+    case OpKind::kCompute:
+      return op.schema->name();
   }
   return "?";
 }
@@ -365,13 +372,13 @@ std::string graph_to_dot(const Graph& g) {
   os << "digraph \"" << g.name << "\" {\n  rankdir=TB;\n  node [shape=box, fontsize=10];\n";
   for (int i = 0; i < g.num_ops(); ++i) {
     const LogicalOp& op = g.op(i);
-    const char* color = op.kind == OpKind::kBoxing     ? "orange"
+    const char* color = op.kind == OpKind::kBoxing      ? "orange"
                         : op.role == OpRole::kBackward  ? "lightblue"
                         : op.role == OpRole::kOptimizer ? "lightgreen"
                         : op.kind == OpKind::kVariable  ? "khaki"
                                                         : "white";
-    os << "  op" << i << " [label=\"" << op.name << "\\n" << kind_name(op)
-       << "\", style=filled, fillcolor=" << color << "];\n";
+    os << "  op" << i << " [label=\"" << op.name << "\\n"
+       << kind_name(op) << "\", style=filled, fillcolor=" << color << "];\n";
   }
   const auto cons = g.consumers();
   for (int t = 0; t < g.num_tensors(); ++t) {

@@ -29,10 +29,10 @@ struct NdSbpSignature {
 
 struct LogicalTensor {
   std::string name;
-  TensorMeta meta;       // filled by shape inference
-  int producer = -1;     // op index
+  TensorMeta meta;    // filled by shape inference
+  int producer = -1;  // op index
   int producer_output = 0;
-  NdSbp sbp;             // the producer's output SBP, filled by SBP inference
+  NdSbp sbp;  // the producer's output SBP, filled by SBP inference
 };
 
 enum class OpKind { kCompute, kInput, kVariable, kBoxing };
@@ -70,9 +70,9 @@ struct LogicalOp {
   std::string location;                 // the user's source line
   int stage = 0;
   OpRole role = OpRole::kForward;
-  Initializer initializer;  // kVariable
-  bool trainable = false;   // kVariable
-  BoxingSpec boxing;        // kBoxing
+  Initializer initializer;   // kVariable
+  bool trainable = false;    // kVariable
+  BoxingSpec boxing;         // kBoxing
   NdSbpSignature signature;  // filled by SBP inference
   std::string sbp_reason;    // why the signature was chosen (SBP inference)
   /// Activation checkpointing group ("" = none): the checkpointing pass recomputes the group's

@@ -25,11 +25,12 @@ namespace {
 double seed_value(const TrainConfig& train) {
   OFL_CHECK(train.loss_scale > 0, "[autograd] the loss scale must be positive. However, got ",
             train.loss_scale, ".");
-  OFL_CHECK(train.gradient_accumulation_steps >= 1, "[autograd] gradient accumulation steps "
-            "must be at least 1. However, got ", train.gradient_accumulation_steps, ".");
+  OFL_CHECK(train.gradient_accumulation_steps >= 1,
+            "[autograd] gradient accumulation steps "
+            "must be at least 1. However, got ",
+            train.gradient_accumulation_steps, ".");
   return train.loss_scale / train.gradient_accumulation_steps;
 }
-
 
 // Where the backward ops of one forward op go: its placement, stage, source line, name and
 // checkpoint group (the checkpointing pass finds a group's backward ops by it).

@@ -63,9 +63,9 @@ class CommonSubexpressionEliminationPass final : public Pass {
     return h;
   }
   static bool same(const LogicalOp& a, const LogicalOp& b) {
-    return a.role == b.role && a.checkpoint_group == b.checkpoint_group && a.schema == b.schema && a.params == b.params && a.inputs == b.inputs &&
-           a.placement == b.placement && a.output_sbp_hints == b.output_sbp_hints &&
-           a.outputs.size() == b.outputs.size();
+    return a.role == b.role && a.checkpoint_group == b.checkpoint_group && a.schema == b.schema &&
+           a.params == b.params && a.inputs == b.inputs && a.placement == b.placement &&
+           a.output_sbp_hints == b.output_sbp_hints && a.outputs.size() == b.outputs.size();
   }
 };
 

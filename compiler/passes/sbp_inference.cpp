@@ -152,11 +152,12 @@ class SbpInferencePass final : public Pass {
         NdSbp sbp = !op.output_sbp_hints.empty() && !op.output_sbp_hints[0].empty()
                         ? op.output_sbp_hints[0]
                         : NdSbp(ndim, B());
-        const bool partial = std::any_of(sbp.begin(), sbp.end(),
-                                         [](const Sbp& s) { return s.is_partial_sum(); });
-        OFL_CHECK(!partial,
-                  op.describe(), " an input or variable cannot be partial-sum (P): it holds whole "
-                  "values. However, got ", nd_sbp_to_string(sbp), ".");
+        const bool partial =
+            std::any_of(sbp.begin(), sbp.end(), [](const Sbp& s) { return s.is_partial_sum(); });
+        OFL_CHECK(!partial, op.describe(),
+                  " an input or variable cannot be partial-sum (P): it holds whole "
+                  "values. However, got ",
+                  nd_sbp_to_string(sbp), ".");
         normalize(sbp, op.placement);
         op.signature = NdSbpSignature{{}, {sbp}};
         graph.tensor(op.outputs[0]).sbp = sbp;

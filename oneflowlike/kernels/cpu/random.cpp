@@ -23,8 +23,8 @@ constexpr int64_t kRandomGrain = kParallelGrain / 8;
 // The counter offset of this draw: the op's own offset, moved on by one logical output per
 // KernelContext::random_stream.
 uint64_t stream_offset(const KernelContext& ctx, int64_t offset) {
-  const int64_t numel = ctx.logical_output_shape ? ctx.logical_output_shape->numel()
-                                                 : ctx.out(0).numel();
+  const int64_t numel =
+      ctx.logical_output_shape ? ctx.logical_output_shape->numel() : ctx.out(0).numel();
   return static_cast<uint64_t>(offset) + ctx.random_stream * static_cast<uint64_t>(numel);
 }
 

@@ -230,7 +230,8 @@ TEST(EndToEnd, DropoutDrawsAFreshMaskEachIterationAndMicroBatch) {
   EXPECT_EQ(values_of(dp2[1]), values_of(single[1]));
   const auto micro = dropout_outputs(Placement::parse("cpu, [0]"), {B()}, 2);  // (2, 4, 16)
   const std::vector<double> v = values_of(micro[0]);
-  EXPECT_NE(std::vector<double>(v.begin(), v.begin() + 64), std::vector<double>(v.begin() + 64, v.end()));
+  EXPECT_NE(std::vector<double>(v.begin(), v.begin() + 64),
+            std::vector<double>(v.begin() + 64, v.end()));
 }
 
 TEST(EndToEnd, CompileReportsUserErrorsAsStatus) {

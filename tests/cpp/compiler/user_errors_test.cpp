@@ -47,8 +47,11 @@ TEST(CompilerUserErrors, PartialSumVariablesAndExtraHintsAreRejected) {
   expect_error([&] { b.variable("w", Shape{4}, Initializer{}, {P()}); },
                ErrorCode::kInvalidArgument, "cannot be partial-sum");
   const int x = b.input("x", Shape{4});
-  expect_error([&] { b.op("relu", NoParams{}, {x}, "r", {{B()}, {B()}}); },
-               ErrorCode::kInvalidArgument, "2 SBP hints for 1 outputs");
+  expect_error(
+      [&] {
+        b.op("relu", NoParams{}, {x}, "r", {{B()}, {B()}});
+      },
+      ErrorCode::kInvalidArgument, "2 SBP hints for 1 outputs");
   EXPECT_EQ(b.graph().num_ops(), 1);  // the rejected op was not added
 }
 
