@@ -17,6 +17,7 @@
 #include "oneflowlike/ops/reduce.h"
 #include "oneflowlike/ops/unary.h"
 #include "oneflowlike/proto/job.pb.h"
+#include "tests/cpp/compiler/training_util.h"
 #include "tests/cpp/ops/test_util.h"
 
 namespace ofl::compiler {
@@ -79,10 +80,7 @@ Graph build(const Model& m) {
   return std::move(b.graph());
 }
 
-struct TrainingRun {
-  std::vector<double> losses;
-  std::map<std::string, std::vector<double>> weights;
-};
+using testing::TrainingRun;
 
 TrainingRun train(const Model& m, int steps) {
   actor::ReferenceExecutor executor(compile_graph(build(m)));
@@ -108,22 +106,7 @@ TrainingRun train(const Model& m, int steps) {
   return run;
 }
 
-void expect_same_training(const TrainingRun& expected, const TrainingRun& actual,
-                          const std::string& name) {
-  ASSERT_EQ(expected.losses.size(), actual.losses.size());
-  for (size_t i = 0; i < expected.losses.size(); ++i) {
-    EXPECT_NEAR(actual.losses[i], expected.losses[i], 1e-5 * std::abs(expected.losses[i]))
-        << name << " step " << i + 1;
-  }
-  for (const auto& [w, values] : expected.weights) {
-    const std::vector<double>& got = actual.weights.at(w);
-    ASSERT_EQ(got.size(), values.size()) << name << " " << w;
-    for (size_t i = 0; i < values.size(); ++i) {
-      EXPECT_NEAR(got[i], values[i], 1e-5 * std::max(1.0, std::abs(values[i])))
-          << name << " " << w << "[" << i << "]";
-    }
-  }
-}
+using testing::expect_same_training;
 
 TEST(Checkpointing, CheckpointedBlocksTrainExactlyLikeTheUncheckpointedOneRankRun) {
   Model plain;

@@ -13,6 +13,7 @@
 #include "oneflowlike/ops/matmul.h"
 #include "oneflowlike/ops/random.h"
 #include "oneflowlike/ops/reduce.h"
+#include "tests/cpp/compiler/training_util.h"
 #include "tests/cpp/ops/test_util.h"
 
 namespace ofl::compiler {
@@ -75,10 +76,7 @@ Graph build_mlp(const Layout& layout, OptimizerConfig::Kind optimizer) {
   return std::move(b.graph());
 }
 
-struct TrainingRun {
-  std::vector<double> losses;
-  std::map<std::string, std::vector<double>> weights;
-};
+using testing::TrainingRun;
 
 TrainingRun train(const Layout& layout, OptimizerConfig::Kind optimizer, int steps) {
   actor::ReferenceExecutor executor(compile_graph(build_mlp(layout, optimizer)));
@@ -110,22 +108,7 @@ TrainingRun train(const Layout& layout, OptimizerConfig::Kind optimizer, int ste
   return run;
 }
 
-void expect_same_training(const TrainingRun& expected, const TrainingRun& actual,
-                          const std::string& name) {
-  ASSERT_EQ(expected.losses.size(), actual.losses.size());
-  for (size_t i = 0; i < expected.losses.size(); ++i) {
-    EXPECT_NEAR(actual.losses[i], expected.losses[i], 1e-5 * std::abs(expected.losses[i]))
-        << name << " step " << i + 1;
-  }
-  for (const auto& [w, values] : expected.weights) {
-    const std::vector<double>& got = actual.weights.at(w);
-    ASSERT_EQ(got.size(), values.size()) << name << " " << w;
-    for (size_t i = 0; i < values.size(); ++i) {
-      EXPECT_NEAR(got[i], values[i], 1e-5 * std::max(1.0, std::abs(values[i])))
-          << name << " " << w << "[" << i << "]";
-    }
-  }
-}
+using testing::expect_same_training;
 
 std::vector<Layout> layouts() {
   const Placement one = Placement::parse("cpu, [0]");
