@@ -96,8 +96,7 @@ std::unordered_map<int64_t, int> micro_batch_phases(const proto::PlanProto& plan
   return phase;
 }
 
-void sort_rank_tasks(proto::PlanProto* plan) {
-  const std::unordered_map<int64_t, int> phase = micro_batch_phases(*plan);
+void sort_rank_tasks(proto::PlanProto* plan, const std::unordered_map<int64_t, int>& phase) {
   for (auto& rank : *plan->mutable_ranks()) {
     const int n = rank.tasks_size();
     std::unordered_map<int64_t, int> position;  // task id -> index in the rank
@@ -187,6 +186,24 @@ void set_pipeline_depth(proto::PlanProto* plan, int stages) {
   }
 }
 
+// Note [Compiling per rank]: a process needs only its own ranks' parts. Expansion still walks
+// every rank (task, register and transfer ids must agree between the processes, so every
+// process numbers everything the same way), but the costly steps after it (task order, memory
+// planning, checks) then see only the kept ranks.
+void keep_ranks(proto::PlanProto* plan, const std::vector<int64_t>& ranks) {
+  if (ranks.empty()) return;
+  const std::set<int64_t> wanted(ranks.begin(), ranks.end());
+  for (int64_t r : wanted) {
+    OFL_CHECK(r >= 0 && r < plan->world_size(), "[compile] rank ", r,
+              " is not in the job: its world size is ", plan->world_size(), ".");
+  }
+  google::protobuf::RepeatedPtrField<proto::RankPlanProto> kept;
+  for (auto& rank : *plan->mutable_ranks()) {
+    if (wanted.count(rank.rank())) kept.Add()->Swap(&rank);
+  }
+  plan->mutable_ranks()->Swap(&kept);
+}
+
 }  // namespace
 
 proto::PlanProto compile_graph(Graph graph, const CompileOptions& options) {
@@ -196,8 +213,12 @@ proto::PlanProto compile_graph(Graph graph, const CompileOptions& options) {
   const int stages = static_cast<int>(stage_ids.size());
   proto::PlanProto plan = physical::expand_to_plan(graph);
   set_pipeline_depth(&plan, stages);
-  order_in_place_writers(&plan);
-  sort_rank_tasks(&plan);
+  // Phases look across ranks (a task after the micro-batches on one rank can make a receiving
+  // task on another one "after" too), so they are found before other ranks' parts are dropped.
+  const std::unordered_map<int64_t, int> phase = micro_batch_phases(plan);
+  keep_ranks(&plan, options.ranks);
+  order_in_place_writers(&plan);  // per rank; control inputs do not change phases
+  sort_rank_tasks(&plan, phase);
   physical::plan_memory(&plan, options.memory_limit_bytes);
   physical::check_plan(plan);
   return plan;

@@ -20,6 +20,9 @@ struct CompileOptions {
   bool explain_sbp = false;
   /// Per-rank memory limit in bytes for the static check (0: none).
   int64_t memory_limit_bytes = 0;
+  /// Compile only these ranks' parts of the plan (all when empty): what one process of a job
+  /// needs (Note [Compiling per rank] in compile.cpp). Ids agree with a whole-job compile.
+  std::vector<int64_t> ranks;
 };
 
 class Pass {

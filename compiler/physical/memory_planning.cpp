@@ -272,11 +272,11 @@ int64_t register_slot_bytes(const proto::RegisterProto& reg) {
 
 void plan_memory(proto::PlanProto* plan, int64_t memory_limit_bytes) {
   OFL_ASSERT(plan != nullptr);
-  int64_t next_block_id = 0;
   for (proto::RankPlanProto& rank_plan : *plan->mutable_ranks()) {
     rank_plan.clear_memory_blocks();
-    const RankMemory memory = plan_rank(&rank_plan, next_block_id);
-    if (rank_plan.memory_blocks_size() > 0) ++next_block_id;
+    // A rank has at most one block, so its id is the rank: the same whether the plan was
+    // compiled for the whole job or for this rank alone.
+    const RankMemory memory = plan_rank(&rank_plan, rank_plan.rank());
     // Without reuse every register would get its own aligned allocation, as the shared ones
     // get aligned offsets: count both the same way so the comparison is fair.
     int64_t without_reuse = 0;

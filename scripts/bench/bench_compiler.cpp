@@ -3,6 +3,7 @@
 //  (b) compile time of a 24-layer GPT on 8 ranks as dp2 x tp2 x pp2 with 4 micro-batches (the
 //      issue's configuration), best of 3, split by phase;
 //  (c) compile-time scaling over ranks (dp = ranks / 2, tp = 2) and layers.
+//  (d) the part one process compiles: one rank of the same jobs (CompileOptions::ranks).
 // Plans are compiled, never run. Usage: bench_compiler [--quick]
 
 #include <algorithm>
@@ -121,12 +122,12 @@ PhaseTimes time_phases(const GptConfig& config, const GptParallel& parallel) {
 
 // Best of `repeats` wall-clock compile_graph times; the graph is built outside the timing.
 double compile_seconds(const GptConfig& config, const GptParallel& parallel, int repeats,
-                       int64_t* tasks = nullptr) {
+                       int64_t* tasks = nullptr, const CompileOptions& options = {}) {
   double best = std::numeric_limits<double>::infinity();
   for (int r = 0; r < repeats; ++r) {
     Graph graph = training_graph(config, parallel);
     const auto start = Clock::now();
-    const proto::PlanProto plan = compile_graph(std::move(graph));
+    const proto::PlanProto plan = compile_graph(std::move(graph), options);
     best = std::min(best, seconds_since(start));
     if (tasks != nullptr) {
       *tasks = 0;
@@ -189,11 +190,36 @@ void scaling(const std::vector<int>& ranks, const std::vector<int64_t>& layers, 
   print_phases(config, parallel, compile_seconds(config, parallel, /*repeats=*/1));
 }
 
+// (d) What one process compiles: only its own rank (CompileOptions::ranks).
+void per_rank_scaling(const std::vector<int>& ranks, int64_t layers) {
+  std::printf("## (d) compiling one rank's part: %lld layers, dp = ranks / 2, tp = 2, batch 64\n\n",
+              static_cast<long long>(layers));
+  std::printf("| ranks | tasks of rank 0 | compile s (rank 0 only) | whole job s | ratio |\n");
+  std::printf("| --- | --- | --- | --- | --- |\n");
+  for (int r : ranks) {
+    CompileOptions one;
+    one.ranks = {0};
+    int64_t tasks = 0, all_tasks = 0;
+    const GptConfig config = bench_config(layers, /*batch=*/64);
+    const GptParallel parallel{.dp = r / 2, .tp = 2};
+    const double part = compile_seconds(config, parallel, /*repeats=*/1, &tasks, one);
+    const double whole = compile_seconds(config, parallel, /*repeats=*/1, &all_tasks);
+    std::printf("| %d | %lld | %.3f | %.3f | %.2f |\n", r, static_cast<long long>(tasks), part,
+                whole, part / whole);
+    std::fflush(stdout);
+  }
+  std::printf("\n");
+}
+
 }  // namespace
 }  // namespace ofl::compiler
 
 int main(int argc, char** argv) {
   const bool quick = argc > 1 && std::strcmp(argv[1], "--quick") == 0;
+  if (argc > 1 && std::strcmp(argv[1], "--per-rank") == 0) {  // (d) alone
+    ofl::compiler::per_rank_scaling({8, 16, 32, 64}, /*layers=*/6);
+    return 0;
+  }
   ofl::compiler::memory_planning();
   std::fflush(stdout);
   ofl::compiler::compile_time(/*repeats=*/quick ? 1 : 3);
@@ -203,5 +229,7 @@ int main(int argc, char** argv) {
   } else {
     ofl::compiler::scaling({8, 16, 32, 64}, {6, 12, 24}, /*repeats=*/1);
   }
+  ofl::compiler::per_rank_scaling(quick ? std::vector<int>{8, 16} : std::vector<int>{8, 16, 32, 64},
+                                  /*layers=*/6);
   return 0;
 }

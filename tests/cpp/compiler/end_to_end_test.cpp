@@ -217,6 +217,29 @@ TEST(EndToEnd, DropoutDrawsAFreshMaskEachIterationAndMicroBatch) {
             std::vector<double>(v.begin() + 64, v.end()));
 }
 
+// Each process compiles only its own ranks: every part equals that rank's part of the whole
+// job's plan, so parts compiled in different processes fit together.
+TEST(EndToEnd, CompilingOneRankGivesThatRanksPartOfTheWholePlan) {
+  std::vector<Layout> all = layouts();
+  const auto piped = pipelined_layouts();
+  all.insert(all.end(), piped.begin(), piped.end());
+  for (const Layout& layout : all) {
+    const proto::PlanProto whole = compile_graph(build_mlp(layout, OptimizerConfig::Kind::kAdamW));
+    for (const auto& part : whole.ranks()) {
+      CompileOptions options;
+      options.ranks = {part.rank()};
+      const proto::PlanProto one =
+          compile_graph(build_mlp(layout, OptimizerConfig::Kind::kAdamW), options);
+      ASSERT_EQ(one.ranks_size(), 1) << layout.name;
+      EXPECT_EQ(one.ranks(0).SerializeAsString(), part.SerializeAsString())
+          << layout.name << " rank " << part.rank();
+    }
+  }
+  CompileOptions bad;
+  bad.ranks = {9};
+  EXPECT_THROW(compile_graph(build_mlp(layouts()[1], OptimizerConfig::Kind::kSgd), bad), Error);
+}
+
 TEST(EndToEnd, CompileReportsUserErrorsAsStatus) {
   GraphBuilder b;
   const int x = b.input("x", Shape{4, 4});
