@@ -60,43 +60,7 @@ void order_in_place_writers(proto::PlanProto* plan) {
 // micro-batches each rank lists three phases (Note [Micro-batches] in plan.proto): the once
 // tasks that need nothing from the micro-batches, the per-micro-batch tasks, and the once tasks
 // after them; a task is "after" when some per-micro-batch task on any rank leads to it.
-std::unordered_map<int64_t, int> micro_batch_phases(const proto::PlanProto& plan) {
-  std::unordered_map<int64_t, int> phase;  // task id -> 0 before, 1 per micro-batch, 2 after
-  if (plan.micro_batches() <= 1) return phase;
-  std::unordered_map<int64_t, std::vector<int64_t>> next;
-  std::unordered_map<int64_t, int64_t> producer, sender;
-  for (const auto& rank : plan.ranks()) {
-    for (const auto& r : rank.registers()) producer[r.id()] = r.producer();
-    for (const auto& t : rank.tasks()) {
-      if (t.kind() == proto::TaskProto::SEND) sender[t.transfer_id()] = t.id();
-    }
-  }
-  std::vector<int64_t> stack;
-  for (const auto& rank : plan.ranks()) {
-    for (const auto& t : rank.tasks()) {
-      phase[t.id()] = t.per_micro_batch() ? 1 : 0;
-      if (t.per_micro_batch()) stack.push_back(t.id());
-      for (int64_t r : t.inputs()) next[producer[r]].push_back(t.id());
-      for (int64_t c : t.control_inputs()) next[c].push_back(t.id());
-      if (t.kind() == proto::TaskProto::RECV) next[sender[t.transfer_id()]].push_back(t.id());
-    }
-  }
-  while (!stack.empty()) {
-    const int64_t id = stack.back();
-    stack.pop_back();
-    for (int64_t n : next[id]) {
-      if (phase[n] == 0) {
-        phase[n] = 2;
-        stack.push_back(n);
-      } else if (phase[n] == 1 && phase[id] == 2) {
-        stack.push_back(n);  // already per micro-batch; nothing to change
-      }
-    }
-  }
-  return phase;
-}
-
-void sort_rank_tasks(proto::PlanProto* plan, const std::unordered_map<int64_t, int>& phase) {
+void sort_rank_tasks(proto::PlanProto* plan) {
   for (auto& rank : *plan->mutable_ranks()) {
     const int n = rank.tasks_size();
     std::unordered_map<int64_t, int> position;  // task id -> index in the rank
@@ -130,8 +94,8 @@ void sort_rank_tasks(proto::PlanProto* plan, const std::unordered_map<int64_t, i
     }
     // Earliest phase, then lowest plan position first among the ready tasks (stable).
     auto key = [&](int i) {
-      auto it = phase.find(rank.tasks(i).id());
-      return std::make_pair(it == phase.end() ? 0 : it->second, i);
+      const proto::TaskProto& t = rank.tasks(i);
+      return std::make_pair(t.per_micro_batch() ? 1 : t.after_micro_batches() ? 2 : 0, i);
     };
     auto later = [&](int a, int b) { return key(a) > key(b); };
     std::priority_queue<int, std::vector<int>, decltype(later)> ready(later);
@@ -213,12 +177,9 @@ proto::PlanProto compile_graph(Graph graph, const CompileOptions& options) {
   const int stages = static_cast<int>(stage_ids.size());
   proto::PlanProto plan = physical::expand_to_plan(graph);
   set_pipeline_depth(&plan, stages);
-  // Phases look across ranks (a task after the micro-batches on one rank can make a receiving
-  // task on another one "after" too), so they are found before other ranks' parts are dropped.
-  const std::unordered_map<int64_t, int> phase = micro_batch_phases(plan);
   keep_ranks(&plan, options.ranks);
-  order_in_place_writers(&plan);  // per rank; control inputs do not change phases
-  sort_rank_tasks(&plan, phase);
+  order_in_place_writers(&plan);
+  sort_rank_tasks(&plan);
   physical::plan_memory(&plan, options.memory_limit_bytes);
   physical::check_plan(plan);
   return plan;

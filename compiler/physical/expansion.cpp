@@ -36,6 +36,7 @@ proto::TaskProto* PlanBuilder::add_task(int64_t rank, proto::TaskProto::Kind kin
   task->set_kind(kind);
   task->set_thread(thread);
   task->set_per_micro_batch(per_micro_batch_);
+  task->set_after_micro_batches(!per_micro_batch_ && after_micro_batches_);
   tasks_.push_back(task);
   return task;
 }
@@ -166,6 +167,7 @@ class Expander {
         registers_(graph.num_tensors()),
         micro_batches_(std::max(1, graph.train.gradient_accumulation_steps)),
         per_micro_(graph.num_ops(), false),
+        after_micro_(graph.num_ops(), false),
         op_tasks_(graph.num_ops()) {}
 
   proto::PlanProto run() {
@@ -175,6 +177,7 @@ class Expander {
     for (int i : graph_.topological_order()) {
       const LogicalOp& op = graph_.op(i);
       builder_.set_per_micro_batch(per_micro_[i]);
+      builder_.set_after_micro_batches(after_micro_[i]);
       switch (op.kind) {
         case OpKind::kInput:
         case OpKind::kVariable:
@@ -203,9 +206,14 @@ class Expander {
     const auto consumers = graph_.consumers();
     for (int i : graph_.topological_order()) {
       const LogicalOp& op = graph_.op(i);
-      if (op.role == OpRole::kOptimizer || op.kind == OpKind::kVariable) continue;
-      if (op.kind == OpKind::kInput) {
+      if (op.kind == OpKind::kInput && op.role != OpRole::kOptimizer) {
         per_micro_[i] = true;
+        continue;
+      }
+      if (op.role == OpRole::kOptimizer ||
+          (op.kind != OpKind::kCompute && op.kind != OpKind::kBoxing)) {
+        // Once per iteration; after the micro-batches when it depends on them.
+        after_micro_[i] = depends_on_micro_batches(op);
         continue;
       }
       // Backward ops act per micro-batch even when nothing fed reaches them (the loss-gradient
@@ -222,7 +230,19 @@ class Expander {
         micro = !all_optimizer;
       }
       per_micro_[i] = micro;
+      after_micro_[i] = !micro && depends_on_micro_batches(op);
     }
+  }
+
+  // Whether a once-per-iteration op reads (or waits for) the micro-batches' results.
+  bool depends_on_micro_batches(const LogicalOp& op) const {
+    bool after = false;
+    for (int t : op.inputs) {
+      const int p = graph_.tensor(t).producer;
+      after = after || per_micro_[p] || after_micro_[p];
+    }
+    for (int c : op.control_inputs) after = after || per_micro_[c] || after_micro_[c];
+    return after;
   }
 
   // LogicalOp::control_inputs: on each rank of the (shared) placement, the op's task waits for
@@ -444,6 +464,7 @@ class Expander {
         reg = builder_.add_output(pack, pack->name(), Shape(dims), tensor.meta.dtype);
         builder_.set_per_micro_batch(false);
       }
+      builder_.set_after_micro_batches(packed || after_micro_[tensor.producer]);
       proto::TaskProto* task = builder_.add_task(rank, proto::TaskProto::OUTPUT,
                                                  str_cat(tensor.name, "/output"), /*thread=*/0);
       task->set_logical_op(tensor.name);  // fetches are named by tensor: an op may have several
@@ -470,6 +491,7 @@ class Expander {
   std::vector<std::vector<int64_t>> registers_;  // by tensor, then parallel id
   const int micro_batches_;
   std::vector<bool> per_micro_;                 // by op: acts once per micro-batch
+  std::vector<bool> after_micro_;               // by op: acts once, after the micro-batches
   bool per_micro_scope_ = false;                // scope of the op being expanded
   std::map<int64_t, int64_t> repeated_;         // register -> its REPEAT output
   std::map<int64_t, int64_t> accumulated_;      // register -> its ACCUMULATE output

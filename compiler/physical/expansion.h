@@ -40,6 +40,8 @@ class PlanBuilder {
   int64_t new_transfer_id() { return next_transfer_id_++; }
   /// Tasks added from now on act once per micro-batch (Note [Micro-batches] in plan.proto).
   void set_per_micro_batch(bool per_micro_batch) { per_micro_batch_ = per_micro_batch; }
+  /// Tasks added from now on act once, after the micro-batches (when not per micro-batch).
+  void set_after_micro_batches(bool after) { after_micro_batches_ = after; }
 
   const proto::TaskProto& task(int64_t id) const;
   proto::TaskProto& mutable_task(int64_t id);
@@ -65,6 +67,7 @@ class PlanBuilder {
   std::vector<int64_t> register_ranks_;           // by register id
   int64_t next_transfer_id_ = 0;
   bool per_micro_batch_ = false;
+  bool after_micro_batches_ = false;
 };
 
 /// Expands `graph` (after boxing insertion: every op has its signature, every compute op's
