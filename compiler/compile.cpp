@@ -151,21 +151,16 @@ void set_pipeline_depth(proto::PlanProto* plan, int stages) {
 }
 
 // Note [Compiling per rank]: a process needs only its own ranks' parts. Expansion still walks
-// every rank (task, register and transfer ids must agree between the processes, so every
-// process numbers everything the same way), but the costly steps after it (task order, memory
-// planning, checks) then see only the kept ranks.
-void keep_ranks(proto::PlanProto* plan, const std::vector<int64_t>& ranks) {
-  if (ranks.empty()) return;
-  const std::set<int64_t> wanted(ranks.begin(), ranks.end());
-  for (int64_t r : wanted) {
-    OFL_CHECK(r >= 0 && r < plan->world_size(), "[compile] rank ", r,
-              " is not in the job: its world size is ", plan->world_size(), ".");
+// every rank, numbering tasks, registers and transfers exactly as in the whole plan (so parts
+// compiled by different processes fit together), but materialises only the kept ranks' tasks;
+// task order, memory planning and the checks then see those alone.
+void check_ranks(const Graph& graph, const std::vector<int64_t>& ranks) {
+  const std::vector<int64_t> all = graph.all_ranks();
+  for (int64_t r : ranks) {
+    OFL_CHECK(std::binary_search(all.begin(), all.end(), r), "[compile] rank ", r,
+              " is not in the job: its ops are placed on ranks ", all.front(), "..", all.back(),
+              ".");
   }
-  google::protobuf::RepeatedPtrField<proto::RankPlanProto> kept;
-  for (auto& rank : *plan->mutable_ranks()) {
-    if (wanted.count(rank.rank())) kept.Add()->Swap(&rank);
-  }
-  plan->mutable_ranks()->Swap(&kept);
 }
 
 }  // namespace
@@ -175,9 +170,9 @@ proto::PlanProto compile_graph(Graph graph, const CompileOptions& options) {
   std::set<int> stage_ids;
   for (int i = 0; i < graph.num_ops(); ++i) stage_ids.insert(graph.op(i).stage);
   const int stages = static_cast<int>(stage_ids.size());
-  proto::PlanProto plan = physical::expand_to_plan(graph);
+  check_ranks(graph, options.ranks);
+  proto::PlanProto plan = physical::expand_to_plan(graph, options.ranks);
   set_pipeline_depth(&plan, stages);
-  keep_ranks(&plan, options.ranks);
   order_in_place_writers(&plan);
   sort_rank_tasks(&plan);
   physical::plan_memory(&plan, options.memory_limit_bytes);

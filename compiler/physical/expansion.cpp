@@ -8,14 +8,16 @@
 
 namespace ofl::compiler::physical {
 
-PlanBuilder::PlanBuilder(const std::vector<int64_t>& ranks) {
+PlanBuilder::PlanBuilder(const std::vector<int64_t>& ranks, const std::vector<int64_t>& kept)
+    : kept_(kept.begin(), kept.end()) {
   int64_t world_size = 0;
   for (int64_t rank : ranks) {
     OFL_ASSERT(rank >= 0 && rank_plans_.count(rank) == 0);
+    world_size = std::max(world_size, rank + 1);
+    if (!this->kept(rank)) continue;
     proto::RankPlanProto* rank_plan = plan_.add_ranks();
     rank_plan->set_rank(rank);
     rank_plans_[rank] = rank_plan;
-    world_size = std::max(world_size, rank + 1);
   }
   plan_.set_world_size(world_size);
   plan_.set_pipeline_depth(1);
@@ -27,24 +29,42 @@ proto::RankPlanProto& PlanBuilder::rank_plan(int64_t rank) {
   return *it->second;
 }
 
+proto::TaskProto* PlanBuilder::scratch_task() {
+  proto::TaskProto* task = &scratch_tasks_[next_scratch_++ % scratch_tasks_.size()];
+  task->Clear();
+  return task;
+}
+
 proto::TaskProto* PlanBuilder::add_task(int64_t rank, proto::TaskProto::Kind kind,
                                         const std::string& name, int thread) {
-  proto::TaskProto* task = rank_plan(rank).add_tasks();
+  const bool materialise = kept(rank);
+  proto::TaskProto* task = materialise ? rank_plan(rank).add_tasks() : scratch_task();
   task->set_id(num_tasks());
-  task->set_name(name);
   task->set_rank(rank);
   task->set_kind(kind);
   task->set_thread(thread);
   task->set_per_micro_batch(per_micro_batch_);
   task->set_after_micro_batches(!per_micro_batch_ && after_micro_batches_);
-  tasks_.push_back(task);
+  if (materialise) task->set_name(name);
+  tasks_.push_back(materialise ? task : nullptr);
+  task_ranks_.push_back(rank);
   return task;
 }
 
 int64_t PlanBuilder::add_output(proto::TaskProto* task, const std::string& name, const Shape& shape,
                                 DataType dtype, bool persistent) {
-  proto::RegisterProto* reg = rank_plan(task->rank()).add_registers();
   const int64_t id = num_registers();
+  const int64_t rank = task_ranks_.at(task->id());
+  OFL_ASSERT(task->rank() == rank);
+  register_ranks_.push_back(rank);
+  register_shapes_.push_back(shape);
+  register_dtypes_.push_back(dtype);
+  task->add_outputs(id);
+  if (!kept(rank)) {
+    registers_.push_back(nullptr);
+    return id;
+  }
+  proto::RegisterProto* reg = rank_plan(rank).add_registers();
   reg->set_id(id);
   reg->set_name(name);
   to_proto(shape, reg->mutable_shape());
@@ -56,8 +76,6 @@ int64_t PlanBuilder::add_output(proto::TaskProto* task, const std::string& name,
   reg->set_bytes(shape.numel() * static_cast<int64_t>(dtype_size(dtype)));
   reg->set_persistent(persistent);
   registers_.push_back(reg);
-  register_ranks_.push_back(task->rank());
-  task->add_outputs(id);
   return id;
 }
 
@@ -65,22 +83,22 @@ void PlanBuilder::add_input(proto::TaskProto* task, int64_t register_id) {
   OFL_ASSERT(register_id >= 0 && register_id < num_registers());
   OFL_ASSERT(register_ranks_[register_id] == task->rank());
   task->add_inputs(register_id);
-  registers_[register_id]->add_consumers(task->id());
+  if (registers_[register_id] != nullptr) registers_[register_id]->add_consumers(task->id());
 }
 
 const proto::TaskProto& PlanBuilder::task(int64_t id) const {
-  OFL_ASSERT(id >= 0 && id < num_tasks());
+  OFL_ASSERT(id >= 0 && id < num_tasks() && tasks_[id] != nullptr);
   return *tasks_[id];
 }
 
 proto::TaskProto& PlanBuilder::mutable_task(int64_t id) {
   OFL_ASSERT(id >= 0 && id < num_tasks());
-  return *tasks_[id];
+  return tasks_[id] != nullptr ? *tasks_[id] : *scratch_task();
 }
 
 const proto::RegisterProto& PlanBuilder::register_proto(int64_t id) const {
   OFL_ASSERT(id >= 0 && id < num_registers());
-  return *registers_[id];
+  return registers_[id] != nullptr ? *registers_[id] : scratch_register_;
 }
 
 int64_t PlanBuilder::register_rank(int64_t id) const {
@@ -89,15 +107,20 @@ int64_t PlanBuilder::register_rank(int64_t id) const {
 }
 
 Shape PlanBuilder::register_shape(int64_t id) const {
-  return from_proto(register_proto(id).shape());
+  OFL_ASSERT(id >= 0 && id < num_registers());
+  return register_shapes_[id];
 }
 
 DataType PlanBuilder::register_dtype(int64_t id) const {
-  return dtype_from_name(register_proto(id).dtype());
+  OFL_ASSERT(id >= 0 && id < num_registers());
+  return register_dtypes_[id];
 }
 
 proto::PlanProto PlanBuilder::release() {
   tasks_.clear();
+  task_ranks_.clear();
+  register_shapes_.clear();
+  register_dtypes_.clear();
   registers_.clear();
   register_ranks_.clear();
   rank_plans_.clear();
@@ -161,9 +184,9 @@ void initializer_to_proto(const Initializer& init, proto::InitializerProto* out)
 /// each parallel id of its producer's placement.
 class Expander {
  public:
-  explicit Expander(const Graph& graph)
+  Expander(const Graph& graph, const std::vector<int64_t>& kept)
       : graph_(graph),
-        builder_(graph.all_ranks()),
+        builder_(graph.all_ranks(), kept),
         registers_(graph.num_tensors()),
         micro_batches_(std::max(1, graph.train.gradient_accumulation_steps)),
         per_micro_(graph.num_ops(), false),
@@ -500,6 +523,8 @@ class Expander {
 
 }  // namespace
 
-proto::PlanProto expand_to_plan(const Graph& graph) { return Expander(graph).run(); }
+proto::PlanProto expand_to_plan(const Graph& graph, const std::vector<int64_t>& kept) {
+  return Expander(graph, kept).run();
+}
 
 }  // namespace ofl::compiler::physical

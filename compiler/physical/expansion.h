@@ -8,8 +8,10 @@
 //                                         rank 1: INPUT -> reg (2, 4)
 //                                         rank 2: INPUT -> reg (1, 4)
 
+#include <array>
 #include <cstdint>
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -24,7 +26,10 @@ namespace ofl::compiler::physical {
 class PlanBuilder {
  public:
   /// One RankPlanProto per entry of `ranks` (sorted, distinct); world_size = max rank + 1.
-  explicit PlanBuilder(const std::vector<int64_t>& ranks);
+  /// With `kept` non-empty only those ranks' tasks and registers are materialised: the others
+  /// are numbered exactly as in a whole plan (so ids agree between processes) but written to
+  /// scratch messages and dropped (Note [Compiling per rank] in compile.cpp).
+  explicit PlanBuilder(const std::vector<int64_t>& ranks, const std::vector<int64_t>& kept = {});
   PlanBuilder(const PlanBuilder&) = delete;
   PlanBuilder& operator=(const PlanBuilder&) = delete;
 
@@ -51,6 +56,8 @@ class PlanBuilder {
   DataType register_dtype(int64_t id) const;
   int64_t num_tasks() const { return static_cast<int64_t>(tasks_.size()); }
   int64_t num_registers() const { return static_cast<int64_t>(registers_.size()); }
+  /// Whether `rank`'s tasks and registers go into the plan.
+  bool kept(int64_t rank) const { return kept_.empty() || kept_.count(rank) > 0; }
 
   proto::PlanProto& plan() { return plan_; }
   /// Hands the plan over; the builder must not be used afterwards.
@@ -58,13 +65,24 @@ class PlanBuilder {
 
  private:
   proto::RankPlanProto& rank_plan(int64_t rank);
+  proto::TaskProto* scratch_task();
 
   proto::PlanProto plan_;
   std::map<int64_t, proto::RankPlanProto*> rank_plans_;
-  // Protobuf repeated message fields keep their elements in place, so these stay valid.
+  // Protobuf repeated message fields keep their elements in place, so these stay valid. Tasks
+  // and registers of ranks not kept are scratch (tasks) or absent (registers: nullptr).
   std::vector<proto::TaskProto*> tasks_;          // by task id
+  std::vector<int64_t> task_ranks_;               // by task id
   std::vector<proto::RegisterProto*> registers_;  // by register id
   std::vector<int64_t> register_ranks_;           // by register id
+  std::vector<Shape> register_shapes_;            // by register id
+  std::vector<DataType> register_dtypes_;         // by register id
+  std::set<int64_t> kept_;
+  // A task of a dropped rank is filled in by the caller and discarded; a small ring of them
+  // keeps a pointer valid while the caller builds the next few tasks.
+  std::array<proto::TaskProto, 16> scratch_tasks_;
+  size_t next_scratch_ = 0;
+  proto::RegisterProto scratch_register_;
   int64_t next_transfer_id_ = 0;
   bool per_micro_batch_ = false;
   bool after_micro_batches_ = false;
@@ -73,6 +91,8 @@ class PlanBuilder {
 /// Expands `graph` (after boxing insertion: every op has its signature, every compute op's
 /// inputs come from producers on the same placement with the SBP it consumes) into a plan.
 /// Memory blocks are left to memory planning (memory_block = -1).
-proto::PlanProto expand_to_plan(const Graph& graph);
+/// The plan of `graph`; with `kept` non-empty, only those ranks' parts (identical to theirs in
+/// the whole plan).
+proto::PlanProto expand_to_plan(const Graph& graph, const std::vector<int64_t>& kept = {});
 
 }  // namespace ofl::compiler::physical

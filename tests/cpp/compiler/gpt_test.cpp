@@ -309,3 +309,34 @@ TEST(GptModel, RejectsHeadCountsThatTensorParallelRanksCannotShare) {
 
 }  // namespace
 }  // namespace ofl::compiler
+
+namespace ofl::compiler {
+namespace {
+
+// What one process compiles (CompileOptions::ranks) is exactly its rank's part of the whole
+// plan, for a 3-D parallel GPT with micro-batches (rings, stage boundaries, ZeRO sharding).
+TEST(GptModel, EachRanksOwnCompileEqualsItsPartOfTheWholePlan) {
+  auto graph = [] {
+    GraphBuilder b("gpt_parts");
+    const int loss =
+        build_gpt(b, tiny_config(), GptParallel{.dp = 2, .tp = 2, .pp = 2, .micro_batches = 2});
+    b.set_loss(loss);
+    b.fetch(loss);
+    b.train().optimizer.kind = OptimizerConfig::Kind::kAdamW;
+    b.train().zero_stage = 1;
+    return std::move(b.graph());
+  };
+  const proto::PlanProto whole = compile_graph(graph());
+  ASSERT_EQ(whole.ranks_size(), 8);
+  for (const auto& part : whole.ranks()) {
+    CompileOptions options;
+    options.ranks = {part.rank()};
+    const proto::PlanProto one = compile_graph(graph(), options);
+    ASSERT_EQ(one.ranks_size(), 1);
+    EXPECT_EQ(one.world_size(), whole.world_size());
+    EXPECT_EQ(one.ranks(0).SerializeAsString(), part.SerializeAsString()) << "rank " << part.rank();
+  }
+}
+
+}  // namespace
+}  // namespace ofl::compiler
