@@ -153,9 +153,12 @@ class StepEmitter {
  private:
   proto::TaskProto* task(int64_t rank, proto::TaskProto::Kind kind, const char* what,
                          int thread = 0) {
-    proto::TaskProto* t =
-        builder_.add_task(rank, kind, str_cat(name_, "/", what, counter_++), thread);
-    t->set_logical_op(name_);
+    // Tasks of ranks not compiled here are only numbered: skip building their text.
+    const bool kept = builder_.kept(rank);
+    proto::TaskProto* t = builder_.add_task(
+        rank, kind, kept ? str_cat(name_, "/", what, counter_) : std::string(), thread);
+    ++counter_;
+    if (kept) t->set_logical_op(name_);
     return t;
   }
   int64_t output(proto::TaskProto* t, const Shape& shape) {

@@ -422,6 +422,7 @@ class Expander {
     for (const auto& regs : input_regs) inputs.push_back(&regs);
     for (int64_t pid = 0; pid < op.placement.num_ranks(); ++pid) {
       const int64_t rank = op.placement.rank(pid);
+      const bool kept = builder_.kept(rank);
       proto::TaskProto* task;
       if (view_of != nullptr) {
         // A view (reshape) has no kernel; in a plan it is a memcpy into its own register.
@@ -430,7 +431,8 @@ class Expander {
       } else {
         task = builder_.add_task(rank, proto::TaskProto::COMPUTE, op.name, /*thread=*/0);
         task->set_op_type(op.schema->name());
-        params_to_proto(*op.schema, op.params, task->mutable_params());
+        // A rank not compiled here only needs its ids counted (Note [Compiling per rank]).
+        if (kept) params_to_proto(*op.schema, op.params, task->mutable_params());
         for (const auto* regs : inputs) builder_.add_input(task, (*regs)[pid]);
         if (mutated != nullptr) {
           for (int m : *mutated) task->add_mutated_inputs(m);
@@ -441,7 +443,7 @@ class Expander {
       for (size_t k = 0; k < op.outputs.size(); ++k) {
         const LogicalTensor& tensor = graph_.tensor(op.outputs[k]);
         const NdSbp& sbp = output_sbp(op, k);
-        if (k == 0) {
+        if (k == 0 && kept) {
           add_region(logical_region(tensor.meta.shape, sbp, op.placement, pid),
                      task->mutable_output_region());
           to_proto(tensor.meta.shape, task->mutable_logical_output_shape());

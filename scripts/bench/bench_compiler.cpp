@@ -190,23 +190,31 @@ void scaling(const std::vector<int>& ranks, const std::vector<int64_t>& layers, 
   print_phases(config, parallel, compile_seconds(config, parallel, /*repeats=*/1));
 }
 
-// (d) What one process compiles: only its own rank (CompileOptions::ranks).
-void per_rank_scaling(const std::vector<int>& ranks, int64_t layers) {
-  std::printf("## (d) compiling one rank's part: %lld layers, dp = ranks / 2, tp = 2, batch 64\n\n",
-              static_cast<long long>(layers));
-  std::printf("| ranks | tasks of rank 0 | compile s (rank 0 only) | whole job s | ratio |\n");
-  std::printf("| --- | --- | --- | --- | --- |\n");
-  for (int r : ranks) {
-    CompileOptions one;
-    one.ranks = {0};
-    int64_t tasks = 0, all_tasks = 0;
-    const GptConfig config = bench_config(layers, /*batch=*/64);
-    const GptParallel parallel{.dp = r / 2, .tp = 2};
-    const double part = compile_seconds(config, parallel, /*repeats=*/1, &tasks, one);
-    const double whole = compile_seconds(config, parallel, /*repeats=*/1, &all_tasks);
-    std::printf("| %d | %lld | %.3f | %.3f | %.2f |\n", r, static_cast<long long>(tasks), part,
-                whole, part / whole);
-    std::fflush(stdout);
+// (d) What one process compiles: only its own rank (CompileOptions::ranks), over layers and
+// ranks; for the first layer count also the whole job in one process, for comparison.
+void per_rank_scaling(const std::vector<int>& ranks, const std::vector<int64_t>& layers) {
+  std::printf("## (d) compiling one rank's part: dp = ranks / 2, tp = 2, batch 64\n\n");
+  std::printf(
+      "| layers | ranks | tasks of rank 0 | compile s (rank 0) | ms per (layer x rank) | "
+      "whole job s |\n");
+  std::printf("| --- | --- | --- | --- | --- | --- |\n");
+  for (int64_t l : layers) {
+    for (int r : ranks) {
+      CompileOptions one;
+      one.ranks = {0};
+      int64_t tasks = 0, all_tasks = 0;
+      const GptConfig config = bench_config(l, /*batch=*/64);
+      const GptParallel parallel{.dp = r / 2, .tp = 2};
+      const double part = compile_seconds(config, parallel, /*repeats=*/1, &tasks, one);
+      std::string whole = "";
+      if (l == layers.front()) {
+        whole = str_cat(compile_seconds(config, parallel, /*repeats=*/1, &all_tasks));
+      }
+      std::printf("| %lld | %d | %lld | %.3f | %.3f | %s |\n", static_cast<long long>(l), r,
+                  static_cast<long long>(tasks), part, 1e3 * part / static_cast<double>(l * r),
+                  whole.c_str());
+      std::fflush(stdout);
+    }
   }
   std::printf("\n");
 }
@@ -217,7 +225,7 @@ void per_rank_scaling(const std::vector<int>& ranks, int64_t layers) {
 int main(int argc, char** argv) {
   const bool quick = argc > 1 && std::strcmp(argv[1], "--quick") == 0;
   if (argc > 1 && std::strcmp(argv[1], "--per-rank") == 0) {  // (d) alone
-    ofl::compiler::per_rank_scaling({8, 16, 32, 64}, /*layers=*/6);
+    ofl::compiler::per_rank_scaling({8, 16, 32, 64}, {6, 12, 24});
     return 0;
   }
   ofl::compiler::memory_planning();
@@ -229,7 +237,8 @@ int main(int argc, char** argv) {
   } else {
     ofl::compiler::scaling({8, 16, 32, 64}, {6, 12, 24}, /*repeats=*/1);
   }
-  ofl::compiler::per_rank_scaling(quick ? std::vector<int>{8, 16} : std::vector<int>{8, 16, 32, 64},
-                                  /*layers=*/6);
+  ofl::compiler::per_rank_scaling(
+      quick ? std::vector<int>{8, 16} : std::vector<int>{8, 16, 32, 64},
+      quick ? std::vector<int64_t>{6} : std::vector<int64_t>{6, 12, 24});
   return 0;
 }
