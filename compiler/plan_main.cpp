@@ -6,6 +6,7 @@
 #include <google/protobuf/io/tokenizer.h>
 #include <google/protobuf/text_format.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdlib>
 #include <exception>
@@ -27,7 +28,7 @@ namespace {
 constexpr const char* kUsage =
     "usage: oneflowlike-plan JOB_FILE [--text] [--dot FILE] [--memory-limit "
     "BYTES]\n"
-    "                        [--dump-after PASS|all --dump-dir DIR]\n"
+    "                        [--dump-after PASS|all --dump-dir DIR] [--ranks R,R,...]\n"
     "\n"
     "Compiles a saved JobProto (text format when JOB_FILE ends in .pbtxt or "
     ".txt, binary\n"
@@ -40,7 +41,8 @@ constexpr const char* kUsage =
     "  --memory-limit BYTES   fail when a rank's peak memory exceeds BYTES\n"
     "  --dump-after PASS|all  dump the logical graph after PASS (repeatable) "
     "or every pass\n"
-    "  --dump-dir DIR         where graph dumps go (default: .)\n";
+    "  --dump-dir DIR         where graph dumps go (default: .)\n"
+    "  --ranks R,R,...        compile only these ranks' parts (what one node needs)\n";
 
 struct Arguments {
   std::string job_file;
@@ -87,6 +89,25 @@ Arguments parse_arguments(const std::vector<std::string>& args) {
       parsed.options.memory_limit_bytes = limit;
     } else if (arg == "--dump-after") {
       parsed.options.dump_after.push_back(value());
+    } else if (arg == "--ranks") {
+      const std::string& list = value();
+      size_t start = 0;
+      while (start <= list.size()) {
+        const size_t comma = std::min(list.find(',', start), list.size());
+        const std::string item = list.substr(start, comma - start);
+        size_t used = 0;
+        long long rank = -1;
+        try {
+          rank = std::stoll(item, &used);
+        } catch (const std::exception&) {
+          used = 0;
+        }
+        if (item.empty() || used != item.size() || rank < 0) {
+          throw UsageError{"--ranks needs comma-separated non-negative ranks, got '" + list + "'"};
+        }
+        parsed.options.ranks.push_back(rank);
+        start = comma + 1;
+      }
     } else if (arg == "--dump-dir") {
       parsed.options.dump_dir = value();
       dump_dir_given = true;

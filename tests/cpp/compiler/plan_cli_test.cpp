@@ -60,6 +60,17 @@ TEST(PlanCli, PrintsTheSummaryOfASavedJob) {
   EXPECT_EQ(all.str().rfind("digraph", 0), 0u);
 }
 
+TEST(PlanCli, CompilesOnlyTheRanksOfOneNodeOnRequest) {
+  const Result r = run(save_job("node", false) + " --ranks 1");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("rank 1:"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("rank 0:"), std::string::npos) << r.output;
+  const Result bad = run(save_job("node2", false) + " --ranks 7");
+  EXPECT_EQ(bad.exit_code, 1);
+  EXPECT_NE(bad.output.find("rank 7 is not in the job"), std::string::npos) << bad.output;
+  EXPECT_EQ(run(save_job("node3", false) + " --ranks x").exit_code, 2);
+}
+
 TEST(PlanCli, UserErrorsExitWithOneAndAMessage) {
   const Result r = run(save_job("bad", true));
   EXPECT_EQ(r.exit_code, 1);
