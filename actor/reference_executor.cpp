@@ -963,6 +963,42 @@ void ReferenceExecutor::act(int t, int micro_batch, const std::map<std::string, 
     default:
       OFL_ASSERT(false) << "kinds are checked when the plan is loaded";
   }
+  if (planned_memory_) place_in_blocks(task);
+}
+
+void ReferenceExecutor::use_planned_memory() {
+  std::map<int64_t, int64_t> block_bytes;
+  for (const RegisterInfo& reg : registers_) {
+    const int64_t block = reg.proto.memory_block();
+    if (block < 0) continue;
+    const int64_t end =
+        reg.proto.offset() + static_cast<int64_t>(reg.shape.numel() * dtype_size(reg.dtype));
+    block_bytes[block] = std::max(block_bytes[block], end);
+  }
+  for (const auto& [block, bytes] : block_bytes) {
+    blocks_[block] = Tensor::zeros(Shape{bytes}, DataType::kInt8);
+  }
+  planned_memory_ = true;
+}
+
+// Moves each output that lives in a memory block into the block, and has later readers read it
+// from there (use_planned_memory).
+void ReferenceExecutor::place_in_blocks(const TaskInfo& task) {
+  for (int r : task.outputs) {
+    const RegisterInfo& reg = registers_[r];
+    if (reg.proto.memory_block() < 0 || !values_[r].defined()) continue;
+    const Tensor& block = blocks_.at(reg.proto.memory_block());
+    auto impl = std::make_shared<TensorImpl>();
+    impl->storage = block.impl()->storage;
+    impl->offset_bytes = static_cast<size_t>(reg.proto.offset());
+    impl->shape = reg.shape;
+    impl->dtype = reg.dtype;
+    Tensor view(std::move(impl));
+    if (!view.shares_storage_with(values_[r]) || view.raw_data() != values_[r].raw_data()) {
+      std::memcpy(view.raw_data(), values_[r].raw_data(), view.nbytes());
+    }
+    values_[r] = view;
+  }
 }
 
 // Inputs are the registers themselves, so mutated inputs (optimizer updates) write in place.

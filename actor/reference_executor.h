@@ -47,6 +47,11 @@ class ReferenceExecutor {
   /// Raises ofl::Error naming the task or register otherwise.
   explicit ReferenceExecutor(proto::PlanProto plan);
 
+  /// Backs every register that memory planning put in a block with that block at its offset, so
+  /// registers that share memory really overwrite each other and a wrong memory plan gives wrong
+  /// results (tests use it to check memory planning). Off by default.
+  void use_planned_memory();
+
   /// Sets every VARIABLE register from its InitializerProto. Random initialisers draw each
   /// element from its logical position, so a split variable equals the one-device variable.
   void initialize_variables();
@@ -126,6 +131,7 @@ class ReferenceExecutor {
   void act(int task, int micro_batch, const std::map<std::string, Tensor>& inputs,
            std::vector<std::pair<int, Tensor>>* fetched);
   void run_compute(const TaskInfo& task, int micro_batch);
+  void place_in_blocks(const TaskInfo& task);
 
   std::vector<RegisterInfo> registers_;
   std::vector<TaskInfo> tasks_;            // in (rank, position) order
@@ -135,7 +141,10 @@ class ReferenceExecutor {
   NameIndex outputs_by_name_;
   NameIndex variables_by_name_;
   int micro_batches_ = 1;
-  int64_t iteration_ = 0;          // run() calls so far: random ops draw fresh numbers each one
+  int64_t iteration_ = 0;
+  bool planned_memory_ = false;
+  std::map<int64_t, Tensor> blocks_;  // memory block id -> its bytes (use_planned_memory) // run()
+                                      // calls so far: random ops draw fresh numbers each one
   std::vector<Step> schedule_;     // in execution order
   std::vector<Tensor> values_;     // per register
   std::vector<Tensor> in_flight_;  // per task: what a SEND sent, until its RECV acts

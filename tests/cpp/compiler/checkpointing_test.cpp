@@ -84,6 +84,7 @@ using testing::TrainingRun;
 
 TrainingRun train(const Model& m, int steps) {
   actor::ReferenceExecutor executor(compile_graph(build(m)));
+  executor.use_planned_memory();  // shared registers really share: checks the memory plan
   executor.initialize_variables();
   TrainingRun run;
   for (int step = 1; step <= steps; ++step) {  // one fixed batch: the loss must fall

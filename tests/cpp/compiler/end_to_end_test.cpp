@@ -80,6 +80,7 @@ using testing::TrainingRun;
 
 TrainingRun train(const Layout& layout, OptimizerConfig::Kind optimizer, int steps) {
   actor::ReferenceExecutor executor(compile_graph(build_mlp(layout, optimizer)));
+  executor.use_planned_memory();  // registers that share memory really do: checks the plan
   executor.initialize_variables();
   TrainingRun run;
   for (int step = 1; step <= steps; ++step) {

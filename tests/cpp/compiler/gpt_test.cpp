@@ -60,6 +60,7 @@ TrainingRun train(const GptConfig& config, const GptParallel& parallel, int step
     if (b.graph().op(i).kind == OpKind::kVariable) variables.push_back(b.graph().op(i).name);
   }
   actor::ReferenceExecutor executor(compile_graph(std::move(b.graph())));
+  executor.use_planned_memory();  // shared registers really share: checks the memory plan
   executor.initialize_variables();
   TrainingRun run;
   for (int step = 1; step <= steps; ++step) {
