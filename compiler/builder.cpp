@@ -18,11 +18,9 @@ NdSbp or_broadcast(const NdSbp& sbp, const Placement& placement) {
 
 }  // namespace
 
-int GraphBuilder::input(const std::string& name, const Shape& shape, DataType dtype,
-                        const NdSbp& sbp) {
-  LogicalOp op;
-  op.name = name;
-  op.kind = OpKind::kInput;
+int GraphBuilder::add_source(LogicalOp op, const Shape& shape, DataType dtype, const NdSbp& sbp,
+                             const char* why_not_partial) {
+  const std::string name = op.name;
   op.placement = placement_;
   op.stage = stage_;
   op.checkpoint_group = checkpoint_group_;
@@ -30,9 +28,7 @@ int GraphBuilder::input(const std::string& name, const Shape& shape, DataType dt
   op.output_sbp_hints = {or_broadcast(sbp, placement_)};
   check_nd_sbp(shape, op.output_sbp_hints[0], placement_, name);
   for (const Sbp& s : op.output_sbp_hints[0]) {
-    OFL_CHECK(!s.is_partial_sum(), op.describe(),
-              " an input cannot be partial-sum (P): the "
-              "caller feeds whole values. However, got ",
+    OFL_CHECK(!s.is_partial_sum(), op.describe(), " ", why_not_partial, " However, got ",
               nd_sbp_to_string(op.output_sbp_hints[0]), ".");
   }
   const int index = graph_.add_op(std::move(op), 1, {name});
@@ -40,28 +36,24 @@ int GraphBuilder::input(const std::string& name, const Shape& shape, DataType dt
   return graph_.op(index).outputs[0];
 }
 
+int GraphBuilder::input(const std::string& name, const Shape& shape, DataType dtype,
+                        const NdSbp& sbp) {
+  LogicalOp op;
+  op.name = name;
+  op.kind = OpKind::kInput;
+  return add_source(std::move(op), shape, dtype, sbp,
+                    "an input cannot be partial-sum (P): the caller feeds whole values.");
+}
+
 int GraphBuilder::variable(const std::string& name, const Shape& shape, const Initializer& init,
                            const NdSbp& sbp, bool trainable, DataType dtype) {
   LogicalOp op;
   op.name = name;
   op.kind = OpKind::kVariable;
-  op.placement = placement_;
-  op.stage = stage_;
-  op.checkpoint_group = checkpoint_group_;
-  op.location = location_;
   op.initializer = init;
   op.trainable = trainable;
-  op.output_sbp_hints = {or_broadcast(sbp, placement_)};
-  for (const Sbp& s : op.output_sbp_hints[0]) {
-    OFL_CHECK(!s.is_partial_sum(), op.describe(),
-              " a variable cannot be partial-sum (P): it holds "
-              "whole values. However, got ",
-              nd_sbp_to_string(op.output_sbp_hints[0]), ".");
-  }
-  check_nd_sbp(shape, op.output_sbp_hints[0], placement_, name);
-  const int index = graph_.add_op(std::move(op), 1, {name});
-  graph_.tensor(graph_.op(index).outputs[0]).meta = TensorMeta{shape, dtype};
-  return graph_.op(index).outputs[0];
+  return add_source(std::move(op), shape, dtype, sbp,
+                    "a variable cannot be partial-sum (P): it holds whole values.");
 }
 
 std::vector<int> GraphBuilder::op(const std::string& type, const AnyParams& params,

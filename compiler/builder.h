@@ -60,6 +60,10 @@ class GraphBuilder {
   void to_job(proto::JobProto* job) const;
 
  private:
+  // Adds an input or variable op (name, kind and its own fields set) on the current placement.
+  int add_source(LogicalOp op, const Shape& shape, DataType dtype, const NdSbp& sbp,
+                 const char* why_not_partial);
+
   Graph graph_;
   Placement placement_;
   int stage_ = 0;

@@ -21,12 +21,6 @@ namespace F = functional;
 
 using testing::expect_error;
 
-std::vector<double> map(const Tensor& x, const std::function<double(double)>& f) {
-  std::vector<double> out = values_of(x);
-  for (double& v : out) v = f(v);
-  return out;
-}
-
 std::vector<SbpSignature> signatures(std::string_view op, const std::vector<TensorMeta>& inputs) {
   const OpSchema& schema = OpRegistry::global().find(op);
   return (*schema.get<FSbpSignatures>())(InferContext(schema, ScalarParams{2.0}, inputs));
@@ -35,12 +29,16 @@ std::vector<SbpSignature> signatures(std::string_view op, const std::vector<Tens
 TEST(ScalarOps, MatchReferenceInFloat32AndFloat64) {
   for (DataType dtype : {DataType::kFloat32, DataType::kFloat64}) {
     const Tensor x = random_tensor({3, 4}, dtype, 1, 0.1, 2.0);
-    expect_close(F::scalar_add(x, 1.5), map(x, [](double v) { return v + 1.5; }), {3, 4});
-    expect_close(F::scalar_mul(x, -2.5), map(x, [](double v) { return v * -2.5; }), {3, 4});
-    expect_close(F::scalar_rpow(x, 3.0), map(x, [](double v) { return std::pow(3.0, v); }), {3, 4});
+    expect_close(F::scalar_add(x, 1.5), testing::map_values(x, [](double v) { return v + 1.5; }),
+                 {3, 4});
+    expect_close(F::scalar_mul(x, -2.5), testing::map_values(x, [](double v) { return v * -2.5; }),
+                 {3, 4});
+    expect_close(F::scalar_rpow(x, 3.0),
+                 testing::map_values(x, [](double v) { return std::pow(3.0, v); }), {3, 4});
     for (double s : {2.0, 3.0, 1.0, 0.5, -1.0, 0.0, 1.7, -2.3}) {
       SCOPED_TRACE(s);
-      expect_close(F::scalar_pow(x, s), map(x, [s](double v) { return std::pow(v, s); }), {3, 4});
+      expect_close(F::scalar_pow(x, s),
+                   testing::map_values(x, [s](double v) { return std::pow(v, s); }), {3, 4});
     }
   }
 }

@@ -48,6 +48,12 @@ std::vector<double> values_of(const Tensor& t) {
   return out;
 }
 
+std::vector<double> map_values(const Tensor& x, const std::function<double(double)>& f) {
+  std::vector<double> out = values_of(x);
+  for (double& v : out) v = f(v);
+  return out;
+}
+
 void expect_close(const Tensor& actual, const std::vector<double>& expected, const Shape& shape,
                   double rtol, double atol) {
   ASSERT_EQ(actual.shape(), shape);

@@ -24,6 +24,9 @@ std::vector<double> values_of(const Tensor& t);
 void expect_close(const Tensor& actual, const std::vector<double>& expected, const Shape& shape,
                   double rtol = 1e-5, double atol = 1e-6);
 
+/// f applied to every value of x (a reference computed in double).
+std::vector<double> map_values(const Tensor& x, const std::function<double(double)>& f);
+
 /// Expects f() to raise ofl::Error with `code` and a message containing `phrase`.
 template <class F>
 void expect_error(F&& f, ErrorCode code, const std::string& phrase) {

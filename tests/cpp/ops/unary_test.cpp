@@ -22,12 +22,6 @@ namespace F = functional;
 
 using testing::expect_error;
 
-std::vector<double> map(const Tensor& x, const std::function<double(double)>& f) {
-  std::vector<double> out = values_of(x);
-  for (double& v : out) v = f(v);
-  return out;
-}
-
 double gelu_exact(double x) { return 0.5 * x * (1 + std::erf(x / std::numbers::sqrt2)); }
 double gelu_tanh(double x) {
   const double k = std::sqrt(2 / std::numbers::pi);
@@ -78,16 +72,18 @@ TEST(UnaryOps, MatchReferenceInFloat32AndFloat64) {
       const Tensor x = random_tensor({3, 5}, dtype, 1, c.lo, c.hi);
       const Tensor y = c.op(x);
       EXPECT_EQ(y.dtype(), dtype);
-      expect_close(y, map(x, c.reference), {3, 5}, 1e-5, 1e-6);
+      expect_close(y, testing::map_values(x, c.reference), {3, 5}, 1e-5, 1e-6);
     }
   }
 }
 
 TEST(UnaryOps, LargeInputsRunInParallelAndMatchReference) {
   const Tensor x = random_tensor({300, 400}, DataType::kFloat64, 3, -4, 4);
-  expect_close(F::exp(x), map(x, [](double v) { return std::exp(v); }), {300, 400}, 1e-12, 0);
-  expect_close(F::gelu(x), map(x, gelu_exact), {300, 400}, 1e-12, 1e-15);
-  expect_close(F::relu(x), map(x, [](double v) { return v > 0 ? v : 0.0; }), {300, 400}, 0, 0);
+  expect_close(F::exp(x), testing::map_values(x, [](double v) { return std::exp(v); }), {300, 400},
+               1e-12, 0);
+  expect_close(F::gelu(x), testing::map_values(x, gelu_exact), {300, 400}, 1e-12, 1e-15);
+  expect_close(F::relu(x), testing::map_values(x, [](double v) { return v > 0 ? v : 0.0; }),
+               {300, 400}, 0, 0);
 }
 
 TEST(UnaryOps, GradientsMatchFiniteDifferences) {
