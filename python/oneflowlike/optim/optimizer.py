@@ -117,7 +117,8 @@ class Optimizer:
         return loss
 
     def _update(self, param, grad, group, state):
-        raise NotImplementedError
+        # Each optimizer (SGD, Adam, AdamW) applies its own fused update op.
+        raise NotImplementedError(f"{type(self).__name__} does not define _update")
 
     def state_dict(self):
         """{"state": {index: {name: value}}, "param_groups": [{..., "params": [indices]}]} with
