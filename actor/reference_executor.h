@@ -33,18 +33,19 @@
 #include <string>
 #include <vector>
 
-#include "oneflowlike/op.h"
+#include "actor/plan_index.h"
+#include "actor/plan_runner.h"
 #include "oneflowlike/proto/plan.pb.h"
 #include "oneflowlike/tensor.h"
 
 namespace ofl::actor {
 
-class ReferenceExecutor {
+class ReferenceExecutor : public PlanRunner {
  public:
-  /// Validates the plan: ids exist and are unique, every register has one producer that lists
-  /// it, every SEND has one RECV with its transfer_id and shape, every task's registers have the
-  /// shapes its kind needs, COMPUTE ops and kernels exist, and the tasks can all act (no cycle).
-  /// Raises ofl::Error naming the task or register otherwise.
+  /// Validates the plan (PlanIndex: ids exist and are unique, every register has one producer
+  /// that lists it, every SEND has one RECV with its transfer_id and shape, every task's
+  /// registers have the shapes its kind needs, COMPUTE ops and kernels exist, and the tasks can
+  /// all act, with no cycle). Raises ofl::Error naming the task or register otherwise.
   explicit ReferenceExecutor(proto::PlanProto plan);
 
   /// Backs every register that memory planning put in a block with that block at its offset, so
@@ -54,100 +55,49 @@ class ReferenceExecutor {
 
   /// Sets every VARIABLE register from its InitializerProto. Random initialisers draw each
   /// element from its logical position, so a split variable equals the one-device variable.
-  void initialize_variables();
+  void initialize_variables() override;
 
   /// One iteration: feeds `inputs` (logical tensors by the INPUT tasks' logical_op), runs every
   /// task once and returns the fetched logical tensors by the OUTPUT tasks' logical_op (or, when
   /// that is empty, by the name of the register the OUTPUT consumes).
-  std::map<std::string, Tensor> run(const std::map<std::string, Tensor>& inputs);
+  std::map<std::string, Tensor> run(const std::map<std::string, Tensor>& inputs) override;
 
   /// The logical value of a variable (by its VARIABLE tasks' logical_op), assembled from pieces.
-  Tensor read_variable(const std::string& name) const;
+  Tensor read_variable(const std::string& name) const override;
   /// Scatters a logical value into every piece of the variable.
-  void write_variable(const std::string& name, const Tensor& value);
+  void write_variable(const std::string& name, const Tensor& value) override;
 
   /// Task names in the order run() executes them (for tests and debugging). With m > 1, a
   /// per-micro-batch task appears once per micro-batch k, as "name#k".
   std::vector<std::string> schedule() const;
 
   /// m: how many micro-batches one run() goes through (1 without micro-batching).
-  int micro_batches() const { return micro_batches_; }
+  int micro_batches() const { return index_.micro_batches(); }
 
  private:
-  struct RegisterInfo {
-    proto::RegisterProto proto;
-    int64_t rank = 0;
-    Shape shape;
-    DataType dtype = DataType::kFloat32;
-    int producer = -1;  // task index
-  };
-  struct TaskInfo {
-    proto::TaskProto proto;
-    std::vector<int> inputs;   // register indices
-    std::vector<int> outputs;  // register indices
-    // INPUT / OUTPUT / VARIABLE, and COMPUTE with an output_region: the piece's place in the
-    // logical tensor (the whole of it when output_region is empty).
-    std::vector<Range> region;
-    Shape logical_shape;
-    // COMPUTE
-    const OpSchema* op = nullptr;
-    AnyParams params;
-    KernelFn kernel = nullptr;
-    // SLICE: the one region to copy; CONCAT: where each input goes.
-    std::vector<std::vector<Range>> regions;
-    int send = -1;  // RECV: the matching SEND task
-    // INPUT: read by an UNPACK, so it takes the whole batch of m micro-batches.
-    bool micro_batched = false;
-  };
+  using TaskInfo = PlanIndex::TaskInfo;
   // One act of a task; micro_batch is k for per-micro-batch tasks and 0 for once tasks.
   struct Step {
     int task = 0;
     int micro_batch = 0;
   };
-  // How a task depends on one of its predecessors.
-  enum class EdgeKind { kData, kControl, kTransfer };
-  struct Edge {
-    int from = 0;  // task index
-    EdgeKind kind = EdgeKind::kData;
-    int reg = -1;  // kData: the register read
-  };
-  using NameIndex = std::map<std::string, std::vector<int>>;  // name -> task indices
 
-  void index_plan(const proto::PlanProto& plan);
-  void check_task(int index);
-  void check_transfers();
-  void check_pieces(const NameIndex& pieces, const char* kind) const;
-  std::vector<std::vector<Edge>> predecessor_edges() const;
-  std::vector<int> order_tasks(const std::vector<std::vector<Edge>>& predecessors,
-                               const std::vector<bool>& member, std::vector<int>* waiting) const;
-  void check_micro_batch_edges(const std::vector<std::vector<Edge>>& predecessors,
-                               const std::vector<int>& order, std::vector<bool>* after) const;
   void compute_schedule();
-  bool per_micro(int task) const { return tasks_[task].proto.per_micro_batch(); }
-  std::string describe_task(int task) const;
-  std::string describe_register(int reg) const;
-  std::string describe_edge(int task, const Edge& edge) const;
-  std::string output_name(const TaskInfo& task) const;
   void act(int task, int micro_batch, const std::map<std::string, Tensor>& inputs,
            std::vector<std::pair<int, Tensor>>* fetched);
-  void run_compute(const TaskInfo& task, int micro_batch);
+  void run_compute(const TaskInfo& task, int index, int micro_batch);
   void place_in_blocks(const TaskInfo& task);
+  // The register of a VARIABLE task.
+  Tensor variable_piece(int task) const { return values_[index_.task(task).outputs[0]]; }
 
-  std::vector<RegisterInfo> registers_;
-  std::vector<TaskInfo> tasks_;            // in (rank, position) order
-  std::map<int64_t, int> register_index_;  // register id -> index
-  std::map<int64_t, int> task_index_;      // task id -> index
-  NameIndex inputs_by_name_;
-  NameIndex outputs_by_name_;
-  NameIndex variables_by_name_;
-  int micro_batches_ = 1;
+  PlanIndex index_;
+  // run() calls so far: random ops draw fresh numbers each one.
   int64_t iteration_ = 0;
   bool planned_memory_ = false;
-  std::map<int64_t, Tensor> blocks_;  // memory block id -> its bytes (use_planned_memory) // run()
-                                      // calls so far: random ops draw fresh numbers each one
-  std::vector<Step> schedule_;     // in execution order
-  std::vector<Tensor> values_;     // per register
-  std::vector<Tensor> in_flight_;  // per task: what a SEND sent, until its RECV acts
+  std::map<int64_t, Tensor> blocks_;  // memory block id -> its bytes (use_planned_memory)
+  std::vector<Step> schedule_;        // in execution order
+  std::vector<Tensor> values_;        // per register
+  std::vector<Tensor> in_flight_;     // per task: what a SEND sent, until its RECV acts
 };
 
 }  // namespace ofl::actor

@@ -1,0 +1,186 @@
+// The act protocol shared by every actor kind (Note [Register messages] in message.h, Note
+// [Acts, pieces and micro-batches] in actor.h). Kinds only supply work().
+
+#include "actor/actor.h"
+
+#include <algorithm>
+
+#include "oneflowlike/common/error.h"
+
+namespace ofl::actor {
+
+Actor::Actor(int64_t id, int64_t rank, std::string name, int task, int priority,
+             int acts_per_iteration)
+    : id_(id),
+      rank_(rank),
+      name_(std::move(name)),
+      task_(task),
+      priority_(priority),
+      acts_per_iteration_(acts_per_iteration) {
+  OFL_ASSERT(acts_per_iteration_ >= 1);
+}
+
+void Actor::finish_setup() {
+  num_data_inputs_ = 0;
+  for (const InputEdge& in : inputs_) {
+    for (int p : in.positions) num_data_inputs_ = std::max(num_data_inputs_, p + 1);
+  }
+  for (OutputRegister& out : outputs_) {
+    out.free_slots = out.num_slots;
+    out.unacked.assign(out.num_slots, {});
+  }
+}
+
+bool Actor::can_act() const {
+  if (retired_) return false;
+  for (const InputEdge& in : inputs_) {
+    if (in.readable.empty()) return false;
+  }
+  for (const OutputRegister& out : outputs_) {
+    if (!out.holding && out.free_slots == 0) return false;
+  }
+  return true;
+}
+
+void Actor::act(ActorHost& host) {
+  OFL_ASSERT(can_act()) << name_;
+  std::vector<Tensor> inputs(num_data_inputs_);
+  for (const InputEdge& in : inputs_) {
+    if (in.slots == nullptr) continue;
+    const Tensor& t = (*in.slots)[in.readable.front().slot];
+    for (int p : in.positions) inputs[p] = t;
+  }
+  std::vector<Tensor> outputs;
+  for (OutputRegister& out : outputs_) {
+    if (!out.holding) {  // claim the next slot
+      out.holding = true;
+      --out.free_slots;
+    }
+    if (!out.slots.empty()) outputs.push_back(out.slots[out.next_slot]);
+  }
+
+  work(host, inputs, outputs);
+  ++acts_;
+
+  for (int i = 0; i < static_cast<int>(inputs_.size()); ++i) {
+    InputEdge& in = inputs_[i];
+    if (++in.uses < in.hold) continue;
+    const int32_t slot = in.readable.front().slot;
+    in.readable.pop_front();
+    in.uses = 0;
+    if (keeps_inputs_until_output_acked()) {
+      kept_.emplace_back(i, slot);
+    } else {
+      ack_input(host, in, slot);
+    }
+  }
+  for (OutputRegister& out : outputs_) {
+    if (++out.acts_in_piece < out.emit_every) continue;
+    out.acts_in_piece = 0;
+    out.holding = false;
+    const int32_t slot = out.next_slot;
+    out.next_slot = (out.next_slot + 1) % out.num_slots;
+    send_ready(host, out, slot);
+  }
+  host.count_act();
+  end_stream_if_done(host);
+}
+
+void Actor::send_ready(ActorHost& host, OutputRegister& out, int32_t slot) {
+  std::vector<int64_t>& unacked = out.unacked[slot];
+  OFL_ASSERT(unacked.empty()) << name_ << " reuses a slot still being read";
+  for (const OutputRegister::Consumer& c : out.consumers) unacked.push_back(c.actor);
+  if (unacked.empty()) ++out.free_slots;  // nobody reads it
+  const int64_t piece = out.pieces++;
+  for (const OutputRegister::Consumer& c : out.consumers) {
+    ActorMessage ready =
+        ActorMessage::register_ready({id_, rank_}, {c.actor, c.rank}, out.register_id, slot, piece);
+    describe_transfer(&ready);
+    host.send(ready);
+  }
+}
+
+void Actor::ack_input(ActorHost& host, InputEdge& edge, int32_t slot) {
+  host.send(ActorMessage::register_ack({id_, rank_}, {edge.producer, edge.producer_rank},
+                                       edge.register_id, slot));
+}
+
+void Actor::on_message(const ActorMessage& message, ActorHost& host) {
+  switch (message.kind) {
+    case ActorMessage::Kind::kRegisterReady:
+    case ActorMessage::Kind::kEndOfStream: {
+      auto it = std::find_if(inputs_.begin(), inputs_.end(), [&](const InputEdge& in) {
+        return in.register_id == message.register_id;
+      });
+      OFL_ASSERT(it != inputs_.end())
+          << name_ << " got a message for a register it does not read: " << message.to_string();
+      if (message.kind == ActorMessage::Kind::kRegisterReady) {
+        it->readable.push_back(InputEdge::Piece{message.slot, message.address, message.bytes});
+      } else {
+        it->ended = true;
+        end_stream_if_done(host);
+      }
+      break;
+    }
+    case ActorMessage::Kind::kRegisterAck: {
+      auto it = std::find_if(outputs_.begin(), outputs_.end(), [&](const OutputRegister& out) {
+        return out.register_id == message.register_id;
+      });
+      OFL_ASSERT(it != outputs_.end())
+          << name_ << " got an ack for a register it does not write: " << message.to_string();
+      std::vector<int64_t>& unacked = it->unacked.at(message.slot);
+      auto who = std::find(unacked.begin(), unacked.end(), message.src_actor);
+      OFL_ASSERT(who != unacked.end()) << name_ << " got an unexpected ack " << message.to_string();
+      unacked.erase(who);
+      if (unacked.empty()) ++it->free_slots;
+      if (it->releases_inputs) {
+        OFL_ASSERT(!kept_.empty());
+        const auto [input, slot] = kept_.front();
+        kept_.pop_front();
+        ack_input(host, inputs_[input], slot);
+      }
+      break;
+    }
+  }
+}
+
+// An actor retires when every producer has ended its stream and nothing it read is left over;
+// it ends its own stream to each consumer.
+void Actor::end_stream_if_done(ActorHost& host) {
+  if (retired_) return;
+  for (const InputEdge& in : inputs_) {
+    if (!in.ended || !in.readable.empty()) return;
+  }
+  retired_ = true;
+  for (const OutputRegister& out : outputs_) {
+    for (const OutputRegister::Consumer& c : out.consumers) {
+      host.send(ActorMessage::end_of_stream({id_, rank_}, {c.actor, c.rank}, out.register_id));
+    }
+  }
+}
+
+std::string Actor::waiting_for(std::vector<int64_t>* waits_on) const {
+  std::string waits;
+  auto add = [&](const std::string& what) { waits += (waits.empty() ? "" : "; ") + what; };
+  for (const InputEdge& in : inputs_) {
+    if (!in.readable.empty()) continue;
+    add(str_cat("a ready ", in.what));
+    waits_on->push_back(in.producer);
+  }
+  for (const OutputRegister& out : outputs_) {
+    if (out.holding || out.free_slots > 0) continue;
+    std::string who;
+    for (int64_t actor : out.unacked[out.next_slot]) {
+      for (const OutputRegister::Consumer& c : out.consumers) {
+        if (c.actor != actor) continue;
+        who += (who.empty() ? "" : ", ") + c.name;
+        waits_on->push_back(actor);
+      }
+    }
+    add(str_cat("a free slot of ", out.what, " (", out.num_slots,
+                out.num_slots == 1 ? " slot" : " slots", "; not yet acknowledged by ", who, ")"));
+  }
+  return waits;
+}
+
+}  // namespace ofl::actor

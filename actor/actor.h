@@ -1,0 +1,175 @@
+#pragma once
+// Actor: one task of the plan, run by message passing alone (DESIGN.md, data flow step 4).
+//
+// An actor reads input registers and writes output registers. It may act when every input has a
+// readable piece and every output a writable slot; acting runs the kind's work (a kernel, a
+// boxing step, a transfer, ...), then acknowledges the inputs it is done with and announces the
+// outputs it filled (Note [Register messages] in message.h). Which ready actor of a thread acts
+// first is the thread's choice (actor_thread.h); nothing else orders actors.
+//
+// Note [Acts, pieces and micro-batches]: with m micro-batches an iteration makes a
+// per-micro-batch actor act m times and a once actor once. Where the two meet, one piece of a
+// register covers several acts:
+//  - a once producer read by a per-micro-batch consumer (REPEAT, UNPACK, a control input): the
+//    consumer acts m times on the same piece and acknowledges it after the last (`hold` = m);
+//  - a per-micro-batch producer read by once consumers (ACCUMULATE, PACK, a control input):
+//    the producer keeps one slot through its m acts and announces it after the last
+//    (`emit_every` = m).
+// Everywhere else a piece is one act of each side.
+
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "actor/message.h"
+#include "actor/plan_index.h"
+#include "oneflowlike/tensor.h"
+
+namespace ofl::actor {
+
+class ActorThread;
+
+/// What an actor needs from the runtime around it.
+class ActorHost {
+ public:
+  virtual ~ActorHost() = default;
+  /// Delivers a message to its dst_actor, wherever that actor runs.
+  virtual void send(const ActorMessage& message) = 0;
+  /// Reads `bytes` at `address` in the process hosting `rank` into `dst` (RECV).
+  virtual void read_remote(int64_t rank, uint64_t address, void* dst, size_t bytes) = 0;
+  /// This iteration's fed tensors (INPUT), by name.
+  virtual const std::map<std::string, Tensor>& inputs() const = 0;
+  /// Counts one act towards the end of the iteration.
+  virtual void count_act() = 0;
+};
+
+/// One input register of an actor, with the pieces its producer announced and not yet acked.
+struct InputEdge {
+  struct Piece {
+    int32_t slot = 0;
+    uint64_t address = 0;  // transfer edges: where the sender's data is
+    int64_t bytes = 0;
+  };
+  int64_t register_id = 0;
+  int64_t producer = 0;  // actor id
+  int64_t producer_rank = 0;
+  std::string what;  // for reports: "register 'x' (id 3) of task 'y' (...)"
+  int hold = 1;      // acts per piece (Note [Acts, pieces and micro-batches])
+  int uses = 0;      // acts done on the front piece
+  std::deque<Piece> readable;
+  bool ended = false;
+  // Data registers: the producer's slot tensors (same rank, fixed after load).
+  const std::vector<Tensor>* slots = nullptr;
+  // Which of the task's inputs (op input order) read this register.
+  std::vector<int> positions;
+};
+
+/// One output register of an actor: its slots and who still reads each.
+struct OutputRegister {
+  struct Consumer {
+    int64_t actor = 0;
+    int64_t rank = 0;
+    std::string name;  // for reports
+  };
+  int64_t register_id = 0;
+  std::string what;       // for reports
+  int emit_every = 1;     // acts per piece (Note [Acts, pieces and micro-batches])
+  int acts_in_piece = 0;  // acts into the held slot so far
+  int num_slots = 1;
+  std::vector<Tensor> slots;  // data registers: one tensor per slot; empty for control edges
+  std::vector<std::vector<int64_t>> unacked;  // per slot: consumers yet to acknowledge it
+  int next_slot = 0;                          // the slot the next piece goes into
+  int free_slots = 1;
+  bool holding = false;  // next_slot is taken by a piece still being written
+  // A SEND's transfer: its pieces are the SEND's input slots, released when the RECV acks.
+  bool releases_inputs = false;
+  int64_t pieces = 0;  // announced so far
+  std::vector<Consumer> consumers;
+};
+
+class Actor {
+ public:
+  /// `task` is -1 for actors the runtime adds (the tick).
+  Actor(int64_t id, int64_t rank, std::string name, int task, int priority, int acts_per_iteration);
+  virtual ~Actor() = default;
+  Actor(const Actor&) = delete;
+  Actor& operator=(const Actor&) = delete;
+
+  int64_t id() const { return id_; }
+  int64_t rank() const { return rank_; }
+  const std::string& name() const { return name_; }
+  int task() const { return task_; }
+  /// Among ready actors of one thread the higher priority acts first (later plan position:
+  /// backward before forward, Note [Thread schedule] in actor_thread.h).
+  int priority() const { return priority_; }
+  int acts_per_iteration() const { return acts_per_iteration_; }
+  int64_t acts() const { return acts_; }
+  bool retired() const { return retired_; }
+
+  std::vector<InputEdge>& inputs() { return inputs_; }
+  std::vector<OutputRegister>& outputs() { return outputs_; }
+  const std::vector<InputEdge>& inputs() const { return inputs_; }
+  const std::vector<OutputRegister>& outputs() const { return outputs_; }
+
+  ActorThread* thread() const { return thread_; }
+  void set_thread(ActorThread* thread) { thread_ = thread; }
+  /// The thread's bookkeeping: whether the actor sits in its ready queue.
+  bool queued = false;
+
+  /// Called once all edges are added: sizes the kernel's input list.
+  void finish_setup();
+
+  /// Every input has a readable piece and every output a writable slot.
+  bool can_act() const;
+  /// One act: the kind's work, then acks and ready messages. Requires can_act().
+  void act(ActorHost& host);
+  /// Applies a register message addressed to this actor.
+  void on_message(const ActorMessage& message, ActorHost& host);
+
+  /// The iteration of the next act.
+  int64_t iteration() const { return acts_ / acts_per_iteration_; }
+  /// The micro-batch of the next act (0 for once actors).
+  int micro_batch() const { return static_cast<int>(acts_ % acts_per_iteration_); }
+
+  /// For the watchdog: what the actor waits for, or "" when it could act. Names registers and
+  /// the actors they wait on; `waits_on` gets those actors' ids.
+  std::string waiting_for(std::vector<int64_t>* waits_on) const;
+
+ protected:
+  /// The kind's work on the current pieces: input tensors by op input position (data inputs
+  /// only), output tensors of the slots being written.
+  virtual void work(ActorHost& host, const std::vector<Tensor>& inputs,
+                    const std::vector<Tensor>& outputs) = 0;
+  /// SEND keeps its input until the receiver has read it (true): the input is acked when the
+  /// output register marked releases_inputs is. Others ack after acting.
+  virtual bool keeps_inputs_until_output_acked() const { return false; }
+  /// The address and size a transfer's ready message carries (SEND).
+  virtual void describe_transfer(ActorMessage* /*ready*/) const {}
+  /// The input piece the act reads, for kinds that read remote data (RECV).
+  const InputEdge::Piece& front_piece(int input) const { return inputs_[input].readable.front(); }
+
+ private:
+  void send_ready(ActorHost& host, OutputRegister& out, int32_t slot);
+  void ack_input(ActorHost& host, InputEdge& edge, int32_t slot);
+  void end_stream_if_done(ActorHost& host);
+
+  int64_t id_;
+  int64_t rank_;
+  std::string name_;
+  int task_;
+  int priority_;
+  int acts_per_iteration_;
+  int64_t acts_ = 0;
+  bool retired_ = false;
+  ActorThread* thread_ = nullptr;
+  std::vector<InputEdge> inputs_;
+  std::vector<OutputRegister> outputs_;
+  int num_data_inputs_ = 0;  // how many op inputs the kernel reads (max position + 1)
+  // SEND: input slots handed to the receiver, oldest first, acked when it acknowledges.
+  std::deque<std::pair<int, int32_t>> kept_;
+};
+
+}  // namespace ofl::actor

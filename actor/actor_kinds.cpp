@@ -1,0 +1,287 @@
+// The work of each actor kind. Everything here runs on the actor's thread with the pieces the
+// act protocol (actor.cpp) claimed: inputs readable, outputs writable.
+
+#include "actor/actor_kinds.h"
+
+#include <cstring>
+
+#include "actor/pieces.h"
+
+namespace ofl::actor {
+
+namespace {
+
+using TaskInfo = PlanIndex::TaskInfo;
+
+// Base of the kinds that run a plan task: keeps the task and plan for the work.
+class TaskActor : public Actor {
+ public:
+  TaskActor(const PlanIndex& index, int task, int priority)
+      : Actor(index.task(task).proto.id(), index.task(task).proto.rank(), index.describe_task(task),
+              task, priority, index.per_micro(task) ? index.micro_batches() : 1),
+        index_(index),
+        info_(index.task(task)) {}
+
+ protected:
+  const PlanIndex& index_;
+  const TaskInfo& info_;
+};
+
+class TickActor final : public Actor {
+ public:
+  TickActor(int64_t id, int64_t rank)
+      : Actor(id, rank, str_cat("tick of rank ", rank), -1, /*priority=*/-1,
+              /*acts_per_iteration=*/1) {}
+
+ private:
+  void work(ActorHost&, const std::vector<Tensor>&, const std::vector<Tensor>&) override {}
+};
+
+class ComputeActor final : public TaskActor {
+ public:
+  ComputeActor(const PlanIndex& index, int task, int priority) : TaskActor(index, task, priority) {
+    const size_t bytes = kernel_temp_bytes(index, task);
+    if (bytes > 0) {
+      temp_ = Tensor::empty(Shape{static_cast<int64_t>(bytes)}, DataType::kInt8);
+    }
+  }
+
+ private:
+  void work(ActorHost&, const std::vector<Tensor>& inputs,
+            const std::vector<Tensor>& outputs) override {
+    // Note [Micro-batches] in plan.proto: random ops draw stream iteration * m + micro-batch.
+    const uint64_t stream =
+        static_cast<uint64_t>(iteration() * index_.micro_batches() + micro_batch());
+    run_kernel(info_, inputs, outputs, stream, temp_.defined() ? temp_.raw_data() : nullptr,
+               temp_.defined() ? static_cast<size_t>(temp_.nbytes()) : 0);
+  }
+  Tensor temp_;
+};
+
+class InputActor final : public TaskActor {
+ public:
+  using TaskActor::TaskActor;
+
+ private:
+  void work(ActorHost& host, const std::vector<Tensor>&,
+            const std::vector<Tensor>& outputs) override {
+    feed_input_piece(index_, task(), host.inputs(), outputs[0]);
+  }
+};
+
+class VariableActor final : public TaskActor {
+ public:
+  using TaskActor::TaskActor;
+
+ private:
+  // The persistent register holds the value across iterations; acting only announces it.
+  void work(ActorHost&, const std::vector<Tensor>&, const std::vector<Tensor>&) override {}
+};
+
+class OutputActor final : public TaskActor {
+ public:
+  using TaskActor::TaskActor;
+  const Tensor& fetched() const { return fetched_; }
+
+ private:
+  // A snapshot: a later in-place update must not change what was fetched.
+  void work(ActorHost&, const std::vector<Tensor>& inputs, const std::vector<Tensor>&) override {
+    fetched_ = inputs[0].clone();
+  }
+  Tensor fetched_;
+};
+
+class SliceActor final : public TaskActor {
+ public:
+  using TaskActor::TaskActor;
+
+ private:
+  void work(ActorHost&, const std::vector<Tensor>& inputs,
+            const std::vector<Tensor>& outputs) override {
+    copy_region(inputs[0], info_.regions[0], outputs[0], whole(outputs[0].shape()));
+  }
+};
+
+class AddActor final : public TaskActor {
+ public:
+  using TaskActor::TaskActor;
+
+ private:
+  void work(ActorHost&, const std::vector<Tensor>& inputs,
+            const std::vector<Tensor>& outputs) override {
+    const Tensor& out = outputs[0];
+    std::memcpy(out.raw_data(), inputs[0].raw_data(), out.nbytes());
+    for (size_t i = 1; i < inputs.size(); ++i) {
+      add_region(inputs[i], whole(out.shape()), out, whole(out.shape()));
+    }
+  }
+};
+
+class ConcatActor final : public TaskActor {
+ public:
+  using TaskActor::TaskActor;
+
+ private:
+  void work(ActorHost&, const std::vector<Tensor>& inputs,
+            const std::vector<Tensor>& outputs) override {
+    fill(outputs[0], 0.0);  // regions need not cover the output
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      copy_region(inputs[i], whole(inputs[i].shape()), outputs[0], info_.regions[i]);
+    }
+  }
+};
+
+class ZerosActor final : public TaskActor {
+ public:
+  using TaskActor::TaskActor;
+
+ private:
+  void work(ActorHost&, const std::vector<Tensor>&, const std::vector<Tensor>& outputs) override {
+    fill(outputs[0], 0.0);
+  }
+};
+
+// COPY and REPEAT: the same bytes into the output slot (REPEAT copies so that a micro-batch
+// writing its input in place cannot change the once value).
+class CopyActor final : public TaskActor {
+ public:
+  using TaskActor::TaskActor;
+
+ private:
+  void work(ActorHost&, const std::vector<Tensor>& inputs,
+            const std::vector<Tensor>& outputs) override {
+    std::memcpy(outputs[0].raw_data(), inputs[0].raw_data(), outputs[0].nbytes());
+  }
+};
+
+// Rows [k * r0, (k + 1) * r0) of the whole batch for micro-batch k.
+class UnpackActor final : public TaskActor {
+ public:
+  using TaskActor::TaskActor;
+
+ private:
+  void work(ActorHost&, const std::vector<Tensor>& inputs,
+            const std::vector<Tensor>& outputs) override {
+    const size_t bytes = outputs[0].nbytes();
+    const char* in = static_cast<const char*>(inputs[0].raw_data());
+    std::memcpy(outputs[0].raw_data(), in + micro_batch() * bytes, bytes);
+  }
+};
+
+// The running sum lives in the output slot, held through the m acts.
+class AccumulateActor final : public TaskActor {
+ public:
+  using TaskActor::TaskActor;
+
+ private:
+  void work(ActorHost&, const std::vector<Tensor>& inputs,
+            const std::vector<Tensor>& outputs) override {
+    if (micro_batch() == 0) {
+      std::memcpy(outputs[0].raw_data(), inputs[0].raw_data(), outputs[0].nbytes());
+    } else {
+      add_region(inputs[0], whole(inputs[0].shape()), outputs[0], whole(inputs[0].shape()));
+    }
+  }
+};
+
+// Row k of (m, *shape) from micro-batch k.
+class PackActor final : public TaskActor {
+ public:
+  using TaskActor::TaskActor;
+
+ private:
+  void work(ActorHost&, const std::vector<Tensor>& inputs,
+            const std::vector<Tensor>& outputs) override {
+    const size_t bytes = inputs[0].nbytes();
+    char* out = static_cast<char*>(outputs[0].raw_data());
+    std::memcpy(out + micro_batch() * bytes, inputs[0].raw_data(), bytes);
+  }
+};
+
+// SEND moves nothing itself: its ready message tells the RECV where the input slot is, and it
+// keeps that slot until the RECV has read it (consumer pull).
+class SendActor final : public TaskActor {
+ public:
+  using TaskActor::TaskActor;
+
+ private:
+  void work(ActorHost&, const std::vector<Tensor>& inputs, const std::vector<Tensor>&) override {
+    address_ = reinterpret_cast<uint64_t>(inputs[0].raw_data());
+    bytes_ = static_cast<int64_t>(inputs[0].nbytes());
+  }
+  bool keeps_inputs_until_output_acked() const override { return true; }
+  void describe_transfer(ActorMessage* ready) const override {
+    ready->address = address_;
+    ready->bytes = bytes_;
+  }
+  uint64_t address_ = 0;
+  int64_t bytes_ = 0;
+};
+
+class RecvActor final : public TaskActor {
+ public:
+  RecvActor(const PlanIndex& index, int task, int priority, int transfer_input)
+      : TaskActor(index, task, priority), transfer_input_(transfer_input) {}
+
+ private:
+  void work(ActorHost& host, const std::vector<Tensor>&,
+            const std::vector<Tensor>& outputs) override {
+    const InputEdge::Piece& piece = front_piece(transfer_input_);
+    OFL_ASSERT(piece.bytes == static_cast<int64_t>(outputs[0].nbytes()))
+        << name() << " receives " << piece.bytes << " bytes into " << outputs[0].nbytes();
+    host.read_remote(info_.proto.peer(), piece.address, outputs[0].raw_data(),
+                     static_cast<size_t>(piece.bytes));
+  }
+  int transfer_input_;
+};
+
+}  // namespace
+
+std::unique_ptr<Actor> make_task_actor(const PlanIndex& index, int task, int priority) {
+  switch (index.task(task).proto.kind()) {
+    case proto::TaskProto::COMPUTE:
+      return std::make_unique<ComputeActor>(index, task, priority);
+    case proto::TaskProto::INPUT:
+      return std::make_unique<InputActor>(index, task, priority);
+    case proto::TaskProto::VARIABLE:
+      return std::make_unique<VariableActor>(index, task, priority);
+    case proto::TaskProto::OUTPUT:
+      return std::make_unique<OutputActor>(index, task, priority);
+    case proto::TaskProto::SLICE:
+      return std::make_unique<SliceActor>(index, task, priority);
+    case proto::TaskProto::SEND:
+      return std::make_unique<SendActor>(index, task, priority);
+    case proto::TaskProto::RECV:
+      // The transfer edge is the RECV's first input (the runtime adds it first).
+      return std::make_unique<RecvActor>(index, task, priority, /*transfer_input=*/0);
+    case proto::TaskProto::ADD:
+      return std::make_unique<AddActor>(index, task, priority);
+    case proto::TaskProto::CONCAT:
+      return std::make_unique<ConcatActor>(index, task, priority);
+    case proto::TaskProto::ZEROS:
+      return std::make_unique<ZerosActor>(index, task, priority);
+    case proto::TaskProto::COPY:
+    case proto::TaskProto::REPEAT:
+      return std::make_unique<CopyActor>(index, task, priority);
+    case proto::TaskProto::UNPACK:
+      return std::make_unique<UnpackActor>(index, task, priority);
+    case proto::TaskProto::ACCUMULATE:
+      return std::make_unique<AccumulateActor>(index, task, priority);
+    case proto::TaskProto::PACK:
+      return std::make_unique<PackActor>(index, task, priority);
+    default:
+      OFL_ASSERT(false) << "kinds are checked when the plan is loaded";
+      return nullptr;
+  }
+}
+
+std::unique_ptr<Actor> make_tick_actor(int64_t id, int64_t rank) {
+  return std::make_unique<TickActor>(id, rank);
+}
+
+const Tensor* fetched_piece(const Actor& actor) {
+  const auto* output = dynamic_cast<const OutputActor*>(&actor);
+  return output ? &output->fetched() : nullptr;
+}
+
+}  // namespace ofl::actor

@@ -1,0 +1,22 @@
+#pragma once
+// The actor kinds: one per TaskProto kind, plus the tick that starts an iteration. Each kind
+// supplies only its work; the act protocol is Actor's.
+
+#include <memory>
+
+#include "actor/actor.h"
+#include "actor/plan_index.h"
+
+namespace ofl::actor {
+
+/// The actor running task `task` of `index`. `priority` orders ready actors of one thread.
+std::unique_ptr<Actor> make_task_actor(const PlanIndex& index, int task, int priority);
+
+/// The tick of `rank`: acts once per iteration when the runtime starts one, and hands each
+/// source actor of the rank (tasks with no input at all) its start.
+std::unique_ptr<Actor> make_tick_actor(int64_t id, int64_t rank);
+
+/// What an OUTPUT actor fetched this iteration; null for other actors.
+const Tensor* fetched_piece(const Actor& actor);
+
+}  // namespace ofl::actor

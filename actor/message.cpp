@@ -1,0 +1,75 @@
+#include "actor/message.h"
+
+#include "oneflowlike/common/error.h"
+
+namespace ofl::actor {
+
+// The one list of printable fields (Note [Register messages] in the header).
+#define OFL_ACTOR_MESSAGE_FIELDS(X) \
+  X(slot)                           \
+  X(src_rank)                       \
+  X(src_actor)                      \
+  X(dst_rank)                       \
+  X(dst_actor)                      \
+  X(register_id)                    \
+  X(piece)                          \
+  X(address)                        \
+  X(bytes)
+
+const char* message_kind_name(ActorMessage::Kind kind) {
+  switch (kind) {
+    case ActorMessage::Kind::kRegisterReady:
+      return "register_ready";
+    case ActorMessage::Kind::kRegisterAck:
+      return "register_ack";
+    case ActorMessage::Kind::kEndOfStream:
+      return "end_of_stream";
+  }
+  return "unknown";
+}
+
+namespace {
+
+ActorMessage make(ActorMessage::Kind kind, ActorMessage::Endpoint src, ActorMessage::Endpoint dst,
+                  int64_t register_id, int32_t slot) {
+  ActorMessage m;
+  m.kind = kind;
+  m.src_actor = src.actor;
+  m.src_rank = static_cast<int32_t>(src.rank);
+  m.dst_actor = dst.actor;
+  m.dst_rank = static_cast<int32_t>(dst.rank);
+  m.register_id = register_id;
+  m.slot = slot;
+  return m;
+}
+
+}  // namespace
+
+ActorMessage ActorMessage::register_ready(Endpoint src, Endpoint dst, int64_t register_id,
+                                          int32_t slot, int64_t piece) {
+  ActorMessage m = make(Kind::kRegisterReady, src, dst, register_id, slot);
+  m.piece = piece;
+  return m;
+}
+
+ActorMessage ActorMessage::register_ack(Endpoint src, Endpoint dst, int64_t register_id,
+                                        int32_t slot) {
+  return make(Kind::kRegisterAck, src, dst, register_id, slot);
+}
+
+ActorMessage ActorMessage::end_of_stream(Endpoint src, Endpoint dst, int64_t register_id) {
+  return make(Kind::kEndOfStream, src, dst, register_id, /*slot=*/0);
+}
+
+std::string ActorMessage::to_string() const {
+  std::string s = str_cat(message_kind_name(kind), "{");
+  bool first = true;
+#define OFL_PRINT_FIELD(name)                             \
+  s += str_cat(first ? "" : " ", #name, "=", this->name); \
+  first = false;
+  OFL_ACTOR_MESSAGE_FIELDS(OFL_PRINT_FIELD)
+#undef OFL_PRINT_FIELD
+  return s + "}";
+}
+
+}  // namespace ofl::actor

@@ -1,0 +1,57 @@
+#pragma once
+// ActorMessage: the only thing actors send each other. A fixed-size, trivially copyable struct,
+// so a transport moves it as bytes (comm::kMessageBytes) between threads, processes and hosts.
+//
+// Note [Register messages]: a producer that filled a slot of a register sends kRegisterReady
+// to each consumer; a consumer done with the slot sends kRegisterAck back. The slot is
+// writable again when every consumer has acknowledged it, so a register's slot count
+// (register_num) bounds how far a producer runs ahead: that is the back-pressure, and the
+// pipelining. kEndOfStream tells a consumer its producer will send nothing more; an actor
+// retires once every producer has ended its stream, and passes the end on to its consumers.
+//
+// Registers here include the virtual ones the runtime adds to the plan's: control edges
+// (no data), the tick's edge to each source, and the SEND -> RECV transfer edge, whose ready
+// message carries the address of the SEND's input slot for the receiver to read from.
+
+#include <cstdint>
+#include <string>
+#include <type_traits>
+
+#include "comm/transport.h"
+
+namespace ofl::actor {
+
+struct ActorMessage {
+  enum class Kind : int32_t { kRegisterReady = 0, kRegisterAck = 1, kEndOfStream = 2 };
+
+  Kind kind = Kind::kRegisterReady;
+  int32_t slot = 0;         // which slot of the register
+  int32_t src_rank = 0;     // rank of the sender
+  int32_t dst_rank = 0;     // rank of the receiver: how transports route the message
+  int64_t src_actor = 0;    // task id of the sender (or a virtual actor id)
+  int64_t dst_actor = 0;    // task id of the receiver
+  int64_t register_id = 0;  // plan register id, or a virtual register id
+  int64_t piece = 0;        // how many pieces the producer emitted before this one
+  uint64_t address = 0;     // transfer ready: where the data is, in the sender's process
+  int64_t bytes = 0;        // transfer ready: how much of it
+
+  /// An endpoint of a message: an actor and the rank it runs on.
+  struct Endpoint {
+    int64_t actor = 0;
+    int64_t rank = 0;
+  };
+  static ActorMessage register_ready(Endpoint src, Endpoint dst, int64_t register_id, int32_t slot,
+                                     int64_t piece);
+  static ActorMessage register_ack(Endpoint src, Endpoint dst, int64_t register_id, int32_t slot);
+  static ActorMessage end_of_stream(Endpoint src, Endpoint dst, int64_t register_id);
+
+  /// "register_ready{slot=0 src_actor=3 dst_actor=4 ...}": every field, from one list.
+  std::string to_string() const;
+};
+
+static_assert(std::is_trivially_copyable_v<ActorMessage>);
+static_assert(sizeof(ActorMessage) <= comm::kMessageBytes);
+
+const char* message_kind_name(ActorMessage::Kind kind);
+
+}  // namespace ofl::actor

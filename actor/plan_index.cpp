@@ -1,0 +1,641 @@
+// PlanIndex (see the header): every check that a plan is well formed, done once when it is
+// loaded, so the executors only move data.
+
+#include "actor/plan_index.h"
+
+#include <algorithm>
+#include <functional>
+#include <queue>
+#include <set>
+
+#include "actor/pieces.h"
+#include "oneflowlike/proto_convert.h"
+
+namespace ofl::actor {
+
+namespace {
+
+constexpr const char* kTag = "[plan] ";
+using Kind = proto::TaskProto::Kind;
+
+std::string kind_name(Kind kind) {
+  const std::string& name = proto::TaskProto::Kind_Name(kind);
+  return name.empty() ? str_cat("kind ", static_cast<int>(kind)) : name;
+}
+
+bool region_fits(const std::vector<Range>& region, const Shape& shape) {
+  if (static_cast<int>(region.size()) != shape.ndim()) return false;
+  for (int a = 0; a < shape.ndim(); ++a) {
+    if (region[a].begin < 0 || region[a].begin > region[a].end || region[a].end > shape[a]) {
+      return false;
+    }
+  }
+  return true;
+}
+
+std::vector<Range> ranges_from_proto(
+    const google::protobuf::RepeatedPtrField<proto::RangeProto>& in, int begin, int count) {
+  std::vector<Range> out;
+  for (int i = begin; i < begin + count; ++i) out.push_back(Range{in[i].begin(), in[i].end()});
+  return out;
+}
+
+}  // namespace
+
+PlanIndex::PlanIndex(const proto::PlanProto& plan, PlanIndexOptions options) {
+  OFL_CHECK(plan.micro_batches() >= 0, kTag,
+            "a plan must have a non-negative micro_batches. However, got ", plan.micro_batches(),
+            ".");
+  OFL_CHECK(plan.pipeline_depth() >= 0, kTag,
+            "a plan must have a non-negative pipeline_depth. However, got ", plan.pipeline_depth(),
+            ".");
+  micro_batches_ = std::max(1, plan.micro_batches());
+  pipeline_depth_ = std::max(1, plan.pipeline_depth());
+  index_plan(plan);
+  for (int t = 0; t < num_tasks(); ++t) check_task(t);
+  check_transfers();
+  check_pieces(inputs_by_name_, "INPUT");
+  check_pieces(outputs_by_name_, "OUTPUT");
+  check_pieces(variables_by_name_, "VARIABLE");
+  compute_predecessors();
+  const std::vector<int> order = order_tasks(std::vector<bool>(tasks_.size(), true));
+  if (options.check_acyclic) check_acyclic(order);
+  check_micro_batch_edges(order);
+}
+
+int PlanIndex::task_index(int64_t id) const {
+  auto it = task_index_.find(id);
+  return it == task_index_.end() ? -1 : it->second;
+}
+
+int PlanIndex::register_index(int64_t id) const {
+  auto it = register_index_.find(id);
+  return it == register_index_.end() ? -1 : it->second;
+}
+
+// Copies tasks and registers out of the plan in (rank, position) order and resolves ids.
+void PlanIndex::index_plan(const proto::PlanProto& plan) {
+  std::vector<const proto::RankPlanProto*> ranks;
+  for (const proto::RankPlanProto& rank : plan.ranks()) ranks.push_back(&rank);
+  std::stable_sort(ranks.begin(), ranks.end(),
+                   [](const auto* a, const auto* b) { return a->rank() < b->rank(); });
+  for (size_t i = 0; i < ranks.size(); ++i) {
+    const int64_t rank = ranks[i]->rank();
+    OFL_CHECK(i == 0 || ranks[i - 1]->rank() != rank, kTag,
+              "a plan must hold each rank once. However, got rank ", rank, " twice.");
+    OFL_CHECK(rank >= 0 && (plan.world_size() == 0 || rank < plan.world_size()), kTag,
+              "ranks must be in [0, world_size). However, got rank ", rank, " with world_size ",
+              plan.world_size(), ".");
+    ranks_.push_back(rank);
+  }
+  world_size_ = plan.world_size() > 0 || ranks_.empty() ? plan.world_size() : ranks_.back() + 1;
+
+  for (const proto::RankPlanProto* rank : ranks) {
+    for (const proto::RegisterProto& reg : rank->registers()) {
+      OFL_CHECK(register_index_.emplace(reg.id(), registers_.size()).second, kTag,
+                "register ids must be unique. However, got id ", reg.id(), " twice (register '",
+                reg.name(), "' on rank ", rank->rank(), ").");
+      RegisterInfo info;
+      info.proto = reg;
+      info.rank = rank->rank();
+      info.shape = from_proto(reg.shape());
+      try {
+        info.dtype = dtype_from_name(reg.dtype());
+      } catch (const Error& e) {
+        throw_error(e.code(), str_cat(kTag, "register '", reg.name(), "' (id ", reg.id(),
+                                      ") needs a known dtype. ", e.what()));
+      }
+      for (int64_t d : info.shape.dims()) {
+        OFL_CHECK(d >= 0, kTag, "register '", reg.name(),
+                  "' must have a non-negative shape. However, got ", info.shape.to_string(), ".");
+      }
+      const int64_t needed = info.shape.numel() * static_cast<int64_t>(dtype_size(info.dtype));
+      OFL_CHECK(reg.bytes() == 0 || reg.bytes() >= needed, kTag, "register '", reg.name(),
+                "' must have room for its shape. However, got bytes=", reg.bytes(), " for ",
+                info.shape.to_string(), " ", dtype_name(info.dtype), " (", needed, " bytes).");
+      registers_.push_back(std::move(info));
+    }
+  }
+
+  for (const proto::RankPlanProto* rank : ranks) {
+    for (const proto::TaskProto& task : rank->tasks()) {
+      OFL_CHECK(task_index_.emplace(task.id(), tasks_.size()).second, kTag,
+                "task ids must be unique. However, got id ", task.id(), " twice (task '",
+                task.name(), "' on rank ", rank->rank(), ").");
+      OFL_CHECK(task.rank() == rank->rank(), kTag, "task '", task.name(), "' (id ", task.id(),
+                ") must name the rank that holds it. However, got rank ", task.rank(),
+                " inside the plan of rank ", rank->rank(), ".");
+      TaskInfo info;
+      info.proto = task;
+      tasks_.push_back(std::move(info));
+    }
+  }
+
+  // Resolve register ids; each register has one producer, which it names, and on its rank.
+  auto resolve = [&](int t, int64_t id, const char* role) {
+    auto it = register_index_.find(id);
+    OFL_CHECK(it != register_index_.end(), kTag, describe_task(t), " ", role, " register id ", id,
+              ", which the plan does not have.");
+    OFL_CHECK(registers_[it->second].rank == tasks_[t].proto.rank(), kTag, describe_task(t),
+              " must use registers of its own rank. However, its ", role, " ",
+              describe_register(it->second), " is on rank ", registers_[it->second].rank, ".");
+    return it->second;
+  };
+  std::vector<std::set<int64_t>> consumers(registers_.size());
+  for (int t = 0; t < static_cast<int>(tasks_.size()); ++t) {
+    TaskInfo& task = tasks_[t];
+    for (int64_t id : task.proto.inputs()) {
+      const int r = resolve(t, id, "reads");
+      task.inputs.push_back(r);
+      consumers[r].insert(task.proto.id());
+    }
+    for (int64_t id : task.proto.outputs()) {
+      const int r = resolve(t, id, "writes");
+      task.outputs.push_back(r);
+      OFL_CHECK(registers_[r].producer == -1, kTag, describe_register(r),
+                " must have one producer. However, it is written by ",
+                describe_task(registers_[r].producer), " and ", describe_task(t), ".");
+      registers_[r].producer = t;
+    }
+  }
+  for (int r = 0; r < static_cast<int>(registers_.size()); ++r) {
+    const RegisterInfo& reg = registers_[r];
+    OFL_CHECK(reg.producer >= 0, kTag, describe_register(r),
+              " must be written by a task. However, no task lists it as an output.");
+    OFL_CHECK(reg.proto.producer() == tasks_[reg.producer].proto.id(), kTag, describe_register(r),
+              " must name its producer. However, it names task id ", reg.proto.producer(),
+              " while it is written by ", describe_task(reg.producer), ".");
+    const std::set<int64_t> listed(reg.proto.consumers().begin(), reg.proto.consumers().end());
+    if (listed != consumers[r]) {
+      std::string want, got;
+      for (int64_t id : consumers[r]) want += str_cat(want.empty() ? "" : ", ", id);
+
+      OFL_CHECK(false, kTag, describe_register(r),
+                " must list the tasks that read it as consumers ([", want, "]). However, got [",
+                got, "].");
+    }
+  }
+}
+
+// The registers each kind needs, and their shapes.
+void PlanIndex::check_task(int index) {
+  TaskInfo& task = tasks_[index];
+  const proto::TaskProto& p = task.proto;
+  const std::string who = describe_task(index);
+  auto arity = [&](size_t inputs, size_t outputs) {
+    OFL_CHECK(task.inputs.size() == inputs && task.outputs.size() == outputs, kTag, who,
+              " must read ", inputs, " and write ", outputs, " registers. However, got ",
+              task.inputs.size(), " inputs and ", task.outputs.size(), " outputs.");
+  };
+  auto same_dtype = [&](int a, int b) {
+    OFL_CHECK_TYPE(reg(a).dtype == reg(b).dtype, kTag, who,
+                   " must read and write one dtype. However, got ", describe_register(a), " ",
+                   dtype_name(reg(a).dtype), " and ", describe_register(b), " ",
+                   dtype_name(reg(b).dtype), ".");
+  };
+  auto same_shape = [&](const Shape& want, int r, const std::string& what) {
+    OFL_CHECK(reg(r).shape == want, kTag, who, " needs ", describe_register(r), " of shape ",
+              want.to_string(), " (", what, "). However, got ", reg(r).shape.to_string(), ".");
+  };
+  auto many_to_one = [&]() {  // ADD and CONCAT
+    OFL_CHECK(!task.inputs.empty() && task.outputs.size() == 1, kTag, who,
+              " must read at least one register and write one. However, got ", task.inputs.size(),
+              " inputs and ", task.outputs.size(), " outputs.");
+  };
+  // The piece of the logical tensor this task holds.
+  auto read_region = [&]() {
+    task.logical_shape = from_proto(p.logical_output_shape());
+    task.region = p.output_region_size() == 0
+                      ? whole(task.logical_shape)
+                      : ranges_from_proto(p.output_region(), 0, p.output_region_size());
+    OFL_CHECK(region_fits(task.region, task.logical_shape), kTag, who,
+              " must have an output_region inside logical_output_shape. However, got ",
+              region_to_string(task.region), " in ", task.logical_shape.to_string(), ".");
+  };
+
+  // Sources and sinks talk to the caller once per iteration; the micro-batching kinds are the
+  // only way in and out of the micro-batch part, so they act in it.
+  switch (p.kind()) {
+    case proto::TaskProto::INPUT:
+    case proto::TaskProto::VARIABLE:
+    case proto::TaskProto::OUTPUT:
+      OFL_CHECK(!p.per_micro_batch(), kTag, who,
+                " must act once per iteration (micro-batches go through UNPACK and PACK). "
+                "However, it has per_micro_batch set.");
+      break;
+    case proto::TaskProto::UNPACK:
+    case proto::TaskProto::REPEAT:
+    case proto::TaskProto::ACCUMULATE:
+    case proto::TaskProto::PACK:
+      OFL_CHECK(p.per_micro_batch(), kTag, who,
+                " must act once per micro-batch. However, it does not have per_micro_batch set.");
+      break;
+    default:
+      break;
+  }
+  // UNPACK and PACK: the whole-batch register holds m micro-batch registers.
+  auto batch_of = [&](int micro) {
+    return str_cat(micro_batches_, " micro-batches of ", describe_register(micro), " ",
+                   reg(micro).shape.to_string());
+  };
+
+  switch (p.kind()) {
+    case proto::TaskProto::INPUT:
+    case proto::TaskProto::VARIABLE:
+      arity(0, 1);
+      OFL_CHECK(!p.logical_op().empty(), kTag, who, " must name its logical op.");
+      read_region();
+      if (p.kind() == proto::TaskProto::INPUT) {
+        for (int64_t consumer : reg(task.outputs[0]).proto.consumers()) {
+          task.micro_batched =
+              task.micro_batched ||
+              tasks_[task_index_.at(consumer)].proto.kind() == proto::TaskProto::UNPACK;
+        }
+      }
+      if (task.micro_batched) {
+        OFL_CHECK(task.logical_shape.ndim() >= 1, kTag, who,
+                  " is unpacked into micro-batches, so it needs a batch axis. However, got "
+                  "logical_output_shape ",
+                  task.logical_shape.to_string(), ".");
+        Shape all = region_shape(task.region);
+        all[0] *= micro_batches_;
+        same_shape(all, task.outputs[0],
+                   str_cat(micro_batches_, " micro-batches of its output_region"));
+      } else {
+        same_shape(region_shape(task.region), task.outputs[0], "the size of its output_region");
+      }
+      if (p.kind() == proto::TaskProto::INPUT) {
+        inputs_by_name_[p.logical_op()].push_back(index);
+      } else {
+        OFL_CHECK(reg(task.outputs[0]).proto.persistent(), kTag, who, " must write a persistent ",
+                  "register. However, ", describe_register(task.outputs[0]), " is not.");
+        for (const proto::SbpProto& sbp : p.sbp().sbp()) {
+          OFL_CHECK(sbp.kind() != proto::SbpProto::PARTIAL_SUM, kTag, who,
+                    " must hold a split or broadcast variable. However, got ",
+                    nd_sbp_to_string(from_proto(p.sbp())), ".");
+        }
+        variables_by_name_[p.logical_op()].push_back(index);
+      }
+      break;
+    case proto::TaskProto::OUTPUT:
+      arity(1, 0);
+      read_region();
+      same_shape(region_shape(task.region), task.inputs[0], "the size of its output_region");
+      outputs_by_name_[output_name(task)].push_back(index);
+      break;
+    case proto::TaskProto::COMPUTE: {
+      task.op = OpRegistry::global().try_find(p.op_type());
+      OFL_CHECK_CODE(task.op != nullptr && task.op->defined(), ErrorCode::kNotFound, kTag, who,
+                     " must run a registered op. However, got op_type '", p.op_type(), "'.");
+      const OpSchema& op = *task.op;
+      OFL_CHECK(!op.has<TViewOfInput>(), kTag, who, " runs '", op.name(),
+                "', a view op without a kernel: a plan must make it a COPY task.");
+      OFL_CHECK(op.has_variadic_inputs() || task.inputs.size() == op.input_names().size(), kTag,
+                who, " must read the ", op.input_names().size(), " inputs of '", op.name(),
+                "'. However, got ", task.inputs.size(), ".");
+      OFL_CHECK(op.has_variadic_outputs() || task.outputs.size() == op.output_names().size(), kTag,
+                who, " must write the ", op.output_names().size(), " outputs of '", op.name(),
+                "'. However, got ", task.outputs.size(), ".");
+      task.params = params_from_proto(op, p.params());
+      const int* dtype_from = op.get<TKernelDtypeFrom>();
+      const int which = dtype_from ? *dtype_from : 0;
+      OFL_CHECK(!task.inputs.empty() || !task.outputs.empty(), kTag, who,
+                " must read or write a register.");
+      const DataType dtype = (which < 0 || task.inputs.empty()) ? reg(task.outputs.at(0)).dtype
+                                                                : reg(task.inputs.at(which)).dtype;
+      task.kernel = op.find_kernel(DeviceType::kCPU, dtype);
+      OFL_CHECK_TYPE(task.kernel != nullptr, kTag, who, " needs a cpu kernel of '", op.name(),
+                     "' for dtype ", dtype_name(dtype), ". However, kernels exist for ",
+                     op.kernel_dtypes(DeviceType::kCPU), ".");
+      for (int i : p.mutated_inputs()) {
+        OFL_CHECK_INDEX(i >= 0 && i < static_cast<int>(task.inputs.size()), kTag, who,
+                        " must mutate one of its inputs. However, got mutated input ", i, ".");
+      }
+      if (p.output_region_size() > 0) {
+        read_region();
+        if (!task.outputs.empty()) {
+          same_shape(region_shape(task.region), task.outputs[0], "the size of its output_region");
+        }
+      }
+      break;
+    }
+    case proto::TaskProto::SLICE: {
+      arity(1, 1);
+      same_dtype(task.inputs[0], task.outputs[0]);
+      const Shape& in = reg(task.inputs[0]).shape;
+      std::vector<Range> slice = ranges_from_proto(p.slice(), 0, p.slice_size());
+      OFL_CHECK(region_fits(slice, in), kTag, who, " must slice a region inside its input ",
+                in.to_string(), ". However, got ", region_to_string(slice), ".");
+      same_shape(region_shape(slice), task.outputs[0], "the size of its slice");
+      task.regions.push_back(std::move(slice));
+      break;
+    }
+    case proto::TaskProto::SEND:
+      arity(1, 0);
+      break;
+    case proto::TaskProto::RECV:
+      arity(0, 1);
+      break;
+    case proto::TaskProto::ADD:
+      many_to_one();
+      for (int r : task.inputs) {
+        same_dtype(r, task.outputs[0]);
+        same_shape(reg(task.outputs[0]).shape, r, "the shape of its output");
+      }
+      break;
+    case proto::TaskProto::CONCAT: {
+      many_to_one();
+      const Shape& out = reg(task.outputs[0]).shape;
+      const int nd = out.ndim();
+      OFL_CHECK(p.concat_regions_size() == nd * static_cast<int>(task.inputs.size()), kTag, who,
+                " must have ", nd, " concat_regions per input (", task.inputs.size(),
+                " inputs). However, got ", p.concat_regions_size(), ".");
+      for (size_t i = 0; i < task.inputs.size(); ++i) {
+        std::vector<Range> region = ranges_from_proto(p.concat_regions(), i * nd, nd);
+        OFL_CHECK(region_fits(region, out), kTag, who, " must place input ", i,
+                  " inside its output ", out.to_string(), ". However, got ",
+                  region_to_string(region), ".");
+        same_dtype(task.inputs[i], task.outputs[0]);
+        same_shape(region_shape(region), task.inputs[i], "the size of its concat region");
+        task.regions.push_back(std::move(region));
+      }
+      break;
+    }
+    case proto::TaskProto::ZEROS:
+      arity(0, 1);
+      break;
+    case proto::TaskProto::COPY:
+      arity(1, 1);
+      same_dtype(task.inputs[0], task.outputs[0]);
+      OFL_CHECK(reg(task.inputs[0]).shape.numel() == reg(task.outputs[0]).shape.numel(), kTag, who,
+                " must copy between registers of one size. However, got ",
+                describe_register(task.inputs[0]), " ", reg(task.inputs[0]).shape.to_string(),
+                " and ", describe_register(task.outputs[0]), " ",
+                reg(task.outputs[0]).shape.to_string(), ".");
+      break;
+    case proto::TaskProto::UNPACK: {  // (m * r0, r1, ...) -> (r0, r1, ...)
+      arity(1, 1);
+      same_dtype(task.inputs[0], task.outputs[0]);
+      Shape all = reg(task.outputs[0]).shape;
+      OFL_CHECK(all.ndim() >= 1, kTag, who, " needs a batch axis in ",
+                describe_register(task.outputs[0]), ". However, got shape ", all.to_string(), ".");
+      all[0] *= micro_batches_;
+      same_shape(all, task.inputs[0], batch_of(task.outputs[0]));
+      break;
+    }
+    case proto::TaskProto::PACK: {  // (r0, ...) -> (m, r0, ...)
+      arity(1, 1);
+      same_dtype(task.inputs[0], task.outputs[0]);
+      std::vector<int64_t> dims = reg(task.inputs[0]).shape.dims();
+      dims.insert(dims.begin(), micro_batches_);
+      same_shape(Shape(std::move(dims)), task.outputs[0], batch_of(task.inputs[0]));
+      break;
+    }
+    case proto::TaskProto::REPEAT:
+    case proto::TaskProto::ACCUMULATE:
+      arity(1, 1);
+      same_dtype(task.inputs[0], task.outputs[0]);
+      same_shape(reg(task.inputs[0]).shape, task.outputs[0], "the shape of its input");
+      break;
+    default:
+      OFL_CHECK(false, kTag, who, " has an unknown kind.");
+  }
+}
+
+// Pairs every SEND with one RECV: same transfer_id, each naming the other's rank, same data.
+void PlanIndex::check_transfers() {
+  std::map<int64_t, int> sends;  // transfer_id -> task
+  for (int t = 0; t < static_cast<int>(tasks_.size()); ++t) {
+    if (tasks_[t].proto.kind() != proto::TaskProto::SEND) continue;
+    auto [it, inserted] = sends.emplace(tasks_[t].proto.transfer_id(), t);
+    OFL_CHECK(inserted, kTag, "each transfer_id must belong to one SEND. However, ",
+              describe_task(it->second), " and ", describe_task(t), " both use transfer_id ",
+              tasks_[t].proto.transfer_id(), ".");
+  }
+  std::set<int> matched;
+  for (int t = 0; t < static_cast<int>(tasks_.size()); ++t) {
+    TaskInfo& recv = tasks_[t];
+    if (recv.proto.kind() != proto::TaskProto::RECV) continue;
+    auto it = sends.find(recv.proto.transfer_id());
+    OFL_CHECK(it != sends.end(), kTag, describe_task(t), " must have a SEND with transfer_id ",
+              recv.proto.transfer_id(), ". However, no SEND has it.");
+    const int s = it->second;
+    OFL_CHECK(matched.insert(s).second, kTag, describe_task(s),
+              " must have one RECV. However, several RECV tasks use transfer_id ",
+              recv.proto.transfer_id(), ", among them ", describe_task(t), ".");
+    const TaskInfo& send = tasks_[s];
+    OFL_CHECK(send.proto.peer() == recv.proto.rank() && recv.proto.peer() == send.proto.rank(),
+              kTag, describe_task(s), " and ", describe_task(t),
+              " must name each other's rank as peer. However, got peers ", send.proto.peer(),
+              " and ", recv.proto.peer(), ".");
+    const RegisterInfo& in = registers_[send.inputs[0]];
+    const RegisterInfo& out = registers_[recv.outputs[0]];
+    OFL_CHECK(in.shape == out.shape && in.dtype == out.dtype, kTag, describe_task(t),
+              " must receive what ", describe_task(s), " sends. However, it sends ",
+              in.shape.to_string(), " ", dtype_name(in.dtype), " and receives ",
+              out.shape.to_string(), " ", dtype_name(out.dtype), ".");
+    recv.send = s;
+  }
+  for (const auto& [transfer_id, s] : sends) {
+    OFL_CHECK(matched.count(s) > 0, kTag, describe_task(s), " must have a RECV with transfer_id ",
+              transfer_id, ". However, no RECV has it.");
+  }
+}
+
+// The pieces of one logical tensor agree on its logical shape and dtype (and initializer).
+void PlanIndex::check_pieces(const NameIndex& pieces, const char* kind) const {
+  for (const auto& [name, tasks] : pieces) {
+    const TaskInfo& first = tasks_[tasks[0]];
+    auto dtype_of_piece = [&](const TaskInfo& task) {
+      return registers_[task.inputs.empty() ? task.outputs[0] : task.inputs[0]].dtype;
+    };
+    bool contributes = false;
+    for (int t : tasks) {
+      const TaskInfo& task = tasks_[t];
+      OFL_CHECK(task.logical_shape == first.logical_shape &&
+                    dtype_of_piece(task) == dtype_of_piece(first),
+                kTag, "the ", kind, " pieces of '", name,
+                "' must agree on the logical shape and dtype. However, ", describe_task(tasks[0]),
+                " has ", first.logical_shape.to_string(), " ", dtype_name(dtype_of_piece(first)),
+                " and ", describe_task(t), " has ", task.logical_shape.to_string(), " ",
+                dtype_name(dtype_of_piece(task)), ".");
+      const proto::InitializerProto& a = first.proto.initializer();
+      const proto::InitializerProto& b = task.proto.initializer();
+      OFL_CHECK(a.kind() == b.kind() && a.a() == b.a() && a.b() == b.b() && a.seed() == b.seed(),
+                kTag, "the ", kind, " pieces of '", name, "' must have one initializer. However, ",
+                describe_task(tasks[0]), " and ", describe_task(t), " differ.");
+      OFL_CHECK(task.micro_batched == first.micro_batched, kTag, "the ", kind, " pieces of '", name,
+                "' must all be unpacked into micro-batches or none. However, ",
+                describe_task(tasks[0]), (first.micro_batched ? " is" : " is not"), " and ",
+                describe_task(t), (task.micro_batched ? " is" : " is not"), ".");
+      contributes = contributes || task.proto.contributes();
+    }
+    OFL_CHECK(std::string(kind) != "OUTPUT" || contributes, kTag, "some OUTPUT piece of '", name,
+              "' must contribute to the fetched value. However, none of its ", tasks.size(),
+              " pieces does.");
+  }
+}
+
+// Every task's predecessors: the producers of its input registers, its control inputs and, for
+// a RECV, the SEND with its transfer_id.
+void PlanIndex::compute_predecessors() {
+  predecessors_.assign(tasks_.size(), {});
+  for (int t = 0; t < num_tasks(); ++t) {
+    const TaskInfo& task = tasks_[t];
+    for (int r : task.inputs) {
+      predecessors_[t].push_back(Edge{registers_[r].producer, EdgeKind::kData, r});
+    }
+    for (int64_t id : task.proto.control_inputs()) {
+      auto it = task_index_.find(id);
+      OFL_CHECK(it != task_index_.end(), kTag, describe_task(t), " has control input task id ", id,
+                ", which the plan does not have.");
+      predecessors_[t].push_back(Edge{it->second, EdgeKind::kControl, -1});
+    }
+    if (task.send >= 0) predecessors_[t].push_back(Edge{task.send, EdgeKind::kTransfer, -1});
+  }
+}
+
+// Predecessors outside `member` count as acted.
+std::vector<int> PlanIndex::order_tasks(const std::vector<bool>& member) const {
+  const int n = num_tasks();
+  std::vector<std::vector<int>> successors(n);
+  std::vector<int> waiting(n, 0);  // counted with repeats
+  for (int t = 0; t < n; ++t) {
+    if (!member[t]) continue;
+    for (const Edge& e : predecessors_[t]) {
+      if (!member[e.from]) continue;
+      successors[e.from].push_back(t);
+      ++waiting[t];
+    }
+  }
+  std::priority_queue<int, std::vector<int>, std::greater<int>> ready;
+  for (int t = 0; t < n; ++t) {
+    if (member[t] && waiting[t] == 0) ready.push(t);
+  }
+  std::vector<int> order;
+  while (!ready.empty()) {
+    const int t = ready.top();
+    ready.pop();
+    order.push_back(t);
+    for (int s : successors[t]) {
+      if (--waiting[s] == 0) ready.push(s);
+    }
+  }
+  return order;
+}
+
+// `order` is order_tasks of every task; the tasks missing from it sit on or behind a cycle.
+// Names each of them (up to 10) and what it waits for.
+void PlanIndex::check_acyclic(const std::vector<int>& order) const {
+  const int n = num_tasks();
+  if (static_cast<int>(order.size()) == n) return;
+  std::vector<bool> acted(n, false);
+  for (int t : order) acted[t] = true;
+  std::string report;
+  int listed = 0;
+  const int stuck = n - static_cast<int>(order.size());
+  for (int t = 0; t < n && listed < 10; ++t) {
+    if (acted[t]) continue;
+    ++listed;
+    std::string waits;
+    for (const Edge& e : predecessors_[t]) {
+      if (acted[e.from]) continue;
+      std::string what = describe_task(e.from);
+      if (e.kind == EdgeKind::kData) {
+        what = str_cat(describe_register(e.reg), " from ", what);
+      } else if (e.kind == EdgeKind::kControl) {
+        what = "control input " + what;
+      }
+      waits += (waits.empty() ? "" : ", ") + what;
+    }
+    report += str_cat("\n  ", describe_task(t), " waits for ", waits);
+  }
+  if (stuck > listed) report += str_cat("\n  and ", stuck - listed, " more");
+  OFL_CHECK(false, kTag, "every task must be able to act (no cycle through data, control ",
+            "inputs or transfers). However, ", stuck, " tasks can never act:", report);
+}
+
+// Note [Micro-batches] in plan.proto: data enters the micro-batch part only through UNPACK and
+// REPEAT and leaves it only through ACCUMULATE and PACK, whose outputs are complete only after
+// the last micro-batch. A control input on a per-micro-batch task carries no data: it orders the
+// once task after the last micro-batch (an in-place update after every micro-batch's REPEAT of
+// the variable). Sets after_micro_batches on the once tasks that so depend on the micro-batch
+// part; they run after it. `order` is a topological order of the tasks to check.
+void PlanIndex::check_micro_batch_edges(const std::vector<int>& order) {
+  auto is = [&](int t, Kind a, Kind b) {
+    const Kind kind = tasks_[t].proto.kind();
+    return kind == a || kind == b;
+  };
+  auto after = [&](int t) { return tasks_[t].after_micro_batches; };
+  std::vector<std::string> why(tasks_.size());  // after(t): the edge that put t after
+  for (int t : order) {
+    for (const Edge& e : predecessors_[t]) {
+      const int p = e.from;
+      const bool leaves = is(p, proto::TaskProto::ACCUMULATE, proto::TaskProto::PACK);
+      const bool enters = is(t, proto::TaskProto::UNPACK, proto::TaskProto::REPEAT);
+      const bool control = e.kind == EdgeKind::kControl;
+      if (per_micro(p) && !per_micro(t)) {
+        OFL_CHECK(leaves || control, kTag,
+                  "a once-per-iteration task may depend on a per-micro-batch task only through ",
+                  "ACCUMULATE or PACK (or a control input). However, ", describe_edge(t, e), ".");
+      } else if (per_micro(p) && per_micro(t)) {
+        // A control input orders the two within one micro-batch (ACCUMULATE acts every
+        // micro-batch); only reading the accumulated register must wait for the last one.
+        OFL_CHECK(!leaves || control, kTag,
+                  "only once-per-iteration tasks may read ACCUMULATE or PACK outputs ",
+                  "(their output is complete after the last micro-batch). However, ",
+                  describe_edge(t, e), ".");
+        OFL_CHECK(
+            !enters || control, kTag,
+            "UNPACK and REPEAT must read the register of a once-per-iteration task. However, ",
+            describe_edge(t, e), ".");
+      } else if (!per_micro(p) && per_micro(t)) {
+        OFL_CHECK(enters || control, kTag,
+                  "a per-micro-batch task may read a once-per-iteration task's register only ",
+                  "through UNPACK or REPEAT. However, ", describe_edge(t, e), ".");
+        OFL_CHECK(!after(p), kTag,
+                  "a per-micro-batch task must not wait for a once-per-iteration task that runs ",
+                  "after the micro-batches. However, ", describe_edge(t, e), ", which runs after ",
+                  "them because ", why[p], ".");
+      }
+      if (!per_micro(t) && !after(t) && (per_micro(p) || after(p))) {
+        tasks_[t].after_micro_batches = true;
+        why[t] = describe_edge(t, e);
+      }
+    }
+  }
+}
+
+std::string PlanIndex::describe_task(int task) const {
+  const proto::TaskProto& p = tasks_[task].proto;
+  std::string kind = kind_name(p.kind());
+  if (p.kind() == proto::TaskProto::COMPUTE) kind += " " + p.op_type();
+  if (p.per_micro_batch()) kind += ", per micro-batch";
+  return str_cat("task '", p.name(), "' (id ", p.id(), ", rank ", p.rank(), ", ", kind, ")");
+}
+
+// "task 'a' (...) reads register 'r' (id 3) of task 'b' (...)"
+std::string PlanIndex::describe_edge(int task, const Edge& edge) const {
+  switch (edge.kind) {
+    case EdgeKind::kData:
+      return str_cat(describe_task(task), " reads ", describe_register(edge.reg), " of ",
+                     describe_task(edge.from));
+    case EdgeKind::kControl:
+      return str_cat(describe_task(task), " has a control input on ", describe_task(edge.from));
+    case EdgeKind::kTransfer:
+      return str_cat(describe_task(task), " receives from ", describe_task(edge.from));
+  }
+  return "";
+}
+
+std::string PlanIndex::describe_register(int reg) const {
+  return str_cat("register '", registers_[reg].proto.name(), "' (id ", registers_[reg].proto.id(),
+                 ")");
+}
+
+std::string PlanIndex::output_name(const TaskInfo& task) const {
+  return task.proto.logical_op().empty() ? registers_[task.inputs[0]].proto.name()
+                                         : task.proto.logical_op();
+}
+
+}  // namespace ofl::actor

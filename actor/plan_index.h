@@ -1,0 +1,135 @@
+#pragma once
+// PlanIndex: a PlanProto checked once and indexed for running. Both the reference executor and
+// the actor runtime load plans through it, so both accept and reject exactly the same plans and
+// report a bad one with the same message.
+//
+// Checks (each failure is an ofl::Error naming the task or register): ids exist and are unique,
+// every register has one producer that lists it and its consumers, every task's registers have
+// the shapes and dtypes its kind needs, COMPUTE ops and cpu kernels exist, every SEND has one
+// RECV with its transfer_id and data, the pieces of one logical input / output / variable agree,
+// data crosses between once-per-iteration and per-micro-batch tasks only where Note
+// [Micro-batches] in plan.proto allows, and (unless turned off) no cycle runs through data,
+// control inputs or transfers.
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "oneflowlike/op.h"
+#include "oneflowlike/proto/plan.pb.h"
+#include "oneflowlike/sbp.h"
+#include "oneflowlike/tensor.h"
+
+namespace ofl::actor {
+
+struct PlanIndexOptions {
+  /// Reject plans with a cycle through data, control inputs or transfers. The watchdog tests
+  /// turn it off to run such a plan.
+  bool check_acyclic = true;
+};
+
+class PlanIndex {
+ public:
+  struct RegisterInfo {
+    proto::RegisterProto proto;
+    int64_t rank = 0;
+    Shape shape;
+    DataType dtype = DataType::kFloat32;
+    int producer = -1;  // task index
+  };
+  struct TaskInfo {
+    proto::TaskProto proto;
+    std::vector<int> inputs;   // register indices, in op input order (may repeat)
+    std::vector<int> outputs;  // register indices
+    // INPUT / OUTPUT / VARIABLE, and COMPUTE with an output_region: the piece's place in the
+    // logical tensor (the whole of it when output_region is empty).
+    std::vector<Range> region;
+    Shape logical_shape;
+    // COMPUTE
+    const OpSchema* op = nullptr;
+    AnyParams params;
+    KernelFn kernel = nullptr;
+    // SLICE: the one region to copy; CONCAT: where each input goes.
+    std::vector<std::vector<Range>> regions;
+    int send = -1;  // RECV: the matching SEND task
+    // INPUT: read by an UNPACK, so it takes the whole batch of m micro-batches.
+    bool micro_batched = false;
+    // Once-per-iteration task that runs after the micro-batches (it depends on one).
+    bool after_micro_batches = false;
+  };
+  // How a task depends on one of its predecessors.
+  enum class EdgeKind { kData, kControl, kTransfer };
+  struct Edge {
+    int from = 0;  // task index
+    EdgeKind kind = EdgeKind::kData;
+    int reg = -1;  // kData: the register read
+  };
+  using NameIndex = std::map<std::string, std::vector<int>>;  // logical name -> task indices
+
+  /// Checks and indexes the plan; raises ofl::Error naming what is wrong.
+  explicit PlanIndex(const proto::PlanProto& plan, PlanIndexOptions options = {});
+
+  const std::vector<RegisterInfo>& registers() const { return registers_; }
+  const std::vector<TaskInfo>& tasks() const { return tasks_; }
+  const RegisterInfo& reg(int index) const { return registers_[index]; }
+  const TaskInfo& task(int index) const { return tasks_[index]; }
+  int num_tasks() const { return static_cast<int>(tasks_.size()); }
+  int num_registers() const { return static_cast<int>(registers_.size()); }
+  /// Task index of a task id; -1 when the plan has none.
+  int task_index(int64_t id) const;
+  /// Register index of a register id; -1 when the plan has none.
+  int register_index(int64_t id) const;
+
+  const NameIndex& inputs_by_name() const { return inputs_by_name_; }
+  const NameIndex& outputs_by_name() const { return outputs_by_name_; }
+  const NameIndex& variables_by_name() const { return variables_by_name_; }
+
+  /// m: micro-batches per iteration (1 without micro-batching).
+  int micro_batches() const { return micro_batches_; }
+  /// plan.pipeline_depth (0 means 1).
+  int pipeline_depth() const { return pipeline_depth_; }
+  /// plan.world_size, or one more than the highest rank when the plan leaves it 0.
+  int64_t world_size() const { return world_size_; }
+  /// The ranks the plan holds, ascending.
+  const std::vector<int64_t>& ranks() const { return ranks_; }
+
+  bool per_micro(int task) const { return tasks_[task].proto.per_micro_batch(); }
+  /// Every task's predecessors: producers of its inputs, control inputs, a RECV's SEND.
+  const std::vector<std::vector<Edge>>& predecessors() const { return predecessors_; }
+
+  /// The tasks of `member` in a sequential order: repeatedly the lowest (rank, position) one
+  /// whose predecessors in `member` acted. Shorter than the members when they hold a cycle.
+  std::vector<int> order_tasks(const std::vector<bool>& member) const;
+
+  /// The name under which an OUTPUT task's piece is fetched: its logical_op, or the name of the
+  /// register it reads when that is empty.
+  std::string output_name(const TaskInfo& task) const;
+
+  std::string describe_task(int task) const;     // "task 'a' (id 3, rank 0, COMPUTE relu)"
+  std::string describe_register(int reg) const;  // "register 'r' (id 3)"
+  std::string describe_edge(int task, const Edge& edge) const;
+
+ private:
+  void index_plan(const proto::PlanProto& plan);
+  void check_task(int index);
+  void check_transfers();
+  void check_pieces(const NameIndex& pieces, const char* kind) const;
+  void compute_predecessors();
+  void check_acyclic(const std::vector<int>& order) const;
+  void check_micro_batch_edges(const std::vector<int>& order);
+
+  std::vector<RegisterInfo> registers_;
+  std::vector<TaskInfo> tasks_;            // in (rank, position) order
+  std::map<int64_t, int> register_index_;  // register id -> index
+  std::map<int64_t, int> task_index_;      // task id -> index
+  NameIndex inputs_by_name_;
+  NameIndex outputs_by_name_;
+  NameIndex variables_by_name_;
+  std::vector<std::vector<Edge>> predecessors_;
+  std::vector<int64_t> ranks_;
+  int micro_batches_ = 1;
+  int pipeline_depth_ = 1;
+  int64_t world_size_ = 0;
+};
+
+}  // namespace ofl::actor

@@ -1,0 +1,639 @@
+// The runtime: builds actors, registers and threads from a plan (Note [What the runtime adds to
+// a plan] in the header), routes messages, and watches iterations.
+
+#include "actor/runtime.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <fstream>
+#include <functional>
+#include <set>
+
+#include "actor/actor_kinds.h"
+#include "actor/pieces.h"
+#include "comm/in_process_transport.h"
+
+namespace ofl::actor {
+
+namespace {
+
+constexpr const char* kTag = "[runtime] ";
+
+// Virtual ids (Note [What the runtime adds to a plan]); plan ids stay far below them.
+constexpr int64_t kCallerActor = -1;  // run() and the destructor, which start and end ticks
+constexpr int64_t kTickActorBase = int64_t{1} << 60;
+constexpr int64_t kRunRegisterBase = int64_t{1} << 59;
+constexpr int64_t kVirtualRegisterBase = int64_t{1} << 58;
+constexpr int64_t kTransferRegisterBase = int64_t{1} << 57;
+
+constexpr int64_t kMemoryAlignment = 64;
+
+int64_t align_up(int64_t value) {
+  return (value + kMemoryAlignment - 1) / kMemoryAlignment * kMemoryAlignment;
+}
+
+int64_t now_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+// A tensor over `bytes` of `storage` at `offset`.
+Tensor view_of(const Tensor& storage, int64_t offset, const Shape& shape, DataType dtype) {
+  auto impl = std::make_shared<TensorImpl>();
+  impl->storage = storage.impl()->storage;
+  impl->offset_bytes = storage.impl()->offset_bytes + static_cast<size_t>(offset);
+  impl->shape = shape;
+  impl->dtype = dtype;
+  return Tensor(std::move(impl));
+}
+
+std::string json_escape(const std::string& s) {
+  std::string out;
+  for (char c : s) {
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += c;
+    } else if (static_cast<unsigned char>(c) < 0x20) {
+      out += ' ';
+    } else {
+      out += c;
+    }
+  }
+  return out;
+}
+
+comm::MessageBytes to_bytes(const ActorMessage& message) {
+  comm::MessageBytes bytes{};
+  std::memcpy(bytes.data(), &message, sizeof(message));
+  return bytes;
+}
+
+ActorMessage from_bytes(const comm::MessageBytes& bytes) {
+  ActorMessage message;
+  std::memcpy(&message, bytes.data(), sizeof(message));
+  return message;
+}
+
+}  // namespace
+
+Runtime::Runtime(const proto::PlanProto& plan, RuntimeOptions options)
+    : index_(plan, PlanIndexOptions{options.check_acyclic}), options_(std::move(options)) {
+  OFL_CHECK(options_.watchdog_seconds > 0, kTag, "watchdog_seconds must be positive. However, got ",
+            options_.watchdog_seconds, ".");
+  OFL_CHECK(options_.spin_microseconds >= 0, kTag,
+            "spin_microseconds must not be negative. However, got ", options_.spin_microseconds,
+            ".");
+  ranks_ = options_.ranks.empty() ? index_.ranks() : options_.ranks;
+  std::sort(ranks_.begin(), ranks_.end());
+  for (int64_t r : ranks_) {
+    OFL_CHECK(std::binary_search(index_.ranks().begin(), index_.ranks().end(), r), kTag,
+              "a runtime must host ranks of its plan. However, got rank ", r, "; the plan has ",
+              index_.ranks().size(), " ranks.");
+  }
+  OFL_CHECK(options_.ranks.empty() || ranks_ == index_.ranks(), kTag,
+            "hosting part of a plan's ranks needs the UCX transport (issue 5). However, got ",
+            ranks_.size(), " of ", index_.ranks().size(), " ranks.");
+  transport_ =
+      options_.transport ? options_.transport : std::make_shared<comm::InProcessTransport>();
+
+  // Actors first (priority = position in the rank's plan: later acts first when both are ready).
+  actor_of_task_.assign(index_.num_tasks(), nullptr);
+  std::map<int64_t, int> position;
+  for (int t = 0; t < index_.num_tasks(); ++t) {
+    const int64_t rank = index_.task(t).proto.rank();
+    if (!std::binary_search(ranks_.begin(), ranks_.end(), rank)) continue;
+    actors_.push_back(make_task_actor(index_, t, position[rank]++));
+    actor_of_task_[t] = actors_.back().get();
+  }
+  for (int64_t rank : ranks_) allocate_registers(rank);
+  for (int t = 0; t < index_.num_tasks(); ++t) {
+    if (index_.task(t).send >= 0) recv_of_send_[index_.task(t).send] = t;
+  }
+  int next_virtual = 0;
+  for (int t = 0; t < index_.num_tasks(); ++t) {
+    if (actor_of_task_[t] != nullptr) connect_task(t, &next_virtual);
+  }
+  add_ticks(&next_virtual);
+  for (const auto& actor : actors_) actor_by_id_[actor->id()] = actor.get();
+  link_slots();
+  for (const auto& actor : actors_) {
+    actor->finish_setup();
+    acts_per_iteration_ += actor->acts_per_iteration();
+  }
+  assign_threads();
+  for (int64_t rank : ranks_) {
+    transport_->serve_rank(rank, [this](const comm::MessageBytes& m) { deliver(from_bytes(m)); });
+  }
+  trace_origin_ns_ = now_ns();
+  if (!options_.deterministic) {
+    for (auto& thread : threads_) thread->start();
+  }
+}
+
+Runtime::~Runtime() { shutdown(); }
+
+// Data registers of `rank`: planned blocks once, then each register's slots (in its block at
+// its offset, or an allocation of its own: persistent, multi-slot and unshared registers).
+void Runtime::allocate_registers(int64_t rank) {
+  for (int r = 0; r < index_.num_registers(); ++r) {
+    const PlanIndex::RegisterInfo& reg = index_.reg(r);
+    if (reg.rank != rank) continue;
+    Actor* producer = actor_of_task_[reg.producer];
+    OFL_ASSERT(producer != nullptr);
+    OutputRegister out;
+    out.register_id = reg.proto.id();
+    out.what = str_cat(index_.describe_register(r), " of ", producer->name());
+    out.num_slots = std::max(1, reg.proto.register_num());
+    const int64_t bytes = reg.shape.numel() * static_cast<int64_t>(dtype_size(reg.dtype));
+    const int64_t stride = align_up(std::max<int64_t>(bytes, 1));
+    Tensor storage;
+    int64_t base = 0;
+    if (reg.proto.memory_block() >= 0) {
+      auto key = std::make_pair(rank, reg.proto.memory_block());
+      auto it = blocks_.find(key);
+      if (it == blocks_.end()) {
+        int64_t block_bytes = 0;
+        for (int q = 0; q < index_.num_registers(); ++q) {
+          const PlanIndex::RegisterInfo& other = index_.reg(q);
+          if (other.rank != rank || other.proto.memory_block() != reg.proto.memory_block()) {
+            continue;
+          }
+          const int64_t other_bytes =
+              other.shape.numel() * static_cast<int64_t>(dtype_size(other.dtype));
+          block_bytes = std::max(
+              block_bytes, other.proto.offset() + std::max(1, other.proto.register_num()) *
+                                                      align_up(std::max<int64_t>(other_bytes, 1)));
+        }
+        it = blocks_.emplace(key, Tensor::zeros(Shape{block_bytes}, DataType::kInt8)).first;
+      }
+      storage = it->second;
+      base = reg.proto.offset();
+    } else {
+      storage = Tensor::zeros(Shape{stride * out.num_slots}, DataType::kInt8);
+    }
+    for (int s = 0; s < out.num_slots; ++s) {
+      out.slots.push_back(view_of(storage, base + s * stride, reg.shape, reg.dtype));
+    }
+    std::set<int64_t> seen;  // a task reading a register twice is one consumer
+    for (int64_t consumer : reg.proto.consumers()) {
+      if (!seen.insert(consumer).second) continue;
+      const int c = index_.task_index(consumer);
+      out.consumers.push_back(OutputRegister::Consumer{consumer, rank, index_.describe_task(c)});
+      if (index_.per_micro(reg.producer) && !index_.per_micro(c)) {
+        out.emit_every = index_.micro_batches();  // ACCUMULATE, PACK
+      }
+    }
+    producer->outputs().push_back(std::move(out));
+  }
+}
+
+// Inputs of one task: its data registers (each once, however many op inputs read it), the
+// transfer from its SEND, its control inputs; and the SEND side of a transfer.
+void Runtime::connect_task(int t, int* next_virtual) {
+  const PlanIndex::TaskInfo& task = index_.task(t);
+  Actor* actor = actor_of_task_[t];
+  const int m = index_.micro_batches();
+  auto hold = [&](int producer) {
+    return !index_.per_micro(producer) && index_.per_micro(t) ? m : 1;
+  };
+
+  if (task.proto.kind() == proto::TaskProto::RECV) {
+    const int s = task.send;
+    const PlanIndex::TaskInfo& send = index_.task(s);
+    const int64_t transfer = kTransferRegisterBase + task.proto.transfer_id();
+    InputEdge in;
+    in.register_id = transfer;
+    in.producer = send.proto.id();
+    in.producer_rank = send.proto.rank();
+    in.what = str_cat("transfer ", task.proto.transfer_id(), " from ", index_.describe_task(s));
+    in.hold = hold(s);
+    actor->inputs().push_back(std::move(in));  // first: RecvActor reads input 0
+  }
+  if (task.proto.kind() == proto::TaskProto::SEND) {
+    const int recv = recv_of_send_.at(t);
+    OutputRegister out;
+    out.register_id = kTransferRegisterBase + task.proto.transfer_id();
+    out.what = str_cat("transfer ", task.proto.transfer_id(), " to ", index_.describe_task(recv));
+    out.num_slots = std::max(1, index_.reg(task.inputs[0]).proto.register_num());
+    out.releases_inputs = true;
+    out.consumers.push_back(OutputRegister::Consumer{
+        index_.task(recv).proto.id(), index_.task(recv).proto.rank(), index_.describe_task(recv)});
+    actor->outputs().push_back(std::move(out));
+  }
+
+  for (size_t position = 0; position < task.inputs.size(); ++position) {
+    const int r = task.inputs[position];
+    const int64_t id = index_.reg(r).proto.id();
+    auto it = std::find_if(actor->inputs().begin(), actor->inputs().end(),
+                           [&](const InputEdge& in) { return in.register_id == id; });
+    if (it == actor->inputs().end()) {
+      const int producer = index_.reg(r).producer;
+      const Actor* from = actor_of_task_[producer];
+      InputEdge in;
+      in.register_id = id;
+      in.producer = from->id();
+      in.producer_rank = from->rank();
+      in.what = str_cat(index_.describe_register(r), " from ", from->name());
+      in.hold = hold(producer);
+      actor->inputs().push_back(std::move(in));  // slots: link_slots(), once outputs are final
+      it = actor->inputs().end() - 1;
+    }
+    it->positions.push_back(static_cast<int>(position));
+  }
+
+  for (int64_t id : task.proto.control_inputs()) {
+    const int from = index_.task_index(id);
+    const int slots = index_.per_micro(from) && index_.per_micro(t) ? index_.pipeline_depth() : 1;
+    add_control_edge(from, t, slots, kVirtualRegisterBase + (*next_virtual)++);
+  }
+}
+
+// Points every data input at its producer's slot tensors (the output lists no longer grow).
+void Runtime::link_slots() {
+  for (const auto& actor : actors_) {
+    for (InputEdge& in : actor->inputs()) {
+      if (in.positions.empty()) continue;  // control, tick and transfer edges carry no tensor
+      Actor* from = actor_by_id_.at(in.producer);
+      auto out =
+          std::find_if(from->outputs().begin(), from->outputs().end(),
+                       [&](const OutputRegister& o) { return o.register_id == in.register_id; });
+      OFL_ASSERT(out != from->outputs().end());
+      in.slots = &out->slots;
+    }
+  }
+}
+
+void Runtime::add_control_edge(int from, int to, int slots, int64_t register_id) {
+  Actor* producer = actor_of_task_[from];
+  Actor* consumer = actor_of_task_[to];
+  const int m = index_.micro_batches();
+  OutputRegister out;
+  out.register_id = register_id;
+  out.what = str_cat("the control register of ", producer->name());
+  out.num_slots = slots;
+  out.emit_every = index_.per_micro(from) && !index_.per_micro(to) ? m : 1;
+  out.consumers.push_back(
+      OutputRegister::Consumer{consumer->id(), consumer->rank(), consumer->name()});
+  producer->outputs().push_back(std::move(out));
+  InputEdge in;
+  in.register_id = register_id;
+  in.producer = producer->id();
+  in.producer_rank = producer->rank();
+  in.what = str_cat("control input from ", producer->name());
+  in.hold = !index_.per_micro(from) && index_.per_micro(to) ? m : 1;
+  consumer->inputs().push_back(std::move(in));
+}
+
+// Per rank: the tick, its edge to every task with nothing else to wait for, and the strict
+// cycle of the compute thread's micro-batch part.
+void Runtime::add_ticks(int* next_virtual) {
+  const int m = index_.micro_batches();
+  for (int64_t rank : ranks_) {
+    actors_.push_back(make_tick_actor(kTickActorBase + rank, rank));
+    Actor* tick = actors_.back().get();
+    ticks_.push_back(tick);
+    InputEdge start;
+    start.register_id = kRunRegisterBase + rank;
+    start.producer = kCallerActor;
+    start.producer_rank = rank;
+    start.what = "the start of an iteration from run()";
+    tick->inputs().push_back(std::move(start));
+
+    int first_micro = -1, last_micro = -1;
+    for (int t = 0; t < index_.num_tasks(); ++t) {
+      Actor* actor = actor_of_task_[t];
+      if (actor == nullptr || actor->rank() != rank) continue;
+      if (index_.per_micro(t) && index_.task(t).proto.thread() == 0) {
+        if (first_micro < 0) first_micro = t;
+        last_micro = t;
+      }
+      if (!actor->inputs().empty()) continue;
+      const int64_t id = kVirtualRegisterBase + (*next_virtual)++;
+      OutputRegister out;
+      out.register_id = id;
+      out.what = str_cat("the start register of ", tick->name());
+      out.consumers.push_back(OutputRegister::Consumer{actor->id(), rank, actor->name()});
+      tick->outputs().push_back(std::move(out));
+      InputEdge in;
+      in.register_id = id;
+      in.producer = tick->id();
+      in.producer_rank = rank;
+      in.what = str_cat("the start of the iteration from ", tick->name());
+      in.hold = index_.per_micro(t) ? m : 1;
+      actor->inputs().push_back(std::move(in));
+    }
+    if (m > 1 && first_micro >= 0 && first_micro != last_micro) {
+      add_control_edge(first_micro, last_micro, index_.pipeline_depth(),
+                       kVirtualRegisterBase + (*next_virtual)++);
+    }
+  }
+}
+
+// One thread per (rank, plan thread): 0 is the compute stream, 1 communication. Deterministic
+// mode puts every actor on one thread run by the caller.
+void Runtime::assign_threads() {
+  std::set<int64_t> compute_ranks;
+  for (const auto& actor : actors_) compute_ranks.insert(actor->rank());
+  ActorThread::Options thread_options;
+  thread_options.spin_microseconds = options_.spin_microseconds;
+  thread_options.trace = options_.trace;
+  thread_options.kernel_threads =
+      options_.kernel_threads > 0 ? options_.kernel_threads : (compute_ranks.size() > 1 ? 1 : 0);
+  auto on_failure = [this](const Actor& actor, std::exception_ptr error) {
+    this->on_failure(actor, error);
+  };
+  std::map<std::pair<int64_t, int>, ActorThread*> by_key;
+  for (const auto& actor : actors_) {
+    const int plan_thread = actor->task() >= 0 ? index_.task(actor->task()).proto.thread() : 0;
+    const auto key = options_.deterministic ? std::make_pair(int64_t{0}, 0)
+                                            : std::make_pair(actor->rank(), plan_thread);
+    ActorThread*& thread = by_key[key];
+    if (thread == nullptr) {
+      const std::string name =
+          options_.deterministic
+              ? "deterministic"
+              : str_cat("rank ", key.first, key.second == 0 ? " compute" : " communication");
+      threads_.push_back(std::make_unique<ActorThread>(name, key.first, key.second, thread_options,
+                                                       static_cast<ActorHost*>(this), on_failure));
+      thread = threads_.back().get();
+      if (options_.record_messages) thread->record_messages(&message_log_);
+    }
+    thread->add_actor(actor.get());
+  }
+}
+
+void Runtime::send(const ActorMessage& message) {
+  if (message.dst_actor == kCallerActor) return;  // the tick's ack of a start
+  if (message.src_rank != message.dst_rank) {
+    transport_->send(message.dst_rank, to_bytes(message));
+    return;
+  }
+  deliver(message);
+}
+
+void Runtime::deliver(const ActorMessage& message) {
+  auto it = actor_by_id_.find(message.dst_actor);
+  OFL_ASSERT(it != actor_by_id_.end()) << "no actor for " << message.to_string();
+  it->second->thread()->post(message);
+}
+
+void Runtime::read_remote(int64_t rank, uint64_t address, void* dst, size_t bytes) {
+  transport_->read(rank, address, dst, bytes);
+}
+
+void Runtime::count_act() {
+  if (remaining_.fetch_sub(1, std::memory_order_acq_rel) == 1) {
+    std::lock_guard<std::mutex> lock(done_mu_);
+    done_ = true;
+    done_cv_.notify_all();
+  }
+}
+
+void Runtime::on_failure(const Actor& actor, std::exception_ptr error) {
+  std::string what = "unknown error";
+  ErrorCode code = ErrorCode::kInternal;
+  try {
+    std::rethrow_exception(error);
+  } catch (const Error& e) {
+    what = e.what();
+    code = e.code();
+  } catch (const std::exception& e) {
+    what = e.what();
+  }
+  std::lock_guard<std::mutex> lock(done_mu_);
+  if (failure_.empty()) {
+    failure_ =
+        str_cat(kTag, actor.name(), " failed in iteration ", actor.iteration(),
+                index_.micro_batches() > 1 ? str_cat(", micro-batch ", actor.micro_batch()) : "",
+                ": ", what);
+    failure_code_ = code;
+  }
+  done_cv_.notify_all();
+}
+
+void Runtime::initialize_variables() {
+  OFL_CHECK_CODE(!broken_, ErrorCode::kFailedPrecondition, kTag,
+                 shut_down_ ? "the runtime was shut down and cannot be used again."
+                            : "the runtime stopped after an error and cannot be used again.");
+  for (int t = 0; t < index_.num_tasks(); ++t) {
+    if (actor_of_task_[t] != nullptr && index_.task(t).proto.kind() == proto::TaskProto::VARIABLE) {
+      initialize_variable_piece(index_, t, variable_piece(t));
+    }
+  }
+}
+
+Tensor Runtime::variable_piece(int task) const {
+  const Actor* actor = actor_of_task_[task];
+  OFL_ASSERT(actor != nullptr && !actor->outputs().empty());
+  return actor->outputs()[0].slots.at(0);
+}
+
+Tensor Runtime::read_variable(const std::string& name) const {
+  return actor::read_variable(index_, name, [this](int t) { return variable_piece(t); });
+}
+
+void Runtime::write_variable(const std::string& name, const Tensor& value) {
+  actor::write_variable(index_, name, value, [this](int t) { return variable_piece(t); });
+}
+
+std::map<std::string, Tensor> Runtime::run(const std::map<std::string, Tensor>& inputs) {
+  OFL_CHECK_CODE(!broken_, ErrorCode::kFailedPrecondition, kTag,
+                 shut_down_ ? "the runtime was shut down and cannot be used again."
+                            : "the runtime stopped after an error and cannot be used again.");
+  check_fed_inputs(index_, inputs);
+  for (const auto& [name, pieces] : index_.inputs_by_name()) {
+    OFL_CHECK(inputs.count(name) > 0, kTag, "run needs input '", name, "' (read by ",
+              index_.describe_task(pieces[0]), "). However, it was not fed.");
+  }
+  inputs_ = &inputs;
+  {
+    std::lock_guard<std::mutex> lock(done_mu_);
+    done_ = false;
+  }
+  remaining_.store(acts_per_iteration_, std::memory_order_release);
+  for (Actor* tick : ticks_) {
+    deliver(ActorMessage::register_ready({kCallerActor, tick->rank()}, {tick->id(), tick->rank()},
+                                         kRunRegisterBase + tick->rank(), /*slot=*/0, iteration_));
+  }
+  wait_for_iteration();
+  inputs_ = nullptr;
+  ++iteration_;
+
+  std::vector<std::pair<int, Tensor>> fetched;
+  for (int t = 0; t < index_.num_tasks(); ++t) {
+    if (actor_of_task_[t] == nullptr) continue;
+    if (const Tensor* piece = fetched_piece(*actor_of_task_[t])) fetched.emplace_back(t, *piece);
+  }
+  return assemble_outputs(index_, fetched);
+}
+
+// Note [Watchdog]: the iteration ends when every actor has acted its share. If for
+// watchdog_seconds no actor acts (and none is in the middle of an act: a long kernel is
+// progress), every waiting actor is reported with the registers it lacks and from whom, and
+// the cycle among them, if there is one. In deterministic mode a stall shows at once: no
+// message is pending and no actor can act.
+void Runtime::wait_for_iteration() {
+  if (options_.deterministic) {
+    threads_.at(0)->run_inline();
+    std::lock_guard<std::mutex> lock(done_mu_);
+    if (!failure_.empty()) {
+      broken_ = true;
+      throw_error(failure_code_, failure_);
+    }
+    if (!done_) {
+      broken_ = true;
+      throw_error(ErrorCode::kDeadlineExceeded,
+                  str_cat(kTag, "no actor can act and no message is pending in iteration ",
+                          iteration_, " (deterministic mode).", stall_report()));
+    }
+    return;
+  }
+  const int64_t timeout_ns = static_cast<int64_t>(options_.watchdog_seconds * 1e9);
+  int64_t last_remaining = remaining_.load();
+  int64_t last_progress = now_ns();
+  std::unique_lock<std::mutex> lock(done_mu_);
+  while (!done_ && failure_.empty()) {
+    done_cv_.wait_for(lock, std::chrono::milliseconds(20));
+    if (done_ || !failure_.empty()) break;
+    const int64_t remaining = remaining_.load();
+    bool acting = false;
+    for (const auto& thread : threads_) acting = acting || thread->acting() != nullptr;
+    const int64_t now = now_ns();
+    if (remaining != last_remaining || acting) {
+      last_remaining = remaining;
+      last_progress = now;
+    } else if (now - last_progress > timeout_ns) {
+      lock.unlock();
+      throw_stall();
+    }
+  }
+  if (!failure_.empty()) {
+    broken_ = true;
+    throw_error(failure_code_, failure_);
+  }
+}
+
+void Runtime::throw_stall() {
+  broken_ = true;
+  throw_error(ErrorCode::kDeadlineExceeded,
+              str_cat(kTag, "no actor made progress for ", options_.watchdog_seconds,
+                      " s in iteration ", iteration_, " (", acts_per_iteration_ - remaining_.load(),
+                      " of ", acts_per_iteration_, " acts done).", stall_report()));
+}
+
+std::string Runtime::stall_report() const {
+  std::map<int64_t, std::vector<int64_t>> waits_on;  // actor -> actors it waits for
+  std::map<int64_t, const Actor*> waiting;
+  std::string lines;
+  int listed = 0;
+  for (const auto& thread : threads_) {
+    auto lock = thread->lock_state();
+    for (const Actor* actor : thread->actors()) {
+      if (actor->acts() >= (iteration_ + 1) * actor->acts_per_iteration()) continue;
+      std::vector<int64_t> on;
+      const std::string waits = actor->waiting_for(&on);
+      if (waits.empty()) continue;
+      waiting[actor->id()] = actor;
+      waits_on[actor->id()] = on;
+      if (listed++ < 20) lines += str_cat("\n  ", actor->name(), " waits for ", waits);
+    }
+  }
+  if (listed > 20) lines += str_cat("\n  and ", listed - 20, " more waiting actors");
+
+  // A cycle among the waiting actors: depth-first search over "waits for".
+  std::map<int64_t, int> state;  // 1: on the stack, 2: done
+  std::vector<int64_t> stack, cycle;
+  std::function<bool(int64_t)> visit = [&](int64_t a) {
+    state[a] = 1;
+    stack.push_back(a);
+    for (int64_t b : waits_on[a]) {
+      if (!waiting.count(b)) continue;
+      if (state[b] == 1) {
+        cycle.assign(std::find(stack.begin(), stack.end(), b), stack.end());
+        cycle.push_back(b);
+        return true;
+      }
+      if (state[b] == 0 && visit(b)) return true;
+    }
+    stack.pop_back();
+    state[a] = 2;
+    return false;
+  };
+  for (const auto& [id, actor] : waiting) {
+    if (state[id] == 0 && visit(id)) break;
+  }
+  std::string cycle_text;
+  if (!cycle.empty()) {
+    cycle_text = "\nCycle:";
+    for (size_t i = 0; i < cycle.size(); ++i) {
+      cycle_text += str_cat(i ? " -> " : " ", waiting.at(cycle[i])->name());
+    }
+  } else {
+    cycle_text =
+        "\nNo cycle among them: the first waits on a rank or a message outside this process.";
+  }
+  return str_cat(" Waiting actors:", lines.empty() ? " none" : lines, cycle_text);
+}
+
+std::string Runtime::chrome_trace() {
+  std::string json = "{\"traceEvents\":[";
+  bool first = true;
+  auto add = [&](const std::string& event) {
+    json += (first ? "\n" : ",\n") + event;
+    first = false;
+  };
+  for (const auto& thread : threads_) {
+    add(str_cat("{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":", thread->rank(), ",\"tid\":",
+                thread->index(), ",\"args\":{\"name\":\"", json_escape(thread->name()), "\"}}"));
+    for (const TraceEvent& e : thread->take_trace()) {
+      const Actor& actor = *e.actor;
+      const std::string name =
+          actor.task() >= 0 ? index_.task(actor.task()).proto.name() : actor.name();
+      const std::string kind =
+          actor.task() >= 0 ? proto::TaskProto::Kind_Name(index_.task(actor.task()).proto.kind())
+                            : "TICK";
+      add(str_cat("{\"name\":\"", json_escape(name), "\",\"cat\":\"", kind,
+                  "\",\"ph\":\"X\",\"pid\":", actor.rank(), ",\"tid\":", thread->index(),
+                  ",\"ts\":", (e.begin_ns - trace_origin_ns_) / 1000.0, ",\"dur\":",
+                  (e.end_ns - e.begin_ns) / 1000.0, ",\"args\":{\"iteration\":", e.iteration,
+                  ",\"micro_batch\":", e.micro_batch, "}}"));
+    }
+  }
+  return json + "\n]}\n";
+}
+
+bool Runtime::shutdown() {
+  if (shut_down_) return all_retired_;
+  shut_down_ = true;
+  bool retired = !broken_;
+  if (!broken_) {
+    for (Actor* tick : ticks_) {
+      deliver(ActorMessage::end_of_stream({kCallerActor, tick->rank()}, {tick->id(), tick->rank()},
+                                          kRunRegisterBase + tick->rank()));
+    }
+    if (options_.deterministic && !threads_.empty()) threads_[0]->run_inline();
+  }
+  for (auto& thread : threads_) {
+    if (broken_) {
+      thread->stop();
+    } else if (!thread->join(/*seconds=*/10)) {
+      retired = false;
+      std::string names;
+      for (const Actor* actor : thread->actors()) {
+        if (!actor->retired()) names += "\n  " + actor->name();
+      }
+      LOG(ERROR) << kTag << "thread '" << thread->name()
+                 << "' still had actors that had not retired 10 s after the end of stream:"
+                 << names;
+    }
+  }
+  for (const auto& actor : actors_) retired = retired && actor->retired();
+  for (int64_t rank : ranks_) transport_->stop_serving_rank(rank);
+  broken_ = true;  // nothing runs after this
+  all_retired_ = retired;
+  return retired;
+}
+
+}  // namespace ofl::actor

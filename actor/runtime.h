@@ -1,0 +1,147 @@
+#pragma once
+// Runtime: loads a plan's ranks as actors on threads and runs iterations by message passing
+// alone (DESIGN.md, data flow steps 3, 4 and 6). No central scheduler: run() only starts each
+// rank's tick and waits until every actor has acted its share of the iteration.
+//
+// Note [What the runtime adds to a plan]:
+//  - Control inputs become control registers (no data): the task waits for a piece from the
+//    task it follows and acknowledges it, like a data register.
+//  - Per rank, a tick actor starts each iteration and hands a start to every task with no input
+//    at all (INPUT, VARIABLE, ZEROS, ...).
+//  - A SEND -> RECV pair is a transfer register: the SEND's ready message carries the address
+//    of its input slot; the RECV reads it through the transport (consumer pull) into its own
+//    output slot, then acknowledges, and only then does the SEND release its input.
+//  - The strict cycle of Note [Memory reuse and the chain] (compiler/physical/
+//    memory_planning.cpp): per rank, a control register from the first to the last
+//    per-micro-batch task of the compute thread, with pipeline_depth slots. With one slot (no
+//    pipeline stages) micro-batch k + 1 cannot start before micro-batch k has finished on that
+//    thread, which memory sharing within a micro-batch relies on; with p stages, registers of
+//    the micro-batch part are not shared and up to p micro-batches may be in flight.
+//  Iterations do not overlap: run() returns after the iteration's last act, so the chain's
+//  wrap-around from one iteration to the next holds by construction.
+//
+// Modes: every rank in one process over an in-process transport (the in-process cluster: a
+// whole DP / TP / PP job in one test), or the ranks of one process with a transport to the
+// others; and a deterministic mode, where one thread (the caller's) runs every actor and
+// delivers messages in a fixed order.
+
+#include <atomic>
+#include <condition_variable>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "actor/actor.h"
+#include "actor/actor_thread.h"
+#include "actor/plan_index.h"
+#include "actor/plan_runner.h"
+#include "comm/transport.h"
+
+namespace ofl::actor {
+
+struct RuntimeOptions {
+  /// Ranks of the plan this runtime hosts; empty: all of them (the in-process cluster).
+  std::vector<int64_t> ranks;
+  /// Run every actor on the caller's thread, delivering messages in a fixed order.
+  bool deterministic = false;
+  /// How long an idle thread spins before it parks (Note [Spin, then park]).
+  double spin_microseconds = 50;
+  /// End run() with an error when no actor acts for this long (Note [Watchdog] in runtime.cpp).
+  double watchdog_seconds = 60;
+  /// Record each act's start and end (chrome_trace()).
+  bool trace = false;
+  /// Check at load that the plan has no cycle (off: let the watchdog find it).
+  bool check_acyclic = true;
+  /// Deterministic mode: keep every handled message, in order (message_log()).
+  bool record_messages = false;
+  /// OpenMP threads per compute thread; 0: 1 when the process hosts several compute threads,
+  /// otherwise OpenMP's default.
+  int kernel_threads = 0;
+  /// How messages and data reach other ranks; null: an in-process transport of this runtime.
+  std::shared_ptr<comm::Transport> transport;
+};
+
+class Runtime final : public PlanRunner, private ActorHost {
+ public:
+  /// Checks the plan (PlanIndex), allocates its memory blocks and registers once, creates the
+  /// actors and starts the threads. Raises ofl::Error naming what is wrong with the plan.
+  explicit Runtime(const proto::PlanProto& plan, RuntimeOptions options = {});
+  /// Calls shutdown() unless done.
+  ~Runtime() override;
+
+  /// Ends every tick's stream; the end passes from actor to actor and each thread stops once
+  /// its actors have all retired. Returns whether every actor retired (false after a failed run,
+  /// whose threads are stopped instead). The runtime cannot run afterwards.
+  bool shutdown();
+
+  void initialize_variables() override;
+  /// One iteration: feeds `inputs` (logical tensors by name), waits for every actor's acts and
+  /// returns the fetched logical tensors. Raises ofl::Error when a kernel fails (naming the task
+  /// and rank) or when the watchdog finds no progress (naming what each actor waits for).
+  std::map<std::string, Tensor> run(const std::map<std::string, Tensor>& inputs) override;
+  Tensor read_variable(const std::string& name) const override;
+  void write_variable(const std::string& name, const Tensor& value) override;
+
+  /// The acts recorded since the last call (trace option), as Chrome trace JSON: one complete
+  /// event per act, process = rank, thread = actor thread. Open in chrome://tracing or Perfetto.
+  std::string chrome_trace();
+  /// Deterministic mode with record_messages: every message handled so far, in order.
+  const std::vector<std::string>& message_log() const { return message_log_; }
+
+  int64_t iterations() const { return iteration_; }
+  int num_threads() const { return static_cast<int>(threads_.size()); }
+  int num_actors() const { return static_cast<int>(actors_.size()); }
+  const PlanIndex& plan_index() const { return index_; }
+
+ private:
+  // ActorHost
+  void send(const ActorMessage& message) override;
+  void read_remote(int64_t rank, uint64_t address, void* dst, size_t bytes) override;
+  const std::map<std::string, Tensor>& inputs() const override { return *inputs_; }
+  void count_act() override;
+
+  void deliver(const ActorMessage& message);
+  void allocate_registers(int64_t rank);
+  void connect_task(int task, int* next_virtual);
+  void add_control_edge(int from, int to, int slots, int64_t register_id);
+  void add_ticks(int* next_virtual);
+  void link_slots();
+  void assign_threads();
+  void on_failure(const Actor& actor, std::exception_ptr error);
+  void wait_for_iteration();
+  [[noreturn]] void throw_stall();
+  std::string stall_report() const;
+  Tensor variable_piece(int task) const;
+
+  PlanIndex index_;
+  RuntimeOptions options_;
+  std::shared_ptr<comm::Transport> transport_;
+  std::vector<int64_t> ranks_;  // hosted, ascending
+  std::vector<std::unique_ptr<Actor>> actors_;
+  std::vector<Actor*> actor_of_task_;  // by task index; null when not hosted
+  std::unordered_map<int64_t, Actor*> actor_by_id_;
+  std::unordered_map<int, int> recv_of_send_;  // task index -> task index
+  std::vector<Actor*> ticks_;
+  std::vector<std::unique_ptr<ActorThread>> threads_;
+  std::map<std::pair<int64_t, int64_t>, Tensor> blocks_;  // (rank, block id) -> memory
+
+  int64_t iteration_ = 0;
+  int64_t acts_per_iteration_ = 0;
+  const std::map<std::string, Tensor>* inputs_ = nullptr;
+  std::atomic<int64_t> remaining_{0};
+  std::mutex done_mu_;
+  std::condition_variable done_cv_;
+  bool done_ = false;                              // GUARDED_BY(done_mu_)
+  std::string failure_;                            // GUARDED_BY(done_mu_)
+  ErrorCode failure_code_ = ErrorCode::kInternal;  // GUARDED_BY(done_mu_)
+  bool broken_ = false;                            // a run failed: the actors' state is unusable
+  bool shut_down_ = false;
+  bool all_retired_ = false;  // what shutdown() found
+  std::vector<std::string> message_log_;
+  int64_t trace_origin_ns_ = 0;
+};
+
+}  // namespace ofl::actor

@@ -1,0 +1,34 @@
+#include "comm/in_process_transport.h"
+
+#include <cstring>
+#include <mutex>
+
+#include "oneflowlike/common/error.h"
+
+namespace ofl::comm {
+
+void InProcessTransport::serve_rank(int64_t rank, MessageHandler handler) {
+  std::unique_lock lock(mu_);
+  OFL_CHECK(handlers_.emplace(rank, std::move(handler)).second, "[in_process_transport] ",
+            "each rank must be served by one runtime. However, rank ", rank, " is served already.");
+}
+
+void InProcessTransport::stop_serving_rank(int64_t rank) {
+  std::unique_lock lock(mu_);
+  handlers_.erase(rank);
+}
+
+void InProcessTransport::send(int64_t dst_rank, const MessageBytes& message) {
+  std::shared_lock lock(mu_);
+  auto it = handlers_.find(dst_rank);
+  OFL_CHECK_CODE(it != handlers_.end(), ErrorCode::kUnavailable, "[in_process_transport] ",
+                 "a message must go to a rank that a runtime serves. However, rank ", dst_rank,
+                 " is served by none (served: ", handlers_.size(), " ranks).");
+  it->second(message);
+}
+
+void InProcessTransport::read(int64_t /*src_rank*/, uint64_t address, void* dst, size_t bytes) {
+  std::memcpy(dst, reinterpret_cast<const void*>(address), bytes);
+}
+
+}  // namespace ofl::comm

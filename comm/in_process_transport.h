@@ -1,0 +1,26 @@
+#pragma once
+// InProcessTransport: every rank lives in this process, so a message is a call into the
+// serving runtime's handler and a read is a memcpy.
+
+#include <cstdint>
+#include <map>
+#include <shared_mutex>
+
+#include "comm/transport.h"
+
+namespace ofl::comm {
+
+class InProcessTransport final : public Transport {
+ public:
+  void serve_rank(int64_t rank, MessageHandler handler) override;
+  void stop_serving_rank(int64_t rank) override;
+  void send(int64_t dst_rank, const MessageBytes& message) override;
+  void read(int64_t src_rank, uint64_t address, void* dst, size_t bytes) override;
+
+ private:
+  // Readers (send) vastly outnumber writers (serve/stop, at load and teardown).
+  mutable std::shared_mutex mu_;
+  std::map<int64_t, MessageHandler> handlers_;  // GUARDED_BY(mu_)
+};
+
+}  // namespace ofl::comm

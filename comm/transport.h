@@ -1,0 +1,44 @@
+#pragma once
+// Transport: how the actor runtime reaches actors of ranks hosted elsewhere. Two
+// implementations: InProcessTransport (every rank in one process: the in-process cluster of
+// DESIGN.md, for tests and debugging) and, for separate processes and hosts, UCX.
+//
+// The runtime gives a transport two kinds of traffic: small fixed-size messages (actor register
+// messages, kMessageBytes each) and bulk reads of register data, which the receiver pulls from
+// the sender's memory (the sender names the address in its message).
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+
+namespace ofl::comm {
+
+/// Room for one actor message; transports move messages as this many bytes.
+constexpr size_t kMessageBytes = 64;
+using MessageBytes = std::array<std::byte, kMessageBytes>;
+
+/// Called, on a transport-owned or sender's thread, with each message addressed to a rank the
+/// receiving runtime hosts. Must not block.
+using MessageHandler = std::function<void(const MessageBytes& message)>;
+
+class Transport {
+ public:
+  virtual ~Transport() = default;
+
+  /// Routes messages for `rank` to `handler` from now on (a runtime hosting `rank` calls it when
+  /// it loads). Raises ofl::Error if the rank is already served.
+  virtual void serve_rank(int64_t rank, MessageHandler handler) = 0;
+  /// Stops routing messages for `rank`; messages sent to it afterwards are dropped.
+  virtual void stop_serving_rank(int64_t rank) = 0;
+
+  /// Delivers `message` to the handler serving `dst_rank`. Raises ofl::Error naming the rank if
+  /// none serves it.
+  virtual void send(int64_t dst_rank, const MessageBytes& message) = 0;
+
+  /// Copies `bytes` bytes at `address` in the memory of the process hosting `src_rank` to `dst`.
+  /// Returns when the data is in `dst`.
+  virtual void read(int64_t src_rank, uint64_t address, void* dst, size_t bytes) = 0;
+};
+
+}  // namespace ofl::comm

@@ -1,0 +1,355 @@
+// The actor runtime on hand-built plans: each actor kind under the deterministic mode (values
+// checked by hand and against the reference executor), the same plans on real threads, the
+// watchdog, failures, tracing and the message protocol.
+
+#include "actor/runtime.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <regex>
+
+#include "actor/reference_executor.h"
+#include "oneflowlike/ops/optimizer.h"
+#include "tests/cpp/actor/plan_builder.h"
+#include "tests/cpp/ops/test_util.h"
+
+namespace ofl::actor {
+namespace {
+
+using ofl::testing::add_range;
+using ofl::testing::expect_error;
+using ofl::testing::make_tensor;
+using ofl::testing::PlanBuilder;
+using ofl::testing::random_tensor;
+using ofl::testing::values_of;
+using Kind = proto::TaskProto;  // Kind::SLICE etc.
+
+RuntimeOptions deterministic() {
+  RuntimeOptions options;
+  options.deterministic = true;
+  return options;
+}
+
+RuntimeOptions threaded() {
+  RuntimeOptions options;
+  options.watchdog_seconds = 20;
+  return options;
+}
+
+void expect_same_tensors(const std::map<std::string, Tensor>& expected,
+                         const std::map<std::string, Tensor>& actual, const std::string& what) {
+  ASSERT_EQ(expected.size(), actual.size()) << what;
+  for (const auto& [name, tensor] : expected) {
+    ASSERT_TRUE(actual.count(name)) << what << " lacks " << name;
+    EXPECT_EQ(actual.at(name).shape(), tensor.shape()) << what << " " << name;
+    EXPECT_EQ(values_of(actual.at(name)), values_of(tensor)) << what << " " << name;
+  }
+}
+
+// Runs `plan` for `iterations` iterations on the reference executor and on the runtime in
+// deterministic and threaded mode; every fetched tensor and variable must be equal. Returns the
+// runtime's (deterministic) fetches of the last iteration.
+std::map<std::string, Tensor> run_everywhere(const proto::PlanProto& plan,
+                                             const std::map<std::string, Tensor>& feed,
+                                             int iterations = 2) {
+  ReferenceExecutor reference(plan);
+  Runtime serial(plan, deterministic());
+  Runtime parallel(plan, threaded());
+  reference.initialize_variables();
+  serial.initialize_variables();
+  parallel.initialize_variables();
+  std::map<std::string, Tensor> last;
+  for (int i = 0; i < iterations; ++i) {
+    const auto expected = reference.run(feed);
+    last = serial.run(feed);
+    expect_same_tensors(expected, last, str_cat("deterministic iteration ", i));
+    expect_same_tensors(expected, parallel.run(feed), str_cat("threaded iteration ", i));
+  }
+  for (const auto& [name, pieces] : serial.plan_index().variables_by_name()) {
+    EXPECT_EQ(values_of(serial.read_variable(name)), values_of(reference.read_variable(name)))
+        << name;
+    EXPECT_EQ(values_of(parallel.read_variable(name)), values_of(reference.read_variable(name)))
+        << name;
+  }
+  return last;
+}
+
+TEST(Runtime, ComputeActorsRunKernelsBetweenSourcesAndSinks) {
+  PlanBuilder b(1);
+  const int64_t x = b.input(0, "x", Shape{4, 3});
+  const int64_t y = b.reg(0, "y", Shape{4, 3});
+  const int64_t z = b.reg(0, "z", Shape{4, 3});
+  b.compute(0, "relu", "relu", NoParams{}, {x}, {y});
+  b.compute(0, "add", "add", NoParams{}, {y, y}, {z});  // one register read twice
+  b.output(0, "z", z, Shape{4, 3});
+  const Tensor xs = random_tensor(Shape{4, 3}, DataType::kFloat32, 1);
+  const auto out = run_everywhere(b.plan(), {{"x", xs}});
+  std::vector<double> want;
+  for (double v : values_of(xs)) want.push_back(2 * std::max(v, 0.0));
+  EXPECT_EQ(values_of(out.at("z")), want);
+}
+
+TEST(Runtime, BoxingActorsSliceConcatAddZerosAndCopy) {
+  PlanBuilder b(1);
+  const int64_t x = b.input(0, "x", Shape{4, 3});
+  const int64_t top = b.reg(0, "top", Shape{2, 3});
+  const int64_t bottom = b.reg(0, "bottom", Shape{2, 3});
+  for (auto [reg, rows] : {std::pair{top, Range{0, 2}}, std::pair{bottom, Range{2, 4}}}) {
+    proto::TaskProto* slice = b.task(0, str_cat("slice_", reg), Kind::SLICE, {x}, {reg});
+    add_range(slice, rows, false);
+    add_range(slice, Range{0, 3}, false);
+  }
+  // Swap the halves back together, add the top half to itself, copy, and a zero tensor.
+  const int64_t swapped = b.reg(0, "swapped", Shape{4, 3});
+  proto::TaskProto* concat = b.task(0, "concat", Kind::CONCAT, {top, bottom}, {swapped});
+  for (Range rows : {Range{2, 4}, Range{0, 2}}) {
+    add_range(concat, rows, true);
+    add_range(concat, Range{0, 3}, true);
+  }
+  const int64_t doubled = b.reg(0, "doubled", Shape{2, 3});
+  b.task(0, "add", Kind::ADD, {top, top, bottom}, {doubled});
+  const int64_t copied = b.reg(0, "copied", Shape{6});
+  b.task(0, "copy", Kind::COPY, {doubled}, {copied});
+  const int64_t zeros = b.reg(0, "zeros", Shape{2, 2});
+  b.task(0, "zeros", Kind::ZEROS, {}, {zeros});
+  b.output(0, "swapped", swapped, Shape{4, 3});
+  b.output(0, "copied", copied, Shape{6});
+  b.output(0, "zeros", zeros, Shape{2, 2});
+
+  const Tensor xs =
+      make_tensor({0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11}, Shape{4, 3}, DataType::kFloat32);
+  const auto out = run_everywhere(b.plan(), {{"x", xs}});
+  EXPECT_EQ(values_of(out.at("swapped")),
+            (std::vector<double>{6, 7, 8, 9, 10, 11, 0, 1, 2, 3, 4, 5}));
+  EXPECT_EQ(values_of(out.at("copied")), (std::vector<double>{6, 9, 12, 15, 18, 21}));
+  EXPECT_EQ(values_of(out.at("zeros")), (std::vector<double>{0, 0, 0, 0}));
+}
+
+TEST(Runtime, SendAndReceiveMoveARegisterBetweenRanksThroughTheTransport) {
+  PlanBuilder b(2);
+  const int64_t x = b.input(0, "x", Shape{2, 3});
+  const int64_t y = b.reg(0, "y", Shape{2, 3});
+  b.compute(0, "relu", "relu", NoParams{}, {x}, {y});
+  auto [recv, received] = b.send_recv(0, 1, y, /*transfer_id=*/7);
+  const int64_t z = b.reg(1, "z", Shape{2, 3});
+  b.compute(1, "neg", "neg", NoParams{}, {received}, {z});
+  b.output(1, "z", z, Shape{2, 3});
+  const Tensor xs = make_tensor({-1, 2, -3, 4, -5, 6}, Shape{2, 3}, DataType::kFloat32);
+  const auto out = run_everywhere(b.plan(), {{"x", xs}});
+  EXPECT_EQ(values_of(out.at("z")), (std::vector<double>{0, -2, 0, -4, 0, -6}));
+
+  // The protocol: SEND announces the address of its input slot to the RECV on rank 1; the RECV
+  // acknowledges after reading; only then does the SEND acknowledge its input to relu.
+  RuntimeOptions options = deterministic();
+  options.record_messages = true;
+  Runtime runtime(b.plan(), options);
+  runtime.run({{"x", xs}});
+  const std::vector<std::string>& log = runtime.message_log();
+  auto find = [&](const std::string& pattern) {
+    const std::regex re(pattern);
+    auto it = std::find_if(log.begin(), log.end(),
+                           [&](const std::string& m) { return std::regex_search(m, re); });
+    EXPECT_NE(it, log.end()) << pattern;
+    return it - log.begin();
+  };
+  const int64_t send_id = recv->id() - 1;
+  const auto announce = find(str_cat("register_ready\\{.* src_rank=0 src_actor=", send_id,
+                                     " dst_rank=1 dst_actor=", recv->id(), " .*address=[1-9]"));
+  const auto received_ack = find(str_cat("register_ack\\{.* src_rank=1 src_actor=", recv->id(),
+                                         " dst_rank=0 dst_actor=", send_id));
+  const auto released = find(str_cat("register_ack\\{.* src_actor=", send_id,
+                                     " dst_rank=0 dst_actor=[0-9]+ register_id=", y, " "));
+  EXPECT_LT(announce, received_ack);
+  EXPECT_LT(received_ack, released);
+}
+
+// Note [Micro-batches] in plan.proto: UNPACK hands micro-batch k of the whole batch, REPEAT a
+// once value to each micro-batch, ACCUMULATE sums over them and PACK stacks them.
+TEST(Runtime, MicroBatchActorsUnpackRepeatAccumulateAndPack) {
+  PlanBuilder b(1);
+  b.set_micro_batches(3);
+  const int64_t x = b.batched_input(0, "x", Shape{2, 2});  // (3 * 2, 2)
+  const int64_t piece = b.micro_task(0, "unpack", Kind::UNPACK, x, Shape{2, 2});
+  const int64_t w = b.variable(0, "w", Shape{2, 2}, {}, proto::InitializerProto::CONSTANT, 2.0);
+  const int64_t w_each = b.micro_task(0, "repeat", Kind::REPEAT, w, Shape{2, 2});
+  const int64_t product = b.reg(0, "product", Shape{2, 2});
+  b.compute(0, "mul", "mul", NoParams{}, {piece, w_each}, {product})->set_per_micro_batch(true);
+  const int64_t sum = b.micro_task(0, "accumulate", Kind::ACCUMULATE, product, Shape{2, 2});
+  const int64_t stacked = b.micro_task(0, "pack", Kind::PACK, product, Shape{3, 2, 2});
+  b.output(0, "sum", sum, Shape{2, 2});
+  b.output(0, "stacked", stacked, Shape{3, 2, 2});
+
+  std::vector<double> xv(12);
+  for (int i = 0; i < 12; ++i) xv[i] = i;
+  const auto out =
+      run_everywhere(b.plan(), {{"x", make_tensor(xv, Shape{6, 2}, DataType::kFloat32)}});
+  // Micro-batch k holds rows 2k, 2k + 1: the sum of 2 * x over k.
+  EXPECT_EQ(values_of(out.at("sum")), (std::vector<double>{24, 30, 36, 42}));
+  std::vector<double> twice;
+  for (double v : xv) twice.push_back(2 * v);
+  EXPECT_EQ(values_of(out.at("stacked")), twice);
+}
+
+// Variables live in persistent registers: an in-place update (sgd_update mutates its first
+// input) carries over to the next iteration, and the value can be read and written between
+// iterations.
+TEST(Runtime, VariablesPersistAcrossIterationsAndCanBeReadAndWritten) {
+  PlanBuilder b(1);
+  const int64_t w = b.variable(0, "w", Shape{3}, {}, proto::InitializerProto::ONES);
+  const int64_t g = b.input(0, "g", Shape{3});
+  const int64_t lr = b.input(0, "lr", Shape{});
+  const int64_t snapshot = b.reg(0, "snapshot", Shape{3});
+  proto::TaskProto* copy = b.task(0, "copy", Kind::COPY, {w}, {snapshot});
+  b.output(0, "w_before", snapshot, Shape{3});
+  const int64_t momentum = b.variable(0, "momentum", Shape{3}, {}, proto::InitializerProto::ZEROS);
+  proto::TaskProto* update =
+      b.compute(0, "sgd", "sgd_update", SgdParams{}, {w, g, momentum, lr}, {});
+  update->add_mutated_inputs(0);
+  update->add_mutated_inputs(2);
+  update->add_control_inputs(copy->id());  // writers after readers
+
+  Runtime runtime(b.plan(), threaded());
+  runtime.initialize_variables();
+  const std::map<std::string, Tensor> feed = {
+      {"g", make_tensor({1, 2, 3}, Shape{3}, DataType::kFloat32)},
+      {"lr", Tensor::scalar(0.5, DataType::kFloat32)}};
+  EXPECT_EQ(values_of(runtime.run(feed).at("w_before")), (std::vector<double>{1, 1, 1}));
+  EXPECT_EQ(values_of(runtime.read_variable("w")), (std::vector<double>{0.5, 0, -0.5}));
+  EXPECT_EQ(values_of(runtime.run(feed).at("w_before")), (std::vector<double>{0.5, 0, -0.5}));
+  runtime.write_variable("w", make_tensor({7, 8, 9}, Shape{3}, DataType::kFloat32));
+  EXPECT_EQ(values_of(runtime.run(feed).at("w_before")), (std::vector<double>{7, 8, 9}));
+  EXPECT_EQ(runtime.iterations(), 3);
+  expect_error([&] { runtime.read_variable("nope"); }, ErrorCode::kNotFound, "'nope'");
+}
+
+// A deliberate cycle: a reads b's register and b reads a's. The plan check rejects it at load;
+// with the check off, the watchdog stops the run and names the cycle.
+proto::PlanProto cycle_plan() {
+  PlanBuilder b(2);
+  const int64_t x = b.input(0, "x", Shape{2});
+  const int64_t a_out = b.reg(0, "a_out", Shape{2});
+  const int64_t b_out = b.reg(1, "b_out", Shape{2});
+  const int64_t back = b.reg(0, "back", Shape{2});
+  b.compute(0, "task_a", "add", NoParams{}, {x, back}, {a_out});
+  auto [recv, there] = b.send_recv(0, 1, a_out, /*transfer_id=*/1);
+  b.compute(1, "task_b", "relu", NoParams{}, {there}, {b_out});
+  auto [recv_back, here] = b.send_recv(1, 0, b_out, /*transfer_id=*/2);
+  // Route b's answer into the register task_a reads.
+  proto::RegisterProto* reg = b.find(back);
+  reg->set_producer(recv_back->id());
+  recv_back->set_outputs(0, back);
+  b.find(here)->set_producer(-1);
+  b.output(0, "y", a_out, Shape{2});
+  proto::PlanProto plan = b.plan();
+  // Drop the now unused register `here`.
+  auto* regs = plan.mutable_ranks(0)->mutable_registers();
+  for (int i = 0; i < regs->size(); ++i) {
+    if (regs->Get(i).id() == here) {
+      regs->DeleteSubrange(i, 1);
+      break;
+    }
+  }
+  return plan;
+}
+
+TEST(Runtime, WatchdogNamesTheCycleThatStopsARun) {
+  const proto::PlanProto plan = cycle_plan();
+  expect_error([&] { Runtime runtime(plan, threaded()); }, ErrorCode::kInvalidArgument,
+               "can never act");
+  const std::map<std::string, Tensor> feed = {{"x", Tensor::zeros(Shape{2}, DataType::kFloat32)}};
+  for (bool serial : {true, false}) {
+    RuntimeOptions options = serial ? deterministic() : threaded();
+    options.check_acyclic = false;
+    options.watchdog_seconds = 0.3;
+    Runtime runtime(plan, options);
+    try {
+      runtime.run(feed);
+      ADD_FAILURE() << "the run should stop";
+    } catch (const Error& e) {
+      const std::string what = e.what();
+      EXPECT_EQ(e.code(), ErrorCode::kDeadlineExceeded) << what;
+      EXPECT_NE(what.find("Cycle:"), std::string::npos) << what;
+      for (const char* name : {"task_a", "task_b", "send_1", "recv_1", "send_2", "recv_2"}) {
+        EXPECT_NE(what.find(str_cat("'", name, "'")), std::string::npos) << name << ": " << what;
+      }
+      EXPECT_NE(what.find("waits for a ready register 'back'"), std::string::npos) << what;
+    }
+    expect_error([&] { runtime.run(feed); }, ErrorCode::kFailedPrecondition,
+                 "stopped after an error");
+  }
+}
+
+TEST(Runtime, AKernelErrorEndsTheRunNamingTheTaskAndRank) {
+  PlanBuilder b(2);
+  const int64_t x = b.input(1, "x", Shape{2, 3});
+  const int64_t y = b.reg(1, "y", Shape{2, 3});
+  b.compute(1, "relu", "relu", NoParams{}, {x}, {y});
+  b.output(1, "y", y, Shape{2, 3});
+  for (bool serial : {true, false}) {
+    Runtime runtime(b.plan(), serial ? deterministic() : threaded());
+    expect_error([&] { runtime.run({}); }, ErrorCode::kInvalidArgument, "needs input 'x'");
+    // A wrongly shaped feed fails inside the INPUT actor, on rank 1's thread.
+    expect_error(
+        [&] {
+          runtime.run({{"x", Tensor::zeros(Shape{3, 3}, DataType::kFloat32)}});
+        },
+        ErrorCode::kInvalidArgument, "(id 1, rank 1, INPUT) failed in iteration 0");
+    expect_error(
+        [&] {
+          runtime.run({{"x", Tensor::zeros(Shape{2, 3}, DataType::kFloat32)}});
+        },
+        ErrorCode::kFailedPrecondition, "stopped after an error");
+  }
+}
+
+TEST(Runtime, TraceRecordsEveryActInChromeTraceFormat) {
+  PlanBuilder b(2);
+  const int64_t x = b.input(0, "x", Shape{2});
+  auto [recv, y] = b.send_recv(0, 1, x, /*transfer_id=*/3);
+  b.output(1, "y", y, Shape{2});
+  RuntimeOptions options = threaded();
+  options.trace = true;
+  Runtime runtime(b.plan(), options);
+  runtime.run({{"x", Tensor::zeros(Shape{2}, DataType::kFloat32)}});
+  runtime.run({{"x", Tensor::zeros(Shape{2}, DataType::kFloat32)}});
+  const std::string json = runtime.chrome_trace();
+  EXPECT_EQ(json.rfind("{\"traceEvents\":[", 0), 0u);
+  // 4 tasks and 2 ticks act twice.
+  const std::regex act("\"ph\":\"X\"");
+  EXPECT_EQ(
+      std::distance(std::sregex_iterator(json.begin(), json.end(), act), std::sregex_iterator()),
+      12);
+  for (const char* name : {"input_x", "send_3", "recv_3", "output_y@1"}) {
+    EXPECT_NE(json.find(str_cat("\"name\":\"", name, "\"")), std::string::npos) << name;
+  }
+  EXPECT_NE(json.find("\"iteration\":1"), std::string::npos);
+  EXPECT_EQ(runtime.chrome_trace().find("\"ph\":\"X\""), std::string::npos);  // taken
+}
+
+TEST(Runtime, EndOfStreamRetiresEveryActorAndStopsTheThreads) {
+  PlanBuilder b(2);
+  const int64_t x = b.input(0, "x", Shape{2});
+  auto [recv, y] = b.send_recv(0, 1, x, /*transfer_id=*/3);
+  b.output(1, "y", y, Shape{2});
+  RuntimeOptions options = deterministic();
+  options.record_messages = true;
+  Runtime runtime(b.plan(), options);
+  runtime.run({{"x", Tensor::zeros(Shape{2}, DataType::kFloat32)}});
+  const size_t before = runtime.message_log().size();
+  EXPECT_TRUE(runtime.shutdown());
+  // One end per edge: run() -> 2 ticks, tick -> input_x, input_x -> send, send -> recv,
+  // recv -> output.
+  const auto& log = runtime.message_log();
+  EXPECT_EQ(std::count_if(log.begin() + before, log.end(),
+                          [](const std::string& m) { return m.rfind("end_of_stream", 0) == 0; }),
+            6);
+  expect_error([&] { runtime.run({}); }, ErrorCode::kFailedPrecondition, "shut down");
+
+  Runtime on_threads(b.plan(), threaded());
+  on_threads.run({{"x", Tensor::zeros(Shape{2}, DataType::kFloat32)}});
+  EXPECT_TRUE(on_threads.shutdown());
+}
+
+}  // namespace
+}  // namespace ofl::actor
