@@ -577,6 +577,29 @@ std::string Runtime::stall_report() const {
   return str_cat(" Waiting actors:", lines.empty() ? " none" : lines, cycle_text);
 }
 
+std::vector<Runtime::Act> Runtime::take_acts() {
+  std::vector<Act> acts;
+  for (const auto& thread : threads_) {
+    for (const TraceEvent& e : thread->take_trace()) {
+      const Actor& actor = *e.actor;
+      Act act;
+      act.rank = actor.rank();
+      act.thread = thread->index();
+      act.tick = actor.task() < 0;
+      if (!act.tick) {
+        act.task = index_.task(actor.task()).proto.name();
+        act.kind = index_.task(actor.task()).proto.kind();
+      }
+      act.iteration = e.iteration;
+      act.micro_batch = e.micro_batch;
+      act.begin_us = (e.begin_ns - trace_origin_ns_) / 1000.0;
+      act.end_us = (e.end_ns - trace_origin_ns_) / 1000.0;
+      acts.push_back(std::move(act));
+    }
+  }
+  return acts;
+}
+
 std::string Runtime::chrome_trace() {
   std::string json = "{\"traceEvents\":[";
   bool first = true;
@@ -587,19 +610,15 @@ std::string Runtime::chrome_trace() {
   for (const auto& thread : threads_) {
     add(str_cat("{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":", thread->rank(), ",\"tid\":",
                 thread->index(), ",\"args\":{\"name\":\"", json_escape(thread->name()), "\"}}"));
-    for (const TraceEvent& e : thread->take_trace()) {
-      const Actor& actor = *e.actor;
-      const std::string name =
-          actor.task() >= 0 ? index_.task(actor.task()).proto.name() : actor.name();
-      const std::string kind =
-          actor.task() >= 0 ? proto::TaskProto::Kind_Name(index_.task(actor.task()).proto.kind())
-                            : "TICK";
-      add(str_cat("{\"name\":\"", json_escape(name), "\",\"cat\":\"", kind,
-                  "\",\"ph\":\"X\",\"pid\":", actor.rank(), ",\"tid\":", thread->index(),
-                  ",\"ts\":", (e.begin_ns - trace_origin_ns_) / 1000.0, ",\"dur\":",
-                  (e.end_ns - e.begin_ns) / 1000.0, ",\"args\":{\"iteration\":", e.iteration,
-                  ",\"micro_batch\":", e.micro_batch, "}}"));
-    }
+  }
+  for (const Act& act : take_acts()) {
+    const std::string name = act.tick ? str_cat("tick of rank ", act.rank) : act.task;
+    const std::string kind = act.tick ? "TICK" : proto::TaskProto::Kind_Name(act.kind);
+    add(str_cat("{\"name\":\"", json_escape(name), "\",\"cat\":\"", kind,
+                "\",\"ph\":\"X\",\"pid\":", act.rank, ",\"tid\":", act.thread,
+                ",\"ts\":", act.begin_us, ",\"dur\":", act.end_us - act.begin_us,
+                ",\"args\":{\"iteration\":", act.iteration, ",\"micro_batch\":", act.micro_batch,
+                "}}"));
   }
   return json + "\n]}\n";
 }

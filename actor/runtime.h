@@ -85,8 +85,22 @@ class Runtime final : public PlanRunner, private ActorHost {
   Tensor read_variable(const std::string& name) const override;
   void write_variable(const std::string& name, const Tensor& value) override;
 
-  /// The acts recorded since the last call (trace option), as Chrome trace JSON: one complete
-  /// event per act, process = rank, thread = actor thread. Open in chrome://tracing or Perfetto.
+  /// One recorded act (trace option).
+  struct Act {
+    int64_t rank = 0;
+    int thread = 0;  // 0: compute, 1: communication
+    std::string task;  // task name ("" for a tick)
+    proto::TaskProto::Kind kind = proto::TaskProto::COMPUTE;
+    bool tick = false;
+    int64_t iteration = 0;
+    int micro_batch = 0;
+    double begin_us = 0;  // since the runtime started
+    double end_us = 0;
+  };
+  /// The acts recorded since the last take (trace option), by thread then time.
+  std::vector<Act> take_acts();
+  /// take_acts() as Chrome trace JSON: one complete event per act, process = rank, thread =
+  /// actor thread. Open in chrome://tracing or Perfetto.
   std::string chrome_trace();
   /// Deterministic mode with record_messages: every message handled so far, in order.
   const std::vector<std::string>& message_log() const { return message_log_; }

@@ -2,8 +2,10 @@
 
 #include <algorithm>
 #include <functional>
+#include <limits>
 #include <queue>
 #include <set>
+#include <tuple>
 #include <unordered_map>
 
 #include "compiler/passes/passes.h"
@@ -92,10 +94,42 @@ void sort_rank_tasks(proto::PlanProto* plan) {
         ++pending[i];
       }
     }
-    // Earliest phase, then lowest plan position first among the ready tasks (stable).
+    // Communication first: among ready tasks, the one fewest steps away from feeding the
+    // communication thread (a gradient about to be reduced, data about to be sent) goes first,
+    // so transfers and reductions start early and overlap the rest of the compute chain (Note
+    // [Gradient boxing on the communication thread] in physical/boxing.h). Distance 0: a
+    // compute-thread task whose output a communication-thread task reads.
+    constexpr int kFar = std::numeric_limits<int>::max();
+    std::vector<int> distance(n, kFar);
+    std::vector<std::vector<int>> previous(n);
+    for (int i = 0; i < n; ++i) {
+      for (int j : next[i]) previous[j].push_back(i);
+    }
+    std::queue<int> frontier;
+    for (int i = 0; i < n; ++i) {
+      if (rank.tasks(i).thread() == 0) continue;
+      for (int p : previous[i]) {
+        if (rank.tasks(p).thread() == 0 && distance[p] == kFar) {
+          distance[p] = 0;
+          frontier.push(p);
+        }
+      }
+    }
+    while (!frontier.empty()) {
+      const int i = frontier.front();
+      frontier.pop();
+      for (int p : previous[i]) {
+        if (rank.tasks(p).thread() == 0 && distance[p] == kFar) {
+          distance[p] = distance[i] + 1;
+          frontier.push(p);
+        }
+      }
+    }
+    // Earliest phase, then nearest to communication, then lowest plan position (stable).
     auto key = [&](int i) {
       const proto::TaskProto& t = rank.tasks(i);
-      return std::make_pair(t.per_micro_batch() ? 1 : t.after_micro_batches() ? 2 : 0, i);
+      const int phase = t.per_micro_batch() ? 1 : t.after_micro_batches() ? 2 : 0;
+      return std::make_tuple(phase, distance[i], i);
     };
     auto later = [&](int a, int b) { return key(a) > key(b); };
     std::priority_queue<int, std::vector<int>, decltype(later)> ready(later);

@@ -87,8 +87,8 @@ int64_t positive_mod(int64_t a, int64_t n) { return ((a % n) + n) % n; }
 /// given one when nothing needs doing), so callers chain steps without special cases.
 class StepEmitter {
  public:
-  StepEmitter(PlanBuilder& builder, std::string name, DataType dtype)
-      : builder_(builder), name_(std::move(name)), dtype_(dtype) {}
+  StepEmitter(PlanBuilder& builder, std::string name, DataType dtype, int thread)
+      : builder_(builder), name_(std::move(name)), dtype_(dtype), thread_(thread) {}
 
   PlanBuilder& builder() { return builder_; }
 
@@ -151,8 +151,11 @@ class StepEmitter {
   }
 
  private:
+  // Steps other than SEND / RECV run on the boxing op's thread (Note [Gradient boxing on the
+  // communication thread] in boxing.h).
   proto::TaskProto* task(int64_t rank, proto::TaskProto::Kind kind, const char* what,
-                         int thread = 0) {
+                         int thread = -1) {
+    if (thread < 0) thread = thread_;
     // Tasks of ranks not compiled here are only numbered: skip building their text.
     const bool kept = builder_.kept(rank);
     proto::TaskProto* t = builder_.add_task(
@@ -168,6 +171,7 @@ class StepEmitter {
   PlanBuilder& builder_;
   std::string name_;
   DataType dtype_;
+  int thread_;
   int64_t counter_ = 0;
 };
 
@@ -472,7 +476,7 @@ std::vector<BoxingStep> plan_boxing(const BoxingSpec& spec, const Shape& logical
 
 std::vector<int64_t> expand_boxing(const BoxingSpec& spec, const TensorMeta& logical,
                                    const std::vector<int64_t>& in_registers, PlanBuilder& builder,
-                                   const std::string& name) {
+                                   const std::string& name, int thread) {
   OFL_CHECK(static_cast<int>(spec.in_sbp.size()) == spec.in_placement.hierarchy().ndim() &&
                 static_cast<int>(spec.out_sbp.size()) == spec.out_placement.hierarchy().ndim(),
             "[boxing] '", name,
@@ -480,7 +484,7 @@ std::vector<int64_t> expand_boxing(const BoxingSpec& spec, const TensorMeta& log
             nd_sbp_to_string(spec.in_sbp), " on ", spec.in_placement.to_string(), " -> ",
             nd_sbp_to_string(spec.out_sbp), " on ", spec.out_placement.to_string(), ".");
   OFL_ASSERT(static_cast<int64_t>(in_registers.size()) == spec.in_placement.num_ranks());
-  StepEmitter emitter(builder, name, logical.dtype);
+  StepEmitter emitter(builder, name, logical.dtype, thread);
   std::vector<int64_t> registers = in_registers;
   for (const BoxingStep& step : plan_boxing(spec, logical.shape)) {
     registers = step.kind == BoxingKind::kGeneric

@@ -55,9 +55,21 @@ std::vector<BoxingStep> plan_boxing(const BoxingSpec& spec, const Shape& logical
 /// Adds the tasks that turn a tensor held as spec.in_sbp on spec.in_placement (register
 /// in_registers[parallel id]) into spec.out_sbp on spec.out_placement, and returns the output
 /// register of each out parallel id. `name` prefixes the task and register names and is the
-/// tasks' logical_op.
+/// tasks' logical_op. The steps other than SEND / RECV run on `thread` (0: compute, 1:
+/// communication).
 std::vector<int64_t> expand_boxing(const BoxingSpec& spec, const TensorMeta& logical,
                                    const std::vector<int64_t>& in_registers, PlanBuilder& builder,
-                                   const std::string& name);
+                                   const std::string& name, int thread = 0);
+
+// Note [Gradient boxing on the communication thread]: the boxing of a gradient (the reduction
+// of a partial-sum gradient for the optimizer, in data parallelism; its reduce-scatter under
+// ZeRO) runs entirely on the communication thread, SLICE, ADD and CONCAT steps included. The
+// compute thread runs its tasks in plan order (Note [Memory reuse and the chain]), and the
+// optimizer that reads the reduced gradient comes last in that order: boxing steps on the
+// compute thread would wait there, after the whole backward pass, while on the communication
+// thread they run as soon as each gradient exists, overlapping the rest of the backward pass.
+// The cost: registers a communication-thread task touches are never shared (the gradient a
+// backward op writes, the reduction's pieces). Other boxing (forward activations, activation
+// gradients) stays on the compute thread, which needs its result next anyway.
 
 }  // namespace ofl::compiler::physical

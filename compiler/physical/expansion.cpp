@@ -196,6 +196,7 @@ class Expander {
   proto::PlanProto run() {
     builder_.plan().set_job_name(graph_.name);
     builder_.plan().set_micro_batches(micro_batches_);
+    consumers_ = graph_.consumers();
     if (micro_batches_ > 1) assign_micro_batch_scopes();
     for (int i : graph_.topological_order()) {
       const LogicalOp& op = graph_.op(i);
@@ -226,7 +227,6 @@ class Expander {
   // all optimizer ops converts the accumulated value once instead of every micro-batch (boxing
   // is linear, so that is the same sum).
   void assign_micro_batch_scopes() {
-    const auto consumers = graph_.consumers();
     for (int i : graph_.topological_order()) {
       const LogicalOp& op = graph_.op(i);
       if (op.kind == OpKind::kInput && op.role != OpRole::kOptimizer) {
@@ -245,16 +245,18 @@ class Expander {
       bool micro = op.role == OpRole::kBackward;
       for (int t : op.inputs) micro = micro || per_micro_[graph_.tensor(t).producer];
       for (int c : op.control_inputs) micro = micro || per_micro_[c];
-      if (micro && op.kind == OpKind::kBoxing) {
-        bool all_optimizer = !consumers[op.outputs[0]].empty();
-        for (int c : consumers[op.outputs[0]]) {
-          all_optimizer = all_optimizer && graph_.op(c).role == OpRole::kOptimizer;
-        }
-        micro = !all_optimizer;
-      }
+      if (micro && op.kind == OpKind::kBoxing) micro = !consumers_are_optimizer(op);
       per_micro_[i] = micro;
       after_micro_[i] = !micro && depends_on_micro_batches(op);
     }
+  }
+
+  // Whether every consumer of the op's output is an optimizer op (and there is one).
+  bool consumers_are_optimizer(const LogicalOp& op) const {
+    const std::vector<int>& consumers = consumers_[op.outputs[0]];
+    bool all = !consumers.empty();
+    for (int c : consumers) all = all && graph_.op(c).role == OpRole::kOptimizer;
+    return all;
   }
 
   // Whether a once-per-iteration op reads (or waits for) the micro-batches' results.
@@ -467,7 +469,10 @@ class Expander {
     for (int64_t pid = 0; pid < producer.placement.num_ranks(); ++pid) {
       in_regs.push_back(scoped_register(op.inputs[0], pid, per_micro_scope_));
     }
-    registers_[op.outputs[0]] = expand_boxing(spec, in.meta, in_regs, builder_, op.name);
+    // Note [Gradient boxing on the communication thread] in boxing.h.
+    const bool gradient = producer.role == OpRole::kBackward && consumers_are_optimizer(op);
+    registers_[op.outputs[0]] =
+        expand_boxing(spec, in.meta, in_regs, builder_, op.name, /*thread=*/gradient ? 1 : 0);
   }
 
   void expand_fetch(int t) {
@@ -520,6 +525,7 @@ class Expander {
   bool per_micro_scope_ = false;                // scope of the op being expanded
   std::map<int64_t, int64_t> repeated_;         // register -> its REPEAT output
   std::map<int64_t, int64_t> accumulated_;      // register -> its ACCUMULATE output
+  std::vector<std::vector<int>> consumers_;     // by tensor: consuming ops
   std::vector<std::vector<int64_t>> op_tasks_;  // by op, then parallel id (not boxing ops)
 };
 
