@@ -220,7 +220,8 @@ proto::PlanProto pipeline_plan(int stages, int micro_batches, double forward_us)
         b.variable(str_cat("w", s), Shape{4}, Initializer{Initializer::Kind::kOnes}, {B()});
     h = b.op1("bench_sleep", BenchSleepParams{forward_us}, {b.op1("mul", NoParams{}, {h, w})});
   }
-  const int loss = b.op1("reduce_mean", ReduceParams{}, {h}, "loss");
+  // mean(h * h): its gradient 2h depends on the forward pass, as a real loss's does.
+  const int loss = b.op1("reduce_mean", ReduceParams{}, {b.op1("mul", NoParams{}, {h, h})}, "loss");
   b.fetch(loss);
   b.set_loss(loss);
   b.train().optimizer.kind = OptimizerConfig::Kind::kSgd;
@@ -252,7 +253,7 @@ proto::PlanProto data_parallel_plan(int ranks, int layers, int64_t width, int64_
     h = b.op1("bench_sleep", BenchSleepParams{forward_us},
               {b.op1("matmul", MatmulParams{}, {h, w})});
   }
-  const int loss = b.op1("reduce_mean", ReduceParams{}, {h}, "loss");
+  const int loss = b.op1("reduce_mean", ReduceParams{}, {b.op1("mul", NoParams{}, {h, h})}, "loss");
   b.fetch(loss);
   b.set_loss(loss);
   b.train().optimizer.kind = OptimizerConfig::Kind::kSgd;
