@@ -303,16 +303,25 @@ TEST(Runtime, AKernelErrorEndsTheRunNamingTheTaskAndRank) {
   }
 }
 
-TEST(Runtime, TraceRecordsEveryActInChromeTraceFormat) {
+// x on rank 0 sent to rank 1 and fetched there as y.
+proto::PlanProto transfer_plan() {
   PlanBuilder b(2);
   const int64_t x = b.input(0, "x", Shape{2});
-  auto [recv, y] = b.send_recv(0, 1, x, /*transfer_id=*/3);
+  const int64_t y = b.send_recv(0, 1, x, /*transfer_id=*/3).second;
   b.output(1, "y", y, Shape{2});
+  return b.plan();
+}
+
+std::map<std::string, Tensor> transfer_feed() {
+  return {{"x", Tensor::zeros(Shape{2}, DataType::kFloat32)}};
+}
+
+TEST(Runtime, TraceRecordsEveryActInChromeTraceFormat) {
   RuntimeOptions options = threaded();
   options.trace = true;
-  Runtime runtime(b.plan(), options);
-  runtime.run({{"x", Tensor::zeros(Shape{2}, DataType::kFloat32)}});
-  runtime.run({{"x", Tensor::zeros(Shape{2}, DataType::kFloat32)}});
+  Runtime runtime(transfer_plan(), options);
+  runtime.run(transfer_feed());
+  runtime.run(transfer_feed());
   const std::string json = runtime.chrome_trace();
   EXPECT_EQ(json.rfind("{\"traceEvents\":[", 0), 0u);
   // 4 tasks and 2 ticks act twice.
@@ -328,14 +337,10 @@ TEST(Runtime, TraceRecordsEveryActInChromeTraceFormat) {
 }
 
 TEST(Runtime, EndOfStreamRetiresEveryActorAndStopsTheThreads) {
-  PlanBuilder b(2);
-  const int64_t x = b.input(0, "x", Shape{2});
-  auto [recv, y] = b.send_recv(0, 1, x, /*transfer_id=*/3);
-  b.output(1, "y", y, Shape{2});
   RuntimeOptions options = deterministic();
   options.record_messages = true;
-  Runtime runtime(b.plan(), options);
-  runtime.run({{"x", Tensor::zeros(Shape{2}, DataType::kFloat32)}});
+  Runtime runtime(transfer_plan(), options);
+  runtime.run(transfer_feed());
   const size_t before = runtime.message_log().size();
   EXPECT_TRUE(runtime.shutdown());
   // One end per edge: run() -> 2 ticks, tick -> input_x, input_x -> send, send -> recv,
@@ -346,8 +351,8 @@ TEST(Runtime, EndOfStreamRetiresEveryActorAndStopsTheThreads) {
             6);
   expect_error([&] { runtime.run({}); }, ErrorCode::kFailedPrecondition, "shut down");
 
-  Runtime on_threads(b.plan(), threaded());
-  on_threads.run({{"x", Tensor::zeros(Shape{2}, DataType::kFloat32)}});
+  Runtime on_threads(transfer_plan(), threaded());
+  on_threads.run(transfer_feed());
   EXPECT_TRUE(on_threads.shutdown());
 }
 
