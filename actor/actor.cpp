@@ -68,7 +68,7 @@ void Actor::act(ActorHost& host) {
     const int32_t slot = in.readable.front().slot;
     in.readable.pop_front();
     in.uses = 0;
-    if (keeps_inputs_until_output_acked()) {
+    if (keeps_inputs_until_output_acked() && !in.positions.empty()) {  // the data, not controls
       kept_.emplace_back(i, slot);
     } else {
       ack_input(host, in, slot);

@@ -110,7 +110,8 @@ void ActorThread::loop() {
     {
       std::lock_guard<std::mutex> lock(state_mu_);
       drain();
-      if (retired_ == static_cast<int>(actors_.size())) break;
+      // After a failure the thread acts no more (the runtime stops every thread).
+      if (failed_ || retired_ == static_cast<int>(actors_.size())) break;
     }
     wait_for_messages();
   }
@@ -143,53 +144,55 @@ void ActorThread::wait_for_messages() {
 int64_t ActorThread::drain() {
   int64_t acts = 0;
   std::vector<ActorMessage> batch;
-  while (!failed_) {
-    if (!local_.empty()) {
-      const ActorMessage message = local_.front();
-      local_.pop_front();
-      handle(message);
-      continue;
-    }
-    if (has_incoming()) {
-      {
-        std::lock_guard<std::mutex> lock(queue_mu_);
-        batch.swap(incoming_);
-        incoming_size_.store(0, std::memory_order_seq_cst);
+  // The actor being handled or acting, for the failure report.
+  const Actor* current = nullptr;
+  try {
+    while (!failed_ && !stop_.load(std::memory_order_relaxed)) {
+      if (!local_.empty()) {
+        const ActorMessage message = local_.front();
+        local_.pop_front();
+        current = handle(message);
+        continue;
       }
-      for (const ActorMessage& message : batch) handle(message);
-      batch.clear();
-      continue;
-    }
-    if (ready_.empty()) break;
-    Actor* actor = ready_.top().actor;
-    ready_.pop();
-    actor->queued = false;
-    TraceEvent event;
-    if (options_.trace) {
-      event = TraceEvent{actor, actor->iteration(), actor->micro_batch(), now_ns(), 0};
-    }
-    acting_.store(actor, std::memory_order_release);
-    try {
+      if (has_incoming()) {
+        {
+          std::lock_guard<std::mutex> lock(queue_mu_);
+          batch.swap(incoming_);
+          incoming_size_.store(0, std::memory_order_seq_cst);
+        }
+        for (const ActorMessage& message : batch) current = handle(message);
+        batch.clear();
+        continue;
+      }
+      if (ready_.empty()) break;
+      Actor* actor = ready_.top().actor;
+      current = actor;
+      ready_.pop();
+      actor->queued = false;
+      TraceEvent event;
+      if (options_.trace) {
+        event = TraceEvent{actor, actor->iteration(), actor->micro_batch(), now_ns(), 0};
+      }
+      acting_.store(actor, std::memory_order_release);
       actor->act(*host_);
-    } catch (...) {
-      failed_ = true;
       acting_.store(nullptr, std::memory_order_release);
-      on_failure_(*actor, std::current_exception());
-      break;
+      if (options_.trace) {
+        event.end_ns = now_ns();
+        trace_.push_back(event);
+      }
+      ++acts;
+      if (actor->retired()) ++retired_;
+      make_ready_if_can_act(actor);
     }
+  } catch (...) {
+    failed_ = true;
     acting_.store(nullptr, std::memory_order_release);
-    if (options_.trace) {
-      event.end_ns = now_ns();
-      trace_.push_back(event);
-    }
-    ++acts;
-    if (actor->retired()) ++retired_;
-    make_ready_if_can_act(actor);
+    on_failure_(current, std::current_exception());
   }
   return acts;
 }
 
-void ActorThread::handle(const ActorMessage& message) {
+const Actor* ActorThread::handle(const ActorMessage& message) {
   if (message_log_ != nullptr) message_log_->push_back(message.to_string());
   auto it = by_id_.find(message.dst_actor);
   OFL_ASSERT(it != by_id_.end()) << name_ << " got a message for an actor it does not run: "
@@ -199,12 +202,23 @@ void ActorThread::handle(const ActorMessage& message) {
   actor->on_message(message, *host_);
   if (!was_retired && actor->retired()) ++retired_;
   make_ready_if_can_act(actor);
+  return actor;
 }
 
 void ActorThread::make_ready_if_can_act(Actor* actor) {
   if (actor->queued || !actor->can_act()) return;
   actor->queued = true;
   ready_.push(ReadyEntry{actor->priority(), actor->id(), actor});
+}
+
+std::unique_lock<std::mutex> ActorThread::lock_state(double seconds) {
+  std::unique_lock<std::mutex> lock(state_mu_, std::try_to_lock);
+  const int64_t deadline = now_ns() + static_cast<int64_t>(seconds * 1e9);
+  while (!lock.owns_lock() && now_ns() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    lock.try_lock();
+  }
+  return lock;
 }
 
 std::vector<TraceEvent> ActorThread::take_trace() {

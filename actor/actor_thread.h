@@ -48,8 +48,9 @@ class ActorThread {
     bool trace = false;
     int kernel_threads = 0;  // OpenMP threads for kernels on this thread; 0: the default
   };
-  /// Called when an act throws: the thread stops acting and reports through this.
-  using FailureHandler = std::function<void(const Actor& actor, std::exception_ptr error)>;
+  /// Called when an act (or handling a message) throws, with the actor involved (null when
+  /// none was): the thread stops acting and its loop ends.
+  using FailureHandler = std::function<void(const Actor* actor, std::exception_ptr error)>;
 
   ActorThread(std::string name, int64_t rank, int index, Options options, ActorHost* host,
               FailureHandler on_failure);
@@ -82,8 +83,9 @@ class ActorThread {
 
   /// The actor acting right now, or null (the watchdog tells a long kernel from a hang).
   const Actor* acting() const { return acting_.load(std::memory_order_acquire); }
-  /// Locks the actors' state against this thread's loop (the watchdog reads it).
-  std::unique_lock<std::mutex> lock_state() { return std::unique_lock<std::mutex>(state_mu_); }
+  /// Locks the actors' state against this thread's loop (the watchdog reads it); gives up
+  /// after `seconds` (the lock is not owned then).
+  std::unique_lock<std::mutex> lock_state(double seconds);
 
   /// Acts recorded since the last call (trace option).
   std::vector<TraceEvent> take_trace();
@@ -95,7 +97,8 @@ class ActorThread {
   // Applies pending messages and runs ready actors until both are exhausted (or a failure).
   // Returns the number of acts. Caller holds state_mu_.
   int64_t drain();
-  void handle(const ActorMessage& message);
+  // Applies one message; returns the actor it was for.
+  const Actor* handle(const ActorMessage& message);
   void make_ready_if_can_act(Actor* actor);
   bool has_incoming() const { return incoming_size_.load(std::memory_order_seq_cst) != 0; }
   void wait_for_messages();

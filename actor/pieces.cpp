@@ -146,8 +146,8 @@ void check_fed_inputs(const PlanIndex& index, const std::map<std::string, Tensor
   }
 }
 
-void feed_input_piece(const PlanIndex& index, int t, const std::map<std::string, Tensor>& inputs,
-                      const Tensor& out) {
+const Tensor& check_fed_input(const PlanIndex& index, int t,
+                              const std::map<std::string, Tensor>& inputs) {
   const PlanIndex::TaskInfo& task = index.task(t);
   const int m = index.micro_batches();
   const std::string& name = task.proto.logical_op();
@@ -169,6 +169,14 @@ void feed_input_piece(const PlanIndex& index, int t, const std::map<std::string,
   const DataType dtype = index.reg(task.outputs[0]).dtype;
   OFL_CHECK_TYPE(fed.dtype() == dtype, kTag, "input '", name, "' must have dtype ",
                  dtype_name(dtype), ". However, got ", dtype_name(fed.dtype()), ".");
+  return fed;
+}
+
+void feed_input_piece(const PlanIndex& index, int t, const std::map<std::string, Tensor>& inputs,
+                      const Tensor& out) {
+  const PlanIndex::TaskInfo& task = index.task(t);
+  const int m = index.micro_batches();
+  const Tensor& fed = check_fed_input(index, t, inputs);
   if (!task.micro_batched) {
     copy_region(fed, task.region, out, whole(out.shape()));
     return;

@@ -41,6 +41,12 @@ void fill(const Tensor& tensor, double value);
 /// Raises ofl::Error unless every fed name is the logical_op of an INPUT task.
 void check_fed_inputs(const PlanIndex& index, const std::map<std::string, Tensor>& inputs);
 
+/// The tensor fed for INPUT task `task`, checked: present, of the shape (the whole batch of m
+/// micro-batches when micro-batched) and dtype the task needs; raises ofl::Error naming the
+/// input otherwise.
+const Tensor& check_fed_input(const PlanIndex& index, int task,
+                              const std::map<std::string, Tensor>& inputs);
+
 /// The act of INPUT task `task`: finds its logical tensor in `inputs`, checks its shape and
 /// dtype (raising ofl::Error naming the input) and copies the task's region into `out`, a tensor
 /// of the task's output register. A micro-batched input is fed as m micro-batches stacked on

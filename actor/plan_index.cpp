@@ -269,6 +269,10 @@ void PlanIndex::check_task(int index) {
       } else {
         OFL_CHECK(reg(task.outputs[0]).proto.persistent(), kTag, who, " must write a persistent ",
                   "register. However, ", describe_register(task.outputs[0]), " is not.");
+        OFL_CHECK(reg(task.outputs[0]).proto.register_num() <= 1, kTag, who,
+                  " must write a register of one slot (a variable has one value). However, ",
+                  describe_register(task.outputs[0]), " has ",
+                  reg(task.outputs[0]).proto.register_num(), " slots.");
         for (const proto::SbpProto& sbp : p.sbp().sbp()) {
           OFL_CHECK(sbp.kind() != proto::SbpProto::PARTIAL_SUM, kTag, who,
                     " must hold a split or broadcast variable. However, got ",

@@ -26,6 +26,7 @@ constexpr int64_t kTickActorBase = int64_t{1} << 60;
 constexpr int64_t kRunRegisterBase = int64_t{1} << 59;
 constexpr int64_t kVirtualRegisterBase = int64_t{1} << 58;
 constexpr int64_t kTransferRegisterBase = int64_t{1} << 57;
+constexpr int64_t kFirstVirtualId = int64_t{1} << 56;  // plan ids stay below
 
 constexpr int64_t kMemoryAlignment = 64;
 
@@ -85,16 +86,24 @@ Runtime::Runtime(const proto::PlanProto& plan, RuntimeOptions options)
   OFL_CHECK(options_.spin_microseconds >= 0, kTag,
             "spin_microseconds must not be negative. However, got ", options_.spin_microseconds,
             ".");
+  OFL_CHECK(!options_.record_messages || options_.deterministic, kTag,
+            "record_messages needs deterministic mode (one thread keeps the log). However, got "
+            "record_messages with threads.");
   ranks_ = options_.ranks.empty() ? index_.ranks() : options_.ranks;
   std::sort(ranks_.begin(), ranks_.end());
+  OFL_CHECK(
+      std::adjacent_find(ranks_.begin(), ranks_.end()) == ranks_.end(), kTag,
+      "a runtime must host each rank once. However, got a rank twice in RuntimeOptions::ranks.");
   for (int64_t r : ranks_) {
     OFL_CHECK(std::binary_search(index_.ranks().begin(), index_.ranks().end(), r), kTag,
               "a runtime must host ranks of its plan. However, got rank ", r, "; the plan has ",
               index_.ranks().size(), " ranks.");
   }
-  OFL_CHECK(options_.ranks.empty() || ranks_ == index_.ranks(), kTag,
-            "hosting part of a plan's ranks needs the UCX transport (issue 5). However, got ",
-            ranks_.size(), " of ", index_.ranks().size(), " ranks.");
+  OFL_CHECK_CODE(ranks_ == index_.ranks(), ErrorCode::kUnimplemented, kTag,
+                 "a runtime must host every rank of its plan (hosting some ranks per process is "
+                 "not implemented yet). However, got ",
+                 ranks_.size(), " of the plan's ", index_.ranks().size(), " ranks.");
+  check_virtual_ids();
   transport_ =
       options_.transport ? options_.transport : std::make_shared<comm::InProcessTransport>();
 
@@ -123,12 +132,38 @@ Runtime::Runtime(const proto::PlanProto& plan, RuntimeOptions options)
     acts_per_iteration_ += actor->acts_per_iteration();
   }
   assign_threads();
-  for (int64_t rank : ranks_) {
-    transport_->serve_rank(rank, [this](const comm::MessageBytes& m) { deliver(from_bytes(m)); });
-  }
   trace_origin_ns_ = now_ns();
-  if (!options_.deterministic) {
-    for (auto& thread : threads_) thread->start();
+  std::vector<int64_t> served;
+  try {
+    for (int64_t rank : ranks_) {
+      transport_->serve_rank(rank, [this](const comm::MessageBytes& m) { deliver(from_bytes(m)); });
+      served.push_back(rank);
+    }
+    if (!options_.deterministic) {
+      for (auto& thread : threads_) thread->start();
+    }
+  } catch (...) {
+    // The destructor does not run for a constructor that throws: undo what was started.
+    for (auto& thread : threads_) thread->stop();
+    for (int64_t rank : served) transport_->stop_serving_rank(rank);
+    throw;
+  }
+}
+
+// Plan ids must stay below the runtime's own (Note [What the runtime adds to a plan]).
+void Runtime::check_virtual_ids() const {
+  auto check = [&](int64_t id, const std::string& what) {
+    OFL_CHECK(id >= 0 && id < kFirstVirtualId, kTag, what, " must be in [0, 2^56). However, got ",
+              id, ".");
+  };
+  for (int t = 0; t < index_.num_tasks(); ++t) {
+    check(index_.task(t).proto.id(), index_.describe_task(t) + " id");
+    if (index_.task(t).proto.kind() == proto::TaskProto::SEND) {
+      check(index_.task(t).proto.transfer_id(), index_.describe_task(t) + " transfer_id");
+    }
+  }
+  for (int r = 0; r < index_.num_registers(); ++r) {
+    check(index_.reg(r).proto.id(), index_.describe_register(r) + " id");
   }
 }
 
@@ -137,9 +172,14 @@ Runtime::~Runtime() { shutdown(); }
 // Data registers of `rank`: planned blocks once, then each register's slots (in its block at
 // its offset, or an allocation of its own: persistent, multi-slot and unshared registers).
 void Runtime::allocate_registers(int64_t rank) {
-  for (int r = 0; r < index_.num_registers(); ++r) {
+  // In each task's output order: a kernel's outputs are its actor's first outputs, in order.
+  std::vector<int> order;
+  for (int t = 0; t < index_.num_tasks(); ++t) {
+    if (index_.task(t).proto.rank() != rank) continue;
+    for (int r : index_.task(t).outputs) order.push_back(r);
+  }
+  for (int r : order) {
     const PlanIndex::RegisterInfo& reg = index_.reg(r);
-    if (reg.rank != rank) continue;
     Actor* producer = actor_of_task_[reg.producer];
     OFL_ASSERT(producer != nullptr);
     OutputRegister out;
@@ -341,7 +381,7 @@ void Runtime::assign_threads() {
   thread_options.trace = options_.trace;
   thread_options.kernel_threads =
       options_.kernel_threads > 0 ? options_.kernel_threads : (compute_ranks.size() > 1 ? 1 : 0);
-  auto on_failure = [this](const Actor& actor, std::exception_ptr error) {
+  auto on_failure = [this](const Actor* actor, std::exception_ptr error) {
     this->on_failure(actor, error);
   };
   std::map<std::pair<int64_t, int>, ActorThread*> by_key;
@@ -391,7 +431,7 @@ void Runtime::count_act() {
   }
 }
 
-void Runtime::on_failure(const Actor& actor, std::exception_ptr error) {
+void Runtime::on_failure(const Actor* actor, std::exception_ptr error) {
   std::string what = "unknown error";
   ErrorCode code = ErrorCode::kInternal;
   try {
@@ -401,16 +441,28 @@ void Runtime::on_failure(const Actor& actor, std::exception_ptr error) {
     code = e.code();
   } catch (const std::exception& e) {
     what = e.what();
+  } catch (...) {
   }
   std::lock_guard<std::mutex> lock(done_mu_);
   if (failure_.empty()) {
-    failure_ =
-        str_cat(kTag, actor.name(), " failed in iteration ", actor.iteration(),
-                index_.micro_batches() > 1 ? str_cat(", micro-batch ", actor.micro_batch()) : "",
-                ": ", what);
+    const std::string where =
+        actor == nullptr
+            ? "an actor thread"
+            : str_cat(actor->name(), " in iteration ", actor->iteration(),
+                      index_.micro_batches() > 1 ? str_cat(", micro-batch ", actor->micro_batch())
+                                                 : "");
+    failure_ = str_cat(kTag, where, " failed: ", what);
     failure_code_ = code;
   }
   done_cv_.notify_all();
+}
+
+// After a failure or a stall no actor may act on: the caller's inputs go away when run()
+// throws, and variables are read afterwards. Stops every thread (each finishes its current act).
+void Runtime::stop_threads() {
+  for (auto& thread : threads_) thread->stop();
+  broken_ = true;
+  inputs_ = nullptr;
 }
 
 void Runtime::initialize_variables() {
@@ -442,10 +494,12 @@ std::map<std::string, Tensor> Runtime::run(const std::map<std::string, Tensor>& 
   OFL_CHECK_CODE(!broken_, ErrorCode::kFailedPrecondition, kTag,
                  shut_down_ ? "the runtime was shut down and cannot be used again."
                             : "the runtime stopped after an error and cannot be used again.");
+  // Every feed is checked before any actor acts, so a bad one leaves the runtime usable.
   check_fed_inputs(index_, inputs);
   for (const auto& [name, pieces] : index_.inputs_by_name()) {
-    OFL_CHECK(inputs.count(name) > 0, kTag, "run needs input '", name, "' (read by ",
-              index_.describe_task(pieces[0]), "). However, it was not fed.");
+    for (int t : pieces) {
+      if (actor_of_task_[t] != nullptr) check_fed_input(index_, t, inputs);
+    }
   }
   inputs_ = &inputs;
   {
@@ -477,16 +531,19 @@ std::map<std::string, Tensor> Runtime::run(const std::map<std::string, Tensor>& 
 void Runtime::wait_for_iteration() {
   if (options_.deterministic) {
     threads_.at(0)->run_inline();
-    std::lock_guard<std::mutex> lock(done_mu_);
+    std::unique_lock<std::mutex> lock(done_mu_);
     if (!failure_.empty()) {
-      broken_ = true;
+      lock.unlock();
+      stop_threads();
       throw_error(failure_code_, failure_);
     }
     if (!done_) {
-      broken_ = true;
+      lock.unlock();
+      const std::string report = stall_report();
+      stop_threads();
       throw_error(ErrorCode::kDeadlineExceeded,
                   str_cat(kTag, "no actor can act and no message is pending in iteration ",
-                          iteration_, " (deterministic mode).", stall_report()));
+                          iteration_, " (deterministic mode).", report));
     }
     return;
   }
@@ -510,17 +567,22 @@ void Runtime::wait_for_iteration() {
     }
   }
   if (!failure_.empty()) {
-    broken_ = true;
-    throw_error(failure_code_, failure_);
+    const std::string failure = failure_;
+    const ErrorCode code = failure_code_;
+    lock.unlock();
+    stop_threads();
+    throw_error(code, failure);
   }
 }
 
 void Runtime::throw_stall() {
-  broken_ = true;
-  throw_error(ErrorCode::kDeadlineExceeded,
-              str_cat(kTag, "no actor made progress for ", options_.watchdog_seconds,
-                      " s in iteration ", iteration_, " (", acts_per_iteration_ - remaining_.load(),
-                      " of ", acts_per_iteration_, " acts done).", stall_report()));
+  const std::string report = stall_report();
+  const int64_t done = acts_per_iteration_ - remaining_.load();
+  stop_threads();
+  throw_error(
+      ErrorCode::kDeadlineExceeded,
+      str_cat(kTag, "no actor made progress for ", options_.watchdog_seconds, " s in iteration ",
+              iteration_, " (", done, " of ", acts_per_iteration_, " acts done).", report));
 }
 
 std::string Runtime::stall_report() const {
@@ -529,7 +591,11 @@ std::string Runtime::stall_report() const {
   std::string lines;
   int listed = 0;
   for (const auto& thread : threads_) {
-    auto lock = thread->lock_state();
+    auto lock = thread->lock_state(/*seconds=*/1);
+    if (!lock.owns_lock()) {  // acting again after all: a long act started late
+      lines += str_cat("\n  thread '", thread->name(), "' is busy and was not inspected");
+      continue;
+    }
     for (const Actor* actor : thread->actors()) {
       if (actor->acts() >= (iteration_ + 1) * actor->acts_per_iteration()) continue;
       std::vector<int64_t> on;
@@ -572,7 +638,8 @@ std::string Runtime::stall_report() const {
     }
   } else {
     cycle_text =
-        "\nNo cycle among them: the first waits on a rank or a message outside this process.";
+        "\nNo cycle among them: they wait for an actor that is not waiting itself (a message "
+        "in flight, a busy thread, or a rank outside this process).";
   }
   return str_cat(" Waiting actors:", lines.empty() ? " none" : lines, cycle_text);
 }
@@ -634,10 +701,13 @@ bool Runtime::shutdown() {
     }
     if (options_.deterministic && !threads_.empty()) threads_[0]->run_inline();
   }
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
   for (auto& thread : threads_) {
+    const double left =
+        std::chrono::duration<double>(deadline - std::chrono::steady_clock::now()).count();
     if (broken_) {
       thread->stop();
-    } else if (!thread->join(/*seconds=*/10)) {
+    } else if (!thread->join(std::max(0.0, left))) {
       retired = false;
       std::string names;
       for (const Actor* actor : thread->actors()) {

@@ -55,7 +55,7 @@ struct RuntimeOptions {
   bool trace = false;
   /// Check at load that the plan has no cycle (off: let the watchdog find it).
   bool check_acyclic = true;
-  /// Deterministic mode: keep every handled message, in order (message_log()).
+  /// Keep every handled message, in order (message_log()); deterministic mode only.
   bool record_messages = false;
   /// OpenMP threads per compute thread; 0: 1 when the process hosts several compute threads,
   /// otherwise OpenMP's default.
@@ -88,7 +88,7 @@ class Runtime final : public PlanRunner, private ActorHost {
   /// One recorded act (trace option).
   struct Act {
     int64_t rank = 0;
-    int thread = 0;  // 0: compute, 1: communication
+    int thread = 0;    // 0: compute, 1: communication
     std::string task;  // task name ("" for a tick)
     proto::TaskProto::Kind kind = proto::TaskProto::COMPUTE;
     bool tick = false;
@@ -124,7 +124,9 @@ class Runtime final : public PlanRunner, private ActorHost {
   void add_ticks(int* next_virtual);
   void link_slots();
   void assign_threads();
-  void on_failure(const Actor& actor, std::exception_ptr error);
+  void on_failure(const Actor* actor, std::exception_ptr error);
+  void stop_threads();
+  void check_virtual_ids() const;
   void wait_for_iteration();
   [[noreturn]] void throw_stall();
   std::string stall_report() const;

@@ -29,7 +29,8 @@ class Transport {
   /// Routes messages for `rank` to `handler` from now on (a runtime hosting `rank` calls it when
   /// it loads). Raises ofl::Error if the rank is already served.
   virtual void serve_rank(int64_t rank, MessageHandler handler) = 0;
-  /// Stops routing messages for `rank`; messages sent to it afterwards are dropped.
+  /// Stops routing messages for `rank`; sending to it afterwards raises, as for a rank no
+  /// runtime serves.
   virtual void stop_serving_rank(int64_t rank) = 0;
 
   /// Delivers `message` to the handler serving `dst_rank`. Raises ofl::Error naming the rank if

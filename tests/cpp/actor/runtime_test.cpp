@@ -7,9 +7,14 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
 #include <regex>
+#include <thread>
 
 #include "actor/reference_executor.h"
+#include "comm/in_process_transport.h"
+#include "oneflowlike/ops/layer_norm.h"
+#include "oneflowlike/ops/matmul.h"
 #include "oneflowlike/ops/optimizer.h"
 #include "tests/cpp/actor/plan_builder.h"
 #include "tests/cpp/ops/test_util.h"
@@ -280,7 +285,62 @@ TEST(Runtime, WatchdogNamesTheCycleThatStopsARun) {
   }
 }
 
-TEST(Runtime, AKernelErrorEndsTheRunNamingTheTaskAndRank) {
+// Rank 0 runs a slow chain of matmuls and then an INPUT that waits for it; rank 1's kernel
+// fails at once (a label out of range).
+proto::PlanProto slow_and_failing_plan() {
+  PlanBuilder b(2);
+  const int n = 256;
+  int64_t h = b.input(0, "x", Shape{n, n});
+  proto::TaskProto* last = nullptr;
+  for (int i = 0; i < 12; ++i) {
+    const int64_t next = b.reg(0, str_cat("h", i), Shape{n, n});
+    last = b.compute(0, str_cat("matmul", i), "matmul", MatmulParams{}, {h, h}, {next});
+    h = next;
+  }
+  b.output(0, "h", h, Shape{n, n});
+  const int64_t late = b.input(0, "late", Shape{4});
+  b.output(0, "late", late, Shape{4});
+  const int64_t logits = b.input(1, "logits", Shape{2, 3});
+  const int64_t labels = b.input(1, "labels", Shape{2}, {}, DataType::kInt64);
+  const int64_t loss = b.reg(1, "loss", Shape{2});
+  b.compute(1, "cross_entropy", "sparse_softmax_cross_entropy", NoParams{}, {logits, labels},
+            {loss});
+  b.output(1, "loss", loss, Shape{2});
+  proto::PlanProto plan = b.plan();
+  for (auto& task : *plan.mutable_ranks(0)->mutable_tasks()) {
+    if (task.name() == "input_late") task.add_control_inputs(last->id());
+  }
+  return plan;
+}
+
+TEST(Runtime, AKernelErrorEndsTheRunNamingTheTaskAndStopsEveryThread) {
+  const int n = 256;
+  auto feed = [&](double label) {
+    return std::map<std::string, Tensor>{
+        {"x", Tensor::zeros(Shape{n, n}, DataType::kFloat32)},
+        {"late", Tensor::zeros(Shape{4}, DataType::kFloat32)},
+        {"logits", Tensor::zeros(Shape{2, 3}, DataType::kFloat32)},
+        {"labels", make_tensor({0, label}, Shape{2}, DataType::kInt64)}};
+  };
+  for (bool serial : {true, false}) {
+    RuntimeOptions options = serial ? deterministic() : threaded();
+    options.trace = true;
+    Runtime runtime(slow_and_failing_plan(), options);
+    runtime.run(feed(1));
+    runtime.take_acts();
+    expect_error([&] { runtime.run(feed(7)); }, ErrorCode::kOutOfRange,
+                 "rank 1, COMPUTE sparse_softmax_cross_entropy) in iteration 1 failed: "
+                 "[sparse_softmax_cross_entropy] every label must be in [0, C)");
+    // Every thread has stopped: nothing acts on after run() threw (the caller's feed is gone).
+    const size_t at_throw = runtime.take_acts().size();
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    EXPECT_EQ(runtime.take_acts().size(), 0u) << at_throw << " acts before the throw";
+    expect_error([&] { runtime.run(feed(1)); }, ErrorCode::kFailedPrecondition,
+                 "stopped after an error");
+  }
+}
+
+TEST(Runtime, BadFeedsAreRefusedBeforeAnyActorActs) {
   PlanBuilder b(2);
   const int64_t x = b.input(1, "x", Shape{2, 3});
   const int64_t y = b.reg(1, "y", Shape{2, 3});
@@ -289,18 +349,98 @@ TEST(Runtime, AKernelErrorEndsTheRunNamingTheTaskAndRank) {
   for (bool serial : {true, false}) {
     Runtime runtime(b.plan(), serial ? deterministic() : threaded());
     expect_error([&] { runtime.run({}); }, ErrorCode::kInvalidArgument, "needs input 'x'");
-    // A wrongly shaped feed fails inside the INPUT actor, on rank 1's thread.
     expect_error(
         [&] {
           runtime.run({{"x", Tensor::zeros(Shape{3, 3}, DataType::kFloat32)}});
         },
-        ErrorCode::kInvalidArgument, "(id 1, rank 1, INPUT) failed in iteration 0");
+        ErrorCode::kInvalidArgument, "input 'x' must have shape (2, 3)");
     expect_error(
         [&] {
-          runtime.run({{"x", Tensor::zeros(Shape{2, 3}, DataType::kFloat32)}});
+          runtime.run({{"x", Tensor::zeros(Shape{2, 3}, DataType::kFloat64)}});
         },
-        ErrorCode::kFailedPrecondition, "stopped after an error");
+        ErrorCode::kTypeError, "input 'x' must have dtype float32");
+    expect_error(
+        [&] {
+          runtime.run({{"x", Tensor::zeros(Shape{2, 3}, DataType::kFloat32)},
+                       {"z", Tensor::zeros(Shape{2, 3}, DataType::kFloat32)}});
+        },
+        ErrorCode::kInvalidArgument, "got 'z', which no INPUT task takes");
+    // Still usable.
+    EXPECT_EQ(
+        values_of(
+            runtime
+                .run({{"x", make_tensor({-1, 2, -3, 4, -5, 6}, Shape{2, 3}, DataType::kFloat32)}})
+                .at("y")),
+        (std::vector<double>{0, 2, 0, 4, 0, 6}));
   }
+}
+
+// A kernel's outputs are its task's outputs in order, whatever order the registers are listed.
+TEST(Runtime, KernelOutputsFollowTheTasksOutputOrder) {
+  PlanBuilder b(1);
+  const int64_t x = b.input(0, "x", Shape{2, 4});
+  const int64_t w = b.input(0, "w", Shape{4});
+  const int64_t bias = b.input(0, "b", Shape{4});
+  const int64_t inv_std = b.reg(0, "inv_std", Shape{2});
+  const int64_t mean = b.reg(0, "mean", Shape{2});
+  const int64_t y = b.reg(0, "y", Shape{2, 4});
+  b.compute(0, "layer_norm", "layer_norm", LayerNormParams{1, 1e-5}, {x, w, bias},
+            {y, mean, inv_std});
+  b.output(0, "y", y, Shape{2, 4});
+  b.output(0, "mean", mean, Shape{2});
+  const auto out = run_everywhere(
+      b.plan(), {{"x", make_tensor({1, 2, 3, 4, 5, 7, 9, 11}, Shape{2, 4}, DataType::kFloat32)},
+                 {"w", make_tensor({1, 1, 1, 1}, Shape{4}, DataType::kFloat32)},
+                 {"b", make_tensor({0, 0, 0, 0}, Shape{4}, DataType::kFloat32)}});
+  EXPECT_EQ(values_of(out.at("mean")), (std::vector<double>{2.5, 8}));
+}
+
+// A SEND with a control input keeps only its data input until the RECV has read it.
+TEST(Runtime, SendWithAControlInputReleasesEachInputOnce) {
+  PlanBuilder b(2);
+  const int64_t x = b.input(0, "x", Shape{2});
+  const int64_t y = b.reg(0, "y", Shape{2});
+  proto::TaskProto* relu = b.compute(0, "relu", "relu", NoParams{}, {x}, {y});
+  b.output(0, "y", y, Shape{2});
+  auto [recv, z] = b.send_recv(0, 1, x, /*transfer_id=*/5);
+  b.output(1, "z", z, Shape{2});
+  proto::PlanProto plan = b.plan();
+  for (auto& task : *plan.mutable_ranks(0)->mutable_tasks()) {
+    if (task.kind() == proto::TaskProto::SEND) task.add_control_inputs(relu->id());
+  }
+  run_everywhere(plan, {{"x", make_tensor({1, -2}, Shape{2}, DataType::kFloat32)}},
+                 /*iterations=*/3);
+}
+
+TEST(Runtime, RejectsOptionsAndPlansItCannotRun) {
+  PlanBuilder b(1);
+  const int64_t w = b.variable(0, "w", Shape{2}, {}, proto::InitializerProto::ONES);
+  b.output(0, "w", w, Shape{2});
+  RuntimeOptions options = threaded();
+  options.record_messages = true;
+  expect_error([&] { Runtime runtime(b.plan(), options); }, ErrorCode::kInvalidArgument,
+               "record_messages needs deterministic mode");
+  options = threaded();
+  options.ranks = {0, 0};
+  expect_error([&] { Runtime runtime(b.plan(), options); }, ErrorCode::kInvalidArgument,
+               "host each rank once");
+  b.find(w)->set_register_num(2);
+  expect_error([&] { Runtime runtime(b.plan(), threaded()); }, ErrorCode::kInvalidArgument,
+               "must write a register of one slot");
+}
+
+// A constructor that fails (rank 1 already served by someone else) leaves nothing behind.
+TEST(Runtime, AFailedConstructorReleasesTheRanksItServed) {
+  PlanBuilder b(2);
+  b.output(0, "x", b.input(0, "x", Shape{2}), Shape{2});
+  b.output(1, "w", b.input(1, "w", Shape{2}), Shape{2});
+  auto transport = std::make_shared<comm::InProcessTransport>();
+  transport->serve_rank(1, [](const comm::MessageBytes&) {});
+  RuntimeOptions options = threaded();
+  options.transport = transport;
+  expect_error([&] { Runtime runtime(b.plan(), options); }, ErrorCode::kInvalidArgument,
+               "rank 1 is served already");
+  transport->serve_rank(0, [](const comm::MessageBytes&) {});  // free again: does not throw
 }
 
 // x on rank 0 sent to rank 1 and fetched there as y.
