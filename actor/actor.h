@@ -26,6 +26,7 @@
 
 #include "actor/message.h"
 #include "actor/plan_index.h"
+#include "comm/transport.h"
 #include "oneflowlike/tensor.h"
 
 namespace ofl::actor {
@@ -38,8 +39,8 @@ class ActorHost {
   virtual ~ActorHost() = default;
   /// Delivers a message to its dst_actor, wherever that actor runs.
   virtual void send(const ActorMessage& message) = 0;
-  /// Reads `bytes` at `address` in the process hosting `rank` into `dst` (RECV).
-  virtual void read_remote(int64_t rank, uint64_t address, void* dst, size_t bytes) = 0;
+  /// How register data reaches other ranks (SEND exposes, RECV fetches).
+  virtual comm::Transport& transport() = 0;
   /// This iteration's fed tensors (INPUT), by name.
   virtual const std::map<std::string, Tensor>& inputs() const = 0;
   /// Counts one act towards the end of the iteration.

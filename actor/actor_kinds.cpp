@@ -13,12 +13,25 @@ namespace {
 
 using TaskInfo = PlanIndex::TaskInfo;
 
+// Note [Transfer actor ids] in the header.
+int64_t actor_id(const proto::TaskProto& task) {
+  switch (task.kind()) {
+    case proto::TaskProto::SEND:
+      return kSendActorBase + task.transfer_id();
+    case proto::TaskProto::RECV:
+      return kRecvActorBase + task.transfer_id();
+    default:
+      return task.id();
+  }
+}
+
 // Base of the kinds that run a plan task: keeps the task and plan for the work.
 class TaskActor : public Actor {
  public:
   TaskActor(const PlanIndex& index, int task, int priority)
-      : Actor(index.task(task).proto.id(), index.task(task).proto.rank(), index.describe_task(task),
-              task, priority, index.per_micro(task) ? index.micro_batches() : 1),
+      : Actor(actor_id(index.task(task).proto), index.task(task).proto.rank(),
+              index.describe_task(task), task, priority,
+              index.per_micro(task) ? index.micro_batches() : 1),
         index_(index),
         info_(index.task(task)) {}
 
@@ -205,9 +218,12 @@ class SendActor final : public TaskActor {
   using TaskActor::TaskActor;
 
  private:
-  void work(ActorHost&, const std::vector<Tensor>& inputs, const std::vector<Tensor>&) override {
+  void work(ActorHost& host, const std::vector<Tensor>& inputs,
+            const std::vector<Tensor>&) override {
     address_ = reinterpret_cast<uint64_t>(inputs[0].raw_data());
     bytes_ = static_cast<int64_t>(inputs[0].nbytes());
+    host.transport().expose(info_.proto.peer(), static_cast<uint64_t>(info_.proto.transfer_id()),
+                            inputs[0].raw_data(), inputs[0].nbytes());
   }
   bool keeps_inputs_until_output_acked() const override { return true; }
   void describe_transfer(ActorMessage* ready) const override {
@@ -229,8 +245,8 @@ class RecvActor final : public TaskActor {
     const InputEdge::Piece& piece = front_piece(transfer_input_);
     OFL_ASSERT(piece.bytes == static_cast<int64_t>(outputs[0].nbytes()))
         << name() << " receives " << piece.bytes << " bytes into " << outputs[0].nbytes();
-    host.read_remote(info_.proto.peer(), piece.address, outputs[0].raw_data(),
-                     static_cast<size_t>(piece.bytes));
+    host.transport().fetch(info_.proto.peer(), static_cast<uint64_t>(info_.proto.transfer_id()),
+                           piece.address, outputs[0].raw_data(), static_cast<size_t>(piece.bytes));
   }
   int transfer_input_;
 };

@@ -9,6 +9,12 @@
 
 namespace ofl::actor {
 
+/// Note [Transfer actor ids]: a SEND and its RECV run in different processes when their ranks
+/// do, and neither plan part names the other's task. Both are addressed by their transfer id
+/// instead: the SEND of transfer t is actor kSendActorBase + t, its RECV kRecvActorBase + t.
+constexpr int64_t kSendActorBase = int64_t{1} << 61;
+constexpr int64_t kRecvActorBase = int64_t{1} << 62;
+
 /// The actor running task `task` of `index`. `priority` orders ready actors of one thread.
 std::unique_ptr<Actor> make_task_actor(const PlanIndex& index, int task, int priority);
 

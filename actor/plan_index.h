@@ -90,8 +90,11 @@ class PlanIndex {
   int pipeline_depth() const { return pipeline_depth_; }
   /// plan.world_size, or one more than the highest rank when the plan leaves it 0.
   int64_t world_size() const { return world_size_; }
-  /// The ranks the plan holds, ascending.
+  /// The ranks the plan holds, ascending. Note [Partial plans]: a plan may hold some ranks of
+  /// the job only (what one process compiles and runs); a SEND or RECV whose peer is outside
+  /// them is paired in the peer's process.
   const std::vector<int64_t>& ranks() const { return ranks_; }
+  bool has_rank(int64_t rank) const;
 
   bool per_micro(int task) const { return tasks_[task].proto.per_micro_batch(); }
   /// Every task's predecessors: producers of its inputs, control inputs, a RECV's SEND.

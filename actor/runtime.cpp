@@ -117,9 +117,6 @@ Runtime::Runtime(const proto::PlanProto& plan, RuntimeOptions options)
     actor_of_task_[t] = actors_.back().get();
   }
   for (int64_t rank : ranks_) allocate_registers(rank);
-  for (int t = 0; t < index_.num_tasks(); ++t) {
-    if (index_.task(t).send >= 0) recv_of_send_[index_.task(t).send] = t;
-  }
   int next_virtual = 0;
   for (int t = 0; t < index_.num_tasks(); ++t) {
     if (actor_of_task_[t] != nullptr) connect_task(t, &next_virtual);
@@ -133,6 +130,8 @@ Runtime::Runtime(const proto::PlanProto& plan, RuntimeOptions options)
   }
   assign_threads();
   trace_origin_ns_ = now_ns();
+  transport_->set_fault_handler(
+      [this](int64_t rank, const std::string& why) { on_rank_failure(rank, why); });
   std::vector<int64_t> served;
   try {
     for (int64_t rank : ranks_) {
@@ -146,6 +145,7 @@ Runtime::Runtime(const proto::PlanProto& plan, RuntimeOptions options)
     // The destructor does not run for a constructor that throws: undo what was started.
     for (auto& thread : threads_) thread->stop();
     for (int64_t rank : served) transport_->stop_serving_rank(rank);
+    transport_->set_fault_handler(nullptr);
     throw;
   }
 }
@@ -220,7 +220,8 @@ void Runtime::allocate_registers(int64_t rank) {
     for (int64_t consumer : reg.proto.consumers()) {
       if (!seen.insert(consumer).second) continue;
       const int c = index_.task_index(consumer);
-      out.consumers.push_back(OutputRegister::Consumer{consumer, rank, index_.describe_task(c)});
+      out.consumers.push_back(
+          OutputRegister::Consumer{actor_of_task_[c]->id(), rank, index_.describe_task(c)});
       if (index_.per_micro(reg.producer) && !index_.per_micro(c)) {
         out.emit_every = index_.micro_batches();  // ACCUMULATE, PACK
       }
@@ -239,27 +240,29 @@ void Runtime::connect_task(int t, int* next_virtual) {
     return !index_.per_micro(producer) && index_.per_micro(t) ? m : 1;
   };
 
+  // Note [Transfer actor ids] in actor_kinds.h: the other end may be in another process.
+  const int64_t transfer = task.proto.transfer_id();
   if (task.proto.kind() == proto::TaskProto::RECV) {
-    const int s = task.send;
-    const PlanIndex::TaskInfo& send = index_.task(s);
-    const int64_t transfer = kTransferRegisterBase + task.proto.transfer_id();
     InputEdge in;
-    in.register_id = transfer;
-    in.producer = send.proto.id();
-    in.producer_rank = send.proto.rank();
-    in.what = str_cat("transfer ", task.proto.transfer_id(), " from ", index_.describe_task(s));
-    in.hold = hold(s);
+    in.register_id = kTransferRegisterBase + transfer;
+    in.producer = kSendActorBase + transfer;
+    in.producer_rank = task.proto.peer();
+    in.what = str_cat("transfer ", transfer, " from ",
+                      task.send >= 0 ? index_.describe_task(task.send)
+                                     : str_cat("the SEND on rank ", task.proto.peer()));
+    in.hold = task.send >= 0 ? hold(task.send) : 1;
     actor->inputs().push_back(std::move(in));  // first: RecvActor reads input 0
   }
   if (task.proto.kind() == proto::TaskProto::SEND) {
-    const int recv = recv_of_send_.at(t);
     OutputRegister out;
-    out.register_id = kTransferRegisterBase + task.proto.transfer_id();
-    out.what = str_cat("transfer ", task.proto.transfer_id(), " to ", index_.describe_task(recv));
+    out.register_id = kTransferRegisterBase + transfer;
+    const std::string recv =
+        str_cat("the RECV of transfer ", transfer, " on rank ", task.proto.peer());
+    out.what = str_cat("transfer ", transfer, " to ", recv);
     out.num_slots = std::max(1, index_.reg(task.inputs[0]).proto.register_num());
     out.releases_inputs = true;
-    out.consumers.push_back(OutputRegister::Consumer{
-        index_.task(recv).proto.id(), index_.task(recv).proto.rank(), index_.describe_task(recv)});
+    out.consumers.push_back(
+        OutputRegister::Consumer{kRecvActorBase + transfer, task.proto.peer(), recv});
     actor->outputs().push_back(std::move(out));
   }
 
@@ -419,10 +422,6 @@ void Runtime::deliver(const ActorMessage& message) {
   it->second->thread()->post(message);
 }
 
-void Runtime::read_remote(int64_t rank, uint64_t address, void* dst, size_t bytes) {
-  transport_->read(rank, address, dst, bytes);
-}
-
 void Runtime::count_act() {
   if (remaining_.fetch_sub(1, std::memory_order_acq_rel) == 1) {
     std::lock_guard<std::mutex> lock(done_mu_);
@@ -455,6 +454,31 @@ void Runtime::on_failure(const Actor* actor, std::exception_ptr error) {
     failure_code_ = code;
   }
   done_cv_.notify_all();
+}
+
+// Note [Faults] in comm/ucx_transport.h: another rank failed; the run ends naming it.
+void Runtime::on_rank_failure(int64_t rank, const std::string& why) {
+  std::lock_guard<std::mutex> lock(done_mu_);
+  if (failure_.empty()) {
+    failure_ = str_cat(kTag, "rank ", rank, " failed: ", why);
+    failure_code_ = ErrorCode::kUnavailable;
+  }
+  done_cv_.notify_all();
+}
+
+std::map<std::string, Tensor> Runtime::local_pieces() const {
+  std::map<std::string, Tensor> pieces;
+  for (int t = 0; t < index_.num_tasks(); ++t) {
+    const Actor* actor = actor_of_task_[t];
+    if (actor == nullptr) continue;
+    const std::string& name = index_.task(t).proto.name();
+    if (index_.task(t).proto.kind() == proto::TaskProto::VARIABLE) {
+      pieces[name] = variable_piece(t);
+    } else if (const Tensor* fetched = fetched_piece(*actor)) {
+      if (fetched->defined()) pieces[name] = *fetched;
+    }
+  }
+  return pieces;
 }
 
 // After a failure or a stall no actor may act on: the caller's inputs go away when run()
@@ -720,6 +744,7 @@ bool Runtime::shutdown() {
   }
   for (const auto& actor : actors_) retired = retired && actor->retired();
   for (int64_t rank : ranks_) transport_->stop_serving_rank(rank);
+  transport_->set_fault_handler(nullptr);
   broken_ = true;  // nothing runs after this
   all_retired_ = retired;
   return retired;

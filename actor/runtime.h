@@ -105,6 +105,10 @@ class Runtime final : public PlanRunner, private ActorHost {
   /// Deterministic mode with record_messages: every message handled so far, in order.
   const std::vector<std::string>& message_log() const { return message_log_; }
 
+  /// This process's pieces by task name: every VARIABLE task's current value and every OUTPUT
+  /// task's last fetched value (tests compare runs piece by piece).
+  std::map<std::string, Tensor> local_pieces() const;
+
   int64_t iterations() const { return iteration_; }
   int num_threads() const { return static_cast<int>(threads_.size()); }
   int num_actors() const { return static_cast<int>(actors_.size()); }
@@ -113,7 +117,7 @@ class Runtime final : public PlanRunner, private ActorHost {
  private:
   // ActorHost
   void send(const ActorMessage& message) override;
-  void read_remote(int64_t rank, uint64_t address, void* dst, size_t bytes) override;
+  comm::Transport& transport() override { return *transport_; }
   const std::map<std::string, Tensor>& inputs() const override { return *inputs_; }
   void count_act() override;
 
@@ -126,6 +130,7 @@ class Runtime final : public PlanRunner, private ActorHost {
   void assign_threads();
   void on_failure(const Actor* actor, std::exception_ptr error);
   void stop_threads();
+  void on_rank_failure(int64_t rank, const std::string& why);
   void check_virtual_ids() const;
   void wait_for_iteration();
   [[noreturn]] void throw_stall();
@@ -139,7 +144,6 @@ class Runtime final : public PlanRunner, private ActorHost {
   std::vector<std::unique_ptr<Actor>> actors_;
   std::vector<Actor*> actor_of_task_;  // by task index; null when not hosted
   std::unordered_map<int64_t, Actor*> actor_by_id_;
-  std::unordered_map<int, int> recv_of_send_;  // task index -> task index
   std::vector<Actor*> ticks_;
   std::vector<std::unique_ptr<ActorThread>> threads_;
   std::map<std::pair<int64_t, int64_t>, Tensor> blocks_;  // (rank, block id) -> memory

@@ -27,7 +27,12 @@ void InProcessTransport::send(int64_t dst_rank, const MessageBytes& message) {
   it->second(message);
 }
 
-void InProcessTransport::read(int64_t /*src_rank*/, uint64_t address, void* dst, size_t bytes) {
+// One address space: the data is already where the sender says; the receiver copies it.
+void InProcessTransport::expose(int64_t /*dst_rank*/, uint64_t /*tag*/, const void* /*data*/,
+                                size_t /*bytes*/) {}
+
+void InProcessTransport::fetch(int64_t /*src_rank*/, uint64_t /*tag*/, uint64_t address, void* dst,
+                               size_t bytes) {
   std::memcpy(dst, reinterpret_cast<const void*>(address), bytes);
 }
 

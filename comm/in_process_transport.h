@@ -15,7 +15,8 @@ class InProcessTransport final : public Transport {
   void serve_rank(int64_t rank, MessageHandler handler) override;
   void stop_serving_rank(int64_t rank) override;
   void send(int64_t dst_rank, const MessageBytes& message) override;
-  void read(int64_t src_rank, uint64_t address, void* dst, size_t bytes) override;
+  void expose(int64_t dst_rank, uint64_t tag, const void* data, size_t bytes) override;
+  void fetch(int64_t src_rank, uint64_t tag, uint64_t address, void* dst, size_t bytes) override;
 
  private:
   // Readers (send) vastly outnumber writers (serve/stop, at load and teardown).

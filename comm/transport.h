@@ -11,6 +11,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <string>
 
 namespace ofl::comm {
 
@@ -37,9 +38,19 @@ class Transport {
   /// none serves it.
   virtual void send(int64_t dst_rank, const MessageBytes& message) = 0;
 
-  /// Copies `bytes` bytes at `address` in the memory of the process hosting `src_rank` to `dst`.
-  /// Returns when the data is in `dst`.
-  virtual void read(int64_t src_rank, uint64_t address, void* dst, size_t bytes) = 0;
+  /// Register data, sender side: makes `bytes` at `data` (this process) available to the
+  /// receiver of transfer `tag` on `dst_rank`. Does not wait; the sender keeps the buffer
+  /// unchanged until the receiver has acknowledged it (the RECV's register_ack).
+  virtual void expose(int64_t dst_rank, uint64_t tag, const void* data, size_t bytes) = 0;
+  /// Register data, receiver side: copies transfer `tag`'s `bytes` from `src_rank` (exposed at
+  /// `address` in that rank's process) into `dst`. Returns when the data is in `dst`; raises
+  /// ofl::Error when the sender's rank fails.
+  virtual void fetch(int64_t src_rank, uint64_t tag, uint64_t address, void* dst, size_t bytes) = 0;
+
+  /// Called (on a transport thread) when a rank this process talks to fails: its rank and why.
+  /// Transports whose peers cannot fail (in-process) never call it.
+  using FaultHandler = std::function<void(int64_t rank, const std::string& why)>;
+  virtual void set_fault_handler(FaultHandler handler) { (void)handler; }
 };
 
 }  // namespace ofl::comm

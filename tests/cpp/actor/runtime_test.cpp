@@ -11,6 +11,7 @@
 #include <regex>
 #include <thread>
 
+#include "actor/actor_kinds.h"
 #include "actor/reference_executor.h"
 #include "comm/in_process_transport.h"
 #include "oneflowlike/ops/layer_norm.h"
@@ -158,10 +159,11 @@ TEST(Runtime, SendAndReceiveMoveARegisterBetweenRanksThroughTheTransport) {
     EXPECT_NE(it, log.end()) << pattern;
     return it - log.begin();
   };
-  const int64_t send_id = recv->id() - 1;
+  // Note [Transfer actor ids]: both ends are addressed by the transfer id.
+  const int64_t send_id = kSendActorBase + 7, recv_id = kRecvActorBase + 7;
   const auto announce = find(str_cat("register_ready\\{.* src_rank=0 src_actor=", send_id,
-                                     " dst_rank=1 dst_actor=", recv->id(), " .*address=[1-9]"));
-  const auto received_ack = find(str_cat("register_ack\\{.* src_rank=1 src_actor=", recv->id(),
+                                     " dst_rank=1 dst_actor=", recv_id, " .*address=[1-9]"));
+  const auto received_ack = find(str_cat("register_ack\\{.* src_rank=1 src_actor=", recv_id,
                                          " dst_rank=0 dst_actor=", send_id));
   const auto released = find(str_cat("register_ack\\{.* src_actor=", send_id,
                                      " dst_rank=0 dst_actor=[0-9]+ register_id=", y, " "));

@@ -1,0 +1,742 @@
+// UCX transport (Notes [Bootstrap] and [Faults] in the header).
+
+#include "comm/ucx_transport.h"
+
+#include <arpa/inet.h>
+#include <netdb.h>
+#include <poll.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstring>
+
+#include "comm/proto/bootstrap.pb.h"
+#include "oneflowlike/common/error.h"
+
+namespace ofl::comm {
+
+namespace {
+
+constexpr const char* kTag = "[ucx] ";
+
+int64_t now_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+std::string hostname() {
+  char name[256] = {0};
+  gethostname(name, sizeof(name) - 1);
+  return name;
+}
+
+// A message in flight: UCX reads header and data until the send completes, so both live on the
+// heap until the completion callback (or an immediate completion) frees them.
+struct Outgoing {
+  int64_t sender = 0;  // the AM header: the sending rank
+  std::vector<char> data;
+};
+
+void free_outgoing(void* request, ucs_status_t /*status*/, void* user_data) {
+  delete static_cast<Outgoing*>(user_data);
+  if (request != nullptr) ucp_request_free(request);
+}
+
+void free_request(void* request, ucs_status_t /*status*/, void* /*user_data*/) {
+  ucp_request_free(request);
+}
+
+// Which transport and which AM id a registered handler is for (the callback is not told).
+struct HandlerArg {
+  UcxTransport* self;
+  uint16_t id;
+};
+
+// Which rank an endpoint leads to, for its error callback (-1: a connection still unnamed).
+struct EndpointArg {
+  UcxTransport* self;
+  int64_t rank;
+};
+
+sockaddr_storage resolve(const std::string& host, int port) {
+  addrinfo hints{};
+  hints.ai_family = AF_INET;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* result = nullptr;
+  const int rc = getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &result);
+  OFL_CHECK_CODE(rc == 0 && result != nullptr, ErrorCode::kUnavailable, kTag,
+                 "MASTER_ADDR must resolve to an IPv4 address. However, '", host,
+                 "' does not: ", gai_strerror(rc), ".");
+  sockaddr_storage addr{};
+  std::memcpy(&addr, result->ai_addr, result->ai_addrlen);
+  freeaddrinfo(result);
+  return addr;
+}
+
+}  // namespace
+
+// The handler and endpoint arguments the callbacks get; they live as long as the transport.
+struct UcxTransport::CallbackArgs {
+  std::vector<std::unique_ptr<HandlerArg>> handlers;
+  std::vector<std::unique_ptr<EndpointArg>> endpoints;
+  std::mutex mu;
+
+  EndpointArg* endpoint(UcxTransport* t, int64_t rank) {
+    std::lock_guard<std::mutex> lock(mu);
+    endpoints.push_back(std::make_unique<EndpointArg>(EndpointArg{t, rank}));
+    return endpoints.back().get();
+  }
+};
+
+UcxTransport::UcxTransport(const LaunchEnv& env)
+    : env_(env), args_(std::make_unique<CallbackArgs>()) {
+  for (int64_t r = 0; r < env_.world_size; ++r) peers_.push_back(std::make_unique<Peer>());
+}
+
+std::shared_ptr<UcxTransport> UcxTransport::connect(const LaunchEnv& env) {
+  std::shared_ptr<UcxTransport> t(new UcxTransport(env));
+  t->create_worker();
+  t->register_handlers();
+  t->start_progress_thread();
+  if (env.world_size > 1) {
+    if (env.rank == 0) {
+      t->run_master();
+    } else {
+      t->run_client();
+    }
+    t->barrier();
+  }
+  t->connected_ = true;
+  return t;
+}
+
+UcxTransport::~UcxTransport() { close(); }
+
+void UcxTransport::create_worker() {
+  ucp_config_t* config = nullptr;
+  ucs_status_t status = ucp_config_read(nullptr, nullptr, &config);
+  OFL_CHECK_CODE(status == UCS_OK, ErrorCode::kUnavailable, kTag,
+                 "reading the UCX configuration must succeed. However, got ",
+                 ucs_status_string(status), ".");
+  ucp_params_t params{};
+  params.field_mask = UCP_PARAM_FIELD_FEATURES;
+  params.features = UCP_FEATURE_AM | UCP_FEATURE_TAG | UCP_FEATURE_WAKEUP;
+  status = ucp_init(&params, config, &context_);
+  ucp_config_release(config);
+  OFL_CHECK_CODE(status == UCS_OK, ErrorCode::kUnavailable, kTag,
+                 "UCX must initialise. However, got ", ucs_status_string(status), ".");
+  ucp_worker_params_t worker_params{};
+  worker_params.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
+  worker_params.thread_mode = UCS_THREAD_MODE_MULTI;  // actor threads send directly
+  status = ucp_worker_create(context_, &worker_params, &worker_);
+  OFL_CHECK_CODE(status == UCS_OK, ErrorCode::kUnavailable, kTag,
+                 "a UCX worker must be created. However, got ", ucs_status_string(status), ".");
+  ucp_address_t* address = nullptr;
+  size_t length = 0;
+  status = ucp_worker_get_address(worker_, &address, &length);
+  OFL_CHECK_CODE(status == UCS_OK, ErrorCode::kUnavailable, kTag,
+                 "the UCX worker must have an address. However, got ", ucs_status_string(status),
+                 ".");
+  worker_address_.assign(reinterpret_cast<const char*>(address), length);
+  ucp_worker_release_address(worker_, address);
+}
+
+void UcxTransport::register_handlers() {
+  CallbackArgs& args = *args_;
+  for (uint16_t id :
+       {kHello, kWelcome, kActorMessage, kHeartbeat, kBarrier, kBarrierRelease, kGoodbye}) {
+    args.handlers.push_back(std::make_unique<HandlerArg>(HandlerArg{this, id}));
+    ucp_am_handler_param_t param{};
+    param.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_CB |
+                       UCP_AM_HANDLER_PARAM_FIELD_ARG | UCP_AM_HANDLER_PARAM_FIELD_FLAGS;
+    param.id = id;
+    param.cb = &UcxTransport::on_am;
+    param.arg = args.handlers.back().get();
+    param.flags = UCP_AM_FLAG_WHOLE_MSG;
+    const ucs_status_t status = ucp_worker_set_am_recv_handler(worker_, &param);
+    OFL_CHECK_CODE(status == UCS_OK, ErrorCode::kUnavailable, kTag,
+                   "an active-message handler must register. However, got ",
+                   ucs_status_string(status), ".");
+  }
+}
+
+std::string UcxTransport::where() const {
+  return str_cat("master ", env_.master_addr, ":", env_.master_port);
+}
+
+template <class F>
+bool UcxTransport::wait_for(F ready, double seconds) {
+  const int64_t deadline = now_ns() + static_cast<int64_t>(seconds * 1e9);
+  std::unique_lock<std::mutex> lock(mu_);
+  while (!ready()) {
+    if (now_ns() >= deadline) return false;
+    cv_.wait_for(lock, std::chrono::milliseconds(10));
+  }
+  return true;
+}
+
+// ---- bootstrap ---------------------------------------------------------------------------
+
+void UcxTransport::run_master() {
+  const sockaddr_storage addr = resolve(env_.master_addr, env_.master_port);
+  ucp_listener_params_t params{};
+  params.field_mask = UCP_LISTENER_PARAM_FIELD_SOCK_ADDR | UCP_LISTENER_PARAM_FIELD_CONN_HANDLER;
+  params.sockaddr.addr = reinterpret_cast<const sockaddr*>(&addr);
+  params.sockaddr.addrlen = sizeof(sockaddr_in);
+  params.conn_handler.cb = &UcxTransport::on_connection;
+  params.conn_handler.arg = this;
+  const ucs_status_t status = ucp_listener_create(worker_, &params, &listener_);
+  OFL_CHECK_CODE(status == UCS_OK, ErrorCode::kUnavailable, kTag, "rank 0 must listen on ",
+                 env_.master_addr, ":", env_.master_port, " (MASTER_ADDR:MASTER_PORT). However, ",
+                 ucs_status_string(status),
+                 status == UCS_ERR_BUSY ? " (the port is taken: pick another MASTER_PORT)" : "",
+                 ". HINT: MASTER_ADDR must be an address of this host.");
+  LOG(INFO) << kTag << "rank 0 listening on " << env_.master_addr << ":" << env_.master_port
+            << " for " << env_.world_size - 1 << " ranks";
+
+  const bool joined = wait_for(
+      [&] {
+        return !bootstrap_error_.empty() ||
+               static_cast<int64_t>(joined_.size()) == env_.world_size - 1;
+      },
+      env_.bootstrap_timeout);
+  std::unique_lock<std::mutex> lock(mu_);
+  proto::WelcomeProto welcome;
+  std::string error = bootstrap_error_;
+  if (error.empty() && !joined) {
+    std::string missing;
+    for (int64_t r = 1; r < env_.world_size; ++r) {
+      if (!joined_.count(r)) missing += str_cat(missing.empty() ? "" : ", ", r);
+    }
+    error = str_cat(kTag, "every rank must join the ", where(), " within ", env_.bootstrap_timeout,
+                    " s (OFL_BOOTSTRAP_TIMEOUT). However, ranks [", missing, "] of ",
+                    env_.world_size, " never joined.");
+  }
+  if (!error.empty()) {
+    welcome.set_refused(error);
+  } else {
+    welcome.add_worker_addresses(worker_address_);
+    welcome.add_hosts(hostname());
+    for (const auto& [rank, joined_rank] : joined_) {
+      proto::HelloProto hello;
+      hello.ParseFromString(joined_rank.second);
+      welcome.add_worker_addresses(hello.worker_address());
+      welcome.add_hosts(hello.host());
+    }
+  }
+  const std::string bytes = welcome.SerializeAsString();
+  for (const auto& [rank, joined_rank] : joined_) {
+    send_am(joined_rank.first, kWelcome, bytes.data(), bytes.size());
+  }
+  lock.unlock();
+  if (!error.empty()) {
+    // Give the refusals a moment to leave before this process ends.
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    throw_error(ErrorCode::kUnavailable, error);
+  }
+  std::vector<std::string> addresses(welcome.worker_addresses().begin(),
+                                     welcome.worker_addresses().end());
+  for (int64_t r = 0; r < env_.world_size; ++r) peers_[r]->host = welcome.hosts(r);
+  connect_peers(addresses);
+}
+
+void UcxTransport::run_client() {
+  const sockaddr_storage addr = resolve(env_.master_addr, env_.master_port);
+  proto::HelloProto hello;
+  hello.set_rank(env_.rank);
+  hello.set_world_size(env_.world_size);
+  hello.set_secret(env_.secret);
+  hello.set_worker_address(worker_address_);
+  hello.set_host(hostname());
+  const std::string bytes = hello.SerializeAsString();
+  const int64_t deadline = now_ns() + static_cast<int64_t>(env_.bootstrap_timeout * 1e9);
+  while (true) {
+    ucp_ep_params_t params{};
+    params.field_mask = UCP_EP_PARAM_FIELD_FLAGS | UCP_EP_PARAM_FIELD_SOCK_ADDR |
+                        UCP_EP_PARAM_FIELD_ERR_HANDLER | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE;
+    params.flags = UCP_EP_PARAMS_FLAGS_CLIENT_SERVER;
+    params.sockaddr.addr = reinterpret_cast<const sockaddr*>(&addr);
+    params.sockaddr.addrlen = sizeof(sockaddr_in);
+    params.err_mode = UCP_ERR_HANDLING_MODE_PEER;
+    params.err_handler.cb = &UcxTransport::on_ep_error;
+    params.err_handler.arg = args_->endpoint(this, -2);  // -2: the master, while bootstrapping
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      master_unreachable_ = false;
+      const ucs_status_t status = ucp_ep_create(worker_, &params, &master_ep_);
+      OFL_CHECK_CODE(status == UCS_OK, ErrorCode::kUnavailable, kTag, "rank ", env_.rank,
+                     " must open a connection to the ", where(), ". However, got ",
+                     ucs_status_string(status), ".");
+      send_am(master_ep_, kHello, bytes.data(), bytes.size(), /*reply=*/true);
+    }
+    const double left = (deadline - now_ns()) / 1e9;
+    wait_for([&] { return welcome_.has_value() || master_unreachable_; }, std::max(0.0, left));
+    std::unique_lock<std::mutex> lock(mu_);
+    if (welcome_.has_value()) break;
+    // Not reachable (yet): the master may not be listening; retry until the deadline.
+    ucp_ep_h ep = master_ep_;
+    master_ep_ = nullptr;
+    lock.unlock();
+    ucp_request_param_t close{};
+    close.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+    close.flags = UCP_EP_CLOSE_FLAG_FORCE;
+    ucs_status_ptr_t request = ucp_ep_close_nbx(ep, &close);
+    if (UCS_PTR_IS_PTR(request)) ucp_request_free(request);
+    OFL_CHECK_CODE(now_ns() < deadline, ErrorCode::kDeadlineExceeded, kTag, "rank ", env_.rank,
+                   " must reach the ", where(), " within ", env_.bootstrap_timeout,
+                   " s (OFL_BOOTSTRAP_TIMEOUT). However, it could not connect. HINT: is rank 0 "
+                   "running, and are MASTER_ADDR and MASTER_PORT the same on every rank?");
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  }
+  proto::WelcomeProto welcome;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    welcome.ParseFromString(*welcome_);
+  }
+  OFL_CHECK_CODE(welcome.refused().empty(), ErrorCode::kUnavailable, kTag, "rank ", env_.rank,
+                 " was refused by the ", where(), ": ", welcome.refused());
+  OFL_CHECK_CODE(welcome.worker_addresses_size() == env_.world_size, ErrorCode::kInternal, kTag,
+                 "the master must send ", env_.world_size, " addresses. However, got ",
+                 welcome.worker_addresses_size(), ".");
+  std::vector<std::string> addresses(welcome.worker_addresses().begin(),
+                                     welcome.worker_addresses().end());
+  for (int64_t r = 0; r < env_.world_size; ++r) peers_[r]->host = welcome.hosts(r);
+  connect_peers(addresses);
+}
+
+void UcxTransport::connect_peers(const std::vector<std::string>& addresses) {
+  for (int64_t r = 0; r < env_.world_size; ++r) {
+    if (r == env_.rank) continue;
+    ucp_ep_params_t params{};
+    params.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLER |
+                        UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE;
+    params.address = reinterpret_cast<const ucp_address_t*>(addresses[r].data());
+    params.err_mode = UCP_ERR_HANDLING_MODE_PEER;
+    params.err_handler.cb = &UcxTransport::on_ep_error;
+    params.err_handler.arg = args_->endpoint(this, r);
+    ucp_ep_h ep = nullptr;
+    const ucs_status_t status = ucp_ep_create(worker_, &params, &ep);
+    OFL_CHECK_CODE(status == UCS_OK, ErrorCode::kUnavailable, kTag, "rank ", env_.rank,
+                   " must connect to rank ", r, " (", peers_[r]->host, "). However, got ",
+                   ucs_status_string(status), ".");
+    peers_[r]->ep = ep;
+    peers_[r]->last_heard_ns = now_ns();
+  }
+}
+
+void UcxTransport::barrier() {
+  if (env_.world_size == 1) return;
+  int64_t generation = 0;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    generation = ++barrier_generation_;
+  }
+  const int64_t others = env_.world_size - 1;
+  auto failed = [&] {
+    for (const auto& peer : peers_) {
+      if (peer->failed) return true;
+    }
+    return false;
+  };
+  if (env_.rank == 0) {
+    const bool all = wait_for([&] { return barrier_arrivals_ >= generation * others || failed(); },
+                              env_.bootstrap_timeout);
+    OFL_CHECK_CODE(!failed(), ErrorCode::kUnavailable, kTag, "every rank must reach barrier ",
+                   generation, ". However, ", faults());
+    OFL_CHECK_CODE(all, ErrorCode::kDeadlineExceeded, kTag, "every rank must reach barrier ",
+                   generation, " within ", env_.bootstrap_timeout, " s. However, ",
+                   barrier_arrivals_ - (generation - 1) * others, " of ", others,
+                   " other ranks arrived.");
+    for (int64_t r = 1; r < env_.world_size; ++r) send_am(peers_[r]->ep, kBarrierRelease, "", 0);
+  } else {
+    send_am(peers_[0]->ep, kBarrier, "", 0);
+    const bool released = wait_for([&] { return barrier_released_ >= generation || failed(); },
+                                   env_.bootstrap_timeout);
+    OFL_CHECK_CODE(!failed(), ErrorCode::kUnavailable, kTag, "every rank must reach barrier ",
+                   generation, ". However, ", faults());
+    OFL_CHECK_CODE(released, ErrorCode::kDeadlineExceeded, kTag, "rank ", env_.rank,
+                   " must be released from barrier ", generation, " by the ", where(), " within ",
+                   env_.bootstrap_timeout, " s. However, it was not.");
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  if (master_ep_ != nullptr) {  // the bootstrap connection is no longer needed
+    ucp_request_param_t close{};
+    close.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+    close.flags = UCP_EP_CLOSE_FLAG_FORCE;
+    ucs_status_ptr_t request = ucp_ep_close_nbx(master_ep_, &close);
+    if (UCS_PTR_IS_PTR(request)) ucp_request_free(request);
+    master_ep_ = nullptr;
+  }
+}
+
+// ---- callbacks ---------------------------------------------------------------------------
+
+void UcxTransport::on_connection(ucp_conn_request_h request, void* arg) {
+  auto* self = static_cast<UcxTransport*>(arg);
+  ucp_ep_params_t params{};
+  params.field_mask = UCP_EP_PARAM_FIELD_CONN_REQUEST | UCP_EP_PARAM_FIELD_ERR_HANDLER |
+                      UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE;
+  params.conn_request = request;
+  params.err_mode = UCP_ERR_HANDLING_MODE_PEER;
+  params.err_handler.cb = &UcxTransport::on_ep_error;
+  params.err_handler.arg = self->args_->endpoint(self, -1);
+  ucp_ep_h ep = nullptr;
+  if (ucp_ep_create(self->worker_, &params, &ep) == UCS_OK) {
+    std::lock_guard<std::mutex> lock(self->mu_);
+    self->accepted_.push_back(ep);
+  }
+}
+
+void UcxTransport::on_ep_error(void* arg, ucp_ep_h /*ep*/, ucs_status_t status) {
+  auto* a = static_cast<EndpointArg*>(arg);
+  UcxTransport* self = a->self;
+  if (a->rank == -2) {  // the master, while this rank bootstraps
+    std::lock_guard<std::mutex> lock(self->mu_);
+    self->master_unreachable_ = true;
+    self->cv_.notify_all();
+  } else if (a->rank >= 0) {
+    self->fail_peer(a->rank, str_cat("its connection broke (", ucs_status_string(status), ")"));
+  }
+}
+
+ucs_status_t UcxTransport::on_am(void* arg, const void* header, size_t header_length, void* data,
+                                 size_t length, const ucp_am_recv_param_t* param) {
+  const auto* a = static_cast<HandlerArg*>(arg);
+  UcxTransport* self = a->self;
+  int64_t sender = -1;
+  if (header_length == sizeof(int64_t)) std::memcpy(&sender, header, sizeof(sender));
+  if (sender >= 0 && sender < self->env_.world_size) {
+    self->peers_[sender]->last_heard_ns.store(now_ns(), std::memory_order_relaxed);
+  }
+  const std::string bytes(static_cast<const char*>(data), length);
+  switch (a->id) {
+    case kActorMessage: {
+      MessageBytes message{};
+      if (length != message.size()) break;
+      std::memcpy(message.data(), data, length);
+      MessageHandler handler;
+      {
+        std::shared_lock<std::shared_mutex> lock(self->handler_mu_);
+        auto it = self->handlers_.find(self->env_.rank);
+        if (it != self->handlers_.end()) handler = it->second;
+      }
+      if (handler) handler(message);
+      break;
+    }
+    case kHello: {
+      proto::HelloProto hello;
+      std::lock_guard<std::mutex> lock(self->mu_);
+      const bool parsed = hello.ParseFromString(bytes);
+      if (!parsed || hello.secret() != self->env_.secret) {
+        LOG(WARNING) << kTag << "refused a connection from " << (parsed ? hello.host() : "?")
+                     << " claiming rank " << (parsed ? hello.rank() : -1)
+                     << ": it did not present the job secret (OFL_JOB_SECRET)";
+        proto::WelcomeProto refused;
+        refused.set_refused("the job secret does not match (OFL_JOB_SECRET)");
+        const std::string answer = refused.SerializeAsString();
+        if (param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP) {
+          self->send_am(param->reply_ep, kWelcome, answer.data(), answer.size());
+        }
+        break;
+      }
+      if (hello.world_size() != self->env_.world_size) {
+        self->bootstrap_error_ =
+            str_cat(kTag, "every rank must have the master's WORLD_SIZE ", self->env_.world_size,
+                    ". However, rank ", hello.rank(), " on ", hello.host(), " has WORLD_SIZE ",
+                    hello.world_size(), ".");
+      } else if (hello.rank() <= 0 || hello.rank() >= self->env_.world_size ||
+                 self->joined_.count(hello.rank())) {
+        self->bootstrap_error_ =
+            str_cat(kTag, "each rank in [1, ", self->env_.world_size,
+                    ") must join once. However, rank ", hello.rank(), " on ", hello.host(),
+                    self->joined_.count(hello.rank()) ? " joined twice." : " is out of range.");
+      } else if (param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP) {
+        self->joined_[hello.rank()] = {param->reply_ep, bytes};
+      }
+      if (!self->bootstrap_error_.empty() && (param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP)) {
+        // The offender learns too: the master's answer to every joined rank follows.
+        proto::WelcomeProto refused;
+        refused.set_refused(self->bootstrap_error_);
+        const std::string answer = refused.SerializeAsString();
+        self->send_am(param->reply_ep, kWelcome, answer.data(), answer.size());
+      }
+      self->cv_.notify_all();
+      break;
+    }
+    case kWelcome: {
+      std::lock_guard<std::mutex> lock(self->mu_);
+      if (!self->welcome_.has_value()) self->welcome_ = bytes;
+      self->cv_.notify_all();
+      break;
+    }
+    case kBarrier: {
+      std::lock_guard<std::mutex> lock(self->mu_);
+      ++self->barrier_arrivals_;
+      self->cv_.notify_all();
+      break;
+    }
+    case kBarrierRelease: {
+      std::lock_guard<std::mutex> lock(self->mu_);
+      ++self->barrier_released_;
+      self->cv_.notify_all();
+      break;
+    }
+    case kGoodbye:
+      if (sender >= 0 && sender < self->env_.world_size) self->peers_[sender]->left = true;
+      break;
+    default:  // kHeartbeat: last_heard above is all
+      break;
+  }
+  return UCS_OK;
+}
+
+// ---- sending -----------------------------------------------------------------------------
+
+void UcxTransport::send_am(ucp_ep_h ep, AmId id, const void* data, size_t bytes, bool reply) {
+  auto* out = new Outgoing{env_.rank, std::vector<char>(static_cast<const char*>(data),
+                                                        static_cast<const char*>(data) + bytes)};
+  ucp_request_param_t param{};
+  param.op_attr_mask =
+      UCP_OP_ATTR_FIELD_FLAGS | UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+  param.flags = UCP_AM_SEND_FLAG_EAGER | (reply ? UCP_AM_SEND_FLAG_REPLY : 0);
+  param.cb.send = &free_outgoing;
+  param.user_data = out;
+  ucs_status_ptr_t request = ucp_am_send_nbx(ep, id, &out->sender, sizeof(out->sender),
+                                             out->data.data(), out->data.size(), &param);
+  if (UCS_PTR_IS_PTR(request)) {
+    ucp_worker_signal(worker_);  // the progress thread may be asleep
+    return;
+  }
+  delete out;
+  OFL_CHECK_CODE(UCS_PTR_STATUS(request) == UCS_OK, ErrorCode::kUnavailable, kTag, "rank ",
+                 env_.rank, " must send to its peer. However, UCX says ",
+                 ucs_status_string(UCS_PTR_STATUS(request)), ".");
+}
+
+void UcxTransport::serve_rank(int64_t rank, MessageHandler handler) {
+  OFL_CHECK(rank == env_.rank, kTag, "a process serves its own rank (", env_.rank,
+            "). However, got rank ", rank, ".");
+  std::unique_lock<std::shared_mutex> lock(handler_mu_);
+  OFL_CHECK(handlers_.emplace(rank, std::move(handler)).second, kTag, "rank ", rank,
+            " is served already.");
+}
+
+void UcxTransport::stop_serving_rank(int64_t rank) {
+  std::unique_lock<std::shared_mutex> lock(handler_mu_);
+  handlers_.erase(rank);
+}
+
+void UcxTransport::set_fault_handler(FaultHandler handler) {
+  std::unique_lock<std::shared_mutex> lock(handler_mu_);
+  fault_handler_ = std::move(handler);
+}
+
+void UcxTransport::send(int64_t dst_rank, const MessageBytes& message) {
+  OFL_CHECK_CODE(dst_rank >= 0 && dst_rank < env_.world_size && dst_rank != env_.rank,
+                 ErrorCode::kUnavailable, kTag,
+                 "a message must go to another rank of the job. "
+                 "However, got rank ",
+                 dst_rank, " (world size ", env_.world_size, ").");
+  const Peer& peer = *peers_[dst_rank];
+  OFL_CHECK_CODE(!peer.failed, ErrorCode::kUnavailable, kTag, "rank ", dst_rank, " (", peer.host,
+                 ") failed; no message can reach it.");
+  send_am(peer.ep, kActorMessage, message.data(), message.size());
+}
+
+void UcxTransport::expose(int64_t dst_rank, uint64_t tag, const void* data, size_t bytes) {
+  const Peer& peer = *peers_.at(dst_rank);
+  ucp_request_param_t param{};
+  param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK;
+  param.cb.send = &free_request;
+  ucs_status_ptr_t request = ucp_tag_send_nbx(peer.ep, data, bytes, tag, &param);
+  if (UCS_PTR_IS_PTR(request)) {
+    ucp_worker_signal(worker_);
+    return;
+  }
+  OFL_CHECK_CODE(UCS_PTR_STATUS(request) == UCS_OK, ErrorCode::kUnavailable, kTag, "rank ",
+                 env_.rank, " must send transfer ", tag, " to rank ", dst_rank,
+                 ". However, UCX says ", ucs_status_string(UCS_PTR_STATUS(request)), ".");
+}
+
+namespace {
+struct Receipt {
+  std::atomic<bool> done{false};
+  std::atomic<int> status{UCS_OK};
+  size_t length = 0;
+};
+void on_received(void* /*request*/, ucs_status_t status, const ucp_tag_recv_info_t* info,
+                 void* user_data) {
+  auto* receipt = static_cast<Receipt*>(user_data);
+  receipt->length = info != nullptr ? info->length : 0;
+  receipt->status = status;
+  receipt->done.store(true, std::memory_order_release);
+}
+}  // namespace
+
+void UcxTransport::fetch(int64_t src_rank, uint64_t tag, uint64_t /*address*/, void* dst,
+                         size_t bytes) {
+  Receipt receipt;
+  ucp_request_param_t param{};
+  param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+  param.cb.recv = &on_received;
+  param.user_data = &receipt;
+  ucs_status_ptr_t request = ucp_tag_recv_nbx(worker_, dst, bytes, tag, ~uint64_t{0}, &param);
+  OFL_CHECK_CODE(!UCS_PTR_IS_ERR(request), ErrorCode::kUnavailable, kTag, "rank ", env_.rank,
+                 " must receive transfer ", tag, " from rank ", src_rank, ". However, UCX says ",
+                 ucs_status_string(UCS_PTR_STATUS(request)), ".");
+  if (!UCS_PTR_IS_PTR(request)) return;  // completed at once
+  const Peer& peer = *peers_.at(src_rank);
+  while (!receipt.done.load(std::memory_order_acquire)) {
+    if (ucp_worker_progress(worker_) == 0) std::this_thread::yield();
+    if (peer.failed) {
+      ucp_request_cancel(worker_, request);
+      while (!receipt.done.load(std::memory_order_acquire)) ucp_worker_progress(worker_);
+      ucp_request_free(request);
+      throw_error(ErrorCode::kUnavailable,
+                  str_cat(kTag, "rank ", src_rank, " (", peer.host, ") failed while rank ",
+                          env_.rank, " waited for transfer ", tag, "."));
+    }
+  }
+  ucp_request_free(request);
+  OFL_CHECK_CODE(receipt.status == UCS_OK && receipt.length == bytes, ErrorCode::kUnavailable, kTag,
+                 "transfer ", tag, " from rank ", src_rank, " must deliver ", bytes,
+                 " bytes. However, got ", receipt.length, " (",
+                 ucs_status_string(static_cast<ucs_status_t>(receipt.status.load())), ").");
+}
+
+// ---- progress, heartbeats, faults ---------------------------------------------------------
+
+void UcxTransport::start_progress_thread() {
+  progress_ = std::thread([this] { progress_loop(); });
+}
+
+void UcxTransport::progress_loop() {
+  int efd = -1;
+  ucp_worker_get_efd(worker_, &efd);
+  const int64_t interval_ns = static_cast<int64_t>(std::min(1.0, env_.fault_timeout / 4) * 1e9);
+  int64_t next_heartbeat = now_ns() + interval_ns;
+  int64_t idle_since = now_ns();
+  while (!stop_.load(std::memory_order_acquire)) {
+    bool busy = false;
+    while (ucp_worker_progress(worker_) != 0) busy = true;
+    const int64_t now = now_ns();
+    if (connected_ && now >= next_heartbeat) {
+      next_heartbeat = now + interval_ns;
+      for (int64_t r = 0; r < env_.world_size; ++r) {
+        Peer& peer = *peers_[r];
+        if (r == env_.rank || peer.ep == nullptr || peer.failed || peer.left) continue;
+        try {
+          send_am(peer.ep, kHeartbeat, "", 0);
+        } catch (const Error&) {
+        }
+      }
+      check_heartbeats();
+    }
+    if (busy) {
+      idle_since = now;
+      continue;
+    }
+    if (now - idle_since < 50'000) continue;  // spin 50 us, then sleep on the worker's fd
+    if (efd >= 0 && ucp_worker_arm(worker_) == UCS_OK) {
+      pollfd fd{efd, POLLIN, 0};
+      poll(&fd, 1, static_cast<int>(interval_ns / 1'000'000));
+    }
+  }
+}
+
+void UcxTransport::check_heartbeats() {
+  const int64_t now = now_ns();
+  for (int64_t r = 0; r < env_.world_size; ++r) {
+    const Peer& peer = *peers_[r];
+    if (r == env_.rank || peer.ep == nullptr || peer.failed || peer.left) continue;
+    const double silent = (now - peer.last_heard_ns.load()) / 1e9;
+    if (silent > env_.fault_timeout) {
+      fail_peer(r, str_cat("nothing came from it for ", silent, " s (OFL_FAULT_TIMEOUT ",
+                           env_.fault_timeout, " s)"));
+    }
+  }
+}
+
+void UcxTransport::fail_peer(int64_t rank, const std::string& why) {
+  Peer& peer = *peers_[rank];
+  if (peer.left || peer.failed.exchange(true)) return;
+  const std::string what = str_cat("rank ", rank, " (", peer.host, ") failed: ", why);
+  LOG(ERROR) << kTag << "rank " << env_.rank << " sees " << what;
+  FaultHandler handler;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    faults_ += (faults_.empty() ? "" : "; ") + what;
+    cv_.notify_all();
+  }
+  {
+    std::shared_lock<std::shared_mutex> lock(handler_mu_);
+    handler = fault_handler_;
+  }
+  if (handler) handler(rank, why);
+}
+
+std::string UcxTransport::faults() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return faults_;
+}
+
+void UcxTransport::close() {
+  if (closed_.exchange(true)) return;
+  if (connected_) {
+    for (int64_t r = 0; r < env_.world_size; ++r) {
+      Peer& peer = *peers_[r];
+      if (r == env_.rank || peer.ep == nullptr || peer.failed) continue;
+      try {
+        send_am(peer.ep, kGoodbye, "", 0);
+      } catch (const Error&) {
+      }
+    }
+    // Let the goodbyes leave.
+    ucp_request_param_t flush{};
+    ucs_status_ptr_t request = ucp_worker_flush_nbx(worker_, &flush);
+    if (UCS_PTR_IS_PTR(request)) {
+      const int64_t deadline = now_ns() + 2'000'000'000;
+      while (ucp_request_check_status(request) == UCS_INPROGRESS && now_ns() < deadline) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      }
+      ucp_request_free(request);
+    }
+  }
+  stop_ = true;
+  if (worker_ != nullptr) ucp_worker_signal(worker_);
+  if (progress_.joinable()) progress_.join();
+  std::vector<ucp_ep_h> eps;
+  for (auto& peer : peers_) {
+    if (peer->ep != nullptr) eps.push_back(peer->ep);
+    peer->ep = nullptr;
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (master_ep_ != nullptr) eps.push_back(master_ep_);
+    for (ucp_ep_h ep : accepted_) eps.push_back(ep);
+    master_ep_ = nullptr;
+    accepted_.clear();
+  }
+  for (ucp_ep_h ep : eps) {
+    ucp_request_param_t param{};
+    param.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+    param.flags = UCP_EP_CLOSE_FLAG_FORCE;
+    ucs_status_ptr_t request = ucp_ep_close_nbx(ep, &param);
+    if (UCS_PTR_IS_PTR(request)) {
+      const int64_t deadline = now_ns() + 1'000'000'000;
+      while (ucp_request_check_status(request) == UCS_INPROGRESS && now_ns() < deadline) {
+        ucp_worker_progress(worker_);
+      }
+      ucp_request_free(request);
+    }
+  }
+  if (listener_ != nullptr) ucp_listener_destroy(listener_);
+  listener_ = nullptr;
+  if (worker_ != nullptr) ucp_worker_destroy(worker_);
+  worker_ = nullptr;
+  if (context_ != nullptr) ucp_cleanup(context_);
+  context_ = nullptr;
+}
+
+}  // namespace ofl::comm

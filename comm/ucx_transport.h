@@ -1,0 +1,141 @@
+#pragma once
+// UcxTransport: the transport between processes (and hosts). One UCX worker per process; actor
+// messages travel as UCX active messages, register data as tagged send / receive (the tag is
+// the plan's transfer id; UCX picks eager or rendezvous, and shared memory within a host or
+// TCP / RDMA across hosts: choose with UCX's own settings, e.g. UCX_TLS).
+//
+// Note [Bootstrap]: rank 0 (the master) listens on MASTER_ADDR:MASTER_PORT with a UCX
+// listener. Every other rank connects to it and says hello (its rank, WORLD_SIZE, the job
+// secret and its worker address, as a HelloProto). The master refuses a hello with a wrong
+// secret (logged; the job goes on), and fails the bootstrap on every rank for a WORLD_SIZE that
+// differs from its own or a rank that joins twice. Once every rank has joined it answers each
+// with every worker address (WelcomeProto); the ranks connect to each other directly and meet
+// in a barrier. Each step has the bootstrap timeout: a master that cannot be reached, a port
+// already in use, or ranks that never join end the bootstrap with an error naming the address
+// and the missing ranks.
+//
+// Note [Faults]: after the bootstrap every rank sends every other a heartbeat several times
+// per fault timeout. A rank is declared failed when UCX reports its endpoint broken, or when
+// nothing has come from it for the fault timeout; the fault handler (the runtime's) then ends
+// the run with the rank named. A rank that leaves on purpose (close()) says goodbye first.
+
+#include <ucp/api/ucp.h>
+
+#include <atomic>
+#include <condition_variable>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <shared_mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "comm/launch_env.h"
+#include "comm/transport.h"
+
+namespace ofl::comm {
+
+class UcxTransport final : public Transport {
+ public:
+  /// Creates the worker and runs the bootstrap (Note [Bootstrap]); returns when every rank of
+  /// the job is connected. Raises ofl::Error (kUnavailable, kDeadlineExceeded,
+  /// kInvalidArgument) naming the master address, the port, or the ranks that never joined.
+  static std::shared_ptr<UcxTransport> connect(const LaunchEnv& env);
+  ~UcxTransport() override;
+
+  int64_t rank() const { return env_.rank; }
+  int64_t world_size() const { return env_.world_size; }
+
+  void serve_rank(int64_t rank, MessageHandler handler) override;
+  void stop_serving_rank(int64_t rank) override;
+  void send(int64_t dst_rank, const MessageBytes& message) override;
+  void expose(int64_t dst_rank, uint64_t tag, const void* data, size_t bytes) override;
+  void fetch(int64_t src_rank, uint64_t tag, uint64_t address, void* dst, size_t bytes) override;
+  void set_fault_handler(FaultHandler handler) override;
+
+  /// Waits until every rank has called barrier(); raises ofl::Error when a rank fails or the
+  /// bootstrap timeout passes.
+  void barrier();
+  /// Says goodbye to every rank (so none reports this one as failed) and stops. Call after a
+  /// final barrier(); the destructor calls it.
+  void close();
+
+  /// Faults seen so far, "rank 3: why" (empty when none).
+  std::string faults() const;
+
+ private:
+  explicit UcxTransport(const LaunchEnv& env);
+
+  enum AmId : uint16_t {
+    kHello = 1,
+    kWelcome = 2,
+    kActorMessage = 3,
+    kHeartbeat = 4,
+    kBarrier = 5,
+    kBarrierRelease = 6,
+    kGoodbye = 7,
+  };
+  struct Peer {
+    ucp_ep_h ep = nullptr;
+    std::string host;
+    std::atomic<int64_t> last_heard_ns{0};
+    std::atomic<bool> left{false};
+    std::atomic<bool> failed{false};
+  };
+
+  void create_worker();
+  void register_handlers();
+  void run_master();
+  void run_client();
+  void connect_peers(const std::vector<std::string>& addresses);
+  void start_progress_thread();
+  void progress_loop();
+  void send_am(ucp_ep_h ep, AmId id, const void* data, size_t bytes, bool reply = false);
+  void fail_peer(int64_t rank, const std::string& why);
+  void check_heartbeats();
+  // Waits on cv_ for `ready` up to the bootstrap timeout, progressing the worker.
+  template <class F>
+  bool wait_for(F ready, double seconds);
+  std::string where() const;  // "master 10.0.0.1:29500"
+
+  static ucs_status_t on_am(void* arg, const void* header, size_t header_length, void* data,
+                            size_t length, const ucp_am_recv_param_t* param);
+  static void on_connection(ucp_conn_request_h request, void* arg);
+  static void on_ep_error(void* arg, ucp_ep_h ep, ucs_status_t status);
+
+  struct CallbackArgs;
+  LaunchEnv env_;
+  std::unique_ptr<CallbackArgs> args_;
+  ucp_context_h context_ = nullptr;
+  ucp_worker_h worker_ = nullptr;
+  ucp_listener_h listener_ = nullptr;
+  std::string worker_address_;
+  std::vector<std::unique_ptr<Peer>> peers_;  // by rank; peers_[rank()] unused
+
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  // Bootstrap state, GUARDED_BY(mu_).
+  ucp_ep_h master_ep_ = nullptr;                                // clients: the listener connection
+  std::vector<ucp_ep_h> accepted_;                              // master: every accepted connection
+  std::map<int64_t, std::pair<ucp_ep_h, std::string>> joined_;  // master: rank -> (ep, hello)
+  std::string bootstrap_error_;
+  std::optional<std::string> welcome_;  // clients: the WelcomeProto bytes
+  bool master_unreachable_ = false;
+  int barrier_arrivals_ = 0;
+  int64_t barrier_generation_ = 0;
+  int64_t barrier_released_ = 0;
+  std::string faults_;
+
+  mutable std::shared_mutex handler_mu_;
+  std::map<int64_t, MessageHandler> handlers_;  // GUARDED_BY(handler_mu_)
+  FaultHandler fault_handler_;                  // GUARDED_BY(handler_mu_)
+
+  std::atomic<bool> connected_{false};
+  std::atomic<bool> stop_{false};
+  std::atomic<bool> closed_{false};
+  std::thread progress_;
+};
+
+}  // namespace ofl::comm
