@@ -59,6 +59,7 @@ void Actor::act(ActorHost& host) {
     if (!out.slots.empty()) outputs.push_back(out.slots[out.next_slot]);
   }
 
+  const int64_t iteration = this->iteration();
   work(host, inputs, outputs);
   ++acts_;
 
@@ -82,7 +83,7 @@ void Actor::act(ActorHost& host) {
     out.next_slot = (out.next_slot + 1) % out.num_slots;
     send_ready(host, out, slot);
   }
-  host.count_act();
+  host.count_act(iteration);
   end_stream_if_done(host);
 }
 

@@ -43,8 +43,9 @@ class ActorHost {
   virtual comm::Transport& transport() = 0;
   /// This iteration's fed tensors (INPUT), by name.
   virtual const std::map<std::string, Tensor>& inputs() const = 0;
-  /// Counts one act towards the end of the iteration.
-  virtual void count_act() = 0;
+  /// Counts one act towards the end of `iteration` (an actor fed by another process may act for
+  /// the next iteration before this process has finished the current one).
+  virtual void count_act(int64_t iteration) = 0;
 };
 
 /// One input register of an actor, with the pieces its producer announced and not yet acked.

@@ -4,6 +4,8 @@
 #include "actor/actor_kinds.h"
 
 #include <cstring>
+#include <map>
+#include <mutex>
 
 #include "actor/pieces.h"
 
@@ -94,14 +96,28 @@ class VariableActor final : public TaskActor {
 class OutputActor final : public TaskActor {
  public:
   using TaskActor::TaskActor;
-  const Tensor& fetched() const { return fetched_; }
+  Tensor take(int64_t iteration) {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = fetched_.find(iteration);
+    if (it == fetched_.end()) return Tensor();
+    Tensor t = it->second;
+    fetched_.erase(it);
+    return t;
+  }
+  const Tensor& last() const { return last_; }
 
  private:
-  // A snapshot: a later in-place update must not change what was fetched.
+  // A snapshot: a later in-place update must not change what was fetched. Kept by iteration:
+  // fed by another process, the sink may act for the next one before run() collects this one.
   void work(ActorHost&, const std::vector<Tensor>& inputs, const std::vector<Tensor>&) override {
-    fetched_ = inputs[0].clone();
+    Tensor snapshot = inputs[0].clone();
+    std::lock_guard<std::mutex> lock(mu_);
+    fetched_[iteration()] = snapshot;
+    last_ = snapshot;
   }
-  Tensor fetched_;
+  std::mutex mu_;
+  std::map<int64_t, Tensor> fetched_;  // GUARDED_BY(mu_)
+  Tensor last_;                        // GUARDED_BY(mu_); read between iterations
 };
 
 class SliceActor final : public TaskActor {
@@ -295,9 +311,15 @@ std::unique_ptr<Actor> make_tick_actor(int64_t id, int64_t rank) {
   return std::make_unique<TickActor>(id, rank);
 }
 
-const Tensor* fetched_piece(const Actor& actor) {
+std::optional<Tensor> take_fetched_piece(Actor& actor, int64_t iteration) {
+  auto* output = dynamic_cast<OutputActor*>(&actor);
+  if (output == nullptr) return std::nullopt;
+  return output->take(iteration);
+}
+
+const Tensor* last_fetched_piece(const Actor& actor) {
   const auto* output = dynamic_cast<const OutputActor*>(&actor);
-  return output ? &output->fetched() : nullptr;
+  return output ? &output->last() : nullptr;
 }
 
 }  // namespace ofl::actor

@@ -3,6 +3,7 @@
 // supplies only its work; the act protocol is Actor's.
 
 #include <memory>
+#include <optional>
 
 #include "actor/actor.h"
 #include "actor/plan_index.h"
@@ -22,7 +23,10 @@ std::unique_ptr<Actor> make_task_actor(const PlanIndex& index, int task, int pri
 /// source actor of the rank (tasks with no input at all) its start.
 std::unique_ptr<Actor> make_tick_actor(int64_t id, int64_t rank);
 
-/// What an OUTPUT actor fetched this iteration; null for other actors.
-const Tensor* fetched_piece(const Actor& actor);
+/// Takes what an OUTPUT actor fetched in `iteration` (undefined if it has not acted in it);
+/// null for other actors.
+std::optional<Tensor> take_fetched_piece(Actor& actor, int64_t iteration);
+/// What an OUTPUT actor fetched last; null for other actors.
+const Tensor* last_fetched_piece(const Actor& actor);
 
 }  // namespace ofl::actor

@@ -422,12 +422,24 @@ void Runtime::deliver(const ActorMessage& message) {
   it->second->thread()->post(message);
 }
 
-void Runtime::count_act() {
-  if (remaining_.fetch_sub(1, std::memory_order_acq_rel) == 1) {
+// Note [Iterations across processes]: a process's tick starts its iteration i + 1 only after
+// run() returned for i, but actors fed by other processes (RECV and what follows from it) may
+// act for i + 1 while this process still finishes i. Acts are therefore counted by their own
+// iteration, and run() waits for the count of its iteration. No actor runs kIterationSlots
+// iterations ahead: every iteration needs this process's tick.
+void Runtime::count_act(int64_t iteration) {
+  const int64_t n =
+      acts_done_[iteration % kIterationSlots].fetch_add(1, std::memory_order_acq_rel) + 1;
+  OFL_ASSERT(n <= acts_per_iteration_) << "an actor ran " << kIterationSlots << " iterations ahead";
+  if (n == acts_per_iteration_) {
     std::lock_guard<std::mutex> lock(done_mu_);
-    done_ = true;
     done_cv_.notify_all();
   }
+}
+
+bool Runtime::iteration_done() const {
+  return acts_done_[iteration_ % kIterationSlots].load(std::memory_order_acquire) ==
+         acts_per_iteration_;
 }
 
 void Runtime::on_failure(const Actor* actor, std::exception_ptr error) {
@@ -471,10 +483,10 @@ std::map<std::string, Tensor> Runtime::local_pieces() const {
   for (int t = 0; t < index_.num_tasks(); ++t) {
     const Actor* actor = actor_of_task_[t];
     if (actor == nullptr) continue;
-    const std::string& name = index_.task(t).proto.name();
+    const std::string name = str_cat("rank", actor->rank(), "/", index_.task(t).proto.name());
     if (index_.task(t).proto.kind() == proto::TaskProto::VARIABLE) {
       pieces[name] = variable_piece(t);
-    } else if (const Tensor* fetched = fetched_piece(*actor)) {
+    } else if (const Tensor* fetched = last_fetched_piece(*actor)) {
       if (fetched->defined()) pieces[name] = *fetched;
     }
   }
@@ -518,32 +530,33 @@ std::map<std::string, Tensor> Runtime::run(const std::map<std::string, Tensor>& 
   OFL_CHECK_CODE(!broken_, ErrorCode::kFailedPrecondition, kTag,
                  shut_down_ ? "the runtime was shut down and cannot be used again."
                             : "the runtime stopped after an error and cannot be used again.");
-  // Every feed is checked before any actor acts, so a bad one leaves the runtime usable.
-  check_fed_inputs(index_, inputs);
+  // Every feed is checked before any actor acts, so a bad one leaves the runtime usable. A
+  // process holding part of a job's ranks ignores the inputs only other ranks read.
+  if (static_cast<int64_t>(index_.ranks().size()) == index_.world_size()) {
+    check_fed_inputs(index_, inputs);
+  }
   for (const auto& [name, pieces] : index_.inputs_by_name()) {
     for (int t : pieces) {
       if (actor_of_task_[t] != nullptr) check_fed_input(index_, t, inputs);
     }
   }
   inputs_ = &inputs;
-  {
-    std::lock_guard<std::mutex> lock(done_mu_);
-    done_ = false;
-  }
-  remaining_.store(acts_per_iteration_, std::memory_order_release);
   for (Actor* tick : ticks_) {
     deliver(ActorMessage::register_ready({kCallerActor, tick->rank()}, {tick->id(), tick->rank()},
                                          kRunRegisterBase + tick->rank(), /*slot=*/0, iteration_));
   }
   wait_for_iteration();
   inputs_ = nullptr;
-  ++iteration_;
-
   std::vector<std::pair<int, Tensor>> fetched;
   for (int t = 0; t < index_.num_tasks(); ++t) {
     if (actor_of_task_[t] == nullptr) continue;
-    if (const Tensor* piece = fetched_piece(*actor_of_task_[t])) fetched.emplace_back(t, *piece);
+    auto piece = take_fetched_piece(*actor_of_task_[t], iteration_);
+    if (piece && piece->defined()) {
+      fetched.emplace_back(t, *piece);
+    }
   }
+  acts_done_[iteration_ % kIterationSlots].store(0, std::memory_order_release);
+  ++iteration_;
   return assemble_outputs(index_, fetched);
 }
 
@@ -561,7 +574,7 @@ void Runtime::wait_for_iteration() {
       stop_threads();
       throw_error(failure_code_, failure_);
     }
-    if (!done_) {
+    if (!iteration_done()) {
       lock.unlock();
       const std::string report = stall_report();
       stop_threads();
@@ -572,13 +585,13 @@ void Runtime::wait_for_iteration() {
     return;
   }
   const int64_t timeout_ns = static_cast<int64_t>(options_.watchdog_seconds * 1e9);
-  int64_t last_remaining = remaining_.load();
+  int64_t last_remaining = acts_per_iteration_ - acts_done_[iteration_ % kIterationSlots].load();
   int64_t last_progress = now_ns();
   std::unique_lock<std::mutex> lock(done_mu_);
-  while (!done_ && failure_.empty()) {
+  while (!iteration_done() && failure_.empty()) {
     done_cv_.wait_for(lock, std::chrono::milliseconds(20));
-    if (done_ || !failure_.empty()) break;
-    const int64_t remaining = remaining_.load();
+    if (iteration_done() || !failure_.empty()) break;
+    const int64_t remaining = acts_per_iteration_ - acts_done_[iteration_ % kIterationSlots].load();
     bool acting = false;
     for (const auto& thread : threads_) acting = acting || thread->acting() != nullptr;
     const int64_t now = now_ns();
@@ -601,7 +614,7 @@ void Runtime::wait_for_iteration() {
 
 void Runtime::throw_stall() {
   const std::string report = stall_report();
-  const int64_t done = acts_per_iteration_ - remaining_.load();
+  const int64_t done = acts_done_[iteration_ % kIterationSlots].load();
   stop_threads();
   throw_error(
       ErrorCode::kDeadlineExceeded,
@@ -612,6 +625,7 @@ void Runtime::throw_stall() {
 std::string Runtime::stall_report() const {
   std::map<int64_t, std::vector<int64_t>> waits_on;  // actor -> actors it waits for
   std::map<int64_t, const Actor*> waiting;
+  std::map<int64_t, std::string> reports;
   std::string lines;
   int listed = 0;
   for (const auto& thread : threads_) {
@@ -624,11 +638,29 @@ std::string Runtime::stall_report() const {
       if (actor->acts() >= (iteration_ + 1) * actor->acts_per_iteration()) continue;
       std::vector<int64_t> on;
       const std::string waits = actor->waiting_for(&on);
-      if (waits.empty()) continue;
+      if (waits.empty()) {  // a bug if it stays so: it could act, yet no thread runs it
+        lines += str_cat("\n  ", actor->name(), " could act (", actor->acts(), " acts, ",
+                         actor->queued ? "queued" : "not queued", ") but has not");
+        continue;
+      }
       waiting[actor->id()] = actor;
       waits_on[actor->id()] = on;
-      if (listed++ < 20) lines += str_cat("\n  ", actor->name(), " waits for ", waits);
+      reports[actor->id()] = waits;
     }
+  }
+  // The frontier first: actors waiting on one that is not waiting itself (a rank elsewhere, a
+  // message in flight); the others wait on them.
+  std::vector<int64_t> order;
+  for (int pass = 0; pass < 2; ++pass) {
+    for (const auto& [id, on] : waits_on) {
+      const bool frontier =
+          std::any_of(on.begin(), on.end(), [&](int64_t a) { return waiting.count(a) == 0; });
+      if (frontier == (pass == 0)) order.push_back(id);
+    }
+  }
+  for (int64_t id : order) {
+    if (listed++ < 20)
+      lines += str_cat("\n  ", waiting.at(id)->name(), " waits for ", reports.at(id));
   }
   if (listed > 20) lines += str_cat("\n  and ", listed - 20, " more waiting actors");
 

@@ -25,6 +25,7 @@
 // others; and a deterministic mode, where one thread (the caller's) runs every actor and
 // delivers messages in a fixed order.
 
+#include <array>
 #include <atomic>
 #include <condition_variable>
 #include <map>
@@ -105,8 +106,8 @@ class Runtime final : public PlanRunner, private ActorHost {
   /// Deterministic mode with record_messages: every message handled so far, in order.
   const std::vector<std::string>& message_log() const { return message_log_; }
 
-  /// This process's pieces by task name: every VARIABLE task's current value and every OUTPUT
-  /// task's last fetched value (tests compare runs piece by piece).
+  /// This process's pieces by "rank<r>/<task name>": every VARIABLE task's current value and
+  /// every OUTPUT task's last fetched value (tests compare runs piece by piece).
   std::map<std::string, Tensor> local_pieces() const;
 
   int64_t iterations() const { return iteration_; }
@@ -119,7 +120,8 @@ class Runtime final : public PlanRunner, private ActorHost {
   void send(const ActorMessage& message) override;
   comm::Transport& transport() override { return *transport_; }
   const std::map<std::string, Tensor>& inputs() const override { return *inputs_; }
-  void count_act() override;
+  void count_act(int64_t iteration) override;
+  bool iteration_done() const;  // every act of iteration_ counted
 
   void deliver(const ActorMessage& message);
   void allocate_registers(int64_t rank);
@@ -151,7 +153,9 @@ class Runtime final : public PlanRunner, private ActorHost {
   int64_t iteration_ = 0;
   int64_t acts_per_iteration_ = 0;
   const std::map<std::string, Tensor>* inputs_ = nullptr;
-  std::atomic<int64_t> remaining_{0};
+  // Acts counted per iteration, by iteration % kIterationSlots (count_act).
+  static constexpr int kIterationSlots = 4;
+  std::array<std::atomic<int64_t>, kIterationSlots> acts_done_{};
   std::mutex done_mu_;
   std::condition_variable done_cv_;
   bool done_ = false;                              // GUARDED_BY(done_mu_)

@@ -111,7 +111,7 @@ std::shared_ptr<UcxTransport> UcxTransport::connect(const LaunchEnv& env) {
   return t;
 }
 
-UcxTransport::~UcxTransport() { close(); }
+UcxTransport::~UcxTransport() { shut_down(/*goodbye=*/false); }
 
 void UcxTransport::create_worker() {
   ucp_config_t* config = nullptr;
@@ -421,7 +421,18 @@ ucs_status_t UcxTransport::on_am(void* arg, const void* header, size_t header_le
         auto it = self->handlers_.find(self->env_.rank);
         if (it != self->handlers_.end()) handler = it->second;
       }
-      if (handler) handler(message);
+      if (handler) {
+        handler(message);
+        break;
+      }
+      // Another rank's runtime may start before this one's: keep its messages for serve_rank.
+      std::unique_lock<std::shared_mutex> lock(self->handler_mu_);
+      auto it = self->handlers_.find(self->env_.rank);
+      if (it != self->handlers_.end()) {
+        it->second(message);
+      } else {
+        self->early_messages_.push_back(message);
+      }
       break;
     }
     case kHello: {
@@ -518,8 +529,10 @@ void UcxTransport::serve_rank(int64_t rank, MessageHandler handler) {
   OFL_CHECK(rank == env_.rank, kTag, "a process serves its own rank (", env_.rank,
             "). However, got rank ", rank, ".");
   std::unique_lock<std::shared_mutex> lock(handler_mu_);
-  OFL_CHECK(handlers_.emplace(rank, std::move(handler)).second, kTag, "rank ", rank,
-            " is served already.");
+  auto [it, inserted] = handlers_.emplace(rank, std::move(handler));
+  OFL_CHECK(inserted, kTag, "rank ", rank, " is served already.");
+  for (const MessageBytes& message : early_messages_) it->second(message);
+  early_messages_.clear();
 }
 
 void UcxTransport::stop_serving_rank(int64_t rank) {
@@ -681,9 +694,11 @@ std::string UcxTransport::faults() const {
   return faults_;
 }
 
-void UcxTransport::close() {
+void UcxTransport::close() { shut_down(/*goodbye=*/true); }
+
+void UcxTransport::shut_down(bool goodbye) {
   if (closed_.exchange(true)) return;
-  if (connected_) {
+  if (connected_ && goodbye) {
     for (int64_t r = 0; r < env_.world_size; ++r) {
       Peer& peer = *peers_[r];
       if (r == env_.rank || peer.ep == nullptr || peer.failed) continue;

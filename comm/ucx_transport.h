@@ -59,7 +59,8 @@ class UcxTransport final : public Transport {
   /// bootstrap timeout passes.
   void barrier();
   /// Says goodbye to every rank (so none reports this one as failed) and stops. Call after a
-  /// final barrier(); the destructor calls it.
+  /// final barrier(), when this rank is done. The destructor stops without a goodbye: a rank
+  /// that ends by an error is reported as failed by the others (Note [Faults]).
   void close();
 
   /// Faults seen so far, "rank 3: why" (empty when none).
@@ -95,6 +96,7 @@ class UcxTransport final : public Transport {
   void send_am(ucp_ep_h ep, AmId id, const void* data, size_t bytes, bool reply = false);
   void fail_peer(int64_t rank, const std::string& why);
   void check_heartbeats();
+  void shut_down(bool goodbye);
   // Waits on cv_ for `ready` up to the bootstrap timeout, progressing the worker.
   template <class F>
   bool wait_for(F ready, double seconds);
@@ -130,7 +132,9 @@ class UcxTransport final : public Transport {
 
   mutable std::shared_mutex handler_mu_;
   std::map<int64_t, MessageHandler> handlers_;  // GUARDED_BY(handler_mu_)
-  FaultHandler fault_handler_;                  // GUARDED_BY(handler_mu_)
+  // Messages that arrived before this rank was served, in order. GUARDED_BY(handler_mu_)
+  std::vector<MessageBytes> early_messages_;
+  FaultHandler fault_handler_;  // GUARDED_BY(handler_mu_)
 
   std::atomic<bool> connected_{false};
   std::atomic<bool> stop_{false};

@@ -28,6 +28,7 @@ the launcher stops every rank the same way and exits 130 or 143. See Note [Proce
 
 import argparse
 import ctypes
+import dataclasses
 import os
 import secrets
 import shutil
@@ -55,14 +56,24 @@ class LaunchError(ValueError):
     """A bad flag or environment: reported as a usage error (exit code 2)."""
 
 
+@dataclasses.dataclass
 class LaunchConfig:
     """What one launcher starts; built by ``parse_config``."""
 
-    def __init__(self, **fields):
-        self.__dict__.update(fields)
-
-    def __repr__(self):
-        return f"LaunchConfig({', '.join(f'{k}={v!r}' for k, v in self.__dict__.items())})"
+    nproc_per_node: int
+    nnodes: int
+    node_rank: int
+    master_addr: str
+    master_port: int
+    secret: str
+    bootstrap_timeout: float  # seconds
+    fault_timeout: float  # seconds
+    grace_period: float  # seconds between SIGTERM and SIGKILL when stopping ranks
+    logdir: str  # or None
+    no_python: bool
+    script: str
+    script_args: list
+    from_slurm: bool  # nnodes, node_rank (and maybe master_addr) came from Slurm
 
 
 # (option strings, add_argument keywords). None defaults mark "not given" so Slurm can fill in.
@@ -83,7 +94,8 @@ _FLAGS = [
      dict(action="store_true", help="run SCRIPT as an executable, not with this python")),
     (("--secret",),
      dict(default=None, metavar="S", help="job secret, the same on every node (default: "
-          "OFL_JOB_SECRET, or a fresh random one when --nnodes is 1)")),
+          "OFL_JOB_SECRET, or a fresh random one when --nnodes is 1). Other users can read "
+          "command lines, so prefer exporting OFL_JOB_SECRET")),
     (("--timeout",),
      dict(type=float, default=60.0, metavar="SECONDS",
           help="bootstrap timeout, as OFL_BOOTSTRAP_TIMEOUT (default 60)")),
@@ -148,7 +160,8 @@ def parse_config(argv, environ=os.environ):
     master_addr = "127.0.0.1" if args.master_addr is None else args.master_addr
 
     if args.nproc_per_node < 1:
-        raise LaunchError(f"--nproc_per_node must be at least 1. However, got {args.nproc_per_node}.")
+        raise LaunchError(f"--nproc_per_node must be at least 1. However, got "
+                          f"{args.nproc_per_node}.")
     if nnodes < 1:
         raise LaunchError(f"--nnodes must be at least 1. However, got {nnodes}.")
     if not 0 <= node_rank < nnodes:
@@ -166,8 +179,13 @@ def parse_config(argv, environ=os.environ):
 
     if args.no_python:
         if shutil.which(args.script) is None:
+            hint = ""
+            if os.path.isfile(args.script) and not os.access(args.script, os.X_OK):
+                hint = f" HINT: it is not executable; chmod +x {args.script}."
+            elif os.path.isfile(args.script) and os.sep not in args.script:
+                hint = f" HINT: a file in this directory is written ./{args.script}."
             raise LaunchError(f"SCRIPT must be an executable file or a command on PATH with "
-                              f"--no_python. However, got {args.script!r}.")
+                              f"--no_python. However, got {args.script!r}.{hint}")
     elif not os.path.isfile(args.script):
         raise LaunchError(f"SCRIPT must be an existing Python file. However, got {args.script!r} "
                           f"(no such file from {os.getcwd()}).")
@@ -258,6 +276,10 @@ class _Output:
 
     def message(self, text):
         self.line(sys.stderr, f"[launch] {text}\n".encode())
+
+    def close_log(self, log):
+        with self._lock:  # a pump may still be writing to it
+            log.close()
 
 
 class _Rank:
@@ -416,8 +438,10 @@ def run(config):
         # preexec_fn is safe.
         for local_rank in range(config.nproc_per_node):
             rank = config.node_rank * config.nproc_per_node + local_rank
-            log = open(_log_path(config.logdir, rank), "wb") if config.logdir else None
+            log = None
             try:
+                if config.logdir is not None:
+                    log = open(_log_path(config.logdir, rank), "wb")
                 process = subprocess.Popen(
                     worker_command(config), env=worker_env(config, local_rank),
                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
@@ -443,7 +467,7 @@ def run(config):
                 # A grandchild outside the rank's group may hold the pipe open; do not wait on it.
                 thread.join(timeout=config.grace_period)
             if rank.log is not None:
-                rank.log.close()
+                output.close_log(rank.log)
         signals.restore()
 
 

@@ -60,32 +60,40 @@ GptConfig tiny_gpt_config(int64_t n_layer) {
   return c;
 }
 
-TrainingRun train_gpt(const GptConfig& config, const compiler::GptParallel& parallel, int steps,
-                      const RunnerFactory& runner) {
+compiler::Graph build_gpt_training(const GptConfig& config, const compiler::GptParallel& parallel) {
   compiler::GraphBuilder b("gpt");
   const int loss = build_gpt(b, config, parallel);
   b.fetch(loss);
   b.set_loss(loss);
   b.train().optimizer.kind = compiler::OptimizerConfig::Kind::kAdamW;
   b.train().optimizer.weight_decay = 0.01;
-  std::vector<std::string> variables;
-  for (int i = 0; i < b.graph().num_ops(); ++i) {
-    if (b.graph().op(i).kind == compiler::OpKind::kVariable) {
-      variables.push_back(b.graph().op(i).name);
-    }
+  return std::move(b.graph());
+}
+
+std::map<std::string, Tensor> gpt_feed(const GptConfig& config,
+                                       const compiler::GptParallel& parallel, int step) {
+  std::map<std::string, Tensor> feed = batch(config, step);
+  for (int stage = 0; stage < parallel.pp; ++stage) {  // AdamW's inputs on every stage
+    feed[GptNames::lr(stage)] = Tensor::scalar(1e-2, DataType::kFloat32);
+    feed[GptNames::step(stage)] = Tensor::scalar(step, DataType::kFloat32);
   }
-  std::unique_ptr<actor::PlanRunner> executor =
-      runner(compiler::compile_graph(std::move(b.graph())));
+  return feed;
+}
+
+TrainingRun train_gpt(const GptConfig& config, const compiler::GptParallel& parallel, int steps,
+                      const RunnerFactory& runner) {
+  compiler::Graph graph = build_gpt_training(config, parallel);
+  std::vector<std::string> variables;
+  for (int i = 0; i < graph.num_ops(); ++i) {
+    if (graph.op(i).kind == compiler::OpKind::kVariable) variables.push_back(graph.op(i).name);
+  }
+  std::unique_ptr<actor::PlanRunner> executor = runner(compiler::compile_graph(std::move(graph)));
   executor->initialize_variables();
   TrainingRun run;
   for (int step = 1; step <= steps; ++step) {
-    std::map<std::string, Tensor> feed = batch(config, step);
-    for (int stage = 0; stage < parallel.pp; ++stage) {  // AdamW's inputs on every stage
-      feed[GptNames::lr(stage)] = Tensor::scalar(1e-2, DataType::kFloat32);
-      feed[GptNames::step(stage)] = Tensor::scalar(step, DataType::kFloat32);
-    }
     // With micro-batches the loss comes back per micro-batch, (m,); their mean is the batch's.
-    const Tensor loss = executor->run(feed).at(std::string(GptNames::kLoss) + "/out0");
+    const Tensor loss =
+        executor->run(gpt_feed(config, parallel, step)).at(std::string(GptNames::kLoss) + "/out0");
     EXPECT_EQ(loss.numel(), parallel.micro_batches);
     double mean = 0;
     for (double v : values_of(loss)) mean += v / static_cast<double>(loss.numel());

@@ -58,6 +58,24 @@ compiler::Graph build_mlp(const MlpLayout& layout, OptimizerConfig::Kind optimiz
   return std::move(b.graph());
 }
 
+std::map<std::string, Tensor> mlp_feed(const MlpLayout& layout, OptimizerConfig::Kind optimizer,
+                                       int step) {
+  std::map<std::string, Tensor> feed;
+  feed["x"] = random_tensor(Shape{kMlpBatch, kMlpIn}, DataType::kFloat32, 100 + step);
+  std::vector<double> labels(kMlpBatch);
+  for (int i = 0; i < kMlpBatch; ++i) labels[i] = (i * 7 + step) % kMlpClasses;
+  feed["labels"] = make_tensor(labels, Shape{kMlpBatch}, DataType::kInt64);
+  // The optimizer takes lr (and step) on each placement holding variables: "lr", "lr@1", ...
+  for (int stage = 0; stage < layout.num_stages(); ++stage) {
+    const std::string suffix = stage == 0 ? "" : str_cat("@", stage);
+    feed["lr" + suffix] = Tensor::scalar(0.1, DataType::kFloat32);
+    if (optimizer != OptimizerConfig::Kind::kSgd) {
+      feed["step" + suffix] = Tensor::scalar(step, DataType::kFloat32);
+    }
+  }
+  return feed;
+}
+
 TrainingRun train_mlp(const MlpLayout& layout, OptimizerConfig::Kind optimizer, int steps,
                       const RunnerFactory& runner) {
   std::unique_ptr<actor::PlanRunner> executor =
@@ -65,20 +83,7 @@ TrainingRun train_mlp(const MlpLayout& layout, OptimizerConfig::Kind optimizer, 
   executor->initialize_variables();
   TrainingRun run;
   for (int step = 1; step <= steps; ++step) {
-    std::map<std::string, Tensor> feed;
-    feed["x"] = random_tensor(Shape{kMlpBatch, kMlpIn}, DataType::kFloat32, 100 + step);
-    std::vector<double> labels(kMlpBatch);
-    for (int i = 0; i < kMlpBatch; ++i) labels[i] = (i * 7 + step) % kMlpClasses;
-    feed["labels"] = make_tensor(labels, Shape{kMlpBatch}, DataType::kInt64);
-    // The optimizer takes lr (and step) on each placement holding variables: "lr", "lr@1", ...
-    for (int stage = 0; stage < layout.num_stages(); ++stage) {
-      const std::string suffix = stage == 0 ? "" : str_cat("@", stage);
-      feed["lr" + suffix] = Tensor::scalar(0.1, DataType::kFloat32);
-      if (optimizer != OptimizerConfig::Kind::kSgd) {
-        feed["step" + suffix] = Tensor::scalar(step, DataType::kFloat32);
-      }
-    }
-    auto fetched = executor->run(feed);
+    auto fetched = executor->run(mlp_feed(layout, optimizer, step));
     // With micro-batches the loss comes back per micro-batch, (m,); their mean is the batch's.
     const Tensor loss = fetched.at("loss/out0");
     double mean = 0;

@@ -6,6 +6,7 @@
 // and the actor runtime.
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -45,6 +46,11 @@ struct MlpLayout {
 /// micro_batches rows); the caller feeds the whole batch and the plan runs the micro-batches
 /// in turn.
 compiler::Graph build_mlp(const MlpLayout& layout, compiler::OptimizerConfig::Kind optimizer);
+
+/// The feed of training step `step` (1, 2, ...): a deterministic batch, lr 0.1 (and the step
+/// count for Adam) on every stage's placement.
+std::map<std::string, Tensor> mlp_feed(const MlpLayout& layout,
+                                       compiler::OptimizerConfig::Kind optimizer, int step);
 
 /// Compiles build_mlp, runs `steps` training steps with the runner `runner` makes (lr 0.1,
 /// deterministic batches) and returns the mean loss of each step and the final weights.
