@@ -129,6 +129,13 @@ void ActorThread::wait_for_messages() {
   const auto spin_until = now_ns() + static_cast<int64_t>(options_.spin_microseconds * 1000.0);
   for (int i = 0;; ++i) {
     if (has_incoming() || stop_.load(std::memory_order_relaxed)) return;
+    // A communication thread drives the transport while it spins: a message from another
+    // process then reaches its actor on this thread without a hand-off (Note [Spin, then park]).
+    if (options_.poll && options_.poll()) {
+      if (!local_.empty()) return;
+      i = 0;
+      continue;
+    }
     if ((i & 63) == 63) {
       if (now_ns() >= spin_until) break;
       sched_yield();  // let another runnable thread have the core

@@ -47,6 +47,9 @@ class ActorThread {
     double spin_microseconds = 50;
     bool trace = false;
     int kernel_threads = 0;  // OpenMP threads for kernels on this thread; 0: the default
+    // Called while spinning (communication threads: the transport's progress); returns whether
+    // it did something.
+    std::function<bool()> poll;
   };
   /// Called when an act (or handling a message) throws, with the actor involved (null when
   /// none was): the thread stops acting and its loop ends.

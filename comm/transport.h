@@ -47,6 +47,10 @@ class Transport {
   /// ofl::Error when the sender's rank fails.
   virtual void fetch(int64_t src_rank, uint64_t tag, uint64_t address, void* dst, size_t bytes) = 0;
 
+  /// Makes progress on communication without blocking, if another thread is not doing so
+  /// already; returns whether anything happened. Communication threads call it while idle.
+  virtual bool progress() { return false; }
+
   /// Called (on a transport thread) when a rank this process talks to fails: its rank and why.
   /// Transports whose peers cannot fail (in-process) never call it.
   using FaultHandler = std::function<void(int64_t rank, const std::string& why)>;

@@ -4,16 +4,22 @@
 
 #include <arpa/inet.h>
 #include <netdb.h>
-#include <poll.h>
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 
 #include "comm/proto/bootstrap.pb.h"
 #include "oneflowlike/common/error.h"
 
 namespace ofl::comm {
+
+// Sends still in flight, per transport: its progress thread does not sleep while there are any.
+struct UcxOutstanding {
+  std::atomic<int64_t> count{0};
+};
+using Outstanding = UcxOutstanding;
 
 namespace {
 
@@ -36,14 +42,18 @@ std::string hostname() {
 struct Outgoing {
   int64_t sender = 0;  // the AM header: the sending rank
   std::vector<char> data;
+  Outstanding* outstanding = nullptr;
 };
 
 void free_outgoing(void* request, ucs_status_t /*status*/, void* user_data) {
-  delete static_cast<Outgoing*>(user_data);
+  auto* out = static_cast<Outgoing*>(user_data);
+  out->outstanding->count.fetch_sub(1, std::memory_order_relaxed);
+  delete out;
   if (request != nullptr) ucp_request_free(request);
 }
 
-void free_request(void* request, ucs_status_t /*status*/, void* /*user_data*/) {
+void free_request(void* request, ucs_status_t /*status*/, void* user_data) {
+  static_cast<Outstanding*>(user_data)->count.fetch_sub(1, std::memory_order_relaxed);
   ucp_request_free(request);
 }
 
@@ -90,7 +100,9 @@ struct UcxTransport::CallbackArgs {
 };
 
 UcxTransport::UcxTransport(const LaunchEnv& env)
-    : env_(env), args_(std::make_unique<CallbackArgs>()) {
+    : env_(env),
+      args_(std::make_unique<CallbackArgs>()),
+      outstanding_(std::make_unique<Outstanding>()) {
   for (int64_t r = 0; r < env_.world_size; ++r) peers_.push_back(std::make_unique<Peer>());
 }
 
@@ -121,14 +133,19 @@ void UcxTransport::create_worker() {
                  ucs_status_string(status), ".");
   ucp_params_t params{};
   params.field_mask = UCP_PARAM_FIELD_FEATURES;
-  params.features = UCP_FEATURE_AM | UCP_FEATURE_TAG | UCP_FEATURE_WAKEUP;
+  // No UCP_FEATURE_WAKEUP: it leaves out transports without wake-up events, which sent
+  // everything over TCP here (1 GB/s instead of shared memory's 13). The progress thread
+  // polls instead (progress_loop).
+  params.features = UCP_FEATURE_AM | UCP_FEATURE_TAG;
   status = ucp_init(&params, config, &context_);
   ucp_config_release(config);
   OFL_CHECK_CODE(status == UCS_OK, ErrorCode::kUnavailable, kTag,
                  "UCX must initialise. However, got ", ucs_status_string(status), ".");
   ucp_worker_params_t worker_params{};
   worker_params.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
-  worker_params.thread_mode = UCS_THREAD_MODE_MULTI;  // actor threads send directly
+  // Serialized, with ucx_mu_ around every call: UCX's multi-thread mode leaves out the shared
+  // memory transports (everything went over TCP here).
+  worker_params.thread_mode = UCS_THREAD_MODE_SERIALIZED;
   status = ucp_worker_create(context_, &worker_params, &worker_);
   OFL_CHECK_CODE(status == UCS_OK, ErrorCode::kUnavailable, kTag,
                  "a UCX worker must be created. However, got ", ucs_status_string(status), ".");
@@ -186,7 +203,11 @@ void UcxTransport::run_master() {
   params.sockaddr.addrlen = sizeof(sockaddr_in);
   params.conn_handler.cb = &UcxTransport::on_connection;
   params.conn_handler.arg = this;
-  const ucs_status_t status = ucp_listener_create(worker_, &params, &listener_);
+  ucs_status_t status;
+  {
+    std::lock_guard<std::recursive_mutex> ucx(ucx_mu_);
+    status = ucp_listener_create(worker_, &params, &listener_);
+  }
   OFL_CHECK_CODE(status == UCS_OK, ErrorCode::kUnavailable, kTag, "rank 0 must listen on ",
                  env_.master_addr, ":", env_.master_port, " (MASTER_ADDR:MASTER_PORT). However, ",
                  ucs_status_string(status),
@@ -262,6 +283,7 @@ void UcxTransport::run_client() {
     params.err_handler.cb = &UcxTransport::on_ep_error;
     params.err_handler.arg = args_->endpoint(this, -2);  // -2: the master, while bootstrapping
     {
+      std::lock_guard<std::recursive_mutex> ucx(ucx_mu_);
       std::lock_guard<std::mutex> lock(mu_);
       master_unreachable_ = false;
       const ucs_status_t status = ucp_ep_create(worker_, &params, &master_ep_);
@@ -281,8 +303,11 @@ void UcxTransport::run_client() {
     ucp_request_param_t close{};
     close.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
     close.flags = UCP_EP_CLOSE_FLAG_FORCE;
-    ucs_status_ptr_t request = ucp_ep_close_nbx(ep, &close);
-    if (UCS_PTR_IS_PTR(request)) ucp_request_free(request);
+    {
+      std::lock_guard<std::recursive_mutex> ucx(ucx_mu_);
+      ucs_status_ptr_t request = ucp_ep_close_nbx(ep, &close);
+      if (UCS_PTR_IS_PTR(request)) ucp_request_free(request);
+    }
     OFL_CHECK_CODE(now_ns() < deadline, ErrorCode::kDeadlineExceeded, kTag, "rank ", env_.rank,
                    " must reach the ", where(), " within ", env_.bootstrap_timeout,
                    " s (OFL_BOOTSTRAP_TIMEOUT). However, it could not connect. HINT: is rank 0 "
@@ -309,19 +334,24 @@ void UcxTransport::connect_peers(const std::vector<std::string>& addresses) {
   for (int64_t r = 0; r < env_.world_size; ++r) {
     if (r == env_.rank) continue;
     ucp_ep_params_t params{};
-    params.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLER |
-                        UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE;
+    // No peer error handling on these: UCX then leaves out transports that cannot detect a
+    // failed peer, shared memory among them (everything went over TCP here). Heartbeats
+    // detect failed peers instead (Note [Faults]).
+    params.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE;
     params.address = reinterpret_cast<const ucp_address_t*>(addresses[r].data());
-    params.err_mode = UCP_ERR_HANDLING_MODE_PEER;
-    params.err_handler.cb = &UcxTransport::on_ep_error;
-    params.err_handler.arg = args_->endpoint(this, r);
+    params.err_mode = UCP_ERR_HANDLING_MODE_NONE;
     ucp_ep_h ep = nullptr;
-    const ucs_status_t status = ucp_ep_create(worker_, &params, &ep);
+    ucs_status_t status;
+    {
+      std::lock_guard<std::recursive_mutex> ucx(ucx_mu_);
+      status = ucp_ep_create(worker_, &params, &ep);
+    }
     OFL_CHECK_CODE(status == UCS_OK, ErrorCode::kUnavailable, kTag, "rank ", env_.rank,
                    " must connect to rank ", r, " (", peers_[r]->host, "). However, got ",
                    ucs_status_string(status), ".");
     peers_[r]->ep = ep;
     peers_[r]->last_heard_ns = now_ns();
+    if (std::getenv("OFL_UCX_PRINT_ENDPOINTS") != nullptr) ucp_ep_print_info(ep, stderr);
   }
 }
 
@@ -359,15 +389,8 @@ void UcxTransport::barrier() {
                    " must be released from barrier ", generation, " by the ", where(), " within ",
                    env_.bootstrap_timeout, " s. However, it was not.");
   }
-  std::lock_guard<std::mutex> lock(mu_);
-  if (master_ep_ != nullptr) {  // the bootstrap connection is no longer needed
-    ucp_request_param_t close{};
-    close.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
-    close.flags = UCP_EP_CLOSE_FLAG_FORCE;
-    ucs_status_ptr_t request = ucp_ep_close_nbx(master_ep_, &close);
-    if (UCS_PTR_IS_PTR(request)) ucp_request_free(request);
-    master_ep_ = nullptr;
-  }
+  // The bootstrap connection stays open until close(): UCX may share its TCP connection with
+  // the endpoint to rank 0, and closing it by force would break that one too.
 }
 
 // ---- callbacks ---------------------------------------------------------------------------
@@ -505,18 +528,21 @@ ucs_status_t UcxTransport::on_am(void* arg, const void* header, size_t header_le
 // ---- sending -----------------------------------------------------------------------------
 
 void UcxTransport::send_am(ucp_ep_h ep, AmId id, const void* data, size_t bytes, bool reply) {
-  auto* out = new Outgoing{env_.rank, std::vector<char>(static_cast<const char*>(data),
-                                                        static_cast<const char*>(data) + bytes)};
+  auto* out = new Outgoing{
+      env_.rank,
+      std::vector<char>(static_cast<const char*>(data), static_cast<const char*>(data) + bytes),
+      outstanding_.get()};
   ucp_request_param_t param{};
   param.op_attr_mask =
       UCP_OP_ATTR_FIELD_FLAGS | UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
   param.flags = UCP_AM_SEND_FLAG_EAGER | (reply ? UCP_AM_SEND_FLAG_REPLY : 0);
   param.cb.send = &free_outgoing;
   param.user_data = out;
+  std::unique_lock<std::recursive_mutex> ucx(ucx_mu_);
   ucs_status_ptr_t request = ucp_am_send_nbx(ep, id, &out->sender, sizeof(out->sender),
                                              out->data.data(), out->data.size(), &param);
   if (UCS_PTR_IS_PTR(request)) {
-    ucp_worker_signal(worker_);  // the progress thread may be asleep
+    outstanding_->count.fetch_add(1, std::memory_order_relaxed);
     return;
   }
   delete out;
@@ -560,13 +586,18 @@ void UcxTransport::send(int64_t dst_rank, const MessageBytes& message) {
 void UcxTransport::expose(int64_t dst_rank, uint64_t tag, const void* data, size_t bytes) {
   const Peer& peer = *peers_.at(dst_rank);
   ucp_request_param_t param{};
-  param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK;
+  param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
   param.cb.send = &free_request;
+  param.user_data = outstanding_.get();
+  // Counted before the call: the callback may run on the progress thread before it returns.
+  outstanding_->count.fetch_add(1, std::memory_order_relaxed);
+  std::unique_lock<std::recursive_mutex> ucx(ucx_mu_);
   ucs_status_ptr_t request = ucp_tag_send_nbx(peer.ep, data, bytes, tag, &param);
+  ucx.unlock();
   if (UCS_PTR_IS_PTR(request)) {
-    ucp_worker_signal(worker_);
     return;
   }
+  outstanding_->count.fetch_sub(1, std::memory_order_relaxed);
   OFL_CHECK_CODE(UCS_PTR_STATUS(request) == UCS_OK, ErrorCode::kUnavailable, kTag, "rank ",
                  env_.rank, " must send transfer ", tag, " to rank ", dst_rank,
                  ". However, UCX says ", ucs_status_string(UCS_PTR_STATUS(request)), ".");
@@ -594,14 +625,17 @@ void UcxTransport::fetch(int64_t src_rank, uint64_t tag, uint64_t /*address*/, v
   param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
   param.cb.recv = &on_received;
   param.user_data = &receipt;
+  std::unique_lock<std::recursive_mutex> ucx(ucx_mu_);
   ucs_status_ptr_t request = ucp_tag_recv_nbx(worker_, dst, bytes, tag, ~uint64_t{0}, &param);
   OFL_CHECK_CODE(!UCS_PTR_IS_ERR(request), ErrorCode::kUnavailable, kTag, "rank ", env_.rank,
                  " must receive transfer ", tag, " from rank ", src_rank, ". However, UCX says ",
                  ucs_status_string(UCS_PTR_STATUS(request)), ".");
   if (!UCS_PTR_IS_PTR(request)) return;  // completed at once
   const Peer& peer = *peers_.at(src_rank);
+  // Progress the worker here too: the data arrives sooner than the progress thread's next turn.
   while (!receipt.done.load(std::memory_order_acquire)) {
-    if (ucp_worker_progress(worker_) == 0) std::this_thread::yield();
+    const unsigned progressed = ucp_worker_progress(worker_);
+    if (receipt.done.load(std::memory_order_acquire)) break;
     if (peer.failed) {
       ucp_request_cancel(worker_, request);
       while (!receipt.done.load(std::memory_order_acquire)) ucp_worker_progress(worker_);
@@ -610,8 +644,14 @@ void UcxTransport::fetch(int64_t src_rank, uint64_t tag, uint64_t /*address*/, v
                   str_cat(kTag, "rank ", src_rank, " (", peer.host, ") failed while rank ",
                           env_.rank, " waited for transfer ", tag, "."));
     }
+    if (progressed == 0) {
+      ucx.unlock();
+      std::this_thread::yield();
+      ucx.lock();
+    }
   }
   ucp_request_free(request);
+  ucx.unlock();
   OFL_CHECK_CODE(receipt.status == UCS_OK && receipt.length == bytes, ErrorCode::kUnavailable, kTag,
                  "transfer ", tag, " from rank ", src_rank, " must deliver ", bytes,
                  " bytes. However, got ", receipt.length, " (",
@@ -624,15 +664,20 @@ void UcxTransport::start_progress_thread() {
   progress_ = std::thread([this] { progress_loop(); });
 }
 
+// Progress: spin while there is work (or was, within 50 us), then sleep in short naps that grow
+// to 1 ms after 10 ms of idleness. Without wake-up events (create_worker) a nap is how long a
+// message from an idle peer may wait; an actor waiting for data progresses the worker itself
+// (fetch).
 void UcxTransport::progress_loop() {
-  int efd = -1;
-  ucp_worker_get_efd(worker_, &efd);
   const int64_t interval_ns = static_cast<int64_t>(std::min(1.0, env_.fault_timeout / 4) * 1e9);
   int64_t next_heartbeat = now_ns() + interval_ns;
   int64_t idle_since = now_ns();
   while (!stop_.load(std::memory_order_acquire)) {
     bool busy = false;
-    while (ucp_worker_progress(worker_) != 0) busy = true;
+    {
+      std::lock_guard<std::recursive_mutex> ucx(ucx_mu_);
+      while (ucp_worker_progress(worker_) != 0) busy = true;
+    }
     const int64_t now = now_ns();
     if (connected_ && now >= next_heartbeat) {
       next_heartbeat = now + interval_ns;
@@ -646,16 +691,22 @@ void UcxTransport::progress_loop() {
       }
       check_heartbeats();
     }
-    if (busy) {
+    if (busy || outstanding_->count.load(std::memory_order_relaxed) > 0) {
       idle_since = now;
       continue;
     }
-    if (now - idle_since < 50'000) continue;  // spin 50 us, then sleep on the worker's fd
-    if (efd >= 0 && ucp_worker_arm(worker_) == UCS_OK) {
-      pollfd fd{efd, POLLIN, 0};
-      poll(&fd, 1, static_cast<int>(interval_ns / 1'000'000));
-    }
+    const int64_t idle = now - idle_since;
+    if (idle < 50'000) continue;
+    std::this_thread::sleep_for(std::chrono::microseconds(idle < 10'000'000 ? 50 : 1000));
   }
+}
+
+bool UcxTransport::progress() {
+  std::unique_lock<std::recursive_mutex> ucx(ucx_mu_, std::try_to_lock);
+  if (!ucx.owns_lock() || worker_ == nullptr) return false;
+  bool any = false;
+  while (ucp_worker_progress(worker_) != 0) any = true;
+  return any;
 }
 
 void UcxTransport::check_heartbeats() {
@@ -708,18 +759,18 @@ void UcxTransport::shut_down(bool goodbye) {
       }
     }
     // Let the goodbyes leave.
+    std::lock_guard<std::recursive_mutex> ucx(ucx_mu_);
     ucp_request_param_t flush{};
     ucs_status_ptr_t request = ucp_worker_flush_nbx(worker_, &flush);
     if (UCS_PTR_IS_PTR(request)) {
       const int64_t deadline = now_ns() + 2'000'000'000;
       while (ucp_request_check_status(request) == UCS_INPROGRESS && now_ns() < deadline) {
-        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        ucp_worker_progress(worker_);
       }
       ucp_request_free(request);
     }
   }
   stop_ = true;
-  if (worker_ != nullptr) ucp_worker_signal(worker_);
   if (progress_.joinable()) progress_.join();
   std::vector<ucp_ep_h> eps;
   for (auto& peer : peers_) {

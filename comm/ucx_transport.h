@@ -37,6 +37,8 @@
 
 namespace ofl::comm {
 
+struct UcxOutstanding;
+
 class UcxTransport final : public Transport {
  public:
   /// Creates the worker and runs the bootstrap (Note [Bootstrap]); returns when every rank of
@@ -54,6 +56,7 @@ class UcxTransport final : public Transport {
   void expose(int64_t dst_rank, uint64_t tag, const void* data, size_t bytes) override;
   void fetch(int64_t src_rank, uint64_t tag, uint64_t address, void* dst, size_t bytes) override;
   void set_fault_handler(FaultHandler handler) override;
+  bool progress() override;
 
   /// Waits until every rank has called barrier(); raises ofl::Error when a rank fails or the
   /// bootstrap timeout passes.
@@ -110,6 +113,10 @@ class UcxTransport final : public Transport {
   struct CallbackArgs;
   LaunchEnv env_;
   std::unique_ptr<CallbackArgs> args_;
+  std::unique_ptr<struct UcxOutstanding> outstanding_;
+  // Every UCX call holds it (the worker is UCS_THREAD_MODE_SERIALIZED). Recursive: callbacks
+  // run inside ucp_worker_progress and may send.
+  std::recursive_mutex ucx_mu_;
   ucp_context_h context_ = nullptr;
   ucp_worker_h worker_ = nullptr;
   ucp_listener_h listener_ = nullptr;

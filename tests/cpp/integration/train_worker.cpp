@@ -6,14 +6,20 @@
 // multi-process pieces must equal these bit for bit.
 //
 // Usage: ofl_train_worker --model mlp|gpt --layout NAME --steps N --out DIR [--in-process]
+//          [--step-sleep-ms MS] [--die-rank R --die-at-step K]
+//   --die-rank / --die-at-step: rank R kills itself (SIGKILL) before step K, for fault tests;
+//   --step-sleep-ms: a pause before each step, so that such a death happens mid-run.
 //   mlp layouts: the names in tests/cpp/models/mlp_training.h
 //   gpt layouts: dp<a>_tp<b>_pp<c>_m<d> (any part may be left out: "dp2", "tp2_pp2_m4")
 
+#include <chrono>
+#include <csignal>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <iostream>
 #include <regex>
+#include <thread>
 
 #include "actor/runtime.h"
 #include "comm/ucx_transport.h"
@@ -31,6 +37,9 @@ struct Args {
   int steps = 3;
   std::string out = ".";
   bool in_process = false;
+  int step_sleep_ms = 0;
+  int64_t die_rank = -1;
+  int die_at_step = -1;
 };
 
 Args parse(int argc, char** argv) {
@@ -51,6 +60,12 @@ Args parse(int argc, char** argv) {
       a.out = value();
     } else if (flag == "--in-process") {
       a.in_process = true;
+    } else if (flag == "--step-sleep-ms") {
+      a.step_sleep_ms = std::stoi(value());
+    } else if (flag == "--die-rank") {
+      a.die_rank = std::stoll(value());
+    } else if (flag == "--die-at-step") {
+      a.die_at_step = std::stoi(value());
     } else {
       OFL_CHECK(false, "[train_worker] unknown flag '", flag, "'.");
     }
@@ -121,16 +136,28 @@ int run(int argc, char** argv) {
   compiler::CompileOptions compile;
   std::shared_ptr<comm::UcxTransport> transport;
   std::string path = args.out + "/all.txt";
+  int64_t rank = -1;
   if (!args.in_process) {
     const comm::LaunchEnv env = comm::LaunchEnv::from_environment();
     compile.ranks = {env.rank};  // each process compiles its own rank's part
     transport = comm::UcxTransport::connect(env);
     options.transport = transport;
     path = str_cat(args.out, "/rank", env.rank, ".txt");
+    rank = env.rank;
   }
   actor::Runtime runtime(compiler::compile_graph(std::move(job.graph), compile), options);
   runtime.initialize_variables();
-  for (int step = 1; step <= args.steps; ++step) runtime.run(job.feed(step));
+  for (int step = 1; step <= args.steps; ++step) {
+    if (args.step_sleep_ms > 0) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(args.step_sleep_ms));
+    }
+    if (rank == args.die_rank && step == args.die_at_step) {
+      std::cerr << "[train_worker] rank " << rank << " kills itself before step " << step
+                << std::endl;
+      raise(SIGKILL);
+    }
+    runtime.run(job.feed(step));
+  }
   write_pieces(path, runtime.local_pieces());
   runtime.shutdown();
   if (transport) {

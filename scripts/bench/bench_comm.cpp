@@ -1,0 +1,197 @@
+// Communication benchmarks between processes (docs/benchmarks.md, "Communication (issue 5)").
+// One rank of a job started by the launcher; scripts/bench/bench_comm.sh runs it next to
+// ucx_perftest in the same invocation. Rank 0 prints the results.
+//
+//   bench_comm transfer   (2 ranks) register data, SEND side expose -> RECV side fetch, 4 KiB to
+//                         64 MiB: bandwidth as the receiver sees it
+//   bench_comm latency    (2 ranks) a chain of transfers bouncing between the two ranks inside
+//                         one iteration of the actor runtime: time per hop (actor to actor)
+//   bench_comm allreduce  (N ranks) a compiled plan whose P -> B boxing is a ring all-reduce of
+//                         64 MiB float32: its time, against a memcpy of the bytes each rank
+//                         receives (measured here)
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <thread>
+
+#include "actor/runtime.h"
+#include "comm/ucx_transport.h"
+#include "compiler/builder.h"
+#include "compiler/compile.h"
+#include "oneflowlike/ops/reduce.h"
+#include "tests/cpp/actor/plan_builder.h"
+
+namespace ofl {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+// Like SEND and RECV in the runtime, at most kWindow transfers are in flight: the receiver
+// returns a credit message (an actor-message-sized active message) for each one it has read.
+void transfer(comm::UcxTransport& t) {
+  OFL_CHECK(t.world_size() == 2, "[bench_comm] transfer needs 2 ranks.");
+  constexpr int kWindow = 8;
+  std::vector<char> buffer(64 << 20, 1);
+  std::atomic<int64_t> credits{0};
+  t.serve_rank(t.rank(), [&](const comm::MessageBytes&) { credits.fetch_add(1); });
+  const comm::MessageBytes credit{};
+  uint64_t tag = 1;
+  if (t.rank() == 0) std::printf("| bytes | ours (GB/s) |\n| --- | --- |\n");
+  for (size_t bytes = 4096; bytes <= buffer.size(); bytes *= 4) {
+    const int n = static_cast<int>(std::clamp<size_t>((size_t{512} << 20) / bytes, 20, 20000));
+    double best = 0;
+    for (int round = 0; round < 3; ++round) {
+      t.barrier();
+      const uint64_t first = tag;
+      tag += n;
+      if (t.rank() == 1) {
+        const int64_t base = credits.load();
+        for (int i = 0; i < n; ++i) {
+          while (i - (credits.load() - base) >= kWindow) std::this_thread::yield();
+          t.expose(0, first + i, buffer.data(), bytes);
+        }
+        while (credits.load() - base < n) std::this_thread::yield();
+      } else {
+        const auto start = Clock::now();
+        for (int i = 0; i < n; ++i) {
+          t.fetch(1, first + i, 0, buffer.data(), bytes);
+          t.send(1, credit);
+        }
+        best = std::max(best, n * double(bytes) / seconds_since(start) / 1e9);
+      }
+    }
+    if (t.rank() == 0) std::printf("| %zu | %.2f |\n", bytes, best);
+  }
+  t.stop_serving_rank(t.rank());
+}
+
+// Rank r's part of a plan that holds every rank.
+proto::PlanProto part_of(const proto::PlanProto& plan, int64_t rank) {
+  proto::PlanProto part = plan;
+  part.clear_ranks();
+  for (const auto& r : plan.ranks()) {
+    if (r.rank() == rank) *part.add_ranks() = r;
+  }
+  return part;
+}
+
+void latency(const std::shared_ptr<comm::UcxTransport>& t) {
+  OFL_CHECK(t->world_size() == 2, "[bench_comm] latency needs 2 ranks.");
+  constexpr int kHops = 200;
+  testing::PlanBuilder b(2);
+  int64_t reg = b.input(0, "x", Shape{1});
+  for (int hop = 0; hop < kHops; ++hop) {
+    reg = b.send_recv(hop % 2, (hop + 1) % 2, reg, /*transfer_id=*/hop).second;
+  }
+  b.output(kHops % 2, "y", reg, Shape{1});
+  actor::RuntimeOptions options;
+  options.transport = t;
+  if (const char* spin = std::getenv("OFL_BENCH_SPIN_US")) options.spin_microseconds = std::atof(spin);
+  actor::Runtime runtime(part_of(b.plan(), t->rank()), options);
+  const std::map<std::string, Tensor> feed = {{"x", Tensor::zeros(Shape{1}, DataType::kFloat32)}};
+  for (int i = 0; i < 20; ++i) runtime.run(feed);
+  double best = 1e30;
+  for (int round = 0; round < 5; ++round) {
+    t->barrier();
+    const auto start = Clock::now();
+    for (int i = 0; i < 20; ++i) runtime.run(feed);
+    best = std::min(best, seconds_since(start) * 1e6 / (20.0 * kHops));
+  }
+  runtime.shutdown();
+  t->barrier();
+  if (t->rank() == 0) {
+    std::printf("actor hop across processes (ready + data + ack, 4 bytes): %.2f us\n", best);
+  }
+}
+
+void allreduce(const std::shared_ptr<comm::UcxTransport>& t, int64_t megabytes) {
+  const int64_t n = t->world_size();
+  const int64_t elements = megabytes * (1 << 20) / 4;
+  compiler::GraphBuilder b("allreduce");
+  std::string ranks;
+  for (int64_t r = 0; r < n; ++r) ranks += str_cat(r ? ", " : "", r);
+  b.set_placement(Placement::parse("cpu, [" + ranks + "]"));
+  // Each rank holds one row; the sum over rows is partial on every rank; relu needs it whole.
+  const int x = b.input("x", Shape{n, elements}, DataType::kFloat32, {S(0)});
+  const int y = b.op1("reduce_sum", ReduceParams{{0}, false}, {x});
+  const int z = b.op1("relu", NoParams{}, {y});
+  b.fetch(b.op1("reduce_sum", ReduceParams{{0}, false}, {z}, "total"));
+  compiler::CompileOptions compile;
+  compile.ranks = {t->rank()};
+  actor::RuntimeOptions options;
+  options.transport = t;
+  options.trace = true;
+  actor::Runtime runtime(compiler::compile_graph(std::move(b.graph()), compile), options);
+  const std::map<std::string, Tensor> feed = {
+      {"x", Tensor::zeros(Shape{n, elements}, DataType::kFloat32)}};
+  runtime.run(feed);
+  double best = 1e30;
+  for (int i = 0; i < 5; ++i) {
+    t->barrier();
+    runtime.take_acts();
+    runtime.run(feed);
+    double begin = 1e30, end = 0;
+    for (const auto& act : runtime.take_acts()) {
+      if (act.task.find(".boxing") == std::string::npos) continue;
+      begin = std::min(begin, act.begin_us);
+      end = std::max(end, act.end_us);
+    }
+    best = std::min(best, (end - begin) / 1e3);
+  }
+  runtime.shutdown();
+  // The bound: one memcpy of the bytes a rank receives in a ring all-reduce, 2 (n - 1) / n of it.
+  const size_t received = static_cast<size_t>(2.0 * (n - 1) / n * megabytes * (1 << 20));
+  std::vector<char> src(received, 1), dst(received, 0);
+  double memcpy_ms = 1e30;
+  for (int i = 0; i < 5; ++i) {
+    const auto start = Clock::now();
+    std::memcpy(dst.data(), src.data(), received);
+    memcpy_ms = std::min(memcpy_ms, seconds_since(start) * 1e3);
+  }
+  t->barrier();
+  if (t->rank() == 0) {
+    std::printf(
+        "ring all-reduce of %lld MiB float32 on %lld processes: %.1f ms; memcpy of the "
+        "%.1f MiB each rank receives: %.1f ms (bound / ours = %.2f)\n",
+        static_cast<long long>(megabytes), static_cast<long long>(n), best, received / 1048576.0,
+        memcpy_ms, memcpy_ms / best);
+  }
+}
+
+int run(int argc, char** argv) {
+  const std::string mode = argc > 1 ? argv[1] : "transfer";
+  auto t = comm::UcxTransport::connect(comm::LaunchEnv::from_environment());
+  if (mode == "transfer") {
+    transfer(*t);
+  } else if (mode == "latency") {
+    latency(t);
+  } else if (mode == "allreduce") {
+    allreduce(t, argc > 2 ? std::stoll(argv[2]) : 64);
+  } else {
+    OFL_CHECK(false, "[bench_comm] mode must be transfer, latency or allreduce. However, got '",
+              mode, "'.");
+  }
+  t->barrier();
+  t->close();
+  return 0;
+}
+
+}  // namespace
+}  // namespace ofl
+
+int main(int argc, char** argv) {
+  try {
+    return ofl::run(argc, argv);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "[bench_comm] error: %s\n", e.what());
+    return 1;
+  }
+}

@@ -1,0 +1,428 @@
+"""Multi-process training over UCX: one process per rank (build/tests/cpp/ofl_train_worker).
+
+Every run is checked against the same job run in one process (--in-process): the pieces each
+rank holds after training, printed with 9 significant digits, must match bit for bit. Then the
+failures a job can meet: a rank that dies mid-run, a rank with the wrong WORLD_SIZE or job
+secret, a master port already taken, a master that never comes up. Last, two "hosts" made of
+network namespaces joined by a veth pair, with UCX over TCP only (skipped unless `ip netns add`
+works, i.e. as root).
+"""
+
+import os
+import re
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+_WORKER = Path(__file__).resolve().parents[2] / "build" / "tests" / "cpp" / "ofl_train_worker"
+
+pytestmark = pytest.mark.skipif(
+    not os.access(_WORKER, os.X_OK),
+    reason=f"{_WORKER} is not built (cmake --build build --target ofl_train_worker)")
+
+# The launch contract; a developer's own values must not leak into the ranks we start.
+_CONTRACT = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "NODE_RANK", "MASTER_ADDR",
+             "MASTER_PORT")
+_BOOTSTRAP_TIMEOUT = 10  # seconds; every healthy run here connects in well under one
+_RUN_TIMEOUT = 60  # seconds; a run that takes this long is hung
+
+
+def _clean_env(**extra):
+    env = {name: value for name, value in os.environ.items()
+           if not name.startswith(("SLURM_", "OFL_")) and name not in _CONTRACT}
+    env.update(extra)
+    return env
+
+
+def _free_port():
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def _worker_args(model, layout, out, steps=3):
+    return [str(_WORKER), "--model", model, "--layout", layout, "--steps", str(steps),
+            "--out", str(out)]
+
+
+def _launch_command(*launcher_flags):
+    return [sys.executable, "-m", "oneflowlike.distributed.launch", *launcher_flags, "--no_python"]
+
+
+def _reference_pieces(tmp_path, model, layout, steps=3):
+    """The sorted lines of the in-process run: what every multi-process run must reproduce."""
+    out = tmp_path / "in_process"
+    out.mkdir()
+    result = subprocess.run(_worker_args(model, layout, out, steps) + ["--in-process"],
+                            capture_output=True, text=True, timeout=_RUN_TIMEOUT, env=_clean_env())
+    assert result.returncode == 0, f"the in-process reference failed:\n{result.stderr}"
+    return sorted((out / "all.txt").read_text().splitlines())
+
+
+def _rank_pieces(out, world_size):
+    """The sorted lines of every rank's file; each rank writes only its own pieces."""
+    lines = []
+    for rank in range(world_size):
+        path = out / f"rank{rank}.txt"
+        assert path.is_file(), f"rank {rank} wrote no {path.name}; found {sorted(os.listdir(out))}"
+        own = path.read_text().splitlines()
+        assert own, f"{path.name} is empty"
+        strangers = [line.split(" ", 1)[0] for line in own if not line.startswith(f"rank{rank}/")]
+        assert not strangers, f"{path.name} holds other ranks' pieces: {strangers[:5]}"
+        lines += own
+    return sorted(lines)
+
+
+def _assert_same_pieces(actual, expected):
+    if actual == expected:
+        return
+    names = lambda lines: {line.split(" ", 1)[0]: line for line in lines}  # noqa: E731
+    got, want = names(actual), names(expected)
+    report = [f"{len(actual)} pieces from the ranks, {len(expected)} in process"]
+    report += [f"missing: {name}" for name in sorted(set(want) - set(got))][:5]
+    report += [f"extra: {name}" for name in sorted(set(got) - set(want))][:5]
+    differing = [name for name in sorted(set(got) & set(want)) if got[name] != want[name]]
+    for name in differing[:3]:
+        report += [f"differs: {name}", f"  ranks:      {got[name][:200]}",
+                   f"  in process: {want[name][:200]}"]
+    if len(differing) > 3:
+        report.append(f"... and {len(differing) - 3} more differing pieces")
+    pytest.fail("multi-process pieces are not bit-identical to the in-process ones:\n"
+                + "\n".join(report))
+
+
+def _processes_mentioning(text, seconds=2.0):
+    """Pids of live processes whose command line contains ``text``, after waiting up to
+    ``seconds`` for them to go. A zombie has an empty command line, so it counts as gone."""
+    deadline = time.monotonic() + seconds
+    while True:
+        found = []
+        for entry in os.listdir("/proc"):
+            if not entry.isdigit():
+                continue
+            try:
+                with open(f"/proc/{entry}/cmdline", "rb") as cmdline:
+                    if text.encode() in cmdline.read():
+                        found.append(int(entry))
+            except OSError:
+                pass  # gone meanwhile
+        if not found or time.monotonic() > deadline:
+            return found
+        time.sleep(0.05)
+
+
+class _Ranks:
+    """Ranks started directly (no launcher), each with its output in files under ``logs``.
+
+    Leaving the ``with`` block kills any rank still running, so a failing test leaves nothing.
+    """
+
+    def __init__(self, logs):
+        self.logs = Path(logs)
+        self.logs.mkdir(exist_ok=True)
+        self.processes = {}
+        self.exit_times = {}  # rank -> time.monotonic() when it was seen to exit
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc_info):
+        for process in self.processes.values():
+            if process.poll() is None:
+                process.kill()
+                process.wait()
+
+    def start(self, rank, args, env):
+        with open(self.logs / f"rank{rank}.stdout", "wb") as stdout, \
+                open(self.logs / f"rank{rank}.stderr", "wb") as stderr:
+            self.processes[rank] = subprocess.Popen(args, env=env, stdout=stdout, stderr=stderr)
+
+    def wait(self, timeout=_RUN_TIMEOUT):
+        """Waits for every rank, noting when each exits; fails the test if one hangs."""
+        deadline = time.monotonic() + timeout
+        while len(self.exit_times) < len(self.processes) and time.monotonic() < deadline:
+            for rank, process in self.processes.items():
+                if rank not in self.exit_times and process.poll() is not None:
+                    self.exit_times[rank] = time.monotonic()
+            time.sleep(0.01)
+        hung = sorted(set(self.processes) - set(self.exit_times))
+        if hung:
+            self.__exit__()
+            pytest.fail(f"ranks {hung} still running after {timeout} s:\n{self.report()}")
+
+    def code(self, rank):
+        return self.processes[rank].returncode
+
+    def stderr(self, rank):
+        return (self.logs / f"rank{rank}.stderr").read_text(errors="replace")
+
+    def report(self):
+        return "\n".join(f"--- rank {rank} (exit code {process.returncode}) stderr:\n"
+                         f"{self.stderr(rank)}" for rank, process in self.processes.items())
+
+
+def _rank_env(rank, world_size, port, secret="0" * 32, bootstrap_timeout=_BOOTSTRAP_TIMEOUT,
+              fault_timeout=5):
+    return _clean_env(RANK=str(rank), WORLD_SIZE=str(world_size), LOCAL_RANK=str(rank),
+                      LOCAL_WORLD_SIZE=str(world_size), MASTER_ADDR="127.0.0.1",
+                      MASTER_PORT=str(port), OFL_JOB_SECRET=secret,
+                      OFL_BOOTSTRAP_TIMEOUT=str(bootstrap_timeout),
+                      OFL_FAULT_TIMEOUT=str(fault_timeout))
+
+
+# ---- training through the launcher matches the in-process run ---------------------------------
+
+_MLP_WORLD_SIZES = {"dp2": 2, "dp4": 4, "tp2": 2, "pp2_micro4": 2, "dp2_pp2_micro2": 4,
+                    "pp4_micro8": 4}
+_GPT_LAYOUTS = ["dp2", "tp2", "pp2_m4", "dp2_tp2", "dp2_tp2_pp2_m2"]
+
+
+def _gpt_world_size(layout):
+    sizes = {key: int(value) for key, value in re.findall(r"(dp|tp|pp)(\d+)", layout)}
+    return sizes.get("dp", 1) * sizes.get("tp", 1) * sizes.get("pp", 1)
+
+
+_LAYOUTS = ([("mlp", layout, size) for layout, size in _MLP_WORLD_SIZES.items()]
+            + [("gpt", layout, _gpt_world_size(layout)) for layout in _GPT_LAYOUTS])
+
+
+@pytest.mark.parametrize("model, layout, world_size", _LAYOUTS,
+                         ids=[f"{model}-{layout}" for model, layout, _ in _LAYOUTS])
+def test_launched_ranks_train_bit_identically_to_one_process(tmp_path, model, layout, world_size):
+    expected = _reference_pieces(tmp_path, model, layout)
+    out = tmp_path / "ranks"
+    out.mkdir()
+    command = _launch_command("--nproc_per_node", str(world_size), "--master_port",
+                              str(_free_port()), "--timeout", str(_BOOTSTRAP_TIMEOUT))
+    result = subprocess.run(command + _worker_args(model, layout, out), capture_output=True,
+                            text=True, timeout=_RUN_TIMEOUT, env=_clean_env())
+    assert result.returncode == 0, f"launcher exit code {result.returncode}:\n{result.stderr}"
+    _assert_same_pieces(_rank_pieces(out, world_size), expected)
+
+
+# ---- a rank that dies mid-run ------------------------------------------------------------------
+
+_DIE_ARGS = ["--step-sleep-ms", "20", "--die-rank", "1", "--die-at-step", "5"]
+
+
+def test_survivors_fail_naming_the_rank_that_died_mid_run(tmp_path):
+    port = _free_port()
+    args = _worker_args("mlp", "dp3_uneven", tmp_path, steps=200) + _DIE_ARGS
+    with _Ranks(tmp_path / "logs") as ranks:
+        for rank in range(3):
+            ranks.start(rank, args, _rank_env(rank, 3, port, fault_timeout=3))
+        ranks.wait()
+    assert ranks.code(1) == -signal.SIGKILL, ranks.report()
+    assert "rank 1 kills itself before step 5" in ranks.stderr(1)
+    for survivor in (0, 2):
+        assert ranks.code(survivor) == 1, ranks.report()
+        seconds = ranks.exit_times[survivor] - ranks.exit_times[1]
+        assert seconds < 10, f"rank {survivor} exited {seconds:.1f} s after rank 1 died"
+        assert "[train_worker] error: [runtime] rank 1 failed: " in ranks.stderr(survivor), \
+            ranks.report()
+
+
+def _launch_with_a_dying_rank(tmp_path):
+    """Launches 3 ranks of which rank 1 kills itself (SIGKILL) before step 5 of 200.
+
+    Returns the launcher's result, its run time in seconds and the ranks' --out directory.
+    """
+    out = tmp_path / "launcher_fault"
+    out.mkdir()
+    command = _launch_command("--nproc_per_node", "3", "--master_port", str(_free_port()),
+                              "--timeout", str(_BOOTSTRAP_TIMEOUT), "--fault_timeout", "3",
+                              "--grace_period", "2")
+    start = time.monotonic()
+    result = subprocess.run(command + _worker_args("mlp", "dp3_uneven", out, steps=200)
+                            + _DIE_ARGS, capture_output=True, text=True, timeout=_RUN_TIMEOUT,
+                            env=_clean_env())
+    return result, time.monotonic() - start, out
+
+
+def test_the_launcher_stops_every_rank_quickly_when_one_is_killed(tmp_path):
+    result, seconds, out = _launch_with_a_dying_rank(tmp_path)
+    assert result.returncode != 0, result.stderr
+    assert "[rank 1] [train_worker] rank 1 kills itself before step 5" in result.stderr
+    assert re.search(r"\[launch\] rank \d \(pid \d+\) (failed|was killed)", result.stderr), \
+        result.stderr
+    assert seconds < 10, f"the launcher took {seconds:.1f} s"
+    assert _processes_mentioning(str(out)) == []
+
+
+# Note [Launcher blames a bystander]
+# The survivors exit (code 1) within ~10 ms of rank 1's death, inside one 50 ms poll of the
+# launcher, which then reports the first failed rank in rank order: usually rank 0, exit code 1.
+@pytest.mark.xfail(strict=False, reason="launcher race: when several ranks have exited by one "
+                   "poll it blames the lowest rank, not the one killed first; see Note "
+                   "[Launcher blames a bystander]")
+def test_the_launcher_exits_137_blaming_the_rank_killed_by_sigkill(tmp_path):
+    result, _, _ = _launch_with_a_dying_rank(tmp_path)
+    assert re.search(r"\[launch\] rank 1 \(pid \d+\) was killed by SIGKILL \(exit code 137\)",
+                     result.stderr), result.stderr
+    assert result.returncode == 128 + signal.SIGKILL
+
+
+# ---- bootstrap failures ------------------------------------------------------------------------
+
+
+def test_a_rank_with_another_world_size_is_refused_by_the_master(tmp_path):
+    port = _free_port()
+    with _Ranks(tmp_path / "logs") as ranks:
+        for rank, world_size in ((0, 2), (1, 3)):
+            ranks.start(rank, _worker_args("mlp", "dp2", tmp_path),
+                        _rank_env(rank, world_size, port))
+        ranks.wait()
+    reason = re.escape("[ucx] every rank must have the master's WORLD_SIZE 2. However, rank 1 on ") \
+        + r"\S+" + re.escape(" has WORLD_SIZE 3.")
+    assert ranks.code(0) == 1 and ranks.code(1) == 1, ranks.report()
+    assert re.search(r"\[train_worker\] error: " + reason, ranks.stderr(0)), ranks.report()
+    assert re.search(re.escape(f"[ucx] rank 1 was refused by the master 127.0.0.1:{port}: ")
+                     + reason, ranks.stderr(1)), ranks.report()
+
+
+def test_the_master_fails_when_its_port_is_taken(tmp_path):
+    with socket.socket() as squatter:
+        squatter.bind(("127.0.0.1", 0))
+        squatter.listen()
+        port = squatter.getsockname()[1]
+        with _Ranks(tmp_path / "logs") as ranks:
+            ranks.start(0, _worker_args("mlp", "dp2", tmp_path), _rank_env(0, 2, port))
+            ranks.wait(timeout=20)
+    assert ranks.code(0) == 1, ranks.report()
+    # After "However," comes UCX's own status text ("Device is busy" in UCX 1.13), then ours.
+    must_listen = (f"[train_worker] error: [ucx] rank 0 must listen on 127.0.0.1:{port} "
+                   "(MASTER_ADDR:MASTER_PORT). However, ")
+    assert re.search(re.escape(must_listen) + r".*"
+                     + re.escape("the port is taken: pick another MASTER_PORT"),
+                     ranks.stderr(0)), ranks.report()
+
+
+def test_a_rank_without_the_job_secret_is_refused_and_never_joins(tmp_path):
+    port = _free_port()
+    with _Ranks(tmp_path / "logs") as ranks:
+        for rank, secret in ((0, "a" * 32), (1, "b" * 32)):
+            ranks.start(rank, _worker_args("mlp", "dp2", tmp_path),
+                        _rank_env(rank, 2, port, secret=secret, bootstrap_timeout=3))
+        ranks.wait()
+    assert ranks.code(0) == 1 and ranks.code(1) == 1, ranks.report()
+    assert (f"[train_worker] error: [ucx] rank 1 was refused by the master 127.0.0.1:{port}: the "
+            "job secret does not match (OFL_JOB_SECRET)") in ranks.stderr(1), ranks.report()
+    master = ranks.stderr(0)
+    assert re.search(r"\[ucx\] refused a connection from \S+ claiming rank 1: it did not present "
+                     r"the job secret \(OFL_JOB_SECRET\)", master), ranks.report()
+    assert (f"[train_worker] error: [ucx] every rank must join the master 127.0.0.1:{port} within "
+            "3 s (OFL_BOOTSTRAP_TIMEOUT). However, ranks [1] of 2 never joined.") in master, \
+        ranks.report()
+
+
+def test_a_rank_that_cannot_reach_the_master_gives_up_after_the_bootstrap_timeout(tmp_path):
+    port = _free_port()  # nobody listens there
+    with _Ranks(tmp_path / "logs") as ranks:
+        start = time.monotonic()
+        ranks.start(1, _worker_args("mlp", "dp2", tmp_path),
+                    _rank_env(1, 2, port, bootstrap_timeout=2))
+        ranks.wait(timeout=20)
+    seconds = ranks.exit_times[1] - start
+    assert ranks.code(1) == 1, ranks.report()
+    assert (f"[train_worker] error: [ucx] rank 1 must reach the master 127.0.0.1:{port} within 2 s "
+            "(OFL_BOOTSTRAP_TIMEOUT). However, it could not connect.") in ranks.stderr(1), \
+        ranks.report()
+    assert 1.8 <= seconds < 10, f"rank 1 gave up after {seconds:.1f} s"
+
+
+# ---- two hosts: network namespaces joined by a veth pair ---------------------------------------
+
+
+class _Host:
+    def __init__(self, namespace, device, address):
+        self.namespace = namespace
+        self.device = device
+        self.address = address
+
+
+def _ip(*args):
+    return subprocess.run(["ip", *args], capture_output=True, text=True, timeout=20)
+
+
+@pytest.fixture
+def two_hosts(request):
+    """Two network namespaces, 10.213.0.1 and 10.213.0.2 on the two ends of a veth pair.
+
+    Skips when namespaces cannot be made here (not root); removes everything it made, even
+    when the test or this set-up fails.
+    """
+    if shutil.which("ip") is None:
+        pytest.skip("needs the `ip` command (iproute2) for network namespaces")
+    suffix = secrets.token_hex(3)
+    hosts = [_Host(f"ofl-test-{suffix}-{i}", f"oflv{suffix}{i}", f"10.213.0.{i + 1}")
+             for i in range(2)]
+    made = []
+
+    def remove():
+        for host in hosts:  # a veth end left outside a namespace (set-up failed midway)
+            if _ip("link", "show", host.device).returncode == 0:
+                _ip("link", "del", host.device)
+        for namespace in reversed(made):
+            _ip("netns", "del", namespace)
+    request.addfinalizer(remove)
+
+    for host in hosts:
+        result = _ip("netns", "add", host.namespace)
+        if result.returncode != 0:
+            pytest.skip(f"cannot make network namespaces: `ip netns add {host.namespace}` "
+                        f"failed: {result.stderr.strip()}")
+        made.append(host.namespace)
+    result = _ip("link", "add", hosts[0].device, "type", "veth", "peer", "name", hosts[1].device)
+    if result.returncode != 0:
+        pytest.skip(f"cannot make a veth pair: {result.stderr.strip()}")
+    for host in hosts:
+        for args in (["link", "set", host.device, "netns", host.namespace],
+                     ["-n", host.namespace, "addr", "add", f"{host.address}/24", "dev",
+                      host.device],
+                     ["-n", host.namespace, "link", "set", host.device, "up"],
+                     ["-n", host.namespace, "link", "set", "lo", "up"]):
+            result = _ip(*args)
+            assert result.returncode == 0, f"ip {' '.join(args)}: {result.stderr}"
+    return hosts
+
+
+@pytest.mark.parametrize("model, layout, nproc_per_node", [("mlp", "dp2", 1),
+                                                           ("gpt", "dp2_tp2", 2)])
+def test_two_hosts_over_tcp_train_bit_identically_to_one_process(tmp_path, two_hosts, model,
+                                                                  layout, nproc_per_node):
+    expected = _reference_pieces(tmp_path, model, layout)
+    out = tmp_path / "ranks"
+    out.mkdir()
+    job_secret = secrets.token_hex(16)
+    launchers = []
+    try:
+        for node_rank, host in enumerate(two_hosts):
+            command = ["ip", "netns", "exec", host.namespace] + _launch_command(
+                "--nnodes", "2", "--node_rank", str(node_rank), "--nproc_per_node",
+                str(nproc_per_node), "--master_addr", two_hosts[0].address, "--secret",
+                job_secret, "--timeout", str(_BOOTSTRAP_TIMEOUT))
+            # TCP only: shared memory would cross the "hosts", which share one kernel.
+            env = _clean_env(UCX_TLS="tcp,self", UCX_NET_DEVICES=host.device)
+            with open(tmp_path / f"host{node_rank}.log", "wb") as log:
+                launchers.append(subprocess.Popen(command + _worker_args(model, layout, out),
+                                                  env=env, stdout=log, stderr=subprocess.STDOUT))
+        for launcher in launchers:
+            launcher.wait(timeout=_RUN_TIMEOUT)
+    finally:
+        for launcher in launchers:
+            if launcher.poll() is None:
+                launcher.kill()  # its ranks die with it (PR_SET_PDEATHSIG)
+                launcher.wait()
+    logs = "\n".join(f"--- host {i} (exit code {launcher.returncode}):\n"
+                     + (tmp_path / f"host{i}.log").read_text(errors="replace")
+                     for i, launcher in enumerate(launchers))
+    assert [launcher.returncode for launcher in launchers] == [0, 0], logs
+    assert f"listening on {two_hosts[0].address}:" in logs
+    _assert_same_pieces(_rank_pieces(out, 2 * nproc_per_node), expected)
