@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Communication benchmarks (docs/benchmarks.md, "Communication (issue 5)"): ucx_perftest and
+# bench_comm side by side in one invocation, on this host (UCX picks shared memory).
+# Usage: bash scripts/bench/bench_comm.sh   (after scripts/setup.sh)
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+BENCH=build/scripts/bench/bench_comm
+LAUNCH=(.venv/bin/python -m oneflowlike.distributed.launch)
+port=$((20000 + RANDOM % 20000))
+
+perftest() {  # perftest TEST SIZE ITERATIONS -> the "Final:" line
+  ucx_perftest -t "$1" -s "$2" -n "$3" -p "$port" >/dev/null 2>&1 &
+  local server=$!
+  sleep 0.5
+  ucx_perftest 127.0.0.1 -t "$1" -s "$2" -n "$3" -p "$port" 2>&1 | grep Final
+  wait "$server" || true
+  port=$((port + 1))
+}
+
+echo "## ucx_perftest tag_bw (MB/s: average, overall)"
+for bytes in 4096 16384 65536 262144 1048576 4194304 16777216 67108864; do
+  n=$((536870912 / bytes)); ((n > 20000)) && n=20000; ((n < 20)) && n=20
+  echo "$bytes $(perftest tag_bw "$bytes" "$n" | awk '{print $6, $7}')"
+done
+echo "## ucx_perftest tag_lat 8 bytes (us: 50th percentile, average, overall)"
+perftest tag_lat 8 20000 | awk '{print $3, $4, $5}'
+
+echo "## bench_comm"
+port=$((port + 100))
+"${LAUNCH[@]}" --nproc_per_node 2 --master_port $((port++)) --no_python "$BENCH" transfer 2>/dev/null | grep '^\[rank 0\]'
+"${LAUNCH[@]}" --nproc_per_node 2 --master_port $((port++)) --no_python "$BENCH" latency 2>/dev/null | grep '^\[rank 0\]'
+for n in 2 4; do
+  "${LAUNCH[@]}" --nproc_per_node "$n" --master_port $((port++)) --no_python "$BENCH" allreduce 64 \
+    2>/dev/null | grep '^\[rank 0\]'
+done
