@@ -247,10 +247,12 @@ void UcxTransport::run_master() {
     }
   }
   const std::string bytes = welcome.SerializeAsString();
-  for (const auto& [rank, joined_rank] : joined_) {
-    send_am(joined_rank.first, kWelcome, bytes.data(), bytes.size());
-  }
+  std::vector<ucp_ep_h> joined_eps;
+  for (const auto& [rank, joined_rank] : joined_) joined_eps.push_back(joined_rank.first);
+  // Lock order: ucx_mu_ before mu_ (the progress thread holds ucx_mu_ when a handler takes
+  // mu_), so nothing is sent while mu_ is held here.
   lock.unlock();
+  for (ucp_ep_h ep : joined_eps) send_am(ep, kWelcome, bytes.data(), bytes.size());
   if (!error.empty()) {
     // Give the refusals a moment to leave before this process ends.
     std::this_thread::sleep_for(std::chrono::milliseconds(200));
@@ -310,8 +312,9 @@ void UcxTransport::run_client() {
     }
     OFL_CHECK_CODE(now_ns() < deadline, ErrorCode::kDeadlineExceeded, kTag, "rank ", env_.rank,
                    " must reach the ", where(), " within ", env_.bootstrap_timeout,
-                   " s (OFL_BOOTSTRAP_TIMEOUT). However, it could not connect. HINT: is rank 0 "
-                   "running, and are MASTER_ADDR and MASTER_PORT the same on every rank?");
+                   " s (OFL_BOOTSTRAP_TIMEOUT). However, it could not connect, or the master did "
+                   "not answer. HINT: is rank 0 running, and are MASTER_ADDR and MASTER_PORT the "
+                   "same on every rank?");
     std::this_thread::sleep_for(std::chrono::milliseconds(200));
   }
   proto::WelcomeProto welcome;

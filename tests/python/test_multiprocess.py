@@ -83,8 +83,9 @@ def _rank_pieces(out, world_size):
 def _assert_same_pieces(actual, expected):
     if actual == expected:
         return
-    names = lambda lines: {line.split(" ", 1)[0]: line for line in lines}  # noqa: E731
-    got, want = names(actual), names(expected)
+    def by_name(lines):
+        return {line.split(" ", 1)[0]: line for line in lines}
+    got, want = by_name(actual), by_name(expected)
     report = [f"{len(actual)} pieces from the ranks, {len(expected)} in process"]
     report += [f"missing: {name}" for name in sorted(set(want) - set(got))][:5]
     report += [f"extra: {name}" for name in sorted(set(got) - set(want))][:5]
@@ -229,11 +230,7 @@ def test_survivors_fail_naming_the_rank_that_died_mid_run(tmp_path):
             ranks.report()
 
 
-def _launch_with_a_dying_rank(tmp_path):
-    """Launches 3 ranks of which rank 1 kills itself (SIGKILL) before step 5 of 200.
-
-    Returns the launcher's result, its run time in seconds and the ranks' --out directory.
-    """
+def test_the_launcher_exits_137_and_stops_every_rank_when_one_is_killed(tmp_path):
     out = tmp_path / "launcher_fault"
     out.mkdir()
     command = _launch_command("--nproc_per_node", "3", "--master_port", str(_free_port()),
@@ -243,30 +240,13 @@ def _launch_with_a_dying_rank(tmp_path):
     result = subprocess.run(command + _worker_args("mlp", "dp3_uneven", out, steps=200)
                             + _DIE_ARGS, capture_output=True, text=True, timeout=_RUN_TIMEOUT,
                             env=_clean_env())
-    return result, time.monotonic() - start, out
-
-
-def test_the_launcher_stops_every_rank_quickly_when_one_is_killed(tmp_path):
-    result, seconds, out = _launch_with_a_dying_rank(tmp_path)
-    assert result.returncode != 0, result.stderr
+    seconds = time.monotonic() - start
     assert "[rank 1] [train_worker] rank 1 kills itself before step 5" in result.stderr
-    assert re.search(r"\[launch\] rank \d \(pid \d+\) (failed|was killed)", result.stderr), \
-        result.stderr
-    assert seconds < 10, f"the launcher took {seconds:.1f} s"
-    assert _processes_mentioning(str(out)) == []
-
-
-# Note [Launcher blames a bystander]
-# The survivors exit (code 1) within ~10 ms of rank 1's death, inside one 50 ms poll of the
-# launcher, which then reports the first failed rank in rank order: usually rank 0, exit code 1.
-@pytest.mark.xfail(strict=False, reason="launcher race: when several ranks have exited by one "
-                   "poll it blames the lowest rank, not the one killed first; see Note "
-                   "[Launcher blames a bystander]")
-def test_the_launcher_exits_137_blaming_the_rank_killed_by_sigkill(tmp_path):
-    result, _, _ = _launch_with_a_dying_rank(tmp_path)
     assert re.search(r"\[launch\] rank 1 \(pid \d+\) was killed by SIGKILL \(exit code 137\)",
                      result.stderr), result.stderr
     assert result.returncode == 128 + signal.SIGKILL
+    assert seconds < 10, f"the launcher took {seconds:.1f} s"
+    assert _processes_mentioning(str(out)) == []
 
 
 # ---- bootstrap failures ------------------------------------------------------------------------
@@ -279,8 +259,8 @@ def test_a_rank_with_another_world_size_is_refused_by_the_master(tmp_path):
             ranks.start(rank, _worker_args("mlp", "dp2", tmp_path),
                         _rank_env(rank, world_size, port))
         ranks.wait()
-    reason = re.escape("[ucx] every rank must have the master's WORLD_SIZE 2. However, rank 1 on ") \
-        + r"\S+" + re.escape(" has WORLD_SIZE 3.")
+    reason = (re.escape("[ucx] every rank must have the master's WORLD_SIZE 2. However, rank 1 on ")
+              + r"\S+" + re.escape(" has WORLD_SIZE 3."))
     assert ranks.code(0) == 1 and ranks.code(1) == 1, ranks.report()
     assert re.search(r"\[train_worker\] error: " + reason, ranks.stderr(0)), ranks.report()
     assert re.search(re.escape(f"[ucx] rank 1 was refused by the master 127.0.0.1:{port}: ")
@@ -332,7 +312,8 @@ def test_a_rank_that_cannot_reach_the_master_gives_up_after_the_bootstrap_timeou
     seconds = ranks.exit_times[1] - start
     assert ranks.code(1) == 1, ranks.report()
     assert (f"[train_worker] error: [ucx] rank 1 must reach the master 127.0.0.1:{port} within 2 s "
-            "(OFL_BOOTSTRAP_TIMEOUT). However, it could not connect.") in ranks.stderr(1), \
+            "(OFL_BOOTSTRAP_TIMEOUT). However, it could not connect, or the master did not "
+            "answer.") in ranks.stderr(1), \
         ranks.report()
     assert 1.8 <= seconds < 10, f"rank 1 gave up after {seconds:.1f} s"
 

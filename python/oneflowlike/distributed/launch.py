@@ -404,20 +404,24 @@ def _supervise(ranks, config, signals, output):
             output.message(f"got {name}; stopping all ranks")
             _stop(running, config.grace_period, signals, output)
             return 128 + signals.first
-        for rank in list(running):
-            code = rank.process.poll()
-            if code is None:
-                continue
+        exited = [(rank, rank.process.poll()) for rank in running]
+        exited = [(rank, code) for rank, code in exited if code is not None]
+        for rank, _ in exited:
             running.remove(rank)
-            if code != 0:
-                text = f"rank {rank.rank} (pid {rank.process.pid}) {_describe_exit(code)}"
-                if running:
-                    text += "; stopping the other ranks"
-                if config.logdir is not None:
-                    text += f". Its output is in {_log_path(config.logdir, rank.rank)}"
-                output.message(text)
-                _stop(running, config.grace_period, signals, output)
-                return code if code > 0 else 128 - code
+        failed = [(rank, code) for rank, code in exited if code != 0]
+        # Several ranks may have ended since the last look: a rank killed by a signal is the
+        # likelier cause of the others' errors (they report its death), so it is named first.
+        failed.sort(key=lambda item: (item[1] > 0, item[0].rank))
+        if failed:
+            rank, code = failed[0]
+            text = f"rank {rank.rank} (pid {rank.process.pid}) {_describe_exit(code)}"
+            if running:
+                text += "; stopping the other ranks"
+            if config.logdir is not None:
+                text += f". Its output is in {_log_path(config.logdir, rank.rank)}"
+            output.message(text)
+            _stop(running, config.grace_period, signals, output)
+            return code if code > 0 else 128 - code
         time.sleep(_POLL_SECONDS)
     return 0
 
