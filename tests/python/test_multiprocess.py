@@ -180,9 +180,10 @@ def _rank_env(rank, world_size, port, secret="0" * 32, bootstrap_timeout=_BOOTST
 
 # ---- training through the launcher matches the in-process run ---------------------------------
 
-_MLP_WORLD_SIZES = {"dp2": 2, "dp4": 4, "tp2": 2, "pp2_micro4": 2, "dp2_pp2_micro2": 4,
-                    "pp4_micro8": 4}
-_GPT_LAYOUTS = ["dp2", "tp2", "pp2_m4", "dp2_tp2", "dp2_tp2_pp2_m2"]
+_MLP_WORLD_SIZES = {"dp2": 2, "dp4": 4, "tp2": 2, "dp2_tp2": 4, "pp2_micro4": 2,
+                    "dp2_pp2_micro2": 4, "pp4_micro4": 4, "pp4_micro8": 4}
+_GPT_LAYOUTS = ["dp2", "dp4", "tp2", "pp2_m4", "pp2_m8", "dp2_tp2", "dp2_pp2_m4",
+                "dp2_tp2_pp2_m2"]
 
 
 def _gpt_world_size(layout):
@@ -206,6 +207,23 @@ def test_launched_ranks_train_bit_identically_to_one_process(tmp_path, model, la
                             text=True, timeout=_RUN_TIMEOUT, env=_clean_env())
     assert result.returncode == 0, f"launcher exit code {result.returncode}:\n{result.stderr}"
     _assert_same_pieces(_rank_pieces(out, world_size), expected)
+
+
+# ---- the transport conformance suite on UCX ----------------------------------------------------
+
+_CONFORMANCE = _WORKER.parent / "ofl_ucx_conformance"
+
+
+def test_the_ucx_transport_passes_the_transport_conformance_suite():
+    if not _CONFORMANCE.exists():
+        pytest.skip(f"{_CONFORMANCE} is not built (run scripts/setup.sh)")
+    command = _launch_command("--nproc_per_node", "2", "--master_port", str(_free_port()),
+                              "--timeout", str(_BOOTSTRAP_TIMEOUT))
+    result = subprocess.run(command + [str(_CONFORMANCE)], capture_output=True, text=True,
+                            timeout=_RUN_TIMEOUT, env=_clean_env())
+    assert result.returncode == 0, f"exit code {result.returncode}:\n{result.stdout}\n{result.stderr}"
+    for rank in (0, 1):
+        assert f"[rank {rank}] [  PASSED  ] 1 test." in result.stdout, result.stdout
 
 
 # ---- a rank that dies mid-run ------------------------------------------------------------------
