@@ -65,6 +65,8 @@ class ActorThread {
   int64_t rank() const { return rank_; }
   int index() const { return index_; }
   void add_actor(Actor* actor);
+  /// Sets Options::poll; before start().
+  void set_poll(std::function<bool()> poll) { options_.poll = std::move(poll); }
   const std::vector<Actor*>& actors() const { return actors_; }
 
   /// Starts the OS thread; it runs until every actor retired or stop().

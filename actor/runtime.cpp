@@ -394,21 +394,29 @@ void Runtime::assign_threads() {
                                             : std::make_pair(actor->rank(), plan_thread);
     ActorThread*& thread = by_key[key];
     if (thread == nullptr) {
-      ActorThread::Options options = thread_options;
-      if (key.second == 1 && !options_.deterministic) {
-        comm::Transport* transport = transport_.get();
-        options.poll = [transport] { return transport->progress(); };
-      }
       const std::string name =
           options_.deterministic
               ? "deterministic"
               : str_cat("rank ", key.first, key.second == 0 ? " compute" : " communication");
-      threads_.push_back(std::make_unique<ActorThread>(name, key.first, key.second, options,
+      threads_.push_back(std::make_unique<ActorThread>(name, key.first, key.second, thread_options,
                                                        static_cast<ActorHost*>(this), on_failure));
       thread = threads_.back().get();
       if (options_.record_messages) thread->record_messages(&message_log_);
     }
     thread->add_actor(actor.get());
+  }
+  // Threads running transfers drive the transport while idle (Note [Spin, then park]).
+  if (options_.deterministic) return;
+  comm::Transport* transport = transport_.get();
+  for (auto& thread : threads_) {
+    for (const Actor* actor : thread->actors()) {
+      if (actor->task() < 0) continue;
+      const auto kind = index_.task(actor->task()).proto.kind();
+      if (kind == proto::TaskProto::SEND || kind == proto::TaskProto::RECV) {
+        thread->set_poll([transport] { return transport->progress(); });
+        break;
+      }
+    }
   }
 }
 

@@ -675,6 +675,14 @@ void UcxTransport::progress_loop() {
   const int64_t interval_ns = static_cast<int64_t>(std::min(1.0, env_.fault_timeout / 4) * 1e9);
   int64_t next_heartbeat = now_ns() + interval_ns;
   int64_t idle_since = now_ns();
+  // Communication actor threads progress the worker while they spin; this thread spinning too
+  // would only take a core from them.
+  const int64_t spin_ns = std::getenv("OFL_UCX_PROGRESS_SPIN_US") != nullptr
+                              ? std::atoll(std::getenv("OFL_UCX_PROGRESS_SPIN_US")) * 1000
+                              : 0;
+  const int64_t nap_us = std::getenv("OFL_UCX_PROGRESS_NAP_US") != nullptr
+                             ? std::atoll(std::getenv("OFL_UCX_PROGRESS_NAP_US"))
+                             : 50;
   while (!stop_.load(std::memory_order_acquire)) {
     bool busy = false;
     {
@@ -699,8 +707,8 @@ void UcxTransport::progress_loop() {
       continue;
     }
     const int64_t idle = now - idle_since;
-    if (idle < 50'000) continue;
-    std::this_thread::sleep_for(std::chrono::microseconds(idle < 10'000'000 ? 50 : 1000));
+    if (idle < spin_ns) continue;
+    std::this_thread::sleep_for(std::chrono::microseconds(nap_us));
   }
 }
 

@@ -6,15 +6,18 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 BENCH=build/scripts/bench/bench_comm
 LAUNCH=(.venv/bin/python -m oneflowlike.distributed.launch)
-port=$((20000 + RANDOM % 20000))
+free_port() {
+  .venv/bin/python -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+}
 
 perftest() {  # perftest TEST SIZE ITERATIONS -> the "Final:" line
+  local port
+  port=$(free_port)
   ucx_perftest -t "$1" -s "$2" -n "$3" -p "$port" >/dev/null 2>&1 &
   local server=$!
   sleep 0.5
   ucx_perftest 127.0.0.1 -t "$1" -s "$2" -n "$3" -p "$port" 2>&1 | grep Final
   wait "$server" || true
-  port=$((port + 1))
 }
 
 echo "## ucx_perftest tag_bw (MB/s: average, overall)"
@@ -26,10 +29,9 @@ echo "## ucx_perftest tag_lat 8 bytes (us: 50th percentile, average, overall)"
 perftest tag_lat 8 20000 | awk '{print $3, $4, $5}'
 
 echo "## bench_comm"
-port=$((port + 100))
-"${LAUNCH[@]}" --nproc_per_node 2 --master_port $((port++)) --no_python "$BENCH" transfer 2>/dev/null | grep '^\[rank 0\]'
-"${LAUNCH[@]}" --nproc_per_node 2 --master_port $((port++)) --no_python "$BENCH" latency 2>/dev/null | grep '^\[rank 0\]'
+"${LAUNCH[@]}" --nproc_per_node 2 --master_port "$(free_port)" --no_python "$BENCH" transfer 2>/dev/null | grep '^\[rank 0\]'
+"${LAUNCH[@]}" --nproc_per_node 2 --master_port "$(free_port)" --no_python "$BENCH" latency 2>/dev/null | grep '^\[rank 0\]'
 for n in 2 4; do
-  "${LAUNCH[@]}" --nproc_per_node "$n" --master_port $((port++)) --no_python "$BENCH" allreduce 64 \
+  "${LAUNCH[@]}" --nproc_per_node "$n" --master_port "$(free_port)" --no_python "$BENCH" allreduce 64 \
     2>/dev/null | grep '^\[rank 0\]'
 done
