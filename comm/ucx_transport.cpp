@@ -131,6 +131,9 @@ void UcxTransport::create_worker() {
   OFL_CHECK_CODE(status == UCS_OK, ErrorCode::kUnavailable, kTag,
                  "reading the UCX configuration must succeed. However, got ",
                  ucs_status_string(status), ".");
+  // A master restarted on the same MASTER_PORT must be able to listen while the last run's
+  // connections are in TIME_WAIT (a port another process listens on still fails). The user's
+  // own UCX_TCP_CM_REUSEADDR wins.
   ucp_params_t params{};
   params.field_mask = UCP_PARAM_FIELD_FEATURES;
   // No UCP_FEATURE_WAKEUP: it leaves out transports without wake-up events, which sent

@@ -116,11 +116,16 @@ def test_each_local_rank_gets_the_env_contract(tmp_path):
     assert sorted(reports) == [0, 1, 2]
     secrets_seen = {report["env"]["OFL_JOB_SECRET"] for report in reports.values()}
     assert len(secrets_seen) == 1 and re.fullmatch(r"[0-9a-f]{32}", secrets_seen.pop())
+    # One node without --master_port: a free port, the same for every rank.
+    ports = {report["env"]["MASTER_PORT"] for report in reports.values()}
+    assert len(ports) == 1
+    port = ports.pop()
+    assert 1 <= int(port) <= 65535
     for rank, report in reports.items():
         env = report["env"]
         assert env["RANK"] == env["LOCAL_RANK"] == str(rank)
         assert (env["WORLD_SIZE"], env["LOCAL_WORLD_SIZE"], env["NODE_RANK"]) == ("3", "3", "0")
-        assert (env["MASTER_ADDR"], env["MASTER_PORT"]) == ("127.0.0.1", "29500")
+        assert (env["MASTER_ADDR"], env["MASTER_PORT"]) == ("127.0.0.1", port)
         assert (env["OFL_BOOTSTRAP_TIMEOUT"], env["OFL_FAULT_TIMEOUT"]) == ("60", "10")
         assert env["OMP_NUM_THREADS"] == str(max(1, os.cpu_count() // 3))
         assert env["PYTHONUNBUFFERED"] == "1"
@@ -128,7 +133,7 @@ def test_each_local_rank_gets_the_env_contract(tmp_path):
         parsed = report["parsed"]
         assert (parsed["rank"], parsed["world_size"], parsed["local_rank"]) == (rank, 3, rank)
         assert (parsed["local_world_size"], parsed["node_rank"]) == (3, 0)
-        assert (parsed["master_addr"], parsed["master_port"]) == ("127.0.0.1", 29500)
+        assert (parsed["master_addr"], parsed["master_port"]) == ("127.0.0.1", int(port))
         assert parsed["secret"] == env["OFL_JOB_SECRET"]
         assert (parsed["bootstrap_timeout"], parsed["fault_timeout"]) == (60.0, 10.0)
 

@@ -33,6 +33,7 @@ import os
 import secrets
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -87,7 +88,8 @@ _FLAGS = [
     (("--master_addr", "--master-addr"),
      dict(default=None, metavar="ADDR", help="host of rank 0 (default 127.0.0.1)")),
     (("--master_port", "--master-port"),
-     dict(type=int, default=29500, metavar="PORT", help="rank 0's port (default 29500)")),
+     dict(type=int, default=None, metavar="PORT",
+          help="rank 0's port (default: a free port on one node, 29500 on several)")),
     (("--logdir", "--log_dir", "--log-dir"),
      dict(default=None, metavar="DIR", help="also write each rank's output to DIR/rank_<N>.log")),
     (("--no_python", "--no-python"),
@@ -167,6 +169,10 @@ def parse_config(argv, environ=os.environ):
     if not 0 <= node_rank < nnodes:
         raise LaunchError(f"--node_rank must be in [0, --nnodes) = [0, {nnodes}). However, got "
                           f"--node_rank {node_rank}.")
+    if args.master_port is None:
+        # One node: any free port (a port a finished run used may still be in TIME_WAIT, which
+        # UCX's listener cannot reuse). Several nodes must agree on one: 29500 as torchrun.
+        args.master_port = _free_port() if nnodes == 1 else 29500
     if not 1 <= args.master_port <= 65535:
         raise LaunchError(f"--master_port must be in [1, 65535]. However, got {args.master_port}.")
     if not master_addr.strip():
@@ -424,6 +430,12 @@ def _supervise(ranks, config, signals, output):
             return code if code > 0 else 128 - code
         time.sleep(_POLL_SECONDS)
     return 0
+
+
+def _free_port():
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
 
 
 def _log_path(logdir, rank):
