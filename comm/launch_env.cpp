@@ -96,8 +96,9 @@ LaunchEnv LaunchEnv::from_map(const std::map<std::string, std::string>& env) {
   }
   if (auto addr = lookup(env, "MASTER_ADDR")) {
     e.master_addr = *addr;
-  } else if (auto nodes = lookup(env, "SLURM_NODELIST")) {
-    e.master_addr = first_slurm_host(*nodes);
+  } else if (auto nodes =
+                 first_of(env, {"SLURM_STEP_NODELIST", "SLURM_NODELIST", "SLURM_JOB_NODELIST"})) {
+    e.master_addr = first_slurm_host(nodes->second);
   }
   if (auto port = lookup(env, "MASTER_PORT")) {
     const int64_t p = parse_int("MASTER_PORT", *port);
@@ -105,6 +106,14 @@ LaunchEnv LaunchEnv::from_map(const std::map<std::string, std::string>& env) {
     e.master_port = static_cast<int>(p);
   }
   if (auto secret = lookup(env, "OFL_JOB_SECRET")) e.secret = *secret;
+  // As oneflowlike.distributed.env: without a secret any process could join the job.
+  OFL_CHECK(e.world_size == 1 || !e.secret.empty(), kTag,
+            "OFL_JOB_SECRET must be set when WORLD_SIZE > 1, to the same value on every rank. "
+            "However, it is missing (world size ",
+            e.world_size,
+            "). HINT: the launcher sets it; "
+            "under srun, export OFL_JOB_SECRET=$(python3 -c 'import secrets; "
+            "print(secrets.token_hex(16))') before srun.");
   if (auto t = lookup(env, "OFL_BOOTSTRAP_TIMEOUT")) {
     e.bootstrap_timeout = parse_seconds("OFL_BOOTSTRAP_TIMEOUT", *t);
   }

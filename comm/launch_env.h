@@ -22,7 +22,9 @@ struct LaunchEnv {
   /// Reads RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT, OFL_JOB_SECRET,
   /// OFL_BOOTSTRAP_TIMEOUT and OFL_FAULT_TIMEOUT; where RANK / WORLD_SIZE / LOCAL_RANK /
   /// MASTER_ADDR are absent, Slurm's SLURM_PROCID / SLURM_NTASKS / SLURM_LOCALID / the first
-  /// host of SLURM_NODELIST. Raises ofl::Error naming the variable that is missing or malformed.
+  /// host of SLURM_STEP_NODELIST (or SLURM_NODELIST, SLURM_JOB_NODELIST). OFL_JOB_SECRET is
+  /// required when WORLD_SIZE > 1. Raises ofl::Error naming the variable that is missing or
+  /// malformed.
   static LaunchEnv from_environment();
   /// The same from a given map (tests).
   static LaunchEnv from_map(const std::map<std::string, std::string>& env);
