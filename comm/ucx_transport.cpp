@@ -761,6 +761,11 @@ std::string UcxTransport::faults() const {
 
 void UcxTransport::close() { shut_down(/*goodbye=*/true); }
 
+void UcxTransport::leave() {
+  barrier();  // everyone is done before anyone says goodbye
+  close();
+}
+
 void UcxTransport::shut_down(bool goodbye) {
   if (closed_.exchange(true)) return;
   if (connected_ && goodbye) {

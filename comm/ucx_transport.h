@@ -66,6 +66,9 @@ class UcxTransport final : public Transport {
   /// that ends by an error is reported as failed by the others (Note [Faults]).
   void close();
 
+  /// The end of a job: waits until every rank has called leave() (a barrier), then close().
+  void leave();
+
   /// Faults seen so far, "rank 3: why" (empty when none).
   std::string faults() const;
 

@@ -176,10 +176,7 @@ int run(int argc, char** argv) {
   }
   if (report) std::printf("loss %.4f -> %.4f over %d steps\n", first, last, f.steps);
   runtime.shutdown();
-  if (transport) {
-    transport->barrier();
-    transport->close();
-  }
+  if (transport) transport->leave();
   return 0;
 }
 

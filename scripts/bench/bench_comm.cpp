@@ -94,7 +94,8 @@ void latency(const std::shared_ptr<comm::UcxTransport>& t) {
   b.output(kHops % 2, "y", reg, Shape{1});
   actor::RuntimeOptions options;
   options.transport = t;
-  if (const char* spin = std::getenv("OFL_BENCH_SPIN_US")) options.spin_microseconds = std::atof(spin);
+  if (const char* spin = std::getenv("OFL_BENCH_SPIN_US"))
+    options.spin_microseconds = std::atof(spin);
   actor::Runtime runtime(part_of(b.plan(), t->rank()), options);
   const std::map<std::string, Tensor> feed = {{"x", Tensor::zeros(Shape{1}, DataType::kFloat32)}};
   for (int i = 0; i < 20; ++i) runtime.run(feed);
@@ -179,8 +180,7 @@ int run(int argc, char** argv) {
     OFL_CHECK(false, "[bench_comm] mode must be transfer, latency or allreduce. However, got '",
               mode, "'.");
   }
-  t->barrier();
-  t->close();
+  t->leave();
   return 0;
 }
 

@@ -17,8 +17,7 @@ TEST(TransportConformance, Ucx) {
   ASSERT_EQ(env.world_size, 2);
   auto transport = comm::UcxTransport::connect(env);
   run_transport_conformance(*transport, env.rank, [&] { transport->barrier(); });
-  transport->barrier();
-  transport->close();
+  transport->leave();
 }
 
 }  // namespace

@@ -160,10 +160,7 @@ int run(int argc, char** argv) {
   }
   write_pieces(path, runtime.local_pieces());
   runtime.shutdown();
-  if (transport) {
-    transport->barrier();  // everyone is done before anyone says goodbye
-    transport->close();
-  }
+  if (transport) transport->leave();
   return 0;
 }
 
