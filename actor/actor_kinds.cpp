@@ -138,26 +138,25 @@ class AddActor final : public TaskActor {
  private:
   void work(ActorHost&, const std::vector<Tensor>& inputs,
             const std::vector<Tensor>& outputs) override {
-    const Tensor& out = outputs[0];
-    std::memcpy(out.raw_data(), inputs[0].raw_data(), out.nbytes());
-    for (size_t i = 1; i < inputs.size(); ++i) {
-      add_region(inputs[i], whole(out.shape()), out, whole(out.shape()));
-    }
+    sum_into(inputs, outputs[0]);
   }
 };
 
 class ConcatActor final : public TaskActor {
  public:
-  using TaskActor::TaskActor;
+  ConcatActor(const PlanIndex& index, int task, int priority)
+      : TaskActor(index, task, priority),
+        tiles_(regions_tile(info_.regions, index.reg(info_.outputs[0]).shape)) {}
 
  private:
   void work(ActorHost&, const std::vector<Tensor>& inputs,
             const std::vector<Tensor>& outputs) override {
-    fill(outputs[0], 0.0);  // regions need not cover the output
+    if (!tiles_) fill(outputs[0], 0.0);  // the regions leave parts of the output out
     for (size_t i = 0; i < inputs.size(); ++i) {
       copy_region(inputs[i], whole(inputs[i].shape()), outputs[0], info_.regions[i]);
     }
   }
+  bool tiles_;
 };
 
 class ZerosActor final : public TaskActor {

@@ -121,6 +121,44 @@ void add_region(const Tensor& src, const std::vector<Range>& src_region, const T
   });
 }
 
+void sum_into(const std::vector<Tensor>& inputs, const Tensor& out) {
+  OFL_ASSERT(!inputs.empty());
+  const int64_t n = out.numel();
+  if (inputs.size() == 1) {
+    std::memcpy(out.raw_data(), inputs[0].raw_data(), out.nbytes());
+    return;
+  }
+  visit_dtype(out.dtype(), [&]<class T>() {
+    T* o = out.data<T>();
+    const T* a = inputs[0].data<T>();
+    const T* b = inputs[1].data<T>();
+    for (int64_t i = 0; i < n; ++i) o[i] = sum_of(a[i], b[i]);
+    for (size_t k = 2; k < inputs.size(); ++k) {
+      const T* c = inputs[k].data<T>();
+      for (int64_t i = 0; i < n; ++i) o[i] = sum_of(o[i], c[i]);
+    }
+  });
+}
+
+bool regions_tile(const std::vector<std::vector<Range>>& regions, const Shape& shape) {
+  int64_t volume = 0;
+  for (const auto& region : regions) volume += region_shape(region).numel();
+  if (volume != shape.numel()) return false;
+  for (size_t i = 0; i < regions.size(); ++i) {
+    for (size_t j = i + 1; j < regions.size(); ++j) {
+      bool overlap = true;
+      for (size_t a = 0; a < regions[i].size() && overlap; ++a) {
+        overlap =
+            regions[i][a].begin < regions[j][a].end && regions[j][a].begin < regions[i][a].end;
+      }
+      if (overlap && region_shape(regions[i]).numel() > 0 && region_shape(regions[j]).numel() > 0) {
+        return false;
+      }
+    }
+  }
+  return true;  // disjoint pieces whose volumes add up to the whole: they cover it
+}
+
 void fill(const Tensor& tensor, double value) {
   char* d = static_cast<char*>(tensor.raw_data());
   const size_t bytes = tensor.nbytes();

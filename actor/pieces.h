@@ -35,6 +35,14 @@ void copy_region(const Tensor& src, const std::vector<Range>& src_region, const 
 /// dst[dst_region] += src[src_region] (logical or for bool).
 void add_region(const Tensor& src, const std::vector<Range>& src_region, const Tensor& dst,
                 const std::vector<Range>& dst_region);
+/// out = the elementwise sum of `inputs` (one shape and dtype, at least one), in one pass per
+/// input after the first two (the ADD step of boxing).
+void sum_into(const std::vector<Tensor>& inputs, const Tensor& out);
+
+/// Whether `regions` of a tensor of `shape` cover it exactly once (disjoint, nothing left out):
+/// then a CONCAT into it need not zero it first.
+bool regions_tile(const std::vector<std::vector<Range>>& regions, const Shape& shape);
+
 /// Sets every element of `tensor` to `value`, converted to its dtype.
 void fill(const Tensor& tensor, double value);
 
