@@ -4,6 +4,7 @@
 //
 //   bench_comm transfer   (2 ranks) register data, SEND side expose -> RECV side fetch, 4 KiB to
 //                         64 MiB: bandwidth as the receiver sees it
+//   bench_comm roundtrip  (2 ranks) actor messages alone: a 64-byte message and its answer
 //   bench_comm latency    (2 ranks) a chain of transfers bouncing between the two ranks inside
 //                         one iteration of the actor runtime: time per hop (actor to actor)
 //   bench_comm allreduce  (N ranks) a compiled plan whose P -> B boxing is a ring all-reduce of
@@ -71,6 +72,40 @@ void transfer(comm::UcxTransport& t) {
     if (t.rank() == 0) std::printf("| %zu | %.2f |\n", bytes, best);
   }
   t.stop_serving_rank(t.rank());
+}
+
+// Actor messages alone: rank 0 sends a 64-byte message to rank 1, whose handler answers at once;
+// each side's thread drives the transport itself while it waits, as ucx_perftest does.
+void roundtrip(comm::UcxTransport& t) {
+  OFL_CHECK(t.world_size() == 2, "[bench_comm] roundtrip needs 2 ranks.");
+  std::atomic<int64_t> received{0};
+  const comm::MessageBytes message{};
+  t.serve_rank(t.rank(), [&](const comm::MessageBytes&) {
+    received.fetch_add(1, std::memory_order_release);
+    if (t.rank() == 1) t.send(0, message);  // the answer, from inside the handler
+  });
+  constexpr int kRounds = 20000;
+  t.barrier();
+  double best = 1e30;
+  for (int round = 0; round < 3; ++round) {
+    const int64_t base = int64_t{round} * kRounds;  // messages each side received before
+    if (t.rank() == 0) {
+      const auto start = Clock::now();
+      for (int i = 1; i <= kRounds; ++i) {
+        t.send(1, message);
+        while (received.load(std::memory_order_acquire) < base + i) t.progress();
+      }
+      best = std::min(best, seconds_since(start) * 1e6 / kRounds);
+    } else {
+      while (received.load(std::memory_order_acquire) < base + kRounds) t.progress();
+    }
+    t.barrier();
+  }
+  t.stop_serving_rank(t.rank());
+  if (t.rank() == 0) {
+    std::printf("actor message round trip across processes (64 bytes): %.2f us, %.2f us one way\n",
+                best, best / 2);
+  }
 }
 
 // Rank r's part of a plan that holds every rank.
@@ -174,10 +209,13 @@ int run(int argc, char** argv) {
     transfer(*t);
   } else if (mode == "latency") {
     latency(t);
+  } else if (mode == "roundtrip") {
+    roundtrip(*t);
   } else if (mode == "allreduce") {
     allreduce(t, argc > 2 ? std::stoll(argv[2]) : 64);
   } else {
-    OFL_CHECK(false, "[bench_comm] mode must be transfer, latency or allreduce. However, got '",
+    OFL_CHECK(false,
+              "[bench_comm] mode must be transfer, roundtrip, latency or allreduce. However, got '",
               mode, "'.");
   }
   t->leave();

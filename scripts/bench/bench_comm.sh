@@ -30,6 +30,7 @@ perftest tag_lat 8 20000 | awk '{print $3, $4, $5}'
 
 echo "## bench_comm"
 "${LAUNCH[@]}" --nproc_per_node 2 --master_port "$(free_port)" --no_python "$BENCH" transfer 2>/dev/null | grep '^\[rank 0\]'
+"${LAUNCH[@]}" --nproc_per_node 2 --master_port "$(free_port)" --no_python "$BENCH" roundtrip 2>/dev/null | grep '^\[rank 0\]'
 "${LAUNCH[@]}" --nproc_per_node 2 --master_port "$(free_port)" --no_python "$BENCH" latency 2>/dev/null | grep '^\[rank 0\]'
 for n in 2 4; do
   "${LAUNCH[@]}" --nproc_per_node "$n" --master_port "$(free_port)" --no_python "$BENCH" allreduce 64 \
