@@ -55,11 +55,12 @@ void transfer(comm::UcxTransport& t) {
       tag += n;
       if (t.rank() == 1) {
         const int64_t base = credits.load();
+        // Waiting, the sender drives the transport, as a communication thread does.
         for (int i = 0; i < n; ++i) {
-          while (i - (credits.load() - base) >= kWindow) std::this_thread::yield();
+          while (i - (credits.load() - base) >= kWindow) t.progress();
           t.expose(0, first + i, buffer.data(), bytes);
         }
-        while (credits.load() - base < n) std::this_thread::yield();
+        while (credits.load() - base < n) t.progress();
       } else {
         const auto start = Clock::now();
         for (int i = 0; i < n; ++i) {
