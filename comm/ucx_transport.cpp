@@ -438,7 +438,8 @@ ucs_status_t UcxTransport::on_am(void* arg, const void* header, size_t header_le
   if (sender >= 0 && sender < self->env_.world_size) {
     self->peers_[sender]->last_heard_ns.store(now_ns(), std::memory_order_relaxed);
   }
-  const std::string bytes(static_cast<const char*>(data), length);
+  // The bootstrap messages are protobufs; actor messages are used in place (no copy).
+  auto bytes = [&] { return std::string(static_cast<const char*>(data), length); };
   switch (a->id) {
     case kActorMessage: {
       MessageBytes message{};
@@ -467,7 +468,7 @@ ucs_status_t UcxTransport::on_am(void* arg, const void* header, size_t header_le
     case kHello: {
       proto::HelloProto hello;
       std::lock_guard<std::mutex> lock(self->mu_);
-      const bool parsed = hello.ParseFromString(bytes);
+      const bool parsed = hello.ParseFromArray(data, static_cast<int>(length));
       if (!parsed || hello.secret() != self->env_.secret) {
         LOG(WARNING) << kTag << "refused a connection from " << (parsed ? hello.host() : "?")
                      << " claiming rank " << (parsed ? hello.rank() : -1)
@@ -492,7 +493,7 @@ ucs_status_t UcxTransport::on_am(void* arg, const void* header, size_t header_le
                     ") must join once. However, rank ", hello.rank(), " on ", hello.host(),
                     self->joined_.count(hello.rank()) ? " joined twice." : " is out of range.");
       } else if (param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP) {
-        self->joined_[hello.rank()] = {param->reply_ep, bytes};
+        self->joined_[hello.rank()] = {param->reply_ep, bytes()};
       }
       if (!self->bootstrap_error_.empty() && (param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP)) {
         // The offender learns too: the master's answer to every joined rank follows.
@@ -506,7 +507,7 @@ ucs_status_t UcxTransport::on_am(void* arg, const void* header, size_t header_le
     }
     case kWelcome: {
       std::lock_guard<std::mutex> lock(self->mu_);
-      if (!self->welcome_.has_value()) self->welcome_ = bytes;
+      if (!self->welcome_.has_value()) self->welcome_ = bytes();
       self->cv_.notify_all();
       break;
     }
@@ -534,6 +535,23 @@ ucs_status_t UcxTransport::on_am(void* arg, const void* header, size_t header_le
 // ---- sending -----------------------------------------------------------------------------
 
 void UcxTransport::send_am(ucp_ep_h ep, AmId id, const void* data, size_t bytes, bool reply) {
+  {
+    // Fast path: most small messages leave at once (shared memory, eager), and then the
+    // caller's buffers can be used as they are. FORCE_IMM_CMPL makes UCX say when they cannot.
+    const int64_t sender = env_.rank;
+    ucp_request_param_t param{};
+    param.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+    param.op_attr_mask |= UCP_OP_ATTR_FLAG_FORCE_IMM_CMPL;
+    param.flags = UCP_AM_SEND_FLAG_EAGER | (reply ? UCP_AM_SEND_FLAG_REPLY : 0);
+    std::lock_guard<std::recursive_mutex> ucx(ucx_mu_);
+    ucs_status_ptr_t request =
+        ucp_am_send_nbx(ep, id, &sender, sizeof(sender), data, bytes, &param);
+    if (UCS_PTR_STATUS(request) == UCS_OK) return;
+    OFL_ASSERT(!UCS_PTR_IS_PTR(request));
+    OFL_CHECK_CODE(UCS_PTR_STATUS(request) == UCS_ERR_NO_RESOURCE, ErrorCode::kUnavailable, kTag,
+                   "rank ", env_.rank, " must send to its peer. However, UCX says ",
+                   ucs_status_string(UCS_PTR_STATUS(request)), ".");
+  }
   auto* out = new Outgoing{
       env_.rank,
       std::vector<char>(static_cast<const char*>(data), static_cast<const char*>(data) + bytes),
