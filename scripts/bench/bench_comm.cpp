@@ -130,6 +130,7 @@ void latency(const std::shared_ptr<comm::UcxTransport>& t) {
   b.output(kHops % 2, "y", reg, Shape{1});
   actor::RuntimeOptions options;
   options.transport = t;
+  // OFL_BENCH_SPIN_US: the runtime threads' spin before parking (RuntimeOptions).
   if (const char* spin = std::getenv("OFL_BENCH_SPIN_US"))
     options.spin_microseconds = std::atof(spin);
   actor::Runtime runtime(part_of(b.plan(), t->rank()), options);
