@@ -52,8 +52,7 @@ void free_outgoing(void* request, ucs_status_t /*status*/, void* user_data) {
   if (request != nullptr) ucp_request_free(request);
 }
 
-void free_request(void* request, ucs_status_t /*status*/, void* user_data) {
-  static_cast<Outstanding*>(user_data)->count.fetch_sub(1, std::memory_order_relaxed);
+void free_request(void* request, ucs_status_t /*status*/, void* /*user_data*/) {
   ucp_request_free(request);
 }
 
@@ -357,7 +356,10 @@ void UcxTransport::connect_peers(const std::vector<std::string>& addresses) {
                    ucs_status_string(status), ".");
     peers_[r]->ep = ep;
     peers_[r]->last_heard_ns = now_ns();
-    if (std::getenv("OFL_UCX_PRINT_ENDPOINTS") != nullptr) ucp_ep_print_info(ep, stderr);
+    if (std::getenv("OFL_UCX_PRINT_ENDPOINTS") != nullptr) {
+      std::lock_guard<std::recursive_mutex> ucx(ucx_mu_);
+      ucp_ep_print_info(ep, stderr);
+    }
   }
 }
 
@@ -369,6 +371,9 @@ void UcxTransport::barrier() {
     generation = ++barrier_generation_;
   }
   const int64_t others = env_.world_size - 1;
+  // The bootstrap's barrier has the bootstrap timeout; later ones (a rank done with its steps
+  // waiting for the slowest) wait as long as every rank is alive (Note [Faults]).
+  const double timeout = connected_ ? 1e9 : env_.bootstrap_timeout;
   auto failed = [&] {
     for (const auto& peer : peers_) {
       if (peer->failed) return true;
@@ -376,24 +381,24 @@ void UcxTransport::barrier() {
     return false;
   };
   if (env_.rank == 0) {
-    const bool all = wait_for([&] { return barrier_arrivals_ >= generation * others || failed(); },
-                              env_.bootstrap_timeout);
+    const bool all =
+        wait_for([&] { return barrier_arrivals_ >= generation * others || failed(); }, timeout);
     OFL_CHECK_CODE(!failed(), ErrorCode::kUnavailable, kTag, "every rank must reach barrier ",
                    generation, ". However, ", faults());
     OFL_CHECK_CODE(all, ErrorCode::kDeadlineExceeded, kTag, "every rank must reach barrier ",
-                   generation, " within ", env_.bootstrap_timeout, " s. However, ",
+                   generation, " within ", timeout, " s. However, ",
                    barrier_arrivals_ - (generation - 1) * others, " of ", others,
                    " other ranks arrived.");
     for (int64_t r = 1; r < env_.world_size; ++r) send_am(peers_[r]->ep, kBarrierRelease, "", 0);
   } else {
     send_am(peers_[0]->ep, kBarrier, "", 0);
-    const bool released = wait_for([&] { return barrier_released_ >= generation || failed(); },
-                                   env_.bootstrap_timeout);
+    const bool released =
+        wait_for([&] { return barrier_released_ >= generation || failed(); }, timeout);
     OFL_CHECK_CODE(!failed(), ErrorCode::kUnavailable, kTag, "every rank must reach barrier ",
                    generation, ". However, ", faults());
     OFL_CHECK_CODE(released, ErrorCode::kDeadlineExceeded, kTag, "rank ", env_.rank,
                    " must be released from barrier ", generation, " by the ", where(), " within ",
-                   env_.bootstrap_timeout, " s. However, it was not.");
+                   timeout, " s. However, it was not.");
   }
   // The bootstrap connection stays open until close(): UCX may share its TCP connection with
   // the endpoint to rank 0, and closing it by force would break that one too.
@@ -401,7 +406,7 @@ void UcxTransport::barrier() {
 
 // ---- callbacks ---------------------------------------------------------------------------
 
-void UcxTransport::on_connection(ucp_conn_request_h request, void* arg) {
+void UcxTransport::on_connection(ucp_conn_request_h request, void* arg) try {
   auto* self = static_cast<UcxTransport*>(arg);
   ucp_ep_params_t params{};
   params.field_mask = UCP_EP_PARAM_FIELD_CONN_REQUEST | UCP_EP_PARAM_FIELD_ERR_HANDLER |
@@ -415,9 +420,11 @@ void UcxTransport::on_connection(ucp_conn_request_h request, void* arg) {
     std::lock_guard<std::mutex> lock(self->mu_);
     self->accepted_.push_back(ep);
   }
+} catch (const std::exception& e) {
+  LOG(ERROR) << kTag << "a connection could not be accepted: " << e.what();
 }
 
-void UcxTransport::on_ep_error(void* arg, ucp_ep_h /*ep*/, ucs_status_t status) {
+void UcxTransport::on_ep_error(void* arg, ucp_ep_h /*ep*/, ucs_status_t status) try {
   auto* a = static_cast<EndpointArg*>(arg);
   UcxTransport* self = a->self;
   if (a->rank == -2) {  // the master, while this rank bootstraps
@@ -427,10 +434,23 @@ void UcxTransport::on_ep_error(void* arg, ucp_ep_h /*ep*/, ucs_status_t status) 
   } else if (a->rank >= 0) {
     self->fail_peer(a->rank, str_cat("its connection broke (", ucs_status_string(status), ")"));
   }
+} catch (const std::exception& e) {
+  LOG(ERROR) << kTag << "an endpoint error could not be handled: " << e.what();
 }
 
+// Exceptions must not unwind through UCX's C frames: every callback body is caught.
 ucs_status_t UcxTransport::on_am(void* arg, const void* header, size_t header_length, void* data,
                                  size_t length, const ucp_am_recv_param_t* param) {
+  try {
+    return handle_am(arg, header, header_length, data, length, param);
+  } catch (const std::exception& e) {
+    LOG(ERROR) << kTag << "an active message could not be handled: " << e.what();
+  }
+  return UCS_OK;
+}
+
+ucs_status_t UcxTransport::handle_am(void* arg, const void* header, size_t header_length,
+                                     void* data, size_t length, const ucp_am_recv_param_t* param) {
   const auto* a = static_cast<HandlerArg*>(arg);
   UcxTransport* self = a->self;
   int64_t sender = -1;
@@ -445,15 +465,15 @@ ucs_status_t UcxTransport::on_am(void* arg, const void* header, size_t header_le
       MessageBytes message{};
       if (length != message.size()) break;
       std::memcpy(message.data(), data, length);
-      MessageHandler handler;
       {
+        // Called under the lock: stop_serving_rank then waits for a call under way, so the
+        // runtime behind the handler is not freed in the middle of it. Handlers do not block.
         std::shared_lock<std::shared_mutex> lock(self->handler_mu_);
         auto it = self->handlers_.find(self->env_.rank);
-        if (it != self->handlers_.end()) handler = it->second;
-      }
-      if (handler) {
-        handler(message);
-        break;
+        if (it != self->handlers_.end()) {
+          it->second(message);
+          break;
+        }
       }
       // Another rank's runtime may start before this one's: keep its messages for serve_rank.
       std::unique_lock<std::shared_mutex> lock(self->handler_mu_);
@@ -588,6 +608,7 @@ void UcxTransport::serve_rank(int64_t rank, MessageHandler handler) {
 void UcxTransport::stop_serving_rank(int64_t rank) {
   std::unique_lock<std::shared_mutex> lock(handler_mu_);
   handlers_.erase(rank);
+  early_messages_.clear();  // a later runtime on this transport must not see them
 }
 
 void UcxTransport::set_fault_handler(FaultHandler handler) {
@@ -610,18 +631,14 @@ void UcxTransport::send(int64_t dst_rank, const MessageBytes& message) {
 void UcxTransport::expose(int64_t dst_rank, uint64_t tag, const void* data, size_t bytes) {
   const Peer& peer = *peers_.at(dst_rank);
   ucp_request_param_t param{};
-  param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+  // Not counted as outstanding: a rendezvous send completes only when the receiver reads it,
+  // and the progress thread must not spin all that while (the RECV's thread drives UCX).
+  param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK;
   param.cb.send = &free_request;
-  param.user_data = outstanding_.get();
-  // Counted before the call: the callback may run on the progress thread before it returns.
-  outstanding_->count.fetch_add(1, std::memory_order_relaxed);
   std::unique_lock<std::recursive_mutex> ucx(ucx_mu_);
   ucs_status_ptr_t request = ucp_tag_send_nbx(peer.ep, data, bytes, tag, &param);
   ucx.unlock();
-  if (UCS_PTR_IS_PTR(request)) {
-    return;
-  }
-  outstanding_->count.fetch_sub(1, std::memory_order_relaxed);
+  if (UCS_PTR_IS_PTR(request)) return;
   OFL_CHECK_CODE(UCS_PTR_STATUS(request) == UCS_OK, ErrorCode::kUnavailable, kTag, "rank ",
                  env_.rank, " must send transfer ", tag, " to rank ", dst_rank,
                  ". However, UCX says ", ucs_status_string(UCS_PTR_STATUS(request)), ".");
@@ -644,42 +661,58 @@ void on_received(void* /*request*/, ucs_status_t status, const ucp_tag_recv_info
 
 void UcxTransport::fetch(int64_t src_rank, uint64_t tag, uint64_t /*address*/, void* dst,
                          size_t bytes) {
-  Receipt receipt;
+  // On the heap: after a failed cancellation UCX may still complete the request, so the receipt
+  // must outlive this call then (it is leaked on purpose).
+  auto* receipt = new Receipt;
   ucp_request_param_t param{};
   param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
   param.cb.recv = &on_received;
-  param.user_data = &receipt;
+  param.user_data = receipt;
   std::unique_lock<std::recursive_mutex> ucx(ucx_mu_);
   ucs_status_ptr_t request = ucp_tag_recv_nbx(worker_, dst, bytes, tag, ~uint64_t{0}, &param);
-  OFL_CHECK_CODE(!UCS_PTR_IS_ERR(request), ErrorCode::kUnavailable, kTag, "rank ", env_.rank,
-                 " must receive transfer ", tag, " from rank ", src_rank, ". However, UCX says ",
-                 ucs_status_string(UCS_PTR_STATUS(request)), ".");
-  if (!UCS_PTR_IS_PTR(request)) return;  // completed at once
+  if (!UCS_PTR_IS_PTR(request)) {  // completed at once, or failed
+    ucx.unlock();
+    delete receipt;
+    // (A message of another size would complete with UCS_ERR_MESSAGE_TRUNCATED.)
+    OFL_CHECK_CODE(UCS_PTR_STATUS(request) == UCS_OK, ErrorCode::kUnavailable, kTag, "transfer ",
+                   tag, " from rank ", src_rank, " must deliver ", bytes,
+                   " bytes. However, UCX says ", ucs_status_string(UCS_PTR_STATUS(request)), ".");
+    return;
+  }
   const Peer& peer = *peers_.at(src_rank);
   // Progress the worker here too: the data arrives sooner than the progress thread's next turn.
-  while (!receipt.done.load(std::memory_order_acquire)) {
+  // The lock is let go every turn, so the progress thread (heartbeats) is never shut out.
+  while (!receipt->done.load(std::memory_order_acquire)) {
     const unsigned progressed = ucp_worker_progress(worker_);
-    if (receipt.done.load(std::memory_order_acquire)) break;
+    if (receipt->done.load(std::memory_order_acquire)) break;
     if (peer.failed) {
+      // A receive already matched (a rendezvous under way) may not cancel: wait a little, then
+      // leave the request to UCX rather than free what it may still write.
       ucp_request_cancel(worker_, request);
-      while (!receipt.done.load(std::memory_order_acquire)) ucp_worker_progress(worker_);
-      ucp_request_free(request);
+      const int64_t deadline = now_ns() + 1'000'000'000;
+      while (!receipt->done.load(std::memory_order_acquire) && now_ns() < deadline) {
+        ucp_worker_progress(worker_);
+      }
+      if (receipt->done.load(std::memory_order_acquire)) {
+        ucp_request_free(request);
+        delete receipt;
+      }
       throw_error(ErrorCode::kUnavailable,
                   str_cat(kTag, "rank ", src_rank, " (", peer.host, ") failed while rank ",
                           env_.rank, " waited for transfer ", tag, "."));
     }
-    if (progressed == 0) {
-      ucx.unlock();
-      std::this_thread::yield();
-      ucx.lock();
-    }
+    ucx.unlock();
+    if (progressed == 0) std::this_thread::yield();
+    ucx.lock();
   }
   ucp_request_free(request);
   ucx.unlock();
-  OFL_CHECK_CODE(receipt.status == UCS_OK && receipt.length == bytes, ErrorCode::kUnavailable, kTag,
-                 "transfer ", tag, " from rank ", src_rank, " must deliver ", bytes,
-                 " bytes. However, got ", receipt.length, " (",
-                 ucs_status_string(static_cast<ucs_status_t>(receipt.status.load())), ").");
+  const size_t length = receipt->length;
+  const auto status = static_cast<ucs_status_t>(receipt->status.load());
+  delete receipt;
+  OFL_CHECK_CODE(status == UCS_OK && length == bytes, ErrorCode::kUnavailable, kTag, "transfer ",
+                 tag, " from rank ", src_rank, " must deliver ", bytes, " bytes. However, got ",
+                 length, " (", ucs_status_string(status), ").");
 }
 
 // ---- progress, heartbeats, faults ---------------------------------------------------------
@@ -759,17 +792,13 @@ void UcxTransport::fail_peer(int64_t rank, const std::string& why) {
   if (peer.left || peer.failed.exchange(true)) return;
   const std::string what = str_cat("rank ", rank, " (", peer.host, ") failed: ", why);
   LOG(ERROR) << kTag << "rank " << env_.rank << " sees " << what;
-  FaultHandler handler;
   {
     std::lock_guard<std::mutex> lock(mu_);
     faults_ += (faults_.empty() ? "" : "; ") + what;
     cv_.notify_all();
   }
-  {
-    std::shared_lock<std::shared_mutex> lock(handler_mu_);
-    handler = fault_handler_;
-  }
-  if (handler) handler(rank, why);
+  std::shared_lock<std::shared_mutex> lock(handler_mu_);  // as for messages: see on_am
+  if (fault_handler_) fault_handler_(rank, why);
 }
 
 std::string UcxTransport::faults() const {
@@ -821,6 +850,7 @@ void UcxTransport::shut_down(bool goodbye) {
     master_ep_ = nullptr;
     accepted_.clear();
   }
+  std::lock_guard<std::recursive_mutex> ucx(ucx_mu_);
   for (ucp_ep_h ep : eps) {
     ucp_request_param_t param{};
     param.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;

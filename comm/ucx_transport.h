@@ -15,9 +15,11 @@
 // and the missing ranks.
 //
 // Note [Faults]: after the bootstrap every rank sends every other a heartbeat several times
-// per fault timeout. A rank is declared failed when UCX reports its endpoint broken, or when
-// nothing has come from it for the fault timeout; the fault handler (the runtime's) then ends
-// the run with the rank named. A rank that leaves on purpose (close()) says goodbye first.
+// per fault timeout. A rank is declared failed when nothing has come from it for the fault
+// timeout (the data endpoints have no UCX peer error handling: it would leave out shared
+// memory); the fault handler (the runtime's) then ends the run with the rank named. A rank
+// that leaves on purpose (close()) says goodbye first. After the bootstrap, barriers wait for
+// as long as the other ranks are alive.
 
 #include <ucp/api/ucp.h>
 
@@ -103,13 +105,15 @@ class UcxTransport final : public Transport {
   void fail_peer(int64_t rank, const std::string& why);
   void check_heartbeats();
   void shut_down(bool goodbye);
-  // Waits on cv_ for `ready` up to the bootstrap timeout, progressing the worker.
+  // Waits on cv_ for `ready` up to `seconds` (the progress thread progresses the worker).
   template <class F>
   bool wait_for(F ready, double seconds);
   std::string where() const;  // "master 10.0.0.1:29500"
 
   static ucs_status_t on_am(void* arg, const void* header, size_t header_length, void* data,
                             size_t length, const ucp_am_recv_param_t* param);
+  static ucs_status_t handle_am(void* arg, const void* header, size_t header_length, void* data,
+                                size_t length, const ucp_am_recv_param_t* param);
   static void on_connection(ucp_conn_request_h request, void* arg);
   static void on_ep_error(void* arg, ucp_ep_h ep, ucs_status_t status);
 
