@@ -117,6 +117,7 @@ std::shared_ptr<UcxTransport> UcxTransport::connect(const LaunchEnv& env) {
       t->run_client();
     }
     t->barrier();
+    t->close_bootstrap();
   }
   t->connected_ = true;
   return t;
@@ -402,6 +403,36 @@ void UcxTransport::barrier() {
   }
   // The bootstrap connection stays open until close(): UCX may share its TCP connection with
   // the endpoint to rank 0, and closing it by force would break that one too.
+}
+
+// The bootstrap's listener and TCP connections are not needed once the ranks are connected
+// directly; left open, every ucp_worker_progress polls their sockets (an epoll_wait system call
+// that was most of an actor message's latency).
+void UcxTransport::close_bootstrap() {
+  std::vector<ucp_ep_h> eps;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (master_ep_ != nullptr) eps.push_back(master_ep_);
+    for (ucp_ep_h ep : accepted_) eps.push_back(ep);
+    master_ep_ = nullptr;
+    accepted_.clear();
+  }
+  std::lock_guard<std::recursive_mutex> ucx(ucx_mu_);
+  for (ucp_ep_h ep : eps) {
+    ucp_request_param_t param{};
+    param.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+    param.flags = UCP_EP_CLOSE_FLAG_FORCE;  // the peer closes its end too: nothing to flush
+    ucs_status_ptr_t request = ucp_ep_close_nbx(ep, &param);
+    if (UCS_PTR_IS_PTR(request)) {
+      const int64_t deadline = now_ns() + 1'000'000'000;
+      while (ucp_request_check_status(request) == UCS_INPROGRESS && now_ns() < deadline) {
+        ucp_worker_progress(worker_);
+      }
+      ucp_request_free(request);
+    }
+  }
+  if (listener_ != nullptr) ucp_listener_destroy(listener_);
+  listener_ = nullptr;
 }
 
 // ---- callbacks ---------------------------------------------------------------------------

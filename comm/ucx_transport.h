@@ -99,6 +99,7 @@ class UcxTransport final : public Transport {
   void run_master();
   void run_client();
   void connect_peers(const std::vector<std::string>& addresses);
+  void close_bootstrap();
   void start_progress_thread();
   void progress_loop();
   void send_am(ucp_ep_h ep, AmId id, const void* data, size_t bytes, bool reply = false);
