@@ -486,7 +486,9 @@ ucs_status_t UcxTransport::handle_am(void* arg, const void* header, size_t heade
   UcxTransport* self = a->self;
   int64_t sender = -1;
   if (header_length == sizeof(int64_t)) std::memcpy(&sender, header, sizeof(sender));
-  if (sender >= 0 && sender < self->env_.world_size) {
+  // Liveness comes from the heartbeats (several per fault timeout); stamping every actor
+  // message with the clock as well would only slow the message path.
+  if (a->id != kActorMessage && sender >= 0 && sender < self->env_.world_size) {
     self->peers_[sender]->last_heard_ns.store(now_ns(), std::memory_order_relaxed);
   }
   // The bootstrap messages are protobufs; actor messages are used in place (no copy).
@@ -800,9 +802,7 @@ void UcxTransport::progress_loop() {
 bool UcxTransport::progress() {
   std::unique_lock<std::recursive_mutex> ucx(ucx_mu_, std::try_to_lock);
   if (!ucx.owns_lock() || worker_ == nullptr) return false;
-  bool any = false;
-  while (ucp_worker_progress(worker_) != 0) any = true;
-  return any;
+  return ucp_worker_progress(worker_) != 0;  // once: the caller polls again soon
 }
 
 void UcxTransport::check_heartbeats() {
