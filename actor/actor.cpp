@@ -85,6 +85,7 @@ void Actor::act(ActorHost& host) {
   }
   host.count_act(iteration);
   end_stream_if_done(host);
+  on_slot_maybe_free(host);
 }
 
 void Actor::send_ready(ActorHost& host, OutputRegister& out, int32_t slot) {
@@ -133,7 +134,10 @@ void Actor::on_message(const ActorMessage& message, ActorHost& host) {
       auto who = std::find(unacked.begin(), unacked.end(), message.src_actor);
       OFL_ASSERT(who != unacked.end()) << name_ << " got an unexpected ack " << message.to_string();
       unacked.erase(who);
-      if (unacked.empty()) ++it->free_slots;
+      if (unacked.empty()) {
+        ++it->free_slots;
+        on_slot_maybe_free(host);
+      }
       if (it->releases_inputs) {
         OFL_ASSERT(!kept_.empty());
         const auto [input, slot] = kept_.front();

@@ -150,6 +150,8 @@ class Actor {
   virtual bool keeps_inputs_until_output_acked() const { return false; }
   /// The address and size a transfer's ready message carries (SEND).
   virtual void describe_transfer(ActorMessage* /*ready*/) const {}
+  /// Called after each act and each ack that frees a slot (RECV posts its next receive).
+  virtual void on_slot_maybe_free(ActorHost& /*host*/) {}
   /// The input piece the act reads, for kinds that read remote data (RECV).
   const InputEdge::Piece& front_piece(int input) const { return inputs_[input].readable.front(); }
 

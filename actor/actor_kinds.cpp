@@ -260,10 +260,28 @@ class RecvActor final : public TaskActor {
     const InputEdge::Piece& piece = front_piece(transfer_input_);
     OFL_ASSERT(piece.bytes == static_cast<int64_t>(outputs[0].nbytes()))
         << name() << " receives " << piece.bytes << " bytes into " << outputs[0].nbytes();
+    OFL_ASSERT(prepared_slot_ < 0 || outputs[0].raw_data() == prepared_data_)
+        << name() << " prepared another slot";
+    prepared_slot_ = -1;
     host.transport().fetch(info_.proto.peer(), static_cast<uint64_t>(info_.proto.transfer_id()),
                            piece.address, outputs[0].raw_data(), static_cast<size_t>(piece.bytes));
   }
+  // Note [Receives posted ahead] in comm/transport.h: once the slot the next piece goes into is
+  // free (every consumer acked it), its receive is posted before the sender announces it.
+  void on_slot_maybe_free(ActorHost& host) override {
+    if (prepared_slot_ >= 0 || retired() || outputs().empty()) return;
+    const OutputRegister& out = outputs()[0];
+    if (out.holding || out.slots.empty() || !out.unacked[out.next_slot].empty()) return;
+    const Tensor& slot = out.slots[out.next_slot];
+    prepared_slot_ = out.next_slot;
+    prepared_data_ = slot.raw_data();
+    host.transport().prepare_fetch(info_.proto.peer(),
+                                   static_cast<uint64_t>(info_.proto.transfer_id()),
+                                   slot.raw_data(), slot.nbytes());
+  }
   int transfer_input_;
+  int prepared_slot_ = -1;  // the slot whose receive is posted, -1: none
+  const void* prepared_data_ = nullptr;
 };
 
 }  // namespace

@@ -51,6 +51,14 @@ class Transport {
   /// already; returns whether anything happened. Communication threads call it while idle.
   virtual bool progress() { return false; }
 
+  /// Note [Receives posted ahead]: a receiver that knows where transfer `tag`'s next piece will
+  /// go (a RECV whose next slot is free) may post the receive before the sender's ready
+  /// message; the next fetch() of `tag` into `dst` then completes it. With UCX that saves
+  /// the extra copy of an eager message that arrived before its receive. Optional.
+  virtual void prepare_fetch(int64_t src_rank, uint64_t tag, void* dst, size_t bytes) {
+    (void)src_rank, (void)tag, (void)dst, (void)bytes;
+  }
+
   /// Called (on a transport thread) when a rank this process talks to fails: its rank and why.
   /// Transports whose peers cannot fail (in-process) never call it.
   using FaultHandler = std::function<void(int64_t rank, const std::string& why)>;

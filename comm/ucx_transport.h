@@ -25,6 +25,7 @@
 
 #include <atomic>
 #include <condition_variable>
+#include <deque>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -40,6 +41,7 @@
 namespace ofl::comm {
 
 struct UcxOutstanding;
+struct UcxReceipt;
 
 class UcxTransport final : public Transport {
  public:
@@ -57,6 +59,7 @@ class UcxTransport final : public Transport {
   void send(int64_t dst_rank, const MessageBytes& message) override;
   void expose(int64_t dst_rank, uint64_t tag, const void* data, size_t bytes) override;
   void fetch(int64_t src_rank, uint64_t tag, uint64_t address, void* dst, size_t bytes) override;
+  void prepare_fetch(int64_t src_rank, uint64_t tag, void* dst, size_t bytes) override;
   void set_fault_handler(FaultHandler handler) override;
   bool progress() override;
 
@@ -86,6 +89,15 @@ class UcxTransport final : public Transport {
     kBarrierRelease = 6,
     kGoodbye = 7,
   };
+  // prepare_fetch posts receives of at least this many bytes only.
+  static constexpr size_t kPrepareMinBytes = 128 << 10;
+  // A receive posted for a transfer (prepare_fetch, fetch).
+  struct Posted {
+    void* request = nullptr;  // null when it completed at once
+    UcxReceipt* receipt = nullptr;
+    void* dst = nullptr;
+    size_t bytes = 0;
+  };
   struct Peer {
     ucp_ep_h ep = nullptr;
     std::string host;
@@ -100,6 +112,7 @@ class UcxTransport final : public Transport {
   void run_client();
   void connect_peers(const std::vector<std::string>& addresses);
   void close_bootstrap();
+  Posted post_receive(uint64_t tag, void* dst, size_t bytes);
   void start_progress_thread();
   void progress_loop();
   void send_am(ucp_ep_h ep, AmId id, const void* data, size_t bytes, bool reply = false);
@@ -129,7 +142,8 @@ class UcxTransport final : public Transport {
   ucp_worker_h worker_ = nullptr;
   ucp_listener_h listener_ = nullptr;
   std::string worker_address_;
-  std::vector<std::unique_ptr<Peer>> peers_;  // by rank; peers_[rank()] unused
+  std::vector<std::unique_ptr<Peer>> peers_;         // by rank; peers_[rank()] unused
+  std::map<uint64_t, std::deque<Posted>> prepared_;  // by tag, in order; GUARDED_BY(ucx_mu_)
 
   mutable std::mutex mu_;
   std::condition_variable cv_;

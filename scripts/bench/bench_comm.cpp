@@ -163,7 +163,9 @@ void allreduce(const std::shared_ptr<comm::UcxTransport>& t, int64_t megabytes) 
   // Each rank holds one row; the sum over rows is partial on every rank; relu needs it whole.
   const int x = b.input("x", Shape{n, elements}, DataType::kFloat32, {S(0)});
   const int y = b.op1("reduce_sum", ReduceParams{{0}, false}, {x});
-  const int z = b.op1("relu", NoParams{}, {y});
+  // B on every rank: an all-reduce (without the hint SBP inference picks the cheaper
+  // reduce-scatter, relu being fine with a split).
+  const int z = b.op1("relu", NoParams{}, {y}, "", {B()});
   b.fetch(b.op1("reduce_sum", ReduceParams{{0}, false}, {z}, "total"));
   compiler::CompileOptions compile;
   compile.ranks = {t->rank()};
@@ -171,9 +173,15 @@ void allreduce(const std::shared_ptr<comm::UcxTransport>& t, int64_t megabytes) 
   options.transport = t;
   options.trace = true;
   actor::Runtime runtime(compiler::compile_graph(std::move(b.graph()), compile), options);
-  const std::map<std::string, Tensor> feed = {
-      {"x", Tensor::zeros(Shape{n, elements}, DataType::kFloat32)}};
-  runtime.run(feed);
+  // Ones: every element of the sum is n, so the fetched total is n * elements (checked).
+  Tensor ones = Tensor::empty(Shape{n, elements}, DataType::kFloat32);
+  std::fill(ones.data<float>(), ones.data<float>() + n * elements, 1.0f);
+  const std::map<std::string, Tensor> feed = {{"x", ones}};
+  const Tensor total = runtime.run(feed).at("total/out0");
+  if (t->rank() == 0) {
+    OFL_CHECK(total.data<float>()[0] == static_cast<float>(n * elements), "[bench_comm] the ",
+              "all-reduce must sum to ", n * elements, ". However, got ", total.data<float>()[0]);
+  }
   double best = 1e30;
   for (int i = 0; i < 5; ++i) {
     t->barrier();
