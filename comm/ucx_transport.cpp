@@ -424,22 +424,28 @@ void UcxTransport::close_bootstrap() {
     master_ep_ = nullptr;
     accepted_.clear();
   }
+  close_endpoints(eps);
+  std::lock_guard<std::recursive_mutex> ucx(ucx_mu_);
+  if (listener_ != nullptr) ucp_listener_destroy(listener_);
+  listener_ = nullptr;
+}
+
+// Closes endpoints by force (each peer closes its own end, or has gone), waiting up to a second
+// for each.
+void UcxTransport::close_endpoints(const std::vector<ucp_ep_h>& eps) {
   std::lock_guard<std::recursive_mutex> ucx(ucx_mu_);
   for (ucp_ep_h ep : eps) {
     ucp_request_param_t param{};
     param.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
-    param.flags = UCP_EP_CLOSE_FLAG_FORCE;  // the peer closes its end too: nothing to flush
+    param.flags = UCP_EP_CLOSE_FLAG_FORCE;
     ucs_status_ptr_t request = ucp_ep_close_nbx(ep, &param);
-    if (UCS_PTR_IS_PTR(request)) {
-      const int64_t deadline = now_ns() + 1'000'000'000;
-      while (ucp_request_check_status(request) == UCS_INPROGRESS && now_ns() < deadline) {
-        ucp_worker_progress(worker_);
-      }
-      ucp_request_free(request);
+    if (!UCS_PTR_IS_PTR(request)) continue;
+    const int64_t deadline = now_ns() + 1'000'000'000;
+    while (ucp_request_check_status(request) == UCS_INPROGRESS && now_ns() < deadline) {
+      ucp_worker_progress(worker_);
     }
+    ucp_request_free(request);
   }
-  if (listener_ != nullptr) ucp_listener_destroy(listener_);
-  listener_ = nullptr;
 }
 
 // ---- callbacks ---------------------------------------------------------------------------
@@ -935,29 +941,9 @@ void UcxTransport::shut_down(bool goodbye) {
     if (peer->ep != nullptr) eps.push_back(peer->ep);
     peer->ep = nullptr;
   }
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (master_ep_ != nullptr) eps.push_back(master_ep_);
-    for (ucp_ep_h ep : accepted_) eps.push_back(ep);
-    master_ep_ = nullptr;
-    accepted_.clear();
-  }
+  close_endpoints(eps);
+  close_bootstrap();
   std::lock_guard<std::recursive_mutex> ucx(ucx_mu_);
-  for (ucp_ep_h ep : eps) {
-    ucp_request_param_t param{};
-    param.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
-    param.flags = UCP_EP_CLOSE_FLAG_FORCE;
-    ucs_status_ptr_t request = ucp_ep_close_nbx(ep, &param);
-    if (UCS_PTR_IS_PTR(request)) {
-      const int64_t deadline = now_ns() + 1'000'000'000;
-      while (ucp_request_check_status(request) == UCS_INPROGRESS && now_ns() < deadline) {
-        ucp_worker_progress(worker_);
-      }
-      ucp_request_free(request);
-    }
-  }
-  if (listener_ != nullptr) ucp_listener_destroy(listener_);
-  listener_ = nullptr;
   if (worker_ != nullptr) ucp_worker_destroy(worker_);
   worker_ = nullptr;
   if (context_ != nullptr) ucp_cleanup(context_);

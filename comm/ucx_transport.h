@@ -112,6 +112,7 @@ class UcxTransport final : public Transport {
   void run_client();
   void connect_peers(const std::vector<std::string>& addresses);
   void close_bootstrap();
+  void close_endpoints(const std::vector<ucp_ep_h>& eps);
   Posted post_receive(uint64_t tag, void* dst, size_t bytes);
   void start_progress_thread();
   void progress_loop();
