@@ -5,6 +5,7 @@
 
 #include <chrono>
 
+#include "oneflowlike/common/clock.h"
 #include "oneflowlike/common/error.h"
 
 #if defined(__x86_64__)
@@ -16,12 +17,6 @@ namespace ofl::actor {
 namespace {
 
 thread_local ActorThread* tls_current = nullptr;
-
-int64_t now_ns() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(
-             std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
 
 void cpu_relax() {
 #if defined(__x86_64__)

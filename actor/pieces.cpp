@@ -159,6 +159,17 @@ bool regions_tile(const std::vector<std::vector<Range>>& regions, const Shape& s
   return true;  // disjoint pieces whose volumes add up to the whole: they cover it
 }
 
+Tensor view_of_bytes(const Tensor& bytes, int64_t offset, const Shape& shape, DataType dtype) {
+  OFL_ASSERT(offset >= 0 && offset + shape.numel() * static_cast<int64_t>(dtype_size(dtype)) <=
+                                static_cast<int64_t>(bytes.nbytes()));
+  auto impl = std::make_shared<TensorImpl>();
+  impl->storage = bytes.impl()->storage;
+  impl->offset_bytes = bytes.impl()->offset_bytes + static_cast<size_t>(offset);
+  impl->shape = shape;
+  impl->dtype = dtype;
+  return Tensor(std::move(impl));
+}
+
 void fill(const Tensor& tensor, double value) {
   char* d = static_cast<char*>(tensor.raw_data());
   const size_t bytes = tensor.nbytes();

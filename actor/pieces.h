@@ -43,6 +43,10 @@ void sum_into(const std::vector<Tensor>& inputs, const Tensor& out);
 /// then a CONCAT into it need not zero it first.
 bool regions_tile(const std::vector<std::vector<Range>>& regions, const Shape& shape);
 
+/// A tensor of `shape` and `dtype` over the bytes of `bytes` from `offset` on (a register's
+/// place in a memory block).
+Tensor view_of_bytes(const Tensor& bytes, int64_t offset, const Shape& shape, DataType dtype);
+
 /// Sets every element of `tensor` to `value`, converted to its dtype.
 void fill(const Tensor& tensor, double value);
 

@@ -91,6 +91,16 @@ void PlanIndex::index_plan(const proto::PlanProto& plan) {
   world_size_ = plan.world_size() > 0 || ranks_.empty() ? plan.world_size() : ranks_.back() + 1;
 
   for (const proto::RankPlanProto* rank : ranks) {
+    for (const proto::MemoryBlockProto& block : rank->memory_blocks()) {
+      OFL_CHECK(block.bytes() >= 0, kTag, "memory block ", block.id(), " on rank ", rank->rank(),
+                " must have a non-negative size. However, got ", block.bytes(), " bytes.");
+      OFL_CHECK(
+          memory_blocks_.emplace(std::make_pair(rank->rank(), block.id()), block.bytes()).second,
+          kTag, "memory block ids must be unique on a rank. However, got block ", block.id(),
+          " twice on rank ", rank->rank(), ".");
+    }
+  }
+  for (const proto::RankPlanProto* rank : ranks) {
     for (const proto::RegisterProto& reg : rank->registers()) {
       OFL_CHECK(register_index_.emplace(reg.id(), registers_.size()).second, kTag,
                 "register ids must be unique. However, got id ", reg.id(), " twice (register '",
@@ -113,6 +123,19 @@ void PlanIndex::index_plan(const proto::PlanProto& plan) {
       OFL_CHECK(reg.bytes() == 0 || reg.bytes() >= needed, kTag, "register '", reg.name(),
                 "' must have room for its shape. However, got bytes=", reg.bytes(), " for ",
                 info.shape.to_string(), " ", dtype_name(info.dtype), " (", needed, " bytes).");
+      if (reg.memory_block() >= 0) {  // shares a block: one slot, inside the block
+        auto block = memory_blocks_.find({rank->rank(), reg.memory_block()});
+        OFL_CHECK(block != memory_blocks_.end(), kTag, "register '", reg.name(),
+                  "' must be in a memory block of its rank. However, rank ", rank->rank(),
+                  " has no block ", reg.memory_block(), ".");
+        OFL_CHECK(reg.register_num() <= 1, kTag, "register '", reg.name(),
+                  "' must have one slot to share memory block ", reg.memory_block(),
+                  ". However, it has ", reg.register_num(), ".");
+        OFL_CHECK(reg.offset() >= 0 && reg.offset() + needed <= block->second, kTag, "register '",
+                  reg.name(), "' must lie inside memory block ", reg.memory_block(), " (",
+                  block->second, " bytes). However, it takes bytes [", reg.offset(), ", ",
+                  reg.offset() + needed, ").");
+      }
       registers_.push_back(std::move(info));
     }
   }

@@ -9,7 +9,7 @@
 // RECV with its transfer_id and data, the pieces of one logical input / output / variable agree,
 // data crosses between once-per-iteration and per-micro-batch tasks only where Note
 // [Micro-batches] in plan.proto allows, and (unless turned off) no cycle runs through data,
-// control inputs or transfers.
+// control inputs or transfers. Registers in a memory block lie inside it and have one slot.
 
 #include <map>
 #include <string>
@@ -96,6 +96,11 @@ class PlanIndex {
   const std::vector<int64_t>& ranks() const { return ranks_; }
   bool has_rank(int64_t rank) const;
 
+  /// The memory blocks of the plan's ranks, by (rank, block id): their sizes in bytes.
+  const std::map<std::pair<int64_t, int64_t>, int64_t>& memory_blocks() const {
+    return memory_blocks_;
+  }
+
   bool per_micro(int task) const { return tasks_[task].proto.per_micro_batch(); }
   /// Every task's predecessors: producers of its inputs, control inputs, a RECV's SEND.
   const std::vector<std::vector<Edge>>& predecessors() const { return predecessors_; }
@@ -130,6 +135,7 @@ class PlanIndex {
   NameIndex variables_by_name_;
   std::vector<std::vector<Edge>> predecessors_;
   std::vector<int64_t> ranks_;
+  std::map<std::pair<int64_t, int64_t>, int64_t> memory_blocks_;
   int micro_batches_ = 1;
   int pipeline_depth_ = 1;
   int64_t world_size_ = 0;

@@ -164,16 +164,8 @@ void ReferenceExecutor::act(int t, int micro_batch, const std::map<std::string, 
 }
 
 void ReferenceExecutor::use_planned_memory() {
-  std::map<int64_t, int64_t> block_bytes;
-  for (const PlanIndex::RegisterInfo& reg : index_.registers()) {
-    const int64_t block = reg.proto.memory_block();
-    if (block < 0) continue;
-    const int64_t end =
-        reg.proto.offset() + static_cast<int64_t>(reg.shape.numel() * dtype_size(reg.dtype));
-    block_bytes[block] = std::max(block_bytes[block], end);
-  }
-  for (const auto& [block, bytes] : block_bytes) {
-    blocks_[block] = Tensor::zeros(Shape{bytes}, DataType::kInt8);
+  for (const auto& [key, bytes] : index_.memory_blocks()) {
+    blocks_[key] = Tensor::zeros(Shape{bytes}, DataType::kInt8);
   }
   planned_memory_ = true;
 }
@@ -184,13 +176,8 @@ void ReferenceExecutor::place_in_blocks(const TaskInfo& task) {
   for (int r : task.outputs) {
     const PlanIndex::RegisterInfo& reg = index_.reg(r);
     if (reg.proto.memory_block() < 0 || !values_[r].defined()) continue;
-    const Tensor& block = blocks_.at(reg.proto.memory_block());
-    auto impl = std::make_shared<TensorImpl>();
-    impl->storage = block.impl()->storage;
-    impl->offset_bytes = static_cast<size_t>(reg.proto.offset());
-    impl->shape = reg.shape;
-    impl->dtype = reg.dtype;
-    Tensor view(std::move(impl));
+    const Tensor view = view_of_bytes(blocks_.at({reg.rank, reg.proto.memory_block()}),
+                                      reg.proto.offset(), reg.shape, reg.dtype);
     if (!view.shares_storage_with(values_[r]) || view.raw_data() != values_[r].raw_data()) {
       std::memcpy(view.raw_data(), values_[r].raw_data(), view.nbytes());
     }

@@ -94,10 +94,11 @@ class ReferenceExecutor : public PlanRunner {
   // run() calls so far: random ops draw fresh numbers each one.
   int64_t iteration_ = 0;
   bool planned_memory_ = false;
-  std::map<int64_t, Tensor> blocks_;  // memory block id -> its bytes (use_planned_memory)
-  std::vector<Step> schedule_;        // in execution order
-  std::vector<Tensor> values_;        // per register
-  std::vector<Tensor> in_flight_;     // per task: what a SEND sent, until its RECV acts
+  // (rank, memory block id) -> its bytes (use_planned_memory)
+  std::map<std::pair<int64_t, int64_t>, Tensor> blocks_;
+  std::vector<Step> schedule_;     // in execution order
+  std::vector<Tensor> values_;     // per register
+  std::vector<Tensor> in_flight_;  // per task: what a SEND sent, until its RECV acts
 };
 
 }  // namespace ofl::actor

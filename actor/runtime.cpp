@@ -13,6 +13,7 @@
 #include "actor/actor_kinds.h"
 #include "actor/pieces.h"
 #include "comm/in_process_transport.h"
+#include "oneflowlike/common/clock.h"
 
 namespace ofl::actor {
 
@@ -32,22 +33,6 @@ constexpr int64_t kMemoryAlignment = 64;
 
 int64_t align_up(int64_t value) {
   return (value + kMemoryAlignment - 1) / kMemoryAlignment * kMemoryAlignment;
-}
-
-int64_t now_ns() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(
-             std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
-
-// A tensor over `bytes` of `storage` at `offset`.
-Tensor view_of(const Tensor& storage, int64_t offset, const Shape& shape, DataType dtype) {
-  auto impl = std::make_shared<TensorImpl>();
-  impl->storage = storage.impl()->storage;
-  impl->offset_bytes = storage.impl()->offset_bytes + static_cast<size_t>(offset);
-  impl->shape = shape;
-  impl->dtype = dtype;
-  return Tensor(std::move(impl));
 }
 
 std::string json_escape(const std::string& s) {
@@ -100,8 +85,8 @@ Runtime::Runtime(const proto::PlanProto& plan, RuntimeOptions options)
               index_.ranks().size(), " ranks.");
   }
   OFL_CHECK_CODE(ranks_ == index_.ranks(), ErrorCode::kUnimplemented, kTag,
-                 "a runtime must host every rank of its plan (hosting some ranks per process is "
-                 "not implemented yet). However, got ",
+                 "a runtime must host every rank of the plan it loads (a process compiles its "
+                 "own ranks' part with CompileOptions::ranks). However, got ",
                  ranks_.size(), " of the plan's ", index_.ranks().size(), " ranks.");
   check_virtual_ids();
   transport_ =
@@ -115,6 +100,9 @@ Runtime::Runtime(const proto::PlanProto& plan, RuntimeOptions options)
     if (!std::binary_search(ranks_.begin(), ranks_.end(), rank)) continue;
     actors_.push_back(make_task_actor(index_, t, position[rank]++));
     actor_of_task_[t] = actors_.back().get();
+  }
+  for (const auto& [key, bytes] : index_.memory_blocks()) {  // once, when the plan loads
+    blocks_[key] = Tensor::zeros(Shape{bytes}, DataType::kInt8);
   }
   for (int64_t rank : ranks_) allocate_registers(rank);
   int next_virtual = 0;
@@ -169,8 +157,8 @@ void Runtime::check_virtual_ids() const {
 
 Runtime::~Runtime() { shutdown(); }
 
-// Data registers of `rank`: planned blocks once, then each register's slots (in its block at
-// its offset, or an allocation of its own: persistent, multi-slot and unshared registers).
+// Data registers of `rank`: each register's slots, in its planned block at its offset, or in an
+// allocation of its own (persistent, multi-slot and unshared registers).
 void Runtime::allocate_registers(int64_t rank) {
   // In each task's output order: a kernel's outputs are its actor's first outputs, in order.
   std::vector<int> order;
@@ -188,33 +176,14 @@ void Runtime::allocate_registers(int64_t rank) {
     out.num_slots = std::max(1, reg.proto.register_num());
     const int64_t bytes = reg.shape.numel() * static_cast<int64_t>(dtype_size(reg.dtype));
     const int64_t stride = align_up(std::max<int64_t>(bytes, 1));
-    Tensor storage;
-    int64_t base = 0;
-    if (reg.proto.memory_block() >= 0) {
-      auto key = std::make_pair(rank, reg.proto.memory_block());
-      auto it = blocks_.find(key);
-      if (it == blocks_.end()) {
-        int64_t block_bytes = 0;
-        for (int q = 0; q < index_.num_registers(); ++q) {
-          const PlanIndex::RegisterInfo& other = index_.reg(q);
-          if (other.rank != rank || other.proto.memory_block() != reg.proto.memory_block()) {
-            continue;
-          }
-          const int64_t other_bytes =
-              other.shape.numel() * static_cast<int64_t>(dtype_size(other.dtype));
-          block_bytes = std::max(
-              block_bytes, other.proto.offset() + std::max(1, other.proto.register_num()) *
-                                                      align_up(std::max<int64_t>(other_bytes, 1)));
-        }
-        it = blocks_.emplace(key, Tensor::zeros(Shape{block_bytes}, DataType::kInt8)).first;
-      }
-      storage = it->second;
-      base = reg.proto.offset();
-    } else {
-      storage = Tensor::zeros(Shape{stride * out.num_slots}, DataType::kInt8);
-    }
+    // A register in a planned block has one slot there (PlanIndex checks); the others get an
+    // allocation of their own for all their slots.
+    const bool in_block = reg.proto.memory_block() >= 0;
+    const Tensor storage = in_block ? blocks_.at({rank, reg.proto.memory_block()})
+                                    : Tensor::zeros(Shape{stride * out.num_slots}, DataType::kInt8);
+    const int64_t base = in_block ? reg.proto.offset() : 0;
     for (int s = 0; s < out.num_slots; ++s) {
-      out.slots.push_back(view_of(storage, base + s * stride, reg.shape, reg.dtype));
+      out.slots.push_back(view_of_bytes(storage, base + s * stride, reg.shape, reg.dtype));
     }
     std::set<int64_t> seen;  // a task reading a register twice is one consumer
     for (int64_t consumer : reg.proto.consumers()) {

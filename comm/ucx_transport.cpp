@@ -11,6 +11,7 @@
 #include <cstring>
 
 #include "comm/proto/bootstrap.pb.h"
+#include "oneflowlike/common/clock.h"
 #include "oneflowlike/common/error.h"
 
 namespace ofl::comm {
@@ -31,12 +32,6 @@ using Outstanding = UcxOutstanding;
 namespace {
 
 constexpr const char* kTag = "[ucx] ";
-
-int64_t now_ns() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(
-             std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
 
 std::string hostname() {
   char name[256] = {0};

@@ -426,9 +426,43 @@ TEST(Runtime, RejectsOptionsAndPlansItCannotRun) {
   options.ranks = {0, 0};
   expect_error([&] { Runtime runtime(b.plan(), options); }, ErrorCode::kInvalidArgument,
                "host each rank once");
+  options = threaded();
+  options.watchdog_seconds = 0;
+  expect_error([&] { Runtime runtime(b.plan(), options); }, ErrorCode::kInvalidArgument,
+               "watchdog_seconds must be positive");
+  options = threaded();
+  options.ranks = {3};
+  expect_error([&] { Runtime runtime(b.plan(), options); }, ErrorCode::kInvalidArgument,
+               "host ranks of its plan. However, got rank 3");
   b.find(w)->set_register_num(2);
   expect_error([&] { Runtime runtime(b.plan(), threaded()); }, ErrorCode::kInvalidArgument,
                "must write a register of one slot");
+}
+
+TEST(Runtime, RejectsRegistersOutsideTheirMemoryBlock) {
+  PlanBuilder b(2);
+  const int64_t x = b.input(0, "x", Shape{4});
+  b.output(0, "x", x, Shape{4});
+  b.output(1, "y", b.input(1, "y", Shape{2}), Shape{2});
+  RuntimeOptions options = threaded();
+  options.ranks = {0};
+  expect_error([&] { Runtime runtime(b.plan(), options); }, ErrorCode::kUnimplemented,
+               "must host every rank of the plan it loads");
+  proto::PlanProto plan = b.plan();
+  plan.mutable_ranks(0)->mutable_registers(0)->set_memory_block(0);
+  expect_error([&] { Runtime runtime(plan, threaded()); }, ErrorCode::kInvalidArgument,
+               "must be in a memory block of its rank. However, rank 0 has no block 0");
+  proto::MemoryBlockProto* block = plan.mutable_ranks(0)->add_memory_blocks();
+  block->set_id(0);
+  block->set_bytes(8);  // x needs 16
+  expect_error([&] { Runtime runtime(plan, threaded()); }, ErrorCode::kInvalidArgument,
+               "must lie inside memory block 0 (8 bytes). However, it takes bytes [0, 16)");
+  block->set_bytes(16);
+  Runtime fits(plan, threaded());
+  EXPECT_EQ(values_of(fits.run({{"x", make_tensor({1, 2, 3, 4}, Shape{4}, DataType::kFloat32)},
+                                {"y", Tensor::zeros(Shape{2}, DataType::kFloat32)}})
+                          .at("x")),
+            (std::vector<double>{1, 2, 3, 4}));
 }
 
 // A constructor that fails (rank 1 already served by someone else) leaves nothing behind.
