@@ -97,6 +97,9 @@ void init_tensor(py::module_& m) {
       .def("__str__", &Device::to_string);
 
   py::class_<Tensor>(m, "Tensor", "A local tensor (contiguous, on one device).")
+      .def(py::init([](const Tensor& data) { return data.detach(); }), py::arg("data"),
+           "A new leaf tensor sharing data's storage, without its autograd history (what "
+           "nn.Parameter(data) builds on).")
       .def_property_readonly("shape", &Tensor::shape)
       .def_property_readonly("dtype", &Tensor::dtype)
       .def_property_readonly("device", &Tensor::device)
