@@ -1,4 +1,15 @@
-"""Neural-network building blocks (flow.nn). Modules arrive with the Python front-end issue;
-``flow.nn.functional`` holds the functional forms."""
+"""Neural-network building blocks (flow.nn), with torch.nn's names and behaviour.
+
+- ``Parameter``: a tensor registered as a module weight (requires grad).
+- ``Module``: the base class: parameters, buffers, children, train()/eval(), state_dict().
+- Layers: ``Linear``, ``Embedding``, ``LayerNorm``, ``Dropout``, ``GELU``, ``ReLU``,
+  ``CausalSelfAttention`` (GPT-2's), and ``CrossEntropyLoss``.
+- Containers: ``Sequential``, ``ModuleList``, ``ModuleDict``.
+- ``flow.nn.functional``: the functional forms.
+
+Module forward() bodies use only flow ops, so they run eagerly and can be traced into a graph.
+"""
 
 from oneflowlike.nn import functional  # noqa: F401
+from oneflowlike.nn.parameter import Parameter  # noqa: F401
+from oneflowlike.nn.modules import *  # noqa: F401,F403

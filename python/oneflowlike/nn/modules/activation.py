@@ -1,0 +1,38 @@
+"""Activation modules: ReLU and GELU."""
+
+from oneflowlike.nn import functional as F
+from oneflowlike.nn.modules.module import Module
+
+_GELU_APPROXIMATIONS = ("none", "tanh")
+
+
+class ReLU(Module):
+    """max(x, 0), as torch.nn.ReLU."""
+
+    def __init__(self, inplace=False):
+        super().__init__()
+        if inplace:
+            raise NotImplementedError(
+                "[ReLU] inplace=True is not supported: ops never write their inputs here")
+        self.inplace = inplace
+
+    def forward(self, input):  # noqa: A002 (torch's name)
+        return F.relu(input)
+
+
+class GELU(Module):
+    """x * Phi(x), as torch.nn.GELU; ``approximate="tanh"`` uses
+    0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3)))."""
+
+    def __init__(self, approximate="none"):
+        super().__init__()
+        if approximate not in _GELU_APPROXIMATIONS:
+            raise ValueError(f"[GELU] approximate must be one of {_GELU_APPROXIMATIONS}. "
+                             f"However, got {approximate!r}.")
+        self.approximate = approximate
+
+    def forward(self, input):  # noqa: A002 (torch's name)
+        return F.gelu(input, approximate=self.approximate)
+
+    def extra_repr(self):
+        return f"approximate={self.approximate!r}"

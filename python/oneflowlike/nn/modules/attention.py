@@ -1,0 +1,57 @@
+"""CausalSelfAttention: GPT-2's masked multi-head self-attention."""
+
+import math
+
+import oneflowlike as flow
+from oneflowlike.nn import functional as F
+from oneflowlike.nn.modules.dropout import Dropout
+from oneflowlike.nn.modules.linear import Linear
+from oneflowlike.nn.modules.module import Module
+
+
+class CausalSelfAttention(Module):
+    """Multi-head self-attention where position t attends to positions <= t (GPT-2).
+
+    ``c_attn`` (n_embd -> 3 n_embd) makes queries, keys and values; its output columns are
+    ordered (head, q/k/v, head_dim), so splitting them by head gives each shard whole heads
+    (tensor parallelism). ``c_proj`` (n_embd -> n_embd) mixes the heads' outputs. ``dropout``
+    applies to the attention weights and to the output. Input and output: (B, T, n_embd) with
+    T <= block_size.
+    """
+
+    def __init__(self, n_embd, n_head, block_size, dropout=0.0, bias=True, device=None,
+                 dtype=None):
+        super().__init__()
+        if n_head <= 0 or n_embd % n_head != 0:
+            raise ValueError(f"[CausalSelfAttention] n_embd must be a multiple of n_head. "
+                             f"However, got n_embd={n_embd}, n_head={n_head}.")
+        self.n_embd = n_embd
+        self.n_head = n_head
+        self.head_dim = n_embd // n_head
+        self.block_size = block_size
+        self.c_attn = Linear(n_embd, 3 * n_embd, bias=bias, device=device, dtype=dtype)
+        self.c_proj = Linear(n_embd, n_embd, bias=bias, device=device, dtype=dtype)
+        self.attn_dropout = Dropout(dropout)
+        self.resid_dropout = Dropout(dropout)
+
+    def forward(self, x):
+        if x.ndim != 3 or x.shape[2] != self.n_embd or x.shape[1] > self.block_size:
+            raise ValueError(
+                f"[CausalSelfAttention] input must be (B, T, {self.n_embd}) with T <= "
+                f"block_size {self.block_size}. However, got {tuple(x.shape)}.")
+        B, T, C = x.shape
+        H, D = self.n_head, self.head_dim
+        qkv = self.c_attn(x).reshape(B, T, H, 3 * D)  # (B, T, H, 3D): per head q | k | v
+        q, k, v = (t.transpose(1, 2) for t in qkv.split(D, dim=-1))  # (B, H, T, D) each
+        att = flow.matmul(q, k.transpose(-2, -1)) * (1.0 / math.sqrt(D))  # (B, H, T, T)
+        # Query t sees keys s <= t: mask s > t, built from ops so that it traces.
+        query = flow.arange(T).reshape(T, 1)
+        key = flow.arange(T).reshape(1, T)
+        att = att.masked_fill(key > query, float("-inf"))
+        att = self.attn_dropout(F.softmax(att, dim=-1))
+        y = flow.matmul(att, v)  # (B, H, T, D)
+        y = y.transpose(1, 2).reshape(B, T, C)  # heads side by side again
+        return self.resid_dropout(self.c_proj(y))
+
+    def extra_repr(self):
+        return f"n_embd={self.n_embd}, n_head={self.n_head}, block_size={self.block_size}"
