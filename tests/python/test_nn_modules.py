@@ -1,5 +1,5 @@
 """flow.nn: Parameter, Module bookkeeping and state_dict, the layers against NumPy, containers,
-and a small training run."""
+a small training run, and clip_grad_norm_."""
 
 import collections
 import math
@@ -724,3 +724,51 @@ def test_tiny_mlp_trains_like_numpy():
         np.testing.assert_allclose(_np(p), e, rtol=1e-8, atol=1e-10)
     assert losses[-1] < 0.6 * losses[0]
 
+
+# ---- clip_grad_norm_ ---------------------------------------------------------------------------
+
+
+def _params_with_grads(grads):
+    params = []
+    for g in grads:
+        p = nn.Parameter(flow.zeros(*g.shape, dtype=flow.float64))
+        p.grad = flow.tensor(g)
+        params.append(p)
+    return params
+
+
+@pytest.mark.parametrize("norm_type", [2.0, 1.0, 3.0, float("inf")])
+def test_clip_grad_norm_matches_numpy(norm_type):
+    rng = np.random.default_rng(13)
+    grads = [rng.standard_normal((3, 4)), rng.standard_normal(5)]
+    flat = np.concatenate([g.ravel() for g in grads])
+    expected_norm = np.linalg.norm(flat, ord=norm_type)
+    params = _params_with_grads(grads)
+    total = nn.utils.clip_grad_norm_(params, max_norm=0.5, norm_type=norm_type)
+    assert isinstance(total, flow.Tensor) and total.ndim == 0
+    np.testing.assert_allclose(total.item(), expected_norm, rtol=1e-12)
+    coef = 0.5 / (expected_norm + 1e-6)
+    for p, g in zip(params, grads):
+        np.testing.assert_allclose(_np(p.grad), g * coef, rtol=1e-12)
+
+
+def test_clip_grad_norm_leaves_small_gradients_unchanged():
+    grads = [np.array([0.3, -0.4])]
+    params = _params_with_grads(grads)
+    params.append(nn.Parameter(flow.zeros(2)))  # no gradient: skipped
+    total = nn.utils.clip_grad_norm_(iter(params), max_norm=1.0)
+    np.testing.assert_allclose(total.item(), 0.5, rtol=1e-12)
+    np.testing.assert_array_equal(params[0].grad.numpy(), grads[0])
+    assert params[1].grad is None
+    assert nn.utils.clip_grad_norm_([params[1]], 1.0).item() == 0.0
+    single = _params_with_grads([np.array([3.0, 4.0])])[0]
+    np.testing.assert_allclose(nn.utils.clip_grad_norm_(single, 1.0).item(), 5.0)
+    np.testing.assert_allclose(single.grad.numpy(), [0.6, 0.8], rtol=1e-6)
+
+
+def test_clip_grad_norm_errors():
+    params = _params_with_grads([np.array([np.inf, 1.0])])
+    with pytest.raises(RuntimeError, match="must be finite. However, got inf"):
+        nn.utils.clip_grad_norm_(params, 1.0, error_if_nonfinite=True)
+    with pytest.raises(ValueError, match="norm_type must be positive or inf"):
+        nn.utils.clip_grad_norm_(params, 1.0, norm_type=0)

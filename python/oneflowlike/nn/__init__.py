@@ -5,7 +5,7 @@
 - Layers: ``Linear``, ``Embedding``, ``LayerNorm``, ``Dropout``, ``GELU``, ``ReLU``,
   ``CausalSelfAttention`` (GPT-2's), and ``CrossEntropyLoss``.
 - Containers: ``Sequential``, ``ModuleList``, ``ModuleDict``.
-- ``flow.nn.functional``: the functional forms.
+- ``flow.nn.functional``: the functional forms; ``flow.nn.utils.clip_grad_norm_``.
 
 Module forward() bodies use only flow ops, so they run eagerly and can be traced into a graph.
 """
@@ -13,3 +13,4 @@ Module forward() bodies use only flow ops, so they run eagerly and can be traced
 from oneflowlike.nn import functional  # noqa: F401
 from oneflowlike.nn.parameter import Parameter  # noqa: F401
 from oneflowlike.nn.modules import *  # noqa: F401,F403
+from oneflowlike.nn import utils  # noqa: F401

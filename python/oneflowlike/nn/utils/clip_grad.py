@@ -1,0 +1,51 @@
+"""Gradient clipping by total norm (torch.nn.utils.clip_grad_norm_)."""
+
+import math
+
+import oneflowlike as flow
+from oneflowlike import _C
+from oneflowlike.autograd import no_grad
+
+
+@no_grad()
+def clip_grad_norm_(parameters, max_norm, norm_type=2.0, error_if_nonfinite=False):
+    """Scales the gradients of ``parameters`` so that their total norm is at most ``max_norm``.
+
+    The total norm is that of all gradients joined into one vector, of order ``norm_type``
+    (a positive float, or inf for the largest magnitude). Gradients are multiplied by
+    min(1, max_norm / (total_norm + 1e-6)), as torch, and replaced (``param.grad`` becomes
+    the scaled tensor). Returns the total norm before clipping as a 0-d tensor. Everything
+    is computed with ops (no values read back) unless ``error_if_nonfinite`` is set.
+    """
+    if isinstance(parameters, _C.Tensor):
+        parameters = [parameters]
+    params = [p for p in parameters if p.grad is not None]
+    max_norm, norm_type = float(max_norm), float(norm_type)
+    if not norm_type > 0:
+        raise ValueError(f"[clip_grad_norm_] norm_type must be positive or inf. However, got "
+                         f"{norm_type}.")
+    if not params:
+        return flow.zeros(())
+    grads = [p.grad for p in params]
+    if math.isinf(norm_type):
+        total = flow.amax(flow.stack([flow.amax(g.abs()) for g in grads]))
+    else:
+        total = None
+        for g in grads:
+            power = (g * g) if norm_type == 2.0 else g.abs() ** norm_type
+            part = power.sum()
+            total = part if total is None else total + part
+        total = total.sqrt() if norm_type == 2.0 else total ** (1.0 / norm_type)
+    if error_if_nonfinite and not math.isfinite(total.item()):
+        raise RuntimeError(
+            f"[clip_grad_norm_] the total norm of order {norm_type} of the gradients must be "
+            f"finite. However, got {total.item()}.\nHINT: pass error_if_nonfinite=False to "
+            "scale the gradients anyway."
+        )
+    coef = max_norm / (total + 1e-6)
+    one = flow.ones((), dtype=coef.dtype)
+    coef = flow.where(coef < one, coef, one)  # min(coef, 1) without reading the value
+    for p in params:
+        g = p.grad
+        p.grad = g * (coef if coef.dtype == g.dtype else coef.to(g.dtype))
+    return total
