@@ -1,11 +1,13 @@
 #include "oneflowlike/eager.h"
 
 #include "oneflowlike/autograd.h"
+#include "oneflowlike/lazy.h"
 
 namespace ofl {
 
 std::vector<Tensor> apply_op(const OpSchema& op, const AnyParams& params,
                              const std::vector<Tensor>& inputs) {
+  if (OpTracer* tracer = current_op_tracer()) return tracer->trace(op, params, inputs);
   std::vector<TensorMeta> metas;
   metas.reserve(inputs.size());
   Device device = Device::cpu();

@@ -90,10 +90,17 @@ Tensor Tensor::detach() const {
 
 Tensor Tensor::clone() const { return from_host(raw_data(), shape(), dtype(), device()); }
 
+void Tensor::throw_lazy_data_access() const {
+  throw_error(ErrorCode::kFailedPrecondition,
+              str_cat("[tensor] ", describe(),
+                      " is a value of a graph being traced (nn.Graph.build): it has no data "
+                      "until the graph runs. Return it from build() to get its value."));
+}
+
 std::string Tensor::describe() const {
   if (!defined()) return "tensor(undefined)";
-  return str_cat("tensor(shape=", shape().to_string(), ", dtype=", dtype_name(dtype()),
-                 ", device=", device().to_string(), ")");
+  return str_cat(is_lazy() ? "lazy tensor(shape=" : "tensor(shape=", shape().to_string(),
+                 ", dtype=", dtype_name(dtype()), ", device=", device().to_string(), ")");
 }
 
 }  // namespace ofl

@@ -36,6 +36,7 @@ struct TensorImpl {
   Shape shape;
   DataType dtype = DataType::kFloat32;
   std::shared_ptr<AutogradMeta> autograd;  // null when no gradient is tracked
+  bool lazy = false;  // no storage: a value of a graph being traced (Note [Lazy tensors])
 };
 
 class Tensor {
@@ -57,9 +58,12 @@ class Tensor {
   int ndim() const { return impl_->shape.ndim(); }
   int64_t numel() const { return impl_->shape.numel(); }
   DataType dtype() const { return impl_->dtype; }
-  Device device() const { return impl_->storage->device(); }
+  Device device() const { return impl_->lazy ? Device::cpu() : impl_->storage->device(); }
+  /// A traced value without storage (Note [Lazy tensors] in lazy.h).
+  bool is_lazy() const { return impl_->lazy; }
   size_t nbytes() const { return numel() * dtype_size(dtype()); }
   void* raw_data() const {
+    if (impl_->lazy) throw_lazy_data_access();
     return static_cast<char*>(impl_->storage->data()) + impl_->offset_bytes;
   }
   template <class T>
@@ -94,6 +98,7 @@ class Tensor {
   std::string describe() const;
 
  private:
+  [[noreturn]] void throw_lazy_data_access() const;
   std::shared_ptr<TensorImpl> impl_;
 };
 
