@@ -28,8 +28,8 @@ int GraphBuilder::add_source(LogicalOp op, const Shape& shape, DataType dtype, c
   op.output_sbp_hints = {or_broadcast(sbp, placement_)};
   check_nd_sbp(shape, op.output_sbp_hints[0], placement_, name);
   for (const Sbp& s : op.output_sbp_hints[0]) {
-    OFL_CHECK(!s.is_partial_sum(), op.describe(), " ", why_not_partial, " However, got ",
-              nd_sbp_to_string(op.output_sbp_hints[0]), ".");
+    OFL_CHECK(why_not_partial == nullptr || !s.is_partial_sum(), op.describe(), " ",
+              why_not_partial, " However, got ", nd_sbp_to_string(op.output_sbp_hints[0]), ".");
   }
   const int index = graph_.add_op(std::move(op), 1, {name});
   graph_.tensor(graph_.op(index).outputs[0]).meta = TensorMeta{shape, dtype};
@@ -41,8 +41,8 @@ int GraphBuilder::input(const std::string& name, const Shape& shape, DataType dt
   LogicalOp op;
   op.name = name;
   op.kind = OpKind::kInput;
-  return add_source(std::move(op), shape, dtype, sbp,
-                    "an input cannot be partial-sum (P): the caller feeds whole values.");
+  // A partial-sum input is fed by pieces (Runtime::run_local), each rank its addend.
+  return add_source(std::move(op), shape, dtype, sbp, nullptr);
 }
 
 int GraphBuilder::variable(const std::string& name, const Shape& shape, const Initializer& init,

@@ -154,9 +154,10 @@ class SbpInferencePass final : public Pass {
                         : NdSbp(ndim, B());
         const bool partial =
             std::any_of(sbp.begin(), sbp.end(), [](const Sbp& s) { return s.is_partial_sum(); });
-        OFL_CHECK(!partial, op.describe(),
-                  " an input or variable cannot be partial-sum (P): it holds whole "
-                  "values. However, got ",
+        // An input may be partial-sum when it is fed by pieces (a global tensor's local
+        // parts, Runtime::run_local); a variable holds whole values.
+        OFL_CHECK(!partial || op.kind == OpKind::kInput, op.describe(),
+                  " a variable cannot be partial-sum (P): it holds whole values. However, got ",
                   nd_sbp_to_string(sbp), ".");
         normalize(sbp, op.placement);
         op.signature = NdSbpSignature{{}, {sbp}};

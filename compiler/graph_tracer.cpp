@@ -1,0 +1,121 @@
+#include "compiler/graph_tracer.h"
+
+#include <algorithm>
+
+#include "oneflowlike/ops/reshape.h"
+
+namespace ofl::compiler {
+
+GraphTracer::GraphTracer(std::string job_name, const Placement& placement)
+    : builder_(std::move(job_name)), current_(placement) {}
+
+Tensor GraphTracer::lazy(int tensor) {
+  Tensor t = make_lazy_tensor(builder_.meta(tensor));
+  index_[t.impl()] = tensor;
+  lazies_.push_back(t);
+  return t;
+}
+
+void GraphTracer::enter(const Placement& placement) {
+  current_ = placement;
+  builder_.set_placement(placement);
+  int stage = fixed_stage_;
+  if (stage < 0) {
+    auto it = std::find(stages_.begin(), stages_.end(), placement);
+    if (it == stages_.end()) it = stages_.insert(stages_.end(), placement);
+    stage = static_cast<int>(it - stages_.begin());
+  }
+  builder_.set_stage(stage);
+  builder_.set_location(location_ ? location_() : "");
+}
+
+Tensor GraphTracer::input(const std::string& name, const Shape& shape, DataType dtype,
+                          const Placement& placement, const NdSbp& sbp) {
+  enter(placement);
+  return lazy(builder_.input(name, shape, dtype, sbp));
+}
+
+Tensor GraphTracer::variable(const std::string& name, const Shape& shape, DataType dtype,
+                             const Placement& placement, const NdSbp& sbp, bool trainable) {
+  enter(placement);
+  return lazy(builder_.variable(name, shape, Initializer{}, sbp, trainable, dtype));
+}
+
+int GraphTracer::index_of(const Tensor& x) const {
+  OFL_CHECK(x.defined(), "[nn.Graph] got an undefined tensor.");
+  auto it = index_.find(x.impl());
+  OFL_CHECK(it != index_.end(), "[nn.Graph] ", x.describe(),
+            " is a value of another graph's build(): a graph can only use its own values, "
+            "its inputs, its modules' parameters and ordinary tensors.");
+  return it->second;
+}
+
+const Placement& GraphTracer::placement_of(const Tensor& x) const {
+  const Graph& g = const_cast<GraphTracer*>(this)->builder_.graph();
+  return g.op(g.tensor(index_of(x)).producer).placement;
+}
+
+NdSbp GraphTracer::sbp_hint_of(const Tensor& x) const {
+  const Graph& g = const_cast<GraphTracer*>(this)->builder_.graph();
+  const LogicalTensor& t = g.tensor(index_of(x));
+  const LogicalOp& op = g.op(t.producer);
+  if (static_cast<int>(op.output_sbp_hints.size()) > t.producer_output) {
+    return op.output_sbp_hints[t.producer_output];
+  }
+  return {};
+}
+
+Tensor GraphTracer::to_global(const Tensor& x, const Placement& placement, const NdSbp& sbp) {
+  const int in = x.is_lazy() ? index_of(x) : constant(x);
+  enter(placement);
+  const Shape shape = builder_.meta(in).shape;
+  check_nd_sbp(shape, sbp, placement, builder_.graph().tensor(in).name);
+  return lazy(builder_.op1("reshape", ReshapeParams{shape}, {in}, "", sbp));
+}
+
+std::string GraphTracer::fetch(const Tensor& x) {
+  const int t = index_of(x);
+  builder_.fetch(t);
+  return builder_.graph().tensor(t).name;
+}
+
+int GraphTracer::constant(const Tensor& value) {
+  const std::string name = builder_.graph().unique_name("constant");
+  const int t =
+      builder_.variable(name, value.shape(), Initializer{}, NdSbp(current_.hierarchy().ndim(), B()),
+                        /*trainable=*/false, value.dtype());
+  constants_[name] = value;
+  return t;
+}
+
+std::vector<Tensor> GraphTracer::trace(const OpSchema& op, const AnyParams& params,
+                                       const std::vector<Tensor>& inputs) {
+  const Placement* placement = nullptr;
+  int first_lazy = -1;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    OFL_CHECK(inputs[i].defined(), "[", op.name(), "] input ", i, " is an undefined tensor.");
+    if (!inputs[i].is_lazy()) continue;
+    const Placement& p = placement_of(inputs[i]);
+    if (placement == nullptr) {
+      placement = &p;
+      first_lazy = static_cast<int>(i);
+    } else {
+      OFL_CHECK(*placement == p, "[", op.name(), "] all inputs must be on one placement. However, ",
+                "input ", first_lazy, " is on ", placement->to_string(), " and input ", i, " on ",
+                p.to_string(), ". Move one with to_global(placement=...) first.");
+    }
+  }
+  const Placement where = placement != nullptr ? *placement : current_;
+  enter(where);
+  std::vector<int> ids;
+  ids.reserve(inputs.size());
+  for (const Tensor& t : inputs) ids.push_back(t.is_lazy() ? index_of(t) : constant(t));
+  enter(where);  // constant() may have moved the location on
+  const std::vector<int> outs = builder_.op(op.name(), params, ids);
+  std::vector<Tensor> result;
+  result.reserve(outs.size());
+  for (int t : outs) result.push_back(lazy(t));
+  return result;
+}
+
+}  // namespace ofl::compiler

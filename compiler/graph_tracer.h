@@ -1,0 +1,75 @@
+#pragma once
+// GraphTracer: records ops applied to lazy tensors into a GraphBuilder (Note [Lazy tensors] in
+// oneflowlike/lazy.h). nn.Graph makes one current while the user's build() runs: inputs and
+// parameters become lazy tensors, and every op the model applies joins the logical graph.
+//
+// Placement follows the data: an op runs on the placement of its lazy inputs (they must agree;
+// `to_global` moves a tensor to another placement or SBP), and an op without lazy inputs (an
+// arange, a random tensor) on the placement of the op traced before it. Each distinct
+// placement is a pipeline stage, numbered in the order the trace first reaches it.
+// Ordinary tensors used by an op become constants: non-trainable variables whose values the
+// caller writes once the plan is loaded (constants()).
+
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "compiler/builder.h"
+#include "oneflowlike/lazy.h"
+
+namespace ofl::compiler {
+
+class GraphTracer final : public OpTracer {
+ public:
+  explicit GraphTracer(std::string job_name, const Placement& placement);
+
+  /// A tensor fed every iteration, as a lazy tensor.
+  Tensor input(const std::string& name, const Shape& shape, DataType dtype,
+               const Placement& placement, const NdSbp& sbp);
+  /// A persistent tensor (a parameter or a buffer); its first value is written by the caller.
+  Tensor variable(const std::string& name, const Shape& shape, DataType dtype,
+                  const Placement& placement, const NdSbp& sbp, bool trainable);
+  /// `x` laid out as `sbp` on `placement`: the compiler inserts the boxing.
+  Tensor to_global(const Tensor& x, const Placement& placement, const NdSbp& sbp);
+  /// Hands `x` back every iteration; returns its name in the plan.
+  std::string fetch(const Tensor& x);
+
+  std::vector<Tensor> trace(const OpSchema& op, const AnyParams& params,
+                            const std::vector<Tensor>& inputs) override;
+
+  /// Graph tensor index of lazy tensor `x`; raises when `x` is not a value of this trace.
+  int index_of(const Tensor& x) const;
+  bool knows(const Tensor& x) const { return index_.count(x.impl()) > 0; }
+  const Placement& placement_of(const Tensor& x) const;
+  /// The SBP `x` was given by input/variable/to_global (empty: left to the compiler).
+  NdSbp sbp_hint_of(const Tensor& x) const;
+
+  /// Where ops come from, for error messages: called once per traced op.
+  void set_location_provider(std::function<std::string()> provider) {
+    location_ = std::move(provider);
+  }
+  void set_checkpoint_group(const std::string& group) { builder_.set_checkpoint_group(group); }
+  /// Pins the pipeline stage of ops traced from now on (-1: by placement, the default).
+  void set_stage(int stage) { fixed_stage_ = stage; }
+
+  /// Constants by variable name, with their values.
+  const std::map<std::string, Tensor>& constants() const { return constants_; }
+  GraphBuilder& builder() { return builder_; }
+
+ private:
+  Tensor lazy(int tensor);
+  void enter(const Placement& placement);
+  int constant(const Tensor& value);
+
+  GraphBuilder builder_;
+  std::map<const TensorImpl*, int> index_;
+  std::vector<Tensor> lazies_;  // keeps the impls (the keys of index_) alive
+  std::vector<Placement> stages_;
+  int fixed_stage_ = -1;
+  Placement current_;
+  std::map<std::string, Tensor> constants_;
+  std::function<std::string()> location_;
+};
+
+}  // namespace ofl::compiler
