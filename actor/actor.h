@@ -43,6 +43,9 @@ class ActorHost {
   virtual comm::Transport& transport() = 0;
   /// This iteration's fed tensors (INPUT), by name.
   virtual const std::map<std::string, Tensor>& inputs() const = 0;
+  /// This iteration's piece of input `name` for `rank` when the caller fed pieces
+  /// (Runtime::run_local), else null.
+  virtual const Tensor* input_piece(const std::string& name, int64_t rank) const = 0;
   /// Counts one act towards the end of `iteration` (an actor fed by another process may act for
   /// the next iteration before this process has finished the current one).
   virtual void count_act(int64_t iteration) = 0;

@@ -7,6 +7,7 @@ namespace ofl::actor {
 // The one list of printable fields (Note [Register messages] in the header).
 #define OFL_ACTOR_MESSAGE_FIELDS(X) \
   X(slot)                           \
+  X(session)                        \
   X(src_rank)                       \
   X(src_actor)                      \
   X(dst_rank)                       \
@@ -39,7 +40,7 @@ ActorMessage make(ActorMessage::Kind kind, ActorMessage::Endpoint src, ActorMess
   m.dst_actor = dst.actor;
   m.dst_rank = static_cast<int32_t>(dst.rank);
   m.register_id = register_id;
-  m.slot = slot;
+  m.slot = static_cast<int16_t>(slot);
   return m;
 }
 

@@ -22,10 +22,11 @@
 namespace ofl::actor {
 
 struct ActorMessage {
-  enum class Kind : int32_t { kRegisterReady = 0, kRegisterAck = 1, kEndOfStream = 2 };
+  enum class Kind : int16_t { kRegisterReady = 0, kRegisterAck = 1, kEndOfStream = 2 };
 
   Kind kind = Kind::kRegisterReady;
-  int32_t slot = 0;         // which slot of the register
+  int16_t slot = 0;         // which slot of the register (PlanIndex bounds register_num)
+  uint32_t session = 0;     // which runtime of the receiving process (SessionTransport)
   int32_t src_rank = 0;     // rank of the sender
   int32_t dst_rank = 0;     // rank of the receiver: how transports route the message
   int64_t src_actor = 0;    // task id of the sender (or a virtual actor id)

@@ -195,6 +195,27 @@ void check_fed_inputs(const PlanIndex& index, const std::map<std::string, Tensor
   }
 }
 
+void check_fed_piece(const PlanIndex& index, int t,
+                     const std::map<std::string, std::map<int64_t, Tensor>>& pieces) {
+  const PlanIndex::TaskInfo& task = index.task(t);
+  const std::string& name = task.proto.logical_op();
+  auto by_rank = pieces.find(name);
+  OFL_CHECK(by_rank != pieces.end(), kTag, "run needs the pieces of input '", name, "' (read by ",
+            index.describe_task(t), ").");
+  auto it = by_rank->second.find(task.proto.rank());
+  OFL_CHECK(it != by_rank->second.end(), kTag, "run needs the piece of input '", name,
+            "' for rank ", task.proto.rank(), ". However, got pieces for ", by_rank->second.size(),
+            " other rank(s).");
+  const Tensor& fed = it->second;
+  const PlanIndex::RegisterInfo& reg = index.reg(task.outputs[0]);
+  OFL_CHECK(fed.defined() && fed.shape() == reg.shape, kTag, "the piece of input '", name,
+            "' for rank ", task.proto.rank(), " must have shape ", reg.shape.to_string(),
+            ". However, got ", fed.defined() ? fed.shape().to_string() : "an undefined tensor",
+            ".");
+  OFL_CHECK_TYPE(fed.dtype() == reg.dtype, kTag, "the piece of input '", name, "' must have dtype ",
+                 dtype_name(reg.dtype), ". However, got ", dtype_name(fed.dtype()), ".");
+}
+
 const Tensor& check_fed_input(const PlanIndex& index, int t,
                               const std::map<std::string, Tensor>& inputs) {
   const PlanIndex::TaskInfo& task = index.task(t);
@@ -204,6 +225,10 @@ const Tensor& check_fed_input(const PlanIndex& index, int t,
   OFL_CHECK(it != inputs.end(), kTag, "run needs input '", name, "' (read by ",
             index.describe_task(t), "). However, got ", names_of(inputs), ".");
   const Tensor& fed = it->second;
+  for (const auto& s : task.proto.sbp().sbp()) {
+    OFL_CHECK(s.kind() != proto::SbpProto::PARTIAL_SUM, kTag, "input '", name,
+              "' is partial-sum (P): feed each rank's addend with run_local, not a whole value.");
+  }
   // A micro-batched input is fed whole: m micro-batches of logical_output_shape, stacked on
   // axis 0.
   Shape want = task.logical_shape;

@@ -52,6 +52,10 @@ void fill(const Tensor& tensor, double value);
 
 /// Raises ofl::Error unless every fed name is the logical_op of an INPUT task.
 void check_fed_inputs(const PlanIndex& index, const std::map<std::string, Tensor>& inputs);
+/// Checks that `pieces` hold INPUT task `task`'s piece (by input name, then rank) with the
+/// shape and dtype of its register; raises naming the input and rank.
+void check_fed_piece(const PlanIndex& index, int task,
+                     const std::map<std::string, std::map<int64_t, Tensor>>& pieces);
 
 /// The tensor fed for INPUT task `task`, checked: present, of the shape (the whole batch of m
 /// micro-batches when micro-batched) and dtype the task needs; raises ofl::Error naming the

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <functional>
+#include <limits>
 #include <queue>
 #include <set>
 
@@ -115,6 +116,10 @@ void PlanIndex::index_plan(const proto::PlanProto& plan) {
         throw_error(e.code(), str_cat(kTag, "register '", reg.name(), "' (id ", reg.id(),
                                       ") needs a known dtype. ", e.what()));
       }
+      // Slot numbers travel in ActorMessage::slot (16 bits).
+      OFL_CHECK(reg.register_num() <= std::numeric_limits<int16_t>::max(), kTag, "register '",
+                reg.name(), "' may have at most ", std::numeric_limits<int16_t>::max(),
+                " slots. However, it has ", reg.register_num(), ".");
       for (int64_t d : info.shape.dims()) {
         OFL_CHECK(d >= 0, kTag, "register '", reg.name(),
                   "' must have a non-negative shape. However, got ", info.shape.to_string(), ".");

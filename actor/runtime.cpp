@@ -509,26 +509,52 @@ void Runtime::write_variable(const std::string& name, const Tensor& value) {
 }
 
 std::map<std::string, Tensor> Runtime::run(const std::map<std::string, Tensor>& inputs) {
+  return assemble_outputs(index_, run_iteration(&inputs, nullptr));
+}
+
+Runtime::Pieces Runtime::run_local(const Pieces& inputs) {
+  Pieces out;
+  for (auto& [t, piece] : run_iteration(nullptr, &inputs)) {
+    out[index_.output_name(index_.task(t))][index_.task(t).proto.rank()] = std::move(piece);
+  }
+  return out;
+}
+
+const Tensor* Runtime::input_piece(const std::string& name, int64_t rank) const {
+  if (input_pieces_ == nullptr) return nullptr;
+  return &input_pieces_->at(name).at(rank);  // checked by run_iteration
+}
+
+std::vector<std::pair<int, Tensor>> Runtime::run_iteration(
+    const std::map<std::string, Tensor>* inputs, const Pieces* pieces) {
   OFL_CHECK_CODE(!broken_, ErrorCode::kFailedPrecondition, kTag,
                  shut_down_ ? "the runtime was shut down and cannot be used again."
                             : "the runtime stopped after an error and cannot be used again.");
   // Every feed is checked before any actor acts, so a bad one leaves the runtime usable. A
   // process holding part of a job's ranks ignores the inputs only other ranks read.
-  if (static_cast<int64_t>(index_.ranks().size()) == index_.world_size()) {
-    check_fed_inputs(index_, inputs);
+  if (inputs != nullptr && static_cast<int64_t>(index_.ranks().size()) == index_.world_size()) {
+    check_fed_inputs(index_, *inputs);
   }
-  for (const auto& [name, pieces] : index_.inputs_by_name()) {
-    for (int t : pieces) {
-      if (actor_of_task_[t] != nullptr) check_fed_input(index_, t, inputs);
+  static const std::map<std::string, Tensor> kNoInputs;
+  for (const auto& [name, tasks] : index_.inputs_by_name()) {
+    for (int t : tasks) {
+      if (actor_of_task_[t] == nullptr) continue;
+      if (inputs != nullptr) {
+        check_fed_input(index_, t, *inputs);
+      } else {
+        check_fed_piece(index_, t, *pieces);
+      }
     }
   }
-  inputs_ = &inputs;
+  inputs_ = inputs != nullptr ? inputs : &kNoInputs;
+  input_pieces_ = pieces;
   for (Actor* tick : ticks_) {
     deliver(ActorMessage::register_ready({kCallerActor, tick->rank()}, {tick->id(), tick->rank()},
                                          kRunRegisterBase + tick->rank(), /*slot=*/0, iteration_));
   }
   wait_for_iteration();
   inputs_ = nullptr;
+  input_pieces_ = nullptr;
   std::vector<std::pair<int, Tensor>> fetched;
   for (int t = 0; t < index_.num_tasks(); ++t) {
     if (actor_of_task_[t] == nullptr) continue;
@@ -539,7 +565,45 @@ std::map<std::string, Tensor> Runtime::run(const std::map<std::string, Tensor>& 
   }
   acts_done_[iteration_ % kIterationSlots].store(0, std::memory_order_release);
   ++iteration_;
-  return assemble_outputs(index_, fetched);
+  return fetched;
+}
+
+std::map<int64_t, Tensor> Runtime::read_variable_pieces(const std::string& name) const {
+  std::map<int64_t, Tensor> out;
+  for (int t : hosted_variable_tasks(name, "read_variable_pieces")) {
+    out[index_.task(t).proto.rank()] = variable_piece(t).clone();
+  }
+  return out;
+}
+
+void Runtime::write_variable_pieces(const std::string& name,
+                                    const std::map<int64_t, Tensor>& pieces) {
+  for (int t : hosted_variable_tasks(name, "write_variable_pieces")) {
+    const Tensor target = variable_piece(t);
+    const int64_t rank = index_.task(t).proto.rank();
+    auto it = pieces.find(rank);
+    OFL_CHECK(it != pieces.end(), kTag, "write_variable_pieces of '", name,
+              "' needs the piece of rank ", rank, ". However, got none.");
+    const Tensor& piece = it->second;
+    OFL_CHECK(piece.defined() && piece.shape() == target.shape() && piece.dtype() == target.dtype(),
+              kTag, "variable '", name, "' on rank ", rank, " must be written with shape ",
+              target.shape().to_string(), " ", dtype_name(target.dtype()), ". However, got ",
+              piece.defined() ? piece.shape().to_string() + " " + dtype_name(piece.dtype())
+                              : std::string("an undefined tensor"),
+              ".");
+    copy_region(piece, whole(piece.shape()), target, whole(target.shape()));
+  }
+}
+
+std::vector<int> Runtime::hosted_variable_tasks(const std::string& name, const char* caller) const {
+  auto it = index_.variables_by_name().find(name);
+  OFL_CHECK_CODE(it != index_.variables_by_name().end(), ErrorCode::kNotFound, kTag, caller,
+                 " needs a variable of the plan. However, got '", name, "'.");
+  std::vector<int> tasks;
+  for (int t : it->second) {
+    if (actor_of_task_[t] != nullptr) tasks.push_back(t);
+  }
+  return tasks;
 }
 
 // Note [Watchdog]: the iteration ends when every actor has acted its share. If for

@@ -86,6 +86,18 @@ class Runtime final : public PlanRunner, private ActorHost {
   Tensor read_variable(const std::string& name) const override;
   void write_variable(const std::string& name, const Tensor& value) override;
 
+  /// Pieces by name, then rank: what a process of a job holds of its tensors (a global
+  /// tensor's local parts).
+  using Pieces = std::map<std::string, std::map<int64_t, Tensor>>;
+  /// run() fed and fetched by pieces: every INPUT task of a hosted rank takes the piece fed for
+  /// its (input, rank) — its region of the logical input, micro-batches stacked on axis 0, the
+  /// register's shape — and the result holds every hosted OUTPUT task's piece (a partial-sum
+  /// output's pieces add up to the value).
+  Pieces run_local(const Pieces& inputs);
+  /// The hosted pieces of variable `name`, and writing them.
+  std::map<int64_t, Tensor> read_variable_pieces(const std::string& name) const;
+  void write_variable_pieces(const std::string& name, const std::map<int64_t, Tensor>& pieces);
+
   /// One recorded act (trace option).
   struct Act {
     int64_t rank = 0;
@@ -120,6 +132,10 @@ class Runtime final : public PlanRunner, private ActorHost {
   void send(const ActorMessage& message) override;
   comm::Transport& transport() override { return *transport_; }
   const std::map<std::string, Tensor>& inputs() const override { return *inputs_; }
+  const Tensor* input_piece(const std::string& name, int64_t rank) const override;
+  // One iteration fed by `inputs` or by `pieces` (one is null); the hosted fetched pieces.
+  std::vector<std::pair<int, Tensor>> run_iteration(const std::map<std::string, Tensor>* inputs,
+                                                    const Pieces* pieces);
   void count_act(int64_t iteration) override;
   bool iteration_done() const;  // every act of iteration_ counted
 
@@ -138,6 +154,7 @@ class Runtime final : public PlanRunner, private ActorHost {
   [[noreturn]] void throw_stall();
   std::string stall_report() const;
   Tensor variable_piece(int task) const;
+  std::vector<int> hosted_variable_tasks(const std::string& name, const char* caller) const;
 
   PlanIndex index_;
   RuntimeOptions options_;
@@ -153,6 +170,7 @@ class Runtime final : public PlanRunner, private ActorHost {
   int64_t iteration_ = 0;
   int64_t acts_per_iteration_ = 0;
   const std::map<std::string, Tensor>* inputs_ = nullptr;
+  const Pieces* input_pieces_ = nullptr;
   // Acts counted per iteration, by iteration % kIterationSlots (count_act).
   static constexpr int kIterationSlots = 4;
   std::array<std::atomic<int64_t>, kIterationSlots> acts_done_{};

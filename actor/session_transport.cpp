@@ -1,0 +1,177 @@
+// TransportSessions and the per-session view of the shared transport (see the header).
+
+#include "actor/session_transport.h"
+
+#include <glog/logging.h>
+
+#include <cstring>
+
+#include "actor/message.h"
+#include "oneflowlike/common/error.h"
+
+namespace ofl::actor {
+
+namespace {
+
+constexpr const char* kTag = "[transport sessions] ";
+
+// Transfer tags of a session: the session above the plan's transfer id (ids stay below 2^40).
+constexpr int kSessionShift = 40;
+
+uint64_t session_tag(uint32_t session, uint64_t tag) {
+  OFL_ASSERT(tag < (uint64_t{1} << kSessionShift)) << "transfer id " << tag << " too large";
+  return (uint64_t{session} << kSessionShift) | tag;
+}
+
+uint32_t session_of(const comm::MessageBytes& bytes) {
+  ActorMessage m;
+  std::memcpy(&m, bytes.data(), sizeof(m));
+  return m.session;
+}
+
+}  // namespace
+
+class SessionTransport final : public comm::Transport {
+ public:
+  SessionTransport(std::shared_ptr<TransportSessions> sessions, uint32_t session)
+      : sessions_(std::move(sessions)), session_(session) {}
+  ~SessionTransport() override { sessions_->close(session_); }
+
+  void serve_rank(int64_t rank, comm::MessageHandler handler) override {
+    sessions_->serve(session_, rank, std::move(handler));
+  }
+  void stop_serving_rank(int64_t rank) override { sessions_->stop_serving(session_, rank); }
+  void send(int64_t dst_rank, const comm::MessageBytes& message) override {
+    comm::MessageBytes stamped = message;
+    ActorMessage m;
+    std::memcpy(&m, stamped.data(), sizeof(m));
+    m.session = session_;
+    std::memcpy(stamped.data(), &m, sizeof(m));
+    sessions_->base().send(dst_rank, stamped);
+  }
+  void expose(int64_t dst_rank, uint64_t tag, const void* data, size_t bytes) override {
+    sessions_->base().expose(dst_rank, session_tag(session_, tag), data, bytes);
+  }
+  void fetch(int64_t src_rank, uint64_t tag, uint64_t address, void* dst, size_t bytes) override {
+    sessions_->base().fetch(src_rank, session_tag(session_, tag), address, dst, bytes);
+  }
+  void prepare_fetch(int64_t src_rank, uint64_t tag, void* dst, size_t bytes) override {
+    sessions_->base().prepare_fetch(src_rank, session_tag(session_, tag), dst, bytes);
+  }
+  bool progress() override { return sessions_->base().progress(); }
+  void set_fault_handler(FaultHandler handler) override {
+    sessions_->set_fault_handler(session_, std::move(handler));
+  }
+
+ private:
+  std::shared_ptr<TransportSessions> sessions_;
+  uint32_t session_;
+};
+
+TransportSessions::TransportSessions(std::shared_ptr<comm::Transport> base,
+                                     const std::vector<int64_t>& ranks)
+    : base_(std::move(base)) {
+  OFL_CHECK(base_ != nullptr, kTag, "needs a transport.");
+  for (int64_t rank : ranks) {
+    base_->serve_rank(rank, [this, rank](const comm::MessageBytes& m) { dispatch(rank, m); });
+    base_ranks_.insert(rank);
+  }
+  base_->set_fault_handler([this](int64_t rank, const std::string& why) {
+    std::vector<comm::Transport::FaultHandler> handlers;
+    {
+      std::lock_guard<std::recursive_mutex> lock(mu_);
+      for (const auto& [session, handler] : fault_handlers_) handlers.push_back(handler);
+    }
+    for (const auto& handler : handlers) handler(rank, why);
+  });
+}
+
+TransportSessions::~TransportSessions() {
+  for (int64_t rank : base_ranks_) base_->stop_serving_rank(rank);
+  base_->set_fault_handler(nullptr);
+}
+
+std::shared_ptr<comm::Transport> TransportSessions::open(uint32_t session) {
+  std::lock_guard<std::recursive_mutex> lock(mu_);
+  OFL_CHECK(open_.count(session) == 0 && closed_.count(session) == 0, kTag, "session ", session,
+            open_.count(session) ? " is open already" : " was used before in this process",
+            ": every runtime of a process needs its own id (Note [Session ids]).");
+  open_.insert(session);
+  return std::make_shared<SessionTransport>(shared_from_this(), session);
+}
+
+size_t TransportSessions::dropped_messages() const {
+  std::lock_guard<std::recursive_mutex> lock(mu_);
+  return dropped_;
+}
+
+void TransportSessions::serve(uint32_t session, int64_t rank, comm::MessageHandler handler) {
+  std::vector<comm::MessageBytes> early;
+  {
+    std::lock_guard<std::recursive_mutex> lock(mu_);
+    OFL_CHECK(handlers_.emplace(std::make_pair(rank, session), handler).second, kTag, "rank ", rank,
+              " is served already in session ", session, ".");
+    auto it = early_.find({rank, session});
+    if (it != early_.end()) {
+      early = std::move(it->second);
+      early_.erase(it);
+    }
+    // Delivered under the lock, before any later message of the session can be.
+    for (const auto& message : early) handler(message);
+  }
+  std::lock_guard<std::recursive_mutex> lock(mu_);
+  if (base_ranks_.insert(rank).second) {
+    base_->serve_rank(rank, [this, rank](const comm::MessageBytes& m) { dispatch(rank, m); });
+  }
+}
+
+void TransportSessions::stop_serving(uint32_t session, int64_t rank) {
+  std::lock_guard<std::recursive_mutex> lock(mu_);
+  handlers_.erase({rank, session});
+}
+
+void TransportSessions::set_fault_handler(uint32_t session, comm::Transport::FaultHandler handler) {
+  std::lock_guard<std::recursive_mutex> lock(mu_);
+  if (handler) {
+    fault_handlers_[session] = std::move(handler);
+  } else {
+    fault_handlers_.erase(session);
+  }
+}
+
+void TransportSessions::close(uint32_t session) {
+  std::lock_guard<std::recursive_mutex> lock(mu_);
+  open_.erase(session);
+  closed_.insert(session);
+  fault_handlers_.erase(session);
+  for (auto it = handlers_.begin(); it != handlers_.end();) {
+    it = it->first.second == session ? handlers_.erase(it) : std::next(it);
+  }
+  for (auto it = early_.begin(); it != early_.end();) {
+    if (it->first.second == session) {
+      dropped_ += it->second.size();
+      it = early_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+}
+
+void TransportSessions::dispatch(int64_t rank, const comm::MessageBytes& message) {
+  const uint32_t session = session_of(message);
+  std::lock_guard<std::recursive_mutex> lock(mu_);
+  auto it = handlers_.find({rank, session});
+  if (it != handlers_.end()) {
+    it->second(message);
+    return;
+  }
+  if (closed_.count(session)) {
+    ++dropped_;
+    VLOG(1) << kTag << "dropped a late message for closed session " << session << " on rank "
+            << rank;
+    return;
+  }
+  early_[{rank, session}].push_back(message);
+}
+
+}  // namespace ofl::actor

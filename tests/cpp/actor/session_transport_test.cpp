@@ -1,0 +1,170 @@
+// TransportSessions: several runtimes of one process over one transport, each rank's part of a
+// job run by its own runtime (as each process of a job does), fed and fetched by pieces.
+
+#include "actor/session_transport.h"
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <thread>
+
+#include "actor/message.h"
+#include "actor/runtime.h"
+#include "comm/in_process_transport.h"
+#include "compiler/compile.h"
+#include "compiler/graph_tracer.h"
+#include "oneflowlike/eager.h"
+#include "oneflowlike/ops/reduce.h"
+#include "tests/cpp/ops/test_util.h"
+
+namespace ofl::actor {
+namespace {
+
+using testing::expect_error;
+using testing::make_tensor;
+using testing::values_of;
+
+comm::MessageBytes message_for(int64_t dst_rank, int64_t dst_actor) {
+  ActorMessage m = ActorMessage::register_ack({1, 1}, {dst_actor, dst_rank}, 7, 0);
+  comm::MessageBytes bytes{};
+  std::memcpy(bytes.data(), &m, sizeof(m));
+  return bytes;
+}
+
+ActorMessage decode(const comm::MessageBytes& bytes) {
+  ActorMessage m;
+  std::memcpy(&m, bytes.data(), sizeof(m));
+  return m;
+}
+
+// Two "processes" (one per rank) over one in-process transport.
+struct TwoProcesses {
+  std::shared_ptr<comm::InProcessTransport> base = std::make_shared<comm::InProcessTransport>();
+  std::shared_ptr<TransportSessions> rank0 =
+      std::make_shared<TransportSessions>(base, std::vector<int64_t>{0});
+  std::shared_ptr<TransportSessions> rank1 =
+      std::make_shared<TransportSessions>(base, std::vector<int64_t>{1});
+};
+
+TEST(TransportSessions, KeepsEarlyMessagesAndDropsLateOnes) {
+  TwoProcesses p;
+  auto sender = p.rank1->open(5);
+  sender->serve_rank(1, [](const comm::MessageBytes&) {});
+  sender->send(0, message_for(0, 42));  // session 5 is not open on rank 0 yet
+  std::vector<ActorMessage> got;
+  {
+    auto receiver = p.rank0->open(5);
+    receiver->serve_rank(0, [&](const comm::MessageBytes& m) { got.push_back(decode(m)); });
+    ASSERT_EQ(got.size(), 1u);
+    EXPECT_EQ(got[0].dst_actor, 42);
+    EXPECT_EQ(got[0].session, 5u);
+    sender->send(0, message_for(0, 43));
+    ASSERT_EQ(got.size(), 2u);
+  }  // session 5 closes on rank 0
+  sender->send(0, message_for(0, 44));
+  EXPECT_EQ(got.size(), 2u);
+  EXPECT_EQ(p.rank0->dropped_messages(), 1u);
+  expect_error([&] { p.rank0->open(5); }, ErrorCode::kInvalidArgument, "was used before");
+  auto again = p.rank1->open(6);
+  expect_error([&] { p.rank1->open(6); }, ErrorCode::kInvalidArgument, "is open already");
+}
+
+TEST(TransportSessions, SessionsDoNotSeeEachOthersMessages) {
+  TwoProcesses p;
+  auto a1 = p.rank1->open(1);
+  auto b1 = p.rank1->open(2);
+  auto a0 = p.rank0->open(1);
+  auto b0 = p.rank0->open(2);
+  int a_count = 0, b_count = 0;
+  a0->serve_rank(0, [&](const comm::MessageBytes& m) { a_count += decode(m).session == 1; });
+  b0->serve_rank(0, [&](const comm::MessageBytes& m) { b_count += decode(m).session == 2; });
+  a1->send(0, message_for(0, 1));
+  b1->send(0, message_for(0, 1));
+  b1->send(0, message_for(0, 1));
+  EXPECT_EQ(a_count, 1);
+  EXPECT_EQ(b_count, 2);
+}
+
+// Job A: x (8,) split over ranks 0 and 1, summed: a partial sum made whole by an all-reduce.
+// Job B: y (2, 3) fed as partial sums, made broadcast. Each rank runs both jobs as two runtimes
+// over the same transport, alternately, fed and fetched by pieces.
+proto::PlanProto job_a(int64_t rank) {
+  const Placement both(DeviceType::kCPU, {0, 1});
+  compiler::GraphTracer t("a", both);
+  TracingScope scope(&t);
+  const Tensor x = t.input("x", Shape{8}, DataType::kFloat32, both, {S(0)});
+  const Tensor sum = apply_op1(OpRegistry::global().find("reduce_sum"), ReduceParams{}, {x});
+  t.fetch(t.to_global(sum, both, {B()}));
+  compiler::CompileOptions options;
+  options.ranks = {rank};
+  return compiler::compile_graph(t.builder().graph(), options);
+}
+
+proto::PlanProto job_b(int64_t rank) {
+  const Placement both(DeviceType::kCPU, {0, 1});
+  compiler::GraphTracer t("b", both);
+  const Tensor y = t.input("y", Shape{2, 3}, DataType::kFloat32, both, {P()});
+  t.fetch(t.to_global(y, both, {B()}));
+  compiler::CompileOptions options;
+  options.ranks = {rank};
+  return compiler::compile_graph(t.builder().graph(), options);
+}
+
+TEST(TransportSessions, RuntimesOfTwoJobsShareOneTransport) {
+  TwoProcesses p;
+  std::vector<double> a_results[2], b_results[2];
+  auto process = [&](int64_t rank, std::shared_ptr<TransportSessions> sessions) {
+    RuntimeOptions options;
+    options.ranks = {rank};
+    options.transport = sessions->open(1);
+    Runtime a(job_a(rank), options);
+    options.transport = sessions->open(2);
+    Runtime b(job_b(rank), options);
+    const double base = rank == 0 ? 1 : 5;  // rank 0 holds 1..4, rank 1 holds 5..8
+    for (int round = 0; round < 2; ++round) {
+      Runtime::Pieces x = {{"x",
+                            {{rank, make_tensor({base, base + 1, base + 2, base + 3}, Shape{4},
+                                                DataType::kFloat32)}}}};
+      const auto a_out = a.run_local(x);
+      const Tensor& a_piece = a_out.begin()->second.at(rank);
+      a_results[rank].push_back(values_of(a_piece)[0]);
+      Runtime::Pieces y = {
+          {"y",
+           {{rank, make_tensor({1, 2, 3, 4, 5, double(rank)}, Shape{2, 3}, DataType::kFloat32)}}}};
+      const auto b_out = b.run_local(y);
+      for (double v : values_of(b_out.begin()->second.at(rank))) b_results[rank].push_back(v);
+    }
+    a.shutdown();
+    b.shutdown();
+  };
+  std::thread one(process, 1, p.rank1);
+  process(0, p.rank0);
+  one.join();
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_EQ(a_results[r], (std::vector<double>{36, 36})) << "rank " << r;
+    EXPECT_EQ(b_results[r], (std::vector<double>{2, 4, 6, 8, 10, 1, 2, 4, 6, 8, 10, 1}))
+        << "rank " << r;
+  }
+}
+
+TEST(TransportSessions, PiecesMustMatchTheRegister) {
+  RuntimeOptions options;
+  options.ranks = {0};
+  const Placement one(DeviceType::kCPU, {0});
+  compiler::GraphTracer t("c", one);
+  t.fetch(t.input("x", Shape{3}, DataType::kFloat32, one, {S(0)}));
+  Runtime runtime(compiler::compile_graph(t.builder().graph()), options);
+  expect_error([&] { runtime.run_local({}); }, ErrorCode::kInvalidArgument,
+               "run needs the pieces of input 'x'");
+  expect_error(
+      [&] {
+        runtime.run_local({{"x", {{0, make_tensor({1, 2}, Shape{2}, DataType::kFloat32)}}}});
+      },
+      ErrorCode::kInvalidArgument, "must have shape (3,). However, got (2,)");
+  const auto out =
+      runtime.run_local({{"x", {{0, make_tensor({1, 2, 3}, Shape{3}, DataType::kFloat32)}}}});
+  EXPECT_EQ(values_of(out.at("x").at(0)), (std::vector<double>{1, 2, 3}));
+}
+
+}  // namespace
+}  // namespace ofl::actor
