@@ -29,4 +29,13 @@ from oneflowlike import optim  # noqa: E402,F401
 
 _ops.attach_tensor_methods(Tensor)
 
+from oneflowlike import env  # noqa: E402,F401
+from oneflowlike import sbp  # noqa: E402,F401
+from oneflowlike.placement import placement  # noqa: E402,F401
+from oneflowlike.framework.global_tensor import GlobalTensor  # noqa: E402,F401
+from oneflowlike.framework import tensor_methods as _tensor_methods  # noqa: E402
+import sys as _sys  # noqa: E402
+
+_tensor_methods.install(_sys.modules[__name__])
+
 __version__ = "0.1.0"

@@ -28,5 +28,6 @@ void init_random(py::module_& m);
 void init_optimizer(py::module_& m);
 void init_shape_ops(py::module_& m);
 void init_fused(py::module_& m);
+void init_graph(py::module_& m);
 
 }  // namespace ofl::python

@@ -21,4 +21,5 @@ PYBIND11_MODULE(_C, m) {
   init_optimizer(m);
   init_shape_ops(m);
   init_fused(m);
+  init_graph(m);
 }

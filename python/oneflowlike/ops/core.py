@@ -75,6 +75,8 @@ def as_tensor_like(value, like):
 
 
 def _repr(self):
+    if _C._is_lazy(self):
+        return self._describe()
     body = np.array2string(self.numpy(), separator=", ", precision=4, prefix="tensor(")
     extras = [f"dtype={self.dtype!r}"]
     if self.requires_grad:
@@ -114,6 +116,7 @@ def _tolist(self):
 
 
 TENSOR_METHODS = {
+    "is_lazy": property(_C._is_lazy),
     "__repr__": _repr,
     "__str__": _repr,
     "__len__": _len,

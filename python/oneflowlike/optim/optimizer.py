@@ -80,7 +80,9 @@ class Optimizer:
         params = [params] if isinstance(params, _C.Tensor) else list(params or [])
         seen = {id(p) for g in self.param_groups for p in g["params"]}
         for p in params:
-            if not isinstance(p, _C.Tensor):
+            # Global tensors (parameters of a module laid out with to_global) are optimized by
+            # the nn.Graph the optimizer is added to.
+            if not isinstance(p, _C.Tensor) and not getattr(p, "is_global", False):
                 raise TypeError(f"[optim] can only optimize tensors. However, got {type(p)}.")
             if not p.is_leaf:
                 raise ValueError("[optim] can't optimize a non-leaf tensor (one computed from "

@@ -1,0 +1,2 @@
+"""Internals of the distributed front end: the process's job context (transport and runtimes)
+and global tensors."""

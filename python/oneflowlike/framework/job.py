@@ -1,0 +1,104 @@
+"""This process's part of a job: its link to the other ranks and the runtimes it runs.
+
+Every compiled graph (each nn.Graph, each eager op on global tensors) runs on an actor runtime
+of its own; all of them share the process's one UCX transport through transport sessions
+(Note [Session ids] in actor/session_transport.h): a runtime's session id is derived from its
+compiled job and how many runtimes of that same job this process made before, so every process
+of the job computes the same id without talking.
+"""
+
+import atexit
+import os
+import sys
+import threading
+import zlib
+
+from oneflowlike import _C
+from oneflowlike import env
+
+_lock = threading.Lock()
+_job = None
+
+
+class Job:
+    def __init__(self):
+        self.rank = env.get_rank()
+        self.world_size = env.get_world_size()
+        self._transport = None
+        self._sessions = None
+        self._session_counts = {}
+        # Creation order: every process ends the runtimes it shares with others in the same
+        # order, since a runtime's end passes between its ranks (Runtime::shutdown).
+        self._runtimes = []
+        self._left = False
+
+    def _connect(self):
+        if self.world_size > 1 and self._transport is None:
+            self._transport = _C.UcxTransport.connect()
+            self._sessions = _C.TransportSessions(self._transport, [self.rank])
+            _exit_at_once_on_error()
+
+    def runtime(self, plan):
+        """A runtime of ``plan`` (compiled for this rank) hosting this process's rank."""
+        self._connect()
+        transport = None
+        if self._sessions is not None:
+            crc = zlib.crc32(plan.job_bytes())
+            count = self._session_counts.get(crc, 0)
+            self._session_counts[crc] = count + 1
+            session = (crc + count * 0x9E3779B1) & 0xFFFFFFFF
+            transport = self._sessions.open(session)
+        holder = RuntimeHolder(_C.Runtime(plan, [self.rank], transport))
+        self._runtimes.append(holder)
+        return holder
+
+    def shutdown(self):
+        """Ends every runtime, then leaves the job (a barrier with the other processes)."""
+        for holder in self._runtimes:
+            holder.shutdown()
+        if self._transport is not None and not self._left:
+            self._left = True
+            self._sessions = None
+            self._transport.leave()
+
+
+class RuntimeHolder:
+    """Owns a runtime so that the job can end it before the transport goes."""
+
+    def __init__(self, runtime):
+        self.runtime = runtime
+
+    def shutdown(self):
+        if self.runtime is not None:
+            self.runtime.shutdown()
+            self.runtime = None
+
+    def __getattr__(self, name):
+        runtime = self.__dict__.get("runtime")
+        if runtime is None:
+            raise RuntimeError("[runtime] the job has ended: this graph cannot run any more.")
+        return getattr(runtime, name)
+
+
+def _exit_at_once_on_error():
+    """An uncaught exception in a process of a multi-process job ends the process at once: a
+    clean end would wait for the other ranks to end their runtimes too, which they may never do
+    (the launcher stops them and reports this rank)."""
+    previous = sys.excepthook
+
+    def hook(kind, value, tb):
+        previous(kind, value, tb)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(1)
+
+    sys.excepthook = hook
+
+
+def current():
+    global _job
+    with _lock:
+        if _job is None:
+            _job = Job()
+            atexit.register(_job.shutdown)
+        return _job

@@ -1,0 +1,107 @@
+"""What local tensors and modules gain from the distributed front end: ``to_global``,
+``is_global``, ``backward`` on a traced loss, ``Module.to_global``, and the ``placement=`` /
+``sbp=`` arguments of the creation functions."""
+
+import functools
+
+import numpy as np
+
+from oneflowlike import _C
+from oneflowlike import sbp as _sbp
+from oneflowlike.framework import global_tensor as _gt
+from oneflowlike.placement import placement as _placement
+
+
+def _tensor_to_global(self, placement=None, sbp=None, shape=None):
+    """This rank's piece as part of a global tensor (every rank of ``placement`` gives its
+    own); inside nn.Graph.build, the traced value laid out as ``sbp`` on ``placement``."""
+    tracer = _gt.current_tracer()
+    if tracer is not None:
+        if placement is None:
+            if not self.is_lazy:
+                raise ValueError("[to_global] needs a placement for a tensor made outside build().")
+            from oneflowlike.nn.graph import _placement_from_c
+
+            placement = _placement_from_c(tracer.placement_of(self))
+        if sbp is None:
+            raise ValueError("[to_global] inside build() needs an sbp.")
+        nd = _sbp.normalize(sbp, placement, "to_global")
+        return tracer.to_global(self, placement._c, _gt._strings(nd))
+    if placement is None or sbp is None:
+        raise ValueError("[to_global] a local tensor needs both placement and sbp.")
+    return _gt.local_to_global(self, placement, sbp, shape)
+
+
+_eager_backward = _C.Tensor.backward
+
+
+def _backward(self, *args, **kwargs):
+    if self.is_lazy:
+        tracer = _gt.current_tracer()
+        if tracer is None:
+            raise RuntimeError("[backward] a traced loss can only be marked inside build().")
+        tracer.set_loss(self)
+        owner = _gt._tracer_objects[-1]
+        if owner is not None:
+            owner.loss_marked = True
+        return None
+    return _eager_backward(self, *args, **kwargs)
+
+
+def _module_to_global(self, placement, sbp, keep_split=False):
+    """Lays every parameter and buffer out on ``placement`` with ``sbp`` (the same for all), or,
+    with keep_split, keeps the SBP of those already global and only moves them. The values are
+    the module's current ones, which every rank must hold alike (build modules after
+    flow.manual_seed with the same seed). Returns the module."""
+    if not isinstance(placement, _placement):
+        raise TypeError(f"[to_global] placement must be a flow.placement. However, got {placement!r}.")
+    nd = _sbp.normalize(sbp, placement, "Module.to_global")
+    for sub in self.modules():
+        for registry in (sub._parameters, sub._buffers):
+            for key, value in list(registry.items()):
+                if value is None:
+                    continue
+                target = nd
+                if isinstance(value, _gt.GlobalTensor):
+                    if keep_split and len(value.sbp) == len(nd):
+                        target = value.sbp
+                    trainable = getattr(value, "_ofl_trainable", True)
+                    logical = value.numpy()
+                else:
+                    trainable = value.requires_grad
+                    logical = value.detach().numpy()
+                g = _gt.from_logical(logical, placement, target)
+                g._ofl_trainable = trainable
+                registry[key] = g
+    return self
+
+
+def _with_placement(fn):
+    """``fn(*size, ..., placement=, sbp=)``: a global tensor with the values ``fn`` gives the
+    whole logical shape on every rank (counter-based random numbers are the same whatever the
+    placement), each rank keeping its piece."""
+
+    @functools.wraps(fn)
+    def wrapper(*args, placement=None, sbp=None, **kwargs):
+        if placement is None:
+            if sbp is not None:
+                raise ValueError(f"[{fn.__name__}] sbp needs a placement.")
+            return fn(*args, **kwargs)
+        if sbp is None:
+            raise ValueError(f"[{fn.__name__}] a placement needs an sbp.")
+        return _gt.from_logical(fn(*args, **kwargs), placement, sbp)
+
+    return wrapper
+
+
+def install(flow):
+    _C.Tensor.to_global = _tensor_to_global
+    _C.Tensor.is_global = property(lambda self: False)
+    _C.Tensor.is_local = property(lambda self: True)
+    _C.Tensor.backward = _backward
+    from oneflowlike.nn.modules.module import Module
+
+    Module.to_global = _module_to_global
+    _gt.install_operators()
+    for name in ("randn", "rand", "zeros", "ones", "full", "tensor", "arange"):
+        setattr(flow, name, _with_placement(getattr(flow, name)))

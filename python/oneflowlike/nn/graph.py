@@ -1,0 +1,434 @@
+"""flow.nn.Graph: trace a model's training step once, compile it into a plan over every rank
+of its placements, and run it on the actor runtime.
+
+    class TrainGraph(flow.nn.Graph):
+        def __init__(self):
+            super().__init__()
+            self.model = model                       # modules used in build()
+            self.add_optimizer(optimizer, lr_sch=scheduler)
+            self.config.set_gradient_accumulation_steps(4)
+
+        def build(self, x, y):
+            loss = self.model(x, y)
+            loss.backward()                          # marks the loss: the plan trains on it
+            return loss
+
+    graph = TrainGraph()
+    loss = graph(x, y)                               # first call traces and compiles
+
+The first call runs ``build`` on lazy tensors (Note [Lazy tensors] in oneflowlike/lazy.h): each
+op the modules apply joins a logical graph; the compiler adds the backward, the optimizer and
+every collective the placements and SBP need. Later calls only feed inputs and fetch outputs.
+Parameters are the graph's variables: ``graph.state_dict()`` reads their trained values, and
+``graph.sync_to_modules()`` copies them back into the modules.
+"""
+
+import os
+import sys
+import traceback
+
+import numpy as np
+
+from oneflowlike import _C
+from oneflowlike import env
+from oneflowlike import sbp as _sbp
+from oneflowlike.framework import global_tensor as _gt
+from oneflowlike.framework import job as _job
+from oneflowlike.placement import placement as _placement
+
+__all__ = ["Graph", "GraphConfig"]
+
+_PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _user_location():
+    """'file:line' of the innermost frame outside this package: the user's line in build()."""
+    frame = sys._getframe(1)
+    while frame is not None:
+        path = os.path.abspath(frame.f_code.co_filename)
+        if not path.startswith(_PACKAGE_DIR + os.sep):
+            return f"{frame.f_code.co_filename}:{frame.f_lineno}"
+        frame = frame.f_back
+    return ""
+
+
+class GraphConfig:
+    """What the compiler is told besides the model (OneFlow's graph.config)."""
+
+    def __init__(self):
+        self.gradient_accumulation_steps = 1
+        self.zero_stage = 0
+
+    def set_gradient_accumulation_steps(self, n):
+        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+            raise ValueError(
+                f"[nn.Graph] gradient accumulation steps must be an int >= 1. However, got {n!r}."
+            )
+        self.gradient_accumulation_steps = n
+
+    def enable_zero(self, mode=True, *, stage=1):
+        """Shards optimizer state (stage 1), gradients (2) and parameters (3) over the
+        data-parallel ranks. Note: this build shards all three for every stage (docs)."""
+        if stage not in (1, 2, 3):
+            raise ValueError(f"[nn.Graph] ZeRO stage must be 1, 2 or 3. However, got {stage!r}.")
+        self.zero_stage = stage if mode else 0
+
+
+def _default_input_sbp(placement):
+    # A pipeline stage's input: split over the first (data-parallel) dimension, whole over the
+    # others.
+    return (_sbp.split(0),) + (_sbp.broadcast,) * (len(placement.hierarchy) - 1)
+
+
+def _optimizer_setup(optimizer):
+    from oneflowlike import optim
+
+    groups = optimizer.param_groups
+    first = groups[0]
+    for g in groups[1:]:
+        for key in ("lr", "weight_decay", "momentum", "betas", "eps"):
+            if key in first and g.get(key) != first.get(key):
+                raise NotImplementedError(
+                    f"[nn.Graph] parameter groups with different '{key}' are not supported in a "
+                    "graph yet: use one group."
+                )
+    hyper = {"lr": float(first["lr"]), "weight_decay": float(first.get("weight_decay", 0.0))}
+    if "clip_grad_max_norm" in first:
+        hyper["clip_grad_max_norm"] = float(first["clip_grad_max_norm"])
+    if isinstance(optimizer, optim.AdamW):
+        kind = "adamw"
+    elif isinstance(optimizer, optim.Adam):
+        kind = "adam"
+    elif isinstance(optimizer, optim.SGD):
+        kind = "sgd"
+        hyper["momentum"] = float(first.get("momentum", 0.0))
+        hyper["dampening"] = float(first.get("dampening", 0.0))
+        hyper["nesterov"] = float(bool(first.get("nesterov", False)))
+    else:
+        raise NotImplementedError(
+            f"[nn.Graph] {type(optimizer).__name__} is not supported in a graph: use SGD, Adam "
+            "or AdamW."
+        )
+    if kind in ("adam", "adamw"):
+        hyper["beta1"], hyper["beta2"] = (float(b) for b in first["betas"])
+        hyper["eps"] = float(first["eps"])
+    return kind, hyper
+
+
+class Graph:
+    """Base class of compiled training and inference steps (OneFlow's nn.Graph)."""
+
+    def __init__(self):
+        object.__setattr__(self, "_modules", {})
+        self.config = GraphConfig()
+        self._optimizers = []
+        self._lr_schedulers = []
+        self._stages = []  # (module, stage, placement, input sbp)
+        self._compiled = False
+        self._runtime = None
+        self._step = 0
+        self._debug = 0
+
+    def __setattr__(self, name, value):
+        from oneflowlike.nn.modules.module import Module
+
+        if isinstance(value, Module):
+            self.__dict__["_modules"][name] = value
+        object.__setattr__(self, name, value)
+
+    def build(self, *args):
+        raise NotImplementedError("[nn.Graph] subclasses define build(*inputs).")
+
+    def add_optimizer(self, optimizer, *, lr_sch=None):
+        if self._compiled:
+            raise RuntimeError("[nn.Graph] add_optimizer must come before the first call.")
+        if self._optimizers:
+            raise NotImplementedError("[nn.Graph] one optimizer per graph is supported.")
+        self._optimizers.append(optimizer)
+        if lr_sch is not None:
+            self._lr_schedulers.append(lr_sch)
+
+    def set_stage(self, module, stage_id, placement, input_sbp=None):
+        """Runs ``module`` as pipeline stage ``stage_id`` on ``placement``: its parameters move
+        there and its tensor inputs are moved there with ``input_sbp`` (default: split(0) over
+        the first placement dimension, broadcast over the others)."""
+        if not isinstance(placement, _placement):
+            raise TypeError(f"[nn.Graph] set_stage needs a flow.placement. However, got {placement!r}.")
+        sbp = _default_input_sbp(placement) if input_sbp is None else _sbp.normalize(
+            input_sbp, placement, "set_stage")
+        self._stages.append((module, int(stage_id), placement, sbp))
+        module.to_global(placement, (_sbp.broadcast,) * len(placement.hierarchy), keep_split=True)
+
+    def debug(self, v_level=1):
+        """Prints the plan summary when the graph compiles (and the logical graph at level 2)."""
+        self._debug = v_level
+
+    # --- the first call: trace and compile --------------------------------------------------
+    def _named_variables(self):
+        seen = set()
+        for attr, module in self._modules.items():
+            for kind, registry_name in (("param", "_parameters"), ("buffer", "_buffers")):
+                for sub_name, sub in module.named_modules(prefix=attr):
+                    for name, value in getattr(sub, registry_name).items():
+                        if value is None or id(value) in seen:
+                            continue
+                        seen.add(id(value))
+                        full = f"{sub_name}.{name}" if sub_name else name
+                        yield full, sub, registry_name, name, value, kind == "param"
+
+    def _default_placement(self, args):
+        for a in args:
+            if isinstance(a, _gt.GlobalTensor):
+                return a.placement, True
+        for *_, value, _ in self._named_variables():
+            if isinstance(value, _gt.GlobalTensor):
+                return value.placement, True
+        return _placement("cpu", [env.get_rank()]), False
+
+    def _compile(self, args):
+        placement, is_global = self._default_placement(args)
+        self._is_global = is_global
+        tracer = _gt._Tracer(type(self).__name__, placement)
+        tracer.set_location_provider(_user_location)
+        self._inputs = []  # (name, is_global)
+        lazy_args = []
+        m = self.config.gradient_accumulation_steps
+        for i, a in enumerate(args):
+            name = f"_input_{i}"
+            shape = tuple(a.shape) if isinstance(a, (_gt.GlobalTensor, _C.Tensor)) else ()
+            if m > 1:
+                # build() sees one micro-batch: the batch axis cut into m pieces.
+                if not shape or shape[0] % m:
+                    raise ValueError(
+                        f"[nn.Graph] with {m} gradient accumulation steps, input {i}'s batch axis "
+                        f"must divide by {m}. However, its shape is {shape}."
+                    )
+                shape = (shape[0] // m,) + shape[1:]
+            if isinstance(a, _gt.GlobalTensor):
+                tracer.ranks |= set(a.placement.flat_ranks)
+                lazy_args.append(tracer.input(name, shape, a.dtype, a.placement._c, _gt._strings(a.sbp)))
+            elif isinstance(a, _C.Tensor):
+                ndim = len(placement.hierarchy)
+                lazy_args.append(tracer.input(name, shape, a.dtype, placement._c, ["B"] * ndim))
+            else:
+                raise TypeError(
+                    f"[nn.Graph] inputs must be tensors. However, input {i} is {type(a).__name__}."
+                )
+            self._inputs.append(name)
+        # Parameters and buffers become variables; the modules see lazy tensors while tracing.
+        self._variables = []  # (name, value at trace time, trainable)
+        swapped = []
+        try:
+            for full, owner, registry_name, key, value, trainable in self._named_variables():
+                if isinstance(value, _gt.GlobalTensor):
+                    tracer.ranks |= set(value.placement.flat_ranks)
+                    vp, vsbp = value.placement, value.sbp
+                else:
+                    vp, vsbp = placement, (_sbp.broadcast,) * len(placement.hierarchy)
+                if isinstance(value, _gt.GlobalTensor):
+                    trainable = trainable and getattr(value, "_ofl_trainable", True)
+                else:
+                    trainable = trainable and value.requires_grad
+                lazy = tracer.variable(full, tuple(value.shape), value.dtype, vp._c, _gt._strings(vsbp),
+                                       trainable)
+                self._variables.append((full, value, owner, registry_name, key))
+                getattr(owner, registry_name)[key] = lazy
+                swapped.append((owner, registry_name, key, value))
+            restores = self._wrap_stages(tracer)
+            try:
+                with _gt.tracing(tracer.c, tracer):
+                    outputs = self.build(*lazy_args)
+            finally:
+                for module, forward in restores:
+                    if forward is None:
+                        del module.forward
+                    else:
+                        module.forward = forward
+        finally:
+            for owner, registry_name, key, value in swapped:
+                getattr(owner, registry_name)[key] = value
+        self._single = not isinstance(outputs, (tuple, list))
+        outs = [outputs] if self._single else list(outputs)
+        self._fetches = []
+        for o in outs:
+            if not (isinstance(o, _C.Tensor) and o.is_lazy):
+                raise TypeError(
+                    "[nn.Graph] build() must return tensors computed in build(). However, got "
+                    f"{type(o).__name__}."
+                )
+            p = tracer.placement_of(o)
+            self._fetches.append((tracer.fetch(o), _placement_from_c(p), tuple(o.shape), o.dtype))
+        if self._optimizers:
+            if not self._loss_marked(tracer):
+                raise RuntimeError(
+                    "[nn.Graph] a graph with an optimizer must call loss.backward() in build() "
+                    "to say what to minimize."
+                )
+            kind, hyper = _optimizer_setup(self._optimizers[0])
+            tracer.set_optimizer(kind, hyper)
+        tracer.set_gradient_accumulation_steps(self.config.gradient_accumulation_steps)
+        tracer.set_zero_stage(self.config.zero_stage)
+        if self._debug >= 2 and env.get_rank() == 0:
+            print(tracer.graph_text())
+        self._tracer = tracer
+        rank = env.get_rank()
+        self._plan = None
+        if rank in tracer.ranks:
+            self._plan = tracer.compile([rank])
+            self._output_sbp = self._plan.output_sbp()
+            if self._debug >= 1:
+                print(f"[nn.Graph] rank {rank}: {self._plan.summary()}")
+            self._runtime = _job.current().runtime(self._plan)
+            self._local_variables = set(self._runtime.variable_names())
+            self._runtime.initialize_variables()
+            for name, value in tracer.constants().items():
+                self._runtime.write_variable(name, value)
+            for full, value, *_ in self._variables:
+                self._write_variable(full, value)
+        self._compiled = True
+
+    def _loss_marked(self, tracer):
+        return tracer.loss_marked
+
+    def _wrap_stages(self, tracer):
+        restores = []
+        for module, stage, placement, sbp in self._stages:
+            forward = module.forward
+            had_own = "forward" in module.__dict__
+
+            def staged(*xs, _forward=forward, _placement=placement, _sbp=sbp, _stage=stage, **kw):
+                moved = [
+                    x.to_global(placement=_placement, sbp=_sbp)
+                    if isinstance(x, _C.Tensor) and x.is_lazy else x
+                    for x in xs
+                ]
+                return _forward(*moved, **kw)
+
+            module.forward = staged
+            restores.append((module, forward if had_own else None))
+        return restores
+
+    def _write_variable(self, name, value):
+        rank = env.get_rank()
+        if name not in self._local_variables:
+            return
+        if isinstance(value, _gt.GlobalTensor):
+            local = value.to_local()
+        else:
+            local = value.detach() if value.requires_grad else value
+        self._runtime.write_variable_pieces(name, {rank: local})
+
+    # --- every call ----------------------------------------------------------------------------
+    def __call__(self, *args):
+        if not self._compiled:
+            self._compile(args)
+        if len(args) != len(self._inputs):
+            raise TypeError(
+                f"[nn.Graph] was built with {len(self._inputs)} inputs. However, got {len(args)}."
+            )
+        rank = env.get_rank()
+        self._step += 1
+        if self._runtime is None:
+            outputs = [
+                _gt.GlobalTensor(None, shape, dtype, p, (_sbp.broadcast,) * len(p.hierarchy))
+                for _, p, shape, dtype in self._fetches
+            ]
+        else:
+            pieces = {}
+            for name, a in zip(self._inputs, args):
+                if isinstance(a, _gt.GlobalTensor) and a._local is None:
+                    continue
+                local = a.to_local() if isinstance(a, _gt.GlobalTensor) else a
+                pieces[name] = {rank: local.detach() if local.requires_grad else local}
+            if self._optimizers:
+                lr = np.float32(self._optimizers[0].param_groups[0]["lr"])
+                step = np.float32(self._step)
+                for k in range(len(self._tracer.ranks) + 2):
+                    suffix = "" if k == 0 else f"@{k}"
+                    pieces[f"lr{suffix}"] = {rank: _C.from_numpy(np.asarray(lr))}
+                    pieces[f"step{suffix}"] = {rank: _C.from_numpy(np.asarray(step))}
+            fetched = self._runtime.run_local(pieces)
+            outputs = []
+            for name, p, shape, dtype in self._fetches:
+                local = fetched.get(name, {}).get(rank)
+                if not self._is_global:
+                    outputs.append(local)
+                    continue
+                nd = tuple(_sbp.sbp(s) for s in self._output_sbp.get(name, ["B"] * len(p.hierarchy)))
+                if local is not None:
+                    shape = tuple(local.shape) if nd == (_sbp.broadcast,) * len(nd) else shape
+                outputs.append(_gt.GlobalTensor(local, shape, dtype, p, nd))
+        for scheduler in self._lr_schedulers:
+            scheduler.step()
+        return outputs[0] if self._single else tuple(outputs)
+
+    # --- state -----------------------------------------------------------------------------------
+    def state_dict(self):
+        """The current value of every parameter and buffer, by the modules' names (prefixed by
+        the graph attribute): global tensors in a global graph, local tensors otherwise."""
+        if not self._compiled:
+            raise RuntimeError("[nn.Graph] state_dict needs a graph that has run once.")
+        rank = env.get_rank()
+        out = {}
+        for full, value, *_ in self._variables:
+            local = None
+            if self._runtime is not None and full in self._local_variables:
+                local = self._runtime.read_variable_pieces(full).get(rank)
+            if isinstance(value, _gt.GlobalTensor):
+                out[full] = _gt.GlobalTensor(local, value.shape, value.dtype, value.placement, value.sbp)
+            else:
+                out[full] = local
+        return out
+
+    def load_state_dict(self, state):
+        """Writes parameter values (as state_dict gives them) into the compiled graph."""
+        if not self._compiled:
+            raise RuntimeError("[nn.Graph] load_state_dict needs a graph that has run once.")
+        names = {full for full, *_ in self._variables}
+        unknown = sorted(set(state) - names)
+        if unknown:
+            raise KeyError(f"[nn.Graph] load_state_dict got unexpected keys {unknown}.")
+        if self._runtime is None:
+            return
+        for full, value, *_ in self._variables:
+            if full in state:
+                v = state[full]
+                if isinstance(value, _gt.GlobalTensor) and isinstance(v, _gt.GlobalTensor):
+                    v = v.to_global(placement=value.placement, sbp=value.sbp)
+                self._write_variable(full, v)
+
+    def sync_to_modules(self):
+        """Copies the trained values into the modules' parameters and buffers."""
+        current = self.state_dict()
+        for full, value, owner, registry_name, key in self._variables:
+            new = current[full]
+            if new is None:
+                continue
+            if isinstance(value, _gt.GlobalTensor):
+                value._local = new.to_local() if new._local is not None else None
+            else:
+                _copy_into(value, new)
+
+    def plan_summary(self):
+        return self._plan.summary() if self._plan is not None else ""
+
+    def write_dot(self, path):
+        """Writes this rank's plan as Graphviz dot."""
+        if self._plan is None:
+            raise RuntimeError("[nn.Graph] this rank holds no part of the graph (or it has not run).")
+        with open(path, "w") as f:
+            f.write(self._plan.dot())
+
+    def __repr__(self):
+        return f"{type(self).__name__}(compiled={self._compiled}, modules={list(self._modules)})"
+
+
+def _copy_into(dst, src):
+    _C._copy_(dst, src)
+
+
+def _placement_from_c(c):
+    flat = list(c.ranks)
+    hierarchy = tuple(c.hierarchy)
+    ranks = np.asarray(flat).reshape(hierarchy).tolist()
+    return _placement(c.device_type, ranks)

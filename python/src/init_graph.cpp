@@ -1,0 +1,308 @@
+// Placement, SBP and the graph machinery nn.Graph and global tensors drive: the tracer that
+// records a build() into a logical graph, compile, the plan, the actor runtime and the
+// transports between processes.
+
+#include <pybind11/functional.h>
+#include <pybind11/stl.h>
+
+#include <cstring>
+
+#include "actor/runtime.h"
+#include "actor/session_transport.h"
+#include "comm/launch_env.h"
+#include "comm/ucx_transport.h"
+#include "compiler/compile.h"
+#include "compiler/graph_tracer.h"
+#include "compiler/plan_dump.h"
+#include "oneflowlike/proto/job.pb.h"
+#include "oneflowlike/proto_convert.h"
+#include "python/src/bindings.h"
+
+namespace ofl::python {
+
+namespace {
+
+using compiler::GraphTracer;
+
+NdSbp nd_sbp_of(const std::vector<std::string>& sbp) {
+  NdSbp out;
+  for (const std::string& s : sbp) out.push_back(Sbp::parse(s));
+  return out;
+}
+
+std::vector<std::string> strings_of(const NdSbp& sbp) {
+  std::vector<std::string> out;
+  for (const Sbp& s : sbp) out.push_back(s.to_string());
+  return out;
+}
+
+std::vector<std::pair<int64_t, int64_t>> ranges_of(const std::vector<Range>& region) {
+  std::vector<std::pair<int64_t, int64_t>> out;
+  for (const Range& r : region) out.emplace_back(r.begin, r.end);
+  return out;
+}
+
+// A tracer made current while `with tracer:` runs (Note [Lazy tensors]).
+struct PyTracer {
+  std::unique_ptr<GraphTracer> tracer;
+  std::unique_ptr<TracingScope> scope;
+};
+
+compiler::OptimizerConfig optimizer_config(const std::string& kind, const py::dict& hyper) {
+  compiler::OptimizerConfig c;
+  if (kind == "sgd") {
+    c.kind = compiler::OptimizerConfig::Kind::kSgd;
+  } else if (kind == "adam") {
+    c.kind = compiler::OptimizerConfig::Kind::kAdam;
+  } else if (kind == "adamw") {
+    c.kind = compiler::OptimizerConfig::Kind::kAdamW;
+  } else {
+    OFL_CHECK(false, "[nn.Graph] optimizer kind must be sgd, adam or adamw. However, got '", kind,
+              "'.");
+  }
+  for (auto [key, value] : hyper) {
+    const std::string k = py::cast<std::string>(key);
+    const double v = py::cast<double>(value);
+    if (k == "lr")
+      c.lr = v;
+    else if (k == "momentum")
+      c.momentum = v;
+    else if (k == "dampening")
+      c.dampening = v;
+    else if (k == "weight_decay")
+      c.weight_decay = v;
+    else if (k == "nesterov")
+      c.nesterov = v != 0;
+    else if (k == "beta1")
+      c.beta1 = v;
+    else if (k == "beta2")
+      c.beta2 = v;
+    else if (k == "eps")
+      c.epsilon = v;
+    else if (k == "clip_grad_max_norm")
+      c.clip_grad_max_norm = v;
+    else
+      OFL_CHECK(false, "[nn.Graph] unknown optimizer setting '", k, "'.");
+  }
+  return c;
+}
+
+struct PyPlan {
+  proto::PlanProto plan;
+  std::string job_text;
+};
+
+}  // namespace
+
+void init_graph(py::module_& m) {
+  py::class_<Placement>(m, "Placement", "Device type and an N-d array of ranks.")
+      .def(
+          py::init([](const std::string& type, std::vector<int64_t> ranks, const Shape& hierarchy) {
+            return Placement(device_type_from_name(type), std::move(ranks), hierarchy);
+          }),
+          py::arg("device_type"), py::arg("ranks"), py::arg("hierarchy"))
+      .def_property_readonly("device_type",
+                             [](const Placement& p) { return device_type_name(p.device_type()); })
+      .def_property_readonly("ranks", &Placement::ranks)
+      .def_property_readonly("hierarchy", &Placement::hierarchy)
+      .def("parallel_id_of", &Placement::parallel_id_of, py::arg("rank"))
+      .def("coordinate", &Placement::coordinate, py::arg("parallel_id"))
+      .def("__eq__", &Placement::operator==)
+      .def("__hash__", [](const Placement& p) { return std::hash<std::string>()(p.to_string()); })
+      .def("__str__", &Placement::to_string);
+
+  m.def(
+      "_copy_",
+      [](const Tensor& dst, const Tensor& src) {
+        OFL_CHECK(dst.shape() == src.shape() && dst.dtype() == src.dtype(),
+                  "[copy_] needs the same shape and dtype. However, got ", dst.describe(), " and ",
+                  src.describe(), ".");
+        std::memcpy(dst.raw_data(), src.raw_data(), src.nbytes());
+      },
+      py::arg("dst"), py::arg("src"), "Copies src's values into dst's storage.");
+  m.def("_is_lazy", [](const Tensor& t) { return t.defined() && t.is_lazy(); });
+  m.def("sbp_parse", [](const std::string& s) { return Sbp::parse(s).to_string(); });
+  m.def(
+      "check_nd_sbp",
+      [](const Shape& shape, const std::vector<std::string>& sbp, const Placement& placement,
+         const std::string& name) { check_nd_sbp(shape, nd_sbp_of(sbp), placement, name); },
+      py::arg("shape"), py::arg("sbp"), py::arg("placement"), py::arg("name"),
+      "Raises ValueError when `sbp` cannot lay out a tensor of `shape` on `placement`.");
+  m.def(
+      "logical_region",
+      [](const Shape& shape, const std::vector<std::string>& sbp, const Placement& placement,
+         int64_t parallel_id) {
+        return ranges_of(logical_region(shape, nd_sbp_of(sbp), placement, parallel_id));
+      },
+      py::arg("shape"), py::arg("sbp"), py::arg("placement"), py::arg("parallel_id"),
+      "The [begin, end) per axis of the logical tensor that the piece at parallel_id holds.");
+
+  py::class_<PyPlan>(m, "Plan", "A compiled plan (protobuf) with its job.")
+      .def("summary",
+           [](const PyPlan& p) {
+             return compiler::summary_to_text(compiler::summarize_plan(p.plan));
+           })
+      .def("text", [](const PyPlan& p) { return compiler::plan_to_text(p.plan); })
+      .def("dot", [](const PyPlan& p) { return compiler::plan_to_dot(p.plan); })
+      .def(
+          "output_sbp",
+          [](const PyPlan& p) {
+            std::map<std::string, std::vector<std::string>> out;
+            for (const auto& rank : p.plan.ranks()) {
+              for (const auto& task : rank.tasks()) {
+                if (task.kind() != proto::TaskProto::OUTPUT) continue;
+                out[task.logical_op()] = strings_of(from_proto(task.sbp()));
+              }
+            }
+            return out;
+          },
+          "The SBP of each fetched tensor, by name (from the hosted ranks' OUTPUT tasks).")
+      .def(
+          "job_bytes", [](const PyPlan& p) { return py::bytes(p.job_text); },
+          "The traced job, serialized (the same bytes in every process of a job).");
+
+  py::class_<PyTracer>(m, "GraphTracer",
+                       "Records ops on lazy tensors into a logical graph (nn.Graph's trace).")
+      .def(py::init([](const std::string& name, const Placement& placement) {
+             auto t = std::make_unique<PyTracer>();
+             t->tracer = std::make_unique<GraphTracer>(name, placement);
+             return t;
+           }),
+           py::arg("name"), py::arg("placement"))
+      .def(
+          "__enter__",
+          [](PyTracer& t) {
+            OFL_CHECK(t.scope == nullptr, "[nn.Graph] the trace is running already.");
+            t.scope = std::make_unique<TracingScope>(t.tracer.get());
+            return &t;
+          },
+          py::return_value_policy::reference)
+      .def("__exit__", [](PyTracer& t, py::args) { t.scope.reset(); })
+      .def(
+          "input",
+          [](PyTracer& t, const std::string& name, const Shape& shape, DataType dtype,
+             const Placement& placement, const std::vector<std::string>& sbp) {
+            return t.tracer->input(name, shape, dtype, placement, nd_sbp_of(sbp));
+          },
+          py::arg("name"), py::arg("shape"), py::arg("dtype"), py::arg("placement"), py::arg("sbp"))
+      .def(
+          "variable",
+          [](PyTracer& t, const std::string& name, const Shape& shape, DataType dtype,
+             const Placement& placement, const std::vector<std::string>& sbp, bool trainable) {
+            return t.tracer->variable(name, shape, dtype, placement, nd_sbp_of(sbp), trainable);
+          },
+          py::arg("name"), py::arg("shape"), py::arg("dtype"), py::arg("placement"), py::arg("sbp"),
+          py::arg("trainable"))
+      .def(
+          "to_global",
+          [](PyTracer& t, const Tensor& x, const Placement& placement,
+             const std::vector<std::string>& sbp) {
+            return t.tracer->to_global(x, placement, nd_sbp_of(sbp));
+          },
+          py::arg("x"), py::arg("placement"), py::arg("sbp"))
+      .def("fetch", [](PyTracer& t, const Tensor& x) { return t.tracer->fetch(x); })
+      .def("knows", [](PyTracer& t, const Tensor& x) { return t.tracer->knows(x); })
+      .def("placement_of", [](PyTracer& t, const Tensor& x) { return t.tracer->placement_of(x); })
+      .def("sbp_hint_of",
+           [](PyTracer& t, const Tensor& x) { return strings_of(t.tracer->sbp_hint_of(x)); })
+      .def("set_location_provider",
+           [](PyTracer& t, std::function<std::string()> provider) {
+             t.tracer->set_location_provider(std::move(provider));
+           })
+      .def("set_checkpoint_group",
+           [](PyTracer& t, const std::string& group) { t.tracer->set_checkpoint_group(group); })
+      .def("set_stage", [](PyTracer& t, int stage) { t.tracer->set_stage(stage); })
+      .def("constants", [](PyTracer& t) { return t.tracer->constants(); })
+      .def("set_loss",
+           [](PyTracer& t, const Tensor& loss) {
+             t.tracer->builder().set_loss(t.tracer->index_of(loss));
+           })
+      .def("set_optimizer",
+           [](PyTracer& t, const std::string& kind, const py::dict& hyper) {
+             t.tracer->builder().train().optimizer = optimizer_config(kind, hyper);
+           })
+      .def("set_gradient_accumulation_steps",
+           [](PyTracer& t, int n) {
+             OFL_CHECK(n >= 1, "[nn.Graph] gradient accumulation steps must be >= 1. However, got ",
+                       n, ".");
+             t.tracer->builder().train().gradient_accumulation_steps = n;
+           })
+      .def("set_zero_stage",
+           [](PyTracer& t, int stage) {
+             OFL_CHECK(stage >= 0 && stage <= 3,
+                       "[nn.Graph] ZeRO stage must be 0..3. However, got ", stage, ".");
+             t.tracer->builder().train().zero_stage = stage;
+           })
+      .def("graph_text",
+           [](PyTracer& t) { return compiler::graph_to_text(t.tracer->builder().graph()); })
+      .def(
+          "compile",
+          [](PyTracer& t, const std::vector<int64_t>& ranks) {
+            compiler::CompileOptions options;
+            options.ranks = ranks;
+            auto plan = std::make_unique<PyPlan>();
+            proto::JobProto job;
+            t.tracer->builder().to_job(&job);
+            plan->job_text = job.SerializeAsString();
+            py::gil_scoped_release release;
+            plan->plan = compiler::compile_graph(t.tracer->builder().graph(), options);
+            return plan;
+          },
+          py::arg("ranks"),
+          "Compiles the traced graph: the parts of `ranks` (every rank when empty).");
+
+  py::class_<comm::Transport, std::shared_ptr<comm::Transport>>(m, "Transport");
+  py::class_<comm::UcxTransport, comm::Transport, std::shared_ptr<comm::UcxTransport>>(
+      m, "UcxTransport")
+      .def_static(
+          "connect",
+          [] {
+            const comm::LaunchEnv env = comm::LaunchEnv::from_environment();
+            py::gil_scoped_release release;
+            return comm::UcxTransport::connect(env);
+          },
+          "Joins the job described by the launcher's environment (RANK, WORLD_SIZE, ...).")
+      .def("leave", &comm::UcxTransport::leave, py::call_guard<py::gil_scoped_release>());
+  py::class_<actor::TransportSessions, std::shared_ptr<actor::TransportSessions>>(
+      m, "TransportSessions")
+      .def(py::init([](std::shared_ptr<comm::Transport> base, std::vector<int64_t> ranks) {
+             return std::make_shared<actor::TransportSessions>(std::move(base), ranks);
+           }),
+           py::arg("transport"), py::arg("ranks"))
+      .def("open", &actor::TransportSessions::open, py::arg("session"))
+      .def("dropped_messages", &actor::TransportSessions::dropped_messages);
+
+  py::class_<actor::Runtime>(m, "Runtime", "Runs a plan on the actor runtime.")
+      .def(py::init([](const PyPlan& plan, std::vector<int64_t> ranks,
+                       std::shared_ptr<comm::Transport> transport, double watchdog_seconds) {
+             actor::RuntimeOptions options;
+             options.ranks = std::move(ranks);
+             options.transport = std::move(transport);
+             options.watchdog_seconds = watchdog_seconds;
+             py::gil_scoped_release release;
+             return std::make_unique<actor::Runtime>(plan.plan, options);
+           }),
+           py::arg("plan"), py::arg("ranks"), py::arg("transport") = nullptr,
+           py::arg("watchdog_seconds") = 60.0)
+      .def("initialize_variables", &actor::Runtime::initialize_variables,
+           py::call_guard<py::gil_scoped_release>())
+      .def("run", &actor::Runtime::run, py::arg("inputs"), py::call_guard<py::gil_scoped_release>())
+      .def("run_local", &actor::Runtime::run_local, py::arg("inputs"),
+           py::call_guard<py::gil_scoped_release>())
+      .def("read_variable", &actor::Runtime::read_variable, py::arg("name"))
+      .def("write_variable", &actor::Runtime::write_variable, py::arg("name"), py::arg("value"))
+      .def("read_variable_pieces", &actor::Runtime::read_variable_pieces, py::arg("name"))
+      .def("write_variable_pieces", &actor::Runtime::write_variable_pieces, py::arg("name"),
+           py::arg("pieces"))
+      .def("variable_names",
+           [](const actor::Runtime& r) {
+             std::vector<std::string> names;
+             for (const auto& [name, tasks] : r.plan_index().variables_by_name())
+               names.push_back(name);
+             return names;
+           })
+      .def_property_readonly("iterations", &actor::Runtime::iterations)
+      .def("shutdown", &actor::Runtime::shutdown, py::call_guard<py::gil_scoped_release>());
+}
+
+}  // namespace ofl::python

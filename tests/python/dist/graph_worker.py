@@ -1,0 +1,220 @@
+"""Run by test_graph.py through the launcher: nn.Graph training of an MLP and a small GPT on a
+layout given by --layout gives the losses and weights of the same graph on one device, which
+each process computes itself first (a local graph on its own rank)."""
+
+import argparse
+import sys
+
+import numpy as np
+
+import oneflowlike as flow
+import oneflowlike.nn as nn
+
+parser = argparse.ArgumentParser()
+parser.add_argument("--model", choices=["mlp", "gpt"], required=True)
+parser.add_argument("--layout", required=True)  # single, dp2, tp2, pp2, dp2tp2
+parser.add_argument("--steps", type=int, default=4)
+args = parser.parse_args()
+rank = flow.env.get_rank()
+S0, S1, B = flow.sbp.split(0), flow.sbp.split(1), flow.sbp.broadcast
+MICRO = 4 if args.layout == "pp2" else 1
+V, T, C, H, BATCH = 16, 8, 16, 2, 8
+
+
+class Mlp(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc1 = nn.Linear(6, 16)
+        self.act = nn.GELU()
+        self.fc2 = nn.Linear(16, 4)
+        self.loss = nn.CrossEntropyLoss()
+
+    def forward(self, x, y):
+        return self.loss(self.fc2(self.act(self.fc1(x))), y)
+
+    def stages(self):
+        return [self.fc1], [self.fc2]
+
+
+class Block(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.ln_1 = nn.LayerNorm(C)
+        self.attn = nn.CausalSelfAttention(C, H, T)
+        self.ln_2 = nn.LayerNorm(C)
+        self.fc = nn.Linear(C, 4 * C)
+        self.gelu = nn.GELU(approximate="tanh")
+        self.proj = nn.Linear(4 * C, C)
+
+    def forward(self, x):
+        x = x + self.attn(self.ln_1(x))
+        return x + self.proj(self.gelu(self.fc(self.ln_2(x))))
+
+
+class Gpt(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.wte = nn.Embedding(V, C)
+        self.wpe = nn.Embedding(T, C)
+        self.h0 = Block()
+        self.h1 = Block()
+        self.ln_f = nn.LayerNorm(C)
+        self.head = nn.Linear(C, V, bias=False)
+        self.loss = nn.CrossEntropyLoss()
+
+    def forward(self, idx, targets):
+        pos = flow.arange(0, T)
+        x = self.wte(idx) + self.wpe(pos)
+        x = self.h1(self.h0(x))
+        logits = self.head(self.ln_f(x))
+        return self.loss(logits.reshape(-1, V), targets.reshape(-1))
+
+    def stages(self):
+        return [self.wte, self.wpe, self.h0], [self.h1, self.ln_f, self.head]
+
+
+def make_model():
+    flow.manual_seed(7)
+    return Mlp() if args.model == "mlp" else Gpt()
+
+
+def batches():
+    rng = np.random.default_rng(11)
+    out = []
+    for _ in range(args.steps):
+        if args.model == "mlp":
+            x = rng.standard_normal((BATCH, 6)).astype(np.float32)
+            y = rng.integers(0, 4, BATCH).astype(np.int64)
+        else:
+            x = rng.integers(0, V, (BATCH, T)).astype(np.int64)
+            y = rng.integers(0, V, (BATCH, T)).astype(np.int64)
+        out.append((x, y))
+    return out
+
+
+class Train(nn.Graph):
+    def __init__(self, model, placements=None, micro=1):
+        super().__init__()
+        self.model = model
+        # The GPT trains with SGD: the key bias's gradient is zero up to rounding (softmax
+        # ignores a constant added to every score), and Adam's normalisation would turn each
+        # layout's different rounding into lr-sized steps.
+        if args.model == "mlp":
+            opt = flow.optim.AdamW(model.parameters(), lr=0.01, weight_decay=0.1)
+        else:
+            opt = flow.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+        self.add_optimizer(opt)
+        self.config.set_gradient_accumulation_steps(micro)
+        if placements is not None:
+            for modules, p in zip(model.stages(), placements):
+                for i, m in enumerate(modules):
+                    self.set_stage(m, placements.index(p), p)
+
+    def build(self, x, y):
+        loss = self.model(x, y)
+        loss.backward()
+        return loss
+
+
+def mean_loss(out):
+    value = out.numpy() if hasattr(out, "numpy") else out
+    return float(np.mean(value))
+
+
+data = batches()
+# One device: a local graph on this process's own rank.
+ref_model = make_model()
+ref = Train(ref_model, micro=MICRO)
+ref_losses = [mean_loss(ref(flow.tensor(x), flow.tensor(y)).numpy()) for x, y in data]
+ref_weights = {k: v.numpy() for k, v in ref.state_dict().items()}
+
+model = make_model()
+data_placement = None
+target_placement = None
+if args.layout == "single":
+    graph = Train(model, micro=MICRO)
+elif args.layout == "dp2":
+    data_placement = flow.placement("cpu", ranks=[0, 1])
+    model.to_global(data_placement, B)
+    graph = Train(model)
+elif args.layout == "tp2":
+    data_placement = flow.placement("cpu", ranks=[0, 1])
+    model.to_global(data_placement, B)
+    # Megatron: first matmuls column-parallel (weight rows = output features), second row-parallel.
+    for name, p in model.named_parameters():
+        if name.endswith(("fc1.weight", "fc1.bias", "fc.weight", "fc.bias", "c_attn.weight",
+                          "c_attn.bias")):
+            split = flow.sbp.split(0)
+        elif name.endswith(("fc2.weight", "proj.weight", "c_proj.weight")):
+            split = flow.sbp.split(1)
+        else:
+            continue
+        owner = model.get_submodule(name.rsplit(".", 1)[0])
+        owner._parameters[name.rsplit(".", 1)[1]] = p.to_global(sbp=split)
+    graph = Train(model)
+    data_sbp = B
+elif args.layout == "pp2":
+    stages = [flow.placement("cpu", ranks=[0]), flow.placement("cpu", ranks=[1])]
+    data_placement = stages[0]
+    target_placement = stages[1]  # the loss is on the last stage
+    graph = Train(model, placements=stages, micro=MICRO)
+elif args.layout == "dp2tp2":
+    data_placement = flow.placement("cpu", ranks=[[0, 1], [2, 3]])
+    model.to_global(data_placement, (B, B))
+    for name, p in model.named_parameters():
+        if name.endswith(("fc1.weight", "fc1.bias", "fc.weight", "fc.bias", "c_attn.weight",
+                          "c_attn.bias")):
+            split = (B, flow.sbp.split(0))
+        elif name.endswith(("fc2.weight", "proj.weight", "c_proj.weight")):
+            split = (B, flow.sbp.split(1))
+        else:
+            continue
+        owner = model.get_submodule(name.rsplit(".", 1)[0])
+        owner._parameters[name.rsplit(".", 1)[1]] = p.to_global(sbp=split)
+    graph = Train(model)
+else:
+    sys.exit(f"unknown layout {args.layout}")
+
+
+target_placement = None if args.layout != "pp2" else target_placement
+
+
+def feed(array, placement=None):
+    placement = placement or data_placement
+    if data_placement is None:
+        return flow.tensor(array)
+    if args.layout == "tp2":
+        return flow.tensor(array, placement=data_placement, sbp=B)
+    sbp = tuple([S0] + [B] * (len(placement.hierarchy) - 1))
+    return flow.tensor(array, placement=placement, sbp=sbp)
+
+
+losses = []
+for x, y in data:
+    out = graph(feed(x), feed(y, target_placement))
+    if data_placement is None:
+        losses.append(mean_loss(out.numpy()))
+    elif rank in out.placement:
+        losses.append(mean_loss(out.numpy()))
+weights = graph.state_dict()
+bad = 0
+if losses:
+    if not np.allclose(losses, ref_losses, rtol=1e-4, atol=1e-5):
+        print(f"rank {rank}: LOSS MISMATCH {losses} vs {ref_losses}", flush=True)
+        bad += 1
+for name, w in weights.items():
+    if isinstance(w, flow.GlobalTensor):
+        if rank not in w.placement:
+            continue
+        value = w.numpy()
+    elif w is None:
+        continue
+    else:
+        value = w.numpy()
+    if not np.allclose(value, ref_weights[name], rtol=1e-4, atol=1e-5):
+        print(f"rank {rank}: WEIGHT MISMATCH {name}: max diff "
+              f"{np.abs(value - ref_weights[name]).max()}", flush=True)
+        bad += 1
+print(f"rank {rank}: {args.model} {args.layout} losses {np.round(losses, 5).tolist()} "
+      f"reference {np.round(ref_losses, 5).tolist()} {'OK' if not bad else 'FAILED'}", flush=True)
+sys.exit(1 if bad else 0)

@@ -1,0 +1,115 @@
+"""The distributed front end through the launcher on 1, 2 and 4 processes: SBP conversions of
+global tensors keep the logical value (dist/sbp_worker.py), and nn.Graph training on DP2, TP2,
+PP2 with 4 micro-batches and DP2 x TP2 gives the one-device losses and weights
+(dist/graph_worker.py). In-process checks of nn.Graph's errors are below."""
+
+import os
+import pathlib
+import socket
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import oneflowlike as flow
+
+_DIST = pathlib.Path(__file__).parent / "dist"
+_CONTRACT = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "NODE_RANK", "MASTER_ADDR",
+             "MASTER_PORT")
+
+
+def _launch(nproc, script, *args, timeout=240):
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("SLURM_", "OFL_")) and k not in _CONTRACT}
+    command = [sys.executable, "-m", "oneflowlike.distributed.launch", "--nproc_per_node",
+               str(nproc), str(_DIST / script), *args]
+    result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=timeout)
+    assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-4000:]
+    return result.stdout
+
+
+@pytest.mark.parametrize("nproc", [1, 2, 4])
+def test_every_sbp_conversion_keeps_the_value(nproc):
+    out = _launch(nproc, "sbp_worker.py")
+    passed = [line for line in out.splitlines() if "checks passed" in line]
+    assert len(passed) == nproc, out
+    # Rank 0 is in every placement: it checks all conversions of 1..nproc ranks (and 2x2).
+    counts = {1: 37, 2: 75, 4: 395}
+    assert f"rank 0: {counts[nproc]} checks passed" in out, out
+
+
+@pytest.mark.parametrize("model", ["mlp", "gpt"])
+@pytest.mark.parametrize("layout,nproc", [("dp2", 2), ("tp2", 2), ("pp2", 2), ("dp2tp2", 4)])
+def test_graph_training_matches_one_device(model, layout, nproc):
+    out = _launch(nproc, "graph_worker.py", "--model", model, "--layout", layout)
+    assert out.count(" OK") == nproc, out
+    assert "FAILED" not in out
+
+
+# --- in one process ------------------------------------------------------------------------
+class _Linear(flow.nn.Graph):
+    def __init__(self, model, opt=None):
+        super().__init__()
+        self.model = model
+        if opt is not None:
+            self.add_optimizer(opt)
+
+    def build(self, x):
+        return self.model(x)
+
+
+def test_graph_inference_equals_eager():
+    flow.manual_seed(1)
+    model = flow.nn.Sequential(flow.nn.Linear(3, 5), flow.nn.ReLU(), flow.nn.Linear(5, 2))
+    x = flow.randn(4, 3)
+    got = _Linear(model)(x).numpy()
+    np.testing.assert_allclose(got, model(x).detach().numpy(), rtol=1e-6)
+
+
+def test_graph_errors_point_at_the_users_line():
+    class Bad(flow.nn.Graph):
+        def build(self, x):
+            return flow.matmul(x, x)  # (4, 3) @ (4, 3): bad shapes
+
+    with pytest.raises(ValueError) as info:
+        Bad()(flow.randn(4, 3))
+    message = str(info.value)
+    assert "matmul" in message and "test_distributed_frontend.py:" in message, message
+
+
+def test_graph_needs_backward_with_an_optimizer():
+    model = flow.nn.Linear(3, 1)
+    graph = _Linear(model, flow.optim.SGD(model.parameters(), lr=0.1))
+    with pytest.raises(RuntimeError, match="loss.backward"):
+        graph(flow.randn(2, 3))
+
+
+def test_lazy_tensor_has_no_value_in_build():
+    class Peek(flow.nn.Graph):
+        def build(self, x):
+            return (x * 2).numpy()
+
+    with pytest.raises(RuntimeError, match="no data until the graph runs"):
+        Peek()(flow.randn(2, 2))
+
+
+def test_gradient_accumulation_needs_a_divisible_batch():
+    graph = _Linear(flow.nn.Linear(3, 1))
+    graph.config.set_gradient_accumulation_steps(3)
+    with pytest.raises(ValueError, match="must divide by 3"):
+        graph(flow.randn(4, 3))
+
+
+def test_bad_placement_and_sbp_inputs():
+    with pytest.raises(ValueError, match="outside the world"):
+        flow.placement("cpu", ranks=[0, 1])
+    with pytest.raises(ValueError, match="distinct"):
+        flow.placement("cpu", ranks=[0, 0])
+    with pytest.raises(ValueError, match="non-negative"):
+        flow.sbp.split(-1)
+    p = flow.placement("cpu", ranks=[0])
+    with pytest.raises(TypeError, match="flow.sbp"):
+        flow.randn(2, 2, placement=p, sbp="B")
+    with pytest.raises(IndexError, match="axis 3"):
+        flow.randn(2, 2, placement=p, sbp=flow.sbp.split(3))
