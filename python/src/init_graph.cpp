@@ -87,6 +87,17 @@ compiler::OptimizerConfig optimizer_config(const std::string& kind, const py::di
   return c;
 }
 
+std::map<std::string, std::vector<std::string>> sbp_of_tasks(const proto::PlanProto& plan,
+                                                             proto::TaskProto::Kind kind) {
+  std::map<std::string, std::vector<std::string>> out;
+  for (const auto& rank : plan.ranks()) {
+    for (const auto& task : rank.tasks()) {
+      if (task.kind() == kind) out[task.logical_op()] = strings_of(from_proto(task.sbp()));
+    }
+  }
+  return out;
+}
+
 struct PyPlan {
   proto::PlanProto plan;
   std::string job_text;
@@ -146,17 +157,12 @@ void init_graph(py::module_& m) {
       .def("dot", [](const PyPlan& p) { return compiler::plan_to_dot(p.plan); })
       .def(
           "output_sbp",
-          [](const PyPlan& p) {
-            std::map<std::string, std::vector<std::string>> out;
-            for (const auto& rank : p.plan.ranks()) {
-              for (const auto& task : rank.tasks()) {
-                if (task.kind() != proto::TaskProto::OUTPUT) continue;
-                out[task.logical_op()] = strings_of(from_proto(task.sbp()));
-              }
-            }
-            return out;
-          },
+          [](const PyPlan& p) { return sbp_of_tasks(p.plan, proto::TaskProto::OUTPUT); },
           "The SBP of each fetched tensor, by name (from the hosted ranks' OUTPUT tasks).")
+      .def(
+          "variable_sbp",
+          [](const PyPlan& p) { return sbp_of_tasks(p.plan, proto::TaskProto::VARIABLE); },
+          "The SBP of each variable, by name (from the hosted ranks' VARIABLE tasks).")
       .def(
           "job_bytes", [](const PyPlan& p) { return py::bytes(p.job_text); },
           "The traced job, serialized (the same bytes in every process of a job).");

@@ -19,9 +19,10 @@ _CONTRACT = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "NODE_RANK"
              "MASTER_PORT")
 
 
-def _launch(nproc, script, *args, timeout=240):
+def _launch(nproc, script, *args, timeout=240, **extra_env):
     env = {k: v for k, v in os.environ.items()
            if not k.startswith(("SLURM_", "OFL_")) and k not in _CONTRACT}
+    env.update(extra_env)
     command = [sys.executable, "-m", "oneflowlike.distributed.launch", "--nproc_per_node",
                str(nproc), str(_DIST / script), *args]
     result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=timeout)
@@ -40,11 +41,19 @@ def test_every_sbp_conversion_keeps_the_value(nproc):
 
 
 @pytest.mark.parametrize("model", ["mlp", "gpt"])
-@pytest.mark.parametrize("layout,nproc", [("dp2", 2), ("tp2", 2), ("pp2", 2), ("dp2tp2", 4)])
+@pytest.mark.parametrize("layout,nproc",
+                         [("dp2", 2), ("dp2zero", 2), ("tp2", 2), ("pp2", 2), ("dp2tp2", 4)])
 def test_graph_training_matches_one_device(model, layout, nproc):
     out = _launch(nproc, "graph_worker.py", "--model", model, "--layout", layout)
     assert out.count(" OK") == nproc, out
     assert "FAILED" not in out
+
+
+def test_checkpoint_saved_on_dp2tp2_resumes_on_pp2_and_one_rank(tmp_path):
+    out = _launch(4, "checkpoint_worker.py", OFL_TEST_CHECKPOINT=str(tmp_path / "ckpt"))
+    assert out.count("checkpoint OK") == 4, out
+    manifest = (tmp_path / "ckpt" / "manifest.json").read_text()
+    assert '"world_size": 4' in manifest and "model.head.weight.momentum" in manifest
 
 
 # --- in one process ------------------------------------------------------------------------
@@ -65,6 +74,38 @@ def test_graph_inference_equals_eager():
     x = flow.randn(4, 3)
     got = _Linear(model)(x).numpy()
     np.testing.assert_allclose(got, model(x).detach().numpy(), rtol=1e-6)
+
+
+def test_checkpoint_round_trip_and_sync_to_modules(tmp_path):
+    flow.manual_seed(2)
+    model = flow.nn.Linear(3, 2)
+    opt = flow.optim.SGD(model.parameters(), lr=0.5, momentum=0.9)
+
+    class Train(flow.nn.Graph):
+        def __init__(self):
+            super().__init__()
+            self.model = model
+            self.add_optimizer(opt)
+
+        def build(self, x):
+            loss = (self.model(x) ** 2).mean()
+            loss.backward()
+            return loss
+
+    graph = Train()
+    x = flow.randn(4, 3)
+    graph(x)
+    state = graph.state_dict()
+    assert set(state) == {"model.weight", "model.bias", "model.weight.momentum",
+                          "model.bias.momentum"}
+    flow.save(state, str(tmp_path / "c"))
+    loaded = flow.load(str(tmp_path / "c"))
+    for name, value in state.items():
+        np.testing.assert_array_equal(loaded[name].numpy(), value.numpy())
+    before = model.weight.numpy().copy()
+    graph.sync_to_modules()
+    np.testing.assert_array_equal(model.weight.numpy(), state["model.weight"].numpy())
+    assert not np.array_equal(before, model.weight.numpy())
 
 
 def test_graph_errors_point_at_the_users_line():

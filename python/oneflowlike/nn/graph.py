@@ -128,6 +128,10 @@ class Graph:
         self._runtime = None
         self._step = 0
         self._debug = 0
+        self._pending_state = None
+        self._runtime = None
+        self._local_variables = set()
+        self._variable_sbp = {}
 
     def __setattr__(self, name, value):
         from oneflowlike.nn.modules.module import Module
@@ -188,6 +192,7 @@ class Graph:
     def _compile(self, args):
         placement, is_global = self._default_placement(args)
         self._is_global = is_global
+        self._tracer_placement = placement
         tracer = _gt._Tracer(type(self).__name__, placement)
         tracer.set_location_provider(_user_location)
         self._inputs = []  # (name, is_global)
@@ -280,12 +285,16 @@ class Graph:
                 print(f"[nn.Graph] rank {rank}: {self._plan.summary()}")
             self._runtime = _job.current().runtime(self._plan)
             self._local_variables = set(self._runtime.variable_names())
+            self._variable_sbp = self._plan.variable_sbp()
             self._runtime.initialize_variables()
             for name, value in tracer.constants().items():
                 self._runtime.write_variable(name, value)
-            for full, value, *_ in self._variables:
-                self._write_variable(full, value)
         self._compiled = True
+        for full, value, *_ in self._variables:
+            self._write_variable(full, value)
+        if self._pending_state is not None:
+            state, self._pending_state = self._pending_state, None
+            self.load_state_dict(state)
 
     def _loss_marked(self, tracer):
         return tracer.loss_marked
@@ -308,15 +317,38 @@ class Graph:
             restores.append((module, forward if had_own else None))
         return restores
 
-    def _write_variable(self, name, value):
-        rank = env.get_rank()
-        if name not in self._local_variables:
-            return
+    def _optimizer_state_suffixes(self):
+        from oneflowlike import optim
+
+        if not self._optimizers:
+            return ()
+        if isinstance(self._optimizers[0], optim.Adam):
+            return (".exp_avg", ".exp_avg_sq")
+        return (".momentum",)
+
+    def _plan_layout(self, name, value):
+        """(placement, sbp) of variable ``name`` in the plan (ZeRO may split what the module
+        holds whole); the module's own layout where this rank holds no part of it."""
         if isinstance(value, _gt.GlobalTensor):
-            local = value.to_local()
+            placement, sbp = value.placement, value.sbp
         else:
-            local = value.detach() if value.requires_grad else value
-        self._runtime.write_variable_pieces(name, {rank: local})
+            placement = self._tracer_placement
+            sbp = (_sbp.broadcast,) * len(placement.hierarchy)
+        if name in self._variable_sbp:
+            sbp = tuple(_sbp.sbp(x) for x in self._variable_sbp[name])
+        return placement, sbp
+
+    def _write_variable(self, name, value):
+        """Writes ``value`` (a local tensor holding the whole value, or a global tensor in any
+        layout) into variable ``name``; every rank of the value's placement must call it."""
+        if isinstance(value, _gt.GlobalTensor):
+            placement, sbp = self._plan_layout(name, value)
+            if value.placement != placement or value.sbp != sbp:
+                value = value.to_global(placement=placement, sbp=sbp)
+            if name in self._local_variables:
+                self._runtime.write_variable_pieces(name, {env.get_rank(): value.to_local()})
+        elif name in self._local_variables:
+            self._runtime.write_variable(name, value.detach() if value.requires_grad else value)
 
     # --- every call ----------------------------------------------------------------------------
     def __call__(self, *args):
@@ -363,51 +395,81 @@ class Graph:
         return outputs[0] if self._single else tuple(outputs)
 
     # --- state -----------------------------------------------------------------------------------
+    def _state_entries(self):
+        """(name, the module value whose layout it shares) of every parameter, buffer and, once
+        compiled, optimizer state ("<param>.momentum", "<param>.exp_avg", ...)."""
+        if self._compiled:
+            variables = [(full, value, registry_name == "_parameters")
+                         for full, value, _, registry_name, _ in self._variables]
+        else:
+            variables = [(full, value, is_param)
+                         for full, _, _, _, value, is_param in self._named_variables()]
+        entries = []
+        for full, value, is_param in variables:
+            entries.append((full, value))
+            trainable = (getattr(value, "_ofl_trainable", True)
+                         if isinstance(value, _gt.GlobalTensor) else value.requires_grad)
+            if is_param and trainable:
+                # A template before the first call: the state has its parameter's layout.
+                for suffix in self._optimizer_state_suffixes():
+                    entries.append((full + suffix, value))
+        return entries
+
     def state_dict(self):
-        """The current value of every parameter and buffer, by the modules' names (prefixed by
-        the graph attribute): global tensors in a global graph, local tensors otherwise."""
-        if not self._compiled:
-            raise RuntimeError("[nn.Graph] state_dict needs a graph that has run once.")
+        """Every parameter, buffer and optimizer state by name (the modules' names prefixed by
+        the graph attribute): global tensors in a global graph, local tensors otherwise. Before
+        the first call, the modules' values (the layouts flow.load(like=...) needs)."""
         rank = env.get_rank()
         out = {}
-        for full, value, *_ in self._variables:
+        for name, value in self._state_entries():
+            if not self._compiled:
+                out[name] = value
+                continue
             local = None
-            if self._runtime is not None and full in self._local_variables:
-                local = self._runtime.read_variable_pieces(full).get(rank)
+            if name in self._local_variables:
+                local = self._runtime.read_variable_pieces(name).get(rank)
             if isinstance(value, _gt.GlobalTensor):
-                out[full] = _gt.GlobalTensor(local, value.shape, value.dtype, value.placement, value.sbp)
+                placement, sbp = self._plan_layout(name, value)
+                out[name] = _gt.GlobalTensor(local, value.shape, value.dtype, placement, sbp)
             else:
-                out[full] = local
+                out[name] = local
         return out
 
-    def load_state_dict(self, state):
-        """Writes parameter values (as state_dict gives them) into the compiled graph."""
+    def load_state_dict(self, state, strict=True):
+        """Writes values (as state_dict gives them, in any layout) into the graph; before the
+        first call they are kept and written once it has compiled."""
         if not self._compiled:
-            raise RuntimeError("[nn.Graph] load_state_dict needs a graph that has run once.")
-        names = {full for full, *_ in self._variables}
-        unknown = sorted(set(state) - names)
-        if unknown:
-            raise KeyError(f"[nn.Graph] load_state_dict got unexpected keys {unknown}.")
-        if self._runtime is None:
+            names = {name for name, _ in self._state_entries()}
+            unknown = sorted(k for k in state if k not in names and not any(
+                k.startswith(n + ".") for n in names))
+            if unknown and strict:
+                raise KeyError(f"[nn.Graph] load_state_dict got unexpected keys {unknown}.")
+            self._pending_state = dict(state)
             return
-        for full, value, *_ in self._variables:
-            if full in state:
-                v = state[full]
-                if isinstance(value, _gt.GlobalTensor) and isinstance(v, _gt.GlobalTensor):
-                    v = v.to_global(placement=value.placement, sbp=value.sbp)
-                self._write_variable(full, v)
+        names = [name for name, _ in self._state_entries()]
+        unknown = sorted(set(state) - set(names))
+        if unknown and strict:
+            raise KeyError(f"[nn.Graph] load_state_dict got unexpected keys {unknown}.")
+        for name, value in self._state_entries():
+            if name not in state:
+                continue
+            v = state[name]
+            if tuple(v.shape) != tuple(value.shape):
+                raise ValueError(f"[nn.Graph] '{name}' has shape {tuple(value.shape)}. However, "
+                                 f"load_state_dict got {tuple(v.shape)}.")
+            self._write_variable(name, v)
 
     def sync_to_modules(self):
         """Copies the trained values into the modules' parameters and buffers."""
         current = self.state_dict()
         for full, value, owner, registry_name, key in self._variables:
             new = current[full]
-            if new is None:
-                continue
             if isinstance(value, _gt.GlobalTensor):
-                value._local = new.to_local() if new._local is not None else None
-            else:
-                _copy_into(value, new)
+                if new.placement != value.placement or new.sbp != value.sbp:
+                    new = new.to_global(placement=value.placement, sbp=value.sbp)
+                value._local = new._local
+            elif new is not None:
+                _C._copy_(value, new)
 
     def plan_summary(self):
         return self._plan.summary() if self._plan is not None else ""

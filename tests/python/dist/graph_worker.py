@@ -12,7 +12,7 @@ import oneflowlike.nn as nn
 
 parser = argparse.ArgumentParser()
 parser.add_argument("--model", choices=["mlp", "gpt"], required=True)
-parser.add_argument("--layout", required=True)  # single, dp2, tp2, pp2, dp2tp2
+parser.add_argument("--layout", required=True)  # single, dp2, dp2zero, tp2, pp2, dp2tp2
 parser.add_argument("--steps", type=int, default=4)
 args = parser.parse_args()
 rank = flow.env.get_rank()
@@ -121,100 +121,116 @@ def mean_loss(out):
     return float(np.mean(value))
 
 
-data = batches()
-# One device: a local graph on this process's own rank.
-ref_model = make_model()
-ref = Train(ref_model, micro=MICRO)
-ref_losses = [mean_loss(ref(flow.tensor(x), flow.tensor(y)).numpy()) for x, y in data]
-ref_weights = {k: v.numpy() for k, v in ref.state_dict().items()}
+def main():
+    global data_placement, target_placement
+    data = batches()
+    # One device: a local graph on this process's own rank.
+    ref_model = make_model()
+    ref = Train(ref_model, micro=MICRO)
+    ref_losses = [mean_loss(ref(flow.tensor(x), flow.tensor(y)).numpy()) for x, y in data]
+    ref_weights = {k: v.numpy() for k, v in ref.state_dict().items()}
 
-model = make_model()
-data_placement = None
-target_placement = None
-if args.layout == "single":
-    graph = Train(model, micro=MICRO)
-elif args.layout == "dp2":
-    data_placement = flow.placement("cpu", ranks=[0, 1])
-    model.to_global(data_placement, B)
-    graph = Train(model)
-elif args.layout == "tp2":
-    data_placement = flow.placement("cpu", ranks=[0, 1])
-    model.to_global(data_placement, B)
-    # Megatron: first matmuls column-parallel (weight rows = output features), second row-parallel.
-    for name, p in model.named_parameters():
-        if name.endswith(("fc1.weight", "fc1.bias", "fc.weight", "fc.bias", "c_attn.weight",
-                          "c_attn.bias")):
-            split = flow.sbp.split(0)
-        elif name.endswith(("fc2.weight", "proj.weight", "c_proj.weight")):
-            split = flow.sbp.split(1)
-        else:
-            continue
-        owner = model.get_submodule(name.rsplit(".", 1)[0])
-        owner._parameters[name.rsplit(".", 1)[1]] = p.to_global(sbp=split)
-    graph = Train(model)
-    data_sbp = B
-elif args.layout == "pp2":
-    stages = [flow.placement("cpu", ranks=[0]), flow.placement("cpu", ranks=[1])]
-    data_placement = stages[0]
-    target_placement = stages[1]  # the loss is on the last stage
-    graph = Train(model, placements=stages, micro=MICRO)
-elif args.layout == "dp2tp2":
-    data_placement = flow.placement("cpu", ranks=[[0, 1], [2, 3]])
-    model.to_global(data_placement, (B, B))
-    for name, p in model.named_parameters():
-        if name.endswith(("fc1.weight", "fc1.bias", "fc.weight", "fc.bias", "c_attn.weight",
-                          "c_attn.bias")):
-            split = (B, flow.sbp.split(0))
-        elif name.endswith(("fc2.weight", "proj.weight", "c_proj.weight")):
-            split = (B, flow.sbp.split(1))
-        else:
-            continue
-        owner = model.get_submodule(name.rsplit(".", 1)[0])
-        owner._parameters[name.rsplit(".", 1)[1]] = p.to_global(sbp=split)
-    graph = Train(model)
-else:
-    sys.exit(f"unknown layout {args.layout}")
-
-
-target_placement = None if args.layout != "pp2" else target_placement
-
-
-def feed(array, placement=None):
-    placement = placement or data_placement
-    if data_placement is None:
-        return flow.tensor(array)
-    if args.layout == "tp2":
-        return flow.tensor(array, placement=data_placement, sbp=B)
-    sbp = tuple([S0] + [B] * (len(placement.hierarchy) - 1))
-    return flow.tensor(array, placement=placement, sbp=sbp)
-
-
-losses = []
-for x, y in data:
-    out = graph(feed(x), feed(y, target_placement))
-    if data_placement is None:
-        losses.append(mean_loss(out.numpy()))
-    elif rank in out.placement:
-        losses.append(mean_loss(out.numpy()))
-weights = graph.state_dict()
-bad = 0
-if losses:
-    if not np.allclose(losses, ref_losses, rtol=1e-4, atol=1e-5):
-        print(f"rank {rank}: LOSS MISMATCH {losses} vs {ref_losses}", flush=True)
-        bad += 1
-for name, w in weights.items():
-    if isinstance(w, flow.GlobalTensor):
-        if rank not in w.placement:
-            continue
-        value = w.numpy()
-    elif w is None:
-        continue
+    model = make_model()
+    data_placement = None
+    target_placement = None
+    if args.layout == "single":
+        graph = Train(model, micro=MICRO)
+    elif args.layout == "dp2":
+        data_placement = flow.placement("cpu", ranks=[0, 1])
+        model.to_global(data_placement, B)
+        graph = Train(model)
+    elif args.layout == "dp2zero":
+        data_placement = flow.placement("cpu", ranks=[0, 1])
+        model.to_global(data_placement, B)
+        graph = Train(model)
+        graph.config.enable_zero(stage=1)
+    elif args.layout == "tp2":
+        data_placement = flow.placement("cpu", ranks=[0, 1])
+        model.to_global(data_placement, B)
+        # Megatron: first matmuls column-parallel (weight rows = output features), second row-parallel.
+        for name, p in model.named_parameters():
+            if name.endswith(("fc1.weight", "fc1.bias", "fc.weight", "fc.bias", "c_attn.weight",
+                              "c_attn.bias")):
+                split = flow.sbp.split(0)
+            elif name.endswith(("fc2.weight", "proj.weight", "c_proj.weight")):
+                split = flow.sbp.split(1)
+            else:
+                continue
+            owner = model.get_submodule(name.rsplit(".", 1)[0])
+            owner._parameters[name.rsplit(".", 1)[1]] = p.to_global(sbp=split)
+        graph = Train(model)
+        data_sbp = B
+    elif args.layout == "pp2":
+        stages = [flow.placement("cpu", ranks=[0]), flow.placement("cpu", ranks=[1])]
+        data_placement = stages[0]
+        target_placement = stages[1]  # the loss is on the last stage
+        graph = Train(model, placements=stages, micro=MICRO)
+    elif args.layout == "dp2tp2":
+        data_placement = flow.placement("cpu", ranks=[[0, 1], [2, 3]])
+        model.to_global(data_placement, (B, B))
+        for name, p in model.named_parameters():
+            if name.endswith(("fc1.weight", "fc1.bias", "fc.weight", "fc.bias", "c_attn.weight",
+                              "c_attn.bias")):
+                split = (B, flow.sbp.split(0))
+            elif name.endswith(("fc2.weight", "proj.weight", "c_proj.weight")):
+                split = (B, flow.sbp.split(1))
+            else:
+                continue
+            owner = model.get_submodule(name.rsplit(".", 1)[0])
+            owner._parameters[name.rsplit(".", 1)[1]] = p.to_global(sbp=split)
+        graph = Train(model)
     else:
-        value = w.numpy()
-    if not np.allclose(value, ref_weights[name], rtol=1e-4, atol=1e-5):
-        print(f"rank {rank}: WEIGHT MISMATCH {name}: max diff "
-              f"{np.abs(value - ref_weights[name]).max()}", flush=True)
-        bad += 1
-print(f"rank {rank}: {args.model} {args.layout} losses {np.round(losses, 5).tolist()} "
-      f"reference {np.round(ref_losses, 5).tolist()} {'OK' if not bad else 'FAILED'}", flush=True)
-sys.exit(1 if bad else 0)
+        sys.exit(f"unknown layout {args.layout}")
+
+
+    target_placement = None if args.layout != "pp2" else target_placement
+
+
+    def feed(array, placement=None):
+        placement = placement or data_placement
+        if data_placement is None:
+            return flow.tensor(array)
+        if args.layout == "tp2":
+            return flow.tensor(array, placement=data_placement, sbp=B)
+        sbp = tuple([S0] + [B] * (len(placement.hierarchy) - 1))
+        return flow.tensor(array, placement=placement, sbp=sbp)
+
+
+    losses = []
+    for x, y in data:
+        out = graph(feed(x), feed(y, target_placement))
+        if data_placement is None:
+            losses.append(mean_loss(out.numpy()))
+        elif rank in out.placement:
+            losses.append(mean_loss(out.numpy()))
+    weights = graph.state_dict()
+    bad = 0
+    if args.layout == "dp2zero":  # ZeRO splits the replicated parameters and their state
+        name = "model.fc1.weight" if args.model == "mlp" else "model.head.weight"
+        assert str(weights[name].sbp[0]).startswith("S("), weights[name]
+        assert str(weights[name + ".exp_avg" if args.model == "mlp" else name + ".momentum"]
+                   .sbp[0]).startswith("S(")
+    if losses:
+        if not np.allclose(losses, ref_losses, rtol=1e-4, atol=1e-5):
+            print(f"rank {rank}: LOSS MISMATCH {losses} vs {ref_losses}", flush=True)
+            bad += 1
+    for name, w in weights.items():
+        if isinstance(w, flow.GlobalTensor):
+            if rank not in w.placement:
+                continue
+            value = w.numpy()
+        elif w is None:
+            continue
+        else:
+            value = w.numpy()
+        if not np.allclose(value, ref_weights[name], rtol=1e-4, atol=1e-5):
+            print(f"rank {rank}: WEIGHT MISMATCH {name}: max diff "
+                  f"{np.abs(value - ref_weights[name]).max()}", flush=True)
+            bad += 1
+    print(f"rank {rank}: {args.model} {args.layout} losses {np.round(losses, 5).tolist()} "
+          f"reference {np.round(ref_losses, 5).tolist()} {'OK' if not bad else 'FAILED'}", flush=True)
+    sys.exit(1 if bad else 0)
+
+
+if __name__ == "__main__":
+    main()

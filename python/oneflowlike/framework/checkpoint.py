@@ -1,0 +1,231 @@
+"""flow.save / flow.load: checkpoints of global (and local) tensors, written by every rank in
+parallel and read back onto any placement and SBP.
+
+Layout of a checkpoint directory:
+
+    manifest.json          the commit marker, written last by rank 0: every tensor's logical
+                           shape, dtype, placement and SBP, and the world size
+    rank<r>.json           rank r's pieces: per tensor, the region of the logical tensor it
+                           holds, its file and the file's SHA-256
+    rank<r>/<i>.npy        the pieces themselves
+
+Every file is written under a temporary name and renamed into place, and rank 0 writes the
+manifest only after every rank reported its pieces written (an all-reduce of one number over
+all ranks), so a checkpoint without manifest.json is incomplete and is refused. A piece is
+written once: along a broadcast dimension of the placement only coordinate 0 writes, and a
+partial-sum tensor is first made broadcast. Nothing is gathered onto one rank.
+
+Loading reads, for each tensor, only the saved pieces that overlap the region this rank needs
+(``like`` gives the target layouts), copying the overlaps; each file read is verified against
+its checksum first.
+"""
+
+import hashlib
+import json
+import os
+
+import numpy as np
+
+from oneflowlike import _C
+from oneflowlike import env
+from oneflowlike import sbp as _sbp
+from oneflowlike.framework import global_tensor as _gt
+
+__all__ = ["save", "load"]
+
+_FORMAT = "oneflowlike-checkpoint-1"
+
+
+def _atomic_write(path, write):
+    tmp = f"{path}.tmp{os.getpid()}"
+    with open(tmp, "wb") as f:
+        write(f)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def _sha256(path):
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _dtype_name(dtype):
+    return repr(dtype).split(".")[-1]
+
+
+def _barrier_all_ok(ok):
+    """Every rank's ``ok`` summed over all ranks (an all-reduce): a barrier that also says
+    whether every rank succeeded."""
+    world = env.get_world_size()
+    if world == 1:
+        return int(ok)
+    from oneflowlike.placement import placement
+
+    everyone = placement("cpu", list(range(world)))
+    local = _C.from_numpy(np.asarray([float(ok)], np.float32))
+    total = local.to_global(placement=everyone, sbp=_sbp.partial_sum).numpy()
+    return int(round(float(total[0])))
+
+
+def _writes_piece(t, rank):
+    coord = t.placement._c.coordinate(t.placement._c.parallel_id_of(rank))
+    return all(c == 0 for s, c in zip(t.sbp, coord) if str(s) == "B")
+
+
+def save(state, path):
+    """Writes ``state`` (a dict of name -> Tensor or global tensor, e.g. graph.state_dict() or
+    module.state_dict()) to directory ``path``. Every rank of the job must call it."""
+    if not isinstance(state, dict):
+        raise TypeError(f"[save] expects a dict of tensors. However, got {type(state).__name__}.")
+    rank, world = env.get_rank(), env.get_world_size()
+    os.makedirs(os.path.join(path, f"rank{rank}"), exist_ok=True)
+    manifest = {"format": _FORMAT, "world_size": world, "tensors": {}}
+    pieces = {}
+    ok = True
+    error = None
+    try:
+        for i, (name, value) in enumerate(sorted(state.items())):
+            if isinstance(value, _gt.GlobalTensor):
+                if any(str(s) == "P" for s in value.sbp):
+                    value = value.to_global(sbp=tuple(
+                        _sbp.broadcast if str(s) == "P" else s for s in value.sbp))
+                entry = {"shape": list(value.shape), "dtype": _dtype_name(value.dtype),
+                         "placement": value.placement.flat_ranks,
+                         "hierarchy": list(value.placement.hierarchy),
+                         "sbp": [str(s) for s in value.sbp]}
+                local = value._local if rank in value.placement and _writes_piece(value, rank) \
+                    else None
+                region = None
+                if local is not None:
+                    region = [[r.start, r.stop] for r in _gt._region(
+                        value.shape, value.placement, value.sbp, rank)]
+            elif isinstance(value, _C.Tensor):
+                entry = {"shape": list(value.shape), "dtype": _dtype_name(value.dtype),
+                         "placement": None, "sbp": None}
+                # A local tensor is the same on every rank (replicated): rank 0 writes it.
+                local = value.detach() if rank == 0 else None
+                region = [[0, d] for d in value.shape]
+            else:
+                raise TypeError(f"[save] '{name}' must be a tensor. However, got "
+                                f"{type(value).__name__}.")
+            manifest["tensors"][name] = entry
+            if local is not None:
+                file = os.path.join(f"rank{rank}", f"{i}.npy")
+                array = local.numpy()
+                _atomic_write(os.path.join(path, file), lambda f: np.save(f, array))
+                pieces[name] = {"region": region, "file": file,
+                                "sha256": _sha256(os.path.join(path, file))}
+        body = json.dumps({"rank": rank, "pieces": pieces}, indent=1).encode()
+        _atomic_write(os.path.join(path, f"rank{rank}.json"), lambda f: f.write(body))
+    except Exception as e:  # every rank must reach the barrier, or the others would hang
+        ok, error = False, e
+    everyone_ok = _barrier_all_ok(ok) == world
+    if error is not None:
+        raise error
+    if not everyone_ok:
+        raise RuntimeError(f"[save] another rank failed to write its pieces of '{path}'; the "
+                           "checkpoint is incomplete (no manifest.json).")
+    if rank == 0:
+        body = json.dumps(manifest, indent=1).encode()
+        _atomic_write(os.path.join(path, "manifest.json"), lambda f: f.write(body))
+    _barrier_all_ok(True)
+
+
+def _read_manifest(path):
+    file = os.path.join(path, "manifest.json")
+    if not os.path.exists(file):
+        raise FileNotFoundError(f"[load] '{path}' is not a complete checkpoint: it has no "
+                                "manifest.json (a save did not finish).")
+    with open(file) as f:
+        manifest = json.load(f)
+    if manifest.get("format") != _FORMAT:
+        raise ValueError(f"[load] '{file}' is not a {_FORMAT} manifest.")
+    saved = {}  # name -> list of (region, file, sha256)
+    for r in range(manifest["world_size"]):
+        rank_file = os.path.join(path, f"rank{r}.json")
+        if not os.path.exists(rank_file):
+            raise FileNotFoundError(f"[load] checkpoint '{path}' lacks {os.path.basename(rank_file)}.")
+        with open(rank_file) as f:
+            for name, piece in json.load(f)["pieces"].items():
+                saved.setdefault(name, []).append(piece)
+    return manifest, saved
+
+
+class _Reader:
+    def __init__(self, path):
+        self.path = path
+        self.verified = set()
+
+    def array(self, piece):
+        file = os.path.join(self.path, piece["file"])
+        if file not in self.verified:
+            if not os.path.exists(file) or _sha256(file) != piece["sha256"]:
+                raise RuntimeError(f"[load] '{file}' is missing or corrupt: its SHA-256 does not "
+                                   "match the checkpoint's record.")
+            self.verified.add(file)
+        return np.load(file, mmap_mode="r")
+
+
+def _assemble(reader, pieces, shape, region, numpy_dtype):
+    """The part ``region`` (slices) of a tensor of ``shape`` from the saved pieces that overlap."""
+    out = np.zeros(tuple(r.stop - r.start for r in region), dtype=numpy_dtype)
+    covered = np.zeros(out.shape, dtype=bool)
+    for piece in pieces:
+        lo = [max(a, r.start) for (a, _), r in zip(piece["region"], region)]
+        hi = [min(b, r.stop) for (_, b), r in zip(piece["region"], region)]
+        if any(l >= h for l, h in zip(lo, hi)) and out.size:
+            continue
+        src = tuple(slice(l - a, h - a) for l, h, (a, _) in zip(lo, hi, piece["region"]))
+        dst = tuple(slice(l - r.start, h - r.start) for l, h, r in zip(lo, hi, region))
+        out[dst] = reader.array(piece)[src]
+        covered[dst] = True
+    if not covered.all():
+        raise RuntimeError("[load] the checkpoint's pieces do not cover the tensor: a rank's "
+                           "pieces are missing.")
+    return out
+
+
+_NUMPY = {"float32": np.float32, "float64": np.float64, "int64": np.int64, "int32": np.int32,
+          "int8": np.int8, "bool": np.bool_, "float16": np.float16}
+
+
+def load(path, like=None):
+    """Reads a checkpoint. With ``like`` (a dict of name -> Tensor or global tensor, e.g. the
+    state_dict of the model or graph to restore), every tensor comes back in the layout of its
+    entry in ``like`` — any placement and SBP, whatever the saving layout — each rank reading only
+    the pieces it needs. Without ``like``, every tensor comes back whole as a local tensor."""
+    manifest, saved = _read_manifest(path)
+    reader = _Reader(path)
+    names = list(manifest["tensors"]) if like is None else list(like)
+    out = {}
+    rank = env.get_rank()
+    for name in names:
+        entry = manifest["tensors"].get(name)
+        if entry is None:
+            raise KeyError(f"[load] checkpoint '{path}' has no tensor '{name}'.")
+        shape = tuple(entry["shape"])
+        if entry["dtype"] not in _NUMPY:
+            raise NotImplementedError(f"[load] dtype {entry['dtype']} of '{name}'.")
+        numpy_dtype = _NUMPY[entry["dtype"]]
+        target = None if like is None else like[name]
+        if target is not None and tuple(target.shape) != shape:
+            raise ValueError(f"[load] '{name}' was saved with shape {shape}. However, the "
+                             f"target has shape {tuple(target.shape)}.")
+        if target is not None and _dtype_name(target.dtype) != entry["dtype"]:
+            raise ValueError(f"[load] '{name}' was saved as {entry['dtype']}. However, the "
+                             f"target is {_dtype_name(target.dtype)}.")
+        pieces = saved.get(name, [])
+        if isinstance(target, _gt.GlobalTensor):
+            local = None
+            if rank in target.placement:
+                region = _gt._region(shape, target.placement, target.sbp, rank)
+                local = _C.from_numpy(_assemble(reader, pieces, shape, region, numpy_dtype))
+            out[name] = _gt.GlobalTensor(local, shape, target.dtype, target.placement, target.sbp)
+        else:
+            whole = tuple(slice(0, d) for d in shape)
+            out[name] = _C.from_numpy(_assemble(reader, pieces, shape, whole, numpy_dtype))
+    return out
