@@ -154,3 +154,67 @@ def test_bad_placement_and_sbp_inputs():
         flow.randn(2, 2, placement=p, sbp="B")
     with pytest.raises(IndexError, match="axis 3"):
         flow.randn(2, 2, placement=p, sbp=flow.sbp.split(3))
+
+
+def _tiny_gpt_graph(recompute=False, scheduler=False):
+    flow.manual_seed(5)
+    blocks = flow.nn.ModuleList([flow.nn.CausalSelfAttention(8, 2, 4) for _ in range(2)])
+    head = flow.nn.Linear(8, 5)
+    opt = flow.optim.Adam(list(blocks.parameters()) + list(head.parameters()), lr=0.01)
+    sch = flow.optim.lr_scheduler.StepLR(opt, step_size=1, gamma=0.5) if scheduler else None
+
+    class Train(flow.nn.Graph):
+        def __init__(self):
+            super().__init__()
+            self.blocks, self.head = blocks, head
+            self.add_optimizer(opt, lr_sch=sch)
+            if recompute:
+                self.set_activation_checkpointing(blocks[0])
+
+        def build(self, x):
+            for b in self.blocks:
+                x = x + b(x)
+            loss = (self.head(x) ** 2).mean()
+            loss.backward()
+            return loss
+
+    return Train(), blocks, head, opt, sch
+
+
+def test_activation_checkpointing_keeps_the_losses_and_saves_memory():
+    x = flow.randn(2, 4, 8)
+    plain, *_ = _tiny_gpt_graph()
+    recomputed, *_ = _tiny_gpt_graph(recompute=True)
+    a = [plain(x).item() for _ in range(3)]
+    b = [recomputed(x).item() for _ in range(3)]
+    np.testing.assert_allclose(a, b, rtol=1e-6)
+    assert ".recompute" in recomputed._plan.text() and ".recompute" not in plain._plan.text()
+
+
+def test_graph_steps_the_lr_scheduler_like_eager_training():
+    x = flow.randn(2, 4, 8)
+    graph, *_ = _tiny_gpt_graph(scheduler=True)
+    got = [graph(x).item() for _ in range(3)]
+    _, blocks, head, opt, sch = _tiny_gpt_graph(scheduler=True)
+    expected = []
+    for _ in range(3):
+        opt.zero_grad()
+        h = x
+        for b in blocks:
+            h = h + b(h)
+        loss = (head(h) ** 2).mean()
+        loss.backward()
+        opt.step()
+        sch.step()
+        expected.append(loss.item())
+    np.testing.assert_allclose(got, expected, rtol=1e-5)
+    assert opt.param_groups[0]["lr"] == pytest.approx(0.01 / 8)
+
+
+def test_debug_prints_the_plan_summary(capsys, tmp_path):
+    graph, *_ = _tiny_gpt_graph()
+    graph.debug(1)
+    graph(flow.randn(2, 4, 8))
+    assert "plan 'Train'" in capsys.readouterr().out
+    graph.write_dot(str(tmp_path / "plan.dot"))
+    assert (tmp_path / "plan.dot").read_text().startswith("digraph")

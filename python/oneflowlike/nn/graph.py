@@ -124,6 +124,7 @@ class Graph:
         self._optimizers = []
         self._lr_schedulers = []
         self._stages = []  # (module, stage, placement, input sbp)
+        self._recomputed = []  # modules whose activations are recomputed
         self._compiled = False
         self._runtime = None
         self._step = 0
@@ -162,6 +163,15 @@ class Graph:
             input_sbp, placement, "set_stage")
         self._stages.append((module, int(stage_id), placement, sbp))
         module.to_global(placement, (_sbp.broadcast,) * len(placement.hierarchy), keep_split=True)
+
+    def set_activation_checkpointing(self, module, enabled=True):
+        """Recomputes ``module``'s forward activations for the backward instead of keeping them
+        (less memory, more compute). OneFlow's module config.activation_checkpointing."""
+        if self._compiled:
+            raise RuntimeError("[nn.Graph] set_activation_checkpointing must come before the first call.")
+        self._recomputed = [m for m in self._recomputed if m is not module]
+        if enabled:
+            self._recomputed.append(module)
 
     def debug(self, v_level=1):
         """Prints the plan summary when the graph compiles (and the logical graph at level 2)."""
@@ -314,6 +324,19 @@ class Graph:
                 return _forward(*moved, **kw)
 
             module.forward = staged
+            restores.append((module, forward if had_own else None))
+        for i, module in enumerate(self._recomputed):
+            forward = module.forward
+            had_own = "forward" in module.__dict__
+
+            def recomputed(*xs, _forward=forward, _group=f"checkpoint{i}", **kw):
+                tracer.set_checkpoint_group(_group)
+                try:
+                    return _forward(*xs, **kw)
+                finally:
+                    tracer.set_checkpoint_group("")
+
+            module.forward = recomputed
             restores.append((module, forward if had_own else None))
         return restores
 
