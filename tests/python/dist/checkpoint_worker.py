@@ -33,7 +33,7 @@ def dp2tp2_model():
         else:
             continue
         owner = model.get_submodule(name.rsplit(".", 1)[0])
-        owner._parameters[name.rsplit(".", 1)[1]] = p.to_global(sbp=split)
+        setattr(owner, name.rsplit(".", 1)[1], p.to_global(sbp=split))
     return model
 
 

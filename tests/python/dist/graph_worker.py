@@ -157,7 +157,7 @@ def main():
             else:
                 continue
             owner = model.get_submodule(name.rsplit(".", 1)[0])
-            owner._parameters[name.rsplit(".", 1)[1]] = p.to_global(sbp=split)
+            setattr(owner, name.rsplit(".", 1)[1], p.to_global(sbp=split))
         graph = Train(model)
         data_sbp = B
     elif args.layout == "pp2":
@@ -177,7 +177,7 @@ def main():
             else:
                 continue
             owner = model.get_submodule(name.rsplit(".", 1)[0])
-            owner._parameters[name.rsplit(".", 1)[1]] = p.to_global(sbp=split)
+            setattr(owner, name.rsplit(".", 1)[1], p.to_global(sbp=split))
         graph = Train(model)
     else:
         sys.exit(f"unknown layout {args.layout}")

@@ -153,6 +153,15 @@ class Module:
             return
         params = self.__dict__.get("_parameters")
         if params is not None and name in params:
+            if getattr(value, "is_global", False):
+                # A parameter laid out over a placement (module.fc.weight = w.to_global(...)).
+                old = params[name]
+                if old is not None and not getattr(old, "is_global", False):
+                    value._ofl_trainable = old.requires_grad
+                elif old is not None:
+                    value._ofl_trainable = getattr(old, "_ofl_trainable", True)
+                params[name] = value
+                return
             if value is not None:
                 raise TypeError(
                     f"[Module] cannot assign an object of type {type(value).__name__} to "
