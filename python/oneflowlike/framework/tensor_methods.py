@@ -94,6 +94,28 @@ def _with_placement(fn):
     return wrapper
 
 
+def _global_aware(fn, name):
+    """``fn`` that also takes global tensors: on a TypeError (pybind11 refuses a global tensor
+    where a Tensor is expected) with a global tensor among the arguments, ``fn`` runs as a
+    compiled graph over them instead. Local calls pay nothing more than one Python call."""
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except TypeError:
+            if not any(isinstance(a, _gt.GlobalTensor) for a in args):
+                raise
+        key = ("function", name, repr(sorted(kwargs.items())))
+        return _gt.apply(lambda *xs: fn(*xs, **kwargs), *args, key=key)
+
+    return wrapper
+
+
+_CREATION = {"randn", "rand", "zeros", "ones", "full", "tensor", "arange", "manual_seed", "seed",
+             "initial_seed", "from_numpy", "is_tensor", "normal", "as_tensor_like"}
+
+
 def install(flow):
     _C.Tensor.to_global = _tensor_to_global
     _C.Tensor.is_global = property(lambda self: False)
@@ -105,3 +127,12 @@ def install(flow):
     _gt.install_operators()
     for name in ("randn", "rand", "zeros", "ones", "full", "tensor", "arange"):
         setattr(flow, name, _with_placement(getattr(flow, name)))
+    from oneflowlike import ops
+    from oneflowlike.nn import functional
+
+    for name in ops.__all__:
+        if name not in _CREATION and callable(getattr(flow, name, None)):
+            setattr(flow, name, _global_aware(getattr(flow, name), name))
+    for name, fn in list(vars(functional).items()):
+        if callable(fn) and not name.startswith("_") and not isinstance(fn, type):
+            setattr(functional, name, _global_aware(fn, "F." + name))

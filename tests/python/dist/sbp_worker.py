@@ -77,6 +77,8 @@ check(x * 2.0 + 1.0, array * 2 + 1, "x * 2 + 1")
 check((x * x).sum(), np.asarray((array * array).sum()), "sum(x * x)")
 w = flow.tensor(np.ones((7, 3), np.float32), placement=placement, sbp=B)
 check(x @ w, array @ np.ones((7, 3), np.float32), "x @ w")
+check(flow.matmul(x, w), array @ np.ones((7, 3), np.float32), "flow.matmul(x, w)")
+check(flow.nn.functional.relu(x), np.maximum(array, 0), "F.relu(x)")
 
 # Random tensors: the same values whatever the placement.
 flow.manual_seed(3)
