@@ -1,5 +1,7 @@
 #include "actor/message.h"
 
+#include <cstring>
+
 #include "oneflowlike/common/error.h"
 
 namespace ofl::actor {
@@ -60,6 +62,18 @@ ActorMessage ActorMessage::register_ack(Endpoint src, Endpoint dst, int64_t regi
 
 ActorMessage ActorMessage::end_of_stream(Endpoint src, Endpoint dst, int64_t register_id) {
   return make(Kind::kEndOfStream, src, dst, register_id, /*slot=*/0);
+}
+
+comm::MessageBytes to_bytes(const ActorMessage& message) {
+  comm::MessageBytes bytes{};
+  std::memcpy(bytes.data(), &message, sizeof(message));
+  return bytes;
+}
+
+ActorMessage from_bytes(const comm::MessageBytes& bytes) {
+  ActorMessage message;
+  std::memcpy(&message, bytes.data(), sizeof(message));
+  return message;
 }
 
 std::string ActorMessage::to_string() const {

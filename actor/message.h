@@ -55,4 +55,8 @@ static_assert(sizeof(ActorMessage) <= comm::kMessageBytes);
 
 const char* message_kind_name(ActorMessage::Kind kind);
 
+/// A message as the bytes transports move, and back.
+comm::MessageBytes to_bytes(const ActorMessage& message);
+ActorMessage from_bytes(const comm::MessageBytes& bytes);
+
 }  // namespace ofl::actor

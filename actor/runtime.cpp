@@ -50,18 +50,6 @@ std::string json_escape(const std::string& s) {
   return out;
 }
 
-comm::MessageBytes to_bytes(const ActorMessage& message) {
-  comm::MessageBytes bytes{};
-  std::memcpy(bytes.data(), &message, sizeof(message));
-  return bytes;
-}
-
-ActorMessage from_bytes(const comm::MessageBytes& bytes) {
-  ActorMessage message;
-  std::memcpy(&message, bytes.data(), sizeof(message));
-  return message;
-}
-
 }  // namespace
 
 Runtime::Runtime(const proto::PlanProto& plan, RuntimeOptions options)

@@ -4,8 +4,6 @@
 
 #include <glog/logging.h>
 
-#include <cstring>
-
 #include "actor/message.h"
 #include "oneflowlike/common/error.h"
 
@@ -23,12 +21,6 @@ uint64_t session_tag(uint32_t session, uint64_t tag) {
   return (uint64_t{session} << kSessionShift) | tag;
 }
 
-uint32_t session_of(const comm::MessageBytes& bytes) {
-  ActorMessage m;
-  std::memcpy(&m, bytes.data(), sizeof(m));
-  return m.session;
-}
-
 }  // namespace
 
 class SessionTransport final : public comm::Transport {
@@ -42,12 +34,9 @@ class SessionTransport final : public comm::Transport {
   }
   void stop_serving_rank(int64_t rank) override { sessions_->stop_serving(session_, rank); }
   void send(int64_t dst_rank, const comm::MessageBytes& message) override {
-    comm::MessageBytes stamped = message;
-    ActorMessage m;
-    std::memcpy(&m, stamped.data(), sizeof(m));
+    ActorMessage m = from_bytes(message);
     m.session = session_;
-    std::memcpy(stamped.data(), &m, sizeof(m));
-    sessions_->base().send(dst_rank, stamped);
+    sessions_->base().send(dst_rank, to_bytes(m));
   }
   void expose(int64_t dst_rank, uint64_t tag, const void* data, size_t bytes) override {
     sessions_->base().expose(dst_rank, session_tag(session_, tag), data, bytes);
@@ -158,7 +147,7 @@ void TransportSessions::close(uint32_t session) {
 }
 
 void TransportSessions::dispatch(int64_t rank, const comm::MessageBytes& message) {
-  const uint32_t session = session_of(message);
+  const uint32_t session = from_bytes(message).session;
   std::lock_guard<std::recursive_mutex> lock(mu_);
   auto it = handlers_.find({rank, session});
   if (it != handlers_.end()) {

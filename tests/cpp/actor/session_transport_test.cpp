@@ -5,7 +5,6 @@
 
 #include <gtest/gtest.h>
 
-#include <cstring>
 #include <thread>
 
 #include "actor/message.h"
@@ -25,16 +24,7 @@ using testing::make_tensor;
 using testing::values_of;
 
 comm::MessageBytes message_for(int64_t dst_rank, int64_t dst_actor) {
-  ActorMessage m = ActorMessage::register_ack({1, 1}, {dst_actor, dst_rank}, 7, 0);
-  comm::MessageBytes bytes{};
-  std::memcpy(bytes.data(), &m, sizeof(m));
-  return bytes;
-}
-
-ActorMessage decode(const comm::MessageBytes& bytes) {
-  ActorMessage m;
-  std::memcpy(&m, bytes.data(), sizeof(m));
-  return m;
+  return to_bytes(ActorMessage::register_ack({1, 1}, {dst_actor, dst_rank}, 7, 0));
 }
 
 // Two "processes" (one per rank) over one in-process transport.
@@ -54,7 +44,7 @@ TEST(TransportSessions, KeepsEarlyMessagesAndDropsLateOnes) {
   std::vector<ActorMessage> got;
   {
     auto receiver = p.rank0->open(5);
-    receiver->serve_rank(0, [&](const comm::MessageBytes& m) { got.push_back(decode(m)); });
+    receiver->serve_rank(0, [&](const comm::MessageBytes& m) { got.push_back(from_bytes(m)); });
     ASSERT_EQ(got.size(), 1u);
     EXPECT_EQ(got[0].dst_actor, 42);
     EXPECT_EQ(got[0].session, 5u);
@@ -76,8 +66,8 @@ TEST(TransportSessions, SessionsDoNotSeeEachOthersMessages) {
   auto a0 = p.rank0->open(1);
   auto b0 = p.rank0->open(2);
   int a_count = 0, b_count = 0;
-  a0->serve_rank(0, [&](const comm::MessageBytes& m) { a_count += decode(m).session == 1; });
-  b0->serve_rank(0, [&](const comm::MessageBytes& m) { b_count += decode(m).session == 2; });
+  a0->serve_rank(0, [&](const comm::MessageBytes& m) { a_count += from_bytes(m).session == 1; });
+  b0->serve_rank(0, [&](const comm::MessageBytes& m) { b_count += from_bytes(m).session == 2; });
   a1->send(0, message_for(0, 1));
   b1->send(0, message_for(0, 1));
   b1->send(0, message_for(0, 1));
