@@ -13,8 +13,8 @@ namespace {
 
 constexpr const char* kTag = "[transport sessions] ";
 
-// Transfer tags of a session: the session above the plan's transfer id (ids stay below 2^40).
-constexpr int kSessionShift = 40;
+// Transfer tags of a session: the 32-bit session above the plan's transfer id (below 2^32).
+constexpr int kSessionShift = 32;
 
 uint64_t session_tag(uint32_t session, uint64_t tag) {
   OFL_ASSERT(tag < (uint64_t{1} << kSessionShift)) << "transfer id " << tag << " too large";
@@ -65,13 +65,11 @@ TransportSessions::TransportSessions(std::shared_ptr<comm::Transport> base,
     base_->serve_rank(rank, [this, rank](const comm::MessageBytes& m) { dispatch(rank, m); });
     base_ranks_.insert(rank);
   }
+  // Handlers run under the lock, so once a session clears its handler (a runtime shutting
+  // down) it is never called again.
   base_->set_fault_handler([this](int64_t rank, const std::string& why) {
-    std::vector<comm::Transport::FaultHandler> handlers;
-    {
-      std::lock_guard<std::recursive_mutex> lock(mu_);
-      for (const auto& [session, handler] : fault_handlers_) handlers.push_back(handler);
-    }
-    for (const auto& handler : handlers) handler(rank, why);
+    std::lock_guard<std::recursive_mutex> lock(mu_);
+    for (const auto& [session, handler] : fault_handlers_) handler(rank, why);
   });
 }
 

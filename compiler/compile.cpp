@@ -199,8 +199,9 @@ void check_ranks(const Graph& graph, const std::vector<int64_t>& ranks) {
 
 }  // namespace
 
-proto::PlanProto compile_graph(Graph graph, const CompileOptions& options) {
+proto::PlanProto compile_graph(Graph graph, const CompileOptions& options, Graph* logical) {
   run_logical_passes(graph, options);
+  if (logical != nullptr) *logical = graph;
   std::set<int> stage_ids;
   for (int i = 0; i < graph.num_ops(); ++i) stage_ids.insert(graph.op(i).stage);
   const int stages = static_cast<int>(stage_ids.size());

@@ -16,7 +16,10 @@ PassManager default_pass_manager();
 void run_logical_passes(Graph& graph, const CompileOptions& options = {});
 
 /// Logical passes, physical expansion and memory planning. Raises ofl::Error on user error.
-proto::PlanProto compile_graph(Graph graph, const CompileOptions& options = {});
+/// `logical`, when given, receives the graph after the logical passes: the SBP of every tensor
+/// on every rank, which a per-rank plan holds only for its own ranks.
+proto::PlanProto compile_graph(Graph graph, const CompileOptions& options = {},
+                               Graph* logical = nullptr);
 
 /// The boundary form: every user error comes back as a Status naming the op and tensors.
 Result<proto::PlanProto> compile(const proto::JobProto& job, const CompileOptions& options = {});

@@ -18,7 +18,12 @@ def get_rank():
 
 
 def get_world_size():
-    return _int("WORLD_SIZE", None) if "RANK" in os.environ else _int("SLURM_NTASKS", 1)
+    if "RANK" in os.environ:
+        if "WORLD_SIZE" not in os.environ:
+            raise ValueError("[env] RANK is set but WORLD_SIZE is not: start the script with "
+                             "`python -m oneflowlike.distributed.launch`.")
+        return _int("WORLD_SIZE", 1)
+    return _int("SLURM_NTASKS", 1)
 
 
 def get_local_rank():

@@ -50,6 +50,9 @@ class placement:  # noqa: N801 (OneFlow's name)
         self._type = type
         self._ranks = array.tolist()
         self._c = _C.Placement(type, flat, tuple(array.shape))
+        from oneflowlike.framework import job
+
+        job.current().connect()
 
     @classmethod
     def all(cls, type="cpu"):  # noqa: A002

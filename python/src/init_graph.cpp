@@ -6,6 +6,7 @@
 #include <pybind11/stl.h>
 
 #include <cstring>
+#include <set>
 
 #include "actor/runtime.h"
 #include "actor/session_transport.h"
@@ -87,20 +88,15 @@ compiler::OptimizerConfig optimizer_config(const std::string& kind, const py::di
   return c;
 }
 
-std::map<std::string, std::vector<std::string>> sbp_of_tasks(const proto::PlanProto& plan,
-                                                             proto::TaskProto::Kind kind) {
-  std::map<std::string, std::vector<std::string>> out;
-  for (const auto& rank : plan.ranks()) {
-    for (const auto& task : rank.tasks()) {
-      if (task.kind() == kind) out[task.logical_op()] = strings_of(from_proto(task.sbp()));
-    }
-  }
-  return out;
-}
-
 struct PyPlan {
   proto::PlanProto plan;
   std::string job_text;
+  // From the whole logical graph, so every process knows them: the SBP of each fetched tensor
+  // and each variable by name, and each fetched tensor's logical shape as handed back.
+  std::map<std::string, std::vector<std::string>> fetch_sbp;
+  std::map<std::string, std::vector<std::string>> variable_sbp;
+  // The optimizer's inputs (lr, lr@1, step, ...) by name, with their dtypes.
+  std::map<std::string, DataType> hyper_inputs;
 };
 
 }  // namespace
@@ -155,14 +151,27 @@ void init_graph(py::module_& m) {
            })
       .def("text", [](const PyPlan& p) { return compiler::plan_to_text(p.plan); })
       .def("dot", [](const PyPlan& p) { return compiler::plan_to_dot(p.plan); })
+      .def_readonly("fetch_sbp", &PyPlan::fetch_sbp,
+                    "The SBP of each fetched tensor, by name (the same in every process).")
       .def(
-          "output_sbp",
-          [](const PyPlan& p) { return sbp_of_tasks(p.plan, proto::TaskProto::OUTPUT); },
-          "The SBP of each fetched tensor, by name (from the hosted ranks' OUTPUT tasks).")
-      .def(
-          "variable_sbp",
-          [](const PyPlan& p) { return sbp_of_tasks(p.plan, proto::TaskProto::VARIABLE); },
-          "The SBP of each variable, by name (from the hosted ranks' VARIABLE tasks).")
+          "output_shapes",
+          [](const PyPlan& p) {
+            std::map<std::string, Shape> out;
+            for (const auto& rank : p.plan.ranks()) {
+              for (const auto& task : rank.tasks()) {
+                if (task.kind() == proto::TaskProto::OUTPUT) {
+                  out[task.logical_op()] = from_proto(task.logical_output_shape());
+                }
+              }
+            }
+            return out;
+          },
+          "The logical shape of each fetched tensor, by name: (m, *shape) for one computed per "
+          "micro-batch.")
+      .def_readonly("hyper_inputs", &PyPlan::hyper_inputs,
+                    "The optimizer's inputs (lr, lr@1, step, ...) by name, with their dtypes.")
+      .def_readonly("variable_sbp", &PyPlan::variable_sbp,
+                    "The SBP of each variable, by name (the same in every process).")
       .def(
           "job_bytes", [](const PyPlan& p) { return py::bytes(p.job_text); },
           "The traced job, serialized (the same bytes in every process of a job).");
@@ -207,7 +216,35 @@ void init_graph(py::module_& m) {
           },
           py::arg("x"), py::arg("placement"), py::arg("sbp"))
       .def("fetch", [](PyTracer& t, const Tensor& x) { return t.tracer->fetch(x); })
+      .def(
+          "ranks",
+          [](PyTracer& t) {
+            std::set<int64_t> ranks;
+            const compiler::Graph& g = t.tracer->builder().graph();
+            for (int i = 0; i < g.num_ops(); ++i) {
+              for (int64_t r : g.op(i).placement.ranks()) ranks.insert(r);
+            }
+            return std::vector<int64_t>(ranks.begin(), ranks.end());
+          },
+          "Every rank an op of the traced graph is placed on.")
       .def("knows", [](PyTracer& t, const Tensor& x) { return t.tracer->knows(x); })
+      .def(
+          "derives_from_input",
+          [](PyTracer& t, const Tensor& x) {
+            const compiler::Graph& g = t.tracer->builder().graph();
+            std::vector<int> stack = {t.tracer->index_of(x)};
+            std::set<int> seen;
+            while (!stack.empty()) {
+              const int tensor = stack.back();
+              stack.pop_back();
+              if (!seen.insert(tensor).second) continue;
+              const compiler::LogicalOp& op = g.op(g.tensor(tensor).producer);
+              if (op.kind == compiler::OpKind::kInput) return true;
+              stack.insert(stack.end(), op.inputs.begin(), op.inputs.end());
+            }
+            return false;
+          },
+          "Whether `x` depends on a graph input (with micro-batches: computed per micro-batch).")
       .def("placement_of", [](PyTracer& t, const Tensor& x) { return t.tracer->placement_of(x); })
       .def("sbp_hint_of",
            [](PyTracer& t, const Tensor& x) { return strings_of(t.tracer->sbp_hint_of(x)); })
@@ -250,8 +287,23 @@ void init_graph(py::module_& m) {
             proto::JobProto job;
             t.tracer->builder().to_job(&job);
             plan->job_text = job.SerializeAsString();
-            py::gil_scoped_release release;
-            plan->plan = compiler::compile_graph(t.tracer->builder().graph(), options);
+            compiler::Graph logical;
+            {
+              py::gil_scoped_release release;
+              plan->plan = compiler::compile_graph(t.tracer->builder().graph(), options, &logical);
+            }
+            for (int f : logical.fetches) {
+              plan->fetch_sbp[logical.tensor(f).name] = strings_of(logical.tensor(f).sbp);
+            }
+            for (int i = 0; i < logical.num_ops(); ++i) {
+              const compiler::LogicalOp& op = logical.op(i);
+              if (op.kind == compiler::OpKind::kVariable) {
+                plan->variable_sbp[op.name] = strings_of(logical.tensor(op.outputs[0]).sbp);
+              }
+              if (op.kind == compiler::OpKind::kInput && op.role == compiler::OpRole::kOptimizer) {
+                plan->hyper_inputs[op.name] = logical.tensor(op.outputs[0]).meta.dtype;
+              }
+            }
             return plan;
           },
           py::arg("ranks"),
@@ -260,6 +312,8 @@ void init_graph(py::module_& m) {
   py::class_<comm::Transport, std::shared_ptr<comm::Transport>>(m, "Transport");
   py::class_<comm::UcxTransport, comm::Transport, std::shared_ptr<comm::UcxTransport>>(
       m, "UcxTransport")
+      .def("barrier", &comm::UcxTransport::barrier, py::call_guard<py::gil_scoped_release>(),
+           "Waits until every rank of the job has called barrier().")
       .def_static(
           "connect",
           [] {

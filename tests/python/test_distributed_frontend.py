@@ -56,6 +56,11 @@ def test_checkpoint_saved_on_dp2tp2_resumes_on_pp2_and_one_rank(tmp_path):
     assert '"world_size": 4' in manifest and "model.head.weight.momentum" in manifest
 
 
+def test_review_regressions_on_two_processes(tmp_path):
+    out = _launch(2, "misc_worker.py", OFL_TEST_CHECKPOINT=str(tmp_path / "ckpt"))
+    assert out.count("misc OK") == 2, out
+
+
 # --- in one process ------------------------------------------------------------------------
 class _Linear(flow.nn.Graph):
     def __init__(self, model, opt=None):
@@ -218,3 +223,41 @@ def test_debug_prints_the_plan_summary(capsys, tmp_path):
     assert "plan 'Train'" in capsys.readouterr().out
     graph.write_dot(str(tmp_path / "plan.dot"))
     assert (tmp_path / "plan.dot").read_text().startswith("digraph")
+
+
+def test_graph_checks_inputs_against_the_trace():
+    graph = _Linear(flow.nn.Linear(3, 1))
+    graph(flow.randn(4, 3))
+    with pytest.raises(ValueError, match=r"input 0 must be like .* \(4, 3\).* However, got .*\(2, 3\)"):
+        graph(flow.randn(2, 3))
+
+
+def test_graph_trains_float64_parameters():
+    flow.manual_seed(3)
+    model = flow.nn.Linear(3, 1, dtype=flow.float64)
+    opt = flow.optim.Adam(model.parameters(), lr=0.1)
+
+    class Train(flow.nn.Graph):
+        def __init__(self):
+            super().__init__()
+            self.model = model
+            self.add_optimizer(opt)
+
+        def build(self, x):
+            loss = (self.model(x) ** 2).mean()
+            loss.backward()
+            return loss
+
+    x = flow.randn(4, 3, dtype=flow.float64)
+    graph = Train()
+    losses = [graph(x).item() for _ in range(3)]
+    assert losses[2] < losses[0]
+
+
+def test_a_failed_save_leaves_an_incomplete_checkpoint_not_a_mixed_one(tmp_path):
+    path = str(tmp_path / "c")
+    flow.save({"a": flow.ones(3), "b": flow.zeros(2)}, path)
+    with pytest.raises(TypeError, match="'c' must be a tensor"):
+        flow.save({"a": flow.zeros(3), "b": flow.ones(2), "c": 1.5}, path)
+    with pytest.raises(FileNotFoundError, match="not a complete checkpoint"):
+        flow.load(path)

@@ -83,6 +83,11 @@ def save(state, path):
         raise TypeError(f"[save] expects a dict of tensors. However, got {type(state).__name__}.")
     rank, world = env.get_rank(), env.get_world_size()
     os.makedirs(os.path.join(path, f"rank{rank}"), exist_ok=True)
+    # Overwriting a checkpoint: its manifest goes first (and every rank waits for that), so a
+    # save that fails half-way leaves an incomplete checkpoint, never a mixed one.
+    if rank == 0 and os.path.exists(os.path.join(path, "manifest.json")):
+        os.remove(os.path.join(path, "manifest.json"))
+    _barrier_all_ok(True)
     manifest = {"format": _FORMAT, "world_size": world, "tensors": {}}
     pieces = {}
     ok = True
@@ -223,7 +228,11 @@ def load(path, like=None):
             local = None
             if rank in target.placement:
                 region = _gt._region(shape, target.placement, target.sbp, rank)
-                local = _C.from_numpy(_assemble(reader, pieces, shape, region, numpy_dtype))
+                array = _assemble(reader, pieces, shape, region, numpy_dtype)
+                coord = target.placement._c.coordinate(target.placement._c.parallel_id_of(rank))
+                if any(str(s) == "P" and c != 0 for s, c in zip(target.sbp, coord)):
+                    array = np.zeros_like(array)  # a partial sum: the first coordinate holds it
+                local = _C.from_numpy(array)
             out[name] = _gt.GlobalTensor(local, shape, target.dtype, target.placement, target.sbp)
         else:
             whole = tuple(slice(0, d) for d in shape)

@@ -33,9 +33,9 @@ class tracing:  # noqa: N801 (a context manager)
         self.owner = owner
 
     def __enter__(self):
+        self.tracer.__enter__()
         _tracers.append(self.tracer)
         _tracer_objects.append(self.owner)
-        self.tracer.__enter__()
         return self.tracer
 
     def __exit__(self, *exc):
@@ -267,17 +267,13 @@ class _Compiled:
         self.constants = tracer.constants()
         self.runtime = None
         self.output_sbp = {}
-        if any(rank in p for p, _, _ in outputs) or self._has_rank(tracer, rank):
+        if rank in tracer.c.ranks():
             plan = tracer.compile([rank])
-            self.output_sbp = plan.output_sbp()
+            self.output_sbp = plan.fetch_sbp
             self.runtime = _job.current().runtime(plan)
             self.runtime.initialize_variables()
             for name, value in self.constants.items():
                 self.runtime.write_variable(name, value)
-
-    @staticmethod
-    def _has_rank(tracer, rank):
-        return rank in tracer.ranks
 
     def run(self, pieces):
         rank = env.get_rank()
@@ -340,8 +336,13 @@ def apply(fn, *args, key):
                 f"[global op] all global tensors must be on one placement. However, got "
                 f"{placement!r} and {g.placement!r}; move one with to_global(placement=...)."
             )
+    # Local tensors are fed (as the broadcast value), not baked in; other arguments (numbers)
+    # are part of the graph and so of its signature.
     signature = tuple(
-        ("g", a.shape, a.dtype, a.sbp) if isinstance(a, GlobalTensor) else ("v", repr(a)) for a in args
+        ("g", a.shape, a.dtype, a.sbp) if isinstance(a, GlobalTensor)
+        else ("l", tuple(a.shape), a.dtype) if isinstance(a, _C.Tensor)
+        else ("v", type(a).__name__, repr(a))
+        for a in args
     )
     key = ("apply", key, placement, signature)
     compiled = _cache.get(key)
@@ -356,6 +357,10 @@ def apply(fn, *args, key):
                     lazy_args.append(
                         tracer.input(f"in{i}", a.shape, a.dtype, placement._c, _strings(a.sbp))
                     )
+                elif isinstance(a, _C.Tensor):
+                    names.append(f"in{i}")
+                    lazy_args.append(tracer.input(f"in{i}", tuple(a.shape), a.dtype, placement._c,
+                                                  ["B"] * len(placement.hierarchy)))
                 else:
                     lazy_args.append(a)
             out = fn(*lazy_args)
@@ -367,8 +372,10 @@ def apply(fn, *args, key):
         compiled.single = not isinstance(out, (tuple, list))
     rank = env.get_rank()
     pieces = {}
-    for name, a in zip(compiled.input_names, globals_):
-        if a._local is not None:
-            pieces[name] = {rank: a._local}
+    tensors = [a for a in args if isinstance(a, (GlobalTensor, _C.Tensor))]
+    for name, a in zip(compiled.input_names, tensors):
+        local = a._local if isinstance(a, GlobalTensor) else a
+        if local is not None:
+            pieces[name] = {rank: local.detach() if local.requires_grad else local}
     results = compiled.run(pieces)
     return results[0] if compiled.single else tuple(results)

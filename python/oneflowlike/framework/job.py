@@ -32,6 +32,11 @@ class Job:
         self._runtimes = []
         self._left = False
 
+    def connect(self):
+        """Joins the other processes (once; every process of a job must): done when the first
+        placement is made, so that ranks with nothing to run still join."""
+        self._connect()
+
     def _connect(self):
         if self.world_size > 1 and self._transport is None:
             self._transport = _C.UcxTransport.connect()
@@ -53,7 +58,10 @@ class Job:
         return holder
 
     def shutdown(self):
-        """Ends every runtime, then leaves the job (a barrier with the other processes)."""
+        """Ends every runtime, then leaves the job. All processes meet first, so none ends a
+        runtime it shares with a process still using it."""
+        if self._transport is not None and not self._left:
+            self._transport.barrier()
         for holder in self._runtimes:
             holder.shutdown()
         if self._transport is not None and not self._left:

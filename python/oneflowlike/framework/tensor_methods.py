@@ -66,11 +66,10 @@ def _module_to_global(self, placement, sbp, keep_split=False):
                     if keep_split and len(value.sbp) == len(nd):
                         target = value.sbp
                     trainable = getattr(value, "_ofl_trainable", True)
-                    logical = value.numpy()
+                    g = value.to_global(placement=placement, sbp=target)  # a move, if any
                 else:
                     trainable = value.requires_grad
-                    logical = value.detach().numpy()
-                g = _gt.from_logical(logical, placement, target)
+                    g = _gt.from_logical(value.detach().numpy(), placement, target)
                 g._ofl_trainable = trainable
                 registry[key] = g
     return self

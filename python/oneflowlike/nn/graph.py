@@ -230,6 +230,7 @@ class Graph:
                     f"[nn.Graph] inputs must be tensors. However, input {i} is {type(a).__name__}."
                 )
             self._inputs.append(name)
+        self._input_signature = [_signature(a) for a in args]
         # Parameters and buffers become variables; the modules see lazy tensors while tracing.
         self._variables = []  # (name, value at trace time, trainable)
         swapped = []
@@ -262,6 +263,7 @@ class Graph:
         finally:
             for owner, registry_name, key, value in swapped:
                 getattr(owner, registry_name)[key] = value
+        tracer.ranks |= set(tracer.c.ranks())  # placements reached only by to_global too
         self._single = not isinstance(outputs, (tuple, list))
         outs = [outputs] if self._single else list(outputs)
         self._fetches = []
@@ -272,7 +274,11 @@ class Graph:
                     f"{type(o).__name__}."
                 )
             p = tracer.placement_of(o)
-            self._fetches.append((tracer.fetch(o), _placement_from_c(p), tuple(o.shape), o.dtype))
+            shape = tuple(o.shape)
+            m = self.config.gradient_accumulation_steps
+            if m > 1 and tracer.derives_from_input(o):
+                shape = (m,) + shape  # one value per micro-batch, stacked
+            self._fetches.append((tracer.fetch(o), _placement_from_c(p), shape, o.dtype))
         if self._optimizers:
             if not self._loss_marked(tracer):
                 raise RuntimeError(
@@ -290,12 +296,13 @@ class Graph:
         self._plan = None
         if rank in tracer.ranks:
             self._plan = tracer.compile([rank])
-            self._output_sbp = self._plan.output_sbp()
+            self._output_sbp = self._plan.fetch_sbp
+            self._output_shapes = self._plan.output_shapes()
             if self._debug >= 1:
                 print(f"[nn.Graph] rank {rank}: {self._plan.summary()}")
             self._runtime = _job.current().runtime(self._plan)
             self._local_variables = set(self._runtime.variable_names())
-            self._variable_sbp = self._plan.variable_sbp()
+            self._variable_sbp = self._plan.variable_sbp
             self._runtime.initialize_variables()
             for name, value in tracer.constants().items():
                 self._runtime.write_variable(name, value)
@@ -381,8 +388,14 @@ class Graph:
             raise TypeError(
                 f"[nn.Graph] was built with {len(self._inputs)} inputs. However, got {len(args)}."
             )
+        for i, (a, traced) in enumerate(zip(args, self._input_signature)):
+            if _signature(a) != traced:
+                raise ValueError(
+                    f"[nn.Graph] input {i} must be like the one the graph was traced with: "
+                    f"{_describe(traced)}. However, got {_describe(_signature(a))}."
+                )
         rank = env.get_rank()
-        self._step += 1
+        step = self._step + 1
         if self._runtime is None:
             outputs = [
                 _gt.GlobalTensor(None, shape, dtype, p, (_sbp.broadcast,) * len(p.hierarchy))
@@ -395,13 +408,11 @@ class Graph:
                     continue
                 local = a.to_local() if isinstance(a, _gt.GlobalTensor) else a
                 pieces[name] = {rank: local.detach() if local.requires_grad else local}
-            if self._optimizers:
-                lr = np.float32(self._optimizers[0].param_groups[0]["lr"])
-                step = np.float32(self._step)
-                for k in range(len(self._tracer.ranks) + 2):
-                    suffix = "" if k == 0 else f"@{k}"
-                    pieces[f"lr{suffix}"] = {rank: _C.from_numpy(np.asarray(lr))}
-                    pieces[f"step{suffix}"] = {rank: _C.from_numpy(np.asarray(step))}
+            lr = self._optimizers[0].param_groups[0]["lr"] if self._optimizers else 0.0
+            for name, dtype in self._plan.hyper_inputs.items():
+                value = lr if name.split("@")[0] == "lr" else step
+                array = np.asarray(value, dtype=np.float64 if dtype == _C.dtype.float64 else np.float32)
+                pieces[name] = {rank: _C.from_numpy(array)}
             fetched = self._runtime.run_local(pieces)
             outputs = []
             for name, p, shape, dtype in self._fetches:
@@ -410,9 +421,9 @@ class Graph:
                     outputs.append(local)
                     continue
                 nd = tuple(_sbp.sbp(s) for s in self._output_sbp.get(name, ["B"] * len(p.hierarchy)))
-                if local is not None:
-                    shape = tuple(local.shape) if nd == (_sbp.broadcast,) * len(nd) else shape
+                assert tuple(self._output_shapes.get(name, shape)) == shape, (name, shape)
                 outputs.append(_gt.GlobalTensor(local, shape, dtype, p, nd))
+        self._step = step
         for scheduler in self._lr_schedulers:
             scheduler.step()
         return outputs[0] if self._single else tuple(outputs)
@@ -494,6 +505,16 @@ class Graph:
             elif new is not None:
                 _C._copy_(value, new)
 
+    @property
+    def step_count(self):
+        """How many steps the graph has run (the optimizer's step, for Adam's bias
+        correction); set it when resuming from a checkpoint."""
+        return self._step
+
+    @step_count.setter
+    def step_count(self, value):
+        self._step = int(value)
+
     def plan_summary(self):
         return self._plan.summary() if self._plan is not None else ""
 
@@ -506,6 +527,19 @@ class Graph:
 
     def __repr__(self):
         return f"{type(self).__name__}(compiled={self._compiled}, modules={list(self._modules)})"
+
+
+def _signature(a):
+    if isinstance(a, _gt.GlobalTensor):
+        return ("global", tuple(a.shape), a.dtype, a.placement, a.sbp)
+    return ("local", tuple(a.shape), a.dtype)
+
+
+def _describe(signature):
+    if signature[0] == "global":
+        _, shape, dtype, placement, sbp = signature
+        return f"a global tensor {shape} {dtype!r} on {placement!r} with sbp {sbp}"
+    return f"a local tensor {signature[1]} {signature[2]!r}"
 
 
 def _copy_into(dst, src):

@@ -1,0 +1,52 @@
+"""Run by test_distributed_frontend.py on 2 processes: regressions from a review.
+
+- a pipeline stage without parameters, reached only by to_global in build(), still runs;
+- eager ops on a global tensor and different local tensors of one shape do not reuse a
+  baked-in value;
+- a checkpoint loaded onto a partial-sum layout keeps the value (not doubled)."""
+
+import os
+
+import numpy as np
+
+import oneflowlike as flow
+
+rank = flow.env.get_rank()
+first = flow.placement("cpu", ranks=[0])
+second = flow.placement("cpu", ranks=[1])
+both = flow.placement("cpu", ranks=[0, 1])
+
+flow.manual_seed(0)
+linear = flow.nn.Linear(3, 3)
+expected = flow.nn.functional.relu(linear(flow.ones(2, 3))).detach().numpy()
+linear.to_global(first, flow.sbp.broadcast)
+
+
+class TwoStages(flow.nn.Graph):
+    def __init__(self):
+        super().__init__()
+        self.linear = linear
+
+    def build(self, x):
+        h = self.linear(x).to_global(placement=second, sbp=flow.sbp.broadcast)
+        return flow.nn.functional.relu(h)  # stage 1 has no parameters
+
+
+out = TwoStages()(flow.tensor(np.ones((2, 3), np.float32), placement=first, sbp=flow.sbp.broadcast))
+if rank == 1:
+    np.testing.assert_allclose(out.numpy(), expected, rtol=1e-6)
+
+g = flow.tensor(np.ones((1000,), np.float32), placement=both, sbp=flow.sbp.split(0))
+a = np.zeros(1000, np.float32)
+b = np.full(1000, 5.0, np.float32)
+np.testing.assert_array_equal((g * flow.tensor(a)).numpy(), a)
+np.testing.assert_array_equal((g * flow.tensor(b)).numpy(), b)
+
+path = os.environ["OFL_TEST_CHECKPOINT"]
+flow.save({"x": flow.tensor(np.asarray([7.0], np.float32), placement=both, sbp=flow.sbp.broadcast)},
+          path)
+like = {"x": flow.tensor(np.zeros(1, np.float32), placement=both, sbp=flow.sbp.partial_sum)}
+loaded = flow.load(path, like=like)["x"]
+assert loaded.sbp == (flow.sbp.partial_sum,)
+np.testing.assert_array_equal(loaded.numpy(), [7.0])
+print(f"rank {rank}: misc OK", flush=True)
