@@ -1,0 +1,109 @@
+"""A GPT-2-style language model written once with flow.nn; how it is laid out over ranks is
+decided elsewhere (parallel.py), only with placements and SBP."""
+
+from dataclasses import dataclass
+
+import oneflowlike as flow
+import oneflowlike.nn as nn
+
+
+@dataclass
+class GPTConfig:
+    vocab_size: int = 256  # bytes
+    block_size: int = 64
+    n_layer: int = 4
+    n_head: int = 4
+    n_embd: int = 64
+    bias: bool = False  # in Linear and LayerNorm, as nanoGPT's default
+    tied_head: bool = False  # the output head reuses the token embedding
+
+
+class MLP(nn.Module):
+    def __init__(self, c):
+        super().__init__()
+        self.c_fc = nn.Linear(c.n_embd, 4 * c.n_embd, bias=c.bias)
+        self.gelu = nn.GELU(approximate="tanh")
+        self.c_proj = nn.Linear(4 * c.n_embd, c.n_embd, bias=c.bias)
+
+    def forward(self, x):
+        return self.c_proj(self.gelu(self.c_fc(x)))
+
+
+class Block(nn.Module):
+    """Pre-LayerNorm transformer block: x + attn(ln(x)), then x + mlp(ln(x))."""
+
+    def __init__(self, c):
+        super().__init__()
+        self.ln_1 = nn.LayerNorm(c.n_embd, bias=c.bias)
+        self.attn = nn.CausalSelfAttention(c.n_embd, c.n_head, c.block_size, bias=c.bias)
+        self.ln_2 = nn.LayerNorm(c.n_embd, bias=c.bias)
+        self.mlp = MLP(c)
+
+    def forward(self, x):
+        x = x + self.attn(self.ln_1(x))
+        return x + self.mlp(self.ln_2(x))
+
+
+class Embeddings(nn.Module):
+    def __init__(self, c):
+        super().__init__()
+        self.block_size = c.block_size
+        self.wte = nn.Embedding(c.vocab_size, c.n_embd)
+        self.wpe = nn.Embedding(c.block_size, c.n_embd)
+
+    def forward(self, idx):
+        return self.wte(idx) + self.wpe(flow.arange(0, self.block_size))
+
+
+class Head(nn.Module):
+    """Final LayerNorm, the output projection and the loss."""
+
+    def __init__(self, c):
+        super().__init__()
+        self.vocab_size = c.vocab_size
+        self.ln_f = nn.LayerNorm(c.n_embd, bias=c.bias)
+        self.lm_head = nn.Linear(c.n_embd, c.vocab_size, bias=False)
+        self.loss = nn.CrossEntropyLoss()
+        object.__setattr__(self, "tied_to", None)
+
+    def forward(self, x, targets):
+        x = self.ln_f(x)
+        if self.tied_to is not None:
+            logits = flow.nn.functional.linear(x, self.tied_to.weight)
+        else:
+            logits = self.lm_head(x)
+        return self.loss(logits.reshape(-1, self.vocab_size), targets.reshape(-1))
+
+
+class GPT(nn.Module):
+    def __init__(self, c):
+        super().__init__()
+        self.config = c
+        self.embed = Embeddings(c)
+        self.blocks = nn.ModuleList([Block(c) for _ in range(c.n_layer)])
+        self.head = Head(c)
+        if c.tied_head:
+            # Shared, not a second registration: state dicts hold the weight once.
+            object.__setattr__(self.head, "tied_to", self.embed.wte)
+            del self.head.lm_head
+        self._init_weights()
+
+    def _init_weights(self):
+        # GPT-2: normal(0, 0.02) weights, zero biases, residual projections scaled by depth.
+        for name, p in self.named_parameters():
+            if p.ndim == 2:
+                std = 0.02
+                if name.endswith("c_proj.weight"):
+                    std = 0.02 / (2 * self.config.n_layer) ** 0.5
+                nn.init.normal_(p, 0.0, std)
+            elif name.endswith(".bias"):
+                nn.init.zeros_(p)
+
+    def forward(self, idx, targets):
+        x = self.embed(idx)
+        for block in self.blocks:
+            x = block(x)
+        return self.head(x, targets)
+
+    def num_parameters(self):
+        return sum(int(p.numel()) for p in self.parameters())

@@ -1,0 +1,87 @@
+"""How the GPT is laid out over dp x tp x pp ranks, with placements and SBP only.
+
+Stage s of pp runs on ranks [s * dp * tp, (s + 1) * dp * tp): a 2-D placement (dp, tp) when both
+are above one, else 1-d. Tensor parallelism follows Megatron: the attention's c_attn and the
+MLP's c_fc are column-parallel (weights split by output features), the two c_proj row-parallel
+(split by input features); the compiler inserts the all-reduces. Blocks are cut into pp
+contiguous stages (the first n_layer % pp stages get one more); the embeddings are on the first
+stage, the head and loss on the last.
+"""
+
+import oneflowlike as flow
+
+B = flow.sbp.broadcast
+
+# Megatron's splits, by parameter name suffix, along the tensor-parallel dimension.
+_COLUMN = ("attn.c_attn.weight", "attn.c_attn.bias", "mlp.c_fc.weight", "mlp.c_fc.bias")
+_ROW = ("attn.c_proj.weight", "mlp.c_proj.weight")
+
+
+class Layout:
+    def __init__(self, dp=1, tp=1, pp=1):
+        for name, v in (("dp", dp), ("tp", tp), ("pp", pp)):
+            if v < 1:
+                raise ValueError(f"--{name} must be at least 1. However, got {v}.")
+        self.dp, self.tp, self.pp = dp, tp, pp
+        self.world_size = dp * tp * pp
+
+    def placement(self, stage):
+        n = self.dp * self.tp
+        ranks = list(range(stage * n, (stage + 1) * n))
+        if self.dp > 1 and self.tp > 1:
+            ranks = [ranks[i * self.tp:(i + 1) * self.tp] for i in range(self.dp)]
+        return flow.placement("cpu", ranks=ranks)
+
+    def sbp(self, over_dp, over_tp):
+        """One SBP per placement dimension: ``over_dp`` on the data-parallel one, ``over_tp``
+        on the tensor-parallel one (only the dimensions the placement has)."""
+        if self.dp > 1 and self.tp > 1:
+            return (over_dp, over_tp)
+        if self.tp > 1:
+            return (over_tp,)
+        return (over_dp,)
+
+    def data_sbp(self):
+        return self.sbp(flow.sbp.split(0), B)
+
+    def stage_of_block(self, i, n_layer):
+        per, extra = divmod(n_layer, self.pp)
+        bounds, start = [], 0
+        for s in range(self.pp):
+            start += per + (1 if s < extra else 0)
+            bounds.append(start)
+        return next(s for s, end in enumerate(bounds) if i < end)
+
+    def check(self, config, batch_size, micro_batches):
+        if config.n_layer < self.pp:
+            raise ValueError(f"--pp {self.pp} needs at least {self.pp} layers. However, "
+                             f"--n-layer is {config.n_layer}.")
+        if config.n_head % self.tp:
+            raise ValueError(f"--tp {self.tp} must divide --n-head {config.n_head}.")
+        if batch_size % (self.dp * micro_batches):
+            raise ValueError(f"--batch-size {batch_size} must divide into --dp {self.dp} x "
+                             f"--micro-batches {micro_batches}.")
+        if config.tied_head and self.pp > 1:
+            raise ValueError("--tied-head needs the embedding and the head on one stage: use "
+                             "--pp 1.")
+
+    def apply(self, model, graph):
+        """Lays the model's parameters out and tells ``graph`` the pipeline stages."""
+        n_layer = model.config.n_layer
+        parts = [(model.embed, 0), (model.head, self.pp - 1)]
+        parts += [(block, self.stage_of_block(i, n_layer)) for i, block in enumerate(model.blocks)]
+        for module, stage in parts:
+            p = self.placement(stage)
+            module.to_global(p, self.sbp(B, B))
+            for name, param in list(module.named_parameters()):
+                full = name
+                if self.tp > 1 and full.endswith(_COLUMN):
+                    split = flow.sbp.split(0)
+                elif self.tp > 1 and full.endswith(_ROW):
+                    split = flow.sbp.split(1)
+                else:
+                    continue
+                owner = module.get_submodule(name.rsplit(".", 1)[0]) if "." in name else module
+                setattr(owner, name.rsplit(".", 1)[1], param.to_global(sbp=self.sbp(B, split)))
+            if self.pp > 1:
+                graph.set_stage(module, stage, p, input_sbp=self.data_sbp())

@@ -1,0 +1,180 @@
+"""Train a byte-level GPT on the King James text (or synthetic bytes) with data, tensor and
+pipeline parallelism chosen by flags.
+
+One device:
+    .venv/bin/python examples/gpt/train.py --steps 50
+Four ranks, data x pipeline parallel:
+    .venv/bin/python -m oneflowlike.distributed.launch --nproc_per_node 4 examples/gpt/train.py \\
+        --dp 2 --pp 2 --micro-batches 4
+
+The model (model.py) is written once; parallel.py lays it out with placements and SBP. Rank 0
+prints a line per step and, with --log-json, writes one JSON object per step.
+"""
+
+import argparse
+import json
+import math
+import os
+import resource
+import sys
+import time
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import oneflowlike as flow  # noqa: E402
+from data import ByteData  # noqa: E402
+from model import GPT, GPTConfig  # noqa: E402
+from parallel import Layout  # noqa: E402
+
+_DEFAULT_DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "data",
+                             "kjv-genesis-deuteronomy.txt")
+
+
+def parse(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--dp", type=int, default=1, help="data-parallel ranks")
+    p.add_argument("--tp", type=int, default=1, help="tensor-parallel ranks (Megatron)")
+    p.add_argument("--pp", type=int, default=1, help="pipeline stages")
+    p.add_argument("--micro-batches", type=int, default=1, help="micro-batches per step")
+    p.add_argument("--zero", action="store_true", help="shard optimizer state (ZeRO)")
+    p.add_argument("--n-layer", type=int, default=4)
+    p.add_argument("--n-embd", type=int, default=64)
+    p.add_argument("--n-head", type=int, default=4)
+    p.add_argument("--block-size", type=int, default=64)
+    p.add_argument("--batch-size", type=int, default=16, help="global batch (sequences)")
+    p.add_argument("--bias", action="store_true", help="biases in Linear and LayerNorm")
+    p.add_argument("--tied-head", action="store_true", help="output head = token embedding")
+    p.add_argument("--lr", type=float, default=3e-3)
+    p.add_argument("--min-lr", type=float, default=3e-4)
+    p.add_argument("--warmup-steps", type=int, default=10)
+    p.add_argument("--weight-decay", type=float, default=0.1)
+    p.add_argument("--grad-clip", type=float, default=1.0, help="max global norm (0: off)")
+    p.add_argument("--steps", type=int, default=100)
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--data", default=_DEFAULT_DATA, help="a text file (bytes are tokens)")
+    p.add_argument("--synthetic", action="store_true", help="random bytes instead of --data")
+    p.add_argument("--log-json", help="rank 0 writes one JSON object per step here")
+    p.add_argument("--save", help="checkpoint directory written at the end")
+    p.add_argument("--resume", help="checkpoint directory to start from")
+    p.add_argument("--quiet", action="store_true", help="only the summary")
+    return p.parse_args(argv)
+
+
+class TrainGraph(flow.nn.Graph):
+    def __init__(self, model, optimizer, scheduler, micro_batches, zero):
+        super().__init__()
+        self.model = model
+        self.add_optimizer(optimizer, lr_sch=scheduler)
+        self.config.set_gradient_accumulation_steps(micro_batches)
+        if zero:
+            self.config.enable_zero(stage=1)
+
+    def build(self, tokens, targets):
+        loss = self.model(tokens, targets)
+        loss.backward()
+        return loss
+
+
+def lr_lambda(args):
+    def factor(step):  # step 0 is the first update
+        if step < args.warmup_steps:
+            return (step + 1) / args.warmup_steps
+        progress = (step - args.warmup_steps) / max(1, args.steps - args.warmup_steps)
+        cosine = 0.5 * (1 + math.cos(math.pi * min(1.0, progress)))
+        return (args.min_lr + (args.lr - args.min_lr) * cosine) / args.lr
+
+    return factor
+
+
+def peak_rss_mib():
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def main(argv=None):
+    args = parse(argv)
+    rank, world = flow.env.get_rank(), flow.env.get_world_size()
+    layout = Layout(args.dp, args.tp, args.pp)
+    config = GPTConfig(block_size=args.block_size, n_layer=args.n_layer, n_head=args.n_head,
+                       n_embd=args.n_embd, bias=args.bias, tied_head=args.tied_head)
+    layout.check(config, args.batch_size, args.micro_batches)
+    if layout.world_size != world:
+        raise SystemExit(f"[train] --dp x --tp x --pp = {layout.world_size} ranks. However, the "
+                         f"job has {world} (start it with --nproc_per_node {layout.world_size}).")
+    flow.manual_seed(args.seed)
+    model = GPT(config)
+    groups = [{"params": list(model.parameters()), "clip_grad_max_norm": args.grad_clip}] \
+        if args.grad_clip > 0 else model.parameters()
+    optimizer = flow.optim.AdamW(groups, lr=args.lr, betas=(0.9, 0.95),
+                                 weight_decay=args.weight_decay)
+    scheduler = flow.optim.lr_scheduler.LambdaLR(optimizer, lr_lambda(args))
+    graph = TrainGraph(model, optimizer, scheduler, args.micro_batches, args.zero)
+    distributed = world > 1
+    if distributed:
+        layout.apply(model, graph)
+    data = ByteData(args.data, args.block_size, args.seed, args.synthetic)
+    first = 1
+    if args.resume:
+        with open(os.path.join(args.resume, "train_state.json")) as f:
+            done = json.load(f)["step"]
+        graph.load_state_dict(flow.load(args.resume, like=graph.state_dict()))
+        graph.step_count = done
+        for _ in range(done):
+            scheduler.step()
+        first = done + 1
+    rank0 = flow.placement("cpu", ranks=[0]) if distributed else None
+    log = open(args.log_json, "a") if args.log_json and rank == 0 else None
+    if rank == 0 and not args.quiet:
+        print(f"gpt: {model.num_parameters()} parameters, {args.n_layer} layers, {args.n_embd} "
+              f"channels, {args.n_head} heads, block {args.block_size}, batch {args.batch_size} "
+              f"on {world} ranks (dp {args.dp} x tp {args.tp} x pp {args.pp}, "
+              f"{args.micro_batches} micro-batches{', ZeRO' if args.zero else ''})", flush=True)
+    losses, times = [], []
+    start_all = time.perf_counter()
+    for step in range(first, args.steps + 1):
+        tokens, targets = data.batch(step, args.batch_size)
+        lr = optimizer.param_groups[0]["lr"]
+        t0 = time.perf_counter()
+        if distributed:
+            loss = graph(data.to_global(tokens, layout.placement(0), layout.data_sbp()),
+                         data.to_global(targets, layout.placement(args.pp - 1),
+                                        layout.data_sbp()))
+            loss = loss.to_global(placement=rank0, sbp=flow.sbp.broadcast)  # to rank 0
+            value = float(np.mean(loss.to_local().numpy())) if rank == 0 else None
+        else:
+            loss = graph(flow.tensor(tokens), flow.tensor(targets))
+            value = float(np.mean(loss.numpy()))
+        ms = (time.perf_counter() - t0) * 1e3
+        times.append(ms)
+        if rank != 0:
+            continue
+        losses.append(value)
+        tokens_per_s = args.batch_size * args.block_size / (ms / 1e3)
+        if not args.quiet:
+            print(f"step {step:4d} | loss {value:.4f} | lr {lr:.2e} | {ms:7.1f} ms | "
+                  f"{tokens_per_s:8.0f} tokens/s | rss {peak_rss_mib():.0f} MiB", flush=True)
+        if log:
+            log.write(json.dumps({"step": step, "loss": value, "lr": lr, "ms": round(ms, 3),
+                                  "tokens_per_s": round(tokens_per_s, 1)}) + "\n")
+            log.flush()
+    total = time.perf_counter() - start_all
+    if args.save:
+        flow.save(graph.state_dict(), args.save)
+        if rank == 0:
+            with open(os.path.join(args.save, "train_state.json"), "w") as f:
+                json.dump({"step": args.steps, "args": vars(args)}, f, indent=1)
+    if log:
+        log.close()
+    steady = times[1:] or times
+    print(f"rank {rank}: peak rss {peak_rss_mib():.0f} MiB", flush=True)
+    if rank == 0 and losses:
+        print(f"done: {len(losses)} steps in {total:.1f} s, loss {losses[0]:.4f} -> "
+              f"{losses[-1]:.4f}, first step {times[0]:.0f} ms (compiles), then "
+              f"{np.median(steady):.1f} ms/step median, "
+              f"{args.batch_size * args.block_size / (np.median(steady) / 1e3):.0f} tokens/s",
+              flush=True)
+
+
+if __name__ == "__main__":
+    main()

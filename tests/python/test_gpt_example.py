@@ -1,0 +1,186 @@
+"""examples/gpt/train.py: the same loss curve on one rank and under DP2, TP2, PP2 (4
+micro-batches), DP2 x TP2 x PP2 (8 processes) and ZeRO; a run resumed from a checkpoint saved
+on another layout continues the curve; and, where torch is installed, the same model in PyTorch
+with the same initial weights gives the same curve."""
+
+import json
+import os
+import pathlib
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+_ROOT = pathlib.Path(__file__).resolve().parents[2]
+_TRAIN = _ROOT / "examples" / "gpt" / "train.py"
+_SMALL = ["--n-layer", "2", "--n-embd", "32", "--n-head", "4", "--block-size", "16",
+          "--batch-size", "8", "--quiet"]
+_CONTRACT = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "NODE_RANK", "MASTER_ADDR",
+             "MASTER_PORT")
+
+
+def _env():
+    return {k: v for k, v in os.environ.items()
+            if not k.startswith(("SLURM_", "OFL_")) and k not in _CONTRACT}
+
+
+def _train(tmp_path, nproc, *flags, steps=10, tag="run"):
+    log = tmp_path / f"{tag}.jsonl"
+    args = [str(_TRAIN), *_SMALL, "--steps", str(steps), "--log-json", str(log), *flags]
+    if nproc == 1:
+        command = [sys.executable, *args]
+    else:
+        command = [sys.executable, "-m", "oneflowlike.distributed.launch", "--nproc_per_node",
+                   str(nproc), *args]
+    result = subprocess.run(command, env=_env(), capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert "done:" in result.stdout, result.stdout
+    return [json.loads(line) for line in log.read_text().splitlines()]
+
+
+@pytest.fixture(scope="module")
+def single(tmp_path_factory):
+    return _train(tmp_path_factory.mktemp("single"), 1)
+
+
+def _losses(records):
+    return [r["loss"] for r in records]
+
+
+@pytest.mark.parametrize("nproc,flags", [
+    (2, ["--dp", "2"]),
+    (2, ["--tp", "2"]),
+    (2, ["--pp", "2", "--micro-batches", "4"]),
+    (2, ["--dp", "2", "--zero"]),
+    (8, ["--dp", "2", "--tp", "2", "--pp", "2", "--micro-batches", "2"]),
+])
+def test_layouts_reproduce_the_single_device_loss_curve(tmp_path, single, nproc, flags):
+    records = _train(tmp_path, nproc, *flags)
+    assert [r["step"] for r in records] == list(range(1, 11))
+    np.testing.assert_allclose(_losses(records), _losses(single), rtol=1e-4)
+    assert _losses(single)[-1] < _losses(single)[0]
+
+
+def test_resume_on_another_layout_continues_the_curve(tmp_path, single):
+    ckpt = tmp_path / "ckpt"
+    first = _train(tmp_path, 4, "--dp", "2", "--tp", "2", "--save", str(ckpt), steps=5,
+                   tag="first")
+    assert (ckpt / "manifest.json").exists() and (ckpt / "train_state.json").exists()
+    rest = _train(tmp_path, 2, "--pp", "2", "--resume", str(ckpt), tag="rest")
+    assert [r["step"] for r in rest] == list(range(6, 11))
+    np.testing.assert_allclose(_losses(first) + _losses(rest), _losses(single), rtol=1e-4)
+
+
+def test_bad_flags_are_reported():
+    result = subprocess.run([sys.executable, str(_TRAIN), *_SMALL, "--tp", "3"], env=_env(),
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode != 0
+    assert "--tp 3 must divide --n-head 4" in result.stderr
+
+
+# --- against PyTorch ---------------------------------------------------------------------------
+def _torch_gpt(torch, c):
+    """The example's model in PyTorch, with the same parameter names."""
+    nn, F = torch.nn, torch.nn.functional
+
+    class Attention(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.c_attn = nn.Linear(c.n_embd, 3 * c.n_embd, bias=False)
+            self.c_proj = nn.Linear(c.n_embd, c.n_embd, bias=False)
+
+        def forward(self, x):
+            b, t, ch = x.shape
+            h, d = c.n_head, ch // c.n_head
+            # Columns ordered (head, q/k/v, head_dim), as flow.nn.CausalSelfAttention.
+            q, k, v = x.matmul(self.c_attn.weight.t()).view(b, t, h, 3 * d).split(d, dim=-1)
+            q, k, v = (z.transpose(1, 2) for z in (q, k, v))
+            att = (q @ k.transpose(-2, -1)) / d ** 0.5
+            mask = torch.ones(t, t, dtype=torch.bool).triu(1)
+            att = att.masked_fill(mask, float("-inf")).softmax(-1)
+            return self.c_proj((att @ v).transpose(1, 2).reshape(b, t, ch))
+
+    class Mlp(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.c_fc = nn.Linear(c.n_embd, 4 * c.n_embd, bias=False)
+            self.c_proj = nn.Linear(4 * c.n_embd, c.n_embd, bias=False)
+
+        def forward(self, x):
+            return self.c_proj(F.gelu(self.c_fc(x), approximate="tanh"))
+
+    class Block(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.ln_1 = nn.LayerNorm(c.n_embd, bias=False)
+            self.attn = Attention()
+            self.ln_2 = nn.LayerNorm(c.n_embd, bias=False)
+            self.mlp = Mlp()
+
+        def forward(self, x):
+            x = x + self.attn(self.ln_1(x))
+            return x + self.mlp(self.ln_2(x))
+
+    class Embed(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.wte = nn.Embedding(c.vocab_size, c.n_embd)
+            self.wpe = nn.Embedding(c.block_size, c.n_embd)
+
+    class Head(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.ln_f = nn.LayerNorm(c.n_embd, bias=False)
+            self.lm_head = nn.Linear(c.n_embd, c.vocab_size, bias=False)
+
+    class Gpt(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.embed = Embed()
+            self.blocks = nn.ModuleList([Block() for _ in range(c.n_layer)])
+            self.head = Head()
+
+        def forward(self, idx, targets):
+            x = self.embed.wte(idx) + self.embed.wpe(torch.arange(idx.shape[1]))
+            for block in self.blocks:
+                x = block(x)
+            logits = self.head.lm_head(self.head.ln_f(x))
+            return F.cross_entropy(logits.reshape(-1, c.vocab_size), targets.reshape(-1))
+
+    return Gpt()
+
+
+def test_pytorch_gives_the_same_loss_curve(tmp_path, single):
+    torch = pytest.importorskip("torch", reason="torch is not installed (pip install torch)")
+    sys.path.insert(0, str(_TRAIN.parent))
+    import oneflowlike as flow
+    from data import ByteData
+    from model import GPT, GPTConfig
+    import train
+
+    args = train.parse([*_SMALL, "--steps", "10"])
+    config = GPTConfig(block_size=args.block_size, n_layer=args.n_layer, n_head=args.n_head,
+                       n_embd=args.n_embd)
+    flow.manual_seed(args.seed)  # train.py's initial weights
+    ours = GPT(config)
+    torch.manual_seed(0)
+    torch.set_num_threads(1)
+    model = _torch_gpt(torch, config)
+    model.load_state_dict({k: torch.from_numpy(v.numpy().copy())
+                           for k, v in ours.state_dict().items()})
+    opt = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.95),
+                            weight_decay=args.weight_decay)
+    schedule = torch.optim.lr_scheduler.LambdaLR(opt, train.lr_lambda(args))
+    data = ByteData(args.data, args.block_size, args.seed)
+    losses = []
+    for step in range(1, 11):
+        tokens, targets = data.batch(step, args.batch_size)
+        opt.zero_grad()
+        loss = model(torch.from_numpy(tokens), torch.from_numpy(targets))
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), args.grad_clip)
+        opt.step()
+        schedule.step()
+        losses.append(loss.item())
+    np.testing.assert_allclose(_losses(single), losses, rtol=1e-4)
