@@ -173,6 +173,14 @@ void init_graph(py::module_& m) {
       .def_readonly("variable_sbp", &PyPlan::variable_sbp,
                     "The SBP of each variable, by name (the same in every process).")
       .def(
+          "peak_bytes",
+          [](const PyPlan& p) {
+            std::map<int64_t, int64_t> out;
+            for (const auto& rank : p.plan.ranks()) out[rank.rank()] = rank.peak_bytes();
+            return out;
+          },
+          "Planned peak memory of each hosted rank (registers and memory blocks), in bytes.")
+      .def(
           "job_bytes", [](const PyPlan& p) { return py::bytes(p.job_text); },
           "The traced job, serialized (the same bytes in every process of a job).");
 
@@ -334,16 +342,20 @@ void init_graph(py::module_& m) {
 
   py::class_<actor::Runtime>(m, "Runtime", "Runs a plan on the actor runtime.")
       .def(py::init([](const PyPlan& plan, std::vector<int64_t> ranks,
-                       std::shared_ptr<comm::Transport> transport, double watchdog_seconds) {
+                       std::shared_ptr<comm::Transport> transport, double watchdog_seconds,
+                       bool trace) {
              actor::RuntimeOptions options;
              options.ranks = std::move(ranks);
              options.transport = std::move(transport);
              options.watchdog_seconds = watchdog_seconds;
+             options.trace = trace;
              py::gil_scoped_release release;
              return std::make_unique<actor::Runtime>(plan.plan, options);
            }),
            py::arg("plan"), py::arg("ranks"), py::arg("transport") = nullptr,
-           py::arg("watchdog_seconds") = 60.0)
+           py::arg("watchdog_seconds") = 60.0, py::arg("trace") = false)
+      .def("chrome_trace", &actor::Runtime::chrome_trace,
+           "The acts recorded since the last call (trace=True), as Chrome trace JSON.")
       .def("initialize_variables", &actor::Runtime::initialize_variables,
            py::call_guard<py::gil_scoped_release>())
       .def("run", &actor::Runtime::run, py::arg("inputs"), py::call_guard<py::gil_scoped_release>())

@@ -223,6 +223,21 @@ def test_debug_prints_the_plan_summary(capsys, tmp_path):
     assert "plan 'Train'" in capsys.readouterr().out
     graph.write_dot(str(tmp_path / "plan.dot"))
     assert (tmp_path / "plan.dot").read_text().startswith("digraph")
+    t = graph.timings
+    assert 0 < t["trace_seconds"] < t["first_call_setup_seconds"] < t["first_step_seconds"]
+    assert 0 < t["compile_seconds"] < t["first_call_setup_seconds"]
+    assert graph.peak_bytes() > 0
+
+
+def test_trace_records_the_acts_of_a_step():
+    import json
+
+    graph, *_ = _tiny_gpt_graph()
+    graph.config.enable_trace()
+    graph(flow.randn(2, 4, 8))
+    events = json.loads(graph.chrome_trace())["traceEvents"]
+    names = {e["name"] for e in events if e.get("ph") == "X"}
+    assert any("adam_update" in n for n in names), sorted(names)[:10]
 
 
 def test_graph_checks_inputs_against_the_trace():

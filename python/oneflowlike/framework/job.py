@@ -43,8 +43,9 @@ class Job:
             self._sessions = _C.TransportSessions(self._transport, [self.rank])
             _exit_at_once_on_error()
 
-    def runtime(self, plan):
-        """A runtime of ``plan`` (compiled for this rank) hosting this process's rank."""
+    def runtime(self, plan, trace=False):
+        """A runtime of ``plan`` (compiled for this rank) hosting this process's rank; with
+        ``trace``, it records every act (chrome_trace())."""
         self._connect()
         transport = None
         if self._sessions is not None:
@@ -53,7 +54,7 @@ class Job:
             self._session_counts[crc] = count + 1
             session = (crc + count * 0x9E3779B1) & 0xFFFFFFFF
             transport = self._sessions.open(session)
-        holder = RuntimeHolder(_C.Runtime(plan, [self.rank], transport))
+        holder = RuntimeHolder(_C.Runtime(plan, [self.rank], transport, trace=trace))
         self._runtimes.append(holder)
         return holder
 

@@ -25,7 +25,7 @@ Parameters are the graph's variables: ``graph.state_dict()`` reads their trained
 
 import os
 import sys
-import traceback
+import time
 
 import numpy as np
 
@@ -58,6 +58,12 @@ class GraphConfig:
     def __init__(self):
         self.gradient_accumulation_steps = 1
         self.zero_stage = 0
+        self.trace = False
+
+    def enable_trace(self, mode=True):
+        """Records every act of the runtime: graph.chrome_trace() returns them as Chrome trace
+        JSON (chrome://tracing, Perfetto)."""
+        self.trace = bool(mode)
 
     def set_gradient_accumulation_steps(self, n):
         if isinstance(n, bool) or not isinstance(n, int) or n < 1:
@@ -131,6 +137,9 @@ class Graph:
         self._debug = 0
         self._pending_state = None
         self._runtime = None
+        # trace_seconds, compile_seconds (this rank's part of the plan), first_call_setup_seconds
+        # (trace + compile + load + initial values), first_step_seconds (the whole first call).
+        self.timings = {}
         self._local_variables = set()
         self._variable_sbp = {}
 
@@ -200,6 +209,7 @@ class Graph:
         return _placement("cpu", [env.get_rank()]), False
 
     def _compile(self, args):
+        start = time.perf_counter()
         placement, is_global = self._default_placement(args)
         self._is_global = is_global
         self._tracer_placement = placement
@@ -294,13 +304,15 @@ class Graph:
         self._tracer = tracer
         rank = env.get_rank()
         self._plan = None
+        traced = time.perf_counter()
         if rank in tracer.ranks:
             self._plan = tracer.compile([rank])
             self._output_sbp = self._plan.fetch_sbp
             self._output_shapes = self._plan.output_shapes()
             if self._debug >= 1:
                 print(f"[nn.Graph] rank {rank}: {self._plan.summary()}")
-            self._runtime = _job.current().runtime(self._plan)
+            self.timings["compile_seconds"] = time.perf_counter() - traced
+            self._runtime = _job.current().runtime(self._plan, trace=self.config.trace)
             self._local_variables = set(self._runtime.variable_names())
             self._variable_sbp = self._plan.variable_sbp
             self._runtime.initialize_variables()
@@ -312,6 +324,8 @@ class Graph:
         if self._pending_state is not None:
             state, self._pending_state = self._pending_state, None
             self.load_state_dict(state)
+        self.timings["trace_seconds"] = traced - start
+        self.timings["first_call_setup_seconds"] = time.perf_counter() - start
 
     def _loss_marked(self, tracer):
         return tracer.loss_marked
@@ -383,7 +397,14 @@ class Graph:
     # --- every call ----------------------------------------------------------------------------
     def __call__(self, *args):
         if not self._compiled:
+            start = time.perf_counter()
             self._compile(args)
+            out = self._call(args)
+            self.timings["first_step_seconds"] = time.perf_counter() - start
+            return out
+        return self._call(args)
+
+    def _call(self, args):
         if len(args) != len(self._inputs):
             raise TypeError(
                 f"[nn.Graph] was built with {len(self._inputs)} inputs. However, got {len(args)}."
@@ -514,6 +535,16 @@ class Graph:
     @step_count.setter
     def step_count(self, value):
         self._step = int(value)
+
+    def chrome_trace(self):
+        """The acts since the last call as Chrome trace JSON (config.enable_trace())."""
+        if self._runtime is None:
+            return '{"traceEvents":[]}'
+        return self._runtime.chrome_trace()
+
+    def peak_bytes(self):
+        """This rank's planned peak memory (registers and memory blocks), in bytes."""
+        return self._plan.peak_bytes().get(env.get_rank(), 0) if self._plan is not None else 0
 
     def plan_summary(self):
         return self._plan.summary() if self._plan is not None else ""
