@@ -807,10 +807,12 @@ void UcxTransport::start_progress_thread() {
   progress_ = std::thread([this] { progress_loop(); });
 }
 
-// Progress: spin while there is work (or was, within 50 us), then sleep in short naps that grow
-// to 1 ms after 10 ms of idleness. Without wake-up events (create_worker) a nap is how long a
-// message from an idle peer may wait; an actor waiting for data progresses the worker itself
-// (fetch).
+// Progress: progress while there is work, then sleep in naps of OFL_UCX_PROGRESS_NAP_US
+// (default 500 us), growing to 1 ms with idleness. Without wake-up events (create_worker) a nap
+// is how long a message for a parked communication thread may wait; a communication thread
+// that acted recently progresses the worker itself while it spins, and an actor waiting for
+// data does (fetch). Measured (docs/benchmarks.md, GPT DP2 on 2 cores): 50 us naps took so much
+// CPU from the compute threads that a step took 62-69 ms instead of 53-56 ms.
 void UcxTransport::progress_loop() {
   const int64_t interval_ns = static_cast<int64_t>(std::min(1.0, env_.fault_timeout / 4) * 1e9);
   int64_t next_heartbeat = now_ns() + interval_ns;
@@ -822,7 +824,7 @@ void UcxTransport::progress_loop() {
                               : 0;
   const int64_t nap_us = std::getenv("OFL_UCX_PROGRESS_NAP_US") != nullptr
                              ? std::atoll(std::getenv("OFL_UCX_PROGRESS_NAP_US"))
-                             : 50;
+                             : 500;
   while (!stop_.load(std::memory_order_acquire)) {
     bool busy = false;
     {
@@ -848,7 +850,10 @@ void UcxTransport::progress_loop() {
     }
     const int64_t idle = now - idle_since;
     if (idle < spin_ns) continue;
-    std::this_thread::sleep_for(std::chrono::microseconds(nap_us));
+    // Naps grow with idleness (a quarter of it, from nap_us up to 1 ms): each wake-up takes
+    // a core from the actor threads, which on a small machine costs more than the latency.
+    const int64_t nap = std::clamp<int64_t>(idle / 4000, nap_us, std::max<int64_t>(nap_us, 1000));
+    std::this_thread::sleep_for(std::chrono::microseconds(nap));
   }
 }
 

@@ -167,7 +167,10 @@ def main(argv=None):
     if log:
         log.close()
     steady = times[1:] or times
-    print(f"rank {rank}: peak rss {peak_rss_mib():.0f} MiB", flush=True)
+    print(f"rank {rank}: peak rss {peak_rss_mib():.0f} MiB, planned peak "
+          f"{graph.peak_bytes() / 2**20:.2f} MiB, first step {graph.timings['first_step_seconds']:.3f} s "
+          f"(trace {graph.timings['trace_seconds']:.3f} s, compile "
+          f"{graph.timings.get('compile_seconds', 0):.3f} s)", flush=True)
     if rank == 0 and losses:
         print(f"done: {len(losses)} steps in {total:.1f} s, loss {losses[0]:.4f} -> "
               f"{losses[-1]:.4f}, first step {times[0]:.0f} ms (compiles), then "

@@ -47,7 +47,7 @@ void transfer(comm::UcxTransport& t) {
   uint64_t tag = 1;
   if (t.rank() == 0) std::printf("| bytes | ours (GB/s) |\n| --- | --- |\n");
   for (size_t bytes = 4096; bytes <= buffer.size(); bytes *= 4) {
-    const int n = static_cast<int>(std::clamp<size_t>((size_t{512} << 20) / bytes, 20, 20000));
+    const int n = static_cast<int>(std::clamp<size_t>((size_t{2} << 30) / bytes, 20, 200000));
     double best = 0;
     for (int round = 0; round < 3; ++round) {
       t.barrier();

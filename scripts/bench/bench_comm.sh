@@ -22,7 +22,7 @@ perftest() {  # perftest TEST SIZE ITERATIONS -> the "Final:" line
 
 echo "## ucx_perftest tag_bw (MB/s: average, overall)"
 for bytes in 4096 16384 65536 262144 1048576 4194304 16777216 67108864; do
-  n=$((536870912 / bytes)); ((n > 20000)) && n=20000; ((n < 20)) && n=20
+  n=$((2147483648 / bytes)); ((n > 200000)) && n=200000; ((n < 20)) && n=20
   echo "$bytes $(perftest tag_bw "$bytes" "$n" | awk '{print $6, $7}')"
 done
 echo "## ucx_perftest tag_lat 8 bytes (us: 50th percentile, average, overall)"

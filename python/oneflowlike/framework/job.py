@@ -54,7 +54,9 @@ class Job:
             self._session_counts[crc] = count + 1
             session = (crc + count * 0x9E3779B1) & 0xFFFFFFFF
             transport = self._sessions.open(session)
-        holder = RuntimeHolder(_C.Runtime(plan, [self.rank], transport, trace=trace))
+        spin = float(os.environ.get("OFL_SPIN_US", -1))  # how long idle actor threads spin
+        holder = RuntimeHolder(_C.Runtime(plan, [self.rank], transport, trace=trace,
+                                          spin_microseconds=spin))
         self._runtimes.append(holder)
         return holder
 

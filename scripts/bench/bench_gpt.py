@@ -1,0 +1,232 @@
+"""GPT training benchmarks (issue 7), measured side by side in one invocation as ratios.
+
+    .venv/bin/python scripts/bench/bench_gpt.py            # needs torch (pip install torch)
+
+1. One process, same thread count (1 and 2): our nn.Graph step vs PyTorch eager on the same
+   model, data and optimizer (tokens/s for both).
+2. Data parallel, 2 processes x 1 thread vs 1 process x 1 thread at the same per-rank batch:
+   scaling efficiency, ours (examples/gpt/train.py --dp 2 through our launcher) next to PyTorch
+   DDP over gloo doing the same.
+3. Pipeline: the bubble each rank's compute thread sees (from the act trace) under pp 2 with 4
+   and 8 micro-batches vs the ideal (p-1)/(m+p-1); planned peak memory per rank for DP2,
+   DP2 + ZeRO and PP2 (m 4).
+4. Trace + compile time of the plan and the time to the end of the first step.
+
+Runs are interleaved and repeated (--repeats) and medians reported: the machine is shared.
+"""
+
+import argparse
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+GPT = os.path.join(ROOT, "examples", "gpt")
+sys.path.insert(0, GPT)
+
+MODEL = ["--n-layer", "4", "--n-embd", "128", "--n-head", "4", "--block-size", "64"]
+
+
+def env(threads):
+    e = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "OFL_")) and k not in
+         ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")}
+    e["OMP_NUM_THREADS"] = str(threads)
+    return e
+
+
+def run(command, threads):
+    out = subprocess.run(command, env=env(threads), capture_output=True, text=True, timeout=900)
+    if out.returncode != 0:
+        raise RuntimeError(f"{' '.join(command)} failed:\n{out.stdout[-2000:]}{out.stderr[-2000:]}")
+    return out.stdout
+
+
+def launch(nproc, *args):
+    return [sys.executable, "-m", "oneflowlike.distributed.launch", "--nproc_per_node",
+            str(nproc), *args]
+
+
+# --- parts run in their own processes -----------------------------------------------------------
+def part_torch(args):
+    import torch
+
+    from data import ByteData
+    from model import GPTConfig
+    from torch_model import torch_gpt
+    import train
+
+    torch.set_num_threads(args.threads)
+    targs = train.parse(MODEL + ["--batch-size", str(args.batch_size), "--steps", str(args.steps)])
+    config = GPTConfig(block_size=targs.block_size, n_layer=targs.n_layer, n_head=targs.n_head,
+                       n_embd=targs.n_embd)
+    distributed = "RANK" in os.environ
+    if distributed:
+        torch.distributed.init_process_group("gloo")
+    torch.manual_seed(0)
+    model = torch_gpt(config)
+    if distributed:
+        model = torch.nn.parallel.DistributedDataParallel(model)
+    opt = torch.optim.AdamW(model.parameters(), lr=targs.lr, betas=(0.9, 0.95),
+                            weight_decay=targs.weight_decay)
+    data = ByteData(targs.data, targs.block_size, targs.seed)
+    times = []
+    rank = int(os.environ.get("RANK", 0))
+    for step in range(1, args.steps + 1):
+        tokens, targets = data.batch(step * 101 + rank, args.batch_size)
+        t0 = time.perf_counter()
+        opt.zero_grad()
+        loss = model(torch.from_numpy(tokens), torch.from_numpy(targets))
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), targs.grad_clip)
+        opt.step()
+        times.append(time.perf_counter() - t0)
+    if rank == 0:
+        print(json.dumps({"first_step_s": times[0], "median_ms": 1e3 * statistics.median(times[3:])}))
+    if distributed:
+        torch.distributed.destroy_process_group()
+
+
+def part_pipeline(args):
+    """Under the launcher: pp 2 with m micro-batches, the act trace of a few steps; each rank
+    prints its compute thread's busy fraction over the steps and its planned peak."""
+    import numpy as np
+
+    import oneflowlike as flow
+    from data import ByteData
+    from model import GPT, GPTConfig
+    from parallel import Layout
+    import train
+
+    targs = train.parse(MODEL + ["--batch-size", str(args.batch_size), "--pp", "2",
+                                 "--micro-batches", str(args.micro_batches)])
+    config = GPTConfig(block_size=targs.block_size, n_layer=targs.n_layer, n_head=targs.n_head,
+                       n_embd=targs.n_embd)
+    flow.manual_seed(1)
+    model = GPT(config)
+    opt = flow.optim.AdamW(model.parameters(), lr=1e-3)
+    graph = train.TrainGraph(model, opt, None, targs.micro_batches, False)
+    graph.config.enable_trace()
+    layout = Layout(1, 1, 2)
+    layout.apply(model, graph)
+    data = ByteData(targs.data, targs.block_size, targs.seed)
+    rank = flow.env.get_rank()
+    fractions = []
+    for step in range(1, args.steps + 1):
+        tokens, targets = data.batch(step, args.batch_size)
+        graph.chrome_trace()  # drop what came before
+        graph(data.to_global(tokens, layout.placement(0), layout.data_sbp()),
+              data.to_global(targets, layout.placement(1), layout.data_sbp()))
+        if step <= 2:
+            continue
+        events = [e for e in json.loads(graph.chrome_trace())["traceEvents"]
+                  if e.get("ph") == "X" and e.get("tid") == 0]
+        begin = min(e["ts"] for e in events)
+        end = max(e["ts"] + e["dur"] for e in events)
+        fractions.append(sum(e["dur"] for e in events) / (end - begin))
+    print(json.dumps({"rank": rank, "busy": float(np.median(fractions)),
+                      "peak_bytes": graph.peak_bytes()}), flush=True)
+
+
+# --- the driver --------------------------------------------------------------------------------
+def ours_single(threads, batch, steps):
+    out = run([sys.executable, os.path.join(GPT, "train.py"), *MODEL, "--batch-size", str(batch),
+               "--steps", str(steps), "--quiet", "--warmup-steps", "1"], threads)
+    return parse_done(out)
+
+
+def parse_done(out):
+    m = re.search(r"then ([\d.]+) ms/step median", out)
+    first = re.search(r"first step ([\d.]+) s \(trace ([\d.]+) s, compile ([\d.]+) s\)", out)
+    peaks = [float(x) for x in re.findall(r"planned peak ([\d.]+) MiB", out)]
+    return {"median_ms": float(m.group(1)), "first_step_s": float(first.group(1)),
+            "trace_s": float(first.group(2)), "compile_s": float(first.group(3)), "peaks": peaks}
+
+
+def torch_single(threads, batch, steps):
+    out = run([sys.executable, __file__, "--part", "torch", "--threads", str(threads),
+               "--batch-size", str(batch), "--steps", str(steps)], threads)
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--part")
+    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--batch-size", type=int, default=16)
+    p.add_argument("--micro-batches", type=int, default=4)
+    p.add_argument("--steps", type=int, default=30)
+    p.add_argument("--repeats", type=int, default=3)
+    args = p.parse_args()
+    if args.part == "torch":
+        return part_torch(args)
+    if args.part == "pipeline":
+        return part_pipeline(args)
+
+    tokens = args.batch_size * 64
+    print(f"# GPT benchmarks ({' '.join(MODEL)}, batch {args.batch_size} per rank, "
+          f"{args.steps} steps, {args.repeats} repeats; {time.strftime('%Y-%m-%d')})")
+    # 1. One process, same threads.
+    for threads in (1, 2):
+        ours, theirs = [], []
+        for _ in range(args.repeats):
+            ours.append(ours_single(threads, args.batch_size, args.steps))
+            theirs.append(torch_single(threads, args.batch_size, args.steps))
+        o = statistics.median(r["median_ms"] for r in ours)
+        t = statistics.median(r["median_ms"] for r in theirs)
+        print(f"single process, {threads} thread(s): ours {o:.1f} ms/step "
+              f"({tokens / o * 1e3:.0f} tokens/s), PyTorch eager {t:.1f} ms/step "
+              f"({tokens / t * 1e3:.0f} tokens/s); ours/PyTorch speed {t / o:.2f}")
+        if threads == 1:
+            r = ours[len(ours) // 2]
+            ours_first = statistics.median(x["first_step_s"] for x in ours)
+            torch_first = statistics.median(x["first_step_s"] for x in theirs)
+            print(f"first step (1 process): ours {ours_first:.3f} s (trace {r['trace_s']:.3f} s, "
+                  f"compile {r['compile_s']:.3f} s), PyTorch {torch_first:.3f} s")
+    # 2. Data-parallel scaling at 1 thread per process.
+    ours1, ours2, torch1, torch2 = [], [], [], []
+    for _ in range(args.repeats):
+        ours1.append(ours_single(1, args.batch_size, args.steps)["median_ms"])
+        ours2.append(parse_done(run(launch(2, os.path.join(GPT, "train.py"), *MODEL, "--dp", "2",
+                                           "--batch-size", str(2 * args.batch_size), "--steps",
+                                           str(args.steps), "--quiet", "--warmup-steps", "1"),
+                                    1))["median_ms"])
+        torch1.append(torch_single(1, args.batch_size, args.steps)["median_ms"])
+        out = run(launch(2, __file__, "--part", "torch", "--threads", "1", "--batch-size",
+                         str(args.batch_size), "--steps", str(args.steps)), 1)
+        torch2.append(json.loads([l for l in out.splitlines() if "median_ms" in l][-1]
+                                 .split("] ", 1)[-1])["median_ms"])
+    e_ours = statistics.median(ours1) / statistics.median(ours2)
+    e_torch = statistics.median(torch1) / statistics.median(torch2)
+    print(f"data parallel 2 x 1 thread vs 1 x 1 thread (weak scaling, batch {args.batch_size} "
+          f"per rank): ours {statistics.median(ours1):.1f} -> {statistics.median(ours2):.1f} "
+          f"ms/step, efficiency {e_ours:.2f}; PyTorch DDP (gloo) "
+          f"{statistics.median(torch1):.1f} -> {statistics.median(torch2):.1f} ms/step, "
+          f"efficiency {e_torch:.2f}")
+    # 3. Pipeline bubble and memory.
+    for m in (4, 8):
+        out = run(launch(2, __file__, "--part", "pipeline", "--micro-batches", str(m),
+                         "--batch-size", str(2 * args.batch_size), "--steps", "8"), 1)
+        ranks = [json.loads(l.split("] ", 1)[-1]) for l in out.splitlines() if '"busy"' in l]
+        ideal = 1 / (m + 1)
+        ranks.sort(key=lambda r: r["rank"])
+        bubbles = ", ".join(f"{1 - r['busy']:.1%}" for r in ranks)
+        peaks = ", ".join(f"{r['peak_bytes'] / 2**20:.2f} MiB" for r in ranks)
+        print(f"pipeline pp 2, {m} micro-batches: bubble per rank {bubbles} (ideal {ideal:.1%}); "
+              f"planned peak per rank {peaks}")
+    for name, flags in (("DP2", ["--dp", "2"]), ("DP2 + ZeRO", ["--dp", "2", "--zero"]),
+                        ("PP2 m4", ["--pp", "2", "--micro-batches", "4"])):
+        r = parse_done(run(launch(2, os.path.join(GPT, "train.py"), *MODEL, *flags,
+                                  "--batch-size", str(2 * args.batch_size), "--steps", "3",
+                                  "--quiet"), 1))
+        peaks = ", ".join(f"{x:.2f} MiB" for x in r["peaks"])
+        print(f"planned peak memory per rank, {name}: {peaks}; first step "
+              f"{r['first_step_s']:.3f} s (trace {r['trace_s']:.3f} s, compile "
+              f"{r['compile_s']:.3f} s)")
+
+
+if __name__ == "__main__":
+    main()
