@@ -25,6 +25,7 @@
 #include "compiler/passes/passes.h"
 #include "oneflowlike/ops/creation.h"
 #include "oneflowlike/ops/reduce.h"
+#include "oneflowlike/ops/reshape.h"
 #include "oneflowlike/ops/scalar.h"
 
 namespace ofl::compiler {
@@ -99,6 +100,28 @@ struct Update {
   int grad;  // tensor
 };
 
+// Note [Reduce gradients before clipping]: the gradient laid out as its variable (B over data
+// parallel ranks, S under ZeRO): a reshape carrying the variable's SBP as a hint, so its
+// reduction is boxing right after the backward op that made it, overlapping the rest of the
+// backward. Without it, SBP inference leaves each gradient partial through the clip's multiply
+// (P * B is P) and reduces it only after the global norm, when all of backward is over, and
+// reduces it a second time for the norm itself (measured: GPT DP2 69 ms a step instead of 56).
+int in_variable_layout(Graph& graph, const Site& site, const std::string& base, const Update& u) {
+  const LogicalOp& var = graph.op(u.var_op);
+  if (var.output_sbp_hints.empty() || var.output_sbp_hints[0].empty()) return u.grad;
+  LogicalOp op;
+  op.schema = &OpRegistry::global().find("reshape");
+  op.name = graph.unique_name(base + "/reduced");
+  op.params = ReshapeParams{graph.tensor(u.grad).meta.shape};
+  op.inputs = {u.grad};
+  op.placement = site.placement;
+  op.stage = site.stage;
+  op.location = site.location;
+  op.role = OpRole::kOptimizer;
+  op.output_sbp_hints = {var.output_sbp_hints[0]};
+  return graph.add_compute_op(std::move(op)).at(0);
+}
+
 // torch.nn.utils.clip_grad_norm_ over all gradients:
 //   total = sqrt(sum_g sum(g * g)),  g *= where(total > max_norm, max_norm / (total + 1e-6), 1).
 // Each sum(g * g) runs where g lives (a scalar crosses placements, not the gradient); the total
@@ -107,9 +130,10 @@ void clip_by_global_norm(Graph& graph, double max_norm, std::vector<Update>& upd
   const Site norm_site = Site::of(graph.op(updates[0].var_op));
   const DataType dtype = graph.tensor(updates[0].grad).meta.dtype;
   int total_sq = -1;
-  for (const Update& u : updates) {
+  for (Update& u : updates) {
     const Site site = Site::of(graph.op(u.var_op));
     const std::string base = graph.op(u.var_op).name + ".clip";
+    u.grad = in_variable_layout(graph, site, base, u);
     const int sq = append_op1(graph, site, base + "/square", "mul", NoParams{}, {u.grad, u.grad});
     int sum_sq = append_op1(graph, site, base + "/sum_sq", "reduce_sum",
                             ReduceParams{/*axes=*/{}, /*keepdims=*/false}, {sq});  // ()

@@ -264,7 +264,11 @@ TEST(Optimizer, ClippingComputesOneGlobalNormAndScalesEveryGradient) {
     const LogicalOp& update = g.op(op_index(g, name + ".sgd_update"));
     const LogicalOp& scale = g.op(g.tensor(update.inputs[1]).producer);
     EXPECT_EQ(scale.schema->name(), "mul") << name;
-    EXPECT_EQ(scale.inputs[0], g.variable_grads.at(v)) << name;
+    // Note [Reduce gradients before clipping]: the gradient, laid out as its variable first.
+    const LogicalOp& reduced = g.op(g.tensor(scale.inputs[0]).producer);
+    EXPECT_EQ(reduced.schema->name(), "reshape") << name;
+    EXPECT_EQ(reduced.inputs[0], g.variable_grads.at(v)) << name;
+    EXPECT_EQ(reduced.output_sbp_hints.at(0), g.op(v).output_sbp_hints.at(0)) << name;
     EXPECT_EQ(g.op(g.tensor(scale.inputs[1]).producer).schema->name(), "where") << name;
     EXPECT_EQ(scale.placement, g.op(v).placement) << name;
     EXPECT_EQ(scale.stage, g.op(v).stage) << name;
