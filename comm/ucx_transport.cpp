@@ -7,8 +7,10 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
 
 #include "comm/proto/bootstrap.pb.h"
 #include "oneflowlike/common/clock.h"
@@ -244,11 +246,13 @@ void UcxTransport::run_master() {
   } else {
     welcome.add_worker_addresses(worker_address_);
     welcome.add_hosts(hostname());
+    welcome.add_pids(getpid());
     for (const auto& [rank, joined_rank] : joined_) {
       proto::HelloProto hello;
       hello.ParseFromString(joined_rank.second);
       welcome.add_worker_addresses(hello.worker_address());
       welcome.add_hosts(hello.host());
+      welcome.add_pids(hello.pid());
     }
   }
   const std::string bytes = welcome.SerializeAsString();
@@ -265,7 +269,7 @@ void UcxTransport::run_master() {
   }
   std::vector<std::string> addresses(welcome.worker_addresses().begin(),
                                      welcome.worker_addresses().end());
-  for (int64_t r = 0; r < env_.world_size; ++r) peers_[r]->host = welcome.hosts(r);
+  learn_peers(welcome);
   connect_peers(addresses);
 }
 
@@ -277,6 +281,7 @@ void UcxTransport::run_client() {
   hello.set_secret(env_.secret);
   hello.set_worker_address(worker_address_);
   hello.set_host(hostname());
+  hello.set_pid(getpid());
   const std::string bytes = hello.SerializeAsString();
   const int64_t deadline = now_ns() + static_cast<int64_t>(env_.bootstrap_timeout * 1e9);
   while (true) {
@@ -334,8 +339,64 @@ void UcxTransport::run_client() {
                  welcome.worker_addresses_size(), ".");
   std::vector<std::string> addresses(welcome.worker_addresses().begin(),
                                      welcome.worker_addresses().end());
-  for (int64_t r = 0; r < env_.world_size; ++r) peers_[r]->host = welcome.hosts(r);
+  learn_peers(welcome);
   connect_peers(addresses);
+}
+
+namespace {
+
+// The transport whose peers a UCX error may be about (one per process).
+std::atomic<UcxTransport*> g_watched{nullptr};
+std::once_flag g_log_handler_once;
+
+}  // namespace
+
+// Note [A peer's death inside UCX]: the data endpoints have no UCX error handling (it would
+// drop shared memory, Note [Bootstrap]), so when a peer process dies in the middle of a
+// shared-memory rendezvous, UCX's cross-memory attach finds the process gone and UCX aborts
+// this one (process_vm_readv(pid=...) returned -1: No such process). Before it does, this
+// handler names the rank that is gone, from the pids exchanged at the bootstrap, and ends the
+// process with that message; the launcher then reports the dead rank, and every survivor says
+// which rank failed as a heartbeat timeout would.
+void UcxTransport::learn_peers(const proto::WelcomeProto& welcome) {
+  for (int64_t r = 0; r < env_.world_size; ++r) {
+    peers_[r]->host = welcome.hosts(r);
+    peers_[r]->pid = r < welcome.pids_size() ? welcome.pids(r) : 0;
+  }
+  g_watched.store(this, std::memory_order_release);
+  std::call_once(g_log_handler_once, [] { ucs_log_push_handler(&UcxTransport::on_ucx_log); });
+}
+
+ucs_log_func_rc_t UcxTransport::on_ucx_log(const char* /*file*/, unsigned /*line*/,
+                                           const char* /*function*/, ucs_log_level_t level,
+                                           const ucs_log_component_config_t* /*component*/,
+                                           const char* format, va_list ap) {
+  UcxTransport* t = g_watched.load(std::memory_order_acquire);
+  if (t == nullptr || level > UCS_LOG_LEVEL_ERROR) return UCS_LOG_FUNC_RC_CONTINUE;
+  char text[1024];
+  va_list copy;
+  va_copy(copy, ap);
+  std::vsnprintf(text, sizeof(text), format, copy);
+  va_end(copy);
+  const char* at = std::strstr(text, "pid=");
+  if (at == nullptr || std::strstr(text, "No such process") == nullptr) {
+    return UCS_LOG_FUNC_RC_CONTINUE;
+  }
+  const int64_t pid = std::atoll(at + 4);
+  const std::string here = hostname();
+  for (int64_t r = 0; r < t->env_.world_size; ++r) {
+    const Peer& peer = *t->peers_[r];
+    if (r == t->env_.rank || peer.pid != pid || peer.host != here) continue;
+    std::fprintf(stderr,
+                 "%srank %lld failed: its process (pid %lld on %s) is gone, seen by rank %lld "
+                 "while moving data with it (UCX: %s).\n",
+                 kTag, static_cast<long long>(r), static_cast<long long>(pid), peer.host.c_str(),
+                 static_cast<long long>(t->env_.rank), text);
+    std::fflush(stderr);
+    std::fflush(stdout);
+    std::_Exit(1);
+  }
+  return UCS_LOG_FUNC_RC_CONTINUE;
 }
 
 void UcxTransport::connect_peers(const std::vector<std::string>& addresses) {
@@ -904,6 +965,8 @@ void UcxTransport::leave() {
 
 void UcxTransport::shut_down(bool goodbye) {
   if (closed_.exchange(true)) return;
+  UcxTransport* self = this;
+  g_watched.compare_exchange_strong(self, nullptr);
   if (connected_ && goodbye) {
     for (int64_t r = 0; r < env_.world_size; ++r) {
       Peer& peer = *peers_[r];

@@ -22,9 +22,11 @@
 // as long as the other ranks are alive.
 
 #include <ucp/api/ucp.h>
+#include <ucs/debug/log_def.h>
 
 #include <atomic>
 #include <condition_variable>
+#include <cstdarg>
 #include <deque>
 #include <map>
 #include <memory>
@@ -37,6 +39,10 @@
 
 #include "comm/launch_env.h"
 #include "comm/transport.h"
+
+namespace ofl::comm::proto {
+class WelcomeProto;
+}
 
 namespace ofl::comm {
 
@@ -101,6 +107,7 @@ class UcxTransport final : public Transport {
   struct Peer {
     ucp_ep_h ep = nullptr;
     std::string host;
+    int64_t pid = 0;
     std::atomic<int64_t> last_heard_ns{0};
     std::atomic<bool> left{false};
     std::atomic<bool> failed{false};
@@ -111,6 +118,13 @@ class UcxTransport final : public Transport {
   void run_master();
   void run_client();
   void connect_peers(const std::vector<std::string>& addresses);
+  // Records each rank's host and pid from the master's welcome.
+  void learn_peers(const proto::WelcomeProto& welcome);
+  // Note [A peer's death inside UCX]: UCX's log handler.
+  static ucs_log_func_rc_t on_ucx_log(const char* file, unsigned line, const char* function,
+                                      ucs_log_level_t level,
+                                      const ucs_log_component_config_t* component,
+                                      const char* format, va_list ap);
   void close_bootstrap();
   void close_endpoints(const std::vector<ucp_ep_h>& eps);
   Posted post_receive(uint64_t tag, void* dst, size_t bytes);

@@ -115,3 +115,31 @@ def test_pytorch_gives_the_same_loss_curve(tmp_path, single):
         schedule.step()
         losses.append(loss.item())
     np.testing.assert_allclose(_losses(single), losses, rtol=1e-4)
+
+
+def test_a_rank_killed_mid_training_ends_the_job_naming_it():
+    import signal
+    import time
+
+    command = [sys.executable, "-m", "oneflowlike.distributed.launch", "--nproc_per_node", "2",
+               str(_TRAIN), *[f for f in _SMALL if f != "--quiet"], "--dp", "2", "--steps",
+               "100000"]
+    env = dict(_env(), OFL_FAULT_TIMEOUT="3")
+    launcher = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                text=True)
+    lines = []
+    for line in launcher.stdout:  # wait until rank 1 trains
+        lines.append(line)
+        if "step    3" in line:
+            break
+    victim = subprocess.run(["pgrep", "-f", "-n", str(_TRAIN)], capture_output=True,
+                            text=True).stdout.split()
+    assert victim, "".join(lines)
+    os.kill(int(victim[-1]), signal.SIGKILL)
+    start = time.time()
+    out, _ = launcher.communicate(timeout=60)
+    output = "".join(lines) + out
+    assert launcher.returncode != 0
+    assert time.time() - start < 15, output[-3000:]
+    # The launcher names the killed rank; a survivor that saw it first names it too.
+    assert "[launch] rank 1" in output and "SIGKILL" in output, output[-3000:]
