@@ -61,7 +61,21 @@ def test_review_regressions_on_two_processes(tmp_path):
     assert out.count("misc OK") == 2, out
 
 
-# --- in one process ------------------------------------------------------------------------
+# --- in one process ---
+class _SquareLossGraph(flow.nn.Graph):
+    """Trains ``model`` to output zeros: loss = mean(model(x) ** 2)."""
+
+    def __init__(self, model, opt):
+        super().__init__()
+        self.model = model
+        self.add_optimizer(opt)
+
+    def build(self, x):
+        loss = (self.model(x) ** 2).mean()
+        loss.backward()
+        return loss
+
+
 class _Linear(flow.nn.Graph):
     def __init__(self, model, opt=None):
         super().__init__()
@@ -86,18 +100,7 @@ def test_checkpoint_round_trip_and_sync_to_modules(tmp_path):
     model = flow.nn.Linear(3, 2)
     opt = flow.optim.SGD(model.parameters(), lr=0.5, momentum=0.9)
 
-    class Train(flow.nn.Graph):
-        def __init__(self):
-            super().__init__()
-            self.model = model
-            self.add_optimizer(opt)
-
-        def build(self, x):
-            loss = (self.model(x) ** 2).mean()
-            loss.backward()
-            return loss
-
-    graph = Train()
+    graph = _SquareLossGraph(model, opt)
     x = flow.randn(4, 3)
     graph(x)
     state = graph.state_dict()
@@ -252,19 +255,8 @@ def test_graph_trains_float64_parameters():
     model = flow.nn.Linear(3, 1, dtype=flow.float64)
     opt = flow.optim.Adam(model.parameters(), lr=0.1)
 
-    class Train(flow.nn.Graph):
-        def __init__(self):
-            super().__init__()
-            self.model = model
-            self.add_optimizer(opt)
-
-        def build(self, x):
-            loss = (self.model(x) ** 2).mean()
-            loss.backward()
-            return loss
-
     x = flow.randn(4, 3, dtype=flow.float64)
-    graph = Train()
+    graph = _SquareLossGraph(model, opt)
     losses = [graph(x).item() for _ in range(3)]
     assert losses[2] < losses[0]
 
