@@ -965,8 +965,6 @@ void UcxTransport::leave() {
 
 void UcxTransport::shut_down(bool goodbye) {
   if (closed_.exchange(true)) return;
-  UcxTransport* self = this;
-  g_watched.compare_exchange_strong(self, nullptr);
   if (connected_ && goodbye) {
     for (int64_t r = 0; r < env_.world_size; ++r) {
       Peer& peer = *peers_[r];
@@ -1006,6 +1004,9 @@ void UcxTransport::shut_down(bool goodbye) {
   }
   close_endpoints(eps);
   close_bootstrap();
+  // Watched until its endpoints are closed: a peer may die while this rank says goodbye.
+  UcxTransport* self = this;
+  g_watched.compare_exchange_strong(self, nullptr);
   std::lock_guard<std::recursive_mutex> ucx(ucx_mu_);
   if (worker_ != nullptr) ucp_worker_destroy(worker_);
   worker_ = nullptr;

@@ -24,7 +24,8 @@ class ByteData:
     def batch(self, step, batch_size):
         """(tokens, targets), each (batch_size, block_size) int64 numpy arrays."""
         rng = np.random.default_rng([self.seed, step])
-        starts = rng.integers(0, len(self.data) - self.block_size - 1, batch_size)
+        # A window is block_size + 1 bytes: the last start is len - block_size - 1 (inclusive).
+        starts = rng.integers(0, len(self.data) - self.block_size, batch_size)
         rows = np.stack([self.data[s:s + self.block_size + 1] for s in starts]).astype(np.int64)
         return rows[:, :-1].copy(), rows[:, 1:].copy()
 

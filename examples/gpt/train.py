@@ -38,7 +38,10 @@ def parse(argv=None):
     p.add_argument("--tp", type=int, default=1, help="tensor-parallel ranks (Megatron)")
     p.add_argument("--pp", type=int, default=1, help="pipeline stages")
     p.add_argument("--micro-batches", type=int, default=1, help="micro-batches per step")
-    p.add_argument("--zero", action="store_true", help="shard optimizer state (ZeRO)")
+    p.add_argument("--zero", action="store_true",
+                   help="ZeRO: shard parameters and optimizer state over the ranks that would "
+                        "replicate them (the data-parallel ones, and the tensor-parallel ones for "
+                        "parameters TP does not split)")
     p.add_argument("--n-layer", type=int, default=4)
     p.add_argument("--n-embd", type=int, default=64)
     p.add_argument("--n-head", type=int, default=4)
@@ -51,7 +54,10 @@ def parse(argv=None):
     p.add_argument("--warmup-steps", type=int, default=10)
     p.add_argument("--weight-decay", type=float, default=0.1)
     p.add_argument("--grad-clip", type=float, default=1.0, help="max global norm (0: off)")
-    p.add_argument("--steps", type=int, default=100)
+    p.add_argument("--steps", type=int, default=100, help="the last step (the schedule's length)")
+    p.add_argument("--stop-after", type=int, default=0,
+                   help="end after this step, the schedule still spanning --steps (with --save: "
+                        "a checkpoint to --resume from)")
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--data", default=_DEFAULT_DATA, help="a text file (bytes are tokens)")
     p.add_argument("--synthetic", action="store_true", help="random bytes instead of --data")
@@ -81,11 +87,48 @@ def lr_lambda(args):
     def factor(step):  # step 0 is the first update
         if step < args.warmup_steps:
             return (step + 1) / args.warmup_steps
-        progress = (step - args.warmup_steps) / max(1, args.steps - args.warmup_steps)
+        # Reaches --min-lr at the last step (step index args.steps - 1).
+        progress = (step - args.warmup_steps) / max(1, args.steps - 1 - args.warmup_steps)
         cosine = 0.5 * (1 + math.cos(math.pi * min(1.0, progress)))
         return (args.min_lr + (args.lr - args.min_lr) * cosine) / args.lr
 
     return factor
+
+
+# What must match between a checkpoint's run and the run that resumes it.
+_MODEL_FLAGS = ("n_layer", "n_embd", "n_head", "block_size", "bias", "tied_head")
+_SCHEDULE_FLAGS = ("lr", "min_lr", "warmup_steps", "steps", "weight_decay", "grad_clip",
+                   "batch_size", "seed")
+
+
+def check_resume(args, saved, rank):
+    done = saved["step"]
+    if args.steps <= done:
+        raise SystemExit(f"[train] --resume starts after step {done}: --steps must be larger. "
+                         f"However, got {args.steps}.")
+    before = saved.get("args", {})
+    changed = [f for f in _MODEL_FLAGS if f in before and before[f] != getattr(args, f)]
+    if changed:
+        raise SystemExit("[train] --resume needs the model the checkpoint holds. However, "
+                         + ", ".join(f"--{f.replace('_', '-')} was {before[f]} and is now "
+                                     f"{getattr(args, f)}" for f in changed) + ".")
+    changed = [f for f in _SCHEDULE_FLAGS if f in before and before[f] != getattr(args, f)]
+    if changed and rank == 0:
+        print("[train] warning: the learning-rate schedule differs from the checkpoint's run ("
+              + ", ".join(f"--{f.replace('_', '-')} {before[f]} -> {getattr(args, f)}"
+                          for f in changed) + "): the curve will not continue as one run.",
+              file=sys.stderr)
+
+
+def open_log(path, first):
+    """The JSON log, keeping only the steps before ``first`` of an earlier run (a resume)."""
+    kept = []
+    if first > 1 and os.path.exists(path):
+        with open(path) as f:
+            kept = [line for line in f if line.strip() and json.loads(line)["step"] < first]
+    log = open(path, "w")
+    log.writelines(kept)
+    return log
 
 
 def peak_rss_mib():
@@ -99,6 +142,11 @@ def main(argv=None):
     config = GPTConfig(block_size=args.block_size, n_layer=args.n_layer, n_head=args.n_head,
                        n_embd=args.n_embd, bias=args.bias, tied_head=args.tied_head)
     layout.check(config, args.batch_size, args.micro_batches)
+    if args.steps < 1:
+        raise SystemExit(f"[train] --steps must be at least 1. However, got {args.steps}.")
+    if args.zero and args.dp == 1 and args.tp == 1:
+        print("[train] warning: --zero has nothing to shard over with --dp 1 and --tp 1",
+              file=sys.stderr)
     if layout.world_size != world:
         raise SystemExit(f"[train] --dp x --tp x --pp = {layout.world_size} ranks. However, the "
                          f"job has {world} (start it with --nproc_per_node {layout.world_size}).")
@@ -117,14 +165,16 @@ def main(argv=None):
     first = 1
     if args.resume:
         with open(os.path.join(args.resume, "train_state.json")) as f:
-            done = json.load(f)["step"]
+            saved = json.load(f)
+        done = saved["step"]
+        check_resume(args, saved, rank)
         graph.load_state_dict(flow.load(args.resume, like=graph.state_dict()))
         graph.step_count = done
         for _ in range(done):
             scheduler.step()
         first = done + 1
     rank0 = flow.placement("cpu", ranks=[0]) if distributed else None
-    log = open(args.log_json, "a") if args.log_json and rank == 0 else None
+    log = open_log(args.log_json, first) if args.log_json and rank == 0 else None
     if rank == 0 and not args.quiet:
         print(f"gpt: {model.num_parameters()} parameters, {args.n_layer} layers, {args.n_embd} "
               f"channels, {args.n_head} heads, block {args.block_size}, batch {args.batch_size} "
@@ -132,7 +182,10 @@ def main(argv=None):
               f"{args.micro_batches} micro-batches{', ZeRO' if args.zero else ''})", flush=True)
     losses, times = [], []
     start_all = time.perf_counter()
-    for step in range(first, args.steps + 1):
+    last = min(args.steps, args.stop_after) if args.stop_after > 0 else args.steps
+    if last < first:
+        raise SystemExit(f"[train] nothing to run: steps {first}..{last}.")
+    for step in range(first, last + 1):
         tokens, targets = data.batch(step, args.batch_size)
         lr = optimizer.param_groups[0]["lr"]
         t0 = time.perf_counter()
@@ -163,7 +216,7 @@ def main(argv=None):
         flow.save(graph.state_dict(), args.save)
         if rank == 0:
             with open(os.path.join(args.save, "train_state.json"), "w") as f:
-                json.dump({"step": args.steps, "args": vars(args)}, f, indent=1)
+                json.dump({"step": last, "args": vars(args)}, f, indent=1)
     if log:
         log.close()
     steady = times[1:] or times

@@ -85,7 +85,8 @@ def part_torch(args):
         opt.step()
         times.append(time.perf_counter() - t0)
     if rank == 0:
-        print(json.dumps({"first_step_s": times[0], "median_ms": 1e3 * statistics.median(times[3:])}))
+        # As train.py's summary: the first step (it compiles) left out.
+        print(json.dumps({"first_step_s": times[0], "median_ms": 1e3 * statistics.median(times[1:])}))
     if distributed:
         torch.distributed.destroy_process_group()
 
@@ -139,9 +140,13 @@ def ours_single(threads, batch, steps):
 
 
 def parse_done(out):
+    """train.py's summary: rank 0's step time and first-step timings, each rank's planned peak
+    (by rank)."""
     m = re.search(r"then ([\d.]+) ms/step median", out)
-    first = re.search(r"first step ([\d.]+) s \(trace ([\d.]+) s, compile ([\d.]+) s\)", out)
-    peaks = [float(x) for x in re.findall(r"planned peak ([\d.]+) MiB", out)]
+    first = re.search(r"rank 0: .*first step ([\d.]+) s \(trace ([\d.]+) s, compile ([\d.]+) s\)",
+                      out)
+    peaks = [float(p) for _, p in sorted(
+        (int(r), p) for r, p in re.findall(r"rank (\d+): peak rss .*?planned peak ([\d.]+) MiB", out))]
     return {"median_ms": float(m.group(1)), "first_step_s": float(first.group(1)),
             "trace_s": float(first.group(2)), "compile_s": float(first.group(3)), "peaks": peaks}
 

@@ -132,6 +132,7 @@ class Graph:
         self._stages = []  # (module, stage, placement, input sbp)
         self._recomputed = []  # modules whose activations are recomputed
         self._compiled = False
+        self._plan = None
         self._runtime = None
         self._step = 0
         self._debug = 0
@@ -478,7 +479,9 @@ class Graph:
         out = {}
         for name, value in self._state_entries():
             if not self._compiled:
-                out[name] = value
+                # The modules' values; optimizer state starts at zero, in its parameter's layout.
+                is_state = name.endswith(self._optimizer_state_suffixes())
+                out[name] = _zeros_like(value) if is_state else value
                 continue
             local = None
             if name in self._local_variables:
@@ -558,6 +561,13 @@ class Graph:
 
     def __repr__(self):
         return f"{type(self).__name__}(compiled={self._compiled}, modules={list(self._modules)})"
+
+
+def _zeros_like(value):
+    if isinstance(value, _gt.GlobalTensor):
+        local = None if value._local is None else _C.fill(tuple(value._local.shape), value.dtype, 0.0)
+        return _gt.GlobalTensor(local, value.shape, value.dtype, value.placement, value.sbp)
+    return _C.fill(tuple(value.shape), value.dtype, 0.0)
 
 
 def _signature(a):
