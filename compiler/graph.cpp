@@ -253,6 +253,7 @@ Graph graph_from_job(const proto::JobProto& job) {
   g.train.optimizer.clip_grad_max_norm = opt.clip_grad_max_norm();
   g.train.gradient_accumulation_steps = std::max(1, train.gradient_accumulation_steps());
   g.train.zero_stage = train.zero_stage();
+  g.train.gradient_bucket_bytes = train.gradient_bucket_bytes();
   g.train.loss_scale = train.loss_scale() == 0 ? 1 : train.loss_scale();
   return g;
 }
@@ -318,6 +319,7 @@ void graph_to_job(const Graph& g, proto::JobProto* job) {
   opt->set_clip_grad_max_norm(o.clip_grad_max_norm);
   job->mutable_train()->set_gradient_accumulation_steps(g.train.gradient_accumulation_steps);
   job->mutable_train()->set_zero_stage(g.train.zero_stage);
+  job->mutable_train()->set_gradient_bucket_bytes(g.train.gradient_bucket_bytes);
   job->mutable_train()->set_loss_scale(g.train.loss_scale);
 }
 

@@ -112,6 +112,9 @@ struct TrainConfig {
   OptimizerConfig optimizer;
   int gradient_accumulation_steps = 1;
   int zero_stage = 0;
+  /// Replicated gradients are reduced in buckets of about this many bytes (0: one by one):
+  /// Note [Gradient buckets] in passes/optimizer.cpp.
+  int64_t gradient_bucket_bytes = 0;
   double loss_scale = 1;
 };
 

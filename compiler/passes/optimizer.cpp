@@ -27,6 +27,7 @@
 #include "oneflowlike/ops/reduce.h"
 #include "oneflowlike/ops/reshape.h"
 #include "oneflowlike/ops/scalar.h"
+#include "oneflowlike/ops/shape_ops.h"
 
 namespace ofl::compiler {
 
@@ -120,6 +121,83 @@ int in_variable_layout(Graph& graph, const Site& site, const std::string& base, 
   op.role = OpRole::kOptimizer;
   op.output_sbp_hints = {var.output_sbp_hints[0]};
   return graph.add_compute_op(std::move(op)).at(0);
+}
+
+// Note [Gradient buckets]: the gradients of replicated variables (B on every placement
+// dimension) of one placement and dtype are flattened, concatenated into buckets of about
+// `bucket_bytes`, laid out as their variables (one reduction per bucket instead of one per
+// variable) and split back; the latest variables first, as the backward makes their gradients
+// first. Fewer, larger transfers: each reduction's steps cost actor messages and the
+// communication thread's time whatever their size (measured: GPT DP2 on 2 cores, 68-70 ms a
+// step one by one, 60-61 ms with one 4 MiB bucket). Split or partial-sum variables (TP, ZeRO)
+// keep their own layouts.
+void bucket_gradients(Graph& graph, std::vector<Update>& updates, int64_t bucket_bytes) {
+  if (bucket_bytes <= 0) return;
+  auto replicated = [&](const LogicalOp& var) {
+    if (var.placement.num_ranks() < 2 || var.output_sbp_hints.empty()) return false;
+    for (const Sbp& s : var.output_sbp_hints[0]) {
+      if (!s.is_broadcast()) return false;
+    }
+    return !var.output_sbp_hints[0].empty();
+  };
+  std::vector<size_t> order;
+  for (size_t i = updates.size(); i-- > 0;) {
+    if (replicated(graph.op(updates[i].var_op))) order.push_back(i);
+  }
+  size_t start = 0;
+  int bucket_index = 0;
+  while (start < order.size()) {
+    // Copies: appending ops below moves the graph's ops.
+    const LogicalOp& first_var = graph.op(updates[order[start]].var_op);
+    const Placement placement = first_var.placement;
+    const NdSbp layout = first_var.output_sbp_hints[0];
+    const Site site = Site::of(first_var);
+    const DataType dtype = graph.tensor(updates[order[start]].grad).meta.dtype;
+    std::vector<size_t> members;
+    int64_t bytes = 0;
+    size_t i = start;
+    for (; i < order.size(); ++i) {
+      const Update& u = updates[order[i]];
+      const LogicalOp& var = graph.op(u.var_op);
+      const TensorMeta& meta = graph.tensor(u.grad).meta;
+      if (var.placement != placement || var.output_sbp_hints[0] != layout || meta.dtype != dtype ||
+          (!members.empty() && bytes >= bucket_bytes)) {
+        break;
+      }
+      members.push_back(order[i]);
+      bytes += meta.shape.numel() * static_cast<int64_t>(dtype_size(dtype));
+    }
+    start = i;
+    if (members.size() < 2) continue;
+    const std::string base = str_cat("grad_bucket", bucket_index++);
+    std::vector<int> flats;
+    std::vector<int64_t> sizes;
+    for (size_t m : members) {
+      const Shape& shape = graph.tensor(updates[m].grad).meta.shape;
+      sizes.push_back(shape.numel());
+      flats.push_back(append_op1(graph, site, base + "/flat", "reshape",
+                                 ReshapeParams{Shape{shape.numel()}}, {updates[m].grad}));
+    }
+    const int cat = append_op1(graph, site, base + "/concat", "concat", ConcatParams{0}, flats);
+    LogicalOp reduce;
+    reduce.schema = &OpRegistry::global().find("reshape");
+    reduce.name = graph.unique_name(base + "/reduced");
+    reduce.params = ReshapeParams{graph.tensor(cat).meta.shape};
+    reduce.inputs = {cat};
+    reduce.placement = site.placement;
+    reduce.stage = site.stage;
+    reduce.location = site.location;
+    reduce.role = OpRole::kOptimizer;
+    reduce.output_sbp_hints = {layout};
+    const int reduced = graph.add_compute_op(std::move(reduce)).at(0);
+    const std::vector<int> parts =
+        append_op(graph, site, base + "/split", "split", SplitParams{0, sizes}, {reduced});
+    for (size_t k = 0; k < members.size(); ++k) {
+      Update& u = updates[members[k]];
+      u.grad = append_op1(graph, site, base + "/unflat", "reshape",
+                          ReshapeParams{graph.tensor(u.grad).meta.shape}, {parts[k]});
+    }
+  }
 }
 
 // torch.nn.utils.clip_grad_norm_ over all gradients:
@@ -224,6 +302,7 @@ class OptimizerPass final : public Pass {
       if (graph.op(var_op).trainable) updates.push_back({var_op, grad});
     }
     if (updates.empty()) return;
+    bucket_gradients(graph, updates, graph.train.gradient_bucket_bytes);
     // Graph::variable_grads keeps the unclipped gradients; only the updates read clipped ones.
     if (config.clip_grad_max_norm > 0) {
       clip_by_global_norm(graph, config.clip_grad_max_norm, updates);

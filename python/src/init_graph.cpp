@@ -278,6 +278,13 @@ void init_graph(py::module_& m) {
                        n, ".");
              t.tracer->builder().train().gradient_accumulation_steps = n;
            })
+      .def("set_gradient_bucket_bytes",
+           [](PyTracer& t, int64_t bytes) {
+             OFL_CHECK(bytes >= 0,
+                       "[nn.Graph] the gradient bucket size must be >= 0 bytes. However, got ",
+                       bytes, ".");
+             t.tracer->builder().train().gradient_bucket_bytes = bytes;
+           })
       .def("set_zero_stage",
            [](PyTracer& t, int stage) {
              OFL_CHECK(stage >= 0 && stage <= 3,

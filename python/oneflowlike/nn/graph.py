@@ -59,6 +59,14 @@ class GraphConfig:
         self.gradient_accumulation_steps = 1
         self.zero_stage = 0
         self.trace = False
+        self.gradient_bucket_bytes = 4 << 20
+
+    def set_gradient_bucket_bytes(self, n):
+        """Reduces the gradients of replicated parameters in buckets of about ``n`` bytes
+        (default 4 MiB; 0: each on its own), as DDP's bucket_cap_mb."""
+        if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+            raise ValueError(f"[nn.Graph] the gradient bucket size must be an int >= 0. However, got {n!r}.")
+        self.gradient_bucket_bytes = n
 
     def enable_trace(self, mode=True):
         """Records every act of the runtime: graph.chrome_trace() returns them as Chrome trace
@@ -300,6 +308,7 @@ class Graph:
             tracer.set_optimizer(kind, hyper)
         tracer.set_gradient_accumulation_steps(self.config.gradient_accumulation_steps)
         tracer.set_zero_stage(self.config.zero_stage)
+        tracer.set_gradient_bucket_bytes(self.config.gradient_bucket_bytes)
         if self._debug >= 2 and env.get_rank() == 0:
             print(tracer.graph_text())
         self._tracer = tracer

@@ -275,6 +275,30 @@ TEST(Optimizer, ClippingComputesOneGlobalNormAndScalesEveryGradient) {
   }
 }
 
+// Note [Gradient buckets]: w1 and b1 (replicated) are reduced as one bucket; w2 (split) alone.
+TEST(Optimizer, ReplicatedGradientsAreReducedInBuckets) {
+  OptimizerConfig config;
+  config.kind = Kind::kSgd;
+  Graph g = two_layer(config);
+  g.train.gradient_bucket_bytes = 1 << 20;
+  compile_training(g);
+  const LogicalOp& concat = g.op(op_index(g, "grad_bucket0/concat"));
+  ASSERT_EQ(concat.inputs.size(), 2u);
+  const LogicalOp& reduced = g.op(op_index(g, "grad_bucket0/reduced"));
+  EXPECT_EQ(reduced.output_sbp_hints, std::vector<NdSbp>{NdSbp{B()}});
+  EXPECT_EQ(g.tensor(reduced.outputs[0]).meta.shape, (Shape{4 * 5 + 5}));
+  for (const std::string name : {"w1", "b1"}) {
+    const LogicalOp& update = g.op(op_index(g, name + ".sgd_update"));
+    const LogicalOp& unflat = g.op(g.tensor(update.inputs[1]).producer);
+    EXPECT_EQ(unflat.schema->name(), "reshape") << name;
+    EXPECT_EQ(g.tensor(unflat.outputs[0]).meta, g.tensor(g.op(op_index(g, name)).outputs[0]).meta);
+    EXPECT_EQ(g.op(g.tensor(unflat.inputs[0]).producer).schema->name(), "split") << name;
+  }
+  const int w2 = op_index(g, "w2");
+  EXPECT_EQ(g.op(op_index(g, "w2.sgd_update")).inputs[1], g.variable_grads.at(w2));
+  EXPECT_FALSE(has_op(g, "grad_bucket1/concat"));
+}
+
 TEST(Optimizer, ReservedLrNameTakenByTheUserRaises) {
   GraphBuilder b;
   const int lr = b.input("lr", Shape{4});
