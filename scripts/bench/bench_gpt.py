@@ -84,6 +84,7 @@ def part_torch(args):
         torch.nn.utils.clip_grad_norm_(model.parameters(), targs.grad_clip)
         opt.step()
         times.append(time.perf_counter() - t0)
+        loss.item()  # as train.py reads its loss: after the timed step
     if rank == 0:
         # As train.py's summary: the first step (it compiles) left out.
         print(json.dumps({"first_step_s": times[0], "median_ms": 1e3 * statistics.median(times[1:])}))
@@ -165,6 +166,7 @@ def main():
     p.add_argument("--micro-batches", type=int, default=4)
     p.add_argument("--steps", type=int, default=30)
     p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--only", choices=["single", "dp", "pipeline"], help="run one part")
     args = p.parse_args()
     if args.part == "torch":
         return part_torch(args)
@@ -175,7 +177,7 @@ def main():
     print(f"# GPT benchmarks ({' '.join(MODEL)}, batch {args.batch_size} per rank, "
           f"{args.steps} steps, {args.repeats} repeats; {time.strftime('%Y-%m-%d')})")
     # 1. One process, same threads.
-    for threads in (1, 2):
+    for threads in (1, 2) if args.only in (None, "single") else ():
         ours, theirs = [], []
         for _ in range(args.repeats):
             ours.append(ours_single(threads, args.batch_size, args.steps))
@@ -193,7 +195,7 @@ def main():
                   f"compile {r['compile_s']:.3f} s), PyTorch {torch_first:.3f} s")
     # 2. Data-parallel scaling at 1 thread per process.
     ours1, ours2, torch1, torch2 = [], [], [], []
-    for _ in range(args.repeats):
+    for _ in range(args.repeats if args.only in (None, "dp") else 0):
         ours1.append(ours_single(1, args.batch_size, args.steps)["median_ms"])
         ours2.append(parse_done(run(launch(2, os.path.join(GPT, "train.py"), *MODEL, "--dp", "2",
                                            "--batch-size", str(2 * args.batch_size), "--steps",
@@ -204,6 +206,8 @@ def main():
                          str(args.batch_size), "--steps", str(args.steps)), 1)
         torch2.append(json.loads([l for l in out.splitlines() if "median_ms" in l][-1]
                                  .split("] ", 1)[-1])["median_ms"])
+    if not ours1:
+        ours1 = ours2 = torch1 = torch2 = [float("nan")]
     e_ours = statistics.median(ours1) / statistics.median(ours2)
     e_torch = statistics.median(torch1) / statistics.median(torch2)
     print(f"data parallel 2 x 1 thread vs 1 x 1 thread (weak scaling, batch {args.batch_size} "
@@ -212,6 +216,8 @@ def main():
           f"{statistics.median(torch1):.1f} -> {statistics.median(torch2):.1f} ms/step, "
           f"efficiency {e_torch:.2f}")
     # 3. Pipeline bubble and memory.
+    if args.only not in (None, "pipeline"):
+        return
     for m in (4, 8):
         out = run(launch(2, __file__, "--part", "pipeline", "--micro-batches", str(m),
                          "--batch-size", str(2 * args.batch_size), "--steps", "8"), 1)
