@@ -37,7 +37,7 @@ double seconds_since(Clock::time_point start) {
 
 // Like SEND and RECV in the runtime, at most kWindow transfers are in flight: the receiver
 // returns a credit message (an actor-message-sized active message) for each one it has read.
-void transfer(comm::UcxTransport& t) {
+void transfer(comm::UcxTransport& t, size_t only_bytes) {
   OFL_CHECK(t.world_size() == 2, "[bench_comm] transfer needs 2 ranks.");
   constexpr int kWindow = 8;
   std::vector<char> buffer(64 << 20, 1);
@@ -47,6 +47,7 @@ void transfer(comm::UcxTransport& t) {
   uint64_t tag = 1;
   if (t.rank() == 0) std::printf("| bytes | ours (GB/s) |\n| --- | --- |\n");
   for (size_t bytes = 4096; bytes <= buffer.size(); bytes *= 4) {
+    if (only_bytes != 0 && bytes != only_bytes) continue;
     const int n = static_cast<int>(std::clamp<size_t>((size_t{2} << 30) / bytes, 20, 200000));
     double best = 0;
     for (int round = 0; round < 3; ++round) {
@@ -219,7 +220,7 @@ int run(int argc, char** argv) {
   const std::string mode = argc > 1 ? argv[1] : "transfer";
   auto t = comm::UcxTransport::connect(comm::LaunchEnv::from_environment());
   if (mode == "transfer") {
-    transfer(*t);
+    transfer(*t, argc > 2 ? std::stoull(argv[2]) : 0);  // one size, or all
   } else if (mode == "latency") {
     latency(t);
   } else if (mode == "roundtrip") {

@@ -20,16 +20,19 @@ perftest() {  # perftest TEST SIZE ITERATIONS -> the "Final:" line
   wait "$server" || true
 }
 
-echo "## ucx_perftest tag_bw (MB/s: average, overall)"
+# Each size: ucx_perftest, then ours, so both see the machine in the same moment.
+echo "## tag bandwidth: bytes, ucx_perftest tag_bw (MB/s), ours (GB/s)"
 for bytes in 4096 16384 65536 262144 1048576 4194304 16777216 67108864; do
   n=$((2147483648 / bytes)); ((n > 200000)) && n=200000; ((n < 20)) && n=20
-  echo "$bytes $(perftest tag_bw "$bytes" "$n" | awk '{print $6, $7}')"
+  theirs=$(perftest tag_bw "$bytes" "$n" | awk '{print $6}')
+  ours=$("${LAUNCH[@]}" --nproc_per_node 2 --master_port "$(free_port)" --no_python "$BENCH" \
+    transfer "$bytes" 2>/dev/null | grep '^\[rank 0\] | [0-9]' | awk '{print $6}')
+  echo "$bytes $theirs $ours"
 done
 echo "## ucx_perftest tag_lat 8 bytes (us: 50th percentile, average, overall)"
 perftest tag_lat 8 20000 | awk '{print $3, $4, $5}'
 
 echo "## bench_comm"
-"${LAUNCH[@]}" --nproc_per_node 2 --master_port "$(free_port)" --no_python "$BENCH" transfer 2>/dev/null | grep '^\[rank 0\]'
 "${LAUNCH[@]}" --nproc_per_node 2 --master_port "$(free_port)" --no_python "$BENCH" roundtrip 2>/dev/null | grep '^\[rank 0\]'
 "${LAUNCH[@]}" --nproc_per_node 2 --master_port "$(free_port)" --no_python "$BENCH" latency 2>/dev/null | grep '^\[rank 0\]'
 for n in 2 4; do
