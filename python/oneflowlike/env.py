@@ -1,37 +1,39 @@
-"""flow.env: this process's rank and the job's world size (from the launcher's environment).
+"""flow.env: this process's rank and the job's world size, read from the launcher's (or
+Slurm's) environment by the one parser of that contract, oneflowlike.distributed.launch_env.
 
-A script started without the launcher is rank 0 of a world of one.
+A script started without the launcher (neither RANK nor SLURM_PROCID set) is rank 0 of a world
+of one.
 """
 
 import os
 
+from oneflowlike.distributed.env import launch_env
+
 __all__ = ["get_rank", "get_world_size", "get_local_rank", "get_node_size"]
 
 
-def _int(name, default):
-    value = os.environ.get(name)
-    return default if value is None else int(value)
+def _env():
+    if "RANK" not in os.environ and "SLURM_PROCID" not in os.environ:
+        return None
+    return launch_env()  # raises ValueError naming a missing or malformed variable
 
 
 def get_rank():
-    return _int("RANK", None) if "RANK" in os.environ else _int("SLURM_PROCID", 0)
+    e = _env()
+    return 0 if e is None else e["rank"]
 
 
 def get_world_size():
-    if "RANK" in os.environ:
-        if "WORLD_SIZE" not in os.environ:
-            raise ValueError("[env] RANK is set but WORLD_SIZE is not: start the script with "
-                             "`python -m oneflowlike.distributed.launch`.")
-        return _int("WORLD_SIZE", 1)
-    return _int("SLURM_NTASKS", 1)
+    e = _env()
+    return 1 if e is None else e["world_size"]
 
 
 def get_local_rank():
-    return _int("LOCAL_RANK", None) if "RANK" in os.environ else _int("SLURM_LOCALID", 0)
+    e = _env()
+    return 0 if e is None else e["local_rank"]
 
 
 def get_node_size():
     """How many nodes (hosts) the job spans."""
-    world = get_world_size()
-    per_node = _int("LOCAL_WORLD_SIZE", world)
-    return max(1, world // max(1, per_node))
+    e = _env()
+    return 1 if e is None else max(1, e["world_size"] // e["local_world_size"])

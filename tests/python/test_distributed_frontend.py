@@ -268,3 +268,24 @@ def test_a_failed_save_leaves_an_incomplete_checkpoint_not_a_mixed_one(tmp_path)
         flow.save({"a": flow.zeros(3), "b": flow.ones(2), "c": 1.5}, path)
     with pytest.raises(FileNotFoundError, match="not a complete checkpoint"):
         flow.load(path)
+
+
+def test_graph_config_and_placement_errors():
+    config = flow.nn.Graph().config
+    with pytest.raises(ValueError, match="gradient accumulation steps must be an int >= 1"):
+        config.set_gradient_accumulation_steps(0)
+    with pytest.raises(ValueError, match="ZeRO stage must be 1, 2 or 3. However, got 4"):
+        config.enable_zero(stage=4)
+    with pytest.raises(ValueError, match="gradient bucket size must be an int >= 0"):
+        config.set_gradient_bucket_bytes(-1)
+    with pytest.raises(NotImplementedError, match="'cuda' placements need a GPU"):
+        flow.placement("cuda", ranks=[0])
+    with pytest.raises(ValueError, match="type must be 'cpu' or 'cuda'"):
+        flow.placement("tpu", ranks=[0])
+
+
+def test_env_reads_the_launch_contract(monkeypatch):
+    monkeypatch.setenv("RANK", "0")
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    with pytest.raises(ValueError, match="WORLD_SIZE"):
+        flow.env.get_world_size()

@@ -35,9 +35,6 @@ class Job:
     def connect(self):
         """Joins the other processes (once; every process of a job must): done when the first
         placement is made, so that ranks with nothing to run still join."""
-        self._connect()
-
-    def _connect(self):
         if self.world_size > 1 and self._transport is None:
             self._transport = _C.UcxTransport.connect()
             self._sessions = _C.TransportSessions(self._transport, [self.rank])
@@ -46,7 +43,7 @@ class Job:
     def runtime(self, plan, trace=False):
         """A runtime of ``plan`` (compiled for this rank) hosting this process's rank; with
         ``trace``, it records every act (chrome_trace())."""
-        self._connect()
+        self.connect()
         transport = None
         if self._sessions is not None:
             crc = zlib.crc32(plan.job_bytes())

@@ -299,7 +299,7 @@ class Graph:
                 shape = (m,) + shape  # one value per micro-batch, stacked
             self._fetches.append((tracer.fetch(o), _placement_from_c(p), shape, o.dtype))
         if self._optimizers:
-            if not self._loss_marked(tracer):
+            if not tracer.loss_marked:
                 raise RuntimeError(
                     "[nn.Graph] a graph with an optimizer must call loss.backward() in build() "
                     "to say what to minimize."
@@ -325,6 +325,7 @@ class Graph:
             self._runtime = _job.current().runtime(self._plan, trace=self.config.trace)
             self._local_variables = set(self._runtime.variable_names())
             self._variable_sbp = self._plan.variable_sbp
+            self._hyper_inputs = self._plan.hyper_inputs  # read once: a new dict per access
             self._runtime.initialize_variables()
             for name, value in tracer.constants().items():
                 self._runtime.write_variable(name, value)
@@ -336,9 +337,6 @@ class Graph:
             self.load_state_dict(state)
         self.timings["trace_seconds"] = traced - start
         self.timings["first_call_setup_seconds"] = time.perf_counter() - start
-
-    def _loss_marked(self, tracer):
-        return tracer.loss_marked
 
     def _wrap_stages(self, tracer):
         restores = []
@@ -440,7 +438,7 @@ class Graph:
                 local = a.to_local() if isinstance(a, _gt.GlobalTensor) else a
                 pieces[name] = {rank: local.detach() if local.requires_grad else local}
             lr = self._optimizers[0].param_groups[0]["lr"] if self._optimizers else 0.0
-            for name, dtype in self._plan.hyper_inputs.items():
+            for name, dtype in self._hyper_inputs.items():
                 value = lr if name.split("@")[0] == "lr" else step
                 array = np.asarray(value, dtype=np.float64 if dtype == _C.dtype.float64 else np.float32)
                 pieces[name] = {rank: _C.from_numpy(array)}
