@@ -18,13 +18,6 @@
 
 namespace ofl::comm {
 
-// A receive's outcome, written by its completion callback.
-struct UcxReceipt {
-  std::atomic<bool> done{false};
-  std::atomic<int> status{UCS_OK};
-  size_t length = 0;
-};
-
 // Sends still in flight, per transport: its progress thread does not sleep while there are any.
 struct UcxOutstanding {
   std::atomic<int64_t> count{0};
@@ -716,21 +709,7 @@ void UcxTransport::stop_serving_rank(int64_t rank) {
   // The receives the runtime posted ahead point into its registers, which are about to go.
   std::lock_guard<std::recursive_mutex> ucx(ucx_mu_);
   for (auto& [tag, queue] : prepared_) {
-    for (Posted& posted : queue) {
-      if (posted.request == nullptr) {
-        delete posted.receipt;
-        continue;
-      }
-      ucp_request_cancel(worker_, posted.request);
-      const int64_t deadline = now_ns() + 100'000'000;
-      while (!posted.receipt->done.load(std::memory_order_acquire) && now_ns() < deadline) {
-        ucp_worker_progress(worker_);
-      }
-      if (posted.receipt->done.load(std::memory_order_acquire)) {
-        ucp_request_free(posted.request);
-        delete posted.receipt;
-      }  // else leaked: UCX may still complete it
-    }
+    for (Posted& posted : queue) cancel_receive(posted, 100'000'000);
   }
   prepared_.clear();
 }
@@ -768,37 +747,46 @@ void UcxTransport::expose(int64_t dst_rank, uint64_t tag, const void* data, size
                  ". However, UCX says ", ucs_status_string(UCS_PTR_STATUS(request)), ".");
 }
 
-namespace {
-using Receipt = UcxReceipt;
-void on_received(void* /*request*/, ucs_status_t status, const ucp_tag_recv_info_t* info,
-                 void* user_data) {
-  auto* receipt = static_cast<Receipt*>(user_data);
-  receipt->length = info != nullptr ? info->length : 0;
-  receipt->status = status;
-  receipt->done.store(true, std::memory_order_release);
-}
-}  // namespace
-
-// Posts the receive of `tag` into `dst`; the receipt says when it is done.
+// Posts the receive of `tag` into `dst`.
 UcxTransport::Posted UcxTransport::post_receive(uint64_t tag, void* dst, size_t bytes) {
-  // On the heap: after a failed cancellation UCX may still complete the request, so the receipt
-  // must outlive the wait then (it is leaked on purpose).
-  Posted posted{nullptr, new Receipt, dst, bytes};
+  Posted posted;
+  posted.dst = dst;
+  posted.bytes = bytes;
+  // UCX 1.13 does not fill the length on an immediate completion; a message of another size
+  // would have completed with UCS_ERR_MESSAGE_TRUNCATED.
+  ucp_tag_recv_info_t info{0, bytes};
   ucp_request_param_t param{};
-  param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
-  param.cb.recv = &on_received;
-  param.user_data = posted.receipt;
+  param.op_attr_mask = UCP_OP_ATTR_FIELD_RECV_INFO;
+  param.recv_info.tag_info = &info;
   std::lock_guard<std::recursive_mutex> ucx(ucx_mu_);
   ucs_status_ptr_t request = ucp_tag_recv_nbx(worker_, dst, bytes, tag, ~uint64_t{0}, &param);
   if (UCS_PTR_IS_PTR(request)) {
     posted.request = request;
-  } else {  // done at once, or failed: the receipt says which
-    // (A message of another size would complete with UCS_ERR_MESSAGE_TRUNCATED.)
-    posted.receipt->length = bytes;
-    posted.receipt->status = UCS_PTR_STATUS(request);
-    posted.receipt->done = true;
+  } else {  // done at once (an eager message that had come unexpected), or failed
+    posted.status = UCS_PTR_STATUS(request);
+    posted.length = info.length;
   }
   return posted;
+}
+
+bool UcxTransport::receive_done(Posted& posted) {
+  if (posted.request == nullptr) return true;
+  ucp_tag_recv_info_t info{};
+  const ucs_status_t status = ucp_tag_recv_request_test(posted.request, &info);
+  if (status == UCS_INPROGRESS) return false;
+  posted.status = status;
+  posted.length = info.length;
+  ucp_request_free(posted.request);
+  posted.request = nullptr;
+  return true;
+}
+
+void UcxTransport::cancel_receive(Posted& posted, int64_t wait_ns) {
+  std::lock_guard<std::recursive_mutex> ucx(ucx_mu_);
+  if (posted.request == nullptr) return;
+  ucp_request_cancel(worker_, posted.request);
+  const int64_t deadline = now_ns() + wait_ns;
+  while (!receive_done(posted) && now_ns() < deadline) ucp_worker_progress(worker_);
 }
 
 void UcxTransport::prepare_fetch(int64_t /*src_rank*/, uint64_t tag, void* dst, size_t bytes) {
@@ -825,25 +813,16 @@ void UcxTransport::fetch(int64_t src_rank, uint64_t tag, uint64_t /*address*/, v
   } else {
     posted = post_receive(tag, dst, bytes);
   }
-  Receipt* receipt = posted.receipt;
   const Peer& peer = *peers_.at(src_rank);
   // Progress the worker here too: the data arrives sooner than the progress thread's next turn.
   // The lock is let go every turn, so the progress thread (heartbeats) is never shut out.
-  while (!receipt->done.load(std::memory_order_acquire)) {
+  while (!receive_done(posted)) {
     const unsigned progressed = ucp_worker_progress(worker_);
-    if (receipt->done.load(std::memory_order_acquire)) break;
+    if (receive_done(posted)) break;
     if (peer.failed) {
       // A receive already matched (a rendezvous under way) may not cancel: wait a little, then
-      // leave the request to UCX rather than free what it may still write.
-      ucp_request_cancel(worker_, posted.request);
-      const int64_t deadline = now_ns() + 1'000'000'000;
-      while (!receipt->done.load(std::memory_order_acquire) && now_ns() < deadline) {
-        ucp_worker_progress(worker_);
-      }
-      if (receipt->done.load(std::memory_order_acquire)) {
-        ucp_request_free(posted.request);
-        delete receipt;
-      }
+      // leave the request to UCX (cancel_receive).
+      cancel_receive(posted, 1'000'000'000);
       throw_error(ErrorCode::kUnavailable,
                   str_cat(kTag, "rank ", src_rank, " (", peer.host, ") failed while rank ",
                           env_.rank, " waited for transfer ", tag, "."));
@@ -852,14 +831,11 @@ void UcxTransport::fetch(int64_t src_rank, uint64_t tag, uint64_t /*address*/, v
     if (progressed == 0) std::this_thread::yield();
     ucx.lock();
   }
-  if (posted.request != nullptr) ucp_request_free(posted.request);
   ucx.unlock();
-  const size_t length = receipt->length;
-  const auto status = static_cast<ucs_status_t>(receipt->status.load());
-  delete receipt;
-  OFL_CHECK_CODE(status == UCS_OK && length == bytes, ErrorCode::kUnavailable, kTag, "transfer ",
-                 tag, " from rank ", src_rank, " must deliver ", bytes, " bytes. However, got ",
-                 length, " (", ucs_status_string(status), ").");
+  const auto status = static_cast<ucs_status_t>(posted.status);
+  OFL_CHECK_CODE(status == UCS_OK && posted.length == bytes, ErrorCode::kUnavailable, kTag,
+                 "transfer ", tag, " from rank ", src_rank, " must deliver ", bytes,
+                 " bytes. However, got ", posted.length, " (", ucs_status_string(status), ").");
 }
 
 // ---- progress, heartbeats, faults ---------------------------------------------------------
@@ -995,7 +971,7 @@ void UcxTransport::shut_down(bool goodbye) {
         if (posted.request != nullptr) ucp_request_cancel(worker_, posted.request);
       }
     }
-    prepared_.clear();  // the receipts leak: UCX may still complete the requests
+    prepared_.clear();  // requests not given back are left to UCX
   }
   std::vector<ucp_ep_h> eps;
   for (auto& peer : peers_) {

@@ -47,8 +47,6 @@ class WelcomeProto;
 namespace ofl::comm {
 
 struct UcxOutstanding;
-struct UcxReceipt;
-
 class UcxTransport final : public Transport {
  public:
   /// Creates the worker and runs the bootstrap (Note [Bootstrap]); returns when every rank of
@@ -98,12 +96,20 @@ class UcxTransport final : public Transport {
   // prepare_fetch posts receives of at least this many bytes only.
   static constexpr size_t kPrepareMinBytes = 128 << 10;
   // A receive posted for a transfer (prepare_fetch, fetch).
+  // No completion callback: the receiver polls the request (ucp_tag_recv_request_test), so
+  // nothing of ours is left for UCX to write to if a cancelled request is given up on.
   struct Posted {
-    void* request = nullptr;  // null when it completed at once
-    UcxReceipt* receipt = nullptr;
+    void* request = nullptr;  // null when it completed at once (or failed at once)
+    int status = 0;           // the outcome when it did (ucs_status_t)
+    size_t length = 0;        // the bytes received when it did
     void* dst = nullptr;
     size_t bytes = 0;
   };
+  // Polls `posted` once: whether it is done; fills its status and length when it is.
+  static bool receive_done(Posted& posted);
+  // Cancels `posted` and waits up to `wait_ns` for UCX to give it back; frees it if so, else
+  // leaves it to UCX (it may still write to its buffer, which the caller keeps or leaks).
+  void cancel_receive(Posted& posted, int64_t wait_ns);
   struct Peer {
     ucp_ep_h ep = nullptr;
     std::string host;
