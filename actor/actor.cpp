@@ -92,7 +92,7 @@ void Actor::send_ready(ActorHost& host, OutputRegister& out, int32_t slot) {
   std::vector<int64_t>& unacked = out.unacked[slot];
   OFL_ASSERT(unacked.empty()) << name_ << " reuses a slot still being read";
   for (const OutputRegister::Consumer& c : out.consumers) unacked.push_back(c.actor);
-  if (unacked.empty()) ++out.free_slots;  // nobody reads it
+  if (unacked.empty()) slot_freed(host, out);  // nobody reads it
   const int64_t piece = out.pieces++;
   for (const OutputRegister::Consumer& c : out.consumers) {
     ActorMessage ready =
@@ -100,6 +100,17 @@ void Actor::send_ready(ActorHost& host, OutputRegister& out, int32_t slot) {
     describe_transfer(&ready);
     host.send(ready);
   }
+}
+
+// Every consumer is done with a slot of `out`. Slots free in the order they were filled, so a
+// register that releases inputs (SEND, slice views) releases the oldest kept input piece.
+void Actor::slot_freed(ActorHost& host, OutputRegister& out) {
+  ++out.free_slots;
+  if (!out.releases_inputs) return;
+  OFL_ASSERT(!kept_.empty()) << name_ << " releases an input it does not keep";
+  const auto [input, slot] = kept_.front();
+  kept_.pop_front();
+  ack_input(host, inputs_[input], slot);
 }
 
 void Actor::ack_input(ActorHost& host, InputEdge& edge, int32_t slot) {
@@ -135,14 +146,8 @@ void Actor::on_message(const ActorMessage& message, ActorHost& host) {
       OFL_ASSERT(who != unacked.end()) << name_ << " got an unexpected ack " << message.to_string();
       unacked.erase(who);
       if (unacked.empty()) {
-        ++it->free_slots;
+        slot_freed(host, *it);
         on_slot_maybe_free(host);
-      }
-      if (it->releases_inputs) {
-        OFL_ASSERT(!kept_.empty());
-        const auto [input, slot] = kept_.front();
-        kept_.pop_front();
-        ack_input(host, inputs_[input], slot);
       }
       break;
     }

@@ -89,7 +89,8 @@ struct OutputRegister {
   int next_slot = 0;                          // the slot the next piece goes into
   int free_slots = 1;
   bool holding = false;  // next_slot is taken by a piece still being written
-  // A SEND's transfer: its pieces are the SEND's input slots, released when the RECV acks.
+  // Its pieces are the actor's input pieces, released when every consumer has acknowledged
+  // them: a SEND's transfer (the RECV reads the SEND's input) and a slice view's register.
   bool releases_inputs = false;
   int64_t pieces = 0;  // announced so far
   std::vector<Consumer> consumers;
@@ -161,6 +162,7 @@ class Actor {
  private:
   void send_ready(ActorHost& host, OutputRegister& out, int32_t slot);
   void ack_input(ActorHost& host, InputEdge& edge, int32_t slot);
+  void slot_freed(ActorHost& host, OutputRegister& out);
   void end_stream_if_done(ActorHost& host);
 
   int64_t id_;

@@ -125,15 +125,33 @@ class OutputActor final : public TaskActor {
   Tensor last_;                        // GUARDED_BY(mu_); read between iterations
 };
 
+// A view (Note [Slice views] in compiler/physical/slice_views.h) hands out the region of the
+// input piece in place and keeps the piece until the view's consumers are done with it.
 class SliceActor final : public TaskActor {
  public:
-  using TaskActor::TaskActor;
+  SliceActor(const PlanIndex& index, int task, int priority)
+      : TaskActor(index, task, priority), view_(info_.proto.view()) {
+    if (view_) {
+      const PlanIndex::RegisterInfo& in = index.reg(info_.inputs[0]);
+      view_offset_ = *contiguous_offset(in.shape, info_.regions[0]) *
+                     static_cast<int64_t>(dtype_size(in.dtype));
+    }
+  }
 
  private:
   void work(ActorHost&, const std::vector<Tensor>& inputs,
             const std::vector<Tensor>& outputs) override {
-    copy_region(inputs[0], info_.regions[0], outputs[0], whole(outputs[0].shape()));
+    if (!view_) {
+      copy_region(inputs[0], info_.regions[0], outputs[0], whole(outputs[0].shape()));
+      return;
+    }
+    OutputRegister& out = this->outputs()[0];
+    const PlanIndex::RegisterInfo& reg = index_.reg(info_.outputs[0]);
+    out.slots[out.next_slot] = view_of_bytes(inputs[0], view_offset_, reg.shape, reg.dtype);
   }
+  bool keeps_inputs_until_output_acked() const override { return view_; }
+  bool view_;
+  int64_t view_offset_ = 0;  // bytes into the input piece
 };
 
 class AddActor final : public TaskActor {

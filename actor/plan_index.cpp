@@ -241,6 +241,10 @@ void PlanIndex::check_task(int index) {
               region_to_string(task.region), " in ", task.logical_shape.to_string(), ".");
   };
 
+  OFL_CHECK(!p.view() || p.kind() == proto::TaskProto::SLICE, kTag, who,
+            " is marked a view, which only a SLICE can be. However, it is a ",
+            proto::TaskProto::Kind_Name(p.kind()), ".");
+
   // Sources and sinks talk to the caller once per iteration; the micro-batching kinds are the
   // only way in and out of the micro-batch part, so they act in it.
   switch (p.kind()) {
@@ -359,6 +363,9 @@ void PlanIndex::check_task(int index) {
       OFL_CHECK(region_fits(slice, in), kTag, who, " must slice a region inside its input ",
                 in.to_string(), ". However, got ", region_to_string(slice), ".");
       same_shape(region_shape(slice), task.outputs[0], "the size of its slice");
+      OFL_CHECK(!p.view() || contiguous_offset(in, slice).has_value(), kTag, who,
+                " is a view, so its region must be one contiguous run of its input ",
+                in.to_string(), ". However, got ", region_to_string(slice), ".");
       task.regions.push_back(std::move(slice));
       break;
     }

@@ -147,6 +147,21 @@ Runtime::~Runtime() { shutdown(); }
 
 // Data registers of `rank`: each register's slots, in its planned block at its offset, or in an
 // allocation of its own (persistent, multi-slot and unshared registers).
+// A register's slots: in the rank's planned block (one slot, PlanIndex checks) or in an
+// allocation of their own.
+void Runtime::allocate_slots(int64_t rank, const PlanIndex::RegisterInfo& reg,
+                             OutputRegister* out) const {
+  const int64_t bytes = reg.shape.numel() * static_cast<int64_t>(dtype_size(reg.dtype));
+  const int64_t stride = align_up(std::max<int64_t>(bytes, 1));
+  const bool in_block = reg.proto.memory_block() >= 0;
+  const Tensor storage = in_block ? blocks_.at({rank, reg.proto.memory_block()})
+                                  : Tensor::zeros(Shape{stride * out->num_slots}, DataType::kInt8);
+  const int64_t base = in_block ? reg.proto.offset() : 0;
+  for (int s = 0; s < out->num_slots; ++s) {
+    out->slots.push_back(view_of_bytes(storage, base + s * stride, reg.shape, reg.dtype));
+  }
+}
+
 void Runtime::allocate_registers(int64_t rank) {
   // In each task's output order: a kernel's outputs are its actor's first outputs, in order.
   std::vector<int> order;
@@ -162,16 +177,13 @@ void Runtime::allocate_registers(int64_t rank) {
     out.register_id = reg.proto.id();
     out.what = str_cat(index_.describe_register(r), " of ", producer->name());
     out.num_slots = std::max(1, reg.proto.register_num());
-    const int64_t bytes = reg.shape.numel() * static_cast<int64_t>(dtype_size(reg.dtype));
-    const int64_t stride = align_up(std::max<int64_t>(bytes, 1));
-    // A register in a planned block has one slot there (PlanIndex checks); the others get an
-    // allocation of their own for all their slots.
-    const bool in_block = reg.proto.memory_block() >= 0;
-    const Tensor storage = in_block ? blocks_.at({rank, reg.proto.memory_block()})
-                                    : Tensor::zeros(Shape{stride * out.num_slots}, DataType::kInt8);
-    const int64_t base = in_block ? reg.proto.offset() : 0;
-    for (int s = 0; s < out.num_slots; ++s) {
-      out.slots.push_back(view_of_bytes(storage, base + s * stride, reg.shape, reg.dtype));
+    if (index_.task(reg.producer).proto.view()) {
+      // Note [Slice views]: each piece is a view of the SLICE's input piece, made when it acts;
+      // the input is kept until the view's consumers have all acknowledged it.
+      out.slots.resize(out.num_slots);
+      out.releases_inputs = true;
+    } else {
+      allocate_slots(rank, reg, &out);
     }
     std::set<int64_t> seen;  // a task reading a register twice is one consumer
     for (int64_t consumer : reg.proto.consumers()) {

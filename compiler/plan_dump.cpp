@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <set>
 #include <sstream>
 #include <unordered_map>
 
@@ -35,8 +36,9 @@ std::string id_list(const Ids& ids) {
   return os.str();
 }
 
+// `view_tasks`: the rank's SLICE views, whose registers are their input's memory.
 void write_register(std::ostream& os, const char* direction, int64_t id,
-                    const RegisterMap& registers) {
+                    const RegisterMap& registers, const std::set<int64_t>& view_tasks) {
   os << "    " << direction << " r" << id;
   auto it = registers.find(id);
   if (it == registers.end()) {
@@ -48,7 +50,9 @@ void write_register(std::ostream& os, const char* direction, int64_t id,
      << physical::register_slot_bytes(reg) << " B";
   if (reg.register_num() > 1) os << " x" << reg.register_num() << " slots";
   if (reg.persistent()) os << " persistent";
-  if (reg.memory_block() >= 0) {
+  if (view_tasks.count(reg.producer())) {
+    os << " view of the slice's input";
+  } else if (reg.memory_block() >= 0) {
     os << " block " << reg.memory_block() << " @" << reg.offset();
   } else {
     os << " own allocation";
@@ -94,9 +98,14 @@ std::string plan_to_text(const proto::PlanProto& plan) {
     for (const proto::MemoryBlockProto& block : rank_plan.memory_blocks()) {
       os << "  memory block " << block.id() << ": " << block.bytes() << " B\n";
     }
+    std::set<int64_t> view_tasks;
+    for (const proto::TaskProto& task : rank_plan.tasks()) {
+      if (task.view()) view_tasks.insert(task.id());
+    }
     for (const proto::TaskProto& task : rank_plan.tasks()) {
       os << "  task " << task.id() << " '" << task.name() << "' "
          << proto::TaskProto::Kind_Name(task.kind());
+      if (task.view()) os << " view";
       if (!task.op_type().empty()) os << " " << task.op_type();
       os << " thread " << task.thread();
       if (task.kind() == proto::TaskProto::SEND) os << " to rank " << task.peer();
@@ -106,8 +115,8 @@ std::string plan_to_text(const proto::PlanProto& plan) {
         os << " (op '" << task.logical_op() << "')";
       }
       os << "\n";
-      for (int64_t id : task.inputs()) write_register(os, "in ", id, registers);
-      for (int64_t id : task.outputs()) write_register(os, "out", id, registers);
+      for (int64_t id : task.inputs()) write_register(os, "in ", id, registers, view_tasks);
+      for (int64_t id : task.outputs()) write_register(os, "out", id, registers, view_tasks);
       if (task.control_inputs_size() > 0) {
         os << "    after tasks " << id_list(task.control_inputs()) << "\n";
       }

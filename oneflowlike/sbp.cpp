@@ -79,6 +79,19 @@ std::string SbpSignature::to_string() const {
   return s;
 }
 
+std::optional<int64_t> contiguous_offset(const Shape& shape, const std::vector<Range>& region) {
+  OFL_ASSERT(static_cast<int>(region.size()) == shape.ndim());
+  int64_t offset = 0;
+  bool wide = false;  // an earlier axis spans more than one index
+  for (int d = 0; d < shape.ndim(); ++d) {
+    const Range& r = region[d];
+    if (wide && !(r.begin == 0 && r.end == shape[d])) return std::nullopt;
+    if (r.size() > 1) wide = true;
+    offset = offset * shape[d] + r.begin;
+  }
+  return offset;
+}
+
 Range balanced_range(int64_t n, int64_t parts, int64_t index) {
   OFL_ASSERT(parts > 0 && index >= 0 && index < parts);
   const int64_t base = n / parts, extra = n % parts;

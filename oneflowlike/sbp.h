@@ -25,6 +25,7 @@
 // 5 rows over 2 ranks are rows [0, 3) and [3, 5).
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -79,6 +80,11 @@ struct Range {
   int64_t size() const { return end - begin; }
   bool operator==(const Range& o) const { return begin == o.begin && end == o.end; }
 };
+
+/// Where `region` of a row-major tensor of `shape` starts (in elements) when it is one
+/// contiguous run of the tensor's memory, else nullopt: when every axis after the first one
+/// that spans more than one index is whole.
+std::optional<int64_t> contiguous_offset(const Shape& shape, const std::vector<Range>& region);
 
 /// The piece `index` of `n` items cut into `parts`: the first n % parts pieces get one more.
 Range balanced_range(int64_t n, int64_t parts, int64_t index);

@@ -127,18 +127,50 @@ RankMemory plan_rank(proto::RankPlanProto* rank_plan, int64_t block_id) {
   for (const proto::TaskProto& task : rank_plan->tasks())
     per_micro[task.id()] = task.per_micro_batch();
 
+  // Note [Slice views] in slice_views.h: a view's register has no memory; its input's register
+  // lives until the view's consumers are done (views of views too).
+  std::unordered_map<int64_t, const proto::RegisterProto*> view_output;  // view task -> register
+  std::unordered_map<int64_t, const proto::TaskProto*> task_by_id;
+  for (const proto::TaskProto& task : rank_plan->tasks()) {
+    task_by_id[task.id()] = &task;
+  }
+  for (const proto::RegisterProto& reg : rank_plan->registers()) {
+    auto producer = task_by_id.find(reg.producer());
+    if (producer != task_by_id.end() && producer->second->view())
+      view_output[reg.producer()] = &reg;
+  }
+  // The tasks that read a register's memory: its consumers and those of views of it.
+  auto readers = [&](const proto::RegisterProto& reg) {
+    std::vector<int64_t> tasks;
+    std::vector<const proto::RegisterProto*> pending{&reg};
+    while (!pending.empty()) {
+      const proto::RegisterProto* r = pending.back();
+      pending.pop_back();
+      for (int64_t consumer : r->consumers()) {
+        tasks.push_back(consumer);
+        auto view = view_output.find(consumer);
+        if (view != view_output.end()) pending.push_back(view->second);
+      }
+    }
+    return tasks;
+  };
+
   // Shareable registers and their lifetimes, largest first (ties by id: deterministic plans).
   std::vector<std::pair<proto::RegisterProto*, Lifetime>> shareable;
   RankMemory memory;
   for (proto::RegisterProto& reg : *rank_plan->mutable_registers()) {
-    reg.set_bytes(register_slot_bytes(reg));
     reg.set_memory_block(-1);
     reg.set_offset(0);
+    if (view_output.count(reg.producer())) {
+      reg.set_bytes(0);
+      continue;
+    }
+    reg.set_bytes(register_slot_bytes(reg));
     auto producer = chain_index.find(reg.producer());
     bool in_chain = !reg.persistent() && reg.register_num() == 1 && producer != chain_index.end();
     Lifetime lifetime{producer == chain_index.end() ? 0 : producer->second, 0};
     lifetime.end = lifetime.begin;
-    for (int64_t consumer : reg.consumers()) {
+    for (int64_t consumer : readers(reg)) {
       if (!in_chain) break;
       auto it = chain_index.find(consumer);
       if (it == chain_index.end() || per_micro[consumer] != per_micro[reg.producer()]) {

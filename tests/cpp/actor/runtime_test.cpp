@@ -171,6 +171,79 @@ TEST(Runtime, SendAndReceiveMoveARegisterBetweenRanksThroughTheTransport) {
   EXPECT_LT(received_ack, released);
 }
 
+// Note [Slice views]: a view's consumers read the input's bytes in place, and the input is
+// released only after every one of them (here two, one a SEND to another rank) is done: with one
+// slot for x, a view that never released it, or released it twice, would stop the second
+// iteration (or trip the protocol's checks).
+TEST(Runtime, SliceViewsReadTheInputInPlaceAndReleaseItOnceTheirConsumersAreDone) {
+  PlanBuilder b(2);
+  const int64_t x = b.input(0, "x", Shape{4, 3});
+  const int64_t top = b.reg(0, "top", Shape{2, 3});
+  const int64_t row = b.reg(0, "row", Shape{1, 3});
+  proto::TaskProto* slice_top = b.task(0, "slice_top", Kind::SLICE, {x}, {top});
+  add_range(slice_top, Range{0, 2}, false);
+  add_range(slice_top, Range{0, 3}, false);
+  slice_top->set_view(true);
+  // A view of a view: row 1 of `top`.
+  proto::TaskProto* slice_row = b.task(0, "slice_row", Kind::SLICE, {top}, {row});
+  add_range(slice_row, Range{1, 2}, false);
+  add_range(slice_row, Range{0, 3}, false);
+  slice_row->set_view(true);
+  const int64_t relu_top = b.reg(0, "relu_top", Shape{2, 3});
+  b.compute(0, "relu", "relu", NoParams{}, {top}, {relu_top});
+  b.output(0, "relu_top", relu_top, Shape{2, 3});
+  auto [recv, received] = b.send_recv(0, 1, row, /*transfer_id=*/3);
+  b.output(1, "row", received, Shape{1, 3});
+  const int64_t neg_x = b.reg(0, "neg_x", Shape{4, 3});
+  b.compute(0, "neg", "neg", NoParams{}, {x}, {neg_x});
+  b.output(0, "neg_x", neg_x, Shape{4, 3});
+
+  const Tensor xs =
+      make_tensor({-1, 2, -3, 4, -5, 6, 7, -8, 9, 10, 11, -12}, Shape{4, 3}, DataType::kFloat32);
+  const auto out = run_everywhere(b.plan(), {{"x", xs}}, /*iterations=*/3);
+  EXPECT_EQ(values_of(out.at("relu_top")), (std::vector<double>{0, 2, 0, 4, 0, 6}));
+  EXPECT_EQ(values_of(out.at("row")), (std::vector<double>{4, -5, 6}));
+  EXPECT_EQ(values_of(out.at("neg_x")),
+            (std::vector<double>{1, -2, 3, -4, 5, -6, -7, 8, -9, -10, -11, 12}));
+
+  // x is acknowledged to its INPUT once per iteration by each of its two readers (neg and the
+  // outer view), the view's only after the SEND has released the inner view.
+  RuntimeOptions options = deterministic();
+  options.record_messages = true;
+  Runtime runtime(b.plan(), options);
+  runtime.run({{"x", xs}});
+  const std::vector<std::string>& log = runtime.message_log();
+  int acks_of_x = 0;
+  size_t last_ack_of_x = 0, send_released_row = 0;
+  const std::regex ack_of_x(str_cat("register_ack\\{.* register_id=", x, " "));
+  const std::regex release_of_row(
+      str_cat("register_ack\\{.* src_actor=", kSendActorBase + 3, " .* register_id=", row, " "));
+  for (size_t i = 0; i < log.size(); ++i) {
+    if (std::regex_search(log[i], ack_of_x)) {
+      ++acks_of_x;
+      last_ack_of_x = i;
+    }
+    if (std::regex_search(log[i], release_of_row)) send_released_row = i;
+  }
+  EXPECT_EQ(acks_of_x, 2);
+  EXPECT_GT(send_released_row, 0u);
+  EXPECT_GT(last_ack_of_x, send_released_row);
+}
+
+// A view's region must be one run of its input's memory; the plan is refused otherwise.
+TEST(Runtime, RejectsAViewOfANonContiguousRegion) {
+  PlanBuilder b(1);
+  const int64_t x = b.input(0, "x", Shape{4, 3});
+  const int64_t left = b.reg(0, "left", Shape{4, 2});
+  proto::TaskProto* slice = b.task(0, "slice_left", Kind::SLICE, {x}, {left});
+  add_range(slice, Range{0, 4}, false);
+  add_range(slice, Range{0, 2}, false);
+  slice->set_view(true);
+  b.output(0, "left", left, Shape{4, 2});
+  expect_error([&] { Runtime runtime(b.plan(), deterministic()); }, ErrorCode::kInvalidArgument,
+               "is a view, so its region must be one contiguous run of its input (4, 3)");
+}
+
 // Note [Micro-batches] in plan.proto: UNPACK hands micro-batch k of the whole batch, REPEAT a
 // once value to each micro-batch, ACCUMULATE sums over them and PACK stacks them.
 TEST(Runtime, MicroBatchActorsUnpackRepeatAccumulateAndPack) {

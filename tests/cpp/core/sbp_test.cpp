@@ -28,6 +28,18 @@ TEST(Sbp, BalancedRangesGiveTheFirstPiecesOneMore) {
 
 // Exhaustive over small cases: the pieces of every split tile the logical tensor exactly once,
 // sizes differ by at most one with larger pieces first, and B/P pieces are whole.
+TEST(Sbp, ContiguousOffsetFindsRegionsThatAreOneRunOfMemory) {
+  const Shape shape{4, 3, 2};
+  auto offset = [&](std::vector<Range> region) { return contiguous_offset(shape, region); };
+  EXPECT_EQ(offset({{0, 4}, {0, 3}, {0, 2}}), 0);             // all of it
+  EXPECT_EQ(offset({{1, 3}, {0, 3}, {0, 2}}), 6);             // rows 1 and 2
+  EXPECT_EQ(offset({{2, 3}, {1, 3}, {0, 2}}), 14);            // part of one row
+  EXPECT_EQ(offset({{3, 4}, {2, 3}, {1, 2}}), 23);            // one element
+  EXPECT_EQ(offset({{1, 3}, {0, 2}, {0, 2}}), std::nullopt);  // two rows, part of each
+  EXPECT_EQ(offset({{0, 4}, {0, 3}, {0, 1}}), std::nullopt);  // a column
+  EXPECT_EQ(offset({{1, 2}, {0, 2}, {1, 2}}), std::nullopt);  // strided inside one row
+}
+
 TEST(Sbp, PhysicalRegionsTileTheLogicalTensorForAllSmallCases) {
   const std::vector<Placement> placements = {Placement::parse("cpu, [0]"),
                                              Placement::parse("cpu, [0, 1]"),
