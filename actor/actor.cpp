@@ -63,6 +63,7 @@ void Actor::act(ActorHost& host) {
   work(host, inputs, outputs);
   ++acts_;
 
+  std::vector<std::pair<int, int32_t>> kept;
   for (int i = 0; i < static_cast<int>(inputs_.size()); ++i) {
     InputEdge& in = inputs_[i];
     if (++in.uses < in.hold) continue;
@@ -70,11 +71,12 @@ void Actor::act(ActorHost& host) {
     in.readable.pop_front();
     in.uses = 0;
     if (keeps_inputs_until_output_acked() && !in.positions.empty()) {  // the data, not controls
-      kept_.emplace_back(i, slot);
+      kept.emplace_back(i, slot);
     } else {
       ack_input(host, in, slot);
     }
   }
+  if (!kept.empty()) kept_.push_back(std::move(kept));
   for (OutputRegister& out : outputs_) {
     if (++out.acts_in_piece < out.emit_every) continue;
     out.acts_in_piece = 0;
@@ -103,14 +105,14 @@ void Actor::send_ready(ActorHost& host, OutputRegister& out, int32_t slot) {
 }
 
 // Every consumer is done with a slot of `out`. Slots free in the order they were filled, so a
-// register that releases inputs (SEND, slice views) releases the oldest kept input piece.
+// register that releases inputs (SEND, slice views, concats in place) releases the input pieces
+// of the oldest act that kept some.
 void Actor::slot_freed(ActorHost& host, OutputRegister& out) {
   ++out.free_slots;
   if (!out.releases_inputs) return;
   OFL_ASSERT(!kept_.empty()) << name_ << " releases an input it does not keep";
-  const auto [input, slot] = kept_.front();
+  for (const auto& [input, slot] : kept_.front()) ack_input(host, inputs_[input], slot);
   kept_.pop_front();
-  ack_input(host, inputs_[input], slot);
 }
 
 void Actor::ack_input(ActorHost& host, InputEdge& edge, int32_t slot) {

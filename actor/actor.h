@@ -90,7 +90,8 @@ struct OutputRegister {
   int free_slots = 1;
   bool holding = false;  // next_slot is taken by a piece still being written
   // Its pieces are the actor's input pieces, released when every consumer has acknowledged
-  // them: a SEND's transfer (the RECV reads the SEND's input) and a slice view's register.
+  // them: a SEND's transfer (the RECV reads the SEND's input), a slice view's register and an
+  // in-place concat's output (its inputs are written in it).
   bool releases_inputs = false;
   int64_t pieces = 0;  // announced so far
   std::vector<Consumer> consumers;
@@ -150,7 +151,8 @@ class Actor {
   virtual void work(ActorHost& host, const std::vector<Tensor>& inputs,
                     const std::vector<Tensor>& outputs) = 0;
   /// SEND keeps its input until the receiver has read it (true): the input is acked when the
-  /// output register marked releases_inputs is. Others ack after acting.
+  /// output register marked releases_inputs is. So do slice views and concats in place. Others
+  /// ack after acting.
   virtual bool keeps_inputs_until_output_acked() const { return false; }
   /// The address and size a transfer's ready message carries (SEND).
   virtual void describe_transfer(ActorMessage* /*ready*/) const {}
@@ -177,8 +179,9 @@ class Actor {
   std::vector<InputEdge> inputs_;
   std::vector<OutputRegister> outputs_;
   int num_data_inputs_ = 0;  // how many op inputs the kernel reads (max position + 1)
-  // SEND: input slots handed to the receiver, oldest first, acked when it acknowledges.
-  std::deque<std::pair<int, int32_t>> kept_;
+  // Input pieces (input, slot) kept past an act, per act, oldest first: acked when the output
+  // piece of that act is (SEND, slice views, concats in place).
+  std::deque<std::vector<std::pair<int, int32_t>>> kept_;
 };
 
 }  // namespace ofl::actor

@@ -125,7 +125,7 @@ class OutputActor final : public TaskActor {
   Tensor last_;                        // GUARDED_BY(mu_); read between iterations
 };
 
-// A view (Note [Slice views] in compiler/physical/slice_views.h) hands out the region of the
+// A view (Note [Slice views] in compiler/physical/in_place_boxing.h) hands out the region of the
 // input piece in place and keeps the piece until the view's consumers are done with it.
 class SliceActor final : public TaskActor {
  public:
@@ -165,21 +165,28 @@ class AddActor final : public TaskActor {
   }
 };
 
+// In place (Note [Concats in place] in compiler/physical/in_place_boxing.h) the inputs'
+// producers wrote the pieces into the output already; the actor keeps them until the output's
+// consumers are done.
 class ConcatActor final : public TaskActor {
  public:
   ConcatActor(const PlanIndex& index, int task, int priority)
       : TaskActor(index, task, priority),
-        tiles_(regions_tile(info_.regions, index.reg(info_.outputs[0]).shape)) {}
+        tiles_(regions_tile(info_.regions, index.reg(info_.outputs[0]).shape)),
+        in_place_(info_.proto.in_place()) {}
 
  private:
   void work(ActorHost&, const std::vector<Tensor>& inputs,
             const std::vector<Tensor>& outputs) override {
+    if (in_place_) return;
     if (!tiles_) fill(outputs[0], 0.0);  // the regions leave parts of the output out
     for (size_t i = 0; i < inputs.size(); ++i) {
       copy_region(inputs[i], whole(inputs[i].shape()), outputs[0], info_.regions[i]);
     }
   }
+  bool keeps_inputs_until_output_acked() const override { return in_place_; }
   bool tiles_;
+  bool in_place_;
 };
 
 class ZerosActor final : public TaskActor {

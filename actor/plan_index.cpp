@@ -244,6 +244,9 @@ void PlanIndex::check_task(int index) {
   OFL_CHECK(!p.view() || p.kind() == proto::TaskProto::SLICE, kTag, who,
             " is marked a view, which only a SLICE can be. However, it is a ",
             proto::TaskProto::Kind_Name(p.kind()), ".");
+  OFL_CHECK(!p.in_place() || p.kind() == proto::TaskProto::CONCAT, kTag, who,
+            " is marked in place, which only a CONCAT can be. However, it is a ",
+            proto::TaskProto::Kind_Name(p.kind()), ".");
 
   // Sources and sinks talk to the caller once per iteration; the micro-batching kinds are the
   // only way in and out of the micro-batch part, so they act in it.
@@ -396,7 +399,24 @@ void PlanIndex::check_task(int index) {
                   region_to_string(region), ".");
         same_dtype(task.inputs[i], task.outputs[0]);
         same_shape(region_shape(region), task.inputs[i], "the size of its concat region");
+        OFL_CHECK(!p.in_place() || contiguous_offset(out, region).has_value(), kTag, who,
+                  " is in place, so input ", i, "'s region must be one contiguous run of its ",
+                  "output ", out.to_string(), ". However, got ", region_to_string(region), ".");
         task.regions.push_back(std::move(region));
+      }
+      if (p.in_place()) {
+        OFL_CHECK(regions_tile(task.regions, out), kTag, who,
+                  " is in place, so its regions must cover its output ", out.to_string(),
+                  " exactly once.");
+        std::set<int> distinct(task.inputs.begin(), task.inputs.end());
+        OFL_CHECK(distinct.size() == task.inputs.size(), kTag, who,
+                  " is in place, so it must read each register once.");
+        std::vector<int> registers = task.inputs;
+        registers.push_back(task.outputs[0]);
+        for (int r : registers) {
+          OFL_CHECK(reg(r).proto.register_num() <= 1 && !reg(r).proto.persistent(), kTag, who,
+                    " is in place, so ", describe_register(r), " must be transient with one slot.");
+        }
       }
       break;
     }

@@ -149,26 +149,62 @@ Runtime::~Runtime() { shutdown(); }
 // allocation of its own (persistent, multi-slot and unshared registers).
 // A register's slots: in the rank's planned block (one slot, PlanIndex checks) or in an
 // allocation of their own.
-void Runtime::allocate_slots(int64_t rank, const PlanIndex::RegisterInfo& reg,
-                             OutputRegister* out) const {
+std::vector<Tensor> Runtime::allocate_slots(int64_t rank, const PlanIndex::RegisterInfo& reg,
+                                            int num_slots) const {
   const int64_t bytes = reg.shape.numel() * static_cast<int64_t>(dtype_size(reg.dtype));
   const int64_t stride = align_up(std::max<int64_t>(bytes, 1));
   const bool in_block = reg.proto.memory_block() >= 0;
   const Tensor storage = in_block ? blocks_.at({rank, reg.proto.memory_block()})
-                                  : Tensor::zeros(Shape{stride * out->num_slots}, DataType::kInt8);
+                                  : Tensor::zeros(Shape{stride * num_slots}, DataType::kInt8);
   const int64_t base = in_block ? reg.proto.offset() : 0;
-  for (int s = 0; s < out->num_slots; ++s) {
-    out->slots.push_back(view_of_bytes(storage, base + s * stride, reg.shape, reg.dtype));
+  std::vector<Tensor> slots;
+  for (int s = 0; s < num_slots; ++s) {
+    slots.push_back(view_of_bytes(storage, base + s * stride, reg.shape, reg.dtype));
   }
+  return slots;
 }
 
 void Runtime::allocate_registers(int64_t rank) {
   // In each task's output order: a kernel's outputs are its actor's first outputs, in order.
   std::vector<int> order;
+  // Note [Concats in place]: an in-place CONCAT's inputs are runs of its output's slot, so
+  // they are placed once every other register has its memory.
+  std::map<int, std::pair<int, int64_t>> written_into;  // input -> (output, byte offset)
   for (int t = 0; t < index_.num_tasks(); ++t) {
-    if (index_.task(t).proto.rank() != rank) continue;
-    for (int r : index_.task(t).outputs) order.push_back(r);
+    const PlanIndex::TaskInfo& task = index_.task(t);
+    if (task.proto.rank() != rank) continue;
+    for (int r : task.outputs) order.push_back(r);
+    if (!task.proto.in_place()) continue;
+    const PlanIndex::RegisterInfo& out = index_.reg(task.outputs[0]);
+    for (size_t i = 0; i < task.inputs.size(); ++i) {
+      const int r = task.inputs[i];
+      const proto::TaskProto& producer = index_.task(index_.reg(r).producer).proto;
+      OFL_CHECK(!written_into.count(r) && !producer.view() && !producer.in_place(), kTag,
+                index_.describe_task(t), " is in place, so its input ", index_.describe_register(r),
+                " must be written into no other concat and be neither a view nor an in-place ",
+                "concat's output.");
+      written_into[r] = {task.outputs[0], *contiguous_offset(out.shape, task.regions[i]) *
+                                              static_cast<int64_t>(dtype_size(out.dtype))};
+    }
   }
+  std::map<int, std::vector<Tensor>> slots;
+  for (int r : order) {
+    const PlanIndex::RegisterInfo& reg = index_.reg(r);
+    const int num_slots = std::max(1, reg.proto.register_num());
+    if (index_.task(reg.producer).proto.view()) {
+      // Note [Slice views]: each piece is a view of the SLICE's input piece, made when it acts.
+      slots[r].resize(num_slots);
+    } else if (!written_into.count(r)) {
+      slots[r] = allocate_slots(rank, reg, num_slots);
+    }
+  }
+  for (const auto& [r, into] : written_into) {
+    const PlanIndex::RegisterInfo& reg = index_.reg(r);
+    for (const Tensor& whole : slots.at(into.first)) {  // one slot each (PlanIndex checks)
+      slots[r].push_back(view_of_bytes(whole, into.second, reg.shape, reg.dtype));
+    }
+  }
+
   for (int r : order) {
     const PlanIndex::RegisterInfo& reg = index_.reg(r);
     Actor* producer = actor_of_task_[reg.producer];
@@ -177,14 +213,11 @@ void Runtime::allocate_registers(int64_t rank) {
     out.register_id = reg.proto.id();
     out.what = str_cat(index_.describe_register(r), " of ", producer->name());
     out.num_slots = std::max(1, reg.proto.register_num());
-    if (index_.task(reg.producer).proto.view()) {
-      // Note [Slice views]: each piece is a view of the SLICE's input piece, made when it acts;
-      // the input is kept until the view's consumers have all acknowledged it.
-      out.slots.resize(out.num_slots);
-      out.releases_inputs = true;
-    } else {
-      allocate_slots(rank, reg, &out);
-    }
+    out.slots = std::move(slots.at(r));
+    // A view's and an in-place concat's pieces are their inputs' pieces, kept until the
+    // consumers have acknowledged them.
+    const proto::TaskProto& task = index_.task(reg.producer).proto;
+    out.releases_inputs = task.view() || task.in_place();
     std::set<int64_t> seen;  // a task reading a register twice is one consumer
     for (int64_t consumer : reg.proto.consumers()) {
       if (!seen.insert(consumer).second) continue;

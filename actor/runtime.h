@@ -141,7 +141,8 @@ class Runtime final : public PlanRunner, private ActorHost {
 
   void deliver(const ActorMessage& message);
   void allocate_registers(int64_t rank);
-  void allocate_slots(int64_t rank, const PlanIndex::RegisterInfo& reg, OutputRegister* out) const;
+  std::vector<Tensor> allocate_slots(int64_t rank, const PlanIndex::RegisterInfo& reg,
+                                     int num_slots) const;
   void connect_task(int task, int* next_virtual);
   void add_control_edge(int from, int to, int slots, int64_t register_id);
   void add_ticks(int* next_virtual);

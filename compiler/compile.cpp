@@ -12,7 +12,7 @@
 #include "compiler/physical/expansion.h"
 #include "compiler/physical/memory_planning.h"
 #include "compiler/physical/plan_checks.h"
-#include "compiler/physical/slice_views.h"
+#include "compiler/physical/in_place_boxing.h"
 
 namespace ofl::compiler {
 
@@ -211,7 +211,7 @@ proto::PlanProto compile_graph(Graph graph, const CompileOptions& options, Graph
   set_pipeline_depth(&plan, stages);
   order_in_place_writers(&plan);
   sort_rank_tasks(&plan);
-  physical::mark_slice_views(&plan);
+  physical::mark_in_place_boxing(&plan);
   physical::plan_memory(&plan, options.memory_limit_bytes);
   physical::check_plan(plan);
   return plan;

@@ -36,9 +36,14 @@ std::string id_list(const Ids& ids) {
   return os.str();
 }
 
-// `view_tasks`: the rank's SLICE views, whose registers are their input's memory.
+// Registers whose memory is another's (Note [Slice views], Note [Concats in place]).
+struct Borrowed {
+  std::set<int64_t> view_tasks;     // their outputs are views of their inputs
+  std::set<int64_t> concat_inputs;  // registers written into an in-place concat's output
+};
+
 void write_register(std::ostream& os, const char* direction, int64_t id,
-                    const RegisterMap& registers, const std::set<int64_t>& view_tasks) {
+                    const RegisterMap& registers, const Borrowed& borrowed) {
   os << "    " << direction << " r" << id;
   auto it = registers.find(id);
   if (it == registers.end()) {
@@ -50,8 +55,10 @@ void write_register(std::ostream& os, const char* direction, int64_t id,
      << physical::register_slot_bytes(reg) << " B";
   if (reg.register_num() > 1) os << " x" << reg.register_num() << " slots";
   if (reg.persistent()) os << " persistent";
-  if (view_tasks.count(reg.producer())) {
+  if (borrowed.view_tasks.count(reg.producer())) {
     os << " view of the slice's input";
+  } else if (borrowed.concat_inputs.count(reg.id())) {
+    os << " in its in-place concat's output";
   } else if (reg.memory_block() >= 0) {
     os << " block " << reg.memory_block() << " @" << reg.offset();
   } else {
@@ -98,14 +105,18 @@ std::string plan_to_text(const proto::PlanProto& plan) {
     for (const proto::MemoryBlockProto& block : rank_plan.memory_blocks()) {
       os << "  memory block " << block.id() << ": " << block.bytes() << " B\n";
     }
-    std::set<int64_t> view_tasks;
+    Borrowed borrowed;
     for (const proto::TaskProto& task : rank_plan.tasks()) {
-      if (task.view()) view_tasks.insert(task.id());
+      if (task.view()) borrowed.view_tasks.insert(task.id());
+      if (task.in_place()) {
+        borrowed.concat_inputs.insert(task.inputs().begin(), task.inputs().end());
+      }
     }
     for (const proto::TaskProto& task : rank_plan.tasks()) {
       os << "  task " << task.id() << " '" << task.name() << "' "
          << proto::TaskProto::Kind_Name(task.kind());
       if (task.view()) os << " view";
+      if (task.in_place()) os << " in place";
       if (!task.op_type().empty()) os << " " << task.op_type();
       os << " thread " << task.thread();
       if (task.kind() == proto::TaskProto::SEND) os << " to rank " << task.peer();
@@ -115,8 +126,8 @@ std::string plan_to_text(const proto::PlanProto& plan) {
         os << " (op '" << task.logical_op() << "')";
       }
       os << "\n";
-      for (int64_t id : task.inputs()) write_register(os, "in ", id, registers, view_tasks);
-      for (int64_t id : task.outputs()) write_register(os, "out", id, registers, view_tasks);
+      for (int64_t id : task.inputs()) write_register(os, "in ", id, registers, borrowed);
+      for (int64_t id : task.outputs()) write_register(os, "out", id, registers, borrowed);
       if (task.control_inputs_size() > 0) {
         os << "    after tasks " << id_list(task.control_inputs()) << "\n";
       }

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <deque>
+#include <limits>
 #include <map>
 #include <sstream>
 #include <string>
@@ -127,19 +128,36 @@ RankMemory plan_rank(proto::RankPlanProto* rank_plan, int64_t block_id) {
   for (const proto::TaskProto& task : rank_plan->tasks())
     per_micro[task.id()] = task.per_micro_batch();
 
-  // Note [Slice views] in slice_views.h: a view's register has no memory; its input's register
-  // lives until the view's consumers are done (views of views too).
-  std::unordered_map<int64_t, const proto::RegisterProto*> view_output;  // view task -> register
+  // Note [Slice views] and Note [Concats in place] (in_place_boxing.h): a view's register and
+  // an in-place concat's inputs have no memory of their own. A view's input lives until the
+  // view's readers are done (views of views too); an in-place concat's output from the first
+  // input's producer until its own readers and its inputs' readers are done.
   std::unordered_map<int64_t, const proto::TaskProto*> task_by_id;
-  for (const proto::TaskProto& task : rank_plan->tasks()) {
-    task_by_id[task.id()] = &task;
-  }
+  for (const proto::TaskProto& task : rank_plan->tasks()) task_by_id[task.id()] = &task;
+  std::unordered_map<int64_t, const proto::RegisterProto*> register_by_id;
+  std::unordered_map<int64_t, const proto::RegisterProto*> view_output;  // view task -> register
   for (const proto::RegisterProto& reg : rank_plan->registers()) {
+    register_by_id[reg.id()] = &reg;
     auto producer = task_by_id.find(reg.producer());
-    if (producer != task_by_id.end() && producer->second->view())
+    if (producer != task_by_id.end() && producer->second->view()) {
       view_output[reg.producer()] = &reg;
+    }
   }
-  // The tasks that read a register's memory: its consumers and those of views of it.
+  std::unordered_set<int64_t> written_into_another;  // inputs of in-place concats
+  for (const proto::TaskProto& task : rank_plan->tasks()) {
+    if (task.in_place()) written_into_another.insert(task.inputs().begin(), task.inputs().end());
+  }
+  // The registers whose memory is `reg`'s: itself and, for an in-place concat's output, its
+  // inputs.
+  auto members = [&](const proto::RegisterProto& reg) {
+    std::vector<const proto::RegisterProto*> regs{&reg};
+    auto producer = task_by_id.find(reg.producer());
+    if (producer != task_by_id.end() && producer->second->in_place()) {
+      for (int64_t id : producer->second->inputs()) regs.push_back(register_by_id.at(id));
+    }
+    return regs;
+  };
+  // The tasks that read `reg`'s memory: its consumers and those of views of it.
   auto readers = [&](const proto::RegisterProto& reg) {
     std::vector<int64_t> tasks;
     std::vector<const proto::RegisterProto*> pending{&reg};
@@ -161,24 +179,34 @@ RankMemory plan_rank(proto::RankPlanProto* rank_plan, int64_t block_id) {
   for (proto::RegisterProto& reg : *rank_plan->mutable_registers()) {
     reg.set_memory_block(-1);
     reg.set_offset(0);
-    if (view_output.count(reg.producer())) {
+    if (view_output.count(reg.producer()) || written_into_another.count(reg.id())) {
       reg.set_bytes(0);
       continue;
     }
     reg.set_bytes(register_slot_bytes(reg));
-    auto producer = chain_index.find(reg.producer());
-    bool in_chain = !reg.persistent() && reg.register_num() == 1 && producer != chain_index.end();
-    Lifetime lifetime{producer == chain_index.end() ? 0 : producer->second, 0};
-    lifetime.end = lifetime.begin;
-    for (int64_t consumer : readers(reg)) {
-      if (!in_chain) break;
-      auto it = chain_index.find(consumer);
-      if (it == chain_index.end() || per_micro[consumer] != per_micro[reg.producer()]) {
+    bool in_chain = !reg.persistent() && reg.register_num() == 1;
+    Lifetime lifetime{std::numeric_limits<int64_t>::max(), 0};
+    for (const proto::RegisterProto* member : members(reg)) {
+      auto producer = chain_index.find(member->producer());
+      if (producer == chain_index.end() ||
+          per_micro[member->producer()] != per_micro[reg.producer()]) {
         in_chain = false;
         break;
       }
-      OFL_ASSERT(it->second >= lifetime.begin);  // the plan order is topological
-      lifetime.end = std::max(lifetime.end, it->second);
+      lifetime.begin = std::min(lifetime.begin, producer->second);
+    }
+    lifetime.end = in_chain ? lifetime.begin : 0;
+    for (const proto::RegisterProto* member : members(reg)) {
+      for (int64_t consumer : readers(*member)) {
+        if (!in_chain) break;
+        auto it = chain_index.find(consumer);
+        if (it == chain_index.end() || per_micro[consumer] != per_micro[reg.producer()]) {
+          in_chain = false;
+          break;
+        }
+        OFL_ASSERT(it->second >= lifetime.begin);  // the plan order is topological
+        lifetime.end = std::max(lifetime.end, it->second);
+      }
     }
     if (in_chain) {
       shareable.emplace_back(&reg, lifetime);

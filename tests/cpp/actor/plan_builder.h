@@ -78,6 +78,17 @@ class PlanBuilder {
     return plan_.mutable_ranks(rank)->mutable_registers(index);
   }
 
+  /// The task that writes register `id`, to change it.
+  proto::TaskProto* find_task_of(int64_t id) {
+    const int64_t producer = find(id)->producer();
+    for (proto::RankPlanProto& rank : *plan_.mutable_ranks()) {
+      for (proto::TaskProto& t : *rank.mutable_tasks()) {
+        if (t.id() == producer) return &t;
+      }
+    }
+    return nullptr;
+  }
+
   /// Makes `t` hold the piece of `logical` at `region` (empty: all of it).
   static void set_piece(proto::TaskProto* t, const Shape& logical,
                         const std::vector<Range>& region) {

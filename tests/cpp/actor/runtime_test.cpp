@@ -230,6 +230,92 @@ TEST(Runtime, SliceViewsReadTheInputInPlaceAndReleaseItOnceTheirConsumersAreDone
   EXPECT_GT(last_ack_of_x, send_released_row);
 }
 
+// Note [Concats in place]: the pieces' producers write into the output; the CONCAT keeps every
+// piece until the output's readers are done, so a producer's next piece (next iteration) cannot
+// overwrite what they read. One piece is also sent to another rank, one is a RECV's.
+TEST(Runtime, ConcatsInPlaceHaveTheirPiecesWrittenIntoTheOutputAndKeepThemUntilItIsRead) {
+  PlanBuilder b(2);
+  const int64_t x = b.input(0, "x", Shape{2, 3});
+  const int64_t top = b.reg(0, "top", Shape{2, 3});
+  b.compute(0, "relu", "relu", NoParams{}, {x}, {top});
+  const int64_t x1 = b.input(1, "x1", Shape{1, 3});
+  auto [recv, bottom] = b.send_recv(1, 0, x1, /*transfer_id=*/4);
+  auto [recv_top, top_on_1] = b.send_recv(0, 1, top, /*transfer_id=*/5);
+  b.output(1, "top_on_1", top_on_1, Shape{2, 3});
+  const int64_t both = b.reg(0, "both", Shape{3, 3});
+  proto::TaskProto* concat = b.task(0, "concat", Kind::CONCAT, {top, bottom}, {both});
+  for (Range rows : {Range{0, 2}, Range{2, 3}}) {
+    add_range(concat, rows, true);
+    add_range(concat, Range{0, 3}, true);
+  }
+  concat->set_in_place(true);
+  const int64_t neg = b.reg(0, "neg", Shape{3, 3});
+  b.compute(0, "neg", "neg", NoParams{}, {both}, {neg});
+  b.output(0, "neg", neg, Shape{3, 3});
+  b.output(0, "both", both, Shape{3, 3});
+
+  const Tensor xs = make_tensor({-1, 2, -3, 4, -5, 6}, Shape{2, 3}, DataType::kFloat32);
+  const Tensor x1s = make_tensor({7, 8, 9}, Shape{1, 3}, DataType::kFloat32);
+  const auto out = run_everywhere(b.plan(), {{"x", xs}, {"x1", x1s}}, /*iterations=*/3);
+  EXPECT_EQ(values_of(out.at("both")), (std::vector<double>{0, 2, 0, 4, 0, 6, 7, 8, 9}));
+  EXPECT_EQ(values_of(out.at("neg")), (std::vector<double>{0, -2, 0, -4, 0, -6, -7, -8, -9}));
+  EXPECT_EQ(values_of(out.at("top_on_1")), (std::vector<double>{0, 2, 0, 4, 0, 6}));
+
+  // The pieces are acknowledged to their producers only after both readers of the output.
+  RuntimeOptions options = deterministic();
+  options.record_messages = true;
+  Runtime runtime(b.plan(), options);
+  runtime.run({{"x", xs}, {"x1", x1s}});
+  const std::vector<std::string>& log = runtime.message_log();
+  auto last = [&](const std::string& pattern) {
+    const std::regex re(pattern);
+    int64_t at = -1;
+    for (size_t i = 0; i < log.size(); ++i) {
+      if (std::regex_search(log[i], re)) at = static_cast<int64_t>(i);
+    }
+    EXPECT_GE(at, 0) << pattern;
+    return at;
+  };
+  const int64_t both_read = last(str_cat("register_ack\\{.* register_id=", both, " "));
+  EXPECT_GT(
+      last(str_cat("register_ack\\{.* src_actor=", concat->id(), " .* register_id=", top, " ")),
+      both_read);
+  EXPECT_GT(
+      last(str_cat("register_ack\\{.* src_actor=", concat->id(), " .* register_id=", bottom, " ")),
+      both_read);
+}
+
+TEST(Runtime, RejectsConcatsInPlaceWhosePiecesDoNotTileTheOutputInRuns) {
+  auto plan_with = [](std::vector<std::pair<Range, Range>> regions, Shape out_shape) {
+    PlanBuilder b(1);
+    const int64_t x = b.input(0, "x", Shape{2, 2});
+    const int64_t y = b.input(0, "y", Shape{2, 2});
+    const int64_t both = b.reg(0, "both", out_shape);
+    proto::TaskProto* concat = b.task(0, "concat", Kind::CONCAT, {x, y}, {both});
+    for (const auto& [rows, cols] : regions) {
+      add_range(concat, rows, true);
+      add_range(concat, cols, true);
+    }
+    concat->set_in_place(true);
+    b.output(0, "both", both, out_shape);
+    return b.plan();
+  };
+  // Side by side: each piece is two runs of the (2, 4) output.
+  expect_error(
+      [&] {
+        Runtime r(plan_with({{{0, 2}, {0, 2}}, {{0, 2}, {2, 4}}}, Shape{2, 4}), deterministic());
+      },
+      ErrorCode::kInvalidArgument, "must be one contiguous run of its output (2, 4)");
+  // Rows 0-1 and 3-4 of (5, 2): row 2 is left out.
+  expect_error(
+      [&] {
+        Runtime r(plan_with({{{0, 2}, {0, 2}}, {{3, 5}, {0, 2}}}, Shape{5, 2}), deterministic());
+      },
+      ErrorCode::kInvalidArgument, "must cover its output (5, 2) exactly once");
+  // Stacked: accepted.
+  Runtime ok(plan_with({{{0, 2}, {0, 2}}, {{2, 4}, {0, 2}}}, Shape{4, 2}), deterministic());
+}
+
 // A view's region must be one run of its input's memory; the plan is refused otherwise.
 TEST(Runtime, RejectsAViewOfANonContiguousRegion) {
   PlanBuilder b(1);

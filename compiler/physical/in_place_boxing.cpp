@@ -1,0 +1,164 @@
+#include "compiler/physical/in_place_boxing.h"
+
+#include <algorithm>
+#include <unordered_map>
+#include <unordered_set>
+#include <utility>
+#include <vector>
+
+#include "oneflowlike/proto_convert.h"
+#include "oneflowlike/sbp.h"
+
+namespace ofl::compiler::physical {
+namespace {
+
+using Region = std::vector<Range>;
+
+// One rank's tasks and registers by id.
+struct RankView {
+  explicit RankView(const proto::RankPlanProto& rank_plan) {
+    for (const proto::TaskProto& task : rank_plan.tasks()) tasks[task.id()] = &task;
+    for (const proto::RegisterProto& reg : rank_plan.registers()) registers[reg.id()] = &reg;
+  }
+  const proto::TaskProto* task(int64_t id) const {
+    auto it = tasks.find(id);
+    return it == tasks.end() ? nullptr : it->second;
+  }
+  const proto::RegisterProto* reg(int64_t id) const {
+    auto it = registers.find(id);
+    return it == registers.end() ? nullptr : it->second;
+  }
+  std::unordered_map<int64_t, const proto::TaskProto*> tasks;
+  std::unordered_map<int64_t, const proto::RegisterProto*> registers;
+};
+
+// Whether any consumer of `reg` writes it in place.
+bool written_in_place(const proto::RegisterProto& reg, const RankView& rank) {
+  for (int64_t id : reg.consumers()) {
+    const proto::TaskProto& consumer = *rank.task(id);
+    for (int position : consumer.mutated_inputs()) {
+      if (position >= 0 && position < consumer.inputs_size() &&
+          consumer.inputs(position) == reg.id()) {
+        return true;
+      }
+    }
+  }
+  return false;
+}
+
+// A transient register with one slot that nobody writes in place: it may share its memory.
+bool shareable(const proto::RegisterProto& reg, const RankView& rank) {
+  return !reg.persistent() && reg.register_num() <= 1 && !written_in_place(reg, rank);
+}
+
+// Whether `reg`'s producer and consumers all act at the rate of `task`.
+bool same_rate(const proto::RegisterProto& reg, const proto::TaskProto& task,
+               const RankView& rank) {
+  const proto::TaskProto* producer = rank.task(reg.producer());
+  if (producer == nullptr || producer->per_micro_batch() != task.per_micro_batch()) return false;
+  for (int64_t id : reg.consumers()) {
+    if (rank.task(id)->per_micro_batch() != task.per_micro_batch()) return false;
+  }
+  return true;
+}
+
+std::vector<Region> regions_of(const google::protobuf::RepeatedPtrField<proto::RangeProto>& ranges,
+                               int ndim) {
+  std::vector<Region> regions;
+  for (int i = 0; i + ndim <= ranges.size(); i += ndim) {
+    Region region;
+    for (int d = 0; d < ndim; ++d)
+      region.push_back(Range{ranges[i + d].begin(), ranges[i + d].end()});
+    regions.push_back(std::move(region));
+  }
+  return regions;
+}
+
+bool is_view(const proto::TaskProto& task, const RankView& rank) {
+  if (task.kind() != proto::TaskProto::SLICE || task.inputs_size() != 1 ||
+      task.outputs_size() != 1) {
+    return false;
+  }
+  const proto::RegisterProto* input = rank.reg(task.inputs(0));
+  const proto::RegisterProto* output = rank.reg(task.outputs(0));
+  if (input == nullptr || output == nullptr) return false;
+  const Shape shape = from_proto(input->shape());
+  const std::vector<Region> region = regions_of(task.slice(), shape.ndim());
+  if (region.size() != 1 || !contiguous_offset(shape, region[0])) return false;
+  // The input may be read by others at any rate; the view's own neighbours must match it.
+  if (input->persistent() || written_in_place(*input, rank) || written_in_place(*output, rank)) {
+    return false;
+  }
+  const proto::TaskProto* producer = rank.task(input->producer());
+  return producer != nullptr && producer->per_micro_batch() == task.per_micro_batch() &&
+         same_rate(*output, task, rank);
+}
+
+// Whether the regions of `concat` are contiguous runs of its output that tile it exactly.
+bool regions_tile_in_runs(const proto::TaskProto& concat, const Shape& shape) {
+  const std::vector<Region> regions = regions_of(concat.concat_regions(), shape.ndim());
+  if (static_cast<int>(regions.size()) != concat.inputs_size()) return false;
+  std::vector<std::pair<int64_t, int64_t>> runs;  // [begin, end) in elements
+  for (const Region& region : regions) {
+    const std::optional<int64_t> offset = contiguous_offset(shape, region);
+    if (!offset) return false;
+    int64_t numel = 1;
+    for (const Range& r : region) numel *= r.size();
+    runs.emplace_back(*offset, *offset + numel);
+  }
+  std::sort(runs.begin(), runs.end());
+  int64_t covered = 0;
+  for (const auto& [begin, end] : runs) {
+    if (begin != covered) return false;
+    covered = end;
+  }
+  return covered == shape.numel();
+}
+
+bool can_be_in_place(const proto::TaskProto& task, const RankView& rank,
+                     const std::unordered_set<int64_t>& aliased) {
+  if (task.kind() != proto::TaskProto::CONCAT || task.outputs_size() != 1) return false;
+  const proto::RegisterProto* output = rank.reg(task.outputs(0));
+  if (output == nullptr || !shareable(*output, rank) || !same_rate(*output, task, rank) ||
+      !regions_tile_in_runs(task, from_proto(output->shape()))) {
+    return false;
+  }
+  std::unordered_set<int64_t> seen;
+  for (int64_t id : task.inputs()) {
+    const proto::RegisterProto* input = rank.reg(id);
+    if (input == nullptr || !seen.insert(id).second || aliased.count(id) ||
+        !shareable(*input, rank)) {
+      return false;
+    }
+    const proto::TaskProto* producer = rank.task(input->producer());
+    if (producer == nullptr || producer->per_micro_batch() != task.per_micro_batch() ||
+        producer->view() || producer->in_place()) {
+      return false;
+    }
+  }
+  return true;
+}
+
+void mark_rank(proto::RankPlanProto* rank_plan) {
+  for (proto::TaskProto& task : *rank_plan->mutable_tasks()) {
+    task.set_view(false);
+    task.set_in_place(false);
+  }
+  const RankView rank(*rank_plan);
+  for (proto::TaskProto& task : *rank_plan->mutable_tasks()) task.set_view(is_view(task, rank));
+  // In plan order, so that a concat feeding another is decided first (and then is not nested).
+  std::unordered_set<int64_t> aliased;  // registers already written into some concat's output
+  for (proto::TaskProto& task : *rank_plan->mutable_tasks()) {
+    if (!can_be_in_place(task, rank, aliased)) continue;
+    task.set_in_place(true);
+    aliased.insert(task.inputs().begin(), task.inputs().end());
+  }
+}
+
+}  // namespace
+
+void mark_in_place_boxing(proto::PlanProto* plan) {
+  for (proto::RankPlanProto& rank_plan : *plan->mutable_ranks()) mark_rank(&rank_plan);
+}
+
+}  // namespace ofl::compiler::physical

@@ -1,0 +1,45 @@
+#pragma once
+// In-place boxing: SLICE and CONCAT tasks that move no bytes.
+//
+// Note [Slice views]
+// ------------------
+// Boxing cuts tensors into pieces: a ring all-reduce slices each chunk it sends and each chunk
+// it adds, a gradient bucket is sliced back into the gradients it holds. When the region is one
+// contiguous run of the input's memory (a range of rows, a chunk of a flat bucket) the slice can
+// be the input's bytes in place. Such a SLICE is marked `view`: its actor hands the consumers a
+// view of the input piece and keeps that piece until every consumer has acknowledged the view
+// (as a SEND keeps its input until the RECV has read it), its register gets no memory, and
+// memory planning keeps the input's register alive until the view's last consumer.
+//
+// A slice stays a copy when sharing could change what someone reads:
+//  - the input is persistent (a variable, updated in place by the optimizer) or some consumer of
+//    it writes it in place: the view would see the write;
+//  - a consumer of the slice writes it in place: the input's other readers would see the write;
+//  - the slice and its producer or consumers act at different rates (micro-batch boundaries),
+//    where one piece covers several acts.
+//
+// Note [Concats in place]
+// -----------------------
+// The converse: a CONCAT assembles pieces (the chunks a ring all-gather collects, the gradients
+// of a bucket). When every piece is a contiguous run of the output and together they tile it,
+// each input register can *be* its run of the output's memory: its producer (a RECV, an ADD, the
+// kernel computing a gradient) writes straight into the output and the CONCAT, marked
+// `in_place`, copies nothing. Its actor keeps all of an act's input pieces until every consumer
+// has acknowledged the output, so no producer writes its next piece into memory still being
+// read. The inputs' registers get no memory; memory planning gives the output a lifetime from
+// the first input's producer to the last reader of the output or of an input.
+//
+// Conditions, besides the tiling: output and inputs are transient single-slot registers nobody
+// writes in place, each input is read by one in-place concat at most and is not itself a view or
+// an in-place concat's output, and all of them act at the concat's rate.
+
+#include "oneflowlike/proto/plan.pb.h"
+
+namespace ofl::compiler::physical {
+
+/// Marks the SLICE tasks of `plan` that can be views (Note [Slice views]) and the CONCAT tasks
+/// whose inputs can be written in place (Note [Concats in place]). Run before plan_memory,
+/// which gives their registers no memory of their own.
+void mark_in_place_boxing(proto::PlanProto* plan);
+
+}  // namespace ofl::compiler::physical

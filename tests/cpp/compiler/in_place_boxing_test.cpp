@@ -1,0 +1,251 @@
+// Note [Slice views] and Note [Concats in place]: which SLICE tasks become views and which CONCAT
+// tasks have their inputs written in place, and what memory planning does with them.
+
+#include "compiler/physical/in_place_boxing.h"
+
+#include <gtest/gtest.h>
+
+#include "compiler/physical/memory_planning.h"
+#include "tests/cpp/actor/plan_builder.h"
+
+namespace ofl::compiler::physical {
+namespace {
+
+using ofl::testing::add_range;
+using ofl::testing::PlanBuilder;
+using Kind = proto::TaskProto;
+
+// A SLICE of `in` (of shape (4, 3)) to `rows` x `cols` into a new register; returns the task.
+proto::TaskProto* slice(PlanBuilder& b, int64_t in, Range rows, Range cols, int64_t* out) {
+  *out = b.reg(0, str_cat("slice_", in, "_", rows.begin, "_", cols.begin),
+               Shape{rows.size(), cols.size()});
+  proto::TaskProto* t = b.task(0, str_cat("slice_", *out), Kind::SLICE, {in}, {*out});
+  add_range(t, rows, false);
+  add_range(t, cols, false);
+  return t;
+}
+
+const proto::TaskProto& task_of(const proto::PlanProto& plan, int64_t task) {
+  for (const proto::TaskProto& t : plan.ranks(0).tasks()) {
+    if (t.id() == task) return t;
+  }
+  ADD_FAILURE() << "no task " << task;
+  return plan.ranks(0).tasks(0);
+}
+bool is_view(const proto::PlanProto& plan, int64_t task) { return task_of(plan, task).view(); }
+bool is_in_place(const proto::PlanProto& plan, int64_t task) {
+  return task_of(plan, task).in_place();
+}
+
+const proto::RegisterProto& register_of(const proto::PlanProto& plan, int64_t id) {
+  for (const proto::RegisterProto& r : plan.ranks(0).registers()) {
+    if (r.id() == id) return r;
+  }
+  ADD_FAILURE() << "no register " << id;
+  return plan.ranks(0).registers(0);
+}
+
+// A CONCAT of `inputs` into a new register of `shape`, input i at `regions[i]`.
+proto::TaskProto* concat(PlanBuilder& b, const std::vector<int64_t>& inputs,
+                         const std::vector<std::pair<Range, Range>>& regions, const Shape& shape,
+                         int64_t* out) {
+  *out = b.reg(0, str_cat("concat_", inputs[0]), shape);
+  proto::TaskProto* t = b.task(0, str_cat("concat_", *out), Kind::CONCAT, inputs, {*out});
+  for (const auto& [rows, cols] : regions) {
+    add_range(t, rows, true);
+    add_range(t, cols, true);
+  }
+  return t;
+}
+
+// relu of `in` into a new register of `shape`; returns the register.
+int64_t relu(PlanBuilder& b, int64_t in, const Shape& shape) {
+  const int64_t out = b.reg(0, str_cat("relu_", in), shape);
+  b.compute(0, str_cat("relu_", out), "relu", NoParams{}, {in}, {out});
+  return out;
+}
+
+TEST(SliceViews, ContiguousSlicesOfTransientRegistersBecomeViews) {
+  PlanBuilder b(1);
+  const int64_t x = b.input(0, "x", Shape{4, 3});
+  const int64_t y = b.reg(0, "y", Shape{4, 3});
+  b.compute(0, "relu", "relu", NoParams{}, {x}, {y});
+  int64_t rows = 0, cols = 0, rows_of_rows = 0;
+  const int64_t rows_task = slice(b, y, {1, 3}, {0, 3}, &rows)->id();
+  const int64_t cols_task = slice(b, y, {0, 4}, {0, 2}, &cols)->id();
+  const int64_t nested = b.reg(0, "nested", Shape{1, 3});
+  proto::TaskProto* nested_task = b.task(0, "nested", Kind::SLICE, {rows}, {nested});
+  add_range(nested_task, {1, 2}, false);
+  add_range(nested_task, {0, 3}, false);
+  rows_of_rows = nested;
+  for (int64_t r : {rows, cols, rows_of_rows}) b.output(0, str_cat("out", r), r, Shape{1});
+  proto::PlanProto plan = b.plan();
+  mark_in_place_boxing(&plan);
+  EXPECT_TRUE(is_view(plan, rows_task));
+  EXPECT_FALSE(is_view(plan, cols_task));  // two columns of every row: not one run
+  EXPECT_TRUE(is_view(plan, nested_task->id()));
+}
+
+TEST(SliceViews, SlicesStayCopiesWhereSharingWouldChangeWhatSomeoneReads) {
+  PlanBuilder b(1);
+  b.set_micro_batches(2);
+  // A variable, updated in place by the optimizer.
+  const int64_t w = b.variable(0, "w", Shape{4, 3}, {}, proto::InitializerProto::ONES);
+  int64_t of_w = 0;
+  const int64_t of_w_task = slice(b, w, {0, 2}, {0, 3}, &of_w)->id();
+  // A register whose other reader writes it in place.
+  const int64_t x = b.input(0, "x", Shape{4, 3});
+  const int64_t y = b.reg(0, "y", Shape{4, 3});
+  b.compute(0, "relu", "relu", NoParams{}, {x}, {y});
+  int64_t of_y = 0;
+  const int64_t of_y_task = slice(b, y, {0, 2}, {0, 3}, &of_y)->id();
+  const int64_t y_out = b.reg(0, "y_out", Shape{4, 3});
+  b.compute(0, "relu_y", "relu", NoParams{}, {y}, {y_out})->add_mutated_inputs(0);
+  // A slice whose reader writes it in place.
+  const int64_t z = b.reg(0, "z", Shape{4, 3});
+  b.compute(0, "relu_z", "relu", NoParams{}, {x}, {z});
+  int64_t of_z = 0;
+  const int64_t of_z_task = slice(b, z, {0, 2}, {0, 3}, &of_z)->id();
+  const int64_t z_out = b.reg(0, "z_out", Shape{2, 3});
+  b.compute(0, "relu_of_z", "relu", NoParams{}, {of_z}, {z_out})->add_mutated_inputs(0);
+  // A slice read once per micro-batch of a once-per-iteration register.
+  int64_t of_x = 0;
+  proto::TaskProto* of_x_task = slice(b, x, {0, 2}, {0, 3}, &of_x);
+  const int64_t x_out = b.reg(0, "x_out", Shape{2, 3});
+  b.compute(0, "relu_x", "relu", NoParams{}, {of_x}, {x_out})->set_per_micro_batch(true);
+  // And one that may be a view, for contrast.
+  int64_t of_x2 = 0;
+  const int64_t of_x2_task = slice(b, x, {2, 4}, {0, 3}, &of_x2)->id();
+  for (int64_t r : {of_w, of_y, y_out, z_out, x_out, of_x2}) {
+    b.output(0, str_cat("out", r), r, Shape{1});
+  }
+  proto::PlanProto plan = b.plan();
+  mark_in_place_boxing(&plan);
+  EXPECT_FALSE(is_view(plan, of_w_task));
+  EXPECT_FALSE(is_view(plan, of_y_task));
+  EXPECT_FALSE(is_view(plan, of_z_task));
+  EXPECT_FALSE(is_view(plan, of_x_task->id()));
+  EXPECT_TRUE(is_view(plan, of_x2_task));
+}
+
+// x -> slice (view v) -> ... -> reader of v. A register written after the slice while v is
+// still to be read must not take x's memory, and v gets none of its own.
+TEST(SliceViews, MemoryPlanningKeepsTheInputAliveUntilTheViewsLastReader) {
+  PlanBuilder b(1);
+  const int64_t x = b.input(0, "x", Shape{4, 3});
+  const int64_t y = b.reg(0, "y", Shape{4, 3});
+  b.compute(0, "relu", "relu", NoParams{}, {x}, {y});
+  int64_t v = 0;
+  slice(b, y, {0, 2}, {0, 3}, &v);
+  const int64_t later = b.reg(0, "later", Shape{4, 3});
+  b.compute(0, "neg", "neg", NoParams{}, {x}, {later});
+  const int64_t sum = b.reg(0, "sum", Shape{2, 3});
+  b.compute(0, "relu_v", "relu", NoParams{}, {v}, {sum});
+  b.output(0, "sum", sum, Shape{2, 3});
+  b.output(0, "later", later, Shape{4, 3});
+  proto::PlanProto plan = b.plan();
+  mark_in_place_boxing(&plan);
+  plan_memory(&plan);
+  auto reg = [&](int64_t id) -> const proto::RegisterProto& { return register_of(plan, id); };
+  EXPECT_EQ(reg(v).bytes(), 0);
+  EXPECT_EQ(reg(v).memory_block(), -1);
+  ASSERT_GE(reg(y).memory_block(), 0);
+  ASSERT_GE(reg(later).memory_block(), 0);
+  const bool disjoint = reg(y).offset() + reg(y).bytes() <= reg(later).offset() ||
+                        reg(later).offset() + reg(later).bytes() <= reg(y).offset();
+  EXPECT_TRUE(disjoint) << "y at " << reg(y).offset() << ", later at " << reg(later).offset();
+}
+
+TEST(InPlaceConcats, PiecesThatTileTheOutputInRunsAreWrittenInPlace) {
+  PlanBuilder b(1);
+  const int64_t x = b.input(0, "x", Shape{2, 3});
+  const int64_t a = relu(b, x, Shape{2, 3});
+  const int64_t c = relu(b, x, Shape{2, 3});
+  int64_t stacked = 0, side_by_side = 0;
+  const int64_t stacked_task =
+      concat(b, {c, a}, {{{2, 4}, {0, 3}}, {{0, 2}, {0, 3}}}, Shape{4, 3}, &stacked)->id();
+  const int64_t d = relu(b, x, Shape{2, 3});
+  const int64_t e = relu(b, x, Shape{2, 3});
+  const int64_t side_task =
+      concat(b, {d, e}, {{{0, 2}, {0, 3}}, {{0, 2}, {3, 6}}}, Shape{2, 6}, &side_by_side)->id();
+  b.output(0, "stacked", stacked, Shape{4, 3});
+  b.output(0, "side", side_by_side, Shape{2, 6});
+  proto::PlanProto plan = b.plan();
+  mark_in_place_boxing(&plan);
+  EXPECT_TRUE(is_in_place(plan, stacked_task));  // in any order
+  EXPECT_FALSE(is_in_place(plan, side_task));    // each piece is two runs of the output
+  plan_memory(&plan);
+  for (int64_t piece : {a, c}) {
+    EXPECT_EQ(register_of(plan, piece).bytes(), 0);
+    EXPECT_EQ(register_of(plan, piece).memory_block(), -1);
+  }
+  // The output is live from the first piece's producer on: d and e, computed after a and c,
+  // must not take its memory.
+  const proto::RegisterProto& out = register_of(plan, stacked);
+  ASSERT_GE(out.memory_block(), 0);
+  for (int64_t later : {d, e}) {
+    const proto::RegisterProto& r = register_of(plan, later);
+    ASSERT_GE(r.memory_block(), 0);
+    EXPECT_TRUE(r.offset() + r.bytes() <= out.offset() || out.offset() + out.bytes() <= r.offset())
+        << r.name() << " at " << r.offset() << " inside " << out.name() << " at " << out.offset();
+  }
+}
+
+TEST(InPlaceConcats, ConcatsStayCopiesWhereWritingInPlaceCouldChangeWhatSomeoneReads) {
+  PlanBuilder b(1);
+  b.set_micro_batches(2);
+  const int64_t x = b.input(0, "x", Shape{2, 3});
+  auto pair_of = [&](int64_t first, int64_t second, int64_t* out) {
+    return concat(b, {first, second}, {{{0, 2}, {0, 3}}, {{2, 4}, {0, 3}}}, Shape{4, 3}, out)->id();
+  };
+  int64_t out = 0;
+  // A variable piece.
+  const int64_t w = b.variable(0, "w", Shape{2, 3}, {}, proto::InitializerProto::ONES);
+  const int64_t with_variable = pair_of(w, relu(b, x, Shape{2, 3}), &out);
+  // A piece another reader writes in place.
+  const int64_t mutated = relu(b, x, Shape{2, 3});
+  const int64_t writer_out = b.reg(0, "writer_out", Shape{2, 3});
+  b.compute(0, "writer", "relu", NoParams{}, {mutated}, {writer_out})->add_mutated_inputs(0);
+  const int64_t with_mutated = pair_of(mutated, relu(b, x, Shape{2, 3}), &out);
+  // An output a reader writes in place.
+  const int64_t written_out = pair_of(relu(b, x, Shape{2, 3}), relu(b, x, Shape{2, 3}), &out);
+  const int64_t sink = b.reg(0, "sink", Shape{4, 3});
+  b.compute(0, "sink", "relu", NoParams{}, {out}, {sink})->add_mutated_inputs(0);
+  // The same register twice.
+  const int64_t twice = relu(b, x, Shape{2, 3});
+  const int64_t with_twice = pair_of(twice, twice, &out);
+  // A piece with two slots.
+  const int64_t pipelined = relu(b, x, Shape{2, 3});
+  b.find(pipelined)->set_register_num(2);
+  const int64_t with_pipelined = pair_of(pipelined, relu(b, x, Shape{2, 3}), &out);
+  // A piece made once per micro-batch for a once-per-iteration concat.
+  const int64_t per_micro = relu(b, x, Shape{2, 3});
+  b.find_task_of(per_micro)->set_per_micro_batch(true);
+  const int64_t with_per_micro = pair_of(per_micro, relu(b, x, Shape{2, 3}), &out);
+  // A piece already written into another concat.
+  const int64_t shared = relu(b, x, Shape{2, 3});
+  int64_t first_out = 0;
+  const int64_t first = pair_of(shared, relu(b, x, Shape{2, 3}), &first_out);
+  const int64_t second = pair_of(shared, relu(b, x, Shape{2, 3}), &out);
+  // A concat's output fed to another: the first is in place, the second copies.
+  int64_t inner_out = 0;
+  const int64_t inner = pair_of(relu(b, x, Shape{2, 3}), relu(b, x, Shape{2, 3}), &inner_out);
+  const int64_t outer = concat(b, {inner_out, relu(b, x, Shape{4, 3})},
+                               {{{0, 4}, {0, 3}}, {{4, 8}, {0, 3}}}, Shape{8, 3}, &out)
+                            ->id();
+  proto::PlanProto plan = b.plan();
+  mark_in_place_boxing(&plan);
+  EXPECT_FALSE(is_in_place(plan, with_variable));
+  EXPECT_FALSE(is_in_place(plan, with_mutated));
+  EXPECT_FALSE(is_in_place(plan, written_out));
+  EXPECT_FALSE(is_in_place(plan, with_twice));
+  EXPECT_FALSE(is_in_place(plan, with_pipelined));
+  EXPECT_FALSE(is_in_place(plan, with_per_micro));
+  EXPECT_TRUE(is_in_place(plan, first));
+  EXPECT_FALSE(is_in_place(plan, second));
+  EXPECT_TRUE(is_in_place(plan, inner));
+  EXPECT_FALSE(is_in_place(plan, outer));
+}
+
+}  // namespace
+}  // namespace ofl::compiler::physical
