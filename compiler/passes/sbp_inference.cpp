@@ -197,6 +197,7 @@ class SbpInferencePass final : public Pass {
     struct Scored {
       double cost;
       int boxings;
+      int unreplicated;  // output dimensions that are not B
       size_t order;
     };
     std::vector<std::pair<Scored, const NdSbpSignature*>> scored;
@@ -225,7 +226,12 @@ class SbpInferencePass final : public Pass {
           cost += boxing_cost(t.meta, producer.placement, t.sbp, op.placement, cand.inputs[k]);
         }
       }
-      if (ok) scored.push_back({{cost, boxings, c}, &cand});
+      int unreplicated = 0;
+      for (const NdSbp& out : cand.outputs) {
+        unreplicated += static_cast<int>(
+            std::count_if(out.begin(), out.end(), [](const Sbp& s) { return !s.is_broadcast(); }));
+      }
+      if (ok) scored.push_back({{cost, boxings, unreplicated, c}, &cand});
     }
     OFL_CHECK(!scored.empty(), op.describe(),
               " has no SBP signature that fits its hints and "
@@ -235,6 +241,14 @@ class SbpInferencePass final : public Pass {
     std::stable_sort(scored.begin(), scored.end(), [](const auto& a, const auto& b) {
       if (a.first.cost != b.first.cost) return a.first.cost < b.first.cost;
       if (a.first.boxings != b.first.boxings) return a.first.boxings < b.first.boxings;
+      // Note [Replicate when it costs nothing]: an op whose candidates cost the same (a
+      // constant such as a GPT's position ids, or an op of broadcast inputs) computes its
+      // output whole. A split output saves a little compute but hands a later op's greedy
+      // choice an all-gather it cannot avoid (GPT DP2: the position embedding and the causal
+      // mask were split, then gathered at the start of every step, stalling it 1-3 ms).
+      if (a.first.unreplicated != b.first.unreplicated) {
+        return a.first.unreplicated < b.first.unreplicated;
+      }
       return a.first.order < b.first.order;
     });
     op.signature = *scored.front().second;

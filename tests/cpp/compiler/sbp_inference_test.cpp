@@ -2,6 +2,7 @@
 
 #include "compiler/builder.h"
 #include "compiler/passes/passes.h"
+#include "oneflowlike/ops/creation.h"
 #include "oneflowlike/ops/matmul.h"
 #include "oneflowlike/ops/optimizer.h"
 #include "oneflowlike/ops/reduce.h"
@@ -33,6 +34,20 @@ TEST(SbpInference, DataParallelMatmulKeepsTheBatchSplitWithoutBoxing) {
   const int w = b.variable("w", Shape{4, 3}, normal());
   const int y = b.op1("matmul", MatmulParams{}, {x, w});
   infer(b.graph());
+  EXPECT_EQ(producer(b.graph(), y).signature.to_string(), "S(0) x B -> S(0)");
+  EXPECT_EQ(count_boxing(b.graph()), 0);
+}
+
+// Note [Replicate when it costs nothing]: a constant (the position ids of a GPT) could be split
+// or whole at no cost; split, the add that broadcasts it over the batch would need it gathered.
+TEST(SbpInference, ConstantsThatCostNothingEitherWayAreComputedWhole) {
+  GraphBuilder b;
+  b.set_placement(Placement::parse("cpu, [0, 1]"));
+  const int x = b.input("x", Shape{4, 8}, DataType::kFloat32, {S(0)});
+  const int positions = b.op1("arange", ArangeParams{0, 8, 1, DataType::kFloat32}, {});
+  const int y = b.op1("add", NoParams{}, {x, positions});
+  infer(b.graph());
+  EXPECT_EQ(b.graph().tensor(positions).sbp, (NdSbp{B()}));
   EXPECT_EQ(producer(b.graph(), y).signature.to_string(), "S(0) x B -> S(0)");
   EXPECT_EQ(count_boxing(b.graph()), 0);
 }
