@@ -2,8 +2,10 @@
 // One rank of a job started by the launcher; scripts/bench/bench_comm.sh runs it next to
 // ucx_perftest in the same invocation. Rank 0 prints the results.
 //
-//   bench_comm transfer   (2 ranks) register data, SEND side expose -> RECV side fetch, 4 KiB to
-//                         64 MiB: bandwidth as the receiver sees it
+//   bench_comm transfer [bytes [acks_every]]
+//                         (2 ranks) register data, SEND side expose -> RECV side fetch, 4 KiB to
+//                         64 MiB (or `bytes`): bandwidth as the receiver sees it; one credit per
+//                         transfer as in the runtime, or per `acks_every` (an experiment)
 //   bench_comm roundtrip  (2 ranks) actor messages alone: a 64-byte message and its answer
 //   bench_comm latency    (2 ranks) a chain of transfers bouncing between the two ranks inside
 //                         one iteration of the actor runtime: time per hop (actor to actor)
@@ -37,10 +39,12 @@ double seconds_since(Clock::time_point start) {
 }
 
 // Like SEND and RECV in the runtime, at most kWindow transfers are in flight: the receiver
-// returns a credit message (an actor-message-sized active message) for each one it has read.
-void transfer(comm::UcxTransport& t, size_t only_bytes) {
+// returns a credit message (an actor-message-sized active message) for each one it has read
+// (or, as an experiment, for each `acks_every`, with the window as many times larger).
+void transfer(comm::UcxTransport& t, size_t only_bytes, int acks_every) {
   OFL_CHECK(t.world_size() == 2, "[bench_comm] transfer needs 2 ranks.");
   constexpr int kWindow = 8;
+
   std::vector<char> buffer(64 << 20, 1);
   std::atomic<int64_t> credits{0};
   t.serve_rank(t.rank(), [&](const comm::MessageBytes&) { credits.fetch_add(1); });
@@ -59,15 +63,15 @@ void transfer(comm::UcxTransport& t, size_t only_bytes) {
         const int64_t base = credits.load();
         // Waiting, the sender drives the transport, as a communication thread does.
         for (int i = 0; i < n; ++i) {
-          while (i - (credits.load() - base) >= kWindow) t.progress();
+          while (i - (credits.load() - base) * acks_every >= kWindow * acks_every) t.progress();
           t.expose(0, first + i, buffer.data(), bytes);
         }
-        while (credits.load() - base < n) t.progress();
+        while ((credits.load() - base) * acks_every < n) t.progress();
       } else {
         const auto start = Clock::now();
         for (int i = 0; i < n; ++i) {
           t.fetch(1, first + i, 0, buffer.data(), bytes);
-          t.send(1, credit);
+          if ((i + 1) % acks_every == 0 || i + 1 == n) t.send(1, credit);
         }
         best = std::max(best, n * double(bytes) / seconds_since(start) / 1e9);
       }
@@ -235,7 +239,9 @@ int run(int argc, char** argv) {
   const std::string mode = argc > 1 ? argv[1] : "transfer";
   auto t = comm::UcxTransport::connect(comm::LaunchEnv::from_environment());
   if (mode == "transfer") {
-    transfer(*t, argc > 2 ? std::stoull(argv[2]) : 0);  // one size, or all
+    // One size, or all; optionally one credit per `acks_every` transfers (an experiment: how
+    // much of the cost the per-transfer acknowledgement is).
+    transfer(*t, argc > 2 ? std::stoull(argv[2]) : 0, argc > 3 ? std::stoi(argv[3]) : 1);
   } else if (mode == "latency") {
     latency(t);
   } else if (mode == "roundtrip") {
