@@ -70,6 +70,7 @@ void Actor::act(ActorHost& host) {
     const int32_t slot = in.readable.front().slot;
     in.readable.pop_front();
     in.uses = 0;
+    if (in.acked_on_send) continue;
     if (keeps_inputs_until_output_acked() && !in.positions.empty()) {  // the data, not controls
       kept.emplace_back(i, slot);
     } else {
@@ -93,15 +94,18 @@ void Actor::act(ActorHost& host) {
 void Actor::send_ready(ActorHost& host, OutputRegister& out, int32_t slot) {
   std::vector<int64_t>& unacked = out.unacked[slot];
   OFL_ASSERT(unacked.empty()) << name_ << " reuses a slot still being read";
-  for (const OutputRegister::Consumer& c : out.consumers) unacked.push_back(c.actor);
-  if (unacked.empty()) slot_freed(host, out);  // nobody reads it
+  if (!out.acked_on_send) {
+    for (const OutputRegister::Consumer& c : out.consumers) unacked.push_back(c.actor);
+  }
   const int64_t piece = out.pieces++;
   for (const OutputRegister::Consumer& c : out.consumers) {
     ActorMessage ready =
         ActorMessage::register_ready({id_, rank_}, {c.actor, c.rank}, out.register_id, slot, piece);
     describe_transfer(&ready);
-    host.send(ready);
+    announce(host, out, ready);
   }
+  // Nobody reads it, or the message carried it: free (after sending, which copied the piece).
+  if (unacked.empty()) slot_freed(host, out);
 }
 
 // Every consumer is done with a slot of `out`. Slots free in the order they were filled, so a

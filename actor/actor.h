@@ -70,6 +70,9 @@ struct InputEdge {
   const std::vector<Tensor>* slots = nullptr;
   // Which of the task's inputs (op input order) read this register.
   std::vector<int> positions;
+  // A small transfer's pieces came with their messages: nothing to acknowledge (the SEND freed
+  // its slot when it sent them).
+  bool acked_on_send = false;
 };
 
 /// One output register of an actor: its slots and who still reads each.
@@ -94,6 +97,10 @@ struct OutputRegister {
   // in-place concat's output (its inputs are written in it).
   bool releases_inputs = false;
   int64_t pieces = 0;  // announced so far
+  // A small transfer's register (Note [Small transfers travel with their message] in
+  // comm/transport.h): the ready message carries the piece, so the slot is free once it is sent
+  // and the RECV does not acknowledge it.
+  bool acked_on_send = false;
   std::vector<Consumer> consumers;
 };
 
@@ -156,6 +163,12 @@ class Actor {
   virtual bool keeps_inputs_until_output_acked() const { return false; }
   /// The address and size a transfer's ready message carries (SEND).
   virtual void describe_transfer(ActorMessage* /*ready*/) const {}
+  /// Sends a ready message for `out` (a SEND sends a small transfer's, `out.acked_on_send`,
+  /// with its piece; its control registers' go as usual).
+  virtual void announce(ActorHost& host, const OutputRegister& out, const ActorMessage& ready) {
+    (void)out;
+    host.send(ready);
+  }
   /// Called after each act and each ack that frees a slot (RECV posts its next receive).
   virtual void on_slot_maybe_free(ActorHost& /*host*/) {}
   /// The input piece the act reads, for kinds that read remote data (RECV).

@@ -257,7 +257,9 @@ class PackActor final : public TaskActor {
 };
 
 // SEND moves nothing itself: its ready message tells the RECV where the input slot is, and it
-// keeps that slot until the RECV has read it (consumer pull).
+// keeps that slot until the RECV has read it (consumer pull). A small piece goes inside the
+// ready message instead, and the slot is free once that is sent (Note [Small transfers travel
+// with their message] in comm/transport.h).
 class SendActor final : public TaskActor {
  public:
   using TaskActor::TaskActor;
@@ -267,6 +269,7 @@ class SendActor final : public TaskActor {
             const std::vector<Tensor>&) override {
     address_ = reinterpret_cast<uint64_t>(inputs[0].raw_data());
     bytes_ = static_cast<int64_t>(inputs[0].nbytes());
+    if (is_inline_transfer(bytes_)) return;  // announce() sends it
     host.transport().expose(info_.proto.peer(), static_cast<uint64_t>(info_.proto.transfer_id()),
                             inputs[0].raw_data(), inputs[0].nbytes());
   }
@@ -274,6 +277,16 @@ class SendActor final : public TaskActor {
   void describe_transfer(ActorMessage* ready) const override {
     ready->address = address_;
     ready->bytes = bytes_;
+  }
+  void announce(ActorHost& host, const OutputRegister& out, const ActorMessage& ready) override {
+    if (!out.acked_on_send) {  // a large transfer, or a control register
+      host.send(ready);
+      return;
+    }
+    OFL_ASSERT(is_inline_transfer(bytes_)) << name() << " sends " << bytes_ << " bytes inline";
+    host.transport().send_with_data(
+        ready.dst_rank, to_bytes(ready), static_cast<uint64_t>(info_.proto.transfer_id()),
+        reinterpret_cast<const void*>(address_), static_cast<size_t>(bytes_));
   }
   uint64_t address_ = 0;
   int64_t bytes_ = 0;
@@ -293,6 +306,18 @@ class RecvActor final : public TaskActor {
     OFL_ASSERT(prepared_slot_ < 0 || outputs[0].raw_data() == prepared_data_)
         << name() << " prepared another slot";
     prepared_slot_ = -1;
+    const InputEdge& transfer = inputs()[transfer_input_];
+    if (is_inline_transfer(piece.bytes) && transfer.hold > 1) {
+      // One piece for several acts (a once SEND, a per-micro-batch RECV): it came with its
+      // message once, so keep it for the other acts.
+      if (transfer.uses == 0) {
+        held_.resize(static_cast<size_t>(piece.bytes));
+        host.transport().fetch(info_.proto.peer(), static_cast<uint64_t>(info_.proto.transfer_id()),
+                               piece.address, held_.data(), held_.size());
+      }
+      std::memcpy(outputs[0].raw_data(), held_.data(), held_.size());
+      return;
+    }
     host.transport().fetch(info_.proto.peer(), static_cast<uint64_t>(info_.proto.transfer_id()),
                            piece.address, outputs[0].raw_data(), static_cast<size_t>(piece.bytes));
   }
@@ -310,6 +335,7 @@ class RecvActor final : public TaskActor {
                                    slot.raw_data(), slot.nbytes());
   }
   int transfer_input_;
+  std::vector<char> held_;  // a small piece read by several acts
   int prepared_slot_ = -1;  // the slot whose receive is posted, -1: none
   const void* prepared_data_ = nullptr;
 };

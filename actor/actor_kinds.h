@@ -16,6 +16,12 @@ namespace ofl::actor {
 constexpr int64_t kSendActorBase = int64_t{1} << 61;
 constexpr int64_t kRecvActorBase = int64_t{1} << 62;
 
+/// Whether a transfer of `bytes` travels inside its ready message (Note [Small transfers
+/// travel with their message] in comm/transport.h). Both ends decide by the size alone.
+inline bool is_inline_transfer(int64_t bytes) {
+  return bytes <= static_cast<int64_t>(comm::kInlineTransferBytes);
+}
+
 /// The actor running task `task` of `index`. `priority` orders ready actors of one thread.
 std::unique_ptr<Actor> make_task_actor(const PlanIndex& index, int task, int priority);
 

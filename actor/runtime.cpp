@@ -164,6 +164,33 @@ std::vector<Tensor> Runtime::allocate_slots(int64_t rank, const PlanIndex::Regis
   return slots;
 }
 
+namespace {
+
+// A view or an in-place concat keeps its input pieces until its output piece is read, one
+// piece per act (Note [Slice views], Note [Concats in place]): its inputs' producers and its
+// output's readers must act at its rate, and a view's input must not be written in place.
+void check_borrowing(const PlanIndex& index, int t) {
+  const PlanIndex::TaskInfo& task = index.task(t);
+  if (!task.proto.view() && !task.proto.in_place()) return;
+  const bool rate = index.per_micro(t);
+  auto same_rate = [&](int other, const std::string& what) {
+    OFL_CHECK(index.per_micro(other) == rate, kTag, index.describe_task(t), " is ",
+              task.proto.view() ? "a view" : "in place", ", so ", what, " ",
+              index.describe_task(other), " must act at its rate (once per ",
+              rate ? "micro-batch" : "iteration", ").");
+  };
+  for (int r : task.inputs) {
+    same_rate(index.reg(r).producer, "the producer");
+    OFL_CHECK(!task.proto.view() || !index.reg(r).proto.persistent(), kTag, index.describe_task(t),
+              " is a view, so its input ", index.describe_register(r), " must not be persistent.");
+  }
+  for (int64_t consumer : index.reg(task.outputs[0]).proto.consumers()) {
+    same_rate(index.task_index(consumer), "the reader");
+  }
+}
+
+}  // namespace
+
 void Runtime::allocate_registers(int64_t rank) {
   // In each task's output order: a kernel's outputs are its actor's first outputs, in order.
   std::vector<int> order;
@@ -174,6 +201,7 @@ void Runtime::allocate_registers(int64_t rank) {
     const PlanIndex::TaskInfo& task = index_.task(t);
     if (task.proto.rank() != rank) continue;
     for (int r : task.outputs) order.push_back(r);
+    check_borrowing(index_, t);
     if (!task.proto.in_place()) continue;
     const PlanIndex::RegisterInfo& out = index_.reg(task.outputs[0]);
     for (size_t i = 0; i < task.inputs.size(); ++i) {
@@ -253,6 +281,9 @@ void Runtime::connect_task(int t, int* next_virtual) {
                       task.send >= 0 ? index_.describe_task(task.send)
                                      : str_cat("the SEND on rank ", task.proto.peer()));
     in.hold = task.send >= 0 ? hold(task.send) : 1;
+    const PlanIndex::RegisterInfo& out = index_.reg(task.outputs[0]);
+    in.acked_on_send =
+        is_inline_transfer(out.shape.numel() * static_cast<int64_t>(dtype_size(out.dtype)));
     actor->inputs().push_back(std::move(in));  // first: RecvActor reads input 0
   }
   if (task.proto.kind() == proto::TaskProto::SEND) {
@@ -261,8 +292,11 @@ void Runtime::connect_task(int t, int* next_virtual) {
     const std::string recv =
         str_cat("the RECV of transfer ", transfer, " on rank ", task.proto.peer());
     out.what = str_cat("transfer ", transfer, " to ", recv);
-    out.num_slots = std::max(1, index_.reg(task.inputs[0]).proto.register_num());
+    const PlanIndex::RegisterInfo& in = index_.reg(task.inputs[0]);
+    out.num_slots = std::max(1, in.proto.register_num());
     out.releases_inputs = true;
+    out.acked_on_send =
+        is_inline_transfer(in.shape.numel() * static_cast<int64_t>(dtype_size(in.dtype)));
     out.consumers.push_back(
         OutputRegister::Consumer{kRecvActorBase + transfer, task.proto.peer(), recv});
     actor->outputs().push_back(std::move(out));

@@ -38,6 +38,13 @@ class SessionTransport final : public comm::Transport {
     m.session = session_;
     sessions_->base().send(dst_rank, to_bytes(m));
   }
+  void send_with_data(int64_t dst_rank, const comm::MessageBytes& message, uint64_t tag,
+                      const void* data, size_t bytes) override {
+    ActorMessage m = from_bytes(message);
+    m.session = session_;
+    sessions_->base().send_with_data(dst_rank, to_bytes(m), session_tag(session_, tag), data,
+                                     bytes);
+  }
   void expose(int64_t dst_rank, uint64_t tag, const void* data, size_t bytes) override {
     sessions_->base().expose(dst_rank, session_tag(session_, tag), data, bytes);
   }

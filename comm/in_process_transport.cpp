@@ -31,8 +31,18 @@ void InProcessTransport::send(int64_t dst_rank, const MessageBytes& message) {
 void InProcessTransport::expose(int64_t /*dst_rank*/, uint64_t /*tag*/, const void* /*data*/,
                                 size_t /*bytes*/) {}
 
-void InProcessTransport::fetch(int64_t /*src_rank*/, uint64_t /*tag*/, uint64_t address, void* dst,
+void InProcessTransport::send_with_data(int64_t dst_rank, const MessageBytes& message, uint64_t tag,
+                                        const void* data, size_t bytes) {
+  inline_.put(tag, data, bytes);
+  send(dst_rank, message);
+}
+
+void InProcessTransport::fetch(int64_t src_rank, uint64_t tag, uint64_t address, void* dst,
                                size_t bytes) {
+  if (bytes <= kInlineTransferBytes) {
+    inline_.take(tag, src_rank, dst, bytes);  // copied when sent: no token
+    return;
+  }
   std::memcpy(dst, reinterpret_cast<const void*>(address), bytes);
 }
 

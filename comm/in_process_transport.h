@@ -1,11 +1,13 @@
 #pragma once
 // InProcessTransport: every rank lives in this process, so a message is a call into the
-// serving runtime's handler and a read is a memcpy.
+// serving runtime's handler and a read is a memcpy (small pieces are copied when sent, as
+// between processes: the sender may reuse its memory at once).
 
 #include <cstdint>
 #include <map>
 #include <shared_mutex>
 
+#include "comm/inline_data.h"
 #include "comm/transport.h"
 
 namespace ofl::comm {
@@ -15,6 +17,8 @@ class InProcessTransport final : public Transport {
   void serve_rank(int64_t rank, MessageHandler handler) override;
   void stop_serving_rank(int64_t rank) override;
   void send(int64_t dst_rank, const MessageBytes& message) override;
+  void send_with_data(int64_t dst_rank, const MessageBytes& message, uint64_t tag, const void* data,
+                      size_t bytes) override;
   void expose(int64_t dst_rank, uint64_t tag, const void* data, size_t bytes) override;
   void fetch(int64_t src_rank, uint64_t tag, uint64_t address, void* dst, size_t bytes) override;
 
@@ -22,6 +26,7 @@ class InProcessTransport final : public Transport {
   // Readers (send) vastly outnumber writers (serve/stop, at load and teardown).
   mutable std::shared_mutex mu_;
   std::map<int64_t, MessageHandler> handlers_;  // GUARDED_BY(mu_)
+  InlineData inline_;                           // pieces that came with their messages
 };
 
 }  // namespace ofl::comm

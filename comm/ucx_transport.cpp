@@ -6,6 +6,7 @@
 #include <netdb.h>
 #include <unistd.h>
 
+#include <array>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -161,8 +162,8 @@ void UcxTransport::create_worker() {
 
 void UcxTransport::register_handlers() {
   CallbackArgs& args = *args_;
-  for (uint16_t id :
-       {kHello, kWelcome, kActorMessage, kHeartbeat, kBarrier, kBarrierRelease, kGoodbye}) {
+  for (uint16_t id : {kHello, kWelcome, kActorMessage, kHeartbeat, kBarrier, kBarrierRelease,
+                      kGoodbye, kActorMessageWithData}) {
     args.handlers.push_back(std::make_unique<HandlerArg>(HandlerArg{this, id}));
     ucp_am_handler_param_t param{};
     param.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_CB |
@@ -550,7 +551,8 @@ ucs_status_t UcxTransport::handle_am(void* arg, const void* header, size_t heade
   if (header_length == sizeof(int64_t)) std::memcpy(&sender, header, sizeof(sender));
   // Liveness comes from the heartbeats (several per fault timeout); stamping every actor
   // message with the clock as well would only slow the message path.
-  if (a->id != kActorMessage && sender >= 0 && sender < self->env_.world_size) {
+  if (a->id != kActorMessage && a->id != kActorMessageWithData && sender >= 0 &&
+      sender < self->env_.world_size) {
     self->peers_[sender]->last_heard_ns.store(now_ns(), std::memory_order_relaxed);
   }
   // The bootstrap messages are protobufs; actor messages are used in place (no copy).
@@ -560,24 +562,28 @@ ucs_status_t UcxTransport::handle_am(void* arg, const void* header, size_t heade
       MessageBytes message{};
       if (length != message.size()) break;
       std::memcpy(message.data(), data, length);
-      {
-        // Called under the lock: stop_serving_rank then waits for a call under way, so the
-        // runtime behind the handler is not freed in the middle of it. Handlers do not block.
-        std::shared_lock<std::shared_mutex> lock(self->handler_mu_);
-        auto it = self->handlers_.find(self->env_.rank);
-        if (it != self->handlers_.end()) {
-          it->second(message);
-          break;
-        }
+      self->deliver_message(message);
+      break;
+    }
+    case kActorMessageWithData: {
+      // Note [Small transfers travel with their message]: the piece is kept before the message
+      // goes on, so the RECV that acts on the message finds it.
+      MessageBytes message{};
+      uint64_t tag = 0;
+      if (length < message.size() + sizeof(tag)) break;
+      const char* bytes_in = static_cast<const char*>(data);
+      std::memcpy(message.data(), bytes_in, message.size());
+      std::memcpy(&tag, bytes_in + message.size(), sizeof(tag));
+      const size_t head = message.size() + sizeof(tag);
+      if (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_DATA) {
+        // UCX lets us keep its buffer: the RECV copies out of it, then it is given back
+        // (ucp_am_data_release in fetch), one copy fewer than keeping a copy of our own.
+        self->inline_.put_borrowed(tag, bytes_in + head, length - head, data);
+        self->deliver_message(message);
+        return UCS_INPROGRESS;
       }
-      // Another rank's runtime may start before this one's: keep its messages for serve_rank.
-      std::unique_lock<std::shared_mutex> lock(self->handler_mu_);
-      auto it = self->handlers_.find(self->env_.rank);
-      if (it != self->handlers_.end()) {
-        it->second(message);
-      } else {
-        self->early_messages_.push_back(message);
-      }
+      self->inline_.put(tag, bytes_in + head, length - head);
+      self->deliver_message(message);
       break;
     }
     case kHello: {
@@ -647,6 +653,27 @@ ucs_status_t UcxTransport::handle_am(void* arg, const void* header, size_t heade
   return UCS_OK;
 }
 
+void UcxTransport::deliver_message(const MessageBytes& message) {
+  {
+    // Called under the lock: stop_serving_rank then waits for a call under way, so the
+    // runtime behind the handler is not freed in the middle of it. Handlers do not block.
+    std::shared_lock<std::shared_mutex> lock(handler_mu_);
+    auto it = handlers_.find(env_.rank);
+    if (it != handlers_.end()) {
+      it->second(message);
+      return;
+    }
+  }
+  // Another rank's runtime may start before this one's: keep its messages for serve_rank.
+  std::unique_lock<std::shared_mutex> lock(handler_mu_);
+  auto it = handlers_.find(env_.rank);
+  if (it != handlers_.end()) {
+    it->second(message);
+  } else {
+    early_messages_.push_back(message);
+  }
+}
+
 // ---- sending -----------------------------------------------------------------------------
 
 void UcxTransport::send_am(ucp_ep_h ep, AmId id, const void* data, size_t bytes, bool reply) {
@@ -706,6 +733,10 @@ void UcxTransport::stop_serving_rank(int64_t rank) {
     handlers_.erase(rank);
     early_messages_.clear();  // a later runtime on this transport must not see them
   }
+  {
+    std::lock_guard<std::recursive_mutex> ucx(ucx_mu_);
+    for (void* token : inline_.clear()) ucp_am_data_release(worker_, token);
+  }
   // The receives the runtime posted ahead point into its registers, which are about to go.
   std::lock_guard<std::recursive_mutex> ucx(ucx_mu_);
   for (auto& [tag, queue] : prepared_) {
@@ -729,6 +760,50 @@ void UcxTransport::send(int64_t dst_rank, const MessageBytes& message) {
   OFL_CHECK_CODE(!peer.failed, ErrorCode::kUnavailable, kTag, "rank ", dst_rank, " (", peer.host,
                  ") failed; no message can reach it.");
   send_am(peer.ep, kActorMessage, message.data(), message.size());
+}
+
+void UcxTransport::send_with_data(int64_t dst_rank, const MessageBytes& message, uint64_t tag,
+                                  const void* data, size_t bytes) {
+  OFL_ASSERT(bytes <= kInlineTransferBytes) << "transfer " << tag << " is too large to inline";
+  OFL_CHECK_CODE(dst_rank >= 0 && dst_rank < env_.world_size && dst_rank != env_.rank,
+                 ErrorCode::kUnavailable, kTag,
+                 "a message must go to another rank of the job. However, got rank ", dst_rank,
+                 " (world size ", env_.world_size, ").");
+  const Peer& peer = *peers_[dst_rank];
+  OFL_CHECK_CODE(!peer.failed, ErrorCode::kUnavailable, kTag, "rank ", dst_rank, " (", peer.host,
+                 ") failed; no message can reach it.");
+  // One active message: the actor message, the tag, the piece, from this thread's buffer. UCX
+  // copies it out at once when the peer's queue has room (eager bcopy); otherwise the request
+  // stays in flight reading the buffer, and this waits for it, driving the worker (the peer
+  // drains its queue). The buffer is the thread's own, so a request given up on (the peer
+  // failed) can only ever read a later message's bytes.
+  thread_local std::array<char, kMessageBytes + sizeof(uint64_t) + kInlineTransferBytes> whole;
+  std::memcpy(whole.data(), message.data(), message.size());
+  std::memcpy(whole.data() + message.size(), &tag, sizeof(tag));
+  std::memcpy(whole.data() + message.size() + sizeof(tag), data, bytes);
+  const size_t length = message.size() + sizeof(tag) + bytes;
+  const int64_t sender = env_.rank;
+  ucp_request_param_t param{};
+  param.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+  param.flags = UCP_AM_SEND_FLAG_EAGER;
+  std::lock_guard<std::recursive_mutex> ucx(ucx_mu_);
+  ucs_status_ptr_t request = ucp_am_send_nbx(peer.ep, kActorMessageWithData, &sender,
+                                             sizeof(sender), whole.data(), length, &param);
+  if (UCS_PTR_IS_PTR(request)) {
+    while (ucp_request_check_status(request) == UCS_INPROGRESS && !peer.failed) {
+      ucp_worker_progress(worker_);
+    }
+    const ucs_status_t status = ucp_request_check_status(request);
+    if (status == UCS_INPROGRESS) ucp_request_cancel(worker_, request);
+    ucp_request_free(request);
+    OFL_CHECK_CODE(status == UCS_OK, ErrorCode::kUnavailable, kTag, "rank ", env_.rank,
+                   " must send transfer ", tag, " to rank ", dst_rank, ". However, ",
+                   status == UCS_INPROGRESS ? "that rank failed" : ucs_status_string(status), ".");
+    return;
+  }
+  OFL_CHECK_CODE(UCS_PTR_STATUS(request) == UCS_OK, ErrorCode::kUnavailable, kTag, "rank ",
+                 env_.rank, " must send transfer ", tag, " to rank ", dst_rank,
+                 ". However, UCX says ", ucs_status_string(UCS_PTR_STATUS(request)), ".");
 }
 
 void UcxTransport::expose(int64_t dst_rank, uint64_t tag, const void* data, size_t bytes) {
@@ -787,6 +862,10 @@ void UcxTransport::cancel_receive(Posted& posted, int64_t wait_ns) {
   ucp_request_cancel(worker_, posted.request);
   const int64_t deadline = now_ns() + wait_ns;
   while (!receive_done(posted) && now_ns() < deadline) ucp_worker_progress(worker_);
+  if (posted.request != nullptr) {  // given up on: UCX frees it when it completes
+    ucp_request_free(posted.request);
+    posted.request = nullptr;
+  }
 }
 
 void UcxTransport::prepare_fetch(int64_t /*src_rank*/, uint64_t tag, void* dst, size_t bytes) {
@@ -800,6 +879,13 @@ void UcxTransport::prepare_fetch(int64_t /*src_rank*/, uint64_t tag, void* dst, 
 
 void UcxTransport::fetch(int64_t src_rank, uint64_t tag, uint64_t /*address*/, void* dst,
                          size_t bytes) {
+  if (bytes <= kInlineTransferBytes) {  // it came with its message (send_with_data)
+    if (void* token = inline_.take(tag, src_rank, dst, bytes)) {
+      std::lock_guard<std::recursive_mutex> ucx(ucx_mu_);
+      ucp_am_data_release(worker_, token);
+    }
+    return;
+  }
   std::unique_lock<std::recursive_mutex> ucx(ucx_mu_);
   Posted posted;
   auto it = prepared_.find(tag);
@@ -971,7 +1057,8 @@ void UcxTransport::shut_down(bool goodbye) {
         if (posted.request != nullptr) ucp_request_cancel(worker_, posted.request);
       }
     }
-    prepared_.clear();  // requests not given back are left to UCX
+    prepared_.clear();  // requests not given back are left to UCX (not freed: it is ending)
+    for (void* token : inline_.clear()) ucp_am_data_release(worker_, token);
   }
   std::vector<ucp_ep_h> eps;
   for (auto& peer : peers_) {

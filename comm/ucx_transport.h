@@ -37,6 +37,7 @@
 #include <thread>
 #include <vector>
 
+#include "comm/inline_data.h"
 #include "comm/launch_env.h"
 #include "comm/transport.h"
 
@@ -61,6 +62,8 @@ class UcxTransport final : public Transport {
   void serve_rank(int64_t rank, MessageHandler handler) override;
   void stop_serving_rank(int64_t rank) override;
   void send(int64_t dst_rank, const MessageBytes& message) override;
+  void send_with_data(int64_t dst_rank, const MessageBytes& message, uint64_t tag, const void* data,
+                      size_t bytes) override;
   void expose(int64_t dst_rank, uint64_t tag, const void* data, size_t bytes) override;
   void fetch(int64_t src_rank, uint64_t tag, uint64_t address, void* dst, size_t bytes) override;
   void prepare_fetch(int64_t src_rank, uint64_t tag, void* dst, size_t bytes) override;
@@ -92,6 +95,7 @@ class UcxTransport final : public Transport {
     kBarrier = 5,
     kBarrierRelease = 6,
     kGoodbye = 7,
+    kActorMessageWithData = 8,  // a message, the transfer tag, then the piece
   };
   // prepare_fetch posts receives of at least this many bytes only.
   static constexpr size_t kPrepareMinBytes = 128 << 10;
@@ -147,6 +151,8 @@ class UcxTransport final : public Transport {
 
   static ucs_status_t on_am(void* arg, const void* header, size_t header_length, void* data,
                             size_t length, const ucp_am_recv_param_t* param);
+  // Hands an actor message to the runtime serving this rank, or keeps it until one does.
+  void deliver_message(const MessageBytes& message);
   static ucs_status_t handle_am(void* arg, const void* header, size_t header_length, void* data,
                                 size_t length, const ucp_am_recv_param_t* param);
   static void on_connection(ucp_conn_request_h request, void* arg);
@@ -184,6 +190,7 @@ class UcxTransport final : public Transport {
   std::map<int64_t, MessageHandler> handlers_;  // GUARDED_BY(handler_mu_)
   // Messages that arrived before this rank was served, in order. GUARDED_BY(handler_mu_)
   std::vector<MessageBytes> early_messages_;
+  InlineData inline_;           // small pieces that came with their messages
   FaultHandler fault_handler_;  // GUARDED_BY(handler_mu_)
 
   std::atomic<bool> connected_{false};

@@ -13,6 +13,10 @@ namespace ofl::compiler {
 
 namespace {
 
+// Outputs up to this size are computed whole when that costs no boxing (Note [Replicate when
+// it costs nothing]).
+constexpr double kReplicateBytes = 64 * 1024;
+
 double tensor_bytes(const TensorMeta& m) {
   return static_cast<double>(m.shape.numel()) * static_cast<double>(dtype_size(m.dtype));
 }
@@ -226,8 +230,12 @@ class SbpInferencePass final : public Pass {
           cost += boxing_cost(t.meta, producer.placement, t.sbp, op.placement, cand.inputs[k]);
         }
       }
+      // Note [Replicate when it costs nothing]: only small outputs; a large constant (a
+      // batch-shaped fill) stays split rather than cost every rank its memory.
       int unreplicated = 0;
-      for (const NdSbp& out : cand.outputs) {
+      for (size_t k = 0; k < cand.outputs.size(); ++k) {
+        const NdSbp& out = cand.outputs[k];
+        if (tensor_bytes(graph.tensor(op.outputs[k]).meta) > kReplicateBytes) continue;
         unreplicated += static_cast<int>(
             std::count_if(out.begin(), out.end(), [](const Sbp& s) { return !s.is_broadcast(); }));
       }
@@ -242,10 +250,11 @@ class SbpInferencePass final : public Pass {
       if (a.first.cost != b.first.cost) return a.first.cost < b.first.cost;
       if (a.first.boxings != b.first.boxings) return a.first.boxings < b.first.boxings;
       // Note [Replicate when it costs nothing]: an op whose candidates cost the same (a
-      // constant such as a GPT's position ids, or an op of broadcast inputs) computes its
-      // output whole. A split output saves a little compute but hands a later op's greedy
-      // choice an all-gather it cannot avoid (GPT DP2: the position embedding and the causal
-      // mask were split, then gathered at the start of every step, stalling it 1-3 ms).
+      // constant such as a GPT's position ids, or an op of broadcast inputs) computes a small
+      // output (at most kReplicateBytes) whole. A split output saves a little compute but hands
+      // a later op's greedy choice an all-gather it cannot avoid (GPT DP2: the position
+      // embedding and the causal mask were split, then gathered at the start of every step,
+      // stalling it 1-3 ms).
       if (a.first.unreplicated != b.first.unreplicated) {
         return a.first.unreplicated < b.first.unreplicated;
       }

@@ -86,7 +86,10 @@ bool is_view(const proto::TaskProto& task, const RankView& rank) {
   const std::vector<Region> region = regions_of(task.slice(), shape.ndim());
   if (region.size() != 1 || !contiguous_offset(shape, region[0])) return false;
   // The input may be read by others at any rate; the view's own neighbours must match it.
-  if (input->persistent() || written_in_place(*input, rank) || written_in_place(*output, rank)) {
+  // A pipelined input (several slots) stays a copy: holding its slot for the view's readers
+  // would leave the producer fewer pieces in flight.
+  if (input->persistent() || input->register_num() > 1 || written_in_place(*input, rank) ||
+      written_in_place(*output, rank)) {
     return false;
   }
   const proto::TaskProto* producer = rank.task(input->producer());

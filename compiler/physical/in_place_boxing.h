@@ -14,6 +14,8 @@
 // A slice stays a copy when sharing could change what someone reads:
 //  - the input is persistent (a variable, updated in place by the optimizer) or some consumer of
 //    it writes it in place: the view would see the write;
+//  - the input has several slots (pipelined): holding one for the view's readers would leave
+//    its producer fewer pieces in flight;
 //  - a consumer of the slice writes it in place: the input's other readers would see the write;
 //  - the slice and its producer or consumers act at different rates (micro-batch boundaries),
 //    where one piece covers several acts.

@@ -341,7 +341,10 @@ void plan_memory(proto::PlanProto* plan, int64_t memory_limit_bytes) {
     // get aligned offsets: count both the same way so the comparison is fair.
     int64_t without_reuse = 0;
     for (const proto::RegisterProto& reg : rank_plan.registers()) {
-      without_reuse += align_up(reg.bytes(), kMemoryAlignment) * std::max(reg.register_num(), 1);
+      // Views and in-place concat pieces too, at their size: "without reuse" is every register
+      // in memory of its own.
+      without_reuse +=
+          align_up(register_slot_bytes(reg), kMemoryAlignment) * std::max(reg.register_num(), 1);
     }
     rank_plan.set_peak_bytes(memory.block_bytes + memory.unshared_bytes);
     rank_plan.set_bytes_without_reuse(without_reuse);

@@ -38,40 +38,52 @@ double seconds_since(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
 }
 
-// Like SEND and RECV in the runtime, at most kWindow transfers are in flight: the receiver
-// returns a credit message (an actor-message-sized active message) for each one it has read
-// (or, as an experiment, for each `acks_every`, with the window as many times larger).
+// As SEND and RECV move register pieces in the runtime. Large pieces: the sender exposes, the
+// receiver fetches and returns a credit (an actor-message-sized active message, the RECV's
+// acknowledgement) for each one it has read (or, as an experiment, for each `acks_every`, the
+// window as many times larger); at most kWindow in flight, as with register slots. Pieces of at
+// most kInlineTransferBytes travel inside their announcing message (send_with_data; Note [Small
+// transfers travel with their message]) and are not acknowledged in the runtime, whose
+// iterations bound how far a sender runs ahead; here the receiver returns one credit per
+// kWindow pieces, keeping the sender within kWindow * kWindow of it.
 void transfer(comm::UcxTransport& t, size_t only_bytes, int acks_every) {
   OFL_CHECK(t.world_size() == 2, "[bench_comm] transfer needs 2 ranks.");
   constexpr int kWindow = 8;
 
   std::vector<char> buffer(64 << 20, 1);
-  std::atomic<int64_t> credits{0};
-  t.serve_rank(t.rank(), [&](const comm::MessageBytes&) { credits.fetch_add(1); });
-  const comm::MessageBytes credit{};
+  std::atomic<int64_t> received{0};  // credits (the sender), announcements (the receiver)
+  t.serve_rank(t.rank(), [&](const comm::MessageBytes&) { received.fetch_add(1); });
+  const comm::MessageBytes message{};
   uint64_t tag = 1;
   if (t.rank() == 0) std::printf("| bytes | ours (GB/s) |\n| --- | --- |\n");
   for (size_t bytes = 4096; bytes <= buffer.size(); bytes *= 4) {
     if (only_bytes != 0 && bytes != only_bytes) continue;
     const int n = static_cast<int>(std::clamp<size_t>((size_t{2} << 30) / bytes, 20, 200000));
+    const bool small = bytes <= comm::kInlineTransferBytes;
+    const int every = small ? kWindow : acks_every;
     double best = 0;
     for (int round = 0; round < 3; ++round) {
       t.barrier();
       const uint64_t first = tag;
       tag += n;
+      const int64_t base = received.load();
       if (t.rank() == 1) {
-        const int64_t base = credits.load();
         // Waiting, the sender drives the transport, as a communication thread does.
         for (int i = 0; i < n; ++i) {
-          while (i - (credits.load() - base) * acks_every >= kWindow * acks_every) t.progress();
-          t.expose(0, first + i, buffer.data(), bytes);
+          while (i - (received.load() - base) * every >= kWindow * every) t.progress();
+          if (small) {
+            t.send_with_data(0, message, first + i, buffer.data(), bytes);
+          } else {
+            t.expose(0, first + i, buffer.data(), bytes);
+          }
         }
-        while ((credits.load() - base) * acks_every < n) t.progress();
+        while ((received.load() - base) * every < n) t.progress();
       } else {
         const auto start = Clock::now();
         for (int i = 0; i < n; ++i) {
+          while (small && received.load() - base <= i) t.progress();  // its message came
           t.fetch(1, first + i, 0, buffer.data(), bytes);
-          if ((i + 1) % acks_every == 0 || i + 1 == n) t.send(1, credit);
+          if ((i + 1) % every == 0 || i + 1 == n) t.send(1, message);
         }
         best = std::max(best, n * double(bytes) / seconds_since(start) / 1e9);
       }

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <condition_variable>
 #include <cstring>
@@ -72,6 +73,18 @@ std::vector<uint8_t> pattern(size_t bytes, uint64_t tag) {
   return data;
 }
 
+// How the runtime's SEND hands a piece over: small ones inside the announcing message, larger
+// ones exposed and announced (Note [Small transfers travel with their message]).
+void hand_over(comm::Transport& t, int64_t peer, uint64_t tag, const std::vector<uint8_t>& data,
+               const comm::MessageBytes& announcement) {
+  if (data.size() <= comm::kInlineTransferBytes) {
+    t.send_with_data(peer, announcement, tag, data.data(), data.size());
+  } else {
+    t.expose(peer, tag, data.data(), data.size());
+    t.send(peer, announcement);
+  }
+}
+
 }  // namespace
 
 void run_transport_conformance(comm::Transport& t, int64_t rank,
@@ -95,16 +108,20 @@ void run_transport_conformance(comm::Transport& t, int64_t rank,
   }
   barrier();
 
-  // 2. Register data: the sender exposes a buffer under a tag and announces it (tag, address,
-  //    size); the receiver fetches it, possibly in another order than exposed, and acks.
-  //    Every size from one byte to 16 MiB, in both directions at once.
-  const std::vector<size_t> sizes = {1, 100, 4096, 65536, 1 << 20, 16 << 20};
+  // 2. Register data: the sender hands a buffer over under a tag and announces it (tag,
+  //    address, size); the receiver fetches it, possibly in another order than sent, and acks.
+  //    Every size from one byte to 16 MiB (the smallest inside their messages), in both
+  //    directions at once.
+  const std::vector<size_t> sizes = {1, 100, 4096, 4097, 65536, 1 << 20, 16 << 20};
   std::vector<std::vector<uint8_t>> exposed;
   for (size_t i = 0; i < sizes.size(); ++i) {
     const uint64_t tag = 1000 * (rank + 1) + i;  // unique across the job
     exposed.push_back(pattern(sizes[i], tag));
-    t.expose(peer, tag, exposed.back().data(), sizes[i]);
-    t.send(peer, encode({kData, tag, reinterpret_cast<uint64_t>(exposed.back().data()), sizes[i]}));
+    hand_over(t, peer, tag, exposed.back(),
+              encode({kData, tag, reinterpret_cast<uint64_t>(exposed.back().data()), sizes[i]}));
+    // A piece sent inside its message is copied: the sender may change its buffer at once.
+    if (sizes[i] <= comm::kInlineTransferBytes)
+      std::fill(exposed.back().begin(), exposed.back().end(), 0);
   }
   std::vector<Message> announced;
   for (size_t i = 0; i < sizes.size(); ++i) {
@@ -133,14 +150,31 @@ void run_transport_conformance(comm::Transport& t, int64_t rank,
     t.prepare_fetch(peer, theirs, got.data(), bytes);
     barrier();  // prepared on both sides before anything is sent
     std::vector<uint8_t> data = pattern(bytes, mine);
-    t.expose(peer, mine, data.data(), bytes);
-    t.send(peer, encode({kData, mine, reinterpret_cast<uint64_t>(data.data()), bytes}));
+    hand_over(t, peer, mine, data,
+              encode({kData, mine, reinterpret_cast<uint64_t>(data.data()), bytes}));
     const std::optional<Message> m = inbox.pop();
     ASSERT_TRUE(m.has_value() && m->kind == kData && m->a == theirs);
     t.fetch(peer, theirs, m->b, got.data(), bytes);
     EXPECT_TRUE(got == pattern(bytes, theirs)) << "prepared transfer of " << bytes << " bytes";
     barrier();  // both read: the exposed buffers may go
   }
+
+  // 4. Several small pieces under one tag (a transfer's pieces of successive iterations) are
+  //    fetched in the order they were sent.
+  constexpr int kPieces = 5;
+  const uint64_t my_tag = 9500 + rank, their_tag = 9500 + peer;
+  for (int i = 0; i < kPieces; ++i) {
+    const std::vector<uint8_t> data = pattern(64, my_tag * 10 + i);
+    hand_over(t, peer, my_tag, data, encode({kData, my_tag, 0, 64}));
+  }
+  for (int i = 0; i < kPieces; ++i) {
+    const std::optional<Message> m = inbox.pop();
+    ASSERT_TRUE(m.has_value() && m->kind == kData && m->a == their_tag);
+    std::vector<uint8_t> got(64, 0);
+    t.fetch(peer, their_tag, m->b, got.data(), got.size());
+    EXPECT_TRUE(got == pattern(64, their_tag * 10 + i)) << "piece " << i << " out of order";
+  }
+  barrier();
   t.stop_serving_rank(rank);
 }
 

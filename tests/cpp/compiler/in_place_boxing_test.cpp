@@ -160,6 +160,10 @@ TEST(InPlaceConcats, PiecesThatTileTheOutputInRunsAreWrittenInPlace) {
   PlanBuilder b(1);
   const int64_t x = b.input(0, "x", Shape{2, 3});
   const int64_t a = relu(b, x, Shape{2, 3});
+  // Made and read between the first piece's producer and the concat: the output, which the
+  // piece already lives in, must not share its memory.
+  const int64_t between = relu(b, x, Shape{4, 3});
+  relu(b, between, Shape{1});
   const int64_t c = relu(b, x, Shape{2, 3});
   int64_t stacked = 0, side_by_side = 0;
   const int64_t stacked_task =
@@ -179,11 +183,11 @@ TEST(InPlaceConcats, PiecesThatTileTheOutputInRunsAreWrittenInPlace) {
     EXPECT_EQ(register_of(plan, piece).bytes(), 0);
     EXPECT_EQ(register_of(plan, piece).memory_block(), -1);
   }
-  // The output is live from the first piece's producer on: d and e, computed after a and c,
-  // must not take its memory.
+  // The output is live from the first piece's producer on: `between` (made and dead before the
+  // concat), d and e (after it) must not take its memory.
   const proto::RegisterProto& out = register_of(plan, stacked);
   ASSERT_GE(out.memory_block(), 0);
-  for (int64_t later : {d, e}) {
+  for (int64_t later : {between, d, e}) {
     const proto::RegisterProto& r = register_of(plan, later);
     ASSERT_GE(r.memory_block(), 0);
     EXPECT_TRUE(r.offset() + r.bytes() <= out.offset() || out.offset() + out.bytes() <= r.offset())

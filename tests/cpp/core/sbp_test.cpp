@@ -26,8 +26,6 @@ TEST(Sbp, BalancedRangesGiveTheFirstPiecesOneMore) {
   EXPECT_EQ(balanced_range(2, 4, 3), (Range{2, 2}));
 }
 
-// Exhaustive over small cases: the pieces of every split tile the logical tensor exactly once,
-// sizes differ by at most one with larger pieces first, and B/P pieces are whole.
 TEST(Sbp, ContiguousOffsetFindsRegionsThatAreOneRunOfMemory) {
   const Shape shape{4, 3, 2};
   auto offset = [&](std::vector<Range> region) { return contiguous_offset(shape, region); };
@@ -40,6 +38,8 @@ TEST(Sbp, ContiguousOffsetFindsRegionsThatAreOneRunOfMemory) {
   EXPECT_EQ(offset({{1, 2}, {0, 2}, {1, 2}}), std::nullopt);  // strided inside one row
 }
 
+// Exhaustive over small cases: the pieces of every split tile the logical tensor exactly once,
+// sizes differ by at most one with larger pieces first, and B/P pieces are whole.
 TEST(Sbp, PhysicalRegionsTileTheLogicalTensorForAllSmallCases) {
   const std::vector<Placement> placements = {Placement::parse("cpu, [0]"),
                                              Placement::parse("cpu, [0, 1]"),
