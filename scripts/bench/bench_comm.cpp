@@ -5,7 +5,8 @@
 //   bench_comm transfer [bytes [acks_every]]
 //                         (2 ranks) register data, SEND side expose -> RECV side fetch, 4 KiB to
 //                         64 MiB (or `bytes`): bandwidth as the receiver sees it; one credit per
-//                         transfer as in the runtime, or per `acks_every` (an experiment)
+//                         transfer as in the runtime, or per `acks_every` (an experiment); up to
+//                         4 KiB the piece travels in its message, unacknowledged
 //   bench_comm roundtrip  (2 ranks) actor messages alone: a 64-byte message and its answer
 //   bench_comm latency    (2 ranks) a chain of transfers bouncing between the two ranks inside
 //                         one iteration of the actor runtime: time per hop (actor to actor)
@@ -167,7 +168,9 @@ void latency(const std::shared_ptr<comm::UcxTransport>& t) {
   runtime.shutdown();
   t->barrier();
   if (t->rank() == 0) {
-    std::printf("actor hop across processes (ready + data + ack, 4 bytes): %.2f us\n", best);
+    std::printf(
+        "actor hop across processes (a 4-byte transfer: the ready message carrying it): %.2f us\n",
+        best);
   }
 }
 

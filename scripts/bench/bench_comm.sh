@@ -29,12 +29,6 @@ for bytes in 4096 16384 65536 262144 1048576 4194304 16777216 67108864; do
     transfer "$bytes" 2>/dev/null | grep '^\[rank 0\] | [0-9]' | awk '{print $6}')
   echo "$bytes $theirs $ours"
 done
-# An experiment: 4 KiB with one credit per 8 transfers (the runtime acknowledges each one).
-echo "## 4 KiB, one credit per 8 transfers: ucx_perftest tag_bw (MB/s), ours (GB/s)"
-theirs=$(perftest tag_bw 4096 200000 | awk '{print $6}')
-ours=$("${LAUNCH[@]}" --nproc_per_node 2 --master_port "$(free_port)" --no_python "$BENCH" \
-  transfer 4096 8 2>/dev/null | grep '^\[rank 0\] | [0-9]' | awk '{print $6}')
-echo "4096 $theirs $ours"
 echo "## ucx_perftest tag_lat 8 bytes (us: 50th percentile, average, overall)"
 perftest tag_lat 8 20000 | awk '{print $3, $4, $5}'
 
