@@ -34,13 +34,6 @@ bool region_fits(const std::vector<Range>& region, const Shape& shape) {
   return true;
 }
 
-std::vector<Range> ranges_from_proto(
-    const google::protobuf::RepeatedPtrField<proto::RangeProto>& in, int begin, int count) {
-  std::vector<Range> out;
-  for (int i = begin; i < begin + count; ++i) out.push_back(Range{in[i].begin(), in[i].end()});
-  return out;
-}
-
 }  // namespace
 
 PlanIndex::PlanIndex(const proto::PlanProto& plan, PlanIndexOptions options) {

@@ -22,8 +22,10 @@ using MessageBytes = std::array<std::byte, kMessageBytes>;
 /// Note [Small transfers travel with their message]: register pieces of at most this many
 /// bytes are copied into the SEND's ready message (send_with_data) instead of being read from
 /// the sender's memory. The receiver takes them from there (fetch); the SEND's input is free as
-/// soon as the message is sent, so the RECV does not acknowledge them. Every other transfer
-/// costs two messages (the data and the acknowledgement), which at 4 KiB was half the time.
+/// soon as the message is sent, so the RECV does not acknowledge them: one message where every
+/// other transfer has three (ready, data, acknowledgement). Measured (docs/benchmarks.md): a
+/// 4-byte hop between processes 0.45-0.64 us against 0.55-1.58; 4 KiB streams about as fast as
+/// before (0.62-0.71 of ucx_perftest against 0.59-0.71).
 constexpr size_t kInlineTransferBytes = 4096;
 
 /// Called, on a transport-owned or sender's thread, with each message addressed to a rank the

@@ -750,21 +750,7 @@ void UcxTransport::set_fault_handler(FaultHandler handler) {
   fault_handler_ = std::move(handler);
 }
 
-void UcxTransport::send(int64_t dst_rank, const MessageBytes& message) {
-  OFL_CHECK_CODE(dst_rank >= 0 && dst_rank < env_.world_size && dst_rank != env_.rank,
-                 ErrorCode::kUnavailable, kTag,
-                 "a message must go to another rank of the job. "
-                 "However, got rank ",
-                 dst_rank, " (world size ", env_.world_size, ").");
-  const Peer& peer = *peers_[dst_rank];
-  OFL_CHECK_CODE(!peer.failed, ErrorCode::kUnavailable, kTag, "rank ", dst_rank, " (", peer.host,
-                 ") failed; no message can reach it.");
-  send_am(peer.ep, kActorMessage, message.data(), message.size());
-}
-
-void UcxTransport::send_with_data(int64_t dst_rank, const MessageBytes& message, uint64_t tag,
-                                  const void* data, size_t bytes) {
-  OFL_ASSERT(bytes <= kInlineTransferBytes) << "transfer " << tag << " is too large to inline";
+const UcxTransport::Peer& UcxTransport::reachable_peer(int64_t dst_rank) const {
   OFL_CHECK_CODE(dst_rank >= 0 && dst_rank < env_.world_size && dst_rank != env_.rank,
                  ErrorCode::kUnavailable, kTag,
                  "a message must go to another rank of the job. However, got rank ", dst_rank,
@@ -772,6 +758,17 @@ void UcxTransport::send_with_data(int64_t dst_rank, const MessageBytes& message,
   const Peer& peer = *peers_[dst_rank];
   OFL_CHECK_CODE(!peer.failed, ErrorCode::kUnavailable, kTag, "rank ", dst_rank, " (", peer.host,
                  ") failed; no message can reach it.");
+  return peer;
+}
+
+void UcxTransport::send(int64_t dst_rank, const MessageBytes& message) {
+  send_am(reachable_peer(dst_rank).ep, kActorMessage, message.data(), message.size());
+}
+
+void UcxTransport::send_with_data(int64_t dst_rank, const MessageBytes& message, uint64_t tag,
+                                  const void* data, size_t bytes) {
+  OFL_ASSERT(bytes <= kInlineTransferBytes) << "transfer " << tag << " is too large to inline";
+  const Peer& peer = reachable_peer(dst_rank);
   // One active message: the actor message, the tag, the piece, from this thread's buffer. UCX
   // copies it out at once when the peer's queue has room (eager bcopy); otherwise the request
   // stays in flight reading the buffer, and this waits for it, driving the worker (the peer

@@ -151,6 +151,9 @@ class UcxTransport final : public Transport {
 
   static ucs_status_t on_am(void* arg, const void* header, size_t header_length, void* data,
                             size_t length, const ucp_am_recv_param_t* param);
+  // The peer a message to `dst_rank` goes to; raises (kUnavailable) naming the rank when it is
+  // not another rank of the job or has failed.
+  const Peer& reachable_peer(int64_t dst_rank) const;
   // Hands an actor message to the runtime serving this rank, or keeps it until one does.
   void deliver_message(const MessageBytes& message);
   static ucs_status_t handle_am(void* arg, const void* header, size_t header_length, void* data,

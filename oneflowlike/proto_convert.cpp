@@ -2,6 +2,22 @@
 
 namespace ofl {
 
+void add_ranges(const std::vector<Range>& region,
+                google::protobuf::RepeatedPtrField<proto::RangeProto>* out) {
+  for (const Range& r : region) {
+    proto::RangeProto* p = out->Add();
+    p->set_begin(r.begin);
+    p->set_end(r.end);
+  }
+}
+
+std::vector<Range> ranges_from_proto(
+    const google::protobuf::RepeatedPtrField<proto::RangeProto>& in, int begin, int count) {
+  std::vector<Range> out;
+  for (int i = begin; i < begin + count; ++i) out.push_back(Range{in[i].begin(), in[i].end()});
+  return out;
+}
+
 void to_proto(const Shape& shape, proto::ShapeProto* out) {
   out->clear_dims();
   for (int64_t d : shape.dims()) out->add_dims(d);

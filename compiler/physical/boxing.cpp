@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "oneflowlike/common/error.h"
+#include "oneflowlike/proto_convert.h"
 
 namespace ofl::compiler::physical {
 
@@ -71,14 +72,6 @@ Shape shape_of(const Region& region) {
   std::vector<int64_t> dims(region.size());
   for (size_t i = 0; i < region.size(); ++i) dims[i] = region[i].size();
   return Shape(std::move(dims));
-}
-
-void add_ranges(const Region& region, google::protobuf::RepeatedPtrField<proto::RangeProto>* out) {
-  for (const Range& r : region) {
-    proto::RangeProto* p = out->Add();
-    p->set_begin(r.begin);
-    p->set_end(r.end);
-  }
 }
 
 int64_t positive_mod(int64_t a, int64_t n) { return ((a % n) + n) % n; }

@@ -129,15 +129,6 @@ proto::PlanProto PlanBuilder::release() {
 
 namespace {
 
-void add_region(const std::vector<Range>& region,
-                google::protobuf::RepeatedPtrField<proto::RangeProto>* out) {
-  for (const Range& r : region) {
-    proto::RangeProto* p = out->Add();
-    p->set_begin(r.begin);
-    p->set_end(r.end);
-  }
-}
-
 /// Whether this parallel id's piece is the one counted when the logical value is assembled:
 /// coordinate 0 on every broadcast dimension (the other replicas hold the same values).
 bool contributes(const NdSbp& sbp, const Placement& placement, int64_t parallel_id) {
@@ -151,7 +142,7 @@ bool contributes(const NdSbp& sbp, const Placement& placement, int64_t parallel_
 /// Region, logical shape and SBP of a source or sink task's tensor.
 void describe_piece(const TensorMeta& meta, const NdSbp& sbp, const Placement& placement,
                     int64_t parallel_id, proto::TaskProto* task) {
-  add_region(logical_region(meta.shape, sbp, placement, parallel_id),
+  add_ranges(logical_region(meta.shape, sbp, placement, parallel_id),
              task->mutable_output_region());
   to_proto(meta.shape, task->mutable_logical_output_shape());
   to_proto(sbp, task->mutable_sbp());
@@ -446,7 +437,7 @@ class Expander {
         const LogicalTensor& tensor = graph_.tensor(op.outputs[k]);
         const NdSbp& sbp = output_sbp(op, k);
         if (k == 0 && kept) {
-          add_region(logical_region(tensor.meta.shape, sbp, op.placement, pid),
+          add_ranges(logical_region(tensor.meta.shape, sbp, op.placement, pid),
                      task->mutable_output_region());
           to_proto(tensor.meta.shape, task->mutable_logical_output_shape());
         }

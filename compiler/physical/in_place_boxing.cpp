@@ -12,8 +12,6 @@
 namespace ofl::compiler::physical {
 namespace {
 
-using Region = std::vector<Range>;
-
 // One rank's tasks and registers by id.
 struct RankView {
   explicit RankView(const proto::RankPlanProto& rank_plan) {
@@ -62,18 +60,6 @@ bool same_rate(const proto::RegisterProto& reg, const proto::TaskProto& task,
   return true;
 }
 
-std::vector<Region> regions_of(const google::protobuf::RepeatedPtrField<proto::RangeProto>& ranges,
-                               int ndim) {
-  std::vector<Region> regions;
-  for (int i = 0; i + ndim <= ranges.size(); i += ndim) {
-    Region region;
-    for (int d = 0; d < ndim; ++d)
-      region.push_back(Range{ranges[i + d].begin(), ranges[i + d].end()});
-    regions.push_back(std::move(region));
-  }
-  return regions;
-}
-
 bool is_view(const proto::TaskProto& task, const RankView& rank) {
   if (task.kind() != proto::TaskProto::SLICE || task.inputs_size() != 1 ||
       task.outputs_size() != 1) {
@@ -83,8 +69,10 @@ bool is_view(const proto::TaskProto& task, const RankView& rank) {
   const proto::RegisterProto* output = rank.reg(task.outputs(0));
   if (input == nullptr || output == nullptr) return false;
   const Shape shape = from_proto(input->shape());
-  const std::vector<Region> region = regions_of(task.slice(), shape.ndim());
-  if (region.size() != 1 || !contiguous_offset(shape, region[0])) return false;
+  if (task.slice_size() != shape.ndim() ||
+      !contiguous_offset(shape, ranges_from_proto(task.slice(), 0, shape.ndim()))) {
+    return false;
+  }
   // The input may be read by others at any rate; the view's own neighbours must match it.
   // A pipelined input (several slots) stays a copy: holding its slot for the view's readers
   // would leave the producer fewer pieces in flight.
@@ -99,10 +87,11 @@ bool is_view(const proto::TaskProto& task, const RankView& rank) {
 
 // Whether the regions of `concat` are contiguous runs of its output that tile it exactly.
 bool regions_tile_in_runs(const proto::TaskProto& concat, const Shape& shape) {
-  const std::vector<Region> regions = regions_of(concat.concat_regions(), shape.ndim());
-  if (static_cast<int>(regions.size()) != concat.inputs_size()) return false;
+  const int ndim = shape.ndim();
+  if (concat.concat_regions_size() != ndim * concat.inputs_size()) return false;
   std::vector<std::pair<int64_t, int64_t>> runs;  // [begin, end) in elements
-  for (const Region& region : regions) {
+  for (int i = 0; i < concat.inputs_size(); ++i) {
+    const std::vector<Range> region = ranges_from_proto(concat.concat_regions(), i * ndim, ndim);
     const std::optional<int64_t> offset = contiguous_offset(shape, region);
     if (!offset) return false;
     int64_t numel = 1;

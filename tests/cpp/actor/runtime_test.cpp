@@ -350,6 +350,25 @@ TEST(Runtime, RejectsAViewOfANonContiguousRegion) {
                "is a view, so its region must be one contiguous run of its input (4, 3)");
 }
 
+// A view keeps its input piece until its readers are done, one piece per act: a REPEAT handing
+// a once-per-iteration view to each micro-batch (a crossing the plan otherwise allows) is
+// refused, naming both tasks.
+TEST(Runtime, RejectsAViewWhoseReaderActsAtAnotherRate) {
+  PlanBuilder b(1);
+  b.set_micro_batches(2);
+  const int64_t x = b.input(0, "x", Shape{4, 3});
+  const int64_t top = b.reg(0, "top", Shape{2, 3});
+  proto::TaskProto* slice = b.task(0, "slice_top", Kind::SLICE, {x}, {top});
+  add_range(slice, Range{0, 2}, false);
+  add_range(slice, Range{0, 3}, false);
+  slice->set_view(true);
+  const int64_t each = b.micro_task(0, "repeat", Kind::REPEAT, top, Shape{2, 3});
+  const int64_t sum = b.micro_task(0, "accumulate", Kind::ACCUMULATE, each, Shape{2, 3});
+  b.output(0, "sum", sum, Shape{2, 3});
+  expect_error([&] { Runtime runtime(b.plan(), deterministic()); }, ErrorCode::kInvalidArgument,
+               "task 'slice_top' (id 3, rank 0, SLICE) is a view, so the reader task 'repeat'");
+}
+
 // Note [Micro-batches] in plan.proto: UNPACK hands micro-batch k of the whole batch, REPEAT a
 // once value to each micro-batch, ACCUMULATE sums over them and PACK stacks them.
 TEST(Runtime, MicroBatchActorsUnpackRepeatAccumulateAndPack) {
