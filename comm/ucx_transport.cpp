@@ -11,7 +11,9 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <mutex>
+#include <thread>
 
 #include "comm/proto/bootstrap.pb.h"
 #include "oneflowlike/common/clock.h"
@@ -568,22 +570,18 @@ ucs_status_t UcxTransport::handle_am(void* arg, const void* header, size_t heade
     case kActorMessageWithData: {
       // Note [Small transfers travel with their message]: the piece is kept before the message
       // goes on, so the RECV that acts on the message finds it.
-      MessageBytes message{};
-      uint64_t tag = 0;
-      if (length < message.size() + sizeof(tag)) break;
-      const char* bytes_in = static_cast<const char*>(data);
-      std::memcpy(message.data(), bytes_in, message.size());
-      std::memcpy(&tag, bytes_in + message.size(), sizeof(tag));
-      const size_t head = message.size() + sizeof(tag);
+      WithDataHeader head;
+      if (header_length != sizeof(head)) break;
+      std::memcpy(&head, header, sizeof(head));
       if (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_DATA) {
         // UCX lets us keep its buffer: the RECV copies out of it, then it is given back
         // (ucp_am_data_release in fetch), one copy fewer than keeping a copy of our own.
-        self->inline_.put_borrowed(tag, bytes_in + head, length - head, data);
-        self->deliver_message(message);
+        self->inline_.put_borrowed(head.tag, data, length, data);
+        self->deliver_message(head.message);
         return UCS_INPROGRESS;
       }
-      self->inline_.put(tag, bytes_in + head, length - head);
-      self->deliver_message(message);
+      self->inline_.put(head.tag, data, length);
+      self->deliver_message(head.message);
       break;
     }
     case kHello: {
@@ -769,29 +767,41 @@ void UcxTransport::send_with_data(int64_t dst_rank, const MessageBytes& message,
                                   const void* data, size_t bytes) {
   OFL_ASSERT(bytes <= kInlineTransferBytes) << "transfer " << tag << " is too large to inline";
   const Peer& peer = reachable_peer(dst_rank);
-  // One active message: the actor message, the tag, the piece, from this thread's buffer. UCX
-  // copies it out at once when the peer's queue has room (eager bcopy); otherwise the request
-  // stays in flight reading the buffer, and this waits for it, driving the worker (the peer
-  // drains its queue). The buffer is the thread's own, so a request given up on (the peer
-  // failed) can only ever read a later message's bytes.
-  thread_local std::array<char, kMessageBytes + sizeof(uint64_t) + kInlineTransferBytes> whole;
-  std::memcpy(whole.data(), message.data(), message.size());
-  std::memcpy(whole.data() + message.size(), &tag, sizeof(tag));
-  std::memcpy(whole.data() + message.size() + sizeof(tag), data, bytes);
-  const size_t length = message.size() + sizeof(tag) + bytes;
-  const int64_t sender = env_.rank;
+  // One active message: the actor message and the tag in its header, the piece as its data,
+  // both from this thread's outbox. UCX copies them into the peer's queue at once when it has
+  // room (eager bcopy); otherwise the request stays in flight reading the outbox, and this waits
+  // for it, driving the worker (the peer drains its queue). Not from `data` itself, the SEND's
+  // register slot: UCX may still read a request given up on (the peer failed), even after its
+  // endpoint is closed by force (UCX 1.13 ran such a pending send once the stopped peer resumed;
+  // tests/cpp/comm/ucx_conformance_main.cpp, UcxFaults), so a given-up outbox is never freed.
+  // The copy costs little: the sender's time goes to UCX's copy into the peer's queue (measured:
+  // sending from the slot itself through a generic datatype was no faster).
+  struct Outbox {
+    WithDataHeader header;
+    std::array<char, kInlineTransferBytes> piece;
+  };
+  thread_local std::unique_ptr<Outbox> outbox;
+  if (outbox == nullptr) outbox = std::make_unique<Outbox>();
+  outbox->header = WithDataHeader{env_.rank, message, tag};
+  std::memcpy(outbox->piece.data(), data, bytes);
   ucp_request_param_t param{};
   param.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
   param.flags = UCP_AM_SEND_FLAG_EAGER;
-  std::lock_guard<std::recursive_mutex> ucx(ucx_mu_);
-  ucs_status_ptr_t request = ucp_am_send_nbx(peer.ep, kActorMessageWithData, &sender,
-                                             sizeof(sender), whole.data(), length, &param);
+  std::unique_lock<std::recursive_mutex> ucx(ucx_mu_);
+  ucs_status_ptr_t request =
+      ucp_am_send_nbx(peer.ep, kActorMessageWithData, &outbox->header, sizeof(outbox->header),
+                      outbox->piece.data(), bytes, &param);
   if (UCS_PTR_IS_PTR(request)) {
+    // The lock is let go every turn, as in fetch: the progress thread's heartbeats are what
+    // find a peer that stopped draining its queue failed (holding the lock, this waited forever).
     while (ucp_request_check_status(request) == UCS_INPROGRESS && !peer.failed) {
-      ucp_worker_progress(worker_);
+      const unsigned progressed = ucp_worker_progress(worker_);
+      ucx.unlock();
+      if (progressed == 0) std::this_thread::yield();
+      ucx.lock();
     }
     const ucs_status_t status = ucp_request_check_status(request);
-    if (status == UCS_INPROGRESS) ucp_request_cancel(worker_, request);
+    if (status == UCS_INPROGRESS) (void)outbox.release();  // UCX may still read it
     ucp_request_free(request);
     OFL_CHECK_CODE(status == UCS_OK, ErrorCode::kUnavailable, kTag, "rank ", env_.rank,
                    " must send transfer ", tag, " to rank ", dst_rank, ". However, ",

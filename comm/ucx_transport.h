@@ -95,7 +95,13 @@ class UcxTransport final : public Transport {
     kBarrier = 5,
     kBarrierRelease = 6,
     kGoodbye = 7,
-    kActorMessageWithData = 8,  // a message, the transfer tag, then the piece
+    kActorMessageWithData = 8,  // header: WithDataHeader; data: the piece
+  };
+  // The header of a kActorMessageWithData: who sends, the actor message, the transfer's tag.
+  struct WithDataHeader {
+    int64_t sender = 0;
+    MessageBytes message{};
+    uint64_t tag = 0;
   };
   // prepare_fetch posts receives of at least this many bytes only.
   static constexpr size_t kPrepareMinBytes = 128 << 10;
