@@ -6,6 +6,7 @@
 #include <netdb.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <chrono>
 #include <cstdio>
@@ -125,6 +126,45 @@ std::shared_ptr<UcxTransport> UcxTransport::connect(const LaunchEnv& env) {
 
 UcxTransport::~UcxTransport() { shut_down(/*goodbye=*/false); }
 
+namespace {
+
+// Note [Pieces packed by us]: send_with_data hands UCX a PieceSource through a generic datatype
+// whose pack copies from the source's `data`, so UCX copies the piece straight from the SEND's
+// register slot into the peer's queue. A send given up on (the peer failed while its queue was
+// full) may still be packed later: UCX 1.13 ran such a pending send once the stopped peer
+// resumed, even after its endpoint was closed by force. So a given-up source is pointed at
+// zeros (under ucx_mu_, which every pack runs under) and never freed: the slot is never read
+// after send_with_data returns.
+struct PieceSource {
+  const char* data = nullptr;  // null: pack zeros
+  size_t bytes = 0;
+};
+
+void* piece_start_pack(void* /*context*/, const void* buffer, size_t /*count*/) {
+  return const_cast<void*>(buffer);
+}
+void* piece_start_unpack(void* /*context*/, void* buffer, size_t /*count*/) { return buffer; }
+size_t piece_packed_size(void* state) { return static_cast<PieceSource*>(state)->bytes; }
+size_t piece_pack(void* state, size_t offset, void* dest, size_t max_length) {
+  const auto* source = static_cast<PieceSource*>(state);
+  const size_t n = std::min(max_length, source->bytes - offset);
+  if (source->data != nullptr) {
+    std::memcpy(dest, source->data + offset, n);
+  } else {
+    std::memset(dest, 0, n);
+  }
+  return n;
+}
+ucs_status_t piece_unpack(void* /*state*/, size_t /*offset*/, const void* /*src*/,
+                          size_t /*length*/) {
+  return UCS_ERR_UNSUPPORTED;  // pieces arrive as active-message data, never unpacked
+}
+void piece_finish(void* /*state*/) {}
+const ucp_generic_dt_ops_t kPieceOps{piece_start_pack, piece_start_unpack, piece_packed_size,
+                                     piece_pack,       piece_unpack,       piece_finish};
+
+}  // namespace
+
 void UcxTransport::create_worker() {
   ucp_config_t* config = nullptr;
   ucs_status_t status = ucp_config_read(nullptr, nullptr, &config);
@@ -160,6 +200,9 @@ void UcxTransport::create_worker() {
                  ".");
   worker_address_.assign(reinterpret_cast<const char*>(address), length);
   ucp_worker_release_address(worker_, address);
+  status = ucp_dt_create_generic(&kPieceOps, nullptr, &piece_datatype_);
+  OFL_CHECK_CODE(status == UCS_OK, ErrorCode::kUnavailable, kTag,
+                 "a UCX datatype must be created. However, got ", ucs_status_string(status), ".");
 }
 
 void UcxTransport::register_handlers() {
@@ -768,29 +811,24 @@ void UcxTransport::send_with_data(int64_t dst_rank, const MessageBytes& message,
   OFL_ASSERT(bytes <= kInlineTransferBytes) << "transfer " << tag << " is too large to inline";
   const Peer& peer = reachable_peer(dst_rank);
   // One active message: the actor message and the tag in its header, the piece as its data,
-  // both from this thread's outbox. UCX copies them into the peer's queue at once when it has
-  // room (eager bcopy); otherwise the request stays in flight reading the outbox, and this waits
-  // for it, driving the worker (the peer drains its queue). Not from `data` itself, the SEND's
-  // register slot: UCX may still read a request given up on (the peer failed), even after its
-  // endpoint is closed by force (UCX 1.13 ran such a pending send once the stopped peer resumed;
-  // tests/cpp/comm/ucx_conformance_main.cpp, UcxFaults), so a given-up outbox is never freed.
-  // The copy costs little: the sender's time goes to UCX's copy into the peer's queue (measured:
-  // sending from the slot itself through a generic datatype was no faster).
+  // packed by UCX from `data` itself (Note [Pieces packed by us]). UCX sends at once when the
+  // peer's queue has room (eager bcopy); otherwise the request stays in flight, and this waits
+  // for it, driving the worker (the peer drains its queue).
   struct Outbox {
     WithDataHeader header;
-    std::array<char, kInlineTransferBytes> piece;
+    PieceSource source;
   };
   thread_local std::unique_ptr<Outbox> outbox;
   if (outbox == nullptr) outbox = std::make_unique<Outbox>();
   outbox->header = WithDataHeader{env_.rank, message, tag};
-  std::memcpy(outbox->piece.data(), data, bytes);
+  outbox->source = PieceSource{static_cast<const char*>(data), bytes};
   ucp_request_param_t param{};
-  param.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+  param.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS | UCP_OP_ATTR_FIELD_DATATYPE;
   param.flags = UCP_AM_SEND_FLAG_EAGER;
+  param.datatype = piece_datatype_;
   std::unique_lock<std::recursive_mutex> ucx(ucx_mu_);
-  ucs_status_ptr_t request =
-      ucp_am_send_nbx(peer.ep, kActorMessageWithData, &outbox->header, sizeof(outbox->header),
-                      outbox->piece.data(), bytes, &param);
+  ucs_status_ptr_t request = ucp_am_send_nbx(peer.ep, kActorMessageWithData, &outbox->header,
+                                             sizeof(outbox->header), &outbox->source, 1, &param);
   if (UCS_PTR_IS_PTR(request)) {
     // The lock is let go every turn, as in fetch: the progress thread's heartbeats are what
     // find a peer that stopped draining its queue failed (holding the lock, this waited forever).
@@ -801,7 +839,10 @@ void UcxTransport::send_with_data(int64_t dst_rank, const MessageBytes& message,
       ucx.lock();
     }
     const ucs_status_t status = ucp_request_check_status(request);
-    if (status == UCS_INPROGRESS) (void)outbox.release();  // UCX may still read it
+    if (status == UCS_INPROGRESS) {  // given up on: UCX may still pack it
+      outbox->source.data = nullptr;
+      (void)outbox.release();
+    }
     ucp_request_free(request);
     OFL_CHECK_CODE(status == UCS_OK, ErrorCode::kUnavailable, kTag, "rank ", env_.rank,
                    " must send transfer ", tag, " to rank ", dst_rank, ". However, ",
@@ -1080,6 +1121,8 @@ void UcxTransport::shut_down(bool goodbye) {
   std::lock_guard<std::recursive_mutex> ucx(ucx_mu_);
   if (worker_ != nullptr) ucp_worker_destroy(worker_);
   worker_ = nullptr;
+  if (piece_datatype_ != 0) ucp_dt_destroy(piece_datatype_);
+  piece_datatype_ = 0;
   if (context_ != nullptr) ucp_cleanup(context_);
   context_ = nullptr;
 }

@@ -176,6 +176,7 @@ class UcxTransport final : public Transport {
   std::recursive_mutex ucx_mu_;
   ucp_context_h context_ = nullptr;
   ucp_worker_h worker_ = nullptr;
+  ucp_datatype_t piece_datatype_ = 0;  // Note [Pieces packed by us]; 0 until created
   ucp_listener_h listener_ = nullptr;
   std::string worker_address_;
   std::vector<std::unique_ptr<Peer>> peers_;         // by rank; peers_[rank()] unused
