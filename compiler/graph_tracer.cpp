@@ -66,7 +66,7 @@ NdSbp GraphTracer::sbp_hint_of(const Tensor& x) const {
 }
 
 Tensor GraphTracer::to_global(const Tensor& x, const Placement& placement, const NdSbp& sbp) {
-  const int in = x.is_lazy() ? index_of(x) : constant(x);
+  const int in = x.is_lazy() ? index_of(x) : constant(x, "to_global");
   enter(placement);
   const Shape shape = builder_.meta(in).shape;
   check_nd_sbp(shape, sbp, placement, builder_.graph().tensor(in).name);
@@ -79,7 +79,12 @@ std::string GraphTracer::fetch(const Tensor& x) {
   return builder_.graph().tensor(t).name;
 }
 
-int GraphTracer::constant(const Tensor& value) {
+int GraphTracer::constant(const Tensor& value, const std::string& user) {
+  OFL_CHECK_TYPE(constants_allowed_, "[", user, "] got a local tensor ", value.describe(),
+                 " in a graph over global tensors (placed on ", current_.to_string(),
+                 "): each rank would use its own value as the one replicated value. Make it "
+                 "global: t.to_global(placement=..., sbp=flow.sbp.broadcast)",
+                 location_ ? str_cat(" [at ", location_(), "]") : std::string(), ".");
   const std::string name = builder_.graph().unique_name("constant");
   const int t =
       builder_.variable(name, value.shape(), Initializer{}, NdSbp(current_.hierarchy().ndim(), B()),
@@ -109,7 +114,7 @@ std::vector<Tensor> GraphTracer::trace(const OpSchema& op, const AnyParams& para
   enter(where);
   std::vector<int> ids;
   ids.reserve(inputs.size());
-  for (const Tensor& t : inputs) ids.push_back(t.is_lazy() ? index_of(t) : constant(t));
+  for (const Tensor& t : inputs) ids.push_back(t.is_lazy() ? index_of(t) : constant(t, op.name()));
   enter(where);  // constant() may have moved the location on
   const std::vector<int> outs = builder_.op(op.name(), params, ids);
   std::vector<Tensor> result;

@@ -8,7 +8,8 @@
 // arange, a random tensor) on the placement of the op traced before it. Each distinct
 // placement is a pipeline stage, numbered in the order the trace first reaches it.
 // Ordinary tensors used by an op become constants: non-trainable variables whose values the
-// caller writes once the plan is loaded (constants()).
+// caller writes once the plan is loaded (constants()). A graph over global tensors refuses them
+// (set_constants_allowed): each rank would feed its own value as the one replicated value.
 
 #include <functional>
 #include <map>
@@ -52,6 +53,9 @@ class GraphTracer final : public OpTracer {
   void set_checkpoint_group(const std::string& group) { builder_.set_checkpoint_group(group); }
   /// Pins the pipeline stage of ops traced from now on (-1: by placement, the default).
   void set_stage(int stage) { fixed_stage_ = stage; }
+  /// Whether ordinary (local) tensors may become constants; when not, using one raises a
+  /// TypeError naming the op and the tensor.
+  void set_constants_allowed(bool allowed) { constants_allowed_ = allowed; }
 
   /// Constants by variable name, with their values.
   const std::map<std::string, Tensor>& constants() const { return constants_; }
@@ -60,13 +64,15 @@ class GraphTracer final : public OpTracer {
  private:
   Tensor lazy(int tensor);
   void enter(const Placement& placement);
-  int constant(const Tensor& value);
+  // `value` as a constant variable; `user` names the op that reads it, for the refusal.
+  int constant(const Tensor& value, const std::string& user);
 
   GraphBuilder builder_;
   std::map<const TensorImpl*, int> index_;
   std::vector<Tensor> lazies_;  // keeps the impls (the keys of index_) alive
   std::vector<Placement> stages_;
   int fixed_stage_ = -1;
+  bool constants_allowed_ = true;
   Placement current_;
   std::map<std::string, Tensor> constants_;
   std::function<std::string()> location_;

@@ -166,13 +166,10 @@ def main(argv=None):
     if args.resume:
         with open(os.path.join(args.resume, "train_state.json")) as f:
             saved = json.load(f)
-        done = saved["step"]
         check_resume(args, saved, rank)
+        # The step count and the schedule's position come back with the state.
         graph.load_state_dict(flow.load(args.resume, like=graph.state_dict()))
-        graph.step_count = done
-        for _ in range(done):
-            scheduler.step()
-        first = done + 1
+        first = graph.step_count + 1
     rank0 = flow.placement("cpu", ranks=[0]) if distributed else None
     log = open_log(args.log_json, first) if args.log_json and rank == 0 else None
     if rank == 0 and not args.quiet:

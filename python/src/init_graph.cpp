@@ -264,6 +264,12 @@ void init_graph(py::module_& m) {
            [](PyTracer& t, const std::string& group) { t.tracer->set_checkpoint_group(group); })
       .def("set_stage", [](PyTracer& t, int stage) { t.tracer->set_stage(stage); })
       .def("constants", [](PyTracer& t) { return t.tracer->constants(); })
+      .def(
+          "set_constants_allowed",
+          [](PyTracer& t, bool allowed) { t.tracer->set_constants_allowed(allowed); },
+          py::arg("allowed"),
+          "Whether ordinary (local) tensors may be captured as constants (not in a global "
+          "graph).")
       .def("set_loss",
            [](PyTracer& t, const Tensor& loss) {
              t.tracer->builder().set_loss(t.tracer->index_of(loss));

@@ -3,31 +3,11 @@ global tensors keep the logical value (dist/sbp_worker.py), and nn.Graph trainin
 PP2 with 4 micro-batches and DP2 x TP2 gives the one-device losses and weights
 (dist/graph_worker.py). In-process checks of nn.Graph's errors are below."""
 
-import os
-import pathlib
-import socket
-import subprocess
-import sys
-
 import numpy as np
 import pytest
 
 import oneflowlike as flow
-
-_DIST = pathlib.Path(__file__).parent / "dist"
-_CONTRACT = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "NODE_RANK", "MASTER_ADDR",
-             "MASTER_PORT")
-
-
-def _launch(nproc, script, *args, timeout=240, **extra_env):
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("SLURM_", "OFL_")) and k not in _CONTRACT}
-    env.update(extra_env)
-    command = [sys.executable, "-m", "oneflowlike.distributed.launch", "--nproc_per_node",
-               str(nproc), str(_DIST / script), *args]
-    result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=timeout)
-    assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-4000:]
-    return result.stdout
+from launching import launch as _launch
 
 
 @pytest.mark.parametrize("nproc", [1, 2, 4])
@@ -105,11 +85,14 @@ def test_checkpoint_round_trip_and_sync_to_modules(tmp_path):
     graph(x)
     state = graph.state_dict()
     assert set(state) == {"model.weight", "model.bias", "model.weight.momentum",
-                          "model.bias.momentum"}
+                          "model.bias.momentum", "_graph.optimizer"}
+    assert state["_graph.optimizer"]["step"] == 1
     flow.save(state, str(tmp_path / "c"))
     loaded = flow.load(str(tmp_path / "c"))
+    assert loaded["_graph.optimizer"] == state["_graph.optimizer"]
     for name, value in state.items():
-        np.testing.assert_array_equal(loaded[name].numpy(), value.numpy())
+        if flow.is_tensor(value):
+            np.testing.assert_array_equal(loaded[name].numpy(), value.numpy())
     before = model.weight.numpy().copy()
     graph.sync_to_modules()
     np.testing.assert_array_equal(model.weight.numpy(), state["model.weight"].numpy())
@@ -261,13 +244,36 @@ def test_graph_trains_float64_parameters():
     assert losses[2] < losses[0]
 
 
-def test_a_failed_save_leaves_an_incomplete_checkpoint_not_a_mixed_one(tmp_path):
+def test_a_failed_save_leaves_an_incomplete_checkpoint_not_a_mixed_one(tmp_path, monkeypatch):
+    from oneflowlike.framework import checkpoint
+
     path = str(tmp_path / "c")
-    flow.save({"a": flow.ones(3), "b": flow.zeros(2)}, path)
-    with pytest.raises(TypeError, match="'c' must be a tensor"):
-        flow.save({"a": flow.zeros(3), "b": flow.ones(2), "c": 1.5}, path)
-    with pytest.raises(FileNotFoundError, match="not a complete checkpoint"):
+    flow.save({"a": flow.ones(3), "b": flow.zeros(2), "step": 4}, path)
+    # An entry that is neither a tensor nor a JSON value is refused before anything is written.
+    with pytest.raises(TypeError, match="'c' must be a tensor or a JSON value"):
+        flow.save({"a": flow.zeros(3), "b": flow.ones(2), "c": object()}, path)
+    assert flow.load(path)["step"] == 4
+    # A save failing half-way leaves no manifest: the old checkpoint is gone, not mixed.
+    writes = []
+
+    def failing_write(file, write):
+        writes.append(file)
+        if len(writes) == 2:
+            raise OSError("disk full")
+        return real_write(file, write)
+
+    real_write = checkpoint._atomic_write
+    monkeypatch.setattr(checkpoint, "_atomic_write", failing_write)
+    with pytest.raises(OSError, match="disk full"):
+        flow.save({"a": flow.zeros(3), "b": flow.ones(2)}, path)
+    with pytest.raises(FileNotFoundError, match="not a complete checkpoint: it has pieces"):
         flow.load(path)
+    with pytest.raises(FileNotFoundError, match="there is no checkpoint at .*does not exist"):
+        flow.load(str(tmp_path / "nowhere"))
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(FileNotFoundError, match="there is no checkpoint at .*no manifest.json "
+                                                "and no rank pieces"):
+        flow.load(str(tmp_path / "empty"))
 
 
 def test_graph_config_and_placement_errors():

@@ -4,7 +4,9 @@ parallel and read back onto any placement and SBP.
 Layout of a checkpoint directory:
 
     manifest.json          the commit marker, written last by rank 0: every tensor's logical
-                           shape, dtype, placement and SBP, and the world size
+                           shape, dtype, placement and SBP, the world size, and the entries
+                           that are not tensors (an optimizer's step count, an LR
+                           scheduler's state: numbers, strings, lists and dicts, as JSON)
     rank<r>.json           rank r's pieces: per tensor, the region of the logical tensor it
                            holds, its file and the file's SHA-256
     rank<r>/<i>.npy        the pieces themselves
@@ -76,11 +78,28 @@ def _writes_piece(t, rank):
     return all(c == 0 for s, c in zip(t.sbp, coord) if str(s) == "B")
 
 
+def _check_json_value(name, value):
+    """A non-tensor entry must survive JSON unchanged in kind (numbers, strings, bools, None,
+    lists, tuples and dicts with string keys), since every rank reads it back from the
+    manifest."""
+    try:
+        json.dumps(value, allow_nan=True)
+    except (TypeError, ValueError) as e:
+        raise TypeError(f"[save] '{name}' must be a tensor or a JSON value (numbers, strings, "
+                        f"lists, dicts with string keys). However, got {type(value).__name__}: "
+                        f"{e}.") from None
+
+
 def save(state, path):
     """Writes ``state`` (a dict of name -> Tensor or global tensor, e.g. graph.state_dict() or
-    module.state_dict()) to directory ``path``. Every rank of the job must call it."""
+    module.state_dict(); entries that are not tensors, such as graph.state_dict()'s optimizer
+    step and LR scheduler state, are kept as JSON) to directory ``path``. Every rank of the job
+    must call it."""
     if not isinstance(state, dict):
         raise TypeError(f"[save] expects a dict of tensors. However, got {type(state).__name__}.")
+    for name, value in state.items():
+        if not isinstance(value, (_gt.GlobalTensor, _C.Tensor)):
+            _check_json_value(name, value)
     rank, world = env.get_rank(), env.get_world_size()
     os.makedirs(os.path.join(path, f"rank{rank}"), exist_ok=True)
     # Overwriting a checkpoint: its manifest goes first (and every rank waits for that), so a
@@ -88,7 +107,7 @@ def save(state, path):
     if rank == 0 and os.path.exists(os.path.join(path, "manifest.json")):
         os.remove(os.path.join(path, "manifest.json"))
     _barrier_all_ok(True)
-    manifest = {"format": _FORMAT, "world_size": world, "tensors": {}}
+    manifest = {"format": _FORMAT, "world_size": world, "tensors": {}, "values": {}}
     pieces = {}
     ok = True
     error = None
@@ -115,8 +134,8 @@ def save(state, path):
                 local = value.detach() if rank == 0 else None
                 region = [[0, d] for d in value.shape]
             else:
-                raise TypeError(f"[save] '{name}' must be a tensor. However, got "
-                                f"{type(value).__name__}.")
+                manifest["values"][name] = value  # checked above
+                continue
             manifest["tensors"][name] = entry
             if local is not None:
                 file = os.path.join(f"rank{rank}", f"{i}.npy")
@@ -142,9 +161,16 @@ def save(state, path):
 
 def _read_manifest(path):
     file = os.path.join(path, "manifest.json")
+    if not os.path.isdir(path):
+        what = "is a file, not a checkpoint directory" if os.path.exists(path) else \
+            "does not exist"
+        raise FileNotFoundError(f"[load] there is no checkpoint at '{path}': the path {what}.")
     if not os.path.exists(file):
-        raise FileNotFoundError(f"[load] '{path}' is not a complete checkpoint: it has no "
-                                "manifest.json (a save did not finish).")
+        if not any(name.startswith("rank") for name in os.listdir(path)):
+            raise FileNotFoundError(f"[load] there is no checkpoint at '{path}': the directory "
+                                    "holds no manifest.json and no rank pieces.")
+        raise FileNotFoundError(f"[load] '{path}' is not a complete checkpoint: it has pieces but "
+                                "no manifest.json (a save did not finish).")
     with open(file) as f:
         manifest = json.load(f)
     if manifest.get("format") != _FORMAT:
@@ -202,21 +228,32 @@ def load(path, like=None):
     """Reads a checkpoint. With ``like`` (a dict of name -> Tensor or global tensor, e.g. the
     state_dict of the model or graph to restore), every tensor comes back in the layout of its
     entry in ``like`` — any placement and SBP, whatever the saving layout — each rank reading only
-    the pieces it needs. Without ``like``, every tensor comes back whole as a local tensor."""
+    the pieces it needs. Without ``like``, every tensor comes back whole as a local tensor.
+    Entries saved as JSON values (not tensors) come back as they were saved."""
     manifest, saved = _read_manifest(path)
     reader = _Reader(path)
-    names = list(manifest["tensors"]) if like is None else list(like)
+    values = manifest.get("values", {})
+    names = list(manifest["tensors"]) + list(values) if like is None else list(like)
     out = {}
     rank = env.get_rank()
     for name in names:
+        if name in values:
+            if like is not None and isinstance(like[name], (_gt.GlobalTensor, _C.Tensor)):
+                raise ValueError(f"[load] '{name}' was saved as a value, not a tensor. However, "
+                                 "the target is a tensor.")
+            out[name] = values[name]
+            continue
         entry = manifest["tensors"].get(name)
         if entry is None:
-            raise KeyError(f"[load] checkpoint '{path}' has no tensor '{name}'.")
+            raise KeyError(f"[load] checkpoint '{path}' has no entry '{name}'.")
         shape = tuple(entry["shape"])
         if entry["dtype"] not in _NUMPY:
             raise NotImplementedError(f"[load] dtype {entry['dtype']} of '{name}'.")
         numpy_dtype = _NUMPY[entry["dtype"]]
         target = None if like is None else like[name]
+        if target is not None and not isinstance(target, (_gt.GlobalTensor, _C.Tensor)):
+            raise ValueError(f"[load] '{name}' was saved as a tensor. However, the target is "
+                             f"a {type(target).__name__}.")
         if target is not None and tuple(target.shape) != shape:
             raise ValueError(f"[load] '{name}' was saved with shape {shape}. However, the "
                              f"target has shape {tuple(target.shape)}.")

@@ -161,34 +161,99 @@ class GlobalTensor:
     def __len__(self):
         return self._shape[0]
 
+    # --- autograd: not on eager global tensors (Note [What global tensors do]) --------------
+    @property
+    def grad(self):
+        return None
+
+    @property
+    def is_leaf(self):
+        return True
+
+    @property
+    def is_lazy(self):
+        return False
+
+    def detach(self):
+        """The same global tensor without autograd history (it has none): a new tensor sharing
+        the pieces."""
+        local = None if self._local is None else self._local.detach()
+        return GlobalTensor(local, self._shape, self._dtype, self._placement, self._sbp)
+
+    def clone(self):
+        """A copy in the same layout: each rank copies its piece (no communication)."""
+        local = None if self._local is None else self._local.clone()
+        return GlobalTensor(local, self._shape, self._dtype, self._placement, self._sbp)
+
+    def requires_grad_(self, requires_grad=True):
+        if requires_grad:
+            raise RuntimeError(_NO_AUTOGRAD)
+        return self
+
+    def backward(self, *args, **kwargs):
+        raise RuntimeError(_NO_AUTOGRAD)
+
+    @property
+    def device(self):
+        raise AttributeError(
+            f"[device] a global tensor has a placement, not a device: {self._placement!r}. Use "
+            ".placement, or to_local() for this rank's piece.")
+
+    def cpu(self):
+        """Itself: global tensors of this build live on cpu placements."""
+        return self
+
+    def contiguous(self):
+        return self
+
     # --- ops: each compiled as a small graph ------------------------------------------------
     def __getattr__(self, name):
-        method = getattr(_C.Tensor, name, None)
-        if method is None or name.startswith("_"):
-            raise AttributeError(f"global tensor has no attribute '{name}'")
+        member = getattr(_C.Tensor, name, None)
+        if member is None or name.startswith("_"):
+            raise AttributeError(
+                f"[global tensor] has no attribute '{name}': neither a global tensor nor a local "
+                "Tensor has it.")
+        if isinstance(member, property):  # a tensor-valued property such as T
+            return apply(lambda x: getattr(x, name), (self,), {}, name=name)
 
         def call(*args, **kwargs):
-            fn = lambda *xs: getattr(xs[0], name)(*xs[1:], **kwargs)  # noqa: E731
-            return apply(fn, self, *args, key=("method", name, repr(sorted(kwargs.items()))))
+            return apply(lambda x, *rest, **kw: getattr(x, name)(*rest, **kw), (self,) + args,
+                         kwargs, name=name)
 
+        call.__name__ = name
         return call
+
+    def __getitem__(self, index):
+        """Basic indexing (ints, slices, Ellipsis, None), compiled as a one-op graph."""
+        return apply(lambda x, i: x[i], (self, index), {}, name="__getitem__")
+
+
+_NO_AUTOGRAD = ("[autograd] eager global tensors have no autograd in this build: train global "
+                "models with nn.Graph (loss.backward() inside build()), or compute on to_local() "
+                "pieces.")
 
 
 def _binary(name):
     def op(self, other):
         fn = getattr(_C.Tensor, name)
-        return apply(lambda a, b: fn(a, b), self, other, key=("operator", name))
+        return apply(lambda a, b: fn(a, b), (self, other), {}, name=name)
 
     return op
 
 
+_OPERATORS = ("__add__", "__radd__", "__sub__", "__rsub__", "__mul__", "__rmul__", "__truediv__",
+              "__rtruediv__", "__matmul__", "__rmatmul__", "__pow__", "__rpow__", "__gt__",
+              "__lt__", "__ge__", "__le__", "__eq__", "__ne__", "__and__", "__or__", "__xor__",
+              "__invert__", "__abs__", "__mod__", "__floordiv__")
+
+
 def install_operators():
     """Arithmetic operators of global tensors, from the local Tensor's (attached at import)."""
-    for name in ("__add__", "__radd__", "__sub__", "__rsub__", "__mul__", "__rmul__",
-                 "__truediv__", "__rtruediv__", "__matmul__", "__pow__", "__gt__", "__lt__"):
+    for name in _OPERATORS:
         if hasattr(_C.Tensor, name):
             setattr(GlobalTensor, name, _binary(name))
-    GlobalTensor.__neg__ = lambda self: apply(lambda a: -a, self, key=("neg",))
+    GlobalTensor.__neg__ = lambda self: apply(lambda a: -a, (self,), {}, name="__neg__")
+    GlobalTensor.__abs__ = lambda self: apply(lambda a: abs(a), (self,), {}, name="__abs__")
 
 
 GlobalTensor.__hash__ = object.__hash__
@@ -274,6 +339,7 @@ class _Compiled:
             self.runtime.initialize_variables()
             for name, value in self.constants.items():
                 self.runtime.write_variable(name, value)
+            write_captured(tracer, self.runtime, set(self.runtime.variable_names()))
 
     def run(self, pieces):
         rank = env.get_rank()
@@ -297,6 +363,7 @@ class _Tracer:
         self.c = _C.GraphTracer(name, placement._c)
         self.ranks = set(placement.flat_ranks)
         self.loss_marked = False
+        self.captured = {}  # id(global tensor) -> (variable name, lazy tensor, global tensor)
 
     def __getattr__(self, name):
         return getattr(self.c, name)
@@ -325,57 +392,111 @@ def _reshard(x, placement, nd_sbp):
     return out
 
 
-def apply(fn, *args, key):
-    """``fn`` on global tensors (and numbers), as a compiled graph: all global tensors must share
-    one placement; the result's SBP is what the compiler's SBP inference picks."""
-    globals_ = [a for a in args if isinstance(a, GlobalTensor)]
+def _flatten(value, leaves):
+    """``value`` with every tensor (global or local, in lists, tuples and dicts too) replaced by
+    its index in ``leaves``, where it is appended."""
+    if isinstance(value, (GlobalTensor, _C.Tensor)):
+        leaves.append(value)
+        return _Leaf(len(leaves) - 1)
+    if isinstance(value, (list, tuple)):
+        return type(value)(_flatten(v, leaves) for v in value)
+    if isinstance(value, dict):
+        return {k: _flatten(v, leaves) for k, v in value.items()}
+    return value
+
+
+class _Leaf:
+    __slots__ = ("index",)
+
+    def __init__(self, index):
+        self.index = index
+
+    def __repr__(self):
+        return f"<tensor {self.index}>"
+
+
+def _unflatten(value, leaves):
+    if isinstance(value, _Leaf):
+        return leaves[value.index]
+    if isinstance(value, (list, tuple)):
+        return type(value)(_unflatten(v, leaves) for v in value)
+    if isinstance(value, dict):
+        return {k: _unflatten(v, leaves) for k, v in value.items()}
+    return value
+
+
+def _capture(tracer_object, g):
+    """Note [Global tensors captured by build()]: a global tensor used inside a trace without
+    being its input becomes a non-trainable variable in its own layout, whose pieces the
+    graph writes when it loads (the value at trace time, as a constant)."""
+    captured = tracer_object.captured
+    entry = captured.get(id(g))
+    if entry is None:
+        name = f"captured_{len(captured)}"
+        lazy = tracer_object.variable(name, g.shape, g.dtype, g.placement._c, _strings(g.sbp),
+                                      False)
+        tracer_object.ranks |= set(g.placement.flat_ranks)
+        entry = captured[id(g)] = (name, lazy, g)
+    return entry[1]
+
+
+def write_captured(tracer_object, runtime, local_variables):
+    """Writes the pieces of the global tensors a trace captured (_capture)."""
+    rank = env.get_rank()
+    for name, _, g in tracer_object.captured.values():
+        if name in local_variables and g._local is not None:
+            runtime.write_variable_pieces(name, {rank: g._local})
+
+
+def apply(fn, args, kwargs, *, name):
+    """``fn(*args, **kwargs)`` with global tensors among the arguments (also inside lists,
+    tuples and dicts), as a compiled one-op graph over their placement; the result's SBP is
+    what the compiler's SBP inference picks. Local tensors are refused (Note [Local and global
+    do not mix in a graph]); numbers and other values are part of the graph and its signature.
+    Inside a trace (nn.Graph.build), the global tensors are captured instead (_capture)."""
+    leaves = []
+    structure = _flatten((tuple(args), dict(kwargs)), leaves)
+    tracer_object = _tracer_objects[-1] if _tracer_objects else None
+    if current_tracer() is not None and tracer_object is not None:
+        lazies = [_capture(tracer_object, t) if isinstance(t, GlobalTensor) else t for t in leaves]
+        call_args, call_kwargs = _unflatten(structure, lazies)
+        return fn(*call_args, **call_kwargs)
+    globals_ = [t for t in leaves if isinstance(t, GlobalTensor)]
     placement = globals_[0].placement
-    for g in globals_[1:]:
-        if g.placement != placement:
+    op = name.strip("_") if name.startswith("__") else name
+    for t in leaves:
+        if isinstance(t, _C.Tensor):
+            raise TypeError(
+                f"[{op}] got a global tensor and a local tensor {tuple(t.shape)}: a local "
+                "tensor would be taken as the same value on every rank. Make it global first: "
+                f"t.to_global(placement={placement!r}, sbp=flow.sbp.broadcast) (or "
+                "flow.tensor(data, placement=..., sbp=...)).")
+        if t.placement != placement:
             raise ValueError(
-                f"[global op] all global tensors must be on one placement. However, got "
-                f"{placement!r} and {g.placement!r}; move one with to_global(placement=...)."
-            )
-    # Local tensors are fed (as the broadcast value), not baked in; other arguments (numbers)
-    # are part of the graph and so of its signature.
-    signature = tuple(
-        ("g", a.shape, a.dtype, a.sbp) if isinstance(a, GlobalTensor)
-        else ("l", tuple(a.shape), a.dtype) if isinstance(a, _C.Tensor)
-        else ("v", type(a).__name__, repr(a))
-        for a in args
-    )
-    key = ("apply", key, placement, signature)
+                f"[{op}] all global tensors must be on one placement. However, got "
+                f"{placement!r} and {t.placement!r}; move one with to_global(placement=...).")
+    signature = tuple((t.shape, t.dtype, t.sbp) for t in leaves)
+    key = ("apply", name, placement, signature, repr(structure))
     compiled = _cache.get(key)
     if compiled is None:
         tracer = _Tracer("global_op", placement)
-        names = []
+        tracer.set_constants_allowed(False)
         with tracing(tracer.c, tracer):
-            lazy_args = []
-            for i, a in enumerate(args):
-                if isinstance(a, GlobalTensor):
-                    names.append(f"in{i}")
-                    lazy_args.append(
-                        tracer.input(f"in{i}", a.shape, a.dtype, placement._c, _strings(a.sbp))
-                    )
-                elif isinstance(a, _C.Tensor):
-                    names.append(f"in{i}")
-                    lazy_args.append(tracer.input(f"in{i}", tuple(a.shape), a.dtype, placement._c,
-                                                  ["B"] * len(placement.hierarchy)))
-                else:
-                    lazy_args.append(a)
-            out = fn(*lazy_args)
-        outs = list(out) if isinstance(out, (tuple, list)) else [out]
+            lazies = [tracer.input(f"in{i}", t.shape, t.dtype, placement._c, _strings(t.sbp))
+                      for i, t in enumerate(leaves)]
+            call_args, call_kwargs = _unflatten(structure, lazies)
+            out = fn(*call_args, **call_kwargs)
+        single = not isinstance(out, (tuple, list))
+        outs = [out] if single else list(out)
+        for o in outs:
+            if not (isinstance(o, _C.Tensor) and o.is_lazy):
+                raise TypeError(f"[{op}] on global tensors must give tensors. However, it gave "
+                                f"{type(o).__name__}.")
         fetches = [tracer.fetch(o) for o in outs]
         meta = [(placement, tuple(o.shape), o.dtype) for o in outs]
         compiled = _cache[key] = _Compiled(tracer, fetches, meta)
-        compiled.input_names = names
-        compiled.single = not isinstance(out, (tuple, list))
+        compiled.single = single
     rank = env.get_rank()
-    pieces = {}
-    tensors = [a for a in args if isinstance(a, (GlobalTensor, _C.Tensor))]
-    for name, a in zip(compiled.input_names, tensors):
-        local = a._local if isinstance(a, GlobalTensor) else a
-        if local is not None:
-            pieces[name] = {rank: local.detach() if local.requires_grad else local}
+    pieces = {f"in{i}": {rank: t._local} for i, t in enumerate(leaves) if t._local is not None}
     results = compiled.run(pieces)
     return results[0] if compiled.single else tuple(results)

@@ -9,6 +9,7 @@ import numpy as np
 from oneflowlike import _C
 from oneflowlike import sbp as _sbp
 from oneflowlike.framework import global_tensor as _gt
+from oneflowlike.nn.parameter import record_replacement
 from oneflowlike.placement import placement as _placement
 
 
@@ -71,6 +72,8 @@ def _module_to_global(self, placement, sbp, keep_split=False):
                     trainable = value.requires_grad
                     g = _gt.from_logical(value.detach().numpy(), placement, target)
                 g._ofl_trainable = trainable
+                if registry is sub._parameters:
+                    record_replacement(value, g)
                 registry[key] = g
     return self
 
@@ -93,23 +96,39 @@ def _with_placement(fn):
     return wrapper
 
 
+def _is_tensor(obj):
+    """Whether ``obj`` is a tensor, local or global (torch.is_tensor holds for DTensors too)."""
+    return isinstance(obj, (_C.Tensor, _gt.GlobalTensor))
+
+
+def _has_global(values):
+    for v in values:
+        if isinstance(v, _gt.GlobalTensor):
+            return True
+        if isinstance(v, (list, tuple)) and _has_global(v):
+            return True
+        if isinstance(v, dict) and _has_global(v.values()):
+            return True
+    return False
+
+
 def _global_aware(fn, name):
-    """``fn`` that also takes global tensors: on a TypeError (pybind11 refuses a global tensor
-    where a Tensor is expected) with a global tensor among the arguments, ``fn`` runs as a
-    compiled graph over them instead. Local calls pay nothing more than one Python call."""
+    """``fn`` that also takes global tensors (as arguments, or inside list arguments such as
+    cat's): with one among the arguments, ``fn`` runs as a compiled graph over them instead.
+    Local calls pay one scan of their arguments."""
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
-        try:
-            return fn(*args, **kwargs)
-        except TypeError:
-            if not any(isinstance(a, _gt.GlobalTensor) for a in args):
-                raise
-        key = ("function", name, repr(sorted(kwargs.items())))
-        return _gt.apply(lambda *xs: fn(*xs, **kwargs), *args, key=key)
+        if _has_global(args) or _has_global(kwargs.values()):
+            return _gt.apply(fn, args, kwargs, name=name)
+        return fn(*args, **kwargs)
 
     return wrapper
 
+
+# Tensor methods that take no tensor operand, or must not be redirected.
+_NOT_OPS = {"__repr__", "__str__", "__len__", "__array__", "__float__", "__int__", "__bool__",
+            "__hash__", "tolist", "is_lazy"}
 
 _CREATION = {"randn", "rand", "zeros", "ones", "full", "tensor", "arange", "manual_seed", "seed",
              "initial_seed", "from_numpy", "is_tensor", "normal", "as_tensor_like"}
@@ -124,10 +143,18 @@ def install(flow):
 
     Module.to_global = _module_to_global
     _gt.install_operators()
+    flow.is_tensor = _is_tensor
     for name in ("randn", "rand", "zeros", "ones", "full", "tensor", "arange"):
         setattr(flow, name, _with_placement(getattr(flow, name)))
     from oneflowlike import ops
     from oneflowlike.nn import functional
+
+    # A local tensor's methods and operators with a global operand (x * g, x.matmul(g)) run as
+    # the global op too: inside a trace that captures g, eagerly it refuses the local tensor.
+    for module in ops._modules:
+        for name, fn in getattr(module, "TENSOR_METHODS", {}).items():
+            if callable(fn) and not isinstance(fn, property) and name not in _NOT_OPS:
+                setattr(_C.Tensor, name, _global_aware(fn, name))
 
     for name in ops.__all__:
         if name not in _CREATION and callable(getattr(flow, name, None)):

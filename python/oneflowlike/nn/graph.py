@@ -23,6 +23,8 @@ Parameters are the graph's variables: ``graph.state_dict()`` reads their trained
 ``graph.sync_to_modules()`` copies them back into the modules.
 """
 
+import copy
+import inspect
 import os
 import sys
 import time
@@ -37,6 +39,15 @@ from oneflowlike.framework import job as _job
 from oneflowlike.placement import placement as _placement
 
 __all__ = ["Graph", "GraphConfig"]
+
+# Note [Training state in a graph's state dict]
+# Resuming must give exactly the uninterrupted curve, so graph.state_dict() holds, besides the
+# variables, what the optimizer and LR scheduler carry in Python: the step count (Adam's bias
+# correction and SGD's first step read it), the param groups' hyper-parameters (the lr a
+# schedule reached) and the scheduler's state. They are JSON values, which flow.save keeps in
+# the manifest.
+OPTIMIZER_STATE = "_graph.optimizer"  # {"step": int, "param_groups": [hyper-parameters]}
+LR_SCHEDULER_STATE = "_graph.lr_scheduler"  # the scheduler's state_dict()
 
 _PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -217,13 +228,79 @@ class Graph:
                 return value.placement, True
         return _placement("cpu", [env.get_rank()]), False
 
+    def _input_names(self, count):
+        """build()'s parameter names, for messages ("input 'x'")."""
+        try:
+            names = [p.name for p in inspect.signature(self.build).parameters.values()
+                     if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+        except (TypeError, ValueError):
+            names = []
+        return [f"input '{names[i]}'" if i < len(names) else f"input {i}" for i in range(count)]
+
+    def _check_one_kind(self, args, placement):
+        """Note [Local and global do not mix in a graph]: a graph whose inputs or parameters are
+        global runs one plan over all its ranks, where a local tensor would be taken as the
+        same value on every rank: local data would train without reducing gradients and
+        local weights could drift apart, silently. Every rank refuses it, naming the tensor
+        and the fix."""
+        names = self._input_names(len(args))
+        for name, a in zip(names, args):
+            if isinstance(a, _C.Tensor):
+                raise TypeError(
+                    f"[nn.Graph] {name} of {type(self).__name__} is a local tensor "
+                    f"{tuple(a.shape)}, but the graph is global (its tensors are placed on "
+                    f"{placement!r}): each rank would train on its own data without reducing "
+                    "gradients. Make it global, each rank giving its shard: "
+                    f"x.to_global(placement={placement!r}, sbp=flow.sbp.split(0)).")
+        for full, _, registry_name, _, value, _ in self._named_variables():
+            if not isinstance(value, _gt.GlobalTensor):
+                kind = "parameter" if registry_name == "_parameters" else "buffer"
+                raise TypeError(
+                    f"[nn.Graph] {kind} '{full}' {tuple(value.shape)} of {type(self).__name__} is "
+                    f"a local tensor, but the graph is global (placed on {placement!r}): each "
+                    "rank would start from and keep its own copy. Lay the module out first: "
+                    f"module.to_global({placement!r}, flow.sbp.broadcast).")
+
+    def _trained_parameters(self):
+        """ids of the modules' parameters the optimizer trains (Note [Replaced parameters]);
+        refuses an optimizer holding a parameter the graph's modules do not."""
+        if not self._optimizers:
+            return None
+        from oneflowlike.nn.parameter import replaced_values
+
+        holder = {}  # id of a parameter, or of a value it replaced -> the parameter
+        for *_, value, is_param in self._named_variables():
+            if is_param:
+                holder[id(value)] = value
+                for old in replaced_values(value):
+                    holder.setdefault(id(old), value)
+        trained, outside = set(), []
+        for g, group in enumerate(self._optimizers[0].param_groups):
+            for k, p in enumerate(group["params"]):
+                if id(p) in holder:  # alive (p is), so the id is p's
+                    trained.add(id(holder[id(p)]))
+                else:
+                    outside.append(f"param_groups[{g}]['params'][{k}] {tuple(p.shape)}")
+        if outside:
+            raise ValueError(
+                f"[nn.Graph] the optimizer of {type(self).__name__} holds parameters that are not "
+                f"in the graph's modules ({list(self._modules)}): {', '.join(outside[:8])}"
+                f"{' ...' if len(outside) > 8 else ''}. The graph trains only its modules' "
+                "parameters: build the optimizer over them (model.parameters() of a module set as "
+                "a graph attribute), or add the module that owns these to the graph.")
+        return trained
+
     def _compile(self, args):
         start = time.perf_counter()
         placement, is_global = self._default_placement(args)
+        if is_global:
+            self._check_one_kind(args, placement)
+        trained = self._trained = self._trained_parameters()
         self._is_global = is_global
         self._tracer_placement = placement
         tracer = _gt._Tracer(type(self).__name__, placement)
         tracer.set_location_provider(_user_location)
+        tracer.set_constants_allowed(not is_global)
         self._inputs = []  # (name, is_global)
         lazy_args = []
         m = self.config.gradient_accumulation_steps
@@ -260,10 +337,7 @@ class Graph:
                     vp, vsbp = value.placement, value.sbp
                 else:
                     vp, vsbp = placement, (_sbp.broadcast,) * len(placement.hierarchy)
-                if isinstance(value, _gt.GlobalTensor):
-                    trainable = trainable and getattr(value, "_ofl_trainable", True)
-                else:
-                    trainable = trainable and value.requires_grad
+                trainable = trainable and _trains(value, trained)
                 lazy = tracer.variable(full, tuple(value.shape), value.dtype, vp._c, _gt._strings(vsbp),
                                        trainable)
                 self._variables.append((full, value, owner, registry_name, key))
@@ -283,6 +357,13 @@ class Graph:
             for owner, registry_name, key, value in swapped:
                 getattr(owner, registry_name)[key] = value
         tracer.ranks |= set(tracer.c.ranks())  # placements reached only by to_global too
+        if not is_global and tracer.ranks != {env.get_rank()}:
+            raise ValueError(
+                f"[nn.Graph] {type(self).__name__}'s inputs and parameters are local, so it runs "
+                f"on this rank alone; build() moved a tensor to ranks {sorted(tracer.ranks)}. "
+                "Make the inputs and parameters global (to_global) to run over several ranks.")
+        self._traced_modes = [(name, m, m.training) for attr, module in self._modules.items()
+                              for name, m in module.named_modules(prefix=attr)]
         self._single = not isinstance(outputs, (tuple, list))
         outs = [outputs] if self._single else list(outputs)
         self._fetches = []
@@ -306,6 +387,7 @@ class Graph:
                 )
             kind, hyper = _optimizer_setup(self._optimizers[0])
             tracer.set_optimizer(kind, hyper)
+            self._compiled_optimizer = (kind, {k: v for k, v in hyper.items() if k != "lr"})
         tracer.set_gradient_accumulation_steps(self.config.gradient_accumulation_steps)
         tracer.set_zero_stage(self.config.zero_stage)
         tracer.set_gradient_bucket_bytes(self.config.gradient_bucket_bytes)
@@ -329,12 +411,13 @@ class Graph:
             self._runtime.initialize_variables()
             for name, value in tracer.constants().items():
                 self._runtime.write_variable(name, value)
+            _gt.write_captured(tracer, self._runtime, self._local_variables)
         self._compiled = True
         for full, value, *_ in self._variables:
             self._write_variable(full, value)
         if self._pending_state is not None:
             state, self._pending_state = self._pending_state, None
-            self.load_state_dict(state)
+            self._write_state(state)
         self.timings["trace_seconds"] = traced - start
         self.timings["first_call_setup_seconds"] = time.perf_counter() - start
 
@@ -423,6 +506,7 @@ class Graph:
                     f"[nn.Graph] input {i} must be like the one the graph was traced with: "
                     f"{_describe(traced)}. However, got {_describe(_signature(a))}."
                 )
+        self._check_unchanged_since_trace()
         rank = env.get_rank()
         step = self._step + 1
         if self._runtime is None:
@@ -457,6 +541,31 @@ class Graph:
             scheduler.step()
         return outputs[0] if self._single else tuple(outputs)
 
+    def _check_unchanged_since_trace(self):
+        """The plan holds what the trace saw: the modules' train/eval modes (dropout) and the
+        optimizer's hyper-parameters but lr. A change would be silently ignored: refuse it."""
+        for name, module, training in self._traced_modes:
+            if module.training != training:
+                mode = "train()" if training else "eval()"
+                raise RuntimeError(
+                    f"[nn.Graph] {type(self).__name__} was traced with '{name}' in {mode} mode, "
+                    f"and it is now in {'train()' if module.training else 'eval()'} mode: a "
+                    "compiled graph keeps the mode it was traced in. Build a separate graph for "
+                    "evaluation (one graph per mode, as in OneFlow), sharing the modules.")
+        if self._optimizers:
+            kind, hyper = _optimizer_setup(self._optimizers[0])
+            hyper.pop("lr")
+            compiled_kind, compiled = self._compiled_optimizer
+            changed = sorted(k for k in set(hyper) | set(compiled)
+                             if hyper.get(k) != compiled.get(k))
+            if changed:
+                raise ValueError(
+                    f"[nn.Graph] the optimizer's {', '.join(changed)} changed after "
+                    f"{type(self).__name__} compiled ({', '.join(f'{k}={compiled.get(k)}' for k in changed)}"
+                    f" -> {', '.join(f'{k}={hyper.get(k)}' for k in changed)}): the plan keeps the "
+                    "compiled values, and only lr is fed each step. Build a new graph to train "
+                    "with other hyper-parameters.")
+
     # --- state -----------------------------------------------------------------------------------
     def _state_entries(self):
         """(name, the module value whose layout it shares) of every parameter, buffer and, once
@@ -467,12 +576,11 @@ class Graph:
         else:
             variables = [(full, value, is_param)
                          for full, _, _, _, value, is_param in self._named_variables()]
+        trained = self._trained if self._compiled else self._trained_parameters()
         entries = []
         for full, value, is_param in variables:
             entries.append((full, value))
-            trainable = (getattr(value, "_ofl_trainable", True)
-                         if isinstance(value, _gt.GlobalTensor) else value.requires_grad)
-            if is_param and trainable:
+            if is_param and _trains(value, trained):
                 # A template before the first call: the state has its parameter's layout.
                 for suffix in self._optimizer_state_suffixes():
                     entries.append((full + suffix, value))
@@ -498,23 +606,75 @@ class Graph:
                 out[name] = _gt.GlobalTensor(local, value.shape, value.dtype, placement, sbp)
             else:
                 out[name] = local
+        out.update(self._training_state())
         return out
 
+    def _training_state(self):
+        """Note [Training state in a graph's state dict]."""
+        if not self._optimizers:
+            return {}
+        groups = [{k: v for k, v in group.items() if k != "params"}
+                  for group in self._optimizers[0].param_groups]
+        state = {OPTIMIZER_STATE: copy.deepcopy({"step": self._step, "param_groups": groups})}
+        if self._lr_schedulers:
+            state[LR_SCHEDULER_STATE] = copy.deepcopy(self._lr_schedulers[0].state_dict())
+        return state
+
+    def _load_training_state(self, state, strict):
+        """Restores the step count, the param groups' hyper-parameters and the scheduler's
+        state (Note [Training state in a graph's state dict])."""
+        for key, present in ((OPTIMIZER_STATE, bool(self._optimizers)),
+                             (LR_SCHEDULER_STATE, bool(self._lr_schedulers))):
+            if strict and key in state and not present:
+                what = "an optimizer" if key == OPTIMIZER_STATE else "an LR scheduler"
+                raise KeyError(f"[nn.Graph] load_state_dict got '{key}', but "
+                               f"{type(self).__name__} has no {what}.")
+            if strict and present and key not in state:
+                raise KeyError(
+                    f"[nn.Graph] load_state_dict needs '{key}' (from graph.state_dict()): "
+                    "without it training would resume with the step count or schedule of a new "
+                    "run. Pass strict=False to load the variables alone.")
+        saved = state.get(OPTIMIZER_STATE)
+        if saved is not None and self._optimizers:
+            groups = self._optimizers[0].param_groups
+            if len(saved["param_groups"]) != len(groups):
+                raise ValueError(f"[nn.Graph] the saved optimizer has {len(saved['param_groups'])} "
+                                 f"param groups. However, this one has {len(groups)}.")
+            for group, saved_group in zip(groups, saved["param_groups"]):
+                for key, value in saved_group.items():
+                    if isinstance(group.get(key), tuple) and isinstance(value, list):
+                        value = tuple(value)  # JSON has no tuples (betas)
+                    group[key] = value
+            self._step = int(saved["step"])
+        saved = state.get(LR_SCHEDULER_STATE)
+        if saved is not None and self._lr_schedulers:
+            self._lr_schedulers[0].load_state_dict(copy.deepcopy(saved))
+
     def load_state_dict(self, state, strict=True):
-        """Writes values (as state_dict gives them, in any layout) into the graph; before the
-        first call they are kept and written once it has compiled."""
-        if not self._compiled:
-            names = {name for name, _ in self._state_entries()}
+        """Writes values (as state_dict gives them, in any layout) into the graph, with the
+        optimizer's step count and hyper-parameters and the LR scheduler's state; before the
+        first call the tensors are kept and written once it has compiled. ``strict``: every
+        key must be known and present."""
+        state = dict(state)
+        training = {k: state.pop(k) for k in (OPTIMIZER_STATE, LR_SCHEDULER_STATE) if k in state}
+        names = [name for name, _ in self._state_entries()]
+        if not self._compiled:  # optimizer state is known by its suffixes before the first call
             unknown = sorted(k for k in state if k not in names and not any(
                 k.startswith(n + ".") for n in names))
-            if unknown and strict:
-                raise KeyError(f"[nn.Graph] load_state_dict got unexpected keys {unknown}.")
-            self._pending_state = dict(state)
+        else:
+            unknown = sorted(set(state) - set(names))
+        missing = [n for n in names if n not in state]
+        if strict and (unknown or missing):
+            raise KeyError(f"[nn.Graph] load_state_dict got unexpected keys {unknown} and lacks "
+                           f"keys {missing[:8]}{' ...' if len(missing) > 8 else ''}. Pass "
+                           "strict=False to load a part.")
+        self._load_training_state(training, strict)
+        if not self._compiled:
+            self._pending_state = state
             return
-        names = [name for name, _ in self._state_entries()]
-        unknown = sorted(set(state) - set(names))
-        if unknown and strict:
-            raise KeyError(f"[nn.Graph] load_state_dict got unexpected keys {unknown}.")
+        self._write_state(state)
+
+    def _write_state(self, state):
         for name, value in self._state_entries():
             if name not in state:
                 continue
@@ -538,13 +698,9 @@ class Graph:
 
     @property
     def step_count(self):
-        """How many steps the graph has run (the optimizer's step, for Adam's bias
-        correction); set it when resuming from a checkpoint."""
+        """How many steps the graph has run (the optimizer's step, for Adam's bias correction).
+        Read-only: load_state_dict restores it with the rest of a checkpoint."""
         return self._step
-
-    @step_count.setter
-    def step_count(self, value):
-        self._step = int(value)
 
     def chrome_trace(self):
         """The acts since the last call as Chrome trace JSON (config.enable_trace())."""
@@ -568,6 +724,17 @@ class Graph:
 
     def __repr__(self):
         return f"{type(self).__name__}(compiled={self._compiled}, modules={list(self._modules)})"
+
+
+def _trains(value, trained):
+    """Whether parameter ``value`` is trained: it requires grad and, when the graph has an
+    optimizer, the optimizer holds it (``trained``: their ids), as torch trains only the
+    optimizer's parameters."""
+    if isinstance(value, _gt.GlobalTensor):
+        requires_grad = getattr(value, "_ofl_trainable", True)
+    else:
+        requires_grad = value.requires_grad
+    return requires_grad and (trained is None or id(value) in trained)
 
 
 def _zeros_like(value):

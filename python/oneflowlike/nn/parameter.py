@@ -1,5 +1,7 @@
 """Parameter: a tensor that a Module registers as one of its trainable weights."""
 
+import weakref
+
 from oneflowlike import _C
 
 
@@ -22,3 +24,24 @@ class Parameter(_C.Tensor):
 
     def __repr__(self):
         return "Parameter containing:\n" + super().__repr__()
+
+
+# Note [Replaced parameters]
+# Laying a module out puts new global tensors in its parameter slots (Module.to_global,
+# nn.Graph.set_stage, `fc.weight = fc.weight.to_global(sbp=...)`), while an optimizer built
+# before still holds the old objects. Each new value remembers, by weak reference, every value
+# it replaced (transitively), so nn.Graph can tell that an optimizer's parameter is now held by
+# its modules in another layout and train exactly the optimizer's parameters. Weak references:
+# an old value (a whole logical tensor) is not kept alive by its successor.
+
+
+def record_replacement(old, new):
+    """Notes that ``new`` took ``old``'s place in a module's parameter slot."""
+    if old is None or new is None or old is new:
+        return
+    new._ofl_replaced = getattr(old, "_ofl_replaced", ()) + (weakref.ref(old),)
+
+
+def replaced_values(value):
+    """The values ``value`` replaced that are still alive (Note [Replaced parameters])."""
+    return [old for old in (ref() for ref in getattr(value, "_ofl_replaced", ())) if old is not None]

@@ -70,7 +70,10 @@ def as_tensor_like(value, like):
     if isinstance(value, _C.Tensor):
         return value
     if isinstance(value, (numbers.Number, np.number)):
-        return tensor(np.asarray(value, dtype=_numpy_dtype(like.dtype) or np.float32))
+        dtype = like.dtype if _numpy_dtype(like.dtype) is not None else _C.dtype.float32
+        if float(value) == value:  # exact as a double: a fill op, which traces (no constant)
+            return _C.fill((), dtype, float(value))
+        return tensor(np.asarray(value, dtype=_numpy_dtype(dtype)))
     return tensor(value)
 
 

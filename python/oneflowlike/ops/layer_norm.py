@@ -2,10 +2,7 @@
 
 import numbers
 
-import numpy as np
-
 from oneflowlike import _C
-from oneflowlike.ops.core import tensor
 
 __all__ = []
 
@@ -23,10 +20,11 @@ def layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-5):
             "[layer_norm] normalized_shape must be a non-empty match of the trailing dims of "
             f"input. However, got normalized_shape {normalized_shape} and input {shape}."
         )
+    # Fill ops, not tensors from data: inside a trace they are part of the graph, not constants.
     if weight is None:
-        weight = tensor(np.ones(normalized_shape), dtype=input.dtype)
+        weight = _C.fill(normalized_shape, input.dtype, 1.0)
     if bias is None:
-        bias = tensor(np.zeros(normalized_shape), dtype=input.dtype)
+        bias = _C.fill(normalized_shape, input.dtype, 0.0)
     return _C.layer_norm(input, weight, bias, len(shape) - n, float(eps))[0]
 
 

@@ -1,8 +1,8 @@
 """Run by test_distributed_frontend.py on 2 processes: regressions from a review.
 
 - a pipeline stage without parameters, reached only by to_global in build(), still runs;
-- eager ops on a global tensor and different local tensors of one shape do not reuse a
-  baked-in value;
+- eager ops on a global tensor and different global operands of one shape do not reuse a
+  baked-in value, and a local operand is refused;
 - a checkpoint loaded onto a partial-sum layout keeps the value (not doubled)."""
 
 import os
@@ -39,8 +39,14 @@ if rank == 1:
 g = flow.tensor(np.ones((1000,), np.float32), placement=both, sbp=flow.sbp.split(0))
 a = np.zeros(1000, np.float32)
 b = np.full(1000, 5.0, np.float32)
-np.testing.assert_array_equal((g * flow.tensor(a)).numpy(), a)
-np.testing.assert_array_equal((g * flow.tensor(b)).numpy(), b)
+B = flow.sbp.broadcast
+np.testing.assert_array_equal((g * flow.tensor(a, placement=both, sbp=B)).numpy(), a)
+np.testing.assert_array_equal((g * flow.tensor(b, placement=both, sbp=B)).numpy(), b)
+try:  # a local operand would be taken as the same on every rank: refused on every rank
+    g * flow.tensor(a if rank == 0 else b)
+    raise AssertionError("a local operand of a global op was accepted")
+except TypeError as e:
+    assert "local tensor" in str(e) and "to_global" in str(e), e
 
 path = os.environ["OFL_TEST_CHECKPOINT"]
 flow.save({"x": flow.tensor(np.asarray([7.0], np.float32), placement=both, sbp=flow.sbp.broadcast)},

@@ -13,7 +13,7 @@ import numpy as np
 
 from oneflowlike import _C
 from oneflowlike.autograd import no_grad
-from oneflowlike.nn.parameter import Parameter
+from oneflowlike.nn.parameter import Parameter, record_replacement
 
 
 class _IncompatibleKeys(
@@ -160,6 +160,7 @@ class Module:
                     value._ofl_trainable = old.requires_grad
                 elif old is not None:
                     value._ofl_trainable = getattr(old, "_ofl_trainable", True)
+                record_replacement(old, value)
                 params[name] = value
                 return
             if value is not None:

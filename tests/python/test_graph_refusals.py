@@ -1,0 +1,143 @@
+"""Misuses of nn.Graph that would train the wrong thing silently are refused (issue 14, items 1
+and 3, and the audit of local and global tensors mixing), in one process; on two processes,
+every rank refuses (dist/refusal_worker.py)."""
+
+import numpy as np
+import pytest
+
+import oneflowlike as flow
+import oneflowlike.nn as nn
+from launching import launch
+
+
+def _placement():
+    return flow.placement("cpu", ranks=[0])
+
+
+class _Train(nn.Graph):
+    def __init__(self, model, opt):
+        super().__init__()
+        self.model = model
+        self.add_optimizer(opt)
+
+    def build(self, x, y):
+        loss = nn.functional.cross_entropy(self.model(x), y)
+        loss.backward()
+        return loss
+
+
+def _mlp():
+    flow.manual_seed(0)
+    return nn.Sequential(nn.Linear(4, 8), nn.GELU(), nn.Linear(8, 3))
+
+
+def _data(placement=None):
+    rng = np.random.default_rng(0)
+    x, y = rng.standard_normal((4, 4)).astype(np.float32), np.array([0, 1, 2, 0])
+    if placement is None:
+        return flow.tensor(x), flow.tensor(y)
+    S0 = flow.sbp.split(0)
+    return (flow.tensor(x, placement=placement, sbp=S0),
+            flow.tensor(y, placement=placement, sbp=S0))
+
+
+def test_local_inputs_to_a_global_graph_are_refused_naming_the_input_and_the_fix():
+    model = _mlp()
+    model.to_global(_placement(), flow.sbp.broadcast)
+    graph = _Train(model, flow.optim.AdamW(model.parameters(), lr=0.01))
+    x, y = _data()
+    with pytest.raises(TypeError, match=r"input 'x' of _Train is a local tensor \(4, 4\), but the "
+                                        r"graph is global .*to_global\(placement=.*"
+                                        r"sbp=flow.sbp.split\(0\)\)"):
+        graph(x, y)
+
+
+def test_a_local_parameter_in_a_global_graph_is_refused_naming_it():
+    model = _mlp()
+    model[0].to_global(_placement(), flow.sbp.broadcast)  # model[2] stays local
+    graph = _Train(model, flow.optim.AdamW(model.parameters(), lr=0.01))
+    with pytest.raises(TypeError, match=r"parameter 'model.2.weight' \(3, 8\) of _Train is a "
+                                        r"local tensor.*module.to_global"):
+        graph(*_data(_placement()))
+
+
+def test_a_local_tensor_captured_by_a_global_build_is_refused_and_a_global_one_works():
+    model = _mlp()
+    model.to_global(_placement(), flow.sbp.broadcast)
+    scale = flow.full((4, 3), 2.0)
+
+    class Scaled(nn.Graph):
+        def __init__(self):
+            super().__init__()
+            self.model = model
+
+        def build(self, x):
+            return self.model(x) * scale
+
+    with pytest.raises(TypeError, match=r"\[mul\] got a local tensor .* in a graph over global "
+                                        r"tensors.*sbp=flow.sbp.broadcast.*test_graph_refusals.py"):
+        Scaled()(_data(_placement())[0])
+    plain = _Linear(model)(_data(_placement())[0]).numpy()
+    scale = scale.to_global(placement=_placement(), sbp=flow.sbp.broadcast)
+    np.testing.assert_allclose(Scaled()(_data(_placement())[0]).numpy(), 2 * plain, rtol=1e-6)
+
+
+class _Linear(nn.Graph):
+    def __init__(self, model):
+        super().__init__()
+        self.model = model
+
+    def build(self, x):
+        return self.model(x)
+
+
+def test_an_optimizer_over_parameters_outside_the_graph_is_refused_naming_them():
+    model, other = _mlp(), nn.Linear(2, 2)
+    opt = flow.optim.SGD(list(model.parameters()) + list(other.parameters()), lr=0.1)
+    with pytest.raises(ValueError, match=r"holds parameters that are not in the graph's modules "
+                                         r"\(\['model'\]\): param_groups\[0\]\['params'\]\[4\] "
+                                         r"\(2, 2\), param_groups\[0\]\['params'\]\[5\] \(2,\)"):
+        _Train(model, opt)(*_data())
+
+
+def test_only_the_optimizers_parameters_train_as_in_torch():
+    model = _mlp()
+    before = {k: v.numpy().copy() for k, v in model.state_dict().items()}
+    graph = _Train(model, flow.optim.SGD(model[2].parameters(), lr=0.5))
+    graph(*_data())
+    after = graph.state_dict()
+    np.testing.assert_array_equal(after["model.0.weight"].numpy(), before["0.weight"])
+    assert not np.array_equal(after["model.2.weight"].numpy(), before["2.weight"])
+    assert "model.0.weight.momentum" not in after and "model.2.weight.momentum" in after
+
+
+def test_an_optimizer_built_before_the_layout_trains_the_laid_out_parameters():
+    model = _mlp()
+    opt = flow.optim.AdamW(model.parameters(), lr=0.05)  # holds the local tensors
+    model.to_global(_placement(), flow.sbp.broadcast)
+    model[0].weight = model[0].weight.to_global(sbp=flow.sbp.split(0))  # replaced twice
+    graph = _Train(model, opt)
+    first = float(graph(*_data(_placement())).numpy())
+    second = float(graph(*_data(_placement())).numpy())
+    assert second < first
+    assert "model.0.weight.exp_avg" in graph.state_dict()
+
+
+def test_a_graph_traced_in_train_mode_refuses_to_run_in_eval_mode():
+    model = nn.Sequential(nn.Linear(4, 4), nn.Dropout(0.5))
+    graph = _Linear(model)
+    x = flow.randn(2, 4)
+    graph(x)
+    model.eval()
+    with pytest.raises(RuntimeError, match=r"traced with 'model' in train\(\) mode, and it is now "
+                                           r"in eval\(\) mode.*Build a separate graph"):
+        graph(x)
+    evaluation = _Linear(model)  # a graph traced in eval mode: dropout off
+    np.testing.assert_allclose(evaluation(x).numpy(), model(x).detach().numpy(), rtol=1e-6)
+    model.train()
+    graph(x)
+
+
+def test_every_rank_refuses_mixing_local_and_global_on_two_processes():
+    out = launch(2, "refusal_worker.py")
+    assert out.count("refusals OK") == 2, out
