@@ -26,6 +26,13 @@ fi
 if [[ ! -x .venv/bin/python ]]; then
   /usr/bin/python3 -m venv --system-site-packages .venv
 fi
+# PyTorch, so that the comparisons against it run instead of skipping (PyPI's wheel; about a
+# minute on a fresh machine, nothing when it is there).
+TORCH_VERSION=2.15.0
+if ! .venv/bin/python -c "import torch" >/dev/null 2>&1; then
+  echo "[setup] installing torch==$TORCH_VERSION into .venv"
+  .venv/bin/python -m pip install -q --disable-pip-version-check "torch==$TORCH_VERSION"
+fi
 SITE=$(.venv/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
 echo "$ROOT/python" > "$SITE/oneflowlike.pth"
 
