@@ -157,6 +157,10 @@ void Actor::on_message(const ActorMessage& message, ActorHost& host) {
       }
       break;
     }
+    case ActorMessage::Kind::kDepartureProgress:
+    case ActorMessage::Kind::kDeparture:  // TransportSessions takes these (Note [Departures])
+      OFL_ASSERT(false) << name_ << " got a message meant for the process: " << message.to_string();
+      break;
   }
 }
 

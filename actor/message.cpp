@@ -27,6 +27,10 @@ const char* message_kind_name(ActorMessage::Kind kind) {
       return "register_ack";
     case ActorMessage::Kind::kEndOfStream:
       return "end_of_stream";
+    case ActorMessage::Kind::kDepartureProgress:
+      return "departure_progress";
+    case ActorMessage::Kind::kDeparture:
+      return "departure";
   }
   return "unknown";
 }
@@ -62,6 +66,18 @@ ActorMessage ActorMessage::register_ack(Endpoint src, Endpoint dst, int64_t regi
 
 ActorMessage ActorMessage::end_of_stream(Endpoint src, Endpoint dst, int64_t register_id) {
   return make(Kind::kEndOfStream, src, dst, register_id, /*slot=*/0);
+}
+
+ActorMessage ActorMessage::departure_progress(int64_t src_rank, int64_t dst_rank, uint32_t session,
+                                              int64_t iterations) {
+  ActorMessage m = make(Kind::kDepartureProgress, {0, src_rank}, {0, dst_rank}, 0, 0);
+  m.session = session;
+  m.piece = iterations;
+  return m;
+}
+
+ActorMessage ActorMessage::departure(int64_t src_rank, int64_t dst_rank) {
+  return make(Kind::kDeparture, {0, src_rank}, {0, dst_rank}, 0, 0);
 }
 
 comm::MessageBytes to_bytes(const ActorMessage& message) {

@@ -22,7 +22,15 @@
 namespace ofl::actor {
 
 struct ActorMessage {
-  enum class Kind : int16_t { kRegisterReady = 0, kRegisterAck = 1, kEndOfStream = 2 };
+  // kDepartureProgress and kDeparture go between processes, not actors: Note [Departures] in
+  // actor/session_transport.h.
+  enum class Kind : int16_t {
+    kRegisterReady = 0,
+    kRegisterAck = 1,
+    kEndOfStream = 2,
+    kDepartureProgress = 3,
+    kDeparture = 4,
+  };
 
   Kind kind = Kind::kRegisterReady;
   int16_t slot = 0;         // which slot of the register (PlanIndex bounds register_num)
@@ -45,6 +53,12 @@ struct ActorMessage {
                                      int64_t piece);
   static ActorMessage register_ack(Endpoint src, Endpoint dst, int64_t register_id, int32_t slot);
   static ActorMessage end_of_stream(Endpoint src, Endpoint dst, int64_t register_id);
+  /// Note [Departures]: `src_rank`'s program has ended after `iterations` iterations of the
+  /// runtime of `session` (kDepartureProgress, one per session), and it ran no other
+  /// (kDeparture, after them).
+  static ActorMessage departure_progress(int64_t src_rank, int64_t dst_rank, uint32_t session,
+                                         int64_t iterations);
+  static ActorMessage departure(int64_t src_rank, int64_t dst_rank);
 
   /// "register_ready{slot=0 src_actor=3 dst_actor=4 ...}": every field, from one list.
   std::string to_string() const;

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <fstream>
 #include <functional>
+#include <optional>
 #include <set>
 
 #include "actor/actor_kinds.h"
@@ -53,7 +54,9 @@ std::string json_escape(const std::string& s) {
 }  // namespace
 
 Runtime::Runtime(const proto::PlanProto& plan, RuntimeOptions options)
-    : index_(plan, PlanIndexOptions{options.check_acyclic}), options_(std::move(options)) {
+    : index_(plan, PlanIndexOptions{options.check_acyclic}),
+      options_(std::move(options)),
+      job_name_(plan.job_name()) {
   OFL_CHECK(options_.watchdog_seconds > 0, kTag, "watchdog_seconds must be positive. However, got ",
             options_.watchdog_seconds, ".");
   OFL_CHECK(options_.spin_microseconds >= 0, kTag,
@@ -108,6 +111,19 @@ Runtime::Runtime(const proto::PlanProto& plan, RuntimeOptions options)
   trace_origin_ns_ = now_ns();
   transport_->set_fault_handler(
       [this](int64_t rank, const std::string& why) { on_rank_failure(rank, why); });
+  for (int t = 0; t < index_.num_tasks(); ++t) {
+    const proto::TaskProto& task = index_.task(t).proto;
+    if (actor_of_task_[t] != nullptr &&
+        (task.kind() == proto::TaskProto::SEND || task.kind() == proto::TaskProto::RECV)) {
+      peers_.insert(task.peer());
+    }
+  }
+  for (int64_t r : index_.ranks()) {
+    if (!std::binary_search(ranks_.begin(), ranks_.end(), r)) peers_.insert(r);
+  }
+  for (int64_t r : ranks_) peers_.erase(r);
+  transport_->set_departure_handler(
+      [this](int64_t rank, int64_t iterations) { on_rank_departure(rank, iterations); });
   std::vector<int64_t> served;
   try {
     for (int64_t rank : ranks_) {
@@ -122,6 +138,7 @@ Runtime::Runtime(const proto::PlanProto& plan, RuntimeOptions options)
     for (auto& thread : threads_) thread->stop();
     for (int64_t rank : served) transport_->stop_serving_rank(rank);
     transport_->set_fault_handler(nullptr);
+    transport_->set_departure_handler(nullptr);
     throw;
   }
 }
@@ -527,6 +544,29 @@ void Runtime::on_rank_failure(int64_t rank, const std::string& why) {
   done_cv_.notify_all();
 }
 
+void Runtime::on_rank_departure(int64_t rank, int64_t iterations) {
+  if (peers_.count(rank) == 0) return;  // this runtime never needs it
+  std::lock_guard<std::mutex> lock(done_mu_);
+  departed_[rank] = iterations;
+  if (running_ && iteration_ >= iterations && failure_.empty()) {
+    failure_ = departure_failure(rank, iterations);
+    failure_code_ = ErrorCode::kUnavailable;
+    failed_by_departure_ = true;
+  }
+  done_cv_.notify_all();
+}
+
+std::string Runtime::departure_failure(int64_t rank, int64_t iterations) const {
+  std::string hosted;
+  for (int64_t r : ranks_) hosted += str_cat(hosted.empty() ? "" : ", ", r);
+  return str_cat(kTag, "rank ", rank, " ended its program after ", iterations, " iteration",
+                 iterations == 1 ? "" : "s", " of '", job_name_, "', while rank",
+                 ranks_.size() == 1 ? " " : "s ", hosted, " needs it in iteration ", iteration_ + 1,
+                 ": every rank must run each graph (and each op on global tensors) the same "
+                 "number of times. Rank ",
+                 rank, " left early (a loop with fewer steps, or an exception it caught?).");
+}
+
 std::map<std::string, Tensor> Runtime::local_pieces() const {
   std::map<std::string, Tensor> pieces;
   for (int t = 0; t < index_.num_tasks(); ++t) {
@@ -613,6 +653,25 @@ std::vector<std::pair<int, Tensor>> Runtime::run_iteration(
       }
     }
   }
+  {
+    std::lock_guard<std::mutex> lock(done_mu_);
+    for (const auto& [rank, ran] : departed_) {
+      if (iteration_ >= ran) throw_error(ErrorCode::kUnavailable, departure_failure(rank, ran));
+    }
+    running_ = true;
+  }
+  // Not running once this returns or throws (Note [Departures] reads iteration_ only then).
+  struct NotRunning {
+    explicit NotRunning(Runtime* r) : runtime(r) {}
+    NotRunning(const NotRunning&) = delete;
+    ~NotRunning() {
+      std::lock_guard<std::mutex> lock(runtime->done_mu_);
+      runtime->running_ = false;
+    }
+    Runtime* runtime;
+  };
+  std::optional<NotRunning> running;
+  running.emplace(this);
   inputs_ = inputs != nullptr ? inputs : &kNoInputs;
   input_pieces_ = pieces;
   for (Actor* tick : ticks_) {
@@ -620,6 +679,7 @@ std::vector<std::pair<int, Tensor>> Runtime::run_iteration(
                                          kRunRegisterBase + tick->rank(), /*slot=*/0, iteration_));
   }
   wait_for_iteration();
+  running.reset();
   inputs_ = nullptr;
   input_pieces_ = nullptr;
   std::vector<std::pair<int, Tensor>> fetched;
@@ -717,9 +777,15 @@ void Runtime::wait_for_iteration() {
     }
   }
   if (!failure_.empty()) {
-    const std::string failure = failure_;
+    std::string failure = failure_;
     const ErrorCode code = failure_code_;
+    const bool departure = failed_by_departure_;
     lock.unlock();
+    // The rank that left comes first; what each actor waits for after, for those who want it.
+    if (departure) {
+      const std::string report = stall_report();
+      failure += "\n" + report.substr(report.find_first_not_of(' '));
+    }
     stop_threads();
     throw_error(code, failure);
   }
@@ -890,6 +956,7 @@ bool Runtime::shutdown() {
   for (const auto& actor : actors_) retired = retired && actor->retired();
   for (int64_t rank : ranks_) transport_->stop_serving_rank(rank);
   transport_->set_fault_handler(nullptr);
+  transport_->set_departure_handler(nullptr);
   broken_ = true;  // nothing runs after this
   all_retired_ = retired;
   return retired;

@@ -31,6 +31,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -151,6 +152,10 @@ class Runtime final : public PlanRunner, private ActorHost {
   void on_failure(const Actor* actor, std::exception_ptr error);
   void stop_threads();
   void on_rank_failure(int64_t rank, const std::string& why);
+  // Note [Departures] in actor/session_transport.h.
+  void on_rank_departure(int64_t rank, int64_t iterations);
+  // Why rank `rank`, gone after `iterations` iterations, stops this one. Under done_mu_.
+  std::string departure_failure(int64_t rank, int64_t iterations) const;
   void check_virtual_ids() const;
   void wait_for_iteration();
   [[noreturn]] void throw_stall();
@@ -178,13 +183,18 @@ class Runtime final : public PlanRunner, private ActorHost {
   std::array<std::atomic<int64_t>, kIterationSlots> acts_done_{};
   std::mutex done_mu_;
   std::condition_variable done_cv_;
-  bool done_ = false;                              // GUARDED_BY(done_mu_)
-  std::string failure_;                            // GUARDED_BY(done_mu_)
+  bool done_ = false;                    // GUARDED_BY(done_mu_)
+  bool running_ = false;                 // an iteration is under way; GUARDED_BY(done_mu_)
+  std::map<int64_t, int64_t> departed_;  // rank -> iterations it ran; GUARDED_BY(done_mu_)
+  bool failed_by_departure_ = false;     // GUARDED_BY(done_mu_)
+  std::string failure_;                  // GUARDED_BY(done_mu_)
   ErrorCode failure_code_ = ErrorCode::kInternal;  // GUARDED_BY(done_mu_)
   bool broken_ = false;                            // a run failed: the actors' state is unusable
   bool shut_down_ = false;
   bool all_retired_ = false;  // what shutdown() found
   std::vector<std::string> message_log_;
+  std::string job_name_;
+  std::set<int64_t> peers_;  // ranks this runtime's hosted ranks exchange data with
   int64_t trace_origin_ns_ = 0;
 };
 

@@ -58,6 +58,9 @@ class SessionTransport final : public comm::Transport {
   void set_fault_handler(FaultHandler handler) override {
     sessions_->set_fault_handler(session_, std::move(handler));
   }
+  void set_departure_handler(DepartureHandler handler) override {
+    sessions_->set_departure_handler(session_, std::move(handler));
+  }
 
  private:
   std::shared_ptr<TransportSessions> sessions_;
@@ -133,11 +136,61 @@ void TransportSessions::set_fault_handler(uint32_t session, comm::Transport::Fau
   }
 }
 
+void TransportSessions::set_departure_handler(uint32_t session,
+                                              comm::Transport::DepartureHandler handler) {
+  std::lock_guard<std::recursive_mutex> lock(mu_);
+  if (!handler) {
+    departure_handlers_.erase(session);
+    return;
+  }
+  departure_handlers_[session] = handler;
+  for (int64_t rank : departed_) {  // departures that came first
+    const auto& progress = departure_progress_[rank];
+    auto it = progress.find(session);
+    handler(rank, it == progress.end() ? 0 : it->second);
+  }
+}
+
+void TransportSessions::announce_departure(const std::map<uint32_t, int64_t>& iterations,
+                                           const std::vector<int64_t>& ranks) {
+  std::set<int64_t> hosted;
+  {
+    std::lock_guard<std::recursive_mutex> lock(mu_);
+    hosted = base_ranks_;
+  }
+  OFL_CHECK(!hosted.empty(), kTag, "announce_departure needs a rank served here.");
+  const int64_t from = *hosted.begin();
+  for (int64_t rank : ranks) {
+    if (hosted.count(rank)) continue;
+    for (const auto& [session, count] : iterations) {
+      base_->send(rank, to_bytes(ActorMessage::departure_progress(from, rank, session, count)));
+    }
+    base_->send(rank, to_bytes(ActorMessage::departure(from, rank)));
+  }
+}
+
+void TransportSessions::on_departure(const comm::MessageBytes& bytes) {
+  const ActorMessage message = from_bytes(bytes);
+  const int64_t rank = message.src_rank;
+  if (message.kind == ActorMessage::Kind::kDepartureProgress) {
+    departure_progress_[rank][message.session] = message.piece;
+    return;
+  }
+  if (!departed_.insert(rank).second) return;
+  VLOG(1) << kTag << "rank " << rank << " has departed";
+  const auto& progress = departure_progress_[rank];
+  for (const auto& [session, handler] : departure_handlers_) {
+    auto it = progress.find(session);
+    handler(rank, it == progress.end() ? 0 : it->second);
+  }
+}
+
 void TransportSessions::close(uint32_t session) {
   std::lock_guard<std::recursive_mutex> lock(mu_);
   open_.erase(session);
   closed_.insert(session);
   fault_handlers_.erase(session);
+  departure_handlers_.erase(session);
   for (auto it = handlers_.begin(); it != handlers_.end();) {
     it = it->first.second == session ? handlers_.erase(it) : std::next(it);
   }
@@ -152,8 +205,14 @@ void TransportSessions::close(uint32_t session) {
 }
 
 void TransportSessions::dispatch(int64_t rank, const comm::MessageBytes& message) {
-  const uint32_t session = from_bytes(message).session;
+  const ActorMessage decoded = from_bytes(message);
+  const uint32_t session = decoded.session;
   std::lock_guard<std::recursive_mutex> lock(mu_);
+  if (decoded.kind == ActorMessage::Kind::kDepartureProgress ||
+      decoded.kind == ActorMessage::Kind::kDeparture) {
+    on_departure(message);
+    return;
+  }
   auto it = handlers_.find({rank, session});
   if (it != handlers_.end()) {
     it->second(message);

@@ -14,6 +14,14 @@
 // compiled job and how many runtimes of that job it created before. Ids are never reused in a
 // process: a message for a closed session (a late ack) is dropped, one for a session not yet
 // open is kept until it opens (another process may load the same plan sooner).
+//
+// Note [Departures]: a process whose program has ended (Python's exit, before the job's final
+// barrier) tells every other rank how far it got: for each of its sessions, the iterations its
+// runtime ran (kDepartureProgress), then kDeparture. A session's runtime on another process
+// that is in, or later starts, an iteration the departed rank never ran can never finish it:
+// it ends at once naming the rank and where it stopped (Runtime::on_rank_departure), instead
+// of waiting for its watchdog. Sessions the departed rank never opened count as 0 iterations.
+// A departure that comes before a session's runtime asks is handed to it when it does.
 
 #include <cstdint>
 #include <map>
@@ -40,6 +48,10 @@ class TransportSessions : public std::enable_shared_from_this<TransportSessions>
   std::shared_ptr<comm::Transport> open(uint32_t session);
 
   comm::Transport& base() { return *base_; }
+  /// Note [Departures]: tells every rank of `ranks` not hosted here that this process's program
+  /// has ended after `iterations` iterations of each session (sessions not listed: none).
+  void announce_departure(const std::map<uint32_t, int64_t>& iterations,
+                          const std::vector<int64_t>& ranks);
   /// Sessions whose messages arrived before they opened, and messages dropped as late: for
   /// tests and diagnostics.
   size_t dropped_messages() const;
@@ -49,6 +61,9 @@ class TransportSessions : public std::enable_shared_from_this<TransportSessions>
   void serve(uint32_t session, int64_t rank, comm::MessageHandler handler);
   void stop_serving(uint32_t session, int64_t rank);
   void set_fault_handler(uint32_t session, comm::Transport::FaultHandler handler);
+  void set_departure_handler(uint32_t session, comm::Transport::DepartureHandler handler);
+  // A departure message from another process (Note [Departures]); called under mu_.
+  void on_departure(const comm::MessageBytes& message);
   void close(uint32_t session);
   void dispatch(int64_t rank, const comm::MessageBytes& message);
 
@@ -60,6 +75,10 @@ class TransportSessions : public std::enable_shared_from_this<TransportSessions>
   std::set<uint32_t> open_;
   std::set<uint32_t> closed_;
   std::map<uint32_t, comm::Transport::FaultHandler> fault_handlers_;
+  std::map<uint32_t, comm::Transport::DepartureHandler> departure_handlers_;
+  // By departed rank: the iterations it ran of each session (Note [Departures]).
+  std::map<int64_t, std::map<uint32_t, int64_t>> departure_progress_;
+  std::set<int64_t> departed_;
   size_t dropped_ = 0;
 };
 

@@ -79,6 +79,13 @@ class Transport {
   /// Transports whose peers cannot fail (in-process) never call it.
   using FaultHandler = std::function<void(int64_t rank, const std::string& why)>;
   virtual void set_fault_handler(FaultHandler handler) { (void)handler; }
+
+  /// Called (on a transport thread) when rank `rank`'s program has ended after running
+  /// `iterations` iterations of the receiving runtime (Note [Departures] in
+  /// actor/session_transport.h): a runtime still needing it from a later iteration ends at
+  /// once, naming it. Transports without sessions never call it.
+  using DepartureHandler = std::function<void(int64_t rank, int64_t iterations)>;
+  virtual void set_departure_handler(DepartureHandler handler) { (void)handler; }
 };
 
 }  // namespace ofl::comm

@@ -351,6 +351,10 @@ void init_graph(py::module_& m) {
            }),
            py::arg("transport"), py::arg("ranks"))
       .def("open", &actor::TransportSessions::open, py::arg("session"))
+      .def("announce_departure", &actor::TransportSessions::announce_departure,
+           py::arg("iterations"), py::arg("ranks"), py::call_guard<py::gil_scoped_release>(),
+           "Tells `ranks` that this process's program has ended after `iterations` (session -> "
+           "count) iterations of each runtime (Note [Departures]).")
       .def("dropped_messages", &actor::TransportSessions::dropped_messages);
 
   py::class_<actor::Runtime>(m, "Runtime", "Runs a plan on the actor runtime.")

@@ -45,6 +45,7 @@ class Job:
         ``trace``, it records every act (chrome_trace())."""
         self.connect()
         transport = None
+        session = None
         if self._sessions is not None:
             crc = zlib.crc32(plan.job_bytes())
             count = self._session_counts.get(crc, 0)
@@ -53,14 +54,18 @@ class Job:
             transport = self._sessions.open(session)
         spin = float(os.environ.get("OFL_SPIN_US", -1))  # how long idle actor threads spin
         holder = RuntimeHolder(_C.Runtime(plan, [self.rank], transport, trace=trace,
-                                          spin_microseconds=spin))
+                                          spin_microseconds=spin), session)
         self._runtimes.append(holder)
         return holder
 
     def shutdown(self):
-        """Ends every runtime, then leaves the job. All processes meet first, so none ends a
-        runtime it shares with a process still using it."""
+        """Ends every runtime, then leaves the job. This process first tells the others how far
+        it got (Note [Departures]: one still waiting for it ends at once, naming it), then all
+        processes meet, so none ends a runtime it shares with a process still using it."""
         if self._transport is not None and not self._left:
+            progress = {h.session: h.runtime.iterations for h in self._runtimes
+                        if h.session is not None and h.runtime is not None}
+            self._sessions.announce_departure(progress, list(range(self.world_size)))
             self._transport.barrier()
         for holder in self._runtimes:
             holder.shutdown()
@@ -73,8 +78,9 @@ class Job:
 class RuntimeHolder:
     """Owns a runtime so that the job can end it before the transport goes."""
 
-    def __init__(self, runtime):
+    def __init__(self, runtime, session=None):
         self.runtime = runtime
+        self.session = session  # the transport session (None in a one-process job)
 
     def shutdown(self):
         if self.runtime is not None:

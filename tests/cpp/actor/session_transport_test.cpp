@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <thread>
 
 #include "actor/message.h"
@@ -135,6 +136,85 @@ TEST(TransportSessions, RuntimesOfTwoJobsShareOneTransport) {
     EXPECT_EQ(b_results[r], (std::vector<double>{2, 4, 6, 8, 10, 1, 2, 4, 6, 8, 10, 1}))
         << "rank " << r;
   }
+}
+
+Runtime::Pieces pieces_of_x(int64_t rank) {
+  const double base = rank == 0 ? 1 : 5;
+  return {
+      {"x",
+       {{rank, make_tensor({base, base + 1, base + 2, base + 3}, Shape{4}, DataType::kFloat32)}}}};
+}
+
+// Note [Departures]: rank 1's program ends after one iteration of job a. Rank 0's next
+// iteration of a cannot finish: it is refused at once, naming rank 1 and where it stopped; a
+// runtime of a job rank 1 never ran (b) counts it as 0 iterations, even when it opens after the
+// departure; the watchdog (30 s here) is never what ends them.
+TEST(TransportSessions, ARunNeedingARankThatDepartedBeforeItStartsIsRefusedAtOnce) {
+  TwoProcesses p;
+  RuntimeOptions options;
+  options.watchdog_seconds = 30;
+  options.ranks = {1};
+  options.transport = p.rank1->open(1);
+  auto a1 = std::make_unique<Runtime>(job_a(1), options);
+  options.transport = p.rank1->open(2);
+  auto b1 = std::make_unique<Runtime>(job_b(1), options);  // loaded, never run
+  std::thread one([&] {
+    a1->run_local(pieces_of_x(1));
+    p.rank1->announce_departure({{1, a1->iterations()}}, {0, 1});
+  });
+  options.ranks = {0};
+  options.transport = p.rank0->open(1);
+  auto a0 = std::make_unique<Runtime>(job_a(0), options);
+  EXPECT_EQ(values_of(a0->run_local(pieces_of_x(0)).begin()->second.at(0))[0], 36);
+  one.join();
+  const auto start = std::chrono::steady_clock::now();
+  expect_error([&] { a0->run_local(pieces_of_x(0)); }, ErrorCode::kUnavailable,
+               "rank 1 ended its program after 1 iteration of 'a', while rank 0 needs it in "
+               "iteration 2");
+  options.transport = p.rank0->open(2);
+  auto b0 = std::make_unique<Runtime>(job_b(0), options);
+  expect_error(
+      [&] {
+        b0->run_local({{"y", {{0, Tensor::zeros(Shape{2, 3}, DataType::kFloat32)}}}});
+      },
+      ErrorCode::kUnavailable, "rank 1 ended its program after 0 iterations of 'b'");
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), 5);
+  std::thread end_one([&] {  // both ends of each job end together, as at a job's end
+    a1.reset();
+    b1.reset();
+  });
+  a0.reset();
+  b0.reset();
+  end_one.join();
+}
+
+TEST(TransportSessions, ARunWaitingForARankThatDepartsEndsAtOnceListingWhatItWaitsFor) {
+  TwoProcesses p;
+  RuntimeOptions options;
+  options.watchdog_seconds = 30;
+  options.ranks = {0};
+  options.transport = p.rank0->open(1);
+  Runtime a0(job_a(0), options);
+  std::thread one([&] {  // rank 1 never runs job a: its program ends while rank 0 waits
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    p.rank1->announce_departure({}, {0, 1});
+  });
+  const auto start = std::chrono::steady_clock::now();
+  try {
+    a0.run_local(pieces_of_x(0));
+    ADD_FAILURE() << "the run finished without rank 1";
+  } catch (const Error& e) {
+    const std::string what = e.what();
+    EXPECT_EQ(e.code(), ErrorCode::kUnavailable);
+    EXPECT_NE(what.find("rank 1 ended its program after 0 iterations of 'a', while rank 0 needs "
+                        "it in iteration 1"),
+              std::string::npos)
+        << what;
+    // The rank that left comes first, the actors after.
+    EXPECT_GT(what.find("\nWaiting actors:"), what.find("rank 1 ended"));
+  }
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), 5);
+  one.join();
 }
 
 TEST(TransportSessions, PiecesMustMatchTheRegister) {
