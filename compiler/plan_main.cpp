@@ -20,6 +20,7 @@
 #include "compiler/compile.h"
 #include "compiler/plan_dump.h"
 #include "oneflowlike/common/error.h"
+#include "oneflowlike/common/logging.h"
 #include "oneflowlike/common/status.h"
 
 namespace ofl::compiler {
@@ -186,6 +187,7 @@ int run(const Arguments& arguments) {
 }  // namespace ofl::compiler
 
 int main(int argc, char** argv) {
+  ofl::init_logging(argv[0]);  // Note [Logging]
   std::vector<std::string> args(argv + 1, argv + argc);
   for (const std::string& arg : args) {
     if (arg == "-h" || arg == "--help") {

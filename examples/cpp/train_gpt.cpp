@@ -22,6 +22,7 @@
 #include "comm/ucx_transport.h"
 #include "compiler/compile.h"
 #include "compiler/models/gpt.h"
+#include "oneflowlike/common/logging.h"
 
 namespace ofl {
 namespace {
@@ -184,6 +185,7 @@ int run(int argc, char** argv) {
 }  // namespace ofl
 
 int main(int argc, char** argv) {
+  ofl::init_logging(argv[0]);  // Note [Logging]
   try {
     return ofl::run(argc, argv);
   } catch (const std::exception& e) {

@@ -1,7 +1,9 @@
+#include "oneflowlike/common/logging.h"
 #include "python/src/bindings.h"
 
 PYBIND11_MODULE(_C, m) {
   m.doc() = "oneflowlike core: tensors, ops and autograd";
+  ofl::init_logging("oneflowlike");  // Note [Logging]
   using namespace ofl::python;
   init_errors(m);
   init_tensor(m);

@@ -27,6 +27,7 @@
 #include "comm/ucx_transport.h"
 #include "compiler/builder.h"
 #include "compiler/compile.h"
+#include "oneflowlike/common/logging.h"
 #include "oneflowlike/ops/reduce.h"
 #include "tests/cpp/actor/plan_builder.h"
 
@@ -276,6 +277,7 @@ int run(int argc, char** argv) {
 }  // namespace ofl
 
 int main(int argc, char** argv) {
+  ofl::init_logging(argv[0]);  // Note [Logging]
   try {
     return ofl::run(argc, argv);
   } catch (const std::exception& e) {

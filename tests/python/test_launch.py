@@ -524,3 +524,26 @@ def test_importing_the_distributed_package_does_not_load_the_cpp_module():
             "import oneflowlike.distributed, oneflowlike.distributed.launch\n"
             "assert 'oneflowlike._C' not in sys.modules\n")
     subprocess.run([sys.executable, "-c", code], check=True, timeout=20)
+
+
+# ---- logging (issue 14, item 7) ----------------------------------------------------------------
+_GLOBAL_ONE_OP = """
+import numpy as np
+import oneflowlike as flow
+both = flow.placement("cpu", ranks=[0, 1])
+x = flow.tensor(np.ones(4, np.float32), placement=both, sbp=flow.sbp.split(0))
+print("sum", float(x.sum().numpy()))
+"""
+
+
+def test_ranks_log_only_warnings_and_errors_unless_asked(tmp_path):
+    script = _script(tmp_path, _GLOBAL_ONE_OP)
+    quiet = _launch("--nproc_per_node", "2", script, timeout=60)
+    assert quiet.returncode == 0, quiet.stdout + quiet.stderr
+    assert quiet.stdout.count("sum 4.0") == 2, quiet.stdout
+    # glog is set up once per process: no "before InitGoogleLogging" warning, no INFO lines.
+    assert quiet.stderr == "", quiet.stderr
+    verbose = _launch("--nproc_per_node", "2", "--verbose", script, timeout=60)
+    assert verbose.returncode == 0, verbose.stdout + verbose.stderr
+    assert "[ucx] rank 0 listening on" in verbose.stderr, verbose.stderr
+    assert "before InitGoogleLogging" not in verbose.stderr, verbose.stderr

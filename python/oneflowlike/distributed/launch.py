@@ -72,6 +72,7 @@ class LaunchConfig:
     grace_period: float  # seconds between SIGTERM and SIGKILL when stopping ranks
     logdir: str  # or None
     no_python: bool
+    verbose: bool  # OFL_VERBOSE=1 for the ranks (Note [Logging] in oneflowlike/common/logging.h)
     script: str
     script_args: list
     from_slurm: bool  # nnodes, node_rank (and maybe master_addr) came from Slurm
@@ -104,6 +105,9 @@ _FLAGS = [
     (("--fault_timeout", "--fault-timeout"),
      dict(type=float, default=10.0, metavar="SECONDS",
           help="fault-detection timeout, as OFL_FAULT_TIMEOUT (default 10)")),
+    (("--verbose",),
+     dict(action="store_true", help="show the ranks' INFO log lines (bootstrap, runtime), as "
+          "OFL_VERBOSE=1; by default only warnings and errors")),
     (("--grace_period", "--grace-period"),
      dict(type=float, default=5.0, metavar="SECONDS",
           help="wait this long after SIGTERM before SIGKILL when stopping ranks (default 5)")),
@@ -213,7 +217,7 @@ def parse_config(argv, environ=os.environ):
         master_addr=master_addr.strip(), master_port=args.master_port, secret=secret,
         bootstrap_timeout=args.timeout, fault_timeout=args.fault_timeout,
         grace_period=args.grace_period, logdir=args.logdir, no_python=args.no_python,
-        script=args.script, script_args=args.script_args, from_slurm=from_slurm)
+        verbose=args.verbose, script=args.script, script_args=args.script_args, from_slurm=from_slurm)
 
 
 def _slurm_int(environ, name, minimum):
@@ -244,6 +248,8 @@ def worker_env(config, local_rank, environ=os.environ):
         "OFL_BOOTSTRAP_TIMEOUT": f"{config.bootstrap_timeout:g}",
         "OFL_FAULT_TIMEOUT": f"{config.fault_timeout:g}",
     })
+    if config.verbose:
+        env["OFL_VERBOSE"] = "1"
     env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // config.nproc_per_node)))
     # A rank stopped by SIGTERM would lose block-buffered output, often the part that explains.
     env.setdefault("PYTHONUNBUFFERED", "1")

@@ -24,6 +24,7 @@
 #include "actor/runtime.h"
 #include "comm/ucx_transport.h"
 #include "compiler/compile.h"
+#include "oneflowlike/common/logging.h"
 #include "tests/cpp/models/gpt_training.h"
 #include "tests/cpp/models/mlp_training.h"
 #include "tests/cpp/ops/test_util.h"
@@ -168,6 +169,7 @@ int run(int argc, char** argv) {
 }  // namespace ofl
 
 int main(int argc, char** argv) {
+  ofl::init_logging(argv[0]);  // Note [Logging]
   try {
     return ofl::run(argc, argv);
   } catch (const std::exception& e) {
