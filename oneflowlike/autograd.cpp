@@ -1,5 +1,6 @@
 #include "oneflowlike/autograd.h"
 
+#include <cstring>
 #include <unordered_map>
 
 #include "oneflowlike/eager.h"
@@ -51,7 +52,9 @@ void record_autograd(const OpSchema& op, const AnyParams& params, const std::vec
   node->inputs.reserve(inputs.size());
   node->next.resize(inputs.size());
   node->num_outputs = outputs.size();
+  node->versions.reserve(inputs.size() + outputs.size());
   for (size_t i = 0; i < inputs.size(); ++i) {
+    node->versions.push_back(inputs[i].version());
     node->inputs.push_back(inputs[i].detach());
     const auto& meta = meta_of(inputs[i]);
     if (!meta || !meta->requires_grad) continue;
@@ -63,6 +66,7 @@ void record_autograd(const OpSchema& op, const AnyParams& params, const std::vec
     }
   }
   for (size_t i = 0; i < outputs.size(); ++i) {
+    node->versions.push_back(outputs[i].version());
     node->outputs.push_back(outputs[i].detach());
     auto meta = std::make_shared<AutogradMeta>();
     meta->requires_grad = is_floating(outputs[i].dtype());
@@ -131,7 +135,42 @@ class EagerGradBuilder final : public GradBuilder {
 
 void accumulate_leaf(AutogradMeta& leaf, const Tensor& g) { leaf.grad = accumulate(leaf.grad, g); }
 
+// Note [Versions]: every tensor a node saved must be as it was when saved.
+void check_saved_versions(const AutogradNode& node) {
+  const size_t n = node.inputs.size();
+  for (size_t i = 0; i < node.versions.size(); ++i) {
+    const Tensor& t = i < n ? node.inputs[i] : node.outputs[i - n];
+    OFL_CHECK_CODE(t.version() == node.versions[i], ErrorCode::kFailedPrecondition,
+                   "[backward] ", i < n ? "input " : "output ", i < n ? i : i - n, " of op '",
+                   node.op->name(), "', which its gradient needs, was modified by an in-place "
+                   "operation (version ", t.version(), ", saved at version ", node.versions[i],
+                   "): ", t.describe(), ". Change it out of place (x = x + 1), or clone() it "
+                   "before writing.");
+  }
+}
+
 }  // namespace
+
+void assign_(const Tensor& dst, const Tensor& src, const char* op) {
+  OFL_CHECK(!dst.is_lazy(), "[", op, "] in-place ops cannot change a traced value (inside "
+            "nn.Graph.build()). However, got ", dst.describe(), ": write x = x + y (or "
+            "masked_fill, where) instead.");
+  OFL_CHECK(dst.shape() == src.shape() && dst.dtype() == src.dtype(), "[", op,
+            "] needs a value of the target's shape and dtype. However, got ", src.describe(),
+            " for ", dst.describe(), ".");
+  if (GradMode::enabled()) {
+    OFL_CHECK_CODE(!dst.requires_grad(), ErrorCode::kFailedPrecondition, "[", op,
+                   "] cannot write in place into a tensor that requires grad (",
+                   dst.describe(), "): autograd could not follow it. Write under "
+                   "flow.no_grad() (as optimizers do), or compute out of place.");
+    OFL_CHECK_CODE(!src.requires_grad(), ErrorCode::kFailedPrecondition, "[", op,
+                   "] cannot write a value that requires grad in place: autograd would lose "
+                   "its history. However, got ", src.describe(),
+                   ". Use an out-of-place op (y = x.clone()), or write under flow.no_grad().");
+  }
+  if (dst.raw_data() != src.raw_data()) std::memcpy(dst.raw_data(), src.raw_data(), src.nbytes());
+  dst.impl()->storage->bump_version();
+}
 
 void backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads,
               bool retain_graph) {
@@ -214,6 +253,7 @@ void backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads
                    node->op->name(),
                    "'); its saved tensors were freed. Pass retain_graph=True to the first "
                    "backward to keep them.");
+    check_saved_versions(*node);
     std::vector<Tensor> output_grads = std::move(pending[node.get()]);
     pending.erase(node.get());
     output_grads.resize(node->num_outputs);

@@ -37,6 +37,7 @@ struct AutogradNode {
   AnyParams params;
   std::vector<Tensor> inputs;      // detached
   std::vector<Tensor> outputs;     // detached
+  std::vector<int64_t> versions;   // of inputs then outputs when saved (Note [Versions])
   std::vector<AutogradEdge> next;  // one per input
   size_t num_outputs = 0;
   bool released = false;  // saved tensors freed by a backward without retain_graph
@@ -63,6 +64,11 @@ class NoGradGuard {
 /// outputs as requiring grad.
 void record_autograd(const OpSchema& op, const AnyParams& params, const std::vector<Tensor>& inputs,
                      std::vector<Tensor>& outputs);
+
+/// Writes `src`'s values into `dst`'s storage (same shape and dtype) and bumps its version
+/// (Note [Versions]). Refused, naming `op`, for a lazy `dst` and, while grad mode is on, when
+/// either requires grad: an in-place write autograd cannot follow would give wrong gradients.
+void assign_(const Tensor& dst, const Tensor& src, const char* op);
 
 /// Accumulates d(roots)/d(leaf) * grads into every leaf's .grad. A missing grad for a
 /// one-element root means 1. Raises when a root does not require grad or the graph was freed.

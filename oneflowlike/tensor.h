@@ -2,6 +2,7 @@
 // Tensor: a reference-counted handle to (storage, byte offset, shape, dtype, device).
 // Tensors are contiguous; reshape and leading-axis slices are views that share storage.
 
+#include <atomic>
 #include <memory>
 #include <string>
 
@@ -22,10 +23,17 @@ class Storage {
   size_t bytes() const { return bytes_; }
   Device device() const { return allocator_->device(); }
 
+  /// Note [Versions]: how many in-place writes the storage has had (assign_, optimizer
+  /// updates). Autograd records it for every tensor it saves and refuses a backward that would
+  /// read a tensor written since.
+  int64_t version() const { return version_.load(std::memory_order_relaxed); }
+  void bump_version() { version_.fetch_add(1, std::memory_order_relaxed); }
+
  private:
   void* data_;
   size_t bytes_;
   Allocator* allocator_;
+  std::atomic<int64_t> version_{0};
 };
 
 struct AutogradMeta;
@@ -84,6 +92,8 @@ class Tensor {
   bool shares_storage_with(const Tensor& other) const {
     return impl_->storage == other.impl_->storage;
   }
+  /// The storage's version (Note [Versions]); 0 for a lazy tensor.
+  int64_t version() const { return impl_->lazy ? 0 : impl_->storage->version(); }
 
   // Autograd (see autograd.h).
   bool requires_grad() const;

@@ -17,6 +17,7 @@
 #include "compiler/plan_dump.h"
 #include "oneflowlike/proto/job.pb.h"
 #include "oneflowlike/proto_convert.h"
+#include "oneflowlike/autograd.h"
 #include "python/src/bindings.h"
 
 namespace ofl::python {
@@ -119,14 +120,12 @@ void init_graph(py::module_& m) {
       .def("__str__", &Placement::to_string);
 
   m.def(
-      "_copy_",
-      [](const Tensor& dst, const Tensor& src) {
-        OFL_CHECK(dst.shape() == src.shape() && dst.dtype() == src.dtype(),
-                  "[copy_] needs the same shape and dtype. However, got ", dst.describe(), " and ",
-                  src.describe(), ".");
-        std::memcpy(dst.raw_data(), src.raw_data(), src.nbytes());
+      "_assign_", [](const Tensor& dst, const Tensor& src, const std::string& op) {
+        assign_(dst, src, op.c_str());
       },
-      py::arg("dst"), py::arg("src"), "Copies src's values into dst's storage.");
+      py::arg("dst"), py::arg("src"), py::arg("op"),
+      "Writes src's values into dst's storage (same shape and dtype), bumping its version; "
+      "refused while grad mode is on when either requires grad (Note [Versions]).");
   m.def("_is_lazy", [](const Tensor& t) { return t.defined() && t.is_lazy(); });
   m.def("sbp_parse", [](const std::string& s) { return Sbp::parse(s).to_string(); });
   m.def(

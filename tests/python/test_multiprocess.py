@@ -371,7 +371,7 @@ def test_two_hosts_over_tcp_train_bit_identically_to_one_process(tmp_path, two_h
             command = ["ip", "netns", "exec", host.namespace] + _launch_command(
                 "--nnodes", "2", "--node_rank", str(node_rank), "--nproc_per_node",
                 str(nproc_per_node), "--master_addr", two_hosts[0].address, "--secret",
-                job_secret, "--timeout", str(_BOOTSTRAP_TIMEOUT))
+                job_secret, "--timeout", str(_BOOTSTRAP_TIMEOUT), "--verbose")
             # TCP only: shared memory would cross the "hosts", which share one kernel.
             env = _clean_env(UCX_TLS="tcp,self", UCX_NET_DEVICES=host.device)
             with open(tmp_path / f"host{node_rank}.log", "wb") as log:

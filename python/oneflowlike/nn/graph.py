@@ -694,7 +694,10 @@ class Graph:
                     new = new.to_global(placement=value.placement, sbp=value.sbp)
                 value._local = new._local
             elif new is not None:
-                _C._copy_(value, new)
+                from oneflowlike.autograd import no_grad
+
+                with no_grad():  # as an optimizer's step writes them
+                    _C._assign_(value, new, "sync_to_modules")
 
     @property
     def step_count(self):
@@ -755,10 +758,6 @@ def _describe(signature):
         _, shape, dtype, placement, sbp = signature
         return f"a global tensor {shape} {dtype!r} on {placement!r} with sbp {sbp}"
     return f"a local tensor {signature[1]} {signature[2]!r}"
-
-
-def _copy_into(dst, src):
-    _C._copy_(dst, src)
 
 
 def _placement_from_c(c):

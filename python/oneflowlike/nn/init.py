@@ -1,12 +1,31 @@
-"""flow.nn.init: fill a parameter in place (as torch.nn.init), from flow's generator."""
+"""flow.nn.init: fill a parameter in place (as torch.nn.init), from flow's generator.
+
+Each function writes under no_grad, as torch's do, and works on global tensors too: the
+counter-based generator gives every element the value it has in the whole logical tensor, so
+each rank keeps its piece of the same numbers whatever the layout.
+"""
+
+import math
 
 from oneflowlike import _C
+from oneflowlike.autograd import no_grad
 
-__all__ = ["normal_", "uniform_", "zeros_", "ones_", "constant_"]
+__all__ = ["normal_", "uniform_", "zeros_", "ones_", "constant_", "calculate_gain",
+           "xavier_uniform_", "xavier_normal_", "kaiming_uniform_", "kaiming_normal_"]
 
 
 def _fill(tensor, value):
-    _C._copy_(tensor, value.detach() if value.requires_grad else value)
+    """tensor[...] = value (a local tensor of tensor's logical shape)."""
+    if getattr(tensor, "is_global", False):
+        from oneflowlike.framework import global_tensor as _gt
+
+        piece = _gt.from_logical(value, tensor.placement, tensor.sbp)._local
+        if piece is not None:
+            with no_grad():
+                _C._assign_(tensor.to_local(), piece, "nn.init")
+        return tensor
+    with no_grad():
+        _C._assign_(tensor, value.detach() if value.requires_grad else value, "nn.init")
     return tensor
 
 
@@ -28,3 +47,71 @@ def zeros_(tensor):
 
 def ones_(tensor):
     return constant_(tensor, 1.0)
+
+
+_LINEAR = ("linear", "conv1d", "conv2d", "conv3d", "conv_transpose1d", "conv_transpose2d",
+           "conv_transpose3d", "sigmoid")
+
+
+def calculate_gain(nonlinearity, param=None):
+    """The recommended gain for ``nonlinearity`` (torch.nn.init.calculate_gain's table)."""
+    if nonlinearity in _LINEAR:
+        return 1.0
+    if nonlinearity == "tanh":
+        return 5.0 / 3
+    if nonlinearity == "relu":
+        return math.sqrt(2.0)
+    if nonlinearity == "leaky_relu":
+        slope = 0.01 if param is None else param
+        if isinstance(slope, bool) or not isinstance(slope, (int, float)):
+            raise ValueError(f"[calculate_gain] negative_slope must be a number. However, got "
+                             f"{slope!r}.")
+        return math.sqrt(2.0 / (1 + slope ** 2))
+    if nonlinearity == "selu":
+        return 3.0 / 4
+    raise ValueError(f"[calculate_gain] unsupported nonlinearity {nonlinearity!r}: one of "
+                     f"{', '.join(_LINEAR + ('tanh', 'relu', 'leaky_relu', 'selu'))}.")
+
+
+def _fans(tensor, op):
+    """(fan_in, fan_out) of a weight: (out, in, *kernel) as torch's layers lay them out."""
+    shape = tuple(tensor.shape)
+    if len(shape) < 2:
+        raise ValueError(f"[{op}] needs a tensor with at least 2 dims (fan in and fan out). "
+                         f"However, got shape {shape}.")
+    receptive = 1
+    for d in shape[2:]:
+        receptive *= d
+    return shape[1] * receptive, shape[0] * receptive
+
+
+def xavier_uniform_(tensor, gain=1.0):
+    """U(-a, a) with a = gain * sqrt(6 / (fan_in + fan_out)) (Glorot & Bengio)."""
+    fan_in, fan_out = _fans(tensor, "xavier_uniform_")
+    bound = gain * math.sqrt(6.0 / (fan_in + fan_out))
+    return uniform_(tensor, -bound, bound)
+
+
+def xavier_normal_(tensor, gain=1.0):
+    """N(0, std^2) with std = gain * sqrt(2 / (fan_in + fan_out))."""
+    fan_in, fan_out = _fans(tensor, "xavier_normal_")
+    return normal_(tensor, 0.0, gain * math.sqrt(2.0 / (fan_in + fan_out)))
+
+
+def _kaiming_std(tensor, a, mode, nonlinearity, op):
+    if mode not in ("fan_in", "fan_out"):
+        raise ValueError(f"[{op}] mode must be 'fan_in' or 'fan_out'. However, got {mode!r}.")
+    fan_in, fan_out = _fans(tensor, op)
+    fan = fan_in if mode == "fan_in" else fan_out
+    return calculate_gain(nonlinearity, a) / math.sqrt(fan)
+
+
+def kaiming_uniform_(tensor, a=0, mode="fan_in", nonlinearity="leaky_relu"):
+    """U(-b, b) with b = gain * sqrt(3 / fan) (He et al.); torch's defaults."""
+    bound = math.sqrt(3.0) * _kaiming_std(tensor, a, mode, nonlinearity, "kaiming_uniform_")
+    return uniform_(tensor, -bound, bound)
+
+
+def kaiming_normal_(tensor, a=0, mode="fan_in", nonlinearity="leaky_relu"):
+    """N(0, std^2) with std = gain / sqrt(fan) (He et al.)."""
+    return normal_(tensor, 0.0, _kaiming_std(tensor, a, mode, nonlinearity, "kaiming_normal_"))

@@ -7,7 +7,6 @@ register_parameter / register_buffer / add_module. Calling a module runs its for
 
 import collections
 import collections.abc
-import warnings
 
 import numpy as np
 
@@ -42,24 +41,6 @@ def _shape(t):
 
 def _zeros_like(t):
     return _C.fill(_shape(t), t.dtype, 0.0)
-
-
-# Note [Copying into a parameter]
-# torch's load_state_dict copies values into the existing parameters, so an optimizer built
-# before loading keeps updating the loaded weights. The eager API has no copy op, but sgd_update
-# writes its param in place and is exact for these two steps: with grad 0, weight_decay 1 and
-# lr 1 it computes p - p = 0; with grad src, weight_decay 0 and lr -1 it computes 0 + src = src.
-# The first step needs finite values (inf - inf is nan), and sgd_update takes float32 and
-# float64 only; other tensors are replaced by a copy instead (see _copy_into).
-_IN_PLACE_DTYPES = (_C.dtype.float32, _C.dtype.float64)
-
-
-def _overwrite_in_place(dst, src):
-    """dst[...] = src for float32/float64 tensors of one shape holding finite values."""
-    zeros = _zeros_like(dst)
-    _C.sgd_update(dst, grad=zeros, momentum_buffer=zeros, lr=_C.fill((), dst.dtype, 1.0),
-                  weight_decay=1.0)  # dst = 0
-    _C.sgd_update(dst, grad=src, momentum_buffer=src, lr=_C.fill((), dst.dtype, -1.0))
 
 
 class Module:
@@ -430,26 +411,14 @@ class Module:
 
 
 def _copy_into(owner, registry, name, value, source):
-    """value[...] = source, converting dtype; in place where possible (Note [Copying into a
-    parameter]), else by replacing the registry entry with a copy."""
+    """value[...] = source (converting dtype), in place, as torch's load_state_dict: an optimizer
+    built before loading keeps updating the loaded weights."""
+    del owner, registry, name  # the slot keeps its tensor
     if source.dtype != value.dtype:
         source = _C.cast(source, value.dtype)
-    elif source._shares_storage_with(value):  # e.g. its own state_dict(): zeroing would erase it
+    elif source._shares_storage_with(value):  # e.g. its own state_dict()
         source = source.clone()
-    if value.dtype in _IN_PLACE_DTYPES and np.isfinite(value.numpy()).all():
-        _overwrite_in_place(value, source)
-        return
-    copy = source.clone()
-    if isinstance(value, Parameter):
-        if value.dtype in _IN_PLACE_DTYPES:
-            warnings.warn(
-                f"[load_state_dict] parameter {name!r} of {type(owner).__name__} holds inf or "
-                "nan, so it was replaced by a new Parameter instead of being overwritten: an "
-                "optimizer built before loading still holds the old one; build it again.",
-                stacklevel=3,
-            )
-        copy = Parameter(copy, requires_grad=value.requires_grad)
-    registry[name] = copy
+    _C._assign_(value, source.detach() if source.requires_grad else source, "load_state_dict")
 
 
 def factory_dtype(op, device, dtype):
