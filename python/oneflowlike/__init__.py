@@ -22,7 +22,8 @@ int = int32  # noqa: A001
 
 from oneflowlike import ops as _ops  # noqa: E402
 from oneflowlike.ops import *  # noqa: E402,F401,F403
-from oneflowlike.autograd import enable_grad, is_grad_enabled, no_grad, set_grad_enabled  # noqa: E402,F401
+from oneflowlike.autograd import (enable_grad, inference_mode, is_grad_enabled, no_grad,  # noqa: E402,F401
+                                  set_grad_enabled)
 from oneflowlike import autograd  # noqa: E402,F401
 from oneflowlike import nn  # noqa: E402,F401
 from oneflowlike import optim  # noqa: E402,F401
@@ -30,6 +31,7 @@ from oneflowlike import optim  # noqa: E402,F401
 _ops.attach_tensor_methods(Tensor)
 
 from oneflowlike import env  # noqa: E402,F401
+from oneflowlike import distributed  # noqa: E402,F401
 from oneflowlike import sbp  # noqa: E402,F401
 from oneflowlike.placement import placement  # noqa: E402,F401
 from oneflowlike.framework.global_tensor import GlobalTensor  # noqa: E402,F401

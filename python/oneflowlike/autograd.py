@@ -40,6 +40,31 @@ class enable_grad(_GradModeContext):  # noqa: N801
     _mode = True
 
 
+class inference_mode(_GradModeContext):  # noqa: N801
+    """torch.inference_mode: no autograd history inside (here the same as no_grad; the
+    tensors made inside are ordinary tensors). ``inference_mode(False)`` changes nothing."""
+
+    def __init__(self, mode=True):
+        if not isinstance(mode, bool):  # @inference_mode without parentheses
+            raise TypeError("[inference_mode] use it as inference_mode() or "
+                            "inference_mode(mode) with a bool.")
+        self._inference = mode
+
+    def __enter__(self):
+        self._mode = False if self._inference else _C.is_grad_enabled()
+        return super().__enter__()
+
+    def __call__(self, fn):
+        inference = self._inference
+
+        @functools.wraps(fn)
+        def wrapper(*args, **kwargs):
+            with inference_mode(inference):
+                return fn(*args, **kwargs)
+
+        return wrapper
+
+
 class set_grad_enabled(_GradModeContext):  # noqa: N801
     """Sets grad mode to ``mode`` (usable as a call or a context manager)."""
 

@@ -9,7 +9,8 @@ import os
 
 from oneflowlike.distributed.env import launch_env
 
-__all__ = ["get_rank", "get_world_size", "get_local_rank", "get_node_size"]
+__all__ = ["get_rank", "get_world_size", "get_local_rank", "get_node_size",
+           "all_device_placement"]
 
 
 def _env():
@@ -37,3 +38,10 @@ def get_node_size():
     """How many nodes (hosts) the job spans."""
     e = _env()
     return 1 if e is None else max(1, e["world_size"] // e["local_world_size"])
+
+
+def all_device_placement(device_type="cpu"):
+    """A placement over every rank of the job (OneFlow's flow.env.all_device_placement)."""
+    from oneflowlike.placement import placement
+
+    return placement(device_type, ranks=list(range(get_world_size())))

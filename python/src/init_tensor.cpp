@@ -1,8 +1,10 @@
 // The Tensor class, dtypes, devices, autograd entry points and numpy interop.
 
 #include <pybind11/numpy.h>
+#include <pybind11/stl.h>
 
 #include <cstring>
+#include <optional>
 
 #include "oneflowlike/autograd.h"
 #include "oneflowlike/tensor.h"
@@ -132,9 +134,9 @@ void init_tensor(py::module_& m) {
       .def("_describe", &Tensor::describe)
       .def(
           "backward",
-          [](const Tensor& t, py::object gradient, bool retain_graph) {
+          [](const Tensor& t, std::optional<Tensor> gradient, bool retain_graph) {
             std::vector<Tensor> grads;
-            if (!gradient.is_none()) grads.push_back(gradient.cast<Tensor>());
+            if (gradient) grads.push_back(*gradient);
             backward({t}, grads, retain_graph);
           },
           py::arg("gradient") = py::none(), py::arg("retain_graph") = false,

@@ -24,4 +24,5 @@ PYBIND11_MODULE(_C, m) {
   init_shape_ops(m);
   init_fused(m);
   init_graph(m);
+  add_argument_errors(m);
 }

@@ -33,3 +33,15 @@ def test_to_and_dtype_methods():
     np.testing.assert_allclose(x.to(flow.bfloat16).float().numpy(), [1.703125, -2.203125])
     with pytest.raises(NotImplementedError, match="cpu only"):
         x.to("cuda:0")
+
+
+# ---- linspace (issue 14) -----------------------------------------------------------------------
+@pytest.mark.parametrize("start,end,steps", [(0, 1, 5), (-3.5, 2.25, 7), (2, 2, 3), (1, 0, 4),
+                                             (0, 10, 1), (0, 10, 0)])
+def test_linspace_matches_torch(start, end, steps):
+    torch = pytest.importorskip("torch")
+    np.testing.assert_allclose(flow.linspace(start, end, steps).numpy(),
+                               torch.linspace(start, end, steps).numpy(), rtol=1e-6, atol=1e-6)
+    assert flow.linspace(0, 4, 5, dtype=flow.int64).numpy().tolist() == [0, 1, 2, 3, 4]
+    with pytest.raises(ValueError, match=r"\[linspace\] steps must be an int >= 0"):
+        flow.linspace(0, 1, -1)

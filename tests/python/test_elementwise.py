@@ -53,3 +53,48 @@ def test_gradients_with_broadcasting(op):
 def test_shape_mismatch_raises_value_error_naming_shapes():
     with pytest.raises(ValueError, match=r"\[add\] shapes must broadcast.*\(3,\) and \(2,\)"):
         flow.tensor([1.0, 2, 3]) + flow.tensor([1.0, 2])
+
+
+# ---- clamp, isclose, allclose (issue 14) --------------------------------------------------------
+def test_clamp_matches_torch_including_bounds_and_nan():
+    torch = pytest.importorskip("torch")
+    a = np.array([-2.0, -0.5, 0.0, 0.5, 2.0, np.nan], np.float32)
+    t, ref = flow.tensor(a), torch.from_numpy(a)
+    for lo, hi in ((-1.0, 1.0), (None, 0.25), (0.0, None), (1.0, -1.0)):
+        np.testing.assert_array_equal(flow.clamp(t, lo, hi).numpy(),
+                                      torch.clamp(ref, lo, hi).numpy())
+    lo, hi = flow.tensor(np.full(6, -0.1, np.float32)), flow.tensor(np.full(6, 0.1, np.float32))
+    np.testing.assert_array_equal(t.clamp(lo, hi).numpy(),
+                                  torch.clamp(ref, torch.full((6,), -0.1), torch.full((6,), 0.1)))
+    np.testing.assert_array_equal(flow.clip(flow.tensor([1, 5, 9]), 2, 6).numpy(), [2, 5, 6])
+    assert flow.clamp(flow.tensor([1, 5]), 0.5).dtype == flow.float32  # promoted, as torch
+    with pytest.raises(ValueError, match=r"\[clamp\] needs min or max"):
+        flow.clamp(t)
+
+
+def test_clamp_gradient_flows_where_kept():
+    check_gradients(lambda x: flow.clamp(x, -0.5, 0.5),
+                    np.array([-1.0, -0.3, 0.2, 0.9, 0.45]))
+
+
+def test_isclose_and_allclose_match_torch():
+    torch = pytest.importorskip("torch")
+    a = np.array([1.0, 1.0 + 1e-7, np.inf, np.nan, 0.0, 1e-9], np.float32)
+    b = np.array([1.0, 1.0, np.inf, np.nan, 1e-9, 0.0], np.float32)
+    for equal_nan in (False, True):
+        np.testing.assert_array_equal(
+            flow.isclose(flow.tensor(a), flow.tensor(b), equal_nan=equal_nan).numpy(),
+            torch.isclose(torch.from_numpy(a), torch.from_numpy(b), equal_nan=equal_nan).numpy())
+    assert flow.allclose(flow.tensor(a[:3]), flow.tensor(b[:3])) is True
+    assert flow.allclose(flow.tensor([1.0]), flow.tensor([1.1])) is False
+    assert flow.allclose(flow.tensor([1.0]), flow.tensor([1.1]), atol=0.2) is True
+    assert flow.tensor([2, 3]).allclose(flow.tensor([2, 3]))
+
+
+def test_comparisons_with_nan_are_false_as_in_torch():
+    n = flow.tensor([float("nan"), 1.0, 2.0])
+    o = flow.tensor([float("nan"), 2.0, 2.0])
+    assert (n <= o).numpy().tolist() == [False, True, True]
+    assert (n >= o).numpy().tolist() == [False, False, True]
+    assert (n < o).numpy().tolist() == [False, True, False]
+    assert (n != o).numpy().tolist() == [True, True, False]

@@ -13,6 +13,7 @@ import pytest
 import oneflowlike as flow
 from oneflowlike import nn
 from oneflowlike.nn import functional as F
+from gradcheck import check_gradients
 
 _erf = np.vectorize(math.erf)
 
@@ -768,3 +769,74 @@ def test_clip_grad_norm_errors():
         nn.utils.clip_grad_norm_(params, 1.0, error_if_nonfinite=True)
     with pytest.raises(ValueError, match="norm_type must be positive or inf"):
         nn.utils.clip_grad_norm_(params, 1.0, norm_type=0)
+
+
+# ---- MSELoss, Tanh, Softmax, Identity, one_hot, nn.init (issue 14) -----------------------------
+def test_new_layers_match_torch():
+    torch = pytest.importorskip("torch")
+    a = np.random.default_rng(0).standard_normal((3, 4)).astype(np.float32)
+    b = np.random.default_rng(1).standard_normal((3, 4)).astype(np.float32)
+    x, y, tx, ty = flow.tensor(a), flow.tensor(b), torch.from_numpy(a), torch.from_numpy(b)
+    for reduction in ("mean", "sum", "none"):
+        np.testing.assert_allclose(nn.MSELoss(reduction=reduction)(x, y).numpy(),
+                                   torch.nn.MSELoss(reduction=reduction)(tx, ty).numpy(),
+                                   rtol=1e-6)
+    np.testing.assert_allclose(nn.Tanh()(x).numpy(), torch.nn.Tanh()(tx).numpy(), rtol=1e-6)
+    np.testing.assert_allclose(nn.Softmax(dim=1)(x).numpy(), torch.nn.Softmax(dim=1)(tx).numpy(),
+                               rtol=1e-6)
+    assert nn.Identity(54, unused="x")(x) is x
+    labels = np.array([[0, 3], [2, 1]])
+    np.testing.assert_array_equal(
+        F.one_hot(flow.tensor(labels), 5).numpy(),
+        torch.nn.functional.one_hot(torch.from_numpy(labels), 5).numpy())
+    np.testing.assert_array_equal(F.one_hot(flow.tensor([2, 0])).numpy(), [[0, 0, 1], [1, 0, 0]])
+    check_gradients(lambda p, q: F.mse_loss(p, q), a.astype(np.float64), b.astype(np.float64))
+
+
+def test_new_layer_errors():
+    with pytest.raises(ValueError, match=r"\[Softmax\] dim must be an int"):
+        nn.Softmax()
+    with pytest.raises(ValueError, match=r"\[mse_loss\] input and target must have one shape"):
+        F.mse_loss(flow.ones(3), flow.ones(1))
+    with pytest.raises(ValueError, match=r"\[one_hot\] class indices must lie in \[0, 2\)"):
+        F.one_hot(flow.tensor([0, 2]), 2)
+    with pytest.raises(TypeError, match=r"\[one_hot\] needs int64 class indices"):
+        F.one_hot(flow.tensor([0.0]), 2)
+
+
+def test_init_functions_follow_torchs_formulas():
+    torch = pytest.importorskip("torch")
+    for name, args in (("linear", ()), ("tanh", ()), ("relu", ()), ("leaky_relu", (0.2,)),
+                       ("selu", ())):
+        assert nn.init.calculate_gain(name, *args) == pytest.approx(
+            torch.nn.init.calculate_gain(name, *args))
+    flow.manual_seed(0)
+    w = nn.Parameter(flow.zeros(300, 200))
+    nn.init.xavier_uniform_(w, gain=2.0)
+    bound = 2.0 * np.sqrt(6.0 / 500)
+    values = w.numpy()
+    assert np.abs(values).max() <= bound and np.abs(values).max() > 0.98 * bound
+    assert values.std() == pytest.approx(bound / np.sqrt(3), rel=0.02)
+    nn.init.kaiming_uniform_(w, a=np.sqrt(5))  # what torch's nn.Linear uses
+    bound = np.sqrt(3.0) * np.sqrt(2.0 / (1 + 5)) / np.sqrt(200)
+    assert np.abs(w.numpy()).max() <= bound and w.numpy().std() == pytest.approx(
+        bound / np.sqrt(3), rel=0.02)
+    nn.init.kaiming_normal_(w, mode="fan_out", nonlinearity="relu")
+    assert w.numpy().std() == pytest.approx(np.sqrt(2.0 / 300), rel=0.02)
+    nn.init.xavier_normal_(w)
+    assert w.numpy().std() == pytest.approx(np.sqrt(2.0 / 500), rel=0.02)
+    assert w.requires_grad and w.grad is None
+    with pytest.raises(ValueError, match=r"\[kaiming_uniform_\] needs a tensor with at least 2"):
+        nn.init.kaiming_uniform_(nn.Parameter(flow.zeros(3)))
+
+
+def test_init_of_a_global_parameter_gives_each_rank_its_piece_of_the_same_values():
+    placement = flow.placement("cpu", ranks=[0])
+    flow.manual_seed(4)
+    whole = nn.Parameter(flow.zeros(6, 4))
+    nn.init.xavier_uniform_(whole)
+    layer = nn.Linear(4, 6, bias=False)
+    layer.to_global(placement, flow.sbp.split(0))
+    flow.manual_seed(4)
+    nn.init.xavier_uniform_(layer.weight)
+    np.testing.assert_array_equal(layer.weight.numpy(), whole.numpy())

@@ -172,3 +172,36 @@ def test_random_ops_reject_bad_arguments():
         _C.uniform(1.0, 0.0, (2,))
     with pytest.raises(TypeError, match="tensor mean is not supported"):
         flow.normal(flow.zeros(2), 1.0, (2,))
+
+
+# ---- randint (issue 14) ------------------------------------------------------------------------
+def test_randint_is_uniform_in_its_range_and_reproducible():
+    flow.manual_seed(11)
+    a = flow.randint(3, 10, (20000,))
+    assert a.dtype == flow.int64 and a.shape == (20000,)
+    values = a.numpy()
+    assert values.min() == 3 and values.max() == 9
+    counts = np.bincount(values - 3, minlength=7)
+    assert np.all(np.abs(counts / 20000 - 1 / 7) < 0.01), counts
+    flow.manual_seed(11)
+    np.testing.assert_array_equal(flow.randint(3, 10, (20000,)).numpy(), values)
+    assert flow.randint(5, (2, 3)).shape == (2, 3)
+    assert flow.randint(5, 7, (4,), dtype=flow.int32).dtype == flow.int32
+
+
+def test_randint_gives_each_rank_its_piece_of_the_same_values():
+    placement = flow.placement("cpu", ranks=[0])
+    flow.manual_seed(2)
+    whole = flow.randint(0, 100, (6, 4)).numpy()
+    flow.manual_seed(2)
+    split = flow.randint(0, 100, (6, 4), placement=placement, sbp=flow.sbp.split(1))
+    np.testing.assert_array_equal(split.numpy(), whole)
+
+
+def test_randint_errors():
+    with pytest.raises(ValueError, match=r"\[randint\] needs low < high"):
+        flow.randint(5, 5, (2,))
+    with pytest.raises(TypeError, match=r"\[randint\] needs high and size"):
+        flow.randint(5)
+    with pytest.raises(TypeError, match=r"\[randint\] low must be an int"):
+        flow.randint(0.5, 3, (2,))

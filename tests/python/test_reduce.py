@@ -34,3 +34,59 @@ def test_max_with_dim_says_what_to_use_instead():
 def test_bad_dim_is_index_error():
     with pytest.raises(IndexError, match=r"\[reduce_sum\] dimension out of range"):
         flow.sum(flow.tensor([1.0, 2.0]), 2)
+
+
+# ---- min, var, std, all, any (issue 14): against torch where it is installed, else NumPy --------
+@pytest.mark.parametrize("dim", [None, 0, 1, -1, (0, 2)])
+@pytest.mark.parametrize("keepdim", [False, True])
+def test_amin_var_std_match_numpy(dim, keepdim):
+    a = np.random.default_rng(2).standard_normal((3, 4, 5)).astype(np.float64)
+    t = flow.tensor(a)
+    np.testing.assert_allclose(flow.amin(t, dim, keepdim).numpy(), a.min(axis=dim, keepdims=keepdim))
+    for correction in (0, 1):
+        np.testing.assert_allclose(t.var(dim, keepdim=keepdim, correction=correction).numpy(),
+                                   a.var(axis=dim, ddof=correction, keepdims=keepdim), rtol=1e-10)
+        np.testing.assert_allclose(flow.std(t, dim, keepdim=keepdim, correction=correction).numpy(),
+                                   a.std(axis=dim, ddof=correction, keepdims=keepdim), rtol=1e-10)
+    np.testing.assert_allclose(t.var(dim, unbiased=False, keepdim=keepdim).numpy(),
+                               a.var(axis=dim, keepdims=keepdim), rtol=1e-10)
+
+
+def test_min_forms_match_torch():
+    torch = pytest.importorskip("torch")
+    a = np.random.default_rng(3).standard_normal((4, 5)).astype(np.float32)
+    b = np.random.default_rng(4).standard_normal((4, 5)).astype(np.float32)
+    assert flow.min(flow.tensor(a)).item() == torch.min(torch.from_numpy(a)).item()
+    np.testing.assert_array_equal(flow.min(flow.tensor(a), flow.tensor(b)).numpy(),
+                                  torch.min(torch.from_numpy(a), torch.from_numpy(b)).numpy())
+    np.testing.assert_array_equal(flow.max(flow.tensor(a), flow.tensor(b)).numpy(),
+                                  torch.max(torch.from_numpy(a), torch.from_numpy(b)).numpy())
+    np.testing.assert_allclose(flow.tensor(a).std().item(), torch.from_numpy(a).std().item(),
+                               rtol=1e-6)
+    with pytest.raises(NotImplementedError, match="amin"):
+        flow.min(flow.tensor(a), 0)
+
+
+def test_var_of_one_element_with_correction_is_nan_as_torch():
+    assert np.isnan(flow.tensor([3.0]).var().item())
+    assert flow.tensor([3.0]).var(unbiased=False).item() == 0.0
+    with pytest.raises(TypeError, match=r"\[var\] needs a floating-point tensor"):
+        flow.tensor([1, 2]).var()
+
+
+def test_all_and_any():
+    a = np.array([[0.0, 1.0, 2.0], [3.0, 0.0, 5.0]], np.float32)
+    t = flow.tensor(a)
+    assert not flow.all(t).item() and flow.any(t).item()
+    np.testing.assert_array_equal(t.all(1).numpy(), a.all(axis=1))
+    np.testing.assert_array_equal(t.any(0, keepdim=True).numpy(), a.any(axis=0, keepdims=True))
+    np.testing.assert_array_equal((t >= 0).all().numpy(), True)
+
+
+def test_min_var_std_gradients():
+    a = np.random.default_rng(5).standard_normal((3, 4))
+    check_gradients(lambda x: flow.amin(x, 1), a)
+    check_gradients(lambda x: flow.min(x), a)
+    check_gradients(lambda x: x.var(0), a)
+    check_gradients(lambda x: x.std(1, keepdim=True), a)
+    check_gradients(lambda x, y: flow.min(x, y), a, a[::-1].copy() + 0.1)

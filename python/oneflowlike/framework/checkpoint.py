@@ -266,8 +266,7 @@ def load(path, like=None):
             if rank in target.placement:
                 region = _gt._region(shape, target.placement, target.sbp, rank)
                 array = _assemble(reader, pieces, shape, region, numpy_dtype)
-                coord = target.placement._c.coordinate(target.placement._c.parallel_id_of(rank))
-                if any(str(s) == "P" and c != 0 for s, c in zip(target.sbp, coord)):
+                if _gt.holds_zero_addend(target.placement, target.sbp, rank):
                     array = np.zeros_like(array)  # a partial sum: the first coordinate holds it
                 local = _C.from_numpy(array)
             out[name] = _gt.GlobalTensor(local, shape, target.dtype, target.placement, target.sbp)

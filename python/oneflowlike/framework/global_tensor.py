@@ -7,6 +7,9 @@ communication is the boxing the compiler inserts for any graph: there is no seco
 Compiled graphs are cached by signature.
 """
 
+import functools
+import re
+
 import numpy as np
 
 from oneflowlike import _C
@@ -54,6 +57,14 @@ def _region(shape, placement, nd_sbp, rank):
     return tuple(
         slice(b, e) for b, e in _C.logical_region(tuple(shape), _strings(nd_sbp), placement._c, pid)
     )
+
+
+def holds_zero_addend(placement, nd_sbp, rank):
+    """Whether ``rank``'s piece of a tensor laid out as ``nd_sbp`` is a zero addend: along a
+    partial-sum dimension, the first coordinate holds the value and the others zeros (how a
+    known value is laid out as a partial sum without communication)."""
+    coord = placement._c.coordinate(placement._c.parallel_id_of(rank))
+    return any(str(s) == "P" and c != 0 for s, c in zip(nd_sbp, coord))
 
 
 def _check(shape, placement, nd_sbp, name):
@@ -158,6 +169,15 @@ class GlobalTensor:
     def __float__(self):
         return float(self.item())
 
+    def __int__(self):
+        return int(self.item())
+
+    def __bool__(self):
+        if self.numel() != 1:
+            raise RuntimeError(f"[bool] a tensor of {self.numel()} elements has no single truth "
+                               "value")
+        return bool(self.item())
+
     def __len__(self):
         return self._shape[0]
 
@@ -195,7 +215,7 @@ class GlobalTensor:
 
     @property
     def device(self):
-        raise AttributeError(
+        raise RuntimeError(
             f"[device] a global tensor has a placement, not a device: {self._placement!r}. Use "
             ".placement, or to_local() for this rank's piece.")
 
@@ -207,6 +227,9 @@ class GlobalTensor:
         return self
 
     # --- ops: each compiled as a small graph ------------------------------------------------
+    def element_size(self):
+        return self._dtype.itemsize
+
     def __getattr__(self, name):
         member = getattr(_C.Tensor, name, None)
         if member is None or name.startswith("_"):
@@ -215,13 +238,8 @@ class GlobalTensor:
                 "Tensor has it.")
         if isinstance(member, property):  # a tensor-valued property such as T
             return apply(lambda x: getattr(x, name), (self,), {}, name=name)
-
-        def call(*args, **kwargs):
-            return apply(lambda x, *rest, **kw: getattr(x, name)(*rest, **kw), (self,) + args,
-                         kwargs, name=name)
-
-        call.__name__ = name
-        return call
+        # The local Tensor's method, which runs as one compiled op when given a global tensor.
+        return functools.partial(member, self)
 
     def __getitem__(self, index):
         """Basic indexing (ints, slices, Ellipsis, None), compiled as a one-op graph."""
@@ -233,27 +251,24 @@ _NO_AUTOGRAD = ("[autograd] eager global tensors have no autograd in this build:
                 "pieces.")
 
 
-def _binary(name):
-    def op(self, other):
-        fn = getattr(_C.Tensor, name)
-        return apply(lambda a, b: fn(a, b), (self, other), {}, name=name)
+def _operator(name):
+    def op(self, *args, **kwargs):  # the local Tensor's, which runs as one op on global tensors
+        return getattr(_C.Tensor, name)(self, *args, **kwargs)
 
+    op.__name__ = name
     return op
 
 
 _OPERATORS = ("__add__", "__radd__", "__sub__", "__rsub__", "__mul__", "__rmul__", "__truediv__",
               "__rtruediv__", "__matmul__", "__rmatmul__", "__pow__", "__rpow__", "__gt__",
-              "__lt__", "__ge__", "__le__", "__eq__", "__ne__", "__and__", "__or__", "__xor__",
-              "__invert__", "__abs__", "__mod__", "__floordiv__")
+              "__lt__", "__ge__", "__le__", "__eq__", "__ne__", "__neg__", "__abs__")
 
 
 def install_operators():
-    """Arithmetic operators of global tensors, from the local Tensor's (attached at import)."""
+    """Arithmetic operators of global tensors: the local Tensor's (attached at import)."""
     for name in _OPERATORS:
         if hasattr(_C.Tensor, name):
-            setattr(GlobalTensor, name, _binary(name))
-    GlobalTensor.__neg__ = lambda self: apply(lambda a: -a, (self,), {}, name="__neg__")
-    GlobalTensor.__abs__ = lambda self: apply(lambda a: abs(a), (self,), {}, name="__abs__")
+            setattr(GlobalTensor, name, _operator(name))
 
 
 GlobalTensor.__hash__ = object.__hash__
@@ -305,9 +320,8 @@ def from_logical(value, placement, sbp):
     rank = env.get_rank()
     local = None
     if rank in placement:
-        piece = np.ascontiguousarray(array[_region(shape, placement, nd_sbp, rank)])
-        coord = placement._c.coordinate(placement._c.parallel_id_of(rank))
-        if any(str(s) == "P" and c != 0 for s, c in zip(nd_sbp, coord)):
+        piece = np.require(array[_region(shape, placement, nd_sbp, rank)], requirements="C")
+        if holds_zero_addend(placement, nd_sbp, rank):
             piece = np.zeros_like(piece)
         local = _C.from_numpy(piece)
         if dtype is not None and local.dtype != dtype:
@@ -448,6 +462,26 @@ def write_captured(tracer_object, runtime, local_variables):
             runtime.write_variable_pieces(name, {rank: g._local})
 
 
+_LAZY = re.compile(r"lazy tensor\(shape=(\([^)]*\)), dtype=(\w+), device=[^)]*\)")
+
+
+def _in_global_words(error, op):
+    """An error from tracing an eager op on global tensors, told about the user's global
+    tensors: the lazy tensors standing in for them are this module's business."""
+    message = str(error)
+    if "it has no data until the graph runs" in message:
+        return RuntimeError(
+            f"[{op}] reads tensor values while it computes, which an op on global tensors "
+            "cannot (it runs as one compiled graph over the placement): call it on the "
+            "gathered value (t.numpy()) or on this rank's piece (t.to_local()).")
+    if "lazy tensor(" in message:
+        try:
+            return type(error)(_LAZY.sub(r"global tensor(shape=\1, dtype=\2)", message))
+        except TypeError:  # an exception type that takes other arguments
+            return error
+    return error
+
+
 def apply(fn, args, kwargs, *, name):
     """``fn(*args, **kwargs)`` with global tensors among the arguments (also inside lists,
     tuples and dicts), as a compiled one-op graph over their placement; the result's SBP is
@@ -485,7 +519,10 @@ def apply(fn, args, kwargs, *, name):
             lazies = [tracer.input(f"in{i}", t.shape, t.dtype, placement._c, _strings(t.sbp))
                       for i, t in enumerate(leaves)]
             call_args, call_kwargs = _unflatten(structure, lazies)
-            out = fn(*call_args, **call_kwargs)
+            try:
+                out = fn(*call_args, **call_kwargs)
+            except Exception as e:
+                raise _in_global_words(e, op) from e
         single = not isinstance(out, (tuple, list))
         outs = [out] if single else list(out)
         for o in outs:

@@ -3,6 +3,7 @@
 ``sbp=`` arguments of the creation functions."""
 
 import functools
+import inspect
 
 import numpy as np
 
@@ -112,26 +113,70 @@ def _has_global(values):
     return False
 
 
+def describe_argument(value):
+    """How an argument is named in an error: its kind and shape, not its repr."""
+    if isinstance(value, _C.Tensor):
+        kind = "a traced tensor" if value.is_lazy else "a tensor"
+        return f"{kind} {tuple(value.shape)} {repr(value.dtype).split('.')[-1]}"
+    if isinstance(value, _gt.GlobalTensor):
+        return f"a global tensor {value.shape} {repr(value.dtype).split('.')[-1]}"
+    if isinstance(value, (list, tuple)):
+        kind = type(value).__name__
+        if value and all(_is_tensor(v) for v in value):
+            return f"a {kind} of {len(value)} tensors"
+        text = repr(value)
+        return text if len(text) <= 40 else f"a {kind} of {len(value)} items"
+    if value is None or isinstance(value, (str, bool, int, float)):
+        text = repr(value)
+        return text if len(text) <= 40 else text[:37] + "..."
+    return f"a {type(value).__name__}"
+
+
+def _signature(fn):
+    try:
+        return str(inspect.signature(fn))
+    except (TypeError, ValueError):
+        return "(...)"
+
+
+def arguments_error(name, fn, args, kwargs):
+    """Note [Argument errors in the library's words], for functions written in Python: what it
+    takes and what it got, instead of the TypeError or AttributeError Python raised deep inside
+    when an argument was of the wrong kind."""
+    got = [describe_argument(a) for a in args]
+    got += [f"{k}={describe_argument(v)}" for k, v in kwargs.items()]
+    return TypeError(f"[{name}] takes {_signature(fn)}. However, got ({', '.join(got)}).")
+
+
 def _global_aware(fn, name):
     """``fn`` that also takes global tensors (as arguments, or inside list arguments such as
     cat's): with one among the arguments, ``fn`` runs as a compiled graph over them instead.
-    Local calls pay one scan of their arguments."""
+    Local calls pay one scan of their arguments. Arguments of the wrong kind get the library's
+    TypeError naming what ``fn`` takes."""
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
-        if _has_global(args) or _has_global(kwargs.values()):
-            return _gt.apply(fn, args, kwargs, name=name)
-        return fn(*args, **kwargs)
+        try:
+            if _has_global(args) or _has_global(kwargs.values()):
+                return _gt.apply(fn, args, kwargs, name=name)
+            return fn(*args, **kwargs)
+        except (TypeError, AttributeError) as e:
+            if str(e).startswith("["):
+                raise
+            raise arguments_error(name, fn, args, kwargs) from e
 
     return wrapper
 
 
 # Tensor methods that take no tensor operand, or must not be redirected.
 _NOT_OPS = {"__repr__", "__str__", "__len__", "__array__", "__float__", "__int__", "__bool__",
-            "__hash__", "tolist", "is_lazy"}
+            "__hash__", "tolist", "is_lazy", "allclose"}
 
-_CREATION = {"randn", "rand", "zeros", "ones", "full", "tensor", "arange", "manual_seed", "seed",
-             "initial_seed", "from_numpy", "is_tensor", "normal", "as_tensor_like"}
+# flow functions that take no tensor, make their own placement, or (allclose) call the
+# global-aware functions themselves.
+_NOT_WRAPPED = {"randn", "rand", "randint", "zeros", "ones", "full", "tensor", "arange",
+                "linspace", "manual_seed", "seed", "initial_seed", "from_numpy", "is_tensor",
+                "normal", "as_tensor_like", "allclose"}
 
 
 def install(flow):
@@ -143,8 +188,13 @@ def install(flow):
 
     Module.to_global = _module_to_global
     _gt.install_operators()
+    from oneflowlike.ops import inplace
+
+    for name, fn in inplace.TENSOR_METHODS.items():  # in place on global tensors too
+        setattr(_gt.GlobalTensor, name, fn)
     flow.is_tensor = _is_tensor
-    for name in ("randn", "rand", "zeros", "ones", "full", "tensor", "arange"):
+    for name in ("randn", "rand", "randint", "zeros", "ones", "full", "tensor", "arange",
+                 "linspace"):
         setattr(flow, name, _with_placement(getattr(flow, name)))
     from oneflowlike import ops
     from oneflowlike.nn import functional
@@ -154,10 +204,10 @@ def install(flow):
     for module in ops._modules:
         for name, fn in getattr(module, "TENSOR_METHODS", {}).items():
             if callable(fn) and not isinstance(fn, property) and name not in _NOT_OPS:
-                setattr(_C.Tensor, name, _global_aware(fn, name))
+                setattr(_C.Tensor, name, _global_aware(fn, f"Tensor.{name}"))
 
     for name in ops.__all__:
-        if name not in _CREATION and callable(getattr(flow, name, None)):
+        if name not in _NOT_WRAPPED and callable(getattr(flow, name, None)):
             setattr(flow, name, _global_aware(getattr(flow, name), name))
     for name, fn in list(vars(functional).items()):
         if callable(fn) and not name.startswith("_") and not isinstance(fn, type):

@@ -19,6 +19,10 @@ _FAMILIES = [
     "cross_entropy",
     "random",
     "shape_ops",
+    "inplace",
+    "einsum",
+    "one_hot",
+    "mse_loss",
 ]
 
 __all__ = []

@@ -4,7 +4,8 @@ import builtins
 
 from oneflowlike import _C
 
-__all__ = ["zeros", "ones", "full", "zeros_like", "ones_like", "full_like", "arange", "cast"]
+__all__ = ["zeros", "ones", "full", "zeros_like", "ones_like", "full_like", "arange", "linspace",
+           "cast"]
 
 
 def _size(size):
@@ -59,6 +60,23 @@ def arange(start, end=None, step=1, dtype=None):
     return _C.arange(float(start), float(end), float(step), dtype)
 
 
+def linspace(start, end, steps, dtype=None, requires_grad=False):
+    """``steps`` values from ``start`` to ``end``, evenly spaced (both ends included), as
+    torch.linspace: computed in float64, then cast to ``dtype`` (float32 by default)."""
+    if isinstance(steps, builtins.bool) or not isinstance(steps, builtins.int) or steps < 0:
+        raise ValueError(f"[linspace] steps must be an int >= 0. However, got {steps!r}.")
+    dtype = _C.dtype.float32 if dtype is None else dtype
+    if steps <= 1:
+        t = _C.fill((steps,), dtype, float(start))
+    else:
+        step = (float(end) - float(start)) / (steps - 1)
+        positions = _C.arange(0.0, float(steps), 1.0, _C.dtype.float64)
+        t = _C.cast(_C.scalar_add(_C.scalar_mul(positions, step), float(start)), dtype)
+    if requires_grad:
+        t.requires_grad = True
+    return t
+
+
 def cast(input, dtype):  # noqa: A002
     return _C.cast(input, dtype)
 
@@ -78,6 +96,8 @@ def _to(self, *args, **kwargs):
 
 TENSOR_METHODS = {
     "to": _to,
+    "cpu": lambda self: self,  # tensors of this build live on cpu, contiguous
+    "contiguous": lambda self: self,
     "float": lambda self: _C.cast(self, _C.dtype.float32),
     "double": lambda self: _C.cast(self, _C.dtype.float64),
     "half": lambda self: _C.cast(self, _C.dtype.float16),

@@ -10,7 +10,7 @@ from oneflowlike import _C
 from oneflowlike.ops import scalar as _scalar
 
 __all__ = ["add", "sub", "subtract", "mul", "multiply", "div", "divide", "true_divide", "eq",
-           "ne", "gt", "lt", "ge", "le"]
+           "ne", "gt", "lt", "ge", "le", "clamp", "clip", "isclose", "allclose"]
 
 
 def _is_number(x):
@@ -91,12 +91,19 @@ def ne(input, other):  # noqa: A002
     return _C.eq(_C.eq(*_promote_pair(input, other)), _C.fill((), _C.dtype.bool, 0.0))
 
 
+def _either(a, b):
+    return _C.where(a, _C.fill((), _C.dtype.bool, 1.0), b)
+
+
+# a >= b is a > b or a == b, not "not a < b": NaN compares false both ways, as in torch.
 def ge(input, other):  # noqa: A002
-    return ne(lt(input, other), True)
+    input, other = _promote_pair(input, other)
+    return _either(_C.gt(input, other), _C.eq(input, other))
 
 
 def le(input, other):  # noqa: A002
-    return ne(gt(input, other), True)
+    input, other = _promote_pair(input, other)
+    return _either(_C.lt(input, other), _C.eq(input, other))
 
 
 def _promote_pair(input, other):
@@ -105,6 +112,62 @@ def _promote_pair(input, other):
     if _is_number(other):
         other = _as_tensor(other, input)
     return input, other
+
+
+def _bound(value, like, op):
+    if _is_number(value):
+        dtype = like.dtype if (like.dtype.is_floating_point or isinstance(value, int)) \
+            else _C.dtype.float32
+        return _C.fill((), dtype, float(value))
+    if isinstance(value, _C.Tensor) or getattr(value, "is_global", False):
+        return value
+    raise TypeError(f"[{op}] bounds must be numbers or tensors. However, got "
+                    f"{type(value).__name__}.")
+
+
+def clamp(input, min=None, max=None):  # noqa: A001,A002 (torch's names)
+    """Each element limited to [min, max] (numbers or tensors that broadcast); elements below
+    min become min, then those above max become max, so min > max gives max, as in torch. NaN
+    stays NaN. The gradient flows where the element was kept."""
+    if min is None and max is None:
+        raise ValueError("[clamp] needs min or max (or both). However, got neither.")
+    out = input
+    if min is not None:
+        if _is_number(min):
+            out = _float_for(out, min)
+        lo = _bound(min, out, "clamp")
+        out = _C.where(_C.lt(out, lo), lo, out)
+    if max is not None:
+        if _is_number(max):
+            out = _float_for(out, max)
+        hi = _bound(max, out, "clamp")
+        out = _C.where(_C.gt(out, hi), hi, out)
+    return out
+
+
+clip = clamp
+
+
+def isclose(input, other, rtol=1e-05, atol=1e-08, equal_nan=False):  # noqa: A002
+    """Elementwise input == other or |input - other| <= atol + rtol * |other| (torch's
+    formula); NaNs are close to each other only with ``equal_nan``. A bool tensor."""
+    if not (input.dtype.is_floating_point and other.dtype.is_floating_point):
+        input, other = _C.cast(input, _C.dtype.float64), _C.cast(other, _C.dtype.float64)
+    tolerance = _scalar.scalar_add(_scalar.scalar_mul(_C.abs(other), float(rtol)), float(atol))
+    within = le(_C.abs(_C.sub(input, other)), tolerance)
+    close = _C.where(_C.eq(input, other), _C.fill((), _C.dtype.bool, 1.0), within)
+    if equal_nan:
+        both_nan = _C.where(ne(input, input), ne(other, other), _C.fill((), _C.dtype.bool, 0.0))
+        close = _C.where(both_nan, _C.fill((), _C.dtype.bool, 1.0), close)
+    return close
+
+
+def allclose(input, other, rtol=1e-05, atol=1e-08, equal_nan=False):  # noqa: A002
+    """Whether every element of input is close to other's (isclose); a Python bool. On global
+    tensors every rank of the placement must call it (it reads the value)."""
+    import oneflowlike as flow  # the flow-level functions, which also take global tensors
+
+    return bool(flow.all(flow.isclose(input, other, rtol=rtol, atol=atol, equal_nan=equal_nan)))
 
 
 subtract = sub
@@ -118,6 +181,10 @@ def _reverse(fn):
 
 
 TENSOR_METHODS = {
+    "clamp": clamp,
+    "clip": clamp,
+    "isclose": isclose,
+    "allclose": allclose,
     "add": add,
     "sub": sub,
     "mul": mul,

@@ -9,8 +9,8 @@ import numbers
 
 from oneflowlike import _C
 
-__all__ = ["manual_seed", "seed", "initial_seed", "randn", "rand", "normal", "randn_like",
-           "rand_like", "dropout"]
+__all__ = ["manual_seed", "seed", "initial_seed", "randn", "rand", "randint", "normal",
+           "randn_like", "rand_like", "dropout"]
 
 _UINT64_MASK = (1 << 64) - 1
 
@@ -63,6 +63,38 @@ def randn(*size, dtype=None, requires_grad=False):
 def rand(*size, dtype=None, requires_grad=False):
     """Uniform values in [0, 1): flow.rand(2, 3) or flow.rand((2, 3))."""
     return _finish(_C.rand(_size(size), _dtype(dtype)), requires_grad)
+
+
+def randint(low, high=None, size=None, dtype=None):
+    """Integers uniform in [low, high): flow.randint(10, (3,)) or flow.randint(2, 10, (3, 4)),
+    int64 unless ``dtype`` says otherwise. Drawn from a float64 uniform (exact for ranges
+    below 2**53), so a value is the same whatever the placement splits."""
+    if size is None:  # randint(high, size)
+        low, high, size = 0, low, high
+    if isinstance(size, numbers.Integral):
+        size = (size,)
+    if size is None or high is None:
+        raise TypeError("[randint] needs high and size: randint(high, size) or "
+                        "randint(low, high, size).")
+    for name, v in (("low", low), ("high", high)):
+        if isinstance(v, bool) or not isinstance(v, numbers.Integral):
+            raise TypeError(f"[randint] {name} must be an int. However, got {v!r}.")
+    low, high = int(low), int(high)
+    if high <= low:
+        raise ValueError(f"[randint] needs low < high. However, got low={low}, high={high}.")
+    if high - low > 2 ** 53:
+        raise ValueError(f"[randint] the range high - low must be at most 2**53. However, got "
+                         f"{high - low}.")
+    dtype = _C.dtype.int64 if dtype is None else dtype
+    if dtype.is_floating_point and dtype not in (_C.dtype.float32, _C.dtype.float64):
+        raise TypeError(f"[randint] dtype must be an integer type, float32 or float64. However, "
+                        f"got {dtype!r}.")
+    uniform = _C.rand(_size((size,)), _C.dtype.float64)
+    scaled = _C.scalar_mul(uniform, float(high - low))  # in [0, high - low]
+    offsets = _C.cast(scaled, _C.dtype.int64)  # truncation of non-negatives: floor
+    top = _C.fill((), _C.dtype.int64, float(high - low - 1))  # rounding may reach the top
+    offsets = _C.where(_C.gt(offsets, top), top, offsets)
+    return _C.cast(_C.scalar_add(offsets, low), dtype)
 
 
 def normal(mean, std, size, dtype=None, requires_grad=False):

@@ -1,8 +1,15 @@
-"""Reductions: sum, mean, amax, max (over all axes or some)."""
+"""Reductions: sum, mean, amax/amin, max/min, var/std, all/any (over all axes or some).
+
+amin, min, var, std, all and any are composed of the reduction ops (reduce_max, reduce_sum,
+reduce_mean) and elementwise ops, so their shapes, SBP signatures and gradients are those ops'.
+"""
+
+import builtins
+import numbers
 
 from oneflowlike import _C
 
-__all__ = ["sum", "mean", "amax", "max"]
+__all__ = ["sum", "mean", "amax", "amin", "max", "min", "var", "std", "all", "any"]
 
 
 def _axes(dim):
@@ -28,14 +35,99 @@ def amax(input, dim=None, keepdim=False):  # noqa: A002
     return _C.reduce_max(input, _axes(dim), keepdim)
 
 
+def amin(input, dim=None, keepdim=False):  # noqa: A002
+    """The minimum over ``dim``: -amax(-input), so bool tensors are refused as by neg."""
+    return _C.neg(_C.reduce_max(_C.neg(input), _axes(dim), keepdim))
+
+
+def _values_and_indices(op, dim):
+    return NotImplementedError(
+        f"[{op}] {op}(input, dim) returns (values, indices) in torch, and indices are not "
+        f"available yet; use flow.a{op}(input, dim) for the values (dim={dim!r})")
+
+
 def max(input, dim=None, keepdim=False):  # noqa: A001,A002
-    """The maximum of all elements. With ``dim``, torch also returns indices; that form is not
-    available yet (there is no argmax op): use amax for the values."""
+    """The maximum of all elements, or the elementwise maximum of two tensors. With ``dim``,
+    torch also returns indices; that form is not available yet (there is no argmax op): use
+    amax for the values."""
+    if isinstance(dim, _C.Tensor) or getattr(dim, "is_global", False):
+        from oneflowlike.ops.where import where
+
+        return where(_C.gt(dim, input), dim, input)
     if dim is not None:
-        raise NotImplementedError(
-            "[max] max(input, dim) returns (values, indices) in torch, and indices are not "
-            "available yet; use flow.amax(input, dim) for the values")
+        raise _values_and_indices("max", dim)
     return _C.reduce_max(input, [], False)
 
 
-TENSOR_METHODS = {"sum": sum, "mean": mean, "amax": amax, "max": max}
+def min(input, dim=None, keepdim=False):  # noqa: A001,A002
+    """The minimum of all elements, or the elementwise minimum of two tensors (``min(a, b)``).
+    ``min(input, dim)`` returns indices in torch, not available yet: use amin."""
+    if isinstance(dim, _C.Tensor) or getattr(dim, "is_global", False):
+        from oneflowlike.ops.where import where
+
+        return where(_C.lt(dim, input), dim, input)
+    if dim is not None:
+        raise _values_and_indices("min", dim)
+    return amin(input)
+
+
+def _count(input, dim, op):
+    shape = tuple(input.shape)
+    axes = range(len(shape)) if dim is None else _axes(dim)
+    n = 1
+    for a in axes:
+        if not -len(shape) <= a < builtins.max(len(shape), 1):
+            raise IndexError(f"[{op}] dim {a} is out of range for a {len(shape)}-d tensor.")
+        n *= shape[a] if shape else 1
+    return n
+
+
+def var(input, dim=None, unbiased=None, keepdim=False, *, correction=None):  # noqa: A002
+    """The variance over ``dim`` (all when None): sum((x - mean)^2) / (N - correction), with
+    torch's default correction 1 (unbiased); ``unbiased=False`` is correction 0."""
+    if unbiased is not None and correction is not None:
+        raise ValueError("[var] give unbiased or correction, not both.")
+    if correction is None:
+        correction = 0 if unbiased is False else 1
+    if not isinstance(correction, numbers.Number):
+        raise TypeError(f"[var] correction must be a number. However, got {correction!r}.")
+    if not input.dtype.is_floating_point:
+        raise TypeError(f"[var] needs a floating-point tensor. However, got {input.dtype!r}.")
+    n = _count(input, dim, "var")
+    centred = _C.sub(input, _C.reduce_mean(input, _axes(dim), True))
+    squares = _C.reduce_sum(_C.mul(centred, centred), _axes(dim), keepdim)
+    denominator = builtins.max(n - correction, 0)
+    if denominator == 0:  # torch gives nan (inf * 0), with a warning
+        return _C.scalar_mul(squares, float("nan"))
+    return _C.scalar_mul(squares, 1.0 / denominator)
+
+
+def std(input, dim=None, unbiased=None, keepdim=False, *, correction=None):  # noqa: A002
+    """sqrt(var(...)) with var's arguments."""
+    return _C.sqrt(var(input, dim, unbiased, keepdim, correction=correction))
+
+
+def _false():
+    return _C.fill((), _C.dtype.bool, 0.0)
+
+
+def _as_bool(input):
+    """input != 0 (bool tensors as they are)."""
+    if input.dtype == _C.dtype.bool:
+        return input
+    return _C.eq(_C.eq(input, _C.fill((), input.dtype, 0.0)), _false())
+
+
+def any(input, dim=None, keepdim=False):  # noqa: A001,A002
+    """Whether some element (over ``dim``) is nonzero; a bool tensor."""
+    return _C.reduce_max(_as_bool(input), _axes(dim), keepdim)
+
+
+def all(input, dim=None, keepdim=False):  # noqa: A001,A002
+    """Whether every element (over ``dim``) is nonzero; a bool tensor."""
+    some_false = _C.reduce_max(_C.eq(_as_bool(input), _false()), _axes(dim), keepdim)
+    return _C.eq(some_false, _false())
+
+
+TENSOR_METHODS = {"sum": sum, "mean": mean, "amax": amax, "amin": amin, "max": max, "min": min,
+                  "var": var, "std": std, "all": all, "any": any}

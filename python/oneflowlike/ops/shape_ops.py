@@ -7,7 +7,8 @@ import operator
 
 from oneflowlike import _C
 
-__all__ = ["transpose", "permute", "cat", "concat", "split", "chunk", "narrow", "stack"]
+__all__ = ["transpose", "permute", "cat", "concat", "split", "chunk", "narrow", "stack",
+           "unbind"]
 
 
 def _dim(dim, ndim, op):
@@ -164,15 +165,16 @@ def _index_error_for_int(index, axis, extent):
     )
 
 
-def _getitem(self, index):
-    """Basic indexing: ints (negative too), slices with positive steps, Ellipsis and None."""
+def _basic_index(self, index, op):
+    """(starts, stops, steps, result shape) of basic indexing: ints (negative too), slices with
+    positive steps, Ellipsis and None."""
     if not isinstance(index, tuple):
         index = (index,)
     for item in index:
         if isinstance(item, _C.Tensor) or isinstance(item, (list, builtins.bool)):
             raise TypeError(
-                f"[getitem] advanced indexing with {type(item).__name__} indices is not "
-                "supported: index with ints, slices, Ellipsis and None."
+                f"[{op}] advanced indexing with {type(item).__name__} indices is not "
+                "supported: index with ints, slices, Ellipsis and None (or one bool mask)."
             )
         if not (
             item is None
@@ -181,16 +183,16 @@ def _getitem(self, index):
             or hasattr(item, "__index__")
         ):
             raise TypeError(
-                f"[getitem] indices must be ints, slices, Ellipsis or None (advanced indexing is "
+                f"[{op}] indices must be ints, slices, Ellipsis or None (advanced indexing is "
                 f"not supported). However, got {item!r}."
             )
     if builtins.sum(1 for item in index if item is Ellipsis) > 1:
-        raise IndexError("[getitem] an index can only have a single ellipsis ('...').")
+        raise IndexError(f"[{op}] an index can only have a single ellipsis ('...').")
     consumed = builtins.sum(1 for item in index if item is not None and item is not Ellipsis)
     ndim = self.ndim
     if consumed > ndim:
         raise IndexError(
-            f"[getitem] too many indices for a tensor of dimension {ndim}: got {consumed}."
+            f"[{op}] too many indices for a tensor of dimension {ndim}: got {consumed}."
         )
     if any(item is Ellipsis for item in index):
         at = next(i for i, item in enumerate(index) if item is Ellipsis)
@@ -211,7 +213,7 @@ def _getitem(self, index):
             step = 1 if item.step is None else operator.index(item.step)
             if step <= 0:
                 raise ValueError(
-                    f"[getitem] slice step must be positive (negative steps are not supported). "
+                    f"[{op}] slice step must be positive (negative steps are not supported). "
                     f"However, got {step} for dimension {axis}."
                 )
             start, stop, _ = item.indices(extent)
@@ -226,12 +228,69 @@ def _getitem(self, index):
                 i += extent
             starts[axis], stops[axis] = i, i + 1
         axis += 1
+    return starts, stops, steps, out_shape
+
+
+def _getitem(self, index):
+    """Basic indexing: ints (negative too), slices with positive steps, Ellipsis and None."""
+    starts, stops, steps, out_shape = _basic_index(self, index, "getitem")
+    shape = list(self.shape)
     sliced = any(
-        starts[a] != 0 or stops[a] != shape[a] or steps[a] != 1 for a in range(ndim)
+        starts[a] != 0 or stops[a] != shape[a] or steps[a] != 1 for a in range(self.ndim)
     )
     if not sliced:  # still a new tensor (a view), as torch returns for x[:] or x[None]
         return _C.reshape(self, out_shape)
     return _reshape(_C.slice(self, starts, stops, steps), out_shape)
+
+
+def _is_mask(index):
+    return isinstance(index, _C.Tensor) and index.dtype == _C.dtype.bool
+
+
+def index_put(input, index, value):  # noqa: A002 (torch's names)
+    """``input`` with ``value`` written at ``index`` (what ``input[index] = value`` writes), out
+    of place: basic indices take a value broadcast to what ``input[index]`` gives; a bool mask
+    (the tensor's shape, or its leading dims) takes a number or a one-element tensor."""
+    if isinstance(value, numbers.Number) and not isinstance(value, _C.Tensor):
+        value = _C.fill((), input.dtype if not isinstance(value, float) or
+                        input.dtype.is_floating_point else _C.dtype.float32, float(value))
+    if not isinstance(value, _C.Tensor):
+        raise TypeError(f"[setitem] the value must be a number or a tensor. However, got "
+                        f"{type(value).__name__}.")
+    if value.dtype != input.dtype:
+        value = _C.cast(value, input.dtype)
+    if _is_mask(index):
+        mask_shape, shape = tuple(index.shape), tuple(input.shape)
+        if mask_shape != shape[:len(mask_shape)]:
+            raise IndexError(f"[setitem] a bool mask must have the tensor's shape or its leading "
+                             f"dims. However, got mask {mask_shape} for a tensor {shape}.")
+        if value.numel() != 1:
+            raise ValueError(
+                "[setitem] t[mask] = v needs v to be a number or a one-element tensor: how many "
+                "elements a mask selects depends on its values. However, got a value of shape "
+                f"{tuple(value.shape)}; use flow.where(mask, v, t) for a value of t's shape.")
+        mask = _reshape(index, mask_shape + (1,) * (len(shape) - len(mask_shape)))
+        return _C.where(mask, _reshape(value, ()), input)
+    starts, stops, steps, out_shape = _basic_index(input, index, "setitem")
+    region = [-(-(stop - start) // step) for start, stop, step in zip(starts, stops, steps)]
+    try:
+        value = value.expand(*out_shape) if tuple(value.shape) != tuple(out_shape) else value
+    except (ValueError, TypeError):
+        raise ValueError(f"[setitem] the value of shape {tuple(value.shape)} must broadcast to "
+                         f"the indexed shape {tuple(out_shape)}.") from None
+    value = _reshape(value, region)
+    like = tuple(input.shape)
+    placed = _C.slice_grad(value, like, starts, stops, steps)
+    inside = _C.slice_grad(_C.fill(tuple(region), _C.dtype.bool, 1.0), like, starts, stops, steps)
+    return _C.where(inside, placed, input)
+
+
+def unbind(input, dim=0):  # noqa: A002
+    """The slices of ``input`` along ``dim``, each without that dim (a tuple, as torch)."""
+    d = _dim(dim, input.ndim, "unbind")
+    shape = tuple(input.shape)
+    rest = shape[:d] + shape[d + 1:]
+    return tuple(_reshape(piece, rest) for piece in _C.split(input, d, [1] * shape[d]))
 
 
 TENSOR_METHODS = {
@@ -243,4 +302,5 @@ TENSOR_METHODS = {
     "chunk": chunk,
     "narrow": narrow,
     "__getitem__": _getitem,
+    "unbind": unbind,
 }

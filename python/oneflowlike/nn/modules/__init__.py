@@ -1,14 +1,15 @@
 """The layers of flow.nn, one file per concept; flow.nn re-exports them."""
 
-from oneflowlike.nn.modules.activation import GELU, ReLU
+from oneflowlike.nn.modules.activation import GELU, Identity, ReLU, Softmax, Tanh
 from oneflowlike.nn.modules.attention import CausalSelfAttention
 from oneflowlike.nn.modules.container import ModuleDict, ModuleList, Sequential
 from oneflowlike.nn.modules.dropout import Dropout
 from oneflowlike.nn.modules.embedding import Embedding
 from oneflowlike.nn.modules.layer_norm import LayerNorm
 from oneflowlike.nn.modules.linear import Linear
-from oneflowlike.nn.modules.loss import CrossEntropyLoss
+from oneflowlike.nn.modules.loss import CrossEntropyLoss, MSELoss
 from oneflowlike.nn.modules.module import Module
 
-__all__ = ["Module", "Linear", "Embedding", "LayerNorm", "Dropout", "GELU", "ReLU",
-           "Sequential", "ModuleList", "ModuleDict", "CrossEntropyLoss", "CausalSelfAttention"]
+__all__ = ["Module", "Linear", "Embedding", "LayerNorm", "Dropout", "GELU", "ReLU", "Tanh",
+           "Softmax", "Identity", "Sequential", "ModuleList", "ModuleDict", "CrossEntropyLoss",
+           "MSELoss", "CausalSelfAttention"]

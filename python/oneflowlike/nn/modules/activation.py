@@ -1,4 +1,4 @@
-"""Activation modules: ReLU and GELU."""
+"""Activation modules: ReLU, GELU, Tanh, Softmax, and Identity."""
 
 from oneflowlike.nn import functional as F
 from oneflowlike.nn.modules.module import Module
@@ -36,3 +36,38 @@ class GELU(Module):
 
     def extra_repr(self):
         return f"approximate={self.approximate!r}"
+
+
+class Tanh(Module):
+    """tanh(x), as torch.nn.Tanh."""
+
+    def forward(self, input):  # noqa: A002
+        return F.tanh(input)
+
+
+class Softmax(Module):
+    """softmax over ``dim``, as torch.nn.Softmax (dim must be given: torch's implicit choice
+    is deprecated)."""
+
+    def __init__(self, dim=None):
+        super().__init__()
+        if dim is None or isinstance(dim, bool) or not isinstance(dim, int):
+            raise ValueError(f"[Softmax] dim must be an int (the axis that sums to 1). However, "
+                             f"got {dim!r}.")
+        self.dim = dim
+
+    def forward(self, input):  # noqa: A002
+        return F.softmax(input, dim=self.dim)
+
+    def extra_repr(self):
+        return f"dim={self.dim}"
+
+
+class Identity(Module):
+    """Returns its input (arguments to the constructor are ignored, as torch.nn.Identity)."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__()
+
+    def forward(self, input):  # noqa: A002
+        return input

@@ -1,4 +1,4 @@
-"""Loss modules: CrossEntropyLoss."""
+"""Loss modules: CrossEntropyLoss and MSELoss."""
 
 import oneflowlike as flow
 from oneflowlike.nn import functional as F
@@ -44,3 +44,17 @@ class CrossEntropyLoss(Module):
         if self.reduction == "sum":
             return total
         return total / keep.to(loss.dtype).sum()
+
+
+class MSELoss(Module):
+    """The mean squared error, as torch.nn.MSELoss (F.mse_loss)."""
+
+    def __init__(self, reduction="mean"):
+        super().__init__()
+        if reduction not in _REDUCTIONS:
+            raise ValueError(f"[MSELoss] reduction must be one of {_REDUCTIONS}. However, got "
+                             f"{reduction!r}.")
+        self.reduction = reduction
+
+    def forward(self, input, target):  # noqa: A002
+        return F.mse_loss(input, target, reduction=self.reduction)
