@@ -205,6 +205,9 @@ def test_graph_steps_the_lr_scheduler_like_eager_training():
 def test_debug_prints_the_plan_summary(capsys, tmp_path):
     graph, *_ = _tiny_gpt_graph()
     graph.debug(1)
+    with pytest.raises(RuntimeError, match=r"write_dot needs Train's plan, which the first call "
+                                           r"makes .*call the graph once, then write_dot"):
+        graph.write_dot(str(tmp_path / "early.dot"))
     graph(flow.randn(2, 4, 8))
     assert "plan 'Train'" in capsys.readouterr().out
     graph.write_dot(str(tmp_path / "plan.dot"))

@@ -719,9 +719,15 @@ class Graph:
         return self._plan.summary() if self._plan is not None else ""
 
     def write_dot(self, path):
-        """Writes this rank's plan as Graphviz dot."""
+        """Writes this rank's plan as Graphviz dot (after the first call, which compiles it)."""
+        if not self._compiled:
+            raise RuntimeError(
+                f"[nn.Graph] write_dot needs {type(self).__name__}'s plan, which the first call "
+                "makes (it traces build() with the inputs' shapes and layouts): call the graph "
+                "once, then write_dot.")
         if self._plan is None:
-            raise RuntimeError("[nn.Graph] this rank holds no part of the graph (or it has not run).")
+            raise RuntimeError(f"[nn.Graph] rank {env.get_rank()} holds no part of "
+                               f"{type(self).__name__}: its plan is on other ranks.")
         with open(path, "w") as f:
             f.write(self._plan.dot())
 
