@@ -31,6 +31,7 @@ import numpy as np
 from oneflowlike import _C
 from oneflowlike import env
 from oneflowlike import sbp as _sbp
+from oneflowlike.framework import agreement as _agreement
 from oneflowlike.framework import global_tensor as _gt
 
 __all__ = ["save", "load"]
@@ -57,20 +58,6 @@ def _sha256(path):
 
 def _dtype_name(dtype):
     return repr(dtype).split(".")[-1]
-
-
-def _barrier_all_ok(ok):
-    """Every rank's ``ok`` summed over all ranks (an all-reduce): a barrier that also says
-    whether every rank succeeded."""
-    world = env.get_world_size()
-    if world == 1:
-        return int(ok)
-    from oneflowlike.placement import placement
-
-    everyone = placement("cpu", list(range(world)))
-    local = _C.from_numpy(np.asarray([float(ok)], np.float32))
-    total = local.to_global(placement=everyone, sbp=_sbp.partial_sum).numpy()
-    return int(round(float(total[0])))
 
 
 def _writes_piece(t, rank):
@@ -106,7 +93,7 @@ def save(state, path):
     # save that fails half-way leaves an incomplete checkpoint, never a mixed one.
     if rank == 0 and os.path.exists(os.path.join(path, "manifest.json")):
         os.remove(os.path.join(path, "manifest.json"))
-    _barrier_all_ok(True)
+    _agreement.count_ok(True)
     manifest = {"format": _FORMAT, "world_size": world, "tensors": {}, "values": {}}
     pieces = {}
     ok = True
@@ -147,7 +134,7 @@ def save(state, path):
         _atomic_write(os.path.join(path, f"rank{rank}.json"), lambda f: f.write(body))
     except Exception as e:  # every rank must reach the barrier, or the others would hang
         ok, error = False, e
-    everyone_ok = _barrier_all_ok(ok) == world
+    everyone_ok = _agreement.count_ok(ok) == world
     if error is not None:
         raise error
     if not everyone_ok:
@@ -156,7 +143,7 @@ def save(state, path):
     if rank == 0:
         body = json.dumps(manifest, indent=1).encode()
         _atomic_write(os.path.join(path, "manifest.json"), lambda f: f.write(body))
-    _barrier_all_ok(True)
+    _agreement.count_ok(True)
 
 
 def _read_manifest(path):

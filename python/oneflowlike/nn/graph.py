@@ -34,6 +34,7 @@ import numpy as np
 from oneflowlike import _C
 from oneflowlike import env
 from oneflowlike import sbp as _sbp
+from oneflowlike.framework import agreement as _agreement
 from oneflowlike.framework import global_tensor as _gt
 from oneflowlike.framework import job as _job
 from oneflowlike.placement import placement as _placement
@@ -668,11 +669,28 @@ class Graph:
             raise KeyError(f"[nn.Graph] load_state_dict got unexpected keys {unknown} and lacks "
                            f"keys {missing[:8]}{' ...' if len(missing) > 8 else ''}. Pass "
                            "strict=False to load a part.")
+        self._check_local_values_agree(state)
         self._load_training_state(training, strict)
         if not self._compiled:
             self._pending_state = state
             return
         self._write_state(state)
+
+    def _check_local_values_agree(self, state):
+        """Note [Local and global do not mix in a graph], for loaded values: a local tensor
+        given for a global variable is taken as its whole value, which is right only when every
+        rank gives the same (flow.load without like=); one that differs between ranks is
+        refused on every rank (collective: every rank loads the same names)."""
+        local = {name: state[name].numpy() for name, value in self._state_entries()
+                 if name in state and isinstance(value, _gt.GlobalTensor)
+                 and isinstance(state[name], _C.Tensor)}
+        differ = _agreement.differing(local)
+        if differ:
+            raise ValueError(
+                f"[nn.Graph] load_state_dict got local tensors for global variables of "
+                f"{type(self).__name__} that differ between ranks: {differ[:8]}. Each rank would "
+                "load its own value of one variable. Load with flow.load(path, "
+                "like=graph.state_dict()) (each rank reads its pieces), or pass global tensors.")
 
     def _write_state(self, state):
         for name, value in self._state_entries():

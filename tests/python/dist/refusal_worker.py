@@ -62,4 +62,14 @@ g = flow.tensor(np.ones((4, 4), np.float32), placement=both, sbp=flow.sbp.split(
 refused(TypeError, "got a global tensor and a local tensor (4, 4)", lambda: g + x)
 refused(TypeError, "got a global tensor and a local tensor (4, 4)", lambda: x + g)
 refused(TypeError, "got a global tensor and a local tensor (4, 4)", lambda: flow.cat([g, x]))
+# Local values loaded into a global graph: fine when every rank gives the same, refused on
+# every rank when they differ.
+graph = Train(model)
+state = {k: (v.numpy() if flow.is_tensor(v) else v) for k, v in graph.state_dict().items()}
+same = {k: flow.tensor(v) if isinstance(v, np.ndarray) else v for k, v in state.items()}
+graph.load_state_dict(same)
+differs = dict(same)
+differs["model.0.bias"] = flow.full((8,), float(rank))
+refused(ValueError, "differ between ranks: ['model.0.bias']",
+        lambda: graph.load_state_dict(differs))
 print(f"rank {rank}: refusals OK", flush=True)
