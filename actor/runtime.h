@@ -194,7 +194,9 @@ class Runtime final : public PlanRunner, private ActorHost {
   bool all_retired_ = false;  // what shutdown() found
   std::vector<std::string> message_log_;
   std::string job_name_;
-  std::set<int64_t> peers_;  // ranks this runtime's hosted ranks exchange data with
+  // Ranks this runtime needs that it does not host: the peers of its SENDs and RECVs (a plan
+  // compiled for some ranks holds only theirs) and the plan's other ranks.
+  std::set<int64_t> peers_;
   int64_t trace_origin_ns_ = 0;
 };
 

@@ -159,13 +159,18 @@ void TransportSessions::announce_departure(const std::map<uint32_t, int64_t>& it
     hosted = base_ranks_;
   }
   OFL_CHECK(!hosted.empty(), kTag, "announce_departure needs a rank served here.");
-  const int64_t from = *hosted.begin();
-  for (int64_t rank : ranks) {
-    if (hosted.count(rank)) continue;
-    for (const auto& [session, count] : iterations) {
-      base_->send(rank, to_bytes(ActorMessage::departure_progress(from, rank, session, count)));
+  for (int64_t from : hosted) {  // each hosted rank departs: peers may know only one of them
+    for (int64_t rank : ranks) {
+      if (hosted.count(rank)) continue;
+      try {
+        for (const auto& [session, count] : iterations) {
+          base_->send(rank, to_bytes(ActorMessage::departure_progress(from, rank, session, count)));
+        }
+        base_->send(rank, to_bytes(ActorMessage::departure(from, rank)));
+      } catch (const Error& e) {  // a rank already gone needs no goodbye; the others still do
+        VLOG(1) << kTag << "no departure sent to rank " << rank << ": " << e.what();
+      }
     }
-    base_->send(rank, to_bytes(ActorMessage::departure(from, rank)));
   }
 }
 

@@ -92,15 +92,19 @@ class EagerGradBuilder final : public GradBuilder {
   const AnyParams& any_params() const override { return node_.params; }
   int num_inputs() const override { return static_cast<int>(node_.inputs.size()); }
   int num_outputs() const override { return static_cast<int>(node_.outputs.size()); }
-  Value input(int i) override { return add(node_.inputs.at(i)); }
-  Value output(int i) override { return add(node_.outputs.at(i)); }
+  // Note [Versions]: a saved tensor whose values the gradient reads (as an op's input or as a
+  // gradient itself, not only its shape) must be as it was when saved.
+  Value input(int i) override { return add(node_.inputs.at(i), i); }
+  Value output(int i) override {
+    return add(node_.outputs.at(i), static_cast<int>(node_.inputs.size()) + i);
+  }
   Value output_grad(int i) override {
     return output_grads_.at(i).defined() ? add(output_grads_[i]) : kNone;
   }
   bool needs_input_grad(int i) const override { return node_.next.at(i).connected(); }
   void set_input_grad(int i, Value grad) override {
     if (grad == kNone || !needs_input_grad(i)) return;
-    const Tensor& g = values_.at(grad);
+    const Tensor& g = read(grad);
     OFL_ASSERT(g.shape() == node_.inputs[i].shape())
         << "[" << node_.op->name() << "] gradient of input " << i << " has shape "
         << g.shape().to_string() << ", expected " << node_.inputs[i].shape().to_string();
@@ -114,7 +118,7 @@ class EagerGradBuilder final : public GradBuilder {
                            std::vector<Value> inputs) override {
     std::vector<Tensor> args;
     args.reserve(inputs.size());
-    for (Value v : inputs) args.push_back(values_.at(v));
+    for (Value v : inputs) args.push_back(read(v));
     std::vector<Value> out;
     for (Tensor& t : apply_op(OpRegistry::global().find(op), params, args)) out.push_back(add(t));
     return out;
@@ -122,50 +126,62 @@ class EagerGradBuilder final : public GradBuilder {
   std::vector<Tensor>& input_grads() { return input_grads_; }
 
  private:
-  Value add(const Tensor& t) {
+  // `slot`: which saved tensor (inputs, then outputs) `t` is; -1 for a value made here.
+  Value add(const Tensor& t, int slot = -1) {
     values_.push_back(t);
+    slots_.push_back(slot);
     return static_cast<Value>(values_.size() - 1);
+  }
+  const Tensor& read(Value v) const {
+    const Tensor& t = values_.at(v);
+    const int slot = slots_.at(v);
+    if (slot < 0) return t;
+    const int64_t when = node_.versions.at(slot);
+    const int n = static_cast<int>(node_.inputs.size());
+    OFL_CHECK_CODE(t.version() == when, ErrorCode::kFailedPrecondition, "[backward] ",
+                   slot < n ? "input " : "output ", slot < n ? slot : slot - n, " of op '",
+                   node_.op->name(),
+                   "', which its gradient reads, was modified by an in-place operation "
+                   "(version ",
+                   t.version(), ", saved at version ", when, "): ", t.describe(),
+                   ". Change it out of place (x = x + 1), or clone() it before writing.");
+    return t;
   }
 
   AutogradNode& node_;
   const std::vector<Tensor>& output_grads_;
   std::vector<Tensor> values_;
+  std::vector<int> slots_;  // per value: its saved-tensor slot, or -1
   std::vector<Tensor> input_grads_;
 };
 
 void accumulate_leaf(AutogradMeta& leaf, const Tensor& g) { leaf.grad = accumulate(leaf.grad, g); }
 
-// Note [Versions]: every tensor a node saved must be as it was when saved.
-void check_saved_versions(const AutogradNode& node) {
-  const size_t n = node.inputs.size();
-  for (size_t i = 0; i < node.versions.size(); ++i) {
-    const Tensor& t = i < n ? node.inputs[i] : node.outputs[i - n];
-    OFL_CHECK_CODE(t.version() == node.versions[i], ErrorCode::kFailedPrecondition,
-                   "[backward] ", i < n ? "input " : "output ", i < n ? i : i - n, " of op '",
-                   node.op->name(), "', which its gradient needs, was modified by an in-place "
-                   "operation (version ", t.version(), ", saved at version ", node.versions[i],
-                   "): ", t.describe(), ". Change it out of place (x = x + 1), or clone() it "
-                   "before writing.");
-  }
-}
-
 }  // namespace
 
 void assign_(const Tensor& dst, const Tensor& src, const char* op) {
-  OFL_CHECK(!dst.is_lazy(), "[", op, "] in-place ops cannot change a traced value (inside "
-            "nn.Graph.build()). However, got ", dst.describe(), ": write x = x + y (or "
+  OFL_CHECK(!dst.is_lazy(), "[", op,
+            "] in-place ops cannot change a traced value (inside "
+            "nn.Graph.build()). However, got ",
+            dst.describe(),
+            ": write x = x + y (or "
             "masked_fill, where) instead.");
+  OFL_CHECK(!dst.impl()->storage->indexed_copy(), "[", op, "] cannot write ", dst.describe(),
+            ": it is a copy that indexing made (t[...] copies here unless it selects the whole "
+            "tensor; torch would give a view), so the write would not reach the indexed tensor. "
+            "Write through item assignment (t[index] = value), or clone() it to write a copy.");
   OFL_CHECK(dst.shape() == src.shape() && dst.dtype() == src.dtype(), "[", op,
             "] needs a value of the target's shape and dtype. However, got ", src.describe(),
             " for ", dst.describe(), ".");
   if (GradMode::enabled()) {
     OFL_CHECK_CODE(!dst.requires_grad(), ErrorCode::kFailedPrecondition, "[", op,
-                   "] cannot write in place into a tensor that requires grad (",
-                   dst.describe(), "): autograd could not follow it. Write under "
+                   "] cannot write in place into a tensor that requires grad (", dst.describe(),
+                   "): autograd could not follow it. Write under "
                    "flow.no_grad() (as optimizers do), or compute out of place.");
     OFL_CHECK_CODE(!src.requires_grad(), ErrorCode::kFailedPrecondition, "[", op,
                    "] cannot write a value that requires grad in place: autograd would lose "
-                   "its history. However, got ", src.describe(),
+                   "its history. However, got ",
+                   src.describe(),
                    ". Use an out-of-place op (y = x.clone()), or write under flow.no_grad().");
   }
   if (dst.raw_data() != src.raw_data()) std::memcpy(dst.raw_data(), src.raw_data(), src.nbytes());
@@ -253,7 +269,6 @@ void backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads
                    node->op->name(),
                    "'); its saved tensors were freed. Pass retain_graph=True to the first "
                    "backward to keep them.");
-    check_saved_versions(*node);
     std::vector<Tensor> output_grads = std::move(pending[node.get()]);
     pending.erase(node.get());
     output_grads.resize(node->num_outputs);

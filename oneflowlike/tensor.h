@@ -29,11 +29,17 @@ class Storage {
   int64_t version() const { return version_.load(std::memory_order_relaxed); }
   void bump_version() { version_.fetch_add(1, std::memory_order_relaxed); }
 
+  /// The storage holds a copy that indexing made (t[...] where torch would give a view):
+  /// in-place writes into it are refused, since they would not reach the indexed tensor.
+  bool indexed_copy() const { return indexed_copy_; }
+  void set_indexed_copy() { indexed_copy_ = true; }
+
  private:
   void* data_;
   size_t bytes_;
   Allocator* allocator_;
   std::atomic<int64_t> version_{0};
+  bool indexed_copy_ = false;
 };
 
 struct AutogradMeta;

@@ -18,9 +18,11 @@ void init_logging(const char* program) {
   std::call_once(once, [program] {
     if (google::IsGoogleLoggingInitialized()) return;
     FLAGS_logtostderr = true;
-    // glog reads GLOG_minloglevel into FLAGS_minloglevel itself; otherwise INFO is opt-in.
+    // glog reads GLOG_minloglevel into FLAGS_minloglevel itself; otherwise INFO is opt-in, and
+    // asking for VLOG lines (GLOG_v, which are INFO lines) asks for INFO too.
     if (std::getenv("GLOG_minloglevel") == nullptr) {
-      FLAGS_minloglevel = verbose_logging() ? google::GLOG_INFO : google::GLOG_WARNING;
+      const bool info = verbose_logging() || FLAGS_v > 0;
+      FLAGS_minloglevel = info ? google::GLOG_INFO : google::GLOG_WARNING;
     }
     google::InitGoogleLogging(program);
   });

@@ -2,7 +2,8 @@
 // Note [Logging]: glog is set up once per process by whichever entry point comes first (the
 // Python module, a C++ program's main), writing to stderr. INFO lines (what the bootstrap and
 // the runtime say when all is well) show only when asked: OFL_VERBOSE=1 (the launcher's
-// --verbose sets it), or glog's own GLOG_minloglevel / GLOG_v. Warnings and errors always show.
+// --verbose sets it), glog's own GLOG_minloglevel, or GLOG_v (VLOG lines are INFO lines).
+// Warnings and errors always show.
 
 namespace ofl {
 

@@ -1,4 +1,4 @@
-// Reductions over axes: reduce_sum, reduce_mean, reduce_max.
+// Reductions over axes: reduce_sum, reduce_mean, reduce_max, reduce_min.
 
 #include "oneflowlike/ops/reduce.h"
 
@@ -25,6 +25,7 @@ std::vector<int> reduced_axes(const InferContext& ctx) {
   }
   for (int64_t a : p.axes) {
     const int axis = normalize_axis(a, ndim, ctx.op_name().c_str());
+    if (ndim == 0) continue;  // a scalar's dim 0 or -1 (as torch allows) is the scalar itself
     OFL_CHECK(std::find(out.begin(), out.end(), axis) == out.end(), "[", ctx.op_name(),
               "] each axis may be reduced once. However, axis ", a, " appears twice in the axes.");
     out.push_back(axis);
@@ -49,14 +50,13 @@ std::vector<TensorMeta> infer_reduce(const InferContext& ctx) {
       dims.push_back(1);
     }
   }
-  OFL_CHECK_TYPE(ctx.dtype(0) != DataType::kBool || ctx.op_name() == "reduce_max", "[",
-                 ctx.op_name(), "] needs a numeric tensor. However, got ", ctx.describe_inputs(),
-                 ".");
-  if (ctx.op_name() == "reduce_max") {
+  const bool extremum = ctx.op_name() == "reduce_max" || ctx.op_name() == "reduce_min";
+  OFL_CHECK_TYPE(ctx.dtype(0) != DataType::kBool || extremum, "[", ctx.op_name(),
+                 "] needs a numeric tensor. However, got ", ctx.describe_inputs(), ".");
+  if (extremum) {
     for (int a : axes) {
-      OFL_CHECK(x[a] > 0,
-                "[reduce_max] cannot reduce an empty axis (there is no maximum). "
-                "However, got ",
+      OFL_CHECK(x[a] > 0, "[", ctx.op_name(), "] cannot reduce an empty axis (there is no ",
+                ctx.op_name() == "reduce_max" ? "maximum" : "minimum", "). However, got ",
                 ctx.describe_inputs(), " reducing axis ", a, ".");
     }
   }
@@ -97,7 +97,7 @@ Value keepdims_grad(GradBuilder& g, Value dy) {
   std::vector<int64_t> dims = x.dims();
   if (p.axes.empty()) {
     std::fill(dims.begin(), dims.end(), 1);
-  } else {
+  } else if (x.ndim() > 0) {
     for (int64_t a : p.axes) dims[a < 0 ? a + x.ndim() : a] = 1;
   }
   return g.apply1("reshape", ReshapeParams{Shape(dims)}, {dy});
@@ -119,8 +119,8 @@ void mean_gradient(GradBuilder& g) {
   g.set_input_grad(0, scalar_mul(g, expanded, 1.0 / static_cast<double>(count)));
 }
 
-// The gradient is shared equally among the positions that attain the maximum.
-void max_gradient(GradBuilder& g) {
+// The gradient is shared equally among the positions that attain the maximum (or minimum).
+void extremum_gradient(GradBuilder& g) {
   const Value dy = g.output_grad(0);
   if (dy == GradBuilder::kNone) return;
   const TensorMeta x = g.meta(g.input(0));
@@ -164,7 +164,17 @@ OFL_REGISTER_OP("reduce_max")
     .set<FSbpSignatures>([](const InferContext& ctx) {
       return reduce_signatures(ctx, false, false);
     })
-    .set<FGradient>(max_gradient);
+    .set<FGradient>(extremum_gradient);
+
+OFL_REGISTER_OP("reduce_min")
+    .inputs({"x"})
+    .outputs({"out"})
+    .params<ReduceParams>()
+    .set<FInferMeta>(infer_reduce)
+    .set<FSbpSignatures>([](const InferContext& ctx) {
+      return reduce_signatures(ctx, false, false);
+    })
+    .set<FGradient>(extremum_gradient);
 
 namespace functional {
 
@@ -178,6 +188,10 @@ Tensor reduce_mean(const Tensor& x, const std::vector<int64_t>& axes, bool keepd
 }
 Tensor reduce_max(const Tensor& x, const std::vector<int64_t>& axes, bool keepdims) {
   static OpHandle op("reduce_max");
+  return op.call1(ReduceParams{axes, keepdims}, {x});
+}
+Tensor reduce_min(const Tensor& x, const std::vector<int64_t>& axes, bool keepdims) {
+  static OpHandle op("reduce_min");
   return op.call1(ReduceParams{axes, keepdims}, {x});
 }
 

@@ -1,5 +1,5 @@
 #pragma once
-// Reductions over a set of axes: reduce_sum, reduce_mean, reduce_max.
+// Reductions over a set of axes: reduce_sum, reduce_mean, reduce_max, reduce_min.
 
 #include <vector>
 
@@ -18,6 +18,7 @@ namespace functional {
 Tensor reduce_sum(const Tensor& x, const std::vector<int64_t>& axes, bool keepdims);
 Tensor reduce_mean(const Tensor& x, const std::vector<int64_t>& axes, bool keepdims);
 Tensor reduce_max(const Tensor& x, const std::vector<int64_t>& axes, bool keepdims);
+Tensor reduce_min(const Tensor& x, const std::vector<int64_t>& axes, bool keepdims);
 }  // namespace functional
 
 }  // namespace ofl

@@ -21,11 +21,13 @@ namespace ofl::python {
 
 namespace {
 
-// The arguments of the call the catch-all is retrying on this thread (empty: none).
-thread_local std::vector<PyObject*> retrying;
+// The call the catch-all is retrying on this thread: the function's name, then the identities
+// of its arguments (empty: none).
+thread_local std::vector<const void*> retrying;
 
-std::vector<PyObject*> identities(const py::args& args, const py::kwargs& kwargs) {
-  std::vector<PyObject*> out;
+std::vector<const void*> identities(const std::string& name, const py::args& args,
+                                    const py::kwargs& kwargs) {
+  std::vector<const void*> out{&name};
   for (py::handle a : args) out.push_back(a.ptr());
   for (auto [key, value] : kwargs) out.push_back(value.ptr());
   return out;
@@ -98,11 +100,13 @@ std::string describe(py::handle value) {
 py::cpp_function last_overload(const std::string& name, py::object existing, bool method,
                                py::handle scope) {
   std::vector<std::string> accepted = signatures(name, py::str(existing.attr("__doc__")));
-  auto raise = [name, accepted, method, scope](py::args args, py::kwargs kwargs) -> py::object {
-    std::vector<PyObject*> these = identities(args, kwargs);
+  auto name_ptr = std::make_shared<const std::string>(name);
+  auto raise = [name, name_ptr, accepted, method, scope](py::args args,
+                                                         py::kwargs kwargs) -> py::object {
+    std::vector<const void*> these = identities(*name_ptr, args, kwargs);
     if (these == retrying) throw py::reference_cast_error();  // let the converting pass run
     {
-      const std::vector<PyObject*> outer = retrying;
+      const std::vector<const void*> outer = retrying;
       retrying = these;
       try {
         // The function itself: this overload declines inside, the others convert.
@@ -119,6 +123,11 @@ py::cpp_function last_overload(const std::string& name, py::object existing, boo
         retrying = outer;
         throw;
       }
+    }
+    if (method && (args.size() == 0 || !py::isinstance<Tensor>(args[0]))) {
+      throw_error(ErrorCode::kTypeError,
+                  str_cat("[", name, "] is a method of local tensors. However, it was called on ",
+                          args.size() == 0 ? std::string("nothing") : describe(args[0]), "."));
     }
     std::string got;
     for (size_t i = method ? 1 : 0; i < args.size(); ++i) {

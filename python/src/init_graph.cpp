@@ -5,7 +5,6 @@
 #include <pybind11/functional.h>
 #include <pybind11/stl.h>
 
-#include <cstring>
 #include <set>
 
 #include "actor/runtime.h"
@@ -15,9 +14,9 @@
 #include "compiler/compile.h"
 #include "compiler/graph_tracer.h"
 #include "compiler/plan_dump.h"
+#include "oneflowlike/autograd.h"
 #include "oneflowlike/proto/job.pb.h"
 #include "oneflowlike/proto_convert.h"
-#include "oneflowlike/autograd.h"
 #include "python/src/bindings.h"
 
 namespace ofl::python {
@@ -120,12 +119,19 @@ void init_graph(py::module_& m) {
       .def("__str__", &Placement::to_string);
 
   m.def(
-      "_assign_", [](const Tensor& dst, const Tensor& src, const std::string& op) {
+      "_assign_",
+      [](const Tensor& dst, const Tensor& src, const std::string& op) {
         assign_(dst, src, op.c_str());
       },
       py::arg("dst"), py::arg("src"), py::arg("op"),
       "Writes src's values into dst's storage (same shape and dtype), bumping its version; "
       "refused while grad mode is on when either requires grad (Note [Versions]).");
+  m.def(
+      "_mark_indexed_copy",
+      [](const Tensor& t) {
+        if (!t.is_lazy()) t.impl()->storage->set_indexed_copy();
+      },
+      py::arg("tensor"), "Marks a copy made by indexing: in-place writes into it are refused.");
   m.def("_is_lazy", [](const Tensor& t) { return t.defined() && t.is_lazy(); });
   m.def("sbp_parse", [](const std::string& s) { return Sbp::parse(s).to_string(); });
   m.def(

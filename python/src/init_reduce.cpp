@@ -10,6 +10,8 @@ void init_reduce(py::module_& m) {
         py::arg("keepdims") = false, "Mean over axes (all axes when empty).");
   m.def("reduce_max", &functional::reduce_max, py::arg("input"), py::arg("axes"),
         py::arg("keepdims") = false, "Maximum over axes (all axes when empty).");
+  m.def("reduce_min", &functional::reduce_min, py::arg("input"), py::arg("axes"),
+        py::arg("keepdims") = false, "Minimum over axes (all axes when empty).");
 }
 
 }  // namespace ofl::python

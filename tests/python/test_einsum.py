@@ -58,3 +58,10 @@ def test_einsum_errors_name_what_is_wrong():
         flow.einsum("bij,bjk->bik", a, a)
     with pytest.raises(ValueError, match=r"output labels \['z'\] appear in no input"):
         flow.einsum("ijk->z", a)
+
+
+def test_einsum_with_zero_size_axes():
+    a, b = np.zeros((2, 0)), np.zeros((0, 3))
+    np.testing.assert_array_equal(flow.einsum("ij,jk->ik", flow.tensor(a), flow.tensor(b)).numpy(),
+                                  np.zeros((2, 3)))
+    assert flow.einsum("ij->j", flow.tensor(a)).shape == (0,)

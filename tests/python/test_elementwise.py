@@ -98,3 +98,12 @@ def test_comparisons_with_nan_are_false_as_in_torch():
     assert (n >= o).numpy().tolist() == [False, False, True]
     assert (n < o).numpy().tolist() == [False, True, False]
     assert (n != o).numpy().tolist() == [True, True, False]
+
+
+def test_isclose_of_infinities_matches_torch():
+    torch = pytest.importorskip("torch")
+    a = np.array([1.0, 2.0, np.inf, np.inf, -np.inf], np.float32)
+    b = np.array([np.inf, -np.inf, -np.inf, np.inf, -np.inf], np.float32)
+    np.testing.assert_array_equal(flow.isclose(flow.tensor(a), flow.tensor(b)).numpy(),
+                                  torch.isclose(torch.from_numpy(a), torch.from_numpy(b)).numpy())
+    assert not flow.allclose(flow.tensor([1.0]), flow.tensor([float("inf")]))

@@ -141,3 +141,63 @@ def test_a_graph_traced_in_train_mode_refuses_to_run_in_eval_mode():
 def test_every_rank_refuses_mixing_local_and_global_on_two_processes():
     out = launch(2, "refusal_worker.py")
     assert out.count("refusals OK") == 2, out
+
+
+def test_freezing_a_global_parameter_is_honoured_before_and_refused_after_compiling():
+    model = _mlp()
+    model.to_global(_placement(), flow.sbp.broadcast)
+    model[0].weight.requires_grad_(False)
+    assert not model[0].weight.requires_grad and model[0].bias.requires_grad
+    before = model[0].weight.numpy().copy()
+    graph = _Train(model, flow.optim.SGD(model.parameters(), lr=0.5))
+    graph(*_data(_placement()))
+    np.testing.assert_array_equal(graph.state_dict()["model.0.weight"].numpy(), before)
+    model[2].weight.requires_grad = False  # after compiling: the plan would keep training it
+    with pytest.raises(RuntimeError, match=r"which parameters train changed after _Train "
+                                           r"compiled \(\['model.2.weight'\]"):
+        graph(*_data(_placement()))
+
+
+def test_replacing_a_parameter_after_compiling_is_refused():
+    model = _mlp()
+    graph = _Train(model, flow.optim.SGD(model.parameters(), lr=0.5))
+    graph(*_data())
+    model[0].weight = nn.Parameter(flow.zeros(8, 4))
+    with pytest.raises(RuntimeError, match=r"\['model.0.weight'\] were added, removed or replaced "
+                                           r"after _Train traced them"):
+        graph(*_data())
+
+
+def test_a_bad_shape_leaves_the_graph_as_it_was():
+    model = _mlp()
+    graph = _Train(model, flow.optim.SGD(model.parameters(), lr=0.5))
+    graph(*_data())
+    state = graph.state_dict()
+    state["_graph.optimizer"]["step"] = 7
+    state["model.0.weight"] = flow.zeros(2, 2)
+    with pytest.raises(ValueError, match=r"'model.0.weight' has shape \(8, 4\)"):
+        graph.load_state_dict(state)
+    assert graph.step_count == 1
+
+
+def test_a_checkpoint_without_training_state_loads_with_strict_false(tmp_path):
+    model = _mlp()
+    graph = _Train(model, flow.optim.SGD(model.parameters(), lr=0.5))
+    graph(*_data())
+    state = {k: v for k, v in graph.state_dict().items() if flow.is_tensor(v)}  # an older save
+    flow.save(state, str(tmp_path / "old"))
+    loaded = flow.load(str(tmp_path / "old"), like=graph.state_dict())
+    assert "_graph.optimizer" not in loaded
+    with pytest.raises(KeyError, match="needs '_graph.optimizer'"):
+        graph.load_state_dict(loaded)
+    graph.load_state_dict(loaded, strict=False)
+
+
+def test_module_load_state_dict_on_a_global_module():
+    model = _mlp()
+    source = {k: v * 0 + 1 for k, v in _mlp().state_dict().items()}
+    model.to_global(_placement(), flow.sbp.split(0))
+    model.load_state_dict(source)  # local whole values
+    np.testing.assert_array_equal(model[0].weight.numpy(), np.ones((8, 4)))
+    model.load_state_dict({k: v * 2 for k, v in model.state_dict().items()})  # global values
+    np.testing.assert_array_equal(model[2].bias.numpy(), np.full(3, 2.0))

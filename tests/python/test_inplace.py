@@ -56,7 +56,7 @@ def test_backward_refuses_a_saved_tensor_written_since():
     x = flow.tensor([1.0, 2.0, 3.0])
     loss = (x * w).sum()  # mul saves x for w's gradient
     x[0] = 10.0
-    with pytest.raises(RuntimeError, match=r"input 0 of op 'mul', which its gradient needs, was "
+    with pytest.raises(RuntimeError, match=r"input 0 of op 'mul', which its gradient reads, was "
                                            r"modified by an in-place operation \(version 1, saved "
                                            r"at version 0\)"):
         loss.backward()
@@ -116,3 +116,51 @@ def test_global_tensors_are_written_piece_by_piece():
     np.testing.assert_array_equal(p.numpy(), np.full((2, 3), 2.0))
     with pytest.raises(TypeError, match="got a global tensor and a local tensor"):
         g.copy_(flow.ones(2, 3))
+
+
+def test_writes_into_a_copy_made_by_indexing_are_refused():
+    t = flow.zeros(3, 4)
+    for write in (lambda: t[0].fill_(1), lambda: t[:, 1].add_(5), lambda: t[1:].zero_(),
+                  lambda: t[1].reshape(2, 2).copy_(flow.ones(2, 2))):
+        with pytest.raises(ValueError, match=r"it is a copy that indexing made .*Write through "
+                                             r"item assignment"):
+            write()
+    row = t[0].clone()
+    row.fill_(2)  # a copy the user asked for is theirs to write
+    t[0] = row
+    np.testing.assert_array_equal(t.numpy()[0], [2, 2, 2, 2])
+    view = t[:]  # the whole tensor: a view, as torch
+    view.add_(1)
+    assert t.numpy()[1, 0] == 1
+
+
+def test_the_version_check_reads_only_what_a_gradient_reads():
+    w = flow.ones(3, requires_grad=True)
+    x = flow.tensor([1.0, 2.0, 3.0])
+    y = (w + x).sum()  # add's gradient reads neither input
+    x.add_(1)
+    y.backward()
+    np.testing.assert_array_equal(w.grad.numpy(), [1, 1, 1])
+
+
+def test_copies_and_assignments_cast_while_arithmetic_refuses_floats_into_integers():
+    t = flow.zeros(3, dtype=flow.int64)
+    t.copy_(flow.tensor([1.7, 2.2, -0.5]))
+    t[0] = 9.9
+    np.testing.assert_array_equal(t.numpy(), [9, 2, 0])
+    with pytest.raises(TypeError, match=r"\[mul_\] a oneflowlike.float32 result cannot be written"):
+        t.mul_(1.5)
+
+
+def test_in_place_on_a_global_tensor_inside_build_is_refused():
+    placement = flow.placement("cpu", ranks=[0])
+    g = flow.ones(2, placement=placement, sbp=flow.sbp.broadcast)
+
+    class Graph(flow.nn.Graph):
+        def build(self, x):
+            g.add_(1)
+            return x + g
+
+    with pytest.raises(ValueError, match=r"\[add_\] in-place ops cannot change a value inside "
+                                         r"nn.Graph.build\(\)"):
+        Graph()(flow.ones(2, placement=placement, sbp=flow.sbp.broadcast))

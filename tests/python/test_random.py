@@ -205,3 +205,13 @@ def test_randint_errors():
         flow.randint(5)
     with pytest.raises(TypeError, match=r"\[randint\] low must be an int"):
         flow.randint(0.5, 3, (2,))
+
+
+def test_randint_forms_and_bounds():
+    assert flow.randint(10, size=(3,)).shape == (3,)
+    assert flow.randint(3, (2,)).shape == (2,)
+    with pytest.raises(ValueError, match=r"\[randint\] values in \[0, 300\) do not fit "
+                                         r"oneflowlike.int8"):
+        flow.randint(0, 300, (2,), dtype=flow.int8)
+    with pytest.raises(ValueError, match=r"must lie within \[-2\*\*53, 2\*\*53\]"):
+        flow.randint(2 ** 60, 2 ** 60 + 5, (2,))

@@ -90,3 +90,26 @@ def test_min_var_std_gradients():
     check_gradients(lambda x: x.var(0), a)
     check_gradients(lambda x: x.std(1, keepdim=True), a)
     check_gradients(lambda x, y: flow.min(x, y), a, a[::-1].copy() + 0.1)
+
+
+def test_min_reaches_integer_lows_and_max_min_of_two_keep_nan_from_either_side():
+    assert flow.amin(flow.tensor(np.array([-128, 0, 5], np.int8))).item() == -128
+    low = np.iinfo(np.int64).min
+    assert flow.min(flow.tensor(np.array([low, 0], np.int64))).item() == low
+    a = flow.tensor([1.0, float("nan"), 3.0])
+    b = flow.tensor([float("nan"), 2.0, 1.0])
+    for fn in (flow.min, flow.max):
+        got = fn(a, b).numpy()
+        assert np.isnan(got[0]) and np.isnan(got[1]) and got[2] == (1.0 if fn is flow.min else 3.0)
+
+
+def test_var_and_std_take_unbiased_in_the_dim_position_as_torch():
+    torch = pytest.importorskip("torch")
+    a = np.array([[1.0, 2.0], [4.0, 7.0]], np.float32)
+    np.testing.assert_allclose(flow.tensor(a).var(False).numpy(),
+                               torch.from_numpy(a).var(False).numpy(), rtol=1e-6)
+    np.testing.assert_allclose(flow.std(flow.tensor(a), True).numpy(),
+                               torch.std(torch.from_numpy(a), True).numpy(), rtol=1e-6)
+    with pytest.raises(TypeError, match=r"\[reduce\] dim must be an int"):
+        flow.sum(flow.tensor(a), True)
+    assert flow.tensor(3.0).var(-1, unbiased=False).item() == 0.0

@@ -91,3 +91,9 @@ def test_zero_dim_tensors_keep_their_shape():
     assert flow.tensor(3.0).shape == ()
     assert flow.from_numpy(np.float64(2.0) * np.ones(())).shape == ()
     assert flow.tensor([1.0, 2.0]).sum().shape == ()
+
+
+def test_a_bound_method_called_on_something_else_says_so():
+    with pytest.raises(TypeError, match=r"\[numpy\] is a method of local tensors. However, it was "
+                                        r"called on \[1, 2\]"):
+        flow.Tensor.numpy([1, 2])

@@ -15,7 +15,7 @@ namespace ofl::cpu {
 
 namespace {
 
-enum class Reduction { kSum, kMean, kMax };
+enum class Reduction { kSum, kMean, kMax, kMin };
 
 // Floats accumulate sums in double: a long row of float32 keeps its precision.
 template <class T>
@@ -23,7 +23,8 @@ using Accumulator = std::conditional_t<std::is_floating_point_v<T>, double, T>;
 
 template <class T, Reduction R>
 struct Reducer {
-  using Acc = std::conditional_t<R == Reduction::kMax, T, Accumulator<T>>;
+  static constexpr bool kExtremum = R == Reduction::kMax || R == Reduction::kMin;
+  using Acc = std::conditional_t<kExtremum, T, Accumulator<T>>;
   static Acc init() {
     if constexpr (R == Reduction::kMax) {
       if constexpr (std::is_same_v<T, bool>) {
@@ -32,16 +33,24 @@ struct Reducer {
         return std::numeric_limits<T>::has_infinity ? -std::numeric_limits<T>::infinity()
                                                     : std::numeric_limits<T>::lowest();
       }
+    } else if constexpr (R == Reduction::kMin) {
+      if constexpr (std::is_same_v<T, bool>) {
+        return true;
+      } else {
+        return std::numeric_limits<T>::has_infinity ? std::numeric_limits<T>::infinity()
+                                                    : std::numeric_limits<T>::max();
+      }
     } else {
       return Acc(0);
     }
   }
   static Acc combine(Acc a, T x) {
-    if constexpr (R == Reduction::kMax) {
+    if constexpr (kExtremum) {
+      const bool better = R == Reduction::kMax ? x > a : x < a;
       if constexpr (std::is_floating_point_v<T>) {
-        return (x > a || std::isnan(x)) ? x : a;  // NaN wins, as in numpy
+        return (better || std::isnan(x)) ? x : a;  // NaN wins, as in numpy
       } else {
-        return x > a ? x : a;
+        return better ? x : a;
       }
     } else {
       return a + static_cast<Acc>(x);
@@ -84,7 +93,9 @@ void reduce_kernel(const KernelContext& ctx) {
   const Shape& x = in.shape();
   const auto& p = ctx.p<ReduceParams>();
   std::vector<bool> is_reduced(x.ndim(), p.axes.empty());
-  for (int64_t a : p.axes) is_reduced[a < 0 ? a + x.ndim() : a] = true;
+  if (x.ndim() > 0) {  // a scalar's axis 0 or -1 is the scalar itself (infer_reduce)
+    for (int64_t a : p.axes) is_reduced[a < 0 ? a + x.ndim() : a] = true;
+  }
   const Groups g = coalesce(x, is_reduced);
   const T* src = in.data<T>();
   T* dst = ctx.out(0).data<T>();
@@ -187,11 +198,16 @@ template <class T>
 struct MaxKernel {
   static void run(const KernelContext& ctx) { reduce_kernel<T, Reduction::kMax>(ctx); }
 };
+template <class T>
+struct MinKernel {
+  static void run(const KernelContext& ctx) { reduce_kernel<T, Reduction::kMin>(ctx); }
+};
 
 }  // namespace
 
 OFL_REGISTER_KERNEL("reduce_sum", kCPU, SumKernel, float, double, int8_t, int32_t, int64_t);
 OFL_REGISTER_KERNEL("reduce_mean", kCPU, MeanKernel, float, double);
 OFL_REGISTER_KERNEL("reduce_max", kCPU, MaxKernel, float, double, int8_t, int32_t, int64_t, bool);
+OFL_REGISTER_KERNEL("reduce_min", kCPU, MinKernel, float, double, int8_t, int32_t, int64_t, bool);
 
 }  // namespace ofl::cpu

@@ -224,6 +224,9 @@ def load(path, like=None):
     out = {}
     rank = env.get_rank()
     for name in names:
+        if like is not None and name not in values and name not in manifest["tensors"] \
+                and not isinstance(like[name], (_gt.GlobalTensor, _C.Tensor)):
+            continue  # a value the checkpoint predates (a graph's step count): the caller decides
         if name in values:
             if like is not None and isinstance(like[name], (_gt.GlobalTensor, _C.Tensor)):
                 raise ValueError(f"[load] '{name}' was saved as a value, not a tensor. However, "

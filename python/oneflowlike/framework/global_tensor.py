@@ -115,9 +115,15 @@ class GlobalTensor:
     def sbp(self):
         return self._sbp
 
+    # Note [Trainable global tensors]: eager ops on global tensors record no autograd; a global
+    # parameter's requires_grad says whether nn.Graph trains it (graph._trains reads it).
     @property
     def requires_grad(self):
-        return False
+        return getattr(self, "_ofl_trainable", False)
+
+    @requires_grad.setter
+    def requires_grad(self, value):
+        self._ofl_trainable = bool(value)
 
     def __repr__(self):
         return (
@@ -206,8 +212,8 @@ class GlobalTensor:
         return GlobalTensor(local, self._shape, self._dtype, self._placement, self._sbp)
 
     def requires_grad_(self, requires_grad=True):
-        if requires_grad:
-            raise RuntimeError(_NO_AUTOGRAD)
+        """Whether nn.Graph trains this tensor (Note [Trainable global tensors])."""
+        self.requires_grad = requires_grad
         return self
 
     def backward(self, *args, **kwargs):
@@ -242,8 +248,12 @@ class GlobalTensor:
         return functools.partial(member, self)
 
     def __getitem__(self, index):
-        """Basic indexing (ints, slices, Ellipsis, None), compiled as a one-op graph."""
-        return apply(lambda x, i: x[i], (self, index), {}, name="__getitem__")
+        """Basic indexing (ints, slices, Ellipsis, None), compiled as a one-op graph: a copy,
+        which in-place writes refuse (write through t[index] = value)."""
+        piece = apply(lambda x, i: x[i], (self, index), {}, name="__getitem__")
+        if piece._local is not None:
+            _C._mark_indexed_copy(piece._local)
+        return piece
 
 
 _NO_AUTOGRAD = ("[autograd] eager global tensors have no autograd in this build: train global "

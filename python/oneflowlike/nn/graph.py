@@ -329,7 +329,8 @@ class Graph:
             self._inputs.append(name)
         self._input_signature = [_signature(a) for a in args]
         # Parameters and buffers become variables; the modules see lazy tensors while tracing.
-        self._variables = []  # (name, value at trace time, trainable)
+        self._variables = []  # (name, value at trace time, owner, registry name, key)
+        self._compiled_trains = {}  # name -> whether the plan trains it
         swapped = []
         try:
             for full, owner, registry_name, key, value, trainable in self._named_variables():
@@ -339,6 +340,7 @@ class Graph:
                 else:
                     vp, vsbp = placement, (_sbp.broadcast,) * len(placement.hierarchy)
                 trainable = trainable and _trains(value, trained)
+                self._compiled_trains[full] = trainable
                 lazy = tracer.variable(full, tuple(value.shape), value.dtype, vp._c, _gt._strings(vsbp),
                                        trainable)
                 self._variables.append((full, value, owner, registry_name, key))
@@ -365,6 +367,7 @@ class Graph:
                 "Make the inputs and parameters global (to_global) to run over several ranks.")
         self._traced_modes = [(name, m, m.training) for attr, module in self._modules.items()
                               for name, m in module.named_modules(prefix=attr)]
+        self._traced_fingerprint = self._fingerprint()
         self._single = not isinstance(outputs, (tuple, list))
         outs = [outputs] if self._single else list(outputs)
         self._fetches = []
@@ -542,9 +545,41 @@ class Graph:
             scheduler.step()
         return outputs[0] if self._single else tuple(outputs)
 
+    def _fingerprint(self):
+        """What decides the plan's variables and which of them train: the objects the modules
+        hold, their requires_grad, and the optimizer's parameters. One pass, compared each
+        call."""
+        held = tuple((full, id(value), value.requires_grad)
+                     for full, _, _, _, value, _ in self._named_variables())
+        optimized = tuple(id(p) for group in self._optimizers[0].param_groups
+                          for p in group["params"]) if self._optimizers else ()
+        return held, optimized
+
     def _check_unchanged_since_trace(self):
-        """The plan holds what the trace saw: the modules' train/eval modes (dropout) and the
-        optimizer's hyper-parameters but lr. A change would be silently ignored: refuse it."""
+        """The plan holds what the trace saw: the modules' train/eval modes (dropout), their
+        parameters and which of them train, the optimizer's kind and hyper-parameters but lr.
+        A change would be silently ignored: refuse it."""
+        fingerprint = self._fingerprint()
+        if fingerprint != self._traced_fingerprint:
+            held = {full: value for full, _, _, _, value, _ in self._named_variables()}
+            traced = {full: value for full, value, *_ in self._variables}
+            replaced = sorted(n for n in set(held) | set(traced)
+                              if held.get(n) is not traced.get(n))
+            if replaced:
+                raise RuntimeError(
+                    f"[nn.Graph] the modules' parameters or buffers {replaced[:8]} were added, "
+                    f"removed or replaced after {type(self).__name__} traced them: the graph "
+                    "keeps its own copies. Lay the model out before the first call, or build a "
+                    "new graph.")
+            trained = self._trained_parameters()
+            changed = sorted(full for full, value, _, registry_name, _ in self._variables
+                             if registry_name == "_parameters"
+                             and _trains(value, trained) != self._compiled_trains[full])
+            raise RuntimeError(
+                f"[nn.Graph] which parameters train changed after {type(self).__name__} "
+                f"compiled ({changed[:8]}: requires_grad or the optimizer's params): the plan "
+                "trains what it compiled with. Build a new graph to freeze or unfreeze "
+                "parameters.")
         for name, module, training in self._traced_modes:
             if module.training != training:
                 mode = "train()" if training else "eval()"
@@ -557,6 +592,7 @@ class Graph:
             kind, hyper = _optimizer_setup(self._optimizers[0])
             hyper.pop("lr")
             compiled_kind, compiled = self._compiled_optimizer
+            hyper["kind"], compiled = kind, dict(compiled, kind=compiled_kind)
             changed = sorted(k for k in set(hyper) | set(compiled)
                              if hyper.get(k) != compiled.get(k))
             if changed:
@@ -669,6 +705,11 @@ class Graph:
             raise KeyError(f"[nn.Graph] load_state_dict got unexpected keys {unknown} and lacks "
                            f"keys {missing[:8]}{' ...' if len(missing) > 8 else ''}. Pass "
                            "strict=False to load a part.")
+        # Everything is checked before anything changes: no half-loaded state.
+        for name, value in self._state_entries():
+            if name in state and tuple(state[name].shape) != tuple(value.shape):
+                raise ValueError(f"[nn.Graph] '{name}' has shape {tuple(value.shape)}. However, "
+                                 f"load_state_dict got {tuple(state[name].shape)}.")
         self._check_local_values_agree(state)
         self._load_training_state(training, strict)
         if not self._compiled:
@@ -693,14 +734,9 @@ class Graph:
                 "like=graph.state_dict()) (each rank reads its pieces), or pass global tensors.")
 
     def _write_state(self, state):
-        for name, value in self._state_entries():
-            if name not in state:
-                continue
-            v = state[name]
-            if tuple(v.shape) != tuple(value.shape):
-                raise ValueError(f"[nn.Graph] '{name}' has shape {tuple(value.shape)}. However, "
-                                 f"load_state_dict got {tuple(v.shape)}.")
-            self._write_variable(name, v)
+        for name, _ in self._state_entries():
+            if name in state:
+                self._write_variable(name, state[name])
 
     def sync_to_modules(self):
         """Copies the trained values into the modules' parameters and buffers."""
@@ -754,14 +790,10 @@ class Graph:
 
 
 def _trains(value, trained):
-    """Whether parameter ``value`` is trained: it requires grad and, when the graph has an
-    optimizer, the optimizer holds it (``trained``: their ids), as torch trains only the
-    optimizer's parameters."""
-    if isinstance(value, _gt.GlobalTensor):
-        requires_grad = getattr(value, "_ofl_trainable", True)
-    else:
-        requires_grad = value.requires_grad
-    return requires_grad and (trained is None or id(value) in trained)
+    """Whether parameter ``value`` is trained: it requires grad (Note [Trainable global
+    tensors]) and, when the graph has an optimizer, the optimizer holds it (``trained``: their
+    ids), as torch trains only the optimizer's parameters."""
+    return value.requires_grad and (trained is None or id(value) in trained)
 
 
 def _zeros_like(value):

@@ -115,14 +115,15 @@ def einsum(equation, *operands):
     if not isinstance(equation, str):
         raise TypeError(f"[einsum] the equation must be a string. However, got {equation!r}.")
     terms, out = _terms(equation, operands)
-    sizes = {}
+    sizes = {}  # a label's size: 1 broadcasts against any other
     for k, (term, t) in enumerate(zip(terms, operands)):
         for label, n in zip(term, t.shape):
-            if sizes.get(label, 1) not in (1, n) and n != 1:
+            known = sizes.get(label, 1)
+            if known != n and 1 not in (known, n):
                 shown = "..." if label not in _LETTERS else label
-                raise _error(equation, f"label {shown!r} has size {sizes[label]} in one operand "
+                raise _error(equation, f"label {shown!r} has size {known} in one operand "
                                        f"and {n} in operand {k} {tuple(t.shape)}.")
-            sizes[label] = max(sizes.get(label, 1), n)
+            sizes[label] = n if known == 1 else known
     # Size-1 axes of a label whose size is larger elsewhere broadcast.
     tensors = []
     for term, t in zip(terms, operands):

@@ -155,7 +155,11 @@ def isclose(input, other, rtol=1e-05, atol=1e-08, equal_nan=False):  # noqa: A00
         input, other = _C.cast(input, _C.dtype.float64), _C.cast(other, _C.dtype.float64)
     tolerance = _scalar.scalar_add(_scalar.scalar_mul(_C.abs(other), float(rtol)), float(atol))
     within = le(_C.abs(_C.sub(input, other)), tolerance)
-    close = _C.where(_C.eq(input, other), _C.fill((), _C.dtype.bool, 1.0), within)
+    # An infinite other makes the tolerance infinite: only an equal value is close to it.
+    finite = _C.eq(_C.sub(other, other), _C.fill((), other.dtype, 0.0))
+    false = _C.fill((), _C.dtype.bool, 0.0)
+    close = _C.where(_C.eq(input, other), _C.fill((), _C.dtype.bool, 1.0),
+                     _C.where(finite, within, false))
     if equal_nan:
         both_nan = _C.where(ne(input, input), ne(other, other), _C.fill((), _C.dtype.bool, 0.0))
         close = _C.where(both_nan, _C.fill((), _C.dtype.bool, 1.0), close)

@@ -4,9 +4,10 @@ assignment (``t[0, 1] = v``, ``t[mask] = v``).
 Each computes the new value with the ordinary ops, then writes it into the tensor's storage
 (``_C._assign_``), which bumps the storage's version so that autograd refuses a backward that
 would read a value it saved before the write (Note [Versions] in oneflowlike/tensor.h). As in
-torch, the value broadcasts to the tensor's shape and is cast to its dtype, but a floating
-result is never written into an integer or bool tensor. A tensor that requires grad is written
-only under no_grad. On a global tensor the new value is one compiled op over its placement,
+torch, the value broadcasts to the tensor's shape and is cast to its dtype (arithmetic refuses
+a floating result for an integer or bool tensor; copies and assignments cast). A tensor that
+requires grad is written only under no_grad, and a copy that indexing made (torch would give a
+view) is not written at all: the write would not reach the indexed tensor. On a global tensor the new value is one compiled op over its placement,
 laid out as the tensor and written piece by piece; traced values (inside nn.Graph.build) are
 never written in place: the graph is data flow.
 """
@@ -22,8 +23,10 @@ from oneflowlike.ops import shape_ops as _shape_ops
 __all__ = []
 
 
-def _conform(op, target, value):
-    """``value`` made the target's: broadcast to its shape and cast to its dtype."""
+def _conform(op, target, value, any_dtype=False):
+    """``value`` made the target's: broadcast to its shape and cast to its dtype. Arithmetic
+    (``any_dtype`` false) refuses a floating result for an integer or bool tensor, as torch;
+    copies and assignments cast any value, as torch."""
     shape, value_shape = tuple(target.shape), tuple(value.shape)
     if value_shape != shape:
         try:
@@ -35,8 +38,8 @@ def _conform(op, target, value):
                              f"tensor's shape {shape}.")
         value = value.expand(*shape)
     if value.dtype != target.dtype:
-        if (target.dtype == _C.dtype.bool or (not target.dtype.is_floating_point
-                                              and value.dtype.is_floating_point)):
+        if not any_dtype and (target.dtype == _C.dtype.bool or (
+                not target.dtype.is_floating_point and value.dtype.is_floating_point)):
             raise TypeError(f"[{op}] a {value.dtype!r} result cannot be written into a "
                             f"{target.dtype!r} tensor, as in torch: cast the tensor first.")
         value = _C.cast(value, target.dtype)
@@ -53,19 +56,30 @@ def _write_global(target, value, op):
         _C._assign_(target._local, value._local, op)
 
 
-def _in_place(op, compute):
+def _refuse_in_a_trace(op):
+    from oneflowlike.framework import global_tensor as _gt
+
+    if _gt.current_tracer() is not None:
+        raise ValueError(f"[{op}] in-place ops cannot change a value inside nn.Graph.build() "
+                         "(the graph is data flow): write x = x + y (or masked_fill, where) "
+                         "instead.")
+
+
+def _in_place(op, compute, any_dtype=False):
     """A method writing ``compute(self, *args, **kwargs)`` into self."""
 
     def method(self, *args, **kwargs):
         if _is_global(self):
             from oneflowlike.framework import global_tensor as _gt
 
+            _refuse_in_a_trace(op)
+
             def new_value(target, *a, **k):
-                return _conform(op, target, compute(target, *a, **k))
+                return _conform(op, target, compute(target, *a, **k), any_dtype)
 
             _write_global(self, _gt.apply(new_value, (self,) + args, kwargs, name=op), op)
         else:
-            _C._assign_(self, _conform(op, self, compute(self, *args, **kwargs)), op)
+            _C._assign_(self, _conform(op, self, compute(self, *args, **kwargs), any_dtype), op)
         return self
 
     method.__name__ = op
@@ -85,6 +99,7 @@ def fill_(self, value):
     """Sets every element to ``value`` (a number or a one-element tensor)."""
     value = _fill_value(value)
     if _is_global(self):
+        _refuse_in_a_trace("fill_")
         from oneflowlike import env
         from oneflowlike.framework import global_tensor as _gt
 
@@ -108,12 +123,13 @@ def _source(t, src):
     return src
 
 
-copy_ = _in_place("copy_", _source)
+copy_ = _in_place("copy_", _source, any_dtype=True)
 add_ = _in_place("add_", lambda t, other, alpha=1: _elementwise.add(t, other, alpha=alpha))
 sub_ = _in_place("sub_", lambda t, other, alpha=1: _elementwise.sub(t, other, alpha=alpha))
 mul_ = _in_place("mul_", lambda t, other: _elementwise.mul(t, other))
 div_ = _in_place("div_", lambda t, other: _elementwise.div(t, other))
-setitem = _in_place("__setitem__", lambda t, index, value: _shape_ops.index_put(t, index, value))
+setitem = _in_place("__setitem__", lambda t, index, value: _shape_ops.index_put(t, index, value),
+                    any_dtype=True)
 
 TENSOR_METHODS = {
     "fill_": fill_,

@@ -69,8 +69,8 @@ def randint(low, high=None, size=None, dtype=None):
     """Integers uniform in [low, high): flow.randint(10, (3,)) or flow.randint(2, 10, (3, 4)),
     int64 unless ``dtype`` says otherwise. Drawn from a float64 uniform (exact for ranges
     below 2**53), so a value is the same whatever the placement splits."""
-    if size is None:  # randint(high, size)
-        low, high, size = 0, low, high
+    if high is None or (size is None and not isinstance(high, numbers.Integral)):
+        low, high, size = 0, low, high if size is None else size  # randint(high, size)
     if isinstance(size, numbers.Integral):
         size = (size,)
     if size is None or high is None:
@@ -82,13 +82,17 @@ def randint(low, high=None, size=None, dtype=None):
     low, high = int(low), int(high)
     if high <= low:
         raise ValueError(f"[randint] needs low < high. However, got low={low}, high={high}.")
-    if high - low > 2 ** 53:
-        raise ValueError(f"[randint] the range high - low must be at most 2**53. However, got "
-                         f"{high - low}.")
+    if not -(2 ** 53) <= low < high <= 2 ** 53:
+        raise ValueError(f"[randint] low and high must lie within [-2**53, 2**53] (they are "
+                         f"drawn in float64). However, got low={low}, high={high}.")
     dtype = _C.dtype.int64 if dtype is None else dtype
     if dtype.is_floating_point and dtype not in (_C.dtype.float32, _C.dtype.float64):
         raise TypeError(f"[randint] dtype must be an integer type, float32 or float64. However, "
                         f"got {dtype!r}.")
+    if not dtype.is_floating_point:
+        bits = 8 * dtype.itemsize - 1
+        if dtype == _C.dtype.bool or low < -(2 ** bits) or high - 1 > 2 ** bits - 1:
+            raise ValueError(f"[randint] values in [{low}, {high}) do not fit {dtype!r}.")
     uniform = _C.rand(_size((size,)), _C.dtype.float64)
     scaled = _C.scalar_mul(uniform, float(high - low))  # in [0, high - low]
     offsets = _C.cast(scaled, _C.dtype.int64)  # truncation of non-negatives: floor

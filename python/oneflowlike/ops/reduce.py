@@ -1,7 +1,7 @@
 """Reductions: sum, mean, amax/amin, max/min, var/std, all/any (over all axes or some).
 
-amin, min, var, std, all and any are composed of the reduction ops (reduce_max, reduce_sum,
-reduce_mean) and elementwise ops, so their shapes, SBP signatures and gradients are those ops'.
+var, std, all, any and the elementwise forms of max/min are composed of the reduction ops and
+elementwise ops, so their shapes, SBP signatures and gradients are those ops'.
 """
 
 import builtins
@@ -13,6 +13,9 @@ __all__ = ["sum", "mean", "amax", "amin", "max", "min", "var", "std", "all", "an
 
 
 def _axes(dim):
+    if isinstance(dim, builtins.bool):
+        raise TypeError(f"[reduce] dim must be an int or a sequence of ints. However, got "
+                        f"{dim!r}.")
     if dim is None:
         return []
     if isinstance(dim, int):
@@ -36,8 +39,7 @@ def amax(input, dim=None, keepdim=False):  # noqa: A002
 
 
 def amin(input, dim=None, keepdim=False):  # noqa: A002
-    """The minimum over ``dim``: -amax(-input), so bool tensors are refused as by neg."""
-    return _C.neg(_C.reduce_max(_C.neg(input), _axes(dim), keepdim))
+    return _C.reduce_min(input, _axes(dim), keepdim)
 
 
 def _values_and_indices(op, dim):
@@ -51,9 +53,7 @@ def max(input, dim=None, keepdim=False):  # noqa: A001,A002
     torch also returns indices; that form is not available yet (there is no argmax op): use
     amax for the values."""
     if isinstance(dim, _C.Tensor) or getattr(dim, "is_global", False):
-        from oneflowlike.ops.where import where
-
-        return where(_C.gt(dim, input), dim, input)
+        return _elementwise_extremum(input, dim, _C.gt)
     if dim is not None:
         raise _values_and_indices("max", dim)
     return _C.reduce_max(input, [], False)
@@ -63,28 +63,38 @@ def min(input, dim=None, keepdim=False):  # noqa: A001,A002
     """The minimum of all elements, or the elementwise minimum of two tensors (``min(a, b)``).
     ``min(input, dim)`` returns indices in torch, not available yet: use amin."""
     if isinstance(dim, _C.Tensor) or getattr(dim, "is_global", False):
-        from oneflowlike.ops.where import where
-
-        return where(_C.lt(dim, input), dim, input)
+        return _elementwise_extremum(input, dim, _C.lt)
     if dim is not None:
         raise _values_and_indices("min", dim)
     return amin(input)
 
 
+def _elementwise_extremum(a, b, better):
+    """b where better(b, a), else a, with NaN from either side winning, as torch.maximum."""
+    pick = _C.where(better(b, a), b, a)
+    return _C.where(_C.eq(b, b), pick, b)  # b != b: b is NaN
+
+
 def _count(input, dim, op):
+    """How many elements each result of reducing over ``dim`` gathers."""
     shape = tuple(input.shape)
+    if not shape:
+        return 1
     axes = range(len(shape)) if dim is None else _axes(dim)
     n = 1
-    for a in axes:
-        if not -len(shape) <= a < builtins.max(len(shape), 1):
+    for a in {a % len(shape) if -len(shape) <= a < len(shape) else a for a in axes}:
+        if not 0 <= a < len(shape):
             raise IndexError(f"[{op}] dim {a} is out of range for a {len(shape)}-d tensor.")
-        n *= shape[a] if shape else 1
+        n *= shape[a]
     return n
 
 
 def var(input, dim=None, unbiased=None, keepdim=False, *, correction=None):  # noqa: A002
     """The variance over ``dim`` (all when None): sum((x - mean)^2) / (N - correction), with
-    torch's default correction 1 (unbiased); ``unbiased=False`` is correction 0."""
+    torch's default correction 1 (unbiased); ``unbiased=False`` is correction 0. As torch's
+    overload, ``var(False)`` is ``var(unbiased=False)``."""
+    if isinstance(dim, builtins.bool):  # torch.var(input, unbiased)
+        dim, unbiased = None, dim
     if unbiased is not None and correction is not None:
         raise ValueError("[var] give unbiased or correction, not both.")
     if correction is None:
@@ -103,7 +113,7 @@ def var(input, dim=None, unbiased=None, keepdim=False, *, correction=None):  # n
 
 
 def std(input, dim=None, unbiased=None, keepdim=False, *, correction=None):  # noqa: A002
-    """sqrt(var(...)) with var's arguments."""
+    """sqrt(var(...)) with var's arguments (``std(False)`` too)."""
     return _C.sqrt(var(input, dim, unbiased, keepdim, correction=correction))
 
 

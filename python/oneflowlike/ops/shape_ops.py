@@ -240,7 +240,9 @@ def _getitem(self, index):
     )
     if not sliced:  # still a new tensor (a view), as torch returns for x[:] or x[None]
         return _C.reshape(self, out_shape)
-    return _reshape(_C.slice(self, starts, stops, steps), out_shape)
+    piece = _reshape(_C.slice(self, starts, stops, steps), out_shape)
+    _C._mark_indexed_copy(piece)  # a copy, where torch gives a view: refuse writes into it
+    return piece
 
 
 def _is_mask(index):

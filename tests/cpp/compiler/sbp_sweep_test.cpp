@@ -150,6 +150,7 @@ std::vector<OpCase> sweep_cases() {
       {"reduce_sum", "reduce_sum", ReduceParams{{1}, false}, {floats(t)}},
       {"reduce_mean", "reduce_mean", ReduceParams{{0}, true}, {floats(m)}},
       {"reduce_max", "reduce_max", ReduceParams{{-1}, false}, {floats(m)}},
+      {"reduce_min", "reduce_min", ReduceParams{{0}, false}, {floats(m)}},
       {"matmul", "matmul", MatmulParams{}, {floats(m), floats(Shape{4, 6})}},
       {"matmul_nd_transpose_b",
        "matmul",

@@ -12,12 +12,13 @@ namespace ofl {
 namespace {
 
 using testing::expect_close;
+using testing::expect_error;
 using testing::expect_gradients_match;
 using testing::make_tensor;
 using testing::random_tensor;
 using testing::values_of;
 
-enum class Kind { kSum, kMean, kMax };
+enum class Kind { kSum, kMean, kMax, kMin };
 
 // Reference over a 3-d tensor reducing any subset of axes.
 std::vector<double> reference(const Tensor& x, const std::vector<bool>& red, Kind kind) {
@@ -25,13 +26,17 @@ std::vector<double> reference(const Tensor& x, const std::vector<bool>& red, Kin
   const std::vector<double> v = values_of(x);
   std::vector<int64_t> od(3);
   for (int d = 0; d < 3; ++d) od[d] = red[d] ? 1 : s[d];
-  std::vector<double> out(od[0] * od[1] * od[2], kind == Kind::kMax ? -INFINITY : 0.0);
+  std::vector<double> out(od[0] * od[1] * od[2], kind == Kind::kMax   ? -INFINITY
+                                                 : kind == Kind::kMin ? INFINITY
+                                                                      : 0.0);
   for (int64_t i = 0; i < s[0]; ++i) {
     for (int64_t j = 0; j < s[1]; ++j) {
       for (int64_t k = 0; k < s[2]; ++k) {
         const int64_t o = ((red[0] ? 0 : i) * od[1] + (red[1] ? 0 : j)) * od[2] + (red[2] ? 0 : k);
         const double x_ijk = v[(i * s[1] + j) * s[2] + k];
-        out[o] = kind == Kind::kMax ? std::max(out[o], x_ijk) : out[o] + x_ijk;
+        out[o] = kind == Kind::kMax   ? std::max(out[o], x_ijk)
+                 : kind == Kind::kMin ? std::min(out[o], x_ijk)
+                                      : out[o] + x_ijk;
       }
     }
   }
@@ -59,6 +64,7 @@ TEST(Reduce, EveryAxisSubsetMatchesTheReference) {
                    1e-4);
       expect_close(functional::reduce_mean(x, axes, true), reference(x, red, Kind::kMean), keep);
       expect_close(functional::reduce_max(x, axes, true), reference(x, red, Kind::kMax), keep);
+      expect_close(functional::reduce_min(x, axes, true), reference(x, red, Kind::kMin), keep);
     }
   }
 }
@@ -78,9 +84,9 @@ TEST(Reduce, GradientsMatchFiniteDifferences) {
     for (bool keep : {false, true}) {
       expect_gradients_match(
           [&](const std::vector<Tensor>& v) {
-            return std::vector<Tensor>{functional::reduce_sum(v[0], axes, keep),
-                                       functional::reduce_mean(v[0], axes, keep),
-                                       functional::reduce_max(v[0], axes, keep)};
+            return std::vector<Tensor>{
+                functional::reduce_sum(v[0], axes, keep), functional::reduce_mean(v[0], axes, keep),
+                functional::reduce_max(v[0], axes, keep), functional::reduce_min(v[0], axes, keep)};
           },
           {x});
     }
@@ -92,6 +98,32 @@ TEST(Reduce, MaxShareGradientAmongTies) {
   x.set_requires_grad(true);
   backward({functional::reduce_max(x, {}, false)}, {});
   EXPECT_EQ(values_of(x.grad()), (std::vector<double>{0.5, 0.5, 0}));
+}
+
+TEST(Reduce, AScalarReducedOverItsDimZeroIsItself) {
+  Tensor x = make_tensor({3}, Shape{});
+  for (int64_t axis : {0, -1}) {
+    EXPECT_EQ(functional::reduce_sum(x, {axis}, true).item(), 3);
+    EXPECT_EQ(functional::reduce_min(x, {axis}, false).shape(), Shape{});
+    EXPECT_EQ(functional::reduce_mean(x, {axis}, false).item(), 3);
+    expect_gradients_match(
+        [&](const std::vector<Tensor>& v) {
+          return std::vector<Tensor>{functional::reduce_sum(v[0], {axis}, false),
+                                     functional::reduce_max(v[0], {axis}, false)};
+        },
+        {make_tensor({2.5}, Shape{}, DataType::kFloat64)});
+  }
+}
+
+// -max(-x) would overflow at an integer type's lowest value; reduce_min does not.
+TEST(Reduce, MinReachesTheLowestIntegerAndKeepsNaN) {
+  Tensor x = make_tensor({-128, 0, 127}, Shape{3}, DataType::kInt8);
+  EXPECT_EQ(functional::reduce_min(x, {}, false).item(), -128);
+  Tensor y = make_tensor({1, NAN, -2}, Shape{3});
+  EXPECT_TRUE(std::isnan(functional::reduce_min(y, {}, false).item()));
+  Tensor empty = Tensor::zeros(Shape{0, 2}, DataType::kFloat32);
+  expect_error([&] { functional::reduce_min(empty, {0}, false); }, ErrorCode::kInvalidArgument,
+               "[reduce_min] cannot reduce an empty axis (there is no minimum)");
 }
 
 TEST(Reduce, BadAxesAreIndexAndValueErrors) {

@@ -357,7 +357,7 @@ class Module:
                 source = state_dict[key]
                 if isinstance(source, np.ndarray):
                     source = _C.from_numpy(np.require(source, requirements="C"))
-                if not isinstance(source, _C.Tensor):
+                if not (isinstance(source, _C.Tensor) or getattr(source, "is_global", False)):
                     raise TypeError(f'[load_state_dict] the value of "{key}" must be a Tensor. '
                                     f"However, got {type(source).__name__}.")
                 if _shape(source) != _shape(value):
@@ -367,7 +367,7 @@ class Module:
                         f"from checkpoint, the shape in current model is {_shape(value)}."
                     )
                     continue
-                pending.append((owner, registry, name, value, source))
+                pending.append((value, source))
         unexpected = [key for key in state_dict if key not in expected]
         errors = list(mismatches)
         if strict and unexpected:
@@ -386,8 +386,8 @@ class Module:
                 + "\n\t".join(errors) + hint
             )
         with no_grad():
-            for owner, registry, name, value, source in pending:
-                _copy_into(owner, registry, name, value, source)
+            for value, source in pending:
+                _copy_into(value, source)
         return _IncompatibleKeys(missing, unexpected)
 
     # ---- printing ----------------------------------------------------------------------------
@@ -410,15 +410,26 @@ class Module:
         return f"{type(self).__name__}({body})"
 
 
-def _copy_into(owner, registry, name, value, source):
+def _copy_into(value, source):
     """value[...] = source (converting dtype), in place, as torch's load_state_dict: an optimizer
-    built before loading keeps updating the loaded weights."""
-    del owner, registry, name  # the slot keeps its tensor
+    built before loading keeps updating the loaded weights. Called under no_grad. A global
+    value takes a global source in any layout, or a local one holding the whole value (the
+    same on every rank), piece by piece."""
+    if getattr(value, "is_global", False):
+        from oneflowlike.framework import global_tensor as _gt
+
+        if getattr(source, "is_global", False):
+            source = source.to_global(placement=value.placement, sbp=value.sbp)
+        else:
+            source = _gt.from_logical(source.numpy(), value.placement, value.sbp)
+        value, source = value._local, source._local
+        if value is None:
+            return
     if source.dtype != value.dtype:
         source = _C.cast(source, value.dtype)
     elif source._shares_storage_with(value):  # e.g. its own state_dict()
         source = source.clone()
-    _C._assign_(value, source.detach() if source.requires_grad else source, "load_state_dict")
+    _C._assign_(value, source, "load_state_dict")
 
 
 def factory_dtype(op, device, dtype):
