@@ -134,6 +134,11 @@ void extremum_gradient(GradBuilder& g) {
   g.set_input_grad(0, mul(g, mask, g.apply1("expand", ExpandParams{x.shape}, {share})));
 }
 
+// A max (min) of pieces is not the sum of anything: no split of a reduced axis, no P.
+std::vector<SbpSignature> extremum_signatures(const InferContext& ctx) {
+  return reduce_signatures(ctx, false, false);
+}
+
 }  // namespace
 
 OFL_REGISTER_OP("reduce_sum")
@@ -161,9 +166,7 @@ OFL_REGISTER_OP("reduce_max")
     .outputs({"out"})
     .params<ReduceParams>()
     .set<FInferMeta>(infer_reduce)
-    .set<FSbpSignatures>([](const InferContext& ctx) {
-      return reduce_signatures(ctx, false, false);
-    })
+    .set<FSbpSignatures>(extremum_signatures)
     .set<FGradient>(extremum_gradient);
 
 OFL_REGISTER_OP("reduce_min")
@@ -171,9 +174,7 @@ OFL_REGISTER_OP("reduce_min")
     .outputs({"out"})
     .params<ReduceParams>()
     .set<FInferMeta>(infer_reduce)
-    .set<FSbpSignatures>([](const InferContext& ctx) {
-      return reduce_signatures(ctx, false, false);
-    })
+    .set<FSbpSignatures>(extremum_signatures)
     .set<FGradient>(extremum_gradient);
 
 namespace functional {
