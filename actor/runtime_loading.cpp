@@ -1,0 +1,398 @@
+// Loading a plan: memory blocks and registers, one actor per hosted task, their edges and the
+// virtual ones of Note [What the runtime adds to a plan] (control edges, ticks, transfers).
+
+#include <algorithm>
+#include <set>
+
+#include "actor/actor_kinds.h"
+#include "actor/pieces.h"
+#include "actor/runtime.h"
+#include "actor/runtime_internal.h"
+#include "comm/in_process_transport.h"
+#include "oneflowlike/common/clock.h"
+
+namespace ofl::actor {
+
+namespace {
+
+constexpr int64_t kMemoryAlignment = 64;
+
+int64_t align_up(int64_t value) {
+  return (value + kMemoryAlignment - 1) / kMemoryAlignment * kMemoryAlignment;
+}
+
+}  // namespace
+
+Runtime::Runtime(const proto::PlanProto& plan, RuntimeOptions options)
+    : index_(plan, PlanIndexOptions{options.check_acyclic}),
+      options_(std::move(options)),
+      job_name_(plan.job_name()) {
+  OFL_CHECK(options_.watchdog_seconds > 0, kTag, "watchdog_seconds must be positive. However, got ",
+            options_.watchdog_seconds, ".");
+  OFL_CHECK(options_.spin_microseconds >= 0, kTag,
+            "spin_microseconds must not be negative. However, got ", options_.spin_microseconds,
+            ".");
+  OFL_CHECK(!options_.record_messages || options_.deterministic, kTag,
+            "record_messages needs deterministic mode (one thread keeps the log). However, got "
+            "record_messages with threads.");
+  ranks_ = options_.ranks.empty() ? index_.ranks() : options_.ranks;
+  std::sort(ranks_.begin(), ranks_.end());
+  OFL_CHECK(
+      std::adjacent_find(ranks_.begin(), ranks_.end()) == ranks_.end(), kTag,
+      "a runtime must host each rank once. However, got a rank twice in RuntimeOptions::ranks.");
+  for (int64_t r : ranks_) {
+    OFL_CHECK(std::binary_search(index_.ranks().begin(), index_.ranks().end(), r), kTag,
+              "a runtime must host ranks of its plan. However, got rank ", r, "; the plan has ",
+              index_.ranks().size(), " ranks.");
+  }
+  OFL_CHECK_CODE(ranks_ == index_.ranks(), ErrorCode::kUnimplemented, kTag,
+                 "a runtime must host every rank of the plan it loads (a process compiles its "
+                 "own ranks' part with CompileOptions::ranks). However, got ",
+                 ranks_.size(), " of the plan's ", index_.ranks().size(), " ranks.");
+  check_virtual_ids();
+  transport_ =
+      options_.transport ? options_.transport : std::make_shared<comm::InProcessTransport>();
+
+  // Actors first (priority = position in the rank's plan: later acts first when both are ready).
+  actor_of_task_.assign(index_.num_tasks(), nullptr);
+  std::map<int64_t, int> position;
+  for (int t = 0; t < index_.num_tasks(); ++t) {
+    const int64_t rank = index_.task(t).proto.rank();
+    if (!std::binary_search(ranks_.begin(), ranks_.end(), rank)) continue;
+    actors_.push_back(make_task_actor(index_, t, position[rank]++));
+    actor_of_task_[t] = actors_.back().get();
+  }
+  for (const auto& [key, bytes] : index_.memory_blocks()) {  // once, when the plan loads
+    blocks_[key] = Tensor::zeros(Shape{bytes}, DataType::kInt8);
+  }
+  for (int64_t rank : ranks_) allocate_registers(rank);
+  int next_virtual = 0;
+  for (int t = 0; t < index_.num_tasks(); ++t) {
+    if (actor_of_task_[t] != nullptr) connect_task(t, &next_virtual);
+  }
+  add_ticks(&next_virtual);
+  for (const auto& actor : actors_) actor_by_id_[actor->id()] = actor.get();
+  link_slots();
+  for (const auto& actor : actors_) {
+    actor->finish_setup();
+    acts_per_iteration_ += actor->acts_per_iteration();
+  }
+  assign_threads();
+  trace_origin_ns_ = now_ns();
+  transport_->set_fault_handler(
+      [this](int64_t rank, const std::string& why) { on_rank_failure(rank, why); });
+  for (int t = 0; t < index_.num_tasks(); ++t) {
+    const proto::TaskProto& task = index_.task(t).proto;
+    if (actor_of_task_[t] != nullptr &&
+        (task.kind() == proto::TaskProto::SEND || task.kind() == proto::TaskProto::RECV)) {
+      peers_.insert(task.peer());
+    }
+  }
+  for (int64_t r : index_.ranks()) {
+    if (!std::binary_search(ranks_.begin(), ranks_.end(), r)) peers_.insert(r);
+  }
+  for (int64_t r : ranks_) peers_.erase(r);
+  transport_->set_departure_handler(
+      [this](int64_t rank, int64_t iterations) { on_rank_departure(rank, iterations); });
+  std::vector<int64_t> served;
+  try {
+    for (int64_t rank : ranks_) {
+      transport_->serve_rank(rank, [this](const comm::MessageBytes& m) { deliver(from_bytes(m)); });
+      served.push_back(rank);
+    }
+    if (!options_.deterministic) {
+      for (auto& thread : threads_) thread->start();
+    }
+  } catch (...) {
+    // The destructor does not run for a constructor that throws: undo what was started.
+    for (auto& thread : threads_) thread->stop();
+    for (int64_t rank : served) transport_->stop_serving_rank(rank);
+    transport_->set_fault_handler(nullptr);
+    transport_->set_departure_handler(nullptr);
+    throw;
+  }
+}
+
+// Plan ids must stay below the runtime's own (Note [What the runtime adds to a plan]).
+void Runtime::check_virtual_ids() const {
+  auto check = [&](int64_t id, const std::string& what) {
+    OFL_CHECK(id >= 0 && id < kFirstVirtualId, kTag, what, " must be in [0, 2^56). However, got ",
+              id, ".");
+  };
+  for (int t = 0; t < index_.num_tasks(); ++t) {
+    check(index_.task(t).proto.id(), index_.describe_task(t) + " id");
+    if (index_.task(t).proto.kind() == proto::TaskProto::SEND) {
+      check(index_.task(t).proto.transfer_id(), index_.describe_task(t) + " transfer_id");
+    }
+  }
+  for (int r = 0; r < index_.num_registers(); ++r) {
+    check(index_.reg(r).proto.id(), index_.describe_register(r) + " id");
+  }
+}
+
+// Data registers of `rank`: each register's slots, in its planned block at its offset, or in an
+// allocation of its own (persistent, multi-slot and unshared registers).
+// A register's slots: in the rank's planned block (one slot, PlanIndex checks) or in an
+// allocation of their own.
+std::vector<Tensor> Runtime::allocate_slots(int64_t rank, const PlanIndex::RegisterInfo& reg,
+                                            int num_slots) const {
+  const int64_t bytes = reg.shape.numel() * static_cast<int64_t>(dtype_size(reg.dtype));
+  const int64_t stride = align_up(std::max<int64_t>(bytes, 1));
+  const bool in_block = reg.proto.memory_block() >= 0;
+  const Tensor storage = in_block ? blocks_.at({rank, reg.proto.memory_block()})
+                                  : Tensor::zeros(Shape{stride * num_slots}, DataType::kInt8);
+  const int64_t base = in_block ? reg.proto.offset() : 0;
+  std::vector<Tensor> slots;
+  for (int s = 0; s < num_slots; ++s) {
+    slots.push_back(view_of_bytes(storage, base + s * stride, reg.shape, reg.dtype));
+  }
+  return slots;
+}
+
+namespace {
+
+// A view or an in-place concat keeps its input pieces until its output piece is read, one
+// piece per act (Note [Slice views], Note [Concats in place]): its inputs' producers and its
+// output's readers must act at its rate, and a view's input must not be written in place.
+void check_borrowing(const PlanIndex& index, int t) {
+  const PlanIndex::TaskInfo& task = index.task(t);
+  if (!task.proto.view() && !task.proto.in_place()) return;
+  const bool rate = index.per_micro(t);
+  auto same_rate = [&](int other, const std::string& what) {
+    OFL_CHECK(index.per_micro(other) == rate, kTag, index.describe_task(t), " is ",
+              task.proto.view() ? "a view" : "in place", ", so ", what, " ",
+              index.describe_task(other), " must act at its rate (once per ",
+              rate ? "micro-batch" : "iteration", ").");
+  };
+  for (int r : task.inputs) {
+    same_rate(index.reg(r).producer, "the producer");
+    OFL_CHECK(!task.proto.view() || !index.reg(r).proto.persistent(), kTag, index.describe_task(t),
+              " is a view, so its input ", index.describe_register(r), " must not be persistent.");
+  }
+  for (int64_t consumer : index.reg(task.outputs[0]).proto.consumers()) {
+    same_rate(index.task_index(consumer), "the reader");
+  }
+}
+
+}  // namespace
+
+void Runtime::allocate_registers(int64_t rank) {
+  // In each task's output order: a kernel's outputs are its actor's first outputs, in order.
+  std::vector<int> order;
+  // Note [Concats in place]: an in-place CONCAT's inputs are runs of its output's slot, so
+  // they are placed once every other register has its memory.
+  std::map<int, std::pair<int, int64_t>> written_into;  // input -> (output, byte offset)
+  for (int t = 0; t < index_.num_tasks(); ++t) {
+    const PlanIndex::TaskInfo& task = index_.task(t);
+    if (task.proto.rank() != rank) continue;
+    for (int r : task.outputs) order.push_back(r);
+    check_borrowing(index_, t);
+    if (!task.proto.in_place()) continue;
+    const PlanIndex::RegisterInfo& out = index_.reg(task.outputs[0]);
+    for (size_t i = 0; i < task.inputs.size(); ++i) {
+      const int r = task.inputs[i];
+      const proto::TaskProto& producer = index_.task(index_.reg(r).producer).proto;
+      OFL_CHECK(!written_into.count(r) && !producer.view() && !producer.in_place(), kTag,
+                index_.describe_task(t), " is in place, so its input ", index_.describe_register(r),
+                " must be written into no other concat and be neither a view nor an in-place ",
+                "concat's output.");
+      written_into[r] = {task.outputs[0], *contiguous_offset(out.shape, task.regions[i]) *
+                                              static_cast<int64_t>(dtype_size(out.dtype))};
+    }
+  }
+  std::map<int, std::vector<Tensor>> slots;
+  for (int r : order) {
+    const PlanIndex::RegisterInfo& reg = index_.reg(r);
+    const int num_slots = std::max(1, reg.proto.register_num());
+    if (index_.task(reg.producer).proto.view()) {
+      // Note [Slice views]: each piece is a view of the SLICE's input piece, made when it acts.
+      slots[r].resize(num_slots);
+    } else if (!written_into.count(r)) {
+      slots[r] = allocate_slots(rank, reg, num_slots);
+    }
+  }
+  for (const auto& [r, into] : written_into) {
+    const PlanIndex::RegisterInfo& reg = index_.reg(r);
+    for (const Tensor& whole : slots.at(into.first)) {  // one slot each (PlanIndex checks)
+      slots[r].push_back(view_of_bytes(whole, into.second, reg.shape, reg.dtype));
+    }
+  }
+
+  for (int r : order) {
+    const PlanIndex::RegisterInfo& reg = index_.reg(r);
+    Actor* producer = actor_of_task_[reg.producer];
+    OFL_ASSERT(producer != nullptr);
+    OutputRegister out;
+    out.register_id = reg.proto.id();
+    out.what = str_cat(index_.describe_register(r), " of ", producer->name());
+    out.num_slots = std::max(1, reg.proto.register_num());
+    out.slots = std::move(slots.at(r));
+    // A view's and an in-place concat's pieces are their inputs' pieces, kept until the
+    // consumers have acknowledged them.
+    const proto::TaskProto& task = index_.task(reg.producer).proto;
+    out.releases_inputs = task.view() || task.in_place();
+    std::set<int64_t> seen;  // a task reading a register twice is one consumer
+    for (int64_t consumer : reg.proto.consumers()) {
+      if (!seen.insert(consumer).second) continue;
+      const int c = index_.task_index(consumer);
+      out.consumers.push_back(
+          OutputRegister::Consumer{actor_of_task_[c]->id(), rank, index_.describe_task(c)});
+      if (index_.per_micro(reg.producer) && !index_.per_micro(c)) {
+        out.emit_every = index_.micro_batches();  // ACCUMULATE, PACK
+      }
+    }
+    producer->outputs().push_back(std::move(out));
+  }
+}
+
+// Inputs of one task: its data registers (each once, however many op inputs read it), the
+// transfer from its SEND, its control inputs; and the SEND side of a transfer.
+void Runtime::connect_task(int t, int* next_virtual) {
+  const PlanIndex::TaskInfo& task = index_.task(t);
+  Actor* actor = actor_of_task_[t];
+  const int m = index_.micro_batches();
+  auto hold = [&](int producer) {
+    return !index_.per_micro(producer) && index_.per_micro(t) ? m : 1;
+  };
+
+  // Note [Transfer actor ids] in actor_kinds.h: the other end may be in another process.
+  const int64_t transfer = task.proto.transfer_id();
+  if (task.proto.kind() == proto::TaskProto::RECV) {
+    InputEdge in;
+    in.register_id = kTransferRegisterBase + transfer;
+    in.producer = kSendActorBase + transfer;
+    in.producer_rank = task.proto.peer();
+    in.what = str_cat("transfer ", transfer, " from ",
+                      task.send >= 0 ? index_.describe_task(task.send)
+                                     : str_cat("the SEND on rank ", task.proto.peer()));
+    in.hold = task.send >= 0 ? hold(task.send) : 1;
+    const PlanIndex::RegisterInfo& out = index_.reg(task.outputs[0]);
+    in.acked_on_send =
+        is_inline_transfer(out.shape.numel() * static_cast<int64_t>(dtype_size(out.dtype)));
+    actor->inputs().push_back(std::move(in));  // first: RecvActor reads input 0
+  }
+  if (task.proto.kind() == proto::TaskProto::SEND) {
+    OutputRegister out;
+    out.register_id = kTransferRegisterBase + transfer;
+    const std::string recv =
+        str_cat("the RECV of transfer ", transfer, " on rank ", task.proto.peer());
+    out.what = str_cat("transfer ", transfer, " to ", recv);
+    const PlanIndex::RegisterInfo& in = index_.reg(task.inputs[0]);
+    out.num_slots = std::max(1, in.proto.register_num());
+    out.releases_inputs = true;
+    out.acked_on_send =
+        is_inline_transfer(in.shape.numel() * static_cast<int64_t>(dtype_size(in.dtype)));
+    out.consumers.push_back(
+        OutputRegister::Consumer{kRecvActorBase + transfer, task.proto.peer(), recv});
+    actor->outputs().push_back(std::move(out));
+  }
+
+  for (size_t position = 0; position < task.inputs.size(); ++position) {
+    const int r = task.inputs[position];
+    const int64_t id = index_.reg(r).proto.id();
+    auto it = std::find_if(actor->inputs().begin(), actor->inputs().end(),
+                           [&](const InputEdge& in) { return in.register_id == id; });
+    if (it == actor->inputs().end()) {
+      const int producer = index_.reg(r).producer;
+      const Actor* from = actor_of_task_[producer];
+      InputEdge in;
+      in.register_id = id;
+      in.producer = from->id();
+      in.producer_rank = from->rank();
+      in.what = str_cat(index_.describe_register(r), " from ", from->name());
+      in.hold = hold(producer);
+      actor->inputs().push_back(std::move(in));  // slots: link_slots(), once outputs are final
+      it = actor->inputs().end() - 1;
+    }
+    it->positions.push_back(static_cast<int>(position));
+  }
+
+  for (int64_t id : task.proto.control_inputs()) {
+    const int from = index_.task_index(id);
+    const int slots = index_.per_micro(from) && index_.per_micro(t) ? index_.pipeline_depth() : 1;
+    add_control_edge(from, t, slots, kVirtualRegisterBase + (*next_virtual)++);
+  }
+}
+
+// Points every data input at its producer's slot tensors (the output lists no longer grow).
+void Runtime::link_slots() {
+  for (const auto& actor : actors_) {
+    for (InputEdge& in : actor->inputs()) {
+      if (in.positions.empty()) continue;  // control, tick and transfer edges carry no tensor
+      Actor* from = actor_by_id_.at(in.producer);
+      auto out =
+          std::find_if(from->outputs().begin(), from->outputs().end(),
+                       [&](const OutputRegister& o) { return o.register_id == in.register_id; });
+      OFL_ASSERT(out != from->outputs().end());
+      in.slots = &out->slots;
+    }
+  }
+}
+
+void Runtime::add_control_edge(int from, int to, int slots, int64_t register_id) {
+  Actor* producer = actor_of_task_[from];
+  Actor* consumer = actor_of_task_[to];
+  const int m = index_.micro_batches();
+  OutputRegister out;
+  out.register_id = register_id;
+  out.what = str_cat("the control register of ", producer->name());
+  out.num_slots = slots;
+  out.emit_every = index_.per_micro(from) && !index_.per_micro(to) ? m : 1;
+  out.consumers.push_back(
+      OutputRegister::Consumer{consumer->id(), consumer->rank(), consumer->name()});
+  producer->outputs().push_back(std::move(out));
+  InputEdge in;
+  in.register_id = register_id;
+  in.producer = producer->id();
+  in.producer_rank = producer->rank();
+  in.what = str_cat("control input from ", producer->name());
+  in.hold = !index_.per_micro(from) && index_.per_micro(to) ? m : 1;
+  consumer->inputs().push_back(std::move(in));
+}
+
+// Per rank: the tick, its edge to every task with nothing else to wait for, and the strict
+// cycle of the compute thread's micro-batch part.
+void Runtime::add_ticks(int* next_virtual) {
+  const int m = index_.micro_batches();
+  for (int64_t rank : ranks_) {
+    actors_.push_back(make_tick_actor(kTickActorBase + rank, rank));
+    Actor* tick = actors_.back().get();
+    ticks_.push_back(tick);
+    InputEdge start;
+    start.register_id = kRunRegisterBase + rank;
+    start.producer = kCallerActor;
+    start.producer_rank = rank;
+    start.what = "the start of an iteration from run()";
+    tick->inputs().push_back(std::move(start));
+
+    int first_micro = -1, last_micro = -1;
+    for (int t = 0; t < index_.num_tasks(); ++t) {
+      Actor* actor = actor_of_task_[t];
+      if (actor == nullptr || actor->rank() != rank) continue;
+      if (index_.per_micro(t) && index_.task(t).proto.thread() == 0) {
+        if (first_micro < 0) first_micro = t;
+        last_micro = t;
+      }
+      if (!actor->inputs().empty()) continue;
+      const int64_t id = kVirtualRegisterBase + (*next_virtual)++;
+      OutputRegister out;
+      out.register_id = id;
+      out.what = str_cat("the start register of ", tick->name());
+      out.consumers.push_back(OutputRegister::Consumer{actor->id(), rank, actor->name()});
+      tick->outputs().push_back(std::move(out));
+      InputEdge in;
+      in.register_id = id;
+      in.producer = tick->id();
+      in.producer_rank = rank;
+      in.what = str_cat("the start of the iteration from ", tick->name());
+      in.hold = index_.per_micro(t) ? m : 1;
+      actor->inputs().push_back(std::move(in));
+    }
+    if (m > 1 && first_micro >= 0 && first_micro != last_micro) {
+      add_control_edge(first_micro, last_micro, index_.pipeline_depth(),
+                       kVirtualRegisterBase + (*next_virtual)++);
+    }
+  }
+}
+
+}  // namespace ofl::actor

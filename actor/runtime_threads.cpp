@@ -1,0 +1,120 @@
+// The runtime's threads: which actors each runs, how messages reach them, and how they end
+// (a shutdown passes the end of stream through every actor; a failure stops them).
+
+#include <glog/logging.h>
+
+#include <algorithm>
+#include <chrono>
+
+#include "actor/runtime.h"
+#include "actor/runtime_internal.h"
+
+namespace ofl::actor {
+
+// One thread per (rank, plan thread): 0 is the compute stream, 1 communication. Deterministic
+// mode puts every actor on one thread run by the caller.
+void Runtime::assign_threads() {
+  std::set<int64_t> compute_ranks;
+  for (const auto& actor : actors_) compute_ranks.insert(actor->rank());
+  ActorThread::Options thread_options;
+  thread_options.spin_microseconds = options_.spin_microseconds;
+  thread_options.trace = options_.trace;
+  thread_options.kernel_threads =
+      options_.kernel_threads > 0 ? options_.kernel_threads : (compute_ranks.size() > 1 ? 1 : 0);
+  auto on_failure = [this](const Actor* actor, std::exception_ptr error) {
+    this->on_failure(actor, error);
+  };
+  std::map<std::pair<int64_t, int>, ActorThread*> by_key;
+  for (const auto& actor : actors_) {
+    const int plan_thread = actor->task() >= 0 ? index_.task(actor->task()).proto.thread() : 0;
+    const auto key = options_.deterministic ? std::make_pair(int64_t{0}, 0)
+                                            : std::make_pair(actor->rank(), plan_thread);
+    ActorThread*& thread = by_key[key];
+    if (thread == nullptr) {
+      const std::string name =
+          options_.deterministic
+              ? "deterministic"
+              : str_cat("rank ", key.first, key.second == 0 ? " compute" : " communication");
+      threads_.push_back(std::make_unique<ActorThread>(name, key.first, key.second, thread_options,
+                                                       static_cast<ActorHost*>(this), on_failure));
+      thread = threads_.back().get();
+      if (options_.record_messages) thread->record_messages(&message_log_);
+    }
+    thread->add_actor(actor.get());
+  }
+  // Threads running transfers drive the transport while idle (Note [Spin, then park]).
+  if (options_.deterministic) return;
+  comm::Transport* transport = transport_.get();
+  for (auto& thread : threads_) {
+    for (const Actor* actor : thread->actors()) {
+      if (actor->task() < 0) continue;
+      const auto kind = index_.task(actor->task()).proto.kind();
+      if (kind == proto::TaskProto::SEND || kind == proto::TaskProto::RECV) {
+        thread->set_poll([transport] { return transport->progress(); });
+        break;
+      }
+    }
+  }
+}
+
+void Runtime::send(const ActorMessage& message) {
+  if (message.dst_actor == kCallerActor) return;  // the tick's ack of a start
+  if (message.src_rank != message.dst_rank) {
+    transport_->send(message.dst_rank, to_bytes(message));
+    return;
+  }
+  deliver(message);
+}
+
+void Runtime::deliver(const ActorMessage& message) {
+  auto it = actor_by_id_.find(message.dst_actor);
+  OFL_ASSERT(it != actor_by_id_.end()) << "no actor for " << message.to_string();
+  it->second->thread()->post(message);
+}
+
+// After a failure or a stall no actor may act on: the caller's inputs go away when run()
+// throws, and variables are read afterwards. Stops every thread (each finishes its current act).
+void Runtime::stop_threads() {
+  for (auto& thread : threads_) thread->stop();
+  broken_ = true;
+  inputs_ = nullptr;
+}
+
+bool Runtime::shutdown() {
+  if (shut_down_) return all_retired_;
+  shut_down_ = true;
+  bool retired = !broken_;
+  if (!broken_) {
+    for (Actor* tick : ticks_) {
+      deliver(ActorMessage::end_of_stream({kCallerActor, tick->rank()}, {tick->id(), tick->rank()},
+                                          kRunRegisterBase + tick->rank()));
+    }
+    if (options_.deterministic && !threads_.empty()) threads_[0]->run_inline();
+  }
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  for (auto& thread : threads_) {
+    const double left =
+        std::chrono::duration<double>(deadline - std::chrono::steady_clock::now()).count();
+    if (broken_) {
+      thread->stop();
+    } else if (!thread->join(std::max(0.0, left))) {
+      retired = false;
+      std::string names;
+      for (const Actor* actor : thread->actors()) {
+        if (!actor->retired()) names += "\n  " + actor->name();
+      }
+      LOG(ERROR) << kTag << "thread '" << thread->name()
+                 << "' still had actors that had not retired 10 s after the end of stream:"
+                 << names;
+    }
+  }
+  for (const auto& actor : actors_) retired = retired && actor->retired();
+  for (int64_t rank : ranks_) transport_->stop_serving_rank(rank);
+  transport_->set_fault_handler(nullptr);
+  transport_->set_departure_handler(nullptr);
+  broken_ = true;  // nothing runs after this
+  all_retired_ = retired;
+  return retired;
+}
+
+}  // namespace ofl::actor

@@ -1,0 +1,161 @@
+// Waiting for an iteration, and Note [Watchdog]: what every waiting actor lacks when none acts.
+
+#include <algorithm>
+#include <chrono>
+#include <map>
+#include <set>
+
+#include "actor/runtime.h"
+#include "actor/runtime_internal.h"
+#include "oneflowlike/common/clock.h"
+
+namespace ofl::actor {
+
+// Note [Watchdog]: the iteration ends when every actor has acted its share. If for
+// watchdog_seconds no actor acts (and none is in the middle of an act: a long kernel is
+// progress), every waiting actor is reported with the registers it lacks and from whom, and
+// the cycle among them, if there is one. In deterministic mode a stall shows at once: no
+// message is pending and no actor can act.
+void Runtime::wait_for_iteration() {
+  if (options_.deterministic) {
+    threads_.at(0)->run_inline();
+    std::unique_lock<std::mutex> lock(done_mu_);
+    if (!failure_.empty()) {
+      lock.unlock();
+      stop_threads();
+      throw_error(failure_code_, failure_);
+    }
+    if (!iteration_done()) {
+      lock.unlock();
+      const std::string report = stall_report();
+      stop_threads();
+      throw_error(ErrorCode::kDeadlineExceeded,
+                  str_cat(kTag, "no actor can act and no message is pending in iteration ",
+                          iteration_, " (deterministic mode).", report));
+    }
+    return;
+  }
+  const int64_t timeout_ns = static_cast<int64_t>(options_.watchdog_seconds * 1e9);
+  int64_t last_remaining = acts_per_iteration_ - acts_done_[iteration_ % kIterationSlots].load();
+  int64_t last_progress = now_ns();
+  std::unique_lock<std::mutex> lock(done_mu_);
+  while (!iteration_done() && failure_.empty()) {
+    done_cv_.wait_for(lock, std::chrono::milliseconds(20));
+    if (iteration_done() || !failure_.empty()) break;
+    const int64_t remaining = acts_per_iteration_ - acts_done_[iteration_ % kIterationSlots].load();
+    bool acting = false;
+    for (const auto& thread : threads_) acting = acting || thread->acting() != nullptr;
+    const int64_t now = now_ns();
+    if (remaining != last_remaining || acting) {
+      last_remaining = remaining;
+      last_progress = now;
+    } else if (now - last_progress > timeout_ns) {
+      lock.unlock();
+      throw_stall();
+    }
+  }
+  if (!failure_.empty()) {
+    std::string failure = failure_;
+    const ErrorCode code = failure_code_;
+    const bool departure = failed_by_departure_;
+    lock.unlock();
+    // The rank that left comes first; what each actor waits for after, for those who want it.
+    if (departure) {
+      const std::string report = stall_report();
+      failure += '\n';
+      failure.append(report, report.find_first_not_of(' '));
+    }
+    stop_threads();
+    throw_error(code, failure);
+  }
+}
+
+void Runtime::throw_stall() {
+  const std::string report = stall_report();
+  const int64_t done = acts_done_[iteration_ % kIterationSlots].load();
+  stop_threads();
+  throw_error(
+      ErrorCode::kDeadlineExceeded,
+      str_cat(kTag, "no actor made progress for ", options_.watchdog_seconds, " s in iteration ",
+              iteration_, " (", done, " of ", acts_per_iteration_, " acts done).", report));
+}
+
+std::string Runtime::stall_report() const {
+  std::map<int64_t, std::vector<int64_t>> waits_on;  // actor -> actors it waits for
+  std::map<int64_t, const Actor*> waiting;
+  std::map<int64_t, std::string> reports;
+  std::string lines;
+  int listed = 0;
+  for (const auto& thread : threads_) {
+    auto lock = thread->lock_state(/*seconds=*/1);
+    if (!lock.owns_lock()) {  // acting again after all: a long act started late
+      lines += str_cat("\n  thread '", thread->name(), "' is busy and was not inspected");
+      continue;
+    }
+    for (const Actor* actor : thread->actors()) {
+      if (actor->acts() >= (iteration_ + 1) * actor->acts_per_iteration()) continue;
+      std::vector<int64_t> on;
+      const std::string waits = actor->waiting_for(&on);
+      if (waits.empty()) {  // a bug if it stays so: it could act, yet no thread runs it
+        lines += str_cat("\n  ", actor->name(), " could act (", actor->acts(), " acts, ",
+                         actor->queued ? "queued" : "not queued", ") but has not");
+        continue;
+      }
+      waiting[actor->id()] = actor;
+      waits_on[actor->id()] = on;
+      reports[actor->id()] = waits;
+    }
+  }
+  // The frontier first: actors waiting on one that is not waiting itself (a rank elsewhere, a
+  // message in flight); the others wait on them.
+  std::vector<int64_t> order;
+  for (int pass = 0; pass < 2; ++pass) {
+    for (const auto& [id, on] : waits_on) {
+      const bool frontier =
+          std::any_of(on.begin(), on.end(), [&](int64_t a) { return waiting.count(a) == 0; });
+      if (frontier == (pass == 0)) order.push_back(id);
+    }
+  }
+  for (int64_t id : order) {
+    if (listed++ < 20)
+      lines += str_cat("\n  ", waiting.at(id)->name(), " waits for ", reports.at(id));
+  }
+  if (listed > 20) lines += str_cat("\n  and ", listed - 20, " more waiting actors");
+
+  // A cycle among the waiting actors: depth-first search over "waits for".
+  std::map<int64_t, int> state;  // 1: on the stack, 2: done
+  std::vector<int64_t> stack, cycle;
+  std::function<bool(int64_t)> visit = [&](int64_t a) {
+    state[a] = 1;
+    stack.push_back(a);
+    for (int64_t b : waits_on[a]) {
+      if (!waiting.count(b)) continue;
+      if (state[b] == 1) {
+        cycle.assign(std::find(stack.begin(), stack.end(), b), stack.end());
+        cycle.push_back(b);
+        return true;
+      }
+      if (state[b] == 0 && visit(b)) return true;
+    }
+    stack.pop_back();
+    state[a] = 2;
+    return false;
+  };
+  for (const auto& [id, actor] : waiting) {
+    if (state[id] == 0 && visit(id)) break;
+  }
+  std::string cycle_text;
+  if (!cycle.empty()) {
+    cycle_text = "\nCycle:";
+    for (size_t i = 0; i < cycle.size(); ++i) {
+      cycle_text += str_cat(i ? " -> " : " ", waiting.at(cycle[i])->name());
+    }
+  } else {
+    cycle_text =
+        "\nNo cycle among them: they wait for an actor that is not waiting itself (a message "
+        "in flight, a busy thread, or a rank outside this process).";
+  }
+  return str_cat(" Waiting actors:", lines.empty() ? " none" : lines, cycle_text);
+}
+
+}  // namespace ofl::actor
