@@ -10,6 +10,7 @@
 #include <set>
 
 #include "actor/pieces.h"
+#include "oneflowlike/plan_contract.h"
 #include "oneflowlike/proto_convert.h"
 
 namespace ofl::actor {
@@ -45,16 +46,17 @@ PlanIndex::PlanIndex(const proto::PlanProto& plan, PlanIndexOptions options) {
             ".");
   micro_batches_ = std::max(1, plan.micro_batches());
   pipeline_depth_ = std::max(1, plan.pipeline_depth());
+  check_plan_contract(plan, PlanContractOptions{options.check_acyclic});
   index_plan(plan);
   for (int t = 0; t < num_tasks(); ++t) check_task(t);
-  check_transfers();
+  link_transfers();
   check_pieces(inputs_by_name_, "INPUT");
   check_pieces(outputs_by_name_, "OUTPUT");
   check_pieces(variables_by_name_, "VARIABLE");
   compute_predecessors();
-  const std::vector<int> order = order_tasks(std::vector<bool>(tasks_.size(), true));
-  if (options.check_acyclic) check_acyclic(order);
-  check_micro_batch_edges(order);
+  // A topological order; with check_acyclic off, the tasks on and behind a cycle are left out
+  // of it (the watchdog will meet them).
+  check_micro_batch_edges(order_tasks(std::vector<bool>(tasks_.size(), true)));
 }
 
 int PlanIndex::task_index(int64_t id) const {
@@ -459,46 +461,15 @@ bool PlanIndex::has_rank(int64_t rank) const {
   return std::binary_search(ranks_.begin(), ranks_.end(), rank);
 }
 
-void PlanIndex::check_transfers() {
+// Each RECV's SEND, when both are in this plan (the plan contract checked that they match).
+void PlanIndex::link_transfers() {
   std::map<int64_t, int> sends;  // transfer_id -> task
   for (int t = 0; t < static_cast<int>(tasks_.size()); ++t) {
-    if (tasks_[t].proto.kind() != proto::TaskProto::SEND) continue;
-    auto [it, inserted] = sends.emplace(tasks_[t].proto.transfer_id(), t);
-    OFL_CHECK(inserted, kTag, "each transfer_id must belong to one SEND. However, ",
-              describe_task(it->second), " and ", describe_task(t), " both use transfer_id ",
-              tasks_[t].proto.transfer_id(), ".");
+    if (tasks_[t].proto.kind() == proto::TaskProto::SEND) sends[tasks_[t].proto.transfer_id()] = t;
   }
-  std::set<int> matched;
-  for (int t = 0; t < static_cast<int>(tasks_.size()); ++t) {
-    TaskInfo& recv = tasks_[t];
-    if (recv.proto.kind() != proto::TaskProto::RECV) continue;
-    // Note [Partial plans]: a process's plan holds its own ranks; the other end of a transfer
-    // with a rank outside it lives in another process's plan.
-    if (!has_rank(recv.proto.peer())) continue;
-    auto it = sends.find(recv.proto.transfer_id());
-    OFL_CHECK(it != sends.end(), kTag, describe_task(t), " must have a SEND with transfer_id ",
-              recv.proto.transfer_id(), ". However, no SEND has it.");
-    const int s = it->second;
-    OFL_CHECK(matched.insert(s).second, kTag, describe_task(s),
-              " must have one RECV. However, several RECV tasks use transfer_id ",
-              recv.proto.transfer_id(), ", among them ", describe_task(t), ".");
-    const TaskInfo& send = tasks_[s];
-    OFL_CHECK(send.proto.peer() == recv.proto.rank() && recv.proto.peer() == send.proto.rank(),
-              kTag, describe_task(s), " and ", describe_task(t),
-              " must name each other's rank as peer. However, got peers ", send.proto.peer(),
-              " and ", recv.proto.peer(), ".");
-    const RegisterInfo& in = registers_[send.inputs[0]];
-    const RegisterInfo& out = registers_[recv.outputs[0]];
-    OFL_CHECK(in.shape == out.shape && in.dtype == out.dtype, kTag, describe_task(t),
-              " must receive what ", describe_task(s), " sends. However, it sends ",
-              in.shape.to_string(), " ", dtype_name(in.dtype), " and receives ",
-              out.shape.to_string(), " ", dtype_name(out.dtype), ".");
-    recv.send = s;
-  }
-  for (const auto& [transfer_id, s] : sends) {
-    if (!has_rank(tasks_[s].proto.peer())) continue;
-    OFL_CHECK(matched.count(s) > 0, kTag, describe_task(s), " must have a RECV with transfer_id ",
-              transfer_id, ". However, no RECV has it.");
+  for (TaskInfo& recv : tasks_) {
+    if (recv.proto.kind() != proto::TaskProto::RECV || !has_rank(recv.proto.peer())) continue;
+    recv.send = sends.at(recv.proto.transfer_id());
   }
 }
 
@@ -585,37 +556,6 @@ std::vector<int> PlanIndex::order_tasks(const std::vector<bool>& member) const {
     }
   }
   return order;
-}
-
-// `order` is order_tasks of every task; the tasks missing from it sit on or behind a cycle.
-// Names each of them (up to 10) and what it waits for.
-void PlanIndex::check_acyclic(const std::vector<int>& order) const {
-  const int n = num_tasks();
-  if (static_cast<int>(order.size()) == n) return;
-  std::vector<bool> acted(n, false);
-  for (int t : order) acted[t] = true;
-  std::string report;
-  int listed = 0;
-  const int stuck = n - static_cast<int>(order.size());
-  for (int t = 0; t < n && listed < 10; ++t) {
-    if (acted[t]) continue;
-    ++listed;
-    std::string waits;
-    for (const Edge& e : predecessors_[t]) {
-      if (acted[e.from]) continue;
-      std::string what = describe_task(e.from);
-      if (e.kind == EdgeKind::kData) {
-        what = str_cat(describe_register(e.reg), " from ", what);
-      } else if (e.kind == EdgeKind::kControl) {
-        what = "control input " + what;
-      }
-      waits += (waits.empty() ? "" : ", ") + what;
-    }
-    report += str_cat("\n  ", describe_task(t), " waits for ", waits);
-  }
-  if (stuck > listed) report += str_cat("\n  and ", stuck - listed, " more");
-  OFL_CHECK(false, kTag, "every task must be able to act (no cycle through data, control ",
-            "inputs or transfers). However, ", stuck, " tasks can never act:", report);
 }
 
 // Note [Micro-batches] in plan.proto: data enters the micro-batch part only through UNPACK and

@@ -3,13 +3,15 @@
 // the actor runtime load plans through it, so both accept and reject exactly the same plans and
 // report a bad one with the same message.
 //
-// Checks (each failure is an ofl::Error naming the task or register): ids exist and are unique,
-// every register has one producer that lists it and its consumers, every task's registers have
-// the shapes and dtypes its kind needs, COMPUTE ops and cpu kernels exist, every SEND has one
-// RECV with its transfer_id and data, the pieces of one logical input / output / variable agree,
+// Checks (each failure is an ofl::Error naming the task or register): first the plan contract
+// the compiler checks too (oneflowlike/plan_contract.h: registers stay on their rank, transfers
+// are matched, and, unless turned off, no cycle runs through data, control inputs or
+// transfers); then what running needs: ids are unique, every register has one producer that
+// lists it and its consumers, every task's registers have the shapes and dtypes its kind needs,
+// COMPUTE ops and cpu kernels exist, the pieces of one logical input / output / variable agree,
 // data crosses between once-per-iteration and per-micro-batch tasks only where Note
-// [Micro-batches] in plan.proto allows, and (unless turned off) no cycle runs through data,
-// control inputs or transfers. Registers in a memory block lie inside it and have one slot.
+// [Micro-batches] in plan.proto allows. Registers in a memory block lie inside it and have one
+// slot.
 
 #include <map>
 #include <string>
@@ -120,10 +122,9 @@ class PlanIndex {
  private:
   void index_plan(const proto::PlanProto& plan);
   void check_task(int index);
-  void check_transfers();
+  void link_transfers();
   void check_pieces(const NameIndex& pieces, const char* kind) const;
   void compute_predecessors();
-  void check_acyclic(const std::vector<int>& order) const;
   void check_micro_batch_edges(const std::vector<int>& order);
 
   std::vector<RegisterInfo> registers_;

@@ -51,7 +51,8 @@ struct RuntimeOptions {
   bool deterministic = false;
   /// How long an idle thread spins before it parks (Note [Spin, then park]).
   double spin_microseconds = 50;
-  /// End run() with an error when no actor acts for this long (Note [Watchdog] in runtime.cpp).
+  /// End run() with an error when no actor acts for this long (Note [Watchdog] in
+  /// runtime_watchdog.cpp).
   double watchdog_seconds = 60;
   /// Record each act's start and end (chrome_trace()).
   bool trace = false;

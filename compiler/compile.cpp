@@ -10,9 +10,9 @@
 
 #include "compiler/passes/passes.h"
 #include "compiler/physical/expansion.h"
-#include "compiler/physical/memory_planning.h"
-#include "compiler/physical/plan_checks.h"
 #include "compiler/physical/in_place_boxing.h"
+#include "compiler/physical/memory_planning.h"
+#include "oneflowlike/plan_contract.h"
 
 namespace ofl::compiler {
 
@@ -147,7 +147,7 @@ void sort_rank_tasks(proto::PlanProto* plan) {
         if (--pending[j] == 0) ready.push(j);
       }
     }
-    // A cycle inside one rank is left for check_plan to report with its task names.
+    // A cycle inside one rank is left for check_plan_contract to report with its task names.
     if (static_cast<int>(order.size()) != n) continue;
     bool identity = true;
     for (int i = 0; i < n && identity; ++i) identity = order[i] == i;
@@ -213,7 +213,7 @@ proto::PlanProto compile_graph(Graph graph, const CompileOptions& options, Graph
   sort_rank_tasks(&plan);
   physical::mark_in_place_boxing(&plan);
   physical::plan_memory(&plan, options.memory_limit_bytes);
-  physical::check_plan(plan);
+  check_plan_contract(plan);
   return plan;
 }
 

@@ -45,7 +45,8 @@
 //
 // The control edges cannot deadlock when the plan lists tasks in an order that is a valid
 // sequential schedule of the whole plan (expansion's creation order is one): the chain order
-// agrees with it. check_acyclic verifies that anyway, with SEND -> RECV pairs as edges.
+// agrees with it. check_plan_contract (run after memory planning) verifies that anyway, with
+// SEND -> RECV pairs as edges.
 
 namespace ofl::compiler::physical {
 namespace {
@@ -237,72 +238,6 @@ RankMemory plan_rank(proto::RankPlanProto* rank_plan, int64_t block_id) {
   return memory;
 }
 
-// The plan's happens-before graph (data, control, SEND -> RECV) must be acyclic, or the control
-// edges added here (or a wrong plan order) would deadlock the runtime.
-void check_acyclic(const proto::PlanProto& plan) {
-  std::unordered_map<int64_t, const proto::TaskProto*> tasks;
-  std::unordered_map<int64_t, int64_t> register_producer;
-  std::map<int64_t, int64_t> send_of_transfer;
-  for (const proto::RankPlanProto& rank_plan : plan.ranks()) {
-    for (const proto::TaskProto& task : rank_plan.tasks()) {
-      tasks[task.id()] = &task;
-      if (task.kind() == proto::TaskProto::SEND) send_of_transfer[task.transfer_id()] = task.id();
-    }
-    for (const proto::RegisterProto& reg : rank_plan.registers()) {
-      register_producer[reg.id()] = reg.producer();
-    }
-  }
-  std::unordered_map<int64_t, std::vector<int64_t>> successors;
-  std::unordered_map<int64_t, int64_t> pending;  // unfinished predecessors
-  auto add_edge = [&](int64_t from, int64_t to) {
-    if (!tasks.count(from)) return;
-    successors[from].push_back(to);
-    ++pending[to];
-  };
-  for (const auto& [id, task] : tasks) {
-    pending.try_emplace(id, 0);
-    for (int64_t input : task->inputs()) {
-      auto it = register_producer.find(input);
-      if (it != register_producer.end()) add_edge(it->second, id);
-    }
-    for (int64_t control : task->control_inputs()) add_edge(control, id);
-    if (task->kind() == proto::TaskProto::RECV) {
-      auto it = send_of_transfer.find(task->transfer_id());
-      if (it != send_of_transfer.end()) add_edge(it->second, id);
-    }
-  }
-  std::deque<int64_t> ready;
-  for (const auto& [id, count] : pending) {
-    if (count == 0) ready.push_back(id);
-  }
-  size_t done = 0;
-  while (!ready.empty()) {
-    const int64_t id = ready.front();
-    ready.pop_front();
-    ++done;
-    for (int64_t next : successors[id]) {
-      if (--pending[next] == 0) ready.push_back(next);
-    }
-  }
-  if (done == tasks.size()) return;
-  std::vector<std::pair<int64_t, std::string>> stuck;
-  for (const auto& [id, count] : pending) {
-    if (count > 0) stuck.emplace_back(id, tasks.at(id)->name());
-  }
-  std::sort(stuck.begin(), stuck.end());
-  std::ostringstream os;
-  for (size_t i = 0; i < stuck.size() && i < 8; ++i) {
-    const proto::TaskProto& task = *tasks.at(stuck[i].first);
-    os << (i ? ", " : "") << "task " << task.id() << " '" << task.name() << "' on rank "
-       << task.rank();
-  }
-  if (stuck.size() > 8) os << ", ... (" << stuck.size() << " in all)";
-  throw_error(ErrorCode::kInternal,
-              str_cat("[memory_planning] The plan's tasks, with data, control and send/recv "
-                      "edges, must form an acyclic graph. However, got a cycle through: ",
-                      os.str(), ". HINT: the plan's task order must be a valid schedule."));
-}
-
 std::string largest_registers(const proto::RankPlanProto& rank_plan, size_t count) {
   std::vector<const proto::RegisterProto*> registers;
   for (const proto::RegisterProto& reg : rank_plan.registers()) registers.push_back(&reg);
@@ -349,7 +284,6 @@ void plan_memory(proto::PlanProto* plan, int64_t memory_limit_bytes) {
     rank_plan.set_peak_bytes(memory.block_bytes + memory.unshared_bytes);
     rank_plan.set_bytes_without_reuse(without_reuse);
   }
-  check_acyclic(*plan);
 
   if (memory_limit_bytes <= 0) return;
   std::ostringstream over;

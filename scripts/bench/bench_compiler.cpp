@@ -20,7 +20,7 @@
 #include "compiler/passes/passes.h"
 #include "compiler/physical/expansion.h"
 #include "compiler/physical/memory_planning.h"
-#include "compiler/physical/plan_checks.h"
+#include "oneflowlike/plan_contract.h"
 
 namespace ofl::compiler {
 namespace {
@@ -114,7 +114,7 @@ PhaseTimes time_phases(const GptConfig& config, const GptParallel& parallel) {
   physical::plan_memory(&plan);
   t.memory = seconds_since(start);
   start = Clock::now();
-  physical::check_plan(plan);
+  check_plan_contract(plan);
   t.checks = seconds_since(start);
   for (const auto& rank : plan.ranks()) t.tasks += rank.tasks_size();
   return t;

@@ -317,8 +317,8 @@ TEST(ReferenceExecutor, RecvWithoutSendIsAValidationErrorNamingTheTask) {
   recv->set_peer(0);
   recv->set_transfer_id(9);
   b.output(1, "out", r, Shape{2});
-  expect_error([&] { ReferenceExecutor executor(b.plan()); }, ErrorCode::kInvalidArgument,
-               {"'orphan_recv'", "transfer_id 9", "no SEND"});
+  expect_error([&] { ReferenceExecutor executor(b.plan()); }, ErrorCode::kFailedPrecondition,
+               {"'orphan_recv'", "transfer 9", "has no matching send on rank 0"});
 }
 
 TEST(ReferenceExecutor, SendWithMismatchedRecvShapeIsAValidationError) {
@@ -329,7 +329,7 @@ TEST(ReferenceExecutor, SendWithMismatchedRecvShapeIsAValidationError) {
   b.find(out)->mutable_shape()->set_dims(0, 3);
   b.find(out)->set_bytes(12);
   b.output(1, "out", out, Shape{3});
-  expect_error([&] { ReferenceExecutor executor(b.plan()); }, ErrorCode::kInvalidArgument,
+  expect_error([&] { ReferenceExecutor executor(b.plan()); }, ErrorCode::kFailedPrecondition,
                {"'recv_4'", "'send_4'", "sends (2,) float32 and receives (3,) float32"});
 }
 
@@ -342,19 +342,19 @@ TEST(ReferenceExecutor, CycleThroughControlInputsIsReportedWithTheTaskNames) {
   proto::TaskProto* copy_c = b.task(0, "copy_c", proto::TaskProto::COPY, {a}, {c});
   copy_a->add_control_inputs(copy_c->id());
   b.output(0, "out", c, Shape{2});
-  expect_error([&] { ReferenceExecutor executor(b.plan()); }, ErrorCode::kInvalidArgument,
+  expect_error([&] { ReferenceExecutor executor(b.plan()); }, ErrorCode::kFailedPrecondition,
                {"3 tasks can never act",
-                "task 'copy_a' (id 4, rank 0, COPY) waits for control input task 'copy_c'",
-                "task 'copy_c' (id 5, rank 0, COPY) waits for register 'a' (id 2) from task "
-                "'copy_a'"});
+                "'copy_a' (task 4 on rank 0) waits for control input 'copy_c' (task 5 on rank 0)",
+                "'copy_c' (task 5 on rank 0) waits for register 'a' from 'copy_a' (task 4 on "
+                "rank 0)"});
 }
 
 TEST(ReferenceExecutor, RegisterWithoutProducerIsAValidationError) {
   PlanBuilder b(1);
   const int64_t dangling = b.reg(0, "dangling", Shape{2});
   b.output(0, "out", dangling, Shape{2});
-  expect_error([&] { ReferenceExecutor executor(b.plan()); }, ErrorCode::kInvalidArgument,
-               {"register 'dangling'", "no task lists it as an output"});
+  expect_error([&] { ReferenceExecutor executor(b.plan()); }, ErrorCode::kFailedPrecondition,
+               {"register 'dangling'", "is not produced by a task of its rank"});
 }
 
 TEST(ReferenceExecutor, ComputeTaskWithUnknownOpOrWrongArityIsAValidationError) {

@@ -460,7 +460,7 @@ proto::PlanProto cycle_plan() {
 
 TEST(Runtime, WatchdogNamesTheCycleThatStopsARun) {
   const proto::PlanProto plan = cycle_plan();
-  expect_error([&] { Runtime runtime(plan, threaded()); }, ErrorCode::kInvalidArgument,
+  expect_error([&] { Runtime runtime(plan, threaded()); }, ErrorCode::kFailedPrecondition,
                "can never act");
   const std::map<std::string, Tensor> feed = {{"x", Tensor::zeros(Shape{2}, DataType::kFloat32)}};
   for (bool serial : {true, false}) {

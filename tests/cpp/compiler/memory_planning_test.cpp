@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "oneflowlike/common/error.h"
+#include "oneflowlike/plan_contract.h"
 
 namespace ofl::compiler::physical {
 namespace {
@@ -346,6 +347,7 @@ TEST(MemoryPlanning, ChainOrderThatContradictsTransfersIsReportedAsACycle) {
   HandPlan h;
   const int64_t recv0 = h.task(0, proto::TaskProto::RECV, "recv_w", 1);
   h.find_task(recv0)->set_transfer_id(1);
+  h.find_task(recv0)->set_peer(1);
   const int64_t w_copy = h.output(recv0, "w_copy", 4);
   const int64_t x = h.compute(0, "x");
   h.read(x, w_copy);
@@ -353,9 +355,11 @@ TEST(MemoryPlanning, ChainOrderThatContradictsTransfersIsReportedAsACycle) {
   const int64_t ry = h.output(y, "ry", 4);
   const int64_t send0 = h.task(0, proto::TaskProto::SEND, "send_y", 1);
   h.find_task(send0)->set_transfer_id(0);
+  h.find_task(send0)->set_peer(1);
   h.read(send0, ry);
   const int64_t recv1 = h.task(1, proto::TaskProto::RECV, "recv_y", 1);
   h.find_task(recv1)->set_transfer_id(0);
+  h.find_task(recv1)->set_peer(0);
   const int64_t y_copy = h.output(recv1, "y_copy", 4);
   const int64_t z = h.compute(1, "z");
   h.read(z, y_copy);
@@ -363,13 +367,16 @@ TEST(MemoryPlanning, ChainOrderThatContradictsTransfersIsReportedAsACycle) {
   const int64_t rw = h.output(w, "rw", 4);
   const int64_t send1 = h.task(1, proto::TaskProto::SEND, "send_w", 1);
   h.find_task(send1)->set_transfer_id(1);
+  h.find_task(send1)->set_peer(0);
   h.read(send1, rw);
+  plan_memory(&h.plan);  // the plan contract, checked after memory planning, finds the cycle
   try {
-    plan_memory(&h.plan);
+    check_plan_contract(h.plan);
     FAIL() << "expected a cycle";
   } catch (const Error& e) {
-    EXPECT_EQ(e.code(), ErrorCode::kInternal);
-    EXPECT_NE(std::string(e.what()).find("'x' on rank 0"), std::string::npos) << e.what();
+    EXPECT_EQ(e.code(), ErrorCode::kFailedPrecondition);
+    EXPECT_NE(std::string(e.what()).find("'x' (task"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("on rank 0) waits for"), std::string::npos) << e.what();
   }
 }
 

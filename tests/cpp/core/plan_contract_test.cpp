@@ -1,10 +1,10 @@
-#include "compiler/physical/plan_checks.h"
+#include "oneflowlike/plan_contract.h"
 
 #include <gtest/gtest.h>
 
 #include "oneflowlike/common/error.h"
 
-namespace ofl::compiler::physical {
+namespace ofl {
 namespace {
 
 // rank 0: a -> r0 -> send(0->1); rank 1: recv -> r1 -> b
@@ -50,13 +50,15 @@ proto::PlanProto two_rank_plan() {
   return plan;
 }
 
-TEST(PlanChecks, AcceptsAMatchedAcyclicPlan) { EXPECT_NO_THROW(check_plan(two_rank_plan())); }
+TEST(PlanContract, AcceptsAMatchedAcyclicPlan) {
+  EXPECT_NO_THROW(check_plan_contract(two_rank_plan()));
+}
 
-TEST(PlanChecks, UnmatchedSendNamesTheTaskAndPeer) {
+TEST(PlanContract, UnmatchedSendNamesTheTaskAndPeer) {
   proto::PlanProto plan = two_rank_plan();
   plan.mutable_ranks(1)->mutable_tasks(0)->set_transfer_id(8);
   try {
-    check_plan(plan);
+    check_plan_contract(plan);
     FAIL();
   } catch (const Error& e) {
     EXPECT_EQ(e.code(), ErrorCode::kFailedPrecondition);
@@ -66,28 +68,44 @@ TEST(PlanChecks, UnmatchedSendNamesTheTaskAndPeer) {
   }
 }
 
-TEST(PlanChecks, ACycleAcrossRanksIsADeadlockNamingItsTasks) {
+TEST(PlanContract, ACycleAcrossRanksIsADeadlockNamingItsTasks) {
   proto::PlanProto plan = two_rank_plan();
   plan.mutable_ranks(0)->mutable_tasks(0)->add_control_inputs(4);  // a waits for b on rank 1
   try {
-    check_plan(plan);
+    check_plan_contract(plan);
     FAIL();
   } catch (const Error& e) {
     const std::string msg = e.what();
     EXPECT_NE(msg.find("deadlock"), std::string::npos) << msg;
     EXPECT_NE(msg.find("'a' (task 1 on rank 0)"), std::string::npos) << msg;
     EXPECT_NE(msg.find("'b' (task 4 on rank 1)"), std::string::npos) << msg;
+    // Each stuck task with what it waits for.
+    EXPECT_NE(msg.find("'a' (task 1 on rank 0) waits for control input 'b' (task 4 on rank 1)"),
+              std::string::npos)
+        << msg;
+    EXPECT_NE(msg.find("'recv' (task 3 on rank 1) waits for transfer 7 from 'send' (task 2 on "
+                       "rank 0)"),
+              std::string::npos)
+        << msg;
   }
+  EXPECT_NO_THROW(check_plan_contract(plan, PlanContractOptions{/*acyclic=*/false}));
 }
 
-TEST(PlanChecks, MismatchedTransferShapesAndCrossRankReadsAreRejected) {
+TEST(PlanContract, MismatchedTransferShapesAndCrossRankReadsAreRejected) {
   proto::PlanProto plan = two_rank_plan();
   plan.mutable_ranks(1)->mutable_registers(0)->mutable_shape()->set_dims(0, 5);
-  EXPECT_THROW(check_plan(plan), Error);
+  try {
+    check_plan_contract(plan);
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("it sends (4,) float32 and receives (5,) float32"),
+              std::string::npos)
+        << e.what();
+  }
   plan = two_rank_plan();
   plan.mutable_ranks(0)->mutable_registers(0)->add_consumers(4);  // task 4 is on rank 1
   try {
-    check_plan(plan);
+    check_plan_contract(plan);
     FAIL();
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("only by SEND/RECV"), std::string::npos);
@@ -95,4 +113,4 @@ TEST(PlanChecks, MismatchedTransferShapesAndCrossRankReadsAreRejected) {
 }
 
 }  // namespace
-}  // namespace ofl::compiler::physical
+}  // namespace ofl

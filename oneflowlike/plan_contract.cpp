@@ -1,13 +1,15 @@
-#include "compiler/physical/plan_checks.h"
+#include "oneflowlike/plan_contract.h"
 
 #include <algorithm>
 #include <set>
+#include <string>
 #include <unordered_map>
 #include <vector>
 
 #include "oneflowlike/common/error.h"
+#include "oneflowlike/proto_convert.h"
 
-namespace ofl::compiler::physical {
+namespace ofl {
 
 namespace {
 
@@ -33,7 +35,7 @@ bool same_shape(const proto::ShapeProto& a, const proto::ShapeProto& b) {
 // their ids, and every pass below walks them in plan order, so a plan with several faults always
 // reports the same one. Plans hold ~10^5-10^6 tasks; ordered maps made this check a large share
 // of compile time (see docs/benchmarks.md).
-void check_plan(const proto::PlanProto& plan) {
+void check_plan_contract(const proto::PlanProto& plan, const PlanContractOptions& options) {
   std::vector<TaskRef> tasks;
   std::vector<std::pair<const proto::RegisterProto*, int64_t>> registers;  // (reg, rank)
   std::unordered_map<int64_t, int> task_index, register_index;             // id -> position
@@ -82,10 +84,11 @@ void check_plan(const proto::PlanProto& plan) {
   for (const auto& rank : plan.ranks()) present.insert(rank.rank());
   for (const TaskRef& send : tasks) {
     if (send.task->kind() != proto::TaskProto::SEND) continue;
-    if (!present.count(send.task->peer())) continue;
     const int64_t transfer = send.task->transfer_id();
     const std::vector<int>& list = sends[transfer];
-    OFL_PLAN_CHECK(list.size() == 1, "transfer ", transfer, " has ", list.size(), " senders.");
+    OFL_PLAN_CHECK(list.size() == 1, "transfer ", transfer, " has ", list.size(),
+                   " senders, among them ", describe(send), ".");
+    if (!present.count(send.task->peer())) continue;
     auto it = recvs.find(transfer);
     OFL_PLAN_CHECK(it != recvs.end() && it->second.size() == 1, "send ", describe(send),
                    " of transfer ", transfer, " has no matching receive on rank ",
@@ -99,7 +102,14 @@ void check_plan(const proto::PlanProto& plan) {
     OFL_PLAN_CHECK(in != nullptr && out != nullptr && same_shape(in->shape(), out->shape()) &&
                        in->dtype() == out->dtype(),
                    "send ", describe(send), " and receive ", describe(recv),
-                   " move registers of different shape or dtype.");
+                   " move registers of different shape or dtype: it sends ",
+                   in == nullptr ? std::string("nothing")
+                                 : str_cat(from_proto(in->shape()).to_string(), " ", in->dtype()),
+                   " and receives ",
+                   out == nullptr
+                       ? std::string("nothing")
+                       : str_cat(from_proto(out->shape()).to_string(), " ", out->dtype()),
+                   ".");
   }
   for (const TaskRef& recv : tasks) {
     if (recv.task->kind() != proto::TaskProto::RECV || !present.count(recv.task->peer())) continue;
@@ -107,6 +117,7 @@ void check_plan(const proto::PlanProto& plan) {
                    " of transfer ", recv.task->transfer_id(), " has no matching send on rank ",
                    recv.task->peer(), ".");
   }
+  if (!options.acyclic) return;
   // No cycle across ranks (Kahn's algorithm over data, control and transfer edges).
   const int n = static_cast<int>(tasks.size());
   std::vector<std::vector<int>> next(n);
@@ -146,19 +157,36 @@ void check_plan(const proto::PlanProto& plan) {
       if (--pending[j] == 0) ready.push_back(j);
     }
   }
-  if (done != n) {
-    std::string stuck;
-    int listed = 0;
-    for (int i = 0; i < n; ++i) {
-      if (pending[i] > 0 && listed++ < 8) {
-        stuck.append(stuck.empty() ? "" : ", ").append(describe(tasks[i]));
-      }
+  if (done == n) return;
+  std::string stuck;
+  int listed = 0;
+  for (int i = 0; i < n && listed < 10; ++i) {
+    if (pending[i] == 0) continue;
+    ++listed;
+    // What it waits for that never acted (the report is built only for a failing plan).
+    const TaskRef& t = tasks[i];
+    std::string waits;
+    auto wait = [&](int from, const std::string& what) {
+      if (pending[from] > 0) waits.append(waits.empty() ? "" : ", ").append(what);
+    };
+    for (int64_t r : t.task->inputs()) {
+      const int from = task_index.at(find_register(r)->producer());
+      wait(from, str_cat("register '", find_register(r)->name(), "' from ", describe(tasks[from])));
     }
-    OFL_PLAN_CHECK(false,
-                   "the tasks of one iteration wait for each other in a cycle, so the plan "
-                   "would deadlock. Tasks on or behind the cycle: ",
-                   stuck, ".");
+    for (int64_t c : t.task->control_inputs()) {
+      wait(task_index.at(c), "control input " + describe(tasks[task_index.at(c)]));
+    }
+    if (t.task->kind() == proto::TaskProto::RECV && present.count(t.task->peer())) {
+      const int from = sends[t.task->transfer_id()][0];
+      wait(from, str_cat("transfer ", t.task->transfer_id(), " from ", describe(tasks[from])));
+    }
+    stuck += str_cat("\n  ", describe(t), " waits for ", waits);
   }
+  if (n - done > listed) stuck += str_cat("\n  and ", n - done - listed, " more");
+  OFL_PLAN_CHECK(false,
+                 "the tasks of one iteration wait for each other in a cycle, so the plan "
+                 "would deadlock: ",
+                 n - done, " tasks can never act:", stuck);
 }
 
-}  // namespace ofl::compiler::physical
+}  // namespace ofl
