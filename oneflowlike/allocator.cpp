@@ -5,6 +5,7 @@
 #include <cstdlib>
 
 #include "oneflowlike/common/error.h"
+#include "oneflowlike/cuda/device.h"
 
 namespace ofl {
 
@@ -48,10 +49,7 @@ Allocator* cpu_allocator() {
 }
 
 Allocator* allocator_for(Device device) {
-  OFL_CHECK_CODE(device.type == DeviceType::kCPU, ErrorCode::kUnimplemented, "[allocator] device ",
-                 device.to_string(),
-                 " is not available: this build runs tensors on cpu only (the CUDA backend is not "
-                 "built yet).");
+  if (device.type == DeviceType::kCUDA) return cuda::allocator(device.index);  // or raises
   return cpu_allocator();
 }
 

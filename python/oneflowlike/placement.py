@@ -25,9 +25,9 @@ class placement:  # noqa: N801 (OneFlow's name)
         if type not in ("cpu", "cuda"):
             raise ValueError(f"[placement] type must be 'cpu' or 'cuda'. However, got {type!r}.")
         if type == "cuda":
-            raise NotImplementedError(
-                "[placement] 'cuda' placements need a GPU; this build runs global tensors on cpu"
-            )
+            from oneflowlike import cuda
+
+            cuda.check_device_supported("placement", "cuda")
         if ranks is None:
             raise TypeError("[placement] needs ranks, e.g. flow.placement('cpu', ranks=[0, 1]).")
         if isinstance(ranks, numbers.Integral):

@@ -24,5 +24,6 @@ PYBIND11_MODULE(_C, m) {
   init_shape_ops(m);
   init_fused(m);
   init_graph(m);
+  init_cuda(m);
   add_argument_errors(m);
 }

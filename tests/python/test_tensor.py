@@ -41,8 +41,12 @@ def test_repr_and_item():
 
 def test_device_is_cpu_and_cuda_is_refused_clearly():
     assert flow.tensor([1.0]).device.type == "cpu"
-    with pytest.raises(NotImplementedError, match="cpu only"):
+    error = NotImplementedError if flow.cuda.is_available() else RuntimeError
+    with pytest.raises(error, match=r"\[tensor\] (device cuda needs a CUDA device. However, there "
+                                    r"is none: |CUDA tensors are not run yet)"):
         flow.tensor([1.0], device="cuda")
+    with pytest.raises(ValueError, match=r"\[tensor\] device must be 'cpu' or 'cuda\[:index\]'"):
+        flow.tensor([1.0], device="tpu")
 
 
 def test_autograd_backward_no_grad_and_leaf_flags():

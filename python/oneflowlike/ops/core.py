@@ -26,10 +26,9 @@ def tensor(data, dtype=None, device=None, requires_grad=False):
 
     Python floats become float32 and ints int64 unless ``dtype`` says otherwise, as in torch.
     """
-    if device is not None and str(device).split(":")[0] != "cpu":
-        raise NotImplementedError(
-            f"[tensor] device {device} is not available: this build runs tensors on cpu only"
-        )
+    from oneflowlike import cuda
+
+    cuda.check_device_supported("tensor", device)
     if isinstance(data, _C.Tensor):
         array = data.numpy()
     else:

@@ -82,15 +82,15 @@ def cast(input, dtype):  # noqa: A002
 
 
 def _to(self, *args, **kwargs):
-    """tensor.to(dtype) or tensor.to("cpu"); other devices are not available in this build."""
+    """tensor.to(dtype) or tensor.to("cpu"); CUDA devices are not run yet (flow.cuda)."""
     dtype = kwargs.get("dtype")
     for a in args:
         if isinstance(a, _C.dtype):
             dtype = a
         elif isinstance(a, (str, _C.device)):
-            if str(a).split(":")[0] != "cpu":
-                raise NotImplementedError(
-                    f"[to] device {a} is not available: this build runs tensors on cpu only")
+            from oneflowlike import cuda
+
+            cuda.check_device_supported("to", a)
     return self if dtype is None else _C.cast(self, dtype)
 
 

@@ -434,9 +434,8 @@ def _copy_into(value, source):
 
 def factory_dtype(op, device, dtype):
     """The dtype for a module's new parameters (float32 by default); ``device`` must be cpu, the
-    only device of this build (the factory arguments of torch's layers)."""
-    if device is not None and str(device).split(":")[0] != "cpu":
-        raise NotImplementedError(
-            f"[{op}] device {device} is not available: this build runs tensors on cpu only"
-        )
+    only device that runs yet (the factory arguments of torch's layers)."""
+    from oneflowlike import cuda
+
+    cuda.check_device_supported(op, device)
     return _C.dtype.float32 if dtype is None else dtype

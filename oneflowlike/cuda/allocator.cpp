@@ -1,0 +1,135 @@
+// Note [CUDA caching allocator]: cudaMalloc and cudaFree synchronise the device and cost tens of
+// microseconds, so freed blocks are kept for reuse. A request rounds up to 512 bytes and takes
+// the smallest cached block of at least that size and at most twice it (best fit, bounded
+// waste), else a new cudaMalloc; when that runs out of memory, the cache goes back to CUDA and
+// the request is tried once more. Live bytes count the blocks handed out (rounded sizes), as
+// the CPU allocator counts its own; cached_bytes() the kept ones. No managed memory. A block is
+// reused as soon as it is freed, so whoever frees it must know that the work using it on other
+// streams has finished (a runtime's registers live as long as the runtime).
+
+#include <cuda_runtime_api.h>
+
+#include <map>
+#include <mutex>
+#include <unordered_map>
+#include <vector>
+
+#include "oneflowlike/cuda/check.h"
+#include "oneflowlike/cuda/device.h"
+
+namespace ofl::cuda {
+
+namespace {
+
+constexpr size_t kRound = 512;
+
+class CachingAllocator final : public Allocator {
+ public:
+  explicit CachingAllocator(int device) : device_(device) {}
+
+  void* allocate(size_t bytes) override {
+    const size_t size = (std::max<size_t>(bytes, 1) + kRound - 1) / kRound * kRound;
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = free_.lower_bound(size);
+    if (it != free_.end() && it->first <= 2 * size) {
+      void* p = it->second;
+      hand_out(p, it->first);
+      cached_ -= it->first;
+      free_.erase(it);
+      return p;
+    }
+    DeviceGuard guard(device_);
+    void* p = nullptr;
+    cudaError_t status = cudaMalloc(&p, size);
+    size_t released = 0;
+    if (status == cudaErrorMemoryAllocation) {
+      cudaGetLastError();
+      released = release_cached();
+      status = cudaMalloc(&p, size);
+    }
+    if (status == cudaErrorMemoryAllocation) {
+      cudaGetLastError();
+      throw_error(ErrorCode::kUnavailable,
+                  str_cat("[cuda allocator] out of memory on cuda:", device_,
+                          ": could not allocate ", bytes, " bytes (", live_bytes(), " bytes live; ",
+                          released, " cached bytes were freed and the allocation tried again)."));
+    }
+    check(status, "cudaMalloc", device_);
+    hand_out(p, size);
+    return p;
+  }
+
+  void deallocate(void* ptr, size_t /*bytes: the block's own size is known*/) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = in_use_.find(ptr);
+    OFL_ASSERT(it != in_use_.end()) << "[cuda allocator] freeing a block it did not hand out";
+    free_.emplace(it->second, ptr);
+    cached_ += it->second;
+    count_deallocation(it->second);
+    in_use_.erase(it);
+  }
+
+  Device device() const override { return Device{DeviceType::kCUDA, device_}; }
+
+  size_t cached() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return cached_;
+  }
+
+  // Every cached block back to CUDA; returns how many bytes. Under mu_.
+  size_t release_cached() {
+    DeviceGuard guard(device_);
+    const size_t released = cached_;
+    for (const auto& [size, p] : free_) cudaFree(p);
+    free_.clear();
+    cached_ = 0;
+    return released;
+  }
+
+  void empty() {
+    std::lock_guard<std::mutex> lock(mu_);
+    release_cached();
+  }
+
+ private:
+  void hand_out(void* p, size_t size) {
+    in_use_[p] = size;
+    count_allocation(size);
+  }
+
+  const int device_;
+  std::mutex mu_;
+  std::multimap<size_t, void*> free_;         // size -> cached block; GUARDED_BY(mu_)
+  std::unordered_map<void*, size_t> in_use_;  // block -> size; GUARDED_BY(mu_)
+  size_t cached_ = 0;                         // GUARDED_BY(mu_)
+};
+
+std::mutex allocators_mu;
+// Never destroyed: they outlive every tensor.
+std::vector<CachingAllocator*>& allocators() {
+  static auto* all = new std::vector<CachingAllocator*>();
+  return *all;
+}
+
+CachingAllocator* caching_allocator(int index) {
+  check_device(index);
+  std::lock_guard<std::mutex> lock(allocators_mu);
+  auto& all = allocators();
+  if (all.size() <= static_cast<size_t>(index)) all.resize(index + 1, nullptr);
+  if (all[index] == nullptr) all[index] = new CachingAllocator(index);
+  return all[index];
+}
+
+}  // namespace
+
+Allocator* allocator(int index) { return caching_allocator(index); }
+
+size_t cached_bytes(int index) {
+  return device_count() > index ? caching_allocator(index)->cached() : 0;
+}
+
+void empty_cache() {
+  for (int d = 0; d < device_count(); ++d) caching_allocator(d)->empty();
+}
+
+}  // namespace ofl::cuda

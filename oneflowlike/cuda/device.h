@@ -1,0 +1,109 @@
+#pragma once
+// CUDA devices, their streams and events, and their caching allocators. This header names no
+// CUDA type, so every target can include it: a build with CUDA compiles device.cpp, stream.cpp
+// and allocator.cpp against the CUDA runtime; a build without it compiles no_cuda.cpp, where
+// there are no devices and every use says so.
+//
+// Note [No CUDA device]: without a driver or a GPU (this repository's CI), device_count() is 0
+// and why_no_device() has the driver's words; anything that needs a device raises
+// ofl::Error(kUnavailable) "[cuda] no CUDA device <i>: <why>", never crashes.
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "oneflowlike/allocator.h"
+
+namespace ofl::cuda {
+
+/// Whether this build has the CUDA backend (CMake's OFL_BUILD_CUDA).
+bool built_with_cuda();
+/// How many CUDA devices this process sees: 0 without a driver or a GPU, or without CUDA.
+int device_count();
+/// Why device_count() is 0 ("" when it is not): the driver's words, or "this build has no CUDA".
+std::string why_no_device();
+/// Raises ofl::Error (kUnavailable) naming `index` and why, unless device `index` exists.
+void check_device(int index);
+
+struct DeviceProperties {
+  std::string name;
+  int major = 0;  // compute capability
+  int minor = 0;
+  int64_t total_memory = 0;  // bytes
+  int multiprocessors = 0;
+};
+DeviceProperties properties(int index);
+
+/// The streams of a device: compute kernels, the two copy directions, and collectives, so
+/// copies and communication overlap computation.
+enum class StreamKind { kCompute = 0, kHostToDevice = 1, kDeviceToHost = 2, kCollective = 3 };
+constexpr int kNumStreamKinds = 4;
+constexpr const char* stream_kind_name(StreamKind kind) {
+  switch (kind) {
+    case StreamKind::kCompute:
+      return "compute";
+    case StreamKind::kHostToDevice:
+      return "host-to-device";
+    case StreamKind::kDeviceToHost:
+      return "device-to-host";
+    case StreamKind::kCollective:
+      return "collective";
+  }
+  return "unknown";
+}
+
+/// A CUDA stream of one device, non-blocking with respect to the legacy default stream.
+class Stream {
+ public:
+  Stream(int device, StreamKind kind);
+  ~Stream();
+  Stream(const Stream&) = delete;
+  Stream& operator=(const Stream&) = delete;
+
+  int device() const { return device_; }
+  StreamKind kind() const { return kind_; }
+  /// The cudaStream_t.
+  void* native() const { return native_; }
+  /// Waits until every piece of work queued so far has finished.
+  void synchronize() const;
+
+ private:
+  int device_;
+  StreamKind kind_;
+  void* native_ = nullptr;
+};
+
+/// Device `device`'s stream of `kind`, made on first use: one per kind and device.
+Stream& stream(int device, StreamKind kind);
+
+/// A marker recorded on a stream after the work to wait for (no timing).
+class Event {
+ public:
+  explicit Event(int device);
+  ~Event();
+  Event(const Event&) = delete;
+  Event& operator=(const Event&) = delete;
+
+  /// Marks the point after the work queued on `stream` so far.
+  void record(const Stream& stream);
+  /// Whether that work has finished (never blocks; true for an event never recorded).
+  bool done() const;
+  /// Waits on the host until it has.
+  void synchronize() const;
+  /// Makes `stream`'s later work wait for it, without blocking the host.
+  void block(const Stream& stream) const;
+
+ private:
+  int device_;
+  void* native_ = nullptr;
+};
+
+/// Device `index`'s caching allocator (Note [CUDA caching allocator] in allocator.cpp); raises
+/// as check_device does when the device does not exist.
+Allocator* allocator(int index);
+/// Bytes the allocator of device `index` keeps for reuse (not live).
+size_t cached_bytes(int index);
+/// Returns every cached block of every device to CUDA (cudaFree).
+void empty_cache();
+
+}  // namespace ofl::cuda

@@ -1,0 +1,42 @@
+// The CUDA API of a build without the CUDA backend: no devices (Note [No CUDA device]).
+
+#include "oneflowlike/common/error.h"
+#include "oneflowlike/cuda/device.h"
+
+namespace ofl::cuda {
+
+namespace {
+
+constexpr const char* kWhy =
+    "this build has no CUDA (configure with -DOFL_BUILD_CUDA=ON where nvcc "
+    "is installed)";
+
+[[noreturn]] void no_device(int index) {
+  throw_error(ErrorCode::kUnavailable, str_cat("[cuda] no CUDA device ", index, ": ", kWhy, "."));
+}
+
+}  // namespace
+
+bool built_with_cuda() { return false; }
+int device_count() { return 0; }
+std::string why_no_device() { return kWhy; }
+void check_device(int index) { no_device(index); }
+DeviceProperties properties(int index) { no_device(index); }
+
+Stream::Stream(int device, StreamKind kind) : device_(device), kind_(kind) { no_device(device); }
+Stream::~Stream() = default;
+void Stream::synchronize() const { no_device(device_); }
+Stream& stream(int device, StreamKind) { no_device(device); }
+
+Event::Event(int device) : device_(device) { no_device(device); }
+Event::~Event() = default;
+void Event::record(const Stream&) { no_device(device_); }
+bool Event::done() const { no_device(device_); }
+void Event::synchronize() const { no_device(device_); }
+void Event::block(const Stream&) const { no_device(device_); }
+
+Allocator* allocator(int index) { no_device(index); }
+size_t cached_bytes(int) { return 0; }
+void empty_cache() {}
+
+}  // namespace ofl::cuda

@@ -1,0 +1,77 @@
+// CUDA streams and events (device.h).
+
+#include <cuda_runtime_api.h>
+
+#include <array>
+#include <map>
+#include <mutex>
+
+#include "oneflowlike/cuda/check.h"
+#include "oneflowlike/cuda/device.h"
+
+namespace ofl::cuda {
+
+Stream::Stream(int device, StreamKind kind) : device_(device), kind_(kind) {
+  check_device(device);
+  DeviceGuard guard(device);
+  cudaStream_t s = nullptr;
+  check(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "cudaStreamCreateWithFlags", device);
+  native_ = s;
+}
+
+Stream::~Stream() {
+  if (native_ != nullptr) cudaStreamDestroy(static_cast<cudaStream_t>(native_));
+}
+
+void Stream::synchronize() const {
+  check(cudaStreamSynchronize(static_cast<cudaStream_t>(native_)), "cudaStreamSynchronize",
+        device_);
+}
+
+Stream& stream(int device, StreamKind kind) {
+  check_device(device);
+  static std::mutex mu;
+  // Never destroyed: streams outlive every runtime and tensor, and CUDA tears them down at exit.
+  static auto* streams = new std::map<int, std::array<Stream*, kNumStreamKinds>>();
+  std::lock_guard<std::mutex> lock(mu);
+  Stream*& slot = (*streams)[device][static_cast<int>(kind)];
+  if (slot == nullptr) slot = new Stream(device, kind);
+  return *slot;
+}
+
+Event::Event(int device) : device_(device) {
+  check_device(device);
+  DeviceGuard guard(device);
+  cudaEvent_t e = nullptr;
+  check(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "cudaEventCreateWithFlags", device);
+  native_ = e;
+}
+
+Event::~Event() {
+  if (native_ != nullptr) cudaEventDestroy(static_cast<cudaEvent_t>(native_));
+}
+
+void Event::record(const Stream& stream) {
+  check(cudaEventRecord(static_cast<cudaEvent_t>(native_),
+                        static_cast<cudaStream_t>(stream.native())),
+        "cudaEventRecord", device_);
+}
+
+bool Event::done() const {
+  const cudaError_t status = cudaEventQuery(static_cast<cudaEvent_t>(native_));
+  if (status == cudaErrorNotReady) return false;
+  check(status, "cudaEventQuery", device_);
+  return true;
+}
+
+void Event::synchronize() const {
+  check(cudaEventSynchronize(static_cast<cudaEvent_t>(native_)), "cudaEventSynchronize", device_);
+}
+
+void Event::block(const Stream& stream) const {
+  check(cudaStreamWaitEvent(static_cast<cudaStream_t>(stream.native()),
+                            static_cast<cudaEvent_t>(native_), 0),
+        "cudaStreamWaitEvent", device_);
+}
+
+}  // namespace ofl::cuda
