@@ -5,6 +5,7 @@
 
 #include <algorithm>
 
+#include "actor/actor_thread.h"
 #include "oneflowlike/common/error.h"
 
 namespace ofl::actor {
@@ -59,8 +60,11 @@ void Actor::act(ActorHost& host) {
     if (!out.slots.empty()) outputs.push_back(out.slots[out.next_slot]);
   }
 
-  const int64_t iteration = this->iteration();
-  work(host, inputs, outputs);
+  Deferred later;
+  later.counts_act = true;
+  later.act = acts_;
+  later.iteration = iteration();
+  Work work = this->work(host, std::move(inputs), std::move(outputs));
   ++acts_;
 
   std::vector<std::pair<int, int32_t>> kept;
@@ -74,24 +78,75 @@ void Actor::act(ActorHost& host) {
     if (keeps_inputs_until_output_acked() && !in.positions.empty()) {  // the data, not controls
       kept.emplace_back(i, slot);
     } else {
-      ack_input(host, in, slot);
+      ack_input(host, in, slot, &later);
     }
   }
   if (!kept.empty()) kept_.push_back(std::move(kept));
-  for (OutputRegister& out : outputs_) {
+  for (int o = 0; o < static_cast<int>(outputs_.size()); ++o) {
+    OutputRegister& out = outputs_[o];
     if (++out.acts_in_piece < out.emit_every) continue;
     out.acts_in_piece = 0;
     out.holding = false;
     const int32_t slot = out.next_slot;
     out.next_slot = (out.next_slot + 1) % out.num_slots;
-    send_ready(host, out, slot);
+    send_ready(host, o, slot, &later);
   }
-  host.count_act(iteration);
-  end_stream_if_done(host);
+  if (stream_ == nullptr) {
+    if (work) {
+      try {
+        work();
+      } catch (...) {
+        failed_act_ = later.act;
+        throw;
+      }
+    }
+    finish(host, later);
+  } else {
+    launch(std::move(work), std::move(later));
+  }
   on_slot_maybe_free(host);
 }
 
-void Actor::send_ready(ActorHost& host, OutputRegister& out, int32_t slot) {
+void Actor::launch(Work work, Deferred later) {
+  auto error = std::make_shared<std::exception_ptr>();
+  later.error = error;
+  in_flight_.push_back(std::move(later));
+  ActorThread* thread = thread_;
+  const ActorMessage done = ActorMessage::act_done({id_, rank_});
+  // The stream's thread hands the end back to the actor's: the post orders the write of
+  // `error` before the actor reads it.
+  stream_->launch(std::move(work), [thread, done, error](std::exception_ptr e) {
+    *error = e;
+    thread->post(done);
+  });
+}
+
+void Actor::finish(ActorHost& host, Deferred& done) {
+  for (const ActorMessage& m : done.messages) host.send(m);
+  for (const auto& [output, ready] : done.announcements) announce(host, outputs_[output], ready);
+  if (done.counts_act) host.count_act(done.iteration);
+  end_stream_if_done(host);
+}
+
+void Actor::send_after_work(ActorHost& host, const ActorMessage& message, bool same_stream,
+                            Deferred* later) {
+  if (same_stream) {
+    host.send(message);
+  } else if (later != nullptr) {
+    later->messages.push_back(message);
+  } else if (stream_ != nullptr) {
+    // Whoever acknowledged us at its act (it shares our stream) may still be reading what this
+    // releases: send it behind that work.
+    Deferred fence;
+    fence.messages.push_back(message);
+    launch(nullptr, std::move(fence));
+  } else {
+    host.send(message);
+  }
+}
+
+void Actor::send_ready(ActorHost& host, int output, int32_t slot, Deferred* later) {
+  OutputRegister& out = outputs_[output];
   std::vector<int64_t>& unacked = out.unacked[slot];
   OFL_ASSERT(unacked.empty()) << name_ << " reuses a slot still being read";
   if (!out.acked_on_send) {
@@ -102,26 +157,32 @@ void Actor::send_ready(ActorHost& host, OutputRegister& out, int32_t slot) {
     ActorMessage ready =
         ActorMessage::register_ready({id_, rank_}, {c.actor, c.rank}, out.register_id, slot, piece);
     describe_transfer(&ready);
-    announce(host, out, ready);
+    if (c.same_stream) {
+      announce(host, out, ready);
+    } else {
+      later->announcements.emplace_back(output, ready);
+    }
   }
   // Nobody reads it, or the message carried it: free (after sending, which copied the piece).
-  if (unacked.empty()) slot_freed(host, out);
+  if (unacked.empty()) slot_freed(host, out, later);
 }
 
 // Every consumer is done with a slot of `out`. Slots free in the order they were filled, so a
 // register that releases inputs (SEND, slice views, concats in place) releases the input pieces
 // of the oldest act that kept some.
-void Actor::slot_freed(ActorHost& host, OutputRegister& out) {
+void Actor::slot_freed(ActorHost& host, OutputRegister& out, Deferred* later) {
   ++out.free_slots;
   if (!out.releases_inputs) return;
   OFL_ASSERT(!kept_.empty()) << name_ << " releases an input it does not keep";
-  for (const auto& [input, slot] : kept_.front()) ack_input(host, inputs_[input], slot);
+  for (const auto& [input, slot] : kept_.front()) ack_input(host, inputs_[input], slot, later);
   kept_.pop_front();
 }
 
-void Actor::ack_input(ActorHost& host, InputEdge& edge, int32_t slot) {
-  host.send(ActorMessage::register_ack({id_, rank_}, {edge.producer, edge.producer_rank},
-                                       edge.register_id, slot));
+void Actor::ack_input(ActorHost& host, InputEdge& edge, int32_t slot, Deferred* later) {
+  send_after_work(host,
+                  ActorMessage::register_ack({id_, rank_}, {edge.producer, edge.producer_rank},
+                                             edge.register_id, slot),
+                  edge.producer_same_stream, later);
 }
 
 void Actor::on_message(const ActorMessage& message, ActorHost& host) {
@@ -152,9 +213,20 @@ void Actor::on_message(const ActorMessage& message, ActorHost& host) {
       OFL_ASSERT(who != unacked.end()) << name_ << " got an unexpected ack " << message.to_string();
       unacked.erase(who);
       if (unacked.empty()) {
-        slot_freed(host, *it);
+        slot_freed(host, *it, /*later=*/nullptr);
         on_slot_maybe_free(host);
       }
+      break;
+    }
+    case ActorMessage::Kind::kActDone: {
+      OFL_ASSERT(!in_flight_.empty()) << name_ << " got act_done with nothing launched";
+      Deferred done = std::move(in_flight_.front());
+      in_flight_.pop_front();
+      if (*done.error) {
+        failed_act_ = done.act;
+        std::rethrow_exception(*done.error);
+      }
+      finish(host, done);
       break;
     }
     case ActorMessage::Kind::kDepartureProgress:
@@ -164,10 +236,10 @@ void Actor::on_message(const ActorMessage& message, ActorHost& host) {
   }
 }
 
-// An actor retires when every producer has ended its stream and nothing it read is left over;
-// it ends its own stream to each consumer.
+// An actor retires when every producer has ended its stream, nothing it read is left over and
+// its launched work has finished; it ends its own stream to each consumer.
 void Actor::end_stream_if_done(ActorHost& host) {
-  if (retired_) return;
+  if (retired_ || !in_flight_.empty()) return;
   for (const InputEdge& in : inputs_) {
     if (!in.ended || !in.readable.empty()) return;
   }
@@ -182,6 +254,10 @@ void Actor::end_stream_if_done(ActorHost& host) {
 std::string Actor::waiting_for(std::vector<int64_t>* waits_on) const {
   std::string waits;
   auto add = [&](const std::string& what) { waits += (waits.empty() ? "" : "; ") + what; };
+  if (!in_flight_.empty()) {
+    add(str_cat(in_flight_.size(), in_flight_.size() == 1 ? " act" : " acts",
+                " launched on stream '", stream_->name(), "' to finish"));
+  }
   for (const InputEdge& in : inputs_) {
     if (!in.readable.empty()) continue;
     add(str_cat("a ready ", in.what));

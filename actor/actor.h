@@ -19,11 +19,14 @@
 
 #include <cstdint>
 #include <deque>
+#include <exception>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "actor/act_stream.h"
 #include "actor/message.h"
 #include "actor/plan_index.h"
 #include "comm/transport.h"
@@ -61,9 +64,10 @@ struct InputEdge {
   int64_t register_id = 0;
   int64_t producer = 0;  // actor id
   int64_t producer_rank = 0;
-  std::string what;  // for reports: "register 'x' (id 3) of task 'y' (...)"
-  int hold = 1;      // acts per piece (Note [Acts, pieces and micro-batches])
-  int uses = 0;      // acts done on the front piece
+  bool producer_same_stream = false;  // acks go at the act (Note [Event-gated acts])
+  std::string what;                   // for reports: "register 'x' (id 3) of task 'y' (...)"
+  int hold = 1;                       // acts per piece (Note [Acts, pieces and micro-batches])
+  int uses = 0;                       // acts done on the front piece
   std::deque<Piece> readable;
   bool ended = false;
   // Data registers: the producer's slot tensors (same rank, fixed after load).
@@ -80,7 +84,8 @@ struct OutputRegister {
   struct Consumer {
     int64_t actor = 0;
     int64_t rank = 0;
-    std::string name;  // for reports
+    std::string name;          // for reports
+    bool same_stream = false;  // ready messages go at the act (Note [Event-gated acts])
   };
   int64_t register_id = 0;
   std::string what;       // for reports
@@ -130,6 +135,12 @@ class Actor {
 
   ActorThread* thread() const { return thread_; }
   void set_thread(ActorThread* thread) { thread_ = thread; }
+  /// Where the work runs; null: on the actor's thread, within the act (Note [Event-gated acts]
+  /// in act_stream.h).
+  ActStream* stream() const { return stream_; }
+  void set_stream(ActStream* stream) { stream_ = stream; }
+  /// Acts launched on the stream that have not finished yet.
+  int in_flight() const { return static_cast<int>(in_flight_.size()); }
   /// The thread's bookkeeping: whether the actor sits in its ready queue.
   bool queued = false;
 
@@ -147,16 +158,22 @@ class Actor {
   int64_t iteration() const { return acts_ / acts_per_iteration_; }
   /// The micro-batch of the next act (0 for once actors).
   int micro_batch() const { return static_cast<int>(acts_ % acts_per_iteration_); }
+  /// The act whose work threw (it may have finished on its stream after later acts were
+  /// made), else the next act: what a failure report names.
+  int64_t failed_act() const { return failed_act_ >= 0 ? failed_act_ : acts_; }
 
   /// For the watchdog: what the actor waits for, or "" when it could act. Names registers and
   /// the actors they wait on; `waits_on` gets those actors' ids.
   std::string waiting_for(std::vector<int64_t>* waits_on) const;
 
  protected:
-  /// The kind's work on the current pieces: input tensors by op input position (data inputs
-  /// only), output tensors of the slots being written.
-  virtual void work(ActorHost& host, const std::vector<Tensor>& inputs,
-                    const std::vector<Tensor>& outputs) = 0;
+  /// The data work of an act, which runs on the actor's stream when it has one.
+  using Work = std::function<void()>;
+  /// The kind's act on the current pieces: input tensors by op input position (data inputs
+  /// only), output tensors of the slots being written. Bookkeeping happens here, on the actor's
+  /// thread; what touches the data is returned (null: nothing), with every value it needs from
+  /// the actor captured, since the actor may act again before it runs.
+  virtual Work work(ActorHost& host, std::vector<Tensor> inputs, std::vector<Tensor> outputs) = 0;
   /// SEND keeps its input until the receiver has read it (true): the input is acked when the
   /// output register marked releases_inputs is. So do slice views and concats in place. Others
   /// ack after acting.
@@ -175,9 +192,24 @@ class Actor {
   const InputEdge::Piece& front_piece(int input) const { return inputs_[input].readable.front(); }
 
  private:
-  void send_ready(ActorHost& host, OutputRegister& out, int32_t slot);
-  void ack_input(ActorHost& host, InputEdge& edge, int32_t slot);
-  void slot_freed(ActorHost& host, OutputRegister& out);
+  // What an act leaves for when its work has finished (Note [Event-gated acts]).
+  struct Deferred {
+    std::vector<ActorMessage> messages;                       // acks, in order
+    std::vector<std::pair<int, ActorMessage>> announcements;  // (output, ready), after them
+    bool counts_act = false;                                  // an act, not a fence
+    int64_t act = 0;                                          // its number
+    int64_t iteration = 0;
+    std::shared_ptr<std::exception_ptr> error;  // what the work threw, set by the stream
+  };
+  void send_ready(ActorHost& host, int output, int32_t slot, Deferred* later);
+  void ack_input(ActorHost& host, InputEdge& edge, int32_t slot, Deferred* later);
+  // Sends `message` now when its receiver shares the stream, into `later` when an act is being
+  // made, else behind everything launched so far (a fence).
+  void send_after_work(ActorHost& host, const ActorMessage& message, bool same_stream,
+                       Deferred* later);
+  void launch(Work work, Deferred later);
+  void finish(ActorHost& host, Deferred& done);
+  void slot_freed(ActorHost& host, OutputRegister& out, Deferred* later);
   void end_stream_if_done(ActorHost& host);
 
   int64_t id_;
@@ -187,8 +219,11 @@ class Actor {
   int priority_;
   int acts_per_iteration_;
   int64_t acts_ = 0;
+  int64_t failed_act_ = -1;
   bool retired_ = false;
   ActorThread* thread_ = nullptr;
+  ActStream* stream_ = nullptr;
+  std::deque<Deferred> in_flight_;  // launched, oldest first
   std::vector<InputEdge> inputs_;
   std::vector<OutputRegister> outputs_;
   int num_data_inputs_ = 0;  // how many op inputs the kernel reads (max position + 1)

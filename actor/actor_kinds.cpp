@@ -49,7 +49,7 @@ class TickActor final : public Actor {
               /*acts_per_iteration=*/1) {}
 
  private:
-  void work(ActorHost&, const std::vector<Tensor>&, const std::vector<Tensor>&) override {}
+  Work work(ActorHost&, std::vector<Tensor>, std::vector<Tensor>) override { return nullptr; }
 };
 
 class ComputeActor final : public TaskActor {
@@ -62,13 +62,15 @@ class ComputeActor final : public TaskActor {
   }
 
  private:
-  void work(ActorHost&, const std::vector<Tensor>& inputs,
-            const std::vector<Tensor>& outputs) override {
+  Work work(ActorHost&, std::vector<Tensor> inputs, std::vector<Tensor> outputs) override {
     // Note [Micro-batches] in plan.proto: random ops draw stream iteration * m + micro-batch.
-    const uint64_t stream =
+    const uint64_t random_stream =
         static_cast<uint64_t>(iteration() * index_.micro_batches() + micro_batch());
-    run_kernel(info_, inputs, outputs, stream, temp_.defined() ? temp_.raw_data() : nullptr,
-               temp_.defined() ? static_cast<size_t>(temp_.nbytes()) : 0);
+    void* temp = temp_.defined() ? temp_.raw_data() : nullptr;
+    const size_t temp_bytes = temp_.defined() ? static_cast<size_t>(temp_.nbytes()) : 0;
+    return
+        [&info = info_, inputs = std::move(inputs), outputs = std::move(outputs), random_stream,
+         temp, temp_bytes] { run_kernel(info, inputs, outputs, random_stream, temp, temp_bytes); };
   }
   Tensor temp_;
 };
@@ -78,14 +80,17 @@ class InputActor final : public TaskActor {
   using TaskActor::TaskActor;
 
  private:
-  void work(ActorHost& host, const std::vector<Tensor>&,
-            const std::vector<Tensor>& outputs) override {
+  // The fed tensors stay alive until the iteration's last act has finished.
+  Work work(ActorHost& host, std::vector<Tensor>, std::vector<Tensor> outputs) override {
     const Tensor* piece = host.input_piece(info_.proto.logical_op(), rank());
     if (piece != nullptr) {
-      copy_region(*piece, whole(piece->shape()), outputs[0], whole(outputs[0].shape()));
-    } else {
-      feed_input_piece(index_, task(), host.inputs(), outputs[0]);
+      return [piece, out = outputs[0]] {
+        copy_region(*piece, whole(piece->shape()), out, whole(out.shape()));
+      };
     }
+    return [&index = index_, task = task(), fed = &host.inputs(), out = outputs[0]] {
+      feed_input_piece(index, task, *fed, out);
+    };
   }
 };
 
@@ -95,7 +100,7 @@ class VariableActor final : public TaskActor {
 
  private:
   // The persistent register holds the value across iterations; acting only announces it.
-  void work(ActorHost&, const std::vector<Tensor>&, const std::vector<Tensor>&) override {}
+  Work work(ActorHost&, std::vector<Tensor>, std::vector<Tensor>) override { return nullptr; }
 };
 
 class OutputActor final : public TaskActor {
@@ -114,11 +119,13 @@ class OutputActor final : public TaskActor {
  private:
   // A snapshot: a later in-place update must not change what was fetched. Kept by iteration:
   // fed by another process, the sink may act for the next one before run() collects this one.
-  void work(ActorHost&, const std::vector<Tensor>& inputs, const std::vector<Tensor>&) override {
-    Tensor snapshot = inputs[0].clone();
-    std::lock_guard<std::mutex> lock(mu_);
-    fetched_[iteration()] = snapshot;
-    last_ = snapshot;
+  Work work(ActorHost&, std::vector<Tensor> inputs, std::vector<Tensor>) override {
+    return [this, in = inputs[0], iteration = iteration()] {
+      Tensor snapshot = in.clone();
+      std::lock_guard<std::mutex> lock(mu_);
+      fetched_[iteration] = snapshot;
+      last_ = snapshot;
+    };
   }
   std::mutex mu_;
   std::map<int64_t, Tensor> fetched_;  // GUARDED_BY(mu_)
@@ -139,15 +146,16 @@ class SliceActor final : public TaskActor {
   }
 
  private:
-  void work(ActorHost&, const std::vector<Tensor>& inputs,
-            const std::vector<Tensor>& outputs) override {
+  Work work(ActorHost&, std::vector<Tensor> inputs, std::vector<Tensor> outputs) override {
     if (!view_) {
-      copy_region(inputs[0], info_.regions[0], outputs[0], whole(outputs[0].shape()));
-      return;
+      return [&region = info_.regions[0], in = inputs[0], out = outputs[0]] {
+        copy_region(in, region, out, whole(out.shape()));
+      };
     }
     OutputRegister& out = this->outputs()[0];
     const PlanIndex::RegisterInfo& reg = index_.reg(info_.outputs[0]);
     out.slots[out.next_slot] = view_of_bytes(inputs[0], view_offset_, reg.shape, reg.dtype);
+    return nullptr;
   }
   bool keeps_inputs_until_output_acked() const override { return view_; }
   bool view_;
@@ -159,9 +167,8 @@ class AddActor final : public TaskActor {
   using TaskActor::TaskActor;
 
  private:
-  void work(ActorHost&, const std::vector<Tensor>& inputs,
-            const std::vector<Tensor>& outputs) override {
-    sum_into(inputs, outputs[0]);
+  Work work(ActorHost&, std::vector<Tensor> inputs, std::vector<Tensor> outputs) override {
+    return [inputs = std::move(inputs), out = outputs[0]] { sum_into(inputs, out); };
   }
 };
 
@@ -176,13 +183,15 @@ class ConcatActor final : public TaskActor {
         in_place_(info_.proto.in_place()) {}
 
  private:
-  void work(ActorHost&, const std::vector<Tensor>& inputs,
-            const std::vector<Tensor>& outputs) override {
-    if (in_place_) return;
-    if (!tiles_) fill(outputs[0], 0.0);  // the regions leave parts of the output out
-    for (size_t i = 0; i < inputs.size(); ++i) {
-      copy_region(inputs[i], whole(inputs[i].shape()), outputs[0], info_.regions[i]);
-    }
+  Work work(ActorHost&, std::vector<Tensor> inputs, std::vector<Tensor> outputs) override {
+    if (in_place_) return nullptr;
+    return
+        [&regions = info_.regions, tiles = tiles_, inputs = std::move(inputs), out = outputs[0]] {
+          if (!tiles) fill(out, 0.0);  // the regions leave parts of the output out
+          for (size_t i = 0; i < inputs.size(); ++i) {
+            copy_region(inputs[i], whole(inputs[i].shape()), out, regions[i]);
+          }
+        };
   }
   bool keeps_inputs_until_output_acked() const override { return in_place_; }
   bool tiles_;
@@ -194,8 +203,8 @@ class ZerosActor final : public TaskActor {
   using TaskActor::TaskActor;
 
  private:
-  void work(ActorHost&, const std::vector<Tensor>&, const std::vector<Tensor>& outputs) override {
-    fill(outputs[0], 0.0);
+  Work work(ActorHost&, std::vector<Tensor>, std::vector<Tensor> outputs) override {
+    return [out = outputs[0]] { fill(out, 0.0); };
   }
 };
 
@@ -206,9 +215,10 @@ class CopyActor final : public TaskActor {
   using TaskActor::TaskActor;
 
  private:
-  void work(ActorHost&, const std::vector<Tensor>& inputs,
-            const std::vector<Tensor>& outputs) override {
-    std::memcpy(outputs[0].raw_data(), inputs[0].raw_data(), outputs[0].nbytes());
+  Work work(ActorHost&, std::vector<Tensor> inputs, std::vector<Tensor> outputs) override {
+    return [in = inputs[0], out = outputs[0]] {
+      std::memcpy(out.raw_data(), in.raw_data(), out.nbytes());
+    };
   }
 };
 
@@ -218,11 +228,11 @@ class UnpackActor final : public TaskActor {
   using TaskActor::TaskActor;
 
  private:
-  void work(ActorHost&, const std::vector<Tensor>& inputs,
-            const std::vector<Tensor>& outputs) override {
-    const size_t bytes = outputs[0].nbytes();
-    const char* in = static_cast<const char*>(inputs[0].raw_data());
-    std::memcpy(outputs[0].raw_data(), in + micro_batch() * bytes, bytes);
+  Work work(ActorHost&, std::vector<Tensor> inputs, std::vector<Tensor> outputs) override {
+    return [in = inputs[0], out = outputs[0], k = micro_batch()] {
+      const size_t bytes = out.nbytes();
+      std::memcpy(out.raw_data(), static_cast<const char*>(in.raw_data()) + k * bytes, bytes);
+    };
   }
 };
 
@@ -232,13 +242,14 @@ class AccumulateActor final : public TaskActor {
   using TaskActor::TaskActor;
 
  private:
-  void work(ActorHost&, const std::vector<Tensor>& inputs,
-            const std::vector<Tensor>& outputs) override {
-    if (micro_batch() == 0) {
-      std::memcpy(outputs[0].raw_data(), inputs[0].raw_data(), outputs[0].nbytes());
-    } else {
-      add_region(inputs[0], whole(inputs[0].shape()), outputs[0], whole(inputs[0].shape()));
-    }
+  Work work(ActorHost&, std::vector<Tensor> inputs, std::vector<Tensor> outputs) override {
+    return [in = inputs[0], out = outputs[0], first = micro_batch() == 0] {
+      if (first) {
+        std::memcpy(out.raw_data(), in.raw_data(), out.nbytes());
+      } else {
+        add_region(in, whole(in.shape()), out, whole(in.shape()));
+      }
+    };
   }
 };
 
@@ -248,11 +259,11 @@ class PackActor final : public TaskActor {
   using TaskActor::TaskActor;
 
  private:
-  void work(ActorHost&, const std::vector<Tensor>& inputs,
-            const std::vector<Tensor>& outputs) override {
-    const size_t bytes = inputs[0].nbytes();
-    char* out = static_cast<char*>(outputs[0].raw_data());
-    std::memcpy(out + micro_batch() * bytes, inputs[0].raw_data(), bytes);
+  Work work(ActorHost&, std::vector<Tensor> inputs, std::vector<Tensor> outputs) override {
+    return [in = inputs[0], out = outputs[0], k = micro_batch()] {
+      const size_t bytes = in.nbytes();
+      std::memcpy(static_cast<char*>(out.raw_data()) + k * bytes, in.raw_data(), bytes);
+    };
   }
 };
 
@@ -265,13 +276,14 @@ class SendActor final : public TaskActor {
   using TaskActor::TaskActor;
 
  private:
-  void work(ActorHost& host, const std::vector<Tensor>& inputs,
-            const std::vector<Tensor>&) override {
+  // Runs on the communication thread, which has no stream: the transport moves the bytes.
+  Work work(ActorHost& host, std::vector<Tensor> inputs, std::vector<Tensor>) override {
     address_ = reinterpret_cast<uint64_t>(inputs[0].raw_data());
     bytes_ = static_cast<int64_t>(inputs[0].nbytes());
-    if (is_inline_transfer(bytes_)) return;  // announce() sends it
+    if (is_inline_transfer(bytes_)) return nullptr;  // announce() sends it
     host.transport().expose(info_.proto.peer(), static_cast<uint64_t>(info_.proto.transfer_id()),
                             inputs[0].raw_data(), inputs[0].nbytes());
+    return nullptr;
   }
   bool keeps_inputs_until_output_acked() const override { return true; }
   void describe_transfer(ActorMessage* ready) const override {
@@ -298,8 +310,8 @@ class RecvActor final : public TaskActor {
       : TaskActor(index, task, priority), transfer_input_(transfer_input) {}
 
  private:
-  void work(ActorHost& host, const std::vector<Tensor>&,
-            const std::vector<Tensor>& outputs) override {
+  // Runs on the communication thread, which has no stream: the transport moves the bytes.
+  Work work(ActorHost& host, std::vector<Tensor>, std::vector<Tensor> outputs) override {
     const InputEdge::Piece& piece = front_piece(transfer_input_);
     OFL_ASSERT(piece.bytes == static_cast<int64_t>(outputs[0].nbytes()))
         << name() << " receives " << piece.bytes << " bytes into " << outputs[0].nbytes();
@@ -316,10 +328,11 @@ class RecvActor final : public TaskActor {
                                piece.address, held_.data(), held_.size());
       }
       std::memcpy(outputs[0].raw_data(), held_.data(), held_.size());
-      return;
+      return nullptr;
     }
     host.transport().fetch(info_.proto.peer(), static_cast<uint64_t>(info_.proto.transfer_id()),
                            piece.address, outputs[0].raw_data(), static_cast<size_t>(piece.bytes));
+    return nullptr;
   }
   // Note [Receives posted ahead] in comm/transport.h: once the slot the next piece goes into is
   // free (every consumer acked it), its receive is posted before the sender announces it.

@@ -153,7 +153,7 @@ int64_t ActorThread::drain() {
       if (!local_.empty()) {
         const ActorMessage message = local_.front();
         local_.pop_front();
-        current = handle(message);
+        handle(message, &current);
         continue;
       }
       if (has_incoming()) {
@@ -162,7 +162,7 @@ int64_t ActorThread::drain() {
           batch.swap(incoming_);
           incoming_size_.store(0, std::memory_order_seq_cst);
         }
-        for (const ActorMessage& message : batch) current = handle(message);
+        for (const ActorMessage& message : batch) handle(message, &current);
         batch.clear();
         continue;
       }
@@ -194,17 +194,17 @@ int64_t ActorThread::drain() {
   return acts;
 }
 
-const Actor* ActorThread::handle(const ActorMessage& message) {
+void ActorThread::handle(const ActorMessage& message, const Actor** current) {
   if (message_log_ != nullptr) message_log_->push_back(message.to_string());
   auto it = by_id_.find(message.dst_actor);
   OFL_ASSERT(it != by_id_.end()) << name_ << " got a message for an actor it does not run: "
                                  << message.to_string();
   Actor* actor = it->second;
+  *current = actor;  // before it can throw (a stream's act that failed)
   const bool was_retired = actor->retired();
   actor->on_message(message, *host_);
   if (!was_retired && actor->retired()) ++retired_;
   make_ready_if_can_act(actor);
-  return actor;
 }
 
 void ActorThread::make_ready_if_can_act(Actor* actor) {

@@ -102,8 +102,8 @@ class ActorThread {
   // Applies pending messages and runs ready actors until both are exhausted (or a failure).
   // Returns the number of acts. Caller holds state_mu_.
   int64_t drain();
-  // Applies one message; returns the actor it was for.
-  const Actor* handle(const ActorMessage& message);
+  // Applies one message; `current` gets the actor it is for (the failure report's).
+  void handle(const ActorMessage& message, const Actor** current);
   void make_ready_if_can_act(Actor* actor);
   bool has_incoming() const { return incoming_size_.load(std::memory_order_seq_cst) != 0; }
   void wait_for_messages();

@@ -31,6 +31,8 @@ const char* message_kind_name(ActorMessage::Kind kind) {
       return "departure_progress";
     case ActorMessage::Kind::kDeparture:
       return "departure";
+    case ActorMessage::Kind::kActDone:
+      return "act_done";
   }
   return "unknown";
 }
@@ -78,6 +80,10 @@ ActorMessage ActorMessage::departure_progress(int64_t src_rank, int64_t dst_rank
 
 ActorMessage ActorMessage::departure(int64_t src_rank, int64_t dst_rank) {
   return make(Kind::kDeparture, {0, src_rank}, {0, dst_rank}, 0, 0);
+}
+
+ActorMessage ActorMessage::act_done(Endpoint actor) {
+  return make(Kind::kActDone, actor, actor, 0, 0);
 }
 
 comm::MessageBytes to_bytes(const ActorMessage& message) {

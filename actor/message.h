@@ -30,6 +30,9 @@ struct ActorMessage {
     kEndOfStream = 2,
     kDepartureProgress = 3,
     kDeparture = 4,
+    // From an actor's stream to the actor: its oldest launched act has finished (Note
+    // [Event-gated acts] in actor/act_stream.h). Never leaves the process.
+    kActDone = 5,
   };
 
   Kind kind = Kind::kRegisterReady;
@@ -59,6 +62,7 @@ struct ActorMessage {
   static ActorMessage departure_progress(int64_t src_rank, int64_t dst_rank, uint32_t session,
                                          int64_t iterations);
   static ActorMessage departure(int64_t src_rank, int64_t dst_rank);
+  static ActorMessage act_done(Endpoint actor);
 
   /// "register_ready{slot=0 src_actor=3 dst_actor=4 ...}": every field, from one list.
   std::string to_string() const;

@@ -51,11 +51,13 @@ void Runtime::on_failure(const Actor* actor, std::exception_ptr error) {
   std::lock_guard<std::mutex> lock(done_mu_);
   if (failure_.empty()) {
     const std::string where =
-        actor == nullptr
-            ? "an actor thread"
-            : str_cat(actor->name(), " in iteration ", actor->iteration(),
-                      index_.micro_batches() > 1 ? str_cat(", micro-batch ", actor->micro_batch())
-                                                 : "");
+        actor == nullptr ? "an actor thread"
+                         : str_cat(actor->name(), " in iteration ",
+                                   actor->failed_act() / actor->acts_per_iteration(),
+                                   index_.micro_batches() > 1
+                                       ? str_cat(", micro-batch ",
+                                                 actor->failed_act() % actor->acts_per_iteration())
+                                       : "");
     failure_ = str_cat(kTag, where, " failed: ", what);
     failure_code_ = code;
   }

@@ -28,6 +28,7 @@
 #include <array>
 #include <atomic>
 #include <condition_variable>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -63,6 +64,14 @@ struct RuntimeOptions {
   /// OpenMP threads per compute thread; 0: 1 when the process hosts several compute threads,
   /// otherwise OpenMP's default.
   int kernel_threads = 0;
+  /// Each rank's compute thread launches its acts' work on a CPU worker thread and sends their
+  /// messages when the worker has run it: the GPUs' event-gated protocol, on the CPU (Note
+  /// [Event-gated acts] in act_stream.h). Also on when the environment has
+  /// OFL_ASYNC_CPU_STREAMS=1 (to run a whole suite so). Not in deterministic mode.
+  bool async_cpu_streams = false;
+  /// Makes the stream of a rank's compute thread (tests: a stream they hold back); set, it
+  /// implies async_cpu_streams.
+  std::function<std::unique_ptr<ActStream>(int64_t rank, std::string name)> make_stream;
   /// How messages and data reach other ranks; null: an in-process transport of this runtime.
   std::shared_ptr<comm::Transport> transport;
 };
@@ -150,6 +159,7 @@ class Runtime final : public PlanRunner, private ActorHost {
   void add_ticks(int* next_virtual);
   void link_slots();
   void assign_threads();
+  void assign_streams();
   void on_failure(const Actor* actor, std::exception_ptr error);
   void stop_threads();
   void on_rank_failure(int64_t rank, const std::string& why);
@@ -173,6 +183,8 @@ class Runtime final : public PlanRunner, private ActorHost {
   std::unordered_map<int64_t, Actor*> actor_by_id_;
   std::vector<Actor*> ticks_;
   std::vector<std::unique_ptr<ActorThread>> threads_;
+  // After threads_: streams end first, so no stream posts to a thread that is gone.
+  std::vector<std::unique_ptr<ActStream>> streams_;
   std::map<std::pair<int64_t, int64_t>, Tensor> blocks_;  // (rank, block id) -> memory
 
   int64_t iteration_ = 0;
@@ -199,6 +211,7 @@ class Runtime final : public PlanRunner, private ActorHost {
   // compiled for some ranks holds only theirs) and the plan's other ranks.
   std::set<int64_t> peers_;
   int64_t trace_origin_ns_ = 0;
+  int thread_kernel_threads_ = 0;  // OpenMP threads of each compute thread (and its stream)
 };
 
 }  // namespace ofl::actor

@@ -78,6 +78,7 @@ Runtime::Runtime(const proto::PlanProto& plan, RuntimeOptions options)
     acts_per_iteration_ += actor->acts_per_iteration();
   }
   assign_threads();
+  assign_streams();
   trace_origin_ns_ = now_ns();
   transport_->set_fault_handler(
       [this](int64_t rank, const std::string& why) { on_rank_failure(rank, why); });

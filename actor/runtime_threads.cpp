@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 
 #include "actor/runtime.h"
 #include "actor/runtime_internal.h"
@@ -21,6 +22,7 @@ void Runtime::assign_threads() {
   thread_options.trace = options_.trace;
   thread_options.kernel_threads =
       options_.kernel_threads > 0 ? options_.kernel_threads : (compute_ranks.size() > 1 ? 1 : 0);
+  thread_kernel_threads_ = thread_options.kernel_threads;
   auto on_failure = [this](const Actor* actor, std::exception_ptr error) {
     this->on_failure(actor, error);
   };
@@ -57,6 +59,46 @@ void Runtime::assign_threads() {
   }
 }
 
+// Note [Event-gated acts] in act_stream.h: with async_cpu_streams each rank's compute thread gets
+// a worker stream for its actors; messages between actors of one stream go at the act.
+void Runtime::assign_streams() {
+  if (options_.deterministic) return;
+  const char* env = std::getenv("OFL_ASYNC_CPU_STREAMS");
+  if (!options_.async_cpu_streams && !options_.make_stream &&
+      !(env != nullptr && std::string(env) == "1")) {
+    return;
+  }
+  for (auto& thread : threads_) {
+    if (thread->index() != 0) continue;  // communication threads move bytes themselves
+    const std::string name = str_cat(thread->name(), " (CPU worker)");
+    streams_.push_back(options_.make_stream ? options_.make_stream(thread->rank(), name)
+                                            : make_cpu_worker_stream(name, thread_kernel_threads_));
+    for (Actor* actor : thread->actors()) {
+      // A transfer moves its bytes through the transport within its act: it keeps no stream,
+      // so its neighbours on this one send it their messages once their work has run.
+      const bool transfer = actor->task() >= 0 &&
+                            (index_.task(actor->task()).proto.kind() == proto::TaskProto::SEND ||
+                             index_.task(actor->task()).proto.kind() == proto::TaskProto::RECV);
+      if (!transfer) actor->set_stream(streams_.back().get());
+    }
+  }
+  auto shares_stream = [&](const Actor& actor, int64_t other) {
+    auto it = actor_by_id_.find(other);
+    return it != actor_by_id_.end() && actor.stream() != nullptr &&
+           it->second->stream() == actor.stream();
+  };
+  for (const auto& actor : actors_) {
+    for (InputEdge& in : actor->inputs()) {
+      in.producer_same_stream = shares_stream(*actor, in.producer);
+    }
+    for (OutputRegister& out : actor->outputs()) {
+      for (OutputRegister::Consumer& c : out.consumers) {
+        c.same_stream = shares_stream(*actor, c.actor);
+      }
+    }
+  }
+}
+
 void Runtime::send(const ActorMessage& message) {
   if (message.dst_actor == kCallerActor) return;  // the tick's ack of a start
   if (message.src_rank != message.dst_rank) {
@@ -76,6 +118,10 @@ void Runtime::deliver(const ActorMessage& message) {
 // throws, and variables are read afterwards. Stops every thread (each finishes its current act).
 void Runtime::stop_threads() {
   for (auto& thread : threads_) thread->stop();
+  // And the work launched on streams (dropped if not started): nothing may write a register
+  // once run() has thrown.
+  for (const auto& actor : actors_) actor->set_stream(nullptr);
+  streams_.clear();
   broken_ = true;
   inputs_ = nullptr;
 }

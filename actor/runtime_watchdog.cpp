@@ -12,10 +12,10 @@
 namespace ofl::actor {
 
 // Note [Watchdog]: the iteration ends when every actor has acted its share. If for
-// watchdog_seconds no actor acts (and none is in the middle of an act: a long kernel is
-// progress), every waiting actor is reported with the registers it lacks and from whom, and
-// the cycle among them, if there is one. In deterministic mode a stall shows at once: no
-// message is pending and no actor can act.
+// watchdog_seconds no actor acts (and none is in the middle of an act, nor has work running on
+// its stream: a long kernel is progress), every waiting actor is reported with the registers it
+// lacks and from whom, and the cycle among them, if there is one. In deterministic mode a stall
+// shows at once: no message is pending and no actor can act.
 void Runtime::wait_for_iteration() {
   if (options_.deterministic) {
     threads_.at(0)->run_inline();
@@ -45,6 +45,7 @@ void Runtime::wait_for_iteration() {
     const int64_t remaining = acts_per_iteration_ - acts_done_[iteration_ % kIterationSlots].load();
     bool acting = false;
     for (const auto& thread : threads_) acting = acting || thread->acting() != nullptr;
+    for (const auto& stream : streams_) acting = acting || stream->busy();
     const int64_t now = now_ns();
     if (remaining != last_remaining || acting) {
       last_remaining = remaining;

@@ -12,4 +12,8 @@ echo "[test] C++ (ctest)"
 print(f'[test] CUDA devices: {n}' + ('' if n else f' (GPU tests skipped: no CUDA device: {f.cuda.why_unavailable()})'))"
 echo "[test] Python (pytest)"
 .venv/bin/python -m pytest -q tests/python || status=1
+# The GPUs' event-gated act protocol on the CPU (Note [Event-gated acts] in actor/act_stream.h):
+# the multi-process jobs again, every rank's work on a worker stream.
+echo "[test] Python multi-process jobs with asynchronous CPU streams"
+OFL_ASYNC_CPU_STREAMS=1 .venv/bin/python -m pytest -q tests/python/test_multiprocess.py || status=1
 exit $status

@@ -9,6 +9,8 @@
 // ofl::Error(kUnavailable) "[cuda] no CUDA device <i>: <why>", never crashes.
 
 #include <cstdint>
+#include <exception>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -97,6 +99,13 @@ class Event {
   int device_;
   void* native_ = nullptr;
 };
+
+/// Records an event on `stream` after the work queued on it so far, and calls `callback` from
+/// the device's poller thread once that work has finished (with the error if polling failed).
+/// One poller per device, which polls its events in the order they were recorded, so the
+/// callbacks of one stream come in launch order (Note [Event-gated acts] in
+/// actor/act_stream.h). Never blocks the caller.
+void call_when_done(const Stream& stream, std::function<void(std::exception_ptr)> callback);
 
 /// Device `index`'s caching allocator (Note [CUDA caching allocator] in allocator.cpp); raises
 /// as check_device does when the device does not exist.

@@ -34,6 +34,9 @@ void Event::record(const Stream&) { no_device(device_); }
 bool Event::done() const { no_device(device_); }
 void Event::synchronize() const { no_device(device_); }
 void Event::block(const Stream&) const { no_device(device_); }
+void call_when_done(const Stream& stream, std::function<void(std::exception_ptr)>) {
+  no_device(stream.device());
+}
 
 Allocator* allocator(int index) { no_device(index); }
 size_t cached_bytes(int) { return 0; }

@@ -21,10 +21,11 @@ using testing::MlpLayout;
 using testing::RunnerFactory;
 using testing::TrainingRun;
 
-RunnerFactory runtime_runner(bool deterministic = false) {
-  return [deterministic](proto::PlanProto plan) -> std::unique_ptr<PlanRunner> {
+RunnerFactory runtime_runner(bool deterministic = false, bool async_streams = false) {
+  return [deterministic, async_streams](proto::PlanProto plan) -> std::unique_ptr<PlanRunner> {
     RuntimeOptions options;
     options.deterministic = deterministic;
+    options.async_cpu_streams = async_streams;
     options.watchdog_seconds = 60;
     return std::make_unique<Runtime>(plan, options);
   };
@@ -118,6 +119,35 @@ TEST(RuntimeLayouts, DeterministicModeTrainsThePipelinedGptLikeTheThreads) {
   testing::expect_same_gpt_training(testing::train_gpt(config, parallel, 2, runtime_runner()),
                                     testing::train_gpt(config, parallel, 2, runtime_runner(true)),
                                     config, "dp2_pp2_micro2 deterministic");
+}
+
+// Note [Event-gated acts] in actor/act_stream.h: with every rank's work on a worker stream and
+// its messages sent when the work has run, training is the same, under every kind of layout.
+TEST(RuntimeLayouts, EventGatedStreamsTrainLikeOneRank) {
+  const auto kind = OptimizerConfig::Kind::kAdamW;
+  const std::vector<MlpLayout> layouts = testing::mlp_layouts();
+  const TrainingRun mlp_reference = testing::train_mlp(layouts[0], kind, 3);
+  std::vector<MlpLayout> streamed = layouts;
+  for (const MlpLayout& layout : more_mlp_layouts()) streamed.push_back(layout);
+  for (const MlpLayout& layout : streamed) {
+    SCOPED_TRACE(layout.name);
+    testing::expect_same_training(mlp_reference,
+                                  testing::train_mlp(layout, kind, 3, runtime_runner(false, true)),
+                                  layout.name + " streams");
+  }
+  compiler::GptConfig config = testing::tiny_gpt_config(/*n_layer=*/2);
+  config.batch_size = 8;
+  const TrainingRun gpt_reference = testing::train_gpt(config, GptParallel{}, 2);
+  for (const auto& [name, parallel] :
+       std::vector<std::pair<std::string, GptParallel>>{{"single", {1, 1, 1, 1}},
+                                                        {"dp2_tp2", {2, 2, 1, 1}},
+                                                        {"pp2_micro4", {1, 1, 2, 4}},
+                                                        {"dp2_tp2_pp2_micro2", {2, 2, 2, 2}}}) {
+    SCOPED_TRACE(name);
+    testing::expect_same_gpt_training(
+        gpt_reference, testing::train_gpt(config, parallel, 2, runtime_runner(false, true)), config,
+        name + " streams");
+  }
 }
 
 // Note [Register messages]: a register never has more pieces out than slots, and with pipeline

@@ -63,20 +63,27 @@ std::map<std::string, Tensor> run_everywhere(const proto::PlanProto& plan,
   ReferenceExecutor reference(plan);
   Runtime serial(plan, deterministic());
   Runtime parallel(plan, threaded());
+  RuntimeOptions streamed_options = threaded();
+  streamed_options.async_cpu_streams = true;
+  Runtime streamed(plan, streamed_options);
   reference.initialize_variables();
   serial.initialize_variables();
   parallel.initialize_variables();
+  streamed.initialize_variables();
   std::map<std::string, Tensor> last;
   for (int i = 0; i < iterations; ++i) {
     const auto expected = reference.run(feed);
     last = serial.run(feed);
     expect_same_tensors(expected, last, str_cat("deterministic iteration ", i));
     expect_same_tensors(expected, parallel.run(feed), str_cat("threaded iteration ", i));
+    expect_same_tensors(expected, streamed.run(feed), str_cat("streamed iteration ", i));
   }
   for (const auto& [name, pieces] : serial.plan_index().variables_by_name()) {
     EXPECT_EQ(values_of(serial.read_variable(name)), values_of(reference.read_variable(name)))
         << name;
     EXPECT_EQ(values_of(parallel.read_variable(name)), values_of(reference.read_variable(name)))
+        << name;
+    EXPECT_EQ(values_of(streamed.read_variable(name)), values_of(reference.read_variable(name)))
         << name;
   }
   return last;

@@ -1,0 +1,134 @@
+// The streams acts run on (Note [Event-gated acts] in act_stream.h): a CPU worker thread, and a
+// CUDA device's compute stream with its event poller.
+
+#include "actor/act_stream.h"
+
+#include <omp.h>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <mutex>
+#include <thread>
+
+#include "oneflowlike/cuda/device.h"
+
+namespace ofl::actor {
+
+namespace {
+
+class CpuWorkerStream final : public ActStream {
+ public:
+  CpuWorkerStream(std::string name, int kernel_threads)
+      : name_(std::move(name)), kernel_threads_(kernel_threads), thread_([this] { loop(); }) {}
+
+  // Work still queued is dropped: the runtime ends streams after its actors have retired, or
+  // after a failure, when nothing waits for it.
+  ~CpuWorkerStream() override {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stop_ = true;
+    }
+    cv_.notify_one();
+    thread_.join();
+  }
+
+  const std::string& name() const override { return name_; }
+
+  void launch(std::function<void()> work, Done done) override {
+    in_flight_.fetch_add(1, std::memory_order_relaxed);
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      queue_.push_back(Item{std::move(work), std::move(done)});
+    }
+    cv_.notify_one();
+  }
+
+  bool busy() const override { return in_flight_.load(std::memory_order_relaxed) > 0; }
+
+ private:
+  struct Item {
+    std::function<void()> work;
+    Done done;
+  };
+
+  void loop() {
+    if (kernel_threads_ > 0) omp_set_num_threads(kernel_threads_);
+    for (;;) {
+      Item item;
+      {
+        std::unique_lock<std::mutex> lock(mu_);
+        cv_.wait(lock, [&] { return stop_ || !queue_.empty(); });
+        if (stop_) return;
+        item = std::move(queue_.front());
+        queue_.pop_front();
+      }
+      std::exception_ptr error;
+      try {
+        if (item.work) item.work();
+      } catch (...) {
+        error = std::current_exception();
+      }
+      in_flight_.fetch_sub(1, std::memory_order_relaxed);
+      item.done(error);
+    }
+  }
+
+  std::string name_;
+  int kernel_threads_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<Item> queue_;  // GUARDED_BY(mu_)
+  bool stop_ = false;       // GUARDED_BY(mu_)
+  std::atomic<int64_t> in_flight_{0};
+  std::thread thread_;
+};
+
+class CudaActStream final : public ActStream {
+ public:
+  CudaActStream(std::string name, int device)
+      : name_(std::move(name)), stream_(cuda::stream(device, cuda::StreamKind::kCompute)) {}
+
+  // The poller's callbacks point here: wait for them (the device finishes what it was given).
+  ~CudaActStream() override {
+    while (busy()) std::this_thread::sleep_for(std::chrono::microseconds(50));
+  }
+
+  const std::string& name() const override { return name_; }
+
+  // The work enqueues its kernels on the device's compute stream and returns; what it throws
+  // (a launch failure) still reaches `done` through the poller, so dones stay in launch order.
+  void launch(std::function<void()> work, Done done) override {
+    std::exception_ptr error;
+    try {
+      if (work) work();
+    } catch (...) {
+      error = std::current_exception();
+    }
+    in_flight_.fetch_add(1, std::memory_order_relaxed);
+    cuda::call_when_done(stream_, [this, error, done = std::move(done)](std::exception_ptr e) {
+      in_flight_.fetch_sub(1, std::memory_order_relaxed);
+      done(error ? error : e);
+    });
+  }
+
+  bool busy() const override { return in_flight_.load(std::memory_order_relaxed) > 0; }
+
+ private:
+  std::string name_;
+  cuda::Stream& stream_;
+  std::atomic<int64_t> in_flight_{0};
+};
+
+}  // namespace
+
+std::unique_ptr<ActStream> make_cpu_worker_stream(std::string name, int kernel_threads) {
+  return std::make_unique<CpuWorkerStream>(std::move(name), kernel_threads);
+}
+
+std::unique_ptr<ActStream> make_cuda_stream(std::string name, int device) {
+  return std::make_unique<CudaActStream>(std::move(name), device);
+}
+
+}  // namespace ofl::actor

@@ -1,0 +1,52 @@
+#pragma once
+// ActStream: where an actor's work runs when it does not run on the actor's thread.
+//
+// Note [Event-gated acts]: on a GPU an actor enqueues its kernels on its device's stream and
+// returns; the data is there only once the stream has run them. So the act protocol (actor.cpp)
+// splits an act in two:
+//  - at the act, on the actor's thread: claim the pieces, launch the work on the stream, and
+//    send the messages whose receiver runs on the same stream (stream order puts its work after
+//    ours, and an ack to a producer on it puts the producer's next write after our read);
+//  - when the stream reports the work done (a poller per device polls an event recorded after
+//    it; a CPU worker stream calls back after running it): on the actor's thread again, through
+//    a kActDone message, send every other message (ready, ack, end of stream) and count the act.
+// Messages that only release inputs kept past an act (Note [Acts, pieces and micro-batches])
+// go through the stream too, behind the work of whoever acknowledged them early.
+// Nothing blocks the actor's thread: it may act again while earlier acts are in flight, as far
+// as its register slots allow.
+//
+// The CPU has the same protocol as an option (RuntimeOptions::async_cpu_streams: a worker
+// thread per stream), so it runs in CI, where there is no GPU.
+
+#include <exception>
+#include <functional>
+#include <memory>
+#include <string>
+
+namespace ofl::actor {
+
+class ActStream {
+ public:
+  /// Called once the work has finished (on the stream's own thread), with what it threw.
+  using Done = std::function<void(std::exception_ptr error)>;
+  virtual ~ActStream() = default;
+  /// "rank 0 compute (CPU worker)", for reports.
+  virtual const std::string& name() const = 0;
+  /// Queues `work` (may be empty: a marker) after everything queued before, and `done` after it.
+  /// From the actor's thread only.
+  virtual void launch(std::function<void()> work, Done done) = 0;
+  /// Whether launched work has not finished yet (the watchdog counts it as progress).
+  virtual bool busy() const = 0;
+};
+
+/// A worker thread that runs launched work in order; `kernel_threads` OpenMP threads for it
+/// (0: OpenMP's default).
+std::unique_ptr<ActStream> make_cpu_worker_stream(std::string name, int kernel_threads);
+
+/// CUDA device `device`'s compute stream: work runs on the caller's thread and enqueues its
+/// kernels there; an event recorded after it is polled by the device's poller, which calls
+/// `done`. Raises "no CUDA device" (Note [No CUDA device] in oneflowlike/cuda/device.h) without
+/// one.
+std::unique_ptr<ActStream> make_cuda_stream(std::string name, int device);
+
+}  // namespace ofl::actor

@@ -1,0 +1,214 @@
+// Note [Event-gated acts] in actor/act_stream.h, on the CPU: actors launch their work on a
+// stream and go on; what leaves the stream (ready and ack messages to other threads and ranks,
+// the act's count) waits until the stream has run the work. A stream the test holds back shows
+// both halves: acts on one stream run ahead of their work, nothing crosses to another thread
+// before it.
+
+#include "actor/act_stream.h"
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <future>
+#include <mutex>
+#include <thread>
+
+#include "actor/runtime.h"
+#include "tests/cpp/actor/plan_builder.h"
+#include "tests/cpp/ops/test_util.h"
+
+namespace ofl::actor {
+namespace {
+
+using ofl::testing::expect_error;
+using ofl::testing::make_tensor;
+using ofl::testing::PlanBuilder;
+using ofl::testing::values_of;
+
+// A stream whose work waits until the test opens it; then it runs in launch order on the
+// stream's own thread, as a device would.
+class HeldStream final : public ActStream {
+ public:
+  explicit HeldStream(std::string name) : name_(std::move(name)), thread_([this] { loop(); }) {}
+  ~HeldStream() override {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    thread_.join();
+  }
+  const std::string& name() const override { return name_; }
+  void launch(std::function<void()> work, Done done) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    queue_.push_back({std::move(work), std::move(done)});
+    ++launched_;
+    cv_.notify_all();
+  }
+  bool busy() const override {
+    std::lock_guard<std::mutex> lock(mu_);
+    return !queue_.empty();
+  }
+  void open() {
+    std::lock_guard<std::mutex> lock(mu_);
+    open_ = true;
+    cv_.notify_all();
+  }
+  int launched() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return launched_;
+  }
+  int finished() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return finished_;
+  }
+  // Waits until `n` works were launched, or 5 s.
+  bool wait_launched(int n) {
+    std::unique_lock<std::mutex> lock(mu_);
+    return cv_.wait_for(lock, std::chrono::seconds(5), [&] { return launched_ >= n; });
+  }
+
+ private:
+  void loop() {
+    std::unique_lock<std::mutex> lock(mu_);
+    for (;;) {
+      cv_.wait(lock, [&] { return stop_ || (open_ && !queue_.empty()); });
+      if (stop_) return;
+      auto [work, done] = std::move(queue_.front());
+      lock.unlock();
+      std::exception_ptr error;
+      try {
+        if (work) work();
+      } catch (...) {
+        error = std::current_exception();
+      }
+      lock.lock();
+      queue_.pop_front();
+      ++finished_;
+      lock.unlock();
+      done(error);
+      lock.lock();
+    }
+  }
+
+  std::string name_;
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::pair<std::function<void()>, Done>> queue_;
+  bool open_ = false;
+  bool stop_ = false;
+  int launched_ = 0;
+  int finished_ = 0;
+  std::thread thread_;
+};
+
+// Hands each rank's compute thread a held stream the test keeps a pointer to.
+struct HeldStreams {
+  std::map<int64_t, HeldStream*> by_rank;
+  RuntimeOptions options() {
+    RuntimeOptions options;
+    options.watchdog_seconds = 20;
+    options.make_stream = [this](int64_t rank, std::string name) {
+      auto stream = std::make_unique<HeldStream>(std::move(name));
+      by_rank[rank] = stream.get();
+      return stream;
+    };
+    return options;
+  }
+};
+
+// Rank 0: x -> relu -> neg -> y, sent to rank 1: y -> neg -> z.
+proto::PlanProto two_rank_chain(const Shape& shape) {
+  PlanBuilder b(2);
+  const int64_t x = b.input(0, "x", shape);
+  const int64_t h = b.reg(0, "h", shape);
+  const int64_t y = b.reg(0, "y", shape);
+  b.compute(0, "relu", "relu", NoParams{}, {x}, {h});
+  b.compute(0, "neg0", "neg", NoParams{}, {h}, {y});
+  auto [recv, received] = b.send_recv(0, 1, y, /*transfer_id=*/3);
+  const int64_t z = b.reg(1, "z", shape);
+  b.compute(1, "neg1", "neg", NoParams{}, {received}, {z});
+  b.output(1, "z", z, shape);
+  return b.plan();
+}
+
+TEST(ActStream, ActsOnOneStreamRunAheadOfTheirWorkAndNothingCrossesBeforeItHasRun) {
+  const Shape shape{64, 16};  // 4 KiB: a transfer the RECV reads from rank 0's register
+  std::vector<double> xv, want;
+  for (int64_t i = 0; i < shape.numel(); ++i) {
+    xv.push_back(i % 3 ? double(i) : -double(i));
+    want.push_back(std::max(xv.back(), 0.0));  // neg(neg(relu(x)))
+  }
+  const Tensor xs = make_tensor(xv, shape, DataType::kFloat32);
+  HeldStreams held;
+  Runtime runtime(two_rank_chain(shape), held.options());
+  ASSERT_EQ(held.by_rank.size(), 2u);
+  held.by_rank.at(1)->open();
+  HeldStream& zero = *held.by_rank.at(0);
+
+  auto run = std::async(std::launch::async, [&] { return runtime.run({{"x", xs}}); });
+  // Rank 0's tick, INPUT, relu and neg all act (each told by the one before it at its act, as
+  // they share the stream), though none of their work has run.
+  ASSERT_TRUE(zero.wait_launched(4)) << zero.launched() << " launched";
+  EXPECT_EQ(zero.finished(), 0);
+  // Rank 1 sees nothing of it: its RECV's input is only announced once rank 0's stream ran
+  // neg, so rank 1 launched no more than its tick.
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  EXPECT_EQ(held.by_rank.at(1)->launched(), 1);
+  EXPECT_EQ(run.wait_for(std::chrono::seconds(0)), std::future_status::timeout)
+      << "the iteration ended before its work ran";
+
+  zero.open();
+  const auto out = run.get();
+  EXPECT_EQ(values_of(out.at("z")), want);
+  EXPECT_EQ(zero.finished(), zero.launched());
+  EXPECT_TRUE(runtime.shutdown());
+}
+
+TEST(ActStream, ABusyStreamIsProgressNotAStall) {
+  const Shape shape{2, 3};
+  HeldStreams held;
+  RuntimeOptions options = held.options();
+  options.watchdog_seconds = 0.5;
+  Runtime runtime(two_rank_chain(shape), options);
+  held.by_rank.at(1)->open();
+  // Rank 0's stream holds its work for 2 s, four times the watchdog's limit: a long kernel,
+  // which the watchdog must not take for a hang.
+  auto run = std::async(std::launch::async, [&] {
+    return runtime.run({{"x", Tensor::zeros(shape, DataType::kFloat32)}});
+  });
+  ASSERT_TRUE(held.by_rank.at(0)->wait_launched(4));
+  EXPECT_EQ(run.wait_for(std::chrono::seconds(2)), std::future_status::timeout)
+      << "a busy stream is progress, not a stall";
+  held.by_rank.at(0)->open();
+  EXPECT_NO_THROW(run.get());
+}
+
+TEST(ActStream, AFailingWorkOnAStreamEndsTheRunNamingItsTaskAndIteration) {
+  PlanBuilder b(1);
+  const int64_t logits = b.input(0, "logits", Shape{2, 3});
+  const int64_t labels = b.input(0, "labels", Shape{2}, {}, DataType::kInt64);
+  const int64_t loss = b.reg(0, "loss", Shape{2});
+  b.compute(0, "cross_entropy", "sparse_softmax_cross_entropy", NoParams{}, {logits, labels},
+            {loss});
+  b.output(0, "loss", loss, Shape{2});
+  RuntimeOptions options;
+  options.async_cpu_streams = true;
+  Runtime runtime(b.plan(), options);
+  auto feed = [](double label) {
+    return std::map<std::string, Tensor>{
+        {"logits", Tensor::zeros(Shape{2, 3}, DataType::kFloat32)},
+        {"labels", make_tensor({0, label}, Shape{2}, DataType::kInt64)}};
+  };
+  runtime.run(feed(2));
+  // The OUTPUT after it acted already (it shares the stream) when the work failed: the report
+  // still names the task whose work threw, in the iteration of that act.
+  expect_error([&] { runtime.run(feed(9)); }, ErrorCode::kOutOfRange,
+               "rank 0, COMPUTE sparse_softmax_cross_entropy) in iteration 1 failed: "
+               "[sparse_softmax_cross_entropy] every label must be in");
+}
+
+}  // namespace
+}  // namespace ofl::actor
