@@ -4,6 +4,7 @@
 
 #include "oneflowlike/autograd.h"
 #include "oneflowlike/common/error.h"
+#include "oneflowlike/cuda/device.h"
 
 namespace ofl {
 
@@ -25,19 +26,48 @@ Tensor Tensor::empty(const Shape& shape, DataType dtype, Device device) {
   return Tensor(std::move(impl));
 }
 
+namespace {
+
+// -1 for host memory, else the CUDA device index (cuda::copy's convention).
+int cuda_index(Device device) { return device.type == DeviceType::kCUDA ? device.index : -1; }
+
+// Copies bytes between any two devices; host to host is a memcpy, the rest is the CUDA layer's.
+void copy_bytes(void* dst, Device dst_device, const void* src, Device src_device, size_t bytes) {
+  if (bytes == 0) return;
+  if (dst_device.type == DeviceType::kCPU && src_device.type == DeviceType::kCPU) {
+    std::memcpy(dst, src, bytes);
+  } else {
+    cuda::copy(dst, cuda_index(dst_device), src, cuda_index(src_device), bytes);
+  }
+}
+
+}  // namespace
+
 Tensor Tensor::zeros(const Shape& shape, DataType dtype, Device device) {
   Tensor t = empty(shape, dtype, device);
-  std::memset(t.raw_data(), 0, t.nbytes());
+  if (device.type == DeviceType::kCUDA) {
+    cuda::zero(t.raw_data(), device.index, t.nbytes());
+  } else {
+    std::memset(t.raw_data(), 0, t.nbytes());
+  }
   return t;
 }
 
 Tensor Tensor::from_host(const void* data, const Shape& shape, DataType dtype, Device device) {
   Tensor t = empty(shape, dtype, device);
-  std::memcpy(t.raw_data(), data, t.nbytes());
+  copy_bytes(t.raw_data(), device, data, Device::cpu(), t.nbytes());
+  return t;
+}
+
+Tensor Tensor::to(Device device) const {
+  if (device == this->device()) return *this;
+  Tensor t = empty(shape(), dtype(), device);
+  copy_bytes(t.raw_data(), device, raw_data(), this->device(), nbytes());
   return t;
 }
 
 Tensor Tensor::scalar(double value, DataType dtype, Device device) {
+  if (device.type != DeviceType::kCPU) return scalar(value, dtype).to(device);
   Tensor t = empty(Shape{}, dtype, device);
   visit_dtype(dtype, [&]<class T>() {
     if constexpr (std::is_same_v<T, float16> || std::is_same_v<T, bfloat16>) {
@@ -52,6 +82,7 @@ Tensor Tensor::scalar(double value, DataType dtype, Device device) {
 double Tensor::item() const {
   OFL_CHECK(numel() == 1, "[item] only a one-element tensor converts to a number. However, got ",
             describe(), ".");
+  if (device().type != DeviceType::kCPU) return to(Device::cpu()).item();
   return visit_dtype(dtype(), [&]<class T>() -> double {
     if constexpr (std::is_same_v<T, float16> || std::is_same_v<T, bfloat16>) {
       return static_cast<float>(*data<T>());
@@ -88,7 +119,11 @@ Tensor Tensor::detach() const {
   return Tensor(std::move(impl));
 }
 
-Tensor Tensor::clone() const { return from_host(raw_data(), shape(), dtype(), device()); }
+Tensor Tensor::clone() const {
+  Tensor t = empty(shape(), dtype(), device());
+  copy_bytes(t.raw_data(), device(), raw_data(), device(), nbytes());
+  return t;
+}
 
 void Tensor::throw_lazy_data_access() const {
   throw_error(ErrorCode::kFailedPrecondition,

@@ -95,6 +95,9 @@ class Tensor {
   Tensor detach() const;
   /// A deep copy (no autograd history).
   Tensor clone() const;
+  /// This tensor on `device`: itself when it is there, else a copy (no autograd history).
+  /// Copies to or from a CUDA device return once the copy is done.
+  Tensor to(Device device) const;
   bool shares_storage_with(const Tensor& other) const {
     return impl_->storage == other.impl_->storage;
   }

@@ -107,6 +107,13 @@ class Event {
 /// actor/act_stream.h). Never blocks the caller.
 void call_when_done(const Stream& stream, std::function<void(std::exception_ptr)> callback);
 
+/// Copies `bytes` between host memory and device memory, or within a device, on the compute
+/// stream of the device involved (so it follows the kernels launched there), and returns once
+/// the copy is done. `dst_device` / `src_device` are -1 for host memory.
+void copy(void* dst, int dst_device, const void* src, int src_device, size_t bytes);
+/// Sets `bytes` of device memory to zero on `device`'s compute stream (asynchronous).
+void zero(void* dst, int device, size_t bytes);
+
 /// Device `index`'s caching allocator (Note [CUDA caching allocator] in allocator.cpp); raises
 /// as check_device does when the device does not exist.
 Allocator* allocator(int index);

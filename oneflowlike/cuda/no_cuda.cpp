@@ -38,6 +38,11 @@ void call_when_done(const Stream& stream, std::function<void(std::exception_ptr)
   no_device(stream.device());
 }
 
+void copy(void*, int dst_device, const void*, int src_device, size_t) {
+  no_device(dst_device >= 0 ? dst_device : src_device);
+}
+void zero(void*, int device, size_t) { no_device(device); }
+
 Allocator* allocator(int index) { no_device(index); }
 size_t cached_bytes(int) { return 0; }
 void empty_cache() {}

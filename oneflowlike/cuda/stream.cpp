@@ -74,4 +74,28 @@ void Event::block(const Stream& stream) const {
         "cudaStreamWaitEvent", device_);
 }
 
+void copy(void* dst, int dst_device, const void* src, int src_device, size_t bytes) {
+  OFL_ASSERT(dst_device >= 0 || src_device >= 0) << "a host-to-host copy is no CUDA copy";
+  // A copy between two devices runs on the destination's stream after the source's work.
+  const int device = dst_device >= 0 ? dst_device : src_device;
+  if (dst_device >= 0 && src_device >= 0 && dst_device != src_device) {
+    stream(src_device, StreamKind::kCompute).synchronize();
+  }
+  DeviceGuard guard(device);
+  const Stream& s = stream(device, StreamKind::kCompute);
+  const cudaMemcpyKind kind = dst_device < 0   ? cudaMemcpyDeviceToHost
+                              : src_device < 0 ? cudaMemcpyHostToDevice
+                                               : cudaMemcpyDeviceToDevice;
+  check(cudaMemcpyAsync(dst, src, bytes, kind, static_cast<cudaStream_t>(s.native())),
+        "cudaMemcpyAsync", device);
+  s.synchronize();
+}
+
+void zero(void* dst, int device, size_t bytes) {
+  DeviceGuard guard(device);
+  const Stream& s = stream(device, StreamKind::kCompute);
+  check(cudaMemsetAsync(dst, 0, bytes, static_cast<cudaStream_t>(s.native())), "cudaMemsetAsync",
+        device);
+}
+
 }  // namespace ofl::cuda

@@ -24,12 +24,14 @@ def why_unavailable():
     return _C.cuda_why_no_device()
 
 
-def check_device_supported(op, device):
+def check_device_supported(op, device, *, runs_cuda=True):
     """Raises unless ``device`` ("cpu", "cuda:1", a flow.device, or None) can hold tensors in this
-    build: a CUDA device without one says why; with one, that the runtime cannot run it yet."""
+    build: a CUDA device without one says why, and so does a missing index. ``runs_cuda`` False
+    is for what cannot run on CUDA yet (placements, modules): it says so."""
     if device is None:
         return
-    kind = str(device).split(":")[0]
+    text = str(device)
+    kind, _, index = text.partition(":")
     if kind == "cpu":
         return
     if kind != "cuda":
@@ -37,6 +39,9 @@ def check_device_supported(op, device):
     if not is_available():
         raise RuntimeError(f"[{op}] device {device} needs a CUDA device. However, there is none: "
                            f"{why_unavailable()}.")
-    raise NotImplementedError(f"[{op}] CUDA tensors are not run yet: the CUDA device, streams and "
-                              "allocator exist, the kernels and the event-gated runtime do not "
-                              "(issue 15).")
+    if index and int(index) >= device_count():
+        raise RuntimeError(f"[{op}] device {device} does not exist: this process sees "
+                           f"{device_count()} CUDA device(s) (cuda:0 to cuda:{device_count() - 1}).")
+    if not runs_cuda:
+        raise NotImplementedError(f"[{op}] does not run on CUDA yet: eager CUDA tensors and their "
+                                  "kernels exist, CUDA placements in graphs do not (issue 15).")

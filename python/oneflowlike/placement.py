@@ -27,7 +27,7 @@ class placement:  # noqa: N801 (OneFlow's name)
         if type == "cuda":
             from oneflowlike import cuda
 
-            cuda.check_device_supported("placement", "cuda")
+            cuda.check_device_supported("placement", "cuda", runs_cuda=False)
         if ranks is None:
             raise TypeError("[placement] needs ranks, e.g. flow.placement('cpu', ranks=[0, 1]).")
         if isinstance(ranks, numbers.Integral):

@@ -62,7 +62,8 @@ Tensor from_numpy(py::array array) {
   return Tensor::from_host(array.data(), Shape(std::move(dims)), dtype);
 }
 
-py::array to_numpy(const Tensor& t) {
+py::array to_numpy(const Tensor& tensor) {
+  const Tensor t = tensor.to(Device::cpu());  // a CUDA tensor's bytes come to the host first
   std::vector<py::ssize_t> shape(t.shape().dims().begin(), t.shape().dims().end());
   py::array out(numpy_dtype(t.dtype()), shape);
   if (t.dtype() == DataType::kBFloat16) {
@@ -111,6 +112,10 @@ void init_tensor(py::module_& m) {
       .def("size", [](const Tensor& t) { return t.shape(); })
       .def("element_size", [](const Tensor& t) { return dtype_size(t.dtype()); })
       .def("numpy", &to_numpy, "A numpy copy of the tensor (bfloat16 comes back as float32).")
+      .def(
+          "_to_device",
+          [](const Tensor& t, const std::string& device) { return t.to(Device::parse(device)); },
+          "A copy on another device (itself when already there); no autograd history.")
       .def("item", &Tensor::item, "The value of a one-element tensor.")
       .def("detach", &Tensor::detach)
       .def("clone", &Tensor::clone)

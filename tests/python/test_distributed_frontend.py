@@ -288,7 +288,7 @@ def test_graph_config_and_placement_errors():
     with pytest.raises(ValueError, match="gradient bucket size must be an int >= 0"):
         config.set_gradient_bucket_bytes(-1)
     if flow.cuda.is_available():
-        with pytest.raises(NotImplementedError, match=r"\[placement\] CUDA tensors are not run"):
+        with pytest.raises(NotImplementedError, match=r"\[placement\] does not run on CUDA yet"):
             flow.placement("cuda", ranks=[0])
     else:
         with pytest.raises(RuntimeError, match=r"\[placement\] device cuda needs a CUDA device. "

@@ -43,6 +43,8 @@ def tensor(data, dtype=None, device=None, requires_grad=False):
             from oneflowlike.ops.creation import cast
 
             result = cast(t, dtype)
+            if device is not None and str(device).startswith("cuda"):
+                result = result._to_device(str(device))
             if requires_grad:
                 result.requires_grad = True
             return result
@@ -50,6 +52,8 @@ def tensor(data, dtype=None, device=None, requires_grad=False):
     elif array.dtype == np.uint8 or array.dtype.kind == "u":
         array = array.astype(np.int64)
     result = _C.from_numpy(np.require(array, requirements="C"))
+    if device is not None and str(device).startswith("cuda"):
+        result = result._to_device(str(device))
     if requires_grad:
         result.requires_grad = True
     return result

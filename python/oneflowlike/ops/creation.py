@@ -82,21 +82,40 @@ def cast(input, dtype):  # noqa: A002
 
 
 def _to(self, *args, **kwargs):
-    """tensor.to(dtype) or tensor.to("cpu"); CUDA devices are not run yet (flow.cuda)."""
+    """tensor.to(dtype), tensor.to("cuda:0"), tensor.to("cpu"), or both, as in torch."""
+    from oneflowlike import cuda
+
     dtype = kwargs.get("dtype")
+    device = kwargs.get("device")
     for a in args:
         if isinstance(a, _C.dtype):
             dtype = a
         elif isinstance(a, (str, _C.device)):
-            from oneflowlike import cuda
-
-            cuda.check_device_supported("to", a)
-    return self if dtype is None else _C.cast(self, dtype)
+            device = a
+    out = self if dtype is None else _C.cast(self, dtype)
+    if device is None:
+        return out
+    cuda.check_device_supported("to", device)
+    target = str(device)
+    if target == "cuda":
+        target = "cuda:0"
+    if target == "cpu":
+        target = "cpu:0"
+    if str(out.device) == target:
+        return out
+    if out.requires_grad:
+        # A copy without history would leave the source's gradient silently unset.
+        raise NotImplementedError(
+            f"[to] moving a tensor that requires grad between devices ({out.device} -> {target}) "
+            "keeps no autograd history yet; move the leaf tensor before using it, "
+            "e.g. flow.tensor(data, device='cuda', requires_grad=True).")
+    return out._to_device(target)
 
 
 TENSOR_METHODS = {
     "to": _to,
-    "cpu": lambda self: self,  # tensors of this build live on cpu, contiguous
+    "cpu": lambda self: _to(self, "cpu"),
+    "cuda": lambda self, device=None: _to(self, "cuda" if device is None else f"cuda:{device}"),
     "contiguous": lambda self: self,
     "float": lambda self: _C.cast(self, _C.dtype.float32),
     "double": lambda self: _C.cast(self, _C.dtype.float64),

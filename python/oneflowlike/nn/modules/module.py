@@ -437,5 +437,5 @@ def factory_dtype(op, device, dtype):
     only device that runs yet (the factory arguments of torch's layers)."""
     from oneflowlike import cuda
 
-    cuda.check_device_supported(op, device)
+    cuda.check_device_supported(op, device, runs_cuda=False)
     return _C.dtype.float32 if dtype is None else dtype
