@@ -122,8 +122,13 @@ void Actor::launch(Work work, Deferred later) {
 }
 
 void Actor::finish(ActorHost& host, Deferred& done) {
-  for (const ActorMessage& m : done.messages) host.send(m);
-  for (const auto& [output, ready] : done.announcements) announce(host, outputs_[output], ready);
+  for (const auto& [output, message] : done.sends) {
+    if (output < 0) {
+      host.send(message);
+    } else {
+      announce(host, outputs_[output], message);
+    }
+  }
   if (done.counts_act) host.count_act(done.iteration);
   end_stream_if_done(host);
 }
@@ -133,12 +138,12 @@ void Actor::send_after_work(ActorHost& host, const ActorMessage& message, bool s
   if (same_stream) {
     host.send(message);
   } else if (later != nullptr) {
-    later->messages.push_back(message);
+    later->sends.emplace_back(-1, message);
   } else if (stream_ != nullptr) {
     // Whoever acknowledged us at its act (it shares our stream) may still be reading what this
     // releases: send it behind that work.
     Deferred fence;
-    fence.messages.push_back(message);
+    fence.sends.emplace_back(-1, message);
     launch(nullptr, std::move(fence));
   } else {
     host.send(message);
@@ -160,7 +165,7 @@ void Actor::send_ready(ActorHost& host, int output, int32_t slot, Deferred* late
     if (c.same_stream) {
       announce(host, out, ready);
     } else {
-      later->announcements.emplace_back(output, ready);
+      later->sends.emplace_back(output, ready);
     }
   }
   // Nobody reads it, or the message carried it: free (after sending, which copied the piece).

@@ -194,10 +194,12 @@ class Actor {
  private:
   // What an act leaves for when its work has finished (Note [Event-gated acts]).
   struct Deferred {
-    std::vector<ActorMessage> messages;                       // acks, in order
-    std::vector<std::pair<int, ActorMessage>> announcements;  // (output, ready), after them
-    bool counts_act = false;                                  // an act, not a fence
-    int64_t act = 0;                                          // its number
+    // In the order the act made them: (output, ready) goes through announce(), (-1, message)
+    // is sent as it is. The order matters: a SEND's small piece leaves with its announcement,
+    // and only then may the ack that releases its input go.
+    std::vector<std::pair<int, ActorMessage>> sends;
+    bool counts_act = false;  // an act, not a fence
+    int64_t act = 0;          // its number
     int64_t iteration = 0;
     std::shared_ptr<std::exception_ptr> error;  // what the work threw, set by the stream
   };
