@@ -63,7 +63,6 @@ void Actor::act(ActorHost& host) {
   Deferred later;
   later.counts_act = true;
   later.act = acts_;
-  later.iteration = iteration();
   Work work = this->work(host, std::move(inputs), std::move(outputs));
   ++acts_;
 
@@ -129,7 +128,7 @@ void Actor::finish(ActorHost& host, Deferred& done) {
       announce(host, outputs_[output], message);
     }
   }
-  if (done.counts_act) host.count_act(done.iteration);
+  if (done.counts_act) host.count_act(done.act / acts_per_iteration_);
   end_stream_if_done(host);
 }
 

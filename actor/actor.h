@@ -198,9 +198,8 @@ class Actor {
     // is sent as it is. The order matters: a SEND's small piece leaves with its announcement,
     // and only then may the ack that releases its input go.
     std::vector<std::pair<int, ActorMessage>> sends;
-    bool counts_act = false;  // an act, not a fence
-    int64_t act = 0;          // its number
-    int64_t iteration = 0;
+    bool counts_act = false;                    // an act, not a fence
+    int64_t act = 0;                            // its number
     std::shared_ptr<std::exception_ptr> error;  // what the work threw, set by the stream
   };
   void send_ready(ActorHost& host, int output, int32_t slot, Deferred* later);

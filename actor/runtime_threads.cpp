@@ -12,6 +12,17 @@
 
 namespace ofl::actor {
 
+namespace {
+
+// SEND and RECV move their bytes through the transport within their act.
+bool is_transfer(const PlanIndex& index, const Actor& actor) {
+  if (actor.task() < 0) return false;
+  const auto kind = index.task(actor.task()).proto.kind();
+  return kind == proto::TaskProto::SEND || kind == proto::TaskProto::RECV;
+}
+
+}  // namespace
+
 // One thread per (rank, plan thread): 0 is the compute stream, 1 communication. Deterministic
 // mode puts every actor on one thread run by the caller.
 void Runtime::assign_threads() {
@@ -49,9 +60,7 @@ void Runtime::assign_threads() {
   comm::Transport* transport = transport_.get();
   for (auto& thread : threads_) {
     for (const Actor* actor : thread->actors()) {
-      if (actor->task() < 0) continue;
-      const auto kind = index_.task(actor->task()).proto.kind();
-      if (kind == proto::TaskProto::SEND || kind == proto::TaskProto::RECV) {
+      if (is_transfer(index_, *actor)) {
         thread->set_poll([transport] { return transport->progress(); });
         break;
       }
@@ -74,12 +83,9 @@ void Runtime::assign_streams() {
     streams_.push_back(options_.make_stream ? options_.make_stream(thread->rank(), name)
                                             : make_cpu_worker_stream(name, thread_kernel_threads_));
     for (Actor* actor : thread->actors()) {
-      // A transfer moves its bytes through the transport within its act: it keeps no stream,
-      // so its neighbours on this one send it their messages once their work has run.
-      const bool transfer = actor->task() >= 0 &&
-                            (index_.task(actor->task()).proto.kind() == proto::TaskProto::SEND ||
-                             index_.task(actor->task()).proto.kind() == proto::TaskProto::RECV);
-      if (!transfer) actor->set_stream(streams_.back().get());
+      // A transfer keeps no stream, so its neighbours on this one send it their messages once
+      // their work has run.
+      if (!is_transfer(index_, *actor)) actor->set_stream(streams_.back().get());
     }
   }
   auto shares_stream = [&](const Actor& actor, int64_t other) {

@@ -1,7 +1,7 @@
 """flow.cuda: the CUDA devices this process sees (torch.cuda's and OneFlow's names).
 
-The CUDA backend builds where nvcc is installed, but the runtime does not run CUDA placements
-yet (issue 15): placements and tensors stay on cpu.
+The CUDA backend builds where nvcc is installed. Eager tensors can live on a GPU (with the
+elementwise kernels so far); graphs do not run CUDA placements yet (issue 15, docs/cuda.md).
 """
 
 from oneflowlike import _C
@@ -30,8 +30,7 @@ def check_device_supported(op, device, *, runs_cuda=True):
     is for what cannot run on CUDA yet (placements, modules): it says so."""
     if device is None:
         return
-    text = str(device)
-    kind, _, index = text.partition(":")
+    kind = str(device).partition(":")[0]
     if kind == "cpu":
         return
     if kind != "cuda":
@@ -39,7 +38,7 @@ def check_device_supported(op, device, *, runs_cuda=True):
     if not is_available():
         raise RuntimeError(f"[{op}] device {device} needs a CUDA device. However, there is none: "
                            f"{why_unavailable()}.")
-    if index and int(index) >= device_count():
+    if _C.device(str(device)).index >= device_count():
         raise RuntimeError(f"[{op}] device {device} does not exist: this process sees "
                            f"{device_count()} CUDA device(s) (cuda:0 to cuda:{device_count() - 1}).")
     if not runs_cuda:

@@ -96,11 +96,7 @@ def _to(self, *args, **kwargs):
     if device is None:
         return out
     cuda.check_device_supported("to", device)
-    target = str(device)
-    if target == "cuda":
-        target = "cuda:0"
-    if target == "cpu":
-        target = "cpu:0"
+    target = str(_C.device(str(device)))  # "cuda" -> "cuda:0"
     if str(out.device) == target:
         return out
     if out.requires_grad:
