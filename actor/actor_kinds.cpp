@@ -54,10 +54,11 @@ class TickActor final : public Actor {
 
 class ComputeActor final : public TaskActor {
  public:
-  ComputeActor(const PlanIndex& index, int task, int priority) : TaskActor(index, task, priority) {
+  ComputeActor(const PlanIndex& index, int task, int priority, Device device)
+      : TaskActor(index, task, priority) {
     const size_t bytes = kernel_temp_bytes(index, task);
     if (bytes > 0) {
-      temp_ = Tensor::empty(Shape{static_cast<int64_t>(bytes)}, DataType::kInt8);
+      temp_ = Tensor::empty(Shape{static_cast<int64_t>(bytes)}, DataType::kInt8, device);
     }
   }
 
@@ -209,16 +210,17 @@ class ZerosActor final : public TaskActor {
 };
 
 // COPY and REPEAT: the same bytes into the output slot (REPEAT copies so that a micro-batch
-// writing its input in place cannot change the once value).
+// writing its input in place cannot change the once value); COPY_H2D and COPY_D2H: the same
+// between a rank's host and GPU memory (Note [Devices in a plan]). A copy to or from a GPU
+// returns once it is done, so it holds the actor thread for its duration: pinned staging
+// buffers and copies gated by events like the kernels are the next step.
 class CopyActor final : public TaskActor {
  public:
   using TaskActor::TaskActor;
 
  private:
   Work work(ActorHost&, std::vector<Tensor> inputs, std::vector<Tensor> outputs) override {
-    return [in = inputs[0], out = outputs[0]] {
-      std::memcpy(out.raw_data(), in.raw_data(), out.nbytes());
-    };
+    return [in = inputs[0], out = outputs[0]] { out.copy_from(in); };
   }
 };
 
@@ -355,10 +357,11 @@ class RecvActor final : public TaskActor {
 
 }  // namespace
 
-std::unique_ptr<Actor> make_task_actor(const PlanIndex& index, int task, int priority) {
+std::unique_ptr<Actor> make_task_actor(const PlanIndex& index, int task, int priority,
+                                       Device device) {
   switch (index.task(task).proto.kind()) {
     case proto::TaskProto::COMPUTE:
-      return std::make_unique<ComputeActor>(index, task, priority);
+      return std::make_unique<ComputeActor>(index, task, priority, device);
     case proto::TaskProto::INPUT:
       return std::make_unique<InputActor>(index, task, priority);
     case proto::TaskProto::VARIABLE:
@@ -380,6 +383,8 @@ std::unique_ptr<Actor> make_task_actor(const PlanIndex& index, int task, int pri
       return std::make_unique<ZerosActor>(index, task, priority);
     case proto::TaskProto::COPY:
     case proto::TaskProto::REPEAT:
+    case proto::TaskProto::COPY_H2D:
+    case proto::TaskProto::COPY_D2H:
       return std::make_unique<CopyActor>(index, task, priority);
     case proto::TaskProto::UNPACK:
       return std::make_unique<UnpackActor>(index, task, priority);

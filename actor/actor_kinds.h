@@ -22,8 +22,10 @@ inline bool is_inline_transfer(int64_t bytes) {
   return bytes <= static_cast<int64_t>(comm::kInlineTransferBytes);
 }
 
-/// The actor running task `task` of `index`. `priority` orders ready actors of one thread.
-std::unique_ptr<Actor> make_task_actor(const PlanIndex& index, int task, int priority);
+/// The actor running task `task` of `index`. `priority` orders ready actors of one thread;
+/// `device` holds the task's memory (its kernel's scratch).
+std::unique_ptr<Actor> make_task_actor(const PlanIndex& index, int task, int priority,
+                                       Device device);
 
 /// The tick of `rank`: acts once per iteration when the runtime starts one, and hands each
 /// source actor of the rank (tasks with no input at all) its start.

@@ -44,6 +44,7 @@ PlanIndex::PlanIndex(const proto::PlanProto& plan, PlanIndexOptions options) {
   OFL_CHECK(plan.pipeline_depth() >= 0, kTag,
             "a plan must have a non-negative pipeline_depth. However, got ", plan.pipeline_depth(),
             ".");
+  cpu_kernels_ = options.cpu_kernels;
   micro_batches_ = std::max(1, plan.micro_batches());
   pipeline_depth_ = std::max(1, plan.pipeline_depth());
   check_plan_contract(plan, PlanContractOptions{options.check_acyclic});
@@ -90,10 +91,12 @@ void PlanIndex::index_plan(const proto::PlanProto& plan) {
     for (const proto::MemoryBlockProto& block : rank->memory_blocks()) {
       OFL_CHECK(block.bytes() >= 0, kTag, "memory block ", block.id(), " on rank ", rank->rank(),
                 " must have a non-negative size. However, got ", block.bytes(), " bytes.");
-      OFL_CHECK(
-          memory_blocks_.emplace(std::make_pair(rank->rank(), block.id()), block.bytes()).second,
-          kTag, "memory block ids must be unique on a rank. However, got block ", block.id(),
-          " twice on rank ", rank->rank(), ".");
+      OFL_CHECK(memory_blocks_
+                    .emplace(std::make_pair(rank->rank(), block.id()),
+                             MemoryBlockInfo{block.bytes(), block.device()})
+                    .second,
+                kTag, "memory block ids must be unique on a rank. However, got block ", block.id(),
+                " twice on rank ", rank->rank(), ".");
     }
   }
   for (const proto::RankPlanProto* rank : ranks) {
@@ -131,10 +134,14 @@ void PlanIndex::index_plan(const proto::PlanProto& plan) {
         OFL_CHECK(reg.register_num() <= 1, kTag, "register '", reg.name(),
                   "' must have one slot to share memory block ", reg.memory_block(),
                   ". However, it has ", reg.register_num(), ".");
-        OFL_CHECK(reg.offset() >= 0 && reg.offset() + needed <= block->second, kTag, "register '",
-                  reg.name(), "' must lie inside memory block ", reg.memory_block(), " (",
-                  block->second, " bytes). However, it takes bytes [", reg.offset(), ", ",
-                  reg.offset() + needed, ").");
+        OFL_CHECK(reg.offset() >= 0 && reg.offset() + needed <= block->second.bytes, kTag,
+                  "register '", reg.name(), "' must lie inside memory block ", reg.memory_block(),
+                  " (", block->second.bytes, " bytes). However, it takes bytes [", reg.offset(),
+                  ", ", reg.offset() + needed, ").");
+        OFL_CHECK(reg.device() == block->second.device, kTag, "register '", reg.name(),
+                  "' must share a memory block of its own device. However, it is in ",
+                  proto::PlanDevice_Name(reg.device()), " memory and block ", reg.memory_block(),
+                  " in ", proto::PlanDevice_Name(block->second.device), " memory.");
       }
       registers_.push_back(std::move(info));
     }
@@ -337,10 +344,13 @@ void PlanIndex::check_task(int index) {
                 " must read or write a register.");
       const DataType dtype = (which < 0 || task.inputs.empty()) ? reg(task.outputs.at(0)).dtype
                                                                 : reg(task.inputs.at(which)).dtype;
-      task.kernel = op.find_kernel(DeviceType::kCPU, dtype);
-      OFL_CHECK_TYPE(task.kernel != nullptr, kTag, who, " needs a cpu kernel of '", op.name(),
-                     "' for dtype ", dtype_name(dtype), ". However, kernels exist for ",
-                     op.kernel_dtypes(DeviceType::kCPU), ".");
+      const DeviceType device = p.device() == proto::PLAN_DEVICE_CUDA && !cpu_kernels_
+                                    ? DeviceType::kCUDA
+                                    : DeviceType::kCPU;
+      task.kernel = op.find_kernel(device, dtype);
+      OFL_CHECK_TYPE(task.kernel != nullptr, kTag, who, " needs a ", device_type_name(device),
+                     " kernel of '", op.name(), "' for dtype ", dtype_name(dtype),
+                     ". However, kernels exist for ", op.kernel_dtypes(device), ".");
       for (int i : p.mutated_inputs()) {
         OFL_CHECK_INDEX(i >= 0 && i < static_cast<int>(task.inputs.size()), kTag, who,
                         " must mutate one of its inputs. However, got mutated input ", i, ".");
@@ -419,6 +429,8 @@ void PlanIndex::check_task(int index) {
       arity(0, 1);
       break;
     case proto::TaskProto::COPY:
+    case proto::TaskProto::COPY_H2D:
+    case proto::TaskProto::COPY_D2H:
       arity(1, 1);
       same_dtype(task.inputs[0], task.outputs[0]);
       OFL_CHECK(reg(task.inputs[0]).shape.numel() == reg(task.outputs[0]).shape.numel(), kTag, who,

@@ -28,6 +28,9 @@ struct PlanIndexOptions {
   /// Reject plans with a cycle through data, control inputs or transfers. The watchdog tests
   /// turn it off to run such a plan.
   bool check_acyclic = true;
+  /// Look up CPU kernels for every task, those placed on a GPU too: the reference executor and
+  /// RuntimeOptions::simulate_cuda run a plan's GPU tasks on the host.
+  bool cpu_kernels = false;
 };
 
 class PlanIndex {
@@ -98,8 +101,12 @@ class PlanIndex {
   const std::vector<int64_t>& ranks() const { return ranks_; }
   bool has_rank(int64_t rank) const;
 
-  /// The memory blocks of the plan's ranks, by (rank, block id): their sizes in bytes.
-  const std::map<std::pair<int64_t, int64_t>, int64_t>& memory_blocks() const {
+  struct MemoryBlockInfo {
+    int64_t bytes = 0;
+    proto::PlanDevice device = proto::PLAN_DEVICE_CPU;
+  };
+  /// The memory blocks of the plan's ranks, by (rank, block id).
+  const std::map<std::pair<int64_t, int64_t>, MemoryBlockInfo>& memory_blocks() const {
     return memory_blocks_;
   }
 
@@ -136,7 +143,8 @@ class PlanIndex {
   NameIndex variables_by_name_;
   std::vector<std::vector<Edge>> predecessors_;
   std::vector<int64_t> ranks_;
-  std::map<std::pair<int64_t, int64_t>, int64_t> memory_blocks_;
+  std::map<std::pair<int64_t, int64_t>, MemoryBlockInfo> memory_blocks_;
+  bool cpu_kernels_ = false;  // PlanIndexOptions::cpu_kernels
   int micro_batches_ = 1;
   int pipeline_depth_ = 1;
   int64_t world_size_ = 0;

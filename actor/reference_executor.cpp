@@ -11,7 +11,8 @@
 
 namespace ofl::actor {
 
-ReferenceExecutor::ReferenceExecutor(proto::PlanProto plan) : index_(plan) {
+ReferenceExecutor::ReferenceExecutor(proto::PlanProto plan)
+    : index_(plan, PlanIndexOptions{.cpu_kernels = true}) {
   compute_schedule();
   values_.resize(index_.num_registers());
   in_flight_.resize(index_.num_tasks());
@@ -124,7 +125,9 @@ void ReferenceExecutor::act(int t, int micro_batch, const std::map<std::string, 
       values_[task.outputs[0]] = Tensor::zeros(reg.shape, reg.dtype);
       break;
     }
-    case proto::TaskProto::COPY: {
+    case proto::TaskProto::COPY:
+    case proto::TaskProto::COPY_H2D:  // the reference keeps every register on the host
+    case proto::TaskProto::COPY_D2H: {
       Tensor out = fresh(0);
       std::memcpy(out.raw_data(), values_[task.inputs[0]].raw_data(), out.nbytes());
       values_[task.outputs[0]] = out;
@@ -164,8 +167,8 @@ void ReferenceExecutor::act(int t, int micro_batch, const std::map<std::string, 
 }
 
 void ReferenceExecutor::use_planned_memory() {
-  for (const auto& [key, bytes] : index_.memory_blocks()) {
-    blocks_[key] = Tensor::zeros(Shape{bytes}, DataType::kInt8);
+  for (const auto& [key, block] : index_.memory_blocks()) {  // all on the host here
+    blocks_[key] = Tensor::zeros(Shape{block.bytes}, DataType::kInt8);
   }
   planned_memory_ = true;
 }

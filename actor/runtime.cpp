@@ -104,7 +104,7 @@ std::map<std::string, Tensor> Runtime::local_pieces() const {
     if (actor == nullptr) continue;
     const std::string name = str_cat("rank", actor->rank(), "/", index_.task(t).proto.name());
     if (index_.task(t).proto.kind() == proto::TaskProto::VARIABLE) {
-      pieces[name] = variable_piece(t);
+      pieces[name] = variable_piece(t).to(Device::cpu());
     } else if (const Tensor* fetched = last_fetched_piece(*actor)) {
       if (fetched->defined()) pieces[name] = *fetched;
     }
@@ -118,9 +118,23 @@ void Runtime::initialize_variables() {
                             : "the runtime stopped after an error and cannot be used again.");
   for (int t = 0; t < index_.num_tasks(); ++t) {
     if (actor_of_task_[t] != nullptr && index_.task(t).proto.kind() == proto::TaskProto::VARIABLE) {
-      initialize_variable_piece(index_, t, variable_piece(t));
+      write_through_host(variable_piece(t),
+                         [&](const Tensor& piece) { initialize_variable_piece(index_, t, piece); });
     }
   }
+}
+
+// A variable piece in GPU memory is read and written through a host copy: initializers,
+// checkpoints and the caller's tensors are on the host.
+void Runtime::write_through_host(const Tensor& piece,
+                                 const std::function<void(const Tensor&)>& write) {
+  if (piece.device().type == DeviceType::kCPU) {
+    write(piece);
+    return;
+  }
+  const Tensor staged = Tensor::empty(piece.shape(), piece.dtype());
+  write(staged);
+  piece.copy_from(staged);
 }
 
 Tensor Runtime::variable_piece(int task) const {
@@ -130,11 +144,18 @@ Tensor Runtime::variable_piece(int task) const {
 }
 
 Tensor Runtime::read_variable(const std::string& name) const {
-  return actor::read_variable(index_, name, [this](int t) { return variable_piece(t); });
+  return actor::read_variable(index_, name,
+                              [this](int t) { return variable_piece(t).to(Device::cpu()); });
 }
 
 void Runtime::write_variable(const std::string& name, const Tensor& value) {
-  actor::write_variable(index_, name, value, [this](int t) { return variable_piece(t); });
+  std::map<int, Tensor> staged;  // GPU pieces: written on the host, then copied
+  actor::write_variable(index_, name, value, [&](int t) {
+    const Tensor piece = variable_piece(t);
+    if (piece.device().type == DeviceType::kCPU) return piece;
+    return staged.emplace(t, Tensor::empty(piece.shape(), piece.dtype())).first->second;
+  });
+  for (const auto& [t, host] : staged) variable_piece(t).copy_from(host);
 }
 
 std::map<std::string, Tensor> Runtime::run(const std::map<std::string, Tensor>& inputs) {
@@ -220,7 +241,9 @@ std::vector<std::pair<int, Tensor>> Runtime::run_iteration(
 std::map<int64_t, Tensor> Runtime::read_variable_pieces(const std::string& name) const {
   std::map<int64_t, Tensor> out;
   for (int t : hosted_variable_tasks(name, "read_variable_pieces")) {
-    out[index_.task(t).proto.rank()] = variable_piece(t).clone();
+    const Tensor piece = variable_piece(t);
+    out[index_.task(t).proto.rank()] =
+        piece.device().type == DeviceType::kCPU ? piece.clone() : piece.to(Device::cpu());
   }
   return out;
 }
@@ -240,7 +263,9 @@ void Runtime::write_variable_pieces(const std::string& name,
               piece.defined() ? piece.shape().to_string() + " " + dtype_name(piece.dtype())
                               : std::string("an undefined tensor"),
               ".");
-    copy_region(piece, whole(piece.shape()), target, whole(target.shape()));
+    write_through_host(target, [&](const Tensor& host) {
+      copy_region(piece, whole(piece.shape()), host, whole(host.shape()));
+    });
   }
 }
 

@@ -74,6 +74,15 @@ struct RuntimeOptions {
   std::function<std::unique_ptr<ActStream>(int64_t rank, std::string name)> make_stream;
   /// How messages and data reach other ranks; null: an in-process transport of this runtime.
   std::shared_ptr<comm::Transport> transport;
+  /// Note [The GPU of a rank]: the GPU of the first hosted rank that runs GPU tasks; the next
+  /// such ranks take the next GPUs. -1: LOCAL_RANK (the launcher's one process per rank on a
+  /// host), 0 without it.
+  int first_gpu = -1;
+  /// Runs the plan's GPU tasks with CPU kernels in host memory, on one worker stream per rank
+  /// standing for its GPU's stream: how CI runs a CUDA plan's device copies, per-device memory
+  /// blocks and event-gated handovers without a GPU (Note [Devices in a plan] in
+  /// compiler/physical/expansion.h). For tests; also on with OFL_SIMULATE_CUDA=1.
+  bool simulate_cuda = false;
 };
 
 class Runtime final : public PlanRunner, private ActorHost {
@@ -172,6 +181,11 @@ class Runtime final : public PlanRunner, private ActorHost {
   [[noreturn]] void throw_stall();
   std::string stall_report() const;
   Tensor variable_piece(int task) const;
+  static void write_through_host(const Tensor& piece,
+                                 const std::function<void(const Tensor&)>& write);
+  // Where `rank` keeps the memory of `device` (Note [The GPU of a rank]).
+  Device device_of(int64_t rank, proto::PlanDevice device) const;
+  void choose_gpus();
   std::vector<int> hosted_variable_tasks(const std::string& name, const char* caller) const;
 
   PlanIndex index_;
@@ -186,6 +200,7 @@ class Runtime final : public PlanRunner, private ActorHost {
   // After threads_: streams end first, so no stream posts to a thread that is gone.
   std::vector<std::unique_ptr<ActStream>> streams_;
   std::map<std::pair<int64_t, int64_t>, Tensor> blocks_;  // (rank, block id) -> memory
+  std::map<int64_t, int> gpu_of_rank_;                    // hosted ranks with GPU tasks
 
   int64_t iteration_ = 0;
   int64_t acts_per_iteration_ = 0;

@@ -2,6 +2,7 @@
 // virtual ones of Note [What the runtime adds to a plan] (control edges, ticks, transfers).
 
 #include <algorithm>
+#include <cstdlib>
 #include <set>
 
 #include "actor/actor_kinds.h"
@@ -10,6 +11,7 @@
 #include "actor/runtime_internal.h"
 #include "comm/in_process_transport.h"
 #include "oneflowlike/common/clock.h"
+#include "oneflowlike/cuda/device.h"
 
 namespace ofl::actor {
 
@@ -21,10 +23,16 @@ int64_t align_up(int64_t value) {
   return (value + kMemoryAlignment - 1) / kMemoryAlignment * kMemoryAlignment;
 }
 
+bool simulating_cuda(const RuntimeOptions& options) {
+  const char* env = std::getenv("OFL_SIMULATE_CUDA");
+  return options.simulate_cuda || (env != nullptr && std::string(env) == "1");
+}
+
 }  // namespace
 
 Runtime::Runtime(const proto::PlanProto& plan, RuntimeOptions options)
-    : index_(plan, PlanIndexOptions{options.check_acyclic}),
+    : index_(plan, PlanIndexOptions{.check_acyclic = options.check_acyclic,
+                                    .cpu_kernels = simulating_cuda(options)}),
       options_(std::move(options)),
       job_name_(plan.job_name()) {
   OFL_CHECK(options_.watchdog_seconds > 0, kTag, "watchdog_seconds must be positive. However, got ",
@@ -53,17 +61,21 @@ Runtime::Runtime(const proto::PlanProto& plan, RuntimeOptions options)
   transport_ =
       options_.transport ? options_.transport : std::make_shared<comm::InProcessTransport>();
 
+  options_.simulate_cuda = simulating_cuda(options_);
+  choose_gpus();
   // Actors first (priority = position in the rank's plan: later acts first when both are ready).
   actor_of_task_.assign(index_.num_tasks(), nullptr);
   std::map<int64_t, int> position;
   for (int t = 0; t < index_.num_tasks(); ++t) {
     const int64_t rank = index_.task(t).proto.rank();
     if (!std::binary_search(ranks_.begin(), ranks_.end(), rank)) continue;
-    actors_.push_back(make_task_actor(index_, t, position[rank]++));
+    actors_.push_back(make_task_actor(index_, t, position[rank]++,
+                                      device_of(rank, index_.task(t).proto.device())));
     actor_of_task_[t] = actors_.back().get();
   }
-  for (const auto& [key, bytes] : index_.memory_blocks()) {  // once, when the plan loads
-    blocks_[key] = Tensor::zeros(Shape{bytes}, DataType::kInt8);
+  for (const auto& [key, block] : index_.memory_blocks()) {  // once, when the plan loads
+    blocks_[key] =
+        Tensor::zeros(Shape{block.bytes}, DataType::kInt8, device_of(key.first, block.device));
   }
   for (int64_t rank : ranks_) allocate_registers(rank);
   int next_virtual = 0;
@@ -114,6 +126,43 @@ Runtime::Runtime(const proto::PlanProto& plan, RuntimeOptions options)
   }
 }
 
+// Note [The GPU of a rank]
+// ------------------------
+// A plan says only that a task runs on its rank's GPU (Note [Devices in a plan]); which GPU is
+// the runtime's choice, as in OneFlow and torchrun: the launcher starts one process per rank on
+// a host and sets LOCAL_RANK, and that process takes GPU LOCAL_RANK. A process hosting several
+// ranks (the in-process cluster) gives them consecutive GPUs. Every GPU is checked when the
+// plan loads, so a missing driver or too few GPUs fail before anything runs, naming the rank.
+void Runtime::choose_gpus() {
+  int next = options_.first_gpu;
+  if (next < 0) {
+    const char* local_rank = std::getenv("LOCAL_RANK");
+    next = local_rank != nullptr ? std::atoi(local_rank) : 0;
+  }
+  for (int64_t rank : ranks_) {
+    bool uses_gpu = false;
+    for (int t = 0; t < index_.num_tasks() && !uses_gpu; ++t) {
+      const proto::TaskProto& task = index_.task(t).proto;
+      uses_gpu = task.rank() == rank && task.device() == proto::PLAN_DEVICE_CUDA;
+    }
+    if (!uses_gpu) continue;
+    const int gpu = next++;
+    gpu_of_rank_[rank] = gpu;
+    if (options_.simulate_cuda) continue;
+    const int count = cuda::device_count();
+    OFL_CHECK_CODE(gpu < count, ErrorCode::kUnavailable, kTag, "rank ", rank,
+                   " runs tasks on a GPU, so it needs CUDA device ", gpu,
+                   ". However, this process sees ", count, " CUDA device", count == 1 ? "" : "s",
+                   count == 0 ? str_cat(" (", cuda::why_no_device(), ")") : std::string(), ".");
+    cuda::check_device(gpu);
+  }
+}
+
+Device Runtime::device_of(int64_t rank, proto::PlanDevice device) const {
+  if (device == proto::PLAN_DEVICE_CPU || options_.simulate_cuda) return Device::cpu();
+  return Device{DeviceType::kCUDA, gpu_of_rank_.at(rank)};
+}
+
 // Plan ids must stay below the runtime's own (Note [What the runtime adds to a plan]).
 void Runtime::check_virtual_ids() const {
   auto check = [&](int64_t id, const std::string& what) {
@@ -141,7 +190,8 @@ std::vector<Tensor> Runtime::allocate_slots(int64_t rank, const PlanIndex::Regis
   const int64_t stride = align_up(std::max<int64_t>(bytes, 1));
   const bool in_block = reg.proto.memory_block() >= 0;
   const Tensor storage = in_block ? blocks_.at({rank, reg.proto.memory_block()})
-                                  : Tensor::zeros(Shape{stride * num_slots}, DataType::kInt8);
+                                  : Tensor::zeros(Shape{stride * num_slots}, DataType::kInt8,
+                                                  device_of(rank, reg.proto.device()));
   const int64_t base = in_block ? reg.proto.offset() : 0;
   std::vector<Tensor> slots;
   for (int s = 0; s < num_slots; ++s) {

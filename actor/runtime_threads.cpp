@@ -70,22 +70,51 @@ void Runtime::assign_threads() {
 
 // Note [Event-gated acts] in act_stream.h: with async_cpu_streams each rank's compute thread gets
 // a worker stream for its actors; messages between actors of one stream go at the act.
+// Streams of a rank's compute thread: its GPU's compute stream for the tasks on the GPU and the
+// copies (one stream, so they run in chain order: Note [Devices in a plan]); a CPU worker for
+// the host tasks when asked for. Without a stream a host task's work runs at its act. Only
+// CUDA streams are made in deterministic mode: a GPU's work is asynchronous whatever the mode.
 void Runtime::assign_streams() {
-  if (options_.deterministic) return;
   const char* env = std::getenv("OFL_ASYNC_CPU_STREAMS");
-  if (!options_.async_cpu_streams && !options_.make_stream &&
-      !(env != nullptr && std::string(env) == "1")) {
-    return;
-  }
+  const bool host_streams =
+      !options_.deterministic && (options_.async_cpu_streams || options_.make_stream ||
+                                  (env != nullptr && std::string(env) == "1"));
+  auto on_gpu = [&](const Actor& actor) {
+    if (actor.task() < 0) return false;
+    const proto::TaskProto& task = index_.task(actor.task()).proto;
+    return task.device() == proto::PLAN_DEVICE_CUDA || task.kind() == proto::TaskProto::COPY_H2D ||
+           task.kind() == proto::TaskProto::COPY_D2H;
+  };
   for (auto& thread : threads_) {
     if (thread->index() != 0) continue;  // communication threads move bytes themselves
-    const std::string name = str_cat(thread->name(), " (CPU worker)");
-    streams_.push_back(options_.make_stream ? options_.make_stream(thread->rank(), name)
-                                            : make_cpu_worker_stream(name, thread_kernel_threads_));
+    ActStream* host = nullptr;
+    ActStream* gpu = nullptr;
     for (Actor* actor : thread->actors()) {
       // A transfer keeps no stream, so its neighbours on this one send it their messages once
       // their work has run.
-      if (!is_transfer(index_, *actor)) actor->set_stream(streams_.back().get());
+      if (is_transfer(index_, *actor)) continue;
+      if (on_gpu(*actor)) {
+        if (gpu == nullptr && options_.simulate_cuda && !options_.deterministic) {
+          streams_.push_back(make_cpu_worker_stream(str_cat(thread->name(), " (simulated GPU)"),
+                                                    thread_kernel_threads_));
+          gpu = streams_.back().get();
+        } else if (gpu == nullptr && !options_.simulate_cuda) {
+          const int device = gpu_of_rank_.at(thread->rank());
+          streams_.push_back(
+              make_cuda_stream(str_cat(thread->name(), " (cuda:", device, ")"), device));
+          gpu = streams_.back().get();
+        }
+        if (gpu != nullptr) actor->set_stream(gpu);
+      } else if (host_streams) {
+        if (host == nullptr) {
+          const std::string name = str_cat(thread->name(), " (CPU worker)");
+          streams_.push_back(options_.make_stream
+                                 ? options_.make_stream(thread->rank(), name)
+                                 : make_cpu_worker_stream(name, thread_kernel_threads_));
+          host = streams_.back().get();
+        }
+        actor->set_stream(host);
+      }
     }
   }
   auto shares_stream = [&](const Actor& actor, int64_t other) {

@@ -71,6 +71,40 @@ void check_plan_contract(const proto::PlanProto& plan, const PlanContractOptions
                      ", which is not on its rank: data crosses ranks only by SEND/RECV.");
     }
   }
+  // Devices (Note [Devices in a plan] in compiler/physical/expansion.h): a task reads and writes
+  // registers of its own device, except the copies between a rank's host and its GPU; only
+  // compute, view copies and variables run on a GPU.
+  for (const TaskRef& ref : tasks) {
+    const proto::TaskProto& t = *ref.task;
+    const bool h2d = t.kind() == proto::TaskProto::COPY_H2D;
+    const bool d2h = t.kind() == proto::TaskProto::COPY_D2H;
+    const bool may_run_on_gpu = t.kind() == proto::TaskProto::COMPUTE ||
+                                t.kind() == proto::TaskProto::COPY ||
+                                t.kind() == proto::TaskProto::VARIABLE || h2d || d2h;
+    OFL_PLAN_CHECK(t.device() == proto::PLAN_DEVICE_CPU || may_run_on_gpu, "task ", describe(ref),
+                   " of kind ", proto::TaskProto::Kind_Name(t.kind()),
+                   " must run on the host. However, it is placed on a GPU.");
+    const proto::PlanDevice in_device = h2d   ? proto::PLAN_DEVICE_CPU
+                                        : d2h ? proto::PLAN_DEVICE_CUDA
+                                              : t.device();
+    const proto::PlanDevice out_device = h2d   ? proto::PLAN_DEVICE_CUDA
+                                         : d2h ? proto::PLAN_DEVICE_CPU
+                                               : t.device();
+    for (int64_t r : t.inputs()) {
+      const proto::RegisterProto* reg = find_register(r);
+      OFL_PLAN_CHECK(reg == nullptr || reg->device() == in_device, "task ", describe(ref),
+                     " must read registers in ", proto::PlanDevice_Name(in_device),
+                     " memory. However, it reads '", reg->name(), "' in ",
+                     proto::PlanDevice_Name(reg->device()), " memory.");
+    }
+    for (int64_t r : t.outputs()) {
+      const proto::RegisterProto* reg = find_register(r);
+      OFL_PLAN_CHECK(reg == nullptr || reg->device() == out_device, "task ", describe(ref),
+                     " must write registers in ", proto::PlanDevice_Name(out_device),
+                     " memory. However, it writes '", reg->name(), "' in ",
+                     proto::PlanDevice_Name(reg->device()), " memory.");
+    }
+  }
   // Transfers are matched.
   std::unordered_map<int64_t, std::vector<int>> sends, recvs;  // transfer id -> task positions
   for (int i = 0; i < static_cast<int>(tasks.size()); ++i) {

@@ -16,6 +16,8 @@ struct PlanContractOptions {
 /// Checks that
 ///  - every register has a slot and is produced and read by tasks of its own rank (data crosses
 ///    ranks only by SEND / RECV);
+///  - every task reads and writes registers of its own device (host or GPU), only COPY_H2D and
+///    COPY_D2H cross between the two, and only compute, view copies and variables run on a GPU;
 ///  - every SEND has exactly one RECV with its transfer id on the peer it names, the two name
 ///    each other, and they move one shape and dtype. Note [Partial plans]: a plan compiled for
 ///    some ranks holds one side of its transfers with the others; those are checked where the

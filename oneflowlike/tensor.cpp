@@ -66,6 +66,12 @@ Tensor Tensor::to(Device device) const {
   return t;
 }
 
+void Tensor::copy_from(const Tensor& src) const {
+  OFL_CHECK(src.dtype() == dtype() && src.numel() == numel(), "[copy] the source must have ",
+            describe(), "'s dtype and element count. However, got ", src.describe(), ".");
+  copy_bytes(raw_data(), device(), src.raw_data(), src.device(), nbytes());
+}
+
 Tensor Tensor::scalar(double value, DataType dtype, Device device) {
   if (device.type != DeviceType::kCPU) return scalar(value, dtype).to(device);
   Tensor t = empty(Shape{}, dtype, device);

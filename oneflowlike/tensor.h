@@ -98,6 +98,9 @@ class Tensor {
   /// This tensor on `device`: itself when it is there, else a copy (no autograd history).
   /// Copies to or from a CUDA device return once the copy is done.
   Tensor to(Device device) const;
+  /// Copies the bytes of `src` (same dtype and element count, both contiguous) into this
+  /// tensor, between any two devices; returns once the copy is done.
+  void copy_from(const Tensor& src) const;
   bool shares_storage_with(const Tensor& other) const {
     return impl_->storage == other.impl_->storage;
   }

@@ -25,8 +25,8 @@ Placement GptParallel::placement(int stage) const {
                   "). However, got stage = ", stage, ".");
   std::vector<int64_t> ranks(static_cast<size_t>(dp) * static_cast<size_t>(tp));
   std::iota(ranks.begin(), ranks.end(), int64_t{stage} * dp * tp);
-  if (dp > 1 && tp > 1) return Placement(DeviceType::kCPU, ranks, Shape{dp, tp});
-  return Placement(DeviceType::kCPU, ranks);
+  if (dp > 1 && tp > 1) return Placement(device, ranks, Shape{dp, tp});
+  return Placement(device, ranks);
 }
 
 NdSbp GptParallel::sbp(const Sbp& over_dp, const Sbp& over_tp) const {

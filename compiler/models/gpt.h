@@ -47,6 +47,8 @@ struct GptParallel {
   int tp = 1;
   int pp = 1;
   int micro_batches = 1;
+  /// Where every stage computes (Note [Devices in a plan] in compiler/physical/expansion.h).
+  DeviceType device = DeviceType::kCPU;
   /// The placement of pipeline stage `stage` described above.
   Placement placement(int stage = 0) const;
   /// dp * tp * pp.

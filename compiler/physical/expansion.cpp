@@ -1,6 +1,7 @@
 #include "compiler/physical/expansion.h"
 
 #include <algorithm>
+#include <tuple>
 
 #include "compiler/physical/boxing.h"
 #include "oneflowlike/common/error.h"
@@ -45,7 +46,9 @@ proto::TaskProto* PlanBuilder::add_task(int64_t rank, proto::TaskProto::Kind kin
   task->set_thread(thread);
   task->set_per_micro_batch(per_micro_batch_);
   task->set_after_micro_batches(!per_micro_batch_ && after_micro_batches_);
+  task->set_device(device_);
   if (materialise) task->set_name(name);
+  task_devices_.push_back(device_);
   tasks_.push_back(materialise ? task : nullptr);
   task_ranks_.push_back(rank);
   return task;
@@ -59,6 +62,11 @@ int64_t PlanBuilder::add_output(proto::TaskProto* task, const std::string& name,
   register_ranks_.push_back(rank);
   register_shapes_.push_back(shape);
   register_dtypes_.push_back(dtype);
+  register_devices_.push_back(task_devices_.at(task->id()));
+  const bool once_after =
+      task->kind() == proto::TaskProto::ACCUMULATE || task->kind() == proto::TaskProto::PACK;
+  copy_rates_.emplace_back(once_after ? false : task->per_micro_batch(),
+                           once_after ? true : task->after_micro_batches());
   task->add_outputs(id);
   if (!kept(rank)) {
     registers_.push_back(nullptr);
@@ -75,6 +83,7 @@ int64_t PlanBuilder::add_output(proto::TaskProto* task, const std::string& name,
   reg->set_offset(0);
   reg->set_bytes(shape.numel() * static_cast<int64_t>(dtype_size(dtype)));
   reg->set_persistent(persistent);
+  reg->set_device(register_devices_.back());
   registers_.push_back(reg);
   return id;
 }
@@ -82,8 +91,40 @@ int64_t PlanBuilder::add_output(proto::TaskProto* task, const std::string& name,
 void PlanBuilder::add_input(proto::TaskProto* task, int64_t register_id) {
   OFL_ASSERT(register_id >= 0 && register_id < num_registers());
   OFL_ASSERT(register_ranks_[register_id] == task->rank());
+  register_id = on_device(register_id, task_devices_.at(task->id()));
   task->add_inputs(register_id);
   if (registers_[register_id] != nullptr) registers_[register_id]->add_consumers(task->id());
+}
+
+int64_t PlanBuilder::on_device(int64_t register_id, proto::PlanDevice device) {
+  if (register_devices_[register_id] == device) return register_id;
+  auto it = copies_.find({register_id, device});
+  if (it != copies_.end()) return it->second;
+  // The copy is built like any task, at the register's rate, then the builder's state is back.
+  const bool saved_per_micro = per_micro_batch_, saved_after = after_micro_batches_;
+  const proto::PlanDevice saved_device = device_;
+  std::tie(per_micro_batch_, after_micro_batches_) = copy_rates_[register_id];
+  device_ = device;
+  const bool to_device = device == proto::PLAN_DEVICE_CUDA;
+  const std::string name =
+      str_cat(register_proto(register_id).name(), to_device ? "/to_cuda" : "/to_host");
+  proto::TaskProto* copy =
+      add_task(register_ranks_[register_id],
+               to_device ? proto::TaskProto::COPY_H2D : proto::TaskProto::COPY_D2H, name, 0);
+  if (registers_[register_id] != nullptr) {
+    copy->set_logical_op(tasks_.at(registers_[register_id]->producer())->logical_op());
+  }
+  copy->add_inputs(register_id);  // not add_input: the copy is where the devices meet
+  if (registers_[register_id] != nullptr) registers_[register_id]->add_consumers(copy->id());
+  // By value: add_output grows the vectors these live in.
+  const Shape shape = register_shapes_[register_id];
+  const DataType dtype = register_dtypes_[register_id];
+  const int64_t out = add_output(copy, name, shape, dtype);
+  per_micro_batch_ = saved_per_micro;
+  after_micro_batches_ = saved_after;
+  device_ = saved_device;
+  copies_.emplace(std::make_pair(register_id, device), out);
+  return out;
 }
 
 const proto::TaskProto& PlanBuilder::task(int64_t id) const {
@@ -169,6 +210,11 @@ void initializer_to_proto(const Initializer& init, proto::InitializerProto* out)
   out->set_a(init.a);
   out->set_b(init.b);
   out->set_seed(init.seed);
+}
+
+proto::PlanDevice plan_device(const Placement& placement) {
+  return placement.device_type() == DeviceType::kCUDA ? proto::PLAN_DEVICE_CUDA
+                                                      : proto::PLAN_DEVICE_CPU;
 }
 
 /// Expands the graph op by op; registers_[tensor][parallel id] is the tensor's register on
@@ -342,9 +388,12 @@ class Expander {
     const bool variable = op.kind == OpKind::kVariable;
     std::vector<int64_t>& regs = registers_[op.outputs[0]];
     for (int64_t pid = 0; pid < op.placement.num_ranks(); ++pid) {
+      // Note [Devices in a plan]: variables live on the placement's device, fed inputs on the host.
+      builder_.set_device(variable ? plan_device(op.placement) : proto::PLAN_DEVICE_CPU);
       proto::TaskProto* task = builder_.add_task(
           op.placement.rank(pid), variable ? proto::TaskProto::VARIABLE : proto::TaskProto::INPUT,
           op.name, /*thread=*/0);
+      builder_.set_device(proto::PLAN_DEVICE_CPU);
       task->set_logical_op(op.name);
       describe_piece(tensor.meta, sbp, op.placement, pid, task);
       if (variable) {
@@ -413,6 +462,7 @@ class Expander {
     for (size_t k = 0; k < op.inputs.size(); ++k) input_regs.push_back(input_registers(op, k));
     std::vector<const std::vector<int64_t>*> inputs;
     for (const auto& regs : input_regs) inputs.push_back(&regs);
+    builder_.set_device(plan_device(op.placement));
     for (int64_t pid = 0; pid < op.placement.num_ranks(); ++pid) {
       const int64_t rank = op.placement.rank(pid);
       const bool kept = builder_.kept(rank);
@@ -446,6 +496,7 @@ class Expander {
             tensor.meta.dtype));
       }
     }
+    builder_.set_device(proto::PLAN_DEVICE_CPU);
   }
 
   void expand_boxing_op(const LogicalOp& op) {

@@ -20,6 +20,27 @@
 
 namespace ofl::compiler::physical {
 
+// Note [Devices in a plan]
+// ------------------------
+// A placement's device type says where its ops compute: COMPUTE tasks, the COPY of a view op
+// and VARIABLE tasks (whose persistent registers the optimizer updates in place) run on a CUDA
+// placement's GPU, and their output registers live in its memory. Everything else stays on the
+// host: INPUT and OUTPUT (fed and fetched from the host), the boxing steps (SLICE, SEND, RECV,
+// ADD, CONCAT, ZEROS: data leaves a process through UCX from host memory) and the micro-batch
+// tasks (UNPACK, REPEAT, ACCUMULATE, PACK). Where a task reads a register of the other device,
+// the builder puts a COPY_H2D or COPY_D2H task between them, one per (register, device) however
+// many tasks read it there. A copy acts at its producer's rate, except after ACCUMULATE and PACK
+// (whose outputs are read once, after the micro-batches), where it acts once, after them.
+//
+// So a CPU stage feeding a GPU stage, a gradient reduced between GPUs and a fetched loss all go
+// through these copies; within one GPU, data never leaves the device. Host boxing between GPUs
+// is the first step: issue 16's collective tasks (NCCL) replace it on the device.
+//
+// Memory planning plans one block per (rank, device). The copies are compute-chain tasks, so
+// chain order is execution order across the two memories too: the runtime runs a rank's CUDA
+// tasks and copies on one stream, and a host task after a copy waits for the copy's work to be
+// done (Note [Event-gated acts] in actor/act_stream.h).
+
 /// A plan under construction. It hands out task, register and transfer ids that are unique
 /// across the plan and files each task and register under its rank. Register ids and task ids
 /// are dense from 0, in creation order, so creation order is a valid sequential schedule.
@@ -40,13 +61,16 @@ class PlanBuilder {
   int64_t add_output(proto::TaskProto* task, const std::string& name, const Shape& shape,
                      DataType dtype, bool persistent = false);
   /// `task` reads `register_id`: appended to the task's inputs and the register's consumers.
-  /// Both must be on the same rank (data moves between ranks only by SEND/RECV).
+  /// Both must be on the same rank (data moves between ranks only by SEND/RECV). A register of
+  /// another device than the task's is read through a copy (Note [Devices in a plan]).
   void add_input(proto::TaskProto* task, int64_t register_id);
   int64_t new_transfer_id() { return next_transfer_id_++; }
   /// Tasks added from now on act once per micro-batch (Note [Micro-batches] in plan.proto).
   void set_per_micro_batch(bool per_micro_batch) { per_micro_batch_ = per_micro_batch; }
   /// Tasks added from now on act once, after the micro-batches (when not per micro-batch).
   void set_after_micro_batches(bool after) { after_micro_batches_ = after; }
+  /// Tasks added from now on run on `device` (Note [Devices in a plan]); CPU until set.
+  void set_device(proto::PlanDevice device) { device_ = device; }
 
   const proto::TaskProto& task(int64_t id) const;
   proto::TaskProto& mutable_task(int64_t id);
@@ -66,17 +90,24 @@ class PlanBuilder {
  private:
   proto::RankPlanProto& rank_plan(int64_t rank);
   proto::TaskProto* scratch_task();
+  // `register_id` on `device`: itself, or the output of its (one) copy there.
+  int64_t on_device(int64_t register_id, proto::PlanDevice device);
 
   proto::PlanProto plan_;
   std::map<int64_t, proto::RankPlanProto*> rank_plans_;
   // Protobuf repeated message fields keep their elements in place, so these stay valid. Tasks
   // and registers of ranks not kept are scratch (tasks) or absent (registers: nullptr).
-  std::vector<proto::TaskProto*> tasks_;          // by task id
-  std::vector<int64_t> task_ranks_;               // by task id
-  std::vector<proto::RegisterProto*> registers_;  // by register id
-  std::vector<int64_t> register_ranks_;           // by register id
-  std::vector<Shape> register_shapes_;            // by register id
-  std::vector<DataType> register_dtypes_;         // by register id
+  std::vector<proto::TaskProto*> tasks_;             // by task id
+  std::vector<int64_t> task_ranks_;                  // by task id
+  std::vector<proto::RegisterProto*> registers_;     // by register id
+  std::vector<int64_t> register_ranks_;              // by register id
+  std::vector<Shape> register_shapes_;               // by register id
+  std::vector<DataType> register_dtypes_;            // by register id
+  std::vector<proto::PlanDevice> task_devices_;      // by task id
+  std::vector<proto::PlanDevice> register_devices_;  // by register id
+  // By register id: the rate a copy of it acts at, (per micro-batch, after the micro-batches).
+  std::vector<std::pair<bool, bool>> copy_rates_;
+  std::map<std::pair<int64_t, proto::PlanDevice>, int64_t> copies_;  // (register, device) -> copy
   std::set<int64_t> kept_;
   // A task of a dropped rank is filled in by the caller and discarded; a small ring of them
   // keeps a pointer valid while the caller builds the next few tasks.
@@ -86,6 +117,7 @@ class PlanBuilder {
   int64_t next_transfer_id_ = 0;
   bool per_micro_batch_ = false;
   bool after_micro_batches_ = false;
+  proto::PlanDevice device_ = proto::PLAN_DEVICE_CPU;
 };
 
 /// Expands `graph` (after boxing insertion: every op has its signature, every compute op's

@@ -114,7 +114,9 @@ struct RankMemory {
   int64_t unshared_bytes = 0;
 };
 
-RankMemory plan_rank(proto::RankPlanProto* rank_plan, int64_t block_id) {
+// The rank's memory per device: blocks `block_id` (host) and `device_block_id` (GPU).
+std::map<proto::PlanDevice, RankMemory> plan_rank(proto::RankPlanProto* rank_plan, int64_t block_id,
+                                                  int64_t device_block_id) {
   std::unordered_map<int64_t, int64_t> register_producer;
   for (const proto::RegisterProto& reg : rank_plan->registers()) {
     register_producer[reg.id()] = reg.producer();
@@ -174,68 +176,75 @@ RankMemory plan_rank(proto::RankPlanProto* rank_plan, int64_t block_id) {
     return tasks;
   };
 
-  // Shareable registers and their lifetimes, largest first (ties by id: deterministic plans).
-  std::vector<std::pair<proto::RegisterProto*, Lifetime>> shareable;
-  RankMemory memory;
-  for (proto::RegisterProto& reg : *rank_plan->mutable_registers()) {
-    reg.set_memory_block(-1);
-    reg.set_offset(0);
-    if (view_output.count(reg.producer()) || written_into_another.count(reg.id())) {
-      reg.set_bytes(0);
-      continue;
-    }
-    reg.set_bytes(register_slot_bytes(reg));
-    bool in_chain = !reg.persistent() && reg.register_num() == 1;
-    Lifetime lifetime{std::numeric_limits<int64_t>::max(), 0};
-    for (const proto::RegisterProto* member : members(reg)) {
-      auto producer = chain_index.find(member->producer());
-      if (producer == chain_index.end() ||
-          per_micro[member->producer()] != per_micro[reg.producer()]) {
-        in_chain = false;
-        break;
+  // Per device (Note [Devices in a plan] in expansion.h), the shareable registers and their
+  // lifetimes, largest first (ties by id: deterministic plans).
+  std::map<proto::PlanDevice, RankMemory> memories;
+  for (const proto::PlanDevice device : {proto::PLAN_DEVICE_CPU, proto::PLAN_DEVICE_CUDA}) {
+    std::vector<std::pair<proto::RegisterProto*, Lifetime>> shareable;
+    RankMemory& memory = memories[device];
+    for (proto::RegisterProto& reg : *rank_plan->mutable_registers()) {
+      if (reg.device() != device) continue;
+      reg.set_memory_block(-1);
+      reg.set_offset(0);
+      if (view_output.count(reg.producer()) || written_into_another.count(reg.id())) {
+        reg.set_bytes(0);
+        continue;
       }
-      lifetime.begin = std::min(lifetime.begin, producer->second);
-    }
-    lifetime.end = in_chain ? lifetime.begin : 0;
-    for (const proto::RegisterProto* member : members(reg)) {
-      for (int64_t consumer : readers(*member)) {
-        if (!in_chain) break;
-        auto it = chain_index.find(consumer);
-        if (it == chain_index.end() || per_micro[consumer] != per_micro[reg.producer()]) {
+      reg.set_bytes(register_slot_bytes(reg));
+      bool in_chain = !reg.persistent() && reg.register_num() == 1;
+      Lifetime lifetime{std::numeric_limits<int64_t>::max(), 0};
+      for (const proto::RegisterProto* member : members(reg)) {
+        auto producer = chain_index.find(member->producer());
+        if (producer == chain_index.end() ||
+            per_micro[member->producer()] != per_micro[reg.producer()]) {
           in_chain = false;
           break;
         }
-        OFL_ASSERT(it->second >= lifetime.begin);  // the plan order is topological
-        lifetime.end = std::max(lifetime.end, it->second);
+        lifetime.begin = std::min(lifetime.begin, producer->second);
+      }
+      lifetime.end = in_chain ? lifetime.begin : 0;
+      for (const proto::RegisterProto* member : members(reg)) {
+        for (int64_t consumer : readers(*member)) {
+          if (!in_chain) break;
+          auto it = chain_index.find(consumer);
+          if (it == chain_index.end() || per_micro[consumer] != per_micro[reg.producer()]) {
+            in_chain = false;
+            break;
+          }
+          OFL_ASSERT(it->second >= lifetime.begin);  // the plan order is topological
+          lifetime.end = std::max(lifetime.end, it->second);
+        }
+      }
+      if (in_chain) {
+        shareable.emplace_back(&reg, lifetime);
+      } else {
+        memory.unshared_bytes +=
+            align_up(reg.bytes(), kMemoryAlignment) * std::max(reg.register_num(), 1);
       }
     }
-    if (in_chain) {
-      shareable.emplace_back(&reg, lifetime);
-    } else {
-      memory.unshared_bytes +=
-          align_up(reg.bytes(), kMemoryAlignment) * std::max(reg.register_num(), 1);
+    std::stable_sort(shareable.begin(), shareable.end(), [](const auto& a, const auto& b) {
+      if (a.first->bytes() != b.first->bytes()) return a.first->bytes() > b.first->bytes();
+      return a.first->id() < b.first->id();
+    });
+
+    std::vector<Placed> placed;
+    placed.reserve(shareable.size());
+    const int64_t id = device == proto::PLAN_DEVICE_CPU ? block_id : device_block_id;
+    for (auto& [reg, lifetime] : shareable) {
+      const int64_t offset = first_fit(lifetime, reg->bytes(), placed);
+      placed.push_back({lifetime, offset, reg->bytes()});
+      reg->set_memory_block(id);
+      reg->set_offset(offset);
+      memory.block_bytes = std::max(memory.block_bytes, offset + reg->bytes());
+    }
+    if (!shareable.empty()) {
+      proto::MemoryBlockProto* block = rank_plan->add_memory_blocks();
+      block->set_id(id);
+      block->set_bytes(memory.block_bytes);
+      block->set_device(device);
     }
   }
-  std::stable_sort(shareable.begin(), shareable.end(), [](const auto& a, const auto& b) {
-    if (a.first->bytes() != b.first->bytes()) return a.first->bytes() > b.first->bytes();
-    return a.first->id() < b.first->id();
-  });
-
-  std::vector<Placed> placed;
-  placed.reserve(shareable.size());
-  for (auto& [reg, lifetime] : shareable) {
-    const int64_t offset = first_fit(lifetime, reg->bytes(), placed);
-    placed.push_back({lifetime, offset, reg->bytes()});
-    reg->set_memory_block(block_id);
-    reg->set_offset(offset);
-    memory.block_bytes = std::max(memory.block_bytes, offset + reg->bytes());
-  }
-  if (!shareable.empty()) {
-    proto::MemoryBlockProto* block = rank_plan->add_memory_blocks();
-    block->set_id(block_id);
-    block->set_bytes(memory.block_bytes);
-  }
-  return memory;
+  return memories;
 }
 
 std::string largest_registers(const proto::RankPlanProto& rank_plan, size_t count) {
@@ -269,9 +278,12 @@ void plan_memory(proto::PlanProto* plan, int64_t memory_limit_bytes) {
   OFL_ASSERT(plan != nullptr);
   for (proto::RankPlanProto& rank_plan : *plan->mutable_ranks()) {
     rank_plan.clear_memory_blocks();
-    // A rank has at most one block, so its id is the rank: the same whether the plan was
-    // compiled for the whole job or for this rank alone.
-    const RankMemory memory = plan_rank(&rank_plan, rank_plan.rank());
+    // A rank has at most one block per device, so its ids are the rank (host) and world size +
+    // rank (GPU): the same whether the plan was compiled for the whole job or this rank alone.
+    const std::map<proto::PlanDevice, RankMemory> memories =
+        plan_rank(&rank_plan, rank_plan.rank(), plan->world_size() + rank_plan.rank());
+    const RankMemory& host = memories.at(proto::PLAN_DEVICE_CPU);
+    const RankMemory& device = memories.at(proto::PLAN_DEVICE_CUDA);
     // Without reuse every register would get its own aligned allocation, as the shared ones
     // get aligned offsets: count both the same way so the comparison is fair.
     int64_t without_reuse = 0;
@@ -281,7 +293,9 @@ void plan_memory(proto::PlanProto* plan, int64_t memory_limit_bytes) {
       without_reuse +=
           align_up(register_slot_bytes(reg), kMemoryAlignment) * std::max(reg.register_num(), 1);
     }
-    rank_plan.set_peak_bytes(memory.block_bytes + memory.unshared_bytes);
+    rank_plan.set_device_peak_bytes(device.block_bytes + device.unshared_bytes);
+    rank_plan.set_peak_bytes(host.block_bytes + host.unshared_bytes +
+                             rank_plan.device_peak_bytes());
     rank_plan.set_bytes_without_reuse(without_reuse);
   }
 

@@ -1,0 +1,255 @@
+// Plans with GPU placements (Note [Devices in a plan] in compiler/physical/expansion.h): where
+// the compiler puts tasks, registers, copies and memory blocks, and training through them.
+//
+// Without a GPU (CI) the runtime runs the GPU tasks with CPU kernels in host memory, on a worker
+// stream per rank standing for the GPU's (RuntimeOptions::simulate_cuda): the copies, the
+// per-device memory and the event-gated handovers between the two then run for real, and every
+// layout must train like one CPU rank. With a GPU, the same layouts also run on it.
+
+#include <gtest/gtest.h>
+
+#include "actor/runtime.h"
+#include "compiler/compile.h"
+#include "oneflowlike/cuda/device.h"
+#include "oneflowlike/plan_contract.h"
+#include "tests/cpp/models/gpt_training.h"
+#include "tests/cpp/models/mlp_training.h"
+
+namespace ofl::actor {
+namespace {
+
+using compiler::GptParallel;
+using compiler::OptimizerConfig;
+using testing::MlpLayout;
+using testing::RunnerFactory;
+using testing::TrainingRun;
+
+RunnerFactory device_runner(bool simulate, bool deterministic = false) {
+  return [simulate, deterministic](proto::PlanProto plan) -> std::unique_ptr<PlanRunner> {
+    RuntimeOptions options;
+    options.simulate_cuda = simulate;
+    options.deterministic = deterministic;
+    options.first_gpu = 0;
+    options.watchdog_seconds = 60;
+    return std::make_unique<Runtime>(plan, options);
+  };
+}
+
+Placement on_cuda(const Placement& p) {
+  return Placement(DeviceType::kCUDA, p.ranks(), p.hierarchy());
+}
+
+MlpLayout all_on_cuda(MlpLayout layout) {
+  layout.placement = on_cuda(layout.placement);
+  for (Placement& p : layout.later_stages) p = on_cuda(p);
+  layout.name += "_cuda";
+  return layout;
+}
+
+MlpLayout find_layout(const std::vector<MlpLayout>& layouts, const std::string& name) {
+  for (const MlpLayout& layout : layouts) {
+    if (layout.name == name) return layout;
+  }
+  ADD_FAILURE() << "no layout " << name;
+  return layouts.at(0);
+}
+
+const proto::TaskProto* find_task(const proto::RankPlanProto& rank, proto::TaskProto::Kind kind,
+                                  const std::string& name_part = "") {
+  for (const auto& task : rank.tasks()) {
+    if (task.kind() == kind && task.name().find(name_part) != std::string::npos) return &task;
+  }
+  return nullptr;
+}
+
+const proto::RegisterProto& find_register(const proto::RankPlanProto& rank, int64_t id) {
+  for (const auto& reg : rank.registers()) {
+    if (reg.id() == id) return reg;
+  }
+  ADD_FAILURE() << "no register " << id;
+  return rank.registers(0);
+}
+
+TEST(DevicePlans, ComputeAndVariablesGoToTheGpuAndCopiesJoinThemToTheHost) {
+  const MlpLayout layout = all_on_cuda(testing::mlp_layouts()[0]);
+  const proto::PlanProto plan =
+      compiler::compile_graph(testing::build_mlp(layout, OptimizerConfig::Kind::kAdamW));
+  ASSERT_EQ(plan.ranks_size(), 1);
+  const proto::RankPlanProto& rank = plan.ranks(0);
+  int h2d = 0, d2h = 0, inputs = 0;
+  for (const auto& task : rank.tasks()) {
+    switch (task.kind()) {
+      case proto::TaskProto::COMPUTE:
+      case proto::TaskProto::VARIABLE:
+        EXPECT_EQ(task.device(), proto::PLAN_DEVICE_CUDA) << task.name();
+        break;
+      case proto::TaskProto::INPUT:
+        ++inputs;
+        [[fallthrough]];
+      case proto::TaskProto::OUTPUT:
+        EXPECT_EQ(task.device(), proto::PLAN_DEVICE_CPU) << task.name();
+        break;
+      case proto::TaskProto::COPY_H2D:
+        ++h2d;
+        break;
+      case proto::TaskProto::COPY_D2H:
+        ++d2h;
+        break;
+      default:
+        break;
+    }
+  }
+  // x, labels, the learning rate and AdamW's step come in; the loss goes out. One copy per
+  // register, however many tasks read it on the GPU.
+  EXPECT_EQ(inputs, 4);
+  EXPECT_EQ(h2d, inputs);
+  EXPECT_GE(d2h, 1);
+  const proto::TaskProto* x = find_task(rank, proto::TaskProto::INPUT, "x");
+  ASSERT_NE(x, nullptr);
+  const proto::RegisterProto& fed = find_register(rank, x->outputs(0));
+  EXPECT_EQ(fed.device(), proto::PLAN_DEVICE_CPU);
+  ASSERT_EQ(fed.consumers_size(), 1);
+  const proto::TaskProto* copy = find_task(rank, proto::TaskProto::COPY_H2D, "x");
+  ASSERT_NE(copy, nullptr);
+  EXPECT_EQ(copy->id(), fed.consumers(0));
+  EXPECT_EQ(find_register(rank, copy->outputs(0)).device(), proto::PLAN_DEVICE_CUDA);
+  // One block per device; the GPU's is counted apart as well as in the peak.
+  std::set<proto::PlanDevice> devices;
+  for (const auto& block : rank.memory_blocks()) devices.insert(block.device());
+  EXPECT_EQ(devices.size(), 2u);
+  EXPECT_GT(rank.device_peak_bytes(), 0);
+  EXPECT_GT(rank.peak_bytes(), rank.device_peak_bytes());
+}
+
+TEST(DevicePlans, ACpuStageFeedsAGpuStageThroughHostTransfers) {
+  MlpLayout layout = find_layout(testing::mlp_pipelined_layouts(), "pp2_micro4");
+  layout.later_stages[0] = on_cuda(layout.later_stages[0]);
+  const proto::PlanProto plan =
+      compiler::compile_graph(testing::build_mlp(layout, OptimizerConfig::Kind::kSgd));
+  ASSERT_EQ(plan.ranks_size(), 2);
+  for (const auto& task : plan.ranks(0).tasks()) {
+    EXPECT_EQ(task.device(), proto::PLAN_DEVICE_CPU) << task.name();
+  }
+  const proto::RankPlanProto& gpu_rank = plan.ranks(1);
+  const proto::TaskProto* recv = find_task(gpu_rank, proto::TaskProto::RECV);
+  ASSERT_NE(recv, nullptr);
+  const proto::RegisterProto& received = find_register(gpu_rank, recv->outputs(0));
+  EXPECT_EQ(received.device(), proto::PLAN_DEVICE_CPU);  // UCX moves host memory
+  ASSERT_EQ(received.consumers_size(), 1);
+  bool to_gpu = false;
+  for (const auto& task : gpu_rank.tasks()) {
+    to_gpu = to_gpu || (task.id() == received.consumers(0) &&
+                        task.kind() == proto::TaskProto::COPY_H2D && task.per_micro_batch());
+  }
+  EXPECT_TRUE(to_gpu) << "the received activation is copied to the GPU once per micro-batch";
+}
+
+TEST(DevicePlans, TheContractRefusesAHostTaskReadingGpuMemory) {
+  const MlpLayout layout = all_on_cuda(testing::mlp_layouts()[0]);
+  proto::PlanProto plan =
+      compiler::compile_graph(testing::build_mlp(layout, OptimizerConfig::Kind::kSgd));
+  proto::RankPlanProto* rank = plan.mutable_ranks(0);
+  // Make the loss's copy to the host a plain host COPY: it would read GPU memory with memcpy.
+  for (auto& task : *rank->mutable_tasks()) {
+    if (task.kind() == proto::TaskProto::COPY_D2H) {
+      task.set_kind(proto::TaskProto::COPY);
+      break;
+    }
+  }
+  try {
+    check_plan_contract(plan);
+    FAIL() << "the plan was accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kFailedPrecondition);
+    EXPECT_NE(std::string(e.what()).find("must read registers in PLAN_DEVICE_CPU memory"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
+TEST(DevicePlans, WithoutAGpuLoadingAGpuPlanFailsNamingTheRank) {
+  if (cuda::device_count() > 0) GTEST_SKIP() << "this machine has a GPU";
+  const MlpLayout layout = all_on_cuda(find_layout(testing::mlp_layouts(), "dp2"));
+  const proto::PlanProto plan =
+      compiler::compile_graph(testing::build_mlp(layout, OptimizerConfig::Kind::kSgd));
+  try {
+    Runtime runtime(plan, RuntimeOptions{});
+    FAIL() << "the plan loaded";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kUnavailable);
+    EXPECT_NE(std::string(e.what()).find("rank 0 runs tasks on a GPU, so it needs CUDA device 0"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
+// Every layout on the GPU placements trains like one CPU rank: simulated here, and on the GPU
+// too when there is one (one GPU hosts every rank then: ranks take consecutive device indices,
+// so only the one-rank layouts run there).
+void expect_mlp_layouts_train_like_one_cpu_rank(bool simulate) {
+  const auto kind = OptimizerConfig::Kind::kAdamW;
+  const std::vector<MlpLayout> layouts = testing::mlp_layouts();
+  const TrainingRun reference = testing::train_mlp(layouts[0], kind, 3);
+  std::vector<MlpLayout> cuda_layouts;
+  for (const MlpLayout& layout : layouts) cuda_layouts.push_back(all_on_cuda(layout));
+  for (const MlpLayout& layout : testing::mlp_pipelined_layouts()) {
+    if (layout.name != "single") cuda_layouts.push_back(all_on_cuda(layout));
+  }
+  MlpLayout mixed = find_layout(testing::mlp_pipelined_layouts(), "pp2_micro4");
+  mixed.later_stages[0] = on_cuda(mixed.later_stages[0]);
+  mixed.name = "pp2_micro4_cpu_then_cuda";
+  cuda_layouts.push_back(mixed);
+  for (const MlpLayout& layout : cuda_layouts) {
+    SCOPED_TRACE(layout.name);
+    const int64_t ranks = layout.placement.num_ranks() * layout.num_stages();
+    if (!simulate && ranks > cuda::device_count()) continue;
+    testing::expect_same_training(
+        reference, testing::train_mlp(layout, kind, 3, device_runner(simulate)), layout.name);
+  }
+}
+
+TEST(DevicePlans, MlpOnGpuPlacementsTrainsLikeOneCpuRankSimulated) {
+  expect_mlp_layouts_train_like_one_cpu_rank(/*simulate=*/true);
+}
+
+TEST(DevicePlans, MlpOnGpuPlacementsTrainsLikeOneCpuRankOnTheGpu) {
+  if (cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device: " << cuda::why_no_device();
+  expect_mlp_layouts_train_like_one_cpu_rank(/*simulate=*/false);
+}
+
+TEST(DevicePlans, GptOnGpuPlacementsTrainsLikeOneCpuRankSimulated) {
+  compiler::GptConfig config = testing::tiny_gpt_config(/*n_layer=*/2);
+  config.batch_size = 8;
+  const TrainingRun reference = testing::train_gpt(config, GptParallel{}, 2);
+  for (const auto& [name, parallel] :
+       std::vector<std::pair<std::string, GptParallel>>{{"single", {1, 1, 1, 1}},
+                                                        {"dp2_tp2", {2, 2, 1, 1}},
+                                                        {"pp2_micro4", {1, 1, 2, 4}},
+                                                        {"dp2_tp2_pp2_micro2", {2, 2, 2, 2}}}) {
+    SCOPED_TRACE(name);
+    GptParallel on_gpu = parallel;
+    on_gpu.device = DeviceType::kCUDA;
+    testing::expect_same_gpt_training(reference,
+                                      testing::train_gpt(config, on_gpu, 2, device_runner(true)),
+                                      config, name + "_cuda");
+  }
+  GptParallel deterministic{2, 1, 2, 2};
+  deterministic.device = DeviceType::kCUDA;
+  testing::expect_same_gpt_training(
+      reference, testing::train_gpt(config, deterministic, 2, device_runner(true, true)), config,
+      "dp2_pp2_micro2_cuda deterministic");
+}
+
+TEST(DevicePlans, GptOnOneGpuTrainsLikeOneCpuRank) {
+  if (cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device: " << cuda::why_no_device();
+  compiler::GptConfig config = testing::tiny_gpt_config(/*n_layer=*/2);
+  config.batch_size = 8;
+  const TrainingRun reference = testing::train_gpt(config, GptParallel{}, 2);
+  GptParallel on_gpu{1, 1, 1, 1};
+  on_gpu.device = DeviceType::kCUDA;
+  testing::expect_same_gpt_training(
+      reference, testing::train_gpt(config, on_gpu, 2, device_runner(false)), config, "cuda");
+}
+
+}  // namespace
+}  // namespace ofl::actor
