@@ -18,19 +18,20 @@ _ROW = ("attn.c_proj.weight", "mlp.c_proj.weight")
 
 
 class Layout:
-    def __init__(self, dp=1, tp=1, pp=1):
+    def __init__(self, dp=1, tp=1, pp=1, device="cpu"):
         for name, v in (("dp", dp), ("tp", tp), ("pp", pp)):
             if v < 1:
                 raise ValueError(f"--{name} must be at least 1. However, got {v}.")
         self.dp, self.tp, self.pp = dp, tp, pp
         self.world_size = dp * tp * pp
+        self.device = device  # the placements' type: every stage computes there
 
     def placement(self, stage):
         n = self.dp * self.tp
         ranks = list(range(stage * n, (stage + 1) * n))
         if self.dp > 1 and self.tp > 1:
             ranks = [ranks[i * self.tp:(i + 1) * self.tp] for i in range(self.dp)]
-        return flow.placement("cpu", ranks=ranks)
+        return flow.placement(self.device, ranks=ranks)
 
     def sbp(self, over_dp, over_tp):
         """One SBP per placement dimension: ``over_dp`` on the data-parallel one, ``over_tp``

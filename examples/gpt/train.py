@@ -38,6 +38,8 @@ def parse(argv=None):
     p.add_argument("--tp", type=int, default=1, help="tensor-parallel ranks (Megatron)")
     p.add_argument("--pp", type=int, default=1, help="pipeline stages")
     p.add_argument("--micro-batches", type=int, default=1, help="micro-batches per step")
+    p.add_argument("--device", choices=["cpu", "cuda"], default="cpu",
+                   help="where every stage computes (cuda: each rank's GPU LOCAL_RANK)")
     p.add_argument("--zero", action="store_true",
                    help="ZeRO: shard parameters and optimizer state over the ranks that would "
                         "replicate them (the data-parallel ones, and the tensor-parallel ones for "
@@ -138,7 +140,7 @@ def peak_rss_mib():
 def main(argv=None):
     args = parse(argv)
     rank, world = flow.env.get_rank(), flow.env.get_world_size()
-    layout = Layout(args.dp, args.tp, args.pp)
+    layout = Layout(args.dp, args.tp, args.pp, args.device)
     config = GPTConfig(block_size=args.block_size, n_layer=args.n_layer, n_head=args.n_head,
                        n_embd=args.n_embd, bias=args.bias, tied_head=args.tied_head)
     layout.check(config, args.batch_size, args.micro_batches)
@@ -158,7 +160,8 @@ def main(argv=None):
                                  weight_decay=args.weight_decay)
     scheduler = flow.optim.lr_scheduler.LambdaLR(optimizer, lr_lambda(args))
     graph = TrainGraph(model, optimizer, scheduler, args.micro_batches, args.zero)
-    distributed = world > 1
+    # On a GPU even one rank is a placement: a local graph computes on the host.
+    distributed = world > 1 or args.device != "cpu"
     if distributed:
         layout.apply(model, graph)
     data = ByteData(args.data, args.block_size, args.seed, args.synthetic)

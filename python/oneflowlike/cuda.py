@@ -27,7 +27,7 @@ def why_unavailable():
 def check_device_supported(op, device, *, runs_cuda=True):
     """Raises unless ``device`` ("cpu", "cuda:1", a flow.device, or None) can hold tensors in this
     build: a CUDA device without one says why, and so does a missing index. ``runs_cuda`` False
-    is for what cannot run on CUDA yet (placements, modules): it says so."""
+    is for what cannot run on CUDA yet (modules built on a device): it says so."""
     if device is None:
         return
     kind = str(device).partition(":")[0]
@@ -42,5 +42,6 @@ def check_device_supported(op, device, *, runs_cuda=True):
         raise RuntimeError(f"[{op}] device {device} does not exist: this process sees "
                            f"{device_count()} CUDA device(s) (cuda:0 to cuda:{device_count() - 1}).")
     if not runs_cuda:
-        raise NotImplementedError(f"[{op}] does not run on CUDA yet: eager CUDA tensors and their "
-                                  "kernels exist, CUDA placements in graphs do not (issue 15).")
+        raise NotImplementedError(f"[{op}] does not run on CUDA yet: eager CUDA tensors, their "
+                                  "kernels and graphs on CUDA placements do; modules built on a "
+                                  "GPU do not (issue 15).")

@@ -6,6 +6,7 @@
 """
 
 import numbers
+import os
 
 import numpy as np
 
@@ -24,10 +25,12 @@ class placement:  # noqa: N801 (OneFlow's name)
             type = device_type  # noqa: A001
         if type not in ("cpu", "cuda"):
             raise ValueError(f"[placement] type must be 'cpu' or 'cuda'. However, got {type!r}.")
-        if type == "cuda":
+        if type == "cuda" and os.environ.get("OFL_SIMULATE_CUDA") != "1":
+            # OFL_SIMULATE_CUDA=1: the runtime runs GPU tasks on the host (RuntimeOptions::
+            # simulate_cuda), so a CUDA plan can be checked without a GPU.
             from oneflowlike import cuda
 
-            cuda.check_device_supported("placement", "cuda", runs_cuda=False)
+            cuda.check_device_supported("placement", "cuda")
         if ranks is None:
             raise TypeError("[placement] needs ranks, e.g. flow.placement('cpu', ranks=[0, 1]).")
         if isinstance(ranks, numbers.Integral):

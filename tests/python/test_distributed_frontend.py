@@ -29,6 +29,17 @@ def test_graph_training_matches_one_device(model, layout, nproc):
     assert "FAILED" not in out
 
 
+# CUDA placements with the runtime running the GPU tasks on the host (OFL_SIMULATE_CUDA=1): the
+# plan's host/GPU copies, per-device memory and event-gated handovers, across processes.
+@pytest.mark.parametrize("model,layout,nproc",
+                         [("mlp", "dp2tp2", 4), ("gpt", "dp2zero", 2), ("gpt", "pp2", 2)])
+def test_graph_training_on_cuda_placements_matches_one_device_simulated(model, layout, nproc):
+    out = _launch(nproc, "graph_worker.py", "--model", model, "--layout", layout, "--device",
+                  "cuda", OFL_SIMULATE_CUDA="1")
+    assert out.count(" OK") == nproc, out
+    assert "FAILED" not in out
+
+
 def test_checkpoint_saved_on_dp2tp2_resumes_on_pp2_and_one_rank(tmp_path):
     out = _launch(4, "checkpoint_worker.py", OFL_TEST_CHECKPOINT=str(tmp_path / "ckpt"))
     assert out.count("checkpoint OK") == 4, out
@@ -288,8 +299,7 @@ def test_graph_config_and_placement_errors():
     with pytest.raises(ValueError, match="gradient bucket size must be an int >= 0"):
         config.set_gradient_bucket_bytes(-1)
     if flow.cuda.is_available():
-        with pytest.raises(NotImplementedError, match=r"\[placement\] does not run on CUDA yet"):
-            flow.placement("cuda", ranks=[0])
+        assert flow.placement("cuda", ranks=[0]).type == "cuda"
     else:
         with pytest.raises(RuntimeError, match=r"\[placement\] device cuda needs a CUDA device. "
                                                "However, there is none: "):

@@ -12,6 +12,8 @@ import sys
 import numpy as np
 import pytest
 
+import oneflowlike as flow
+
 _ROOT = pathlib.Path(__file__).resolve().parents[2]
 _TRAIN = _ROOT / "examples" / "gpt" / "train.py"
 # --warmup-steps 2: the 10 steps run through warmup and into the cosine decay.
@@ -26,7 +28,7 @@ def _env():
             if not k.startswith(("SLURM_", "OFL_")) and k not in _CONTRACT}
 
 
-def _train(tmp_path, nproc, *flags, steps=10, tag="run"):
+def _train(tmp_path, nproc, *flags, steps=10, tag="run", env=None):
     log = tmp_path / f"{tag}.jsonl"
     args = [str(_TRAIN), *_SMALL, "--steps", str(steps), "--log-json", str(log), *flags]
     if nproc == 1:
@@ -34,7 +36,8 @@ def _train(tmp_path, nproc, *flags, steps=10, tag="run"):
     else:
         command = [sys.executable, "-m", "oneflowlike.distributed.launch", "--nproc_per_node",
                    str(nproc), *args]
-    result = subprocess.run(command, env=_env(), capture_output=True, text=True, timeout=300)
+    result = subprocess.run(command, env={**_env(), **(env or {})}, capture_output=True, text=True,
+                            timeout=300)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert "done:" in result.stdout, result.stdout
     return [json.loads(line) for line in log.read_text().splitlines()]
@@ -61,6 +64,14 @@ def test_layouts_reproduce_the_single_device_loss_curve(tmp_path, single, nproc,
     assert [r["step"] for r in records] == list(range(1, 11))
     np.testing.assert_allclose(_losses(records), _losses(single), rtol=1e-4)
     assert _losses(single)[-1] < _losses(single)[0]
+
+
+# --device cuda with the runtime running the GPU tasks on the host (OFL_SIMULATE_CUDA=1): the
+# plan's copies between host and GPU memory keep the curve.
+@pytest.mark.parametrize("nproc,flags", [(1, []), (2, ["--dp", "2", "--zero"])])
+def test_cuda_placements_reproduce_the_curve_simulated(tmp_path, single, nproc, flags):
+    records = _train(tmp_path, nproc, "--device", "cuda", *flags, env={"OFL_SIMULATE_CUDA": "1"})
+    np.testing.assert_allclose(_losses(records), _losses(single), rtol=1e-4)
 
 
 def test_resume_on_another_layout_continues_the_curve(tmp_path, single):
@@ -99,6 +110,14 @@ def test_two_hosts_over_tcp_give_the_single_device_curve(tmp_path, single, two_h
     assert [launcher.returncode for launcher in launchers] == [0, 0], "\n".join(outputs)
     records = [json.loads(line) for line in log.read_text().splitlines()]
     np.testing.assert_allclose(_losses(records), _losses(single), rtol=1e-4)
+
+
+@pytest.mark.skipif(flow.cuda.is_available(), reason="this machine has a GPU")
+def test_device_cuda_without_a_gpu_says_why():
+    result = subprocess.run([sys.executable, str(_TRAIN), *_SMALL, "--device", "cuda"],
+                            env=_env(), capture_output=True, text=True, timeout=120)
+    assert result.returncode != 0
+    assert "[placement] device cuda needs a CUDA device. However, there is none" in result.stderr
 
 
 def test_bad_flags_are_reported():

@@ -14,6 +14,7 @@ parser = argparse.ArgumentParser()
 parser.add_argument("--model", choices=["mlp", "gpt"], required=True)
 parser.add_argument("--layout", required=True)  # single, dp2, dp2zero, tp2, pp2, dp2tp2
 parser.add_argument("--steps", type=int, default=4)
+parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu")  # placements' type
 args = parser.parse_args()
 rank = flow.env.get_rank()
 S0, S1, B = flow.sbp.split(0), flow.sbp.split(1), flow.sbp.broadcast
@@ -136,16 +137,16 @@ def main():
     if args.layout == "single":
         graph = Train(model, micro=MICRO)
     elif args.layout == "dp2":
-        data_placement = flow.placement("cpu", ranks=[0, 1])
+        data_placement = flow.placement(args.device, ranks=[0, 1])
         model.to_global(data_placement, B)
         graph = Train(model)
     elif args.layout == "dp2zero":
-        data_placement = flow.placement("cpu", ranks=[0, 1])
+        data_placement = flow.placement(args.device, ranks=[0, 1])
         model.to_global(data_placement, B)
         graph = Train(model)
         graph.config.enable_zero(stage=1)
     elif args.layout == "tp2":
-        data_placement = flow.placement("cpu", ranks=[0, 1])
+        data_placement = flow.placement(args.device, ranks=[0, 1])
         model.to_global(data_placement, B)
         # Megatron: first matmuls column-parallel (weight rows = output features), second row-parallel.
         for name, p in model.named_parameters():
@@ -161,12 +162,12 @@ def main():
         graph = Train(model)
         data_sbp = B
     elif args.layout == "pp2":
-        stages = [flow.placement("cpu", ranks=[0]), flow.placement("cpu", ranks=[1])]
+        stages = [flow.placement(args.device, ranks=[0]), flow.placement(args.device, ranks=[1])]
         data_placement = stages[0]
         target_placement = stages[1]  # the loss is on the last stage
         graph = Train(model, placements=stages, micro=MICRO)
     elif args.layout == "dp2tp2":
-        data_placement = flow.placement("cpu", ranks=[[0, 1], [2, 3]])
+        data_placement = flow.placement(args.device, ranks=[[0, 1], [2, 3]])
         model.to_global(data_placement, (B, B))
         for name, p in model.named_parameters():
             if name.endswith(("fc1.weight", "fc1.bias", "fc.weight", "fc.bias", "c_attn.weight",
