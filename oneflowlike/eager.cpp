@@ -7,10 +7,22 @@ namespace ofl {
 
 std::vector<Tensor> apply_op(const OpSchema& op, const AnyParams& params,
                              const std::vector<Tensor>& inputs) {
-  if (OpTracer* tracer = current_op_tracer()) return tracer->trace(op, params, inputs);
+  return apply_op(op, params, inputs, Device::cpu());
+}
+
+std::vector<Tensor> apply_op(const OpSchema& op, const AnyParams& params,
+                             const std::vector<Tensor>& inputs, const Device& device_if_no_inputs) {
+  if (OpTracer* tracer = current_op_tracer()) {
+    OFL_CHECK_CODE(!inputs.empty() || device_if_no_inputs == Device::cpu(),
+                   ErrorCode::kUnimplemented, "[", op.name(),
+                   "] in a graph, ops run where the placement says: a device for an op without "
+                   "inputs is for eager mode. However, got device ",
+                   device_if_no_inputs.to_string(), ".");
+    return tracer->trace(op, params, inputs);
+  }
   std::vector<TensorMeta> metas;
   metas.reserve(inputs.size());
-  Device device = Device::cpu();
+  Device device = device_if_no_inputs;
   for (size_t i = 0; i < inputs.size(); ++i) {
     OFL_CHECK(inputs[i].defined(), "[", op.name(), "] input ", i, " is an undefined tensor.");
     metas.push_back(TensorMeta{inputs[i].shape(), inputs[i].dtype()});

@@ -13,6 +13,12 @@ namespace ofl {
 std::vector<Tensor> apply_op(const OpSchema& op, const AnyParams& params,
                              const std::vector<Tensor>& inputs);
 
+/// apply_op that runs an op without inputs (fill, arange, random_normal, ...) on `device`; an op
+/// with inputs runs on its inputs' device whatever `device` says. A tracer (graph mode) takes
+/// CPU only: its placements say where ops run.
+std::vector<Tensor> apply_op(const OpSchema& op, const AnyParams& params,
+                             const std::vector<Tensor>& inputs, const Device& device);
+
 /// apply_op for single-output ops.
 Tensor apply_op1(const OpSchema& op, const AnyParams& params, const std::vector<Tensor>& inputs);
 
@@ -29,6 +35,12 @@ class OpHandle {
   }
   Tensor call1(const AnyParams& params, const std::vector<Tensor>& inputs) const {
     return apply_op1(get(), params, inputs);
+  }
+  /// Runs this op without inputs on `device`.
+  Tensor call1_on(const Device& device, const AnyParams& params) const {
+    std::vector<Tensor> out = apply_op(get(), params, {}, device);
+    OFL_ASSERT(out.size() == 1) << name_ << " has " << out.size() << " outputs";
+    return std::move(out[0]);
   }
 
  private:

@@ -8,15 +8,30 @@
 // 0 and 1; words 2 and 3 are zero). e is the LOGICAL row-major flat index, so a tensor split
 // across ranks holds exactly the values of the whole one, and an op that draws n elements
 // reserves n counters (next_offset in ops/random.h) so that the next op gets fresh ones.
+//
+// Note [Random values on every device]: everything below is OFL_HOST_DEVICE, and the CPU and
+// CUDA kernels of the random ops both compute their elements with the *_value functions at the
+// end, so a draw gives the same values on either device. The bits and the uniforms are integer
+// arithmetic and exact scalings: bit-identical. uniform_value and dropout_keeps are too (one
+// fma, exact compares). normal_value goes through log and cos, which the host's libm and CUDA's
+// compute with different last-ulp errors (CUDA: logf 1 ulp, cosf 2 ulp, log 1 ulp, cos 2 ulp;
+// sqrt and the fma are exact on both): a CUDA normal may differ from the CPU's by a few ulp,
+// about 5e-7 relative in float32 (tests/python/test_cuda_random_optim_fused.py allows
+// rtol 2e-6 plus atol 1e-6 * std, and 1e-13 in float64).
 
-#include <array>
-#include <cmath>
 #include <cstdint>
 #include <numbers>
 
+#include "oneflowlike/common/host_device.h"
+
 namespace ofl::philox {
 
-using Block = std::array<uint32_t, 4>;
+/// Four 32-bit words: a counter or the bits it gives.
+struct Block {
+  uint32_t word[4];
+  OFL_HOST_DEVICE uint32_t operator[](int i) const { return word[i]; }
+  bool operator==(const Block&) const = default;
+};
 
 constexpr uint32_t kM0 = 0xD2511F53u;  // round multipliers
 constexpr uint32_t kM1 = 0xCD9E8D57u;
@@ -25,7 +40,7 @@ constexpr uint32_t kW1 = 0xBB67AE85u;
 constexpr int kRounds = 10;
 
 /// Philox4x32 with `rounds` rounds on counter `ctr` and key (k0, k1).
-inline Block philox4x32(Block ctr, uint32_t k0, uint32_t k1, int rounds = kRounds) {
+OFL_HOST_DEVICE inline Block philox4x32(Block ctr, uint32_t k0, uint32_t k1, int rounds = kRounds) {
   for (int r = 0; r < rounds; ++r) {
     if (r > 0) {
       k0 += kW0;
@@ -41,24 +56,26 @@ inline Block philox4x32(Block ctr, uint32_t k0, uint32_t k1, int rounds = kRound
 }
 
 /// The 128 random bits of element `index` of a tensor drawn with (seed, offset).
-inline Block element_bits(uint64_t seed, uint64_t offset, uint64_t index) {
+OFL_HOST_DEVICE inline Block element_bits(uint64_t seed, uint64_t offset, uint64_t index) {
   const uint64_t counter = offset + index;  // wraps at 2^64, as the offsets do
   return philox4x32({static_cast<uint32_t>(counter), static_cast<uint32_t>(counter >> 32), 0u, 0u},
                     static_cast<uint32_t>(seed), static_cast<uint32_t>(seed >> 32));
 }
 
 /// Uniform in [0, 1) from the top 24 bits of `a`: every value is an exact float.
-inline float uniform_float(uint32_t a) { return static_cast<float>(a >> 8) * 0x1.0p-24f; }
+OFL_HOST_DEVICE inline float uniform_float(uint32_t a) {
+  return static_cast<float>(a >> 8) * 0x1.0p-24f;
+}
 
 /// Uniform in [0, 1) from 53 bits of (a, b): every value is an exact double.
-inline double uniform_double(uint32_t a, uint32_t b) {
+OFL_HOST_DEVICE inline double uniform_double(uint32_t a, uint32_t b) {
   const uint64_t bits = (static_cast<uint64_t>(a) << 21) | (b >> 11);  // 32 + 21 = 53 bits
   return static_cast<double>(bits) * 0x1.0p-53;
 }
 
 /// Standard uniform in [0, 1) of element `index`, as T (float or double precision).
 template <class T>
-T uniform(uint64_t seed, uint64_t offset, uint64_t index) {
+OFL_HOST_DEVICE T uniform(uint64_t seed, uint64_t offset, uint64_t index) {
   const Block r = element_bits(seed, offset, index);
   if constexpr (sizeof(T) == sizeof(double)) {
     return uniform_double(r[0], r[1]);
@@ -68,9 +85,10 @@ T uniform(uint64_t seed, uint64_t offset, uint64_t index) {
 }
 
 /// Standard normal of element `index` by Box-Muller (the cosine half) from two uniforms:
-/// u1 in (0, 1] so that log(u1) is finite, u2 in [0, 1).
+/// u1 in (0, 1] so that log(u1) is finite, u2 in [0, 1). In T's precision (logf and cosf for
+/// float): Note [Random values on every device].
 template <class T>
-T normal(uint64_t seed, uint64_t offset, uint64_t index) {
+OFL_HOST_DEVICE T normal(uint64_t seed, uint64_t offset, uint64_t index) {
   const Block r = element_bits(seed, offset, index);
   T u1, u2;
   if constexpr (sizeof(T) == sizeof(double)) {
@@ -81,7 +99,32 @@ T normal(uint64_t seed, uint64_t offset, uint64_t index) {
     u2 = uniform_float(r[1]);
   }
   constexpr T kTwoPi = static_cast<T>(2 * std::numbers::pi);
-  return std::sqrt(T(-2) * std::log(u1)) * std::cos(kTwoPi * u2);
+  return host_device::sqrt(T(-2) * host_device::log(u1)) * host_device::cos(kTwoPi * u2);
+}
+
+// The values of the random ops' elements (ops/random.h), shared by their CPU and CUDA kernels.
+
+/// Element `index` of random_normal: mean + std * normal, with one rounding (an fma).
+template <class T>
+OFL_HOST_DEVICE T normal_value(uint64_t seed, uint64_t offset, uint64_t index, T mean, T std) {
+  return host_device::fma(std, normal<T>(seed, offset, index), mean);
+}
+
+/// Element `index` of random_uniform in [low, high): low + (high - low) * u with one rounding
+/// (an fma); a value that rounds up to high becomes below_high, the largest T below high (low
+/// when high <= low).
+template <class T>
+OFL_HOST_DEVICE T uniform_value(uint64_t seed, uint64_t offset, uint64_t index, T low, T high,
+                                T below_high) {
+  const T v = host_device::fma(high - low, uniform<T>(seed, offset, index), low);
+  return v < high ? v : below_high;
+}
+
+/// Whether dropout with probability p keeps element `index`. The mask uses 53-bit uniforms
+/// whatever the tensor's dtype, so every dtype drops the same elements.
+OFL_HOST_DEVICE inline bool dropout_keeps(uint64_t seed, uint64_t offset, uint64_t index,
+                                          double p) {
+  return uniform<double>(seed, offset, index) >= p;
 }
 
 }  // namespace ofl::philox

@@ -95,9 +95,9 @@ OFL_REGISTER_OP("cast")
 
 namespace functional {
 
-Tensor fill(const Shape& shape, DataType dtype, double value) {
+Tensor fill(const Shape& shape, DataType dtype, double value, const Device& device) {
   static OpHandle op("fill");
-  return op.call1(FillParams{shape, dtype, value}, {});
+  return op.call1_on(device, FillParams{shape, dtype, value});
 }
 
 Tensor cast(const Tensor& x, DataType dtype) {
@@ -106,9 +106,9 @@ Tensor cast(const Tensor& x, DataType dtype) {
   return op.call1(CastParams{dtype}, {x});
 }
 
-Tensor arange(double start, double end, double step, DataType dtype) {
+Tensor arange(double start, double end, double step, DataType dtype, const Device& device) {
   static OpHandle op("arange");
-  return op.call1(ArangeParams{start, end, step, dtype}, {});
+  return op.call1_on(device, ArangeParams{start, end, step, dtype});
 }
 
 }  // namespace functional

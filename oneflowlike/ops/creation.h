@@ -27,10 +27,12 @@ struct ArangeParams {
 };
 
 namespace functional {
-Tensor fill(const Shape& shape, DataType dtype, double value);
+/// The creation functions make their tensor on `device` (eager mode; CPU in a graph).
+Tensor fill(const Shape& shape, DataType dtype, double value, const Device& device = Device::cpu());
 /// x itself when it already has `dtype`.
 Tensor cast(const Tensor& x, DataType dtype);
-Tensor arange(double start, double end, double step, DataType dtype);
+Tensor arange(double start, double end, double step, DataType dtype,
+              const Device& device = Device::cpu());
 }  // namespace functional
 
 }  // namespace ofl

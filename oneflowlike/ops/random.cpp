@@ -146,15 +146,15 @@ OFL_REGISTER_OP("dropout")
 namespace functional {
 
 Tensor random_normal(const Shape& shape, DataType dtype, double mean, double std, int64_t seed,
-                     int64_t offset) {
+                     int64_t offset, const Device& device) {
   static OpHandle op("random_normal");
-  return op.call1(RandomParams{shape, dtype, mean, std, seed, offset}, {});
+  return op.call1_on(device, RandomParams{shape, dtype, mean, std, seed, offset});
 }
 
 Tensor random_uniform(const Shape& shape, DataType dtype, double low, double high, int64_t seed,
-                      int64_t offset) {
+                      int64_t offset, const Device& device) {
   static OpHandle op("random_uniform");
-  return op.call1(RandomParams{shape, dtype, low, high, seed, offset}, {});
+  return op.call1_on(device, RandomParams{shape, dtype, low, high, seed, offset});
 }
 
 Tensor dropout_with_seed(const Tensor& x, double p, int64_t seed, int64_t offset) {
@@ -173,19 +173,23 @@ int64_t count_of(const Shape& shape) {
 
 }  // namespace
 
-Tensor normal(double mean, double std, const Shape& shape, DataType dtype) {
+Tensor normal(double mean, double std, const Shape& shape, DataType dtype, const Device& device) {
   const RandomState s = reserve_random(count_of(shape));
-  return random_normal(shape, dtype, mean, std, s.seed, s.offset);
+  return random_normal(shape, dtype, mean, std, s.seed, s.offset, device);
 }
 
-Tensor uniform(double low, double high, const Shape& shape, DataType dtype) {
+Tensor uniform(double low, double high, const Shape& shape, DataType dtype, const Device& device) {
   const RandomState s = reserve_random(count_of(shape));
-  return random_uniform(shape, dtype, low, high, s.seed, s.offset);
+  return random_uniform(shape, dtype, low, high, s.seed, s.offset, device);
 }
 
-Tensor randn(const Shape& shape, DataType dtype) { return normal(0.0, 1.0, shape, dtype); }
+Tensor randn(const Shape& shape, DataType dtype, const Device& device) {
+  return normal(0.0, 1.0, shape, dtype, device);
+}
 
-Tensor rand(const Shape& shape, DataType dtype) { return uniform(0.0, 1.0, shape, dtype); }
+Tensor rand(const Shape& shape, DataType dtype, const Device& device) {
+  return uniform(0.0, 1.0, shape, dtype, device);
+}
 
 Tensor dropout(const Tensor& x, double p, bool training) {
   check_dropout_probability(p);

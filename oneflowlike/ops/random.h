@@ -55,22 +55,28 @@ RandomState reserve_random(int64_t count);
 void check_dropout_probability(double p);
 
 namespace functional {
+// The functions without an input tensor make their result on `device` (eager mode; CPU in a
+// graph), with the values the CPU would give (Note [Random values on every device]).
 /// Standard normal values.
-Tensor randn(const Shape& shape, DataType dtype = DataType::kFloat32);
+Tensor randn(const Shape& shape, DataType dtype = DataType::kFloat32,
+             const Device& device = Device::cpu());
 /// Uniform values in [0, 1).
-Tensor rand(const Shape& shape, DataType dtype = DataType::kFloat32);
-Tensor normal(double mean, double std, const Shape& shape, DataType dtype = DataType::kFloat32);
+Tensor rand(const Shape& shape, DataType dtype = DataType::kFloat32,
+            const Device& device = Device::cpu());
+Tensor normal(double mean, double std, const Shape& shape, DataType dtype = DataType::kFloat32,
+              const Device& device = Device::cpu());
 /// Uniform values in [low, high).
-Tensor uniform(double low, double high, const Shape& shape, DataType dtype = DataType::kFloat32);
+Tensor uniform(double low, double high, const Shape& shape, DataType dtype = DataType::kFloat32,
+               const Device& device = Device::cpu());
 /// Zeroes each element with probability p and scales the rest by 1 / (1 - p); x itself when
 /// !training or p == 0.
 Tensor dropout(const Tensor& x, double p, bool training = true);
 
 /// The ops with explicit seed and offset (deterministic; for tests and replay).
 Tensor random_normal(const Shape& shape, DataType dtype, double mean, double std, int64_t seed,
-                     int64_t offset);
+                     int64_t offset, const Device& device = Device::cpu());
 Tensor random_uniform(const Shape& shape, DataType dtype, double low, double high, int64_t seed,
-                      int64_t offset);
+                      int64_t offset, const Device& device = Device::cpu());
 Tensor dropout_with_seed(const Tensor& x, double p, int64_t seed, int64_t offset);
 }  // namespace functional
 

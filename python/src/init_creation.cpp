@@ -5,11 +5,12 @@ namespace ofl::python {
 
 void init_creation(py::module_& m) {
   m.def("fill", &functional::fill, py::arg("shape"), py::arg("dtype"), py::arg("value"),
-        "A new tensor of `shape` filled with `value`.");
+        py::arg("device") = Device::cpu(), "A new tensor of `shape` filled with `value`.");
   m.def("cast", &functional::cast, py::arg("input"), py::arg("dtype"),
         "The tensor converted to dtype (itself when it already has it).");
   m.def("arange", &functional::arange, py::arg("start"), py::arg("end"), py::arg("step"),
-        py::arg("dtype"), "Values start, start+step, ... below end.");
+        py::arg("dtype"), py::arg("device") = Device::cpu(),
+        "Values start, start+step, ... below end.");
 }
 
 }  // namespace ofl::python

@@ -9,24 +9,29 @@ void init_random(py::module_& m) {
   m.def("manual_seed", &manual_seed, py::arg("seed"),
         "Seeds the global generator and restarts its counters.");
   m.def("initial_seed", &initial_seed, "The seed of the global generator.");
+  // The functions without an input tensor take the device to make their result on.
   m.def("randn", &functional::randn, py::arg("size"), py::arg("dtype") = DataType::kFloat32,
+        py::arg("device") = Device::cpu(),
         "Standard normal values drawn from the global generator.");
   m.def("rand", &functional::rand, py::arg("size"), py::arg("dtype") = DataType::kFloat32,
+        py::arg("device") = Device::cpu(),
         "Uniform values in [0, 1) drawn from the global generator.");
   m.def("normal", &functional::normal, py::arg("mean"), py::arg("std"), py::arg("size"),
-        py::arg("dtype") = DataType::kFloat32,
+        py::arg("dtype") = DataType::kFloat32, py::arg("device") = Device::cpu(),
         "Normal values with the given mean and std drawn from the global generator.");
   m.def("uniform", &functional::uniform, py::arg("low"), py::arg("high"), py::arg("size"),
-        py::arg("dtype") = DataType::kFloat32,
+        py::arg("dtype") = DataType::kFloat32, py::arg("device") = Device::cpu(),
         "Uniform values in [low, high) drawn from the global generator.");
   m.def("dropout", &functional::dropout, py::arg("input"), py::arg("p") = 0.5,
         py::arg("training") = true,
         "Zeroes elements with probability p and scales the rest by 1 / (1 - p).");
   m.def("random_normal", &functional::random_normal, py::arg("size"), py::arg("dtype"),
         py::arg("mean"), py::arg("std"), py::arg("seed"), py::arg("offset"),
+        py::arg("device") = Device::cpu(),
         "The random_normal op with an explicit seed and offset (deterministic).");
   m.def("random_uniform", &functional::random_uniform, py::arg("size"), py::arg("dtype"),
         py::arg("low"), py::arg("high"), py::arg("seed"), py::arg("offset"),
+        py::arg("device") = Device::cpu(),
         "The random_uniform op with an explicit seed and offset (deterministic).");
   m.def("dropout_with_seed", &functional::dropout_with_seed, py::arg("input"), py::arg("p"),
         py::arg("seed"), py::arg("offset"),

@@ -47,3 +47,82 @@ def test_linspace_matches_torch(start, end, steps):
     assert flow.linspace(0, 4, 5, dtype=flow.int64).numpy().tolist() == [0, 1, 2, 3, 4]
     with pytest.raises(ValueError, match=r"\[linspace\] steps must be an int >= 0"):
         flow.linspace(0, 1, -1)
+
+
+# ---- device= (issue 15) ------------------------------------------------------------------------
+# Every creation function takes device= as torch does: "cpu", "cuda", "cuda:1" or a flow.device,
+# read by the one parser (_C.device); *_like default to the input's device. The CUDA side is
+# tests/python/test_cuda_random_optim_fused.py.
+def _creations(device):
+    """name -> a tensor made on ``device`` (None: the default), with the generator reseeded so
+    that two calls draw the same numbers."""
+    x = flow.tensor([[1.0, 2.0, 3.0]])
+    out = {}
+    for name, make in {
+        "zeros": lambda **kw: flow.zeros(2, 3, **kw),
+        "ones": lambda **kw: flow.ones((4,), dtype=flow.int32, **kw),
+        "full": lambda **kw: flow.full((2, 2), 7, **kw),
+        "zeros_like": lambda **kw: flow.zeros_like(x, **kw),
+        "ones_like": lambda **kw: flow.ones_like(x, dtype=flow.float64, **kw),
+        "full_like": lambda **kw: flow.full_like(x, 2.5, **kw),
+        "arange": lambda **kw: flow.arange(1, 10, 2, **kw),
+        "linspace": lambda **kw: flow.linspace(0, 1, 5, **kw),
+        "randn": lambda **kw: flow.randn(3, 4, **kw),
+        "rand": lambda **kw: flow.rand(5, dtype=flow.float64, **kw),
+        "randint": lambda **kw: flow.randint(2, 10, (3, 4), **kw),
+        "normal": lambda **kw: flow.normal(1.0, 2.0, (6,), **kw),
+        "randn_like": lambda **kw: flow.randn_like(x, **kw),
+        "rand_like": lambda **kw: flow.rand_like(x, **kw),
+    }.items():
+        flow.manual_seed(1234)
+        out[name] = make() if device is None else make(device=device)
+    return out
+
+
+@pytest.mark.parametrize("device", ["cpu", "cpu:0", flow.device("cpu")])
+def test_creation_functions_take_a_cpu_device_and_equal_the_default(device):
+    default = _creations(None)
+    placed = _creations(device)
+    for name, t in placed.items():
+        assert str(t.device) == "cpu:0", name
+        assert t.dtype == default[name].dtype and t.shape == default[name].shape, name
+        np.testing.assert_array_equal(t.numpy(), default[name].numpy(), err_msg=name)
+    assert flow.zeros(2, device="cpu", requires_grad=True).requires_grad
+
+
+def test_like_functions_keep_the_input_device():
+    x = flow.tensor([1.0, 2.0])
+    for fn in [flow.zeros_like, flow.ones_like, flow.randn_like, flow.rand_like,
+               lambda t: flow.full_like(t, 3.0)]:
+        assert str(fn(x).device) == str(x.device)
+    if flow.cuda.is_available():
+        y = x.cuda()
+        for fn in [flow.zeros_like, flow.ones_like, flow.randn_like, flow.rand_like,
+                   lambda t: flow.full_like(t, 3.0)]:
+            assert str(fn(y).device) == "cuda:0"
+        assert str(flow.zeros_like(y, device="cpu").device) == "cpu:0"
+
+
+def test_a_cuda_device_without_a_gpu_raises_as_every_cuda_path_does():
+    if flow.cuda.is_available():  # with a GPU: tests/python/test_cuda_random_optim_fused.py
+        pytest.skip("a CUDA device is present")
+    x = flow.tensor([1.0])
+    for name, make in [("zeros", lambda d: flow.zeros(2, device=d)),
+                       ("ones", lambda d: flow.ones(2, device=d)),
+                       ("full", lambda d: flow.full((2,), 1.0, device=d)),
+                       ("zeros_like", lambda d: flow.zeros_like(x, device=d)),
+                       ("full_like", lambda d: flow.full_like(x, 1.0, device=d)),
+                       ("arange", lambda d: flow.arange(3, device=d)),
+                       ("linspace", lambda d: flow.linspace(0, 1, 3, device=d)),
+                       ("randn", lambda d: flow.randn(2, device=d)),
+                       ("rand", lambda d: flow.rand(2, device=d)),
+                       ("randint", lambda d: flow.randint(5, (2,), device=d)),
+                       ("normal", lambda d: flow.normal(0.0, 1.0, (2,), device=d)),
+                       ("randn_like", lambda d: flow.randn_like(x, device=d))]:
+        for device in ["cuda", "cuda:1", flow.device("cuda:0")]:
+            with pytest.raises(RuntimeError, match=rf"\[{name}\] device {device} needs a CUDA "
+                                                   r"device. However, there is none: "):
+                make(device)
+    with pytest.raises(ValueError, match=r"\[zeros\] device must be 'cpu' or 'cuda\[:index\]'. "
+                                         r"However, got 'tpu'"):
+        flow.zeros(2, device="tpu")

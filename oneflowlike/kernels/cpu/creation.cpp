@@ -2,6 +2,7 @@
 
 #include "oneflowlike/ops/creation.h"
 
+#include <cmath>
 #include <cstring>
 #include <type_traits>
 
@@ -41,6 +42,8 @@ struct FillKernel {
   }
 };
 
+// start + k * step as one fused multiply-add, so that every build (and the CUDA kernel) gets
+// the same double whether or not the compiler would contract it.
 template <class T>
 struct ArangeKernel {
   static void run(const KernelContext& ctx) {
@@ -48,7 +51,7 @@ struct ArangeKernel {
     const int64_t first = ctx.output_region ? (*ctx.output_region)[0].begin : 0;
     T* y = ctx.out(0).data<T>();
     for (int64_t i = 0; i < ctx.out(0).numel(); ++i) {
-      y[i] = convert<T>(p.start + static_cast<double>(first + i) * p.step);
+      y[i] = convert<T>(std::fma(static_cast<double>(first + i), p.step, p.start));
     }
   }
 };

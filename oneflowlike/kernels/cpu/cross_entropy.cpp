@@ -1,10 +1,11 @@
-// CPU kernels of sparse_softmax_cross_entropy and its backward: one pass per row for the max,
-// one for the sum of exponentials (and one more for the gradient).
+// CPU kernels of sparse_softmax_cross_entropy and its backward: one pass per row for
+// log(sum(exp)) (and one more for the gradient).
 
 #include <algorithm>
 #include <cmath>
 
 #include "oneflowlike/common/parallel.h"
+#include "oneflowlike/kernels/online_softmax.h"
 #include "oneflowlike/op.h"
 
 namespace ofl::cpu {
@@ -22,15 +23,14 @@ void check_labels(const char* op, const I* labels, int64_t n, int64_t num_classe
   }
 }
 
-// Row max and log(sum(exp(x - max))), accumulated in double for float32 too.
+// Row max and log(sum(exp(x - max))) in one pass (Note [Online softmax], the CUDA kernels'
+// math), in double for float32 too.
 template <class T>
 void row_logsumexp(const T* x, int64_t c, double* max_out, double* log_sum_out) {
-  double m = x[0];
-  for (int64_t j = 1; j < c; ++j) m = std::max<double>(m, x[j]);
-  double s = 0;
-  for (int64_t j = 0; j < c; ++j) s += std::exp(static_cast<double>(x[j]) - m);
-  *max_out = m;
-  *log_sum_out = std::log(s);
+  OnlineSoftmax<double> state = OnlineSoftmax<double>::empty();
+  for (int64_t j = 0; j < c; ++j) state.add(static_cast<double>(x[j]));
+  *max_out = state.max;
+  *log_sum_out = std::log(state.sum);
 }
 
 template <class T, class I>

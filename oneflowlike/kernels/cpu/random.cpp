@@ -1,5 +1,7 @@
 // CPU kernels of the random ops. Each element's value depends on its LOGICAL flat index only
-// (Note [Random element counters] in philox.h), read through KernelContext::output_region.
+// (Note [Random element counters] in philox.h), read through KernelContext::output_region, and
+// is computed by the philox.h functions the CUDA kernels call too (Note [Random values on every
+// device]).
 
 #include "oneflowlike/ops/random.h"
 
@@ -65,7 +67,7 @@ struct RandomNormalKernel {
     T* y = ctx.out(0).data<T>();
     for_each_logical_run(ctx, [&](int64_t begin, int64_t end, int64_t logical) {
       for (int64_t i = begin; i < end; ++i) {
-        y[i] = mean + std * philox::normal<T>(seed, offset, logical + (i - begin));
+        y[i] = philox::normal_value<T>(seed, offset, logical + (i - begin), mean, std);
       }
     });
   }
@@ -82,8 +84,7 @@ struct RandomUniformKernel {
     T* y = ctx.out(0).data<T>();
     for_each_logical_run(ctx, [&](int64_t begin, int64_t end, int64_t logical) {
       for (int64_t i = begin; i < end; ++i) {
-        const T v = low + (high - low) * philox::uniform<T>(seed, offset, logical + (i - begin));
-        y[i] = v < high ? v : below_high;
+        y[i] = philox::uniform_value<T>(seed, offset, logical + (i - begin), low, high, below_high);
       }
     });
   }
@@ -101,8 +102,7 @@ struct DropoutKernel {
     T* y = ctx.out(0).data<T>();
     for_each_logical_run(ctx, [&](int64_t begin, int64_t end, int64_t logical) {
       for (int64_t i = begin; i < end; ++i) {
-        // The mask uses 53-bit uniforms whatever T is, so every dtype drops the same elements.
-        const bool keep = philox::uniform<double>(seed, offset, logical + (i - begin)) >= drop;
+        const bool keep = philox::dropout_keeps(seed, offset, logical + (i - begin), drop);
         y[i] = T(keep ? static_cast<Acc>(x[i]) * scale : Acc(0));
       }
     });

@@ -1,6 +1,7 @@
-// CPU kernels of the reductions. Axes are coalesced into alternating kept/reduced groups; the
-// common patterns (reduce the trailing axes, reduce the leading axes, reduce a middle block)
-// become three nested loops, anything else walks the reduced sub-space per output element.
+// CPU kernels of the reductions. Axes are coalesced into alternating kept/reduced groups
+// (kernels/reduce_groups.h); the common patterns (reduce the trailing axes, reduce the leading
+// axes, reduce a middle block) become three nested loops, anything else walks the reduced
+// sub-space per output element.
 
 #include "oneflowlike/ops/reduce.h"
 
@@ -9,6 +10,7 @@
 #include <type_traits>
 
 #include "oneflowlike/common/parallel.h"
+#include "oneflowlike/kernels/reduce_groups.h"
 #include "oneflowlike/op.h"
 
 namespace ofl::cpu {
@@ -65,38 +67,13 @@ struct Reducer {
   }
 };
 
-// Groups of adjacent axes, each either all reduced or all kept (size-1 axes dropped).
-struct Groups {
-  std::vector<int64_t> extent;
-  std::vector<bool> reduced;
-};
-
-Groups coalesce(const Shape& x, const std::vector<bool>& is_reduced) {
-  Groups g;
-  for (int i = 0; i < x.ndim(); ++i) {
-    if (x[i] == 1) continue;
-    if (!g.extent.empty() && g.reduced.back() == is_reduced[i]) {
-      g.extent.back() *= x[i];
-    } else {
-      g.extent.push_back(x[i]);
-      g.reduced.push_back(is_reduced[i]);
-    }
-  }
-  return g;
-}
-
 template <class T, Reduction R>
 void reduce_kernel(const KernelContext& ctx) {
   using Red = Reducer<T, R>;
   using Acc = typename Red::Acc;
   const Tensor& in = ctx.in(0);
   const Shape& x = in.shape();
-  const auto& p = ctx.p<ReduceParams>();
-  std::vector<bool> is_reduced(x.ndim(), p.axes.empty());
-  if (x.ndim() > 0) {  // a scalar's axis 0 or -1 is the scalar itself (infer_reduce)
-    for (int64_t a : p.axes) is_reduced[a < 0 ? a + x.ndim() : a] = true;
-  }
-  const Groups g = coalesce(x, is_reduced);
+  const ReduceGroups g = reduce_groups(x, ctx.p<ReduceParams>());
   const T* src = in.data<T>();
   T* dst = ctx.out(0).data<T>();
   const int64_t out_n = ctx.out(0).numel();
@@ -104,19 +81,9 @@ void reduce_kernel(const KernelContext& ctx) {
 
   // Pattern [outer kept] [reduced] [inner kept], each part possibly absent.
   const int n = static_cast<int>(g.extent.size());
-  int reduced_groups = 0;
-  for (bool r : g.reduced) reduced_groups += r ? 1 : 0;
-  if (reduced_groups <= 1) {
-    int64_t outer = 1, middle = 1, inner = 1;
-    bool seen = false;
-    for (int i = 0; i < n; ++i) {
-      if (g.reduced[i]) {
-        middle = g.extent[i];
-        seen = true;
-      } else {
-        (seen ? inner : outer) *= g.extent[i];
-      }
-    }
+  if (g.reduced_groups() <= 1) {
+    const ReduceView v = reduce_view(g);
+    const int64_t outer = v.outer, middle = v.middle, inner = v.inner;
     if (inner == 1) {  // rows: each output reduces a contiguous run
       parallel_for(outer, std::max<int64_t>(1, kParallelGrain / std::max<int64_t>(middle, 1)),
                    [&](int64_t begin, int64_t end) {

@@ -13,46 +13,12 @@
 #include <cstring>
 
 #include "oneflowlike/common/parallel.h"
+#include "oneflowlike/kernels/cpu/strided_view.h"
 #include "oneflowlike/op.h"
 
 namespace ofl::cpu {
 
 namespace {
-
-// A strided view: element (i0, ..., ik) is at offset + sum(i * strides).
-struct StridedView {
-  std::vector<int64_t> dims;
-  std::vector<int64_t> strides;
-  int64_t offset = 0;
-};
-
-// Drops extent-1 axes and merges axis a into a+1 when they are adjacent in memory (Note
-// [Strided copy]). Keeps at least one axis.
-StridedView coalesce(StridedView v) {
-  StridedView out;
-  out.offset = v.offset;
-  for (size_t a = 0; a < v.dims.size(); ++a) {
-    if (v.dims[a] == 1) continue;
-    if (!out.dims.empty() && out.strides.back() == v.strides[a] * v.dims[a]) {
-      out.dims.back() *= v.dims[a];
-      out.strides.back() = v.strides[a];
-    } else {
-      out.dims.push_back(v.dims[a]);
-      out.strides.push_back(v.strides[a]);
-    }
-  }
-  if (out.dims.empty()) {
-    out.dims.push_back(1);
-    out.strides.push_back(1);
-  }
-  return out;
-}
-
-int64_t numel_of(const std::vector<int64_t>& dims) {
-  int64_t n = 1;
-  for (int64_t d : dims) n *= d;
-  return n;
-}
 
 // Copies between contiguous `flat` and the strided `view` of `strided` (same element order):
 // gather when kGather (strided -> flat), scatter otherwise (flat -> strided).
@@ -158,17 +124,8 @@ template <class T>
 struct TransposeKernel {
   static void run(const KernelContext& ctx) {
     const Tensor& x = ctx.in(0);
-    const auto& perm = ctx.p<TransposeParams>().perm;
-    const int n = x.ndim();
-    const std::vector<int64_t> in_strides = x.shape().strides();
-    StridedView view;
-    for (int j = 0; j < n; ++j) {
-      const int64_t axis = perm[j] < 0 ? perm[j] + n : perm[j];
-      view.dims.push_back(x.shape()[axis]);
-      view.strides.push_back(in_strides[axis]);
-    }
     if (x.numel() == 0) return;
-    view = coalesce(std::move(view));
+    const StridedView view = coalesce(transpose_view(x.shape(), ctx.p<TransposeParams>().perm));
     const T* in = x.data<T>();
     T* out = ctx.out(0).data<T>();
     const int last = static_cast<int>(view.dims.size()) - 1;
@@ -183,21 +140,6 @@ struct TransposeKernel {
 };
 
 // ---- slice and slice_grad ----
-
-// The view of `big` (the sliced tensor) that `small` (the slice) reads or writes. Extents come
-// from `small`; start and step from params, which for a whole axis (start 0, step 1) matches
-// any per-rank piece.
-StridedView slice_view(const Shape& big, const Shape& small, const std::vector<int64_t>& start,
-                       const std::vector<int64_t>& step) {
-  const std::vector<int64_t> strides = big.strides();
-  StridedView view;
-  for (int a = 0; a < big.ndim(); ++a) {
-    view.dims.push_back(small[a]);
-    view.strides.push_back(strides[a] * step[a]);
-    view.offset += start[a] * strides[a];
-  }
-  return coalesce(std::move(view));
-}
 
 template <class T>
 struct SliceKernel {

@@ -39,7 +39,7 @@ struct NegKernel {
 template <class T>
 struct AbsKernel {
   static void run(const KernelContext& ctx) {
-    unary_kernel<T>(ctx, kParallelGrain, [](T x) { return x < T(0) ? static_cast<T>(-x) : x; });
+    unary_kernel<T>(ctx, kParallelGrain, [](T x) { return unary_math::abs(x); });
   }
 };
 template <class T>
@@ -87,9 +87,8 @@ struct SigmoidKernel {
 
 // gelu(x) = x * Phi(x), Phi the standard normal CDF (vec_math::normal_cdf, accurate also in the
 // lower tail where 1 + erf(x / sqrt 2) would cancel); "tanh" uses the approximation
-// Phi(x) ~ (1 + tanh(sqrt(2/pi) * (x + 0.044715 x^3))) / 2.
-using unary_fn::kGeluCubic;
-using unary_fn::kSqrt2OverPi;
+// Phi(x) ~ (1 + tanh(sqrt(2/pi) * (x + 0.044715 x^3))) / 2. The formulas, and those of the
+// gradients below, are kernels/unary_math.h's, which the CUDA kernels share.
 
 bool gelu_is_tanh(const KernelContext& ctx) { return ctx.p<GeluParams>().approximate == "tanh"; }
 
@@ -107,46 +106,39 @@ struct GeluKernel {
 template <class T>
 struct TanhGradKernel {
   static void run(const KernelContext& ctx) {
-    backward_kernel<T>(ctx, kParallelGrain, [](T y, T dy) { return dy * (T(1) - y * y); });
+    backward_kernel<T>(ctx, kParallelGrain, [](T y, T dy) { return unary_math::tanh_grad(y, dy); });
   }
 };
 template <class T>
 struct SigmoidGradKernel {
   static void run(const KernelContext& ctx) {
-    backward_kernel<T>(ctx, kParallelGrain, [](T y, T dy) { return dy * y * (T(1) - y); });
+    backward_kernel<T>(ctx, kParallelGrain,
+                       [](T y, T dy) { return unary_math::sigmoid_grad(y, dy); });
   }
 };
 template <class T>
 struct ReluGradKernel {
   static void run(const KernelContext& ctx) {
-    backward_kernel<T>(ctx, kParallelGrain, [](T y, T dy) { return y > T(0) ? dy : T(0); });
+    backward_kernel<T>(ctx, kParallelGrain, [](T y, T dy) { return unary_math::relu_grad(y, dy); });
   }
 };
 template <class T>
 struct AbsGradKernel {
   static void run(const KernelContext& ctx) {
-    backward_kernel<T>(ctx, kParallelGrain, [](T x, T dy) {
-      return x > T(0) ? dy : (x < T(0) ? static_cast<T>(-dy) : T(0));
-    });
+    backward_kernel<T>(ctx, kParallelGrain, [](T x, T dy) { return unary_math::abs_grad(x, dy); });
   }
 };
 
-// d/dx [x Phi(x)] = Phi(x) + x phi(x); for the tanh form with u = k (x + c x^3), t = tanh(u):
-// d/dx [x (1 + t) / 2] = (1 + t) / 2 + x (1 - t^2) k (1 + 3 c x^2) / 2.
 template <class T>
 struct GeluGradKernel {
   static void run(const KernelContext& ctx) {
     if (gelu_is_tanh(ctx)) {
       backward_kernel<T>(ctx, kTranscendentalGrain, [](T x, T dy) {
-        const T x2 = x * x;
-        const T t = vec_math::tanh(kSqrt2OverPi<T> * (x + kGeluCubic<T> * x2 * x));
-        const T du = kSqrt2OverPi<T> * (T(1) + T(3) * kGeluCubic<T> * x2);
-        return dy * (T(0.5) * (T(1) + t) + T(0.5) * x * (T(1) - t * t) * du);
+        return unary_math::gelu_tanh_grad<unary_fn::VecMath>(x, dy);
       });
     } else {
-      backward_kernel<T>(ctx, kTranscendentalGrain, [](T x, T dy) {
-        return dy * (vec_math::normal_cdf(x) + x * vec_math::normal_pdf(x));
-      });
+      backward_kernel<T>(ctx, kTranscendentalGrain,
+                         [](T x, T dy) { return unary_math::gelu_grad<unary_fn::VecMath>(x, dy); });
     }
   }
 };

@@ -1,12 +1,14 @@
 #pragma once
 // The per-element functions of the unary ops, shared by their kernels and by the fused
-// elementwise kernel so both compute the same values.
+// elementwise kernel so both compute the same values. The formulas beyond one call are in
+// kernels/unary_math.h, which the CUDA kernels share.
 
 #include <cmath>
 #include <numbers>
 
 #include "oneflowlike/common/parallel.h"
 #include "oneflowlike/kernels/cpu/vec_math.h"
+#include "oneflowlike/kernels/unary_math.h"
 #include "oneflowlike/op.h"
 
 namespace ofl::cpu {
@@ -25,14 +27,25 @@ void unary_kernel(const KernelContext& ctx, int64_t grain, F f) {
 
 namespace ofl::cpu::unary_fn {
 
-template <class T>
-constexpr T kGeluCubic = T(0.044715);
-template <class T>
-constexpr T kSqrt2OverPi = T(std::numbers::sqrt2* std::numbers::inv_sqrtpi);  // sqrt(2/pi)
+/// The transcendental functions unary_math's formulas call, as vec_math has them.
+struct VecMath {
+  template <class T>
+  static T tanh(T x) {
+    return vec_math::tanh(x);
+  }
+  template <class T>
+  static T normal_cdf(T x) {
+    return vec_math::normal_cdf(x);
+  }
+  template <class T>
+  static T normal_pdf(T x) {
+    return vec_math::normal_pdf(x);
+  }
+};
 
 template <class T>
 inline T neg(T x) {
-  return static_cast<T>(-x);
+  return unary_math::neg(x);
 }
 template <class T>
 inline T exp(T x) {
@@ -56,7 +69,7 @@ inline T tanh(T x) {
 }
 template <class T>
 inline T relu(T x) {
-  return x > T(0) ? x : T(0);
+  return unary_math::relu(x);
 }
 template <class T>
 inline T sigmoid(T x) {
@@ -65,13 +78,12 @@ inline T sigmoid(T x) {
 /// gelu(x) = x * Phi(x), Phi the standard normal CDF.
 template <class T>
 inline T gelu(T x) {
-  return x * vec_math::normal_cdf(x);
+  return unary_math::gelu<VecMath>(x);
 }
 /// Phi(x) ~ (1 + tanh(sqrt(2/pi) * (x + 0.044715 x^3))) / 2.
 template <class T>
 inline T gelu_tanh(T x) {
-  const T inner = kSqrt2OverPi<T> * (x + kGeluCubic<T> * x * x * x);
-  return T(0.5) * x * (T(1) + vec_math::tanh(inner));
+  return unary_math::gelu_tanh<VecMath>(x);
 }
 
 }  // namespace ofl::cpu::unary_fn

@@ -14,42 +14,60 @@ def _size(size):
     return tuple(size)
 
 
-def _make(shape, value, dtype, requires_grad):
-    t = _C.fill(shape, dtype if dtype is not None else _C.dtype.float32, float(value))
+def resolve_device(op, device, like=None):
+    """The _C.device a creation function makes its tensor on: ``device`` ("cpu", "cuda",
+    "cuda:1" or a flow.device), else the device of ``like`` (for *_like), else the CPU. A CUDA
+    device this process cannot use raises RuntimeError saying why, as every CUDA path does."""
+    from oneflowlike import cuda
+
+    if device is None:
+        return like.device if like is not None else _C.device("cpu")
+    cuda.check_device_supported(op, device)
+    return _C.device(str(device))
+
+
+def _make(op, shape, value, dtype, requires_grad, device, like=None):
+    t = _C.fill(shape, dtype if dtype is not None else _C.dtype.float32, float(value),
+                resolve_device(op, device, like))
     if requires_grad:
         t.requires_grad = True
     return t
 
 
-def zeros(*size, dtype=None, requires_grad=False):
-    """A tensor of zeros: flow.zeros(2, 3) or flow.zeros((2, 3))."""
-    return _make(_size(size), 0.0, dtype, requires_grad)
+def zeros(*size, dtype=None, device=None, requires_grad=False):
+    """A tensor of zeros: flow.zeros(2, 3) or flow.zeros((2, 3)), on the CPU unless ``device``
+    ("cuda", "cuda:1", a flow.device) says otherwise; so do the other creation functions."""
+    return _make("zeros", _size(size), 0.0, dtype, requires_grad, device)
 
 
-def ones(*size, dtype=None, requires_grad=False):
-    return _make(_size(size), 1.0, dtype, requires_grad)
+def ones(*size, dtype=None, device=None, requires_grad=False):
+    return _make("ones", _size(size), 1.0, dtype, requires_grad, device)
 
 
-def full(size, fill_value, dtype=None, requires_grad=False):
+def full(size, fill_value, dtype=None, device=None, requires_grad=False):
     if dtype is None:
         dtype = _C.dtype.int64 if isinstance(fill_value, builtins.int) and not isinstance(
             fill_value, builtins.bool) else _C.dtype.float32
-    return _make(tuple(size), fill_value, dtype, requires_grad)
+    return _make("full", tuple(size), fill_value, dtype, requires_grad, device)
 
 
-def zeros_like(input, dtype=None, requires_grad=False):  # noqa: A002 (torch's name)
-    return _make(input.shape, 0.0, dtype or input.dtype, requires_grad)
+def zeros_like(input, dtype=None, device=None, requires_grad=False):  # noqa: A002 (torch's)
+    """Zeros of input's shape, dtype and device unless ``dtype`` or ``device`` say otherwise."""
+    return _make("zeros_like", input.shape, 0.0, dtype or input.dtype, requires_grad, device,
+                 like=input)
 
 
-def ones_like(input, dtype=None, requires_grad=False):  # noqa: A002
-    return _make(input.shape, 1.0, dtype or input.dtype, requires_grad)
+def ones_like(input, dtype=None, device=None, requires_grad=False):  # noqa: A002
+    return _make("ones_like", input.shape, 1.0, dtype or input.dtype, requires_grad, device,
+                 like=input)
 
 
-def full_like(input, fill_value, dtype=None, requires_grad=False):  # noqa: A002
-    return _make(input.shape, fill_value, dtype or input.dtype, requires_grad)
+def full_like(input, fill_value, dtype=None, device=None, requires_grad=False):  # noqa: A002
+    return _make("full_like", input.shape, fill_value, dtype or input.dtype, requires_grad,
+                 device, like=input)
 
 
-def arange(start, end=None, step=1, dtype=None):
+def arange(start, end=None, step=1, dtype=None, device=None):
     """flow.arange(5), flow.arange(1, 5), flow.arange(0, 1, 0.25): int64 for integer arguments,
     float32 otherwise, as in torch."""
     if end is None:
@@ -57,20 +75,22 @@ def arange(start, end=None, step=1, dtype=None):
     if dtype is None:
         all_int = all(isinstance(v, builtins.int) for v in (start, end, step))
         dtype = _C.dtype.int64 if all_int else _C.dtype.float32
-    return _C.arange(float(start), float(end), float(step), dtype)
+    return _C.arange(float(start), float(end), float(step), dtype,
+                     resolve_device("arange", device))
 
 
-def linspace(start, end, steps, dtype=None, requires_grad=False):
+def linspace(start, end, steps, dtype=None, device=None, requires_grad=False):
     """``steps`` values from ``start`` to ``end``, evenly spaced (both ends included), as
     torch.linspace: computed in float64, then cast to ``dtype`` (float32 by default)."""
     if isinstance(steps, builtins.bool) or not isinstance(steps, builtins.int) or steps < 0:
         raise ValueError(f"[linspace] steps must be an int >= 0. However, got {steps!r}.")
     dtype = _C.dtype.float32 if dtype is None else dtype
+    where = resolve_device("linspace", device)
     if steps <= 1:
-        t = _C.fill((steps,), dtype, float(start))
+        t = _C.fill((steps,), dtype, float(start), where)
     else:
         step = (float(end) - float(start)) / (steps - 1)
-        positions = _C.arange(0.0, float(steps), 1.0, _C.dtype.float64)
+        positions = _C.arange(0.0, float(steps), 1.0, _C.dtype.float64, where)
         t = _C.cast(_C.scalar_add(_C.scalar_mul(positions, step), float(start)), dtype)
     if requires_grad:
         t.requires_grad = True

@@ -8,6 +8,7 @@ same however a tensor is split across ranks.
 import numbers
 
 from oneflowlike import _C
+from oneflowlike.ops.creation import resolve_device
 
 __all__ = ["manual_seed", "seed", "initial_seed", "randn", "rand", "randint", "normal",
            "randn_like", "rand_like", "dropout"]
@@ -55,17 +56,20 @@ def seed():
     return s
 
 
-def randn(*size, dtype=None, requires_grad=False):
-    """Standard normal values: flow.randn(2, 3) or flow.randn((2, 3))."""
-    return _finish(_C.randn(_size(size), _dtype(dtype)), requires_grad)
+def randn(*size, dtype=None, device=None, requires_grad=False):
+    """Standard normal values: flow.randn(2, 3) or flow.randn((2, 3)). On ``device`` ("cuda",
+    a flow.device; the CPU by default) with the values the CPU would give."""
+    t = _C.randn(_size(size), _dtype(dtype), resolve_device("randn", device))
+    return _finish(t, requires_grad)
 
 
-def rand(*size, dtype=None, requires_grad=False):
+def rand(*size, dtype=None, device=None, requires_grad=False):
     """Uniform values in [0, 1): flow.rand(2, 3) or flow.rand((2, 3))."""
-    return _finish(_C.rand(_size(size), _dtype(dtype)), requires_grad)
+    t = _C.rand(_size(size), _dtype(dtype), resolve_device("rand", device))
+    return _finish(t, requires_grad)
 
 
-def randint(low, high=None, size=None, dtype=None):
+def randint(low, high=None, size=None, dtype=None, device=None):
     """Integers uniform in [low, high): flow.randint(10, (3,)) or flow.randint(2, 10, (3, 4)),
     int64 unless ``dtype`` says otherwise. Drawn from a float64 uniform (exact for ranges
     below 2**53), so a value is the same whatever the placement splits."""
@@ -93,15 +97,16 @@ def randint(low, high=None, size=None, dtype=None):
         bits = 8 * dtype.itemsize - 1
         if dtype == _C.dtype.bool or low < -(2 ** bits) or high - 1 > 2 ** bits - 1:
             raise ValueError(f"[randint] values in [{low}, {high}) do not fit {dtype!r}.")
-    uniform = _C.rand(_size((size,)), _C.dtype.float64)
+    where = resolve_device("randint", device)
+    uniform = _C.rand(_size((size,)), _C.dtype.float64, where)
     scaled = _C.scalar_mul(uniform, float(high - low))  # in [0, high - low]
     offsets = _C.cast(scaled, _C.dtype.int64)  # truncation of non-negatives: floor
-    top = _C.fill((), _C.dtype.int64, float(high - low - 1))  # rounding may reach the top
+    top = _C.fill((), _C.dtype.int64, float(high - low - 1), where)  # rounding may reach it
     offsets = _C.where(_C.gt(offsets, top), top, offsets)
     return _C.cast(_C.scalar_add(offsets, low), dtype)
 
 
-def normal(mean, std, size, dtype=None, requires_grad=False):
+def normal(mean, std, size, dtype=None, device=None, requires_grad=False):
     """Normal values with float ``mean`` and ``std`` in a tensor of ``size``."""
     for name, v in (("mean", mean), ("std", std)):
         if isinstance(v, _C.Tensor):
@@ -109,16 +114,22 @@ def normal(mean, std, size, dtype=None, requires_grad=False):
                             f"However, got a tensor of shape {tuple(v.shape)}.")
     if isinstance(size, numbers.Integral):
         size = (size,)
-    t = _C.normal(float(mean), float(std), tuple(size), _dtype(dtype))
+    t = _C.normal(float(mean), float(std), tuple(size), _dtype(dtype),
+                  resolve_device("normal", device))
     return _finish(t, requires_grad)
 
 
-def randn_like(input, dtype=None, requires_grad=False):  # noqa: A002 (torch's name)
-    return randn(tuple(input.shape), dtype=dtype or input.dtype, requires_grad=requires_grad)
+def randn_like(input, dtype=None, device=None, requires_grad=False):  # noqa: A002 (torch's)
+    """randn of input's shape, dtype and device unless ``dtype`` or ``device`` say otherwise."""
+    t = _C.randn(tuple(input.shape), dtype or input.dtype,
+                 resolve_device("randn_like", device, like=input))
+    return _finish(t, requires_grad)
 
 
-def rand_like(input, dtype=None, requires_grad=False):  # noqa: A002
-    return rand(tuple(input.shape), dtype=dtype or input.dtype, requires_grad=requires_grad)
+def rand_like(input, dtype=None, device=None, requires_grad=False):  # noqa: A002
+    t = _C.rand(tuple(input.shape), dtype or input.dtype,
+                resolve_device("rand_like", device, like=input))
+    return _finish(t, requires_grad)
 
 
 def dropout(input, p=0.5, training=True, inplace=False):  # noqa: A002

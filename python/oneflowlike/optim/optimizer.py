@@ -39,13 +39,20 @@ def _numpy_dtype(param):
     return np.float64 if param.dtype == _C.dtype.float64 else np.float32
 
 
+def _on_device_of(t, param):
+    """t (made on the CPU) on param's device: the update ops take all their inputs on one."""
+    return t if param.device.type == "cpu" else t._to_device(str(param.device))
+
+
 def scalar_like(value, param):
-    """A scalar tensor () holding ``value`` with the dtype the update ops expect for ``param``."""
-    return _C.from_numpy(np.asarray(value, dtype=_numpy_dtype(param)))
+    """A scalar tensor () holding ``value`` with the dtype and device the update ops expect for
+    ``param``."""
+    return _on_device_of(_C.from_numpy(np.asarray(value, dtype=_numpy_dtype(param))), param)
 
 
 def zeros_like(param):
-    return _C.from_numpy(np.zeros(tuple(param.shape), dtype=_numpy_dtype(param)))
+    return _on_device_of(_C.from_numpy(np.zeros(tuple(param.shape), dtype=_numpy_dtype(param))),
+                         param)
 
 
 class Optimizer:

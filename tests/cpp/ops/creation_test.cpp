@@ -2,7 +2,10 @@
 
 #include <gtest/gtest.h>
 
+#include "oneflowlike/cuda/device.h"
+#include "oneflowlike/lazy.h"
 #include "oneflowlike/op.h"
+#include "oneflowlike/ops/random.h"
 #include "tests/cpp/ops/test_util.h"
 
 namespace ofl {
@@ -22,6 +25,46 @@ TEST(Creation, FillAndArange) {
             (std::vector<double>{1, 0.75, 0.5, 0.25}));
   EXPECT_THROW(functional::arange(0, 1, 0, DataType::kFloat32), Error);
   EXPECT_THROW(functional::fill(Shape{-1}, DataType::kFloat32, 0), Error);
+}
+
+TEST(Creation, OpsWithoutInputsRunOnTheDeviceTheyAreGiven) {
+  const Tensor on_cpu = functional::fill(Shape{3}, DataType::kFloat32, 2.5, Device::cpu());
+  EXPECT_EQ(on_cpu.device(), Device::cpu());
+  EXPECT_EQ(values_of(on_cpu), values_of(functional::fill(Shape{3}, DataType::kFloat32, 2.5)));
+  EXPECT_EQ(
+      values_of(functional::random_uniform({7}, DataType::kFloat32, -1, 2, 5, 9, Device::cpu())),
+      values_of(functional::random_uniform({7}, DataType::kFloat32, -1, 2, 5, 9)));
+  if (cuda::device_count() == 0) {  // with a GPU: tests/python/test_cuda_random_optim_fused.py
+    testing::expect_error(
+        [] { functional::arange(0, 4, 1, DataType::kInt64, Device::parse("cuda:0")); },
+        ErrorCode::kUnavailable, "[cuda] no CUDA device 0");
+  }
+}
+
+// Records nothing; what matters is that apply_op hands it the op.
+class CountingTracer : public OpTracer {
+ public:
+  std::vector<Tensor> trace(const OpSchema& op, const AnyParams& params,
+                            const std::vector<Tensor>& inputs) override {
+    ++traced;
+    std::vector<TensorMeta> metas;
+    for (const Tensor& t : inputs) metas.push_back({t.shape(), t.dtype()});
+    std::vector<Tensor> outputs;
+    for (const TensorMeta& m : op.infer(params, metas)) outputs.push_back(make_lazy_tensor(m));
+    return outputs;
+  }
+  int traced = 0;
+};
+
+TEST(Creation, AGraphTakesNoDeviceForAnOpWithoutInputs) {
+  CountingTracer tracer;
+  TracingScope scope(&tracer);
+  functional::fill(Shape{2}, DataType::kFloat32, 1, Device::cpu());
+  EXPECT_EQ(tracer.traced, 1);
+  testing::expect_error(
+      [] { functional::fill(Shape{2}, DataType::kFloat32, 1, Device::parse("cuda:0")); },
+      ErrorCode::kUnimplemented, "[fill] in a graph, ops run where the placement says");
+  EXPECT_EQ(tracer.traced, 1);
 }
 
 TEST(Creation, ArangeReadsItsLogicalRegion) {

@@ -2,6 +2,8 @@
 
 #include <string>
 
+#include "oneflowlike/cuda/device.h"
+#include "oneflowlike/kernels/cuda/gemm_layout.h"
 #include "oneflowlike/op.h"
 #include "tests/cpp/ops/test_util.h"
 
@@ -222,6 +224,39 @@ TEST(BatchMatmul, GradientsMatchFiniteDifferencesForEveryTransposeFlag) {
   }
 }
 
+// Needs a GPU (skipped without one, as in CI): operands that are views starting mid-block, 2
+// bytes aligned for the 16-bit dtypes, next to fresh (256-byte aligned) copies of the same
+// shape. cuBLASLt assumes 256-byte alignment unless told, so matmul.cu keys its plans by it.
+TEST(MatmulCuda, OperandsStartingMidBlockMatchTheReference) {
+  if (cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device: " << cuda::why_no_device();
+  const Device gpu{DeviceType::kCUDA, 0};
+  const Device cpu = Device::cpu();
+  for (DataType dtype :
+       {DataType::kFloat16, DataType::kBFloat16, DataType::kFloat32, DataType::kFloat64}) {
+    SCOPED_TRACE(dtype_name(dtype));
+    const double tol = dtype == DataType::kFloat16    ? 1e-3
+                       : dtype == DataType::kBFloat16 ? 8e-3
+                                                      : 1e-5;
+    // a (3, 17) from row 1 of (5, 17), b (17, 5) from row 1 of (18, 5): 17 and 5 elements in.
+    const Tensor a = random_tensor({5, 17}, dtype, 41).to(gpu).narrow_rows(1, 4);
+    const Tensor b = random_tensor({18, 5}, dtype, 42).to(gpu).narrow_rows(1, 18);
+    const Tensor a_host = a.to(cpu), b_host = b.to(cpu);
+    const std::vector<double> want = reference_matmul(a_host, b_host, false, false, 3, 17, 5);
+    expect_close(functional::matmul(a, b).to(cpu), want, Shape{3, 5}, tol, tol);
+    expect_close(functional::matmul(a_host.to(gpu), b_host.to(gpu)).to(cpu), want, Shape{3, 5}, tol,
+                 tol);
+    // Batches 1 and 2 of (4, 3, 17) x (4, 17, 5): 51 and 85 elements in, odd batch strides.
+    const Tensor ba = random_tensor({4, 3, 17}, dtype, 43).to(gpu).narrow_rows(1, 3);
+    const Tensor bb = random_tensor({4, 17, 5}, dtype, 44).to(gpu).narrow_rows(1, 3);
+    const Tensor ba_host = ba.to(cpu), bb_host = bb.to(cpu);
+    const std::vector<double> want_batch =
+        reference_batch(ba_host, bb_host, false, false, 2, 3, 17, 5);
+    expect_close(functional::batch_matmul(ba, bb).to(cpu), want_batch, Shape{2, 3, 5}, tol, tol);
+    expect_close(functional::batch_matmul(ba_host.to(gpu), bb_host.to(gpu)).to(cpu), want_batch,
+                 Shape{2, 3, 5}, tol, tol);
+  }
+}
+
 TEST(BatchMatmul, DifferentBatchDimsAndRanksRaiseValueError) {
   const Tensor a = random_tensor({2, 3, 4}, DataType::kFloat32, 1);
   expect_error(
@@ -248,6 +283,80 @@ TEST(BatchMatmul, SbpSignaturesSplitBatchRowsColumnsAndReduction) {
       signatures_of("batch_matmul", MatmulParams{}, metas),
       (std::vector<std::string>{"S(0) x S(0) -> S(0)", "S(1) x B -> S(1)", "B x S(2) -> S(2)",
                                 "S(2) x S(1) -> P", "P x B -> P", "B x P -> P", "B x B -> B"}));
+}
+
+// The addressing of the CUDA kernels (kernels/cuda/gemm_layout.h), checked on the CPU: the
+// tiled kernel's element offsets, and the column-major problem matmul.cu hands cuBLASLt (Note
+// [Row-major products in cuBLASLt]) run through cuBLASLt's definition of a product.
+
+// d = op(a) @ op(b) as cuBLASLt defines it for one batch: column-major stored matrices, element
+// (r, c) at r + c * ld, op transposing when its flag is set.
+void column_major_product(const gemm::ColumnMajorProduct& c, const double* a, const double* b,
+                          double* d) {
+  // The stored shapes agree with (m, k) x (k, n) -> (m, n) after the ops, and each leading
+  // dimension covers its rows, as cuBLASLt requires.
+  EXPECT_EQ(c.transpose_a ? c.a.cols : c.a.rows, c.m);
+  EXPECT_EQ(c.transpose_a ? c.a.rows : c.a.cols, c.k);
+  EXPECT_EQ(c.transpose_b ? c.b.cols : c.b.rows, c.k);
+  EXPECT_EQ(c.transpose_b ? c.b.rows : c.b.cols, c.n);
+  EXPECT_EQ(c.d.rows, c.m);
+  EXPECT_EQ(c.d.cols, c.n);
+  EXPECT_GE(c.a.ld, c.a.rows);
+  EXPECT_GE(c.b.ld, c.b.rows);
+  EXPECT_GE(c.d.ld, c.d.rows);
+  for (int64_t i = 0; i < c.m; ++i) {
+    for (int64_t j = 0; j < c.n; ++j) {
+      double acc = 0;
+      for (int64_t p = 0; p < c.k; ++p) {
+        const double x = c.transpose_a ? a[p + i * c.a.ld] : a[i + p * c.a.ld];
+        const double y = c.transpose_b ? b[j + p * c.b.ld] : b[p + j * c.b.ld];
+        acc += x * y;
+      }
+      d[i + j * c.d.ld] = acc;
+    }
+  }
+}
+
+TEST(Matmul, CudaKernelAddressingMatchesTheCpuKernelForEveryTransposeFlag) {
+  struct Case {
+    int64_t batches, m, k, n;
+  };
+  for (const Case c : {Case{1, 1, 1, 1}, Case{1, 1, 3, 17}, Case{1, 17, 1, 3}, Case{1, 3, 17, 1},
+                       Case{3, 5, 7, 3}, Case{2, 1, 4, 1}}) {
+    for (bool ta : {false, true}) {
+      for (bool tb : {false, true}) {
+        SCOPED_TRACE(str_cat("batches ", c.batches, ", m ", c.m, ", k ", c.k, ", n ", c.n,
+                             ", transpose_a ", ta, ", transpose_b ", tb));
+        const Tensor a = random_tensor(ta ? Shape{c.batches, c.k, c.m} : Shape{c.batches, c.m, c.k},
+                                       DataType::kFloat64, 31);
+        const Tensor b = random_tensor(tb ? Shape{c.batches, c.n, c.k} : Shape{c.batches, c.k, c.n},
+                                       DataType::kFloat64, 32);
+        const Tensor want = functional::batch_matmul(a, b, ta, tb);
+        const std::vector<double> va = values_of(a), vb = values_of(b);
+        const gemm::RowMajorProduct p{ta, tb, c.m, c.n, c.k};
+        std::vector<double> tiled(c.batches * c.m * c.n), blas(c.batches * c.m * c.n);
+        for (int64_t batch = 0; batch < c.batches; ++batch) {
+          const double* a_batch = va.data() + batch * p.a_stride();
+          const double* b_batch = vb.data() + batch * p.b_stride();
+          for (int64_t i = 0; i < c.m; ++i) {
+            for (int64_t j = 0; j < c.n; ++j) {
+              double acc = 0;
+              for (int64_t q = 0; q < c.k; ++q) {
+                acc += a_batch[p.a_offset(i, q)] * b_batch[p.b_offset(q, j)];
+              }
+              tiled[batch * p.out_stride() + i * c.n + j] = acc;
+            }
+          }
+          // cuBLASLt's a is our b and its b our a.
+          column_major_product(gemm::column_major(p), b_batch, a_batch,
+                               blas.data() + batch * p.out_stride());
+        }
+        const Shape shape{c.batches, c.m, c.n};
+        expect_close(want, tiled, shape, 1e-12, 1e-12);
+        expect_close(want, blas, shape, 1e-12, 1e-12);
+      }
+    }
+  }
 }
 
 TEST(Linear, AddsBiasToProductWithTransposedWeight) {

@@ -6,6 +6,7 @@
 #include <numeric>
 
 #include "oneflowlike/autograd.h"
+#include "oneflowlike/cuda/device.h"
 #include "oneflowlike/eager.h"
 #include "oneflowlike/op.h"
 #include "oneflowlike/philox.h"
@@ -30,18 +31,21 @@ double std_of(const std::vector<double>& v) {
   return std::sqrt(s / static_cast<double>(v.size()));
 }
 
-// Runs the CPU kernel of `op` directly on a piece of a logical tensor, as a rank would.
+// Runs the kernel of `op` on `device` (the CPU by default) directly on a piece of a logical
+// tensor, as a rank would; inputs are on that device, and so is the result.
 Tensor run_kernel_on_region(const std::string& op_name, const AnyParams& params,
                             const std::vector<Tensor>& inputs, DataType dtype, const Shape& logical,
-                            const std::vector<Range>& region) {
+                            const std::vector<Range>& region, Device device = Device::cpu(),
+                            uint64_t random_stream = 0) {
   std::vector<int64_t> dims;
   for (const Range& r : region) dims.push_back(r.size());
-  std::vector<Tensor> outputs = {Tensor::empty(Shape(dims), dtype)};
-  const KernelFn kernel = OpRegistry::global().find(op_name).find_kernel(DeviceType::kCPU, dtype);
+  std::vector<Tensor> outputs = {Tensor::empty(Shape(dims), dtype, device)};
+  const KernelFn kernel = OpRegistry::global().find(op_name).find_kernel(device.type, dtype);
   EXPECT_NE(kernel, nullptr);
   KernelContext ctx{params, inputs, outputs};
   ctx.output_region = &region;
   ctx.logical_output_shape = &logical;
+  ctx.random_stream = random_stream;
   kernel(ctx);
   return outputs[0];
 }
@@ -231,6 +235,51 @@ TEST(Dropout, SplitInputGivesTheSliceOfTheWholeResult) {
     const Tensor y_piece =
         run_kernel_on_region("dropout", params, {x_piece}, DataType::kFloat32, logical, region);
     EXPECT_EQ(values_of(y_piece), slice_of(full, region));
+  }
+}
+
+// The CUDA kernels' logical indexing, which the Python tests cannot reach (no CUDA graphs yet):
+// every region of a split tensor, at any random stream, holds the CPU's values (Note [Random
+// values on every device]: uniform and dropout bit for bit, normal within a few ulp).
+TEST(RandomCuda, EveryRegionHoldsTheValuesOfTheCpu) {
+  if (cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device: " << cuda::why_no_device();
+  const Device gpu{DeviceType::kCUDA, 0};
+  const Shape logical{5, 7, 33};
+  for (const std::vector<Range>& region :
+       {std::vector<Range>{{0, 5}, {0, 7}, {0, 33}}, std::vector<Range>{{1, 4}, {2, 7}, {5, 32}},
+        std::vector<Range>{{4, 5}, {0, 7}, {32, 33}}}) {
+    for (uint64_t stream : {uint64_t{0}, uint64_t{3}}) {
+      for (DataType dtype : {DataType::kFloat32, DataType::kFloat64}) {
+        SCOPED_TRACE(dtype_name(dtype));
+        const RandomParams params{logical, dtype, -1.5, 2.5, /*seed=*/77, /*offset=*/1000};
+        const auto on = [&](const std::string& op, Device device) {
+          return values_of(
+              run_kernel_on_region(op, params, {}, dtype, logical, region, device, stream)
+                  .to(Device::cpu()));
+        };
+        EXPECT_EQ(on("random_uniform", gpu), on("random_uniform", Device::cpu()));
+        const std::vector<double> want = on("random_normal", Device::cpu());
+        const std::vector<double> got = on("random_normal", gpu);
+        ASSERT_EQ(got.size(), want.size());
+        const double rtol = dtype == DataType::kFloat32 ? 2e-6 : 1e-13;
+        for (size_t i = 0; i < got.size(); ++i) {
+          EXPECT_NEAR(got[i], want[i], rtol * std::abs(want[i]) + rtol * 2.5) << i;
+        }
+      }
+      for (DataType dtype :
+           {DataType::kFloat32, DataType::kFloat64, DataType::kFloat16, DataType::kBFloat16}) {
+        SCOPED_TRACE(dtype_name(dtype));
+        const DropoutParams params{0.3, /*seed=*/5, /*offset=*/(int64_t{1} << 40)};
+        std::vector<int64_t> dims;
+        for (const Range& r : region) dims.push_back(r.size());
+        const Tensor x = random_tensor(Shape(dims), dtype, 8, 0.5, 1.5);
+        const Tensor want = run_kernel_on_region("dropout", params, {x}, dtype, logical, region,
+                                                 Device::cpu(), stream);
+        const Tensor got = run_kernel_on_region("dropout", params, {x.to(gpu)}, dtype, logical,
+                                                region, gpu, stream);
+        EXPECT_EQ(values_of(got.to(Device::cpu())), values_of(want));
+      }
+    }
   }
 }
 

@@ -9,6 +9,8 @@
 #include <string>
 
 #include "oneflowlike/eager.h"
+#include "oneflowlike/kernels/cpu/strided_view.h"
+#include "oneflowlike/kernels/cuda/transpose_tiles.h"
 #include "oneflowlike/op.h"
 #include "tests/cpp/ops/test_util.h"
 
@@ -114,6 +116,53 @@ TEST(Transpose, LargeBatchedMatrixUsesBlockedPathCorrectly) {
   const Tensor big = random_tensor({300, 257}, DataType::kFloat32, 4);  // parallel over tiles
   expected = reference_transpose(big, {1, 0}, &shape);
   expect_close(functional::transpose(big, {1, 0}), expected, shape, 0, 0);
+}
+
+// The tiles of the CUDA transpose (kernels/cuda/transpose_tiles.h) walked on the CPU, with the
+// kernel's bounds: every output element is written once, from the input element the reference
+// gives it.
+TEST(Transpose, CudaTileAddressingCoversEveryElementOnce) {
+  using cuda_kernels::kTransposeTile;
+  const std::vector<std::pair<Shape, std::vector<int64_t>>> cases = {
+      {Shape{5, 7}, {1, 0}},
+      {Shape{33, 65}, {1, 0}},
+      {Shape{70, 40}, {1, 0}},
+      {Shape{2, 3, 40, 33}, {0, 1, 3, 2}},
+      {Shape{4, 50, 3}, {0, 2, 1}},
+      {Shape{2, 3, 4}, {2, 1, 0}},
+      {Shape{2, 3, 4}, {1, 2, 0}},
+      {Shape{2, 3, 4}, {2, 0, 1}},
+      {Shape{3, 5, 4, 2}, {3, 1, 0, 2}},
+      {Shape{2, 1, 3, 4, 5}, {4, 2, 1, 3, 0}}};
+  for (const auto& [shape, perm] : cases) {
+    SCOPED_TRACE(shape.to_string());
+    const cpu::StridedView view = cpu::coalesce(cpu::transpose_view(shape, perm));
+    const int last = static_cast<int>(view.dims.size()) - 1;
+    int k = -1;
+    for (int a = 0; a < last; ++a) {
+      if (view.strides[a] == 1) k = a;
+    }
+    ASSERT_NE(view.strides[last], 1);  // the case takes the tiled path
+    ASSERT_GE(k, 0);
+    const cuda_kernels::TransposeTiles t = cuda_kernels::transpose_tiles(view, k);
+    std::vector<double> read(shape.numel(), -1.0);  // the input index each output element reads
+    for (int64_t w = 0; w < t.num_tiles; ++w) {
+      const cuda_kernels::Tile at = cuda_kernels::tile_at(t, w);
+      for (int64_t i = at.i0; i < std::min<int64_t>(at.i0 + kTransposeTile, t.rows); ++i) {
+        for (int64_t j = at.j0; j < std::min<int64_t>(at.j0 + kTransposeTile, t.cols); ++j) {
+          const int64_t o = at.out_base + i * t.out_row_stride + j;
+          ASSERT_TRUE(o >= 0 && o < shape.numel());
+          EXPECT_EQ(read[o], -1.0) << "output " << o << " written twice";
+          read[o] = static_cast<double>(at.in_base + i + j * t.col_stride);
+        }
+      }
+    }
+    std::vector<double> index(shape.numel());
+    std::iota(index.begin(), index.end(), 0.0);
+    Shape out_shape;
+    EXPECT_EQ(read,
+              reference_transpose(make_tensor(index, shape, DataType::kFloat64), perm, &out_shape));
+  }
 }
 
 TEST(Transpose, NegativeAxesAndIntegerDtypesWork) {

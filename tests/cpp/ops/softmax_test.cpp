@@ -1,8 +1,11 @@
 #include "oneflowlike/ops/softmax.h"
 
+#include <algorithm>
 #include <cmath>
 #include <string>
+#include <vector>
 
+#include "oneflowlike/kernels/online_softmax.h"
 #include "oneflowlike/op.h"
 #include "tests/cpp/ops/test_util.h"
 
@@ -36,6 +39,75 @@ std::vector<double> reference_softmax(const Tensor& x, int axis, bool log) {
 }
 
 using testing::expect_error;
+
+// Note [Online softmax] is the CUDA kernels' math; these pin it down on the CPU.
+double two_pass_log_sum_exp(const std::vector<double>& x) {
+  double max = -INFINITY, sum = 0;
+  for (double v : x) max = std::max(max, v);
+  for (double v : x) sum += std::exp(v - max);
+  return max + std::log(sum);
+}
+
+OnlineSoftmax<double> fold(const std::vector<double>& x, size_t begin, size_t end, size_t step) {
+  OnlineSoftmax<double> state = OnlineSoftmax<double>::empty();
+  for (size_t j = begin; j < end; j += step) state.add(x[j]);
+  return state;
+}
+
+TEST(OnlineSoftmax, OnePassMatchesTheTwoPassFormula) {
+  const std::vector<double> x = values_of(random_tensor({1000}, DataType::kFloat64, 11, -30, 30));
+  EXPECT_NEAR(fold(x, 0, x.size(), 1).log_sum_exp(), two_pass_log_sum_exp(x), 1e-12);
+  // Rising values rescale the sum at every step.
+  std::vector<double> rising(200);
+  for (size_t j = 0; j < rising.size(); ++j) rising[j] = 0.5 * static_cast<double>(j);
+  EXPECT_NEAR(fold(rising, 0, rising.size(), 1).log_sum_exp(), two_pass_log_sum_exp(rising), 1e-12);
+}
+
+TEST(OnlineSoftmax, StridedPartsCombineInATreeAsAWarpDoes) {
+  const std::vector<double> x = values_of(random_tensor({1001}, DataType::kFloat64, 12, -50, 50));
+  // 32 lanes fold elements lane, lane + 32, ...; then pairs combine at distance 16, 8, ..., 1.
+  std::vector<OnlineSoftmax<double>> lanes;
+  for (size_t lane = 0; lane < 32; ++lane) lanes.push_back(fold(x, lane, x.size(), 32));
+  for (size_t delta = 16; delta > 0; delta /= 2) {
+    for (size_t lane = 0; lane < delta; ++lane) {
+      lanes[lane] = OnlineSoftmax<double>::combine(lanes[lane], lanes[lane + delta]);
+    }
+  }
+  EXPECT_NEAR(lanes[0].log_sum_exp(), two_pass_log_sum_exp(x), 1e-12);
+  // More lanes than elements: the empty states change nothing.
+  const std::vector<double> three{1.0, -2.0, 4.0};
+  OnlineSoftmax<double> total = OnlineSoftmax<double>::empty();
+  for (size_t lane = 0; lane < 32; ++lane) {
+    total = OnlineSoftmax<double>::combine(total, fold(three, lane, three.size(), 32));
+  }
+  EXPECT_NEAR(total.log_sum_exp(), two_pass_log_sum_exp(three), 1e-15);
+  EXPECT_EQ(total.max, 4.0);
+}
+
+TEST(OnlineSoftmax, NonFiniteRowsComeOutAsTheTwoPassFormulaGivesThem) {
+  const double inf = INFINITY;
+  // -inf terms add nothing, wherever they are.
+  EXPECT_NEAR(fold({-inf, 1.0, -inf, 2.0}, 0, 4, 1).log_sum_exp(), two_pass_log_sum_exp({1.0, 2.0}),
+              1e-15);
+  EXPECT_NEAR(
+      OnlineSoftmax<double>::combine(fold({-inf}, 0, 1, 1), fold({3.0}, 0, 1, 1)).log_sum_exp(),
+      3.0, 1e-15);
+  // Only -inf: an empty sum, whose softmax is 0/0.
+  const OnlineSoftmax<double> none = fold({-inf, -inf}, 0, 2, 1);
+  EXPECT_EQ(none.sum, 0.0);
+  EXPECT_EQ(none.log_sum_exp(), -inf);
+  // NaN or +inf anywhere: NaN, as exp(NaN) and exp(inf - inf) are.
+  EXPECT_TRUE(std::isnan(fold({1.0, NAN, 2.0}, 0, 3, 1).sum));
+  EXPECT_TRUE(std::isnan(fold({NAN, 1.0}, 0, 2, 1).sum));
+  EXPECT_TRUE(std::isnan(fold({1.0, inf, 2.0}, 0, 3, 1).sum));
+  EXPECT_TRUE(
+      std::isnan(OnlineSoftmax<double>::combine(fold({inf}, 0, 1, 1), fold({1.0}, 0, 1, 1)).sum));
+  EXPECT_TRUE(std::isnan(two_pass_log_sum_exp({1.0, inf})));
+  // float, as the 16-bit dtypes compute.
+  OnlineSoftmax<float> f = OnlineSoftmax<float>::empty();
+  for (float v : {88.0f, 89.0f, -100.0f}) f.add(v);
+  EXPECT_NEAR(f.log_sum_exp(), two_pass_log_sum_exp({88.0, 89.0, -100.0}), 1e-5);
+}
 
 TEST(Softmax, RowsSumToOne) {
   const Tensor x = random_tensor({6, 10}, DataType::kFloat32, 1, -5, 5);

@@ -1,0 +1,77 @@
+#pragma once
+// The per-element math of the unary ops and their gradients, written once for the CPU kernels
+// (kernels/cpu/unary_functions.h) and the CUDA kernels (kernels/cuda/unary_functions.cuh), so
+// that the CPU tests check the formulas the GPU runs (GPU.md, "Make the untested part small").
+// Transcendental functions come from a `Math` policy with static tanh, normal_cdf and
+// normal_pdf: vec_math on the CPU (loops that vectorise), the CUDA math library on the device.
+
+#include <numbers>
+
+#include "oneflowlike/common/host_device.h"
+
+namespace ofl::unary_math {
+
+template <class T>
+inline constexpr T kGeluCubic = T(0.044715);
+template <class T>
+inline constexpr T kSqrt2OverPi = T(std::numbers::sqrt2* std::numbers::inv_sqrtpi);  // sqrt(2/pi)
+
+template <class T>
+OFL_HOST_DEVICE inline T neg(T x) {
+  return static_cast<T>(-x);
+}
+template <class T>
+OFL_HOST_DEVICE inline T abs(T x) {
+  return x < T(0) ? static_cast<T>(-x) : x;
+}
+template <class T>
+OFL_HOST_DEVICE inline T relu(T x) {
+  return x > T(0) ? x : T(0);
+}
+
+/// gelu(x) = x * Phi(x), Phi the standard normal CDF.
+template <class Math, class T>
+OFL_HOST_DEVICE inline T gelu(T x) {
+  return x * Math::normal_cdf(x);
+}
+/// Phi(x) ~ (1 + tanh(sqrt(2/pi) * (x + 0.044715 x^3))) / 2.
+template <class Math, class T>
+OFL_HOST_DEVICE inline T gelu_tanh(T x) {
+  const T inner = kSqrt2OverPi<T> * (x + kGeluCubic<T> * x * x * x);
+  return T(0.5) * x * (T(1) + Math::tanh(inner));
+}
+
+// The backward ops: dx from the saved forward value (y for tanh, sigmoid and relu; x for abs
+// and gelu) and dy.
+template <class T>
+OFL_HOST_DEVICE inline T tanh_grad(T y, T dy) {
+  return dy * (T(1) - y * y);
+}
+template <class T>
+OFL_HOST_DEVICE inline T sigmoid_grad(T y, T dy) {
+  return dy * y * (T(1) - y);
+}
+template <class T>
+OFL_HOST_DEVICE inline T relu_grad(T y, T dy) {
+  return y > T(0) ? dy : T(0);
+}
+template <class T>
+OFL_HOST_DEVICE inline T abs_grad(T x, T dy) {
+  return x > T(0) ? dy : (x < T(0) ? static_cast<T>(-dy) : T(0));
+}
+/// d/dx [x Phi(x)] = Phi(x) + x phi(x).
+template <class Math, class T>
+OFL_HOST_DEVICE inline T gelu_grad(T x, T dy) {
+  return dy * (Math::normal_cdf(x) + x * Math::normal_pdf(x));
+}
+/// With u = k (x + c x^3) and t = tanh(u):
+/// d/dx [x (1 + t) / 2] = (1 + t) / 2 + x (1 - t^2) k (1 + 3 c x^2) / 2.
+template <class Math, class T>
+OFL_HOST_DEVICE inline T gelu_tanh_grad(T x, T dy) {
+  const T x2 = x * x;
+  const T t = Math::tanh(kSqrt2OverPi<T> * (x + kGeluCubic<T> * x2 * x));
+  const T du = kSqrt2OverPi<T> * (T(1) + T(3) * kGeluCubic<T> * x2);
+  return dy * (T(0.5) * (T(1) + t) + T(0.5) * x * (T(1) - t * t) * du);
+}
+
+}  // namespace ofl::unary_math
