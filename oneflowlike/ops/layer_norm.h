@@ -15,6 +15,16 @@ struct LayerNormParams {
   OFL_PARAMS(LayerNormParams, begin_norm_axis, epsilon)
 };
 
+/// The rows and columns a layer_norm kernel works on: rows from the statistics (mean or inv_std),
+/// columns from x; both what this rank holds. One place for the CPU and CUDA kernels.
+struct LayerNormRowsCols {
+  int64_t rows = 0, cols = 0;
+};
+inline LayerNormRowsCols layer_norm_rows_cols(const Tensor& x, const Tensor& stats) {
+  const int64_t rows = stats.numel();
+  return {rows, rows == 0 ? 0 : x.numel() / rows};
+}
+
 namespace functional {
 /// x (rows..., cols...), weight and bias (cols...) -> {y, mean, inv_std}, mean and inv_std
 /// shaped (rows...).

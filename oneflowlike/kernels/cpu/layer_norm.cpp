@@ -14,16 +14,6 @@ namespace ofl::cpu {
 
 namespace {
 
-struct RowsCols {
-  int64_t rows = 0, cols = 0;
-};
-
-// rows from the statistics tensor, cols from x: both are what this rank holds.
-RowsCols rows_cols(const Tensor& x, const Tensor& stats) {
-  const int64_t rows = stats.numel();
-  return {rows, rows == 0 ? 0 : x.numel() / rows};
-}
-
 int64_t row_grain(int64_t cols) {
   return std::max<int64_t>(1, kParallelGrain / std::max<int64_t>(cols, 1));
 }
@@ -38,7 +28,7 @@ struct LayerNormKernel {
     T* y = ctx.out(0).data<T>();
     T* mean = ctx.out(1).data<T>();
     T* inv_std = ctx.out(2).data<T>();
-    const auto [rows, cols] = rows_cols(ctx.in(0), ctx.out(1));
+    const auto [rows, cols] = layer_norm_rows_cols(ctx.in(0), ctx.out(1));
     const double eps = ctx.p<LayerNormParams>().epsilon;
     parallel_for(rows, row_grain(cols), [&](int64_t begin, int64_t end) {
       for (int64_t r = begin; r < end; ++r) {
@@ -77,7 +67,7 @@ struct LayerNormGradKernel {
     const T* inv_std = ctx.in(3).data<T>();
     const T* w = ctx.in(4).data<T>();
     T* dx = ctx.out(0).data<T>();
-    const auto [rows, cols] = rows_cols(ctx.in(1), ctx.in(2));
+    const auto [rows, cols] = layer_norm_rows_cols(ctx.in(1), ctx.in(2));
     parallel_for(rows, row_grain(cols), [&](int64_t begin, int64_t end) {
       for (int64_t r = begin; r < end; ++r) {
         const T* dyr = dy + r * cols;
@@ -114,7 +104,7 @@ struct LayerNormParamGradKernel {
     const T* inv_std = ctx.in(3).data<T>();
     T* dw = ctx.out(0).data<T>();
     T* db = ctx.out(1).data<T>();
-    const auto [rows, cols] = rows_cols(ctx.in(1), ctx.in(2));
+    const auto [rows, cols] = layer_norm_rows_cols(ctx.in(1), ctx.in(2));
     if (rows == 0) {
       std::fill(dw, dw + ctx.out(0).numel(), T(0));
       std::fill(db, db + ctx.out(1).numel(), T(0));

@@ -12,16 +12,6 @@ namespace ofl::cuda_kernels {
 
 namespace {
 
-struct RowsCols {
-  int64_t rows = 0, cols = 0;
-};
-
-// rows from the statistics tensor, cols from x: both are what this rank holds.
-RowsCols rows_cols(const Tensor& x, const Tensor& stats) {
-  const int64_t rows = stats.numel();
-  return {rows, rows == 0 ? 0 : x.numel() / rows};
-}
-
 template <class V>
 __device__ __forceinline__ V inverse_sqrt(V v) {
   return V(1) / sqrt(v);  // correctly rounded sqrt and division, unlike rsqrt
@@ -70,7 +60,7 @@ template <class T>
 struct LayerNormKernel {
   static void run(const KernelContext& ctx) {
     using N = native_t<T>;
-    const auto [rows, cols] = rows_cols(ctx.in(0), ctx.out(1));
+    const auto [rows, cols] = layer_norm_rows_cols(ctx.in(0), ctx.out(1));
     launch_rows(ctx, "layer_norm", rows, cols,
                 LayerNormRow<N>{data<T>(ctx.in(0)), data<T>(ctx.in(1)), data<T>(ctx.in(2)),
                                 data<T>(ctx.out(0)), data<T>(ctx.out(1)), data<T>(ctx.out(2)), cols,
@@ -115,7 +105,7 @@ struct LayerNormGradRow {
 template <class T>
 struct LayerNormGradKernel {
   static void run(const KernelContext& ctx) {
-    const auto [rows, cols] = rows_cols(ctx.in(1), ctx.in(2));
+    const auto [rows, cols] = layer_norm_rows_cols(ctx.in(1), ctx.in(2));
     launch_rows(ctx, "layer_norm_grad", rows, cols,
                 LayerNormGradRow<native_t<T>>{data<T>(ctx.in(0)), data<T>(ctx.in(1)),
                                               data<T>(ctx.in(2)), data<T>(ctx.in(3)),
@@ -155,7 +145,7 @@ struct LayerNormParamGradKernel {
   static void run(const KernelContext& ctx) {
     using N = native_t<T>;
     using V = compute_t<N>;
-    const auto [rows, cols] = rows_cols(ctx.in(1), ctx.in(2));
+    const auto [rows, cols] = layer_norm_rows_cols(ctx.in(1), ctx.in(2));
     if (rows == 0) {  // no rows here: the sums are zero (all-zero bits in every float dtype)
       const cudaStream_t stream = stream_of(ctx);
       for (int k = 0; k < 2; ++k) {
