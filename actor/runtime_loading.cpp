@@ -139,13 +139,13 @@ void Runtime::choose_gpus() {
     const char* local_rank = std::getenv("LOCAL_RANK");
     next = local_rank != nullptr ? std::atoi(local_rank) : 0;
   }
+  std::set<int64_t> on_gpu;  // ranks with GPU tasks
+  for (int t = 0; t < index_.num_tasks(); ++t) {
+    const proto::TaskProto& task = index_.task(t).proto;
+    if (task.device() == proto::PLAN_DEVICE_CUDA) on_gpu.insert(task.rank());
+  }
   for (int64_t rank : ranks_) {
-    bool uses_gpu = false;
-    for (int t = 0; t < index_.num_tasks() && !uses_gpu; ++t) {
-      const proto::TaskProto& task = index_.task(t).proto;
-      uses_gpu = task.rank() == rank && task.device() == proto::PLAN_DEVICE_CUDA;
-    }
-    if (!uses_gpu) continue;
+    if (!on_gpu.count(rank)) continue;
     const int gpu = next++;
     gpu_of_rank_[rank] = gpu;
     if (options_.simulate_cuda) continue;

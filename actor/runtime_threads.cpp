@@ -72,8 +72,10 @@ void Runtime::assign_threads() {
 // a worker stream for its actors; messages between actors of one stream go at the act.
 // Streams of a rank's compute thread: its GPU's compute stream for the tasks on the GPU and the
 // copies (one stream, so they run in chain order: Note [Devices in a plan]); a CPU worker for
-// the host tasks when asked for. Without a stream a host task's work runs at its act. Only
-// CUDA streams are made in deterministic mode: a GPU's work is asynchronous whatever the mode.
+// the host tasks when asked for. Without a stream a task's work runs at its act; deterministic
+// mode makes none (its one thread takes no messages from pollers). A GPU task's kernels are
+// still asynchronous then, but everything that reads their results is on the same CUDA stream
+// or behind a copy to the host, which returns once done, so the order holds.
 void Runtime::assign_streams() {
   const char* env = std::getenv("OFL_ASYNC_CPU_STREAMS");
   const bool host_streams =
@@ -98,7 +100,7 @@ void Runtime::assign_streams() {
           streams_.push_back(make_cpu_worker_stream(str_cat(thread->name(), " (simulated GPU)"),
                                                     thread_kernel_threads_));
           gpu = streams_.back().get();
-        } else if (gpu == nullptr && !options_.simulate_cuda) {
+        } else if (gpu == nullptr && !options_.simulate_cuda && !options_.deterministic) {
           const int device = gpu_of_rank_.at(thread->rank());
           streams_.push_back(
               make_cuda_stream(str_cat(thread->name(), " (cuda:", device, ")"), device));
