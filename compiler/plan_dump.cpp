@@ -103,7 +103,8 @@ std::string plan_to_text(const proto::PlanProto& plan) {
        << rank_plan.registers_size() << " registers, peak " << rank_plan.peak_bytes()
        << " B, without reuse " << rank_plan.bytes_without_reuse() << " B\n";
     for (const proto::MemoryBlockProto& block : rank_plan.memory_blocks()) {
-      os << "  memory block " << block.id() << ": " << block.bytes() << " B\n";
+      os << "  memory block " << block.id() << ": " << block.bytes() << " B"
+         << (block.device() == proto::PLAN_DEVICE_CUDA ? " on the GPU" : "") << "\n";
     }
     Borrowed borrowed;
     for (const proto::TaskProto& task : rank_plan.tasks()) {
@@ -218,6 +219,7 @@ PlanSummary summarize_plan(const proto::PlanProto& plan) {
     summary.memory_planned = summary.memory_planned || planned;
     if (planned) {
       rank.peak_bytes = rank_plan.peak_bytes();
+      rank.device_peak_bytes = rank_plan.device_peak_bytes();
       rank.bytes_without_reuse = rank_plan.bytes_without_reuse();
     } else {
       for (const proto::RegisterProto& reg : rank_plan.registers()) {
@@ -271,8 +273,12 @@ std::string summary_to_text(const PlanSummary& summary) {
     os << "), " << rank.num_registers << " registers\n"
        << "  per iteration: sent " << format_bytes(rank.bytes_sent) << ", received "
        << format_bytes(rank.bytes_received) << "\n"
-       << "  memory: peak " << format_bytes(rank.peak_bytes) << ", without reuse "
-       << format_bytes(rank.bytes_without_reuse) << ", reduction " << reduction << "\n";
+       << "  memory: peak " << format_bytes(rank.peak_bytes)
+       << (rank.device_peak_bytes > 0
+               ? str_cat(" (", format_bytes(rank.device_peak_bytes), " on the GPU)")
+               : std::string())
+       << ", without reuse " << format_bytes(rank.bytes_without_reuse) << ", reduction "
+       << reduction << "\n";
     total.num_tasks += rank.num_tasks;
     total.bytes_sent += rank.bytes_sent;
     total.bytes_received += rank.bytes_received;

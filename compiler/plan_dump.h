@@ -33,6 +33,8 @@ struct RankSummary {
   /// Peak memory with reuse (memory planning) and without (every register on its own).
   int64_t peak_bytes = 0;
   int64_t bytes_without_reuse = 0;
+  /// The part of peak_bytes in GPU memory (Note [Devices in a plan]).
+  int64_t device_peak_bytes = 0;
   /// 100 * (1 - peak / without reuse); 0 when the rank holds no registers.
   double reduction_percent = 0;
 };

@@ -10,6 +10,7 @@
 
 #include "actor/runtime.h"
 #include "compiler/compile.h"
+#include "compiler/plan_dump.h"
 #include "oneflowlike/cuda/device.h"
 #include "oneflowlike/plan_contract.h"
 #include "tests/cpp/models/gpt_training.h"
@@ -119,6 +120,13 @@ TEST(DevicePlans, ComputeAndVariablesGoToTheGpuAndCopiesJoinThemToTheHost) {
   EXPECT_EQ(devices.size(), 2u);
   EXPECT_GT(rank.device_peak_bytes(), 0);
   EXPECT_GT(rank.peak_bytes(), rank.device_peak_bytes());
+  // The plan's summary and dump say which memory is the GPU's.
+  const std::string summary = compiler::summary_to_text(compiler::summarize_plan(plan));
+  EXPECT_NE(summary.find(str_cat("(", compiler::format_bytes(rank.device_peak_bytes()),
+                                 " on the GPU)")),
+            std::string::npos)
+      << summary;
+  EXPECT_NE(compiler::plan_to_text(plan).find(" B on the GPU\n"), std::string::npos);
 }
 
 TEST(DevicePlans, ACpuStageFeedsAGpuStageThroughHostTransfers) {
