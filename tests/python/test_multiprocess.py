@@ -20,6 +20,8 @@ from pathlib import Path
 
 import pytest
 
+from oneflowlike.distributed.launch import _free_port
+
 _WORKER = Path(__file__).resolve().parents[2] / "build" / "tests" / "cpp" / "ofl_train_worker"
 
 pytestmark = pytest.mark.skipif(
@@ -38,12 +40,6 @@ def _clean_env(**extra):
            if not name.startswith(("SLURM_", "OFL_")) and name not in _CONTRACT}
     env.update(extra)
     return env
-
-
-def _free_port():
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 def _worker_args(model, layout, out, steps=3):

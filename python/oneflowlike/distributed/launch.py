@@ -32,6 +32,7 @@ import dataclasses
 import os
 import secrets
 import shutil
+import random
 import signal
 import socket
 import subprocess
@@ -439,7 +440,24 @@ def _supervise(ranks, config, signals, output):
 
 
 def _free_port():
-    with socket.socket() as probe:
+    """A port nothing is bound to, for MASTER_PORT, chosen below the kernel's ephemeral range: a
+    port from that range can become the local port of some outgoing connection between this
+    check and rank 0's listener binding it ("Address already in use", seen once in CI)."""
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            first_ephemeral = int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        first_ephemeral = 32768
+    pick = random.SystemRandom()
+    for _ in range(64):
+        port = pick.randrange(10000, max(10001, first_ephemeral))
+        with socket.socket() as probe:
+            try:
+                probe.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    with socket.socket() as probe:  # everything below the range is taken: any free port
         probe.bind(("127.0.0.1", 0))
         return probe.getsockname()[1]
 
