@@ -3,10 +3,12 @@
 
 #include "actor/actor_kinds.h"
 
+#include <algorithm>
 #include <cstring>
 #include <map>
 #include <mutex>
 
+#include "actor/collective_engine.h"
 #include "actor/pieces.h"
 
 namespace ofl::actor {
@@ -355,6 +357,31 @@ class RecvActor final : public TaskActor {
   const void* prepared_data_ = nullptr;
 };
 
+// COLLECTIVE: its member's part runs on the collective engine of the runtime (Note [Collective
+// engine] in collective_engine.h); the act launches it there and returns.
+class CollectiveActor final : public TaskActor {
+ public:
+  CollectiveActor(const PlanIndex& index, int task, int priority)
+      : TaskActor(index, task, priority) {
+    const proto::CollectiveProto& c = info_.proto.collective();
+    spec_.op = c.op();
+    spec_.members.assign(c.members().begin(), c.members().end());
+    spec_.member =
+        std::find(spec_.members.begin(), spec_.members.end(), rank()) - spec_.members.begin();
+    spec_.collective_id = c.collective_id();
+    spec_.axis = c.axis();
+    spec_.name = name();
+  }
+
+ private:
+  Work work(ActorHost& host, std::vector<Tensor> inputs, std::vector<Tensor> outputs) override {
+    return CollectiveWork{
+        make_ring_job(host.transport(), spec_, std::move(inputs[0]), outputs[0], &scratch_)};
+  }
+  CollectiveSpec spec_;
+  CollectiveScratch scratch_;  // its acts run one at a time
+};
+
 }  // namespace
 
 std::unique_ptr<Actor> make_task_actor(const PlanIndex& index, int task, int priority,
@@ -392,6 +419,8 @@ std::unique_ptr<Actor> make_task_actor(const PlanIndex& index, int task, int pri
       return std::make_unique<AccumulateActor>(index, task, priority);
     case proto::TaskProto::PACK:
       return std::make_unique<PackActor>(index, task, priority);
+    case proto::TaskProto::COLLECTIVE:
+      return std::make_unique<CollectiveActor>(index, task, priority);
     default:
       OFL_ASSERT(false) << "kinds are checked when the plan is loaded";
       return nullptr;

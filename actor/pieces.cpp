@@ -146,14 +146,7 @@ bool regions_tile(const std::vector<std::vector<Range>>& regions, const Shape& s
   if (volume != shape.numel()) return false;
   for (size_t i = 0; i < regions.size(); ++i) {
     for (size_t j = i + 1; j < regions.size(); ++j) {
-      bool overlap = true;
-      for (size_t a = 0; a < regions[i].size() && overlap; ++a) {
-        overlap =
-            regions[i][a].begin < regions[j][a].end && regions[j][a].begin < regions[i][a].end;
-      }
-      if (overlap && region_shape(regions[i]).numel() > 0 && region_shape(regions[j]).numel() > 0) {
-        return false;
-      }
+      if (!region_is_empty(region_intersection(regions[i], regions[j]))) return false;
     }
   }
   return true;  // disjoint pieces whose volumes add up to the whole: they cover it

@@ -10,6 +10,7 @@
 #include <set>
 
 #include "actor/pieces.h"
+#include "oneflowlike/collective.h"
 #include "oneflowlike/plan_contract.h"
 #include "oneflowlike/proto_convert.h"
 
@@ -51,6 +52,7 @@ PlanIndex::PlanIndex(const proto::PlanProto& plan, PlanIndexOptions options) {
   index_plan(plan);
   for (int t = 0; t < num_tasks(); ++t) check_task(t);
   link_transfers();
+  link_collectives();
   check_pieces(inputs_by_name_, "INPUT");
   check_pieces(outputs_by_name_, "OUTPUT");
   check_pieces(variables_by_name_, "VARIABLE");
@@ -463,6 +465,40 @@ void PlanIndex::check_task(int index) {
       same_dtype(task.inputs[0], task.outputs[0]);
       same_shape(reg(task.inputs[0]).shape, task.outputs[0], "the shape of its input");
       break;
+    case proto::TaskProto::COLLECTIVE: {  // Note [Collective tasks] in oneflowlike/collective.h
+      arity(1, 1);
+      same_dtype(task.inputs[0], task.outputs[0]);
+      const proto::CollectiveProto& c = p.collective();
+      const auto member = std::find(c.members().begin(), c.members().end(), p.rank());
+      task.member_index = static_cast<int>(member - c.members().begin());  // a member: contract
+      const int64_t n = c.members_size();
+      const Shape& in = reg(task.inputs[0]).shape;
+      const Shape& whole = collective_whole(c.op(), in, reg(task.outputs[0]).shape);
+      OFL_CHECK(
+          c.axis() >= -1 && c.axis() < whole.ndim(), kTag, who, " must chunk its ",
+          c.op() == proto::CollectiveProto::ALL_GATHER ? "output " : "input ", whole.to_string(),
+          " along one of its axes or its flat elements (-1). However, got axis ", c.axis(), ".");
+      if (c.op() == proto::CollectiveProto::ALL_REDUCE) {
+        same_shape(in, task.outputs[0], "the shape of its input");
+        break;
+      }
+      // The member's chunk of the whole: the output of a reduce-scatter, the input of a gather.
+      const std::vector<Range> chunk = collective_chunks(whole, c.axis(), n)[task.member_index];
+      const int part =
+          c.op() == proto::CollectiveProto::REDUCE_SCATTER ? task.outputs[0] : task.inputs[0];
+      const std::string what =
+          str_cat("chunk ", task.member_index, " of ", n, " of its ",
+                  part == task.outputs[0] ? "input " : "output ", whole.to_string());
+      if (c.axis() >= 0) {
+        same_shape(region_shape(chunk), part, str_cat(what, " along axis ", c.axis()));
+      } else {
+        const int64_t elements = chunk[0].end - chunk[0].begin;
+        OFL_CHECK(reg(part).shape.numel() == elements, kTag, who, " needs ",
+                  describe_register(part), " of ", elements, " elements (", what,
+                  " as flat elements). However, got ", reg(part).shape.to_string(), ".");
+      }
+      break;
+    }
     default:
       OFL_CHECK(false, kTag, who, " has an unknown kind.");
   }
@@ -482,6 +518,32 @@ void PlanIndex::link_transfers() {
   for (TaskInfo& recv : tasks_) {
     if (recv.proto.kind() != proto::TaskProto::RECV || !has_rank(recv.proto.peer())) continue;
     recv.send = sends.at(recv.proto.transfer_id());
+  }
+}
+
+// Each COLLECTIVE's member tasks in this plan, by member index (the plan contract checked that
+// a collective has one task per member, all naming the same members).
+void PlanIndex::link_collectives() {
+  std::map<int64_t, std::vector<int>> members;  // collective_id -> tasks by member index
+  for (int t = 0; t < num_tasks(); ++t) {
+    const TaskInfo& task = tasks_[t];
+    if (task.proto.kind() != proto::TaskProto::COLLECTIVE) continue;
+    std::vector<int>& list = members[task.proto.collective().collective_id()];
+    list.resize(task.proto.collective().members_size(), -1);
+    list[task.member_index] = t;
+  }
+  for (TaskInfo& task : tasks_) {
+    if (task.proto.kind() != proto::TaskProto::COLLECTIVE) continue;
+    task.peers = members.at(task.proto.collective().collective_id());
+    const int first =
+        *std::find_if(task.peers.begin(), task.peers.end(), [](int peer) { return peer >= 0; });
+    for (int peer : task.peers) {
+      if (peer < 0) continue;
+      OFL_CHECK(tasks_[peer].proto.per_micro_batch() == task.proto.per_micro_batch(), kTag,
+                "the members of collective ", task.proto.collective().collective_id(),
+                " must all act once per micro-batch or all once per iteration. However, ",
+                describe_task(first), " and ", describe_task(peer), " differ.");
+    }
   }
 }
 
@@ -522,8 +584,9 @@ void PlanIndex::check_pieces(const NameIndex& pieces, const char* kind) const {
   }
 }
 
-// Every task's predecessors: the producers of its input registers, its control inputs and, for
-// a RECV, the SEND with its transfer_id.
+// Every task's predecessors: the producers of its input registers, its control inputs, for a
+// RECV the SEND with its transfer_id, and for a COLLECTIVE the producers of the other present
+// members' inputs (Note [Collective order] in oneflowlike/plan_contract.h).
 void PlanIndex::compute_predecessors() {
   predecessors_.assign(tasks_.size(), {});
   for (int t = 0; t < num_tasks(); ++t) {
@@ -538,6 +601,11 @@ void PlanIndex::compute_predecessors() {
       predecessors_[t].push_back(Edge{it->second, EdgeKind::kControl, -1});
     }
     if (task.send >= 0) predecessors_[t].push_back(Edge{task.send, EdgeKind::kTransfer, -1});
+    for (int peer : task.peers) {  // a collective acts once every member's input is written
+      if (peer < 0 || peer == t) continue;
+      const int in = tasks_[peer].inputs[0];
+      predecessors_[t].push_back(Edge{registers_[in].producer, EdgeKind::kCollective, in});
+    }
   }
 }
 
@@ -625,6 +693,9 @@ std::string PlanIndex::describe_task(int task) const {
   const proto::TaskProto& p = tasks_[task].proto;
   std::string kind = kind_name(p.kind());
   if (p.kind() == proto::TaskProto::COMPUTE) kind += " " + p.op_type();
+  if (p.kind() == proto::TaskProto::COLLECTIVE) {
+    kind += str_cat(" ", collective_op_name(p.collective().op()));
+  }
   if (p.per_micro_batch()) kind += ", per micro-batch";
   return str_cat("task '", p.name(), "' (id ", p.id(), ", rank ", p.rank(), ", ", kind, ")");
 }
@@ -639,6 +710,17 @@ std::string PlanIndex::describe_edge(int task, const Edge& edge) const {
       return str_cat(describe_task(task), " has a control input on ", describe_task(edge.from));
     case EdgeKind::kTransfer:
       return str_cat(describe_task(task), " receives from ", describe_task(edge.from));
+    case EdgeKind::kCollective: {
+      const TaskInfo& t = tasks_[task];
+      int peer = -1;
+      for (int p : t.peers) {
+        if (p >= 0 && p != task && tasks_[p].inputs[0] == edge.reg) peer = p;
+      }
+      return str_cat(describe_task(task), " runs collective ", t.proto.collective().collective_id(),
+                     " with ", peer >= 0 ? describe_task(peer) : std::string("another member"),
+                     ", which reads ", describe_register(edge.reg), " of ",
+                     describe_task(edge.from));
+    }
   }
   return "";
 }

@@ -5,13 +5,15 @@
 //
 // Checks (each failure is an ofl::Error naming the task or register): first the plan contract
 // the compiler checks too (oneflowlike/plan_contract.h: registers stay on their rank, transfers
-// are matched, and, unless turned off, no cycle runs through data, control inputs or
-// transfers); then what running needs: ids are unique, every register has one producer that
-// lists it and its consumers, every task's registers have the shapes and dtypes its kind needs,
-// COMPUTE ops and cpu kernels exist, the pieces of one logical input / output / variable agree,
-// data crosses between once-per-iteration and per-micro-batch tasks only where Note
-// [Micro-batches] in plan.proto allows. Registers in a memory block lie inside it and have one
-// slot.
+// are matched, collectives run in one order on their members, and, unless turned off, no cycle
+// runs through data, control inputs, transfers or collectives); then what running needs: ids are
+// unique, every register has one producer that lists it and its consumers, every task's registers
+// have the shapes and dtypes its kind needs, COMPUTE ops and cpu kernels exist, the pieces of one
+// logical input / output / variable agree, data crosses between once-per-iteration and
+// per-micro-batch tasks only where Note [Micro-batches] in plan.proto allows, a COLLECTIVE's
+// registers have the shapes of its op (Note [Collective tasks] in oneflowlike/collective.h) and its
+// members present agree on acting per micro-batch. Registers in a memory block lie inside it and
+// have one slot.
 
 #include <map>
 #include <string>
@@ -25,8 +27,8 @@
 namespace ofl::actor {
 
 struct PlanIndexOptions {
-  /// Reject plans with a cycle through data, control inputs or transfers. The watchdog tests
-  /// turn it off to run such a plan.
+  /// Reject plans with a cycle through data, control inputs, transfers or collectives. The
+  /// watchdog tests turn it off to run such a plan.
   bool check_acyclic = true;
   /// Look up CPU kernels for every task, those placed on a GPU too: the reference executor and
   /// RuntimeOptions::simulate_cuda run a plan's GPU tasks on the host.
@@ -57,17 +59,24 @@ class PlanIndex {
     // SLICE: the one region to copy; CONCAT: where each input goes.
     std::vector<std::vector<Range>> regions;
     int send = -1;  // RECV: the matching SEND task
+    // COLLECTIVE: this task's position in collective().members, and the tasks of the members
+    // by that position (this task at member_index; -1 for a member outside this plan, Note
+    // [Partial plans]).
+    int member_index = -1;
+    std::vector<int> peers;
     // INPUT: read by an UNPACK, so it takes the whole batch of m micro-batches.
     bool micro_batched = false;
     // Once-per-iteration task that runs after the micro-batches (it depends on one).
     bool after_micro_batches = false;
   };
   // How a task depends on one of its predecessors.
-  enum class EdgeKind { kData, kControl, kTransfer };
+  // kCollective: a COLLECTIVE task waits for the producer of another member's input (Note
+  // [Collective order] in oneflowlike/plan_contract.h).
+  enum class EdgeKind { kData, kControl, kTransfer, kCollective };
   struct Edge {
     int from = 0;  // task index
     EdgeKind kind = EdgeKind::kData;
-    int reg = -1;  // kData: the register read
+    int reg = -1;  // kData: the register read; kCollective: the other member's input
   };
   using NameIndex = std::map<std::string, std::vector<int>>;  // logical name -> task indices
 
@@ -111,7 +120,8 @@ class PlanIndex {
   }
 
   bool per_micro(int task) const { return tasks_[task].proto.per_micro_batch(); }
-  /// Every task's predecessors: producers of its inputs, control inputs, a RECV's SEND.
+  /// Every task's predecessors: producers of its inputs, control inputs, a RECV's SEND, and for
+  /// a COLLECTIVE the producers of the other present members' inputs.
   const std::vector<std::vector<Edge>>& predecessors() const { return predecessors_; }
 
   /// The tasks of `member` in a sequential order: repeatedly the lowest (rank, position) one
@@ -122,7 +132,8 @@ class PlanIndex {
   /// register it reads when that is empty.
   std::string output_name(const TaskInfo& task) const;
 
-  std::string describe_task(int task) const;     // "task 'a' (id 3, rank 0, COMPUTE relu)"
+  /// "task 'a' (id 3, rank 0, COMPUTE relu)", "task 'b' (id 5, rank 1, COLLECTIVE all_reduce)"
+  std::string describe_task(int task) const;
   std::string describe_register(int reg) const;  // "register 'r' (id 3)"
   std::string describe_edge(int task, const Edge& edge) const;
 
@@ -130,6 +141,7 @@ class PlanIndex {
   void index_plan(const proto::PlanProto& plan);
   void check_task(int index);
   void link_transfers();
+  void link_collectives();
   void check_pieces(const NameIndex& pieces, const char* kind) const;
   void compute_predecessors();
   void check_micro_batch_edges(const std::vector<int>& order);

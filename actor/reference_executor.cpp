@@ -8,11 +8,20 @@
 #include <cstring>
 
 #include "actor/pieces.h"
+#include "oneflowlike/collective.h"
 
 namespace ofl::actor {
 
 ReferenceExecutor::ReferenceExecutor(proto::PlanProto plan)
     : index_(plan, PlanIndexOptions{.cpu_kernels = true}) {
+  for (const TaskInfo& task : index_.tasks()) {
+    for (size_t m = 0; m < task.peers.size(); ++m) {
+      OFL_CHECK(task.peers[m] >= 0, "[reference executor] runs whole plans, so every member of ",
+                index_.describe_task(index_.task_index(task.proto.id())),
+                " must be in the plan. However, rank ", task.proto.collective().members(m),
+                " is not.");
+    }
+  }
   compute_schedule();
   values_.resize(index_.num_registers());
   in_flight_.resize(index_.num_tasks());
@@ -101,6 +110,11 @@ void ReferenceExecutor::act(int t, int micro_batch, const std::map<std::string, 
     case proto::TaskProto::RECV:
       values_[task.outputs[0]] = std::move(in_flight_[task.send]);
       in_flight_[task.send] = Tensor();
+      break;
+    case proto::TaskProto::COLLECTIVE:
+      if (!in_flight_[t].defined()) run_collective(task);
+      values_[task.outputs[0]] = std::move(in_flight_[t]);
+      in_flight_[t] = Tensor();
       break;
     case proto::TaskProto::ADD: {
       Tensor out = values_[task.inputs[0]].clone();
@@ -205,6 +219,47 @@ void ReferenceExecutor::run_compute(const TaskInfo& task, int index, int micro_b
   run_kernel(task, inputs, outputs, random_stream, temp_bytes > 0 ? temp.raw_data() : nullptr,
              temp_bytes);
   for (size_t i = 0; i < task.outputs.size(); ++i) values_[task.outputs[i]] = outputs[i];
+}
+
+// Every member's result of `task`'s collective, into in_flight_ (Note [Reference execution] in
+// the header). The first member acts after the producers of every member's input and before any
+// member has read its input, so with planned memory the inputs are still intact.
+void ReferenceExecutor::run_collective(const TaskInfo& task) {
+  const proto::CollectiveProto& c = task.proto.collective();
+  const int64_t n = static_cast<int64_t>(task.peers.size());
+  // Chunks of the flat elements (axis -1) are ranges of 1-d views.
+  auto chunkable = [&](const Tensor& x) {
+    return c.axis() < 0 ? view_of_bytes(x, 0, Shape{x.numel()}, x.dtype()) : x;
+  };
+  std::vector<Tensor> inputs, outputs;  // by member index
+  for (int peer : task.peers) {
+    const TaskInfo& member = index_.task(peer);
+    inputs.push_back(chunkable(values_[member.inputs[0]]));
+    const PlanIndex::RegisterInfo& out = index_.reg(member.outputs[0]);
+    in_flight_[peer] = Tensor::empty(out.shape, out.dtype);
+    outputs.push_back(chunkable(in_flight_[peer]));
+  }
+  const Shape whole_shape = collective_whole(c.op(), inputs[0].shape(), outputs[0].shape());
+  const std::vector<std::vector<Range>> chunks = collective_chunks(whole_shape, c.axis(), n);
+  if (c.op() == proto::CollectiveProto::ALL_GATHER) {
+    for (int64_t j = 0; j < n; ++j) {
+      for (const Tensor& out : outputs)
+        copy_region(inputs[j], whole(inputs[j].shape()), out, chunks[j]);
+    }
+    return;
+  }
+  for (int64_t j = 0; j < n; ++j) {  // (((x[j+1] + x[j+2]) + ...) + x[j]) over chunk j
+    const std::vector<int64_t> order = ring_sum_order(j, n);
+    Tensor sum = Tensor::empty(region_shape(chunks[j]), inputs[0].dtype());
+    copy_region(inputs[order[0]], chunks[j], sum, whole(sum.shape()));
+    for (int64_t k = 1; k < n; ++k)
+      add_region(inputs[order[k]], chunks[j], sum, whole(sum.shape()));
+    if (c.op() == proto::CollectiveProto::REDUCE_SCATTER) {
+      copy_region(sum, whole(sum.shape()), outputs[j], whole(outputs[j].shape()));
+    } else {
+      for (const Tensor& out : outputs) copy_region(sum, whole(sum.shape()), out, chunks[j]);
+    }
+  }
 }
 
 Tensor ReferenceExecutor::read_variable(const std::string& name) const {

@@ -10,9 +10,13 @@
 //    executor checks the plan's dataflow, not its memory reuse.
 //  - Tasks act once per iteration in a fixed order: repeatedly the lowest (rank,
 //    position-in-rank) task whose predecessors have acted, where the predecessors are the
-//    producers of its input registers, its control_inputs, and for a RECV the SEND with the same
-//    transfer_id. The order does not depend on data, so it is computed (and a deadlock reported)
-//    when the plan is loaded.
+//    producers of its input registers, its control_inputs, for a RECV the SEND with the same
+//    transfer_id, and for a COLLECTIVE the producers of every member's input. The order does not
+//    depend on data, so it is computed (and a deadlock reported) when the plan is loaded.
+//  - A COLLECTIVE's first member to act computes every member's result from all the members'
+//    inputs (Note [Collective tasks] in oneflowlike/collective.h), summing each chunk in
+//    ring_sum_order so the sums are bit-identical to the runtime's ring; each member's act then
+//    writes its result. Every member must be in the plan.
 //  - INPUT/OUTPUT/VARIABLE pieces sit at their output_region of the logical tensor (empty: the
 //    whole tensor). Fetched tensors are zeros of logical_output_shape plus every contributing
 //    OUTPUT piece added at its region, which sums partial sums and places splits.
@@ -86,6 +90,7 @@ class ReferenceExecutor : public PlanRunner {
   void act(int task, int micro_batch, const std::map<std::string, Tensor>& inputs,
            std::vector<std::pair<int, Tensor>>* fetched);
   void run_compute(const TaskInfo& task, int index, int micro_batch);
+  void run_collective(const TaskInfo& task);
   void place_in_blocks(const TaskInfo& task);
   // The register of a VARIABLE task.
   Tensor variable_piece(int task) const { return values_[index_.task(task).outputs[0]]; }
@@ -96,9 +101,11 @@ class ReferenceExecutor : public PlanRunner {
   bool planned_memory_ = false;
   // (rank, memory block id) -> its bytes (use_planned_memory)
   std::map<std::pair<int64_t, int64_t>, Tensor> blocks_;
-  std::vector<Step> schedule_;     // in execution order
-  std::vector<Tensor> values_;     // per register
-  std::vector<Tensor> in_flight_;  // per task: what a SEND sent, until its RECV acts
+  std::vector<Step> schedule_;  // in execution order
+  std::vector<Tensor> values_;  // per register
+  // Per task: what a SEND sent, until its RECV acts; a COLLECTIVE member's result, from when
+  // the first member acts until it acts.
+  std::vector<Tensor> in_flight_;
 };
 
 }  // namespace ofl::actor

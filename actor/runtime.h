@@ -39,6 +39,7 @@
 
 #include "actor/actor.h"
 #include "actor/actor_thread.h"
+#include "actor/collective_engine.h"
 #include "actor/plan_index.h"
 #include "actor/plan_runner.h"
 #include "comm/transport.h"
@@ -171,6 +172,8 @@ class Runtime final : public PlanRunner, private ActorHost {
   void assign_streams();
   void on_failure(const Actor* actor, std::exception_ptr error);
   void stop_threads();
+  // Deterministic mode: runs the one thread and advances the collectives until neither moves.
+  void run_deterministic();
   void on_rank_failure(int64_t rank, const std::string& why);
   // Note [Departures] in actor/session_transport.h.
   void on_rank_departure(int64_t rank, int64_t iterations);
@@ -197,6 +200,9 @@ class Runtime final : public PlanRunner, private ActorHost {
   std::unordered_map<int64_t, Actor*> actor_by_id_;
   std::vector<Actor*> ticks_;
   std::vector<std::unique_ptr<ActorThread>> threads_;
+  // The rank's collectives run here (Note [Collective engine]); before streams_, which hold
+  // some of its streams.
+  std::unique_ptr<CollectiveEngine> collectives_;
   // After threads_: streams end first, so no stream posts to a thread that is gone.
   std::vector<std::unique_ptr<ActStream>> streams_;
   std::map<std::pair<int64_t, int64_t>, Tensor> blocks_;  // (rank, block id) -> memory
@@ -222,8 +228,9 @@ class Runtime final : public PlanRunner, private ActorHost {
   bool all_retired_ = false;  // what shutdown() found
   std::vector<std::string> message_log_;
   std::string job_name_;
-  // Ranks this runtime needs that it does not host: the peers of its SENDs and RECVs (a plan
-  // compiled for some ranks holds only theirs) and the plan's other ranks.
+  // Ranks this runtime needs that it does not host: the peers of its SENDs and RECVs, the
+  // members of its collectives (a plan compiled for some ranks holds only theirs) and the
+  // plan's other ranks.
   std::set<int64_t> peers_;
   int64_t trace_origin_ns_ = 0;
   int thread_kernel_threads_ = 0;  // OpenMP threads of each compute thread (and its stream)

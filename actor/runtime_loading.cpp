@@ -100,6 +100,9 @@ Runtime::Runtime(const proto::PlanProto& plan, RuntimeOptions options)
         (task.kind() == proto::TaskProto::SEND || task.kind() == proto::TaskProto::RECV)) {
       peers_.insert(task.peer());
     }
+    if (actor_of_task_[t] != nullptr && task.kind() == proto::TaskProto::COLLECTIVE) {
+      peers_.insert(task.collective().members().begin(), task.collective().members().end());
+    }
   }
   for (int64_t r : index_.ranks()) {
     if (!std::binary_search(ranks_.begin(), ranks_.end(), r)) peers_.insert(r);

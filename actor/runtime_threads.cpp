@@ -21,6 +21,10 @@ bool is_transfer(const PlanIndex& index, const Actor& actor) {
   return kind == proto::TaskProto::SEND || kind == proto::TaskProto::RECV;
 }
 
+bool is_collective(const PlanIndex& index, const Actor& actor) {
+  return actor.task() >= 0 && index.task(actor.task()).proto.kind() == proto::TaskProto::COLLECTIVE;
+}
+
 }  // namespace
 
 // One thread per (rank, plan thread): 0 is the compute stream, 1 communication. Deterministic
@@ -87,14 +91,24 @@ void Runtime::assign_streams() {
     return task.device() == proto::PLAN_DEVICE_CUDA || task.kind() == proto::TaskProto::COPY_H2D ||
            task.kind() == proto::TaskProto::COPY_D2H;
   };
+  // Collectives run on the engine (Note [Collective engine] in collective_engine.h), in every
+  // mode: in deterministic mode its caller advances it.
+  for (const auto& actor : actors_) {
+    if (!is_collective(index_, *actor)) continue;
+    if (collectives_ == nullptr) {
+      collectives_ = std::make_unique<CollectiveEngine>("collectives", !options_.deterministic);
+    }
+    streams_.push_back(collectives_->make_stream(str_cat(actor->name(), " (collective engine)")));
+    actor->set_stream(streams_.back().get());
+  }
   for (auto& thread : threads_) {
     if (thread->index() != 0) continue;  // communication threads move bytes themselves
     ActStream* host = nullptr;
     ActStream* gpu = nullptr;
     for (Actor* actor : thread->actors()) {
       // A transfer keeps no stream, so its neighbours on this one send it their messages once
-      // their work has run.
-      if (is_transfer(index_, *actor)) continue;
+      // their work has run. A collective has its own (above).
+      if (is_transfer(index_, *actor) || is_collective(index_, *actor)) continue;
       if (on_gpu(*actor)) {
         if (gpu == nullptr && options_.simulate_cuda && !options_.deterministic) {
           streams_.push_back(make_cpu_worker_stream(str_cat(thread->name(), " (simulated GPU)"),
@@ -136,6 +150,14 @@ void Runtime::assign_streams() {
   }
 }
 
+void Runtime::run_deterministic() {
+  for (;;) {
+    const int64_t acts = threads_.at(0)->run_inline();
+    const bool moved = collectives_ != nullptr && collectives_->advance();
+    if (acts == 0 && !moved) return;
+  }
+}
+
 void Runtime::send(const ActorMessage& message) {
   if (message.dst_actor == kCallerActor) return;  // the tick's ack of a start
   if (message.src_rank != message.dst_rank) {
@@ -172,7 +194,7 @@ bool Runtime::shutdown() {
       deliver(ActorMessage::end_of_stream({kCallerActor, tick->rank()}, {tick->id(), tick->rank()},
                                           kRunRegisterBase + tick->rank()));
     }
-    if (options_.deterministic && !threads_.empty()) threads_[0]->run_inline();
+    if (options_.deterministic && !threads_.empty()) run_deterministic();
   }
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
   for (auto& thread : threads_) {

@@ -18,7 +18,7 @@ namespace ofl::actor {
 // shows at once: no message is pending and no actor can act.
 void Runtime::wait_for_iteration() {
   if (options_.deterministic) {
-    threads_.at(0)->run_inline();
+    run_deterministic();
     std::unique_lock<std::mutex> lock(done_mu_);
     if (!failure_.empty()) {
       lock.unlock();

@@ -54,6 +54,14 @@ class SessionTransport final : public comm::Transport {
   void prepare_fetch(int64_t src_rank, uint64_t tag, void* dst, size_t bytes) override {
     sessions_->base().prepare_fetch(src_rank, session_tag(session_, tag), dst, bytes);
   }
+  TaggedRequest send_tagged(int64_t dst_rank, uint64_t tag, const void* data,
+                            size_t bytes) override {
+    return sessions_->base().send_tagged(dst_rank, session_tag(session_, tag), data, bytes);
+  }
+  TaggedRequest receive_tagged(int64_t src_rank, uint64_t tag, void* dst, size_t bytes) override {
+    return sessions_->base().receive_tagged(src_rank, session_tag(session_, tag), dst, bytes);
+  }
+  bool test(TaggedRequest& request) override { return sessions_->base().test(request); }
   bool progress() override { return sessions_->base().progress(); }
   void set_fault_handler(FaultHandler handler) override {
     sessions_->set_fault_handler(session_, std::move(handler));

@@ -11,6 +11,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 
 namespace ofl::comm {
@@ -74,6 +75,24 @@ class Transport {
   virtual void prepare_fetch(int64_t src_rank, uint64_t tag, void* dst, size_t bytes) {
     (void)src_rank, (void)tag, (void)dst, (void)bytes;
   }
+
+  /// Note [Tagged transfers]: collectives (actor/collective_engine.h) move their pieces as
+  /// tagged, non-blocking sends and receives, matched by (receiving rank, tag). Between two
+  /// ranks, transfers of one tag match in the order they were started on each side. A send's
+  /// buffer stays unchanged, and a receive's untouched by the caller, until test() says done.
+  /// Tags are below 2^32 (Note [Collective tags] in oneflowlike/collective.h).
+  struct TaggedRequest {
+    std::shared_ptr<void> state;  // the transport's
+    int64_t peer = -1;
+    uint64_t tag = 0;
+    size_t bytes = 0;
+    bool done = false;
+  };
+  virtual TaggedRequest send_tagged(int64_t dst_rank, uint64_t tag, const void* data, size_t bytes);
+  virtual TaggedRequest receive_tagged(int64_t src_rank, uint64_t tag, void* dst, size_t bytes);
+  /// Whether `request` has completed, progressing the transport without blocking. Raises
+  /// ofl::Error (kUnavailable) naming the peer when it failed or the peer did.
+  virtual bool test(TaggedRequest& request);
 
   /// Called (on a transport thread) when a rank this process talks to fails: its rank and why.
   /// Transports whose peers cannot fail (in-process) never call it.

@@ -870,6 +870,109 @@ void UcxTransport::expose(int64_t dst_rank, uint64_t tag, const void* data, size
                  ". However, UCX says ", ucs_status_string(UCS_PTR_STATUS(request)), ".");
 }
 
+// A tagged transfer in flight: the UCX request of a send, or the posted receive. Dropped
+// unfinished (a failed collective), a receive is cancelled and a send left to UCX to free.
+struct UcxTransport::TaggedState {
+  UcxTransport* self = nullptr;
+  bool is_send = false;
+  void* send_request = nullptr;
+  Posted posted;
+  ~TaggedState() {
+    if (is_send) {
+      if (send_request != nullptr) {
+        std::lock_guard<std::recursive_mutex> ucx(self->ucx_mu_);
+        ucp_request_free(send_request);  // UCX frees it once it completes
+      }
+    } else if (posted.request != nullptr) {
+      self->cancel_receive(posted, 1'000'000'000);
+    }
+  }
+};
+
+Transport::TaggedRequest UcxTransport::send_tagged(int64_t dst_rank, uint64_t tag, const void* data,
+                                                   size_t bytes) {
+  const Peer& peer = *peers_.at(dst_rank);
+  OFL_CHECK_CODE(!peer.failed, ErrorCode::kUnavailable, kTag, "rank ", env_.rank,
+                 " must send transfer ", tag, " to rank ", dst_rank, " (", peer.host,
+                 "). However, that rank failed.");
+  auto state = std::make_shared<TaggedState>();
+  state->self = this;
+  state->is_send = true;
+  ucp_request_param_t param{};
+  std::unique_lock<std::recursive_mutex> ucx(ucx_mu_);
+  ucs_status_ptr_t request = ucp_tag_send_nbx(peer.ep, data, bytes, tag, &param);
+  ucx.unlock();
+  TaggedRequest out;
+  out.peer = dst_rank;
+  out.tag = tag;
+  out.bytes = bytes;
+  if (UCS_PTR_IS_PTR(request)) {
+    state->send_request = request;
+    out.state = state;
+  } else {
+    OFL_CHECK_CODE(UCS_PTR_STATUS(request) == UCS_OK, ErrorCode::kUnavailable, kTag, "rank ",
+                   env_.rank, " must send transfer ", tag, " to rank ", dst_rank,
+                   ". However, UCX says ", ucs_status_string(UCS_PTR_STATUS(request)), ".");
+    out.done = true;
+  }
+  return out;
+}
+
+Transport::TaggedRequest UcxTransport::receive_tagged(int64_t src_rank, uint64_t tag, void* dst,
+                                                      size_t bytes) {
+  auto state = std::make_shared<TaggedState>();
+  state->self = this;
+  state->posted = post_receive(tag, dst, bytes);
+  TaggedRequest out;
+  out.peer = src_rank;
+  out.tag = tag;
+  out.bytes = bytes;
+  out.state = state;
+  return out;
+}
+
+bool UcxTransport::test(TaggedRequest& request) {
+  if (request.done) return true;
+  auto* state = static_cast<TaggedState*>(request.state.get());
+  const Peer& peer = *peers_.at(request.peer);
+  std::unique_lock<std::recursive_mutex> ucx(ucx_mu_, std::try_to_lock);
+  if (!ucx.owns_lock()) return false;  // another thread is progressing the worker
+  ucp_worker_progress(worker_);
+  if (state->is_send) {
+    const ucs_status_t status = ucp_request_check_status(state->send_request);
+    if (status == UCS_INPROGRESS) {
+      ucx.unlock();
+      OFL_CHECK_CODE(!peer.failed, ErrorCode::kUnavailable, kTag, "rank ", request.peer, " (",
+                     peer.host, ") failed while rank ", env_.rank, " sent it transfer ",
+                     request.tag, ".");
+      return false;
+    }
+    ucp_request_free(state->send_request);
+    state->send_request = nullptr;
+    ucx.unlock();
+    OFL_CHECK_CODE(status == UCS_OK, ErrorCode::kUnavailable, kTag, "rank ", env_.rank,
+                   " must send transfer ", request.tag, " to rank ", request.peer,
+                   ". However, UCX says ", ucs_status_string(status), ".");
+  } else {
+    if (!receive_done(state->posted)) {
+      ucx.unlock();
+      OFL_CHECK_CODE(!peer.failed, ErrorCode::kUnavailable, kTag, "rank ", request.peer, " (",
+                     peer.host, ") failed while rank ", env_.rank, " waited for transfer ",
+                     request.tag, ".");
+      return false;
+    }
+    ucx.unlock();
+    const auto status = static_cast<ucs_status_t>(state->posted.status);
+    OFL_CHECK_CODE(status == UCS_OK && state->posted.length == request.bytes,
+                   ErrorCode::kUnavailable, kTag, "transfer ", request.tag, " from rank ",
+                   request.peer, " must deliver ", request.bytes, " bytes. However, got ",
+                   state->posted.length, " (", ucs_status_string(status), ").");
+  }
+  request.done = true;
+  request.state.reset();
+  return true;
+}
+
 // Posts the receive of `tag` into `dst`.
 UcxTransport::Posted UcxTransport::post_receive(uint64_t tag, void* dst, size_t bytes) {
   Posted posted;

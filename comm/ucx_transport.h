@@ -67,6 +67,12 @@ class UcxTransport final : public Transport {
   void expose(int64_t dst_rank, uint64_t tag, const void* data, size_t bytes) override;
   void fetch(int64_t src_rank, uint64_t tag, uint64_t address, void* dst, size_t bytes) override;
   void prepare_fetch(int64_t src_rank, uint64_t tag, void* dst, size_t bytes) override;
+  // Tagged transfers (Note [Tagged transfers] in transport.h): UCX tag sends and receives,
+  // polled; UCX keeps the order of one tag between two endpoints.
+  TaggedRequest send_tagged(int64_t dst_rank, uint64_t tag, const void* data,
+                            size_t bytes) override;
+  TaggedRequest receive_tagged(int64_t src_rank, uint64_t tag, void* dst, size_t bytes) override;
+  bool test(TaggedRequest& request) override;
   void set_fault_handler(FaultHandler handler) override;
   bool progress() override;
 
@@ -120,6 +126,7 @@ class UcxTransport final : public Transport {
   // Cancels `posted` and waits up to `wait_ns` for UCX to give it back; frees it if so, else
   // leaves it to UCX (it may still write to its buffer, which the caller keeps or leaks).
   void cancel_receive(Posted& posted, int64_t wait_ns);
+  struct TaggedState;
   struct Peer {
     ucp_ep_h ep = nullptr;
     std::string host;

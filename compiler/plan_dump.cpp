@@ -7,6 +7,7 @@
 #include <unordered_map>
 
 #include "compiler/physical/memory_planning.h"
+#include "oneflowlike/collective.h"
 #include "oneflowlike/common/error.h"
 #include "oneflowlike/proto_convert.h"
 
@@ -89,6 +90,48 @@ bool is_transfer(const proto::TaskProto& task) {
   return task.kind() == proto::TaskProto::SEND || task.kind() == proto::TaskProto::RECV;
 }
 
+// "all_reduce over ranks [0, 1] (collective 3, sequence 0, axis -1)"
+std::string collective_text(const proto::TaskProto& task) {
+  const proto::CollectiveProto& c = task.collective();
+  return str_cat(collective_op_name(c.op()), " over ranks ", id_list(c.members()), " (collective ",
+                 c.collective_id(), ", sequence ", c.sequence(), ", axis ", c.axis(), ")");
+}
+
+// What one member of a ring collective (Note [Ring collectives] in actor/collective_engine.h)
+// sends and receives: of a reduce-scatter, every chunk's running sum but its own chunk's (it
+// receives all but chunk m - 1's); of an all-gather, every chunk but chunk m + 1 (it receives all
+// but its own); an all-reduce runs both. Zero when the task's registers are not on `registers`.
+void collective_bytes(const proto::TaskProto& task, const RegisterMap& registers, int64_t* sent,
+                      int64_t* received) {
+  const proto::CollectiveProto& c = task.collective();
+  const int64_t n = c.members_size();
+  const auto member = std::find(c.members().begin(), c.members().end(), task.rank());
+  if (task.inputs_size() != 1 || task.outputs_size() != 1 || member == c.members().end()) return;
+  auto in = registers.find(task.inputs(0));
+  auto out = registers.find(task.outputs(0));
+  if (in == registers.end() || out == registers.end()) return;
+  const Shape whole =
+      collective_whole(c.op(), from_proto(in->second->shape()), from_proto(out->second->shape()));
+  if (c.axis() < -1 || c.axis() >= whole.ndim()) return;
+  const int64_t element = static_cast<int64_t>(dtype_size(dtype_from_name(in->second->dtype())));
+  const std::vector<std::vector<Range>> chunks = collective_chunks(whole, c.axis(), n);
+  auto chunk_bytes = [&](int64_t j) {
+    int64_t numel = 1;
+    for (const Range& r : chunks[((j % n) + n) % n]) numel *= r.end - r.begin;
+    return numel * element;
+  };
+  const int64_t m = member - c.members().begin();
+  const int64_t all = whole.numel() * element;
+  if (c.op() != proto::CollectiveProto::ALL_GATHER) {  // the reduce-scatter steps
+    *sent += all - chunk_bytes(m);
+    *received += all - chunk_bytes(m - 1);
+  }
+  if (c.op() != proto::CollectiveProto::REDUCE_SCATTER) {  // the all-gather steps
+    *sent += all - chunk_bytes(m + 1);
+    *received += all - chunk_bytes(m);
+  }
+}
+
 }  // namespace
 
 std::string plan_to_text(const proto::PlanProto& plan) {
@@ -119,6 +162,7 @@ std::string plan_to_text(const proto::PlanProto& plan) {
       if (task.view()) os << " view";
       if (task.in_place()) os << " in place";
       if (!task.op_type().empty()) os << " " << task.op_type();
+      if (task.kind() == proto::TaskProto::COLLECTIVE) os << " " << collective_text(task);
       os << " thread " << task.thread();
       if (task.kind() == proto::TaskProto::SEND) os << " to rank " << task.peer();
       if (task.kind() == proto::TaskProto::RECV) os << " from rank " << task.peer();
@@ -152,8 +196,15 @@ std::string plan_to_dot(const proto::PlanProto& plan) {
         label += str_cat(task.kind() == proto::TaskProto::SEND ? " to " : " from ", task.peer());
         send_of_transfer.emplace(task.transfer_id(), task.id());
       }
+      if (task.kind() == proto::TaskProto::COLLECTIVE) {
+        const proto::CollectiveProto& c = task.collective();
+        label += str_cat(" ", collective_op_name(c.op()), "\nranks ", id_list(c.members()),
+                         " collective ", c.collective_id(), " #", c.sequence());
+      }
       os << "    " << task_node(task.id()) << " [label=" << quoted(label);
-      if (is_transfer(task)) os << ", style=filled, fillcolor=lightblue";
+      if (is_transfer(task) || task.kind() == proto::TaskProto::COLLECTIVE) {
+        os << ", style=filled, fillcolor=lightblue";
+      }
       if (task.kind() == proto::TaskProto::VARIABLE) os << ", style=filled, fillcolor=khaki";
       os << "];\n";
     }
@@ -212,6 +263,12 @@ PlanSummary summarize_plan(const proto::PlanProto& plan) {
       }
       if (task.kind() == proto::TaskProto::RECV) {
         for (int64_t id : task.outputs()) rank.bytes_received += times * bytes_of(id);
+      }
+      if (task.kind() == proto::TaskProto::COLLECTIVE) {
+        int64_t sent = 0, received = 0;
+        collective_bytes(task, registers, &sent, &received);
+        rank.bytes_sent += times * sent;
+        rank.bytes_received += times * received;
       }
     }
     // A planned rank always has bytes_without_reuse > 0 once it holds any non-empty register.

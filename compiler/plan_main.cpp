@@ -1,23 +1,30 @@
-// oneflowlike-plan: compiles a saved job and prints the plan summary (tasks,
+// oneflowlike-plan: compiles a saved job, or with --gpt the GPT training job of
+// compiler/models/gpt.h built in place, and prints the plan summary (tasks,
 // bytes moved and memory per rank, pipeline depth); optionally the whole plan
-// as text and as Graphviz dot. Exit codes: 0 success, 1 the job could not be
-// read or compiled, 2 bad command line.
+// as text and as Graphviz dot. With --gpt it also times the whole job (build,
+// compile and check of every rank's part). Exit codes: 0 success, 1 the job
+// could not be read or compiled, 2 bad command line.
 
 #include <google/protobuf/io/tokenizer.h>
 #include <google/protobuf/text_format.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <exception>
 #include <fstream>
 #include <iostream>
+#include <limits>
+#include <numeric>
 #include <optional>
 #include <sstream>
 #include <string>
 #include <vector>
 
 #include "compiler/compile.h"
+#include "compiler/models/gpt.h"
 #include "compiler/plan_dump.h"
 #include "oneflowlike/common/error.h"
 #include "oneflowlike/common/logging.h"
@@ -30,13 +37,28 @@ constexpr const char* kUsage =
     "usage: oneflowlike-plan JOB_FILE [--text] [--dot FILE] [--memory-limit "
     "BYTES]\n"
     "                        [--dump-after PASS|all --dump-dir DIR] [--ranks R,R,...]\n"
+    "       oneflowlike-plan --gpt LAYERS --dp D --tp T --pp P [--micro-batches M]\n"
+    "                        [--device cpu|cuda] [options above]\n"
     "\n"
     "Compiles a saved JobProto (text format when JOB_FILE ends in .pbtxt or "
     ".txt, binary\n"
     "otherwise) and prints the plan summary: tasks, bytes sent and received "
     "per rank per\n"
     "iteration, peak memory per rank with and without reuse, pipeline depth.\n"
+    "With --gpt it builds a GPT training job instead (GPT-2 small widths, "
+    "sequence 256,\n"
+    "vocabulary 4096, AdamW, one sequence per data-parallel rank per "
+    "micro-batch), compiles\n"
+    "every rank's part and ends with 'whole job: N tasks, S s' (build + compile "
+    "+ check).\n"
     "\n"
+    "  --gpt LAYERS           the GPT job with LAYERS transformer blocks on dp x "
+    "tp x pp ranks\n"
+    "  --dp D, --tp T, --pp P data-, tensor- and pipeline-parallel degrees "
+    "(default 1)\n"
+    "  --micro-batches M      micro-batches per iteration (default 1)\n"
+    "  --device cpu|cuda      where the GPT job computes (default cpu; "
+    "compiling needs no GPU)\n"
     "  --text                 also print the whole plan, task by task\n"
     "  --dot FILE             write the plan as Graphviz dot to FILE\n"
     "  --memory-limit BYTES   fail when a rank's peak memory exceeds BYTES\n"
@@ -47,6 +69,9 @@ constexpr const char* kUsage =
 
 struct Arguments {
   std::string job_file;
+  /// Set by --gpt: build this job instead of reading job_file.
+  std::optional<GptParallel> gpt_parallel;
+  int64_t gpt_layers = 0;
   bool text = false;
   std::string dot_file;
   CompileOptions options;
@@ -61,9 +86,42 @@ bool ends_with(const std::string& s, const std::string& suffix) {
          s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
+// The whole of `text` as an integer >= 1, or a UsageError naming `flag`.
+int64_t positive_integer(const std::string& flag, const std::string& text,
+                         const std::string& what) {
+  size_t used = 0;
+  long long number = 0;
+  try {
+    number = std::stoll(text, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (used == 0 || used != text.size() || number < 1) {
+    throw UsageError{flag + " needs " + what + ", got '" + text + "'"};
+  }
+  return number;
+}
+
+int positive_int(const std::string& flag, const std::string& text) {
+  const int64_t number = positive_integer(flag, text, "a positive integer");
+  if (number > std::numeric_limits<int>::max()) {
+    throw UsageError{flag + " needs a positive integer, got '" + text + "'"};
+  }
+  return static_cast<int>(number);
+}
+
 Arguments parse_arguments(const std::vector<std::string>& args) {
   Arguments parsed;
   bool dump_dir_given = false;
+  GptParallel parallel;
+  std::vector<std::string> gpt_flags;  // --dp etc., which only mean something with --gpt
+  auto parallel_degree = [&](const std::string& flag) -> int* {
+    if (flag == "--dp") return &parallel.dp;
+    if (flag == "--tp") return &parallel.tp;
+    if (flag == "--pp") return &parallel.pp;
+    if (flag == "--micro-batches") return &parallel.micro_batches;
+    return nullptr;
+  };
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string& arg = args[i];
     auto value = [&]() -> const std::string& {
@@ -109,6 +167,18 @@ Arguments parse_arguments(const std::vector<std::string>& args) {
         parsed.options.ranks.push_back(rank);
         start = comma + 1;
       }
+    } else if (arg == "--gpt") {
+      parsed.gpt_layers = positive_integer(arg, value(), "a positive layer count");
+    } else if (int* degree = parallel_degree(arg)) {
+      *degree = positive_int(arg, value());
+      gpt_flags.push_back(arg);
+    } else if (arg == "--device") {
+      const std::string& device = value();
+      if (device != "cpu" && device != "cuda") {
+        throw UsageError{"--device needs cpu or cuda, got '" + device + "'"};
+      }
+      parallel.device = device == "cuda" ? DeviceType::kCUDA : DeviceType::kCPU;
+      gpt_flags.push_back(arg);
     } else if (arg == "--dump-dir") {
       parsed.options.dump_dir = value();
       dump_dir_given = true;
@@ -120,7 +190,17 @@ Arguments parse_arguments(const std::vector<std::string>& args) {
       throw UsageError{"more than one JOB_FILE: '" + parsed.job_file + "' and '" + arg + "'"};
     }
   }
-  if (parsed.job_file.empty()) throw UsageError{"JOB_FILE is missing"};
+  if (parsed.gpt_layers > 0) {
+    if (!parsed.job_file.empty()) {
+      throw UsageError{"--gpt builds its own job; it cannot be used with JOB_FILE '" +
+                       parsed.job_file + "'"};
+    }
+    parsed.gpt_parallel = parallel;
+  } else if (!gpt_flags.empty()) {
+    throw UsageError{gpt_flags.front() + " is only used with --gpt"};
+  } else if (parsed.job_file.empty()) {
+    throw UsageError{"JOB_FILE is missing"};
+  }
   if (dump_dir_given && parsed.options.dump_after.empty()) {
     throw UsageError{"--dump-dir is only used with --dump-after"};
   }
@@ -164,9 +244,40 @@ proto::JobProto read_job(const std::string& path) {
   return job;
 }
 
+// The GPT training job (gpt_training_graph) at the widths of scripts/bench/bench_compiler.cpp (its
+// bench_config): GPT-2 small widths (C 768, 12 heads), a short sequence (T 256) and a small
+// vocabulary (4096), since shapes do not change compile time; AdamW with weight decay 0.1. The
+// batch is one sequence per data-parallel rank per micro-batch. When tp does not divide 12 heads
+// (tp 8), the model has lcm(12, tp) heads so every tensor-parallel rank gets whole heads, still
+// over C 768 where they divide it and otherwise at GPT-2's head width 64.
+Graph gpt_job(int64_t layers, const GptParallel& parallel) {
+  GptConfig config;
+  config.vocab_size = 4096;
+  config.block_size = 256;
+  config.n_layer = layers;
+  config.n_head = std::lcm(int64_t{12}, int64_t{parallel.tp});
+  config.n_embd = 768 % config.n_head == 0 ? 768 : 64 * config.n_head;
+  config.batch_size = int64_t{parallel.dp} * parallel.micro_batches;
+  return compiler::gpt_training_graph(config, parallel);
+}
+
+// compile() for the --gpt job: build errors (a layout that does not fit) come back as a Status.
+Result<proto::PlanProto> compile_gpt(int64_t layers, const GptParallel& parallel,
+                                     const CompileOptions& options) {
+  proto::PlanProto plan;
+  Status status = capture_status([&] { plan = compile_graph(gpt_job(layers, parallel), options); });
+  if (!status.ok()) return status;
+  return plan;
+}
+
 int run(const Arguments& arguments) {
-  const proto::JobProto job = read_job(arguments.job_file);
-  Result<proto::PlanProto> plan = compile(job, arguments.options);
+  const auto start = std::chrono::steady_clock::now();
+  Result<proto::PlanProto> plan =
+      arguments.gpt_parallel.has_value()
+          ? compile_gpt(arguments.gpt_layers, *arguments.gpt_parallel, arguments.options)
+          : compile(read_job(arguments.job_file), arguments.options);
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   if (!plan.ok()) {
     std::cerr << "oneflowlike-plan: " << plan.status().message() << "\n";
     return 1;
@@ -179,6 +290,14 @@ int run(const Arguments& arguments) {
     dot.close();
     OFL_CHECK_CODE(dot.good(), ErrorCode::kUnavailable, "[oneflowlike-plan] The dot file '",
                    arguments.dot_file, "' must be writable. However, writing it failed.");
+  }
+  if (arguments.gpt_parallel.has_value()) {
+    int64_t tasks = 0;
+    for (const proto::RankPlanProto& rank : plan.value().ranks()) tasks += rank.tasks_size();
+    char line[96];
+    std::snprintf(line, sizeof(line), "whole job: %lld tasks, %.2f s\n",
+                  static_cast<long long>(tasks), seconds);
+    std::cout << line;
   }
   return 0;
 }

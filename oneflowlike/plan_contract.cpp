@@ -1,11 +1,13 @@
 #include "oneflowlike/plan_contract.h"
 
 #include <algorithm>
+#include <map>
 #include <set>
 #include <string>
 #include <unordered_map>
 #include <vector>
 
+#include "oneflowlike/collective.h"
 #include "oneflowlike/common/error.h"
 #include "oneflowlike/proto_convert.h"
 
@@ -27,6 +29,42 @@ std::string describe(const TaskRef& t) {
 
 bool same_shape(const proto::ShapeProto& a, const proto::ShapeProto& b) {
   return std::equal(a.dims().begin(), a.dims().end(), b.dims().begin(), b.dims().end());
+}
+
+template <class Ranks>
+std::string rank_list(const Ranks& ranks) {
+  std::string out = "[";
+  for (int64_t r : ranks) out += str_cat(out.size() > 1 ? ", " : "", r);
+  return out + "]";
+}
+
+// "communicator 'dimension 0 of cpu:[0, 1]' (ranks [0, 1])"
+std::string describe_communicator(const proto::CollectiveProto& c) {
+  return str_cat("communicator ", c.communicator().empty() ? "" : "'" + c.communicator() + "' ",
+                 "(ranks ", rank_list(c.members()), ")");
+}
+
+// What a COLLECTIVE task runs, and where it comes from.
+struct CollectiveFacts {
+  std::string dtype;  // of its input
+  int64_t count = 0;  // elements of the whole tensor (collective_whole)
+};
+
+// "all_reduce float32 x 1024 (collective 3, task 'b/all_reduce3' from 'grad_w_boxing')"
+std::string describe_collective(const TaskRef& t, const CollectiveFacts& facts) {
+  const proto::CollectiveProto& c = t.task->collective();
+  return str_cat(
+      collective_op_name(c.op()), " ", facts.dtype, " x ", facts.count,
+      c.axis() >= 0 ? str_cat(" along axis ", c.axis()) : std::string(), " (collective ",
+      c.collective_id(), ", task '", t.task->name(), "'",
+      t.task->logical_op().empty() ? std::string() : str_cat(" from '", t.task->logical_op(), "'"),
+      ")");
+}
+
+bool same_collective(const proto::CollectiveProto& a, const CollectiveFacts& a_facts,
+                     const proto::CollectiveProto& b, const CollectiveFacts& b_facts) {
+  return a.collective_id() == b.collective_id() && a.op() == b.op() && a.axis() == b.axis() &&
+         a_facts.dtype == b_facts.dtype && a_facts.count == b_facts.count;
 }
 
 }  // namespace
@@ -151,15 +189,143 @@ void check_plan_contract(const proto::PlanProto& plan, const PlanContractOptions
                    " of transfer ", recv.task->transfer_id(), " has no matching send on rank ",
                    recv.task->peer(), ".");
   }
+  // Collectives (Note [Collective order] in the header).
+  std::unordered_map<int, CollectiveFacts> facts;             // task position -> its collective
+  std::unordered_map<int64_t, std::vector<int>> collectives;  // collective id -> task positions
+  std::vector<int64_t> collective_ids;                        // in plan order
+  std::map<std::vector<int64_t>, std::vector<int>> communicators;  // members -> task positions
+  for (int i = 0; i < static_cast<int>(tasks.size()); ++i) {
+    const TaskRef& ref = tasks[i];
+    if (ref.task->kind() != proto::TaskProto::COLLECTIVE) continue;
+    const proto::CollectiveProto& c = ref.task->collective();
+    OFL_PLAN_CHECK(ref.task->inputs_size() == 1 && ref.task->outputs_size() == 1, "collective ",
+                   describe(ref), " must read one register and write one. However, it reads ",
+                   ref.task->inputs_size(), " and writes ", ref.task->outputs_size(), ".");
+    const proto::RegisterProto* in = find_register(ref.task->inputs(0));
+    const proto::RegisterProto* out = find_register(ref.task->outputs(0));
+    OFL_PLAN_CHECK(in != nullptr && out != nullptr, "collective ", describe(ref),
+                   " reads register ", ref.task->inputs(0), " and writes register ",
+                   ref.task->outputs(0), ". However, ", in == nullptr ? "the first" : "the second",
+                   " does not exist.");
+    OFL_PLAN_CHECK(proto::CollectiveProto::Op_IsValid(c.op()), "collective ", describe(ref),
+                   " must run a known op. However, got op ", static_cast<int>(c.op()), ".");
+    const std::set<int64_t> distinct(c.members().begin(), c.members().end());
+    OFL_PLAN_CHECK(c.members_size() >= 2 && static_cast<int>(distinct.size()) == c.members_size() &&
+                       distinct.count(ref.rank),
+                   "collective ", describe(ref),
+                   " must run on at least two distinct member ranks, its own among them. However, "
+                   "its members are ",
+                   rank_list(c.members()), ".");
+    const Shape whole = collective_whole(c.op(), from_proto(in->shape()), from_proto(out->shape()));
+    facts[i] = CollectiveFacts{in->dtype(), whole.numel()};
+    std::vector<int>& members = collectives[c.collective_id()];
+    if (members.empty()) collective_ids.push_back(c.collective_id());
+    members.push_back(i);
+    communicators[std::vector<int64_t>(c.members().begin(), c.members().end())].push_back(i);
+  }
+  // The tasks of one collective: one per member rank, all naming the same members and running
+  // the same op on the same data.
+  for (int64_t id : collective_ids) {
+    const std::vector<int>& members = collectives[id];
+    const TaskRef& first = tasks[members[0]];
+    const proto::CollectiveProto& a = first.task->collective();
+    std::unordered_map<int64_t, int> by_rank;
+    for (int i : members) {
+      const TaskRef& t = tasks[i];
+      const proto::CollectiveProto& b = t.task->collective();
+      OFL_PLAN_CHECK(std::equal(a.members().begin(), a.members().end(), b.members().begin(),
+                                b.members().end()),
+                     "the tasks of collective ", id,
+                     " must name the same members in the same order. However, ", describe(first),
+                     " names ", rank_list(a.members()), " and ", describe(t), " names ",
+                     rank_list(b.members()), ".");
+      auto [it, fresh] = by_rank.emplace(t.rank, i);
+      OFL_PLAN_CHECK(fresh, "collective ", id, " on ", describe_communicator(a),
+                     " must have one task on each member. However, rank ", t.rank, " has ",
+                     describe(tasks[it->second]), " and ", describe(t), ".");
+      OFL_PLAN_CHECK(same_collective(a, facts[members[0]], b, facts[i]),
+                     "the members of collective ", id, " on ", describe_communicator(a),
+                     " must run one op over one dtype and element count (and axis). However, rank ",
+                     first.rank, " runs ", describe_collective(first, facts[members[0]]),
+                     " and rank ", t.rank, " runs ", describe_collective(t, facts[i]), ".");
+    }
+  }
+  // Every member present runs the same collectives in the same order on each communicator.
+  for (const auto& [members, positions] : communicators) {
+    const proto::CollectiveProto& communicator = tasks[positions[0]].task->collective();
+    std::unordered_map<int64_t, std::vector<int>> by_rank;  // rank -> its tasks, by sequence
+    for (int i : positions) by_rank[tasks[i].rank].push_back(i);
+    for (auto& [rank, list] : by_rank) {
+      std::stable_sort(list.begin(), list.end(), [&](int a, int b) {
+        return tasks[a].task->collective().sequence() < tasks[b].task->collective().sequence();
+      });
+    }
+    auto sequence = [&](int i) { return tasks[i].task->collective().sequence(); };
+    const std::vector<int> none;
+    const std::vector<int>* reference = nullptr;
+    int64_t reference_rank = -1;
+    for (int64_t rank : members) {
+      if (!present.count(rank)) continue;
+      auto it = by_rank.find(rank);
+      const std::vector<int>& list = it == by_rank.end() ? none : it->second;
+      for (size_t p = 0; p < list.size(); ++p) {
+        if (sequence(list[p]) == static_cast<int64_t>(p)) continue;
+        const bool twice = p > 0 && sequence(list[p]) == sequence(list[p - 1]);
+        OFL_PLAN_CHECK(false, "the collectives of rank ", rank, " on ",
+                       describe_communicator(communicator),
+                       " must have the sequence numbers 0, 1, ... once each. However, ",
+                       twice ? str_cat(describe_collective(tasks[list[p - 1]], facts[list[p - 1]]),
+                                       " and ", describe_collective(tasks[list[p]], facts[list[p]]),
+                                       " both have sequence ", sequence(list[p]))
+                             : str_cat("it has none with sequence ", p, ": the next, ",
+                                       describe_collective(tasks[list[p]], facts[list[p]]),
+                                       ", has sequence ", sequence(list[p])),
+                       ".");
+      }
+      if (reference == nullptr) {
+        reference = &list;
+        reference_rank = rank;
+        continue;
+      }
+      for (size_t p = 0; p < std::max(list.size(), reference->size()); ++p) {
+        const bool both = p < list.size() && p < reference->size();
+        if (both &&
+            same_collective(tasks[(*reference)[p]].task->collective(), facts[(*reference)[p]],
+                            tasks[list[p]].task->collective(), facts[list[p]])) {
+          continue;
+        }
+        auto runs = [&](const std::vector<int>& on) {
+          return p < on.size() ? describe_collective(tasks[on[p]], facts[on[p]])
+                               : str_cat("nothing (it runs ", on.size(),
+                                         on.size() == 1 ? " collective" : " collectives",
+                                         " on this communicator)");
+        };
+        OFL_PLAN_CHECK(false, "collectives must run in the same order on every member of ",
+                       describe_communicator(communicator), ". However, at position ", p, " rank ",
+                       reference_rank, " runs ", runs(*reference), " and rank ", rank, " runs ",
+                       runs(list), ".");
+      }
+    }
+  }
   if (!options.acyclic) return;
-  // No cycle across ranks (Kahn's algorithm over data, control and transfer edges).
+  // No cycle across ranks (Kahn's algorithm over data, control, transfer and collective edges).
+  // A collective is a node of its own after the tasks: the producers of its members' inputs
+  // lead to it and it leads to its members' tasks (each waits for every member's input).
   const int n = static_cast<int>(tasks.size());
-  std::vector<std::vector<int>> next(n);
-  std::vector<int> pending(n, 0);
+  const int nodes = n + static_cast<int>(collective_ids.size());
+  std::vector<std::vector<int>> next(nodes);
+  std::vector<int> pending(nodes, 0);
   auto edge = [&](int from, int to) {
     next[from].push_back(to);
     ++pending[to];
   };
+  for (size_t k = 0; k < collective_ids.size(); ++k) {
+    for (int i : collectives[collective_ids[k]]) {
+      const proto::RegisterProto* in = find_register(tasks[i].task->inputs(0));
+      edge(task_index.at(in->producer()), n + static_cast<int>(k));
+      edge(n + static_cast<int>(k), i);
+    }
+  }
   for (int i = 0; i < n; ++i) {
     const TaskRef& t = tasks[i];
     for (int64_t r : t.task->inputs()) {
@@ -179,14 +345,14 @@ void check_plan_contract(const proto::PlanProto& plan, const PlanContractOptions
     }
   }
   std::vector<int> ready;
-  for (int i = 0; i < n; ++i) {
+  for (int i = 0; i < nodes; ++i) {
     if (pending[i] == 0) ready.push_back(i);
   }
-  int done = 0;
+  int done = 0;  // tasks
   while (!ready.empty()) {
     const int i = ready.back();
     ready.pop_back();
-    ++done;
+    if (i < n) ++done;
     for (int j : next[i]) {
       if (--pending[j] == 0) ready.push_back(j);
     }
@@ -213,6 +379,17 @@ void check_plan_contract(const proto::PlanProto& plan, const PlanContractOptions
     if (t.task->kind() == proto::TaskProto::RECV && present.count(t.task->peer())) {
       const int from = sends[t.task->transfer_id()][0];
       wait(from, str_cat("transfer ", t.task->transfer_id(), " from ", describe(tasks[from])));
+    }
+    if (t.task->kind() == proto::TaskProto::COLLECTIVE) {
+      const proto::CollectiveProto& c = t.task->collective();
+      for (int u : collectives[c.collective_id()]) {
+        if (u == i) continue;
+        const proto::RegisterProto* in = find_register(tasks[u].task->inputs(0));
+        const int from = task_index.at(in->producer());
+        wait(from, str_cat("collective ", c.collective_id(), " (", collective_op_name(c.op()),
+                           " on ranks ", rank_list(c.members()), ") with ", describe(tasks[u]),
+                           ", whose input '", in->name(), "' comes from ", describe(tasks[from])));
+      }
     }
     stuck += str_cat("\n  ", describe(t), " waits for ", waits);
   }

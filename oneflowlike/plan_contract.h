@@ -7,6 +7,30 @@
 
 namespace ofl {
 
+// Note [Collective order]: the static proof that a plan's collectives (Note [Collective tasks]
+// in oneflowlike/collective.h) finish, in two halves.
+//  1. Every member runs the same program: on each communicator, the members' collective tasks
+//     ordered by `sequence` agree position by position on the collective_id, op, dtype, element
+//     count of the whole tensor and axis. So every task of a collective has a partner on each
+//     other member, the two exchange messages of one size, and no member waits for a message
+//     that no task will send. A compiler that lets a rank's plan depend on the rank (a branch
+//     taken on some ranks only, collectives emitted in a rank-dependent order) fails here,
+//     named by its first differing position, instead of hanging at run time. The same order on
+//     every member is also what a runtime that runs a communicator's collectives in sequence
+//     (NCCL's rule) would need.
+//  2. No rank waits on a collective that another rank can only reach after its own. A
+//     member's part finishes once every member has started, i.e. once every member's input is
+//     written, and nothing else: the runtime runs collectives concurrently, each waiting only
+//     for its own members (Note [Collective engine] in actor/collective_engine.h). So the
+//     happens-before graph gets an edge from the producer of each member's input to every
+//     member's task, and if that graph (with data, control and transfer edges) is acyclic, then
+//     along a topological order every task gets to act: a collective's tasks act once their
+//     predecessors have, which acted earlier in the order. A rank-crossing cycle through a
+//     collective (rank 0 feeds collective X only with what it receives after collective Y,
+//     whose rank-1 input needs X's result) is reported as a deadlock with what each task waits
+//     for.
+// Note [Partial plans]: a plan holding some ranks only is checked among the members present.
+
 struct PlanContractOptions {
   /// Check that the happens-before graph is acyclic. Off only to let a runtime's watchdog meet
   /// a deadlocking plan (its tests).
@@ -22,10 +46,19 @@ struct PlanContractOptions {
 ///    each other, and they move one shape and dtype. Note [Partial plans]: a plan compiled for
 ///    some ranks holds one side of its transfers with the others; those are checked where the
 ///    other side is;
-///  - the tasks of one iteration, joined by registers, control inputs and transfers across all
-///    ranks of the plan, form no cycle: with at least one slot per register every task then
-///    gets to act, so the plan cannot deadlock by construction. A cycle is reported with each
-///    task on or behind it and what it waits for.
+///  - every COLLECTIVE task reads one register and writes one, and its rank is one of at least
+///    two distinct members; the tasks of one collective_id name the same members, one task per
+///    member rank;
+///  - on every communicator (one `members` list), each member present runs the same collectives
+///    in the same order: its tasks numbered 0, 1, ... by `sequence`, and at each position the
+///    same collective_id, op, dtype, element count and axis on every member (Note [Collective
+///    order]). A difference is reported at its first position with both ranks' ops and the
+///    logical ops that made them;
+///  - the tasks of one iteration, joined by registers, control inputs, transfers and
+///    collectives (each member's task waits for every member's input) across all ranks of the
+///    plan, form no cycle: with at least one slot per register every task then gets to act, so
+///    the plan cannot deadlock by construction. A cycle is reported with each task on or behind
+///    it and what it waits for.
 /// Raises ofl::Error (kFailedPrecondition) naming the tasks, ranks and registers involved.
 void check_plan_contract(const proto::PlanProto& plan, const PlanContractOptions& options = {});
 

@@ -1,5 +1,6 @@
 #include "oneflowlike/sbp.h"
 
+#include <algorithm>
 #include <cctype>
 
 #include "oneflowlike/common/error.h"
@@ -90,6 +91,30 @@ std::optional<int64_t> contiguous_offset(const Shape& shape, const std::vector<R
     offset = offset * shape[d] + r.begin;
   }
   return offset;
+}
+
+std::vector<Range> region_intersection(const std::vector<Range>& a, const std::vector<Range>& b) {
+  OFL_ASSERT(a.size() == b.size());
+  std::vector<Range> out(a.size());
+  for (size_t i = 0; i < a.size(); ++i) {
+    const int64_t begin = std::max(a[i].begin, b[i].begin);
+    out[i] = Range{begin, std::max(begin, std::min(a[i].end, b[i].end))};
+  }
+  return out;
+}
+
+bool region_is_empty(const std::vector<Range>& region) {
+  return std::any_of(region.begin(), region.end(), [](const Range& r) { return r.size() <= 0; });
+}
+
+std::vector<Range> region_relative_to(const std::vector<Range>& region,
+                                      const std::vector<Range>& frame) {
+  OFL_ASSERT(region.size() == frame.size());
+  std::vector<Range> out(region.size());
+  for (size_t i = 0; i < region.size(); ++i) {
+    out[i] = Range{region[i].begin - frame[i].begin, region[i].end - frame[i].begin};
+  }
+  return out;
 }
 
 Range balanced_range(int64_t n, int64_t parts, int64_t index) {

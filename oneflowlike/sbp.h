@@ -89,6 +89,17 @@ std::optional<int64_t> contiguous_offset(const Shape& shape, const std::vector<R
 /// The piece `index` of `n` items cut into `parts`: the first n % parts pieces get one more.
 Range balanced_range(int64_t n, int64_t parts, int64_t index);
 
+/// Note [Region overlap]: where two pieces of one logical tensor meet, written once for the
+/// compiler's boxing, the runtime's concat checks and the checkpoint loader (through Python).
+/// The part of region `a` inside region `b` (same number of axes): per axis the overlap, an
+/// empty range [x, x) where there is none.
+std::vector<Range> region_intersection(const std::vector<Range>& a, const std::vector<Range>& b);
+/// Whether `region` holds no element (some axis is empty).
+bool region_is_empty(const std::vector<Range>& region);
+/// `region` in the local coordinates of a piece holding `frame` (region lies inside frame).
+std::vector<Range> region_relative_to(const std::vector<Range>& region,
+                                      const std::vector<Range>& frame);
+
 /// Raises ValueError naming `tensor` when nd_sbp does not fit the placement (one SBP per
 /// hierarchy dimension) or splits an axis the logical shape does not have.
 void check_nd_sbp(const Shape& logical_shape, const NdSbp& nd_sbp, const Placement& placement,

@@ -244,4 +244,14 @@ int build_gpt(GraphBuilder& b, const GptConfig& config, const GptParallel& paral
   return GptBuilder(b, config, parallel).build();
 }
 
+Graph gpt_training_graph(const GptConfig& config, const GptParallel& parallel) {
+  GraphBuilder b("gpt");
+  const int loss = build_gpt(b, config, parallel);
+  b.fetch(loss);
+  b.set_loss(loss);
+  b.train().optimizer.kind = OptimizerConfig::Kind::kAdamW;
+  b.train().optimizer.weight_decay = 0.1;
+  return std::move(b.graph());
+}
+
 }  // namespace ofl::compiler

@@ -94,4 +94,8 @@ struct GptNames {
 /// local; with (q | k | v) the split along the sharded axis would need an all-gather.
 int build_gpt(GraphBuilder& b, const GptConfig& config, const GptParallel& parallel);
 
+/// The GPT training job the compiler benchmarks and `oneflowlike-plan --gpt` compile: build_gpt,
+/// the loss fetched and minimised with AdamW (weight decay 0.1).
+Graph gpt_training_graph(const GptConfig& config, const GptParallel& parallel);
+
 }  // namespace ofl::compiler

@@ -1,16 +1,17 @@
 #pragma once
-// Boxing decomposition: one logical boxing op becomes per-rank steps (SLICE, SEND/RECV, ADD,
-// CONCAT, ZEROS, COPY), each its own task so the actor runtime can pipeline them and overlap
-// communication with compute.
+// Boxing decomposition: one logical boxing op becomes per-rank steps: collectives (one
+// COLLECTIVE task per member rank, Note [Collective tasks] in oneflowlike/collective.h) and
+// SLICE, SEND/RECV, ADD, CONCAT, ZEROS, COPY, each its own task so the actor runtime can
+// pipeline them and overlap communication with compute.
 //
 // Note [Boxing decompositions]
 // When the placement stays and the SBP changes in one hierarchy dimension k, the ranks that
-// share every other coordinate form a group of n = hierarchy[k] members that run a collective
-// on their local tensors:
-//   P -> B      ring all-reduce: a reduce-scatter then an all-gather, n - 1 steps each, over
-//               n balanced chunks of one axis; per step and rank a SLICE/SEND/RECV/ADD.
-//   P -> S(i)   ring reduce-scatter, the chunks being the S(i) pieces.
-//   S(i) -> B   ring all-gather, then a CONCAT.
+// share every other coordinate form a communicator of n = hierarchy[k] members that runs a
+// collective on their local tensors:
+//   P -> B      an all-reduce (the runtime runs a ring: Note [Ring collectives] in
+//               actor/collective_engine.h).
+//   P -> S(i)   a reduce-scatter, the chunks being the S(i) pieces.
+//   S(i) -> B   an all-gather.
 //   B -> S(i)   a local SLICE (no traffic).
 //   B -> P      a COPY on coordinate 0 and ZEROS elsewhere.
 // A split of axis i in dimension k is only a chunk of the group's tensor when no later

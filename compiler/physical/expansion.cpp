@@ -4,6 +4,7 @@
 #include <tuple>
 
 #include "compiler/physical/boxing.h"
+#include "oneflowlike/collective.h"
 #include "oneflowlike/common/error.h"
 #include "oneflowlike/proto_convert.h"
 
@@ -52,6 +53,16 @@ proto::TaskProto* PlanBuilder::add_task(int64_t rank, proto::TaskProto::Kind kin
   tasks_.push_back(materialise ? task : nullptr);
   task_ranks_.push_back(rank);
   return task;
+}
+
+std::pair<int64_t, int64_t> PlanBuilder::new_collective(const std::vector<int64_t>& members) {
+  OFL_CHECK_CODE(next_collective_id_ < kMaxCollectiveId, ErrorCode::kUnimplemented,
+                 "[plan] a plan holds at most ", kMaxCollectiveId,
+                 " collectives (their messages' tags carry the id). However, this one needs more.");
+  OFL_CHECK_CODE(static_cast<int64_t>(members.size()) <= kMaxCollectiveMembers,
+                 ErrorCode::kUnimplemented, "[plan] a communicator holds at most ",
+                 kMaxCollectiveMembers, " ranks. However, got ", members.size(), ".");
+  return {next_collective_id_++, collective_sequences_[members]++};
 }
 
 int64_t PlanBuilder::add_output(proto::TaskProto* task, const std::string& name, const Shape& shape,

@@ -65,6 +65,9 @@ class PlanBuilder {
   /// another device than the task's is read through a copy (Note [Devices in a plan]).
   void add_input(proto::TaskProto* task, int64_t register_id);
   int64_t new_transfer_id() { return next_transfer_id_++; }
+  /// A collective's id and its sequence number on the communicator `members` (Note [Collective
+  /// tasks] in oneflowlike/collective.h); raises past kMaxCollectiveId.
+  std::pair<int64_t, int64_t> new_collective(const std::vector<int64_t>& members);
   /// Tasks added from now on act once per micro-batch (Note [Micro-batches] in plan.proto).
   void set_per_micro_batch(bool per_micro_batch) { per_micro_batch_ = per_micro_batch; }
   /// Tasks added from now on act once, after the micro-batches (when not per micro-batch).
@@ -115,6 +118,8 @@ class PlanBuilder {
   size_t next_scratch_ = 0;
   proto::RegisterProto scratch_register_;
   int64_t next_transfer_id_ = 0;
+  int64_t next_collective_id_ = 0;
+  std::map<std::vector<int64_t>, int64_t> collective_sequences_;  // by communicator
   bool per_micro_batch_ = false;
   bool after_micro_batches_ = false;
   proto::PlanDevice device_ = proto::PLAN_DEVICE_CPU;

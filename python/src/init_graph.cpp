@@ -5,6 +5,7 @@
 #include <pybind11/functional.h>
 #include <pybind11/stl.h>
 
+#include <optional>
 #include <set>
 
 #include "actor/runtime.h"
@@ -40,6 +41,12 @@ std::vector<std::string> strings_of(const NdSbp& sbp) {
 std::vector<std::pair<int64_t, int64_t>> ranges_of(const std::vector<Range>& region) {
   std::vector<std::pair<int64_t, int64_t>> out;
   for (const Range& r : region) out.emplace_back(r.begin, r.end);
+  return out;
+}
+
+std::vector<Range> region_of(const std::vector<std::pair<int64_t, int64_t>>& ranges) {
+  std::vector<Range> out;
+  for (const auto& [begin, end] : ranges) out.push_back(Range{begin, end});
   return out;
 }
 
@@ -148,6 +155,24 @@ void init_graph(py::module_& m) {
       },
       py::arg("shape"), py::arg("sbp"), py::arg("placement"), py::arg("parallel_id"),
       "The [begin, end) per axis of the logical tensor that the piece at parallel_id holds.");
+  m.def(
+      "region_overlap",
+      [](const std::vector<std::pair<int64_t, int64_t>>& piece,
+         const std::vector<std::pair<int64_t, int64_t>>& target)
+          -> std::optional<std::pair<std::vector<std::pair<int64_t, int64_t>>,
+                                     std::vector<std::pair<int64_t, int64_t>>>> {
+        OFL_CHECK(piece.size() == target.size(), "[region_overlap] both regions must have one ",
+                  "range per axis of the tensor. However, got ", piece.size(), " and ",
+                  target.size(), " ranges.");
+        const std::vector<Range> a = region_of(piece), b = region_of(target);
+        const std::vector<Range> overlap = region_intersection(a, b);
+        if (region_is_empty(overlap)) return std::nullopt;
+        return std::make_pair(ranges_of(region_relative_to(overlap, a)),
+                              ranges_of(region_relative_to(overlap, b)));
+      },
+      py::arg("piece"), py::arg("target"),
+      "Where a piece holding region `piece` of a tensor meets region `target` (Note [Region "
+      "overlap]): (the overlap in the piece's coordinates, in the target's), or None.");
 
   py::class_<PyPlan>(m, "Plan", "A compiled plan (protobuf) with its job.")
       .def("summary",

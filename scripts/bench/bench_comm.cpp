@@ -10,9 +10,12 @@
 //   bench_comm roundtrip  (2 ranks) actor messages alone: a 64-byte message and its answer
 //   bench_comm latency    (2 ranks) a chain of transfers bouncing between the two ranks inside
 //                         one iteration of the actor runtime: time per hop (actor to actor)
-//   bench_comm allreduce  (N ranks) a compiled plan whose P -> B boxing is a ring all-reduce of
-//                         64 MiB float32: its time, against a memcpy of the bytes each rank
-//                         receives (measured here)
+//   bench_comm allreduce [MiB]
+//                         (N ranks) a compiled plan whose P -> B boxing is an all-reduce
+//                         (one COLLECTIVE task per rank), run and its sum checked; then the
+//                         collective engine the runtime runs it on, timed from 4 KiB up to
+//                         MiB (default 64) of float32: time and bus bandwidth, against a memcpy
+//                         of the bytes each rank receives (measured here)
 
 #include <algorithm>
 #include <atomic>
@@ -23,6 +26,7 @@
 #include <cstring>
 #include <thread>
 
+#include "actor/collective_engine.h"
 #include "actor/runtime.h"
 #include "comm/ucx_transport.h"
 #include "compiler/builder.h"
@@ -175,79 +179,91 @@ void latency(const std::shared_ptr<comm::UcxTransport>& t) {
   }
 }
 
+// One all-reduce of `input` into `output` on the engine, from launch to done.
+double time_all_reduce(actor::CollectiveEngine& engine, actor::ActStream& stream,
+                       comm::Transport& t, const actor::CollectiveSpec& spec, const Tensor& input,
+                       const Tensor& output, actor::CollectiveScratch* scratch) {
+  std::atomic<bool> done{false};
+  std::exception_ptr error;
+  const auto start = Clock::now();
+  stream.launch(actor::CollectiveWork{actor::make_ring_job(t, spec, input, output, scratch)},
+                [&](std::exception_ptr e) {
+                  error = e;
+                  done.store(true, std::memory_order_release);
+                });
+  while (!done.load(std::memory_order_acquire)) std::this_thread::yield();
+  const double ms = seconds_since(start) * 1e3;
+  if (error) std::rethrow_exception(error);
+  (void)engine;
+  return ms;
+}
+
 void allreduce(const std::shared_ptr<comm::UcxTransport>& t, int64_t megabytes) {
   const int64_t n = t->world_size();
-  const int64_t elements = megabytes * (1 << 20) / 4;
-  compiler::GraphBuilder b("allreduce");
-  std::string ranks;
-  for (int64_t r = 0; r < n; ++r) ranks += str_cat(r ? ", " : "", r);
-  b.set_placement(Placement::parse("cpu, [" + ranks + "]"));
-  // Each rank holds one row; the sum over rows is partial on every rank; relu needs it whole.
-  const int x = b.input("x", Shape{n, elements}, DataType::kFloat32, {S(0)});
-  const int y = b.op1("reduce_sum", ReduceParams{{0}, false}, {x});
-  // B on every rank: an all-reduce (without the hint SBP inference picks the cheaper
-  // reduce-scatter, relu being fine with a split).
-  const int z = b.op1("relu", NoParams{}, {y}, "", {B()});
-  b.fetch(b.op1("reduce_sum", ReduceParams{{0}, false}, {z}, "total"));
-  compiler::CompileOptions compile;
-  compile.ranks = {t->rank()};
-  actor::RuntimeOptions options;
-  options.transport = t;
-  options.trace = true;
-  actor::Runtime runtime(compiler::compile_graph(std::move(b.graph()), compile), options);
-  // Ones: every element of the sum is n, so the fetched total is n * elements (checked).
-  Tensor ones = Tensor::empty(Shape{n, elements}, DataType::kFloat32);
-  std::fill(ones.data<float>(), ones.data<float>() + n * elements, 1.0f);
-  const std::map<std::string, Tensor> feed = {{"x", ones}};
-  const Tensor total = runtime.run(feed).at("total/out0");
-  if (t->rank() == 0) {
-    OFL_CHECK(total.data<float>()[0] == static_cast<float>(n * elements), "[bench_comm] the ",
-              "all-reduce must sum to ", n * elements, ". However, got ", total.data<float>()[0]);
-  }
-  double best = 1e30;
-  std::map<std::string, double> best_steps;  // the fastest run's time in each kind of step
-  for (int i = 0; i < 5; ++i) {
-    t->barrier();
-    runtime.take_acts();
-    runtime.run(feed);
-    double begin = 1e30, end = 0;
-    std::map<std::string, double> steps;
-    for (const auto& act : runtime.take_acts()) {
-      const size_t boxing = act.task.find(".boxing/");
-      if (boxing == std::string::npos) continue;
-      begin = std::min(begin, act.begin_us);
-      end = std::max(end, act.end_us);
-      // "x.boxing/slice3" -> "slice"
-      std::string kind = act.task.substr(boxing + 8);
-      while (!kind.empty() && std::isdigit(static_cast<unsigned char>(kind.back())))
-        kind.pop_back();
-      steps[kind] += (act.end_us - act.begin_us) / 1e3;
+  {  // The compiled plan: its boxing is one collective per rank, and its sum is right.
+    const int64_t elements = int64_t{1} << 16;
+    compiler::GraphBuilder b("allreduce");
+    std::string ranks;
+    for (int64_t r = 0; r < n; ++r) ranks += str_cat(r ? ", " : "", r);
+    b.set_placement(Placement::parse("cpu, [" + ranks + "]"));
+    // Each rank holds one row; the sum over rows is partial on every rank; relu needs it whole
+    // (B: without the hint SBP inference picks the cheaper reduce-scatter).
+    const int x = b.input("x", Shape{n, elements}, DataType::kFloat32, {S(0)});
+    const int y = b.op1("reduce_sum", ReduceParams{{0}, false}, {x});
+    const int z = b.op1("relu", NoParams{}, {y}, "", {B()});
+    b.fetch(b.op1("reduce_sum", ReduceParams{{0}, false}, {z}, "total"));
+    compiler::CompileOptions compile;
+    compile.ranks = {t->rank()};
+    actor::RuntimeOptions options;
+    options.transport = t;
+    actor::Runtime runtime(compiler::compile_graph(std::move(b.graph()), compile), options);
+    Tensor ones = Tensor::empty(Shape{n, elements}, DataType::kFloat32);
+    std::fill(ones.data<float>(), ones.data<float>() + n * elements, 1.0f);
+    const Tensor total = runtime.run({{"x", ones}}).at("total/out0");
+    if (t->rank() == 0) {
+      OFL_CHECK(total.data<float>()[0] == static_cast<float>(n * elements), "[bench_comm] the ",
+                "all-reduce must sum to ", n * elements, ". However, got ", total.data<float>()[0]);
     }
-    if ((end - begin) / 1e3 < best) {
-      best = (end - begin) / 1e3;
-      best_steps = steps;
-    }
+    runtime.shutdown();
   }
-  runtime.shutdown();
-  // The bound: one memcpy of the bytes a rank receives in a ring all-reduce, 2 (n - 1) / n of it.
-  const size_t received = static_cast<size_t>(2.0 * (n - 1) / n * megabytes * (1 << 20));
-  std::vector<char> src(received, 1), dst(received, 0);
-  double memcpy_ms = 1e30;
-  for (int i = 0; i < 5; ++i) {
-    const auto start = Clock::now();
-    std::memcpy(dst.data(), src.data(), received);
-    memcpy_ms = std::min(memcpy_ms, seconds_since(start) * 1e3);
-  }
-  t->barrier();
+  actor::CollectiveEngine engine("bench", /*threaded=*/true);
+  std::unique_ptr<actor::ActStream> stream = engine.make_stream("bench all-reduce");
+  actor::CollectiveSpec spec;
+  spec.op = proto::CollectiveProto::ALL_REDUCE;
+  for (int64_t r = 0; r < n; ++r) spec.members.push_back(r);
+  spec.member = t->rank();
+  actor::CollectiveScratch scratch;
   if (t->rank() == 0) {
     std::printf(
-        "ring all-reduce of %lld MiB float32 on %lld processes: %.1f ms; memcpy of the "
-        "%.1f MiB each rank receives: %.1f ms (bound / ours = %.2f)\n",
-        static_cast<long long>(megabytes), static_cast<long long>(n), best, received / 1048576.0,
-        memcpy_ms, memcpy_ms / best);
-    std::printf("  rank 0's steps (ms, summed over the run):");
-    for (const auto& [kind, ms] : best_steps) std::printf(" %s %.1f", kind.c_str(), ms);
-    std::printf("\n");
+        "| bytes | ours ms | ours bus GB/s | memcpy ms of 2(n-1)/n of it | bound / ours |\n");
+  }
+  for (int64_t bytes = 4096; bytes <= megabytes * (1 << 20); bytes *= 4) {
+    const int64_t elements = bytes / 4;
+    Tensor in = Tensor::empty(Shape{elements}, DataType::kFloat32);
+    std::fill(in.data<float>(), in.data<float>() + elements, 1.0f);
+    Tensor out = Tensor::empty(Shape{elements}, DataType::kFloat32);
+    const int repeats = bytes <= (1 << 20) ? 50 : bytes <= (16 << 20) ? 10 : 5;
+    double best = 1e30;
+    for (int i = 0; i < repeats + 1; ++i) {
+      t->barrier();
+      const double ms = time_all_reduce(engine, *stream, *t, spec, in, out, &scratch);
+      if (i > 0) best = std::min(best, ms);  // the first warms the buffers up
+    }
+    OFL_CHECK(out.data<float>()[elements - 1] == static_cast<float>(n), "[bench_comm] the ",
+              "all-reduce must give ", n, ". However, got ", out.data<float>()[elements - 1]);
+    const size_t received = static_cast<size_t>(2.0 * (n - 1) / n * bytes);
+    std::vector<char> src(received, 1), dst(received, 0);
+    double memcpy_ms = 1e30;
+    for (int i = 0; i < 5; ++i) {
+      const auto start = Clock::now();
+      std::memcpy(dst.data(), src.data(), received);
+      memcpy_ms = std::min(memcpy_ms, seconds_since(start) * 1e3);
+    }
+    t->barrier();
+    if (t->rank() == 0) {
+      std::printf("| %lld | %.3f | %.2f | %.3f | %.2f |\n", static_cast<long long>(bytes), best,
+                  received / best / 1e6, memcpy_ms, memcpy_ms / best);
+    }
   }
 }
 

@@ -69,4 +69,11 @@ summarize "latency" "$theirs" "$mine"
 
 echo "## bench_comm (one run each)"
 ours 2 latency
-for n in 2 4; do ours "$n" allreduce 64; done
+# Collectives (issue 16): ours (the collective engine over UCX) and gloo, same sizes, same
+# invocation; bus bandwidth = the 2(n-1)/n of the bytes each rank receives, per ms.
+for n in 2 4; do
+  echo "### all-reduce on $n processes: ours"
+  ours "$n" allreduce "${ALLREDUCE_MIB:-256}"
+  echo "### all-reduce on $n processes: gloo"
+  .venv/bin/python scripts/bench/bench_allreduce_gloo.py "$n" "${ALLREDUCE_MIB:-256}"
+done

@@ -44,21 +44,11 @@ GptConfig bench_config(int64_t layers, int64_t batch) {
   return c;
 }
 
-Graph training_graph(const GptConfig& config, const GptParallel& parallel) {
-  GraphBuilder b("gpt");
-  const int loss = build_gpt(b, config, parallel);
-  b.fetch(loss);
-  b.set_loss(loss);
-  b.train().optimizer.kind = OptimizerConfig::Kind::kAdamW;
-  b.train().optimizer.weight_decay = 0.1;
-  return std::move(b.graph());
-}
-
 double mib(int64_t bytes) { return static_cast<double>(bytes) / (1024.0 * 1024.0); }
 
 void memory_planning() {
   const GptConfig config = bench_config(/*layers=*/12, /*batch=*/8);
-  const proto::PlanProto plan = compile_graph(training_graph(config, GptParallel{}));
+  const proto::PlanProto plan = compile_graph(gpt_training_graph(config, GptParallel{}));
   const proto::RankPlanProto& rank = plan.ranks(0);
   const double reduction = 1.0 - static_cast<double>(rank.peak_bytes()) /
                                      static_cast<double>(rank.bytes_without_reuse());
@@ -83,7 +73,7 @@ struct PhaseTimes {
 
 PhaseTimes time_phases(const GptConfig& config, const GptParallel& parallel) {
   PhaseTimes t;
-  Graph graph = training_graph(config, parallel);
+  Graph graph = gpt_training_graph(config, parallel);
   std::vector<std::unique_ptr<Pass>> passes;
   passes.push_back(make_shape_inference_pass());
   passes.push_back(make_autograd_pass());
@@ -125,7 +115,7 @@ double compile_seconds(const GptConfig& config, const GptParallel& parallel, int
                        int64_t* tasks = nullptr, const CompileOptions& options = {}) {
   double best = std::numeric_limits<double>::infinity();
   for (int r = 0; r < repeats; ++r) {
-    Graph graph = training_graph(config, parallel);
+    Graph graph = gpt_training_graph(config, parallel);
     const auto start = Clock::now();
     const proto::PlanProto plan = compile_graph(std::move(graph), options);
     best = std::min(best, seconds_since(start));

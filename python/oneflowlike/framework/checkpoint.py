@@ -192,13 +192,13 @@ def _assemble(reader, pieces, shape, region, numpy_dtype):
     """The part ``region`` (slices) of a tensor of ``shape`` from the saved pieces that overlap."""
     out = np.zeros(tuple(r.stop - r.start for r in region), dtype=numpy_dtype)
     covered = np.zeros(out.shape, dtype=bool)
+    target = [(r.start, r.stop) for r in region]
     for piece in pieces:
-        lo = [max(a, r.start) for (a, _), r in zip(piece["region"], region)]
-        hi = [min(b, r.stop) for (_, b), r in zip(piece["region"], region)]
-        if any(l >= h for l, h in zip(lo, hi)) and out.size:
+        overlap = _C.region_overlap([tuple(r) for r in piece["region"]], target)
+        if overlap is None:  # Note [Region overlap] in oneflowlike/sbp.h
             continue
-        src = tuple(slice(l - a, h - a) for l, h, (a, _) in zip(lo, hi, piece["region"]))
-        dst = tuple(slice(l - r.start, h - r.start) for l, h, r in zip(lo, hi, region))
+        src = tuple(slice(a, b) for a, b in overlap[0])
+        dst = tuple(slice(a, b) for a, b in overlap[1])
         out[dst] = reader.array(piece)[src]
         covered[dst] = True
     if not covered.all():

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "actor/pieces.h"
+#include "oneflowlike/collective.h"
 #include "oneflowlike/op.h"
 #include "oneflowlike/proto/plan.pb.h"
 #include "oneflowlike/proto_convert.h"
@@ -173,6 +174,57 @@ class PlanBuilder {
     return {recv, out};
   }
 
+  /// A COLLECTIVE over `members` (ranks in ring order): on each members[m] a task reading
+  /// inputs[m] and writing a new register of the shape the op gives it (Note [Collective
+  /// tasks] in oneflowlike/collective.h), made by `logical_op`. The collective gets the next
+  /// collective id and the next sequence number of its communicator; returns the output
+  /// registers by member (find_task_of gives the tasks, to change them).
+  std::vector<int64_t> collective(proto::CollectiveProto::Op op, const std::vector<int>& members,
+                                  const std::vector<int64_t>& inputs, int axis = -1,
+                                  const std::string& logical_op = "boxing",
+                                  const std::string& communicator = "test communicator") {
+    const int64_t n = static_cast<int64_t>(members.size());
+    std::vector<int64_t> key(members.begin(), members.end());
+    const int64_t id = next_collective_id_++;
+    const int64_t sequence = sequences_[key]++;
+    // The whole tensor: a reduction's input, a gather's inputs joined along the axis.
+    Shape whole_shape = from_proto(find(inputs[0])->shape());
+    if (op == proto::CollectiveProto::ALL_GATHER) {
+      int64_t total = 0;
+      for (int64_t r : inputs) {
+        const Shape s = from_proto(find(r)->shape());
+        total += axis < 0 ? s.numel() : s[axis];
+      }
+      if (axis < 0) {
+        whole_shape = Shape{total};
+      } else {
+        whole_shape[axis] = total;
+      }
+    }
+    const std::vector<std::vector<Range>> chunks = collective_chunks(whole_shape, axis, n);
+    std::vector<int64_t> outputs;
+    for (int64_t m = 0; m < n; ++m) {
+      const int rank = members[m];
+      Shape out_shape = whole_shape;
+      if (op == proto::CollectiveProto::ALL_REDUCE)
+        out_shape = from_proto(find(inputs[m])->shape());
+      if (op == proto::CollectiveProto::REDUCE_SCATTER) out_shape = actor::region_shape(chunks[m]);
+      const std::string name = str_cat(collective_op_name(op), "_", id, "@", rank);
+      const int64_t out = reg(rank, name, out_shape, dtype_from_name(find(inputs[m])->dtype()));
+      proto::TaskProto* t = task(rank, name, proto::TaskProto::COLLECTIVE, {inputs[m]}, {out});
+      t->set_logical_op(logical_op);
+      proto::CollectiveProto* c = t->mutable_collective();
+      c->set_op(op);
+      for (int r : members) c->add_members(r);
+      c->set_communicator(communicator);
+      c->set_collective_id(id);
+      c->set_sequence(sequence);
+      c->set_axis(axis);
+      outputs.push_back(out);
+    }
+    return outputs;
+  }
+
   /// m micro-batches per iteration (Note [Micro-batches] in plan.proto).
   void set_micro_batches(int m) { plan_.set_micro_batches(m); }
 
@@ -205,6 +257,8 @@ class PlanBuilder {
   proto::PlanProto plan_;
   int64_t next_id_ = 0;
   std::map<int64_t, std::pair<int, int>> where_;  // register id -> (rank, index)
+  int64_t next_collective_id_ = 0;
+  std::map<std::vector<int64_t>, int64_t> sequences_;  // members -> next sequence number
 };
 
 /// Appends `r` to a SLICE task's slice (concat = false) or a CONCAT task's concat_regions.

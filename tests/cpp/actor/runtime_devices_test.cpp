@@ -122,9 +122,9 @@ TEST(DevicePlans, ComputeAndVariablesGoToTheGpuAndCopiesJoinThemToTheHost) {
   EXPECT_GT(rank.peak_bytes(), rank.device_peak_bytes());
   // The plan's summary and dump say which memory is the GPU's.
   const std::string summary = compiler::summary_to_text(compiler::summarize_plan(plan));
-  EXPECT_NE(summary.find(str_cat("(", compiler::format_bytes(rank.device_peak_bytes()),
-                                 " on the GPU)")),
-            std::string::npos)
+  EXPECT_NE(
+      summary.find(str_cat("(", compiler::format_bytes(rank.device_peak_bytes()), " on the GPU)")),
+      std::string::npos)
       << summary;
   EXPECT_NE(compiler::plan_to_text(plan).find(" B on the GPU\n"), std::string::npos);
 }

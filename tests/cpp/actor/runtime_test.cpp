@@ -19,6 +19,7 @@
 #include "oneflowlike/ops/matmul.h"
 #include "oneflowlike/ops/optimizer.h"
 #include "tests/cpp/actor/plan_builder.h"
+#include "tests/cpp/actor/run_everywhere.h"
 #include "tests/cpp/ops/test_util.h"
 
 namespace ofl::actor {
@@ -29,6 +30,7 @@ using ofl::testing::expect_error;
 using ofl::testing::make_tensor;
 using ofl::testing::PlanBuilder;
 using ofl::testing::random_tensor;
+using ofl::testing::run_everywhere;
 using ofl::testing::values_of;
 using Kind = proto::TaskProto;  // Kind::SLICE etc.
 
@@ -42,51 +44,6 @@ RuntimeOptions threaded() {
   RuntimeOptions options;
   options.watchdog_seconds = 20;
   return options;
-}
-
-void expect_same_tensors(const std::map<std::string, Tensor>& expected,
-                         const std::map<std::string, Tensor>& actual, const std::string& what) {
-  ASSERT_EQ(expected.size(), actual.size()) << what;
-  for (const auto& [name, tensor] : expected) {
-    ASSERT_TRUE(actual.count(name)) << what << " lacks " << name;
-    EXPECT_EQ(actual.at(name).shape(), tensor.shape()) << what << " " << name;
-    EXPECT_EQ(values_of(actual.at(name)), values_of(tensor)) << what << " " << name;
-  }
-}
-
-// Runs `plan` for `iterations` iterations on the reference executor and on the runtime in
-// deterministic and threaded mode; every fetched tensor and variable must be equal. Returns the
-// runtime's (deterministic) fetches of the last iteration.
-std::map<std::string, Tensor> run_everywhere(const proto::PlanProto& plan,
-                                             const std::map<std::string, Tensor>& feed,
-                                             int iterations = 2) {
-  ReferenceExecutor reference(plan);
-  Runtime serial(plan, deterministic());
-  Runtime parallel(plan, threaded());
-  RuntimeOptions streamed_options = threaded();
-  streamed_options.async_cpu_streams = true;
-  Runtime streamed(plan, streamed_options);
-  reference.initialize_variables();
-  serial.initialize_variables();
-  parallel.initialize_variables();
-  streamed.initialize_variables();
-  std::map<std::string, Tensor> last;
-  for (int i = 0; i < iterations; ++i) {
-    const auto expected = reference.run(feed);
-    last = serial.run(feed);
-    expect_same_tensors(expected, last, str_cat("deterministic iteration ", i));
-    expect_same_tensors(expected, parallel.run(feed), str_cat("threaded iteration ", i));
-    expect_same_tensors(expected, streamed.run(feed), str_cat("streamed iteration ", i));
-  }
-  for (const auto& [name, pieces] : serial.plan_index().variables_by_name()) {
-    EXPECT_EQ(values_of(serial.read_variable(name)), values_of(reference.read_variable(name)))
-        << name;
-    EXPECT_EQ(values_of(parallel.read_variable(name)), values_of(reference.read_variable(name)))
-        << name;
-    EXPECT_EQ(values_of(streamed.read_variable(name)), values_of(reference.read_variable(name)))
-        << name;
-  }
-  return last;
 }
 
 TEST(Runtime, ComputeActorsRunKernelsBetweenSourcesAndSinks) {

@@ -1,6 +1,7 @@
 // Boxing decomposition: the generated steps are executed by a tiny interpreter and every
 // destination's piece is compared with its region of a known logical tensor, over a sweep of
-// placements, SBPs and even/uneven shapes. Ring collectives are checked for their shape.
+// placements, SBPs and even/uneven shapes. Collectives are checked for their shape: one task
+// per member, over the communicator of the changed dimension.
 
 #include "compiler/physical/boxing.h"
 
@@ -12,6 +13,7 @@
 #include <set>
 #include <tuple>
 
+#include "oneflowlike/collective.h"
 #include "oneflowlike/common/error.h"
 #include "oneflowlike/proto_convert.h"
 
@@ -112,7 +114,58 @@ class Interpreter {
     for (int64_t reg : task.inputs()) {
       if (!values_.count(reg)) return false;
     }
+    if (task.kind() == proto::TaskProto::COLLECTIVE) {  // every member's input is there
+      for (const proto::TaskProto* member : members(task)) {
+        if (!values_.count(member->inputs(0))) return false;
+      }
+    }
     return task.kind() != proto::TaskProto::RECV || sent_.count(task.transfer_id());
+  }
+
+  // The tasks of `task`'s collective, by member index.
+  std::vector<const proto::TaskProto*> members(const proto::TaskProto& task) const {
+    const proto::CollectiveProto& c = task.collective();
+    std::vector<const proto::TaskProto*> out(c.members_size(), nullptr);
+    for (const proto::TaskProto* t : tasks_) {
+      if (t->kind() != proto::TaskProto::COLLECTIVE ||
+          t->collective().collective_id() != c.collective_id()) {
+        continue;
+      }
+      const auto it = std::find(c.members().begin(), c.members().end(), t->rank());
+      EXPECT_NE(it, c.members().end()) << t->name() << " is no member";
+      EXPECT_EQ(out[it - c.members().begin()], nullptr) << t->name() << " is a member twice";
+      out[it - c.members().begin()] = t;
+    }
+    for (const auto* t : out) EXPECT_NE(t, nullptr) << task.name() << " lacks a member";
+    return out;
+  }
+
+  // The collective's result for `task`'s member, from the definitions: a sum over the
+  // members, or their inputs side by side (Note [Collective tasks]).
+  Tensor collective(const proto::TaskProto& task) const {
+    const proto::CollectiveProto& c = task.collective();
+    const int64_t n = c.members_size();
+    const int64_t me =
+        std::find(c.members().begin(), c.members().end(), task.rank()) - c.members().begin();
+    const std::vector<const proto::TaskProto*> tasks = members(task);
+    const Shape out_shape = register_shape(task.outputs(0));
+    if (c.op() == proto::CollectiveProto::ALL_GATHER) {
+      Tensor out = Tensor::zeros(out_shape, DataType::kFloat64);
+      const auto chunks = collective_chunks(out_shape, c.axis(), n);
+      for (int64_t j = 0; j < n; ++j) {
+        copy_region(values_.at(tasks[j]->inputs(0)), whole(register_shape(tasks[j]->inputs(0))),
+                    out, chunks[j]);
+      }
+      return out;
+    }
+    const Shape in_shape = register_shape(task.inputs(0));
+    Tensor sum = Tensor::zeros(in_shape, DataType::kFloat64);
+    for (const proto::TaskProto* t : tasks) {
+      copy_region(values_.at(t->inputs(0)), whole(in_shape), sum, whole(in_shape), true);
+    }
+    if (c.op() == proto::CollectiveProto::ALL_REDUCE) return sum;
+    EXPECT_EQ(c.op(), proto::CollectiveProto::REDUCE_SCATTER);
+    return slice_of(sum, collective_chunks(in_shape, c.axis(), n)[me]);
   }
 
   Shape register_shape(int64_t reg) const { return from_proto(registers_.at(reg)->shape()); }
@@ -168,6 +221,10 @@ class Interpreter {
         break;
       case proto::TaskProto::COPY:
         out = in.at(0).clone();
+        break;
+      case proto::TaskProto::COLLECTIVE:
+        EXPECT_EQ(task.thread(), 1) << task.name() << " is not on the communication thread";
+        out = collective(task);
         break;
       default:
         ADD_FAILURE() << "unexpected task kind in boxing: " << task.name();
@@ -387,15 +444,17 @@ TEST(BoxingExecution, ThreeDimensionalTensorsAreBoxedOnTheirThirdAxisToo) {
 // ---------------------------------------------------------------------------------------------
 // The shape of the decompositions.
 
-/// The SEND/RECV tasks of one boxing.
-struct SendSummary {
+/// The communication tasks of one boxing.
+struct CommSummary {
   int64_t sends = 0;
   int64_t recvs = 0;
-  std::vector<std::pair<int64_t, int64_t>> edges;  // (rank, peer) per SEND
-  int64_t send_threads_not_1 = 0;
+  // Per collective id: its op, and the member ranks of its tasks in task order.
+  std::map<int64_t, proto::CollectiveProto> collectives;
+  std::map<int64_t, std::vector<int64_t>> task_ranks;
+  int64_t collective_threads_not_1 = 0;
 };
 
-SendSummary summarize(const BoxingSpec& spec, const Shape& shape) {
+CommSummary summarize(const BoxingSpec& spec, const Shape& shape) {
   PlanBuilder builder(union_of_ranks(spec.in_placement, spec.out_placement));
   std::vector<int64_t> in;
   for (int64_t pid = 0; pid < spec.in_placement.num_ranks(); ++pid) {
@@ -406,62 +465,102 @@ SendSummary summarize(const BoxingSpec& spec, const Shape& shape) {
                                     DataType::kFloat32));
   }
   expand_boxing(spec, TensorMeta{shape, DataType::kFloat32}, in, builder, "box");
-  SendSummary s;
+  CommSummary s;
   for (int64_t id = 0; id < builder.num_tasks(); ++id) {
     const proto::TaskProto& task = builder.task(id);
-    if (task.kind() == proto::TaskProto::SEND) {
-      ++s.sends;
-      s.edges.emplace_back(task.rank(), task.peer());
-      if (task.thread() != 1) ++s.send_threads_not_1;
-    }
+    if (task.kind() == proto::TaskProto::SEND) ++s.sends;
     if (task.kind() == proto::TaskProto::RECV) ++s.recvs;
+    if (task.kind() == proto::TaskProto::COLLECTIVE) {
+      s.collectives[task.collective().collective_id()] = task.collective();
+      s.task_ranks[task.collective().collective_id()].push_back(task.rank());
+      if (task.thread() != 1) ++s.collective_threads_not_1;
+    }
   }
   return s;
 }
 
-TEST(RingCollectives, PartialToBroadcastOnFourRanksIsARingAllReduceBetweenNeighbours) {
+std::vector<int64_t> members_of(const proto::CollectiveProto& c) {
+  return {c.members().begin(), c.members().end()};
+}
+
+TEST(Collectives, PartialToBroadcastOnFourRanksIsOneAllReduceTaskPerRank) {
   const Placement p = cpu({0, 1, 2, 3});
   const BoxingSpec spec{p, {P()}, p, {B()}};
   const std::vector<BoxingStep> steps = plan_boxing(spec, Shape{8, 6});
   ASSERT_EQ(steps.size(), 1u);
   EXPECT_EQ(steps[0].kind, BoxingKind::kAllReduce);
-  const int64_t n = 4;
-  const SendSummary s = summarize(spec, Shape{8, 6});
-  EXPECT_EQ(s.sends, 2 * (n - 1) * n);
-  EXPECT_EQ(s.recvs, s.sends);
-  EXPECT_EQ(s.send_threads_not_1, 0);
-  for (const auto& [rank, peer] : s.edges) EXPECT_EQ(peer, (rank + 1) % n) << "rank " << rank;
+  const CommSummary s = summarize(spec, Shape{8, 6});
+  EXPECT_EQ(s.sends + s.recvs, 0);
+  ASSERT_EQ(s.collectives.size(), 1u);
+  const proto::CollectiveProto& c = s.collectives.begin()->second;
+  EXPECT_EQ(c.op(), proto::CollectiveProto::ALL_REDUCE);
+  EXPECT_EQ(members_of(c), (std::vector<int64_t>{0, 1, 2, 3}));
+  EXPECT_EQ(c.sequence(), 0);
+  EXPECT_EQ(c.axis(), -1);
+  EXPECT_EQ(s.task_ranks.begin()->second, (std::vector<int64_t>{0, 1, 2, 3}));
+  EXPECT_EQ(s.collective_threads_not_1, 0);
 }
 
-TEST(RingCollectives, PartialToSplitIsARingReduceScatterAndSplitToBroadcastARingAllGather) {
+TEST(Collectives, PartialToSplitIsAReduceScatterAndSplitToBroadcastAnAllGather) {
   const Placement p = cpu({4, 2, 7});  // the ring follows the placement order, not rank numbers
-  const std::map<int64_t, int64_t> next = {{4, 2}, {2, 7}, {7, 4}};
-  for (const auto& [from, to, kind] : std::vector<std::tuple<Sbp, Sbp, BoxingKind>>{
-           {P(), S(1), BoxingKind::kReduceScatter}, {S(0), B(), BoxingKind::kAllGather}}) {
+  for (const auto& [from, to, kind, op, axis] :
+       std::vector<std::tuple<Sbp, Sbp, BoxingKind, proto::CollectiveProto::Op, int>>{
+           {P(), S(1), BoxingKind::kReduceScatter, proto::CollectiveProto::REDUCE_SCATTER, 1},
+           {S(0), B(), BoxingKind::kAllGather, proto::CollectiveProto::ALL_GATHER, 0}}) {
     const BoxingSpec spec{p, {from}, p, {to}};
     EXPECT_EQ(plan_boxing(spec, Shape{5, 7}).at(0).kind, kind);
-    const SendSummary s = summarize(spec, Shape{5, 7});
-    EXPECT_EQ(s.sends, (3 - 1) * 3);
-    for (const auto& [rank, peer] : s.edges) EXPECT_EQ(peer, next.at(rank)) << "rank " << rank;
+    const CommSummary s = summarize(spec, Shape{5, 7});
+    EXPECT_EQ(s.sends, 0);
+    ASSERT_EQ(s.collectives.size(), 1u);
+    const proto::CollectiveProto& c = s.collectives.begin()->second;
+    EXPECT_EQ(c.op(), op);
+    EXPECT_EQ(c.axis(), axis);
+    EXPECT_EQ(members_of(c), (std::vector<int64_t>{4, 2, 7}));
   }
 }
 
-TEST(RingCollectives, BroadcastToSplitSlicesLocallyWithoutSending) {
+TEST(Collectives, BroadcastToSplitSlicesLocallyWithoutCommunicating) {
   const Placement p = cpu({0, 1, 2, 3});
   const BoxingSpec spec{p, {B()}, p, {S(1)}};
   EXPECT_EQ(plan_boxing(spec, Shape{5, 7}).at(0).kind, BoxingKind::kLocalSlice);
-  const SendSummary s = summarize(spec, Shape{5, 7});
-  EXPECT_EQ(s.sends, 0);
-  EXPECT_EQ(s.recvs, 0);
+  const CommSummary s = summarize(spec, Shape{5, 7});
+  EXPECT_EQ(s.sends + s.recvs, 0);
+  EXPECT_TRUE(s.collectives.empty());
 }
 
-TEST(RingCollectives, TwoDimPartialToBroadcastRunsOneRingPerGroupOfTheChangedDimension) {
+TEST(Collectives, TwoDimPartialToBroadcastRunsOneCollectivePerGroupOfTheChangedDimension) {
   const Placement grid = Placement::parse("cpu, [[0, 1], [2, 3]]");
-  const SendSummary s = summarize(BoxingSpec{grid, {P(), B()}, grid, {B(), B()}}, Shape{4, 4});
-  // Dimension 0 changes: the groups are {0, 2} and {1, 3}, two rings of 2.
-  EXPECT_EQ(s.sends, 2 * (2 * (2 - 1) * 2));
-  const std::map<int64_t, int64_t> partner = {{0, 2}, {2, 0}, {1, 3}, {3, 1}};
-  for (const auto& [rank, peer] : s.edges) EXPECT_EQ(peer, partner.at(rank)) << "rank " << rank;
+  const CommSummary s = summarize(BoxingSpec{grid, {P(), B()}, grid, {B(), B()}}, Shape{4, 4});
+  // Dimension 0 changes: the communicators are {0, 2} and {1, 3}.
+  std::set<std::vector<int64_t>> communicators;
+  for (const auto& [id, c] : s.collectives) {
+    communicators.insert(members_of(c));
+    EXPECT_NE(c.communicator().find("dimension 0"), std::string::npos) << c.communicator();
+    EXPECT_EQ(c.sequence(), 0);  // the first collective of each communicator
+  }
+  EXPECT_EQ(communicators, (std::set<std::vector<int64_t>>{{0, 2}, {1, 3}}));
+}
+
+TEST(Collectives, SequenceNumbersCountTheCollectivesOfEachCommunicator) {
+  const Placement p = cpu({0, 1});
+  PlanBuilder builder({0, 1});
+  std::vector<int64_t> in;
+  for (int64_t rank : {0, 1}) {
+    proto::TaskProto* task = builder.add_task(rank, proto::TaskProto::INPUT, "in");
+    in.push_back(builder.add_output(task, "in", Shape{4}, DataType::kFloat32));
+  }
+  const TensorMeta meta{Shape{4}, DataType::kFloat32};
+  const std::vector<int64_t> reduced = expand_boxing({p, {P()}, p, {B()}}, meta, in, builder, "a");
+  expand_boxing({p, {B()}, p, {S(0)}}, meta, reduced, builder, "b");  // local: no collective
+  expand_boxing({p, {P()}, p, {S(0)}}, meta, in, builder, "c");
+  std::vector<std::pair<std::string, int64_t>> seen;
+  for (int64_t id = 0; id < builder.num_tasks(); ++id) {
+    const proto::TaskProto& task = builder.task(id);
+    if (task.kind() == proto::TaskProto::COLLECTIVE && task.rank() == 1) {
+      seen.emplace_back(task.logical_op(), task.collective().sequence());
+    }
+  }
+  EXPECT_EQ(seen, (std::vector<std::pair<std::string, int64_t>>{{"a", 0}, {"c", 1}}));
 }
 
 TEST(BoxingPlan, SameSbpOnSamePlacementAddsNoTasks) {
@@ -498,7 +597,7 @@ TEST(BoxingPlan, SplitToOtherSplitAndOtherRankSetsUseTheGenericDecomposition) {
 
 TEST(BoxingPlan, GenericBoxingReadsTheReplicaOnTheDestinationRank) {
   // B on [0, 1] -> S(0) on [1]: rank 1 already holds everything and must not receive.
-  const SendSummary s = summarize(BoxingSpec{cpu({0, 1}), {B()}, cpu({1}), {S(0)}}, Shape{4, 4});
+  const CommSummary s = summarize(BoxingSpec{cpu({0, 1}), {B()}, cpu({1}), {S(0)}}, Shape{4, 4});
   EXPECT_EQ(s.sends, 0);
 }
 

@@ -238,24 +238,23 @@ TEST(Expansion, ABoxingOpBecomesItsStepsAndAFetchReadsTheBoxedRegister) {
   const proto::PlanProto plan = expand_to_plan(graph);
   for (int64_t rank = 0; rank < 2; ++rank) {
     const proto::RankPlanProto& r = rank_plan(plan, rank);
-    int sends = 0;
-    const proto::TaskProto* concat = nullptr;
+    const proto::TaskProto* gather = nullptr;
     for (const proto::TaskProto& t : r.tasks()) {
-      if (t.kind() == proto::TaskProto::SEND) {
-        ++sends;
-        EXPECT_EQ(t.peer(), 1 - rank);
+      EXPECT_NE(t.kind(), proto::TaskProto::SEND) << "a collective needs no transfer tasks";
+      if (t.kind() == proto::TaskProto::COLLECTIVE) {
+        EXPECT_EQ(gather, nullptr) << "one collective task per rank";
+        gather = &t;
+        EXPECT_EQ(t.collective().op(), proto::CollectiveProto::ALL_GATHER);
         EXPECT_EQ(t.thread(), 1);
       }
-      if (t.kind() == proto::TaskProto::CONCAT) concat = &t;
       if (t.kind() != proto::TaskProto::INPUT && t.kind() != proto::TaskProto::OUTPUT) {
         EXPECT_EQ(t.logical_op(), "x.boxing");
       }
     }
-    EXPECT_EQ(sends, 1) << "an all-gather over 2 ranks sends once per rank";
-    ASSERT_NE(concat, nullptr);
+    ASSERT_NE(gather, nullptr);
     const proto::TaskProto& out = only_task(r, proto::TaskProto::OUTPUT, "x@B/output");
-    EXPECT_EQ(out.inputs(0), concat->outputs(0));
-    EXPECT_EQ(shape_of(register_of(r, concat->outputs(0))), (Shape{5, 2}));
+    EXPECT_EQ(out.inputs(0), gather->outputs(0));
+    EXPECT_EQ(shape_of(register_of(r, gather->outputs(0))), (Shape{5, 2}));
     EXPECT_EQ(out.contributes(), rank == 0);
   }
 }

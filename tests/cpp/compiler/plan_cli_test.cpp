@@ -5,7 +5,11 @@
 
 #include <cstdio>
 #include <fstream>
+#include <regex>
 #include <sstream>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "compiler/builder.h"
 #include "oneflowlike/ops/matmul.h"
@@ -86,6 +90,89 @@ TEST(PlanCli, BadFlagsPrintUsageAndExitWithTwo) {
   const Result r = run("--no-such-flag");
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_NE(r.output.find("usage"), std::string::npos) << r.output;
+}
+
+// The first group of every match of `line` in `output`, as numbers.
+std::vector<long long> matched_numbers(const std::string& output, const std::regex& line) {
+  std::vector<long long> numbers;
+  for (std::sregex_iterator it(output.begin(), output.end(), line), end; it != end; ++it) {
+    numbers.push_back(std::stoll((*it)[1].str()));
+  }
+  return numbers;
+}
+
+TEST(PlanCli, CompilesTheWholeGptJobAndCountsItsTasks) {
+  const Result r = run("--gpt 2 --dp 2 --tp 2 --pp 2 --micro-batches 2");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("plan 'gpt': world size 8, pipeline depth 2"), std::string::npos)
+      << r.output;
+  // One summary line per rank, "rank R: N tasks (...)", and the total over them.
+  const std::vector<long long> per_rank =
+      matched_numbers(r.output, std::regex(R"(\nrank \d+: (\d+) tasks)"));
+  ASSERT_EQ(per_rank.size(), 8u) << r.output;
+  long long sum = 0;
+  for (long long n : per_rank) sum += n;
+  // The last line is the whole-job line, and its count is the summary's.
+  const std::regex whole(R"(\nwhole job: (\d+) tasks, (\d+\.\d+) s\n$)");
+  std::smatch match;
+  ASSERT_TRUE(std::regex_search(r.output, match, whole)) << r.output;
+  EXPECT_GT(std::stoll(match[1].str()), 0);
+  EXPECT_EQ(std::stoll(match[1].str()), sum) << r.output;
+  EXPECT_NE(r.output.find("total: " + std::to_string(sum) + " tasks over 8 ranks"),
+            std::string::npos)
+      << r.output;
+  EXPECT_GE(std::stod(match[2].str()), 0.0);
+}
+
+TEST(PlanCli, GptJobKeepsTheOtherOptions) {
+  const std::string dot = ::testing::TempDir() + "/gpt.dot";
+  const Result r = run("--gpt 2 --dp 2 --tp 2 --pp 2 --micro-batches 2 --ranks 5 --dot " + dot);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("rank 5:"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("rank 0:"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("whole job: "), std::string::npos) << r.output;
+  std::ifstream in(dot);
+  std::stringstream all;
+  all << in.rdbuf();
+  EXPECT_EQ(all.str().rfind("digraph", 0), 0u);
+  const Result limit = run("--gpt 2 --dp 2 --memory-limit 16");
+  EXPECT_EQ(limit.exit_code, 1);
+  EXPECT_NE(limit.output.find("memory limit"), std::string::npos) << limit.output;
+}
+
+TEST(PlanCli, GptJobOnCudaCompilesWithoutAGpu) {
+  const Result r = run("--gpt 2 --dp 2 --tp 2 --device cuda");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("on the GPU"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("whole job: "), std::string::npos) << r.output;
+}
+
+TEST(PlanCli, GptLayoutThatDoesNotFitExitsWithOne) {
+  const Result r = run("--gpt 1 --pp 2");
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find("n_layer must be at least pp"), std::string::npos) << r.output;
+}
+
+TEST(PlanCli, BadGptFlagsExitWithTwoNamingTheFlag) {
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"--gpt 0", "--gpt needs a positive layer count"},
+      {"--gpt x", "--gpt needs a positive layer count"},
+      {"--gpt", "--gpt needs a value"},
+      {"--gpt 2 --dp 0", "--dp needs a positive integer"},
+      {"--gpt 2 --tp -2", "--tp needs a positive integer"},
+      {"--gpt 2 --pp 2x", "--pp needs a positive integer"},
+      {"--gpt 2 --micro-batches 1.5", "--micro-batches needs a positive integer"},
+      {"--gpt 2 --device tpu", "--device needs cpu or cuda"},
+      {"--dp 2", "--dp is only used with --gpt"},
+      {"--device cuda", "--device is only used with --gpt"},
+      {"--gpt 2 job.pbtxt", "--gpt builds its own job; it cannot be used with JOB_FILE"},
+  };
+  for (const auto& [args, message] : cases) {
+    const Result r = run(args);
+    EXPECT_EQ(r.exit_code, 2) << args << "\n" << r.output;
+    EXPECT_NE(r.output.find(message), std::string::npos) << args << "\n" << r.output;
+    EXPECT_NE(r.output.find("usage"), std::string::npos) << args << "\n" << r.output;
+  }
 }
 
 }  // namespace

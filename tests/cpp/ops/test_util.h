@@ -39,6 +39,21 @@ void expect_error(F&& f, ErrorCode code, const std::string& phrase) {
   }
 }
 
+/// Expects f() to raise ofl::Error with `code` and a message containing every phrase.
+template <class F>
+void expect_error_phrases(F&& f, ErrorCode code, const std::vector<std::string>& phrases) {
+  try {
+    f();
+    ADD_FAILURE() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), code) << e.what();
+    for (const std::string& phrase : phrases) {
+      EXPECT_NE(std::string(e.what()).find(phrase), std::string::npos)
+          << "'" << phrase << "' not in: " << e.what();
+    }
+  }
+}
+
 /// Checks autograd against central differences: the function's outputs are reduced with fixed
 /// random weights to a scalar L; dL/dinput from backward() must match (L(x+h)-L(x-h))/2h for
 /// every element of every input that requires grad. Inputs should be float64.

@@ -1,0 +1,165 @@
+#pragma once
+// What the boxing decompositions are made of (Note [Boxing decompositions] in boxing.h): the
+// emitter of elementary tasks, and one expansion per kind of transition, each in its own file:
+//   boxing_same_placement.cpp  one hierarchy dimension changes on one placement: collectives,
+//                              local slices, B -> P
+//   boxing_generic.cpp         any placements, any SBPs: region intersections
+// Internal to compiler/physical; expand_boxing (boxing.h) is the interface.
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "compiler/physical/boxing.h"
+#include "oneflowlike/collective.h"
+#include "oneflowlike/common/error.h"
+#include "oneflowlike/proto_convert.h"
+
+namespace ofl::compiler::physical {
+
+using Region = std::vector<Range>;  // one range per axis
+
+inline Region whole(const Shape& shape) {
+  Region out(shape.ndim());
+  for (int i = 0; i < shape.ndim(); ++i) out[i] = Range{0, shape[i]};
+  return out;
+}
+
+inline Shape shape_of(const Region& region) {
+  std::vector<int64_t> dims(region.size());
+  for (size_t i = 0; i < region.size(); ++i) dims[i] = region[i].size();
+  return Shape(std::move(dims));
+}
+
+/// given one when nothing needs doing), so callers chain steps without special cases.
+class StepEmitter {
+ public:
+  StepEmitter(PlanBuilder& builder, std::string name, DataType dtype, int thread)
+      : builder_(builder), name_(std::move(name)), dtype_(dtype), thread_(thread) {}
+
+  PlanBuilder& builder() { return builder_; }
+
+  /// The part `local` of `reg` (in reg's coordinates), on reg's rank.
+  int64_t slice(int64_t reg, const Region& local) {
+    if (local == whole(builder_.register_shape(reg))) return reg;
+    proto::TaskProto* t = task(builder_.register_rank(reg), proto::TaskProto::SLICE, "slice");
+    builder_.add_input(t, reg);
+    add_ranges(local, t->mutable_slice());
+    return output(t, shape_of(local));
+  }
+
+  /// `reg` on `rank`: a SEND/RECV pair when it lives elsewhere.
+  int64_t move(int64_t reg, int64_t rank) {
+    const int64_t from = builder_.register_rank(reg);
+    if (from == rank) return reg;
+    const int64_t transfer = builder_.new_transfer_id();
+    proto::TaskProto* send = task(from, proto::TaskProto::SEND, "send", /*thread=*/1);
+    builder_.add_input(send, reg);
+    send->set_peer(rank);
+    send->set_transfer_id(transfer);
+    proto::TaskProto* recv = task(rank, proto::TaskProto::RECV, "recv", /*thread=*/1);
+    recv->set_peer(from);
+    recv->set_transfer_id(transfer);
+    return output(recv, builder_.register_shape(reg));
+  }
+
+  /// The elementwise sum of same-shaped registers on one rank.
+  int64_t add(const std::vector<int64_t>& regs) {
+    OFL_ASSERT(!regs.empty());
+    if (regs.size() == 1) return regs[0];
+    proto::TaskProto* t = task(builder_.register_rank(regs[0]), proto::TaskProto::ADD, "add");
+    for (int64_t reg : regs) {
+      OFL_ASSERT(builder_.register_shape(reg) == builder_.register_shape(regs[0]));
+      builder_.add_input(t, reg);
+    }
+    return output(t, builder_.register_shape(regs[0]));
+  }
+
+  /// A tensor of `shape` on `rank` assembled from (register, its region in the result).
+  int64_t concat(int64_t rank, const std::vector<std::pair<int64_t, Region>>& pieces,
+                 const Shape& shape) {
+    proto::TaskProto* t = task(rank, proto::TaskProto::CONCAT, "concat");
+    for (const auto& [reg, region] : pieces) {
+      OFL_ASSERT(builder_.register_shape(reg) == shape_of(region));
+      builder_.add_input(t, reg);
+      add_ranges(region, t->mutable_concat_regions());
+    }
+    return output(t, shape);
+  }
+
+  /// One collective over the members (parallel ids, in ring order) of `placement`, reading
+  /// in[member] and writing a register of out_shapes[member] on each (Note [Collective tasks]
+  /// in oneflowlike/collective.h). Runs on the communication thread: the work happens on the
+  /// rank's collective engine, not in the chain of the compute thread, so its registers must
+  /// not share memory with the chain's.
+  std::vector<int64_t> collective(proto::CollectiveProto::Op op, const Placement& placement, int k,
+                                  const std::vector<int64_t>& members,
+                                  const std::vector<int64_t>& in,
+                                  const std::vector<Shape>& out_shapes, int axis) {
+    std::vector<int64_t> ranks;
+    for (int64_t pid : members) ranks.push_back(placement.rank(pid));
+    const auto [id, sequence] = builder_.new_collective(ranks);
+    std::vector<int64_t> out;
+    for (size_t m = 0; m < members.size(); ++m) {
+      proto::TaskProto* t =
+          task(ranks[m], proto::TaskProto::COLLECTIVE, collective_op_name(op), /*thread=*/1);
+      builder_.add_input(t, in[members[m]]);
+      if (builder_.kept(ranks[m])) {
+        proto::CollectiveProto* c = t->mutable_collective();
+        c->set_op(op);
+        for (int64_t r : ranks) c->add_members(r);
+        c->set_communicator(str_cat("dimension ", k, " of ", placement.to_string()));
+        c->set_collective_id(id);
+        c->set_sequence(sequence);
+        c->set_axis(axis);
+      }
+      out.push_back(output(t, out_shapes[m]));
+    }
+    return out;
+  }
+
+  int64_t zeros(int64_t rank, const Shape& shape) {
+    return output(task(rank, proto::TaskProto::ZEROS, "zeros"), shape);
+  }
+
+  int64_t copy(int64_t reg) {
+    proto::TaskProto* t = task(builder_.register_rank(reg), proto::TaskProto::COPY, "copy");
+    builder_.add_input(t, reg);
+    return output(t, builder_.register_shape(reg));
+  }
+
+ private:
+  // Steps other than SEND / RECV run on the boxing op's thread (Note [Gradient boxing on the
+  // communication thread] in boxing.h).
+  proto::TaskProto* task(int64_t rank, proto::TaskProto::Kind kind, const char* what,
+                         int thread = -1) {
+    if (thread < 0) thread = thread_;
+    // Tasks of ranks not compiled here are only numbered: skip building their text.
+    const bool kept = builder_.kept(rank);
+    proto::TaskProto* t = builder_.add_task(
+        rank, kind, kept ? str_cat(name_, "/", what, counter_) : std::string(), thread);
+    ++counter_;
+    if (kept) t->set_logical_op(name_);
+    return t;
+  }
+  int64_t output(proto::TaskProto* t, const Shape& shape) {
+    return builder_.add_output(t, t->name(), shape, dtype_);
+  }
+
+  PlanBuilder& builder_;
+  std::string name_;
+  DataType dtype_;
+  int thread_;
+  int64_t counter_ = 0;
+};
+
+/// A change of one hierarchy dimension on one placement (any kind but kGeneric).
+std::vector<int64_t> expand_same_placement(const BoxingStep& step, const Shape& logical,
+                                           const std::vector<int64_t>& in, StepEmitter& e);
+
+/// Any placements and SBPs: each destination assembles its region from the sources'.
+std::vector<int64_t> expand_generic(const BoxingSpec& spec, const Shape& logical,
+                                    const std::vector<int64_t>& in, StepEmitter& e);
+
+}  // namespace ofl::compiler::physical

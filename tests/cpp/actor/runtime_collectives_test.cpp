@@ -1,0 +1,136 @@
+// COLLECTIVE tasks on the actor runtime (Note [Collective engine] in actor/collective_engine.h):
+// every op on 2 to 4 members, along contiguous and strided axes, with uneven chunks cut into
+// many pieces, gives the reference executor's values bit for bit (the ring's sum order) in
+// deterministic, threaded and streamed mode, and the mathematical sums within rounding.
+
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+
+#include "actor/pieces.h"
+#include "tests/cpp/actor/plan_builder.h"
+#include "tests/cpp/actor/run_everywhere.h"
+#include "tests/cpp/ops/test_util.h"
+
+namespace ofl::actor {
+namespace {
+
+using Op = proto::CollectiveProto;
+using ofl::testing::PlanBuilder;
+using ofl::testing::random_tensor;
+using ofl::testing::run_everywhere;
+using ofl::testing::values_of;
+
+// Sets OFL_COLLECTIVE_PIECE_BYTES for its lifetime.
+class PieceBytes {
+ public:
+  explicit PieceBytes(int bytes) {
+    setenv("OFL_COLLECTIVE_PIECE_BYTES", str_cat(bytes).c_str(), 1);
+  }
+  ~PieceBytes() { unsetenv("OFL_COLLECTIVE_PIECE_BYTES"); }
+};
+
+std::vector<Range> whole_region_of(const Shape& shape) { return actor::whole(shape); }
+
+struct Case {
+  Op::Op op;
+  int axis;
+};
+
+// One collective over ranks 0..n-1 of a `whole` tensor: member m reads INPUT x<m> and its
+// result is fetched as y<m>, checked against the reference executor (bit for bit) and against
+// the definition (within float rounding).
+void check_collective(int n, Case c, int piece_bytes, const Shape& whole = Shape{7, 5}) {
+  SCOPED_TRACE(str_cat(collective_op_name(c.op), " axis ", c.axis, " on ", n, " ranks, pieces of ",
+                       piece_bytes, " bytes, whole ", whole.to_string()));
+  PieceBytes pieces(piece_bytes);
+  const auto chunks = collective_chunks(whole, c.axis, n);
+  PlanBuilder b(n);
+  std::vector<int> members;
+  std::vector<int64_t> inputs;
+  std::map<std::string, Tensor> feed;
+  for (int m = 0; m < n; ++m) {
+    members.push_back(m);
+    // A gather's member holds its chunk; a reduction's the whole partial sum.
+    Shape shape = whole;
+    if (c.op == Op::ALL_GATHER) {
+      shape = c.axis < 0 ? Shape{chunks[m][0].size()} : region_shape(chunks[m]);
+    }
+    inputs.push_back(b.input(m, str_cat("x", m), shape));
+    feed[str_cat("x", m)] = random_tensor(shape, DataType::kFloat32, 100 + m);
+  }
+  const std::vector<int64_t> outputs = b.collective(c.op, members, inputs, c.axis);
+  for (int m = 0; m < n; ++m) {
+    const Shape shape = from_proto(b.find(outputs[m])->shape());
+    b.output(m, str_cat("y", m), outputs[m], shape);
+  }
+  const auto out = run_everywhere(b.plan(), feed);
+  // The definition: sums in any order within rounding; gathers exactly.
+  for (int m = 0; m < n; ++m) {
+    const std::vector<double> x = values_of(feed.at(str_cat("x", m)));
+    const std::vector<double> y = values_of(out.at(str_cat("y", m)));
+    if (c.op == Op::ALL_GATHER) {
+      // Chunk j of the result is member j's input.
+      for (int j = 0; j < n; ++j) {
+        const Tensor got = Tensor::zeros(
+            c.axis < 0 ? Shape{chunks[j][0].size()} : region_shape(chunks[j]), DataType::kFloat32);
+        const Tensor y_tensor = out.at(str_cat("y", m));
+        if (c.axis < 0) {
+          const auto all = values_of(y_tensor);
+          const auto want = values_of(feed.at(str_cat("x", j)));
+          EXPECT_EQ(
+              std::vector<double>(all.begin() + chunks[j][0].begin, all.begin() + chunks[j][0].end),
+              want);
+        } else {
+          copy_region(y_tensor, chunks[j], got, whole_region_of(got.shape()));
+          EXPECT_EQ(values_of(got), values_of(feed.at(str_cat("x", j)))) << "chunk " << j;
+        }
+      }
+      continue;
+    }
+    std::vector<double> sum(x.size(), 0.0);
+    for (int q = 0; q < n; ++q) {
+      const std::vector<double> xq = values_of(feed.at(str_cat("x", q)));
+      for (size_t i = 0; i < sum.size(); ++i) sum[i] += xq[i];
+    }
+    Tensor sum_tensor = Tensor::zeros(whole, DataType::kFloat64);
+    std::copy(sum.begin(), sum.end(), sum_tensor.data<double>());
+    std::vector<double> want = sum;
+    if (c.op == Op::REDUCE_SCATTER) {
+      if (c.axis < 0) {
+        want.assign(sum.begin() + chunks[m][0].begin, sum.begin() + chunks[m][0].end);
+      } else {
+        Tensor part = Tensor::zeros(region_shape(chunks[m]), DataType::kFloat64);
+        copy_region(sum_tensor, chunks[m], part, whole_region_of(part.shape()));
+        want = values_of(part);
+      }
+    }
+    ASSERT_EQ(y.size(), want.size()) << "member " << m;
+    for (size_t i = 0; i < y.size(); ++i) EXPECT_NEAR(y[i], want[i], 1e-5) << "member " << m;
+  }
+}
+
+TEST(RuntimeCollectives, EveryOpMatchesTheReferenceBitForBitOnTwoToFourRanks) {
+  for (int n : {2, 3, 4}) {
+    for (Case c : {Case{Op::ALL_REDUCE, -1}, Case{Op::REDUCE_SCATTER, 0},
+                   Case{Op::REDUCE_SCATTER, 1}, Case{Op::REDUCE_SCATTER, -1},
+                   Case{Op::ALL_GATHER, 0}, Case{Op::ALL_GATHER, 1}, Case{Op::ALL_GATHER, -1}}) {
+      check_collective(n, c, /*piece_bytes=*/1 << 20);  // one piece per chunk
+      check_collective(n, c, /*piece_bytes=*/8);        // two floats: many pieces in flight
+    }
+  }
+}
+
+// Fewer elements than members: some chunks, and so some pieces of every step, are empty.
+TEST(RuntimeCollectives, ChunksWithoutElementsAreSkippedOnBothSides) {
+  for (int n : {3, 4}) {
+    for (Case c :
+         {Case{Op::ALL_REDUCE, -1}, Case{Op::REDUCE_SCATTER, 0}, Case{Op::ALL_GATHER, 0}}) {
+      check_collective(n, c, 1 << 20, Shape{2, 3});
+      check_collective(n, c, 4, Shape{1, 1});
+    }
+  }
+}
+
+}  // namespace
+}  // namespace ofl::actor
