@@ -20,10 +20,10 @@
 // step t it sends its running sum of chunk m - t - 1 to member m + 1 and adds chunk m - t - 2
 // from member m - 1 to its own (ring_sum_order), then n - 1 all-gather steps, where it sends
 // chunk m - t and receives chunk m - t - 1. An all-reduce runs both, a reduce-scatter the
-// first, an all-gather the second. Chunks are cut into pieces of at most
-// OFL_COLLECTIVE_PIECE_BYTES (default 1 MiB) that move independently: a piece goes on to the
-// next member as soon as it has been received and added, and receives are posted up to two
-// steps ahead, so sends, receives and adds of one collective overlap.
+// first, an all-gather the second. Chunks are cut into pieces (a quarter of a chunk, between
+// 64 KiB and 1 MiB; OFL_COLLECTIVE_PIECE_BYTES overrides) that move independently: a piece goes
+// on to the next member as soon as it has been received and added, and receives are posted up
+// to two steps ahead, so sends, receives and adds of one collective overlap.
 
 #include <condition_variable>
 #include <deque>
