@@ -370,13 +370,14 @@ class CollectiveActor final : public TaskActor {
         std::find(spec_.members.begin(), spec_.members.end(), rank()) - spec_.members.begin();
     spec_.collective_id = c.collective_id();
     spec_.axis = c.axis();
+    spec_.out_axis = c.out_axis();
     spec_.name = name();
   }
 
  private:
   Work work(ActorHost& host, std::vector<Tensor> inputs, std::vector<Tensor> outputs) override {
     return CollectiveWork{
-        make_ring_job(host.transport(), spec_, std::move(inputs[0]), outputs[0], &scratch_)};
+        make_collective_job(host.transport(), spec_, std::move(inputs[0]), outputs[0], &scratch_)};
   }
   CollectiveSpec spec_;
   CollectiveScratch scratch_;  // its acts run one at a time

@@ -56,7 +56,10 @@ class RingJob final : public CollectiveJob {
         m_(spec.member),
         elem_(static_cast<int64_t>(dtype_size(output_.dtype()))) {
     OFL_ASSERT(n_ >= 2 && m_ >= 0 && m_ < n_);
-    const Shape& whole = collective_whole(spec.op, input_.shape(), output_.shape());
+    proto::CollectiveProto c;
+    c.set_op(spec.op);
+    c.set_axis(spec.axis);
+    const Shape whole = collective_whole(c, input_.shape(), output_.shape());
     regions_ = collective_chunks(whole, spec.axis, n_);
     const bool contiguous =
         spec.axis < 0 || std::all_of(whole.dims().begin(), whole.dims().begin() + spec.axis,
@@ -302,11 +305,154 @@ class RingJob final : public CollectiveJob {
   std::deque<comm::Transport::TaggedRequest> sends_;
 };
 
+// Note [All-to-all]: member m sends member q the part of its chunk (along axis) that lies in
+// q's chunk along out_axis, and receives from q the part of q's chunk in its own; the part it
+// keeps is copied. Every block is packed into one contiguous buffer before it is sent and
+// unpacked from one when it has come; all sends and receives start at once.
+class AllToAllJob final : public CollectiveJob {
+ public:
+  AllToAllJob(comm::Transport& transport, const CollectiveSpec& spec, Tensor input, Tensor output,
+              CollectiveScratch* scratch)
+      : transport_(transport),
+        spec_(spec),
+        input_(std::move(input)),
+        output_(std::move(output)),
+        n_(static_cast<int64_t>(spec.members.size())),
+        m_(spec.member) {
+    proto::CollectiveProto c;
+    c.set_op(Op::ALL_TO_ALL);
+    c.set_axis(spec.axis);
+    const Shape whole = collective_whole(c, input_.shape(), output_.shape());
+    const auto in_chunks = collective_chunks(whole, spec.axis, n_);
+    const auto out_chunks = collective_chunks(whole, spec.out_axis, n_);
+    const int64_t elem = static_cast<int64_t>(dtype_size(output_.dtype()));
+    int64_t send_elements = 0, receive_elements = 0;
+    for (int64_t q = 0; q < n_; ++q) {
+      Block send, receive;
+      send.member = receive.member = q;
+      send.region =  // in the input
+          region_relative_to(region_intersection(in_chunks[m_], out_chunks[q]), in_chunks[m_]);
+      receive.region =  // in the output
+          region_relative_to(region_intersection(in_chunks[q], out_chunks[m_]), out_chunks[m_]);
+      send.offset = send_elements;
+      receive.offset = receive_elements;
+      send_elements += region_shape(send.region).numel();
+      receive_elements += region_shape(receive.region).numel();
+      sends_.push_back(std::move(send));
+      receives_.push_back(std::move(receive));
+    }
+    auto ensure = [&](Tensor* buffer, int64_t elements) {
+      const int64_t bytes = std::max<int64_t>(elements * elem, 1);
+      if (!buffer->defined() || static_cast<int64_t>(buffer->nbytes()) < bytes) {
+        *buffer = Tensor::empty(Shape{bytes}, DataType::kInt8);
+      }
+    };
+    ensure(&scratch->packed_input, send_elements);
+    ensure(&scratch->packed_whole, receive_elements);
+    send_buffer_ = scratch->packed_input;
+    receive_buffer_ = scratch->packed_whole;
+  }
+
+  bool advance(bool* progressed) override {
+    if (!started_) {
+      start();
+      *progressed = true;
+    }
+    bool done = true;
+    for (Block& b : receives_) {
+      if (b.finished) continue;
+      if (!b.request.done && !transport_.test(b.request)) {
+        done = false;
+        continue;
+      }
+      const Tensor block = packed(receive_buffer_, b);
+      copy_region(block, whole(block.shape()), output_, b.region);
+      b.finished = true;
+      *progressed = true;
+    }
+    for (Block& b : sends_) {
+      if (b.finished) continue;
+      if (!b.request.done && !transport_.test(b.request)) {
+        done = false;
+        continue;
+      }
+      b.finished = true;
+      *progressed = true;
+    }
+    return done;
+  }
+
+ private:
+  struct Block {
+    int64_t member = 0;
+    std::vector<Range> region;  // sends: in the input; receives: in the output
+    int64_t offset = 0;         // elements into the packed buffer
+    comm::Transport::TaggedRequest request;
+    bool finished = false;
+  };
+
+  Tensor packed(const Tensor& buffer, const Block& b) const {
+    return view_of_bytes(buffer, b.offset * static_cast<int64_t>(dtype_size(output_.dtype())),
+                         region_shape(b.region), output_.dtype());
+  }
+
+  // Receives first, then sends, each towards the members after this one first, so that not
+  // every member sends to member 0 at once.
+  void start() {
+    started_ = true;
+    for (int64_t k = 0; k < n_; ++k) {
+      Block& b = receives_[(m_ + n_ - k) % n_];
+      if (b.member == m_ || region_is_empty(b.region)) {
+        b.request.done = true;
+        continue;
+      }
+      const Tensor block = packed(receive_buffer_, b);
+      b.request = transport_.receive_tagged(spec_.members[b.member],
+                                            collective_tag(spec_.collective_id + b.member, m_),
+                                            block.raw_data(), block.nbytes());
+    }
+    for (int64_t k = 0; k < n_; ++k) {
+      Block& b = sends_[(m_ + k) % n_];
+      if (region_is_empty(b.region)) {
+        b.request.done = true;
+        continue;
+      }
+      if (b.member == m_) {  // its own part: straight from input to output
+        copy_region(input_, b.region, output_, receives_[m_].region);
+        b.request.done = true;
+        receives_[m_].finished = true;
+        continue;
+      }
+      const Tensor block = packed(send_buffer_, b);
+      copy_region(input_, b.region, block, whole(block.shape()));
+      b.request = transport_.send_tagged(spec_.members[b.member],
+                                         collective_tag(spec_.collective_id + m_, b.member),
+                                         block.raw_data(), block.nbytes());
+    }
+  }
+
+  comm::Transport& transport_;
+  CollectiveSpec spec_;
+  Tensor input_;
+  Tensor output_;
+  int64_t n_;
+  int64_t m_;
+  std::vector<Block> sends_;     // by member
+  std::vector<Block> receives_;  // by member
+  Tensor send_buffer_;
+  Tensor receive_buffer_;
+  bool started_ = false;
+};
+
 }  // namespace
 
-std::shared_ptr<CollectiveJob> make_ring_job(comm::Transport& transport, const CollectiveSpec& spec,
-                                             Tensor input, Tensor output,
-                                             CollectiveScratch* scratch) {
+std::shared_ptr<CollectiveJob> make_collective_job(comm::Transport& transport,
+                                                   const CollectiveSpec& spec, Tensor input,
+                                                   Tensor output, CollectiveScratch* scratch) {
+  if (spec.op == Op::ALL_TO_ALL) {
+    return std::make_shared<AllToAllJob>(transport, spec, std::move(input), std::move(output),
+                                         scratch);
+  }
   return std::make_shared<RingJob>(transport, spec, std::move(input), std::move(output), scratch);
 }
 

@@ -56,21 +56,25 @@ struct CollectiveSpec {
   int64_t member = 0;            // this member's index
   int64_t collective_id = 0;
   int axis = -1;
+  int out_axis = 0;  // all-to-all
   std::string name;  // for errors: the task
 };
 
 /// Buffers a member keeps between its acts (reused: its acts run one at a time).
 struct CollectiveScratch {
   Tensor packed_input;  // the input chunk by chunk, when chunks are not contiguous in it
+                        // (all-to-all: the blocks it sends)
   Tensor packed_whole;  // running sums (reduce-scatter) or the gathered whole, chunk by chunk
+                        // (all-to-all: the blocks it receives)
   Tensor received;      // two steps of received pieces (reductions)
 };
 
-/// The ring (Note [Ring collectives]) of `spec`'s member from `input` into `output` (its
-/// registers' slots) over `transport`.
-std::shared_ptr<CollectiveJob> make_ring_job(comm::Transport& transport, const CollectiveSpec& spec,
-                                             Tensor input, Tensor output,
-                                             CollectiveScratch* scratch);
+/// `spec`'s member's part from `input` into `output` (its registers' slots) over `transport`:
+/// the ring (Note [Ring collectives]), or the exchange of an all-to-all (Note [All-to-all] in
+/// collective_engine.cpp).
+std::shared_ptr<CollectiveJob> make_collective_job(comm::Transport& transport,
+                                                   const CollectiveSpec& spec, Tensor input,
+                                                   Tensor output, CollectiveScratch* scratch);
 
 /// The Work (actor.h) of a collective act: the engine takes its job instead of calling it.
 struct CollectiveWork {

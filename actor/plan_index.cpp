@@ -473,13 +473,29 @@ void PlanIndex::check_task(int index) {
       task.member_index = static_cast<int>(member - c.members().begin());  // a member: contract
       const int64_t n = c.members_size();
       const Shape& in = reg(task.inputs[0]).shape;
-      const Shape& whole = collective_whole(c.op(), in, reg(task.outputs[0]).shape);
+      const Shape whole = collective_whole(c, in, reg(task.outputs[0]).shape);
       OFL_CHECK(
           c.axis() >= -1 && c.axis() < whole.ndim(), kTag, who, " must chunk its ",
           c.op() == proto::CollectiveProto::ALL_GATHER ? "output " : "input ", whole.to_string(),
           " along one of its axes or its flat elements (-1). However, got axis ", c.axis(), ".");
       if (c.op() == proto::CollectiveProto::ALL_REDUCE) {
         same_shape(in, task.outputs[0], "the shape of its input");
+        break;
+      }
+      if (c.op() == proto::CollectiveProto::ALL_TO_ALL) {
+        OFL_CHECK(c.axis() >= 0 && c.out_axis() >= 0 && c.out_axis() < whole.ndim() &&
+                      c.axis() != c.out_axis(),
+                  kTag, who, " must move its input's chunks along one axis of ", whole.to_string(),
+                  " to chunks along another. However, got axis ", c.axis(), " and out_axis ",
+                  c.out_axis(), ".");
+        same_shape(region_shape(collective_chunks(whole, c.axis(), n)[task.member_index]),
+                   task.inputs[0],
+                   str_cat("chunk ", task.member_index, " of ", n, " of ", whole.to_string(),
+                           " along axis ", c.axis()));
+        same_shape(region_shape(collective_chunks(whole, c.out_axis(), n)[task.member_index]),
+                   task.outputs[0],
+                   str_cat("chunk ", task.member_index, " of ", n, " of ", whole.to_string(),
+                           " along axis ", c.out_axis()));
         break;
       }
       // The member's chunk of the whole: the output of a reduce-scatter, the input of a gather.

@@ -239,8 +239,18 @@ void ReferenceExecutor::run_collective(const TaskInfo& task) {
     in_flight_[peer] = Tensor::empty(out.shape, out.dtype);
     outputs.push_back(chunkable(in_flight_[peer]));
   }
-  const Shape whole_shape = collective_whole(c.op(), inputs[0].shape(), outputs[0].shape());
+  const Shape whole_shape = collective_whole(c, inputs[0].shape(), outputs[0].shape());
   const std::vector<std::vector<Range>> chunks = collective_chunks(whole_shape, c.axis(), n);
+  if (c.op() == proto::CollectiveProto::ALL_TO_ALL) {  // the whole from the inputs, re-cut
+    Tensor all = Tensor::empty(whole_shape, inputs[0].dtype());
+    for (int64_t j = 0; j < n; ++j)
+      copy_region(inputs[j], whole(inputs[j].shape()), all, chunks[j]);
+    const auto out_chunks = collective_chunks(whole_shape, c.out_axis(), n);
+    for (int64_t j = 0; j < n; ++j) {
+      copy_region(all, out_chunks[j], outputs[j], whole(outputs[j].shape()));
+    }
+    return;
+  }
   if (c.op() == proto::CollectiveProto::ALL_GATHER) {
     for (int64_t j = 0; j < n; ++j) {
       for (const Tensor& out : outputs)

@@ -97,6 +97,13 @@ std::string collective_text(const proto::TaskProto& task) {
                  c.collective_id(), ", sequence ", c.sequence(), ", axis ", c.axis(), ")");
 }
 
+// Elements of a region (0 when an axis is empty).
+int64_t region_numel(const std::vector<Range>& region) {
+  int64_t n = 1;
+  for (const Range& r : region) n *= std::max<int64_t>(r.end - r.begin, 0);
+  return n;
+}
+
 // What one member of a ring collective (Note [Ring collectives] in actor/collective_engine.h)
 // sends and receives: of a reduce-scatter, every chunk's running sum but its own chunk's (it
 // receives all but chunk m - 1's); of an all-gather, every chunk but chunk m + 1 (it receives all
@@ -111,7 +118,7 @@ void collective_bytes(const proto::TaskProto& task, const RegisterMap& registers
   auto out = registers.find(task.outputs(0));
   if (in == registers.end() || out == registers.end()) return;
   const Shape whole =
-      collective_whole(c.op(), from_proto(in->second->shape()), from_proto(out->second->shape()));
+      collective_whole(c, from_proto(in->second->shape()), from_proto(out->second->shape()));
   if (c.axis() < -1 || c.axis() >= whole.ndim()) return;
   const int64_t element = static_cast<int64_t>(dtype_size(dtype_from_name(in->second->dtype())));
   const std::vector<std::vector<Range>> chunks = collective_chunks(whole, c.axis(), n);
@@ -122,6 +129,17 @@ void collective_bytes(const proto::TaskProto& task, const RegisterMap& registers
   };
   const int64_t m = member - c.members().begin();
   const int64_t all = whole.numel() * element;
+  if (c.op() == proto::CollectiveProto::ALL_TO_ALL) {  // every block but its own
+    if (c.out_axis() < 0 || c.out_axis() >= whole.ndim() || c.axis() < 0) return;
+    const auto in_chunks = collective_chunks(whole, c.axis(), n);
+    const auto out_chunks = collective_chunks(whole, c.out_axis(), n);
+    for (int64_t q = 0; q < n; ++q) {
+      if (q == m) continue;
+      *sent += region_numel(region_intersection(in_chunks[m], out_chunks[q])) * element;
+      *received += region_numel(region_intersection(in_chunks[q], out_chunks[m])) * element;
+    }
+    return;
+  }
   if (c.op() != proto::CollectiveProto::ALL_GATHER) {  // the reduce-scatter steps
     *sent += all - chunk_bytes(m);
     *received += all - chunk_bytes(m - 1);

@@ -34,14 +34,33 @@ const char* collective_op_name(proto::CollectiveProto::Op op) {
       return "reduce_scatter";
     case proto::CollectiveProto::ALL_GATHER:
       return "all_gather";
+    case proto::CollectiveProto::ALL_TO_ALL:
+      return "all_to_all";
     default:
       return "?";
   }
 }
 
-const Shape& collective_whole(proto::CollectiveProto::Op op, const Shape& input,
-                              const Shape& output) {
-  return op == proto::CollectiveProto::ALL_GATHER ? output : input;
+Shape collective_whole(const proto::CollectiveProto& collective, const Shape& input,
+                       const Shape& output) {
+  switch (collective.op()) {
+    case proto::CollectiveProto::ALL_GATHER:
+      return output;
+    case proto::CollectiveProto::ALL_TO_ALL: {
+      Shape whole = input;
+      if (collective.axis() >= 0 && collective.axis() < whole.ndim() &&
+          collective.axis() < output.ndim()) {
+        whole[collective.axis()] = output[collective.axis()];
+      }
+      return whole;
+    }
+    default:
+      return input;
+  }
+}
+
+int64_t collective_ids(proto::CollectiveProto::Op op, int64_t n) {
+  return op == proto::CollectiveProto::ALL_TO_ALL ? n : 1;
 }
 
 uint64_t collective_tag(int64_t collective_id, int64_t receiving_member) {

@@ -9,7 +9,9 @@
 // member's local tensor and writing its result, instead of about 2(n - 1) SEND/RECV pairs with
 // slices and adds per member, so a whole-job plan grows linearly in ranks.
 //  - ALL_REDUCE (P -> B): every member gets the sum; REDUCE_SCATTER (P -> S(i)): member i gets
-//    chunk i of the sum; ALL_GATHER (S(i) -> B): every member gets the n inputs as chunks.
+//    chunk i of the sum; ALL_GATHER (S(i) -> B): every member gets the n inputs as chunks;
+//    ALL_TO_ALL (S(i) -> S(j)): member m holds chunk m along i of the whole and gets chunk m
+//    along j, each member q sending it the part of its chunk inside chunk m along j.
 //  - The chunks are the balanced ranges (collective_chunks) of CollectiveProto::axis of the
 //    whole tensor (the input of a reduction, the output of a gather), or of its flat elements.
 //  - The members' tasks share a collective_id, unique in the plan, and carry their sequence
@@ -42,17 +44,23 @@ std::vector<int64_t> ring_sum_order(int64_t chunk, int64_t n);
 /// "all_reduce", "reduce_scatter", "all_gather".
 const char* collective_op_name(proto::CollectiveProto::Op op);
 
-/// The whole tensor a collective chunks: the input of a reduction, the output of a gather.
-/// `input` and `output` are the member's register shapes.
-const Shape& collective_whole(proto::CollectiveProto::Op op, const Shape& input,
-                              const Shape& output);
+/// The whole tensor a collective chunks: the input of a reduction, the output of a gather; for
+/// an all-to-all the output along `axis` and the input elsewhere. `input` and `output` are the
+/// member's register shapes.
+Shape collective_whole(const proto::CollectiveProto& collective, const Shape& input,
+                       const Shape& output);
+
+/// How many collective ids a collective of `op` over n members takes (Note [Collective tags]).
+int64_t collective_ids(proto::CollectiveProto::Op op, int64_t n);
 
 /// Note [Collective tags]: a member's messages travel as tagged transfers (comm/transport.h)
 /// under a 32-bit tag: bit 31 set (transfer ids stay below it), the collective id, and the
 /// receiving member, so two ranks of one process never match each other's messages. The
 /// messages between two members of one collective follow each other in one order on both
 /// sides, and transports keep the order of one tag between two ranks, so the tag needs no
-/// step or act number.
+/// step or act number. A ring member receives from one member only; an all-to-all member from
+/// every member, and transports match tags whatever the sender, so an all-to-all takes n ids,
+/// collective_id + the sending member.
 constexpr int64_t kMaxCollectiveId = int64_t{1} << 19;
 constexpr int64_t kMaxCollectiveMembers = int64_t{1} << 12;
 uint64_t collective_tag(int64_t collective_id, int64_t receiving_member);

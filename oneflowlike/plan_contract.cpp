@@ -55,8 +55,10 @@ std::string describe_collective(const TaskRef& t, const CollectiveFacts& facts) 
   const proto::CollectiveProto& c = t.task->collective();
   return str_cat(
       collective_op_name(c.op()), " ", facts.dtype, " x ", facts.count,
-      c.axis() >= 0 ? str_cat(" along axis ", c.axis()) : std::string(), " (collective ",
-      c.collective_id(), ", task '", t.task->name(), "'",
+      c.axis() >= 0 ? str_cat(" along axis ", c.axis()) : std::string(),
+      c.op() == proto::CollectiveProto::ALL_TO_ALL ? str_cat(" to axis ", c.out_axis())
+                                                   : std::string(),
+      " (collective ", c.collective_id(), ", task '", t.task->name(), "'",
       t.task->logical_op().empty() ? std::string() : str_cat(" from '", t.task->logical_op(), "'"),
       ")");
 }
@@ -64,7 +66,8 @@ std::string describe_collective(const TaskRef& t, const CollectiveFacts& facts) 
 bool same_collective(const proto::CollectiveProto& a, const CollectiveFacts& a_facts,
                      const proto::CollectiveProto& b, const CollectiveFacts& b_facts) {
   return a.collective_id() == b.collective_id() && a.op() == b.op() && a.axis() == b.axis() &&
-         a_facts.dtype == b_facts.dtype && a_facts.count == b_facts.count;
+         a.out_axis() == b.out_axis() && a_facts.dtype == b_facts.dtype &&
+         a_facts.count == b_facts.count;
 }
 
 }  // namespace
@@ -216,7 +219,7 @@ void check_plan_contract(const proto::PlanProto& plan, const PlanContractOptions
                    " must run on at least two distinct member ranks, its own among them. However, "
                    "its members are ",
                    rank_list(c.members()), ".");
-    const Shape whole = collective_whole(c.op(), from_proto(in->shape()), from_proto(out->shape()));
+    const Shape whole = collective_whole(c, from_proto(in->shape()), from_proto(out->shape()));
     facts[i] = CollectiveFacts{in->dtype(), whole.numel()};
     std::vector<int>& members = collectives[c.collective_id()];
     if (members.empty()) collective_ids.push_back(c.collective_id());

@@ -21,6 +21,8 @@ const char* boxing_kind_name(BoxingKind kind) {
       return "reduce_scatter";
     case BoxingKind::kAllGather:
       return "all_gather";
+    case BoxingKind::kAllToAll:
+      return "all_to_all";
     case BoxingKind::kLocalSlice:
       return "local_slice";
     case BoxingKind::kBroadcastToPartial:
@@ -58,6 +60,10 @@ BoxingKind collective_kind(const BoxingSpec& spec, const Shape& shape, int k) {
   }
   if (from.is_split() && to.is_broadcast() && split_nests(spec.in_sbp, k, from)) {
     return BoxingKind::kAllGather;
+  }
+  if (from.is_split() && to.is_split() && from.axis != to.axis &&
+      split_nests(spec.in_sbp, k, from) && split_nests(spec.out_sbp, k, to)) {
+    return BoxingKind::kAllToAll;
   }
   if (from.is_broadcast() && to.is_split() && split_nests(spec.in_sbp, k, to)) {
     return BoxingKind::kLocalSlice;

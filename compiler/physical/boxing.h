@@ -12,6 +12,7 @@
 //               actor/collective_engine.h).
 //   P -> S(i)   a reduce-scatter, the chunks being the S(i) pieces.
 //   S(i) -> B   an all-gather.
+//   S(i) -> S(j) an all-to-all.
 //   B -> S(i)   a local SLICE (no traffic).
 //   B -> P      a COPY on coordinate 0 and ZEROS elsewhere.
 // A split of axis i in dimension k is only a chunk of the group's tensor when no later
@@ -37,6 +38,7 @@ enum class BoxingKind {
   kAllReduce,           // P -> B
   kReduceScatter,       // P -> S(i)
   kAllGather,           // S(i) -> B
+  kAllToAll,            // S(i) -> S(j)
   kLocalSlice,          // B -> S(i)
   kBroadcastToPartial,  // B -> P
   kGeneric,             // slice, send/recv, add and concat per destination

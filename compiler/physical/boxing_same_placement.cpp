@@ -53,20 +53,24 @@ std::vector<int64_t> expand_same_placement(const BoxingStep& step, const Shape& 
     switch (step.kind) {
       case BoxingKind::kAllReduce:
       case BoxingKind::kReduceScatter:
-      case BoxingKind::kAllGather: {
+      case BoxingKind::kAllGather:
+      case BoxingKind::kAllToAll: {
         using Op = proto::CollectiveProto;
         const Op::Op op = step.kind == BoxingKind::kAllReduce       ? Op::ALL_REDUCE
                           : step.kind == BoxingKind::kReduceScatter ? Op::REDUCE_SCATTER
-                                                                    : Op::ALL_GATHER;
+                          : step.kind == BoxingKind::kAllGather     ? Op::ALL_GATHER
+                                                                    : Op::ALL_TO_ALL;
         const int axis = step.kind == BoxingKind::kAllReduce       ? -1
                          : step.kind == BoxingKind::kReduceScatter ? spec.out_sbp[k].axis
                                                                    : spec.in_sbp[k].axis;
+        // An all-to-all's output is split along the other axis.
+        const int out_axis = step.kind == BoxingKind::kAllToAll ? spec.out_sbp[k].axis : 0;
         std::vector<Shape> out_shapes;
         for (int64_t pid : members) {
           out_shapes.push_back(physical_shape(logical, spec.out_sbp, placement, pid));
         }
         const std::vector<int64_t> results =
-            e.collective(op, placement, k, members, in, out_shapes, axis);
+            e.collective(op, placement, k, members, in, out_shapes, axis, out_axis);
         for (int64_t m = 0; m < n; ++m) out[members[m]] = results[m];
         break;
       }

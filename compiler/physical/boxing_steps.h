@@ -96,10 +96,12 @@ class StepEmitter {
   std::vector<int64_t> collective(proto::CollectiveProto::Op op, const Placement& placement, int k,
                                   const std::vector<int64_t>& members,
                                   const std::vector<int64_t>& in,
-                                  const std::vector<Shape>& out_shapes, int axis) {
+                                  const std::vector<Shape>& out_shapes, int axis,
+                                  int out_axis = 0) {
     std::vector<int64_t> ranks;
     for (int64_t pid : members) ranks.push_back(placement.rank(pid));
-    const auto [id, sequence] = builder_.new_collective(ranks);
+    const auto [id, sequence] =
+        builder_.new_collective(ranks, collective_ids(op, static_cast<int64_t>(ranks.size())));
     std::vector<int64_t> out;
     for (size_t m = 0; m < members.size(); ++m) {
       proto::TaskProto* t =
@@ -113,6 +115,7 @@ class StepEmitter {
         c->set_collective_id(id);
         c->set_sequence(sequence);
         c->set_axis(axis);
+        if (op == proto::CollectiveProto::ALL_TO_ALL) c->set_out_axis(out_axis);
       }
       out.push_back(output(t, out_shapes[m]));
     }

@@ -55,14 +55,17 @@ proto::TaskProto* PlanBuilder::add_task(int64_t rank, proto::TaskProto::Kind kin
   return task;
 }
 
-std::pair<int64_t, int64_t> PlanBuilder::new_collective(const std::vector<int64_t>& members) {
-  OFL_CHECK_CODE(next_collective_id_ < kMaxCollectiveId, ErrorCode::kUnimplemented,
+std::pair<int64_t, int64_t> PlanBuilder::new_collective(const std::vector<int64_t>& members,
+                                                        int64_t ids) {
+  OFL_CHECK_CODE(next_collective_id_ + ids <= kMaxCollectiveId, ErrorCode::kUnimplemented,
                  "[plan] a plan holds at most ", kMaxCollectiveId,
                  " collectives (their messages' tags carry the id). However, this one needs more.");
   OFL_CHECK_CODE(static_cast<int64_t>(members.size()) <= kMaxCollectiveMembers,
                  ErrorCode::kUnimplemented, "[plan] a communicator holds at most ",
                  kMaxCollectiveMembers, " ranks. However, got ", members.size(), ".");
-  return {next_collective_id_++, collective_sequences_[members]++};
+  const int64_t id = next_collective_id_;
+  next_collective_id_ += ids;
+  return {id, collective_sequences_[members]++};
 }
 
 int64_t PlanBuilder::add_output(proto::TaskProto* task, const std::string& name, const Shape& shape,

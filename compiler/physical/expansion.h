@@ -67,7 +67,7 @@ class PlanBuilder {
   int64_t new_transfer_id() { return next_transfer_id_++; }
   /// A collective's id and its sequence number on the communicator `members` (Note [Collective
   /// tasks] in oneflowlike/collective.h); raises past kMaxCollectiveId.
-  std::pair<int64_t, int64_t> new_collective(const std::vector<int64_t>& members);
+  std::pair<int64_t, int64_t> new_collective(const std::vector<int64_t>& members, int64_t ids = 1);
   /// Tasks added from now on act once per micro-batch (Note [Micro-batches] in plan.proto).
   void set_per_micro_batch(bool per_micro_batch) { per_micro_batch_ = per_micro_batch; }
   /// Tasks added from now on act once, after the micro-batches (when not per micro-batch).

@@ -186,7 +186,7 @@ double time_all_reduce(actor::CollectiveEngine& engine, actor::ActStream& stream
   std::atomic<bool> done{false};
   std::exception_ptr error;
   const auto start = Clock::now();
-  stream.launch(actor::CollectiveWork{actor::make_ring_job(t, spec, input, output, scratch)},
+  stream.launch(actor::CollectiveWork{actor::make_collective_job(t, spec, input, output, scratch)},
                 [&](std::exception_ptr e) {
                   error = e;
                   done.store(true, std::memory_order_release);

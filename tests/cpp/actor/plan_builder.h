@@ -179,17 +179,20 @@ class PlanBuilder {
   /// tasks] in oneflowlike/collective.h), made by `logical_op`. The collective gets the next
   /// collective id and the next sequence number of its communicator; returns the output
   /// registers by member (find_task_of gives the tasks, to change them).
+  /// An all-to-all's inputs are its chunks along `axis`; its outputs are split along out_axis.
   std::vector<int64_t> collective(proto::CollectiveProto::Op op, const std::vector<int>& members,
                                   const std::vector<int64_t>& inputs, int axis = -1,
                                   const std::string& logical_op = "boxing",
-                                  const std::string& communicator = "test communicator") {
+                                  const std::string& communicator = "test communicator",
+                                  int out_axis = 0) {
     const int64_t n = static_cast<int64_t>(members.size());
     std::vector<int64_t> key(members.begin(), members.end());
-    const int64_t id = next_collective_id_++;
+    const int64_t id = next_collective_id_;
+    next_collective_id_ += collective_ids(op, n);
     const int64_t sequence = sequences_[key]++;
     // The whole tensor: a reduction's input, a gather's inputs joined along the axis.
     Shape whole_shape = from_proto(find(inputs[0])->shape());
-    if (op == proto::CollectiveProto::ALL_GATHER) {
+    if (op == proto::CollectiveProto::ALL_GATHER || op == proto::CollectiveProto::ALL_TO_ALL) {
       int64_t total = 0;
       for (int64_t r : inputs) {
         const Shape s = from_proto(find(r)->shape());
@@ -209,6 +212,9 @@ class PlanBuilder {
       if (op == proto::CollectiveProto::ALL_REDUCE)
         out_shape = from_proto(find(inputs[m])->shape());
       if (op == proto::CollectiveProto::REDUCE_SCATTER) out_shape = actor::region_shape(chunks[m]);
+      if (op == proto::CollectiveProto::ALL_TO_ALL) {
+        out_shape = actor::region_shape(collective_chunks(whole_shape, out_axis, n)[m]);
+      }
       const std::string name = str_cat(collective_op_name(op), "_", id, "@", rank);
       const int64_t out = reg(rank, name, out_shape, dtype_from_name(find(inputs[m])->dtype()));
       proto::TaskProto* t = task(rank, name, proto::TaskProto::COLLECTIVE, {inputs[m]}, {out});
@@ -220,6 +226,7 @@ class PlanBuilder {
       c->set_collective_id(id);
       c->set_sequence(sequence);
       c->set_axis(axis);
+      if (op == proto::CollectiveProto::ALL_TO_ALL) c->set_out_axis(out_axis);
       outputs.push_back(out);
     }
     return outputs;

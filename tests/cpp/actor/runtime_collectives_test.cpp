@@ -1,7 +1,7 @@
 // COLLECTIVE tasks on the actor runtime (Note [Collective engine] in actor/collective_engine.h):
 // every op on 2 to 4 members, along contiguous and strided axes, with uneven chunks cut into
-// many pieces, gives the reference executor's values bit for bit (the ring's sum order) in
-// deterministic, threaded and streamed mode, and the mathematical sums within rounding.
+// many pieces (and all-to-alls), gives the reference executor's values bit for bit (the ring's sum
+// order) in deterministic, threaded and streamed mode, and the mathematical sums within rounding.
 
 #include <gtest/gtest.h>
 
@@ -35,6 +35,7 @@ std::vector<Range> whole_region_of(const Shape& shape) { return actor::whole(sha
 struct Case {
   Op::Op op;
   int axis;
+  int out_axis = 0;  // all-to-all
 };
 
 // One collective over ranks 0..n-1 of a `whole` tensor: member m reads INPUT x<m> and its
@@ -51,15 +52,16 @@ void check_collective(int n, Case c, int piece_bytes, const Shape& whole = Shape
   std::map<std::string, Tensor> feed;
   for (int m = 0; m < n; ++m) {
     members.push_back(m);
-    // A gather's member holds its chunk; a reduction's the whole partial sum.
+    // A gather's (or all-to-all's) member holds its chunk; a reduction's the whole partial sum.
     Shape shape = whole;
-    if (c.op == Op::ALL_GATHER) {
+    if (c.op == Op::ALL_GATHER || c.op == Op::ALL_TO_ALL) {
       shape = c.axis < 0 ? Shape{chunks[m][0].size()} : region_shape(chunks[m]);
     }
     inputs.push_back(b.input(m, str_cat("x", m), shape));
     feed[str_cat("x", m)] = random_tensor(shape, DataType::kFloat32, 100 + m);
   }
-  const std::vector<int64_t> outputs = b.collective(c.op, members, inputs, c.axis);
+  const std::vector<int64_t> outputs =
+      b.collective(c.op, members, inputs, c.axis, "boxing", "test communicator", c.out_axis);
   for (int m = 0; m < n; ++m) {
     const Shape shape = from_proto(b.find(outputs[m])->shape());
     b.output(m, str_cat("y", m), outputs[m], shape);
@@ -69,6 +71,19 @@ void check_collective(int n, Case c, int piece_bytes, const Shape& whole = Shape
   for (int m = 0; m < n; ++m) {
     const std::vector<double> x = values_of(feed.at(str_cat("x", m)));
     const std::vector<double> y = values_of(out.at(str_cat("y", m)));
+    if (c.op == Op::ALL_TO_ALL) {
+      // The whole from the inputs (chunks along axis); member m gets chunk m along out_axis.
+      Tensor all = Tensor::zeros(whole, DataType::kFloat32);
+      for (int j = 0; j < n; ++j) {
+        copy_region(feed.at(str_cat("x", j)), whole_region_of(region_shape(chunks[j])), all,
+                    chunks[j]);
+      }
+      const auto out_chunk = collective_chunks(whole, c.out_axis, n)[m];
+      Tensor want = Tensor::zeros(region_shape(out_chunk), DataType::kFloat32);
+      copy_region(all, out_chunk, want, whole_region_of(want.shape()));
+      EXPECT_EQ(y, values_of(want)) << "member " << m;
+      continue;
+    }
     if (c.op == Op::ALL_GATHER) {
       // Chunk j of the result is member j's input.
       for (int j = 0; j < n; ++j) {
@@ -112,9 +127,10 @@ void check_collective(int n, Case c, int piece_bytes, const Shape& whole = Shape
 
 TEST(RuntimeCollectives, EveryOpMatchesTheReferenceBitForBitOnTwoToFourRanks) {
   for (int n : {2, 3, 4}) {
-    for (Case c : {Case{Op::ALL_REDUCE, -1}, Case{Op::REDUCE_SCATTER, 0},
-                   Case{Op::REDUCE_SCATTER, 1}, Case{Op::REDUCE_SCATTER, -1},
-                   Case{Op::ALL_GATHER, 0}, Case{Op::ALL_GATHER, 1}, Case{Op::ALL_GATHER, -1}}) {
+    for (Case c :
+         {Case{Op::ALL_REDUCE, -1}, Case{Op::REDUCE_SCATTER, 0}, Case{Op::REDUCE_SCATTER, 1},
+          Case{Op::REDUCE_SCATTER, -1}, Case{Op::ALL_GATHER, 0}, Case{Op::ALL_GATHER, 1},
+          Case{Op::ALL_GATHER, -1}, Case{Op::ALL_TO_ALL, 0, 1}, Case{Op::ALL_TO_ALL, 1, 0}}) {
       check_collective(n, c, /*piece_bytes=*/1 << 20);  // one piece per chunk
       check_collective(n, c, /*piece_bytes=*/8);        // two floats: many pieces in flight
     }
@@ -124,8 +140,8 @@ TEST(RuntimeCollectives, EveryOpMatchesTheReferenceBitForBitOnTwoToFourRanks) {
 // Fewer elements than members: some chunks, and so some pieces of every step, are empty.
 TEST(RuntimeCollectives, ChunksWithoutElementsAreSkippedOnBothSides) {
   for (int n : {3, 4}) {
-    for (Case c :
-         {Case{Op::ALL_REDUCE, -1}, Case{Op::REDUCE_SCATTER, 0}, Case{Op::ALL_GATHER, 0}}) {
+    for (Case c : {Case{Op::ALL_REDUCE, -1}, Case{Op::REDUCE_SCATTER, 0}, Case{Op::ALL_GATHER, 0},
+                   Case{Op::ALL_TO_ALL, 0, 1}}) {
       check_collective(n, c, 1 << 20, Shape{2, 3});
       check_collective(n, c, 4, Shape{1, 1});
     }

@@ -149,6 +149,19 @@ class Interpreter {
         std::find(c.members().begin(), c.members().end(), task.rank()) - c.members().begin();
     const std::vector<const proto::TaskProto*> tasks = members(task);
     const Shape out_shape = register_shape(task.outputs(0));
+    if (c.op() == proto::CollectiveProto::ALL_TO_ALL) {
+      // The group's whole: the inputs side by side along axis; this member's chunk along
+      // out_axis of it.
+      Shape whole_shape = register_shape(task.inputs(0));
+      whole_shape[c.axis()] = out_shape[c.axis()];
+      Tensor all = Tensor::zeros(whole_shape, DataType::kFloat64);
+      const auto in_chunks = collective_chunks(whole_shape, c.axis(), n);
+      for (int64_t j = 0; j < n; ++j) {
+        copy_region(values_.at(tasks[j]->inputs(0)), whole(register_shape(tasks[j]->inputs(0))),
+                    all, in_chunks[j]);
+      }
+      return slice_of(all, collective_chunks(whole_shape, c.out_axis(), n)[me]);
+    }
     if (c.op() == proto::CollectiveProto::ALL_GATHER) {
       Tensor out = Tensor::zeros(out_shape, DataType::kFloat64);
       const auto chunks = collective_chunks(out_shape, c.axis(), n);
@@ -587,9 +600,13 @@ TEST(BoxingPlan, NestedSplitsAreGatheredInnerDimensionFirst) {
   EXPECT_EQ(steps[1].kind, BoxingKind::kAllGather);
 }
 
-TEST(BoxingPlan, SplitToOtherSplitAndOtherRankSetsUseTheGenericDecomposition) {
+TEST(BoxingPlan, OtherRankSetsAndSplitsThatDoNotNestUseTheGenericDecomposition) {
   const Placement p = cpu({0, 1});
   EXPECT_EQ(plan_boxing(BoxingSpec{p, {S(0)}, p, {S(1)}}, Shape{4, 4}).at(0).kind,
+            BoxingKind::kAllToAll);
+  // S(0) -> S(1) in dimension 0 while dimension 1 splits axis 1 again: not a chunk exchange.
+  const Placement grid = Placement::parse("cpu, [[0, 1], [2, 3]]");
+  EXPECT_EQ(plan_boxing(BoxingSpec{grid, {S(0), S(1)}, grid, {S(1), S(1)}}, Shape{4, 4}).at(0).kind,
             BoxingKind::kGeneric);
   EXPECT_EQ(plan_boxing(BoxingSpec{p, {P()}, cpu({2, 3}), {B()}}, Shape{4, 4}).at(0).kind,
             BoxingKind::kGeneric);
