@@ -44,10 +44,10 @@ struct Span {
   int64_t size = 0;
 };
 
-class RingJob final : public CollectiveJob {
- public:
-  RingJob(comm::Transport& transport, const CollectiveSpec& spec, Tensor input, Tensor output,
-          CollectiveScratch* scratch)
+// What every member's job holds: its part of the collective and the registers' slots.
+class MemberJob : public CollectiveJob {
+ protected:
+  MemberJob(comm::Transport& transport, const CollectiveSpec& spec, Tensor input, Tensor output)
       : transport_(transport),
         spec_(spec),
         input_(std::move(input)),
@@ -56,10 +56,39 @@ class RingJob final : public CollectiveJob {
         m_(spec.member),
         elem_(static_cast<int64_t>(dtype_size(output_.dtype()))) {
     OFL_ASSERT(n_ >= 2 && m_ >= 0 && m_ < n_);
+  }
+
+  // The whole tensor the collective chunks (collective_whole).
+  Shape whole_shape() const {
     proto::CollectiveProto c;
-    c.set_op(spec.op);
-    c.set_axis(spec.axis);
-    const Shape whole = collective_whole(c, input_.shape(), output_.shape());
+    c.set_op(spec_.op);
+    c.set_axis(spec_.axis);
+    return collective_whole(c, input_.shape(), output_.shape());
+  }
+
+  // `buffer` holds at least `elements` of the dtype (kept between acts: scratch).
+  void ensure(Tensor* buffer, int64_t elements) const {
+    const int64_t bytes = std::max<int64_t>(elements * elem_, 1);
+    if (!buffer->defined() || static_cast<int64_t>(buffer->nbytes()) < bytes) {
+      *buffer = Tensor::empty(Shape{bytes}, DataType::kInt8);
+    }
+  }
+
+  comm::Transport& transport_;
+  CollectiveSpec spec_;
+  Tensor input_;
+  Tensor output_;
+  int64_t n_;
+  int64_t m_;
+  int64_t elem_;
+};
+
+class RingJob final : public MemberJob {
+ public:
+  RingJob(comm::Transport& transport, const CollectiveSpec& spec, Tensor input, Tensor output,
+          CollectiveScratch* scratch)
+      : MemberJob(transport, spec, std::move(input), std::move(output)) {
+    const Shape whole = whole_shape();
     regions_ = collective_chunks(whole, spec.axis, n_);
     const bool contiguous =
         spec.axis < 0 || std::all_of(whole.dims().begin(), whole.dims().begin() + spec.axis,
@@ -156,13 +185,6 @@ class RingJob final : public CollectiveJob {
     int64_t step = 0;
     int64_t piece = 0;
   };
-
-  void ensure(Tensor* buffer, int64_t elements) const {
-    const int64_t bytes = std::max<int64_t>(elements * elem_, 1);
-    if (!buffer->defined() || static_cast<int64_t>(buffer->nbytes()) < bytes) {
-      *buffer = Tensor::empty(Shape{bytes}, DataType::kInt8);
-    }
-  }
 
   int64_t mod(int64_t a) const { return ((a % n_) + n_) % n_; }
   // The chunk sent and the chunk received at `step`.
@@ -271,13 +293,6 @@ class RingJob final : public CollectiveJob {
     }
   }
 
-  comm::Transport& transport_;
-  CollectiveSpec spec_;
-  Tensor input_;
-  Tensor output_;
-  int64_t n_;
-  int64_t m_;
-  int64_t elem_;
   std::vector<std::vector<Range>> regions_;  // chunk regions of the whole tensor
   std::vector<Span> chunks_;                 // the same, packed one after another
   bool reduces_ = false;
@@ -309,23 +324,14 @@ class RingJob final : public CollectiveJob {
 // q's chunk along out_axis, and receives from q the part of q's chunk in its own; the part it
 // keeps is copied. Every block is packed into one contiguous buffer before it is sent and
 // unpacked from one when it has come; all sends and receives start at once.
-class AllToAllJob final : public CollectiveJob {
+class AllToAllJob final : public MemberJob {
  public:
   AllToAllJob(comm::Transport& transport, const CollectiveSpec& spec, Tensor input, Tensor output,
               CollectiveScratch* scratch)
-      : transport_(transport),
-        spec_(spec),
-        input_(std::move(input)),
-        output_(std::move(output)),
-        n_(static_cast<int64_t>(spec.members.size())),
-        m_(spec.member) {
-    proto::CollectiveProto c;
-    c.set_op(Op::ALL_TO_ALL);
-    c.set_axis(spec.axis);
-    const Shape whole = collective_whole(c, input_.shape(), output_.shape());
+      : MemberJob(transport, spec, std::move(input), std::move(output)) {
+    const Shape whole = whole_shape();
     const auto in_chunks = collective_chunks(whole, spec.axis, n_);
     const auto out_chunks = collective_chunks(whole, spec.out_axis, n_);
-    const int64_t elem = static_cast<int64_t>(dtype_size(output_.dtype()));
     int64_t send_elements = 0, receive_elements = 0;
     for (int64_t q = 0; q < n_; ++q) {
       Block send, receive;
@@ -341,12 +347,6 @@ class AllToAllJob final : public CollectiveJob {
       sends_.push_back(std::move(send));
       receives_.push_back(std::move(receive));
     }
-    auto ensure = [&](Tensor* buffer, int64_t elements) {
-      const int64_t bytes = std::max<int64_t>(elements * elem, 1);
-      if (!buffer->defined() || static_cast<int64_t>(buffer->nbytes()) < bytes) {
-        *buffer = Tensor::empty(Shape{bytes}, DataType::kInt8);
-      }
-    };
     ensure(&scratch->packed_input, send_elements);
     ensure(&scratch->packed_whole, receive_elements);
     send_buffer_ = scratch->packed_input;
@@ -392,8 +392,7 @@ class AllToAllJob final : public CollectiveJob {
   };
 
   Tensor packed(const Tensor& buffer, const Block& b) const {
-    return view_of_bytes(buffer, b.offset * static_cast<int64_t>(dtype_size(output_.dtype())),
-                         region_shape(b.region), output_.dtype());
+    return view_of_bytes(buffer, b.offset * elem_, region_shape(b.region), output_.dtype());
   }
 
   // Receives first, then sends, each towards the members after this one first, so that not
@@ -431,12 +430,6 @@ class AllToAllJob final : public CollectiveJob {
     }
   }
 
-  comm::Transport& transport_;
-  CollectiveSpec spec_;
-  Tensor input_;
-  Tensor output_;
-  int64_t n_;
-  int64_t m_;
   std::vector<Block> sends_;     // by member
   std::vector<Block> receives_;  // by member
   Tensor send_buffer_;
