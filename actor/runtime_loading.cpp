@@ -136,11 +136,20 @@ Runtime::Runtime(const proto::PlanProto& plan, RuntimeOptions options)
 // a host and sets LOCAL_RANK, and that process takes GPU LOCAL_RANK. A process hosting several
 // ranks (the in-process cluster) gives them consecutive GPUs. Every GPU is checked when the
 // plan loads, so a missing driver or too few GPUs fail before anything runs, naming the rank.
+// OFL_CUDA_DEVICE=i overrides LOCAL_RANK: every process of the job then starts at GPU i, which
+// is how several ranks share one GPU (a DP2 check on a one-GPU machine).
 void Runtime::choose_gpus() {
   int next = options_.first_gpu;
   if (next < 0) {
+    const char* chosen = std::getenv("OFL_CUDA_DEVICE");
     const char* local_rank = std::getenv("LOCAL_RANK");
-    next = local_rank != nullptr ? std::atoi(local_rank) : 0;
+    const char* text = chosen != nullptr ? chosen : local_rank;
+    char* end = nullptr;
+    const long value = text != nullptr ? std::strtol(text, &end, 10) : 0;
+    OFL_CHECK(text == nullptr || (*text != '\0' && *end == '\0' && value >= 0 && value < 1 << 20),
+              kTag, chosen != nullptr ? "OFL_CUDA_DEVICE" : "LOCAL_RANK",
+              " must be a GPU index (an integer >= 0). However, got '", text, "'.");
+    next = static_cast<int>(value);
   }
   std::set<int64_t> on_gpu;  // ranks with GPU tasks
   for (int t = 0; t < index_.num_tasks(); ++t) {

@@ -8,6 +8,8 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdlib>
+
 #include "actor/runtime.h"
 #include "compiler/compile.h"
 #include "compiler/plan_dump.h"
@@ -189,6 +191,36 @@ TEST(DevicePlans, WithoutAGpuLoadingAGpuPlanFailsNamingTheRank) {
               std::string::npos)
         << e.what();
   }
+}
+
+// OFL_CUDA_DEVICE (several ranks sharing a GPU) must be a GPU index; anything else is refused
+// naming the variable, before a device is looked at.
+TEST(DevicePlans, ABadGpuChoiceInTheEnvironmentIsRefusedNamingIt) {
+  const MlpLayout layout = all_on_cuda(testing::mlp_layouts()[0]);
+  const proto::PlanProto plan =
+      compiler::compile_graph(testing::build_mlp(layout, OptimizerConfig::Kind::kSgd));
+  for (const char* value : {"one", "-1", "", "2x"}) {
+    SCOPED_TRACE(value);
+    ::setenv("OFL_CUDA_DEVICE", value, 1);
+    RuntimeOptions options;
+    options.simulate_cuda = true;
+    try {
+      Runtime runtime(plan, options);
+      ADD_FAILURE() << "the plan loaded";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(str_cat("OFL_CUDA_DEVICE must be a GPU index (an "
+                                                   "integer >= 0). However, got '",
+                                                   value, "'.")),
+                std::string::npos)
+          << e.what();
+    }
+  }
+  ::unsetenv("OFL_CUDA_DEVICE");
+  RuntimeOptions options;
+  options.simulate_cuda = true;
+  ::setenv("OFL_CUDA_DEVICE", "0", 1);
+  EXPECT_NO_THROW(Runtime(plan, options));
+  ::unsetenv("OFL_CUDA_DEVICE");
 }
 
 // Every layout on the GPU placements trains like one CPU rank: simulated here, and on the GPU
