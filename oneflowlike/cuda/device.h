@@ -77,6 +77,9 @@ class Stream {
 
 /// Device `device`'s stream of `kind`, made on first use: one per kind and device.
 Stream& stream(int device, StreamKind kind);
+/// Waits on the host until every stream of device `device` has finished its work
+/// (torch.cuda.synchronize; what a benchmark does before reading the clock).
+void synchronize(int device);
 
 /// A marker recorded on a stream after the work to wait for (no timing).
 class Event {
@@ -108,8 +111,10 @@ class Event {
 void call_when_done(const Stream& stream, std::function<void(std::exception_ptr)> callback);
 
 /// Copies `bytes` between host memory and device memory, or within a device, on the compute
-/// stream of the device involved (so it follows the kernels launched there), and returns once
-/// the copy is done. `dst_device` / `src_device` are -1 for host memory.
+/// stream of the device involved (so it follows the kernels launched there). A copy to or from
+/// the host, or between two devices, returns once done; one within a device returns at once,
+/// ordered before the later work of that stream. `dst_device` / `src_device` are -1 for host
+/// memory.
 void copy(void* dst, int dst_device, const void* src, int src_device, size_t bytes);
 /// Sets `bytes` of device memory to zero on `device`'s compute stream (asynchronous).
 void zero(void* dst, int device, size_t bytes);

@@ -27,6 +27,7 @@ Stream::Stream(int device, StreamKind kind) : device_(device), kind_(kind) { no_
 Stream::~Stream() = default;
 void Stream::synchronize() const { no_device(device_); }
 Stream& stream(int device, StreamKind) { no_device(device); }
+void synchronize(int device) { no_device(device); }
 
 Event::Event(int device) : device_(device) { no_device(device); }
 Event::~Event() = default;

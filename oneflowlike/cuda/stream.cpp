@@ -39,6 +39,12 @@ Stream& stream(int device, StreamKind kind) {
   return *slot;
 }
 
+void synchronize(int device) {
+  check_device(device);
+  DeviceGuard guard(device);
+  check(cudaDeviceSynchronize(), "cudaDeviceSynchronize", device);
+}
+
 Event::Event(int device) : device_(device) {
   check_device(device);
   DeviceGuard guard(device);
@@ -88,7 +94,10 @@ void copy(void* dst, int dst_device, const void* src, int src_device, size_t byt
                                                : cudaMemcpyDeviceToDevice;
   check(cudaMemcpyAsync(dst, src, bytes, kind, static_cast<cudaStream_t>(s.native())),
         "cudaMemcpyAsync", device);
-  s.synchronize();
+  // Within one device the copy is ordered like a kernel on the compute stream, which every
+  // reader of either buffer uses: nothing to wait for on the host (an actor's act is then gated
+  // by its event as a kernel's is; waiting here cost a GPU COPY act 15.7 us on an H100).
+  if (dst_device != src_device) s.synchronize();
 }
 
 void zero(void* dst, int device, size_t bytes) {

@@ -1,12 +1,13 @@
 """flow.cuda: the CUDA devices this process sees (torch.cuda's and OneFlow's names).
 
-The CUDA backend builds where nvcc is installed. Eager tensors can live on a GPU (with the
-elementwise kernels so far); graphs do not run CUDA placements yet (issue 15, docs/cuda.md).
+The CUDA backend builds where nvcc is installed. Eager tensors can live on a GPU, and graphs
+run on CUDA placements (docs/cuda.md says what has run on a GPU).
 """
 
 from oneflowlike import _C
 
-__all__ = ["is_available", "device_count", "why_unavailable", "check_device_supported"]
+__all__ = ["is_available", "device_count", "why_unavailable", "check_device_supported",
+           "synchronize"]
 
 
 def is_available():
@@ -17,6 +18,15 @@ def is_available():
 def device_count():
     """How many CUDA devices this process sees (0 without a driver or a GPU)."""
     return _C.cuda_device_count()
+
+
+def synchronize(device=None):
+    """Waits until every stream of ``device`` (default cuda:0; an index, "cuda:i" or a
+    flow.device) has finished the work queued on it, as torch.cuda.synchronize does."""
+    index = 0
+    if device is not None:
+        index = device if isinstance(device, int) else _C.device(str(device)).index
+    _C.cuda_synchronize(index)
 
 
 def why_unavailable():

@@ -11,6 +11,9 @@ void init_cuda(py::module_& m) {
         "How many CUDA devices this process sees (0 without a driver or a GPU).");
   m.def("cuda_why_no_device", &cuda::why_no_device,
         "Why there is no CUDA device ('' when there is one).");
+  m.def("cuda_synchronize", &cuda::synchronize, py::arg("device"),
+        py::call_guard<py::gil_scoped_release>(),
+        "Waits until every stream of the device has finished its work.");
 }
 
 }  // namespace ofl::python

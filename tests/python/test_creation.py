@@ -35,6 +35,8 @@ def test_to_and_dtype_methods():
         with pytest.raises(RuntimeError, match=r"\[to\] device cuda:0 needs a CUDA device. "
                                                r"However, there is none: "):
             x.to("cuda:0")
+        with pytest.raises(RuntimeError, match=r"\[cuda\] no CUDA device 0"):
+            flow.cuda.synchronize()
 
 
 # ---- linspace (issue 14) -----------------------------------------------------------------------
