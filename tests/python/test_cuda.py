@@ -26,6 +26,9 @@ def reference_and_cuda(fn, arrays, dtype):
     gpu = [flow.tensor(a).to(dtype).cuda() if a.dtype.kind == "f" else flow.tensor(a).cuda()
            for a in arrays]
     want = fn(*cpu)
+    if dtype in LOW and want.dtype == flow.float32:
+        # One rounding to the dtype, as the kernel's own output (exp of 11 is inf in float16).
+        want = want.to(dtype).to(flow.float32)
     got = fn(*gpu)
     assert str(got.device) == "cuda:0"
     return want.numpy(), got.to(flow.float32).numpy() if got.dtype in LOW else got.numpy()

@@ -40,6 +40,19 @@ def test_graph_training_on_cuda_placements_matches_one_device_simulated(model, l
     assert "FAILED" not in out
 
 
+# The same on the GPU itself: every rank of the job shares GPU 0 (OFL_CUDA_DEVICE=0, Note [The
+# GPU of a rank]), and registers cross processes device -> host -> UCX -> host -> device.
+@pytest.mark.skipif(not flow.cuda.is_available(),
+                    reason=f"no CUDA device: {flow.cuda.why_unavailable()}")
+@pytest.mark.parametrize("model,layout,nproc",
+                         [("mlp", "dp2tp2", 4), ("gpt", "dp2zero", 2), ("gpt", "pp2", 2)])
+def test_graph_training_on_cuda_placements_matches_one_device_on_a_gpu(model, layout, nproc):
+    out = _launch(nproc, "graph_worker.py", "--model", model, "--layout", layout, "--device",
+                  "cuda", OFL_CUDA_DEVICE="0")
+    assert out.count(" OK") == nproc, out
+    assert "FAILED" not in out
+
+
 def test_checkpoint_saved_on_dp2tp2_resumes_on_pp2_and_one_rank(tmp_path):
     out = _launch(4, "checkpoint_worker.py", OFL_TEST_CHECKPOINT=str(tmp_path / "ckpt"))
     assert out.count("checkpoint OK") == 4, out

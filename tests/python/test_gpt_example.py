@@ -112,6 +112,27 @@ def test_two_hosts_over_tcp_give_the_single_device_curve(tmp_path, single, two_h
     np.testing.assert_allclose(_losses(records), _losses(single), rtol=1e-4)
 
 
+_NEEDS_GPU = pytest.mark.skipif(not flow.cuda.is_available(),
+                                reason=f"no CUDA device: {flow.cuda.why_unavailable()}")
+
+
+@_NEEDS_GPU
+def test_one_gpu_gives_the_cpu_curve(tmp_path, single):
+    # float32 on both; the GPU's reductions and cuBLASLt sum in another order than the CPU's.
+    records = _train(tmp_path, 1, "--device", "cuda")
+    np.testing.assert_allclose(_losses(records), _losses(single), rtol=2e-4)
+
+
+@_NEEDS_GPU
+def test_two_processes_sharing_one_gpu_in_dp2_give_one_process(tmp_path):
+    # OFL_CUDA_DEVICE=0: both ranks on GPU 0 (Note [The GPU of a rank]); the gradients meet on the
+    # host (device -> host -> UCX -> host -> device).
+    one = _train(tmp_path, 1, "--device", "cuda", tag="one")
+    two = _train(tmp_path, 2, "--device", "cuda", "--dp", "2", tag="dp2",
+                 env={"OFL_CUDA_DEVICE": "0"})
+    np.testing.assert_allclose(_losses(two), _losses(one), rtol=1e-4)
+
+
 @pytest.mark.skipif(flow.cuda.is_available(), reason="this machine has a GPU")
 def test_device_cuda_without_a_gpu_says_why():
     result = subprocess.run([sys.executable, str(_TRAIN), *_SMALL, "--device", "cuda"],
