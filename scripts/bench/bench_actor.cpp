@@ -9,7 +9,11 @@
 // (its gradient sleeps twice as long): stages then take a known time without using a core, so
 // four stage threads behave like four devices on this 2-core machine, and what is measured is
 // the runtime's schedule, not the machine's oversubscription.
-// Usage: bench_actor [--quick]
+//  (d) with --gpu: the chain of (a) with its actors on the GPU (a 4-byte device copy each, on
+//      the rank's event-gated GPU stream, between a host-to-device and a device-to-host copy),
+//      next to the host chain in the same run; without a GPU it runs simulated
+//      (RuntimeOptions::simulate_cuda) and says so.
+// Usage: bench_actor [--quick] | bench_actor --gpu
 
 #include <algorithm>
 #include <atomic>
@@ -22,6 +26,7 @@
 #include "actor/runtime.h"
 #include "compiler/builder.h"
 #include "compiler/compile.h"
+#include "oneflowlike/cuda/device.h"
 #include "oneflowlike/ops/matmul.h"
 #include "oneflowlike/ops/reduce.h"
 #include "tests/cpp/actor/plan_builder.h"
@@ -100,11 +105,35 @@ proto::PlanProto chain_plan(int actors, bool two_threads) {
   return b.plan();
 }
 
+// (d): the chain's first copy brings the input to the GPU, the last takes it back to the host,
+// and every copy between runs on the GPU (Note [Devices in a plan]).
+proto::PlanProto gpu_chain_plan(int actors) {
+  proto::PlanProto plan = chain_plan(actors, false);
+  proto::RankPlanProto& rank = *plan.mutable_ranks(0);
+  std::map<int64_t, proto::RegisterProto*> registers;
+  for (auto& reg : *rank.mutable_registers()) registers[reg.id()] = &reg;
+  for (auto& task : *rank.mutable_tasks()) {
+    if (task.kind() != proto::TaskProto::COPY) continue;
+    const int i = std::stoi(task.name().substr(4));
+    if (i == actors - 1) {
+      task.set_kind(proto::TaskProto::COPY_D2H);
+      continue;
+    }
+    task.set_kind(i == 0 ? proto::TaskProto::COPY_H2D : proto::TaskProto::COPY);
+    task.set_device(proto::PLAN_DEVICE_CUDA);
+    registers.at(task.outputs(0))->set_device(proto::PLAN_DEVICE_CUDA);
+  }
+  return plan;
+}
+
 // Microseconds per act of the chain: best of 3 rounds of `iterations` runs.
-double chain_us_per_act(int actors, bool two_threads, int iterations, bool stream = false) {
+double chain_us_per_act(int actors, bool two_threads, int iterations, bool stream = false,
+                        bool gpu = false) {
   RuntimeOptions options;
   options.async_cpu_streams = stream;
-  Runtime runtime(chain_plan(actors, two_threads), options);
+  options.first_gpu = 0;
+  options.simulate_cuda = gpu && cuda::device_count() == 0;
+  Runtime runtime(gpu ? gpu_chain_plan(actors) : chain_plan(actors, two_threads), options);
   const std::map<std::string, Tensor> feed = {{"x", Tensor::zeros(Shape{1}, DataType::kFloat32)}};
   for (int i = 0; i < 10; ++i) runtime.run(feed);
   double best = 1e30;
@@ -262,6 +291,22 @@ proto::PlanProto data_parallel_plan(int ranks, int layers, int64_t width, int64_
   return compiler::compile_graph(std::move(b.graph()));
 }
 
+int main_gpu() {
+  const bool simulated = cuda::device_count() == 0;
+  std::printf("# bench_actor --gpu%s\n",
+              simulated ? " (no CUDA device: simulated on the host)" : "");
+  const int iterations = 300;
+  const double host = chain_us_per_act(1000, false, iterations);
+  const double gpu = chain_us_per_act(1000, false, iterations, false, /*gpu=*/true);
+  std::printf("(d) chain of 1000 copy actors\n");
+  std::printf("    on the host, one thread: %.3f us/act\n", host);
+  std::printf(
+      "    on the GPU%s (4-byte device copies on its event-gated stream): %.3f us/act   goal "
+      "< 10 us\n",
+      simulated ? " (simulated)" : "", gpu);
+  return 0;
+}
+
 int main(bool quick) {
   std::printf("# bench_actor%s\n", quick ? " --quick" : "");
   const int iterations = quick ? 50 : 300;
@@ -327,6 +372,7 @@ int main(bool quick) {
 }  // namespace ofl
 
 int main(int argc, char** argv) {
+  if (argc > 1 && std::strcmp(argv[1], "--gpu") == 0) return ofl::actor::main_gpu();
   const bool quick = argc > 1 && std::strcmp(argv[1], "--quick") == 0;
   return ofl::actor::main(quick);
 }
