@@ -8,7 +8,7 @@ mkdir -p .gpu
 cd .gpu
 packages=(libprotobuf-dev libprotobuf32 protobuf-compiler libprotoc32 libgoogle-glog-dev
           libgoogle-glog0v6 libgflags-dev libgflags2.2 libucx-dev libucx0 libdnnl-dev libdnnl2
-          libgtest-dev libunwind8 libnuma1 librdmacm1 libibverbs1 pybind11-dev)
+          libgtest-dev libunwind8 libunwind-dev libnuma1 librdmacm1 libibverbs1 pybind11-dev)
 missing=()
 for p in "${packages[@]}"; do
   compgen -G "${p}_*.deb" > /dev/null || missing+=("$p")
