@@ -371,6 +371,7 @@ class CollectiveActor final : public TaskActor {
     spec_.collective_id = c.collective_id();
     spec_.axis = c.axis();
     spec_.out_axis = c.out_axis();
+    spec_.algorithm = c.algorithm();
     spec_.name = name();
   }
 

@@ -320,6 +320,104 @@ class RingJob final : public MemberJob {
   std::deque<comm::Transport::TaggedRequest> sends_;
 };
 
+// Recursive doubling (Note [Recursive doubling] in oneflowlike/collective.h) as a list of
+// exchanges run one after another: each posts its receive and its send at once, and when both
+// have completed adds what came into the member's partial sum (the output).
+class RecursiveDoublingJob final : public MemberJob {
+ public:
+  RecursiveDoublingJob(comm::Transport& transport, const CollectiveSpec& spec, Tensor input,
+                       Tensor output, CollectiveScratch* scratch)
+      : MemberJob(transport, spec, std::move(input), std::move(output)) {
+    OFL_ASSERT(spec.op == Op::ALL_REDUCE);
+    const int64_t p = recursive_doubling_core(n_);
+    const int64_t count = output_.numel();
+    // Note [Collective tags]: one collective id per stage.
+    const int64_t last_stage = collective_ids(Op::ALL_REDUCE, n_, Op::RECURSIVE_DOUBLING) - 1;
+    if (m_ >= p) {  // hands its input over, gets the sum back
+      add_exchange(m_ - p, -1, false, /*stage=*/0);
+      add_exchange(-1, m_ - p, false, last_stage);
+    } else {
+      if (m_ + p < n_) add_exchange(-1, m_ + p, true, /*stage=*/0);
+      int64_t stage = 1;
+      for (int64_t step = 1; step < p; step *= 2) add_exchange(m_ ^ step, m_ ^ step, true, stage++);
+      if (m_ + p < n_) add_exchange(m_ + p, -1, false, last_stage);
+    }
+    ensure(&scratch->received, count);
+    received_ = view_of_bytes(scratch->received, 0, Shape{count}, output_.dtype());
+    flat_input_ = view_of_bytes(input_, 0, Shape{count}, output_.dtype());
+    flat_output_ = view_of_bytes(output_, 0, Shape{count}, output_.dtype());
+  }
+
+  bool advance(bool* progressed) override {
+    if (!started_) {
+      started_ = true;
+      *progressed = true;
+      // Members below p start from their own input; those above send it as it is.
+      if (m_ < recursive_doubling_core(n_)) sum_into({flat_input_}, flat_output_);
+    }
+    while (next_ < exchanges_.size()) {
+      Exchange& e = exchanges_[next_];
+      if (!e.posted) {
+        post(e);
+        *progressed = true;
+      }
+      if (!e.receive.done && !transport_.test(e.receive)) return false;
+      if (!e.send.done && !transport_.test(e.send)) return false;
+      if (e.add) sum_into({flat_output_, received_}, flat_output_);
+      ++next_;
+      *progressed = true;
+    }
+    return true;
+  }
+
+ private:
+  struct Exchange {
+    int64_t send_to = -1;       // a member, or -1
+    int64_t receive_from = -1;  // a member, or -1
+    bool add = false;           // add what came to the partial sum
+    int64_t stage = 0;          // its collective id is collective_id + stage
+    bool posted = false;
+    comm::Transport::TaggedRequest send;
+    comm::Transport::TaggedRequest receive;
+  };
+
+  void add_exchange(int64_t send_to, int64_t receive_from, bool add, int64_t stage) {
+    Exchange& e = exchanges_.emplace_back();
+    e.send_to = send_to;
+    e.receive_from = receive_from;
+    e.add = add;
+    e.stage = stage;
+  }
+
+  void post(Exchange& e) {
+    e.posted = true;
+    const size_t bytes = flat_output_.nbytes();
+    e.receive.done = e.receive_from < 0 || bytes == 0;
+    e.send.done = e.send_to < 0 || bytes == 0;
+    if (!e.receive.done) {
+      // The sum comes back into the output; partial sums into the scratch buffer.
+      void* into = e.add ? received_.raw_data() : flat_output_.raw_data();
+      e.receive =
+          transport_.receive_tagged(spec_.members[e.receive_from],
+                                    collective_tag(spec_.collective_id + e.stage, m_), into, bytes);
+    }
+    if (!e.send.done) {
+      const bool own_input = m_ >= recursive_doubling_core(n_);
+      const void* from = own_input ? flat_input_.raw_data() : flat_output_.raw_data();
+      e.send = transport_.send_tagged(spec_.members[e.send_to],
+                                      collective_tag(spec_.collective_id + e.stage, e.send_to),
+                                      from, bytes);
+    }
+  }
+
+  std::vector<Exchange> exchanges_;
+  size_t next_ = 0;
+  bool started_ = false;
+  Tensor flat_input_;
+  Tensor flat_output_;
+  Tensor received_;
+};
+
 // Note [All-to-all]: member m sends member q the part of its chunk (along axis) that lies in
 // q's chunk along out_axis, and receives from q the part of q's chunk in its own; the part it
 // keeps is copied. Every block is packed into one contiguous buffer before it is sent and
@@ -445,6 +543,10 @@ std::shared_ptr<CollectiveJob> make_collective_job(comm::Transport& transport,
   if (spec.op == Op::ALL_TO_ALL) {
     return std::make_shared<AllToAllJob>(transport, spec, std::move(input), std::move(output),
                                          scratch);
+  }
+  if (spec.algorithm == proto::CollectiveProto::RECURSIVE_DOUBLING) {
+    return std::make_shared<RecursiveDoublingJob>(transport, spec, std::move(input),
+                                                  std::move(output), scratch);
   }
   return std::make_shared<RingJob>(transport, spec, std::move(input), std::move(output), scratch);
 }

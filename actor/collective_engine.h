@@ -57,6 +57,7 @@ struct CollectiveSpec {
   int64_t collective_id = 0;
   int axis = -1;
   int out_axis = 0;  // all-to-all
+  proto::CollectiveProto::Algorithm algorithm = proto::CollectiveProto::RING;
   std::string name;  // for errors: the task
 };
 
@@ -70,7 +71,8 @@ struct CollectiveScratch {
 };
 
 /// `spec`'s member's part from `input` into `output` (its registers' slots) over `transport`:
-/// the ring (Note [Ring collectives]), or the exchange of an all-to-all (Note [All-to-all] in
+/// the ring (Note [Ring collectives]), recursive doubling (Note [Recursive doubling] in
+/// oneflowlike/collective.h), or the exchange of an all-to-all (Note [All-to-all] in
 /// collective_engine.cpp).
 std::shared_ptr<CollectiveJob> make_collective_job(comm::Transport& transport,
                                                    const CollectiveSpec& spec, Tensor input,

@@ -258,6 +258,15 @@ void ReferenceExecutor::run_collective(const TaskInfo& task) {
     }
     return;
   }
+  if (c.algorithm() == proto::CollectiveProto::RECURSIVE_DOUBLING) {  // one tree, every member
+    std::vector<Tensor> partial;
+    for (const Tensor& x : inputs) partial.push_back(x.clone());
+    for (const auto& [into, from] : recursive_doubling_adds(n)) {
+      sum_into({partial[into], partial[from]}, partial[into]);
+    }
+    for (const Tensor& out : outputs) sum_into({partial[0]}, out);
+    return;
+  }
   for (int64_t j = 0; j < n; ++j) {  // (((x[j+1] + x[j+2]) + ...) + x[j]) over chunk j
     const std::vector<int64_t> order = ring_sum_order(j, n);
     Tensor sum = Tensor::empty(region_shape(chunks[j]), inputs[0].dtype());

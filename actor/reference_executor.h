@@ -15,8 +15,9 @@
 //    depend on data, so it is computed (and a deadlock reported) when the plan is loaded.
 //  - A COLLECTIVE's first member to act computes every member's result from all the members'
 //    inputs (Note [Collective tasks] in oneflowlike/collective.h), summing each chunk in
-//    ring_sum_order so the sums are bit-identical to the runtime's ring; each member's act then
-//    writes its result. Every member must be in the plan.
+//    ring_sum_order, or the whole in recursive_doubling_adds' tree (the plan's algorithm), so
+//    the sums are bit-identical to the runtime's; each member's act then writes its result.
+//    Every member must be in the plan.
 //  - INPUT/OUTPUT/VARIABLE pieces sit at their output_region of the logical tensor (empty: the
 //    whole tensor). Fetched tensors are zeros of logical_output_shape plus every contributing
 //    OUTPUT piece added at its region, which sums partial sums and places splits.

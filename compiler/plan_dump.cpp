@@ -90,11 +90,15 @@ bool is_transfer(const proto::TaskProto& task) {
   return task.kind() == proto::TaskProto::SEND || task.kind() == proto::TaskProto::RECV;
 }
 
-// "all_reduce over ranks [0, 1] (collective 3, sequence 0, axis -1)"
+// "all_reduce over ranks [0, 1] (collective 3, sequence 0, axis -1, recursive doubling)"
 std::string collective_text(const proto::TaskProto& task) {
   const proto::CollectiveProto& c = task.collective();
   return str_cat(collective_op_name(c.op()), " over ranks ", id_list(c.members()), " (collective ",
-                 c.collective_id(), ", sequence ", c.sequence(), ", axis ", c.axis(), ")");
+                 c.collective_id(), ", sequence ", c.sequence(), ", axis ", c.axis(),
+                 c.algorithm() == proto::CollectiveProto::RING
+                     ? std::string()
+                     : str_cat(", ", collective_algorithm_name(c.algorithm())),
+                 ")");
 }
 
 // Elements of a region (0 when an axis is empty).
@@ -138,6 +142,18 @@ void collective_bytes(const proto::TaskProto& task, const RegisterMap& registers
       *sent += region_numel(region_intersection(in_chunks[m], out_chunks[q])) * element;
       *received += region_numel(region_intersection(in_chunks[q], out_chunks[m])) * element;
     }
+    return;
+  }
+  if (c.algorithm() == proto::CollectiveProto::RECURSIVE_DOUBLING) {  // the whole per exchange
+    const int64_t p = recursive_doubling_core(n);
+    const int64_t exchanges = collective_ids(c.op(), n, c.algorithm()) - 2;
+    if (m >= p) {  // its input out, the sum back
+      *sent += all;
+      *received += all;
+      return;
+    }
+    *sent += (exchanges + (m + p < n ? 1 : 0)) * all;
+    *received += (exchanges + (m + p < n ? 1 : 0)) * all;
     return;
   }
   if (c.op() != proto::CollectiveProto::ALL_GATHER) {  // the reduce-scatter steps

@@ -41,6 +41,42 @@ const char* collective_op_name(proto::CollectiveProto::Op op) {
   }
 }
 
+proto::CollectiveProto::Algorithm collective_algorithm(proto::CollectiveProto::Op op,
+                                                       int64_t whole_bytes, int64_t n) {
+  return op == proto::CollectiveProto::ALL_REDUCE && n >= 2 &&
+                 whole_bytes <= kRecursiveDoublingMaxBytes
+             ? proto::CollectiveProto::RECURSIVE_DOUBLING
+             : proto::CollectiveProto::RING;
+}
+
+const char* collective_algorithm_name(proto::CollectiveProto::Algorithm algorithm) {
+  switch (algorithm) {
+    case proto::CollectiveProto::RING:
+      return "ring";
+    case proto::CollectiveProto::RECURSIVE_DOUBLING:
+      return "recursive doubling";
+    default:
+      return "an unknown algorithm";
+  }
+}
+
+int64_t recursive_doubling_core(int64_t n) {
+  OFL_ASSERT(n >= 1);
+  int64_t p = 1;
+  while (p * 2 <= n) p *= 2;
+  return p;
+}
+
+std::vector<std::pair<int64_t, int64_t>> recursive_doubling_adds(int64_t n) {
+  const int64_t p = recursive_doubling_core(n);
+  std::vector<std::pair<int64_t, int64_t>> adds;
+  for (int64_t m = p; m < n; ++m) adds.emplace_back(m - p, m);
+  for (int64_t step = 1; step < p; step *= 2) {
+    for (int64_t m = 0; m < p; m += 2 * step) adds.emplace_back(m, m + step);
+  }
+  return adds;
+}
+
 Shape collective_whole(const proto::CollectiveProto& collective, const Shape& input,
                        const Shape& output) {
   switch (collective.op()) {
@@ -59,8 +95,13 @@ Shape collective_whole(const proto::CollectiveProto& collective, const Shape& in
   }
 }
 
-int64_t collective_ids(proto::CollectiveProto::Op op, int64_t n) {
-  return op == proto::CollectiveProto::ALL_TO_ALL ? n : 1;
+int64_t collective_ids(proto::CollectiveProto::Op op, int64_t n,
+                       proto::CollectiveProto::Algorithm algorithm) {
+  if (op == proto::CollectiveProto::ALL_TO_ALL) return n;
+  if (algorithm != proto::CollectiveProto::RECURSIVE_DOUBLING) return 1;
+  int64_t stages = 2;  // the fold and the unfold
+  for (int64_t step = 1; step < recursive_doubling_core(n); step *= 2) ++stages;
+  return stages;
 }
 
 uint64_t collective_tag(int64_t collective_id, int64_t receiving_member) {

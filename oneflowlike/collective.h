@@ -20,11 +20,13 @@
 //    through the collectives (Note [Collective order] in plan_contract.h).
 //  - Sum order (ring_sum_order): chunk c of a reduction is summed starting at member c + 1 and
 //    going round the ring to member c, (((x[c+1] + x[c+2]) + ...) + x[c]), the order of a ring
-//    reduce-scatter. Every executor sums in this order, so a plan's result does not depend on
-//    which one runs it, nor on how many processes it spans.
+//    reduce-scatter; a small all-reduce by recursive doubling sums one tree instead (Note
+//    [Recursive doubling]). Every executor follows the plan's algorithm, so a plan's result does
+//    not depend on which one runs it, nor on how many processes it spans.
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "oneflowlike/proto/plan.pb.h"
@@ -44,14 +46,45 @@ std::vector<int64_t> ring_sum_order(int64_t chunk, int64_t n);
 /// "all_reduce", "reduce_scatter", "all_gather".
 const char* collective_op_name(proto::CollectiveProto::Op op);
 
+/// Note [Recursive doubling]: a small all-reduce is latency, and the ring's 2(n - 1) steps cost
+/// more than its bytes. Recursive doubling takes log2(p) exchanges of the whole tensor, p the
+/// largest power of two <= n: members p..n-1 first hand their input to member m - p, which adds
+/// it; the first p members then, at step k = 0, 1, ..., exchange partial sums with member
+/// m xor 2^k and add; last, member m < n - p hands the sum to member m + p. Every member's sum
+/// has the same association (one tree), and float addition is commutative, so all members hold
+/// the same bits: those of recursive_doubling_adds. The compiler picks it for all-reduces of at
+/// most kRecursiveDoublingMaxBytes; the plan records the choice (CollectiveProto::algorithm).
+/// Measured (docs/benchmarks.md, "Collectives"): over TCP between two hosts it took 0.5-0.8 of
+/// the ring's time at 4 and 16 KiB on 4 ranks and half on 8, but twice the ring's at 64 KiB (one
+/// whole-tensor message against the ring's small pieces); within a host, over shared memory, the
+/// two were level up to 256 KiB.
+constexpr int64_t kRecursiveDoublingMaxBytes = int64_t{32} << 10;
+
+/// The algorithm of a collective of `op` over n members whose whole tensor has `whole_bytes`.
+proto::CollectiveProto::Algorithm collective_algorithm(proto::CollectiveProto::Op op,
+                                                       int64_t whole_bytes, int64_t n);
+
+/// "ring", "recursive doubling".
+const char* collective_algorithm_name(proto::CollectiveProto::Algorithm algorithm);
+
+/// The sum of recursive doubling over n members as (into, from) pairs, applied in order to one
+/// partial per member that starts as its input: partial[into] = partial[into] + partial[from].
+/// The sum ends in partial[0] (Note [Recursive doubling]).
+std::vector<std::pair<int64_t, int64_t>> recursive_doubling_adds(int64_t n);
+
+/// The largest power of two <= n (n >= 1): the members of recursive doubling's exchanges.
+int64_t recursive_doubling_core(int64_t n);
+
 /// The whole tensor a collective chunks: the input of a reduction, the output of a gather; for
 /// an all-to-all the output along `axis` and the input elsewhere. `input` and `output` are the
 /// member's register shapes.
 Shape collective_whole(const proto::CollectiveProto& collective, const Shape& input,
                        const Shape& output);
 
-/// How many collective ids a collective of `op` over n members takes (Note [Collective tags]).
-int64_t collective_ids(proto::CollectiveProto::Op op, int64_t n);
+/// How many collective ids a collective of `op` over n members by `algorithm` takes (Note
+/// [Collective tags]).
+int64_t collective_ids(proto::CollectiveProto::Op op, int64_t n,
+                       proto::CollectiveProto::Algorithm algorithm);
 
 /// Note [Collective tags]: a member's messages travel as tagged transfers (comm/transport.h)
 /// under a 32-bit tag: bit 31 set (transfer ids stay below it), the collective id, and the
@@ -60,7 +93,9 @@ int64_t collective_ids(proto::CollectiveProto::Op op, int64_t n);
 /// sides, and transports keep the order of one tag between two ranks, so the tag needs no
 /// step or act number. A ring member receives from one member only; an all-to-all member from
 /// every member, and transports match tags whatever the sender, so an all-to-all takes n ids,
-/// collective_id + the sending member.
+/// collective_id + the sending member. Recursive doubling receives from another member at each
+/// stage (the fold, the log2(p) exchanges, the unfold): it takes one id per stage,
+/// collective_id + the stage.
 constexpr int64_t kMaxCollectiveId = int64_t{1} << 19;
 constexpr int64_t kMaxCollectiveMembers = int64_t{1} << 12;
 uint64_t collective_tag(int64_t collective_id, int64_t receiving_member);

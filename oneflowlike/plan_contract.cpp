@@ -58,6 +58,9 @@ std::string describe_collective(const TaskRef& t, const CollectiveFacts& facts) 
       c.axis() >= 0 ? str_cat(" along axis ", c.axis()) : std::string(),
       c.op() == proto::CollectiveProto::ALL_TO_ALL ? str_cat(" to axis ", c.out_axis())
                                                    : std::string(),
+      c.algorithm() == proto::CollectiveProto::RING
+          ? std::string()
+          : str_cat(" by ", collective_algorithm_name(c.algorithm())),
       " (collective ", c.collective_id(), ", task '", t.task->name(), "'",
       t.task->logical_op().empty() ? std::string() : str_cat(" from '", t.task->logical_op(), "'"),
       ")");
@@ -66,8 +69,8 @@ std::string describe_collective(const TaskRef& t, const CollectiveFacts& facts) 
 bool same_collective(const proto::CollectiveProto& a, const CollectiveFacts& a_facts,
                      const proto::CollectiveProto& b, const CollectiveFacts& b_facts) {
   return a.collective_id() == b.collective_id() && a.op() == b.op() && a.axis() == b.axis() &&
-         a.out_axis() == b.out_axis() && a_facts.dtype == b_facts.dtype &&
-         a_facts.count == b_facts.count;
+         a.out_axis() == b.out_axis() && a.algorithm() == b.algorithm() &&
+         a_facts.dtype == b_facts.dtype && a_facts.count == b_facts.count;
 }
 
 }  // namespace
@@ -212,6 +215,14 @@ void check_plan_contract(const proto::PlanProto& plan, const PlanContractOptions
                    " does not exist.");
     OFL_PLAN_CHECK(proto::CollectiveProto::Op_IsValid(c.op()), "collective ", describe(ref),
                    " must run a known op. However, got op ", static_cast<int>(c.op()), ".");
+    OFL_PLAN_CHECK(c.algorithm() == proto::CollectiveProto::RING ||
+                       (c.algorithm() == proto::CollectiveProto::RECURSIVE_DOUBLING &&
+                        c.op() == proto::CollectiveProto::ALL_REDUCE),
+                   "collective ", describe(ref),
+                   " must run by ring, or by recursive doubling if it is an all-reduce. However, "
+                   "it is ",
+                   collective_op_name(c.op()), " by ", collective_algorithm_name(c.algorithm()),
+                   ".");
     const std::set<int64_t> distinct(c.members().begin(), c.members().end());
     OFL_PLAN_CHECK(c.members_size() >= 2 && static_cast<int>(distinct.size()) == c.members_size() &&
                        distinct.count(ref.rank),

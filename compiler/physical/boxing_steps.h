@@ -100,8 +100,16 @@ class StepEmitter {
                                   int out_axis = 0) {
     std::vector<int64_t> ranks;
     for (int64_t pid : members) ranks.push_back(placement.rank(pid));
-    const auto [id, sequence] =
-        builder_.new_collective(ranks, collective_ids(op, static_cast<int64_t>(ranks.size())));
+    // The whole tensor's bytes choose the algorithm (collective_algorithm).
+    proto::CollectiveProto op_only;
+    op_only.set_op(op);
+    op_only.set_axis(axis);
+    const int64_t whole_bytes =
+        collective_whole(op_only, builder_.register_shape(in[members[0]]), out_shapes[0]).numel() *
+        static_cast<int64_t>(dtype_size(builder_.register_dtype(in[members[0]])));
+    const int64_t n = static_cast<int64_t>(ranks.size());
+    const proto::CollectiveProto::Algorithm algorithm = collective_algorithm(op, whole_bytes, n);
+    const auto [id, sequence] = builder_.new_collective(ranks, collective_ids(op, n, algorithm));
     std::vector<int64_t> out;
     for (size_t m = 0; m < members.size(); ++m) {
       proto::TaskProto* t =
@@ -116,6 +124,7 @@ class StepEmitter {
         c->set_sequence(sequence);
         c->set_axis(axis);
         if (op == proto::CollectiveProto::ALL_TO_ALL) c->set_out_axis(out_axis);
+        c->set_algorithm(algorithm);
       }
       out.push_back(output(t, out_shapes[m]));
     }

@@ -51,10 +51,12 @@ struct Case {
   Op::Op op;
   int n;
   int axis;  // 0, 1 or -1 (flat)
+  Op::Algorithm algorithm = Op::RING;
 };
 
 std::string case_name(const Case& c) {
-  return str_cat(collective_op_name(c.op), " over ", c.n, " ranks, axis ", c.axis);
+  return str_cat(collective_op_name(c.op), " over ", c.n, " ranks, axis ", c.axis, " by ",
+                 collective_algorithm_name(c.algorithm));
 }
 
 // The chunk (0..n-1) that element (i, j) of the whole (kRows, kCols) tensor falls in, and its
@@ -106,6 +108,7 @@ void run_case(const Case& c) {
     for (double v : values_of(value)) flat.push_back(static_cast<float>(v));
     x.push_back(flat);
   }
+  b.set_collective_algorithm(c.algorithm);
   const std::vector<int64_t> outputs = b.collective(c.op, members, inputs, c.axis);
   for (int m = 0; m < c.n; ++m) {
     b.output(m, str_cat("y", m), outputs[m], from_proto(b.find(outputs[m])->shape()));
@@ -131,9 +134,19 @@ void run_case(const Case& c) {
       for (int64_t j = 0; j < kCols; ++j) {
         const auto [chunk, at] = chunk_of(c, i, j);
         const int64_t e = i * kCols + j;
-        const std::vector<int64_t> order = ring_sum_order(chunk, c.n);
-        float sum = x[order[0]][e];
-        for (int k = 1; k < c.n; ++k) sum += x[order[k]][e];
+        float sum = 0;
+        if (c.algorithm == Op::RECURSIVE_DOUBLING) {  // the one tree
+          std::vector<float> partial;
+          for (int m = 0; m < c.n; ++m) partial.push_back(x[m][e]);
+          for (const auto& [into, from] : recursive_doubling_adds(c.n)) {
+            partial[into] = partial[into] + partial[from];
+          }
+          sum = partial[0];
+        } else {
+          const std::vector<int64_t> order = ring_sum_order(chunk, c.n);
+          sum = x[order[0]][e];
+          for (int k = 1; k < c.n; ++k) sum += x[order[k]][e];
+        }
         if (c.op == Op::ALL_REDUCE) {
           for (int m = 0; m < c.n; ++m) expected[m].push_back(sum);
         } else {
@@ -154,6 +167,61 @@ TEST(CollectivePlan, AllReduceSumsEveryChunkInRingOrderOnTwoAndThreeRanks) {
   for (int n : {2, 3}) {
     for (int axis : {-1, 0, 1}) run_case(Case{Op::ALL_REDUCE, n, axis});
   }
+}
+
+TEST(CollectivePlan, AllReduceByRecursiveDoublingSumsOneTreeOnEveryMember) {
+  for (int n : {2, 3, 4, 5, 6, 7, 8}) {
+    for (int axis : {-1, 0}) run_case(Case{Op::ALL_REDUCE, n, axis, Op::RECURSIVE_DOUBLING});
+  }
+}
+
+TEST(CollectivePlan, RecursiveDoublingFoldsTheMembersAboveAPowerOfTwoFirst) {
+  // p = 4 for n = 6: members 4 and 5 are added to 0 and 1, then ((0 + 1) + (2 + 3)).
+  EXPECT_EQ(recursive_doubling_adds(6),
+            (std::vector<std::pair<int64_t, int64_t>>{{0, 4}, {1, 5}, {0, 1}, {2, 3}, {0, 2}}));
+  EXPECT_EQ(recursive_doubling_adds(2), (std::vector<std::pair<int64_t, int64_t>>{{0, 1}}));
+  EXPECT_EQ(recursive_doubling_core(7), 4);
+  // The compiler's choice: small all-reduces only.
+  EXPECT_EQ(collective_algorithm(Op::ALL_REDUCE, kRecursiveDoublingMaxBytes, 4),
+            Op::RECURSIVE_DOUBLING);
+  EXPECT_EQ(collective_algorithm(Op::ALL_REDUCE, kRecursiveDoublingMaxBytes + 1, 4), Op::RING);
+  EXPECT_EQ(collective_algorithm(Op::REDUCE_SCATTER, 64, 4), Op::RING);
+  // In float, 1e8 + 1 is 1e8: member 2 joins member 0 first, (1e8 + -1e8) + 1 = 1, where the
+  // ring's chunk 0 gives (1 + -1e8) + 1e8 = 0.
+  PlanBuilder b(3);
+  std::vector<int64_t> inputs;
+  for (int m = 0; m < 3; ++m) inputs.push_back(b.input(m, str_cat("x", m), Shape{1}));
+  b.set_collective_algorithm(Op::RECURSIVE_DOUBLING);
+  const std::vector<int64_t> out = b.collective(Op::ALL_REDUCE, {0, 1, 2}, inputs, -1);
+  for (int m = 0; m < 3; ++m) b.output(m, str_cat("y", m), out[m], Shape{1});
+  std::map<std::string, Tensor> feeds;
+  feeds["x0"] = ofl::testing::make_tensor({1e8}, Shape{1});
+  feeds["x1"] = ofl::testing::make_tensor({1}, Shape{1});
+  feeds["x2"] = ofl::testing::make_tensor({-1e8}, Shape{1});
+  ReferenceExecutor executor(b.plan());
+  const auto results = executor.run(feeds);
+  for (int m = 0; m < 3; ++m)
+    EXPECT_EQ(values_of(results.at(str_cat("y", m))), (std::vector<double>{1}));
+}
+
+TEST(CollectivePlan, RecursiveDoublingOnlyForAllReducesAndTheSameOnEveryMember) {
+  PlanBuilder b(2);
+  std::vector<int64_t> inputs;
+  for (int m = 0; m < 2; ++m) inputs.push_back(b.input(m, str_cat("x", m), Shape{4}));
+  b.set_collective_algorithm(Op::RECURSIVE_DOUBLING);
+  b.collective(Op::REDUCE_SCATTER, {0, 1}, inputs, -1, "grad");
+  expect_refused(b.plan(), {"must run by ring, or by recursive doubling if it is an all-reduce. "
+                            "However, it is reduce_scatter by recursive doubling."});
+  PlanBuilder c(2);
+  inputs.clear();
+  for (int m = 0; m < 2; ++m) inputs.push_back(c.input(m, str_cat("x", m), Shape{4}));
+  c.set_collective_algorithm(Op::RECURSIVE_DOUBLING);
+  const std::vector<int64_t> mixed = c.collective(Op::ALL_REDUCE, {0, 1}, inputs, -1, "grad");
+  c.find_task_of(mixed[1])->mutable_collective()->set_algorithm(Op::RING);
+  expect_refused(c.plan(), {"the members of collective 0",
+                            "all_reduce float32 x 4 by recursive "
+                            "doubling",
+                            "all_reduce float32 x 4 (collective 0"});
 }
 
 TEST(CollectivePlan, ReduceScatterGivesEachMemberItsChunkOfTheRingSum) {
@@ -461,6 +529,25 @@ TEST(CollectivePlan, DumpShowsCollectivesAndCountsTheirRingTraffic) {
       EXPECT_EQ(summary.ranks[1].bytes_received, 8);
     }
   }
+}
+
+TEST(CollectivePlan, DumpCountsRecursiveDoublingTraffic) {
+  // 6 members, p = 4: member 0 takes member 4's input, exchanges twice, hands the sum to 4;
+  // member 2 only exchanges; member 5 sends its input and gets the sum.
+  PlanBuilder b(6);
+  std::vector<int64_t> x;
+  for (int m = 0; m < 6; ++m) x.push_back(zeros(b, m, str_cat("x", m), Shape{5}));
+  b.set_collective_algorithm(Op::RECURSIVE_DOUBLING);
+  b.collective(Op::ALL_REDUCE, {0, 1, 2, 3, 4, 5}, x, -1, "grad", "dp");
+  EXPECT_NE(compiler::plan_to_text(b.plan()).find("(collective 0, sequence 0, axis -1, recursive "
+                                                  "doubling)"),
+            std::string::npos);
+  const compiler::PlanSummary summary = compiler::summarize_plan(b.plan());
+  EXPECT_EQ(summary.ranks[0].bytes_sent, 3 * 20);
+  EXPECT_EQ(summary.ranks[0].bytes_received, 3 * 20);
+  EXPECT_EQ(summary.ranks[2].bytes_sent, 2 * 20);
+  EXPECT_EQ(summary.ranks[5].bytes_sent, 20);
+  EXPECT_EQ(summary.ranks[5].bytes_received, 20);
 }
 
 }  // namespace

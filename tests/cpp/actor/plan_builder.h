@@ -188,7 +188,7 @@ class PlanBuilder {
     const int64_t n = static_cast<int64_t>(members.size());
     std::vector<int64_t> key(members.begin(), members.end());
     const int64_t id = next_collective_id_;
-    next_collective_id_ += collective_ids(op, n);
+    next_collective_id_ += collective_ids(op, n, algorithm_);
     const int64_t sequence = sequences_[key]++;
     // The whole tensor: a reduction's input, a gather's inputs joined along the axis.
     Shape whole_shape = from_proto(find(inputs[0])->shape());
@@ -227,9 +227,16 @@ class PlanBuilder {
       c->set_sequence(sequence);
       c->set_axis(axis);
       if (op == proto::CollectiveProto::ALL_TO_ALL) c->set_out_axis(out_axis);
+      c->set_algorithm(algorithm_);
       outputs.push_back(out);
     }
     return outputs;
+  }
+
+  /// The algorithm of the collectives made from now on (ring until set; the compiler chooses by
+  /// size, collective_algorithm).
+  void set_collective_algorithm(proto::CollectiveProto::Algorithm algorithm) {
+    algorithm_ = algorithm;
   }
 
   /// m micro-batches per iteration (Note [Micro-batches] in plan.proto).
@@ -265,6 +272,7 @@ class PlanBuilder {
   int64_t next_id_ = 0;
   std::map<int64_t, std::pair<int, int>> where_;  // register id -> (rank, index)
   int64_t next_collective_id_ = 0;
+  proto::CollectiveProto::Algorithm algorithm_ = proto::CollectiveProto::RING;
   std::map<std::vector<int64_t>, int64_t> sequences_;  // members -> next sequence number
 };
 

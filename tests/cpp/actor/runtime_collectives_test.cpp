@@ -36,14 +36,16 @@ struct Case {
   Op::Op op;
   int axis;
   int out_axis = 0;  // all-to-all
+  Op::Algorithm algorithm = Op::RING;
 };
 
 // One collective over ranks 0..n-1 of a `whole` tensor: member m reads INPUT x<m> and its
 // result is fetched as y<m>, checked against the reference executor (bit for bit) and against
 // the definition (within float rounding).
 void check_collective(int n, Case c, int piece_bytes, const Shape& whole = Shape{7, 5}) {
-  SCOPED_TRACE(str_cat(collective_op_name(c.op), " axis ", c.axis, " on ", n, " ranks, pieces of ",
-                       piece_bytes, " bytes, whole ", whole.to_string()));
+  SCOPED_TRACE(str_cat(collective_op_name(c.op), " axis ", c.axis, " on ", n, " ranks by ",
+                       collective_algorithm_name(c.algorithm), ", pieces of ", piece_bytes,
+                       " bytes, whole ", whole.to_string()));
   PieceBytes pieces(piece_bytes);
   const auto chunks = collective_chunks(whole, c.axis, n);
   PlanBuilder b(n);
@@ -60,6 +62,7 @@ void check_collective(int n, Case c, int piece_bytes, const Shape& whole = Shape
     inputs.push_back(b.input(m, str_cat("x", m), shape));
     feed[str_cat("x", m)] = random_tensor(shape, DataType::kFloat32, 100 + m);
   }
+  b.set_collective_algorithm(c.algorithm);
   const std::vector<int64_t> outputs =
       b.collective(c.op, members, inputs, c.axis, "boxing", "test communicator", c.out_axis);
   for (int m = 0; m < n; ++m) {
@@ -134,6 +137,15 @@ TEST(RuntimeCollectives, EveryOpMatchesTheReferenceBitForBitOnTwoToFourRanks) {
       check_collective(n, c, /*piece_bytes=*/1 << 20);  // one piece per chunk
       check_collective(n, c, /*piece_bytes=*/8);        // two floats: many pieces in flight
     }
+  }
+}
+
+// Recursive doubling (Note [Recursive doubling]): powers of two and the members above one,
+// every member with the reference's bits.
+TEST(RuntimeCollectives, RecursiveDoublingMatchesTheReferenceOnTwoToEightRanks) {
+  for (int n : {2, 3, 4, 5, 6, 8}) {
+    check_collective(n, Case{Op::ALL_REDUCE, -1, 0, Op::RECURSIVE_DOUBLING}, 1 << 20);
+    check_collective(n, Case{Op::ALL_REDUCE, 0, 0, Op::RECURSIVE_DOUBLING}, 1 << 20, Shape{1, 1});
   }
 }
 

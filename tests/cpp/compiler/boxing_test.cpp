@@ -514,6 +514,26 @@ TEST(Collectives, PartialToBroadcastOnFourRanksIsOneAllReduceTaskPerRank) {
   EXPECT_EQ(s.collective_threads_not_1, 0);
 }
 
+// Note [Recursive doubling]: the compiler picks it for all-reduces up to
+// kRecursiveDoublingMaxBytes of the whole tensor, the ring above.
+TEST(Collectives, SmallAllReducesRunByRecursiveDoublingLargeOnesByRing) {
+  const Placement p = cpu({0, 1, 2});
+  const BoxingSpec spec{p, {P()}, p, {B()}};
+  const int64_t largest = kRecursiveDoublingMaxBytes / 4;  // float32 elements
+  for (const auto& [shape, algorithm] :
+       std::vector<std::pair<Shape, proto::CollectiveProto::Algorithm>>{
+           {Shape{8, 6}, proto::CollectiveProto::RECURSIVE_DOUBLING},
+           {Shape{largest}, proto::CollectiveProto::RECURSIVE_DOUBLING},
+           {Shape{largest + 1}, proto::CollectiveProto::RING}}) {
+    const CommSummary s = summarize(spec, shape);
+    ASSERT_EQ(s.collectives.size(), 1u);
+    EXPECT_EQ(s.collectives.begin()->second.algorithm(), algorithm) << shape.to_string();
+  }
+  // Reductions into splits stay rings whatever their size.
+  const CommSummary scatter = summarize(BoxingSpec{p, {P()}, p, {S(0)}}, Shape{6});
+  EXPECT_EQ(scatter.collectives.begin()->second.algorithm(), proto::CollectiveProto::RING);
+}
+
 TEST(Collectives, PartialToSplitIsAReduceScatterAndSplitToBroadcastAnAllGather) {
   const Placement p = cpu({4, 2, 7});  // the ring follows the placement order, not rank numbers
   for (const auto& [from, to, kind, op, axis] :
