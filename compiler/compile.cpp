@@ -12,6 +12,8 @@
 #include "compiler/physical/expansion.h"
 #include "compiler/physical/in_place_boxing.h"
 #include "compiler/physical/memory_planning.h"
+#include "oneflowlike/common/id_index.h"
+#include "oneflowlike/common/parallel.h"
 #include "oneflowlike/plan_contract.h"
 
 namespace ofl::compiler {
@@ -41,12 +43,14 @@ namespace {
 // optimizer update of a variable) must act after every other task of its rank that reads that
 // register in the same iteration, or a reader would see the updated value.
 void order_in_place_writers(proto::PlanProto* plan) {
-  for (auto& rank : *plan->mutable_ranks()) {
-    std::map<int64_t, std::vector<int64_t>> readers;  // register -> tasks reading it
+  parallel_each(plan->ranks_size(), [&](int64_t position) {
+    proto::RankPlanProto& rank = *plan->mutable_ranks(static_cast<int>(position));
+    std::unordered_map<int64_t, std::vector<int64_t>> readers;  // register -> tasks reading it
     for (const auto& task : rank.tasks()) {
       for (int64_t r : task.inputs()) readers[r].push_back(task.id());
     }
     for (auto& task : *rank.mutable_tasks()) {
+      if (task.mutated_inputs().empty()) continue;
       std::set<int64_t> control(task.control_inputs().begin(), task.control_inputs().end());
       for (int index : task.mutated_inputs()) {
         for (int64_t reader : readers[task.inputs(index)]) {
@@ -54,7 +58,7 @@ void order_in_place_writers(proto::PlanProto* plan) {
         }
       }
     }
-  }
+  });
 }
 
 // Re-lists each rank's tasks so that every task follows its producers and control inputs on
@@ -64,29 +68,36 @@ void order_in_place_writers(proto::PlanProto* plan) {
 // tasks that need nothing from the micro-batches, the per-micro-batch tasks, and the once tasks
 // after them; a task is "after" when some per-micro-batch task on any rank leads to it.
 void sort_rank_tasks(proto::PlanProto* plan) {
-  for (auto& rank : *plan->mutable_ranks()) {
+  parallel_each(plan->ranks_size(), [&](int64_t position_of_rank) {
+    proto::RankPlanProto& rank = *plan->mutable_ranks(static_cast<int>(position_of_rank));
     const int n = rank.tasks_size();
-    std::unordered_map<int64_t, int> position;  // task id -> index in the rank
-    position.reserve(n);
-    for (int i = 0; i < n; ++i) position.emplace(rank.tasks(i).id(), i);
-    std::unordered_map<int64_t, int> producer;  // register id -> producer's index in the rank
-    producer.reserve(rank.registers_size());
+    std::vector<int64_t> task_ids;
+    task_ids.reserve(n);
+    for (const auto& t : rank.tasks()) task_ids.push_back(t.id());
+    const IdIndex position(task_ids);  // task id -> index in the rank
+    std::vector<int64_t> register_ids;
+    std::vector<int> producer_of_register;  // its producer's index in the rank, or -1
     for (const auto& r : rank.registers()) {
-      auto it = position.find(r.producer());
-      if (it != position.end()) producer.emplace(r.id(), it->second);
+      register_ids.push_back(r.id());
+      producer_of_register.push_back(position.find(r.producer()));
     }
+    const IdIndex register_position(register_ids);
+    auto producer = [&](int64_t reg) {
+      const int k = register_position.find(reg);
+      return k < 0 ? -1 : producer_of_register[k];
+    };
     std::vector<std::vector<int>> next(n);
     std::vector<int> pending(n, 0);
     std::vector<int> before;
     for (int i = 0; i < n; ++i) {
       before.clear();
       for (int64_t r : rank.tasks(i).inputs()) {
-        auto it = producer.find(r);
-        if (it != producer.end()) before.push_back(it->second);
+        const int p = producer(r);
+        if (p >= 0) before.push_back(p);
       }
       for (int64_t c : rank.tasks(i).control_inputs()) {
-        auto it = position.find(c);
-        if (it != position.end()) before.push_back(it->second);
+        const int p = position.find(c);
+        if (p >= 0) before.push_back(p);
       }
       std::sort(before.begin(), before.end());
       before.erase(std::unique(before.begin(), before.end()), before.end());
@@ -148,16 +159,25 @@ void sort_rank_tasks(proto::PlanProto* plan) {
       }
     }
     // A cycle inside one rank is left for check_plan_contract to report with its task names.
-    if (static_cast<int>(order.size()) != n) continue;
+    if (static_cast<int>(order.size()) != n) return;
     bool identity = true;
     for (int i = 0; i < n && identity; ++i) identity = order[i] == i;
-    if (identity) continue;
-    // Swap, not copy: tasks are large messages and a plan holds ~10^5 of them.
-    google::protobuf::RepeatedPtrField<proto::TaskProto> sorted;
-    sorted.Reserve(n);
-    for (int i : order) sorted.Add()->Swap(rank.mutable_tasks(i));
-    rank.mutable_tasks()->Swap(&sorted);
-  }
+    if (identity) return;
+    // Permuted in place by swapping element pointers (no message is made or copied): slot k
+    // takes task order[k]; where[i] is the slot task i sits in now.
+    std::vector<int> where(n), at(n);  // at[k]: the task in slot k
+    for (int i = 0; i < n; ++i) where[i] = at[i] = i;
+    google::protobuf::RepeatedPtrField<proto::TaskProto>& list = *rank.mutable_tasks();
+    for (int k = 0; k < n; ++k) {
+      const int slot = where[order[k]];
+      if (slot == k) continue;
+      list.SwapElements(k, slot);
+      where[at[k]] = slot;
+      at[slot] = at[k];
+      where[order[k]] = k;
+      at[k] = order[k];
+    }
+  });
 }
 
 // Note [Pipeline register counts]: with p pipeline stages and m > 1 micro-batches, a stage

@@ -125,11 +125,8 @@ void collective_bytes(const proto::TaskProto& task, const RegisterMap& registers
       collective_whole(c, from_proto(in->second->shape()), from_proto(out->second->shape()));
   if (c.axis() < -1 || c.axis() >= whole.ndim()) return;
   const int64_t element = static_cast<int64_t>(dtype_size(dtype_from_name(in->second->dtype())));
-  const std::vector<std::vector<Range>> chunks = collective_chunks(whole, c.axis(), n);
   auto chunk_bytes = [&](int64_t j) {
-    int64_t numel = 1;
-    for (const Range& r : chunks[((j % n) + n) % n]) numel *= r.end - r.begin;
-    return numel * element;
+    return collective_chunk_numel(whole, c.axis(), n, ((j % n) + n) % n) * element;
   };
   const int64_t m = member - c.members().begin();
   const int64_t all = whole.numel() * element;

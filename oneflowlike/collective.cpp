@@ -20,6 +20,13 @@ std::vector<std::vector<Range>> collective_chunks(const Shape& shape, int axis, 
   return chunks;
 }
 
+int64_t collective_chunk_numel(const Shape& shape, int axis, int64_t n, int64_t chunk) {
+  OFL_ASSERT(n >= 1 && axis >= -1 && axis < shape.ndim() && chunk >= 0 && chunk < n);
+  if (axis < 0) return balanced_range(shape.numel(), n, chunk).size();
+  if (shape[axis] == 0) return 0;
+  return balanced_range(shape[axis], n, chunk).size() * (shape.numel() / shape[axis]);
+}
+
 std::vector<int64_t> ring_sum_order(int64_t chunk, int64_t n) {
   std::vector<int64_t> order;
   for (int64_t k = 1; k <= n; ++k) order.push_back((chunk + k) % n);

@@ -38,6 +38,8 @@ namespace ofl {
 /// The n chunks of a tensor of `shape`: balanced ranges of `axis`, or of the flat elements
 /// (axis -1: then each region is one range over a 1-d view of `numel` elements).
 std::vector<std::vector<Range>> collective_chunks(const Shape& shape, int axis, int64_t n);
+/// The elements of chunk `chunk` of collective_chunks(shape, axis, n), without making them.
+int64_t collective_chunk_numel(const Shape& shape, int axis, int64_t n, int64_t chunk);
 
 /// The members in the order chunk `chunk` of a reduction is summed: chunk + 1, ..., chunk
 /// (indices into the communicator).

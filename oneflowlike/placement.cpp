@@ -59,6 +59,20 @@ std::string Placement::to_string() const {
   return s;
 }
 
+std::string Placement::brief() const {
+  constexpr size_t kListed = 16;
+  if (ranks_.size() <= kListed) return to_string();
+  std::string s = str_cat(device_type_name(type_), ", ranks ");
+  for (size_t i = 0; i < ranks_.size();) {
+    size_t j = i;
+    while (j + 1 < ranks_.size() && ranks_[j + 1] == ranks_[j] + 1) ++j;
+    s += str_cat(i > 0 ? ", " : "", ranks_[i]);
+    if (j > i) s += str_cat("..", ranks_[j]);
+    i = j + 1;
+  }
+  return str_cat(s, " as ", hierarchy_.to_string());
+}
+
 namespace {
 
 // Parses a nested list of integers such as "[[0, 1], [2, 3]]" into ranks and a hierarchy.

@@ -40,6 +40,10 @@ class Placement {
   bool operator!=(const Placement& o) const { return !(*this == o); }
   /// "cpu, [[0, 1], [2, 3]]", the form parse() reads.
   std::string to_string() const;
+  /// to_string() up to 16 ranks; above, runs of consecutive ranks and the hierarchy ("cpu, ranks
+  /// 0..1023 as (128, 8)"): what a plan stores per collective task, where 1,024 listed ranks
+  /// would cost kilobytes each (Note [Collective tasks]).
+  std::string brief() const;
 
  private:
   DeviceType type_ = DeviceType::kCPU;

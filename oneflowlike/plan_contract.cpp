@@ -9,6 +9,7 @@
 
 #include "oneflowlike/collective.h"
 #include "oneflowlike/common/error.h"
+#include "oneflowlike/common/id_index.h"
 #include "oneflowlike/proto_convert.h"
 
 namespace ofl {
@@ -82,24 +83,31 @@ bool same_collective(const proto::CollectiveProto& a, const CollectiveFacts& a_f
 void check_plan_contract(const proto::PlanProto& plan, const PlanContractOptions& options) {
   std::vector<TaskRef> tasks;
   std::vector<std::pair<const proto::RegisterProto*, int64_t>> registers;  // (reg, rank)
-  std::unordered_map<int64_t, int> task_index, register_index;             // id -> position
+  std::vector<int64_t> task_ids, register_ids;                             // by position
   for (const auto& rank : plan.ranks()) {
     for (const auto& t : rank.tasks()) {
-      task_index.emplace(t.id(), static_cast<int>(tasks.size()));
+      task_ids.push_back(t.id());
       tasks.push_back(TaskRef{&t, rank.rank()});
     }
     for (const auto& r : rank.registers()) {
-      register_index.emplace(r.id(), static_cast<int>(registers.size()));
+      register_ids.push_back(r.id());
       registers.emplace_back(&r, rank.rank());
     }
   }
+  const IdIndex task_index(task_ids), register_index(register_ids);  // id -> position
+  // The position of a task known to exist (checked before).
+  auto position_of = [&](int64_t id) {
+    const int i = task_index.find(id);
+    OFL_ASSERT(i >= 0) << "task " << id;
+    return i;
+  };
   auto find_task = [&](int64_t id) -> const TaskRef* {
-    auto it = task_index.find(id);
-    return it == task_index.end() ? nullptr : &tasks[it->second];
+    const int i = task_index.find(id);
+    return i < 0 ? nullptr : &tasks[i];
   };
   auto find_register = [&](int64_t id) -> const proto::RegisterProto* {
-    auto it = register_index.find(id);
-    return it == register_index.end() ? nullptr : registers[it->second].first;
+    const int i = register_index.find(id);
+    return i < 0 ? nullptr : registers[i].first;
   };
   // Registers stay on their rank.
   for (const auto& [reg, rank] : registers) {
@@ -336,7 +344,7 @@ void check_plan_contract(const proto::PlanProto& plan, const PlanContractOptions
   for (size_t k = 0; k < collective_ids.size(); ++k) {
     for (int i : collectives[collective_ids[k]]) {
       const proto::RegisterProto* in = find_register(tasks[i].task->inputs(0));
-      edge(task_index.at(in->producer()), n + static_cast<int>(k));
+      edge(position_of(in->producer()), n + static_cast<int>(k));
       edge(n + static_cast<int>(k), i);
     }
   }
@@ -346,13 +354,13 @@ void check_plan_contract(const proto::PlanProto& plan, const PlanContractOptions
       const proto::RegisterProto* reg = find_register(r);
       OFL_PLAN_CHECK(reg != nullptr, "task ", describe(t), " reads register ", r,
                      ", which does not exist.");
-      edge(task_index.at(reg->producer()), i);  // the producer exists: checked above
+      edge(position_of(reg->producer()), i);  // the producer exists: checked above
     }
     for (int64_t c : t.task->control_inputs()) {
-      auto it = task_index.find(c);
-      OFL_PLAN_CHECK(it != task_index.end(), "task ", describe(t), " waits for task ", c,
+      const int from = task_index.find(c);
+      OFL_PLAN_CHECK(from >= 0, "task ", describe(t), " waits for task ", c,
                      ", which does not exist.");
-      edge(it->second, i);
+      edge(from, i);
     }
     if (t.task->kind() == proto::TaskProto::RECV && present.count(t.task->peer())) {
       edge(sends[t.task->transfer_id()][0], i);
@@ -384,11 +392,11 @@ void check_plan_contract(const proto::PlanProto& plan, const PlanContractOptions
       if (pending[from] > 0) waits.append(waits.empty() ? "" : ", ").append(what);
     };
     for (int64_t r : t.task->inputs()) {
-      const int from = task_index.at(find_register(r)->producer());
+      const int from = position_of(find_register(r)->producer());
       wait(from, str_cat("register '", find_register(r)->name(), "' from ", describe(tasks[from])));
     }
     for (int64_t c : t.task->control_inputs()) {
-      wait(task_index.at(c), "control input " + describe(tasks[task_index.at(c)]));
+      wait(position_of(c), "control input " + describe(tasks[position_of(c)]));
     }
     if (t.task->kind() == proto::TaskProto::RECV && present.count(t.task->peer())) {
       const int from = sends[t.task->transfer_id()][0];
@@ -399,7 +407,7 @@ void check_plan_contract(const proto::PlanProto& plan, const PlanContractOptions
       for (int u : collectives[c.collective_id()]) {
         if (u == i) continue;
         const proto::RegisterProto* in = find_register(tasks[u].task->inputs(0));
-        const int from = task_index.at(in->producer());
+        const int from = position_of(in->producer());
         wait(from, str_cat("collective ", c.collective_id(), " (", collective_op_name(c.op()),
                            " on ranks ", rank_list(c.members()), ") with ", describe(tasks[u]),
                            ", whose input '", in->name(), "' comes from ", describe(tasks[from])));

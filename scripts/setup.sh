@@ -7,8 +7,8 @@ ROOT=$(pwd)
 
 APT_PACKAGES=(build-essential cmake ninja-build ccache pkg-config
   libprotobuf-dev protobuf-compiler libgoogle-glog-dev libgtest-dev libgmock-dev
-  libucx-dev ucx-utils libdnnl-dev pybind11-dev python3-dev python3-venv python3-numpy
-  python3-pytest iproute2)
+  libucx-dev ucx-utils libdnnl-dev libgoogle-perftools-dev pybind11-dev python3-dev python3-venv
+  python3-numpy python3-pytest iproute2)
 
 missing=()
 for p in "${APT_PACKAGES[@]}"; do

@@ -110,6 +110,7 @@ class StepEmitter {
     const int64_t n = static_cast<int64_t>(ranks.size());
     const proto::CollectiveProto::Algorithm algorithm = collective_algorithm(op, whole_bytes, n);
     const auto [id, sequence] = builder_.new_collective(ranks, collective_ids(op, n, algorithm));
+    const std::string communicator = str_cat("dimension ", k, " of ", placement.brief());
     std::vector<int64_t> out;
     for (size_t m = 0; m < members.size(); ++m) {
       proto::TaskProto* t =
@@ -119,7 +120,7 @@ class StepEmitter {
         proto::CollectiveProto* c = t->mutable_collective();
         c->set_op(op);
         for (int64_t r : ranks) c->add_members(r);
-        c->set_communicator(str_cat("dimension ", k, " of ", placement.to_string()));
+        c->set_communicator(communicator);
         c->set_collective_id(id);
         c->set_sequence(sequence);
         c->set_axis(axis);

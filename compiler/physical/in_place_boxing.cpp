@@ -6,6 +6,7 @@
 #include <utility>
 #include <vector>
 
+#include "oneflowlike/common/parallel.h"
 #include "oneflowlike/proto_convert.h"
 #include "oneflowlike/sbp.h"
 
@@ -150,7 +151,8 @@ void mark_rank(proto::RankPlanProto* rank_plan) {
 }  // namespace
 
 void mark_in_place_boxing(proto::PlanProto* plan) {
-  for (proto::RankPlanProto& rank_plan : *plan->mutable_ranks()) mark_rank(&rank_plan);
+  parallel_each(plan->ranks_size(),
+                [&](int64_t r) { mark_rank(plan->mutable_ranks(static_cast<int>(r))); });
 }
 
 }  // namespace ofl::compiler::physical

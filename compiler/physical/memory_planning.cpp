@@ -11,6 +11,8 @@
 #include <vector>
 
 #include "oneflowlike/common/error.h"
+#include "oneflowlike/common/id_index.h"
+#include "oneflowlike/common/parallel.h"
 #include "oneflowlike/dtype.h"
 #include "oneflowlike/proto_convert.h"
 
@@ -67,26 +69,45 @@ struct Placed {
   int64_t bytes = 0;
 };
 
-// Sets each chain task's control input to its chain predecessor; returns task id -> chain index.
-std::unordered_map<int64_t, int64_t> order_chain(
-    proto::RankPlanProto* rank_plan,
-    const std::unordered_map<int64_t, int64_t>& register_producer) {
-  std::unordered_map<int64_t, int64_t> chain_index;
-  proto::TaskProto* previous = nullptr;
-  for (proto::TaskProto& task : *rank_plan->mutable_tasks()) {
-    if (task.thread() != 0) continue;
-    const auto index = static_cast<int64_t>(chain_index.size());
-    chain_index[task.id()] = index;
-    if (previous != nullptr) {
-      bool ordered = std::find(task.control_inputs().begin(), task.control_inputs().end(),
-                               previous->id()) != task.control_inputs().end();
-      for (int64_t input : task.inputs()) {
-        auto it = register_producer.find(input);
-        if (it != register_producer.end() && it->second == previous->id()) ordered = true;
-      }
-      if (!ordered) task.add_control_inputs(previous->id());
+// A rank's tasks and registers by position (plan order), and how its ids map to them.
+struct RankIndex {
+  explicit RankIndex(const proto::RankPlanProto& rank_plan) {
+    std::vector<int64_t> ids;
+    for (const proto::TaskProto& task : rank_plan.tasks()) ids.push_back(task.id());
+    tasks = IdIndex(ids);
+    ids.clear();
+    for (const proto::RegisterProto& reg : rank_plan.registers()) ids.push_back(reg.id());
+    registers = IdIndex(ids);
+    for (const proto::RegisterProto& reg : rank_plan.registers()) {
+      producer.push_back(tasks.find(reg.producer()));
     }
-    previous = &task;
+  }
+  IdIndex tasks;
+  IdIndex registers;
+  std::vector<int> producer;  // by register position: its producer's position, or -1
+};
+
+// Sets each chain task's control input to its chain predecessor; returns, by task position, its
+// chain index (-1: not in the chain).
+std::vector<int64_t> order_chain(proto::RankPlanProto* rank_plan, const RankIndex& index) {
+  std::vector<int64_t> chain_index(rank_plan->tasks_size(), -1);
+  int64_t length = 0;
+  int previous = -1;  // position
+  for (int i = 0; i < rank_plan->tasks_size(); ++i) {
+    proto::TaskProto& task = *rank_plan->mutable_tasks(i);
+    if (task.thread() != 0) continue;
+    chain_index[i] = length++;
+    if (previous >= 0) {
+      const int64_t previous_id = rank_plan->tasks(previous).id();
+      bool ordered = std::find(task.control_inputs().begin(), task.control_inputs().end(),
+                               previous_id) != task.control_inputs().end();
+      for (int64_t input : task.inputs()) {
+        const int r = index.registers.find(input);
+        if (r >= 0 && index.producer[r] == previous) ordered = true;
+      }
+      if (!ordered) task.add_control_inputs(previous_id);
+    }
+    previous = i;
   }
   return chain_index;
 }
@@ -117,63 +138,60 @@ struct RankMemory {
 // The rank's memory per device: blocks `block_id` (host) and `device_block_id` (GPU).
 std::map<proto::PlanDevice, RankMemory> plan_rank(proto::RankPlanProto* rank_plan, int64_t block_id,
                                                   int64_t device_block_id) {
-  std::unordered_map<int64_t, int64_t> register_producer;
-  for (const proto::RegisterProto& reg : rank_plan->registers()) {
-    register_producer[reg.id()] = reg.producer();
-  }
-  const std::unordered_map<int64_t, int64_t> chain_index =
-      order_chain(rank_plan, register_producer);
+  const RankIndex index(*rank_plan);
+  const std::vector<int64_t> chain_index = order_chain(rank_plan, index);
   // Note [Micro-batches and memory reuse]: the micro-batch part of the chain runs m times per
   // iteration, so a register that crosses between it and the once-per-iteration part (the input
   // of UNPACK or REPEAT, the output of ACCUMULATE or PACK) lives through all m repetitions and
   // cannot share memory with registers of one micro-batch; it gets its own allocation.
-  std::unordered_map<int64_t, bool> per_micro;
-  for (const proto::TaskProto& task : rank_plan->tasks())
-    per_micro[task.id()] = task.per_micro_batch();
+  auto per_micro = [&](int task) { return rank_plan->tasks(task).per_micro_batch(); };
 
   // Note [Slice views] and Note [Concats in place] (in_place_boxing.h): a view's register and
   // an in-place concat's inputs have no memory of their own. A view's input lives until the
   // view's readers are done (views of views too); an in-place concat's output from the first
   // input's producer until its own readers and its inputs' readers are done.
-  std::unordered_map<int64_t, const proto::TaskProto*> task_by_id;
-  for (const proto::TaskProto& task : rank_plan->tasks()) task_by_id[task.id()] = &task;
-  std::unordered_map<int64_t, const proto::RegisterProto*> register_by_id;
-  std::unordered_map<int64_t, const proto::RegisterProto*> view_output;  // view task -> register
-  for (const proto::RegisterProto& reg : rank_plan->registers()) {
-    register_by_id[reg.id()] = &reg;
-    auto producer = task_by_id.find(reg.producer());
-    if (producer != task_by_id.end() && producer->second->view()) {
-      view_output[reg.producer()] = &reg;
-    }
+  const int num_tasks = rank_plan->tasks_size();
+  const int num_registers = rank_plan->registers_size();
+  std::vector<int> view_output(num_tasks, -1);  // view task -> its register
+  for (int r = 0; r < num_registers; ++r) {
+    const int producer = index.producer[r];
+    if (producer >= 0 && rank_plan->tasks(producer).view()) view_output[producer] = r;
   }
-  std::unordered_set<int64_t> written_into_another;  // inputs of in-place concats
+  std::vector<char> written_into_another(num_registers, 0);  // inputs of in-place concats
   for (const proto::TaskProto& task : rank_plan->tasks()) {
-    if (task.in_place()) written_into_another.insert(task.inputs().begin(), task.inputs().end());
-  }
-  // The registers whose memory is `reg`'s: itself and, for an in-place concat's output, its
-  // inputs.
-  auto members = [&](const proto::RegisterProto& reg) {
-    std::vector<const proto::RegisterProto*> regs{&reg};
-    auto producer = task_by_id.find(reg.producer());
-    if (producer != task_by_id.end() && producer->second->in_place()) {
-      for (int64_t id : producer->second->inputs()) regs.push_back(register_by_id.at(id));
+    if (!task.in_place()) continue;
+    for (int64_t id : task.inputs()) {
+      const int r = index.registers.find(id);
+      if (r >= 0) written_into_another[r] = 1;
     }
-    return regs;
-  };
-  // The tasks that read `reg`'s memory: its consumers and those of views of it.
-  auto readers = [&](const proto::RegisterProto& reg) {
-    std::vector<int64_t> tasks;
-    std::vector<const proto::RegisterProto*> pending{&reg};
-    while (!pending.empty()) {
-      const proto::RegisterProto* r = pending.back();
-      pending.pop_back();
-      for (int64_t consumer : r->consumers()) {
-        tasks.push_back(consumer);
-        auto view = view_output.find(consumer);
-        if (view != view_output.end()) pending.push_back(view->second);
+  }
+  // The registers whose memory is register r's: itself and, for an in-place concat's output,
+  // its inputs (positions).
+  std::vector<int> members;
+  auto members_of = [&](int r) {
+    members.assign(1, r);
+    const int producer = index.producer[r];
+    if (producer >= 0 && rank_plan->tasks(producer).in_place()) {
+      for (int64_t id : rank_plan->tasks(producer).inputs()) {
+        members.push_back(index.registers.find(id));
       }
     }
-    return tasks;
+  };
+  // The tasks (positions, -1 for one off the rank) that read register r's memory: its
+  // consumers and those of views of it.
+  std::vector<int> readers, pending;
+  auto readers_of = [&](int r) {
+    readers.clear();
+    pending.assign(1, r);
+    while (!pending.empty()) {
+      const int at = pending.back();
+      pending.pop_back();
+      for (int64_t consumer : rank_plan->registers(at).consumers()) {
+        const int t = index.tasks.find(consumer);
+        readers.push_back(t);
+        if (t >= 0 && view_output[t] >= 0) pending.push_back(view_output[t]);
+      }
+    }
   };
 
   // Per device (Note [Devices in a plan] in expansion.h), the shareable registers and their
@@ -182,37 +200,41 @@ std::map<proto::PlanDevice, RankMemory> plan_rank(proto::RankPlanProto* rank_pla
   for (const proto::PlanDevice device : {proto::PLAN_DEVICE_CPU, proto::PLAN_DEVICE_CUDA}) {
     std::vector<std::pair<proto::RegisterProto*, Lifetime>> shareable;
     RankMemory& memory = memories[device];
-    for (proto::RegisterProto& reg : *rank_plan->mutable_registers()) {
+    for (int r = 0; r < num_registers; ++r) {
+      proto::RegisterProto& reg = *rank_plan->mutable_registers(r);
       if (reg.device() != device) continue;
       reg.set_memory_block(-1);
       reg.set_offset(0);
-      if (view_output.count(reg.producer()) || written_into_another.count(reg.id())) {
+      const int producer = index.producer[r];
+      if ((producer >= 0 && view_output[producer] >= 0) || written_into_another[r]) {
         reg.set_bytes(0);
         continue;
       }
       reg.set_bytes(register_slot_bytes(reg));
-      bool in_chain = !reg.persistent() && reg.register_num() == 1;
+      bool in_chain = !reg.persistent() && reg.register_num() == 1 && producer >= 0;
       Lifetime lifetime{std::numeric_limits<int64_t>::max(), 0};
-      for (const proto::RegisterProto* member : members(reg)) {
-        auto producer = chain_index.find(member->producer());
-        if (producer == chain_index.end() ||
-            per_micro[member->producer()] != per_micro[reg.producer()]) {
+      members_of(r);
+      for (int member : members) {
+        const int member_producer = member >= 0 ? index.producer[member] : -1;
+        if (!in_chain || member_producer < 0 || chain_index[member_producer] < 0 ||
+            per_micro(member_producer) != per_micro(producer)) {
           in_chain = false;
           break;
         }
-        lifetime.begin = std::min(lifetime.begin, producer->second);
+        lifetime.begin = std::min(lifetime.begin, chain_index[member_producer]);
       }
       lifetime.end = in_chain ? lifetime.begin : 0;
-      for (const proto::RegisterProto* member : members(reg)) {
-        for (int64_t consumer : readers(*member)) {
-          if (!in_chain) break;
-          auto it = chain_index.find(consumer);
-          if (it == chain_index.end() || per_micro[consumer] != per_micro[reg.producer()]) {
+      for (int member : members) {
+        if (!in_chain) break;
+        readers_of(member);
+        for (int consumer : readers) {
+          if (consumer < 0 || chain_index[consumer] < 0 ||
+              per_micro(consumer) != per_micro(producer)) {
             in_chain = false;
             break;
           }
-          OFL_ASSERT(it->second >= lifetime.begin);  // the plan order is topological
-          lifetime.end = std::max(lifetime.end, it->second);
+          OFL_ASSERT(chain_index[consumer] >= lifetime.begin);  // the plan order is topological
+          lifetime.end = std::max(lifetime.end, chain_index[consumer]);
         }
       }
       if (in_chain) {
@@ -276,7 +298,8 @@ int64_t register_slot_bytes(const proto::RegisterProto& reg) {
 
 void plan_memory(proto::PlanProto* plan, int64_t memory_limit_bytes) {
   OFL_ASSERT(plan != nullptr);
-  for (proto::RankPlanProto& rank_plan : *plan->mutable_ranks()) {
+  parallel_each(plan->ranks_size(), [&](int64_t position) {
+    proto::RankPlanProto& rank_plan = *plan->mutable_ranks(static_cast<int>(position));
     rank_plan.clear_memory_blocks();
     // A rank has at most one block per device, so its ids are the rank (host) and world size +
     // rank (GPU): the same whether the plan was compiled for the whole job or this rank alone.
@@ -297,7 +320,7 @@ void plan_memory(proto::PlanProto* plan, int64_t memory_limit_bytes) {
     rank_plan.set_peak_bytes(host.block_bytes + host.unshared_bytes +
                              rank_plan.device_peak_bytes());
     rank_plan.set_bytes_without_reuse(without_reuse);
-  }
+  });
 
   if (memory_limit_bytes <= 0) return;
   std::ostringstream over;

@@ -6,6 +6,8 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <exception>
+#include <mutex>
 
 namespace ofl {
 
@@ -27,6 +29,37 @@ void parallel_for(int64_t n, int64_t grain, F&& fn) {
     const int64_t begin = n * c / chunks, end = n * (c + 1) / chunks;
     fn(begin, end);
   }
+}
+
+/// Calls fn(i) for every i in [0, n), spread over the threads, each i a sizeable piece of work
+/// of its own (a rank of a plan). What fn(i) writes must be its own. The first exception fn
+/// throws (by i's order of being run) reaches the caller after every started call has ended;
+/// the remaining calls are skipped.
+template <class F>
+void parallel_each(int64_t n, F&& fn) {
+  if (n <= 0) return;
+  if (n == 1 || omp_get_max_threads() <= 1 || omp_in_parallel()) {
+    for (int64_t i = 0; i < n; ++i) fn(i);
+    return;
+  }
+  std::exception_ptr error;
+  std::mutex mu;
+  bool failed = false;
+#pragma omp parallel for schedule(dynamic)
+  for (int64_t i = 0; i < n; ++i) {
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      if (failed) continue;
+    }
+    try {
+      fn(i);
+    } catch (...) {
+      std::lock_guard<std::mutex> lock(mu);
+      if (!failed) error = std::current_exception();
+      failed = true;
+    }
+  }
+  if (error) std::rethrow_exception(error);
 }
 
 }  // namespace ofl

@@ -29,26 +29,20 @@ def test_graph_training_matches_one_device(model, layout, nproc):
     assert "FAILED" not in out
 
 
-# CUDA placements with the runtime running the GPU tasks on the host (OFL_SIMULATE_CUDA=1): the
-# plan's host/GPU copies, per-device memory and event-gated handovers, across processes.
+# CUDA placements, "simulated": the runtime runs the GPU tasks on the host (OFL_SIMULATE_CUDA=1),
+# so CI checks the plan's host/GPU copies, per-device memory and event-gated handovers across
+# processes; "gpu": on the GPU itself, every rank sharing GPU 0 (OFL_CUDA_DEVICE=0, Note [The GPU
+# of a rank]), registers crossing processes device -> host -> UCX -> host -> device.
+@pytest.mark.parametrize("where", [
+    pytest.param({"OFL_SIMULATE_CUDA": "1"}, id="simulated"),
+    pytest.param({"OFL_CUDA_DEVICE": "0"}, id="gpu", marks=pytest.mark.skipif(
+        not flow.cuda.is_available(), reason=f"no CUDA device: {flow.cuda.why_unavailable()}")),
+])
 @pytest.mark.parametrize("model,layout,nproc",
                          [("mlp", "dp2tp2", 4), ("gpt", "dp2zero", 2), ("gpt", "pp2", 2)])
-def test_graph_training_on_cuda_placements_matches_one_device_simulated(model, layout, nproc):
+def test_graph_training_on_cuda_placements_matches_one_device(model, layout, nproc, where):
     out = _launch(nproc, "graph_worker.py", "--model", model, "--layout", layout, "--device",
-                  "cuda", OFL_SIMULATE_CUDA="1")
-    assert out.count(" OK") == nproc, out
-    assert "FAILED" not in out
-
-
-# The same on the GPU itself: every rank of the job shares GPU 0 (OFL_CUDA_DEVICE=0, Note [The
-# GPU of a rank]), and registers cross processes device -> host -> UCX -> host -> device.
-@pytest.mark.skipif(not flow.cuda.is_available(),
-                    reason=f"no CUDA device: {flow.cuda.why_unavailable()}")
-@pytest.mark.parametrize("model,layout,nproc",
-                         [("mlp", "dp2tp2", 4), ("gpt", "dp2zero", 2), ("gpt", "pp2", 2)])
-def test_graph_training_on_cuda_placements_matches_one_device_on_a_gpu(model, layout, nproc):
-    out = _launch(nproc, "graph_worker.py", "--model", model, "--layout", layout, "--device",
-                  "cuda", OFL_CUDA_DEVICE="0")
+                  "cuda", **where)
     assert out.count(" OK") == nproc, out
     assert "FAILED" not in out
 

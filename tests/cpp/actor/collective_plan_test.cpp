@@ -224,6 +224,21 @@ TEST(CollectivePlan, RecursiveDoublingOnlyForAllReducesAndTheSameOnEveryMember) 
                             "all_reduce float32 x 4 (collective 0"});
 }
 
+TEST(CollectivePlan, ChunkSizesAreThoseOfTheChunks) {
+  for (const Shape& shape : {Shape{7, 5}, Shape{2, 3}, Shape{1, 1}, Shape{0, 4}, Shape{9}}) {
+    for (int axis = -1; axis < shape.ndim(); ++axis) {
+      for (int64_t n : {1, 2, 3, 8}) {
+        const auto chunks = collective_chunks(shape, axis, n);
+        for (int64_t j = 0; j < n; ++j) {
+          EXPECT_EQ(collective_chunk_numel(shape, axis, n, j),
+                    axis < 0 ? chunks[j][0].size() : region_shape(chunks[j]).numel())
+              << shape.to_string() << " axis " << axis << " n " << n << " chunk " << j;
+        }
+      }
+    }
+  }
+}
+
 TEST(CollectivePlan, ReduceScatterGivesEachMemberItsChunkOfTheRingSum) {
   for (int n : {2, 3}) {
     for (int axis : {-1, 0, 1}) run_case(Case{Op::REDUCE_SCATTER, n, axis});

@@ -40,5 +40,21 @@ TEST(Placement, RejectsRaggedDuplicateAndNegativeRanks) {
   }
 }
 
+TEST(Placement, BriefListsSmallPlacementsAndRunsOfLargeOnes) {
+  const Placement small = Placement::parse("cpu, [[0, 1], [2, 3]]");
+  EXPECT_EQ(small.brief(), small.to_string());
+  std::vector<int64_t> ranks;
+  for (int64_t r = 0; r < 1024; ++r) ranks.push_back(r);
+  EXPECT_EQ(Placement(DeviceType::kCPU, ranks, Shape{128, 8}).brief(),
+            "cpu, ranks 0..1023 as (128, 8)");
+  std::vector<int64_t> gappy;
+  for (int64_t r = 0; r < 16; ++r) gappy.push_back(r);
+  gappy.push_back(20);
+  gappy.push_back(32);
+  gappy.push_back(33);
+  EXPECT_EQ(Placement(DeviceType::kCUDA, gappy, Shape{19}).brief(),
+            "cuda, ranks 0..15, 20, 32..33 as (19,)");
+}
+
 }  // namespace
 }  // namespace ofl
