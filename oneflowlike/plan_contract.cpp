@@ -64,7 +64,7 @@ std::string describe_collective(const TaskRef& t, const CollectiveFacts& facts) 
           : str_cat(" by ", collective_algorithm_name(c.algorithm())),
       " (collective ", c.collective_id(), ", task '", t.task->name(), "'",
       t.task->logical_op().empty() ? std::string() : str_cat(" from '", t.task->logical_op(), "'"),
-      ")");
+      t.task->location().empty() ? std::string() : str_cat(" at ", t.task->location()), ")");
 }
 
 bool same_collective(const proto::CollectiveProto& a, const CollectiveFacts& a_facts,

@@ -52,8 +52,9 @@ struct PlanContractOptions {
 ///  - on every communicator (one `members` list), each member present runs the same collectives
 ///    in the same order: its tasks numbered 0, 1, ... by `sequence`, and at each position the
 ///    same collective_id, op, dtype, element count and axis on every member (Note [Collective
-///    order]). A difference is reported at its first position with both ranks' ops and the
-///    logical ops that made them;
+///    order]). A difference is reported at its first position with both ranks' ops, the
+///    logical ops that made them and, where the plan has them, their source lines
+///    (TaskProto.location);
 ///  - the tasks of one iteration, joined by registers, control inputs, transfers and
 ///    collectives (each member's task waits for every member's input) across all ranks of the
 ///    plan, form no cycle: with at least one slot per register every task then gets to act, so

@@ -116,7 +116,8 @@ std::vector<BoxingStep> plan_boxing(const BoxingSpec& spec, const Shape& logical
 
 std::vector<int64_t> expand_boxing(const BoxingSpec& spec, const TensorMeta& logical,
                                    const std::vector<int64_t>& in_registers, PlanBuilder& builder,
-                                   const std::string& name, int thread) {
+                                   const std::string& name, int thread,
+                                   const std::string& location) {
   OFL_CHECK(static_cast<int>(spec.in_sbp.size()) == spec.in_placement.hierarchy().ndim() &&
                 static_cast<int>(spec.out_sbp.size()) == spec.out_placement.hierarchy().ndim(),
             "[boxing] '", name,
@@ -124,7 +125,7 @@ std::vector<int64_t> expand_boxing(const BoxingSpec& spec, const TensorMeta& log
             nd_sbp_to_string(spec.in_sbp), " on ", spec.in_placement.to_string(), " -> ",
             nd_sbp_to_string(spec.out_sbp), " on ", spec.out_placement.to_string(), ".");
   OFL_ASSERT(static_cast<int64_t>(in_registers.size()) == spec.in_placement.num_ranks());
-  StepEmitter emitter(builder, name, logical.dtype, thread);
+  StepEmitter emitter(builder, name, logical.dtype, thread, location);
   std::vector<int64_t> registers = in_registers;
   for (const BoxingStep& step : plan_boxing(spec, logical.shape)) {
     registers = step.kind == BoxingKind::kGeneric

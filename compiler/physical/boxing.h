@@ -59,10 +59,11 @@ std::vector<BoxingStep> plan_boxing(const BoxingSpec& spec, const Shape& logical
 /// in_registers[parallel id]) into spec.out_sbp on spec.out_placement, and returns the output
 /// register of each out parallel id. `name` prefixes the task and register names and is the
 /// tasks' logical_op. The steps other than SEND / RECV run on `thread` (0: compute, 1:
-/// communication).
+/// communication). `location` (the boxing op's LogicalOp::location) goes on its collective tasks.
 std::vector<int64_t> expand_boxing(const BoxingSpec& spec, const TensorMeta& logical,
                                    const std::vector<int64_t>& in_registers, PlanBuilder& builder,
-                                   const std::string& name, int thread = 0);
+                                   const std::string& name, int thread = 0,
+                                   const std::string& location = "");
 
 // Note [Gradient boxing on the communication thread]: the boxing of a gradient (the reduction
 // of a partial-sum gradient for the optimizer, in data parallelism; its reduce-scatter under

@@ -35,8 +35,15 @@ inline Shape shape_of(const Region& region) {
 /// given one when nothing needs doing), so callers chain steps without special cases.
 class StepEmitter {
  public:
-  StepEmitter(PlanBuilder& builder, std::string name, DataType dtype, int thread)
-      : builder_(builder), name_(std::move(name)), dtype_(dtype), thread_(thread) {}
+  /// `location`: where the user's code made the boxed tensor's op (LogicalOp::location), kept
+  /// on collective tasks for the errors of the collective-order proof.
+  StepEmitter(PlanBuilder& builder, std::string name, DataType dtype, int thread,
+              std::string location = "")
+      : builder_(builder),
+        name_(std::move(name)),
+        dtype_(dtype),
+        thread_(thread),
+        location_(std::move(location)) {}
 
   PlanBuilder& builder() { return builder_; }
 
@@ -126,6 +133,7 @@ class StepEmitter {
         c->set_axis(axis);
         if (op == proto::CollectiveProto::ALL_TO_ALL) c->set_out_axis(out_axis);
         c->set_algorithm(algorithm);
+        if (!location_.empty()) t->set_location(location_);
       }
       out.push_back(output(t, out_shapes[m]));
     }
@@ -164,6 +172,7 @@ class StepEmitter {
   std::string name_;
   DataType dtype_;
   int thread_;
+  std::string location_;
   int64_t counter_ = 0;
 };
 

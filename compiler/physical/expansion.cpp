@@ -527,8 +527,8 @@ class Expander {
     }
     // Note [Gradient boxing on the communication thread] in boxing.h.
     const bool gradient = producer.role == OpRole::kBackward && consumers_are_optimizer(op);
-    registers_[op.outputs[0]] =
-        expand_boxing(spec, in.meta, in_regs, builder_, op.name, /*thread=*/gradient ? 1 : 0);
+    registers_[op.outputs[0]] = expand_boxing(spec, in.meta, in_regs, builder_, op.name,
+                                              /*thread=*/gradient ? 1 : 0, op.location);
   }
 
   void expand_fetch(int t) {

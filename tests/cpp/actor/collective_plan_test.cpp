@@ -349,6 +349,21 @@ TEST(CollectivePlan, SwappedCollectivesAreRefusedNamingBothRanksOps) {
                   "'gather_b')."});
 }
 
+TEST(CollectivePlan, ARefusedOrderNamesTheSourceLinesOfBothOps) {
+  PlanBuilder b(2);
+  const std::vector<int64_t> x = {zeros(b, 0, "x0", Shape{4}), zeros(b, 1, "x1", Shape{4})};
+  const std::vector<int64_t> a = b.collective(Op::ALL_REDUCE, {0, 1}, x, -1, "grad_a", "dp");
+  const std::vector<int64_t> c = b.collective(Op::ALL_REDUCE, {0, 1}, x, -1, "grad_c", "dp");
+  for (int64_t r : a) b.find_task_of(r)->set_location("model.py:12");
+  for (int64_t r : c) b.find_task_of(r)->set_location("model.py:30");
+  b.find_task_of(a[1])->mutable_collective()->set_sequence(1);
+  b.find_task_of(c[1])->mutable_collective()->set_sequence(0);
+  expect_refused(b.plan(), {"rank 0 runs all_reduce float32 x 4 (collective 0, task "
+                            "'all_reduce_0@0' from 'grad_a' at model.py:12) and rank 1 runs "
+                            "all_reduce float32 x 4 (collective 1, task 'all_reduce_1@1' from "
+                            "'grad_c' at model.py:30)."});
+}
+
 TEST(CollectivePlan, ARankDependentBranchIsRefused) {
   // Rank 1 copies where rank 0 runs the second all-reduce (a branch taken on rank 0 only) ...
   auto plan_with_branch = [](int copying_rank) {

@@ -13,8 +13,11 @@
 #include <set>
 #include <tuple>
 
+#include "compiler/builder.h"
+#include "compiler/compile.h"
 #include "oneflowlike/collective.h"
 #include "oneflowlike/common/error.h"
+#include "oneflowlike/ops/reduce.h"
 #include "oneflowlike/proto_convert.h"
 
 namespace ofl::compiler::physical {
@@ -572,6 +575,29 @@ TEST(Collectives, TwoDimPartialToBroadcastRunsOneCollectivePerGroupOfTheChangedD
     EXPECT_EQ(c.sequence(), 0);  // the first collective of each communicator
   }
   EXPECT_EQ(communicators, (std::set<std::vector<int64_t>>{{0, 2}, {1, 3}}));
+}
+
+// The collective-order proof names source lines (Note [Collective order]): a compiled plan's
+// collective tasks carry where the user's code made the op whose output they box.
+TEST(Collectives, CompiledCollectiveTasksCarryTheSourceLineOfTheirOp) {
+  GraphBuilder b("located");
+  b.set_placement(Placement::parse("cpu, [0, 1]"));
+  b.set_location("model.py:3");
+  const int x = b.input("x", Shape{2, 8}, DataType::kFloat32, {S(0)});
+  b.set_location("model.py:12");
+  const int y = b.op1("reduce_sum", ReduceParams{{0}, false}, {x});  // partial on each rank
+  b.set_location("model.py:13");
+  b.fetch(b.op1("relu", NoParams{}, {y}, "", {B()}));  // needs it whole: an all-reduce
+  const proto::PlanProto plan = compile_graph(std::move(b.graph()));
+  int collectives = 0;
+  for (const proto::RankPlanProto& rank : plan.ranks()) {
+    for (const proto::TaskProto& task : rank.tasks()) {
+      if (task.kind() != proto::TaskProto::COLLECTIVE) continue;
+      ++collectives;
+      EXPECT_EQ(task.location(), "model.py:12") << task.name();
+    }
+  }
+  EXPECT_EQ(collectives, 2);
 }
 
 TEST(Collectives, SequenceNumbersCountTheCollectivesOfEachCommunicator) {
