@@ -149,8 +149,9 @@ void collective_bytes(const proto::TaskProto& task, const RegisterMap& registers
       *received += all;
       return;
     }
-    *sent += (exchanges + (m + p < n ? 1 : 0)) * all;
-    *received += (exchanges + (m + p < n ? 1 : 0)) * all;
+    const int64_t messages = exchanges + (m + p < n ? 1 : 0);  // and the fold or the unfold
+    *sent += messages * all;
+    *received += messages * all;
     return;
   }
   if (c.op() != proto::CollectiveProto::ALL_GATHER) {  // the reduce-scatter steps

@@ -6,8 +6,6 @@
 #include <map>
 #include <sstream>
 #include <string>
-#include <unordered_map>
-#include <unordered_set>
 #include <vector>
 
 #include "oneflowlike/common/error.h"

@@ -130,11 +130,9 @@ if [[ $python_module == ON ]]; then
   LD_DEBUG=libs "$py" -c "import numpy, oneflowlike" 2>&1 | grep -E "calling init|find library=libstdc" | head -40 > "$logs/ld_debug.log"
   ucx_off="UCX_MEM_MALLOC_HOOKS=no UCX_MEM_MMAP_HOOK_MODE=none UCX_MEM_EVENTS=no UCX_HANDLE_ERRORS=none"
   stdcxx="LD_PRELOAD=/lib/x86_64-linux-gnu/libstdc++.so.6"
-  chosen=
   for variant in "" "$stdcxx" "$ucx_off" "$ucx_off $stdcxx"; do
     if env $variant "$py" -c "import numpy, torch, oneflowlike; oneflowlike.tensor([1.0]).cuda()" > "$logs/probe.log" 2>&1 &&
        env $variant "$py" -c "import oneflowlike, torch; torch.ones(2, device='cuda')" >> "$logs/probe.log" 2>&1; then
-      chosen="ok"
       note "imports work with: '${variant}'"
       [[ -n $variant ]] && export $variant
       break
