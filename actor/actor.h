@@ -35,6 +35,7 @@
 namespace ofl::actor {
 
 class ActorThread;
+class DeviceCollectives;
 
 /// What an actor needs from the runtime around it.
 class ActorHost {
@@ -52,6 +53,9 @@ class ActorHost {
   /// Counts one act towards the end of `iteration` (an actor fed by another process may act for
   /// the next iteration before this process has finished the current one).
   virtual void count_act(int64_t iteration) = 0;
+  /// The GPU communicators of the hosted ranks (Note [Device collectives] in
+  /// device_collectives.h); null when the plan has no GPU collective.
+  virtual DeviceCollectives* device_collectives() { return nullptr; }
 };
 
 /// One input register of an actor, with the pieces its producer announced and not yet acked.

@@ -9,6 +9,7 @@
 #include <mutex>
 
 #include "actor/collective_engine.h"
+#include "actor/device_collectives.h"
 #include "actor/pieces.h"
 
 namespace ofl::actor {
@@ -358,7 +359,8 @@ class RecvActor final : public TaskActor {
 };
 
 // COLLECTIVE: its member's part runs on the collective engine of the runtime (Note [Collective
-// engine] in collective_engine.h); the act launches it there and returns.
+// engine] in collective_engine.h); the act launches it there and returns. On a GPU the job is
+// the device backend's (Note [Device collectives] in device_collectives.h).
 class CollectiveActor final : public TaskActor {
  public:
   CollectiveActor(const PlanIndex& index, int task, int priority)
@@ -377,6 +379,13 @@ class CollectiveActor final : public TaskActor {
 
  private:
   Work work(ActorHost& host, std::vector<Tensor> inputs, std::vector<Tensor> outputs) override {
+    if (info_.proto.device() == proto::PLAN_DEVICE_CUDA) {
+      DeviceCollectives* device = host.device_collectives();
+      OFL_ASSERT(device != nullptr) << name() << ": the runtime made no GPU communicators";
+      return CollectiveWork{device->make_job(host.transport(), spec_, rank(),
+                                             info_.proto.collective().control_id(),
+                                             std::move(inputs[0]), outputs[0], &scratch_)};
+    }
     return CollectiveWork{
         make_collective_job(host.transport(), spec_, std::move(inputs[0]), outputs[0], &scratch_)};
   }

@@ -40,6 +40,7 @@
 #include "actor/actor.h"
 #include "actor/actor_thread.h"
 #include "actor/collective_engine.h"
+#include "actor/device_collectives.h"
 #include "actor/plan_index.h"
 #include "actor/plan_runner.h"
 #include "comm/transport.h"
@@ -147,6 +148,9 @@ class Runtime final : public PlanRunner, private ActorHost {
   int num_threads() const { return static_cast<int>(threads_.size()); }
   int num_actors() const { return static_cast<int>(actors_.size()); }
   const PlanIndex& plan_index() const { return index_; }
+  /// The GPU communicators of the hosted ranks (Note [Device collectives]); null when the plan
+  /// has no GPU collective. (ActorHost's, public for tests.)
+  DeviceCollectives* device_collectives() override { return device_collectives_.get(); }
 
  private:
   // ActorHost
@@ -189,6 +193,7 @@ class Runtime final : public PlanRunner, private ActorHost {
   // Where `rank` keeps the memory of `device` (Note [The GPU of a rank]).
   Device device_of(int64_t rank, proto::PlanDevice device) const;
   void choose_gpus();
+  void make_device_collectives();
   std::vector<int> hosted_variable_tasks(const std::string& name, const char* caller) const;
 
   PlanIndex index_;
@@ -200,6 +205,8 @@ class Runtime final : public PlanRunner, private ActorHost {
   std::unordered_map<int64_t, Actor*> actor_by_id_;
   std::vector<Actor*> ticks_;
   std::vector<std::unique_ptr<ActorThread>> threads_;
+  // GPU communicators (Note [Device collectives]): before collectives_, whose jobs use them.
+  std::unique_ptr<DeviceCollectives> device_collectives_;
   // The rank's collectives run here (Note [Collective engine]); before streams_, which hold
   // some of its streams.
   std::unique_ptr<CollectiveEngine> collectives_;

@@ -116,6 +116,7 @@ Runtime::Runtime(const proto::PlanProto& plan, RuntimeOptions options)
       transport_->serve_rank(rank, [this](const comm::MessageBytes& m) { deliver(from_bytes(m)); });
       served.push_back(rank);
     }
+    make_device_collectives();
     if (!options_.deterministic) {
       for (auto& thread : threads_) thread->start();
     }
@@ -168,6 +169,21 @@ void Runtime::choose_gpus() {
                    count == 0 ? str_cat(" (", cuda::why_no_device(), ")") : std::string(), ".");
     cuda::check_device(gpu);
   }
+}
+
+// Note [Device collectives] in device_collectives.h: the communicators of the hosted ranks' GPU
+// collectives, made once the ranks are served and before any actor runs.
+void Runtime::make_device_collectives() {
+  bool any = false;
+  for (int t = 0; t < index_.num_tasks() && !any; ++t) {
+    const proto::TaskProto& task = index_.task(t).proto;
+    any = actor_of_task_[t] != nullptr && task.kind() == proto::TaskProto::COLLECTIVE &&
+          task.device() == proto::PLAN_DEVICE_CUDA;
+  }
+  if (!any) return;
+  device_collectives_ = std::make_unique<DeviceCollectives>(
+      *transport_, index_, ranks_, gpu_of_rank_,
+      choose_device_collective_backend(options_.simulate_cuda), options_.watchdog_seconds);
 }
 
 Device Runtime::device_of(int64_t rank, proto::PlanDevice device) const {

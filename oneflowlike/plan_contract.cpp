@@ -125,14 +125,16 @@ void check_plan_contract(const proto::PlanProto& plan, const PlanContractOptions
   }
   // Devices (Note [Devices in a plan] in compiler/physical/expansion.h): a task reads and writes
   // registers of its own device, except the copies between a rank's host and its GPU; only
-  // compute, view copies and variables run on a GPU.
+  // compute, view copies, variables and collectives (Note [Device collectives] in
+  // actor/device_collectives.h) run on a GPU.
   for (const TaskRef& ref : tasks) {
     const proto::TaskProto& t = *ref.task;
     const bool h2d = t.kind() == proto::TaskProto::COPY_H2D;
     const bool d2h = t.kind() == proto::TaskProto::COPY_D2H;
     const bool may_run_on_gpu = t.kind() == proto::TaskProto::COMPUTE ||
                                 t.kind() == proto::TaskProto::COPY ||
-                                t.kind() == proto::TaskProto::VARIABLE || h2d || d2h;
+                                t.kind() == proto::TaskProto::VARIABLE ||
+                                t.kind() == proto::TaskProto::COLLECTIVE || h2d || d2h;
     OFL_PLAN_CHECK(t.device() == proto::PLAN_DEVICE_CPU || may_run_on_gpu, "task ", describe(ref),
                    " of kind ", proto::TaskProto::Kind_Name(t.kind()),
                    " must run on the host. However, it is placed on a GPU.");

@@ -99,7 +99,8 @@ class StepEmitter {
   /// in[member] and writing a register of out_shapes[member] on each (Note [Collective tasks]
   /// in oneflowlike/collective.h). Runs on the communication thread: the work happens on the
   /// rank's collective engine, not in the chain of the compute thread, so its registers must
-  /// not share memory with the chain's.
+  /// not share memory with the chain's. On a CUDA placement it runs on the GPU, its registers
+  /// in GPU memory (Note [Device collectives] in actor/device_collectives.h).
   std::vector<int64_t> collective(proto::CollectiveProto::Op op, const Placement& placement, int k,
                                   const std::vector<int64_t>& members,
                                   const std::vector<int64_t>& in,
@@ -116,12 +117,16 @@ class StepEmitter {
         static_cast<int64_t>(dtype_size(builder_.register_dtype(in[members[0]])));
     const int64_t n = static_cast<int64_t>(ranks.size());
     const proto::CollectiveProto::Algorithm algorithm = collective_algorithm(op, whole_bytes, n);
+    const bool on_gpu = placement.device_type() == DeviceType::kCUDA;
+    const int64_t control_id = on_gpu ? builder_.control_id(ranks) : 0;
     const auto [id, sequence] = builder_.new_collective(ranks, collective_ids(op, n, algorithm));
     const std::string communicator = str_cat("dimension ", k, " of ", placement.brief());
     std::vector<int64_t> out;
     for (size_t m = 0; m < members.size(); ++m) {
+      if (on_gpu) builder_.set_device(proto::PLAN_DEVICE_CUDA);
       proto::TaskProto* t =
           task(ranks[m], proto::TaskProto::COLLECTIVE, collective_op_name(op), /*thread=*/1);
+      builder_.set_device(proto::PLAN_DEVICE_CPU);
       builder_.add_input(t, in[members[m]]);
       if (builder_.kept(ranks[m])) {
         proto::CollectiveProto* c = t->mutable_collective();
@@ -133,6 +138,7 @@ class StepEmitter {
         c->set_axis(axis);
         if (op == proto::CollectiveProto::ALL_TO_ALL) c->set_out_axis(out_axis);
         c->set_algorithm(algorithm);
+        c->set_control_id(control_id);
         if (!location_.empty()) t->set_location(location_);
       }
       out.push_back(output(t, out_shapes[m]));

@@ -55,17 +55,30 @@ proto::TaskProto* PlanBuilder::add_task(int64_t rank, proto::TaskProto::Kind kin
   return task;
 }
 
-std::pair<int64_t, int64_t> PlanBuilder::new_collective(const std::vector<int64_t>& members,
-                                                        int64_t ids) {
+int64_t PlanBuilder::new_collective_id_block(int64_t ids) {
   OFL_CHECK_CODE(next_collective_id_ + ids <= kMaxCollectiveId, ErrorCode::kUnimplemented,
                  "[plan] a plan holds at most ", kMaxCollectiveId,
                  " collectives (their messages' tags carry the id). However, this one needs more.");
+  const int64_t id = next_collective_id_;
+  next_collective_id_ += ids;
+  return id;
+}
+
+std::pair<int64_t, int64_t> PlanBuilder::new_collective(const std::vector<int64_t>& members,
+                                                        int64_t ids) {
   OFL_CHECK_CODE(static_cast<int64_t>(members.size()) <= kMaxCollectiveMembers,
                  ErrorCode::kUnimplemented, "[plan] a communicator holds at most ",
                  kMaxCollectiveMembers, " ranks. However, got ", members.size(), ".");
-  const int64_t id = next_collective_id_;
-  next_collective_id_ += ids;
+  const int64_t id = new_collective_id_block(ids);
   return {id, collective_sequences_[members]++};
+}
+
+int64_t PlanBuilder::control_id(const std::vector<int64_t>& members) {
+  auto it = control_ids_.find(members);
+  if (it != control_ids_.end()) return it->second;
+  const int64_t id = new_collective_id_block(1);
+  control_ids_.emplace(members, id);
+  return id;
 }
 
 int64_t PlanBuilder::add_output(proto::TaskProto* task, const std::string& name, const Shape& shape,

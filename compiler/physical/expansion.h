@@ -68,6 +68,9 @@ class PlanBuilder {
   /// A collective's id and its sequence number on the communicator `members` (Note [Collective
   /// tasks] in oneflowlike/collective.h); raises past kMaxCollectiveId.
   std::pair<int64_t, int64_t> new_collective(const std::vector<int64_t>& members, int64_t ids = 1);
+  /// The collective id of the control messages of the GPU communicator `members` (Note [Device
+  /// collectives] in actor/device_collectives.h): taken at its first GPU collective.
+  int64_t control_id(const std::vector<int64_t>& members);
   /// Tasks added from now on act once per micro-batch (Note [Micro-batches] in plan.proto).
   void set_per_micro_batch(bool per_micro_batch) { per_micro_batch_ = per_micro_batch; }
   /// Tasks added from now on act once, after the micro-batches (when not per micro-batch).
@@ -119,7 +122,9 @@ class PlanBuilder {
   proto::RegisterProto scratch_register_;
   int64_t next_transfer_id_ = 0;
   int64_t next_collective_id_ = 0;
+  int64_t new_collective_id_block(int64_t ids);  // the first of `ids` fresh collective ids
   std::map<std::vector<int64_t>, int64_t> collective_sequences_;  // by communicator
+  std::map<std::vector<int64_t>, int64_t> control_ids_;           // by GPU communicator
   bool per_micro_batch_ = false;
   bool after_micro_batches_ = false;
   proto::PlanDevice device_ = proto::PLAN_DEVICE_CPU;

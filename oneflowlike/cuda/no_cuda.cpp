@@ -2,6 +2,7 @@
 
 #include "oneflowlike/common/error.h"
 #include "oneflowlike/cuda/device.h"
+#include "oneflowlike/cuda/nccl.h"
 
 namespace ofl::cuda {
 
@@ -47,5 +48,18 @@ void zero(void*, int device, size_t) { no_device(device); }
 Allocator* allocator(int index) { no_device(index); }
 size_t cached_bytes(int) { return 0; }
 void empty_cache() {}
+
+bool built_with_nccl() { return false; }
+std::string nccl_version() { return ""; }
+NcclUniqueId nccl_unique_id() { no_device(0); }
+std::vector<std::unique_ptr<NcclCommunicator>> NcclCommunicator::create(
+    const NcclUniqueId&, int64_t, const std::vector<HostedMember>& hosted, const std::string&) {
+  no_device(hosted.empty() ? 0 : hosted[0].device);
+}
+NcclCommunicator::~NcclCommunicator() = default;
+std::vector<Tensor> NcclCommunicator::collective(proto::CollectiveProto::Op, int, int,
+                                                 const Tensor&, const Tensor&, const std::string&) {
+  no_device(device_);
+}
 
 }  // namespace ofl::cuda

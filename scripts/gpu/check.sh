@@ -108,7 +108,7 @@ stage build 330 ninja -C build-gpu -j"$(nproc)" "${targets[@]}" ||
   { failures build 40; exit 1; }
 
 # The gtests that touch the GPU.
-filter='*Cuda*:CudaDevice.*:DevicePlans.*:KernelCoverage.*'
+filter='*Cuda*:CudaDevice.*:DevicePlans.*:KernelCoverage.*:DeviceCollective*:Nccl*:RuntimeCollectives.*Nccl*'
 wants gtest && for t in oneflowlike_tests actor_tests; do
   stage "$t" 90 build-gpu/tests/cpp/$t --gtest_filter="$filter" || failures "$t"
 done

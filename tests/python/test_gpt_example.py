@@ -133,6 +133,19 @@ def test_two_processes_sharing_one_gpu_in_dp2_give_one_process(tmp_path):
     np.testing.assert_allclose(_losses(two), _losses(one), rtol=1e-4)
 
 
+@pytest.mark.skipif(flow.cuda.device_count() < 2,
+                    reason=f"needs 2 GPUs (NCCL puts each member of a communicator on a GPU of "
+                    f"its own); this machine has {flow.cuda.device_count()}")
+@pytest.mark.parametrize("flags", [["--dp", "2"], ["--tp", "2"]], ids=["dp2", "tp2"])
+def test_two_gpus_through_nccl_give_one_gpu(tmp_path, flags):
+    # One rank per GPU (LOCAL_RANK): the collectives run through NCCL on the GPUs (Note [Device
+    # collectives] in actor/device_collectives.h), which sums in its own order.
+    one = _train(tmp_path, 1, "--device", "cuda", tag="one")
+    two = _train(tmp_path, 2, "--device", "cuda", *flags, tag="two",
+                 env={"OFL_CUDA_COLLECTIVES": "nccl"})
+    np.testing.assert_allclose(_losses(two), _losses(one), rtol=1e-4)
+
+
 @pytest.mark.skipif(flow.cuda.is_available(), reason="this machine has a GPU")
 def test_device_cuda_without_a_gpu_says_why():
     result = subprocess.run([sys.executable, str(_TRAIN), *_SMALL, "--device", "cuda"],

@@ -2,12 +2,17 @@
 // every op on 2 to 4 members, along contiguous and strided axes, with uneven chunks cut into
 // many pieces (and all-to-alls), gives the reference executor's values bit for bit (the ring's sum
 // order) in deterministic, threaded and streamed mode, and the mathematical sums within rounding.
+// The same collectives on GPUs (Note [Device collectives] in actor/device_collectives.h): the
+// simulated backend everywhere (bit for bit, in member 0's order), NCCL where there are GPUs
+// enough (within rounding: NCCL sums in its own order).
 
 #include <gtest/gtest.h>
 
 #include <cstdlib>
 
 #include "actor/pieces.h"
+#include "actor/runtime.h"
+#include "oneflowlike/cuda/device.h"
 #include "tests/cpp/actor/plan_builder.h"
 #include "tests/cpp/actor/run_everywhere.h"
 #include "tests/cpp/ops/test_util.h"
@@ -32,6 +37,13 @@ class PieceBytes {
 
 std::vector<Range> whole_region_of(const Shape& shape) { return actor::whole(shape); }
 
+// Sets OFL_SIMULATE_CUDA for its lifetime.
+class SimulateCuda {
+ public:
+  SimulateCuda() { setenv("OFL_SIMULATE_CUDA", "1", 1); }
+  ~SimulateCuda() { unsetenv("OFL_SIMULATE_CUDA"); }
+};
+
 struct Case {
   Op::Op op;
   int axis;
@@ -39,13 +51,64 @@ struct Case {
   Op::Algorithm algorithm = Op::RING;
 };
 
+// Where the collective runs: the host's engine, the simulated GPU backend, or the GPUs (NCCL).
+enum class Where { kHost, kSimulatedGpu, kGpu };
+
+// Puts the collective whose outputs are `outputs` on the GPU, as the compiler does on a CUDA
+// placement: its inputs come through COPY_H2D (collective_from_gpu does the outputs).
+void move_to_gpu(PlanBuilder& b, const std::vector<int>& members, std::vector<int64_t>* inputs) {
+  for (size_t m = 0; m < members.size(); ++m) {
+    const int64_t host = (*inputs)[m];
+    const Shape shape = from_proto(b.find(host)->shape());
+    const int64_t gpu = b.reg(members[m], str_cat("x_gpu", m), shape);
+    b.find(gpu)->set_device(proto::PLAN_DEVICE_CUDA);
+    b.task(members[m], str_cat("to_gpu", m), proto::TaskProto::COPY_H2D, {host}, {gpu})
+        ->set_device(proto::PLAN_DEVICE_CUDA);
+    (*inputs)[m] = gpu;
+  }
+}
+
+// The other half of move_to_gpu, once the collective is built: its tasks and outputs on the GPU
+// with a control id of their own, and their copies to the host.
+std::vector<int64_t> collective_from_gpu(PlanBuilder& b, const std::vector<int>& members,
+                                         const std::vector<int64_t>& outputs) {
+  constexpr int64_t kControlId = 1000;  // beyond the test's collective ids
+  std::vector<int64_t> host;
+  for (size_t m = 0; m < members.size(); ++m) {
+    b.find(outputs[m])->set_device(proto::PLAN_DEVICE_CUDA);
+    proto::TaskProto* t = b.find_task_of(outputs[m]);
+    t->set_device(proto::PLAN_DEVICE_CUDA);
+    t->mutable_collective()->set_control_id(kControlId);
+    const Shape shape = from_proto(b.find(outputs[m])->shape());
+    host.push_back(b.reg(members[m], str_cat("y_host", m), shape));
+    b.task(members[m], str_cat("to_host", m), proto::TaskProto::COPY_D2H, {outputs[m]},
+           {host.back()});
+  }
+  return host;
+}
+
+// One iteration of `plan` on real GPUs, every rank of it in this process (NCCL).
+std::map<std::string, Tensor> run_on_gpus(const proto::PlanProto& plan,
+                                          const std::map<std::string, Tensor>& feed) {
+  RuntimeOptions options;
+  options.first_gpu = 0;
+  options.watchdog_seconds = 60;
+  Runtime runtime(plan, options);
+  EXPECT_EQ(runtime.device_collectives()->backend(), DeviceCollectiveBackend::kNccl);
+  return runtime.run(feed);
+}
+
 // One collective over ranks 0..n-1 of a `whole` tensor: member m reads INPUT x<m> and its
 // result is fetched as y<m>, checked against the reference executor (bit for bit) and against
 // the definition (within float rounding).
-void check_collective(int n, Case c, int piece_bytes, const Shape& whole = Shape{7, 5}) {
+void check_collective(int n, Case c, int piece_bytes, const Shape& whole = Shape{7, 5},
+                      Where where = Where::kHost) {
   SCOPED_TRACE(str_cat(collective_op_name(c.op), " axis ", c.axis, " on ", n, " ranks by ",
                        collective_algorithm_name(c.algorithm), ", pieces of ", piece_bytes,
-                       " bytes, whole ", whole.to_string()));
+                       " bytes, whole ", whole.to_string(),
+                       where == Where::kHost           ? ""
+                       : where == Where::kSimulatedGpu ? ", simulated GPUs"
+                                                       : ", GPUs"));
   PieceBytes pieces(piece_bytes);
   const auto chunks = collective_chunks(whole, c.axis, n);
   PlanBuilder b(n);
@@ -63,13 +126,23 @@ void check_collective(int n, Case c, int piece_bytes, const Shape& whole = Shape
     feed[str_cat("x", m)] = random_tensor(shape, DataType::kFloat32, 100 + m);
   }
   b.set_collective_algorithm(c.algorithm);
-  const std::vector<int64_t> outputs =
+  if (where != Where::kHost) move_to_gpu(b, members, &inputs);
+  std::vector<int64_t> outputs =
       b.collective(c.op, members, inputs, c.axis, "boxing", "test communicator", c.out_axis);
+  if (where != Where::kHost) outputs = collective_from_gpu(b, members, outputs);
   for (int m = 0; m < n; ++m) {
     const Shape shape = from_proto(b.find(outputs[m])->shape());
     b.output(m, str_cat("y", m), outputs[m], shape);
   }
-  const auto out = run_everywhere(b.plan(), feed);
+  std::map<std::string, Tensor> out;
+  if (where == Where::kGpu) {
+    out = run_on_gpus(b.plan(), feed);
+  } else if (where == Where::kSimulatedGpu) {
+    SimulateCuda simulate;
+    out = run_everywhere(b.plan(), feed);
+  } else {
+    out = run_everywhere(b.plan(), feed);
+  }
   // The definition: sums in any order within rounding; gathers exactly.
   for (int m = 0; m < n; ++m) {
     const std::vector<double> x = values_of(feed.at(str_cat("x", m)));
@@ -128,15 +201,46 @@ void check_collective(int n, Case c, int piece_bytes, const Shape& whole = Shape
   }
 }
 
+const std::vector<Case>& every_case() {
+  static const std::vector<Case> cases = {
+      Case{Op::ALL_REDUCE, -1},     Case{Op::REDUCE_SCATTER, 0}, Case{Op::REDUCE_SCATTER, 1},
+      Case{Op::REDUCE_SCATTER, -1}, Case{Op::ALL_GATHER, 0},     Case{Op::ALL_GATHER, 1},
+      Case{Op::ALL_GATHER, -1},     Case{Op::ALL_TO_ALL, 0, 1},  Case{Op::ALL_TO_ALL, 1, 0}};
+  return cases;
+}
+
 TEST(RuntimeCollectives, EveryOpMatchesTheReferenceBitForBitOnTwoToFourRanks) {
   for (int n : {2, 3, 4}) {
-    for (Case c :
-         {Case{Op::ALL_REDUCE, -1}, Case{Op::REDUCE_SCATTER, 0}, Case{Op::REDUCE_SCATTER, 1},
-          Case{Op::REDUCE_SCATTER, -1}, Case{Op::ALL_GATHER, 0}, Case{Op::ALL_GATHER, 1},
-          Case{Op::ALL_GATHER, -1}, Case{Op::ALL_TO_ALL, 0, 1}, Case{Op::ALL_TO_ALL, 1, 0}}) {
+    for (Case c : every_case()) {
       check_collective(n, c, /*piece_bytes=*/1 << 20);  // one piece per chunk
       check_collective(n, c, /*piece_bytes=*/8);        // two floats: many pieces in flight
     }
+  }
+}
+
+// On (simulated) GPUs: the registers behind host-device copies, the collective in member 0's
+// order, the same bits in every mode.
+TEST(RuntimeCollectives, EveryOpOnSimulatedGpusMatchesTheReferenceBitForBit) {
+  for (int n : {2, 3}) {
+    for (Case c : every_case()) {
+      check_collective(n, c, /*piece_bytes=*/8, Shape{7, 5}, Where::kSimulatedGpu);
+    }
+  }
+  check_collective(4, Case{Op::ALL_TO_ALL, 0, 1}, 1 << 20, Shape{2, 3}, Where::kSimulatedGpu);
+}
+
+// NCCL (Note [Collectives through NCCL] in oneflowlike/cuda/nccl.cpp): strided and uneven
+// chunks, all-to-alls, chunks without elements, on as many GPUs as there are (up to 4).
+TEST(RuntimeCollectives, EveryOpThroughNcclMatchesItsDefinition) {
+  const int gpus = cuda::device_count();
+  if (gpus < 2) {
+    GTEST_SKIP() << "needs 2 GPUs (NCCL puts each member of a communicator on a GPU of its "
+                    "own); this machine has "
+                 << gpus;
+  }
+  for (int n = 2; n <= std::min(gpus, 4); ++n) {
+    for (Case c : every_case()) check_collective(n, c, 1 << 20, Shape{7, 5}, Where::kGpu);
+    check_collective(n, Case{Op::ALL_GATHER, 0}, 1 << 20, Shape{1, 1}, Where::kGpu);
   }
 }
 

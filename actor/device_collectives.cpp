@@ -1,0 +1,382 @@
+// GPU communicators, their bootstrap and order, and the jobs of GPU collectives (Note [Device
+// collectives] in the header).
+
+#include "actor/device_collectives.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <random>
+#include <set>
+#include <thread>
+
+#include "actor/runtime_internal.h"
+#include "oneflowlike/collective.h"
+#include "oneflowlike/common/error.h"
+#include "oneflowlike/cuda/device.h"
+
+namespace ofl::actor {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+enum ControlKind : int64_t { kBootstrap = 1, kTurn = 2 };
+
+cuda::NcclUniqueId random_id() {
+  std::random_device device;
+  cuda::NcclUniqueId id;
+  for (std::byte& b : id) b = static_cast<std::byte>(device() & 0xff);
+  return id;
+}
+
+}  // namespace
+
+const char* device_collective_backend_name(DeviceCollectiveBackend backend) {
+  switch (backend) {
+    case DeviceCollectiveBackend::kNccl:
+      return "nccl";
+    case DeviceCollectiveBackend::kHost:
+      return "host";
+    case DeviceCollectiveBackend::kSimulated:
+      return "simulated";
+  }
+  return "unknown";
+}
+
+DeviceCollectiveBackend choose_device_collective_backend(bool simulate_cuda) {
+  if (simulate_cuda) return DeviceCollectiveBackend::kSimulated;
+  const char* chosen = std::getenv("OFL_CUDA_COLLECTIVES");
+  if (chosen != nullptr && *chosen != '\0') {
+    const std::string value = chosen;
+    OFL_CHECK(value == "nccl" || value == "host", kTag,
+              "OFL_CUDA_COLLECTIVES must be 'nccl' or 'host'. However, got '", value, "'.");
+    OFL_CHECK_CODE(value == "host" || cuda::built_with_nccl(), ErrorCode::kUnavailable, kTag,
+                   "OFL_CUDA_COLLECTIVES=nccl needs NCCL. However, this build has none.");
+    return value == "nccl" ? DeviceCollectiveBackend::kNccl : DeviceCollectiveBackend::kHost;
+  }
+  const char* shared_gpu = std::getenv("OFL_CUDA_DEVICE");
+  if (!cuda::built_with_nccl() || shared_gpu != nullptr) return DeviceCollectiveBackend::kHost;
+  return DeviceCollectiveBackend::kNccl;
+}
+
+// ---------------------------------------------------------------------------------------------
+// DeviceCommunicator
+
+// Every control message has this one size (tagged transfers match sizes).
+struct DeviceCommunicator::Control {
+  int64_t kind = 0;
+  int64_t collective_id = -1;  // kTurn
+  int32_t backend = 0;         // kBootstrap
+  int32_t unused = 0;
+  cuda::NcclUniqueId id{};  // kBootstrap
+};
+
+struct DeviceCommunicator::Pending {
+  Control message;
+  std::vector<comm::Transport::TaggedRequest> requests;
+};
+
+DeviceCommunicator::DeviceCommunicator(comm::Transport& transport, std::string name,
+                                       std::vector<int64_t> members, int64_t member,
+                                       int64_t control_id)
+    : transport_(transport),
+      name_(std::move(name)),
+      members_(std::move(members)),
+      member_(member),
+      control_id_(control_id),
+      incoming_(std::make_unique<Control>()) {
+  OFL_ASSERT(member_ >= 0 && member_ < static_cast<int64_t>(members_.size()));
+}
+
+DeviceCommunicator::~DeviceCommunicator() {
+  // Member 0's last orders may still be in flight: give them a moment before their buffers go.
+  const auto deadline = Clock::now() + std::chrono::seconds(1);
+  try {
+    while (!pending_.empty() && Clock::now() < deadline) {
+      test_sends();
+      std::this_thread::yield();
+    }
+  } catch (const std::exception&) {
+    // A failed peer: nothing is waiting for these any more.
+  }
+}
+
+void DeviceCommunicator::send_to_others(const Control& message) {
+  auto pending = std::make_unique<Pending>();
+  pending->message = message;
+  for (int64_t m = 1; m < static_cast<int64_t>(members_.size()); ++m) {
+    pending->requests.push_back(transport_.send_tagged(members_[m], collective_tag(control_id_, m),
+                                                       &pending->message, sizeof(Control)));
+  }
+  pending_.push_back(std::move(pending));
+}
+
+void DeviceCommunicator::test_sends() {
+  auto done = [&](const std::unique_ptr<Pending>& p) {
+    for (comm::Transport::TaggedRequest& r : p->requests) {
+      if (!r.done && !transport_.test(r)) return false;
+    }
+    return true;
+  };
+  pending_.erase(std::remove_if(pending_.begin(), pending_.end(), done), pending_.end());
+}
+
+void DeviceCommunicator::post_receive() {
+  receive_ = transport_.receive_tagged(members_[0], collective_tag(control_id_, member_),
+                                       incoming_.get(), sizeof(Control));
+  posted_ = true;
+}
+
+void DeviceCommunicator::send_bootstrap(const cuda::NcclUniqueId& id,
+                                        DeviceCollectiveBackend backend) {
+  OFL_ASSERT(member_ == 0);
+  Control message;
+  message.kind = kBootstrap;
+  message.backend = static_cast<int32_t>(backend);
+  message.id = id;
+  unique_id_ = id;
+  send_to_others(message);
+}
+
+DeviceCollectiveBackend DeviceCommunicator::receive_bootstrap(double timeout_s) {
+  OFL_ASSERT(member_ > 0);
+  post_receive();
+  const auto deadline = Clock::now() + std::chrono::duration<double>(timeout_s);
+  while (!transport_.test(receive_)) {
+    OFL_CHECK_CODE(Clock::now() < deadline, ErrorCode::kDeadlineExceeded, kTag, "rank ", rank(),
+                   " waited ", timeout_s, " s for member 0 (rank ", members_[0], ") of ", name_,
+                   " to send the communicator's id; that rank has not loaded its part of the "
+                   "plan, or has failed.");
+    std::this_thread::sleep_for(std::chrono::microseconds(50));
+  }
+  OFL_CHECK_CODE(incoming_->kind == kBootstrap, ErrorCode::kInternal, kTag, "rank ", rank(),
+                 " expected the bootstrap of ", name_, " from rank ", members_[0],
+                 ". However, got control message kind ", incoming_->kind, ".");
+  unique_id_ = incoming_->id;
+  const auto backend = static_cast<DeviceCollectiveBackend>(incoming_->backend);
+  post_receive();  // the first turn
+  return backend;
+}
+
+bool DeviceCommunicator::take_turn(int64_t collective_id) {
+  if (member_ == 0) {
+    test_sends();
+    Control message;
+    message.kind = kTurn;
+    message.collective_id = collective_id;
+    send_to_others(message);
+    return true;
+  }
+  while (posted_ && transport_.test(receive_)) {
+    OFL_CHECK_CODE(incoming_->kind == kTurn, ErrorCode::kInternal, kTag, "rank ", rank(),
+                   " expected an order of ", name_, " from rank ", members_[0],
+                   ". However, got control message kind ", incoming_->kind, ".");
+    orders_.push_back(incoming_->collective_id);
+    post_receive();
+  }
+  if (orders_.empty() || orders_.front() != collective_id) return false;
+  orders_.erase(orders_.begin());
+  return true;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Jobs
+
+namespace {
+
+// Simulated: the CPU job in member 0's order, one at a time per communicator.
+class SimulatedJob final : public CollectiveJob {
+ public:
+  SimulatedJob(DeviceCommunicator& comm, comm::Transport& transport, const CollectiveSpec& spec,
+               Tensor input, Tensor output, CollectiveScratch* scratch)
+      : comm_(comm),
+        transport_(transport),
+        spec_(spec),
+        input_(std::move(input)),
+        output_(std::move(output)),
+        scratch_(scratch) {}
+  bool advance(bool* progressed) override {
+    if (inner_ == nullptr) {
+      if (comm_.running >= 0 || !comm_.take_turn(spec_.collective_id)) return false;
+      comm_.running = spec_.collective_id;
+      inner_ = make_collective_job(transport_, spec_, input_, output_, scratch_);
+      *progressed = true;
+    }
+    if (!inner_->advance(progressed)) return false;
+    comm_.running = -1;
+    return true;
+  }
+
+ private:
+  DeviceCommunicator& comm_;
+  comm::Transport& transport_;
+  CollectiveSpec spec_;
+  Tensor input_, output_;
+  CollectiveScratch* scratch_;
+  std::shared_ptr<CollectiveJob> inner_;
+};
+
+// Host: the input copied to the host, the CPU job, the result copied back. The copies return
+// once done (cuda::copy), on the engine's thread: this backend is the fallback, not the fast
+// path.
+class HostStagedJob final : public CollectiveJob {
+ public:
+  HostStagedJob(comm::Transport& transport, const CollectiveSpec& spec, int device, Tensor input,
+                Tensor output, CollectiveScratch* scratch)
+      : transport_(transport),
+        spec_(spec),
+        device_(device),
+        input_(std::move(input)),
+        output_(std::move(output)),
+        scratch_(scratch) {}
+  bool advance(bool* progressed) override {
+    if (inner_ == nullptr) {
+      host_input_ = Tensor::empty(input_.shape(), input_.dtype());
+      host_output_ = Tensor::empty(output_.shape(), output_.dtype());
+      cuda::copy(host_input_.raw_data(), -1, input_.raw_data(), device_, input_.nbytes());
+      inner_ = make_collective_job(transport_, spec_, host_input_, host_output_, scratch_);
+      *progressed = true;
+    }
+    if (!inner_->advance(progressed)) return false;
+    cuda::copy(output_.raw_data(), device_, host_output_.raw_data(), -1, output_.nbytes());
+    return true;
+  }
+
+ private:
+  comm::Transport& transport_;
+  CollectiveSpec spec_;
+  int device_;
+  Tensor input_, output_, host_input_, host_output_;
+  CollectiveScratch* scratch_;
+  std::shared_ptr<CollectiveJob> inner_;
+};
+
+// NCCL: queued in member 0's order on the communicator's stream; done when an event recorded
+// after it has completed.
+class NcclJob final : public CollectiveJob {
+ public:
+  NcclJob(DeviceCommunicator& comm, const CollectiveSpec& spec, Tensor input, Tensor output)
+      : comm_(comm), spec_(spec), input_(std::move(input)), output_(std::move(output)) {}
+  bool advance(bool* progressed) override {
+    if (event_ == nullptr) {
+      if (!comm_.take_turn(spec_.collective_id)) return false;
+      cuda::NcclCommunicator& nccl = *comm_.nccl;
+      scratch_ = nccl.collective(spec_.op, spec_.axis, spec_.out_axis, input_, output_, spec_.name);
+      event_ = std::make_unique<cuda::Event>(nccl.device());
+      event_->record(nccl.stream());
+      *progressed = true;
+    }
+    return event_->done();
+  }
+
+ private:
+  DeviceCommunicator& comm_;
+  CollectiveSpec spec_;
+  Tensor input_, output_;
+  std::vector<Tensor> scratch_;  // device scratch the queued work uses
+  std::unique_ptr<cuda::Event> event_;
+};
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------
+// DeviceCollectives
+
+DeviceCollectives::DeviceCollectives(comm::Transport& transport, const PlanIndex& index,
+                                     const std::vector<int64_t>& hosted,
+                                     const std::map<int64_t, int>& gpu_of_rank,
+                                     DeviceCollectiveBackend backend, double timeout_s)
+    : backend_(backend), gpu_of_rank_(gpu_of_rank) {
+  struct Communicator {
+    std::string name;
+    std::vector<int64_t> members;
+    std::set<int64_t> hosted;
+  };
+  // By control id: ascending, the one order every rank creates them in.
+  std::map<int64_t, Communicator> by_control;
+  for (int t = 0; t < index.num_tasks(); ++t) {
+    const proto::TaskProto& task = index.task(t).proto;
+    if (task.kind() != proto::TaskProto::COLLECTIVE || task.device() != proto::PLAN_DEVICE_CUDA ||
+        !std::binary_search(hosted.begin(), hosted.end(), task.rank())) {
+      continue;
+    }
+    const proto::CollectiveProto& c = task.collective();
+    const std::vector<int64_t> members(c.members().begin(), c.members().end());
+    auto [it, fresh] = by_control.try_emplace(c.control_id());
+    if (fresh) {
+      it->second.name = c.communicator();
+      it->second.members = members;
+    }
+    OFL_CHECK(it->second.members == members, kTag, index.describe_task(t), " has control id ",
+              c.control_id(), ", which another GPU collective uses for ", it->second.name,
+              " with other members: the plan is inconsistent.");
+    it->second.hosted.insert(task.rank());
+  }
+  for (const auto& [control_id, c] : by_control) {
+    std::vector<DeviceCommunicator*> mine;
+    for (int64_t rank : c.hosted) {
+      const int64_t member =
+          std::find(c.members.begin(), c.members.end(), rank) - c.members.begin();
+      auto comm =
+          std::make_unique<DeviceCommunicator>(transport, c.name, c.members, member, control_id);
+      mine.push_back(comm.get());
+      communicators_[{rank, control_id}] = std::move(comm);
+    }
+    // Member 0 first, so members it shares this process with find its id waiting.
+    std::stable_partition(mine.begin(), mine.end(),
+                          [](const DeviceCommunicator* comm) { return comm->member() == 0; });
+    cuda::NcclUniqueId id{};
+    for (DeviceCommunicator* comm : mine) {
+      if (comm->member() == 0) {
+        id = backend == DeviceCollectiveBackend::kNccl ? cuda::nccl_unique_id() : random_id();
+        comm->send_bootstrap(id, backend);
+        continue;
+      }
+      const DeviceCollectiveBackend theirs = comm->receive_bootstrap(timeout_s);
+      OFL_CHECK(theirs == backend, kTag, "rank ", comm->rank(), " runs the collectives of ", c.name,
+                " with ", device_collective_backend_name(backend), ", but rank ", c.members[0],
+                " with ", device_collective_backend_name(theirs),
+                ": every member must run them one way (OFL_CUDA_COLLECTIVES, OFL_CUDA_DEVICE).");
+      id = comm->unique_id();
+    }
+    if (backend != DeviceCollectiveBackend::kNccl) continue;
+    std::vector<cuda::NcclCommunicator::HostedMember> members;
+    for (DeviceCommunicator* comm : mine) {
+      members.push_back({comm->member(), gpu_of_rank_.at(comm->rank())});
+    }
+    std::vector<std::unique_ptr<cuda::NcclCommunicator>> made =
+        cuda::NcclCommunicator::create(id, static_cast<int64_t>(c.members.size()), members, c.name);
+    for (size_t i = 0; i < mine.size(); ++i) mine[i]->nccl = std::move(made[i]);
+  }
+}
+
+DeviceCollectives::~DeviceCollectives() = default;
+
+DeviceCommunicator& DeviceCollectives::communicator(int64_t rank, int64_t control_id) {
+  auto it = communicators_.find({rank, control_id});
+  OFL_ASSERT(it != communicators_.end()) << "rank " << rank << " control id " << control_id;
+  return *it->second;
+}
+
+std::shared_ptr<CollectiveJob> DeviceCollectives::make_job(comm::Transport& transport,
+                                                           const CollectiveSpec& spec, int64_t rank,
+                                                           int64_t control_id, Tensor input,
+                                                           Tensor output,
+                                                           CollectiveScratch* scratch) {
+  DeviceCommunicator& comm = communicator(rank, control_id);
+  switch (backend_) {
+    case DeviceCollectiveBackend::kSimulated:
+      return std::make_shared<SimulatedJob>(comm, transport, spec, std::move(input),
+                                            std::move(output), scratch);
+    case DeviceCollectiveBackend::kHost:
+      return std::make_shared<HostStagedJob>(transport, spec, gpu_of_rank_.at(rank),
+                                             std::move(input), std::move(output), scratch);
+    case DeviceCollectiveBackend::kNccl:
+      return std::make_shared<NcclJob>(comm, spec, std::move(input), std::move(output));
+  }
+  OFL_ASSERT(false);
+  return nullptr;
+}
+
+}  // namespace ofl::actor

@@ -1,0 +1,146 @@
+#pragma once
+// Collectives of COLLECTIVE tasks on GPUs.
+//
+// Note [Device collectives]
+// -------------------------
+// On a CUDA placement the compiler puts a collective's task and registers on the GPU (Note
+// [Devices in a plan] in compiler/physical/expansion.h), and the task's act runs one of three
+// backends, chosen per process when the plan loads (choose_device_collective_backend):
+//  - nccl: the member's part is queued on its NCCL communicator's stream (cuda/nccl.h) and the
+//    act is done when an event recorded after it has completed. The default on GPUs.
+//  - host: the input is copied to the host, the CPU engine's job runs it (Note [Ring
+//    collectives]) and the result is copied back. For ranks sharing one GPU
+//    (OFL_CUDA_DEVICE, Note [The GPU of a rank]), which NCCL refuses (one GPU per member of a
+//    communicator), and for OFL_CUDA_COLLECTIVES=host.
+//  - simulated (RuntimeOptions::simulate_cuda, no GPU, CI): registers are in host memory and
+//    the CPU engine's job runs, but as NCCL would: in member 0's order (below), one at a time
+//    per communicator. So the bootstrap and the order protocol run in CI.
+//
+// Communicators. When the plan loads, before any actor runs, the runtime makes one per
+// (communicator, hosted member) of its GPU collectives, in ascending order of the
+// communicator's control id (CollectiveProto.control_id), the same order on every rank: NCCL's
+// creation blocks until every member has joined, and one global order cannot wait in a cycle.
+// Member 0 makes the NCCL unique id and sends it, with its backend, to every other member as a
+// tagged transfer under the control id (collective_tag(control_id, member)): the UCX bootstrap
+// the job already has. A member whose backend differs refuses, naming both ranks, so two ranks
+// never run one collective two ways. Several hosted members of one communicator join it in one
+// NCCL group.
+//
+// Order. NCCL runs a communicator's collectives in the order its members queue them; members
+// that queue two in different orders wait for each other forever. On the CPU engine order does
+// not matter (Note [Collective engine]), and a rank's actors become ready in whatever order its
+// dataflow gives. So member 0 decides: when it queues a collective it sends the collective's
+// id on the control channel to every other member, and they queue theirs in that order. A
+// collective member 0 queued had its inputs ready there; the members run the same plan (the
+// collective-order proof, Note [Collective order] in oneflowlike/plan_contract.h), so no
+// member's copy of it waits on a collective queued after it. Each act costs member 0 one small
+// message per member, sent as it queues.
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "actor/collective_engine.h"
+#include "actor/plan_index.h"
+#include "comm/transport.h"
+#include "oneflowlike/cuda/nccl.h"
+
+namespace ofl::actor {
+
+enum class DeviceCollectiveBackend : int32_t { kNccl = 1, kHost = 2, kSimulated = 3 };
+
+/// "nccl", "host", "simulated".
+const char* device_collective_backend_name(DeviceCollectiveBackend backend);
+
+/// This process's backend (Note [Device collectives]): simulated when simulating CUDA;
+/// otherwise OFL_CUDA_COLLECTIVES ("nccl" or "host"; anything else is refused naming it) when
+/// set; otherwise host when the build has no NCCL or OFL_CUDA_DEVICE puts ranks on one GPU,
+/// else nccl.
+DeviceCollectiveBackend choose_device_collective_backend(bool simulate_cuda);
+
+/// One hosted member of one GPU communicator: its bootstrap and its place in member 0's order.
+/// Used by the collective engine's jobs only, one at a time (the engine advances one job at a
+/// time), so it needs no lock.
+class DeviceCommunicator {
+ public:
+  DeviceCommunicator(comm::Transport& transport, std::string name, std::vector<int64_t> members,
+                     int64_t member, int64_t control_id);
+  ~DeviceCommunicator();
+  DeviceCommunicator(const DeviceCommunicator&) = delete;
+  DeviceCommunicator& operator=(const DeviceCommunicator&) = delete;
+
+  const std::string& name() const { return name_; }
+  const std::vector<int64_t>& members() const { return members_; }
+  int64_t member() const { return member_; }
+  int64_t rank() const { return members_[member_]; }
+  int64_t control_id() const { return control_id_; }
+  /// What member 0 sent at the bootstrap: the NCCL unique id (random bytes for the other
+  /// backends) and its backend.
+  const cuda::NcclUniqueId& unique_id() const { return unique_id_; }
+
+  /// Note [Device collectives], "Order": whether this member may queue collective
+  /// `collective_id` now. Member 0 always may, and tells the others; another member may when
+  /// member 0's next order names it (that order is then used up). Never blocks.
+  bool take_turn(int64_t collective_id);
+  /// The collective this member runs now (simulated backend: one at a time), -1 if none.
+  int64_t running = -1;
+  /// The NCCL backend's communicator.
+  std::unique_ptr<cuda::NcclCommunicator> nccl;
+
+ private:
+  friend class DeviceCollectives;
+  struct Control;  // one control message
+  struct Pending;  // member 0's sends not yet done
+  // Bootstrap: member 0 sends `id` and `backend` to every other member.
+  void send_bootstrap(const cuda::NcclUniqueId& id, DeviceCollectiveBackend backend);
+  // Bootstrap: the other members wait for member 0's (at most `timeout_s`); returns its backend.
+  DeviceCollectiveBackend receive_bootstrap(double timeout_s);
+  void send_to_others(const Control& message);
+  void test_sends();
+  // Posts the receive of member 0's next control message.
+  void post_receive();
+
+  comm::Transport& transport_;
+  std::string name_;
+  std::vector<int64_t> members_;
+  int64_t member_;
+  int64_t control_id_;
+  cuda::NcclUniqueId unique_id_{};
+  std::vector<std::unique_ptr<Pending>> pending_;  // member 0
+  std::unique_ptr<Control> incoming_;              // the others
+  comm::Transport::TaggedRequest receive_;
+  bool posted_ = false;
+  std::vector<int64_t> orders_;  // member 0's orders received and not used yet, oldest first
+};
+
+/// The GPU communicators of a runtime's hosted ranks and the jobs of their collectives.
+class DeviceCollectives {
+ public:
+  /// Makes the communicators of every GPU COLLECTIVE task of `hosted` ranks (Note [Device
+  /// collectives], "Communicators"); blocks until member 0 of each has been heard from (at most
+  /// `timeout_s`) and, with NCCL, until every member has joined. `gpu_of_rank`: the GPU of each
+  /// hosted rank with GPU tasks.
+  DeviceCollectives(comm::Transport& transport, const PlanIndex& index,
+                    const std::vector<int64_t>& hosted, const std::map<int64_t, int>& gpu_of_rank,
+                    DeviceCollectiveBackend backend, double timeout_s);
+  ~DeviceCollectives();
+
+  DeviceCollectiveBackend backend() const { return backend_; }
+  /// The hosted member `rank` of the communicator whose control id is `control_id`.
+  DeviceCommunicator& communicator(int64_t rank, int64_t control_id);
+  /// The job of one act of a GPU COLLECTIVE task of `rank` (`spec`, its control id): what the
+  /// collective engine advances.
+  std::shared_ptr<CollectiveJob> make_job(comm::Transport& transport, const CollectiveSpec& spec,
+                                          int64_t rank, int64_t control_id, Tensor input,
+                                          Tensor output, CollectiveScratch* scratch);
+
+ private:
+  DeviceCollectiveBackend backend_;
+  std::map<int64_t, int> gpu_of_rank_;
+  std::map<std::pair<int64_t, int64_t>, std::unique_ptr<DeviceCommunicator>>
+      communicators_;  // by (rank, control id)
+};
+
+}  // namespace ofl::actor

@@ -1,0 +1,332 @@
+// NCCL communicators and collectives (nccl.h).
+//
+// Note [Collectives through NCCL]: a COLLECTIVE task's chunks (Note [Collective tasks] in
+// oneflowlike/collective.h) are balanced ranges of one axis, so they may be uneven and, along an
+// inner axis, strided. NCCL's reduce-scatter and all-gather take equal contiguous chunks only:
+//  - even chunks that are contiguous (the flat elements, or an axis with nothing before it) go
+//    to ncclReduceScatter / ncclAllGather directly;
+//  - strided chunks are packed into device scratch first (one cudaMemcpy2DAsync per chunk: a
+//    chunk along an axis is `rows` runs of equal width), and unpacked after;
+//  - uneven chunks become one ncclReduce or ncclBroadcast per chunk, rooted at its owner, in
+//    one NCCL group, which NCCL runs as one collective;
+//  - an all-to-all is one group of ncclSend/ncclRecv per peer over packed blocks; a member's
+//    block to itself is a device copy.
+// NCCL sums in its own order (its ring or tree), not ring_sum_order: a plan run through NCCL
+// equals the CPU run within float tolerance, not bit for bit.
+
+#include "oneflowlike/cuda/nccl.h"
+
+#include <cuda_runtime_api.h>
+#include <nccl.h>
+
+#include <cstring>
+
+#include "oneflowlike/collective.h"
+#include "oneflowlike/cuda/check.h"
+#include "oneflowlike/cuda/device.h"
+
+namespace ofl::cuda {
+
+namespace {
+
+using Op = proto::CollectiveProto;
+
+ncclComm_t native(void* comm) { return static_cast<ncclComm_t>(comm); }
+
+void nccl_check(ncclResult_t result, const char* call, const std::string& communicator,
+                const std::string& what) {
+  if (result == ncclSuccess) [[likely]] {
+    return;
+  }
+  const char* last = ncclGetLastError(nullptr);
+  throw_error(
+      result == ncclInvalidArgument || result == ncclInvalidUsage ? ErrorCode::kInvalidArgument
+                                                                  : ErrorCode::kUnavailable,
+      str_cat("[nccl] ", call, " for ", what, " on ", communicator,
+              " failed: ", ncclGetErrorString(result),
+              last != nullptr && *last != '\0' ? str_cat(" (", last, ")") : std::string(), "."));
+}
+
+ncclDataType_t nccl_dtype(DataType dtype, bool reduction, const std::string& what) {
+  switch (dtype) {
+    case DataType::kFloat32:
+      return ncclFloat32;
+    case DataType::kFloat64:
+      return ncclFloat64;
+    case DataType::kFloat16:
+      return ncclFloat16;
+    case DataType::kBFloat16:
+      return ncclBfloat16;
+    case DataType::kInt8:
+      return ncclInt8;
+    case DataType::kInt32:
+      return ncclInt32;
+    case DataType::kInt64:
+      return ncclInt64;
+    case DataType::kBool:
+      // Moved as bytes; a sum of booleans is not one.
+      OFL_CHECK(!reduction, "[nccl] ", what, " sums bool tensors, which has no meaning.");
+      return ncclUint8;
+  }
+  OFL_ASSERT(false);
+  return ncclFloat32;
+}
+
+// One chunk of a row-major tensor along an axis: `rows` runs of `width` elements, `pitch`
+// elements apart, the first at `offset` (Note [Collectives through NCCL]).
+struct Strided {
+  int64_t offset = 0;
+  int64_t rows = 1;
+  int64_t width = 0;
+  int64_t pitch = 0;
+  int64_t numel() const { return rows * width; }
+};
+
+Strided chunk_layout(const Shape& shape, int axis, int64_t n, int64_t chunk) {
+  if (axis < 0) {
+    const Range r = balanced_range(shape.numel(), n, chunk);
+    return {r.begin, 1, r.size(), r.size()};
+  }
+  int64_t outer = 1;
+  for (int i = 0; i < axis; ++i) outer *= shape[i];
+  int64_t inner = 1;
+  for (int i = axis + 1; i < shape.ndim(); ++i) inner *= shape[i];
+  const Range r = balanced_range(shape[axis], n, chunk);
+  return {r.begin * inner, outer, r.size() * inner, shape[axis] * inner};
+}
+
+std::vector<Strided> chunk_layouts(const Shape& shape, int axis, int64_t n) {
+  std::vector<Strided> chunks;
+  for (int64_t c = 0; c < n; ++c) chunks.push_back(chunk_layout(shape, axis, n, c));
+  return chunks;
+}
+
+bool contiguous(const std::vector<Strided>& chunks) {
+  for (const Strided& c : chunks) {
+    if (c.rows > 1) return false;
+  }
+  return true;
+}
+
+bool even(const std::vector<Strided>& chunks) {
+  for (const Strided& c : chunks) {
+    if (c.numel() != chunks[0].numel()) return false;
+  }
+  return true;
+}
+
+// Where each chunk starts once the chunks are packed one after another (elements).
+std::vector<int64_t> packed_offsets(const std::vector<Strided>& chunks) {
+  std::vector<int64_t> offsets;
+  int64_t at = 0;
+  for (const Strided& c : chunks) {
+    offsets.push_back(at);
+    at += c.numel();
+  }
+  return offsets;
+}
+
+char* at(const Tensor& t, int64_t elements) {
+  return static_cast<char*>(t.raw_data()) + elements * static_cast<int64_t>(dtype_size(t.dtype()));
+}
+
+// Copies chunk `c` of `whole` to `packed` (or back: `unpack`), on `stream`.
+void copy_chunk(const Tensor& whole, const Strided& c, char* packed, bool unpack,
+                cudaStream_t stream, int device) {
+  if (c.numel() == 0) return;
+  const size_t elem = dtype_size(whole.dtype());
+  char* strided = at(whole, c.offset);
+  const size_t width = c.width * elem, pitch = c.pitch * elem;
+  check(unpack ? cudaMemcpy2DAsync(strided, pitch, packed, width, width, c.rows,
+                                   cudaMemcpyDeviceToDevice, stream)
+               : cudaMemcpy2DAsync(packed, width, strided, pitch, width, c.rows,
+                                   cudaMemcpyDeviceToDevice, stream),
+        "cudaMemcpy2DAsync (collective chunk)", device);
+}
+
+}  // namespace
+
+bool built_with_nccl() { return true; }
+
+std::string nccl_version() {
+  int v = 0;
+  if (ncclGetVersion(&v) != ncclSuccess) return "";
+  return str_cat(v / 10000, ".", v % 10000 / 100, ".", v % 100);
+}
+
+NcclUniqueId nccl_unique_id() {
+  ncclUniqueId id;
+  nccl_check(ncclGetUniqueId(&id), "ncclGetUniqueId", "a new communicator", "its unique id");
+  static_assert(sizeof(id) == kNcclUniqueIdBytes);
+  NcclUniqueId out;
+  std::memcpy(out.data(), &id, sizeof(id));
+  return out;
+}
+
+NcclCommunicator::NcclCommunicator(void* comm, int64_t member, int64_t size, int device,
+                                   std::string name)
+    : comm_(comm),
+      member_(member),
+      size_(size),
+      device_(device),
+      name_(std::move(name)),
+      stream_(std::make_unique<Stream>(device, StreamKind::kCollective)) {}
+
+NcclCommunicator::~NcclCommunicator() {
+  if (comm_ != nullptr) {
+    DeviceGuard guard(device_);
+    ncclCommDestroy(native(comm_));
+  }
+}
+
+std::vector<std::unique_ptr<NcclCommunicator>> NcclCommunicator::create(
+    const NcclUniqueId& id, int64_t size, const std::vector<HostedMember>& hosted,
+    const std::string& name) {
+  ncclUniqueId uid;
+  std::memcpy(&uid, id.data(), sizeof(uid));
+  std::vector<ncclComm_t> comms(hosted.size(), nullptr);
+  int previous = 0;
+  check(cudaGetDevice(&previous), "cudaGetDevice", hosted.empty() ? 0 : hosted[0].device);
+  // Several members in one process join in one group, or the first would wait for the others.
+  nccl_check(ncclGroupStart(), "ncclGroupStart", name, "creating it");
+  for (size_t i = 0; i < hosted.size(); ++i) {
+    check_device(hosted[i].device);
+    check(cudaSetDevice(hosted[i].device), "cudaSetDevice", hosted[i].device);
+    nccl_check(ncclCommInitRank(&comms[i], static_cast<int>(size), uid,
+                                static_cast<int>(hosted[i].member)),
+               "ncclCommInitRank", name, str_cat("member ", hosted[i].member));
+  }
+  const ncclResult_t ended = ncclGroupEnd();
+  cudaSetDevice(previous);
+  nccl_check(ended, "ncclGroupEnd", name, "creating it");
+  std::vector<std::unique_ptr<NcclCommunicator>> out;
+  for (size_t i = 0; i < hosted.size(); ++i) {
+    out.push_back(std::unique_ptr<NcclCommunicator>(
+        new NcclCommunicator(comms[i], hosted[i].member, size, hosted[i].device, name)));
+  }
+  return out;
+}
+
+void NcclCommunicator::check_async(const std::string& what) const {
+  ncclResult_t async = ncclSuccess;
+  nccl_check(ncclCommGetAsyncError(native(comm_), &async), "ncclCommGetAsyncError", name_, what);
+  nccl_check(async, "an earlier collective", name_, what);
+}
+
+std::vector<Tensor> NcclCommunicator::collective(Op::Op op, int axis, int out_axis,
+                                                 const Tensor& input, const Tensor& output,
+                                                 const std::string& what) {
+  check_async(what);
+  DeviceGuard guard(device_);
+  const cudaStream_t s = static_cast<cudaStream_t>(stream_->native());
+  ncclComm_t comm = native(comm_);
+  const ncclDataType_t dt =
+      nccl_dtype(input.dtype(), op == Op::ALL_REDUCE || op == Op::REDUCE_SCATTER, what);
+  const int64_t n = size_, m = member_;
+  const Device gpu{DeviceType::kCUDA, device_};
+  std::vector<Tensor> scratch;  // alive until the queued work is done (the caller keeps it)
+  auto packed = [&](int64_t numel) {
+    scratch.push_back(Tensor::empty(Shape{numel}, input.dtype(), gpu));
+    return scratch.back();
+  };
+  auto group_start = [&] { nccl_check(ncclGroupStart(), "ncclGroupStart", name_, what); };
+  auto group_end = [&] { nccl_check(ncclGroupEnd(), "ncclGroupEnd", name_, what); };
+  switch (op) {
+    case Op::ALL_REDUCE:
+      nccl_check(
+          ncclAllReduce(input.raw_data(), output.raw_data(), input.numel(), dt, ncclSum, comm, s),
+          "ncclAllReduce", name_, what);
+      break;
+    case Op::REDUCE_SCATTER: {
+      const std::vector<Strided> chunks = chunk_layouts(input.shape(), axis, n);
+      const std::vector<int64_t> offsets = packed_offsets(chunks);
+      Tensor source = input;
+      if (!contiguous(chunks)) {
+        source = packed(input.numel());
+        for (int64_t c = 0; c < n; ++c) {
+          copy_chunk(input, chunks[c], at(source, offsets[c]), /*unpack=*/false, s, device_);
+        }
+      }
+      if (even(chunks)) {
+        nccl_check(ncclReduceScatter(at(source, offsets[0]), output.raw_data(), chunks[0].numel(),
+                                     dt, ncclSum, comm, s),
+                   "ncclReduceScatter", name_, what);
+        break;
+      }
+      group_start();
+      for (int64_t c = 0; c < n; ++c) {
+        nccl_check(ncclReduce(at(source, offsets[c]), c == m ? output.raw_data() : nullptr,
+                              chunks[c].numel(), dt, ncclSum, static_cast<int>(c), comm, s),
+                   "ncclReduce", name_, what);
+      }
+      group_end();
+      break;
+    }
+    case Op::ALL_GATHER: {
+      const std::vector<Strided> chunks = chunk_layouts(output.shape(), axis, n);
+      const std::vector<int64_t> offsets = packed_offsets(chunks);
+      const bool direct = contiguous(chunks);
+      Tensor target = direct ? output : packed(output.numel());
+      if (even(chunks)) {
+        nccl_check(
+            ncclAllGather(input.raw_data(), target.raw_data(), chunks[0].numel(), dt, comm, s),
+            "ncclAllGather", name_, what);
+      } else {
+        group_start();
+        for (int64_t c = 0; c < n; ++c) {
+          nccl_check(ncclBroadcast(input.raw_data(), at(target, offsets[c]), chunks[c].numel(), dt,
+                                   static_cast<int>(c), comm, s),
+                     "ncclBroadcast", name_, what);
+        }
+        group_end();
+      }
+      if (!direct) {
+        for (int64_t c = 0; c < n; ++c) {
+          copy_chunk(output, chunks[c], at(target, offsets[c]), /*unpack=*/true, s, device_);
+        }
+      }
+      break;
+    }
+    case Op::ALL_TO_ALL: {
+      // To member q: the part of this member's input inside chunk q along out_axis; from q: its
+      // part of this member's output chunk, chunk q along axis of the output.
+      const std::vector<Strided> sends = chunk_layouts(input.shape(), out_axis, n);
+      const std::vector<Strided> receives = chunk_layouts(output.shape(), axis, n);
+      const std::vector<int64_t> send_at = packed_offsets(sends);
+      const std::vector<int64_t> receive_at = packed_offsets(receives);
+      Tensor send = packed(input.numel());
+      Tensor receive = packed(output.numel());
+      for (int64_t q = 0; q < n; ++q) {
+        copy_chunk(input, sends[q], at(send, send_at[q]), /*unpack=*/false, s, device_);
+      }
+      OFL_ASSERT(sends[m].numel() == receives[m].numel());
+      if (sends[m].numel() > 0) {
+        check(cudaMemcpyAsync(at(receive, receive_at[m]), at(send, send_at[m]),
+                              sends[m].numel() * dtype_size(input.dtype()),
+                              cudaMemcpyDeviceToDevice, s),
+              "cudaMemcpyAsync (all-to-all block to itself)", device_);
+      }
+      group_start();
+      for (int64_t q = 0; q < n; ++q) {
+        if (q == m) continue;
+        nccl_check(
+            ncclSend(at(send, send_at[q]), sends[q].numel(), dt, static_cast<int>(q), comm, s),
+            "ncclSend", name_, what);
+        nccl_check(ncclRecv(at(receive, receive_at[q]), receives[q].numel(), dt,
+                            static_cast<int>(q), comm, s),
+                   "ncclRecv", name_, what);
+      }
+      group_end();
+      for (int64_t q = 0; q < n; ++q) {
+        copy_chunk(output, receives[q], at(receive, receive_at[q]), /*unpack=*/true, s, device_);
+      }
+      break;
+    }
+    default:
+      OFL_CHECK(false, "[nccl] ", what, " is collective op ", static_cast<int>(op),
+                ", which NCCL does not run here.");
+  }
+  return scratch;
+}
+
+}  // namespace ofl::cuda

@@ -1,0 +1,79 @@
+#pragma once
+// NCCL communicators and the collectives of COLLECTIVE tasks on GPUs (Note [Device collectives]
+// in actor/device_collectives.h). Like device.h this header names no CUDA or NCCL type: a CUDA
+// build compiles nccl.cpp against NCCL, a build without CUDA compiles the stubs in no_cuda.cpp,
+// where built_with_nccl() is false and everything else raises.
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "oneflowlike/proto/plan.pb.h"
+#include "oneflowlike/tensor.h"
+
+namespace ofl::cuda {
+
+class Stream;
+
+/// Whether this build links NCCL (it does whenever it has the CUDA backend).
+bool built_with_nccl();
+/// "2.28.9", or "" without NCCL.
+std::string nccl_version();
+
+/// ncclUniqueId's bytes: what the members of a communicator must share before they create it.
+constexpr size_t kNcclUniqueIdBytes = 128;
+using NcclUniqueId = std::array<std::byte, kNcclUniqueIdBytes>;
+/// A fresh id (ncclGetUniqueId), made by one member and handed to the others.
+NcclUniqueId nccl_unique_id();
+
+/// One member's NCCL communicator, with a stream of its own for its collectives.
+class NcclCommunicator {
+ public:
+  /// The members of one communicator that this process hosts: their index in it and their GPU.
+  struct HostedMember {
+    int64_t member = 0;
+    int device = 0;
+  };
+  /// Creates the hosted members' communicators for `id` over `size` members, in one NCCL group
+  /// (so one process may host several members). Blocks until every member has joined. `name`
+  /// ("dimension 0 of cuda:[0, 1]") is for errors.
+  static std::vector<std::unique_ptr<NcclCommunicator>> create(
+      const NcclUniqueId& id, int64_t size, const std::vector<HostedMember>& hosted,
+      const std::string& name);
+  ~NcclCommunicator();
+  NcclCommunicator(const NcclCommunicator&) = delete;
+  NcclCommunicator& operator=(const NcclCommunicator&) = delete;
+
+  int device() const { return device_; }
+  int64_t member() const { return member_; }
+  int64_t size() const { return size_; }
+  /// The stream its collectives are queued on.
+  Stream& stream() { return *stream_; }
+
+  /// Queues member `member()`'s part of `op` (Note [Collective tasks] in
+  /// oneflowlike/collective.h: its chunks along `axis`, the all-to-all's along `out_axis`) from
+  /// `input` into `output`, both in this GPU's memory, on stream(). Returns at once; the data is
+  /// there when an event recorded on stream() afterwards has completed. Returns the device
+  /// scratch that queued work uses: the caller keeps it until then. Raises ofl::Error naming
+  /// `what` (the task) when NCCL refuses, or when an earlier collective failed asynchronously.
+  [[nodiscard]] std::vector<Tensor> collective(proto::CollectiveProto::Op op, int axis,
+                                               int out_axis, const Tensor& input,
+                                               const Tensor& output, const std::string& what);
+
+ private:
+  NcclCommunicator(void* comm, int64_t member, int64_t size, int device, std::string name);
+  // Raises when NCCL reports an asynchronous error on this communicator.
+  void check_async(const std::string& what) const;
+
+  void* comm_ = nullptr;  // ncclComm_t
+  int64_t member_ = 0;
+  int64_t size_ = 0;
+  int device_ = 0;
+  std::string name_;
+  std::unique_ptr<Stream> stream_;
+};
+
+}  // namespace ofl::cuda
