@@ -56,7 +56,7 @@ DeviceCollectiveBackend choose_device_collective_backend(bool simulate_cuda) {
     return value == "nccl" ? DeviceCollectiveBackend::kNccl : DeviceCollectiveBackend::kHost;
   }
   const char* shared_gpu = std::getenv("OFL_CUDA_DEVICE");
-  if (!cuda::built_with_nccl() || shared_gpu != nullptr) return DeviceCollectiveBackend::kHost;
+  if (shared_gpu != nullptr || !cuda::nccl_available()) return DeviceCollectiveBackend::kHost;
   return DeviceCollectiveBackend::kNccl;
 }
 

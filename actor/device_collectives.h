@@ -56,8 +56,8 @@ const char* device_collective_backend_name(DeviceCollectiveBackend backend);
 
 /// This process's backend (Note [Device collectives]): simulated when simulating CUDA;
 /// otherwise OFL_CUDA_COLLECTIVES ("nccl" or "host"; anything else is refused naming it) when
-/// set; otherwise host when the build has no NCCL or OFL_CUDA_DEVICE puts ranks on one GPU,
-/// else nccl.
+/// set; otherwise host when NCCL does not load (cuda::nccl_available) or OFL_CUDA_DEVICE puts
+/// ranks on one GPU, else nccl.
 DeviceCollectiveBackend choose_device_collective_backend(bool simulate_cuda);
 
 /// One hosted member of one GPU communicator: its bootstrap and its place in member 0's order.

@@ -17,9 +17,11 @@
 #include "oneflowlike/cuda/nccl.h"
 
 #include <cuda_runtime_api.h>
+#include <dlfcn.h>
 #include <nccl.h>
 
 #include <cstring>
+#include <mutex>
 
 #include "oneflowlike/collective.h"
 #include "oneflowlike/cuda/check.h"
@@ -31,6 +33,54 @@ namespace {
 
 using Op = proto::CollectiveProto;
 
+// Note [NCCL loaded on first use]: liboneflowlike does not link NCCL. PyTorch's CUDA wheels
+// bring their own libnccl.so.2, newer than the toolkit's: had we linked the toolkit's, importing
+// oneflowlike before torch would bind torch to it and torch would fail to load (a missing
+// ncclCommResume). So NCCL is opened with dlopen when a communicator is first made: the
+// libnccl.so.2 already in the process if there is one (torch's), else the search path's, else
+// the toolkit's that CMake found (OFL_NCCL_LIBRARY), each call through a pointer from dlsym.
+struct NcclApi {
+  void* handle = nullptr;
+  std::string error;  // why it could not load
+#define OFL_NCCL_FUNCTIONS(_)                                                                     \
+  _(ncclGetErrorString)                                                                           \
+  _(ncclGetLastError) _(ncclGetVersion) _(ncclGetUniqueId) _(ncclCommInitRank) _(ncclCommDestroy) \
+      _(ncclCommGetAsyncError) _(ncclGroupStart) _(ncclGroupEnd) _(ncclAllReduce)                 \
+          _(ncclReduceScatter) _(ncclReduce) _(ncclAllGather) _(ncclBroadcast) _(ncclSend)        \
+              _(ncclRecv)
+#define OFL_NCCL_POINTER(name) decltype(&::name) name = nullptr;
+  OFL_NCCL_FUNCTIONS(OFL_NCCL_POINTER)
+#undef OFL_NCCL_POINTER
+};
+
+const NcclApi& nccl_api() {
+  static NcclApi api;
+  static std::once_flag once;
+  std::call_once(once, [] {
+    for (const char* path : {"libnccl.so.2", OFL_NCCL_LIBRARY}) {
+      api.handle = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+      if (api.handle != nullptr) break;
+      api.error += str_cat(api.error.empty() ? "" : "; ", dlerror());
+    }
+    if (api.handle == nullptr) return;
+#define OFL_NCCL_LOAD(name)                                                  \
+  api.name = reinterpret_cast<decltype(api.name)>(dlsym(api.handle, #name)); \
+  if (api.name == nullptr && api.error.empty()) api.error = str_cat("no " #name " in NCCL");
+    OFL_NCCL_FUNCTIONS(OFL_NCCL_LOAD)
+#undef OFL_NCCL_LOAD
+  });
+  return api;
+}
+
+// NCCL's functions, raising when it cannot be loaded.
+const NcclApi& nccl() {
+  const NcclApi& api = nccl_api();
+  OFL_CHECK_CODE(api.handle != nullptr && api.error.empty(), ErrorCode::kUnavailable,
+                 "[nccl] NCCL could not be loaded: ", api.error,
+                 ". Install NCCL 2 (libnccl.so.2), or set OFL_CUDA_COLLECTIVES=host.");
+  return api;
+}
+
 ncclComm_t native(void* comm) { return static_cast<ncclComm_t>(comm); }
 
 void nccl_check(ncclResult_t result, const char* call, const std::string& communicator,
@@ -38,12 +88,12 @@ void nccl_check(ncclResult_t result, const char* call, const std::string& commun
   if (result == ncclSuccess) [[likely]] {
     return;
   }
-  const char* last = ncclGetLastError(nullptr);
+  const char* last = nccl().ncclGetLastError(nullptr);
   throw_error(
       result == ncclInvalidArgument || result == ncclInvalidUsage ? ErrorCode::kInvalidArgument
                                                                   : ErrorCode::kUnavailable,
       str_cat("[nccl] ", call, " for ", what, " on ", communicator,
-              " failed: ", ncclGetErrorString(result),
+              " failed: ", nccl().ncclGetErrorString(result),
               last != nullptr && *last != '\0' ? str_cat(" (", last, ")") : std::string(), "."));
 }
 
@@ -148,15 +198,20 @@ void copy_chunk(const Tensor& whole, const Strided& c, char* packed, bool unpack
 
 bool built_with_nccl() { return true; }
 
+bool nccl_available() {
+  const NcclApi& api = nccl_api();
+  return api.handle != nullptr && api.error.empty();
+}
+
 std::string nccl_version() {
   int v = 0;
-  if (ncclGetVersion(&v) != ncclSuccess) return "";
+  if (!nccl_available() || nccl().ncclGetVersion(&v) != ncclSuccess) return "";
   return str_cat(v / 10000, ".", v % 10000 / 100, ".", v % 100);
 }
 
 NcclUniqueId nccl_unique_id() {
   ncclUniqueId id;
-  nccl_check(ncclGetUniqueId(&id), "ncclGetUniqueId", "a new communicator", "its unique id");
+  nccl_check(nccl().ncclGetUniqueId(&id), "ncclGetUniqueId", "a new communicator", "its unique id");
   static_assert(sizeof(id) == kNcclUniqueIdBytes);
   NcclUniqueId out;
   std::memcpy(out.data(), &id, sizeof(id));
@@ -175,7 +230,7 @@ NcclCommunicator::NcclCommunicator(void* comm, int64_t member, int64_t size, int
 NcclCommunicator::~NcclCommunicator() {
   if (comm_ != nullptr) {
     DeviceGuard guard(device_);
-    ncclCommDestroy(native(comm_));
+    nccl().ncclCommDestroy(native(comm_));
   }
 }
 
@@ -188,15 +243,15 @@ std::vector<std::unique_ptr<NcclCommunicator>> NcclCommunicator::create(
   int previous = 0;
   check(cudaGetDevice(&previous), "cudaGetDevice", hosted.empty() ? 0 : hosted[0].device);
   // Several members in one process join in one group, or the first would wait for the others.
-  nccl_check(ncclGroupStart(), "ncclGroupStart", name, "creating it");
+  nccl_check(nccl().ncclGroupStart(), "ncclGroupStart", name, "creating it");
   for (size_t i = 0; i < hosted.size(); ++i) {
     check_device(hosted[i].device);
     check(cudaSetDevice(hosted[i].device), "cudaSetDevice", hosted[i].device);
-    nccl_check(ncclCommInitRank(&comms[i], static_cast<int>(size), uid,
-                                static_cast<int>(hosted[i].member)),
+    nccl_check(nccl().ncclCommInitRank(&comms[i], static_cast<int>(size), uid,
+                                       static_cast<int>(hosted[i].member)),
                "ncclCommInitRank", name, str_cat("member ", hosted[i].member));
   }
-  const ncclResult_t ended = ncclGroupEnd();
+  const ncclResult_t ended = nccl().ncclGroupEnd();
   cudaSetDevice(previous);
   nccl_check(ended, "ncclGroupEnd", name, "creating it");
   std::vector<std::unique_ptr<NcclCommunicator>> out;
@@ -209,7 +264,8 @@ std::vector<std::unique_ptr<NcclCommunicator>> NcclCommunicator::create(
 
 void NcclCommunicator::check_async(const std::string& what) const {
   ncclResult_t async = ncclSuccess;
-  nccl_check(ncclCommGetAsyncError(native(comm_), &async), "ncclCommGetAsyncError", name_, what);
+  nccl_check(nccl().ncclCommGetAsyncError(native(comm_), &async), "ncclCommGetAsyncError", name_,
+             what);
   nccl_check(async, "an earlier collective", name_, what);
 }
 
@@ -229,13 +285,13 @@ std::vector<Tensor> NcclCommunicator::collective(Op::Op op, int axis, int out_ax
     scratch.push_back(Tensor::empty(Shape{numel}, input.dtype(), gpu));
     return scratch.back();
   };
-  auto group_start = [&] { nccl_check(ncclGroupStart(), "ncclGroupStart", name_, what); };
-  auto group_end = [&] { nccl_check(ncclGroupEnd(), "ncclGroupEnd", name_, what); };
+  auto group_start = [&] { nccl_check(nccl().ncclGroupStart(), "ncclGroupStart", name_, what); };
+  auto group_end = [&] { nccl_check(nccl().ncclGroupEnd(), "ncclGroupEnd", name_, what); };
   switch (op) {
     case Op::ALL_REDUCE:
-      nccl_check(
-          ncclAllReduce(input.raw_data(), output.raw_data(), input.numel(), dt, ncclSum, comm, s),
-          "ncclAllReduce", name_, what);
+      nccl_check(nccl().ncclAllReduce(input.raw_data(), output.raw_data(), input.numel(), dt,
+                                      ncclSum, comm, s),
+                 "ncclAllReduce", name_, what);
       break;
     case Op::REDUCE_SCATTER: {
       const std::vector<Strided> chunks = chunk_layouts(input.shape(), axis, n);
@@ -248,15 +304,15 @@ std::vector<Tensor> NcclCommunicator::collective(Op::Op op, int axis, int out_ax
         }
       }
       if (even(chunks)) {
-        nccl_check(ncclReduceScatter(at(source, offsets[0]), output.raw_data(), chunks[0].numel(),
-                                     dt, ncclSum, comm, s),
+        nccl_check(nccl().ncclReduceScatter(at(source, offsets[0]), output.raw_data(),
+                                            chunks[0].numel(), dt, ncclSum, comm, s),
                    "ncclReduceScatter", name_, what);
         break;
       }
       group_start();
       for (int64_t c = 0; c < n; ++c) {
-        nccl_check(ncclReduce(at(source, offsets[c]), c == m ? output.raw_data() : nullptr,
-                              chunks[c].numel(), dt, ncclSum, static_cast<int>(c), comm, s),
+        nccl_check(nccl().ncclReduce(at(source, offsets[c]), c == m ? output.raw_data() : nullptr,
+                                     chunks[c].numel(), dt, ncclSum, static_cast<int>(c), comm, s),
                    "ncclReduce", name_, what);
       }
       group_end();
@@ -268,14 +324,14 @@ std::vector<Tensor> NcclCommunicator::collective(Op::Op op, int axis, int out_ax
       const bool direct = contiguous(chunks);
       Tensor target = direct ? output : packed(output.numel());
       if (even(chunks)) {
-        nccl_check(
-            ncclAllGather(input.raw_data(), target.raw_data(), chunks[0].numel(), dt, comm, s),
-            "ncclAllGather", name_, what);
+        nccl_check(nccl().ncclAllGather(input.raw_data(), target.raw_data(), chunks[0].numel(), dt,
+                                        comm, s),
+                   "ncclAllGather", name_, what);
       } else {
         group_start();
         for (int64_t c = 0; c < n; ++c) {
-          nccl_check(ncclBroadcast(input.raw_data(), at(target, offsets[c]), chunks[c].numel(), dt,
-                                   static_cast<int>(c), comm, s),
+          nccl_check(nccl().ncclBroadcast(input.raw_data(), at(target, offsets[c]),
+                                          chunks[c].numel(), dt, static_cast<int>(c), comm, s),
                      "ncclBroadcast", name_, what);
         }
         group_end();
@@ -309,11 +365,11 @@ std::vector<Tensor> NcclCommunicator::collective(Op::Op op, int axis, int out_ax
       group_start();
       for (int64_t q = 0; q < n; ++q) {
         if (q == m) continue;
-        nccl_check(
-            ncclSend(at(send, send_at[q]), sends[q].numel(), dt, static_cast<int>(q), comm, s),
-            "ncclSend", name_, what);
-        nccl_check(ncclRecv(at(receive, receive_at[q]), receives[q].numel(), dt,
-                            static_cast<int>(q), comm, s),
+        nccl_check(nccl().ncclSend(at(send, send_at[q]), sends[q].numel(), dt, static_cast<int>(q),
+                                   comm, s),
+                   "ncclSend", name_, what);
+        nccl_check(nccl().ncclRecv(at(receive, receive_at[q]), receives[q].numel(), dt,
+                                   static_cast<int>(q), comm, s),
                    "ncclRecv", name_, what);
       }
       group_end();

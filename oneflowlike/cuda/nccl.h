@@ -18,9 +18,12 @@ namespace ofl::cuda {
 
 class Stream;
 
-/// Whether this build links NCCL (it does whenever it has the CUDA backend).
+/// Whether this build has the NCCL backend (it does whenever it has the CUDA backend).
 bool built_with_nccl();
-/// "2.28.9", or "" without NCCL.
+/// Whether NCCL loads in this process (Note [NCCL loaded on first use] in nccl.cpp): opens it
+/// on the first call.
+bool nccl_available();
+/// "2.28.9", or "" when NCCL is not available.
 std::string nccl_version();
 
 /// ncclUniqueId's bytes: what the members of a communicator must share before they create it.

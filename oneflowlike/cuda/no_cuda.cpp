@@ -50,6 +50,7 @@ size_t cached_bytes(int) { return 0; }
 void empty_cache() {}
 
 bool built_with_nccl() { return false; }
+bool nccl_available() { return false; }
 std::string nccl_version() { return ""; }
 NcclUniqueId nccl_unique_id() { no_device(0); }
 std::vector<std::unique_ptr<NcclCommunicator>> NcclCommunicator::create(

@@ -4,6 +4,10 @@ Every test here needs a GPU and is skipped without one, with the driver's reason
 scripts/test.sh prints it once). docs/cuda.md says which of these have run on a GPU.
 """
 
+import importlib.util
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 
@@ -119,3 +123,13 @@ def test_bad_input_names_the_devices():
     with pytest.raises(NotImplementedError, match=r"\[to\] moving a tensor that requires grad"):
         w.to("cuda")
     assert flow.placement("cuda", ranks=[0]).type == "cuda"  # graphs run there
+
+
+def test_torch_imports_after_oneflowlike():
+    # Note [NCCL loaded on first use] in oneflowlike/cuda/nccl.cpp: linking the toolkit's NCCL
+    # made torch's CUDA build fail to load after oneflowlike (ncclCommResume missing).
+    if importlib.util.find_spec("torch") is None:
+        pytest.skip("torch is not installed")
+    result = subprocess.run([sys.executable, "-c", "import oneflowlike, torch"],
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr[-2000:]

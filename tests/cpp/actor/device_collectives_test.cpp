@@ -212,9 +212,10 @@ TEST(DeviceCollectivesBackend, ChosenFromTheEnvironment) {
     ScopedEnv shared("OFL_CUDA_DEVICE", nullptr);
     EXPECT_EQ(choose_device_collective_backend(/*simulate_cuda=*/true),
               DeviceCollectiveBackend::kSimulated);
-    EXPECT_EQ(choose_device_collective_backend(false), cuda::built_with_nccl()
+    EXPECT_EQ(choose_device_collective_backend(false), cuda::nccl_available()
                                                            ? DeviceCollectiveBackend::kNccl
                                                            : DeviceCollectiveBackend::kHost);
+    EXPECT_EQ(cuda::nccl_available(), !cuda::nccl_version().empty());
   }
   {
     // Ranks sharing a GPU: NCCL would refuse them.
