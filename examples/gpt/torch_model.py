@@ -21,10 +21,9 @@ def torch_gpt(c):
             # Columns ordered (head, q/k/v, head_dim), as flow.nn.CausalSelfAttention.
             q, k, v = x.matmul(self.c_attn.weight.t()).view(b, t, h, 3 * d).split(d, dim=-1)
             q, k, v = (z.transpose(1, 2) for z in (q, k, v))
-            att = (q @ k.transpose(-2, -1)) / d ** 0.5
-            mask = torch.ones(t, t, dtype=torch.bool).triu(1)
-            att = att.masked_fill(mask, float("-inf")).softmax(-1)
-            return self.c_proj((att @ v).transpose(1, 2).reshape(b, t, ch))
+            # As PyTorch users write it: the fused kernel, causal.
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+            return self.c_proj(y.transpose(1, 2).reshape(b, t, ch))
 
     class Mlp(nn.Module):
         def __init__(self):

@@ -3,7 +3,9 @@
     .venv/bin/python scripts/bench/bench_gpt.py            # needs torch (pip install torch)
 
 1. One process, same thread count (1 and 2): our nn.Graph step vs PyTorch eager on the same
-   model, data and optimizer (tokens/s for both).
+   model, data and optimizer (tokens/s for both), PyTorch written as its users write it
+   (F.scaled_dot_product_attention, examples/gpt/torch_model.py). --model medium: issue 17's
+   6 layers, 384 channels, 6 heads, block 128.
 2. Data parallel, 2 processes x 1 thread vs 1 process x 1 thread at the same per-rank batch:
    scaling efficiency, ours (examples/gpt/train.py --dp 2 through our launcher) next to PyTorch
    DDP over gloo doing the same.
@@ -28,7 +30,12 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 GPT = os.path.join(ROOT, "examples", "gpt")
 sys.path.insert(0, GPT)
 
-MODEL = ["--n-layer", "4", "--n-embd", "128", "--n-head", "4", "--block-size", "64"]
+# --model: the README's small model, and issue 17's 384-channel one (batch 8 there).
+MODELS = {
+    "small": ["--n-layer", "4", "--n-embd", "128", "--n-head", "4", "--block-size", "64"],
+    "medium": ["--n-layer", "6", "--n-embd", "384", "--n-head", "6", "--block-size", "128"],
+}
+MODEL, MODEL_NAME = MODELS["small"], "small"
 
 
 def env(threads):
@@ -153,8 +160,8 @@ def parse_done(out):
 
 
 def torch_single(threads, batch, steps):
-    out = run([sys.executable, __file__, "--part", "torch", "--threads", str(threads),
-               "--batch-size", str(batch), "--steps", str(steps)], threads)
+    out = run([sys.executable, __file__, "--part", "torch", "--model", MODEL_NAME, "--threads",
+               str(threads), "--batch-size", str(batch), "--steps", str(steps)], threads)
     return json.loads(out.strip().splitlines()[-1])
 
 
@@ -167,13 +174,16 @@ def main():
     p.add_argument("--steps", type=int, default=30)
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--only", choices=["single", "dp", "pipeline"], help="run one part")
+    p.add_argument("--model", choices=sorted(MODELS), default="small")
     args = p.parse_args()
+    global MODEL, MODEL_NAME
+    MODEL, MODEL_NAME = MODELS[args.model], args.model
     if args.part == "torch":
         return part_torch(args)
     if args.part == "pipeline":
         return part_pipeline(args)
 
-    tokens = args.batch_size * 64
+    tokens = args.batch_size * int(MODEL[MODEL.index("--block-size") + 1])
     print(f"# GPT benchmarks ({' '.join(MODEL)}, batch {args.batch_size} per rank, "
           f"{args.steps} steps, {args.repeats} repeats; {time.strftime('%Y-%m-%d')})")
     # 1. One process, same threads.
@@ -202,8 +212,8 @@ def main():
                                            str(args.steps), "--quiet", "--warmup-steps", "1"),
                                     1))["median_ms"])
         torch1.append(torch_single(1, args.batch_size, args.steps)["median_ms"])
-        out = run(launch(2, __file__, "--part", "torch", "--threads", "1", "--batch-size",
-                         str(args.batch_size), "--steps", str(args.steps)), 1)
+        out = run(launch(2, __file__, "--part", "torch", "--model", MODEL_NAME, "--threads", "1",
+                         "--batch-size", str(args.batch_size), "--steps", str(args.steps)), 1)
         torch2.append(json.loads([l for l in out.splitlines() if "median_ms" in l][-1]
                                  .split("] ", 1)[-1])["median_ms"])
     if not ours1:

@@ -1,14 +1,13 @@
-// CPU kernels of matmul and batch_matmul. float32 goes to oneDNN's sgemm; other types use a
-// plain row-by-row loop (float64 serves the gradient checks).
+// CPU kernels of matmul and batch_matmul, through cpu::gemm (gemm.h): oneDNN's sgemm for
+// float32, a plain row-by-row loop for the other types (float64 serves the gradient checks).
 
 #include "oneflowlike/ops/matmul.h"
-
-#include <oneapi/dnnl/dnnl.h>
 
 #include <algorithm>
 #include <vector>
 
 #include "oneflowlike/common/parallel.h"
+#include "oneflowlike/kernels/cpu/gemm.h"
 #include "oneflowlike/op.h"
 
 namespace ofl::cpu {
@@ -26,57 +25,23 @@ struct Gemm {
   int64_t ldb() const { return transpose_b ? k : n; }
 };
 
-// The reference loop: C row i = sum_k A(i, k) * B row k (or dot products against B's rows when
-// B is transposed), with A's row gathered first when A is transposed.
-template <class T>
-void gemm_rows(const Gemm& gm, const T* a, const T* b, T* c, int64_t row_begin, int64_t row_end) {
-  const int64_t lda = gm.lda(), ldb = gm.ldb();
-  const T alpha = static_cast<T>(gm.alpha);
-  std::vector<T> a_row(gm.k);
-  for (int64_t i = row_begin; i < row_end; ++i) {
-    for (int64_t p = 0; p < gm.k; ++p) a_row[p] = gm.transpose_a ? a[p * lda + i] : a[i * lda + p];
-    T* c_row = c + i * gm.n;
-    if (gm.transpose_b) {  // B stored (n, k): contiguous dot products
-      for (int64_t j = 0; j < gm.n; ++j) {
-        const T* b_row = b + j * ldb;
-        T acc = T(0);
-        for (int64_t p = 0; p < gm.k; ++p) acc += a_row[p] * b_row[p];
-        c_row[j] = alpha * acc;
-      }
-    } else {  // B stored (k, n): accumulate scaled rows of B
-      std::fill(c_row, c_row + gm.n, T(0));
-      for (int64_t p = 0; p < gm.k; ++p) {
-        const T s = a_row[p];
-        const T* b_row = b + p * ldb;
-        for (int64_t j = 0; j < gm.n; ++j) c_row[j] += s * b_row[j];
-      }
-      if (alpha != T(1)) {
-        for (int64_t j = 0; j < gm.n; ++j) c_row[j] *= alpha;
-      }
-    }
-  }
-}
-
 template <class T>
 void gemm(const Gemm& gm, const T* a, const T* b, T* c, bool may_parallelise) {
   if (gm.m == 0 || gm.n == 0) return;
-  if constexpr (std::is_same_v<T, float>) {
-    if (gm.k == 0) {
-      std::fill(c, c + gm.m * gm.n, 0.0f);
-      return;
-    }
-    // Inside a parallel region oneDNN runs single-threaded, so batches do not oversubscribe.
-    const dnnl_status_t status =
-        dnnl_sgemm(gm.transpose_a ? 'T' : 'N', gm.transpose_b ? 'T' : 'N', gm.m, gm.n, gm.k,
-                   static_cast<float>(gm.alpha), a, gm.lda(), b, gm.ldb(), 0.0f, c, gm.n);
-    OFL_ASSERT(status == dnnl_success) << "dnnl_sgemm failed with status " << status;
-  } else {
-    const int64_t work_per_row = std::max<int64_t>(1, gm.n * std::max<int64_t>(gm.k, 1));
-    const int64_t grain =
-        may_parallelise ? std::max<int64_t>(1, kParallelGrain / work_per_row) : gm.m;
-    parallel_for(gm.m, grain,
-                 [&](int64_t begin, int64_t end) { gemm_rows(gm, a, b, c, begin, end); });
+  const T alpha = static_cast<T>(gm.alpha);
+  if (std::is_same_v<T, float> || !may_parallelise) {
+    cpu::gemm(gm.transpose_a, gm.transpose_b, gm.m, gm.n, gm.k, alpha, a, gm.lda(), b, gm.ldb(),
+              T(0), c, gm.n);
+    return;
   }
+  // The plain loop (other types) in row blocks on every thread; oneDNN threads itself.
+  const int64_t work_per_row = std::max<int64_t>(1, gm.n * std::max<int64_t>(gm.k, 1));
+  parallel_for(gm.m, std::max<int64_t>(1, kParallelGrain / work_per_row),
+               [&](int64_t begin, int64_t end) {
+                 const T* a_rows = gm.transpose_a ? a + begin : a + begin * gm.lda();
+                 cpu::gemm(gm.transpose_a, gm.transpose_b, end - begin, gm.n, gm.k, alpha, a_rows,
+                           gm.lda(), b, gm.ldb(), T(0), c + begin * gm.n, gm.n);
+               });
 }
 
 // a (rows..., K) or (K, M), b (K, N) or (N, K): the N-d a is one tall matrix.

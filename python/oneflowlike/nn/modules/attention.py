@@ -2,7 +2,6 @@
 
 import math
 
-import oneflowlike as flow
 from oneflowlike.nn import functional as F
 from oneflowlike.nn.modules.dropout import Dropout
 from oneflowlike.nn.modules.linear import Linear
@@ -43,13 +42,11 @@ class CausalSelfAttention(Module):
         H, D = self.n_head, self.head_dim
         qkv = self.c_attn(x).reshape(B, T, H, 3 * D)  # (B, T, H, 3D): per head q | k | v
         q, k, v = (t.transpose(1, 2) for t in qkv.split(D, dim=-1))  # (B, H, T, D) each
-        att = flow.matmul(q, k.transpose(-2, -1)) * (1.0 / math.sqrt(D))  # (B, H, T, T)
-        # Query t sees keys s <= t: mask s > t, built from ops so that it traces.
-        query = flow.arange(T).reshape(T, 1)
-        key = flow.arange(T).reshape(1, T)
-        att = att.masked_fill(key > query, float("-inf"))
-        att = self.attn_dropout(F.softmax(att, dim=-1))
-        y = flow.matmul(att, v)  # (B, H, T, D)
+        # Fused causal attention: query t sees keys s <= t, no (T, T) matrix is made. Dropout
+        # on the attention weights (training with dropout > 0) writes the attention out.
+        dropout_p = self.attn_dropout.p if self.training else 0.0
+        y = F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, is_causal=True,
+                                           scale=1.0 / math.sqrt(D))  # (B, H, T, D)
         y = y.transpose(1, 2).reshape(B, T, C)  # heads side by side again
         return self.resid_dropout(self.c_proj(y))
 

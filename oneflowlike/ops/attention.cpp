@@ -1,0 +1,222 @@
+// Fused attention (Note [Fused attention] in attention.h): inference, SBP signatures and the
+// gradient. Two op names per direction, without and with the mask, so every op has a fixed list
+// of inputs.
+
+#include "oneflowlike/ops/attention.h"
+
+#include "oneflowlike/eager.h"
+#include "oneflowlike/op.h"
+#include "oneflowlike/ops/grad_util.h"
+
+namespace ofl {
+
+namespace {
+
+constexpr const char* kAttention = "scaled_dot_product_attention";
+constexpr const char* kAttentionMasked = "scaled_dot_product_attention_masked";
+constexpr const char* kAttentionGrad = "scaled_dot_product_attention_grad";
+constexpr const char* kAttentionMaskedGrad = "scaled_dot_product_attention_masked_grad";
+
+// The log-sum-exp's dtype: float32 for the 16-bit dtypes and float32, float64 for float64.
+DataType lse_dtype(DataType dtype) {
+  return dtype == DataType::kFloat64 ? DataType::kFloat64 : DataType::kFloat32;
+}
+
+// Checks q, k, v (inputs q_at..q_at+2) and the mask (input mask_at, -1: none); returns the out
+// shape (B, H, L, Ev).
+Shape check_attention_inputs(const InferContext& ctx, int q_at, int mask_at) {
+  const Shape& q = ctx.shape(q_at);
+  const Shape& k = ctx.shape(q_at + 1);
+  const Shape& v = ctx.shape(q_at + 2);
+  for (int i = q_at; i < q_at + 3; ++i) {
+    OFL_CHECK_TYPE(ctx.dtype(i) == ctx.dtype(q_at) && is_floating(ctx.dtype(i)), "[", ctx.op_name(),
+                   "] q, k and v must have one floating dtype. However, got ",
+                   ctx.describe_inputs(), ".");
+  }
+  OFL_CHECK(q.ndim() == 4 && k.ndim() == 4 && v.ndim() == 4, "[", ctx.op_name(),
+            "] q, k and v must be 4-d, (batch, heads, sequence, head_dim). However, got q ",
+            q.to_string(), ", k ", k.to_string(), ", v ", v.to_string(), ".");
+  OFL_CHECK(q[0] == k[0] && k[0] == v[0], "[", ctx.op_name(),
+            "] q, k and v must have one batch size. However, got q ", q.to_string(), ", k ",
+            k.to_string(), ", v ", v.to_string(), ".");
+  OFL_CHECK(k[1] == v[1] && k[1] > 0 && q[1] % k[1] == 0, "[", ctx.op_name(),
+            "] k and v must have one number of heads, dividing q's (grouped-query attention). "
+            "However, got q ",
+            q.to_string(), ", k ", k.to_string(), ", v ", v.to_string(), ".");
+  OFL_CHECK(k[2] == v[2], "[", ctx.op_name(),
+            "] k and v must have one sequence length. However, got k ", k.to_string(), ", v ",
+            v.to_string(), ".");
+  OFL_CHECK(q[3] == k[3], "[", ctx.op_name(),
+            "] q and k must have one head_dim (the last axis). However, got q ", q.to_string(),
+            ", k ", k.to_string(), ".");
+  const Shape out{q[0], q[1], q[2], v[3]};
+  if (mask_at >= 0) {
+    const Shape& m = ctx.shape(mask_at);
+    const Shape full{q[0], q[1], q[2], k[2]};
+    bool fits = m.ndim() <= 4;
+    for (int i = 1; fits && i <= m.ndim(); ++i) {
+      fits = m[m.ndim() - i] == 1 || m[m.ndim() - i] == full[4 - i];
+    }
+    OFL_CHECK(fits, "[", ctx.op_name(), "] attn_mask must broadcast to (batch, heads, L, S) ",
+              full.to_string(), ". However, got attn_mask ", m.to_string(), ".");
+    OFL_CHECK_TYPE(ctx.dtype(mask_at) == ctx.dtype(q_at), "[", ctx.op_name(),
+                   "] a float attn_mask must have q's dtype ", dtype_name(ctx.dtype(q_at)),
+                   ". However, got ", dtype_name(ctx.dtype(mask_at)), ".");
+  }
+  return out;
+}
+
+// (q, k, v[, mask]) -> (out, lse).
+std::vector<TensorMeta> infer_attention(const InferContext& ctx) {
+  const Shape out = check_attention_inputs(ctx, 0, ctx.num_inputs() == 4 ? 3 : -1);
+  const DataType dtype = ctx.dtype(0);
+  return {TensorMeta{out, dtype}, TensorMeta{Shape{out[0], out[1], out[2]}, lse_dtype(dtype)}};
+}
+
+// (dout, q, k, v, out, lse[, mask]) -> (dq, dk, dv).
+std::vector<TensorMeta> infer_attention_grad(const InferContext& ctx) {
+  const Shape out = check_attention_inputs(ctx, 1, ctx.num_inputs() == 7 ? 6 : -1);
+  for (int i : {0, 4}) {
+    OFL_CHECK(ctx.shape(i) == out && ctx.dtype(i) == ctx.dtype(1), "[", ctx.op_name(), "] ",
+              ctx.input_name(i), " must be shaped like the attention's output ", out.to_string(),
+              " with q's dtype. However, got ", ctx.describe_inputs(), ".");
+  }
+  OFL_CHECK(ctx.shape(5) == Shape({out[0], out[1], out[2]}), "[", ctx.op_name(),
+            "] lse must be (batch, heads, L). However, got ", ctx.describe_inputs(), ".");
+  return {ctx.input(1), ctx.input(2), ctx.input(3)};
+}
+
+// The mask's SBP when q, k and v are split along `axis` (0: batch, 1: heads): split along its
+// own axis for it where it has one of full size, else broadcast.
+Sbp mask_sbp(const InferContext& ctx, int mask_at, int axis) {
+  const Shape& m = ctx.shape(mask_at);
+  const int own = m.ndim() - 4 + axis;
+  if (own >= 0 && m[own] > 1) return S(own);
+  return B();
+}
+
+// Batches and (without grouping) heads are independent. Not linear in q, k or v: no P.
+std::vector<SbpSignature> attention_signatures(const InferContext& ctx) {
+  const bool masked = ctx.num_inputs() == 4;
+  std::vector<SbpSignature> sigs;
+  auto add = [&](int axis) {
+    std::vector<Sbp> in{S(axis), S(axis), S(axis)};
+    if (masked) in.push_back(mask_sbp(ctx, 3, axis));
+    sigs.push_back({in, {S(axis), S(axis)}});
+  };
+  add(0);
+  if (ctx.shape(0)[1] == ctx.shape(1)[1]) add(1);
+  std::vector<Sbp> all(ctx.num_inputs(), B());
+  sigs.push_back({all, {B(), B()}});
+  return sigs;
+}
+
+// The gradients split as the forward does, and are linear in dout.
+std::vector<SbpSignature> attention_grad_signatures(const InferContext& ctx) {
+  const bool masked = ctx.num_inputs() == 7;
+  std::vector<SbpSignature> sigs;
+  auto add = [&](int axis) {
+    std::vector<Sbp> in(6, S(axis));
+    if (masked) in.push_back(mask_sbp(ctx, 6, axis));
+    sigs.push_back({in, {S(axis), S(axis), S(axis)}});
+  };
+  add(0);
+  if (ctx.shape(1)[1] == ctx.shape(2)[1]) add(1);
+  std::vector<Sbp> partial(ctx.num_inputs(), B());
+  partial[0] = P();
+  sigs.push_back({partial, {P(), P(), P()}});
+  std::vector<Sbp> all(ctx.num_inputs(), B());
+  sigs.push_back({all, {B(), B(), B()}});
+  return sigs;
+}
+
+void attention_gradient(GradBuilder& g) {
+  const Value dout = g.output_grad(0);
+  if (dout == GradBuilder::kNone) return;
+  const bool masked = g.num_inputs() == 4;
+  OFL_CHECK_CODE(!masked || !g.needs_input_grad(3), ErrorCode::kUnimplemented,
+                 "[scaled_dot_product_attention] attn_mask requires grad, and fused attention "
+                 "computes no gradient for the mask. Detach it, or write the attention out.");
+  if (!g.needs_input_grad(0) && !g.needs_input_grad(1) && !g.needs_input_grad(2)) return;
+  std::vector<Value> inputs{dout, g.input(0), g.input(1), g.input(2), g.output(0), g.output(1)};
+  if (masked) inputs.push_back(g.input(3));
+  const std::vector<Value> grads =
+      g.apply(masked ? kAttentionMaskedGrad : kAttentionGrad, g.any_params(), inputs);
+  for (int i = 0; i < 3; ++i) {
+    if (g.needs_input_grad(i)) g.set_input_grad(i, grads.at(i));
+  }
+}
+
+}  // namespace
+
+AttentionDims attention_dims(const Tensor& q, const Tensor& k, const Tensor& v) {
+  return {q.shape()[0], q.shape()[1], k.shape()[1], q.shape()[2],
+          k.shape()[2], q.shape()[3], v.shape()[3]};
+}
+
+MaskStrides attention_mask_strides(const Shape& m) {
+  // Right-aligned against (B, H, L, S); a size-1 or missing axis is broadcast (stride 0).
+  int64_t strides[4] = {0, 0, 0, 0};
+  int64_t step = 1;
+  for (int i = 1; i <= m.ndim(); ++i) {
+    const int64_t size = m[m.ndim() - i];
+    strides[4 - i] = size == 1 ? 0 : step;
+    step *= size;
+  }
+  return {strides[0], strides[1], strides[2], strides[3]};
+}
+
+OFL_REGISTER_OP(kAttention)
+    .inputs({"q", "k", "v"})
+    .outputs({"out", "lse"})
+    .params<AttentionParams>()
+    .set<FInferMeta>(infer_attention)
+    .set<FSbpSignatures>(attention_signatures)
+    .set<FGradient>(attention_gradient);
+
+OFL_REGISTER_OP(kAttentionMasked)
+    .inputs({"q", "k", "v", "attn_mask"})
+    .outputs({"out", "lse"})
+    .params<AttentionParams>()
+    .set<FInferMeta>(infer_attention)
+    .set<FSbpSignatures>(attention_signatures)
+    .set<FGradient>(attention_gradient);
+
+OFL_REGISTER_OP(kAttentionGrad)
+    .inputs({"dout", "q", "k", "v", "out", "lse"})
+    .outputs({"dq", "dk", "dv"})
+    .params<AttentionParams>()
+    .set<FInferMeta>(infer_attention_grad)
+    .set<FSbpSignatures>(attention_grad_signatures);
+
+OFL_REGISTER_OP(kAttentionMaskedGrad)
+    .inputs({"dout", "q", "k", "v", "out", "lse", "attn_mask"})
+    .outputs({"dq", "dk", "dv"})
+    .params<AttentionParams>()
+    .set<FInferMeta>(infer_attention_grad)
+    .set<FSbpSignatures>(attention_grad_signatures);
+
+namespace functional {
+
+std::vector<Tensor> scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v,
+                                                 const Tensor& mask, double scale, bool is_causal) {
+  static OpHandle plain(kAttention), masked(kAttentionMasked);
+  const AttentionParams params{scale, is_causal};
+  if (!mask.defined()) return plain(params, {q, k, v});
+  return masked(params, {q, k, v, mask});
+}
+
+std::vector<Tensor> scaled_dot_product_attention_grad(const Tensor& dout, const Tensor& q,
+                                                      const Tensor& k, const Tensor& v,
+                                                      const Tensor& out, const Tensor& lse,
+                                                      const Tensor& mask, double scale,
+                                                      bool is_causal) {
+  static OpHandle plain(kAttentionGrad), masked(kAttentionMaskedGrad);
+  const AttentionParams params{scale, is_causal};
+  if (!mask.defined()) return plain(params, {dout, q, k, v, out, lse});
+  return masked(params, {dout, q, k, v, out, lse, mask});
+}
+
+}  // namespace functional
+
+}  // namespace ofl

@@ -1,0 +1,99 @@
+"""Scaled dot-product attention with PyTorch's semantics, fused (Note [Fused attention] in
+oneflowlike/ops/attention.h)."""
+
+import math
+
+from oneflowlike import _C
+
+__all__ = []
+
+
+def _shapes(q, k, v):
+    return f"query {tuple(q.shape)}, key {tuple(k.shape)}, value {tuple(v.shape)}"
+
+
+def _float_mask(attn_mask, dtype):
+    """A boolean mask (True: take part) as the additive float mask the kernel takes. Fill ops,
+    not tensors from data: inside a trace they are part of the graph, not constants."""
+    if attn_mask.dtype == _C.dtype.bool:
+        zero = _C.fill(tuple(attn_mask.shape), dtype, 0.0)
+        hidden = _C.fill(tuple(attn_mask.shape), dtype, float("-inf"))
+        return _C.where(attn_mask, zero, hidden)
+    return attn_mask
+
+
+def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.0,
+                                 is_causal=False, scale=None, enable_gqa=False):
+    """torch.nn.functional.scaled_dot_product_attention: softmax(query key^T * scale + mask)
+    value over the last two axes of (batch, heads, L, E) inputs (or (heads, L, E)).
+
+    ``attn_mask``: bool (True takes part) or a float added to the scores, broadcastable to
+    (batch, heads, L, S); ``is_causal`` hides key j from query i > ... as PyTorch does (j > i);
+    ``scale`` defaults to 1 / sqrt(E); ``enable_gqa`` lets key and value have fewer heads than
+    query (a divisor). With ``dropout_p`` > 0 the attention weights are dropped out, which the
+    fused kernel does not do: it is then written out as matmul, softmax, dropout and matmul.
+    """
+    q, k, v = query, key, value
+    if not (q.ndim == k.ndim == v.ndim and q.ndim in (3, 4)):
+        raise ValueError("[scaled_dot_product_attention] query, key and value must all be 4-d "
+                         f"(batch, heads, L, E) or all 3-d (heads, L, E). However, got "
+                         f"{_shapes(q, k, v)}.")
+    if q.shape[-3] != k.shape[-3] and not enable_gqa:
+        raise ValueError("[scaled_dot_product_attention] query and key/value must have one number "
+                         "of heads unless enable_gqa=True. However, got " + _shapes(q, k, v) + ".")
+    if is_causal and attn_mask is not None:
+        raise ValueError("[scaled_dot_product_attention] is_causal=True takes no attn_mask (the "
+                         "causal mask is implied). However, got attn_mask "
+                         f"{tuple(attn_mask.shape)}.")
+    if not 0.0 <= float(dropout_p) < 1.0:
+        raise ValueError(f"[scaled_dot_product_attention] dropout_p must be in [0, 1). However, "
+                         f"got {dropout_p}.")
+    if scale is None:
+        scale = 1.0 / math.sqrt(q.shape[-1]) if q.shape[-1] > 0 else 1.0
+    mask = None if attn_mask is None else _float_mask(attn_mask, q.dtype)
+    three_d = q.ndim == 3
+    if three_d:
+        q, k, v = (t.unsqueeze(0) for t in (q, k, v))
+    if float(dropout_p) > 0.0:
+        out = _written_out(q, k, v, mask, float(dropout_p), bool(is_causal), float(scale))
+    else:
+        out = _C.scaled_dot_product_attention(q, k, v, mask, float(scale), bool(is_causal))[0]
+    return out.squeeze(0) if three_d else out
+
+
+def _written_out(q, k, v, mask, dropout_p, is_causal, scale):
+    """Attention as matmul, softmax, dropout and matmul (what the fused kernel computes, plus
+    dropout of the weights)."""
+    # The family modules, imported here: they import after this one in oneflowlike.ops.
+    from oneflowlike.ops.creation import arange  # noqa: PLC0415
+    from oneflowlike.ops.matmul import matmul  # noqa: PLC0415
+    from oneflowlike.ops.random import dropout  # noqa: PLC0415
+    from oneflowlike.ops.softmax import softmax  # noqa: PLC0415
+
+    heads, kv_heads = q.shape[1], k.shape[1]
+    if kv_heads != heads:  # grouped-query: each key/value head serves heads // kv_heads queries
+        group = heads // kv_heads
+        b, _, s, _ = k.shape
+
+        def spread(t):
+            t = t.unsqueeze(2).expand(b, kv_heads, group, s, t.shape[-1])
+            return t.reshape(b, heads, s, t.shape[-1])
+
+        k, v = spread(k), spread(v)
+    att = matmul(q, k.transpose(-2, -1)) * scale
+    if is_causal:
+        length, keys = q.shape[2], k.shape[2]
+        query_at = arange(length).reshape(length, 1)
+        key_at = arange(keys).reshape(1, keys)
+        att = att.masked_fill(key_at > query_at, float("-inf"))
+    if mask is not None:
+        att = att + mask
+    att = dropout(softmax(att, dim=-1), p=dropout_p, training=True)
+    return matmul(att, v)
+
+
+TENSOR_METHODS = {}
+
+NN_FUNCTIONAL = {
+    "scaled_dot_product_attention": scaled_dot_product_attention,
+}

@@ -1,0 +1,34 @@
+// Fused attention (Note [Fused attention] in oneflowlike/ops/attention.h).
+
+#include <optional>
+
+#include "oneflowlike/ops/attention.h"
+#include "python/src/bindings.h"
+
+namespace ofl::python {
+
+void init_attention(py::module_& m) {
+  m.def(
+      "scaled_dot_product_attention",
+      [](const Tensor& q, const Tensor& k, const Tensor& v, const std::optional<Tensor>& mask,
+         double scale, bool is_causal) {
+        return functional::scaled_dot_product_attention(q, k, v, mask.value_or(Tensor()), scale,
+                                                        is_causal);
+      },
+      py::arg("q"), py::arg("k"), py::arg("v"), py::arg("attn_mask") = py::none(),
+      py::arg("scale") = 1.0, py::arg("is_causal") = false,
+      "Fused attention of 4-d q, k, v with an additive float mask (or None); returns "
+      "(out, lse).");
+  m.def(
+      "scaled_dot_product_attention_grad",
+      [](const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
+         const Tensor& lse, const std::optional<Tensor>& mask, double scale, bool is_causal) {
+        return functional::scaled_dot_product_attention_grad(
+            dout, q, k, v, out, lse, mask.value_or(Tensor()), scale, is_causal);
+      },
+      py::arg("dout"), py::arg("q"), py::arg("k"), py::arg("v"), py::arg("out"), py::arg("lse"),
+      py::arg("attn_mask") = py::none(), py::arg("scale") = 1.0, py::arg("is_causal") = false,
+      "(dq, dk, dv) of scaled_dot_product_attention.");
+}
+
+}  // namespace ofl::python

@@ -1,0 +1,83 @@
+"""Fused attention forward + backward against torch's (issue 17), measured side by side.
+
+    .venv/bin/python scripts/bench/bench_attention.py [--threads 1 2] [--repeats 5]
+
+Causal self-attention, B 8, H 12, T 1024, D 64 by default, float32: one step is out =
+scaled_dot_product_attention(q, k, v, is_causal=True) and out.backward(g). Ours is
+flow.nn.functional.scaled_dot_product_attention (the tiled CPU kernel), theirs
+torch.nn.functional.scaled_dot_product_attention (its CPU flash-attention kernel). Each thread
+count runs in a fresh process of each side (OMP_NUM_THREADS and torch.set_num_threads), the two
+interleaved; medians of the repeats are reported as ms and the ratio torch / ours (> 1: ours
+faster).
+"""
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+
+def measure(side, shape, threads, steps):
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    b, h, t, d = shape
+    arrays = [rng.standard_normal((b, h, t, d)).astype(np.float32) for _ in range(4)]
+    if side == "torch":
+        import torch
+
+        torch.set_num_threads(threads)
+        q, k, v = (torch.tensor(a, requires_grad=True) for a in arrays[:3])
+        g = torch.tensor(arrays[3])
+        sdpa = torch.nn.functional.scaled_dot_product_attention
+    else:
+        import oneflowlike as flow
+
+        q, k, v = (flow.tensor(a, requires_grad=True) for a in arrays[:3])
+        g = flow.tensor(arrays[3])
+        sdpa = flow.nn.functional.scaled_dot_product_attention
+    times = []
+    for _ in range(steps + 1):
+        for x in (q, k, v):
+            x.grad = None
+        t0 = time.perf_counter()
+        out = sdpa(q, k, v, is_causal=True)
+        out.backward(g)
+        _ = q.grad.numpy() if side == "ours" else q.grad.sum().item()
+        times.append(time.perf_counter() - t0)
+    return 1e3 * statistics.median(times[1:])
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--side", choices=["ours", "torch"])
+    p.add_argument("--threads", type=int, nargs="+", default=[1, 2])
+    p.add_argument("--shape", type=int, nargs=4, default=[8, 12, 1024, 64])
+    p.add_argument("--steps", type=int, default=5)
+    p.add_argument("--repeats", type=int, default=3)
+    args = p.parse_args()
+    if args.side:
+        print(json.dumps(measure(args.side, args.shape, args.threads[0], args.steps)))
+        return
+    print(f"# attention fwd+bwd, causal, float32, shape {tuple(args.shape)}, {args.steps} steps, "
+          f"{args.repeats} repeats; {time.strftime('%Y-%m-%d')}")
+    for threads in args.threads:
+        env = {**os.environ, "OMP_NUM_THREADS": str(threads)}
+        results = {"ours": [], "torch": []}
+        for _ in range(args.repeats):
+            for side in results:
+                out = subprocess.run(
+                    [sys.executable, __file__, "--side", side, "--threads", str(threads),
+                     "--steps", str(args.steps), "--shape", *map(str, args.shape)],
+                    env=env, capture_output=True, text=True, timeout=1800, check=True)
+                results[side].append(json.loads(out.stdout.strip().splitlines()[-1]))
+        ours, theirs = (statistics.median(results[s]) for s in ("ours", "torch"))
+        print(f"{threads} thread(s): ours {ours:.1f} ms, torch {theirs:.1f} ms, "
+              f"torch/ours {theirs / ours:.2f}")
+
+
+if __name__ == "__main__":
+    main()

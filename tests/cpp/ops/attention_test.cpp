@@ -1,0 +1,272 @@
+// Fused attention (Note [Fused attention] in oneflowlike/ops/attention.h) against attention
+// written out by plain loops in double: causal or not, with masks of several broadcast shapes,
+// grouped-query heads, lengths that cut tiles unevenly; gradients against finite differences in
+// float64; the errors of bad shapes and dtypes; the SBP signatures.
+
+#include "oneflowlike/ops/attention.h"
+
+#include <cmath>
+#include <limits>
+#include <string>
+
+#include "oneflowlike/op.h"
+#include "tests/cpp/ops/test_util.h"
+
+namespace ofl {
+namespace {
+
+using testing::expect_close;
+using testing::expect_error;
+using testing::expect_gradients_match;
+using testing::random_tensor;
+using testing::values_of;
+
+struct Reference {
+  std::vector<double> out, lse;
+};
+
+// softmax(q k^T * scale + mask) v by loops, the mask given by its broadcast strides.
+Reference reference_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask,
+                              double scale, bool causal) {
+  const AttentionDims d = attention_dims(q, k, v);
+  const std::vector<double> vq = values_of(q), vk = values_of(k), vv = values_of(v);
+  const std::vector<double> vm = mask.defined() ? values_of(mask) : std::vector<double>{};
+  const MaskStrides ms = mask.defined() ? attention_mask_strides(mask.shape()) : MaskStrides{};
+  Reference r;
+  for (int64_t b = 0; b < d.batch; ++b) {
+    for (int64_t h = 0; h < d.heads; ++h) {
+      const int64_t kv = b * d.kv_heads + h / d.group();
+      for (int64_t i = 0; i < d.queries; ++i) {
+        std::vector<double> s(d.keys);
+        double top = -std::numeric_limits<double>::infinity();
+        for (int64_t j = 0; j < d.keys; ++j) {
+          double dot = 0;
+          for (int64_t c = 0; c < d.head_dim; ++c) {
+            dot += vq[((b * d.heads + h) * d.queries + i) * d.head_dim + c] *
+                   vk[(kv * d.keys + j) * d.head_dim + c];
+          }
+          s[j] = dot * scale;
+          if (mask.defined()) s[j] += vm[b * ms.batch + h * ms.head + i * ms.query + j * ms.key];
+          if (causal && j > i) s[j] = -std::numeric_limits<double>::infinity();
+          top = std::max(top, s[j]);
+        }
+        double sum = 0;
+        for (double& x : s) sum += (x = std::exp(x - top));
+        for (int64_t c = 0; c < d.value_dim; ++c) {
+          double acc = 0;
+          for (int64_t j = 0; j < d.keys; ++j) {
+            acc += s[j] / sum * vv[(kv * d.keys + j) * d.value_dim + c];
+          }
+          r.out.push_back(acc);
+        }
+        r.lse.push_back(top + std::log(sum));
+      }
+    }
+  }
+  return r;
+}
+
+struct Case {
+  Shape q, k, v;
+  bool causal = false;
+  Shape mask = Shape();  // empty: no mask
+};
+
+std::vector<Case> cases() {
+  return {
+      {{2, 3, 5, 4}, {2, 3, 5, 4}, {2, 3, 5, 4}},
+      {{2, 3, 5, 4}, {2, 3, 5, 4}, {2, 3, 5, 4}, true},
+      // Several tiles, a last one cut short, causal across tile edges; value dim != head dim.
+      {{1, 2, 150, 8}, {1, 2, 150, 8}, {1, 2, 150, 6}, true},
+      {{1, 2, 70, 8}, {1, 2, 200, 8}, {1, 2, 200, 8}},
+      // Grouped-query: 4 query heads over 2 key/value heads.
+      {{2, 4, 9, 4}, {2, 2, 9, 4}, {2, 2, 9, 4}, true},
+      // Masks: full, broadcast over batch and heads, a key-padding row, per head.
+      {{2, 3, 5, 4}, {2, 3, 7, 4}, {2, 3, 7, 4}, false, {2, 3, 5, 7}},
+      {{2, 3, 5, 4}, {2, 3, 7, 4}, {2, 3, 7, 4}, false, {5, 7}},
+      {{2, 3, 5, 4}, {2, 3, 7, 4}, {2, 3, 7, 4}, false, {2, 1, 1, 7}},
+      {{2, 3, 5, 4}, {2, 3, 7, 4}, {2, 3, 7, 4}, false, {3, 1, 7}},
+  };
+}
+
+TEST(Attention, MatchesAttentionWrittenOut) {
+  for (DataType dtype : {DataType::kFloat32, DataType::kFloat64}) {
+    int seed = 1;
+    for (const Case& c : cases()) {
+      SCOPED_TRACE(str_cat(dtype_name(dtype), " q ", c.q.to_string(), " k ", c.k.to_string(),
+                           c.causal ? " causal" : "", " mask ", c.mask.to_string()));
+      const Tensor q = random_tensor(c.q, dtype, ++seed);
+      const Tensor k = random_tensor(c.k, dtype, ++seed);
+      const Tensor v = random_tensor(c.v, dtype, ++seed);
+      const Tensor mask = c.mask.ndim() > 0 ? random_tensor(c.mask, dtype, ++seed) : Tensor();
+      const double scale = 1.0 / std::sqrt(static_cast<double>(c.q[3]));
+      const auto out = functional::scaled_dot_product_attention(q, k, v, mask, scale, c.causal);
+      ASSERT_EQ(out.size(), 2u);
+      const Reference r = reference_attention(q, k, v, mask, scale, c.causal);
+      const double tol = dtype == DataType::kFloat32 ? 1e-5 : 1e-12;
+      expect_close(out[0], r.out, Shape{c.q[0], c.q[1], c.q[2], c.v[3]}, tol, tol);
+      expect_close(out[1], r.lse, Shape{c.q[0], c.q[1], c.q[2]}, tol, tol);
+    }
+  }
+}
+
+TEST(Attention, GradientsMatchFiniteDifferences) {
+  for (const Case& c : cases()) {
+    if (c.q[2] > 10 || c.k[2] > 10) continue;  // the small cases: finite differences are slow
+    SCOPED_TRACE(
+        str_cat("q ", c.q.to_string(), c.causal ? " causal" : "", " mask ", c.mask.to_string()));
+    const Tensor mask = c.mask.ndim() > 0 ? random_tensor(c.mask, DataType::kFloat64, 9) : Tensor();
+    expect_gradients_match(
+        [&](const std::vector<Tensor>& in) {
+          return std::vector<Tensor>{functional::scaled_dot_product_attention(
+              in[0], in[1], in[2], mask, 0.7, c.causal)[0]};
+        },
+        {random_tensor(c.q, DataType::kFloat64, 3), random_tensor(c.k, DataType::kFloat64, 4),
+         random_tensor(c.v, DataType::kFloat64, 5)},
+        1e-6, 1e-6);
+  }
+}
+
+// The backward op over several tiles (too large for finite differences) against the gradient
+// of attention written out: dv = p^T dout, dq and dk through ds = p (dp - D).
+TEST(Attention, BackwardOpMatchesTheGradientWrittenOut) {
+  const Shape qs{1, 2, 150, 8}, vs{1, 2, 150, 6};
+  const Tensor q = random_tensor(qs, DataType::kFloat64, 11);
+  const Tensor k = random_tensor(qs, DataType::kFloat64, 12);
+  const Tensor v = random_tensor(vs, DataType::kFloat64, 13);
+  const Tensor dout = random_tensor(Shape{1, 2, 150, 6}, DataType::kFloat64, 14);
+  const double scale = 0.3;
+  const auto fwd = functional::scaled_dot_product_attention(q, k, v, Tensor(), scale, true);
+  const auto grads = functional::scaled_dot_product_attention_grad(dout, q, k, v, fwd[0], fwd[1],
+                                                                   Tensor(), scale, true);
+  const std::vector<double> vq = values_of(q), vk = values_of(k), vv = values_of(v),
+                            vd = values_of(dout);
+  const int64_t n = 150, e = 8, ev = 6;
+  std::vector<double> dq(2 * n * e, 0.0), dk(2 * n * e, 0.0), dv(2 * n * ev, 0.0);
+  for (int64_t h = 0; h < 2; ++h) {
+    const double* Q = vq.data() + h * n * e;
+    const double* K = vk.data() + h * n * e;
+    const double* V = vv.data() + h * n * ev;
+    const double* G = vd.data() + h * n * ev;
+    for (int64_t i = 0; i < n; ++i) {
+      std::vector<double> p(i + 1);
+      double top = -1e300, sum = 0;
+      for (int64_t j = 0; j <= i; ++j) {
+        double dot = 0;
+        for (int64_t c = 0; c < e; ++c) dot += Q[i * e + c] * K[j * e + c];
+        top = std::max(top, p[j] = dot * scale);
+      }
+      for (double& x : p) sum += (x = std::exp(x - top));
+      for (double& x : p) x /= sum;
+      std::vector<double> dp(i + 1);
+      double big_d = 0;
+      for (int64_t j = 0; j <= i; ++j) {
+        for (int64_t c = 0; c < ev; ++c) {
+          dv[(h * n + j) * ev + c] += p[j] * G[i * ev + c];
+          dp[j] += G[i * ev + c] * V[j * ev + c];
+        }
+        big_d += p[j] * dp[j];
+      }
+      for (int64_t j = 0; j <= i; ++j) {
+        const double ds = p[j] * (dp[j] - big_d) * scale;
+        for (int64_t c = 0; c < e; ++c) {
+          dq[(h * n + i) * e + c] += ds * K[j * e + c];
+          dk[(h * n + j) * e + c] += ds * Q[i * e + c];
+        }
+      }
+    }
+  }
+  expect_close(grads[0], dq, qs, 1e-10, 1e-10);
+  expect_close(grads[1], dk, qs, 1e-10, 1e-10);
+  expect_close(grads[2], dv, vs, 1e-10, 1e-10);
+}
+
+TEST(Attention, AFullyMaskedRowIsNotANumberAsInPyTorch) {
+  const Tensor q = random_tensor({1, 1, 2, 4}, DataType::kFloat32, 1);
+  const Tensor k = random_tensor({1, 1, 3, 4}, DataType::kFloat32, 2);
+  std::vector<double> m(6, 0.0);
+  for (int j = 0; j < 3; ++j) m[j] = -std::numeric_limits<double>::infinity();  // row 0 hidden
+  const Tensor mask = testing::make_tensor(m, {2, 3}, DataType::kFloat32);
+  const auto out = functional::scaled_dot_product_attention(q, k, k, mask, 0.5, false);
+  const std::vector<double> o = values_of(out[0]);
+  for (int c = 0; c < 4; ++c) {
+    EXPECT_TRUE(std::isnan(o[c])) << c;
+    EXPECT_FALSE(std::isnan(o[4 + c])) << c;
+  }
+}
+
+TEST(Attention, BadShapesAndDtypesRaiseNamingThem) {
+  const auto f32 = DataType::kFloat32;
+  const Tensor q = random_tensor({2, 4, 5, 8}, f32, 1);
+  const Tensor k = random_tensor({2, 4, 6, 8}, f32, 2);
+  expect_error(
+      [&] {
+        functional::scaled_dot_product_attention(q, random_tensor({2, 4, 6, 7}, f32, 3), k,
+                                                 Tensor(), 1.0, false);
+      },
+      ErrorCode::kInvalidArgument,
+      "q and k must have one head_dim (the last axis). However, got q (2, 4, 5, 8), k (2, 4, 6, "
+      "7)");
+  expect_error(
+      [&] {
+        functional::scaled_dot_product_attention(q, random_tensor({2, 3, 6, 8}, f32, 3),
+                                                 random_tensor({2, 3, 6, 8}, f32, 4), Tensor(), 1.0,
+                                                 false);
+      },
+      ErrorCode::kInvalidArgument, "dividing q's (grouped-query attention)");
+  expect_error(
+      [&] {
+        functional::scaled_dot_product_attention(random_tensor({4, 5, 8}, f32, 3), k, k, Tensor(),
+                                                 1.0, false);
+      },
+      ErrorCode::kInvalidArgument, "q, k and v must be 4-d");
+  expect_error(
+      [&] {
+        functional::scaled_dot_product_attention(q, k, k, random_tensor({5, 5}, f32, 5), 1.0,
+                                                 false);
+      },
+      ErrorCode::kInvalidArgument,
+      "attn_mask must broadcast to (batch, heads, L, S) (2, 4, 5, 6). However, got attn_mask (5, "
+      "5)");
+  expect_error(
+      [&] {
+        functional::scaled_dot_product_attention(
+            q, random_tensor({2, 4, 6, 8}, DataType::kFloat64, 6), k, Tensor(), 1.0, false);
+      },
+      ErrorCode::kTypeError, "q, k and v must have one floating dtype");
+}
+
+TEST(Attention, SbpSignaturesSplitBatchesAndHeads) {
+  auto signatures = [](const char* name, std::vector<TensorMeta> metas) {
+    const OpSchema& op = OpRegistry::global().find(name);
+    const AnyParams params = AttentionParams{0.5, true};
+    std::vector<std::string> got;
+    for (const auto& s : (*op.get<FSbpSignatures>())(InferContext(op, params, metas))) {
+      got.push_back(s.to_string());
+    }
+    return got;
+  };
+  const TensorMeta x{Shape{2, 4, 5, 8}, DataType::kFloat32};
+  EXPECT_EQ(signatures("scaled_dot_product_attention", {x, x, x}),
+            (std::vector<std::string>{"S(0) x S(0) x S(0) -> S(0), S(0)",
+                                      "S(1) x S(1) x S(1) -> S(1), S(1)", "B x B x B -> B, B"}));
+  // Grouped-query heads do not split (a balanced split of both head counts may not pair them).
+  const TensorMeta kv{Shape{2, 2, 5, 8}, DataType::kFloat32};
+  EXPECT_EQ(signatures("scaled_dot_product_attention", {x, kv, kv}),
+            (std::vector<std::string>{"S(0) x S(0) x S(0) -> S(0), S(0)", "B x B x B -> B, B"}));
+  // A key-padding mask (batch, 1, 1, S) splits with the batch and stays whole across heads.
+  const TensorMeta pad{Shape{2, 1, 1, 5}, DataType::kFloat32};
+  EXPECT_EQ(
+      signatures("scaled_dot_product_attention_masked", {x, x, x, pad}),
+      (std::vector<std::string>{"S(0) x S(0) x S(0) x S(0) -> S(0), S(0)",
+                                "S(1) x S(1) x S(1) x B -> S(1), S(1)", "B x B x B x B -> B, B"}));
+  const TensorMeta lse{Shape{2, 4, 5}, DataType::kFloat32};
+  EXPECT_EQ(signatures("scaled_dot_product_attention_grad", {x, x, x, x, x, lse}),
+            (std::vector<std::string>{"S(0) x S(0) x S(0) x S(0) x S(0) x S(0) -> S(0), S(0), S(0)",
+                                      "S(1) x S(1) x S(1) x S(1) x S(1) x S(1) -> S(1), S(1), S(1)",
+                                      "P x B x B x B x B x B -> P, P, P",
+                                      "B x B x B x B x B x B -> B, B, B"}));
+}
+
+}  // namespace
+}  // namespace ofl

@@ -1,0 +1,151 @@
+"""flow.nn.functional.scaled_dot_product_attention against torch's, and against attention
+written out (Note [Fused attention] in oneflowlike/ops/attention.h)."""
+
+import math
+
+import numpy as np
+import pytest
+
+import oneflowlike as flow
+from gradcheck import check_gradients
+
+torch = pytest.importorskip("torch", reason="the reference is torch's scaled_dot_product_attention")
+
+F = flow.nn.functional
+
+
+def rand(*shape, dtype=np.float32, seed=0):
+    return np.random.default_rng(seed).standard_normal(shape).astype(dtype)
+
+
+def run_both(q, k, v, mask=None, grad_seed=None, **kwargs):
+    """Ours and torch's outputs and (with grad_seed) q, k, v gradients of sum(out * g)."""
+    ours_in = [flow.tensor(x, requires_grad=True) for x in (q, k, v)]
+    theirs_in = [torch.tensor(x, requires_grad=True) for x in (q, k, v)]
+    ours_mask = None if mask is None else flow.tensor(mask)
+    theirs_mask = None if mask is None else torch.tensor(mask)
+    ours = F.scaled_dot_product_attention(*ours_in, attn_mask=ours_mask, **kwargs)
+    theirs = torch.nn.functional.scaled_dot_product_attention(*theirs_in, attn_mask=theirs_mask,
+                                                              **kwargs)
+    results = [(ours.numpy(), theirs.detach().numpy())]
+    if grad_seed is not None:
+        g = rand(*ours.shape, dtype=q.dtype, seed=grad_seed)
+        (ours * flow.tensor(g)).sum().backward()
+        (theirs * torch.tensor(g)).sum().backward()
+        results += [(a.grad.numpy(), b.grad.numpy()) for a, b in zip(ours_in, theirs_in)]
+    return results
+
+
+CASES = {
+    "plain": dict(q=(2, 3, 17, 8), kv=(2, 3, 17, 8)),
+    "causal": dict(q=(2, 3, 17, 8), kv=(2, 3, 17, 8), is_causal=True),
+    "causal_long": dict(q=(1, 2, 300, 16), kv=(1, 2, 300, 16), is_causal=True),
+    "cross": dict(q=(2, 2, 9, 8), kv=(2, 2, 140, 8)),
+    "scaled": dict(q=(2, 3, 17, 8), kv=(2, 3, 17, 8), scale=0.05),
+    "three_d": dict(q=(3, 17, 8), kv=(3, 17, 8), is_causal=True),
+}
+
+
+@pytest.mark.parametrize("case", CASES, ids=list(CASES))
+def test_forward_and_backward_match_torch(case):
+    spec = dict(CASES[case])
+    q_shape, kv_shape = spec.pop("q"), spec.pop("kv")
+    q, k, v = rand(*q_shape, seed=1), rand(*kv_shape, seed=2), rand(*kv_shape, seed=3)
+    for ours, theirs in run_both(q, k, v, grad_seed=4, **spec):
+        np.testing.assert_allclose(ours, theirs, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("mask_shape", [(2, 3, 9, 11), (9, 11), (2, 1, 1, 11)])
+@pytest.mark.parametrize("kind", ["bool", "float"])
+def test_masks_match_torch(mask_shape, kind):
+    q, k, v = rand(2, 3, 9, 8, seed=1), rand(2, 3, 11, 8, seed=2), rand(2, 3, 11, 8, seed=3)
+    rng = np.random.default_rng(5)
+    if kind == "bool":
+        mask = rng.uniform(size=mask_shape) > 0.3
+        mask[..., 0] = True  # no row without a key (torch gives NaN there, as we do)
+    else:
+        mask = rng.standard_normal(mask_shape).astype(np.float32)
+    for ours, theirs in run_both(q, k, v, mask=mask, grad_seed=6):
+        np.testing.assert_allclose(ours, theirs, rtol=1e-5, atol=1e-5)
+
+
+def test_grouped_query_heads_match_torch():
+    q, k, v = rand(2, 8, 13, 8, seed=1), rand(2, 2, 13, 8, seed=2), rand(2, 2, 13, 8, seed=3)
+    for ours, theirs in run_both(q, k, v, grad_seed=4, is_causal=True, enable_gqa=True):
+        np.testing.assert_allclose(ours, theirs, rtol=1e-5, atol=1e-5)
+
+
+def written_out(q, k, v, mask=None, is_causal=False):
+    """Attention as the GPT example wrote it before the fused op: matmul, mask, softmax, matmul."""
+    att = flow.matmul(q, k.transpose(-2, -1)) * (1.0 / math.sqrt(q.shape[-1]))
+    if is_causal:
+        t, s = q.shape[-2], k.shape[-2]
+        att = att.masked_fill(flow.arange(s).reshape(1, s) > flow.arange(t).reshape(t, 1),
+                              float("-inf"))
+    if mask is not None:
+        att = att + mask
+    return flow.matmul(F.softmax(att, dim=-1), v)
+
+
+@pytest.mark.parametrize("is_causal", [False, True])
+def test_fused_equals_attention_written_out(is_causal):
+    x = [rand(2, 4, 70, 16, seed=s) for s in (1, 2, 3)]
+    mask = None if is_causal else flow.tensor(rand(70, 70, seed=9))
+    grads = []
+    outs = []
+    for fused in (True, False):
+        q, k, v = (flow.tensor(a, requires_grad=True) for a in x)
+        out = (F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=is_causal)
+               if fused else written_out(q, k, v, mask, is_causal))
+        (out * out).sum().backward()
+        outs.append(out.numpy())
+        grads.append([t.grad.numpy() for t in (q, k, v)])
+    np.testing.assert_allclose(outs[0], outs[1], rtol=1e-5, atol=1e-5)
+    for a, b in zip(grads[0], grads[1]):
+        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("is_causal", [False, True])
+def test_gradients_match_finite_differences_in_float64(is_causal):
+    q, k, v = (rand(1, 2, 5, 3, dtype=np.float64, seed=s) for s in (1, 2, 3))
+    check_gradients(lambda a, b, c: F.scaled_dot_product_attention(a, b, c, is_causal=is_causal),
+                    q, k, v, rtol=1e-5, atol=1e-6)
+
+
+def test_dropout_writes_the_attention_out_and_drops_weights():
+    q, k, v = (flow.tensor(rand(2, 2, 6, 4, seed=s), requires_grad=True) for s in (1, 2, 3))
+    flow.manual_seed(0)
+    dropped = F.scaled_dot_product_attention(q, k, v, dropout_p=0.5, is_causal=True)
+    kept = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    assert not np.allclose(dropped.numpy(), kept.numpy())
+    dropped.sum().backward()
+    assert all(t.grad is not None and np.isfinite(t.grad.numpy()).all() for t in (q, k, v))
+
+
+def test_bad_inputs_raise_naming_them():
+    q = flow.tensor(rand(2, 4, 5, 8))
+    k = flow.tensor(rand(2, 4, 6, 8))
+    with pytest.raises(ValueError, match=r"q and k must have one head_dim .* However, got q "
+                                         r"\(2, 4, 5, 8\), k \(2, 4, 6, 7\)"):
+        F.scaled_dot_product_attention(q, flow.tensor(rand(2, 4, 6, 7)), k)
+    with pytest.raises(ValueError, match=r"must all be 4-d .* However, got query \(2, 4, 5, 8\), "
+                                         r"key \(4, 6, 8\)"):
+        F.scaled_dot_product_attention(q, flow.tensor(rand(4, 6, 8)), k)
+    with pytest.raises(ValueError, match=r"one number of heads unless enable_gqa=True"):
+        F.scaled_dot_product_attention(q, flow.tensor(rand(2, 2, 6, 8)),
+                                       flow.tensor(rand(2, 2, 6, 8)))
+    with pytest.raises(ValueError, match=r"is_causal=True takes no attn_mask"):
+        F.scaled_dot_product_attention(q, k, k, attn_mask=flow.tensor(rand(5, 6)), is_causal=True)
+    with pytest.raises(ValueError, match=r"attn_mask must broadcast to \(batch, heads, L, S\) "
+                                         r"\(2, 4, 5, 6\). However, got attn_mask \(5, 5\)"):
+        F.scaled_dot_product_attention(q, k, k, attn_mask=flow.tensor(rand(5, 5)))
+    with pytest.raises(TypeError, match=r"one floating dtype"):
+        F.scaled_dot_product_attention(q, flow.tensor(rand(2, 4, 6, 8, dtype=np.float64)), k)
+
+
+def test_a_mask_that_requires_grad_is_refused_not_ignored():
+    q = flow.tensor(rand(1, 1, 3, 4), requires_grad=True)
+    mask = flow.tensor(rand(3, 3), requires_grad=True)
+    out = F.scaled_dot_product_attention(q, q, q, attn_mask=mask)
+    with pytest.raises(NotImplementedError, match=r"attn_mask requires grad"):
+        out.sum().backward()
