@@ -1,6 +1,7 @@
 // Op benchmarks, each against a reference measured in the same run (the machine is shared and
 // noisy, so only ratios mean much):
 //   matmul n^3 through the framework  vs  dnnl_sgemm called directly
+//   bf16 matmul n^3 (framework)       vs  oneDNN's bf16 matmul primitive made and run directly
 //   add on 64 MiB tensors             vs  memcpy of the same bytes (bandwidth)
 //   eager dispatch of tiny ops        (microseconds per op)
 // Usage: bench_ops [--quick]
@@ -12,9 +13,11 @@
 #include <cstdio>
 #include <cstring>
 #include <functional>
+#include <oneapi/dnnl/dnnl.hpp>
 #include <string>
 #include <vector>
 
+#include "oneflowlike/half.h"
 #include "oneflowlike/ops/elementwise.h"
 #include "oneflowlike/ops/matmul.h"
 #include "oneflowlike/tensor.h"
@@ -54,6 +57,34 @@ void bench_matmul(int64_t n, int repeats) {
               flops / framework / 1e9, flops / direct / 1e9, direct / framework);
 }
 
+// The framework's bfloat16 matmul (Note [Low-precision matmul on the CPU]) against the
+// primitive a user of oneDNN would make: plain row-major bf16 operands and result.
+void bench_matmul_bf16(int64_t n, int repeats) {
+  using dnnl::memory;
+  ofl::Tensor a = ofl::Tensor::empty({n, n}, ofl::DataType::kBFloat16);
+  ofl::Tensor b = ofl::Tensor::empty({n, n}, ofl::DataType::kBFloat16);
+  std::fill(a.data<ofl::bfloat16>(), a.data<ofl::bfloat16>() + n * n, ofl::bfloat16(0.5f));
+  std::fill(b.data<ofl::bfloat16>(), b.data<ofl::bfloat16>() + n * n, ofl::bfloat16(0.25f));
+  std::vector<uint16_t> c(n * n);
+  dnnl::engine engine(dnnl::engine::kind::cpu, 0);
+  dnnl::stream stream(engine);
+  const memory::desc md({n, n}, memory::data_type::bf16, memory::format_tag::ab);
+  const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(md, md, md), engine);
+  dnnl::matmul prim(pd);
+  memory ma(md, engine, a.raw_data()), mb(md, engine, b.raw_data()), mc(md, engine, c.data());
+  const double flops = 2.0 * n * n * n;
+  const double direct = best_seconds(repeats, [&] {
+    prim.execute(stream, {{DNNL_ARG_SRC, ma}, {DNNL_ARG_WEIGHTS, mb}, {DNNL_ARG_DST, mc}});
+    stream.wait();
+  });
+  const double framework =
+      best_seconds(repeats, [&] { ofl::functional::matmul(a, b, false, false); });
+  std::printf(
+      "bf16 matmul %ld^3: framework %.1f GFLOP/s, oneDNN matmul %.1f GFLOP/s (%s), "
+      "ratio %.3f\n",
+      n, flops / framework / 1e9, flops / direct / 1e9, pd.impl_info_str(), direct / framework);
+}
+
 void bench_add(int repeats) {
   const int64_t n = 64 * 1024 * 1024 / 4;  // 64 MiB of float32 per tensor
   ofl::Tensor a = filled({n}, 1.0f), b = filled({n}, 2.0f);
@@ -81,6 +112,8 @@ int main(int argc, char** argv) {
   const bool quick = argc > 1 && std::string(argv[1]) == "--quick";
   bench_matmul(1024, quick ? 2 : 10);
   if (!quick) bench_matmul(2048, 5);
+  bench_matmul_bf16(1024, quick ? 2 : 20);
+  if (!quick) bench_matmul_bf16(2048, 10);
   bench_add(quick ? 2 : 10);
   bench_dispatch(quick ? 1000 : 100000);
   return 0;

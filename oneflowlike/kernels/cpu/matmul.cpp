@@ -1,5 +1,6 @@
 // CPU kernels of matmul and batch_matmul, through cpu::gemm (gemm.h): oneDNN's sgemm for
-// float32, a plain row-by-row loop for the other types (float64 serves the gradient checks).
+// float32, a plain row-by-row loop for float64 (the gradient checks) and the integers; the
+// 16-bit dtypes through oneDNN's matmul primitive (onednn_matmul.h).
 
 #include "oneflowlike/ops/matmul.h"
 
@@ -7,12 +8,18 @@
 #include <vector>
 
 #include "oneflowlike/common/parallel.h"
+#include "oneflowlike/half.h"
 #include "oneflowlike/kernels/cpu/gemm.h"
+#include "oneflowlike/kernels/cpu/onednn_matmul.h"
 #include "oneflowlike/op.h"
 
 namespace ofl::cpu {
 
 namespace {
+
+// bfloat16 and float16 go to oneDNN (Note [Low-precision matmul on the CPU]).
+template <class T>
+constexpr bool kLowPrecision = std::is_same_v<T, bfloat16> || std::is_same_v<T, float16>;
 
 // One row-major product C (m, n) = alpha * op(A) @ op(B), where op(A) is (m, k) and op(B) is
 // (k, n); lda and ldb are the row strides of A and B as stored.
@@ -56,8 +63,14 @@ struct MatmulKernel {
     gm.n = out[out.ndim() - 1];
     gm.k = p.transpose_b ? b[1] : b[0];
     gm.alpha = p.alpha;
-    gemm(gm, ctx.in(0).data<T>(), ctx.in(1).data<T>(), ctx.out(0).data<T>(),
-         /*may_parallelise=*/true);
+    if constexpr (kLowPrecision<T>) {
+      low_precision_matmul(ctx.out(0).dtype(), gm.transpose_a, gm.transpose_b, 1, gm.m, gm.n, gm.k,
+                           static_cast<float>(gm.alpha), ctx.in(0).raw_data(), ctx.in(1).raw_data(),
+                           ctx.out(0).raw_data());
+    } else {
+      gemm(gm, ctx.in(0).data<T>(), ctx.in(1).data<T>(), ctx.out(0).data<T>(),
+           /*may_parallelise=*/true);
+    }
   }
 };
 
@@ -76,23 +89,30 @@ struct BatchMatmulKernel {
     gm.k = p.transpose_a ? a[nd - 2] : a[nd - 1];
     gm.alpha = p.alpha;
     const int64_t batches = out.count(0, nd - 2);
-    const int64_t a_step = gm.m * gm.k, b_step = gm.k * gm.n, c_step = gm.m * gm.n;
-    const T* pa = ctx.in(0).data<T>();
-    const T* pb = ctx.in(1).data<T>();
-    T* pc = ctx.out(0).data<T>();
-    const int64_t flops = std::max<int64_t>(1, gm.m * gm.n * std::max<int64_t>(gm.k, 1));
-    constexpr int64_t kSmallProduct = int64_t{1} << 18;  // ~64^3: too small to share threads
-    if (batches >= omp_get_max_threads() && flops <= kSmallProduct) {
-      parallel_for(batches, std::max<int64_t>(1, kParallelGrain / flops),
-                   [&](int64_t begin, int64_t end) {
-                     for (int64_t i = begin; i < end; ++i) {
-                       gemm(gm, pa + i * a_step, pb + i * b_step, pc + i * c_step,
-                            /*may_parallelise=*/false);
-                     }
-                   });
+    if constexpr (kLowPrecision<T>) {
+      low_precision_matmul(ctx.out(0).dtype(), gm.transpose_a, gm.transpose_b, batches, gm.m, gm.n,
+                           gm.k, static_cast<float>(gm.alpha), ctx.in(0).raw_data(),
+                           ctx.in(1).raw_data(), ctx.out(0).raw_data());
+      return;
     } else {
-      for (int64_t i = 0; i < batches; ++i) {
-        gemm(gm, pa + i * a_step, pb + i * b_step, pc + i * c_step, /*may_parallelise=*/true);
+      const int64_t a_step = gm.m * gm.k, b_step = gm.k * gm.n, c_step = gm.m * gm.n;
+      const T* pa = ctx.in(0).data<T>();
+      const T* pb = ctx.in(1).data<T>();
+      T* pc = ctx.out(0).data<T>();
+      const int64_t flops = std::max<int64_t>(1, gm.m * gm.n * std::max<int64_t>(gm.k, 1));
+      constexpr int64_t kSmallProduct = int64_t{1} << 18;  // ~64^3: too small to share threads
+      if (batches >= omp_get_max_threads() && flops <= kSmallProduct) {
+        parallel_for(batches, std::max<int64_t>(1, kParallelGrain / flops),
+                     [&](int64_t begin, int64_t end) {
+                       for (int64_t i = begin; i < end; ++i) {
+                         gemm(gm, pa + i * a_step, pb + i * b_step, pc + i * c_step,
+                              /*may_parallelise=*/false);
+                       }
+                     });
+      } else {
+        for (int64_t i = 0; i < batches; ++i) {
+          gemm(gm, pa + i * a_step, pb + i * b_step, pc + i * c_step, /*may_parallelise=*/true);
+        }
       }
     }
   }
@@ -100,7 +120,9 @@ struct BatchMatmulKernel {
 
 }  // namespace
 
-OFL_REGISTER_KERNEL("matmul", kCPU, MatmulKernel, float, double, int32_t, int64_t);
-OFL_REGISTER_KERNEL("batch_matmul", kCPU, BatchMatmulKernel, float, double, int32_t, int64_t);
+OFL_REGISTER_KERNEL("matmul", kCPU, MatmulKernel, float, double, float16, bfloat16, int32_t,
+                    int64_t);
+OFL_REGISTER_KERNEL("batch_matmul", kCPU, BatchMatmulKernel, float, double, float16, bfloat16,
+                    int32_t, int64_t);
 
 }  // namespace ofl::cpu

@@ -26,6 +26,7 @@
 #include "compiler/builder.h"
 #include "compiler/compile.h"
 #include "oneflowlike/eager.h"
+#include "oneflowlike/ops/attention.h"
 #include "oneflowlike/ops/creation.h"
 #include "oneflowlike/ops/embedding.h"
 #include "oneflowlike/ops/fused.h"
@@ -122,6 +123,27 @@ std::vector<OpCase> sweep_cases() {
        "layer_norm_param_grad",
        LayerNormParams{1, 1e-5},
        {floats(t), floats(t), floats(Shape{4}), positive(Shape{4})}},
+      // Fused attention: (B 4, H 2, L 5, E 3), 6 keys; masks per batch and per query row.
+      {"scaled_dot_product_attention",
+       "scaled_dot_product_attention",
+       AttentionParams{0.5, true},
+       {floats(Shape{4, 2, 5, 3}), floats(Shape{4, 2, 6, 3}), floats(Shape{4, 2, 6, 2})}},
+      {"scaled_dot_product_attention_masked",
+       "scaled_dot_product_attention_masked",
+       AttentionParams{0.5, false},
+       {floats(Shape{4, 2, 5, 3}), floats(Shape{4, 2, 6, 3}), floats(Shape{4, 2, 6, 2}),
+        floats(Shape{4, 1, 5, 6})}},
+      {"scaled_dot_product_attention_grad",
+       "scaled_dot_product_attention_grad",
+       AttentionParams{0.5, true},
+       {floats(Shape{4, 2, 5, 2}), floats(Shape{4, 2, 5, 3}), floats(Shape{4, 2, 6, 3}),
+        floats(Shape{4, 2, 6, 2}), floats(Shape{4, 2, 5, 2}), positive(Shape{4, 2, 5})}},
+      {"scaled_dot_product_attention_masked_grad",
+       "scaled_dot_product_attention_masked_grad",
+       AttentionParams{0.5, false},
+       {floats(Shape{4, 2, 5, 2}), floats(Shape{4, 2, 5, 3}), floats(Shape{4, 2, 6, 3}),
+        floats(Shape{4, 2, 6, 2}), floats(Shape{4, 2, 5, 2}), positive(Shape{4, 2, 5}),
+        floats(Shape{5, 6})}},
       {"sgd_update",
        "sgd_update",
        SgdParams{0.9, 0.0, 0.01, true},

@@ -203,6 +203,31 @@ TEST(BatchMatmul, ManySmallAndFewLargeBatchesMatchReference) {
   }
 }
 
+// Note [Low-precision matmul on the CPU]: bfloat16 through oneDNN's bf16 matmul (AMX here),
+// float16 through float32; both against the float64 product of the same rounded operands,
+// within the dtype's tolerance (Note [Low-precision tolerances]), and against each transpose
+// flag and alpha, for a plain and a batched product large enough for several AMX tiles.
+TEST(Matmul, SixteenBitDtypesMatchTheProductOfTheirOperands) {
+  for (DataType dtype : {DataType::kBFloat16, DataType::kFloat16}) {
+    const double tol = testing::dtype_tolerance(dtype);
+    for (bool ta : {false, true}) {
+      for (bool tb : {false, true}) {
+        SCOPED_TRACE(str_cat(dtype_name(dtype), ta ? " a^T" : "", tb ? " b^T" : ""));
+        const int64_t m = 37, k = 70, n = 45;
+        const Tensor a = random_tensor(ta ? Shape{k, m} : Shape{m, k}, dtype, 1);
+        const Tensor b = random_tensor(tb ? Shape{n, k} : Shape{k, n}, dtype, 2);
+        const Tensor y = functional::matmul(a, b, ta, tb, /*alpha=*/0.5);
+        EXPECT_EQ(y.dtype(), dtype);
+        expect_close(y, reference_matmul(a, b, ta, tb, m, k, n, 0.5), Shape{m, n}, tol, tol);
+        const Tensor ba = random_tensor(ta ? Shape{3, k, m} : Shape{3, m, k}, dtype, 3);
+        const Tensor bb = random_tensor(tb ? Shape{3, n, k} : Shape{3, k, n}, dtype, 4);
+        expect_close(functional::batch_matmul(ba, bb, ta, tb),
+                     reference_batch(ba, bb, ta, tb, 3, m, k, n), Shape{3, m, n}, tol, tol);
+      }
+    }
+  }
+}
+
 TEST(BatchMatmul, Float64MatchesReference) {
   const Tensor a = random_tensor({4, 3, 5}, DataType::kFloat64, 13);
   const Tensor b = random_tensor({4, 5, 2}, DataType::kFloat64, 14);

@@ -129,4 +129,17 @@ void expect_gradients_match(const std::function<std::vector<Tensor>(const std::v
   }
 }
 
+double dtype_tolerance(DataType dtype) {
+  switch (dtype) {
+    case DataType::kBFloat16:
+      return 4.0 / 256;
+    case DataType::kFloat16:
+      return 4.0 / 2048;
+    case DataType::kFloat64:
+      return 1e-12;
+    default:
+      return 1e-5;
+  }
+}
+
 }  // namespace ofl::testing

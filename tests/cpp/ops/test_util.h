@@ -24,6 +24,12 @@ std::vector<double> values_of(const Tensor& t);
 void expect_close(const Tensor& actual, const std::vector<double>& expected, const Shape& shape,
                   double rtol = 1e-5, double atol = 1e-6);
 
+/// Note [Low-precision tolerances]: the relative (and, for values near 0, absolute) distance a
+/// kernel computing in `dtype` may keep from a float64 reference on the same inputs (already
+/// rounded to `dtype`): a few roundings of the result, 2^-8 for bfloat16 and 2^-11 for
+/// float16 (times 4), 1e-5 for float32, 1e-12 for float64. The one place tests take them from.
+double dtype_tolerance(DataType dtype);
+
 /// f applied to every value of x (a reference computed in double).
 std::vector<double> map_values(const Tensor& x, const std::function<double(double)>& f);
 

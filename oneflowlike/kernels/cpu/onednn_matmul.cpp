@@ -1,0 +1,141 @@
+// Low-precision matmuls on the CPU (Note [Low-precision matmul on the CPU] in the header).
+
+#include "oneflowlike/kernels/cpu/onednn_matmul.h"
+
+#include <map>
+#include <memory>
+#include <mutex>
+#include <oneapi/dnnl/dnnl.hpp>
+#include <optional>
+#include <tuple>
+#include <vector>
+
+#include "oneflowlike/common/parallel.h"
+#include "oneflowlike/half.h"
+#include "oneflowlike/kernels/cpu/gemm.h"
+
+namespace ofl::cpu {
+
+namespace {
+
+using dnnl::memory;
+
+struct Key {
+  DataType dtype;
+  bool transpose_a, transpose_b;
+  int64_t batches, m, n, k;
+  float alpha;
+  bool operator<(const Key& o) const {
+    return std::tie(dtype, transpose_a, transpose_b, batches, m, n, k, alpha) <
+           std::tie(o.dtype, o.transpose_a, o.transpose_b, o.batches, o.m, o.n, o.k, o.alpha);
+  }
+};
+
+dnnl::engine& engine() {
+  static dnnl::engine e(dnnl::engine::kind::cpu, 0);
+  return e;
+}
+
+// (batches, rows, cols) stored row-major, or transposed: (batches, cols, rows) in memory.
+memory::desc matrix(memory::data_type dt, int64_t batches, int64_t rows, int64_t cols,
+                    bool transposed) {
+  const memory::dims dims{batches, rows, cols};
+  const memory::dims strides =
+      transposed ? memory::dims{rows * cols, 1, rows} : memory::dims{rows * cols, cols, 1};
+  return memory::desc(dims, dt, strides);
+}
+
+struct Primitive {
+  dnnl::matmul::primitive_desc pd;
+  dnnl::matmul matmul;
+};
+
+// The cached primitive of `key`, or nothing when oneDNN has none for its dtype here.
+std::shared_ptr<Primitive> primitive(const Key& key) {
+  static std::mutex mu;
+  static auto* cache = new std::map<Key, std::shared_ptr<Primitive>>();  // never destroyed
+  std::lock_guard<std::mutex> lock(mu);
+  auto it = cache->find(key);
+  if (it != cache->end()) return it->second;
+  const memory::data_type dt =
+      key.dtype == DataType::kBFloat16 ? memory::data_type::bf16 : memory::data_type::f16;
+  std::shared_ptr<Primitive> made;
+  try {
+    const dnnl::matmul::desc desc(matrix(dt, key.batches, key.m, key.k, key.transpose_a),
+                                  matrix(dt, key.batches, key.k, key.n, key.transpose_b),
+                                  matrix(dt, key.batches, key.m, key.n, false));
+    dnnl::primitive_attr attr;
+    if (key.alpha != 1.0f) attr.set_output_scales(0, {key.alpha});
+    // Each call brings its own scratchpad, so threads may run one cached primitive at once.
+    attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+    dnnl::matmul::primitive_desc pd(desc, attr, engine());
+    made = std::make_shared<Primitive>(Primitive{pd, dnnl::matmul(pd)});
+  } catch (const dnnl::error&) {
+    made = nullptr;  // unimplemented for this dtype on this CPU: the float32 path
+  }
+  (*cache)[key] = made;
+  return made;
+}
+
+template <class T>
+void widen(const void* in, float* out, int64_t n) {
+  const T* x = static_cast<const T*>(in);
+  parallel_for(n, kParallelGrain, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) out[i] = static_cast<float>(x[i]);
+  });
+}
+
+template <class T>
+void narrow(const float* in, void* out, int64_t n) {
+  T* y = static_cast<T*>(out);
+  parallel_for(n, kParallelGrain, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) y[i] = T(in[i]);
+  });
+}
+
+// Products and sums in float32, the result rounded once.
+template <class T>
+void through_float32(const Key& key, const void* a, const void* b, void* c) {
+  const int64_t a_step = key.m * key.k, b_step = key.k * key.n, c_step = key.m * key.n;
+  std::vector<float> fa(key.batches * a_step), fb(key.batches * b_step), fc(key.batches * c_step);
+  widen<T>(a, fa.data(), static_cast<int64_t>(fa.size()));
+  widen<T>(b, fb.data(), static_cast<int64_t>(fb.size()));
+  for (int64_t i = 0; i < key.batches; ++i) {
+    gemm<float>(key.transpose_a, key.transpose_b, key.m, key.n, key.k, key.alpha,
+                fa.data() + i * a_step, key.transpose_a ? key.m : key.k, fb.data() + i * b_step,
+                key.transpose_b ? key.k : key.n, 0.0f, fc.data() + i * c_step, key.n);
+  }
+  narrow<T>(fc.data(), c, static_cast<int64_t>(fc.size()));
+}
+
+}  // namespace
+
+void low_precision_matmul(DataType dtype, bool transpose_a, bool transpose_b, int64_t batches,
+                          int64_t m, int64_t n, int64_t k, float alpha, const void* a,
+                          const void* b, void* c) {
+  OFL_ASSERT(dtype == DataType::kBFloat16 || dtype == DataType::kFloat16);
+  if (batches == 0 || m == 0 || n == 0) return;
+  const Key key{dtype, transpose_a, transpose_b, batches, m, n, k, alpha};
+  const std::shared_ptr<Primitive> prim = k > 0 ? primitive(key) : nullptr;
+  if (prim == nullptr) {
+    if (dtype == DataType::kBFloat16) {
+      through_float32<bfloat16>(key, a, b, c);
+    } else {
+      through_float32<float16>(key, a, b, c);
+    }
+    return;
+  }
+  const dnnl::matmul::primitive_desc& pd = prim->pd;
+  memory ma(pd.src_desc(), engine(), const_cast<void*>(a));
+  memory mb(pd.weights_desc(), engine(), const_cast<void*>(b));
+  memory mc(pd.dst_desc(), engine(), c);
+  std::vector<char> scratch(pd.scratchpad_desc().get_size());
+  memory pad(pd.scratchpad_desc(), engine(), scratch.data());
+  dnnl::stream stream(engine());
+  prim->matmul.execute(
+      stream,
+      {{DNNL_ARG_SRC, ma}, {DNNL_ARG_WEIGHTS, mb}, {DNNL_ARG_DST, mc}, {DNNL_ARG_SCRATCHPAD, pad}});
+  stream.wait();
+}
+
+}  // namespace ofl::cpu
