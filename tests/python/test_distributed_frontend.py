@@ -321,3 +321,18 @@ def test_env_reads_the_launch_contract(monkeypatch):
     monkeypatch.delenv("WORLD_SIZE", raising=False)
     with pytest.raises(ValueError, match="WORLD_SIZE"):
         flow.env.get_world_size()
+
+
+def test_bfloat16_entries_save_and_load_exactly(tmp_path):
+    # numpy has no bfloat16: the pieces go to disk as float32 (exact) and come back narrowed.
+    values = np.random.default_rng(3).standard_normal((4, 5)).astype(np.float32)
+    weight = flow.tensor(values).to(flow.bfloat16)
+    path = str(tmp_path / "bf16")
+    flow.save({"w": weight, "m": flow.tensor(values)}, path)
+    for loaded in (flow.load(path), flow.load(path, like={"w": weight, "m": flow.zeros(4, 5)})):
+        assert loaded["w"].dtype == flow.bfloat16 and loaded["m"].dtype == flow.float32
+        np.testing.assert_array_equal(loaded["w"].numpy(), weight.numpy())
+        np.testing.assert_array_equal(loaded["m"].numpy(), values)
+    with pytest.raises(ValueError, match=r"'w' was saved as bfloat16. However, the target is "
+                                         r"float32"):
+        flow.load(path, like={"w": flow.zeros(4, 5)})

@@ -208,7 +208,16 @@ def _assemble(reader, pieces, shape, region, numpy_dtype):
 
 
 _NUMPY = {"float32": np.float32, "float64": np.float64, "int64": np.int64, "int32": np.int32,
-          "int8": np.int8, "bool": np.bool_, "float16": np.float16}
+          "int8": np.int8, "bool": np.bool_, "float16": np.float16,
+          # numpy has no bfloat16: Tensor.numpy() widens it to float32 exactly, so its pieces are
+          # float32 files whose values narrow back to bfloat16 exactly (_to_tensor).
+          "bfloat16": np.float32}
+
+
+def _to_tensor(array, dtype_name):
+    """A local tensor of the saved dtype from an assembled array."""
+    tensor = _C.from_numpy(np.ascontiguousarray(array))
+    return _C.cast(tensor, _C.dtype.bfloat16) if dtype_name == "bfloat16" else tensor
 
 
 def load(path, like=None):
@@ -258,9 +267,10 @@ def load(path, like=None):
                 array = _assemble(reader, pieces, shape, region, numpy_dtype)
                 if _gt.holds_zero_addend(target.placement, target.sbp, rank):
                     array = np.zeros_like(array)  # a partial sum: the first coordinate holds it
-                local = _C.from_numpy(array)
+                local = _to_tensor(array, entry["dtype"])
             out[name] = _gt.GlobalTensor(local, shape, target.dtype, target.placement, target.sbp)
         else:
             whole = tuple(slice(0, d) for d in shape)
-            out[name] = _C.from_numpy(_assemble(reader, pieces, shape, whole, numpy_dtype))
+            out[name] = _to_tensor(_assemble(reader, pieces, shape, whole, numpy_dtype),
+                                   entry["dtype"])
     return out
