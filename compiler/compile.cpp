@@ -21,6 +21,7 @@ namespace ofl::compiler {
 PassManager default_pass_manager() {
   PassManager pm;
   pm.add(make_shape_inference_pass());
+  pm.add(make_amp_pass());
   pm.add(make_autograd_pass());
   pm.add(make_checkpointing_pass());
   pm.add(make_zero_pass());

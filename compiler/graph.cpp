@@ -255,6 +255,7 @@ Graph graph_from_job(const proto::JobProto& job) {
   g.train.zero_stage = train.zero_stage();
   g.train.gradient_bucket_bytes = train.gradient_bucket_bytes();
   g.train.loss_scale = train.loss_scale() == 0 ? 1 : train.loss_scale();
+  if (!train.amp_dtype().empty()) g.train.amp_dtype = dtype_from_name(train.amp_dtype());
   return g;
 }
 
@@ -321,6 +322,9 @@ void graph_to_job(const Graph& g, proto::JobProto* job) {
   job->mutable_train()->set_zero_stage(g.train.zero_stage);
   job->mutable_train()->set_gradient_bucket_bytes(g.train.gradient_bucket_bytes);
   job->mutable_train()->set_loss_scale(g.train.loss_scale);
+  if (g.train.amp_dtype != DataType::kFloat32) {
+    job->mutable_train()->set_amp_dtype(dtype_name(g.train.amp_dtype));
+  }
 }
 
 namespace {

@@ -116,6 +116,9 @@ struct TrainConfig {
   /// Note [Gradient buckets] in passes/optimizer.cpp.
   int64_t gradient_bucket_bytes = 0;
   double loss_scale = 1;
+  /// Mixed precision (Note [Mixed precision] in passes/amp.cpp): kBFloat16 or kFloat16 runs
+  /// the ops marked TLowPrecisionUnderAmp in that dtype; kFloat32 (the default) turns it off.
+  DataType amp_dtype = DataType::kFloat32;
 };
 
 class Graph {

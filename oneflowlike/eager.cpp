@@ -1,9 +1,45 @@
 #include "oneflowlike/eager.h"
 
+#include "oneflowlike/autocast.h"
 #include "oneflowlike/autograd.h"
 #include "oneflowlike/lazy.h"
+#include "oneflowlike/ops/creation.h"
 
 namespace ofl {
+
+namespace {
+
+// Note [Eager autocast] in autocast.h: whether `op` runs lowered in this thread's scope.
+bool autocasts(const OpSchema& op, const std::vector<Tensor>& inputs) {
+  if (autocast_dtype() == DataType::kFloat32) return false;
+  const bool* marked = op.get<TLowPrecisionUnderAmp>();
+  if (marked == nullptr || !*marked) return false;
+  for (const Tensor& t : inputs) {
+    if (t.defined() && t.dtype() == DataType::kFloat32) return true;
+  }
+  return false;
+}
+
+std::vector<Tensor> apply_autocast(const OpSchema& op, const AnyParams& params,
+                                   const std::vector<Tensor>& inputs) {
+  static const OpSchema& cast = OpRegistry::global().find("cast");
+  const DataType low = autocast_dtype();
+  std::vector<Tensor> lowered;
+  for (const Tensor& t : inputs) {
+    lowered.push_back(t.dtype() == DataType::kFloat32 ? apply_op1(cast, CastParams{low}, {t}) : t);
+  }
+  std::vector<Tensor> outputs;
+  {
+    const AutocastScope off(DataType::kFloat32);
+    outputs = apply_op(op, params, lowered);
+  }
+  for (Tensor& t : outputs) {
+    if (t.dtype() == low) t = apply_op1(cast, CastParams{DataType::kFloat32}, {t});
+  }
+  return outputs;
+}
+
+}  // namespace
 
 std::vector<Tensor> apply_op(const OpSchema& op, const AnyParams& params,
                              const std::vector<Tensor>& inputs) {
@@ -12,6 +48,7 @@ std::vector<Tensor> apply_op(const OpSchema& op, const AnyParams& params,
 
 std::vector<Tensor> apply_op(const OpSchema& op, const AnyParams& params,
                              const std::vector<Tensor>& inputs, const Device& device_if_no_inputs) {
+  if (autocasts(op, inputs)) return apply_autocast(op, params, inputs);
   if (OpTracer* tracer = current_op_tracer()) {
     OFL_CHECK_CODE(!inputs.empty() || device_if_no_inputs == Device::cpu(),
                    ErrorCode::kUnimplemented, "[", op.name(),

@@ -160,6 +160,13 @@ struct TViewOfInput {
 struct TKernelDtypeFrom {
   using type = int;
 };
+/// Note [Mixed precision policy]: under mixed precision (nn.Graph's enable_amp, the compiler's
+/// amp pass) an op with this attribute runs in the low-precision dtype: its float32 inputs are
+/// cast down and its outputs cast back up. Matmul-class ops have it; softmax, norms, losses and
+/// reductions do not, so they run in float32, as do parameters and optimizer state.
+struct TLowPrecisionUnderAmp {
+  using type = bool;
+};
 
 class OpSchema {
  public:

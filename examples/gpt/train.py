@@ -44,6 +44,8 @@ def parse(argv=None):
                    help="ZeRO: shard parameters and optimizer state over the ranks that would "
                         "replicate them (the data-parallel ones, and the tensor-parallel ones for "
                         "parameters TP does not split)")
+    p.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32",
+                   help="bfloat16: mixed precision (matmuls in bf16, float32 master weights)")
     p.add_argument("--n-layer", type=int, default=4)
     p.add_argument("--n-embd", type=int, default=64)
     p.add_argument("--n-head", type=int, default=4)
@@ -71,13 +73,15 @@ def parse(argv=None):
 
 
 class TrainGraph(flow.nn.Graph):
-    def __init__(self, model, optimizer, scheduler, micro_batches, zero):
+    def __init__(self, model, optimizer, scheduler, micro_batches, zero, dtype="float32"):
         super().__init__()
         self.model = model
         self.add_optimizer(optimizer, lr_sch=scheduler)
         self.config.set_gradient_accumulation_steps(micro_batches)
         if zero:
             self.config.enable_zero(stage=1)
+        if dtype == "bfloat16":
+            self.config.enable_amp(True, dtype=flow.bfloat16)
 
     def build(self, tokens, targets):
         loss = self.model(tokens, targets)
@@ -159,7 +163,7 @@ def main(argv=None):
     optimizer = flow.optim.AdamW(groups, lr=args.lr, betas=(0.9, 0.95),
                                  weight_decay=args.weight_decay)
     scheduler = flow.optim.lr_scheduler.LambdaLR(optimizer, lr_lambda(args))
-    graph = TrainGraph(model, optimizer, scheduler, args.micro_batches, args.zero)
+    graph = TrainGraph(model, optimizer, scheduler, args.micro_batches, args.zero, args.dtype)
     # On a GPU even one rank is a placement: a local graph computes on the host.
     distributed = world > 1 or args.device != "cpu"
     if distributed:
@@ -179,7 +183,8 @@ def main(argv=None):
         print(f"gpt: {model.num_parameters()} parameters, {args.n_layer} layers, {args.n_embd} "
               f"channels, {args.n_head} heads, block {args.block_size}, batch {args.batch_size} "
               f"on {world} ranks (dp {args.dp} x tp {args.tp} x pp {args.pp}, "
-              f"{args.micro_batches} micro-batches{', ZeRO' if args.zero else ''})", flush=True)
+              f"{args.micro_batches} micro-batches{', ZeRO' if args.zero else ''}, "
+              f"{args.dtype})", flush=True)
     losses, times = [], []
     start_all = time.perf_counter()
     last = min(args.steps, args.stop_after) if args.stop_after > 0 else args.steps

@@ -185,6 +185,7 @@ OFL_REGISTER_OP("matmul")
     .outputs({"out"})
     .params<MatmulParams>()
     .set<FInferMeta>(infer_matmul)
+    .set<TLowPrecisionUnderAmp>(true)
     .set<FSbpSignatures>(matmul_signatures)
     .set<FGradient>(matmul_gradient);
 
@@ -193,6 +194,7 @@ OFL_REGISTER_OP("batch_matmul")
     .outputs({"out"})
     .params<MatmulParams>()
     .set<FInferMeta>(infer_batch_matmul)
+    .set<TLowPrecisionUnderAmp>(true)
     .set<FSbpSignatures>(batch_matmul_signatures)
     .set<FGradient>(batch_matmul_gradient);
 

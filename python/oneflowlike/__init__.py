@@ -33,6 +33,8 @@ _ops.attach_tensor_methods(Tensor)
 from oneflowlike import env  # noqa: E402,F401
 from oneflowlike import distributed  # noqa: E402,F401
 from oneflowlike import cuda  # noqa: E402,F401
+from oneflowlike import amp  # noqa: E402,F401
+from oneflowlike.amp import autocast  # noqa: E402,F401
 from oneflowlike import sbp  # noqa: E402,F401
 from oneflowlike.placement import placement  # noqa: E402,F401
 from oneflowlike.framework.global_tensor import GlobalTensor  # noqa: E402,F401

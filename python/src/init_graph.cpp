@@ -321,6 +321,14 @@ void init_graph(py::module_& m) {
                        bytes, ".");
              t.tracer->builder().train().gradient_bucket_bytes = bytes;
            })
+      .def("set_amp_dtype",
+           [](PyTracer& t, DataType dtype) {
+             OFL_CHECK_TYPE(dtype == DataType::kBFloat16 || dtype == DataType::kFloat16 ||
+                                dtype == DataType::kFloat32,
+                            "[nn.Graph] enable_amp takes dtype bfloat16 or float16. However, got ",
+                            dtype_name(dtype), ".");
+             t.tracer->builder().train().amp_dtype = dtype;
+           })
       .def("set_zero_stage",
            [](PyTracer& t, int stage) {
              OFL_CHECK(stage >= 0 && stage <= 3,

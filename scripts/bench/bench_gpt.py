@@ -36,6 +36,7 @@ MODELS = {
     "medium": ["--n-layer", "6", "--n-embd", "384", "--n-head", "6", "--block-size", "128"],
 }
 MODEL, MODEL_NAME = MODELS["small"], "small"
+DTYPE = "float32"  # --dtype bfloat16: ours with enable_amp, PyTorch under torch.autocast
 
 
 def env(threads):
@@ -86,7 +87,8 @@ def part_torch(args):
         tokens, targets = data.batch(step * 101 + rank, args.batch_size)
         t0 = time.perf_counter()
         opt.zero_grad()
-        loss = model(torch.from_numpy(tokens), torch.from_numpy(targets))
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=DTYPE == "bfloat16"):
+            loss = model(torch.from_numpy(tokens), torch.from_numpy(targets))
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), targs.grad_clip)
         opt.step()
@@ -143,7 +145,7 @@ def part_pipeline(args):
 # --- the driver --------------------------------------------------------------------------------
 def ours_single(threads, batch, steps):
     out = run([sys.executable, os.path.join(GPT, "train.py"), *MODEL, "--batch-size", str(batch),
-               "--steps", str(steps), "--quiet", "--warmup-steps", "1"], threads)
+               "--steps", str(steps), "--quiet", "--warmup-steps", "1", "--dtype", DTYPE], threads)
     return parse_done(out)
 
 
@@ -160,8 +162,9 @@ def parse_done(out):
 
 
 def torch_single(threads, batch, steps):
-    out = run([sys.executable, __file__, "--part", "torch", "--model", MODEL_NAME, "--threads",
-               str(threads), "--batch-size", str(batch), "--steps", str(steps)], threads)
+    out = run([sys.executable, __file__, "--part", "torch", "--model", MODEL_NAME, "--dtype",
+               DTYPE, "--threads", str(threads), "--batch-size", str(batch), "--steps",
+               str(steps)], threads)
     return json.loads(out.strip().splitlines()[-1])
 
 
@@ -175,16 +178,17 @@ def main():
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--only", choices=["single", "dp", "pipeline"], help="run one part")
     p.add_argument("--model", choices=sorted(MODELS), default="small")
+    p.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32")
     args = p.parse_args()
-    global MODEL, MODEL_NAME
-    MODEL, MODEL_NAME = MODELS[args.model], args.model
+    global MODEL, MODEL_NAME, DTYPE
+    MODEL, MODEL_NAME, DTYPE = MODELS[args.model], args.model, args.dtype
     if args.part == "torch":
         return part_torch(args)
     if args.part == "pipeline":
         return part_pipeline(args)
 
     tokens = args.batch_size * int(MODEL[MODEL.index("--block-size") + 1])
-    print(f"# GPT benchmarks ({' '.join(MODEL)}, batch {args.batch_size} per rank, "
+    print(f"# GPT benchmarks ({' '.join(MODEL)}, {DTYPE}, batch {args.batch_size} per rank, "
           f"{args.steps} steps, {args.repeats} repeats; {time.strftime('%Y-%m-%d')})")
     # 1. One process, same threads.
     for threads in (1, 2) if args.only in (None, "single") else ():

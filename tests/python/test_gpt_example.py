@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 import oneflowlike as flow
+from tolerances import LOSS_RTOL
 
 _ROOT = pathlib.Path(__file__).resolve().parents[2]
 _TRAIN = _ROOT / "examples" / "gpt" / "train.py"
@@ -62,7 +63,7 @@ def _losses(records):
 def test_layouts_reproduce_the_single_device_loss_curve(tmp_path, single, nproc, flags):
     records = _train(tmp_path, nproc, *flags)
     assert [r["step"] for r in records] == list(range(1, 11))
-    np.testing.assert_allclose(_losses(records), _losses(single), rtol=1e-4)
+    np.testing.assert_allclose(_losses(records), _losses(single), rtol=LOSS_RTOL["float32"])
     assert _losses(single)[-1] < _losses(single)[0]
 
 
@@ -154,6 +155,29 @@ def test_device_cuda_without_a_gpu_says_why():
     assert "[placement] device cuda needs a CUDA device. However, there is none" in result.stderr
 
 
+# --- mixed precision (Note [Mixed precision] in compiler/passes/amp.cpp) ------------------------
+@pytest.fixture(scope="module")
+def single_bf16(tmp_path_factory):
+    return _train(tmp_path_factory.mktemp("single_bf16"), 1, "--dtype", "bfloat16")
+
+
+def test_bfloat16_follows_the_float32_curve(single, single_bf16):
+    np.testing.assert_allclose(_losses(single_bf16), _losses(single), rtol=LOSS_RTOL["bfloat16"])
+    assert _losses(single_bf16) != _losses(single), "the bf16 run computed nothing in bf16"
+
+
+@pytest.mark.parametrize("nproc,flags", [
+    (2, ["--dp", "2"]),
+    (2, ["--tp", "2"]),
+    (2, ["--pp", "2", "--micro-batches", "4"]),
+    (8, ["--dp", "2", "--tp", "2", "--pp", "2", "--micro-batches", "2"]),
+], ids=["dp2", "tp2", "pp2_m4", "dp2_tp2_pp2"])
+def test_bfloat16_layouts_reproduce_one_rank(tmp_path, single_bf16, nproc, flags):
+    records = _train(tmp_path, nproc, *flags, "--dtype", "bfloat16")
+    np.testing.assert_allclose(_losses(records), _losses(single_bf16),
+                               rtol=LOSS_RTOL["bfloat16"])
+
+
 def test_bad_flags_are_reported():
     result = subprocess.run([sys.executable, str(_TRAIN), *_SMALL, "--tp", "3"], env=_env(),
                             capture_output=True, text=True, timeout=120)
@@ -162,7 +186,9 @@ def test_bad_flags_are_reported():
 
 
 # --- against PyTorch ---------------------------------------------------------------------------
-def test_pytorch_gives_the_same_loss_curve(tmp_path, single):
+def _torch_curve(autocast):
+    """The example's 10 steps in PyTorch from our initial weights, under
+    torch.autocast("cpu", bfloat16) when ``autocast``."""
     torch = pytest.importorskip("torch", reason="torch is not installed (pip install torch)")
     sys.path.insert(0, str(_TRAIN.parent))
     import oneflowlike as flow
@@ -191,13 +217,23 @@ def test_pytorch_gives_the_same_loss_curve(tmp_path, single):
     for step in range(1, 11):
         tokens, targets = data.batch(step, args.batch_size)
         opt.zero_grad()
-        loss = model(torch.from_numpy(tokens), torch.from_numpy(targets))
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+            loss = model(torch.from_numpy(tokens), torch.from_numpy(targets))
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), args.grad_clip)
         opt.step()
         schedule.step()
-        losses.append(loss.item())
-    np.testing.assert_allclose(_losses(single), losses, rtol=1e-4)
+        losses.append(loss.float().item())
+    return losses
+
+
+def test_pytorch_gives_the_same_loss_curve(single):
+    np.testing.assert_allclose(_losses(single), _torch_curve(False), rtol=LOSS_RTOL["float32"])
+
+
+def test_pytorch_autocast_gives_the_same_bfloat16_curve(single_bf16):
+    np.testing.assert_allclose(_losses(single_bf16), _torch_curve(True),
+                               rtol=LOSS_RTOL["bfloat16"])
 
 
 def test_a_rank_killed_mid_training_ends_the_job_naming_it():

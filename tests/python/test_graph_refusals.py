@@ -201,3 +201,17 @@ def test_module_load_state_dict_on_a_global_module():
     np.testing.assert_array_equal(model[0].weight.numpy(), np.ones((8, 4)))
     model.load_state_dict({k: v * 2 for k, v in model.state_dict().items()})  # global values
     np.testing.assert_array_equal(model[2].bias.numpy(), np.full(3, 2.0))
+
+
+def test_enable_amp_refuses_what_it_cannot_do_safely():
+    config = flow.nn.Graph().config
+    with pytest.raises(TypeError, match=r"enable_amp takes dtype=flow.bfloat16 or flow.float16. "
+                                        r"However, got oneflowlike.int32"):
+        config.enable_amp(True, dtype=flow.int32)
+    # float16 without dynamic loss scaling would flush small gradients to 0 silently.
+    with pytest.raises(NotImplementedError, match=r"needs dynamic loss scaling"):
+        config.enable_amp(True, dtype=flow.float16)
+    config.enable_amp(True)
+    assert config.amp_dtype == flow.bfloat16
+    config.enable_amp(False)
+    assert config.amp_dtype is None

@@ -72,6 +72,7 @@ class GraphConfig:
         self.zero_stage = 0
         self.trace = False
         self.gradient_bucket_bytes = 4 << 20
+        self.amp_dtype = None
 
     def set_gradient_bucket_bytes(self, n):
         """Reduces the gradients of replicated parameters in buckets of about ``n`` bytes
@@ -91,6 +92,26 @@ class GraphConfig:
                 f"[nn.Graph] gradient accumulation steps must be an int >= 1. However, got {n!r}."
             )
         self.gradient_accumulation_steps = n
+
+    def enable_amp(self, mode=True, *, dtype=None):
+        """Mixed precision, as OneFlow's graph.config.enable_amp: matmul-class ops run in
+        ``dtype`` (flow.bfloat16), casting their float32 inputs down and their outputs back;
+        softmax, norms, losses and reductions run in float32, and parameters, gradients and
+        optimizer state stay float32 (Note [Mixed precision] in compiler/passes/amp.cpp).
+        flow.float16 is refused: it needs dynamic loss scaling, which is not done, and without
+        it small gradients silently become 0."""
+        from oneflowlike import _C
+
+        if dtype is None:
+            dtype = _C.dtype.bfloat16
+        if not isinstance(dtype, _C.dtype) or dtype not in (_C.dtype.bfloat16, _C.dtype.float16):
+            raise TypeError("[nn.Graph] enable_amp takes dtype=flow.bfloat16 or flow.float16. "
+                            f"However, got {dtype!r}.")
+        if dtype == _C.dtype.float16 and mode:
+            raise NotImplementedError(
+                "[nn.Graph] enable_amp(dtype=flow.float16) needs dynamic loss scaling, which is "
+                "not done yet (small gradients would silently flush to 0). Use flow.bfloat16.")
+        self.amp_dtype = dtype if mode else None
 
     def enable_zero(self, mode=True, *, stage=1):
         """Shards optimizer state (stage 1), gradients (2) and parameters (3) over the
@@ -394,6 +415,8 @@ class Graph:
             self._compiled_optimizer = (kind, {k: v for k, v in hyper.items() if k != "lr"})
         tracer.set_gradient_accumulation_steps(self.config.gradient_accumulation_steps)
         tracer.set_zero_stage(self.config.zero_stage)
+        if self.config.amp_dtype is not None:
+            tracer.set_amp_dtype(self.config.amp_dtype)
         tracer.set_gradient_bucket_bytes(self.config.gradient_bucket_bytes)
         if self._debug >= 2 and env.get_rank() == 0:
             print(tracer.graph_text())

@@ -1,0 +1,153 @@
+// The mixed-precision pass (Note [Mixed precision] in compiler/passes/amp.cpp): where casts go,
+// how often a weight is cast, that gradients and parameters stay float32, and that a weight's
+// cast acts once per step under gradient accumulation.
+
+#include <gtest/gtest.h>
+
+#include <map>
+#include <string>
+
+#include "compiler/builder.h"
+#include "compiler/compile.h"
+#include "oneflowlike/ops/creation.h"
+#include "oneflowlike/ops/matmul.h"
+#include "oneflowlike/ops/reduce.h"
+#include "oneflowlike/ops/unary.h"
+#include "tests/cpp/ops/test_util.h"
+
+namespace ofl::compiler {
+namespace {
+
+const Initializer kInit{Initializer::Kind::kNormal, 0, 0.1, 1};
+
+// x @ w1 -> relu -> @ w2, and x2 @ w1 again: w1 has two matmul readers, and the second matmul
+// reads the first's output through relu (float32), the third reads x2 directly.
+struct Model {
+  GraphBuilder b{"amp"};
+  int x, x2, w1, w2, h, y, z;
+  explicit Model(DataType amp, int micro_batches = 1) {
+    x = b.input("x", Shape{8, 4});
+    x2 = b.input("x2", Shape{8, 4});
+    w1 = b.variable("w1", Shape{4, 6}, kInit);
+    w2 = b.variable("w2", Shape{6, 3}, kInit);
+    h = b.op1("matmul", MatmulParams{}, {x, w1}, "mm1");
+    const int r = b.op1("relu", NoParams{}, {h}, "relu");
+    y = b.op1("matmul", MatmulParams{}, {r, w2}, "mm2");
+    z = b.op1("matmul", MatmulParams{}, {x2, w1}, "mm3");
+    const int sum = b.op1(
+        "add", NoParams{},
+        {b.op1("reduce_mean", ReduceParams{}, {y}), b.op1("reduce_mean", ReduceParams{}, {z})});
+    b.set_loss(sum);
+    b.train().optimizer.kind = OptimizerConfig::Kind::kSgd;
+    b.train().amp_dtype = amp;
+    b.train().gradient_accumulation_steps = micro_batches;
+  }
+};
+
+// The ops reading tensor `t`.
+std::vector<const LogicalOp*> readers(const Graph& g, int t) {
+  std::vector<const LogicalOp*> out;
+  for (int i = 0; i < g.num_ops(); ++i) {
+    for (int in : g.op(i).inputs) {
+      if (in == t) out.push_back(&g.op(i));
+    }
+  }
+  return out;
+}
+
+const LogicalOp& op_named(const Graph& g, const std::string& name) {
+  for (int i = 0; i < g.num_ops(); ++i) {
+    if (g.op(i).name == name) return g.op(i);
+  }
+  ADD_FAILURE() << "no op " << name;
+  return g.op(0);
+}
+
+TEST(Amp, MatmulsRunInBfloat16AndEverythingElseInFloat32) {
+  Model m(DataType::kBFloat16);
+  Graph& g = m.b.graph();
+  run_logical_passes(g);
+  for (const char* name : {"mm1", "mm2", "mm3"}) {
+    const LogicalOp& op = op_named(g, name);
+    for (int in : op.inputs) EXPECT_EQ(g.tensor(in).meta.dtype, DataType::kBFloat16) << name;
+    EXPECT_EQ(g.tensor(op.outputs[0]).meta.dtype, DataType::kBFloat16) << name;
+  }
+  // relu reads mm1's output cast back to float32.
+  const LogicalOp& relu = op_named(g, "relu");
+  EXPECT_EQ(g.tensor(relu.inputs[0]).meta.dtype, DataType::kFloat32);
+  EXPECT_EQ(g.tensor(relu.outputs[0]).meta.dtype, DataType::kFloat32);
+  // w1 feeds two matmuls through one cast (and the optimizer reads it in float32).
+  int casts_of_w1 = 0;
+  for (const LogicalOp* r : readers(g, m.w1)) {
+    if (r->schema != nullptr && r->schema->name() == "cast") ++casts_of_w1;
+  }
+  EXPECT_EQ(casts_of_w1, 1);
+  EXPECT_EQ(g.tensor(m.w1).meta.dtype, DataType::kFloat32);
+  // Every variable's gradient is float32 (what the optimizer applies to float32 weights).
+  ASSERT_FALSE(g.variable_grads.empty());
+  for (const auto& [variable, grad] : g.variable_grads) {
+    EXPECT_EQ(g.tensor(grad).meta.dtype, DataType::kFloat32) << g.op(variable).name;
+  }
+  // The backward matmuls are bfloat16 too.
+  int backward_bf16_matmuls = 0;
+  for (int i = 0; i < g.num_ops(); ++i) {
+    const LogicalOp& op = g.op(i);
+    if (op.role == OpRole::kBackward && op.schema != nullptr && op.schema->name() == "matmul" &&
+        g.tensor(op.outputs[0]).meta.dtype == DataType::kBFloat16) {
+      ++backward_bf16_matmuls;
+    }
+  }
+  EXPECT_GE(backward_bf16_matmuls, 4);
+}
+
+TEST(Amp, AMatmulReadingAMatmulTakesItsBfloat16OutputWithoutARoundTrip) {
+  GraphBuilder b("chain");
+  const int x = b.input("x", Shape{8, 4});
+  const int w1 = b.variable("w1", Shape{4, 6}, kInit);
+  const int w2 = b.variable("w2", Shape{6, 3}, kInit);
+  const int h = b.op1("matmul", MatmulParams{}, {x, w1}, "mm1");
+  const int y = b.op1("matmul", MatmulParams{}, {h, w2}, "mm2");
+  b.set_loss(b.op1("reduce_mean", ReduceParams{}, {y}));
+  b.train().optimizer.kind = OptimizerConfig::Kind::kSgd;
+  b.train().amp_dtype = DataType::kBFloat16;
+  Graph& g = b.graph();
+  run_logical_passes(g);
+  (void)h;  // passes renumber tensors: compare by producer
+  const int read = op_named(g, "mm2").inputs[0];
+  EXPECT_EQ(g.op(g.tensor(read).producer).name, "mm1") << "mm2 reads mm1's bfloat16 output";
+}
+
+TEST(Amp, OffByDefaultAndForOtherDtypesRefused) {
+  Model off(DataType::kFloat32);
+  run_logical_passes(off.b.graph());
+  for (int i = 0; i < off.b.graph().num_ops(); ++i) {
+    const LogicalOp& op = off.b.graph().op(i);
+    EXPECT_FALSE(op.schema != nullptr && op.schema->name() == "cast") << op.name;
+  }
+  Model bad(DataType::kInt32);
+  testing::expect_error([&] { run_logical_passes(bad.b.graph()); }, ErrorCode::kTypeError,
+                        "mixed precision runs in bfloat16 or float16. However, got int32");
+}
+
+// The cast of a weight is hoisted out of the accumulation window: it acts once per step while
+// the matmuls act once per micro-batch.
+TEST(Amp, AWeightIsCastOncePerStepUnderGradientAccumulation) {
+  Model m(DataType::kBFloat16, /*micro_batches=*/4);
+  const proto::PlanProto plan = compile_graph(m.b.graph());
+  int weight_casts = 0, matmuls_per_micro = 0;
+  for (const auto& task : plan.ranks(0).tasks()) {
+    if (task.op_type() == "cast" && task.logical_op() == "w1.amp") {  // the forward cast
+      ++weight_casts;
+      EXPECT_FALSE(task.per_micro_batch()) << task.name();
+    }
+    const std::string& op = task.logical_op();
+    if (task.op_type() == "matmul" && (op == "mm1" || op == "mm2" || op == "mm3")) {
+      matmuls_per_micro += task.per_micro_batch();
+    }
+  }
+  EXPECT_EQ(weight_casts, 1);
+  EXPECT_EQ(matmuls_per_micro, 3);
+}
+
+}  // namespace
+}  // namespace ofl::compiler

@@ -1,0 +1,141 @@
+"""flow.autocast (Note [Eager autocast] in oneflowlike/autocast.h) against torch.autocast, and
+nn.Graph's enable_amp (Note [Mixed precision] in compiler/passes/amp.cpp)."""
+
+import threading
+
+import numpy as np
+import pytest
+
+import oneflowlike as flow
+from tolerances import LOSS_RTOL
+
+torch = pytest.importorskip("torch", reason="the reference is torch.autocast")
+
+F = flow.nn.functional
+
+
+def rand(*shape, seed=0):
+    return np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
+
+
+def test_linear_and_matmul_run_in_bfloat16_like_torch_autocast():
+    x, w, b = rand(6, 16, seed=1), rand(5, 16, seed=2), rand(5, seed=3)
+    a3, b3 = rand(2, 6, 16, seed=4), rand(2, 16, 7, seed=5)
+    ours_in = [flow.tensor(v, requires_grad=True) for v in (x, w, b, a3, b3)]
+    theirs_in = [torch.tensor(v, requires_grad=True) for v in (x, w, b, a3, b3)]
+    with flow.autocast("cpu", dtype=flow.bfloat16):
+        ours = [F.linear(*ours_in[:3]), flow.matmul(ours_in[3], ours_in[4]),
+                ours_in[0] @ ours_in[1].transpose(0, 1)]
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        theirs = [torch.nn.functional.linear(*theirs_in[:3]), theirs_in[3] @ theirs_in[4],
+                  theirs_in[0] @ theirs_in[1].t()]
+    for o, t in zip(ours, theirs):
+        # Ours hands back float32 (torch: bfloat16) holding the same bfloat16 product.
+        assert o.dtype == flow.float32
+        np.testing.assert_allclose(o.numpy(), t.float().detach().numpy(), rtol=1e-2, atol=1e-2)
+    exact = x @ w.T + b
+    assert np.abs(ours[0].numpy() - exact).max() > 1e-4, "the product was not rounded to bf16"
+    sum(o.sum() for o in ours).backward()
+    sum(t.float().sum() for t in theirs).backward()
+    for o, t in zip(ours_in, theirs_in):
+        assert o.grad.dtype == flow.float32
+        np.testing.assert_allclose(o.grad.numpy(), t.grad.numpy(), rtol=2e-2, atol=2e-2)
+
+
+def test_outside_the_block_nothing_changes_and_blocks_nest():
+    x, w = flow.tensor(rand(4, 8, seed=1)), flow.tensor(rand(8, 3, seed=2))
+    exact = (x @ w).numpy()
+    with flow.autocast("cpu"):
+        with flow.autocast("cpu", enabled=False):
+            np.testing.assert_array_equal((x @ w).numpy(), exact)
+        assert not np.array_equal((x @ w).numpy(), exact)
+    np.testing.assert_array_equal((x @ w).numpy(), exact)
+    assert flow._C.autocast_dtype() == flow.float32
+
+
+def test_the_block_belongs_to_its_thread():
+    x, w = flow.tensor(rand(4, 8, seed=1)), flow.tensor(rand(8, 3, seed=2))
+    exact = (x @ w).numpy()
+    seen = {}
+    with flow.autocast("cpu"):
+        thread = threading.Thread(target=lambda: seen.setdefault("y", (x @ w).numpy()))
+        thread.start()
+        thread.join()
+    np.testing.assert_array_equal(seen["y"], exact)
+
+
+def test_as_a_decorator():
+    @flow.autocast("cpu")
+    def product(a, b):
+        return a @ b
+
+    x, w = flow.tensor(rand(4, 8, seed=1)), flow.tensor(rand(8, 3, seed=2))
+    assert not np.array_equal(product(x, w).numpy(), (x @ w).numpy())
+
+
+def test_bad_arguments_are_refused_naming_them():
+    with pytest.raises(ValueError, match=r"device_type must be 'cpu' or 'cuda'. However, got "
+                                         r"'tpu'"):
+        flow.autocast("tpu")
+    with pytest.raises(TypeError, match=r"dtype must be flow.bfloat16 .* However, got "
+                                        r"oneflowlike.int32"):
+        flow.autocast("cpu", dtype=flow.int32)
+    with pytest.raises(NotImplementedError, match=r"float16 needs dynamic loss scaling"):
+        flow.autocast("cpu", dtype=flow.float16)
+
+
+class _Mlp(flow.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc1 = flow.nn.Linear(16, 32)
+        self.fc2 = flow.nn.Linear(32, 4)
+
+    def forward(self, x):
+        return self.fc2(flow.relu(self.fc1(x)))
+
+
+class _Step(flow.nn.Graph):
+    def __init__(self, model, opt, amp):
+        super().__init__()
+        self.model = model
+        self.add_optimizer(opt)
+        if amp:
+            self.config.enable_amp(True, dtype=flow.bfloat16)
+
+    def build(self, x, y):
+        loss = ((self.model(x) - y) ** 2).mean()
+        loss.backward()
+        return loss
+
+
+def _train(amp, eager_autocast=False, steps=5):
+    flow.manual_seed(7)
+    model = _Mlp()
+    opt = flow.optim.SGD(model.parameters(), lr=0.1)
+    x, y = rand(32, 16, seed=8), rand(32, 4, seed=9)
+    if eager_autocast:
+        losses = []
+        for _ in range(steps):
+            opt.zero_grad()
+            with flow.autocast("cpu"):
+                loss = ((model(flow.tensor(x)) - flow.tensor(y)) ** 2).mean()
+            loss.backward()
+            opt.step()
+            losses.append(float(loss.numpy()))
+        return losses, model
+    graph = _Step(model, opt, amp)
+    losses = [float(graph(flow.tensor(x), flow.tensor(y)).numpy()) for _ in range(steps)]
+    graph.sync_to_modules()
+    return losses, model
+
+
+def test_graph_amp_trains_like_eager_autocast_with_float32_master_weights():
+    amp, amp_model = _train(True)
+    eager, eager_model = _train(False, eager_autocast=True)
+    full, _ = _train(False)
+    np.testing.assert_allclose(amp, eager, rtol=LOSS_RTOL["bfloat16"])
+    np.testing.assert_allclose(amp, full, rtol=5e-2)
+    assert amp != full, "enable_amp computed nothing in bfloat16"
+    assert amp_model.fc1.weight.dtype == flow.float32
+    np.testing.assert_allclose(amp_model.fc1.weight.numpy(), eager_model.fc1.weight.numpy(),
+                               rtol=1e-2, atol=1e-3)
