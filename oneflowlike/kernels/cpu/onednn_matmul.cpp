@@ -129,7 +129,12 @@ void low_precision_matmul(DataType dtype, bool transpose_a, bool transpose_b, in
   memory ma(pd.src_desc(), engine(), const_cast<void*>(a));
   memory mb(pd.weights_desc(), engine(), const_cast<void*>(b));
   memory mc(pd.dst_desc(), engine(), c);
-  std::vector<char> scratch(pd.scratchpad_desc().get_size());
+  // The calling thread's scratchpad, grown as needed and kept: a fresh one per call cost a page
+  // fault per 4 KiB of it on every matmul.
+  thread_local std::vector<char> scratch;
+  if (scratch.size() < pd.scratchpad_desc().get_size()) {
+    scratch.resize(pd.scratchpad_desc().get_size());
+  }
   memory pad(pd.scratchpad_desc(), engine(), scratch.data());
   dnnl::stream stream(engine());
   prim->matmul.execute(
