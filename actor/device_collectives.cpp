@@ -252,28 +252,51 @@ class HostStagedJob final : public CollectiveJob {
   std::shared_ptr<CollectiveJob> inner_;
 };
 
-// NCCL: queued in member 0's order on the communicator's stream; done when an event recorded
-// after it has completed.
-class NcclJob final : public CollectiveJob {
+// NCCL: queued in member 0's order on the communicator's stream, together with the process's
+// other members of it (DeviceCommunicator::HostedMembers); done when an event recorded after it
+// has completed.
+class NcclJob final : public CollectiveJob, public std::enable_shared_from_this<NcclJob> {
  public:
   NcclJob(DeviceCommunicator& comm, const CollectiveSpec& spec, Tensor input, Tensor output)
       : comm_(comm), spec_(spec), input_(std::move(input)), output_(std::move(output)) {}
   bool advance(bool* progressed) override {
-    if (event_ == nullptr) {
+    if (!turn_) {
       if (!comm_.take_turn(spec_.collective_id)) return false;
-      cuda::NcclCommunicator& nccl = *comm_.nccl;
-      scratch_ = nccl.collective(spec_.op, spec_.axis, spec_.out_axis, input_, output_, spec_.name);
-      event_ = std::make_unique<cuda::Event>(nccl.device());
-      event_->record(nccl.stream());
+      turn_ = true;
       *progressed = true;
+      DeviceCommunicator::HostedMembers& hosted = *comm_.hosted;
+      std::vector<std::function<void()>>& ready = hosted.waiting[spec_.collective_id];
+      ready.push_back([self = shared_from_this()] { self->queue(); });
+      if (static_cast<int64_t>(ready.size()) == hosted.count) {
+        const std::vector<std::function<void()>> calls = std::move(ready);
+        hosted.waiting.erase(spec_.collective_id);
+        if (calls.size() > 1) cuda::nccl_group_start();
+        for (const auto& call : calls) call();
+        if (calls.size() > 1) cuda::nccl_group_end();
+        // Recorded after the group ends: inside one, NCCL may not have queued the work yet.
+        for (const auto& call : calls) call();
+      }
     }
-    return event_->done();
+    return event_ != nullptr && event_->done();
   }
 
  private:
+  // First call: queue this member's part; second: record the event after it.
+  void queue() {
+    cuda::NcclCommunicator& nccl = *comm_.nccl;
+    if (!queued_) {
+      scratch_ = nccl.collective(spec_.op, spec_.axis, spec_.out_axis, input_, output_, spec_.name);
+      queued_ = true;
+      return;
+    }
+    event_ = std::make_unique<cuda::Event>(nccl.device());
+    event_->record(nccl.stream());
+  }
+
   DeviceCommunicator& comm_;
   CollectiveSpec spec_;
   Tensor input_, output_;
+  bool turn_ = false, queued_ = false;
   std::vector<Tensor> scratch_;  // device scratch the queued work uses
   std::unique_ptr<cuda::Event> event_;
 };
@@ -342,8 +365,11 @@ DeviceCollectives::DeviceCollectives(comm::Transport& transport, const PlanIndex
     }
     if (backend != DeviceCollectiveBackend::kNccl) continue;
     std::vector<cuda::NcclCommunicator::HostedMember> members;
+    auto hosted = std::make_shared<DeviceCommunicator::HostedMembers>();
+    hosted->count = static_cast<int64_t>(mine.size());
     for (DeviceCommunicator* comm : mine) {
       members.push_back({comm->member(), gpu_of_rank_.at(comm->rank())});
+      comm->hosted = hosted;
     }
     std::vector<std::unique_ptr<cuda::NcclCommunicator>> made =
         cuda::NcclCommunicator::create(id, static_cast<int64_t>(c.members.size()), members, c.name);

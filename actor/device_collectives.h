@@ -34,9 +34,13 @@
 // collective member 0 queued had its inputs ready there; the members run the same plan (the
 // collective-order proof, Note [Collective order] in oneflowlike/plan_contract.h), so no
 // member's copy of it waits on a collective queued after it. Each act costs member 0 one small
-// message per member, sent as it queues.
+// message per member, sent as it queues. One thread (the collective engine) queues the calls of
+// all the members a process hosts, and NCCL may block a thread's call for one member until the
+// others have called: so a process's members of one communicator queue each collective
+// together, in one NCCL group, once the last of them has its turn.
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -88,6 +92,14 @@ class DeviceCommunicator {
   int64_t running = -1;
   /// The NCCL backend's communicator.
   std::unique_ptr<cuda::NcclCommunicator> nccl;
+  /// NCCL: the members of this communicator this process hosts, shared by them. One thread
+  /// (the collective engine) queues all their calls, so the calls of one collective go in one
+  /// NCCL group, made when the last of them has its turn (Note [Device collectives], "Order").
+  struct HostedMembers {
+    int64_t count = 1;
+    std::map<int64_t, std::vector<std::function<void()>>> waiting;  // by collective id
+  };
+  std::shared_ptr<HostedMembers> hosted;
 
  private:
   friend class DeviceCollectives;

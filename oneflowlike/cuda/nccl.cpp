@@ -42,11 +42,12 @@ using Op = proto::CollectiveProto;
 struct NcclApi {
   void* handle = nullptr;
   std::string error;  // why it could not load
-#define OFL_NCCL_FUNCTIONS(_)                                                                     \
-  _(ncclGetErrorString)                                                                           \
-  _(ncclGetLastError) _(ncclGetVersion) _(ncclGetUniqueId) _(ncclCommInitRank) _(ncclCommDestroy) \
-      _(ncclCommGetAsyncError) _(ncclGroupStart) _(ncclGroupEnd) _(ncclAllReduce)                 \
-          _(ncclReduceScatter) _(ncclReduce) _(ncclAllGather) _(ncclBroadcast) _(ncclSend)        \
+#define OFL_NCCL_FUNCTIONS(_)                                                              \
+  _(ncclGetErrorString)                                                                    \
+  _(ncclGetLastError)                                                                      \
+  _(ncclGetVersion) _(ncclGetUniqueId) _(ncclCommInitRank) _(ncclCommDestroy)              \
+      _(ncclCommGetAsyncError) _(ncclGroupStart) _(ncclGroupEnd) _(ncclAllReduce)          \
+          _(ncclReduceScatter) _(ncclReduce) _(ncclAllGather) _(ncclBroadcast) _(ncclSend) \
               _(ncclRecv)
 #define OFL_NCCL_POINTER(name) decltype(&::name) name = nullptr;
   OFL_NCCL_FUNCTIONS(OFL_NCCL_POINTER)
@@ -207,6 +208,14 @@ std::string nccl_version() {
   int v = 0;
   if (!nccl_available() || nccl().ncclGetVersion(&v) != ncclSuccess) return "";
   return str_cat(v / 10000, ".", v % 10000 / 100, ".", v % 100);
+}
+
+void nccl_group_start() {
+  nccl_check(nccl().ncclGroupStart(), "ncclGroupStart", "this process's members", "a group");
+}
+
+void nccl_group_end() {
+  nccl_check(nccl().ncclGroupEnd(), "ncclGroupEnd", "this process's members", "a group");
 }
 
 NcclUniqueId nccl_unique_id() {

@@ -32,6 +32,12 @@ using NcclUniqueId = std::array<std::byte, kNcclUniqueIdBytes>;
 /// A fresh id (ncclGetUniqueId), made by one member and handed to the others.
 NcclUniqueId nccl_unique_id();
 
+/// ncclGroupStart / ncclGroupEnd: the calls between them are one launch. A thread driving
+/// several members of one communicator must put their calls for one collective in one group,
+/// or the first call may wait for the others forever (NCCL's "group calls").
+void nccl_group_start();
+void nccl_group_end();
+
 /// One member's NCCL communicator, with a stream of its own for its collectives.
 class NcclCommunicator {
  public:
