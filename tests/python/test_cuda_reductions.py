@@ -1,5 +1,5 @@
 """The CUDA kernels of the reduction-shaped families (kernels/cuda/reduce.cu, softmax.cu,
-layer_norm.cu, cross_entropy.cu), against the CPU kernels.
+layer_norm.cu, cross_entropy.cu, attention.cu), against the CPU kernels.
 
 Every test here needs a GPU and is skipped without one, with the driver's reason (CI has none).
 The CPU has these kernels for float32 and float64 (and integers for the reduce ops); float16
@@ -314,3 +314,38 @@ def test_out_of_range_label_prints_and_fails_the_device():
     assert "RAISED" in out, out
     assert ("[sparse_softmax_cross_entropy] every label must be in [0, C) with C = 10 classes. "
             "However, got label 10 at position 2.") in out, out
+
+
+# --- fused attention (kernels/cuda/attention.cu) -------------------------------------------------
+
+ATTENTION_CASES = [  # (q shape, kv shape, causal, mask shape)
+    ((2, 3, 17, 8), (2, 3, 17, 8), True, None),
+    ((1, 2, 70, 64), (1, 2, 150, 64), False, None),
+    ((2, 4, 9, 16), (2, 2, 9, 16), True, None),  # grouped-query heads
+    ((2, 3, 5, 8), (2, 3, 7, 8), False, (2, 1, 1, 7)),
+]
+
+
+@pytest.mark.parametrize("dtype", FLOATS + [flow.float64], ids=str)
+@pytest.mark.parametrize("q_shape,kv_shape,causal,mask_shape", ATTENTION_CASES)
+def test_attention_forward_and_backward_match_the_cpu(dtype, q_shape, kv_shape, causal,
+                                                       mask_shape):
+    rng = np.random.default_rng(3)
+    arrays = [rng.standard_normal(s).astype(np.float32) for s in (q_shape, kv_shape, kv_shape)]
+    arrays.append(rng.standard_normal(q_shape[:3] + (kv_shape[3],)).astype(np.float32))
+    if mask_shape is not None:
+        arrays.append(rng.standard_normal(mask_shape).astype(np.float32))
+    if dtype == flow.float64:
+        arrays = [a.astype(np.float64) for a in arrays]
+
+    def fn(q, k, v, dout, *mask):
+        m = mask[0] if mask else None
+        out, lse = _C.scaled_dot_product_attention(q, k, v, m, 0.3, causal)
+        # lse is float32 for the 16-bit dtypes; compared in the inputs' dtype like the rest.
+        return [out, lse.to(out.dtype),
+                *_C.scaled_dot_product_attention_grad(dout, q, k, v, out, lse, m, 0.3, causal)]
+
+    want, got = reference_and_cuda(fn, arrays, dtype)
+    tol = TOLERANCE[dtype] * (4 if dtype in LOW else 10)  # sums over keys and queries
+    for w, g in zip(want, got):
+        np.testing.assert_allclose(g, w, rtol=tol, atol=tol)

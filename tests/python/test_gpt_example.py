@@ -134,6 +134,14 @@ def test_two_processes_sharing_one_gpu_in_dp2_give_one_process(tmp_path):
     np.testing.assert_allclose(_losses(two), _losses(one), rtol=1e-4)
 
 
+@_NEEDS_GPU
+def test_one_gpu_gives_the_cpu_curve_in_bfloat16(tmp_path, single_bf16):
+    # Mixed precision on a CUDA placement: cuBLASLt's bf16 matmuls against oneDNN's.
+    records = _train(tmp_path, 1, "--device", "cuda", "--dtype", "bfloat16")
+    np.testing.assert_allclose(_losses(records), _losses(single_bf16),
+                               rtol=LOSS_RTOL["bfloat16"])
+
+
 @pytest.mark.skipif(flow.cuda.device_count() < 2,
                     reason=f"needs 2 GPUs (NCCL puts each member of a communicator on a GPU of "
                     f"its own); this machine has {flow.cuda.device_count()}")
