@@ -1,12 +1,14 @@
 """Mixed precision in eager mode: flow.autocast, as torch.autocast (Note [Eager autocast] in
-oneflowlike/autocast.h). For nn.Graph use graph.config.enable_amp (Note [Mixed precision] in
-compiler/passes/amp.cpp)."""
+oneflowlike/autocast.h), and flow.amp.GradScaler, as torch.amp.GradScaler. For nn.Graph use
+graph.config.enable_amp (Note [Mixed precision] in compiler/passes/amp.cpp)."""
 
 import functools
 
+import numpy as np
+
 from oneflowlike import _C
 
-__all__ = ["autocast"]
+__all__ = ["autocast", "GradScaler"]
 
 
 class autocast:  # noqa: N801 (torch's name)
@@ -15,9 +17,10 @@ class autocast:  # noqa: N801 (torch's name)
     float32. Everything else, and parameters and their gradients, stays float32.
 
     ``device_type``: "cpu" or "cuda" (the same policy for both). ``dtype``: flow.bfloat16 (the
-    default). Unlike torch.autocast the outputs are float32, not bfloat16: this build's other
-    kernels compute in float32. float16 is refused until dynamic loss scaling (GradScaler)
-    exists. Usable as a decorator too.
+    default) or flow.float16, which, as in PyTorch, wants a flow.amp.GradScaler around the
+    backward and the step (float16's range loses small gradients otherwise). Unlike
+    torch.autocast the outputs are float32, not the low dtype: this build's other kernels
+    compute in float32. Usable as a decorator too.
     """
 
     def __init__(self, device_type, dtype=None, enabled=True, cache_enabled=None):
@@ -31,10 +34,6 @@ class autocast:  # noqa: N801 (torch's name)
                                                            _C.dtype.float16):
             raise TypeError("[autocast] dtype must be flow.bfloat16 (or flow.float16). However, "
                             f"got {dtype!r}.")
-        if dtype == _C.dtype.float16:
-            raise NotImplementedError(
-                "[autocast] float16 needs dynamic loss scaling (GradScaler), which is not done "
-                "yet: small gradients would silently flush to 0. Use flow.bfloat16.")
         self.dtype = dtype if enabled else _C.dtype.float32
         self._previous = []
 
@@ -54,3 +53,121 @@ class autocast:  # noqa: N801 (torch's name)
                 return fn(*args, **kwargs)
 
         return wrapped
+
+
+class GradScaler:
+    """Dynamic loss scaling for float16 training in eager mode, as torch.amp.GradScaler:
+
+        scaler = flow.amp.GradScaler()
+        with flow.autocast("cpu", dtype=flow.float16):
+            loss = model(x)
+        scaler.scale(loss).backward()
+        scaler.step(optimizer)     # unscales; skips the step if a gradient is inf or nan
+        scaler.update()            # halves the scale after a skip, doubles it after
+                                   # growth_interval good steps
+
+    The scale and its growth count are in state_dict() for checkpoints. Local tensors only:
+    global tensors have no eager autograd yet, and nn.Graph does not take a GradScaler yet.
+    """
+
+    def __init__(self, device="cpu", init_scale=2.0**16, growth_factor=2.0, backoff_factor=0.5,
+                 growth_interval=2000, enabled=True):
+        del device  # the same on every device here
+        if not (growth_factor > 1.0 and 0.0 < backoff_factor < 1.0 and init_scale > 0):
+            raise ValueError("[GradScaler] needs init_scale > 0, growth_factor > 1 and "
+                             "0 < backoff_factor < 1. However, got "
+                             f"init_scale={init_scale}, growth_factor={growth_factor}, "
+                             f"backoff_factor={backoff_factor}.")
+        if isinstance(growth_interval, bool) or not isinstance(growth_interval, int) \
+                or growth_interval < 1:
+            raise ValueError("[GradScaler] growth_interval must be an int >= 1. However, got "
+                             f"{growth_interval!r}.")
+        self._enabled = bool(enabled)
+        self._scale = float(init_scale)
+        self._growth_factor = float(growth_factor)
+        self._backoff_factor = float(backoff_factor)
+        self._growth_interval = growth_interval
+        self._growth_tracker = 0
+        self._found_inf = {}  # id(optimizer) -> whether its gradients had an inf or nan
+
+    def is_enabled(self):
+        return self._enabled
+
+    def get_scale(self):
+        return self._scale if self._enabled else 1.0
+
+    def scale(self, outputs):
+        """``outputs`` (a tensor, or a list or tuple of them) times the scale."""
+        if not self._enabled:
+            return outputs
+        if isinstance(outputs, (list, tuple)):
+            return type(outputs)(self.scale(o) for o in outputs)
+        if not isinstance(outputs, _C.Tensor):
+            raise TypeError("[GradScaler] scale() takes a tensor or a list of tensors. However, "
+                            f"got {type(outputs).__name__}.")
+        return outputs * self._scale
+
+    def unscale_(self, optimizer):
+        """Divides the gradients of ``optimizer``'s parameters by the scale, once per step, and
+        notes whether any is inf or nan."""
+        if not self._enabled:
+            return
+        if id(optimizer) in self._found_inf:
+            raise RuntimeError("[GradScaler] unscale_() was already called on this optimizer "
+                               "since the last update().")
+        inverse = 1.0 / self._scale
+        found = False
+        for group in optimizer.param_groups:
+            for p in group["params"]:
+                if p.grad is None:
+                    continue
+                p.grad = p.grad * inverse
+                found = found or not bool(np.isfinite(p.grad.numpy()).all())
+        self._found_inf[id(optimizer)] = found
+
+    def step(self, optimizer, *args, **kwargs):
+        """optimizer.step(), unless a gradient was inf or nan: then the parameters and the
+        optimizer's state are left as they are. Returns what step() returned, or None."""
+        if not self._enabled:
+            return optimizer.step(*args, **kwargs)
+        if id(optimizer) not in self._found_inf:
+            self.unscale_(optimizer)
+        if self._found_inf[id(optimizer)]:
+            return None
+        return optimizer.step(*args, **kwargs)
+
+    def update(self, new_scale=None):
+        """Backs the scale off after a step with an inf or nan gradient, grows it after
+        growth_interval steps without; ``new_scale`` sets it instead."""
+        if not self._enabled:
+            return
+        if new_scale is not None:
+            self._scale = float(new_scale)
+        elif any(self._found_inf.values()):
+            self._scale *= self._backoff_factor
+            self._growth_tracker = 0
+        else:
+            self._growth_tracker += 1
+            if self._growth_tracker == self._growth_interval:
+                self._scale *= self._growth_factor
+                self._growth_tracker = 0
+        self._found_inf = {}
+
+    def state_dict(self):
+        if not self._enabled:
+            return {}
+        return {"scale": self._scale, "growth_factor": self._growth_factor,
+                "backoff_factor": self._backoff_factor, "growth_interval": self._growth_interval,
+                "_growth_tracker": self._growth_tracker}
+
+    def load_state_dict(self, state):
+        if not self._enabled:
+            return
+        if "scale" not in state:
+            raise ValueError("[GradScaler] the state has no 'scale': it is not a GradScaler's "
+                             f"state_dict. However, got keys {sorted(state)}.")
+        self._scale = float(state["scale"])
+        self._growth_factor = float(state.get("growth_factor", self._growth_factor))
+        self._backoff_factor = float(state.get("backoff_factor", self._backoff_factor))
+        self._growth_interval = int(state.get("growth_interval", self._growth_interval))
+        self._growth_tracker = int(state.get("_growth_tracker", 0))

@@ -80,8 +80,7 @@ def test_bad_arguments_are_refused_naming_them():
     with pytest.raises(TypeError, match=r"dtype must be flow.bfloat16 .* However, got "
                                         r"oneflowlike.int32"):
         flow.autocast("cpu", dtype=flow.int32)
-    with pytest.raises(NotImplementedError, match=r"float16 needs dynamic loss scaling"):
-        flow.autocast("cpu", dtype=flow.float16)
+    flow.autocast("cpu", dtype=flow.float16)  # eager float16 takes a GradScaler (below)
 
 
 class _Mlp(flow.nn.Module):
@@ -139,3 +138,80 @@ def test_graph_amp_trains_like_eager_autocast_with_float32_master_weights():
     assert amp_model.fc1.weight.dtype == flow.float32
     np.testing.assert_allclose(amp_model.fc1.weight.numpy(), eager_model.fc1.weight.numpy(),
                                rtol=1e-2, atol=1e-3)
+
+
+# --- GradScaler (float16) ------------------------------------------------------------------------
+
+def _fp16_step(model, opt, scaler, x, y, poison=1.0):
+    opt.zero_grad()
+    with flow.autocast("cpu", dtype=flow.float16):
+        loss = ((model(flow.tensor(x)) - flow.tensor(y)) ** 2).mean() * poison
+    scaler.scale(loss).backward()
+    scaler.step(opt)
+    scaler.update()
+    return float(loss.numpy())
+
+
+def test_an_overflow_skips_the_step_and_halves_the_scale_leaving_the_weights():
+    flow.manual_seed(3)
+    model = _Mlp()
+    opt = flow.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    scaler = flow.amp.GradScaler(init_scale=2.0**16, growth_interval=2)
+    x, y = rand(32, 16, seed=8), rand(32, 4, seed=9)
+    _fp16_step(model, opt, scaler, x, y)
+    assert scaler.get_scale() == 2.0**16
+    weights = {k: v.numpy().copy() for k, v in model.state_dict().items()}
+    state = {k: v["momentum_buffer"].numpy().copy() for k, v in opt.state_dict()["state"].items()}
+    # A loss 1e9 times larger: its scaled gradients overflow float16 in the backward matmuls.
+    _fp16_step(model, opt, scaler, x, y, poison=1e9)
+    assert scaler.get_scale() == 2.0**15
+    for k, v in model.state_dict().items():
+        np.testing.assert_array_equal(v.numpy(), weights[k], err_msg=k)
+    for k, v in opt.state_dict()["state"].items():
+        np.testing.assert_array_equal(v["momentum_buffer"].numpy(), state[k])
+    # Good steps again: the weights move, and after growth_interval of them the scale grows.
+    _fp16_step(model, opt, scaler, x, y)
+    assert not np.array_equal(model.fc1.weight.numpy(), weights["fc1.weight"])
+    _fp16_step(model, opt, scaler, x, y)
+    assert scaler.get_scale() == 2.0**16
+
+
+def test_float16_training_with_a_scaler_follows_float32():
+    x, y = rand(32, 16, seed=8), rand(32, 4, seed=9)
+    flow.manual_seed(3)
+    model = _Mlp()
+    opt = flow.optim.SGD(model.parameters(), lr=0.1)
+    scaler = flow.amp.GradScaler()
+    half = [_fp16_step(model, opt, scaler, x, y) for _ in range(5)]
+    flow.manual_seed(3)
+    model = _Mlp()
+    opt = flow.optim.SGD(model.parameters(), lr=0.1)
+    full = []
+    for _ in range(5):
+        opt.zero_grad()
+        loss = ((model(flow.tensor(x)) - flow.tensor(y)) ** 2).mean()
+        loss.backward()
+        opt.step()
+        full.append(float(loss.numpy()))
+    np.testing.assert_allclose(half, full, rtol=5e-3)
+    assert half != full
+
+
+def test_scaler_state_round_trips_and_misuse_is_refused():
+    scaler = flow.amp.GradScaler(init_scale=8.0, growth_interval=3)
+    scaler._growth_tracker = 2
+    other = flow.amp.GradScaler()
+    other.load_state_dict(scaler.state_dict())
+    assert other.get_scale() == 8.0 and other.state_dict() == scaler.state_dict()
+    model = _Mlp()
+    opt = flow.optim.SGD(model.parameters(), lr=0.1)
+    (model(flow.tensor(rand(2, 16))) ** 2).mean().backward()
+    scaler.unscale_(opt)
+    with pytest.raises(RuntimeError, match=r"unscale_\(\) was already called"):
+        scaler.unscale_(opt)
+    with pytest.raises(ValueError, match=r"growth_interval must be an int >= 1"):
+        flow.amp.GradScaler(growth_interval=0)
+    with pytest.raises(ValueError, match=r"0 < backoff_factor < 1"):
+        flow.amp.GradScaler(backoff_factor=2.0)
+    with pytest.raises(ValueError, match=r"not a GradScaler's state_dict"):
+        other.load_state_dict({"step": 3})
