@@ -20,7 +20,7 @@ import sys
 import time
 
 
-def measure(side, shape, threads, steps):
+def measure(side, shape, threads, steps, dtype):
     import numpy as np
 
     rng = np.random.default_rng(0)
@@ -30,14 +30,16 @@ def measure(side, shape, threads, steps):
         import torch
 
         torch.set_num_threads(threads)
-        q, k, v = (torch.tensor(a, requires_grad=True) for a in arrays[:3])
-        g = torch.tensor(arrays[3])
+        low = torch.bfloat16 if dtype == "bfloat16" else torch.float32
+        q, k, v = (torch.tensor(a).to(low).requires_grad_() for a in arrays[:3])
+        g = torch.tensor(arrays[3]).to(low)
         sdpa = torch.nn.functional.scaled_dot_product_attention
     else:
         import oneflowlike as flow
 
-        q, k, v = (flow.tensor(a, requires_grad=True) for a in arrays[:3])
-        g = flow.tensor(arrays[3])
+        low = flow.bfloat16 if dtype == "bfloat16" else flow.float32
+        q, k, v = (flow.tensor(a).to(low).requires_grad_() for a in arrays[:3])
+        g = flow.tensor(arrays[3]).to(low)
         sdpa = flow.nn.functional.scaled_dot_product_attention
     times = []
     for _ in range(steps + 1):
@@ -46,7 +48,7 @@ def measure(side, shape, threads, steps):
         t0 = time.perf_counter()
         out = sdpa(q, k, v, is_causal=True)
         out.backward(g)
-        _ = q.grad.numpy() if side == "ours" else q.grad.sum().item()
+        _ = q.grad.to(flow.float32).numpy() if side == "ours" else q.grad.sum().item()
         times.append(time.perf_counter() - t0)
     return 1e3 * statistics.median(times[1:])
 
@@ -58,11 +60,12 @@ def main():
     p.add_argument("--shape", type=int, nargs=4, default=[8, 12, 1024, 64])
     p.add_argument("--steps", type=int, default=5)
     p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32")
     args = p.parse_args()
     if args.side:
-        print(json.dumps(measure(args.side, args.shape, args.threads[0], args.steps)))
+        print(json.dumps(measure(args.side, args.shape, args.threads[0], args.steps, args.dtype)))
         return
-    print(f"# attention fwd+bwd, causal, float32, shape {tuple(args.shape)}, {args.steps} steps, "
+    print(f"# attention fwd+bwd, causal, {args.dtype}, shape {tuple(args.shape)}, {args.steps} steps, "
           f"{args.repeats} repeats; {time.strftime('%Y-%m-%d')}")
     for threads in args.threads:
         env = {**os.environ, "OMP_NUM_THREADS": str(threads)}
@@ -71,7 +74,8 @@ def main():
             for side in results:
                 out = subprocess.run(
                     [sys.executable, __file__, "--side", side, "--threads", str(threads),
-                     "--steps", str(args.steps), "--shape", *map(str, args.shape)],
+                     "--steps", str(args.steps), "--dtype", args.dtype, "--shape",
+                     *map(str, args.shape)],
                     env=env, capture_output=True, text=True, timeout=1800, check=True)
                 results[side].append(json.loads(out.stdout.strip().splitlines()[-1]))
         ours, theirs = (statistics.median(results[s]) for s in ("ours", "torch"))

@@ -69,6 +69,17 @@ def test_masks_match_torch(mask_shape, kind):
         np.testing.assert_allclose(ours, theirs, rtol=1e-5, atol=1e-5)
 
 
+def test_bfloat16_matches_torch():
+    q, k, v = rand(2, 3, 40, 16, seed=1), rand(2, 3, 40, 16, seed=2), rand(2, 3, 40, 16, seed=3)
+    ours = F.scaled_dot_product_attention(*(flow.tensor(a).to(flow.bfloat16) for a in (q, k, v)),
+                                          is_causal=True)
+    theirs = torch.nn.functional.scaled_dot_product_attention(
+        *(torch.tensor(a).to(torch.bfloat16) for a in (q, k, v)), is_causal=True)
+    assert ours.dtype == flow.bfloat16
+    np.testing.assert_allclose(ours.to(flow.float32).numpy(), theirs.float().numpy(),
+                               rtol=2e-2, atol=2e-2)
+
+
 def test_grouped_query_heads_match_torch():
     q, k, v = rand(2, 8, 13, 8, seed=1), rand(2, 2, 13, 8, seed=2), rand(2, 2, 13, 8, seed=3)
     for ours, theirs in run_both(q, k, v, grad_seed=4, is_causal=True, enable_gqa=True):

@@ -110,6 +110,32 @@ TEST(Attention, MatchesAttentionWrittenOut) {
   }
 }
 
+// The 16-bit dtypes (widened to float32 inside): against the float64 attention of the same
+// rounded inputs, within a few roundings of the outputs (Note [Low-precision tolerances]).
+TEST(Attention, SixteenBitDtypesMatchTheAttentionOfTheirInputs) {
+  for (DataType dtype : {DataType::kBFloat16, DataType::kFloat16}) {
+    int seed = 40;
+    for (const Case& c : cases()) {
+      SCOPED_TRACE(str_cat(dtype_name(dtype), " q ", c.q.to_string(), c.causal ? " causal" : ""));
+      const Tensor q = random_tensor(c.q, dtype, ++seed);
+      const Tensor k = random_tensor(c.k, dtype, ++seed);
+      const Tensor v = random_tensor(c.v, dtype, ++seed);
+      const Tensor mask = c.mask.ndim() > 0 ? random_tensor(c.mask, dtype, ++seed) : Tensor();
+      const auto out = functional::scaled_dot_product_attention(q, k, v, mask, 0.4, c.causal);
+      EXPECT_EQ(out[0].dtype(), dtype);
+      EXPECT_EQ(out[1].dtype(), DataType::kFloat32);
+      const Reference r = reference_attention(q, k, v, mask, 0.4, c.causal);
+      const double tol = testing::dtype_tolerance(dtype);
+      expect_close(out[0], r.out, Shape{c.q[0], c.q[1], c.q[2], c.v[3]}, tol, tol);
+      expect_close(out[1], r.lse, Shape{c.q[0], c.q[1], c.q[2]}, 1e-5, 1e-5);
+      // The backward op runs too, in the same dtype.
+      const auto grads = functional::scaled_dot_product_attention_grad(out[0], q, k, v, out[0],
+                                                                       out[1], mask, 0.4, c.causal);
+      EXPECT_EQ(grads[0].dtype(), dtype);
+    }
+  }
+}
+
 TEST(Attention, GradientsMatchFiniteDifferences) {
   for (const Case& c : cases()) {
     if (c.q[2] > 10 || c.k[2] > 10) continue;  // the small cases: finite differences are slow
