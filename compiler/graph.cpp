@@ -256,6 +256,9 @@ Graph graph_from_job(const proto::JobProto& job) {
   g.train.gradient_bucket_bytes = train.gradient_bucket_bytes();
   g.train.loss_scale = train.loss_scale() == 0 ? 1 : train.loss_scale();
   if (!train.amp_dtype().empty()) g.train.amp_dtype = dtype_from_name(train.amp_dtype());
+  if (!train.grad_reduce_dtype().empty()) {
+    g.train.grad_reduce_dtype = dtype_from_name(train.grad_reduce_dtype());
+  }
   return g;
 }
 
@@ -324,6 +327,9 @@ void graph_to_job(const Graph& g, proto::JobProto* job) {
   job->mutable_train()->set_loss_scale(g.train.loss_scale);
   if (g.train.amp_dtype != DataType::kFloat32) {
     job->mutable_train()->set_amp_dtype(dtype_name(g.train.amp_dtype));
+  }
+  if (g.train.grad_reduce_dtype != DataType::kFloat32) {
+    job->mutable_train()->set_grad_reduce_dtype(dtype_name(g.train.grad_reduce_dtype));
   }
 }
 

@@ -119,6 +119,9 @@ struct TrainConfig {
   /// Mixed precision (Note [Mixed precision] in passes/amp.cpp): kBFloat16 or kFloat16 runs
   /// the ops marked TLowPrecisionUnderAmp in that dtype; kFloat32 (the default) turns it off.
   DataType amp_dtype = DataType::kFloat32;
+  /// The dtype replicated gradients are reduced in (Note [Gradient reduction dtype] in
+  /// passes/optimizer.cpp): kFloat32 (the default) or kBFloat16.
+  DataType grad_reduce_dtype = DataType::kFloat32;
 };
 
 class Graph {

@@ -200,6 +200,34 @@ void bucket_gradients(Graph& graph, std::vector<Update>& updates, int64_t bucket
   }
 }
 
+// Note [Gradient reduction dtype]: with TrainConfig::grad_reduce_dtype bfloat16 each float32
+// gradient is cast down while still a partial sum (cast is linear: P -> P), reduced in
+// bfloat16, bucketed or alone, by the boxing its variable's layout asks for, and cast back to
+// float32 for clipping and the update: half the bytes on the wire, each rank's partial rounded
+// once to bfloat16 and the sum kept in bfloat16 (as FSDP's reduce_dtype and DeepSpeed's
+// communication_data_type do).
+void lower_gradients(Graph& graph, std::vector<Update>& updates, DataType reduce) {
+  for (Update& u : updates) {
+    if (graph.tensor(u.grad).meta.dtype != DataType::kFloat32) continue;
+    const LogicalOp& var = graph.op(u.var_op);
+    u.grad =
+        cast_to(graph, Site::of(var), var.name + ".grad/" + dtype_name(reduce), u.grad, reduce);
+  }
+}
+
+// The other half: each lowered gradient laid out as its variable (the reduction happens there,
+// in bfloat16) and cast back to its variable's dtype.
+void restore_gradients(Graph& graph, std::vector<Update>& updates) {
+  for (Update& u : updates) {
+    const LogicalOp& var = graph.op(u.var_op);
+    const DataType want = graph.tensor(var.outputs.at(0)).meta.dtype;
+    if (graph.tensor(u.grad).meta.dtype == want) continue;
+    const Site site = Site::of(var);
+    u.grad = in_variable_layout(graph, site, var.name + ".grad", u);
+    u.grad = cast_to(graph, site, var.name + ".grad/" + dtype_name(want), u.grad, want);
+  }
+}
+
 // torch.nn.utils.clip_grad_norm_ over all gradients:
 //   total = sqrt(sum_g sum(g * g)),  g *= where(total > max_norm, max_norm / (total + 1e-6), 1).
 // Each sum(g * g) runs where g lives (a scalar crosses placements, not the gradient); the total
@@ -302,7 +330,13 @@ class OptimizerPass final : public Pass {
       if (graph.op(var_op).trainable) updates.push_back({var_op, grad});
     }
     if (updates.empty()) return;
+    const DataType reduce = graph.train.grad_reduce_dtype;
+    OFL_CHECK_TYPE(reduce == DataType::kFloat32 || reduce == DataType::kBFloat16,
+                   "[optimizer] gradients are reduced in float32 or bfloat16. However, got ",
+                   dtype_name(reduce), ".");
+    if (reduce != DataType::kFloat32) lower_gradients(graph, updates, reduce);
     bucket_gradients(graph, updates, graph.train.gradient_bucket_bytes);
+    if (reduce != DataType::kFloat32) restore_gradients(graph, updates);
     // Graph::variable_grads keeps the unclipped gradients; only the updates read clipped ones.
     if (config.clip_grad_max_norm > 0) {
       clip_by_global_norm(graph, config.clip_grad_max_norm, updates);

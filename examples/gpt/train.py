@@ -46,6 +46,8 @@ def parse(argv=None):
                         "parameters TP does not split)")
     p.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32",
                    help="bfloat16: mixed precision (matmuls in bf16, float32 master weights)")
+    p.add_argument("--reduce-dtype", choices=["float32", "bfloat16"], default="float32",
+                   help="what data-parallel gradients are reduced in (with --dtype bfloat16)")
     p.add_argument("--n-layer", type=int, default=4)
     p.add_argument("--n-embd", type=int, default=64)
     p.add_argument("--n-head", type=int, default=4)
@@ -73,7 +75,8 @@ def parse(argv=None):
 
 
 class TrainGraph(flow.nn.Graph):
-    def __init__(self, model, optimizer, scheduler, micro_batches, zero, dtype="float32"):
+    def __init__(self, model, optimizer, scheduler, micro_batches, zero, dtype="float32",
+                 reduce_dtype="float32"):
         super().__init__()
         self.model = model
         self.add_optimizer(optimizer, lr_sch=scheduler)
@@ -81,7 +84,10 @@ class TrainGraph(flow.nn.Graph):
         if zero:
             self.config.enable_zero(stage=1)
         if dtype == "bfloat16":
-            self.config.enable_amp(True, dtype=flow.bfloat16)
+            self.config.enable_amp(True, dtype=flow.bfloat16,
+                                   reduce_dtype=getattr(flow, reduce_dtype))
+        elif reduce_dtype != "float32":
+            raise SystemExit("[train] --reduce-dtype bfloat16 goes with --dtype bfloat16.")
 
     def build(self, tokens, targets):
         loss = self.model(tokens, targets)
@@ -163,7 +169,8 @@ def main(argv=None):
     optimizer = flow.optim.AdamW(groups, lr=args.lr, betas=(0.9, 0.95),
                                  weight_decay=args.weight_decay)
     scheduler = flow.optim.lr_scheduler.LambdaLR(optimizer, lr_lambda(args))
-    graph = TrainGraph(model, optimizer, scheduler, args.micro_batches, args.zero, args.dtype)
+    graph = TrainGraph(model, optimizer, scheduler, args.micro_batches, args.zero, args.dtype,
+                       args.reduce_dtype)
     # On a GPU even one rank is a placement: a local graph computes on the host.
     distributed = world > 1 or args.device != "cpu"
     if distributed:

@@ -329,6 +329,14 @@ void init_graph(py::module_& m) {
                             dtype_name(dtype), ".");
              t.tracer->builder().train().amp_dtype = dtype;
            })
+      .def("set_grad_reduce_dtype",
+           [](PyTracer& t, DataType dtype) {
+             OFL_CHECK_TYPE(dtype == DataType::kFloat32 || dtype == DataType::kBFloat16,
+                            "[nn.Graph] gradients are reduced in float32 or bfloat16. However, "
+                            "got ",
+                            dtype_name(dtype), ".");
+             t.tracer->builder().train().grad_reduce_dtype = dtype;
+           })
       .def("set_zero_stage",
            [](PyTracer& t, int stage) {
              OFL_CHECK(stage >= 0 && stage <= 3,

@@ -179,7 +179,10 @@ def test_bfloat16_follows_the_float32_curve(single, single_bf16):
     (2, ["--tp", "2"]),
     (2, ["--pp", "2", "--micro-batches", "4"]),
     (8, ["--dp", "2", "--tp", "2", "--pp", "2", "--micro-batches", "2"]),
-], ids=["dp2", "tp2", "pp2_m4", "dp2_tp2_pp2"])
+    # Note [Gradient reduction dtype]: the all-reduce and ZeRO's reduce-scatter in bfloat16.
+    (2, ["--dp", "2", "--reduce-dtype", "bfloat16"]),
+    (2, ["--dp", "2", "--zero", "--reduce-dtype", "bfloat16"]),
+], ids=["dp2", "tp2", "pp2_m4", "dp2_tp2_pp2", "dp2_bf16_reduce", "dp2_zero_bf16_reduce"])
 def test_bfloat16_layouts_reproduce_one_rank(tmp_path, single_bf16, nproc, flags):
     records = _train(tmp_path, nproc, *flags, "--dtype", "bfloat16")
     np.testing.assert_allclose(_losses(records), _losses(single_bf16),

@@ -211,6 +211,9 @@ def test_enable_amp_refuses_what_it_cannot_do_safely():
     # float16 without dynamic loss scaling would flush small gradients to 0 silently.
     with pytest.raises(NotImplementedError, match=r"needs dynamic loss scaling"):
         config.enable_amp(True, dtype=flow.float16)
+    with pytest.raises(TypeError, match=r"reduce_dtype=flow.float32 or flow.bfloat16. However, "
+                                        r"got oneflowlike.float16"):
+        config.enable_amp(True, reduce_dtype=flow.float16)
     config.enable_amp(True)
     assert config.amp_dtype == flow.bfloat16
     config.enable_amp(False)

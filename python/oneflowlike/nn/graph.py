@@ -73,6 +73,7 @@ class GraphConfig:
         self.trace = False
         self.gradient_bucket_bytes = 4 << 20
         self.amp_dtype = None
+        self.reduce_dtype = None
 
     def set_gradient_bucket_bytes(self, n):
         """Reduces the gradients of replicated parameters in buckets of about ``n`` bytes
@@ -93,13 +94,15 @@ class GraphConfig:
             )
         self.gradient_accumulation_steps = n
 
-    def enable_amp(self, mode=True, *, dtype=None):
+    def enable_amp(self, mode=True, *, dtype=None, reduce_dtype=None):
         """Mixed precision, as OneFlow's graph.config.enable_amp: matmul-class ops run in
         ``dtype`` (flow.bfloat16), casting their float32 inputs down and their outputs back;
         softmax, norms, losses and reductions run in float32, and parameters, gradients and
         optimizer state stay float32 (Note [Mixed precision] in compiler/passes/amp.cpp).
         flow.float16 is refused: it needs dynamic loss scaling, which is not done, and without
-        it small gradients silently become 0."""
+        it small gradients silently become 0. ``reduce_dtype``: what replicated gradients are
+        reduced in between data-parallel ranks, flow.float32 (the default) or flow.bfloat16
+        (half the bytes; Note [Gradient reduction dtype] in compiler/passes/optimizer.cpp)."""
         from oneflowlike import _C
 
         if dtype is None:
@@ -111,7 +114,11 @@ class GraphConfig:
             raise NotImplementedError(
                 "[nn.Graph] enable_amp(dtype=flow.float16) needs dynamic loss scaling, which is "
                 "not done yet (small gradients would silently flush to 0). Use flow.bfloat16.")
+        if reduce_dtype is not None and reduce_dtype not in (_C.dtype.float32, _C.dtype.bfloat16):
+            raise TypeError("[nn.Graph] enable_amp takes reduce_dtype=flow.float32 or "
+                            f"flow.bfloat16. However, got {reduce_dtype!r}.")
         self.amp_dtype = dtype if mode else None
+        self.reduce_dtype = reduce_dtype if mode else None
 
     def enable_zero(self, mode=True, *, stage=1):
         """Shards optimizer state (stage 1), gradients (2) and parameters (3) over the
@@ -417,6 +424,8 @@ class Graph:
         tracer.set_zero_stage(self.config.zero_stage)
         if self.config.amp_dtype is not None:
             tracer.set_amp_dtype(self.config.amp_dtype)
+        if self.config.reduce_dtype is not None:
+            tracer.set_grad_reduce_dtype(self.config.reduce_dtype)
         tracer.set_gradient_bucket_bytes(self.config.gradient_bucket_bytes)
         if self._debug >= 2 and env.get_rank() == 0:
             print(tracer.graph_text())

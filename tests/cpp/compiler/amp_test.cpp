@@ -151,3 +151,41 @@ TEST(Amp, AWeightIsCastOncePerStepUnderGradientAccumulation) {
 
 }  // namespace
 }  // namespace ofl::compiler
+
+namespace ofl::compiler {
+namespace {
+
+// Note [Gradient reduction dtype]: under DP2 the replicated gradients' all-reduces move bfloat16
+// when asked, float32 otherwise, bucketed (several variables) or alone (one).
+TEST(Amp, GradientsAreReducedInTheDtypeAsked) {
+  for (DataType reduce : {DataType::kFloat32, DataType::kBFloat16}) {
+    for (int64_t bucket_bytes : {int64_t{0}, int64_t{4} << 20}) {
+      SCOPED_TRACE(str_cat(dtype_name(reduce), ", buckets of ", bucket_bytes, " bytes"));
+      GraphBuilder b("dp2");
+      b.set_placement(Placement::parse("cpu, [0, 1]"));
+      const int x = b.input("x", Shape{8, 4}, DataType::kFloat32, {S(0)});
+      const int w1 = b.variable("w1", Shape{4, 6}, kInit, {B()});
+      const int w2 = b.variable("w2", Shape{6, 3}, kInit, {B()});
+      const int h = b.op1("matmul", MatmulParams{}, {x, w1});
+      const int y = b.op1("matmul", MatmulParams{}, {h, w2});
+      b.set_loss(b.op1("reduce_mean", ReduceParams{}, {y}));
+      b.train().optimizer.kind = OptimizerConfig::Kind::kSgd;
+      b.train().amp_dtype = DataType::kBFloat16;
+      b.train().grad_reduce_dtype = reduce;
+      b.train().gradient_bucket_bytes = bucket_bytes;
+      const proto::PlanProto plan = compile_graph(b.graph());
+      std::map<int64_t, std::string> dtypes;  // register id -> dtype
+      for (const auto& reg : plan.ranks(0).registers()) dtypes[reg.id()] = reg.dtype();
+      int all_reduces = 0;
+      for (const auto& task : plan.ranks(0).tasks()) {
+        if (task.kind() != proto::TaskProto::COLLECTIVE) continue;
+        ++all_reduces;
+        EXPECT_EQ(dtypes.at(task.inputs(0)), dtype_name(reduce)) << task.name();
+      }
+      EXPECT_EQ(all_reduces, bucket_bytes > 0 ? 1 : 2);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace ofl::compiler
