@@ -1,4 +1,5 @@
-// sgd_update and adam_update: in-place, output-free, not differentiable.
+// sgd_update and adam_update (and their skippable forms), count_nonfinite and loss_scale_update
+// (Note [Dynamic loss scaling] in optimizer.h): in-place or scalar, not differentiable.
 
 #include "oneflowlike/ops/optimizer.h"
 
@@ -61,6 +62,37 @@ std::vector<SbpSignature> update_signatures(const InferContext& ctx, int num_ten
   return sigs;
 }
 
+std::vector<TensorMeta> infer_count_nonfinite(const InferContext& ctx) {
+  OFL_CHECK_TYPE(is_floating(ctx.dtype(0)), "[count_nonfinite] x must be floating. However, got ",
+                 ctx.describe_inputs(), ".");
+  return {TensorMeta{Shape{}, DataType::kFloat32}};
+}
+
+// Counts add up over a split x; a partial-sum x is refused (its parts' infinities may cancel).
+std::vector<SbpSignature> count_nonfinite_signatures(const InferContext& ctx) {
+  std::vector<SbpSignature> sigs;
+  for (int axis = 0; axis < ctx.shape(0).ndim(); ++axis) sigs.push_back({{S(axis)}, {P()}});
+  sigs.push_back({{B()}, {B()}});
+  return sigs;
+}
+
+std::vector<TensorMeta> infer_loss_scale_update(const InferContext& ctx) {
+  const auto& p = ctx.params<LossScaleParams>();
+  OFL_CHECK(
+      p.growth_factor > 1 && p.backoff_factor > 0 && p.backoff_factor < 1 && p.growth_interval >= 1,
+      "[loss_scale_update] needs growth_factor > 1, 0 < backoff_factor < 1 and "
+      "growth_interval >= 1. However, got growth_factor=",
+      p.growth_factor, ", backoff_factor=", p.backoff_factor,
+      ", growth_interval=", p.growth_interval, ".");
+  for (int i = 0; i < 3; ++i) {
+    OFL_CHECK(ctx.shape(i).ndim() == 0 && ctx.dtype(i) == DataType::kFloat32, "[", ctx.op_name(),
+              "] scale, good_steps and found must be float32 scalars. However, "
+              "got ",
+              ctx.describe_inputs(), ".");
+  }
+  return {};
+}
+
 }  // namespace
 
 OFL_REGISTER_OP("sgd_update")
@@ -79,7 +111,51 @@ OFL_REGISTER_OP("adam_update")
     .set<FSbpSignatures>([](const InferContext& ctx) { return update_signatures(ctx, 4); })
     .set<TMutatedInputs>({0, 2, 3});
 
+OFL_REGISTER_OP("sgd_update_skippable")
+    .inputs({"param", "grad", "momentum_buffer", "lr", "skip"})
+    .outputs({})
+    .params<SgdParams>()
+    .set<FInferMeta>(infer_sgd)
+    .set<FSbpSignatures>([](const InferContext& ctx) { return update_signatures(ctx, 3); })
+    .set<TMutatedInputs>({0, 2});
+
+OFL_REGISTER_OP("adam_update_skippable")
+    .inputs({"param", "grad", "exp_avg", "exp_avg_sq", "lr", "step", "skip"})
+    .outputs({})
+    .params<AdamParams>()
+    .set<FInferMeta>(infer_adam)
+    .set<FSbpSignatures>([](const InferContext& ctx) { return update_signatures(ctx, 4); })
+    .set<TMutatedInputs>({0, 2, 3});
+
+OFL_REGISTER_OP("count_nonfinite")
+    .inputs({"x"})
+    .outputs({"count"})
+    .params<NoParams>()
+    .set<FInferMeta>(infer_count_nonfinite)
+    .set<FSbpSignatures>(count_nonfinite_signatures);
+
+OFL_REGISTER_OP("loss_scale_update")
+    .inputs({"scale", "good_steps", "found"})
+    .outputs({})
+    .params<LossScaleParams>()
+    .set<FInferMeta>(infer_loss_scale_update)
+    .set<FSbpSignatures>([](const InferContext&) {
+      return std::vector<SbpSignature>{{{B(), B(), B()}, {}}};
+    })
+    .set<TMutatedInputs>({0, 1});
+
 namespace functional {
+
+Tensor count_nonfinite(const Tensor& x) {
+  static OpHandle op("count_nonfinite");
+  return op.call1(NoParams{}, {x});
+}
+
+void loss_scale_update(const Tensor& scale, const Tensor& good_steps, const Tensor& found,
+                       const LossScaleParams& params) {
+  static OpHandle op("loss_scale_update");
+  op(params, {scale, good_steps, found});
+}
 
 void sgd_update(const Tensor& param, const Tensor& grad, const Tensor& momentum_buffer,
                 const Tensor& lr, double momentum, double dampening, double weight_decay,

@@ -30,6 +30,23 @@ struct AdamParams {
   OFL_PARAMS(AdamParams, beta1, beta2, epsilon, weight_decay, decoupled_weight_decay)
 };
 
+/// Note [Dynamic loss scaling]: float16 training multiplies the loss by a scale so that small
+/// gradients survive float16's range, divides the gradients by it, and skips a step whose
+/// gradients hold an inf or nan (the scale was too large), as torch.amp.GradScaler does:
+///  - count_nonfinite(x): the number of inf and nan elements of x, a float32 scalar (a split x
+///    gives partial counts: S -> P);
+///  - sgd_update_skippable / adam_update_skippable: the updates with a last scalar input `skip`;
+///    nonzero leaves param and state untouched;
+///  - loss_scale_update(scale, good_steps, found): after a step with found > 0 the scale is
+///    multiplied by backoff_factor and good_steps restarts; after growth_interval good steps in
+///    a row it is multiplied by growth_factor.
+struct LossScaleParams {
+  double growth_factor = 2.0;
+  double backoff_factor = 0.5;
+  int64_t growth_interval = 2000;
+  OFL_PARAMS(LossScaleParams, growth_factor, backoff_factor, growth_interval)
+};
+
 namespace functional {
 /// torch.optim.SGD's update of param and momentum_buffer (unused when momentum is 0) in place.
 /// lr is a scalar tensor of param's dtype. See Note [SGD first step].
@@ -41,6 +58,10 @@ void sgd_update(const Tensor& param, const Tensor& grad, const Tensor& momentum_
 void adam_update(const Tensor& param, const Tensor& grad, const Tensor& exp_avg,
                  const Tensor& exp_avg_sq, const Tensor& lr, const Tensor& step, double beta1,
                  double beta2, double epsilon, double weight_decay, bool decoupled_weight_decay);
+/// Note [Dynamic loss scaling].
+Tensor count_nonfinite(const Tensor& x);
+void loss_scale_update(const Tensor& scale, const Tensor& good_steps, const Tensor& found,
+                       const LossScaleParams& params);
 }  // namespace functional
 
 }  // namespace ofl

@@ -3,7 +3,10 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <limits>
+#include <utility>
 
+#include "oneflowlike/eager.h"
 #include "oneflowlike/op.h"
 #include "tests/cpp/ops/test_util.h"
 
@@ -201,6 +204,63 @@ TEST(AdamUpdate, SbpSplitsAllTensorsAlikeAndKeepsScalarsWhole) {
   EXPECT_EQ(got, (std::vector<std::string>{"S(0) x S(0) x S(0) x S(0) x B x B -> ",
                                            "S(1) x S(1) x S(1) x S(1) x B x B -> ",
                                            "B x B x B x B x B x B -> "}));
+}
+
+// Note [Dynamic loss scaling].
+TEST(DynamicLossScale, CountNonfiniteCountsInfAndNan) {
+  for (DataType dtype :
+       {DataType::kFloat32, DataType::kFloat64, DataType::kFloat16, DataType::kBFloat16}) {
+    std::vector<double> v(100000, 1.5);
+    v[7] = std::numeric_limits<double>::infinity();
+    v[70000] = -std::numeric_limits<double>::infinity();
+    v[99999] = std::nan("");
+    const Tensor count = functional::count_nonfinite(make_tensor(v, {100000}, dtype));
+    EXPECT_EQ(count.dtype(), DataType::kFloat32);
+    EXPECT_EQ(values_of(count), std::vector<double>{3.0}) << dtype_name(dtype);
+  }
+  // A float64 value beyond float32's range is finite.
+  const Tensor big = make_tensor({1e300}, {1}, DataType::kFloat64);
+  EXPECT_EQ(values_of(functional::count_nonfinite(big)), std::vector<double>{0.0});
+}
+
+TEST(DynamicLossScale, SkippableUpdatesLeaveEverythingWhenTold) {
+  static OpHandle sgd("sgd_update_skippable"), adam("adam_update_skippable");
+  for (double skip : {0.0, 1.0}) {
+    const Tensor p = random_tensor({5}, DataType::kFloat32, 1);
+    const Tensor g = random_tensor({5}, DataType::kFloat32, 2);
+    const Tensor m = random_tensor({5}, DataType::kFloat32, 3);
+    const Tensor v = make_tensor({0.1, 0.2, 0.3, 0.4, 0.5}, {5});
+    const std::vector<double> before = values_of(p), m_before = values_of(m);
+    const Tensor lr = Tensor::scalar(0.1, DataType::kFloat32);
+    const Tensor step = Tensor::scalar(2.0, DataType::kFloat32);
+    const Tensor flag = Tensor::scalar(skip, DataType::kFloat32);
+    adam(AdamParams{}, {p, g, m, v, lr, step, flag});
+    sgd(SgdParams{0.9, 0, 0, false}, {p, g, m, lr, flag});
+    EXPECT_EQ(values_of(p) == before, skip != 0) << skip;
+    EXPECT_EQ(values_of(m) == m_before, skip != 0) << skip;
+  }
+}
+
+TEST(DynamicLossScale, TheScaleBacksOffAfterAnOverflowAndGrowsAfterGoodSteps) {
+  const Tensor scale = Tensor::scalar(1024.0, DataType::kFloat32);
+  const Tensor good = Tensor::scalar(0.0, DataType::kFloat32);
+  const LossScaleParams params{2.0, 0.5, 3};
+  auto step = [&](double found) {
+    functional::loss_scale_update(scale, good, Tensor::scalar(found, DataType::kFloat32), params);
+    return std::make_pair(values_of(scale)[0], values_of(good)[0]);
+  };
+  EXPECT_EQ(step(0), std::make_pair(1024.0, 1.0));
+  EXPECT_EQ(step(0), std::make_pair(1024.0, 2.0));
+  EXPECT_EQ(step(5), std::make_pair(512.0, 0.0));  // an overflow: back off, start counting again
+  EXPECT_EQ(step(0), std::make_pair(512.0, 1.0));
+  EXPECT_EQ(step(0), std::make_pair(512.0, 2.0));
+  EXPECT_EQ(step(0), std::make_pair(1024.0, 0.0));  // growth_interval good steps: grow
+  expect_error(
+      [&] {
+        functional::loss_scale_update(scale, good, Tensor::scalar(0.0, DataType::kFloat32),
+                                      LossScaleParams{0.5, 0.5, 3});
+      },
+      ErrorCode::kInvalidArgument, "needs growth_factor > 1");
 }
 
 }  // namespace ofl::testing
