@@ -256,6 +256,11 @@ Graph graph_from_job(const proto::JobProto& job) {
   g.train.gradient_bucket_bytes = train.gradient_bucket_bytes();
   g.train.loss_scale = train.loss_scale() == 0 ? 1 : train.loss_scale();
   if (!train.amp_dtype().empty()) g.train.amp_dtype = dtype_from_name(train.amp_dtype());
+  if (train.has_dynamic_loss_scale()) {
+    const proto::DynamicLossScaleProto& d = train.dynamic_loss_scale();
+    g.train.dynamic_loss_scale = {d.init_scale(), d.growth_factor(), d.backoff_factor(),
+                                  d.growth_interval()};
+  }
   if (!train.grad_reduce_dtype().empty()) {
     g.train.grad_reduce_dtype = dtype_from_name(train.grad_reduce_dtype());
   }
@@ -327,6 +332,13 @@ void graph_to_job(const Graph& g, proto::JobProto* job) {
   job->mutable_train()->set_loss_scale(g.train.loss_scale);
   if (g.train.amp_dtype != DataType::kFloat32) {
     job->mutable_train()->set_amp_dtype(dtype_name(g.train.amp_dtype));
+  }
+  if (g.train.dynamic_loss_scale.enabled()) {
+    proto::DynamicLossScaleProto* d = job->mutable_train()->mutable_dynamic_loss_scale();
+    d->set_init_scale(g.train.dynamic_loss_scale.init_scale);
+    d->set_growth_factor(g.train.dynamic_loss_scale.growth_factor);
+    d->set_backoff_factor(g.train.dynamic_loss_scale.backoff_factor);
+    d->set_growth_interval(g.train.dynamic_loss_scale.growth_interval);
   }
   if (g.train.grad_reduce_dtype != DataType::kFloat32) {
     job->mutable_train()->set_grad_reduce_dtype(dtype_name(g.train.grad_reduce_dtype));

@@ -107,6 +107,15 @@ struct OptimizerConfig {
   double clip_grad_max_norm = 0;  // 0: no clipping
 };
 
+/// Note [Dynamic loss scaling in a graph] in passes/autograd.cpp; on when init_scale > 0.
+struct DynamicLossScale {
+  double init_scale = 0;
+  double growth_factor = 2.0;
+  double backoff_factor = 0.5;
+  int64_t growth_interval = 2000;
+  bool enabled() const { return init_scale > 0; }
+};
+
 struct TrainConfig {
   int loss = -1;  // tensor index; -1 for inference
   OptimizerConfig optimizer;
@@ -122,6 +131,7 @@ struct TrainConfig {
   /// The dtype replicated gradients are reduced in (Note [Gradient reduction dtype] in
   /// passes/optimizer.cpp): kFloat32 (the default) or kBFloat16.
   DataType grad_reduce_dtype = DataType::kFloat32;
+  DynamicLossScale dynamic_loss_scale;
 };
 
 class Graph {
@@ -160,6 +170,8 @@ class Graph {
   TrainConfig train;
   /// Variable op index -> its gradient tensor (filled by autograd).
   std::map<int, int> variable_grads;
+  /// Under dynamic loss scaling, the scale variable's tensor (made by autograd), else -1.
+  int loss_scale_tensor = -1;
 
  private:
   std::vector<LogicalOp> ops_;

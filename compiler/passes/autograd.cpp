@@ -32,6 +32,54 @@ double seed_value(const TrainConfig& train) {
   return train.loss_scale / train.gradient_accumulation_steps;
 }
 
+// Note [Dynamic loss scaling in a graph]
+// --------------------------------------
+// With TrainConfig::dynamic_loss_scale (nn.Graph's set_grad_scaler, for float16 mixed
+// precision) the loss scale is a float32 scalar variable, "_loss_scale", on the loss's
+// placement, initialised to init_scale. The backward is seeded with it (times 1/micro-batches)
+// and each variable's gradient is divided by it. The optimizer pass then counts the inf and nan
+// elements of every gradient where it lives, sums the counts (across ranks by SBP: a split
+// gradient's counts are partial sums), skips every update when the sum is not 0 (the skippable
+// update ops) and updates the scale and its count of good steps ("_loss_scale.good_steps") with
+// loss_scale_update (Note [Dynamic loss scaling] in oneflowlike/ops/optimizer.h). Every rank
+// sees the same sum, so every rank skips the same steps.
+constexpr const char* kLossScaleVariable = "_loss_scale";
+
+int make_scale_variable(Graph& graph, const LogicalOp& at, DataType dtype) {
+  OFL_CHECK(!graph.find_tensor(kLossScaleVariable).has_value(), "[autograd] the name '",
+            kLossScaleVariable,
+            "' is reserved for the loss scale. However, the graph has a "
+            "tensor of that name.");
+  LogicalOp var;
+  var.name = kLossScaleVariable;
+  var.kind = OpKind::kVariable;
+  var.placement = at.placement;
+  var.stage = at.stage;
+  var.location = at.location;
+  var.output_sbp_hints = {NdSbp(at.placement.hierarchy().ndim(), B())};
+  var.initializer =
+      Initializer{Initializer::Kind::kConstant, graph.train.dynamic_loss_scale.init_scale, 0, 0};
+  var.trainable = false;
+  var.role = OpRole::kOptimizer;
+  const int index = graph.add_op(std::move(var), 1, {kLossScaleVariable});
+  const int t = graph.op(index).outputs[0];
+  graph.tensor(t).meta = TensorMeta{Shape{}, DataType::kFloat32};
+  graph.loss_scale_tensor = t;
+  int scale = t;
+  if (dtype != DataType::kFloat32) {
+    LogicalOp cast;
+    cast.schema = &OpRegistry::global().find("cast");
+    cast.name = graph.unique_name(str_cat(kLossScaleVariable, "/", dtype_name(dtype)));
+    cast.params = CastParams{dtype};
+    cast.inputs = {t};
+    cast.placement = at.placement;
+    cast.stage = at.stage;
+    cast.role = OpRole::kBackward;
+    scale = graph.add_compute_op(std::move(cast)).at(0);
+  }
+  return scale;
+}
+
 // Where the backward ops of one forward op go: its placement, stage, source line, name and
 // checkpoint group (the checkpointing pass finds a group's backward ops by it).
 struct BackwardSite {
@@ -204,13 +252,21 @@ class AutogradPass final : public Pass {
     }
 
     GradientTable table;
-    // Seed: d(loss) = loss_scale, on the loss producer's placement.
+    // Seed: d(loss) = loss_scale, on the loss producer's placement; under dynamic loss scaling
+    // the scale is a variable (Note [Dynamic loss scaling in a graph]).
+    int scale = -1;
     {
-      const BackwardSite site = BackwardSite::outside_groups(graph.op(graph.tensor(loss).producer));
+      const LogicalOp& producer = graph.op(graph.tensor(loss).producer);
+      const BackwardSite site = BackwardSite::outside_groups(producer);
       const TensorMeta m = graph.tensor(loss).meta;
-      table.add(loss, append_backward_op(graph, site, "fill",
-                                         FillParams{m.shape, m.dtype, seed_value(graph.train)}, {})
-                          .at(0));
+      int seed = append_backward_op(graph, site, "fill",
+                                    FillParams{m.shape, m.dtype, seed_value(graph.train)}, {})
+                     .at(0);
+      if (graph.train.dynamic_loss_scale.enabled()) {
+        scale = make_scale_variable(graph, producer, m.dtype);
+        seed = append_backward_op(graph, site, "mul", NoParams{}, {seed, scale}).at(0);
+      }
+      table.add(loss, seed);
     }
     for (int i : on_path) {
       GraphGradBuilder builder(graph, i, requires_grad, table);
@@ -233,6 +289,15 @@ class AutogradPass final : public Pass {
         grad = append_backward_op(graph, site, "scalar_mul",
                                   ScalarParams{1.0 / graph.train.loss_scale}, {grad})
                    .at(0);
+      }
+      if (scale >= 0) {
+        const int same_dtype =
+            graph.tensor(grad).meta.dtype == graph.tensor(scale).meta.dtype
+                ? scale
+                : append_backward_op(graph, site, "cast", CastParams{graph.tensor(grad).meta.dtype},
+                                     {scale})
+                      .at(0);
+        grad = append_backward_op(graph, site, "div", NoParams{}, {grad, same_dtype}).at(0);
       }
       graph.variable_grads[i] = grad;
     }

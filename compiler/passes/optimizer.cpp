@@ -228,6 +228,50 @@ void restore_gradients(Graph& graph, std::vector<Update>& updates) {
   }
 }
 
+// Note [Dynamic loss scaling in a graph]: the inf and nan elements of every gradient, counted
+// where it lives in its variable's layout, summed on the loss scale's placement.
+int count_nonfinite(Graph& graph, std::vector<Update>& updates) {
+  const Site scale_site = Site::of(graph.op(graph.tensor(graph.loss_scale_tensor).producer));
+  int total = -1;
+  for (Update& u : updates) {
+    const Site site = Site::of(graph.op(u.var_op));
+    const std::string base = graph.op(u.var_op).name + ".grad";
+    u.grad = in_variable_layout(graph, site, base, u);
+    const int count =
+        append_op1(graph, site, base + "/nonfinite", "count_nonfinite", NoParams{}, {u.grad});
+    total = total < 0 ? count
+                      : append_op1(graph, scale_site, "loss_scale/nonfinite", "add", NoParams{},
+                                   {total, count});
+  }
+  return total;
+}
+
+// The skip input of `param`'s update: the count in param's dtype.
+int skip_input(Graph& graph, const Site& site, const std::string& var_name, int found, int param) {
+  return cast_to(graph, site, var_name + ".skip", found, graph.tensor(param).meta.dtype);
+}
+
+// The count of applied steps ("_loss_scale.steps"): Adam's step count under dynamic loss
+// scaling, which a skipped step does not advance (torch does not call the optimizer then).
+int applied_steps(Graph& graph) {
+  const int scale_op = graph.tensor(graph.loss_scale_tensor).producer;
+  const std::string name = graph.op(scale_op).name + ".steps";
+  if (auto t = graph.find_tensor(name)) return *t;
+  return append_state(graph, scale_op, ".steps");
+}
+
+// The scale, its good-step count and the applied steps after this step (loss_scale_update).
+void update_loss_scale(Graph& graph, int found) {
+  const int scale = graph.loss_scale_tensor;
+  const int scale_op = graph.tensor(scale).producer;
+  const int steps = applied_steps(graph);
+  const int good = append_state(graph, scale_op, ".good_steps");
+  const DynamicLossScale& d = graph.train.dynamic_loss_scale;
+  append_op(graph, Site::of(graph.op(scale_op)), "loss_scale/update", "loss_scale_update",
+            LossScaleParams{d.growth_factor, d.backoff_factor, d.growth_interval},
+            {scale, good, steps, found});
+}
+
 // torch.nn.utils.clip_grad_norm_ over all gradients:
 //   total = sqrt(sum_g sum(g * g)),  g *= where(total > max_norm, max_norm / (total + 1e-6), 1).
 // Each sum(g * g) runs where g lives (a scalar crosses placements, not the gradient); the total
@@ -337,15 +381,26 @@ class OptimizerPass final : public Pass {
     if (reduce != DataType::kFloat32) lower_gradients(graph, updates, reduce);
     bucket_gradients(graph, updates, graph.train.gradient_bucket_bytes);
     if (reduce != DataType::kFloat32) restore_gradients(graph, updates);
+    // Note [Dynamic loss scaling in a graph] in autograd.cpp: inf or nan anywhere skips all.
+    const int found = graph.loss_scale_tensor >= 0 ? count_nonfinite(graph, updates) : -1;
     // Graph::variable_grads keeps the unclipped gradients; only the updates read clipped ones.
     if (config.clip_grad_max_norm > 0) {
       clip_by_global_norm(graph, config.clip_grad_max_norm, updates);
     }
     const bool adam =
         config.kind == OptimizerConfig::Kind::kAdam || config.kind == OptimizerConfig::Kind::kAdamW;
-    HyperParameterInputs hyper(graph, /*with_step=*/adam);
+    // Under dynamic loss scaling Adam counts the steps applied in the graph (applied_steps).
+    HyperParameterInputs hyper(graph, /*with_step=*/adam && found < 0);
     for (const Update& u : updates) {
-      const auto [lr, step] = hyper.for_variable(u.var_op);
+      auto [lr, step] = hyper.for_variable(u.var_op);
+      if (adam && found >= 0) {
+        const Site site = Site::of(graph.op(u.var_op));
+        const std::string base = graph.op(u.var_op).name + ".step";
+        const int next =
+            append_op1(graph, site, base, "scalar_add", ScalarParams{1.0}, {applied_steps(graph)});
+        step = cast_to(graph, site, base, next,
+                       graph.tensor(graph.op(u.var_op).outputs.at(0)).meta.dtype);
+      }
       const int param = graph.op(u.var_op).outputs.at(0);
       const Site site = Site::of(graph.op(u.var_op));
       const std::string var_name = graph.op(u.var_op).name;
@@ -355,17 +410,22 @@ class OptimizerPass final : public Pass {
         const AdamParams params{
             config.beta1, config.beta2, config.epsilon, config.weight_decay,
             /*decoupled_weight_decay=*/config.kind == OptimizerConfig::Kind::kAdamW};
-        append_op(graph, site, var_name + ".adam_update", "adam_update", params,
-                  {param, u.grad, exp_avg, exp_avg_sq, lr, step});
+        std::vector<int> inputs{param, u.grad, exp_avg, exp_avg_sq, lr, step};
+        if (found >= 0) inputs.push_back(skip_input(graph, site, var_name, found, param));
+        append_op(graph, site, var_name + ".adam_update",
+                  found >= 0 ? "adam_update_skippable" : "adam_update", params, inputs);
       } else {
         // See Note [Compiled SGD first step] for dampening != 0.
         const int momentum = append_state(graph, u.var_op, ".momentum");
         const SgdParams params{config.momentum, config.dampening, config.weight_decay,
                                config.nesterov};
-        append_op(graph, site, var_name + ".sgd_update", "sgd_update", params,
-                  {param, u.grad, momentum, lr});
+        std::vector<int> inputs{param, u.grad, momentum, lr};
+        if (found >= 0) inputs.push_back(skip_input(graph, site, var_name, found, param));
+        append_op(graph, site, var_name + ".sgd_update",
+                  found >= 0 ? "sgd_update_skippable" : "sgd_update", params, inputs);
       }
     }
+    if (found >= 0) update_loss_scale(graph, found);
   }
 };
 

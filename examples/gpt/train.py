@@ -44,8 +44,9 @@ def parse(argv=None):
                    help="ZeRO: shard parameters and optimizer state over the ranks that would "
                         "replicate them (the data-parallel ones, and the tensor-parallel ones for "
                         "parameters TP does not split)")
-    p.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32",
-                   help="bfloat16: mixed precision (matmuls in bf16, float32 master weights)")
+    p.add_argument("--dtype", choices=["float32", "bfloat16", "float16"], default="float32",
+                   help="bfloat16 / float16: mixed precision (matmuls in that dtype, float32 "
+                   "master weights); float16 with dynamic loss scaling")
     p.add_argument("--reduce-dtype", choices=["float32", "bfloat16"], default="float32",
                    help="what data-parallel gradients are reduced in (with --dtype bfloat16)")
     p.add_argument("--n-layer", type=int, default=4)
@@ -86,7 +87,10 @@ class TrainGraph(flow.nn.Graph):
         if dtype == "bfloat16":
             self.config.enable_amp(True, dtype=flow.bfloat16,
                                    reduce_dtype=getattr(flow, reduce_dtype))
-        elif reduce_dtype != "float32":
+        elif dtype == "float16":
+            self.config.enable_amp(True, dtype=flow.float16)
+            self.set_grad_scaler(flow.amp.GradScaler())
+        if reduce_dtype != "float32" and dtype != "bfloat16":
             raise SystemExit("[train] --reduce-dtype bfloat16 goes with --dtype bfloat16.")
 
     def build(self, tokens, targets):
@@ -221,7 +225,9 @@ def main(argv=None):
         losses.append(value)
         tokens_per_s = args.batch_size * args.block_size / (ms / 1e3)
         if not args.quiet:
-            print(f"step {step:4d} | loss {value:.4f} | lr {lr:.2e} | {ms:7.1f} ms | "
+            scale = graph.loss_scale  # float16: the dynamic loss scale, where this rank has it
+            print(f"step {step:4d} | loss {value:.4f} | lr {lr:.2e} | "
+                  f"{f'scale {scale:.0f} | ' if scale is not None else ''}{ms:7.1f} ms | "
                   f"{tokens_per_s:8.0f} tokens/s | rss {peak_rss_mib():.0f} MiB", flush=True)
         if log:
             log.write(json.dumps({"step": step, "loss": value, "lr": lr, "ms": round(ms, 3),

@@ -111,16 +111,17 @@ OFL_HOST_DEVICE inline void adam_element(const AdamCoefficients<T>& c, T grad, T
   param = x - c.step_size * (m / denom);
 }
 
-/// Note [Dynamic loss scaling] in ops/optimizer.h: the scale and the count of good steps after a
-/// step that found `found` inf or nan gradient elements.
+/// Note [Dynamic loss scaling] in ops/optimizer.h: the scale, the count of good steps in a row
+/// and the count of steps applied after a step that found `found` inf or nan gradient elements.
 OFL_HOST_DEVICE inline void loss_scale_element(float growth_factor, float backoff_factor,
                                                float growth_interval, float found, float& scale,
-                                               float& good_steps) {
+                                               float& good_steps, float& steps) {
   if (found > 0) {
     scale *= backoff_factor;
     good_steps = 0;
     return;
   }
+  steps += 1;
   good_steps += 1;
   if (good_steps >= growth_interval) {
     scale *= growth_factor;

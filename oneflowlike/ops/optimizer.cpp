@@ -84,9 +84,9 @@ std::vector<TensorMeta> infer_loss_scale_update(const InferContext& ctx) {
       "growth_interval >= 1. However, got growth_factor=",
       p.growth_factor, ", backoff_factor=", p.backoff_factor,
       ", growth_interval=", p.growth_interval, ".");
-  for (int i = 0; i < 3; ++i) {
+  for (int i = 0; i < 4; ++i) {
     OFL_CHECK(ctx.shape(i).ndim() == 0 && ctx.dtype(i) == DataType::kFloat32, "[", ctx.op_name(),
-              "] scale, good_steps and found must be float32 scalars. However, "
+              "] scale, good_steps, steps and found must be float32 scalars. However, "
               "got ",
               ctx.describe_inputs(), ".");
   }
@@ -135,14 +135,14 @@ OFL_REGISTER_OP("count_nonfinite")
     .set<FSbpSignatures>(count_nonfinite_signatures);
 
 OFL_REGISTER_OP("loss_scale_update")
-    .inputs({"scale", "good_steps", "found"})
+    .inputs({"scale", "good_steps", "steps", "found"})
     .outputs({})
     .params<LossScaleParams>()
     .set<FInferMeta>(infer_loss_scale_update)
     .set<FSbpSignatures>([](const InferContext&) {
-      return std::vector<SbpSignature>{{{B(), B(), B()}, {}}};
+      return std::vector<SbpSignature>{{{B(), B(), B(), B()}, {}}};
     })
-    .set<TMutatedInputs>({0, 1});
+    .set<TMutatedInputs>({0, 1, 2});
 
 namespace functional {
 
@@ -151,10 +151,10 @@ Tensor count_nonfinite(const Tensor& x) {
   return op.call1(NoParams{}, {x});
 }
 
-void loss_scale_update(const Tensor& scale, const Tensor& good_steps, const Tensor& found,
-                       const LossScaleParams& params) {
+void loss_scale_update(const Tensor& scale, const Tensor& good_steps, const Tensor& steps,
+                       const Tensor& found, const LossScaleParams& params) {
   static OpHandle op("loss_scale_update");
-  op(params, {scale, good_steps, found});
+  op(params, {scale, good_steps, steps, found});
 }
 
 void sgd_update(const Tensor& param, const Tensor& grad, const Tensor& momentum_buffer,

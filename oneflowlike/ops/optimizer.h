@@ -37,9 +37,10 @@ struct AdamParams {
 ///    gives partial counts: S -> P);
 ///  - sgd_update_skippable / adam_update_skippable: the updates with a last scalar input `skip`;
 ///    nonzero leaves param and state untouched;
-///  - loss_scale_update(scale, good_steps, found): after a step with found > 0 the scale is
-///    multiplied by backoff_factor and good_steps restarts; after growth_interval good steps in
-///    a row it is multiplied by growth_factor.
+///  - loss_scale_update(scale, good_steps, steps, found): after a step with found > 0 the scale
+///    is multiplied by backoff_factor and good_steps restarts; after growth_interval good steps
+///    in a row it is multiplied by growth_factor. `steps` counts the steps applied (Adam's step
+///    count in a graph, which a skipped step does not advance, as in torch).
 struct LossScaleParams {
   double growth_factor = 2.0;
   double backoff_factor = 0.5;
@@ -60,8 +61,8 @@ void adam_update(const Tensor& param, const Tensor& grad, const Tensor& exp_avg,
                  double beta2, double epsilon, double weight_decay, bool decoupled_weight_decay);
 /// Note [Dynamic loss scaling].
 Tensor count_nonfinite(const Tensor& x);
-void loss_scale_update(const Tensor& scale, const Tensor& good_steps, const Tensor& found,
-                       const LossScaleParams& params);
+void loss_scale_update(const Tensor& scale, const Tensor& good_steps, const Tensor& steps,
+                       const Tensor& found, const LossScaleParams& params);
 }  // namespace functional
 
 }  // namespace ofl

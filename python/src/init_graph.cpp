@@ -329,6 +329,12 @@ void init_graph(py::module_& m) {
                             dtype_name(dtype), ".");
              t.tracer->builder().train().amp_dtype = dtype;
            })
+      .def("set_dynamic_loss_scale",
+           [](PyTracer& t, double init_scale, double growth_factor, double backoff_factor,
+              int64_t growth_interval) {
+             t.tracer->builder().train().dynamic_loss_scale = {init_scale, growth_factor,
+                                                               backoff_factor, growth_interval};
+           })
       .def("set_grad_reduce_dtype",
            [](PyTracer& t, DataType dtype) {
              OFL_CHECK_TYPE(dtype == DataType::kFloat32 || dtype == DataType::kBFloat16,

@@ -215,3 +215,94 @@ def test_scaler_state_round_trips_and_misuse_is_refused():
         flow.amp.GradScaler(backoff_factor=2.0)
     with pytest.raises(ValueError, match=r"not a GradScaler's state_dict"):
         other.load_state_dict({"step": 3})
+
+
+# --- dynamic loss scaling in a graph (Note [Dynamic loss scaling in a graph]) -----------------
+
+class _ScaledStep(flow.nn.Graph):
+    def __init__(self, model, opt, scaler):
+        super().__init__()
+        self.model = model
+        self.add_optimizer(opt)
+        self.config.enable_amp(True, dtype=flow.float16)
+        self.set_grad_scaler(scaler)
+
+    def build(self, x, y, k):
+        loss = ((self.model(x) - y) ** 2).mean() * k
+        loss.backward()
+        return loss
+
+
+POISONS = [1.0, 1.0, 1e9, 1.0, 1.0, 1.0]  # step 3's scaled gradients overflow float16
+
+
+def test_graph_float16_skips_an_overflow_like_the_eager_scaler():
+    x, y = rand(32, 16, seed=8), rand(32, 4, seed=9)
+
+    def fresh():
+        flow.manual_seed(3)
+        model = _Mlp()
+        return model, flow.optim.Adam(model.parameters(), lr=0.01)
+
+    # Eager: autocast + GradScaler, the reference semantics (torch's).
+    model, opt = fresh()
+    scaler = flow.amp.GradScaler(init_scale=2.0**16, growth_interval=2)
+    eager, eager_scales = [], []
+    for k in POISONS:
+        opt.zero_grad()
+        with flow.autocast("cpu", dtype=flow.float16):
+            loss = ((model(flow.tensor(x)) - flow.tensor(y)) ** 2).mean() * k
+        scaler.scale(loss).backward()
+        scaler.step(opt)
+        scaler.update()
+        eager.append(float(loss.numpy()))
+        eager_scales.append(scaler.get_scale())
+    # The graph: enable_amp(float16) + set_grad_scaler.
+    model, opt = fresh()
+    graph = _ScaledStep(model, opt, flow.amp.GradScaler(init_scale=2.0**16, growth_interval=2))
+    ours, scales, weights = [], [], []
+    for k in POISONS:
+        ours.append(float(graph(flow.tensor(x), flow.tensor(y),
+                                flow.tensor(np.float32(k))).numpy()))
+        scales.append(graph.loss_scale)
+        graph.sync_to_modules()
+        weights.append(model.fc1.weight.numpy().copy())
+    assert eager_scales == [2.0**16, 2.0**17, 2.0**16, 2.0**16, 2.0**17, 2.0**17]
+    assert scales == eager_scales
+    np.testing.assert_array_equal(weights[2], weights[1])  # the overflow step changed nothing
+    assert not np.array_equal(weights[3], weights[2])
+    finite = [i for i, k in enumerate(POISONS) if k == 1.0]
+    np.testing.assert_allclose([ours[i] for i in finite], [eager[i] for i in finite],
+                               rtol=LOSS_RTOL["bfloat16"])
+
+
+def test_graph_float16_needs_a_scaler_and_refuses_checkpoints_with_one():
+    model = _Mlp()
+    opt = flow.optim.SGD(model.parameters(), lr=0.1)
+
+    class Unscaled(_ScaledStep):
+        def __init__(self):
+            flow.nn.Graph.__init__(self)
+            self.model = model
+            self.add_optimizer(opt)
+            self.config.enable_amp(True, dtype=flow.float16)
+
+    x, y, k = flow.tensor(rand(4, 16)), flow.tensor(rand(4, 4)), flow.tensor(np.float32(1))
+    with pytest.raises(ValueError, match=r"needs dynamic loss scaling: call "
+                                         r"graph.set_grad_scaler"):
+        Unscaled()(x, y, k)
+    graph = _ScaledStep(model, opt, flow.amp.GradScaler())
+    graph(x, y, k)
+    with pytest.raises(NotImplementedError, match=r"state_dict\(\) of a graph with "
+                                                  r"set_grad_scaler is not done"):
+        graph.state_dict()
+    with pytest.raises(TypeError, match=r"set_grad_scaler takes a flow.amp.GradScaler"):
+        graph.set_grad_scaler(2.0**16)
+
+
+@pytest.mark.parametrize("layout", ["dp2", "pp2"])
+def test_an_overflow_skips_the_step_on_every_rank(layout):
+    from launching import launch
+
+    out = launch(2, "loss_scale_worker.py", "--layout", layout)
+    assert out.count(" OK") == 2, out

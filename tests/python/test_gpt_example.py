@@ -189,6 +189,14 @@ def test_bfloat16_layouts_reproduce_one_rank(tmp_path, single_bf16, nproc, flags
                                rtol=LOSS_RTOL["bfloat16"])
 
 
+def test_float16_with_dynamic_loss_scaling_follows_float32_on_one_rank_and_dp2(tmp_path,
+                                                                              single):
+    one = _train(tmp_path, 1, "--dtype", "float16", tag="fp16")
+    two = _train(tmp_path, 2, "--dtype", "float16", "--dp", "2", tag="fp16_dp2")
+    np.testing.assert_allclose(_losses(one), _losses(single), rtol=LOSS_RTOL["float16"])
+    np.testing.assert_allclose(_losses(two), _losses(one), rtol=LOSS_RTOL["float16"])
+
+
 def test_bad_flags_are_reported():
     result = subprocess.run([sys.executable, str(_TRAIN), *_SMALL, "--tp", "3"], env=_env(),
                             capture_output=True, text=True, timeout=120)

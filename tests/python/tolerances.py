@@ -8,4 +8,5 @@ tests' counterpart is Note [Low-precision tolerances] in tests/cpp/ops/test_util
 # round different partial products (TP splits the contraction), and PyTorch's autocast also runs
 # attention and elementwise ops on bfloat16 tensors where ours keeps float32. Measured on the
 # test model (2026-11-26): layouts within 1e-4 of one rank, PyTorch's autocast within 7e-5.
-LOSS_RTOL = {"float32": 1e-4, "bfloat16": 2e-3}
+# float16 (with dynamic loss scaling) rounds the matmul outputs to 2^-11 and is held to the same.
+LOSS_RTOL = {"float32": 1e-4, "bfloat16": 2e-3, "float16": 2e-3}

@@ -90,15 +90,15 @@ struct CountNonfiniteKernel {
   }
 };
 
-// Inputs: scale (), good_steps (), found (), the first two updated in place.
+// Inputs: scale (), good_steps (), steps (), found (), the first three updated in place.
 template <class T>
 struct LossScaleUpdateKernel {
   static void run(const KernelContext& ctx) {
     const auto& p = ctx.p<LossScaleParams>();
     optimizer_update::loss_scale_element(
         static_cast<float>(p.growth_factor), static_cast<float>(p.backoff_factor),
-        static_cast<float>(p.growth_interval), *ctx.in(2).data<float>(), *ctx.in(0).data<float>(),
-        *ctx.in(1).data<float>());
+        static_cast<float>(p.growth_interval), *ctx.in(3).data<float>(), *ctx.in(0).data<float>(),
+        *ctx.in(1).data<float>(), *ctx.in(2).data<float>());
   }
 };
 

@@ -107,9 +107,9 @@ struct CountNonfiniteKernel {
 
 __global__ void loss_scale_update_kernel(float growth_factor, float backoff_factor,
                                          float growth_interval, const float* found, float* scale,
-                                         float* good_steps) {
+                                         float* good_steps, float* steps) {
   optimizer_update::loss_scale_element(growth_factor, backoff_factor, growth_interval, *found,
-                                       *scale, *good_steps);
+                                       *scale, *good_steps, *steps);
 }
 
 template <class T>
@@ -118,8 +118,9 @@ struct LossScaleUpdateKernel {
     const auto& p = ctx.p<LossScaleParams>();
     loss_scale_update_kernel<<<1, 1, 0, stream_of(ctx)>>>(
         static_cast<float>(p.growth_factor), static_cast<float>(p.backoff_factor),
-        static_cast<float>(p.growth_interval), static_cast<const float*>(ctx.in(2).raw_data()),
-        static_cast<float*>(ctx.in(0).raw_data()), static_cast<float*>(ctx.in(1).raw_data()));
+        static_cast<float>(p.growth_interval), static_cast<const float*>(ctx.in(3).raw_data()),
+        static_cast<float*>(ctx.in(0).raw_data()), static_cast<float*>(ctx.in(1).raw_data()),
+        static_cast<float*>(ctx.in(2).raw_data()));
     cuda::check(cudaGetLastError(), "loss_scale_update", device_of(ctx));
   }
 };

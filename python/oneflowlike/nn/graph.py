@@ -99,8 +99,8 @@ class GraphConfig:
         ``dtype`` (flow.bfloat16), casting their float32 inputs down and their outputs back;
         softmax, norms, losses and reductions run in float32, and parameters, gradients and
         optimizer state stay float32 (Note [Mixed precision] in compiler/passes/amp.cpp).
-        flow.float16 is refused: it needs dynamic loss scaling, which is not done, and without
-        it small gradients silently become 0. ``reduce_dtype``: what replicated gradients are
+        flow.float16 needs graph.set_grad_scaler(flow.amp.GradScaler()) too (dynamic loss
+        scaling; without it small gradients silently become 0). ``reduce_dtype``: what replicated gradients are
         reduced in between data-parallel ranks, flow.float32 (the default) or flow.bfloat16
         (half the bytes; Note [Gradient reduction dtype] in compiler/passes/optimizer.cpp)."""
         from oneflowlike import _C
@@ -110,10 +110,6 @@ class GraphConfig:
         if not isinstance(dtype, _C.dtype) or dtype not in (_C.dtype.bfloat16, _C.dtype.float16):
             raise TypeError("[nn.Graph] enable_amp takes dtype=flow.bfloat16 or flow.float16. "
                             f"However, got {dtype!r}.")
-        if dtype == _C.dtype.float16 and mode:
-            raise NotImplementedError(
-                "[nn.Graph] enable_amp(dtype=flow.float16) needs dynamic loss scaling, which is "
-                "not done yet (small gradients would silently flush to 0). Use flow.bfloat16.")
         if reduce_dtype is not None and reduce_dtype not in (_C.dtype.float32, _C.dtype.bfloat16):
             raise TypeError("[nn.Graph] enable_amp takes reduce_dtype=flow.float32 or "
                             f"flow.bfloat16. However, got {reduce_dtype!r}.")
@@ -177,6 +173,7 @@ class Graph:
         self.config = GraphConfig()
         self._optimizers = []
         self._lr_schedulers = []
+        self._grad_scaler = None  # set_grad_scaler
         self._stages = []  # (module, stage, placement, input sbp)
         self._recomputed = []  # modules whose activations are recomputed
         self._compiled = False
@@ -201,6 +198,35 @@ class Graph:
 
     def build(self, *args):
         raise NotImplementedError("[nn.Graph] subclasses define build(*inputs).")
+
+    def set_grad_scaler(self, scaler):
+        """Dynamic loss scaling in the compiled step, as OneFlow's graph.set_grad_scaler: the
+        loss is multiplied by the scale, the gradients divided by it, and a step whose gradients
+        hold an inf or nan on any rank is skipped on every rank while the scale backs off
+        (Note [Dynamic loss scaling in a graph] in compiler/passes/autograd.cpp). ``scaler``: a
+        flow.amp.GradScaler, whose settings are taken; the scale then lives in the graph
+        (graph.loss_scale). Needed by enable_amp(dtype=flow.float16)."""
+        from oneflowlike.amp import GradScaler
+
+        if not isinstance(scaler, GradScaler):
+            raise TypeError("[nn.Graph] set_grad_scaler takes a flow.amp.GradScaler. However, "
+                            f"got {type(scaler).__name__}.")
+        if self._compiled:
+            raise RuntimeError("[nn.Graph] set_grad_scaler must come before the first call: "
+                               "the scaling is compiled into the step.")
+        self._grad_scaler = scaler if scaler.is_enabled() else None
+
+    @property
+    def loss_scale(self):
+        """The current loss scale under set_grad_scaler (read from the graph on the rank that
+        holds it; None elsewhere, before the first call, or without a scaler)."""
+        if getattr(self, "_grad_scaler", None) is None or self._runtime is None:
+            return None
+        try:
+            piece = self._runtime.read_variable_pieces("_loss_scale").get(env.get_rank())
+        except LookupError:  # this rank's part of the plan does not hold it
+            return None
+        return None if piece is None else float(piece.numpy())
 
     def add_optimizer(self, optimizer, *, lr_sch=None):
         if self._compiled:
@@ -422,6 +448,15 @@ class Graph:
             self._compiled_optimizer = (kind, {k: v for k, v in hyper.items() if k != "lr"})
         tracer.set_gradient_accumulation_steps(self.config.gradient_accumulation_steps)
         tracer.set_zero_stage(self.config.zero_stage)
+        scaler = getattr(self, "_grad_scaler", None)
+        if self.config.amp_dtype == _C.dtype.float16 and scaler is None:
+            raise ValueError(
+                "[nn.Graph] enable_amp(dtype=flow.float16) needs dynamic loss scaling: call "
+                "graph.set_grad_scaler(flow.amp.GradScaler()) before the first step (without it "
+                "small gradients silently become 0).")
+        if scaler is not None:
+            tracer.set_dynamic_loss_scale(scaler._scale, scaler._growth_factor,
+                                          scaler._backoff_factor, scaler._growth_interval)
         if self.config.amp_dtype is not None:
             tracer.set_amp_dtype(self.config.amp_dtype)
         if self.config.reduce_dtype is not None:
@@ -655,10 +690,21 @@ class Graph:
                     entries.append((full + suffix, value))
         return entries
 
+    def _refuse_checkpoint_with_scaler(self, what):
+        if self._grad_scaler is not None:
+            raise NotImplementedError(
+                f"[nn.Graph] {what} of a graph with set_grad_scaler is not done: the loss scale "
+                "and Adam's count of applied steps live in the graph and would restart on "
+                "resume, so the resumed run would not continue the same curve.")
+
     def state_dict(self):
         """Every parameter, buffer and optimizer state by name (the modules' names prefixed by
         the graph attribute): global tensors in a global graph, local tensors otherwise. Before
         the first call, the modules' values (the layouts flow.load(like=...) needs)."""
+        self._refuse_checkpoint_with_scaler("state_dict()")
+        return self._state_dict()
+
+    def _state_dict(self):
         rank = env.get_rank()
         out = {}
         for name, value in self._state_entries():
@@ -724,6 +770,7 @@ class Graph:
         optimizer's step count and hyper-parameters and the LR scheduler's state; before the
         first call the tensors are kept and written once it has compiled. ``strict``: every
         key must be known and present."""
+        self._refuse_checkpoint_with_scaler("load_state_dict()")
         state = dict(state)
         training = {k: state.pop(k) for k in (OPTIMIZER_STATE, LR_SCHEDULER_STATE) if k in state}
         names = [name for name, _ in self._state_entries()]
@@ -772,7 +819,7 @@ class Graph:
 
     def sync_to_modules(self):
         """Copies the trained values into the modules' parameters and buffers."""
-        current = self.state_dict()
+        current = self._state_dict()
         for full, value, owner, registry_name, key in self._variables:
             new = current[full]
             if isinstance(value, _gt.GlobalTensor):

@@ -189,3 +189,34 @@ TEST(Amp, GradientsAreReducedInTheDtypeAsked) {
 
 }  // namespace
 }  // namespace ofl::compiler
+
+namespace ofl::compiler {
+namespace {
+
+// Note [Dynamic loss scaling in a graph]: the scale variable seeds the backward and divides the
+// gradients; every gradient is checked; every update can be skipped; Adam counts the steps
+// applied in the graph instead of taking a fed step.
+TEST(Amp, DynamicLossScalingChecksEveryGradientAndCanSkipEveryUpdate) {
+  Model m(DataType::kFloat16);
+  m.b.train().optimizer.kind = OptimizerConfig::Kind::kAdam;
+  m.b.train().dynamic_loss_scale = DynamicLossScale{1024.0, 2.0, 0.5, 100};
+  Graph& g = m.b.graph();
+  run_logical_passes(g);
+  std::map<std::string, int> ops;
+  bool scale_variable = false, step_input = false;
+  for (int i = 0; i < g.num_ops(); ++i) {
+    const LogicalOp& op = g.op(i);
+    if (op.schema != nullptr) ++ops[op.schema->name()];
+    scale_variable = scale_variable || (op.kind == OpKind::kVariable && op.name == "_loss_scale");
+    step_input = step_input || (op.kind == OpKind::kInput && op.name.rfind("step", 0) == 0);
+  }
+  EXPECT_TRUE(scale_variable);
+  EXPECT_FALSE(step_input) << "Adam's step is counted in the graph";
+  EXPECT_EQ(ops["count_nonfinite"], 2);  // w1 and w2
+  EXPECT_EQ(ops["adam_update_skippable"], 2);
+  EXPECT_EQ(ops["adam_update"], 0);
+  EXPECT_EQ(ops["loss_scale_update"], 1);
+}
+
+}  // namespace
+}  // namespace ofl::compiler

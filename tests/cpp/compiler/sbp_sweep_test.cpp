@@ -165,7 +165,7 @@ std::vector<OpCase> sweep_cases() {
       {"loss_scale_update",
        "loss_scale_update",
        LossScaleParams{2.0, 0.5, 3},
-       {scalar(1024.0), scalar(2.0), scalar(0.0)}},
+       {scalar(1024.0), scalar(2.0), scalar(7.0), scalar(0.0)}},
       {"embedding", "embedding", NoParams{}, {floats(Shape{7, 6}), integers(Shape{4, 5}, 7)}},
       {"embedding_grad",
        "embedding_grad",

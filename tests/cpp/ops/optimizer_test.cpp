@@ -244,9 +244,11 @@ TEST(DynamicLossScale, SkippableUpdatesLeaveEverythingWhenTold) {
 TEST(DynamicLossScale, TheScaleBacksOffAfterAnOverflowAndGrowsAfterGoodSteps) {
   const Tensor scale = Tensor::scalar(1024.0, DataType::kFloat32);
   const Tensor good = Tensor::scalar(0.0, DataType::kFloat32);
+  const Tensor steps = Tensor::scalar(0.0, DataType::kFloat32);
   const LossScaleParams params{2.0, 0.5, 3};
   auto step = [&](double found) {
-    functional::loss_scale_update(scale, good, Tensor::scalar(found, DataType::kFloat32), params);
+    functional::loss_scale_update(scale, good, steps, Tensor::scalar(found, DataType::kFloat32),
+                                  params);
     return std::make_pair(values_of(scale)[0], values_of(good)[0]);
   };
   EXPECT_EQ(step(0), std::make_pair(1024.0, 1.0));
@@ -255,9 +257,10 @@ TEST(DynamicLossScale, TheScaleBacksOffAfterAnOverflowAndGrowsAfterGoodSteps) {
   EXPECT_EQ(step(0), std::make_pair(512.0, 1.0));
   EXPECT_EQ(step(0), std::make_pair(512.0, 2.0));
   EXPECT_EQ(step(0), std::make_pair(1024.0, 0.0));  // growth_interval good steps: grow
+  EXPECT_EQ(values_of(steps)[0], 5.0) << "the skipped step is not counted";
   expect_error(
       [&] {
-        functional::loss_scale_update(scale, good, Tensor::scalar(0.0, DataType::kFloat32),
+        functional::loss_scale_update(scale, good, steps, Tensor::scalar(0.0, DataType::kFloat32),
                                       LossScaleParams{0.5, 0.5, 3});
       },
       ErrorCode::kInvalidArgument, "needs growth_factor > 1");
