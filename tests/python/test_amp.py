@@ -276,7 +276,7 @@ def test_graph_float16_skips_an_overflow_like_the_eager_scaler():
                                rtol=LOSS_RTOL["bfloat16"])
 
 
-def test_graph_float16_needs_a_scaler_and_refuses_checkpoints_with_one():
+def test_graph_float16_needs_a_scaler():
     model = _Mlp()
     opt = flow.optim.SGD(model.parameters(), lr=0.1)
 
@@ -292,12 +292,36 @@ def test_graph_float16_needs_a_scaler_and_refuses_checkpoints_with_one():
                                          r"graph.set_grad_scaler"):
         Unscaled()(x, y, k)
     graph = _ScaledStep(model, opt, flow.amp.GradScaler())
-    graph(x, y, k)
-    with pytest.raises(NotImplementedError, match=r"state_dict\(\) of a graph with "
-                                                  r"set_grad_scaler is not done"):
-        graph.state_dict()
     with pytest.raises(TypeError, match=r"set_grad_scaler takes a flow.amp.GradScaler"):
         graph.set_grad_scaler(2.0**16)
+
+
+def test_a_scaled_graph_resumed_from_a_checkpoint_continues_the_same_curve(tmp_path):
+    x, y = rand(32, 16, seed=8), rand(32, 4, seed=9)
+
+    def make():
+        flow.manual_seed(3)
+        model = _Mlp()
+        opt = flow.optim.Adam(model.parameters(), lr=0.01)
+        return _ScaledStep(model, opt, flow.amp.GradScaler(init_scale=2.0**16, growth_interval=2))
+
+    def run(graph, poisons):
+        out = []
+        for k in poisons:
+            out.append(float(graph(flow.tensor(x), flow.tensor(y),
+                                   flow.tensor(np.float32(k))).numpy()))
+            out.append(graph.loss_scale)
+        return out
+
+    whole = run(make(), POISONS)
+    first = make()
+    head = run(first, POISONS[:3])  # up to and with the overflow
+    assert first.state_dict()["_graph.grad_scaler"] == {"scale": 2.0**16, "good_steps": 0.0,
+                                                       "steps": 2.0}
+    flow.save(first.state_dict(), str(tmp_path / "ckpt"))
+    resumed = make()
+    resumed.load_state_dict(flow.load(str(tmp_path / "ckpt"), like=resumed.state_dict()))
+    assert head + run(resumed, POISONS[3:]) == whole
 
 
 @pytest.mark.parametrize("layout", ["dp2", "pp2"])

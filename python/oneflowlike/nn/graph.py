@@ -49,6 +49,11 @@ __all__ = ["Graph", "GraphConfig"]
 # the manifest.
 OPTIMIZER_STATE = "_graph.optimizer"  # {"step": int, "param_groups": [hyper-parameters]}
 LR_SCHEDULER_STATE = "_graph.lr_scheduler"  # the scheduler's state_dict()
+# set_grad_scaler: {"scale", "good_steps", "steps"}, the graph's variables of Note [Dynamic loss
+# scaling in a graph], which every rank holds.
+GRAD_SCALER_STATE = "_graph.grad_scaler"
+_SCALER_VARIABLES = {"scale": "_loss_scale", "good_steps": "_loss_scale.good_steps",
+                     "steps": "_loss_scale.steps"}
 
 _PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -489,6 +494,9 @@ class Graph:
         if self._pending_state is not None:
             state, self._pending_state = self._pending_state, None
             self._write_state(state)
+        if getattr(self, "_pending_scaler_state", None) is not None and self._runtime is not None:
+            saved, self._pending_scaler_state = self._pending_scaler_state, None
+            self._write_scaler_state(saved)
         self.timings["trace_seconds"] = traced - start
         self.timings["first_call_setup_seconds"] = time.perf_counter() - start
 
@@ -690,18 +698,10 @@ class Graph:
                     entries.append((full + suffix, value))
         return entries
 
-    def _refuse_checkpoint_with_scaler(self, what):
-        if self._grad_scaler is not None:
-            raise NotImplementedError(
-                f"[nn.Graph] {what} of a graph with set_grad_scaler is not done: the loss scale "
-                "and Adam's count of applied steps live in the graph and would restart on "
-                "resume, so the resumed run would not continue the same curve.")
-
     def state_dict(self):
         """Every parameter, buffer and optimizer state by name (the modules' names prefixed by
         the graph attribute): global tensors in a global graph, local tensors otherwise. Before
         the first call, the modules' values (the layouts flow.load(like=...) needs)."""
-        self._refuse_checkpoint_with_scaler("state_dict()")
         return self._state_dict()
 
     def _state_dict(self):
@@ -733,15 +733,34 @@ class Graph:
         state = {OPTIMIZER_STATE: copy.deepcopy({"step": self._step, "param_groups": groups})}
         if self._lr_schedulers:
             state[LR_SCHEDULER_STATE] = copy.deepcopy(self._lr_schedulers[0].state_dict())
+        if self._grad_scaler is not None:
+            state[GRAD_SCALER_STATE] = self._scaler_state()
         return state
+
+    def _scaler_state(self):
+        """The loss scale and its step counts: from the graph once compiled (every rank holds
+        them), the scaler's starting values before."""
+        if self._runtime is None:
+            return {"scale": self._grad_scaler._scale, "good_steps": 0.0, "steps": 0.0}
+        rank = env.get_rank()
+        return {key: float(self._runtime.read_variable_pieces(name)[rank].numpy())
+                for key, name in _SCALER_VARIABLES.items()}
+
+    def _write_scaler_state(self, saved):
+        rank = env.get_rank()
+        for key, name in _SCALER_VARIABLES.items():
+            value = _C.from_numpy(np.asarray(saved[key], dtype=np.float32))
+            self._runtime.write_variable_pieces(name, {rank: value})
 
     def _load_training_state(self, state, strict):
         """Restores the step count, the param groups' hyper-parameters and the scheduler's
         state (Note [Training state in a graph's state dict])."""
         for key, present in ((OPTIMIZER_STATE, bool(self._optimizers)),
-                             (LR_SCHEDULER_STATE, bool(self._lr_schedulers))):
+                             (LR_SCHEDULER_STATE, bool(self._lr_schedulers)),
+                             (GRAD_SCALER_STATE, self._grad_scaler is not None)):
             if strict and key in state and not present:
-                what = "an optimizer" if key == OPTIMIZER_STATE else "an LR scheduler"
+                what = {OPTIMIZER_STATE: "an optimizer", LR_SCHEDULER_STATE: "an LR scheduler",
+                        GRAD_SCALER_STATE: "a grad scaler"}[key]
                 raise KeyError(f"[nn.Graph] load_state_dict got '{key}', but "
                                f"{type(self).__name__} has no {what}.")
             if strict and present and key not in state:
@@ -764,15 +783,21 @@ class Graph:
         saved = state.get(LR_SCHEDULER_STATE)
         if saved is not None and self._lr_schedulers:
             self._lr_schedulers[0].load_state_dict(copy.deepcopy(saved))
+        saved = state.get(GRAD_SCALER_STATE)
+        if saved is not None and self._grad_scaler is not None:
+            if self._runtime is None:
+                self._pending_scaler_state = dict(saved)  # written once compiled
+            else:
+                self._write_scaler_state(saved)
 
     def load_state_dict(self, state, strict=True):
         """Writes values (as state_dict gives them, in any layout) into the graph, with the
         optimizer's step count and hyper-parameters and the LR scheduler's state; before the
         first call the tensors are kept and written once it has compiled. ``strict``: every
         key must be known and present."""
-        self._refuse_checkpoint_with_scaler("load_state_dict()")
         state = dict(state)
-        training = {k: state.pop(k) for k in (OPTIMIZER_STATE, LR_SCHEDULER_STATE) if k in state}
+        training = {k: state.pop(k) for k in (OPTIMIZER_STATE, LR_SCHEDULER_STATE,
+                                              GRAD_SCALER_STATE) if k in state}
         names = [name for name, _ in self._state_entries()]
         if not self._compiled:  # optimizer state is known by its suffixes before the first call
             unknown = sorted(k for k in state if k not in names and not any(
