@@ -12,7 +12,7 @@
 //    nothing is summed by two threads. Per (key tile, query head, query tile): p = exp(s - lse),
 //    dv += p^T dout, dp = dout v^T, ds = p (dp - D), dk += scale ds^T q, dq += scale ds k.
 // Every row's sums run in one order fixed by the tile sizes: results do not depend on threads.
-// float16 and bfloat16 run the float32 kernel on widened copies (WidenedKernel).
+// float16 and bfloat16 run the float32 kernel on widened copies (Note [Widened kernels]).
 
 #include "oneflowlike/ops/attention.h"
 
@@ -24,6 +24,7 @@
 #include "oneflowlike/common/parallel.h"
 #include "oneflowlike/half.h"
 #include "oneflowlike/kernels/cpu/gemm.h"
+#include "oneflowlike/kernels/cpu/widened.h"
 #include "oneflowlike/op.h"
 
 namespace ofl::cpu {
@@ -230,69 +231,17 @@ struct AttentionGradKernel {
   }
 };
 
-// The 16-bit dtypes: the inputs widened to float32, the float32 kernel, the results rounded
-// once (lse is float32 already). Arithmetic as the float32 kernel's, at its speed.
-template <class T, template <class> class Kernel>
-struct WidenedKernel {
-  static void run(const KernelContext& ctx) {
-    auto widen = [](const Tensor& t) {
-      if (t.dtype() != dtype_of<T>()) return t;
-      Tensor f = Tensor::empty(t.shape(), DataType::kFloat32);
-      const T* x = t.data<T>();
-      float* y = f.data<float>();
-      parallel_for(t.numel(), kParallelGrain, [&](int64_t b, int64_t e) {
-        for (int64_t i = b; i < e; ++i) y[i] = static_cast<float>(x[i]);
-      });
-      return f;
-    };
-    std::vector<Tensor> inputs, outputs;
-    for (const Tensor& t : ctx.inputs) inputs.push_back(widen(t));
-    for (const Tensor& t : ctx.outputs) {
-      outputs.push_back(t.dtype() == dtype_of<T>() ? Tensor::empty(t.shape(), DataType::kFloat32)
-                                                   : t);
-    }
-    Kernel<float>::run(KernelContext{ctx.params, inputs, outputs});
-    for (size_t k = 0; k < outputs.size(); ++k) {
-      if (ctx.outputs[k].dtype() != dtype_of<T>()) continue;
-      const float* x = outputs[k].data<float>();
-      T* y = ctx.outputs[k].data<T>();
-      parallel_for(outputs[k].numel(), kParallelGrain, [&](int64_t b, int64_t e) {
-        for (int64_t i = b; i < e; ++i) y[i] = T(x[i]);
-      });
-    }
-  }
-};
-
-template <class T>
-struct Attention {
-  static void run(const KernelContext& ctx) {
-    if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
-      AttentionKernel<T>::run(ctx);
-    } else {
-      WidenedKernel<T, AttentionKernel>::run(ctx);
-    }
-  }
-};
-
-template <class T>
-struct AttentionGrad {
-  static void run(const KernelContext& ctx) {
-    if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
-      AttentionGradKernel<T>::run(ctx);
-    } else {
-      WidenedKernel<T, AttentionGradKernel>::run(ctx);
-    }
-  }
-};
-
 }  // namespace
 
-#define OFL_ATTENTION_TYPES float, double, float16, bfloat16
-OFL_REGISTER_KERNEL("scaled_dot_product_attention", kCPU, Attention, OFL_ATTENTION_TYPES);
-OFL_REGISTER_KERNEL("scaled_dot_product_attention_masked", kCPU, Attention, OFL_ATTENTION_TYPES);
-OFL_REGISTER_KERNEL("scaled_dot_product_attention_grad", kCPU, AttentionGrad, OFL_ATTENTION_TYPES);
-OFL_REGISTER_KERNEL("scaled_dot_product_attention_masked_grad", kCPU, AttentionGrad,
-                    OFL_ATTENTION_TYPES);
-#undef OFL_ATTENTION_TYPES
+OFL_REGISTER_KERNEL("scaled_dot_product_attention", kCPU, AttentionKernel, float, double);
+OFL_REGISTER_KERNEL("scaled_dot_product_attention_masked", kCPU, AttentionKernel, float, double);
+OFL_REGISTER_KERNEL("scaled_dot_product_attention_grad", kCPU, AttentionGradKernel, float, double);
+OFL_REGISTER_KERNEL("scaled_dot_product_attention_masked_grad", kCPU, AttentionGradKernel, float,
+                    double);
+// float16 and bfloat16 through the float32 kernels (Note [Widened kernels] in widened.h).
+OFL_REGISTER_WIDENED_KERNEL("scaled_dot_product_attention", AttentionKernel);
+OFL_REGISTER_WIDENED_KERNEL("scaled_dot_product_attention_masked", AttentionKernel);
+OFL_REGISTER_WIDENED_KERNEL("scaled_dot_product_attention_grad", AttentionGradKernel);
+OFL_REGISTER_WIDENED_KERNEL("scaled_dot_product_attention_masked_grad", AttentionGradKernel);
 
 }  // namespace ofl::cpu

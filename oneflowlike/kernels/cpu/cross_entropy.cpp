@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "oneflowlike/common/parallel.h"
+#include "oneflowlike/kernels/cpu/widened.h"
 #include "oneflowlike/kernels/online_softmax.h"
 #include "oneflowlike/op.h"
 
@@ -107,5 +108,10 @@ OFL_REGISTER_KERNEL("sparse_softmax_cross_entropy", kCPU, SparseSoftmaxCrossEntr
                     double);
 OFL_REGISTER_KERNEL("sparse_softmax_cross_entropy_grad", kCPU, SparseSoftmaxCrossEntropyGradKernel,
                     float, double);
+
+// float16 and bfloat16 through the float32 kernels (Note [Widened kernels] in widened.h).
+OFL_REGISTER_WIDENED_KERNEL("sparse_softmax_cross_entropy", SparseSoftmaxCrossEntropyKernel);
+OFL_REGISTER_WIDENED_KERNEL("sparse_softmax_cross_entropy_grad",
+                            SparseSoftmaxCrossEntropyGradKernel);
 
 }  // namespace ofl::cpu

@@ -1,6 +1,7 @@
 // CPU kernels of the broadcasting binary ops.
 
 #include "oneflowlike/kernels/cpu/broadcast.h"
+#include "oneflowlike/kernels/cpu/widened.h"
 #include "oneflowlike/op.h"
 
 namespace ofl::cpu {
@@ -93,5 +94,14 @@ OFL_REGISTER_KERNEL("div", kCPU, DivKernel, float, double);
 OFL_REGISTER_KERNEL("equal", kCPU, EqualKernel, float, double, int8_t, int32_t, int64_t, bool);
 OFL_REGISTER_KERNEL("greater", kCPU, GreaterKernel, float, double, int8_t, int32_t, int64_t);
 OFL_REGISTER_KERNEL("less", kCPU, LessKernel, float, double, int8_t, int32_t, int64_t);
+
+// float16 and bfloat16 through the float32 kernels (Note [Widened kernels] in widened.h).
+OFL_REGISTER_WIDENED_KERNEL("add", AddKernel);
+OFL_REGISTER_WIDENED_KERNEL("sub", SubKernel);
+OFL_REGISTER_WIDENED_KERNEL("mul", MulKernel);
+OFL_REGISTER_WIDENED_KERNEL("div", DivKernel);
+OFL_REGISTER_WIDENED_KERNEL("equal", EqualKernel);
+OFL_REGISTER_WIDENED_KERNEL("greater", GreaterKernel);
+OFL_REGISTER_WIDENED_KERNEL("less", LessKernel);
 
 }  // namespace ofl::cpu

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "oneflowlike/common/parallel.h"
+#include "oneflowlike/kernels/cpu/widened.h"
 #include "oneflowlike/op.h"
 
 namespace ofl::cpu {
@@ -135,5 +136,10 @@ struct LayerNormParamGradKernel {
 OFL_REGISTER_KERNEL("layer_norm", kCPU, LayerNormKernel, float, double);
 OFL_REGISTER_KERNEL("layer_norm_grad", kCPU, LayerNormGradKernel, float, double);
 OFL_REGISTER_KERNEL("layer_norm_param_grad", kCPU, LayerNormParamGradKernel, float, double);
+
+// float16 and bfloat16 through the float32 kernels (Note [Widened kernels] in widened.h).
+OFL_REGISTER_WIDENED_KERNEL("layer_norm", LayerNormKernel);
+OFL_REGISTER_WIDENED_KERNEL("layer_norm_grad", LayerNormGradKernel);
+OFL_REGISTER_WIDENED_KERNEL("layer_norm_param_grad", LayerNormParamGradKernel);
 
 }  // namespace ofl::cpu

@@ -10,6 +10,7 @@
 #include <type_traits>
 
 #include "oneflowlike/common/parallel.h"
+#include "oneflowlike/kernels/cpu/widened.h"
 #include "oneflowlike/kernels/reduce_groups.h"
 #include "oneflowlike/op.h"
 
@@ -176,5 +177,11 @@ OFL_REGISTER_KERNEL("reduce_sum", kCPU, SumKernel, float, double, int8_t, int32_
 OFL_REGISTER_KERNEL("reduce_mean", kCPU, MeanKernel, float, double);
 OFL_REGISTER_KERNEL("reduce_max", kCPU, MaxKernel, float, double, int8_t, int32_t, int64_t, bool);
 OFL_REGISTER_KERNEL("reduce_min", kCPU, MinKernel, float, double, int8_t, int32_t, int64_t, bool);
+
+// float16 and bfloat16 through the float32 kernels (Note [Widened kernels] in widened.h).
+OFL_REGISTER_WIDENED_KERNEL("reduce_sum", SumKernel);
+OFL_REGISTER_WIDENED_KERNEL("reduce_mean", MeanKernel);
+OFL_REGISTER_WIDENED_KERNEL("reduce_max", MaxKernel);
+OFL_REGISTER_WIDENED_KERNEL("reduce_min", MinKernel);
 
 }  // namespace ofl::cpu

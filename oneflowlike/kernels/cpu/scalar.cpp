@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "oneflowlike/kernels/cpu/unary_functions.h"
+#include "oneflowlike/kernels/cpu/widened.h"
 
 namespace ofl::cpu {
 
@@ -69,5 +70,11 @@ OFL_REGISTER_KERNEL("scalar_add", kCPU, ScalarAddKernel, float, double, int8_t, 
 OFL_REGISTER_KERNEL("scalar_mul", kCPU, ScalarMulKernel, float, double, int8_t, int32_t, int64_t);
 OFL_REGISTER_KERNEL("scalar_pow", kCPU, ScalarPowKernel, float, double);
 OFL_REGISTER_KERNEL("scalar_rpow", kCPU, ScalarRpowKernel, float, double);
+
+// float16 and bfloat16 through the float32 kernels (Note [Widened kernels] in widened.h).
+OFL_REGISTER_WIDENED_KERNEL("scalar_add", ScalarAddKernel);
+OFL_REGISTER_WIDENED_KERNEL("scalar_mul", ScalarMulKernel);
+OFL_REGISTER_WIDENED_KERNEL("scalar_pow", ScalarPowKernel);
+OFL_REGISTER_WIDENED_KERNEL("scalar_rpow", ScalarRpowKernel);
 
 }  // namespace ofl::cpu

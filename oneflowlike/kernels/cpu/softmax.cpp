@@ -11,6 +11,7 @@
 
 #include "oneflowlike/common/parallel.h"
 #include "oneflowlike/kernels/cpu/vec_math.h"
+#include "oneflowlike/kernels/cpu/widened.h"
 #include "oneflowlike/op.h"
 
 namespace ofl::cpu {
@@ -201,5 +202,11 @@ OFL_REGISTER_KERNEL("softmax", kCPU, SoftmaxForward, float, double);
 OFL_REGISTER_KERNEL("log_softmax", kCPU, LogSoftmaxForward, float, double);
 OFL_REGISTER_KERNEL("softmax_grad", kCPU, SoftmaxGradKernel, float, double);
 OFL_REGISTER_KERNEL("log_softmax_grad", kCPU, LogSoftmaxGradKernel, float, double);
+
+// float16 and bfloat16 through the float32 kernels (Note [Widened kernels] in widened.h).
+OFL_REGISTER_WIDENED_KERNEL("softmax", SoftmaxForward);
+OFL_REGISTER_WIDENED_KERNEL("log_softmax", LogSoftmaxForward);
+OFL_REGISTER_WIDENED_KERNEL("softmax_grad", SoftmaxGradKernel);
+OFL_REGISTER_WIDENED_KERNEL("log_softmax_grad", LogSoftmaxGradKernel);
 
 }  // namespace ofl::cpu

@@ -10,6 +10,7 @@
 #include "oneflowlike/common/parallel.h"
 #include "oneflowlike/kernels/cpu/unary_functions.h"
 #include "oneflowlike/kernels/cpu/vec_math.h"
+#include "oneflowlike/kernels/cpu/widened.h"
 #include "oneflowlike/op.h"
 
 namespace ofl::cpu {
@@ -160,5 +161,22 @@ OFL_REGISTER_KERNEL("sigmoid_grad", kCPU, SigmoidGradKernel, float, double);
 OFL_REGISTER_KERNEL("relu_grad", kCPU, ReluGradKernel, float, double);
 OFL_REGISTER_KERNEL("abs_grad", kCPU, AbsGradKernel, float, double);
 OFL_REGISTER_KERNEL("gelu_grad", kCPU, GeluGradKernel, float, double);
+
+// float16 and bfloat16 through the float32 kernels (Note [Widened kernels] in widened.h).
+OFL_REGISTER_WIDENED_KERNEL("neg", NegKernel);
+OFL_REGISTER_WIDENED_KERNEL("abs", AbsKernel);
+OFL_REGISTER_WIDENED_KERNEL("exp", ExpKernel);
+OFL_REGISTER_WIDENED_KERNEL("log", LogKernel);
+OFL_REGISTER_WIDENED_KERNEL("sqrt", SqrtKernel);
+OFL_REGISTER_WIDENED_KERNEL("rsqrt", RsqrtKernel);
+OFL_REGISTER_WIDENED_KERNEL("tanh", TanhKernel);
+OFL_REGISTER_WIDENED_KERNEL("relu", ReluKernel);
+OFL_REGISTER_WIDENED_KERNEL("sigmoid", SigmoidKernel);
+OFL_REGISTER_WIDENED_KERNEL("gelu", GeluKernel);
+OFL_REGISTER_WIDENED_KERNEL("tanh_grad", TanhGradKernel);
+OFL_REGISTER_WIDENED_KERNEL("sigmoid_grad", SigmoidGradKernel);
+OFL_REGISTER_WIDENED_KERNEL("relu_grad", ReluGradKernel);
+OFL_REGISTER_WIDENED_KERNEL("abs_grad", AbsGradKernel);
+OFL_REGISTER_WIDENED_KERNEL("gelu_grad", GeluGradKernel);
 
 }  // namespace ofl::cpu

@@ -1,0 +1,69 @@
+#pragma once
+// float16 and bfloat16 kernels made from the float32 ones.
+//
+// Note [Widened kernels]: on the CPU the 16-bit dtypes compute in float32, as the CUDA kernels
+// do (kernels/cuda/common.cuh). Widened<T, Kernel> copies each T input to float32, runs
+// Kernel<float> on the copies, and rounds each T output once (round to nearest even); inputs
+// and outputs of other dtypes (indices, labels, masks, bool results) pass as they are. So the
+// arithmetic is the float32 kernel's, and one definition serves three dtypes. The copies cost
+// memory traffic a native 16-bit loop would not (the casts are plain loops the compiler
+// vectorises for bfloat16); matmul has native bf16 (onednn_matmul.h).
+
+#include <type_traits>
+#include <vector>
+
+#include "oneflowlike/common/parallel.h"
+#include "oneflowlike/half.h"
+#include "oneflowlike/op.h"
+
+namespace ofl::cpu {
+
+template <class T, template <class> class Kernel>
+struct Widened {
+  static_assert(std::is_same_v<T, float16> || std::is_same_v<T, bfloat16>);
+  static void run(const KernelContext& ctx) {
+    constexpr DataType kLow = dtype_of<T>();
+    std::vector<Tensor> inputs, outputs;
+    for (const Tensor& t : ctx.inputs) {
+      if (t.dtype() != kLow) {
+        inputs.push_back(t);
+        continue;
+      }
+      Tensor wide = Tensor::empty(t.shape(), DataType::kFloat32);
+      const T* x = t.data<T>();
+      float* y = wide.data<float>();
+      parallel_for(t.numel(), kParallelGrain, [&](int64_t b, int64_t e) {
+        for (int64_t i = b; i < e; ++i) y[i] = static_cast<float>(x[i]);
+      });
+      inputs.push_back(std::move(wide));
+    }
+    for (const Tensor& t : ctx.outputs) {
+      outputs.push_back(t.dtype() == kLow ? Tensor::empty(t.shape(), DataType::kFloat32) : t);
+    }
+    // The same params, scratch, output region and random stream.
+    Kernel<float>::run(KernelContext{ctx.params, inputs, outputs, ctx.temp, ctx.temp_bytes,
+                                     ctx.output_region, ctx.logical_output_shape,
+                                     ctx.random_stream});
+    for (size_t k = 0; k < outputs.size(); ++k) {
+      if (ctx.outputs[k].dtype() != kLow) continue;
+      const float* x = outputs[k].data<float>();
+      T* y = ctx.outputs[k].data<T>();
+      parallel_for(outputs[k].numel(), kParallelGrain, [&](int64_t b, int64_t e) {
+        for (int64_t i = b; i < e; ++i) y[i] = T(x[i]);
+      });
+    }
+  }
+};
+
+}  // namespace ofl::cpu
+
+/// Registers Widened<float16, Kernel> and Widened<bfloat16, Kernel> for op `name` on the CPU.
+#define OFL_REGISTER_WIDENED_KERNEL(name, Kernel)                                 \
+  [[maybe_unused]] static const bool OFL_CONCAT(ofl_widened_, __COUNTER__) = [] { \
+    ::ofl::OpSchema& op = ::ofl::OpRegistry::global().get_or_create(name);        \
+    op.add_kernel(::ofl::DeviceType::kCPU, ::ofl::DataType::kFloat16,             \
+                  &::ofl::cpu::Widened<::ofl::float16, Kernel>::run);             \
+    op.add_kernel(::ofl::DeviceType::kCPU, ::ofl::DataType::kBFloat16,            \
+                  &::ofl::cpu::Widened<::ofl::bfloat16, Kernel>::run);            \
+    return true;                                                                  \
+  }()

@@ -1,0 +1,92 @@
+"""float16 and bfloat16 through the CPU kernels of every op family (Note [Widened kernels] in
+oneflowlike/kernels/cpu/widened.h): an op's 16-bit result is its float32 result on the same
+rounded inputs, rounded once (so equal bit for bit); gradients, made of several ops each
+rounding, within tolerances.KERNEL_RTOL."""
+
+import numpy as np
+import pytest
+
+import oneflowlike as flow
+from tolerances import KERNEL_RTOL
+
+F = flow.nn.functional
+LOW = {"bfloat16": flow.bfloat16, "float16": flow.float16}
+
+
+def rand(*shape, seed=0, positive=False):
+    x = np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
+    return np.abs(x) + 0.1 if positive else x
+
+
+CASES = {  # name: (function, inputs as numpy arrays, differentiable)
+    "add_broadcast": (lambda a, b: a + b, [rand(4, 5), rand(5, seed=1)], True),
+    "sub": (lambda a, b: a - b, [rand(4, 5), rand(4, 5, seed=1)], True),
+    "mul": (lambda a, b: a * b, [rand(4, 5), rand(4, 5, seed=1)], True),
+    "div": (lambda a, b: a / b, [rand(4, 5), rand(4, 5, seed=1, positive=True)], True),
+    "greater": (lambda a, b: a > b, [rand(4, 5), rand(4, 5, seed=1)], False),
+    "exp": (flow.exp, [rand(3, 7)], True),
+    "log": (flow.log, [rand(3, 7, positive=True)], True),
+    "sqrt": (flow.sqrt, [rand(3, 7, positive=True)], True),
+    "tanh": (flow.tanh, [rand(3, 7)], True),
+    "relu": (flow.relu, [rand(3, 7)], True),
+    "sigmoid": (flow.sigmoid, [rand(3, 7)], True),
+    "gelu": (F.gelu, [rand(3, 7)], True),
+    "scalar_mul": (lambda a: a * 3.0, [rand(3, 7)], True),
+    "scalar_add": (lambda a: a + 1.5, [rand(3, 7)], True),
+    "pow": (lambda a: a ** 2, [rand(3, 7)], True),
+    "sum": (lambda a: a.sum(dim=1), [rand(6, 9)], True),
+    "mean": (lambda a: a.mean(), [rand(6, 9)], True),
+    "max": (lambda a: a.max(), [rand(6, 9)], False),
+    "softmax": (lambda a: F.softmax(a, dim=-1), [rand(4, 9)], True),
+    "log_softmax": (lambda a: F.log_softmax(a, dim=-1), [rand(4, 9)], True),
+    "layer_norm": (lambda a, w, b: F.layer_norm(a, (9,), w, b),
+                   [rand(4, 9), rand(9, seed=1), rand(9, seed=2)], True),
+    "attention": (lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True),
+                  [rand(1, 2, 5, 4), rand(1, 2, 5, 4, seed=1), rand(1, 2, 5, 4, seed=2)], True),
+}
+
+
+@pytest.mark.parametrize("dtype", list(LOW))
+@pytest.mark.parametrize("case", list(CASES))
+def test_a_sixteen_bit_op_is_its_float32_kernel_rounded_once(case, dtype):
+    fn, arrays, differentiable = CASES[case]
+    low = LOW[dtype]
+    rounded = [flow.tensor(a).to(low) for a in arrays]
+    out = fn(*rounded)
+    want = fn(*[t.to(flow.float32) for t in rounded])
+    if out.dtype == flow.bool:
+        np.testing.assert_array_equal(out.numpy(), want.numpy())
+        return
+    assert out.dtype == low
+    np.testing.assert_array_equal(out.to(flow.float32).numpy(),
+                                  want.to(low).to(flow.float32).numpy())
+    if not differentiable:
+        return
+    ours = [t.detach().requires_grad_() for t in rounded]
+    theirs = [t.to(flow.float32).detach().requires_grad_() for t in rounded]
+    fn(*ours).sum().backward()
+    fn(*theirs).sum().backward()
+    for o, t in zip(ours, theirs):
+        assert o.grad.dtype == low
+        tol = KERNEL_RTOL[dtype]
+        np.testing.assert_allclose(o.grad.to(flow.float32).numpy(), t.grad.numpy(), rtol=tol,
+                                   atol=tol)
+
+
+@pytest.mark.parametrize("dtype", list(LOW))
+def test_losses_take_integer_labels_as_they_are(dtype):
+    low = LOW[dtype]
+    logits = flow.tensor(rand(6, 5)).to(low)
+    labels = flow.tensor(np.array([0, 4, 2, 1, 3, 0], dtype=np.int64))
+    loss = F.cross_entropy(logits, labels, reduction="none")  # one op: one rounding
+    want = F.cross_entropy(logits.to(flow.float32), labels, reduction="none")
+    np.testing.assert_array_equal(loss.to(flow.float32).numpy(),
+                                  want.to(low).to(flow.float32).numpy())
+
+
+
+def test_an_op_without_a_kernel_for_a_dtype_names_op_and_dtype():
+    x = flow.tensor(np.ones((2, 2), dtype=np.int8))
+    with pytest.raises(TypeError, match=r"\[matmul\] has no cpu kernel for dtype int8 \(kernels "
+                                        r"exist for float32, float64, float16, bfloat16"):
+        flow.matmul(x, x)
