@@ -21,7 +21,7 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-enum ControlKind : int64_t { kBootstrap = 1, kTurn = 2 };
+enum ControlKind : int64_t { kBootstrap = 1, kTurn = 2, kReply = 3 };
 
 cuda::NcclUniqueId random_id() {
   std::random_device device;
@@ -159,6 +159,47 @@ DeviceCollectiveBackend DeviceCommunicator::receive_bootstrap(double timeout_s) 
   return backend;
 }
 
+void DeviceCommunicator::send_reply(bool agrees, DeviceCollectiveBackend mine) {
+  OFL_ASSERT(member_ > 0);
+  auto pending = std::make_unique<Pending>();
+  pending->message.kind = kReply;
+  pending->message.collective_id = agrees ? rank() : -1 - rank();  // who, and whether
+  pending->message.backend = static_cast<int32_t>(mine);
+  pending->requests.push_back(transport_.send_tagged(members_[0], collective_tag(control_id_, 0),
+                                                     &pending->message, sizeof(Control)));
+  pending_.push_back(std::move(pending));
+}
+
+// The replies share one tag (to member 0) and match whatever their sender: each names its rank.
+void DeviceCommunicator::await_replies(DeviceCollectiveBackend mine, double timeout_s) {
+  OFL_ASSERT(member_ == 0);
+  const auto deadline = Clock::now() + std::chrono::duration<double>(timeout_s);
+  for (size_t m = 1; m < members_.size(); ++m) {
+    Control reply;
+    comm::Transport::TaggedRequest request = transport_.receive_tagged(
+        members_[m], collective_tag(control_id_, 0), &reply, sizeof(Control));
+    while (!transport_.test(request)) {
+      OFL_CHECK_CODE(Clock::now() < deadline, ErrorCode::kDeadlineExceeded, kTag, "rank ", rank(),
+                     " (member 0 of ", name_, ") waited ", timeout_s, " s for ",
+                     members_.size() - m,
+                     " member(s) to answer its id; they have not loaded their part of the plan, "
+                     "or have failed.");
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
+    }
+    OFL_CHECK_CODE(reply.kind == kReply, ErrorCode::kInternal, kTag, "rank ", rank(),
+                   " expected answers from the members of ", name_,
+                   ". However, got control message kind ", reply.kind, ".");
+    if (reply.collective_id < 0) {
+      const auto theirs = static_cast<DeviceCollectiveBackend>(reply.backend);
+      OFL_CHECK(false, kTag, "rank ", -1 - reply.collective_id, " runs the collectives of ", name_,
+                " with ", device_collective_backend_name(theirs), ", but rank ", rank(), " with ",
+                device_collective_backend_name(mine),
+                ": every member must run them one way (OFL_CUDA_COLLECTIVES, OFL_CUDA_DEVICE).");
+    }
+  }
+  test_sends();
+}
+
 bool DeviceCommunicator::take_turn(int64_t collective_id) {
   if (member_ == 0) {
     test_sends();
@@ -265,39 +306,44 @@ class NcclJob final : public CollectiveJob, public std::enable_shared_from_this<
       turn_ = true;
       *progressed = true;
       DeviceCommunicator::HostedMembers& hosted = *comm_.hosted;
-      std::vector<std::function<void()>>& ready = hosted.waiting[spec_.collective_id];
-      ready.push_back([self = shared_from_this()] { self->queue(); });
+      std::vector<std::shared_ptr<CollectiveJob>>& ready = hosted.waiting[spec_.collective_id];
+      ready.push_back(shared_from_this());
       if (static_cast<int64_t>(ready.size()) == hosted.count) {
-        const std::vector<std::function<void()>> calls = std::move(ready);
+        std::vector<std::shared_ptr<NcclJob>> jobs;
+        for (const auto& job : ready) jobs.push_back(std::static_pointer_cast<NcclJob>(job));
         hosted.waiting.erase(spec_.collective_id);
-        if (calls.size() > 1) cuda::nccl_group_start();
-        for (const auto& call : calls) call();
-        if (calls.size() > 1) cuda::nccl_group_end();
-        // Recorded after the group ends: inside one, NCCL may not have queued the work yet.
-        for (const auto& call : calls) call();
+        if (jobs.size() > 1) cuda::nccl_group_start();
+        try {
+          for (const auto& job : jobs) job->queue();
+        } catch (...) {
+          if (jobs.size() > 1) cuda::nccl_group_end();
+          throw;
+        }
+        if (jobs.size() > 1) cuda::nccl_group_end();
+        // After the group: inside one, NCCL has queued nothing yet, so the unpacking and the
+        // event come now.
+        for (const auto& job : jobs) job->finish();
       }
     }
     return event_ != nullptr && event_->done();
   }
 
  private:
-  // First call: queue this member's part; second: record the event after it.
   void queue() {
-    cuda::NcclCommunicator& nccl = *comm_.nccl;
-    if (!queued_) {
-      scratch_ = nccl.collective(spec_.op, spec_.axis, spec_.out_axis, input_, output_, spec_.name);
-      queued_ = true;
-      return;
-    }
-    event_ = std::make_unique<cuda::Event>(nccl.device());
-    event_->record(nccl.stream());
+    queued_ =
+        comm_.nccl->collective(spec_.op, spec_.axis, spec_.out_axis, input_, output_, spec_.name);
+  }
+  void finish() {
+    if (queued_.finish) queued_.finish();
+    event_ = std::make_unique<cuda::Event>(comm_.nccl->device());
+    event_->record(comm_.nccl->stream());
   }
 
   DeviceCommunicator& comm_;
   CollectiveSpec spec_;
   Tensor input_, output_;
-  bool turn_ = false, queued_ = false;
-  std::vector<Tensor> scratch_;  // device scratch the queued work uses
+  bool turn_ = false;
+  cuda::NcclCommunicator::Queued queued_;  // the scratch the queued work uses, its unpacking
   std::unique_ptr<cuda::Event> event_;
 };
 
@@ -357,12 +403,14 @@ DeviceCollectives::DeviceCollectives(comm::Transport& transport, const PlanIndex
         continue;
       }
       const DeviceCollectiveBackend theirs = comm->receive_bootstrap(timeout_s);
+      comm->send_reply(theirs == backend, backend);
       OFL_CHECK(theirs == backend, kTag, "rank ", comm->rank(), " runs the collectives of ", c.name,
                 " with ", device_collective_backend_name(backend), ", but rank ", c.members[0],
                 " with ", device_collective_backend_name(theirs),
                 ": every member must run them one way (OFL_CUDA_COLLECTIVES, OFL_CUDA_DEVICE).");
       id = comm->unique_id();
     }
+    if (mine[0]->member() == 0) mine[0]->await_replies(backend, timeout_s);
     if (backend != DeviceCollectiveBackend::kNccl) continue;
     std::vector<cuda::NcclCommunicator::HostedMember> members;
     auto hosted = std::make_shared<DeviceCommunicator::HostedMembers>();

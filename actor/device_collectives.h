@@ -22,9 +22,10 @@
 // creation blocks until every member has joined, and one global order cannot wait in a cycle.
 // Member 0 makes the NCCL unique id and sends it, with its backend, to every other member as a
 // tagged transfer under the control id (collective_tag(control_id, member)): the UCX bootstrap
-// the job already has. A member whose backend differs refuses, naming both ranks, so two ranks
-// never run one collective two ways. Several hosted members of one communicator join it in one
-// NCCL group.
+// the job already has. A member whose backend differs refuses, naming both ranks, and tells
+// member 0, which waits for every member's answer before NCCL's creation (that could otherwise
+// wait for the refusing member forever): two ranks never run one collective two ways. Several
+// hosted members of one communicator join it in one NCCL group.
 //
 // Order. NCCL runs a communicator's collectives in the order its members queue them; members
 // that queue two in different orders wait for each other forever. On the CPU engine order does
@@ -97,7 +98,7 @@ class DeviceCommunicator {
   /// NCCL group, made when the last of them has its turn (Note [Device collectives], "Order").
   struct HostedMembers {
     int64_t count = 1;
-    std::map<int64_t, std::vector<std::function<void()>>> waiting;  // by collective id
+    std::map<int64_t, std::vector<std::shared_ptr<CollectiveJob>>> waiting;  // by collective id
   };
   std::shared_ptr<HostedMembers> hosted;
 
@@ -109,6 +110,11 @@ class DeviceCommunicator {
   void send_bootstrap(const cuda::NcclUniqueId& id, DeviceCollectiveBackend backend);
   // Bootstrap: the other members wait for member 0's (at most `timeout_s`); returns its backend.
   DeviceCollectiveBackend receive_bootstrap(double timeout_s);
+  // Bootstrap, second half: the other members tell member 0 whether they agree on the backend;
+  // member 0 waits for all of them (at most `timeout_s`) before it blocks in NCCL's creation,
+  // and raises naming a member that refused.
+  void send_reply(bool agrees, DeviceCollectiveBackend mine);
+  void await_replies(DeviceCollectiveBackend mine, double timeout_s);
   void send_to_others(const Control& message);
   void test_sends();
   // Posts the receive of member 0's next control message.

@@ -59,27 +59,31 @@ class AmpPass final : public Pass {
       return graph.add_compute_op(std::move(op)).at(0);
     };
     for (int i = 0; i < original_ops; ++i) {
-      LogicalOp& op = graph.op(i);
-      if (op.kind != OpKind::kCompute || op.role != OpRole::kForward) continue;
-      const bool* marked = op.schema->get<TLowPrecisionUnderAmp>();
-      if (marked == nullptr || !*marked) continue;
-      bool any = false;
-      for (int t : op.inputs) any = any || graph.tensor(t).meta.dtype == DataType::kFloat32;
-      if (!any) continue;
-      for (int& t : op.inputs) {
+      // By index throughout: add_cast appends ops, which may move graph.op(i) and its inputs.
+      {
+        const LogicalOp& op = graph.op(i);
+        if (op.kind != OpKind::kCompute || op.role != OpRole::kForward) continue;
+        const bool* marked = op.schema->get<TLowPrecisionUnderAmp>();
+        if (marked == nullptr || !*marked) continue;
+        bool any = false;
+        for (int t : op.inputs) any = any || graph.tensor(t).meta.dtype == DataType::kFloat32;
+        if (!any) continue;
+      }
+      for (size_t k = 0; k < graph.op(i).inputs.size(); ++k) {
+        const int t = graph.op(i).inputs[k];
         if (graph.tensor(t).meta.dtype != DataType::kFloat32) continue;
         auto source = low_source.find(t);
         if (source != low_source.end()) {
-          t = source->second;
+          graph.op(i).inputs[k] = source->second;
           continue;
         }
         const auto key = std::make_pair(t, graph.op(i).placement.to_string());
         auto it = cast_down.find(key);
         if (it == cast_down.end()) {
-          const LogicalOp at = graph.op(i);  // add_compute_op may move the ops
+          const LogicalOp at = graph.op(i);
           it = cast_down.emplace(key, add_cast(at, t, low, ".amp")).first;
         }
-        t = it->second;
+        graph.op(i).inputs[k] = it->second;
       }
       // The op's outputs in the low dtype, and a cast back to float32 for their readers.
       LogicalOp& now = graph.op(i);

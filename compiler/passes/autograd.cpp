@@ -37,16 +37,18 @@ double seed_value(const TrainConfig& train) {
 // With TrainConfig::dynamic_loss_scale (nn.Graph's set_grad_scaler, for float16 mixed
 // precision) the loss scale is a float32 scalar variable, "_loss_scale", initialised to
 // init_scale and replicated on every rank of the job (as its step counts are), so that every
-// process can read it and checkpoint it, whatever stage it runs; boxing brings it to the loss. The backward is seeded with it (times 1/micro-batches)
-// and each variable's gradient is divided by it. The optimizer pass then counts the inf and nan
-// elements of every gradient where it lives, sums the counts (across ranks by SBP: a split
-// gradient's counts are partial sums), skips every update when the sum is not 0 (the skippable
-// update ops) and updates the scale and its count of good steps ("_loss_scale.good_steps") with
-// loss_scale_update (Note [Dynamic loss scaling] in oneflowlike/ops/optimizer.h). Every rank
-// sees the same sum, so every rank skips the same steps. The three variables are part of
-// nn.Graph's state_dict ("_graph.grad_scaler"), so a resumed run continues the same scale.
+// process can read it and checkpoint it, whatever stage it runs; boxing brings it to the loss. The
+// backward is seeded with it (times 1/micro-batches) and each variable's gradient is divided by it.
+// The optimizer pass then counts the inf and nan elements of every gradient where it lives, sums
+// the counts (across ranks by SBP: a split gradient's counts are partial sums), skips every update
+// when the sum is not 0 (the skippable update ops) and updates the scale and its count of good
+// steps ("_loss_scale.good_steps") with loss_scale_update (Note [Dynamic loss scaling] in
+// oneflowlike/ops/optimizer.h). Every rank sees the same sum, so every rank skips the same steps.
+// The three variables are part of nn.Graph's state_dict ("_graph.grad_scaler"), so a resumed run
+// continues the same scale.
 constexpr const char* kLossScaleVariable = "_loss_scale";
 
+// `at`: a copy of the loss's producer (graph.add_op below may move the graph's ops).
 int make_scale_variable(Graph& graph, const LogicalOp& at, DataType dtype) {
   OFL_CHECK(!graph.find_tensor(kLossScaleVariable).has_value(), "[autograd] the name '",
             kLossScaleVariable,
@@ -56,8 +58,8 @@ int make_scale_variable(Graph& graph, const LogicalOp& at, DataType dtype) {
   var.name = kLossScaleVariable;
   var.kind = OpKind::kVariable;
   const std::vector<int64_t> ranks = graph.all_ranks();
-  var.placement = Placement(at.placement.device_type(), ranks,
-                            Shape{static_cast<int64_t>(ranks.size())});
+  var.placement =
+      Placement(at.placement.device_type(), ranks, Shape{static_cast<int64_t>(ranks.size())});
   var.location = at.location;
   var.output_sbp_hints = {NdSbp{B()}};
   var.initializer =
@@ -259,7 +261,8 @@ class AutogradPass final : public Pass {
     // the scale is a variable (Note [Dynamic loss scaling in a graph]).
     int scale = -1;
     {
-      const LogicalOp& producer = graph.op(graph.tensor(loss).producer);
+      // A copy: appending ops below may move the graph's ops.
+      const LogicalOp producer = graph.op(graph.tensor(loss).producer);
       const BackwardSite site = BackwardSite::outside_groups(producer);
       const TensorMeta m = graph.tensor(loss).meta;
       int seed = append_backward_op(graph, site, "fill",

@@ -219,12 +219,13 @@ void lower_gradients(Graph& graph, std::vector<Update>& updates, DataType reduce
 // in bfloat16) and cast back to its variable's dtype.
 void restore_gradients(Graph& graph, std::vector<Update>& updates) {
   for (Update& u : updates) {
-    const LogicalOp& var = graph.op(u.var_op);
-    const DataType want = graph.tensor(var.outputs.at(0)).meta.dtype;
+    // Copies: appending ops moves the graph's ops.
+    const std::string name = graph.op(u.var_op).name;
+    const DataType want = graph.tensor(graph.op(u.var_op).outputs.at(0)).meta.dtype;
     if (graph.tensor(u.grad).meta.dtype == want) continue;
-    const Site site = Site::of(var);
-    u.grad = in_variable_layout(graph, site, var.name + ".grad", u);
-    u.grad = cast_to(graph, site, var.name + ".grad/" + dtype_name(want), u.grad, want);
+    const Site site = Site::of(graph.op(u.var_op));
+    u.grad = in_variable_layout(graph, site, name + ".grad", u);
+    u.grad = cast_to(graph, site, name + ".grad/" + dtype_name(want), u.grad, want);
   }
 }
 

@@ -42,13 +42,13 @@ using Op = proto::CollectiveProto;
 struct NcclApi {
   void* handle = nullptr;
   std::string error;  // why it could not load
-#define OFL_NCCL_FUNCTIONS(_)                                                              \
-  _(ncclGetErrorString)                                                                    \
-  _(ncclGetLastError)                                                                      \
-  _(ncclGetVersion) _(ncclGetUniqueId) _(ncclCommInitRank) _(ncclCommDestroy)              \
-      _(ncclCommGetAsyncError) _(ncclGroupStart) _(ncclGroupEnd) _(ncclAllReduce)          \
-          _(ncclReduceScatter) _(ncclReduce) _(ncclAllGather) _(ncclBroadcast) _(ncclSend) \
-              _(ncclRecv)
+// clang-format off
+#define OFL_NCCL_FUNCTIONS(_)                                                                \
+  _(ncclGetErrorString) _(ncclGetLastError) _(ncclGetVersion) _(ncclGetUniqueId)            \
+  _(ncclCommInitRank) _(ncclCommDestroy) _(ncclCommAbort) _(ncclCommGetAsyncError)          \
+  _(ncclGroupStart) _(ncclGroupEnd) _(ncclAllReduce) _(ncclReduceScatter) _(ncclReduce)      \
+  _(ncclAllGather) _(ncclBroadcast) _(ncclSend) _(ncclRecv)
+// clang-format on
 #define OFL_NCCL_POINTER(name) decltype(&::name) name = nullptr;
   OFL_NCCL_FUNCTIONS(OFL_NCCL_POINTER)
 #undef OFL_NCCL_POINTER
@@ -64,6 +64,7 @@ const NcclApi& nccl_api() {
       api.error += str_cat(api.error.empty() ? "" : "; ", dlerror());
     }
     if (api.handle == nullptr) return;
+    api.error.clear();  // an earlier path failed, this one loaded
 #define OFL_NCCL_LOAD(name)                                                  \
   api.name = reinterpret_cast<decltype(api.name)>(dlsym(api.handle, #name)); \
   if (api.name == nullptr && api.error.empty()) api.error = str_cat("no " #name " in NCCL");
@@ -237,8 +238,15 @@ NcclCommunicator::NcclCommunicator(void* comm, int64_t member, int64_t size, int
       stream_(std::make_unique<Stream>(device, StreamKind::kCollective)) {}
 
 NcclCommunicator::~NcclCommunicator() {
-  if (comm_ != nullptr) {
-    DeviceGuard guard(device_);
+  if (comm_ == nullptr) return;
+  DeviceGuard guard(device_);
+  // After an asynchronous error ncclCommDestroy may wait forever on kernels that never end.
+  ncclResult_t async = ncclSuccess;
+  const bool failed =
+      nccl().ncclCommGetAsyncError(native(comm_), &async) != ncclSuccess || async != ncclSuccess;
+  if (failed) {
+    nccl().ncclCommAbort(native(comm_));
+  } else {
     nccl().ncclCommDestroy(native(comm_));
   }
 }
@@ -278,9 +286,9 @@ void NcclCommunicator::check_async(const std::string& what) const {
   nccl_check(async, "an earlier collective", name_, what);
 }
 
-std::vector<Tensor> NcclCommunicator::collective(Op::Op op, int axis, int out_axis,
-                                                 const Tensor& input, const Tensor& output,
-                                                 const std::string& what) {
+NcclCommunicator::Queued NcclCommunicator::collective(Op::Op op, int axis, int out_axis,
+                                                      const Tensor& input, const Tensor& output,
+                                                      const std::string& what) {
   check_async(what);
   DeviceGuard guard(device_);
   const cudaStream_t s = static_cast<cudaStream_t>(stream_->native());
@@ -289,13 +297,36 @@ std::vector<Tensor> NcclCommunicator::collective(Op::Op op, int axis, int out_ax
       nccl_dtype(input.dtype(), op == Op::ALL_REDUCE || op == Op::REDUCE_SCATTER, what);
   const int64_t n = size_, m = member_;
   const Device gpu{DeviceType::kCUDA, device_};
-  std::vector<Tensor> scratch;  // alive until the queued work is done (the caller keeps it)
+  Queued queued;  // the scratch stays alive until the queued work is done (the caller keeps it)
+  // Note [Collective scratch]: the caching allocator hands back blocks freed by kernels whose
+  // work may still be queued on the compute stream (Note [Kernel scratch]), and this stream is
+  // another: before it touches fresh scratch it waits for what the compute stream has queued.
   auto packed = [&](int64_t numel) {
-    scratch.push_back(Tensor::empty(Shape{numel}, input.dtype(), gpu));
-    return scratch.back();
+    if (queued.scratch.empty()) {
+      Event ready(device_);
+      ready.record(cuda::stream(device_, StreamKind::kCompute));
+      ready.block(*stream_);
+    }
+    queued.scratch.push_back(Tensor::empty(Shape{numel}, input.dtype(), gpu));
+    return queued.scratch.back();
   };
-  auto group_start = [&] { nccl_check(nccl().ncclGroupStart(), "ncclGroupStart", name_, what); };
-  auto group_end = [&] { nccl_check(nccl().ncclGroupEnd(), "ncclGroupEnd", name_, what); };
+  // A group this call opens is ended if NCCL raises inside it (nested groups launch at the
+  // outermost end, so a caller's group stays open).
+  int depth = 0;
+  auto group_start = [&] {
+    nccl_check(nccl().ncclGroupStart(), "ncclGroupStart", name_, what);
+    ++depth;
+  };
+  auto group_end = [&] {
+    --depth;
+    nccl_check(nccl().ncclGroupEnd(), "ncclGroupEnd", name_, what);
+  };
+  struct EndOpenGroups {
+    int& depth;
+    ~EndOpenGroups() {
+      for (; depth > 0; --depth) nccl().ncclGroupEnd();
+    }
+  } end_open_groups{depth};
   switch (op) {
     case Op::ALL_REDUCE:
       nccl_check(nccl().ncclAllReduce(input.raw_data(), output.raw_data(), input.numel(), dt,
@@ -346,9 +377,11 @@ std::vector<Tensor> NcclCommunicator::collective(Op::Op op, int axis, int out_ax
         group_end();
       }
       if (!direct) {
-        for (int64_t c = 0; c < n; ++c) {
-          copy_chunk(output, chunks[c], at(target, offsets[c]), /*unpack=*/true, s, device_);
-        }
+        queued.finish = [output, chunks, offsets, target, s, device = device_] {
+          for (size_t c = 0; c < chunks.size(); ++c) {
+            copy_chunk(output, chunks[c], at(target, offsets[c]), /*unpack=*/true, s, device);
+          }
+        };
       }
       break;
     }
@@ -382,16 +415,18 @@ std::vector<Tensor> NcclCommunicator::collective(Op::Op op, int axis, int out_ax
                    "ncclRecv", name_, what);
       }
       group_end();
-      for (int64_t q = 0; q < n; ++q) {
-        copy_chunk(output, receives[q], at(receive, receive_at[q]), /*unpack=*/true, s, device_);
-      }
+      queued.finish = [output, receives, receive_at, receive, s, device = device_] {
+        for (size_t q = 0; q < receives.size(); ++q) {
+          copy_chunk(output, receives[q], at(receive, receive_at[q]), /*unpack=*/true, s, device);
+        }
+      };
       break;
     }
     default:
       OFL_CHECK(false, "[nccl] ", what, " is collective op ", static_cast<int>(op),
                 ", which NCCL does not run here.");
   }
-  return scratch;
+  return queued;
 }
 
 }  // namespace ofl::cuda

@@ -7,6 +7,7 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -62,15 +63,23 @@ class NcclCommunicator {
   /// The stream its collectives are queued on.
   Stream& stream() { return *stream_; }
 
+  /// What collective() queued: the device scratch its work uses (the caller keeps it until an
+  /// event recorded after `finish` has completed), and `finish` (may be empty): the unpacking
+  /// of the result, to call once the NCCL group the call was in has ended (inside a group NCCL
+  /// queues nothing until the outermost ncclGroupEnd).
+  struct Queued {
+    std::vector<Tensor> scratch;
+    std::function<void()> finish;
+  };
   /// Queues member `member()`'s part of `op` (Note [Collective tasks] in
   /// oneflowlike/collective.h: its chunks along `axis`, the all-to-all's along `out_axis`) from
   /// `input` into `output`, both in this GPU's memory, on stream(). Returns at once; the data is
-  /// there when an event recorded on stream() afterwards has completed. Returns the device
-  /// scratch that queued work uses: the caller keeps it until then. Raises ofl::Error naming
-  /// `what` (the task) when NCCL refuses, or when an earlier collective failed asynchronously.
-  [[nodiscard]] std::vector<Tensor> collective(proto::CollectiveProto::Op op, int axis,
-                                               int out_axis, const Tensor& input,
-                                               const Tensor& output, const std::string& what);
+  /// there when an event recorded on stream() after Queued::finish has completed. Raises
+  /// ofl::Error naming `what` (the task) when NCCL refuses, or when an earlier collective failed
+  /// asynchronously.
+  [[nodiscard]] Queued collective(proto::CollectiveProto::Op op, int axis, int out_axis,
+                                  const Tensor& input, const Tensor& output,
+                                  const std::string& what);
 
  private:
   NcclCommunicator(void* comm, int64_t member, int64_t size, int device, std::string name);

@@ -89,6 +89,7 @@ class GradScaler:
         self._growth_interval = growth_interval
         self._growth_tracker = 0
         self._found_inf = {}  # id(optimizer) -> whether its gradients had an inf or nan
+        self._stepped = set()  # id(optimizer) of those stepped since the last update()
 
     def is_enabled(self):
         return self._enabled
@@ -130,6 +131,10 @@ class GradScaler:
         optimizer's state are left as they are. Returns what step() returned, or None."""
         if not self._enabled:
             return optimizer.step(*args, **kwargs)
+        if id(optimizer) in self._stepped:
+            raise RuntimeError("[GradScaler] step() was already called on this optimizer since "
+                               "the last update().")
+        self._stepped.add(id(optimizer))
         if id(optimizer) not in self._found_inf:
             self.unscale_(optimizer)
         if self._found_inf[id(optimizer)]:
@@ -141,6 +146,9 @@ class GradScaler:
         growth_interval steps without; ``new_scale`` sets it instead."""
         if not self._enabled:
             return
+        if new_scale is None and not self._found_inf:
+            raise RuntimeError("[GradScaler] update() needs a step() or unscale_() since the "
+                               "last update(): no gradients were checked for inf or nan.")
         if new_scale is not None:
             self._scale = float(new_scale)
         elif any(self._found_inf.values()):
@@ -152,6 +160,7 @@ class GradScaler:
                 self._scale *= self._growth_factor
                 self._growth_tracker = 0
         self._found_inf = {}
+        self._stepped = set()
 
     def state_dict(self):
         if not self._enabled:

@@ -209,6 +209,13 @@ def test_scaler_state_round_trips_and_misuse_is_refused():
     scaler.unscale_(opt)
     with pytest.raises(RuntimeError, match=r"unscale_\(\) was already called"):
         scaler.unscale_(opt)
+    opt.step()  # (the unscaled step itself is the test's business)
+    scaler.step(opt)
+    with pytest.raises(RuntimeError, match=r"step\(\) was already called on this optimizer"):
+        scaler.step(opt)
+    scaler.update()
+    with pytest.raises(RuntimeError, match=r"update\(\) needs a step\(\) or unscale_\(\)"):
+        scaler.update()
     with pytest.raises(ValueError, match=r"growth_interval must be an int >= 1"):
         flow.amp.GradScaler(growth_interval=0)
     with pytest.raises(ValueError, match=r"0 < backoff_factor < 1"):

@@ -743,8 +743,14 @@ class Graph:
         if self._runtime is None:
             return {"scale": self._grad_scaler._scale, "good_steps": 0.0, "steps": 0.0}
         rank = env.get_rank()
-        return {key: float(self._runtime.read_variable_pieces(name)[rank].numpy())
-                for key, name in _SCALER_VARIABLES.items()}
+        state = {}
+        for key, name in _SCALER_VARIABLES.items():
+            piece = self._runtime.read_variable_pieces(name).get(rank)
+            if piece is None:  # every rank of the job holds them (autograd.cpp)
+                raise RuntimeError(f"[nn.Graph] rank {rank} holds no '{name}': the loss scale "
+                                   "is missing from this rank's part of the plan.")
+            state[key] = float(piece.numpy())
+        return state
 
     def _write_scaler_state(self, saved):
         rank = env.get_rank()

@@ -183,7 +183,16 @@ TEST(DeviceCollectivesBootstrap, MembersRunningCollectivesTwoWaysAreRefused) {
               std::string::npos)
         << e.what();
   }
-  first.get();
+  // Member 0 hears of it too, instead of waiting for rank 1 in NCCL's creation.
+  try {
+    first.get();
+    ADD_FAILURE() << "rank 0 went on";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("rank 1 runs the collectives of dimension 0 of cuda, [0, "
+                                         "1] with host, but rank 0 with simulated"),
+              std::string::npos)
+        << e.what();
+  }
 }
 
 // Note [Device collectives], "Order": the others queue in the order member 0 queued, whatever
