@@ -94,9 +94,10 @@ namespace {
 
 std::vector<TensorMeta> infer_fused(const InferContext& ctx) {
   parse_fused_steps(ctx.params<FusedElementwiseParams>().steps);
-  OFL_CHECK_TYPE(ctx.dtype(0) == DataType::kFloat32 || ctx.dtype(0) == DataType::kFloat64,
-                 "[fused_elementwise] needs a float32 or float64 tensor. However, got ",
-                 ctx.describe_inputs(), ".");
+  // The 16-bit dtypes run the chain in float32 and round once (Note [Widened kernels]).
+  OFL_CHECK_TYPE(is_floating(ctx.dtype(0)),
+                 "[fused_elementwise] needs a floating tensor. However, got ", ctx.describe_inputs(),
+                 ".");
   return {ctx.input(0)};
 }
 

@@ -41,6 +41,8 @@ CASES = {  # name: (function, inputs as numpy arrays, differentiable)
     "log_softmax": (lambda a: F.log_softmax(a, dim=-1), [rand(4, 9)], True),
     "layer_norm": (lambda a, w, b: F.layer_norm(a, (9,), w, b),
                    [rand(4, 9), rand(9, seed=1), rand(9, seed=2)], True),
+    "fused_chain": (lambda a: flow._C.fused_elementwise(a, "scalar_mul(0.5),tanh,scalar_add(1)"),
+                    [rand(3, 7)], False),
     "attention": (lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True),
                   [rand(1, 2, 5, 4), rand(1, 2, 5, 4, seed=1), rand(1, 2, 5, 4, seed=2)], True),
 }
@@ -83,6 +85,24 @@ def test_losses_take_integer_labels_as_they_are(dtype):
     np.testing.assert_array_equal(loss.to(flow.float32).numpy(),
                                   want.to(low).to(flow.float32).numpy())
 
+
+
+@pytest.mark.parametrize("dtype", list(LOW))
+def test_embedding_gathers_and_its_gradient_sums_in_float32(dtype):
+    low = LOW[dtype]
+    weight = flow.tensor(rand(7, 3)).to(low).requires_grad_()
+    indices = flow.tensor(np.array([0, 4, 2, 4, 4, 6, 0], dtype=np.int64))
+    rows = F.embedding(indices, weight)
+    assert rows.dtype == low
+    np.testing.assert_array_equal(rows.to(flow.float32).numpy(),
+                                  weight.to(flow.float32).detach().numpy()[indices.numpy()])
+    dy = flow.tensor(rand(7, 3, seed=5)).to(low)
+    (rows * dy).sum().backward()
+    # Row 4 gathers three dy rows: summed in float32, rounded once.
+    want = np.zeros((7, 3), np.float32)
+    np.add.at(want, indices.numpy(), dy.to(flow.float32).numpy())
+    np.testing.assert_array_equal(weight.grad.to(flow.float32).numpy(),
+                                  flow.tensor(want).to(low).to(flow.float32).numpy())
 
 
 def test_an_op_without_a_kernel_for_a_dtype_names_op_and_dtype():

@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "oneflowlike/common/parallel.h"
+#include "oneflowlike/kernels/cpu/widened.h"
 #include "oneflowlike/op.h"
 
 namespace ofl::cpu {
@@ -86,5 +87,9 @@ struct EmbeddingGradKernel {
 
 OFL_REGISTER_KERNEL("embedding", kCPU, EmbeddingKernel, float, double);
 OFL_REGISTER_KERNEL("embedding_grad", kCPU, EmbeddingGradKernel, float, double);
+
+// float16 and bfloat16 through the float32 kernels (Note [Widened kernels] in widened.h).
+OFL_REGISTER_WIDENED_KERNEL("embedding", EmbeddingKernel);
+OFL_REGISTER_WIDENED_KERNEL("embedding_grad", EmbeddingGradKernel);
 
 }  // namespace ofl::cpu

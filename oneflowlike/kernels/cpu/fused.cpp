@@ -8,6 +8,7 @@
 
 #include "oneflowlike/common/parallel.h"
 #include "oneflowlike/kernels/cpu/unary_functions.h"
+#include "oneflowlike/kernels/cpu/widened.h"
 #include "oneflowlike/op.h"
 
 namespace ofl::cpu {
@@ -77,5 +78,8 @@ struct FusedElementwiseKernel {
 }  // namespace
 
 OFL_REGISTER_KERNEL("fused_elementwise", kCPU, FusedElementwiseKernel, float, double);
+
+// float16 and bfloat16 through the float32 kernels (Note [Widened kernels] in widened.h).
+OFL_REGISTER_WIDENED_KERNEL("fused_elementwise", FusedElementwiseKernel);
 
 }  // namespace ofl::cpu

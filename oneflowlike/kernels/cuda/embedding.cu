@@ -13,6 +13,7 @@
 #include <cstdio>
 
 #include "oneflowlike/kernels/cuda/elementwise.cuh"
+#include "oneflowlike/kernels/cuda/reduce.cuh"
 #include "oneflowlike/ops/embedding.h"
 
 namespace ofl::cuda_kernels {
@@ -98,19 +99,21 @@ struct EmbeddingKernel {
 // ---- embedding_grad ----
 
 // Note [Deterministic embedding_grad]: dweight (V, D) = 0, then dweight[indices[i], :] +=
-// dy[i, :] for i in index order, in T, exactly as the CPU sums (so float32 results are
-// bit-identical to the CPU's), with no atomics. Block (x, y) owns the columns of chunk x and
-// the table rows of range y: it walks every index in order and adds the rows whose index falls
-// in its range, each thread into its own column. Every element of dweight has one owner
+// dy[i, :] for i in index order, in T (float32 for the 16-bit dtypes), exactly as the CPU sums (so
+// float32 results are bit-identical to the CPU's), with no atomics. Block (x, y) owns the columns
+// of chunk x and the table rows of range y: it walks every index in order and adds the rows whose
+// index falls in its range, each thread into its own column. Every element of dweight has one owner
 // thread, which adds its terms in index order. Each block reads all n indices (through shared
 // memory, kIndexTile at a time); the ranges split the table so that there are about
 // kTargetBlocks blocks.
 constexpr int kIndexTile = 1024;
 constexpr int64_t kTargetBlocks = 1024;
 
-template <class T, class I>
+// A: the type the sums are kept in (float for the 16-bit dtypes, as the CPU's widened kernel
+// sums in float32), T: dy's.
+template <class A, class T, class I>
 __global__ void scatter_add_rows(const T* __restrict__ dy, const I* __restrict__ indices,
-                                 T* __restrict__ dweight, int64_t n, int64_t dim,
+                                 A* __restrict__ dweight, int64_t n, int64_t dim,
                                  int64_t num_embeddings, int64_t rows_per_range) {
   __shared__ int64_t tile[kIndexTile];
   const int64_t c = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
@@ -132,7 +135,7 @@ __global__ void scatter_add_rows(const T* __restrict__ dy, const I* __restrict__
     if (c < dim) {
       for (int t = 0; t < count; ++t) {
         const int64_t v = tile[t];  // the same for the whole block: no divergence
-        if (v >= row_begin && v < row_end) dweight[v * dim + c] += dy[(base + t) * dim + c];
+        if (v >= row_begin && v < row_end) dweight[v * dim + c] += load(dy, (base + t) * dim + c);
       }
     }
     __syncthreads();  // before the next tile overwrites `tile`
@@ -142,13 +145,17 @@ __global__ void scatter_add_rows(const T* __restrict__ dy, const I* __restrict__
 template <class T, class I>
 void embedding_grad(const KernelContext& ctx) {
   using N = native_t<T>;
-  const Tensor& dweight = ctx.out(0);
-  const int64_t num_embeddings = dweight.shape()[0], dim = dweight.shape()[1];
+  using A = compute_t<N>;  // float for the 16-bit dtypes: sums in a float32 scratch, rounded once
+  constexpr bool kWiden = !std::is_same_v<A, N>;
+  const Tensor& out = ctx.out(0);
+  const int64_t num_embeddings = out.shape()[0], dim = out.shape()[1];
   const int64_t n = ctx.in(1).numel();
-  if (dweight.numel() == 0) return;
-  cuda::check(cudaMemsetAsync(dweight.raw_data(), 0, dweight.numel() * sizeof(N), stream_of(ctx)),
+  if (out.numel() == 0) return;
+  Scratch scratch(ctx, kWiden ? out.numel() * sizeof(A) : 0);
+  A* dweight = kWiden ? scratch.as<A>() : reinterpret_cast<A*>(data<T>(out));
+  cuda::check(cudaMemsetAsync(dweight, 0, out.numel() * sizeof(A), stream_of(ctx)),
               "embedding_grad", device_of(ctx));
-  if (n == 0) return;
+  if (n == 0 && !kWiden) return;
   const int threads =
       static_cast<int>(std::min<int64_t>(kBlock, (dim + 31) / 32 * 32));  // whole warps
   const int64_t chunks = (dim + threads - 1) / threads;
@@ -157,10 +164,18 @@ void embedding_grad(const KernelContext& ctx) {
   const int64_t rows_per_range = (num_embeddings + ranges - 1) / ranges;
   const dim3 grid(static_cast<unsigned>(chunks),
                   static_cast<unsigned>((num_embeddings + rows_per_range - 1) / rows_per_range));
-  scatter_add_rows<N, I><<<grid, threads, 0, stream_of(ctx)>>>(
-      data<T>(ctx.in(0)), static_cast<const I*>(ctx.in(1).raw_data()), data<T>(dweight), n, dim,
-      num_embeddings, rows_per_range);
-  cuda::check(cudaGetLastError(), "embedding_grad", device_of(ctx));
+  if (n > 0) {
+    scatter_add_rows<A, N, I><<<grid, threads, 0, stream_of(ctx)>>>(
+        data<T>(ctx.in(0)), static_cast<const I*>(ctx.in(1).raw_data()), dweight, n, dim,
+        num_embeddings, rows_per_range);
+    cuda::check(cudaGetLastError(), "embedding_grad", device_of(ctx));
+  }
+  if constexpr (kWiden) {
+    N* y = data<T>(out);
+    const A* sums = dweight;
+    launch_for_each(ctx, "embedding_grad", out.numel(),
+                    [=] __device__(int64_t i) { store(y, i, sums[i]); });
+  }
 }
 
 template <class T>
@@ -176,9 +191,9 @@ struct EmbeddingGradKernel {
 
 }  // namespace
 
-// The CPU's dtypes. float16 and bfloat16 would need embedding_grad to sum in float32 (see Note
-// [Deterministic embedding_grad]); the CPU has neither yet.
-OFL_REGISTER_KERNEL("embedding", kCUDA, EmbeddingKernel, float, double);
-OFL_REGISTER_KERNEL("embedding_grad", kCUDA, EmbeddingGradKernel, float, double);
+// The CPU's dtypes: float16 and bfloat16 sum in float32 and round once, as the CPU's widened
+// kernels (Note [Widened kernels] in kernels/cpu/widened.h).
+OFL_REGISTER_KERNEL("embedding", kCUDA, EmbeddingKernel, float, double, float16, bfloat16);
+OFL_REGISTER_KERNEL("embedding_grad", kCUDA, EmbeddingGradKernel, float, double, float16, bfloat16);
 
 }  // namespace ofl::cuda_kernels

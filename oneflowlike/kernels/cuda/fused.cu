@@ -75,31 +75,35 @@ __device__ __noinline__ T apply_step(DeviceStep<T> step, T x) {
   return x;
 }
 
+// The 16-bit dtypes run the chain in float32 (C) and round once per launch, as the CPU's
+// widened kernel (Note [Widened kernels] in kernels/cpu/widened.h) rounds once.
 template <class T>
 struct FusedElementwiseKernel {
   static void run(const KernelContext& ctx) {
+    using N = native_t<T>;
+    using C = compute_t<N>;
     const std::vector<FusedStep> steps = parse_fused_steps(ctx.p<FusedElementwiseParams>().steps);
     const int64_t n = ctx.out(0).numel();
-    const T* x = data<T>(ctx.in(0));
-    T* y = data<T>(ctx.out(0));
+    const N* x = data<T>(ctx.in(0));
+    N* y = data<T>(ctx.out(0));
     // An empty chain is the identity: one launch with no steps copies x to y.
     size_t first = 0;
     do {
-      Program<T> program;
+      Program<C> program;
       program.count = static_cast<int>(std::min<size_t>(steps.size() - first, kMaxStepsPerLaunch));
       for (int k = 0; k < program.count; ++k) {
         const FusedStep& s = steps[first + k];
         program.steps[k] = {s.kind, s.kind == FusedStep::Kind::kScalarPow && s.scalar == 2,
-                            static_cast<T>(s.scalar)};
+                            static_cast<C>(s.scalar)};
       }
-      const T* in = first == 0 ? x : y;  // later launches continue in place
+      const N* in = first == 0 ? x : y;  // later launches continue in place
       launch_for_each(ctx, "fused_elementwise", n, [=] __device__(int64_t i) {
-        T v = in[i];
+        C v = load(in, i);
 #pragma unroll
         for (int k = 0; k < kMaxStepsPerLaunch; ++k) {
           if (k < program.count) v = apply_step(program.steps[k], v);
         }
-        y[i] = v;
+        store(y, i, v);
       });
       first += program.count;
     } while (first < steps.size());
@@ -108,6 +112,7 @@ struct FusedElementwiseKernel {
 
 }  // namespace
 
-OFL_REGISTER_KERNEL("fused_elementwise", kCUDA, FusedElementwiseKernel, float, double);
+OFL_REGISTER_KERNEL("fused_elementwise", kCUDA, FusedElementwiseKernel, float, double, float16,
+                    bfloat16);
 
 }  // namespace ofl::cuda_kernels
