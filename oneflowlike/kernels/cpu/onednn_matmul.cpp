@@ -81,7 +81,11 @@ template <class T>
 void widen(const void* in, float* out, int64_t n) {
   const T* x = static_cast<const T*>(in);
   parallel_for(n, kParallelGrain, [&](int64_t b, int64_t e) {
-    for (int64_t i = b; i < e; ++i) out[i] = static_cast<float>(x[i]);
+    if constexpr (std::is_same_v<T, float16>) {
+      halves_to_floats(x + b, out + b, e - b);  // F16C (half.h)
+    } else {
+      for (int64_t i = b; i < e; ++i) out[i] = static_cast<float>(x[i]);
+    }
   });
 }
 
@@ -89,7 +93,11 @@ template <class T>
 void narrow(const float* in, void* out, int64_t n) {
   T* y = static_cast<T*>(out);
   parallel_for(n, kParallelGrain, [&](int64_t b, int64_t e) {
-    for (int64_t i = b; i < e; ++i) y[i] = T(in[i]);
+    if constexpr (std::is_same_v<T, float16>) {
+      floats_to_halves(in + b, y + b, e - b);
+    } else {
+      for (int64_t i = b; i < e; ++i) y[i] = T(in[i]);
+    }
   });
 }
 

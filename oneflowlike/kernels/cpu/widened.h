@@ -33,7 +33,11 @@ struct Widened {
       const T* x = t.data<T>();
       float* y = wide.data<float>();
       parallel_for(t.numel(), kParallelGrain, [&](int64_t b, int64_t e) {
-        for (int64_t i = b; i < e; ++i) y[i] = static_cast<float>(x[i]);
+        if constexpr (std::is_same_v<T, float16>) {
+          halves_to_floats(x + b, y + b, e - b);  // F16C (half.h)
+        } else {
+          for (int64_t i = b; i < e; ++i) y[i] = static_cast<float>(x[i]);
+        }
       });
       inputs.push_back(std::move(wide));
     }
@@ -49,7 +53,11 @@ struct Widened {
       const float* x = outputs[k].data<float>();
       T* y = ctx.outputs[k].data<T>();
       parallel_for(outputs[k].numel(), kParallelGrain, [&](int64_t b, int64_t e) {
-        for (int64_t i = b; i < e; ++i) y[i] = T(x[i]);
+        if constexpr (std::is_same_v<T, float16>) {
+          floats_to_halves(x + b, y + b, e - b);
+        } else {
+          for (int64_t i = b; i < e; ++i) y[i] = T(x[i]);
+        }
       });
     }
   }

@@ -3,8 +3,12 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
+#include <limits>
+#include <vector>
 
 #include "oneflowlike/common/error.h"
+#include "oneflowlike/half.h"
 
 namespace ofl {
 namespace {
@@ -75,6 +79,39 @@ TEST(Half, BFloat16KeepsTheExponentRangeOfFloat) {
   EXPECT_NEAR(big / 3e38f, 1.0f, 1.0f / 128);
   EXPECT_EQ(static_cast<float>(bfloat16(1.0f + 1.0f / 256)), 1.0f);  // ties to even
   EXPECT_EQ(bfloat16(1.0f).bits, 0x3f80);
+}
+
+// The vectorised float16 conversions give the scalar ones' bits (NaN payloads aside), across
+// normal, subnormal, overflowing and halfway values, and tails shorter than a vector.
+TEST(Half, BulkConversionsMatchTheScalarOnes) {
+  std::vector<float> x;
+  for (float v : {0.0f, -0.0f, 1.0f, 65504.0f, 65520.0f, 1e6f, -1e6f, 6e-8f, 3e-8f, 1e-5f,
+                  std::numeric_limits<float>::infinity(), std::numeric_limits<float>::quiet_NaN(),
+                  1.00048828125f, 1.00146484375f}) {
+    x.push_back(v);
+  }
+  uint32_t state = 12345;
+  for (int i = 0; i < 1000; ++i) {
+    state = state * 1664525u + 1013904223u;
+    uint32_t bits = state;
+    float v;
+    std::memcpy(&v, &bits, 4);
+    if (std::isfinite(v) && std::fabs(v) < 1e6f) x.push_back(v);
+  }
+  x.resize(x.size() / 8 * 8 + 5);  // a tail
+  std::vector<float16> bulk(x.size());
+  floats_to_halves(x.data(), bulk.data(), static_cast<int64_t>(x.size()));
+  std::vector<float> back(x.size());
+  halves_to_floats(bulk.data(), back.data(), static_cast<int64_t>(x.size()));
+  for (size_t i = 0; i < x.size(); ++i) {
+    const float16 scalar(x[i]);
+    if (std::isnan(x[i])) {
+      EXPECT_TRUE(std::isnan(back[i]));
+      continue;
+    }
+    EXPECT_EQ(bulk[i].bits, scalar.bits) << x[i];
+    EXPECT_EQ(back[i], static_cast<float>(scalar)) << x[i];
+  }
 }
 
 }  // namespace
