@@ -301,6 +301,9 @@ def test_graph_float16_needs_a_scaler():
     graph = _ScaledStep(model, opt, flow.amp.GradScaler())
     with pytest.raises(TypeError, match=r"set_grad_scaler takes a flow.amp.GradScaler"):
         graph.set_grad_scaler(2.0**16)
+    graph(x, y, k)
+    with pytest.raises(RuntimeError, match=r"set_grad_scaler must come before the first call"):
+        graph.set_grad_scaler(flow.amp.GradScaler())
 
 
 def test_a_scaled_graph_resumed_from_a_checkpoint_continues_the_same_curve(tmp_path):

@@ -6,7 +6,6 @@
 #include <memory>
 #include <mutex>
 #include <oneapi/dnnl/dnnl.hpp>
-#include <optional>
 #include <tuple>
 #include <vector>
 

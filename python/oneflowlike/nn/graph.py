@@ -179,6 +179,7 @@ class Graph:
         self._optimizers = []
         self._lr_schedulers = []
         self._grad_scaler = None  # set_grad_scaler
+        self._pending_scaler_state = None  # a loaded scaler state, written once compiled
         self._stages = []  # (module, stage, placement, input sbp)
         self._recomputed = []  # modules whose activations are recomputed
         self._compiled = False
@@ -225,7 +226,7 @@ class Graph:
     def loss_scale(self):
         """The current loss scale under set_grad_scaler (read from the graph on the rank that
         holds it; None elsewhere, before the first call, or without a scaler)."""
-        if getattr(self, "_grad_scaler", None) is None or self._runtime is None:
+        if self._grad_scaler is None or self._runtime is None:
             return None
         try:
             piece = self._runtime.read_variable_pieces("_loss_scale").get(env.get_rank())
@@ -453,7 +454,7 @@ class Graph:
             self._compiled_optimizer = (kind, {k: v for k, v in hyper.items() if k != "lr"})
         tracer.set_gradient_accumulation_steps(self.config.gradient_accumulation_steps)
         tracer.set_zero_stage(self.config.zero_stage)
-        scaler = getattr(self, "_grad_scaler", None)
+        scaler = self._grad_scaler
         if self.config.amp_dtype == _C.dtype.float16 and scaler is None:
             raise ValueError(
                 "[nn.Graph] enable_amp(dtype=flow.float16) needs dynamic loss scaling: call "
@@ -494,7 +495,7 @@ class Graph:
         if self._pending_state is not None:
             state, self._pending_state = self._pending_state, None
             self._write_state(state)
-        if getattr(self, "_pending_scaler_state", None) is not None and self._runtime is not None:
+        if self._pending_scaler_state is not None and self._runtime is not None:
             saved, self._pending_scaler_state = self._pending_scaler_state, None
             self._write_scaler_state(saved)
         self.timings["trace_seconds"] = traced - start

@@ -28,7 +28,7 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
     value over the last two axes of (batch, heads, L, E) inputs (or (heads, L, E)).
 
     ``attn_mask``: bool (True takes part) or a float added to the scores, broadcastable to
-    (batch, heads, L, S); ``is_causal`` hides key j from query i > ... as PyTorch does (j > i);
+    (batch, heads, L, S); ``is_causal`` hides key j from query i where j > i, as PyTorch does;
     ``scale`` defaults to 1 / sqrt(E); ``enable_gqa`` lets key and value have fewer heads than
     query (a divisor). With ``dropout_p`` > 0 the attention weights are dropped out, which the
     fused kernel does not do: it is then written out as matmul, softmax, dropout and matmul.

@@ -174,25 +174,25 @@ TEST(DeviceCollectivesBootstrap, MembersRunningCollectivesTwoWaysAreRefused) {
   const PlanIndex index(plan, PlanIndexOptions{.cpu_kernels = true});
   comm::InProcessTransport transport;
   auto first = make_in_thread(transport, index, {0}, DeviceCollectiveBackend::kSimulated, 30);
-  try {
-    DeviceCollectives second(transport, index, {1}, {}, DeviceCollectiveBackend::kHost, 30);
-    ADD_FAILURE() << "rank 1 accepted another backend than rank 0's";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("rank 1 runs the collectives of dimension 0 of cuda, [0, "
-                                         "1] with host, but rank 0 with simulated"),
-              std::string::npos)
-        << e.what();
-  }
-  // Member 0 hears of it too, instead of waiting for rank 1 in NCCL's creation.
-  try {
-    first.get();
-    ADD_FAILURE() << "rank 0 went on";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("rank 1 runs the collectives of dimension 0 of cuda, [0, "
-                                         "1] with host, but rank 0 with simulated"),
-              std::string::npos)
-        << e.what();
-  }
+  // Rank 1 refuses, and member 0 hears of it too instead of waiting for rank 1 in NCCL's
+  // creation: both name both ranks and both backends.
+  auto expect_refused = [](const auto& run, const char* who) {
+    try {
+      run();
+      ADD_FAILURE() << who << " went on";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("rank 1 runs the collectives of dimension 0 of cuda, "
+                                           "[0, 1] with host, but rank 0 with simulated"),
+                std::string::npos)
+          << who << ": " << e.what();
+    }
+  };
+  expect_refused(
+      [&] {
+        DeviceCollectives second(transport, index, {1}, {}, DeviceCollectiveBackend::kHost, 30);
+      },
+      "rank 1");
+  expect_refused([&] { first.get(); }, "rank 0");
 }
 
 // Note [Device collectives], "Order": the others queue in the order member 0 queued, whatever
