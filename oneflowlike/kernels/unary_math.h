@@ -41,6 +41,17 @@ OFL_HOST_DEVICE inline T gelu_tanh(T x) {
   return T(0.5) * x * (T(1) + Math::tanh(inner));
 }
 
+/// silu(x) = x * sigmoid(x), given s = sigmoid(x) (each side computes its own sigmoid).
+template <class T>
+OFL_HOST_DEVICE inline T silu_from_sigmoid(T x, T s) {
+  return x * s;
+}
+/// d/dx [x s(x)] = s + x s (1 - s) = s (1 + x (1 - s)), given s = sigmoid(x).
+template <class T>
+OFL_HOST_DEVICE inline T silu_grad_from_sigmoid(T x, T s, T dy) {
+  return dy * s * (T(1) + x * (T(1) - s));
+}
+
 // The backward ops: dx from the saved forward value (y for tanh, sigmoid and relu; x for abs
 // and gelu) and dy.
 template <class T>

@@ -9,40 +9,18 @@
 #include "oneflowlike/eager.h"
 #include "oneflowlike/op.h"
 #include "oneflowlike/ops/grad_util.h"
+#include "oneflowlike/ops/norm_util.h"
 
 namespace ofl {
 
 namespace {
 
-// begin_norm_axis normalised against x (input `x_index`); raises IndexError when out of range.
-int begin_axis(const InferContext& ctx, int x_index) {
-  const Shape& x = ctx.shape(x_index);
-  OFL_CHECK(x.ndim() >= 1, "[", ctx.op_name(), "] x must have at least one axis. However, got ",
-            ctx.describe_inputs(), ".");
-  return normalize_axis(ctx.params<LayerNormParams>().begin_norm_axis, x.ndim(),
-                        ctx.op_name().c_str());
-}
-
-Shape leading(const Shape& x, int b) {
-  return Shape(std::vector<int64_t>(x.dims().begin(), x.dims().begin() + b));
-}
-Shape trailing(const Shape& x, int b) {
-  return Shape(std::vector<int64_t>(x.dims().begin() + b, x.dims().end()));
-}
-
-void check_one_floating_dtype(const InferContext& ctx) {
-  bool same = true;
-  for (int i = 1; i < ctx.num_inputs(); ++i) same = same && ctx.dtype(i) == ctx.dtype(0);
-  OFL_CHECK_TYPE(same && is_floating(ctx.dtype(0)), "[", ctx.op_name(),
-                 "] all inputs must have one floating dtype. However, got ", ctx.describe_inputs(),
-                 ".");
-}
-
-// Checks that input i has `shape`, saying what it should be.
-void check_shape(const InferContext& ctx, int i, const Shape& shape, const char* what) {
-  OFL_CHECK(ctx.shape(i) == shape, "[", ctx.op_name(), "] ", ctx.input_name(i), " must be ", what,
-            " ", shape.to_string(), ". However, got ", ctx.describe_inputs(), ".");
-}
+using norm_util::begin_axis;
+using norm_util::check_backward_inputs;
+using norm_util::check_one_floating_dtype;
+using norm_util::check_shape;
+using norm_util::leading;
+using norm_util::trailing;
 
 // Inputs (x, weight, bias) -> (y, mean, inv_std).
 std::vector<TensorMeta> infer_layer_norm(const InferContext& ctx) {
@@ -55,27 +33,16 @@ std::vector<TensorMeta> infer_layer_norm(const InferContext& ctx) {
   return {ctx.input(0), stats, stats};
 }
 
-// Checks dy, x, mean, inv_std (inputs 0-3) of the backward ops.
-int check_backward_inputs(const InferContext& ctx) {
-  const int b = begin_axis(ctx, 1);
-  check_one_floating_dtype(ctx);
-  const Shape& x = ctx.shape(1);
-  check_shape(ctx, 0, x, "shaped like x");
-  check_shape(ctx, 2, leading(x, b), "shaped like the leading (not normalised) axes of x");
-  check_shape(ctx, 3, leading(x, b), "shaped like the leading (not normalised) axes of x");
-  return b;
-}
-
 // Inputs (dy, x, mean, inv_std, weight) -> dx.
 std::vector<TensorMeta> infer_layer_norm_grad(const InferContext& ctx) {
-  const int b = check_backward_inputs(ctx);
+  const int b = check_backward_inputs(ctx, 2);
   check_shape(ctx, 4, trailing(ctx.shape(1), b), "shaped like the normalised axes of x");
   return {ctx.input(1)};
 }
 
 // Inputs (dy, x, mean, inv_std) -> (dweight, dbias).
 std::vector<TensorMeta> infer_layer_norm_param_grad(const InferContext& ctx) {
-  const int b = check_backward_inputs(ctx);
+  const int b = check_backward_inputs(ctx, 2);
   const TensorMeta param{trailing(ctx.shape(1), b), ctx.dtype(0)};
   return {param, param};
 }

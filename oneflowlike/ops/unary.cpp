@@ -130,6 +130,12 @@ constexpr char kTanhGrad[] = "tanh_grad";
 constexpr char kSigmoidGrad[] = "sigmoid_grad";
 constexpr char kReluGrad[] = "relu_grad";
 
+void silu_gradient(GradBuilder& g) {
+  const Value dy = g.output_grad(0);
+  if (dy == GradBuilder::kNone) return;
+  g.set_input_grad(0, g.apply1("silu_grad", NoParams{}, {g.input(0), dy}));
+}
+
 void gelu_gradient(GradBuilder& g) {
   const Value dy = g.output_grad(0);
   if (dy == GradBuilder::kNone) return;
@@ -172,14 +178,18 @@ void piecewise_backward_gradient(GradBuilder& g) {
 }
 constexpr char kAbsGrad[] = "abs_grad";
 
-void gelu_grad_gradient(GradBuilder& g) {
+// gelu_grad and silu_grad: linear in dy; the second derivative in x is not written.
+template <const char* kOp>
+void smooth_backward_gradient(GradBuilder& g) {
   const Value gout = g.output_grad(0);
   if (gout == GradBuilder::kNone) return;
-  OFL_CHECK_CODE(!g.needs_input_grad(0), ErrorCode::kUnimplemented,
-                 "[gelu_grad] the second derivative of gelu with respect to its input is not "
-                 "implemented. However, got a backward pass that needs it.");
-  if (g.needs_input_grad(1)) g.set_input_grad(1, same_op_on_grad(g, "gelu_grad", gout));
+  OFL_CHECK_CODE(!g.needs_input_grad(0), ErrorCode::kUnimplemented, "[", kOp,
+                 "] the second derivative with respect to the input is not implemented. "
+                 "However, got a backward pass that needs it.");
+  if (g.needs_input_grad(1)) g.set_input_grad(1, same_op_on_grad(g, kOp, gout));
 }
+constexpr char kGeluGrad[] = "gelu_grad";
+constexpr char kSiluGrad[] = "silu_grad";
 
 }  // namespace
 
@@ -288,7 +298,21 @@ OFL_REGISTER_OP("gelu_grad")
     .params<GeluParams>()
     .set<FInferMeta>(infer_gelu_grad)
     .set<FSbpSignatures>(backward_signatures)
-    .set<FGradient>(gelu_grad_gradient);
+    .set<FGradient>(smooth_backward_gradient<kGeluGrad>);
+
+OFL_REGISTER_OP("silu")
+    .inputs({"x"})
+    .outputs({"y"})
+    .set<FInferMeta>(infer_float_unary)
+    .set<FSbpSignatures>(unary_signatures)
+    .set<FGradient>(silu_gradient);
+
+OFL_REGISTER_OP("silu_grad")
+    .inputs({"x", "dy"})
+    .outputs({"dx"})
+    .set<FInferMeta>(infer_backward)
+    .set<FSbpSignatures>(backward_signatures)
+    .set<FGradient>(smooth_backward_gradient<kSiluGrad>);
 
 namespace functional {
 
@@ -306,6 +330,7 @@ OFL_DEFINE_UNARY(rsqrt)
 OFL_DEFINE_UNARY(tanh)
 OFL_DEFINE_UNARY(relu)
 OFL_DEFINE_UNARY(sigmoid)
+OFL_DEFINE_UNARY(silu)
 #undef OFL_DEFINE_UNARY
 
 #define OFL_DEFINE_BACKWARD(name, first)               \
@@ -317,6 +342,7 @@ OFL_DEFINE_BACKWARD(tanh_grad, y)
 OFL_DEFINE_BACKWARD(sigmoid_grad, y)
 OFL_DEFINE_BACKWARD(relu_grad, y)
 OFL_DEFINE_BACKWARD(abs_grad, x)
+OFL_DEFINE_BACKWARD(silu_grad, x)
 #undef OFL_DEFINE_BACKWARD
 
 Tensor gelu(const Tensor& x, const std::string& approximate) {

@@ -1,7 +1,7 @@
 #pragma once
 // Elementwise functions of one tensor: neg, abs, exp, log, sqrt, rsqrt, tanh, relu, sigmoid,
-// gelu, and the backward ops their gradients use (tanh_grad, sigmoid_grad, relu_grad,
-// gelu_grad, abs_grad), each one fused pass instead of a chain of elementwise ops.
+// silu, gelu, and the backward ops their gradients use (tanh_grad, sigmoid_grad, relu_grad,
+// silu_grad, gelu_grad, abs_grad), each one fused pass instead of a chain of elementwise ops.
 
 #include <string>
 
@@ -25,6 +25,8 @@ Tensor rsqrt(const Tensor& x);
 Tensor tanh(const Tensor& x);
 Tensor relu(const Tensor& x);
 Tensor sigmoid(const Tensor& x);
+/// x * sigmoid(x) (SiLU, "swish"), as torch.nn.functional.silu.
+Tensor silu(const Tensor& x);
 /// approximate: "none" or "tanh", as in torch.nn.functional.gelu.
 Tensor gelu(const Tensor& x, const std::string& approximate = "none");
 
@@ -36,6 +38,8 @@ Tensor sigmoid_grad(const Tensor& y, const Tensor& dy);
 Tensor relu_grad(const Tensor& y, const Tensor& dy);
 /// dy * gelu'(x).
 Tensor gelu_grad(const Tensor& x, const Tensor& dy, const std::string& approximate = "none");
+/// dy * silu'(x).
+Tensor silu_grad(const Tensor& x, const Tensor& dy);
 /// dy * sign(x).
 Tensor abs_grad(const Tensor& x, const Tensor& dy);
 }  // namespace functional

@@ -16,6 +16,8 @@ void init_unary(py::module_& m) {
   m.def("relu", &functional::relu, py::arg("input"), "max(input, 0) (floating dtypes).");
   m.def("sigmoid", &functional::sigmoid, py::arg("input"),
         "1 / (1 + exp(-input)) (floating dtypes).");
+  m.def("silu", &functional::silu, py::arg("input"),
+        "input * sigmoid(input) (SiLU; floating dtypes).");
   m.def("gelu", &functional::gelu, py::arg("input"), py::arg("approximate") = "none",
         "input * Phi(input); approximate='tanh' uses the tanh approximation.");
   m.def("tanh_grad", &functional::tanh_grad, py::arg("y"), py::arg("dy"),
@@ -26,6 +28,7 @@ void init_unary(py::module_& m) {
         "dy where y > 0 else 0, the gradient of relu from its output.");
   m.def("gelu_grad", &functional::gelu_grad, py::arg("x"), py::arg("dy"),
         py::arg("approximate") = "none", "dy * gelu'(x).");
+  m.def("silu_grad", &functional::silu_grad, py::arg("x"), py::arg("dy"), "dy * silu'(x).");
   m.def("abs_grad", &functional::abs_grad, py::arg("x"), py::arg("dy"), "dy * sign(x).");
 }
 

@@ -31,6 +31,7 @@ CASES = [
     ("tanh", flow.tanh, np.tanh, (-2, 2)),
     ("relu", flow.relu, lambda x: np.maximum(x, 0), (-2, 2)),
     ("sigmoid", flow.sigmoid, lambda x: 1 / (1 + np.exp(-x)), (-3, 3)),
+    ("silu", flow.silu, lambda x: x / (1 + np.exp(-x)), (-4, 4)),
     ("gelu", flow.gelu, _gelu, (-3, 3)),
     ("gelu_tanh", lambda x: flow.gelu(x, approximate="tanh"), _gelu_tanh, (-3, 3)),
 ]
@@ -76,6 +77,9 @@ def test_nn_functional_names():
     np.testing.assert_allclose(F.gelu(t, approximate="tanh").numpy(), _gelu_tanh(x), rtol=1e-12)
     np.testing.assert_allclose(F.sigmoid(t).numpy(), 1 / (1 + np.exp(-x)), rtol=1e-12)
     np.testing.assert_allclose(F.tanh(t).numpy(), np.tanh(x), rtol=1e-12)
+    np.testing.assert_allclose(F.silu(t).numpy(), x / (1 + np.exp(-x)), rtol=1e-12)
+    np.testing.assert_allclose(flow.nn.SiLU()(t).numpy(), x / (1 + np.exp(-x)), rtol=1e-12)
+    np.testing.assert_allclose(t.silu().numpy(), x / (1 + np.exp(-x)), rtol=1e-12)
 
 
 def test_neg_and_abs_keep_integer_dtypes():

@@ -85,6 +85,12 @@ struct SigmoidKernel {
     unary_kernel<T>(ctx, kTranscendentalGrain, [](T x) { return unary_fn::sigmoid(x); });
   }
 };
+template <class T>
+struct SiluKernel {
+  static void run(const KernelContext& ctx) {
+    unary_kernel<T>(ctx, kTranscendentalGrain, [](T x) { return unary_fn::silu(x); });
+  }
+};
 
 // gelu(x) = x * Phi(x), Phi the standard normal CDF (vec_math::normal_cdf, accurate also in the
 // lower tail where 1 + erf(x / sqrt 2) would cancel); "tanh" uses the approximation
@@ -131,6 +137,14 @@ struct AbsGradKernel {
 };
 
 template <class T>
+struct SiluGradKernel {
+  static void run(const KernelContext& ctx) {
+    backward_kernel<T>(ctx, kTranscendentalGrain,
+                       [](T x, T dy) { return unary_fn::silu_grad(x, dy); });
+  }
+};
+
+template <class T>
 struct GeluGradKernel {
   static void run(const KernelContext& ctx) {
     if (gelu_is_tanh(ctx)) {
@@ -156,11 +170,13 @@ OFL_REGISTER_KERNEL("tanh", kCPU, TanhKernel, float, double);
 OFL_REGISTER_KERNEL("relu", kCPU, ReluKernel, float, double);
 OFL_REGISTER_KERNEL("sigmoid", kCPU, SigmoidKernel, float, double);
 OFL_REGISTER_KERNEL("gelu", kCPU, GeluKernel, float, double);
+OFL_REGISTER_KERNEL("silu", kCPU, SiluKernel, float, double);
 OFL_REGISTER_KERNEL("tanh_grad", kCPU, TanhGradKernel, float, double);
 OFL_REGISTER_KERNEL("sigmoid_grad", kCPU, SigmoidGradKernel, float, double);
 OFL_REGISTER_KERNEL("relu_grad", kCPU, ReluGradKernel, float, double);
 OFL_REGISTER_KERNEL("abs_grad", kCPU, AbsGradKernel, float, double);
 OFL_REGISTER_KERNEL("gelu_grad", kCPU, GeluGradKernel, float, double);
+OFL_REGISTER_KERNEL("silu_grad", kCPU, SiluGradKernel, float, double);
 
 // float16 and bfloat16 through the float32 kernels (Note [Widened kernels] in widened.h).
 OFL_REGISTER_WIDENED_KERNEL("neg", NegKernel);
@@ -173,10 +189,12 @@ OFL_REGISTER_WIDENED_KERNEL("tanh", TanhKernel);
 OFL_REGISTER_WIDENED_KERNEL("relu", ReluKernel);
 OFL_REGISTER_WIDENED_KERNEL("sigmoid", SigmoidKernel);
 OFL_REGISTER_WIDENED_KERNEL("gelu", GeluKernel);
+OFL_REGISTER_WIDENED_KERNEL("silu", SiluKernel);
 OFL_REGISTER_WIDENED_KERNEL("tanh_grad", TanhGradKernel);
 OFL_REGISTER_WIDENED_KERNEL("sigmoid_grad", SigmoidGradKernel);
 OFL_REGISTER_WIDENED_KERNEL("relu_grad", ReluGradKernel);
 OFL_REGISTER_WIDENED_KERNEL("abs_grad", AbsGradKernel);
 OFL_REGISTER_WIDENED_KERNEL("gelu_grad", GeluGradKernel);
+OFL_REGISTER_WIDENED_KERNEL("silu_grad", SiluGradKernel);
 
 }  // namespace ofl::cpu

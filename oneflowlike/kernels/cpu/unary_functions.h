@@ -75,6 +75,14 @@ template <class T>
 inline T sigmoid(T x) {
   return vec_math::sigmoid(x);
 }
+template <class T>
+inline T silu(T x) {
+  return unary_math::silu_from_sigmoid(x, vec_math::sigmoid(x));
+}
+template <class T>
+inline T silu_grad(T x, T dy) {
+  return unary_math::silu_grad_from_sigmoid(x, vec_math::sigmoid(x), dy);
+}
 /// gelu(x) = x * Phi(x), Phi the standard normal CDF.
 template <class T>
 inline T gelu(T x) {

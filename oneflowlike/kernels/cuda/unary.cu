@@ -40,6 +40,7 @@ OFL_CUDA_UNARY(RsqrtKernel, "rsqrt", rsqrt)
 OFL_CUDA_UNARY(TanhKernel, "tanh", tanh)
 OFL_CUDA_UNARY(ReluKernel, "relu", relu)
 OFL_CUDA_UNARY(SigmoidKernel, "sigmoid", sigmoid)
+OFL_CUDA_UNARY(SiluKernel, "silu", silu)
 #undef OFL_CUDA_UNARY
 
 bool gelu_is_tanh(const KernelContext& ctx) { return ctx.p<GeluParams>().approximate == "tanh"; }
@@ -71,6 +72,15 @@ OFL_CUDA_BACKWARD(AbsGradKernel, "abs_grad", abs_grad)
 #undef OFL_CUDA_BACKWARD
 
 template <class T>
+struct SiluGradKernel {
+  static void run(const KernelContext& ctx) {
+    using V = compute_t<native_t<T>>;
+    backward<T>(ctx, "silu_grad",
+                [] __device__(V x, V dy) -> V { return unary_fn::silu_grad(x, dy); });
+  }
+};
+
+template <class T>
 struct GeluGradKernel {
   static void run(const KernelContext& ctx) {
     using V = compute_t<native_t<T>>;
@@ -99,12 +109,14 @@ OFL_REGISTER_KERNEL("rsqrt", kCUDA, RsqrtKernel, OFL_FLOATS);
 OFL_REGISTER_KERNEL("tanh", kCUDA, TanhKernel, OFL_FLOATS);
 OFL_REGISTER_KERNEL("relu", kCUDA, ReluKernel, OFL_FLOATS);
 OFL_REGISTER_KERNEL("sigmoid", kCUDA, SigmoidKernel, OFL_FLOATS);
+OFL_REGISTER_KERNEL("silu", kCUDA, SiluKernel, OFL_FLOATS);
 OFL_REGISTER_KERNEL("gelu", kCUDA, GeluKernel, OFL_FLOATS);
 OFL_REGISTER_KERNEL("tanh_grad", kCUDA, TanhGradKernel, OFL_FLOATS);
 OFL_REGISTER_KERNEL("sigmoid_grad", kCUDA, SigmoidGradKernel, OFL_FLOATS);
 OFL_REGISTER_KERNEL("relu_grad", kCUDA, ReluGradKernel, OFL_FLOATS);
 OFL_REGISTER_KERNEL("abs_grad", kCUDA, AbsGradKernel, OFL_FLOATS);
 OFL_REGISTER_KERNEL("gelu_grad", kCUDA, GeluGradKernel, OFL_FLOATS);
+OFL_REGISTER_KERNEL("silu_grad", kCUDA, SiluGradKernel, OFL_FLOATS);
 #undef OFL_FLOATS
 
 }  // namespace ofl::cuda_kernels

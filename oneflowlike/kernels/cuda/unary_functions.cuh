@@ -101,6 +101,14 @@ __device__ __forceinline__ V sigmoid(V x) {
   }
 }
 template <class V>
+__device__ __forceinline__ V silu(V x) {
+  return unary_math::silu_from_sigmoid(x, unary_fn::sigmoid(x));
+}
+template <class V>
+__device__ __forceinline__ V silu_grad(V x, V dy) {
+  return unary_math::silu_grad_from_sigmoid(x, unary_fn::sigmoid(x), dy);
+}
+template <class V>
 __device__ __forceinline__ V gelu(V x) {
   return unary_math::gelu<DeviceMath>(x);
 }

@@ -1,10 +1,10 @@
 """Elementwise functions of one tensor: neg, abs, exp, log, sqrt, rsqrt, tanh, relu, sigmoid,
-gelu (also as tensor methods and in flow.nn.functional)."""
+silu, gelu (also as tensor methods and in flow.nn.functional)."""
 
 from oneflowlike import _C
 
 __all__ = ["neg", "negative", "abs", "exp", "log", "sqrt", "rsqrt", "tanh", "relu", "sigmoid",
-           "gelu"]
+           "silu", "gelu"]
 
 
 def neg(input):  # noqa: A002 (torch's names)
@@ -42,6 +42,16 @@ def sigmoid(input):  # noqa: A002
     return _C.sigmoid(input)
 
 
+def silu(input, inplace=False):  # noqa: A002
+    """input * sigmoid(input), as torch.nn.functional.silu (``inplace=True`` is refused)."""
+    if inplace:
+        raise NotImplementedError(
+            "[silu] inplace=True is not supported: ops never write their inputs here; "
+            "use the returned tensor"
+        )
+    return _C.silu(input)
+
+
 def relu(input, inplace=False):  # noqa: A002
     """max(input, 0). ``inplace=True`` is refused: ops here never write their inputs."""
     if inplace:
@@ -70,6 +80,7 @@ TENSOR_METHODS = {
     "tanh": tanh,
     "relu": lambda self: relu(self),
     "sigmoid": sigmoid,
+    "silu": lambda self: silu(self),
     "__neg__": neg,
     "__abs__": abs,
 }
@@ -78,5 +89,6 @@ NN_FUNCTIONAL = {
     "relu": relu,
     "gelu": gelu,
     "sigmoid": sigmoid,
+    "silu": silu,
     "tanh": tanh,
 }

@@ -123,6 +123,15 @@ std::vector<OpCase> sweep_cases() {
        "layer_norm_param_grad",
        LayerNormParams{1, 1e-5},
        {floats(t), floats(t), floats(Shape{4}), positive(Shape{4})}},
+      {"rms_norm", "rms_norm", LayerNormParams{-1, 1e-5}, {floats(t), floats(Shape{6})}},
+      {"rms_norm_grad",
+       "rms_norm_grad",
+       LayerNormParams{2, 1e-5},
+       {floats(t), floats(t), positive(Shape{4, 5}), floats(Shape{6})}},
+      {"rms_norm_param_grad",
+       "rms_norm_param_grad",
+       LayerNormParams{1, 1e-5},
+       {floats(t), floats(t), positive(Shape{4})}},
       // Fused attention: (B 4, H 2, L 5, E 3), 6 keys; masks per batch and per query row.
       {"scaled_dot_product_attention",
        "scaled_dot_product_attention",
@@ -217,12 +226,12 @@ std::vector<OpCase> sweep_cases() {
        FusedElementwiseParams{"scalar_mul(-1.5),neg"},
        {floats(m)}},
   };
-  for (const char* op : {"neg", "abs", "exp", "tanh", "sigmoid", "relu"}) {
+  for (const char* op : {"neg", "abs", "exp", "tanh", "sigmoid", "silu", "relu"}) {
     cases.push_back({op, op, NoParams{}, {floats(m)}});
   }
   for (const char* op : {"log", "sqrt", "rsqrt"})
     cases.push_back({op, op, NoParams{}, {positive(m)}});
-  for (const char* op : {"tanh_grad", "sigmoid_grad", "relu_grad", "abs_grad"}) {
+  for (const char* op : {"tanh_grad", "sigmoid_grad", "relu_grad", "abs_grad", "silu_grad"}) {
     cases.push_back({op, op, NoParams{}, {floats(m), floats(m)}});
   }
   return cases;

@@ -1,6 +1,6 @@
 """The layers of flow.nn, one file per concept; flow.nn re-exports them."""
 
-from oneflowlike.nn.modules.activation import GELU, Identity, ReLU, Softmax, Tanh
+from oneflowlike.nn.modules.activation import GELU, Identity, ReLU, SiLU, Softmax, Tanh
 from oneflowlike.nn.modules.attention import CausalSelfAttention
 from oneflowlike.nn.modules.container import ModuleDict, ModuleList, Sequential
 from oneflowlike.nn.modules.dropout import Dropout
@@ -9,7 +9,9 @@ from oneflowlike.nn.modules.layer_norm import LayerNorm
 from oneflowlike.nn.modules.linear import Linear
 from oneflowlike.nn.modules.loss import CrossEntropyLoss, MSELoss
 from oneflowlike.nn.modules.module import Module
+from oneflowlike.nn.modules.rms_norm import RMSNorm
 
-__all__ = ["Module", "Linear", "Embedding", "LayerNorm", "Dropout", "GELU", "ReLU", "Tanh",
+__all__ = ["Module", "Linear", "Embedding", "LayerNorm", "RMSNorm", "Dropout", "GELU", "ReLU",
+           "SiLU", "Tanh",
            "Softmax", "Identity", "Sequential", "ModuleList", "ModuleDict", "CrossEntropyLoss",
            "MSELoss", "CausalSelfAttention"]

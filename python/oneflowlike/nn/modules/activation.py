@@ -1,4 +1,4 @@
-"""Activation modules: ReLU, GELU, Tanh, Softmax, and Identity."""
+"""Activation modules: ReLU, SiLU, GELU, Tanh, Softmax, and Identity."""
 
 from oneflowlike.nn import functional as F
 from oneflowlike.nn.modules.module import Module
@@ -18,6 +18,20 @@ class ReLU(Module):
 
     def forward(self, input):  # noqa: A002 (torch's name)
         return F.relu(input)
+
+
+class SiLU(Module):
+    """x * sigmoid(x), as torch.nn.SiLU."""
+
+    def __init__(self, inplace=False):
+        super().__init__()
+        if inplace:
+            raise NotImplementedError(
+                "[SiLU] inplace=True is not supported: ops never write their inputs here")
+        self.inplace = inplace
+
+    def forward(self, input):  # noqa: A002 (torch's name)
+        return F.silu(input)
 
 
 class GELU(Module):
