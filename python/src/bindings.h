@@ -23,6 +23,7 @@ void init_matmul(py::module_& m);
 void init_softmax(py::module_& m);
 void init_layer_norm(py::module_& m);
 void init_rms_norm(py::module_& m);
+void init_rotary(py::module_& m);
 void init_embedding(py::module_& m);
 void init_cross_entropy(py::module_& m);
 void init_random(py::module_& m);

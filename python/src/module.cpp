@@ -18,6 +18,7 @@ PYBIND11_MODULE(_C, m) {
   init_softmax(m);
   init_layer_norm(m);
   init_rms_norm(m);
+  init_rotary(m);
   init_embedding(m);
   init_cross_entropy(m);
   init_random(m);

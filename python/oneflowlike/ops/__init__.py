@@ -15,6 +15,7 @@ _FAMILIES = [
     "matmul",
     "softmax",
     "layer_norm",
+    "rotary",
     "attention",
     "embedding",
     "cross_entropy",

@@ -36,6 +36,7 @@
 #include "oneflowlike/ops/random.h"
 #include "oneflowlike/ops/reduce.h"
 #include "oneflowlike/ops/reshape.h"
+#include "oneflowlike/ops/rotary.h"
 #include "oneflowlike/ops/scalar.h"
 #include "oneflowlike/ops/shape_ops.h"
 #include "oneflowlike/ops/softmax.h"
@@ -132,6 +133,15 @@ std::vector<OpCase> sweep_cases() {
        "rms_norm_param_grad",
        LayerNormParams{1, 1e-5},
        {floats(t), floats(t), positive(Shape{4})}},
+      // Rotary embedding of (B 4, T 5, H 6, D 4): cos and sin (T 5, D/2 2).
+      {"rotary_embedding",
+       "rotary_embedding",
+       RotaryParams{1, false, false},
+       {floats(Shape{4, 5, 6, 4}), floats(Shape{5, 2}), floats(Shape{5, 2})}},
+      {"rotary_embedding_interleaved_inverse",
+       "rotary_embedding",
+       RotaryParams{-2, true, true},
+       {floats(Shape{4, 6, 5, 4}), floats(Shape{5, 2}), floats(Shape{5, 2})}},
       // Fused attention: (B 4, H 2, L 5, E 3), 6 keys; masks per batch and per query row.
       {"scaled_dot_product_attention",
        "scaled_dot_product_attention",

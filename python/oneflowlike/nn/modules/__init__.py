@@ -10,8 +10,9 @@ from oneflowlike.nn.modules.linear import Linear
 from oneflowlike.nn.modules.loss import CrossEntropyLoss, MSELoss
 from oneflowlike.nn.modules.module import Module
 from oneflowlike.nn.modules.rms_norm import RMSNorm
+from oneflowlike.nn.modules.rotary import RotaryEmbedding
 
 __all__ = ["Module", "Linear", "Embedding", "LayerNorm", "RMSNorm", "Dropout", "GELU", "ReLU",
            "SiLU", "Tanh",
            "Softmax", "Identity", "Sequential", "ModuleList", "ModuleDict", "CrossEntropyLoss",
-           "MSELoss", "CausalSelfAttention"]
+           "MSELoss", "CausalSelfAttention", "RotaryEmbedding"]

@@ -1,0 +1,48 @@
+"""RotaryEmbedding: LLaMA's rotary position embedding with its cos and sin tables."""
+
+import numpy as np
+
+import oneflowlike as flow
+from oneflowlike.nn import functional as F
+from oneflowlike.nn.modules.module import Module
+
+
+class RotaryEmbedding(Module):
+    """Rotates q or k (..., T, ..., head_dim) by position (F.rotary_embedding), with the tables
+    angle(t, i) = t * base^(-2i / head_dim) for t < max_seq_len, i < head_dim / 2, made once in
+    float64 and held as non-persistent float32 buffers (they are derived, not state, so they stay
+    out of checkpoints; laying the module out moves them as any buffer). ``seq_dim`` is the
+    position axis of the inputs: -2 for (B, H, T, D), 1 for (B, T, H, D)."""
+
+    def __init__(self, head_dim, max_seq_len, base=10000.0, interleaved=False, seq_dim=-2):
+        super().__init__()
+        if head_dim <= 0 or head_dim % 2:
+            raise ValueError(f"[RotaryEmbedding] head_dim must be positive and even. However, "
+                             f"got {head_dim}.")
+        if max_seq_len <= 0:
+            raise ValueError(f"[RotaryEmbedding] max_seq_len must be positive. However, got "
+                             f"{max_seq_len}.")
+        self.head_dim, self.max_seq_len, self.base = head_dim, max_seq_len, base
+        self.interleaved, self.seq_dim = interleaved, seq_dim
+        inv_freq = base ** (-np.arange(0, head_dim, 2, dtype=np.float64) / head_dim)
+        angles = np.outer(np.arange(max_seq_len, dtype=np.float64), inv_freq)
+        self.register_buffer("cos", flow.tensor(np.cos(angles).astype(np.float32)),
+                             persistent=False)
+        self.register_buffer("sin", flow.tensor(np.sin(angles).astype(np.float32)),
+                             persistent=False)
+
+    def forward(self, x):
+        seq = x.shape[self.seq_dim]
+        if seq > self.max_seq_len:
+            raise ValueError(f"[RotaryEmbedding] the input has {seq} positions along dim "
+                             f"{self.seq_dim}, more than max_seq_len {self.max_seq_len}.")
+        cos, sin = self.cos, self.sin
+        if seq < self.max_seq_len:
+            cos, sin = cos[:seq], sin[:seq]
+        if cos.dtype != x.dtype:
+            cos, sin = cos.to(x.dtype), sin.to(x.dtype)
+        return F.rotary_embedding(x, cos, sin, seq_dim=self.seq_dim, interleaved=self.interleaved)
+
+    def extra_repr(self):
+        return (f"head_dim={self.head_dim}, max_seq_len={self.max_seq_len}, base={self.base}, "
+                f"interleaved={self.interleaved}")
