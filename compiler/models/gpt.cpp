@@ -8,6 +8,7 @@
 #include <numeric>
 
 #include "oneflowlike/ops/creation.h"
+#include "oneflowlike/ops/embedding.h"
 #include "oneflowlike/ops/layer_norm.h"
 #include "oneflowlike/ops/matmul.h"
 #include "oneflowlike/ops/reduce.h"
@@ -70,8 +71,9 @@ class GptBuilder {
     const int positions =
         b_.op1("arange", ArangeParams{0, double(c_.block_size), 1, DataType::kInt64}, {},
                "positions", replicated());
-    const int tok_emb = b_.op1("embedding", NoParams{}, {wte, tokens}, "tok_emb", data);
-    const int pos_emb = b_.op1("embedding", NoParams{}, {wpe, positions}, "pos_emb", replicated());
+    const int tok_emb = b_.op1("embedding", EmbeddingParams{}, {wte, tokens}, "tok_emb", data);
+    const int pos_emb =
+        b_.op1("embedding", EmbeddingParams{}, {wpe, positions}, "pos_emb", replicated());
     int x = b_.op1("add", NoParams{}, {tok_emb, pos_emb}, "emb", data);
 
     // The blocks, stage by stage; the residual stream x is the only activation that crosses

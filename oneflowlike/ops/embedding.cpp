@@ -17,6 +17,13 @@ void check_indices_dtype(const InferContext& ctx, int i) {
                  ctx.describe_inputs(), ".");
 }
 
+void check_padding_idx(const InferContext& ctx, int64_t padding_idx, int64_t num_embeddings) {
+  OFL_CHECK(padding_idx >= -1 && padding_idx < num_embeddings, "[", ctx.op_name(),
+            "] padding_idx must be a row of the table, in [0, ", num_embeddings,
+            "), or -1 for none. However, got padding_idx ", padding_idx, " and ",
+            ctx.describe_inputs(), ".");
+}
+
 // weight (V, D), indices (...) -> out (..., D).
 std::vector<TensorMeta> infer_embedding(const InferContext& ctx) {
   const Shape& weight = ctx.shape(0);
@@ -26,6 +33,7 @@ std::vector<TensorMeta> infer_embedding(const InferContext& ctx) {
                  "[embedding] weight must be floating-point. However, got ", ctx.describe_inputs(),
                  ".");
   check_indices_dtype(ctx, 1);
+  check_padding_idx(ctx, ctx.params<EmbeddingParams>().padding_idx, weight[0]);
   std::vector<int64_t> dims = ctx.shape(1).dims();
   dims.push_back(weight[1]);
   return {TensorMeta{Shape(std::move(dims)), ctx.dtype(0)}};
@@ -47,8 +55,9 @@ void embedding_gradient(GradBuilder& g) {
   const Value dy = g.output_grad(0);
   if (dy == GradBuilder::kNone || !g.needs_input_grad(0)) return;
   const int64_t num_embeddings = g.meta(g.input(0)).shape[0];
-  g.set_input_grad(
-      0, g.apply1("embedding_grad", EmbeddingGradParams{num_embeddings}, {dy, g.input(1)}));
+  const int64_t padding_idx = g.params<EmbeddingParams>().padding_idx;
+  g.set_input_grad(0, g.apply1("embedding_grad", EmbeddingGradParams{num_embeddings, padding_idx},
+                               {dy, g.input(1)}));
 }
 
 // dy (..., D), indices (...) -> dweight (num_embeddings, D).
@@ -67,6 +76,7 @@ std::vector<TensorMeta> infer_embedding_grad(const InferContext& ctx) {
   OFL_CHECK(p.num_embeddings >= 0,
             "[embedding_grad] num_embeddings must be non-negative. However, got ", p.num_embeddings,
             ".");
+  check_padding_idx(ctx, p.padding_idx, p.num_embeddings);
   return {TensorMeta{Shape{p.num_embeddings, dy[dy.ndim() - 1]}, ctx.dtype(0)}};
 }
 
@@ -81,11 +91,15 @@ std::vector<SbpSignature> embedding_grad_signatures(const InferContext& ctx) {
   return sigs;
 }
 
-// embedding_grad is linear in dy; its adjoint is embedding itself.
+// embedding_grad is linear in dy; its adjoint is embedding itself (without a padding row, whose
+// zeroing would need masking the gathered rows too).
 void embedding_grad_gradient(GradBuilder& g) {
   const Value ddweight = g.output_grad(0);
   if (ddweight == GradBuilder::kNone || !g.needs_input_grad(0)) return;
-  g.set_input_grad(0, g.apply1("embedding", NoParams{}, {ddweight, g.input(1)}));
+  OFL_CHECK_CODE(g.params<EmbeddingGradParams>().padding_idx < 0, ErrorCode::kUnimplemented,
+                 "[embedding_grad] the second derivative of an embedding with padding_idx is not "
+                 "implemented. However, got a backward pass that needs it.");
+  g.set_input_grad(0, g.apply1("embedding", EmbeddingParams{}, {ddweight, g.input(1)}));
 }
 
 }  // namespace
@@ -93,6 +107,7 @@ void embedding_grad_gradient(GradBuilder& g) {
 OFL_REGISTER_OP("embedding")
     .inputs({"weight", "indices"})
     .outputs({"out"})
+    .params<EmbeddingParams>()
     .set<FInferMeta>(infer_embedding)
     .set<FSbpSignatures>(embedding_signatures)
     .set<FGradient>(embedding_gradient);
@@ -107,14 +122,15 @@ OFL_REGISTER_OP("embedding_grad")
 
 namespace functional {
 
-Tensor embedding(const Tensor& weight, const Tensor& indices) {
+Tensor embedding(const Tensor& weight, const Tensor& indices, int64_t padding_idx) {
   static OpHandle op("embedding");
-  return op.call1(NoParams{}, {weight, indices});
+  return op.call1(EmbeddingParams{padding_idx}, {weight, indices});
 }
 
-Tensor embedding_grad(const Tensor& dy, const Tensor& indices, int64_t num_embeddings) {
+Tensor embedding_grad(const Tensor& dy, const Tensor& indices, int64_t num_embeddings,
+                      int64_t padding_idx) {
   static OpHandle op("embedding_grad");
-  return op.call1(EmbeddingGradParams{num_embeddings}, {dy, indices});
+  return op.call1(EmbeddingGradParams{num_embeddings, padding_idx}, {dy, indices});
 }
 
 }  // namespace functional

@@ -78,5 +78,29 @@ def test_embedding_bad_inputs_raise():
         F.embedding(flow.tensor([0]), flow.tensor(np.zeros(5, dtype=np.float32)))
     with pytest.raises(TypeError, match="indices must be int32 or int64"):
         F.embedding(flow.tensor([0.0]), flow.tensor(np.zeros((5, 2), dtype=np.float32)))
-    with pytest.raises(NotImplementedError, match="padding_idx"):
-        F.embedding(flow.tensor([0]), flow.tensor(np.zeros((5, 2))), padding_idx=0)
+    with pytest.raises(NotImplementedError, match="max_norm"):
+        F.embedding(flow.tensor([0]), flow.tensor(np.zeros((5, 2))), max_norm=1.0)
+    with pytest.raises(ValueError, match=r"\[embedding\] padding_idx must be within \[-5, 5\)"):
+        F.embedding(flow.tensor([0]), flow.tensor(np.zeros((5, 2))), padding_idx=5)
+    with pytest.raises(ValueError, match=r"padding_idx must be a row of the table, in \[0, 5\)"):
+        flow._C.embedding(flow.tensor(np.zeros((5, 2))), flow.tensor([0]), 7)
+
+
+@pytest.mark.parametrize("padding_idx", [1, -2])
+def test_padding_row_gets_no_gradient_as_in_torch(padding_idx):
+    torch = pytest.importorskip("torch")
+    idx = np.array([[0, 1, 3], [1, 3, 2]])
+    dy = np.random.default_rng(4).standard_normal((2, 3, 4)).astype(np.float32)
+    emb = flow.nn.Embedding(4, 4, padding_idx=padding_idx)
+    ref = torch.nn.Embedding(4, 4, padding_idx=padding_idx)
+    assert emb.padding_idx == ref.padding_idx
+    np.testing.assert_array_equal(emb.weight.numpy()[ref.padding_idx], np.zeros(4))
+    with torch.no_grad():
+        ref.weight.copy_(torch.from_numpy(emb.weight.numpy()))
+    y = emb(flow.tensor(idx))
+    (y * flow.tensor(dy)).sum().backward()
+    ry = ref(torch.from_numpy(idx))
+    (ry * torch.from_numpy(dy)).sum().backward()
+    np.testing.assert_allclose(y.numpy(), ry.detach().numpy())
+    np.testing.assert_allclose(emb.weight.grad.numpy(), ref.weight.grad.numpy(), rtol=1e-6)
+    assert "padding_idx=" in repr(emb)

@@ -1,6 +1,8 @@
 // CPU kernels of embedding (a row gather) and embedding_grad (a scatter-add that each thread
 // runs over its own columns, so the sums are race-free and deterministic).
 
+#include "oneflowlike/ops/embedding.h"
+
 #include <algorithm>
 #include <cstring>
 
@@ -52,9 +54,10 @@ struct EmbeddingKernel {
 };
 
 // dweight (V, D) = 0; dweight[indices[i], :] += dy[i, :] in index order, one column block per
-// thread.
+// thread; then row padding_idx (unless -1) back to zero.
 template <class T, class I>
-void scatter_add_rows(const Tensor& dy, const Tensor& indices, const Tensor& dweight) {
+void scatter_add_rows(const Tensor& dy, const Tensor& indices, const Tensor& dweight,
+                      int64_t padding_idx) {
   const int64_t num_embeddings = dweight.shape()[0], dim = dweight.shape()[1];
   const int64_t n = indices.numel();
   const I* idx = indices.data<I>();
@@ -70,15 +73,17 @@ void scatter_add_rows(const Tensor& dy, const Tensor& indices, const Tensor& dwe
       for (int64_t c = begin; c < end; ++c) dst[c] += src[c];
     }
   });
+  if (padding_idx >= 0) std::fill(dw + padding_idx * dim, dw + (padding_idx + 1) * dim, T(0));
 }
 
 template <class T>
 struct EmbeddingGradKernel {
   static void run(const KernelContext& ctx) {
+    const int64_t padding_idx = ctx.p<EmbeddingGradParams>().padding_idx;
     if (ctx.in(1).dtype() == DataType::kInt32) {
-      scatter_add_rows<T, int32_t>(ctx.in(0), ctx.in(1), ctx.out(0));
+      scatter_add_rows<T, int32_t>(ctx.in(0), ctx.in(1), ctx.out(0), padding_idx);
     } else {
-      scatter_add_rows<T, int64_t>(ctx.in(0), ctx.in(1), ctx.out(0));
+      scatter_add_rows<T, int64_t>(ctx.in(0), ctx.in(1), ctx.out(0), padding_idx);
     }
   }
 };

@@ -170,6 +170,10 @@ void embedding_grad(const KernelContext& ctx) {
         num_embeddings, rows_per_range);
     cuda::check(cudaGetLastError(), "embedding_grad", device_of(ctx));
   }
+  if (const int64_t padding_idx = ctx.p<EmbeddingGradParams>().padding_idx; padding_idx >= 0) {
+    cuda::check(cudaMemsetAsync(dweight + padding_idx * dim, 0, dim * sizeof(A), stream_of(ctx)),
+                "embedding_grad", device_of(ctx));
+  }
   if constexpr (kWiden) {
     N* y = data<T>(out);
     const A* sums = dweight;
