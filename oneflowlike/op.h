@@ -156,6 +156,13 @@ struct TMutatedInputs {
 struct TViewOfInput {
   using type = int;
 };
+/// The op pairs up the pieces of its tensors split by one placement dimension (attention's
+/// query heads with their key/value heads under grouped-query attention): where two of them are
+/// split along axes of different extents, the pieces correspond only when each extent divides
+/// evenly among its parts, which the compiler checks against the placement.
+struct TAlignedSplits {
+  using type = bool;
+};
 /// Which input's dtype picks the kernel (default 0; -1 means output 0's dtype).
 struct TKernelDtypeFrom {
   using type = int;

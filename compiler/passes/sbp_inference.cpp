@@ -142,6 +142,38 @@ bool view_split_is_even(const Graph& graph, const LogicalOp& op, const NdSbpSign
   return true;
 }
 
+// Note [Aligned splits]: an op with TAlignedSplits reads piece r of each of its tensors as one
+// unit (query heads [r H/n, (r+1) H/n) with key heads [r Hk/n, (r+1) Hk/n)). Balanced splits
+// of different extents cut at corresponding places only when every extent divides evenly.
+bool aligned_splits_are_even(const Graph& graph, const LogicalOp& op, const NdSbpSignature& cand) {
+  const Shape& h = op.placement.hierarchy();
+  for (size_t d = 0; d < static_cast<size_t>(h.ndim()); ++d) {
+    std::vector<std::pair<int64_t, int64_t>> extent_parts;
+    auto collect = [&](const NdSbp& sbp, const Shape& shape) {
+      if (!sbp[d].is_split()) return;
+      int64_t parts = 1;
+      for (size_t e = 0; e < sbp.size(); ++e) {
+        if (sbp[e].is_split() && sbp[e].axis == sbp[d].axis) parts *= h[static_cast<int>(e)];
+      }
+      extent_parts.emplace_back(shape[sbp[d].axis], parts);
+    };
+    for (size_t k = 0; k < op.inputs.size(); ++k) {
+      collect(cand.inputs[k], graph.tensor(op.inputs[k]).meta.shape);
+    }
+    for (size_t k = 0; k < op.outputs.size(); ++k) {
+      collect(cand.outputs[k], graph.tensor(op.outputs[k]).meta.shape);
+    }
+    const bool differ = std::any_of(extent_parts.begin(), extent_parts.end(), [&](const auto& p) {
+      return p.first != extent_parts.front().first;
+    });
+    if (!differ) continue;
+    for (const auto& [extent, parts] : extent_parts) {
+      if (extent % parts != 0) return false;
+    }
+  }
+  return true;
+}
+
 class SbpInferencePass final : public Pass {
  public:
   std::string name() const override { return "sbp_inference"; }
@@ -215,6 +247,7 @@ class SbpInferencePass final : public Pass {
         ok = nd_sbp_fits(cand.outputs[k], graph.tensor(op.outputs[k]).meta.shape);
       }
       if (ok && op.schema->has<TViewOfInput>()) ok = view_split_is_even(graph, op, cand);
+      if (ok && op.schema->has<TAlignedSplits>()) ok = aligned_splits_are_even(graph, op, cand);
       double cost = 0;
       int boxings = 0;
       for (size_t k = 0; k < op.inputs.size() && ok; ++k) {

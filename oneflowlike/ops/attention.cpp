@@ -95,7 +95,10 @@ Sbp mask_sbp(const InferContext& ctx, int mask_at, int axis) {
   return B();
 }
 
-// Batches and (without grouping) heads are independent. Not linear in q, k or v: no P.
+// Batches and heads are independent. Under grouped-query attention a piece of the query heads
+// reads the matching piece of the key/value heads, which holds for even splits only: the ops
+// are TAlignedSplits (Note [Aligned splits] in compiler/passes/sbp_inference.cpp). Not linear
+// in q, k or v: no P.
 std::vector<SbpSignature> attention_signatures(const InferContext& ctx) {
   const bool masked = ctx.num_inputs() == 4;
   std::vector<SbpSignature> sigs;
@@ -105,7 +108,7 @@ std::vector<SbpSignature> attention_signatures(const InferContext& ctx) {
     sigs.push_back({in, {S(axis), S(axis)}});
   };
   add(0);
-  if (ctx.shape(0)[1] == ctx.shape(1)[1]) add(1);
+  add(1);
   std::vector<Sbp> all(ctx.num_inputs(), B());
   sigs.push_back({all, {B(), B()}});
   return sigs;
@@ -121,7 +124,7 @@ std::vector<SbpSignature> attention_grad_signatures(const InferContext& ctx) {
     sigs.push_back({in, {S(axis), S(axis), S(axis)}});
   };
   add(0);
-  if (ctx.shape(1)[1] == ctx.shape(2)[1]) add(1);
+  add(1);
   std::vector<Sbp> partial(ctx.num_inputs(), B());
   partial[0] = P();
   sigs.push_back({partial, {P(), P(), P()}});
@@ -172,6 +175,7 @@ OFL_REGISTER_OP(kAttention)
     .params<AttentionParams>()
     .set<FInferMeta>(infer_attention)
     .set<FSbpSignatures>(attention_signatures)
+    .set<TAlignedSplits>(true)
     .set<FGradient>(attention_gradient);
 
 OFL_REGISTER_OP(kAttentionMasked)
@@ -180,6 +184,7 @@ OFL_REGISTER_OP(kAttentionMasked)
     .params<AttentionParams>()
     .set<FInferMeta>(infer_attention)
     .set<FSbpSignatures>(attention_signatures)
+    .set<TAlignedSplits>(true)
     .set<FGradient>(attention_gradient);
 
 OFL_REGISTER_OP(kAttentionGrad)
@@ -187,14 +192,16 @@ OFL_REGISTER_OP(kAttentionGrad)
     .outputs({"dq", "dk", "dv"})
     .params<AttentionParams>()
     .set<FInferMeta>(infer_attention_grad)
-    .set<FSbpSignatures>(attention_grad_signatures);
+    .set<FSbpSignatures>(attention_grad_signatures)
+    .set<TAlignedSplits>(true);
 
 OFL_REGISTER_OP(kAttentionMaskedGrad)
     .inputs({"dout", "q", "k", "v", "out", "lse", "attn_mask"})
     .outputs({"dq", "dk", "dv"})
     .params<AttentionParams>()
     .set<FInferMeta>(infer_attention_grad)
-    .set<FSbpSignatures>(attention_grad_signatures);
+    .set<FSbpSignatures>(attention_grad_signatures)
+    .set<TAlignedSplits>(true);
 
 namespace functional {
 

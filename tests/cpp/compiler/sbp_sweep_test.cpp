@@ -147,6 +147,16 @@ std::vector<OpCase> sweep_cases() {
        "scaled_dot_product_attention",
        AttentionParams{0.5, true},
        {floats(Shape{4, 2, 5, 3}), floats(Shape{4, 2, 6, 3}), floats(Shape{4, 2, 6, 2})}},
+      // Grouped-query attention: 4 query heads over 2 key/value heads.
+      {"scaled_dot_product_attention_gqa",
+       "scaled_dot_product_attention",
+       AttentionParams{0.5, true},
+       {floats(Shape{4, 4, 5, 3}), floats(Shape{4, 2, 6, 3}), floats(Shape{4, 2, 6, 2})}},
+      {"scaled_dot_product_attention_grad_gqa",
+       "scaled_dot_product_attention_grad",
+       AttentionParams{0.5, true},
+       {floats(Shape{4, 4, 5, 2}), floats(Shape{4, 4, 5, 3}), floats(Shape{4, 2, 6, 3}),
+        floats(Shape{4, 2, 6, 2}), floats(Shape{4, 4, 5, 2}), positive(Shape{4, 4, 5})}},
       {"scaled_dot_product_attention_masked",
        "scaled_dot_product_attention_masked",
        AttentionParams{0.5, false},
@@ -332,6 +342,30 @@ bool view_keeps_pieces(const Shape& in, const NdSbp& in_sbp, const Shape& out, c
   return true;
 }
 
+// An op with TAlignedSplits reads each rank's pieces of its tensors as one unit, so a signature
+// is valid exactly when tensors split alike are cut at proportional places along their split
+// axes on every rank (query heads [a, b) of H with key heads [a', b') of Hk: a / H = a' / Hk,
+// b / H = b' / Hk). Decided from regions alone, independently of the compiler's own rule.
+bool splits_align(const std::vector<Shape>& shapes, const std::vector<NdSbp>& sbps,
+                  const Placement& placement) {
+  for (int64_t pid = 0; pid < placement.num_ranks(); ++pid) {
+    for (size_t i = 0; i < shapes.size(); ++i) {
+      for (size_t j = i + 1; j < shapes.size(); ++j) {
+        if (sbps[i] != sbps[j]) continue;
+        const auto ri = logical_region(shapes[i], sbps[i], placement, pid);
+        const auto rj = logical_region(shapes[j], sbps[j], placement, pid);
+        for (const Sbp& s : sbps[i]) {
+          if (!s.is_split()) continue;
+          const int64_t ei = shapes[i][s.axis], ej = shapes[j][s.axis];
+          const Range a = ri[s.axis], b = rj[s.axis];
+          if (a.begin * ej != b.begin * ei || a.end * ej != b.end * ei) return false;
+        }
+      }
+    }
+  }
+  return true;
+}
+
 // ---- Values ----
 
 Tensor sample_values(const Shape& shape, const InputSpec& spec, uint64_t seed, double scale) {
@@ -463,6 +497,14 @@ class CandidateCheck {
   }
 
   bool candidate_is_valid() const {
+    if (op_.has<TAlignedSplits>()) {
+      std::vector<Shape> shapes;
+      for (const TensorMeta& m : metas_) shapes.push_back(m.shape);
+      for (const TensorMeta& m : out_metas_) shapes.push_back(m.shape);
+      std::vector<NdSbp> sbps = candidate_.inputs;
+      sbps.insert(sbps.end(), candidate_.outputs.begin(), candidate_.outputs.end());
+      return splits_align(shapes, sbps, placement_);
+    }
     const int* view_of = op_.get<TViewOfInput>();
     if (view_of == nullptr) return true;
     return view_keeps_pieces(metas_[*view_of].shape, candidate_.inputs[*view_of],
@@ -720,9 +762,10 @@ TEST_P(SbpSweep, EverySignatureOnEveryPlacementComputesTheSingleDeviceResult) {
   const OpCase& c = GetParam();
   const SweepStats stats = sweep(c);
   EXPECT_GT(stats.compiled, 0) << c.name;
-  // Views have signatures that hold only for even splits; the uneven shapes must exercise the
-  // compiler's refusal of them.
-  if (OpRegistry::global().find(c.op).has<TViewOfInput>()) {
+  // Views and grouped attention have signatures that hold only for even splits; the uneven
+  // shapes must exercise the compiler's refusal of them.
+  if (OpRegistry::global().find(c.op).has<TViewOfInput>() ||
+      c.name.find("gqa") != std::string::npos) {
     EXPECT_GT(stats.avoided, 0) << c.name;
   }
 }
