@@ -1,5 +1,5 @@
 """A GPT-2-style language model written once with flow.nn; how it is laid out over ranks is
-decided elsewhere (parallel.py), only with placements and SBP."""
+decided elsewhere (common/layout.py), only with placements and SBP."""
 
 from dataclasses import dataclass
 

@@ -62,10 +62,9 @@ def launch(nproc, *args):
 def part_torch(args):
     import torch
 
-    from data import ByteData
+    import train
     from model import GPTConfig
     from torch_model import torch_gpt
-    import train
 
     torch.set_num_threads(args.threads)
     targs = train.parse(MODEL + ["--batch-size", str(args.batch_size), "--steps", str(args.steps)])
@@ -80,7 +79,7 @@ def part_torch(args):
         model = torch.nn.parallel.DistributedDataParallel(model)
     opt = torch.optim.AdamW(model.parameters(), lr=targs.lr, betas=(0.9, 0.95),
                             weight_decay=targs.weight_decay)
-    data = ByteData(targs.data, targs.block_size, targs.seed)
+    data = train.ByteData(targs.data, targs.block_size, targs.seed)
     times = []
     rank = int(os.environ.get("RANK", 0))
     for step in range(1, args.steps + 1):
@@ -107,10 +106,8 @@ def part_pipeline(args):
     import numpy as np
 
     import oneflowlike as flow
-    from data import ByteData
-    from model import GPT, GPTConfig
-    from parallel import Layout
     import train
+    from model import GPT, GPTConfig
 
     targs = train.parse(MODEL + ["--batch-size", str(args.batch_size), "--pp", "2",
                                  "--micro-batches", str(args.micro_batches)])
@@ -121,9 +118,9 @@ def part_pipeline(args):
     opt = flow.optim.AdamW(model.parameters(), lr=1e-3)
     graph = train.TrainGraph(model, opt, None, targs.micro_batches, False)
     graph.config.enable_trace()
-    layout = Layout(1, 1, 2)
+    layout = train.make_layout(targs)
     layout.apply(model, graph)
-    data = ByteData(targs.data, targs.block_size, targs.seed)
+    data = train.ByteData(targs.data, targs.block_size, targs.seed)
     rank = flow.env.get_rank()
     fractions = []
     for step in range(1, args.steps + 1):

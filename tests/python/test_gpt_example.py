@@ -12,6 +12,7 @@ import sys
 import numpy as np
 import pytest
 
+import example_runs
 import oneflowlike as flow
 from tolerances import LOSS_RTOL
 
@@ -20,37 +21,23 @@ _TRAIN = _ROOT / "examples" / "gpt" / "train.py"
 # --warmup-steps 2: the 10 steps run through warmup and into the cosine decay.
 _SMALL = ["--n-layer", "2", "--n-embd", "32", "--n-head", "4", "--block-size", "16",
           "--batch-size", "8", "--warmup-steps", "2", "--quiet"]
-_CONTRACT = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "NODE_RANK", "MASTER_ADDR",
-             "MASTER_PORT")
 
 
 def _env():
-    return {k: v for k, v in os.environ.items()
-            if not k.startswith(("SLURM_", "OFL_")) and k not in _CONTRACT}
+    return example_runs.clean_env()
 
 
 def _train(tmp_path, nproc, *flags, steps=10, tag="run", env=None):
-    log = tmp_path / f"{tag}.jsonl"
-    args = [str(_TRAIN), *_SMALL, "--steps", str(steps), "--log-json", str(log), *flags]
-    if nproc == 1:
-        command = [sys.executable, *args]
-    else:
-        command = [sys.executable, "-m", "oneflowlike.distributed.launch", "--nproc_per_node",
-                   str(nproc), *args]
-    result = subprocess.run(command, env={**_env(), **(env or {})}, capture_output=True, text=True,
-                            timeout=300)
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    assert "done:" in result.stdout, result.stdout
-    return [json.loads(line) for line in log.read_text().splitlines()]
+    return example_runs.train(_TRAIN, _SMALL, tmp_path, nproc, *flags, steps=steps, tag=tag,
+                              env=env)
+
+
+_losses = example_runs.losses
 
 
 @pytest.fixture(scope="module")
 def single(tmp_path_factory):
     return _train(tmp_path_factory.mktemp("single"), 1)
-
-
-def _losses(records):
-    return [r["loss"] for r in records]
 
 
 @pytest.mark.parametrize("nproc,flags", [
@@ -211,9 +198,8 @@ def _torch_curve(autocast):
     torch = pytest.importorskip("torch", reason="torch is not installed (pip install torch)")
     sys.path.insert(0, str(_TRAIN.parent))
     import oneflowlike as flow
-    from data import ByteData
-    from model import GPT, GPTConfig
     import train
+    from model import GPT, GPTConfig
 
     args = train.parse([*_SMALL, "--steps", "10"])
     assert args.warmup_steps == 2
@@ -231,7 +217,7 @@ def _torch_curve(autocast):
     opt = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.95),
                             weight_decay=args.weight_decay)
     schedule = torch.optim.lr_scheduler.LambdaLR(opt, train.lr_lambda(args))
-    data = ByteData(args.data, args.block_size, args.seed)
+    data = train.ByteData(args.data, args.block_size, args.seed)
     losses = []
     for step in range(1, 11):
         tokens, targets = data.batch(step, args.batch_size)

@@ -1,30 +1,27 @@
-"""How the GPT is laid out over dp x tp x pp ranks, with placements and SBP only.
+"""How an example model is laid out over dp x tp x pp ranks, with placements and SBP only.
 
+The model has three kinds of parts: ``embed`` (first stage), ``blocks`` (a ModuleList cut into
+pp contiguous stages, the first n_layer % pp stages getting one more) and ``head`` (last stage).
 Stage s of pp runs on ranks [s * dp * tp, (s + 1) * dp * tp): a 2-D placement (dp, tp) when both
-are above one, else 1-d. Tensor parallelism follows Megatron: the attention's c_attn and the
-MLP's c_fc are column-parallel (weights split by output features), the two c_proj row-parallel
-(split by input features); the compiler inserts the all-reduces. Blocks are cut into pp
-contiguous stages (the first n_layer % pp stages get one more); the embeddings are on the first
-stage, the head and loss on the last.
+are above one, else 1-d. Tensor parallelism follows Megatron: parameters whose names end with one
+of ``column`` are split by output features (S(0) of a Linear weight), those ending with one of
+``row`` by input features (S(1)); the compiler inserts the all-reduces.
 """
 
 import oneflowlike as flow
 
 B = flow.sbp.broadcast
 
-# Megatron's splits, by parameter name suffix, along the tensor-parallel dimension.
-_COLUMN = ("attn.c_attn.weight", "attn.c_attn.bias", "mlp.c_fc.weight", "mlp.c_fc.bias")
-_ROW = ("attn.c_proj.weight", "mlp.c_proj.weight")
-
 
 class Layout:
-    def __init__(self, dp=1, tp=1, pp=1, device="cpu"):
+    def __init__(self, dp=1, tp=1, pp=1, device="cpu", column=(), row=()):
         for name, v in (("dp", dp), ("tp", tp), ("pp", pp)):
             if v < 1:
                 raise ValueError(f"--{name} must be at least 1. However, got {v}.")
         self.dp, self.tp, self.pp = dp, tp, pp
         self.world_size = dp * tp * pp
         self.device = device  # the placements' type: every stage computes there
+        self.column, self.row = tuple(column), tuple(row)
 
     def placement(self, stage):
         n = self.dp * self.tp
@@ -54,11 +51,16 @@ class Layout:
         return next(s for s, end in enumerate(bounds) if i < end)
 
     def check(self, config, batch_size, micro_batches):
+        """Refuses a layout the model cannot take, naming the flags. ``config`` has n_layer,
+        n_head, tied_head and, for grouped-query attention, n_kv_head."""
         if config.n_layer < self.pp:
             raise ValueError(f"--pp {self.pp} needs at least {self.pp} layers. However, "
                              f"--n-layer is {config.n_layer}.")
         if config.n_head % self.tp:
             raise ValueError(f"--tp {self.tp} must divide --n-head {config.n_head}.")
+        n_kv_head = getattr(config, "n_kv_head", None)
+        if n_kv_head is not None and n_kv_head % self.tp:
+            raise ValueError(f"--tp {self.tp} must divide --n-kv-head {n_kv_head}.")
         if batch_size % (self.dp * micro_batches):
             raise ValueError(f"--batch-size {batch_size} must divide into --dp {self.dp} x "
                              f"--micro-batches {micro_batches}.")
@@ -75,10 +77,9 @@ class Layout:
             p = self.placement(stage)
             module.to_global(p, self.sbp(B, B))
             for name, param in list(module.named_parameters()):
-                full = name
-                if self.tp > 1 and full.endswith(_COLUMN):
+                if self.tp > 1 and name.endswith(self.column):
                     split = flow.sbp.split(0)
-                elif self.tp > 1 and full.endswith(_ROW):
+                elif self.tp > 1 and name.endswith(self.row):
                     split = flow.sbp.split(1)
                 else:
                     continue

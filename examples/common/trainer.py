@@ -1,0 +1,242 @@
+"""The training loop the examples share: flags for the layout, precision, optimizer and
+schedule, the nn.Graph step, progress lines, the JSON log, and checkpoints with resume.
+
+An example adds its model flags to ``parser()``, builds its model (after ``check``), and calls
+``run``.
+"""
+
+import argparse
+import json
+import math
+import os
+import resource
+import sys
+import time
+
+import numpy as np
+
+import oneflowlike as flow
+from common.data import ByteData
+
+DEFAULT_DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "data",
+                            "kjv-genesis-deuteronomy.txt")
+
+# What must match between a checkpoint's run and the run that resumes it, besides the model.
+_SCHEDULE_FLAGS = ("lr", "min_lr", "warmup_steps", "steps", "weight_decay", "grad_clip",
+                   "batch_size", "seed")
+
+
+def parser(description):
+    """The flags every example takes; the example adds its model's."""
+    p = argparse.ArgumentParser(description=description)
+    p.add_argument("--dp", type=int, default=1, help="data-parallel ranks")
+    p.add_argument("--tp", type=int, default=1, help="tensor-parallel ranks (Megatron)")
+    p.add_argument("--pp", type=int, default=1, help="pipeline stages")
+    p.add_argument("--micro-batches", type=int, default=1, help="micro-batches per step")
+    p.add_argument("--device", choices=["cpu", "cuda"], default="cpu",
+                   help="where every stage computes (cuda: each rank's GPU LOCAL_RANK)")
+    p.add_argument("--zero", action="store_true",
+                   help="ZeRO: shard parameters and optimizer state over the ranks that would "
+                        "replicate them (the data-parallel ones, and the tensor-parallel ones for "
+                        "parameters TP does not split)")
+    p.add_argument("--dtype", choices=["float32", "bfloat16", "float16"], default="float32",
+                   help="bfloat16 / float16: mixed precision (matmuls in that dtype, float32 "
+                   "master weights); float16 with dynamic loss scaling")
+    p.add_argument("--reduce-dtype", choices=["float32", "bfloat16"], default="float32",
+                   help="what data-parallel gradients are reduced in (with --dtype bfloat16)")
+    p.add_argument("--batch-size", type=int, default=16, help="global batch (sequences)")
+    p.add_argument("--lr", type=float, default=3e-3)
+    p.add_argument("--min-lr", type=float, default=3e-4)
+    p.add_argument("--warmup-steps", type=int, default=10)
+    p.add_argument("--weight-decay", type=float, default=0.1)
+    p.add_argument("--grad-clip", type=float, default=1.0, help="max global norm (0: off)")
+    p.add_argument("--steps", type=int, default=100, help="the last step (the schedule's length)")
+    p.add_argument("--stop-after", type=int, default=0,
+                   help="end after this step, the schedule still spanning --steps (with --save: "
+                        "a checkpoint to --resume from)")
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--data", default=DEFAULT_DATA, help="a text file (bytes are tokens)")
+    p.add_argument("--synthetic", action="store_true", help="random bytes instead of --data")
+    p.add_argument("--log-json", help="rank 0 writes one JSON object per step here")
+    p.add_argument("--save", help="checkpoint directory written at the end")
+    p.add_argument("--resume", help="checkpoint directory to start from")
+    p.add_argument("--quiet", action="store_true", help="only the summary")
+    return p
+
+
+class TrainGraph(flow.nn.Graph):
+    def __init__(self, model, optimizer, scheduler, micro_batches, zero, dtype="float32",
+                 reduce_dtype="float32"):
+        super().__init__()
+        self.model = model
+        self.add_optimizer(optimizer, lr_sch=scheduler)
+        self.config.set_gradient_accumulation_steps(micro_batches)
+        if zero:
+            self.config.enable_zero(stage=1)
+        if dtype == "bfloat16":
+            self.config.enable_amp(True, dtype=flow.bfloat16,
+                                   reduce_dtype=getattr(flow, reduce_dtype))
+        elif dtype == "float16":
+            self.config.enable_amp(True, dtype=flow.float16)
+            self.set_grad_scaler(flow.amp.GradScaler())
+        if reduce_dtype != "float32" and dtype != "bfloat16":
+            raise SystemExit("[train] --reduce-dtype bfloat16 goes with --dtype bfloat16.")
+
+    def build(self, tokens, targets):
+        loss = self.model(tokens, targets)
+        loss.backward()
+        return loss
+
+
+def lr_lambda(args):
+    def factor(step):  # step 0 is the first update
+        if step < args.warmup_steps:
+            return (step + 1) / args.warmup_steps
+        # Reaches --min-lr at the last step (step index args.steps - 1).
+        progress = (step - args.warmup_steps) / max(1, args.steps - 1 - args.warmup_steps)
+        cosine = 0.5 * (1 + math.cos(math.pi * min(1.0, progress)))
+        return (args.min_lr + (args.lr - args.min_lr) * cosine) / args.lr
+
+    return factor
+
+
+def check_resume(args, saved, rank, model_flags):
+    done = saved["step"]
+    if args.steps <= done:
+        raise SystemExit(f"[train] --resume starts after step {done}: --steps must be larger. "
+                         f"However, got {args.steps}.")
+    before = saved.get("args", {})
+    changed = [f for f in model_flags if f in before and before[f] != getattr(args, f)]
+    if changed:
+        raise SystemExit("[train] --resume needs the model the checkpoint holds. However, "
+                         + ", ".join(f"--{f.replace('_', '-')} was {before[f]} and is now "
+                                     f"{getattr(args, f)}" for f in changed) + ".")
+    changed = [f for f in _SCHEDULE_FLAGS if f in before and before[f] != getattr(args, f)]
+    if changed and rank == 0:
+        print("[train] warning: the learning-rate schedule differs from the checkpoint's run ("
+              + ", ".join(f"--{f.replace('_', '-')} {before[f]} -> {getattr(args, f)}"
+                          for f in changed) + "): the curve will not continue as one run.",
+              file=sys.stderr)
+
+
+def open_log(path, first):
+    """The JSON log, keeping only the steps before ``first`` of an earlier run (a resume)."""
+    kept = []
+    if first > 1 and os.path.exists(path):
+        with open(path) as f:
+            kept = [line for line in f if line.strip() and json.loads(line)["step"] < first]
+    log = open(path, "w")
+    log.writelines(kept)
+    return log
+
+
+def peak_rss_mib():
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def check(args, layout, config):
+    """Refuses flags that cannot run, before anything is built."""
+    world = flow.env.get_world_size()
+    layout.check(config, args.batch_size, args.micro_batches)
+    if args.steps < 1:
+        raise SystemExit(f"[train] --steps must be at least 1. However, got {args.steps}.")
+    if args.zero and args.dp == 1 and args.tp == 1:
+        print("[train] warning: --zero has nothing to shard over with --dp 1 and --tp 1",
+              file=sys.stderr)
+    if layout.world_size != world:
+        raise SystemExit(f"[train] --dp x --tp x --pp = {layout.world_size} ranks. However, the "
+                         f"job has {world} (start it with --nproc_per_node {layout.world_size}).")
+
+
+def make_optimizer(args, model):
+    groups = [{"params": list(model.parameters()), "clip_grad_max_norm": args.grad_clip}] \
+        if args.grad_clip > 0 else model.parameters()
+    optimizer = flow.optim.AdamW(groups, lr=args.lr, betas=(0.9, 0.95),
+                                 weight_decay=args.weight_decay)
+    return optimizer, flow.optim.lr_scheduler.LambdaLR(optimizer, lr_lambda(args))
+
+
+def run(args, model, layout, model_flags, describe):
+    """Trains ``model`` (built on every rank from the same seed) with the flags' layout,
+    precision and schedule; rank 0 prints ``describe`` (a function of the model) and a line per
+    step."""
+    rank, world = flow.env.get_rank(), flow.env.get_world_size()
+    optimizer, scheduler = make_optimizer(args, model)
+    graph = TrainGraph(model, optimizer, scheduler, args.micro_batches, args.zero, args.dtype,
+                       args.reduce_dtype)
+    # On a GPU even one rank is a placement: a local graph computes on the host.
+    distributed = world > 1 or args.device != "cpu"
+    if distributed:
+        layout.apply(model, graph)
+    data = ByteData(args.data, model.config.block_size, args.seed, args.synthetic)
+    first = 1
+    if args.resume:
+        with open(os.path.join(args.resume, "train_state.json")) as f:
+            saved = json.load(f)
+        check_resume(args, saved, rank, model_flags)
+        # The step count and the schedule's position come back with the state.
+        graph.load_state_dict(flow.load(args.resume, like=graph.state_dict()))
+        first = graph.step_count + 1
+    rank0 = flow.placement("cpu", ranks=[0]) if distributed else None
+    log = open_log(args.log_json, first) if args.log_json and rank == 0 else None
+    if rank == 0 and not args.quiet:
+        print(f"{describe(model)}, batch {args.batch_size} on {world} ranks (dp {args.dp} x tp "
+              f"{args.tp} x pp {args.pp}, {args.micro_batches} micro-batches"
+              f"{', ZeRO' if args.zero else ''}, {args.dtype})", flush=True)
+    block_size = model.config.block_size
+    losses, times = [], []
+    start_all = time.perf_counter()
+    last = min(args.steps, args.stop_after) if args.stop_after > 0 else args.steps
+    if last < first:
+        raise SystemExit(f"[train] nothing to run: steps {first}..{last}.")
+    for step in range(first, last + 1):
+        tokens, targets = data.batch(step, args.batch_size)
+        lr = optimizer.param_groups[0]["lr"]
+        # The step's time: feeding the batch and the compiled step (what PyTorch's loop does
+        # between zero_grad and step), not the report of the loss below.
+        t0 = time.perf_counter()
+        if distributed:
+            loss = graph(data.to_global(tokens, layout.placement(0), layout.data_sbp()),
+                         data.to_global(targets, layout.placement(args.pp - 1),
+                                        layout.data_sbp()))
+        else:
+            loss = graph(flow.tensor(tokens), flow.tensor(targets))
+        ms = (time.perf_counter() - t0) * 1e3
+        if distributed:
+            loss = loss.to_global(placement=rank0, sbp=flow.sbp.broadcast)  # to rank 0
+            value = float(np.mean(loss.to_local().numpy())) if rank == 0 else None
+        else:
+            value = float(np.mean(loss.numpy()))
+        times.append(ms)
+        if rank != 0:
+            continue
+        losses.append(value)
+        tokens_per_s = args.batch_size * block_size / (ms / 1e3)
+        if not args.quiet:
+            scale = graph.loss_scale  # float16: the dynamic loss scale, where this rank has it
+            print(f"step {step:4d} | loss {value:.4f} | lr {lr:.2e} | "
+                  f"{f'scale {scale:.0f} | ' if scale is not None else ''}{ms:7.1f} ms | "
+                  f"{tokens_per_s:8.0f} tokens/s | rss {peak_rss_mib():.0f} MiB", flush=True)
+        if log:
+            log.write(json.dumps({"step": step, "loss": value, "lr": lr, "ms": round(ms, 3),
+                                  "tokens_per_s": round(tokens_per_s, 1)}) + "\n")
+            log.flush()
+    total = time.perf_counter() - start_all
+    if args.save:
+        flow.save(graph.state_dict(), args.save)
+        if rank == 0:
+            with open(os.path.join(args.save, "train_state.json"), "w") as f:
+                json.dump({"step": last, "args": vars(args)}, f, indent=1)
+    if log:
+        log.close()
+    steady = times[1:] or times
+    print(f"rank {rank}: peak rss {peak_rss_mib():.0f} MiB, planned peak "
+          f"{graph.peak_bytes() / 2**20:.2f} MiB, first step {graph.timings['first_step_seconds']:.3f} s "
+          f"(trace {graph.timings['trace_seconds']:.3f} s, compile "
+          f"{graph.timings.get('compile_seconds', 0):.3f} s)", flush=True)
+    if rank == 0 and losses:
+        print(f"done: {len(losses)} steps in {total:.1f} s, loss {losses[0]:.4f} -> "
+              f"{losses[-1]:.4f}, first step {times[0]:.0f} ms (compiles), then "
+              f"{np.median(steady):.1f} ms/step median, "
+              f"{args.batch_size * block_size / (np.median(steady) / 1e3):.0f} tokens/s",
+              flush=True)

@@ -1,0 +1,160 @@
+"""A LLaMA-style decoder written once with flow.nn: RMSNorm, rotary position embedding,
+grouped-query attention through the fused SDPA, a SwiGLU MLP, no biases. How it is laid out
+over ranks is decided elsewhere (train.py's Megatron splits, common/layout.py), only with
+placements and SBP."""
+
+import math
+from dataclasses import dataclass
+
+import oneflowlike.nn as nn
+import oneflowlike.nn.functional as F
+
+
+@dataclass
+class LlamaConfig:
+    vocab_size: int = 256  # bytes
+    block_size: int = 64
+    n_layer: int = 4
+    n_head: int = 4
+    n_kv_head: int = 2  # grouped-query attention: n_head / n_kv_head query heads per key head
+    n_embd: int = 64
+    multiple_of: int = 32  # the SwiGLU hidden size is rounded up to a multiple of this
+    norm_eps: float = 1e-5
+    rope_base: float = 10000.0
+    tied_head: bool = False  # the output head reuses the token embedding
+
+    @property
+    def head_dim(self):
+        return self.n_embd // self.n_head
+
+    @property
+    def ffn_hidden(self):
+        """LLaMA's: 2/3 of 4 n_embd, rounded up to a multiple of multiple_of."""
+        hidden = int(2 * 4 * self.n_embd / 3)
+        return self.multiple_of * ((hidden + self.multiple_of - 1) // self.multiple_of)
+
+    def check(self):
+        if self.n_embd % self.n_head:
+            raise ValueError(f"--n-embd {self.n_embd} must be a multiple of --n-head "
+                             f"{self.n_head}.")
+        if self.n_head % self.n_kv_head:
+            raise ValueError(f"--n-head {self.n_head} must be a multiple of --n-kv-head "
+                             f"{self.n_kv_head}.")
+        if self.head_dim % 2:
+            raise ValueError(f"the head size (--n-embd / --n-head = {self.head_dim}) must be even "
+                             f"for rotary embeddings.")
+
+
+class Attention(nn.Module):
+    """Causal self-attention with rotary positions on q and k and n_kv_head key/value heads.
+    wq, wk and wv are separate projections, so tensor parallelism splits each by heads."""
+
+    def __init__(self, c):
+        super().__init__()
+        self.n_head, self.n_kv_head, self.head_dim = c.n_head, c.n_kv_head, c.head_dim
+        self.wq = nn.Linear(c.n_embd, c.n_head * c.head_dim, bias=False)
+        self.wk = nn.Linear(c.n_embd, c.n_kv_head * c.head_dim, bias=False)
+        self.wv = nn.Linear(c.n_embd, c.n_kv_head * c.head_dim, bias=False)
+        self.wo = nn.Linear(c.n_head * c.head_dim, c.n_embd, bias=False)
+        self.rope = nn.RotaryEmbedding(c.head_dim, c.block_size, base=c.rope_base)
+
+    def forward(self, x):
+        B, T, _ = x.shape
+        D = self.head_dim
+        q = self.wq(x).reshape(B, T, self.n_head, D).transpose(1, 2)  # (B, H, T, D)
+        k = self.wk(x).reshape(B, T, self.n_kv_head, D).transpose(1, 2)  # (B, Hk, T, D)
+        v = self.wv(x).reshape(B, T, self.n_kv_head, D).transpose(1, 2)
+        q, k = self.rope(q), self.rope(k)
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=1.0 / math.sqrt(D),
+                                           enable_gqa=self.n_kv_head != self.n_head)
+        return self.wo(y.transpose(1, 2).reshape(B, T, self.n_head * D))
+
+
+class FeedForward(nn.Module):
+    """SwiGLU: w2(silu(w1 x) * w3 x)."""
+
+    def __init__(self, c):
+        super().__init__()
+        self.w1 = nn.Linear(c.n_embd, c.ffn_hidden, bias=False)
+        self.w3 = nn.Linear(c.n_embd, c.ffn_hidden, bias=False)
+        self.w2 = nn.Linear(c.ffn_hidden, c.n_embd, bias=False)
+
+    def forward(self, x):
+        return self.w2(F.silu(self.w1(x)) * self.w3(x))
+
+
+class Block(nn.Module):
+    """Pre-norm block: x + attn(norm(x)), then x + mlp(norm(x))."""
+
+    def __init__(self, c):
+        super().__init__()
+        self.attn_norm = nn.RMSNorm(c.n_embd, eps=c.norm_eps)
+        self.attn = Attention(c)
+        self.mlp_norm = nn.RMSNorm(c.n_embd, eps=c.norm_eps)
+        self.mlp = FeedForward(c)
+
+    def forward(self, x):
+        x = x + self.attn(self.attn_norm(x))
+        return x + self.mlp(self.mlp_norm(x))
+
+
+class Embeddings(nn.Module):
+    def __init__(self, c):
+        super().__init__()
+        self.tok = nn.Embedding(c.vocab_size, c.n_embd)
+
+    def forward(self, idx):
+        return self.tok(idx)
+
+
+class Head(nn.Module):
+    """Final RMSNorm, the output projection and the loss."""
+
+    def __init__(self, c):
+        super().__init__()
+        self.vocab_size = c.vocab_size
+        self.norm = nn.RMSNorm(c.n_embd, eps=c.norm_eps)
+        self.output = nn.Linear(c.n_embd, c.vocab_size, bias=False)
+        self.loss = nn.CrossEntropyLoss()
+        object.__setattr__(self, "tied_to", None)
+
+    def forward(self, x, targets):
+        x = self.norm(x)
+        if self.tied_to is not None:
+            logits = F.linear(x, self.tied_to.weight)
+        else:
+            logits = self.output(x)
+        return self.loss(logits.reshape(-1, self.vocab_size), targets.reshape(-1))
+
+
+class Llama(nn.Module):
+    def __init__(self, c):
+        super().__init__()
+        c.check()
+        self.config = c
+        self.embed = Embeddings(c)
+        self.blocks = nn.ModuleList([Block(c) for _ in range(c.n_layer)])
+        self.head = Head(c)
+        if c.tied_head:
+            object.__setattr__(self.head, "tied_to", self.embed.tok)
+            del self.head.output
+        self._init_weights()
+
+    def _init_weights(self):
+        # normal(0, 0.02) for every matrix, the residual projections scaled by depth (as the
+        # GPT example and torchtitan); norms start at one.
+        for name, p in self.named_parameters():
+            if p.ndim == 2:
+                std = 0.02
+                if name.endswith(("attn.wo.weight", "mlp.w2.weight")):
+                    std = 0.02 / (2 * self.config.n_layer) ** 0.5
+                nn.init.normal_(p, 0.0, std)
+
+    def forward(self, idx, targets):
+        x = self.embed(idx)
+        for block in self.blocks:
+            x = block(x)
+        return self.head(x, targets)
+
+    def num_parameters(self):
+        return sum(int(p.numel()) for p in self.parameters())

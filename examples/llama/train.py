@@ -1,0 +1,72 @@
+"""Train a byte-level LLaMA-style decoder (RMSNorm, RoPE, grouped-query attention, SwiGLU) on
+the King James text (or synthetic bytes) with data, tensor and pipeline parallelism chosen by
+flags.
+
+One device:
+    .venv/bin/python examples/llama/train.py --steps 50
+Four ranks, data x tensor parallel:
+    .venv/bin/python -m oneflowlike.distributed.launch --nproc_per_node 4 examples/llama/train.py \\
+        --dp 2 --tp 2
+
+The model (model.py) is written once; common/layout.py lays it out with placements and SBP, and
+common/trainer.py runs the loop shared with examples/gpt.
+"""
+
+import os
+import sys
+
+_HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path[:0] = [_HERE, os.path.dirname(_HERE)]
+
+import oneflowlike as flow  # noqa: E402
+from common import trainer  # noqa: E402
+from common.data import ByteData  # noqa: E402,F401 (tests reach it as train.ByteData)
+from common.layout import Layout  # noqa: E402
+from common.trainer import lr_lambda  # noqa: E402,F401
+from model import Llama, LlamaConfig  # noqa: E402
+
+# Megatron's splits along the tensor-parallel dimension: q, k, v and SwiGLU's two input
+# projections column-parallel (whole heads, whole hidden units per rank), the attention output
+# and the MLP's w2 row-parallel.
+COLUMN = ("attn.wq.weight", "attn.wk.weight", "attn.wv.weight", "mlp.w1.weight", "mlp.w3.weight")
+ROW = ("attn.wo.weight", "mlp.w2.weight")
+
+# What must match between a checkpoint's run and the run that resumes it.
+MODEL_FLAGS = ("n_layer", "n_embd", "n_head", "n_kv_head", "block_size", "tied_head")
+
+
+def parse(argv=None):
+    p = trainer.parser(__doc__.split("\n\n")[0])
+    p.add_argument("--n-layer", type=int, default=4)
+    p.add_argument("--n-embd", type=int, default=64)
+    p.add_argument("--n-head", type=int, default=4)
+    p.add_argument("--n-kv-head", type=int, default=2, help="key/value heads (GQA)")
+    p.add_argument("--block-size", type=int, default=64)
+    p.add_argument("--tied-head", action="store_true", help="output head = token embedding")
+    return p.parse_args(argv)
+
+
+def config_of(args):
+    return LlamaConfig(block_size=args.block_size, n_layer=args.n_layer, n_head=args.n_head,
+                       n_kv_head=args.n_kv_head, n_embd=args.n_embd, tied_head=args.tied_head)
+
+
+def main(argv=None):
+    args = parse(argv)
+    config = config_of(args)
+    try:
+        config.check()
+    except ValueError as e:
+        raise SystemExit(f"[train] {e}")
+    layout = Layout(args.dp, args.tp, args.pp, args.device, column=COLUMN, row=ROW)
+    trainer.check(args, layout, config)
+    flow.manual_seed(args.seed)
+    model = Llama(config)
+    trainer.run(args, model, layout, MODEL_FLAGS,
+                lambda m: f"llama: {m.num_parameters()} parameters, {args.n_layer} layers, "
+                          f"{args.n_embd} channels, {args.n_head} heads ({args.n_kv_head} "
+                          f"key/value), block {args.block_size}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,110 @@
+"""examples/llama/train.py: a LLaMA-style decoder (RMSNorm, RoPE, grouped-query attention,
+SwiGLU) gives one loss curve on one rank and under DP2, TP2 (query and key/value heads split),
+PP2, DP2 + ZeRO and DP2 x TP2, in float32 and bfloat16; a run resumed on another layout continues
+it; and its PyTorch twin from the same initial weights gives the same curve."""
+
+import pathlib
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import example_runs
+from tolerances import LOSS_RTOL
+
+_ROOT = pathlib.Path(__file__).resolve().parents[2]
+_TRAIN = _ROOT / "examples" / "llama" / "train.py"
+# 4 query heads over 2 key/value heads; --warmup-steps 2 runs into the cosine decay.
+_SMALL = ["--n-layer", "2", "--n-embd", "32", "--n-head", "4", "--n-kv-head", "2",
+          "--block-size", "16", "--batch-size", "8", "--warmup-steps", "2", "--quiet"]
+_losses = example_runs.losses
+
+
+def _train(tmp_path, nproc, *flags, tag="run"):
+    return example_runs.train(_TRAIN, _SMALL, tmp_path, nproc, *flags, tag=tag)
+
+
+@pytest.fixture(scope="module")
+def single(tmp_path_factory):
+    return _train(tmp_path_factory.mktemp("single"), 1)
+
+
+@pytest.fixture(scope="module")
+def single_bf16(tmp_path_factory):
+    return _train(tmp_path_factory.mktemp("single_bf16"), 1, "--dtype", "bfloat16")
+
+
+@pytest.mark.parametrize("nproc,flags", [
+    (2, ["--dp", "2"]),
+    (2, ["--tp", "2"]),
+    (2, ["--pp", "2", "--micro-batches", "4"]),
+    (2, ["--dp", "2", "--zero"]),
+    (4, ["--dp", "2", "--tp", "2"]),
+], ids=["dp2", "tp2", "pp2_m4", "dp2_zero", "dp2_tp2"])
+def test_layouts_reproduce_the_single_device_loss_curve(tmp_path, single, nproc, flags):
+    records = _train(tmp_path, nproc, *flags)
+    assert [r["step"] for r in records] == list(range(1, 11))
+    np.testing.assert_allclose(_losses(records), _losses(single), rtol=LOSS_RTOL["float32"])
+    assert _losses(single)[-1] < _losses(single)[0]
+
+
+def test_bfloat16_follows_float32_and_tp2_reproduces_one_rank(tmp_path, single, single_bf16):
+    np.testing.assert_allclose(_losses(single_bf16), _losses(single), rtol=LOSS_RTOL["bfloat16"])
+    assert _losses(single_bf16) != _losses(single), "the bf16 run computed nothing in bf16"
+    records = _train(tmp_path, 2, "--tp", "2", "--dtype", "bfloat16")
+    np.testing.assert_allclose(_losses(records), _losses(single_bf16),
+                               rtol=LOSS_RTOL["bfloat16"])
+
+
+def test_resume_on_another_layout_continues_the_curve(tmp_path, single):
+    ckpt = tmp_path / "ckpt"
+    first = _train(tmp_path, 4, "--dp", "2", "--tp", "2", "--save", str(ckpt), "--stop-after",
+                   "5", tag="first")
+    rest = _train(tmp_path, 2, "--pp", "2", "--resume", str(ckpt), tag="rest")
+    assert [r["step"] for r in rest] == list(range(6, 11))
+    np.testing.assert_allclose(_losses(first) + _losses(rest), _losses(single),
+                               rtol=LOSS_RTOL["float32"])
+
+
+def test_bad_flags_are_reported():
+    for flags, message in [(["--tp", "4"], "--tp 4 must divide --n-kv-head 2"),
+                           (["--n-kv-head", "3"], "--n-head 4 must be a multiple of --n-kv-head 3")]:
+        result = subprocess.run([sys.executable, str(_TRAIN), *_SMALL, *flags],
+                                env=example_runs.clean_env(), capture_output=True, text=True,
+                                timeout=120)
+        assert result.returncode != 0
+        assert message in result.stderr, result.stderr[-2000:]
+
+
+def test_pytorch_twin_gives_the_same_loss_curve(single):
+    torch = pytest.importorskip("torch", reason="torch is not installed (pip install torch)")
+    sys.path.insert(0, str(_TRAIN.parent))
+    import oneflowlike as flow
+    import train
+    from model import Llama
+    from torch_model import torch_llama
+
+    args = train.parse([*_SMALL, "--steps", "10"])
+    config = train.config_of(args)
+    flow.manual_seed(args.seed)  # train.py's initial weights
+    ours = Llama(config)
+    torch.set_num_threads(1)
+    model = torch_llama(config)
+    model.load_state_dict({k: torch.from_numpy(v.numpy().copy())
+                           for k, v in ours.state_dict().items()})
+    opt = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.95),
+                            weight_decay=args.weight_decay)
+    schedule = torch.optim.lr_scheduler.LambdaLR(opt, train.lr_lambda(args))
+    data = train.ByteData(args.data, args.block_size, args.seed)
+    losses = []
+    for step in range(1, 11):
+        tokens, targets = data.batch(step, args.batch_size)
+        opt.zero_grad()
+        loss = model(torch.from_numpy(tokens), torch.from_numpy(targets))
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), args.grad_clip)
+        opt.step()
+        schedule.step()
+        losses.append(loss.item())
+    np.testing.assert_allclose(_losses(single), losses, rtol=LOSS_RTOL["float32"])
