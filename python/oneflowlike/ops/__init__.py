@@ -24,6 +24,7 @@ _FAMILIES = [
     "einsum",
     "one_hot",
     "mse_loss",
+    "index_ops",
 ]
 
 __all__ = []
