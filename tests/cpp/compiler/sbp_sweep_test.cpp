@@ -40,6 +40,7 @@
 #include "oneflowlike/ops/scalar.h"
 #include "oneflowlike/ops/shape_ops.h"
 #include "oneflowlike/ops/softmax.h"
+#include "oneflowlike/ops/sort.h"
 #include "oneflowlike/ops/unary.h"
 #include "oneflowlike/ops/where.h"
 #include "oneflowlike/proto_convert.h"
@@ -184,6 +185,10 @@ std::vector<OpCase> sweep_cases() {
        "index_select_grad",
        IndexGradParams{1, Shape{4, 7, 6}},
        {floats(Shape{4, 5, 6}), integers(Shape{5}, 7)}},
+      {"max_dim", "max_dim", DimReduceParams{1, false}, {floats(t)}},
+      {"min_dim_keepdim", "min_dim", DimReduceParams{-1, true}, {floats(t)}},
+      {"topk", "topk", TopkParams{3, 1, true, true}, {floats(t)}},
+      {"sort_descending", "sort", SortParams{-1, true, false}, {floats(t)}},
       {"fill", "fill", FillParams{m, DataType::kFloat32, 2.5}, {}},
       {"arange", "arange", ArangeParams{1.0, 6.5, 0.5, DataType::kFloat32}, {}},
       {"cast_to_float64", "cast", CastParams{DataType::kFloat64}, {floats(m)}},
