@@ -25,6 +25,7 @@ _FAMILIES = [
     "one_hot",
     "mse_loss",
     "index_ops",
+    "sorting",
 ]
 
 __all__ = []
