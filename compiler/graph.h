@@ -105,6 +105,11 @@ struct OptimizerConfig {
   double beta2 = 0.999;
   double epsilon = 1e-8;
   double clip_grad_max_norm = 0;  // 0: no clipping
+  /// Parameter groups (torch's param_groups), Note [Parameter groups] in passes/optimizer.cpp:
+  /// group g's weight decay, and the group of each trainable variable by name (absent: 0).
+  /// Empty: one group with `weight_decay`.
+  std::vector<double> group_weight_decay;
+  std::map<std::string, int> group_of;
 };
 
 /// Note [Dynamic loss scaling in a graph] in passes/autograd.cpp; on when init_scale > 0.

@@ -6,6 +6,13 @@
 // (placement, dtype) of the trainable variables, named "lr", "lr@1", ... in the order of the
 // variables, because the update op reads them on its own placement and in its param's dtype.
 //
+// Note [Parameter groups]: with several groups (nanoGPT: no weight decay on norms and
+// embeddings), each variable's update takes its group's weight decay (compiled in) and its
+// group's lr input: group g > 0 has inputs "lr_g<g>@k", which the front end feeds from
+// param_groups[g]["lr"], so a scheduler acting on each group changes values, not the plan. The
+// other hyper-parameters and clipping (over all gradients, as clip_grad_norm_ over all
+// parameters) are one for all groups.
+//
 // Everything here works on LOGICAL tensors, so a gradient split across ranks (or living on
 // another stage) needs no special case: SBP inference and boxing turn, e.g., the reduce_sum of a
 // split gradient into a partial sum and all-reduce it before the square root.
@@ -321,17 +328,20 @@ class HyperParameterInputs {
  public:
   HyperParameterInputs(Graph& graph, bool with_step) : graph_(graph), with_step_(with_step) {}
 
-  // {lr, step} tensors for `var_op` (step is -1 without Adam).
-  std::pair<int, int> for_variable(int var_op) {
+  // {lr, step} tensors for `var_op` of parameter group `group` (step is -1 without Adam).
+  std::pair<int, int> for_variable(int var_op, int group) {
     const LogicalOp& var = graph_.op(var_op);
     const DataType dtype = graph_.tensor(var.outputs.at(0)).meta.dtype;
     for (const Entry& e : entries_) {
-      if (e.placement == var.placement && e.dtype == dtype) return {e.lr, e.step};
+      if (e.group == group && e.placement == var.placement && e.dtype == dtype) {
+        return {e.lr, e.step};
+      }
     }
     const Placement placement = var.placement;
     const int stage = var.stage;
     const std::string suffix = entries_.empty() ? "" : str_cat("@", entries_.size());
-    Entry e{placement, dtype, make_input("lr" + suffix, placement, stage, dtype), -1};
+    const std::string lr_name = group == 0 ? "lr" : str_cat("lr_g", group);
+    Entry e{group, placement, dtype, make_input(lr_name + suffix, placement, stage, dtype), -1};
     if (with_step_) e.step = make_input("step" + suffix, placement, stage, dtype);
     entries_.push_back(e);
     return {e.lr, e.step};
@@ -339,6 +349,7 @@ class HyperParameterInputs {
 
  private:
   struct Entry {
+    int group;
     Placement placement;
     DataType dtype;
     int lr;
@@ -360,6 +371,17 @@ class HyperParameterInputs {
   bool with_step_;
   std::vector<Entry> entries_;
 };
+
+// The parameter group of variable `name` (Note [Parameter groups]).
+int group_of(const OptimizerConfig& config, const std::string& name) {
+  const auto it = config.group_of.find(name);
+  const int group = it == config.group_of.end() ? 0 : it->second;
+  OFL_CHECK(group == 0 || (group > 0 && group < static_cast<int>(config.group_weight_decay.size())),
+            "[optimizer] variable '", name, "' is in parameter group ", group,
+            ". However, there are ", std::max<size_t>(1, config.group_weight_decay.size()),
+            " groups.");
+  return group;
+}
 
 class OptimizerPass final : public Pass {
  public:
@@ -393,7 +415,11 @@ class OptimizerPass final : public Pass {
     // Under dynamic loss scaling Adam counts the steps applied in the graph (applied_steps).
     HyperParameterInputs hyper(graph, /*with_step=*/adam && found < 0);
     for (const Update& u : updates) {
-      auto [lr, step] = hyper.for_variable(u.var_op);
+      const int group = group_of(config, graph.op(u.var_op).name);
+      const double weight_decay = config.group_weight_decay.empty()
+                                      ? config.weight_decay
+                                      : config.group_weight_decay[group];
+      auto [lr, step] = hyper.for_variable(u.var_op, group);
       if (adam && found >= 0) {
         const Site site = Site::of(graph.op(u.var_op));
         const std::string base = graph.op(u.var_op).name + ".step";
@@ -409,7 +435,7 @@ class OptimizerPass final : public Pass {
         const int exp_avg = append_state(graph, u.var_op, ".exp_avg");
         const int exp_avg_sq = append_state(graph, u.var_op, ".exp_avg_sq");
         const AdamParams params{
-            config.beta1, config.beta2, config.epsilon, config.weight_decay,
+            config.beta1, config.beta2, config.epsilon, weight_decay,
             /*decoupled_weight_decay=*/config.kind == OptimizerConfig::Kind::kAdamW};
         std::vector<int> inputs{param, u.grad, exp_avg, exp_avg_sq, lr, step};
         if (found >= 0) inputs.push_back(skip_input(graph, site, var_name, found, param));
@@ -418,8 +444,7 @@ class OptimizerPass final : public Pass {
       } else {
         // See Note [Compiled SGD first step] for dampening != 0.
         const int momentum = append_state(graph, u.var_op, ".momentum");
-        const SgdParams params{config.momentum, config.dampening, config.weight_decay,
-                               config.nesterov};
+        const SgdParams params{config.momentum, config.dampening, weight_decay, config.nesterov};
         std::vector<int> inputs{param, u.grad, momentum, lr};
         if (found >= 0) inputs.push_back(skip_input(graph, site, var_name, found, param));
         append_op(graph, site, var_name + ".sgd_update",

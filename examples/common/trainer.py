@@ -148,9 +148,23 @@ def check(args, layout, config):
                          f"job has {world} (start it with --nproc_per_node {layout.world_size}).")
 
 
+def no_decay_names(model):
+    """The parameters that take no weight decay, by name: vectors (norms, biases) and embedding
+    tables, as nanoGPT-style recipes leave them. The PyTorch twins group by the same names."""
+    tables = {id(m.weight) for m in model.modules() if isinstance(m, flow.nn.Embedding)}
+    return {name for name, p in model.named_parameters() if p.ndim < 2 or id(p) in tables}
+
+
 def make_optimizer(args, model):
-    groups = [{"params": list(model.parameters()), "clip_grad_max_norm": args.grad_clip}] \
-        if args.grad_clip > 0 else model.parameters()
+    """AdamW over two parameter groups (with and without weight decay), each clipped with the
+    others by one global norm, and the warmup-cosine schedule acting on both."""
+    skip = no_decay_names(model)
+    named = list(model.named_parameters())
+    groups = [{"params": [p for n, p in named if n not in skip]},
+              {"params": [p for n, p in named if n in skip], "weight_decay": 0.0}]
+    if args.grad_clip > 0:
+        for group in groups:
+            group["clip_grad_max_norm"] = args.grad_clip
     optimizer = flow.optim.AdamW(groups, lr=args.lr, betas=(0.9, 0.95),
                                  weight_decay=args.weight_decay)
     return optimizer, flow.optim.lr_scheduler.LambdaLR(optimizer, lr_lambda(args))

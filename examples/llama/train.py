@@ -8,7 +8,7 @@ Four ranks, data x tensor parallel:
     .venv/bin/python -m oneflowlike.distributed.launch --nproc_per_node 4 examples/llama/train.py \\
         --dp 2 --tp 2
 
-The model (model.py) is written once; common/layout.py lays it out with placements and SBP, and
+The model (llama_model.py) is written once; common/layout.py lays it out with placements and SBP, and
 common/trainer.py runs the loop shared with examples/gpt.
 """
 
@@ -23,7 +23,7 @@ from common import trainer  # noqa: E402
 from common.data import ByteData  # noqa: E402,F401 (tests reach it as train.ByteData)
 from common.layout import Layout  # noqa: E402
 from common.trainer import lr_lambda  # noqa: E402,F401
-from model import Llama, LlamaConfig  # noqa: E402
+from llama_model import Llama, LlamaConfig  # noqa: E402
 
 # Megatron's splits along the tensor-parallel dimension: q, k, v and SwiGLU's two input
 # projections column-parallel (whole heads, whole hidden units per rank), the attention output

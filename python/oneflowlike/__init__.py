@@ -27,6 +27,7 @@ from oneflowlike.autograd import (enable_grad, inference_mode, is_grad_enabled, 
 from oneflowlike import autograd  # noqa: E402,F401
 from oneflowlike import nn  # noqa: E402,F401
 from oneflowlike import optim  # noqa: E402,F401
+from oneflowlike import return_types  # noqa: E402,F401
 
 _ops.attach_tensor_methods(Tensor)
 

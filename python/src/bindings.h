@@ -31,6 +31,8 @@ void init_optimizer(py::module_& m);
 void init_shape_ops(py::module_& m);
 void init_fused(py::module_& m);
 void init_attention(py::module_& m);
+void init_index_ops(py::module_& m);
+void init_sort(py::module_& m);
 void init_autocast(py::module_& m);
 void init_graph(py::module_& m);
 void init_cuda(py::module_& m);

@@ -308,6 +308,13 @@ void init_graph(py::module_& m) {
            [](PyTracer& t, const std::string& kind, const py::dict& hyper) {
              t.tracer->builder().train().optimizer = optimizer_config(kind, hyper);
            })
+      .def("set_param_groups",
+           [](PyTracer& t, const std::vector<double>& weight_decays,
+              const std::map<std::string, int>& group_of) {
+             auto& optimizer = t.tracer->builder().train().optimizer;
+             optimizer.group_weight_decay = weight_decays;
+             optimizer.group_of = group_of;
+           })
       .def("set_gradient_accumulation_steps",
            [](PyTracer& t, int n) {
              OFL_CHECK(n >= 1, "[nn.Graph] gradient accumulation steps must be >= 1. However, got ",

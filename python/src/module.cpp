@@ -26,6 +26,8 @@ PYBIND11_MODULE(_C, m) {
   init_shape_ops(m);
   init_fused(m);
   init_attention(m);
+  init_index_ops(m);
+  init_sort(m);
   init_autocast(m);
   init_graph(m);
   init_cuda(m);

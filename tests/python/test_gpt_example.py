@@ -214,7 +214,13 @@ def _torch_curve(autocast):
     model = torch_gpt(config)
     model.load_state_dict({k: torch.from_numpy(v.numpy().copy())
                            for k, v in ours.state_dict().items()})
-    opt = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.95),
+    # The example's two groups: no weight decay on vectors and embedding tables.
+    skip = train.trainer.no_decay_names(ours)
+    named = list(model.named_parameters())
+    groups = [{"params": [p for n, p in named if n not in skip]},
+              {"params": [p for n, p in named if n in skip], "weight_decay": 0.0}]
+    assert groups[0]["params"] and groups[1]["params"]
+    opt = torch.optim.AdamW(groups, lr=args.lr, betas=(0.9, 0.95),
                             weight_decay=args.weight_decay)
     schedule = torch.optim.lr_scheduler.LambdaLR(opt, train.lr_lambda(args))
     data = train.ByteData(args.data, args.block_size, args.seed)

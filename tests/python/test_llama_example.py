@@ -79,11 +79,16 @@ def test_bad_flags_are_reported():
 
 def test_pytorch_twin_gives_the_same_loss_curve(single):
     torch = pytest.importorskip("torch", reason="torch is not installed (pip install torch)")
-    sys.path.insert(0, str(_TRAIN.parent))
+    import importlib.util
+
     import oneflowlike as flow
-    import train
-    from model import Llama
-    from torch_model import torch_llama
+
+    # By path, under a name of its own: the GPT example's train.py is "train" in this process.
+    spec = importlib.util.spec_from_file_location("llama_train", _TRAIN)
+    train = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(train)
+    from llama_model import Llama
+    from llama_torch import torch_llama
 
     args = train.parse([*_SMALL, "--steps", "10"])
     config = train.config_of(args)
@@ -93,7 +98,13 @@ def test_pytorch_twin_gives_the_same_loss_curve(single):
     model = torch_llama(config)
     model.load_state_dict({k: torch.from_numpy(v.numpy().copy())
                            for k, v in ours.state_dict().items()})
-    opt = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.95),
+    # The example's two groups: no weight decay on vectors and embedding tables.
+    skip = train.trainer.no_decay_names(ours)
+    named = list(model.named_parameters())
+    groups = [{"params": [p for n, p in named if n not in skip]},
+              {"params": [p for n, p in named if n in skip], "weight_decay": 0.0}]
+    assert groups[0]["params"] and groups[1]["params"]
+    opt = torch.optim.AdamW(groups, lr=args.lr, betas=(0.9, 0.95),
                             weight_decay=args.weight_decay)
     schedule = torch.optim.lr_scheduler.LambdaLR(opt, train.lr_lambda(args))
     data = train.ByteData(args.data, args.block_size, args.seed)

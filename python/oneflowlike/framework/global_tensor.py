@@ -543,7 +543,11 @@ def apply(fn, args, kwargs, *, name):
         meta = [(placement, tuple(o.shape), o.dtype) for o in outs]
         compiled = _cache[key] = _Compiled(tracer, fetches, meta)
         compiled.single = single
+        # A named tuple (flow.max(x, dim), topk, sort) comes back as the same named tuple.
+        compiled.named = type(out) if hasattr(type(out), "_fields") else None
     rank = env.get_rank()
     pieces = {f"in{i}": {rank: t._local} for i, t in enumerate(leaves) if t._local is not None}
     results = compiled.run(pieces)
-    return results[0] if compiled.single else tuple(results)
+    if compiled.single:
+        return results[0]
+    return compiled.named._make(results) if compiled.named else tuple(results)

@@ -136,18 +136,23 @@ def _default_input_sbp(placement):
 
 
 def _optimizer_setup(optimizer):
+    """(kind, hyper): the compiled optimizer. Groups may differ in lr (fed each step) and
+    weight_decay (compiled per group: hyper["group_weight_decay"], Note [Parameter groups] in
+    compiler/passes/optimizer.cpp); the rest is one for all groups."""
     from oneflowlike import optim
 
     groups = optimizer.param_groups
     first = groups[0]
-    for g in groups[1:]:
-        for key in ("lr", "weight_decay", "momentum", "betas", "eps"):
-            if key in first and g.get(key) != first.get(key):
+    for g, group in enumerate(groups[1:], start=1):
+        for key in ("momentum", "dampening", "nesterov", "betas", "eps", "clip_grad_max_norm"):
+            if group.get(key) != first.get(key):
                 raise NotImplementedError(
-                    f"[nn.Graph] parameter groups with different '{key}' are not supported in a "
-                    "graph yet: use one group."
-                )
+                    f"[nn.Graph] param_groups[{g}] has {key}={group.get(key)!r} and "
+                    f"param_groups[0] {key}={first.get(key)!r}: in a graph, parameter groups may "
+                    "differ in lr and weight_decay only (clipping is over all gradients).")
     hyper = {"lr": float(first["lr"]), "weight_decay": float(first.get("weight_decay", 0.0))}
+    if len(groups) > 1:
+        hyper["group_weight_decay"] = tuple(float(g.get("weight_decay", 0.0)) for g in groups)
     if "clip_grad_max_norm" in first:
         hyper["clip_grad_max_norm"] = float(first["clip_grad_max_norm"])
     if isinstance(optimizer, optim.AdamW):
@@ -450,7 +455,10 @@ class Graph:
                     "to say what to minimize."
                 )
             kind, hyper = _optimizer_setup(self._optimizers[0])
-            tracer.set_optimizer(kind, hyper)
+            tracer.set_optimizer(kind, {k: v for k, v in hyper.items()
+                                        if k != "group_weight_decay"})
+            if "group_weight_decay" in hyper:
+                tracer.set_param_groups(list(hyper["group_weight_decay"]), self._group_of())
             self._compiled_optimizer = (kind, {k: v for k, v in hyper.items() if k != "lr"})
         tracer.set_gradient_accumulation_steps(self.config.gradient_accumulation_steps)
         tracer.set_zero_stage(self.config.zero_stage)
@@ -601,9 +609,8 @@ class Graph:
                     continue
                 local = a.to_local() if isinstance(a, _gt.GlobalTensor) else a
                 pieces[name] = {rank: local.detach() if local.requires_grad else local}
-            lr = self._optimizers[0].param_groups[0]["lr"] if self._optimizers else 0.0
             for name, dtype in self._hyper_inputs.items():
-                value = lr if name.split("@")[0] == "lr" else step
+                value = self._hyper_value(name, step)
                 array = np.asarray(value, dtype=np.float64 if dtype == _C.dtype.float64 else np.float32)
                 pieces[name] = {rank: _C.from_numpy(array)}
             fetched = self._runtime.run_local(pieces)
@@ -620,6 +627,33 @@ class Graph:
         for scheduler in self._lr_schedulers:
             scheduler.step()
         return outputs[0] if self._single else tuple(outputs)
+
+    def _group_of(self):
+        """{variable name: its parameter group} for the trained parameters of groups > 0. A
+        group may hold the value a parameter replaced (Note [Replaced parameters])."""
+        from oneflowlike.nn.parameter import replaced_values
+
+        index = {id(p): g for g, group in enumerate(self._optimizers[0].param_groups)
+                 for p in group["params"]}
+        groups = {}
+        for full, *_, value, is_param in self._named_variables():
+            if not is_param:
+                continue
+            for candidate in [value, *replaced_values(value)]:
+                if index.get(id(candidate), 0) > 0:
+                    groups[full] = index[id(candidate)]
+                    break
+        return groups
+
+    def _hyper_value(self, name, step):
+        """What the optimizer input ``name`` gets this step: "lr" / "lr@k" group 0's lr,
+        "lr_g<g>@k" group g's (Note [Parameter groups]), "step" / "step@k" the step."""
+        base = name.split("@")[0]
+        if base == "lr":
+            return self._optimizers[0].param_groups[0]["lr"]
+        if base.startswith("lr_g"):
+            return self._optimizers[0].param_groups[int(base[4:])]["lr"]
+        return step
 
     def _fingerprint(self):
         """What decides the plan's variables and which of them train: the objects the modules

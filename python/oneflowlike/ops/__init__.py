@@ -25,6 +25,8 @@ _FAMILIES = [
     "einsum",
     "one_hot",
     "mse_loss",
+    "index_ops",
+    "sorting",
 ]
 
 __all__ = []

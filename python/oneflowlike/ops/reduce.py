@@ -1,4 +1,5 @@
-"""Reductions: sum, mean, amax/amin, max/min, var/std, all/any (over all axes or some).
+"""Reductions: sum, mean, amax/amin, max/min, var/std, all/any (over all axes or some); max/min
+with a dim give (values, indices) through the max_dim/min_dim ops (oneflowlike/ops/sort.h).
 
 var, std, all, any and the elementwise forms of max/min are composed of the reduction ops and
 elementwise ops, so their shapes, SBP signatures and gradients are those ops'.
@@ -8,6 +9,7 @@ import builtins
 import numbers
 
 from oneflowlike import _C
+from oneflowlike import return_types
 
 __all__ = ["sum", "mean", "amax", "amin", "max", "min", "var", "std", "all", "any"]
 
@@ -42,30 +44,24 @@ def amin(input, dim=None, keepdim=False):  # noqa: A002
     return _C.reduce_min(input, _axes(dim), keepdim)
 
 
-def _values_and_indices(op, dim):
-    return NotImplementedError(
-        f"[{op}] {op}(input, dim) returns (values, indices) in torch, and indices are not "
-        f"available yet; use flow.a{op}(input, dim) for the values (dim={dim!r})")
-
-
 def max(input, dim=None, keepdim=False):  # noqa: A001,A002
-    """The maximum of all elements, or the elementwise maximum of two tensors. With ``dim``,
-    torch also returns indices; that form is not available yet (there is no argmax op): use
-    amax for the values."""
+    """The maximum of all elements; with an int ``dim``, (values, indices) along it as torch
+    (``flow.return_types.max``: the first maximum's index, NaN winning); with a tensor, the
+    elementwise maximum of two tensors."""
     if isinstance(dim, _C.Tensor) or getattr(dim, "is_global", False):
         return _elementwise_extremum(input, dim, _C.gt)
     if dim is not None:
-        raise _values_and_indices("max", dim)
+        return return_types.max(*_C.max_dim(input, dim, keepdim))
     return _C.reduce_max(input, [], False)
 
 
 def min(input, dim=None, keepdim=False):  # noqa: A001,A002
-    """The minimum of all elements, or the elementwise minimum of two tensors (``min(a, b)``).
-    ``min(input, dim)`` returns indices in torch, not available yet: use amin."""
+    """The minimum of all elements; with an int ``dim``, (values, indices) along it as torch;
+    with a tensor, the elementwise minimum of two tensors (``min(a, b)``)."""
     if isinstance(dim, _C.Tensor) or getattr(dim, "is_global", False):
         return _elementwise_extremum(input, dim, _C.lt)
     if dim is not None:
-        raise _values_and_indices("min", dim)
+        return return_types.min(*_C.min_dim(input, dim, keepdim))
     return amin(input)
 
 

@@ -30,6 +30,7 @@
 #include "oneflowlike/ops/creation.h"
 #include "oneflowlike/ops/embedding.h"
 #include "oneflowlike/ops/fused.h"
+#include "oneflowlike/ops/index_ops.h"
 #include "oneflowlike/ops/layer_norm.h"
 #include "oneflowlike/ops/matmul.h"
 #include "oneflowlike/ops/optimizer.h"
@@ -40,6 +41,7 @@
 #include "oneflowlike/ops/scalar.h"
 #include "oneflowlike/ops/shape_ops.h"
 #include "oneflowlike/ops/softmax.h"
+#include "oneflowlike/ops/sort.h"
 #include "oneflowlike/ops/unary.h"
 #include "oneflowlike/ops/where.h"
 #include "oneflowlike/proto_convert.h"
@@ -207,6 +209,22 @@ std::vector<OpCase> sweep_cases() {
        "embedding_grad",
        EmbeddingGradParams{7, 3},
        {floats(t), integers(Shape{4, 5}, 7)}},
+      // Index ops along dim 1 (Note [Index ops SBP]): index is narrower than x on axis 0, so
+      // only axis 2 splits x and index together.
+      {"gather", "gather", IndexParams{1}, {floats(Shape{5, 6, 4}), integers(Shape{4, 5, 4}, 6)}},
+      {"gather_grad",
+       "gather_grad",
+       IndexGradParams{1, Shape{5, 6, 4}},
+       {floats(Shape{4, 5, 4}), integers(Shape{4, 5, 4}, 6)}},
+      {"index_select", "index_select", IndexParams{1}, {floats(t), integers(Shape{6}, 5)}},
+      {"index_select_grad",
+       "index_select_grad",
+       IndexGradParams{1, Shape{4, 7, 6}},
+       {floats(Shape{4, 5, 6}), integers(Shape{5}, 7)}},
+      {"max_dim", "max_dim", DimReduceParams{1, false}, {floats(t)}},
+      {"min_dim_keepdim", "min_dim", DimReduceParams{-1, true}, {floats(t)}},
+      {"topk", "topk", TopkParams{3, 1, true, true}, {floats(t)}},
+      {"sort_descending", "sort", SortParams{-1, true, false}, {floats(t)}},
       {"fill", "fill", FillParams{m, DataType::kFloat32, 2.5}, {}},
       {"arange", "arange", ArangeParams{1.0, 6.5, 0.5, DataType::kFloat32}, {}},
       {"cast_to_float64", "cast", CastParams{DataType::kFloat64}, {floats(m)}},

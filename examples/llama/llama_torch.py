@@ -1,5 +1,5 @@
 """The example's LLaMA in PyTorch: the reference for tests/python/test_llama_example.py. Same
-parameter names as model.Llama (untied head), so weights move between the two through state
+parameter names as llama_model.Llama (untied head), so weights move between the two through state
 dicts. Needs torch (pip install torch)."""
 
 import math
