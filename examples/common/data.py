@@ -1,4 +1,4 @@
-"""Byte-level data: the text is its own tokenization (vocabulary 256). Each step samples
+"""Byte-level data: the text is its own tokenization (vocabulary 256). ByteData: each step samples
 batch_size windows of block_size + 1 bytes at places drawn from (seed, step), the same on every
 rank; each data-parallel rank keeps only its rows (flow.tensor with an S(0) placement slices
 locally, nothing is sent)."""
@@ -32,3 +32,40 @@ class ByteData:
     @staticmethod
     def to_global(array, placement, sbp):
         return flow.tensor(array, placement=placement, sbp=sbp)
+
+
+class TokenBatches:
+    """Training batches from a flat token file (prepare_tokens.py writes one) through
+    flow.utils.data: a TokenDataset of block_size windows, a DistributedSampler giving this
+    rank's data-parallel index its shard (ranks that differ only in tp or pp share it), and a
+    DataLoader prefetching on a background thread. Each rank loads only its rows. The loader's
+    position goes into checkpoints (Note [Loader position] in flow.utils.data.DataLoader)."""
+
+    def __init__(self, path, block_size, batch_size, dp, dp_index, seed):
+        data = flow.utils.data
+        dataset = data.TokenDataset(path, block_size)
+        sampler = data.DistributedSampler(dataset, num_replicas=dp, rank=dp_index, shuffle=True,
+                                          seed=seed, drop_last=True)
+        self.loader = data.DataLoader(dataset, batch_size=batch_size // dp, sampler=sampler,
+                                      drop_last=True, num_workers=1)
+        if len(self.loader) == 0:
+            raise ValueError(f"the token file {path!r} has {len(dataset)} windows of "
+                             f"{block_size}: fewer than one batch of {batch_size}.")
+        self._batches = None
+
+    def next(self):
+        """This rank's (tokens, targets) of the next step: int64 tensors (batch / dp, block)."""
+        while True:
+            if self._batches is None:
+                self._batches = iter(self.loader)  # the next epoch, or the rest of this one
+            try:
+                return next(self._batches)
+            except StopIteration:
+                self._batches = None
+
+    def state_dict(self):
+        return self.loader.state_dict()
+
+    def load_state_dict(self, state):
+        self.loader.load_state_dict(state)
+        self._batches = None

@@ -16,7 +16,7 @@ import time
 import numpy as np
 
 import oneflowlike as flow
-from common.data import ByteData
+from common.data import ByteData, TokenBatches
 
 DEFAULT_DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "data",
                             "kjv-genesis-deuteronomy.txt")
@@ -57,6 +57,10 @@ def parser(description):
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--data", default=DEFAULT_DATA, help="a text file (bytes are tokens)")
     p.add_argument("--synthetic", action="store_true", help="random bytes instead of --data")
+    p.add_argument("--data-bin",
+                   help="a flat uint16 token file (common/prepare_tokens.py) read through "
+                        "flow.utils.data: each data-parallel rank loads its shard, and the "
+                        "loader's position is saved and resumed with checkpoints")
     p.add_argument("--log-json", help="rank 0 writes one JSON object per step here")
     p.add_argument("--save", help="checkpoint directory written at the end")
     p.add_argument("--resume", help="checkpoint directory to start from")
@@ -170,6 +174,19 @@ def make_optimizer(args, model):
     return optimizer, flow.optim.lr_scheduler.LambdaLR(optimizer, lr_lambda(args))
 
 
+def feed(args, layout, data, tokens, targets, block_size):
+    """The step's global inputs: tokens on the first stage, targets on the last, split over the
+    data-parallel ranks. From --data-bin each rank holds its rows already; from ByteData every
+    rank has the whole batch and keeps its rows."""
+    first, last = layout.placement(0), layout.placement(args.pp - 1)
+    if args.data_bin:
+        shape = (args.batch_size, block_size)
+        return (tokens.to_global(first, layout.data_sbp(), shape=shape),
+                targets.to_global(last, layout.data_sbp(), shape=shape))
+    return (data.to_global(tokens, first, layout.data_sbp()),
+            data.to_global(targets, last, layout.data_sbp()))
+
+
 def run(args, model, layout, model_flags, describe):
     """Trains ``model`` (built on every rank from the same seed) with the flags' layout,
     precision and schedule; rank 0 prints ``describe`` (a function of the model) and a line per
@@ -182,12 +199,23 @@ def run(args, model, layout, model_flags, describe):
     distributed = world > 1 or args.device != "cpu"
     if distributed:
         layout.apply(model, graph)
-    data = ByteData(args.data, model.config.block_size, args.seed, args.synthetic)
+    block_size = model.config.block_size
+    if args.data_bin:
+        dp_index = (rank % (layout.dp * layout.tp)) // layout.tp
+        data = TokenBatches(args.data_bin, block_size, args.batch_size, layout.dp, dp_index,
+                            args.seed)
+    else:
+        data = ByteData(args.data, block_size, args.seed, args.synthetic)
     first = 1
     if args.resume:
         with open(os.path.join(args.resume, "train_state.json")) as f:
             saved = json.load(f)
         check_resume(args, saved, rank, model_flags)
+        if args.data_bin:
+            if "loader" not in saved:
+                raise SystemExit("[train] --data-bin resumes the loader's position, and the "
+                                 "checkpoint has none (it was saved without --data-bin).")
+            data.load_state_dict(saved["loader"])
         # The step count and the schedule's position come back with the state.
         graph.load_state_dict(flow.load(args.resume, like=graph.state_dict()))
         first = graph.step_count + 1
@@ -197,22 +225,24 @@ def run(args, model, layout, model_flags, describe):
         print(f"{describe(model)}, batch {args.batch_size} on {world} ranks (dp {args.dp} x tp "
               f"{args.tp} x pp {args.pp}, {args.micro_batches} micro-batches"
               f"{', ZeRO' if args.zero else ''}, {args.dtype})", flush=True)
-    block_size = model.config.block_size
     losses, times = [], []
     start_all = time.perf_counter()
     last = min(args.steps, args.stop_after) if args.stop_after > 0 else args.steps
     if last < first:
         raise SystemExit(f"[train] nothing to run: steps {first}..{last}.")
     for step in range(first, last + 1):
-        tokens, targets = data.batch(step, args.batch_size)
         lr = optimizer.param_groups[0]["lr"]
+        if args.data_bin:
+            tokens, targets = data.next()  # this rank's rows
+        else:
+            tokens, targets = data.batch(step, args.batch_size)  # the whole batch
         # The step's time: feeding the batch and the compiled step (what PyTorch's loop does
         # between zero_grad and step), not the report of the loss below.
         t0 = time.perf_counter()
         if distributed:
-            loss = graph(data.to_global(tokens, layout.placement(0), layout.data_sbp()),
-                         data.to_global(targets, layout.placement(args.pp - 1),
-                                        layout.data_sbp()))
+            loss = graph(*feed(args, layout, data, tokens, targets, block_size))
+        elif args.data_bin:
+            loss = graph(tokens, targets)
         else:
             loss = graph(flow.tensor(tokens), flow.tensor(targets))
         ms = (time.perf_counter() - t0) * 1e3
@@ -239,8 +269,11 @@ def run(args, model, layout, model_flags, describe):
     if args.save:
         flow.save(graph.state_dict(), args.save)
         if rank == 0:
+            state = {"step": last, "args": vars(args)}
+            if args.data_bin:
+                state["loader"] = data.state_dict()  # the same on every rank
             with open(os.path.join(args.save, "train_state.json"), "w") as f:
-                json.dump({"step": last, "args": vars(args)}, f, indent=1)
+                json.dump(state, f, indent=1)
     if log:
         log.close()
     steady = times[1:] or times

@@ -35,6 +35,7 @@ from oneflowlike import env  # noqa: E402,F401
 from oneflowlike import distributed  # noqa: E402,F401
 from oneflowlike import cuda  # noqa: E402,F401
 from oneflowlike import amp  # noqa: E402,F401
+from oneflowlike import utils  # noqa: E402,F401
 from oneflowlike.amp import autocast  # noqa: E402,F401
 from oneflowlike import sbp  # noqa: E402,F401
 from oneflowlike.placement import placement  # noqa: E402,F401

@@ -1,0 +1,99 @@
+"""DataLoader: batches of a dataset in a sampler's order, prefetched on background threads, with
+a position that a checkpoint can carry."""
+
+import math
+from concurrent.futures import ThreadPoolExecutor
+
+from oneflowlike.utils.data.collate import default_collate
+from oneflowlike.utils.data.sampler import RandomSampler, SequentialSampler
+
+
+class DataLoader:
+    """torch.utils.data.DataLoader's map-style loading: ``batch_size`` samples per batch in the
+    sampler's order (``shuffle=True``: a RandomSampler seeded by ``seed``), the last partial batch
+    kept or dropped (``drop_last``), collated to tensors (``collate_fn``, default_collate).
+
+    ``num_workers`` > 0 loads batches on that many background threads, ``prefetch_factor`` per
+    thread ahead of the consumer, handed over in order (threads, not processes: reading a
+    memory-mapped file and numpy slicing release the GIL, and nothing needs pickling). Each
+    ``iter()`` is one epoch; a sampler with ``set_epoch`` (RandomSampler, DistributedSampler) gets
+    the epoch first.
+
+    Note [Loader position]: ``state_dict()`` is {"epoch", "batches_done"}: the epoch under way and
+    the batches handed out of it. An ``iter()`` continues from there (a loop left early resumes
+    where it stopped, as torchdata's StatefulDataLoader), so a run that saves the state with its
+    checkpoint and loads it on resume sees the batches an uninterrupted run would have seen.
+    """
+
+    def __init__(self, dataset, batch_size=1, shuffle=False, sampler=None, drop_last=False,
+                 collate_fn=None, num_workers=0, prefetch_factor=2, seed=0):
+        if batch_size is None or int(batch_size) < 1:
+            raise ValueError(f"[DataLoader] batch_size must be a positive int. However, got "
+                             f"{batch_size!r}.")
+        if sampler is not None and shuffle:
+            raise ValueError("[DataLoader] sampler and shuffle=True are mutually exclusive: the "
+                             "sampler decides the order.")
+        if int(num_workers) < 0 or int(prefetch_factor) < 1:
+            raise ValueError(f"[DataLoader] num_workers must be >= 0 and prefetch_factor >= 1. "
+                             f"However, got {num_workers} and {prefetch_factor}.")
+        self.dataset = dataset
+        self.batch_size = int(batch_size)
+        self.drop_last = drop_last
+        self.collate_fn = default_collate if collate_fn is None else collate_fn
+        self.num_workers, self.prefetch_factor = int(num_workers), int(prefetch_factor)
+        if sampler is None:
+            sampler = RandomSampler(dataset, seed) if shuffle else SequentialSampler(dataset)
+        self.sampler = sampler
+        self.epoch = 0
+        self.batches_done = 0
+
+    def __len__(self):
+        n = len(self.sampler)
+        return n // self.batch_size if self.drop_last else math.ceil(n / self.batch_size)
+
+    def state_dict(self):
+        return {"epoch": self.epoch, "batches_done": self.batches_done}
+
+    def load_state_dict(self, state):
+        epoch, done = int(state["epoch"]), int(state["batches_done"])
+        if epoch < 0 or not 0 <= done <= len(self):
+            raise ValueError(f"[DataLoader] a position must have epoch >= 0 and batches_done in "
+                             f"[0, {len(self)}]. However, got {state!r}.")
+        self.epoch, self.batches_done = epoch, done
+
+    def _batches_of_epoch(self):
+        if hasattr(self.sampler, "set_epoch"):
+            self.sampler.set_epoch(self.epoch)
+        indices = list(self.sampler)
+        batches = [indices[i:i + self.batch_size] for i in range(0, len(indices), self.batch_size)]
+        if self.drop_last and batches and len(batches[-1]) < self.batch_size:
+            batches.pop()
+        return batches
+
+    def _fetch(self, indices):
+        return self.collate_fn([self.dataset[i] for i in indices])
+
+    def __iter__(self):
+        batches = self._batches_of_epoch()
+        start = self.batches_done
+        if self.num_workers == 0:
+            for k in range(start, len(batches)):
+                batch = self._fetch(batches[k])
+                self.batches_done = k + 1
+                yield batch
+        else:
+            pool = ThreadPoolExecutor(self.num_workers, thread_name_prefix="ofl-dataloader")
+            window = self.num_workers * self.prefetch_factor
+            pending = {}
+            try:
+                for k in range(start, len(batches)):
+                    for ahead in range(k, min(k + window, len(batches))):
+                        if ahead not in pending:
+                            pending[ahead] = pool.submit(self._fetch, batches[ahead])
+                    batch = pending.pop(k).result()  # in order; a worker's error raises here
+                    self.batches_done = k + 1
+                    yield batch
+            finally:
+                pool.shutdown(wait=False, cancel_futures=True)
+        self.epoch += 1
+        self.batches_done = 0
