@@ -175,6 +175,9 @@ class Graph {
   TrainConfig train;
   /// Variable op index -> its gradient tensor (filled by autograd).
   std::map<int, int> variable_grads;
+  /// Note [Input gradients] in passes/autograd.cpp: the name of each input op marked trainable
+  /// -> the position in `fetches` of its gradient (filled by autograd; passes keep positions).
+  std::map<std::string, int> input_grad_fetches;
   /// Under dynamic loss scaling, the scale variable's tensor (made by autograd), else -1.
   int loss_scale_tensor = -1;
 

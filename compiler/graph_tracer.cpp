@@ -79,6 +79,16 @@ std::string GraphTracer::fetch(const Tensor& x) {
   return builder_.graph().tensor(t).name;
 }
 
+void GraphTracer::differentiable(const Tensor& x) {
+  Graph& g = builder_.graph();
+  LogicalOp& op = g.op(g.tensor(index_of(x)).producer);
+  OFL_CHECK(op.kind == OpKind::kInput,
+            "[autograd] only a graph input can be marked "
+            "differentiable. However, got ",
+            x.describe(), ".");
+  op.trainable = true;
+}
+
 int GraphTracer::constant(const Tensor& value, const std::string& user) {
   OFL_CHECK_TYPE(constants_allowed_, "[", user, "] got a local tensor ", value.describe(),
                  " in a graph over global tensors (placed on ", current_.to_string(),

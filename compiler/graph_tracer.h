@@ -35,6 +35,9 @@ class GraphTracer final : public OpTracer {
   Tensor to_global(const Tensor& x, const Placement& placement, const NdSbp& sbp);
   /// Hands `x` back every iteration; returns its name in the plan.
   std::string fetch(const Tensor& x);
+  /// Marks input `x` differentiable: autograd fetches its gradient (Note [Input gradients] in
+  /// passes/autograd.cpp).
+  void differentiable(const Tensor& x);
 
   std::vector<Tensor> trace(const OpSchema& op, const AnyParams& params,
                             const std::vector<Tensor>& inputs) override;

@@ -220,11 +220,12 @@ class AutogradPass final : public Pass {
     const std::vector<int> order = graph.topological_order();
     const int num_forward_tensors = graph.num_tensors();
 
-    // Forward: which tensors depend on a trainable variable through floating tensors.
+    // Forward: which tensors depend on a trainable variable (or differentiable input, Note
+    // [Input gradients]) through floating tensors.
     std::vector<bool> requires_grad(num_forward_tensors, false);
     for (int i : order) {
       const LogicalOp& op = graph.op(i);
-      bool any = op.kind == OpKind::kVariable && op.trainable;
+      bool any = (op.kind == OpKind::kVariable || op.kind == OpKind::kInput) && op.trainable;
       if (op.kind == OpKind::kCompute) {
         for (int t : op.inputs) any = any || requires_grad[t];
       }
@@ -306,6 +307,31 @@ class AutogradPass final : public Pass {
         grad = append_backward_op(graph, site, "div", NoParams{}, {grad, same_dtype}).at(0);
       }
       graph.variable_grads[i] = grad;
+    }
+    fetch_input_grads(graph, order, reaches_loss, table);
+  }
+
+ private:
+  // Note [Input gradients]: an input op marked trainable (eager autograd of global tensors
+  // differentiates a one-op graph with respect to its inputs) gets its gradient fetched; the
+  // graph records where, by the input's name. Inputs whose gradient is one tensor share it.
+  static void fetch_input_grads(Graph& graph, const std::vector<int>& order,
+                                const std::vector<bool>& reaches_loss, GradientTable& table) {
+    for (int i : order) {
+      const LogicalOp input = graph.op(i);  // a copy: summing may append ops
+      if (input.kind != OpKind::kInput || !input.trainable) continue;
+      const int t = input.outputs.at(0);
+      if (!reaches_loss[t]) continue;
+      const int grad = table.sum(graph, t, BackwardSite::outside_groups(input));
+      if (grad == GradBuilder::kNone) continue;
+      OFL_CHECK(graph.op(graph.tensor(grad).producer).kind == OpKind::kCompute,
+                "[autograd] the gradient of input '", input.name,
+                "' must be computed by an op. However, it is the tensor '", graph.tensor(grad).name,
+                "' itself.");
+      const auto at = std::find(graph.fetches.begin(), graph.fetches.end(), grad);
+      if (at == graph.fetches.end()) graph.fetches.push_back(grad);
+      graph.input_grad_fetches[input.name] = static_cast<int>(
+          std::find(graph.fetches.begin(), graph.fetches.end(), grad) - graph.fetches.begin());
     }
   }
 };

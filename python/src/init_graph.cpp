@@ -104,6 +104,9 @@ struct PyPlan {
   std::map<std::string, std::vector<std::string>> variable_sbp;
   // The optimizer's inputs (lr, lr@1, step, ...) by name, with their dtypes.
   std::map<std::string, DataType> hyper_inputs;
+  // Each differentiable input's name -> the name of its fetched gradient (Note [Input
+  // gradients]).
+  std::map<std::string, std::string> input_grads;
 };
 
 }  // namespace
@@ -200,6 +203,8 @@ void init_graph(py::module_& m) {
           "micro-batch.")
       .def_readonly("hyper_inputs", &PyPlan::hyper_inputs,
                     "The optimizer's inputs (lr, lr@1, step, ...) by name, with their dtypes.")
+      .def_readonly("input_grads", &PyPlan::input_grads,
+                    "Each differentiable input's name -> the fetched name of its gradient.")
       .def_readonly("variable_sbp", &PyPlan::variable_sbp,
                     "The SBP of each variable, by name (the same in every process).")
       .def(
@@ -254,6 +259,7 @@ void init_graph(py::module_& m) {
           },
           py::arg("x"), py::arg("placement"), py::arg("sbp"))
       .def("fetch", [](PyTracer& t, const Tensor& x) { return t.tracer->fetch(x); })
+      .def("differentiable", [](PyTracer& t, const Tensor& x) { t.tracer->differentiable(x); })
       .def(
           "ranks",
           [](PyTracer& t) {
@@ -265,6 +271,17 @@ void init_graph(py::module_& m) {
             return std::vector<int64_t>(ranks.begin(), ranks.end());
           },
           "Every rank an op of the traced graph is placed on.")
+      .def(
+          "op_types",
+          [](PyTracer& t) {
+            std::set<std::string> types;
+            const compiler::Graph& g = t.tracer->builder().graph();
+            for (int i = 0; i < g.num_ops(); ++i) {
+              if (g.op(i).schema != nullptr) types.insert(g.op(i).schema->name());
+            }
+            return std::vector<std::string>(types.begin(), types.end());
+          },
+          "The op types of the traced graph's compute ops.")
       .def("knows", [](PyTracer& t, const Tensor& x) { return t.tracer->knows(x); })
       .def(
           "derives_from_input",
@@ -374,6 +391,9 @@ void init_graph(py::module_& m) {
             }
             for (int f : logical.fetches) {
               plan->fetch_sbp[logical.tensor(f).name] = strings_of(logical.tensor(f).sbp);
+            }
+            for (const auto& [input, at] : logical.input_grad_fetches) {
+              plan->input_grads[input] = logical.tensor(logical.fetches.at(at)).name;
             }
             for (int i = 0; i < logical.num_ops(); ++i) {
               const compiler::LogicalOp& op = logical.op(i);

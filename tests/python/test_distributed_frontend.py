@@ -1,7 +1,7 @@
 """The distributed front end through the launcher on 1, 2 and 4 processes: SBP conversions of
 global tensors keep the logical value (dist/sbp_worker.py), and nn.Graph training on DP2, TP2,
-PP2 with 4 micro-batches and DP2 x TP2 gives the one-device losses and weights
-(dist/graph_worker.py). In-process checks of nn.Graph's errors are below."""
+PP2 with 4 micro-batches and DP2 x TP2 gives the one-device losses and weights, and so does
+eager training of the same layouts (dist/graph_worker.py). In-process checks of nn.Graph's errors are below."""
 
 import numpy as np
 import pytest
@@ -25,6 +25,20 @@ def test_every_sbp_conversion_keeps_the_value(nproc):
                          [("dp2", 2), ("dp2zero", 2), ("tp2", 2), ("pp2", 2), ("dp2tp2", 4)])
 def test_graph_training_matches_one_device(model, layout, nproc):
     out = _launch(nproc, "graph_worker.py", "--model", model, "--layout", layout)
+    assert out.count(" OK") == nproc, out
+    assert "FAILED" not in out
+
+
+# Note [Eager global autograd]: the same laid-out models trained eagerly (loss.backward() on
+# global tensors, flow.optim stepping global parameters) give the one-device graph's losses and
+# weights; with clip_grad_norm_ on global gradients, the same eager loop's on one device.
+@pytest.mark.parametrize("model,layout,nproc,extra", [
+    ("mlp", "dp2", 2, []), ("mlp", "tp2", 2, []), ("mlp", "dp2tp2", 4, ["--clip", "0.5"]),
+    ("gpt", "dp2", 2, []), ("gpt", "tp2", 2, []), ("gpt", "dp2tp2", 4, []),
+], ids=["mlp-dp2", "mlp-tp2", "mlp-dp2tp2-clip", "gpt-dp2", "gpt-tp2", "gpt-dp2tp2"])
+def test_eager_training_on_global_tensors_matches_one_device(model, layout, nproc, extra):
+    out = _launch(nproc, "graph_worker.py", "--model", model, "--layout", layout, "--eager",
+                  *extra)
     assert out.count(" OK") == nproc, out
     assert "FAILED" not in out
 

@@ -77,6 +77,11 @@ class GlobalTensor:
 
     is_global = True
     is_local = False
+    # Note [Eager global autograd] (global_autograd.py): the node that made this tensor (None
+    # for a leaf), which of its outputs this is, and a leaf's accumulated gradient.
+    _grad_fn = None
+    _output_index = 0
+    _grad = None
 
     def __init__(self, local, shape, dtype, placement, sbp):
         self._local = local
@@ -115,8 +120,8 @@ class GlobalTensor:
     def sbp(self):
         return self._sbp
 
-    # Note [Trainable global tensors]: eager ops on global tensors record no autograd; a global
-    # parameter's requires_grad says whether nn.Graph trains it (graph._trains reads it).
+    # Note [Trainable global tensors]: a global parameter's requires_grad says whether nn.Graph
+    # trains it (graph._trains reads it) and whether eager ops record autograd for it.
     @property
     def requires_grad(self):
         return getattr(self, "_ofl_trainable", False)
@@ -141,6 +146,10 @@ class GlobalTensor:
             )
         return self._local
 
+    def to_local_or_none(self):
+        """This rank's piece, or None where this rank is outside the placement."""
+        return self._local
+
     def to_global(self, placement=None, sbp=None):
         """The same logical value on ``placement`` with ``sbp`` (the current ones when omitted)."""
         placement = self._placement if placement is None else placement
@@ -150,7 +159,12 @@ class GlobalTensor:
         if placement == self._placement and nd_sbp == self._sbp:
             return self
         _check(self._shape, placement, nd_sbp, "to_global")
-        return _reshard(self, placement, nd_sbp)
+        out = _reshard(self, placement, nd_sbp)
+        from oneflowlike.framework import global_autograd
+
+        if global_autograd.grad_enabled() and global_autograd.needs_grad(self):
+            global_autograd.ReshardNode(self, out)
+        return out
 
     def numpy(self):
         """The logical value (every rank of the placement must call it: it gathers)."""
@@ -187,14 +201,39 @@ class GlobalTensor:
     def __len__(self):
         return self._shape[0]
 
-    # --- autograd: not on eager global tensors (Note [What global tensors do]) --------------
+    # --- autograd (Note [Eager global autograd] in global_autograd.py) ----------------------
     @property
     def grad(self):
-        return None
+        """The accumulated gradient laid out as this tensor (a partial sum is reduced here,
+        once: the data-parallel all-reduce)."""
+        g = self._grad
+        if g is not None and (g.placement != self._placement or g.sbp != self._sbp):
+            from oneflowlike.autograd import no_grad
+
+            with no_grad():
+                g = self._grad = g.to_global(placement=self._placement, sbp=self._sbp)
+        return g
+
+    @grad.setter
+    def grad(self, value):
+        if value is not None and not isinstance(value, GlobalTensor):
+            raise TypeError(f"[grad] a global tensor's gradient must be a global tensor. "
+                            f"However, got {type(value).__name__}.")
+        if value is not None and tuple(value.shape) != self._shape:
+            raise ValueError(f"[grad] must have the tensor's shape {self._shape}. However, got "
+                             f"{tuple(value.shape)}.")
+        self._grad = value
+
+    def _accumulate(self, g):
+        self._grad = g if self._grad is None else self._grad + g
+
+    @property
+    def grad_fn(self):
+        return self._grad_fn
 
     @property
     def is_leaf(self):
-        return True
+        return self._grad_fn is None
 
     @property
     def is_lazy(self):
@@ -216,8 +255,15 @@ class GlobalTensor:
         self.requires_grad = requires_grad
         return self
 
-    def backward(self, *args, **kwargs):
-        raise RuntimeError(_NO_AUTOGRAD)
+    def backward(self, gradient=None, retain_graph=None, create_graph=False):
+        """Accumulates gradients into the global leaves that require grad (Note [Eager global
+        autograd])."""
+        if create_graph:
+            raise NotImplementedError("[backward] create_graph=True is not supported on global "
+                                      "tensors.")
+        from oneflowlike.framework import global_autograd
+
+        global_autograd.backward(self, gradient)
 
     @property
     def device(self):
@@ -254,11 +300,6 @@ class GlobalTensor:
         if piece._local is not None:
             _C._mark_indexed_copy(piece._local)
         return piece
-
-
-_NO_AUTOGRAD = ("[autograd] eager global tensors have no autograd in this build: train global "
-                "models with nn.Graph (loss.backward() inside build()), or compute on to_local() "
-                "pieces.")
 
 
 def _operator(name):
@@ -349,15 +390,21 @@ _cache = {}
 class _Compiled:
     """A traced and compiled small graph with its runtime (None when this rank has no part)."""
 
-    def __init__(self, tracer, fetches, outputs):
+    def __init__(self, tracer, fetches, outputs, grads_of=None):
+        """``grads_of``: instead of ``fetches``, the fetched gradients of these differentiable
+        inputs (Note [Input gradients]); None where no gradient reaches one."""
         rank = env.get_rank()
-        self.fetches = fetches  # tensor names
+        self.fetches = fetches if grads_of is None else [None] * len(grads_of)  # tensor names
         self.outputs = outputs  # (placement, shape, dtype) per fetch
         self.constants = tracer.constants()
         self.runtime = None
         self.output_sbp = {}
+        self.missing = set()  # positions of grads_of without a gradient
         if rank in tracer.c.ranks():
             plan = tracer.compile([rank])
+            if grads_of is not None:
+                self.fetches = [plan.input_grads.get(name) for name in grads_of]
+                self.missing = {k for k, name in enumerate(self.fetches) if name is None}
             self.output_sbp = plan.fetch_sbp
             self.runtime = _job.current().runtime(plan)
             self.runtime.initialize_variables()
@@ -369,7 +416,10 @@ class _Compiled:
         rank = env.get_rank()
         fetched = self.runtime.run_local(pieces) if self.runtime is not None else {}
         results = []
-        for name, (placement, shape, dtype) in zip(self.fetches, self.outputs):
+        for k, (name, (placement, shape, dtype)) in enumerate(zip(self.fetches, self.outputs)):
+            if k in self.missing:
+                results.append(None)
+                continue
             nd_sbp = tuple(_sbp.sbp(s) for s in self.output_sbp.get(name, ["B"] * len(placement.hierarchy)))
             local = fetched.get(name, {}).get(rank)
             results.append(GlobalTensor(local, shape, dtype, placement, nd_sbp))
@@ -543,11 +593,16 @@ def apply(fn, args, kwargs, *, name):
         meta = [(placement, tuple(o.shape), o.dtype) for o in outs]
         compiled = _cache[key] = _Compiled(tracer, fetches, meta)
         compiled.single = single
+        compiled.op_types = set(tracer.op_types())
         # A named tuple (flow.max(x, dim), topk, sort) comes back as the same named tuple.
         compiled.named = type(out) if hasattr(type(out), "_fields") else None
     rank = env.get_rank()
     pieces = {f"in{i}": {rank: t._local} for i, t in enumerate(leaves) if t._local is not None}
     results = compiled.run(pieces)
+    from oneflowlike.framework import global_autograd
+
+    if global_autograd.grad_enabled() and any(global_autograd.needs_grad(t) for t in leaves):
+        global_autograd.OpNode(fn, structure, leaves, key, op, results, compiled.op_types)
     if compiled.single:
         return results[0]
     return compiled.named._make(results) if compiled.named else tuple(results)

@@ -108,7 +108,14 @@ class Optimizer:
             for p in group["params"]:
                 if p.grad is None:
                     continue
-                p.grad = None if set_to_none else zeros_like(p)
+                if set_to_none:
+                    p.grad = None
+                elif getattr(p, "is_global", False):
+                    from oneflowlike import zeros
+
+                    p.grad = zeros(p.shape, dtype=p.dtype, placement=p.placement, sbp=p.sbp)
+                else:
+                    p.grad = zeros_like(p)
 
     def step(self, closure=None):
         """Updates every parameter that has a gradient; ``closure`` re-evaluates the loss."""
@@ -122,7 +129,15 @@ class Optimizer:
                     grad = p.grad
                     if grad is None:
                         continue
-                    self._update(p, grad, group, self.state[p])
+                    if getattr(p, "is_global", False):
+                        # The gradient is laid out as the parameter (reading .grad reduced a
+                        # partial sum), so the elementwise update runs on each rank's pieces;
+                        # the state holds this rank's pieces too.
+                        if p.to_local_or_none() is None:
+                            continue  # this rank holds no piece
+                        self._update(p.to_local(), grad.to_local(), group, self.state[p])
+                    else:
+                        self._update(p, grad, group, self.state[p])
         return loss
 
     def _update(self, param, grad, group, state):

@@ -1,6 +1,8 @@
-"""Run by test_graph.py through the launcher: nn.Graph training of an MLP and a small GPT on a
-layout given by --layout gives the losses and weights of the same graph on one device, which
-each process computes itself first (a local graph on its own rank)."""
+"""Run by test_distributed_frontend.py through the launcher: nn.Graph training of an MLP and a
+small GPT on a layout given by --layout gives the losses and weights of the same graph on one
+device, which each process computes itself first (a local graph on its own rank). With --eager
+the laid-out model trains eagerly instead (global autograd, flow.optim stepping global
+parameters; --clip adds clip_grad_norm_ and compares with the same eager loop on one device)."""
 
 import argparse
 import sys
@@ -15,6 +17,8 @@ parser.add_argument("--model", choices=["mlp", "gpt"], required=True)
 parser.add_argument("--layout", required=True)  # single, dp2, dp2zero, tp2, pp2, dp2tp2
 parser.add_argument("--steps", type=int, default=4)
 parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu")  # placements' type
+parser.add_argument("--eager", action="store_true", help="train eagerly, not through nn.Graph")
+parser.add_argument("--clip", type=float, default=0.0, help="eager: clip_grad_norm_ to this")
 args = parser.parse_args()
 rank = flow.env.get_rank()
 S0, S1, B = flow.sbp.split(0), flow.sbp.split(1), flow.sbp.broadcast
@@ -65,6 +69,9 @@ class Gpt(nn.Module):
 
     def forward(self, idx, targets):
         pos = flow.arange(0, T)
+        if idx.is_global:  # eager on global tensors: the positions are global too
+            pos = flow.arange(0, T, placement=idx.placement,
+                              sbp=(B,) * len(idx.placement.hierarchy))
         x = self.wte(idx) + self.wpe(pos)
         x = self.h1(self.h0(x))
         logits = self.head(self.ln_f(x))
@@ -93,18 +100,32 @@ def batches():
     return out
 
 
+def make_optimizer(model):
+    # The GPT trains with SGD: the key bias's gradient is zero up to rounding (softmax ignores a
+    # constant added to every score), and Adam's normalisation would turn each layout's different
+    # rounding into lr-sized steps.
+    if args.model == "mlp":
+        return flow.optim.AdamW(model.parameters(), lr=0.01, weight_decay=0.1)
+    return flow.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+
+
+def eager_step(model, opt, x, y, after_backward=None):
+    opt.zero_grad()
+    loss = model(x, y)
+    loss.backward()
+    if after_backward is not None:
+        after_backward()
+    if args.clip > 0:
+        nn.utils.clip_grad_norm_(model.parameters(), args.clip)
+    opt.step()
+    return loss
+
+
 class Train(nn.Graph):
     def __init__(self, model, placements=None, micro=1):
         super().__init__()
         self.model = model
-        # The GPT trains with SGD: the key bias's gradient is zero up to rounding (softmax
-        # ignores a constant added to every score), and Adam's normalisation would turn each
-        # layout's different rounding into lr-sized steps.
-        if args.model == "mlp":
-            opt = flow.optim.AdamW(model.parameters(), lr=0.01, weight_decay=0.1)
-        else:
-            opt = flow.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
-        self.add_optimizer(opt)
+        self.add_optimizer(make_optimizer(model))
         self.config.set_gradient_accumulation_steps(micro)
         if placements is not None:
             for modules, p in zip(model.stages(), placements):
@@ -115,6 +136,16 @@ class Train(nn.Graph):
         loss = self.model(x, y)
         loss.backward()
         return loss
+
+
+def check_partial_gradient():
+    """Note [Eager global autograd]: under DP a broadcast parameter used under split data gets a
+    partial-sum gradient, laid out as the parameter (all-reduced) when .grad is read."""
+    if args.layout != "dp2":
+        return
+    first = next(iter(model_under_test.parameters()))
+    assert first.sbp == (B,) and first._grad.sbp == (flow.sbp.partial_sum,), first._grad.sbp
+    assert first.grad.sbp == (B,) and first._grad.sbp == (B,)
 
 
 def mean_loss(out):
@@ -130,6 +161,13 @@ def main():
     ref = Train(ref_model, micro=MICRO)
     ref_losses = [mean_loss(ref(flow.tensor(x), flow.tensor(y)).numpy()) for x, y in data]
     ref_weights = {k: v.numpy() for k, v in ref.state_dict().items() if flow.is_tensor(v)}
+    if args.eager and args.clip > 0:
+        # With clipping the reference is the same eager loop on one device.
+        ref_model = make_model()
+        ref_opt = make_optimizer(ref_model)
+        ref_losses = [mean_loss(eager_step(ref_model, ref_opt, flow.tensor(x), flow.tensor(y)))
+                      for x, y in data]
+        ref_weights = {f"model.{k}": v.numpy() for k, v in ref_model.state_dict().items()}
 
     model = make_model()
     data_placement = None
@@ -198,13 +236,25 @@ def main():
 
 
     losses = []
-    for x, y in data:
-        out = graph(feed(x), feed(y, target_placement))
+    if args.eager:
+        assert args.layout in ("dp2", "tp2", "dp2tp2"), "eager: layouts without stages"
+        opt = make_optimizer(model)
+        global model_under_test
+        model_under_test = model
+    for step, (x, y) in enumerate(data):
+        if args.eager:
+            out = eager_step(model, opt, feed(x), feed(y, target_placement),
+                             check_partial_gradient if step == 0 else None)
+        else:
+            out = graph(feed(x), feed(y, target_placement))
         if data_placement is None:
             losses.append(mean_loss(out.numpy()))
         elif rank in out.placement:
             losses.append(mean_loss(out.numpy()))
-    weights = graph.state_dict()
+    if args.eager:
+        weights = {f"model.{k}": v for k, v in model.state_dict().items()}
+    else:
+        weights = graph.state_dict()
     bad = 0
     if args.layout == "dp2zero":  # ZeRO splits the replicated parameters and their state
         name = "model.fc1.weight" if args.model == "mlp" else "model.head.weight"
@@ -231,7 +281,7 @@ def main():
             print(f"rank {rank}: WEIGHT MISMATCH {name}: max diff "
                   f"{np.abs(value - ref_weights[name]).max()}", flush=True)
             bad += 1
-    print(f"rank {rank}: {args.model} {args.layout} losses {np.round(losses, 5).tolist()} "
+    print(f"rank {rank}: {args.model} {args.layout}{' eager' if args.eager else ''} losses {np.round(losses, 5).tolist()} "
           f"reference {np.round(ref_losses, 5).tolist()} {'OK' if not bad else 'FAILED'}", flush=True)
     sys.exit(1 if bad else 0)
 

@@ -34,7 +34,12 @@ class CrossEntropyLoss(Module):
             return F.cross_entropy(input, target, reduction=self.reduction)
         # The fused op takes labels in [0, C) only: ignored positions look up class 0 and are
         # zeroed afterwards. The mask comes from ops, so this also traces into a graph.
-        ignore = flow.full((), self.ignore_index, dtype=target.dtype)
+        if getattr(target, "is_global", False):  # eager on global tensors: a global constant
+            ignore = flow.full((), self.ignore_index, dtype=target.dtype,
+                               placement=target.placement,
+                               sbp=(flow.sbp.broadcast,) * len(target.placement.hierarchy))
+        else:
+            ignore = flow.full((), self.ignore_index, dtype=target.dtype)
         keep = target != ignore  # (N, d1, ...) bool
         loss = F.cross_entropy(input, flow.where(keep, target, 0), reduction="none")
         loss = flow.where(keep, loss, 0.0)

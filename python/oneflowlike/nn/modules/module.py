@@ -135,7 +135,11 @@ class Module:
         params = self.__dict__.get("_parameters")
         if params is not None and name in params:
             if getattr(value, "is_global", False):
-                # A parameter laid out over a placement (module.fc.weight = w.to_global(...)).
+                # A parameter laid out over a placement (module.fc.weight = w.to_global(...)):
+                # a leaf, as torch's nn.Parameter(...) of a redistributed tensor, whatever
+                # eager autograd recorded for the move.
+                if value.grad_fn is not None:
+                    value = value.detach()
                 old = params[name]
                 if old is not None and not getattr(old, "is_global", False):
                     value._ofl_trainable = old.requires_grad

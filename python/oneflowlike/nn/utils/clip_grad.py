@@ -27,13 +27,23 @@ def clip_grad_norm_(parameters, max_norm, norm_type=2.0, error_if_nonfinite=Fals
     if not params:
         return flow.zeros(())
     grads = [p.grad for p in params]
+    # Global gradients (eager global autograd) may lie on several placements (pipeline
+    # stages): each part is reduced where its gradient is and moved to the first one's.
+    is_global = getattr(grads[0], "is_global", False)
+    home = grads[0].placement if is_global else None
+
+    def gathered(part):
+        if not is_global:
+            return part
+        return part.to_global(placement=home, sbp=_broadcast(home))
+
     if math.isinf(norm_type):
-        total = flow.amax(flow.stack([flow.amax(g.abs()) for g in grads]))
+        total = flow.amax(flow.stack([gathered(flow.amax(g.abs())) for g in grads]))
     else:
         total = None
         for g in grads:
             power = (g * g) if norm_type == 2.0 else g.abs() ** norm_type
-            part = power.sum()
+            part = gathered(power.sum())
             total = part if total is None else total + part
         total = total.sqrt() if norm_type == 2.0 else total ** (1.0 / norm_type)
     if error_if_nonfinite and not math.isfinite(total.item()):
@@ -43,9 +53,19 @@ def clip_grad_norm_(parameters, max_norm, norm_type=2.0, error_if_nonfinite=Fals
             "scale the gradients anyway."
         )
     coef = max_norm / (total + 1e-6)
-    one = flow.ones((), dtype=coef.dtype)
+    if is_global:
+        one = flow.ones((), dtype=coef.dtype, placement=home, sbp=_broadcast(home))
+    else:
+        one = flow.ones((), dtype=coef.dtype)
     coef = flow.where(coef < one, coef, one)  # min(coef, 1) without reading the value
     for p in params:
         g = p.grad
-        p.grad = g * (coef if coef.dtype == g.dtype else coef.to(g.dtype))
+        c = coef if coef.dtype == g.dtype else coef.to(g.dtype)
+        if is_global and g.placement != home:
+            c = c.to_global(placement=g.placement, sbp=_broadcast(g.placement))
+        p.grad = g * c
     return total
+
+
+def _broadcast(placement):
+    return (flow.sbp.broadcast,) * len(placement.hierarchy)

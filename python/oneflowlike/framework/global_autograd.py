@@ -1,0 +1,187 @@
+"""Autograd of eager global tensors.
+
+Note [Eager global autograd]: an eager op on global tensors is a compiled one-op graph
+(global_tensor.apply), and so is its backward. When an op runs with grad enabled and an input
+that requires grad, its outputs get a node holding the traced function and its inputs. At
+backward() each node, last first, runs its VJP graph: the same function traced again over the
+same inputs (marked differentiable) plus one input dy_j per output that has a gradient, with the
+loss sum_j sum(out_j * dy_j) handed to the compiler's autograd pass, which fetches the inputs'
+gradients (Note [Input gradients] in compiler/passes/autograd.cpp). So the gradient of every op
+is the one the gradient registry gives nn.Graph, each gradient gets the SBP the op's gradient
+signatures give (a broadcast parameter used under split data gets P), and the communication is
+the compiler's boxing: no second path. The VJP graph recomputes the forward (nothing is saved
+between the two graphs); VJP graphs are cached by signature like forward ones. A leaf's
+gradient accumulates in whatever layout it arrives and is laid out as its tensor (P -> B: the
+data-parallel all-reduce) when ``.grad`` is read, which the optimizer does. to_global is
+differentiable too: its gradient is the gradient moved back to the input's layout.
+
+Random ops (dropout) are not differentiated this way: the compiled graph fixes its seed when it
+is traced, so the recomputed forward would draw another mask (refused).
+"""
+
+from oneflowlike import _C
+from oneflowlike import sbp as _sbp
+
+_RANDOM_OPS = {"dropout", "random_normal", "random_uniform"}  # op types
+
+
+def grad_enabled():
+    return _C.is_grad_enabled()
+
+
+def needs_grad(t):
+    """Whether gradients flow into global tensor ``t`` (a leaf that requires grad, or an op's
+    output computed from one)."""
+    return t._grad_fn is not None or t.requires_grad
+
+
+class _Node:
+    """A recorded op: its inputs (global tensors) and what backward needs of its outputs."""
+
+    def __init__(self, inputs, outputs):
+        self.inputs = inputs
+        self.diff = [i for i, t in enumerate(inputs)
+                     if needs_grad(t) and _is_floating(t.dtype)]
+        self.outputs = [(o.shape, o.dtype, o.placement) for o in outputs]
+        for j, o in enumerate(outputs):
+            if _is_floating(o.dtype):
+                o._grad_fn, o._output_index = self, j
+                o.requires_grad = True
+
+    def vjp(self, dys):
+        """The gradients of the inputs listed in self.diff (None where none flows), given the
+        output gradients ``dys`` (None for outputs without one)."""
+        raise NotImplementedError
+
+
+class OpNode(_Node):
+    def __init__(self, fn, structure, leaves, key, name, outputs, op_types):
+        super().__init__(leaves, outputs)
+        self.fn, self.structure, self.key, self.name = fn, structure, key, name
+        self.random = bool(_RANDOM_OPS & set(op_types))
+
+    def vjp(self, dys):
+        from oneflowlike.framework import global_tensor as gt
+
+        if self.random:
+            raise RuntimeError(
+                f"[autograd] '{self.name}' on global tensors draws random numbers in a compiled "
+                "graph: its backward would draw others. Train models with random ops on global "
+                "tensors through nn.Graph.")
+        given = [j for j, dy in enumerate(dys) if dy is not None]
+        key = ("vjp", self.key, tuple(self.diff),
+               tuple((j, dys[j].dtype, dys[j].sbp) for j in given))
+        compiled = gt._cache.get(key)
+        placement = self.inputs[0].placement
+        if compiled is None:
+            compiled = gt._cache[key] = _compile_vjp(self, given, dys, placement)
+        rank = gt.env.get_rank()
+        pieces = {f"in{i}": {rank: t._local} for i, t in enumerate(self.inputs)
+                  if t._local is not None}
+        for j in given:
+            if dys[j]._local is not None:
+                pieces[f"dy{j}"] = {rank: dys[j]._local}
+        return compiled.run(pieces)
+
+
+def _compile_vjp(node, given, dys, placement):
+    import oneflowlike as flow
+    from oneflowlike.framework import global_tensor as gt
+
+    tracer = gt._Tracer("global_vjp", placement)
+    tracer.set_constants_allowed(False)
+    with flow.no_grad(), gt.tracing(tracer.c, tracer):
+        lazies = [tracer.input(f"in{i}", t.shape, t.dtype, placement._c, gt._strings(t.sbp))
+                  for i, t in enumerate(node.inputs)]
+        for i in node.diff:
+            tracer.differentiable(lazies[i])
+        args, kwargs = gt._unflatten(node.structure, lazies)
+        out = node.fn(*args, **kwargs)
+        outs = [out] if not isinstance(out, (tuple, list)) else list(out)
+        loss = None
+        for j in given:
+            dy = tracer.input(f"dy{j}", dys[j].shape, dys[j].dtype, placement._c,
+                              gt._strings(dys[j].sbp))
+            term = (outs[j] * dy).sum()
+            loss = term if loss is None else loss + term
+        tracer.set_loss(loss)
+    names = [f"in{i}" for i in node.diff]
+    metas = [(placement, node.inputs[i].shape, node.inputs[i].dtype) for i in node.diff]
+    return gt._Compiled(tracer, None, metas, grads_of=names)
+
+
+class ReshardNode(_Node):
+    """x.to_global(...): the gradient is dy laid out as x was."""
+
+    def __init__(self, x, out):
+        super().__init__([x], [out])
+        self.placement, self.sbp = x.placement, x.sbp
+
+    def vjp(self, dys):
+        return [dys[0].to_global(placement=self.placement, sbp=self.sbp)]
+
+
+def _is_floating(dtype):
+    return dtype in (_C.dtype.float32, _C.dtype.float64, _C.dtype.float16, _C.dtype.bfloat16)
+
+
+def _add(a, b):
+    if a is None:
+        return b
+    return a + b
+
+
+def backward(root, gradient=None):
+    """Accumulates d(root)/d(leaf) into the .grad of every global leaf that requires grad."""
+    import oneflowlike as flow
+
+    if not needs_grad(root):
+        raise RuntimeError("[backward] the tensor does not require grad: none of the global "
+                           "tensors it was computed from requires grad.")
+    if gradient is None:
+        if root.numel() != 1:
+            raise RuntimeError(f"[backward] grad can be implicitly created only for a tensor of "
+                               f"one element. However, got shape {root.shape}: pass gradient=.")
+        gradient = flow.ones(root.shape, dtype=root.dtype, placement=root.placement,
+                             sbp=(_sbp.broadcast,) * len(root.placement.hierarchy))
+    with flow.no_grad():
+        if root._grad_fn is None:  # a leaf
+            root._accumulate(gradient)
+            return
+        order = _topological(root._grad_fn)
+        pending = {id(root._grad_fn): [None] * len(root._grad_fn.outputs)}
+        pending[id(root._grad_fn)][root._output_index] = gradient
+        for node in order:
+            dys = pending.pop(id(node), None)
+            if dys is None or all(dy is None for dy in dys):
+                continue
+            grads = node.vjp(dys)
+            for i, g in zip(node.diff, grads):
+                if g is None:
+                    continue
+                x = node.inputs[i]
+                if x._grad_fn is not None:
+                    slots = pending.setdefault(id(x._grad_fn), [None] * len(x._grad_fn.outputs))
+                    slots[x._output_index] = _add(slots[x._output_index], g)
+                elif x.requires_grad:
+                    x._accumulate(g)
+
+
+def _topological(start):
+    """Nodes reachable from ``start``, each before the nodes of its inputs."""
+    seen, post = set(), []
+    stack = [(start, False)]
+    while stack:
+        node, done = stack.pop()
+        if done:
+            post.append(node)
+            continue
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        stack.append((node, True))
+        for i in node.diff:
+            parent = node.inputs[i]._grad_fn
+            if parent is not None and id(parent) not in seen:
+                stack.append((parent, False))
+    return post[::-1]

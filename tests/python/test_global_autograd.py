@@ -1,0 +1,88 @@
+"""Autograd of eager global tensors in one process (Note [Eager global autograd] in
+framework/global_autograd.py); across processes see test_distributed_frontend.py's eager
+training tests."""
+
+import numpy as np
+import pytest
+
+import oneflowlike as flow
+import oneflowlike.nn as nn
+
+P = flow.placement("cpu", ranks=[0])
+S0, B = flow.sbp.split(0), flow.sbp.broadcast
+F = nn.functional
+
+
+def _arrays(seed=0):
+    rng = np.random.default_rng(seed)
+    return (rng.standard_normal((4, 3)).astype(np.float32),
+            rng.standard_normal((3, 2)).astype(np.float32))
+
+
+def test_matmul_under_split_data_gives_the_local_gradient():
+    # The issue's report: x split, w broadcast with requires_grad, loss.backward().
+    xs, ws = _arrays()
+    x = flow.tensor(xs, placement=P, sbp=S0)
+    w = flow.tensor(ws, placement=P, sbp=B)
+    w.requires_grad = True
+    loss = (x @ w).tanh().sum()
+    assert not loss.is_leaf and loss.grad_fn is not None and w.is_leaf
+    loss.backward()
+    xl, wl = flow.tensor(xs), flow.tensor(ws, requires_grad=True)
+    (xl @ wl).tanh().sum().backward()
+    assert w.grad.sbp == w.sbp and w.grad.placement == P
+    np.testing.assert_allclose(w.grad.numpy(), wl.grad.numpy(), rtol=1e-6)
+
+
+def test_gradients_accumulate_flow_through_to_global_and_respect_no_grad():
+    xs, ws = _arrays(1)
+    w = flow.tensor(ws, placement=P, sbp=B)
+    w.requires_grad = True
+    x = flow.tensor(xs, placement=P, sbp=B)
+    for _ in range(2):
+        y = (x @ w.to_global(sbp=flow.sbp.split(1))).to_global(sbp=B)
+        (y * y).sum().backward()
+    expected = 2 * (2 * xs.T @ (xs @ ws))
+    np.testing.assert_allclose(w.grad.numpy(), expected, rtol=1e-5)
+    with flow.no_grad():
+        z = (x @ w).sum()
+    assert z.grad_fn is None and not z.requires_grad
+    assert (x @ w.detach()).grad_fn is None
+
+
+def test_sgd_and_clipping_step_global_parameters_as_local_ones():
+    xs, ws = _arrays(2)
+    results = []
+    for make in (lambda a, s: flow.tensor(a, placement=P, sbp=s), lambda a, s: flow.tensor(a)):
+        flow.manual_seed(3)
+        model = nn.Linear(3, 2)
+        if make(xs, B).is_global:
+            model.to_global(P, B)
+        opt = flow.optim.SGD(model.parameters(), lr=0.5, momentum=0.9)
+        losses = []
+        for _ in range(3):
+            opt.zero_grad()
+            loss = F.mse_loss(model(make(xs, S0)), make(np.ones((4, 2), np.float32), S0))
+            loss.backward()
+            nn.utils.clip_grad_norm_(model.parameters(), 0.1)
+            opt.step()
+            losses.append(float(loss.numpy()))
+        results.append((losses, model.weight.numpy()))
+    np.testing.assert_allclose(results[0][0], results[1][0], rtol=1e-5)
+    np.testing.assert_allclose(results[0][1], results[1][1], rtol=1e-5)
+
+
+def test_misuses_are_refused_naming_the_problem():
+    xs, ws = _arrays(3)
+    x = flow.tensor(xs, placement=P, sbp=B)
+    with pytest.raises(RuntimeError, match=r"\[backward\] the tensor does not require grad"):
+        (x * 2.0).sum().backward()
+    w = flow.tensor(ws, placement=P, sbp=B)
+    w.requires_grad = True
+    with pytest.raises(RuntimeError, match=r"implicitly created only for a tensor of one"):
+        (x @ w).backward()
+    y = F.dropout(x @ w, p=0.5)
+    with pytest.raises(RuntimeError, match=r"draws random numbers in a compiled graph"):
+        y.sum().backward()
+    with pytest.raises(ValueError, match=r"\[grad\] must have the tensor's shape \(3, 2\)"):
+        w.grad = flow.zeros(2, 2, placement=P, sbp=B)
