@@ -35,3 +35,34 @@ def train(script, base_flags, tmp_path, nproc, *flags, steps=10, tag="run", env=
 
 def losses(records):
     return [r["loss"] for r in records]
+
+
+def torch_curve(torch, ours, model, train, args, steps=10, autocast=False):
+    """The example's training loop in PyTorch: ``model`` (the torch twin) starts from the weights
+    of ``ours`` (the flow model train.py builds) and trains with the example's optimizer (AdamW
+    over its two groups), schedule, clipping and ByteData batches; under
+    torch.autocast("cpu", bfloat16) with ``autocast``. Returns the losses."""
+    model.load_state_dict({k: torch.from_numpy(v.numpy().copy())
+                           for k, v in ours.state_dict().items()})
+    # The example's two groups: no weight decay on vectors and embedding tables.
+    skip = train.trainer.no_decay_names(ours)
+    named = list(model.named_parameters())
+    groups = [{"params": [p for n, p in named if n not in skip]},
+              {"params": [p for n, p in named if n in skip], "weight_decay": 0.0}]
+    assert groups[0]["params"] and groups[1]["params"]
+    opt = torch.optim.AdamW(groups, lr=args.lr, betas=(0.9, 0.95),
+                            weight_decay=args.weight_decay)
+    schedule = torch.optim.lr_scheduler.LambdaLR(opt, train.lr_lambda(args))
+    data = train.ByteData(args.data, args.block_size, args.seed)
+    losses = []
+    for step in range(1, steps + 1):
+        tokens, targets = data.batch(step, args.batch_size)
+        opt.zero_grad()
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+            loss = model(torch.from_numpy(tokens), torch.from_numpy(targets))
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), args.grad_clip)
+        opt.step()
+        schedule.step()
+        losses.append(loss.float().item())
+    return losses

@@ -1,5 +1,6 @@
 """The CUDA kernels of the reduction-shaped families (kernels/cuda/reduce.cu, softmax.cu,
-layer_norm.cu, cross_entropy.cu, attention.cu), against the CPU kernels.
+layer_norm.cu, rms_norm.cu, rotary.cu, silu in unary.cu, cross_entropy.cu, attention.cu), against
+the CPU kernels.
 
 Every test here needs a GPU and is skipped without one, with the driver's reason (CI has none).
 The CPU has these kernels for float32 and float64 (and integers for the reduce ops); float16
@@ -263,6 +264,35 @@ def test_layer_norm_gradients_match_the_cpu(dtype):
         rows = mean.size  # dweight and dbias are sums over the rows: about sqrt(rows)
         check(lambda d, t, m, s: _C.layer_norm_param_grad(d, t, m, s, axis, 1e-5),
               [dy, x, mean, inv_std], dtype, atol=tol * np.sqrt(rows))
+
+
+@pytest.mark.parametrize("dtype", FLOATS + [flow.float64])
+def test_rms_norm_and_its_gradients_match_the_cpu(dtype):
+    rng = np.random.default_rng(10)
+    tol = TOLERANCE[dtype]
+    for x, w, _, axis in layer_norm_cases(rng):
+        check(lambda t, u: _C.rms_norm(t, u, axis, 1e-6), [x, w], dtype)
+        _, inv_rms = [t.numpy() for t in _C.rms_norm(flow.tensor(x), flow.tensor(w), axis, 1e-6)]
+        dy = rng.standard_normal(x.shape).astype(np.float32)
+        check(lambda d, t, r, u: _C.rms_norm_grad(d, t, r, u, axis, 1e-6),
+              [dy, x, inv_rms, w], dtype, atol=tol * max(1.0, float(inv_rms.max())))
+        check(lambda d, t, r: _C.rms_norm_param_grad(d, t, r, axis, 1e-6), [dy, x, inv_rms],
+              dtype, atol=tol * np.sqrt(inv_rms.size))
+
+
+@pytest.mark.parametrize("dtype", FLOATS + [flow.float64])
+@pytest.mark.parametrize("interleaved", [False, True])
+def test_rotary_embedding_and_silu_match_the_cpu(dtype, interleaved):
+    rng = np.random.default_rng(11)
+    x = rng.standard_normal((2, 3, 37, 64)).astype(np.float32)
+    angles = np.outer(np.arange(37), 10000.0 ** (-np.arange(0, 64, 2) / 64))
+    cos, sin = np.cos(angles).astype(np.float32), np.sin(angles).astype(np.float32)
+    for inverse in (False, True):
+        check(lambda t, c, s_: _C.rotary_embedding(t, c, s_, -2, interleaved, inverse),
+              [x, cos, sin], dtype)
+    check(lambda t: _C.silu(t), [x], dtype)
+    check(lambda t, d: _C.silu_grad(t, d), [x, rng.standard_normal(x.shape).astype(np.float32)],
+          dtype)
 
 
 def test_layer_norm_parameter_gradients_give_the_same_bits_every_run():

@@ -86,3 +86,39 @@ def test_misuses_are_refused_naming_the_problem():
         y.sum().backward()
     with pytest.raises(ValueError, match=r"\[grad\] must have the tensor's shape \(3, 2\)"):
         w.grad = flow.zeros(2, 2, placement=P, sbp=B)
+
+
+def test_optimizer_state_of_global_parameters_moves_to_another_layout():
+    xs, _ = _arrays(4)
+    x = flow.tensor(xs, placement=P, sbp=S0)
+
+    def make(split):
+        flow.manual_seed(5)
+        model = nn.Linear(3, 2).to_global(P, B)
+        if split:
+            model.weight = model.weight.to_global(sbp=S0)
+        return model, flow.optim.AdamW(model.parameters(), lr=0.1)
+
+    def step(model, opt):
+        opt.zero_grad()
+        (model(x) ** 2).mean().backward()
+        opt.step()
+
+    model, opt = make(False)
+    step(model, opt)
+    state = opt.state_dict()
+    exp_avg = state["state"][0]["exp_avg"]
+    assert exp_avg.is_global and exp_avg.sbp == model.weight.sbp
+    weights = {k: v.numpy() for k, v in model.state_dict().items()}
+    step(model, opt)
+    # The same state on a model whose weight is split: the same next step.
+    other, other_opt = make(True)
+    for name, value in weights.items():
+        getattr(other, name).copy_(flow.tensor(value, placement=P, sbp=getattr(other, name).sbp))
+    other_opt.load_state_dict(state)
+    step(other, other_opt)
+    np.testing.assert_allclose(other.weight.numpy(), model.weight.numpy(), rtol=1e-6)
+    local_model = nn.Linear(3, 2)
+    local_opt = flow.optim.AdamW(local_model.parameters(), lr=0.1)
+    with pytest.raises(TypeError, match=r"the saved state is of a global parameter"):
+        local_opt.load_state_dict(state)

@@ -95,29 +95,7 @@ def test_pytorch_twin_gives_the_same_loss_curve(single):
     flow.manual_seed(args.seed)  # train.py's initial weights
     ours = Llama(config)
     torch.set_num_threads(1)
-    model = torch_llama(config)
-    model.load_state_dict({k: torch.from_numpy(v.numpy().copy())
-                           for k, v in ours.state_dict().items()})
-    # The example's two groups: no weight decay on vectors and embedding tables.
-    skip = train.trainer.no_decay_names(ours)
-    named = list(model.named_parameters())
-    groups = [{"params": [p for n, p in named if n not in skip]},
-              {"params": [p for n, p in named if n in skip], "weight_decay": 0.0}]
-    assert groups[0]["params"] and groups[1]["params"]
-    opt = torch.optim.AdamW(groups, lr=args.lr, betas=(0.9, 0.95),
-                            weight_decay=args.weight_decay)
-    schedule = torch.optim.lr_scheduler.LambdaLR(opt, train.lr_lambda(args))
-    data = train.ByteData(args.data, args.block_size, args.seed)
-    losses = []
-    for step in range(1, 11):
-        tokens, targets = data.batch(step, args.batch_size)
-        opt.zero_grad()
-        loss = model(torch.from_numpy(tokens), torch.from_numpy(targets))
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), args.grad_clip)
-        opt.step()
-        schedule.step()
-        losses.append(loss.item())
+    losses = example_runs.torch_curve(torch, ours, torch_llama(config), train, args)
     np.testing.assert_allclose(_losses(single), losses, rtol=LOSS_RTOL["float32"])
 
 

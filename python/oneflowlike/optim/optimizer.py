@@ -55,6 +55,33 @@ def zeros_like(param):
                          param)
 
 
+def _saved(value, param):
+    """A copy of a state value for state_dict. The state of a global parameter is kept as this
+    rank's pieces (the update runs on pieces); saved, it is a global tensor laid out as the
+    parameter, so flow.save writes it as one and it loads onto any layout."""
+    if not isinstance(value, _C.Tensor):
+        return value
+    if getattr(param, "is_global", False):
+        from oneflowlike.framework.global_tensor import GlobalTensor
+
+        return GlobalTensor(value.clone(), param.shape, value.dtype, param.placement, param.sbp)
+    return value.clone()
+
+
+def _restored(value, param):
+    """The state value to keep for ``param`` from a saved one (_saved's inverse)."""
+    if getattr(value, "is_global", False):
+        if not getattr(param, "is_global", False):
+            raise TypeError("[optim] the saved state is of a global parameter, and this "
+                            "optimizer's parameter is local: lay the model out first.")
+        piece = value.to_global(placement=param.placement, sbp=param.sbp).to_local_or_none()
+        return None if piece is None else piece.clone()
+    if getattr(param, "is_global", False) and isinstance(value, _C.Tensor):
+        raise TypeError("[optim] the saved state is of a local parameter, and this optimizer's "
+                        "parameter is global: save it from the global model.")
+    return value.clone() if isinstance(value, _C.Tensor) else value
+
+
 class Optimizer:
     """Base class of flow.optim optimizers (torch.optim.Optimizer's interface).
 
@@ -159,8 +186,7 @@ class Optimizer:
         state = {}
         for p, s in self.state.items():
             if id(p) in index and s:
-                state[index[id(p)]] = {k: (v.clone() if isinstance(v, _C.Tensor) else v)
-                                       for k, v in s.items()}
+                state[index[id(p)]] = {k: _saved(v, p) for k, v in s.items()}
         return {"state": state, "param_groups": groups}
 
     def load_state_dict(self, state_dict):
@@ -183,8 +209,7 @@ class Optimizer:
             for i, p in zip(saved["params"], group["params"]):
                 s = state_dict["state"].get(i)
                 if s is not None:
-                    self.state[p] = {k: (v.clone() if isinstance(v, _C.Tensor) else v)
-                                     for k, v in s.items()}
+                    self.state[p] = {k: _restored(v, p) for k, v in s.items()}
 
     def __repr__(self):
         lines = [type(self).__name__ + " ("]
