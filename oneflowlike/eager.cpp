@@ -104,6 +104,34 @@ std::vector<Tensor> apply_op(const OpSchema& op, const AnyParams& params,
   return outputs;
 }
 
+Tensor apply_source_op_region(const OpSchema& op, const AnyParams& params,
+                              const std::vector<Range>& region) {
+  const std::vector<Tensor> no_inputs;
+  const std::vector<TensorMeta> metas = op.infer(params, {});
+  OFL_CHECK(metas.size() == 1, "[", op.name(), "] a piece can be made of one-output ops only.");
+  const TensorMeta& whole = metas[0];
+  OFL_CHECK(static_cast<int>(region.size()) == whole.shape.ndim(), "[", op.name(),
+            "] the region must have one range per axis of ", whole.shape.to_string(),
+            ". However, got ", region.size(), " ranges.");
+  std::vector<int64_t> dims;
+  for (int d = 0; d < whole.shape.ndim(); ++d) {
+    const Range& r = region[d];
+    OFL_CHECK(0 <= r.begin && r.begin <= r.end && r.end <= whole.shape[d], "[", op.name(),
+              "] range ", d, " [", r.begin, ", ", r.end, ") is outside the axis of extent ",
+              whole.shape[d], ".");
+    dims.push_back(r.size());
+  }
+  const std::vector<Tensor> outputs{Tensor::empty(Shape(std::move(dims)), whole.dtype)};
+  KernelFn kernel = op.find_kernel(DeviceType::kCPU, whole.dtype);
+  OFL_CHECK_TYPE(kernel != nullptr, "[", op.name(), "] has no CPU kernel for dtype ",
+                 dtype_name(whole.dtype), ".");
+  KernelContext ctx{params, no_inputs, outputs};
+  ctx.output_region = &region;
+  ctx.logical_output_shape = &whole.shape;
+  if (outputs[0].numel() > 0) kernel(ctx);
+  return outputs[0];
+}
+
 Tensor apply_op1(const OpSchema& op, const AnyParams& params, const std::vector<Tensor>& inputs) {
   std::vector<Tensor> out = apply_op(op, params, inputs);
   OFL_ASSERT(out.size() == 1) << op.name() << " has " << out.size() << " outputs";

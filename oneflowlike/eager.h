@@ -19,6 +19,12 @@ std::vector<Tensor> apply_op(const OpSchema& op, const AnyParams& params,
 std::vector<Tensor> apply_op(const OpSchema& op, const AnyParams& params,
                              const std::vector<Tensor>& inputs, const Device& device);
 
+/// Runs op `op` without inputs (a creation op) for the part `region` of its logical output
+/// only, on the CPU: the piece of the whole result that `region` (one range per axis) covers,
+/// computed without making the rest (Note [Sharded creation] in ops/random.h).
+Tensor apply_source_op_region(const OpSchema& op, const AnyParams& params,
+                              const std::vector<Range>& region);
+
 /// apply_op for single-output ops.
 Tensor apply_op1(const OpSchema& op, const AnyParams& params, const std::vector<Tensor>& inputs);
 

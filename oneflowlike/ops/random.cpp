@@ -183,6 +183,24 @@ Tensor uniform(double low, double high, const Shape& shape, DataType dtype, cons
   return random_uniform(shape, dtype, low, high, s.seed, s.offset, device);
 }
 
+std::optional<Tensor> normal_region(double mean, double std, const Shape& shape, DataType dtype,
+                                    const std::optional<std::vector<Range>>& region) {
+  const RandomState s = reserve_random(count_of(shape));
+  if (!region) return std::nullopt;
+  static OpHandle op("random_normal");
+  return apply_source_op_region(op.get(), RandomParams{shape, dtype, mean, std, s.seed, s.offset},
+                                *region);
+}
+
+std::optional<Tensor> uniform_region(double low, double high, const Shape& shape, DataType dtype,
+                                     const std::optional<std::vector<Range>>& region) {
+  const RandomState s = reserve_random(count_of(shape));
+  if (!region) return std::nullopt;
+  static OpHandle op("random_uniform");
+  return apply_source_op_region(op.get(), RandomParams{shape, dtype, low, high, s.seed, s.offset},
+                                *region);
+}
+
 Tensor randn(const Shape& shape, DataType dtype, const Device& device) {
   return normal(0.0, 1.0, shape, dtype, device);
 }

@@ -8,8 +8,11 @@
 // functional API takes both from the global generator below.
 
 #include <cstdint>
+#include <optional>
+#include <vector>
 
 #include "oneflowlike/params.h"
+#include "oneflowlike/sbp.h"
 #include "oneflowlike/tensor.h"
 
 namespace ofl {
@@ -53,6 +56,21 @@ RandomState reserve_random(int64_t count);
 
 /// Raises ValueError unless 0 <= p <= 1 (shared by the op and its functional form).
 void check_dropout_probability(double p);
+
+/// Note [Sharded creation]: a global tensor made by a random creation function on a placement
+/// computes only this rank's piece. The piece holds the values the whole draw would hold there
+/// (Note [Random element counters]), and the whole draw's counters are reserved from the global
+/// generator as a one-device call does, on every rank (a rank holding nothing too), so the
+/// generator moves on alike everywhere and the values equal a one-device run's.
+namespace functional {
+/// The piece `region` of normal(mean, std, shape, dtype); without a region, only the reservation.
+std::optional<Tensor> normal_region(double mean, double std, const Shape& shape, DataType dtype,
+                                    const std::optional<std::vector<Range>>& region);
+/// The piece `region` of uniform(low, high, shape, dtype); without a region, only the
+/// reservation.
+std::optional<Tensor> uniform_region(double low, double high, const Shape& shape, DataType dtype,
+                                     const std::optional<std::vector<Range>>& region);
+}  // namespace functional
 
 namespace functional {
 // The functions without an input tensor make their result on `device` (eager mode; CPU in a

@@ -16,6 +16,14 @@ void init_random(py::module_& m) {
   m.def("rand", &functional::rand, py::arg("size"), py::arg("dtype") = DataType::kFloat32,
         py::arg("device") = Device::cpu(),
         "Uniform values in [0, 1) drawn from the global generator.");
+  m.def("normal_region", &functional::normal_region, py::arg("mean"), py::arg("std"),
+        py::arg("size"), py::arg("dtype"), py::arg("region"),
+        "The piece `region` ((begin, end) per axis) of a normal draw of `size`, reserving the "
+        "whole draw (Note [Sharded creation]); None without a region.");
+  m.def("uniform_region", &functional::uniform_region, py::arg("low"), py::arg("high"),
+        py::arg("size"), py::arg("dtype"), py::arg("region"),
+        "The piece `region` ((begin, end) per axis) of a uniform draw of `size`, reserving the "
+        "whole draw (Note [Sharded creation]); None without a region.");
   m.def("normal", &functional::normal, py::arg("mean"), py::arg("std"), py::arg("size"),
         py::arg("dtype") = DataType::kFloat32, py::arg("device") = Device::cpu(),
         "Normal values with the given mean and std drawn from the global generator.");

@@ -79,10 +79,15 @@ def _module_to_global(self, placement, sbp, keep_split=False):
     return self
 
 
+# Note [Sharded creation]: these make only this rank's piece (framework/sharded_creation.py);
+# the others (tensor, arange, linspace) slice the whole value every rank is given or computes.
+_SHARDED = {"randn", "rand", "randint", "zeros", "ones", "full"}
+
+
 def _with_placement(fn):
     """``fn(*size, ..., placement=, sbp=)``: a global tensor with the values ``fn`` gives the
-    whole logical shape on every rank (counter-based random numbers are the same whatever the
-    placement), each rank keeping its piece."""
+    whole logical shape on one device (counter-based random numbers are the same whatever the
+    placement), each rank holding its piece."""
 
     @functools.wraps(fn)
     def wrapper(*args, placement=None, sbp=None, **kwargs):
@@ -92,6 +97,10 @@ def _with_placement(fn):
             return fn(*args, **kwargs)
         if sbp is None:
             raise ValueError(f"[{fn.__name__}] a placement needs an sbp.")
+        if fn.__name__ in _SHARDED:
+            from oneflowlike.framework import sharded_creation
+
+            return sharded_creation.make(fn.__name__, fn, args, dict(kwargs), placement, sbp)
         return _gt.from_logical(fn(*args, **kwargs), placement, sbp)
 
     return wrapper

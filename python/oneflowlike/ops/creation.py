@@ -27,6 +27,15 @@ def resolve_device(op, device, like=None):
 
 
 def _make(op, shape, value, dtype, requires_grad, device, like=None):
+    from oneflowlike.framework import sharded_creation
+
+    request = sharded_creation.current()
+    if request is not None:  # Note [Sharded creation]: this rank's piece only
+        dtype = dtype if dtype is not None else _C.dtype.float32
+        region = request.region_of(shape, dtype)
+        if region is None:
+            return None
+        return _C.fill(tuple(e - b for b, e in region), dtype, float(value))
     t = _C.fill(shape, dtype if dtype is not None else _C.dtype.float32, float(value),
                 resolve_device(op, device, like))
     if requires_grad:

@@ -56,15 +56,32 @@ def seed():
     return s
 
 
+def _piece(draw, a, b, shape, dtype):
+    """Under Note [Sharded creation]: this rank's piece of a draw (None where it holds none),
+    reserving the whole draw; else False (make the whole tensor)."""
+    from oneflowlike.framework import sharded_creation
+
+    request = sharded_creation.current()
+    if request is None:
+        return False
+    return draw(float(a), float(b), shape, dtype, request.region_of(shape, dtype))
+
+
 def randn(*size, dtype=None, device=None, requires_grad=False):
     """Standard normal values: flow.randn(2, 3) or flow.randn((2, 3)). On ``device`` ("cuda",
     a flow.device; the CPU by default) with the values the CPU would give."""
+    piece = _piece(_C.normal_region, 0.0, 1.0, _size(size), _dtype(dtype))
+    if piece is not False:
+        return piece
     t = _C.randn(_size(size), _dtype(dtype), resolve_device("randn", device))
     return _finish(t, requires_grad)
 
 
 def rand(*size, dtype=None, device=None, requires_grad=False):
     """Uniform values in [0, 1): flow.rand(2, 3) or flow.rand((2, 3))."""
+    piece = _piece(_C.uniform_region, 0.0, 1.0, _size(size), _dtype(dtype))
+    if piece is not False:
+        return piece
     t = _C.rand(_size(size), _dtype(dtype), resolve_device("rand", device))
     return _finish(t, requires_grad)
 
@@ -97,8 +114,16 @@ def randint(low, high=None, size=None, dtype=None, device=None):
         bits = 8 * dtype.itemsize - 1
         if dtype == _C.dtype.bool or low < -(2 ** bits) or high - 1 > 2 ** bits - 1:
             raise ValueError(f"[randint] values in [{low}, {high}) do not fit {dtype!r}.")
-    where = resolve_device("randint", device)
-    uniform = _C.rand(_size((size,)), _C.dtype.float64, where)
+    uniform = _piece(_C.uniform_region, 0.0, 1.0, _size((size,)), _C.dtype.float64)
+    if uniform is None:  # Note [Sharded creation]: this rank holds no piece
+        return None
+    if uniform is False:
+        uniform = _C.rand(_size((size,)), _C.dtype.float64, resolve_device("randint", device))
+    else:
+        from oneflowlike.framework import sharded_creation
+
+        sharded_creation.current().dtype = dtype  # the piece is drawn in float64
+    where = uniform.device
     scaled = _C.scalar_mul(uniform, float(high - low))  # in [0, high - low]
     offsets = _C.cast(scaled, _C.dtype.int64)  # truncation of non-negatives: floor
     top = _C.fill((), _C.dtype.int64, float(high - low - 1), where)  # rounding may reach it

@@ -276,10 +276,13 @@ TEST(Attention, SbpSignaturesSplitBatchesAndHeads) {
   EXPECT_EQ(signatures("scaled_dot_product_attention", {x, x, x}),
             (std::vector<std::string>{"S(0) x S(0) x S(0) -> S(0), S(0)",
                                       "S(1) x S(1) x S(1) -> S(1), S(1)", "B x B x B -> B, B"}));
-  // Grouped-query heads do not split (a balanced split of both head counts may not pair them).
+  // Grouped-query heads split too: the op is TAlignedSplits, so SBP inference takes S(1) only
+  // where both head counts divide evenly (Note [Aligned splits]; the SBP sweep checks it).
   const TensorMeta kv{Shape{2, 2, 5, 8}, DataType::kFloat32};
   EXPECT_EQ(signatures("scaled_dot_product_attention", {x, kv, kv}),
-            (std::vector<std::string>{"S(0) x S(0) x S(0) -> S(0), S(0)", "B x B x B -> B, B"}));
+            (std::vector<std::string>{"S(0) x S(0) x S(0) -> S(0), S(0)",
+                                      "S(1) x S(1) x S(1) -> S(1), S(1)", "B x B x B -> B, B"}));
+  EXPECT_TRUE(OpRegistry::global().find("scaled_dot_product_attention").has<TAlignedSplits>());
   // A key-padding mask (batch, 1, 1, S) splits with the batch and stays whole across heads.
   const TensorMeta pad{Shape{2, 1, 1, 5}, DataType::kFloat32};
   EXPECT_EQ(

@@ -1,0 +1,77 @@
+"""Run by test_sharded_creation.py through the launcher: flow.randn / rand / randint / zeros /
+ones / full with placement= and sbp= (Note [Sharded creation]) give the one-device values for
+every SBP on 1-d placements of 1..world ranks and on 2x2, each rank making only its piece (the
+allocator's live bytes grow by the piece, not the logical tensor), and the generator moves on
+alike on every rank, also on ranks outside the placement."""
+
+import itertools
+import sys
+
+import numpy as np
+
+import oneflowlike as flow
+from oneflowlike import _C
+
+rank, world = flow.env.get_rank(), flow.env.get_world_size()
+S0, S1, B, P = flow.sbp.split(0), flow.sbp.split(1), flow.sbp.broadcast, flow.sbp.partial_sum
+ALL = [S0, S1, B, P]
+SHAPE = (5, 7)  # uneven pieces over 2, 3 and 4 ranks
+MAKERS = {
+    "randn": lambda **kw: flow.randn(*SHAPE, **kw),
+    "rand": lambda **kw: flow.rand(SHAPE, dtype=flow.float64, **kw),
+    "randint": lambda **kw: flow.randint(-3, 9, SHAPE, **kw),
+    "zeros": lambda **kw: flow.zeros(*SHAPE, **kw),
+    "ones": lambda **kw: flow.ones(SHAPE, dtype=flow.float64, **kw),
+    "full": lambda **kw: flow.full(SHAPE, 2.5, **kw),
+}
+checked = 0
+
+
+def expected(name, seed):
+    flow.manual_seed(seed)
+    value = MAKERS[name]().numpy()
+    after = flow.randn(3).numpy()  # where the generator stands afterwards
+    return value, after
+
+
+def check(name, placement, sbp, seed):
+    global checked
+    want, want_after = expected(name, seed)
+    flow.manual_seed(seed)
+    g = MAKERS[name](placement=placement, sbp=sbp)
+    after = flow.randn(3).numpy()
+    if not np.array_equal(after, want_after):
+        print(f"rank {rank}: GENERATOR OUT OF STEP after {name} on {placement} {sbp}")
+        sys.exit(1)
+    if g.shape != SHAPE:
+        print(f"rank {rank}: SHAPE {g.shape} for {name}")
+        sys.exit(1)
+    if rank in placement:
+        got = g.numpy()
+        if got.dtype != want.dtype or not np.array_equal(got, want):
+            print(f"rank {rank}: MISMATCH {name} on {placement} {sbp}: {got} vs {want}")
+            sys.exit(1)
+        checked += 1
+
+
+for n in range(1, world + 1):
+    placement = flow.placement("cpu", ranks=list(range(n)))
+    for name, sbp in itertools.product(MAKERS, ALL):
+        check(name, placement, sbp, seed=n * 100 + len(name))
+if world == 4:
+    grid = flow.placement("cpu", ranks=[[0, 1], [2, 3]])
+    for name, (a, b) in itertools.product(MAKERS, itertools.product(ALL, ALL)):
+        check(name, grid, (a, b), seed=7 + len(name))
+    # Only the piece is ever allocated: a (1024, 1024) float32 split over 4 ranks is 1 MiB
+    # here, never the 4 MiB of the whole (the peak, not just what stays).
+    before = _C.cpu_memory_live_bytes()
+    _C.cpu_memory_reset_peak()
+    big = flow.randn(1024, 1024, placement=flow.placement("cpu", ranks=[0, 1, 2, 3]), sbp=S0)
+    grown = _C.cpu_memory_live_bytes() - before
+    peak = _C.cpu_memory_peak_bytes() - before
+    if grown != 256 * 1024 * 4 or peak != grown:
+        print(f"rank {rank}: ALLOCATED {grown} bytes (peak {peak}) for a 256 x 1024 float32 "
+              "piece")
+        sys.exit(1)
+    del big
+print(f"rank {rank}: {checked} creation checks passed", flush=True)
