@@ -39,6 +39,9 @@ def parser(description):
                    help="ZeRO: shard parameters and optimizer state over the ranks that would "
                         "replicate them (the data-parallel ones, and the tensor-parallel ones for "
                         "parameters TP does not split)")
+    p.add_argument("--checkpoint-activations", action="store_true",
+                   help="recompute each block's activations in backward instead of keeping "
+                        "them (less memory, about one more forward)")
     p.add_argument("--dtype", choices=["float32", "bfloat16", "float16"], default="float32",
                    help="bfloat16 / float16: mixed precision (matmuls in that dtype, float32 "
                    "master weights); float16 with dynamic loss scaling")
@@ -70,9 +73,12 @@ def parser(description):
 
 class TrainGraph(flow.nn.Graph):
     def __init__(self, model, optimizer, scheduler, micro_batches, zero, dtype="float32",
-                 reduce_dtype="float32"):
+                 reduce_dtype="float32", checkpoint_activations=False):
         super().__init__()
         self.model = model
+        if checkpoint_activations:
+            for block in model.blocks:
+                self.set_activation_checkpointing(block)
         self.add_optimizer(optimizer, lr_sch=scheduler)
         self.config.set_gradient_accumulation_steps(micro_batches)
         if zero:
@@ -194,7 +200,7 @@ def run(args, model, layout, model_flags, describe):
     rank, world = flow.env.get_rank(), flow.env.get_world_size()
     optimizer, scheduler = make_optimizer(args, model)
     graph = TrainGraph(model, optimizer, scheduler, args.micro_batches, args.zero, args.dtype,
-                       args.reduce_dtype)
+                       args.reduce_dtype, args.checkpoint_activations)
     # On a GPU even one rank is a placement: a local graph computes on the host.
     distributed = world > 1 or args.device != "cpu"
     if distributed:
@@ -224,7 +230,9 @@ def run(args, model, layout, model_flags, describe):
     if rank == 0 and not args.quiet:
         print(f"{describe(model)}, batch {args.batch_size} on {world} ranks (dp {args.dp} x tp "
               f"{args.tp} x pp {args.pp}, {args.micro_batches} micro-batches"
-              f"{', ZeRO' if args.zero else ''}, {args.dtype})", flush=True)
+              f"{', ZeRO' if args.zero else ''}"
+              f"{', activation checkpointing' if args.checkpoint_activations else ''}, "
+              f"{args.dtype})", flush=True)
     losses, times = [], []
     start_all = time.perf_counter()
     last = min(args.steps, args.stop_after) if args.stop_after > 0 else args.steps

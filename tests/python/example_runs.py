@@ -3,6 +3,7 @@ the launcher, and reading its --log-json curve: shared by the example tests."""
 
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -16,9 +17,10 @@ def clean_env():
             if not k.startswith(("SLURM_", "OFL_")) and k not in _CONTRACT}
 
 
-def train(script, base_flags, tmp_path, nproc, *flags, steps=10, tag="run", env=None):
+def train(script, base_flags, tmp_path, nproc, *flags, steps=10, tag="run", env=None,
+          output=False):
     """Runs ``script`` with ``base_flags`` and ``flags`` for ``steps`` steps on ``nproc``
-    processes; returns the per-step records of its JSON log."""
+    processes; returns the per-step records of its JSON log (and its stdout with ``output``)."""
     log = tmp_path / f"{tag}.jsonl"
     args = [str(script), *base_flags, "--steps", str(steps), "--log-json", str(log), *flags]
     if nproc == 1:
@@ -30,7 +32,18 @@ def train(script, base_flags, tmp_path, nproc, *flags, steps=10, tag="run", env=
                             text=True, timeout=300)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert "done:" in result.stdout, result.stdout
-    return [json.loads(line) for line in log.read_text().splitlines()]
+    records = [json.loads(line) for line in log.read_text().splitlines()]
+    return (records, result.stdout) if output else records
+
+
+def planned_peaks_mib(stdout):
+    """Each rank's planned peak from the trainer's summary lines, by rank."""
+    peaks = {}
+    for line in stdout.splitlines():
+        match = re.search(r"rank (\d+): peak rss .* planned peak ([\d.]+) MiB", line)
+        if match:
+            peaks[int(match.group(1))] = float(match.group(2))
+    return peaks
 
 
 def losses(records):

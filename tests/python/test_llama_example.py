@@ -67,6 +67,19 @@ def test_resume_on_another_layout_continues_the_curve(tmp_path, single):
                                rtol=LOSS_RTOL["float32"])
 
 
+def test_activation_checkpointing_keeps_the_curve_and_lowers_the_planned_peak(tmp_path, single):
+    plain, out = example_runs.train(_TRAIN, _SMALL, tmp_path, 2, "--dp", "2", tag="plain",
+                                    output=True)
+    recomputed, out_ckpt = example_runs.train(_TRAIN, _SMALL, tmp_path, 2, "--dp", "2",
+                                              "--checkpoint-activations", tag="ckpt",
+                                              output=True)
+    np.testing.assert_allclose(_losses(recomputed), _losses(single), rtol=LOSS_RTOL["float32"])
+    np.testing.assert_allclose(_losses(recomputed), _losses(plain), rtol=LOSS_RTOL["float32"])
+    before, after = example_runs.planned_peaks_mib(out), example_runs.planned_peaks_mib(out_ckpt)
+    assert sorted(before) == sorted(after) == [0, 1]
+    assert all(after[r] < before[r] for r in before), (before, after)
+
+
 def test_bad_flags_are_reported():
     for flags, message in [(["--tp", "4"], "--tp 4 must divide --n-kv-head 2"),
                            (["--n-kv-head", "3"], "--n-head 4 must be a multiple of --n-kv-head 3")]:
