@@ -68,6 +68,14 @@ class Layout:
             raise ValueError("--tied-head needs the embedding and the head on one stage: use "
                              "--pp 1.")
 
+    def tp_sbp(self, name):
+        """The SBP of parameter ``name`` under tensor parallelism (None: replicated)."""
+        if self.tp > 1 and name.endswith(self.column):
+            return self.sbp(B, flow.sbp.split(0))
+        if self.tp > 1 and name.endswith(self.row):
+            return self.sbp(B, flow.sbp.split(1))
+        return None
+
     def apply(self, model, graph):
         """Lays the model's parameters out and tells ``graph`` the pipeline stages."""
         n_layer = model.config.n_layer
@@ -75,15 +83,8 @@ class Layout:
         parts += [(block, self.stage_of_block(i, n_layer)) for i, block in enumerate(model.blocks)]
         for module, stage in parts:
             p = self.placement(stage)
-            module.to_global(p, self.sbp(B, B))
-            for name, param in list(module.named_parameters()):
-                if self.tp > 1 and name.endswith(self.column):
-                    split = flow.sbp.split(0)
-                elif self.tp > 1 and name.endswith(self.row):
-                    split = flow.sbp.split(1)
-                else:
-                    continue
-                owner = module.get_submodule(name.rsplit(".", 1)[0]) if "." in name else module
-                setattr(owner, name.rsplit(".", 1)[1], param.to_global(sbp=self.sbp(B, split)))
+            # Each parameter laid out once, in its final SBP: a model built on the meta device
+            # makes only its pieces.
+            module.to_global(p, self.sbp(B, B), sbp_for=self.tp_sbp)
             if self.pp > 1:
                 graph.set_stage(module, stage, p, input_sbp=self.data_sbp())

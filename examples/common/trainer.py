@@ -39,6 +39,10 @@ def parser(description):
                    help="ZeRO: shard parameters and optimizer state over the ranks that would "
                         "replicate them (the data-parallel ones, and the tensor-parallel ones for "
                         "parameters TP does not split)")
+    p.add_argument("--meta-init", action="store_true",
+                   help="build the model on the meta device (no storage) and make each rank's "
+                        "pieces from the initialisers when it is laid out: the same values, and "
+                        "no rank ever holds a whole parameter")
     p.add_argument("--checkpoint-activations", action="store_true",
                    help="recompute each block's activations in backward instead of keeping "
                         "them (less memory, about one more forward)")
@@ -191,6 +195,22 @@ def feed(args, layout, data, tokens, targets, block_size):
                 targets.to_global(last, layout.data_sbp(), shape=shape))
     return (data.to_global(tokens, first, layout.data_sbp()),
             data.to_global(targets, last, layout.data_sbp()))
+
+
+def build(args, make_model):
+    """``make_model()`` after flow.manual_seed(args.seed); with --meta-init on the meta device
+    (Note [Meta tensors]), materialised here when one process holds the model and laid out
+    piece by piece by run() otherwise."""
+    flow.manual_seed(args.seed)
+    if not args.meta_init:
+        return make_model()
+    with flow.device("meta"):
+        model = make_model()
+    if flow.env.get_world_size() == 1 and args.device == "cpu":
+        from oneflowlike.framework import meta
+
+        meta.materialize(model)
+    return model
 
 
 def run(args, model, layout, model_flags, describe):

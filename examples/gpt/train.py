@@ -55,8 +55,7 @@ def main(argv=None):
                        n_embd=args.n_embd, bias=args.bias, tied_head=args.tied_head)
     layout = make_layout(args)
     trainer.check(args, layout, config)
-    flow.manual_seed(args.seed)
-    model = GPT(config)
+    model = trainer.build(args, lambda: GPT(config))
     trainer.run(args, model, layout, MODEL_FLAGS,
                 lambda m: f"gpt: {m.num_parameters()} parameters, {args.n_layer} layers, "
                           f"{args.n_embd} channels, {args.n_head} heads, block {args.block_size}")

@@ -60,8 +60,7 @@ def main(argv=None):
         raise SystemExit(f"[train] {e}")
     layout = Layout(args.dp, args.tp, args.pp, args.device, column=COLUMN, row=ROW)
     trainer.check(args, layout, config)
-    flow.manual_seed(args.seed)
-    model = Llama(config)
+    model = trainer.build(args, lambda: Llama(config))
     trainer.run(args, model, layout, MODEL_FLAGS,
                 lambda m: f"llama: {m.num_parameters()} parameters, {args.n_layer} layers, "
                           f"{args.n_embd} channels, {args.n_head} heads ({args.n_kv_head} "

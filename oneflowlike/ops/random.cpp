@@ -183,22 +183,26 @@ Tensor uniform(double low, double high, const Shape& shape, DataType dtype, cons
   return random_uniform(shape, dtype, low, high, s.seed, s.offset, device);
 }
 
+Tensor random_region(bool normal, double a, double b, const Shape& shape, DataType dtype,
+                     int64_t seed, int64_t offset, const std::vector<Range>& region) {
+  static OpHandle normal_op("random_normal");
+  static OpHandle uniform_op("random_uniform");
+  return apply_source_op_region(normal ? normal_op.get() : uniform_op.get(),
+                                RandomParams{shape, dtype, a, b, seed, offset}, region);
+}
+
 std::optional<Tensor> normal_region(double mean, double std, const Shape& shape, DataType dtype,
                                     const std::optional<std::vector<Range>>& region) {
   const RandomState s = reserve_random(count_of(shape));
   if (!region) return std::nullopt;
-  static OpHandle op("random_normal");
-  return apply_source_op_region(op.get(), RandomParams{shape, dtype, mean, std, s.seed, s.offset},
-                                *region);
+  return random_region(true, mean, std, shape, dtype, s.seed, s.offset, *region);
 }
 
 std::optional<Tensor> uniform_region(double low, double high, const Shape& shape, DataType dtype,
                                      const std::optional<std::vector<Range>>& region) {
   const RandomState s = reserve_random(count_of(shape));
   if (!region) return std::nullopt;
-  static OpHandle op("random_uniform");
-  return apply_source_op_region(op.get(), RandomParams{shape, dtype, low, high, s.seed, s.offset},
-                                *region);
+  return random_region(false, low, high, shape, dtype, s.seed, s.offset, *region);
 }
 
 Tensor randn(const Shape& shape, DataType dtype, const Device& device) {

@@ -63,6 +63,11 @@ void check_dropout_probability(double p);
 /// generator as a one-device call does, on every rank (a rank holding nothing too), so the
 /// generator moves on alike everywhere and the values equal a one-device run's.
 namespace functional {
+/// The piece `region` of random_normal (`normal`) or random_uniform with its seed and offset
+/// given: the values a whole draw with those counters holds there. How a meta tensor's recorded
+/// draw becomes a global tensor's piece.
+Tensor random_region(bool normal, double a, double b, const Shape& shape, DataType dtype,
+                     int64_t seed, int64_t offset, const std::vector<Range>& region);
 /// The piece `region` of normal(mean, std, shape, dtype); without a region, only the reservation.
 std::optional<Tensor> normal_region(double mean, double std, const Shape& shape, DataType dtype,
                                     const std::optional<std::vector<Range>>& region);

@@ -16,6 +16,19 @@ void init_random(py::module_& m) {
   m.def("rand", &functional::rand, py::arg("size"), py::arg("dtype") = DataType::kFloat32,
         py::arg("device") = Device::cpu(),
         "Uniform values in [0, 1) drawn from the global generator.");
+  m.def("random_region", &functional::random_region, py::arg("normal"), py::arg("a"), py::arg("b"),
+        py::arg("size"), py::arg("dtype"), py::arg("seed"), py::arg("offset"), py::arg("region"),
+        "The piece `region` of a normal (a = mean, b = std) or uniform [a, b) draw with the "
+        "given seed and offset.");
+  m.def(
+      "reserve_random",
+      [](int64_t count) {
+        const RandomState s = reserve_random(count);
+        return std::make_pair(s.seed, s.offset);
+      },
+      py::arg("count"),
+      "Reserves `count` counters of the global generator: (seed, first offset), as a draw of "
+      "that many values would.");
   m.def("normal_region", &functional::normal_region, py::arg("mean"), py::arg("std"),
         py::arg("size"), py::arg("dtype"), py::arg("region"),
         "The piece `region` ((begin, end) per axis) of a normal draw of `size`, reserving the "

@@ -80,6 +80,14 @@ def test_activation_checkpointing_keeps_the_curve_and_lowers_the_planned_peak(tm
     assert all(after[r] < before[r] for r in before), (before, after)
 
 
+def test_a_model_built_on_the_meta_device_trains_the_same_curve(tmp_path, single):
+    # Note [Meta tensors]: DP2 x TP2 lays the meta model out piece by piece from its
+    # initialisers, one rank materialises it whole: both give the eager initialisation's curve.
+    for nproc, flags in ((4, ["--dp", "2", "--tp", "2"]), (1, [])):
+        records = _train(tmp_path, nproc, *flags, "--meta-init", tag=f"meta{nproc}")
+        np.testing.assert_allclose(_losses(records), _losses(single), rtol=LOSS_RTOL["float32"])
+
+
 def test_bad_flags_are_reported():
     for flags, message in [(["--tp", "4"], "--tp 4 must divide --n-kv-head 2"),
                            (["--n-kv-head", "3"], "--n-head 4 must be a multiple of --n-kv-head 3")]:

@@ -50,22 +50,31 @@ def _backward(self, *args, **kwargs):
     return _eager_backward(self, *args, **kwargs)
 
 
-def _module_to_global(self, placement, sbp, keep_split=False):
+def _module_to_global(self, placement, sbp, keep_split=False, sbp_for=None):
     """Lays every parameter and buffer out on ``placement`` with ``sbp`` (the same for all), or,
-    with keep_split, keeps the SBP of those already global and only moves them. The values are
-    the module's current ones, which every rank must hold alike (build modules after
-    flow.manual_seed with the same seed). Returns the module."""
+    with keep_split, keeps the SBP of those already global and only moves them; ``sbp_for``
+    (a function of a parameter's or buffer's name in this module) may give one its own SBP
+    instead (Megatron's splits), so that it is laid out once. The values are the module's
+    current ones, which every rank must hold alike (build modules after flow.manual_seed with
+    the same seed), or, for a module built on the meta device, made piece by piece from their
+    initialisers (Note [Meta tensors]). Returns the module."""
     if not isinstance(placement, _placement):
         raise TypeError(f"[to_global] placement must be a flow.placement. However, got {placement!r}.")
     nd = _sbp.normalize(sbp, placement, "Module.to_global")
-    for sub in self.modules():
+    for sub_name, sub in self.named_modules():
         for registry in (sub._parameters, sub._buffers):
             for key, value in list(registry.items()):
                 if value is None:
                     continue
                 target = nd
-                if isinstance(value, _gt.GlobalTensor):
-                    if keep_split and len(value.sbp) == len(nd):
+                own = sbp_for(f"{sub_name}.{key}" if sub_name else key) if sbp_for else None
+                if own is not None:
+                    target = _sbp.normalize(own, placement, "Module.to_global")
+                if getattr(value, "is_meta", False):  # Note [Meta tensors]: pieces from its Init
+                    trainable = value.requires_grad
+                    g = value.to_global(placement, target)
+                elif isinstance(value, _gt.GlobalTensor):
+                    if keep_split and len(value.sbp) == len(nd) and own is None:
                         target = value.sbp
                     trainable = getattr(value, "_ofl_trainable", True)
                     g = value.to_global(placement=placement, sbp=target)  # a move, if any

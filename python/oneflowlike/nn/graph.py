@@ -399,6 +399,11 @@ class Graph:
         swapped = []
         try:
             for full, owner, registry_name, key, value, trainable in self._named_variables():
+                if getattr(value, "is_meta", False):
+                    raise RuntimeError(
+                        f"[nn.Graph] '{full}' is a meta tensor (shape {tuple(value.shape)}, no "
+                        "data): lay the module out first (module.to_global(placement, sbp) "
+                        "makes each rank's piece from its initialiser).")
                 if isinstance(value, _gt.GlobalTensor):
                     tracer.ranks |= set(value.placement.flat_ranks)
                     vp, vsbp = value.placement, value.sbp

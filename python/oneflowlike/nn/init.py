@@ -2,13 +2,16 @@
 
 Each function writes under no_grad, as torch's do, and works on global tensors too: the
 counter-based generator gives every element the value it has in the whole logical tensor, so
-each rank keeps its piece of the same numbers whatever the layout.
+each rank makes only its piece of the same numbers whatever the layout (Note [Sharded
+creation]). On a meta tensor it records the draw (Note [Meta tensors]).
 """
 
 import math
 
 from oneflowlike import _C
+from oneflowlike import env
 from oneflowlike.autograd import no_grad
+from oneflowlike.framework import meta
 
 __all__ = ["normal_", "uniform_", "zeros_", "ones_", "constant_", "calculate_gain",
            "xavier_uniform_", "xavier_normal_", "kaiming_uniform_", "kaiming_normal_"]
@@ -29,15 +32,56 @@ def _fill(tensor, value):
     return tensor
 
 
+def _draw(tensor, kind, a, b):
+    """tensor[...] = a draw (kind "normal": mean a, std b; "uniform": [a, b)) from flow's
+    generator. A meta tensor records it (Note [Meta tensors]); a global tensor makes only its
+    piece (Note [Sharded creation]); both reserve the whole draw, as a local tensor does."""
+    shape = tuple(tensor.shape)
+    if getattr(tensor, "is_meta", False):
+        tensor.init = meta.Init.draw(kind, a, b, shape)
+        return tensor
+    if getattr(tensor, "is_global", False):
+        region = _local_region(tensor)
+        region_fn = _C.normal_region if kind == "normal" else _C.uniform_region
+        piece = region_fn(float(a), float(b), shape, tensor.dtype, region)
+        if piece is not None:
+            with no_grad():
+                _C._assign_(tensor.to_local(), piece, "nn.init")
+        return tensor
+    draw = _C.normal if kind == "normal" else _C.uniform
+    return _fill(tensor, draw(float(a), float(b), shape, tensor.dtype))
+
+
+def _local_region(tensor):
+    """This rank's region of a global tensor, or None where it holds no piece."""
+    from oneflowlike.framework import global_tensor as _gt
+
+    if tensor.to_local_or_none() is None:
+        return None
+    return [(s.start, s.stop) for s in _gt._region(tensor.shape, tensor.placement, tensor.sbp,
+                                                   env.get_rank())]
+
+
 def normal_(tensor, mean=0.0, std=1.0):
-    return _fill(tensor, _C.normal(float(mean), float(std), tuple(tensor.shape), tensor.dtype))
+    return _draw(tensor, "normal", mean, std)
 
 
 def uniform_(tensor, a=0.0, b=1.0):
-    return _fill(tensor, _C.uniform(float(a), float(b), tuple(tensor.shape), tensor.dtype))
+    return _draw(tensor, "uniform", a, b)
 
 
 def constant_(tensor, value):
+    if getattr(tensor, "is_meta", False):
+        tensor.init = meta.Init("fill", value)
+        return tensor
+    if getattr(tensor, "is_global", False) and not any(
+            str(s) == "P" for s in tensor.sbp):  # each rank fills its piece
+        local = tensor.to_local_or_none()
+        if local is not None:
+            with no_grad():
+                _C._assign_(local, _C.fill(tuple(local.shape), tensor.dtype, float(value)),
+                            "nn.init")
+        return tensor
     return _fill(tensor, _C.fill(tuple(tensor.shape), tensor.dtype, float(value)))
 
 

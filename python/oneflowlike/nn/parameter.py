@@ -13,6 +13,13 @@ class Parameter(_C.Tensor):
     Ops on a parameter return plain tensors.
     """
 
+    def __new__(cls, data=None, requires_grad=True):
+        if getattr(data, "is_meta", False):  # Note [Meta tensors]: a meta parameter
+            from oneflowlike.framework.meta import MetaTensor
+
+            return MetaTensor(data.shape, data.dtype, data.init, requires_grad, param=True)
+        return super().__new__(cls)
+
     def __init__(self, data, requires_grad=True):
         if not isinstance(data, _C.Tensor):
             raise TypeError(

@@ -27,7 +27,11 @@ def resolve_device(op, device, like=None):
 
 
 def _make(op, shape, value, dtype, requires_grad, device, like=None):
-    from oneflowlike.framework import sharded_creation
+    from oneflowlike.framework import meta, sharded_creation
+
+    if meta.active() and like is None:  # Note [Meta tensors]
+        t = meta.fill(value, shape, dtype if dtype is not None else _C.dtype.float32)
+        return t.requires_grad_(requires_grad)
 
     request = sharded_creation.current()
     if request is not None:  # Note [Sharded creation]: this rank's piece only

@@ -58,8 +58,12 @@ def seed():
 
 def _piece(draw, a, b, shape, dtype):
     """Under Note [Sharded creation]: this rank's piece of a draw (None where it holds none),
-    reserving the whole draw; else False (make the whole tensor)."""
-    from oneflowlike.framework import sharded_creation
+    reserving the whole draw; on the meta device (Note [Meta tensors]) a meta tensor; else
+    False (make the whole tensor)."""
+    from oneflowlike.framework import meta, sharded_creation
+
+    if meta.active():
+        return (meta.normal if draw is _C.normal_region else meta.uniform)(a, b, shape, dtype)
 
     request = sharded_creation.current()
     if request is None:

@@ -116,7 +116,9 @@ class Optimizer:
         for p in params:
             # Global tensors (parameters of a module laid out with to_global) are optimized by
             # the nn.Graph the optimizer is added to.
-            if not isinstance(p, _C.Tensor) and not getattr(p, "is_global", False):
+            # A meta parameter (Note [Meta tensors]) is the one a layout will replace.
+            if not isinstance(p, _C.Tensor) and not getattr(p, "is_global", False) and not \
+                    getattr(p, "is_meta", False):
                 raise TypeError(f"[optim] can only optimize tensors. However, got {type(p)}.")
             if not p.is_leaf:
                 raise ValueError("[optim] can't optimize a non-leaf tensor (one computed from "

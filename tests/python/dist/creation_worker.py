@@ -2,7 +2,8 @@
 ones / full with placement= and sbp= (Note [Sharded creation]) give the one-device values for
 every SBP on 1-d placements of 1..world ranks and on 2x2, each rank making only its piece (the
 allocator's live bytes grow by the piece, not the logical tensor), and the generator moves on
-alike on every rank, also on ranks outside the placement."""
+alike on every rank, also on ranks outside the placement. A layer built on the meta device
+lays out to the eager values, allocating only its pieces."""
 
 import itertools
 import sys
@@ -74,4 +75,26 @@ if world == 4:
               "piece")
         sys.exit(1)
     del big
+    # A meta-built layer laid out with its weight split: the same values as an eager one, and
+    # only the pieces allocated, never the whole weight (Note [Meta tensors]).
+    import oneflowlike.nn as nn
+
+    flow.manual_seed(21)
+    eager = nn.Linear(1024, 1024)
+    flow.manual_seed(21)
+    with flow.device("meta"):
+        lazy = nn.Linear(1024, 1024)
+    before = _C.cpu_memory_live_bytes()
+    _C.cpu_memory_reset_peak()
+    lazy.to_global(flow.placement("cpu", ranks=[0, 1, 2, 3]), B,
+                   sbp_for=lambda name: S0 if name == "weight" else None)
+    peak = _C.cpu_memory_peak_bytes() - before
+    if peak != (256 * 1024 + 1024) * 4:
+        print(f"rank {rank}: META LAYOUT PEAK {peak} bytes for a 256 x 1024 piece and a bias")
+        sys.exit(1)
+    for name in ("weight", "bias"):
+        if not np.array_equal(getattr(lazy, name).numpy(), getattr(eager, name).numpy()):
+            print(f"rank {rank}: META VALUES of {name} differ from the eager layer's")
+            sys.exit(1)
+    checked += 1
 print(f"rank {rank}: {checked} creation checks passed", flush=True)

@@ -1,6 +1,6 @@
 """Embedding: a table of vectors looked up by index."""
 
-from oneflowlike import _C
+from oneflowlike.framework import meta
 from oneflowlike.nn import functional as F
 from oneflowlike.nn.modules.module import Module, factory_dtype
 from oneflowlike.nn.parameter import Parameter
@@ -23,7 +23,7 @@ class Embedding(Module):
         self.padding_idx = None
         if padding_idx is not None:
             self.padding_idx = _padding_row("Embedding", padding_idx, num_embeddings)
-        weight = _C.randn((num_embeddings, embedding_dim), dtype)
+        weight = meta.normal_or_tensor(0.0, 1.0, (num_embeddings, embedding_dim), dtype)
         if self.padding_idx is not None:
             weight[self.padding_idx] = 0.0
         self.weight = Parameter(weight)

@@ -2,7 +2,7 @@
 
 import math
 
-from oneflowlike import _C
+from oneflowlike.framework import meta
 from oneflowlike.nn import functional as F
 from oneflowlike.nn.modules.module import Module, factory_dtype
 from oneflowlike.nn.parameter import Parameter
@@ -24,9 +24,10 @@ class Linear(Module):
         self.in_features = in_features
         self.out_features = out_features
         bound = 1.0 / math.sqrt(in_features) if in_features > 0 else 0.0
-        self.weight = Parameter(_C.uniform(-bound, bound, (out_features, in_features), dtype))
+        self.weight = Parameter(meta.uniform_or_tensor(-bound, bound,
+                                                       (out_features, in_features), dtype))
         if bias:
-            self.bias = Parameter(_C.uniform(-bound, bound, (out_features,), dtype))
+            self.bias = Parameter(meta.uniform_or_tensor(-bound, bound, (out_features,), dtype))
         else:
             self.register_parameter("bias", None)
 

@@ -88,7 +88,8 @@ class Module:
         """Adds ``param`` (a Parameter, or None for an absent one) under ``name``."""
         self._check_initialised("parameters")
         self._check_new_name("register_parameter", name, self._parameters)
-        if param is not None and not isinstance(param, Parameter):
+        if param is not None and not isinstance(param, Parameter) and not getattr(
+                param, "_param", False) is True:
             raise TypeError(
                 f"[register_parameter] {name!r} must be a flow.nn.Parameter or None. However, "
                 f"got {type(param).__name__}: wrap it as flow.nn.Parameter(tensor)."
@@ -127,7 +128,7 @@ class Module:
         self._non_persistent_buffers.discard(name)
 
     def __setattr__(self, name, value):
-        if isinstance(value, Parameter):
+        if isinstance(value, Parameter) or getattr(value, "_param", False) is True:
             self._check_initialised("parameters")
             self._forget(name, self._buffers, self._modules)
             self.register_parameter(name, value)
