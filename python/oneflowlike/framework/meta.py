@@ -53,12 +53,22 @@ class MetaDevice:
 
 
 def device(spec, index=None):
-    """flow.device: ``"meta"`` gives the meta device, anything else the C++ device."""
-    if isinstance(spec, MetaDevice) or (isinstance(spec, str) and spec.split(":")[0] == "meta"):
+    """flow.device("cpu"), ("cuda", 1), ("cuda:1"), or ("meta"): the meta device (a context
+    manager, Note [Meta tensors]); the others are the C++ devices."""
+    if isinstance(spec, MetaDevice):
+        return spec
+    if isinstance(spec, _C.device) and index is None:
+        return spec
+    if not isinstance(spec, str) or (index is not None and (
+            isinstance(index, bool) or not isinstance(index, numbers.Integral))):
+        from oneflowlike.framework.tensor_methods import describe_argument
+
+        raise TypeError(f"[device] takes a device string ('cpu', 'cuda', 'cuda:1', 'meta') and "
+                        f"an optional int index. However, got {describe_argument(spec)}"
+                        f"{'' if index is None else ', ' + describe_argument(index)}.")
+    if spec.split(":")[0] == "meta":
         return MetaDevice()
-    if index is not None:
-        return _C.device(spec, index)
-    return _C.device(spec)
+    return _C.device(spec if index is None else f"{spec}:{int(index)}")
 
 
 class Init:
