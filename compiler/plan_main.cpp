@@ -25,6 +25,7 @@
 
 #include "compiler/compile.h"
 #include "compiler/models/gpt.h"
+#include "compiler/physical/memory_report.h"
 #include "compiler/plan_dump.h"
 #include "oneflowlike/common/error.h"
 #include "oneflowlike/common/logging.h"
@@ -62,6 +63,7 @@ constexpr const char* kUsage =
     "  --text                 also print the whole plan, task by task\n"
     "  --dot FILE             write the plan as Graphviz dot to FILE\n"
     "  --memory-limit BYTES   fail when a rank's peak memory exceeds BYTES\n"
+    "  --memory               print each rank's memory report (Note [Memory report])\n"
     "  --dump-after PASS|all  dump the logical graph after PASS (repeatable) "
     "or every pass\n"
     "  --dump-dir DIR         where graph dumps go (default: .)\n"
@@ -73,6 +75,7 @@ struct Arguments {
   std::optional<GptParallel> gpt_parallel;
   int64_t gpt_layers = 0;
   bool text = false;
+  bool memory = false;  // --memory: the memory report
   std::string dot_file;
   CompileOptions options;
 };
@@ -128,7 +131,9 @@ Arguments parse_arguments(const std::vector<std::string>& args) {
       if (i + 1 >= args.size()) throw UsageError{arg + " needs a value"};
       return args[++i];
     };
-    if (arg == "--text") {
+    if (arg == "--memory") {
+      parsed.memory = true;
+    } else if (arg == "--text") {
       parsed.text = true;
     } else if (arg == "--dot") {
       parsed.dot_file = value();
@@ -263,19 +268,31 @@ Graph gpt_job(int64_t layers, const GptParallel& parallel) {
 
 // compile() for the --gpt job: build errors (a layout that does not fit) come back as a Status.
 Result<proto::PlanProto> compile_gpt(int64_t layers, const GptParallel& parallel,
-                                     const CompileOptions& options) {
+                                     const CompileOptions& options, Graph* logical) {
   proto::PlanProto plan;
-  Status status = capture_status([&] { plan = compile_graph(gpt_job(layers, parallel), options); });
+  Status status =
+      capture_status([&] { plan = compile_graph(gpt_job(layers, parallel), options, logical); });
+  if (!status.ok()) return status;
+  return plan;
+}
+
+// compile() of a job file, also giving the logical graph (the memory report's kinds).
+Result<proto::PlanProto> compile_job(const proto::JobProto& job, const CompileOptions& options,
+                                     Graph* logical) {
+  proto::PlanProto plan;
+  Status status =
+      capture_status([&] { plan = compile_graph(graph_from_job(job), options, logical); });
   if (!status.ok()) return status;
   return plan;
 }
 
 int run(const Arguments& arguments) {
   const auto start = std::chrono::steady_clock::now();
+  Graph logical;
   Result<proto::PlanProto> plan =
       arguments.gpt_parallel.has_value()
-          ? compile_gpt(arguments.gpt_layers, *arguments.gpt_parallel, arguments.options)
-          : compile(read_job(arguments.job_file), arguments.options);
+          ? compile_gpt(arguments.gpt_layers, *arguments.gpt_parallel, arguments.options, &logical)
+          : compile_job(read_job(arguments.job_file), arguments.options, &logical);
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   if (!plan.ok()) {
@@ -284,6 +301,10 @@ int run(const Arguments& arguments) {
   }
   std::cout << summary_to_text(summarize_plan(plan.value()));
   if (arguments.text) std::cout << "\n" << plan_to_text(plan.value());
+  if (arguments.memory) {
+    std::cout << physical::memory_report_to_text(
+        physical::memory_report(plan.value(), physical::memory_kinds(logical)));
+  }
   if (!arguments.dot_file.empty()) {
     std::ofstream dot(arguments.dot_file);
     dot << plan_to_dot(plan.value());

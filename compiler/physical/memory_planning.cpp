@@ -267,6 +267,8 @@ std::map<proto::PlanDevice, RankMemory> plan_rank(proto::RankPlanProto* rank_pla
   return memories;
 }
 
+}  // namespace
+
 std::string largest_registers(const proto::RankPlanProto& rank_plan, size_t count) {
   std::vector<const proto::RegisterProto*> registers;
   for (const proto::RegisterProto& reg : rank_plan.registers()) registers.push_back(&reg);
@@ -284,8 +286,6 @@ std::string largest_registers(const proto::RankPlanProto& rank_plan, size_t coun
   }
   return os.str();
 }
-
-}  // namespace
 
 int64_t register_slot_bytes(const proto::RegisterProto& reg) {
   if (reg.bytes() > 0 || reg.dtype().empty()) return reg.bytes();

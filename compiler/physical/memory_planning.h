@@ -10,6 +10,7 @@
 //   a and c never live at the same time, so they take the same offset; b lies beside both.
 
 #include <cstdint>
+#include <string>
 
 #include "oneflowlike/proto/plan.pb.h"
 
@@ -27,6 +28,10 @@ inline constexpr int64_t kMemoryAlignment = 64;
 /// Running it twice gives the same plan. Raises FailedPrecondition naming the rank, its peak and
 /// its largest registers when `memory_limit_bytes` > 0 and some rank's peak exceeds it.
 void plan_memory(proto::PlanProto* plan, int64_t memory_limit_bytes = 0);
+
+/// The `count` largest registers of a rank (all slots), as "'name' (shape) dtype N bytes", for
+/// messages.
+std::string largest_registers(const proto::RankPlanProto& rank_plan, size_t count);
 
 /// The bytes of one slot of `reg`: its `bytes` field, or numel * dtype size when that is 0.
 int64_t register_slot_bytes(const proto::RegisterProto& reg);

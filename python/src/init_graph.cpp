@@ -14,6 +14,8 @@
 #include "comm/ucx_transport.h"
 #include "compiler/compile.h"
 #include "compiler/graph_tracer.h"
+#include "compiler/physical/memory_planning.h"
+#include "compiler/physical/memory_report.h"
 #include "compiler/plan_dump.h"
 #include "oneflowlike/autograd.h"
 #include "oneflowlike/proto/job.pb.h"
@@ -107,6 +109,8 @@ struct PyPlan {
   // Each differentiable input's name -> the name of its fetched gradient (Note [Input
   // gradients]).
   std::map<std::string, std::string> input_grads;
+  // Note [Memory report]: the kind of memory of each variable and gradient tensor, by name.
+  std::map<std::string, std::string> memory_kinds;
 };
 
 }  // namespace
@@ -203,6 +207,9 @@ void init_graph(py::module_& m) {
           "micro-batch.")
       .def_readonly("hyper_inputs", &PyPlan::hyper_inputs,
                     "The optimizer's inputs (lr, lr@1, step, ...) by name, with their dtypes.")
+      .def_readonly("memory_kinds", &PyPlan::memory_kinds,
+                    "Note [Memory report]: the kind of memory of each variable and gradient "
+                    "tensor, by name.")
       .def_readonly("input_grads", &PyPlan::input_grads,
                     "Each differentiable input's name -> the fetched name of its gradient.")
       .def_readonly("variable_sbp", &PyPlan::variable_sbp,
@@ -215,6 +222,41 @@ void init_graph(py::module_& m) {
             return out;
           },
           "Planned peak memory of each hosted rank (registers and memory blocks), in bytes.")
+      .def(
+          "memory_report",
+          [](const PyPlan& p) {
+            py::list out;
+            for (const auto& r : compiler::physical::memory_report(p.plan, p.memory_kinds)) {
+              py::dict d;
+              d["rank"] = r.rank;
+              d["planned_peak"] = r.planned_peak;
+              d["live_peak"] = r.live_peak;
+              d["peak_task"] = r.peak_task;
+              d["workspace"] = r.workspace;
+              d["by_kind"] = r.by_kind;
+              out.append(d);
+            }
+            return out;
+          },
+          "Note [Memory report]: per hosted rank, its planned and live peaks, the task of the "
+          "live peak, kernel workspace, and the bytes by kind live there.")
+      .def(
+          "memory_report_text",
+          [](const PyPlan& p) {
+            return compiler::physical::memory_report_to_text(
+                compiler::physical::memory_report(p.plan, p.memory_kinds));
+          },
+          "memory_report() as one line per hosted rank.")
+      .def(
+          "largest_registers",
+          [](const PyPlan& p, int64_t rank, size_t count) {
+            for (const auto& r : p.plan.ranks()) {
+              if (r.rank() == rank) return compiler::physical::largest_registers(r, count);
+            }
+            return std::string();
+          },
+          py::arg("rank"), py::arg("count") = 3,
+          "The largest registers of a hosted rank, for messages.")
       .def(
           "job_bytes", [](const PyPlan& p) { return py::bytes(p.job_text); },
           "The traced job, serialized (the same bytes in every process of a job).");
@@ -392,6 +434,7 @@ void init_graph(py::module_& m) {
             for (int f : logical.fetches) {
               plan->fetch_sbp[logical.tensor(f).name] = strings_of(logical.tensor(f).sbp);
             }
+            plan->memory_kinds = compiler::physical::memory_kinds(logical);
             for (const auto& [input, at] : logical.input_grad_fetches) {
               plan->input_grads[input] = logical.tensor(logical.fetches.at(at)).name;
             }

@@ -88,6 +88,31 @@ def test_a_model_built_on_the_meta_device_trains_the_same_curve(tmp_path, single
         np.testing.assert_allclose(_losses(records), _losses(single), rtol=LOSS_RTOL["float32"])
 
 
+def test_the_fit_test_a_limit_one_rank_exceeds_trains_on_dp2_tp2_with_zero(tmp_path, single):
+    # Note [Memory limit]: the limit lies between one rank's planned peak and the largest of
+    # DP2 x TP2 + ZeRO's (both measured here, the plans being deterministic). One rank is
+    # refused before anything runs, with the verdict; four ranks train the one-rank curve.
+    _, out_one = example_runs.train(_TRAIN, _SMALL, tmp_path, 1, steps=1, tag="one",
+                                    output=True)
+    layout = ["--dp", "2", "--tp", "2", "--zero"]
+    _, out_four = example_runs.train(_TRAIN, _SMALL, tmp_path, 4, *layout, steps=1, tag="four",
+                                     output=True)
+    one = example_runs.planned_peaks_mib(out_one)[0]
+    four = max(example_runs.planned_peaks_mib(out_four).values())
+    assert four < one, (four, one)
+    limit = f"{int((one + four) / 2 * 1024)}KiB"
+    refused = subprocess.run(
+        [sys.executable, "-m", "oneflowlike.distributed.launch", "--memory-per-rank", limit,
+         str(_TRAIN), *_SMALL, "--steps", "2"], env=example_runs.clean_env(),
+        capture_output=True, text=True, timeout=120)
+    assert refused.returncode != 0
+    assert "every rank must fit the memory limit" in refused.stdout + refused.stderr
+    assert "rank 0 plans a peak of" in refused.stdout + refused.stderr
+    records = example_runs.train(_TRAIN, _SMALL, tmp_path, 4, *layout, tag="fits",
+                                 env={"OFL_MEMORY_PER_RANK": str(int(limit[:-3]) * 1024)})
+    np.testing.assert_allclose(_losses(records), _losses(single), rtol=LOSS_RTOL["float32"])
+
+
 def test_bad_flags_are_reported():
     for flags, message in [(["--tp", "4"], "--tp 4 must divide --n-kv-head 2"),
                            (["--n-kv-head", "3"], "--n-head 4 must be a multiple of --n-kv-head 3")]:

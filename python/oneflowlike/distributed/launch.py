@@ -74,6 +74,7 @@ class LaunchConfig:
     logdir: str  # or None
     no_python: bool
     verbose: bool  # OFL_VERBOSE=1 for the ranks (Note [Logging] in oneflowlike/common/logging.h)
+    memory_per_rank: int  # bytes, 0: no limit (OFL_MEMORY_PER_RANK, Note [Memory limit])
     script: str
     script_args: list
     from_slurm: bool  # nnodes, node_rank (and maybe master_addr) came from Slurm
@@ -109,6 +110,10 @@ _FLAGS = [
     (("--verbose",),
      dict(action="store_true", help="show the ranks' INFO log lines (bootstrap, runtime), as "
           "OFL_VERBOSE=1; by default only warnings and errors")),
+    (("--memory_per_rank", "--memory-per-rank"),
+     dict(default=None, metavar="SIZE",
+          help="every rank's memory limit (e.g. 6GiB): graphs whose plan does not fit refuse "
+               "to compile on every rank, saying what would fit (OFL_MEMORY_PER_RANK)")),
     (("--grace_period", "--grace-period"),
      dict(type=float, default=5.0, metavar="SECONDS",
           help="wait this long after SIGTERM before SIGKILL when stopping ranks (default 5)")),
@@ -201,6 +206,15 @@ def parse_config(argv, environ=os.environ):
         raise LaunchError(f"SCRIPT must be an existing Python file. However, got {args.script!r} "
                           f"(no such file from {os.getcwd()}).")
 
+    memory_per_rank = 0
+    if args.memory_per_rank is not None:
+        from oneflowlike.framework.sizes import parse_bytes
+
+        try:
+            memory_per_rank = parse_bytes(args.memory_per_rank, "--memory-per-rank")
+        except ValueError as error:
+            raise LaunchError(str(error)) from None
+
     secret = args.secret if args.secret is not None else environ.get("OFL_JOB_SECRET")
     if secret is None and nnodes == 1:
         secret = secrets.token_hex(16)
@@ -218,7 +232,7 @@ def parse_config(argv, environ=os.environ):
         master_addr=master_addr.strip(), master_port=args.master_port, secret=secret,
         bootstrap_timeout=args.timeout, fault_timeout=args.fault_timeout,
         grace_period=args.grace_period, logdir=args.logdir, no_python=args.no_python,
-        verbose=args.verbose, script=args.script, script_args=args.script_args, from_slurm=from_slurm)
+        verbose=args.verbose, memory_per_rank=memory_per_rank, script=args.script, script_args=args.script_args, from_slurm=from_slurm)
 
 
 def _slurm_int(environ, name, minimum):
@@ -251,6 +265,8 @@ def worker_env(config, local_rank, environ=os.environ):
     })
     if config.verbose:
         env["OFL_VERBOSE"] = "1"
+    if config.memory_per_rank:
+        env["OFL_MEMORY_PER_RANK"] = str(config.memory_per_rank)
     env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // config.nproc_per_node)))
     # A rank stopped by SIGTERM would lose block-buffered output, often the part that explains.
     env.setdefault("PYTHONUNBUFFERED", "1")

@@ -33,6 +33,7 @@ import numpy as np
 
 from oneflowlike import _C
 from oneflowlike import env
+from oneflowlike.framework.sizes import format_bytes, parse_bytes
 from oneflowlike import sbp as _sbp
 from oneflowlike.framework import agreement as _agreement
 from oneflowlike.framework import global_tensor as _gt
@@ -79,6 +80,17 @@ class GraphConfig:
         self.gradient_bucket_bytes = 4 << 20
         self.amp_dtype = None
         self.reduce_dtype = None
+        # Note [Memory limit]: the launcher's --memory-per-rank reaches every rank as this.
+        limit = os.environ.get("OFL_MEMORY_PER_RANK")
+        self.memory_limit = parse_bytes(limit, "OFL_MEMORY_PER_RANK") if limit else 0
+
+    def set_memory_limit(self, limit):
+        """Note [Memory limit]: the bytes every rank may plan at most (an int or "6GiB");
+        compilation fails on every rank, before anything is allocated, when one does not fit,
+        naming the rank, its peak, its largest items and the changes that would fit, each with
+        the peak a recompilation gives. None or 0: no limit."""
+        self.memory_limit = 0 if limit in (None, 0) else parse_bytes(
+            limit, "[nn.Graph] set_memory_limit")
 
     def set_gradient_bucket_bytes(self, n):
         """Reduces the gradients of replicated parameters in buckets of about ``n`` bytes
@@ -173,6 +185,18 @@ def _optimizer_setup(optimizer):
         hyper["beta1"], hyper["beta2"] = (float(b) for b in first["betas"])
         hyper["eps"] = float(first["eps"])
     return kind, hyper
+
+
+class MemoryReport(list):
+    """graph.memory_report(): one dict per rank (Note [Memory report]); str() is one line per
+    rank."""
+
+    def __init__(self, ranks, text):
+        super().__init__(ranks)
+        self.text = text
+
+    def __str__(self):
+        return self.text
 
 
 class Graph:
@@ -487,6 +511,8 @@ class Graph:
         rank = env.get_rank()
         self._plan = None
         traced = time.perf_counter()
+        if self.config.memory_limit:
+            self._check_memory(tracer)
         if rank in tracer.ranks:
             self._plan = tracer.compile([rank])
             self._output_sbp = self._plan.fetch_sbp
@@ -914,6 +940,71 @@ class Graph:
         if self._runtime is None:
             return '{"traceEvents":[]}'
         return self._runtime.chrome_trace()
+
+    def _check_memory(self, tracer):
+        """Note [Memory limit]: every rank compiles the whole job's plan and checks every
+        rank's planned peak, so all refuse together, before any allocation."""
+        limit = self.config.memory_limit
+        whole = tracer.compile([])
+        peaks = whole.peak_bytes()
+        over = {r: p for r, p in sorted(peaks.items()) if p > limit}
+        if not over:
+            return
+        worst = max(over, key=over.get)
+        lines = [f"[nn.Graph] every rank must fit the memory limit of {format_bytes(limit)} "
+                 f"({limit} bytes). However, rank {r} plans a peak of {format_bytes(p)}"
+                 for r, p in over.items()]
+        report = next(r for r in whole.memory_report() if r["rank"] == worst)
+        kinds = sorted(report["by_kind"].items(), key=lambda kv: -kv[1])
+        text = ";\n".join(lines) + f".\nRank {worst} at its peak ('{report['peak_task']}'): " + \
+            ", ".join(f"{k} {format_bytes(b)}" for k, b in kinds if b) + \
+            f"; its largest tensors: {whole.largest_registers(worst, 3)}."
+        fits = self._memory_alternatives(tracer, limit)
+        if fits:
+            text += "\nChanges that give a smaller peak (recompiled):\n" + "\n".join(
+                f"  - {what}: peak {format_bytes(peak)} on the largest rank"
+                f"{' (fits)' if peak <= limit else ''}" for what, peak in fits)
+        text += "\nOther remedies: activation checkpointing (set_activation_checkpointing), " \
+            "more tensor or pipeline parallelism, or a larger limit."
+        raise MemoryError(text)
+
+    def _memory_alternatives(self, tracer, limit):
+        """(change, worst planned peak) for ZeRO and more micro-batches, each recompiled from
+        the same trace; the trace's settings are restored afterwards."""
+        out = []
+        cfg = self.config
+        variants = []
+        if cfg.zero_stage == 0 and self._optimizers:
+            variants.append(("ZeRO (config.enable_zero())", lambda: tracer.set_zero_stage(1),
+                             lambda: tracer.set_zero_stage(0)))
+        m = cfg.gradient_accumulation_steps
+        variants.append((f"{2 * m} micro-batches (set_gradient_accumulation_steps)",
+                         lambda: tracer.set_gradient_accumulation_steps(2 * m),
+                         lambda: tracer.set_gradient_accumulation_steps(m)))
+        now = max(tracer.compile([]).peak_bytes().values())
+        for what, apply, restore in variants:
+            apply()
+            try:
+                peak = max(tracer.compile([]).peak_bytes().values())
+                if peak < now:  # only what lowers the peak is a remedy
+                    out.append((what, peak))
+            except Exception:  # noqa: BLE001 (a variant that does not compile is no remedy)
+                pass
+            finally:
+                restore()
+        return sorted(out, key=lambda item: item[1])
+
+    def memory_report(self):
+        """Note [Memory report] of every rank of this graph (traced: call it once first),
+        recompiled as a whole job: per rank its planned peak, the task of its live peak, and
+        the bytes of parameters, gradients, optimizer state, activations (the micro-batches in
+        flight counted), buffers, communication buffers and kernel workspace there. A list of
+        dicts, one per rank; str() is a table."""
+        if getattr(self, "_tracer", None) is None:
+            raise RuntimeError("[nn.Graph] memory_report needs the traced graph: call the graph "
+                               "once first.")
+        whole = self._tracer.compile([])
+        return MemoryReport(whole.memory_report(), whole.memory_report_text())
 
     def peak_bytes(self):
         """This rank's planned peak memory (registers and memory blocks), in bytes."""

@@ -64,6 +64,21 @@ TEST(PlanCli, PrintsTheSummaryOfASavedJob) {
   EXPECT_EQ(all.str().rfind("digraph", 0), 0u);
 }
 
+// Note [Memory report]: the saved job's w (4, 3) float32 is 48 bytes on each rank (B), and SGD's
+// momentum as much again.
+TEST(PlanCli, MemoryReportCountsEachKindOnEveryRank) {
+  const Result r = run(save_job("memory", false) + " --memory");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  for (const char* rank : {"rank 0: planned peak", "rank 1: planned peak"}) {
+    const size_t at = r.output.find(rank);
+    ASSERT_NE(at, std::string::npos) << r.output;
+    const std::string line = r.output.substr(at, r.output.find('\n', at) - at);
+    EXPECT_NE(line.find("parameters 48 B,"), std::string::npos) << line;
+    EXPECT_NE(line.find("optimizer state 48 B,"), std::string::npos) << line;
+    EXPECT_NE(line.find("kernel workspace 0 B"), std::string::npos) << line;
+  }
+}
+
 TEST(PlanCli, CompilesOnlyTheRanksOfOneNodeOnRequest) {
   const Result r = run(save_job("node", false) + " --ranks 1");
   EXPECT_EQ(r.exit_code, 0) << r.output;

@@ -1,0 +1,223 @@
+// Note [Memory report] in memory_report.h.
+
+#include "compiler/physical/memory_report.h"
+
+#include <algorithm>
+#include <iomanip>
+#include <sstream>
+
+#include "compiler/physical/memory_planning.h"
+#include "oneflowlike/common/id_index.h"
+#include "oneflowlike/op.h"
+#include "oneflowlike/proto_convert.h"
+
+namespace ofl::compiler::physical {
+
+namespace {
+
+// Tasks that move data between ranks or devices (COPY, an identity such as a reshape, is not).
+bool is_boxing(proto::TaskProto::Kind kind) {
+  switch (kind) {
+    case proto::TaskProto::SLICE:
+    case proto::TaskProto::SEND:
+    case proto::TaskProto::RECV:
+    case proto::TaskProto::ADD:
+    case proto::TaskProto::CONCAT:
+    case proto::TaskProto::ZEROS:
+    case proto::TaskProto::COLLECTIVE:
+    case proto::TaskProto::COPY_H2D:
+    case proto::TaskProto::COPY_D2H:
+      return true;
+    default:
+      return false;
+  }
+}
+
+// The FTempBytes of a compute task, as its actor will allocate it (actor/pieces.cpp's
+// kernel_temp_bytes, from the plan instead of the runtime's index).
+int64_t workspace_of(const proto::TaskProto& task, const IdIndex& registers,
+                     const proto::RankPlanProto& rank_plan) {
+  if (task.kind() != proto::TaskProto::COMPUTE) return 0;
+  const OpSchema& op = OpRegistry::global().find(task.op_type());
+  const TempBytesFn* temp = op.get<FTempBytes>();
+  if (temp == nullptr) return 0;
+  std::vector<TensorMeta> metas;
+  for (int64_t id : task.inputs()) {
+    const int r = registers.find(id);
+    if (r < 0) return 0;
+    const proto::RegisterProto& reg = rank_plan.registers(r);
+    metas.push_back(TensorMeta{from_proto(reg.shape()), dtype_from_name(reg.dtype())});
+  }
+  return static_cast<int64_t>(
+      (*temp)(InferContext(op, params_from_proto(op, task.params()), metas)));
+}
+
+RankMemoryReport report_rank(const proto::RankPlanProto& rank_plan,
+                             const std::map<std::string, std::string>& kinds) {
+  RankMemoryReport out;
+  out.rank = rank_plan.rank();
+  out.planned_peak = rank_plan.peak_bytes();
+  std::vector<int64_t> ids;
+  for (const proto::TaskProto& task : rank_plan.tasks()) ids.push_back(task.id());
+  const IdIndex tasks(ids);
+  ids.clear();
+  for (const proto::RegisterProto& reg : rank_plan.registers()) ids.push_back(reg.id());
+  const IdIndex registers(ids);
+
+  // The chain: thread-0 tasks in plan order (memory planning's order).
+  std::vector<int64_t> chain_index(rank_plan.tasks_size(), -1);
+  std::vector<int> chain;  // task positions
+  for (int i = 0; i < rank_plan.tasks_size(); ++i) {
+    if (rank_plan.tasks(i).thread() != 0) continue;
+    chain_index[i] = static_cast<int64_t>(chain.size());
+    chain.push_back(i);
+    out.workspace += workspace_of(rank_plan.tasks(i), registers, rank_plan);
+  }
+
+  // Each register's kind, in plan order so that a boxing task sees its input's kind first.
+  std::vector<std::string> kind(rank_plan.registers_size());
+  for (int r = 0; r < rank_plan.registers_size(); ++r) {
+    const proto::RegisterProto& reg = rank_plan.registers(r);
+    const auto named = kinds.find(reg.name());
+    const int producer = tasks.find(reg.producer());
+    if (named != kinds.end()) {
+      kind[r] = named->second;
+      continue;
+    }
+    const proto::TaskProto* task = producer >= 0 ? &rank_plan.tasks(producer) : nullptr;
+    if (task != nullptr && task->kind() == proto::TaskProto::ACCUMULATE) {
+      kind[r] = "gradients";  // a sum over micro-batches
+    } else if (task != nullptr && is_boxing(task->kind())) {
+      kind[r] = "communication buffers";
+      for (int64_t input : task->inputs()) {
+        const int in = registers.find(input);
+        if (in >= 0 && in < r && kind[in] == "gradients") kind[r] = "gradients";
+      }
+    } else {
+      kind[r] = "activations";
+    }
+  }
+
+  // Lifetimes on the chain; -1: live all the time.
+  std::vector<int64_t> begin(rank_plan.registers_size(), -1), end(rank_plan.registers_size(), -1);
+  std::map<std::string, int64_t> always;
+  std::vector<int64_t> delta(chain.size() + 1, 0);
+  std::vector<std::map<std::string, int64_t>> kind_delta(chain.size() + 1);
+  for (int r = 0; r < rank_plan.registers_size(); ++r) {
+    const proto::RegisterProto& reg = rank_plan.registers(r);
+    const int64_t bytes = register_slot_bytes(reg) * std::max(reg.register_num(), 1);
+    const int producer = tasks.find(reg.producer());
+    bool in_chain =
+        !reg.persistent() && reg.register_num() <= 1 && producer >= 0 && chain_index[producer] >= 0;
+    int64_t first = in_chain ? chain_index[producer] : 0, last = first;
+    for (int64_t c : reg.consumers()) {
+      const int t = tasks.find(c);
+      if (t < 0 || chain_index[t] < 0) {
+        in_chain = false;
+        break;
+      }
+      last = std::max(last, chain_index[t]);
+    }
+    if (!in_chain) {
+      always[kind[r]] += bytes;
+      continue;
+    }
+    delta[first] += bytes;
+    delta[last + 1] -= bytes;
+    kind_delta[first][kind[r]] += bytes;
+    kind_delta[last + 1][kind[r]] -= bytes;
+  }
+  int64_t base = 0;
+  for (const auto& [k, bytes] : always) base += bytes;
+  int64_t live = 0, best = -1;
+  size_t at = 0;
+  for (size_t i = 0; i < chain.size(); ++i) {
+    live += delta[i];
+    if (live > best) {
+      best = live;
+      at = i;
+    }
+  }
+  out.live_peak = base + std::max<int64_t>(best, 0);
+  out.by_kind = always;
+  if (!chain.empty()) {
+    out.peak_task = rank_plan.tasks(chain[at]).name();
+    std::map<std::string, int64_t> running;
+    for (size_t i = 0; i <= at; ++i) {
+      for (const auto& [k, bytes] : kind_delta[i]) running[k] += bytes;
+    }
+    for (const auto& [k, bytes] : running) {
+      if (bytes != 0) out.by_kind[k] += bytes;
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+std::map<std::string, std::string> memory_kinds(const Graph& logical) {
+  std::map<std::string, std::string> kinds;
+  for (const auto& [var, grad] : logical.variable_grads) {
+    kinds[logical.tensor(grad).name] = "gradients";
+  }
+  // The optimizer pass's ops and boxing carry gradients on (buckets, layout copies,
+  // reductions, clipping): what they make from a gradient is one too.
+  for (int i : logical.topological_order()) {
+    const LogicalOp& op = logical.op(i);
+    if (op.role != OpRole::kOptimizer && op.role != OpRole::kBoxing) continue;
+    bool from_gradient = false;
+    for (int t : op.inputs) {
+      const auto it = kinds.find(logical.tensor(t).name);
+      from_gradient = from_gradient || (it != kinds.end() && it->second == "gradients");
+    }
+    if (!from_gradient) continue;
+    for (int t : op.outputs) kinds[logical.tensor(t).name] = "gradients";
+  }
+  for (int i = 0; i < logical.num_ops(); ++i) {
+    const LogicalOp& op = logical.op(i);
+    if (op.kind != OpKind::kVariable) continue;
+    kinds[logical.tensor(op.outputs[0]).name] = op.trainable                    ? "parameters"
+                                                : op.role == OpRole::kOptimizer ? "optimizer state"
+                                                                                : "buffers";
+  }
+  return kinds;
+}
+
+std::string memory_report_to_text(const std::vector<RankMemoryReport>& reports) {
+  static const char* kOrder[] = {"parameters",  "gradients", "optimizer state",
+                                 "activations", "buffers",   "communication buffers"};
+  const auto human = [](int64_t bytes) {
+    std::ostringstream os;
+    os << std::fixed << std::setprecision(2);
+    if (bytes >= (int64_t{1} << 20)) {
+      os << static_cast<double>(bytes) / (1 << 20) << " MiB";
+    } else if (bytes >= 1024) {
+      os << static_cast<double>(bytes) / 1024 << " KiB";
+    } else {
+      os << bytes << " B";
+    }
+    return os.str();
+  };
+  std::ostringstream os;
+  for (const RankMemoryReport& r : reports) {
+    os << "rank " << r.rank << ": planned peak " << human(r.planned_peak) << ", live peak "
+       << human(r.live_peak) << " at '" << r.peak_task << "':";
+    for (const char* kind : kOrder) {
+      const auto it = r.by_kind.find(kind);
+      os << " " << kind << " " << human(it == r.by_kind.end() ? 0 : it->second) << ",";
+    }
+    os << " kernel workspace " << human(r.workspace) << "\n";
+  }
+  return os.str();
+}
+
+std::vector<RankMemoryReport> memory_report(const proto::PlanProto& plan,
+                                            const std::map<std::string, std::string>& kinds) {
+  std::vector<RankMemoryReport> out;
+  for (const proto::RankPlanProto& rank_plan : plan.ranks()) {
+    out.push_back(report_rank(rank_plan, kinds));
+  }
+  return out;
+}
+
+}  // namespace ofl::compiler::physical

@@ -1,0 +1,78 @@
+"""The memory verdict before anything runs (Note [Memory report], Note [Memory limit]):
+graph.memory_report() by kind, graph.config.set_memory_limit refusing a plan that does not
+fit on every rank with what would, and the launcher's --memory-per-rank. The fit test with the
+LLaMA example is in test_llama_example.py."""
+
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import oneflowlike as flow
+import oneflowlike.nn as nn
+from launching import DIST
+
+
+class _Train(nn.Graph):
+    def __init__(self, model, limit=None):
+        super().__init__()
+        self.model = model
+        self.add_optimizer(flow.optim.AdamW(model.parameters(), lr=0.01))
+        if limit is not None:
+            self.config.set_memory_limit(limit)
+
+    def build(self, x, y):
+        loss = nn.functional.cross_entropy(self.model(x), y)
+        loss.backward()
+        return loss
+
+
+def _model():
+    flow.manual_seed(0)
+    return nn.Sequential(nn.Linear(64, 256), nn.GELU(), nn.Linear(256, 10))
+
+
+def _batch():
+    rng = np.random.default_rng(0)
+    return (flow.tensor(rng.standard_normal((32, 64)).astype(np.float32)),
+            flow.tensor(rng.integers(0, 10, 32)))
+
+
+def test_the_report_counts_parameters_and_adam_state_by_kind():
+    model = _model()
+    graph = _Train(model)
+    with pytest.raises(RuntimeError, match=r"memory_report needs the traced graph"):
+        graph.memory_report()
+    graph(*_batch())
+    report = graph.memory_report()
+    assert len(report) == 1 and report[0]["rank"] == 0
+    params = sum(int(p.numel()) * 4 for p in model.parameters())
+    kinds = report[0]["by_kind"]
+    assert kinds["parameters"] == params
+    assert kinds["optimizer state"] == 2 * params  # exp_avg and exp_avg_sq
+    assert report[0]["planned_peak"] >= report[0]["live_peak"] >= 3 * params
+    assert report[0]["peak_task"]
+    assert str(report).startswith("rank 0: planned peak ")
+
+
+def test_a_plan_over_the_limit_is_refused_before_it_runs_naming_what_fills_it():
+    graph = _Train(_model(), limit="64KiB")
+    with pytest.raises(MemoryError) as error:
+        graph(*_batch())
+    text = str(error.value)
+    assert "every rank must fit the memory limit of 64.00 KiB (65536 bytes)" in text
+    assert "rank 0 plans a peak of" in text and "parameters" in text
+    assert "optimizer state" in text and "Other remedies" in text
+    fits = _Train(_model(), limit="64MiB")
+    fits(*_batch())  # within the limit: compiles and runs
+    with pytest.raises(ValueError, match=r"set_memory_limit must be a size"):
+        fits.config.set_memory_limit("6 parsecs")
+
+
+def test_the_launcher_refuses_a_malformed_memory_per_rank_naming_the_flag():
+    result = subprocess.run([sys.executable, "-m", "oneflowlike.distributed.launch",
+                             "--memory-per-rank", "lots", str(DIST / "misc_worker.py")],
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode != 0
+    assert "--memory-per-rank must be a size such as 6GiB" in result.stderr
