@@ -942,8 +942,12 @@ class Graph:
         return self._runtime.chrome_trace()
 
     def _check_memory(self, tracer):
-        """Note [Memory limit]: every rank compiles the whole job's plan and checks every
-        rank's planned peak, so all refuse together, before any allocation."""
+        """Note [Memory limit]: with a limit (set_memory_limit, or the launcher's
+        --memory-per-rank as OFL_MEMORY_PER_RANK), every rank compiles the whole job's plan, not
+        only its part, and checks every rank's planned peak: all refuse together, with the same
+        message, before anything is allocated. The message says what fills the worst rank
+        (Note [Memory report]) and which changes lower its peak, recompiled from the same trace
+        (_memory_alternatives)."""
         limit = self.config.memory_limit
         whole = tracer.compile([])
         peaks = whole.peak_bytes()
