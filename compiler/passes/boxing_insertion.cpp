@@ -1,6 +1,13 @@
 // Boxing insertion: wherever a compute op needs an input in another (placement, SBP) than its
 // producer gives, a boxing op converts it. One boxing op serves every consumer that needs the
-// same conversion of the same tensor.
+// same conversion of the same tensor, with one exception:
+//
+// Note [ZeRO-3 gathers twice]: under ZeRO stage 3 a sharded parameter is gathered for its
+// forward readers and again for its backward readers, so the gathered copy is released after
+// its last forward reader instead of living through the whole backward. Each gather waits (a
+// control input) for the producer of its first reader's other input (the activation, or the
+// incoming gradient), which places it next to that reader in the plan's order instead of at
+// the start, where memory planning sees its short lifetime.
 
 #include <map>
 #include <tuple>
@@ -18,8 +25,8 @@ class BoxingInsertionPass final : public Pass {
   std::vector<std::string> provides() const override { return {"boxing"}; }
 
   void run(Graph& graph, const CompileOptions&) override {
-    // (tensor, placement text, sbp text) -> the boxed tensor
-    std::map<std::tuple<int, std::string, std::string>, int> boxed;
+    // (tensor, placement text, sbp text, backward regather) -> the boxed tensor
+    std::map<std::tuple<int, std::string, std::string, bool>, int> boxed;
     const int num_ops = graph.num_ops();
     for (int i = 0; i < num_ops; ++i) {
       if (graph.op(i).kind != OpKind::kCompute) continue;
@@ -29,15 +36,37 @@ class BoxingInsertionPass final : public Pass {
         const NdSbp to = graph.op(i).signature.inputs[k];
         const LogicalOp& producer = graph.op(graph.tensor(t).producer);
         if (producer.placement == to_placement && graph.tensor(t).sbp == to) continue;
-        const auto key = std::make_tuple(t, to_placement.to_string(), nd_sbp_to_string(to));
+        const bool regather = graph.train.zero_stage >= 3 && producer.kind == OpKind::kVariable &&
+                              graph.op(i).role == OpRole::kBackward;
+        const auto key =
+            std::make_tuple(t, to_placement.to_string(), nd_sbp_to_string(to), regather);
         auto it = boxed.find(key);
-        if (it == boxed.end()) it = boxed.emplace(key, insert(graph, t, to_placement, to)).first;
+        if (it == boxed.end()) {
+          const int out = insert(graph, t, to_placement, to);
+          if (graph.train.zero_stage >= 3 && producer.kind == OpKind::kVariable) {
+            wait_for_reader_input(graph, graph.tensor(out).producer, i, t);
+          }
+          it = boxed.emplace(key, out).first;
+        }
         graph.op(i).inputs[k] = it->second;
       }
     }
   }
 
  private:
+  // Note [ZeRO-3 gathers twice]: the gather `boxing` of parameter tensor `t` waits for the
+  // producer of another compute-made input of its first reader `reader`.
+  static void wait_for_reader_input(Graph& graph, int boxing, int reader, int t) {
+    for (int input : graph.op(reader).inputs) {
+      if (input == t) continue;
+      const int producer = graph.tensor(input).producer;
+      if (graph.op(producer).kind == OpKind::kCompute) {
+        graph.op(boxing).control_inputs.push_back(producer);
+        return;
+      }
+    }
+  }
+
   static int insert(Graph& graph, int t, const Placement& to_placement, const NdSbp& to) {
     const LogicalTensor in = graph.tensor(t);  // copies: add_op grows the graph
     const LogicalOp& producer = graph.op(in.producer);

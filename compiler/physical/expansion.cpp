@@ -255,7 +255,8 @@ class Expander {
         micro_batches_(std::max(1, graph.train.gradient_accumulation_steps)),
         per_micro_(graph.num_ops(), false),
         after_micro_(graph.num_ops(), false),
-        op_tasks_(graph.num_ops()) {}
+        op_tasks_(graph.num_ops()),
+        boxing_tasks_(graph.num_ops(), {0, 0}) {}
 
   proto::PlanProto run() {
     builder_.plan().set_job_name(graph_.name);
@@ -344,11 +345,28 @@ class Expander {
                      "[expansion] ", op.describe(), " must act after ", before.describe(),
                      " (a control input), which needs both on one placement. However, got ",
                      op.placement.to_string(), " and ", before.placement.to_string(), ".");
-      OFL_ASSERT(op.kind != OpKind::kBoxing && before.kind != OpKind::kBoxing)
-          << "control inputs between boxing ops are not supported: " << op.describe() << " after "
+      OFL_ASSERT(before.kind != OpKind::kBoxing)
+          << "control inputs after boxing ops are not supported: " << op.describe() << " after "
           << before.describe();
-      const std::vector<int64_t>& tasks = op_tasks_[i];
       const std::vector<int64_t>& before_tasks = op_tasks_[c];
+      if (op.kind == OpKind::kBoxing) {
+        // Every task of the boxing waits for the task of `before` on its rank (Note [ZeRO-3
+        // gathers twice] in passes/boxing_insertion.cpp).
+        const std::vector<int64_t> ranks = before.placement.ranks();
+        for (int64_t id = boxing_tasks_[i].first; id < boxing_tasks_[i].second; ++id) {
+          const int64_t rank = builder_.task_rank(id);
+          const auto at = std::find(ranks.begin(), ranks.end(), rank);
+          if (at == ranks.end() || !builder_.kept(rank)) continue;
+          proto::TaskProto& task = builder_.mutable_task(id);
+          const int64_t waits_for = before_tasks[at - ranks.begin()];
+          const auto& existing = task.control_inputs();
+          if (std::find(existing.begin(), existing.end(), waits_for) == existing.end()) {
+            task.add_control_inputs(waits_for);
+          }
+        }
+        continue;
+      }
+      const std::vector<int64_t>& tasks = op_tasks_[i];
       OFL_ASSERT(tasks.size() == before_tasks.size() &&
                  static_cast<int64_t>(tasks.size()) == op.placement.num_ranks());
       for (size_t pid = 0; pid < tasks.size(); ++pid) {
@@ -540,8 +558,10 @@ class Expander {
     }
     // Note [Gradient boxing on the communication thread] in boxing.h.
     const bool gradient = producer.role == OpRole::kBackward && consumers_are_optimizer(op);
+    const int64_t first = builder_.num_tasks();
     registers_[op.outputs[0]] = expand_boxing(spec, in.meta, in_regs, builder_, op.name,
                                               /*thread=*/gradient ? 1 : 0, op.location);
+    boxing_tasks_[&op - &graph_.op(0)] = {first, builder_.num_tasks()};
   }
 
   void expand_fetch(int t) {
@@ -596,6 +616,7 @@ class Expander {
   std::map<int64_t, int64_t> accumulated_;      // register -> its ACCUMULATE output
   std::vector<std::vector<int>> consumers_;     // by tensor: consuming ops
   std::vector<std::vector<int64_t>> op_tasks_;  // by op, then parallel id (not boxing ops)
+  std::vector<std::pair<int64_t, int64_t>> boxing_tasks_;  // by boxing op: [first, end) task ids
 };
 
 }  // namespace

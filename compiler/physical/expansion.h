@@ -85,6 +85,7 @@ class PlanBuilder {
   Shape register_shape(int64_t id) const;
   DataType register_dtype(int64_t id) const;
   int64_t num_tasks() const { return static_cast<int64_t>(tasks_.size()); }
+  int64_t task_rank(int64_t id) const { return task_ranks_.at(id); }
   int64_t num_registers() const { return static_cast<int64_t>(registers_.size()); }
   /// Whether `rank`'s tasks and registers go into the plan.
   bool kept(int64_t rank) const { return kept_.empty() || kept_.count(rank) > 0; }

@@ -35,10 +35,11 @@ def parser(description):
     p.add_argument("--micro-batches", type=int, default=1, help="micro-batches per step")
     p.add_argument("--device", choices=["cpu", "cuda"], default="cpu",
                    help="where every stage computes (cuda: each rank's GPU LOCAL_RANK)")
-    p.add_argument("--zero", action="store_true",
-                   help="ZeRO: shard parameters and optimizer state over the ranks that would "
-                        "replicate them (the data-parallel ones, and the tensor-parallel ones for "
-                        "parameters TP does not split)")
+    p.add_argument("--zero", type=int, nargs="?", const=1, default=0, choices=[0, 1, 2, 3],
+                   help="ZeRO stage (--zero alone: 1): shard parameters and optimizer state over "
+                        "the ranks that would replicate them (the data-parallel ones, and the "
+                        "tensor-parallel ones for parameters TP does not split); 3 also gathers "
+                        "each parameter again for backward instead of keeping it")
     p.add_argument("--meta-init", action="store_true",
                    help="build the model on the meta device (no storage) and make each rank's "
                         "pieces from the initialisers when it is laid out: the same values, and "
@@ -86,7 +87,7 @@ class TrainGraph(flow.nn.Graph):
         self.add_optimizer(optimizer, lr_sch=scheduler)
         self.config.set_gradient_accumulation_steps(micro_batches)
         if zero:
-            self.config.enable_zero(stage=1)
+            self.config.enable_zero(stage=int(zero))
         if dtype == "bfloat16":
             self.config.enable_amp(True, dtype=flow.bfloat16,
                                    reduce_dtype=getattr(flow, reduce_dtype))
@@ -250,7 +251,7 @@ def run(args, model, layout, model_flags, describe):
     if rank == 0 and not args.quiet:
         print(f"{describe(model)}, batch {args.batch_size} on {world} ranks (dp {args.dp} x tp "
               f"{args.tp} x pp {args.pp}, {args.micro_batches} micro-batches"
-              f"{', ZeRO' if args.zero else ''}"
+              f"{f', ZeRO-{args.zero}' if args.zero else ''}"
               f"{', activation checkpointing' if args.checkpoint_activations else ''}, "
               f"{args.dtype})", flush=True)
     losses, times = [], []

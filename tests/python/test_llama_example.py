@@ -41,7 +41,10 @@ def single_bf16(tmp_path_factory):
     (2, ["--pp", "2", "--micro-batches", "4"]),
     (2, ["--dp", "2", "--zero"]),
     (4, ["--dp", "2", "--tp", "2"]),
-], ids=["dp2", "tp2", "pp2_m4", "dp2_zero", "dp2_tp2"])
+    # Note [ZeRO-3 gathers twice]: a gather per forward and per backward use, placed by control
+    # inputs, with micro-batches and with pipeline stages.
+    (4, ["--dp", "2", "--pp", "2", "--micro-batches", "2", "--zero", "3"]),
+], ids=["dp2", "tp2", "pp2_m4", "dp2_zero", "dp2_tp2", "dp2_pp2_zero3"])
 def test_layouts_reproduce_the_single_device_loss_curve(tmp_path, single, nproc, flags):
     records = _train(tmp_path, nproc, *flags)
     assert [r["step"] for r in records] == list(range(1, 11))

@@ -218,26 +218,42 @@ namespace {
 
 // What one process compiles (CompileOptions::ranks) is exactly its rank's part of the whole
 // plan, for a 3-D parallel GPT with micro-batches (rings, stage boundaries, ZeRO sharding).
+// ZeRO stage 3 adds a second gather per parameter, for backward, whose tasks wait on control
+// inputs (Note [ZeRO-3 gathers twice]): those must agree between the two ways of compiling too.
 TEST(GptModel, EachRanksOwnCompileEqualsItsPartOfTheWholePlan) {
-  auto graph = [] {
-    GraphBuilder b("gpt_parts");
-    const int loss =
-        build_gpt(b, tiny_gpt_config(), GptParallel{.dp = 2, .tp = 2, .pp = 2, .micro_batches = 2});
-    b.set_loss(loss);
-    b.fetch(loss);
-    b.train().optimizer.kind = OptimizerConfig::Kind::kAdamW;
-    b.train().zero_stage = 1;
-    return std::move(b.graph());
-  };
-  const proto::PlanProto whole = compile_graph(graph());
-  ASSERT_EQ(whole.ranks_size(), 8);
-  for (const auto& part : whole.ranks()) {
-    CompileOptions options;
-    options.ranks = {part.rank()};
-    const proto::PlanProto one = compile_graph(graph(), options);
-    ASSERT_EQ(one.ranks_size(), 1);
-    EXPECT_EQ(one.world_size(), whole.world_size());
-    EXPECT_EQ(one.ranks(0).SerializeAsString(), part.SerializeAsString()) << "rank " << part.rank();
+  for (const int stage : {1, 3}) {
+    auto graph = [stage] {
+      GraphBuilder b("gpt_parts");
+      const int loss = build_gpt(b, tiny_gpt_config(),
+                                 GptParallel{.dp = 2, .tp = 2, .pp = 2, .micro_batches = 2});
+      b.set_loss(loss);
+      b.fetch(loss);
+      b.train().optimizer.kind = OptimizerConfig::Kind::kAdamW;
+      b.train().zero_stage = stage;
+      return std::move(b.graph());
+    };
+    const proto::PlanProto whole = compile_graph(graph());
+    ASSERT_EQ(whole.ranks_size(), 8);
+    int gathers_waiting = 0;
+    for (const auto& part : whole.ranks()) {
+      for (const auto& task : part.tasks()) {
+        if (task.kind() == proto::TaskProto::COLLECTIVE && task.control_inputs_size() > 0) {
+          ++gathers_waiting;
+        }
+      }
+      CompileOptions options;
+      options.ranks = {part.rank()};
+      const proto::PlanProto one = compile_graph(graph(), options);
+      ASSERT_EQ(one.ranks_size(), 1);
+      EXPECT_EQ(one.world_size(), whole.world_size());
+      EXPECT_EQ(one.ranks(0).SerializeAsString(), part.SerializeAsString())
+          << "stage " << stage << " rank " << part.rank();
+    }
+    if (stage == 3) {
+      EXPECT_GT(gathers_waiting, 0);
+    } else {
+      EXPECT_EQ(gathers_waiting, 0);
+    }
   }
 }
 
