@@ -135,6 +135,8 @@ void init_tensor(py::module_& m) {
           },
           [](Tensor& t, py::object g) { t.set_grad(g.is_none() ? Tensor() : g.cast<Tensor>()); })
       .def_property_readonly("is_leaf", &Tensor::is_leaf)
+      .def_property_readonly("_version", &Tensor::version,
+                             "How many in-place writes its storage has had (torch's _version).")
       .def("_shares_storage_with", &Tensor::shares_storage_with)
       .def("_describe", &Tensor::describe)
       .def(

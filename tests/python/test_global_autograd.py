@@ -122,3 +122,15 @@ def test_optimizer_state_of_global_parameters_moves_to_another_layout():
     local_opt = flow.optim.AdamW(local_model.parameters(), lr=0.1)
     with pytest.raises(TypeError, match=r"the saved state is of a global parameter"):
         local_opt.load_state_dict(state)
+
+
+def test_an_input_written_in_place_before_backward_is_refused():
+    xs, ws = _arrays(5)
+    x = flow.tensor(xs, placement=P, sbp=S0)
+    w = flow.tensor(ws, placement=P, sbp=B)
+    w.requires_grad = True
+    loss = (x @ w).sum()
+    with flow.no_grad():
+        w.mul_(2.0)
+    with pytest.raises(RuntimeError, match=r"was modified in place after the op used it"):
+        loss.backward()

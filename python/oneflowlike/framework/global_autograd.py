@@ -42,6 +42,8 @@ class _Node:
         self.inputs = inputs
         self.diff = [i for i, t in enumerate(inputs)
                      if needs_grad(t) and _is_floating(t.dtype)]
+        # The backward reruns the op on its inputs' pieces: they must be as they were.
+        self.versions = [_version(t) for t in inputs]
         self.outputs = [(o.shape, o.dtype, o.placement) for o in outputs]
         for j, o in enumerate(outputs):
             if _is_floating(o.dtype):
@@ -53,6 +55,16 @@ class _Node:
         output gradients ``dys`` (None for outputs without one)."""
         raise NotImplementedError
 
+    def check_unchanged(self, name):
+        """Refuses a backward through inputs written in place since the forward (torch's
+        version counter check): the recomputed forward would differentiate other values."""
+        for i, (t, v) in enumerate(zip(self.inputs, self.versions)):
+            if _version(t) != v:
+                raise RuntimeError(
+                    f"[autograd] input {i} {t.shape} of '{name}' was modified in place after "
+                    "the op used it (an optimizer step, copy_, an assignment): its gradient "
+                    "would be of the new values. Run backward() before modifying it.")
+
 
 class OpNode(_Node):
     def __init__(self, fn, structure, leaves, key, name, outputs, op_types):
@@ -63,6 +75,7 @@ class OpNode(_Node):
     def vjp(self, dys):
         from oneflowlike.framework import global_tensor as gt
 
+        self.check_unchanged(self.name)
         if self.random:
             raise RuntimeError(
                 f"[autograd] '{self.name}' on global tensors draws random numbers in a compiled "
@@ -119,6 +132,11 @@ class ReshardNode(_Node):
 
     def vjp(self, dys):
         return [dys[0].to_global(placement=self.placement, sbp=self.sbp)]
+
+
+def _version(t):
+    local = t._local
+    return None if local is None else local._version
 
 
 def _is_floating(dtype):

@@ -400,12 +400,16 @@ class _Compiled:
         self.runtime = None
         self.output_sbp = {}
         self.missing = set()  # positions of grads_of without a gradient
-        if rank in tracer.c.ranks():
-            plan = tracer.compile([rank])
-            if grads_of is not None:
-                self.fetches = [plan.input_grads.get(name) for name in grads_of]
-                self.missing = {k for k, name in enumerate(self.fetches) if name is None}
-            self.output_sbp = plan.fetch_sbp
+        ranks = tracer.c.ranks()
+        # A rank outside the graph compiles a rank inside's part too, without running it: the
+        # results' SBP (and which gradients exist) come from the whole logical graph and must be
+        # the same on every rank, or later moves of them would not match up.
+        plan = tracer.compile([rank] if rank in ranks else [min(ranks)])
+        if grads_of is not None:
+            self.fetches = [plan.input_grads.get(name) for name in grads_of]
+            self.missing = {k for k, name in enumerate(self.fetches) if name is None}
+        self.output_sbp = plan.fetch_sbp
+        if rank in ranks:
             self.runtime = _job.current().runtime(plan)
             self.runtime.initialize_variables()
             for name, value in self.constants.items():

@@ -90,7 +90,7 @@ def _module_to_global(self, placement, sbp, keep_split=False, sbp_for=None):
 
 # Note [Sharded creation]: these make only this rank's piece (framework/sharded_creation.py);
 # the others (tensor, arange, linspace) slice the whole value every rank is given or computes.
-_SHARDED = {"randn", "rand", "randint", "zeros", "ones", "full"}
+_SHARDED = {"randn", "rand", "randint", "normal", "zeros", "ones", "full"}
 
 
 def _with_placement(fn):
@@ -211,8 +211,8 @@ def install(flow):
     for name, fn in inplace.TENSOR_METHODS.items():  # in place on global tensors too
         setattr(_gt.GlobalTensor, name, fn)
     flow.is_tensor = _is_tensor
-    for name in ("randn", "rand", "randint", "zeros", "ones", "full", "tensor", "arange",
-                 "linspace"):
+    for name in ("randn", "rand", "randint", "normal", "zeros", "ones", "full", "tensor",
+                 "arange", "linspace"):
         setattr(flow, name, _with_placement(getattr(flow, name)))
     from oneflowlike import ops
     from oneflowlike.nn import functional

@@ -81,8 +81,9 @@ class GraphConfig:
         self.amp_dtype = None
         self.reduce_dtype = None
         # Note [Memory limit]: the launcher's --memory-per-rank reaches every rank as this.
-        limit = os.environ.get("OFL_MEMORY_PER_RANK")
-        self.memory_limit = parse_bytes(limit, "OFL_MEMORY_PER_RANK") if limit else 0
+        limit = os.environ.get("OFL_MEMORY_PER_RANK", "0").strip()
+        self.memory_limit = 0 if limit in ("", "0") else parse_bytes(limit,
+                                                                    "OFL_MEMORY_PER_RANK")
 
     def set_memory_limit(self, limit):
         """Note [Memory limit]: the bytes every rank may plan at most (an int or "6GiB");
@@ -692,7 +693,7 @@ class Graph:
         call."""
         held = tuple((full, id(value), value.requires_grad)
                      for full, _, _, _, value, _ in self._named_variables())
-        optimized = tuple(id(p) for group in self._optimizers[0].param_groups
+        optimized = tuple((g, id(p)) for g, group in enumerate(self._optimizers[0].param_groups)
                           for p in group["params"]) if self._optimizers else ()
         return held, optimized
 
@@ -950,7 +951,8 @@ class Graph:
         (_memory_alternatives)."""
         limit = self.config.memory_limit
         whole = tracer.compile([])
-        peaks = whole.peak_bytes()
+        # The planned peak plus the kernel workspace compute actors keep (Note [Memory report]).
+        peaks = {r["rank"]: r["planned_peak"] + r["workspace"] for r in whole.memory_report()}
         over = {r: p for r, p in sorted(peaks.items()) if p > limit}
         if not over:
             return

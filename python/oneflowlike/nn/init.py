@@ -44,6 +44,11 @@ def _draw(tensor, kind, a, b):
         region = _local_region(tensor)
         region_fn = _C.normal_region if kind == "normal" else _C.uniform_region
         piece = region_fn(float(a), float(b), shape, tensor.dtype, region)
+        from oneflowlike.framework import global_tensor as _gt
+
+        if piece is not None and _gt.holds_zero_addend(tensor.placement, tensor.sbp,
+                                                       env.get_rank()):
+            piece = _C.fill(tuple(piece.shape), tensor.dtype, 0.0)  # one rank holds a sum
         if piece is not None:
             with no_grad():
                 _C._assign_(tensor.to_local(), piece, "nn.init")

@@ -76,6 +76,8 @@ def randn(*size, dtype=None, device=None, requires_grad=False):
     a flow.device; the CPU by default) with the values the CPU would give."""
     piece = _piece(_C.normal_region, 0.0, 1.0, _size(size), _dtype(dtype))
     if piece is not False:
+        if getattr(piece, "is_meta", False):
+            piece.requires_grad = requires_grad
         return piece
     t = _C.randn(_size(size), _dtype(dtype), resolve_device("randn", device))
     return _finish(t, requires_grad)
@@ -85,6 +87,8 @@ def rand(*size, dtype=None, device=None, requires_grad=False):
     """Uniform values in [0, 1): flow.rand(2, 3) or flow.rand((2, 3))."""
     piece = _piece(_C.uniform_region, 0.0, 1.0, _size(size), _dtype(dtype))
     if piece is not False:
+        if getattr(piece, "is_meta", False):
+            piece.requires_grad = requires_grad
         return piece
     t = _C.rand(_size(size), _dtype(dtype), resolve_device("rand", device))
     return _finish(t, requires_grad)
@@ -118,15 +122,18 @@ def randint(low, high=None, size=None, dtype=None, device=None):
         bits = 8 * dtype.itemsize - 1
         if dtype == _C.dtype.bool or low < -(2 ** bits) or high - 1 > 2 ** bits - 1:
             raise ValueError(f"[randint] values in [{low}, {high}) do not fit {dtype!r}.")
+    from oneflowlike.framework import meta, sharded_creation
+
+    if meta.active():
+        raise NotImplementedError("[randint] cannot make a meta tensor (integers are not "
+                                  "initialisers): make it after laying the model out.")
     uniform = _piece(_C.uniform_region, 0.0, 1.0, _size((size,)), _C.dtype.float64)
+    if uniform is not False:
+        sharded_creation.current().dtype = dtype  # drawn in float64, on every rank
     if uniform is None:  # Note [Sharded creation]: this rank holds no piece
         return None
     if uniform is False:
         uniform = _C.rand(_size((size,)), _C.dtype.float64, resolve_device("randint", device))
-    else:
-        from oneflowlike.framework import sharded_creation
-
-        sharded_creation.current().dtype = dtype  # the piece is drawn in float64
     where = uniform.device
     scaled = _C.scalar_mul(uniform, float(high - low))  # in [0, high - low]
     offsets = _C.cast(scaled, _C.dtype.int64)  # truncation of non-negatives: floor
@@ -143,6 +150,11 @@ def normal(mean, std, size, dtype=None, device=None, requires_grad=False):
                             f"However, got a tensor of shape {tuple(v.shape)}.")
     if isinstance(size, numbers.Integral):
         size = (size,)
+    piece = _piece(_C.normal_region, mean, std, tuple(size), _dtype(dtype))
+    if piece is not False:
+        if getattr(piece, "is_meta", False):
+            piece.requires_grad = requires_grad
+        return piece
     t = _C.normal(float(mean), float(std), tuple(size), _dtype(dtype),
                   resolve_device("normal", device))
     return _finish(t, requires_grad)

@@ -24,6 +24,7 @@ MAKERS = {
     "zeros": lambda **kw: flow.zeros(*SHAPE, **kw),
     "ones": lambda **kw: flow.ones(SHAPE, dtype=flow.float64, **kw),
     "full": lambda **kw: flow.full(SHAPE, 2.5, **kw),
+    "normal": lambda **kw: flow.normal(1.5, 0.5, SHAPE, **kw),
 }
 checked = 0
 
@@ -44,8 +45,9 @@ def check(name, placement, sbp, seed):
     if not np.array_equal(after, want_after):
         print(f"rank {rank}: GENERATOR OUT OF STEP after {name} on {placement} {sbp}")
         sys.exit(1)
-    if g.shape != SHAPE:
-        print(f"rank {rank}: SHAPE {g.shape} for {name}")
+    if g.shape != SHAPE or g.dtype != flow.tensor(want).dtype:
+        # Every rank, also one outside the placement, knows the shape and dtype.
+        print(f"rank {rank}: SHAPE {g.shape} or DTYPE {g.dtype} for {name} on {placement}")
         sys.exit(1)
     if rank in placement:
         got = g.numpy()
