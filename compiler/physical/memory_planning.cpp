@@ -43,6 +43,16 @@
 // Registers that cross between the segments live through all m passes and are never shared
 // (Note [Micro-batches and memory reuse]).
 //
+// Note [Collective windows]: a COLLECTIVE task runs on the communication thread, outside the
+// chain, but its data edges bound when: it cannot start before the chain task that produces
+// its last input (or is its last control input) has run, at chain index lo, and it has finished
+// before the first chain task reading one of its outputs starts, at index hi. So its input
+// registers are read no later than hi, and its outputs are written no earlier than lo: with
+// those as the collective's chain positions its registers are shared like any other (a
+// gathered ZeRO-3 parameter lives from its gather, placed next to its reader, to its last
+// reader). A collective without such bounds (an input or a reader off the chain, or no reader)
+// keeps its registers unshared.
+//
 // The control edges cannot deadlock when the plan lists tasks in an order that is a valid
 // sequential schedule of the whole plan (expansion's creation order is one): the chain order
 // agrees with it. check_plan_contract (run after memory planning) verifies that anyway, with
@@ -134,8 +144,11 @@ struct RankMemory {
 };
 
 // The rank's memory per device: blocks `block_id` (host) and `device_block_id` (GPU).
-std::map<proto::PlanDevice, RankMemory> plan_rank(proto::RankPlanProto* rank_plan, int64_t block_id,
-                                                  int64_t device_block_id) {
+// `lifetimes`, when given, receives each register's lifetime (register_lifetimes).
+std::map<proto::PlanDevice, RankMemory> plan_rank(
+    proto::RankPlanProto* rank_plan, int64_t block_id, int64_t device_block_id,
+    std::vector<RegisterLifetime>* lifetimes = nullptr) {
+  if (lifetimes != nullptr) lifetimes->assign(rank_plan->registers_size(), RegisterLifetime{});
   const RankIndex index(*rank_plan);
   const std::vector<int64_t> chain_index = order_chain(rank_plan, index);
   // Note [Micro-batches and memory reuse]: the micro-batch part of the chain runs m times per
@@ -143,6 +156,50 @@ std::map<proto::PlanDevice, RankMemory> plan_rank(proto::RankPlanProto* rank_pla
   // of UNPACK or REPEAT, the output of ACCUMULATE or PACK) lives through all m repetitions and
   // cannot share memory with registers of one micro-batch; it gets its own allocation.
   auto per_micro = [&](int task) { return rank_plan->tasks(task).per_micro_batch(); };
+
+  // Note [Collective windows]: by task position, a collective's [lo, hi] on the chain, or
+  // {-1, -1}.
+  std::vector<std::pair<int64_t, int64_t>> window(rank_plan->tasks_size(), {-1, -1});
+  {
+    std::vector<std::vector<int>> output_readers(rank_plan->tasks_size());
+    for (int r = 0; r < rank_plan->registers_size(); ++r) {
+      const int producer = index.producer[r];
+      if (producer < 0) continue;
+      for (int64_t consumer : rank_plan->registers(r).consumers()) {
+        output_readers[producer].push_back(index.tasks.find(consumer));
+      }
+    }
+    for (int t = 0; t < rank_plan->tasks_size(); ++t) {
+      const proto::TaskProto& task = rank_plan->tasks(t);
+      if (task.kind() != proto::TaskProto::COLLECTIVE || chain_index[t] >= 0) continue;
+      int64_t lo = -1, hi = std::numeric_limits<int64_t>::max();
+      bool bounded = !output_readers[t].empty();
+      auto after = [&](int before) {
+        if (before < 0 || chain_index[before] < 0 || per_micro(before) != per_micro(t)) {
+          bounded = false;
+        } else {
+          lo = std::max(lo, chain_index[before]);
+        }
+      };
+      for (int64_t id : task.inputs()) {
+        const int r = index.registers.find(id);
+        after(r >= 0 ? index.producer[r] : -1);
+      }
+      for (int64_t id : task.control_inputs()) after(index.tasks.find(id));
+      for (int reader : output_readers[t]) {
+        if (reader < 0 || chain_index[reader] < 0 || per_micro(reader) != per_micro(t)) {
+          bounded = false;
+        } else {
+          hi = std::min(hi, chain_index[reader]);
+        }
+      }
+      if (bounded && lo >= 0 && lo <= hi) window[t] = {lo, hi};
+    }
+  }
+  // A task's position on the chain as a writer (its window's start for a collective) and as a
+  // reader (its window's end); -1 off the chain.
+  auto writes_at = [&](int t) { return chain_index[t] >= 0 ? chain_index[t] : window[t].first; };
+  auto reads_at = [&](int t) { return chain_index[t] >= 0 ? chain_index[t] : window[t].second; };
 
   // Note [Slice views] and Note [Concats in place] (in_place_boxing.h): a view's register and
   // an in-place concat's inputs have no memory of their own. A view's input lives until the
@@ -206,7 +263,7 @@ std::map<proto::PlanDevice, RankMemory> plan_rank(proto::RankPlanProto* rank_pla
       const int producer = index.producer[r];
       if ((producer >= 0 && view_output[producer] >= 0) || written_into_another[r]) {
         reg.set_bytes(0);
-        continue;
+        continue;  // no memory of its own: 0 bytes in `lifetimes`
       }
       reg.set_bytes(register_slot_bytes(reg));
       bool in_chain = !reg.persistent() && reg.register_num() == 1 && producer >= 0;
@@ -214,25 +271,25 @@ std::map<proto::PlanDevice, RankMemory> plan_rank(proto::RankPlanProto* rank_pla
       members_of(r);
       for (int member : members) {
         const int member_producer = member >= 0 ? index.producer[member] : -1;
-        if (!in_chain || member_producer < 0 || chain_index[member_producer] < 0 ||
+        if (!in_chain || member_producer < 0 || writes_at(member_producer) < 0 ||
             per_micro(member_producer) != per_micro(producer)) {
           in_chain = false;
           break;
         }
-        lifetime.begin = std::min(lifetime.begin, chain_index[member_producer]);
+        lifetime.begin = std::min(lifetime.begin, writes_at(member_producer));
       }
       lifetime.end = in_chain ? lifetime.begin : 0;
       for (int member : members) {
         if (!in_chain) break;
         readers_of(member);
         for (int consumer : readers) {
-          if (consumer < 0 || chain_index[consumer] < 0 ||
+          if (consumer < 0 || reads_at(consumer) < 0 ||
               per_micro(consumer) != per_micro(producer)) {
             in_chain = false;
             break;
           }
-          OFL_ASSERT(chain_index[consumer] >= lifetime.begin);  // the plan order is topological
-          lifetime.end = std::max(lifetime.end, chain_index[consumer]);
+          OFL_ASSERT(reads_at(consumer) >= lifetime.begin);  // the plan order is topological
+          lifetime.end = std::max(lifetime.end, reads_at(consumer));
         }
       }
       if (in_chain) {
@@ -240,6 +297,11 @@ std::map<proto::PlanDevice, RankMemory> plan_rank(proto::RankPlanProto* rank_pla
       } else {
         memory.unshared_bytes +=
             align_up(reg.bytes(), kMemoryAlignment) * std::max(reg.register_num(), 1);
+      }
+      if (lifetimes != nullptr) {
+        (*lifetimes)[r] =
+            in_chain ? RegisterLifetime{lifetime.begin, lifetime.end, reg.bytes()}
+                     : RegisterLifetime{-1, -1, reg.bytes() * std::max(reg.register_num(), 1)};
       }
     }
     std::stable_sort(shareable.begin(), shareable.end(), [](const auto& a, const auto& b) {
@@ -268,6 +330,14 @@ std::map<proto::PlanDevice, RankMemory> plan_rank(proto::RankPlanProto* rank_pla
 }
 
 }  // namespace
+
+std::vector<RegisterLifetime> register_lifetimes(const proto::RankPlanProto& rank_plan) {
+  proto::RankPlanProto copy = rank_plan;
+  copy.clear_memory_blocks();
+  std::vector<RegisterLifetime> lifetimes;
+  plan_rank(&copy, copy.rank(), copy.rank(), &lifetimes);
+  return lifetimes;
+}
 
 std::string largest_registers(const proto::RankPlanProto& rank_plan, size_t count) {
   std::vector<const proto::RegisterProto*> registers;

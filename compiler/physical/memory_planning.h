@@ -11,6 +11,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "oneflowlike/proto/plan.pb.h"
 
@@ -32,6 +33,16 @@ void plan_memory(proto::PlanProto* plan, int64_t memory_limit_bytes = 0);
 /// The `count` largest registers of a rank (all slots), as "'name' (shape) dtype N bytes", for
 /// messages.
 std::string largest_registers(const proto::RankPlanProto& rank_plan, size_t count);
+
+/// A register as memory planning sees it: its chain lifetime [begin, end] when it shares the
+/// rank's block, or begin = end = -1 when it has memory of its own all the time; and the bytes
+/// it holds (all slots; 0 for views).
+struct RegisterLifetime {
+  int64_t begin = -1, end = -1;
+  int64_t bytes = 0;
+};
+/// Every register of `rank_plan`'s, by position: what plan_memory decided (it plans a copy).
+std::vector<RegisterLifetime> register_lifetimes(const proto::RankPlanProto& rank_plan);
 
 /// The bytes of one slot of `reg`: its `bytes` field, or numel * dtype size when that is 0.
 int64_t register_slot_bytes(const proto::RegisterProto& reg);

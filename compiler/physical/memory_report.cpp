@@ -98,34 +98,21 @@ RankMemoryReport report_rank(const proto::RankPlanProto& rank_plan,
     }
   }
 
-  // Lifetimes on the chain; -1: live all the time.
-  std::vector<int64_t> begin(rank_plan.registers_size(), -1), end(rank_plan.registers_size(), -1);
+  // Lifetimes as memory planning decided them (-1: memory of its own all the time).
+  const std::vector<RegisterLifetime> lifetimes = register_lifetimes(rank_plan);
   std::map<std::string, int64_t> always;
   std::vector<int64_t> delta(chain.size() + 1, 0);
   std::vector<std::map<std::string, int64_t>> kind_delta(chain.size() + 1);
   for (int r = 0; r < rank_plan.registers_size(); ++r) {
-    const proto::RegisterProto& reg = rank_plan.registers(r);
-    const int64_t bytes = register_slot_bytes(reg) * std::max(reg.register_num(), 1);
-    const int producer = tasks.find(reg.producer());
-    bool in_chain =
-        !reg.persistent() && reg.register_num() <= 1 && producer >= 0 && chain_index[producer] >= 0;
-    int64_t first = in_chain ? chain_index[producer] : 0, last = first;
-    for (int64_t c : reg.consumers()) {
-      const int t = tasks.find(c);
-      if (t < 0 || chain_index[t] < 0) {
-        in_chain = false;
-        break;
-      }
-      last = std::max(last, chain_index[t]);
-    }
-    if (!in_chain) {
-      always[kind[r]] += bytes;
+    const RegisterLifetime& life = lifetimes[r];
+    if (life.begin < 0) {
+      always[kind[r]] += life.bytes;
       continue;
     }
-    delta[first] += bytes;
-    delta[last + 1] -= bytes;
-    kind_delta[first][kind[r]] += bytes;
-    kind_delta[last + 1][kind[r]] -= bytes;
+    delta[life.begin] += life.bytes;
+    delta[life.end + 1] -= life.bytes;
+    kind_delta[life.begin][kind[r]] += life.bytes;
+    kind_delta[life.end + 1][kind[r]] -= life.bytes;
   }
   int64_t base = 0;
   for (const auto& [k, bytes] : always) base += bytes;
