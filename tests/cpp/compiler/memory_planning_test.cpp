@@ -3,13 +3,18 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <limits>
 #include <random>
 #include <string>
 #include <unordered_map>
 #include <vector>
 
+#include "compiler/builder.h"
+#include "compiler/compile.h"
+#include "compiler/models/gpt.h"
 #include "oneflowlike/common/error.h"
 #include "oneflowlike/plan_contract.h"
+#include "tests/cpp/models/gpt_training.h"
 
 namespace ofl::compiler::physical {
 namespace {
@@ -100,6 +105,50 @@ int count_overlap_violations(const proto::PlanProto& plan) {
       const proto::RegisterProto* reg;
       int64_t begin, end;
     };
+    // A collective on the communication thread runs between the chain tasks giving its inputs
+    // (or control inputs) and the first chain task reading its outputs (Note [Collective
+    // windows]): it writes no earlier than the first and reads no later than the second.
+    std::unordered_map<int64_t, int64_t> producer_of, written_at, read_at;
+    for (const auto& r : rp.registers()) producer_of[r.id()] = r.producer();
+    auto chain_position = [&](int64_t task) {
+      const auto it = position.find(task);
+      return it == position.end() ? int64_t{-1} : it->second;
+    };
+    for (const auto& t : rp.tasks()) {
+      if (t.thread() == 0) continue;
+      int64_t lo = -1, hi = std::numeric_limits<int64_t>::max();
+      bool bounded = true;
+      for (int64_t in : t.inputs()) {
+        const auto p = producer_of.find(in);
+        const int64_t at = p == producer_of.end() ? -1 : chain_position(p->second);
+        bounded = bounded && at >= 0;
+        lo = std::max(lo, at);
+      }
+      for (int64_t c : t.control_inputs()) {
+        bounded = bounded && chain_position(c) >= 0;
+        lo = std::max(lo, chain_position(c));
+      }
+      for (const auto& r : rp.registers()) {
+        if (r.producer() != t.id()) continue;
+        for (int64_t c : r.consumers()) {
+          bounded = bounded && chain_position(c) >= 0;
+          hi = std::min(hi, chain_position(c));
+        }
+      }
+      if (bounded) {
+        written_at[t.id()] = lo;
+        read_at[t.id()] = hi;
+      }
+    }
+    // -1: a task no bound places, which must touch no shared register.
+    auto write_position = [&](int64_t task) {
+      if (position.count(task)) return position.at(task);
+      return written_at.count(task) ? written_at.at(task) : int64_t{-1};
+    };
+    auto read_position = [&](int64_t task) {
+      if (position.count(task)) return position.at(task);
+      return read_at.count(task) ? read_at.at(task) : int64_t{-1};
+    };
     std::vector<Live> shared;
     for (const auto& r : rp.registers()) {
       if (r.memory_block() < 0) continue;
@@ -107,8 +156,17 @@ int count_overlap_violations(const proto::PlanProto& plan) {
         ADD_FAILURE() << r.name() << " has unaligned offset " << r.offset();
         ++violations;
       }
-      int64_t begin = position.at(r.producer()), end = begin;
-      for (int64_t c : r.consumers()) end = std::max(end, position.at(c));
+      int64_t begin = write_position(r.producer()), end = begin;
+      bool placed = begin >= 0;
+      for (int64_t c : r.consumers()) {
+        placed = placed && read_position(c) >= 0;
+        end = std::max(end, read_position(c));
+      }
+      if (!placed) {
+        ADD_FAILURE() << r.name() << " shares memory but a task off the chain touches it";
+        ++violations;
+        continue;
+      }
       shared.push_back({&r, begin, end});
     }
     for (size_t i = 0; i < shared.size(); ++i) {
@@ -306,6 +364,72 @@ TEST(MemoryPlanning, RegistersThatLeaveTheChainGetTheirOwnAllocation) {
   EXPECT_EQ(p.h.rank(1).peak_bytes(), 32 + aligned(200) + 2 * aligned(200));
   EXPECT_EQ(p.h.rank(1).bytes_without_reuse(), aligned(32) + aligned(200) + 2 * aligned(200));
   EXPECT_EQ(count_overlap_violations(p.h.plan), 0);
+}
+
+// Note [Collective windows]: t0 -> g (gradient) -> all-reduce on thread 1 -> s -> t3, with t1,
+// t2 on the chain in between. g is read by the collective no later than t3 and s written no
+// earlier than t0: both share the block, with t1's and t2's registers placed around them.
+TEST(MemoryPlanning, CollectiveRegistersShareMemoryWithinTheirWindow) {
+  HandPlan h;
+  const int64_t t0 = h.compute(0, "t0");
+  const int64_t g = h.output(t0, "g", 100);
+  const int64_t reduce = h.task(0, proto::TaskProto::COLLECTIVE, "all_reduce", /*thread=*/1);
+  h.read(reduce, g);
+  const int64_t s = h.output(reduce, "s", 100);
+  const int64_t t1 = h.compute(0, "t1");
+  const int64_t a = h.output(t1, "a", 50);
+  const int64_t t2 = h.compute(0, "t2");
+  h.read(t2, a);
+  const int64_t b = h.output(t2, "b", 50);
+  const int64_t t3 = h.compute(0, "t3");
+  h.read(t3, s);
+  h.read(t3, b);
+  h.output(t3, "out", 10);
+  // A collective whose output no chain task reads has no bound: its registers stay apart.
+  const int64_t lone = h.task(0, proto::TaskProto::COLLECTIVE, "lone", /*thread=*/1);
+  h.read(lone, b);
+  const int64_t unread = h.output(lone, "unread", 10);
+  plan_memory(&h.plan);
+  EXPECT_GE(h.find_register(g)->memory_block(), 0);
+  EXPECT_GE(h.find_register(s)->memory_block(), 0);
+  EXPECT_EQ(h.find_register(unread)->memory_block(), -1);
+  EXPECT_EQ(h.find_register(b)->memory_block(), -1);  // read by the unbounded collective
+  EXPECT_EQ(count_overlap_violations(h.plan), 0);
+  (void)a;
+}
+
+// The same independent check on whole compiled plans, where collectives (gradient reductions,
+// ZeRO gathers with their control inputs, tensor-parallel all-reduces) share memory with the
+// compute chain: every rank of DP2 x TP2, and of DP2 x TP2 x PP2 with micro-batches, at ZeRO
+// stages 1 and 3.
+TEST(MemoryPlanning, CompiledGptPlansNeverShareMemoryBetweenLiveRegisters) {
+  for (const int stage : {1, 3}) {
+    for (const bool stages : {false, true}) {
+      GraphBuilder b("gpt_memory");
+      const GptParallel parallel = stages
+                                       ? GptParallel{.dp = 2, .tp = 2, .pp = 2, .micro_batches = 2}
+                                       : GptParallel{.dp = 2, .tp = 2};
+      const int loss = build_gpt(b, testing::tiny_gpt_config(), parallel);
+      b.set_loss(loss);
+      b.fetch(loss);
+      b.train().optimizer.kind = OptimizerConfig::Kind::kAdamW;
+      b.train().zero_stage = stage;
+      const proto::PlanProto plan = compile_graph(std::move(b.graph()));
+      int shared_collective_registers = 0;
+      for (const auto& rp : plan.ranks()) {
+        for (const auto& t : rp.tasks()) {
+          if (t.kind() != proto::TaskProto::COLLECTIVE) continue;
+          for (const auto& r : rp.registers()) {
+            if (r.producer() == t.id() && r.memory_block() >= 0) ++shared_collective_registers;
+          }
+        }
+      }
+      if (!stages) {
+        EXPECT_GT(shared_collective_registers, 0) << "stage " << stage;
+      }
+      EXPECT_EQ(count_overlap_violations(plan), 0) << "stage " << stage << " pp " << stages;
+    }
+  }
 }
 
 TEST(MemoryPlanning, ExceedingTheMemoryLimitNamesTheRankAndItsLargestRegisters) {
