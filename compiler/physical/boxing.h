@@ -72,8 +72,9 @@ std::vector<int64_t> expand_boxing(const BoxingSpec& spec, const TensorMeta& log
 // optimizer that reads the reduced gradient comes last in that order: boxing steps on the
 // compute thread would wait there, after the whole backward pass, while on the communication
 // thread they run as soon as each gradient exists, overlapping the rest of the backward pass.
-// The cost: registers a communication-thread task touches are never shared (the gradient a
-// backward op writes, the reduction's pieces). Other boxing (forward activations, activation
-// gradients) stays on the compute thread, which needs its result next anyway.
+// The cost: registers a communication-thread task touches are not shared, except a collective's
+// within its window (Note [Collective windows] in memory_planning.cpp). Other boxing (forward
+// activations, activation gradients) stays on the compute thread, which needs its result next
+// anyway.
 
 }  // namespace ofl::compiler::physical

@@ -1,8 +1,9 @@
 #pragma once
 // Register and memory planning: on each rank, registers whose lifetimes do not overlap share
 // memory. Every rank gets one memory block for its shareable registers; the others (persistent
-// variables, pipelined registers, registers that cross to the communication thread) are
-// allocated on their own. See Note [Memory reuse and the chain] in memory_planning.cpp.
+// variables, pipelined registers, registers that cross to the communication thread other than
+// through a bounded collective) are allocated on their own. See Note [Memory reuse and the
+// chain] and Note [Collective windows] in memory_planning.cpp.
 //
 //   chain:   t0 -> t1 -> t2 -> t3          a = t0's output, read by t1   lifetime [0, 1]
 //   block:   | a |     | c |               b = t1's output, read by t2   lifetime [1, 2]
