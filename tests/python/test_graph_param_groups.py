@@ -8,18 +8,10 @@ import pytest
 
 import oneflowlike as flow
 import oneflowlike.nn as nn
+from train_graph import TrainGraph
 
 
-class _Train(nn.Graph):
-    def __init__(self, model, opt, scheduler=None):
-        super().__init__()
-        self.model = model
-        self.add_optimizer(opt, lr_sch=scheduler)
-
-    def build(self, x, y):
-        loss = nn.functional.cross_entropy(self.model(x), y)
-        loss.backward()
-        return loss
+_Train = TrainGraph
 
 
 def _model():
