@@ -149,6 +149,12 @@ def peak_rss_mib():
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
+def rss_mib():
+    """This process's resident memory now (Linux)."""
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+
 def check(args, layout, config):
     """Refuses flags that cannot run, before anything is built."""
     world = flow.env.get_world_size()
@@ -259,6 +265,7 @@ def run(args, model, layout, model_flags, describe):
     last = min(args.steps, args.stop_after) if args.stop_after > 0 else args.steps
     if last < first:
         raise SystemExit(f"[train] nothing to run: steps {first}..{last}.")
+    rss_before = rss_mib()  # what the steps add to it is set against the planned peak
     for step in range(first, last + 1):
         lr = optimizer.param_groups[0]["lr"]
         if args.data_bin:
@@ -306,7 +313,8 @@ def run(args, model, layout, model_flags, describe):
     if log:
         log.close()
     steady = times[1:] or times
-    print(f"rank {rank}: peak rss {peak_rss_mib():.0f} MiB, planned peak "
+    print(f"rank {rank}: peak rss {peak_rss_mib():.0f} MiB (+{peak_rss_mib() - rss_before:.1f} "
+          f"MiB over the steps), planned peak "
           f"{graph.peak_bytes() / 2**20:.2f} MiB, first step {graph.timings['first_step_seconds']:.3f} s "
           f"(trace {graph.timings['trace_seconds']:.3f} s, compile "
           f"{graph.timings.get('compile_seconds', 0):.3f} s)", flush=True)
