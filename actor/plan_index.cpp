@@ -602,7 +602,8 @@ void PlanIndex::check_pieces(const NameIndex& pieces, const char* kind) const {
 
 // Every task's predecessors: the producers of its input registers, its control inputs, for a
 // RECV the SEND with its transfer_id, and for a COLLECTIVE the producers of the other present
-// members' inputs (Note [Collective order] in oneflowlike/plan_contract.h).
+// members' inputs and their control inputs (Note [Collective order] in
+// oneflowlike/plan_contract.h).
 void PlanIndex::compute_predecessors() {
   predecessors_.assign(tasks_.size(), {});
   for (int t = 0; t < num_tasks(); ++t) {
@@ -621,6 +622,14 @@ void PlanIndex::compute_predecessors() {
       if (peer < 0 || peer == t) continue;
       const int in = tasks_[peer].inputs[0];
       predecessors_[t].push_back(Edge{registers_[in].producer, EdgeKind::kCollective, in});
+      // ... and every member's control inputs have acted (a gather of updated ZeRO shards waits
+      // for each rank's update: Note [ZeRO stages 1 and 2] in compiler/passes/zero.cpp).
+      for (int64_t id : tasks_[peer].proto.control_inputs()) {
+        const auto it = task_index_.find(id);
+        if (it != task_index_.end()) {
+          predecessors_[t].push_back(Edge{it->second, EdgeKind::kControl, -1});
+        }
+      }
     }
   }
 }

@@ -42,20 +42,25 @@ namespace {
 
 // Note [In-place updates wait for readers]: an op that writes a register in place (an
 // optimizer update of a variable) must act after every other task of its rank that reads that
-// register in the same iteration, or a reader would see the updated value.
+// register in the same iteration, or a reader would see the updated value; except a reader
+// that itself waits for the writer (a control input), which is there to read the update (the
+// gather of an updated ZeRO shard).
 void order_in_place_writers(proto::PlanProto* plan) {
   parallel_each(plan->ranks_size(), [&](int64_t position) {
     proto::RankPlanProto& rank = *plan->mutable_ranks(static_cast<int>(position));
     std::unordered_map<int64_t, std::vector<int64_t>> readers;  // register -> tasks reading it
+    std::unordered_map<int64_t, std::set<int64_t>> waits_for;   // task -> its control inputs
     for (const auto& task : rank.tasks()) {
       for (int64_t r : task.inputs()) readers[r].push_back(task.id());
+      waits_for[task.id()].insert(task.control_inputs().begin(), task.control_inputs().end());
     }
     for (auto& task : *rank.mutable_tasks()) {
       if (task.mutated_inputs().empty()) continue;
       std::set<int64_t> control(task.control_inputs().begin(), task.control_inputs().end());
       for (int index : task.mutated_inputs()) {
         for (int64_t reader : readers[task.inputs(index)]) {
-          if (reader != task.id() && control.insert(reader).second) task.add_control_inputs(reader);
+          if (reader == task.id() || waits_for[reader].count(task.id())) continue;
+          if (control.insert(reader).second) task.add_control_inputs(reader);
         }
       }
     }

@@ -175,6 +175,10 @@ class Graph {
   TrainConfig train;
   /// Variable op index -> its gradient tensor (filled by autograd).
   std::map<int, int> variable_grads;
+  /// ZeRO stages 1 and 2 (Note [ZeRO stages 1 and 2] in passes/zero.cpp): trainable variable op
+  /// index -> the sharded layout of its optimizer state and update (filled by the zero pass,
+  /// read by the optimizer pass; the variable itself stays replicated).
+  std::map<int, NdSbp> zero_shards;
   /// Note [Input gradients] in passes/autograd.cpp: the name of each input op marked trainable
   /// -> the position in `fetches` of its gradient (filled by autograd; passes keep positions).
   std::map<std::string, int> input_grad_fetches;

@@ -43,6 +43,12 @@ class BoxingInsertionPass final : public Pass {
         auto it = boxed.find(key);
         if (it == boxed.end()) {
           const int out = insert(graph, t, to_placement, to);
+          // An in-place writer's control inputs hold for what feeds it too (Note [ZeRO stages
+          // 1 and 2]: the gather of an updated shard waits for the update).
+          if (graph.op(i).schema->has<TMutatedInputs>()) {
+            const std::vector<int> control = graph.op(i).control_inputs;  // a copy
+            for (int c : control) graph.op(graph.tensor(out).producer).control_inputs.push_back(c);
+          }
           if (graph.train.zero_stage >= 3 && producer.kind == OpKind::kVariable) {
             wait_for_reader_input(graph, graph.tensor(out).producer, i, t);
           }

@@ -81,7 +81,8 @@ int append_source(Graph& graph, LogicalOp op, const TensorMeta& meta) {
   return t;
 }
 
-// A zero-initialised, non-trainable variable shaped and laid out like `var` (optimizer state).
+// A zero-initialised, non-trainable variable shaped and laid out like `var` (optimizer state),
+// or sharded as ZeRO stages 1 and 2 record (Note [ZeRO stages 1 and 2] in zero.cpp).
 int append_state(Graph& graph, int var_op, const std::string& suffix) {
   const LogicalOp& var = graph.op(var_op);
   LogicalOp state;
@@ -91,6 +92,9 @@ int append_state(Graph& graph, int var_op, const std::string& suffix) {
   state.stage = var.stage;
   state.location = var.location;
   state.output_sbp_hints = var.output_sbp_hints;
+  if (const auto shard = graph.zero_shards.find(var_op); shard != graph.zero_shards.end()) {
+    state.output_sbp_hints = {shard->second};
+  }
   state.initializer = Initializer{};  // zeros
   state.trainable = false;
   state.role = OpRole::kOptimizer;
@@ -108,6 +112,22 @@ struct Update {
   int grad;  // tensor
 };
 
+// `t` as a new tensor laid out as `layout` (an identity reshape with that output hint: SBP
+// inference boxes `t` into it).
+int laid_out(Graph& graph, const Site& site, const std::string& base, int t, const NdSbp& layout) {
+  LogicalOp op;
+  op.schema = &OpRegistry::global().find("reshape");
+  op.name = graph.unique_name(base);
+  op.params = ReshapeParams{graph.tensor(t).meta.shape};
+  op.inputs = {t};
+  op.placement = site.placement;
+  op.stage = site.stage;
+  op.location = site.location;
+  op.role = OpRole::kOptimizer;
+  op.output_sbp_hints = {layout};
+  return graph.add_compute_op(std::move(op)).at(0);
+}
+
 // Note [Reduce gradients before clipping]: the gradient laid out as its variable (B over data
 // parallel ranks, S under ZeRO): a reshape carrying the variable's SBP as a hint, so its
 // reduction is boxing right after the backward op that made it, overlapping the rest of the
@@ -116,6 +136,11 @@ struct Update {
 // reduces it a second time for the norm itself (measured: GPT DP2 69 ms a step instead of 56).
 int in_variable_layout(Graph& graph, const Site& site, const std::string& base, const Update& u) {
   const LogicalOp& var = graph.op(u.var_op);
+  // ZeRO-2 (Note [ZeRO stages 1 and 2] in zero.cpp): the gradient goes to the shard.
+  const auto shard = graph.zero_shards.find(u.var_op);
+  if (graph.train.zero_stage == 2 && shard != graph.zero_shards.end()) {
+    return laid_out(graph, site, base + "/reduced", u.grad, shard->second);
+  }
   if (var.output_sbp_hints.empty() || var.output_sbp_hints[0].empty()) return u.grad;
   LogicalOp op;
   op.schema = &OpRegistry::global().find("reshape");
@@ -149,7 +174,10 @@ void bucket_gradients(Graph& graph, std::vector<Update>& updates, int64_t bucket
   };
   std::vector<size_t> order;
   for (size_t i = updates.size(); i-- > 0;) {
-    if (replicated(graph.op(updates[i].var_op))) order.push_back(i);
+    // ZeRO-2 reduce-scatters each gradient to its shard instead (Note [ZeRO stages 1 and 2]).
+    const bool scattered =
+        graph.train.zero_stage == 2 && graph.zero_shards.count(updates[i].var_op) > 0;
+    if (replicated(graph.op(updates[i].var_op)) && !scattered) order.push_back(i);
   }
   size_t start = 0;
   int bucket_index = 0;
@@ -372,6 +400,25 @@ class HyperParameterInputs {
   std::vector<Entry> entries_;
 };
 
+// Note [ZeRO stages 1 and 2] in zero.cpp: the updated shard `shard`, gathered, written back into
+// the parameter `param`. The assign waits (a control input) for the update just appended, so it
+// and the gather of the shard read the updated values; the parameter's other readers come first
+// (Note [In-place updates wait for readers] in compile.cpp).
+void write_back(Graph& graph, const Site& site, const std::string& var_name, int param, int shard) {
+  const int update = graph.num_ops() - 1;
+  LogicalOp op;
+  op.schema = &OpRegistry::global().find("assign");
+  op.name = graph.unique_name(var_name + ".assign");
+  op.params = NoParams{};
+  op.inputs = {param, shard};
+  op.placement = site.placement;
+  op.stage = site.stage;
+  op.location = site.location;
+  op.role = OpRole::kOptimizer;
+  op.control_inputs = {update};
+  graph.add_compute_op(std::move(op));
+}
+
 // The parameter group of variable `name` (Note [Parameter groups]).
 int group_of(const OptimizerConfig& config, const std::string& name) {
   const auto it = config.group_of.find(name);
@@ -414,7 +461,7 @@ class OptimizerPass final : public Pass {
         config.kind == OptimizerConfig::Kind::kAdam || config.kind == OptimizerConfig::Kind::kAdamW;
     // Under dynamic loss scaling Adam counts the steps applied in the graph (applied_steps).
     HyperParameterInputs hyper(graph, /*with_step=*/adam && found < 0);
-    for (const Update& u : updates) {
+    for (Update& u : updates) {
       const int group = group_of(config, graph.op(u.var_op).name);
       const double weight_decay = config.group_weight_decay.empty()
                                       ? config.weight_decay
@@ -428,9 +475,19 @@ class OptimizerPass final : public Pass {
         step = cast_to(graph, site, base, next,
                        graph.tensor(graph.op(u.var_op).outputs.at(0)).meta.dtype);
       }
-      const int param = graph.op(u.var_op).outputs.at(0);
+      int param = graph.op(u.var_op).outputs.at(0);
       const Site site = Site::of(graph.op(u.var_op));
       const std::string var_name = graph.op(u.var_op).name;
+      // Note [ZeRO stages 1 and 2] in zero.cpp: the update runs on this rank's shards of a
+      // replicated parameter and its gradient, and writes the gathered result back.
+      const auto shard = graph.zero_shards.find(u.var_op);
+      const int whole_param = param;
+      if (shard != graph.zero_shards.end()) {
+        const NdSbp layout = shard->second;
+        param = laid_out(graph, site, var_name + ".shard", param, layout);
+        u.grad = laid_out(graph, site, var_name + ".grad/shard",
+                          in_variable_layout(graph, site, var_name + ".grad", u), layout);
+      }
       if (adam) {
         const int exp_avg = append_state(graph, u.var_op, ".exp_avg");
         const int exp_avg_sq = append_state(graph, u.var_op, ".exp_avg_sq");
@@ -441,6 +498,7 @@ class OptimizerPass final : public Pass {
         if (found >= 0) inputs.push_back(skip_input(graph, site, var_name, found, param));
         append_op(graph, site, var_name + ".adam_update",
                   found >= 0 ? "adam_update_skippable" : "adam_update", params, inputs);
+        if (shard != graph.zero_shards.end()) write_back(graph, site, var_name, whole_param, param);
       } else {
         // See Note [Compiled SGD first step] for dampening != 0.
         const int momentum = append_state(graph, u.var_op, ".momentum");
@@ -449,6 +507,7 @@ class OptimizerPass final : public Pass {
         if (found >= 0) inputs.push_back(skip_input(graph, site, var_name, found, param));
         append_op(graph, site, var_name + ".sgd_update",
                   found >= 0 ? "sgd_update_skippable" : "sgd_update", params, inputs);
+        if (shard != graph.zero_shards.end()) write_back(graph, site, var_name, whole_param, param);
       }
     }
     if (found >= 0) update_loss_scale(graph, found);

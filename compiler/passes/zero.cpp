@@ -4,8 +4,12 @@
 // reduces gradients P -> S (reduce-scatter) instead of P -> B, and boxing gathers the variable
 // S -> B before the ops that need it whole. Each rank updates only its shard, in place.
 //
-// This shards parameters, gradients and optimizer state alike (ZeRO-3's memory); stages 1 and 2,
-// which keep a full copy of the parameters on every rank, are not distinguished from it.
+// That is stage 3. Note [ZeRO stages 1 and 2]: stages 1 and 2 keep every parameter whole on
+// every rank; the sharded layout is only recorded (Graph::zero_shards) for the optimizer pass,
+// which makes the optimizer state sharded and updates each rank's shard of the parameter: a
+// sharded copy of the parameter and of its gradient (stage 1: the gradient is all-reduced whole
+// first; stage 2: reduce-scattered straight to the shard), the update on the shards, and the
+// updated shards gathered and written back into the parameter (assign), after its last reader.
 
 #include "compiler/passes/passes.h"
 
@@ -29,11 +33,16 @@ class ZeroPass final : public Pass {
       if (op.output_sbp_hints.empty() || op.output_sbp_hints[0].empty()) {
         op.output_sbp_hints = {NdSbp(hierarchy.ndim(), B())};
       }
-      NdSbp& sbp = op.output_sbp_hints[0];
+      NdSbp sbp = op.output_sbp_hints[0];
       for (int d = 0; d < hierarchy.ndim(); ++d) {
         if (!sbp[d].is_broadcast() || hierarchy[d] == 1) continue;
         const int axis = shard_axis(shape, sbp, hierarchy, hierarchy[d]);
         if (axis >= 0) sbp[d] = S(axis);
+      }
+      if (graph.train.zero_stage >= 3) {
+        op.output_sbp_hints[0] = sbp;
+      } else if (sbp != op.output_sbp_hints[0]) {
+        graph.zero_shards[i] = sbp;
       }
     }
   }

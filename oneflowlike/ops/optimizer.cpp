@@ -93,6 +93,24 @@ std::vector<TensorMeta> infer_loss_scale_update(const InferContext& ctx) {
   return {};
 }
 
+// assign(dst, src): dst's values become src's, in place (Note [ZeRO stages 1 and 2] in
+// compiler/passes/zero.cpp: the gathered parameter written back). Same shape and dtype; any
+// layout both share.
+std::vector<TensorMeta> infer_assign(const InferContext& ctx) {
+  OFL_CHECK(ctx.shape(0) == ctx.shape(1) && ctx.dtype(0) == ctx.dtype(1),
+            "[assign] src must have "
+            "dst's shape and dtype. However, got ",
+            ctx.describe_inputs(), ".");
+  return {};
+}
+
+std::vector<SbpSignature> assign_signatures(const InferContext& ctx) {
+  std::vector<SbpSignature> sigs;
+  for (int axis = 0; axis < ctx.shape(0).ndim(); ++axis) sigs.push_back({{S(axis), S(axis)}, {}});
+  sigs.push_back({{B(), B()}, {}});
+  return sigs;
+}
+
 }  // namespace
 
 OFL_REGISTER_OP("sgd_update")
@@ -102,6 +120,13 @@ OFL_REGISTER_OP("sgd_update")
     .set<FInferMeta>(infer_sgd)
     .set<FSbpSignatures>([](const InferContext& ctx) { return update_signatures(ctx, 3); })
     .set<TMutatedInputs>({0, 2});
+
+OFL_REGISTER_OP("assign")
+    .inputs({"dst", "src"})
+    .outputs({})
+    .set<FInferMeta>(infer_assign)
+    .set<FSbpSignatures>(assign_signatures)
+    .set<TMutatedInputs>({0});
 
 OFL_REGISTER_OP("adam_update")
     .inputs({"param", "grad", "exp_avg", "exp_avg_sq", "lr", "step"})

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <vector>
 
 #include "oneflowlike/common/parallel.h"
@@ -102,8 +103,17 @@ struct LossScaleUpdateKernel {
   }
 };
 
+// assign(dst, src): a copy into dst's storage, in place.
+template <class T>
+struct AssignKernel {
+  static void run(const KernelContext& ctx) {
+    std::memcpy(ctx.in(0).raw_data(), ctx.in(1).raw_data(), ctx.in(0).nbytes());
+  }
+};
+
 }  // namespace
 
+OFL_REGISTER_KERNEL("assign", kCPU, AssignKernel, float, double);
 OFL_REGISTER_KERNEL("sgd_update", kCPU, SgdUpdateKernel, float, double);
 OFL_REGISTER_KERNEL("adam_update", kCPU, AdamUpdateKernel, float, double);
 OFL_REGISTER_KERNEL("sgd_update_skippable", kCPU, SgdUpdateKernel, float, double);

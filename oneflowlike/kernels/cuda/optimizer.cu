@@ -125,8 +125,19 @@ struct LossScaleUpdateKernel {
   }
 };
 
+// assign(dst, src): a device copy into dst's storage, on the compute stream, in place.
+template <class T>
+struct AssignKernel {
+  static void run(const KernelContext& ctx) {
+    cuda::check(cudaMemcpyAsync(ctx.in(0).raw_data(), ctx.in(1).raw_data(), ctx.in(0).nbytes(),
+                                cudaMemcpyDeviceToDevice, stream_of(ctx)),
+                "assign", device_of(ctx));
+  }
+};
+
 }  // namespace
 
+OFL_REGISTER_KERNEL("assign", kCUDA, AssignKernel, float, double);
 OFL_REGISTER_KERNEL("sgd_update", kCUDA, SgdUpdateKernel, float, double);
 OFL_REGISTER_KERNEL("adam_update", kCUDA, AdamUpdateKernel, float, double);
 OFL_REGISTER_KERNEL("sgd_update_skippable", kCUDA, SgdUpdateKernel, float, double);

@@ -135,8 +135,9 @@ class GraphConfig:
         self.reduce_dtype = reduce_dtype if mode else None
 
     def enable_zero(self, mode=True, *, stage=1):
-        """Shards optimizer state (stage 1), gradients (2) and parameters (3) over the
-        data-parallel ranks. Note: this build shards all three for every stage (docs)."""
+        """Shards optimizer state (stage 1), also gradients (2: reduce-scattered) and also
+        parameters (3: gathered before use, again for backward) over the ranks that replicate
+        them (Note [ZeRO stages 1 and 2] in compiler/passes/zero.cpp)."""
         if stage not in (1, 2, 3):
             raise ValueError(f"[nn.Graph] ZeRO stage must be 1, 2 or 3. However, got {stage!r}.")
         self.zero_stage = stage if mode else 0

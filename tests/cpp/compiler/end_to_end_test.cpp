@@ -63,22 +63,29 @@ TEST(EndToEnd, DeeperMlpOnFourAndTwoPipelineStagesTrainsLikeOneRank) {
 TEST(EndToEnd, ZeroShardsStateAndTrainsLikeOneRank) {
   const auto all = mlp_layouts();
   const TrainingRun reference = train_mlp(all[0], OptimizerConfig::Kind::kAdamW, 3);
-  for (const char* name : {"dp2", "dp3_uneven", "dp2_tp2"}) {
-    MlpLayout layout =
-        *std::find_if(all.begin(), all.end(), [&](const MlpLayout& l) { return l.name == name; });
-    layout.zero_stage = 1;
-    layout.name += "_zero";
-    expect_same_training(reference, train_mlp(layout, OptimizerConfig::Kind::kAdamW, 3),
-                         layout.name);
+  for (const int stage : {1, 2, 3}) {
+    for (const char* name : {"dp2", "dp3_uneven", "dp2_tp2"}) {
+      MlpLayout layout =
+          *std::find_if(all.begin(), all.end(), [&](const MlpLayout& l) { return l.name == name; });
+      layout.zero_stage = stage;
+      layout.name += str_cat("_zero", stage);
+      expect_same_training(reference, train_mlp(layout, OptimizerConfig::Kind::kAdamW, 3),
+                           layout.name);
+    }
   }
-  // The plan keeps a shard of every trainable variable and of its state per rank, reduces
-  // gradients by reduce-scatter, and sends less than plain data parallelism would store.
-  MlpLayout dp2 = all[1];
-  dp2.zero_stage = 1;
-  const proto::PlanProto plan = compile_graph(build_mlp(dp2, OptimizerConfig::Kind::kAdamW));
-  for (const auto& reg : plan.ranks(0).registers()) {
-    if (reg.name() == "w1" || reg.name() == "w1.exp_avg" || reg.name() == "w1.exp_avg_sq") {
-      EXPECT_EQ(reg.shape().dims(0), kMlpIn / 2) << reg.name();
+  // Each rank keeps a shard of every trainable variable's state; stages 1 and 2 keep the
+  // variable whole (Note [ZeRO stages 1 and 2]), stage 3 its shard too.
+  for (const int stage : {1, 2, 3}) {
+    MlpLayout dp2 = all[1];
+    dp2.zero_stage = stage;
+    const proto::PlanProto plan = compile_graph(build_mlp(dp2, OptimizerConfig::Kind::kAdamW));
+    for (const auto& reg : plan.ranks(0).registers()) {
+      if (reg.name() == "w1") {
+        EXPECT_EQ(reg.shape().dims(0), stage == 3 ? kMlpIn / 2 : kMlpIn) << "stage " << stage;
+      }
+      if (reg.name() == "w1.exp_avg" || reg.name() == "w1.exp_avg_sq") {
+        EXPECT_EQ(reg.shape().dims(0), kMlpIn / 2) << reg.name() << " stage " << stage;
+      }
     }
   }
 }

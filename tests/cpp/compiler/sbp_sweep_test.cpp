@@ -175,6 +175,7 @@ std::vector<OpCase> sweep_cases() {
        {floats(Shape{4, 2, 5, 2}), floats(Shape{4, 2, 5, 3}), floats(Shape{4, 2, 6, 3}),
         floats(Shape{4, 2, 6, 2}), floats(Shape{4, 2, 5, 2}), positive(Shape{4, 2, 5}),
         floats(Shape{5, 6})}},
+      {"assign", "assign", NoParams{}, {floats(m), floats(m)}},
       {"sgd_update",
        "sgd_update",
        SgdParams{0.9, 0.0, 0.01, true},

@@ -256,9 +256,9 @@ def main():
     else:
         weights = graph.state_dict()
     bad = 0
-    if args.layout == "dp2zero":  # ZeRO splits the replicated parameters and their state
+    if args.layout == "dp2zero":  # ZeRO-1 keeps the parameters whole and splits their state
         name = "model.fc1.weight" if args.model == "mlp" else "model.head.weight"
-        assert str(weights[name].sbp[0]).startswith("S("), weights[name]
+        assert str(weights[name].sbp[0]) == "B", weights[name]
         assert str(weights[name + ".exp_avg" if args.model == "mlp" else name + ".momentum"]
                    .sbp[0]).startswith("S(")
     if losses:
