@@ -142,17 +142,8 @@ int in_variable_layout(Graph& graph, const Site& site, const std::string& base, 
     return laid_out(graph, site, base + "/reduced", u.grad, shard->second);
   }
   if (var.output_sbp_hints.empty() || var.output_sbp_hints[0].empty()) return u.grad;
-  LogicalOp op;
-  op.schema = &OpRegistry::global().find("reshape");
-  op.name = graph.unique_name(base + "/reduced");
-  op.params = ReshapeParams{graph.tensor(u.grad).meta.shape};
-  op.inputs = {u.grad};
-  op.placement = site.placement;
-  op.stage = site.stage;
-  op.location = site.location;
-  op.role = OpRole::kOptimizer;
-  op.output_sbp_hints = {var.output_sbp_hints[0]};
-  return graph.add_compute_op(std::move(op)).at(0);
+  const NdSbp layout = var.output_sbp_hints[0];  // a copy: laid_out appends an op
+  return laid_out(graph, site, base + "/reduced", u.grad, layout);
 }
 
 // Note [Gradient buckets]: the gradients of replicated variables (B on every placement
@@ -214,17 +205,7 @@ void bucket_gradients(Graph& graph, std::vector<Update>& updates, int64_t bucket
                                  ReshapeParams{Shape{shape.numel()}}, {updates[m].grad}));
     }
     const int cat = append_op1(graph, site, base + "/concat", "concat", ConcatParams{0}, flats);
-    LogicalOp reduce;
-    reduce.schema = &OpRegistry::global().find("reshape");
-    reduce.name = graph.unique_name(base + "/reduced");
-    reduce.params = ReshapeParams{graph.tensor(cat).meta.shape};
-    reduce.inputs = {cat};
-    reduce.placement = site.placement;
-    reduce.stage = site.stage;
-    reduce.location = site.location;
-    reduce.role = OpRole::kOptimizer;
-    reduce.output_sbp_hints = {layout};
-    const int reduced = graph.add_compute_op(std::move(reduce)).at(0);
+    const int reduced = laid_out(graph, site, base + "/reduced", cat, layout);
     const std::vector<int> parts =
         append_op(graph, site, base + "/split", "split", SplitParams{0, sizes}, {reduced});
     for (size_t k = 0; k < members.size(); ++k) {
