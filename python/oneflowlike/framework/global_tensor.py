@@ -383,6 +383,26 @@ def from_logical(value, placement, sbp):
     return GlobalTensor(local, shape, dtype, placement, nd_sbp)
 
 
+def sliced_locally(value, sbp):
+    """``value`` laid out as ``sbp`` on its placement by slicing each rank's own piece, when
+    every rank's new piece lies inside its old one and nothing is a partial sum (B -> S, the
+    layouts ZeRO asks of a graph's initial values): no communication and no compiled graph.
+    None when a move needs data from other ranks."""
+    nd = _sbp.normalize(sbp, value.placement, "to_global")
+    if any(str(s) == "P" for s in tuple(value.sbp) + tuple(nd)):
+        return None
+    rank = env.get_rank()
+    if rank not in value.placement:
+        return GlobalTensor(None, value.shape, value.dtype, value.placement, nd)
+    old = _region(value.shape, value.placement, value.sbp, rank)
+    new = _region(value.shape, value.placement, nd, rank)
+    if any(n.start < o.start or n.stop > o.stop for n, o in zip(new, old)):
+        return None  # needs another rank's data; the same test holds on every rank alike
+    local = value._local[tuple(slice(n.start - o.start, n.stop - o.start)
+                               for n, o in zip(new, old))] if new != old else value._local
+    return GlobalTensor(local, value.shape, value.dtype, value.placement, nd)
+
+
 # --- compiled small graphs ---------------------------------------------------------------------
 _cache = {}
 

@@ -600,7 +600,11 @@ class Graph:
         if isinstance(value, _gt.GlobalTensor):
             placement, sbp = self._plan_layout(name, value)
             if value.placement != placement or value.sbp != sbp:
-                value = value.to_global(placement=placement, sbp=sbp)
+                # ZeRO's B -> S needs no communication: each rank slices its own piece (a
+                # compiled reshard would keep its runtime and memory for the process's life).
+                sliced = _gt.sliced_locally(value, sbp) if value.placement == placement else None
+                value = sliced if sliced is not None else value.to_global(placement=placement,
+                                                                          sbp=sbp)
             if name in self._local_variables:
                 self._runtime.write_variable_pieces(name, {env.get_rank(): value.to_local()})
         elif name in self._local_variables:
