@@ -14,6 +14,11 @@ namespace ofl {
 /// Elements below which a loop stays on one thread (the hand-off costs more than it saves).
 constexpr int64_t kParallelGrain = 32768;
 
+/// How many items of `work_per_item` elements each make one grain (at least one).
+inline int64_t items_per_grain(int64_t work_per_item) {
+  return std::max<int64_t>(1, kParallelGrain / std::max<int64_t>(work_per_item, 1));
+}
+
 /// Calls fn(begin, end) on disjoint chunks covering [0, n), in parallel when n > grain.
 template <class F>
 void parallel_for(int64_t n, int64_t grain, F&& fn) {

@@ -134,3 +134,11 @@ def test_an_input_written_in_place_before_backward_is_refused():
         w.mul_(2.0)
     with pytest.raises(RuntimeError, match=r"was modified in place after the op used it"):
         loss.backward()
+
+
+def test_create_graph_on_a_global_tensor_is_refused():
+    w = flow.tensor(_arrays(4)[1], placement=P, sbp=B)
+    w.requires_grad = True
+    with pytest.raises(NotImplementedError, match=r"\[backward\] create_graph=True"):
+        (w * w).sum().backward(create_graph=True)
+    assert w.grad is None

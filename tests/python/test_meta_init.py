@@ -101,3 +101,9 @@ def test_what_needs_data_refuses_a_meta_tensor_naming_it():
     idx = flow.zeros(2, 16, dtype=flow.int64)
     with pytest.raises(RuntimeError, match=r"'model\.embed\.wte\.weight' is a meta tensor"):
         Train()(idx, idx)
+
+
+def test_randint_under_the_meta_device_is_refused():
+    with flow.device("meta"):
+        with pytest.raises(NotImplementedError, match=r"\[randint\] cannot make a meta tensor"):
+            flow.randint(0, 10, (3,))

@@ -15,10 +15,6 @@ namespace ofl::cpu {
 
 namespace {
 
-int64_t row_grain(int64_t cols) {
-  return std::max<int64_t>(1, kParallelGrain / std::max<int64_t>(cols, 1));
-}
-
 // Inputs (x, weight, bias) -> (y, mean, inv_std).
 template <class T>
 struct LayerNormKernel {
@@ -31,7 +27,7 @@ struct LayerNormKernel {
     T* inv_std = ctx.out(2).data<T>();
     const auto [rows, cols] = layer_norm_rows_cols(ctx.in(0), ctx.out(1));
     const double eps = ctx.p<LayerNormParams>().epsilon;
-    parallel_for(rows, row_grain(cols), [&](int64_t begin, int64_t end) {
+    parallel_for(rows, items_per_grain(cols), [&](int64_t begin, int64_t end) {
       for (int64_t r = begin; r < end; ++r) {
         const T* xr = x + r * cols;
         T* yr = y + r * cols;
@@ -69,7 +65,7 @@ struct LayerNormGradKernel {
     const T* w = ctx.in(4).data<T>();
     T* dx = ctx.out(0).data<T>();
     const auto [rows, cols] = layer_norm_rows_cols(ctx.in(1), ctx.in(2));
-    parallel_for(rows, row_grain(cols), [&](int64_t begin, int64_t end) {
+    parallel_for(rows, items_per_grain(cols), [&](int64_t begin, int64_t end) {
       for (int64_t r = begin; r < end; ++r) {
         const T* dyr = dy + r * cols;
         const T* xr = x + r * cols;
@@ -111,7 +107,7 @@ struct LayerNormParamGradKernel {
       std::fill(db, db + ctx.out(1).numel(), T(0));
       return;
     }
-    const int64_t grain = std::max<int64_t>(1, kParallelGrain / std::max<int64_t>(rows, 1));
+    const int64_t grain = items_per_grain(rows);
     parallel_for(cols, grain, [&](int64_t begin, int64_t end) {
       std::vector<double> acc_w(end - begin, 0.0), acc_b(end - begin, 0.0);
       for (int64_t r = 0; r < rows; ++r) {

@@ -970,7 +970,7 @@ class Graph:
         text = ";\n".join(lines) + f".\nRank {worst} at its peak ('{report['peak_task']}'): " + \
             ", ".join(f"{k} {format_bytes(b)}" for k, b in kinds if b) + \
             f"; its largest tensors: {whole.largest_registers(worst, 3)}."
-        fits = self._memory_alternatives(tracer, limit)
+        fits = self._memory_alternatives(tracer, max(whole.peak_bytes().values()))
         if fits:
             text += "\nChanges that give a smaller peak (recompiled):\n" + "\n".join(
                 f"  - {what}: peak {format_bytes(peak)} on the largest rank"
@@ -979,9 +979,10 @@ class Graph:
             "more tensor or pipeline parallelism, or a larger limit."
         raise MemoryError(text)
 
-    def _memory_alternatives(self, tracer, limit):
-        """(change, worst planned peak) for ZeRO and more micro-batches, each recompiled from
-        the same trace; the trace's settings are restored afterwards."""
+    def _memory_alternatives(self, tracer, now):
+        """(change, worst planned peak) for ZeRO and more micro-batches that lower ``now`` (the
+        worst planned peak as traced), each recompiled from the same trace; the trace's
+        settings are restored afterwards."""
         out = []
         cfg = self.config
         variants = []
@@ -992,7 +993,6 @@ class Graph:
         variants.append((f"{2 * m} micro-batches (set_gradient_accumulation_steps)",
                          lambda: tracer.set_gradient_accumulation_steps(2 * m),
                          lambda: tracer.set_gradient_accumulation_steps(m)))
-        now = max(tracer.compile([]).peak_bytes().values())
         for what, apply, restore in variants:
             apply()
             try:

@@ -282,6 +282,24 @@ TEST(Autograd, NonDifferentiableOpOnThePathRaisesWithItsName) {
   }
 }
 
+TEST(Autograd, SiluGradSecondDerivativeInItsInputIsRefusedNamingTheOp) {
+  GraphBuilder b;
+  const int w = b.variable("w", Shape{4, 6}, Initializer{});
+  const int dy = b.input("dy", Shape{4, 6});
+  // The gradient through dy is written; the one through x (silu'') is not.
+  const int dx = b.op1("silu_grad", NoParams{}, {w, dy}, "silu_backward");
+  b.set_loss(b.op1("reduce_sum", ReduceParams{}, {dx}, "loss"));
+  Graph& g = b.graph();
+  try {
+    differentiate(g);
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kUnimplemented);
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("[silu_grad] the second derivative"), std::string::npos) << msg;
+  }
+}
+
 TEST(Autograd, NonDifferentiableOpOffThePathIsFine) {
   GraphBuilder b;
   const int x = b.input("x", Shape{4, 6});

@@ -1,0 +1,52 @@
+"""Planned against measured memory of the GPT example on DP2 (issue 19), per ZeRO stage: the
+plan's peak on rank 0, the process's RSS growth over the steps, the CPU allocator's live bytes
+before and after them, and how many eager graphs (each keeping its runtime) were compiled.
+
+    for z in 0 1 2 3; do
+      .venv/bin/python -m oneflowlike.distributed.launch --nproc_per_node 2 \\
+          scripts/bench/bench_memory.py --zero $z
+    done
+"""
+
+import argparse
+import os
+import sys
+
+_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path[:0] = [os.path.join(_ROOT, "examples", "gpt"), os.path.join(_ROOT, "examples")]
+
+import oneflowlike as flow  # noqa: E402
+import train  # noqa: E402
+from common import trainer  # noqa: E402
+from oneflowlike.framework import global_tensor  # noqa: E402
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--zero", type=int, default=0, choices=[0, 1, 2, 3])
+    p.add_argument("--steps", type=int, default=3)
+    a = p.parse_args()
+    args = train.parse(["--n-layer", "4", "--n-embd", "256", "--n-head", "4", "--block-size",
+                        "64", "--batch-size", "16", "--dp", "2", "--zero", str(a.zero),
+                        "--quiet"])
+    config = train.GPTConfig(block_size=64, n_layer=4, n_head=4, n_embd=256)
+    model = trainer.build(args, lambda: train.GPT(config))
+    opt, schedule = trainer.make_optimizer(args, model)
+    graph = trainer.TrainGraph(model, opt, schedule, 1, a.zero)
+    layout = train.make_layout(args)
+    layout.apply(model, graph)
+    data = train.ByteData(args.data, 64, 1)
+    rss0, live0 = trainer.rss_mib(), flow._C.cpu_memory_live_bytes() / 2**20
+    for step in range(1, a.steps + 1):
+        x, y = data.batch(step, 16)
+        graph(data.to_global(x, layout.placement(0), layout.data_sbp()),
+              data.to_global(y, layout.placement(0), layout.data_sbp()))
+    if flow.env.get_rank() == 0:
+        print(f"zero {a.zero}: planned peak {graph.peak_bytes() / 2**20:.1f} MiB, RSS growth "
+              f"{trainer.rss_mib() - rss0:.1f} MiB, allocator live {live0:.1f} -> "
+              f"{flow._C.cpu_memory_live_bytes() / 2**20:.1f} MiB, eager graphs "
+              f"{len(global_tensor._cache)}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
