@@ -142,3 +142,13 @@ def test_token_dataset_reads_windows_of_a_memory_mapped_file(tmp_path):
         ds[len(ds)]
     with pytest.raises(FileNotFoundError, match="no token file"):
         data.TokenDataset(str(tmp_path / "missing.bin"), 8)
+
+
+def test_a_dataset_without_getitem_or_len_names_itself():
+    class Empty(flow.utils.data.Dataset):
+        pass
+
+    with pytest.raises(NotImplementedError, match=r"\[Dataset\] Empty must define __getitem__"):
+        Empty()[0]
+    with pytest.raises(NotImplementedError, match=r"\[Dataset\] Empty must define __len__"):
+        len(Empty())

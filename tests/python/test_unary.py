@@ -119,3 +119,10 @@ def test_gelu_rejects_unknown_approximation():
 def test_relu_inplace_is_refused():
     with pytest.raises(NotImplementedError, match=r"inplace=True is not supported"):
         flow.nn.functional.relu(flow.tensor([1.0]), inplace=True)
+
+
+def test_silu_inplace_is_refused_by_the_function_and_the_module():
+    with pytest.raises(NotImplementedError, match=r"\[silu\] inplace=True is not supported"):
+        flow.nn.functional.silu(flow.tensor([1.0]), inplace=True)
+    with pytest.raises(NotImplementedError, match=r"\[SiLU\] inplace=True is not supported"):
+        flow.nn.SiLU(inplace=True)
