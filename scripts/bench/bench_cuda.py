@@ -8,7 +8,7 @@
 2. One GPT training step on one GPU (examples/gpt/train.py --device cuda: nn.Graph, float32,
    AdamW, clipping) against PyTorch eager on the same model, batch and optimizer, written as a
    PyTorch user would (F.scaled_dot_product_attention, fused AdamW), in float32 and under
-   torch.autocast(bfloat16). Tokens/s and model FLOPs utilisation (MFU; 6N per token plus
+   torch.autocast(bfloat16); ours also with --dtype bfloat16 (issue 17's mixed precision). Tokens/s and model FLOPs utilisation (MFU; 6N per token plus
    attention, against the H100 SXM dense peaks: 989 TFLOP/s bf16, 67 TFLOP/s float32).
 
 The actor overhead on a GPU stream is bench_actor --gpu (C++).
@@ -77,11 +77,11 @@ def gpt_flops_per_token(c):
     return 6 * params + 12 * c["n_layer"] * c["n_embd"] * c["block_size"]
 
 
-def bench_gpt_ours(c, steps):
+def bench_gpt_ours(c, steps, dtype="float32"):
     flags = ["--n-layer", str(c["n_layer"]), "--n-embd", str(c["n_embd"]), "--n-head",
              str(c["n_head"]), "--block-size", str(c["block_size"]), "--batch-size",
              str(c["batch_size"]), "--synthetic", "--steps", str(steps), "--quiet",
-             "--device", "cuda"]
+             "--device", "cuda", "--dtype", dtype]
     env = {k: v for k, v in os.environ.items() if not k.startswith("OFL_")}
     out = subprocess.run([sys.executable, TRAIN, *flags], env=env, capture_output=True, text=True,
                          timeout=600)
@@ -168,19 +168,22 @@ def main():
     tokens = c["batch_size"] * c["block_size"]
     flops = gpt_flops_per_token(c) * tokens
     ours, first_loss, last_loss = bench_gpt_ours(c, args.steps)
+    ours_bf16, first_bf16, last_bf16 = bench_gpt_ours(c, args.steps, "bfloat16")
     fp32 = bench_gpt_torch(c, autocast=False)
     bf16 = bench_gpt_torch(c, autocast=True)
-    gpt = {"config": c, "ours_fp32_s": ours, "torch_fp32_s": fp32, "torch_bf16_autocast_s": bf16,
-           "ours_loss": [first_loss, last_loss]}
+    gpt = {"config": c, "ours_fp32_s": ours, "ours_bf16_s": ours_bf16, "torch_fp32_s": fp32,
+           "torch_bf16_autocast_s": bf16, "ours_loss": [first_loss, last_loss],
+           "ours_bf16_loss": [first_bf16, last_bf16]}
     print(f"GPT {c}: {tokens} tokens/step, {flops / 1e12:.2f} TFLOP/step")
     for name, seconds, dtype in [("ours float32 (nn.Graph)", ours, "float32"),
+                                 ("ours bf16 (nn.Graph, --dtype bfloat16)", ours_bf16, "bfloat16"),
                                  ("torch float32 (eager, SDPA)", fp32, "float32"),
                                  ("torch bf16 autocast (eager, SDPA)", bf16, "bfloat16")]:
         mfu = flops / seconds / 1e12 / PEAK_TFLOPS[dtype]
-        print(f"  {name:34s}: {seconds * 1e3:8.2f} ms/step, {tokens / seconds:9.0f} tokens/s, "
+        print(f"  {name:40s}: {seconds * 1e3:8.2f} ms/step, {tokens / seconds:9.0f} tokens/s, "
               f"MFU {100 * mfu:5.1f}% of the {dtype} peak", flush=True)
-    print(f"  ours / torch float32: {fp32 / ours:.3f}x speed; ours / torch bf16 autocast: "
-          f"{bf16 / ours:.3f}x")
+    print(f"  ours / torch float32: {fp32 / ours:.3f}x speed; ours bf16 / torch bf16 autocast: "
+          f"{bf16 / ours_bf16:.3f}x")
     results["gpt"] = gpt
     if args.json:
         with open(args.json, "w") as f:

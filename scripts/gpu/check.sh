@@ -2,12 +2,12 @@
 # On a lent GPU machine (../shared/GPU.md): builds the C++ targets with CUDA against the Debian
 # packages in .gpu/ (scripts/gpu/fetch_deps.sh), then, each stage under its own time limit so
 # that one hang leaves time for the rest: the CUDA gtests, the CUDA pytest files, the GPT example
-# and nn.Graph layouts on the GPU against the CPU, the GPU benchmarks (bench_actor --gpu,
+# and nn.Graph layouts on the GPU against the CPU, the LLaMA example on the GPU, the GPU benchmarks (bench_actor --gpu,
 # scripts/bench/bench_cuda.py) and compute-sanitizer. $OUT gets summary.txt and logs.tar.gz.
 # One call:
 #   run(command="bash scripts/gpu/check.sh", carry=[".gpu"], timeout_s=600)
 # OFL_GPU_BUDGET_S (default 540): the whole script's seconds; later stages get what is left.
-# OFL_GPU_STAGES="gtest bench_actor pytest_cuda pytest_gpu_training bench_cuda sanitizer": the
+# OFL_GPU_STAGES="gtest bench_actor pytest_cuda pytest_gpu_training bench_cuda profile sanitizer": the
 # stages to run (default all), when a lease has little time left.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -17,7 +17,7 @@ logs=$(mktemp -d)
 summary="$OUT/summary.txt"
 : > "$summary"
 note() { echo "$*" | tee -a "$summary"; }
-wants() { [[ " ${OFL_GPU_STAGES:-gtest bench_actor pytest_cuda pytest_gpu_training bench_cuda sanitizer} " == *" $1 "* ]]; }
+wants() { [[ " ${OFL_GPU_STAGES:-gtest bench_actor pytest_cuda pytest_gpu_training bench_cuda profile sanitizer} " == *" $1 "* ]]; }
 deadline=$((SECONDS + ${OFL_GPU_BUDGET_S:-540}))
 finish() {
   tar -C "$logs" -czf "$OUT/logs.tar.gz" . 2> /dev/null
@@ -147,16 +147,33 @@ if [[ $python_module == ON ]]; then
     tests/python/test_cuda_data_movement.py tests/python/test_cuda_random_optim_fused.py \
     tests/python/test_cuda_index_sort.py \
     tests/python/test_creation.py || failures pytest_cuda 40
-  wants pytest_gpu_training && stage pytest_gpu_training 110 "${pytest[@]}" --timeout=140 \
-    tests/python/test_gpt_example.py tests/python/test_distributed_frontend.py \
-    -k "gpu and not simulated" ||
+  wants pytest_gpu_training && stage pytest_gpu_training 160 "${pytest[@]}" --timeout=140 \
+    tests/python/test_gpt_example.py tests/python/test_llama_example.py \
+    tests/python/test_distributed_frontend.py -k "gpu and not simulated" ||
     failures pytest_gpu_training 40
-  wants bench_cuda && stage bench_cuda 90 "$py" scripts/bench/bench_cuda.py --json "$OUT/bench_cuda.json" &&
+  wants bench_cuda && stage bench_cuda 130 "$py" scripts/bench/bench_cuda.py --json "$OUT/bench_cuda.json" &&
     cat "$logs/bench_cuda.log"
+  # Where a GPT step's GPU time goes: Nsight Systems' kernel summary of bench_cuda's GPT run.
+  if wants profile && command -v nsys > /dev/null; then
+    stage profile 100 nsys profile -t cuda --stats=true -o /tmp/ofl_gpt_profile -f true "$py" \
+      examples/gpt/train.py --n-layer 6 --n-embd 768 --n-head 12 --block-size 256 \
+      --batch-size 16 --synthetic --steps 6 --quiet --device cuda
+    grep -A 25 "cuda_gpu_kern_sum" "$logs/profile.log" | cut -c1-200 > "$OUT/profile_kernels.txt"
+  elif wants profile; then
+    note "profile: not run (no nsys on this machine)"
+  fi
 fi
 if wants sanitizer && command -v compute-sanitizer > /dev/null; then
   stage sanitizer 90 compute-sanitizer --error-exitcode=1 build-gpu/tests/cpp/oneflowlike_tests \
     --gtest_filter='*Cuda*:CudaDevice.*'
   note "compute-sanitizer: $(grep -E 'ERROR SUMMARY' "$logs/sanitizer.log" | tail -1)"
   grep -E "Invalid|out of bounds|========= [A-Z]" "$logs/sanitizer.log" | head -10
+  # The kernels that only the pytest files reach (index, sort, norms, rotary), under memcheck.
+  if [[ $python_module == ON ]]; then
+    stage sanitizer_py 120 compute-sanitizer --error-exitcode=1 "${pytest[@]}" -x \
+      tests/python/test_cuda_index_sort.py tests/python/test_cuda_reductions.py \
+      -k "rms_norm or rotary or attention or index or sort or gather or topk"
+    note "compute-sanitizer (pytest): $(grep -E 'ERROR SUMMARY' "$logs/sanitizer_py.log" | tail -1)"
+    grep -E "Invalid|out of bounds|========= [A-Z]" "$logs/sanitizer_py.log" | head -10
+  fi
 fi

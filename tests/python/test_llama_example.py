@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 import example_runs
+import oneflowlike as flow
 from tolerances import LOSS_RTOL
 
 _ROOT = pathlib.Path(__file__).resolve().parents[2]
@@ -21,8 +22,8 @@ _SMALL = ["--n-layer", "2", "--n-embd", "32", "--n-head", "4", "--n-kv-head", "2
 _losses = example_runs.losses
 
 
-def _train(tmp_path, nproc, *flags, tag="run"):
-    return example_runs.train(_TRAIN, _SMALL, tmp_path, nproc, *flags, tag=tag)
+def _train(tmp_path, nproc, *flags, tag="run", env=None):
+    return example_runs.train(_TRAIN, _SMALL, tmp_path, nproc, *flags, tag=tag, env=env)
 
 
 @pytest.fixture(scope="module")
@@ -58,6 +59,31 @@ def test_bfloat16_follows_float32_and_tp2_reproduces_one_rank(tmp_path, single, 
     records = _train(tmp_path, 2, "--tp", "2", "--dtype", "bfloat16")
     np.testing.assert_allclose(_losses(records), _losses(single_bf16),
                                rtol=LOSS_RTOL["bfloat16"])
+
+
+_NEEDS_GPU = pytest.mark.skipif(not flow.cuda.is_available(),
+                                reason=f"no CUDA device: {flow.cuda.why_unavailable()}")
+
+
+@_NEEDS_GPU
+def test_one_gpu_gives_the_cpu_curve_in_float32_and_bfloat16(tmp_path, single, single_bf16):
+    # The CUDA kernels of rms_norm, silu, rotary_embedding and grouped-query SDPA in training,
+    # forward and backward, against the CPU kernels' curve.
+    records = _train(tmp_path, 1, "--device", "cuda", tag="fp32")
+    np.testing.assert_allclose(_losses(records), _losses(single), rtol=2e-4)
+    records = _train(tmp_path, 1, "--device", "cuda", "--dtype", "bfloat16", tag="bf16")
+    np.testing.assert_allclose(_losses(records), _losses(single_bf16),
+                               rtol=LOSS_RTOL["bfloat16"])
+
+
+@_NEEDS_GPU
+def test_tp2_sharing_one_gpu_gives_one_gpu(tmp_path):
+    # Heads split over two processes on GPU 0 (OFL_CUDA_DEVICE=0, Note [The GPU of a rank]):
+    # rotary and GQA on half the heads each, the partial sums meeting through the host.
+    one = _train(tmp_path, 1, "--device", "cuda", tag="one")
+    two = _train(tmp_path, 2, "--device", "cuda", "--tp", "2", tag="tp2",
+                 env={"OFL_CUDA_DEVICE": "0"})
+    np.testing.assert_allclose(_losses(two), _losses(one), rtol=1e-4)
 
 
 def test_resume_on_another_layout_continues_the_curve(tmp_path, single):
@@ -130,7 +156,6 @@ def test_pytorch_twin_gives_the_same_loss_curve(single):
     torch = pytest.importorskip("torch", reason="torch is not installed (pip install torch)")
     import importlib.util
 
-    import oneflowlike as flow
 
     # By path, under a name of its own: the GPT example's train.py is "train" in this process.
     spec = importlib.util.spec_from_file_location("llama_train", _TRAIN)

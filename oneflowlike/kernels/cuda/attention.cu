@@ -1,16 +1,33 @@
 // CUDA kernels of fused attention (Note [Fused attention] in ops/attention.h), computing what
-// kernels/cpu/attention.cpp computes, in float32 for the 16-bit dtypes. A warp takes one row:
-//  - forward: one query row walks its keys with the online softmax, each lane holding its
-//    slice of the output row; lse = m + log(l);
-//  - backward: D_i = dout_i . out_i per query row; then dq per query row (walking keys) and
-//    dk, dv per key row (walking the query rows of its query heads, those at or after it under
-//    is_causal), each recomputing p = exp(s - lse). Every sum has one owner and one order: no
-//    atomics, deterministic.
-// These are straightforward kernels, correct rather than fast: one score per warp reduction.
-// cuDNN's fused attention is not used yet.
+// kernels/cpu/attention.cpp computes, in float32 for the 16-bit dtypes (float64 for float64).
+//
+// Note [Attention through batched products on the GPU]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// The products go to cuBLASLt (batched_product.h) and only the softmax steps are our kernels.
+// Grouped-query heads make this one strided batch per product: query heads h of key/value head
+// g are adjacent in q (B, H, L, E), so the G = H / Hk heads of a group are one (G*L, E) matrix
+// against the group's (S, E) keys, and the batch runs over the B*Hk groups:
+//  - forward: s = scale * q k^T (G*L, S); a row kernel adds the mask, applies is_causal, folds
+//    the row's online softmax (Note [Online softmax]) and writes p = exp(s - max) (0 for masked
+//    entries) and lse = max + log(sum); out = (p v) / sum.
+//  - backward: D_i = dout_i . out_i; s recomputed, p = exp(s - lse); dv = p^T dout;
+//    dp = dout v^T; ds = p (dp - D) scale; dq = ds k; dk = ds^T q. The sum over a group's query
+//    heads that dk and dv need is the product's own sum over its G*L rows.
+// The score matrices exist for a chunk of groups at a time, at most kScoreBytes per matrix, so
+// long sequences cost time, not unbounded memory; the flash-style kernels that never make them
+// (and cuDNN's fused attention) are not written yet. The 16-bit dtypes are widened to float32
+// copies first and every product runs in float32 (CUBLAS_COMPUTE_32F, no TF32): what the CPU
+// kernels compute, at float32 product speed for attention's share of the FLOPs.
+// Rows whose keys are all masked give out = 0/0 = NaN and lse = -inf, and add nothing to any
+// gradient, as on the CPU. Every sum has one order (cuBLASLt with a fixed plan, one row per
+// team): results are the same every run.
 
+#include <algorithm>
+#include <optional>
+#include <string>
 #include <type_traits>
 
+#include "oneflowlike/kernels/cuda/batched_product.h"
 #include "oneflowlike/kernels/cuda/reduce.cuh"
 #include "oneflowlike/ops/attention.h"
 
@@ -18,88 +35,156 @@ namespace ofl::cuda_kernels {
 
 namespace {
 
-constexpr int kMaxSlots = 8;  // per thread of a warp: head dims up to 256
-constexpr int64_t kMaxHeadDim = 8 * 32;
-
+// The registry type the products and softmax run in: float for float32 and the 16-bit dtypes.
 template <class T>
-using lse_t = std::conditional_t<std::is_same_v<T, double>, double, float>;
+using calc_t = std::conditional_t<std::is_same_v<T, double>, double, float>;
 
-template <class N>
-struct AttentionArgs {
-  using V = compute_t<N>;
-  const N* q;
-  const N* k;
-  const N* v;
-  const N* mask;  // null: none
-  MaskStrides ms;
-  AttentionDims d;
-  V scale;
-  bool causal;
+// One score matrix (G*L, S) per group, of at most this many bytes for all groups of a chunk.
+constexpr int64_t kScoreBytes = int64_t{256} << 20;
 
-  // Where query row r = (b, h, i) starts, and its key/value head's keys.
-  __device__ void locate(int64_t r, int64_t* b, int64_t* h, int64_t* i, const N** krows,
-                         const N** vrows) const {
-    *i = r % d.queries;
-    *h = r / d.queries % d.heads;
-    *b = r / (d.queries * d.heads);
-    const int64_t kv = *b * d.kv_heads + *h / (d.heads / d.kv_heads);
-    *krows = k + kv * d.keys * d.head_dim;
-    *vrows = v + kv * d.keys * d.value_dim;
+// Element i of `to` = element i of `from`, converting (widening or rounding to nearest even).
+template <class To, class From>
+struct Convert {
+  const From* from;
+  To* to;
+  __device__ void operator()(int64_t i) const { store(to, i, load(from, i)); }
+};
+
+// A tensor's elements in the compute type: the tensor itself when it already is, else a widened
+// copy owned by `copy`.
+template <class C, class N>
+const C* widened(const KernelContext& ctx, const N* x, int64_t n, std::optional<Scratch>* copy) {
+  if constexpr (std::is_same_v<C, N>) {
+    return x;
+  } else {
+    copy->emplace(ctx, static_cast<size_t>(std::max<int64_t>(n, 1)) * sizeof(C));
+    C* to = (*copy)->template as<C>();
+    launch_for_each(ctx, "scaled_dot_product_attention (widen)", n, Convert<C, N>{x, to});
+    return to;
   }
-  // The score of query row r (at qrow) against key j (its key row at krow).
-  template <class Team>
-  __device__ V score(const Team& team, const N* qrow, const N* krow, int64_t b, int64_t h,
-                     int64_t i, int64_t j) const {
-    V dot = 0;
-    for (int64_t c = team.rank(); c < d.head_dim; c += team.size()) {
-      dot += load(qrow, c) * load(krow, c);
+}
+
+// Where a result in the compute type goes: the output itself when it has that type, else a
+// buffer rounded into the output at the end (round_into).
+template <class C, class N>
+struct Result {
+  std::optional<Scratch> buffer;
+  C* at = nullptr;
+  N* out = nullptr;
+  int64_t n = 0;
+
+  Result(const KernelContext& ctx, N* output, int64_t count) : out(output), n(count) {
+    if constexpr (std::is_same_v<C, N>) {
+      at = output;
+    } else {
+      buffer.emplace(ctx, static_cast<size_t>(std::max<int64_t>(n, 1)) * sizeof(C));
+      at = buffer->template as<C>();
     }
-    V s = team.all_reduce(dot, Sum{}) * scale;
-    if (mask != nullptr) s += load(mask, b * ms.batch + h * ms.head + i * ms.query + j * ms.key);
-    return s;
   }
-  __device__ int64_t keys_of(int64_t i) const {
+  void round_into(const KernelContext& ctx) const {
+    if constexpr (!std::is_same_v<C, N>) {
+      launch_for_each(ctx, "scaled_dot_product_attention (round)", n, Convert<N, C>{at, out});
+    }
+  }
+};
+
+// The scores' row r of a chunk whose first query row is row0: its (batch, head, query).
+struct ScoreRows {
+  AttentionDims d;
+  int64_t row0;
+  __device__ void locate(int64_t r, int64_t* b, int64_t* h, int64_t* i) const {
+    const int64_t g = row0 + r;
+    *i = g % d.queries;
+    *h = g / d.queries % d.heads;
+    *b = g / (d.queries * d.heads);
+  }
+  // Keys query i sees: all, or those up to i under is_causal.
+  __device__ int64_t keys_of(int64_t i, bool causal) const {
     return causal ? (i + 1 < d.keys ? i + 1 : d.keys) : d.keys;
   }
 };
 
-// (q, k, v[, mask]) -> (out, lse), one query row per team.
-template <class N, class L>
-struct AttentionRow {
-  using V = compute_t<N>;
-  AttentionArgs<N> a;
-  N* out;
-  L* lse;
+template <class N>
+struct MaskView {
+  const N* mask;  // null: none
+  MaskStrides ms;
+  __device__ compute_t<N> at(int64_t b, int64_t h, int64_t i, int64_t j) const {
+    return mask == nullptr ? compute_t<N>(0)
+                           : load(mask, b * ms.batch + h * ms.head + i * ms.query + j * ms.key);
+  }
+};
+
+// Forward, one score row per team: s += mask, causal entries out; p = exp(s - max) in place
+// (0 where s is -inf), sum and lse per row.
+template <class C, class N, class L>
+struct SoftmaxRow {
+  C* s;
+  ScoreRows rows;
+  MaskView<N> mask;
+  bool causal;
+  C* sum;  // per row of the chunk
+  L* lse;  // per row of the chunk
 
   template <class Team>
   __device__ void operator()(const Team& team, int64_t r) const {
     int64_t b, h, i;
-    const N *krows, *vrows;
-    a.locate(r, &b, &h, &i, &krows, &vrows);
-    const N* qrow = a.q + r * a.d.head_dim;
-    V acc[kMaxSlots];
-    for (int t = 0; t < kMaxSlots; ++t) acc[t] = 0;
-    V m = -INFINITY, l = 0;
-    const int64_t last = a.keys_of(i);
-    for (int64_t j = 0; j < last; ++j) {
-      const V s = a.score(team, qrow, krows + j * a.d.head_dim, b, h, i, j);
-      if (s == -INFINITY) continue;
-      const V top = s > m ? s : m;
-      const V rescale = exp(m - top), p = exp(s - top);
-      l = l * rescale + p;
-      m = top;
-      const N* vrow = vrows + j * a.d.value_dim;
-      int t = 0;
-      for (int64_t c = team.rank(); c < a.d.value_dim; c += team.size(), ++t) {
-        acc[t] = acc[t] * rescale + p * load(vrow, c);
-      }
+    rows.locate(r, &b, &h, &i);
+    const int64_t keys = rows.d.keys, last = rows.keys_of(i, causal);
+    C* row = s + r * keys;
+    OnlineSoftmax<C> state = OnlineSoftmax<C>::empty();
+    for (int64_t j = team.rank(); j < last; j += team.size()) {
+      state.add(row[j] + static_cast<C>(mask.at(b, h, i, j)));
     }
-    N* orow = out + r * a.d.value_dim;
-    int t = 0;
-    for (int64_t c = team.rank(); c < a.d.value_dim; c += team.size(), ++t) {
-      store(orow, c, acc[t] / l);  // no key seen: 0 / 0, NaN as on the CPU
+    state = team.all_reduce(state, CombineSoftmax{});
+    for (int64_t j = team.rank(); j < keys; j += team.size()) {
+      const C x = j < last ? row[j] + static_cast<C>(mask.at(b, h, i, j)) : -C(INFINITY);
+      row[j] = x == -C(INFINITY) ? C(0) : OnlineSoftmax<C>::exp_of(x - state.max);
     }
-    if (team.rank() == 0) lse[r] = static_cast<L>(m + log(l));
+    if (team.rank() == 0) {
+      sum[r] = state.sum;
+      lse[r] = static_cast<L>(state.log_sum_exp());
+    }
+  }
+};
+
+// out = (p v) / sum, per element of the chunk's (G*L, Ev) rows.
+template <class C>
+struct Normalise {
+  C* out;
+  const C* sum;
+  int64_t cols;
+  __device__ void operator()(int64_t e) const { out[e] = out[e] / sum[e / cols]; }
+};
+
+// Backward: p = exp(s + mask - lse) in place, 0 where masked, per element of the chunk.
+template <class C, class N, class L>
+struct Probability {
+  C* s;
+  ScoreRows rows;
+  MaskView<N> mask;
+  bool causal;
+  const L* lse;  // per query row of the whole tensor
+  __device__ void operator()(int64_t e) const {
+    const int64_t keys = rows.d.keys, r = e / keys, j = e % keys;
+    int64_t b, h, i;
+    rows.locate(r, &b, &h, &i);
+    const C x =
+        j < rows.keys_of(i, causal) ? s[e] + static_cast<C>(mask.at(b, h, i, j)) : -C(INFINITY);
+    s[e] =
+        x == -C(INFINITY) ? C(0) : OnlineSoftmax<C>::exp_of(x - static_cast<C>(lse[rows.row0 + r]));
+  }
+};
+
+// ds = p (dp - D) scale, in place of dp, per element of the chunk.
+template <class C, class L>
+struct ScoreGradient {
+  C* dp;
+  const C* p;
+  const L* dsum;  // per query row of the whole tensor
+  int64_t row0, keys;
+  C scale;
+  __device__ void operator()(int64_t e) const {
+    dp[e] = p[e] * (dp[e] - static_cast<C>(dsum[row0 + e / keys])) * scale;
   }
 };
 
@@ -122,156 +207,143 @@ struct RowDot {
   }
 };
 
-// dq of query row r: sum over keys of scale * p (dp - D) k_j.
-template <class N, class L>
-struct AttentionDqRow {
-  using V = compute_t<N>;
-  AttentionArgs<N> a;
-  const N* dout;
-  const L* lse;
-  const L* dsum;
-  N* dq;
-
-  template <class Team>
-  __device__ void operator()(const Team& team, int64_t r) const {
-    int64_t b, h, i;
-    const N *krows, *vrows;
-    a.locate(r, &b, &h, &i, &krows, &vrows);
-    const N* qrow = a.q + r * a.d.head_dim;
-    const N* drow = dout + r * a.d.value_dim;
-    const V row_lse = static_cast<V>(lse[r]), di = static_cast<V>(dsum[r]);
-    V acc[kMaxSlots];
-    for (int t = 0; t < kMaxSlots; ++t) acc[t] = 0;
-    const int64_t last = a.keys_of(i);
-    for (int64_t j = 0; j < last; ++j) {
-      const N* krow = krows + j * a.d.head_dim;
-      const V s = a.score(team, qrow, krow, b, h, i, j);
-      if (s == -INFINITY) continue;
-      const V p = exp(s - row_lse);
-      V dot = 0;
-      for (int64_t c = team.rank(); c < a.d.value_dim; c += team.size()) {
-        dot += load(drow, c) * load(vrows + j * a.d.value_dim, c);
-      }
-      const V ds = p * (team.all_reduce(dot, Sum{}) - di) * a.scale;
-      int t = 0;
-      for (int64_t c = team.rank(); c < a.d.head_dim; c += team.size(), ++t) {
-        acc[t] += ds * load(krow, c);
-      }
-    }
-    int t = 0;
-    for (int64_t c = team.rank(); c < a.d.head_dim; c += team.size(), ++t) {
-      store(dq + r * a.d.head_dim, c, acc[t]);
-    }
-  }
-};
-
-// dk and dv of key row r = (b, kv head, j): sums over the query rows of its query heads.
-template <class N, class L>
-struct AttentionDkvRow {
-  using V = compute_t<N>;
-  AttentionArgs<N> a;
-  const N* dout;
-  const L* lse;
-  const L* dsum;
-  N* dk;
-  N* dv;
-
-  template <class Team>
-  __device__ void operator()(const Team& team, int64_t r) const {
-    const AttentionDims& d = a.d;
-    const int64_t j = r % d.keys, kv = r / d.keys % d.kv_heads, b = r / (d.keys * d.kv_heads);
-    const N* krow = a.k + r * d.head_dim;
-    const N* vrow = a.v + r * d.value_dim;
-    V dk_acc[kMaxSlots], dv_acc[kMaxSlots];
-    for (int t = 0; t < kMaxSlots; ++t) dk_acc[t] = dv_acc[t] = 0;
-    const int64_t group = d.heads / d.kv_heads;
-    for (int64_t h = kv * group; h < (kv + 1) * group; ++h) {
-      for (int64_t i = a.causal ? j : 0; i < d.queries; ++i) {
-        const int64_t q_row = (b * d.heads + h) * d.queries + i;
-        const N* qrow = a.q + q_row * d.head_dim;
-        const V s = a.score(team, qrow, krow, b, h, i, j);
-        if (s == -INFINITY) continue;
-        const V p = exp(s - static_cast<V>(lse[q_row]));
-        const N* drow = dout + q_row * d.value_dim;
-        V dot = 0;
-        int t = 0;
-        for (int64_t c = team.rank(); c < d.value_dim; c += team.size(), ++t) {
-          const V g = load(drow, c);
-          dv_acc[t] += p * g;
-          dot += g * load(vrow, c);
-        }
-        const V ds = p * (team.all_reduce(dot, Sum{}) - static_cast<V>(dsum[q_row])) * a.scale;
-        t = 0;
-        for (int64_t c = team.rank(); c < d.head_dim; c += team.size(), ++t) {
-          dk_acc[t] += ds * load(qrow, c);
-        }
-      }
-    }
-    int t = 0;
-    for (int64_t c = team.rank(); c < d.head_dim; c += team.size(), ++t) {
-      store(dk + r * d.head_dim, c, dk_acc[t]);
-    }
-    t = 0;
-    for (int64_t c = team.rank(); c < d.value_dim; c += team.size(), ++t) {
-      store(dv + r * d.value_dim, c, dv_acc[t]);
-    }
-  }
-};
-
+// What one forward or backward call works with: sizes, the chunking of the B*Hk groups, the
+// operands' description for errors.
 template <class T>
-AttentionArgs<native_t<T>> attention_args(const KernelContext& ctx, int q_at, int mask_at) {
-  const AttentionDims d = attention_dims(ctx.in(q_at), ctx.in(q_at + 1), ctx.in(q_at + 2));
-  OFL_CHECK(d.head_dim <= kMaxHeadDim && d.value_dim <= kMaxHeadDim,
-            "[scaled_dot_product_attention] the CUDA kernels take head dims up to ", kMaxHeadDim,
-            ". However, got q ", ctx.in(q_at).shape().to_string(), " and v ",
-            ctx.in(q_at + 2).shape().to_string(), ".");
-  const auto& p = ctx.p<AttentionParams>();
-  AttentionArgs<native_t<T>> a{data<T>(ctx.in(q_at)),
-                               data<T>(ctx.in(q_at + 1)),
-                               data<T>(ctx.in(q_at + 2)),
-                               nullptr,
-                               {},
-                               d,
-                               static_cast<compute_t<native_t<T>>>(p.scale),
-                               p.is_causal};
-  if (mask_at >= 0) {
-    a.mask = data<T>(ctx.in(mask_at));
-    a.ms = attention_mask_strides(ctx.in(mask_at).shape());
+struct Attention {
+  using N = native_t<T>;
+  using CT = calc_t<T>;
+  using C = native_t<CT>;
+  const KernelContext& ctx;
+  AttentionDims d;
+  double scale;
+  bool causal;
+  MaskView<N> mask{nullptr, {}};
+  int64_t groups = 0, group_rows = 0, chunk = 1;  // chunk: groups per pass
+  int qat;                                        // where q is among the inputs
+  const char* op;
+
+  Attention(const KernelContext& c, int q_at, int mask_at, const char* name)
+      : ctx(c), qat(q_at), op(name) {
+    d = attention_dims(ctx.in(q_at), ctx.in(q_at + 1), ctx.in(q_at + 2));
+    const auto& p = ctx.p<AttentionParams>();
+    scale = p.scale;
+    causal = p.is_causal;
+    if (mask_at >= 0) {
+      mask = MaskView<N>{data<T>(ctx.in(mask_at)), attention_mask_strides(ctx.in(mask_at).shape())};
+    }
+    groups = d.batch * d.kv_heads;
+    group_rows = d.group() * d.queries;
+    const int64_t score_bytes = std::max<int64_t>(group_rows * d.keys, 1) * sizeof(C);
+    chunk = std::clamp<int64_t>(kScoreBytes / score_bytes, 1, std::max<int64_t>(groups, 1));
   }
-  return a;
-}
+
+  std::string describe() const {
+    return str_cat("q ", ctx.in(qat).shape().to_string(), ", k ",
+                   ctx.in(qat + 1).shape().to_string(), ", v ", ctx.in(qat + 2).shape().to_string(),
+                   " ", dtype_name(ctx.in(qat).dtype()), " on ", ctx.in(qat).device().to_string());
+  }
+  // out (count, m, n) = alpha * op(a) @ op(b) for `count` groups.
+  void product(bool ta, bool tb, int64_t m, int64_t n, int64_t k, int64_t count, const C* a,
+               const C* b, C* out, double alpha) const {
+    gemm::RowMajorProduct p{ta, tb};
+    p.m = m;
+    p.n = n;
+    p.k = k;
+    batched_product<CT>(ctx, op, p, count, a, b, out, alpha, [this] { return describe(); });
+  }
+  ScoreRows rows_from(int64_t first_group) const { return {d, first_group * group_rows}; }
+};
 
 template <class T>
 struct AttentionKernel {
   static void run(const KernelContext& ctx) {
-    using N = native_t<T>;
-    const auto a = attention_args<T>(ctx, 0, ctx.inputs.size() == 4 ? 3 : -1);
-    launch_rows(ctx, "scaled_dot_product_attention", a.d.batch * a.d.heads * a.d.queries,
-                std::max(a.d.head_dim, a.d.value_dim),
-                AttentionRow<N, lse_t<T>>{a, data<T>(ctx.out(0)),
-                                          static_cast<lse_t<T>*>(ctx.out(1).raw_data())});
+    using A = Attention<T>;
+    using C = typename A::C;
+    using N = typename A::N;
+    using L = calc_t<T>;
+    const A a(ctx, 0, ctx.inputs.size() == 4 ? 3 : -1, "scaled_dot_product_attention");
+    const AttentionDims& d = a.d;
+    std::optional<Scratch> qc, kc, vc;
+    const C* q = widened<C>(ctx, data<T>(ctx.in(0)), ctx.in(0).numel(), &qc);
+    const C* k = widened<C>(ctx, data<T>(ctx.in(1)), ctx.in(1).numel(), &kc);
+    const C* v = widened<C>(ctx, data<T>(ctx.in(2)), ctx.in(2).numel(), &vc);
+    const Result<C, N> out(ctx, data<T>(ctx.out(0)), ctx.out(0).numel());
+    L* lse = static_cast<L*>(ctx.out(1).raw_data());
+    const int64_t chunk_rows = a.chunk * a.group_rows;
+    Scratch scores(ctx, static_cast<size_t>(std::max<int64_t>(chunk_rows * d.keys, 1)) * sizeof(C));
+    Scratch sums(ctx, static_cast<size_t>(std::max<int64_t>(chunk_rows, 1)) * sizeof(C));
+    C* s = scores.as<C>();
+    for (int64_t g0 = 0; g0 < a.groups; g0 += a.chunk) {
+      const int64_t count = std::min(a.chunk, a.groups - g0), rows = count * a.group_rows;
+      const int64_t row0 = g0 * a.group_rows;
+      a.product(false, true, a.group_rows, d.keys, d.head_dim, count, q + row0 * d.head_dim,
+                k + g0 * d.keys * d.head_dim, s, a.scale);
+      launch_rows(
+          ctx, "scaled_dot_product_attention (softmax)", rows, d.keys,
+          SoftmaxRow<C, N, L>{s, a.rows_from(g0), a.mask, a.causal, sums.as<C>(), lse + row0});
+      C* o = out.at + row0 * d.value_dim;
+      a.product(false, false, a.group_rows, d.value_dim, d.keys, count, s,
+                v + g0 * d.keys * d.value_dim, o, 1.0);
+      launch_for_each(ctx, "scaled_dot_product_attention (normalise)", rows * d.value_dim,
+                      Normalise<C>{o, sums.as<C>(), d.value_dim});
+    }
+    out.round_into(ctx);
   }
 };
 
 template <class T>
 struct AttentionGradKernel {
   static void run(const KernelContext& ctx) {
-    using N = native_t<T>;
-    using L = lse_t<T>;
-    const auto a = attention_args<T>(ctx, 1, ctx.inputs.size() == 7 ? 6 : -1);
-    const int64_t rows = a.d.batch * a.d.heads * a.d.queries;
-    const N* dout = data<T>(ctx.in(0));
+    using A = Attention<T>;
+    using C = typename A::C;
+    using N = typename A::N;
+    using L = calc_t<T>;
+    const A a(ctx, 1, ctx.inputs.size() == 7 ? 6 : -1, "scaled_dot_product_attention_grad");
+    const AttentionDims& d = a.d;
+    const int64_t all_rows = d.batch * d.heads * d.queries;
     const L* lse = static_cast<const L*>(ctx.in(5).raw_data());
-    Scratch dsum(ctx, std::max<int64_t>(rows, 1) * sizeof(L));
-    const int64_t width = std::max(a.d.head_dim, a.d.value_dim);
-    launch_rows(ctx, "scaled_dot_product_attention_grad (D)", rows, a.d.value_dim,
-                RowDot<N, L>{dout, data<T>(ctx.in(4)), dsum.as<L>(), a.d.value_dim});
-    launch_rows(ctx, "scaled_dot_product_attention_grad (dq)", rows, width,
-                AttentionDqRow<N, L>{a, dout, lse, dsum.as<L>(), data<T>(ctx.out(0))});
-    launch_rows(ctx, "scaled_dot_product_attention_grad (dk, dv)",
-                a.d.batch * a.d.kv_heads * a.d.keys, width,
-                AttentionDkvRow<N, L>{a, dout, lse, dsum.as<L>(), data<T>(ctx.out(1)),
-                                      data<T>(ctx.out(2))});
+    Scratch dsum(ctx, static_cast<size_t>(std::max<int64_t>(all_rows, 1)) * sizeof(L));
+    launch_rows(ctx, "scaled_dot_product_attention_grad (D)", all_rows, d.value_dim,
+                RowDot<N, L>{data<T>(ctx.in(0)), data<T>(ctx.in(4)), dsum.as<L>(), d.value_dim});
+    std::optional<Scratch> doutc, qc, kc, vc;
+    const C* dout = widened<C>(ctx, data<T>(ctx.in(0)), ctx.in(0).numel(), &doutc);
+    const C* q = widened<C>(ctx, data<T>(ctx.in(1)), ctx.in(1).numel(), &qc);
+    const C* k = widened<C>(ctx, data<T>(ctx.in(2)), ctx.in(2).numel(), &kc);
+    const C* v = widened<C>(ctx, data<T>(ctx.in(3)), ctx.in(3).numel(), &vc);
+    const Result<C, N> dq(ctx, data<T>(ctx.out(0)), ctx.out(0).numel());
+    const Result<C, N> dk(ctx, data<T>(ctx.out(1)), ctx.out(1).numel());
+    const Result<C, N> dv(ctx, data<T>(ctx.out(2)), ctx.out(2).numel());
+    const int64_t chunk_elements = std::max<int64_t>(a.chunk * a.group_rows * d.keys, 1);
+    Scratch probabilities(ctx, static_cast<size_t>(chunk_elements) * sizeof(C));
+    Scratch gradients(ctx, static_cast<size_t>(chunk_elements) * sizeof(C));
+    C* p = probabilities.as<C>();
+    C* ds = gradients.as<C>();
+    for (int64_t g0 = 0; g0 < a.groups; g0 += a.chunk) {
+      const int64_t count = std::min(a.chunk, a.groups - g0), rows = count * a.group_rows;
+      const int64_t row0 = g0 * a.group_rows;
+      const int64_t key0 = g0 * d.keys;
+      const C* qg = q + row0 * d.head_dim;
+      const C* doutg = dout + row0 * d.value_dim;
+      const C* kg = k + key0 * d.head_dim;
+      const C* vg = v + key0 * d.value_dim;
+      a.product(false, true, a.group_rows, d.keys, d.head_dim, count, qg, kg, p, a.scale);
+      launch_for_each(ctx, "scaled_dot_product_attention_grad (p)", rows * d.keys,
+                      Probability<C, N, L>{p, a.rows_from(g0), a.mask, a.causal, lse});
+      a.product(true, false, d.keys, d.value_dim, a.group_rows, count, p, doutg,
+                dv.at + key0 * d.value_dim, 1.0);
+      a.product(false, true, a.group_rows, d.keys, d.value_dim, count, doutg, vg, ds, 1.0);
+      launch_for_each(
+          ctx, "scaled_dot_product_attention_grad (ds)", rows * d.keys,
+          ScoreGradient<C, L>{ds, p, dsum.as<L>(), row0, d.keys, static_cast<C>(a.scale)});
+      a.product(false, false, a.group_rows, d.head_dim, d.keys, count, ds, kg,
+                dq.at + row0 * d.head_dim, 1.0);
+      a.product(true, false, d.keys, d.head_dim, a.group_rows, count, ds, qg,
+                dk.at + key0 * d.head_dim, 1.0);
+    }
+    dq.round_into(ctx);
+    dk.round_into(ctx);
+    dv.round_into(ctx);
   }
 };
 

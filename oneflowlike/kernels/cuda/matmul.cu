@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "oneflowlike/cuda/cublas_check.h"
+#include "oneflowlike/kernels/cuda/batched_product.h"
 #include "oneflowlike/kernels/cuda/common.cuh"
 #include "oneflowlike/kernels/cuda/gemm_layout.h"
 #include "oneflowlike/ops/matmul.h"
@@ -149,7 +150,8 @@ struct DeviceBlas {
   void* workspace = nullptr;
 };
 
-const DeviceBlas& device_blas(const KernelContext& ctx, const char* op) {
+const DeviceBlas& device_blas(const KernelContext& ctx, const char* op,
+                              const DescribeOperands& describe) {
   struct Slot {
     std::once_flag once;
     DeviceBlas blas;
@@ -164,8 +166,7 @@ const DeviceBlas& device_blas(const KernelContext& ctx, const char* op) {
     const cublasStatus_t status = cublasLtCreate(&handle);
     if (status != CUBLAS_STATUS_SUCCESS) {
       cuda::allocator(device)->deallocate(workspace, kWorkspaceBytes);
-      cuda::check_cublas(status, op, "cublasLtCreate", device,
-                         [&] { return describe_operands(ctx); });
+      cuda::check_cublas(status, op, "cublasLtCreate", device, describe);
     }
     slot.blas = DeviceBlas{handle, workspace};
   });
@@ -213,8 +214,8 @@ struct Plan {
 
 class Planner {
  public:
-  Planner(const KernelContext& ctx, const char* op, const PlanKey& key)
-      : ctx_(ctx), op_(op), key_(key) {}
+  Planner(const DescribeOperands& describe, const char* op, const PlanKey& key)
+      : describe_(describe), op_(op), key_(key) {}
 
   std::unique_ptr<Plan> make(cublasLtHandle_t handle) {
     const BlasTypes types = blas_types(key_.dtype);
@@ -268,7 +269,7 @@ class Planner {
   }
 
  private:
-  std::string describe() const { return describe_operands(ctx_); }
+  std::string describe() const { return describe_(); }
   void check(cublasStatus_t status, const char* call) const {
     cuda::check_cublas(status, op_, call, key_.device, [this] { return describe(); });
   }
@@ -304,7 +305,7 @@ class Planner {
     return result;
   }
 
-  const KernelContext& ctx_;
+  const DescribeOperands& describe_;
   const char* op_;
   const PlanKey& key_;
 };
@@ -314,12 +315,12 @@ class Planner {
 // handle per device]).
 class PlanCache {
  public:
-  const Plan& get(const KernelContext& ctx, const char* op, const PlanKey& key,
+  const Plan& get(const DescribeOperands& describe, const char* op, const PlanKey& key,
                   cublasLtHandle_t handle) {
     std::lock_guard<std::mutex> lock(mu_);
     auto it = plans_.find(key);
     if (it == plans_.end()) {
-      it = plans_.emplace(key, Planner(ctx, op, key).make(handle)).first;
+      it = plans_.emplace(key, Planner(describe, op, key).make(handle)).first;
     }
     return *it->second;
   }
@@ -348,10 +349,10 @@ uint32_t alignment(const void* base, int64_t batches, int64_t stride_bytes) {
 template <class T>
 bool blas_product(const KernelContext& ctx, const char* op, const gemm::RowMajorProduct& p,
                   int64_t batches, const native_t<T>* a, const native_t<T>* b, native_t<T>* out,
-                  double alpha) {
+                  double alpha, const DescribeOperands& describe) {
   constexpr int64_t kBytes = sizeof(native_t<T>);
   const int device = device_of(ctx);
-  const DeviceBlas& blas = device_blas(ctx, op);
+  const DeviceBlas& blas = device_blas(ctx, op, describe);
   PlanKey key;
   key.device = device;
   key.dtype = dtype_of<T>();
@@ -367,7 +368,7 @@ bool blas_product(const KernelContext& ctx, const char* op, const gemm::RowMajor
   key.a_alignment = alignment(a, batches, key.a_stride * kBytes);
   key.b_alignment = alignment(b, batches, key.b_stride * kBytes);
   key.out_alignment = alignment(out, batches, key.out_stride * kBytes);
-  const Plan& plan = plan_cache().get(ctx, op, key, blas.handle);
+  const Plan& plan = plan_cache().get(describe, op, key, blas.handle);
   if (!plan.has_algorithm) return false;
 
   // alpha in the scale type: float for float32 and the 16-bit dtypes, as the CPU's float32
@@ -379,24 +380,23 @@ bool blas_product(const KernelContext& ctx, const char* op, const gemm::RowMajor
       cublasLtMatmul(blas.handle, plan.desc.get(), &scaled_alpha, b, plan.a.get(), a, plan.b.get(),
                      &beta, out, plan.d.get(), out, plan.d.get(), &plan.algorithm, blas.workspace,
                      kWorkspaceBytes, stream_of(ctx)),
-      op, "cublasLtMatmul", device, [&] { return describe_operands(ctx); });
+      op, "cublasLtMatmul", device, describe);
   return true;
 }
 
-// out (batches, m, n) = alpha * op(a) @ op(b), on the output's compute stream.
+}  // namespace
+
 template <class T>
-void product(const KernelContext& ctx, const char* op, const gemm::RowMajorProduct& p,
-             int64_t batches, double alpha) {
+void batched_product(const KernelContext& ctx, const char* op, const gemm::RowMajorProduct& p,
+                     int64_t batches, const native_t<T>* a, const native_t<T>* b, native_t<T>* out,
+                     double alpha, const DescribeOperands& describe) {
   using N = native_t<T>;
-  const N* a = data<T>(ctx.in(0));
-  const N* b = data<T>(ctx.in(1));
-  N* out = data<T>(ctx.out(0));
   if (p.m == 0 || p.n == 0 || batches == 0) return;
   const int device = device_of(ctx);
   cuda::DeviceGuard guard(device);
   if (p.k == 0) {  // an empty sum: zeros, as on the CPU (all-zero bits are 0 in every dtype)
-    cuda::check(cudaMemsetAsync(out, 0, ctx.out(0).numel() * sizeof(N), stream_of(ctx)),
-                "cudaMemsetAsync", device);
+    const size_t bytes = static_cast<size_t>(batches * p.m * p.n) * sizeof(N);
+    cuda::check(cudaMemsetAsync(out, 0, bytes, stream_of(ctx)), "cudaMemsetAsync", device);
     return;
   }
   if constexpr (kHasBlas<T>) {
@@ -406,13 +406,30 @@ void product(const KernelContext& ctx, const char* op, const gemm::RowMajorProdu
       const N* a_first = a + first * p.a_stride();
       const N* b_first = b + first * p.b_stride();
       N* out_first = out + first * p.out_stride();
-      if (!blas_product<T>(ctx, op, p, count, a_first, b_first, out_first, alpha)) {
+      if (!blas_product<T>(ctx, op, p, count, a_first, b_first, out_first, alpha, describe)) {
         launch_tiled<T>(ctx, op, p, count, a_first, b_first, out_first, alpha);
       }
     }
   } else {
     launch_tiled<T>(ctx, op, p, batches, a, b, out, alpha);
   }
+}
+
+template void batched_product<float>(const KernelContext&, const char*,
+                                     const gemm::RowMajorProduct&, int64_t, const float*,
+                                     const float*, float*, double, const DescribeOperands&);
+template void batched_product<double>(const KernelContext&, const char*,
+                                      const gemm::RowMajorProduct&, int64_t, const double*,
+                                      const double*, double*, double, const DescribeOperands&);
+
+namespace {
+
+// out = alpha * op(in 0) @ op(in 1), the product's operands as the context holds them.
+template <class T>
+void product(const KernelContext& ctx, const char* op, const gemm::RowMajorProduct& p,
+             int64_t batches, double alpha) {
+  batched_product<T>(ctx, op, p, batches, data<T>(ctx.in(0)), data<T>(ctx.in(1)),
+                     data<T>(ctx.out(0)), alpha, [&] { return describe_operands(ctx); });
 }
 
 // a (rows..., K) or (K, M), b (K, N) or (N, K): the N-d a is one tall matrix (as on the CPU).
