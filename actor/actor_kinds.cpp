@@ -379,6 +379,14 @@ class CollectiveActor final : public TaskActor {
 
  private:
   Work work(ActorHost& host, std::vector<Tensor> inputs, std::vector<Tensor> outputs) override {
+    const proto::CollectiveProto& c = info_.proto.collective();
+    if (!scratch_placed_) {  // Note [Collective scratch]: the plan's memory, once
+      scratch_placed_ = true;
+      if (c.scratch_in_block()) {
+        place_scratch(c, host.memory_block(rank(), c.scratch_block()), inputs[0].shape(),
+                      outputs[0].shape(), outputs[0].dtype(), &scratch_);
+      }
+    }
     if (info_.proto.device() == proto::PLAN_DEVICE_CUDA) {
       DeviceCollectives* device = host.device_collectives();
       OFL_ASSERT(device != nullptr) << name() << ": the runtime made no GPU communicators";
@@ -391,6 +399,7 @@ class CollectiveActor final : public TaskActor {
   }
   CollectiveSpec spec_;
   CollectiveScratch scratch_;  // its acts run one at a time
+  bool scratch_placed_ = false;
 };
 
 }  // namespace

@@ -27,16 +27,38 @@ int64_t now_ns() {
       .count();
 }
 
-// The largest piece a chunk of `chunk_bytes` is cut into: OFL_COLLECTIVE_PIECE_BYTES when set
-// (read per act, so tests can vary it), else a quarter of the chunk between 64 KiB and 1 MiB,
-// so mid-sized collectives pipeline too. Measured on 2 processes (docs/benchmarks.md): a 1 MiB
-// all-reduce took 0.46 ms in one piece per chunk and 0.22 ms in pieces of 256 KiB.
-int64_t piece_bytes_limit(int64_t chunk_bytes) {
+}  // namespace
+
+// Read per act, so tests can vary it. The default pieces (collective_piece_limit: a quarter of
+// the chunk between 64 KiB and 1 MiB) pipeline mid-sized collectives too. Measured on 2
+// processes (docs/benchmarks.md): a 1 MiB all-reduce took 0.46 ms in one piece per chunk and
+// 0.22 ms in pieces of 256 KiB.
+int64_t configured_piece_bytes() {
   const char* env = std::getenv("OFL_COLLECTIVE_PIECE_BYTES");
   const int64_t v = env != nullptr ? std::atoll(env) : 0;
-  if (v > 0) return v;
-  return std::clamp<int64_t>(chunk_bytes / 4, int64_t{64} << 10, int64_t{1} << 20);
+  return v > 0 ? v : 0;
 }
+
+void place_scratch(const proto::CollectiveProto& collective, const Tensor& block,
+                   const Shape& input, const Shape& output, DataType dtype,
+                   CollectiveScratch* scratch) {
+  const CollectiveScratchLayout layout =
+      collective_scratch(collective, input, output, dtype, configured_piece_bytes());
+  if (!collective.scratch_in_block() || !block.defined() ||
+      layout.bytes() > collective.scratch_bytes()) {
+    return;  // larger pieces than planned (OFL_COLLECTIVE_PIECE_BYTES): the jobs allocate
+  }
+  const int64_t base = collective.scratch_offset();
+  OFL_ASSERT(base + layout.bytes() <= static_cast<int64_t>(block.nbytes()));
+  auto part = [&](Tensor* buffer, int64_t offset, int64_t bytes) {
+    if (bytes > 0) *buffer = view_of_bytes(block, base + offset, Shape{bytes}, DataType::kInt8);
+  };
+  part(&scratch->packed_input, 0, layout.packed_input);
+  part(&scratch->packed_whole, layout.packed_whole_offset(), layout.packed_whole);
+  part(&scratch->received, layout.received_offset(), layout.received);
+}
+
+namespace {
 
 // A contiguous run of elements of a flat buffer.
 struct Span {
@@ -66,9 +88,22 @@ class MemberJob : public CollectiveJob {
     return collective_whole(c, input_.shape(), output_.shape());
   }
 
-  // `buffer` holds at least `elements` of the dtype (kept between acts: scratch).
-  void ensure(Tensor* buffer, int64_t elements) const {
-    const int64_t bytes = std::max<int64_t>(elements * elem_, 1);
+  // The member's scratch (Note [Collective scratch] in oneflowlike/collective.h).
+  CollectiveScratchLayout scratch_layout() const {
+    proto::CollectiveProto c;
+    c.set_op(spec_.op);
+    for (int64_t r : spec_.members) c.add_members(r);
+    c.set_axis(spec_.axis);
+    c.set_out_axis(spec_.out_axis);
+    c.set_algorithm(spec_.algorithm);
+    return collective_scratch(c, input_.shape(), output_.shape(), output_.dtype(),
+                              configured_piece_bytes());
+  }
+
+  // `buffer` holds at least `bytes` (kept between acts: the plan's memory, place_scratch, or
+  // the job's own).
+  static void ensure(Tensor* buffer, int64_t bytes) {
+    bytes = std::max<int64_t>(bytes, 1);
     if (!buffer->defined() || static_cast<int64_t>(buffer->nbytes()) < bytes) {
       *buffer = Tensor::empty(Shape{bytes}, DataType::kInt8);
     }
@@ -101,6 +136,7 @@ class RingJob final : public MemberJob {
     }
     const DataType dtype = output_.dtype();
     const Shape flat{whole.numel()};
+    const CollectiveScratchLayout layout = scratch_layout();
     reduces_ = spec.op != Op::ALL_GATHER;
     gathers_ = spec.op != Op::REDUCE_SCATTER;
     steps_ = (reduces_ ? n_ - 1 : 0) + (gathers_ ? n_ - 1 : 0);
@@ -110,7 +146,7 @@ class RingJob final : public MemberJob {
       if (contiguous) {
         source_ = view_of_bytes(input_, 0, flat, dtype);
       } else {
-        ensure(&scratch->packed_input, whole.numel());
+        ensure(&scratch->packed_input, layout.packed_input);
         source_ = view_of_bytes(scratch->packed_input, 0, flat, dtype);
         pack_input_ = true;
       }
@@ -118,25 +154,22 @@ class RingJob final : public MemberJob {
     if (spec.op == Op::ALL_REDUCE) {
       sums_ = view_of_bytes(output_, 0, flat, dtype);  // all-reduce: flat chunks
       gathered_ = sums_;
+    } else if (spec.op == Op::ALL_GATHER && contiguous) {
+      gathered_ = view_of_bytes(output_, 0, flat, dtype);
     } else {
-      ensure(&scratch->packed_whole, whole.numel());
+      ensure(&scratch->packed_whole, layout.packed_whole);
       Tensor packed = view_of_bytes(scratch->packed_whole, 0, flat, dtype);
       if (spec.op == Op::REDUCE_SCATTER) {
         sums_ = packed;
-      } else if (contiguous) {
-        gathered_ = view_of_bytes(output_, 0, flat, dtype);
       } else {
         gathered_ = packed;
         unpack_output_ = true;
       }
     }
-    int64_t largest = 0;
-    for (const Span& c : chunks_) largest = std::max(largest, c.size);
-    const int64_t limit = piece_bytes_limit(largest * elem_);
-    pieces_ = std::max<int64_t>(1, (largest * elem_ + limit - 1) / limit);
-    piece_capacity_ = (largest + pieces_ - 1) / pieces_;
+    pieces_ = layout.ring_pieces;
+    piece_capacity_ = layout.piece_capacity;
     if (reduces_) {
-      ensure(&scratch->received, 2 * pieces_ * piece_capacity_);
+      ensure(&scratch->received, layout.received);
       received_ = scratch->received;
     }
     left_ = spec.members[(m_ + n_ - 1) % n_];
@@ -342,7 +375,7 @@ class RecursiveDoublingJob final : public MemberJob {
       for (int64_t step = 1; step < p; step *= 2) add_exchange(m_ ^ step, m_ ^ step, true, stage++);
       if (m_ + p < n_) add_exchange(m_ + p, -1, false, last_stage);
     }
-    ensure(&scratch->received, count);
+    ensure(&scratch->received, scratch_layout().received);
     received_ = view_of_bytes(scratch->received, 0, Shape{count}, output_.dtype());
     flat_input_ = view_of_bytes(input_, 0, Shape{count}, output_.dtype());
     flat_output_ = view_of_bytes(output_, 0, Shape{count}, output_.dtype());
@@ -445,8 +478,11 @@ class AllToAllJob final : public MemberJob {
       sends_.push_back(std::move(send));
       receives_.push_back(std::move(receive));
     }
-    ensure(&scratch->packed_input, send_elements);
-    ensure(&scratch->packed_whole, receive_elements);
+    const CollectiveScratchLayout layout = scratch_layout();
+    OFL_ASSERT(layout.packed_input == send_elements * elem_ &&
+               layout.packed_whole == receive_elements * elem_);
+    ensure(&scratch->packed_input, layout.packed_input);
+    ensure(&scratch->packed_whole, layout.packed_whole);
     send_buffer_ = scratch->packed_input;
     receive_buffer_ = scratch->packed_whole;
   }

@@ -70,6 +70,16 @@ struct CollectiveScratch {
   Tensor received;      // two steps of received pieces (reductions)
 };
 
+/// OFL_COLLECTIVE_PIECE_BYTES when set and positive, else 0 (collective_piece_limit's default).
+int64_t configured_piece_bytes();
+
+/// Points `scratch` at the memory the plan gave `collective` (Note [Collective scratch] in
+/// oneflowlike/collective.h) inside `block`, the rank's memory block it names; leaves it
+/// alone when the plan gave none or the layout no longer fits (larger pieces configured).
+void place_scratch(const proto::CollectiveProto& collective, const Tensor& block,
+                   const Shape& input, const Shape& output, DataType dtype,
+                   CollectiveScratch* scratch);
+
 /// `spec`'s member's part from `input` into `output` (its registers' slots) over `transport`:
 /// the ring (Note [Ring collectives]), recursive doubling (Note [Recursive doubling] in
 /// oneflowlike/collective.h), or the exchange of an all-to-all (Note [All-to-all] in

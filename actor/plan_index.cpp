@@ -474,6 +474,18 @@ void PlanIndex::check_task(int index) {
       const int64_t n = c.members_size();
       const Shape& in = reg(task.inputs[0]).shape;
       const Shape whole = collective_whole(c, in, reg(task.outputs[0]).shape);
+      if (c.scratch_in_block()) {  // Note [Collective scratch] in oneflowlike/collective.h
+        const auto block = memory_blocks_.find({p.rank(), c.scratch_block()});
+        OFL_CHECK(block != memory_blocks_.end() && c.scratch_bytes() >= 0 &&
+                      c.scratch_offset() >= 0 &&
+                      c.scratch_offset() + c.scratch_bytes() <= block->second.bytes,
+                  kTag, who, "'s scratch must lie inside memory block ", c.scratch_block(),
+                  " of rank ", p.rank(), ". However, it takes bytes [", c.scratch_offset(), ", ",
+                  c.scratch_offset() + c.scratch_bytes(), ")",
+                  block == memory_blocks_.end() ? " and the rank has no such block"
+                                                : str_cat(" of ", block->second.bytes),
+                  ".");
+      }
       OFL_CHECK(
           c.axis() >= -1 && c.axis() < whole.ndim(), kTag, who, " must chunk its ",
           c.op() == proto::CollectiveProto::ALL_GATHER ? "output " : "input ", whole.to_string(),

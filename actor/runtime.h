@@ -151,6 +151,12 @@ class Runtime final : public PlanRunner, private ActorHost {
   /// The GPU communicators of the hosted ranks (Note [Device collectives]); null when the plan
   /// has no GPU collective. (ActorHost's, public for tests.)
   DeviceCollectives* device_collectives() override { return device_collectives_.get(); }
+  /// Memory block `id` of hosted rank `rank`, undefined when there is none. (ActorHost's,
+  /// public for tests.)
+  Tensor memory_block(int64_t rank, int64_t id) const override {
+    const auto it = blocks_.find({rank, id});
+    return it == blocks_.end() ? Tensor() : it->second;
+  }
 
  private:
   // ActorHost

@@ -98,6 +98,11 @@ std::string collective_text(const proto::TaskProto& task) {
                  c.algorithm() == proto::CollectiveProto::RING
                      ? std::string()
                      : str_cat(", ", collective_algorithm_name(c.algorithm())),
+                 c.scratch_bytes() == 0 ? std::string()
+                 : c.scratch_in_block()
+                     ? str_cat(", scratch ", c.scratch_bytes(), " B block ", c.scratch_block(),
+                               " @", c.scratch_offset())
+                     : str_cat(", scratch ", c.scratch_bytes(), " B own allocation"),
                  ")");
 }
 

@@ -1,5 +1,7 @@
 #include "oneflowlike/collective.h"
 
+#include <algorithm>
+
 #include "oneflowlike/common/error.h"
 
 namespace ofl {
@@ -100,6 +102,67 @@ Shape collective_whole(const proto::CollectiveProto& collective, const Shape& in
     default:
       return input;
   }
+}
+
+namespace {
+int64_t align_scratch(int64_t bytes) {
+  constexpr int64_t a = CollectiveScratchLayout::kAlignment;
+  return (bytes + a - 1) / a * a;
+}
+}  // namespace
+
+int64_t CollectiveScratchLayout::packed_whole_offset() const { return align_scratch(packed_input); }
+
+int64_t CollectiveScratchLayout::received_offset() const {
+  return packed_whole_offset() + align_scratch(packed_whole);
+}
+
+int64_t CollectiveScratchLayout::bytes() const { return received_offset() + received; }
+
+int64_t collective_piece_limit(int64_t chunk_bytes, int64_t configured) {
+  if (configured > 0) return configured;
+  return std::clamp<int64_t>(chunk_bytes / 4, int64_t{64} << 10, int64_t{1} << 20);
+}
+
+CollectiveScratchLayout collective_scratch(const proto::CollectiveProto& collective,
+                                           const Shape& input, const Shape& output, DataType dtype,
+                                           int64_t configured_piece_bytes) {
+  using Op = proto::CollectiveProto;
+  CollectiveScratchLayout layout;
+  const int64_t elem = static_cast<int64_t>(dtype_size(dtype));
+  const int64_t n = collective.members_size();
+  if (collective.op() == Op::ALL_TO_ALL) {  // every block packed: its whole chunk each way
+    layout.packed_input = input.numel() * elem;
+    layout.packed_whole = output.numel() * elem;
+    return layout;
+  }
+  if (collective.algorithm() == Op::RECURSIVE_DOUBLING) {
+    layout.received = output.numel() * elem;
+    return layout;
+  }
+  const Shape whole = collective_whole(collective, input, output);
+  const int axis = collective.axis();
+  const bool contiguous = axis < 0 || std::all_of(whole.dims().begin(), whole.dims().begin() + axis,
+                                                  [](int64_t d) { return d == 1; });
+  const bool reduces = collective.op() != Op::ALL_GATHER;
+  if (reduces && !contiguous) layout.packed_input = whole.numel() * elem;
+  if (collective.op() == Op::REDUCE_SCATTER || (collective.op() == Op::ALL_GATHER && !contiguous)) {
+    layout.packed_whole = whole.numel() * elem;
+  }
+  int64_t largest = 0;
+  for (int64_t c = 0; c < n; ++c) {
+    largest = std::max(largest, collective_chunk_numel(whole, axis, n, c));
+  }
+  const int64_t limit = collective_piece_limit(largest * elem, configured_piece_bytes);
+  layout.ring_pieces = std::max<int64_t>(1, (largest * elem + limit - 1) / limit);
+  layout.piece_capacity = (largest + layout.ring_pieces - 1) / layout.ring_pieces;
+  // Receives are posted up to two reduce-scatter steps ahead, into slots by step parity
+  // (Note [Ring collectives]); with n - 1 = 1 step there is one.
+  const int64_t steps_in_flight = std::min<int64_t>(2, std::max<int64_t>(n - 1, 1));
+  if (reduces) {
+    layout.received = steps_in_flight * layout.ring_pieces * layout.piece_capacity * elem;
+  }
+  return layout;
 }
 
 int64_t collective_ids(proto::CollectiveProto::Op op, int64_t n,

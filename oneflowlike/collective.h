@@ -29,6 +29,7 @@
 #include <utility>
 #include <vector>
 
+#include "oneflowlike/dtype.h"
 #include "oneflowlike/proto/plan.pb.h"
 #include "oneflowlike/sbp.h"
 #include "oneflowlike/shape.h"
@@ -82,6 +83,43 @@ int64_t recursive_doubling_core(int64_t n);
 /// member's register shapes.
 Shape collective_whole(const proto::CollectiveProto& collective, const Shape& input,
                        const Shape& output);
+
+/// Note [Collective scratch]: a host member of a collective works in memory besides its input
+/// and output registers:
+///  - packed_input: its input chunk by chunk, when a reduction's chunks are not contiguous in
+///    it (an axis after leading dims > 1); an all-to-all's blocks to send;
+///  - packed_whole: a reduce-scatter's running sums, an all-gather's whole chunk by chunk when
+///    its chunks are not contiguous in the output; an all-to-all's received blocks;
+///  - received: a ring reduction's pieces of the reduce-scatter steps in flight (two, one for
+///    n = 2), or the whole tensor for recursive doubling.
+/// collective_scratch sizes them, once for both sides: the compiler records the total in
+/// CollectiveProto.scratch_bytes and memory planning places it in the rank's block for the
+/// collective's window (Note [Collective windows] in compiler/physical/memory_planning.cpp),
+/// so the plan's peak counts it; the runtime's jobs then work in that memory, or allocate their
+/// own where the plan has none (an unbounded window, a GPU task staged through the host) or
+/// where OFL_COLLECTIVE_PIECE_BYTES asks for larger pieces than the plan's.
+struct CollectiveScratchLayout {
+  static constexpr int64_t kAlignment = 64;
+  int64_t packed_input = 0;  // bytes of each part, 0 when unused; laid out in this order
+  int64_t packed_whole = 0;
+  int64_t received = 0;
+  int64_t ring_pieces = 1;     // a ring's pieces per chunk (its messages per step)
+  int64_t piece_capacity = 0;  // elements of the largest piece
+
+  int64_t packed_whole_offset() const;
+  int64_t received_offset() const;
+  int64_t bytes() const;  // 0 when no part is used
+};
+
+/// The largest piece a ring sends of a chunk of `chunk_bytes`: `configured` when positive
+/// (OFL_COLLECTIVE_PIECE_BYTES), else a quarter of the chunk within [64 KiB, 1 MiB].
+int64_t collective_piece_limit(int64_t chunk_bytes, int64_t configured);
+
+/// A member's scratch (Note [Collective scratch]) for `collective` from its input and output
+/// register shapes and dtype.
+CollectiveScratchLayout collective_scratch(const proto::CollectiveProto& collective,
+                                           const Shape& input, const Shape& output, DataType dtype,
+                                           int64_t configured_piece_bytes = 0);
 
 /// How many collective ids a collective of `op` over n members by `algorithm` takes (Note
 /// [Collective tags]).

@@ -139,6 +139,11 @@ class StepEmitter {
         if (op == proto::CollectiveProto::ALL_TO_ALL) c->set_out_axis(out_axis);
         c->set_algorithm(algorithm);
         c->set_control_id(control_id);
+        if (!on_gpu) {  // Note [Collective scratch]: planned with the rank's registers
+          c->set_scratch_bytes(
+              collective_scratch(*c, builder_.register_shape(in[members[m]]), out_shapes[m], dtype_)
+                  .bytes());
+        }
         if (!location_.empty()) t->set_location(location_);
       }
       out.push_back(output(t, out_shapes[m]));

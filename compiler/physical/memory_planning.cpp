@@ -144,11 +144,14 @@ struct RankMemory {
 };
 
 // The rank's memory per device: blocks `block_id` (host) and `device_block_id` (GPU).
-// `lifetimes`, when given, receives each register's lifetime (register_lifetimes).
-std::map<proto::PlanDevice, RankMemory> plan_rank(
-    proto::RankPlanProto* rank_plan, int64_t block_id, int64_t device_block_id,
-    std::vector<RegisterLifetime>* lifetimes = nullptr) {
-  if (lifetimes != nullptr) lifetimes->assign(rank_plan->registers_size(), RegisterLifetime{});
+// `lifetimes`, when given, receives each register's and scratch's lifetime (planned_lifetimes).
+std::map<proto::PlanDevice, RankMemory> plan_rank(proto::RankPlanProto* rank_plan, int64_t block_id,
+                                                  int64_t device_block_id,
+                                                  PlannedLifetimes* lifetimes = nullptr) {
+  if (lifetimes != nullptr) {
+    lifetimes->registers.assign(rank_plan->registers_size(), RegisterLifetime{});
+    lifetimes->scratch.assign(rank_plan->tasks_size(), RegisterLifetime{});
+  }
   const RankIndex index(*rank_plan);
   const std::vector<int64_t> chain_index = order_chain(rank_plan, index);
   // Note [Micro-batches and memory reuse]: the micro-batch part of the chain runs m times per
@@ -249,11 +252,18 @@ std::map<proto::PlanDevice, RankMemory> plan_rank(
     }
   };
 
-  // Per device (Note [Devices in a plan] in expansion.h), the shareable registers and their
-  // lifetimes, largest first (ties by id: deterministic plans).
+  // Per device (Note [Devices in a plan] in expansion.h), the shareable registers and
+  // collective scratch and their lifetimes, largest first (ties by register id, then by task
+  // id: deterministic plans).
+  struct Shareable {
+    proto::RegisterProto* reg = nullptr;        // a register's slot,
+    proto::CollectiveProto* scratch = nullptr;  // or a collective's scratch
+    int64_t bytes = 0, id = 0;
+    Lifetime lifetime;
+  };
   std::map<proto::PlanDevice, RankMemory> memories;
   for (const proto::PlanDevice device : {proto::PLAN_DEVICE_CPU, proto::PLAN_DEVICE_CUDA}) {
-    std::vector<std::pair<proto::RegisterProto*, Lifetime>> shareable;
+    std::vector<Shareable> shareable;
     RankMemory& memory = memories[device];
     for (int r = 0; r < num_registers; ++r) {
       proto::RegisterProto& reg = *rank_plan->mutable_registers(r);
@@ -293,31 +303,70 @@ std::map<proto::PlanDevice, RankMemory> plan_rank(
         }
       }
       if (in_chain) {
-        shareable.emplace_back(&reg, lifetime);
+        shareable.push_back({&reg, nullptr, reg.bytes(), reg.id(), lifetime});
       } else {
         memory.unshared_bytes +=
             align_up(reg.bytes(), kMemoryAlignment) * std::max(reg.register_num(), 1);
       }
       if (lifetimes != nullptr) {
-        (*lifetimes)[r] =
+        lifetimes->registers[r] =
             in_chain ? RegisterLifetime{lifetime.begin, lifetime.end, reg.bytes()}
                      : RegisterLifetime{-1, -1, reg.bytes() * std::max(reg.register_num(), 1)};
       }
     }
-    std::stable_sort(shareable.begin(), shareable.end(), [](const auto& a, const auto& b) {
-      if (a.first->bytes() != b.first->bytes()) return a.first->bytes() > b.first->bytes();
-      return a.first->id() < b.first->id();
-    });
+    // Note [Collective scratch]: a host collective's working memory lives for its window.
+    for (int t = 0; t < num_tasks; ++t) {
+      proto::TaskProto& task = *rank_plan->mutable_tasks(t);
+      if (task.kind() != proto::TaskProto::COLLECTIVE || task.device() != device) continue;
+      proto::CollectiveProto& c = *task.mutable_collective();
+      c.set_scratch_in_block(false);
+      c.set_scratch_block(0);
+      c.set_scratch_offset(0);
+      if (c.scratch_bytes() <= 0) continue;
+      // With pipeline stages the micro-batch part's registers have several slots and several
+      // micro-batches are in flight (Note [What the runtime adds to a plan] in actor/runtime.h):
+      // its collectives' windows then bound nothing, as its registers are not shared either.
+      bool bounded = window[t].first >= 0;
+      for (const auto* ids : {&task.inputs(), &task.outputs()}) {
+        for (int64_t id : *ids) {
+          const int r = index.registers.find(id);
+          if (r < 0 || rank_plan->registers(r).register_num() > 1) bounded = false;
+        }
+      }
+      if (bounded) {
+        shareable.push_back({nullptr, &c, c.scratch_bytes(), task.id(),
+                             Lifetime{window[t].first, window[t].second}});
+      } else {
+        memory.unshared_bytes += align_up(c.scratch_bytes(), kMemoryAlignment);
+      }
+      if (lifetimes != nullptr) {
+        lifetimes->scratch[t] =
+            bounded ? RegisterLifetime{window[t].first, window[t].second, c.scratch_bytes()}
+                    : RegisterLifetime{-1, -1, c.scratch_bytes()};
+      }
+    }
+    std::stable_sort(shareable.begin(), shareable.end(),
+                     [&](const Shareable& a, const Shareable& b) {
+                       if (a.bytes != b.bytes) return a.bytes > b.bytes;
+                       if ((a.reg == nullptr) != (b.reg == nullptr)) return a.reg != nullptr;
+                       return a.id < b.id;
+                     });
 
     std::vector<Placed> placed;
     placed.reserve(shareable.size());
     const int64_t id = device == proto::PLAN_DEVICE_CPU ? block_id : device_block_id;
-    for (auto& [reg, lifetime] : shareable) {
-      const int64_t offset = first_fit(lifetime, reg->bytes(), placed);
-      placed.push_back({lifetime, offset, reg->bytes()});
-      reg->set_memory_block(id);
-      reg->set_offset(offset);
-      memory.block_bytes = std::max(memory.block_bytes, offset + reg->bytes());
+    for (Shareable& item : shareable) {
+      const int64_t offset = first_fit(item.lifetime, item.bytes, placed);
+      placed.push_back({item.lifetime, offset, item.bytes});
+      if (item.reg != nullptr) {
+        item.reg->set_memory_block(id);
+        item.reg->set_offset(offset);
+      } else {
+        item.scratch->set_scratch_in_block(true);
+        item.scratch->set_scratch_block(id);
+        item.scratch->set_scratch_offset(offset);
+      }
+      memory.block_bytes = std::max(memory.block_bytes, offset + item.bytes);
     }
     if (!shareable.empty()) {
       proto::MemoryBlockProto* block = rank_plan->add_memory_blocks();
@@ -331,10 +380,10 @@ std::map<proto::PlanDevice, RankMemory> plan_rank(
 
 }  // namespace
 
-std::vector<RegisterLifetime> register_lifetimes(const proto::RankPlanProto& rank_plan) {
+PlannedLifetimes planned_lifetimes(const proto::RankPlanProto& rank_plan) {
   proto::RankPlanProto copy = rank_plan;
   copy.clear_memory_blocks();
-  std::vector<RegisterLifetime> lifetimes;
+  PlannedLifetimes lifetimes;
   plan_rank(&copy, copy.rank(), copy.rank(), &lifetimes);
   return lifetimes;
 }
@@ -383,6 +432,9 @@ void plan_memory(proto::PlanProto* plan, int64_t memory_limit_bytes) {
       // in memory of its own.
       without_reuse +=
           align_up(register_slot_bytes(reg), kMemoryAlignment) * std::max(reg.register_num(), 1);
+    }
+    for (const proto::TaskProto& task : rank_plan.tasks()) {
+      without_reuse += align_up(task.collective().scratch_bytes(), kMemoryAlignment);
     }
     rank_plan.set_device_peak_bytes(device.block_bytes + device.unshared_bytes);
     rank_plan.set_peak_bytes(host.block_bytes + host.unshared_bytes +

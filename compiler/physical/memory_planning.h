@@ -26,6 +26,8 @@ inline constexpr int64_t kMemoryAlignment = 64;
 ///  - gives every shareable register (not persistent, register_num == 1, produced and consumed
 ///    only by chain tasks) an offset in the rank's memory block, such that registers whose
 ///    lifetimes overlap never overlap in memory; other registers get memory_block = -1,
+///  - places each host collective's scratch for its window the same way (scratch_in_block),
+///    or counts it as memory of its own when the window is unbounded,
 ///  - fills RankPlanProto.memory_blocks, peak_bytes and bytes_without_reuse.
 /// Running it twice gives the same plan. Raises FailedPrecondition naming the rank, its peak and
 /// its largest registers when `memory_limit_bytes` > 0 and some rank's peak exceeds it.
@@ -42,8 +44,14 @@ struct RegisterLifetime {
   int64_t begin = -1, end = -1;
   int64_t bytes = 0;
 };
-/// Every register of `rank_plan`'s, by position: what plan_memory decided (it plans a copy).
-std::vector<RegisterLifetime> register_lifetimes(const proto::RankPlanProto& rank_plan);
+/// What plan_memory decided for a rank (it plans a copy): every register's lifetime, by
+/// register position, and every task's collective scratch (Note [Collective scratch] in
+/// oneflowlike/collective.h), by task position (0 bytes for a task without one).
+struct PlannedLifetimes {
+  std::vector<RegisterLifetime> registers;
+  std::vector<RegisterLifetime> scratch;
+};
+PlannedLifetimes planned_lifetimes(const proto::RankPlanProto& rank_plan);
 
 /// The bytes of one slot of `reg`: its `bytes` field, or numel * dtype size when that is 0.
 int64_t register_slot_bytes(const proto::RegisterProto& reg);

@@ -98,21 +98,25 @@ RankMemoryReport report_rank(const proto::RankPlanProto& rank_plan,
     }
   }
 
-  // Lifetimes as memory planning decided them (-1: memory of its own all the time).
-  const std::vector<RegisterLifetime> lifetimes = register_lifetimes(rank_plan);
+  // Lifetimes as memory planning decided them (-1: memory of its own all the time), of the
+  // registers and of the collectives' scratch (Note [Collective scratch]).
+  const PlannedLifetimes lifetimes = planned_lifetimes(rank_plan);
   std::map<std::string, int64_t> always;
   std::vector<int64_t> delta(chain.size() + 1, 0);
   std::vector<std::map<std::string, int64_t>> kind_delta(chain.size() + 1);
-  for (int r = 0; r < rank_plan.registers_size(); ++r) {
-    const RegisterLifetime& life = lifetimes[r];
+  auto count = [&](const RegisterLifetime& life, const std::string& what) {
     if (life.begin < 0) {
-      always[kind[r]] += life.bytes;
-      continue;
+      always[what] += life.bytes;
+      return;
     }
     delta[life.begin] += life.bytes;
     delta[life.end + 1] -= life.bytes;
-    kind_delta[life.begin][kind[r]] += life.bytes;
-    kind_delta[life.end + 1][kind[r]] -= life.bytes;
+    kind_delta[life.begin][what] += life.bytes;
+    kind_delta[life.end + 1][what] -= life.bytes;
+  };
+  for (int r = 0; r < rank_plan.registers_size(); ++r) count(lifetimes.registers[r], kind[r]);
+  for (const RegisterLifetime& life : lifetimes.scratch) {
+    if (life.bytes > 0) count(life, "communication buffers");
   }
   int64_t base = 0;
   for (const auto& [k, bytes] : always) base += bytes;

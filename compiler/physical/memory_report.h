@@ -3,7 +3,9 @@
 // register of a rank's plan is one kind of memory, told by its logical tensor (the caller's
 // `kinds`: parameters, buffers, optimizer state, gradients) or by its producer task (boxing
 // tasks: communication buffers, unless they carry a gradient, whose kind they keep; the rest:
-// activations, their pipelined slots counted, which is the micro-batches in flight). The kinds
+// activations, their pipelined slots counted, which is the micro-batches in flight); a host
+// collective's scratch (Note [Collective scratch] in oneflowlike/collective.h) is a
+// communication buffer for its window. The kinds
 // are summed where the most bytes are live at once on the rank's compute chain (the order
 // memory planning fixes, Note [Memory reuse and the chain]): registers live from their
 // producer's chain position to their last consumer's, and those outside the chain

@@ -260,7 +260,7 @@ def run(args, model, layout, model_flags, describe):
               f"{f', ZeRO-{args.zero}' if args.zero else ''}"
               f"{', activation checkpointing' if args.checkpoint_activations else ''}, "
               f"{args.dtype})", flush=True)
-    losses, times = [], []
+    losses, times, waits = [], [], []
     start_all = time.perf_counter()
     last = min(args.steps, args.stop_after) if args.stop_after > 0 else args.steps
     if last < first:
@@ -268,10 +268,12 @@ def run(args, model, layout, model_flags, describe):
     rss_before = rss_mib()  # what the steps add to it is set against the planned peak
     for step in range(first, last + 1):
         lr = optimizer.param_groups[0]["lr"]
+        t_data = time.perf_counter()  # how long the step waits for its batch
         if args.data_bin:
-            tokens, targets = data.next()  # this rank's rows
+            tokens, targets = data.next()  # this rank's rows, prefetched by the loader
         else:
             tokens, targets = data.batch(step, args.batch_size)  # the whole batch
+        waits.append((time.perf_counter() - t_data) * 1e3)
         # The step's time: feeding the batch and the compiled step (what PyTorch's loop does
         # between zero_grad and step), not the report of the loss below.
         t0 = time.perf_counter()
@@ -299,6 +301,7 @@ def run(args, model, layout, model_flags, describe):
                   f"{tokens_per_s:8.0f} tokens/s | rss {peak_rss_mib():.0f} MiB", flush=True)
         if log:
             log.write(json.dumps({"step": step, "loss": value, "lr": lr, "ms": round(ms, 3),
+                                  "data_ms": round(waits[-1], 3),
                                   "tokens_per_s": round(tokens_per_s, 1)}) + "\n")
             log.flush()
     total = time.perf_counter() - start_all
@@ -313,14 +316,17 @@ def run(args, model, layout, model_flags, describe):
     if log:
         log.close()
     steady = times[1:] or times
+    waited = waits[1:] or waits
     print(f"rank {rank}: peak rss {peak_rss_mib():.0f} MiB (+{peak_rss_mib() - rss_before:.1f} "
           f"MiB over the steps), planned peak "
-          f"{graph.peak_bytes() / 2**20:.2f} MiB, first step {graph.timings['first_step_seconds']:.3f} s "
+          f"{graph.peak_bytes() / 2**20:.2f} MiB (and kernel workspace "
+          f"{graph.workspace_bytes() / 2**20:.2f} MiB), first step {graph.timings['first_step_seconds']:.3f} s "
           f"(trace {graph.timings['trace_seconds']:.3f} s, compile "
           f"{graph.timings.get('compile_seconds', 0):.3f} s)", flush=True)
     if rank == 0 and losses:
         print(f"done: {len(losses)} steps in {total:.1f} s, loss {losses[0]:.4f} -> "
               f"{losses[-1]:.4f}, first step {times[0]:.0f} ms (compiles), then "
               f"{np.median(steady):.1f} ms/step median, "
-              f"{args.batch_size * block_size / (np.median(steady) / 1e3):.0f} tokens/s",
+              f"{args.batch_size * block_size / (np.median(steady) / 1e3):.0f} tokens/s, "
+              f"waiting for data {sum(waited) / (sum(waited) + sum(steady)):.2%} of the time",
               flush=True)

@@ -2,6 +2,7 @@
 parameter names as llama_model.Llama (untied head), so weights move between the two through state
 dicts. Needs torch (pip install torch)."""
 
+import functools
 import math
 
 import torch
@@ -10,6 +11,7 @@ import torch
 def torch_llama(c):
     nn, F = torch.nn, torch.nn.functional
 
+    @functools.lru_cache(maxsize=None)  # once per length, as LLaMA codebases precompute them
     def rope_tables(seq):
         # Hugging Face's LLaMA: inverse frequencies base^(-2i / D), rotate-half pairs.
         inv_freq = c.rope_base ** (-torch.arange(0, c.head_dim, 2, dtype=torch.float64)

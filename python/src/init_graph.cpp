@@ -417,9 +417,11 @@ void init_graph(py::module_& m) {
            })
       .def("graph_text",
            [](PyTracer& t) { return compiler::graph_to_text(t.tracer->builder().graph()); })
+      .def("num_ops", [](PyTracer& t) { return t.tracer->builder().graph().num_ops(); })
       .def(
           "compile",
-          [](PyTracer& t, const std::vector<int64_t>& ranks) {
+          [](PyTracer& t, const std::vector<int64_t>& ranks,
+             const std::vector<std::tuple<int, int, std::string>>& checkpoint_ranges) {
             compiler::CompileOptions options;
             options.ranks = ranks;
             auto plan = std::make_unique<PyPlan>();
@@ -429,7 +431,20 @@ void init_graph(py::module_& m) {
             compiler::Graph logical;
             {
               py::gil_scoped_release release;
-              plan->plan = compiler::compile_graph(t.tracer->builder().graph(), options, &logical);
+              if (checkpoint_ranges.empty()) {
+                plan->plan =
+                    compiler::compile_graph(t.tracer->builder().graph(), options, &logical);
+              } else {
+                // The traced graph with the ops of each range recomputed (Note [Memory limit]'s
+                // activation checkpointing alternative); ops already in a group keep theirs.
+                compiler::Graph g = t.tracer->builder().graph();
+                for (const auto& [begin, end, group] : checkpoint_ranges) {
+                  for (int i = std::max(begin, 0); i < std::min(end, g.num_ops()); ++i) {
+                    if (g.op(i).checkpoint_group.empty()) g.op(i).checkpoint_group = group;
+                  }
+                }
+                plan->plan = compiler::compile_graph(std::move(g), options, &logical);
+              }
             }
             for (int f : logical.fetches) {
               plan->fetch_sbp[logical.tensor(f).name] = strings_of(logical.tensor(f).sbp);
@@ -450,7 +465,10 @@ void init_graph(py::module_& m) {
             return plan;
           },
           py::arg("ranks"),
-          "Compiles the traced graph: the parts of `ranks` (every rank when empty).");
+          py::arg("checkpoint_ranges") = std::vector<std::tuple<int, int, std::string>>{},
+          "Compiles the traced graph: the parts of `ranks` (every rank when empty); with "
+          "`checkpoint_ranges` [(first op, end op, group)], those ops recomputed as one "
+          "activation-checkpointing group each.");
 
   py::class_<comm::Transport, std::shared_ptr<comm::Transport>>(m, "Transport");
   py::class_<comm::UcxTransport, comm::Transport, std::shared_ptr<comm::UcxTransport>>(

@@ -3,6 +3,7 @@ graph.memory_report() by kind, graph.config.set_memory_limit refusing a plan tha
 fit on every rank with what would, and the launcher's --memory-per-rank. The fit test with the
 LLaMA example is in test_llama_example.py."""
 
+import re
 import subprocess
 import sys
 
@@ -12,6 +13,7 @@ import pytest
 import oneflowlike as flow
 import oneflowlike.nn as nn
 from launching import DIST
+from oneflowlike.framework.sizes import format_bytes
 from train_graph import TrainGraph
 
 
@@ -70,3 +72,43 @@ def test_the_launcher_refuses_a_malformed_memory_per_rank_naming_the_flag():
                             capture_output=True, text=True, timeout=60)
     assert result.returncode != 0
     assert "--memory-per-rank must be a size such as 6GiB" in result.stderr
+
+
+class _Blocks(nn.Module):
+    """Four residual MLP blocks whose (256, 1024) hidden activations dwarf their weights."""
+
+    def __init__(self):
+        super().__init__()
+        flow.manual_seed(0)
+        self.blocks = nn.ModuleList([
+            nn.Sequential(nn.Linear(64, 1024), nn.GELU(), nn.Linear(1024, 64)) for _ in range(4)])
+        self.head = nn.Linear(64, 10)
+
+    def forward(self, x):
+        for block in self.blocks:
+            x = x + block(x)
+        return self.head(x)
+
+
+def test_the_verdict_offers_activation_checkpointing_with_its_recompiled_peak():
+    rng = np.random.default_rng(1)
+    batch = (flow.tensor(rng.standard_normal((256, 64)).astype(np.float32)),
+             flow.tensor(rng.integers(0, 10, 256)))
+    graph = _Train(_Blocks(), limit="1MiB")
+    with pytest.raises(MemoryError) as error:
+        graph(*batch)
+    text = str(error.value)
+    match = re.search(r"activation checkpointing of the 4 blocks of 'model\.blocks' "
+                      r"\(set_activation_checkpointing on each\): peak ([\d.]+ \w+)", text)
+    assert match, text
+    # The suggestion's peak is the plan's when the user follows it.
+    model = _Blocks()
+    followed = _Train(model)
+    for block in model.blocks:
+        followed.set_activation_checkpointing(block)
+    followed(*batch)
+    plain = _Train(_Blocks())
+    plain(*batch)
+    assert followed.peak_bytes() < plain.peak_bytes()
+    assert match.group(1) == format_bytes(followed.peak_bytes()), text
+    assert "Other remedies: more tensor or pipeline parallelism" in text

@@ -442,7 +442,7 @@ class Graph:
                 self._variables.append((full, value, owner, registry_name, key))
                 getattr(owner, registry_name)[key] = lazy
                 swapped.append((owner, registry_name, key, value))
-            restores = self._wrap_stages(tracer)
+            restores = self._wrap_stages(tracer) + self._wrap_candidates(tracer)
             try:
                 with _gt.tracing(tracer.c, tracer):
                     outputs = self.build(*lazy_args)
@@ -541,6 +541,41 @@ class Graph:
             self._write_scaler_state(saved)
         self.timings["trace_seconds"] = traced - start
         self.timings["first_call_setup_seconds"] = time.perf_counter() - start
+
+    def _wrap_candidates(self, tracer):
+        """With a memory limit, records which traced ops each repeated block makes (the
+        elements of an nn.ModuleList or nn.Sequential not already recomputed): the activation
+        checkpointing alternative of the verdict recompiles with each block as a group
+        (_memory_alternatives). self._candidate_ranges: [(first op, end op, block name)]."""
+        from oneflowlike.nn.modules.container import ModuleList, Sequential
+
+        self._candidate_ranges = []
+        restores = []
+        if not self.config.memory_limit:
+            return restores
+        recomputed = {id(m) for m in self._recomputed}
+        candidates = []  # (name, block): the outermost containers' elements
+        for attr, top in self._modules.items():
+            for name, container in top.named_modules(prefix=attr):
+                if not isinstance(container, (ModuleList, Sequential)) or any(
+                        name == outer or name.startswith(outer + ".") for outer, _ in candidates):
+                    continue
+                for child_name, block in container.named_children():
+                    if id(block) not in recomputed and list(block.parameters()):
+                        candidates.append((f"{name}.{child_name}", block))
+        for block_name, block in candidates:
+            forward = block.forward
+            had_own = "forward" in block.__dict__
+
+            def recorded(*xs, _forward=forward, _name=block_name, **kw):
+                begin = tracer.num_ops()
+                out = _forward(*xs, **kw)
+                self._candidate_ranges.append((begin, tracer.num_ops(), _name))
+                return out
+
+            block.forward = recorded
+            restores.append((block, forward if had_own else None))
+        return restores
 
     def _wrap_stages(self, tracer):
         restores = []
@@ -975,28 +1010,39 @@ class Graph:
             text += "\nChanges that give a smaller peak (recompiled):\n" + "\n".join(
                 f"  - {what}: peak {format_bytes(peak)} on the largest rank"
                 f"{' (fits)' if peak <= limit else ''}" for what, peak in fits)
-        text += "\nOther remedies: activation checkpointing (set_activation_checkpointing), " \
-            "more tensor or pipeline parallelism, or a larger limit."
+        text += "\nOther remedies: " + ("" if getattr(self, "_candidate_ranges", []) else
+                                        "activation checkpointing (set_activation_checkpointing), ") \
+            + "more tensor or pipeline parallelism, or a larger limit."
         raise MemoryError(text)
 
     def _memory_alternatives(self, tracer, now):
-        """(change, worst planned peak) for ZeRO and more micro-batches that lower ``now`` (the
-        worst planned peak as traced), each recompiled from the same trace; the trace's
-        settings are restored afterwards."""
+        """(change, worst planned peak) for higher ZeRO stages, more micro-batches and
+        activation checkpointing of the repeated blocks that lower ``now`` (the worst planned
+        peak as traced), each recompiled from the same trace; the trace's settings are
+        restored afterwards."""
         out = []
         cfg = self.config
         variants = []
-        if cfg.zero_stage == 0 and self._optimizers:
-            variants.append(("ZeRO (config.enable_zero())", lambda: tracer.set_zero_stage(1),
-                             lambda: tracer.set_zero_stage(0)))
+        ranges = getattr(self, "_candidate_ranges", [])
+        if self._optimizers:
+            for stage in range(cfg.zero_stage + 1, 4):
+                variants.append((f"ZeRO stage {stage} (config.enable_zero(stage={stage}))",
+                                 lambda s=stage: tracer.set_zero_stage(s),
+                                 lambda: tracer.set_zero_stage(cfg.zero_stage), []))
         m = cfg.gradient_accumulation_steps
         variants.append((f"{2 * m} micro-batches (set_gradient_accumulation_steps)",
                          lambda: tracer.set_gradient_accumulation_steps(2 * m),
-                         lambda: tracer.set_gradient_accumulation_steps(m)))
-        for what, apply, restore in variants:
+                         lambda: tracer.set_gradient_accumulation_steps(m), []))
+        if ranges:
+            blocks = sorted({name.rsplit(".", 1)[0] for _, _, name in ranges})
+            variants.append((f"activation checkpointing of the {len(ranges)} blocks of "
+                             f"{', '.join(repr(b) for b in blocks)} (set_activation_checkpointing "
+                             "on each)", lambda: None, lambda: None,
+                             [(begin, end, f"suggested:{name}") for begin, end, name in ranges]))
+        for what, apply, restore, checkpoint_ranges in variants:
             apply()
             try:
-                peak = max(tracer.compile([]).peak_bytes().values())
+                peak = max(tracer.compile([], checkpoint_ranges).peak_bytes().values())
                 if peak < now:  # only what lowers the peak is a remedy
                     out.append((what, peak))
             except Exception:  # noqa: BLE001 (a variant that does not compile is no remedy)
@@ -1020,6 +1066,14 @@ class Graph:
     def peak_bytes(self):
         """This rank's planned peak memory (registers and memory blocks), in bytes."""
         return self._plan.peak_bytes().get(env.get_rank(), 0) if self._plan is not None else 0
+
+    def workspace_bytes(self):
+        """This rank's kernel workspace (Note [Memory report]): what its compute actors keep
+        for the job beside the planned peak, so the process needs peak_bytes() + this."""
+        if self._plan is None:
+            return 0
+        rank = env.get_rank()
+        return next((r["workspace"] for r in self._plan.memory_report() if r["rank"] == rank), 0)
 
     def plan_summary(self):
         return self._plan.summary() if self._plan is not None else ""

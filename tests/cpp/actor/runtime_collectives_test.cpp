@@ -8,10 +8,12 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdlib>
 
 #include "actor/pieces.h"
 #include "actor/runtime.h"
+#include "oneflowlike/collective.h"
 #include "oneflowlike/cuda/device.h"
 #include "tests/cpp/actor/plan_builder.h"
 #include "tests/cpp/actor/run_everywhere.h"
@@ -260,6 +262,81 @@ TEST(RuntimeCollectives, ChunksWithoutElementsAreSkippedOnBothSides) {
                    Case{Op::ALL_TO_ALL, 0, 1}}) {
       check_collective(n, c, 1 << 20, Shape{2, 3});
       check_collective(n, c, 4, Shape{1, 1});
+    }
+  }
+}
+
+// Note [Collective scratch]: with its scratch planned in the rank's block, a member works there
+// (what it received and packed is found in the block afterwards) and gives the same values as
+// with scratch of its own; when larger pieces are configured than the plan's, it leaves the
+// block alone.
+TEST(RuntimeCollectives, MembersWorkInTheScratchThePlanGivesThem) {
+  const Shape whole{6, 20};
+  for (Case c : {Case{Op::ALL_REDUCE, -1}, Case{Op::REDUCE_SCATTER, 1}, Case{Op::ALL_GATHER, 1},
+                 Case{Op::ALL_TO_ALL, 0, 1}, Case{Op::ALL_REDUCE, -1, 0, Op::RECURSIVE_DOUBLING}}) {
+    SCOPED_TRACE(str_cat(collective_op_name(c.op), " axis ", c.axis, " by ",
+                         collective_algorithm_name(c.algorithm)));
+    constexpr int n = 2;
+    const auto chunks = collective_chunks(whole, c.axis, n);
+    PlanBuilder b(n);
+    std::vector<int> members;
+    std::vector<int64_t> inputs;
+    std::map<std::string, Tensor> feed;
+    for (int m = 0; m < n; ++m) {
+      members.push_back(m);
+      const Shape shape =
+          c.op == Op::ALL_GATHER || c.op == Op::ALL_TO_ALL ? region_shape(chunks[m]) : whole;
+      inputs.push_back(b.input(m, str_cat("x", m), shape));
+      feed[str_cat("x", m)] = random_tensor(shape, DataType::kFloat32, 300 + m);
+    }
+    b.set_collective_algorithm(c.algorithm);
+    const std::vector<int64_t> outputs =
+        b.collective(c.op, members, inputs, c.axis, "boxing", "test communicator", c.out_axis);
+    for (int m = 0; m < n; ++m) {
+      b.output(m, str_cat("y", m), outputs[m], from_proto(b.find(outputs[m])->shape()));
+    }
+    proto::PlanProto plan = b.plan();
+    const proto::PlanProto own = plan;  // scratch of their own
+    int64_t scratch_bytes = 0;
+    for (proto::RankPlanProto& rank : *plan.mutable_ranks()) {
+      for (proto::TaskProto& task : *rank.mutable_tasks()) {
+        if (task.kind() != proto::TaskProto::COLLECTIVE) continue;
+        const Shape in = from_proto(b.find(task.inputs(0))->shape());
+        const Shape out = from_proto(b.find(task.outputs(0))->shape());
+        proto::CollectiveProto& col = *task.mutable_collective();
+        scratch_bytes = collective_scratch(col, in, out, DataType::kFloat32).bytes();
+        ASSERT_GT(scratch_bytes, 0);
+        col.set_scratch_bytes(scratch_bytes);
+        col.set_scratch_in_block(true);
+        col.set_scratch_block(7);
+        col.set_scratch_offset(64);
+        proto::MemoryBlockProto* block = rank.add_memory_blocks();
+        block->set_id(7);
+        block->set_bytes(64 + scratch_bytes);
+      }
+    }
+    const std::map<std::string, Tensor> want = Runtime(own, RuntimeOptions{}).run(feed);
+    {
+      Runtime runtime(plan, RuntimeOptions{});
+      const std::map<std::string, Tensor> got = runtime.run(feed);
+      for (int m = 0; m < n; ++m) {
+        EXPECT_EQ(values_of(got.at(str_cat("y", m))), values_of(want.at(str_cat("y", m))));
+        const std::vector<double> block = values_of(runtime.memory_block(m, 7));
+        EXPECT_TRUE(std::all_of(block.begin(), block.begin() + 64, [](double v) { return v == 0; }))
+            << "member " << m << " wrote before its scratch";
+        EXPECT_TRUE(std::any_of(block.begin() + 64, block.end(), [](double v) { return v != 0; }))
+            << "member " << m << " never used the planned scratch";
+      }
+    }
+    // Pieces that round up beyond the plan's: chunks of 60 floats in 9 pieces of 7 take 63
+    // floats of received pieces (one reduce-scatter step on 2 members), where the plan has 60.
+    // The block stays 0.
+    if (c.op == Op::ALL_REDUCE && c.algorithm == Op::RING) {
+      PieceBytes pieces(28);
+      Runtime runtime(plan, RuntimeOptions{});
+      runtime.run(feed);
+      const std::vector<double> block = values_of(runtime.memory_block(0, 7));
+      EXPECT_TRUE(std::all_of(block.begin(), block.end(), [](double v) { return v == 0; }));
     }
   }
 }

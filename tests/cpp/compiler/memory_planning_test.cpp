@@ -102,7 +102,8 @@ int count_overlap_violations(const proto::PlanProto& plan) {
       if (t.thread() == 0) position[t.id()] = static_cast<int64_t>(position.size());
     }
     struct Live {
-      const proto::RegisterProto* reg;
+      std::string name;
+      int64_t block, offset, bytes;
       int64_t begin, end;
     };
     // A collective on the communication thread runs between the chain tasks giving its inputs
@@ -167,31 +168,51 @@ int count_overlap_violations(const proto::PlanProto& plan) {
         ++violations;
         continue;
       }
-      shared.push_back({&r, begin, end});
+      shared.push_back({r.name(), r.memory_block(), r.offset(), r.bytes(), begin, end});
+    }
+    // Note [Collective scratch]: a collective's scratch in the block lives for its window, and
+    // only a collective whose registers have one slot (no micro-batches in flight) has one.
+    std::unordered_map<int64_t, int64_t> slots;
+    for (const auto& r : rp.registers()) slots[r.id()] = r.register_num();
+    for (const auto& t : rp.tasks()) {
+      const proto::CollectiveProto& c = t.collective();
+      if (!c.scratch_in_block()) continue;
+      bool one_slot = true;
+      for (const auto* ids : {&t.inputs(), &t.outputs()}) {
+        for (int64_t id : *ids) one_slot = one_slot && slots[id] == 1;
+      }
+      if (!written_at.count(t.id()) || !one_slot) {
+        ADD_FAILURE() << t.name() << "'s scratch shares memory, but no window bounds it";
+        ++violations;
+        continue;
+      }
+      if (c.scratch_offset() % kMemoryAlignment != 0) {
+        ADD_FAILURE() << t.name() << "'s scratch has unaligned offset " << c.scratch_offset();
+        ++violations;
+      }
+      shared.push_back({t.name() + " (scratch)", c.scratch_block(), c.scratch_offset(),
+                        c.scratch_bytes(), written_at.at(t.id()), read_at.at(t.id())});
     }
     for (size_t i = 0; i < shared.size(); ++i) {
       for (size_t j = i + 1; j < shared.size(); ++j) {
         const Live& a = shared[i];
         const Live& b = shared[j];
         const bool alive_together = a.begin <= b.end && b.begin <= a.end;
-        const bool same_memory = a.reg->memory_block() == b.reg->memory_block() &&
-                                 a.reg->offset() < b.reg->offset() + b.reg->bytes() &&
-                                 b.reg->offset() < a.reg->offset() + a.reg->bytes();
+        const bool same_memory =
+            a.block == b.block && a.offset < b.offset + b.bytes && b.offset < a.offset + a.bytes;
         if (alive_together && same_memory) {
-          ADD_FAILURE() << a.reg->name() << " and " << b.reg->name() << " overlap on rank "
-                        << rp.rank();
+          ADD_FAILURE() << a.name << " and " << b.name << " overlap on rank " << rp.rank();
           ++violations;
         }
       }
     }
-    for (const auto& r : rp.registers()) {
-      if (r.memory_block() < 0) continue;
+    for (const Live& live : shared) {
       bool inside = false;
       for (const auto& block : rp.memory_blocks()) {
-        inside |= block.id() == r.memory_block() && r.offset() + r.bytes() <= block.bytes();
+        inside |= block.id() == live.block && live.offset + live.bytes <= block.bytes();
       }
       if (!inside) {
-        ADD_FAILURE() << r.name() << " lies outside its block";
+        ADD_FAILURE() << live.name << " lies outside its block";
         ++violations;
       }
     }
@@ -396,6 +417,59 @@ TEST(MemoryPlanning, CollectiveRegistersShareMemoryWithinTheirWindow) {
   EXPECT_EQ(h.find_register(b)->memory_block(), -1);  // read by the unbounded collective
   EXPECT_EQ(count_overlap_violations(h.plan), 0);
   (void)a;
+}
+
+// Note [Collective scratch]: the bounded all-reduce's working memory takes block memory for its
+// window [t0, t3], beside what is live there; the unbounded collective's is its own, counted in
+// the peak; planning it again gives the same plan.
+TEST(MemoryPlanning, CollectiveScratchLivesInTheBlockForTheCollectivesWindow) {
+  HandPlan h;
+  const int64_t t0 = h.compute(0, "t0");
+  const int64_t g = h.output(t0, "g", 100);
+  const int64_t reduce = h.task(0, proto::TaskProto::COLLECTIVE, "all_reduce", /*thread=*/1);
+  h.read(reduce, g);
+  const int64_t s = h.output(reduce, "s", 100);
+  const int64_t t1 = h.compute(0, "t1");
+  const int64_t a = h.output(t1, "a", 300);
+  const int64_t t2 = h.compute(0, "t2");
+  h.read(t2, a);
+  const int64_t t3 = h.compute(0, "t3");
+  h.read(t3, s);
+  const int64_t t4 = h.compute(0, "t4");
+  const int64_t late = h.output(t4, "late", 300);  // after the window: may share with scratch
+  const int64_t t5 = h.compute(0, "t5");
+  h.read(t5, late);
+  const int64_t lone = h.task(0, proto::TaskProto::COLLECTIVE, "lone", /*thread=*/1);
+  h.read(lone, h.output(t5, "z", 10));
+  h.output(lone, "unread", 10);
+  proto::PlanProto without = h.plan;  // no scratch
+  plan_memory(&without);
+  h.find_task(reduce)->mutable_collective()->set_scratch_bytes(1000);
+  h.find_task(lone)->mutable_collective()->set_scratch_bytes(500);
+  plan_memory(&h.plan);
+  const proto::CollectiveProto& bounded = h.find_task(reduce)->collective();
+  const proto::CollectiveProto& unbounded = h.find_task(lone)->collective();
+  EXPECT_TRUE(bounded.scratch_in_block());
+  EXPECT_FALSE(unbounded.scratch_in_block());
+  // Live with the scratch in [t0, t3]: g, s and a; late comes after and takes the scratch's
+  // place.
+  const proto::RegisterProto& late_reg = *h.find_register(late);
+  EXPECT_EQ(late_reg.memory_block(), bounded.scratch_block());
+  EXPECT_LT(late_reg.offset(), bounded.scratch_offset() + bounded.scratch_bytes());
+  EXPECT_EQ(count_overlap_violations(h.plan), 0);
+  // The unbounded scratch is memory of its own; the bounded one shares the block, which now
+  // holds it beside g and a.
+  const proto::RankPlanProto& rank = h.rank(0);
+  EXPECT_GE(rank.peak_bytes(), without.ranks(0).peak_bytes() + aligned(500));
+  EXPECT_GE(rank.memory_blocks(0).bytes(), 1000 + 400 + 400 + 1200);
+  EXPECT_EQ(rank.bytes_without_reuse(),
+            without.ranks(0).bytes_without_reuse() + aligned(1000) + aligned(500));
+  const proto::PlanProto once = h.plan;
+  plan_memory(&h.plan);
+  EXPECT_EQ(h.plan.SerializeAsString(), once.SerializeAsString());
+  (void)t1;
+  (void)t2;
+  (void)t3;
 }
 
 // The same independent check on whole compiled plans, where collectives (gradient reductions,
