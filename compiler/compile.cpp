@@ -143,6 +143,15 @@ void sort_rank_tasks(proto::PlanProto* plan) {
         }
       }
     }
+    // Tasks marked schedule_early (and the communication-thread tasks feeding them) come
+    // before everything else ready in their phase (Note [Pacing ZeRO-2 reductions]).
+    for (int i = 0; i < n; ++i) {
+      if (!rank.tasks(i).schedule_early()) continue;
+      distance[i] = -1;
+      for (int p : previous[i]) {
+        if (rank.tasks(p).thread() != 0) distance[p] = -1;
+      }
+    }
     // Earliest phase, then nearest to communication, then lowest plan position (stable).
     auto key = [&](int i) {
       const proto::TaskProto& t = rank.tasks(i);

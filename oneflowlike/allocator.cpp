@@ -2,6 +2,7 @@
 
 #include <sys/mman.h>
 
+#include <algorithm>
 #include <cstdlib>
 
 #include "oneflowlike/common/error.h"
@@ -21,13 +22,20 @@ namespace {
 class CpuAllocator final : public Allocator {
  public:
   void* allocate(size_t bytes) override {
-    // Large blocks are 2 MiB aligned and asked to be backed by huge pages: first touches then
-    // fault 512x less often, which is most of the cost of a fresh large tensor.
+    // Large blocks are 2 MiB aligned and their whole 2 MiB pages asked to be backed by huge
+    // pages: first touches then fault 512x less often, which is most of the cost of a fresh
+    // large tensor. The tail past the last whole huge page stays on 4 KiB pages, so a block
+    // costs its bytes (rounded to 4 KiB), not a multiple of 2 MiB: the process's memory then
+    // follows the planned bytes (docs/benchmarks.md, "Planned memory per rank").
     constexpr size_t kHugePage = size_t{2} << 20;
-    const size_t align = bytes >= kHugePage ? kHugePage : 64;
-    const size_t rounded = (bytes + align - 1) / align * align;
-    void* p = std::aligned_alloc(align, rounded == 0 ? align : rounded);
-    if (p != nullptr && align == kHugePage) madvise(p, rounded, MADV_HUGEPAGE);
+    constexpr size_t kPage = size_t{4} << 10;
+    const bool huge = bytes >= kHugePage;
+    const size_t align = huge ? kHugePage : 64;
+    const size_t granule = huge ? kPage : 64;
+    const size_t rounded = std::max<size_t>((bytes + granule - 1) / granule * granule, granule);
+    void* p = nullptr;
+    if (posix_memalign(&p, align, rounded) != 0) p = nullptr;
+    if (p != nullptr && huge) madvise(p, rounded / kHugePage * kHugePage, MADV_HUGEPAGE);
     OFL_CHECK_CODE(p != nullptr, ErrorCode::kUnavailable,
                    "[cpu allocator] out of memory: could not allocate ", bytes, " bytes (",
                    live_bytes(), " bytes live).");

@@ -27,7 +27,12 @@
 
 #include "oneflowlike/ops/optimizer.h"
 
+#include <algorithm>
+#include <array>
+#include <map>
+#include <string>
 #include <utility>
+#include <vector>
 
 #include "compiler/passes/passes.h"
 #include "oneflowlike/ops/creation.h"
@@ -139,11 +144,63 @@ int in_variable_layout(Graph& graph, const Site& site, const std::string& base, 
   // ZeRO-2 (Note [ZeRO stages 1 and 2] in zero.cpp): the gradient goes to the shard.
   const auto shard = graph.zero_shards.find(u.var_op);
   if (graph.train.zero_stage == 2 && shard != graph.zero_shards.end()) {
-    return laid_out(graph, site, base + "/reduced", u.grad, shard->second);
+    const int reduced = laid_out(graph, site, base + "/reduced", u.grad, shard->second);
+    graph.zero_reductions.emplace(u.var_op, graph.tensor(reduced).producer);  // the first
+    return reduced;
   }
   if (var.output_sbp_hints.empty() || var.output_sbp_hints[0].empty()) return u.grad;
   const NdSbp layout = var.output_sbp_hints[0];  // a copy: laid_out appends an op
-  return laid_out(graph, site, base + "/reduced", u.grad, layout);
+  const int reduced = laid_out(graph, site, base + "/reduced", u.grad, layout);
+  if (graph.train.zero_stage >= 3) {  // reduce-scattered to the parameter's shard, as stage 2
+    graph.zero_reductions.emplace(u.var_op, graph.tensor(reduced).producer);
+  }
+  return reduced;
+}
+
+// Note [Pacing ZeRO-2 reductions]: a gradient's reduce-scatter can run as soon as the backward
+// op making it has run, but the op reading its shard sits wherever the topological order puts
+// it, which follows the backward first: after all of it. Memory planning bounds a collective by
+// its readers (Note [Collective windows] in physical/memory_planning.cpp), so every whole
+// gradient, and its reduction's working memory, would live until the backward ends, and stage 2
+// would save nothing over stage 1 (nor stage 3, which reduce-scatters its gradients the same
+// way). So the reader of gradient k's shard waits for the backward
+// op making gradient k + 1 (a control edge, same placement, backward order) and is placed as
+// soon as it may (LogicalOp::schedule_early): each reduction overlaps the backward ops up to
+// the next gradient, and about two gradients are whole at once, as DeepSpeed's stage 2
+// overlaps its buckets. (A control edge into a later backward op instead would block that op
+// and let the order run down the rest of the backward first, keeping activations alive.) Not
+// with gradient accumulation: the shards are read once per step, the backward runs once per
+// micro-batch.
+void pace_zero_reductions(Graph& graph, const std::map<int, int>& grad_producers) {
+  if (graph.zero_reductions.empty() || graph.train.gradient_accumulation_steps > 1) return;
+  const std::vector<int> order = graph.topological_order();
+  std::vector<int> position(graph.num_ops(), -1);
+  for (size_t i = 0; i < order.size(); ++i) position[order[i]] = static_cast<int>(i);
+  // Per placement: (position of the gradient's producer, that producer, the shard's reader).
+  std::map<std::string, std::vector<std::array<int, 3>>> by_placement;
+  for (const auto& [var_op, reader] : graph.zero_reductions) {
+    const auto producer = grad_producers.find(var_op);
+    if (producer == grad_producers.end() || producer->second < 0) continue;
+    const Placement& placement = graph.op(var_op).placement;
+    if (graph.op(producer->second).placement != placement) continue;
+    by_placement[placement.to_string()].push_back(
+        {position[producer->second], producer->second, reader});
+  }
+  for (auto& [key, list] : by_placement) {
+    std::sort(list.begin(), list.end());
+    for (size_t k = 0; k < list.size(); ++k) {
+      LogicalOp& reader = graph.op(list[k][2]);
+      reader.schedule_early = true;
+      // The next gradient's producer, later in the order than gradient k's, never reads the
+      // reader (which only the update and its layout ops follow): no cycle.
+      const size_t next = k + 1;
+      if (next >= list.size() || list[next][0] <= list[k][0]) continue;
+      std::vector<int>& control = reader.control_inputs;
+      if (std::find(control.begin(), control.end(), list[next][1]) == control.end()) {
+        control.push_back(list[next][1]);
+      }
+    }
+  }
 }
 
 // Note [Gradient buckets]: the gradients of replicated variables (B on every placement
@@ -420,9 +477,12 @@ class OptimizerPass final : public Pass {
   void run(Graph& graph, const CompileOptions&) override {
     const OptimizerConfig config = graph.train.optimizer;
     if (config.kind == OptimizerConfig::Kind::kNone) return;
-    std::vector<Update> updates;  // by variable op index: a deterministic order
+    std::vector<Update> updates;        // by variable op index: a deterministic order
+    std::map<int, int> grad_producers;  // variable op -> the backward op making its gradient
     for (const auto& [var_op, grad] : graph.variable_grads) {
-      if (graph.op(var_op).trainable) updates.push_back({var_op, grad});
+      if (!graph.op(var_op).trainable) continue;
+      updates.push_back({var_op, grad});
+      grad_producers[var_op] = graph.tensor(grad).producer;
     }
     if (updates.empty()) return;
     const DataType reduce = graph.train.grad_reduce_dtype;
@@ -492,6 +552,7 @@ class OptimizerPass final : public Pass {
       }
     }
     if (found >= 0) update_loss_scale(graph, found);
+    pace_zero_reductions(graph, grad_producers);
   }
 };
 

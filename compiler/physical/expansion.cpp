@@ -339,6 +339,13 @@ class Expander {
   // the task of each control input. The topological order expanded them first.
   void add_control_inputs(int i) {
     const LogicalOp& op = graph_.op(i);
+    if (op.schedule_early && op.kind == OpKind::kCompute) {
+      for (int64_t pid = 0; pid < static_cast<int64_t>(op_tasks_[i].size()); ++pid) {
+        if (builder_.kept(op.placement.rank(pid))) {
+          builder_.mutable_task(op_tasks_[i][pid]).set_schedule_early(true);
+        }
+      }
+    }
     for (int c : op.control_inputs) {
       const LogicalOp& before = graph_.op(c);
       OFL_CHECK_CODE(before.placement == op.placement, ErrorCode::kFailedPrecondition,

@@ -41,7 +41,18 @@ def main():
         x, y = data.batch(step, 16)
         graph(data.to_global(x, layout.placement(0), layout.data_sbp()),
               data.to_global(y, layout.placement(0), layout.data_sbp()))
+    # Model states at rank 0's planned peak against DeepSpeed's formulas in float32 (parameters
+    # 4 bytes, gradients 4, Adam's two moments 8, per parameter; N data-parallel ranks).
+    psi, n = 4 * model.num_parameters(), 2
+    textbook = {0: psi * (1 + 1 + 2), 1: psi * (1 + 1 + 2 / n), 2: psi * (1 + 1 / n + 2 / n),
+                3: psi * (1 + 1 + 2) / n}[a.zero]
+    kinds = next(r for r in graph.memory_report() if r["rank"] == 0)["by_kind"]
+    states = {k: kinds.get(k, 0) for k in ("parameters", "gradients", "optimizer state")}
     if flow.env.get_rank() == 0:
+        print(f"zero {a.zero}: model states at the planned peak "
+              + ", ".join(f"{k} {v / 2**20:.2f} MiB" for k, v in states.items())
+              + f", total {sum(states.values()) / 2**20:.2f} MiB; textbook {textbook / 2**20:.2f} "
+              f"MiB ({sum(states.values()) / textbook - 1:+.1%})", flush=True)
         print(f"zero {a.zero}: planned peak {graph.peak_bytes() / 2**20:.1f} MiB, RSS growth "
               f"{trainer.rss_mib() - rss0:.1f} MiB, allocator live {live0:.1f} -> "
               f"{flow._C.cpu_memory_live_bytes() / 2**20:.1f} MiB, eager graphs "

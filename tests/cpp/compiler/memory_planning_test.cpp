@@ -506,6 +506,34 @@ TEST(MemoryPlanning, CompiledGptPlansNeverShareMemoryBetweenLiveRegisters) {
   }
 }
 
+// The ZeRO stages lower each rank's planned peak in the textbook's order: optimizer state
+// sharded (1), then gradients reduce-scattered as the backward makes them (2: Note [Pacing
+// ZeRO-2 reductions], without which every whole gradient lived to the end of the backward and
+// stage 2 planned more than stage 1), then parameters (3). A GPT whose weights outweigh its
+// activations, DP2, AdamW.
+TEST(MemoryPlanning, ZeroStagesLowerThePlannedPeakInOrder) {
+  GptConfig config = testing::tiny_gpt_config(/*n_layer=*/4);
+  config.n_embd = 128;
+  config.vocab_size = 64;
+  std::vector<int64_t> peaks;
+  for (const int stage : {0, 1, 2, 3}) {
+    GraphBuilder b("gpt_zero");
+    const int loss = build_gpt(b, config, GptParallel{.dp = 2});
+    b.set_loss(loss);
+    b.fetch(loss);
+    b.train().optimizer.kind = OptimizerConfig::Kind::kAdamW;
+    b.train().zero_stage = stage;
+    const proto::PlanProto plan = compile_graph(std::move(b.graph()));
+    EXPECT_EQ(count_overlap_violations(plan), 0) << "stage " << stage;
+    peaks.push_back(plan.ranks(0).peak_bytes());
+  }
+  // Stage 3 below stage 1; at this size its gathered parameters (each gathered for its
+  // forward and again for its backward readers) keep it above stage 2.
+  EXPECT_GT(peaks[0], peaks[1]);
+  EXPECT_GT(peaks[1], peaks[2]);
+  EXPECT_GT(peaks[1], peaks[3]);
+}
+
 TEST(MemoryPlanning, ExceedingTheMemoryLimitNamesTheRankAndItsLargestRegisters) {
   TwoRankPlan p;
   try {
