@@ -22,10 +22,11 @@ import json
 import os
 import re
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
+
+from bench_gpt import run  # a command under a thread count, its stdout (noqa: E402)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 TRAIN = os.path.join(ROOT, "examples", "llama", "train.py")
@@ -33,20 +34,6 @@ PREPARE = os.path.join(ROOT, "examples", "common", "prepare_tokens.py")
 CORPUS = os.path.join(ROOT, "examples", "data", "kjv-genesis-deuteronomy.txt")
 MODEL = ["--n-layer", "8", "--n-embd", "512", "--n-head", "8", "--n-kv-head", "4",
          "--block-size", "256"]
-
-
-def env(threads):
-    e = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "OFL_")) and k not in
-         ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")}
-    e["OMP_NUM_THREADS"] = str(threads)
-    return e
-
-
-def run(command, threads):
-    out = subprocess.run(command, env=env(threads), capture_output=True, text=True, timeout=1800)
-    if out.returncode != 0:
-        raise RuntimeError(f"{' '.join(command)} failed:\n{out.stdout[-2000:]}{out.stderr[-2000:]}")
-    return out.stdout
 
 
 def load_train():

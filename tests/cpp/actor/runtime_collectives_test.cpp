@@ -89,6 +89,25 @@ std::vector<int64_t> collective_from_gpu(PlanBuilder& b, const std::vector<int>&
   return host;
 }
 
+// Members 0..n-1 of collective `c` over a `whole` tensor: member m reads INPUT x<m>, fed with
+// random values (seed + m), and the builder is set to `c`'s algorithm.
+void add_members(PlanBuilder& b, const Case& c, int n, const Shape& whole, int seed,
+                 std::vector<int>* members, std::vector<int64_t>* inputs,
+                 std::map<std::string, Tensor>* feed) {
+  const auto chunks = collective_chunks(whole, c.axis, n);
+  for (int m = 0; m < n; ++m) {
+    members->push_back(m);
+    // A gather's (or all-to-all's) member holds its chunk; a reduction's the whole partial sum.
+    Shape shape = whole;
+    if (c.op == Op::ALL_GATHER || c.op == Op::ALL_TO_ALL) {
+      shape = c.axis < 0 ? Shape{chunks[m][0].size()} : region_shape(chunks[m]);
+    }
+    inputs->push_back(b.input(m, str_cat("x", m), shape));
+    (*feed)[str_cat("x", m)] = random_tensor(shape, DataType::kFloat32, seed + m);
+  }
+  b.set_collective_algorithm(c.algorithm);
+}
+
 // One iteration of `plan` on real GPUs, every rank of it in this process (NCCL).
 std::map<std::string, Tensor> run_on_gpus(const proto::PlanProto& plan,
                                           const std::map<std::string, Tensor>& feed) {
@@ -117,17 +136,7 @@ void check_collective(int n, Case c, int piece_bytes, const Shape& whole = Shape
   std::vector<int> members;
   std::vector<int64_t> inputs;
   std::map<std::string, Tensor> feed;
-  for (int m = 0; m < n; ++m) {
-    members.push_back(m);
-    // A gather's (or all-to-all's) member holds its chunk; a reduction's the whole partial sum.
-    Shape shape = whole;
-    if (c.op == Op::ALL_GATHER || c.op == Op::ALL_TO_ALL) {
-      shape = c.axis < 0 ? Shape{chunks[m][0].size()} : region_shape(chunks[m]);
-    }
-    inputs.push_back(b.input(m, str_cat("x", m), shape));
-    feed[str_cat("x", m)] = random_tensor(shape, DataType::kFloat32, 100 + m);
-  }
-  b.set_collective_algorithm(c.algorithm);
+  add_members(b, c, n, whole, /*seed=*/100, &members, &inputs, &feed);
   if (where != Where::kHost) move_to_gpu(b, members, &inputs);
   std::vector<int64_t> outputs =
       b.collective(c.op, members, inputs, c.axis, "boxing", "test communicator", c.out_axis);
@@ -277,19 +286,11 @@ TEST(RuntimeCollectives, MembersWorkInTheScratchThePlanGivesThem) {
     SCOPED_TRACE(str_cat(collective_op_name(c.op), " axis ", c.axis, " by ",
                          collective_algorithm_name(c.algorithm)));
     constexpr int n = 2;
-    const auto chunks = collective_chunks(whole, c.axis, n);
     PlanBuilder b(n);
     std::vector<int> members;
     std::vector<int64_t> inputs;
     std::map<std::string, Tensor> feed;
-    for (int m = 0; m < n; ++m) {
-      members.push_back(m);
-      const Shape shape =
-          c.op == Op::ALL_GATHER || c.op == Op::ALL_TO_ALL ? region_shape(chunks[m]) : whole;
-      inputs.push_back(b.input(m, str_cat("x", m), shape));
-      feed[str_cat("x", m)] = random_tensor(shape, DataType::kFloat32, 300 + m);
-    }
-    b.set_collective_algorithm(c.algorithm);
+    add_members(b, c, n, whole, /*seed=*/300, &members, &inputs, &feed);
     const std::vector<int64_t> outputs =
         b.collective(c.op, members, inputs, c.axis, "boxing", "test communicator", c.out_axis);
     for (int m = 0; m < n; ++m) {

@@ -390,20 +390,31 @@ TEST(MemoryPlanning, RegistersThatLeaveTheChainGetTheirOwnAllocation) {
 // Note [Collective windows]: t0 -> g (gradient) -> all-reduce on thread 1 -> s -> t3, with t1,
 // t2 on the chain in between. g is read by the collective no later than t3 and s written no
 // earlier than t0: both share the block, with t1's and t2's registers placed around them.
+// t0 -> g (100 floats) -> all-reduce on thread 1 -> s (100 floats); t1 -> a (`a_numel`) -> t2 on
+// the chain meanwhile.
+struct Window {
+  int64_t t0, g, reduce, s, t1, a, t2;
+};
+Window all_reduce_beside_a_chain(HandPlan& h, int64_t a_numel) {
+  Window w;
+  w.t0 = h.compute(0, "t0");
+  w.g = h.output(w.t0, "g", 100);
+  w.reduce = h.task(0, proto::TaskProto::COLLECTIVE, "all_reduce", /*thread=*/1);
+  h.read(w.reduce, w.g);
+  w.s = h.output(w.reduce, "s", 100);
+  w.t1 = h.compute(0, "t1");
+  w.a = h.output(w.t1, "a", a_numel);
+  w.t2 = h.compute(0, "t2");
+  h.read(w.t2, w.a);
+  return w;
+}
+
 TEST(MemoryPlanning, CollectiveRegistersShareMemoryWithinTheirWindow) {
   HandPlan h;
-  const int64_t t0 = h.compute(0, "t0");
-  const int64_t g = h.output(t0, "g", 100);
-  const int64_t reduce = h.task(0, proto::TaskProto::COLLECTIVE, "all_reduce", /*thread=*/1);
-  h.read(reduce, g);
-  const int64_t s = h.output(reduce, "s", 100);
-  const int64_t t1 = h.compute(0, "t1");
-  const int64_t a = h.output(t1, "a", 50);
-  const int64_t t2 = h.compute(0, "t2");
-  h.read(t2, a);
-  const int64_t b = h.output(t2, "b", 50);
+  const Window w = all_reduce_beside_a_chain(h, 50);
+  const int64_t b = h.output(w.t2, "b", 50);
   const int64_t t3 = h.compute(0, "t3");
-  h.read(t3, s);
+  h.read(t3, w.s);
   h.read(t3, b);
   h.output(t3, "out", 10);
   // A collective whose output no chain task reads has no bound: its registers stay apart.
@@ -411,12 +422,11 @@ TEST(MemoryPlanning, CollectiveRegistersShareMemoryWithinTheirWindow) {
   h.read(lone, b);
   const int64_t unread = h.output(lone, "unread", 10);
   plan_memory(&h.plan);
-  EXPECT_GE(h.find_register(g)->memory_block(), 0);
-  EXPECT_GE(h.find_register(s)->memory_block(), 0);
+  EXPECT_GE(h.find_register(w.g)->memory_block(), 0);
+  EXPECT_GE(h.find_register(w.s)->memory_block(), 0);
   EXPECT_EQ(h.find_register(unread)->memory_block(), -1);
   EXPECT_EQ(h.find_register(b)->memory_block(), -1);  // read by the unbounded collective
   EXPECT_EQ(count_overlap_violations(h.plan), 0);
-  (void)a;
 }
 
 // Note [Collective scratch]: the bounded all-reduce's working memory takes block memory for its
@@ -424,15 +434,8 @@ TEST(MemoryPlanning, CollectiveRegistersShareMemoryWithinTheirWindow) {
 // the peak; planning it again gives the same plan.
 TEST(MemoryPlanning, CollectiveScratchLivesInTheBlockForTheCollectivesWindow) {
   HandPlan h;
-  const int64_t t0 = h.compute(0, "t0");
-  const int64_t g = h.output(t0, "g", 100);
-  const int64_t reduce = h.task(0, proto::TaskProto::COLLECTIVE, "all_reduce", /*thread=*/1);
-  h.read(reduce, g);
-  const int64_t s = h.output(reduce, "s", 100);
-  const int64_t t1 = h.compute(0, "t1");
-  const int64_t a = h.output(t1, "a", 300);
-  const int64_t t2 = h.compute(0, "t2");
-  h.read(t2, a);
+  const Window w = all_reduce_beside_a_chain(h, 300);
+  const int64_t reduce = w.reduce, s = w.s;
   const int64_t t3 = h.compute(0, "t3");
   h.read(t3, s);
   const int64_t t4 = h.compute(0, "t4");
@@ -467,9 +470,6 @@ TEST(MemoryPlanning, CollectiveScratchLivesInTheBlockForTheCollectivesWindow) {
   const proto::PlanProto once = h.plan;
   plan_memory(&h.plan);
   EXPECT_EQ(h.plan.SerializeAsString(), once.SerializeAsString());
-  (void)t1;
-  (void)t2;
-  (void)t3;
 }
 
 // The same independent check on whole compiled plans, where collectives (gradient reductions,
