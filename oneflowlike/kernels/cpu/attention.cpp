@@ -24,6 +24,7 @@
 #include "oneflowlike/common/parallel.h"
 #include "oneflowlike/half.h"
 #include "oneflowlike/kernels/cpu/gemm.h"
+#include "oneflowlike/kernels/cpu/vec_math.h"
 #include "oneflowlike/kernels/cpu/widened.h"
 #include "oneflowlike/op.h"
 
@@ -79,6 +80,22 @@ void scores(const HeadView<T>& hv, const AttentionDims& d, const AttentionParams
   }
 }
 
+// row[j] = exp(row[j] - shift), and 0 where row[j] is -inf (a hidden key), also when shift is
+// -inf (a row that sees no key). vec_math's exp and a bit-mask select for float, so GCC
+// vectorises the loop: <cmath>'s exp never is, and it was most of this kernel's time.
+inline void exp_shifted(float* row, int64_t n, float shift) {
+  constexpr float kHidden = -std::numeric_limits<float>::infinity();
+  for (int64_t j = 0; j < n; ++j) {
+    const float x = row[j];
+    row[j] = vec_math::detail::select(x == kHidden, 0.0f, vec_math::exp(x - shift));
+  }
+}
+inline void exp_shifted(double* row, int64_t n, double shift) {
+  for (int64_t j = 0; j < n; ++j) {
+    row[j] = row[j] == -std::numeric_limits<double>::infinity() ? 0.0 : std::exp(row[j] - shift);
+  }
+}
+
 // The key tiles a query tile ending (exclusive) at q_end reads: all, or under is_causal those
 // starting at or before its last query.
 int64_t keys_read(const AttentionDims& d, const AttentionParams& p, int64_t q_end) {
@@ -121,11 +138,9 @@ struct AttentionKernel {
               continue;
             }
             const T rescale = std::exp(m[i] - top);
+            exp_shifted(row, nk, top);
             T sum = 0;
-            for (int64_t j = 0; j < nk; ++j) {
-              row[j] = std::exp(row[j] - top);
-              sum += row[j];
-            }
+            for (int64_t j = 0; j < nk; ++j) sum += row[j];
             l[i] = l[i] * rescale + sum;
             m[i] = top;
             if (rescale != T(1)) {
@@ -179,7 +194,6 @@ struct AttentionGradKernel {
                    }
                  });
     const T scale = static_cast<T>(p.scale);
-    const T inf = std::numeric_limits<T>::infinity();
     parallel_for(d.batch * d.kv_heads, 1, [&](int64_t begin, int64_t end) {
       std::vector<T> s(kQueryTile * kKeyTile), dp(kQueryTile * kKeyTile);
       for (int64_t task = begin; task < end; ++task) {
@@ -199,11 +213,7 @@ struct AttentionGradKernel {
               const int64_t nq = std::min(kQueryTile, d.queries - q0);
               scores(hv, d, p, q0, nq, k0, nk, s.data());
               for (int64_t i = 0; i < nq; ++i) {
-                const T row_lse = lse[bh * d.queries + q0 + i];
-                T* row = s.data() + i * nk;
-                for (int64_t j = 0; j < nk; ++j) {
-                  row[j] = row[j] == -inf ? T(0) : std::exp(row[j] - row_lse);
-                }
+                exp_shifted(s.data() + i * nk, nk, lse[bh * d.queries + q0 + i]);
               }
               // dv += p^T dout; dp = dout v^T.
               gemm<T>(true, false, nk, d.value_dim, nq, T(1), s.data(), nk,
