@@ -217,14 +217,23 @@ class ZerosActor final : public TaskActor {
 // between a rank's host and GPU memory (Note [Devices in a plan]). A copy to or from a GPU
 // returns once it is done, so it holds the actor thread for its duration: pinned staging
 // buffers and copies gated by events like the kernels are the next step.
+// A COPY marked a view (Note [Slice views]) hands out the input piece under the output's shape
+// and keeps it until the consumers are done, as a SLICE view does.
 class CopyActor final : public TaskActor {
  public:
-  using TaskActor::TaskActor;
+  CopyActor(const PlanIndex& index, int task, int priority)
+      : TaskActor(index, task, priority), view_(info_.proto.view()) {}
 
  private:
   Work work(ActorHost&, std::vector<Tensor> inputs, std::vector<Tensor> outputs) override {
-    return [in = inputs[0], out = outputs[0]] { out.copy_from(in); };
+    if (!view_) return [in = inputs[0], out = outputs[0]] { out.copy_from(in); };
+    OutputRegister& out = this->outputs()[0];
+    const PlanIndex::RegisterInfo& reg = index_.reg(info_.outputs[0]);
+    out.slots[out.next_slot] = view_of_bytes(inputs[0], 0, reg.shape, reg.dtype);
+    return nullptr;
   }
+  bool keeps_inputs_until_output_acked() const override { return view_; }
+  bool view_;
 };
 
 // Rows [k * r0, (k + 1) * r0) of the whole batch for micro-batch k.

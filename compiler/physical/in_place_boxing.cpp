@@ -62,16 +62,21 @@ bool same_rate(const proto::RegisterProto& reg, const proto::TaskProto& task,
 }
 
 bool is_view(const proto::TaskProto& task, const RankView& rank) {
-  if (task.kind() != proto::TaskProto::SLICE || task.inputs_size() != 1 ||
-      task.outputs_size() != 1) {
-    return false;
-  }
+  const bool slice = task.kind() == proto::TaskProto::SLICE;
+  // A host COPY (a reshape's, or a boxing copy) is the input's bytes under another shape.
+  const bool copy =
+      task.kind() == proto::TaskProto::COPY && task.device() == proto::PLAN_DEVICE_CPU;
+  if ((!slice && !copy) || task.inputs_size() != 1 || task.outputs_size() != 1) return false;
   const proto::RegisterProto* input = rank.reg(task.inputs(0));
   const proto::RegisterProto* output = rank.reg(task.outputs(0));
   if (input == nullptr || output == nullptr) return false;
   const Shape shape = from_proto(input->shape());
-  if (task.slice_size() != shape.ndim() ||
-      !contiguous_offset(shape, ranges_from_proto(task.slice(), 0, shape.ndim()))) {
+  if (slice && (task.slice_size() != shape.ndim() ||
+                !contiguous_offset(shape, ranges_from_proto(task.slice(), 0, shape.ndim())))) {
+    return false;
+  }
+  if (copy && (input->dtype() != output->dtype() || input->device() != output->device() ||
+               shape.numel() != from_proto(output->shape()).numel())) {
     return false;
   }
   // The input may be read by others at any rate; the view's own neighbours must match it.

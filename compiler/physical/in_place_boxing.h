@@ -11,6 +11,9 @@
 // (as a SEND keeps its input until the RECV has read it), its register gets no memory, and
 // memory planning keeps the input's register alive until the view's last consumer.
 //
+// A host COPY (a reshape's memcpy, a boxing copy) is the same: its output is the input's bytes
+// under the output's shape, made a view on the same conditions.
+//
 // A slice stays a copy when sharing could change what someone reads:
 //  - the input is persistent (a variable, updated in place by the optimizer) or some consumer of
 //    it writes it in place: the view would see the write;
