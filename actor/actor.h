@@ -58,11 +58,7 @@ class ActorHost {
   virtual DeviceCollectives* device_collectives() { return nullptr; }
   /// Memory block `id` of `rank` as the plan laid it out (Note [Collective scratch] in
   /// oneflowlike/collective.h); undefined when this host has none.
-  virtual Tensor memory_block(int64_t rank, int64_t id) const {
-    (void)rank;
-    (void)id;
-    return Tensor();
-  }
+  virtual Tensor memory_block(int64_t /*rank*/, int64_t /*id*/) const { return Tensor(); }
 };
 
 /// One input register of an actor, with the pieces its producer announced and not yet acked.

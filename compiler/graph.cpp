@@ -129,30 +129,10 @@ std::vector<int> Graph::topological_order() const {
   for (int i = 0; i < num_ops(); ++i) {
     for (int c : ops_[i].control_inputs) control_next[c].push_back(i);
   }
-  // Ops placed as soon as they are ready: those marked schedule_early and the boxing ops
-  // feeding them (boxing passes put boxing between an op and its inputs).
-  std::vector<char> early(ops_.size(), 0);
-  for (int i = 0; i < num_ops(); ++i) {
-    if (!ops_[i].schedule_early) continue;
-    std::vector<int> pending_ops{i};
-    while (!pending_ops.empty()) {
-      const int at = pending_ops.back();
-      pending_ops.pop_back();
-      if (early[at]) continue;
-      early[at] = 1;
-      for (int t : ops_[at].inputs) {
-        const int p = tensors_[t].producer;
-        if (p >= 0 && ops_[p].kind == OpKind::kBoxing) pending_ops.push_back(p);
-      }
-    }
-  }
-  // A stack: the smallest index on top, so the order follows one branch depth first; ops
-  // placed early go on top of it.
   std::vector<int> order, ready;
   for (int i = num_ops() - 1; i >= 0; --i) {
     if (pending[i] == 0) ready.push_back(i);
   }
-  std::vector<int> now;
   while (!ready.empty()) {
     const int i = ready.back();
     ready.pop_back();
@@ -160,16 +140,9 @@ std::vector<int> Graph::topological_order() const {
     std::set<int> next;
     for (int t : ops_[i].outputs) next.insert(cons[t].begin(), cons[t].end());
     next.insert(control_next[i].begin(), control_next[i].end());
-    now.clear();
     for (auto it = next.rbegin(); it != next.rend(); ++it) {
-      if (--pending[*it] > 0) continue;
-      if (early[*it]) {
-        now.push_back(*it);
-      } else {
-        ready.push_back(*it);
-      }
+      if (--pending[*it] == 0) ready.push_back(*it);
     }
-    ready.insert(ready.end(), now.begin(), now.end());
   }
   if (order.size() != ops_.size()) {
     std::string cycle;

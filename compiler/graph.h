@@ -88,9 +88,9 @@ struct LogicalOp {
   /// two ops' tasks on each rank. Graph::topological_order honours them; passes that renumber
   /// or replace ops map them.
   std::vector<int> control_inputs;
-  /// Graph::topological_order places this op, and the boxing ops feeding it, as soon as they
-  /// are ready instead of after the branch it is working down (Note [Pacing ZeRO-2
-  /// reductions] in passes/optimizer.cpp).
+  /// Each rank's task order lists this op's tasks, and the communication tasks feeding them,
+  /// as soon as they are ready (TaskProto.schedule_early; Note [Pacing ZeRO-2 reductions] in
+  /// passes/optimizer.cpp).
   bool schedule_early = false;
 
   /// "[op 'fc1.matmul' (matmul) at model.py:12]" for error messages.
@@ -183,7 +183,7 @@ class Graph {
   /// index -> the sharded layout of its optimizer state and update (filled by the zero pass,
   /// read by the optimizer pass; the variable itself stays replicated).
   std::map<int, NdSbp> zero_shards;
-  /// ZeRO-2 and 3: trainable variable op index -> the op that first reads its reduce-scattered
+  /// ZeRO-2: trainable variable op index -> the op that first reads its reduce-scattered
   /// gradient (filled and paced by the optimizer pass, Note [Pacing ZeRO-2 reductions]).
   std::map<int, int> zero_reductions;
   /// Note [Input gradients] in passes/autograd.cpp: the name of each input op marked trainable

@@ -36,8 +36,10 @@ class BoxingInsertionPass final : public Pass {
         const NdSbp to = graph.op(i).signature.inputs[k];
         const LogicalOp& producer = graph.op(graph.tensor(t).producer);
         if (producer.placement == to_placement && graph.tensor(t).sbp == to) continue;
-        const bool regather = graph.train.zero_stage >= 3 && producer.kind == OpKind::kVariable &&
-                              graph.op(i).role == OpRole::kBackward;
+        // Read now: insert() below grows the graph's ops, which moves `producer`.
+        const bool from_variable = producer.kind == OpKind::kVariable;
+        const bool regather =
+            graph.train.zero_stage >= 3 && from_variable && graph.op(i).role == OpRole::kBackward;
         const auto key =
             std::make_tuple(t, to_placement.to_string(), nd_sbp_to_string(to), regather);
         auto it = boxed.find(key);
@@ -49,7 +51,7 @@ class BoxingInsertionPass final : public Pass {
             const std::vector<int> control = graph.op(i).control_inputs;  // a copy
             for (int c : control) graph.op(graph.tensor(out).producer).control_inputs.push_back(c);
           }
-          if (graph.train.zero_stage >= 3 && producer.kind == OpKind::kVariable) {
+          if (graph.train.zero_stage >= 3 && from_variable) {
             wait_for_reader_input(graph, graph.tensor(out).producer, i, t);
           }
           it = boxed.emplace(key, out).first;

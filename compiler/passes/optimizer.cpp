@@ -150,11 +150,7 @@ int in_variable_layout(Graph& graph, const Site& site, const std::string& base, 
   }
   if (var.output_sbp_hints.empty() || var.output_sbp_hints[0].empty()) return u.grad;
   const NdSbp layout = var.output_sbp_hints[0];  // a copy: laid_out appends an op
-  const int reduced = laid_out(graph, site, base + "/reduced", u.grad, layout);
-  if (graph.train.zero_stage >= 3) {  // reduce-scattered to the parameter's shard, as stage 2
-    graph.zero_reductions.emplace(u.var_op, graph.tensor(reduced).producer);
-  }
-  return reduced;
+  return laid_out(graph, site, base + "/reduced", u.grad, layout);
 }
 
 // Note [Pacing ZeRO-2 reductions]: a gradient's reduce-scatter can run as soon as the backward
@@ -162,15 +158,15 @@ int in_variable_layout(Graph& graph, const Site& site, const std::string& base, 
 // it, which follows the backward first: after all of it. Memory planning bounds a collective by
 // its readers (Note [Collective windows] in physical/memory_planning.cpp), so every whole
 // gradient, and its reduction's working memory, would live until the backward ends, and stage 2
-// would save nothing over stage 1 (nor stage 3, which reduce-scatters its gradients the same
-// way). So the reader of gradient k's shard waits for the backward
-// op making gradient k + 1 (a control edge, same placement, backward order) and is placed as
-// soon as it may (LogicalOp::schedule_early): each reduction overlaps the backward ops up to
-// the next gradient, and about two gradients are whole at once, as DeepSpeed's stage 2
-// overlaps its buckets. (A control edge into a later backward op instead would block that op
-// and let the order run down the rest of the backward first, keeping activations alive.) Not
-// with gradient accumulation: the shards are read once per step, the backward runs once per
-// micro-batch.
+// would save nothing over stage 1. So the reader of gradient k's shard waits for the backward
+// op making gradient k + 1 (a control edge, same placement, backward order) and each rank's
+// task order lists it as soon as it may (LogicalOp::schedule_early, sort_rank_tasks in
+// compile.cpp): each reduction overlaps the backward ops up to the next gradient, and about two
+// gradients are whole at once, as DeepSpeed's stage 2 overlaps its buckets. (A control edge
+// into a later backward op instead would block that op and let the order run down the rest of
+// the backward first, keeping activations alive.) Stage 3 is not paced: doing the same there
+// changed no planned peak measured (its peaks lie at the gathers). Not with gradient
+// accumulation: the shards are read once per step, the backward runs once per micro-batch.
 void pace_zero_reductions(Graph& graph, const std::map<int, int>& grad_producers) {
   if (graph.zero_reductions.empty() || graph.train.gradient_accumulation_steps > 1) return;
   const std::vector<int> order = graph.topological_order();

@@ -65,11 +65,9 @@ RankMemoryReport report_rank(const proto::RankPlanProto& rank_plan,
   const IdIndex registers(ids);
 
   // The chain: thread-0 tasks in plan order (memory planning's order).
-  std::vector<int64_t> chain_index(rank_plan.tasks_size(), -1);
   std::vector<int> chain;  // task positions
   for (int i = 0; i < rank_plan.tasks_size(); ++i) {
     if (rank_plan.tasks(i).thread() != 0) continue;
-    chain_index[i] = static_cast<int64_t>(chain.size());
     chain.push_back(i);
     out.workspace += workspace_of(rank_plan.tasks(i), registers, rank_plan);
   }

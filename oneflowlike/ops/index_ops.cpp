@@ -128,10 +128,18 @@ void check_select_index(const InferContext& ctx, int i) {
             "] index must be 1-d (or 0-d). However, got ", ctx.describe_inputs(), ".");
 }
 
+// A 0-d x has one entry to select: its index must have one element, as in torch.
+void check_scalar_select(const InferContext& ctx, const Shape& x, int i) {
+  OFL_CHECK(x.ndim() > 0 || ctx.shape(i).numel() == 1, "[", ctx.op_name(),
+            "] index into a 0-d x must have exactly 1 element. However, got ",
+            ctx.describe_inputs(), ".");
+}
+
 // x (..., V, ...), index (n) -> (..., n, ...).
 std::vector<TensorMeta> infer_index_select(const InferContext& ctx) {
   const int dim = index_dim(ctx);
   check_select_index(ctx, 1);
+  check_scalar_select(ctx, ctx.shape(0), 1);
   std::vector<int64_t> dims = ctx.shape(0).dims();
   if (!dims.empty()) dims[dim] = ctx.shape(1).numel();
   return {TensorMeta{Shape(std::move(dims)), ctx.dtype(0)}};
@@ -164,6 +172,7 @@ std::vector<TensorMeta> infer_index_select_grad(const InferContext& ctx) {
   const int dim = grad_dim(ctx);
   check_floating(ctx, 0);
   check_select_index(ctx, 1);
+  check_scalar_select(ctx, p.input_shape, 1);
   std::vector<int64_t> expected = p.input_shape.dims();
   if (!expected.empty()) expected[dim] = ctx.shape(1).numel();
   OFL_CHECK(ctx.shape(0) == Shape(expected), "[index_select_grad] dy must be shaped ",

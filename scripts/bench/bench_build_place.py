@@ -13,26 +13,17 @@ checked against the one-device initialisation with --check (small models).
 
 import argparse
 import os
-import resource
 import sys
 import time
 
 _ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-sys.path[:0] = [os.path.join(_ROOT, "examples", "gpt")]
+sys.path[:0] = [os.path.join(_ROOT, "examples", "gpt"), os.path.join(_ROOT, "examples")]
 
 import numpy as np  # noqa: E402
 
 import oneflowlike as flow  # noqa: E402
+from common.trainer import peak_rss_mib, rss_mib  # noqa: E402
 from model import GPT, GPTConfig  # noqa: E402
-
-
-def rss_mib():
-    with open("/proc/self/statm") as f:
-        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
-
-
-def peak_rss_mib():
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
 def main():

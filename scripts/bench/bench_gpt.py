@@ -78,7 +78,7 @@ def part_torch(args):
     if distributed:
         model = torch.nn.parallel.DistributedDataParallel(model)
     opt = torch.optim.AdamW(model.parameters(), lr=targs.lr, betas=(0.9, 0.95),
-                            weight_decay=targs.weight_decay)
+                            weight_decay=targs.weight_decay, fused=True)
     data = train.ByteData(targs.data, targs.block_size, targs.seed)
     times = []
     rank = int(os.environ.get("RANK", 0))

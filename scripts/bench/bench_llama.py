@@ -5,7 +5,7 @@
 One process at 1 and 2 threads, float32 and bfloat16: our nn.Graph step
 (examples/llama/train.py, --dtype bfloat16 is nn.Graph's enable_amp) against the PyTorch twin
 (examples/llama/llama_torch.py: nn.RMSNorm, F.silu, F.scaled_dot_product_attention with
-enable_gqa, AdamW over the same two groups, clipping) eager, under torch.autocast("cpu",
+enable_gqa, fused AdamW over the same two groups, clipping) eager, under torch.autocast("cpu",
 bfloat16) for bf16, and with --compile also torch.compile'd. About 25M parameters by default
 (8 layers, 512 channels, 8 query and 4 key/value heads, block 256).
 
@@ -54,15 +54,16 @@ def part_torch(args):
     torch.set_num_threads(args.threads)
     targs = train.parse(MODEL + ["--batch-size", str(args.batch_size), "--steps",
                                  str(args.steps)])
-    ours = train.Llama(train.config_of(targs))  # for the parameter names of the two groups
-    skip = train.trainer.no_decay_names(ours)
+    with train.flow.device("meta"):  # shapes only: the parameter names of the two groups
+        skip = train.trainer.no_decay_names(train.Llama(train.config_of(targs)))
     torch.manual_seed(0)
     model = torch_llama(train.config_of(targs))
     named = list(model.named_parameters())
     groups = [{"params": [p for n, p in named if n not in skip]},
               {"params": [p for n, p in named if n in skip], "weight_decay": 0.0}]
+    # fused=True: torch's single-kernel AdamW, which it runs on the CPU too.
     opt = torch.optim.AdamW(groups, lr=targs.lr, betas=(0.9, 0.95),
-                            weight_decay=targs.weight_decay)
+                            weight_decay=targs.weight_decay, fused=True)
     step_fn = model
     if args.compile:
         step_fn = torch.compile(model)

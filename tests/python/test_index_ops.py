@@ -104,6 +104,12 @@ def test_bad_shapes_dims_and_dtypes_raise_naming_op_and_tensors():
         flow.index_select(x, 2, flow.tensor([0]))
     with pytest.raises(TypeError, match=r"\[index_select\] index must be int32 or int64"):
         flow.index_select(x, 0, flow.tensor([0.0]))
+    with pytest.raises(ValueError, match=r"\[index_select\] index into a 0-d x must have "
+                       r"exactly 1 element"):
+        flow.index_select(flow.tensor(5.0), 0, flow.tensor([0, 0]))
+    with pytest.raises(ValueError, match=r"\[index_select\] index into a 0-d x must have "
+                       r"exactly 1 element"):
+        flow.index_select(flow.tensor(5.0), 0, flow.tensor([], dtype=flow.int64))
     with pytest.raises(ValueError, match=r"\[index_select\] index must be 1-d"):
         flow.index_select(x, 0, flow.tensor([[0]]))
     with pytest.raises(NotImplementedError, match="sparse_grad"):

@@ -55,10 +55,6 @@ struct Lines {
   }
 };
 
-int64_t grain_for(int64_t per_item) {
-  return std::max<int64_t>(1, kParallelGrain / std::max<int64_t>(per_item, 1));
-}
-
 const char* const kDimBound = "x.shape[dim]";
 
 template <class T, class I>
@@ -70,7 +66,7 @@ void gather(const KernelContext& ctx) {
   check_slice_indices("gather", kDimBound, idx, index.numel(), x.ndim() == 0 ? 1 : x.shape()[dim]);
   const T* src = x.data<T>();
   T* out = ctx.out(0).data<T>();
-  parallel_for(lines.count, grain_for(lines.length), [&](int64_t begin, int64_t end) {
+  parallel_for(lines.count, items_per_grain(lines.length), [&](int64_t begin, int64_t end) {
     for (int64_t l = begin; l < end; ++l) {
       int64_t ib = 0, xb = 0;
       lines.bases(l, &ib, &xb);
@@ -94,7 +90,7 @@ void gather_grad(const KernelContext& ctx) {
   const T* g = dy.data<T>();
   T* out = dx.data<T>();
   std::fill(out, out + dx.numel(), T(0));
-  parallel_for(lines.count, grain_for(lines.length), [&](int64_t begin, int64_t end) {
+  parallel_for(lines.count, items_per_grain(lines.length), [&](int64_t begin, int64_t end) {
     for (int64_t l = begin; l < end; ++l) {
       int64_t ib = 0, xb = 0;
       lines.bases(l, &ib, &xb);

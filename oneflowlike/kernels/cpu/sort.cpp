@@ -39,10 +39,6 @@ AxisExtents view_of(const Tensor& x, int64_t dim, const char* op) {
   return axis_extents(x.shape(), normalize_axis(dim, x.ndim(), op));
 }
 
-int64_t grain_for(int64_t per_line) {
-  return std::max<int64_t>(1, kParallelGrain / std::max<int64_t>(per_line, 1));
-}
-
 // values and indices of the maximum (kMax) or minimum of each line; NaN wins, then the first.
 template <class T, bool kMax>
 void dim_reduce(const KernelContext& ctx) {
@@ -51,7 +47,7 @@ void dim_reduce(const KernelContext& ctx) {
   const T* src = x.data<T>();
   T* values = ctx.out(0).data<T>();
   int64_t* indices = ctx.out(1).data<int64_t>();
-  parallel_for(v.outer * v.inner, grain_for(v.extent), [&](int64_t begin, int64_t end) {
+  parallel_for(v.outer * v.inner, items_per_grain(v.extent), [&](int64_t begin, int64_t end) {
     for (int64_t line = begin; line < end; ++line) {
       const int64_t o = line / v.inner, i = line % v.inner;
       const T* p = src + o * v.extent * v.inner + i;
@@ -90,7 +86,7 @@ void order_lines(const KernelContext& ctx, int64_t dim, int64_t k, bool descendi
   T* values = ctx.out(0).data<T>();
   int64_t* indices = ctx.out(1).data<int64_t>();
   if (k == 0) return;
-  parallel_for(v.outer * v.inner, grain_for(v.extent * 8), [&](int64_t begin, int64_t end) {
+  parallel_for(v.outer * v.inner, items_per_grain(v.extent * 8), [&](int64_t begin, int64_t end) {
     std::vector<int64_t> order(v.extent);
     for (int64_t line = begin; line < end; ++line) {
       const int64_t o = line / v.inner, i = line % v.inner;

@@ -991,8 +991,8 @@ class Graph:
         (_memory_alternatives)."""
         limit = self.config.memory_limit
         whole = tracer.compile([])
-        # The planned peak plus the kernel workspace compute actors keep (Note [Memory report]).
-        peaks = {r["rank"]: r["planned_peak"] + r["workspace"] for r in whole.memory_report()}
+        reports = whole.memory_report()
+        peaks = _needed_bytes(reports)
         over = {r: p for r, p in sorted(peaks.items()) if p > limit}
         if not over:
             return
@@ -1000,12 +1000,12 @@ class Graph:
         lines = [f"[nn.Graph] every rank must fit the memory limit of {format_bytes(limit)} "
                  f"({limit} bytes). However, rank {r} plans a peak of {format_bytes(p)}"
                  for r, p in over.items()]
-        report = next(r for r in whole.memory_report() if r["rank"] == worst)
+        report = next(r for r in reports if r["rank"] == worst)
         kinds = sorted(report["by_kind"].items(), key=lambda kv: -kv[1])
         text = ";\n".join(lines) + f".\nRank {worst} at its peak ('{report['peak_task']}'): " + \
             ", ".join(f"{k} {format_bytes(b)}" for k, b in kinds if b) + \
             f"; its largest tensors: {whole.largest_registers(worst, 3)}."
-        fits = self._memory_alternatives(tracer, max(whole.peak_bytes().values()))
+        fits = self._memory_alternatives(tracer, max(peaks.values()))
         if fits:
             text += "\nChanges that give a smaller peak (recompiled):\n" + "\n".join(
                 f"  - {what}: peak {format_bytes(peak)} on the largest rank"
@@ -1016,9 +1016,9 @@ class Graph:
         raise MemoryError(text)
 
     def _memory_alternatives(self, tracer, now):
-        """(change, worst planned peak) for higher ZeRO stages, more micro-batches and
-        activation checkpointing of the repeated blocks that lower ``now`` (the worst planned
-        peak as traced), each recompiled from the same trace; the trace's settings are
+        """(change, worst need) for higher ZeRO stages, more micro-batches and activation
+        checkpointing of the repeated blocks that lower ``now`` (the worst rank's need as
+        traced: _needed_bytes), each recompiled from the same trace; the trace's settings are
         restored afterwards."""
         out = []
         cfg = self.config
@@ -1042,7 +1042,8 @@ class Graph:
         for what, apply, restore, checkpoint_ranges in variants:
             apply()
             try:
-                peak = max(tracer.compile([], checkpoint_ranges).peak_bytes().values())
+                plan = tracer.compile([], checkpoint_ranges)
+                peak = max(_needed_bytes(plan.memory_report()).values())
                 if peak < now:  # only what lowers the peak is a remedy
                     out.append((what, peak))
             except Exception:  # noqa: BLE001 (a variant that does not compile is no remedy)
@@ -1093,6 +1094,13 @@ class Graph:
 
     def __repr__(self):
         return f"{type(self).__name__}(compiled={self._compiled}, modules={list(self._modules)})"
+
+
+def _needed_bytes(reports):
+    """Each rank's memory need by its memory report: the planned peak plus the kernel workspace
+    its compute actors keep (Note [Memory report]); what the limit, the baseline and every
+    recompiled alternative of Note [Memory limit] are measured by."""
+    return {r["rank"]: r["planned_peak"] + r["workspace"] for r in reports}
 
 
 def _trains(value, trained):
