@@ -89,7 +89,7 @@ class InputActor final : public TaskActor {
     const Tensor* piece = host.input_piece(info_.proto.logical_op(), rank());
     if (piece != nullptr) {
       return [piece, out = outputs[0]] {
-        copy_region(*piece, whole(piece->shape()), out, whole(out.shape()));
+        copy_region(*piece, whole_region(piece->shape()), out, whole_region(out.shape()));
       };
     }
     return [&index = index_, task = task(), fed = &host.inputs(), out = outputs[0]] {
@@ -153,7 +153,7 @@ class SliceActor final : public TaskActor {
   Work work(ActorHost&, std::vector<Tensor> inputs, std::vector<Tensor> outputs) override {
     if (!view_) {
       return [&region = info_.regions[0], in = inputs[0], out = outputs[0]] {
-        copy_region(in, region, out, whole(out.shape()));
+        copy_region(in, region, out, whole_region(out.shape()));
       };
     }
     OutputRegister& out = this->outputs()[0];
@@ -193,7 +193,7 @@ class ConcatActor final : public TaskActor {
         [&regions = info_.regions, tiles = tiles_, inputs = std::move(inputs), out = outputs[0]] {
           if (!tiles) fill(out, 0.0);  // the regions leave parts of the output out
           for (size_t i = 0; i < inputs.size(); ++i) {
-            copy_region(inputs[i], whole(inputs[i].shape()), out, regions[i]);
+            copy_region(inputs[i], whole_region(inputs[i].shape()), out, regions[i]);
           }
         };
   }
@@ -261,7 +261,7 @@ class AccumulateActor final : public TaskActor {
       if (first) {
         std::memcpy(out.raw_data(), in.raw_data(), out.nbytes());
       } else {
-        add_region(in, whole(in.shape()), out, whole(in.shape()));
+        add_region(in, whole_region(in.shape()), out, whole_region(in.shape()));
       }
     };
   }
@@ -373,38 +373,30 @@ class RecvActor final : public TaskActor {
 class CollectiveActor final : public TaskActor {
  public:
   CollectiveActor(const PlanIndex& index, int task, int priority)
-      : TaskActor(index, task, priority) {
-    const proto::CollectiveProto& c = info_.proto.collective();
-    spec_.op = c.op();
-    spec_.members.assign(c.members().begin(), c.members().end());
-    spec_.member =
-        std::find(spec_.members.begin(), spec_.members.end(), rank()) - spec_.members.begin();
-    spec_.collective_id = c.collective_id();
-    spec_.axis = c.axis();
-    spec_.out_axis = c.out_axis();
-    spec_.algorithm = c.algorithm();
-    spec_.name = name();
-  }
+      : TaskActor(index, task, priority),
+        spec_(collective_spec(info_.proto.collective(), rank(), name())) {}
 
  private:
   Work work(ActorHost& host, std::vector<Tensor> inputs, std::vector<Tensor> outputs) override {
     const proto::CollectiveProto& c = info_.proto.collective();
+    // A broadcast's members other than the root read nothing.
+    Tensor input = inputs.empty() ? Tensor() : std::move(inputs[0]);
     if (!scratch_placed_) {  // Note [Collective scratch]: the plan's memory, once
       scratch_placed_ = true;
       if (c.scratch_in_block()) {
-        place_scratch(c, host.memory_block(rank(), c.scratch_block()), inputs[0].shape(),
-                      outputs[0].shape(), outputs[0].dtype(), &scratch_);
+        place_scratch(c, spec_.member, host.memory_block(rank(), c.scratch_block()),
+                      input.defined() ? input.shape() : Shape{}, outputs[0].shape(),
+                      outputs[0].dtype(), &scratch_);
       }
     }
     if (info_.proto.device() == proto::PLAN_DEVICE_CUDA) {
       DeviceCollectives* device = host.device_collectives();
       OFL_ASSERT(device != nullptr) << name() << ": the runtime made no GPU communicators";
-      return CollectiveWork{device->make_job(host.transport(), spec_, rank(),
-                                             info_.proto.collective().control_id(),
-                                             std::move(inputs[0]), outputs[0], &scratch_)};
+      return CollectiveWork{device->make_job(host.transport(), spec_, rank(), c.control_id(),
+                                             std::move(input), outputs[0], &scratch_)};
     }
     return CollectiveWork{
-        make_collective_job(host.transport(), spec_, std::move(inputs[0]), outputs[0], &scratch_)};
+        make_collective_job(host.transport(), spec_, std::move(input), outputs[0], &scratch_)};
   }
   CollectiveSpec spec_;
   CollectiveScratch scratch_;  // its acts run one at a time

@@ -14,6 +14,7 @@
 #include "actor/pieces.h"
 #include "oneflowlike/collective.h"
 #include "oneflowlike/common/error.h"
+#include "oneflowlike/proto_convert.h"
 
 namespace ofl::actor {
 
@@ -39,11 +40,11 @@ int64_t configured_piece_bytes() {
   return v > 0 ? v : 0;
 }
 
-void place_scratch(const proto::CollectiveProto& collective, const Tensor& block,
+void place_scratch(const proto::CollectiveProto& collective, int64_t member, const Tensor& block,
                    const Shape& input, const Shape& output, DataType dtype,
                    CollectiveScratch* scratch) {
   const CollectiveScratchLayout layout =
-      collective_scratch(collective, input, output, dtype, configured_piece_bytes());
+      collective_scratch(collective, member, input, output, dtype, configured_piece_bytes());
   if (!collective.scratch_in_block() || !block.defined() ||
       layout.bytes() > collective.scratch_bytes()) {
     return;  // larger pieces than planned (OFL_COLLECTIVE_PIECE_BYTES): the jobs allocate
@@ -56,6 +57,46 @@ void place_scratch(const proto::CollectiveProto& collective, const Tensor& block
   part(&scratch->packed_input, 0, layout.packed_input);
   part(&scratch->packed_whole, layout.packed_whole_offset(), layout.packed_whole);
   part(&scratch->received, layout.received_offset(), layout.received);
+}
+
+proto::CollectiveProto collective_proto(const CollectiveSpec& spec) {
+  proto::CollectiveProto c;
+  c.set_op(spec.op);
+  for (int64_t r : spec.members) c.add_members(r);
+  c.set_collective_id(spec.collective_id);
+  c.set_axis(spec.axis);
+  c.set_out_axis(spec.out_axis);
+  c.set_algorithm(spec.algorithm);
+  c.set_root(spec.root);
+  auto blocks = [](const std::vector<CollectiveBlock>& list, auto* out) {
+    for (const CollectiveBlock& b : list) {
+      proto::CollectiveBlockProto* p = out->Add();
+      p->set_member(b.member);
+      add_ranges(b.region, p->mutable_region());
+    }
+  };
+  blocks(spec.sends, c.mutable_sends());
+  blocks(spec.receives, c.mutable_receives());
+  return c;
+}
+
+CollectiveSpec collective_spec(const proto::CollectiveProto& c, int64_t rank, std::string name) {
+  CollectiveSpec spec;
+  spec.op = c.op();
+  spec.members.assign(c.members().begin(), c.members().end());
+  spec.member = std::find(spec.members.begin(), spec.members.end(), rank) - spec.members.begin();
+  spec.collective_id = c.collective_id();
+  spec.axis = c.axis();
+  spec.out_axis = c.out_axis();
+  spec.algorithm = c.algorithm();
+  spec.root = c.root();
+  if (c.op() == Op::SEND_RECV) {
+    CollectiveBlocks blocks = collective_blocks(c, spec.member, Shape{}, Shape{});
+    spec.sends = std::move(blocks.sends);
+    spec.receives = std::move(blocks.receives);
+  }
+  spec.name = std::move(name);
+  return spec;
 }
 
 namespace {
@@ -82,23 +123,16 @@ class MemberJob : public CollectiveJob {
 
   // The whole tensor the collective chunks (collective_whole).
   Shape whole_shape() const {
-    proto::CollectiveProto c;
-    c.set_op(spec_.op);
-    c.set_axis(spec_.axis);
-    return collective_whole(c, input_.shape(), output_.shape());
+    return collective_whole(collective_proto(spec_), input_shape(), output_.shape());
   }
 
   // The member's scratch (Note [Collective scratch] in oneflowlike/collective.h).
   CollectiveScratchLayout scratch_layout() const {
-    proto::CollectiveProto c;
-    c.set_op(spec_.op);
-    for (int64_t r : spec_.members) c.add_members(r);
-    c.set_axis(spec_.axis);
-    c.set_out_axis(spec_.out_axis);
-    c.set_algorithm(spec_.algorithm);
-    return collective_scratch(c, input_.shape(), output_.shape(), output_.dtype(),
-                              configured_piece_bytes());
+    return collective_scratch(collective_proto(spec_), m_, input_shape(), output_.shape(),
+                              output_.dtype(), configured_piece_bytes());
   }
+  // A broadcast's members other than the root have no input.
+  Shape input_shape() const { return input_.defined() ? input_.shape() : Shape{}; }
 
   // `buffer` holds at least `bytes` (kept between acts: the plan's memory, place_scratch, or
   // the job's own).
@@ -251,7 +285,7 @@ class RingJob final : public MemberJob {
     if (pack_input_) {
       for (int64_t c = 0; c < n_; ++c) {
         const Tensor chunk = packed(source_, c);
-        copy_region(input_, regions_[c], chunk, whole(chunk.shape()));
+        copy_region(input_, regions_[c], chunk, whole_region(chunk.shape()));
       }
     }
     if (!reduces_) {  // a gather starts from its own chunk
@@ -322,7 +356,7 @@ class RingJob final : public MemberJob {
     if (!unpack_output_) return;
     for (int64_t c = 0; c < n_; ++c) {
       const Tensor chunk = packed(gathered_, c);
-      copy_region(chunk, whole(chunk.shape()), output_, regions_[c]);
+      copy_region(chunk, whole_region(chunk.shape()), output_, regions_[c]);
     }
   }
 
@@ -451,40 +485,37 @@ class RecursiveDoublingJob final : public MemberJob {
   Tensor received_;
 };
 
-// Note [All-to-all]: member m sends member q the part of its chunk (along axis) that lies in
-// q's chunk along out_axis, and receives from q the part of q's chunk in its own; the part it
-// keeps is copied. Every block is packed into one contiguous buffer before it is sent and
-// unpacked from one when it has come; all sends and receives start at once.
-class AllToAllJob final : public MemberJob {
+// The exchange of an all-to-all or a grouped send/recv (Note [Grouped send/recv] in
+// oneflowlike/collective.h): every block moves at once. A block contiguous in its register is
+// sent from it or received into it directly; the others go through the packed scratch, one
+// after another at aligned offsets (collective_scratch counts the same).
+class BlockExchangeJob final : public MemberJob {
  public:
-  AllToAllJob(comm::Transport& transport, const CollectiveSpec& spec, Tensor input, Tensor output,
-              CollectiveScratch* scratch)
+  BlockExchangeJob(comm::Transport& transport, const CollectiveSpec& spec, Tensor input,
+                   Tensor output, CollectiveScratch* scratch)
       : MemberJob(transport, spec, std::move(input), std::move(output)) {
-    const Shape whole = whole_shape();
-    const auto in_chunks = collective_chunks(whole, spec.axis, n_);
-    const auto out_chunks = collective_chunks(whole, spec.out_axis, n_);
-    int64_t send_elements = 0, receive_elements = 0;
-    for (int64_t q = 0; q < n_; ++q) {
-      Block send, receive;
-      send.member = receive.member = q;
-      send.region =  // in the input
-          region_relative_to(region_intersection(in_chunks[m_], out_chunks[q]), in_chunks[m_]);
-      receive.region =  // in the output
-          region_relative_to(region_intersection(in_chunks[q], out_chunks[m_]), out_chunks[m_]);
-      send.offset = send_elements;
-      receive.offset = receive_elements;
-      send_elements += region_shape(send.region).numel();
-      receive_elements += region_shape(receive.region).numel();
-      sends_.push_back(std::move(send));
-      receives_.push_back(std::move(receive));
-    }
+    const CollectiveBlocks blocks =
+        collective_blocks(collective_proto(spec), m_, input_.shape(), output_.shape());
     const CollectiveScratchLayout layout = scratch_layout();
-    OFL_ASSERT(layout.packed_input == send_elements * elem_ &&
-               layout.packed_whole == receive_elements * elem_);
     ensure(&scratch->packed_input, layout.packed_input);
     ensure(&scratch->packed_whole, layout.packed_whole);
-    send_buffer_ = scratch->packed_input;
-    receive_buffer_ = scratch->packed_whole;
+    int64_t send_bytes = 0, receive_bytes = 0;
+    for (const CollectiveBlock& b : blocks.sends) {
+      if (b.member == m_) {
+        own_send_ = b.region;
+        continue;
+      }
+      sends_.push_back(block(b, input_, scratch->packed_input, &send_bytes));
+    }
+    for (const CollectiveBlock& b : blocks.receives) {
+      if (b.member == m_) {
+        own_receive_ = b.region;
+        continue;
+      }
+      receives_.push_back(block(b, output_, scratch->packed_whole, &receive_bytes));
+    }
+    OFL_ASSERT(send_bytes == layout.packed_input && receive_bytes == layout.packed_whole);
+    OFL_ASSERT(own_send_.empty() == own_receive_.empty());
   }
 
   bool advance(bool* progressed) override {
@@ -499,8 +530,7 @@ class AllToAllJob final : public MemberJob {
         done = false;
         continue;
       }
-      const Tensor block = packed(receive_buffer_, b);
-      copy_region(block, whole(block.shape()), output_, b.region);
+      if (b.packed) copy_region(b.buffer, whole_region(b.buffer.shape()), output_, b.region);
       b.finished = true;
       *progressed = true;
     }
@@ -520,55 +550,164 @@ class AllToAllJob final : public MemberJob {
   struct Block {
     int64_t member = 0;
     std::vector<Range> region;  // sends: in the input; receives: in the output
-    int64_t offset = 0;         // elements into the packed buffer
+    Tensor buffer;              // its elements, in the register or packed in scratch
+    bool packed = false;
     comm::Transport::TaggedRequest request;
     bool finished = false;
   };
 
-  Tensor packed(const Tensor& buffer, const Block& b) const {
-    return view_of_bytes(buffer, b.offset * elem_, region_shape(b.region), output_.dtype());
+  // The block's buffer: its run of `reg` when contiguous there, else the next packed slot.
+  Block block(const CollectiveBlock& b, const Tensor& reg, const Tensor& scratch,
+              int64_t* packed_bytes) const {
+    Block out;
+    out.member = b.member;
+    out.region = b.region;
+    const Shape shape = region_shape(b.region);
+    if (shape.numel() == 0) return out;  // neither side moves it
+    if (const auto offset = contiguous_offset(reg.shape(), b.region)) {
+      out.buffer = view_of_bytes(reg, *offset * elem_, shape, output_.dtype());
+    } else {
+      out.buffer = view_of_bytes(scratch, *packed_bytes, shape, output_.dtype());
+      out.packed = true;
+      *packed_bytes += align_collective_scratch(shape.numel() * elem_);
+    }
+    return out;
   }
 
   // Receives first, then sends, each towards the members after this one first, so that not
   // every member sends to member 0 at once.
   void start() {
     started_ = true;
-    for (int64_t k = 0; k < n_; ++k) {
-      Block& b = receives_[(m_ + n_ - k) % n_];
-      if (b.member == m_ || region_is_empty(b.region)) {
-        b.request.done = true;
+    auto by_distance = [&](std::vector<Block>& list, int64_t sign) {
+      std::vector<Block*> order;
+      for (Block& b : list) order.push_back(&b);
+      std::sort(order.begin(), order.end(), [&](const Block* a, const Block* b) {
+        return (sign * (a->member - m_) + n_) % n_ < (sign * (b->member - m_) + n_) % n_;
+      });
+      return order;
+    };
+    for (Block* b : by_distance(receives_, -1)) {
+      if (region_is_empty(b->region)) {
+        b->request.done = true;
         continue;
       }
-      const Tensor block = packed(receive_buffer_, b);
-      b.request = transport_.receive_tagged(spec_.members[b.member],
-                                            collective_tag(spec_.collective_id + b.member, m_),
-                                            block.raw_data(), block.nbytes());
+      b->request = transport_.receive_tagged(spec_.members[b->member],
+                                             collective_tag(spec_.collective_id + b->member, m_),
+                                             b->buffer.raw_data(), b->buffer.nbytes());
     }
-    for (int64_t k = 0; k < n_; ++k) {
-      Block& b = sends_[(m_ + k) % n_];
-      if (region_is_empty(b.region)) {
-        b.request.done = true;
+    if (!own_send_.empty() && !region_is_empty(own_send_)) {
+      copy_region(input_, own_send_, output_, own_receive_);
+    }
+    for (Block* b : by_distance(sends_, 1)) {
+      if (region_is_empty(b->region)) {
+        b->request.done = true;
         continue;
       }
-      if (b.member == m_) {  // its own part: straight from input to output
-        copy_region(input_, b.region, output_, receives_[m_].region);
-        b.request.done = true;
-        receives_[m_].finished = true;
-        continue;
-      }
-      const Tensor block = packed(send_buffer_, b);
-      copy_region(input_, b.region, block, whole(block.shape()));
-      b.request = transport_.send_tagged(spec_.members[b.member],
-                                         collective_tag(spec_.collective_id + m_, b.member),
-                                         block.raw_data(), block.nbytes());
+      if (b->packed) copy_region(input_, b->region, b->buffer, whole_region(b->buffer.shape()));
+      b->request = transport_.send_tagged(spec_.members[b->member],
+                                          collective_tag(spec_.collective_id + m_, b->member),
+                                          b->buffer.raw_data(), b->buffer.nbytes());
     }
   }
 
-  std::vector<Block> sends_;     // by member
-  std::vector<Block> receives_;  // by member
-  Tensor send_buffer_;
-  Tensor receive_buffer_;
+  std::vector<Block> sends_;
+  std::vector<Block> receives_;
+  std::vector<Range> own_send_, own_receive_;  // its own block, copied directly
   bool started_ = false;
+};
+
+// Note [Broadcast] in oneflowlike/collective.h: the chain in pieces or the binomial tree.
+class BroadcastJob final : public MemberJob {
+ public:
+  BroadcastJob(comm::Transport& transport, const CollectiveSpec& spec, Tensor input, Tensor output)
+      : MemberJob(transport, spec, std::move(input), std::move(output)) {
+    v_ = (m_ - spec.root + n_) % n_;
+    OFL_ASSERT((v_ == 0) == input_.defined()) << spec.name << ": only the root reads an input";
+    const int64_t bytes = static_cast<int64_t>(output_.nbytes());
+    if (spec.algorithm == Op::TREE) {
+      pieces_ = 1;
+      if (v_ > 0) parent_ = v_ - highest_bit(v_);
+      for (int64_t step = 1; v_ + step < n_; step *= 2) {
+        if (step > v_) children_.push_back(v_ + step);
+      }
+    } else {
+      const int64_t limit = collective_piece_limit(bytes, configured_piece_bytes());
+      pieces_ = std::max<int64_t>(1, (bytes + limit - 1) / limit);
+      if (v_ > 0) parent_ = v_ - 1;
+      if (v_ + 1 < n_) children_.push_back(v_ + 1);
+    }
+  }
+
+  bool advance(bool* progressed) override {
+    const int64_t numel = output_.numel();
+    if (!started_) {
+      started_ = true;
+      *progressed = true;
+      if (v_ == 0) {
+        if (numel > 0) std::memcpy(output_.raw_data(), input_.raw_data(), output_.nbytes());
+        for (int64_t p = 0; p < pieces_; ++p) send_piece(p, input_);
+      } else {
+        for (int64_t p = 0; p < pieces_; ++p) {
+          const Span span = piece(p);
+          comm::Transport::TaggedRequest r;
+          r.done = span.size == 0;
+          if (!r.done) {
+            r = transport_.receive_tagged(
+                member_of(parent_), collective_tag(spec_.collective_id, m_),
+                at(output_, span.begin), static_cast<size_t>(span.size * elem_));
+          }
+          receives_.push_back(std::move(r));
+        }
+      }
+    }
+    // Each piece goes on as soon as it is here (receives complete in order: one tag, one peer).
+    while (received_ < static_cast<int64_t>(receives_.size())) {
+      comm::Transport::TaggedRequest& r = receives_[received_];
+      if (!r.done && !transport_.test(r)) break;
+      send_piece(received_, output_);
+      ++received_;
+      *progressed = true;
+    }
+    while (!sends_.empty() && (sends_.front().done || transport_.test(sends_.front()))) {
+      sends_.pop_front();
+      *progressed = true;
+    }
+    return received_ == static_cast<int64_t>(receives_.size()) && sends_.empty();
+  }
+
+ private:
+  static int64_t highest_bit(int64_t v) {
+    int64_t b = 1;
+    while (b * 2 <= v) b *= 2;
+    return b;
+  }
+  int64_t member_of(int64_t v) const { return spec_.members[(v + spec_.root) % n_]; }
+  Span piece(int64_t p) const {
+    const Range r = balanced_range(output_.numel(), pieces_, p);
+    return Span{r.begin, r.size()};
+  }
+  char* at(const Tensor& t, int64_t element) const {
+    return static_cast<char*>(t.raw_data()) + element * elem_;
+  }
+  void send_piece(int64_t p, const Tensor& from) {
+    const Span span = piece(p);
+    if (span.size == 0) return;
+    for (int64_t child : children_) {
+      const int64_t member = (child + spec_.root) % n_;
+      sends_.push_back(
+          transport_.send_tagged(spec_.members[member], collective_tag(spec_.collective_id, member),
+                                 at(from, span.begin), static_cast<size_t>(span.size * elem_)));
+    }
+  }
+
+  int64_t v_ = 0;  // this member counted from the root
+  int64_t parent_ = -1;
+  std::vector<int64_t> children_;
+  int64_t pieces_ = 1;
+  bool started_ = false;
+  int64_t received_ = 0;
+  std::deque<comm::Transport::TaggedRequest> receives_;
+  std::deque<comm::Transport::TaggedRequest> sends_;
 };
 
 }  // namespace
@@ -576,9 +715,12 @@ class AllToAllJob final : public MemberJob {
 std::shared_ptr<CollectiveJob> make_collective_job(comm::Transport& transport,
                                                    const CollectiveSpec& spec, Tensor input,
                                                    Tensor output, CollectiveScratch* scratch) {
-  if (spec.op == Op::ALL_TO_ALL) {
-    return std::make_shared<AllToAllJob>(transport, spec, std::move(input), std::move(output),
-                                         scratch);
+  if (spec.op == Op::ALL_TO_ALL || spec.op == Op::SEND_RECV) {
+    return std::make_shared<BlockExchangeJob>(transport, spec, std::move(input), std::move(output),
+                                              scratch);
+  }
+  if (spec.op == Op::BROADCAST) {
+    return std::make_shared<BroadcastJob>(transport, spec, std::move(input), std::move(output));
   }
   if (spec.algorithm == proto::CollectiveProto::RECURSIVE_DOUBLING) {
     return std::make_shared<RecursiveDoublingJob>(transport, spec, std::move(input),

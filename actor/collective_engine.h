@@ -35,6 +35,7 @@
 
 #include "actor/act_stream.h"
 #include "comm/transport.h"
+#include "oneflowlike/collective.h"
 #include "oneflowlike/proto/plan.pb.h"
 #include "oneflowlike/tensor.h"
 
@@ -58,8 +59,18 @@ struct CollectiveSpec {
   int axis = -1;
   int out_axis = 0;  // all-to-all
   proto::CollectiveProto::Algorithm algorithm = proto::CollectiveProto::RING;
-  std::string name;  // for errors: the task
+  int64_t root = 0;                              // broadcast
+  std::vector<CollectiveBlock> sends, receives;  // grouped send/recv (collective_blocks)
+  std::string name;                              // for errors: the task
 };
+
+/// The task's CollectiveProto as far as `spec` says (what collective_scratch and the blocks
+/// read).
+proto::CollectiveProto collective_proto(const CollectiveSpec& spec);
+
+/// The spec of the member on `rank` of `collective` (task `name`).
+CollectiveSpec collective_spec(const proto::CollectiveProto& collective, int64_t rank,
+                               std::string name);
 
 /// Buffers a member keeps between its acts (reused: its acts run one at a time).
 struct CollectiveScratch {
@@ -76,14 +87,15 @@ int64_t configured_piece_bytes();
 /// Points `scratch` at the memory the plan gave `collective` (Note [Collective scratch] in
 /// oneflowlike/collective.h) inside `block`, the rank's memory block it names; leaves it
 /// alone when the plan gave none or the layout no longer fits (larger pieces configured).
-void place_scratch(const proto::CollectiveProto& collective, const Tensor& block,
+void place_scratch(const proto::CollectiveProto& collective, int64_t member, const Tensor& block,
                    const Shape& input, const Shape& output, DataType dtype,
                    CollectiveScratch* scratch);
 
-/// `spec`'s member's part from `input` into `output` (its registers' slots) over `transport`:
-/// the ring (Note [Ring collectives]), recursive doubling (Note [Recursive doubling] in
-/// oneflowlike/collective.h), or the exchange of an all-to-all (Note [All-to-all] in
-/// collective_engine.cpp).
+/// `spec`'s member's part from `input` (undefined for a broadcast's member other than the root)
+/// into `output` (its registers' slots) over `transport`: the ring (Note [Ring collectives]),
+/// recursive doubling (Note [Recursive doubling] in oneflowlike/collective.h), the chain or tree
+/// of a broadcast (Note [Broadcast] there), or the block exchange of an all-to-all or a grouped
+/// send/recv (Note [Grouped send/recv] there).
 std::shared_ptr<CollectiveJob> make_collective_job(comm::Transport& transport,
                                                    const CollectiveSpec& spec, Tensor input,
                                                    Tensor output, CollectiveScratch* scratch);

@@ -273,9 +273,11 @@ class HostStagedJob final : public CollectiveJob {
         scratch_(scratch) {}
   bool advance(bool* progressed) override {
     if (inner_ == nullptr) {
-      host_input_ = Tensor::empty(input_.shape(), input_.dtype());
       host_output_ = Tensor::empty(output_.shape(), output_.dtype());
-      cuda::copy(host_input_.raw_data(), -1, input_.raw_data(), device_, input_.nbytes());
+      if (input_.defined()) {  // a broadcast's members other than the root read nothing
+        host_input_ = Tensor::empty(input_.shape(), input_.dtype());
+        cuda::copy(host_input_.raw_data(), -1, input_.raw_data(), device_, input_.nbytes());
+      }
       inner_ = make_collective_job(transport_, spec_, host_input_, host_output_, scratch_);
       *progressed = true;
     }
@@ -330,8 +332,7 @@ class NcclJob final : public CollectiveJob, public std::enable_shared_from_this<
 
  private:
   void queue() {
-    queued_ =
-        comm_.nccl->collective(spec_.op, spec_.axis, spec_.out_axis, input_, output_, spec_.name);
+    queued_ = comm_.nccl->collective(collective_proto(spec_), input_, output_, spec_.name);
   }
   void finish() {
     if (queued_.finish) queued_.finish();

@@ -76,18 +76,6 @@ const std::vector<int>& variable_pieces(const PlanIndex& index, const std::strin
 
 }  // namespace
 
-std::vector<Range> whole(const Shape& shape) {
-  std::vector<Range> region;
-  for (int64_t d : shape.dims()) region.push_back(Range{0, d});
-  return region;
-}
-
-Shape region_shape(const std::vector<Range>& region) {
-  std::vector<int64_t> dims;
-  for (const Range& r : region) dims.push_back(r.size());
-  return Shape(std::move(dims));
-}
-
 std::string region_to_string(const std::vector<Range>& region) {
   std::string s = "[";
   for (size_t i = 0; i < region.size(); ++i) {
@@ -245,7 +233,7 @@ void feed_input_piece(const PlanIndex& index, int t, const std::map<std::string,
   const int m = index.micro_batches();
   const Tensor& fed = check_fed_input(index, t, inputs);
   if (!task.micro_batched) {
-    copy_region(fed, task.region, out, whole(out.shape()));
+    copy_region(fed, task.region, out, whole_region(out.shape()));
     return;
   }
   // Micro-batch k is rows [k * s0, (k + 1) * s0) of the fed tensor; its region goes to rows
@@ -255,7 +243,7 @@ void feed_input_piece(const PlanIndex& index, int t, const std::map<std::string,
   for (int k = 0; k < m; ++k) {
     std::vector<Range> from = task.region;
     from[0] = Range{k * s0 + task.region[0].begin, k * s0 + task.region[0].end};
-    std::vector<Range> to = whole(out.shape());
+    std::vector<Range> to = whole_region(out.shape());
     to[0] = Range{k * r0, (k + 1) * r0};
     copy_region(fed, from, out, to);
   }
@@ -309,7 +297,8 @@ std::map<std::string, Tensor> assemble_outputs(const PlanIndex& index,
   for (const auto& [t, piece] : fetched) {
     const PlanIndex::TaskInfo& task = index.task(t);
     if (task.proto.contributes()) {
-      add_region(piece, whole(piece.shape()), results.at(index.output_name(task)), task.region);
+      add_region(piece, whole_region(piece.shape()), results.at(index.output_name(task)),
+                 task.region);
     }
   }
   return results;
@@ -324,7 +313,7 @@ Tensor read_variable(const PlanIndex& index, const std::string& name,
   // each other with equal values) rebuilds the logical value.
   for (int t : pieces) {
     const Tensor value = piece(t);
-    copy_region(value, whole(value.shape()), out, index.task(t).region);
+    copy_region(value, whole_region(value.shape()), out, index.task(t).region);
   }
   return out;
 }
@@ -341,7 +330,7 @@ void write_variable(const PlanIndex& index, const std::string& name, const Tenso
                  dtype_name(dtype), ". However, got ", dtype_name(value.dtype()), ".");
   for (int t : pieces) {
     const Tensor target = piece(t);
-    copy_region(value, index.task(t).region, target, whole(target.shape()));
+    copy_region(value, index.task(t).region, target, whole_region(target.shape()));
   }
 }
 

@@ -22,10 +22,6 @@
 
 namespace ofl::actor {
 
-/// The region covering all of `shape`: [0, d) on every axis.
-std::vector<Range> whole(const Shape& shape);
-/// The extent of `region`, one size per axis.
-Shape region_shape(const std::vector<Range>& region);
 /// "[0:2, 0:3]"
 std::string region_to_string(const std::vector<Range>& region);
 

@@ -238,7 +238,7 @@ void PlanIndex::check_task(int index) {
   auto read_region = [&]() {
     task.logical_shape = from_proto(p.logical_output_shape());
     task.region = p.output_region_size() == 0
-                      ? whole(task.logical_shape)
+                      ? whole_region(task.logical_shape)
                       : ranges_from_proto(p.output_region(), 0, p.output_region_size());
     OFL_CHECK(region_fits(task.region, task.logical_shape), kTag, who,
               " must have an output_region inside logical_output_shape. However, got ",
@@ -468,14 +468,44 @@ void PlanIndex::check_task(int index) {
       same_shape(reg(task.inputs[0]).shape, task.outputs[0], "the shape of its input");
       break;
     case proto::TaskProto::COLLECTIVE: {  // Note [Collective tasks] in oneflowlike/collective.h
-      arity(1, 1);
-      same_dtype(task.inputs[0], task.outputs[0]);
       const proto::CollectiveProto& c = p.collective();
       const auto member = std::find(c.members().begin(), c.members().end(), p.rank());
       task.member_index = static_cast<int>(member - c.members().begin());  // a member: contract
       const int64_t n = c.members_size();
+      if (c.op() == proto::CollectiveProto::BROADCAST) {  // only the root reads its tensor
+        OFL_CHECK(c.root() >= 0 && c.root() < n, kTag, who, " must broadcast from one of its ", n,
+                  " members. However, its root is ", c.root(), ".");
+        if (c.root() != task.member_index) {
+          arity(0, 1);
+          break;
+        }
+        arity(1, 1);
+        same_dtype(task.inputs[0], task.outputs[0]);
+        same_shape(reg(task.inputs[0]).shape, task.outputs[0], "the shape of its input");
+        break;
+      }
+      arity(1, 1);
+      same_dtype(task.inputs[0], task.outputs[0]);
       const Shape& in = reg(task.inputs[0]).shape;
       const Shape whole = collective_whole(c, in, reg(task.outputs[0]).shape);
+      if (c.op() == proto::CollectiveProto::SEND_RECV) {  // blocks inside their registers
+        const CollectiveBlocks blocks =
+            collective_blocks(c, task.member_index, in, reg(task.outputs[0]).shape);
+        for (const auto* list : {&blocks.sends, &blocks.receives}) {
+          const bool sends = list == &blocks.sends;
+          const Shape& frame = sends ? in : reg(task.outputs[0]).shape;
+          for (const CollectiveBlock& b : *list) {
+            OFL_CHECK(b.member >= 0 && b.member < n &&
+                          static_cast<int>(b.region.size()) == frame.ndim() &&
+                          region_fits(b.region, frame),
+                      kTag, who, "'s block ", sends ? "to" : "from", " member ", b.member,
+                      " must be a region of its ", sends ? "input " : "output ", frame.to_string(),
+                      " and name one of its ", n, " members. However, got region ",
+                      region_to_string(b.region), ".");
+          }
+        }
+        break;
+      }
       if (c.scratch_in_block()) {  // Note [Collective scratch] in oneflowlike/collective.h
         const auto block = memory_blocks_.find({p.rank(), c.scratch_block()});
         OFL_CHECK(block != memory_blocks_.end() && c.scratch_bytes() >= 0 &&
@@ -633,7 +663,7 @@ void PlanIndex::compute_predecessors() {
     }
     if (task.send >= 0) predecessors_[t].push_back(Edge{task.send, EdgeKind::kTransfer, -1});
     for (int peer : task.peers) {  // a collective acts once every member's input is written
-      if (peer < 0 || peer == t) continue;
+      if (peer < 0 || peer == t || tasks_[peer].inputs.empty()) continue;
       const int in = tasks_[peer].inputs[0];
       predecessors_[t].push_back(Edge{registers_[in].producer, EdgeKind::kCollective, in});
       // ... and every member's control inputs have acted (a gather of updated ZeRO shards waits

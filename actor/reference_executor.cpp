@@ -100,7 +100,7 @@ void ReferenceExecutor::act(int t, int micro_batch, const std::map<std::string, 
       break;
     case proto::TaskProto::SLICE: {
       Tensor out = fresh(0);
-      copy_region(values_[task.inputs[0]], task.regions[0], out, whole(out.shape()));
+      copy_region(values_[task.inputs[0]], task.regions[0], out, whole_region(out.shape()));
       values_[task.outputs[0]] = out;
       break;
     }
@@ -119,7 +119,8 @@ void ReferenceExecutor::act(int t, int micro_batch, const std::map<std::string, 
     case proto::TaskProto::ADD: {
       Tensor out = values_[task.inputs[0]].clone();
       for (size_t i = 1; i < task.inputs.size(); ++i) {
-        add_region(values_[task.inputs[i]], whole(out.shape()), out, whole(out.shape()));
+        add_region(values_[task.inputs[i]], whole_region(out.shape()), out,
+                   whole_region(out.shape()));
       }
       values_[task.outputs[0]] = out;
       break;
@@ -129,7 +130,7 @@ void ReferenceExecutor::act(int t, int micro_batch, const std::map<std::string, 
       Tensor out = Tensor::zeros(reg.shape, reg.dtype);
       for (size_t i = 0; i < task.inputs.size(); ++i) {
         const Tensor& in = values_[task.inputs[i]];
-        copy_region(in, whole(in.shape()), out, task.regions[i]);
+        copy_region(in, whole_region(in.shape()), out, task.regions[i]);
       }
       values_[task.outputs[0]] = out;
       break;
@@ -163,7 +164,8 @@ void ReferenceExecutor::act(int t, int micro_batch, const std::map<std::string, 
       if (micro_batch == 0) {
         values_[task.outputs[0]] = in.clone();
       } else {
-        add_region(in, whole(in.shape()), values_[task.outputs[0]], whole(in.shape()));
+        add_region(in, whole_region(in.shape()), values_[task.outputs[0]],
+                   whole_region(in.shape()));
       }
       break;
     }
@@ -227,34 +229,58 @@ void ReferenceExecutor::run_compute(const TaskInfo& task, int index, int micro_b
 void ReferenceExecutor::run_collective(const TaskInfo& task) {
   const proto::CollectiveProto& c = task.proto.collective();
   const int64_t n = static_cast<int64_t>(task.peers.size());
-  // Chunks of the flat elements (axis -1) are ranges of 1-d views.
+  // Chunks of the flat elements (axis -1) are ranges of 1-d views; a broadcast's and a grouped
+  // send/recv's regions are of the registers' own shapes.
+  const bool flat = c.axis() < 0 && c.op() != proto::CollectiveProto::BROADCAST &&
+                    c.op() != proto::CollectiveProto::SEND_RECV;
   auto chunkable = [&](const Tensor& x) {
-    return c.axis() < 0 ? view_of_bytes(x, 0, Shape{x.numel()}, x.dtype()) : x;
+    return flat ? view_of_bytes(x, 0, Shape{x.numel()}, x.dtype()) : x;
   };
   std::vector<Tensor> inputs, outputs;  // by member index
   for (int peer : task.peers) {
     const TaskInfo& member = index_.task(peer);
-    inputs.push_back(chunkable(values_[member.inputs[0]]));
+    // A broadcast's members other than the root read nothing.
+    inputs.push_back(member.inputs.empty() ? Tensor() : chunkable(values_[member.inputs[0]]));
     const PlanIndex::RegisterInfo& out = index_.reg(member.outputs[0]);
     in_flight_[peer] = Tensor::empty(out.shape, out.dtype);
     outputs.push_back(chunkable(in_flight_[peer]));
+  }
+  if (c.op() == proto::CollectiveProto::BROADCAST) {
+    const Tensor& root = inputs[c.root()];
+    for (const Tensor& out : outputs) {
+      copy_region(root, whole_region(root.shape()), out, whole_region(out.shape()));
+    }
+    return;
+  }
+  if (c.op() == proto::CollectiveProto::SEND_RECV) {  // each receive from its sender's block
+    for (int64_t m = 0; m < n; ++m) {
+      const proto::CollectiveProto& mine = index_.task(task.peers[m]).proto.collective();
+      for (const CollectiveBlock& r : collective_blocks(mine, m, Shape{}, Shape{}).receives) {
+        const proto::CollectiveProto& theirs = index_.task(task.peers[r.member]).proto.collective();
+        for (const CollectiveBlock& b :
+             collective_blocks(theirs, r.member, Shape{}, Shape{}).sends) {
+          if (b.member == m) copy_region(inputs[r.member], b.region, outputs[m], r.region);
+        }
+      }
+    }
+    return;
   }
   const Shape whole_shape = collective_whole(c, inputs[0].shape(), outputs[0].shape());
   const std::vector<std::vector<Range>> chunks = collective_chunks(whole_shape, c.axis(), n);
   if (c.op() == proto::CollectiveProto::ALL_TO_ALL) {  // the whole from the inputs, re-cut
     Tensor all = Tensor::empty(whole_shape, inputs[0].dtype());
     for (int64_t j = 0; j < n; ++j)
-      copy_region(inputs[j], whole(inputs[j].shape()), all, chunks[j]);
+      copy_region(inputs[j], whole_region(inputs[j].shape()), all, chunks[j]);
     const auto out_chunks = collective_chunks(whole_shape, c.out_axis(), n);
     for (int64_t j = 0; j < n; ++j) {
-      copy_region(all, out_chunks[j], outputs[j], whole(outputs[j].shape()));
+      copy_region(all, out_chunks[j], outputs[j], whole_region(outputs[j].shape()));
     }
     return;
   }
   if (c.op() == proto::CollectiveProto::ALL_GATHER) {
     for (int64_t j = 0; j < n; ++j) {
       for (const Tensor& out : outputs)
-        copy_region(inputs[j], whole(inputs[j].shape()), out, chunks[j]);
+        copy_region(inputs[j], whole_region(inputs[j].shape()), out, chunks[j]);
     }
     return;
   }
@@ -270,13 +296,13 @@ void ReferenceExecutor::run_collective(const TaskInfo& task) {
   for (int64_t j = 0; j < n; ++j) {  // (((x[j+1] + x[j+2]) + ...) + x[j]) over chunk j
     const std::vector<int64_t> order = ring_sum_order(j, n);
     Tensor sum = Tensor::empty(region_shape(chunks[j]), inputs[0].dtype());
-    copy_region(inputs[order[0]], chunks[j], sum, whole(sum.shape()));
+    copy_region(inputs[order[0]], chunks[j], sum, whole_region(sum.shape()));
     for (int64_t k = 1; k < n; ++k)
-      add_region(inputs[order[k]], chunks[j], sum, whole(sum.shape()));
+      add_region(inputs[order[k]], chunks[j], sum, whole_region(sum.shape()));
     if (c.op() == proto::CollectiveProto::REDUCE_SCATTER) {
-      copy_region(sum, whole(sum.shape()), outputs[j], whole(outputs[j].shape()));
+      copy_region(sum, whole_region(sum.shape()), outputs[j], whole_region(outputs[j].shape()));
     } else {
-      for (const Tensor& out : outputs) copy_region(sum, whole(sum.shape()), out, chunks[j]);
+      for (const Tensor& out : outputs) copy_region(sum, whole_region(sum.shape()), out, chunks[j]);
     }
   }
 }

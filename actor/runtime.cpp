@@ -264,7 +264,7 @@ void Runtime::write_variable_pieces(const std::string& name,
                               : std::string("an undefined tensor"),
               ".");
     write_through_host(target, [&](const Tensor& host) {
-      copy_region(piece, whole(piece.shape()), host, whole(host.shape()));
+      copy_region(piece, whole_region(piece.shape()), host, whole_region(host.shape()));
     });
   }
 }

@@ -95,6 +95,10 @@ std::string collective_text(const proto::TaskProto& task) {
   const proto::CollectiveProto& c = task.collective();
   return str_cat(collective_op_name(c.op()), " over ranks ", id_list(c.members()), " (collective ",
                  c.collective_id(), ", sequence ", c.sequence(), ", axis ", c.axis(),
+                 c.op() == proto::CollectiveProto::BROADCAST ? str_cat(", root ", c.root()) : "",
+                 c.op() == proto::CollectiveProto::SEND_RECV
+                     ? str_cat(", ", c.sends_size(), " sends, ", c.receives_size(), " receives")
+                     : "",
                  c.algorithm() == proto::CollectiveProto::RING
                      ? std::string()
                      : str_cat(", ", collective_algorithm_name(c.algorithm())),
@@ -116,36 +120,59 @@ int64_t region_numel(const std::vector<Range>& region) {
 // What one member of a ring collective (Note [Ring collectives] in actor/collective_engine.h)
 // sends and receives: of a reduce-scatter, every chunk's running sum but its own chunk's (it
 // receives all but chunk m - 1's); of an all-gather, every chunk but chunk m + 1 (it receives all
-// but its own); an all-reduce runs both. Zero when the task's registers are not on `registers`.
+// but its own); an all-reduce runs both. A broadcast member receives the tensor once (the root
+// never) and sends it to each child of its chain or tree (Note [Broadcast] in
+// oneflowlike/collective.h); an all-to-all or grouped send/recv member its blocks but its own.
+// Zero when the task's registers are not on `registers`.
 void collective_bytes(const proto::TaskProto& task, const RegisterMap& registers, int64_t* sent,
                       int64_t* received) {
   const proto::CollectiveProto& c = task.collective();
   const int64_t n = c.members_size();
   const auto member = std::find(c.members().begin(), c.members().end(), task.rank());
-  if (task.inputs_size() != 1 || task.outputs_size() != 1 || member == c.members().end()) return;
-  auto in = registers.find(task.inputs(0));
-  auto out = registers.find(task.outputs(0));
-  if (in == registers.end() || out == registers.end()) return;
-  const Shape whole =
-      collective_whole(c, from_proto(in->second->shape()), from_proto(out->second->shape()));
-  if (c.axis() < -1 || c.axis() >= whole.ndim()) return;
-  const int64_t element = static_cast<int64_t>(dtype_size(dtype_from_name(in->second->dtype())));
-  auto chunk_bytes = [&](int64_t j) {
-    return collective_chunk_numel(whole, c.axis(), n, ((j % n) + n) % n) * element;
-  };
+  if (task.outputs_size() != 1 || member == c.members().end()) return;
   const int64_t m = member - c.members().begin();
-  const int64_t all = whole.numel() * element;
-  if (c.op() == proto::CollectiveProto::ALL_TO_ALL) {  // every block but its own
-    if (c.out_axis() < 0 || c.out_axis() >= whole.ndim() || c.axis() < 0) return;
-    const auto in_chunks = collective_chunks(whole, c.axis(), n);
-    const auto out_chunks = collective_chunks(whole, c.out_axis(), n);
-    for (int64_t q = 0; q < n; ++q) {
-      if (q == m) continue;
-      *sent += region_numel(region_intersection(in_chunks[m], out_chunks[q])) * element;
-      *received += region_numel(region_intersection(in_chunks[q], out_chunks[m])) * element;
+  auto out = registers.find(task.outputs(0));
+  if (out == registers.end()) return;
+  const int64_t element = static_cast<int64_t>(dtype_size(dtype_from_name(out->second->dtype())));
+  const Shape output = from_proto(out->second->shape());
+  if (c.op() == proto::CollectiveProto::BROADCAST) {  // the tensor from its parent, to children
+    if (c.root() < 0 || c.root() >= n) return;
+    const int64_t v = (m - c.root() + n) % n;
+    int64_t children = v + 1 < n ? 1 : 0;
+    if (c.algorithm() == proto::CollectiveProto::TREE) {
+      children = 0;
+      for (int64_t step = 1; v + step < n; step *= 2) children += step > v ? 1 : 0;
+    }
+    *sent += children * output.numel() * element;
+    *received += v > 0 ? output.numel() * element : 0;
+    return;
+  }
+  if (task.inputs_size() != 1) return;
+  auto in = registers.find(task.inputs(0));
+  if (in == registers.end()) return;
+  const Shape input = from_proto(in->second->shape());
+  if (c.op() == proto::CollectiveProto::SEND_RECV ||
+      c.op() == proto::CollectiveProto::ALL_TO_ALL) {  // every block but its own
+    if (c.op() == proto::CollectiveProto::ALL_TO_ALL &&
+        (c.axis() < 0 || c.axis() >= input.ndim() || c.out_axis() < 0 ||
+         c.out_axis() >= input.ndim())) {
+      return;
+    }
+    const CollectiveBlocks blocks = collective_blocks(c, m, input, output);
+    for (const CollectiveBlock& b : blocks.sends) {
+      if (b.member != m) *sent += region_numel(b.region) * element;
+    }
+    for (const CollectiveBlock& b : blocks.receives) {
+      if (b.member != m) *received += region_numel(b.region) * element;
     }
     return;
   }
+  const Shape whole = collective_whole(c, input, output);
+  if (c.axis() < -1 || c.axis() >= whole.ndim()) return;
+  auto chunk_bytes = [&](int64_t j) {
+    return collective_chunk_numel(whole, c.axis(), n, ((j % n) + n) % n) * element;
+  };
+  const int64_t all = whole.numel() * element;
   if (c.algorithm() == proto::CollectiveProto::RECURSIVE_DOUBLING) {  // the whole per exchange
     const int64_t p = recursive_doubling_core(n);
     const int64_t exchanges = collective_ids(c.op(), n, c.algorithm()) - 2;

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "oneflowlike/common/error.h"
+#include "oneflowlike/proto_convert.h"
 
 namespace ofl {
 
@@ -45,6 +46,10 @@ const char* collective_op_name(proto::CollectiveProto::Op op) {
       return "all_gather";
     case proto::CollectiveProto::ALL_TO_ALL:
       return "all_to_all";
+    case proto::CollectiveProto::BROADCAST:
+      return "broadcast";
+    case proto::CollectiveProto::SEND_RECV:
+      return "send_recv";
     default:
       return "?";
   }
@@ -52,10 +57,12 @@ const char* collective_op_name(proto::CollectiveProto::Op op) {
 
 proto::CollectiveProto::Algorithm collective_algorithm(proto::CollectiveProto::Op op,
                                                        int64_t whole_bytes, int64_t n) {
-  return op == proto::CollectiveProto::ALL_REDUCE && n >= 2 &&
-                 whole_bytes <= kRecursiveDoublingMaxBytes
-             ? proto::CollectiveProto::RECURSIVE_DOUBLING
-             : proto::CollectiveProto::RING;
+  const bool small = n >= 2 && whole_bytes <= kRecursiveDoublingMaxBytes;
+  if (small && op == proto::CollectiveProto::ALL_REDUCE) {
+    return proto::CollectiveProto::RECURSIVE_DOUBLING;
+  }
+  if (small && op == proto::CollectiveProto::BROADCAST) return proto::CollectiveProto::TREE;
+  return proto::CollectiveProto::RING;
 }
 
 const char* collective_algorithm_name(proto::CollectiveProto::Algorithm algorithm) {
@@ -64,6 +71,8 @@ const char* collective_algorithm_name(proto::CollectiveProto::Algorithm algorith
       return "ring";
     case proto::CollectiveProto::RECURSIVE_DOUBLING:
       return "recursive doubling";
+    case proto::CollectiveProto::TREE:
+      return "tree";
     default:
       return "an unknown algorithm";
   }
@@ -86,10 +95,42 @@ std::vector<std::pair<int64_t, int64_t>> recursive_doubling_adds(int64_t n) {
   return adds;
 }
 
+CollectiveBlocks collective_blocks(const proto::CollectiveProto& collective, int64_t member,
+                                   const Shape& input, const Shape& output) {
+  CollectiveBlocks blocks;
+  if (collective.op() == proto::CollectiveProto::SEND_RECV) {
+    auto convert = [](const auto& list, std::vector<CollectiveBlock>* out) {
+      for (const proto::CollectiveBlockProto& b : list) {
+        out->push_back({b.member(), ranges_from_proto(b.region(), 0, b.region_size())});
+      }
+    };
+    convert(collective.sends(), &blocks.sends);
+    convert(collective.receives(), &blocks.receives);
+    return blocks;
+  }
+  OFL_ASSERT(collective.op() == proto::CollectiveProto::ALL_TO_ALL);
+  // Member m sends q the part of its chunk along axis inside q's chunk along out_axis.
+  const int64_t n = collective.members_size();
+  const Shape whole = collective_whole(collective, input, output);
+  const auto in_chunks = collective_chunks(whole, collective.axis(), n);
+  const auto out_chunks = collective_chunks(whole, collective.out_axis(), n);
+  for (int64_t q = 0; q < n; ++q) {
+    blocks.sends.push_back(
+        {q, region_relative_to(region_intersection(in_chunks[member], out_chunks[q]),
+                               in_chunks[member])});
+    blocks.receives.push_back(
+        {q, region_relative_to(region_intersection(in_chunks[q], out_chunks[member]),
+                               out_chunks[member])});
+  }
+  return blocks;
+}
+
 Shape collective_whole(const proto::CollectiveProto& collective, const Shape& input,
                        const Shape& output) {
   switch (collective.op()) {
     case proto::CollectiveProto::ALL_GATHER:
+    case proto::CollectiveProto::BROADCAST:
+    case proto::CollectiveProto::SEND_RECV:
       return output;
     case proto::CollectiveProto::ALL_TO_ALL: {
       Shape whole = input;
@@ -104,17 +145,17 @@ Shape collective_whole(const proto::CollectiveProto& collective, const Shape& in
   }
 }
 
-namespace {
-int64_t align_scratch(int64_t bytes) {
+int64_t align_collective_scratch(int64_t bytes) {
   constexpr int64_t a = CollectiveScratchLayout::kAlignment;
   return (bytes + a - 1) / a * a;
 }
-}  // namespace
 
-int64_t CollectiveScratchLayout::packed_whole_offset() const { return align_scratch(packed_input); }
+int64_t CollectiveScratchLayout::packed_whole_offset() const {
+  return align_collective_scratch(packed_input);
+}
 
 int64_t CollectiveScratchLayout::received_offset() const {
-  return packed_whole_offset() + align_scratch(packed_whole);
+  return packed_whole_offset() + align_collective_scratch(packed_whole);
 }
 
 int64_t CollectiveScratchLayout::bytes() const { return received_offset() + received; }
@@ -124,16 +165,29 @@ int64_t collective_piece_limit(int64_t chunk_bytes, int64_t configured) {
   return std::clamp<int64_t>(chunk_bytes / 4, int64_t{64} << 10, int64_t{1} << 20);
 }
 
-CollectiveScratchLayout collective_scratch(const proto::CollectiveProto& collective,
+CollectiveScratchLayout collective_scratch(const proto::CollectiveProto& collective, int64_t member,
                                            const Shape& input, const Shape& output, DataType dtype,
                                            int64_t configured_piece_bytes) {
   using Op = proto::CollectiveProto;
   CollectiveScratchLayout layout;
   const int64_t elem = static_cast<int64_t>(dtype_size(dtype));
   const int64_t n = collective.members_size();
-  if (collective.op() == Op::ALL_TO_ALL) {  // every block packed: its whole chunk each way
-    layout.packed_input = input.numel() * elem;
-    layout.packed_whole = output.numel() * elem;
+  if (collective.op() == Op::BROADCAST) return layout;  // straight into the output
+  if (collective.op() == Op::ALL_TO_ALL || collective.op() == Op::SEND_RECV) {
+    const CollectiveBlocks blocks = collective_blocks(collective, member, input, output);
+    auto packed = [&](const std::vector<CollectiveBlock>& list, const Shape& shape) {
+      int64_t bytes = 0;
+      for (const CollectiveBlock& b : list) {
+        if (b.member == member || region_is_empty(b.region) ||
+            contiguous_offset(shape, b.region).has_value()) {
+          continue;
+        }
+        bytes += align_collective_scratch(region_shape(b.region).numel() * elem);
+      }
+      return bytes;
+    };
+    layout.packed_input = packed(blocks.sends, input);
+    layout.packed_whole = packed(blocks.receives, output);
     return layout;
   }
   if (collective.algorithm() == Op::RECURSIVE_DOUBLING) {
@@ -167,7 +221,7 @@ CollectiveScratchLayout collective_scratch(const proto::CollectiveProto& collect
 
 int64_t collective_ids(proto::CollectiveProto::Op op, int64_t n,
                        proto::CollectiveProto::Algorithm algorithm) {
-  if (op == proto::CollectiveProto::ALL_TO_ALL) return n;
+  if (op == proto::CollectiveProto::ALL_TO_ALL || op == proto::CollectiveProto::SEND_RECV) return n;
   if (algorithm != proto::CollectiveProto::RECURSIVE_DOUBLING) return 1;
   int64_t stages = 2;  // the fold and the unfold
   for (int64_t step = 1; step < recursive_doubling_core(n); step *= 2) ++stages;

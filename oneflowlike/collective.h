@@ -12,6 +12,11 @@
 //    chunk i of the sum; ALL_GATHER (S(i) -> B): every member gets the n inputs as chunks;
 //    ALL_TO_ALL (S(i) -> S(j)): member m holds chunk m along i of the whole and gets chunk m
 //    along j, each member q sending it the part of its chunk inside chunk m along j.
+//  - BROADCAST (one rank's tensor -> B on a placement holding that rank): every member gets the
+//    input of member `root`, which alone reads a register (Note [Broadcast]). SEND_RECV (any
+//    other conversion between two layouts of one set of ranks, no partial sums): every member
+//    sends regions of its input to and receives regions of its output from the members named
+//    by its blocks (Note [Grouped send/recv]).
 //  - The chunks are the balanced ranges (collective_chunks) of CollectiveProto::axis of the
 //    whole tensor (the input of a reduction, the output of a gather), or of its flat elements.
 //  - The members' tasks share a collective_id, unique in the plan, and carry their sequence
@@ -36,6 +41,40 @@
 
 namespace ofl {
 
+/// Note [Broadcast]: member `root` holds the tensor; every member ends with a copy in its output.
+/// Large tensors go along a chain (root, root + 1, ..., root - 1) in pieces, each member
+/// forwarding a piece as soon as it has it, so every link carries the tensor once and the
+/// links work at once; small ones (at most kRecursiveDoublingMaxBytes) down a binomial tree
+/// (CollectiveProto::TREE: member v, counted from the root, receives the whole from v minus its
+/// highest set bit and sends it to v + 2^j for every 2^j > v), log2(n) hops instead of n - 1.
+/// Every member receives from one member only, so one collective id tags it (Note [Collective
+/// tags]). On GPUs it is ncclBroadcast.
+///
+/// Note [Grouped send/recv]: a conversion between two layouts of one set of ranks that no
+/// single collective above makes (several dimensions changing at once, splits that do not nest,
+/// one hierarchy reshaped into another) is still one COLLECTIVE task per rank, instead of a
+/// SEND/RECV pair per overlapping piece plus slices and concats: each member's task lists its
+/// blocks (CollectiveProto.sends and receives, the regions of the generic decomposition of
+/// compiler/physical/boxing_generic.cpp), and runs them all at once: contiguous regions move
+/// straight from the input or into the output, others through packed scratch. Member m sends
+/// member q at most one block (two boxes meet in one box), tagged collective_id + m (as an
+/// all-to-all, which is the same exchange with blocks computed from its chunks:
+/// collective_blocks). The plan contract checks that each send has its receive of the same
+/// size on the other member. On GPUs it is one NCCL group of ncclSend/ncclRecv.
+struct CollectiveBlock {
+  int64_t member = 0;
+  std::vector<Range> region;  // sends: in the input; receives: in the output
+};
+struct CollectiveBlocks {
+  std::vector<CollectiveBlock> sends;
+  std::vector<CollectiveBlock> receives;
+};
+
+/// The blocks of member `member` of an ALL_TO_ALL (from its chunks, one each way per member)
+/// or a SEND_RECV (its proto's) with registers of shapes `input` and `output`.
+CollectiveBlocks collective_blocks(const proto::CollectiveProto& collective, int64_t member,
+                                   const Shape& input, const Shape& output);
+
 /// The n chunks of a tensor of `shape`: balanced ranges of `axis`, or of the flat elements
 /// (axis -1: then each region is one range over a 1-d view of `numel` elements).
 std::vector<std::vector<Range>> collective_chunks(const Shape& shape, int axis, int64_t n);
@@ -46,7 +85,7 @@ int64_t collective_chunk_numel(const Shape& shape, int axis, int64_t n, int64_t 
 /// (indices into the communicator).
 std::vector<int64_t> ring_sum_order(int64_t chunk, int64_t n);
 
-/// "all_reduce", "reduce_scatter", "all_gather".
+/// "all_reduce", "reduce_scatter", "all_gather", "all_to_all", "broadcast", "send_recv".
 const char* collective_op_name(proto::CollectiveProto::Op op);
 
 /// Note [Recursive doubling]: a small all-reduce is latency, and the ring's 2(n - 1) steps cost
@@ -67,7 +106,7 @@ constexpr int64_t kRecursiveDoublingMaxBytes = int64_t{32} << 10;
 proto::CollectiveProto::Algorithm collective_algorithm(proto::CollectiveProto::Op op,
                                                        int64_t whole_bytes, int64_t n);
 
-/// "ring", "recursive doubling".
+/// "ring", "recursive doubling", "tree".
 const char* collective_algorithm_name(proto::CollectiveProto::Algorithm algorithm);
 
 /// The sum of recursive doubling over n members as (into, from) pairs, applied in order to one
@@ -78,18 +117,21 @@ std::vector<std::pair<int64_t, int64_t>> recursive_doubling_adds(int64_t n);
 /// The largest power of two <= n (n >= 1): the members of recursive doubling's exchanges.
 int64_t recursive_doubling_core(int64_t n);
 
-/// The whole tensor a collective chunks: the input of a reduction, the output of a gather; for
-/// an all-to-all the output along `axis` and the input elsewhere. `input` and `output` are the
-/// member's register shapes.
+/// The whole tensor a collective chunks: the input of a reduction, the output of a gather or a
+/// broadcast; for an all-to-all the output along `axis` and the input elsewhere; for a grouped
+/// send/recv the member's output. `input` and `output` are the member's register shapes.
 Shape collective_whole(const proto::CollectiveProto& collective, const Shape& input,
                        const Shape& output);
 
 /// Note [Collective scratch]: a host member of a collective works in memory besides its input
 /// and output registers:
 ///  - packed_input: its input chunk by chunk, when a reduction's chunks are not contiguous in
-///    it (an axis after leading dims > 1); an all-to-all's blocks to send;
+///    it (an axis after leading dims > 1);
 ///  - packed_whole: a reduce-scatter's running sums, an all-gather's whole chunk by chunk when
-///    its chunks are not contiguous in the output; an all-to-all's received blocks;
+///    its chunks are not contiguous in the output;
+///  - a grouped send/recv or an all-to-all: the blocks it sends that are not contiguous in its
+///    input (packed_input) and those it receives that are not contiguous in its output
+///    (packed_whole), its own block excepted (copied directly);
 ///  - received: a ring reduction's pieces of the reduce-scatter steps in flight (two, one for
 ///    n = 2), or the whole tensor for recursive doubling.
 /// collective_scratch sizes them, once for both sides: the compiler records the total in
@@ -111,13 +153,17 @@ struct CollectiveScratchLayout {
   int64_t bytes() const;  // 0 when no part is used
 };
 
+/// `bytes` rounded up to CollectiveScratchLayout::kAlignment: how the parts of a member's
+/// scratch, and the packed blocks of a grouped send/recv within a part, are laid out.
+int64_t align_collective_scratch(int64_t bytes);
+
 /// The largest piece a ring sends of a chunk of `chunk_bytes`: `configured` when positive
 /// (OFL_COLLECTIVE_PIECE_BYTES), else a quarter of the chunk within [64 KiB, 1 MiB].
 int64_t collective_piece_limit(int64_t chunk_bytes, int64_t configured);
 
-/// A member's scratch (Note [Collective scratch]) for `collective` from its input and output
-/// register shapes and dtype.
-CollectiveScratchLayout collective_scratch(const proto::CollectiveProto& collective,
+/// Member `member`'s scratch (Note [Collective scratch]) for `collective` from its input and
+/// output register shapes (a broadcast's member without input: any) and dtype.
+CollectiveScratchLayout collective_scratch(const proto::CollectiveProto& collective, int64_t member,
                                            const Shape& input, const Shape& output, DataType dtype,
                                            int64_t configured_piece_bytes = 0);
 

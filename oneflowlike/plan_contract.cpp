@@ -47,9 +47,14 @@ std::string describe_communicator(const proto::CollectiveProto& c) {
 
 // What a COLLECTIVE task runs, and where it comes from.
 struct CollectiveFacts {
-  std::string dtype;  // of its input
-  int64_t count = 0;  // elements of the whole tensor (collective_whole)
+  std::string dtype;  // of its output
+  int64_t count = 0;  // elements of the whole tensor (collective_whole); a grouped send/recv's
+                      // output, which may differ between members
 };
+
+bool is_send_recv(const proto::CollectiveProto& c) {
+  return c.op() == proto::CollectiveProto::SEND_RECV;
+}
 
 // "all_reduce float32 x 1024 (collective 3, task 'b/all_reduce3' from 'grad_w_boxing')"
 std::string describe_collective(const TaskRef& t, const CollectiveFacts& facts) {
@@ -59,6 +64,8 @@ std::string describe_collective(const TaskRef& t, const CollectiveFacts& facts) 
       c.axis() >= 0 ? str_cat(" along axis ", c.axis()) : std::string(),
       c.op() == proto::CollectiveProto::ALL_TO_ALL ? str_cat(" to axis ", c.out_axis())
                                                    : std::string(),
+      c.op() == proto::CollectiveProto::BROADCAST ? str_cat(" from member ", c.root())
+                                                  : std::string(),
       c.algorithm() == proto::CollectiveProto::RING
           ? std::string()
           : str_cat(" by ", collective_algorithm_name(c.algorithm())),
@@ -70,8 +77,8 @@ std::string describe_collective(const TaskRef& t, const CollectiveFacts& facts) 
 bool same_collective(const proto::CollectiveProto& a, const CollectiveFacts& a_facts,
                      const proto::CollectiveProto& b, const CollectiveFacts& b_facts) {
   return a.collective_id() == b.collective_id() && a.op() == b.op() && a.axis() == b.axis() &&
-         a.out_axis() == b.out_axis() && a.algorithm() == b.algorithm() &&
-         a_facts.dtype == b_facts.dtype && a_facts.count == b_facts.count;
+         a.out_axis() == b.out_axis() && a.algorithm() == b.algorithm() && a.root() == b.root() &&
+         a_facts.dtype == b_facts.dtype && (a_facts.count == b_facts.count || is_send_recv(a));
 }
 
 }  // namespace
@@ -214,23 +221,33 @@ void check_plan_contract(const proto::PlanProto& plan, const PlanContractOptions
     const TaskRef& ref = tasks[i];
     if (ref.task->kind() != proto::TaskProto::COLLECTIVE) continue;
     const proto::CollectiveProto& c = ref.task->collective();
-    OFL_PLAN_CHECK(ref.task->inputs_size() == 1 && ref.task->outputs_size() == 1, "collective ",
-                   describe(ref), " must read one register and write one. However, it reads ",
-                   ref.task->inputs_size(), " and writes ", ref.task->outputs_size(), ".");
-    const proto::RegisterProto* in = find_register(ref.task->inputs(0));
+    // A broadcast's members other than the root read nothing.
+    const int64_t member =
+        std::find(c.members().begin(), c.members().end(), ref.rank) - c.members().begin();
+    const int reads = c.op() == proto::CollectiveProto::BROADCAST && c.root() != member ? 0 : 1;
+    OFL_PLAN_CHECK(ref.task->inputs_size() == reads && ref.task->outputs_size() == 1, "collective ",
+                   describe(ref), " must read ", reads, reads == 1 ? " register" : " registers",
+                   " and write one. However, it reads ", ref.task->inputs_size(), " and writes ",
+                   ref.task->outputs_size(), ".");
+    const proto::RegisterProto* in = reads == 1 ? find_register(ref.task->inputs(0)) : nullptr;
     const proto::RegisterProto* out = find_register(ref.task->outputs(0));
-    OFL_PLAN_CHECK(in != nullptr && out != nullptr, "collective ", describe(ref),
-                   " reads register ", ref.task->inputs(0), " and writes register ",
-                   ref.task->outputs(0), ". However, ", in == nullptr ? "the first" : "the second",
+    OFL_PLAN_CHECK((in != nullptr || reads == 0) && out != nullptr, "collective ", describe(ref),
+                   reads == 1 ? str_cat(" reads register ", ref.task->inputs(0), " and") : "",
+                   " writes register ", ref.task->outputs(0), ". However, ",
+                   out != nullptr ? "the first"
+                   : reads == 1   ? "the second"
+                                  : "it",
                    " does not exist.");
     OFL_PLAN_CHECK(proto::CollectiveProto::Op_IsValid(c.op()), "collective ", describe(ref),
                    " must run a known op. However, got op ", static_cast<int>(c.op()), ".");
     OFL_PLAN_CHECK(c.algorithm() == proto::CollectiveProto::RING ||
                        (c.algorithm() == proto::CollectiveProto::RECURSIVE_DOUBLING &&
-                        c.op() == proto::CollectiveProto::ALL_REDUCE),
+                        c.op() == proto::CollectiveProto::ALL_REDUCE) ||
+                       (c.algorithm() == proto::CollectiveProto::TREE &&
+                        c.op() == proto::CollectiveProto::BROADCAST),
                    "collective ", describe(ref),
-                   " must run by ring, or by recursive doubling if it is an all-reduce. However, "
-                   "it is ",
+                   " must run by ring, by recursive doubling if it is an all-reduce or by a tree "
+                   "if it is a broadcast. However, it is ",
                    collective_op_name(c.op()), " by ", collective_algorithm_name(c.algorithm()),
                    ".");
     const std::set<int64_t> distinct(c.members().begin(), c.members().end());
@@ -240,8 +257,9 @@ void check_plan_contract(const proto::PlanProto& plan, const PlanContractOptions
                    " must run on at least two distinct member ranks, its own among them. However, "
                    "its members are ",
                    rank_list(c.members()), ".");
-    const Shape whole = collective_whole(c, from_proto(in->shape()), from_proto(out->shape()));
-    facts[i] = CollectiveFacts{in->dtype(), whole.numel()};
+    const Shape whole = collective_whole(c, in != nullptr ? from_proto(in->shape()) : Shape{},
+                                         from_proto(out->shape()));
+    facts[i] = CollectiveFacts{out->dtype(), whole.numel()};
     std::vector<int>& members = collectives[c.collective_id()];
     if (members.empty()) collective_ids.push_back(c.collective_id());
     members.push_back(i);
@@ -272,6 +290,60 @@ void check_plan_contract(const proto::PlanProto& plan, const PlanContractOptions
                      " must run one op over one dtype and element count (and axis). However, rank ",
                      first.rank, " runs ", describe_collective(first, facts[members[0]]),
                      " and rank ", t.rank, " runs ", describe_collective(t, facts[i]), ".");
+    }
+  }
+  // A grouped send/recv (Note [Grouped send/recv] in oneflowlike/collective.h): every block one
+  // member sends another is a block of the same size that the other receives from it, and the
+  // blocks a member receives fill its output.
+  for (int64_t id : collective_ids) {
+    const std::vector<int>& positions = collectives[id];
+    const proto::CollectiveProto& a = tasks[positions[0]].task->collective();
+    if (!is_send_recv(a)) continue;
+    const int64_t n = a.members_size();
+    std::vector<int> by_member(n, -1);
+    std::vector<CollectiveBlocks> blocks(n);
+    for (int i : positions) {
+      const int64_t m =
+          std::find(a.members().begin(), a.members().end(), tasks[i].rank) - a.members().begin();
+      by_member[m] = i;
+      blocks[m] = collective_blocks(tasks[i].task->collective(), m, Shape{}, Shape{});
+    }
+    auto numel = [](const CollectiveBlock& b) { return region_shape(b.region).numel(); };
+    for (int64_t m = 0; m < n; ++m) {
+      if (by_member[m] < 0) continue;
+      const TaskRef& t = tasks[by_member[m]];
+      int64_t received = 0;
+      for (const auto* list : {&blocks[m].sends, &blocks[m].receives}) {
+        const bool sends = list == &blocks[m].sends;
+        std::set<int64_t> peers;
+        for (const CollectiveBlock& b : *list) {
+          OFL_PLAN_CHECK(b.member >= 0 && b.member < n && peers.insert(b.member).second,
+                         "collective ", describe(t), " on ", describe_communicator(a), " must ",
+                         sends ? "send to" : "receive from",
+                         " each member at most once, naming members 0..", n - 1,
+                         ". However, it names member ", b.member,
+                         b.member >= 0 && b.member < n ? " twice." : ".");
+          if (!sends) received += numel(b);
+          if (by_member[b.member] < 0) continue;  // Note [Partial plans]
+          const std::vector<CollectiveBlock>& theirs =
+              sends ? blocks[b.member].receives : blocks[b.member].sends;
+          const auto match = std::find_if(theirs.begin(), theirs.end(),
+                                          [&](const CollectiveBlock& c) { return c.member == m; });
+          const TaskRef& u = tasks[by_member[b.member]];
+          OFL_PLAN_CHECK(
+              match != theirs.end() && numel(*match) == numel(b), "collective ", id, " on ",
+              describe_communicator(a), ": rank ", t.rank, " ", sends ? "sends" : "receives", " ",
+              numel(b), " elements ", sends ? "to" : "from", " rank ", u.rank, " (",
+              describe_collective(t, facts[by_member[m]]), "), but rank ", u.rank,
+              match == theirs.end()
+                  ? str_cat(sends ? " receives nothing from it" : " sends it nothing")
+                  : str_cat(sends ? " receives " : " sends ", numel(*match), " elements"),
+              " (", describe_collective(u, facts[by_member[b.member]]), ").");
+        }
+      }
+      OFL_PLAN_CHECK(received == facts[by_member[m]].count, "collective ", describe(t), " on ",
+                     describe_communicator(a), " must receive every element of its output (",
+                     facts[by_member[m]].count, "). However, its blocks receive ", received, ".");
     }
   }
   // Every member present runs the same collectives in the same order on each communicator.
@@ -345,8 +417,10 @@ void check_plan_contract(const proto::PlanProto& plan, const PlanContractOptions
   };
   for (size_t k = 0; k < collective_ids.size(); ++k) {
     for (int i : collectives[collective_ids[k]]) {
-      const proto::RegisterProto* in = find_register(tasks[i].task->inputs(0));
-      edge(position_of(in->producer()), n + static_cast<int>(k));
+      if (tasks[i].task->inputs_size() == 1) {
+        const proto::RegisterProto* in = find_register(tasks[i].task->inputs(0));
+        edge(position_of(in->producer()), n + static_cast<int>(k));
+      }
       edge(n + static_cast<int>(k), i);
     }
   }
@@ -407,7 +481,7 @@ void check_plan_contract(const proto::PlanProto& plan, const PlanContractOptions
     if (t.task->kind() == proto::TaskProto::COLLECTIVE) {
       const proto::CollectiveProto& c = t.task->collective();
       for (int u : collectives[c.collective_id()]) {
-        if (u == i) continue;
+        if (u == i || tasks[u].task->inputs_size() == 0) continue;
         const proto::RegisterProto* in = find_register(tasks[u].task->inputs(0));
         const int from = position_of(in->producer());
         wait(from, str_cat("collective ", c.collective_id(), " (", collective_op_name(c.op()),

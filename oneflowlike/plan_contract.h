@@ -11,7 +11,8 @@ namespace ofl {
 // in oneflowlike/collective.h) finish, in two halves.
 //  1. Every member runs the same program: on each communicator, the members' collective tasks
 //     ordered by `sequence` agree position by position on the collective_id, op, dtype, element
-//     count of the whole tensor and axis. So every task of a collective has a partner on each
+//     count of the whole tensor (a grouped send/recv's blocks are matched pairwise instead),
+//     axis, algorithm and a broadcast's root. So every task of a collective has a partner on each
 //     other member, the two exchange messages of one size, and no member waits for a message
 //     that no task will send. A compiler that lets a rank's plan depend on the rank (a branch
 //     taken on some ranks only, collectives emitted in a rank-dependent order) fails here,
@@ -46,9 +47,12 @@ struct PlanContractOptions {
 ///    each other, and they move one shape and dtype. Note [Partial plans]: a plan compiled for
 ///    some ranks holds one side of its transfers with the others; those are checked where the
 ///    other side is;
-///  - every COLLECTIVE task reads one register and writes one, and its rank is one of at least
-///    two distinct members; the tasks of one collective_id name the same members, one task per
-///    member rank;
+///  - every COLLECTIVE task reads one register (none for a broadcast's members other than the
+///    root) and writes one, and its rank is one of at least two distinct members; the tasks of
+///    one collective_id name the same members, one task per member rank;
+///  - of a grouped send/recv, every block a member sends another is a block of as many
+///    elements that the other receives from it, each member sends to and receives from a
+///    member at most once, and its receives add up to its output;
 ///  - on every communicator (one `members` list), each member present runs the same collectives
 ///    in the same order: its tasks numbered 0, 1, ... by `sequence`, and at each position the
 ///    same collective_id, op, dtype, element count and axis on every member (Note [Collective

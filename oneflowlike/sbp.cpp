@@ -103,6 +103,18 @@ std::vector<Range> region_intersection(const std::vector<Range>& a, const std::v
   return out;
 }
 
+std::vector<Range> whole_region(const Shape& shape) {
+  std::vector<Range> region;
+  for (int64_t d : shape.dims()) region.push_back(Range{0, d});
+  return region;
+}
+
+Shape region_shape(const std::vector<Range>& region) {
+  std::vector<int64_t> dims;
+  for (const Range& r : region) dims.push_back(r.size());
+  return Shape(std::move(dims));
+}
+
 bool region_is_empty(const std::vector<Range>& region) {
   return std::any_of(region.begin(), region.end(), [](const Range& r) { return r.size() <= 0; });
 }

@@ -94,6 +94,10 @@ Range balanced_range(int64_t n, int64_t parts, int64_t index);
 /// The part of region `a` inside region `b` (same number of axes): per axis the overlap, an
 /// empty range [x, x) where there is none.
 std::vector<Range> region_intersection(const std::vector<Range>& a, const std::vector<Range>& b);
+/// The region covering all of `shape`: [0, d) on every axis.
+std::vector<Range> whole_region(const Shape& shape);
+/// The extent of `region`, one size per axis.
+Shape region_shape(const std::vector<Range>& region);
 /// Whether `region` holds no element (some axis is empty).
 bool region_is_empty(const std::vector<Range>& region);
 /// `region` in the local coordinates of a piece holding `frame` (region lies inside frame).

@@ -27,6 +27,10 @@ const char* boxing_kind_name(BoxingKind kind) {
       return "local_slice";
     case BoxingKind::kBroadcastToPartial:
       return "broadcast_to_partial";
+    case BoxingKind::kBroadcast:
+      return "broadcast";
+    case BoxingKind::kSendRecv:
+      return "send_recv";
     case BoxingKind::kGeneric:
       return "generic";
   }
@@ -91,6 +95,29 @@ std::vector<BoxingStep> steps_in_order(const BoxingSpec& spec, const Shape& shap
   return steps;
 }
 
+bool has_partial_sum(const NdSbp& nd_sbp) {
+  return std::any_of(nd_sbp.begin(), nd_sbp.end(), [](const Sbp& s) { return s.is_partial_sum(); });
+}
+
+/// What is left when no collective of one dimension makes the conversion.
+BoxingKind grouped_kind(const BoxingSpec& spec) {
+  const Placement& src = spec.in_placement;
+  const Placement& dst = spec.out_placement;
+  if (src.device_type() != dst.device_type() || dst.num_ranks() < 2) return BoxingKind::kGeneric;
+  const bool all_broadcast = std::all_of(spec.out_sbp.begin(), spec.out_sbp.end(),
+                                         [](const Sbp& s) { return s.is_broadcast(); });
+  if (src.num_ranks() == 1 && dst.contains(src.rank(0)) && all_broadcast) {
+    return BoxingKind::kBroadcast;
+  }
+  std::vector<int64_t> a = src.ranks(), b = dst.ranks();
+  std::sort(a.begin(), a.end());
+  std::sort(b.begin(), b.end());
+  if (a != b || has_partial_sum(spec.in_sbp) || has_partial_sum(spec.out_sbp)) {
+    return BoxingKind::kGeneric;
+  }
+  return BoxingKind::kSendRecv;
+}
+
 }  // namespace
 
 std::vector<BoxingStep> plan_boxing(const BoxingSpec& spec, const Shape& logical_shape) {
@@ -101,7 +128,8 @@ std::vector<BoxingStep> plan_boxing(const BoxingSpec& spec, const Shape& logical
     }
     if (changed.empty()) return {BoxingStep{spec, BoxingKind::kIdentity}};
     if (changed.size() == 1) {
-      return {BoxingStep{spec, collective_kind(spec, logical_shape, changed[0])}};
+      const BoxingKind kind = collective_kind(spec, logical_shape, changed[0]);
+      if (kind != BoxingKind::kGeneric) return {BoxingStep{spec, kind}};
     }
     // Nested splits make the order matter: (S(0), S(0)) -> (B, B) gathers the inner
     // dimension first.
@@ -111,7 +139,7 @@ std::vector<BoxingStep> plan_boxing(const BoxingSpec& spec, const Shape& logical
       if (!steps.empty()) return steps;
     }
   }
-  return {BoxingStep{spec, BoxingKind::kGeneric}};
+  return {BoxingStep{spec, grouped_kind(spec)}};
 }
 
 std::vector<int64_t> expand_boxing(const BoxingSpec& spec, const TensorMeta& logical,
@@ -128,9 +156,19 @@ std::vector<int64_t> expand_boxing(const BoxingSpec& spec, const TensorMeta& log
   StepEmitter emitter(builder, name, logical.dtype, thread, location);
   std::vector<int64_t> registers = in_registers;
   for (const BoxingStep& step : plan_boxing(spec, logical.shape)) {
-    registers = step.kind == BoxingKind::kGeneric
-                    ? expand_generic(step.spec, logical.shape, registers, emitter)
-                    : expand_same_placement(step, logical.shape, registers, emitter);
+    switch (step.kind) {
+      case BoxingKind::kGeneric:
+        registers = expand_generic(step.spec, logical.shape, registers, emitter);
+        break;
+      case BoxingKind::kBroadcast:
+        registers = expand_broadcast(step.spec, logical.shape, registers, emitter);
+        break;
+      case BoxingKind::kSendRecv:
+        registers = expand_send_recv(step.spec, logical.shape, registers, emitter);
+        break;
+      default:
+        registers = expand_same_placement(step, logical.shape, registers, emitter);
+    }
   }
   OFL_ASSERT(static_cast<int64_t>(registers.size()) == spec.out_placement.num_ranks());
   return registers;

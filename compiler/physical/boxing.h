@@ -22,6 +22,12 @@
 // preferring its own rank), sums partial-sum pieces and concatenates the regions.
 // Several changed dimensions of one placement are converted one dimension at a time when some
 // order makes every step a collective above.
+// Between placements: one rank's tensor to B on a placement that holds the rank is a
+// BROADCAST from it. Any other conversion whose two placements hold the same ranks (on one
+// device type), with no partial sum on either side, is one grouped SEND_RECV over those ranks:
+// the generic decomposition's pieces as blocks of one task per rank (Note [Grouped send/recv]
+// in oneflowlike/collective.h). Partial sums, and placements of different ranks (stage
+// boundaries, resharding between rank sets), keep the generic SEND/RECV pairs.
 
 #include <cstdint>
 #include <string>
@@ -41,6 +47,8 @@ enum class BoxingKind {
   kAllToAll,            // S(i) -> S(j)
   kLocalSlice,          // B -> S(i)
   kBroadcastToPartial,  // B -> P
+  kBroadcast,           // one rank -> B on a placement holding it
+  kSendRecv,            // any other conversion within one set of ranks, no partial sums
   kGeneric,             // slice, send/recv, add and concat per destination
 };
 

@@ -8,17 +8,8 @@
 
 namespace ofl::compiler::physical {
 
-std::vector<int64_t> expand_generic(const BoxingSpec& spec, const Shape& logical,
-                                    const std::vector<int64_t>& in, StepEmitter& e) {
+SourcePieces::SourcePieces(const BoxingSpec& spec, const Shape& logical) : spec_(spec) {
   const Placement& src = spec.in_placement;
-  const Placement& dst = spec.out_placement;
-  // Sources grouped by the region they hold (their split coordinates), then by their
-  // partial-sum coordinates (addends to sum); the parallel ids left in a group are replicas.
-  struct SourceGroup {
-    Region region;
-    std::map<std::vector<int64_t>, std::vector<int64_t>> replicas_by_partial;
-  };
-  std::map<std::vector<int64_t>, SourceGroup> sources;
   for (int64_t pid = 0; pid < src.num_ranks(); ++pid) {
     const std::vector<int64_t> coord = src.coordinate(pid);
     std::vector<int64_t> split_key, partial_key;
@@ -26,11 +17,37 @@ std::vector<int64_t> expand_generic(const BoxingSpec& spec, const Shape& logical
       if (spec.in_sbp[d].is_split()) split_key.push_back(coord[d]);
       if (spec.in_sbp[d].is_partial_sum()) partial_key.push_back(coord[d]);
     }
-    SourceGroup& group = sources[split_key];
+    Group& group = groups_[split_key];
     group.region = logical_region(logical, spec.in_sbp, src, pid);
     group.replicas_by_partial[partial_key].push_back(pid);
   }
+}
 
+std::vector<SourcePieces::Piece> SourcePieces::covering(const Region& target, int64_t d,
+                                                        int64_t rank) const {
+  std::vector<Piece> pieces;
+  int64_t choice = d;  // spreads the destinations over the replicas
+  for (const auto& [split_key, group] : groups_) {
+    const Region overlap = region_intersection(group.region, target);
+    if (region_is_empty(overlap)) continue;
+    Piece piece{overlap, group.region, {}};
+    for (const auto& [partial_key, replicas] : group.replicas_by_partial) {
+      int64_t pick = replicas[choice % static_cast<int64_t>(replicas.size())];
+      for (int64_t pid : replicas) {
+        if (spec_.in_placement.rank(pid) == rank) pick = pid;
+      }
+      piece.addends.push_back(pick);
+    }
+    ++choice;
+    pieces.push_back(std::move(piece));
+  }
+  return pieces;
+}
+
+std::vector<int64_t> expand_generic(const BoxingSpec& spec, const Shape& logical,
+                                    const std::vector<int64_t>& in, StepEmitter& e) {
+  const Placement& dst = spec.out_placement;
+  const SourcePieces sources(spec, logical);
   std::vector<int64_t> out;
   for (int64_t d = 0; d < dst.num_ranks(); ++d) {
     const int64_t rank = dst.rank(d);
@@ -48,25 +65,17 @@ std::vector<int64_t> expand_generic(const BoxingSpec& spec, const Shape& logical
     }
     std::vector<std::pair<int64_t, Region>> pieces;
     int64_t covered = 0;
-    int64_t choice = d;  // spreads the destinations over the replicas
-    for (const auto& [split_key, group] : sources) {
-      const Region overlap = region_intersection(group.region, target);
-      if (region_is_empty(overlap)) continue;
+    for (const SourcePieces::Piece& piece : sources.covering(target, d, rank)) {
       std::vector<int64_t> addends;
-      for (const auto& [partial_key, replicas] : group.replicas_by_partial) {
-        int64_t pick = replicas[choice % static_cast<int64_t>(replicas.size())];
-        for (int64_t pid : replicas) {
-          if (src.rank(pid) == rank) pick = pid;
-        }
+      for (int64_t pick : piece.addends) {
         addends.push_back(
-            e.move(e.slice(in[pick], region_relative_to(overlap, group.region)), rank));
+            e.move(e.slice(in[pick], region_relative_to(piece.overlap, piece.source)), rank));
       }
-      ++choice;
-      pieces.emplace_back(e.add(addends), region_relative_to(overlap, target));
-      covered += shape_of(overlap).numel();
+      pieces.emplace_back(e.add(addends), region_relative_to(piece.overlap, target));
+      covered += region_shape(piece.overlap).numel();
     }
-    OFL_ASSERT(covered == shape_of(target).numel());
-    if (pieces.size() == 1 && pieces[0].second == whole(shape)) {
+    OFL_ASSERT(covered == region_shape(target).numel());
+    if (pieces.size() == 1 && pieces[0].second == whole_region(shape)) {
       out.push_back(pieces[0].first);
     } else {
       out.push_back(e.concat(rank, pieces, shape));

@@ -87,6 +87,8 @@ std::vector<int64_t> expand_same_placement(const BoxingStep& step, const Shape& 
         break;
       }
       case BoxingKind::kIdentity:
+      case BoxingKind::kBroadcast:
+      case BoxingKind::kSendRecv:
       case BoxingKind::kGeneric:
         OFL_ASSERT(false);
     }

@@ -3,10 +3,13 @@
 // emitter of elementary tasks, and one expansion per kind of transition, each in its own file:
 //   boxing_same_placement.cpp  one hierarchy dimension changes on one placement: collectives,
 //                              local slices, B -> P
+//   boxing_grouped.cpp         one rank to B on a placement holding it: a broadcast; two
+//                              layouts of one set of ranks: a grouped send/recv
 //   boxing_generic.cpp         any placements, any SBPs: region intersections
 // Internal to compiler/physical; expand_boxing (boxing.h) is the interface.
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <utility>
 #include <vector>
@@ -19,18 +22,6 @@
 namespace ofl::compiler::physical {
 
 using Region = std::vector<Range>;  // one range per axis
-
-inline Region whole(const Shape& shape) {
-  Region out(shape.ndim());
-  for (int i = 0; i < shape.ndim(); ++i) out[i] = Range{0, shape[i]};
-  return out;
-}
-
-inline Shape shape_of(const Region& region) {
-  std::vector<int64_t> dims(region.size());
-  for (size_t i = 0; i < region.size(); ++i) dims[i] = region[i].size();
-  return Shape(std::move(dims));
-}
 
 /// given one when nothing needs doing), so callers chain steps without special cases.
 class StepEmitter {
@@ -49,11 +40,11 @@ class StepEmitter {
 
   /// The part `local` of `reg` (in reg's coordinates), on reg's rank.
   int64_t slice(int64_t reg, const Region& local) {
-    if (local == whole(builder_.register_shape(reg))) return reg;
+    if (local == whole_region(builder_.register_shape(reg))) return reg;
     proto::TaskProto* t = task(builder_.register_rank(reg), proto::TaskProto::SLICE, "slice");
     builder_.add_input(t, reg);
     add_ranges(local, t->mutable_slice());
-    return output(t, shape_of(local));
+    return output(t, region_shape(local));
   }
 
   /// `reg` on `rank`: a SEND/RECV pair when it lives elsewhere.
@@ -88,7 +79,7 @@ class StepEmitter {
                  const Shape& shape) {
     proto::TaskProto* t = task(rank, proto::TaskProto::CONCAT, "concat");
     for (const auto& [reg, region] : pieces) {
-      OFL_ASSERT(builder_.register_shape(reg) == shape_of(region));
+      OFL_ASSERT(builder_.register_shape(reg) == region_shape(region));
       builder_.add_input(t, reg);
       add_ranges(region, t->mutable_concat_regions());
     }
@@ -96,38 +87,45 @@ class StepEmitter {
   }
 
   /// One collective over the members (parallel ids, in ring order) of `placement`, reading
-  /// in[member] and writing a register of out_shapes[member] on each (Note [Collective tasks]
-  /// in oneflowlike/collective.h). Runs on the communication thread: the work happens on the
-  /// rank's collective engine, not in the chain of the compute thread, so its registers must
-  /// not share memory with the chain's. On a CUDA placement it runs on the GPU, its registers
-  /// in GPU memory (Note [Device collectives] in actor/device_collectives.h).
+  /// in[member] (none where it is -1: a broadcast's members but the root) and writing a
+  /// register of out_shapes[member] on each (Note [Collective tasks] in
+  /// oneflowlike/collective.h). `k`: the hierarchy dimension the members span, -1 for every rank
+  /// of the placement. `root`: a broadcast's; `blocks`: a grouped send/recv's, by member. Runs on
+  /// the communication thread: the work happens on the rank's collective engine, not in the
+  /// chain of the compute thread, so its registers must not share memory with the chain's. On a
+  /// CUDA placement it runs on the GPU, its registers in GPU memory (Note [Device collectives] in
+  /// actor/device_collectives.h).
   std::vector<int64_t> collective(proto::CollectiveProto::Op op, const Placement& placement, int k,
                                   const std::vector<int64_t>& members,
                                   const std::vector<int64_t>& in,
-                                  const std::vector<Shape>& out_shapes, int axis,
-                                  int out_axis = 0) {
+                                  const std::vector<Shape>& out_shapes, int axis, int out_axis = 0,
+                                  int64_t root = 0,
+                                  const std::vector<CollectiveBlocks>* blocks = nullptr) {
     std::vector<int64_t> ranks;
     for (int64_t pid : members) ranks.push_back(placement.rank(pid));
     // The whole tensor's bytes choose the algorithm (collective_algorithm).
     proto::CollectiveProto op_only;
     op_only.set_op(op);
     op_only.set_axis(axis);
-    const int64_t whole_bytes =
-        collective_whole(op_only, builder_.register_shape(in[members[0]]), out_shapes[0]).numel() *
-        static_cast<int64_t>(dtype_size(builder_.register_dtype(in[members[0]])));
+    const int64_t first_in = in[members[0]];
+    const Shape first_in_shape = first_in >= 0 ? builder_.register_shape(first_in) : Shape{};
+    const int64_t whole_bytes = collective_whole(op_only, first_in_shape, out_shapes[0]).numel() *
+                                static_cast<int64_t>(dtype_size(dtype_));
     const int64_t n = static_cast<int64_t>(ranks.size());
     const proto::CollectiveProto::Algorithm algorithm = collective_algorithm(op, whole_bytes, n);
     const bool on_gpu = placement.device_type() == DeviceType::kCUDA;
     const int64_t control_id = on_gpu ? builder_.control_id(ranks) : 0;
     const auto [id, sequence] = builder_.new_collective(ranks, collective_ids(op, n, algorithm));
-    const std::string communicator = str_cat("dimension ", k, " of ", placement.brief());
+    const std::string communicator = k >= 0 ? str_cat("dimension ", k, " of ", placement.brief())
+                                            : str_cat("the ranks of ", placement.brief());
     std::vector<int64_t> out;
     for (size_t m = 0; m < members.size(); ++m) {
       if (on_gpu) builder_.set_device(proto::PLAN_DEVICE_CUDA);
       proto::TaskProto* t =
           task(ranks[m], proto::TaskProto::COLLECTIVE, collective_op_name(op), /*thread=*/1);
       builder_.set_device(proto::PLAN_DEVICE_CPU);
-      builder_.add_input(t, in[members[m]]);
+      const int64_t input = in[members[m]];
+      if (input >= 0) builder_.add_input(t, input);
       if (builder_.kept(ranks[m])) {
         proto::CollectiveProto* c = t->mutable_collective();
         c->set_op(op);
@@ -139,9 +137,23 @@ class StepEmitter {
         if (op == proto::CollectiveProto::ALL_TO_ALL) c->set_out_axis(out_axis);
         c->set_algorithm(algorithm);
         c->set_control_id(control_id);
+        c->set_root(root);
+        if (blocks != nullptr) {
+          auto add = [](const std::vector<CollectiveBlock>& list, auto* to) {
+            for (const CollectiveBlock& b : list) {
+              proto::CollectiveBlockProto* block = to->Add();
+              block->set_member(b.member);
+              add_ranges(b.region, block->mutable_region());
+            }
+          };
+          add((*blocks)[m].sends, c->mutable_sends());
+          add((*blocks)[m].receives, c->mutable_receives());
+        }
         if (!on_gpu) {  // Note [Collective scratch]: planned with the rank's registers
           c->set_scratch_bytes(
-              collective_scratch(*c, builder_.register_shape(in[members[m]]), out_shapes[m], dtype_)
+              collective_scratch(*c, static_cast<int64_t>(m),
+                                 input >= 0 ? builder_.register_shape(input) : Shape{},
+                                 out_shapes[m], dtype_)
                   .bytes());
         }
         if (!location_.empty()) t->set_location(location_);
@@ -190,6 +202,39 @@ class StepEmitter {
 /// A change of one hierarchy dimension on one placement (any kind but kGeneric).
 std::vector<int64_t> expand_same_placement(const BoxingStep& step, const Shape& logical,
                                            const std::vector<int64_t>& in, StepEmitter& e);
+
+/// Where each destination of a conversion finds its region among the sources (Note [Region
+/// overlap] in oneflowlike/sbp.h): the sources grouped by the region they hold (their split
+/// coordinates), then by their partial-sum coordinates (addends to sum); the parallel ids left
+/// in a group are replicas, of which each destination takes one, its own rank's if it has one.
+class SourcePieces {
+ public:
+  SourcePieces(const BoxingSpec& spec, const Shape& logical);
+  struct Piece {
+    Region overlap;                // of the logical tensor
+    Region source;                 // the region its sources hold
+    std::vector<int64_t> addends;  // in parallel ids, one per partial-sum coordinate
+  };
+  /// The pieces that make up `target`, the region of out parallel id `d` on `rank`.
+  std::vector<Piece> covering(const Region& target, int64_t d, int64_t rank) const;
+
+ private:
+  struct Group {
+    Region region;
+    std::map<std::vector<int64_t>, std::vector<int64_t>> replicas_by_partial;
+  };
+  const BoxingSpec& spec_;
+  std::map<std::vector<int64_t>, Group> groups_;  // by split coordinates
+};
+
+/// One rank's tensor to B on a placement holding that rank (BoxingKind::kBroadcast).
+std::vector<int64_t> expand_broadcast(const BoxingSpec& spec, const Shape& logical,
+                                      const std::vector<int64_t>& in, StepEmitter& e);
+
+/// Two layouts of one set of ranks, no partial sums (BoxingKind::kSendRecv): one grouped
+/// send/recv, or the generic decomposition when no piece crosses ranks.
+std::vector<int64_t> expand_send_recv(const BoxingSpec& spec, const Shape& logical,
+                                      const std::vector<int64_t>& in, StepEmitter& e);
 
 /// Any placements and SBPs: each destination assembles its region from the sources'.
 std::vector<int64_t> expand_generic(const BoxingSpec& spec, const Shape& logical,

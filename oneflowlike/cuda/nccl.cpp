@@ -9,8 +9,11 @@
 //    chunk along an axis is `rows` runs of equal width), and unpacked after;
 //  - uneven chunks become one ncclReduce or ncclBroadcast per chunk, rooted at its owner, in
 //    one NCCL group, which NCCL runs as one collective;
-//  - an all-to-all is one group of ncclSend/ncclRecv per peer over packed blocks; a member's
-//    block to itself is a device copy.
+//  - an all-to-all and a grouped send/recv (Note [Grouped send/recv]) are one group of
+//    ncclSend/ncclRecv per peer; a block contiguous in its register moves from or into it
+//    directly, the others through packed scratch (a block is runs of rows: region_runs); a
+//    member's block to itself is a device copy;
+//  - a broadcast is ncclBroadcast from the root's input into every member's output.
 // NCCL sums in its own order (its ring or tree), not ring_sum_order: a plan run through NCCL
 // equals the CPU run within float tolerance, not bit for bit.
 
@@ -182,6 +185,41 @@ char* at(const Tensor& t, int64_t elements) {
   return static_cast<char*>(t.raw_data()) + elements * static_cast<int64_t>(dtype_size(t.dtype()));
 }
 
+// A box `region` of a row-major tensor of `shape` as strided runs (one per index of the axes
+// before the last two that it does not span whole), in row-major order: packed one after
+// another they hold the region's elements in order.
+std::vector<Strided> region_runs(const Shape& shape, const std::vector<Range>& region) {
+  const int ndim = shape.ndim();
+  int partial = -1;  // the last axis the region does not cover whole
+  for (int a = 0; a < ndim; ++a) {
+    if (region[a].begin != 0 || region[a].end != shape[a]) partial = a;
+  }
+  if (region_is_empty(region)) return {};
+  if (partial < 0) return {Strided{0, 1, shape.numel(), shape.numel()}};
+  std::vector<int64_t> stride(ndim, 1);  // elements
+  for (int a = ndim - 2; a >= 0; --a) stride[a] = stride[a + 1] * shape[a + 1];
+  const int64_t width = region[partial].size() * stride[partial];
+  const int row_axis = partial - 1;  // the rows of each run, -1: one row
+  const int64_t rows = row_axis >= 0 ? region[row_axis].size() : 1;
+  const int64_t pitch = row_axis >= 0 ? stride[row_axis] : width;
+  int64_t base = region[partial].begin * stride[partial];
+  if (row_axis >= 0) base += region[row_axis].begin * stride[row_axis];
+  std::vector<Strided> runs;
+  std::vector<int64_t> index(std::max(row_axis, 0), 0);  // over the axes before row_axis
+  for (;;) {
+    int64_t offset = base;
+    for (int a = 0; a < row_axis; ++a) offset += (region[a].begin + index[a]) * stride[a];
+    runs.push_back(Strided{offset, rows, width, pitch});
+    int a = row_axis - 1;
+    for (; a >= 0; --a) {
+      if (++index[a] < region[a].size()) break;
+      index[a] = 0;
+    }
+    if (a < 0) break;
+  }
+  return runs;
+}
+
 // Copies chunk `c` of `whole` to `packed` (or back: `unpack`), on `stream`.
 void copy_chunk(const Tensor& whole, const Strided& c, char* packed, bool unpack,
                 cudaStream_t stream, int device) {
@@ -286,15 +324,17 @@ void NcclCommunicator::check_async(const std::string& what) const {
   nccl_check(async, "an earlier collective", name_, what);
 }
 
-NcclCommunicator::Queued NcclCommunicator::collective(Op::Op op, int axis, int out_axis,
+NcclCommunicator::Queued NcclCommunicator::collective(const proto::CollectiveProto& collective,
                                                       const Tensor& input, const Tensor& output,
                                                       const std::string& what) {
+  const Op::Op op = collective.op();
+  const int axis = collective.axis();
   check_async(what);
   DeviceGuard guard(device_);
   const cudaStream_t s = static_cast<cudaStream_t>(stream_->native());
   ncclComm_t comm = native(comm_);
   const ncclDataType_t dt =
-      nccl_dtype(input.dtype(), op == Op::ALL_REDUCE || op == Op::REDUCE_SCATTER, what);
+      nccl_dtype(output.dtype(), op == Op::ALL_REDUCE || op == Op::REDUCE_SCATTER, what);
   const int64_t n = size_, m = member_;
   const Device gpu{DeviceType::kCUDA, device_};
   Queued queued;  // the scratch stays alive until the queued work is done (the caller keeps it)
@@ -307,7 +347,7 @@ NcclCommunicator::Queued NcclCommunicator::collective(Op::Op op, int axis, int o
       ready.record(cuda::stream(device_, StreamKind::kCompute));
       ready.block(*stream_);
     }
-    queued.scratch.push_back(Tensor::empty(Shape{numel}, input.dtype(), gpu));
+    queued.scratch.push_back(Tensor::empty(Shape{numel}, output.dtype(), gpu));
     return queued.scratch.back();
   };
   // A group this call opens is ended if NCCL raises inside it (nested groups launch at the
@@ -385,39 +425,80 @@ NcclCommunicator::Queued NcclCommunicator::collective(Op::Op op, int axis, int o
       }
       break;
     }
-    case Op::ALL_TO_ALL: {
-      // To member q: the part of this member's input inside chunk q along out_axis; from q: its
-      // part of this member's output chunk, chunk q along axis of the output.
-      const std::vector<Strided> sends = chunk_layouts(input.shape(), out_axis, n);
-      const std::vector<Strided> receives = chunk_layouts(output.shape(), axis, n);
-      const std::vector<int64_t> send_at = packed_offsets(sends);
-      const std::vector<int64_t> receive_at = packed_offsets(receives);
-      Tensor send = packed(input.numel());
-      Tensor receive = packed(output.numel());
-      for (int64_t q = 0; q < n; ++q) {
-        copy_chunk(input, sends[q], at(send, send_at[q]), /*unpack=*/false, s, device_);
-      }
-      OFL_ASSERT(sends[m].numel() == receives[m].numel());
-      if (sends[m].numel() > 0) {
-        check(cudaMemcpyAsync(at(receive, receive_at[m]), at(send, send_at[m]),
-                              sends[m].numel() * dtype_size(input.dtype()),
-                              cudaMemcpyDeviceToDevice, s),
-              "cudaMemcpyAsync (all-to-all block to itself)", device_);
+    case Op::BROADCAST: {
+      const bool root = collective.root() == m;
+      nccl_check(
+          nccl().ncclBroadcast(root ? input.raw_data() : output.raw_data(), output.raw_data(),
+                               output.numel(), dt, static_cast<int>(collective.root()), comm, s),
+          "ncclBroadcast", name_, what);
+      break;
+    }
+    case Op::ALL_TO_ALL:
+    case Op::SEND_RECV: {
+      // Per peer the block's runs: packed through scratch unless one contiguous run.
+      const CollectiveBlocks blocks =
+          collective_blocks(collective, m, input.shape(), output.shape());
+      const size_t elem = dtype_size(output.dtype());
+      struct Moved {
+        int64_t member;
+        std::vector<Strided> runs;
+        int64_t numel = 0;
+        char* data = nullptr;  // contiguous in the register, or packed
+      };
+      auto plan = [&](const std::vector<CollectiveBlock>& list, const Tensor& reg, bool unpack) {
+        std::vector<Moved> moved;
+        for (const CollectiveBlock& b : list) {
+          Moved x{b.member, region_runs(reg.shape(), b.region)};
+          for (const Strided& r : x.runs) x.numel += r.numel();
+          if (x.numel == 0) continue;
+          if (x.runs.size() == 1 && x.runs[0].rows == 1) {
+            x.data = at(reg, x.runs[0].offset);
+          } else {
+            x.data = static_cast<char*>(packed(x.numel).raw_data());
+            if (!unpack) {
+              int64_t at_element = 0;
+              for (const Strided& r : x.runs) {
+                copy_chunk(reg, r, x.data + at_element * elem, /*unpack=*/false, s, device_);
+                at_element += r.numel();
+              }
+            }
+          }
+          moved.push_back(std::move(x));
+        }
+        return moved;
+      };
+      const std::vector<Moved> sends = plan(blocks.sends, input, /*unpack=*/false);
+      const std::vector<Moved> receives = plan(blocks.receives, output, /*unpack=*/true);
+      for (const Moved& to_self : sends) {
+        if (to_self.member != m) continue;
+        for (const Moved& from_self : receives) {
+          if (from_self.member != m) continue;
+          OFL_ASSERT(to_self.numel == from_self.numel);
+          check(cudaMemcpyAsync(from_self.data, to_self.data, to_self.numel * elem,
+                                cudaMemcpyDeviceToDevice, s),
+                "cudaMemcpyAsync (block to itself)", device_);
+        }
       }
       group_start();
-      for (int64_t q = 0; q < n; ++q) {
-        if (q == m) continue;
-        nccl_check(nccl().ncclSend(at(send, send_at[q]), sends[q].numel(), dt, static_cast<int>(q),
-                                   comm, s),
+      for (const Moved& x : sends) {
+        if (x.member == m) continue;
+        nccl_check(nccl().ncclSend(x.data, x.numel, dt, static_cast<int>(x.member), comm, s),
                    "ncclSend", name_, what);
-        nccl_check(nccl().ncclRecv(at(receive, receive_at[q]), receives[q].numel(), dt,
-                                   static_cast<int>(q), comm, s),
+      }
+      for (const Moved& x : receives) {
+        if (x.member == m) continue;
+        nccl_check(nccl().ncclRecv(x.data, x.numel, dt, static_cast<int>(x.member), comm, s),
                    "ncclRecv", name_, what);
       }
       group_end();
-      queued.finish = [output, receives, receive_at, receive, s, device = device_] {
-        for (size_t q = 0; q < receives.size(); ++q) {
-          copy_chunk(output, receives[q], at(receive, receive_at[q]), /*unpack=*/true, s, device);
+      queued.finish = [output, receives, s, device = device_, elem] {
+        for (const Moved& x : receives) {
+          if (x.runs.size() == 1 && x.runs[0].rows == 1) continue;  // received in place
+          int64_t at_element = 0;
+          for (const Strided& r : x.runs) {
+            copy_chunk(output, r, x.data + at_element * elem, /*unpack=*/true, s, device);
+            at_element += r.numel();
+          }
         }
       };
       break;

@@ -71,15 +71,15 @@ class NcclCommunicator {
     std::vector<Tensor> scratch;
     std::function<void()> finish;
   };
-  /// Queues member `member()`'s part of `op` (Note [Collective tasks] in
-  /// oneflowlike/collective.h: its chunks along `axis`, the all-to-all's along `out_axis`) from
-  /// `input` into `output`, both in this GPU's memory, on stream(). Returns at once; the data is
-  /// there when an event recorded on stream() after Queued::finish has completed. Raises
-  /// ofl::Error naming `what` (the task) when NCCL refuses, or when an earlier collective failed
-  /// asynchronously.
-  [[nodiscard]] Queued collective(proto::CollectiveProto::Op op, int axis, int out_axis,
-                                  const Tensor& input, const Tensor& output,
-                                  const std::string& what);
+  /// Queues member `member()`'s part of `collective` (Note [Collective tasks] in
+  /// oneflowlike/collective.h: its op, chunks along `axis`, the all-to-all's along `out_axis`,
+  /// a broadcast's root, a grouped send/recv's blocks) from `input` (undefined for a
+  /// broadcast's member other than the root) into `output`, both in this GPU's memory, on
+  /// stream(). Returns at once; the data is there when an event recorded on stream() after
+  /// Queued::finish has completed. Raises ofl::Error naming `what` (the task) when NCCL
+  /// refuses, or when an earlier collective failed asynchronously.
+  [[nodiscard]] Queued collective(const proto::CollectiveProto& collective, const Tensor& input,
+                                  const Tensor& output, const std::string& what);
 
  private:
   NcclCommunicator(void* comm, int64_t member, int64_t size, int device, std::string name);

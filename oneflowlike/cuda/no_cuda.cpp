@@ -60,9 +60,8 @@ std::vector<std::unique_ptr<NcclCommunicator>> NcclCommunicator::create(
   no_device(hosted.empty() ? 0 : hosted[0].device);
 }
 NcclCommunicator::~NcclCommunicator() = default;
-NcclCommunicator::Queued NcclCommunicator::collective(proto::CollectiveProto::Op, int, int,
-                                                      const Tensor&, const Tensor&,
-                                                      const std::string&) {
+NcclCommunicator::Queued NcclCommunicator::collective(const proto::CollectiveProto&, const Tensor&,
+                                                      const Tensor&, const std::string&) {
   no_device(device_);
 }
 

@@ -210,8 +210,9 @@ TEST(CollectivePlan, RecursiveDoublingOnlyForAllReducesAndTheSameOnEveryMember) 
   for (int m = 0; m < 2; ++m) inputs.push_back(b.input(m, str_cat("x", m), Shape{4}));
   b.set_collective_algorithm(Op::RECURSIVE_DOUBLING);
   b.collective(Op::REDUCE_SCATTER, {0, 1}, inputs, -1, "grad");
-  expect_refused(b.plan(), {"must run by ring, or by recursive doubling if it is an all-reduce. "
-                            "However, it is reduce_scatter by recursive doubling."});
+  expect_refused(b.plan(), {"must run by ring, by recursive doubling if it is an all-reduce or by "
+                            "a tree if it is a broadcast. However, it is reduce_scatter by "
+                            "recursive doubling."});
   PlanBuilder c(2);
   inputs.clear();
   for (int m = 0; m < 2; ++m) inputs.push_back(c.input(m, str_cat("x", m), Shape{4}));
@@ -402,6 +403,89 @@ TEST(CollectivePlan, MismatchedDtypeOrCountIsRefusedNamingBothRanksOps) {
                                       "'all_reduce_0@1' from 'grad_w')"
                                     : "rank 1 runs all_reduce float32 x 6 (collective 0, task "
                                       "'all_reduce_0@1' from 'grad_w')"});
+  }
+}
+
+// Note [Broadcast]: every member gets the root's input in the reference executor; the members
+// must agree on the root, and only the root reads a register.
+TEST(CollectivePlan, BroadcastGivesEveryMemberTheRootsInputAndNeedsOneRoot) {
+  for (int root : {0, 2}) {
+    PlanBuilder b(3);
+    const int64_t x = b.input(root, "x", Shape{kRows, kCols});
+    const std::vector<int64_t> y = b.broadcast({0, 1, 2}, root, x);
+    for (int m = 0; m < 3; ++m) b.output(m, str_cat("y", m), y[m], Shape{kRows, kCols});
+    ReferenceExecutor executor(b.plan());
+    const Tensor value = random_tensor(Shape{kRows, kCols}, DataType::kFloat32, 5);
+    const std::map<std::string, Tensor> out = executor.run({{"x", value}});
+    for (int m = 0; m < 3; ++m) EXPECT_EQ(values_of(out.at(str_cat("y", m))), values_of(value));
+  }
+  PlanBuilder b(2);
+  const int64_t x = zeros(b, 0, "x", Shape{4});
+  const std::vector<int64_t> y = b.broadcast({0, 1}, 0, x, "embedding");
+  b.find_task_of(y[1])->mutable_collective()->set_root(1);
+  expect_refused(b.plan(), {"collective 'broadcast_0@1' (task 5 on rank 1) must read 1 register "
+                            "and write one. However, it reads 0 and writes 1."});
+  PlanBuilder c(3);
+  const std::vector<int64_t> z = c.broadcast({0, 1, 2}, 0, zeros(c, 0, "x", Shape{4}), "emb");
+  c.find_task_of(z[2])->mutable_collective()->set_root(1);
+  expect_refused(c.plan(), {"must run one op over one dtype and element count",
+                            "rank 0 runs broadcast float32 x 4 from member 0",
+                            "rank 2 runs broadcast float32 x 4 from member 1"});
+}
+
+// Note [Grouped send/recv]: a block one member sends must be a block of the same size the other
+// receives from it, and a member's receives must fill its output; refused naming both ranks.
+TEST(CollectivePlan, GroupedSendRecvBlocksMustMatchAcrossMembers) {
+  // Two members swap the halves of a (4, 2) tensor: member m keeps row block m, sends the other.
+  auto build = [](int64_t received_rows) {
+    PlanBuilder b(2);
+    const std::vector<int64_t> x = {zeros(b, 0, "x0", Shape{4, 2}), zeros(b, 1, "x1", Shape{4, 2})};
+    std::vector<CollectiveBlocks> blocks(2);
+    for (int m = 0; m < 2; ++m) {
+      blocks[m].sends = {{m, {{0, 2}, {0, 2}}}, {1 - m, {{2, 4}, {0, 2}}}};
+      blocks[m].receives = {{m, {{0, 2}, {0, 2}}}, {1 - m, {{2, 2 + received_rows}, {0, 2}}}};
+    }
+    b.send_recv({0, 1}, x, {Shape{4, 2}, Shape{4, 2}}, blocks, "reshard");
+    return b.plan();
+  };
+  check_plan_contract(build(2));
+  expect_refused(build(1), {"collective 0 on communicator 'test communicator' (ranks [0, 1]): "
+                            "rank 0 sends 4 elements to rank 1 (send_recv float32",
+                            "but rank 1 receives 2 elements (send_recv float32"});
+}
+
+TEST(CollectivePlan, GroupedSendRecvMovesEachBlockToItsRegion) {
+  // Member m holds rows [2m, 2m + 2) of a (4, 3) tensor and gets column block m of it.
+  PlanBuilder b(2);
+  std::map<std::string, Tensor> feed;
+  std::vector<int64_t> x;
+  for (int m = 0; m < 2; ++m) {
+    x.push_back(b.input(m, str_cat("x", m), Shape{2, 3}));
+    feed[str_cat("x", m)] = random_tensor(Shape{2, 3}, DataType::kFloat32, 10 + m);
+  }
+  const std::vector<Range> cols[2] = {{Range{0, 2}}, {Range{2, 3}}};
+  std::vector<CollectiveBlocks> blocks(2);
+  for (int m = 0; m < 2; ++m) {
+    for (int q = 0; q < 2; ++q) {
+      blocks[m].sends.push_back({q, {Range{0, 2}, cols[q][0]}});
+      blocks[m].receives.push_back({q, {Range{2 * q, 2 * q + 2}, Range{0, cols[m][0].size()}}});
+    }
+  }
+  const std::vector<int64_t> y = b.send_recv({0, 1}, x, {Shape{4, 2}, Shape{4, 1}}, blocks);
+  b.output(0, "y0", y[0], Shape{4, 2});
+  b.output(1, "y1", y[1], Shape{4, 1});
+  ReferenceExecutor executor(b.plan());
+  const std::map<std::string, Tensor> out = executor.run(feed);
+  for (int m = 0; m < 2; ++m) {
+    const std::vector<double> got = values_of(out.at(str_cat("y", m)));
+    const int64_t width = cols[m][0].size();
+    for (int64_t row = 0; row < 4; ++row) {
+      const std::vector<double> from = values_of(feed.at(str_cat("x", row / 2)));
+      for (int64_t col = 0; col < width; ++col) {
+        EXPECT_EQ(got[row * width + col], from[(row % 2) * 3 + cols[m][0].begin + col])
+            << "member " << m << " row " << row << " col " << col;
+      }
+    }
   }
 }
 

@@ -105,7 +105,7 @@ class PlanBuilder {
   int64_t input(int rank, const std::string& name, const Shape& logical,
                 const std::vector<Range>& region = {}, DataType dtype = DataType::kFloat32) {
     const int64_t r = reg(rank, name + "@" + std::to_string(rank),
-                          region.empty() ? logical : actor::region_shape(region), dtype);
+                          region.empty() ? logical : ofl::region_shape(region), dtype);
     proto::TaskProto* t = task(rank, "input_" + name, proto::TaskProto::INPUT, {}, {r});
     t->set_logical_op(name);
     t->set_contributes(true);
@@ -118,10 +118,9 @@ class PlanBuilder {
   int64_t variable(int rank, const std::string& name, const Shape& logical,
                    const std::vector<Range>& region, proto::InitializerProto::Kind init,
                    double a = 0.0, double b = 1.0, int64_t seed = 0) {
-    const int64_t r =
-        reg(rank, name + "@" + std::to_string(rank),
-            region.empty() ? logical : actor::region_shape(region), DataType::kFloat32,
-            /*persistent=*/true);
+    const int64_t r = reg(rank, name + "@" + std::to_string(rank),
+                          region.empty() ? logical : ofl::region_shape(region), DataType::kFloat32,
+                          /*persistent=*/true);
     proto::TaskProto* t = task(rank, "variable_" + name, proto::TaskProto::VARIABLE, {}, {r});
     t->set_logical_op(name);
     set_piece(t, logical, region);
@@ -211,9 +210,9 @@ class PlanBuilder {
       Shape out_shape = whole_shape;
       if (op == proto::CollectiveProto::ALL_REDUCE)
         out_shape = from_proto(find(inputs[m])->shape());
-      if (op == proto::CollectiveProto::REDUCE_SCATTER) out_shape = actor::region_shape(chunks[m]);
+      if (op == proto::CollectiveProto::REDUCE_SCATTER) out_shape = ofl::region_shape(chunks[m]);
       if (op == proto::CollectiveProto::ALL_TO_ALL) {
-        out_shape = actor::region_shape(collective_chunks(whole_shape, out_axis, n)[m]);
+        out_shape = ofl::region_shape(collective_chunks(whole_shape, out_axis, n)[m]);
       }
       const std::string name = str_cat(collective_op_name(op), "_", id, "@", rank);
       const int64_t out = reg(rank, name, out_shape, dtype_from_name(find(inputs[m])->dtype()));
@@ -233,6 +232,51 @@ class PlanBuilder {
     return outputs;
   }
 
+  /// A BROADCAST over ranks `members` from member `root`, which alone reads `input` (Note
+  /// [Broadcast] in oneflowlike/collective.h); returns the output registers (the input's shape)
+  /// by member.
+  std::vector<int64_t> broadcast(const std::vector<int>& members, int root, int64_t input,
+                                 const std::string& logical_op = "boxing",
+                                 const std::string& communicator = "test communicator") {
+    const Shape shape = from_proto(find(input)->shape());
+    const DataType dtype = dtype_from_name(find(input)->dtype());
+    return add_collective(
+        proto::CollectiveProto::BROADCAST, members, logical_op, communicator,
+        [&](int64_t m, proto::CollectiveProto* c, std::vector<int64_t>* in, int64_t* out) {
+          c->set_root(root);
+          c->set_axis(-1);
+          if (m == root) in->push_back(input);
+          *out = reg(members[m], str_cat("broadcast@", members[m]), shape, dtype);
+        });
+  }
+
+  /// A grouped SEND_RECV over ranks `members` (Note [Grouped send/recv] in
+  /// oneflowlike/collective.h): member m reads inputs[m], writes a register of out_shapes[m] and
+  /// moves blocks[m]; returns the output registers by member.
+  std::vector<int64_t> send_recv(const std::vector<int>& members,
+                                 const std::vector<int64_t>& inputs,
+                                 const std::vector<Shape>& out_shapes,
+                                 const std::vector<CollectiveBlocks>& blocks,
+                                 const std::string& logical_op = "boxing",
+                                 const std::string& communicator = "test communicator") {
+    return add_collective(
+        proto::CollectiveProto::SEND_RECV, members, logical_op, communicator,
+        [&](int64_t m, proto::CollectiveProto* c, std::vector<int64_t>* in, int64_t* out) {
+          c->set_axis(-1);
+          for (const auto& [list, to] : {std::pair{&blocks[m].sends, c->mutable_sends()},
+                                         std::pair{&blocks[m].receives, c->mutable_receives()}}) {
+            for (const CollectiveBlock& block : *list) {
+              proto::CollectiveBlockProto* p = to->Add();
+              p->set_member(block.member);
+              add_ranges(block.region, p->mutable_region());
+            }
+          }
+          in->push_back(inputs[m]);
+          *out = reg(members[m], str_cat("send_recv@", members[m]), out_shapes[m],
+                     dtype_from_name(find(inputs[m])->dtype()));
+        });
+  }
+
   /// The algorithm of the collectives made from now on (ring until set; the compiler chooses by
   /// size, collective_algorithm).
   void set_collective_algorithm(proto::CollectiveProto::Algorithm algorithm) {
@@ -247,7 +291,7 @@ class PlanBuilder {
   int64_t batched_input(int rank, const std::string& name, const Shape& micro,
                         const std::vector<Range>& region = {}) {
     const int64_t r = input(rank, name, micro, region);
-    std::vector<int64_t> dims = region.empty() ? micro.dims() : actor::region_shape(region).dims();
+    std::vector<int64_t> dims = region.empty() ? micro.dims() : ofl::region_shape(region).dims();
     dims[0] *= plan_.micro_batches();
     to_proto(Shape(dims), find(r)->mutable_shape());
     find(r)->set_bytes(Shape(dims).numel() * static_cast<int64_t>(dtype_size(DataType::kFloat32)));
@@ -271,6 +315,39 @@ class PlanBuilder {
   proto::PlanProto plan_;
   int64_t next_id_ = 0;
   std::map<int64_t, std::pair<int, int>> where_;  // register id -> (rank, index)
+  // One COLLECTIVE task per member of `op`, numbered as the compiler does; `fill(m, collective,
+  // inputs, output)` sets member m's op-specific fields, its inputs and its output register.
+  template <class Fill>
+  std::vector<int64_t> add_collective(proto::CollectiveProto::Op op,
+                                      const std::vector<int>& members,
+                                      const std::string& logical_op,
+                                      const std::string& communicator, Fill fill) {
+    const int64_t n = static_cast<int64_t>(members.size());
+    const int64_t id = next_collective_id_;
+    next_collective_id_ += collective_ids(op, n, algorithm_);
+    const int64_t sequence = sequences_[std::vector<int64_t>(members.begin(), members.end())]++;
+    std::vector<int64_t> outputs;
+    for (int64_t m = 0; m < n; ++m) {
+      proto::CollectiveProto c;
+      c.set_op(op);
+      for (int r : members) c.add_members(r);
+      c.set_communicator(communicator);
+      c.set_collective_id(id);
+      c.set_sequence(sequence);
+      c.set_algorithm(algorithm_);
+      std::vector<int64_t> in;
+      int64_t out = -1;
+      fill(m, &c, &in, &out);
+      proto::TaskProto* t =
+          task(members[m], str_cat(collective_op_name(op), "_", id, "@", members[m]),
+               proto::TaskProto::COLLECTIVE, in, {out});
+      t->set_logical_op(logical_op);
+      *t->mutable_collective() = std::move(c);
+      outputs.push_back(out);
+    }
+    return outputs;
+  }
+
   int64_t next_collective_id_ = 0;
   proto::CollectiveProto::Algorithm algorithm_ = proto::CollectiveProto::RING;
   std::map<std::vector<int64_t>, int64_t> sequences_;  // members -> next sequence number

@@ -15,6 +15,7 @@
 #include "actor/runtime.h"
 #include "oneflowlike/collective.h"
 #include "oneflowlike/cuda/device.h"
+#include "oneflowlike/proto_convert.h"
 #include "tests/cpp/actor/plan_builder.h"
 #include "tests/cpp/actor/run_everywhere.h"
 #include "tests/cpp/ops/test_util.h"
@@ -37,7 +38,7 @@ class PieceBytes {
   ~PieceBytes() { unsetenv("OFL_COLLECTIVE_PIECE_BYTES"); }
 };
 
-std::vector<Range> whole_region_of(const Shape& shape) { return actor::whole(shape); }
+std::vector<Range> whole_region_of(const Shape& shape) { return ofl::whole_region(shape); }
 
 // Sets OFL_SIMULATE_CUDA for its lifetime.
 class SimulateCuda {
@@ -51,7 +52,29 @@ struct Case {
   int axis;
   int out_axis = 0;  // all-to-all
   Op::Algorithm algorithm = Op::RING;
+  // An all-to-all run as the grouped send/recv of its blocks (Note [Grouped send/recv]).
+  bool grouped = false;
 };
+
+// Turns the all-to-all whose outputs are `outputs` into a SEND_RECV of the same blocks.
+void make_grouped(PlanBuilder& b, const std::vector<int64_t>& inputs,
+                  const std::vector<int64_t>& outputs) {
+  for (size_t m = 0; m < outputs.size(); ++m) {
+    proto::CollectiveProto& c = *b.find_task_of(outputs[m])->mutable_collective();
+    const CollectiveBlocks blocks =
+        collective_blocks(c, static_cast<int64_t>(m), from_proto(b.find(inputs[m])->shape()),
+                          from_proto(b.find(outputs[m])->shape()));
+    c.set_op(Op::SEND_RECV);
+    for (const auto& [list, to] : {std::pair{&blocks.sends, c.mutable_sends()},
+                                   std::pair{&blocks.receives, c.mutable_receives()}}) {
+      for (const CollectiveBlock& block : *list) {
+        proto::CollectiveBlockProto* p = to->Add();
+        p->set_member(block.member);
+        add_ranges(block.region, p->mutable_region());
+      }
+    }
+  }
+}
 
 // Where the collective runs: the host's engine, the simulated GPU backend, or the GPUs (NCCL).
 enum class Where { kHost, kSimulatedGpu, kGpu };
@@ -124,9 +147,9 @@ std::map<std::string, Tensor> run_on_gpus(const proto::PlanProto& plan,
 // the definition (within float rounding).
 void check_collective(int n, Case c, int piece_bytes, const Shape& whole = Shape{7, 5},
                       Where where = Where::kHost) {
-  SCOPED_TRACE(str_cat(collective_op_name(c.op), " axis ", c.axis, " on ", n, " ranks by ",
-                       collective_algorithm_name(c.algorithm), ", pieces of ", piece_bytes,
-                       " bytes, whole ", whole.to_string(),
+  SCOPED_TRACE(str_cat(collective_op_name(c.op), c.grouped ? " as send_recv" : "", " axis ", c.axis,
+                       " on ", n, " ranks by ", collective_algorithm_name(c.algorithm),
+                       ", pieces of ", piece_bytes, " bytes, whole ", whole.to_string(),
                        where == Where::kHost           ? ""
                        : where == Where::kSimulatedGpu ? ", simulated GPUs"
                                                        : ", GPUs"));
@@ -140,6 +163,7 @@ void check_collective(int n, Case c, int piece_bytes, const Shape& whole = Shape
   if (where != Where::kHost) move_to_gpu(b, members, &inputs);
   std::vector<int64_t> outputs =
       b.collective(c.op, members, inputs, c.axis, "boxing", "test communicator", c.out_axis);
+  if (c.grouped) make_grouped(b, inputs, outputs);
   if (where != Where::kHost) outputs = collective_from_gpu(b, members, outputs);
   for (int m = 0; m < n; ++m) {
     const Shape shape = from_proto(b.find(outputs[m])->shape());
@@ -212,11 +236,73 @@ void check_collective(int n, Case c, int piece_bytes, const Shape& whole = Shape
   }
 }
 
+// A broadcast from member `root` of ranks 0..n-1 (Note [Broadcast]): only the root reads an
+// INPUT; every member's output is its value, bit for bit, in every mode and in the reference.
+void check_broadcast(int n, int root, Op::Algorithm algorithm, const Shape& shape, int piece_bytes,
+                     Where where = Where::kHost) {
+  SCOPED_TRACE(str_cat("broadcast from member ", root, " of ", n, " by ",
+                       collective_algorithm_name(algorithm), ", ", shape.to_string(),
+                       ", pieces of ", piece_bytes, " bytes",
+                       where == Where::kHost ? "" : " on (simulated) GPUs"));
+  PieceBytes pieces(piece_bytes);
+  PlanBuilder b(n);
+  int64_t x = b.input(root, "x", shape);
+  const std::map<std::string, Tensor> feed = {
+      {"x", random_tensor(shape, DataType::kFloat32, 400 + n)}};
+  const bool on_gpu = where != Where::kHost;
+  if (on_gpu) {
+    const int64_t gpu = b.reg(root, "x_gpu", shape);
+    b.find(gpu)->set_device(proto::PLAN_DEVICE_CUDA);
+    b.task(root, "to_gpu", proto::TaskProto::COPY_H2D, {x}, {gpu})
+        ->set_device(proto::PLAN_DEVICE_CUDA);
+    x = gpu;
+  }
+  std::vector<int> members;
+  for (int m = 0; m < n; ++m) members.push_back(m);
+  b.set_collective_algorithm(algorithm);
+  std::vector<int64_t> outputs = b.broadcast(members, root, x);
+  if (on_gpu) outputs = collective_from_gpu(b, members, outputs);
+  for (int m = 0; m < n; ++m) b.output(m, str_cat("y", m), outputs[m], shape);
+  std::map<std::string, Tensor> out;
+  if (where == Where::kGpu) {
+    out = run_on_gpus(b.plan(), feed);
+  } else if (where == Where::kSimulatedGpu) {
+    SimulateCuda simulate;
+    out = run_everywhere(b.plan(), feed);
+  } else {
+    out = run_everywhere(b.plan(), feed);
+  }
+  for (int m = 0; m < n; ++m) {
+    EXPECT_EQ(values_of(out.at(str_cat("y", m))), values_of(feed.at("x"))) << "member " << m;
+  }
+}
+
+TEST(RuntimeCollectives, BroadcastsReachEveryMemberByChainAndTree) {
+  for (int n : {2, 3, 4, 5}) {
+    for (int root : {0, n - 1, n / 2}) {
+      check_broadcast(n, root, Op::RING, Shape{7, 5}, 1 << 20);  // one piece
+      check_broadcast(n, root, Op::RING, Shape{7, 5}, 8);        // pieces forwarded one by one
+      check_broadcast(n, root, Op::TREE, Shape{7, 5}, 1 << 20);
+    }
+  }
+  check_broadcast(3, 1, Op::RING, Shape{0, 5}, 8);  // nothing to send
+  check_broadcast(3, 1, Op::TREE, Shape{1}, 8);
+  check_broadcast(3, 2, Op::RING, Shape{7, 5}, 8, Where::kSimulatedGpu);
+  check_broadcast(4, 1, Op::TREE, Shape{7, 5}, 8, Where::kSimulatedGpu);
+}
+
 const std::vector<Case>& every_case() {
-  static const std::vector<Case> cases = {
-      Case{Op::ALL_REDUCE, -1},     Case{Op::REDUCE_SCATTER, 0}, Case{Op::REDUCE_SCATTER, 1},
-      Case{Op::REDUCE_SCATTER, -1}, Case{Op::ALL_GATHER, 0},     Case{Op::ALL_GATHER, 1},
-      Case{Op::ALL_GATHER, -1},     Case{Op::ALL_TO_ALL, 0, 1},  Case{Op::ALL_TO_ALL, 1, 0}};
+  static const std::vector<Case> cases = {Case{Op::ALL_REDUCE, -1},
+                                          Case{Op::REDUCE_SCATTER, 0},
+                                          Case{Op::REDUCE_SCATTER, 1},
+                                          Case{Op::REDUCE_SCATTER, -1},
+                                          Case{Op::ALL_GATHER, 0},
+                                          Case{Op::ALL_GATHER, 1},
+                                          Case{Op::ALL_GATHER, -1},
+                                          Case{Op::ALL_TO_ALL, 0, 1},
+                                          Case{Op::ALL_TO_ALL, 1, 0},
+                                          Case{Op::ALL_TO_ALL, 0, 1, Op::RING, /*grouped=*/true},
+                                          Case{Op::ALL_TO_ALL, 1, 0, Op::RING, /*grouped=*/true}};
   return cases;
 }
 
@@ -252,6 +338,9 @@ TEST(RuntimeCollectives, EveryOpThroughNcclMatchesItsDefinition) {
   for (int n = 2; n <= std::min(gpus, 4); ++n) {
     for (Case c : every_case()) check_collective(n, c, 1 << 20, Shape{7, 5}, Where::kGpu);
     check_collective(n, Case{Op::ALL_GATHER, 0}, 1 << 20, Shape{1, 1}, Where::kGpu);
+    for (int root : {0, n - 1}) {
+      check_broadcast(n, root, Op::RING, Shape{70, 50}, 1 << 20, Where::kGpu);
+    }
   }
 }
 
@@ -268,7 +357,7 @@ TEST(RuntimeCollectives, RecursiveDoublingMatchesTheReferenceOnTwoToEightRanks) 
 TEST(RuntimeCollectives, ChunksWithoutElementsAreSkippedOnBothSides) {
   for (int n : {3, 4}) {
     for (Case c : {Case{Op::ALL_REDUCE, -1}, Case{Op::REDUCE_SCATTER, 0}, Case{Op::ALL_GATHER, 0},
-                   Case{Op::ALL_TO_ALL, 0, 1}}) {
+                   Case{Op::ALL_TO_ALL, 0, 1}, Case{Op::ALL_TO_ALL, 0, 1, Op::RING, true}}) {
       check_collective(n, c, 1 << 20, Shape{2, 3});
       check_collective(n, c, 4, Shape{1, 1});
     }
@@ -305,7 +394,9 @@ TEST(RuntimeCollectives, MembersWorkInTheScratchThePlanGivesThem) {
         const Shape in = from_proto(b.find(task.inputs(0))->shape());
         const Shape out = from_proto(b.find(task.outputs(0))->shape());
         proto::CollectiveProto& col = *task.mutable_collective();
-        scratch_bytes = collective_scratch(col, in, out, DataType::kFloat32).bytes();
+        const int64_t member = std::find(col.members().begin(), col.members().end(), rank.rank()) -
+                               col.members().begin();
+        scratch_bytes = collective_scratch(col, member, in, out, DataType::kFloat32).bytes();
         ASSERT_GT(scratch_bytes, 0);
         col.set_scratch_bytes(scratch_bytes);
         col.set_scratch_in_block(true);

@@ -25,12 +25,6 @@ namespace {
 
 using Region = std::vector<Range>;
 
-Region whole(const Shape& shape) {
-  Region r(shape.ndim());
-  for (int i = 0; i < shape.ndim(); ++i) r[i] = Range{0, shape[i]};
-  return r;
-}
-
 Region region_from(const google::protobuf::RepeatedPtrField<proto::RangeProto>& ranges, int begin,
                    int ndim) {
   Region r(ndim);
@@ -69,7 +63,7 @@ Tensor slice_of(const Tensor& src, const Region& region) {
   std::vector<int64_t> dims;
   for (const Range& r : region) dims.push_back(r.size());
   Tensor out = Tensor::zeros(Shape(dims), DataType::kFloat64);
-  copy_region(src, region, out, whole(out.shape()));
+  copy_region(src, region, out, whole_region(out.shape()));
   return out;
 }
 
@@ -119,7 +113,9 @@ class Interpreter {
     }
     if (task.kind() == proto::TaskProto::COLLECTIVE) {  // every member's input is there
       for (const proto::TaskProto* member : members(task)) {
-        if (!values_.count(member->inputs(0))) return false;
+        for (int64_t reg : member->inputs()) {  // a broadcast's members but the root read none
+          if (!values_.count(reg)) return false;
+        }
       }
     }
     return task.kind() != proto::TaskProto::RECV || sent_.count(task.transfer_id());
@@ -160,24 +156,50 @@ class Interpreter {
       Tensor all = Tensor::zeros(whole_shape, DataType::kFloat64);
       const auto in_chunks = collective_chunks(whole_shape, c.axis(), n);
       for (int64_t j = 0; j < n; ++j) {
-        copy_region(values_.at(tasks[j]->inputs(0)), whole(register_shape(tasks[j]->inputs(0))),
-                    all, in_chunks[j]);
+        copy_region(values_.at(tasks[j]->inputs(0)),
+                    whole_region(register_shape(tasks[j]->inputs(0))), all, in_chunks[j]);
       }
       return slice_of(all, collective_chunks(whole_shape, c.out_axis(), n)[me]);
+    }
+    if (c.op() == proto::CollectiveProto::BROADCAST) {  // the root's input, the root alone reads
+      for (int64_t j = 0; j < n; ++j) EXPECT_EQ(tasks[j]->inputs_size(), j == c.root() ? 1 : 0);
+      return values_.at(tasks[c.root()]->inputs(0)).clone();
+    }
+    if (c.op() == proto::CollectiveProto::SEND_RECV) {
+      // Each receive from the block its sender sends this member; every element once.
+      Tensor out = Tensor::zeros(out_shape, DataType::kFloat64);
+      int64_t covered = 0;
+      for (const proto::CollectiveBlockProto& r : c.receives()) {
+        const proto::TaskProto& sender = *tasks[r.member()];
+        int found = 0;
+        for (const proto::CollectiveBlockProto& b : sender.collective().sends()) {
+          if (b.member() != me) continue;
+          ++found;
+          const Tensor piece =
+              slice_of(values_.at(sender.inputs(0)), region_from(b.region(), 0, b.region_size()));
+          copy_region(piece, whole_region(piece.shape()), out,
+                      region_from(r.region(), 0, r.region_size()));
+          covered += piece.numel();
+        }
+        EXPECT_EQ(found, 1) << task.name() << " receives from member " << r.member();
+      }
+      EXPECT_EQ(covered, out.numel()) << task.name() << " leaves holes";
+      return out;
     }
     if (c.op() == proto::CollectiveProto::ALL_GATHER) {
       Tensor out = Tensor::zeros(out_shape, DataType::kFloat64);
       const auto chunks = collective_chunks(out_shape, c.axis(), n);
       for (int64_t j = 0; j < n; ++j) {
-        copy_region(values_.at(tasks[j]->inputs(0)), whole(register_shape(tasks[j]->inputs(0))),
-                    out, chunks[j]);
+        copy_region(values_.at(tasks[j]->inputs(0)),
+                    whole_region(register_shape(tasks[j]->inputs(0))), out, chunks[j]);
       }
       return out;
     }
     const Shape in_shape = register_shape(task.inputs(0));
     Tensor sum = Tensor::zeros(in_shape, DataType::kFloat64);
     for (const proto::TaskProto* t : tasks) {
-      copy_region(values_.at(t->inputs(0)), whole(in_shape), sum, whole(in_shape), true);
+      copy_region(values_.at(t->inputs(0)), whole_region(in_shape), sum, whole_region(in_shape),
+                  true);
     }
     if (c.op() == proto::CollectiveProto::ALL_REDUCE) return sum;
     EXPECT_EQ(c.op(), proto::CollectiveProto::REDUCE_SCATTER);
@@ -215,7 +237,8 @@ class Interpreter {
         out = in.at(0).clone();
         for (size_t i = 1; i < in.size(); ++i) {
           EXPECT_EQ(in[i].shape(), out.shape()) << task.name();
-          copy_region(in[i], whole(out.shape()), out, whole(out.shape()), /*accumulate=*/true);
+          copy_region(in[i], whole_region(out.shape()), out, whole_region(out.shape()),
+                      /*accumulate=*/true);
         }
         break;
       }
@@ -225,7 +248,7 @@ class Interpreter {
         int64_t covered = 0;
         for (size_t i = 0; i < in.size(); ++i) {
           copy_region(
-              in[i], whole(in[i].shape()), out,
+              in[i], whole_region(in[i].shape()), out,
               region_from(task.concat_regions(), static_cast<int>(i) * out.ndim(), out.ndim()));
           covered += in[i].numel();
         }
@@ -380,7 +403,7 @@ void expect_boxing_delivers(const BoxingSpec& spec, const Shape& shape) {
       }
     }
     if (first_replica) {
-      copy_region(value, whole(value.shape()), assembled, region, /*accumulate=*/true);
+      copy_region(value, whole_region(value.shape()), assembled, region, /*accumulate=*/true);
     } else {
       const Tensor& replica = interpreter.value(out[parallel_id_of_coordinate(dst, coord)]);
       for (int64_t k = 0; k < value.numel(); ++k) {
@@ -652,10 +675,78 @@ TEST(BoxingPlan, OtherRankSetsAndSplitsThatDoNotNestUseTheGenericDecomposition) 
             BoxingKind::kAllToAll);
   // S(0) -> S(1) in dimension 0 while dimension 1 splits axis 1 again: not a chunk exchange.
   const Placement grid = Placement::parse("cpu, [[0, 1], [2, 3]]");
+  // Within one rank set it is one grouped send/recv (Note [Grouped send/recv]).
   EXPECT_EQ(plan_boxing(BoxingSpec{grid, {S(0), S(1)}, grid, {S(1), S(1)}}, Shape{4, 4}).at(0).kind,
+            BoxingKind::kSendRecv);
+  // Partial sums and other rank sets keep the generic decomposition.
+  EXPECT_EQ(plan_boxing(BoxingSpec{grid, {P(), S(1)}, grid, {S(1), S(1)}}, Shape{4, 4}).at(0).kind,
             BoxingKind::kGeneric);
   EXPECT_EQ(plan_boxing(BoxingSpec{p, {P()}, cpu({2, 3}), {B()}}, Shape{4, 4}).at(0).kind,
             BoxingKind::kGeneric);
+  EXPECT_EQ(plan_boxing(BoxingSpec{p, {S(0)}, cpu({1, 2}), {S(0)}}, Shape{4, 4}).at(0).kind,
+            BoxingKind::kGeneric);
+}
+
+// Note [Broadcast]: one rank's tensor to B on a placement holding that rank is one BROADCAST
+// task per member, rooted at that rank, only the root reading; elsewhere the generic moves.
+TEST(BoxingPlan, OneRanksTensorToBroadcastOnAPlacementHoldingItIsOneBroadcast) {
+  const Placement all = cpu({0, 1, 2, 3});
+  for (int64_t root : {0, 2}) {
+    for (const Sbp& from : {B(), S(0), P()}) {
+      const BoxingSpec spec{cpu({root}), {from}, all, {B()}};
+      EXPECT_EQ(plan_boxing(spec, Shape{8, 6}).at(0).kind, BoxingKind::kBroadcast);
+      const CommSummary s = summarize(spec, Shape{8, 6});
+      EXPECT_EQ(s.sends + s.recvs, 0);
+      ASSERT_EQ(s.collectives.size(), 1u);
+      const proto::CollectiveProto& c = s.collectives.begin()->second;
+      EXPECT_EQ(c.op(), proto::CollectiveProto::BROADCAST);
+      EXPECT_EQ(c.root(), root);
+      EXPECT_EQ(c.algorithm(), proto::CollectiveProto::TREE);  // 192 bytes
+      EXPECT_EQ(members_of(c), (std::vector<int64_t>{0, 1, 2, 3}));
+      EXPECT_EQ(s.task_ranks.begin()->second, (std::vector<int64_t>{0, 1, 2, 3}));
+      expect_boxing_delivers(spec, Shape{8, 6});
+    }
+  }
+  const int64_t large = kRecursiveDoublingMaxBytes / 4 + 1;  // float32 elements
+  EXPECT_EQ(summarize(BoxingSpec{cpu({1}), {B()}, all, {B()}}, Shape{large})
+                .collectives.begin()
+                ->second.algorithm(),
+            proto::CollectiveProto::RING);
+  // A root outside the target, or a target that is not all B (a scatter): sends and receives.
+  EXPECT_EQ(plan_boxing(BoxingSpec{cpu({0}), {B()}, cpu({1, 2}), {B()}}, Shape{4}).at(0).kind,
+            BoxingKind::kGeneric);
+  EXPECT_EQ(plan_boxing(BoxingSpec{cpu({0}), {B()}, all, {S(0)}}, Shape{4}).at(0).kind,
+            BoxingKind::kGeneric);
+}
+
+// Note [Grouped send/recv]: conversions within one rank set that no one-dimension collective
+// makes, across hierarchies too, are one SEND_RECV task per rank with no SEND/RECV pairs; each
+// destination still gets its piece.
+TEST(BoxingPlan, ReshardingWithinOneRankSetIsOneGroupedSendRecvPerRank) {
+  const Placement grid = Placement::parse("cpu, [[0, 1], [2, 3]]");
+  const Placement line = cpu({0, 1, 2, 3});
+  const Placement shuffled = cpu({2, 0, 3, 1});
+  for (const BoxingSpec& spec : std::vector<BoxingSpec>{{grid, {S(0), S(1)}, grid, {S(1), S(1)}},
+                                                        {grid, {S(0), S(0)}, grid, {S(1), S(1)}},
+                                                        {grid, {S(0), S(1)}, grid, {S(1), S(0)}},
+                                                        {line, {S(0)}, grid, {S(1), S(0)}},
+                                                        {grid, {S(0), B()}, line, {S(1)}},
+                                                        {line, {S(0)}, shuffled, {S(0)}}}) {
+    SCOPED_TRACE(describe(spec, Shape{5, 7}));
+    EXPECT_EQ(plan_boxing(spec, Shape{5, 7}).at(0).kind, BoxingKind::kSendRecv);
+    const CommSummary s = summarize(spec, Shape{5, 7});
+    EXPECT_EQ(s.sends + s.recvs, 0);
+    ASSERT_EQ(s.collectives.size(), 1u);
+    const proto::CollectiveProto& c = s.collectives.begin()->second;
+    EXPECT_EQ(c.op(), proto::CollectiveProto::SEND_RECV);
+    EXPECT_EQ(members_of(c), spec.out_placement.ranks());
+    EXPECT_EQ(s.collective_threads_not_1, 0);
+    expect_boxing_delivers(spec, Shape{5, 7});
+  }
+  // Every piece already on its rank (a narrower split of what each rank holds): local slices.
+  const BoxingSpec local{grid, {S(0), B()}, grid, {S(0), S(0)}};
+  EXPECT_EQ(summarize(local, Shape{8, 4}).collectives.size(), 0u);
+  expect_boxing_delivers(local, Shape{8, 4});
 }
 
 TEST(BoxingPlan, GenericBoxingReadsTheReplicaOnTheDestinationRank) {

@@ -60,6 +60,25 @@ if world >= 2:
         x = flow.tensor(array, placement=everyone, sbp=a)
         check(x.to_global(placement=first, sbp=b), array, f"all {a} -> [0] {b}")
 
+# One rank's tensor to B on a placement holding that rank: one BROADCAST (a tree for small
+# tensors, a chain of pieces for large ones).
+if world >= 2:
+    large = (np.arange(300 * 200, dtype=np.float32).reshape(300, 200) % 97) / 7.0
+    for root in sorted({0, world - 1}):
+        single = flow.placement("cpu", ranks=[root])
+        for value, what in [(array, "small"), (large, "large")]:
+            x = flow.tensor(value, placement=single, sbp=B)
+            check(x.to_global(placement=everyone, sbp=B), value, f"[{root}] -> all B ({what})")
+
+# Layouts of one rank set that no one-dimension collective makes, across hierarchies too: one
+# grouped SEND_RECV per rank.
+if world >= 4:
+    for a in [(S0, S1), (S1, S0), (B, S1)]:
+        x = flow.tensor(array, placement=everyone, sbp=S0)
+        check(x.to_global(placement=grid, sbp=a), array, f"all S0 -> 2x2 {a}")
+        y = flow.tensor(array, placement=grid, sbp=a)
+        check(y.to_global(placement=everyone, sbp=S1), array, f"2x2 {a} -> all S1")
+
 # Local pieces: each rank gives its own shard.
 placement = flow.placement("cpu", ranks=list(range(world)))
 local = flow.tensor(np.full((2, 3), float(rank), np.float32))
