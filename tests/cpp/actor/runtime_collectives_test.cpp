@@ -142,6 +142,18 @@ std::map<std::string, Tensor> run_on_gpus(const proto::PlanProto& plan,
   return runtime.run(feed);
 }
 
+// `plan` where `where` says: every host mode and the reference (run_everywhere), the same on
+// simulated GPUs, or once on real GPUs.
+std::map<std::string, Tensor> run_where(Where where, const proto::PlanProto& plan,
+                                        const std::map<std::string, Tensor>& feed) {
+  if (where == Where::kGpu) return run_on_gpus(plan, feed);
+  if (where == Where::kSimulatedGpu) {
+    SimulateCuda simulate;
+    return run_everywhere(plan, feed);
+  }
+  return run_everywhere(plan, feed);
+}
+
 // One collective over ranks 0..n-1 of a `whole` tensor: member m reads INPUT x<m> and its
 // result is fetched as y<m>, checked against the reference executor (bit for bit) and against
 // the definition (within float rounding).
@@ -169,15 +181,7 @@ void check_collective(int n, Case c, int piece_bytes, const Shape& whole = Shape
     const Shape shape = from_proto(b.find(outputs[m])->shape());
     b.output(m, str_cat("y", m), outputs[m], shape);
   }
-  std::map<std::string, Tensor> out;
-  if (where == Where::kGpu) {
-    out = run_on_gpus(b.plan(), feed);
-  } else if (where == Where::kSimulatedGpu) {
-    SimulateCuda simulate;
-    out = run_everywhere(b.plan(), feed);
-  } else {
-    out = run_everywhere(b.plan(), feed);
-  }
+  const std::map<std::string, Tensor> out = run_where(where, b.plan(), feed);
   // The definition: sums in any order within rounding; gathers exactly.
   for (int m = 0; m < n; ++m) {
     const std::vector<double> x = values_of(feed.at(str_cat("x", m)));
@@ -263,15 +267,7 @@ void check_broadcast(int n, int root, Op::Algorithm algorithm, const Shape& shap
   std::vector<int64_t> outputs = b.broadcast(members, root, x);
   if (on_gpu) outputs = collective_from_gpu(b, members, outputs);
   for (int m = 0; m < n; ++m) b.output(m, str_cat("y", m), outputs[m], shape);
-  std::map<std::string, Tensor> out;
-  if (where == Where::kGpu) {
-    out = run_on_gpus(b.plan(), feed);
-  } else if (where == Where::kSimulatedGpu) {
-    SimulateCuda simulate;
-    out = run_everywhere(b.plan(), feed);
-  } else {
-    out = run_everywhere(b.plan(), feed);
-  }
+  const std::map<std::string, Tensor> out = run_where(where, b.plan(), feed);
   for (int m = 0; m < n; ++m) {
     EXPECT_EQ(values_of(out.at(str_cat("y", m))), values_of(feed.at("x"))) << "member " << m;
   }

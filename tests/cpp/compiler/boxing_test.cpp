@@ -687,6 +687,14 @@ TEST(BoxingPlan, OtherRankSetsAndSplitsThatDoNotNestUseTheGenericDecomposition) 
             BoxingKind::kGeneric);
 }
 
+// The one collective of a boxing that moves nothing by SEND/RECV, on the communication thread.
+proto::CollectiveProto single_collective(const CommSummary& s) {
+  EXPECT_EQ(s.sends + s.recvs, 0);
+  EXPECT_EQ(s.collectives.size(), 1u);
+  EXPECT_EQ(s.collective_threads_not_1, 0);
+  return s.collectives.empty() ? proto::CollectiveProto() : s.collectives.begin()->second;
+}
+
 // Note [Broadcast]: one rank's tensor to B on a placement holding that rank is one BROADCAST
 // task per member, rooted at that rank, only the root reading; elsewhere the generic moves.
 TEST(BoxingPlan, OneRanksTensorToBroadcastOnAPlacementHoldingItIsOneBroadcast) {
@@ -696,9 +704,7 @@ TEST(BoxingPlan, OneRanksTensorToBroadcastOnAPlacementHoldingItIsOneBroadcast) {
       const BoxingSpec spec{cpu({root}), {from}, all, {B()}};
       EXPECT_EQ(plan_boxing(spec, Shape{8, 6}).at(0).kind, BoxingKind::kBroadcast);
       const CommSummary s = summarize(spec, Shape{8, 6});
-      EXPECT_EQ(s.sends + s.recvs, 0);
-      ASSERT_EQ(s.collectives.size(), 1u);
-      const proto::CollectiveProto& c = s.collectives.begin()->second;
+      const proto::CollectiveProto c = single_collective(s);
       EXPECT_EQ(c.op(), proto::CollectiveProto::BROADCAST);
       EXPECT_EQ(c.root(), root);
       EXPECT_EQ(c.algorithm(), proto::CollectiveProto::TREE);  // 192 bytes
@@ -734,13 +740,9 @@ TEST(BoxingPlan, ReshardingWithinOneRankSetIsOneGroupedSendRecvPerRank) {
                                                         {line, {S(0)}, shuffled, {S(0)}}}) {
     SCOPED_TRACE(describe(spec, Shape{5, 7}));
     EXPECT_EQ(plan_boxing(spec, Shape{5, 7}).at(0).kind, BoxingKind::kSendRecv);
-    const CommSummary s = summarize(spec, Shape{5, 7});
-    EXPECT_EQ(s.sends + s.recvs, 0);
-    ASSERT_EQ(s.collectives.size(), 1u);
-    const proto::CollectiveProto& c = s.collectives.begin()->second;
+    const proto::CollectiveProto c = single_collective(summarize(spec, Shape{5, 7}));
     EXPECT_EQ(c.op(), proto::CollectiveProto::SEND_RECV);
     EXPECT_EQ(members_of(c), spec.out_placement.ranks());
-    EXPECT_EQ(s.collective_threads_not_1, 0);
     expect_boxing_delivers(spec, Shape{5, 7});
   }
   // Every piece already on its rank (a narrower split of what each rank holds): local slices.
