@@ -42,13 +42,13 @@
 namespace ofl {
 
 /// Note [Broadcast]: member `root` holds the tensor; every member ends with a copy in its output.
-/// Large tensors go along a chain (root, root + 1, ..., root - 1) in pieces, each member
-/// forwarding a piece as soon as it has it, so every link carries the tensor once and the
-/// links work at once; small ones (at most kRecursiveDoublingMaxBytes) down a binomial tree
-/// (CollectiveProto::TREE: member v, counted from the root, receives the whole from v minus its
-/// highest set bit and sends it to v + 2^j for every 2^j > v), log2(n) hops instead of n - 1.
-/// Every member receives from one member only, so one collective id tags it (Note [Collective
-/// tags]). On GPUs it is ncclBroadcast.
+/// Large tensors go along a chain (root, root + 1, ..., root - 1) in pieces
+/// (broadcast_piece_limit), each member forwarding a piece as soon as it has it, so every link
+/// carries the tensor once and the links work at once; small ones (at most
+/// kRecursiveDoublingMaxBytes) down a binomial tree (CollectiveProto::TREE: member v, counted from
+/// the root, receives the whole from v minus its highest set bit and sends it to v + 2^j for every
+/// 2^j > v), log2(n) hops instead of n - 1. Every member receives from one member only, so one
+/// collective id tags it (Note [Collective tags]). On GPUs it is ncclBroadcast.
 ///
 /// Note [Grouped send/recv]: a conversion between two layouts of one set of ranks that no
 /// single collective above makes (several dimensions changing at once, splits that do not nest,
@@ -160,6 +160,14 @@ int64_t align_collective_scratch(int64_t bytes);
 /// The largest piece a ring sends of a chunk of `chunk_bytes`: `configured` when positive
 /// (OFL_COLLECTIVE_PIECE_BYTES), else a quarter of the chunk within [64 KiB, 1 MiB].
 int64_t collective_piece_limit(int64_t chunk_bytes, int64_t configured);
+
+/// The largest piece a broadcast's chain forwards of a tensor of `bytes` (Note [Broadcast]):
+/// `configured` when positive, else a quarter of the tensor within [64 KiB, 256 KiB]. Smaller
+/// than a ring's: a piece waits for the whole piece before it at every hop, so the chain fills
+/// in (n - 1) pieces. Measured (docs/benchmarks.md, "Collectives" (d)), 64 MiB over 4
+/// processes on this 2-core machine: 26-27 ms in 256 KiB pieces against 33-35 ms in 1 MiB pieces
+/// in one series, 35-49 ms in a later one (the machine's noise); over 2 processes level.
+int64_t broadcast_piece_limit(int64_t bytes, int64_t configured);
 
 /// Member `member`'s scratch (Note [Collective scratch]) for `collective` from its input and
 /// output register shapes (a broadcast's member without input: any) and dtype.

@@ -121,21 +121,26 @@ std::vector<int64_t> order_chain(proto::RankPlanProto* rank_plan, const RankInde
 }
 
 // First-fit: the lowest aligned offset where `bytes` fits between the placed registers that are
-// alive at the same time.
+// alive at the same time. `placed` is kept in (offset, end) order (place()), so the live
+// neighbours come in that order without collecting and sorting them: a 1,024-rank plan places
+// millions of registers.
 int64_t first_fit(const Lifetime& lifetime, int64_t bytes, const std::vector<Placed>& placed) {
-  std::vector<std::pair<int64_t, int64_t>> busy;  // [offset, end) of live neighbours
-  for (const Placed& other : placed) {
-    if (other.lifetime.overlaps(lifetime) && other.bytes > 0) {
-      busy.emplace_back(other.offset, other.offset + other.bytes);
-    }
-  }
-  std::sort(busy.begin(), busy.end());
   int64_t offset = 0;
-  for (const auto& [begin, end] : busy) {
-    if (offset + bytes <= begin) break;
-    offset = std::max(offset, align_up(end, kMemoryAlignment));
+  for (const Placed& other : placed) {
+    if (other.bytes <= 0 || !other.lifetime.overlaps(lifetime)) continue;
+    if (offset + bytes <= other.offset) break;
+    offset = std::max(offset, align_up(other.offset + other.bytes, kMemoryAlignment));
   }
   return offset;
+}
+
+// Adds `item` to `placed`, keeping its (offset, end) order.
+void place(const Placed& item, std::vector<Placed>* placed) {
+  const auto key = [](const Placed& p) { return std::make_pair(p.offset, p.offset + p.bytes); };
+  const auto at =
+      std::upper_bound(placed->begin(), placed->end(), item,
+                       [&](const Placed& a, const Placed& b) { return key(a) < key(b); });
+  placed->insert(at, item);
 }
 
 struct RankMemory {
@@ -357,7 +362,7 @@ std::map<proto::PlanDevice, RankMemory> plan_rank(proto::RankPlanProto* rank_pla
     const int64_t id = device == proto::PLAN_DEVICE_CPU ? block_id : device_block_id;
     for (Shareable& item : shareable) {
       const int64_t offset = first_fit(item.lifetime, item.bytes, placed);
-      placed.push_back({item.lifetime, offset, item.bytes});
+      place({item.lifetime, offset, item.bytes}, &placed);
       if (item.reg != nullptr) {
         item.reg->set_memory_block(id);
         item.reg->set_offset(offset);

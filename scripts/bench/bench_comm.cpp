@@ -16,6 +16,11 @@
 //                         collective engine the runtime runs it on, timed from 4 KiB up to
 //                         MiB (default 64) of float32: time and bus bandwidth, against a memcpy
 //                         of the bytes each rank receives (measured here)
+//   bench_comm broadcast [MiB]
+//                         (N ranks) the collective engine's broadcast from rank 0 (Note
+//                         [Broadcast]), by binomial tree and by chain up to 1 MiB, by chain above,
+//                         from a barrier until the last member has it, against a memcpy of the
+//                         tensor
 
 #include <algorithm>
 #include <atomic>
@@ -181,8 +186,8 @@ void latency(const std::shared_ptr<comm::UcxTransport>& t) {
   }
 }
 
-// One all-reduce of `input` into `output` on the engine, from launch to done.
-double time_all_reduce(actor::CollectiveEngine& engine, actor::ActStream& stream,
+// One collective of `input` into `output` on the engine, from launch to done.
+double time_collective(actor::CollectiveEngine& engine, actor::ActStream& stream,
                        comm::Transport& t, const actor::CollectiveSpec& spec, const Tensor& input,
                        const Tensor& output, actor::CollectiveScratch* scratch) {
   std::atomic<bool> done{false};
@@ -255,7 +260,7 @@ void allreduce(const std::shared_ptr<comm::UcxTransport>& t, int64_t megabytes) 
         if (algorithm != proto::CollectiveProto::RING && !both) continue;
         spec.algorithm = algorithm;
         t->barrier();
-        const double ms = time_all_reduce(engine, *stream, *t, spec, in, out, &scratch);
+        const double ms = time_collective(engine, *stream, *t, spec, in, out, &scratch);
         if (!best_of.count(algorithm)) best_of[algorithm] = 1e30;
         if (i > 0) best_of[algorithm] = std::min(best_of[algorithm], ms);  // the first warms up
         OFL_CHECK(out.data<float>()[elements - 1] == static_cast<float>(n), "[bench_comm] the ",
@@ -286,6 +291,85 @@ void allreduce(const std::shared_ptr<comm::UcxTransport>& t, int64_t megabytes) 
   }
 }
 
+// The largest of the members' `ms` at rank 0 (its own elsewhere), exchanged after the timing.
+double slowest(comm::UcxTransport& t, double ms) {
+  constexpr uint64_t kTag = 1;  // below the collectives' tags (Note [Collective tags])
+  if (t.rank() != 0) {
+    comm::Transport::TaggedRequest r = t.send_tagged(0, kTag, &ms, sizeof ms);
+    while (!t.test(r)) std::this_thread::yield();
+    return ms;
+  }
+  double slowest_ms = ms;
+  for (int64_t r = 1; r < t.world_size(); ++r) {
+    double theirs = 0;
+    comm::Transport::TaggedRequest request = t.receive_tagged(r, kTag, &theirs, sizeof theirs);
+    while (!t.test(request)) std::this_thread::yield();
+    slowest_ms = std::max(slowest_ms, theirs);
+  }
+  return slowest_ms;
+}
+
+void broadcast(const std::shared_ptr<comm::UcxTransport>& t, int64_t megabytes) {
+  const int64_t n = t->world_size();
+  actor::CollectiveEngine engine("bench", /*threaded=*/true);
+  std::unique_ptr<actor::ActStream> stream = engine.make_stream("bench broadcast");
+  actor::CollectiveSpec spec;
+  spec.op = proto::CollectiveProto::BROADCAST;
+  for (int64_t r = 0; r < n; ++r) spec.members.push_back(r);
+  spec.member = t->rank();
+  spec.root = 0;
+  actor::CollectiveScratch scratch;
+  if (t->rank() == 0) {
+    std::printf(
+        "| bytes | ours ms (the compiler's choice) | ours GB/s | memcpy ms | bound / ours "
+        "| chain ms | tree ms |\n");
+  }
+  for (int64_t bytes = 4096; bytes <= megabytes * (1 << 20); bytes *= 4) {
+    const int64_t elements = bytes / 4;
+    Tensor in;
+    if (t->rank() == 0) {
+      in = Tensor::empty(Shape{elements}, DataType::kFloat32);
+      std::fill(in.data<float>(), in.data<float>() + elements, 3.0f);
+    }
+    Tensor out = Tensor::empty(Shape{elements}, DataType::kFloat32);
+    const int repeats = bytes <= (1 << 20) ? 50 : bytes <= (16 << 20) ? 10 : 5;
+    std::map<proto::CollectiveProto::Algorithm, double> best_of;
+    const bool both = bytes <= (1 << 20);
+    for (int i = 0; i < repeats + 1; ++i) {
+      for (auto algorithm : {proto::CollectiveProto::RING, proto::CollectiveProto::TREE}) {
+        if (algorithm != proto::CollectiveProto::RING && !both) continue;
+        spec.algorithm = algorithm;
+        std::fill(out.data<float>(), out.data<float>() + elements, 0.0f);
+        t->barrier();
+        // Until the last member has it: each member's own time, the largest at rank 0.
+        const double ms =
+            slowest(*t, time_collective(engine, *stream, *t, spec, in, out, &scratch));
+        if (!best_of.count(algorithm)) best_of[algorithm] = 1e30;
+        if (i > 0) best_of[algorithm] = std::min(best_of[algorithm], ms);
+        OFL_CHECK(out.data<float>()[elements - 1] == 3.0f, "[bench_comm] the broadcast must ",
+                  "give 3. However, got ", out.data<float>()[elements - 1]);
+      }
+    }
+    const double best =
+        best_of.at(collective_algorithm(proto::CollectiveProto::BROADCAST, bytes, n));
+    std::vector<char> src(static_cast<size_t>(bytes), 1), dst(static_cast<size_t>(bytes), 0);
+    double memcpy_ms = 1e30;
+    for (int i = 0; i < 5; ++i) {
+      const auto start = Clock::now();
+      std::memcpy(dst.data(), src.data(), src.size());
+      memcpy_ms = std::min(memcpy_ms, seconds_since(start) * 1e3);
+    }
+    t->barrier();
+    if (t->rank() == 0) {
+      char tree[32] = "";
+      if (both) std::snprintf(tree, sizeof tree, "%.3f", best_of.at(proto::CollectiveProto::TREE));
+      std::printf("| %lld | %.3f | %.2f | %.3f | %.2f | %.3f | %s |\n",
+                  static_cast<long long>(bytes), best, bytes / best / 1e6, memcpy_ms,
+                  memcpy_ms / best, best_of.at(proto::CollectiveProto::RING), tree);
+    }
+  }
+}
+
 int run(int argc, char** argv) {
   const std::string mode = argc > 1 ? argv[1] : "transfer";
   auto t = comm::UcxTransport::connect(comm::LaunchEnv::from_environment());
@@ -299,9 +383,12 @@ int run(int argc, char** argv) {
     roundtrip(*t);
   } else if (mode == "allreduce") {
     allreduce(t, argc > 2 ? std::stoll(argv[2]) : 64);
+  } else if (mode == "broadcast") {
+    broadcast(t, argc > 2 ? std::stoll(argv[2]) : 64);
   } else {
     OFL_CHECK(false,
-              "[bench_comm] mode must be transfer, roundtrip, latency or allreduce. However, got '",
+              "[bench_comm] mode must be transfer, roundtrip, latency, allreduce or broadcast. "
+              "However, got '",
               mode, "'.");
   }
   t->leave();
