@@ -97,6 +97,28 @@ std::string describe(py::handle value) {
 
 // The overload tried last: raises the library's TypeError for `name` (a method of Tensor when
 // `method`; its first argument is then the receiver and goes unsaid).
+// Whether `a` is a meta tensor, or a list or tuple holding one (Note [Meta tensors] in
+// python/oneflowlike/framework/meta.py).
+bool holds_meta(py::handle a) {
+  if (py::isinstance<py::list>(a) || py::isinstance<py::tuple>(a)) {
+    for (py::handle item : a) {
+      if (holds_meta(item)) return true;
+    }
+    return false;
+  }
+  return !py::isinstance<Tensor>(a) && py::hasattr(a, "is_meta") &&
+         py::bool_(a.attr("is_meta")).cast<bool>();
+}
+
+// A meta tensor among the arguments has no data: refused as such, in the meta device's words,
+// not as an argument of the wrong type.
+[[noreturn]] void refuse_meta(const std::string& name) {
+  py::object error =
+      py::module_::import("oneflowlike.framework.meta").attr("_no_data")(str_cat("'", name, "'"));
+  PyErr_SetObject(reinterpret_cast<PyObject*>(Py_TYPE(error.ptr())), error.ptr());
+  throw py::error_already_set();
+}
+
 py::cpp_function last_overload(const std::string& name, py::object existing, bool method,
                                py::handle scope) {
   std::vector<std::string> accepted = signatures(name, py::str(existing.attr("__doc__")));
@@ -128,6 +150,12 @@ py::cpp_function last_overload(const std::string& name, py::object existing, boo
       throw_error(ErrorCode::kTypeError,
                   str_cat("[", name, "] is a method of local tensors. However, it was called on ",
                           args.size() == 0 ? std::string("nothing") : describe(args[0]), "."));
+    }
+    for (py::handle a : args) {
+      if (holds_meta(a)) refuse_meta(name);
+    }
+    for (auto [key, value] : kwargs) {
+      if (holds_meta(value)) refuse_meta(name);
     }
     std::string got;
     for (size_t i = method ? 1 : 0; i < args.size(); ++i) {

@@ -128,3 +128,13 @@ def test_a_cuda_device_without_a_gpu_raises_as_every_cuda_path_does():
     with pytest.raises(ValueError, match=r"\[zeros\] device must be 'cpu' or 'cuda\[:index\]'. "
                                          r"However, got 'tpu'"):
         flow.zeros(2, device="tpu")
+
+
+def test_every_device_is_an_instance_of_flow_device():
+    # As isinstance(x, torch.device): made from a string, taken from a tensor, or the meta device.
+    for d in (flow.device("cpu"), flow.device("cuda", 0), flow.ones(2).device, flow.device("meta")):
+        assert isinstance(d, flow.device), d
+    assert not isinstance("cpu", flow.device)
+    assert flow.device(flow.device("cpu")) == flow.device("cpu")
+    with pytest.raises(TypeError, match=r"\[device\] takes a device string"):
+        flow.device(3)

@@ -152,3 +152,18 @@ def test_a_dataset_without_getitem_or_len_names_itself():
         Empty()[0]
     with pytest.raises(NotImplementedError, match=r"\[Dataset\] Empty must define __len__"):
         len(Empty())
+
+
+def test_loader_arguments_of_the_wrong_type_or_range_are_refused_naming_them():
+    dataset = data.TensorDataset(flow.arange(10))
+    for kwargs, error, phrase in [
+            (dict(batch_size="a"), TypeError, r"batch_size must be an int. However, got 'a'"),
+            (dict(batch_size=2.5), TypeError, r"batch_size must be an int. However, got 2.5"),
+            (dict(batch_size=0), ValueError, r"batch_size must be >= 1. However, got 0"),
+            (dict(shuffle="yes"), TypeError, r"shuffle must be a bool"),
+            (dict(drop_last=1), TypeError, r"drop_last must be a bool"),
+            (dict(num_workers=-1), ValueError, r"num_workers must be >= 0"),
+            (dict(prefetch_factor=0), ValueError, r"prefetch_factor must be >= 1"),
+            (dict(seed="x"), TypeError, r"seed must be an int")]:
+        with pytest.raises(error, match=rf"\[DataLoader\] {phrase}"):
+            data.DataLoader(dataset, **kwargs)

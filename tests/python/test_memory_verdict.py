@@ -74,6 +74,31 @@ def test_the_launcher_refuses_a_malformed_memory_per_rank_naming_the_flag():
     assert "--memory-per-rank must be a size such as 6GiB" in result.stderr
 
 
+def test_a_limit_of_zero_means_none_everywhere(monkeypatch, tmp_path):
+    # The launcher's flag, its environment variable and set_memory_limit read 0 alike.
+    from oneflowlike.framework.sizes import parse_limit
+
+    for zero in (0, "0", " 0 ", "", None):
+        assert parse_limit(zero, "--memory-per-rank") == 0
+    assert parse_limit("1KiB", "--memory-per-rank") == 1024
+    with pytest.raises(ValueError, match=r"--memory-per-rank must be positive"):
+        parse_limit(-1, "--memory-per-rank")
+    monkeypatch.setenv("OFL_MEMORY_PER_RANK", "0")
+    graph = _Train(_model(), limit=None)
+    assert graph.config.memory_limit == 0
+    graph.config.set_memory_limit(0)
+    assert graph.config.memory_limit == 0
+    graph(*_batch())  # no limit: compiles and runs
+    script = tmp_path / "limit.py"
+    script.write_text("import os\nprint('limit', repr(os.environ.get('OFL_MEMORY_PER_RANK')))\n")
+    monkeypatch.delenv("OFL_MEMORY_PER_RANK")
+    result = subprocess.run([sys.executable, "-m", "oneflowlike.distributed.launch",
+                             "--memory-per-rank", "0", "--nproc_per_node", "1", str(script)],
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert "limit None" in result.stdout, result.stdout
+
+
 class _Blocks(nn.Module):
     """Four residual MLP blocks whose (256, 1024) hidden activations dwarf their weights."""
 

@@ -89,6 +89,14 @@ def test_what_needs_data_refuses_a_meta_tensor_naming_it():
         w.numpy()
     with pytest.raises(RuntimeError, match=r"\[meta\] a meta tensor has no data"):
         w @ w
+    # The library's functions too, whatever the argument's position, in a list or a keyword.
+    x = flow.ones(2, w.shape[1])
+    for what, call in [("relu", lambda: flow.relu(w)), ("matmul", lambda: flow.matmul(x, w)),
+                       ("linear", lambda: flow.nn.functional.linear(x, w)),
+                       ("concat", lambda: flow.cat([w, w])), ("mul", lambda: x * w)]:
+        with pytest.raises(RuntimeError, match=rf"\[meta\] a meta tensor has no data, so "
+                                               rf"'{what}' cannot run"):
+            call()
 
     class Train(nn.Graph):
         def __init__(self):

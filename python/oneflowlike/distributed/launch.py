@@ -112,8 +112,8 @@ _FLAGS = [
           "OFL_VERBOSE=1; by default only warnings and errors")),
     (("--memory_per_rank", "--memory-per-rank"),
      dict(default=None, metavar="SIZE",
-          help="every rank's memory limit (e.g. 6GiB): graphs whose plan does not fit refuse "
-               "to compile on every rank, saying what would fit (OFL_MEMORY_PER_RANK)")),
+          help="every rank's memory limit (e.g. 6GiB; 0: none): graphs whose plan does not fit "
+               "refuse to compile on every rank, saying what would fit (OFL_MEMORY_PER_RANK)")),
     (("--grace_period", "--grace-period"),
      dict(type=float, default=5.0, metavar="SECONDS",
           help="wait this long after SIGTERM before SIGKILL when stopping ranks (default 5)")),
@@ -206,14 +206,12 @@ def parse_config(argv, environ=os.environ):
         raise LaunchError(f"SCRIPT must be an existing Python file. However, got {args.script!r} "
                           f"(no such file from {os.getcwd()}).")
 
-    memory_per_rank = 0
-    if args.memory_per_rank is not None:
-        from oneflowlike.framework.sizes import parse_bytes
+    from oneflowlike.framework.sizes import parse_limit
 
-        try:
-            memory_per_rank = parse_bytes(args.memory_per_rank, "--memory-per-rank")
-        except ValueError as error:
-            raise LaunchError(str(error)) from None
+    try:  # 0: no limit, as OFL_MEMORY_PER_RANK=0 and set_memory_limit(0)
+        memory_per_rank = parse_limit(args.memory_per_rank, "--memory-per-rank")
+    except ValueError as error:
+        raise LaunchError(str(error)) from None
 
     secret = args.secret if args.secret is not None else environ.get("OFL_JOB_SECRET")
     if secret is None and nnodes == 1:

@@ -67,6 +67,24 @@ def holds_zero_addend(placement, nd_sbp, rank):
     return any(str(s) == "P" and c != 0 for s, c in zip(nd_sbp, coord))
 
 
+def local_region(shape, placement, nd_sbp):
+    """This rank's region of a tensor of ``shape`` laid out as ``nd_sbp`` on ``placement``, as
+    [(begin, end)] per axis, or None where the rank holds no piece: what the pieces made
+    directly (Note [Sharded creation], Note [Meta tensors], nn.init on global tensors) cover."""
+    rank = env.get_rank()
+    if rank not in placement:
+        return None
+    return [(s.start, s.stop) for s in _region(shape, placement, nd_sbp, rank)]
+
+
+def as_addend(piece, placement, nd_sbp):
+    """``piece`` of a whole value as this rank holds it under ``nd_sbp``: zeros where it is a
+    zero addend (holds_zero_addend), else ``piece`` itself; None stays None."""
+    if piece is not None and holds_zero_addend(placement, nd_sbp, env.get_rank()):
+        return _C.fill(tuple(piece.shape), piece.dtype, 0.0)
+    return piece
+
+
 def _check(shape, placement, nd_sbp, name):
     _C.check_nd_sbp(tuple(shape), _strings(nd_sbp), placement._c, name)
 

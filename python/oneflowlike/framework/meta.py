@@ -14,7 +14,6 @@ Nothing reads or computes on a meta tensor: ops, numpy() and graphs refuse it, n
 import numbers
 
 from oneflowlike import _C
-from oneflowlike import env
 from oneflowlike import sbp as _sbp
 
 _depth = [0]
@@ -52,23 +51,34 @@ class MetaDevice:
     __str__ = lambda self: "meta"  # noqa: E731
 
 
-def device(spec, index=None):
-    """flow.device("cpu"), ("cuda", 1), ("cuda:1"), or ("meta"): the meta device (a context
-    manager, Note [Meta tensors]); the others are the C++ devices."""
-    if isinstance(spec, MetaDevice):
-        return spec
-    if isinstance(spec, _C.device) and index is None:
-        return spec
-    if not isinstance(spec, str) or (index is not None and (
-            isinstance(index, bool) or not isinstance(index, numbers.Integral))):
-        from oneflowlike.framework.tensor_methods import describe_argument
+class _DeviceType(type):
+    """The type of ``flow.device``: calling it makes a device (a C++ device, or the meta device),
+    and ``isinstance(x, flow.device)`` holds for both, as ``isinstance(x, torch.device)``."""
 
-        raise TypeError(f"[device] takes a device string ('cpu', 'cuda', 'cuda:1', 'meta') and "
-                        f"an optional int index. However, got {describe_argument(spec)}"
-                        f"{'' if index is None else ', ' + describe_argument(index)}.")
-    if spec.split(":")[0] == "meta":
-        return MetaDevice()
-    return _C.device(spec if index is None else f"{spec}:{int(index)}")
+    def __instancecheck__(cls, obj):
+        return isinstance(obj, (_C.device, MetaDevice))
+
+    def __call__(cls, spec, index=None):
+        if isinstance(spec, MetaDevice):
+            return spec
+        if isinstance(spec, _C.device) and index is None:
+            return spec
+        if not isinstance(spec, str) or (index is not None and (
+                isinstance(index, bool) or not isinstance(index, numbers.Integral))):
+            from oneflowlike.framework.tensor_methods import describe_argument
+
+            raise TypeError(f"[device] takes a device string ('cpu', 'cuda', 'cuda:1', 'meta') "
+                            f"and an optional int index. However, got {describe_argument(spec)}"
+                            f"{'' if index is None else ', ' + describe_argument(index)}.")
+        if spec.split(":")[0] == "meta":
+            return MetaDevice()
+        return _C.device(spec if index is None else f"{spec}:{int(index)}")
+
+
+class device(metaclass=_DeviceType):
+    """flow.device("cpu"), ("cuda", 1), ("cuda:1"), or ("meta"): the meta device (a context
+    manager, Note [Meta tensors]); the others are the C++ devices. ``isinstance(x,
+    flow.device)`` holds for every device, as torch's."""
 
 
 class Init:
@@ -177,14 +187,9 @@ class MetaTensor:
             raise ValueError("[to_global] a meta tensor needs both placement and sbp.")
         nd = _sbp.normalize(sbp, placement, "to_global")
         gt._check(self._shape, placement, nd, "to_global")
-        rank = env.get_rank()
-        local = None
-        if rank in placement:
-            region = [(s.start, s.stop) for s in gt._region(self._shape, placement, nd, rank)]
-            local = self.init.piece(self._shape, self._dtype, region)
-            if gt.holds_zero_addend(placement, nd, rank):
-                local = _C.fill(tuple(local.shape), self._dtype, 0.0)
-        g = gt.GlobalTensor(local, self._shape, self._dtype, placement, nd)
+        region = gt.local_region(self._shape, placement, nd)
+        local = None if region is None else self.init.piece(self._shape, self._dtype, region)
+        g = gt.GlobalTensor(gt.as_addend(local, placement, nd), self._shape, self._dtype, placement, nd)
         g.requires_grad = self.requires_grad
         return g
 

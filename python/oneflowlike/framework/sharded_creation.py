@@ -8,8 +8,6 @@ this rank holds nothing. Random functions still reserve the whole draw's counter
 holds the values a one-device call gives there.
 """
 
-from oneflowlike import _C
-from oneflowlike import env
 from oneflowlike import sbp as _sbp
 
 _requests = []
@@ -32,11 +30,7 @@ class PieceRequest:
 
         self.shape, self.dtype = tuple(int(d) for d in shape), dtype
         gt._check(self.shape, self.placement, self.nd_sbp, self.name)
-        rank = env.get_rank()
-        if rank not in self.placement:
-            return None
-        return [(s.start, s.stop) for s in gt._region(self.shape, self.placement, self.nd_sbp,
-                                                      rank)]
+        return gt.local_region(self.shape, self.placement, self.nd_sbp)
 
     def __enter__(self):
         _requests.append(self)
@@ -58,8 +52,7 @@ def make(name, fn, args, kwargs, placement, sbp):
     request = PieceRequest(name, placement, sbp)
     with request:
         local = fn(*args, **kwargs)
-    if local is not None and gt.holds_zero_addend(placement, request.nd_sbp, env.get_rank()):
-        local = _C.fill(tuple(local.shape), local.dtype, 0.0)  # partial sum: one rank holds it
+    local = gt.as_addend(local, placement, request.nd_sbp)  # partial sum: one rank holds it
     g = gt.GlobalTensor(local, request.shape, request.dtype, placement, request.nd_sbp)
     if requires_grad:
         g.requires_grad = True

@@ -25,6 +25,17 @@ def parse_bytes(text, what):
     return value
 
 
+def parse_limit(text, what):
+    """A memory limit (Note [Memory limit] in nn/graph.py): ``text`` as parse_bytes reads it, or
+    0, meaning no limit, for None, "" and 0 (the launcher's --memory-per-rank,
+    OFL_MEMORY_PER_RANK and set_memory_limit all read it here)."""
+    if text is None or (isinstance(text, str) and text.strip() in ("", "0")):
+        return 0
+    if isinstance(text, int) and not isinstance(text, bool) and text == 0:
+        return 0
+    return parse_bytes(text.strip() if isinstance(text, str) else text, what)
+
+
 def format_bytes(n):
     for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
         if n >= size:

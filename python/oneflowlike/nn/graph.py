@@ -33,7 +33,7 @@ import numpy as np
 
 from oneflowlike import _C
 from oneflowlike import env
-from oneflowlike.framework.sizes import format_bytes, parse_bytes
+from oneflowlike.framework.sizes import format_bytes, parse_limit
 from oneflowlike import sbp as _sbp
 from oneflowlike.framework import agreement as _agreement
 from oneflowlike.framework import global_tensor as _gt
@@ -81,17 +81,15 @@ class GraphConfig:
         self.amp_dtype = None
         self.reduce_dtype = None
         # Note [Memory limit]: the launcher's --memory-per-rank reaches every rank as this.
-        limit = os.environ.get("OFL_MEMORY_PER_RANK", "0").strip()
-        self.memory_limit = 0 if limit in ("", "0") else parse_bytes(limit,
-                                                                    "OFL_MEMORY_PER_RANK")
+        self.memory_limit = parse_limit(os.environ.get("OFL_MEMORY_PER_RANK"),
+                                        "OFL_MEMORY_PER_RANK")
 
     def set_memory_limit(self, limit):
         """Note [Memory limit]: the bytes every rank may plan at most (an int or "6GiB");
         compilation fails on every rank, before anything is allocated, when one does not fit,
         naming the rank, its peak, its largest items and the changes that would fit, each with
         the peak a recompilation gives. None or 0: no limit."""
-        self.memory_limit = 0 if limit in (None, 0) else parse_bytes(
-            limit, "[nn.Graph] set_memory_limit")
+        self.memory_limit = parse_limit(limit, "[nn.Graph] set_memory_limit")
 
     def set_gradient_bucket_bytes(self, n):
         """Reduces the gradients of replicated parameters in buckets of about ``n`` bytes
@@ -583,9 +581,9 @@ class Graph:
             forward = module.forward
             had_own = "forward" in module.__dict__
 
-            def staged(*xs, _forward=forward, _placement=placement, _sbp=sbp, _stage=stage, **kw):
+            def staged(*xs, _forward=forward, _at=placement, _layout=sbp, _stage=stage, **kw):
                 moved = [
-                    x.to_global(placement=_placement, sbp=_sbp)
+                    x.to_global(placement=_at, sbp=_layout)
                     if isinstance(x, _C.Tensor) and x.is_lazy else x
                     for x in xs
                 ]

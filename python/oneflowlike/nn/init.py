@@ -9,7 +9,6 @@ creation]). On a meta tensor it records the draw (Note [Meta tensors]).
 import math
 
 from oneflowlike import _C
-from oneflowlike import env
 from oneflowlike.autograd import no_grad
 from oneflowlike.framework import meta
 
@@ -41,30 +40,19 @@ def _draw(tensor, kind, a, b):
         tensor.init = meta.Init.draw(kind, a, b, shape)
         return tensor
     if getattr(tensor, "is_global", False):
-        region = _local_region(tensor)
-        region_fn = _C.normal_region if kind == "normal" else _C.uniform_region
-        piece = region_fn(float(a), float(b), shape, tensor.dtype, region)
         from oneflowlike.framework import global_tensor as _gt
 
-        if piece is not None and _gt.holds_zero_addend(tensor.placement, tensor.sbp,
-                                                       env.get_rank()):
-            piece = _C.fill(tuple(piece.shape), tensor.dtype, 0.0)  # one rank holds a sum
+        region = (_gt.local_region(shape, tensor.placement, tensor.sbp)
+                  if tensor.to_local_or_none() is not None else None)
+        region_fn = _C.normal_region if kind == "normal" else _C.uniform_region
+        piece = _gt.as_addend(region_fn(float(a), float(b), shape, tensor.dtype, region),
+                              tensor.placement, tensor.sbp)  # one rank holds a sum
         if piece is not None:
             with no_grad():
                 _C._assign_(tensor.to_local(), piece, "nn.init")
         return tensor
     draw = _C.normal if kind == "normal" else _C.uniform
     return _fill(tensor, draw(float(a), float(b), shape, tensor.dtype))
-
-
-def _local_region(tensor):
-    """This rank's region of a global tensor, or None where it holds no piece."""
-    from oneflowlike.framework import global_tensor as _gt
-
-    if tensor.to_local_or_none() is None:
-        return None
-    return [(s.start, s.stop) for s in _gt._region(tensor.shape, tensor.placement, tensor.sbp,
-                                                   env.get_rank())]
 
 
 def normal_(tensor, mean=0.0, std=1.0):

@@ -7,6 +7,10 @@ __all__ = ["matmul", "bmm"]
 
 def _check_tensors(op, input, other):
     for name, t in (("input", input), ("other", other)):
+        if getattr(t, "is_meta", False) and not isinstance(t, _C.Tensor):
+            from oneflowlike.framework.meta import _no_data
+
+            raise _no_data(f"'{op}'")
         if not isinstance(t, _C.Tensor):
             raise TypeError(f"[{op}] {name} must be a Tensor. However, got {type(t).__name__}.")
 

@@ -2,6 +2,7 @@
 a position that a checkpoint can carry."""
 
 import math
+import numbers
 from concurrent.futures import ThreadPoolExecutor
 
 from oneflowlike.utils.data.collate import default_collate
@@ -27,15 +28,26 @@ class DataLoader:
 
     def __init__(self, dataset, batch_size=1, shuffle=False, sampler=None, drop_last=False,
                  collate_fn=None, num_workers=0, prefetch_factor=2, seed=0):
-        if batch_size is None or int(batch_size) < 1:
-            raise ValueError(f"[DataLoader] batch_size must be a positive int. However, got "
-                             f"{batch_size!r}.")
+        def integer(name, value, least):
+            if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+                raise TypeError(f"[DataLoader] {name} must be an int. However, got "
+                                f"{value!r} ({type(value).__name__}).")
+            if value < least:
+                raise ValueError(f"[DataLoader] {name} must be >= {least}. However, got "
+                                 f"{value}.")
+            return int(value)
+
+        for name, value in (("shuffle", shuffle), ("drop_last", drop_last)):
+            if not isinstance(value, bool):
+                raise TypeError(f"[DataLoader] {name} must be a bool. However, got {value!r} "
+                                f"({type(value).__name__}).")
+        batch_size = integer("batch_size", batch_size, 1)
+        num_workers = integer("num_workers", num_workers, 0)
+        prefetch_factor = integer("prefetch_factor", prefetch_factor, 1)
+        seed = integer("seed", seed, 0)
         if sampler is not None and shuffle:
             raise ValueError("[DataLoader] sampler and shuffle=True are mutually exclusive: the "
                              "sampler decides the order.")
-        if int(num_workers) < 0 or int(prefetch_factor) < 1:
-            raise ValueError(f"[DataLoader] num_workers must be >= 0 and prefetch_factor >= 1. "
-                             f"However, got {num_workers} and {prefetch_factor}.")
         self.dataset = dataset
         self.batch_size = int(batch_size)
         self.drop_last = drop_last
