@@ -495,7 +495,7 @@ class BlockExchangeJob final : public MemberJob {
                    Tensor output, CollectiveScratch* scratch)
       : MemberJob(transport, spec, std::move(input), std::move(output)) {
     const CollectiveBlocks blocks =
-        collective_blocks(collective_proto(spec), m_, input_.shape(), output_.shape());
+        collective_blocks(collective_proto(spec), m_, input_shape(), output_.shape());
     const CollectiveScratchLayout layout = scratch_layout();
     ensure(&scratch->packed_input, layout.packed_input);
     ensure(&scratch->packed_whole, layout.packed_whole);

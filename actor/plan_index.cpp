@@ -484,9 +484,10 @@ void PlanIndex::check_task(int index) {
         same_shape(reg(task.inputs[0]).shape, task.outputs[0], "the shape of its input");
         break;
       }
-      arity(1, 1);
-      same_dtype(task.inputs[0], task.outputs[0]);
-      const Shape& in = reg(task.inputs[0]).shape;
+      const bool reads = c.op() != proto::CollectiveProto::SEND_RECV || c.sends_size() > 0;
+      arity(reads ? 1 : 0, 1);  // a grouped send/recv's member that sends nothing reads nothing
+      if (reads) same_dtype(task.inputs[0], task.outputs[0]);
+      const Shape in = reads ? reg(task.inputs[0]).shape : Shape{};
       const Shape whole = collective_whole(c, in, reg(task.outputs[0]).shape);
       if (c.op() == proto::CollectiveProto::SEND_RECV) {  // blocks inside their registers
         const CollectiveBlocks blocks =

@@ -147,10 +147,9 @@ void collective_bytes(const proto::TaskProto& task, const RegisterMap& registers
     *received += v > 0 ? output.numel() * element : 0;
     return;
   }
-  if (task.inputs_size() != 1) return;
-  auto in = registers.find(task.inputs(0));
-  if (in == registers.end()) return;
-  const Shape input = from_proto(in->second->shape());
+  auto in = task.inputs_size() == 1 ? registers.find(task.inputs(0)) : registers.end();
+  if (in == registers.end() && c.op() != proto::CollectiveProto::SEND_RECV) return;
+  const Shape input = in == registers.end() ? Shape{} : from_proto(in->second->shape());
   if (c.op() == proto::CollectiveProto::SEND_RECV ||
       c.op() == proto::CollectiveProto::ALL_TO_ALL) {  // every block but its own
     if (c.op() == proto::CollectiveProto::ALL_TO_ALL &&

@@ -224,7 +224,12 @@ void check_plan_contract(const proto::PlanProto& plan, const PlanContractOptions
     // A broadcast's members other than the root read nothing.
     const int64_t member =
         std::find(c.members().begin(), c.members().end(), ref.rank) - c.members().begin();
-    const int reads = c.op() == proto::CollectiveProto::BROADCAST && c.root() != member ? 0 : 1;
+    // A broadcast's members other than the root, and a grouped send/recv's that send nothing
+    // (the receiver of a transfer between GPUs), read nothing.
+    const int reads = (c.op() == proto::CollectiveProto::BROADCAST && c.root() != member) ||
+                              (is_send_recv(c) && c.sends_size() == 0)
+                          ? 0
+                          : 1;
     OFL_PLAN_CHECK(ref.task->inputs_size() == reads && ref.task->outputs_size() == 1, "collective ",
                    describe(ref), " must read ", reads, reads == 1 ? " register" : " registers",
                    " and write one. However, it reads ", ref.task->inputs_size(), " and writes ",

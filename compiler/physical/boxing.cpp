@@ -154,6 +154,16 @@ std::vector<int64_t> expand_boxing(const BoxingSpec& spec, const TensorMeta& log
             nd_sbp_to_string(spec.out_sbp), " on ", spec.out_placement.to_string(), ".");
   OFL_ASSERT(static_cast<int64_t>(in_registers.size()) == spec.in_placement.num_ranks());
   StepEmitter emitter(builder, name, logical.dtype, thread, location);
+  // Note [Transfers between GPUs] in boxing_steps.h: between pipeline stages (disjoint rank
+  // sets of one hierarchy), where each rank sends to one peer, not into a gather onto fewer
+  // ranks or among the ranks of one placement (a pair communicator per pair).
+  bool disjoint = true;
+  for (int64_t r : spec.in_placement.ranks())
+    disjoint = disjoint && !spec.out_placement.contains(r);
+  emitter.set_device_transfers(spec.in_placement.device_type() == DeviceType::kCUDA &&
+                               spec.out_placement.device_type() == DeviceType::kCUDA &&
+                               spec.in_placement.hierarchy() == spec.out_placement.hierarchy() &&
+                               disjoint);
   std::vector<int64_t> registers = in_registers;
   for (const BoxingStep& step : plan_boxing(spec, logical.shape)) {
     switch (step.kind) {

@@ -47,10 +47,14 @@ class StepEmitter {
     return output(t, region_shape(local));
   }
 
-  /// `reg` on `rank`: a SEND/RECV pair when it lives elsewhere.
+  /// `reg` on `rank`: a SEND/RECV pair when it lives elsewhere, or between GPUs a send/recv
+  /// collective of the pair (Note [Transfers between GPUs], set_device_transfers).
   int64_t move(int64_t reg, int64_t rank) {
     const int64_t from = builder_.register_rank(reg);
     if (from == rank) return reg;
+    if (device_transfers_ && builder_.register_device(reg) == proto::PLAN_DEVICE_CUDA) {
+      return device_move(reg, rank);
+    }
     const int64_t transfer = builder_.new_transfer_id();
     proto::TaskProto* send = task(from, proto::TaskProto::SEND, "send", /*thread=*/1);
     builder_.add_input(send, reg);
@@ -101,30 +105,57 @@ class StepEmitter {
                                   const std::vector<Shape>& out_shapes, int axis, int out_axis = 0,
                                   int64_t root = 0,
                                   const std::vector<CollectiveBlocks>* blocks = nullptr) {
-    std::vector<int64_t> ranks;
-    for (int64_t pid : members) ranks.push_back(placement.rank(pid));
+    std::vector<int64_t> ranks, inputs;
+    for (int64_t pid : members) {
+      ranks.push_back(placement.rank(pid));
+      inputs.push_back(in[pid]);
+    }
+    const std::string communicator = k >= 0 ? str_cat("dimension ", k, " of ", placement.brief())
+                                            : str_cat("the ranks of ", placement.brief());
+    return collective_over(op, ranks, communicator, placement.device_type() == DeviceType::kCUDA,
+                           inputs, out_shapes, axis, out_axis, root, blocks);
+  }
+
+  /// Transfers between GPUs (Note [Transfers between GPUs]) from now on.
+  void set_device_transfers(bool on) { device_transfers_ = on; }
+
+  int64_t zeros(int64_t rank, const Shape& shape) {
+    return output(task(rank, proto::TaskProto::ZEROS, "zeros"), shape);
+  }
+
+  int64_t copy(int64_t reg) {
+    proto::TaskProto* t = task(builder_.register_rank(reg), proto::TaskProto::COPY, "copy");
+    builder_.add_input(t, reg);
+    return output(t, builder_.register_shape(reg));
+  }
+
+ private:
+  // One collective over `ranks` (members in order) named `communicator`; inputs[m] is member m's
+  // register (-1: none), out_shapes[m] its output's shape; on the GPU when `on_gpu`.
+  std::vector<int64_t> collective_over(proto::CollectiveProto::Op op,
+                                       const std::vector<int64_t>& ranks,
+                                       const std::string& communicator, bool on_gpu,
+                                       const std::vector<int64_t>& inputs,
+                                       const std::vector<Shape>& out_shapes, int axis, int out_axis,
+                                       int64_t root, const std::vector<CollectiveBlocks>* blocks) {
     // The whole tensor's bytes choose the algorithm (collective_algorithm).
     proto::CollectiveProto op_only;
     op_only.set_op(op);
     op_only.set_axis(axis);
-    const int64_t first_in = in[members[0]];
-    const Shape first_in_shape = first_in >= 0 ? builder_.register_shape(first_in) : Shape{};
+    const Shape first_in_shape = inputs[0] >= 0 ? builder_.register_shape(inputs[0]) : Shape{};
     const int64_t whole_bytes = collective_whole(op_only, first_in_shape, out_shapes[0]).numel() *
                                 static_cast<int64_t>(dtype_size(dtype_));
     const int64_t n = static_cast<int64_t>(ranks.size());
     const proto::CollectiveProto::Algorithm algorithm = collective_algorithm(op, whole_bytes, n);
-    const bool on_gpu = placement.device_type() == DeviceType::kCUDA;
     const int64_t control_id = on_gpu ? builder_.control_id(ranks) : 0;
     const auto [id, sequence] = builder_.new_collective(ranks, collective_ids(op, n, algorithm));
-    const std::string communicator = k >= 0 ? str_cat("dimension ", k, " of ", placement.brief())
-                                            : str_cat("the ranks of ", placement.brief());
     std::vector<int64_t> out;
-    for (size_t m = 0; m < members.size(); ++m) {
+    for (size_t m = 0; m < ranks.size(); ++m) {
       if (on_gpu) builder_.set_device(proto::PLAN_DEVICE_CUDA);
       proto::TaskProto* t =
           task(ranks[m], proto::TaskProto::COLLECTIVE, collective_op_name(op), /*thread=*/1);
       builder_.set_device(proto::PLAN_DEVICE_CPU);
-      const int64_t input = in[members[m]];
+      const int64_t input = inputs[m];
       if (input >= 0) builder_.add_input(t, input);
       if (builder_.kept(ranks[m])) {
         proto::CollectiveProto* c = t->mutable_collective();
@@ -163,17 +194,27 @@ class StepEmitter {
     return out;
   }
 
-  int64_t zeros(int64_t rank, const Shape& shape) {
-    return output(task(rank, proto::TaskProto::ZEROS, "zeros"), shape);
+  // Note [Transfers between GPUs]: between two CUDA placements of one hierarchy on disjoint
+  // ranks (pipeline stages: every rank sends to one peer), `reg` (in GPU memory) moves to `rank`'s
+  // GPU as a grouped send/recv of one block over the pair (sender, receiver), which on GPUs is one
+  // ncclSend and one ncclRecv on the pair's NCCL communicator, instead of a copy to the host, a
+  // SEND/RECV through UCX and a copy back. The receiver reads no register; the sender writes an
+  // empty one. Each pair is a communicator made when the plan loads, so transfers that gather
+  // onto fewer ranks (fetching a loss) or run among the ranks of one placement keep SEND/RECV:
+  // a rank would join one communicator per peer. On the
+  // host and simulated backends (Note [Device collectives]) the pair runs on the CPU engine.
+  int64_t device_move(int64_t reg, int64_t rank) {
+    const Shape shape = builder_.register_shape(reg);
+    std::vector<CollectiveBlocks> blocks(2);
+    blocks[0].sends.push_back({1, whole_region(shape)});
+    blocks[1].receives.push_back({0, whole_region(shape)});
+    const int64_t from = builder_.register_rank(reg);
+    return collective_over(proto::CollectiveProto::SEND_RECV, {from, rank},
+                           str_cat("the GPUs of ranks ", from, " and ", rank), /*on_gpu=*/true,
+                           {reg, -1}, {Shape{0}, shape}, /*axis=*/-1, /*out_axis=*/0,
+                           /*root=*/0, &blocks)[1];
   }
 
-  int64_t copy(int64_t reg) {
-    proto::TaskProto* t = task(builder_.register_rank(reg), proto::TaskProto::COPY, "copy");
-    builder_.add_input(t, reg);
-    return output(t, builder_.register_shape(reg));
-  }
-
- private:
   // Steps other than SEND / RECV run on the boxing op's thread (Note [Gradient boxing on the
   // communication thread] in boxing.h).
   proto::TaskProto* task(int64_t rank, proto::TaskProto::Kind kind, const char* what,
@@ -197,6 +238,7 @@ class StepEmitter {
   int thread_;
   std::string location_;
   int64_t counter_ = 0;
+  bool device_transfers_ = false;
 };
 
 /// A change of one hierarchy dimension on one placement (any kind but kGeneric).

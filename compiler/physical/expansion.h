@@ -84,6 +84,7 @@ class PlanBuilder {
   int64_t register_rank(int64_t id) const;
   Shape register_shape(int64_t id) const;
   DataType register_dtype(int64_t id) const;
+  proto::PlanDevice register_device(int64_t id) const { return register_devices_.at(id); }
   int64_t num_tasks() const { return static_cast<int64_t>(tasks_.size()); }
   int64_t task_rank(int64_t id) const { return task_ranks_.at(id); }
   int64_t num_registers() const { return static_cast<int64_t>(registers_.size()); }

@@ -86,10 +86,13 @@ TEST(DeviceCollectivePlans, CollectivesOfAGpuPlacementRunOnTheGpuWithoutHostCopi
     ++collectives;
     collective_ids.insert(task->collective().collective_id());
     EXPECT_EQ(task->device(), proto::PLAN_DEVICE_CUDA) << task->name();
-    // Read from and written to GPU memory, by GPU tasks: no trip through the host.
-    const proto::RegisterProto& in = *registers.at(task->inputs(0));
-    EXPECT_EQ(in.device(), proto::PLAN_DEVICE_CUDA) << task->name();
-    EXPECT_NE(tasks.at(in.producer())->kind(), proto::TaskProto::COPY_H2D) << task->name();
+    // Read from and written to GPU memory, by GPU tasks: no trip through the host (the receiver
+    // of a transfer between GPUs reads nothing).
+    for (int64_t r : task->inputs()) {
+      const proto::RegisterProto& in = *registers.at(r);
+      EXPECT_EQ(in.device(), proto::PLAN_DEVICE_CUDA) << task->name();
+      EXPECT_NE(tasks.at(in.producer())->kind(), proto::TaskProto::COPY_H2D) << task->name();
+    }
     const proto::RegisterProto& out = *registers.at(task->outputs(0));
     EXPECT_EQ(out.device(), proto::PLAN_DEVICE_CUDA) << task->name();
     for (int64_t c : out.consumers()) {
@@ -97,10 +100,24 @@ TEST(DeviceCollectivePlans, CollectivesOfAGpuPlacementRunOnTheGpuWithoutHostCopi
     }
   }
   EXPECT_GT(collectives, 0);
-  // One control id per communicator (two along each dimension of the 2 x 2 grid), distinct,
-  // and never a collective's.
+  // One control id per communicator (two along each dimension of the 2 x 2 grid, and the pairs
+  // of the transfers between GPUs: Note [Transfers between GPUs]), distinct, and never a
+  // collective's.
   const auto ids = control_ids(plan);
-  EXPECT_EQ(ids.size(), 4u);
+  std::set<std::vector<int64_t>> dimensions;
+  for (const auto& [id, task] : tasks) {
+    if (task->kind() != proto::TaskProto::COLLECTIVE) continue;
+    const proto::CollectiveProto& c = task->collective();
+    const std::vector<int64_t> members(c.members().begin(), c.members().end());
+    if (c.communicator().rfind("dimension ", 0) == 0) {
+      dimensions.insert(members);
+    } else {
+      EXPECT_EQ(c.communicator().rfind("the GPUs of ranks ", 0), 0u) << c.communicator();
+      EXPECT_EQ(c.op(), proto::CollectiveProto::SEND_RECV) << task->name();
+      EXPECT_EQ(task->inputs_size(), task->rank() == members[0] ? 1 : 0) << task->name();
+    }
+  }
+  EXPECT_EQ(dimensions.size(), 4u);
   std::set<int64_t> distinct;
   for (const auto& [members, id] : ids) {
     distinct.insert(id);
@@ -149,7 +166,7 @@ TEST(DeviceCollectivesBootstrap, MemberZeroHandsItsIdToMembersInOtherRuntimes) {
     EXPECT_EQ(first.unique_id(), second.unique_id());
     ids.insert(first.unique_id());
   }
-  EXPECT_EQ(ids.size(), 4u) << "every communicator has an id of its own";
+  EXPECT_EQ(ids.size(), control_ids(plan).size()) << "every communicator has an id of its own";
 }
 
 TEST(DeviceCollectivesBootstrap, AMemberWhoseMemberZeroNeverComesFailsNamingIt) {

@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdlib>
+#include <map>
 
 #include "actor/runtime.h"
 #include "compiler/compile.h"
@@ -152,6 +153,46 @@ TEST(DevicePlans, ACpuStageFeedsAGpuStageThroughHostTransfers) {
                         task.kind() == proto::TaskProto::COPY_H2D && task.per_micro_batch());
   }
   EXPECT_TRUE(to_gpu) << "the received activation is copied to the GPU once per micro-batch";
+}
+
+// Note [Transfers between GPUs]: between two GPU stages the activations and their gradients
+// move GPU to GPU, one send/recv collective per micro-batch over the pair of ranks, with no
+// copy to the host on either side (the loss fetched onto rank 0's host keeps SEND/RECV).
+TEST(DevicePlans, GpuStagesPassActivationsGpuToGpu) {
+  const MlpLayout layout = all_on_cuda(find_layout(testing::mlp_pipelined_layouts(), "pp2_micro4"));
+  const proto::PlanProto plan =
+      compiler::compile_graph(testing::build_mlp(layout, OptimizerConfig::Kind::kSgd));
+  ASSERT_EQ(plan.ranks_size(), 2);
+  std::map<int64_t, const proto::TaskProto*> tasks;
+  std::map<int64_t, const proto::RegisterProto*> registers;
+  for (const auto& rank : plan.ranks()) {
+    for (const auto& task : rank.tasks()) tasks[task.id()] = &task;
+    for (const auto& reg : rank.registers()) registers[reg.id()] = &reg;
+  }
+  int forward = 0, backward = 0;
+  for (const auto& [id, task] : tasks) {
+    if (task->kind() != proto::TaskProto::COLLECTIVE) continue;
+    const proto::CollectiveProto& c = task->collective();
+    if (c.communicator().rfind("the GPUs of ranks ", 0) != 0) continue;
+    EXPECT_EQ(c.op(), proto::CollectiveProto::SEND_RECV);
+    EXPECT_EQ(task->device(), proto::PLAN_DEVICE_CUDA);
+    EXPECT_TRUE(task->per_micro_batch()) << task->name();
+    if (task->rank() != c.members(0)) continue;  // the sender's side
+    (c.members(0) == 0 ? forward : backward) += 1;
+    const proto::RegisterProto& in = *registers.at(task->inputs(0));
+    EXPECT_EQ(in.device(), proto::PLAN_DEVICE_CUDA) << task->name();
+    EXPECT_NE(tasks.at(in.producer())->kind(), proto::TaskProto::COPY_H2D) << task->name();
+  }
+  EXPECT_GT(forward, 0) << "activations from stage 0 to stage 1";
+  EXPECT_GT(backward, 0) << "their gradients back";
+  for (const auto& [id, task] : tasks) {
+    if (task->kind() != proto::TaskProto::RECV) continue;
+    const proto::RegisterProto& out = *registers.at(task->outputs(0));
+    for (int64_t c : out.consumers()) {
+      EXPECT_NE(tasks.at(c)->kind(), proto::TaskProto::COPY_H2D)
+          << task->name() << ": a host transfer between the GPU stages";
+    }
+  }
 }
 
 TEST(DevicePlans, TheContractRefusesAHostTaskReadingGpuMemory) {
