@@ -186,6 +186,27 @@ void latency(const std::shared_ptr<comm::UcxTransport>& t) {
   }
 }
 
+// The spec of this rank's member of a collective of `op` over every rank.
+actor::CollectiveSpec spec_over_all(proto::CollectiveProto::Op op, comm::UcxTransport& t) {
+  actor::CollectiveSpec spec;
+  spec.op = op;
+  for (int64_t r = 0; r < t.world_size(); ++r) spec.members.push_back(r);
+  spec.member = t.rank();
+  return spec;
+}
+
+// The best of five memcpys of `bytes`, in ms: the bound the collectives are measured against.
+double best_memcpy_ms(size_t bytes) {
+  std::vector<char> src(bytes, 1), dst(bytes, 0);
+  double best = 1e30;
+  for (int i = 0; i < 5; ++i) {
+    const auto start = Clock::now();
+    std::memcpy(dst.data(), src.data(), bytes);
+    best = std::min(best, seconds_since(start) * 1e3);
+  }
+  return best;
+}
+
 // One collective of `input` into `output` on the engine, from launch to done.
 double time_collective(actor::CollectiveEngine& engine, actor::ActStream& stream,
                        comm::Transport& t, const actor::CollectiveSpec& spec, const Tensor& input,
@@ -235,10 +256,7 @@ void allreduce(const std::shared_ptr<comm::UcxTransport>& t, int64_t megabytes) 
   }
   actor::CollectiveEngine engine("bench", /*threaded=*/true);
   std::unique_ptr<actor::ActStream> stream = engine.make_stream("bench all-reduce");
-  actor::CollectiveSpec spec;
-  spec.op = proto::CollectiveProto::ALL_REDUCE;
-  for (int64_t r = 0; r < n; ++r) spec.members.push_back(r);
-  spec.member = t->rank();
+  actor::CollectiveSpec spec = spec_over_all(proto::CollectiveProto::ALL_REDUCE, *t);
   actor::CollectiveScratch scratch;
   if (t->rank() == 0) {
     std::printf(
@@ -270,13 +288,7 @@ void allreduce(const std::shared_ptr<comm::UcxTransport>& t, int64_t megabytes) 
     const double best =
         best_of.at(collective_algorithm(proto::CollectiveProto::ALL_REDUCE, bytes, n));
     const size_t received = static_cast<size_t>(2.0 * (n - 1) / n * bytes);
-    std::vector<char> src(received, 1), dst(received, 0);
-    double memcpy_ms = 1e30;
-    for (int i = 0; i < 5; ++i) {
-      const auto start = Clock::now();
-      std::memcpy(dst.data(), src.data(), received);
-      memcpy_ms = std::min(memcpy_ms, seconds_since(start) * 1e3);
-    }
+    const double memcpy_ms = best_memcpy_ms(received);
     t->barrier();
     if (t->rank() == 0) {
       char doubling[32] = "";
@@ -313,10 +325,7 @@ void broadcast(const std::shared_ptr<comm::UcxTransport>& t, int64_t megabytes) 
   const int64_t n = t->world_size();
   actor::CollectiveEngine engine("bench", /*threaded=*/true);
   std::unique_ptr<actor::ActStream> stream = engine.make_stream("bench broadcast");
-  actor::CollectiveSpec spec;
-  spec.op = proto::CollectiveProto::BROADCAST;
-  for (int64_t r = 0; r < n; ++r) spec.members.push_back(r);
-  spec.member = t->rank();
+  actor::CollectiveSpec spec = spec_over_all(proto::CollectiveProto::BROADCAST, *t);
   spec.root = 0;
   actor::CollectiveScratch scratch;
   if (t->rank() == 0) {
@@ -352,13 +361,7 @@ void broadcast(const std::shared_ptr<comm::UcxTransport>& t, int64_t megabytes) 
     }
     const double best =
         best_of.at(collective_algorithm(proto::CollectiveProto::BROADCAST, bytes, n));
-    std::vector<char> src(static_cast<size_t>(bytes), 1), dst(static_cast<size_t>(bytes), 0);
-    double memcpy_ms = 1e30;
-    for (int i = 0; i < 5; ++i) {
-      const auto start = Clock::now();
-      std::memcpy(dst.data(), src.data(), src.size());
-      memcpy_ms = std::min(memcpy_ms, seconds_since(start) * 1e3);
-    }
+    const double memcpy_ms = best_memcpy_ms(static_cast<size_t>(bytes));
     t->barrier();
     if (t->rank() == 0) {
       char tree[32] = "";
