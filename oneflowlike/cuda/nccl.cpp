@@ -435,9 +435,10 @@ NcclCommunicator::Queued NcclCommunicator::collective(const proto::CollectivePro
     }
     case Op::ALL_TO_ALL:
     case Op::SEND_RECV: {
-      // Per peer the block's runs: packed through scratch unless one contiguous run.
-      const CollectiveBlocks blocks =
-          collective_blocks(collective, m, input.shape(), output.shape());
+      // Per peer the block's runs: packed through scratch unless one contiguous run. A member
+      // that sends nothing (the receiver of a transfer between GPUs) has no input.
+      const CollectiveBlocks blocks = collective_blocks(
+          collective, m, input.defined() ? input.shape() : Shape{}, output.shape());
       const size_t elem = dtype_size(output.dtype());
       struct Moved {
         int64_t member;
