@@ -503,6 +503,7 @@ class BlockExchangeJob final : public MemberJob {
     for (const CollectiveBlock& b : blocks.sends) {
       if (b.member == m_) {
         own_send_ = b.region;
+        has_own_send_ = true;
         continue;
       }
       sends_.push_back(block(b, input_, scratch->packed_input, &send_bytes));
@@ -510,12 +511,13 @@ class BlockExchangeJob final : public MemberJob {
     for (const CollectiveBlock& b : blocks.receives) {
       if (b.member == m_) {
         own_receive_ = b.region;
+        has_own_receive_ = true;
         continue;
       }
       receives_.push_back(block(b, output_, scratch->packed_whole, &receive_bytes));
     }
     OFL_ASSERT(send_bytes == layout.packed_input && receive_bytes == layout.packed_whole);
-    OFL_ASSERT(own_send_.empty() == own_receive_.empty());
+    OFL_ASSERT(has_own_send_ == has_own_receive_);
   }
 
   bool advance(bool* progressed) override {
@@ -595,7 +597,7 @@ class BlockExchangeJob final : public MemberJob {
                                              collective_tag(spec_.collective_id + b->member, m_),
                                              b->buffer.raw_data(), b->buffer.nbytes());
     }
-    if (!own_send_.empty() && !region_is_empty(own_send_)) {
+    if (has_own_send_ && !region_is_empty(own_send_)) {
       copy_region(input_, own_send_, output_, own_receive_);
     }
     for (Block* b : by_distance(sends_, 1)) {
@@ -613,6 +615,7 @@ class BlockExchangeJob final : public MemberJob {
   std::vector<Block> sends_;
   std::vector<Block> receives_;
   std::vector<Range> own_send_, own_receive_;  // its own block, copied directly
+  bool has_own_send_ = false, has_own_receive_ = false;
   bool started_ = false;
 };
 

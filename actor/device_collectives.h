@@ -34,11 +34,15 @@
 // id on the control channel to every other member, and they queue theirs in that order. A
 // collective member 0 queued had its inputs ready there; the members run the same plan (the
 // collective-order proof, Note [Collective order] in oneflowlike/plan_contract.h), so no
-// member's copy of it waits on a collective queued after it. Each act costs member 0 one small
-// message per member, sent as it queues. One thread (the collective engine) queues the calls of
-// all the members a process hosts, and NCCL may block a thread's call for one member until the
-// others have called: so a process's members of one communicator queue each collective
-// together, in one NCCL group, once the last of them has its turn.
+// member's copy of it waits on a collective queued after it. That needs member 0 to read an
+// input: a member reading nothing (a broadcast's members but the root, a grouped send/recv's
+// members that send nothing) is ready at once. So the compiler makes member 0 of every GPU
+// collective a reader: a broadcast's root comes first, a transfer between GPUs has the sender
+// first, and a grouped send/recv whose member 0 would send nothing moves by generic steps. Each act
+// costs member 0 one small message per member, sent as it queues. One thread (the collective
+// engine) queues the calls of all the members a process hosts, and NCCL may block a thread's call
+// for one member until the others have called: so a process's members of one communicator queue
+// each collective together, in one NCCL group, once the last of them has its turn.
 
 #include <cstdint>
 #include <functional>

@@ -488,6 +488,18 @@ void PlanIndex::check_task(int index) {
       arity(reads ? 1 : 0, 1);  // a grouped send/recv's member that sends nothing reads nothing
       if (reads) same_dtype(task.inputs[0], task.outputs[0]);
       const Shape in = reads ? reg(task.inputs[0]).shape : Shape{};
+      if (c.scratch_in_block()) {  // Note [Collective scratch] in oneflowlike/collective.h
+        const auto block = memory_blocks_.find({p.rank(), c.scratch_block()});
+        OFL_CHECK(block != memory_blocks_.end() && c.scratch_bytes() >= 0 &&
+                      c.scratch_offset() >= 0 &&
+                      c.scratch_offset() + c.scratch_bytes() <= block->second.bytes,
+                  kTag, who, "'s scratch must lie inside memory block ", c.scratch_block(),
+                  " of rank ", p.rank(), ". However, it takes bytes [", c.scratch_offset(), ", ",
+                  c.scratch_offset() + c.scratch_bytes(), ")",
+                  block == memory_blocks_.end() ? " and the rank has no such block"
+                                                : str_cat(" of ", block->second.bytes),
+                  ".");
+      }
       const Shape whole = collective_whole(c, in, reg(task.outputs[0]).shape);
       if (c.op() == proto::CollectiveProto::SEND_RECV) {  // blocks inside their registers
         const CollectiveBlocks blocks =
@@ -506,18 +518,6 @@ void PlanIndex::check_task(int index) {
           }
         }
         break;
-      }
-      if (c.scratch_in_block()) {  // Note [Collective scratch] in oneflowlike/collective.h
-        const auto block = memory_blocks_.find({p.rank(), c.scratch_block()});
-        OFL_CHECK(block != memory_blocks_.end() && c.scratch_bytes() >= 0 &&
-                      c.scratch_offset() >= 0 &&
-                      c.scratch_offset() + c.scratch_bytes() <= block->second.bytes,
-                  kTag, who, "'s scratch must lie inside memory block ", c.scratch_block(),
-                  " of rank ", p.rank(), ". However, it takes bytes [", c.scratch_offset(), ", ",
-                  c.scratch_offset() + c.scratch_bytes(), ")",
-                  block == memory_blocks_.end() ? " and the rank has no such block"
-                                                : str_cat(" of ", block->second.bytes),
-                  ".");
       }
       OFL_CHECK(
           c.axis() >= -1 && c.axis() < whole.ndim(), kTag, who, " must chunk its ",
@@ -664,9 +664,11 @@ void PlanIndex::compute_predecessors() {
     }
     if (task.send >= 0) predecessors_[t].push_back(Edge{task.send, EdgeKind::kTransfer, -1});
     for (int peer : task.peers) {  // a collective acts once every member's input is written
-      if (peer < 0 || peer == t || tasks_[peer].inputs.empty()) continue;
-      const int in = tasks_[peer].inputs[0];
-      predecessors_[t].push_back(Edge{registers_[in].producer, EdgeKind::kCollective, in});
+      if (peer < 0 || peer == t) continue;
+      if (!tasks_[peer].inputs.empty()) {  // a broadcast's members but the root read none
+        const int in = tasks_[peer].inputs[0];
+        predecessors_[t].push_back(Edge{registers_[in].producer, EdgeKind::kCollective, in});
+      }
       // ... and every member's control inputs have acted (a gather of updated ZeRO shards waits
       // for each rank's update: Note [ZeRO stages 1 and 2] in compiler/passes/zero.cpp).
       for (int64_t id : tasks_[peer].proto.control_inputs()) {
@@ -784,7 +786,9 @@ std::string PlanIndex::describe_edge(int task, const Edge& edge) const {
       const TaskInfo& t = tasks_[task];
       int peer = -1;
       for (int p : t.peers) {
-        if (p >= 0 && p != task && tasks_[p].inputs[0] == edge.reg) peer = p;
+        if (p >= 0 && p != task && !tasks_[p].inputs.empty() && tasks_[p].inputs[0] == edge.reg) {
+          peer = p;
+        }
       }
       return str_cat(describe_task(task), " runs collective ", t.proto.collective().collective_id(),
                      " with ", peer >= 0 ? describe_task(peer) : std::string("another member"),

@@ -48,7 +48,8 @@ namespace ofl {
 /// kRecursiveDoublingMaxBytes) down a binomial tree (CollectiveProto::TREE: member v, counted from
 /// the root, receives the whole from v minus its highest set bit and sends it to v + 2^j for every
 /// 2^j > v), log2(n) hops instead of n - 1. Every member receives from one member only, so one
-/// collective id tags it (Note [Collective tags]). On GPUs it is ncclBroadcast.
+/// collective id tags it (Note [Collective tags]). On GPUs it is ncclBroadcast, the root being
+/// member 0 there (Note [Device collectives] in actor/device_collectives.h, "Order").
 ///
 /// Note [Grouped send/recv]: a conversion between two layouts of one set of ranks that no
 /// single collective above makes (several dimensions changing at once, splits that do not nest,

@@ -234,6 +234,13 @@ void check_plan_contract(const proto::PlanProto& plan, const PlanContractOptions
                    describe(ref), " must read ", reads, reads == 1 ? " register" : " registers",
                    " and write one. However, it reads ", ref.task->inputs_size(), " and writes ",
                    ref.task->outputs_size(), ".");
+    // Note [Device collectives] in actor/device_collectives.h, "Order": member 0 of a GPU
+    // collective decides its communicator's order as inputs become ready, so it must have one.
+    OFL_PLAN_CHECK(reads == 1 || member != 0 || ref.task->device() != proto::PLAN_DEVICE_CUDA,
+                   "collective ", describe(ref), " is member 0 of ", describe_communicator(c),
+                   " on a GPU, which decides the order of the communicator's collectives as their "
+                   "inputs become ready. However, it reads no register (",
+                   collective_op_name(c.op()), ").");
     const proto::RegisterProto* in = reads == 1 ? find_register(ref.task->inputs(0)) : nullptr;
     const proto::RegisterProto* out = find_register(ref.task->outputs(0));
     OFL_PLAN_CHECK((in != nullptr || reads == 0) && out != nullptr, "collective ", describe(ref),

@@ -48,7 +48,8 @@ struct PlanContractOptions {
 ///    some ranks holds one side of its transfers with the others; those are checked where the
 ///    other side is;
 ///  - every COLLECTIVE task reads one register (none for a broadcast's members other than the
-///    root, nor for a grouped send/recv's members that send nothing) and writes one, and its rank is one of at least two distinct members; the tasks of
+///    root, nor for a grouped send/recv's members that send nothing; on a GPU member 0 always
+///    reads one) and writes one, and its rank is one of at least two distinct members; the tasks of
 ///    one collective_id name the same members, one task per member rank;
 ///  - of a grouped send/recv, every block a member sends another is a block of as many
 ///    elements that the other receives from it, each member sends to and receives from a

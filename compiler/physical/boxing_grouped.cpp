@@ -2,6 +2,8 @@
 // makes (Note [Boxing decompositions] in boxing.h): a broadcast from one rank (Note [Broadcast]
 // in oneflowlike/collective.h) and the grouped send/recv (Note [Grouped send/recv] there).
 
+#include <algorithm>
+
 #include "compiler/physical/boxing_steps.h"
 
 namespace ofl::compiler::physical {
@@ -32,7 +34,23 @@ std::vector<int64_t> expand_broadcast(const BoxingSpec& spec, const Shape& logic
   const int64_t root = dst.parallel_id_of(spec.in_placement.rank(0)).value();
   std::vector<int64_t> inputs(dst.num_ranks(), -1);
   inputs[root] = in[0];
-  return e.collective(proto::CollectiveProto::BROADCAST, dst, /*k=*/-1, all_members(dst), inputs,
+  std::vector<int64_t> members = all_members(dst);
+  if (dst.device_type() == DeviceType::kCUDA) {
+    // Member 0 of a GPU communicator decides the order of its collectives as their inputs become
+    // ready there (Note [Device collectives] in actor/device_collectives.h): a member that reads
+    // nothing would be ready at once. So on GPUs the root comes first (a communicator per root).
+    std::rotate(members.begin(), members.begin() + root, members.end());
+    const std::vector<Shape> shapes = out_shapes(spec, logical);
+    std::vector<Shape> rotated;
+    for (int64_t pid : members) rotated.push_back(shapes[pid]);
+    std::vector<int64_t> results =
+        e.collective(proto::CollectiveProto::BROADCAST, dst, /*k=*/-1, members, inputs, rotated,
+                     /*axis=*/-1, /*out_axis=*/0, /*root=*/0);
+    std::vector<int64_t> out(dst.num_ranks());
+    for (size_t m = 0; m < members.size(); ++m) out[members[m]] = results[m];
+    return out;
+  }
+  return e.collective(proto::CollectiveProto::BROADCAST, dst, /*k=*/-1, members, inputs,
                       out_shapes(spec, logical), /*axis=*/-1, /*out_axis=*/0, root);
 }
 
@@ -41,10 +59,8 @@ std::vector<int64_t> expand_send_recv(const BoxingSpec& spec, const Shape& logic
   const Placement& src = spec.in_placement;
   const Placement& dst = spec.out_placement;
   const int64_t n = dst.num_ranks();
-  // Member d is out parallel id d; it reads the input its rank holds.
-  std::vector<int64_t> inputs(n);
-  for (int64_t d = 0; d < n; ++d) inputs[d] = in[src.parallel_id_of(dst.rank(d)).value()];
-  // The generic decomposition's pieces, as blocks (Note [Grouped send/recv]).
+  // The generic decomposition's pieces, as blocks (Note [Grouped send/recv]); member d is out
+  // parallel id d.
   const SourcePieces sources(spec, logical);
   std::vector<CollectiveBlocks> blocks(n);
   bool crosses = false;
@@ -59,7 +75,17 @@ std::vector<int64_t> expand_send_recv(const BoxingSpec& spec, const Shape& logic
       crosses = crosses || q != d;
     }
   }
-  if (!crosses) return expand_generic(spec, logical, in, e);  // local slices and concats
+  // Local slices and concats when nothing crosses ranks. On GPUs member 0 must read an input
+  // (as for a broadcast above): when it sends nothing, the generic moves instead.
+  if (!crosses || (dst.device_type() == DeviceType::kCUDA && blocks[0].sends.empty())) {
+    return expand_generic(spec, logical, in, e);
+  }
+  // A member reads the input its rank holds, if it sends any of it (an empty piece, or a
+  // replica no destination picked, sends nothing).
+  std::vector<int64_t> inputs(n, -1);
+  for (int64_t d = 0; d < n; ++d) {
+    if (!blocks[d].sends.empty()) inputs[d] = in[src.parallel_id_of(dst.rank(d)).value()];
+  }
   return e.collective(proto::CollectiveProto::SEND_RECV, dst, /*k=*/-1, all_members(dst), inputs,
                       out_shapes(spec, logical), /*axis=*/-1, /*out_axis=*/0, /*root=*/0, &blocks);
 }

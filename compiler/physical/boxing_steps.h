@@ -199,18 +199,22 @@ class StepEmitter {
   // GPU as a grouped send/recv of one block over the pair (sender, receiver), which on GPUs is one
   // ncclSend and one ncclRecv on the pair's NCCL communicator, instead of a copy to the host, a
   // SEND/RECV through UCX and a copy back. The receiver reads no register; the sender writes an
-  // empty one. Each pair is a communicator made when the plan loads, so transfers that gather
-  // onto fewer ranks (fetching a loss) or run among the ranks of one placement keep SEND/RECV:
-  // a rank would join one communicator per peer. On the
-  // host and simulated backends (Note [Device collectives]) the pair runs on the CPU engine.
+  // empty one. The sender is member 0: on a GPU communicator member 0 decides the order of its
+  // collectives as their inputs become ready there (Note [Device collectives] in
+  // actor/device_collectives.h), and a receiver, which reads nothing, would be ready at once and
+  // could queue a gradient's transfer back ahead of the activation it depends on. So each
+  // direction of a pair is a communicator of its own, made when the plan loads, so transfers that
+  // gather onto fewer ranks (fetching a loss) or run among the ranks of one placement keep
+  // SEND/RECV: a rank would join one communicator per peer. On the host and simulated backends
+  // (Note [Device collectives]) the pair runs on the CPU engine.
   int64_t device_move(int64_t reg, int64_t rank) {
     const Shape shape = builder_.register_shape(reg);
+    const int64_t from = builder_.register_rank(reg);
     std::vector<CollectiveBlocks> blocks(2);
     blocks[0].sends.push_back({1, whole_region(shape)});
     blocks[1].receives.push_back({0, whole_region(shape)});
-    const int64_t from = builder_.register_rank(reg);
     return collective_over(proto::CollectiveProto::SEND_RECV, {from, rank},
-                           str_cat("the GPUs of ranks ", from, " and ", rank), /*on_gpu=*/true,
+                           str_cat("the GPUs of ranks ", from, " to ", rank), /*on_gpu=*/true,
                            {reg, -1}, {Shape{0}, shape}, /*axis=*/-1, /*out_axis=*/0,
                            /*root=*/0, &blocks)[1];
   }

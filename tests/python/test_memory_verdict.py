@@ -78,7 +78,7 @@ def test_a_limit_of_zero_means_none_everywhere(monkeypatch, tmp_path):
     # The launcher's flag, its environment variable and set_memory_limit read 0 alike.
     from oneflowlike.framework.sizes import parse_limit
 
-    for zero in (0, "0", " 0 ", "", None):
+    for zero in (0, 0.0, False, "0", " 0 ", "", None):
         assert parse_limit(zero, "--memory-per-rank") == 0
     assert parse_limit("1KiB", "--memory-per-rank") == 1024
     with pytest.raises(ValueError, match=r"--memory-per-rank must be positive"):

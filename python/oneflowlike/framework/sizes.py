@@ -31,7 +31,7 @@ def parse_limit(text, what):
     OFL_MEMORY_PER_RANK and set_memory_limit all read it here)."""
     if text is None or (isinstance(text, str) and text.strip() in ("", "0")):
         return 0
-    if isinstance(text, int) and not isinstance(text, bool) and text == 0:
+    if not isinstance(text, str) and text == 0:  # 0, 0.0, False
         return 0
     return parse_bytes(text.strip() if isinstance(text, str) else text, what)
 

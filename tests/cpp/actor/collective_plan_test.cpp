@@ -433,6 +433,34 @@ TEST(CollectivePlan, BroadcastGivesEveryMemberTheRootsInputAndNeedsOneRoot) {
                             "rank 2 runs broadcast float32 x 4 from member 1"});
 }
 
+// Note [Device collectives], "Order": member 0 of a GPU collective decides the order of its
+// communicator's collectives as their inputs become ready, so one that reads nothing (here a
+// broadcast rooted at member 1) is refused on a GPU, and accepted on the host.
+TEST(CollectivePlan, MemberZeroOfAGpuCollectiveMustReadAnInput) {
+  for (bool gpu : {false, true}) {
+    PlanBuilder b(2);
+    int64_t x = zeros(b, 1, "x", Shape{4});
+    if (gpu) {  // the root's input on the GPU, through a copy
+      const int64_t on_gpu = b.reg(1, "x_gpu", Shape{4});
+      b.find(on_gpu)->set_device(proto::PLAN_DEVICE_CUDA);
+      b.task(1, "to_gpu", proto::TaskProto::COPY_H2D, {x}, {on_gpu})
+          ->set_device(proto::PLAN_DEVICE_CUDA);
+      x = on_gpu;
+    }
+    const std::vector<int64_t> y = b.broadcast({0, 1}, 1, x, "emb");
+    if (!gpu) {
+      check_plan_contract(b.plan());
+      continue;
+    }
+    for (int m = 0; m < 2; ++m) b.find_task_of(y[m])->set_device(proto::PLAN_DEVICE_CUDA);
+    for (int m = 0; m < 2; ++m) b.find(y[m])->set_device(proto::PLAN_DEVICE_CUDA);
+    expect_error_phrases([&] { check_plan_contract(b.plan()); }, ErrorCode::kFailedPrecondition,
+                         {"collective 'broadcast_0@0' (task 5 on rank 0) is member 0 of "
+                          "communicator 'test communicator' (ranks [0, 1]) on a GPU",
+                          "However, it reads no register (broadcast)."});
+  }
+}
+
 // Note [Grouped send/recv]: a block one member sends must be a block of the same size the other
 // receives from it, and a member's receives must fill its output; refused naming both ranks.
 TEST(CollectivePlan, GroupedSendRecvBlocksMustMatchAcrossMembers) {

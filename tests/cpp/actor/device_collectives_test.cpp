@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <future>
 #include <set>
@@ -114,6 +115,7 @@ TEST(DeviceCollectivePlans, CollectivesOfAGpuPlacementRunOnTheGpuWithoutHostCopi
     } else {
       EXPECT_EQ(c.communicator().rfind("the GPUs of ranks ", 0), 0u) << c.communicator();
       EXPECT_EQ(c.op(), proto::CollectiveProto::SEND_RECV) << task->name();
+      // Member 0 sends (it decides the order of the pair's collectives), member 1 receives.
       EXPECT_EQ(task->inputs_size(), task->rank() == members[0] ? 1 : 0) << task->name();
     }
   }

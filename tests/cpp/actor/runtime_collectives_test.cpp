@@ -261,12 +261,15 @@ void check_broadcast(int n, int root, Op::Algorithm algorithm, const Shape& shap
         ->set_device(proto::PLAN_DEVICE_CUDA);
     x = gpu;
   }
+  // On GPUs the root is member 0, as the compiler makes it (Note [Device collectives], "Order").
   std::vector<int> members;
-  for (int m = 0; m < n; ++m) members.push_back(m);
+  for (int m = 0; m < n; ++m) members.push_back(on_gpu ? (root + m) % n : m);
   b.set_collective_algorithm(algorithm);
-  std::vector<int64_t> outputs = b.broadcast(members, root, x);
+  std::vector<int64_t> outputs = b.broadcast(members, on_gpu ? 0 : root, x);
   if (on_gpu) outputs = collective_from_gpu(b, members, outputs);
-  for (int m = 0; m < n; ++m) b.output(m, str_cat("y", m), outputs[m], shape);
+  for (int m = 0; m < n; ++m) {
+    b.output(members[m], str_cat("y", members[m]), outputs[m], shape);
+  }
   const std::map<std::string, Tensor> out = run_where(where, b.plan(), feed);
   for (int m = 0; m < n; ++m) {
     EXPECT_EQ(values_of(out.at(str_cat("y", m))), values_of(feed.at("x"))) << "member " << m;

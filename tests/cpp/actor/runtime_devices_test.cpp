@@ -177,8 +177,9 @@ TEST(DevicePlans, GpuStagesPassActivationsGpuToGpu) {
     EXPECT_EQ(c.op(), proto::CollectiveProto::SEND_RECV);
     EXPECT_EQ(task->device(), proto::PLAN_DEVICE_CUDA);
     EXPECT_TRUE(task->per_micro_batch()) << task->name();
-    if (task->rank() != c.members(0)) continue;  // the sender's side
-    (c.members(0) == 0 ? forward : backward) += 1;
+    if (task->rank() != c.members(0)) continue;  // member 0 sends (Note [Transfers between GPUs])
+    EXPECT_GT(c.sends_size(), 0) << task->name();
+    (task->rank() == 0 ? forward : backward) += 1;
     const proto::RegisterProto& in = *registers.at(task->inputs(0));
     EXPECT_EQ(in.device(), proto::PLAN_DEVICE_CUDA) << task->name();
     EXPECT_NE(tasks.at(in.producer())->kind(), proto::TaskProto::COPY_H2D) << task->name();

@@ -18,6 +18,7 @@
 #include "oneflowlike/collective.h"
 #include "oneflowlike/common/error.h"
 #include "oneflowlike/ops/reduce.h"
+#include "oneflowlike/plan_contract.h"
 #include "oneflowlike/proto_convert.h"
 
 namespace ofl::compiler::physical {
@@ -372,6 +373,7 @@ void expect_boxing_delivers(const BoxingSpec& spec, const Shape& shape) {
     EXPECT_EQ(builder.register_rank(out[d]), spec.out_placement.rank(d)) << "parallel id " << d;
   }
   const proto::PlanProto plan = builder.release();
+  check_plan_contract(plan);  // matched transfers and collectives, members reading their inputs
   Interpreter interpreter(plan);
   for (size_t i = 0; i < in_registers.size(); ++i) interpreter.set(in_registers[i], in_values[i]);
   interpreter.run();
@@ -725,6 +727,26 @@ TEST(BoxingPlan, OneRanksTensorToBroadcastOnAPlacementHoldingItIsOneBroadcast) {
             BoxingKind::kGeneric);
 }
 
+// On GPUs member 0 of a communicator decides the order of its collectives as their inputs become
+// ready there (Note [Device collectives] in actor/device_collectives.h), so it must read an input:
+// a broadcast's root comes first, and a grouped send/recv whose member 0 sends nothing moves by
+// the generic steps instead.
+TEST(BoxingPlan, OnGpusMemberZeroOfABroadcastOrGroupedSendRecvReadsItsInput) {
+  const Placement all = Placement::parse("cuda, [0, 1, 2, 3]");
+  const proto::CollectiveProto b = single_collective(
+      summarize(BoxingSpec{Placement::parse("cuda, [2]"), {B()}, all, {B()}}, Shape{8, 6}));
+  EXPECT_EQ(b.op(), proto::CollectiveProto::BROADCAST);
+  EXPECT_EQ(members_of(b), (std::vector<int64_t>{2, 3, 0, 1}));
+  EXPECT_EQ(b.root(), 0);
+  // Shape (2, 7) split over 4: ranks 2 and 3 hold nothing, and rank 2 is member 0 here.
+  const Placement shuffled = Placement::parse("cuda, [2, 0, 3, 1]");
+  const BoxingSpec reshard{all, {S(0)}, shuffled, {S(0)}};
+  EXPECT_EQ(summarize(reshard, Shape{2, 7}).collectives.size(), 0u);
+  const BoxingSpec on_cpu{cpu({0, 1, 2, 3}), {S(0)}, cpu({2, 0, 3, 1}), {S(0)}};
+  EXPECT_EQ(single_collective(summarize(on_cpu, Shape{2, 7})).op(),
+            proto::CollectiveProto::SEND_RECV);
+}
+
 // Note [Grouped send/recv]: conversions within one rank set that no one-dimension collective
 // makes, across hierarchies too, are one SEND_RECV task per rank with no SEND/RECV pairs; each
 // destination still gets its piece.
@@ -740,6 +762,8 @@ TEST(BoxingPlan, ReshardingWithinOneRankSetIsOneGroupedSendRecvPerRank) {
                                                         {line, {S(0)}, shuffled, {S(0)}}}) {
     SCOPED_TRACE(describe(spec, Shape{5, 7}));
     EXPECT_EQ(plan_boxing(spec, Shape{5, 7}).at(0).kind, BoxingKind::kSendRecv);
+    // Fewer rows than ranks: members holding nothing send nothing and read no register.
+    expect_boxing_delivers(spec, Shape{2, 7});
     const proto::CollectiveProto c = single_collective(summarize(spec, Shape{5, 7}));
     EXPECT_EQ(c.op(), proto::CollectiveProto::SEND_RECV);
     EXPECT_EQ(members_of(c), spec.out_placement.ranks());

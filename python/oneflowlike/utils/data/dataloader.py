@@ -5,6 +5,8 @@ import math
 import numbers
 from concurrent.futures import ThreadPoolExecutor
 
+import numpy as np
+
 from oneflowlike.utils.data.collate import default_collate
 from oneflowlike.utils.data.sampler import RandomSampler, SequentialSampler
 
@@ -28,29 +30,29 @@ class DataLoader:
 
     def __init__(self, dataset, batch_size=1, shuffle=False, sampler=None, drop_last=False,
                  collate_fn=None, num_workers=0, prefetch_factor=2, seed=0):
-        def integer(name, value, least):
+        def integer(name, value, least=None):
             if isinstance(value, bool) or not isinstance(value, numbers.Integral):
                 raise TypeError(f"[DataLoader] {name} must be an int. However, got "
                                 f"{value!r} ({type(value).__name__}).")
-            if value < least:
+            if least is not None and value < least:
                 raise ValueError(f"[DataLoader] {name} must be >= {least}. However, got "
                                  f"{value}.")
             return int(value)
 
         for name, value in (("shuffle", shuffle), ("drop_last", drop_last)):
-            if not isinstance(value, bool):
+            if not isinstance(value, (bool, np.bool_)):
                 raise TypeError(f"[DataLoader] {name} must be a bool. However, got {value!r} "
                                 f"({type(value).__name__}).")
         batch_size = integer("batch_size", batch_size, 1)
         num_workers = integer("num_workers", num_workers, 0)
         prefetch_factor = integer("prefetch_factor", prefetch_factor, 1)
-        seed = integer("seed", seed, 0)
+        seed = integer("seed", seed)
         if sampler is not None and shuffle:
             raise ValueError("[DataLoader] sampler and shuffle=True are mutually exclusive: the "
                              "sampler decides the order.")
         self.dataset = dataset
         self.batch_size = int(batch_size)
-        self.drop_last = drop_last
+        self.drop_last = bool(drop_last)
         self.collate_fn = default_collate if collate_fn is None else collate_fn
         self.num_workers, self.prefetch_factor = int(num_workers), int(prefetch_factor)
         if sampler is None:
