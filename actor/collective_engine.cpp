@@ -499,23 +499,25 @@ class BlockExchangeJob final : public MemberJob {
     const CollectiveScratchLayout layout = scratch_layout();
     ensure(&scratch->packed_input, layout.packed_input);
     ensure(&scratch->packed_whole, layout.packed_whole);
-    int64_t send_bytes = 0, receive_bytes = 0;
-    for (const CollectiveBlock& b : blocks.sends) {
-      if (b.member == m_) {
-        own_send_ = b.region;
-        has_own_send_ = true;
-        continue;
+    // Each side's blocks but its own, which is copied directly.
+    auto take = [&](const std::vector<CollectiveBlock>& list, const Tensor& reg,
+                    const Tensor& packed, std::vector<Block>* out, std::vector<Range>* own,
+                    bool* has_own) {
+      int64_t bytes = 0;
+      for (const CollectiveBlock& b : list) {
+        if (b.member == m_) {
+          *own = b.region;
+          *has_own = true;
+        } else {
+          out->push_back(block(b, reg, packed, &bytes));
+        }
       }
-      sends_.push_back(block(b, input_, scratch->packed_input, &send_bytes));
-    }
-    for (const CollectiveBlock& b : blocks.receives) {
-      if (b.member == m_) {
-        own_receive_ = b.region;
-        has_own_receive_ = true;
-        continue;
-      }
-      receives_.push_back(block(b, output_, scratch->packed_whole, &receive_bytes));
-    }
+      return bytes;
+    };
+    const int64_t send_bytes =
+        take(blocks.sends, input_, scratch->packed_input, &sends_, &own_send_, &has_own_send_);
+    const int64_t receive_bytes = take(blocks.receives, output_, scratch->packed_whole, &receives_,
+                                       &own_receive_, &has_own_receive_);
     OFL_ASSERT(send_bytes == layout.packed_input && receive_bytes == layout.packed_whole);
     OFL_ASSERT(has_own_send_ == has_own_receive_);
   }
