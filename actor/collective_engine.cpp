@@ -636,7 +636,8 @@ class BroadcastJob final : public MemberJob {
         if (step > v_) children_.push_back(v_ + step);
       }
     } else {
-      const int64_t limit = broadcast_piece_limit(bytes, configured_piece_bytes());
+      const int64_t limit =
+          collective_piece_limit(bytes, configured_piece_bytes(), kBroadcastPieceMaxBytes);
       pieces_ = std::max<int64_t>(1, (bytes + limit - 1) / limit);
       if (v_ > 0) parent_ = v_ - 1;
       if (v_ + 1 < n_) children_.push_back(v_ + 1);

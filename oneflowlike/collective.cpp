@@ -160,14 +160,9 @@ int64_t CollectiveScratchLayout::received_offset() const {
 
 int64_t CollectiveScratchLayout::bytes() const { return received_offset() + received; }
 
-int64_t collective_piece_limit(int64_t chunk_bytes, int64_t configured) {
+int64_t collective_piece_limit(int64_t chunk_bytes, int64_t configured, int64_t largest) {
   if (configured > 0) return configured;
-  return std::clamp<int64_t>(chunk_bytes / 4, int64_t{64} << 10, int64_t{1} << 20);
-}
-
-int64_t broadcast_piece_limit(int64_t bytes, int64_t configured) {
-  if (configured > 0) return configured;
-  return std::clamp<int64_t>(bytes / 4, int64_t{64} << 10, int64_t{256} << 10);
+  return std::clamp<int64_t>(chunk_bytes / 4, int64_t{64} << 10, largest);
 }
 
 CollectiveScratchLayout collective_scratch(const proto::CollectiveProto& collective, int64_t member,

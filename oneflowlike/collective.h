@@ -43,7 +43,7 @@ namespace ofl {
 
 /// Note [Broadcast]: member `root` holds the tensor; every member ends with a copy in its output.
 /// Large tensors go along a chain (root, root + 1, ..., root - 1) in pieces
-/// (broadcast_piece_limit), each member forwarding a piece as soon as it has it, so every link
+/// (kBroadcastPieceMaxBytes), each member forwarding a piece as soon as it has it, so every link
 /// carries the tensor once and the links work at once; small ones (at most
 /// kRecursiveDoublingMaxBytes) down a binomial tree (CollectiveProto::TREE: member v, counted from
 /// the root, receives the whole from v minus its highest set bit and sends it to v + 2^j for every
@@ -158,17 +158,18 @@ struct CollectiveScratchLayout {
 /// scratch, and the packed blocks of a grouped send/recv within a part, are laid out.
 int64_t align_collective_scratch(int64_t bytes);
 
-/// The largest piece a ring sends of a chunk of `chunk_bytes`: `configured` when positive
-/// (OFL_COLLECTIVE_PIECE_BYTES), else a quarter of the chunk within [64 KiB, 1 MiB].
-int64_t collective_piece_limit(int64_t chunk_bytes, int64_t configured);
+/// The largest piece a ring sends of a chunk of `chunk_bytes`, or a broadcast's chain forwards
+/// of its tensor: `configured` when positive (OFL_COLLECTIVE_PIECE_BYTES), else a quarter of it
+/// within [64 KiB, `largest`].
+int64_t collective_piece_limit(int64_t chunk_bytes, int64_t configured,
+                               int64_t largest = int64_t{1} << 20);
 
-/// The largest piece a broadcast's chain forwards of a tensor of `bytes` (Note [Broadcast]):
-/// `configured` when positive, else a quarter of the tensor within [64 KiB, 256 KiB]. Smaller
-/// than a ring's: a piece waits for the whole piece before it at every hop, so the chain fills
-/// in (n - 1) pieces. Measured (docs/benchmarks.md, "Collectives" (d)), 64 MiB over 4
-/// processes on this 2-core machine: 26-27 ms in 256 KiB pieces against 33-35 ms in 1 MiB pieces
-/// in one series, 35-49 ms in a later one (the machine's noise); over 2 processes level.
-int64_t broadcast_piece_limit(int64_t bytes, int64_t configured);
+/// A broadcast chain's `largest` piece (Note [Broadcast]). Smaller than a ring's: a piece waits
+/// for the whole piece before it at every hop, so the chain fills in (n - 1) pieces. Measured
+/// (docs/benchmarks.md, "Collectives" (d)), 64 MiB over 4 processes on this 2-core machine:
+/// 26-27 ms in 256 KiB pieces against 33-35 ms in 1 MiB pieces in one series, 35-49 ms in a
+/// later one (the machine's noise); over 2 processes level.
+constexpr int64_t kBroadcastPieceMaxBytes = int64_t{256} << 10;
 
 /// Member `member`'s scratch (Note [Collective scratch]) for `collective` from its input and
 /// output register shapes (a broadcast's member without input: any) and dtype.

@@ -58,6 +58,23 @@ def launch(nproc, *args):
             str(nproc), *args]
 
 
+def torch_step(step_fn, model, opt, tokens, targets, bf16, grad_clip):
+    """One idiomatic PyTorch training step (zero_grad, forward under autocast for bf16,
+    backward, clipping, step), timed; the loss is read after the timing, as train.py reads its."""
+    import torch
+
+    t0 = time.perf_counter()
+    opt.zero_grad()
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+        loss = step_fn(torch.from_numpy(tokens), torch.from_numpy(targets))
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
+    opt.step()
+    seconds = time.perf_counter() - t0
+    loss.item()
+    return seconds
+
+
 # --- parts run in their own processes -----------------------------------------------------------
 def part_torch(args):
     import torch
@@ -84,15 +101,8 @@ def part_torch(args):
     rank = int(os.environ.get("RANK", 0))
     for step in range(1, args.steps + 1):
         tokens, targets = data.batch(step * 101 + rank, args.batch_size)
-        t0 = time.perf_counter()
-        opt.zero_grad()
-        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=DTYPE == "bfloat16"):
-            loss = model(torch.from_numpy(tokens), torch.from_numpy(targets))
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), targs.grad_clip)
-        opt.step()
-        times.append(time.perf_counter() - t0)
-        loss.item()  # as train.py reads its loss: after the timed step
+        times.append(torch_step(model, model, opt, tokens, targets, DTYPE == "bfloat16",
+                                targs.grad_clip))
     if rank == 0:
         # As train.py's summary: the first step (it compiles) left out.
         print(json.dumps({"first_step_s": times[0], "median_ms": 1e3 * statistics.median(times[1:])}))

@@ -26,7 +26,7 @@ import sys
 import tempfile
 import time
 
-from bench_gpt import run  # a command under a thread count, its stdout (noqa: E402)
+from bench_gpt import run, torch_step  # a command under a thread count; a timed torch step
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 TRAIN = os.path.join(ROOT, "examples", "llama", "train.py")
@@ -71,15 +71,8 @@ def part_torch(args):
     times = []
     for step in range(1, args.steps + 1):
         tokens, targets = data.batch(step, args.batch_size)
-        t0 = time.perf_counter()
-        opt.zero_grad()
-        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=args.dtype == "bfloat16"):
-            loss = step_fn(torch.from_numpy(tokens), torch.from_numpy(targets))
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), targs.grad_clip)
-        opt.step()
-        times.append(time.perf_counter() - t0)
-        loss.item()  # as train.py reads its loss: after the timed step
+        times.append(torch_step(step_fn, model, opt, tokens, targets, args.dtype == "bfloat16",
+                                targs.grad_clip))
     print(json.dumps({"first_step_s": times[0], "median_ms": 1e3 * statistics.median(times[1:]),
                       "parameters": sum(p.numel() for p in model.parameters())}))
 
