@@ -135,7 +135,8 @@ struct TrainConfig {
   int64_t gradient_bucket_bytes = 0;
   double loss_scale = 1;
   /// Mixed precision (Note [Mixed precision] in passes/amp.cpp): kBFloat16 or kFloat16 runs
-  /// the ops marked TLowPrecisionUnderAmp in that dtype; kFloat32 (the default) turns it off.
+  /// the ops the policy lowers (Note [Mixed precision policy] in op.h) in that dtype; kFloat32 (the
+  /// default) turns it off.
   DataType amp_dtype = DataType::kFloat32;
   /// The dtype replicated gradients are reduced in (Note [Gradient reduction dtype] in
   /// passes/optimizer.cpp): kFloat32 (the default) or kBFloat16.

@@ -1,17 +1,26 @@
 #pragma once
-// Eager autocast (flow.autocast, as torch.autocast): within an AutocastScope, every op marked
-// TLowPrecisionUnderAmp (Note [Mixed precision policy] in op.h) runs in the scope's dtype.
+// Eager autocast (flow.autocast, as torch.autocast) and the mixed-precision policy it shares with
+// the compiler's amp pass.
 //
-// Note [Eager autocast]: apply_op casts such an op's float32 inputs down, runs it, and casts
-// its low-precision outputs back to float32, each cast an op of its own, so autograd and graph
-// tracing see them as they see any op: the gradient of a float32 weight stays float32. Outputs
-// come back float32, where torch.autocast returns bfloat16: our other kernels compute in
-// float32 (compiler/passes/amp.cpp's Note [Mixed precision] makes the same choice for graphs).
-// The scope is per thread, as torch's is.
+// Note [Eager autocast]: within an AutocastScope, apply_op gives every op the input dtypes that
+// amp_input_dtypes says (Note [Mixed precision policy] in op.h), each cast an op of its own, so
+// autograd and graph tracing see them as they see any op: the gradient of a float32 weight stays
+// float32. As with torch.autocast, a low-precision op's outputs stay in the low dtype, and the
+// ops after it follow or cast up by their class. The scope is per thread, as torch's is.
+
+#include <vector>
 
 #include "oneflowlike/dtype.h"
 
 namespace ofl {
+
+class OpSchema;
+
+/// The dtype each input of `op` takes under mixed precision in `low` (bfloat16 or float16),
+/// given the inputs' dtypes (Note [Mixed precision policy] in op.h). Only float32 and `low`
+/// inputs ever change; pass a non-floating dtype for an absent input.
+std::vector<DataType> amp_input_dtypes(const OpSchema& op, std::vector<DataType> inputs,
+                                       DataType low);
 
 /// The dtype ops marked for it run in on this thread; kFloat32 outside any scope.
 DataType autocast_dtype();

@@ -9,13 +9,18 @@ namespace ofl {
 
 namespace {
 
-// Note [Eager autocast] in autocast.h: whether `op` runs lowered in this thread's scope.
+// Note [Eager autocast] in autocast.h: the dtypes `op`'s inputs take in this thread's scope.
+std::vector<DataType> autocast_dtypes(const OpSchema& op, const std::vector<Tensor>& inputs) {
+  std::vector<DataType> dtypes;
+  for (const Tensor& t : inputs) dtypes.push_back(t.defined() ? t.dtype() : DataType::kBool);
+  return amp_input_dtypes(op, std::move(dtypes), autocast_dtype());
+}
+
 bool autocasts(const OpSchema& op, const std::vector<Tensor>& inputs) {
   if (autocast_dtype() == DataType::kFloat32) return false;
-  const bool* marked = op.get<TLowPrecisionUnderAmp>();
-  if (marked == nullptr || !*marked) return false;
-  for (const Tensor& t : inputs) {
-    if (t.defined() && t.dtype() == DataType::kFloat32) return true;
+  const std::vector<DataType> dtypes = autocast_dtypes(op, inputs);
+  for (size_t k = 0; k < inputs.size(); ++k) {
+    if (inputs[k].defined() && inputs[k].dtype() != dtypes[k]) return true;
   }
   return false;
 }
@@ -23,20 +28,15 @@ bool autocasts(const OpSchema& op, const std::vector<Tensor>& inputs) {
 std::vector<Tensor> apply_autocast(const OpSchema& op, const AnyParams& params,
                                    const std::vector<Tensor>& inputs) {
   static const OpSchema& cast = OpRegistry::global().find("cast");
-  const DataType low = autocast_dtype();
-  std::vector<Tensor> lowered;
-  for (const Tensor& t : inputs) {
-    lowered.push_back(t.dtype() == DataType::kFloat32 ? apply_op1(cast, CastParams{low}, {t}) : t);
+  const std::vector<DataType> dtypes = autocast_dtypes(op, inputs);
+  const AutocastScope off(DataType::kFloat32);
+  std::vector<Tensor> cast_inputs;
+  for (size_t k = 0; k < inputs.size(); ++k) {
+    const Tensor& t = inputs[k];
+    cast_inputs.push_back(
+        t.defined() && t.dtype() != dtypes[k] ? apply_op1(cast, CastParams{dtypes[k]}, {t}) : t);
   }
-  std::vector<Tensor> outputs;
-  {
-    const AutocastScope off(DataType::kFloat32);
-    outputs = apply_op(op, params, lowered);
-  }
-  for (Tensor& t : outputs) {
-    if (t.dtype() == low) t = apply_op1(cast, CastParams{DataType::kFloat32}, {t});
-  }
-  return outputs;
+  return apply_op(op, params, cast_inputs);
 }
 
 }  // namespace

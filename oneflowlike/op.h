@@ -167,12 +167,21 @@ struct TAlignedSplits {
 struct TKernelDtypeFrom {
   using type = int;
 };
-/// Note [Mixed precision policy]: under mixed precision (nn.Graph's enable_amp, the compiler's
-/// amp pass) an op with this attribute runs in the low-precision dtype: its float32 inputs are
-/// cast down and its outputs cast back up. Matmul-class ops have it; softmax, norms, losses and
-/// reductions do not, so they run in float32, as do parameters and optimizer state.
-struct TLowPrecisionUnderAmp {
-  using type = bool;
+/// Note [Mixed precision policy]: under mixed precision (nn.Graph's enable_amp through the
+/// compiler's amp pass, flow.autocast in eager) every op falls in one of three classes, as
+/// torch.autocast sorts its ops:
+///  - kLowPrecision (matmul, batch_matmul, attention): float32 inputs are cast down, and the
+///    outputs stay in the low dtype;
+///  - kFollow (data movement and cheap elementwise ops: reshape, transpose, slice, add, gelu, ...):
+///    the op runs in its inputs' dtype, so activations between two low-precision ops stay low;
+///    float32 mixed with the low dtype is promoted to float32, as torch promotes;
+///  - kFloat32 (every op without the attribute: softmax, norms, losses, reductions, exp, log):
+///    low-precision inputs are cast up to float32.
+/// Parameters, their gradients and the optimizer state stay float32. amp_input_dtypes
+/// (autocast.h) is the one place that applies it, for graphs and eager alike.
+enum class AmpCategory : int8_t { kFloat32, kLowPrecision, kFollow };
+struct TUnderAmp {
+  using type = AmpCategory;
 };
 
 class OpSchema {

@@ -3,26 +3,30 @@
 // Note [Mixed precision]
 // ----------------------
 // With TrainConfig::amp_dtype bfloat16 or float16 (nn.Graph's config.enable_amp), every forward
-// op marked TLowPrecisionUnderAmp (Note [Mixed precision policy] in oneflowlike/op.h: matmul
-// and batch_matmul) runs in that dtype:
-//  - each float32 input is cast down. One cast per (tensor, placement), however many such ops
-//    read it: a weight used by several matmuls is cast once per step. A cast of a variable
-//    depends on no micro-batch input, so it acts once per step, not once per micro-batch
-//    (Note [Micro-batches] in plan.proto): the cast is hoisted out of the accumulation window
-//    by the plan's rates, with no rule of its own here;
-//  - each output is cast back to float32 for its consumers, so everything else (softmax, norms,
-//    losses, reductions, elementwise ops) runs in float32, as do the parameters (float32 master
-//    weights), their gradients and the optimizer state. An input that is such a cast-back output
-//    is read in the low dtype directly (matmul after matmul casts nothing twice).
+// op gets the input dtypes of the mixed-precision policy (amp_input_dtypes, Note [Mixed
+// precision policy] in oneflowlike/op.h), the one eager autocast applies: matmul-class ops and
+// attention read and write the low dtype, data movement and cheap elementwise ops follow their
+// inputs, and the rest (softmax, norms, losses, reductions) cast up to float32. So the
+// activations between a projection and the next one (split into heads, transposes, GELU) stay
+// low, and the residual stream, where a float32 sum meets a low-precision branch, stays float32.
+//  - Each cast is one op per (tensor, dtype, placement), however many ops read it: a weight used
+//    by several matmuls is cast once per step. A cast of a variable depends on no micro-batch
+//    input, so it acts once per step, not once per micro-batch (Note [Micro-batches] in
+//    plan.proto): the plan's rates hoist it out of the accumulation window, with no rule here.
+//  - A cast back to the dtype a cast came from reads the original tensor instead.
+//  - Outputs are inferred again in topological order as their inputs change dtype. Fetches and
+//    the loss keep the dtype they were traced with (cast back where they changed), and so do the
+//    inputs of ops that are not forward compute ops.
 // The pass runs before autograd, so the backward follows the casts: the matmuls' gradients are
 // low-precision matmuls too, and the cast's gradient brings each weight's gradient back to
 // float32 before it is reduced and applied. Parameters stay float32 in checkpoints.
-// Not done: low-precision kernels for the other ops (they would save the casts' memory traffic),
-// a low-precision gradient reduction, and loss scaling for float16.
+// Not done: a low-precision gradient reduction.
 
 #include <map>
+#include <tuple>
 
 #include "compiler/passes/passes.h"
+#include "oneflowlike/autocast.h"
 #include "oneflowlike/ops/creation.h"
 
 namespace ofl::compiler {
@@ -42,13 +46,23 @@ class AmpPass final : public Pass {
                    "[amp] mixed precision runs in bfloat16 or float16. However, got ",
                    dtype_name(low), ".");
     const OpSchema& cast = OpRegistry::global().find("cast");
-    const std::vector<std::vector<int>> consumers = graph.consumers();
-    const int original_ops = graph.num_ops();
-    std::map<std::pair<int, std::string>, int> cast_down;  // (tensor, placement) -> low tensor
-    std::map<int, int> low_source;  // cast-back output -> the low-precision tensor it came from
-    auto add_cast = [&](const LogicalOp& at, int tensor, DataType dtype, const std::string& why) {
+    std::vector<DataType> traced;
+    for (int t = 0; t < graph.num_tensors(); ++t) traced.push_back(graph.tensor(t).meta.dtype);
+    // (tensor, dtype, placement) -> the cast's output; a cast's output -> the tensor it read.
+    std::map<std::tuple<int, DataType, std::string>, int> casts;
+    std::map<int, int> cast_from;
+    // `tensor` in `dtype` for an op placed like `at` (by value: add_compute_op may move ops).
+    auto in_dtype = [&](const LogicalOp at, int tensor, DataType dtype) {
+      if (graph.tensor(tensor).meta.dtype == dtype) return tensor;
+      auto from = cast_from.find(tensor);
+      if (from != cast_from.end() && graph.tensor(from->second).meta.dtype == dtype) {
+        return from->second;
+      }
+      const auto key = std::make_tuple(tensor, dtype, at.placement.to_string());
+      auto it = casts.find(key);
+      if (it != casts.end()) return it->second;
       LogicalOp op;
-      op.name = graph.unique_name(str_cat(graph.tensor(tensor).name, why));
+      op.name = graph.unique_name(str_cat(graph.tensor(tensor).name, ".", dtype_name(dtype)));
       op.schema = &cast;
       op.params = CastParams{dtype};
       op.inputs = {tensor};
@@ -56,58 +70,45 @@ class AmpPass final : public Pass {
       op.stage = at.stage;
       op.role = at.role;
       op.location = at.location;
-      return graph.add_compute_op(std::move(op)).at(0);
+      const int out = graph.add_compute_op(std::move(op)).at(0);
+      cast_from[out] = tensor;
+      casts.emplace(key, out);
+      return out;
     };
-    for (int i = 0; i < original_ops; ++i) {
-      // By index throughout: add_cast appends ops, which may move graph.op(i) and its inputs.
-      {
-        const LogicalOp& op = graph.op(i);
-        if (op.kind != OpKind::kCompute || op.role != OpRole::kForward) continue;
-        const bool* marked = op.schema->get<TLowPrecisionUnderAmp>();
-        if (marked == nullptr || !*marked) continue;
-        bool any = false;
-        for (int t : op.inputs) any = any || graph.tensor(t).meta.dtype == DataType::kFloat32;
-        if (!any) continue;
+    for (int i : graph.topological_order()) {
+      const LogicalOp& op = graph.op(i);
+      if (op.kind != OpKind::kCompute || op.inputs.empty()) continue;
+      std::vector<DataType> now;
+      for (int t : op.inputs) now.push_back(graph.tensor(t).meta.dtype);
+      std::vector<DataType> wanted;
+      if (op.role == OpRole::kForward) {
+        wanted = amp_input_dtypes(*op.schema, now, low);
+      } else {
+        for (int t : op.inputs) wanted.push_back(traced.at(t));
       }
-      for (size_t k = 0; k < graph.op(i).inputs.size(); ++k) {
-        const int t = graph.op(i).inputs[k];
-        if (graph.tensor(t).meta.dtype != DataType::kFloat32) continue;
-        auto source = low_source.find(t);
-        if (source != low_source.end()) {
-          graph.op(i).inputs[k] = source->second;
-          continue;
-        }
-        const auto key = std::make_pair(t, graph.op(i).placement.to_string());
-        auto it = cast_down.find(key);
-        if (it == cast_down.end()) {
-          const LogicalOp at = graph.op(i);
-          it = cast_down.emplace(key, add_cast(at, t, low, ".amp")).first;
-        }
-        graph.op(i).inputs[k] = it->second;
+      // Inferred again when an input is cast here or arrives in another dtype than traced.
+      bool changed_inputs = wanted != now;
+      for (size_t k = 0; k < wanted.size(); ++k) {
+        const int traced_input = graph.op(i).inputs[k];
+        changed_inputs = changed_inputs || wanted[k] != traced.at(traced_input);
+        graph.op(i).inputs[k] = in_dtype(graph.op(i), traced_input, wanted[k]);
       }
-      // The op's outputs in the low dtype, and a cast back to float32 for their readers.
-      LogicalOp& now = graph.op(i);
+      if (!changed_inputs) continue;
+      LogicalOp& changed = graph.op(i);
       std::vector<TensorMeta> in;
-      for (int t : now.inputs) in.push_back(graph.tensor(t).meta);
-      const std::vector<TensorMeta> out = now.schema->infer(now.params, in);
-      const std::vector<int> outputs = now.outputs;
-      for (size_t k = 0; k < outputs.size(); ++k) {
-        graph.tensor(outputs[k]).meta = out[k];
-        if (out[k].dtype != low) continue;
-        const LogicalOp at = graph.op(i);
-        const int up = add_cast(at, outputs[k], DataType::kFloat32, ".float32");
-        low_source[up] = outputs[k];
-        for (int c : consumers[outputs[k]]) {
-          for (int& t : graph.op(c).inputs) {
-            if (t == outputs[k]) t = up;
-          }
-        }
-        for (int& f : graph.fetches) {
-          if (f == outputs[k]) f = up;
-        }
-        if (graph.train.loss == outputs[k]) graph.train.loss = up;
+      for (int t : changed.inputs) in.push_back(graph.tensor(t).meta);
+      const std::vector<TensorMeta> out = changed.schema->infer(changed.params, in);
+      for (size_t k = 0; k < changed.outputs.size(); ++k) {
+        graph.tensor(changed.outputs[k]).meta = out[k];
       }
     }
+    // What the user fetches, and the loss, in the dtype they were traced with.
+    auto as_traced = [&](int t) {
+      if (graph.tensor(t).meta.dtype == traced.at(t)) return t;
+      return in_dtype(graph.op(graph.tensor(t).producer), t, traced.at(t));
+    };
+    for (int& f : graph.fetches) f = as_traced(f);
+    if (graph.train.loss >= 0) graph.train.loss = as_traced(graph.train.loss);
   }
 };
 

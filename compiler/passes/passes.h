@@ -10,9 +10,9 @@ namespace ofl::compiler {
 /// Runs meta inference on every op (needs nothing; provides "shapes"). Errors name the op, its
 /// source line, the inputs and their shapes.
 std::unique_ptr<Pass> make_shape_inference_pass();
-/// Mixed precision: casts around the ops marked TLowPrecisionUnderAmp when
-/// TrainConfig::amp_dtype is bfloat16 or float16 (needs "shapes"; run before autograd, whose
-/// backward then follows the casts). Note [Mixed precision] in amp.cpp.
+/// Mixed precision: casts each op's inputs to the dtypes of the mixed-precision policy
+/// (amp_input_dtypes) when TrainConfig::amp_dtype is bfloat16 or float16 (needs "shapes"; run
+/// before autograd, whose backward then follows the casts). Note [Mixed precision] in amp.cpp.
 std::unique_ptr<Pass> make_amp_pass();
 /// Backward ops from each op's FGradient, from the loss to every trainable variable (needs
 /// "shapes"; provides "gradients"). Fills Graph::variable_grads.

@@ -185,7 +185,7 @@ OFL_REGISTER_OP("matmul")
     .outputs({"out"})
     .params<MatmulParams>()
     .set<FInferMeta>(infer_matmul)
-    .set<TLowPrecisionUnderAmp>(true)
+    .set<TUnderAmp>(AmpCategory::kLowPrecision)
     .set<FSbpSignatures>(matmul_signatures)
     .set<FGradient>(matmul_gradient);
 
@@ -194,7 +194,7 @@ OFL_REGISTER_OP("batch_matmul")
     .outputs({"out"})
     .params<MatmulParams>()
     .set<FInferMeta>(infer_batch_matmul)
-    .set<TLowPrecisionUnderAmp>(true)
+    .set<TUnderAmp>(AmpCategory::kLowPrecision)
     .set<FSbpSignatures>(batch_matmul_signatures)
     .set<FGradient>(batch_matmul_gradient);
 

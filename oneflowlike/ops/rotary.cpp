@@ -92,6 +92,7 @@ void rotary_gradient(GradBuilder& g) {
 OFL_REGISTER_OP("rotary_embedding")
     .inputs({"x", "cos", "sin"})
     .outputs({"y"})
+    .set<TUnderAmp>(AmpCategory::kFollow)
     .params<RotaryParams>()
     .set<FInferMeta>(infer_rotary)
     .set<FSbpSignatures>(rotary_signatures)

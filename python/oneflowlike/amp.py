@@ -12,15 +12,18 @@ __all__ = ["autocast", "GradScaler"]
 
 
 class autocast:  # noqa: N801 (torch's name)
-    """Within the block, matmul-class ops (matmul, linear, bmm and their gradients) run in
-    ``dtype`` on this thread: their float32 inputs are cast down and their outputs cast back to
-    float32. Everything else, and parameters and their gradients, stays float32.
+    """Within the block, ops run by torch.autocast's policy on this thread (Note [Mixed
+    precision policy] in oneflowlike/op.h): matmul-class ops and attention (matmul, linear,
+    bmm, scaled_dot_product_attention) cast their float32 inputs to ``dtype`` and return
+    ``dtype``; data movement and cheap elementwise ops (reshape, transpose, add, gelu, ...) run
+    in their inputs' dtype, float32 when it meets ``dtype``; softmax, norms, losses and
+    reductions cast up to float32. Parameters and their gradients stay float32.
 
     ``device_type``: "cpu" or "cuda" (the same policy for both). ``dtype``: flow.bfloat16 (the
     default) or flow.float16, which, as in PyTorch, wants a flow.amp.GradScaler around the
-    backward and the step (float16's range loses small gradients otherwise). Unlike
-    torch.autocast the outputs are float32, not the low dtype: this build's other kernels
-    compute in float32. Usable as a decorator too.
+    backward and the step (float16's range loses small gradients otherwise). One difference
+    from torch: ``F.linear`` with a bias adds the float32 bias after the low-precision product,
+    so it returns float32 (torch rounds the bias and returns ``dtype``). Usable as a decorator.
     """
 
     def __init__(self, device_type, dtype=None, enabled=True, cache_enabled=None):

@@ -29,17 +29,45 @@ def test_linear_and_matmul_run_in_bfloat16_like_torch_autocast():
     with torch.autocast("cpu", dtype=torch.bfloat16):
         theirs = [torch.nn.functional.linear(*theirs_in[:3]), theirs_in[3] @ theirs_in[4],
                   theirs_in[0] @ theirs_in[1].t()]
+    # As torch, a product stays bfloat16; our linear adds its float32 bias after the product (one
+    # op of its own, which promotes), where torch's one linear op rounds the bias to bfloat16.
+    assert [o.dtype for o in ours] == [flow.float32, flow.bfloat16, flow.bfloat16]
+    assert [t.dtype for t in theirs] == [torch.bfloat16] * 3
     for o, t in zip(ours, theirs):
-        # Ours hands back float32 (torch: bfloat16) holding the same bfloat16 product.
-        assert o.dtype == flow.float32
         np.testing.assert_allclose(o.numpy(), t.float().detach().numpy(), rtol=1e-2, atol=1e-2)
     exact = x @ w.T + b
     assert np.abs(ours[0].numpy() - exact).max() > 1e-4, "the product was not rounded to bf16"
-    sum(o.sum() for o in ours).backward()
+    sum(o.float().sum() for o in ours).backward()
     sum(t.float().sum() for t in theirs).backward()
     for o, t in zip(ours_in, theirs_in):
         assert o.grad.dtype == flow.float32
         np.testing.assert_allclose(o.grad.numpy(), t.grad.numpy(), rtol=2e-2, atol=2e-2)
+
+
+def test_activations_between_products_stay_bfloat16_and_float32_meeting_them_promotes():
+    # torch.autocast's classes (Note [Mixed precision policy]): a product's output stays bf16
+    # through followers (gelu, transpose) and the next product; the residual sum promotes.
+    # Softmax, norms and reductions run in float32 (torch's CUDA list; its CPU list keeps
+    # them bf16).
+    x, w, r = rand(4, 8, seed=1), rand(8, 8, seed=2), rand(4, 8, seed=3)
+    ours = [flow.tensor(v) for v in (x, w, r)]
+    theirs = [torch.tensor(v) for v in (x, w, r)]
+
+    def chain(lib, F_, x, w, r):
+        h = x @ w
+        g = F_.gelu(h)
+        return {"product": h, "gelu": g, "transpose": g.transpose(0, 1), "next product": g @ w,
+                "residual": r + g, "softmax": lib.softmax(g, -1)}
+
+    with flow.autocast("cpu", dtype=flow.bfloat16):
+        got = chain(flow, F, *ours)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        want = chain(torch, torch.nn.functional, *theirs)
+    for name in ("product", "gelu", "transpose", "next product", "residual"):
+        assert str(got[name].dtype).split(".")[-1] == str(want[name].dtype).split(".")[-1], name
+        np.testing.assert_allclose(got[name].float().numpy(), want[name].float().numpy(),
+                                   rtol=2e-2, atol=2e-2, err_msg=name)
+    assert got["softmax"].dtype == flow.float32
 
 
 def test_outside_the_block_nothing_changes_and_blocks_nest():

@@ -111,10 +111,11 @@ class GraphConfig:
         self.gradient_accumulation_steps = n
 
     def enable_amp(self, mode=True, *, dtype=None, reduce_dtype=None):
-        """Mixed precision, as OneFlow's graph.config.enable_amp: matmul-class ops run in
-        ``dtype`` (flow.bfloat16), casting their float32 inputs down and their outputs back;
-        softmax, norms, losses and reductions run in float32, and parameters, gradients and
-        optimizer state stay float32 (Note [Mixed precision] in compiler/passes/amp.cpp).
+        """Mixed precision, as OneFlow's graph.config.enable_amp, with flow.autocast's policy:
+        matmul-class ops and attention run in ``dtype`` (flow.bfloat16), data movement and
+        cheap elementwise ops follow their inputs, softmax, norms, losses and reductions run in
+        float32, and parameters, gradients and optimizer state stay float32 (Note [Mixed
+        precision] in compiler/passes/amp.cpp).
         flow.float16 needs graph.set_grad_scaler(flow.amp.GradScaler()) too (dynamic loss
         scaling; without it small gradients silently become 0). ``reduce_dtype``: what replicated gradients are
         reduced in between data-parallel ranks, flow.float32 (the default) or flow.bfloat16

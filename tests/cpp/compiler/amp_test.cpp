@@ -9,6 +9,7 @@
 
 #include "compiler/builder.h"
 #include "compiler/compile.h"
+#include "oneflowlike/autocast.h"
 #include "oneflowlike/ops/creation.h"
 #include "oneflowlike/ops/matmul.h"
 #include "oneflowlike/ops/reduce.h"
@@ -21,7 +22,8 @@ namespace {
 const Initializer kInit{Initializer::Kind::kNormal, 0, 0.1, 1};
 
 // x @ w1 -> relu -> @ w2, and x2 @ w1 again: w1 has two matmul readers, and the second matmul
-// reads the first's output through relu (float32), the third reads x2 directly.
+// reads the first's output through relu (which follows its input's dtype), the third reads x2
+// directly; the reductions of the loss run in float32.
 struct Model {
   GraphBuilder b{"amp"};
   int x, x2, w1, w2, h, y, z;
@@ -63,7 +65,7 @@ const LogicalOp& op_named(const Graph& g, const std::string& name) {
   return g.op(0);
 }
 
-TEST(Amp, MatmulsRunInBfloat16AndEverythingElseInFloat32) {
+TEST(Amp, MatmulsRunInBfloat16ActivationsFollowAndReductionsRunInFloat32) {
   Model m(DataType::kBFloat16);
   Graph& g = m.b.graph();
   run_logical_passes(g);
@@ -72,10 +74,22 @@ TEST(Amp, MatmulsRunInBfloat16AndEverythingElseInFloat32) {
     for (int in : op.inputs) EXPECT_EQ(g.tensor(in).meta.dtype, DataType::kBFloat16) << name;
     EXPECT_EQ(g.tensor(op.outputs[0]).meta.dtype, DataType::kBFloat16) << name;
   }
-  // relu reads mm1's output cast back to float32.
+  // relu reads mm1's bfloat16 output as it is and mm2 reads relu's, with no cast between.
   const LogicalOp& relu = op_named(g, "relu");
-  EXPECT_EQ(g.tensor(relu.inputs[0]).meta.dtype, DataType::kFloat32);
-  EXPECT_EQ(g.tensor(relu.outputs[0]).meta.dtype, DataType::kFloat32);
+  EXPECT_EQ(relu.inputs[0], op_named(g, "mm1").outputs[0]);
+  EXPECT_EQ(g.tensor(relu.outputs[0]).meta.dtype, DataType::kBFloat16);
+  EXPECT_EQ(op_named(g, "mm2").inputs[0], relu.outputs[0]);
+  // The reductions read their matmul's output cast up, and the loss is float32.
+  for (const char* name : {"mm2", "mm3"}) {
+    const std::vector<const LogicalOp*> read = readers(g, op_named(g, name).outputs[0]);
+    ASSERT_FALSE(read.empty()) << name;
+    for (const LogicalOp* r : read) {
+      if (r->role != OpRole::kForward) continue;
+      EXPECT_EQ(r->schema->name(), "cast") << name;
+      EXPECT_EQ(g.tensor(r->outputs[0]).meta.dtype, DataType::kFloat32) << name;
+    }
+  }
+  EXPECT_EQ(g.tensor(g.train.loss).meta.dtype, DataType::kFloat32);
   // w1 feeds two matmuls through one cast (and the optimizer reads it in float32).
   int casts_of_w1 = 0;
   for (const LogicalOp* r : readers(g, m.w1)) {
@@ -98,6 +112,28 @@ TEST(Amp, MatmulsRunInBfloat16AndEverythingElseInFloat32) {
     }
   }
   EXPECT_GE(backward_bf16_matmuls, 4);
+}
+
+// Note [Mixed precision policy]: the one function graphs and eager autocast share.
+TEST(Amp, ThePolicyLowersMatmulsLetsCheapOpsFollowAndCastsTheRestUp) {
+  const auto dtypes = [](const char* op, std::vector<DataType> in) {
+    return amp_input_dtypes(OpRegistry::global().find(op), std::move(in), DataType::kBFloat16);
+  };
+  using D = DataType;
+  using V = std::vector<D>;
+  EXPECT_EQ(dtypes("matmul", {D::kFloat32, D::kBFloat16}), (V{D::kBFloat16, D::kBFloat16}));
+  EXPECT_EQ(dtypes("scaled_dot_product_attention", {D::kFloat32, D::kFloat32, D::kBFloat16}),
+            (V{D::kBFloat16, D::kBFloat16, D::kBFloat16}));
+  // Followers keep a low input low, and promote when float32 meets it.
+  EXPECT_EQ(dtypes("gelu", {D::kBFloat16}), (V{D::kBFloat16}));
+  EXPECT_EQ(dtypes("transpose", {D::kFloat32}), (V{D::kFloat32}));
+  EXPECT_EQ(dtypes("add", {D::kBFloat16, D::kBFloat16}), (V{D::kBFloat16, D::kBFloat16}));
+  EXPECT_EQ(dtypes("add", {D::kFloat32, D::kBFloat16}), (V{D::kFloat32, D::kFloat32}));
+  // The rest runs in float32; integers, other float dtypes and absent inputs never change.
+  EXPECT_EQ(dtypes("layer_norm", {D::kBFloat16, D::kFloat32}), (V{D::kFloat32, D::kFloat32}));
+  EXPECT_EQ(dtypes("embedding", {D::kBFloat16, D::kInt64}), (V{D::kFloat32, D::kInt64}));
+  EXPECT_EQ(dtypes("matmul", {D::kFloat64, D::kInt32}), (V{D::kFloat64, D::kInt32}));
+  EXPECT_EQ(dtypes("softmax", {D::kFloat16}), (V{D::kFloat16}));  // not the low dtype asked
 }
 
 TEST(Amp, AMatmulReadingAMatmulTakesItsBfloat16OutputWithoutARoundTrip) {
@@ -136,7 +172,7 @@ TEST(Amp, AWeightIsCastOncePerStepUnderGradientAccumulation) {
   const proto::PlanProto plan = compile_graph(m.b.graph());
   int weight_casts = 0, matmuls_per_micro = 0;
   for (const auto& task : plan.ranks(0).tasks()) {
-    if (task.op_type() == "cast" && task.logical_op() == "w1.amp") {  // the forward cast
+    if (task.op_type() == "cast" && task.logical_op() == "w1.bfloat16") {  // the forward cast
       ++weight_casts;
       EXPECT_FALSE(task.per_micro_batch()) << task.name();
     }
