@@ -153,14 +153,23 @@ if [[ $python_module == ON ]]; then
     failures pytest_gpu_training 40
   wants bench_cuda && stage bench_cuda 130 "$py" scripts/bench/bench_cuda.py --json "$OUT/bench_cuda.json" &&
     cat "$logs/bench_cuda.log"
-  # Where a GPT step's GPU time goes: Nsight Systems' kernel summary of bench_cuda's GPT run.
+  # Where a GPT step's GPU time goes: Nsight Systems' kernel, memory-copy and CUDA API summaries
+  # of bench_cuda's GPT model, in float32 and in bfloat16.
   if wants profile && command -v nsys > /dev/null; then
-    stage profile 100 nsys profile -t cuda --stats=true -o /tmp/ofl_gpt_profile -f true "$py" \
-      examples/gpt/train.py --n-layer 6 --n-embd 768 --n-head 12 --block-size 256 \
-      --batch-size 16 --synthetic --steps 6 --quiet --device cuda
-    grep -A 25 "cuda_gpu_kern_sum" "$logs/profile.log" | cut -c1-200 > "$OUT/profile_kernels.txt"
+    for dtype in float32 bfloat16; do
+      stage "profile_$dtype" 100 nsys profile -t cuda --stats=true -o "/tmp/ofl_gpt_$dtype" -f true \
+        "$py" examples/gpt/train.py --n-layer 6 --n-embd 768 --n-head 12 --block-size 256 \
+        --batch-size 16 --synthetic --steps 6 --quiet --device cuda --dtype "$dtype"
+      for report in cuda_gpu_kern_sum cuda_gpu_mem_time_sum cuda_api_sum; do
+        grep -A 30 "$report" "$logs/profile_$dtype.log" | cut -c1-220
+      done > "$OUT/profile_$dtype.txt"
+    done
   elif wants profile; then
-    note "profile: not run (no nsys on this machine)"
+    # Without Nsight Systems: torch.profiler's CUPTI tracing sees our kernels too.
+    for dtype in float32 bfloat16; do
+      stage "profile_$dtype" 100 "$py" scripts/gpu/profile_gpt.py --dtype "$dtype" --out /tmp
+      cp "$logs/profile_$dtype.log" "$OUT/profile_$dtype.txt"
+    done
   fi
 fi
 if wants sanitizer && command -v compute-sanitizer > /dev/null; then
