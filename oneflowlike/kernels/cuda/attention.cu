@@ -8,16 +8,22 @@
 // g are adjacent in q (B, H, L, E), so the G = H / Hk heads of a group are one (G*L, E) matrix
 // against the group's (S, E) keys, and the batch runs over the B*Hk groups:
 //  - forward: s = scale * q k^T (G*L, S); a row kernel adds the mask, applies is_causal, folds
-//    the row's online softmax (Note [Online softmax]) and writes p = exp(s - max) (0 for masked
-//    entries) and lse = max + log(sum); out = (p v) / sum.
+//    the row's online softmax (Note [Online softmax]) and writes p = exp(s - max) / sum (0 for
+//    masked entries) and lse = max + log(sum); out = p v.
 //  - backward: D_i = dout_i . out_i; s recomputed, p = exp(s - lse); dv = p^T dout;
 //    dp = dout v^T; ds = p (dp - D) scale; dq = ds k; dk = ds^T q. The sum over a group's query
 //    heads that dk and dv need is the product's own sum over its G*L rows.
 // The score matrices exist for a chunk of groups at a time, at most kScoreBytes per matrix, so
 // long sequences cost time, not unbounded memory; the flash-style kernels that never make them
-// (and cuDNN's fused attention) are not written yet. The 16-bit dtypes are widened to float32
-// copies first and every product runs in float32 (CUBLAS_COMPUTE_32F, no TF32): what the CPU
-// kernels compute, at float32 product speed for attention's share of the FLOPs.
+// (and cuDNN's fused attention) are not written yet.
+// Precision: every product accumulates in float32 (CUBLAS_COMPUTE_32F, no TF32); the scores
+// and dp are float32, and out, dq, dk and dv are rounded once into the outputs' dtype by the
+// products themselves. The softmax steps compute in float32. With float16 and bfloat16 operands
+// the products read them as they are, at 16-bit tensor-core speed, and the two matrices that
+// are themselves product operands, p (for out = p v and dv = p^T dout) and ds (for dq and dk),
+// are rounded to the 16-bit dtype first, as flash attention does; the CPU kernels keep them in
+// float32 and divide by the sum after the product, so the two differ by those roundings (the
+// tests' tolerance).
 // Rows whose keys are all masked give out = 0/0 = NaN and lse = -inf, and add nothing to any
 // gradient, as on the CPU. Every sum has one order (cuBLASLt with a fixed plan, one row per
 // team): results are the same every run.
@@ -42,48 +48,18 @@ using calc_t = std::conditional_t<std::is_same_v<T, double>, double, float>;
 // One score matrix (G*L, S) per group, of at most this many bytes for all groups of a chunk.
 constexpr int64_t kScoreBytes = int64_t{256} << 20;
 
-// Element i of `to` = element i of `from`, converting (widening or rounding to nearest even).
-template <class To, class From>
-struct Convert {
-  const From* from;
-  To* to;
-  __device__ void operator()(int64_t i) const { store(to, i, load(from, i)); }
-};
-
-// A tensor's elements in the compute type: the tensor itself when it already is, else a widened
-// copy owned by `copy`.
+// A (rows, keys) matrix that is an operand of a later product, in the operands' dtype N: the
+// float32 scores' own buffer when N is the compute type, else a buffer of its own.
 template <class C, class N>
-const C* widened(const KernelContext& ctx, const N* x, int64_t n, std::optional<Scratch>* copy) {
-  if constexpr (std::is_same_v<C, N>) {
-    return x;
-  } else {
-    copy->emplace(ctx, static_cast<size_t>(std::max<int64_t>(n, 1)) * sizeof(C));
-    C* to = (*copy)->template as<C>();
-    launch_for_each(ctx, "scaled_dot_product_attention (widen)", n, Convert<C, N>{x, to});
-    return to;
-  }
-}
-
-// Where a result in the compute type goes: the output itself when it has that type, else a
-// buffer rounded into the output at the end (round_into).
-template <class C, class N>
-struct Result {
+struct Operand {
   std::optional<Scratch> buffer;
-  C* at = nullptr;
-  N* out = nullptr;
-  int64_t n = 0;
-
-  Result(const KernelContext& ctx, N* output, int64_t count) : out(output), n(count) {
+  N* at = nullptr;
+  Operand(const KernelContext& ctx, C* scores, int64_t elements) {
     if constexpr (std::is_same_v<C, N>) {
-      at = output;
+      at = scores;
     } else {
-      buffer.emplace(ctx, static_cast<size_t>(std::max<int64_t>(n, 1)) * sizeof(C));
-      at = buffer->template as<C>();
-    }
-  }
-  void round_into(const KernelContext& ctx) const {
-    if constexpr (!std::is_same_v<C, N>) {
-      launch_for_each(ctx, "scaled_dot_product_attention (round)", n, Convert<N, C>{at, out});
+      buffer.emplace(ctx, static_cast<size_t>(std::max<int64_t>(elements, 1)) * sizeof(N));
+      at = buffer->template as<N>();
     }
   }
 };
@@ -114,15 +90,16 @@ struct MaskView {
   }
 };
 
-// Forward, one score row per team: s += mask, causal entries out; p = exp(s - max) in place
-// (0 where s is -inf), sum and lse per row.
+// Forward, one score row per team: s += mask, causal entries out; p = exp(s - max) / sum (0
+// where s is -inf; NaN throughout a row whose keys are all masked, as on the CPU, where out =
+// (p v) / sum = 0/0) in the operands' dtype, and lse per row.
 template <class C, class N, class L>
 struct SoftmaxRow {
-  C* s;
+  const C* s;
+  N* p;  // may be s itself (N = C)
   ScoreRows rows;
   MaskView<N> mask;
   bool causal;
-  C* sum;  // per row of the chunk
   L* lse;  // per row of the chunk
 
   template <class Team>
@@ -130,7 +107,7 @@ struct SoftmaxRow {
     int64_t b, h, i;
     rows.locate(r, &b, &h, &i);
     const int64_t keys = rows.d.keys, last = rows.keys_of(i, causal);
-    C* row = s + r * keys;
+    const C* row = s + r * keys;
     OnlineSoftmax<C> state = OnlineSoftmax<C>::empty();
     for (int64_t j = team.rank(); j < last; j += team.size()) {
       state.add(row[j] + static_cast<C>(mask.at(b, h, i, j)));
@@ -138,28 +115,19 @@ struct SoftmaxRow {
     state = team.all_reduce(state, CombineSoftmax{});
     for (int64_t j = team.rank(); j < keys; j += team.size()) {
       const C x = j < last ? row[j] + static_cast<C>(mask.at(b, h, i, j)) : -C(INFINITY);
-      row[j] = x == -C(INFINITY) ? C(0) : OnlineSoftmax<C>::exp_of(x - state.max);
+      const C e = x == -C(INFINITY) ? C(0) : OnlineSoftmax<C>::exp_of(x - state.max);
+      store(p, r * keys + j, e / state.sum);
     }
-    if (team.rank() == 0) {
-      sum[r] = state.sum;
-      lse[r] = static_cast<L>(state.log_sum_exp());
-    }
+    if (team.rank() == 0) lse[r] = static_cast<L>(state.log_sum_exp());
   }
 };
 
-// out = (p v) / sum, per element of the chunk's (G*L, Ev) rows.
-template <class C>
-struct Normalise {
-  C* out;
-  const C* sum;
-  int64_t cols;
-  __device__ void operator()(int64_t e) const { out[e] = out[e] / sum[e / cols]; }
-};
-
-// Backward: p = exp(s + mask - lse) in place, 0 where masked, per element of the chunk.
+// Backward: p = exp(s + mask - lse) in place (float32, for ds) and into p16 (the operand of
+// dv's product; s itself when N = C), 0 where masked, per element of the chunk.
 template <class C, class N, class L>
 struct Probability {
   C* s;
+  N* p16;
   ScoreRows rows;
   MaskView<N> mask;
   bool causal;
@@ -170,21 +138,25 @@ struct Probability {
     rows.locate(r, &b, &h, &i);
     const C x =
         j < rows.keys_of(i, causal) ? s[e] + static_cast<C>(mask.at(b, h, i, j)) : -C(INFINITY);
-    s[e] =
+    const C p =
         x == -C(INFINITY) ? C(0) : OnlineSoftmax<C>::exp_of(x - static_cast<C>(lse[rows.row0 + r]));
+    s[e] = p;
+    store(p16, e, p);
   }
 };
 
-// ds = p (dp - D) scale, in place of dp, per element of the chunk.
-template <class C, class L>
+// ds = p (dp - D) scale into ds (the operand of dq's and dk's products: dp itself when N = C),
+// per element of the chunk.
+template <class C, class N, class L>
 struct ScoreGradient {
-  C* dp;
+  const C* dp;
+  N* ds;
   const C* p;
   const L* dsum;  // per query row of the whole tensor
   int64_t row0, keys;
   C scale;
   __device__ void operator()(int64_t e) const {
-    dp[e] = p[e] * (dp[e] - static_cast<C>(dsum[row0 + e / keys])) * scale;
+    store(ds, e, p[e] * (dp[e] - static_cast<C>(dsum[row0 + e / keys])) * scale);
   }
 };
 
@@ -243,14 +215,17 @@ struct Attention {
                    ctx.in(qat + 1).shape().to_string(), ", v ", ctx.in(qat + 2).shape().to_string(),
                    " ", dtype_name(ctx.in(qat).dtype()), " on ", ctx.in(qat).device().to_string());
   }
-  // out (count, m, n) = alpha * op(a) @ op(b) for `count` groups.
-  void product(bool ta, bool tb, int64_t m, int64_t n, int64_t k, int64_t count, const C* a,
-               const C* b, C* out, double alpha) const {
+  // out (count, m, n) = alpha * op(a) @ op(b) for `count` groups: operands in the inputs'
+  // dtype, out in the compute type (O = C) or rounded once into the inputs' dtype (O = N).
+  template <class O>
+  void product(bool ta, bool tb, int64_t m, int64_t n, int64_t k, int64_t count, const N* a,
+               const N* b, O* out, double alpha) const {
+    using Out = std::conditional_t<std::is_same_v<O, N>, T, CT>;
     gemm::RowMajorProduct p{ta, tb};
     p.m = m;
     p.n = n;
     p.k = k;
-    batched_product<CT>(ctx, op, p, count, a, b, out, alpha, [this] { return describe(); });
+    batched_product<T, Out>(ctx, op, p, count, a, b, out, alpha, [this] { return describe(); });
   }
   ScoreRows rows_from(int64_t first_group) const { return {d, first_group * group_rows}; }
 };
@@ -264,31 +239,25 @@ struct AttentionKernel {
     using L = calc_t<T>;
     const A a(ctx, 0, ctx.inputs.size() == 4 ? 3 : -1, "scaled_dot_product_attention");
     const AttentionDims& d = a.d;
-    std::optional<Scratch> qc, kc, vc;
-    const C* q = widened<C>(ctx, data<T>(ctx.in(0)), ctx.in(0).numel(), &qc);
-    const C* k = widened<C>(ctx, data<T>(ctx.in(1)), ctx.in(1).numel(), &kc);
-    const C* v = widened<C>(ctx, data<T>(ctx.in(2)), ctx.in(2).numel(), &vc);
-    const Result<C, N> out(ctx, data<T>(ctx.out(0)), ctx.out(0).numel());
+    const N* q = data<T>(ctx.in(0));
+    const N* k = data<T>(ctx.in(1));
+    const N* v = data<T>(ctx.in(2));
+    N* out = data<T>(ctx.out(0));
     L* lse = static_cast<L*>(ctx.out(1).raw_data());
     const int64_t chunk_rows = a.chunk * a.group_rows;
     Scratch scores(ctx, static_cast<size_t>(std::max<int64_t>(chunk_rows * d.keys, 1)) * sizeof(C));
-    Scratch sums(ctx, static_cast<size_t>(std::max<int64_t>(chunk_rows, 1)) * sizeof(C));
     C* s = scores.as<C>();
+    const Operand<C, N> p(ctx, s, chunk_rows * d.keys);
     for (int64_t g0 = 0; g0 < a.groups; g0 += a.chunk) {
       const int64_t count = std::min(a.chunk, a.groups - g0), rows = count * a.group_rows;
       const int64_t row0 = g0 * a.group_rows;
       a.product(false, true, a.group_rows, d.keys, d.head_dim, count, q + row0 * d.head_dim,
                 k + g0 * d.keys * d.head_dim, s, a.scale);
-      launch_rows(
-          ctx, "scaled_dot_product_attention (softmax)", rows, d.keys,
-          SoftmaxRow<C, N, L>{s, a.rows_from(g0), a.mask, a.causal, sums.as<C>(), lse + row0});
-      C* o = out.at + row0 * d.value_dim;
-      a.product(false, false, a.group_rows, d.value_dim, d.keys, count, s,
-                v + g0 * d.keys * d.value_dim, o, 1.0);
-      launch_for_each(ctx, "scaled_dot_product_attention (normalise)", rows * d.value_dim,
-                      Normalise<C>{o, sums.as<C>(), d.value_dim});
+      launch_rows(ctx, "scaled_dot_product_attention (softmax)", rows, d.keys,
+                  SoftmaxRow<C, N, L>{s, p.at, a.rows_from(g0), a.mask, a.causal, lse + row0});
+      a.product(false, false, a.group_rows, d.value_dim, d.keys, count, p.at,
+                v + g0 * d.keys * d.value_dim, out + row0 * d.value_dim, 1.0);
     }
-    out.round_into(ctx);
   }
 };
 
@@ -306,44 +275,44 @@ struct AttentionGradKernel {
     Scratch dsum(ctx, static_cast<size_t>(std::max<int64_t>(all_rows, 1)) * sizeof(L));
     launch_rows(ctx, "scaled_dot_product_attention_grad (D)", all_rows, d.value_dim,
                 RowDot<N, L>{data<T>(ctx.in(0)), data<T>(ctx.in(4)), dsum.as<L>(), d.value_dim});
-    std::optional<Scratch> doutc, qc, kc, vc;
-    const C* dout = widened<C>(ctx, data<T>(ctx.in(0)), ctx.in(0).numel(), &doutc);
-    const C* q = widened<C>(ctx, data<T>(ctx.in(1)), ctx.in(1).numel(), &qc);
-    const C* k = widened<C>(ctx, data<T>(ctx.in(2)), ctx.in(2).numel(), &kc);
-    const C* v = widened<C>(ctx, data<T>(ctx.in(3)), ctx.in(3).numel(), &vc);
-    const Result<C, N> dq(ctx, data<T>(ctx.out(0)), ctx.out(0).numel());
-    const Result<C, N> dk(ctx, data<T>(ctx.out(1)), ctx.out(1).numel());
-    const Result<C, N> dv(ctx, data<T>(ctx.out(2)), ctx.out(2).numel());
+    const N* dout = data<T>(ctx.in(0));
+    const N* q = data<T>(ctx.in(1));
+    const N* k = data<T>(ctx.in(2));
+    const N* v = data<T>(ctx.in(3));
+    N* dq = data<T>(ctx.out(0));
+    N* dk = data<T>(ctx.out(1));
+    N* dv = data<T>(ctx.out(2));
     const int64_t chunk_elements = std::max<int64_t>(a.chunk * a.group_rows * d.keys, 1);
     Scratch probabilities(ctx, static_cast<size_t>(chunk_elements) * sizeof(C));
     Scratch gradients(ctx, static_cast<size_t>(chunk_elements) * sizeof(C));
     C* p = probabilities.as<C>();
-    C* ds = gradients.as<C>();
+    C* dp = gradients.as<C>();
+    // p in the operands' dtype for dv, then ds in its place for dq and dk.
+    const Operand<C, N> operand(ctx, p, chunk_elements);
     for (int64_t g0 = 0; g0 < a.groups; g0 += a.chunk) {
       const int64_t count = std::min(a.chunk, a.groups - g0), rows = count * a.group_rows;
       const int64_t row0 = g0 * a.group_rows;
       const int64_t key0 = g0 * d.keys;
-      const C* qg = q + row0 * d.head_dim;
-      const C* doutg = dout + row0 * d.value_dim;
-      const C* kg = k + key0 * d.head_dim;
-      const C* vg = v + key0 * d.value_dim;
+      const N* qg = q + row0 * d.head_dim;
+      const N* doutg = dout + row0 * d.value_dim;
+      const N* kg = k + key0 * d.head_dim;
+      const N* vg = v + key0 * d.value_dim;
       a.product(false, true, a.group_rows, d.keys, d.head_dim, count, qg, kg, p, a.scale);
       launch_for_each(ctx, "scaled_dot_product_attention_grad (p)", rows * d.keys,
-                      Probability<C, N, L>{p, a.rows_from(g0), a.mask, a.causal, lse});
-      a.product(true, false, d.keys, d.value_dim, a.group_rows, count, p, doutg,
-                dv.at + key0 * d.value_dim, 1.0);
-      a.product(false, true, a.group_rows, d.keys, d.value_dim, count, doutg, vg, ds, 1.0);
+                      Probability<C, N, L>{p, operand.at, a.rows_from(g0), a.mask, a.causal, lse});
+      a.product(true, false, d.keys, d.value_dim, a.group_rows, count, operand.at, doutg,
+                dv + key0 * d.value_dim, 1.0);
+      a.product(false, true, a.group_rows, d.keys, d.value_dim, count, doutg, vg, dp, 1.0);
+      // ds in the operand's place: for N = C that is p, which ds reads element by element.
+      N* ds = operand.at;
       launch_for_each(
           ctx, "scaled_dot_product_attention_grad (ds)", rows * d.keys,
-          ScoreGradient<C, L>{ds, p, dsum.as<L>(), row0, d.keys, static_cast<C>(a.scale)});
+          ScoreGradient<C, N, L>{dp, ds, p, dsum.as<L>(), row0, d.keys, static_cast<C>(a.scale)});
       a.product(false, false, a.group_rows, d.head_dim, d.keys, count, ds, kg,
-                dq.at + row0 * d.head_dim, 1.0);
+                dq + row0 * d.head_dim, 1.0);
       a.product(true, false, d.keys, d.head_dim, a.group_rows, count, ds, qg,
-                dk.at + key0 * d.head_dim, 1.0);
+                dk + key0 * d.head_dim, 1.0);
     }
-    dq.round_into(ctx);
-    dk.round_into(ctx);
-    dv.round_into(ctx);
   }
 };
 

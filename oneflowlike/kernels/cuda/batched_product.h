@@ -18,10 +18,12 @@ using DescribeOperands = std::function<std::string()>;
 /// out (batches, m, n) = alpha * op(a) @ op(b), matrices of each operand one after another
 /// (RowMajorProduct's strides), on the context's stream; float types through cuBLASLt with its
 /// compute type (no TF32), else the tiled kernel. `op` and `describe` name the operands in
-/// errors. Instantiated for float and double.
-template <class T>
+/// errors. Instantiated for Out = T (float, double, float16, bfloat16: the 16-bit ones
+/// accumulated in float32 and rounded once), and for float16 and bfloat16 operands with a float32
+/// out (never rounded to 16 bits: fused attention's scores and dp).
+template <class T, class Out = T>
 void batched_product(const KernelContext& ctx, const char* op, const gemm::RowMajorProduct& p,
-                     int64_t batches, const native_t<T>* a, const native_t<T>* b, native_t<T>* out,
-                     double alpha, const DescribeOperands& describe);
+                     int64_t batches, const native_t<T>* a, const native_t<T>* b,
+                     native_t<Out>* out, double alpha, const DescribeOperands& describe);
 
 }  // namespace ofl::cuda_kernels

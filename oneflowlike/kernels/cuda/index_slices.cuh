@@ -13,6 +13,8 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cub/device/device_radix_sort.cuh>
+#include <limits>
 #include <type_traits>
 
 #include "oneflowlike/kernels/cuda/elementwise.cuh"
@@ -123,83 +125,110 @@ void gather_slices(const KernelContext& ctx, SliceOp op, const void* src, const 
 
 // Note [Deterministic slice scatter-add]: out (outer, rows, inner) = 0, then out[o, index[t], :]
 // += src[o, t, :] for t in index order, in A (float32 for the 16-bit dtypes), exactly as the CPU
-// sums (so float32 results are bit-identical to the CPU's), with no atomics. The columns are the
-// outer * inner (o, i) pairs. Block (x, y) owns the columns of chunk x and the rows of range y:
-// it walks every index in order and adds the slices whose index falls in its range, each thread
-// into its own column. Every element of out has one owner thread, which adds its terms in index
-// order. Each block reads all n indices (through shared memory, kIndexTile at a time); the
-// ranges split the rows so that there are about kScatterTargetBlocks blocks.
-constexpr int kIndexTile = 1024;
-constexpr int64_t kScatterTargetBlocks = 1024;
+// sums (so float32 results are bit-identical to the CPU's), with no atomics:
+//  1. a kernel checks every index (Note [Device index errors]) and writes it as a sort key
+//     beside its position t;
+//  2. CUB's radix sort, which is stable, orders the (index, t) pairs by index, so each row's
+//     positions form one run in increasing t;
+//  3. block (x, y) owns row y's (o, i) columns of chunk x: it finds the row's run by binary
+//     search and each thread adds its column's terms in t order, then writes the row once
+//     (zeros for a row no index names).
+// The work is the n indices sorted plus each source slice read once; the first version (every
+// block scanning all n indices for the rows of its range) took 0.4 ms for a 4,096-token
+// embedding gradient on an H100.
+constexpr int64_t kMaxScatterRowBlocks = 65535;
 
-template <class A, class T, class I>
-__global__ void scatter_add_slices_kernel(SliceOp op, const T* __restrict__ src,
-                                          const I* __restrict__ index, A* __restrict__ out,
-                                          int64_t n, int64_t inner, int64_t columns, int64_t rows,
-                                          int64_t rows_per_range) {
-  __shared__ int64_t tile[kIndexTile];
+template <class I>
+__global__ void slice_sort_keys_kernel(SliceOp op, const I* __restrict__ index, int64_t n,
+                                       int64_t rows, int64_t* __restrict__ keys,
+                                       int64_t* __restrict__ positions) {
+  for (int64_t t = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; t < n;
+       t += int64_t{gridDim.x} * blockDim.x) {
+    const I v = index[t];
+    if (!index_in_range(v, rows)) trap_bad_slice_index(op, v, t, rows);
+    keys[t] = static_cast<int64_t>(v);
+    positions[t] = t;
+  }
+}
+
+// The first of sorted[0, n) not below `row`.
+__device__ __forceinline__ int64_t first_not_below(const int64_t* sorted, int64_t n, int64_t row) {
+  int64_t lo = 0, hi = n;
+  while (lo < hi) {
+    const int64_t mid = lo + (hi - lo) / 2;
+    if (sorted[mid] < row) {
+      lo = mid + 1;
+    } else {
+      hi = mid;
+    }
+  }
+  return lo;
+}
+
+template <class A, class T>
+__global__ void scatter_add_runs_kernel(const T* __restrict__ src,
+                                        const int64_t* __restrict__ sorted_keys,
+                                        const int64_t* __restrict__ positions, T* __restrict__ out,
+                                        int64_t n, int64_t inner, int64_t columns, int64_t rows) {
   const int64_t c = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
-  const int64_t o = c / inner, i = c - (c / inner) * inner;
-  const int64_t row_begin = blockIdx.y * rows_per_range;
-  const int64_t row_end = std::min(rows, row_begin + rows_per_range);
-  // Block (0, 0) reports bad indices (Note [Device index errors]); the others skip them, as no
-  // range holds them.
-  const bool reports = blockIdx.x == 0 && blockIdx.y == 0;
-  for (int64_t base = 0; base < n; base += kIndexTile) {
-    const int count = static_cast<int>(std::min<int64_t>(kIndexTile, n - base));
-    for (int t = threadIdx.x; t < count; t += blockDim.x) {
-      const I v = index[base + t];
-      if (reports && !index_in_range(v, rows)) {
-        trap_bad_slice_index(op, v, base + t, rows);
-      }
-      tile[t] = static_cast<int64_t>(v);
-    }
-    __syncthreads();
-    if (c < columns) {
-      for (int t = 0; t < count; ++t) {
-        const int64_t v = tile[t];  // the same for the whole block: no divergence
-        if (v >= row_begin && v < row_end) {
-          out[(o * rows + v) * inner + i] += load(src, (o * n + base + t) * inner + i);
-        }
-      }
-    }
-    __syncthreads();  // before the next tile overwrites `tile`
+  if (c >= columns) return;
+  const int64_t o = c / inner, i = c - o * inner;
+  for (int64_t row = blockIdx.y; row < rows; row += gridDim.y) {
+    const int64_t begin = first_not_below(sorted_keys, n, row);
+    const int64_t end = first_not_below(sorted_keys, n, row + 1);
+    A sum = A(0);
+    for (int64_t j = begin; j < end; ++j) sum += load(src, (o * n + positions[j]) * inner + i);
+    store(out, (o * rows + row) * inner + i, sum);
   }
 }
 
 /// Note [Deterministic slice scatter-add]: out (outer, rows, inner) of T from src (outer, n,
-/// inner) of T; the 16-bit dtypes sum in a float32 scratch and round once.
+/// inner) of T; the 16-bit dtypes sum in float32 and round once.
 template <class T, class I>
 void scatter_add_slices(const KernelContext& ctx, SliceOp op, const Tensor& src, const I* index,
                         const Tensor& out, int64_t outer, int64_t rows, int64_t n, int64_t inner) {
   using N = native_t<T>;
   using A = compute_t<N>;
-  constexpr bool kWiden = !std::is_same_v<A, N>;
   const int64_t total = out.numel();
   if (total == 0) return;
-  Scratch scratch(ctx, kWiden ? total * sizeof(A) : 0);
-  A* sums = kWiden ? scratch.as<A>() : reinterpret_cast<A*>(data<T>(out));
-  cuda::check(cudaMemsetAsync(sums, 0, total * sizeof(A), stream_of(ctx)), host_name(op),
-              device_of(ctx));
-  const int64_t columns = outer * inner;
+  const int device = device_of(ctx);
+  const cudaStream_t stream = stream_of(ctx);
+  const size_t pair_bytes = static_cast<size_t>(std::max<int64_t>(n, 1)) * sizeof(int64_t);
+  Scratch keys(ctx, pair_bytes), positions(ctx, pair_bytes);
+  Scratch sorted_keys(ctx, pair_bytes), sorted_positions(ctx, pair_bytes);
   if (n > 0) {
-    const int threads =
-        static_cast<int>(std::min<int64_t>(kBlock, (columns + 31) / 32 * 32));  // whole warps
-    const int64_t chunks = (columns + threads - 1) / threads;
-    const int64_t ranges = std::clamp<int64_t>((kScatterTargetBlocks + chunks - 1) / chunks, 1,
-                                               std::min<int64_t>(rows, 65535));
-    const int64_t rows_per_range = (rows + ranges - 1) / ranges;
-    const dim3 grid(static_cast<unsigned>(chunks),
-                    static_cast<unsigned>((rows + rows_per_range - 1) / rows_per_range));
-    scatter_add_slices_kernel<A, N, I><<<grid, threads, 0, stream_of(ctx)>>>(
-        op, data<T>(src), index, sums, n, inner, columns, rows, rows_per_range);
-    cuda::check(cudaGetLastError(), host_name(op), device_of(ctx));
+    const int threads = kBlock;
+    const int64_t blocks = std::min<int64_t>((n + threads - 1) / threads, 4096);
+    slice_sort_keys_kernel<I><<<static_cast<unsigned>(blocks), threads, 0, stream>>>(
+        op, index, n, rows, keys.as<int64_t>(), positions.as<int64_t>());
+    cuda::check(cudaGetLastError(), host_name(op), device);
+    // Only the bits that can differ among indices in [0, rows).
+    int end_bit = 1;
+    while (end_bit < 63 && (int64_t{1} << end_bit) < rows) ++end_bit;
+    OFL_CHECK(n <= std::numeric_limits<int>::max(), "[", host_name(op), "] at most ",
+              std::numeric_limits<int>::max(), " indices on CUDA. However, got ", n, ".");
+    size_t temp_bytes = 0;
+    cuda::check(cub::DeviceRadixSort::SortPairs(nullptr, temp_bytes, keys.as<int64_t>(),
+                                                sorted_keys.as<int64_t>(), positions.as<int64_t>(),
+                                                sorted_positions.as<int64_t>(), static_cast<int>(n),
+                                                0, end_bit, stream),
+                "cub::DeviceRadixSort::SortPairs", device);
+    Scratch temp(ctx, std::max<size_t>(temp_bytes, 1));
+    cuda::check(cub::DeviceRadixSort::SortPairs(temp.as<char>(), temp_bytes, keys.as<int64_t>(),
+                                                sorted_keys.as<int64_t>(), positions.as<int64_t>(),
+                                                sorted_positions.as<int64_t>(), static_cast<int>(n),
+                                                0, end_bit, stream),
+                "cub::DeviceRadixSort::SortPairs", device);
   }
-  if constexpr (kWiden) {
-    N* y = data<T>(out);
-    const A* s = sums;
-    launch_for_each(ctx, host_name(op), total, [=] __device__(int64_t j) { store(y, j, s[j]); });
-  }
+  const int64_t columns = outer * inner;
+  const int threads =
+      static_cast<int>(std::min<int64_t>(kBlock, (columns + 31) / 32 * 32));  // whole warps
+  const dim3 grid(static_cast<unsigned>((columns + threads - 1) / threads),
+                  static_cast<unsigned>(std::min(rows, kMaxScatterRowBlocks)));
+  scatter_add_runs_kernel<A, N><<<grid, threads, 0, stream>>>(
+      data<T>(src), sorted_keys.as<int64_t>(), sorted_positions.as<int64_t>(), data<T>(out), n,
+      inner, columns, rows);
+  cuda::check(cudaGetLastError(), host_name(op), device);
 }
 
 }  // namespace ofl::cuda_kernels

@@ -55,9 +55,9 @@ constexpr int64_t kMaxGridYZ = 65535;
 // fit the grid's limits; their bounds depend on the block only, so every thread of a block
 // reaches every __syncthreads(). Sums run over p in increasing order, in the compute type (the
 // integer type itself for integers, as the CPU's loop does).
-template <class N>
+template <class N, class O>
 __global__ void tiled_product(gemm::RowMajorProduct p, int64_t batches, const N* a, const N* b,
-                              N* out, compute_t<N> alpha) {
+                              O* out, compute_t<N> alpha) {
   using V = compute_t<N>;
   __shared__ V a_tile[kTile][kTile];  // [row of out][p]
   __shared__ V b_tile[kTile][kTile];  // [p][column of out]
@@ -68,7 +68,7 @@ __global__ void tiled_product(gemm::RowMajorProduct p, int64_t batches, const N*
   for (int64_t batch = blockIdx.z; batch < batches; batch += gridDim.z) {
     const N* a_batch = a + batch * p.m * p.k;
     const N* b_batch = b + batch * p.k * p.n;
-    N* out_batch = out + batch * p.m * p.n;
+    O* out_batch = out + batch * p.m * p.n;
     for (int64_t row_tile = blockIdx.y; row_tile < row_tiles; row_tile += gridDim.y) {
       for (int64_t col_tile = blockIdx.x; col_tile < col_tiles; col_tile += gridDim.x) {
         const int64_t i = row_tile * kTile + ty;  // this thread's element of out
@@ -82,15 +82,16 @@ __global__ void tiled_product(gemm::RowMajorProduct p, int64_t batches, const N*
           for (int q = 0; q < kTile; ++q) acc += a_tile[ty][q] * b_tile[q][tx];
           __syncthreads();  // before the next slice overwrites the tiles
         }
-        if (i < p.m && j < p.n) store(out_batch, i * p.n + j, alpha * acc);
+        if (i < p.m && j < p.n)
+          store(out_batch, i * p.n + j, static_cast<compute_t<O>>(alpha * acc));
       }
     }
   }
 }
 
-template <class T>
+template <class T, class Out>
 void launch_tiled(const KernelContext& ctx, const char* op, const gemm::RowMajorProduct& p,
-                  int64_t batches, const native_t<T>* a, const native_t<T>* b, native_t<T>* out,
+                  int64_t batches, const native_t<T>* a, const native_t<T>* b, native_t<Out>* out,
                   double alpha) {
   using N = native_t<T>;
   const int64_t row_tiles = (p.m + kTile - 1) / kTile;
@@ -99,7 +100,7 @@ void launch_tiled(const KernelContext& ctx, const char* op, const gemm::RowMajor
                   static_cast<unsigned>(std::min(row_tiles, kMaxGridYZ)),
                   static_cast<unsigned>(std::min(batches, kMaxGridYZ)));
   // alpha as the CPU kernel has it: static_cast<T>(alpha), or float for the 16-bit types.
-  tiled_product<N><<<grid, dim3(kTile, kTile), 0, stream_of(ctx)>>>(
+  tiled_product<N, native_t<Out>><<<grid, dim3(kTile, kTile), 0, stream_of(ctx)>>>(
       p, batches, a, b, out, static_cast<compute_t<N>>(alpha));
   cuda::check(cudaGetLastError(), op, device_of(ctx));
 }
@@ -178,7 +179,8 @@ const DeviceBlas& device_blas(const KernelContext& ctx, const char* op,
 // on a view that starts mid-block).
 struct PlanKey {
   int device = 0;
-  DataType dtype = DataType::kFloat32;
+  DataType dtype = DataType::kFloat32;      // a and b
+  DataType out_dtype = DataType::kFloat32;  // out: dtype, or float32 for 16-bit a and b
   bool transpose_a = false;
   bool transpose_b = false;
   int64_t m = 0, n = 0, k = 0;
@@ -233,7 +235,7 @@ class Planner {
 
     plan->a = layout(types.data, c.a, key_.b_stride);
     plan->b = layout(types.data, c.b, key_.a_stride);
-    plan->d = layout(types.data, c.d, key_.out_stride);
+    plan->d = layout(blas_types(key_.out_dtype).data, c.d, key_.out_stride);
 
     cublasLtMatmulPreference_t raw_preference = nullptr;
     check(cublasLtMatmulPreferenceCreate(&raw_preference), "cublasLtMatmulPreferenceCreate");
@@ -346,9 +348,9 @@ uint32_t alignment(const void* base, int64_t batches, int64_t stride_bytes) {
 
 // One cublasLtMatmul over `batches` products (at most INT32_MAX, cuBLASLt's batch count);
 // false when cuBLASLt has no algorithm for them.
-template <class T>
+template <class T, class Out>
 bool blas_product(const KernelContext& ctx, const char* op, const gemm::RowMajorProduct& p,
-                  int64_t batches, const native_t<T>* a, const native_t<T>* b, native_t<T>* out,
+                  int64_t batches, const native_t<T>* a, const native_t<T>* b, native_t<Out>* out,
                   double alpha, const DescribeOperands& describe) {
   constexpr int64_t kBytes = sizeof(native_t<T>);
   const int device = device_of(ctx);
@@ -356,6 +358,7 @@ bool blas_product(const KernelContext& ctx, const char* op, const gemm::RowMajor
   PlanKey key;
   key.device = device;
   key.dtype = dtype_of<T>();
+  key.out_dtype = dtype_of<Out>();
   key.transpose_a = p.transpose_a;
   key.transpose_b = p.transpose_b;
   key.m = p.m;
@@ -367,7 +370,7 @@ bool blas_product(const KernelContext& ctx, const char* op, const gemm::RowMajor
   key.out_stride = p.out_stride();
   key.a_alignment = alignment(a, batches, key.a_stride * kBytes);
   key.b_alignment = alignment(b, batches, key.b_stride * kBytes);
-  key.out_alignment = alignment(out, batches, key.out_stride * kBytes);
+  key.out_alignment = alignment(out, batches, key.out_stride * int64_t{sizeof(native_t<Out>)});
   const Plan& plan = plan_cache().get(describe, op, key, blas.handle);
   if (!plan.has_algorithm) return false;
 
@@ -386,16 +389,17 @@ bool blas_product(const KernelContext& ctx, const char* op, const gemm::RowMajor
 
 }  // namespace
 
-template <class T>
+template <class T, class Out>
 void batched_product(const KernelContext& ctx, const char* op, const gemm::RowMajorProduct& p,
-                     int64_t batches, const native_t<T>* a, const native_t<T>* b, native_t<T>* out,
-                     double alpha, const DescribeOperands& describe) {
+                     int64_t batches, const native_t<T>* a, const native_t<T>* b,
+                     native_t<Out>* out, double alpha, const DescribeOperands& describe) {
   using N = native_t<T>;
+  using O = native_t<Out>;
   if (p.m == 0 || p.n == 0 || batches == 0) return;
   const int device = device_of(ctx);
   cuda::DeviceGuard guard(device);
   if (p.k == 0) {  // an empty sum: zeros, as on the CPU (all-zero bits are 0 in every dtype)
-    const size_t bytes = static_cast<size_t>(batches * p.m * p.n) * sizeof(N);
+    const size_t bytes = static_cast<size_t>(batches * p.m * p.n) * sizeof(O);
     cuda::check(cudaMemsetAsync(out, 0, bytes, stream_of(ctx)), "cudaMemsetAsync", device);
     return;
   }
@@ -405,22 +409,27 @@ void batched_product(const KernelContext& ctx, const char* op, const gemm::RowMa
       const int64_t count = std::min(kMaxBatches, batches - first);
       const N* a_first = a + first * p.a_stride();
       const N* b_first = b + first * p.b_stride();
-      N* out_first = out + first * p.out_stride();
-      if (!blas_product<T>(ctx, op, p, count, a_first, b_first, out_first, alpha, describe)) {
-        launch_tiled<T>(ctx, op, p, count, a_first, b_first, out_first, alpha);
+      O* out_first = out + first * p.out_stride();
+      if (!blas_product<T, Out>(ctx, op, p, count, a_first, b_first, out_first, alpha, describe)) {
+        launch_tiled<T, Out>(ctx, op, p, count, a_first, b_first, out_first, alpha);
       }
     }
   } else {
-    launch_tiled<T>(ctx, op, p, batches, a, b, out, alpha);
+    launch_tiled<T, Out>(ctx, op, p, batches, a, b, out, alpha);
   }
 }
 
-template void batched_product<float>(const KernelContext&, const char*,
-                                     const gemm::RowMajorProduct&, int64_t, const float*,
-                                     const float*, float*, double, const DescribeOperands&);
-template void batched_product<double>(const KernelContext&, const char*,
-                                      const gemm::RowMajorProduct&, int64_t, const double*,
-                                      const double*, double*, double, const DescribeOperands&);
+#define OFL_INSTANTIATE(T, Out)                                                 \
+  template void batched_product<T, Out>(                                        \
+      const KernelContext&, const char*, const gemm::RowMajorProduct&, int64_t, \
+      const native_t<T>*, const native_t<T>*, native_t<Out>*, double, const DescribeOperands&);
+OFL_INSTANTIATE(float, float)
+OFL_INSTANTIATE(double, double)
+OFL_INSTANTIATE(float16, float16)
+OFL_INSTANTIATE(bfloat16, bfloat16)
+OFL_INSTANTIATE(float16, float)
+OFL_INSTANTIATE(bfloat16, float)
+#undef OFL_INSTANTIATE
 
 namespace {
 

@@ -6,6 +6,9 @@
 // copy rows of pieces in the widest unit (up to 16 bytes) their sizes and addresses allow.
 
 #include <algorithm>
+#include <cstdint>
+#include <limits>
+#include <optional>
 
 #include "oneflowlike/kernels/cpu/strided_view.h"
 #include "oneflowlike/kernels/cuda/elementwise.cuh"
@@ -20,17 +23,20 @@ using cpu::StridedView;
 
 constexpr int kMaxViewDims = 16;
 
-// The offset of element i of a contiguous tensor in a strided view of another.
+// The offset of element i of a contiguous tensor in a strided view of another, computed in I:
+// int32_t when every offset fits (a 64-bit division costs several times a 32-bit one).
+template <class I>
 struct ViewIndex {
   int ndim = 0;
-  int64_t offset = 0;
-  int64_t dims[kMaxViewDims] = {};
-  int64_t strides[kMaxViewDims] = {};
+  I offset = 0;
+  I dims[kMaxViewDims] = {};
+  I strides[kMaxViewDims] = {};
 
-  __device__ int64_t operator()(int64_t i) const {
-    int64_t at = offset;
+  __device__ int64_t operator()(int64_t element) const {
+    I i = static_cast<I>(element);
+    I at = offset;
     for (int d = ndim - 1; d >= 0; --d) {
-      const int64_t coord = i % dims[d];
+      const I coord = i % dims[d];
       i /= dims[d];
       at += coord * strides[d];
     }
@@ -38,16 +44,17 @@ struct ViewIndex {
   }
 };
 
-ViewIndex view_index(const char* op, const StridedView& view) {
+template <class I>
+ViewIndex<I> view_index(const char* op, const StridedView& view) {
   const int ndim = static_cast<int>(view.dims.size());
   OFL_CHECK(ndim <= kMaxViewDims, "[", op, "] the CUDA kernel takes views of at most ",
             kMaxViewDims, " axes (after merging adjacent ones). However, got ", ndim, ".");
-  ViewIndex index;
+  ViewIndex<I> index;
   index.ndim = ndim;
-  index.offset = view.offset;
+  index.offset = static_cast<I>(view.offset);
   for (int d = 0; d < ndim; ++d) {
-    index.dims[d] = view.dims[d];
-    index.strides[d] = view.strides[d];
+    index.dims[d] = static_cast<I>(view.dims[d]);
+    index.strides[d] = static_cast<I>(view.strides[d]);
   }
   return index;
 }
@@ -55,9 +62,9 @@ ViewIndex view_index(const char* op, const StridedView& view) {
 // Copies between contiguous `flat` and the view of `strided` (same element order): gather when
 // kGather (strided -> flat), scatter otherwise (flat -> strided). A view never holds an
 // element twice (steps >= 1, a permutation), so the scatter has no races.
-template <bool kGather, class B>
+template <bool kGather, class B, class I>
 struct StridedCopy {
-  ViewIndex index;
+  ViewIndex<I> index;
   B* strided;
   B* flat;
   __device__ void operator()(int64_t i) const {
@@ -69,11 +76,68 @@ struct StridedCopy {
   }
 };
 
+// The view in units of U instead of B when its last axis is a run (stride 1) whose bytes, the
+// other strides' and the offset's, and both tensors' addresses are multiples of sizeof(U).
+template <class U, class B>
+std::optional<StridedView> in_units(const StridedView& view, const B* strided, const B* flat) {
+  static_assert(sizeof(U) % sizeof(B) == 0);
+  constexpr int64_t kRatio = sizeof(U) / sizeof(B);
+  const size_t last = view.dims.size() - 1;
+  if (kRatio == 1 || view.strides[last] != 1 || view.dims[last] % kRatio != 0 ||
+      view.offset % kRatio != 0 || reinterpret_cast<uintptr_t>(strided) % sizeof(U) != 0 ||
+      reinterpret_cast<uintptr_t>(flat) % sizeof(U) != 0) {
+    return std::nullopt;
+  }
+  StridedView wide = view;
+  for (size_t d = 0; d < last; ++d) {
+    if (view.strides[d] % kRatio != 0) return std::nullopt;
+    wide.strides[d] = view.strides[d] / kRatio;
+  }
+  wide.dims[last] = view.dims[last] / kRatio;
+  wide.offset = view.offset / kRatio;
+  return wide;
+}
+
+template <bool kGather, class B>
+void strided_copy_as(const KernelContext& ctx, const char* what, const StridedView& view,
+                     B* strided, B* flat) {
+  const int64_t n = cpu::numel_of(view.dims);
+  // The largest offset the view reaches, and n, decide the index type.
+  int64_t reach = view.offset + 1;
+  for (size_t d = 0; d < view.dims.size(); ++d) reach += (view.dims[d] - 1) * view.strides[d];
+  if (std::max(n, reach) <= std::numeric_limits<int32_t>::max()) {
+    const StridedCopy<kGather, B, int32_t> copy{view_index<int32_t>(what, view), strided, flat};
+    launch_for_each(ctx, what, n, copy);
+  } else {
+    const StridedCopy<kGather, B, int64_t> copy{view_index<int64_t>(what, view), strided, flat};
+    launch_for_each(ctx, what, n, copy);
+  }
+}
+
+// Copies a view with the widest unit (up to 16 bytes) its runs allow, one index computation
+// per unit.
 template <bool kGather, class B>
 void strided_copy(const KernelContext& ctx, const char* what, const StridedView& view, B* strided,
                   B* flat) {
-  const StridedCopy<kGather, B> copy{view_index(what, view), strided, flat};
-  launch_for_each(ctx, what, cpu::numel_of(view.dims), copy);
+  if constexpr (sizeof(B) < 16) {
+    if (auto wide = in_units<uint4>(view, strided, flat)) {
+      return strided_copy_as<kGather>(ctx, what, *wide, reinterpret_cast<uint4*>(strided),
+                                      reinterpret_cast<uint4*>(flat));
+    }
+  }
+  if constexpr (sizeof(B) < 8) {
+    if (auto wide = in_units<uint64_t>(view, strided, flat)) {
+      return strided_copy_as<kGather>(ctx, what, *wide, reinterpret_cast<uint64_t*>(strided),
+                                      reinterpret_cast<uint64_t*>(flat));
+    }
+  }
+  if constexpr (sizeof(B) < 4) {
+    if (auto wide = in_units<uint32_t>(view, strided, flat)) {
+      return strided_copy_as<kGather>(ctx, what, *wide, reinterpret_cast<uint32_t*>(strided),
+                                      reinterpret_cast<uint32_t*>(flat));
+    }
+  }
+  strided_copy_as<kGather>(ctx, what, view, strided, flat);
 }
 
 // ---- transpose ----
