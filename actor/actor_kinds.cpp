@@ -217,8 +217,8 @@ class ZerosActor final : public TaskActor {
 // between a rank's host and GPU memory (Note [Devices in a plan]). A copy to or from a GPU
 // returns once it is done, so it holds the actor thread for its duration: pinned staging
 // buffers and copies gated by events like the kernels are the next step.
-// A COPY marked a view (Note [Slice views]) hands out the input piece under the output's shape
-// and keeps it until the consumers are done, as a SLICE view does.
+// A COPY marked a view (Note [Slice views]; on the host or a GPU) hands out the input piece under
+// the output's shape and keeps it until the consumers are done, as a SLICE view does.
 class CopyActor final : public TaskActor {
  public:
   CopyActor(const PlanIndex& index, int task, int priority)

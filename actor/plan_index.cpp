@@ -245,10 +245,8 @@ void PlanIndex::check_task(int index) {
               region_to_string(task.region), " in ", task.logical_shape.to_string(), ".");
   };
 
-  OFL_CHECK(!p.view() || p.kind() == proto::TaskProto::SLICE ||
-                (p.kind() == proto::TaskProto::COPY && p.device() == proto::PLAN_DEVICE_CPU),
-            kTag, who,
-            " is marked a view, which only a SLICE or a host COPY can be. However, it is a ",
+  OFL_CHECK(!p.view() || p.kind() == proto::TaskProto::SLICE || p.kind() == proto::TaskProto::COPY,
+            kTag, who, " is marked a view, which only a SLICE or a COPY can be. However, it is a ",
             proto::TaskProto::Kind_Name(p.kind()), ".");
   OFL_CHECK(!p.in_place() || p.kind() == proto::TaskProto::CONCAT, kTag, who,
             " is marked in place, which only a CONCAT can be. However, it is a ",

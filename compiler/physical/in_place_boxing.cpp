@@ -63,9 +63,9 @@ bool same_rate(const proto::RegisterProto& reg, const proto::TaskProto& task,
 
 bool is_view(const proto::TaskProto& task, const RankView& rank) {
   const bool slice = task.kind() == proto::TaskProto::SLICE;
-  // A host COPY (a reshape's, or a boxing copy) is the input's bytes under another shape.
-  const bool copy =
-      task.kind() == proto::TaskProto::COPY && task.device() == proto::PLAN_DEVICE_CPU;
+  // A COPY within one device (a reshape's, or a boxing copy) is the input's bytes under another
+  // shape, on the host or a GPU alike.
+  const bool copy = task.kind() == proto::TaskProto::COPY;
   if ((!slice && !copy) || task.inputs_size() != 1 || task.outputs_size() != 1) return false;
   const proto::RegisterProto* input = rank.reg(task.inputs(0));
   const proto::RegisterProto* output = rank.reg(task.outputs(0));

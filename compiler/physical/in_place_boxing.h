@@ -11,8 +11,11 @@
 // (as a SEND keeps its input until the RECV has read it), its register gets no memory, and
 // memory planning keeps the input's register alive until the view's last consumer.
 //
-// A host COPY (a reshape's memcpy, a boxing copy) is the same: its output is the input's bytes
-// under the output's shape, made a view on the same conditions.
+// A COPY within one device (a reshape's memcpy, a boxing copy; on the host or a GPU) is the same:
+// its output is the input's bytes under the output's shape, made a view on the same conditions.
+// On a GPU the view's readers and the input's producer are ordered as any readers are (Note
+// [Event-gated acts]): the view holds the input until its consumers acknowledge, and an
+// acknowledgement from work queued on a stream is sent behind that work.
 //
 // A slice stays a copy when sharing could change what someone reads:
 //  - the input is persistent (a variable, updated in place by the optimizer) or some consumer of

@@ -132,6 +132,31 @@ TEST(DevicePlans, ComputeAndVariablesGoToTheGpuAndCopiesJoinThemToTheHost) {
   EXPECT_NE(compiler::plan_to_text(plan).find(" B on the GPU\n"), std::string::npos);
 }
 
+// Note [Slice views]: a reshape's COPY on the GPU hands out its input's bytes, as on the host:
+// its register takes no memory and the copy moves nothing (the simulated and real GPU runs
+// below train through such views).
+TEST(DevicePlans, ReshapesOnTheGpuAreViewsOfTheirInput) {
+  compiler::GptParallel on_gpu{1, 1, 1, 1};
+  on_gpu.device = DeviceType::kCUDA;
+  const proto::PlanProto plan =
+      compiler::compile_graph(testing::build_gpt_training(testing::tiny_gpt_config(1), on_gpu));
+  const proto::RankPlanProto& rank = plan.ranks(0);
+  int gpu_copies = 0, views = 0;
+  for (const auto& task : rank.tasks()) {
+    if (task.kind() != proto::TaskProto::COPY || task.device() != proto::PLAN_DEVICE_CUDA) {
+      continue;
+    }
+    ++gpu_copies;
+    if (!task.view()) continue;
+    ++views;
+    const proto::RegisterProto& out = find_register(rank, task.outputs(0));
+    EXPECT_EQ(out.bytes(), 0) << task.name();
+    EXPECT_EQ(out.memory_block(), -1) << task.name();
+  }
+  EXPECT_GT(gpu_copies, 0);
+  EXPECT_GT(views, gpu_copies / 2) << "of " << gpu_copies << " COPY tasks on the GPU";
+}
+
 TEST(DevicePlans, ACpuStageFeedsAGpuStageThroughHostTransfers) {
   MlpLayout layout = find_layout(testing::mlp_pipelined_layouts(), "pp2_micro4");
   layout.later_stages[0] = on_cuda(layout.later_stages[0]);
