@@ -34,8 +34,10 @@ def summarize(trace_path, title, steps):
         return
     by_name = collections.defaultdict(lambda: [0.0, 0])
     for e in kernels:
-        by_name[e["name"][:110]][0] += e["dur"]
-        by_name[e["name"][:110]][1] += 1
+        name = e["name"].replace("void ", "").replace("ofl::cuda_kernels::", "")
+        name = name.replace("(anonymous namespace)::", "")[:140]
+        by_name[name][0] += e["dur"]
+        by_name[name][1] += 1
     total = sum(v[0] for v in by_name.values())
     print(f"kernel time {total / 1e3:.2f} ms in all; by kernel (ms, count, share):")
     for name, (dur, count) in sorted(by_name.items(), key=lambda kv: -kv[1][0])[:28]:

@@ -123,7 +123,7 @@ struct SoftmaxRow {
 };
 
 // Backward: p = exp(s + mask - lse) in place (float32, for ds) and into p16 (the operand of
-// dv's product; s itself when N = C), 0 where masked, per element of the chunk.
+// dv's product; s itself when N = C), 0 where masked, per row of the chunk.
 template <class C, class N, class L>
 struct Probability {
   C* s;
@@ -132,21 +132,25 @@ struct Probability {
   MaskView<N> mask;
   bool causal;
   const L* lse;  // per query row of the whole tensor
-  __device__ void operator()(int64_t e) const {
-    const int64_t keys = rows.d.keys, r = e / keys, j = e % keys;
+  // One row per team, so that a row's (batch, head, query) is found once, not per element.
+  template <class Team>
+  __device__ void operator()(const Team& team, int64_t r) const {
     int64_t b, h, i;
     rows.locate(r, &b, &h, &i);
-    const C x =
-        j < rows.keys_of(i, causal) ? s[e] + static_cast<C>(mask.at(b, h, i, j)) : -C(INFINITY);
-    const C p =
-        x == -C(INFINITY) ? C(0) : OnlineSoftmax<C>::exp_of(x - static_cast<C>(lse[rows.row0 + r]));
-    s[e] = p;
-    store(p16, e, p);
+    const int64_t keys = rows.d.keys, last = rows.keys_of(i, causal);
+    const C row_lse = static_cast<C>(lse[rows.row0 + r]);
+    for (int64_t j = team.rank(); j < keys; j += team.size()) {
+      const int64_t e = r * keys + j;
+      const C x = j < last ? s[e] + static_cast<C>(mask.at(b, h, i, j)) : -C(INFINITY);
+      const C p = x == -C(INFINITY) ? C(0) : OnlineSoftmax<C>::exp_of(x - row_lse);
+      s[e] = p;
+      store(p16, e, p);
+    }
   }
 };
 
-// ds = p (dp - D) scale into ds (the operand of dq's and dk's products: dp itself when N = C),
-// per element of the chunk.
+// ds = p (dp - D) scale into ds (the operand of dq's and dk's products: p's buffer when N = C,
+// each element read before it is written), per row of the chunk.
 template <class C, class N, class L>
 struct ScoreGradient {
   const C* dp;
@@ -155,8 +159,12 @@ struct ScoreGradient {
   const L* dsum;  // per query row of the whole tensor
   int64_t row0, keys;
   C scale;
-  __device__ void operator()(int64_t e) const {
-    store(ds, e, p[e] * (dp[e] - static_cast<C>(dsum[row0 + e / keys])) * scale);
+  template <class Team>
+  __device__ void operator()(const Team& team, int64_t r) const {
+    const C d = static_cast<C>(dsum[row0 + r]);
+    for (int64_t e = r * keys + team.rank(); e < (r + 1) * keys; e += team.size()) {
+      store(ds, e, p[e] * (dp[e] - d) * scale);
+    }
   }
 };
 
@@ -298,15 +306,15 @@ struct AttentionGradKernel {
       const N* kg = k + key0 * d.head_dim;
       const N* vg = v + key0 * d.value_dim;
       a.product(false, true, a.group_rows, d.keys, d.head_dim, count, qg, kg, p, a.scale);
-      launch_for_each(ctx, "scaled_dot_product_attention_grad (p)", rows * d.keys,
-                      Probability<C, N, L>{p, operand.at, a.rows_from(g0), a.mask, a.causal, lse});
+      launch_rows(ctx, "scaled_dot_product_attention_grad (p)", rows, d.keys,
+                  Probability<C, N, L>{p, operand.at, a.rows_from(g0), a.mask, a.causal, lse});
       a.product(true, false, d.keys, d.value_dim, a.group_rows, count, operand.at, doutg,
                 dv + key0 * d.value_dim, 1.0);
       a.product(false, true, a.group_rows, d.keys, d.value_dim, count, doutg, vg, dp, 1.0);
       // ds in the operand's place: for N = C that is p, which ds reads element by element.
       N* ds = operand.at;
-      launch_for_each(
-          ctx, "scaled_dot_product_attention_grad (ds)", rows * d.keys,
+      launch_rows(
+          ctx, "scaled_dot_product_attention_grad (ds)", rows, d.keys,
           ScoreGradient<C, N, L>{dp, ds, p, dsum.as<L>(), row0, d.keys, static_cast<C>(a.scale)});
       a.product(false, false, a.group_rows, d.head_dim, d.keys, count, ds, kg,
                 dq + row0 * d.head_dim, 1.0);
