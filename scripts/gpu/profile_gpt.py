@@ -94,23 +94,7 @@ def main():
     os.remove(trace)
 
     import bench_cuda
-    torch.manual_seed(0)
-    model = bench_cuda.torch_gpt(c).cuda()
-    opt = torch.optim.AdamW(model.parameters(), lr=3e-4, betas=(0.9, 0.95), weight_decay=0.1,
-                            fused=True)
-    idx = torch.randint(0, 256, (c["batch_size"], c["block_size"]), device="cuda")
-    targets = torch.randint(0, 256, (c["batch_size"], c["block_size"]), device="cuda")
-    autocast = args.dtype == "bfloat16"
-
-    def step():
-        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=autocast):
-            loss = model(idx, targets)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-        return loss.item()
-
+    step = bench_cuda.torch_gpt_step(c, autocast=args.dtype == "bfloat16")
     for _ in range(3):
         step()
     trace = os.path.join(args.out, f"trace_torch_{args.dtype}.json")
