@@ -8,15 +8,21 @@ namespace ofl::cpu {
 
 namespace {
 
+// y = f(a, b) with broadcasting; f computes in compute_of<T> (Note [Native bfloat16 loops] in
+// widened.h) and its result is converted to Out.
 template <class T, class Out, class F>
 void binary_kernel(const KernelContext& ctx, F f) {
+  using C = compute_of<T>;
+  const auto g = [&f](T x, T y) {
+    return static_cast<Out>(f(static_cast<C>(x), static_cast<C>(y)));
+  };
   const T* a = ctx.in(0).data<T>();
   const T* b = ctx.in(1).data<T>();
   Out* y = ctx.out(0).data<Out>();
   const Shape& out = ctx.out(0).shape();
   if (ctx.in(0).shape() == out && ctx.in(1).shape() == out) {  // the common flat case
     parallel_for(out.numel(), kParallelGrain, [&](int64_t begin, int64_t end) {
-      for (int64_t i = begin; i < end; ++i) y[i] = f(a[i], b[i]);
+      for (int64_t i = begin; i < end; ++i) y[i] = g(a[i], b[i]);
     });
     return;
   }
@@ -27,16 +33,16 @@ void binary_kernel(const KernelContext& ctx, F f) {
                               const T* pb = b + off[1];
                               Out* py = y + o;
                               if (step[0] == 1 && step[1] == 1) {
-                                for (int64_t i = 0; i < n; ++i) py[i] = f(pa[i], pb[i]);
+                                for (int64_t i = 0; i < n; ++i) py[i] = g(pa[i], pb[i]);
                               } else if (step[0] == 1 && step[1] == 0) {
                                 const T vb = *pb;
-                                for (int64_t i = 0; i < n; ++i) py[i] = f(pa[i], vb);
+                                for (int64_t i = 0; i < n; ++i) py[i] = g(pa[i], vb);
                               } else if (step[0] == 0 && step[1] == 1) {
                                 const T va = *pa;
-                                for (int64_t i = 0; i < n; ++i) py[i] = f(va, pb[i]);
+                                for (int64_t i = 0; i < n; ++i) py[i] = g(va, pb[i]);
                               } else {
                                 for (int64_t i = 0; i < n; ++i) {
-                                  py[i] = f(pa[i * step[0]], pb[i * step[1]]);
+                                  py[i] = g(pa[i * step[0]], pb[i * step[1]]);
                                 }
                               }
                             });
@@ -45,25 +51,25 @@ void binary_kernel(const KernelContext& ctx, F f) {
 template <class T>
 struct AddKernel {
   static void run(const KernelContext& ctx) {
-    binary_kernel<T, T>(ctx, [](T x, T y) { return static_cast<T>(x + y); });
+    binary_kernel<T, T>(ctx, [](auto x, auto y) { return x + y; });
   }
 };
 template <class T>
 struct SubKernel {
   static void run(const KernelContext& ctx) {
-    binary_kernel<T, T>(ctx, [](T x, T y) { return static_cast<T>(x - y); });
+    binary_kernel<T, T>(ctx, [](auto x, auto y) { return x - y; });
   }
 };
 template <class T>
 struct MulKernel {
   static void run(const KernelContext& ctx) {
-    binary_kernel<T, T>(ctx, [](T x, T y) { return static_cast<T>(x * y); });
+    binary_kernel<T, T>(ctx, [](auto x, auto y) { return x * y; });
   }
 };
 template <class T>
 struct DivKernel {
   static void run(const KernelContext& ctx) {
-    binary_kernel<T, T>(ctx, [](T x, T y) { return static_cast<T>(x / y); });
+    binary_kernel<T, T>(ctx, [](auto x, auto y) { return x / y; });
   }
 };
 template <class T>
@@ -87,19 +93,20 @@ struct LessKernel {
 
 }  // namespace
 
-OFL_REGISTER_KERNEL("add", kCPU, AddKernel, float, double, int8_t, int32_t, int64_t);
-OFL_REGISTER_KERNEL("sub", kCPU, SubKernel, float, double, int8_t, int32_t, int64_t);
-OFL_REGISTER_KERNEL("mul", kCPU, MulKernel, float, double, int8_t, int32_t, int64_t);
-OFL_REGISTER_KERNEL("div", kCPU, DivKernel, float, double);
+OFL_REGISTER_KERNEL("add", kCPU, AddKernel, float, double, int8_t, int32_t, int64_t, bfloat16);
+OFL_REGISTER_KERNEL("sub", kCPU, SubKernel, float, double, int8_t, int32_t, int64_t, bfloat16);
+OFL_REGISTER_KERNEL("mul", kCPU, MulKernel, float, double, int8_t, int32_t, int64_t, bfloat16);
+OFL_REGISTER_KERNEL("div", kCPU, DivKernel, float, double, bfloat16);
 OFL_REGISTER_KERNEL("equal", kCPU, EqualKernel, float, double, int8_t, int32_t, int64_t, bool);
 OFL_REGISTER_KERNEL("greater", kCPU, GreaterKernel, float, double, int8_t, int32_t, int64_t);
 OFL_REGISTER_KERNEL("less", kCPU, LessKernel, float, double, int8_t, int32_t, int64_t);
 
-// float16 and bfloat16 through the float32 kernels (Note [Widened kernels] in widened.h).
-OFL_REGISTER_WIDENED_KERNEL("add", AddKernel);
-OFL_REGISTER_WIDENED_KERNEL("sub", SubKernel);
-OFL_REGISTER_WIDENED_KERNEL("mul", MulKernel);
-OFL_REGISTER_WIDENED_KERNEL("div", DivKernel);
+// float16 and bfloat16 through the float32 kernels (Note [Widened kernels] in widened.h); the
+// arithmetic ops have native bfloat16 loops (Note [Native bfloat16 loops]).
+OFL_REGISTER_WIDENED_FLOAT16_KERNEL("add", AddKernel);
+OFL_REGISTER_WIDENED_FLOAT16_KERNEL("sub", SubKernel);
+OFL_REGISTER_WIDENED_FLOAT16_KERNEL("mul", MulKernel);
+OFL_REGISTER_WIDENED_FLOAT16_KERNEL("div", DivKernel);
 OFL_REGISTER_WIDENED_KERNEL("equal", EqualKernel);
 OFL_REGISTER_WIDENED_KERNEL("greater", GreaterKernel);
 OFL_REGISTER_WIDENED_KERNEL("less", LessKernel);

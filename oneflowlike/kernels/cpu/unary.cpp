@@ -20,14 +20,17 @@ namespace {
 // Transcendental functions cost ~10x an add, so they pay for a thread sooner.
 constexpr int64_t kTranscendentalGrain = kParallelGrain / 8;
 
-// out[i] = f(a[i], dy[i]) for the backward ops.
+// out[i] = f(a[i], dy[i]) for the backward ops, f computing in compute_of<T>.
 template <class T, class F>
 void backward_kernel(const KernelContext& ctx, int64_t grain, F f) {
+  using C = compute_of<T>;
   const T* a = ctx.in(0).data<T>();
   const T* dy = ctx.in(1).data<T>();
   T* dx = ctx.out(0).data<T>();
   parallel_for(ctx.out(0).numel(), grain, [&](int64_t begin, int64_t end) {
-    for (int64_t i = begin; i < end; ++i) dx[i] = f(a[i], dy[i]);
+    for (int64_t i = begin; i < end; ++i) {
+      dx[i] = static_cast<T>(f(static_cast<C>(a[i]), static_cast<C>(dy[i])));
+    }
   });
 }
 
@@ -88,7 +91,7 @@ struct SigmoidKernel {
 template <class T>
 struct SiluKernel {
   static void run(const KernelContext& ctx) {
-    unary_kernel<T>(ctx, kTranscendentalGrain, [](T x) { return unary_fn::silu(x); });
+    unary_kernel<T>(ctx, kTranscendentalGrain, [](auto x) { return unary_fn::silu(x); });
   }
 };
 
@@ -103,9 +106,9 @@ template <class T>
 struct GeluKernel {
   static void run(const KernelContext& ctx) {
     if (gelu_is_tanh(ctx)) {
-      unary_kernel<T>(ctx, kTranscendentalGrain, [](T x) { return unary_fn::gelu_tanh(x); });
+      unary_kernel<T>(ctx, kTranscendentalGrain, [](auto x) { return unary_fn::gelu_tanh(x); });
     } else {
-      unary_kernel<T>(ctx, kTranscendentalGrain, [](T x) { return unary_fn::gelu(x); });
+      unary_kernel<T>(ctx, kTranscendentalGrain, [](auto x) { return unary_fn::gelu(x); });
     }
   }
 };
@@ -140,7 +143,7 @@ template <class T>
 struct SiluGradKernel {
   static void run(const KernelContext& ctx) {
     backward_kernel<T>(ctx, kTranscendentalGrain,
-                       [](T x, T dy) { return unary_fn::silu_grad(x, dy); });
+                       [](auto x, auto dy) { return unary_fn::silu_grad(x, dy); });
   }
 };
 
@@ -148,12 +151,13 @@ template <class T>
 struct GeluGradKernel {
   static void run(const KernelContext& ctx) {
     if (gelu_is_tanh(ctx)) {
-      backward_kernel<T>(ctx, kTranscendentalGrain, [](T x, T dy) {
+      backward_kernel<T>(ctx, kTranscendentalGrain, [](auto x, auto dy) {
         return unary_math::gelu_tanh_grad<unary_fn::VecMath>(x, dy);
       });
     } else {
-      backward_kernel<T>(ctx, kTranscendentalGrain,
-                         [](T x, T dy) { return unary_math::gelu_grad<unary_fn::VecMath>(x, dy); });
+      backward_kernel<T>(ctx, kTranscendentalGrain, [](auto x, auto dy) {
+        return unary_math::gelu_grad<unary_fn::VecMath>(x, dy);
+      });
     }
   }
 };
@@ -169,16 +173,17 @@ OFL_REGISTER_KERNEL("rsqrt", kCPU, RsqrtKernel, float, double);
 OFL_REGISTER_KERNEL("tanh", kCPU, TanhKernel, float, double);
 OFL_REGISTER_KERNEL("relu", kCPU, ReluKernel, float, double);
 OFL_REGISTER_KERNEL("sigmoid", kCPU, SigmoidKernel, float, double);
-OFL_REGISTER_KERNEL("gelu", kCPU, GeluKernel, float, double);
-OFL_REGISTER_KERNEL("silu", kCPU, SiluKernel, float, double);
+OFL_REGISTER_KERNEL("gelu", kCPU, GeluKernel, float, double, bfloat16);
+OFL_REGISTER_KERNEL("silu", kCPU, SiluKernel, float, double, bfloat16);
 OFL_REGISTER_KERNEL("tanh_grad", kCPU, TanhGradKernel, float, double);
 OFL_REGISTER_KERNEL("sigmoid_grad", kCPU, SigmoidGradKernel, float, double);
 OFL_REGISTER_KERNEL("relu_grad", kCPU, ReluGradKernel, float, double);
 OFL_REGISTER_KERNEL("abs_grad", kCPU, AbsGradKernel, float, double);
-OFL_REGISTER_KERNEL("gelu_grad", kCPU, GeluGradKernel, float, double);
-OFL_REGISTER_KERNEL("silu_grad", kCPU, SiluGradKernel, float, double);
+OFL_REGISTER_KERNEL("gelu_grad", kCPU, GeluGradKernel, float, double, bfloat16);
+OFL_REGISTER_KERNEL("silu_grad", kCPU, SiluGradKernel, float, double, bfloat16);
 
-// float16 and bfloat16 through the float32 kernels (Note [Widened kernels] in widened.h).
+// float16 and bfloat16 through the float32 kernels (Note [Widened kernels] in widened.h); gelu,
+// silu and their gradients have native bfloat16 loops (Note [Native bfloat16 loops]).
 OFL_REGISTER_WIDENED_KERNEL("neg", NegKernel);
 OFL_REGISTER_WIDENED_KERNEL("abs", AbsKernel);
 OFL_REGISTER_WIDENED_KERNEL("exp", ExpKernel);
@@ -188,13 +193,13 @@ OFL_REGISTER_WIDENED_KERNEL("rsqrt", RsqrtKernel);
 OFL_REGISTER_WIDENED_KERNEL("tanh", TanhKernel);
 OFL_REGISTER_WIDENED_KERNEL("relu", ReluKernel);
 OFL_REGISTER_WIDENED_KERNEL("sigmoid", SigmoidKernel);
-OFL_REGISTER_WIDENED_KERNEL("gelu", GeluKernel);
-OFL_REGISTER_WIDENED_KERNEL("silu", SiluKernel);
+OFL_REGISTER_WIDENED_FLOAT16_KERNEL("gelu", GeluKernel);
+OFL_REGISTER_WIDENED_FLOAT16_KERNEL("silu", SiluKernel);
 OFL_REGISTER_WIDENED_KERNEL("tanh_grad", TanhGradKernel);
 OFL_REGISTER_WIDENED_KERNEL("sigmoid_grad", SigmoidGradKernel);
 OFL_REGISTER_WIDENED_KERNEL("relu_grad", ReluGradKernel);
 OFL_REGISTER_WIDENED_KERNEL("abs_grad", AbsGradKernel);
-OFL_REGISTER_WIDENED_KERNEL("gelu_grad", GeluGradKernel);
-OFL_REGISTER_WIDENED_KERNEL("silu_grad", SiluGradKernel);
+OFL_REGISTER_WIDENED_FLOAT16_KERNEL("gelu_grad", GeluGradKernel);
+OFL_REGISTER_WIDENED_FLOAT16_KERNEL("silu_grad", SiluGradKernel);
 
 }  // namespace ofl::cpu

@@ -8,18 +8,21 @@
 
 #include "oneflowlike/common/parallel.h"
 #include "oneflowlike/kernels/cpu/vec_math.h"
+#include "oneflowlike/kernels/cpu/widened.h"
 #include "oneflowlike/kernels/unary_math.h"
 #include "oneflowlike/op.h"
 
 namespace ofl::cpu {
 
-/// y[i] = f(x[i]) over input 0 and output 0, split over the cores when large.
+/// y[i] = f(x[i]) over input 0 and output 0, split over the cores when large; f computes in
+/// compute_of<T> (Note [Native bfloat16 loops] in widened.h).
 template <class T, class F>
 void unary_kernel(const KernelContext& ctx, int64_t grain, F f) {
+  using C = compute_of<T>;
   const T* x = ctx.in(0).data<T>();
   T* y = ctx.out(0).data<T>();
   parallel_for(ctx.out(0).numel(), grain, [&](int64_t begin, int64_t end) {
-    for (int64_t i = begin; i < end; ++i) y[i] = f(x[i]);
+    for (int64_t i = begin; i < end; ++i) y[i] = static_cast<T>(f(static_cast<C>(x[i])));
   });
 }
 
