@@ -340,12 +340,13 @@ void PlanIndex::check_task(int index) {
                 who, " must write the ", op.output_names().size(), " outputs of '", op.name(),
                 "'. However, got ", task.outputs.size(), ".");
       task.params = params_from_proto(op, p.params());
-      const int* dtype_from = op.get<TKernelDtypeFrom>();
-      const int which = dtype_from ? *dtype_from : 0;
       OFL_CHECK(!task.inputs.empty() || !task.outputs.empty(), kTag, who,
                 " must read or write a register.");
-      const DataType dtype = (which < 0 || task.inputs.empty()) ? reg(task.outputs.at(0)).dtype
-                                                                : reg(task.inputs.at(which)).dtype;
+      std::vector<DataType> input_dtypes;
+      for (int64_t id : task.inputs) input_dtypes.push_back(reg(id).dtype);
+      const DataType dtype = op.kernel_dtype(
+          input_dtypes, task.outputs.empty() ? std::nullopt
+                                             : std::optional<DataType>(reg(task.outputs[0]).dtype));
       const DeviceType device = p.device() == proto::PLAN_DEVICE_CUDA && !cpu_kernels_
                                     ? DeviceType::kCUDA
                                     : DeviceType::kCPU;

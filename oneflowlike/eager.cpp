@@ -77,10 +77,11 @@ std::vector<Tensor> apply_op(const OpSchema& op, const AnyParams& params,
   } else {
     for (const TensorMeta& m : out_metas)
       outputs.push_back(Tensor::empty(m.shape, m.dtype, device));
-    const int* dtype_from = op.get<TKernelDtypeFrom>();
-    const int which = dtype_from ? *dtype_from : 0;
-    const DataType kernel_dtype =
-        (which < 0 || inputs.empty()) ? out_metas.at(0).dtype : inputs.at(which).dtype();
+    std::vector<DataType> input_dtypes;
+    for (const Tensor& t : inputs) input_dtypes.push_back(t.dtype());
+    const DataType kernel_dtype = op.kernel_dtype(
+        input_dtypes,
+        out_metas.empty() ? std::nullopt : std::optional<DataType>(out_metas[0].dtype));
     KernelFn kernel = op.find_kernel(device.type, kernel_dtype);
     OFL_CHECK_TYPE(kernel != nullptr, "[", op.name(), "] has no ", device_type_name(device.type),
                    " kernel for dtype ", dtype_name(kernel_dtype), " (kernels exist for ",

@@ -27,6 +27,16 @@ KernelFn OpSchema::find_kernel(DeviceType device, DataType dtype) const {
   return kernels_[static_cast<int>(device)][static_cast<int>(dtype)];
 }
 
+DataType OpSchema::kernel_dtype(const std::vector<DataType>& inputs,
+                                std::optional<DataType> output0) const {
+  const int* from = get<TKernelDtypeFrom>();
+  const int which = from != nullptr ? *from : 0;
+  if (which >= 0 && !inputs.empty()) return inputs.at(which);
+  OFL_CHECK(output0.has_value(), "[", name_,
+            "] picks its kernel by its output's dtype, but has no output.");
+  return *output0;
+}
+
 std::string OpSchema::kernel_dtypes(DeviceType device) const {
   std::string s;
   for (int d = 0; d < kNumDataTypes; ++d) {

@@ -19,6 +19,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <typeindex>
@@ -250,6 +251,9 @@ class OpSchema {
   void add_kernel(DeviceType device, DataType dtype, KernelFn fn);
   /// The kernel, or nullptr.
   KernelFn find_kernel(DeviceType device, DataType dtype) const;
+  /// The dtype that picks the kernel (TKernelDtypeFrom): input 0's by default, output 0's for
+  /// -1 or an op without inputs (raises when that is asked of an op without outputs).
+  DataType kernel_dtype(const std::vector<DataType>& inputs, std::optional<DataType> output0) const;
   /// Names of the dtypes with a kernel on `device`, for messages: "float32, float64".
   std::string kernel_dtypes(DeviceType device) const;
 

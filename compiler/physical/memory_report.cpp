@@ -8,6 +8,7 @@
 
 #include "compiler/physical/memory_planning.h"
 #include "oneflowlike/common/id_index.h"
+#include "oneflowlike/kernels/cpu/widened.h"
 #include "oneflowlike/op.h"
 #include "oneflowlike/proto_convert.h"
 
@@ -52,6 +53,43 @@ int64_t workspace_of(const proto::TaskProto& task, const IdIndex& registers,
       (*temp)(InferContext(op, params_from_proto(op, task.params()), metas)));
 }
 
+// The float32 copies a host compute task's Widened kernel (a 16-bit op without a native loop)
+// takes in its thread's arena (Note [Widening arena] in kernels/cpu/widened.h); 0 otherwise.
+int64_t widening_of(const proto::TaskProto& task, const IdIndex& registers,
+                    const proto::RankPlanProto& rank_plan) {
+  if (task.kind() != proto::TaskProto::COMPUTE || task.device() != proto::PLAN_DEVICE_CPU) {
+    return 0;
+  }
+  const OpSchema& op = OpRegistry::global().find(task.op_type());
+  std::vector<const proto::RegisterProto*> ins, outs;
+  for (int64_t id : task.inputs()) {
+    const int r = registers.find(id);
+    if (r < 0) return 0;
+    ins.push_back(&rank_plan.registers(r));
+  }
+  for (int64_t id : task.outputs()) {
+    const int r = registers.find(id);
+    if (r < 0) return 0;
+    outs.push_back(&rank_plan.registers(r));
+  }
+  if (ins.empty() && outs.empty()) return 0;
+  std::vector<DataType> input_dtypes;
+  for (const auto* reg : ins) input_dtypes.push_back(dtype_from_name(reg->dtype()));
+  const DataType dtype = op.kernel_dtype(
+      input_dtypes,
+      outs.empty() ? std::nullopt : std::optional<DataType>(dtype_from_name(outs[0]->dtype())));
+  if (dtype != DataType::kFloat16 && dtype != DataType::kBFloat16) return 0;
+  if (!cpu::is_widened_kernel(op.find_kernel(DeviceType::kCPU, dtype))) return 0;
+  std::vector<Shape> shapes;
+  for (const auto* reg : ins) {
+    if (dtype_from_name(reg->dtype()) == dtype) shapes.push_back(from_proto(reg->shape()));
+  }
+  for (const auto* reg : outs) {
+    if (dtype_from_name(reg->dtype()) == dtype) shapes.push_back(from_proto(reg->shape()));
+  }
+  return cpu::widening_bytes(shapes);
+}
+
 RankMemoryReport report_rank(const proto::RankPlanProto& rank_plan,
                              const std::map<std::string, std::string>& kinds) {
   RankMemoryReport out;
@@ -66,11 +104,14 @@ RankMemoryReport report_rank(const proto::RankPlanProto& rank_plan,
 
   // The chain: thread-0 tasks in plan order (memory planning's order).
   std::vector<int> chain;  // task positions
+  int64_t widening = 0;    // the largest call's copies: the compute thread's arena
   for (int i = 0; i < rank_plan.tasks_size(); ++i) {
     if (rank_plan.tasks(i).thread() != 0) continue;
     chain.push_back(i);
     out.workspace += workspace_of(rank_plan.tasks(i), registers, rank_plan);
+    widening = std::max(widening, widening_of(rank_plan.tasks(i), registers, rank_plan));
   }
+  out.workspace += widening;
 
   // Each register's kind, in plan order so that a boxing task sees its input's kind first.
   std::vector<std::string> kind(rank_plan.registers_size());

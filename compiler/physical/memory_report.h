@@ -10,7 +10,9 @@
 // memory planning fixes, Note [Memory reuse and the chain]): registers live from their
 // producer's chain position to their last consumer's, and those outside the chain
 // (persistent, pipelined, communication-thread ones) all the time. Kernel workspace (FTempBytes,
-// which each compute actor keeps for the job) is summed over the rank's tasks. The planned peak
+// which each compute actor keeps for the job) is summed over the rank's tasks, plus the largest
+// float32 copies of a host 16-bit task without a native kernel, which its thread keeps (Note
+// [Widening arena] in oneflowlike/kernels/cpu/widened.h). The planned peak
 // (blocks as laid out, so it also counts fragmentation) is reported beside the live peak.
 
 #include <cstdint>

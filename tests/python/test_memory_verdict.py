@@ -52,6 +52,25 @@ def test_the_report_counts_parameters_and_adam_state_by_kind():
     assert str(report).startswith("rank 0: planned peak ")
 
 
+def test_the_widening_arena_of_a_bfloat16_host_graph_is_kernel_workspace():
+    # Note [Widening arena]: a host 16-bit op without a native loop (relu here) computes on
+    # float32 copies its thread keeps; the report counts the largest call's copies (relu's
+    # gradient: y, dy and dx, 32 x 256 each) as workspace, and float32 graphs have none.
+    def workspace(amp):
+        flow.manual_seed(0)
+        model = nn.Sequential(nn.Linear(64, 256, bias=False), nn.ReLU(),
+                              nn.Linear(256, 10, bias=False))
+        graph = _Train(model)
+        if amp:
+            graph.config.enable_amp(True, dtype=flow.bfloat16)
+        graph(*_batch())
+        return graph.memory_report()[0]["workspace"], graph.workspace_bytes()
+
+    assert workspace(False) == (0, 0)
+    report, plan = workspace(True)
+    assert report == plan == 3 * 32 * 256 * 4
+
+
 def test_a_plan_over_the_limit_is_refused_before_it_runs_naming_what_fills_it():
     graph = _Train(_model(), limit="64KiB")
     with pytest.raises(MemoryError) as error:

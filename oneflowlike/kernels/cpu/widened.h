@@ -28,12 +28,19 @@ namespace ofl::cpu {
 // same thread (none today) take fresh tensors instead, so a thread keeps at most that much.
 class WideningArena {
  public:
-  /// Float32 tensors of `shapes`, valid until the arena is released.
-  explicit WideningArena(const std::vector<Shape>& shapes) {
-    constexpr int64_t kAlign = 16;  // floats: 64 bytes
+  static constexpr int64_t kAlign = 16;  // floats: 64 bytes
+  static constexpr int64_t kMaxKeptBytes = int64_t{256} << 20;
+
+  /// The floats the copies of tensors of `shapes` take, each piece 64-byte aligned.
+  static int64_t floats_for(const std::vector<Shape>& shapes) {
     int64_t total = 0;
     for (const Shape& s : shapes) total += (s.numel() + kAlign - 1) / kAlign * kAlign;
-    constexpr int64_t kMaxKeptBytes = int64_t{256} << 20;
+    return total;
+  }
+
+  /// Float32 tensors of `shapes`, valid until the arena is released.
+  explicit WideningArena(const std::vector<Shape>& shapes) {
+    const int64_t total = floats_for(shapes);
     thread_local Tensor buffer;
     thread_local bool busy = false;
     owner_ = !busy && total * int64_t{sizeof(float)} <= kMaxKeptBytes;
@@ -66,6 +73,13 @@ class WideningArena {
   bool* busy_ = nullptr;
   std::vector<Tensor> pieces_;
 };
+
+/// Whether `kernel` is a Widened one (registered by the macros below), and the bytes of the
+/// float32 copies such a kernel makes for a call whose 16-bit tensors have `shapes`: what the
+/// memory report counts as the thread's widening arena (Note [Widening arena]).
+bool is_widened_kernel(KernelFn kernel);
+void note_widened_kernel(KernelFn kernel);
+int64_t widening_bytes(const std::vector<Shape>& shapes);
 
 template <class T, template <class> class Kernel>
 struct Widened {
@@ -144,12 +158,14 @@ using compute_of = std::conditional_t<std::is_same_v<T, bfloat16>, float, T>;
   }()
 
 /// Registers Widened<float16, Kernel> and Widened<bfloat16, Kernel> for op `name` on the CPU.
-#define OFL_REGISTER_WIDENED_KERNEL(name, Kernel)                                 \
-  [[maybe_unused]] static const bool OFL_CONCAT(ofl_widened_, __COUNTER__) = [] { \
-    ::ofl::OpSchema& op = ::ofl::OpRegistry::global().get_or_create(name);        \
-    op.add_kernel(::ofl::DeviceType::kCPU, ::ofl::DataType::kFloat16,             \
-                  &::ofl::cpu::Widened<::ofl::float16, Kernel>::run);             \
-    op.add_kernel(::ofl::DeviceType::kCPU, ::ofl::DataType::kBFloat16,            \
-                  &::ofl::cpu::Widened<::ofl::bfloat16, Kernel>::run);            \
-    return true;                                                                  \
+#define OFL_REGISTER_WIDENED_KERNEL(name, Kernel)                                        \
+  [[maybe_unused]] static const bool OFL_CONCAT(ofl_widened_, __COUNTER__) = [] {        \
+    ::ofl::OpSchema& op = ::ofl::OpRegistry::global().get_or_create(name);               \
+    op.add_kernel(::ofl::DeviceType::kCPU, ::ofl::DataType::kFloat16,                    \
+                  &::ofl::cpu::Widened<::ofl::float16, Kernel>::run);                    \
+    op.add_kernel(::ofl::DeviceType::kCPU, ::ofl::DataType::kBFloat16,                   \
+                  &::ofl::cpu::Widened<::ofl::bfloat16, Kernel>::run);                   \
+    ::ofl::cpu::note_widened_kernel(&::ofl::cpu::Widened<::ofl::float16, Kernel>::run);  \
+    ::ofl::cpu::note_widened_kernel(&::ofl::cpu::Widened<::ofl::bfloat16, Kernel>::run); \
+    return true;                                                                         \
   }()
