@@ -16,9 +16,8 @@ std::vector<DataType> autocast_dtypes(const OpSchema& op, const std::vector<Tens
   return amp_input_dtypes(op, std::move(dtypes), autocast_dtype());
 }
 
-bool autocasts(const OpSchema& op, const std::vector<Tensor>& inputs) {
-  if (autocast_dtype() == DataType::kFloat32) return false;
-  const std::vector<DataType> dtypes = autocast_dtypes(op, inputs);
+// Whether an input of `op` takes another dtype than it has (`dtypes`, from autocast_dtypes).
+bool autocasts(const std::vector<Tensor>& inputs, const std::vector<DataType>& dtypes) {
   for (size_t k = 0; k < inputs.size(); ++k) {
     if (inputs[k].defined() && inputs[k].dtype() != dtypes[k]) return true;
   }
@@ -26,9 +25,9 @@ bool autocasts(const OpSchema& op, const std::vector<Tensor>& inputs) {
 }
 
 std::vector<Tensor> apply_autocast(const OpSchema& op, const AnyParams& params,
-                                   const std::vector<Tensor>& inputs) {
+                                   const std::vector<Tensor>& inputs,
+                                   const std::vector<DataType>& dtypes) {
   static const OpSchema& cast = OpRegistry::global().find("cast");
-  const std::vector<DataType> dtypes = autocast_dtypes(op, inputs);
   const AutocastScope off(DataType::kFloat32);
   std::vector<Tensor> cast_inputs;
   for (size_t k = 0; k < inputs.size(); ++k) {
@@ -48,7 +47,10 @@ std::vector<Tensor> apply_op(const OpSchema& op, const AnyParams& params,
 
 std::vector<Tensor> apply_op(const OpSchema& op, const AnyParams& params,
                              const std::vector<Tensor>& inputs, const Device& device_if_no_inputs) {
-  if (autocasts(op, inputs)) return apply_autocast(op, params, inputs);
+  if (autocast_dtype() != DataType::kFloat32) {
+    const std::vector<DataType> dtypes = autocast_dtypes(op, inputs);
+    if (autocasts(inputs, dtypes)) return apply_autocast(op, params, inputs, dtypes);
+  }
   if (OpTracer* tracer = current_op_tracer()) {
     OFL_CHECK_CODE(!inputs.empty() || device_if_no_inputs == Device::cpu(),
                    ErrorCode::kUnimplemented, "[", op.name(),

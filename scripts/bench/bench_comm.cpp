@@ -31,6 +31,7 @@
 #include <cstring>
 #include <map>
 #include <thread>
+#include <vector>
 
 #include "actor/collective_engine.h"
 #include "actor/runtime.h"
@@ -208,6 +209,25 @@ double best_memcpy_ms(size_t bytes) {
 }
 
 // One collective of `input` into `output` on the engine, from launch to done.
+// The best time of each of `algorithms` at `bytes`: rounds of one run each, alternating, after
+// a warm-up round; 50 rounds up to 1 MiB, 10 up to 16 MiB, 5 above. The first algorithm runs at
+// every size, the others only up to 1 MiB. `once(algorithm)` times one run and checks it.
+template <class Once>
+std::map<proto::CollectiveProto::Algorithm, double> best_of_rounds(
+    int64_t bytes, const std::vector<proto::CollectiveProto::Algorithm>& algorithms, Once once) {
+  const int repeats = bytes <= (1 << 20) ? 50 : bytes <= (16 << 20) ? 10 : 5;
+  std::map<proto::CollectiveProto::Algorithm, double> best_of;
+  for (int i = 0; i < repeats + 1; ++i) {
+    for (size_t a = 0; a < algorithms.size(); ++a) {
+      if (a > 0 && bytes > (1 << 20)) continue;
+      const double ms = once(algorithms[a]);
+      if (!best_of.count(algorithms[a])) best_of[algorithms[a]] = 1e30;
+      if (i > 0) best_of[algorithms[a]] = std::min(best_of[algorithms[a]], ms);
+    }
+  }
+  return best_of;
+}
+
 double time_collective(actor::CollectiveEngine& engine, actor::ActStream& stream,
                        comm::Transport& t, const actor::CollectiveSpec& spec, const Tensor& input,
                        const Tensor& output, actor::CollectiveScratch* scratch) {
@@ -268,23 +288,18 @@ void allreduce(const std::shared_ptr<comm::UcxTransport>& t, int64_t megabytes) 
     Tensor in = Tensor::empty(Shape{elements}, DataType::kFloat32);
     std::fill(in.data<float>(), in.data<float>() + elements, 1.0f);
     Tensor out = Tensor::empty(Shape{elements}, DataType::kFloat32);
-    const int repeats = bytes <= (1 << 20) ? 50 : bytes <= (16 << 20) ? 10 : 5;
-    // Both algorithms, alternating, up to 1 MiB (Note [Recursive doubling]); the ring above.
-    std::map<proto::CollectiveProto::Algorithm, double> best_of;
+    // Both algorithms up to 1 MiB (Note [Recursive doubling]); the ring above.
     const bool both = bytes <= (1 << 20);
-    for (int i = 0; i < repeats + 1; ++i) {
-      for (auto algorithm :
-           {proto::CollectiveProto::RING, proto::CollectiveProto::RECURSIVE_DOUBLING}) {
-        if (algorithm != proto::CollectiveProto::RING && !both) continue;
-        spec.algorithm = algorithm;
-        t->barrier();
-        const double ms = time_collective(engine, *stream, *t, spec, in, out, &scratch);
-        if (!best_of.count(algorithm)) best_of[algorithm] = 1e30;
-        if (i > 0) best_of[algorithm] = std::min(best_of[algorithm], ms);  // the first warms up
-        OFL_CHECK(out.data<float>()[elements - 1] == static_cast<float>(n), "[bench_comm] the ",
-                  "all-reduce must give ", n, ". However, got ", out.data<float>()[elements - 1]);
-      }
-    }
+    const auto best_of = best_of_rounds(
+        bytes, {proto::CollectiveProto::RING, proto::CollectiveProto::RECURSIVE_DOUBLING},
+        [&](proto::CollectiveProto::Algorithm algorithm) {
+          spec.algorithm = algorithm;
+          t->barrier();
+          const double ms = time_collective(engine, *stream, *t, spec, in, out, &scratch);
+          OFL_CHECK(out.data<float>()[elements - 1] == static_cast<float>(n), "[bench_comm] the ",
+                    "all-reduce must give ", n, ". However, got ", out.data<float>()[elements - 1]);
+          return ms;
+        });
     const double best =
         best_of.at(collective_algorithm(proto::CollectiveProto::ALL_REDUCE, bytes, n));
     const size_t received = static_cast<size_t>(2.0 * (n - 1) / n * bytes);
@@ -341,24 +356,20 @@ void broadcast(const std::shared_ptr<comm::UcxTransport>& t, int64_t megabytes) 
       std::fill(in.data<float>(), in.data<float>() + elements, 3.0f);
     }
     Tensor out = Tensor::empty(Shape{elements}, DataType::kFloat32);
-    const int repeats = bytes <= (1 << 20) ? 50 : bytes <= (16 << 20) ? 10 : 5;
-    std::map<proto::CollectiveProto::Algorithm, double> best_of;
     const bool both = bytes <= (1 << 20);
-    for (int i = 0; i < repeats + 1; ++i) {
-      for (auto algorithm : {proto::CollectiveProto::RING, proto::CollectiveProto::TREE}) {
-        if (algorithm != proto::CollectiveProto::RING && !both) continue;
-        spec.algorithm = algorithm;
-        std::fill(out.data<float>(), out.data<float>() + elements, 0.0f);
-        t->barrier();
-        // Until the last member has it: each member's own time, the largest at rank 0.
-        const double ms =
-            slowest(*t, time_collective(engine, *stream, *t, spec, in, out, &scratch));
-        if (!best_of.count(algorithm)) best_of[algorithm] = 1e30;
-        if (i > 0) best_of[algorithm] = std::min(best_of[algorithm], ms);
-        OFL_CHECK(out.data<float>()[elements - 1] == 3.0f, "[bench_comm] the broadcast must ",
-                  "give 3. However, got ", out.data<float>()[elements - 1]);
-      }
-    }
+    const auto best_of = best_of_rounds(
+        bytes, {proto::CollectiveProto::RING, proto::CollectiveProto::TREE},
+        [&](proto::CollectiveProto::Algorithm algorithm) {
+          spec.algorithm = algorithm;
+          std::fill(out.data<float>(), out.data<float>() + elements, 0.0f);
+          t->barrier();
+          // Until the last member has it: each member's own time, the largest at rank 0.
+          const double ms =
+              slowest(*t, time_collective(engine, *stream, *t, spec, in, out, &scratch));
+          OFL_CHECK(out.data<float>()[elements - 1] == 3.0f, "[bench_comm] the broadcast must ",
+                    "give 3. However, got ", out.data<float>()[elements - 1]);
+          return ms;
+        });
     const double best =
         best_of.at(collective_algorithm(proto::CollectiveProto::BROADCAST, bytes, n));
     const double memcpy_ms = best_memcpy_ms(static_cast<size_t>(bytes));
