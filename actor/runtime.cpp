@@ -11,6 +11,7 @@
 #include "actor/actor_kinds.h"
 #include "actor/pieces.h"
 #include "actor/runtime_internal.h"
+#include "oneflowlike/common/parallel.h"
 
 namespace ofl::actor {
 
@@ -217,6 +218,9 @@ std::vector<std::pair<int, Tensor>> Runtime::run_iteration(
   running.emplace(this);
   inputs_ = inputs != nullptr ? inputs : &kNoInputs;
   input_pieces_ = pieces;
+  // The caller only waits from here: its kernel threads would throttle the compute threads'
+  // ones (Note [One OpenMP pool at a time]). In deterministic mode the caller runs the kernels.
+  if (!options_.deterministic && thread_kernel_threads_ != 1) release_kernel_threads();
   for (Actor* tick : ticks_) {
     deliver(ActorMessage::register_ready({kCallerActor, tick->rank()}, {tick->id(), tick->rank()},
                                          kRunRegisterBase + tick->rank(), /*slot=*/0, iteration_));

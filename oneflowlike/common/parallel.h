@@ -36,6 +36,24 @@ void parallel_for(int64_t n, int64_t grain, F&& fn) {
   }
 }
 
+// Note [One OpenMP pool at a time]: libgomp keeps a pool of worker threads per thread that
+// starts a parallel region, and a worker between regions spins for a few milliseconds before it
+// sleeps on a futex, unless the process holds more pool threads than it has cores; then every
+// worker spins only about a hundred times (libgomp's "throttled" spin). The Python thread builds
+// the model with eager kernels (a pool of its own), then waits while the runtime's compute thread
+// runs the step (a second pool): on two cores that is one pool thread too many, each worker
+// sleeps between two kernels, and every parallel region waits for a wake-up (about 45 us on this
+// VM, MACHINE.md). Measured on the bf16 GPT step at 2 threads, it made the short kernels (casts,
+// transposes, small reductions) slower than on one thread, 15 ms of a 160 ms step. So a thread
+// gives its pool back before it waits for work that other threads do.
+
+/// Releases the calling thread's OpenMP worker threads (its next parallel region starts new
+/// ones); a no-op where it has none or is inside a parallel region.
+inline void release_kernel_threads() {
+  if (omp_in_parallel()) return;
+  omp_pause_resource(omp_pause_soft, omp_get_initial_device());
+}
+
 /// Calls fn(i) for every i in [0, n), spread over the threads, each i a sizeable piece of work
 /// of its own (a rank of a plan). What fn(i) writes must be its own. The first exception fn
 /// throws (by i's order of being run) reaches the caller after every started call has ended;

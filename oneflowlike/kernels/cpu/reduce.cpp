@@ -5,9 +5,11 @@
 
 #include "oneflowlike/ops/reduce.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <type_traits>
+#include <vector>
 
 #include "oneflowlike/common/parallel.h"
 #include "oneflowlike/kernels/cpu/widened.h"
@@ -68,6 +70,55 @@ struct Reducer {
   }
 };
 
+// Note [Blocked sums]: a sum of floats along a row goes in blocks of kSumBlock elements, each
+// block summed in kSumLanes interleaved double accumulators (a chain of one add per element
+// neither vectorises nor keeps the adder busy), the block sums then added in order. The blocks
+// run in parallel, so one long row (a gradient's sum of squares for clipping) uses every thread.
+// The order of the additions depends only on the row's length, never on the thread count: a sum
+// is the same whichever threads computed it.
+constexpr int64_t kSumBlock = 16384;
+constexpr int kSumLanes = 16;
+
+template <class T>
+double block_sum(const T* x, int64_t n) {
+  double lanes[kSumLanes] = {};
+  int64_t i = 0;
+  for (; i + kSumLanes <= n; i += kSumLanes) {
+    for (int k = 0; k < kSumLanes; ++k) lanes[k] += static_cast<double>(x[i + k]);
+  }
+  for (int k = 0; i < n; ++i, ++k) lanes[k] += static_cast<double>(x[i]);
+  double sum = 0;
+  for (double lane : lanes) sum += lane;
+  return sum;
+}
+
+// dst[o] = finish(sum of the row o of `rows` rows of `length` floats) (Note [Blocked sums]).
+template <class T, Reduction R>
+void blocked_row_sums(const T* src, T* dst, int64_t rows, int64_t length) {
+  using Red = Reducer<T, R>;
+  const int64_t blocks = (length + kSumBlock - 1) / kSumBlock;
+  if (blocks <= 1) {
+    parallel_for(rows, items_per_grain(length), [&](int64_t begin, int64_t end) {
+      for (int64_t o = begin; o < end; ++o) {
+        dst[o] = Red::finish(block_sum(src + o * length, length), length);
+      }
+    });
+    return;
+  }
+  std::vector<double> partial(rows * blocks);
+  parallel_for(rows * blocks, items_per_grain(kSumBlock), [&](int64_t begin, int64_t end) {
+    for (int64_t b = begin; b < end; ++b) {
+      const int64_t o = b / blocks, start = (b % blocks) * kSumBlock;
+      partial[b] = block_sum(src + o * length + start, std::min(kSumBlock, length - start));
+    }
+  });
+  for (int64_t o = 0; o < rows; ++o) {
+    double sum = 0;
+    for (int64_t b = 0; b < blocks; ++b) sum += partial[o * blocks + b];
+    dst[o] = Red::finish(sum, length);
+  }
+}
+
 template <class T, Reduction R>
 void reduce_kernel(const KernelContext& ctx) {
   using Red = Reducer<T, R>;
@@ -85,6 +136,10 @@ void reduce_kernel(const KernelContext& ctx) {
   if (g.reduced_groups() <= 1) {
     const ReduceView v = reduce_view(g);
     const int64_t outer = v.outer, middle = v.middle, inner = v.inner;
+    if (inner == 1 && std::is_floating_point_v<T> && !Red::kExtremum) {
+      blocked_row_sums<T, R>(src, dst, outer, middle);
+      return;
+    }
     if (inner == 1) {  // rows: each output reduces a contiguous run
       parallel_for(outer, std::max<int64_t>(1, kParallelGrain / std::max<int64_t>(middle, 1)),
                    [&](int64_t begin, int64_t end) {

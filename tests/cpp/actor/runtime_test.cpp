@@ -5,8 +5,10 @@
 #include "actor/runtime.h"
 
 #include <gtest/gtest.h>
+#include <omp.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <regex>
 #include <thread>
@@ -29,6 +31,7 @@ using ofl::testing::add_range;
 using ofl::testing::expect_error;
 using ofl::testing::make_tensor;
 using ofl::testing::PlanBuilder;
+using ofl::testing::process_threads;
 using ofl::testing::random_tensor;
 using ofl::testing::run_everywhere;
 using ofl::testing::values_of;
@@ -390,6 +393,30 @@ TEST(Runtime, VariablesPersistAcrossIterationsAndCanBeReadAndWritten) {
   EXPECT_EQ(values_of(runtime.run(feed).at("w_before")), (std::vector<double>{7, 8, 9}));
   EXPECT_EQ(runtime.iterations(), 3);
   expect_error([&] { runtime.read_variable("nope"); }, ErrorCode::kNotFound, "'nope'");
+}
+
+// Note [One OpenMP pool at a time]: the thread that waits for a run gives back its OpenMP
+// workers (two pools on two cores would make every worker sleep between kernels).
+TEST(Runtime, ARunGivesBackTheCallersKernelThreads) {
+  PlanBuilder b(1);
+  const int64_t x = b.input(0, "x", Shape{4});
+  const int64_t y = b.reg(0, "y", Shape{4});
+  b.compute(0, "relu", "relu", NoParams{}, {x}, {y});
+  b.output(0, "y", y, Shape{4});
+  const std::map<std::string, Tensor> feed = {
+      {"x", random_tensor(Shape{4}, DataType::kFloat32, 3)}};
+  const int threads = omp_get_max_threads();
+  omp_set_num_threads(2);
+  Runtime runtime(b.plan(), threaded());
+  runtime.run(feed);  // the runtime's own threads are up
+  std::atomic<int> ran{0};
+#pragma omp parallel
+  ran.fetch_add(1);  // the caller's pool: one worker
+  ASSERT_EQ(ran.load(), 2);
+  const int with_pool = process_threads();
+  runtime.run(feed);  // a 4-element relu runs on one thread: its thread makes no pool
+  EXPECT_EQ(process_threads(), with_pool - 1);
+  omp_set_num_threads(threads);
 }
 
 // A deliberate cycle: a reads b's register and b reads a's. The plan check rejects it at load;

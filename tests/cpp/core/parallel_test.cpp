@@ -1,16 +1,22 @@
 // parallel_each (oneflowlike/common/parallel.h): every index once, and a thrown error reaches
-// the caller instead of ending the process.
+// the caller instead of ending the process. release_kernel_threads: the caller's OpenMP workers
+// end.
 
 #include "oneflowlike/common/parallel.h"
 
 #include <gtest/gtest.h>
+#include <omp.h>
 
 #include <atomic>
 #include <stdexcept>
 #include <vector>
 
+#include "tests/cpp/ops/test_util.h"
+
 namespace ofl {
 namespace {
+
+using testing::process_threads;
 
 TEST(ParallelEach, RunsEveryIndexOnce) {
   for (int64_t n : {0, 1, 2, 7, 1000}) {
@@ -29,6 +35,27 @@ TEST(ParallelEach, AnExceptionReachesTheCaller) {
                              }),
                std::runtime_error);
   EXPECT_GE(calls.load(), 1);
+}
+
+// Note [One OpenMP pool at a time].
+TEST(ReleaseKernelThreads, EndsTheCallersOpenMPWorkers) {
+  const int threads = omp_get_max_threads();
+  omp_set_num_threads(3);
+  std::atomic<int> ran{0};
+#pragma omp parallel
+  ran.fetch_add(1);
+  ASSERT_EQ(ran.load(), 3);
+  const int with_pool = process_threads();
+  release_kernel_threads();
+  EXPECT_EQ(process_threads(), with_pool - 2);
+  release_kernel_threads();  // none left: nothing to do
+  EXPECT_EQ(process_threads(), with_pool - 2);
+  ran = 0;
+#pragma omp parallel
+  ran.fetch_add(1);  // a new pool
+  EXPECT_EQ(ran.load(), 3);
+  EXPECT_EQ(process_threads(), with_pool);
+  omp_set_num_threads(threads);
 }
 
 }  // namespace

@@ -1,8 +1,10 @@
 #include "oneflowlike/ops/reduce.h"
 
 #include <gtest/gtest.h>
+#include <omp.h>
 
 #include <cmath>
+#include <cstring>
 
 #include "oneflowlike/autograd.h"
 #include "oneflowlike/op.h"
@@ -66,6 +68,34 @@ TEST(Reduce, EveryAxisSubsetMatchesTheReference) {
       expect_close(functional::reduce_max(x, axes, true), reference(x, red, Kind::kMax), keep);
       expect_close(functional::reduce_min(x, axes, true), reference(x, red, Kind::kMin), keep);
     }
+  }
+}
+
+// Note [Blocked sums]: long rows are summed in blocks spread over the threads, in an order
+// fixed by the row's length alone, so one and two threads give the same bits; and the sum is
+// that of the float values to double precision.
+TEST(Reduce, LongRowSumsAreExactToFloatAndTheSameOnAnyThreadCount) {
+  for (const Shape& shape : {Shape{1, 200003}, Shape{3, 70001}, Shape{2, 16384}}) {
+    Tensor x = random_tensor(shape, DataType::kFloat32, 21);
+    const std::vector<double> v = values_of(x);
+    const int64_t cols = shape[1];
+    std::vector<double> expected(shape[0], 0.0), mean(shape[0]);
+    for (int64_t r = 0; r < shape[0]; ++r) {
+      long double sum = 0;
+      for (int64_t c = 0; c < cols; ++c) sum += v[r * cols + c];
+      expected[r] = static_cast<double>(sum);
+      mean[r] = expected[r] / static_cast<double>(cols);
+    }
+    const int threads = omp_get_max_threads();
+    omp_set_num_threads(1);
+    const Tensor one = functional::reduce_sum(x, {1}, false);
+    omp_set_num_threads(2);
+    const Tensor two = functional::reduce_sum(x, {1}, false);
+    omp_set_num_threads(threads);
+    EXPECT_EQ(std::memcmp(one.raw_data(), two.raw_data(), one.nbytes()), 0) << shape.to_string();
+    // Rounded once to float from a double sum: within half a float ulp of the exact sum.
+    expect_close(one, expected, Shape{shape[0]}, 1e-7, 1e-7);
+    expect_close(functional::reduce_mean(x, {1}, false), mean, Shape{shape[0]}, 1e-7, 1e-7);
   }
 }
 

@@ -1,6 +1,7 @@
 #include "tests/cpp/ops/test_util.h"
 
 #include <cmath>
+#include <filesystem>
 #include <random>
 
 #include "oneflowlike/autograd.h"
@@ -140,6 +141,14 @@ double dtype_tolerance(DataType dtype) {
     default:
       return 1e-5;
   }
+}
+
+int process_threads() {
+  int n = 0;
+  for ([[maybe_unused]] const auto& task : std::filesystem::directory_iterator("/proc/self/task")) {
+    ++n;
+  }
+  return n;
 }
 
 }  // namespace ofl::testing

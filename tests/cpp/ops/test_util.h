@@ -67,4 +67,7 @@ void expect_gradients_match(const std::function<std::vector<Tensor>(const std::v
                             const std::vector<Tensor>& inputs, double eps = 1e-6,
                             double tol = 1e-6);
 
+/// The number of threads of this process (/proc/self/task).
+int process_threads();
+
 }  // namespace ofl::testing
