@@ -43,6 +43,8 @@ void init_random(py::module_& m) {
   m.def("uniform", &functional::uniform, py::arg("low"), py::arg("high"), py::arg("size"),
         py::arg("dtype") = DataType::kFloat32, py::arg("device") = Device::cpu(),
         "Uniform values in [low, high) drawn from the global generator.");
+  m.def("check_dropout_probability", &check_dropout_probability, py::arg("p"),
+        "Raises ValueError unless p is a probability in [0, 1], as dropout does.");
   m.def("dropout", &functional::dropout, py::arg("input"), py::arg("p") = 0.5,
         py::arg("training") = true,
         "Zeroes elements with probability p and scales the rest by 1 / (1 - p).");

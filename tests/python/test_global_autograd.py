@@ -81,11 +81,50 @@ def test_misuses_are_refused_naming_the_problem():
     w.requires_grad = True
     with pytest.raises(RuntimeError, match=r"implicitly created only for a tensor of one"):
         (x @ w).backward()
-    y = F.dropout(x @ w, p=0.5)
+    # A random op inside another (attention dropout) would redraw its mask in the backward.
+    q = (x @ w).reshape(1, 1, 4, 2)
+    y = F.scaled_dot_product_attention(q, q, q, dropout_p=0.5)
     with pytest.raises(RuntimeError, match=r"draws random numbers in a compiled graph"):
         y.sum().backward()
     with pytest.raises(ValueError, match=r"\[grad\] must have the tensor's shape \(3, 2\)"):
         w.grad = flow.zeros(2, 2, placement=P, sbp=B)
+
+
+# Note [Eager global dropout]: the one-device masks and values, bit for bit, under every SBP
+# (a partial sum too), and the gradient of that mask.
+@pytest.mark.parametrize("sbp", [S0, B, flow.sbp.partial_sum], ids=["S0", "B", "P"])
+def test_dropout_on_global_tensors_drops_what_one_device_drops(sbp):
+    xs, ws = _arrays(5)
+    results = []
+    for make in (lambda a, s: flow.tensor(a, placement=P, sbp=s), lambda a, s: flow.tensor(a)):
+        flow.manual_seed(11)
+        x, w = make(xs, sbp), make(ws, B)
+        w.requires_grad = True
+        ys = [F.dropout(x @ w, p=0.4) for _ in range(2)]  # each call draws its own mask
+        (ys[0] * ys[0] + ys[1]).sum().backward()
+        results.append(([y.numpy() for y in ys], w.grad.numpy()))
+    (global_ys, global_grad), (local_ys, local_grad) = results
+    for g, l in zip(global_ys, local_ys):
+        np.testing.assert_array_equal(g, l)
+        assert 0 < (l == 0).sum() < l.size
+    assert not np.array_equal(local_ys[0] == 0, local_ys[1] == 0)
+    np.testing.assert_allclose(global_grad, local_grad, rtol=1e-6)
+
+
+def test_dropout_on_global_tensors_keeps_the_functional_contract():
+    xs, _ = _arrays(6)
+    x = flow.tensor(xs, placement=P, sbp=S0)
+    x.requires_grad = True
+    assert F.dropout(x, p=0.0) is x and F.dropout(x, p=0.9, training=False) is x
+    y = F.dropout(x, p=1.0)
+    y.sum().backward()
+    assert not y.numpy().any() and not x.grad.numpy().any()
+    with pytest.raises(ValueError, match=r"\[dropout\] p must be a probability in \[0, 1\]"):
+        F.dropout(x, p=1.5)
+    with pytest.raises(NotImplementedError, match=r"inplace=True"):
+        F.dropout(x, p=0.5, inplace=True)
+    module = nn.Dropout(0.5)
+    assert module(x).sbp == x.sbp and module.eval()(x) is x
 
 
 def test_optimizer_state_of_global_parameters_moves_to_another_layout():

@@ -15,8 +15,11 @@ gradient accumulates in whatever layout it arrives and is laid out as its tensor
 data-parallel all-reduce) when ``.grad`` is read, which the optimizer does. to_global is
 differentiable too: its gradient is the gradient moved back to the input's layout.
 
-Random ops (dropout) are not differentiated this way: the compiled graph fixes its seed when it
-is traced, so the recomputed forward would draw another mask (refused).
+Random ops are not differentiated this way: the compiled graph fixes its seed when it is traced,
+so the recomputed forward would draw another mask (refused). F.dropout on global tensors is
+therefore written with ops that need no random numbers in their backward (Note [Eager global
+dropout] in global_dropout.py); a random op inside another (scaled_dot_product_attention with
+dropout_p) is refused.
 """
 
 from oneflowlike import _C

@@ -5,8 +5,6 @@
 import functools
 import inspect
 
-import numpy as np
-
 from oneflowlike import _C
 from oneflowlike import sbp as _sbp
 from oneflowlike.framework import global_tensor as _gt
@@ -166,16 +164,31 @@ def arguments_error(name, fn, args, kwargs):
     return TypeError(f"[{name}] takes {_signature(fn)}. However, got ({', '.join(got)}).")
 
 
+def _eager_global_forms():
+    """Functions whose eager global form is not their one-op graph (outside a trace)."""
+    from oneflowlike.framework import global_dropout
+    from oneflowlike.ops import random
+
+    return {random.dropout: global_dropout.dropout}  # Note [Eager global dropout]
+
+
+_EAGER_GLOBAL_FORMS = {}
+
+
 def _global_aware(fn, name):
     """``fn`` that also takes global tensors (as arguments, or inside list arguments such as
     cat's): with one among the arguments, ``fn`` runs as a compiled graph over them instead.
     Local calls pay one scan of their arguments. Arguments of the wrong kind get the library's
     TypeError naming what ``fn`` takes."""
 
+    eager_global = _EAGER_GLOBAL_FORMS.get(fn)
+
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
         try:
             if _has_global(args) or _has_global(kwargs.values()):
+                if eager_global is not None and _gt.current_tracer() is None:
+                    return eager_global(*args, **kwargs)
                 return _gt.apply(fn, args, kwargs, name=name)
             return fn(*args, **kwargs)
         except (TypeError, AttributeError) as e:
@@ -198,6 +211,7 @@ _NOT_WRAPPED = {"randn", "rand", "randint", "zeros", "ones", "full", "tensor", "
 
 
 def install(flow):
+    _EAGER_GLOBAL_FORMS.update(_eager_global_forms())
     _C.Tensor.to_global = _tensor_to_global
     _C.Tensor.is_global = property(lambda self: False)
     _C.Tensor.is_local = property(lambda self: True)

@@ -2,7 +2,8 @@
 small GPT on a layout given by --layout gives the losses and weights of the same graph on one
 device, which each process computes itself first (a local graph on its own rank). With --eager
 the laid-out model trains eagerly instead (global autograd, flow.optim stepping global
-parameters; --clip adds clip_grad_norm_ and compares with the same eager loop on one device)."""
+parameters; --clip adds clip_grad_norm_, --dropout a dropout on each block's MLP output, and
+either compares with the same eager loop on one device)."""
 
 import argparse
 import sys
@@ -19,6 +20,7 @@ parser.add_argument("--steps", type=int, default=4)
 parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu")  # placements' type
 parser.add_argument("--eager", action="store_true", help="train eagerly, not through nn.Graph")
 parser.add_argument("--clip", type=float, default=0.0, help="eager: clip_grad_norm_ to this")
+parser.add_argument("--dropout", type=float, default=0.0, help="eager: the GPT blocks' dropout")
 args = parser.parse_args()
 rank = flow.env.get_rank()
 S0, S1, B = flow.sbp.split(0), flow.sbp.split(1), flow.sbp.broadcast
@@ -50,10 +52,11 @@ class Block(nn.Module):
         self.fc = nn.Linear(C, 4 * C)
         self.gelu = nn.GELU(approximate="tanh")
         self.proj = nn.Linear(4 * C, C)
+        self.drop = nn.Dropout(args.dropout)  # p 0: the identity, no draw
 
     def forward(self, x):
         x = x + self.attn(self.ln_1(x))
-        return x + self.proj(self.gelu(self.fc(self.ln_2(x))))
+        return x + self.drop(self.proj(self.gelu(self.fc(self.ln_2(x)))))
 
 
 class Gpt(nn.Module):
@@ -161,8 +164,9 @@ def main():
     ref = Train(ref_model, micro=MICRO)
     ref_losses = [mean_loss(ref(flow.tensor(x), flow.tensor(y)).numpy()) for x, y in data]
     ref_weights = {k: v.numpy() for k, v in ref.state_dict().items() if flow.is_tensor(v)}
-    if args.eager and args.clip > 0:
-        # With clipping the reference is the same eager loop on one device.
+    if args.eager and (args.clip > 0 or args.dropout > 0):
+        # With clipping or dropout the reference is the same eager loop on one device (it draws
+        # the same masks: Note [Eager global dropout]).
         ref_model = make_model()
         ref_opt = make_optimizer(ref_model)
         ref_losses = [mean_loss(eager_step(ref_model, ref_opt, flow.tensor(x), flow.tensor(y)))
@@ -198,7 +202,6 @@ def main():
             owner = model.get_submodule(name.rsplit(".", 1)[0])
             setattr(owner, name.rsplit(".", 1)[1], p.to_global(sbp=split))
         graph = Train(model)
-        data_sbp = B
     elif args.layout == "pp2":
         stages = [flow.placement(args.device, ranks=[0]), flow.placement(args.device, ranks=[1])]
         data_placement = stages[0]
