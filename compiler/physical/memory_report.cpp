@@ -4,10 +4,12 @@
 
 #include <algorithm>
 #include <iomanip>
+#include <optional>
 #include <sstream>
 
 #include "compiler/physical/memory_planning.h"
 #include "oneflowlike/common/id_index.h"
+#include "oneflowlike/kernels/cpu/onednn_matmul.h"
 #include "oneflowlike/kernels/cpu/widened.h"
 #include "oneflowlike/op.h"
 #include "oneflowlike/proto_convert.h"
@@ -53,41 +55,70 @@ int64_t workspace_of(const proto::TaskProto& task, const IdIndex& registers,
       (*temp)(InferContext(op, params_from_proto(op, task.params()), metas)));
 }
 
-// The float32 copies a host compute task's Widened kernel (a 16-bit op without a native loop)
-// takes in its thread's arena (Note [Widening arena] in kernels/cpu/widened.h); 0 otherwise.
-int64_t widening_of(const proto::TaskProto& task, const IdIndex& registers,
-                    const proto::RankPlanProto& rank_plan) {
-  if (task.kind() != proto::TaskProto::COMPUTE || task.device() != proto::PLAN_DEVICE_CPU) {
-    return 0;
-  }
-  const OpSchema& op = OpRegistry::global().find(task.op_type());
+// A task's input and output registers; empty when one is not in the rank's plan.
+struct TaskRegisters {
   std::vector<const proto::RegisterProto*> ins, outs;
+};
+
+std::optional<TaskRegisters> registers_of(const proto::TaskProto& task, const IdIndex& registers,
+                                          const proto::RankPlanProto& rank_plan) {
+  TaskRegisters out;
   for (int64_t id : task.inputs()) {
     const int r = registers.find(id);
-    if (r < 0) return 0;
-    ins.push_back(&rank_plan.registers(r));
+    if (r < 0) return std::nullopt;
+    out.ins.push_back(&rank_plan.registers(r));
   }
   for (int64_t id : task.outputs()) {
     const int r = registers.find(id);
-    if (r < 0) return 0;
-    outs.push_back(&rank_plan.registers(r));
+    if (r < 0) return std::nullopt;
+    out.outs.push_back(&rank_plan.registers(r));
   }
-  if (ins.empty() && outs.empty()) return 0;
+  return out;
+}
+
+bool is_host_compute(const proto::TaskProto& task) {
+  return task.kind() == proto::TaskProto::COMPUTE && task.device() == proto::PLAN_DEVICE_CPU;
+}
+
+// The float32 copies a host compute task's Widened kernel (a 16-bit op without a native loop)
+// takes in its thread's arena (Note [Widening arena] in kernels/cpu/widened.h); 0 otherwise.
+int64_t widening_of(const proto::TaskProto& task, const TaskRegisters& regs) {
+  if (!is_host_compute(task) || (regs.ins.empty() && regs.outs.empty())) return 0;
+  const OpSchema& op = OpRegistry::global().find(task.op_type());
   std::vector<DataType> input_dtypes;
-  for (const auto* reg : ins) input_dtypes.push_back(dtype_from_name(reg->dtype()));
+  for (const auto* reg : regs.ins) input_dtypes.push_back(dtype_from_name(reg->dtype()));
   const DataType dtype = op.kernel_dtype(
-      input_dtypes,
-      outs.empty() ? std::nullopt : std::optional<DataType>(dtype_from_name(outs[0]->dtype())));
+      input_dtypes, regs.outs.empty()
+                        ? std::nullopt
+                        : std::optional<DataType>(dtype_from_name(regs.outs[0]->dtype())));
   if (dtype != DataType::kFloat16 && dtype != DataType::kBFloat16) return 0;
   if (!cpu::is_widened_kernel(op.find_kernel(DeviceType::kCPU, dtype))) return 0;
   std::vector<Shape> shapes;
-  for (const auto* reg : ins) {
+  for (const auto* reg : regs.ins) {
     if (dtype_from_name(reg->dtype()) == dtype) shapes.push_back(from_proto(reg->shape()));
   }
-  for (const auto* reg : outs) {
+  for (const auto* reg : regs.outs) {
     if (dtype_from_name(reg->dtype()) == dtype) shapes.push_back(from_proto(reg->shape()));
   }
   return cpu::widening_bytes(shapes);
+}
+
+// The scratchpad a host matmul on oneDNN's primitive takes in its thread's buffer (Note [oneDNN
+// matmul scratchpad] in kernels/cpu/onednn_matmul.h); 0 otherwise.
+int64_t scratchpad_of(const proto::TaskProto& task, const TaskRegisters& regs) {
+  const bool batched = task.op_type() == "batch_matmul";
+  if (!is_host_compute(task) || (task.op_type() != "matmul" && !batched) || regs.ins.size() != 2 ||
+      regs.outs.size() != 1) {
+    return 0;
+  }
+  const DataType dtype = dtype_from_name(regs.ins[0]->dtype());
+  if (!cpu::uses_onednn_matmul(batched, dtype)) return 0;
+  const OpSchema& op = OpRegistry::global().find(task.op_type());
+  const auto params = params_from_proto(op, task.params());
+  const cpu::MatmulProduct product = cpu::matmul_product(
+      batched, from_proto(regs.ins[0]->shape()), from_proto(regs.ins[1]->shape()),
+      from_proto(regs.outs[0]->shape()), params.as<MatmulParams>());
+  return cpu::onednn_matmul_scratchpad_bytes(dtype, product);
 }
 
 RankMemoryReport report_rank(const proto::RankPlanProto& rank_plan,
@@ -104,14 +135,19 @@ RankMemoryReport report_rank(const proto::RankPlanProto& rank_plan,
 
   // The chain: thread-0 tasks in plan order (memory planning's order).
   std::vector<int> chain;  // task positions
-  int64_t widening = 0;    // the largest call's copies: the compute thread's arena
+  // What the compute thread keeps for its largest call: the widened copies, the scratchpad.
+  int64_t widening = 0, scratchpad = 0;
   for (int i = 0; i < rank_plan.tasks_size(); ++i) {
-    if (rank_plan.tasks(i).thread() != 0) continue;
+    const proto::TaskProto& task = rank_plan.tasks(i);
+    if (task.thread() != 0) continue;
     chain.push_back(i);
-    out.workspace += workspace_of(rank_plan.tasks(i), registers, rank_plan);
-    widening = std::max(widening, widening_of(rank_plan.tasks(i), registers, rank_plan));
+    out.workspace += workspace_of(task, registers, rank_plan);
+    if (const auto regs = registers_of(task, registers, rank_plan)) {
+      widening = std::max(widening, widening_of(task, *regs));
+      scratchpad = std::max(scratchpad, scratchpad_of(task, *regs));
+    }
   }
-  out.workspace += widening;
+  out.workspace += widening + scratchpad;
 
   // Each register's kind, in plan order so that a boxing task sees its input's kind first.
   std::vector<std::string> kind(rank_plan.registers_size());

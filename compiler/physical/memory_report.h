@@ -10,9 +10,11 @@
 // memory planning fixes, Note [Memory reuse and the chain]): registers live from their
 // producer's chain position to their last consumer's, and those outside the chain
 // (persistent, pipelined, communication-thread ones) all the time. Kernel workspace (FTempBytes,
-// which each compute actor keeps for the job) is summed over the rank's tasks, plus the largest
-// float32 copies of a host 16-bit task without a native kernel, which its thread keeps (Note
-// [Widening arena] in oneflowlike/kernels/cpu/widened.h). The planned peak
+// which each compute actor keeps for the job) is summed over the rank's tasks, plus what the
+// compute thread keeps for its largest call: the float32 copies of a host 16-bit task without a
+// native kernel (Note [Widening arena] in oneflowlike/kernels/cpu/widened.h) and oneDNN's
+// scratchpad of a host matmul (Note [oneDNN matmul scratchpad] in
+// oneflowlike/kernels/cpu/onednn_matmul.h). The planned peak
 // (blocks as laid out, so it also counts fragmentation) is reported beside the live peak.
 
 #include <cstdint>

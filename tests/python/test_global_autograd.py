@@ -123,6 +123,8 @@ def test_dropout_on_global_tensors_keeps_the_functional_contract():
         F.dropout(x, p=1.5)
     with pytest.raises(NotImplementedError, match=r"inplace=True"):
         F.dropout(x, p=0.5, inplace=True)
+    with pytest.raises(TypeError, match=r"\[dropout\] x must have a floating dtype"):
+        F.dropout(flow.ones(4, 3, dtype=flow.int64, placement=P, sbp=S0), p=0.5)
     module = nn.Dropout(0.5)
     assert module(x).sbp == x.sbp and module.eval()(x) is x
 

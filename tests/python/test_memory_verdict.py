@@ -52,23 +52,27 @@ def test_the_report_counts_parameters_and_adam_state_by_kind():
     assert str(report).startswith("rank 0: planned peak ")
 
 
-def test_the_widening_arena_of_a_bfloat16_host_graph_is_kernel_workspace():
+def test_the_widening_arena_and_the_matmul_scratchpad_are_kernel_workspace():
     # Note [Widening arena]: a host 16-bit op without a native loop (relu here) computes on
     # float32 copies its thread keeps; the report counts the largest call's copies (relu's
-    # gradient: y, dy and dx, 32 x 256 each) as workspace, and float32 graphs have none.
-    def workspace(amp):
+    # gradient: y, dy and dx, 32 x 256 each) as workspace. Note [oneDNN matmul scratchpad]: the
+    # thread's scratchpad for its largest matmul is workspace too, in both dtypes; the same
+    # matmuls without the relu between them take the same scratchpad.
+    def workspace(amp, relu):
         flow.manual_seed(0)
-        model = nn.Sequential(nn.Linear(64, 256, bias=False), nn.ReLU(),
+        model = nn.Sequential(nn.Linear(64, 256, bias=False), nn.ReLU() if relu else nn.Identity(),
                               nn.Linear(256, 10, bias=False))
         graph = _Train(model)
         if amp:
             graph.config.enable_amp(True, dtype=flow.bfloat16)
         graph(*_batch())
-        return graph.memory_report()[0]["workspace"], graph.workspace_bytes()
+        report, plan = graph.memory_report()[0]["workspace"], graph.workspace_bytes()
+        assert report == plan
+        return report
 
-    assert workspace(False) == (0, 0)
-    report, plan = workspace(True)
-    assert report == plan == 3 * 32 * 256 * 4
+    scratchpad = workspace(False, relu=True)
+    assert 0 < scratchpad < 2**20 and workspace(False, relu=False) == scratchpad
+    assert workspace(True, relu=True) - workspace(True, relu=False) == 3 * 32 * 256 * 4
 
 
 def test_a_plan_over_the_limit_is_refused_before_it_runs_naming_what_fills_it():
@@ -154,5 +158,6 @@ def test_the_verdict_offers_activation_checkpointing_with_its_recompiled_peak():
     plain = _Train(_Blocks())
     plain(*batch)
     assert followed.peak_bytes() < plain.peak_bytes()
-    assert match.group(1) == format_bytes(followed.peak_bytes()), text
+    # (The verdict's figures are each rank's planned peak plus its kernel workspace.)
+    assert match.group(1) == format_bytes(followed.peak_bytes() + followed.workspace_bytes()), text
     assert "Other remedies: more tensor or pipeline parallelism" in text

@@ -3,6 +3,7 @@ flow.device("meta") allocates nothing, and laying it out makes each rank's piece
 initialisers with the values of an eager one-device initialisation; what needs data refuses a
 meta tensor. Across processes: dist/creation_worker.py and test_llama_example.py (--meta-init)."""
 
+import gc
 import pathlib
 import sys
 
@@ -49,9 +50,16 @@ def _same_values(a, b):
 
 def test_a_meta_built_model_allocates_nothing_and_lays_out_to_the_eager_values():
     eager = _gpt()
-    before = _C.cpu_memory_live_bytes()
-    model = _gpt(meta=True)
-    assert _C.cpu_memory_live_bytes() == before
+    # Earlier tests' garbage is collected first, and not while the model is built: the count
+    # must move only by what the build allocates.
+    gc.collect()
+    gc.disable()
+    try:
+        before = _C.cpu_memory_live_bytes()
+        model = _gpt(meta=True)
+        assert _C.cpu_memory_live_bytes() == before
+    finally:
+        gc.enable()
     weight = model.embed.wte.weight
     assert weight.is_meta and weight.shape == (256, 32) and weight.requires_grad
     assert str(weight.device) == "meta"

@@ -1,6 +1,6 @@
-// CPU kernels of matmul and batch_matmul, through cpu::gemm (gemm.h): oneDNN's sgemm for
-// float32, a plain row-by-row loop for float64 (the gradient checks) and the integers; the
-// 16-bit dtypes through oneDNN's matmul primitive (onednn_matmul.h).
+// CPU kernels of matmul and batch_matmul: oneDNN's matmul primitive for float32 matmul and the
+// 16-bit dtypes (onednn_matmul.h); cpu::gemm (gemm.h) for the rest: oneDNN's sgemm for float32
+// batch_matmul, a plain row-by-row loop for float64 (the gradient checks) and the integers.
 
 #include "oneflowlike/ops/matmul.h"
 
@@ -32,6 +32,12 @@ struct Gemm {
   int64_t ldb() const { return transpose_b ? k : n; }
 };
 
+Gemm gemm_of(const MatmulProduct& product) {
+  Gemm gm{product.transpose_a, product.transpose_b, product.m, product.n, product.k};
+  gm.alpha = product.alpha;
+  return gm;
+}
+
 template <class T>
 void gemm(const Gemm& gm, const T* a, const T* b, T* c, bool may_parallelise) {
   if (gm.m == 0 || gm.n == 0) return;
@@ -55,20 +61,14 @@ void gemm(const Gemm& gm, const T* a, const T* b, T* c, bool may_parallelise) {
 template <class T>
 struct MatmulKernel {
   static void run(const KernelContext& ctx) {
-    const auto& p = ctx.p<MatmulParams>();
-    const Shape& b = ctx.in(1).shape();
-    const Shape& out = ctx.out(0).shape();
-    Gemm gm{p.transpose_a, p.transpose_b};
-    gm.m = out.count(0, out.ndim() - 1);
-    gm.n = out[out.ndim() - 1];
-    gm.k = p.transpose_b ? b[1] : b[0];
-    gm.alpha = p.alpha;
-    if constexpr (kLowPrecision<T>) {
-      low_precision_matmul(ctx.out(0).dtype(), gm.transpose_a, gm.transpose_b, 1, gm.m, gm.n, gm.k,
-                           static_cast<float>(gm.alpha), ctx.in(0).raw_data(), ctx.in(1).raw_data(),
-                           ctx.out(0).raw_data());
+    const MatmulProduct product =
+        matmul_product(/*batched=*/false, ctx.in(0).shape(), ctx.in(1).shape(), ctx.out(0).shape(),
+                       ctx.p<MatmulParams>());
+    if constexpr (kLowPrecision<T> || std::is_same_v<T, float>) {
+      onednn_matmul(ctx.out(0).dtype(), product, ctx.in(0).raw_data(), ctx.in(1).raw_data(),
+                    ctx.out(0).raw_data());
     } else {
-      gemm(gm, ctx.in(0).data<T>(), ctx.in(1).data<T>(), ctx.out(0).data<T>(),
+      gemm(gemm_of(product), ctx.in(0).data<T>(), ctx.in(1).data<T>(), ctx.out(0).data<T>(),
            /*may_parallelise=*/true);
     }
   }
@@ -79,22 +79,16 @@ struct MatmulKernel {
 template <class T>
 struct BatchMatmulKernel {
   static void run(const KernelContext& ctx) {
-    const auto& p = ctx.p<MatmulParams>();
-    const Shape& a = ctx.in(0).shape();
-    const Shape& out = ctx.out(0).shape();
-    const int nd = out.ndim();
-    Gemm gm{p.transpose_a, p.transpose_b};
-    gm.m = out[nd - 2];
-    gm.n = out[nd - 1];
-    gm.k = p.transpose_a ? a[nd - 2] : a[nd - 1];
-    gm.alpha = p.alpha;
-    const int64_t batches = out.count(0, nd - 2);
+    const MatmulProduct product =
+        matmul_product(/*batched=*/true, ctx.in(0).shape(), ctx.in(1).shape(), ctx.out(0).shape(),
+                       ctx.p<MatmulParams>());
     if constexpr (kLowPrecision<T>) {
-      low_precision_matmul(ctx.out(0).dtype(), gm.transpose_a, gm.transpose_b, batches, gm.m, gm.n,
-                           gm.k, static_cast<float>(gm.alpha), ctx.in(0).raw_data(),
-                           ctx.in(1).raw_data(), ctx.out(0).raw_data());
+      onednn_matmul(ctx.out(0).dtype(), product, ctx.in(0).raw_data(), ctx.in(1).raw_data(),
+                    ctx.out(0).raw_data());
       return;
     } else {
+      const Gemm gm = gemm_of(product);
+      const int64_t batches = product.batches;
       const int64_t a_step = gm.m * gm.k, b_step = gm.k * gm.n, c_step = gm.m * gm.n;
       const T* pa = ctx.in(0).data<T>();
       const T* pb = ctx.in(1).data<T>();

@@ -1,4 +1,5 @@
-// Low-precision matmuls on the CPU (Note [Low-precision matmul on the CPU] in the header).
+// Matmuls on oneDNN's primitive (Notes [Low-precision matmul on the CPU] and [oneDNN matmul
+// scratchpad] in the header).
 
 #include "oneflowlike/kernels/cpu/onednn_matmul.h"
 
@@ -56,8 +57,9 @@ std::shared_ptr<Primitive> primitive(const Key& key) {
   std::lock_guard<std::mutex> lock(mu);
   auto it = cache->find(key);
   if (it != cache->end()) return it->second;
-  const memory::data_type dt =
-      key.dtype == DataType::kBFloat16 ? memory::data_type::bf16 : memory::data_type::f16;
+  const memory::data_type dt = key.dtype == DataType::kBFloat16  ? memory::data_type::bf16
+                               : key.dtype == DataType::kFloat32 ? memory::data_type::f32
+                                                                 : memory::data_type::f16;
   std::shared_ptr<Primitive> made;
   try {
     const dnnl::matmul::desc desc(matrix(dt, key.batches, key.m, key.k, key.transpose_a),
@@ -100,35 +102,71 @@ void narrow(const float* in, void* out, int64_t n) {
   });
 }
 
+// The products through sgemm, one per batch.
+void sgemm_products(const Key& key, const float* a, const float* b, float* c) {
+  const int64_t a_step = key.m * key.k, b_step = key.k * key.n, c_step = key.m * key.n;
+  for (int64_t i = 0; i < key.batches; ++i) {
+    gemm<float>(key.transpose_a, key.transpose_b, key.m, key.n, key.k, key.alpha, a + i * a_step,
+                key.transpose_a ? key.m : key.k, b + i * b_step, key.transpose_b ? key.k : key.n,
+                0.0f, c + i * c_step, key.n);
+  }
+}
+
 // Products and sums in float32, the result rounded once.
 template <class T>
 void through_float32(const Key& key, const void* a, const void* b, void* c) {
-  const int64_t a_step = key.m * key.k, b_step = key.k * key.n, c_step = key.m * key.n;
-  std::vector<float> fa(key.batches * a_step), fb(key.batches * b_step), fc(key.batches * c_step);
+  std::vector<float> fa(key.batches * key.m * key.k), fb(key.batches * key.k * key.n),
+      fc(key.batches * key.m * key.n);
   widen<T>(a, fa.data(), static_cast<int64_t>(fa.size()));
   widen<T>(b, fb.data(), static_cast<int64_t>(fb.size()));
-  for (int64_t i = 0; i < key.batches; ++i) {
-    gemm<float>(key.transpose_a, key.transpose_b, key.m, key.n, key.k, key.alpha,
-                fa.data() + i * a_step, key.transpose_a ? key.m : key.k, fb.data() + i * b_step,
-                key.transpose_b ? key.k : key.n, 0.0f, fc.data() + i * c_step, key.n);
-  }
+  sgemm_products(key, fa.data(), fb.data(), fc.data());
   narrow<T>(fc.data(), c, static_cast<int64_t>(fc.size()));
+}
+
+Key key_of(DataType dtype, const MatmulProduct& p) {
+  return Key{dtype, p.transpose_a, p.transpose_b, p.batches,
+             p.m,   p.n,           p.k,           static_cast<float>(p.alpha)};
 }
 
 }  // namespace
 
-void low_precision_matmul(DataType dtype, bool transpose_a, bool transpose_b, int64_t batches,
-                          int64_t m, int64_t n, int64_t k, float alpha, const void* a,
-                          const void* b, void* c) {
-  OFL_ASSERT(dtype == DataType::kBFloat16 || dtype == DataType::kFloat16);
-  if (batches == 0 || m == 0 || n == 0) return;
-  const Key key{dtype, transpose_a, transpose_b, batches, m, n, k, alpha};
-  const std::shared_ptr<Primitive> prim = k > 0 ? primitive(key) : nullptr;
+MatmulProduct matmul_product(bool batched, const Shape& a, const Shape& b, const Shape& out,
+                             const MatmulParams& p) {
+  MatmulProduct product{p.transpose_a, p.transpose_b};
+  product.alpha = p.alpha;
+  const int nd = out.ndim();
+  product.n = out[nd - 1];
+  if (batched) {  // a (batch..., M, K), b (batch..., K, N): one product per batch
+    product.m = out[nd - 2];
+    product.k = p.transpose_a ? a[nd - 2] : a[nd - 1];
+    product.batches = out.count(0, nd - 2);
+  } else {  // a (rows..., K) or (K, M), b (K, N) or (N, K): the N-d a is one tall matrix
+    product.m = out.count(0, nd - 1);
+    product.k = p.transpose_b ? b[1] : b[0];
+  }
+  return product;
+}
+
+bool uses_onednn_matmul(bool batched, DataType dtype) {
+  return dtype == DataType::kBFloat16 || dtype == DataType::kFloat16 ||
+         (dtype == DataType::kFloat32 && !batched);
+}
+
+void onednn_matmul(DataType dtype, const MatmulProduct& product, const void* a, const void* b,
+                   void* c) {
+  OFL_ASSERT(dtype == DataType::kBFloat16 || dtype == DataType::kFloat16 ||
+             dtype == DataType::kFloat32);
+  if (product.batches == 0 || product.m == 0 || product.n == 0) return;
+  const Key key = key_of(dtype, product);
+  const std::shared_ptr<Primitive> prim = product.k > 0 ? primitive(key) : nullptr;
   if (prim == nullptr) {
     if (dtype == DataType::kBFloat16) {
       through_float32<bfloat16>(key, a, b, c);
-    } else {
+    } else if (dtype == DataType::kFloat16) {
       through_float32<float16>(key, a, b, c);
+    } else {  // float32 without a primitive (none seen): sgemm
+      sgemm_products(key, static_cast<const float*>(a), static_cast<const float*>(b),
+                     static_cast<float*>(c));
     }
     return;
   }
@@ -148,6 +186,12 @@ void low_precision_matmul(DataType dtype, bool transpose_a, bool transpose_b, in
       stream,
       {{DNNL_ARG_SRC, ma}, {DNNL_ARG_WEIGHTS, mb}, {DNNL_ARG_DST, mc}, {DNNL_ARG_SCRATCHPAD, pad}});
   stream.wait();
+}
+
+int64_t onednn_matmul_scratchpad_bytes(DataType dtype, const MatmulProduct& product) {
+  if (product.batches == 0 || product.m == 0 || product.n == 0 || product.k == 0) return 0;
+  const std::shared_ptr<Primitive> prim = primitive(key_of(dtype, product));
+  return prim == nullptr ? 0 : static_cast<int64_t>(prim->pd.scratchpad_desc().get_size());
 }
 
 }  // namespace ofl::cpu

@@ -28,15 +28,19 @@ def dropout(input, p=0.5, training=True, inplace=False):  # noqa: A002 (torch's 
     """F.dropout of a global tensor; see Note [Eager global dropout]."""
     if inplace:
         raise NotImplementedError("[dropout] inplace=True is not supported; use inplace=False.")
-    _C.check_dropout_probability(float(p))
-    if not training or p == 0:
+    p = float(p)  # as the local form takes it
+    _C.check_dropout_probability(p)
+    if not bool(training) or p == 0:
         return input
+    if not input.dtype.is_floating_point:
+        raise TypeError(f"[dropout] x must have a floating dtype. However, got a global tensor "
+                        f"{tuple(input.shape)} {input.dtype}.")
     # The mask is the same on every rank holding the same elements: a partial sum's ranks each
     # hold all of them (where and the scaling are linear in x, so x may stay partial).
     sbp = tuple(_sbp.broadcast if s == _sbp.partial_sum else s for s in input.sbp)
     uniform = flow.rand(*input.shape, dtype=flow.float64, placement=input.placement, sbp=sbp)
-    keep = uniform >= float(p)
-    scale = 1.0 / (1.0 - float(p)) if p < 1 else 0.0
+    keep = uniform >= p
+    scale = 1.0 / (1.0 - p) if p < 1 else 0.0
     out = flow.where(keep, input, 0.0) * scale
     # As the dropout op, the result keeps the input's layout (SBP inference may pick another
     # where they cost the same, as on one rank).

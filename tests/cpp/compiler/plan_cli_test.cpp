@@ -3,6 +3,7 @@
 #include <google/protobuf/text_format.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
 #include <regex>
@@ -12,6 +13,8 @@
 #include <vector>
 
 #include "compiler/builder.h"
+#include "compiler/physical/memory_report.h"
+#include "oneflowlike/kernels/cpu/onednn_matmul.h"
 #include "oneflowlike/ops/matmul.h"
 #include "oneflowlike/ops/reduce.h"
 #include "oneflowlike/proto/job.pb.h"
@@ -65,17 +68,30 @@ TEST(PlanCli, PrintsTheSummaryOfASavedJob) {
 }
 
 // Note [Memory report]: the saved job's w (4, 3) float32 is 48 bytes on each rank (B), and SGD's
-// momentum as much again.
+// momentum as much again. The kernel workspace is oneDNN's scratchpad for the larger of the
+// rank's two matmuls, x (4, 4) @ w and x^T @ dy (Note [oneDNN matmul scratchpad]).
 TEST(PlanCli, MemoryReportCountsEachKindOnEveryRank) {
   const Result r = run(save_job("memory", false) + " --memory");
   EXPECT_EQ(r.exit_code, 0) << r.output;
+  int64_t scratchpad = 0;
+  for (const bool transpose_a : {false, true}) {
+    const cpu::MatmulProduct product = cpu::matmul_product(
+        /*batched=*/false, Shape{4, 4}, Shape{4, 3}, Shape{4, 3}, MatmulParams{transpose_a});
+    scratchpad =
+        std::max(scratchpad, cpu::onednn_matmul_scratchpad_bytes(DataType::kFloat32, product));
+  }
+  physical::RankMemoryReport expected;
+  expected.workspace = scratchpad;
+  const std::string text = physical::memory_report_to_text({expected});
+  const std::string workspace = text.substr(text.find("kernel workspace "));
   for (const char* rank : {"rank 0: planned peak", "rank 1: planned peak"}) {
     const size_t at = r.output.find(rank);
     ASSERT_NE(at, std::string::npos) << r.output;
     const std::string line = r.output.substr(at, r.output.find('\n', at) - at);
     EXPECT_NE(line.find("parameters 48 B,"), std::string::npos) << line;
     EXPECT_NE(line.find("optimizer state 48 B,"), std::string::npos) << line;
-    EXPECT_NE(line.find("kernel workspace 0 B"), std::string::npos) << line;
+    EXPECT_NE(line.find(workspace.substr(0, workspace.size() - 1)), std::string::npos)
+        << line << " (expected " << workspace << ")";
   }
 }
 
