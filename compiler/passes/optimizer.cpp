@@ -118,8 +118,9 @@ struct Update {
 };
 
 // `t` as a new tensor laid out as `layout` (an identity reshape with that output hint: SBP
-// inference boxes `t` into it).
-int laid_out(Graph& graph, const Site& site, const std::string& base, int t, const NdSbp& layout) {
+// inference boxes `t` into it). `role` kBackward makes it act once per micro-batch.
+int laid_out(Graph& graph, const Site& site, const std::string& base, int t, const NdSbp& layout,
+             OpRole role = OpRole::kOptimizer) {
   LogicalOp op;
   op.schema = &OpRegistry::global().find("reshape");
   op.name = graph.unique_name(base);
@@ -128,7 +129,7 @@ int laid_out(Graph& graph, const Site& site, const std::string& base, int t, con
   op.placement = site.placement;
   op.stage = site.stage;
   op.location = site.location;
-  op.role = OpRole::kOptimizer;
+  op.role = role;
   op.output_sbp_hints = {layout};
   return graph.add_compute_op(std::move(op)).at(0);
 }
@@ -139,18 +140,35 @@ int laid_out(Graph& graph, const Site& site, const std::string& base, int t, con
 // backward. Without it, SBP inference leaves each gradient partial through the clip's multiply
 // (P * B is P) and reduces it only after the global norm, when all of backward is over, and
 // reduces it a second time for the norm itself (measured: GPT DP2 69 ms a step instead of 56).
+//
+// Note [Sharded gradients under accumulation]: with several micro-batches a reduction that runs
+// once per step sums the micro-batches' gradients whole first (ACCUMULATE, Note [Micro-batches]
+// in plan.proto), which keeps a whole gradient per variable for the step: ZeRO-2 and -3 would
+// then hold more than ZeRO-1 (measured: GPT 4 x 256 on DP2, 4 micro-batches, ZeRO-2 planned
+// 91.0 MiB against ZeRO-1's 79.8). So a gradient going to a ZeRO shard is reduce-scattered
+// every micro-batch, as DeepSpeed does, and the shards accumulate: the reduction runs once per
+// micro-batch (its reshape acts in the backward's scope), trading m reductions of the
+// gradients for a shard-sized accumulator (ZeRO-2 then planned 61.7 MiB).
 int in_variable_layout(Graph& graph, const Site& site, const std::string& base, const Update& u) {
   const LogicalOp& var = graph.op(u.var_op);
+  const bool per_micro_batch = graph.train.gradient_accumulation_steps > 1 &&
+                               graph.op(graph.tensor(u.grad).producer).role == OpRole::kBackward;
   // ZeRO-2 (Note [ZeRO stages 1 and 2] in zero.cpp): the gradient goes to the shard.
   const auto shard = graph.zero_shards.find(u.var_op);
   if (graph.train.zero_stage == 2 && shard != graph.zero_shards.end()) {
-    const int reduced = laid_out(graph, site, base + "/reduced", u.grad, shard->second);
+    const int reduced = laid_out(graph, site, base + "/reduced", u.grad, shard->second,
+                                 per_micro_batch ? OpRole::kBackward : OpRole::kOptimizer);
     graph.zero_reductions.emplace(u.var_op, graph.tensor(reduced).producer);  // the first
     return reduced;
   }
   if (var.output_sbp_hints.empty() || var.output_sbp_hints[0].empty()) return u.grad;
   const NdSbp layout = var.output_sbp_hints[0];  // a copy: laid_out appends an op
-  return laid_out(graph, site, base + "/reduced", u.grad, layout);
+  // ZeRO-3: the variable itself is sharded (zero.cpp).
+  bool sharded = false;
+  for (const Sbp& s : layout) sharded = sharded || s.is_split();
+  const bool zero3_shard = graph.train.zero_stage >= 3 && sharded && per_micro_batch;
+  return laid_out(graph, site, base + "/reduced", u.grad, layout,
+                  zero3_shard ? OpRole::kBackward : OpRole::kOptimizer);
 }
 
 // Note [Pacing ZeRO-2 reductions]: a gradient's reduce-scatter can run as soon as the backward
@@ -165,10 +183,11 @@ int in_variable_layout(Graph& graph, const Site& site, const std::string& base, 
 // gradients are whole at once, as DeepSpeed's stage 2 overlaps its buckets. (A control edge
 // into a later backward op instead would block that op and let the order run down the rest of
 // the backward first, keeping activations alive.) Stage 3 is not paced: doing the same there
-// changed no planned peak measured (its peaks lie at the gathers). Not with gradient
-// accumulation: the shards are read once per step, the backward runs once per micro-batch.
+// changed no planned peak measured (its peaks lie at the gathers). Under gradient accumulation
+// the shards' readers act every micro-batch (Note [Sharded gradients under accumulation]), so
+// the pacing holds within each micro-batch's backward.
 void pace_zero_reductions(Graph& graph, const std::map<int, int>& grad_producers) {
-  if (graph.zero_reductions.empty() || graph.train.gradient_accumulation_steps > 1) return;
+  if (graph.zero_reductions.empty()) return;
   const std::vector<int> order = graph.topological_order();
   std::vector<int> position(graph.num_ops(), -1);
   for (size_t i = 0; i < order.size(); ++i) position[order[i]] = static_cast<int>(i);

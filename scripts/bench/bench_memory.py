@@ -25,14 +25,16 @@ def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--zero", type=int, default=0, choices=[0, 1, 2, 3])
     p.add_argument("--steps", type=int, default=3)
+    p.add_argument("--micro-batches", type=int, default=1,
+                   help="gradient accumulation over this many micro-batches per step")
     a = p.parse_args()
     args = train.parse(["--n-layer", "4", "--n-embd", "256", "--n-head", "4", "--block-size",
                         "64", "--batch-size", "16", "--dp", "2", "--zero", str(a.zero),
-                        "--quiet"])
+                        "--micro-batches", str(a.micro_batches), "--quiet"])
     config = train.GPTConfig(block_size=64, n_layer=4, n_head=4, n_embd=256)
     model = trainer.build(args, lambda: train.GPT(config))
     opt, schedule = trainer.make_optimizer(args, model)
-    graph = trainer.TrainGraph(model, opt, schedule, 1, a.zero)
+    graph = trainer.TrainGraph(model, opt, schedule, a.micro_batches, a.zero)
     layout = train.make_layout(args)
     layout.apply(model, graph)
     data = train.ByteData(args.data, 64, 1)
@@ -49,11 +51,11 @@ def main():
     kinds = next(r for r in graph.memory_report() if r["rank"] == 0)["by_kind"]
     states = {k: kinds.get(k, 0) for k in ("parameters", "gradients", "optimizer state")}
     if flow.env.get_rank() == 0:
-        print(f"zero {a.zero}: model states at the planned peak "
+        print(f"zero {a.zero}, {a.micro_batches} micro-batches: model states at the planned peak "
               + ", ".join(f"{k} {v / 2**20:.2f} MiB" for k, v in states.items())
               + f", total {sum(states.values()) / 2**20:.2f} MiB; textbook {textbook / 2**20:.2f} "
               f"MiB ({sum(states.values()) / textbook - 1:+.1%})", flush=True)
-        print(f"zero {a.zero}: planned peak {graph.peak_bytes() / 2**20:.1f} MiB, RSS growth "
+        print(f"zero {a.zero}, {a.micro_batches} micro-batches: planned peak {graph.peak_bytes() / 2**20:.1f} MiB, RSS growth "
               f"{trainer.rss_mib() - rss0:.1f} MiB, allocator live {live0:.1f} -> "
               f"{flow._C.cpu_memory_live_bytes() / 2**20:.1f} MiB, eager graphs "
               f"{len(global_tensor._cache)}", flush=True)

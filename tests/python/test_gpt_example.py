@@ -45,6 +45,7 @@ def single(tmp_path_factory):
     (2, ["--tp", "2"]),
     (2, ["--pp", "2", "--micro-batches", "4"]),
     (2, ["--dp", "2", "--zero"]),
+    (2, ["--dp", "2", "--zero", "2", "--micro-batches", "2"]),
     (4, ["--dp", "2", "--tp", "2", "--zero", "3"]),
     (8, ["--dp", "2", "--tp", "2", "--pp", "2", "--micro-batches", "2"]),
 ])

@@ -71,6 +71,12 @@ TEST(EndToEnd, ZeroShardsStateAndTrainsLikeOneRank) {
       layout.name += str_cat("_zero", stage);
       expect_same_training(reference, train_mlp(layout, OptimizerConfig::Kind::kAdamW, 3),
                            layout.name);
+      // Under gradient accumulation the shards' gradients are reduce-scattered every
+      // micro-batch and accumulate as shards (Note [Sharded gradients under accumulation]).
+      layout.micro_batches = 4;
+      layout.name += "_micro4";
+      expect_same_training(reference, train_mlp(layout, OptimizerConfig::Kind::kAdamW, 3),
+                           layout.name);
     }
   }
   // Each rank keeps a shard of every trainable variable's state; stages 1 and 2 keep the
