@@ -244,6 +244,7 @@ void bucket_gradients(Graph& graph, std::vector<Update>& updates, int64_t bucket
   }
   size_t start = 0;
   int bucket_index = 0;
+  std::map<std::string, int> last_reduction;  // by placement: the latest bucket's reduced op
   while (start < order.size()) {
     // Copies: appending ops below moves the graph's ops.
     const LogicalOp& first_var = graph.op(updates[order[start]].var_op);
@@ -277,7 +278,18 @@ void bucket_gradients(Graph& graph, std::vector<Update>& updates, int64_t bucket
                                  ReshapeParams{Shape{shape.numel()}}, {updates[m].grad}));
     }
     const int cat = append_op1(graph, site, base + "/concat", "concat", ConcatParams{0}, flats);
+    // Note [Buckets under accumulation]: with micro-batches every accumulated gradient is ready
+    // at once, at the end of the last backward, and the order would copy every bucket before
+    // reducing any: the accumulators, every bucket's copy and every reduction's result live at
+    // once (3.3 whole gradients measured). A bucket is copied once the previous one is reduced.
+    const std::string placement_key = placement.to_string();
+    if (graph.train.gradient_accumulation_steps > 1) {
+      if (const auto last = last_reduction.find(placement_key); last != last_reduction.end()) {
+        graph.op(graph.tensor(cat).producer).control_inputs.push_back(last->second);
+      }
+    }
     const int reduced = laid_out(graph, site, base + "/reduced", cat, layout);
+    last_reduction[placement_key] = graph.tensor(reduced).producer;
     const std::vector<int> parts =
         append_op(graph, site, base + "/split", "split", SplitParams{0, sizes}, {reduced});
     for (size_t k = 0; k < members.size(); ++k) {
