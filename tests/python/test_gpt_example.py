@@ -131,6 +131,15 @@ def test_one_gpu_gives_the_cpu_curve_in_bfloat16(tmp_path, single_bf16):
                                rtol=LOSS_RTOL["bfloat16"])
 
 
+@_NEEDS_GPU
+def test_one_gpu_gives_the_cpu_curve_in_float16_with_loss_scaling(tmp_path):
+    # float16 on a CUDA placement: cuBLASLt's f16 matmuls, the CUDA loss-scaling kernels
+    # (count_nonfinite, the skippable update, the scale's update) against the CPU's.
+    cpu = _train(tmp_path, 1, "--dtype", "float16", tag="cpu_fp16")
+    gpu = _train(tmp_path, 1, "--device", "cuda", "--dtype", "float16", tag="gpu_fp16")
+    np.testing.assert_allclose(_losses(gpu), _losses(cpu), rtol=LOSS_RTOL["float16"])
+
+
 @pytest.mark.skipif(flow.cuda.device_count() < 2,
                     reason=f"needs 2 GPUs (NCCL puts each member of a communicator on a GPU of "
                     f"its own); this machine has {flow.cuda.device_count()}")

@@ -4,8 +4,10 @@
 
 #include <cmath>
 #include <limits>
+#include <map>
 #include <utility>
 
+#include "oneflowlike/cuda/device.h"
 #include "oneflowlike/eager.h"
 #include "oneflowlike/op.h"
 #include "tests/cpp/ops/test_util.h"
@@ -264,6 +266,61 @@ TEST(DynamicLossScale, TheScaleBacksOffAfterAnOverflowAndGrowsAfterGoodSteps) {
                                       LossScaleParams{0.5, 0.5, 3});
       },
       ErrorCode::kInvalidArgument, "needs growth_factor > 1");
+}
+
+// The loss-scaling kernels on a GPU do what the CPU's do (float16 training on CUDA
+// placements: Note [Dynamic loss scaling]).
+TEST(DynamicLossScaleCuda, TheKernelsDoWhatTheCpusDo) {
+  if (cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device: " << cuda::why_no_device();
+  const Device gpu{DeviceType::kCUDA, 0};
+  const auto on = [](const Tensor& t, Device device) { return t.to(device); };
+  for (DataType dtype :
+       {DataType::kFloat32, DataType::kFloat64, DataType::kFloat16, DataType::kBFloat16}) {
+    std::vector<double> v(100000, 1.5);
+    v[7] = std::numeric_limits<double>::infinity();
+    v[99999] = std::nan("");
+    const Tensor x = make_tensor(v, {100000}, dtype);
+    EXPECT_EQ(values_of(functional::count_nonfinite(on(x, gpu)).to(Device::cpu())),
+              std::vector<double>{2.0})
+        << dtype_name(dtype);
+  }
+  static OpHandle adam("adam_update_skippable");
+  for (double skip : {0.0, 1.0}) {
+    std::map<DeviceType, std::vector<std::vector<double>>> after;
+    for (Device device : {Device::cpu(), gpu}) {
+      const Tensor p = on(random_tensor({300}, DataType::kFloat32, 1), device);
+      const Tensor m = on(random_tensor({300}, DataType::kFloat32, 3), device);
+      const Tensor v = on(random_tensor({300}, DataType::kFloat32, 4, 0.1, 0.5), device);
+      adam(AdamParams{}, {p, on(random_tensor({300}, DataType::kFloat32, 2), device), m, v,
+                          on(Tensor::scalar(0.1, DataType::kFloat32), device),
+                          on(Tensor::scalar(2.0, DataType::kFloat32), device),
+                          on(Tensor::scalar(skip, DataType::kFloat32), device)});
+      for (const Tensor& t : {p, m, v})
+        after[device.type].push_back(values_of(t.to(Device::cpu())));
+    }
+    for (size_t k = 0; k < 3; ++k) {
+      const std::vector<double>& want = after[DeviceType::kCPU][k];
+      const std::vector<double>& got = after[DeviceType::kCUDA][k];
+      for (size_t i = 0; i < want.size(); ++i) {
+        EXPECT_NEAR(got[i], want[i], 1e-6 * (1 + std::abs(want[i]))) << "skip " << skip;
+      }
+    }
+  }
+  std::map<DeviceType, std::vector<double>> scales;
+  for (Device device : {Device::cpu(), gpu}) {
+    const Tensor scale = on(Tensor::scalar(1024.0, DataType::kFloat32), device);
+    const Tensor good = on(Tensor::scalar(0.0, DataType::kFloat32), device);
+    const Tensor steps = on(Tensor::scalar(0.0, DataType::kFloat32), device);
+    for (double found : {0.0, 0.0, 5.0, 0.0, 0.0, 0.0}) {
+      functional::loss_scale_update(scale, good, steps,
+                                    on(Tensor::scalar(found, DataType::kFloat32), device),
+                                    LossScaleParams{2.0, 0.5, 3});
+      scales[device.type].push_back(values_of(scale.to(Device::cpu()))[0]);
+    }
+    scales[device.type].push_back(values_of(steps.to(Device::cpu()))[0]);
+  }
+  EXPECT_EQ(scales[DeviceType::kCUDA], scales[DeviceType::kCPU]);
+  EXPECT_EQ(scales[DeviceType::kCPU], (std::vector<double>{1024, 1024, 512, 512, 512, 1024, 5}));
 }
 
 }  // namespace ofl::testing
