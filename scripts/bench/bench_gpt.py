@@ -4,7 +4,8 @@
 
 1. One process, same thread count (1 and 2): our nn.Graph step vs PyTorch eager on the same
    model, data and optimizer (tokens/s for both), PyTorch written as its users write it
-   (F.scaled_dot_product_attention, examples/gpt/torch_model.py). --model medium: issue 17's
+   (F.scaled_dot_product_attention, examples/gpt/torch_model.py); with --compile also
+   torch.compile'd. --model medium: issue 17's
    6 layers, 384 channels, 6 heads, block 128.
 2. Data parallel, 2 processes x 1 thread vs 1 process x 1 thread at the same per-rank batch:
    scaling efficiency, ours (examples/gpt/train.py --dp 2 through our launcher) next to PyTorch
@@ -99,9 +100,10 @@ def part_torch(args):
     data = train.ByteData(targs.data, targs.block_size, targs.seed)
     times = []
     rank = int(os.environ.get("RANK", 0))
+    step_fn = torch.compile(model) if args.compile else model
     for step in range(1, args.steps + 1):
         tokens, targets = data.batch(step * 101 + rank, args.batch_size)
-        times.append(torch_step(model, model, opt, tokens, targets, DTYPE == "bfloat16",
+        times.append(torch_step(step_fn, model, opt, tokens, targets, DTYPE == "bfloat16",
                                 targs.grad_clip))
     if rank == 0:
         # As train.py's summary: the first step (it compiles) left out.
@@ -168,10 +170,10 @@ def parse_done(out):
             "trace_s": float(first.group(2)), "compile_s": float(first.group(3)), "peaks": peaks}
 
 
-def torch_single(threads, batch, steps):
+def torch_single(threads, batch, steps, compile_=False):
     out = run([sys.executable, __file__, "--part", "torch", "--model", MODEL_NAME, "--dtype",
                DTYPE, "--threads", str(threads), "--batch-size", str(batch), "--steps",
-               str(steps)], threads)
+               str(steps)] + (["--compile"] if compile_ else []), threads)
     return json.loads(out.strip().splitlines()[-1])
 
 
@@ -186,6 +188,9 @@ def main():
     p.add_argument("--only", choices=["single", "dp", "pipeline"], help="run one part")
     p.add_argument("--model", choices=sorted(MODELS), default="small")
     p.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32")
+    p.add_argument("--compile", action="store_true",
+                   help="one process: also PyTorch's model torch.compile'd (its first step, "
+                        "which compiles, left out as ours is)")
     args = p.parse_args()
     global MODEL, MODEL_NAME, DTYPE
     MODEL, MODEL_NAME, DTYPE = MODELS[args.model], args.model, args.dtype
@@ -199,15 +204,21 @@ def main():
           f"{args.steps} steps, {args.repeats} repeats; {time.strftime('%Y-%m-%d')})")
     # 1. One process, same threads.
     for threads in (1, 2) if args.only in (None, "single") else ():
-        ours, theirs = [], []
+        ours, theirs, compiled = [], [], []
         for _ in range(args.repeats):
             ours.append(ours_single(threads, args.batch_size, args.steps))
             theirs.append(torch_single(threads, args.batch_size, args.steps))
+            if args.compile:
+                compiled.append(torch_single(threads, args.batch_size, args.steps, True))
         o = statistics.median(r["median_ms"] for r in ours)
         t = statistics.median(r["median_ms"] for r in theirs)
         print(f"single process, {threads} thread(s): ours {o:.1f} ms/step "
               f"({tokens / o * 1e3:.0f} tokens/s), PyTorch eager {t:.1f} ms/step "
               f"({tokens / t * 1e3:.0f} tokens/s); ours/PyTorch speed {t / o:.2f}")
+        if compiled:
+            c = statistics.median(r["median_ms"] for r in compiled)
+            print(f"single process, {threads} thread(s): PyTorch torch.compile {c:.1f} ms/step; "
+                  f"ours/torch.compile speed {c / o:.2f}")
         if threads == 1:
             r = ours[len(ours) // 2]
             ours_first = statistics.median(x["first_step_s"] for x in ours)
