@@ -1152,16 +1152,19 @@ void UcxTransport::check_heartbeats() {
 
 void UcxTransport::fail_peer(int64_t rank, const std::string& why) {
   Peer& peer = *peers_[rank];
-  if (peer.left || peer.failed.exchange(true)) return;
+  if (peer.left || peer.reported.exchange(true)) return;
   const std::string what = str_cat("rank ", rank, " (", peer.host, ") failed: ", why);
   LOG(ERROR) << kTag << "rank " << env_.rank << " sees " << what;
+  // The handler (the runtime) hears of the failure before any transfer with the rank fails, so
+  // the run ends naming the rank and why, not a transfer the failure broke.
   {
-    std::lock_guard<std::mutex> lock(mu_);
-    faults_ += (faults_.empty() ? "" : "; ") + what;
-    cv_.notify_all();
+    std::shared_lock<std::shared_mutex> lock(handler_mu_);  // as for messages: see on_am
+    if (fault_handler_) fault_handler_(rank, why);
   }
-  std::shared_lock<std::shared_mutex> lock(handler_mu_);  // as for messages: see on_am
-  if (fault_handler_) fault_handler_(rank, why);
+  peer.failed = true;
+  std::lock_guard<std::mutex> lock(mu_);
+  faults_ += (faults_.empty() ? "" : "; ") + what;
+  cv_.notify_all();
 }
 
 std::string UcxTransport::faults() const {

@@ -133,7 +133,8 @@ class UcxTransport final : public Transport {
     int64_t pid = 0;
     std::atomic<int64_t> last_heard_ns{0};
     std::atomic<bool> left{false};
-    std::atomic<bool> failed{false};
+    std::atomic<bool> reported{false};  // fail_peer ran (once)
+    std::atomic<bool> failed{false};    // transfers with it now fail
   };
 
   void create_worker();

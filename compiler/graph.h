@@ -187,6 +187,10 @@ class Graph {
   /// ZeRO-2: trainable variable op index -> the op that first reads its reduce-scattered
   /// gradient (filled and paced by the optimizer pass, Note [Pacing ZeRO-2 reductions]).
   std::map<int, int> zero_reductions;
+  /// ZeRO stages 2 and 3: trainable variable op index -> the layout its gradient is
+  /// reduce-scattered to, for the variables the zero pass sharded (Note [Sharded gradients
+  /// under accumulation] in passes/optimizer.cpp).
+  std::map<int, NdSbp> zero_grad_shards;
   /// Note [Input gradients] in passes/autograd.cpp: the name of each input op marked trainable
   /// -> the position in `fetches` of its gradient (filled by autograd; passes keep positions).
   std::map<std::string, int> input_grad_fetches;

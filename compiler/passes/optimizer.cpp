@@ -30,6 +30,7 @@
 #include <algorithm>
 #include <array>
 #include <map>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -118,9 +119,8 @@ struct Update {
 };
 
 // `t` as a new tensor laid out as `layout` (an identity reshape with that output hint: SBP
-// inference boxes `t` into it). `role` kBackward makes it act once per micro-batch.
-int laid_out(Graph& graph, const Site& site, const std::string& base, int t, const NdSbp& layout,
-             OpRole role = OpRole::kOptimizer) {
+// inference boxes `t` into it).
+int laid_out(Graph& graph, const Site& site, const std::string& base, int t, const NdSbp& layout) {
   LogicalOp op;
   op.schema = &OpRegistry::global().find("reshape");
   op.name = graph.unique_name(base);
@@ -129,9 +129,16 @@ int laid_out(Graph& graph, const Site& site, const std::string& base, int t, con
   op.placement = site.placement;
   op.stage = site.stage;
   op.location = site.location;
-  op.role = role;
+  op.role = OpRole::kOptimizer;
   op.output_sbp_hints = {layout};
   return graph.add_compute_op(std::move(op)).at(0);
+}
+
+// Whether tensor t is the output of a layout reshape (laid_out) to `layout`.
+bool laid_out_as(const Graph& graph, int t, const NdSbp& layout) {
+  const LogicalOp& producer = graph.op(graph.tensor(t).producer);
+  return producer.schema->name() == "reshape" && producer.output_sbp_hints.size() == 1 &&
+         producer.output_sbp_hints[0] == layout;
 }
 
 // Note [Reduce gradients before clipping]: the gradient laid out as its variable (B over data
@@ -140,35 +147,64 @@ int laid_out(Graph& graph, const Site& site, const std::string& base, int t, con
 // backward. Without it, SBP inference leaves each gradient partial through the clip's multiply
 // (P * B is P) and reduces it only after the global norm, when all of backward is over, and
 // reduces it a second time for the norm itself (measured: GPT DP2 69 ms a step instead of 56).
-//
-// Note [Sharded gradients under accumulation]: with several micro-batches a reduction that runs
-// once per step sums the micro-batches' gradients whole first (ACCUMULATE, Note [Micro-batches]
-// in plan.proto), which keeps a whole gradient per variable for the step: ZeRO-2 and -3 would
-// then hold more than ZeRO-1 (measured: GPT 4 x 256 on DP2, 4 micro-batches, ZeRO-2 planned
-// 91.0 MiB against ZeRO-1's 79.8). So a gradient going to a ZeRO shard is reduce-scattered
-// every micro-batch, as DeepSpeed does, and the shards accumulate: the reduction runs once per
-// micro-batch (its reshape acts in the backward's scope), trading m reductions of the
-// gradients for a shard-sized accumulator (ZeRO-2 then planned 61.7 MiB).
+// A gradient already laid out so (Note [Sharded gradients under accumulation]) stays as it is.
 int in_variable_layout(Graph& graph, const Site& site, const std::string& base, const Update& u) {
   const LogicalOp& var = graph.op(u.var_op);
-  const bool per_micro_batch = graph.train.gradient_accumulation_steps > 1 &&
-                               graph.op(graph.tensor(u.grad).producer).role == OpRole::kBackward;
   // ZeRO-2 (Note [ZeRO stages 1 and 2] in zero.cpp): the gradient goes to the shard.
   const auto shard = graph.zero_shards.find(u.var_op);
   if (graph.train.zero_stage == 2 && shard != graph.zero_shards.end()) {
-    const int reduced = laid_out(graph, site, base + "/reduced", u.grad, shard->second,
-                                 per_micro_batch ? OpRole::kBackward : OpRole::kOptimizer);
+    if (laid_out_as(graph, u.grad, shard->second)) return u.grad;
+    const int reduced = laid_out(graph, site, base + "/reduced", u.grad, shard->second);
     graph.zero_reductions.emplace(u.var_op, graph.tensor(reduced).producer);  // the first
     return reduced;
   }
   if (var.output_sbp_hints.empty() || var.output_sbp_hints[0].empty()) return u.grad;
   const NdSbp layout = var.output_sbp_hints[0];  // a copy: laid_out appends an op
-  // ZeRO-3: the variable itself is sharded (zero.cpp).
-  bool sharded = false;
-  for (const Sbp& s : layout) sharded = sharded || s.is_split();
-  const bool zero3_shard = graph.train.zero_stage >= 3 && sharded && per_micro_batch;
-  return laid_out(graph, site, base + "/reduced", u.grad, layout,
-                  zero3_shard ? OpRole::kBackward : OpRole::kOptimizer);
+  if (laid_out_as(graph, u.grad, layout)) return u.grad;
+  return laid_out(graph, site, base + "/reduced", u.grad, layout);
+}
+
+// Note [Sharded gradients under accumulation]: with several micro-batches a reduction that runs
+// once per step sums the micro-batches' gradients whole first (ACCUMULATE, Note [Micro-batches]
+// in plan.proto), which keeps a whole gradient per variable for the step: ZeRO-2 and -3 would
+// then hold more than ZeRO-1 (measured: GPT 4 x 256 on DP2, 4 micro-batches, ZeRO-2 planned
+// 91.0 MiB against ZeRO-1's 79.8). So, before anything else reads them, the gradients of the
+// variables ZeRO sharded (Graph::zero_grad_shards) are reduce-scattered every micro-batch, as
+// DeepSpeed does, and accumulate as shards: the layout reshape acts in the backward's scope.
+// Under a bfloat16 reduction (Note [Gradient reduction dtype]) the gradient is cast down and
+// back in that scope too, so the shards still accumulate in float32. m reductions a step
+// instead of one, for a shard-sized accumulator (ZeRO-2 then planned 61.7 MiB).
+// Returns the variable ops whose gradients it reduced.
+std::set<int> shard_gradients_per_micro_batch(Graph& graph, std::vector<Update>& updates,
+                                              DataType reduce) {
+  std::set<int> reduced;
+  if (graph.train.gradient_accumulation_steps <= 1) return reduced;
+  for (Update& u : updates) {
+    const auto shard = graph.zero_grad_shards.find(u.var_op);
+    if (shard == graph.zero_grad_shards.end()) continue;
+    const NdSbp layout = shard->second;  // copies: appending ops moves the graph's ops
+    const std::string name = graph.op(u.var_op).name;
+    const Site site = Site::of(graph.op(u.var_op));
+    const DataType dtype = graph.tensor(u.grad).meta.dtype;
+    auto in_backward = [&](int t) {
+      graph.op(graph.tensor(t).producer).role = OpRole::kBackward;
+      return t;
+    };
+    int grad = u.grad;
+    if (reduce != dtype && dtype == DataType::kFloat32) {
+      grad = in_backward(cast_to(graph, site, name + ".grad/" + dtype_name(reduce), grad, reduce));
+    }
+    grad = in_backward(laid_out(graph, site, name + ".grad/reduced", grad, layout));
+    if (graph.train.zero_stage == 2) {
+      graph.zero_reductions.emplace(u.var_op, graph.tensor(grad).producer);
+    }
+    if (graph.tensor(grad).meta.dtype != dtype) {
+      grad = in_backward(cast_to(graph, site, name + ".grad/" + dtype_name(dtype), grad, dtype));
+    }
+    u.grad = grad;
+    reduced.insert(u.var_op);
+  }
+  return reduced;
 }
 
 // Note [Pacing ZeRO-2 reductions]: a gradient's reduce-scatter can run as soon as the backward
@@ -306,9 +342,11 @@ void bucket_gradients(Graph& graph, std::vector<Update>& updates, int64_t bucket
 // float32 for clipping and the update: half the bytes on the wire, each rank's partial rounded
 // once to bfloat16 and the sum kept in bfloat16 (as FSDP's reduce_dtype and DeepSpeed's
 // communication_data_type do).
-void lower_gradients(Graph& graph, std::vector<Update>& updates, DataType reduce) {
+void lower_gradients(Graph& graph, std::vector<Update>& updates, DataType reduce,
+                     const std::set<int>& reduced) {
   for (Update& u : updates) {
     if (graph.tensor(u.grad).meta.dtype != DataType::kFloat32) continue;
+    if (reduced.count(u.var_op) > 0) continue;  // Note [Sharded gradients under accumulation]
     const LogicalOp& var = graph.op(u.var_op);
     u.grad =
         cast_to(graph, Site::of(var), var.name + ".grad/" + dtype_name(reduce), u.grad, reduce);
@@ -516,7 +554,8 @@ class OptimizerPass final : public Pass {
     OFL_CHECK_TYPE(reduce == DataType::kFloat32 || reduce == DataType::kBFloat16,
                    "[optimizer] gradients are reduced in float32 or bfloat16. However, got ",
                    dtype_name(reduce), ".");
-    if (reduce != DataType::kFloat32) lower_gradients(graph, updates, reduce);
+    const std::set<int> reduced = shard_gradients_per_micro_batch(graph, updates, reduce);
+    if (reduce != DataType::kFloat32) lower_gradients(graph, updates, reduce, reduced);
     bucket_gradients(graph, updates, graph.train.gradient_bucket_bytes);
     if (reduce != DataType::kFloat32) restore_gradients(graph, updates);
     // Note [Dynamic loss scaling in a graph] in autograd.cpp: inf or nan anywhere skips all.

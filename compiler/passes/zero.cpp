@@ -39,9 +39,11 @@ class ZeroPass final : public Pass {
         const int axis = shard_axis(shape, sbp, hierarchy, hierarchy[d]);
         if (axis >= 0) sbp[d] = S(axis);
       }
+      if (sbp == op.output_sbp_hints[0]) continue;  // nothing to shard on
+      if (graph.train.zero_stage >= 2) graph.zero_grad_shards[i] = sbp;
       if (graph.train.zero_stage >= 3) {
         op.output_sbp_hints[0] = sbp;
-      } else if (sbp != op.output_sbp_hints[0]) {
+      } else {
         graph.zero_shards[i] = sbp;
       }
     }

@@ -111,9 +111,11 @@ int64_t scratchpad_of(const proto::TaskProto& task, const TaskRegisters& regs) {
       regs.outs.size() != 1) {
     return 0;
   }
-  const DataType dtype = dtype_from_name(regs.ins[0]->dtype());
-  if (!cpu::uses_onednn_matmul(batched, dtype)) return 0;
   const OpSchema& op = OpRegistry::global().find(task.op_type());
+  const DataType dtype = op.kernel_dtype(
+      {dtype_from_name(regs.ins[0]->dtype()), dtype_from_name(regs.ins[1]->dtype())},
+      dtype_from_name(regs.outs[0]->dtype()));
+  if (!cpu::uses_onednn_matmul(batched, dtype)) return 0;
   const auto params = params_from_proto(op, task.params());
   const cpu::MatmulProduct product = cpu::matmul_product(
       batched, from_proto(regs.ins[0]->shape()), from_proto(regs.ins[1]->shape()),

@@ -126,7 +126,13 @@ def test_dropout_on_global_tensors_keeps_the_functional_contract():
     with pytest.raises(TypeError, match=r"\[dropout\] x must have a floating dtype"):
         F.dropout(flow.ones(4, 3, dtype=flow.int64, placement=P, sbp=S0), p=0.5)
     module = nn.Dropout(0.5)
-    assert module(x).sbp == x.sbp and module.eval()(x) is x
+    y = module(x)
+    assert y.sbp == x.sbp and module.eval()(x) is x
+    x.grad = None
+    (y * y).sum().backward()  # the one-op dropout graph refused this
+    kept = y.numpy() != 0
+    np.testing.assert_allclose(x.grad.numpy(), np.where(kept, 2 * y.numpy() * 2.0, 0.0),
+                               rtol=1e-6)
 
 
 def test_optimizer_state_of_global_parameters_moves_to_another_layout():

@@ -17,10 +17,6 @@ namespace ofl::cpu {
 
 namespace {
 
-// bfloat16 and float16 go to oneDNN (Note [Low-precision matmul on the CPU]).
-template <class T>
-constexpr bool kLowPrecision = std::is_same_v<T, bfloat16> || std::is_same_v<T, float16>;
-
 // One row-major product C (m, n) = alpha * op(A) @ op(B), where op(A) is (m, k) and op(B) is
 // (k, n); lda and ldb are the row strides of A and B as stored.
 struct Gemm {
@@ -64,7 +60,7 @@ struct MatmulKernel {
     const MatmulProduct product =
         matmul_product(/*batched=*/false, ctx.in(0).shape(), ctx.in(1).shape(), ctx.out(0).shape(),
                        ctx.p<MatmulParams>());
-    if constexpr (kLowPrecision<T> || std::is_same_v<T, float>) {
+    if constexpr (uses_onednn_matmul(/*batched=*/false, dtype_of<T>())) {
       onednn_matmul(ctx.out(0).dtype(), product, ctx.in(0).raw_data(), ctx.in(1).raw_data(),
                     ctx.out(0).raw_data());
     } else {
@@ -82,7 +78,7 @@ struct BatchMatmulKernel {
     const MatmulProduct product =
         matmul_product(/*batched=*/true, ctx.in(0).shape(), ctx.in(1).shape(), ctx.out(0).shape(),
                        ctx.p<MatmulParams>());
-    if constexpr (kLowPrecision<T>) {
+    if constexpr (uses_onednn_matmul(/*batched=*/true, dtype_of<T>())) {
       onednn_matmul(ctx.out(0).dtype(), product, ctx.in(0).raw_data(), ctx.in(1).raw_data(),
                     ctx.out(0).raw_data());
       return;

@@ -3,6 +3,9 @@
 
 #include "oneflowlike/kernels/cpu/onednn_matmul.h"
 
+#include <omp.h>
+
+#include <deque>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -20,16 +23,25 @@ namespace {
 
 using dnnl::memory;
 
+// oneDNN fixes a primitive's thread count (and its scratchpad's size) when it creates it, from
+// the creating thread's OpenMP setting: a primitive made where kernels use 2 threads must not
+// run where they use 1 (a runtime with several ranks in one process), so the count is in the key.
 struct Key {
   DataType dtype;
   bool transpose_a, transpose_b;
   int64_t batches, m, n, k;
   float alpha;
+  int threads;
   bool operator<(const Key& o) const {
-    return std::tie(dtype, transpose_a, transpose_b, batches, m, n, k, alpha) <
-           std::tie(o.dtype, o.transpose_a, o.transpose_b, o.batches, o.m, o.n, o.k, o.alpha);
+    return std::tie(dtype, transpose_a, transpose_b, batches, m, n, k, alpha, threads) <
+           std::tie(o.dtype, o.transpose_a, o.transpose_b, o.batches, o.m, o.n, o.k, o.alpha,
+                    o.threads);
   }
 };
+
+// Primitives kept at most (each holds JIT code): the oldest made goes first. An eager loop whose
+// shapes keep changing (variable lengths) would otherwise grow the cache without end.
+constexpr size_t kMaxPrimitives = 1024;
 
 dnnl::engine& engine() {
   static dnnl::engine e(dnnl::engine::kind::cpu, 0);
@@ -54,9 +66,15 @@ struct Primitive {
 std::shared_ptr<Primitive> primitive(const Key& key) {
   static std::mutex mu;
   static auto* cache = new std::map<Key, std::shared_ptr<Primitive>>();  // never destroyed
+  static auto* made_order = new std::deque<Key>();
   std::lock_guard<std::mutex> lock(mu);
   auto it = cache->find(key);
   if (it != cache->end()) return it->second;
+  if (cache->size() >= kMaxPrimitives) {  // a caller still running one holds its shared_ptr
+    cache->erase(made_order->front());
+    made_order->pop_front();
+  }
+  made_order->push_back(key);
   const memory::data_type dt = key.dtype == DataType::kBFloat16  ? memory::data_type::bf16
                                : key.dtype == DataType::kFloat32 ? memory::data_type::f32
                                                                  : memory::data_type::f16;
@@ -124,8 +142,15 @@ void through_float32(const Key& key, const void* a, const void* b, void* c) {
 }
 
 Key key_of(DataType dtype, const MatmulProduct& p) {
-  return Key{dtype, p.transpose_a, p.transpose_b, p.batches,
-             p.m,   p.n,           p.k,           static_cast<float>(p.alpha)};
+  return Key{dtype,
+             p.transpose_a,
+             p.transpose_b,
+             p.batches,
+             p.m,
+             p.n,
+             p.k,
+             static_cast<float>(p.alpha),
+             omp_get_max_threads()};
 }
 
 }  // namespace
@@ -145,11 +170,6 @@ MatmulProduct matmul_product(bool batched, const Shape& a, const Shape& b, const
     product.k = p.transpose_b ? b[1] : b[0];
   }
   return product;
-}
-
-bool uses_onednn_matmul(bool batched, DataType dtype) {
-  return dtype == DataType::kBFloat16 || dtype == DataType::kFloat16 ||
-         (dtype == DataType::kFloat32 && !batched);
 }
 
 void onednn_matmul(DataType dtype, const MatmulProduct& product, const void* a, const void* b,

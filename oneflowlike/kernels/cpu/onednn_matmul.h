@@ -42,7 +42,10 @@ MatmulProduct matmul_product(bool batched, const Shape& a, const Shape& b, const
                              const MatmulParams& p);
 
 /// Whether the CPU kernel of matmul (batched: batch_matmul) runs `dtype` on oneDNN's primitive.
-bool uses_onednn_matmul(bool batched, DataType dtype);
+constexpr bool uses_onednn_matmul(bool batched, DataType dtype) {
+  return dtype == DataType::kBFloat16 || dtype == DataType::kFloat16 ||
+         (dtype == DataType::kFloat32 && !batched);
+}
 
 /// The product through oneDNN's primitive; `dtype` is kFloat32, kBFloat16 or kFloat16 and the
 /// raw pointers hold that type.
@@ -50,7 +53,8 @@ void onednn_matmul(DataType dtype, const MatmulProduct& product, const void* a, 
                    void* c);
 
 /// Bytes of the calling thread's scratchpad the product takes (Note [oneDNN matmul
-/// scratchpad]); 0 where oneDNN has no primitive for it.
+/// scratchpad]) when run with the calling thread's OpenMP thread count; 0 where oneDNN has no
+/// primitive for it.
 int64_t onednn_matmul_scratchpad_bytes(DataType dtype, const MatmulProduct& product);
 
 }  // namespace ofl::cpu

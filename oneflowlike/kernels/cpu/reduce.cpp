@@ -136,9 +136,11 @@ void reduce_kernel(const KernelContext& ctx) {
   if (g.reduced_groups() <= 1) {
     const ReduceView v = reduce_view(g);
     const int64_t outer = v.outer, middle = v.middle, inner = v.inner;
-    if (inner == 1 && std::is_floating_point_v<T> && !Red::kExtremum) {
-      blocked_row_sums<T, R>(src, dst, outer, middle);
-      return;
+    if constexpr (std::is_floating_point_v<T> && !Red::kExtremum) {
+      if (inner == 1) {
+        blocked_row_sums<T, R>(src, dst, outer, middle);
+        return;
+      }
     }
     if (inner == 1) {  // rows: each output reduces a contiguous run
       parallel_for(outer, std::max<int64_t>(1, kParallelGrain / std::max<int64_t>(middle, 1)),

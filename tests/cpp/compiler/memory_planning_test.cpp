@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <limits>
+#include <map>
 #include <random>
 #include <regex>
 #include <string>
@@ -544,6 +545,49 @@ TEST(MemoryPlanning, ZeroStagesLowerThePlannedPeakInOrder) {
     EXPECT_GT(peaks[0], peaks[1]) << "micro " << micro;
     EXPECT_GT(peaks[1], peaks[2]) << "micro " << micro;
     EXPECT_GT(peaks[1], peaks[3]) << "micro " << micro;
+  }
+}
+
+// Note [Sharded gradients under accumulation]: under ZeRO-2 and -3 with micro-batches each
+// rank accumulates its shards of the gradients, half of them on DP2, whatever reads them after
+// (clipping, loss scaling: one accumulator per gradient, not one per reader) and in whatever
+// dtype they are reduced; stage 1 accumulates whole gradients (reduced once per step).
+TEST(MemoryPlanning, ShardedGradientsAccumulateAsShards) {
+  GptConfig config = testing::tiny_gpt_config(/*n_layer=*/2);
+  config.n_embd = 64;
+  config.vocab_size = 64;
+  config.batch_size = 8;
+  struct Variant {
+    bool clip, loss_scale, bf16_reduction;
+  };
+  for (const Variant v :
+       {Variant{false, false, false}, Variant{true, true, false}, Variant{true, false, true}}) {
+    std::map<int, int64_t> accumulated;  // stage -> bytes of rank 0's gradient accumulators
+    for (const int stage : {1, 2, 3}) {
+      GraphBuilder b("gpt_accumulated");
+      const int loss = build_gpt(b, config, GptParallel{.dp = 2, .micro_batches = 4});
+      b.set_loss(loss);
+      b.fetch(loss);
+      b.train().optimizer.kind = OptimizerConfig::Kind::kAdamW;
+      if (v.clip) b.train().optimizer.clip_grad_max_norm = 1.0;
+      if (v.loss_scale) b.train().dynamic_loss_scale.init_scale = 1024;
+      if (v.bf16_reduction) b.train().grad_reduce_dtype = DataType::kBFloat16;
+      b.train().zero_stage = stage;
+      const proto::PlanProto plan = compile_graph(std::move(b.graph()));
+      const auto& rank = plan.ranks(0);
+      std::map<int64_t, const proto::RegisterProto*> registers;
+      for (const auto& r : rank.registers()) registers[r.id()] = &r;
+      for (const auto& t : rank.tasks()) {  // the gradients are what is accumulated here
+        if (t.kind() == proto::TaskProto::ACCUMULATE) {
+          accumulated[stage] += registers.at(t.outputs(0))->bytes();
+        }
+      }
+    }
+    const std::string what =
+        str_cat("clip ", v.clip, " loss scale ", v.loss_scale, " bf16 ", v.bf16_reduction);
+    ASSERT_GT(accumulated[1], 0) << what;
+    EXPECT_LT(accumulated[2], accumulated[1] * 6 / 10) << what;
+    EXPECT_LT(accumulated[3], accumulated[1] * 6 / 10) << what;
   }
 }
 
