@@ -1,5 +1,8 @@
 #include "oneflowlike/ops/layer_norm.h"
 
+#include <gtest/gtest.h>
+#include <omp.h>
+
 #include <cmath>
 #include <string>
 
@@ -113,6 +116,41 @@ TEST(LayerNorm, BackwardOpsMatchAutogradOfTheForward) {
     for (int c = 0; c < 6; ++c) sum += vdx[r * 6 + c];
     EXPECT_NEAR(sum, 0.0, 1e-10);
   }
+}
+
+// The parameter gradients of many rows are summed in row blocks over the threads, in an order
+// fixed by the shape: the same bits on 1 and 2 threads, and the column sums of a reference.
+TEST(LayerNorm, ParameterGradientsOfManyRowsAreTheSameOnAnyThreadCount) {
+  const int64_t rows = 1000, cols = 48;
+  const Tensor x = random_tensor({rows, cols}, DataType::kFloat32, 17);
+  const Tensor w = random_tensor({cols}, DataType::kFloat32, 18);
+  const Tensor b = random_tensor({cols}, DataType::kFloat32, 19);
+  const Tensor dy = random_tensor({rows, cols}, DataType::kFloat32, 20);
+  const auto out = functional::layer_norm(x, w, b);
+  const int threads = omp_get_max_threads();
+  std::vector<std::vector<double>> runs;
+  for (const int t : {1, 2}) {
+    omp_set_num_threads(t);
+    for (const Tensor& g : functional::layer_norm_param_grad(dy, x, out[1], out[2])) {
+      runs.push_back(values_of(g));
+    }
+  }
+  omp_set_num_threads(threads);
+  EXPECT_EQ(runs[0], runs[2]);  // dweight
+  EXPECT_EQ(runs[1], runs[3]);  // dbias
+  const std::vector<double> vdy = values_of(dy), vx = values_of(x), m = values_of(out[1]),
+                            is = values_of(out[2]);
+  std::vector<double> dw(cols, 0.0), db(cols, 0.0);
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t c = 0; c < cols; ++c) {
+      dw[c] += vdy[r * cols + c] * static_cast<float>((vx[r * cols + c] - m[r]) * is[r]);
+      db[c] += vdy[r * cols + c];
+    }
+  }
+  const Tensor dparams0 = functional::layer_norm_param_grad(dy, x, out[1], out[2])[0];
+  expect_close(dparams0, dw, Shape{cols}, 1e-5, 1e-5);
+  expect_close(functional::layer_norm_param_grad(dy, x, out[1], out[2])[1], db, Shape{cols}, 1e-5,
+               1e-5);
 }
 
 TEST(LayerNorm, WrongWeightShapeRaisesValueError) {
