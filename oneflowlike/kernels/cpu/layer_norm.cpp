@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "oneflowlike/common/parallel.h"
+#include "oneflowlike/kernels/cpu/row_blocks.h"
 #include "oneflowlike/kernels/cpu/widened.h"
 #include "oneflowlike/op.h"
 
@@ -90,14 +91,8 @@ struct LayerNormGradKernel {
   }
 };
 
-// Inputs (dy, x, mean, inv_std) -> (dweight, dbias): column sums of dy * xhat and of dy.
-// Parallel over blocks of kRowsPerBlock rows, each summing its rows into a partial row of its
-// own, then the partials added in block order: a thread reads the rows that the ops before
-// wrote on its own core (they split rows too), where splitting the columns made every thread
-// read half of every row from the other core's cache (measured slower on two threads than on
-// one), and the order of the additions depends on the shape only, not on the thread count.
-constexpr int64_t kRowsPerBlock = 64;
-
+// Inputs (dy, x, mean, inv_std) -> (dweight, dbias): column sums of dy * xhat and of dy, by
+// row blocks (Note [Row-blocked column sums]).
 template <class T>
 struct LayerNormParamGradKernel {
   static void run(const KernelContext& ctx) {
@@ -108,33 +103,21 @@ struct LayerNormParamGradKernel {
     T* dw = ctx.out(0).data<T>();
     T* db = ctx.out(1).data<T>();
     const auto [rows, cols] = layer_norm_rows_cols(ctx.in(1), ctx.in(2));
-    const int64_t blocks = (rows + kRowsPerBlock - 1) / kRowsPerBlock;
-    // Per block: cols partial sums of dy * xhat, then cols of dy.
-    std::vector<double> partial(static_cast<size_t>(blocks * 2 * cols), 0.0);
-    parallel_for(blocks, items_per_grain(kRowsPerBlock * cols), [&](int64_t begin, int64_t end) {
-      for (int64_t b = begin; b < end; ++b) {
-        double* acc_w = partial.data() + b * 2 * cols;
-        double* acc_b = acc_w + cols;
-        for (int64_t r = b * kRowsPerBlock; r < std::min(rows, (b + 1) * kRowsPerBlock); ++r) {
+    const std::vector<double> sums =
+        row_blocked_column_sums(rows, cols, /*terms=*/2, [&](int64_t r, double* acc) {
           const T* dyr = dy + r * cols;
           const T* xr = x + r * cols;
           const T m = mean[r], is = inv_std[r];
+          double* acc_b = acc + cols;
 #pragma omp simd
           for (int64_t c = 0; c < cols; ++c) {
-            acc_w[c] += dyr[c] * ((xr[c] - m) * is);
+            acc[c] += dyr[c] * ((xr[c] - m) * is);
             acc_b[c] += dyr[c];
           }
-        }
-      }
-    });
+        });
     for (int64_t c = 0; c < cols; ++c) {
-      double w = 0, bias = 0;
-      for (int64_t b = 0; b < blocks; ++b) {
-        w += partial[b * 2 * cols + c];
-        bias += partial[b * 2 * cols + cols + c];
-      }
-      dw[c] = static_cast<T>(w);
-      db[c] = static_cast<T>(bias);
+      dw[c] = static_cast<T>(sums[c]);
+      db[c] = static_cast<T>(sums[cols + c]);
     }
   }
 };

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "oneflowlike/common/parallel.h"
+#include "oneflowlike/kernels/cpu/row_blocks.h"
 #include "oneflowlike/kernels/cpu/widened.h"
 #include "oneflowlike/op.h"
 
@@ -83,21 +84,16 @@ struct RmsNormParamGradKernel {
     const T* inv_rms = ctx.in(2).data<T>();
     T* dw = ctx.out(0).data<T>();
     const auto [rows, cols] = layer_norm_rows_cols(ctx.in(1), ctx.in(2));
-    if (rows == 0) {
-      std::fill(dw, dw + ctx.out(0).numel(), T(0));
-      return;
-    }
-    const int64_t grain = items_per_grain(rows);
-    parallel_for(cols, grain, [&](int64_t begin, int64_t end) {
-      std::vector<double> acc(end - begin, 0.0);
-      for (int64_t r = 0; r < rows; ++r) {
-        const T* dyr = dy + r * cols;
-        const T* xr = x + r * cols;
-        const T ir = inv_rms[r];
-        for (int64_t c = begin; c < end; ++c) acc[c - begin] += dyr[c] * (xr[c] * ir);
-      }
-      for (int64_t c = begin; c < end; ++c) dw[c] = static_cast<T>(acc[c - begin]);
-    });
+    // Note [Row-blocked column sums].
+    const std::vector<double> sums =
+        row_blocked_column_sums(rows, cols, /*terms=*/1, [&](int64_t r, double* acc) {
+          const T* dyr = dy + r * cols;
+          const T* xr = x + r * cols;
+          const T ir = inv_rms[r];
+#pragma omp simd
+          for (int64_t c = 0; c < cols; ++c) acc[c] += dyr[c] * (xr[c] * ir);
+        });
+    for (int64_t c = 0; c < cols; ++c) dw[c] = static_cast<T>(sums[c]);
   }
 };
 
