@@ -164,6 +164,12 @@ int in_variable_layout(Graph& graph, const Site& site, const std::string& base, 
   return laid_out(graph, site, base + "/reduced", u.grad, layout);
 }
 
+// Note [Gradient reduction dtype] below: `grad` cast down to `reduce` when it is float32.
+int lowered(Graph& graph, const Site& site, const std::string& name, int grad, DataType reduce) {
+  if (graph.tensor(grad).meta.dtype != DataType::kFloat32) return grad;
+  return cast_to(graph, site, name + ".grad/" + dtype_name(reduce), grad, reduce);
+}
+
 // Note [Sharded gradients under accumulation]: with several micro-batches a reduction that runs
 // once per step sums the micro-batches' gradients whole first (ACCUMULATE, Note [Micro-batches]
 // in plan.proto), which keeps a whole gradient per variable for the step: ZeRO-2 and -3 would
@@ -186,14 +192,11 @@ std::set<int> shard_gradients_per_micro_batch(Graph& graph, std::vector<Update>&
     const std::string name = graph.op(u.var_op).name;
     const Site site = Site::of(graph.op(u.var_op));
     const DataType dtype = graph.tensor(u.grad).meta.dtype;
-    auto in_backward = [&](int t) {
-      graph.op(graph.tensor(t).producer).role = OpRole::kBackward;
+    auto in_backward = [&](int t) {  // an op made here acts every micro-batch
+      if (t != u.grad) graph.op(graph.tensor(t).producer).role = OpRole::kBackward;
       return t;
     };
-    int grad = u.grad;
-    if (reduce != dtype && dtype == DataType::kFloat32) {
-      grad = in_backward(cast_to(graph, site, name + ".grad/" + dtype_name(reduce), grad, reduce));
-    }
+    int grad = in_backward(lowered(graph, site, name, u.grad, reduce));
     grad = in_backward(laid_out(graph, site, name + ".grad/reduced", grad, layout));
     if (graph.train.zero_stage == 2) {
       graph.zero_reductions.emplace(u.var_op, graph.tensor(grad).producer);
@@ -345,11 +348,9 @@ void bucket_gradients(Graph& graph, std::vector<Update>& updates, int64_t bucket
 void lower_gradients(Graph& graph, std::vector<Update>& updates, DataType reduce,
                      const std::set<int>& reduced) {
   for (Update& u : updates) {
-    if (graph.tensor(u.grad).meta.dtype != DataType::kFloat32) continue;
     if (reduced.count(u.var_op) > 0) continue;  // Note [Sharded gradients under accumulation]
     const LogicalOp& var = graph.op(u.var_op);
-    u.grad =
-        cast_to(graph, Site::of(var), var.name + ".grad/" + dtype_name(reduce), u.grad, reduce);
+    u.grad = lowered(graph, Site::of(var), var.name, u.grad, reduce);
   }
 }
 

@@ -50,6 +50,11 @@ broadcast = sbp("B")
 partial_sum = sbp("P")
 
 
+def summed(nd_sbp):
+    """``nd_sbp`` with every partial sum made whole (P -> B), the other dimensions as they are."""
+    return tuple(broadcast if s == partial_sum else s for s in nd_sbp)
+
+
 def normalize(value, placement, what="sbp"):
     """``value`` (one sbp, or a tuple/list with one per placement dimension) as a tuple of sbp
     of the placement's rank; raises ValueError naming the mismatch."""

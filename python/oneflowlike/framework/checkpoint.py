@@ -101,9 +101,8 @@ def save(state, path):
     try:
         for i, (name, value) in enumerate(sorted(state.items())):
             if isinstance(value, _gt.GlobalTensor):
-                if any(str(s) == "P" for s in value.sbp):
-                    value = value.to_global(sbp=tuple(
-                        _sbp.broadcast if str(s) == "P" else s for s in value.sbp))
+                if _sbp.summed(value.sbp) != tuple(value.sbp):
+                    value = value.to_global(sbp=_sbp.summed(value.sbp))
                 entry = {"shape": list(value.shape), "dtype": _dtype_name(value.dtype),
                          "placement": value.placement.flat_ranks,
                          "hierarchy": list(value.placement.hierarchy),

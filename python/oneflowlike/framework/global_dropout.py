@@ -22,12 +22,12 @@ backward. Inside nn.Graph the dropout op itself is traced: the runtime replays i
 import oneflowlike as flow
 from oneflowlike import _C
 from oneflowlike import sbp as _sbp
+from oneflowlike.ops import random
 
 
 def dropout(input, p=0.5, training=True, inplace=False):  # noqa: A002 (torch's name)
     """F.dropout of a global tensor; see Note [Eager global dropout]."""
-    if inplace:
-        raise NotImplementedError("[dropout] inplace=True is not supported; use inplace=False.")
+    random.refuse_inplace_dropout(inplace)
     p = float(p)  # as the local form takes it
     _C.check_dropout_probability(p)
     if not bool(training) or p == 0:
@@ -37,8 +37,8 @@ def dropout(input, p=0.5, training=True, inplace=False):  # noqa: A002 (torch's 
                         f"{tuple(input.shape)} {input.dtype}.")
     # The mask is the same on every rank holding the same elements: a partial sum's ranks each
     # hold all of them (where and the scaling are linear in x, so x may stay partial).
-    sbp = tuple(_sbp.broadcast if s == _sbp.partial_sum else s for s in input.sbp)
-    uniform = flow.rand(*input.shape, dtype=flow.float64, placement=input.placement, sbp=sbp)
+    uniform = flow.rand(*input.shape, dtype=flow.float64, placement=input.placement,
+                        sbp=_sbp.summed(input.sbp))
     keep = uniform >= p
     scale = 1.0 / (1.0 - p) if p < 1 else 0.0
     out = flow.where(keep, input, 0.0) * scale

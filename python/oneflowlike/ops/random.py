@@ -173,11 +173,16 @@ def rand_like(input, dtype=None, device=None, requires_grad=False):  # noqa: A00
     return _finish(t, requires_grad)
 
 
+def refuse_inplace_dropout(inplace):
+    """Ops here never write their inputs: dropout's (and its global form's) inplace=True."""
+    if inplace:
+        raise NotImplementedError("[dropout] inplace=True is not supported; use inplace=False.")
+
+
 def dropout(input, p=0.5, training=True, inplace=False):  # noqa: A002
     """Zeroes each element with probability ``p`` and scales the others by 1 / (1 - p); the
     input itself when not training or p == 0."""
-    if inplace:
-        raise NotImplementedError("[dropout] inplace=True is not supported; use inplace=False.")
+    refuse_inplace_dropout(inplace)
     return _C.dropout(input, float(p), bool(training))
 
 
