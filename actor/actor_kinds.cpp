@@ -369,18 +369,27 @@ class RecvActor final : public TaskActor {
 
 // COLLECTIVE: its member's part runs on the collective engine of the runtime (Note [Collective
 // engine] in collective_engine.h); the act launches it there and returns. On a GPU the job is
-// the device backend's (Note [Device collectives] in device_collectives.h).
+// the device backend's (Note [Device collectives] in device_collectives.h). An all-reduce marked
+// a view sums into its input piece, which it hands out as its output and keeps until the
+// readers are done (Note [All-reduces in place] in compiler/physical/in_place_boxing.h).
 class CollectiveActor final : public TaskActor {
  public:
   CollectiveActor(const PlanIndex& index, int task, int priority)
       : TaskActor(index, task, priority),
-        spec_(collective_spec(info_.proto.collective(), rank(), name())) {}
+        spec_(collective_spec(info_.proto.collective(), rank(), name())),
+        in_place_(info_.proto.view()) {}
 
  private:
   Work work(ActorHost& host, std::vector<Tensor> inputs, std::vector<Tensor> outputs) override {
     const proto::CollectiveProto& c = info_.proto.collective();
     // A broadcast's members other than the root read nothing.
     Tensor input = inputs.empty() ? Tensor() : std::move(inputs[0]);
+    if (in_place_) {
+      OutputRegister& out = this->outputs()[0];
+      const PlanIndex::RegisterInfo& reg = index_.reg(info_.outputs[0]);
+      out.slots[out.next_slot] = view_of_bytes(input, 0, reg.shape, reg.dtype);
+      outputs[0] = out.slots[out.next_slot];
+    }
     if (!scratch_placed_) {  // Note [Collective scratch]: the plan's memory, once
       scratch_placed_ = true;
       if (c.scratch_in_block()) {
@@ -398,9 +407,11 @@ class CollectiveActor final : public TaskActor {
     return CollectiveWork{
         make_collective_job(host.transport(), spec_, std::move(input), outputs[0], &scratch_)};
   }
+  bool keeps_inputs_until_output_acked() const override { return in_place_; }
   CollectiveSpec spec_;
   CollectiveScratch scratch_;  // its acts run one at a time
   bool scratch_placed_ = false;
+  bool in_place_;
 };
 
 }  // namespace

@@ -420,7 +420,10 @@ class RecursiveDoublingJob final : public MemberJob {
       started_ = true;
       *progressed = true;
       // Members below p start from their own input; those above send it as it is.
-      if (m_ < recursive_doubling_core(n_)) sum_into({flat_input_}, flat_output_);
+      // (In place the input is the output already: Note [All-reduces in place].)
+      if (m_ < recursive_doubling_core(n_) && flat_input_.raw_data() != flat_output_.raw_data()) {
+        sum_into({flat_input_}, flat_output_);
+      }
     }
     while (next_ < exchanges_.size()) {
       Exchange& e = exchanges_[next_];

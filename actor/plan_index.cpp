@@ -245,9 +245,20 @@ void PlanIndex::check_task(int index) {
               region_to_string(task.region), " in ", task.logical_shape.to_string(), ".");
   };
 
-  OFL_CHECK(!p.view() || p.kind() == proto::TaskProto::SLICE || p.kind() == proto::TaskProto::COPY,
-            kTag, who, " is marked a view, which only a SLICE or a COPY can be. However, it is a ",
-            proto::TaskProto::Kind_Name(p.kind()), ".");
+  // Note [All-reduces in place] in compiler/physical/in_place_boxing.h.
+  const bool all_reduce_in_place = p.kind() == proto::TaskProto::COLLECTIVE &&
+                                   p.device() == proto::PLAN_DEVICE_CPU &&
+                                   p.collective().op() == proto::CollectiveProto::ALL_REDUCE;
+  OFL_CHECK(!p.view() || p.kind() == proto::TaskProto::SLICE ||
+                p.kind() == proto::TaskProto::COPY || all_reduce_in_place,
+            kTag, who,
+            " is marked a view, which only a SLICE, a COPY or a host all-reduce can be. However, "
+            "it is a ",
+            p.kind() == proto::TaskProto::COLLECTIVE
+                ? str_cat(proto::CollectiveProto::Op_Name(p.collective().op()), " on ",
+                          proto::PlanDevice_Name(p.device()))
+                : proto::TaskProto::Kind_Name(p.kind()),
+            ".");
   OFL_CHECK(!p.in_place() || p.kind() == proto::TaskProto::CONCAT, kTag, who,
             " is marked in place, which only a CONCAT can be. However, it is a ",
             proto::TaskProto::Kind_Name(p.kind()), ".");

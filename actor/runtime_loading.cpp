@@ -12,6 +12,7 @@
 #include "comm/in_process_transport.h"
 #include "oneflowlike/common/clock.h"
 #include "oneflowlike/cuda/device.h"
+#include "oneflowlike/plan_contract.h"
 
 namespace ofl::actor {
 
@@ -231,25 +232,34 @@ std::vector<Tensor> Runtime::allocate_slots(int64_t rank, const PlanIndex::Regis
 namespace {
 
 // A view or an in-place concat keeps its input pieces until its output piece is read, one
-// piece per act (Note [Slice views], Note [Concats in place]): its inputs' producers and its
-// output's readers must act at its rate, and a view's input must not be written in place.
+// piece per act (Note [Slice views], Note [Concats in place]): its inputs' producers must hand
+// out pieces and its output's readers act at its rate, and a view's input must not be
+// persistent. An all-reduce in place (Note [All-reduces in place]) must be its input's only
+// reader: it writes the sums there.
 void check_borrowing(const PlanIndex& index, int t) {
   const PlanIndex::TaskInfo& task = index.task(t);
   if (!task.proto.view() && !task.proto.in_place()) return;
   const bool rate = index.per_micro(t);
-  auto same_rate = [&](int other, const std::string& what) {
-    OFL_CHECK(index.per_micro(other) == rate, kTag, index.describe_task(t), " is ",
+  auto same_rate = [&](int other, bool other_rate, const std::string& what) {
+    OFL_CHECK(other_rate == rate, kTag, index.describe_task(t), " is ",
               task.proto.view() ? "a view" : "in place", ", so ", what, " ",
               index.describe_task(other), " must act at its rate (once per ",
               rate ? "micro-batch" : "iteration", ").");
   };
   for (int r : task.inputs) {
-    same_rate(index.reg(r).producer, "the producer");
+    const int producer = index.reg(r).producer;
+    same_rate(producer, outputs_per_micro_batch(index.task(producer).proto), "the producer");
     OFL_CHECK(!task.proto.view() || !index.reg(r).proto.persistent(), kTag, index.describe_task(t),
               " is a view, so its input ", index.describe_register(r), " must not be persistent.");
+    const auto& readers = index.reg(r).proto.consumers();
+    OFL_CHECK(!task.proto.view() || task.proto.kind() != proto::TaskProto::COLLECTIVE ||
+                  (readers.size() == 1 && readers[0] == task.proto.id()),
+              kTag, index.describe_task(t), " sums in place, so it must be the only reader of ",
+              index.describe_register(r), ". However, it has ", readers.size(), " readers.");
   }
   for (int64_t consumer : index.reg(task.outputs[0]).proto.consumers()) {
-    same_rate(index.task_index(consumer), "the reader");
+    const int c = index.task_index(consumer);
+    same_rate(c, index.per_micro(c), "the reader");
   }
 }
 

@@ -37,7 +37,8 @@ std::string id_list(const Ids& ids) {
   return os.str();
 }
 
-// Registers whose memory is another's (Note [Slice views], Note [Concats in place]).
+// Registers whose memory is another's (Note [Slice views], Note [All-reduces in place], Note
+// [Concats in place]).
 struct Borrowed {
   std::set<int64_t> view_tasks;     // their outputs are views of their inputs
   std::set<int64_t> concat_inputs;  // registers written into an in-place concat's output
@@ -57,7 +58,7 @@ void write_register(std::ostream& os, const char* direction, int64_t id,
   if (reg.register_num() > 1) os << " x" << reg.register_num() << " slots";
   if (reg.persistent()) os << " persistent";
   if (borrowed.view_tasks.count(reg.producer())) {
-    os << " view of the slice's input";
+    os << " view of its producer's input";
   } else if (borrowed.concat_inputs.count(reg.id())) {
     os << " in its in-place concat's output";
   } else if (reg.memory_block() >= 0) {

@@ -510,4 +510,9 @@ void check_plan_contract(const proto::PlanProto& plan, const PlanContractOptions
                  n - done, " tasks can never act:", stuck);
 }
 
+bool outputs_per_micro_batch(const proto::TaskProto& task) {
+  return task.per_micro_batch() && task.kind() != proto::TaskProto::ACCUMULATE &&
+         task.kind() != proto::TaskProto::PACK;
+}
+
 }  // namespace ofl

@@ -68,4 +68,9 @@ struct PlanContractOptions {
 /// Raises ofl::Error (kFailedPrecondition) naming the tasks, ranks and registers involved.
 void check_plan_contract(const proto::PlanProto& plan, const PlanContractOptions& options = {});
 
+/// Whether `task`'s output pieces are ready once per micro-batch. ACCUMULATE and PACK act every
+/// micro-batch but hand out one piece per iteration (Note [Micro-batches] in plan.proto), so a
+/// task borrowing their output (a view) acts at the once-per-iteration rate.
+bool outputs_per_micro_batch(const proto::TaskProto& task);
+
 }  // namespace ofl

@@ -260,13 +260,31 @@ void pace_zero_reductions(Graph& graph, const std::map<int, int>& grad_producers
 // Note [Gradient buckets]: the gradients of replicated variables (B on every placement
 // dimension) of one placement and dtype are flattened, concatenated into buckets of about
 // `bucket_bytes`, laid out as their variables (one reduction per bucket instead of one per
-// variable) and split back; the latest variables first, as the backward makes their gradients
+// variable) and sliced back; the latest variables first, as the backward makes their gradients
 // first. Fewer, larger transfers: each reduction's steps cost actor messages and the
 // communication thread's time whatever their size (measured: GPT DP2 on 2 cores, 68-70 ms a
 // step one by one, 60-61 ms with one 4 MiB bucket). Split or partial-sum variables (TP, ZeRO)
-// keep their own layouts.
-void bucket_gradients(Graph& graph, std::vector<Update>& updates, int64_t bucket_bytes) {
+// keep their own layouts. The reduction sums in place and each gradient is a view of its run
+// of the bucket (Note [All-reduces in place] in physical/in_place_boxing.h, Note [Slices in a
+// plan] in physical/expansion.h): a bucket is the only copy of its gradients from the concat to
+// the update.
+//
+// Note [Buckets under accumulation]: with micro-batches each gradient is flattened in the
+// backward's scope, so that it is the flat gradient that ACCUMULATE sums over the micro-batches
+// (Note [Micro-batches] in plan.proto), and the once-per-step concat of the flat sums is in
+// place (Note [Concats in place] in physical/in_place_boxing.h): each accumulator is its run of
+// the bucket, the all-reduce sums the bucket in place and each gradient is read back as a view.
+// A step then holds one whole gradient, the buckets, and each micro-batch's gradient is added
+// into its run as soon as the backward makes it, copied nowhere. Summed per variable and
+// copied into buckets at the end instead, the accumulators, the buckets and the reductions'
+// results lived at once (2.7 whole gradients on the GPT of docs/benchmarks.md). Under a
+// bfloat16 reduction (Note [Gradient reduction dtype]) the float32 bucket is cast down once per
+// step, so the micro-batches still accumulate in float32: the caller buckets before it lowers
+// the other gradients.
+void bucket_gradients(Graph& graph, std::vector<Update>& updates, int64_t bucket_bytes,
+                      DataType reduce) {
   if (bucket_bytes <= 0) return;
+  const bool accumulating = graph.train.gradient_accumulation_steps > 1;
   auto replicated = [&](const LogicalOp& var) {
     if (var.placement.num_ranks() < 2 || var.output_sbp_hints.empty()) return false;
     for (const Sbp& s : var.output_sbp_hints[0]) {
@@ -274,16 +292,21 @@ void bucket_gradients(Graph& graph, std::vector<Update>& updates, int64_t bucket
     }
     return !var.output_sbp_hints[0].empty();
   };
+  // Under accumulation a bucket is made in the backward's scope: of gradients the backward made.
+  auto bucketable = [&](const Update& u) {
+    return !accumulating || graph.op(graph.tensor(u.grad).producer).role == OpRole::kBackward;
+  };
   std::vector<size_t> order;
   for (size_t i = updates.size(); i-- > 0;) {
     // ZeRO-2 reduce-scatters each gradient to its shard instead (Note [ZeRO stages 1 and 2]).
     const bool scattered =
         graph.train.zero_stage == 2 && graph.zero_shards.count(updates[i].var_op) > 0;
-    if (replicated(graph.op(updates[i].var_op)) && !scattered) order.push_back(i);
+    if (replicated(graph.op(updates[i].var_op)) && !scattered && bucketable(updates[i])) {
+      order.push_back(i);
+    }
   }
   size_t start = 0;
   int bucket_index = 0;
-  std::map<std::string, int> last_reduction;  // by placement: the latest bucket's reduced op
   while (start < order.size()) {
     // Copies: appending ops below moves the graph's ops.
     const LogicalOp& first_var = graph.op(updates[order[start]].var_op);
@@ -308,33 +331,30 @@ void bucket_gradients(Graph& graph, std::vector<Update>& updates, int64_t bucket
     start = i;
     if (members.size() < 2) continue;
     const std::string base = str_cat("grad_bucket", bucket_index++);
+    auto in_backward = [&](int t) {  // under accumulation: acts every micro-batch
+      if (accumulating) graph.op(graph.tensor(t).producer).role = OpRole::kBackward;
+      return t;
+    };
     std::vector<int> flats;
     std::vector<int64_t> sizes;
     for (size_t m : members) {
       const Shape& shape = graph.tensor(updates[m].grad).meta.shape;
       sizes.push_back(shape.numel());
-      flats.push_back(append_op1(graph, site, base + "/flat", "reshape",
-                                 ReshapeParams{Shape{shape.numel()}}, {updates[m].grad}));
+      flats.push_back(
+          in_backward(append_op1(graph, site, base + "/flat", "reshape",
+                                 ReshapeParams{Shape{shape.numel()}}, {updates[m].grad})));
     }
     const int cat = append_op1(graph, site, base + "/concat", "concat", ConcatParams{0}, flats);
-    // Note [Buckets under accumulation]: with micro-batches every accumulated gradient is ready
-    // at once, at the end of the last backward, and the order would copy every bucket before
-    // reducing any: the accumulators, every bucket's copy and every reduction's result live at
-    // once (3.3 whole gradients measured). A bucket is copied once the previous one is reduced.
-    const std::string placement_key = placement.to_string();
-    if (graph.train.gradient_accumulation_steps > 1) {
-      if (const auto last = last_reduction.find(placement_key); last != last_reduction.end()) {
-        graph.op(graph.tensor(cat).producer).control_inputs.push_back(last->second);
-      }
-    }
-    const int reduced = laid_out(graph, site, base + "/reduced", cat, layout);
-    last_reduction[placement_key] = graph.tensor(reduced).producer;
-    const std::vector<int> parts =
-        append_op(graph, site, base + "/split", "split", SplitParams{0, sizes}, {reduced});
+    const int reduced =
+        laid_out(graph, site, base + "/reduced", lowered(graph, site, base, cat, reduce), layout);
+    int64_t offset = 0;
     for (size_t k = 0; k < members.size(); ++k) {
       Update& u = updates[members[k]];
+      const int part = append_op1(graph, site, base + "/slice", "slice",
+                                  SliceParams{{offset}, {offset + sizes[k]}, {1}}, {reduced});
+      offset += sizes[k];
       u.grad = append_op1(graph, site, base + "/unflat", "reshape",
-                          ReshapeParams{graph.tensor(u.grad).meta.shape}, {parts[k]});
+                          ReshapeParams{graph.tensor(u.grad).meta.shape}, {part});
     }
   }
 }
@@ -556,8 +576,12 @@ class OptimizerPass final : public Pass {
                    "[optimizer] gradients are reduced in float32 or bfloat16. However, got ",
                    dtype_name(reduce), ".");
     const std::set<int> reduced = shard_gradients_per_micro_batch(graph, updates, reduce);
+    // Note [Buckets under accumulation]: float32 buckets there, each cast down once a step.
+    const bool accumulating = graph.train.gradient_accumulation_steps > 1;
+    const int64_t bucket_bytes = graph.train.gradient_bucket_bytes;
+    if (accumulating) bucket_gradients(graph, updates, bucket_bytes, reduce);
     if (reduce != DataType::kFloat32) lower_gradients(graph, updates, reduce, reduced);
-    bucket_gradients(graph, updates, graph.train.gradient_bucket_bytes);
+    if (!accumulating) bucket_gradients(graph, updates, bucket_bytes, reduce);
     if (reduce != DataType::kFloat32) restore_gradients(graph, updates);
     // Note [Dynamic loss scaling in a graph] in autograd.cpp: inf or nan anywhere skips all.
     const int found = graph.loss_scale_tensor >= 0 ? count_nonfinite(graph, updates) : -1;

@@ -1,11 +1,13 @@
 #include "compiler/physical/expansion.h"
 
 #include <algorithm>
+#include <optional>
 #include <tuple>
 
 #include "compiler/physical/boxing.h"
 #include "oneflowlike/collective.h"
 #include "oneflowlike/common/error.h"
+#include "oneflowlike/ops/shape_ops.h"
 #include "oneflowlike/proto_convert.h"
 
 namespace ofl::compiler::physical {
@@ -242,6 +244,43 @@ void initializer_to_proto(const Initializer& init, proto::InitializerProto* out)
 proto::PlanDevice plan_device(const Placement& placement) {
   return placement.device_type() == DeviceType::kCUDA ? proto::PLAN_DEVICE_CUDA
                                                       : proto::PLAN_DEVICE_CPU;
+}
+
+// Note [Slices in a plan]: the region of the local piece `input` that a unit-step `slice` op
+// reads, or nothing when a step is not 1. Its signatures split only axes it keeps whole (then
+// the piece's extent is the rank's part, and the logical stop covers it); every other axis is
+// whole in every piece.
+std::optional<std::vector<Range>> slice_region(const LogicalOp& op, const Shape& input) {
+  const auto& p = op.params.as<SliceParams>();
+  std::vector<Range> region;
+  for (int i = 0; i < input.ndim(); ++i) {
+    if (p.step[i] != 1) return std::nullopt;
+    const bool whole = p.start[i] == 0 && p.stop[i] >= input[i];
+    region.push_back(whole ? Range{0, input[i]} : Range{p.start[i], p.stop[i]});
+  }
+  return region;
+}
+
+// Note [Slices in a plan]: the regions of a `concat` op's local `pieces` in its local output
+// when each is one contiguous run of it (every axis before the concat axis has extent 1, as a
+// gradient bucket's flat pieces), or nothing. Its signatures split only other axes, which every
+// piece then splits alike, so the local output is the concat of the local pieces.
+std::vector<std::vector<Range>> concat_runs(const LogicalOp& op, const std::vector<Shape>& pieces) {
+  const int ndim = pieces.at(0).ndim();
+  const int64_t axis = op.params.as<ConcatParams>().axis;
+  const int a = static_cast<int>(axis < 0 ? axis + ndim : axis);
+  for (int i = 0; i < a; ++i) {
+    if (pieces[0][i] != 1) return {};
+  }
+  std::vector<std::vector<Range>> runs;
+  int64_t offset = 0;
+  for (const Shape& piece : pieces) {
+    std::vector<Range> region = whole_region(piece);
+    region[a] = Range{offset, offset + piece[a]};
+    offset += piece[a];
+    runs.push_back(std::move(region));
+  }
+  return runs;
 }
 
 /// Expands the graph op by op; registers_[tensor][parallel id] is the tensor's register on
@@ -519,10 +558,31 @@ class Expander {
       const int64_t rank = op.placement.rank(pid);
       const bool kept = builder_.kept(rank);
       proto::TaskProto* task;
+      const bool host = plan_device(op.placement) == proto::PLAN_DEVICE_CPU;
+      std::optional<std::vector<Range>> sliced;
+      std::vector<std::vector<Range>> runs;
+      if (host && op.schema->name() == "slice") {
+        sliced = slice_region(op, builder_.register_shape((*inputs.at(0))[pid]));
+      } else if (host && op.schema->name() == "concat") {
+        std::vector<Shape> pieces;
+        for (const auto* regs : inputs) pieces.push_back(builder_.register_shape((*regs)[pid]));
+        runs = concat_runs(op, pieces);
+      }
       if (view_of != nullptr) {
         // A view (reshape) has no kernel; in a plan it is a memcpy into its own register.
         task = builder_.add_task(rank, proto::TaskProto::COPY, op.name, /*thread=*/0);
         builder_.add_input(task, (*inputs.at(*view_of))[pid]);
+      } else if (sliced) {
+        // Note [Slices in a plan] in expansion.h.
+        task = builder_.add_task(rank, proto::TaskProto::SLICE, op.name, /*thread=*/0);
+        builder_.add_input(task, (*inputs.at(0))[pid]);
+        add_ranges(*sliced, task->mutable_slice());
+      } else if (!runs.empty()) {
+        task = builder_.add_task(rank, proto::TaskProto::CONCAT, op.name, /*thread=*/0);
+        for (size_t k = 0; k < inputs.size(); ++k) {
+          builder_.add_input(task, (*inputs[k])[pid]);
+          add_ranges(runs[k], task->mutable_concat_regions());
+        }
       } else {
         task = builder_.add_task(rank, proto::TaskProto::COMPUTE, op.name, /*thread=*/0);
         task->set_op_type(op.schema->name());

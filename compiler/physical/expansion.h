@@ -41,6 +41,17 @@ namespace ofl::compiler::physical {
 // tasks and copies on one stream, and a host task after a copy waits for the copy's work to be
 // done (Note [Event-gated acts] in actor/act_stream.h).
 
+// Note [Slices in a plan]
+// -----------------------
+// A `slice` op with unit steps on a host placement becomes a SLICE task, as boxing's slices are,
+// instead of a COMPUTE task running the slice kernel: where its region is one contiguous run of
+// its input (rows of a matrix, a range of a flat gradient bucket) the SLICE can then be a view
+// (Note [Slice views] in in_place_boxing.h), and a gradient read back out of its bucket costs no
+// copy. Elsewhere it copies the region as the kernel would. Likewise a `concat` op on a host
+// placement whose pieces are contiguous runs of its output (a gradient bucket) becomes a CONCAT
+// task, which may then be in place (Note [Concats in place]): under gradient accumulation the
+// accumulators are the bucket's runs.
+
 /// A plan under construction. It hands out task, register and transfer ids that are unique
 /// across the plan and files each task and register under its rank. Register ids and task ids
 /// are dense from 0, in creation order, so creation order is a valid sequential schedule.

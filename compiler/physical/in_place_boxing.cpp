@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "oneflowlike/common/parallel.h"
+#include "oneflowlike/plan_contract.h"
 #include "oneflowlike/proto_convert.h"
 #include "oneflowlike/sbp.h"
 
@@ -91,6 +92,40 @@ bool is_view(const proto::TaskProto& task, const RankView& rank) {
          same_rate(*output, task, rank);
 }
 
+// Note [All-reduces in place]: a host all-reduce whose input nobody else reads.
+bool reduces_in_place(const proto::TaskProto& task, const RankView& rank) {
+  if (task.kind() != proto::TaskProto::COLLECTIVE || task.device() != proto::PLAN_DEVICE_CPU ||
+      task.collective().op() != proto::CollectiveProto::ALL_REDUCE || task.inputs_size() != 1 ||
+      task.outputs_size() != 1) {
+    return false;
+  }
+  const proto::RegisterProto* input = rank.reg(task.inputs(0));
+  const proto::RegisterProto* output = rank.reg(task.outputs(0));
+  if (input == nullptr || output == nullptr || input->dtype() != output->dtype() ||
+      from_proto(input->shape()).numel() != from_proto(output->shape()).numel() ||
+      input->persistent() || input->register_num() > 1 || written_in_place(*output, rank)) {
+    return false;
+  }
+  // The sums overwrite the input: nobody else may read it, nor the registers its memory holds
+  // (an in-place concat's pieces) be read but by that concat.
+  auto only_reader = [](const proto::RegisterProto& reg, int64_t id) {
+    return reg.consumers_size() == 1 && reg.consumers(0) == id;
+  };
+  if (!only_reader(*input, task.id())) return false;
+  const proto::TaskProto* producer = rank.task(input->producer());
+  if (producer == nullptr || producer->view() ||
+      outputs_per_micro_batch(*producer) != task.per_micro_batch()) {
+    return false;
+  }
+  if (producer->in_place()) {
+    for (int64_t id : producer->inputs()) {
+      const proto::RegisterProto* piece = rank.reg(id);
+      if (piece == nullptr || !only_reader(*piece, producer->id())) return false;
+    }
+  }
+  return same_rate(*output, task, rank);
+}
+
 // Whether the regions of `concat` are contiguous runs of its output that tile it exactly.
 bool regions_tile_in_runs(const proto::TaskProto& concat, const Shape& shape) {
   const int ndim = shape.ndim();
@@ -129,7 +164,7 @@ bool can_be_in_place(const proto::TaskProto& task, const RankView& rank,
       return false;
     }
     const proto::TaskProto* producer = rank.task(input->producer());
-    if (producer == nullptr || producer->per_micro_batch() != task.per_micro_batch() ||
+    if (producer == nullptr || outputs_per_micro_batch(*producer) != task.per_micro_batch() ||
         producer->view() || producer->in_place()) {
       return false;
     }
@@ -150,6 +185,11 @@ void mark_rank(proto::RankPlanProto* rank_plan) {
     if (!can_be_in_place(task, rank, aliased)) continue;
     task.set_in_place(true);
     aliased.insert(task.inputs().begin(), task.inputs().end());
+  }
+  // After the views and the concats: an all-reduce's input must not be a view, and may be an
+  // in-place concat's output.
+  for (proto::TaskProto& task : *rank_plan->mutable_tasks()) {
+    if (reduces_in_place(task, rank)) task.set_view(true);
   }
 }
 

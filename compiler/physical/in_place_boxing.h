@@ -39,14 +39,34 @@
 //
 // Conditions, besides the tiling: output and inputs are transient single-slot registers nobody
 // writes in place, each input is read by one in-place concat at most and is not itself a view or
-// an in-place concat's output, and all of them act at the concat's rate.
+// an in-place concat's output, and all of them act at the concat's rate, an ACCUMULATE's
+// once-per-iteration sum included: then the accumulators of a gradient bucket are its runs
+// (Note [Buckets under accumulation] in passes/optimizer.cpp), and the bucket lives for the
+// step in memory of its own.
+
+// Note [All-reduces in place]
+// ---------------------------
+// A host all-reduce (a gradient bucket's P -> B) may sum into its input's memory, as NCCL's and
+// gloo's in-place all-reduces do: its output is then a view of its input (marked `view` as the
+// slices are: no memory of its own, the input kept until the output's readers are done), and a
+// data-parallel step holds each bucket once instead of twice (input and sums). The engine's ring
+// reads each chunk of its own input once, in the step-0 send or in the add that overwrites it,
+// and a gather receives a chunk only after that chunk's send completed (Note [Ring
+// collectives]); recursive doubling sends its input before it receives the sum. Conditions:
+// the all-reduce is the input's only reader (the sums replace what anyone else would read), the
+// input is transient, single-slot and not itself a view; when it is an in-place concat's output
+// (a bucket), each of the concat's pieces is read by the concat alone; and its producer hands
+// out pieces at the all-reduce's rate (an ACCUMULATE's once-per-iteration sum counts:
+// `outputs_per_micro_batch`). On a GPU the
+// all-reduce stays out of place until that path has run on a device.
 
 #include "oneflowlike/proto/plan.pb.h"
 
 namespace ofl::compiler::physical {
 
-/// Marks the SLICE tasks of `plan` that can be views (Note [Slice views]) and the CONCAT tasks
-/// whose inputs can be written in place (Note [Concats in place]). Run before plan_memory,
+/// Marks the SLICE and COPY tasks of `plan` that can be views (Note [Slice views]), the host
+/// all-reduces that can sum in place (Note [All-reduces in place]) and the CONCAT tasks whose
+/// inputs can be written in place (Note [Concats in place]). Run before plan_memory,
 /// which gives their registers no memory of their own.
 void mark_in_place_boxing(proto::PlanProto* plan);
 

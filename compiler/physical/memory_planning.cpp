@@ -12,6 +12,7 @@
 #include "oneflowlike/common/id_index.h"
 #include "oneflowlike/common/parallel.h"
 #include "oneflowlike/dtype.h"
+#include "oneflowlike/plan_contract.h"
 #include "oneflowlike/proto_convert.h"
 
 // Note [Memory reuse and the chain]
@@ -182,8 +183,10 @@ std::map<proto::PlanDevice, RankMemory> plan_rank(proto::RankPlanProto* rank_pla
       if (task.kind() != proto::TaskProto::COLLECTIVE || chain_index[t] >= 0) continue;
       int64_t lo = -1, hi = std::numeric_limits<int64_t>::max();
       bool bounded = !output_readers[t].empty();
+      // An ACCUMULATE's sum is ready once per iteration, after the last micro-batch.
       auto after = [&](int before) {
-        if (before < 0 || chain_index[before] < 0 || per_micro(before) != per_micro(t)) {
+        if (before < 0 || chain_index[before] < 0 ||
+            outputs_per_micro_batch(rank_plan->tasks(before)) != per_micro(t)) {
           bounded = false;
         } else {
           lo = std::max(lo, chain_index[before]);

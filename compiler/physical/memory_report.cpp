@@ -229,10 +229,16 @@ std::map<std::string, std::string> memory_kinds(const Graph& logical) {
     kinds[logical.tensor(grad).name] = "gradients";
   }
   // The optimizer pass's ops and boxing carry gradients on (buckets, layout copies,
-  // reductions, clipping): what they make from a gradient is one too.
+  // reductions, clipping): what they make from a gradient is one too. So do the ops it puts in
+  // the backward's scope under accumulation (Note [Buckets under accumulation], Note [Sharded
+  // gradients under accumulation] in passes/optimizer.cpp): no op of the backward itself reads
+  // a variable's finished gradient.
   for (int i : logical.topological_order()) {
     const LogicalOp& op = logical.op(i);
-    if (op.role != OpRole::kOptimizer && op.role != OpRole::kBoxing) continue;
+    if (op.role != OpRole::kOptimizer && op.role != OpRole::kBoxing &&
+        op.role != OpRole::kBackward) {
+      continue;
+    }
     bool from_gradient = false;
     for (int t : op.inputs) {
       const auto it = kinds.find(logical.tensor(t).name);

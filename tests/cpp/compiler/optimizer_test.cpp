@@ -5,9 +5,12 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <map>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "compiler/builder.h"
 #include "compiler/passes/passes.h"
@@ -15,6 +18,7 @@
 #include "oneflowlike/ops/matmul.h"
 #include "oneflowlike/ops/reduce.h"
 #include "oneflowlike/ops/scalar.h"
+#include "oneflowlike/ops/shape_ops.h"
 #include "tests/cpp/ops/test_util.h"
 
 namespace ofl::compiler::graph_eval {
@@ -287,13 +291,27 @@ TEST(Optimizer, ReplicatedGradientsAreReducedInBuckets) {
   const LogicalOp& reduced = g.op(op_index(g, "grad_bucket0/reduced"));
   EXPECT_EQ(reduced.output_sbp_hints, std::vector<NdSbp>{NdSbp{B()}});
   EXPECT_EQ(g.tensor(reduced.outputs[0]).meta.shape, (Shape{4 * 5 + 5}));
+  // Each gradient is its run of the reduced bucket (a slice: a view in the plan, Note [Slices
+  // in a plan]); the runs tile the bucket.
+  std::vector<std::pair<int64_t, int64_t>> runs;
   for (const std::string name : {"w1", "b1"}) {
     const LogicalOp& update = g.op(op_index(g, name + ".sgd_update"));
     const LogicalOp& unflat = g.op(g.tensor(update.inputs[1]).producer);
     EXPECT_EQ(unflat.schema->name(), "reshape") << name;
     EXPECT_EQ(g.tensor(unflat.outputs[0]).meta, g.tensor(g.op(op_index(g, name)).outputs[0]).meta);
-    EXPECT_EQ(g.op(g.tensor(unflat.inputs[0]).producer).schema->name(), "split") << name;
+    const LogicalOp& slice = g.op(g.tensor(unflat.inputs[0]).producer);
+    ASSERT_EQ(slice.schema->name(), "slice") << name;
+    EXPECT_EQ(g.op(g.tensor(slice.inputs[0]).producer).name, "grad_bucket0/reduced") << name;
+    const auto& p = slice.params.as<SliceParams>();
+    EXPECT_EQ(p.stop[0] - p.start[0],
+              g.tensor(g.op(op_index(g, name)).outputs[0]).meta.shape.numel())
+        << name;
+    runs.emplace_back(p.start[0], p.stop[0]);
   }
+  std::sort(runs.begin(), runs.end());
+  EXPECT_EQ(runs[0].first, 0);
+  EXPECT_EQ(runs[0].second, runs[1].first);
+  EXPECT_EQ(runs[1].second, 4 * 5 + 5);
   const int w2 = op_index(g, "w2");
   EXPECT_EQ(g.op(op_index(g, "w2.sgd_update")).inputs[1], g.variable_grads.at(w2));
   EXPECT_FALSE(has_op(g, "grad_bucket1/concat"));

@@ -596,15 +596,17 @@ class CandidateCheck {
     int tasks = 0;
     for (const auto& rank : plan.ranks()) {
       for (const auto& task : rank.tasks()) {
-        if (task.logical_op() != "target" ||
-            (task.kind() != proto::TaskProto::COMPUTE && task.kind() != proto::TaskProto::COPY)) {
-          continue;
-        }
+        // A host slice or concat of contiguous runs is a SLICE or CONCAT task (Note [Slices
+        // in a plan] in physical/expansion.h).
+        const bool kernel_or_move =
+            task.kind() == proto::TaskProto::COMPUTE || task.kind() == proto::TaskProto::COPY ||
+            task.kind() == proto::TaskProto::SLICE || task.kind() == proto::TaskProto::CONCAT;
+        if (task.logical_op() != "target" || !kernel_or_move) continue;
         ++tasks;
         const auto pid = placement_.parallel_id_of(task.rank());
         ASSERT_TRUE(pid.has_value()) << where_ << ": a task on rank " << task.rank();
         const std::string at = str_cat(where_, ", rank ", task.rank());
-        if (task.kind() == proto::TaskProto::COMPUTE) {
+        if (task.kind() != proto::TaskProto::COPY) {
           ASSERT_EQ(task.inputs_size(), static_cast<int>(metas_.size())) << at;
           for (int k = 0; k < task.inputs_size(); ++k) {
             EXPECT_EQ(shapes.at(task.inputs(k)),
