@@ -37,6 +37,13 @@
 // read. The inputs' registers get no memory; memory planning gives the output a lifetime from
 // the first input's producer to the last reader of the output or of an input.
 //
+// A piece made by a view COPY (the reshape flattening a gradient into its bucket) keeps the
+// concat a copy. Looking through such views to the kernel's register, so that the backward
+// writes each gradient into its bucket, was built and measured: the bucket then lives whole
+// from its first gradient on, where the copied pieces add up only as the backward makes them,
+// and the GPT of docs/benchmarks.md planned 1.8 MiB more on DP2 while its step was no faster
+// (the copy is 12.6 MB a step). Under accumulation the pieces are the accumulators, not views.
+//
 // Conditions, besides the tiling: output and inputs are transient single-slot registers nobody
 // writes in place, each input is read by one in-place concat at most and is not itself a view or
 // an in-place concat's output, and all of them act at the concat's rate, an ACCUMULATE's

@@ -5,6 +5,8 @@
 
 #include <gtest/gtest.h>
 
+#include <vector>
+
 #include "compiler/physical/memory_planning.h"
 #include "tests/cpp/actor/plan_builder.h"
 
@@ -249,6 +251,43 @@ TEST(InPlaceConcats, ConcatsStayCopiesWhereWritingInPlaceCouldChangeWhatSomeoneR
   EXPECT_FALSE(is_in_place(plan, second));
   EXPECT_TRUE(is_in_place(plan, inner));
   EXPECT_FALSE(is_in_place(plan, outer));
+}
+
+// Note [All-reduces in place]: a host all-reduce sums into an input nobody else reads; one whose
+// input has another reader, or is a view, or lives on a GPU, writes a register of its own.
+TEST(AllReducesInPlace, OnlyAnInputNobodyElseReadsIsSummedInPlace) {
+  PlanBuilder b(1);
+  const int64_t x = b.input(0, "x", Shape{2, 3});
+  auto all_reduce = [&](int64_t in, int64_t* out) {
+    *out = b.reg(0, str_cat("sum_", in), Shape{2, 3});
+    proto::TaskProto* t = b.task(0, str_cat("sum_", *out), Kind::COLLECTIVE, {in}, {*out});
+    t->set_thread(1);
+    t->mutable_collective()->set_op(proto::CollectiveProto::ALL_REDUCE);
+    t->mutable_collective()->add_members(0);
+    t->mutable_collective()->add_members(1);
+    relu(b, *out, Shape{2, 3});
+    return t;
+  };
+  int64_t out = 0;
+  const int64_t alone = all_reduce(relu(b, x, Shape{2, 3}), &out)->id();
+  const int64_t alone_out = out;
+  const int64_t shared_in = relu(b, x, Shape{2, 3});
+  relu(b, shared_in, Shape{2, 3});
+  const int64_t shared = all_reduce(shared_in, &out)->id();
+  const int64_t viewed_in = b.reg(0, "viewed", Shape{2, 3});
+  b.task(0, "view", Kind::COPY, {relu(b, x, Shape{2, 3})}, {viewed_in});
+  const int64_t of_view = all_reduce(viewed_in, &out)->id();
+  proto::TaskProto* on_gpu = all_reduce(relu(b, x, Shape{2, 3}), &out);
+  on_gpu->set_device(proto::PLAN_DEVICE_CUDA);
+  const int64_t gpu = on_gpu->id();
+  proto::PlanProto plan = b.plan();
+  mark_in_place_boxing(&plan);
+  EXPECT_TRUE(is_view(plan, alone));
+  EXPECT_FALSE(is_view(plan, shared));
+  EXPECT_FALSE(is_view(plan, of_view));
+  EXPECT_FALSE(is_view(plan, gpu));
+  plan_memory(&plan);
+  EXPECT_EQ(register_of(plan, alone_out).bytes(), 0);
 }
 
 }  // namespace
