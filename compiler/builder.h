@@ -52,6 +52,9 @@ class GraphBuilder {
   /// Hands `tensor` back every iteration; raises when it is fetched already.
   void fetch(int tensor);
   void set_loss(int tensor) { graph_.train.loss = tensor; }
+  /// Seeds the backward with `grad` as the gradient of `tensor`, instead of a loss (Note [Given
+  /// output gradients] in passes/autograd.cpp).
+  void set_output_grad(int tensor, int grad) { graph_.output_grads.emplace_back(tensor, grad); }
   TrainConfig& train() { return graph_.train; }
 
   const TensorMeta& meta(int tensor) const { return graph_.tensor(tensor).meta; }

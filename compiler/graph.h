@@ -191,6 +191,9 @@ class Graph {
   /// reduce-scattered to, for the variables the zero pass sharded (Note [Sharded gradients
   /// under accumulation] in passes/optimizer.cpp).
   std::map<int, NdSbp> zero_grad_shards;
+  /// Note [Given output gradients] in passes/autograd.cpp: (tensor, its gradient) pairs that
+  /// seed the backward instead of a loss; consumed (cleared) by autograd.
+  std::vector<std::pair<int, int>> output_grads;
   /// Note [Input gradients] in passes/autograd.cpp: the name of each input op marked trainable
   /// -> the position in `fetches` of its gradient (filled by autograd; passes keep positions).
   std::map<std::string, int> input_grad_fetches;

@@ -109,6 +109,7 @@ class AmpPass final : public Pass {
     };
     for (int& f : graph.fetches) f = as_traced(f);
     if (graph.train.loss >= 0) graph.train.loss = as_traced(graph.train.loss);
+    for (auto& [t, grad] : graph.output_grads) t = as_traced(t);
   }
 };
 

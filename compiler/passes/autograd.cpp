@@ -17,6 +17,18 @@
 
 namespace ofl::compiler {
 
+// Note [Given output gradients]
+// -----------------------------
+// Instead of a loss, a graph may give the gradients of some of its tensors (Graph::output_grads,
+// GraphBuilder::set_output_grad; torch.autograd.backward(tensors, grad_tensors)): each is added
+// to its tensor's gradient as the loss's seed would be, and the backward runs from there. Eager
+// autograd of global tensors differentiates one op so (Note [Eager global autograd] in
+// framework/global_autograd.py): its VJP graph gets dy as an input and seeds the op's output
+// with it. With a loss sum(y * dy) instead, the backward had to recompute y, multiply, sum, fill
+// the seed, expand it and multiply by dy again: six ops around the op's own gradient, and the
+// op itself, which dead-code elimination now drops unless its gradient reads its output (as
+// softmax's does).
+
 namespace {
 
 // The seed gradient of the loss. With m micro-batches the loss is each micro-batch's mean and
@@ -206,16 +218,39 @@ class AutogradPass final : public Pass {
 
   void run(Graph& graph, const CompileOptions&) override {
     const int loss = graph.train.loss;
-    if (loss < 0) return;
-    const LogicalTensor loss_tensor = graph.tensor(loss);  // a copy: appending ops moves tensors
-    OFL_CHECK_TYPE(is_floating(loss_tensor.meta.dtype),
-                   "[autograd] the loss must be a floating-point tensor. However, got '",
-                   loss_tensor.name, "' ", loss_tensor.meta.shape.to_string(), " ",
-                   dtype_name(loss_tensor.meta.dtype), ".");
-    OFL_CHECK(loss_tensor.meta.shape.numel() == 1,
-              "[autograd] the loss must have one element (reduce it first, e.g. with "
-              "reduce_mean). However, got '",
-              loss_tensor.name, "' of shape ", loss_tensor.meta.shape.to_string(), ".");
+    // Note [Given output gradients]: consumed here; the passes after rebuild tensors freely.
+    const std::vector<std::pair<int, int>> given = std::move(graph.output_grads);
+    graph.output_grads.clear();
+    if (loss < 0 && given.empty()) return;
+    OFL_CHECK(loss < 0 || given.empty(),
+              "[autograd] a graph is differentiated from its loss or from given output "
+              "gradients, not both. However, got the loss '",
+              loss >= 0 ? graph.tensor(loss).name : "", "' and ", given.size(),
+              " output gradients.");
+    for (const auto& [t, grad] : given) {
+      const LogicalTensor& y = graph.tensor(t);
+      const LogicalTensor& dy = graph.tensor(grad);
+      OFL_CHECK_TYPE(is_floating(y.meta.dtype) && dy.meta == y.meta,
+                     "[autograd] a given output gradient must have its tensor's shape and "
+                     "floating dtype. However, got '",
+                     dy.name, "' ", dy.meta.shape.to_string(), " ", dtype_name(dy.meta.dtype),
+                     " for '", y.name, "' ", y.meta.shape.to_string(), " ",
+                     dtype_name(y.meta.dtype), ".");
+    }
+    // What the backward starts from, for messages: the loss or the given gradients.
+    const std::string target =
+        loss >= 0 ? str_cat("the loss '", graph.tensor(loss).name, "'") : "the given gradients";
+    if (loss >= 0) {
+      const LogicalTensor loss_tensor = graph.tensor(loss);  // a copy: ops get appended
+      OFL_CHECK_TYPE(is_floating(loss_tensor.meta.dtype),
+                     "[autograd] the loss must be a floating-point tensor. However, got '",
+                     loss_tensor.name, "' ", loss_tensor.meta.shape.to_string(), " ",
+                     dtype_name(loss_tensor.meta.dtype), ".");
+      OFL_CHECK(loss_tensor.meta.shape.numel() == 1,
+                "[autograd] the loss must have one element (reduce it first, e.g. with "
+                "reduce_mean). However, got '",
+                loss_tensor.name, "' of shape ", loss_tensor.meta.shape.to_string(), ".");
+    }
 
     const std::vector<int> order = graph.topological_order();
     const int num_forward_tensors = graph.num_tensors();
@@ -231,9 +266,14 @@ class AutogradPass final : public Pass {
       }
       for (int t : op.outputs) requires_grad[t] = any && is_floating(graph.tensor(t).meta.dtype);
     }
-    // Backward: which of those the loss depends on.
+    // Backward: which of those the loss (or a tensor with a given gradient) depends on.
     std::vector<bool> reaches_loss(num_forward_tensors, false);
-    reaches_loss[loss] = requires_grad[loss];
+    if (loss >= 0) reaches_loss[loss] = requires_grad[loss];
+    bool any_target = loss >= 0 && reaches_loss[loss];
+    for (const auto& [t, grad] : given) {
+      reaches_loss[t] = requires_grad[t];
+      any_target = any_target || reaches_loss[t];
+    }
     std::vector<int> on_path;  // reverse topological order
     for (auto it = order.rbegin(); it != order.rend(); ++it) {
       const LogicalOp& op = graph.op(*it);
@@ -246,7 +286,7 @@ class AutogradPass final : public Pass {
     }
     // Gradients only flow into tensors that lead to the loss.
     for (int t = 0; t < num_forward_tensors; ++t) requires_grad[t] = reaches_loss[t];
-    if (!reaches_loss[loss]) return;  // no trainable variable affects the loss
+    if (!any_target) return;  // no trainable variable affects the loss
 
     for (int i : on_path) {
       const LogicalOp& op = graph.op(i);
@@ -254,14 +294,17 @@ class AutogradPass final : public Pass {
                 "[autograd] every op between a trainable variable and the loss must be "
                 "differentiable. However, got ",
                 op.describe(), ", which is not differentiable (op type '", op.schema->name(),
-                "' has no gradient), on the path to the loss '", loss_tensor.name, "'.");
+                "' has no gradient), on the path to ", target, ".");
     }
 
     GradientTable table;
+    for (const auto& [t, grad] : given) {
+      if (reaches_loss[t]) table.add(t, grad);
+    }
     // Seed: d(loss) = loss_scale, on the loss producer's placement; under dynamic loss scaling
     // the scale is a variable (Note [Dynamic loss scaling in a graph]).
     int scale = -1;
-    {
+    if (loss >= 0) {
       // A copy: appending ops below may move the graph's ops.
       const LogicalOp producer = graph.op(graph.tensor(loss).producer);
       const BackwardSite site = BackwardSite::outside_groups(producer);
@@ -323,11 +366,8 @@ class AutogradPass final : public Pass {
       const int t = input.outputs.at(0);
       if (!reaches_loss[t]) continue;
       const int grad = table.sum(graph, t, BackwardSite::outside_groups(input));
+      // (With given output gradients it may be one of them: an add's input gets dy as it is.)
       if (grad == GradBuilder::kNone) continue;
-      OFL_CHECK(graph.op(graph.tensor(grad).producer).kind == OpKind::kCompute,
-                "[autograd] the gradient of input '", input.name,
-                "' must be computed by an op. However, it is the tensor '", graph.tensor(grad).name,
-                "' itself.");
       const auto at = std::find(graph.fetches.begin(), graph.fetches.end(), grad);
       if (at == graph.fetches.end()) graph.fetches.push_back(grad);
       graph.input_grad_fetches[input.name] = static_cast<int>(

@@ -52,7 +52,11 @@ class Embeddings(nn.Module):
         self.wpe = nn.Embedding(c.block_size, c.n_embd)
 
     def forward(self, idx):
-        return self.wte(idx) + self.wpe(flow.arange(0, self.block_size))
+        pos = flow.arange(0, self.block_size)
+        if idx.is_global:  # trained eagerly on global tensors: the positions are global too
+            pos = flow.arange(0, self.block_size, placement=idx.placement,
+                              sbp=(flow.sbp.broadcast,) * len(idx.placement.hierarchy))
+        return self.wte(idx) + self.wpe(pos)
 
 
 class Head(nn.Module):

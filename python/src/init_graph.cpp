@@ -363,6 +363,14 @@ void init_graph(py::module_& m) {
            [](PyTracer& t, const Tensor& loss) {
              t.tracer->builder().set_loss(t.tracer->index_of(loss));
            })
+      .def(
+          "set_output_grad",
+          [](PyTracer& t, const Tensor& y, const Tensor& dy) {
+            t.tracer->builder().set_output_grad(t.tracer->index_of(y), t.tracer->index_of(dy));
+          },
+          py::arg("y"), py::arg("dy"),
+          "Seeds the backward with dy as the gradient of y instead of a loss (Note [Given "
+          "output gradients] in compiler/passes/autograd.cpp).")
       .def("set_optimizer",
            [](PyTracer& t, const std::string& kind, const py::dict& hyper) {
              t.tracer->builder().train().optimizer = optimizer_config(kind, hyper);

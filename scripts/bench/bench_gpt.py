@@ -14,6 +14,10 @@
    and 8 micro-batches vs the ideal (p-1)/(m+p-1); planned peak memory per rank for DP2,
    DP2 + ZeRO and PP2 (m 4).
 4. Trace + compile time of the plan and the time to the end of the first step.
+5. (--only eager) Eager data parallel on 2 processes x 1 thread: the model laid out with
+   Module.to_global and trained eagerly on global tensors (loss.backward(), clip_grad_norm_,
+   flow.optim.AdamW), against PyTorch DDP over gloo (the eager data parallelism a user picks)
+   and our nn.Graph DP2 of the same model, batch and optimizer.
 
 Runs are interleaved and repeated (--repeats) and medians reported: the machine is shared.
 """
@@ -112,6 +116,41 @@ def part_torch(args):
         torch.distributed.destroy_process_group()
 
 
+def part_eager(args):
+    """Under the launcher: DP over all ranks, trained eagerly on global tensors (Note [Eager
+    global autograd]); rank 0 prints the median step time (the first step, which compiles each
+    op's graphs, left out)."""
+    import oneflowlike as flow
+    import train
+    from model import GPT, GPTConfig
+
+    targs = train.parse(MODEL + ["--batch-size", str(args.batch_size), "--steps", str(args.steps)])
+    config = GPTConfig(block_size=targs.block_size, n_layer=targs.n_layer, n_head=targs.n_head,
+                       n_embd=targs.n_embd)
+    flow.manual_seed(0)
+    model = GPT(config)
+    placement = flow.placement("cpu", ranks=list(range(flow.env.get_world_size())))
+    model.to_global(placement, flow.sbp.broadcast)
+    opt = flow.optim.AdamW(model.parameters(), lr=targs.lr, betas=(0.9, 0.95),
+                           weight_decay=targs.weight_decay)
+    data = train.ByteData(targs.data, targs.block_size, targs.seed)
+    times = []
+    for step in range(1, args.steps + 1):
+        tokens, targets = data.batch(step * 101, args.batch_size * flow.env.get_world_size())
+        t0 = time.perf_counter()
+        opt.zero_grad()
+        loss = model(data.to_global(tokens, placement, flow.sbp.split(0)),
+                     data.to_global(targets, placement, flow.sbp.split(0)))
+        loss.backward()
+        flow.nn.utils.clip_grad_norm_(model.parameters(), targs.grad_clip)
+        opt.step()
+        times.append(time.perf_counter() - t0)
+        loss.numpy()
+    if flow.env.get_rank() == 0:
+        print(json.dumps({"first_step_s": times[0],
+                          "median_ms": 1e3 * statistics.median(times[1:])}), flush=True)
+
+
 def part_pipeline(args):
     """Under the launcher: pp 2 with m micro-batches, the act trace of a few steps; each rank
     prints its compute thread's busy fraction over the steps and its planned peak."""
@@ -170,6 +209,32 @@ def parse_done(out):
             "trace_s": float(first.group(2)), "compile_s": float(first.group(3)), "peaks": peaks}
 
 
+def last_json(out):
+    return json.loads([l for l in out.splitlines() if "median_ms" in l][-1].split("] ", 1)[-1])
+
+
+def eager_data_parallel(args):
+    """5.: eager DP2 on global tensors against PyTorch DDP and our nn.Graph DP2, interleaved."""
+    eager, ddp, graph = [], [], []
+    for _ in range(args.repeats):
+        eager.append(last_json(run(launch(2, __file__, "--part", "eager", "--model", MODEL_NAME,
+                                          "--batch-size", str(args.batch_size), "--steps",
+                                          str(args.steps)), 1)))
+        ddp.append(last_json(run(launch(2, __file__, "--part", "torch", "--model", MODEL_NAME,
+                                        "--threads", "1", "--batch-size", str(args.batch_size),
+                                        "--steps", str(args.steps)), 1)))
+        graph.append(parse_done(run(launch(2, os.path.join(GPT, "train.py"), *MODEL, "--dp", "2",
+                                           "--batch-size", str(2 * args.batch_size), "--steps",
+                                           str(args.steps), "--quiet", "--warmup-steps", "1"),
+                                    1)))
+    e, d, g = (statistics.median(r["median_ms"] for r in runs) for runs in (eager, ddp, graph))
+    print(f"eager data parallel 2 x 1 thread, batch {args.batch_size} per rank: ours eager on "
+          f"global tensors {e:.1f} ms/step (first step "
+          f"{statistics.median(r['first_step_s'] for r in eager):.2f} s), PyTorch DDP (gloo) "
+          f"{d:.1f} ms/step, ours nn.Graph {g:.1f} ms/step; eager ours/DDP speed {d / e:.2f}, "
+          f"eager/graph time {e / g:.2f}")
+
+
 def torch_single(threads, batch, steps, compile_=False):
     out = run([sys.executable, __file__, "--part", "torch", "--model", MODEL_NAME, "--dtype",
                DTYPE, "--threads", str(threads), "--batch-size", str(batch), "--steps",
@@ -185,7 +250,7 @@ def main():
     p.add_argument("--micro-batches", type=int, default=4)
     p.add_argument("--steps", type=int, default=30)
     p.add_argument("--repeats", type=int, default=3)
-    p.add_argument("--only", choices=["single", "dp", "pipeline"], help="run one part")
+    p.add_argument("--only", choices=["single", "dp", "pipeline", "eager"], help="run one part")
     p.add_argument("--model", choices=sorted(MODELS), default="small")
     p.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32")
     p.add_argument("--compile", action="store_true",
@@ -198,6 +263,8 @@ def main():
         return part_torch(args)
     if args.part == "pipeline":
         return part_pipeline(args)
+    if args.part == "eager":
+        return part_eager(args)
 
     tokens = args.batch_size * int(MODEL[MODEL.index("--block-size") + 1])
     print(f"# GPT benchmarks ({' '.join(MODEL)}, {DTYPE}, batch {args.batch_size} per rank, "
@@ -225,6 +292,8 @@ def main():
             torch_first = statistics.median(x["first_step_s"] for x in theirs)
             print(f"first step (1 process): ours {ours_first:.3f} s (trace {r['trace_s']:.3f} s, "
                   f"compile {r['compile_s']:.3f} s), PyTorch {torch_first:.3f} s")
+    if args.only == "eager":
+        return eager_data_parallel(args)
     # 2. Data-parallel scaling at 1 thread per process.
     ours1, ours2, torch1, torch2 = [], [], [], []
     for _ in range(args.repeats if args.only in (None, "dp") else 0):

@@ -4,13 +4,16 @@ Note [Eager global autograd]: an eager op on global tensors is a compiled one-op
 (global_tensor.apply), and so is its backward. When an op runs with grad enabled and an input
 that requires grad, its outputs get a node holding the traced function and its inputs. At
 backward() each node, last first, runs its VJP graph: the same function traced again over the
-same inputs (marked differentiable) plus one input dy_j per output that has a gradient, with the
-loss sum_j sum(out_j * dy_j) handed to the compiler's autograd pass, which fetches the inputs'
-gradients (Note [Input gradients] in compiler/passes/autograd.cpp). So the gradient of every op
+same inputs (marked differentiable) plus one input dy_j per output that has a gradient, given to
+the compiler's autograd pass as out_j's gradient (Note [Given output gradients] in
+compiler/passes/autograd.cpp), which fetches the inputs' gradients (Note [Input gradients]
+there). So the gradient of every op
 is the one the gradient registry gives nn.Graph, each gradient gets the SBP the op's gradient
 signatures give (a broadcast parameter used under split data gets P), and the communication is
-the compiler's boxing: no second path. The VJP graph recomputes the forward (nothing is saved
-between the two graphs); VJP graphs are cached by signature like forward ones. A leaf's
+the compiler's boxing: no second path. Nothing is saved between the two graphs: the VJP graph
+holds the forward op only where its gradient reads the op's outputs (softmax's does, matmul's
+does not), and dead-code elimination drops it elsewhere; VJP graphs are cached by signature like
+forward ones. A leaf's
 gradient accumulates in whatever layout it arrives and is laid out as its tensor (P -> B: the
 data-parallel all-reduce) when ``.grad`` is read, which the optimizer does. to_global is
 differentiable too: its gradient is the gradient moved back to the input's layout.
@@ -114,13 +117,10 @@ def _compile_vjp(node, given, dys, placement):
         args, kwargs = gt._unflatten(node.structure, lazies)
         out = node.fn(*args, **kwargs)
         outs = [out] if not isinstance(out, (tuple, list)) else list(out)
-        loss = None
         for j in given:
             dy = tracer.input(f"dy{j}", dys[j].shape, dys[j].dtype, placement._c,
                               gt._strings(dys[j].sbp))
-            term = (outs[j] * dy).sum()
-            loss = term if loss is None else loss + term
-        tracer.set_loss(loss)
+            tracer.set_output_grad(outs[j], dy)
     names = [f"in{i}" for i in node.diff]
     metas = [(placement, node.inputs[i].shape, node.inputs[i].dtype) for i in node.diff]
     return gt._Compiled(tracer, None, metas, grads_of=names)

@@ -355,6 +355,65 @@ TEST(Autograd, GraphWithoutLossIsLeftAlone) {
   EXPECT_TRUE(g.variable_grads.empty());
 }
 
+// Note [Given output gradients]: seeded with dy1 for y1 = w @ x and dy2 for y2 = exp(w), w's
+// gradient is dy1 x^T + dy2 exp(w), as eager autograd's backward({y1, y2}, {dy1, dy2}) gives;
+// after dead-code elimination the graph keeps exp (its gradient reads its output) but not the
+// forward matmul, and no loss, seed or multiply by dy is built.
+TEST(Autograd, GivenOutputGradientsSeedTheBackwardWithoutALoss) {
+  GraphBuilder b;
+  const int w = b.variable("w", Shape{2, 3}, Initializer{}, {}, true, kF64);
+  const int x = b.input("x", Shape{3, 4}, kF64);
+  const int y1 = b.op1("matmul", MatmulParams{}, {w, x}, "y1");
+  const int y2 = b.op1("exp", NoParams{}, {w}, "y2");
+  b.set_output_grad(y1, b.input("dy1", Shape{2, 4}, kF64));
+  b.set_output_grad(y2, b.input("dy2", Shape{2, 3}, kF64));
+  Graph g = b.graph();
+  differentiate(g);
+  EXPECT_TRUE(g.output_grads.empty());  // consumed
+  const std::map<std::string, Tensor> feeds = {
+      {"w", testing::make_tensor({0.5, -1, 2, 0.25, 1.5, -0.75}, Shape{2, 3}, kF64)},
+      {"x",
+       testing::make_tensor({1, 2, -1, 0.5, 0, -2, 3, 1, 1.5, -0.5, 2, -1}, Shape{3, 4}, kF64)},
+      {"dy1", testing::make_tensor({1, -1, 2, 0.5, -2, 1, 0.25, 3}, Shape{2, 4}, kF64)},
+      {"dy2", testing::make_tensor({2, 1, -1, 0.5, -0.5, 1}, Shape{2, 3}, kF64)}};
+  const auto values = run_graph_eagerly(g, feeds);
+  Tensor leaf = feeds.at("w").clone();
+  leaf.set_requires_grad(true);
+  backward({functional::matmul(leaf, feeds.at("x")), functional::exp(leaf)},
+           {feeds.at("dy1"), feeds.at("dy2")});
+  testing::expect_close(values.at(g.variable_grads.at(op_index(g, "w"))), values_of(leaf.grad()),
+                        Shape{2, 3}, 0, 1e-12);
+  g.fetches.push_back(g.variable_grads.at(op_index(g, "w")));  // as a VJP graph fetches
+  make_dead_code_elimination_pass()->run(g, {});
+  int forward_matmuls = 0, exps = 0, reductions = 0;
+  for (int i = 0; i < g.num_ops(); ++i) {
+    const LogicalOp& op = g.op(i);
+    if (op.kind != OpKind::kCompute) continue;
+    forward_matmuls += op.role == OpRole::kForward && op.schema->name() == "matmul";
+    exps += op.schema->name() == "exp";
+    reductions += op.schema->name() == "reduce_sum";
+  }
+  EXPECT_EQ(forward_matmuls, 0);
+  EXPECT_EQ(exps, 1);
+  EXPECT_EQ(reductions, 0);
+}
+
+TEST(Autograd, GivenOutputGradientsOfAnotherShapeAreRefusedNamingBoth) {
+  GraphBuilder b;
+  const int w = b.variable("w", Shape{2, 3}, Initializer{}, {}, true, kF64);
+  const int y = b.op1("exp", NoParams{}, {w}, "y");
+  b.set_output_grad(y, b.input("dy", Shape{3, 2}, kF64));
+  Graph g = b.graph();
+  try {
+    differentiate(g);
+    FAIL() << "expected a refusal";
+  } catch (const Error& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("'dy' (3, 2)"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("'y/out0' (2, 3)"), std::string::npos) << msg;
+  }
+}
+
 TEST(Autograd, VariableUsedTwiceSumsItsGradients) {
   // loss = sum(w * w + w): d(w) = 2w + 1.
   GraphBuilder b;

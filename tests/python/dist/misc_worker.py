@@ -48,6 +48,15 @@ try:  # a local operand would be taken as the same on every rank: refused on eve
 except TypeError as e:
     assert "local tensor" in str(e) and "to_global" in str(e), e
 
+# A LayerNorm without bias (GPT-2's nanoGPT default) or affine parameters on a global input:
+# its default weight and bias are made on the input's placement, the result is one device's.
+x = np.random.default_rng(3).standard_normal((4, 6)).astype(np.float32)
+for kwargs in ({"bias": False}, {"elementwise_affine": False}):
+    norm = flow.nn.LayerNorm(6, **kwargs)
+    want = norm(flow.tensor(x)).numpy()
+    got = norm.to_global(both, B)(flow.tensor(x, placement=both, sbp=flow.sbp.split(0)))
+    np.testing.assert_allclose(got.numpy(), want, rtol=1e-6, atol=1e-6, err_msg=str(kwargs))
+
 path = os.environ["OFL_TEST_CHECKPOINT"]
 flow.save({"x": flow.tensor(np.asarray([7.0], np.float32), placement=both, sbp=flow.sbp.broadcast)},
           path)

@@ -36,13 +36,18 @@ class LayerNorm(Module):
             self.register_parameter("bias", None)
 
     def forward(self, input):  # noqa: A002 (torch's name)
-        # The functional makes its default weight and bias with numpy; pass them from ops.
+        # The functional makes its default weight and bias with numpy; pass them from ops (on a
+        # global input's placement, replicated, when it is trained eagerly on global tensors).
+        where = {}
+        if getattr(input, "is_global", False):
+            where = {"placement": input.placement,
+                     "sbp": (flow.sbp.broadcast,) * len(input.placement.hierarchy)}
         weight = self.weight
         if weight is None:
-            weight = flow.ones(self.normalized_shape, dtype=input.dtype)
+            weight = flow.ones(self.normalized_shape, dtype=input.dtype, **where)
         bias = self.bias
         if bias is None:
-            bias = flow.zeros(self.normalized_shape, dtype=input.dtype)
+            bias = flow.zeros(self.normalized_shape, dtype=input.dtype, **where)
         return F.layer_norm(input, self.normalized_shape, weight, bias, self.eps)
 
     def extra_repr(self):
