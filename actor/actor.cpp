@@ -56,6 +56,7 @@ void Actor::act(ActorHost& host) {
     if (!out.holding) {  // claim the next slot
       out.holding = true;
       --out.free_slots;
+      if (out.fresh) out.slots[out.next_slot] = Tensor::empty(out.shape, out.dtype);
     }
     if (!out.slots.empty()) outputs.push_back(out.slots[out.next_slot]);
   }
@@ -217,6 +218,7 @@ void Actor::on_message(const ActorMessage& message, ActorHost& host) {
       OFL_ASSERT(who != unacked.end()) << name_ << " got an unexpected ack " << message.to_string();
       unacked.erase(who);
       if (unacked.empty()) {
+        if (it->drops_pieces) it->slots.at(message.slot) = Tensor();
         slot_freed(host, *it, /*later=*/nullptr);
         on_slot_maybe_free(host);
       }

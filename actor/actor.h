@@ -113,6 +113,14 @@ struct OutputRegister {
   // comm/transport.h): the ready message carries the piece, so the slot is free once it is sent
   // and the RECV does not acknowledge it.
   bool acked_on_send = false;
+  // Note [Fetched pieces are handed over] in compiler/physical/in_place_boxing.h: each claimed
+  // slot gets new memory of the register's shape and dtype (the OUTPUT task keeps the last).
+  bool fresh = false;
+  Shape shape;
+  DataType dtype = DataType::kFloat32;
+  // A slot's tensor is let go once every consumer has acknowledged it (fresh pieces, and
+  // Note [Fed pieces are handed in]: the caller's memory is not kept past its iteration).
+  bool drops_pieces = false;
   std::vector<Consumer> consumers;
 };
 

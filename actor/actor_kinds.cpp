@@ -81,12 +81,26 @@ class ComputeActor final : public TaskActor {
 
 class InputActor final : public TaskActor {
  public:
-  using TaskActor::TaskActor;
+  InputActor(const PlanIndex& index, int task, int priority)
+      : TaskActor(index, task, priority),
+        handed_in_(index.reg(info_.outputs.at(0)).proto.handed_in()) {}
 
  private:
-  // The fed tensors stay alive until the iteration's last act has finished.
+  // The fed tensors stay alive until the iteration's last act has finished. A register handed
+  // in (Note [Fed pieces are handed in] in compiler/physical/in_place_boxing.h) is the caller's
+  // piece itself where it fits, otherwise new memory the feed is copied into.
   Work work(ActorHost& host, std::vector<Tensor>, std::vector<Tensor> outputs) override {
     const Tensor* piece = host.input_piece(info_.proto.logical_op(), rank());
+    if (handed_in_) {
+      OutputRegister& out = this->outputs()[0];
+      const PlanIndex::RegisterInfo& reg = index_.reg(info_.outputs[0]);
+      if (piece != nullptr && piece->shape() == reg.shape && piece->dtype() == reg.dtype) {
+        out.slots[out.next_slot] = *piece;
+        return nullptr;
+      }
+      out.slots[out.next_slot] = Tensor::empty(reg.shape, reg.dtype);
+      outputs[0] = out.slots[out.next_slot];
+    }
     if (piece != nullptr) {
       return [piece, out = outputs[0]] {
         copy_region(*piece, whole_region(piece->shape()), out, whole_region(out.shape()));
@@ -96,6 +110,7 @@ class InputActor final : public TaskActor {
       feed_input_piece(index, task, *fed, out);
     };
   }
+  bool handed_in_;
 };
 
 class VariableActor final : public TaskActor {
@@ -109,7 +124,9 @@ class VariableActor final : public TaskActor {
 
 class OutputActor final : public TaskActor {
  public:
-  using TaskActor::TaskActor;
+  OutputActor(const PlanIndex& index, int task, int priority)
+      : TaskActor(index, task, priority),
+        handed_over_(index.reg(info_.inputs.at(0)).proto.fresh_each_piece()) {}
   Tensor take(int64_t iteration) {
     std::lock_guard<std::mutex> lock(mu_);
     auto it = fetched_.find(iteration);
@@ -121,16 +138,19 @@ class OutputActor final : public TaskActor {
   const Tensor& last() const { return last_; }
 
  private:
-  // A snapshot: a later in-place update must not change what was fetched. Kept by iteration:
-  // fed by another process, the sink may act for the next one before run() collects this one.
+  // A snapshot: a later in-place update must not change what was fetched, unless the piece is
+  // new memory nobody writes again (Note [Fetched pieces are handed over] in
+  // compiler/physical/in_place_boxing.h). Kept by iteration: fed by another process, the sink
+  // may act for the next one before run() collects this one.
   Work work(ActorHost&, std::vector<Tensor> inputs, std::vector<Tensor>) override {
-    return [this, in = inputs[0], iteration = iteration()] {
-      Tensor snapshot = in.clone();
+    return [this, in = inputs[0], iteration = iteration(), handed_over = handed_over_] {
+      Tensor snapshot = handed_over ? in : in.clone();
       std::lock_guard<std::mutex> lock(mu_);
       fetched_[iteration] = snapshot;
       last_ = snapshot;
     };
   }
+  bool handed_over_;
   std::mutex mu_;
   std::map<int64_t, Tensor> fetched_;  // GUARDED_BY(mu_)
   Tensor last_;                        // GUARDED_BY(mu_); read between iterations

@@ -293,8 +293,25 @@ void Runtime::allocate_registers(int64_t rank) {
   for (int r : order) {
     const PlanIndex::RegisterInfo& reg = index_.reg(r);
     const int num_slots = std::max(1, reg.proto.register_num());
-    if (index_.task(reg.producer).proto.view()) {
-      // Note [Slice views]: each piece is a view of the SLICE's input piece, made when it acts.
+    if (reg.proto.fresh_each_piece()) {  // Note [Fetched pieces are handed over]
+      const proto::TaskProto& producer = index_.task(reg.producer).proto;
+      OFL_CHECK(!reg.proto.persistent() && reg.proto.device() == proto::PLAN_DEVICE_CPU &&
+                    !producer.view() && !producer.in_place() && !written_into.count(r) &&
+                    producer.kind() != proto::TaskProto::RECV,
+                kTag, index_.describe_register(r),
+                " is fresh each piece, so it must be a transient host register its producer "
+                "writes in memory of its own (not a view, an in-place concat or a receive).");
+    }
+    OFL_CHECK(!reg.proto.handed_in() ||
+                  (index_.task(reg.producer).proto.kind() == proto::TaskProto::INPUT &&
+                   reg.proto.device() == proto::PLAN_DEVICE_CPU),
+              kTag, index_.describe_register(r),
+              " is handed in, so it must be a host INPUT task's register.");
+    if (index_.task(reg.producer).proto.view() || reg.proto.fresh_each_piece() ||
+        reg.proto.handed_in()) {
+      // Note [Slice views]: each piece is a view of the SLICE's input piece, made when it acts;
+      // Note [Fetched pieces are handed over]: new memory, taken when the producer claims a slot;
+      // Note [Fed pieces are handed in]: the caller's piece, or new memory, set when it acts.
       slots[r].resize(num_slots);
     } else if (!written_into.count(r)) {
       slots[r] = allocate_slots(rank, reg, num_slots);
@@ -320,6 +337,12 @@ void Runtime::allocate_registers(int64_t rank) {
     // consumers have acknowledged them.
     const proto::TaskProto& task = index_.task(reg.producer).proto;
     out.releases_inputs = task.view() || task.in_place();
+    if (reg.proto.fresh_each_piece()) {
+      out.fresh = true;
+      out.shape = reg.shape;
+      out.dtype = reg.dtype;
+    }
+    out.drops_pieces = reg.proto.fresh_each_piece() || reg.proto.handed_in();
     std::set<int64_t> seen;  // a task reading a register twice is one consumer
     for (int64_t consumer : reg.proto.consumers()) {
       if (!seen.insert(consumer).second) continue;

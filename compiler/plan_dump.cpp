@@ -61,6 +61,10 @@ void write_register(std::ostream& os, const char* direction, int64_t id,
     os << " view of its producer's input";
   } else if (borrowed.concat_inputs.count(reg.id())) {
     os << " in its in-place concat's output";
+  } else if (reg.fresh_each_piece()) {
+    os << " new each piece, handed over";
+  } else if (reg.handed_in()) {
+    os << " the caller's piece, handed in";
   } else if (reg.memory_block() >= 0) {
     os << " block " << reg.memory_block() << " @" << reg.offset();
   } else {

@@ -172,6 +172,51 @@ bool can_be_in_place(const proto::TaskProto& task, const RankView& rank,
   return true;
 }
 
+// Note [Fetched pieces are handed over].
+bool handed_over(const proto::RegisterProto& reg, const RankView& rank) {
+  if (reg.persistent() || reg.device() != proto::PLAN_DEVICE_CPU || written_in_place(reg, rank)) {
+    return false;
+  }
+  bool fetched = false;
+  for (int64_t id : reg.consumers()) {
+    const proto::TaskProto* consumer = rank.task(id);
+    if (consumer == nullptr) return false;
+    fetched = fetched || consumer->kind() == proto::TaskProto::OUTPUT;
+    // Its pieces are written into this concat's output: not memory of their own.
+    if (consumer->kind() == proto::TaskProto::CONCAT && consumer->in_place()) return false;
+  }
+  const proto::TaskProto* producer = rank.task(reg.producer());
+  if (!fetched || producer == nullptr || producer->view() || producer->in_place()) return false;
+  switch (producer->kind()) {
+    case proto::TaskProto::COMPUTE:
+    case proto::TaskProto::COPY:
+    case proto::TaskProto::SLICE:
+    case proto::TaskProto::ADD:
+    case proto::TaskProto::CONCAT:
+    case proto::TaskProto::COLLECTIVE:
+      return true;
+    default:
+      return false;
+  }
+}
+
+// Note [Fed pieces are handed in].
+bool handed_in(const proto::RegisterProto& reg, const RankView& rank) {
+  const proto::TaskProto* producer = rank.task(reg.producer());
+  if (producer == nullptr || producer->kind() != proto::TaskProto::INPUT || reg.persistent() ||
+      reg.device() != proto::PLAN_DEVICE_CPU || written_in_place(reg, rank)) {
+    return false;
+  }
+  for (int64_t id : reg.consumers()) {
+    const proto::TaskProto* consumer = rank.task(id);
+    if (consumer == nullptr) return false;
+    const bool writes = (consumer->kind() == proto::TaskProto::CONCAT && consumer->in_place()) ||
+                        (consumer->kind() == proto::TaskProto::COLLECTIVE && consumer->view());
+    if (writes) return false;
+  }
+  return true;
+}
+
 void mark_rank(proto::RankPlanProto* rank_plan) {
   for (proto::TaskProto& task : *rank_plan->mutable_tasks()) {
     task.set_view(false);
@@ -190,6 +235,11 @@ void mark_rank(proto::RankPlanProto* rank_plan) {
   // in-place concat's output.
   for (proto::TaskProto& task : *rank_plan->mutable_tasks()) {
     if (reduces_in_place(task, rank)) task.set_view(true);
+  }
+  // Last: a register written into an in-place concat is not its own memory.
+  for (proto::RegisterProto& reg : *rank_plan->mutable_registers()) {
+    reg.set_fresh_each_piece(handed_over(reg, rank));
+    reg.set_handed_in(handed_in(reg, rank));
   }
 }
 

@@ -67,14 +67,38 @@
 // `outputs_per_micro_batch`). On a GPU the
 // all-reduce stays out of place until that path has run on a device.
 
+// Note [Fetched pieces are handed over]
+// -------------------------------------
+// An OUTPUT task used to hand the caller a copy of its piece (the register's memory is the
+// plan's and the next iteration writes it again). A fetched register whose producer writes a
+// piece of its own (a kernel, a copy, a slice, an add, a concat, a collective; not a view, an
+// in-place concat's piece, a RECV whose receive may be posted into the slot ahead, or a
+// micro-batch sum) and that no reader writes in place is marked `fresh_each_piece`: its
+// producer takes new memory for every piece and the OUTPUT task hands that memory over, so the
+// caller's tensor is never written again and nothing is copied. Such a register has no block
+// memory (memory planning counts it as allocated on its own). Eager ops on global tensors, a
+// compiled graph each, fetch every result: the small GPT's eager data-parallel step went from
+// 157 to 129 ms without the copies (docs/benchmarks.md). Host registers only.
+//
+// Note [Fed pieces are handed in]
+// -------------------------------
+// The converse: an INPUT task used to copy the caller's piece into the register. A host INPUT
+// register that no reader writes (in place, as an in-place all-reduce's sum, or as an in-place
+// concat's piece) is marked `handed_in`: the caller's piece itself is the register's memory when
+// it has the register's shape and dtype (a run's pieces, as eager ops on global tensors pass
+// them), and new memory it is copied into otherwise (a whole fed tensor cut to the rank's
+// region). It has no block memory. A fetched view of it is still copied out: the caller's own
+// tensor never comes back as a result.
+
 #include "oneflowlike/proto/plan.pb.h"
 
 namespace ofl::compiler::physical {
 
 /// Marks the SLICE and COPY tasks of `plan` that can be views (Note [Slice views]), the host
 /// all-reduces that can sum in place (Note [All-reduces in place]) and the CONCAT tasks whose
-/// inputs can be written in place (Note [Concats in place]). Run before plan_memory,
-/// which gives their registers no memory of their own.
+/// inputs can be written in place (Note [Concats in place]), and the fetched registers whose
+/// pieces can be handed over (Note [Fetched pieces are handed over]). Run before plan_memory,
+/// which gives their registers no memory of their own (no block memory, for the latter).
 void mark_in_place_boxing(proto::PlanProto* plan);
 
 }  // namespace ofl::compiler::physical

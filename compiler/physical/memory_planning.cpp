@@ -284,7 +284,10 @@ std::map<proto::PlanDevice, RankMemory> plan_rank(proto::RankPlanProto* rank_pla
         continue;  // no memory of its own: 0 bytes in `lifetimes`
       }
       reg.set_bytes(register_slot_bytes(reg));
-      bool in_chain = !reg.persistent() && reg.register_num() == 1 && producer >= 0;
+      // Note [Fetched pieces are handed over], Note [Fed pieces are handed in]: new memory (or
+      // the caller's) every piece, outside the block.
+      bool in_chain = !reg.persistent() && !reg.fresh_each_piece() && !reg.handed_in() &&
+                      reg.register_num() == 1 && producer >= 0;
       Lifetime lifetime{std::numeric_limits<int64_t>::max(), 0};
       members_of(r);
       for (int member : members) {

@@ -395,6 +395,37 @@ TEST(Runtime, VariablesPersistAcrossIterationsAndCanBeReadAndWritten) {
   expect_error([&] { runtime.read_variable("nope"); }, ErrorCode::kNotFound, "'nope'");
 }
 
+// Note [Fetched pieces are handed over] and Note [Fed pieces are handed in]: a run fed by pieces
+// computes on the caller's piece itself (not a copy) and hands back new memory that later runs
+// never write (the first result keeps its values); a whole fed tensor is copied into new memory.
+TEST(Runtime, FedPiecesAreHandedInAndFetchedPiecesHandedOver) {
+  for (const RuntimeOptions& options : {threaded(), deterministic()}) {
+    PlanBuilder b(1);
+    const int64_t x = b.input(0, "x", Shape{4});
+    const int64_t y = b.reg(0, "y", Shape{4});
+    b.compute(0, "relu", "relu", NoParams{}, {x}, {y});
+    b.output(0, "y", y, Shape{4});
+    b.find(x)->set_handed_in(true);
+    b.find(y)->set_fresh_each_piece(true);
+    Runtime runtime(b.plan(), options);
+    const Tensor first_in = make_tensor({-1, 2, -3, 4}, Shape{4}, DataType::kFloat32);
+    const Tensor first = runtime.run_local({{"x", {{0, first_in}}}}).at("y").at(0);
+    EXPECT_EQ(values_of(first), (std::vector<double>{0, 2, 0, 4}));
+    const Tensor second =
+        runtime.run_local({{"x", {{0, make_tensor({5, -6, 7, -8}, Shape{4}, DataType::kFloat32)}}}})
+            .at("y")
+            .at(0);
+    EXPECT_EQ(values_of(second), (std::vector<double>{5, 0, 7, 0}));
+    EXPECT_EQ(values_of(first), (std::vector<double>{0, 2, 0, 4})) << "a later run wrote it";
+    EXPECT_NE(first.raw_data(), second.raw_data());
+    EXPECT_EQ(values_of(first_in), (std::vector<double>{-1, 2, -3, 4}));
+    // A whole tensor (run) is copied into new memory of the register's shape.
+    const auto whole =
+        runtime.run({{"x", make_tensor({1, -1, 1, -1}, Shape{4}, DataType::kFloat32)}});
+    EXPECT_EQ(values_of(whole.at("y")), (std::vector<double>{1, 0, 1, 0}));
+  }
+}
+
 // Note [One OpenMP pool at a time]: the thread that waits for a run gives back its OpenMP
 // workers (two pools on two cores would make every worker sleep between kernels).
 TEST(Runtime, ARunGivesBackTheCallersKernelThreads) {

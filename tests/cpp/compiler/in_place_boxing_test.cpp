@@ -144,7 +144,11 @@ TEST(SliceViews, MemoryPlanningKeepsTheInputAliveUntilTheViewsLastReader) {
   const int64_t sum = b.reg(0, "sum", Shape{2, 3});
   b.compute(0, "relu_v", "relu", NoParams{}, {v}, {sum});
   b.output(0, "sum", sum, Shape{2, 3});
-  b.output(0, "later", later, Shape{4, 3});
+  // Read, not fetched: a fetched register gets memory of its own (Note [Fetched pieces are
+  // handed over]).
+  const int64_t after = b.reg(0, "after", Shape{4, 3});
+  b.compute(0, "relu_later", "relu", NoParams{}, {later}, {after});
+  b.output(0, "after", after, Shape{4, 3});
   proto::PlanProto plan = b.plan();
   mark_in_place_boxing(&plan);
   plan_memory(&plan);
@@ -288,6 +292,36 @@ TEST(AllReducesInPlace, OnlyAnInputNobodyElseReadsIsSummedInPlace) {
   EXPECT_FALSE(is_view(plan, gpu));
   plan_memory(&plan);
   EXPECT_EQ(register_of(plan, alone_out).bytes(), 0);
+}
+
+// Note [Fetched pieces are handed over] and Note [Fed pieces are handed in]: which registers
+// get new memory every piece (a fetched kernel output) or the caller's (an input nobody writes),
+// and that memory planning gives them no block memory.
+TEST(HandedPieces, FetchedKernelOutputsAreHandedOverAndUnwrittenInputsHandedIn) {
+  PlanBuilder b(1);
+  const int64_t x = b.input(0, "x", Shape{4, 3});
+  const int64_t computed = relu(b, x, Shape{4, 3});  // fetched: handed over
+  int64_t rows = 0;
+  slice(b, computed, {0, 2}, {0, 3}, &rows);  // a view of it, fetched: copied out
+  const int64_t w = b.variable(0, "w", Shape{4, 3}, {}, proto::InitializerProto::ONES);
+  const int64_t written = b.input(0, "written", Shape{4, 3});  // an update writes it
+  const int64_t sink = b.reg(0, "sink", Shape{4, 3});
+  b.compute(0, "writer", "relu", NoParams{}, {written}, {sink})->add_mutated_inputs(0);
+  b.output(0, "computed", computed, Shape{4, 3});
+  b.output(0, "rows", rows, Shape{2, 3});
+  b.output(0, "w", w, Shape{4, 3});
+  b.output(0, "sink", sink, Shape{4, 3});
+  proto::PlanProto plan = b.plan();
+  mark_in_place_boxing(&plan);
+  EXPECT_TRUE(register_of(plan, computed).fresh_each_piece());
+  EXPECT_FALSE(register_of(plan, rows).fresh_each_piece());
+  EXPECT_FALSE(register_of(plan, w).fresh_each_piece());
+  EXPECT_TRUE(register_of(plan, x).handed_in());
+  EXPECT_FALSE(register_of(plan, written).handed_in());
+  EXPECT_FALSE(register_of(plan, computed).handed_in());
+  plan_memory(&plan);
+  EXPECT_EQ(register_of(plan, computed).memory_block(), -1);
+  EXPECT_EQ(register_of(plan, x).memory_block(), -1);
 }
 
 }  // namespace
