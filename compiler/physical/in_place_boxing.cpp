@@ -172,9 +172,29 @@ bool can_be_in_place(const proto::TaskProto& task, const RankView& rank,
   return true;
 }
 
+// Whether a SEND reads `reg`'s memory (itself or through views of it): its peer's RECV fetches
+// the bytes after the SEND has acted, possibly after this rank's run has returned.
+bool read_by_a_send(const proto::RegisterProto& reg, const RankView& rank) {
+  std::vector<const proto::RegisterProto*> pending{&reg};
+  while (!pending.empty()) {
+    const proto::RegisterProto* at = pending.back();
+    pending.pop_back();
+    for (int64_t id : at->consumers()) {
+      const proto::TaskProto* consumer = rank.task(id);
+      if (consumer == nullptr || consumer->kind() == proto::TaskProto::SEND) return true;
+      if (!consumer->view()) continue;
+      for (int64_t out : consumer->outputs()) {
+        if (const proto::RegisterProto* viewed = rank.reg(out)) pending.push_back(viewed);
+      }
+    }
+  }
+  return false;
+}
+
 // Note [Fetched pieces are handed over].
 bool handed_over(const proto::RegisterProto& reg, const RankView& rank) {
-  if (reg.persistent() || reg.device() != proto::PLAN_DEVICE_CPU || written_in_place(reg, rank)) {
+  if (reg.persistent() || reg.device() != proto::PLAN_DEVICE_CPU || written_in_place(reg, rank) ||
+      read_by_a_send(reg, rank)) {
     return false;
   }
   bool fetched = false;
@@ -204,7 +224,8 @@ bool handed_over(const proto::RegisterProto& reg, const RankView& rank) {
 bool handed_in(const proto::RegisterProto& reg, const RankView& rank) {
   const proto::TaskProto* producer = rank.task(reg.producer());
   if (producer == nullptr || producer->kind() != proto::TaskProto::INPUT || reg.persistent() ||
-      reg.device() != proto::PLAN_DEVICE_CPU || written_in_place(reg, rank)) {
+      reg.device() != proto::PLAN_DEVICE_CPU || written_in_place(reg, rank) ||
+      read_by_a_send(reg, rank)) {
     return false;
   }
   for (int64_t id : reg.consumers()) {

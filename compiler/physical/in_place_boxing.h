@@ -73,7 +73,9 @@
 // plan's and the next iteration writes it again). A fetched register whose producer writes a
 // piece of its own (a kernel, a copy, a slice, an add, a concat, a collective; not a view, an
 // in-place concat's piece, a RECV whose receive may be posted into the slot ahead, or a
-// micro-batch sum) and that no reader writes in place is marked `fresh_each_piece`: its
+// micro-batch sum) and that no reader writes in place, nor a SEND reads (its peer fetches the
+// bytes after the SEND has acted, possibly after the run has returned to a caller who may then
+// write them), is marked `fresh_each_piece`: its
 // producer takes new memory for every piece and the OUTPUT task hands that memory over, so the
 // caller's tensor is never written again and nothing is copied. Such a register has no block
 // memory (memory planning counts it as allocated on its own). Eager ops on global tensors, a
@@ -84,11 +86,12 @@
 // -------------------------------
 // The converse: an INPUT task used to copy the caller's piece into the register. A host INPUT
 // register that no reader writes (in place, as an in-place all-reduce's sum, or as an in-place
-// concat's piece) is marked `handed_in`: the caller's piece itself is the register's memory when
-// it has the register's shape and dtype (a run's pieces, as eager ops on global tensors pass
-// them), and new memory it is copied into otherwise (a whole fed tensor cut to the rank's
-// region). It has no block memory. A fetched view of it is still copied out: the caller's own
-// tensor never comes back as a result.
+// concat's piece) and no SEND reads (as above: eager in-place writes and optimizer steps write
+// the caller's pieces after a run) is marked `handed_in`: the caller's piece itself is the
+// register's memory when it has the register's shape and dtype (a run's pieces, as eager ops on
+// global tensors pass them), and new memory it is copied into otherwise (a whole fed tensor cut to
+// the rank's region). It has no block memory. A fetched view of it is still copied out: the
+// caller's own tensor never comes back as a result.
 
 #include "oneflowlike/proto/plan.pb.h"
 

@@ -324,5 +324,28 @@ TEST(HandedPieces, FetchedKernelOutputsAreHandedOverAndUnwrittenInputsHandedIn) 
   EXPECT_EQ(register_of(plan, x).memory_block(), -1);
 }
 
+// A SEND's peer fetches the bytes after the SEND has acted, possibly after the run returned to
+// a caller who then writes them (an eager in-place op, an optimizer step): registers a SEND
+// reads, directly or through a view, are neither handed in nor handed over.
+TEST(HandedPieces, RegistersASendReadsAreNeitherHandedInNorOver) {
+  PlanBuilder b(2);
+  const int64_t x = b.input(0, "x", Shape{4, 3});
+  const int64_t y = relu(b, x, Shape{4, 3});
+  int64_t rows = 0;
+  slice(b, x, {0, 2}, {0, 3}, &rows);  // a view of x, sent
+  b.output(0, "y", y, Shape{4, 3});
+  proto::TaskProto* send_y = b.task(0, "send_y", Kind::SEND, {y}, {});
+  send_y->set_peer(1);
+  send_y->set_transfer_id(1);
+  proto::TaskProto* send_rows = b.task(0, "send_rows", Kind::SEND, {rows}, {});
+  send_rows->set_peer(1);
+  send_rows->set_transfer_id(2);
+  proto::PlanProto plan = b.plan();
+  mark_in_place_boxing(&plan);
+  ASSERT_TRUE(is_view(plan, b.find(rows)->producer()));
+  EXPECT_FALSE(register_of(plan, x).handed_in());
+  EXPECT_FALSE(register_of(plan, y).fresh_each_piece());
+}
+
 }  // namespace
 }  // namespace ofl::compiler::physical
