@@ -25,6 +25,8 @@ dropout] in global_dropout.py); a random op inside another (scaled_dot_product_a
 dropout_p) is refused.
 """
 
+import weakref
+
 from oneflowlike import _C
 from oneflowlike import sbp as _sbp
 
@@ -135,6 +137,46 @@ class ReshardNode(_Node):
 
     def vjp(self, dys):
         return [dys[0].to_global(placement=self.placement, sbp=self.sbp)]
+
+
+# Note [Gradients laid out together]: a leaf's gradient arrives in whatever layout the gradient
+# signatures give (a replicated parameter under split data: P) and is laid out as the leaf when
+# `.grad` is read, which the optimizer and clip_grad_norm_ do parameter by parameter. Each layout
+# was a compiled graph of its own, run with a collective that every rank waits for: one run per
+# parameter. So a leaf whose gradient waits to be laid out is listed here, in the order backward
+# reached it (the same on every rank: every rank runs the same program), and the first read lays
+# out every listed gradient of its placement in one graph, whose collectives run together (as
+# DDP reduces its buckets together). Reading .grad inside a gradient accumulation loop lays out
+# what is there; later backward passes add to the laid-out sums, which stay correct.
+_pending = []  # weak references to leaves, in the order their gradients became pending
+
+
+def pending_grad(leaf):
+    if not any(ref() is leaf for ref in _pending):
+        _pending.append(weakref.ref(leaf))
+
+
+def lay_out_pending_grads(leaf):
+    """Lays out ``leaf``'s gradient and every other pending one whose gradient lies on the same
+    placement, in one compiled graph (Note [Gradients laid out together])."""
+    global _pending
+    import oneflowlike as flow
+    from oneflowlike.framework import global_tensor as gt
+
+    placement = leaf._grad.placement
+    batch, rest = [], []
+    for ref in _pending:
+        t = ref()
+        if t is None or t._grad_laid_out():
+            continue
+        (batch if t._grad.placement == placement else rest).append(t)
+    if not any(t is leaf for t in batch):
+        batch.append(leaf)
+    _pending = [weakref.ref(t) for t in rest]
+    with flow.no_grad():
+        laid_out = gt.reshard_many([(t._grad, t.placement, t.sbp) for t in batch])
+    for t, g in zip(batch, laid_out):
+        t._grad = g
 
 
 def _version(t):

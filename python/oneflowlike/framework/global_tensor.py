@@ -223,14 +223,17 @@ class GlobalTensor:
     @property
     def grad(self):
         """The accumulated gradient laid out as this tensor (a partial sum is reduced here,
-        once: the data-parallel all-reduce)."""
-        g = self._grad
-        if g is not None and (g.placement != self._placement or g.sbp != self._sbp):
-            from oneflowlike.autograd import no_grad
+        once: the data-parallel all-reduce), with every other leaf gradient waiting to be laid
+        out (Note [Gradients laid out together] in global_autograd.py)."""
+        if self._grad is not None and not self._grad_laid_out():
+            from oneflowlike.framework import global_autograd
 
-            with no_grad():
-                g = self._grad = g.to_global(placement=self._placement, sbp=self._sbp)
-        return g
+            global_autograd.lay_out_pending_grads(self)
+        return self._grad
+
+    def _grad_laid_out(self):
+        g = self._grad
+        return g is None or (g.placement == self._placement and g.sbp == self._sbp)
 
     @grad.setter
     def grad(self, value):
@@ -244,6 +247,10 @@ class GlobalTensor:
 
     def _accumulate(self, g):
         self._grad = g if self._grad is None else self._grad + g
+        if not self._grad_laid_out():
+            from oneflowlike.framework import global_autograd
+
+            global_autograd.pending_grad(self)
 
     @property
     def grad_fn(self):
@@ -506,6 +513,36 @@ def _reshard(x, placement, nd_sbp):
             raise AssertionError(f"[to_global] the plan laid the result out as {out.sbp}, not {nd_sbp}")
     out._sbp = nd_sbp
     return out
+
+
+def reshard_many(items):
+    """[x.to_global(placement=p, sbp=s) for x, p, s in items] as one compiled graph: its boxing
+    (collectives) run together, in one run instead of one each. Every x on one placement."""
+    source = items[0][0].placement
+    key = ("to_global_many",) + tuple((x.shape, x.dtype, x.placement, x.sbp, p, s)
+                                      for x, p, s in items)
+    compiled = _cache.get(key)
+    if compiled is None:
+        tracer = _Tracer("to_global_many", source)
+        names, metas = [], []
+        with tracing(tracer.c, tracer):
+            for k, (x, placement, nd_sbp) in enumerate(items):
+                tracer.ranks |= set(placement.flat_ranks)
+                lx = tracer.input(f"x{k}", x.shape, x.dtype, x.placement._c, _strings(x.sbp))
+                names.append(tracer.fetch(tracer.to_global(lx, placement._c, _strings(nd_sbp))))
+                metas.append((placement, x.shape, x.dtype))
+        compiled = _cache[key] = _Compiled(tracer, names, metas)
+    rank = env.get_rank()
+    pieces = {f"x{k}": {rank: x._local} for k, (x, _, _) in enumerate(items)
+              if x._local is not None}
+    outs = compiled.run(pieces)
+    for out, (_, placement, nd_sbp) in zip(outs, items):
+        for got, want, n in zip(out.sbp, nd_sbp, placement.hierarchy):
+            if got != want and n != 1 and out._local is not None:
+                raise AssertionError(f"[to_global] the plan laid the result out as {out.sbp}, "
+                                     f"not {nd_sbp}")
+        out._sbp = nd_sbp  # over a dimension of size 1 every SBP is the same layout
+    return outs
 
 
 def _flatten(value, leaves):

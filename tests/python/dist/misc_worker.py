@@ -57,6 +57,26 @@ for kwargs in ({"bias": False}, {"elementwise_affine": False}):
     got = norm.to_global(both, B)(flow.tensor(x, placement=both, sbp=flow.sbp.split(0)))
     np.testing.assert_allclose(got.numpy(), want, rtol=1e-6, atol=1e-6, err_msg=str(kwargs))
 
+# Note [Gradients laid out together]: reading one parameter's gradient lays out every pending
+# one (a partial sum under split data) in the same run, with the values of one device.
+flow.manual_seed(5)
+mlp = flow.nn.Sequential(flow.nn.Linear(6, 8), flow.nn.GELU(), flow.nn.Linear(8, 2))
+data = np.random.default_rng(5).standard_normal((4, 6)).astype(np.float32)
+mlp(flow.tensor(data)).sum().backward()
+want = {name: p.grad.numpy() for name, p in mlp.named_parameters()}
+for p in mlp.parameters():
+    p.grad = None
+mlp.to_global(both, B)
+mlp(flow.tensor(data, placement=both, sbp=flow.sbp.split(0))).sum().backward()
+params = dict(mlp.named_parameters())
+pending = [name for name, p in params.items() if not p._grad_laid_out()]
+assert len(pending) >= 2, f"partial sums expected: {pending}"
+first = params[pending[-1]].grad
+assert all(p._grad_laid_out() for p in params.values()), "one read lays out every gradient"
+for name, p in params.items():
+    np.testing.assert_allclose(p.grad.numpy(), want[name], rtol=1e-5, atol=1e-6, err_msg=name)
+assert first.sbp == (B,)
+
 path = os.environ["OFL_TEST_CHECKPOINT"]
 flow.save({"x": flow.tensor(np.asarray([7.0], np.float32), placement=both, sbp=flow.sbp.broadcast)},
           path)
