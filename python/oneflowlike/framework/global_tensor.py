@@ -493,31 +493,13 @@ class _Tracer:
 
 
 def _reshard(x, placement, nd_sbp):
-    key = ("to_global", x.shape, x.dtype, x.placement, x.sbp, placement, nd_sbp)
-    compiled = _cache.get(key)
-    if compiled is None:
-        tracer = _Tracer("to_global", x.placement)
-        tracer.ranks |= set(placement.flat_ranks)
-        with tracing(tracer.c, tracer):
-            lx = tracer.input("x", x.shape, x.dtype, x.placement._c, _strings(x.sbp))
-            ly = tracer.to_global(lx, placement._c, _strings(nd_sbp))
-        name = tracer.fetch(ly)
-        compiled = _cache[key] = _Compiled(tracer, [name], [(placement, x.shape, x.dtype)])
-    rank = env.get_rank()
-    pieces = {"x": {rank: x._local}} if x._local is not None else {}
-    out = compiled.run(pieces)[0]
-    # Over a placement dimension of size 1 every SBP is the same layout; the plan may name
-    # another one.
-    for got, want, n in zip(out.sbp, nd_sbp, placement.hierarchy):
-        if got != want and n != 1 and out._local is not None:
-            raise AssertionError(f"[to_global] the plan laid the result out as {out.sbp}, not {nd_sbp}")
-    out._sbp = nd_sbp
-    return out
+    return reshard_many([(x, placement, nd_sbp)])[0]
 
 
 def reshard_many(items):
     """[x.to_global(placement=p, sbp=s) for x, p, s in items] as one compiled graph: its boxing
-    (collectives) run together, in one run instead of one each. Every x on one placement."""
+    (collectives) run together, in one run instead of one each. Every x on one placement (the
+    first's ranks trace it; the targets' ranks join)."""
     source = items[0][0].placement
     key = ("to_global_many",) + tuple((x.shape, x.dtype, x.placement, x.sbp, p, s)
                                       for x, p, s in items)
