@@ -96,7 +96,7 @@ class OpNode(_Node):
         placement = self.inputs[0].placement
         if compiled is None:
             compiled = gt._cache[key] = _compile_vjp(self, given, dys, placement)
-        rank = gt.env.get_rank()
+        rank = compiled.rank
         pieces = {f"in{i}": {rank: t._local} for i, t in enumerate(self.inputs)
                   if t._local is not None}
         for j in given:

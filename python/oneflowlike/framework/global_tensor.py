@@ -438,7 +438,9 @@ class _Compiled:
     def __init__(self, tracer, fetches, outputs, grads_of=None):
         """``grads_of``: instead of ``fetches``, the fetched gradients of these differentiable
         inputs (Note [Input gradients]); None where no gradient reaches one."""
-        rank = env.get_rank()
+        # This process's rank, read once: an eager op runs its graph on every call, and reading
+        # the launcher's environment took longer than handing the pieces to the runtime.
+        self.rank = rank = env.get_rank()
         self.fetches = fetches if grads_of is None else [None] * len(grads_of)  # tensor names
         self.outputs = outputs  # (placement, shape, dtype) per fetch
         self.constants = tracer.constants()
@@ -462,7 +464,7 @@ class _Compiled:
             write_captured(tracer, self.runtime, set(self.runtime.variable_names()))
 
     def run(self, pieces):
-        rank = env.get_rank()
+        rank = self.rank
         fetched = self.runtime.run_local(pieces) if self.runtime is not None else {}
         results = []
         for k, (name, (placement, shape, dtype)) in enumerate(zip(self.fetches, self.outputs)):
@@ -514,7 +516,7 @@ def reshard_many(items):
                 names.append(tracer.fetch(tracer.to_global(lx, placement._c, _strings(nd_sbp))))
                 metas.append((placement, x.shape, x.dtype))
         compiled = _cache[key] = _Compiled(tracer, names, metas)
-    rank = env.get_rank()
+    rank = compiled.rank
     pieces = {f"x{k}": {rank: x._local} for k, (x, _, _) in enumerate(items)
               if x._local is not None}
     outs = compiled.run(pieces)
@@ -657,7 +659,7 @@ def apply(fn, args, kwargs, *, name):
         compiled.op_types = set(tracer.op_types())
         # A named tuple (flow.max(x, dim), topk, sort) comes back as the same named tuple.
         compiled.named = type(out) if hasattr(type(out), "_fields") else None
-    rank = env.get_rank()
+    rank = compiled.rank
     pieces = {f"in{i}": {rank: t._local} for i, t in enumerate(leaves) if t._local is not None}
     results = compiled.run(pieces)
     from oneflowlike.framework import global_autograd
