@@ -169,7 +169,11 @@ void Actor::send_ready(ActorHost& host, int output, int32_t slot, Deferred* late
     }
   }
   // Nobody reads it, or the message carried it: free (after sending, which copied the piece).
-  if (unacked.empty()) slot_freed(host, out, later);
+  // The act's work holds its own handle on the piece, so a dropped one lives until it is done.
+  if (unacked.empty()) {
+    if (out.drops_pieces) out.slots.at(slot) = Tensor();
+    slot_freed(host, out, later);
+  }
 }
 
 // Every consumer is done with a slot of `out`. Slots free in the order they were filled, so a

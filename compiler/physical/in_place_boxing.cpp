@@ -106,6 +106,15 @@ bool reduces_in_place(const proto::TaskProto& task, const RankView& rank) {
       input->persistent() || input->register_num() > 1 || written_in_place(*output, rank)) {
     return false;
   }
+  // An output written into an in-place concat (decided before, not knowing the all-reduce would
+  // be a view) is that concat's memory, not the input's.
+  for (int64_t id : output->consumers()) {
+    const proto::TaskProto* consumer = rank.task(id);
+    if (consumer == nullptr ||
+        (consumer->kind() == proto::TaskProto::CONCAT && consumer->in_place())) {
+      return false;
+    }
+  }
   // The sums overwrite the input: nobody else may read it, nor the registers its memory holds
   // (an in-place concat's pieces) be read but by that concat.
   auto only_reader = [](const proto::RegisterProto& reg, int64_t id) {

@@ -60,8 +60,9 @@
 // reads each chunk of its own input once, in the step-0 send or in the add that overwrites it,
 // and a gather receives a chunk only after that chunk's send completed (Note [Ring
 // collectives]); recursive doubling sends its input before it receives the sum. Conditions:
-// the all-reduce is the input's only reader (the sums replace what anyone else would read), the
-// input is transient, single-slot and not itself a view; when it is an in-place concat's output
+// the all-reduce is the input's only reader (the sums replace what anyone else would read), its
+// output is not a piece of an in-place concat (then it is the concat's memory), the input is
+// transient, single-slot and not itself a view; when it is an in-place concat's output
 // (a bucket), each of the concat's pieces is read by the concat alone; and its producer hands
 // out pieces at the all-reduce's rate (an ACCUMULATE's once-per-iteration sum counts:
 // `outputs_per_micro_batch`). On a GPU the

@@ -25,8 +25,6 @@ dropout] in global_dropout.py); a random op inside another (scaled_dot_product_a
 dropout_p) is refused.
 """
 
-import weakref
-
 from oneflowlike import _C
 from oneflowlike import sbp as _sbp
 
@@ -147,13 +145,16 @@ class ReshardNode(_Node):
 # reached it (the same on every rank: every rank runs the same program), and the first read lays
 # out every listed gradient of its placement in one graph, whose collectives run together (as
 # DDP reduces its buckets together). Reading .grad inside a gradient accumulation loop lays out
-# what is there; later backward passes add to the laid-out sums, which stay correct.
-_pending = []  # weak references to leaves, in the order their gradients became pending
+# what is there; later backward passes add to the laid-out sums, which stay correct. The list
+# holds the leaves themselves, not weak references: a leaf freed by the cycle collector could be
+# gone on one rank and not yet on another, and the ranks would then compile different batches
+# (a hang); a leaf the program drops is kept until the next read lays it out.
+_pending = []  # leaves, in the order their gradients became pending
 
 
 def pending_grad(leaf):
-    if not any(ref() is leaf for ref in _pending):
-        _pending.append(weakref.ref(leaf))
+    if not any(t is leaf for t in _pending):
+        _pending.append(leaf)
 
 
 def lay_out_pending_grads(leaf):
@@ -165,14 +166,13 @@ def lay_out_pending_grads(leaf):
 
     placement = leaf._grad.placement
     batch, rest = [], []
-    for ref in _pending:
-        t = ref()
-        if t is None or t._grad_laid_out():
+    for t in _pending:
+        if t._grad_laid_out():
             continue
         (batch if t._grad.placement == placement else rest).append(t)
     if not any(t is leaf for t in batch):
         batch.append(leaf)
-    _pending = [weakref.ref(t) for t in rest]
+    _pending = rest
     with flow.no_grad():
         laid_out = gt.reshard_many([(t._grad, t.placement, t.sbp) for t in batch])
     for t, g in zip(batch, laid_out):

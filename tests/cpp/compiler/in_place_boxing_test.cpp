@@ -284,12 +284,22 @@ TEST(AllReducesInPlace, OnlyAnInputNobodyElseReadsIsSummedInPlace) {
   proto::TaskProto* on_gpu = all_reduce(relu(b, x, Shape{2, 3}), &out);
   on_gpu->set_device(proto::PLAN_DEVICE_CUDA);
   const int64_t gpu = on_gpu->id();
+  // Its output a piece of an in-place concat: the concat's memory, so not summed in place.
+  int64_t into_concat_out = 0;
+  const int64_t into_concat = all_reduce(relu(b, x, Shape{2, 3}), &into_concat_out)->id();
+  int64_t stacked = 0;
+  const int64_t stack_task = concat(b, {into_concat_out, relu(b, x, Shape{2, 3})},
+                                    {{{0, 2}, {0, 3}}, {{2, 4}, {0, 3}}}, Shape{4, 3}, &stacked)
+                                 ->id();
+  b.output(0, "stacked", stacked, Shape{4, 3});
   proto::PlanProto plan = b.plan();
   mark_in_place_boxing(&plan);
   EXPECT_TRUE(is_view(plan, alone));
   EXPECT_FALSE(is_view(plan, shared));
   EXPECT_FALSE(is_view(plan, of_view));
   EXPECT_FALSE(is_view(plan, gpu));
+  EXPECT_TRUE(is_in_place(plan, stack_task));
+  EXPECT_FALSE(is_view(plan, into_concat));
   plan_memory(&plan);
   EXPECT_EQ(register_of(plan, alone_out).bytes(), 0);
 }
