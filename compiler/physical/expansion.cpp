@@ -267,8 +267,7 @@ std::optional<std::vector<Range>> slice_region(const LogicalOp& op, const Shape&
 // piece then splits alike, so the local output is the concat of the local pieces.
 std::vector<std::vector<Range>> concat_runs(const LogicalOp& op, const std::vector<Shape>& pieces) {
   const int ndim = pieces.at(0).ndim();
-  const int64_t axis = op.params.as<ConcatParams>().axis;
-  const int a = static_cast<int>(axis < 0 ? axis + ndim : axis);
+  const int a = normalize_axis(op.params.as<ConcatParams>().axis, ndim, "concat");
   for (int i = 0; i < a; ++i) {
     if (pieces[0][i] != 1) return {};
   }

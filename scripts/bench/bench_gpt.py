@@ -305,8 +305,7 @@ def main():
         torch1.append(torch_single(1, args.batch_size, args.steps)["median_ms"])
         out = run(launch(2, __file__, "--part", "torch", "--model", MODEL_NAME, "--threads", "1",
                          "--batch-size", str(args.batch_size), "--steps", str(args.steps)), 1)
-        torch2.append(json.loads([l for l in out.splitlines() if "median_ms" in l][-1]
-                                 .split("] ", 1)[-1])["median_ms"])
+        torch2.append(last_json(out)["median_ms"])
     if not ours1:
         ours1 = ours2 = torch1 = torch2 = [float("nan")]
     e_ours = statistics.median(ours1) / statistics.median(ours2)

@@ -149,12 +149,11 @@ class ReshardNode(_Node):
 # holds the leaves themselves, not weak references: a leaf freed by the cycle collector could be
 # gone on one rank and not yet on another, and the ranks would then compile different batches
 # (a hang); a leaf the program drops is kept until the next read lays it out.
-_pending = []  # leaves, in the order their gradients became pending
+_pending = {}  # id -> leaf, in the order their gradients became pending (held: ids stay valid)
 
 
 def pending_grad(leaf):
-    if not any(t is leaf for t in _pending):
-        _pending.append(leaf)
+    _pending.setdefault(id(leaf), leaf)
 
 
 def lay_out_pending_grads(leaf):
@@ -165,11 +164,14 @@ def lay_out_pending_grads(leaf):
     from oneflowlike.framework import global_tensor as gt
 
     placement = leaf._grad.placement
-    batch, rest = [], []
-    for t in _pending:
+    batch, rest = [], {}
+    for key, t in _pending.items():
         if t._grad_laid_out():
             continue
-        (batch if t._grad.placement == placement else rest).append(t)
+        if t._grad.placement == placement:
+            batch.append(t)
+        else:
+            rest[key] = t
     if not any(t is leaf for t in batch):
         batch.append(leaf)
     _pending = rest

@@ -414,6 +414,23 @@ TEST(Autograd, GivenOutputGradientsOfAnotherShapeAreRefusedNamingBoth) {
   }
 }
 
+TEST(Autograd, ALossAndGivenOutputGradientsTogetherAreRefused) {
+  GraphBuilder b;
+  const int w = b.variable("w", Shape{2, 3}, Initializer{}, {}, true, kF64);
+  const int y = b.op1("exp", NoParams{}, {w}, "y");
+  b.set_output_grad(y, b.input("dy", Shape{2, 3}, kF64));
+  b.set_loss(b.op1("reduce_sum", ReduceParams{}, {y}, "loss"));
+  Graph g = b.graph();
+  try {
+    differentiate(g);
+    FAIL() << "expected a refusal";
+  } catch (const Error& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("not both"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("'loss/out0'"), std::string::npos) << msg;
+  }
+}
+
 TEST(Autograd, VariableUsedTwiceSumsItsGradients) {
   // loss = sum(w * w + w): d(w) = 2w + 1.
   GraphBuilder b;
