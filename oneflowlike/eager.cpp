@@ -99,8 +99,8 @@ std::vector<Tensor> apply_op(const OpSchema& op, const AnyParams& params,
       ctx.temp_bytes = temp->bytes();
     }
     kernel(ctx);
-    if (const std::vector<int>* mutated = op.get<TMutatedInputs>()) {
-      for (int i : *mutated) inputs.at(i).impl()->storage->bump_version();  // Note [Versions]
+    for (int i : mutated_inputs(op, params, static_cast<int>(inputs.size()))) {
+      inputs.at(i).impl()->storage->bump_version();  // Note [Versions]
     }
   }
   record_autograd(op, params, inputs, outputs);

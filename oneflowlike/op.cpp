@@ -4,6 +4,12 @@ namespace ofl {
 
 const std::string& InferContext::op_name() const { return op_.name(); }
 
+std::vector<int> mutated_inputs(const OpSchema& op, const AnyParams& params, int num_inputs) {
+  if (const auto* fixed = op.get<TMutatedInputs>()) return *fixed;
+  if (const auto* fn = op.get<FMutatedInputs>()) return (*fn)(params, num_inputs);
+  return {};
+}
+
 std::string InferContext::input_name(int i) const {
   const auto& names = op_.input_names();
   if (op_.has_variadic_inputs()) return str_cat(names.empty() ? "inputs" : names[0], "[", i, "]");

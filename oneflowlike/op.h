@@ -149,9 +149,13 @@ struct FGradient {
 struct FTempBytes {
   using type = TempBytesFn;
 };
-/// Inputs the kernel writes in place (optimizer updates).
+/// Inputs the kernel writes in place (optimizer updates). Read them through mutated_inputs().
 struct TMutatedInputs {
   using type = std::vector<int>;
+};
+/// The same for a variadic op, given its params and number of inputs (the multi-tensor updates).
+struct FMutatedInputs {
+  using type = std::function<std::vector<int>(const AnyParams& params, int num_inputs)>;
 };
 /// Output 0 is a view of this input (reshape): no kernel, no copy.
 struct TViewOfInput {
@@ -285,6 +289,14 @@ class OpSchema {
   std::unordered_map<std::type_index, std::any> attrs_;
   std::array<std::array<KernelFn, kNumDataTypes>, kNumDeviceTypes> kernels_{};
 };
+
+/// The inputs an op with these params and `num_inputs` inputs writes in place (TMutatedInputs
+/// or FMutatedInputs); empty for the others. The one reader of both attributes.
+std::vector<int> mutated_inputs(const OpSchema& op, const AnyParams& params, int num_inputs);
+/// Whether the op writes any input in place.
+inline bool writes_inputs(const OpSchema& op) {
+  return op.has<TMutatedInputs>() || op.has<FMutatedInputs>();
+}
 
 class OpRegistry {
  public:

@@ -47,7 +47,7 @@ class BoxingInsertionPass final : public Pass {
           const int out = insert(graph, t, to_placement, to);
           // An in-place writer's control inputs hold for what feeds it too (Note [ZeRO stages
           // 1 and 2]: the gather of an updated shard waits for the update).
-          if (graph.op(i).schema->has<TMutatedInputs>()) {
+          if (writes_inputs(*graph.op(i).schema)) {
             const std::vector<int> control = graph.op(i).control_inputs;  // a copy
             for (int c : control) graph.op(graph.tensor(out).producer).control_inputs.push_back(c);
           }

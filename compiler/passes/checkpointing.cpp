@@ -96,7 +96,7 @@ class Checkpointer {
     for (int i : order_) {
       if (!needed.count(i)) continue;
       LogicalOp op = graph_.op(i);  // a copy: adding ops moves the graph's ops
-      OFL_ASSERT(!op.schema->has<TMutatedInputs>()) << op.describe();
+      OFL_ASSERT(!writes_inputs(*op.schema)) << op.describe();
       const std::vector<int> originals = op.outputs;
       op.name = graph_.unique_name(op.name + ".recompute");
       op.recompute = true;

@@ -33,7 +33,7 @@ class CommonSubexpressionEliminationPass final : public Pass {
       for (int& t : op.inputs) t = replacement[t];
       for (int& c : op.control_inputs) c = op_replacement[c];
       // Recomputed ops (activation checkpointing) equal their originals on purpose.
-      if (op.kind != OpKind::kCompute || op.schema->has<TMutatedInputs>() || op.recompute) continue;
+      if (op.kind != OpKind::kCompute || writes_inputs(*op.schema) || op.recompute) continue;
       // A fetched tensor, the loss and gradients are named results: merging would rename them.
       bool pinned_output = false;
       for (int t : op.outputs) pinned_output = pinned_output || pinned.count(t) > 0;

@@ -31,7 +31,7 @@ class DeadCodeEliminationPass final : public Pass {
     for (int i = 0; i < graph.num_ops(); ++i) {
       const LogicalOp& op = graph.op(i);
       if (op.kind == OpKind::kVariable) mark(i);
-      if (op.kind == OpKind::kCompute && op.schema->has<TMutatedInputs>()) mark(i);
+      if (op.kind == OpKind::kCompute && writes_inputs(*op.schema)) mark(i);
     }
     while (!stack.empty()) {
       const int i = stack.back();

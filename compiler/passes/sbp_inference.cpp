@@ -228,7 +228,8 @@ class SbpInferencePass final : public Pass {
     for (NdSbp& h : hints) {
       if (!h.empty()) normalize(h, op.placement);
     }
-    const std::vector<int>* mutated = op.schema->get<TMutatedInputs>();
+    const std::vector<int> mutated =
+        mutated_inputs(*op.schema, op.params, static_cast<int>(op.inputs.size()));
 
     struct Scored {
       double cost;
@@ -254,7 +255,7 @@ class SbpInferencePass final : public Pass {
         const LogicalTensor& t = graph.tensor(op.inputs[k]);
         const LogicalOp& producer = graph.op(t.producer);
         const bool same = producer.placement == op.placement && t.sbp == cand.inputs[k];
-        if (mutated && std::count(mutated->begin(), mutated->end(), static_cast<int>(k)) && !same) {
+        if (std::count(mutated.begin(), mutated.end(), static_cast<int>(k)) && !same) {
           ok = false;  // an op writing a tensor in place must get it as it is, not a copy
           break;
         }

@@ -23,15 +23,13 @@ class ShapeInferencePass final : public Pass {
                 " outputs. However, there must be at most one hint per output.");
       if (op.kind == OpKind::kCompute) {
         infer(graph, op);
-        if (const std::vector<int>* mutated = op.schema->get<TMutatedInputs>()) {
-          for (int k : *mutated) {
-            const int t = op.inputs.at(k);
-            auto [it, fresh] = writer_of.emplace(t, i);
-            OFL_CHECK(fresh, op.describe(), " and ", graph.op(it->second).describe(),
-                      " both write tensor '", graph.tensor(t).name,
-                      "' in place. However, a tensor may have one in-place writer per "
-                      "iteration (one optimizer update per variable).");
-          }
+        for (int k : mutated_inputs(*op.schema, op.params, static_cast<int>(op.inputs.size()))) {
+          const int t = op.inputs.at(k);
+          auto [it, fresh] = writer_of.emplace(t, i);
+          OFL_CHECK(fresh, op.describe(), " and ", graph.op(it->second).describe(),
+                    " both write tensor '", graph.tensor(t).name,
+                    "' in place. However, a tensor may have one in-place writer per "
+                    "iteration (one optimizer update per variable).");
         }
       }
       // Hints are checked against the shapes, which compute ops have only now.

@@ -545,7 +545,8 @@ class Expander {
   void expand_compute(const LogicalOp& op) {
     OFL_ASSERT(op.schema != nullptr);
     const int* view_of = op.schema->get<TViewOfInput>();
-    const std::vector<int>* mutated = op.schema->get<TMutatedInputs>();
+    const std::vector<int> mutated =
+        mutated_inputs(*op.schema, op.params, static_cast<int>(op.inputs.size()));
     for (size_t k = 0; k < op.outputs.size(); ++k) check_sbp(op, output_sbp(op, k), "output");
     per_micro_scope_ = op_per_micro(op);
     std::vector<std::vector<int64_t>> input_regs;
@@ -588,9 +589,7 @@ class Expander {
         // A rank not compiled here only needs its ids counted (Note [Compiling per rank]).
         if (kept) params_to_proto(*op.schema, op.params, task->mutable_params());
         for (const auto* regs : inputs) builder_.add_input(task, (*regs)[pid]);
-        if (mutated != nullptr) {
-          for (int m : *mutated) task->add_mutated_inputs(m);
-        }
+        for (int m : mutated) task->add_mutated_inputs(m);
       }
       task->set_logical_op(op.name);
       op_tasks_[&op - &graph_.op(0)].push_back(task->id());

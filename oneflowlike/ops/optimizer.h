@@ -48,6 +48,81 @@ struct LossScaleParams {
   OFL_PARAMS(LossScaleParams, growth_factor, backoff_factor, growth_interval)
 };
 
+/// Note [Multi-tensor updates]: a compiled step updates every parameter of a group (one
+/// placement, layout, dtype and parameter group) with one op, as torch's fused and foreach
+/// optimizers and apex's multi_tensor_apply do: an op, an act and (on a GPU) a launch per
+/// parameter made the host, not the device, set a GPU step's time (docs/benchmarks.md, "Where
+/// the GPU step's time goes"). Each element's math is the single-tensor update's
+/// (kernels/optimizer_update.h), so results equal the ops above (up to the rounding of a
+/// multiply-add the compiler may fuse where the gradient is scaled):
+///  - multi_tensor_sum_squares(x[0], ..., x[n-1]): sum_i sum(x[i] * x[i]), a scalar of x's dtype
+///    (clip_grad_norm_'s total before its square root; a split x gives partial sums: S -> P);
+///  - multi_tensor_count_nonfinite(x[0], ..., x[n-1]): count_nonfinite of them all, float32;
+///  - multi_tensor_sgd_update(lr, [grad_scale], [skip], then param, grad, momentum_buffer for
+///    each tensor) and multi_tensor_adam_update(lr, step, [grad_scale], [skip], then param,
+///    grad, exp_avg, exp_avg_sq for each tensor): every tensor's update in place, its gradient
+///    multiplied by grad_scale first (the clipping coefficient: a gradient clipped in the update
+///    instead of by its own multiply and copy), none of them when skip is nonzero (Note [Dynamic
+///    loss scaling]). `scaled` and `skippable` say which optional scalars are there.
+struct MultiSgdParams {
+  double momentum = 0.0;
+  double dampening = 0.0;
+  double weight_decay = 0.0;
+  bool nesterov = false;
+  bool scaled = false;
+  bool skippable = false;
+  OFL_PARAMS(MultiSgdParams, momentum, dampening, weight_decay, nesterov, scaled, skippable)
+
+  SgdParams sgd() const { return {momentum, dampening, weight_decay, nesterov}; }
+};
+
+struct MultiAdamParams {
+  double beta1 = 0.9;
+  double beta2 = 0.999;
+  double epsilon = 1e-8;
+  double weight_decay = 0.0;
+  bool decoupled_weight_decay = false;
+  bool scaled = false;
+  bool skippable = false;
+  OFL_PARAMS(MultiAdamParams, beta1, beta2, epsilon, weight_decay, decoupled_weight_decay, scaled,
+             skippable)
+
+  AdamParams adam() const { return {beta1, beta2, epsilon, weight_decay, decoupled_weight_decay}; }
+};
+
+/// Where a multi-tensor update's inputs are (Note [Multi-tensor updates]): the scalars first,
+/// then `per_tensor` inputs for each tensor.
+struct MultiUpdateInputs {
+  int lr = 0;
+  int step = -1;        // Adam's step count; -1 for SGD
+  int grad_scale = -1;  // -1 when not scaled
+  int skip = -1;        // -1 when not skippable
+  int scalars = 1;
+  int per_tensor = 3;
+
+  static MultiUpdateInputs of(const MultiSgdParams& p) {
+    return make(false, p.scaled, p.skippable);
+  }
+  static MultiUpdateInputs of(const MultiAdamParams& p) {
+    return make(true, p.scaled, p.skippable);
+  }
+  int num_tensors(int num_inputs) const { return (num_inputs - scalars) / per_tensor; }
+  /// Input `k` (0 = param, 1 = grad, then the state) of tensor `j`.
+  int tensor(int j, int k) const { return scalars + j * per_tensor + k; }
+
+ private:
+  static MultiUpdateInputs make(bool adam, bool scaled, bool skippable) {
+    MultiUpdateInputs m;
+    int next = 1;
+    if (adam) m.step = next++;
+    if (scaled) m.grad_scale = next++;
+    if (skippable) m.skip = next++;
+    m.scalars = next;
+    m.per_tensor = adam ? 4 : 3;
+    return m;
+  }
+};
+
 namespace functional {
 /// torch.optim.SGD's update of param and momentum_buffer (unused when momentum is 0) in place.
 /// lr is a scalar tensor of param's dtype. See Note [SGD first step].

@@ -6,10 +6,12 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <type_traits>
 #include <vector>
 
 #include "oneflowlike/common/parallel.h"
 #include "oneflowlike/half.h"
+#include "oneflowlike/kernels/cpu/blocked_sum.h"
 #include "oneflowlike/kernels/optimizer_update.h"
 #include "oneflowlike/op.h"
 
@@ -111,8 +113,159 @@ struct AssignKernel {
   }
 };
 
+// Note [Multi-tensor updates]: a piece of one tensor's elements, the unit the threads share.
+struct Piece {
+  int tensor;
+  int64_t begin;
+  int64_t end;
+};
+
+// Each tensor's elements cut into pieces of at most `grain`, the tensors in order.
+std::vector<Piece> pieces_of(const std::vector<int64_t>& sizes, int64_t grain) {
+  std::vector<Piece> pieces;
+  for (size_t j = 0; j < sizes.size(); ++j) {
+    for (int64_t begin = 0; begin < sizes[j]; begin += grain) {
+      pieces.push_back({static_cast<int>(j), begin, std::min(sizes[j], begin + grain)});
+    }
+  }
+  return pieces;
+}
+
+// sum over x of sum(x * x): each tensor's sum as reduce_sum(x * x) makes it (Note [Blocked
+// sums]: the same blocks, rounded to T once), the tensors' sums added in order in T, as the
+// chain of adds they replace did.
+template <class T>
+struct MultiSumSquaresKernel {
+  static void run(const KernelContext& ctx) {
+    std::vector<int64_t> sizes;
+    for (const Tensor& x : ctx.inputs) sizes.push_back(x.numel());
+    const std::vector<Piece> pieces = pieces_of(sizes, kSumBlock);
+    std::vector<double> partial(pieces.size());
+    parallel_for(static_cast<int64_t>(pieces.size()), items_per_grain(kSumBlock),
+                 [&](int64_t first, int64_t last) {
+                   for (int64_t b = first; b < last; ++b) {
+                     const Piece& p = pieces[b];
+                     partial[b] = block_sum(ctx.in(p.tensor).data<T>() + p.begin, p.end - p.begin,
+                                            [](T v) { return v * v; });
+                   }
+                 });
+    T total = 0;
+    size_t b = 0;
+    for (size_t j = 0; j < sizes.size(); ++j) {
+      double sum = 0;
+      for (; b < pieces.size() && pieces[b].tensor == static_cast<int>(j); ++b) sum += partial[b];
+      total = j == 0 ? static_cast<T>(sum) : total + static_cast<T>(sum);
+    }
+    *ctx.out(0).data<T>() = total;
+  }
+};
+
+// The number of inf and nan elements of them all, as float32 (Note [Dynamic loss scaling]).
+template <class T>
+struct MultiCountNonfiniteKernel {
+  static void run(const KernelContext& ctx) {
+    std::vector<int64_t> sizes;
+    for (const Tensor& x : ctx.inputs) sizes.push_back(x.numel());
+    const std::vector<Piece> pieces = pieces_of(sizes, kParallelGrain);
+    std::vector<int64_t> counts(pieces.size(), 0);
+    parallel_for(static_cast<int64_t>(pieces.size()), 1, [&](int64_t first, int64_t last) {
+      for (int64_t b = first; b < last; ++b) {
+        const T* x = ctx.in(pieces[b].tensor).data<T>();
+        for (int64_t i = pieces[b].begin; i < pieces[b].end; ++i) {
+          if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
+            counts[b] += !std::isfinite(x[i]);
+          } else {  // widened without rounding
+            counts[b] += !std::isfinite(static_cast<float>(x[i]));
+          }
+        }
+      }
+    });
+    int64_t total = 0;
+    for (int64_t c : counts) total += c;
+    *ctx.out(0).data<float>() = static_cast<float>(total);
+  }
+};
+
+// Runs update(tensor, begin, end) over every tensor's elements, the pieces shared by the threads.
+template <class Update>
+void for_each_piece(const KernelContext& ctx, const MultiUpdateInputs& m, const Update& update) {
+  std::vector<int64_t> sizes;
+  for (int j = 0; j < m.num_tensors(static_cast<int>(ctx.inputs.size())); ++j) {
+    sizes.push_back(ctx.in(m.tensor(j, 0)).numel());
+  }
+  const std::vector<Piece> pieces = pieces_of(sizes, kParallelGrain);
+  parallel_for(static_cast<int64_t>(pieces.size()), 1, [&](int64_t first, int64_t last) {
+    for (int64_t b = first; b < last; ++b) update(pieces[b].tensor, pieces[b].begin, pieces[b].end);
+  });
+}
+
+// The gradient scale of a scaled update, else 1.
+template <class T>
+T grad_scale(const KernelContext& ctx, const MultiUpdateInputs& m) {
+  return m.grad_scale >= 0 ? *ctx.in(m.grad_scale).data<T>() : T(1);
+}
+
+template <class T>
+bool multi_skipped(const KernelContext& ctx, const MultiUpdateInputs& m) {
+  return m.skip >= 0 && *ctx.in(m.skip).data<T>() != T(0);
+}
+
+template <class T>
+struct MultiSgdUpdateKernel {
+  static void run(const KernelContext& ctx) {
+    const auto& p = ctx.p<MultiSgdParams>();
+    const MultiUpdateInputs m = MultiUpdateInputs::of(p);
+    if (multi_skipped<T>(ctx, m)) return;
+    const auto coefficients = optimizer_update::sgd_coefficients<T>(p.sgd());
+    const T lr = *ctx.in(m.lr).data<T>();
+    const T scale = grad_scale<T>(ctx, m);
+    const bool scaled = m.grad_scale >= 0;
+    for_each_piece(ctx, m, [&](int j, int64_t begin, int64_t end) {
+      const auto c = coefficients;  // a local copy: stores to param cannot alias it
+      T* param = ctx.in(m.tensor(j, 0)).data<T>();
+      const T* grad = ctx.in(m.tensor(j, 1)).data<T>();
+      T* buffer = ctx.in(m.tensor(j, 2)).data<T>();
+      for (int64_t i = begin; i < end; ++i) {
+        const T g = scaled ? grad[i] * scale : grad[i];
+        optimizer_update::sgd_element(c, lr, g, param[i], buffer[i]);
+      }
+    });
+  }
+};
+
+template <class T>
+struct MultiAdamUpdateKernel {
+  static void run(const KernelContext& ctx) {
+    const auto& p = ctx.p<MultiAdamParams>();
+    const MultiUpdateInputs m = MultiUpdateInputs::of(p);
+    if (multi_skipped<T>(ctx, m)) return;
+    const auto coefficients = optimizer_update::adam_coefficients<T>(
+        optimizer_update::adam_hyperparameters(p.adam()),
+        /*lr=*/static_cast<double>(*ctx.in(m.lr).data<T>()),
+        /*step=*/static_cast<double>(*ctx.in(m.step).data<T>()));
+    const T scale = grad_scale<T>(ctx, m);
+    const bool scaled = m.grad_scale >= 0;
+    for_each_piece(ctx, m, [&](int j, int64_t begin, int64_t end) {
+      const auto c = coefficients;
+      T* param = ctx.in(m.tensor(j, 0)).data<T>();
+      const T* grad = ctx.in(m.tensor(j, 1)).data<T>();
+      T* exp_avg = ctx.in(m.tensor(j, 2)).data<T>();
+      T* exp_avg_sq = ctx.in(m.tensor(j, 3)).data<T>();
+      for (int64_t i = begin; i < end; ++i) {
+        const T g = scaled ? grad[i] * scale : grad[i];
+        optimizer_update::adam_element(c, g, param[i], exp_avg[i], exp_avg_sq[i]);
+      }
+    });
+  }
+};
+
 }  // namespace
 
+OFL_REGISTER_KERNEL("multi_tensor_sum_squares", kCPU, MultiSumSquaresKernel, float, double);
+OFL_REGISTER_KERNEL("multi_tensor_count_nonfinite", kCPU, MultiCountNonfiniteKernel, float, double,
+                    float16, bfloat16);
+OFL_REGISTER_KERNEL("multi_tensor_sgd_update", kCPU, MultiSgdUpdateKernel, float, double);
+OFL_REGISTER_KERNEL("multi_tensor_adam_update", kCPU, MultiAdamUpdateKernel, float, double);
 OFL_REGISTER_KERNEL("assign", kCPU, AssignKernel, float, double);
 OFL_REGISTER_KERNEL("sgd_update", kCPU, SgdUpdateKernel, float, double);
 OFL_REGISTER_KERNEL("adam_update", kCPU, AdamUpdateKernel, float, double);

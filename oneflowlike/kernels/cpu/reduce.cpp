@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "oneflowlike/common/parallel.h"
+#include "oneflowlike/kernels/cpu/blocked_sum.h"
 #include "oneflowlike/kernels/cpu/widened.h"
 #include "oneflowlike/kernels/reduce_groups.h"
 #include "oneflowlike/op.h"
@@ -69,28 +70,6 @@ struct Reducer {
     }
   }
 };
-
-// Note [Blocked sums]: a sum of floats along a row goes in blocks of kSumBlock elements, each
-// block summed in kSumLanes interleaved double accumulators (a chain of one add per element
-// neither vectorises nor keeps the adder busy), the block sums then added in order. The blocks
-// run in parallel, so one long row (a gradient's sum of squares for clipping) uses every thread.
-// The order of the additions depends only on the row's length, never on the thread count: a sum
-// is the same whichever threads computed it.
-constexpr int64_t kSumBlock = 16384;
-constexpr int kSumLanes = 16;
-
-template <class T>
-double block_sum(const T* x, int64_t n) {
-  double lanes[kSumLanes] = {};
-  int64_t i = 0;
-  for (; i + kSumLanes <= n; i += kSumLanes) {
-    for (int k = 0; k < kSumLanes; ++k) lanes[k] += static_cast<double>(x[i + k]);
-  }
-  for (int k = 0; i < n; ++i, ++k) lanes[k] += static_cast<double>(x[i]);
-  double sum = 0;
-  for (double lane : lanes) sum += lane;
-  return sum;
-}
 
 // dst[o] = finish(sum of the row o of `rows` rows of `length` floats) (Note [Blocked sums]).
 template <class T, Reduction R>

@@ -8,27 +8,31 @@
 #include <algorithm>
 
 #include "oneflowlike/kernels/cuda/common.cuh"
+#include "oneflowlike/kernels/cuda/reduce.cuh"
 #include "oneflowlike/kernels/optimizer_update.h"
 
 namespace ofl::cuda_kernels {
 
 namespace {
 
+// `scale`, when not null, multiplies each gradient element first (Note [Multi-tensor updates]).
 template <class T>
 __global__ void sgd_update_kernel(int64_t n, optimizer_update::SgdCoefficients<T> c, const T* lr,
-                                  const T* grad, T* param, T* buffer, const T* skip) {
+                                  const T* grad, T* param, T* buffer, const T* skip,
+                                  const T* scale) {
   if (skip != nullptr && *skip != T(0)) return;  // Note [Dynamic loss scaling]
   const T learning_rate = *lr;
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
        i += int64_t{blockDim.x} * gridDim.x) {
-    optimizer_update::sgd_element(c, learning_rate, grad[i], param[i], buffer[i]);
+    const T g = scale != nullptr ? grad[i] * *scale : grad[i];
+    optimizer_update::sgd_element(c, learning_rate, g, param[i], buffer[i]);
   }
 }
 
 template <class T>
 __global__ void adam_update_kernel(int64_t n, optimizer_update::AdamHyperparameters h, const T* lr,
                                    const T* step, const T* grad, T* param, T* exp_avg,
-                                   T* exp_avg_sq, const T* skip) {
+                                   T* exp_avg_sq, const T* skip, const T* scale) {
   if (skip != nullptr && *skip != T(0)) return;  // the whole grid: before any __syncthreads
   __shared__ optimizer_update::AdamCoefficients<T> shared;
   if (threadIdx.x == 0) {
@@ -39,7 +43,8 @@ __global__ void adam_update_kernel(int64_t n, optimizer_update::AdamHyperparamet
   const optimizer_update::AdamCoefficients<T> c = shared;
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
        i += int64_t{blockDim.x} * gridDim.x) {
-    optimizer_update::adam_element(c, grad[i], param[i], exp_avg[i], exp_avg_sq[i]);
+    const T g = scale != nullptr ? grad[i] * *scale : grad[i];
+    optimizer_update::adam_element(c, g, param[i], exp_avg[i], exp_avg_sq[i]);
   }
 }
 
@@ -61,7 +66,8 @@ struct SgdUpdateKernel {
     if (n == 0) return;
     sgd_update_kernel<T><<<blocks_for(n), kBlock, 0, stream_of(ctx)>>>(
         n, optimizer_update::sgd_coefficients<T>(ctx.p<SgdParams>()), data<T>(ctx.in(3)),
-        data<T>(ctx.in(1)), data<T>(ctx.in(0)), data<T>(ctx.in(2)), skip_flag<T>(ctx, 4));
+        data<T>(ctx.in(1)), data<T>(ctx.in(0)), data<T>(ctx.in(2)), skip_flag<T>(ctx, 4),
+        /*scale=*/nullptr);
     cuda::check(cudaGetLastError(), "sgd_update", device_of(ctx));
   }
 };
@@ -75,8 +81,108 @@ struct AdamUpdateKernel {
     adam_update_kernel<T><<<blocks_for(n), kBlock, 0, stream_of(ctx)>>>(
         n, optimizer_update::adam_hyperparameters(ctx.p<AdamParams>()), data<T>(ctx.in(4)),
         data<T>(ctx.in(5)), data<T>(ctx.in(1)), data<T>(ctx.in(0)), data<T>(ctx.in(2)),
-        data<T>(ctx.in(3)), skip_flag<T>(ctx, 6));
+        data<T>(ctx.in(3)), skip_flag<T>(ctx, 6), /*scale=*/nullptr);
     cuda::check(cudaGetLastError(), "adam_update", device_of(ctx));
+  }
+};
+
+// Note [Multi-tensor updates]: each tensor's update is the single-tensor kernel, launched from
+// one act; the optional scalars are device pointers, so the host never waits for them.
+template <class T>
+const T* optional_input(const KernelContext& ctx, int index) {
+  return index >= 0 ? data<T>(ctx.in(index)) : nullptr;
+}
+
+template <class T>
+struct MultiSgdUpdateKernel {
+  static void run(const KernelContext& ctx) {
+    const auto& p = ctx.p<MultiSgdParams>();
+    const MultiUpdateInputs m = MultiUpdateInputs::of(p);
+    const auto c = optimizer_update::sgd_coefficients<T>(p.sgd());
+    for (int j = 0; j < m.num_tensors(static_cast<int>(ctx.inputs.size())); ++j) {
+      const int64_t n = ctx.in(m.tensor(j, 0)).numel();
+      if (n == 0) continue;
+      sgd_update_kernel<T><<<blocks_for(n), kBlock, 0, stream_of(ctx)>>>(
+          n, c, data<T>(ctx.in(m.lr)), data<T>(ctx.in(m.tensor(j, 1))),
+          data<T>(ctx.in(m.tensor(j, 0))), data<T>(ctx.in(m.tensor(j, 2))),
+          optional_input<T>(ctx, m.skip), optional_input<T>(ctx, m.grad_scale));
+      cuda::check(cudaGetLastError(), "multi_tensor_sgd_update", device_of(ctx));
+    }
+  }
+};
+
+template <class T>
+struct MultiAdamUpdateKernel {
+  static void run(const KernelContext& ctx) {
+    const auto& p = ctx.p<MultiAdamParams>();
+    const MultiUpdateInputs m = MultiUpdateInputs::of(p);
+    const auto h = optimizer_update::adam_hyperparameters(p.adam());
+    for (int j = 0; j < m.num_tensors(static_cast<int>(ctx.inputs.size())); ++j) {
+      const int64_t n = ctx.in(m.tensor(j, 0)).numel();
+      if (n == 0) continue;
+      adam_update_kernel<T><<<blocks_for(n), kBlock, 0, stream_of(ctx)>>>(
+          n, h, data<T>(ctx.in(m.lr)), data<T>(ctx.in(m.step)), data<T>(ctx.in(m.tensor(j, 1))),
+          data<T>(ctx.in(m.tensor(j, 0))), data<T>(ctx.in(m.tensor(j, 2))),
+          data<T>(ctx.in(m.tensor(j, 3))), optional_input<T>(ctx, m.skip),
+          optional_input<T>(ctx, m.grad_scale));
+      cuda::check(cudaGetLastError(), "multi_tensor_adam_update", device_of(ctx));
+    }
+  }
+};
+
+// multi_tensor_sum_squares: each tensor cut into pieces of kSquaresPiece elements, one block per
+// piece writing its sum of squares to the scratch, then one block adding the pieces in order:
+// the result depends on the shapes only, never on timing.
+constexpr int64_t kSquaresPiece = 16384;
+
+template <class T>
+__device__ T block_total(T mine) {
+  __shared__ T partial[kBlock];
+  partial[threadIdx.x] = mine;
+  __syncthreads();
+  for (int half = blockDim.x / 2; half > 0; half /= 2) {
+    if (static_cast<int>(threadIdx.x) < half) partial[threadIdx.x] += partial[threadIdx.x + half];
+    __syncthreads();
+  }
+  return partial[0];
+}
+
+template <class T>
+__global__ void sum_squares_pieces_kernel(int64_t n, const T* x, T* pieces) {
+  const int64_t begin = blockIdx.x * kSquaresPiece;
+  const int64_t end = min(n, begin + kSquaresPiece);
+  T mine = 0;
+  for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) mine += x[i] * x[i];
+  const T sum = block_total(mine);
+  if (threadIdx.x == 0) pieces[blockIdx.x] = sum;
+}
+
+template <class T>
+__global__ void sum_pieces_kernel(int64_t count, const T* pieces, T* out) {
+  T mine = 0;
+  for (int64_t i = threadIdx.x; i < count; i += blockDim.x) mine += pieces[i];
+  const T sum = block_total(mine);
+  if (threadIdx.x == 0) *out = sum;
+}
+
+template <class T>
+struct MultiSumSquaresKernel {
+  static void run(const KernelContext& ctx) {
+    int64_t count = 0;
+    for (const Tensor& x : ctx.inputs) count += (x.numel() + kSquaresPiece - 1) / kSquaresPiece;
+    Scratch scratch(ctx, static_cast<size_t>(std::max<int64_t>(count, 1)) * sizeof(T));
+    T* pieces = scratch.as<T>();
+    int64_t offset = 0;
+    for (const Tensor& x : ctx.inputs) {
+      const int64_t blocks = (x.numel() + kSquaresPiece - 1) / kSquaresPiece;
+      if (blocks == 0) continue;
+      sum_squares_pieces_kernel<T><<<static_cast<unsigned>(blocks), kBlock, 0, stream_of(ctx)>>>(
+          x.numel(), data<T>(x), pieces + offset);
+      cuda::check(cudaGetLastError(), "multi_tensor_sum_squares", device_of(ctx));
+      offset += blocks;
+    }
+    sum_pieces_kernel<T><<<1, kBlock, 0, stream_of(ctx)>>>(count, pieces, data<T>(ctx.out(0)));
+    cuda::check(cudaGetLastError(), "multi_tensor_sum_squares", device_of(ctx));
   }
 };
 
@@ -102,6 +208,24 @@ struct CountNonfiniteKernel {
     count_nonfinite_kernel<<<1, kBlock, 0, stream_of(ctx)>>>(
         ctx.in(0).numel(), data<T>(ctx.in(0)), static_cast<float*>(ctx.out(0).raw_data()));
     cuda::check(cudaGetLastError(), "count_nonfinite", device_of(ctx));
+  }
+};
+
+// Each tensor's count into its slot of the scratch, then the slots added in order.
+template <class T>
+struct MultiCountNonfiniteKernel {
+  static void run(const KernelContext& ctx) {
+    const int64_t n = static_cast<int64_t>(ctx.inputs.size());
+    Scratch scratch(ctx, static_cast<size_t>(n) * sizeof(float));
+    float* counts = scratch.as<float>();
+    for (int64_t j = 0; j < n; ++j) {
+      count_nonfinite_kernel<<<1, kBlock, 0, stream_of(ctx)>>>(
+          ctx.in(static_cast<int>(j)).numel(), data<T>(ctx.in(static_cast<int>(j))), counts + j);
+      cuda::check(cudaGetLastError(), "multi_tensor_count_nonfinite", device_of(ctx));
+    }
+    sum_pieces_kernel<float>
+        <<<1, kBlock, 0, stream_of(ctx)>>>(n, counts, static_cast<float*>(ctx.out(0).raw_data()));
+    cuda::check(cudaGetLastError(), "multi_tensor_count_nonfinite", device_of(ctx));
   }
 };
 
@@ -137,6 +261,11 @@ struct AssignKernel {
 
 }  // namespace
 
+OFL_REGISTER_KERNEL("multi_tensor_sum_squares", kCUDA, MultiSumSquaresKernel, float, double);
+OFL_REGISTER_KERNEL("multi_tensor_count_nonfinite", kCUDA, MultiCountNonfiniteKernel, float, double,
+                    float16, bfloat16);
+OFL_REGISTER_KERNEL("multi_tensor_sgd_update", kCUDA, MultiSgdUpdateKernel, float, double);
+OFL_REGISTER_KERNEL("multi_tensor_adam_update", kCUDA, MultiAdamUpdateKernel, float, double);
 OFL_REGISTER_KERNEL("assign", kCUDA, AssignKernel, float, double);
 OFL_REGISTER_KERNEL("sgd_update", kCUDA, SgdUpdateKernel, float, double);
 OFL_REGISTER_KERNEL("adam_update", kCUDA, AdamUpdateKernel, float, double);

@@ -12,6 +12,7 @@
 #include "oneflowlike/autocast.h"
 #include "oneflowlike/ops/creation.h"
 #include "oneflowlike/ops/matmul.h"
+#include "oneflowlike/ops/optimizer.h"
 #include "oneflowlike/ops/reduce.h"
 #include "oneflowlike/ops/unary.h"
 #include "tests/cpp/ops/test_util.h"
@@ -248,9 +249,17 @@ TEST(Amp, DynamicLossScalingChecksEveryGradientAndCanSkipEveryUpdate) {
   }
   EXPECT_TRUE(scale_variable);
   EXPECT_FALSE(step_input) << "Adam's step is counted in the graph";
-  EXPECT_EQ(ops["count_nonfinite"], 2);  // w1 and w2
-  EXPECT_EQ(ops["adam_update_skippable"], 2);
-  EXPECT_EQ(ops["adam_update"], 0);
+  EXPECT_EQ(ops["count_nonfinite"], 0);
+  EXPECT_EQ(ops["multi_tensor_count_nonfinite"], 1);  // w1 and w2 together
+  // Note [Multi-tensor updates]: both variables (one placement and layout) in one update.
+  ASSERT_EQ(ops["multi_tensor_adam_update"], 1);
+  for (int i = 0; i < g.num_ops(); ++i) {
+    const LogicalOp& op = g.op(i);
+    if (op.schema == nullptr || op.schema->name() != "multi_tensor_adam_update") continue;
+    const auto& p = op.params.as<MultiAdamParams>();
+    EXPECT_TRUE(p.skippable);
+    EXPECT_EQ(MultiUpdateInputs::of(p).num_tensors(static_cast<int>(op.inputs.size())), 2);
+  }
   EXPECT_EQ(ops["loss_scale_update"], 1);
 }
 

@@ -56,7 +56,7 @@ std::map<int, Tensor> run_graph_eagerly(const Graph& graph,
       continue;
     }
     OFL_CHECK(op.kind == OpKind::kCompute, "test: cannot run ", op.describe());
-    if (op.schema->has<TMutatedInputs>()) {
+    if (writes_inputs(*op.schema)) {
       updates.push_back(i);
       continue;
     }

@@ -56,6 +56,53 @@ bool has_op(const Graph& g, const std::string& name) {
   return false;
 }
 
+// Note [Multi-tensor updates]: the update op holding variable `name`'s parameter (or its
+// shard) and where that parameter's inputs are in it.
+struct UpdateSlot {
+  const LogicalOp* op = nullptr;
+  MultiUpdateInputs m;
+  int j = -1;  // the tensor's index in the op
+  int input(int k) const { return op->inputs.at(m.tensor(j, k)); }
+  int scalar(int index) const { return op->inputs.at(index); }
+};
+
+UpdateSlot update_of(const Graph& g, const std::string& name) {
+  const int param = g.op(op_index(g, name)).outputs.at(0);
+  for (int i = 0; i < g.num_ops(); ++i) {
+    const LogicalOp& op = g.op(i);
+    if (op.kind != OpKind::kCompute) continue;
+    UpdateSlot slot;
+    slot.op = &op;
+    if (op.schema->name() == "multi_tensor_sgd_update") {
+      slot.m = MultiUpdateInputs::of(op.params.as<MultiSgdParams>());
+    } else if (op.schema->name() == "multi_tensor_adam_update") {
+      slot.m = MultiUpdateInputs::of(op.params.as<MultiAdamParams>());
+    } else {
+      continue;
+    }
+    for (int j = 0; j < slot.m.num_tensors(static_cast<int>(op.inputs.size())); ++j) {
+      if (op.inputs[slot.m.tensor(j, 0)] == param) {
+        slot.j = j;
+        return slot;
+      }
+    }
+  }
+  ADD_FAILURE() << "no update of " << name;
+  return {};
+}
+
+bool has_update(const Graph& g, const std::string& name) {
+  const int param = g.op(op_index(g, name)).outputs.at(0);
+  for (int i = 0; i < g.num_ops(); ++i) {
+    const LogicalOp& op = g.op(i);
+    if (op.kind == OpKind::kCompute && writes_inputs(*op.schema) &&
+        std::count(op.inputs.begin(), op.inputs.end(), param) > 0) {
+      return true;
+    }
+  }
+  return false;
+}
+
 int output_of(const Graph& g, const std::string& op_name) {
   return g.op(op_index(g, op_name)).outputs.at(0);
 }
@@ -135,21 +182,30 @@ TEST(Optimizer, SgdAddsMomentumStateAndAnUpdateReadingVarGradMomentumAndLr) {
     EXPECT_EQ(momentum.placement, var.placement);
     EXPECT_EQ(momentum.output_sbp_hints, var.output_sbp_hints);
     EXPECT_EQ(g.tensor(momentum.outputs[0]).meta, g.tensor(var.outputs[0]).meta);
-    const LogicalOp& update = g.op(op_index(g, name + ".sgd_update"));
-    EXPECT_EQ(update.schema->name(), "sgd_update");
+    const UpdateSlot slot = update_of(g, name);
+    ASSERT_NE(slot.op, nullptr) << name;
+    const LogicalOp& update = *slot.op;
+    EXPECT_EQ(update.schema->name(), "multi_tensor_sgd_update");
     EXPECT_EQ(update.role, OpRole::kOptimizer);
     EXPECT_EQ(update.placement, var.placement);
     EXPECT_EQ(update.stage, var.stage);
     EXPECT_TRUE(update.outputs.empty());
-    EXPECT_EQ(update.inputs,
-              (std::vector<int>{var.outputs[0], g.variable_grads.at(v), momentum.outputs[0], lr}));
-    const auto& p = update.params.as<SgdParams>();
+    EXPECT_EQ(slot.input(1), g.variable_grads.at(v));
+    EXPECT_EQ(slot.input(2), momentum.outputs[0]);
+    EXPECT_EQ(slot.scalar(slot.m.lr), lr);
+    EXPECT_EQ(slot.m.grad_scale, -1);
+    EXPECT_EQ(slot.m.skip, -1);
+    const auto& p = update.params.as<MultiSgdParams>();
     EXPECT_EQ(p.momentum, 0.9);
     EXPECT_EQ(p.weight_decay, 0.01);
     EXPECT_TRUE(p.nesterov);
   }
+  // Note [Multi-tensor updates]: w1 and b1 (both B) in one op, w2 (S(1)) in its own.
+  EXPECT_EQ(update_of(g, "w1").op, update_of(g, "b1").op);
+  EXPECT_NE(update_of(g, "w1").op, update_of(g, "w2").op);
+  EXPECT_EQ(update_of(g, "w2").op->inputs.size(), 4u);
   EXPECT_FALSE(has_op(g, "frozen.momentum"));
-  EXPECT_FALSE(has_op(g, "frozen.sgd_update"));
+  EXPECT_FALSE(has_update(g, "frozen"));
   // w2 is S(1): its state is laid out like it.
   EXPECT_EQ(g.op(op_index(g, "w2.momentum")).output_sbp_hints, std::vector<NdSbp>{NdSbp{S(1)}});
 }
@@ -179,11 +235,16 @@ TEST(Optimizer, AdamAndAdamWAddTwoMomentsAndReadLrAndStep) {
         EXPECT_EQ(op.output_sbp_hints, g.op(v).output_sbp_hints);
         EXPECT_EQ(g.tensor(state).meta, g.tensor(g.op(v).outputs[0]).meta);
       }
-      const LogicalOp& update = g.op(op_index(g, name + ".adam_update"));
+      const UpdateSlot slot = update_of(g, name);
+      ASSERT_NE(slot.op, nullptr) << name;
+      const LogicalOp& update = *slot.op;
       EXPECT_EQ(update.role, OpRole::kOptimizer);
-      EXPECT_EQ(update.inputs, (std::vector<int>{g.op(v).outputs[0], g.variable_grads.at(v),
-                                                 exp_avg, exp_avg_sq, lr, step}));
-      const auto& p = update.params.as<AdamParams>();
+      EXPECT_EQ(slot.input(1), g.variable_grads.at(v));
+      EXPECT_EQ(slot.input(2), exp_avg);
+      EXPECT_EQ(slot.input(3), exp_avg_sq);
+      EXPECT_EQ(slot.scalar(slot.m.lr), lr);
+      EXPECT_EQ(slot.scalar(slot.m.step), step);
+      const auto& p = update.params.as<MultiAdamParams>();
       EXPECT_EQ(p.beta1, 0.8);
       EXPECT_EQ(p.beta2, 0.99);
       EXPECT_EQ(p.epsilon, 1e-6);
@@ -229,14 +290,18 @@ TEST(Optimizer, VariablesOnSeveralPlacementsGetOneLrAndStepPerPlacement) {
   EXPECT_EQ(lr1.output_sbp_hints, (std::vector<NdSbp>{NdSbp{B(), B()}}));
   EXPECT_EQ(step1.output_sbp_hints, (std::vector<NdSbp>{NdSbp{B(), B()}}));
   EXPECT_FALSE(g.find_tensor("lr@2").has_value());
-  EXPECT_EQ(g.op(op_index(g, "w1.adam_update")).inputs[4], lr0.outputs[0]);
+  const UpdateSlot w1 = update_of(g, "w1");
+  EXPECT_EQ(w1.scalar(w1.m.lr), lr0.outputs[0]);
   for (const std::string name : {"w2", "w3"}) {
-    const LogicalOp& update = g.op(op_index(g, name + ".adam_update"));
-    EXPECT_EQ(update.inputs[4], lr1.outputs[0]) << name;
-    EXPECT_EQ(update.inputs[5], step1.outputs[0]) << name;
-    EXPECT_EQ(update.placement, Placement::parse("cpu, [[2, 3], [4, 5]]")) << name;
-    EXPECT_EQ(update.stage, 1) << name;
+    const UpdateSlot slot = update_of(g, name);
+    ASSERT_NE(slot.op, nullptr) << name;
+    EXPECT_EQ(slot.scalar(slot.m.lr), lr1.outputs[0]) << name;
+    EXPECT_EQ(slot.scalar(slot.m.step), step1.outputs[0]) << name;
+    EXPECT_EQ(slot.op->placement, Placement::parse("cpu, [[2, 3], [4, 5]]")) << name;
+    EXPECT_EQ(slot.op->stage, 1) << name;
   }
+  // Different layouts: different updates.
+  EXPECT_NE(update_of(g, "w2").op, update_of(g, "w3").op);
 }
 
 TEST(Optimizer, ClippingComputesOneGlobalNormAndScalesEveryGradient) {
@@ -263,19 +328,31 @@ TEST(Optimizer, ClippingComputesOneGlobalNormAndScalesEveryGradient) {
     }
     EXPECT_EQ(found, 1) << type;
   }
+  // One sum of squares per group of gradients where they live (w1 and w2 differ in placement).
+  int sums = 0;
+  for (int i = 0; i < g.num_ops(); ++i) {
+    const LogicalOp& op = g.op(i);
+    if (op.kind != OpKind::kCompute || op.schema->name() != "multi_tensor_sum_squares") continue;
+    ++sums;
+    ASSERT_EQ(op.inputs.size(), 1u) << op.name;
+    EXPECT_EQ(op.placement, g.op(g.tensor(op.inputs[0]).producer).placement) << op.name;
+  }
+  EXPECT_EQ(sums, 2);
   for (const std::string name : {"w1", "w2"}) {
     const int v = op_index(g, name);
-    const LogicalOp& update = g.op(op_index(g, name + ".sgd_update"));
-    const LogicalOp& scale = g.op(g.tensor(update.inputs[1]).producer);
-    EXPECT_EQ(scale.schema->name(), "mul") << name;
+    // Note [Multi-tensor updates]: the update reads the unclipped gradient and the coefficient.
+    const UpdateSlot slot = update_of(g, name);
+    ASSERT_NE(slot.op, nullptr) << name;
+    ASSERT_GE(slot.m.grad_scale, 0) << name;
+    EXPECT_EQ(g.op(g.tensor(slot.scalar(slot.m.grad_scale)).producer).schema->name(), "where")
+        << name;
     // Note [Reduce gradients before clipping]: the gradient, laid out as its variable first.
-    const LogicalOp& reduced = g.op(g.tensor(scale.inputs[0]).producer);
+    const LogicalOp& reduced = g.op(g.tensor(slot.input(1)).producer);
     EXPECT_EQ(reduced.schema->name(), "reshape") << name;
     EXPECT_EQ(reduced.inputs[0], g.variable_grads.at(v)) << name;
-    EXPECT_EQ(reduced.output_sbp_hints.at(0), g.op(v).output_sbp_hints.at(0)) << name;
-    EXPECT_EQ(g.op(g.tensor(scale.inputs[1]).producer).schema->name(), "where") << name;
-    EXPECT_EQ(scale.placement, g.op(v).placement) << name;
-    EXPECT_EQ(scale.stage, g.op(v).stage) << name;
+    EXPECT_EQ(reduced.output_sbp_hints, g.op(v).output_sbp_hints) << name;
+    EXPECT_EQ(slot.op->placement, g.op(v).placement) << name;
+    EXPECT_EQ(slot.op->stage, g.op(v).stage) << name;
   }
 }
 
@@ -295,8 +372,7 @@ TEST(Optimizer, ReplicatedGradientsAreReducedInBuckets) {
   // in a plan]); the runs tile the bucket.
   std::vector<std::pair<int64_t, int64_t>> runs;
   for (const std::string name : {"w1", "b1"}) {
-    const LogicalOp& update = g.op(op_index(g, name + ".sgd_update"));
-    const LogicalOp& unflat = g.op(g.tensor(update.inputs[1]).producer);
+    const LogicalOp& unflat = g.op(g.tensor(update_of(g, name).input(1)).producer);
     EXPECT_EQ(unflat.schema->name(), "reshape") << name;
     EXPECT_EQ(g.tensor(unflat.outputs[0]).meta, g.tensor(g.op(op_index(g, name)).outputs[0]).meta);
     const LogicalOp& slice = g.op(g.tensor(unflat.inputs[0]).producer);
@@ -313,7 +389,7 @@ TEST(Optimizer, ReplicatedGradientsAreReducedInBuckets) {
   EXPECT_EQ(runs[0].second, runs[1].first);
   EXPECT_EQ(runs[1].second, 4 * 5 + 5);
   const int w2 = op_index(g, "w2");
-  EXPECT_EQ(g.op(op_index(g, "w2.sgd_update")).inputs[1], g.variable_grads.at(w2));
+  EXPECT_EQ(update_of(g, "w2").input(1), g.variable_grads.at(w2));
   EXPECT_FALSE(has_op(g, "grad_bucket1/concat"));
 }
 

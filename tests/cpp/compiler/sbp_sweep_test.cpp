@@ -193,6 +193,26 @@ std::vector<OpCase> sweep_cases() {
        "adam_update_skippable",
        AdamParams{0.9, 0.99, 1e-8, 0.01, true},
        {floats(m), floats(m), floats(m), positive(m), scalar(0.1), scalar(3.0), scalar(1.0)}},
+      // Note [Multi-tensor updates]: tensors of two shapes, scaled, and (Adam) skippable.
+      {"multi_tensor_sum_squares",
+       "multi_tensor_sum_squares",
+       NoParams{},
+       {floats(m), floats(Shape{6, 2}), floats(Shape{4, 4, 3})}},
+      {"multi_tensor_count_nonfinite",
+       "multi_tensor_count_nonfinite",
+       NoParams{},
+       {floats(m), floats(Shape{6, 2})}},
+      {"multi_tensor_sgd_update",
+       "multi_tensor_sgd_update",
+       MultiSgdParams{0.9, 0.0, 0.01, true, /*scaled=*/true, /*skippable=*/false},
+       {scalar(0.1), scalar(0.5), floats(m), floats(m), floats(m), floats(Shape{6, 2}),
+        floats(Shape{6, 2}), floats(Shape{6, 2})}},
+      {"multi_tensor_adam_update",
+       "multi_tensor_adam_update",
+       MultiAdamParams{0.9, 0.99, 1e-8, 0.01, true, /*scaled=*/true, /*skippable=*/true},
+       {scalar(0.1), scalar(3.0), scalar(0.5), scalar(0.0), floats(m), floats(m), floats(m),
+        positive(m), floats(Shape{6, 2}), floats(Shape{6, 2}), floats(Shape{6, 2}),
+        positive(Shape{6, 2})}},
       {"count_nonfinite", "count_nonfinite", NoParams{}, {floats(m)}},
       {"loss_scale_update",
        "loss_scale_update",
@@ -445,9 +465,9 @@ class CandidateCheck {
         stats_(stats),
         where_(str_cat("op '", c.op, "' (case ", c.name, ") on placement ", placement.to_string(),
                        " with signature ", candidate.to_string())) {
-    if (const auto* mutated = op_.get<TMutatedInputs>()) {
-      mutated_.insert(mutated->begin(), mutated->end());
-    }
+    const std::vector<int> mutated =
+        mutated_inputs(op_, c.params, static_cast<int>(c.inputs.size()));
+    mutated_.insert(mutated.begin(), mutated.end());
   }
 
   /// Runs checks (1)-(4); an exception (a kernel or the compiler raising) fails the candidate.

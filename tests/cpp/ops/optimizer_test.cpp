@@ -10,6 +10,8 @@
 #include "oneflowlike/cuda/device.h"
 #include "oneflowlike/eager.h"
 #include "oneflowlike/op.h"
+#include "oneflowlike/ops/creation.h"
+#include "oneflowlike/ops/reduce.h"
 #include "tests/cpp/ops/test_util.h"
 
 namespace ofl::testing {
@@ -266,6 +268,237 @@ TEST(DynamicLossScale, TheScaleBacksOffAfterAnOverflowAndGrowsAfterGoodSteps) {
                                       LossScaleParams{0.5, 0.5, 3});
       },
       ErrorCode::kInvalidArgument, "needs growth_factor > 1");
+}
+
+// ---- Note [Multi-tensor updates] ----
+
+// Three tensors: a matrix, one longer than a thread's piece and a block of sums, and one element.
+const std::vector<Shape> kMultiShapes = {Shape{3, 5}, Shape{70001}, Shape{1}};
+
+struct MultiCase {
+  std::vector<Tensor> params, grads, states_a, states_b;
+};
+
+MultiCase multi_case(DataType dtype) {
+  MultiCase c;
+  for (size_t j = 0; j < kMultiShapes.size(); ++j) {
+    const uint64_t seed = 10 * j;
+    c.params.push_back(random_tensor(kMultiShapes[j], dtype, seed + 1));
+    c.grads.push_back(random_tensor(kMultiShapes[j], dtype, seed + 2));
+    c.states_a.push_back(random_tensor(kMultiShapes[j], dtype, seed + 3));
+    c.states_b.push_back(random_tensor(kMultiShapes[j], dtype, seed + 4, 0.1, 0.5));
+  }
+  return c;
+}
+
+MultiCase clone(const MultiCase& c) {
+  MultiCase out;
+  for (size_t j = 0; j < c.params.size(); ++j) {
+    out.params.push_back(c.params[j].clone());
+    out.grads.push_back(c.grads[j].clone());
+    out.states_a.push_back(c.states_a[j].clone());
+    out.states_b.push_back(c.states_b[j].clone());
+  }
+  return out;
+}
+
+// Equal but for the rounding of a multiply-add the compiler may fuse: the scaled gradient is
+// computed in the update's expression, no longer stored by a mul kernel first.
+void expect_same(const std::vector<Tensor>& got, const std::vector<Tensor>& want,
+                 const std::string& what) {
+  for (size_t j = 0; j < want.size(); ++j) {
+    const double tol = want[j].dtype() == DataType::kFloat64 ? 1e-14 : 1e-6;
+    const std::vector<double> g = values_of(got[j]), w = values_of(want[j]);
+    ASSERT_EQ(g.size(), w.size());
+    for (size_t i = 0; i < w.size(); ++i) {
+      ASSERT_NEAR(g[i], w[i], tol * (1 + std::abs(w[i])))
+          << what << " of tensor " << j << " at " << i;
+    }
+  }
+}
+
+// The multi-tensor update equals the single-tensor updates of the gradients multiplied by the
+// scale (what the clip's mul and the per-variable update computed), and leaves everything when
+// skipped.
+TEST(MultiTensorUpdate, AdamIsTheSingleTensorUpdateOfTheScaledGradients) {
+  static OpHandle multi("multi_tensor_adam_update"), mul("mul");
+  for (DataType dtype : {DataType::kFloat32, DataType::kFloat64}) {
+    for (double skip : {0.0, 1.0}) {
+      const MultiCase c = multi_case(dtype), want = clone(c);
+      const Tensor lr = Tensor::scalar(0.01, dtype), step = Tensor::scalar(3.0, dtype);
+      const Tensor scale = Tensor::scalar(0.37, dtype);
+      const MultiAdamParams p{0.8, 0.95, 1e-6, 0.1, true, /*scaled=*/true, /*skippable=*/true};
+      std::vector<Tensor> inputs{lr, step, scale, Tensor::scalar(skip, dtype)};
+      for (size_t j = 0; j < kMultiShapes.size(); ++j) {
+        inputs.insert(inputs.end(), {c.params[j], c.grads[j], c.states_a[j], c.states_b[j]});
+        if (skip == 0) {
+          functional::adam_update(want.params[j], mul.call1(NoParams{}, {want.grads[j], scale}),
+                                  want.states_a[j], want.states_b[j], lr, step, p.beta1, p.beta2,
+                                  p.epsilon, p.weight_decay, p.decoupled_weight_decay);
+        }
+      }
+      multi(p, inputs);
+      const std::string what = str_cat(dtype_name(dtype), " skip ", skip);
+      expect_same(c.params, want.params, "param " + what);
+      expect_same(c.states_a, want.states_a, "exp_avg " + what);
+      expect_same(c.states_b, want.states_b, "exp_avg_sq " + what);
+      expect_same(c.grads, want.grads, "grad " + what);
+    }
+  }
+}
+
+TEST(MultiTensorUpdate, SgdIsTheSingleTensorUpdateWithAndWithoutAScale) {
+  static OpHandle multi("multi_tensor_sgd_update"), mul("mul");
+  for (bool scaled : {false, true}) {
+    const MultiCase c = multi_case(DataType::kFloat32), want = clone(c);
+    const Tensor lr = Tensor::scalar(0.1, DataType::kFloat32);
+    const Tensor scale = Tensor::scalar(0.5, DataType::kFloat32);
+    const MultiSgdParams p{0.9, 0.0, 0.01, true, scaled, /*skippable=*/false};
+    std::vector<Tensor> inputs{lr};
+    if (scaled) inputs.push_back(scale);
+    for (size_t j = 0; j < kMultiShapes.size(); ++j) {
+      inputs.insert(inputs.end(), {c.params[j], c.grads[j], c.states_a[j]});
+      const Tensor g = scaled ? mul.call1(NoParams{}, {want.grads[j], scale}) : want.grads[j];
+      functional::sgd_update(want.params[j], g, want.states_a[j], lr, p.momentum, p.dampening,
+                             p.weight_decay, p.nesterov);
+    }
+    multi(p, inputs);
+    expect_same(c.params, want.params, str_cat("param, scaled ", scaled));
+    expect_same(c.states_a, want.states_a, str_cat("momentum, scaled ", scaled));
+  }
+}
+
+// Note [Blocked sums]: each tensor's sum of squares is reduce_sum(x * x) bit for bit, and the
+// tensors' sums are added in order, as the chain of adds the clip used to make.
+TEST(MultiTensorUpdate, SumSquaresIsTheChainOfReduceSumsOfSquares) {
+  static OpHandle sum_squares("multi_tensor_sum_squares"), mul("mul"), add("add"),
+      reduce_sum("reduce_sum");
+  for (DataType dtype : {DataType::kFloat32, DataType::kFloat64}) {
+    const MultiCase c = multi_case(dtype);
+    Tensor want;
+    for (size_t j = 0; j < c.grads.size(); ++j) {
+      const Tensor s =
+          reduce_sum.call1(ReduceParams{}, {mul.call1(NoParams{}, {c.grads[j], c.grads[j]})});
+      want = j == 0 ? s : add.call1(NoParams{}, {want, s});
+    }
+    const Tensor got = sum_squares.call1(NoParams{}, c.grads);
+    EXPECT_EQ(got.dtype(), dtype);
+    EXPECT_EQ(got.shape(), Shape{});
+    EXPECT_EQ(values_of(got), values_of(want)) << dtype_name(dtype);
+  }
+}
+
+TEST(MultiTensorUpdate, CountNonfiniteCountsAcrossTensors) {
+  static OpHandle count("multi_tensor_count_nonfinite");
+  for (DataType dtype :
+       {DataType::kFloat32, DataType::kFloat64, DataType::kFloat16, DataType::kBFloat16}) {
+    std::vector<double> a(70001, 0.5), b(3, -2.0);
+    a[0] = std::numeric_limits<double>::infinity();
+    a[70000] = std::nan("");
+    b[1] = -std::numeric_limits<double>::infinity();
+    const Tensor got =
+        count.call1(NoParams{}, {make_tensor(a, {70001}, dtype), make_tensor(b, {3}, dtype)});
+    EXPECT_EQ(got.dtype(), DataType::kFloat32);
+    EXPECT_EQ(values_of(got), std::vector<double>{3.0}) << dtype_name(dtype);
+  }
+  // Finite float64 values beyond float32's range are finite.
+  EXPECT_EQ(values_of(count.call1(NoParams{}, {make_tensor({1e300}, {1}, DataType::kFloat64)})),
+            std::vector<double>{0.0});
+}
+
+TEST(MultiTensorUpdate, BadInputsRaiseNamingTheInput) {
+  static OpHandle adam("multi_tensor_adam_update"), sgd("multi_tensor_sgd_update"),
+      sum_squares("multi_tensor_sum_squares");
+  const Tensor lr = Tensor::scalar(0.1, DataType::kFloat32);
+  const Tensor a = random_tensor({3, 2}, DataType::kFloat32, 1);
+  const Tensor b = random_tensor({2, 3}, DataType::kFloat32, 2);
+  expect_error(
+      [&] {
+        sgd(MultiSgdParams{}, {lr, a, a.clone()});
+      },
+      ErrorCode::kInvalidArgument, "[multi_tensor_sgd_update] takes 1 scalars, then 3 inputs");
+  expect_error(
+      [&] {
+        sgd(MultiSgdParams{}, {lr, a, b, a.clone()});
+      },
+      ErrorCode::kInvalidArgument, "inputs[2] must have the shape of its param inputs[1]");
+  expect_error(
+      [&] {
+        sgd(MultiSgdParams{}, {a, a, a, a});
+      },
+      ErrorCode::kInvalidArgument, "inputs[0] must be a scalar tensor");
+  expect_error(
+      [&] {
+        adam(MultiAdamParams{}, {lr, Tensor::scalar(1.0, DataType::kFloat64), a, a, a, a});
+      },
+      ErrorCode::kTypeError, "inputs[1] must have the dtype of the first param");
+  expect_error(
+      [&] {
+        adam(MultiAdamParams{0.9, 1.0}, {lr, lr, a, a, a, a});
+      },
+      ErrorCode::kInvalidArgument, "[multi_tensor_adam_update] betas must be in [0, 1)");
+  expect_error(
+      [&] {
+        sum_squares(NoParams{}, {a, random_tensor({2}, DataType::kFloat64, 3)});
+      },
+      ErrorCode::kTypeError, "x[1] must have the dtype of x[0]");
+}
+
+// The multi-tensor kernels on a GPU do what the CPU's do.
+TEST(MultiTensorUpdateCuda, TheKernelsDoWhatTheCpusDo) {
+  if (cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device: " << cuda::why_no_device();
+  static OpHandle adam("multi_tensor_adam_update"), sgd("multi_tensor_sgd_update"),
+      sum_squares("multi_tensor_sum_squares"), count("multi_tensor_count_nonfinite");
+  const Device gpu{DeviceType::kCUDA, 0};
+  for (double skip : {0.0, 1.0}) {
+    std::map<DeviceType, std::vector<std::vector<double>>> after;
+    for (Device device : {Device::cpu(), gpu}) {
+      MultiCase c = multi_case(DataType::kFloat32);
+      for (auto* list : {&c.params, &c.grads, &c.states_a, &c.states_b}) {
+        for (Tensor& t : *list) t = t.to(device);
+      }
+      const auto scalar = [&](double v) {
+        return Tensor::scalar(v, DataType::kFloat32).to(device);
+      };
+      std::vector<Tensor> a_in{scalar(0.01), scalar(3.0), scalar(0.37), scalar(skip)};
+      std::vector<Tensor> s_in{scalar(0.1), scalar(0.5)};
+      for (size_t j = 0; j < kMultiShapes.size(); ++j) {
+        a_in.insert(a_in.end(), {c.params[j], c.grads[j], c.states_a[j], c.states_b[j]});
+      }
+      adam(MultiAdamParams{0.8, 0.95, 1e-6, 0.1, true, true, true}, a_in);
+      MultiCase d = multi_case(DataType::kFloat32);
+      for (size_t j = 0; j < kMultiShapes.size(); ++j) {
+        s_in.insert(s_in.end(),
+                    {d.params[j].to(device), d.grads[j].to(device), d.states_a[j].to(device)});
+      }
+      sgd(MultiSgdParams{0.9, 0.0, 0.01, false, true, false}, s_in);
+      for (const auto* list : {&c.params, &c.states_a, &c.states_b}) {
+        for (const Tensor& t : *list) after[device.type].push_back(values_of(t.to(Device::cpu())));
+      }
+      for (size_t j = 0; j < kMultiShapes.size(); ++j) {
+        after[device.type].push_back(values_of(s_in[2 + 3 * j].to(Device::cpu())));
+      }
+      after[device.type].push_back(
+          values_of(sum_squares.call1(NoParams{}, c.grads).to(Device::cpu())));
+      std::vector<double> bad(70001, 1.0);
+      bad[5] = std::nan("");
+      bad[70000] = std::numeric_limits<double>::infinity();
+      after[device.type].push_back(values_of(
+          count
+              .call1(NoParams{}, {make_tensor(bad, {70001}, DataType::kBFloat16).to(device),
+                                  functional::cast(c.grads[0], DataType::kBFloat16)})
+              .to(Device::cpu())));
+    }
+    const auto& want = after[DeviceType::kCPU];
+    const auto& got = after[DeviceType::kCUDA];
+    ASSERT_EQ(got.size(), want.size());
+    for (size_t k = 0; k < want.size(); ++k) {
+      for (size_t i = 0; i < want[k].size(); ++i) {
+        EXPECT_NEAR(got[k][i], want[k][i], 1e-5 * (1 + std::abs(want[k][i])))
+            << "list " << k << " element " << i << " skip " << skip;
+      }
+    }
+  }
 }
 
 // The loss-scaling kernels on a GPU do what the CPU's do (float16 training on CUDA
