@@ -31,14 +31,15 @@ def test_graph_training_matches_one_device(model, layout, nproc):
 
 # Note [Eager global autograd]: the same laid-out models trained eagerly (loss.backward() on
 # global tensors, flow.optim stepping global parameters) give the one-device graph's losses and
-# weights; with clip_grad_norm_ on global gradients, or dropout (Note [Eager global dropout]: the
+# weights, pipeline stages too (each stage's modules on its placement, the activation moved by
+# to_global, its gradient back through it); with clip_grad_norm_ on global gradients, or dropout (Note [Eager global dropout]: the
 # one-device masks, also on TP's partial sums), the same eager loop's on one device.
 @pytest.mark.parametrize("model,layout,nproc,extra", [
     ("mlp", "dp2", 2, []), ("mlp", "tp2", 2, []), ("mlp", "dp2tp2", 4, ["--clip", "0.5"]),
     ("gpt", "dp2", 2, []), ("gpt", "tp2", 2, []), ("gpt", "dp2tp2", 4, []),
-    ("gpt", "dp2tp2", 4, ["--dropout", "0.2"]),
+    ("gpt", "dp2tp2", 4, ["--dropout", "0.2"]), ("mlp", "pp2", 2, []), ("gpt", "pp2", 2, []),
 ], ids=["mlp-dp2", "mlp-tp2", "mlp-dp2tp2-clip", "gpt-dp2", "gpt-tp2", "gpt-dp2tp2",
-        "gpt-dp2tp2-dropout"])
+        "gpt-dp2tp2-dropout", "mlp-pp2", "gpt-pp2"])
 def test_eager_training_on_global_tensors_matches_one_device(model, layout, nproc, extra):
     out = _launch(nproc, "graph_worker.py", "--model", model, "--layout", layout, "--eager",
                   *extra)

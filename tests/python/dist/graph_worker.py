@@ -28,6 +28,16 @@ MICRO = 4 if args.layout == "pp2" else 1
 V, T, C, H, BATCH = 16, 8, 16, 2, 8
 
 
+def to_stage(x, module):
+    """Eager pipeline stages: the activation moved to the placement of the next stage's
+    parameters, as a user of eager global tensors writes it (LiBai's to_global between layers);
+    its gradient comes back through the same to_global. Graphs place stages with set_stage."""
+    weight = next(module.parameters())
+    if not (args.eager and args.layout == "pp2" and getattr(weight, "is_global", False)):
+        return x
+    return x.to_global(placement=weight.placement, sbp=x.sbp)
+
+
 class Mlp(nn.Module):
     def __init__(self):
         super().__init__()
@@ -37,7 +47,7 @@ class Mlp(nn.Module):
         self.loss = nn.CrossEntropyLoss()
 
     def forward(self, x, y):
-        return self.loss(self.fc2(self.act(self.fc1(x))), y)
+        return self.loss(self.fc2(to_stage(self.act(self.fc1(x)), self.fc2)), y)
 
     def stages(self):
         return [self.fc1], [self.fc2]
@@ -76,7 +86,7 @@ class Gpt(nn.Module):
             pos = flow.arange(0, T, placement=idx.placement,
                               sbp=(B,) * len(idx.placement.hierarchy))
         x = self.wte(idx) + self.wpe(pos)
-        x = self.h1(self.h0(x))
+        x = self.h1(to_stage(self.h0(x), self.h1))
         logits = self.head(self.ln_f(x))
         return self.loss(logits.reshape(-1, V), targets.reshape(-1))
 
@@ -206,6 +216,10 @@ def main():
         stages = [flow.placement(args.device, ranks=[0]), flow.placement(args.device, ranks=[1])]
         data_placement = stages[0]
         target_placement = stages[1]  # the loss is on the last stage
+        if args.eager:  # each stage's modules on its placement (no micro-batches eagerly)
+            for modules, p in zip(model.stages(), stages):
+                for m in modules:
+                    m.to_global(p, B)
         graph = Train(model, placements=stages, micro=MICRO)
     elif args.layout == "dp2tp2":
         data_placement = flow.placement(args.device, ranks=[[0, 1], [2, 3]])
@@ -240,7 +254,7 @@ def main():
 
     losses = []
     if args.eager:
-        assert args.layout in ("dp2", "tp2", "dp2tp2"), "eager: layouts without stages"
+        assert args.layout in ("dp2", "tp2", "dp2tp2", "pp2"), args.layout
         opt = make_optimizer(model)
         global model_under_test
         model_under_test = model
