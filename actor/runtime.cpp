@@ -220,7 +220,7 @@ std::vector<std::pair<int, Tensor>> Runtime::run_iteration(
   input_pieces_ = pieces;
   // The caller only waits from here: its kernel threads would throttle the compute threads'
   // ones (Note [One OpenMP pool at a time]). In deterministic mode the caller runs the kernels.
-  if (!options_.deterministic && thread_kernel_threads_ != 1) release_kernel_threads();
+  if (!on_caller() && thread_kernel_threads_ != 1) release_kernel_threads();
   for (Actor* tick : ticks_) {
     deliver(ActorMessage::register_ready({kCallerActor, tick->rank()}, {tick->id(), tick->rank()},
                                          kRunRegisterBase + tick->rank(), /*slot=*/0, iteration_));

@@ -52,6 +52,10 @@ struct RuntimeOptions {
   std::vector<int64_t> ranks;
   /// Run every actor on the caller's thread, delivering messages in a fixed order.
   bool deterministic = false;
+  /// Note [Caller-run runtimes] in runtime_threads.cpp: during run() the caller acts for every
+  /// actor of this process itself, driving the transport and the collectives between acts; no
+  /// actor thread. Host plans only: a plan with GPU tasks runs on threads whatever this says.
+  bool caller_runs = false;
   /// How long an idle thread spins before it parks (Note [Spin, then park]).
   double spin_microseconds = 50;
   /// End run() with an error when no actor acts for this long (Note [Watchdog] in
@@ -184,6 +188,11 @@ class Runtime final : public PlanRunner, private ActorHost {
   void stop_threads();
   // Deterministic mode: runs the one thread and advances the collectives until neither moves.
   void run_deterministic();
+  // Note [Caller-run runtimes]: runs the actors until `done` holds or a failure; raises when
+  // nothing moved for the watchdog's time.
+  void run_on_caller(const std::function<bool()>& done);
+  // Whether the caller runs the actors (deterministic or caller-run mode): no actor thread.
+  bool on_caller() const { return options_.deterministic || options_.caller_runs; }
   void on_rank_failure(int64_t rank, const std::string& why);
   // Note [Departures] in actor/session_transport.h.
   void on_rank_departure(int64_t rank, int64_t iterations);

@@ -44,6 +44,18 @@ Runtime::Runtime(const proto::PlanProto& plan, RuntimeOptions options)
   OFL_CHECK(!options_.record_messages || options_.deterministic, kTag,
             "record_messages needs deterministic mode (one thread keeps the log). However, got "
             "record_messages with threads.");
+  OFL_CHECK(!(options_.caller_runs && options_.deterministic), kTag,
+            "caller_runs and deterministic are two modes. However, got both.");
+  if (options_.caller_runs) {
+    OFL_CHECK(!options_.async_cpu_streams && !options_.make_stream, kTag,
+              "caller_runs runs host tasks at their acts. However, got streams asked for.");
+    // Note [Caller-run runtimes]: a plan with GPU tasks keeps its threads and streams.
+    for (const proto::RankPlanProto& rank : plan.ranks()) {
+      for (const proto::TaskProto& task : rank.tasks()) {
+        if (task.device() == proto::PLAN_DEVICE_CUDA) options_.caller_runs = false;
+      }
+    }
+  }
   ranks_ = options_.ranks.empty() ? index_.ranks() : options_.ranks;
   std::sort(ranks_.begin(), ranks_.end());
   OFL_CHECK(
@@ -118,7 +130,7 @@ Runtime::Runtime(const proto::PlanProto& plan, RuntimeOptions options)
       served.push_back(rank);
     }
     make_device_collectives();
-    if (!options_.deterministic) {
+    if (!on_caller()) {
       for (auto& thread : threads_) thread->start();
     }
   } catch (...) {

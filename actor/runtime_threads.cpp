@@ -2,13 +2,16 @@
 // (a shutdown passes the end of stream through every actor; a failure stops them).
 
 #include <glog/logging.h>
+#include <sched.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
+#include <thread>
 
 #include "actor/runtime.h"
 #include "actor/runtime_internal.h"
+#include "oneflowlike/common/clock.h"
 
 namespace ofl::actor {
 
@@ -28,7 +31,7 @@ bool is_collective(const PlanIndex& index, const Actor& actor) {
 }  // namespace
 
 // One thread per (rank, plan thread): 0 is the compute stream, 1 communication. Deterministic
-// mode puts every actor on one thread run by the caller.
+// and caller-run modes put every actor on one thread run by the caller.
 void Runtime::assign_threads() {
   std::set<int64_t> compute_ranks;
   for (const auto& actor : actors_) compute_ranks.insert(actor->rank());
@@ -44,13 +47,14 @@ void Runtime::assign_threads() {
   std::map<std::pair<int64_t, int>, ActorThread*> by_key;
   for (const auto& actor : actors_) {
     const int plan_thread = actor->task() >= 0 ? index_.task(actor->task()).proto.thread() : 0;
-    const auto key = options_.deterministic ? std::make_pair(int64_t{0}, 0)
-                                            : std::make_pair(actor->rank(), plan_thread);
+    const auto key =
+        on_caller() ? std::make_pair(int64_t{0}, 0) : std::make_pair(actor->rank(), plan_thread);
     ActorThread*& thread = by_key[key];
     if (thread == nullptr) {
       const std::string name =
-          options_.deterministic
-              ? "deterministic"
+          options_.deterministic ? "deterministic"
+          : options_.caller_runs
+              ? "caller"
               : str_cat("rank ", key.first, key.second == 0 ? " compute" : " communication");
       threads_.push_back(std::make_unique<ActorThread>(name, key.first, key.second, thread_options,
                                                        static_cast<ActorHost*>(this), on_failure));
@@ -60,7 +64,7 @@ void Runtime::assign_threads() {
     thread->add_actor(actor.get());
   }
   // Threads running transfers drive the transport while idle (Note [Spin, then park]).
-  if (options_.deterministic) return;
+  if (on_caller()) return;
   comm::Transport* transport = transport_.get();
   for (auto& thread : threads_) {
     for (const Actor* actor : thread->actors()) {
@@ -82,9 +86,8 @@ void Runtime::assign_threads() {
 // or behind a copy to the host, which returns once done, so the order holds.
 void Runtime::assign_streams() {
   const char* env = std::getenv("OFL_ASYNC_CPU_STREAMS");
-  const bool host_streams =
-      !options_.deterministic && (options_.async_cpu_streams || options_.make_stream ||
-                                  (env != nullptr && std::string(env) == "1"));
+  const bool host_streams = !on_caller() && (options_.async_cpu_streams || options_.make_stream ||
+                                             (env != nullptr && std::string(env) == "1"));
   auto on_gpu = [&](const Actor& actor) {
     if (actor.task() < 0) return false;
     const proto::TaskProto& task = index_.task(actor.task()).proto;
@@ -96,7 +99,7 @@ void Runtime::assign_streams() {
   for (const auto& actor : actors_) {
     if (!is_collective(index_, *actor)) continue;
     if (collectives_ == nullptr) {
-      collectives_ = std::make_unique<CollectiveEngine>("collectives", !options_.deterministic);
+      collectives_ = std::make_unique<CollectiveEngine>("collectives", !on_caller());
     }
     streams_.push_back(collectives_->make_stream(str_cat(actor->name(), " (collective engine)")));
     actor->set_stream(streams_.back().get());
@@ -150,6 +153,48 @@ void Runtime::assign_streams() {
   }
 }
 
+// Note [Caller-run runtimes]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~
+// An eager op on global tensors is a compiled one-op plan run once per call (framework/
+// global_tensor.py). With actor threads, every call handed the work to the rank's compute
+// thread and back (two cross-core wake-ups on this machine, about 45 us each: MACHINE.md), and
+// each of the hundreds of such plans had threads of its own, so consecutive ops ran on different
+// threads, often on the other core, far from the caches their inputs were in: measured on the
+// small GPT's eager DP2 step, the forward's matmuls took twice their time in isolation. In
+// caller-run mode the caller is the one actor thread: run() acts for every actor itself, and
+// between acts drives the transport (messages and transfers from other processes arrive during
+// its progress()) and the collectives (an engine without a thread), until the iteration is done.
+// Waiting for another process it spins, yielding the core, then naps; the watchdog's rule is
+// the same as with threads (nothing moved for watchdog_seconds: a stall report). Host plans
+// only: a plan with GPU tasks keeps the threads and event-gated streams of the threaded mode.
+void Runtime::run_on_caller(const std::function<bool()>& done) {
+  const int64_t timeout_ns = static_cast<int64_t>(options_.watchdog_seconds * 1e9);
+  const int64_t spin_ns = static_cast<int64_t>(std::max(options_.spin_microseconds, 0.0) * 1e3);
+  int64_t last_progress = now_ns();
+  for (;;) {
+    int64_t acts = 0;
+    for (auto& thread : threads_) acts += thread->run_inline();
+    bool moved = acts > 0;
+    if (collectives_ != nullptr && collectives_->advance()) moved = true;
+    if (transport_->progress()) moved = true;
+    {
+      std::lock_guard<std::mutex> lock(done_mu_);
+      if (!failure_.empty()) return;
+    }
+    if (done()) return;
+    const int64_t now = now_ns();
+    if (moved) {
+      last_progress = now;
+    } else if (now - last_progress > timeout_ns) {
+      throw_stall();
+    } else if (now - last_progress > spin_ns) {
+      std::this_thread::sleep_for(std::chrono::microseconds(20));
+    } else {
+      sched_yield();
+    }
+  }
+}
+
 void Runtime::run_deterministic() {
   for (;;) {
     const int64_t acts = threads_.at(0)->run_inline();
@@ -195,6 +240,15 @@ bool Runtime::shutdown() {
                                           kRunRegisterBase + tick->rank()));
     }
     if (options_.deterministic && !threads_.empty()) run_deterministic();
+    if (options_.caller_runs && !threads_.empty()) {
+      // The end of stream passes between the ranks: act until every actor here retired.
+      const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+      run_on_caller([&] {
+        bool retired = true;
+        for (const auto& actor : actors_) retired = retired && actor->retired();
+        return retired || std::chrono::steady_clock::now() > until;
+      });
+    }
   }
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
   for (auto& thread : threads_) {

@@ -35,6 +35,9 @@ void Runtime::wait_for_iteration() {
     }
     return;
   }
+  if (options_.caller_runs) {
+    run_on_caller([this] { return iteration_done(); });
+  }
   const int64_t timeout_ns = static_cast<int64_t>(options_.watchdog_seconds * 1e9);
   int64_t last_remaining = acts_per_iteration_ - acts_done_[iteration_ % kIterationSlots].load();
   int64_t last_progress = now_ns();

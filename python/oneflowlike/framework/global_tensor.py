@@ -457,7 +457,8 @@ class _Compiled:
             self.missing = {k for k, name in enumerate(self.fetches) if name is None}
         self.output_sbp = plan.fetch_sbp
         if rank in ranks:
-            self.runtime = _job.current().runtime(plan)
+            # Note [Caller-run runtimes]: one op's work, run on the calling thread.
+            self.runtime = _job.current().runtime(plan, caller_runs=True)
             self.runtime.initialize_variables()
             for name, value in self.constants.items():
                 self.runtime.write_variable(name, value)

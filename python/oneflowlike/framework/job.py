@@ -40,9 +40,10 @@ class Job:
             self._sessions = _C.TransportSessions(self._transport, [self.rank])
             _exit_at_once_on_error()
 
-    def runtime(self, plan, trace=False):
+    def runtime(self, plan, trace=False, caller_runs=False):
         """A runtime of ``plan`` (compiled for this rank) hosting this process's rank; with
-        ``trace``, it records every act (chrome_trace())."""
+        ``trace``, it records every act (chrome_trace()); with ``caller_runs`` (a host plan),
+        run() acts for its actors on the calling thread (Note [Caller-run runtimes])."""
         self.connect()
         transport = None
         session = None
@@ -54,7 +55,8 @@ class Job:
             transport = self._sessions.open(session)
         spin = float(os.environ.get("OFL_SPIN_US", -1))  # how long idle actor threads spin
         holder = RuntimeHolder(_C.Runtime(plan, [self.rank], transport, trace=trace,
-                                          spin_microseconds=spin), session)
+                                          spin_microseconds=spin, caller_runs=caller_runs),
+                               session)
         self._runtimes.append(holder)
         return holder
 

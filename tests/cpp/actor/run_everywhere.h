@@ -1,7 +1,7 @@
 #pragma once
-// Runs a plan on the reference executor and on the actor runtime in its three modes
-// (deterministic, threaded, event-gated CPU streams) and expects the same fetches and
-// variables from all (tests of hand-built plans).
+// Runs a plan on the reference executor and on the actor runtime in its four modes
+// (deterministic, threaded, event-gated CPU streams, caller-run) and expects the same fetches
+// and variables from all (tests of hand-built plans).
 
 #include <gtest/gtest.h>
 
@@ -26,8 +26,8 @@ inline void expect_same_tensors(const std::map<std::string, Tensor>& expected,
 }
 
 // Runs `plan` for `iterations` iterations on the reference executor and on the runtime in
-// deterministic, threaded and streamed mode; every fetched tensor and variable must be equal.
-// Returns the runtime's (deterministic) fetches of the last iteration.
+// deterministic, threaded, streamed and caller-run mode; every fetched tensor and variable must be
+// equal. Returns the runtime's (deterministic) fetches of the last iteration.
 inline std::map<std::string, Tensor> run_everywhere(const proto::PlanProto& plan,
                                                     const std::map<std::string, Tensor>& feed,
                                                     int iterations = 2) {
@@ -37,14 +37,18 @@ inline std::map<std::string, Tensor> run_everywhere(const proto::PlanProto& plan
   threaded_options.watchdog_seconds = 20;
   actor::RuntimeOptions streamed_options = threaded_options;
   streamed_options.async_cpu_streams = true;
+  actor::RuntimeOptions caller_options = threaded_options;
+  caller_options.caller_runs = true;  // Note [Caller-run runtimes]
   actor::ReferenceExecutor reference(plan);
   actor::Runtime serial(plan, serial_options);
   actor::Runtime parallel(plan, threaded_options);
   actor::Runtime streamed(plan, streamed_options);
+  actor::Runtime caller(plan, caller_options);
   reference.initialize_variables();
   serial.initialize_variables();
   parallel.initialize_variables();
   streamed.initialize_variables();
+  caller.initialize_variables();
   std::map<std::string, Tensor> last;
   for (int i = 0; i < iterations; ++i) {
     const auto expected = reference.run(feed);
@@ -52,12 +56,14 @@ inline std::map<std::string, Tensor> run_everywhere(const proto::PlanProto& plan
     expect_same_tensors(expected, last, str_cat("deterministic iteration ", i));
     expect_same_tensors(expected, parallel.run(feed), str_cat("threaded iteration ", i));
     expect_same_tensors(expected, streamed.run(feed), str_cat("streamed iteration ", i));
+    expect_same_tensors(expected, caller.run(feed), str_cat("caller-run iteration ", i));
   }
   for (const auto& [name, pieces] : serial.plan_index().variables_by_name()) {
     const auto want = values_of(reference.read_variable(name));
     EXPECT_EQ(values_of(serial.read_variable(name)), want) << name;
     EXPECT_EQ(values_of(parallel.read_variable(name)), want) << name;
     EXPECT_EQ(values_of(streamed.read_variable(name)), want) << name;
+    EXPECT_EQ(values_of(caller.read_variable(name)), want) << name;
   }
   return last;
 }

@@ -485,8 +485,10 @@ TEST(Runtime, WatchdogNamesTheCycleThatStopsARun) {
   expect_error([&] { Runtime runtime(plan, threaded()); }, ErrorCode::kFailedPrecondition,
                "can never act");
   const std::map<std::string, Tensor> feed = {{"x", Tensor::zeros(Shape{2}, DataType::kFloat32)}};
-  for (bool serial : {true, false}) {
-    RuntimeOptions options = serial ? deterministic() : threaded();
+  for (const char* mode : {"deterministic", "threaded", "caller-run"}) {
+    SCOPED_TRACE(mode);
+    RuntimeOptions options = std::string(mode) == "deterministic" ? deterministic() : threaded();
+    options.caller_runs = std::string(mode) == "caller-run";
     options.check_acyclic = false;
     options.watchdog_seconds = 0.3;
     Runtime runtime(plan, options);
@@ -654,6 +656,15 @@ TEST(Runtime, RejectsOptionsAndPlansItCannotRun) {
   options.ranks = {3};
   expect_error([&] { Runtime runtime(b.plan(), options); }, ErrorCode::kInvalidArgument,
                "host ranks of its plan. However, got rank 3");
+  options = deterministic();
+  options.caller_runs = true;
+  expect_error([&] { Runtime runtime(b.plan(), options); }, ErrorCode::kInvalidArgument,
+               "caller_runs and deterministic are two modes");
+  options = threaded();
+  options.caller_runs = true;
+  options.async_cpu_streams = true;
+  expect_error([&] { Runtime runtime(b.plan(), options); }, ErrorCode::kInvalidArgument,
+               "caller_runs runs host tasks at their acts");
   b.find(w)->set_register_num(2);
   expect_error([&] { Runtime runtime(b.plan(), threaded()); }, ErrorCode::kInvalidArgument,
                "must write a register of one slot");
