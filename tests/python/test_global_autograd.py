@@ -81,9 +81,13 @@ def test_misuses_are_refused_naming_the_problem():
     w.requires_grad = True
     with pytest.raises(RuntimeError, match=r"implicitly created only for a tensor of one"):
         (x @ w).backward()
-    # A random op inside another (attention dropout) would redraw its mask in the backward.
-    q = (x @ w).reshape(1, 1, 4, 2)
-    y = F.scaled_dot_product_attention(q, q, q, dropout_p=0.5)
+    # A random op compiled into an op's graph would redraw its mask in the backward (no public
+    # function compiles one any more: dropout and attention's dropout_p draw as F.dropout's
+    # eager global form).
+    from oneflowlike.framework import global_tensor
+    from oneflowlike.ops import random
+
+    y = global_tensor.apply(random.dropout, (x @ w,), {"p": 0.5}, name="dropout")
     with pytest.raises(RuntimeError, match=r"draws random numbers in a compiled graph"):
         y.sum().backward()
     with pytest.raises(ValueError, match=r"\[grad\] must have the tensor's shape \(3, 2\)"):
@@ -109,6 +113,35 @@ def test_dropout_on_global_tensors_drops_what_one_device_drops(sbp):
         assert 0 < (l == 0).sum() < l.size
     assert not np.array_equal(local_ys[0] == 0, local_ys[1] == 0)
     np.testing.assert_allclose(global_grad, local_grad, rtol=1e-6)
+
+
+# Attention with dropout_p on global tensors runs op by op, its dropout drawn as F.dropout's
+# eager global form: the one-device values and gradients (and TP's head split, S(1)).
+@pytest.mark.parametrize("sbp", [S0, flow.sbp.split(1), B], ids=["S0", "S1", "B"])
+def test_attention_dropout_on_global_tensors_trains_as_on_one_device(sbp):
+    rng = np.random.default_rng(7)
+    arrays = [rng.standard_normal((2, 4, 6, 8)).astype(np.float32) for _ in range(3)]
+    mask = rng.random((6, 6)) > 0.3
+    results = []
+    for make in (lambda a, s: flow.tensor(a, placement=P, sbp=s), lambda a, s: flow.tensor(a)):
+        outs = []
+        for kwargs in ({"is_causal": True}, {"attn_mask": make(mask, B)}):
+            flow.manual_seed(5)
+            q, k, v = (make(a, sbp) for a in arrays)
+            for t in (q, k, v):
+                t.requires_grad = True
+            y = F.scaled_dot_product_attention(q, k, v, dropout_p=0.3, **kwargs)
+            (y * y).sum().backward()
+            outs.append([y.numpy()] + [t.grad.numpy() for t in (q, k, v)])
+        results.append(outs)
+    for global_out, local_out in zip(*results):
+        np.testing.assert_allclose(global_out[0], local_out[0], rtol=1e-5, atol=1e-6)
+        for g, l in zip(global_out[1:], local_out[1:]):
+            np.testing.assert_allclose(g, l, rtol=1e-4, atol=1e-5)
+    # The weights were dropped: without dropout the output differs.
+    flow.manual_seed(5)
+    plain = F.scaled_dot_product_attention(*(flow.tensor(a) for a in arrays), is_causal=True)
+    assert not np.allclose(plain.numpy(), results[1][0][0])
 
 
 def test_dropout_on_global_tensors_keeps_the_functional_contract():

@@ -21,8 +21,8 @@ differentiable too: its gradient is the gradient moved back to the input's layou
 Random ops are not differentiated this way: the compiled graph fixes its seed when it is traced,
 so the recomputed forward would draw another mask (refused). F.dropout on global tensors is
 therefore written with ops that need no random numbers in their backward (Note [Eager global
-dropout] in global_dropout.py); a random op inside another (scaled_dot_product_attention with
-dropout_p) is refused.
+dropout] in global_dropout.py), and so is attention with dropout_p (op by op, ops/attention.py's
+_eager_global); a random op compiled into another op's graph is refused at backward.
 """
 
 from oneflowlike import _C

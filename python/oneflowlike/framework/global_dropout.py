@@ -16,7 +16,8 @@ by a one-device ``F.dropout`` after the same seed, and the kept ones are scaled 
 float. The gradient is where's and mul's: dy * scale where kept, 0 elsewhere. The mask costs 8
 bytes per element of this rank's piece while the op runs, and 1 byte (the bool mask) for the
 backward. Inside nn.Graph the dropout op itself is traced: the runtime replays its mask
-(dropout's gradient redraws it from the same counters).
+(dropout's gradient redraws it from the same counters). Attention with dropout_p on eager global
+tensors runs written out, op by op, with this dropout (ops/attention.py, _eager_global).
 """
 
 import oneflowlike as flow

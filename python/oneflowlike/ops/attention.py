@@ -15,6 +15,12 @@ def _shapes(q, k, v):
 def _float_mask(attn_mask, dtype):
     """A boolean mask (True: take part) as the additive float mask the kernel takes. Fill ops,
     not tensors from data: inside a trace they are part of the graph, not constants."""
+    if attn_mask.dtype == _C.dtype.bool and not isinstance(attn_mask, _C.Tensor):
+        import oneflowlike as flow  # noqa: PLC0415  a global mask: global-aware ops
+
+        zero = flow.zeros(*attn_mask.shape, dtype=dtype, placement=attn_mask.placement,
+                          sbp=attn_mask.sbp)
+        return flow.where(attn_mask, zero, float("-inf"))
     if attn_mask.dtype == _C.dtype.bool:
         zero = _C.fill(tuple(attn_mask.shape), dtype, 0.0)
         hidden = _C.fill(tuple(attn_mask.shape), dtype, float("-inf"))
@@ -63,12 +69,16 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
 
 def _written_out(q, k, v, mask, dropout_p, is_causal, scale):
     """Attention as matmul, softmax, dropout and matmul (what the fused kernel computes, plus
-    dropout of the weights)."""
-    # The family modules, imported here: they import after this one in oneflowlike.ops.
-    from oneflowlike.ops.creation import arange  # noqa: PLC0415
-    from oneflowlike.ops.matmul import matmul  # noqa: PLC0415
-    from oneflowlike.ops.random import dropout  # noqa: PLC0415
-    from oneflowlike.ops.softmax import softmax  # noqa: PLC0415
+    dropout of the weights). The library's functions, which take global tensors too: eagerly on
+    global tensors each is an op of its own (_eager_global)."""
+    import oneflowlike as flow  # noqa: PLC0415  imported after this module
+
+    matmul, softmax, dropout = flow.matmul, flow.softmax, flow.nn.functional.dropout
+    on = {} if isinstance(q, _C.Tensor) else {  # the positions where q is
+        "placement": q.placement, "sbp": (flow.sbp.broadcast,) * len(q.placement.hierarchy)}
+
+    def arange(n):
+        return flow.arange(n, **on)
 
     heads, kv_heads = q.shape[1], k.shape[1]
     if kv_heads != heads:  # grouped-query: each key/value head serves heads // kv_heads queries
@@ -90,6 +100,24 @@ def _written_out(q, k, v, mask, dropout_p, is_causal, scale):
         att = att + mask
     att = dropout(softmax(att, dim=-1), p=dropout_p, training=True)
     return matmul(att, v)
+
+
+def _eager_global(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
+                  enable_gqa=False):
+    """The eager form on global tensors (outside a trace). Note [Eager global dropout] in
+    framework/global_dropout.py: a compiled op that draws random numbers cannot be
+    differentiated by recomputing it, so with dropout_p > 0 attention runs op by op, written out,
+    its dropout F.dropout's eager global form (the one-device mask, differentiated as drawn).
+    Without dropout it is one compiled op, as any other function."""
+    from oneflowlike.framework import global_tensor  # noqa: PLC0415
+
+    args = (query, key, value)
+    kwargs = {"attn_mask": attn_mask, "dropout_p": dropout_p, "is_causal": is_causal,
+              "scale": scale, "enable_gqa": enable_gqa}
+    if isinstance(dropout_p, (int, float)) and float(dropout_p) > 0.0:
+        return scaled_dot_product_attention(*args, **kwargs)
+    return global_tensor.apply(scaled_dot_product_attention, args, kwargs,
+                               name="F.scaled_dot_product_attention")
 
 
 TENSOR_METHODS = {}

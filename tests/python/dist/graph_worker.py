@@ -2,8 +2,9 @@
 small GPT on a layout given by --layout gives the losses and weights of the same graph on one
 device, which each process computes itself first (a local graph on its own rank). With --eager
 the laid-out model trains eagerly instead (global autograd, flow.optim stepping global
-parameters; --clip adds clip_grad_norm_, --dropout a dropout on each block's MLP output, and
-either compares with the same eager loop on one device)."""
+parameters; --clip adds clip_grad_norm_, --dropout a dropout on each block's attention
+weights, attention output and MLP output, and either compares with the same eager loop on one
+device)."""
 
 import argparse
 import sys
@@ -57,7 +58,8 @@ class Block(nn.Module):
     def __init__(self):
         super().__init__()
         self.ln_1 = nn.LayerNorm(C)
-        self.attn = nn.CausalSelfAttention(C, H, T)
+        # --dropout: the attention weights' and output's too (p 0: no draw).
+        self.attn = nn.CausalSelfAttention(C, H, T, dropout=args.dropout)
         self.ln_2 = nn.LayerNorm(C)
         self.fc = nn.Linear(C, 4 * C)
         self.gelu = nn.GELU(approximate="tanh")
