@@ -321,6 +321,11 @@ Tensor count_nonfinite(const Tensor& x) {
   return op.call1(NoParams{}, {x});
 }
 
+Tensor multi_tensor_count_nonfinite(const std::vector<Tensor>& xs) {
+  static OpHandle op("multi_tensor_count_nonfinite");
+  return op.call1(NoParams{}, xs);
+}
+
 void loss_scale_update(const Tensor& scale, const Tensor& good_steps, const Tensor& steps,
                        const Tensor& found, const LossScaleParams& params) {
   static OpHandle op("loss_scale_update");

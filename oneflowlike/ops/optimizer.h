@@ -136,6 +136,8 @@ void adam_update(const Tensor& param, const Tensor& grad, const Tensor& exp_avg,
                  double beta2, double epsilon, double weight_decay, bool decoupled_weight_decay);
 /// Note [Dynamic loss scaling].
 Tensor count_nonfinite(const Tensor& x);
+/// Note [Multi-tensor updates]: the inf and nan elements of all of `xs` (one dtype), float32.
+Tensor multi_tensor_count_nonfinite(const std::vector<Tensor>& xs);
 void loss_scale_update(const Tensor& scale, const Tensor& good_steps, const Tensor& steps,
                        const Tensor& found, const LossScaleParams& params);
 }  // namespace functional

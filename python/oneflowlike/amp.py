@@ -4,8 +4,6 @@ graph.config.enable_amp (Note [Mixed precision] in compiler/passes/amp.cpp)."""
 
 import functools
 
-import numpy as np
-
 from oneflowlike import _C
 
 __all__ = ["autocast", "GradScaler"]
@@ -58,6 +56,38 @@ class autocast:  # noqa: N801 (torch's name)
         return wrapped
 
 
+def _global_tensor_type():
+    from oneflowlike.framework.global_tensor import GlobalTensor  # noqa: PLC0415
+
+    return GlobalTensor
+
+
+def _count_nonfinite(grads):
+    """The inf and nan elements of ``grads``: local ones counted here, global ones where they
+    live, one multi-tensor count per (placement, layout, dtype), summed onto every rank of the
+    job (the same on each: every rank runs the same program, in the same order)."""
+    import oneflowlike as flow  # noqa: PLC0415
+    from oneflowlike.framework import global_tensor  # noqa: PLC0415
+
+    local, by_layout = {}, {}
+    for g in grads:
+        if isinstance(g, global_tensor.GlobalTensor):
+            by_layout.setdefault((g.placement, g.sbp, g.dtype), []).append(g)
+        else:
+            local.setdefault(g.dtype, []).append(g)
+    found = sum(float(_C.multi_tensor_count_nonfinite(gs).numpy()) for gs in local.values())
+    total = None
+    for (placement, _, _), gs in by_layout.items():
+        count = global_tensor.apply(_C.multi_tensor_count_nonfinite, (gs,), {},
+                                    name="GradScaler.unscale_")
+        count = count.to_global(placement=flow.placement.all(placement.type),
+                                sbp=flow.sbp.broadcast)
+        total = count if total is None else total + count
+    if total is not None:
+        found += float(total.numpy())
+    return found
+
+
 class GradScaler:
     """Dynamic loss scaling for float16 training in eager mode, as torch.amp.GradScaler:
 
@@ -69,8 +99,12 @@ class GradScaler:
         scaler.update()            # halves the scale after a skip, doubles it after
                                    # growth_interval good steps
 
-    The scale and its growth count are in state_dict() for checkpoints. Local tensors only:
-    global tensors have no eager autograd yet, and nn.Graph does not take a GradScaler yet.
+    The scale and its growth count are in state_dict() for checkpoints. On global tensors the
+    check counts every gradient's inf and nan where it lives (one multi-tensor count per
+    placement and layout) and sums the counts onto every rank, so every rank skips or steps
+    alike, whichever rank holds the overflowing piece (a pipeline stage's gradients are on its
+    ranks only). nn.Graph takes one through graph.set_grad_scaler (Note [Dynamic loss scaling in
+    a graph]).
     """
 
     def __init__(self, device="cpu", init_scale=2.0**16, growth_factor=2.0, backoff_factor=0.5,
@@ -106,7 +140,7 @@ class GradScaler:
             return outputs
         if isinstance(outputs, (list, tuple)):
             return type(outputs)(self.scale(o) for o in outputs)
-        if not isinstance(outputs, _C.Tensor):
+        if not isinstance(outputs, (_C.Tensor, _global_tensor_type())):
             raise TypeError("[GradScaler] scale() takes a tensor or a list of tensors. However, "
                             f"got {type(outputs).__name__}.")
         return outputs * self._scale
@@ -120,14 +154,14 @@ class GradScaler:
             raise RuntimeError("[GradScaler] unscale_() was already called on this optimizer "
                                "since the last update().")
         inverse = 1.0 / self._scale
-        found = False
+        grads = []
         for group in optimizer.param_groups:
             for p in group["params"]:
                 if p.grad is None:
                     continue
                 p.grad = p.grad * inverse
-                found = found or not bool(np.isfinite(p.grad.numpy()).all())
-        self._found_inf[id(optimizer)] = found
+                grads.append(p.grad)
+        self._found_inf[id(optimizer)] = _count_nonfinite(grads) > 0
 
     def step(self, optimizer, *args, **kwargs):
         """optimizer.step(), unless a gradient was inf or nan: then the parameters and the

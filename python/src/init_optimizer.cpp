@@ -14,6 +14,10 @@ void init_optimizer(py::module_& m) {
         py::arg("weight_decay") = 0.0, py::arg("decoupled_weight_decay") = false,
         "torch.optim.Adam/AdamW's update of param, exp_avg and exp_avg_sq, in place; lr and "
         "step (1-based) are scalar tensors.");
+  m.def("multi_tensor_count_nonfinite", &functional::multi_tensor_count_nonfinite,
+        py::arg("tensors"),
+        "The number of inf and nan elements of all the tensors (one floating dtype), a float32 "
+        "scalar (GradScaler's check).");
 }
 
 }  // namespace ofl::python

@@ -362,9 +362,11 @@ def test_a_scaled_graph_resumed_from_a_checkpoint_continues_the_same_curve(tmp_p
     assert head + run(resumed, POISONS[3:]) == whole
 
 
+# In a graph, and eagerly (flow.autocast and flow.amp.GradScaler on global tensors).
+@pytest.mark.parametrize("eager", [False, True], ids=["graph", "eager"])
 @pytest.mark.parametrize("layout", ["dp2", "pp2"])
-def test_an_overflow_skips_the_step_on_every_rank(layout):
+def test_an_overflow_skips_the_step_on_every_rank(layout, eager):
     from launching import launch
 
-    out = launch(2, "loss_scale_worker.py", "--layout", layout)
+    out = launch(2, "loss_scale_worker.py", "--layout", layout, *(["--eager"] if eager else []))
     assert out.count(" OK") == 2, out

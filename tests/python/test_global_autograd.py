@@ -222,3 +222,25 @@ def test_create_graph_on_a_global_tensor_is_refused():
     with pytest.raises(NotImplementedError, match=r"\[backward\] create_graph=True"):
         (w * w).sum().backward(create_graph=True)
     assert w.grad is None
+
+
+# Note [Eager autocast]: an op on global tensors traced under flow.autocast is another graph
+# than the same op outside it (the one cached first was reused before, either way), and its
+# backward is traced under the forward's dtype, not the one backward() runs under.
+def test_autocast_on_global_tensors_follows_the_scope_and_the_backward_the_forward():
+    xs, ws = _arrays(9)
+    results = []
+    for make in (lambda a, s: flow.tensor(a, placement=P, sbp=s), lambda a, s: flow.tensor(a)):
+        x, w = make(xs, S0), make(ws, B)
+        w.requires_grad = True
+        assert (x @ w).dtype == flow.float32
+        with flow.autocast("cpu", dtype=flow.float16):
+            y = x @ w
+        assert y.dtype == flow.float16
+        assert (x @ w).dtype == flow.float32
+        (y.float() ** 2).sum().backward()
+        assert w.grad.dtype == flow.float32
+        results.append((y.numpy(), w.grad.numpy()))
+    (gy, gg), (ly, lg) = results
+    np.testing.assert_array_equal(gy, ly)
+    np.testing.assert_allclose(gg, lg, rtol=1e-6)

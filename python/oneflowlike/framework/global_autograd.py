@@ -77,6 +77,7 @@ class OpNode(_Node):
         super().__init__(leaves, outputs)
         self.fn, self.structure, self.key, self.name = fn, structure, key, name
         self.random = bool(_RANDOM_OPS & set(op_types))
+        self.autocast = key[-1]  # the forward's autocast dtype (global_tensor.apply's key)
 
     def vjp(self, dys):
         from oneflowlike.framework import global_tensor as gt
@@ -104,11 +105,24 @@ class OpNode(_Node):
 
 
 def _compile_vjp(node, given, dys, placement):
-    import oneflowlike as flow
     from oneflowlike.framework import global_tensor as gt
 
     tracer = gt._Tracer("global_vjp", placement)
     tracer.set_constants_allowed(False)
+    # The op is traced again as the forward traced it: under the forward's autocast dtype, not
+    # the one backward() runs under (Note [Eager autocast] in autocast.h).
+    previous = _C.autocast_dtype()
+    _C.set_autocast_dtype(node.autocast)
+    try:
+        return _trace_vjp(node, given, dys, placement, tracer)
+    finally:
+        _C.set_autocast_dtype(previous)
+
+
+def _trace_vjp(node, given, dys, placement, tracer):
+    import oneflowlike as flow
+    from oneflowlike.framework import global_tensor as gt
+
     with flow.no_grad(), gt.tracing(tracer.c, tracer):
         lazies = [tracer.input(f"in{i}", t.shape, t.dtype, placement._c, gt._strings(t.sbp))
                   for i, t in enumerate(node.inputs)]

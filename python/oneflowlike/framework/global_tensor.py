@@ -634,7 +634,9 @@ def apply(fn, args, kwargs, *, name):
                 f"[{op}] all global tensors must be on one placement. However, got "
                 f"{placement!r} and {t.placement!r}; move one with to_global(placement=...).")
     signature = tuple((t.shape, t.dtype, t.sbp) for t in leaves)
-    key = ("apply", name, placement, signature, repr(structure))
+    # Note [Eager autocast] in autocast.h: the trace applies this thread's autocast dtype, so a
+    # graph traced under flow.autocast is another graph than one traced outside it.
+    key = ("apply", name, placement, signature, repr(structure), _C.autocast_dtype())
     compiled = _cache.get(key)
     if compiled is None:
         tracer = _Tracer("global_op", placement)
