@@ -1,7 +1,8 @@
 """Run by test_departures.py on 3 processes: a data-parallel graph trained for 5 steps, except
 on rank 1, whose loop ends after 3 (a normal exit). Ranks 0 and 2 must end at once, each naming
 rank 1 and the iteration it stopped before (Note [Departures]); they print what they caught
-and exit 1, as an uncaught exception would."""
+and exit 1, as an uncaught exception would. With --eager the same model trains eagerly on
+global tensors (each op a one-op graph run on the caller: Note [Caller-run runtimes])."""
 
 import os
 import sys
@@ -31,7 +32,17 @@ class Train(nn.Graph):
         return loss
 
 
+eager = "--eager" in sys.argv
 graph = Train()
+if eager:
+    opt = flow.optim.SGD(model.parameters(), lr=0.1)
+
+    def graph(x, y):  # noqa: F811  the eager step in the graph's place
+        opt.zero_grad()
+        loss = nn.functional.cross_entropy(model(x), y)
+        loss.backward()
+        opt.step()
+        return loss.numpy()
 rng = np.random.default_rng(0)
 steps = 3 if rank == 1 else 5
 for step in range(1, steps + 1):
