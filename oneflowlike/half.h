@@ -35,6 +35,23 @@ struct bfloat16 {
   }
 };
 
+/// The largest T (float16 or bfloat16) below `x`, as a float: what a uniform draw in [low, x)
+/// that rounds up to x becomes (Note [16-bit random values] in ops/random.h).
+template <class T>
+float largest_below(float x) {
+  T t(x);
+  while (static_cast<float>(t) >= x) {
+    if (static_cast<float>(t) > 0) {
+      --t.bits;  // a smaller magnitude
+    } else if (t.bits == 0) {
+      t.bits = 0x8001;  // +0 -> the negative value nearest zero
+    } else {
+      ++t.bits;  // -0 or negative: a larger magnitude
+    }
+  }
+  return static_cast<float>(t);
+}
+
 /// n float32 values to float16 (round to nearest even, as float16(float)) and back, 8 at a time
 /// with F16C where the build has it (x86-64-v3): the scalar conversions are ~10x slower than a
 /// memcpy. NaNs stay NaNs (their payload bits may differ from the scalar conversion's).

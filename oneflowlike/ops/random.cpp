@@ -25,8 +25,9 @@ GlobalGenerator& global_generator() {
 }
 
 void check_random_common(const InferContext& ctx, const RandomParams& p) {
-  OFL_CHECK_TYPE(p.dtype == DataType::kFloat32 || p.dtype == DataType::kFloat64, "[", ctx.op_name(),
-                 "] dtype must be float32 or float64. However, got ", dtype_name(p.dtype), ".");
+  OFL_CHECK_TYPE(is_floating(p.dtype), "[", ctx.op_name(),
+                 "] dtype must be floating (float32, float64, float16 or bfloat16). However, got ",
+                 dtype_name(p.dtype), ".");
   for (int64_t d : p.shape.dims()) {
     OFL_CHECK(d >= 0, "[", ctx.op_name(), "] shape must have non-negative extents. However, got ",
               p.shape.to_string(), ".");

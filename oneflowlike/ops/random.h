@@ -18,6 +18,11 @@
 namespace ofl {
 
 /// random_normal: mean a, standard deviation b. random_uniform: [a, b).
+///
+/// Note [16-bit random values]: a float16 or bfloat16 draw is the float32 draw rounded to
+/// nearest, as torch draws in its accumulate type and rounds; so randn(bfloat16) equals
+/// randn(float32) cast to bfloat16. A uniform value that rounds up to b becomes the largest
+/// 16-bit value below it (largest_below in half.h): the interval stays half-open.
 struct RandomParams {
   Shape shape;
   DataType dtype = DataType::kFloat32;

@@ -66,6 +66,20 @@ def test_random_normal_matches_the_cpu_within_a_few_ulp(dtype, shape):
             np.testing.assert_allclose(got, want, rtol=tol, atol=tol * (abs(mean) + std))
 
 
+# Note [16-bit random values]: the float32 draw rounded, the same on both devices (normal:
+# within its float32 tolerance before rounding, so equal or one 16-bit ulp apart).
+@pytest.mark.parametrize("dtype", LOW)
+def test_16_bit_draws_equal_the_cpu(dtype):
+    for seed, offset in DRAWS:
+        want = _C.random_uniform((1000, 300), dtype, 0.0, 1.0, seed, offset)
+        got = _C.random_uniform((1000, 300), dtype, 0.0, 1.0, seed, offset, cuda_device())
+        assert got.dtype == dtype
+        np.testing.assert_array_equal(host(got), host(want))
+        want = host(_C.random_normal((1000, 300), dtype, 0.0, 1.0, seed, offset))
+        got = host(_C.random_normal((1000, 300), dtype, 0.0, 1.0, seed, offset, cuda_device()))
+        np.testing.assert_allclose(got, want, rtol=1e-2, atol=1e-2)
+
+
 def test_the_global_generator_draws_the_same_numbers_on_either_device():
     for device in ["cuda", "cuda:0", flow.device("cuda:0")]:
         flow.manual_seed(3)

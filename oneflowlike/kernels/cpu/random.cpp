@@ -9,6 +9,7 @@
 #include <type_traits>
 
 #include "oneflowlike/common/parallel.h"
+#include "oneflowlike/half.h"
 #include "oneflowlike/op.h"
 #include "oneflowlike/philox.h"
 
@@ -58,16 +59,24 @@ void for_each_logical_run(const KernelContext& ctx, F fn) {
   });
 }
 
+// Note [16-bit random values] in ops/random.h: 16-bit draws are float32 draws, rounded.
+template <class T>
+using DrawType = std::conditional_t<std::is_same_v<T, double>, double, float>;
+
+template <class T>
+constexpr bool kSixteenBits = std::is_same_v<T, float16> || std::is_same_v<T, bfloat16>;
+
 template <class T>
 struct RandomNormalKernel {
   static void run(const KernelContext& ctx) {
+    using D = DrawType<T>;
     const auto& p = ctx.p<RandomParams>();
     const auto seed = static_cast<uint64_t>(p.seed), offset = stream_offset(ctx, p.offset);
-    const T mean = static_cast<T>(p.a), std = static_cast<T>(p.b);
+    const D mean = static_cast<D>(p.a), std = static_cast<D>(p.b);
     T* y = ctx.out(0).data<T>();
     for_each_logical_run(ctx, [&](int64_t begin, int64_t end, int64_t logical) {
       for (int64_t i = begin; i < end; ++i) {
-        y[i] = philox::normal_value<T>(seed, offset, logical + (i - begin), mean, std);
+        y[i] = T(philox::normal_value<D>(seed, offset, logical + (i - begin), mean, std));
       }
     });
   }
@@ -76,15 +85,25 @@ struct RandomNormalKernel {
 template <class T>
 struct RandomUniformKernel {
   static void run(const KernelContext& ctx) {
+    using D = DrawType<T>;
     const auto& p = ctx.p<RandomParams>();
     const auto seed = static_cast<uint64_t>(p.seed), offset = stream_offset(ctx, p.offset);
-    const T low = static_cast<T>(p.a), high = static_cast<T>(p.b);
+    const D low = static_cast<D>(p.a), high = static_cast<D>(p.b);
     // low + (high - low) * u can round up to high; the largest value below it stands in.
-    const T below_high = low < high ? std::nextafter(high, low) : low;
+    const D below_high = low < high ? std::nextafter(high, low) : low;
+    T top{};  // 16 bits: the largest T below high, for a draw that rounds up to it
+    if constexpr (kSixteenBits<T>) top = T(low < high ? largest_below<T>(high) : low);
     T* y = ctx.out(0).data<T>();
     for_each_logical_run(ctx, [&](int64_t begin, int64_t end, int64_t logical) {
       for (int64_t i = begin; i < end; ++i) {
-        y[i] = philox::uniform_value<T>(seed, offset, logical + (i - begin), low, high, below_high);
+        const D v =
+            philox::uniform_value<D>(seed, offset, logical + (i - begin), low, high, below_high);
+        if constexpr (kSixteenBits<T>) {
+          const T r(v);
+          y[i] = low < high && static_cast<float>(r) >= high ? top : r;
+        } else {
+          y[i] = v;
+        }
       }
     });
   }
@@ -111,8 +130,8 @@ struct DropoutKernel {
 
 }  // namespace
 
-OFL_REGISTER_KERNEL("random_normal", kCPU, RandomNormalKernel, float, double);
-OFL_REGISTER_KERNEL("random_uniform", kCPU, RandomUniformKernel, float, double);
+OFL_REGISTER_KERNEL("random_normal", kCPU, RandomNormalKernel, float, double, float16, bfloat16);
+OFL_REGISTER_KERNEL("random_uniform", kCPU, RandomUniformKernel, float, double, float16, bfloat16);
 OFL_REGISTER_KERNEL("dropout", kCPU, DropoutKernel, float, double, float16, bfloat16);
 
 }  // namespace ofl::cpu

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <type_traits>
 
+#include "oneflowlike/half.h"
 #include "oneflowlike/kernels/cuda/common.cuh"
 #include "oneflowlike/ops/random.h"
 #include "oneflowlike/philox.h"
@@ -69,11 +70,12 @@ struct RandomNormalKernel {
     const auto& p = ctx.p<RandomParams>();
     const auto seed = static_cast<uint64_t>(p.seed);
     const uint64_t offset = stream_offset(ctx, p.offset);
-    const T mean = static_cast<T>(p.a), stddev = static_cast<T>(p.b);
+    using D = std::conditional_t<std::is_same_v<T, double>, double, float>;  // Note [16-bit
+    const D mean = static_cast<D>(p.a), stddev = static_cast<D>(p.b);        // random values]
     const LogicalIndex logical = logical_index(ctx, "random_normal");
-    T* y = data<T>(ctx.out(0));
+    native_t<T>* y = data<T>(ctx.out(0));
     launch_for_each(ctx, "random_normal", ctx.out(0).numel(), [=] __device__(int64_t i) {
-      y[i] = philox::normal_value<T>(seed, offset, logical(i), mean, stddev);
+      store(y, i, philox::normal_value<D>(seed, offset, logical(i), mean, stddev));
     });
   }
 };
@@ -84,12 +86,20 @@ struct RandomUniformKernel {
     const auto& p = ctx.p<RandomParams>();
     const auto seed = static_cast<uint64_t>(p.seed);
     const uint64_t offset = stream_offset(ctx, p.offset);
-    const T low = static_cast<T>(p.a), high = static_cast<T>(p.b);
-    const T below_high = low < high ? std::nextafter(high, low) : low;  // as on the CPU
+    using D = std::conditional_t<std::is_same_v<T, double>, double, float>;
+    constexpr bool kSixteenBits = std::is_same_v<T, float16> || std::is_same_v<T, bfloat16>;
+    const D low = static_cast<D>(p.a), high = static_cast<D>(p.b);
+    const D below_high = low < high ? std::nextafter(high, low) : low;  // as on the CPU
+    // 16 bits: a draw that rounds up to high becomes the largest T below it (Note [16-bit
+    // random values]).
+    const bool clamp = kSixteenBits && low < high;
+    float top = 0;
+    if constexpr (kSixteenBits) top = clamp ? largest_below<T>(high) : 0.0f;
     const LogicalIndex logical = logical_index(ctx, "random_uniform");
-    T* y = data<T>(ctx.out(0));
+    native_t<T>* y = data<T>(ctx.out(0));
     launch_for_each(ctx, "random_uniform", ctx.out(0).numel(), [=] __device__(int64_t i) {
-      y[i] = philox::uniform_value<T>(seed, offset, logical(i), low, high, below_high);
+      store(y, i, philox::uniform_value<D>(seed, offset, logical(i), low, high, below_high));
+      if (clamp && load(y, i) >= high) store(y, i, top);
     });
   }
 };
@@ -116,8 +126,8 @@ struct DropoutKernel {
 
 }  // namespace
 
-OFL_REGISTER_KERNEL("random_normal", kCUDA, RandomNormalKernel, float, double);
-OFL_REGISTER_KERNEL("random_uniform", kCUDA, RandomUniformKernel, float, double);
+OFL_REGISTER_KERNEL("random_normal", kCUDA, RandomNormalKernel, float, double, float16, bfloat16);
+OFL_REGISTER_KERNEL("random_uniform", kCUDA, RandomUniformKernel, float, double, float16, bfloat16);
 OFL_REGISTER_KERNEL("dropout", kCUDA, DropoutKernel, float, double, float16, bfloat16);
 
 }  // namespace ofl::cuda_kernels
