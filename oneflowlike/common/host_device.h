@@ -14,6 +14,17 @@
 #endif
 #endif
 
+// OFL_INLINE: inlined wherever it is called, for the per-element functions of the kernels: a
+// call GCC leaves out of line stops the vectorisation of the loop around it (Note
+// [Vectorisable math] in kernels/cpu/vec_math.h).
+#ifndef OFL_INLINE
+#if defined(__CUDACC__)
+#define OFL_INLINE __forceinline__
+#else
+#define OFL_INLINE [[gnu::always_inline]] inline
+#endif
+#endif
+
 /// Float and double overloads of the C math functions, for templates over the float type. Each
 /// calls the C function of its precision (sqrtf, sqrt): the host's libm on the CPU, CUDA's on
 /// the GPU. sqrt and fma are correctly rounded on both, so they agree bit for bit; log, cos and

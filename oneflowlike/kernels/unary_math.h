@@ -17,68 +17,68 @@ template <class T>
 inline constexpr T kSqrt2OverPi = T(std::numbers::sqrt2* std::numbers::inv_sqrtpi);  // sqrt(2/pi)
 
 template <class T>
-OFL_HOST_DEVICE inline T neg(T x) {
+OFL_HOST_DEVICE OFL_INLINE T neg(T x) {
   return static_cast<T>(-x);
 }
 template <class T>
-OFL_HOST_DEVICE inline T abs(T x) {
+OFL_HOST_DEVICE OFL_INLINE T abs(T x) {
   return x < T(0) ? static_cast<T>(-x) : x;
 }
 template <class T>
-OFL_HOST_DEVICE inline T relu(T x) {
+OFL_HOST_DEVICE OFL_INLINE T relu(T x) {
   return x > T(0) ? x : T(0);
 }
 
 /// gelu(x) = x * Phi(x), Phi the standard normal CDF.
 template <class Math, class T>
-OFL_HOST_DEVICE inline T gelu(T x) {
+OFL_HOST_DEVICE OFL_INLINE T gelu(T x) {
   return x * Math::normal_cdf(x);
 }
 /// Phi(x) ~ (1 + tanh(sqrt(2/pi) * (x + 0.044715 x^3))) / 2.
 template <class Math, class T>
-OFL_HOST_DEVICE inline T gelu_tanh(T x) {
+OFL_HOST_DEVICE OFL_INLINE T gelu_tanh(T x) {
   const T inner = kSqrt2OverPi<T> * (x + kGeluCubic<T> * x * x * x);
   return T(0.5) * x * (T(1) + Math::tanh(inner));
 }
 
 /// silu(x) = x * sigmoid(x), given s = sigmoid(x) (each side computes its own sigmoid).
 template <class T>
-OFL_HOST_DEVICE inline T silu_from_sigmoid(T x, T s) {
+OFL_HOST_DEVICE OFL_INLINE T silu_from_sigmoid(T x, T s) {
   return x * s;
 }
 /// d/dx [x s(x)] = s + x s (1 - s) = s (1 + x (1 - s)), given s = sigmoid(x).
 template <class T>
-OFL_HOST_DEVICE inline T silu_grad_from_sigmoid(T x, T s, T dy) {
+OFL_HOST_DEVICE OFL_INLINE T silu_grad_from_sigmoid(T x, T s, T dy) {
   return dy * s * (T(1) + x * (T(1) - s));
 }
 
 // The backward ops: dx from the saved forward value (y for tanh, sigmoid and relu; x for abs
 // and gelu) and dy.
 template <class T>
-OFL_HOST_DEVICE inline T tanh_grad(T y, T dy) {
+OFL_HOST_DEVICE OFL_INLINE T tanh_grad(T y, T dy) {
   return dy * (T(1) - y * y);
 }
 template <class T>
-OFL_HOST_DEVICE inline T sigmoid_grad(T y, T dy) {
+OFL_HOST_DEVICE OFL_INLINE T sigmoid_grad(T y, T dy) {
   return dy * y * (T(1) - y);
 }
 template <class T>
-OFL_HOST_DEVICE inline T relu_grad(T y, T dy) {
+OFL_HOST_DEVICE OFL_INLINE T relu_grad(T y, T dy) {
   return y > T(0) ? dy : T(0);
 }
 template <class T>
-OFL_HOST_DEVICE inline T abs_grad(T x, T dy) {
+OFL_HOST_DEVICE OFL_INLINE T abs_grad(T x, T dy) {
   return x > T(0) ? dy : (x < T(0) ? static_cast<T>(-dy) : T(0));
 }
 /// d/dx [x Phi(x)] = Phi(x) + x phi(x).
 template <class Math, class T>
-OFL_HOST_DEVICE inline T gelu_grad(T x, T dy) {
+OFL_HOST_DEVICE OFL_INLINE T gelu_grad(T x, T dy) {
   return dy * (Math::normal_cdf(x) + x * Math::normal_pdf(x));
 }
 /// With u = k (x + c x^3) and t = tanh(u):
 /// d/dx [x (1 + t) / 2] = (1 + t) / 2 + x (1 - t^2) k (1 + 3 c x^2) / 2.
 template <class Math, class T>
-OFL_HOST_DEVICE inline T gelu_tanh_grad(T x, T dy) {
+OFL_HOST_DEVICE OFL_INLINE T gelu_tanh_grad(T x, T dy) {
   const T x2 = x * x;
   const T t = Math::tanh(kSqrt2OverPi<T> * (x + kGeluCubic<T> * x2 * x));
   const T du = kSqrt2OverPi<T> * (T(1) + T(3) * kGeluCubic<T> * x2);

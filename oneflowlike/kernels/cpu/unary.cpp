@@ -20,18 +20,24 @@ namespace {
 // Transcendental functions cost ~10x an add, so they pay for a thread sooner.
 constexpr int64_t kTranscendentalGrain = kParallelGrain / 8;
 
-// out[i] = f(a[i], dy[i]) for the backward ops, f computing in compute_of<T>.
+// out[i] = f(a[i], dy[i]) for the backward ops, f computing in compute_of<T>, flattened into
+// the loop as unary_loop's is (Note [Vectorisable math] in vec_math.h).
+template <class T, class F>
+[[gnu::flatten]] void backward_loop(const T* a, const T* dy, T* dx, int64_t begin, int64_t end,
+                                    const F& f) {
+  using C = compute_of<T>;
+  for (int64_t i = begin; i < end; ++i) {
+    dx[i] = static_cast<T>(f(static_cast<C>(a[i]), static_cast<C>(dy[i])));
+  }
+}
+
 template <class T, class F>
 void backward_kernel(const KernelContext& ctx, int64_t grain, F f) {
-  using C = compute_of<T>;
   const T* a = ctx.in(0).data<T>();
   const T* dy = ctx.in(1).data<T>();
   T* dx = ctx.out(0).data<T>();
-  parallel_for(ctx.out(0).numel(), grain, [&](int64_t begin, int64_t end) {
-    for (int64_t i = begin; i < end; ++i) {
-      dx[i] = static_cast<T>(f(static_cast<C>(a[i]), static_cast<C>(dy[i])));
-    }
-  });
+  parallel_for(ctx.out(0).numel(), grain,
+               [&](int64_t begin, int64_t end) { backward_loop(a, dy, dx, begin, end, f); });
 }
 
 template <class T>

@@ -15,85 +15,92 @@
 namespace ofl::cpu {
 
 /// y[i] = f(x[i]) over input 0 and output 0, split over the cores when large; f computes in
-/// compute_of<T> (Note [Native bfloat16 loops] in widened.h).
+/// compute_of<T> (Note [Native bfloat16 loops] in widened.h). The loop flattens f into itself
+/// (Note [Vectorisable math] in vec_math.h: left out of line, f stops the vectorisation).
+template <class T, class F>
+[[gnu::flatten]] void unary_loop(const T* x, T* y, int64_t begin, int64_t end, const F& f) {
+  using C = compute_of<T>;
+  for (int64_t i = begin; i < end; ++i) y[i] = static_cast<T>(f(static_cast<C>(x[i])));
+}
+
 template <class T, class F>
 void unary_kernel(const KernelContext& ctx, int64_t grain, F f) {
-  using C = compute_of<T>;
   const T* x = ctx.in(0).data<T>();
   T* y = ctx.out(0).data<T>();
-  parallel_for(ctx.out(0).numel(), grain, [&](int64_t begin, int64_t end) {
-    for (int64_t i = begin; i < end; ++i) y[i] = static_cast<T>(f(static_cast<C>(x[i])));
-  });
+  parallel_for(ctx.out(0).numel(), grain,
+               [&](int64_t begin, int64_t end) { unary_loop(x, y, begin, end, f); });
 }
 
 }  // namespace ofl::cpu
 
 namespace ofl::cpu::unary_fn {
 
-/// The transcendental functions unary_math's formulas call, as vec_math has them.
+/// The transcendental functions unary_math's formulas call, as vec_math has them. Everything
+/// here is always inlined (Note [Vectorisable math] in vec_math.h: a call left out of line
+/// stops the loop's vectorisation).
 struct VecMath {
   template <class T>
-  static T tanh(T x) {
+  [[gnu::always_inline]] static T tanh(T x) {
     return vec_math::tanh(x);
   }
   template <class T>
-  static T normal_cdf(T x) {
+  [[gnu::always_inline]] static T normal_cdf(T x) {
     return vec_math::normal_cdf(x);
   }
   template <class T>
-  static T normal_pdf(T x) {
+  [[gnu::always_inline]] static T normal_pdf(T x) {
     return vec_math::normal_pdf(x);
   }
 };
 
 template <class T>
-inline T neg(T x) {
+[[gnu::always_inline]] inline T neg(T x) {
   return unary_math::neg(x);
 }
 template <class T>
-inline T exp(T x) {
+[[gnu::always_inline]] inline T exp(T x) {
   return vec_math::exp(x);
 }
 template <class T>
-inline T log(T x) {
+[[gnu::always_inline]] inline T log(T x) {
   return std::log(x);
 }
 template <class T>
-inline T sqrt(T x) {
+[[gnu::always_inline]] inline T sqrt(T x) {
   return std::sqrt(x);
 }
 template <class T>
-inline T rsqrt(T x) {
+[[gnu::always_inline]] inline T rsqrt(T x) {
   return T(1) / std::sqrt(x);
 }
 template <class T>
-inline T tanh(T x) {
+[[gnu::always_inline]] inline T tanh(T x) {
   return vec_math::tanh(x);
 }
 template <class T>
-inline T relu(T x) {
+[[gnu::always_inline]] inline T relu(T x) {
   return unary_math::relu(x);
 }
 template <class T>
-inline T sigmoid(T x) {
+[[gnu::always_inline]] inline T sigmoid(T x) {
   return vec_math::sigmoid(x);
 }
 template <class T>
-inline T silu(T x) {
+[[gnu::always_inline]] inline T silu(T x) {
   return unary_math::silu_from_sigmoid(x, vec_math::sigmoid(x));
 }
 template <class T>
-inline T silu_grad(T x, T dy) {
+[[gnu::always_inline]] inline T silu_grad(T x, T dy) {
   return unary_math::silu_grad_from_sigmoid(x, vec_math::sigmoid(x), dy);
 }
 /// gelu(x) = x * Phi(x), Phi the standard normal CDF.
 template <class T>
-inline T gelu(T x) {
+[[gnu::always_inline]] inline T gelu(T x) {
   return unary_math::gelu<VecMath>(x);
 }
 /// Phi(x) ~ (1 + tanh(sqrt(2/pi) * (x + 0.044715 x^3))) / 2.
 template <class T>
-inline T gelu_tanh(T x) {
+[[gnu::always_inline]] inline T gelu_tanh(T x) {
   return unary_math::gelu_tanh<VecMath>(x);
 }
 
