@@ -9,6 +9,7 @@
 #include "oneflowlike/cuda/device.h"
 #include "oneflowlike/eager.h"
 #include "oneflowlike/op.h"
+#include "oneflowlike/ops/creation.h"
 #include "oneflowlike/philox.h"
 #include "tests/cpp/ops/test_util.h"
 
@@ -352,12 +353,38 @@ TEST(Dropout, RejectsBadProbabilityAndIntegerInput) {
                "x must have a floating dtype. However, got x (3,) int64");
 }
 
+// Note [16-bit random values]: the float32 draw rounded to nearest; a uniform value that rounds
+// up to high becomes the largest 16-bit value below it.
+TEST(RandomOps, SixteenBitDrawsAreTheFloat32DrawsRounded) {
+  for (DataType dtype : {DataType::kFloat16, DataType::kBFloat16}) {
+    const Tensor normal = functional::random_normal({4000}, dtype, 0.5, 2, 7, 11);
+    const Tensor want = functional::cast(
+        functional::random_normal({4000}, DataType::kFloat32, 0.5, 2, 7, 11), dtype);
+    EXPECT_EQ(values_of(normal), values_of(want)) << dtype_name(dtype);
+    const Tensor u = functional::random_uniform({100000}, dtype, 0, 1, 7, 11);
+    const std::vector<double> got = values_of(u);
+    const std::vector<double> rounded = values_of(functional::cast(
+        functional::random_uniform({100000}, DataType::kFloat32, 0, 1, 7, 11), dtype));
+    int clamped = 0;
+    for (size_t i = 0; i < got.size(); ++i) {
+      ASSERT_LT(got[i], 1.0) << dtype_name(dtype);
+      if (rounded[i] == 1.0) {
+        ++clamped;
+        EXPECT_EQ(got[i], dtype == DataType::kBFloat16 ? 1.0 - 1.0 / 256 : 1.0 - 1.0 / 2048);
+      } else {
+        EXPECT_EQ(got[i], rounded[i]);
+      }
+    }
+    EXPECT_GT(clamped, 0) << dtype_name(dtype);
+  }
+}
+
 TEST(RandomOps, RejectBadShapeDtypeAndBounds) {
   expect_error(
       [] {
         functional::random_normal({2, 3}, DataType::kInt64, 0, 1, 0, 0);
       },
-      ErrorCode::kTypeError, "[random_normal] dtype must be float32 or float64");
+      ErrorCode::kTypeError, "[random_normal] dtype must be floating");
   expect_error(
       [] {
         functional::random_normal({2, -1}, DataType::kFloat32, 0, 1, 0, 0);
