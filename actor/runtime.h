@@ -55,6 +55,7 @@ struct RuntimeOptions {
   /// Note [Caller-run runtimes] in runtime_threads.cpp: during run() the caller acts for every
   /// actor of this process itself, driving the transport and the collectives between acts; no
   /// actor thread. Host plans only: a plan with GPU tasks runs on threads whatever this says.
+  /// Kernels then use the caller's OpenMP threads (kernel_threads does not apply).
   bool caller_runs = false;
   /// How long an idle thread spins before it parks (Note [Spin, then park]).
   double spin_microseconds = 50;

@@ -47,8 +47,6 @@ Runtime::Runtime(const proto::PlanProto& plan, RuntimeOptions options)
   OFL_CHECK(!(options_.caller_runs && options_.deterministic), kTag,
             "caller_runs and deterministic are two modes. However, got both.");
   if (options_.caller_runs) {
-    OFL_CHECK(!options_.async_cpu_streams && !options_.make_stream, kTag,
-              "caller_runs runs host tasks at their acts. However, got streams asked for.");
     // Note [Caller-run runtimes]: a plan with GPU tasks keeps its threads and streams.
     for (const proto::RankPlanProto& rank : plan.ranks()) {
       for (const proto::TaskProto& task : rank.tasks()) {
@@ -56,6 +54,8 @@ Runtime::Runtime(const proto::PlanProto& plan, RuntimeOptions options)
       }
     }
   }
+  OFL_CHECK(!options_.caller_runs || (!options_.async_cpu_streams && !options_.make_stream), kTag,
+            "caller_runs runs host tasks at their acts. However, got streams asked for.");
   ranks_ = options_.ranks.empty() ? index_.ranks() : options_.ranks;
   std::sort(ranks_.begin(), ranks_.end());
   OFL_CHECK(

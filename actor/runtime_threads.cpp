@@ -170,7 +170,8 @@ void Runtime::assign_streams() {
 void Runtime::run_on_caller(const std::function<bool()>& done) {
   const int64_t timeout_ns = static_cast<int64_t>(options_.watchdog_seconds * 1e9);
   const int64_t spin_ns = static_cast<int64_t>(std::max(options_.spin_microseconds, 0.0) * 1e3);
-  int64_t last_progress = now_ns();
+  int64_t last_progress = now_ns();    // for the watchdog
+  int64_t last_moved = last_progress;  // for spinning, then napping
   for (;;) {
     int64_t acts = 0;
     for (auto& thread : threads_) acts += thread->run_inline();
@@ -183,11 +184,14 @@ void Runtime::run_on_caller(const std::function<bool()>& done) {
     }
     if (done()) return;
     const int64_t now = now_ns();
-    if (moved) {
-      last_progress = now;
-    } else if (now - last_progress > timeout_ns) {
-      throw_stall();
-    } else if (now - last_progress > spin_ns) {
+    // As in the threaded mode's watchdog, a collective with work under way (waiting for a slow
+    // peer) is progress: only nothing at all for watchdog_seconds is a stall.
+    bool busy = false;
+    for (const auto& stream : streams_) busy = busy || stream->busy();
+    if (moved) last_moved = now;
+    if (moved || busy) last_progress = now;
+    if (now - last_progress > timeout_ns) throw_stall();
+    if (now - last_moved > spin_ns) {
       std::this_thread::sleep_for(std::chrono::microseconds(20));
     } else {
       sched_yield();
@@ -241,13 +245,18 @@ bool Runtime::shutdown() {
     }
     if (options_.deterministic && !threads_.empty()) run_deterministic();
     if (options_.caller_runs && !threads_.empty()) {
-      // The end of stream passes between the ranks: act until every actor here retired.
+      // The end of stream passes between the ranks: act until every actor here retired (those
+      // that did not are reported below; the destructor calls this, so nothing may throw).
       const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-      run_on_caller([&] {
-        bool retired = true;
-        for (const auto& actor : actors_) retired = retired && actor->retired();
-        return retired || std::chrono::steady_clock::now() > until;
-      });
+      try {
+        run_on_caller([&] {
+          bool retired = true;
+          for (const auto& actor : actors_) retired = retired && actor->retired();
+          return retired || std::chrono::steady_clock::now() > until;
+        });
+      } catch (const std::exception& e) {
+        LOG(ERROR) << kTag << "the end of stream did not pass: " << e.what();
+      }
     }
   }
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);

@@ -73,8 +73,8 @@ def _count_nonfinite(grads):
     for g in grads:
         if isinstance(g, global_tensor.GlobalTensor):
             by_layout.setdefault((g.placement, g.sbp, g.dtype), []).append(g)
-        else:
-            local.setdefault(g.dtype, []).append(g)
+        else:  # one count per device and dtype (the op takes tensors of one device)
+            local.setdefault((str(g.device), g.dtype), []).append(g)
     found = sum(float(_C.multi_tensor_count_nonfinite(gs).numpy()) for gs in local.values())
     total = None
     for (placement, _, _), gs in by_layout.items():
