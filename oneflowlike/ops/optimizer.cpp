@@ -321,6 +321,11 @@ Tensor count_nonfinite(const Tensor& x) {
   return op.call1(NoParams{}, {x});
 }
 
+Tensor multi_tensor_sum_squares(const std::vector<Tensor>& xs) {
+  static OpHandle op("multi_tensor_sum_squares");
+  return op.call1(NoParams{}, xs);
+}
+
 Tensor multi_tensor_count_nonfinite(const std::vector<Tensor>& xs) {
   static OpHandle op("multi_tensor_count_nonfinite");
   return op.call1(NoParams{}, xs);

@@ -138,6 +138,8 @@ void adam_update(const Tensor& param, const Tensor& grad, const Tensor& exp_avg,
 Tensor count_nonfinite(const Tensor& x);
 /// Note [Multi-tensor updates]: the inf and nan elements of all of `xs` (one dtype), float32.
 Tensor multi_tensor_count_nonfinite(const std::vector<Tensor>& xs);
+/// Note [Multi-tensor updates]: sum_i sum(xs[i] * xs[i]) (float32 or float64, one dtype).
+Tensor multi_tensor_sum_squares(const std::vector<Tensor>& xs);
 void loss_scale_update(const Tensor& scale, const Tensor& good_steps, const Tensor& steps,
                        const Tensor& found, const LossScaleParams& params);
 }  // namespace functional

@@ -14,6 +14,9 @@ void init_optimizer(py::module_& m) {
         py::arg("weight_decay") = 0.0, py::arg("decoupled_weight_decay") = false,
         "torch.optim.Adam/AdamW's update of param, exp_avg and exp_avg_sq, in place; lr and "
         "step (1-based) are scalar tensors.");
+  m.def("multi_tensor_sum_squares", &functional::multi_tensor_sum_squares, py::arg("tensors"),
+        "sum over the tensors of sum(t * t) (float32 or float64, one dtype): clip_grad_norm_'s "
+        "squared total.");
   m.def("multi_tensor_count_nonfinite", &functional::multi_tensor_count_nonfinite,
         py::arg("tensors"),
         "The number of inf and nan elements of all the tensors (one floating dtype), a float32 "

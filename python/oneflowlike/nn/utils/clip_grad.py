@@ -39,6 +39,15 @@ def clip_grad_norm_(parameters, max_norm, norm_type=2.0, error_if_nonfinite=Fals
 
     if math.isinf(norm_type):
         total = flow.amax(flow.stack([gathered(flow.amax(g.abs())) for g in grads]))
+    elif norm_type == 2.0 and all(g.dtype in (flow.float32, flow.float64) for g in grads):
+        # One multi-tensor sum of squares per group of gradients that share a placement and
+        # layout (or a device) and a dtype (Note [Multi-tensor updates]): each gradient's part
+        # is its (g * g).sum() as below, added in the parameters' order within a group.
+        total = None
+        for group in _groups(grads).values():
+            part = gathered(_sum_squares(group, is_global))
+            total = part if total is None else total + part
+        total = total.sqrt()
     else:
         total = None
         for g in grads:
@@ -65,6 +74,26 @@ def clip_grad_norm_(parameters, max_norm, norm_type=2.0, error_if_nonfinite=Fals
             c = c.to_global(placement=g.placement, sbp=_broadcast(g.placement))
         p.grad = g * c
     return total
+
+
+def _groups(grads):
+    """The gradients by (placement, layout, dtype), or (device, dtype) for local ones, in the
+    order of their first member (the same on every rank)."""
+    groups = {}
+    for g in grads:
+        key = (g.placement, g.sbp, g.dtype) if getattr(g, "is_global", False) else \
+            (str(g.device), g.dtype)
+        groups.setdefault(key, []).append(g)
+    return groups
+
+
+def _sum_squares(group, is_global):
+    if not is_global:
+        return _C.multi_tensor_sum_squares(group)
+    from oneflowlike.framework import global_tensor  # noqa: PLC0415
+
+    return global_tensor.apply(_C.multi_tensor_sum_squares, (group,), {},
+                               name="clip_grad_norm_")
 
 
 def _broadcast(placement):
