@@ -197,6 +197,12 @@ class Graph {
   /// Note [Input gradients] in passes/autograd.cpp: the name of each input op marked trainable
   /// -> the position in `fetches` of its gradient (filled by autograd; passes keep positions).
   std::map<std::string, int> input_grad_fetches;
+  /// Note [Saved forward values] in passes/autograd.cpp: forward tensors whose values are fed
+  /// instead of computed, by name -> (the input that feeds them, its layout).
+  std::map<std::string, std::pair<std::string, NdSbp>> given_values;
+  /// The forward op outputs the backward reads (names; filled by autograd from given output
+  /// gradients), what a caller may save and give next time.
+  std::vector<std::string> backward_reads;
   /// Under dynamic loss scaling, the scale variable's tensor (made by autograd), else -1.
   int loss_scale_tensor = -1;
 

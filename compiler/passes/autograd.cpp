@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <map>
+#include <set>
 
 #include "compiler/passes/passes.h"
 #include "oneflowlike/ops/creation.h"
@@ -28,6 +29,16 @@ namespace ofl::compiler {
 // the seed, expand it and multiply by dy again: six ops around the op's own gradient, and the
 // op itself, which dead-code elimination now drops unless its gradient reads its output (as
 // softmax's does).
+
+// Note [Saved forward values]
+// ---------------------------
+// Differentiated from given output gradients (eager autograd of global tensors), the backward
+// of an op whose gradient reads its outputs (attention's out and logsumexp, layer norm's mean and
+// rstd, softmax) keeps the op in the graph to compute them again. Instead, as PyTorch's
+// autograd saves tensors: autograd lists the forward op outputs its backward ops read
+// (Graph::backward_reads); a caller that fetched those values when it ran the forward gives them
+// back (Graph::given_values): each becomes an input, the backward ops read it, and dead-code
+// elimination drops the forward ops nothing else reads.
 
 namespace {
 
@@ -352,9 +363,59 @@ class AutogradPass final : public Pass {
       graph.variable_grads[i] = grad;
     }
     fetch_input_grads(graph, order, reaches_loss, table);
+    if (!given.empty()) {
+      graph.backward_reads = backward_reads(graph);
+      give_values(graph);
+    }
   }
 
  private:
+  // Note [Saved forward values]: the outputs of forward compute ops that backward ops read.
+  static std::vector<std::string> backward_reads(const Graph& graph) {
+    std::vector<std::string> names;
+    std::set<int> seen;
+    for (int i = 0; i < graph.num_ops(); ++i) {
+      const LogicalOp& op = graph.op(i);
+      if (op.role != OpRole::kBackward) continue;
+      for (int t : op.inputs) {
+        const LogicalOp& producer = graph.op(graph.tensor(t).producer);
+        if (producer.kind != OpKind::kCompute || producer.role != OpRole::kForward) continue;
+        if (seen.insert(t).second) names.push_back(graph.tensor(t).name);
+      }
+    }
+    return names;
+  }
+
+  // Note [Saved forward values]: each given forward tensor becomes an input the backward reads.
+  static void give_values(Graph& graph) {
+    for (const auto& [name, given] : graph.given_values) {
+      // A name the graph lacks (or an input's) is computed as without it: never wrong.
+      const std::optional<int> found = graph.find_tensor(name);
+      if (!found.has_value()) continue;
+      const int t = *found;
+      if (graph.op(graph.tensor(t).producer).kind != OpKind::kCompute) continue;
+      const LogicalOp producer = graph.op(graph.tensor(t).producer);  // a copy: ops get added
+      LogicalOp input;
+      input.name = given.first;
+      input.kind = OpKind::kInput;
+      input.placement = producer.placement;
+      input.stage = producer.stage;
+      input.location = producer.location;
+      input.output_sbp_hints = {given.second};
+      const TensorMeta meta = graph.tensor(t).meta;
+      const int op = graph.add_op(std::move(input), 1, {given.first});
+      const int value = graph.op(op).outputs.at(0);
+      graph.tensor(value).meta = meta;
+      for (int i = 0; i < graph.num_ops(); ++i) {
+        LogicalOp& reader = graph.op(i);
+        if (reader.role != OpRole::kBackward) continue;
+        for (int& in : reader.inputs) {
+          if (in == t) in = value;
+        }
+      }
+    }
+  }
+
   // Note [Input gradients]: an input op marked trainable (eager autograd of global tensors
   // differentiates a one-op graph with respect to its inputs) gets its gradient fetched; the
   // graph records where, by the input's name. Inputs whose gradient is one tensor share it.

@@ -109,6 +109,7 @@ struct PyPlan {
   // Each differentiable input's name -> the name of its fetched gradient (Note [Input
   // gradients]).
   std::map<std::string, std::string> input_grads;
+  std::vector<std::string> backward_reads;  // Note [Saved forward values]
   // Note [Memory report]: the kind of memory of each variable and gradient tensor, by name.
   std::map<std::string, std::string> memory_kinds;
 };
@@ -212,6 +213,8 @@ void init_graph(py::module_& m) {
                     "tensor, by name.")
       .def_readonly("input_grads", &PyPlan::input_grads,
                     "Each differentiable input's name -> the fetched name of its gradient.")
+      .def_readonly("backward_reads", &PyPlan::backward_reads,
+                    "The forward op outputs the backward reads (Note [Saved forward values]).")
       .def_readonly("variable_sbp", &PyPlan::variable_sbp,
                     "The SBP of each variable, by name (the same in every process).")
       .def(
@@ -302,6 +305,31 @@ void init_graph(py::module_& m) {
           py::arg("x"), py::arg("placement"), py::arg("sbp"))
       .def("fetch", [](PyTracer& t, const Tensor& x) { return t.tracer->fetch(x); })
       .def("differentiable", [](PyTracer& t, const Tensor& x) { t.tracer->differentiable(x); })
+      .def(
+          "fetch_named",
+          [](PyTracer& t, const std::string& name) {
+            compiler::Graph& g = t.tracer->builder().graph();
+            const std::optional<int> found = g.find_tensor(name);
+            OFL_CHECK(found.has_value(),
+                      "[trace] fetch_named needs a tensor of the graph. "
+                      "However, got '",
+                      name, "'.");
+            t.tracer->builder().fetch(*found);
+            const TensorMeta& meta = g.tensor(*found).meta;
+            return py::make_tuple(meta.shape, meta.dtype);
+          },
+          py::arg("name"),
+          "Hands back the tensor of this name every iteration; returns its (shape, dtype) "
+          "(Note [Saved forward values] in compiler/passes/autograd.cpp).")
+      .def(
+          "give",
+          [](PyTracer& t, const std::string& name, const std::string& input,
+             const std::vector<std::string>& sbp) {
+            t.tracer->builder().graph().given_values[name] = {input, nd_sbp_of(sbp)};
+          },
+          py::arg("name"), py::arg("input"), py::arg("sbp"),
+          "The forward tensor `name` is fed through input `input` laid out as `sbp` where the "
+          "backward reads it (Note [Saved forward values] in compiler/passes/autograd.cpp).")
       .def(
           "ranks",
           [](PyTracer& t) {
@@ -461,6 +489,7 @@ void init_graph(py::module_& m) {
             for (const auto& [input, at] : logical.input_grad_fetches) {
               plan->input_grads[input] = logical.tensor(logical.fetches.at(at)).name;
             }
+            plan->backward_reads = logical.backward_reads;
             for (int i = 0; i < logical.num_ops(); ++i) {
               const compiler::LogicalOp& op = logical.op(i);
               if (op.kind == compiler::OpKind::kVariable) {

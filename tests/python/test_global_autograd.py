@@ -244,3 +244,25 @@ def test_autocast_on_global_tensors_follows_the_scope_and_the_backward_the_forwa
     (gy, gg), (ly, lg) = results
     np.testing.assert_array_equal(gy, ly)
     np.testing.assert_allclose(gg, lg, rtol=1e-6)
+
+
+# Note [Saved forward values] in compiler/passes/autograd.cpp: after an op signature's first
+# backward, its forward also fetches what its backward reads (softmax's output, layer norm's
+# mean and rstd) and the backward takes those instead of computing the op again: the gradients
+# stay the one-device ones.
+def test_backward_reads_the_values_its_forward_saved():
+    from oneflowlike.framework import global_autograd
+
+    rng = np.random.default_rng(12)
+    for step in range(3):
+        xs = rng.standard_normal((4, 6)).astype(np.float32)
+        grads = []
+        for make in (lambda a: flow.tensor(a, placement=P, sbp=S0), flow.tensor):
+            x = make(xs)
+            x.requires_grad = True
+            y = F.layer_norm(F.softmax(x, dim=-1), (6,))
+            (y * y).sum().backward()
+            grads.append(x.grad.numpy())
+        np.testing.assert_allclose(grads[0], grads[1], rtol=1e-5, atol=1e-6)
+        saved = [k for k in global_autograd._saves if k[1] in ("F.softmax", "F.layer_norm")]
+        assert len(saved) == 2, list(global_autograd._saves)

@@ -30,6 +30,16 @@ from oneflowlike import sbp as _sbp
 
 _RANDOM_OPS = {"dropout", "random_normal", "random_uniform"}  # op types
 
+# Note [Saved forward values] in compiler/passes/autograd.cpp: forward key (global_tensor.apply)
+# -> the names of the forward tensors its backward reads, learnt from the first VJP graph
+# compiled for it; later forward calls fetch them, and their VJP graphs take them as inputs
+# instead of computing the op again.
+_saves = {}
+
+
+def saves_of(key):
+    return _saves.get(key, ())
+
 
 def grad_enabled():
     return _C.is_grad_enabled()
@@ -73,11 +83,22 @@ class _Node:
 
 
 class OpNode(_Node):
-    def __init__(self, fn, structure, leaves, key, name, outputs, op_types):
+    def __init__(self, fn, structure, leaves, key, name, outputs, op_types, saved=None):
         super().__init__(leaves, outputs)
         self.fn, self.structure, self.key, self.name = fn, structure, key, name
         self.random = bool(_RANDOM_OPS & set(op_types))
         self.autocast = key[-1]  # the forward's autocast dtype (global_tensor.apply's key)
+        # Note [Saved forward values]: (name, this rank's piece, layout) of each value the
+        # forward fetched, and the piece's version (an output the caller writes in place before
+        # backward is computed again instead). Pieces, not the global tensors: an output holding
+        # its node, and the node it, would keep both until the cycle collector ran.
+        self.saved = [(name, t._local, t.sbp) for name, t in sorted((saved or {}).items())]
+        self.saved_versions = [None if p is None else p._version for _, p, _ in self.saved]
+
+    def _saved_values(self):
+        """The saved values still as the forward made them (all of them, or none)."""
+        now = [None if p is None else p._version for _, p, _ in self.saved]
+        return self.saved if now == self.saved_versions else []
 
     def vjp(self, dys):
         from oneflowlike.framework import global_tensor as gt
@@ -89,22 +110,29 @@ class OpNode(_Node):
                 "graph: its backward would draw others. Train models with random ops on global "
                 "tensors through nn.Graph.")
         given = [j for j, dy in enumerate(dys) if dy is not None]
+        saved = self._saved_values()
         key = ("vjp", self.key, tuple(self.diff),
-               tuple((j, dys[j].dtype, dys[j].sbp) for j in given))
+               tuple((j, dys[j].dtype, dys[j].sbp) for j in given),
+               tuple((name, sbp) for name, _, sbp in saved))
         compiled = gt._cache.get(key)
         placement = self.inputs[0].placement
         if compiled is None:
-            compiled = gt._cache[key] = _compile_vjp(self, given, dys, placement)
+            compiled = gt._cache[key] = _compile_vjp(self, given, dys, placement, saved)
+        if not saved and compiled.backward_reads and self.key not in _saves:
+            _saves[self.key] = tuple(compiled.backward_reads)  # saved from the next forward on
         rank = compiled.rank
         pieces = {f"in{i}": {rank: t._local} for i, t in enumerate(self.inputs)
                   if t._local is not None}
         for j in given:
             if dys[j]._local is not None:
                 pieces[f"dy{j}"] = {rank: dys[j]._local}
+        for k, (_, piece, _) in enumerate(saved):
+            if piece is not None:
+                pieces[f"saved{k}"] = {rank: piece}
         return compiled.run(pieces)
 
 
-def _compile_vjp(node, given, dys, placement):
+def _compile_vjp(node, given, dys, placement, saved=()):
     from oneflowlike.framework import global_tensor as gt
 
     tracer = gt._Tracer("global_vjp", placement)
@@ -114,12 +142,12 @@ def _compile_vjp(node, given, dys, placement):
     previous = _C.autocast_dtype()
     _C.set_autocast_dtype(node.autocast)
     try:
-        return _trace_vjp(node, given, dys, placement, tracer)
+        return _trace_vjp(node, given, dys, placement, tracer, saved)
     finally:
         _C.set_autocast_dtype(previous)
 
 
-def _trace_vjp(node, given, dys, placement, tracer):
+def _trace_vjp(node, given, dys, placement, tracer, saved):
     import oneflowlike as flow
     from oneflowlike.framework import global_tensor as gt
 
@@ -135,6 +163,8 @@ def _trace_vjp(node, given, dys, placement, tracer):
             dy = tracer.input(f"dy{j}", dys[j].shape, dys[j].dtype, placement._c,
                               gt._strings(dys[j].sbp))
             tracer.set_output_grad(outs[j], dy)
+    for k, (name, _, sbp) in enumerate(saved):  # Note [Saved forward values]
+        tracer.give(name, f"saved{k}", gt._strings(sbp))
     names = [f"in{i}" for i in node.diff]
     metas = [(placement, node.inputs[i].shape, node.inputs[i].dtype) for i in node.diff]
     return gt._Compiled(tracer, None, metas, grads_of=names)

@@ -456,6 +456,7 @@ class _Compiled:
             self.fetches = [plan.input_grads.get(name) for name in grads_of]
             self.missing = {k for k, name in enumerate(self.fetches) if name is None}
         self.output_sbp = plan.fetch_sbp
+        self.backward_reads = list(plan.backward_reads)  # Note [Saved forward values]
         if rank in ranks:
             # Note [Caller-run runtimes]: one op's work, run on the calling thread.
             self.runtime = _job.current().runtime(plan, caller_runs=True)
@@ -637,7 +638,14 @@ def apply(fn, args, kwargs, *, name):
     # Note [Eager autocast] in autocast.h: the trace applies this thread's autocast dtype, so a
     # graph traced under flow.autocast is another graph than one traced outside it.
     key = ("apply", name, placement, signature, repr(structure), _C.autocast_dtype())
-    compiled = _cache.get(key)
+    from oneflowlike.framework import global_autograd
+
+    recording = global_autograd.grad_enabled() and any(
+        global_autograd.needs_grad(t) for t in leaves)
+    # Note [Saved forward values]: what this op's backward reads, fetched for it.
+    saves = global_autograd.saves_of(key) if recording else ()
+    cache_key = key + (("saving",) + saves,) if saves else key
+    compiled = _cache.get(cache_key)
     if compiled is None:
         tracer = _Tracer("global_op", placement)
         tracer.set_constants_allowed(False)
@@ -657,18 +665,29 @@ def apply(fn, args, kwargs, *, name):
                                 f"{type(o).__name__}.")
         fetches = [tracer.fetch(o) for o in outs]
         meta = [(placement, tuple(o.shape), o.dtype) for o in outs]
-        compiled = _cache[key] = _Compiled(tracer, fetches, meta)
+        saved = []  # (name, position in the results)
+        for saved_name in saves:
+            if saved_name in fetches:  # an output the caller gets too
+                saved.append((saved_name, fetches.index(saved_name)))
+                continue
+            shape, dtype = tracer.fetch_named(saved_name)
+            fetches.append(saved_name)
+            meta.append((placement, tuple(shape), dtype))
+            saved.append((saved_name, len(fetches) - 1))
+        compiled = _cache[cache_key] = _Compiled(tracer, fetches, meta)
+        compiled.num_outputs = len(outs)
+        compiled.saved = saved
         compiled.single = single
         compiled.op_types = set(tracer.op_types())
         # A named tuple (flow.max(x, dim), topk, sort) comes back as the same named tuple.
         compiled.named = type(out) if hasattr(type(out), "_fields") else None
     rank = compiled.rank
     pieces = {f"in{i}": {rank: t._local} for i, t in enumerate(leaves) if t._local is not None}
-    results = compiled.run(pieces)
-    from oneflowlike.framework import global_autograd
-
-    if global_autograd.grad_enabled() and any(global_autograd.needs_grad(t) for t in leaves):
-        global_autograd.OpNode(fn, structure, leaves, key, op, results, compiled.op_types)
+    everything = compiled.run(pieces)
+    results = everything[:compiled.num_outputs]
+    if recording:
+        global_autograd.OpNode(fn, structure, leaves, key, op, results, compiled.op_types,
+                               {name: everything[i] for name, i in compiled.saved})
     if compiled.single:
         return results[0]
     return compiled.named._make(results) if compiled.named else tuple(results)

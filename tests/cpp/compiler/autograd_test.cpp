@@ -398,6 +398,40 @@ TEST(Autograd, GivenOutputGradientsSeedTheBackwardWithoutALoss) {
   EXPECT_EQ(reductions, 0);
 }
 
+// Note [Saved forward values]: exp's gradient reads its output, which autograd lists; given
+// back as an input, the backward reads it there, the forward exp goes, and the gradient is the
+// same.
+TEST(Autograd, AGivenForwardValueReplacesTheOpItsBackwardReads) {
+  const Tensor w_value = testing::make_tensor({0.5, -1, 2, 0.25, 1.5, -0.75}, Shape{2, 3}, kF64);
+  const Tensor dy_value = testing::make_tensor({2, 1, -1, 0.5, -0.5, 1}, Shape{2, 3}, kF64);
+  auto build = [&](bool give) {
+    GraphBuilder b;
+    const int w = b.variable("w", Shape{2, 3}, Initializer{}, {}, true, kF64);
+    const int y = b.op1("exp", NoParams{}, {w}, "y");
+    b.set_output_grad(y, b.input("dy", Shape{2, 3}, kF64));
+    Graph g = b.graph();
+    if (give) g.given_values["y/out0"] = {"saved0", NdSbp{B()}};
+    differentiate(g);
+    return g;
+  };
+  Graph plain = build(false);
+  EXPECT_EQ(plain.backward_reads, std::vector<std::string>{"y/out0"});
+  Graph given = build(true);
+  std::map<std::string, Tensor> feeds = {{"w", w_value}, {"dy", dy_value}};
+  const Tensor want =
+      run_graph_eagerly(plain, feeds).at(plain.variable_grads.at(op_index(plain, "w")));
+  feeds["saved0"] = functional::exp(w_value);
+  const Tensor got =
+      run_graph_eagerly(given, feeds).at(given.variable_grads.at(op_index(given, "w")));
+  EXPECT_EQ(values_of(got), values_of(want));
+  given.fetches.push_back(given.variable_grads.at(op_index(given, "w")));
+  make_dead_code_elimination_pass()->run(given, {});
+  for (int i = 0; i < given.num_ops(); ++i) {
+    const LogicalOp& op = given.op(i);
+    EXPECT_FALSE(op.kind == OpKind::kCompute && op.schema->name() == "exp") << op.describe();
+  }
+}
+
 TEST(Autograd, GivenOutputGradientsOfAnotherShapeAreRefusedNamingBoth) {
   GraphBuilder b;
   const int w = b.variable("w", Shape{2, 3}, Initializer{}, {}, true, kF64);
