@@ -266,3 +266,21 @@ def test_backward_reads_the_values_its_forward_saved():
         np.testing.assert_allclose(grads[0], grads[1], rtol=1e-5, atol=1e-6)
         saved = [k for k in global_autograd._saves if k[1] in ("F.softmax", "F.layer_norm")]
         assert len(saved) == 2, list(global_autograd._saves)
+
+
+# The saved values learnt from one backward serve the next ones whatever needs a gradient (x
+# alone, then the weight too, then the weight alone).
+def test_saved_values_serve_backwards_of_other_inputs():
+    rng = np.random.default_rng(13)
+    xs, ws = rng.standard_normal((4, 6)).astype(np.float32), rng.standard_normal(6).astype(np.float32)
+    for gx, gw in [(True, False), (True, True), (False, True), (True, True)]:
+        outs = []
+        for make in (lambda a, s: flow.tensor(a, placement=P, sbp=s), lambda a, s: flow.tensor(a)):
+            x, w = make(xs, S0), make(ws, B)
+            x.requires_grad, w.requires_grad = gx, gw
+            (F.layer_norm(x, (6,), weight=w) ** 3).sum().backward()
+            outs.append([None if t.grad is None else t.grad.numpy() for t in (x, w)])
+        for g, l in zip(*outs):
+            assert (g is None) == (l is None)
+            if g is not None:
+                np.testing.assert_allclose(g, l, rtol=1e-4, atol=1e-5)
