@@ -207,6 +207,27 @@ RankMemoryReport report_rank(const proto::RankPlanProto& rank_plan,
     }
   }
   out.live_peak = base + std::max<int64_t>(best, 0);
+  // The model states' high-water mark (see RankMemoryReport).
+  auto model_states = [](const std::map<std::string, int64_t>& bytes) {
+    int64_t sum = 0;
+    for (const char* k : {"parameters", "gradients", "optimizer state"}) {
+      const auto it = bytes.find(k);
+      if (it != bytes.end()) sum += it->second;
+    }
+    return sum;
+  };
+  {
+    std::map<std::string, int64_t> running = always;
+    out.model_states_peak = model_states(running);
+    for (size_t i = 0; i < chain.size(); ++i) {
+      for (const auto& [k, bytes] : kind_delta[i]) running[k] += bytes;
+      const int64_t states = model_states(running);
+      if (states > out.model_states_peak) {
+        out.model_states_peak = states;
+        out.model_states_task = rank_plan.tasks(chain[i]).name();
+      }
+    }
+  }
   out.by_kind = always;
   if (!chain.empty()) {
     out.peak_task = rank_plan.tasks(chain[at]).name();

@@ -34,6 +34,11 @@ struct RankMemoryReport {
   std::string peak_task;                   // that task's name
   int64_t workspace = 0;                   // kernel workspace of all the rank's compute tasks
   std::map<std::string, int64_t> by_kind;  // bytes live at the peak task, by kind
+  /// The most parameter, gradient and optimizer-state bytes live at one chain task, and that
+  /// task: the model states' own high-water mark, what DeepSpeed's formulas count (at the live
+  /// peak, often in the backward, only part of the gradients may be live).
+  int64_t model_states_peak = 0;
+  std::string model_states_task;
 };
 
 /// The kinds the logical graph knows, by tensor name: trainable variables "parameters",

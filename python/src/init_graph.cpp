@@ -237,6 +237,8 @@ void init_graph(py::module_& m) {
               d["peak_task"] = r.peak_task;
               d["workspace"] = r.workspace;
               d["by_kind"] = r.by_kind;
+              d["model_states_peak"] = r.model_states_peak;
+              d["model_states_task"] = r.model_states_task;
               out.append(d);
             }
             return out;

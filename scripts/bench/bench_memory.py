@@ -48,13 +48,18 @@ def main():
     psi, n = 4 * model.num_parameters(), 2
     textbook = {0: psi * (1 + 1 + 2), 1: psi * (1 + 1 + 2 / n), 2: psi * (1 + 1 / n + 2 / n),
                 3: psi * (1 + 1 + 2) / n}[a.zero]
-    kinds = next(r for r in graph.memory_report() if r["rank"] == 0)["by_kind"]
+    report = next(r for r in graph.memory_report() if r["rank"] == 0)
+    kinds = report["by_kind"]
     states = {k: kinds.get(k, 0) for k in ("parameters", "gradients", "optimizer state")}
     if flow.env.get_rank() == 0:
         print(f"zero {a.zero}, {a.micro_batches} micro-batches: model states at the planned peak "
               + ", ".join(f"{k} {v / 2**20:.2f} MiB" for k, v in states.items())
               + f", total {sum(states.values()) / 2**20:.2f} MiB; textbook {textbook / 2**20:.2f} "
               f"MiB ({sum(states.values()) / textbook - 1:+.1%})", flush=True)
+        high = report["model_states_peak"]
+        print(f"zero {a.zero}, {a.micro_batches} micro-batches: model states at their own "
+              f"high-water mark {high / 2**20:.2f} MiB (at '{report['model_states_task']}'); "
+              f"textbook {textbook / 2**20:.2f} MiB ({high / textbook - 1:+.1%})", flush=True)
         print(f"zero {a.zero}, {a.micro_batches} micro-batches: planned peak {graph.peak_bytes() / 2**20:.1f} MiB, RSS growth "
               f"{trainer.rss_mib() - rss0:.1f} MiB, allocator live {live0:.1f} -> "
               f"{flow._C.cpu_memory_live_bytes() / 2**20:.1f} MiB, eager graphs "

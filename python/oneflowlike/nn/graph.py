@@ -1055,7 +1055,9 @@ class Graph:
         """Note [Memory report] of every rank of this graph (traced: call it once first),
         recompiled as a whole job: per rank its planned peak, the task of its live peak, and
         the bytes of parameters, gradients, optimizer state, activations (the micro-batches in
-        flight counted), buffers, communication buffers and kernel workspace there. A list of
+        flight counted), buffers, communication buffers and kernel workspace there, and the
+        model states' own high-water mark (``model_states_peak``, at ``model_states_task``:
+        parameters, gradients and optimizer state, what DeepSpeed's formulas count). A list of
         dicts, one per rank; str() is a table."""
         if getattr(self, "_tracer", None) is None:
             raise RuntimeError("[nn.Graph] memory_report needs the traced graph: call the graph "

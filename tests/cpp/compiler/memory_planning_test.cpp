@@ -663,6 +663,16 @@ TEST(MemoryPlanning, UnderAccumulationTheBucketsAreTheAccumulatorsAndAreReducedI
     const RankMemoryReport report = memory_report(plan, memory_kinds(logical)).at(0);
     EXPECT_LT(report.by_kind.at("gradients"), report.by_kind.at("parameters") * 115 / 100)
         << "micro-batches " << micro << ": " << memory_report_to_text({report});
+    // The model states' own high-water mark: at least what is live at the peak, at least the
+    // parameters, Adam's two moments and one whole gradient (all live before the update), at
+    // most the live peak.
+    const auto& at_peak = report.by_kind;
+    EXPECT_GE(report.model_states_peak, at_peak.at("parameters") +
+                                            at_peak.at("optimizer state") +
+                                            at_peak.at("gradients"));
+    EXPECT_GE(report.model_states_peak, at_peak.at("parameters") * 4);
+    EXPECT_LE(report.model_states_peak, report.live_peak);
+    EXPECT_FALSE(report.model_states_task.empty());
   }
 }
 
