@@ -70,6 +70,9 @@ class DeadCodeEliminationPass final : public Pass {
     for (int t : graph.fetches) out.fetches.push_back(tensor_map[t]);
     if (graph.train.loss >= 0) out.train.loss = tensor_map[graph.train.loss];
     out.input_grad_fetches = graph.input_grad_fetches;  // positions in fetches, kept in order
+    // Note [Saved forward values] in autograd.cpp: by name, which the rebuild keeps.
+    out.given_values = graph.given_values;
+    out.backward_reads = graph.backward_reads;
     for (const auto& [var, grad] : graph.variable_grads) {
       if (op_map[var] >= 0 && tensor_map[grad] >= 0)
         out.variable_grads[op_map[var]] = tensor_map[grad];

@@ -219,6 +219,7 @@ RankMemoryReport report_rank(const proto::RankPlanProto& rank_plan,
   {
     std::map<std::string, int64_t> running = always;
     out.model_states_peak = model_states(running);
+    if (!chain.empty()) out.model_states_task = rank_plan.tasks(chain[0]).name();
     for (size_t i = 0; i < chain.size(); ++i) {
       for (const auto& [k, bytes] : kind_delta[i]) running[k] += bytes;
       const int64_t states = model_states(running);

@@ -312,17 +312,15 @@ void init_graph(py::module_& m) {
           [](PyTracer& t, const std::string& name) {
             compiler::Graph& g = t.tracer->builder().graph();
             const std::optional<int> found = g.find_tensor(name);
-            OFL_CHECK(found.has_value(),
-                      "[trace] fetch_named needs a tensor of the graph. "
-                      "However, got '",
-                      name, "'.");
+            if (!found.has_value()) return py::object(py::none());
             t.tracer->builder().fetch(*found);
             const TensorMeta& meta = g.tensor(*found).meta;
-            return py::make_tuple(meta.shape, meta.dtype);
+            return py::object(py::make_tuple(meta.shape, meta.dtype));
           },
           py::arg("name"),
-          "Hands back the tensor of this name every iteration; returns its (shape, dtype) "
-          "(Note [Saved forward values] in compiler/passes/autograd.cpp).")
+          "Hands back the tensor of this name every iteration; returns its (shape, dtype), or "
+          "None when the graph has no such tensor (Note [Saved forward values] in "
+          "compiler/passes/autograd.cpp).")
       .def(
           "give",
           [](PyTracer& t, const std::string& name, const std::string& input,

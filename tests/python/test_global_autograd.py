@@ -284,3 +284,23 @@ def test_saved_values_serve_backwards_of_other_inputs():
             assert (g is None) == (l is None)
             if g is not None:
                 np.testing.assert_allclose(g, l, rtol=1e-4, atol=1e-5)
+
+
+# A function of several ops whose forward leaves a dead op in the VJP graph (3-d attention:
+# unsqueeze, attention, squeeze) learns what to save too (dead-code elimination keeps the list).
+def test_a_composite_function_saves_what_its_backward_reads():
+    from oneflowlike.framework import global_autograd
+
+    rng = np.random.default_rng(14)
+    for _ in range(2):
+        arrays = [rng.standard_normal((2, 5, 4)).astype(np.float32) for _ in range(3)]
+        grads = []
+        for make in (lambda a: flow.tensor(a, placement=P, sbp=B), flow.tensor):
+            q, k, v = (make(a) for a in arrays)
+            for t in (q, k, v):
+                t.requires_grad = True
+            (F.scaled_dot_product_attention(q, k, v, is_causal=True) ** 2).sum().backward()
+            grads.append([t.grad.numpy() for t in (q, k, v)])
+        for g, l in zip(*grads):
+            np.testing.assert_allclose(g, l, rtol=1e-4, atol=1e-5)
+    assert any(k[1] == "F.scaled_dot_product_attention" for k in global_autograd._saves)

@@ -89,16 +89,22 @@ class OpNode(_Node):
         self.random = bool(_RANDOM_OPS & set(op_types))
         self.autocast = key[-1]  # the forward's autocast dtype (global_tensor.apply's key)
         # Note [Saved forward values]: (name, this rank's piece, layout) of each value the
-        # forward fetched, and the piece's version (an output the caller writes in place before
-        # backward is computed again instead). Pieces, not the global tensors: an output holding
-        # its node, and the node it, would keep both until the cycle collector ran.
+        # forward fetched, and the piece's version. Pieces, not the global tensors: an output
+        # holding its node, and the node it, would keep both until the cycle collector ran.
         self.saved = [(name, t._local, t.sbp) for name, t in sorted((saved or {}).items())]
         self.saved_versions = [None if p is None else p._version for _, p, _ in self.saved]
 
     def _saved_values(self):
-        """The saved values still as the forward made them (all of them, or none)."""
-        now = [None if p is None else p._version for _, p, _ in self.saved]
-        return self.saved if now == self.saved_versions else []
+        """The saved values. One written in place since (an output the caller modified) is
+        refused as a modified input is (check_unchanged): every rank must take the same graph,
+        and the ranks outside the placement, which hold no piece, cannot tell."""
+        for (_, piece, _), version in zip(self.saved, self.saved_versions):
+            if piece is not None and piece._version != version:
+                raise RuntimeError(
+                    f"[autograd] an output of '{self.name}' was modified in place after the op "
+                    "made it, and its backward reads it: the gradient would be of the new "
+                    "values. Run backward() before modifying it.")
+        return self.saved
 
     def vjp(self, dys):
         from oneflowlike.framework import global_tensor as gt
@@ -129,7 +135,10 @@ class OpNode(_Node):
         for k, (_, piece, _) in enumerate(saved):
             if piece is not None:
                 pieces[f"saved{k}"] = {rank: piece}
-        return compiled.run(pieces)
+        grads = compiled.run(pieces)
+        # The pieces go with this backward (a second one, retain_graph=True, computes them).
+        self.saved, self.saved_versions = [], []
+        return grads
 
 
 def _compile_vjp(node, given, dys, placement, saved=()):

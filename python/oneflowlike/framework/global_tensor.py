@@ -670,7 +670,10 @@ def apply(fn, args, kwargs, *, name):
             if saved_name in fetches:  # an output the caller gets too
                 saved.append((saved_name, fetches.index(saved_name)))
                 continue
-            shape, dtype = tracer.fetch_named(saved_name)
+            fetched = tracer.fetch_named(saved_name)
+            if fetched is None:  # not in this trace: computed again in the backward instead
+                continue
+            shape, dtype = fetched
             fetches.append(saved_name)
             meta.append((placement, tuple(shape), dtype))
             saved.append((saved_name, len(fetches) - 1))
