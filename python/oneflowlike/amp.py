@@ -69,18 +69,14 @@ def _count_nonfinite(grads):
     import oneflowlike as flow  # noqa: PLC0415
     from oneflowlike.framework import global_tensor  # noqa: PLC0415
 
-    local, by_layout = {}, {}
-    for g in grads:
-        if isinstance(g, global_tensor.GlobalTensor):
-            by_layout.setdefault((g.placement, g.sbp, g.dtype), []).append(g)
-        else:  # one count per device and dtype (the op takes tensors of one device)
-            local.setdefault((str(g.device), g.dtype), []).append(g)
-    found = sum(float(_C.multi_tensor_count_nonfinite(gs).numpy()) for gs in local.values())
-    total = None
-    for (placement, _, _), gs in by_layout.items():
-        count = global_tensor.apply(_C.multi_tensor_count_nonfinite, (gs,), {},
-                                    name="GradScaler.unscale_")
-        count = count.to_global(placement=flow.placement.all(placement.type),
+    found, total = 0.0, None
+    for group in global_tensor.multi_tensor_groups(grads):
+        count = global_tensor.multi_tensor_call(_C.multi_tensor_count_nonfinite, group,
+                                                name="GradScaler.unscale_")
+        if not isinstance(count, global_tensor.GlobalTensor):
+            found += float(count.numpy())
+            continue
+        count = count.to_global(placement=flow.placement.all(count.placement.type),
                                 sbp=flow.sbp.broadcast)
         total = count if total is None else total + count
     if total is not None:

@@ -607,6 +607,26 @@ def _in_global_words(error, op):
     return error
 
 
+def multi_tensor_groups(tensors):
+    """Note [Multi-tensor updates] in oneflowlike/ops/optimizer.h: ``tensors`` in lists one
+    multi-tensor op takes, by (placement, layout, dtype) for global tensors and (device, dtype)
+    for local ones, in the order of their first member (the same on every rank)."""
+    groups = {}
+    for t in tensors:
+        key = (t.placement, t.sbp, t.dtype) if isinstance(t, GlobalTensor) else \
+            (str(t.device), t.dtype)
+        groups.setdefault(key, []).append(t)
+    return list(groups.values())
+
+
+def multi_tensor_call(fn, group, *, name):
+    """``fn(group)`` for one of multi_tensor_groups' lists: the op itself on local tensors, a
+    compiled one-op graph on global ones."""
+    if isinstance(group[0], GlobalTensor):
+        return apply(fn, (group,), {}, name=name)
+    return fn(group)
+
+
 def apply(fn, args, kwargs, *, name):
     """``fn(*args, **kwargs)`` with global tensors among the arguments (also inside lists,
     tuples and dicts), as a compiled one-op graph over their placement; the result's SBP is

@@ -43,9 +43,12 @@ def clip_grad_norm_(parameters, max_norm, norm_type=2.0, error_if_nonfinite=Fals
         # One multi-tensor sum of squares per group of gradients that share a placement and
         # layout (or a device) and a dtype (Note [Multi-tensor updates]): each gradient's part
         # is its (g * g).sum() as below, added in the parameters' order within a group.
+        from oneflowlike.framework import global_tensor  # noqa: PLC0415
+
         total = None
-        for group in _groups(grads).values():
-            part = gathered(_sum_squares(group, is_global))
+        for group in global_tensor.multi_tensor_groups(grads):
+            part = gathered(global_tensor.multi_tensor_call(
+                _C.multi_tensor_sum_squares, group, name="clip_grad_norm_"))
             total = part if total is None else total + part
         total = total.sqrt()
     else:
@@ -74,26 +77,6 @@ def clip_grad_norm_(parameters, max_norm, norm_type=2.0, error_if_nonfinite=Fals
             c = c.to_global(placement=g.placement, sbp=_broadcast(g.placement))
         p.grad = g * c
     return total
-
-
-def _groups(grads):
-    """The gradients by (placement, layout, dtype), or (device, dtype) for local ones, in the
-    order of their first member (the same on every rank)."""
-    groups = {}
-    for g in grads:
-        key = (g.placement, g.sbp, g.dtype) if getattr(g, "is_global", False) else \
-            (str(g.device), g.dtype)
-        groups.setdefault(key, []).append(g)
-    return groups
-
-
-def _sum_squares(group, is_global):
-    if not is_global:
-        return _C.multi_tensor_sum_squares(group)
-    from oneflowlike.framework import global_tensor  # noqa: PLC0415
-
-    return global_tensor.apply(_C.multi_tensor_sum_squares, (group,), {},
-                               name="clip_grad_norm_")
 
 
 def _broadcast(placement):
