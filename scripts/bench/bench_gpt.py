@@ -134,21 +134,27 @@ def part_eager(args):
     opt = flow.optim.AdamW(model.parameters(), lr=targs.lr, betas=(0.9, 0.95),
                            weight_decay=targs.weight_decay)
     data = train.ByteData(targs.data, targs.block_size, targs.seed)
-    times = []
+    times, parts = [], []  # parts: forward, backward, clipping and the update
     for step in range(1, args.steps + 1):
         tokens, targets = data.batch(step * 101, args.batch_size * flow.env.get_world_size())
         t0 = time.perf_counter()
         opt.zero_grad()
         loss = model(data.to_global(tokens, placement, flow.sbp.split(0)),
                      data.to_global(targets, placement, flow.sbp.split(0)))
+        t1 = time.perf_counter()
         loss.backward()
+        t2 = time.perf_counter()
         flow.nn.utils.clip_grad_norm_(model.parameters(), targs.grad_clip)
         opt.step()
         times.append(time.perf_counter() - t0)
+        parts.append((t1 - t0, t2 - t1, t0 + times[-1] - t2))
         loss.numpy()
     if flow.env.get_rank() == 0:
+        medians = [1e3 * statistics.median(p[k] for p in parts[1:]) for k in range(3)]
         print(json.dumps({"first_step_s": times[0],
-                          "median_ms": 1e3 * statistics.median(times[1:])}), flush=True)
+                          "median_ms": 1e3 * statistics.median(times[1:]),
+                          "forward_ms": medians[0], "backward_ms": medians[1],
+                          "clip_and_step_ms": medians[2]}), flush=True)
 
 
 def part_pipeline(args):
