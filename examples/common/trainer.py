@@ -70,6 +70,8 @@ def parser(description):
                         "flow.utils.data: each data-parallel rank loads its shard, and the "
                         "loader's position is saved and resumed with checkpoints")
     p.add_argument("--log-json", help="rank 0 writes one JSON object per step here")
+    p.add_argument("--plan-summary", action="store_true",
+                   help="each rank prints its plan's summary (tasks by kind, memory) at the end")
     p.add_argument("--save", help="checkpoint directory written at the end")
     p.add_argument("--resume", help="checkpoint directory to start from")
     p.add_argument("--quiet", action="store_true", help="only the summary")
@@ -323,6 +325,8 @@ def run(args, model, layout, model_flags, describe):
           f"{graph.workspace_bytes() / 2**20:.2f} MiB), first step {graph.timings['first_step_seconds']:.3f} s "
           f"(trace {graph.timings['trace_seconds']:.3f} s, compile "
           f"{graph.timings.get('compile_seconds', 0):.3f} s)", flush=True)
+    if args.plan_summary:
+        print(graph.plan_summary(), flush=True)
     if rank == 0 and losses:
         print(f"done: {len(losses)} steps in {total:.1f} s, loss {losses[0]:.4f} -> "
               f"{losses[-1]:.4f}, first step {times[0]:.0f} ms (compiles), then "
