@@ -59,7 +59,6 @@ using optimizer_ops::bucket_gradients;
 using optimizer_ops::cast_to;
 using optimizer_ops::in_variable_layout;
 using optimizer_ops::laid_out;
-using optimizer_ops::laid_out_as;
 using optimizer_ops::lower_gradients;
 using optimizer_ops::pace_zero_reductions;
 using optimizer_ops::restore_gradients;
@@ -325,13 +324,10 @@ Prepared prepare(Graph& graph, const OptimizerConfig& config, HyperParameterInpu
     const NdSbp layout = shard->second;
     const Site site = Site::of(graph.op(u.var_op));
     param = p.shard = laid_out(graph, site, var_name + ".shard", param, layout);
-    // Under ZeRO-2 the gradient is laid out as the shard already: another layout reshape
-    // would copy it (an accumulated gradient is not viewed across rates), and the copies of
-    // a whole group would live together until its update.
-    grad = in_variable_layout(graph, site, var_name + ".grad", u);
-    if (!laid_out_as(graph, grad, layout)) {
-      grad = laid_out(graph, site, var_name + ".grad/shard", grad, layout);
-    }
+    // Under ZeRO-2 the gradient is laid out as the shard already (laid_out keeps it: a copy
+    // of each would live until its group's update).
+    grad = laid_out(graph, site, var_name + ".grad/shard",
+                    in_variable_layout(graph, site, var_name + ".grad", u), layout);
   }
   p.tensors = {param, grad};
   if (adam) {

@@ -62,6 +62,7 @@ int cast_to(Graph& graph, const Site& site, const std::string& base, int t, Data
 }
 
 int laid_out(Graph& graph, const Site& site, const std::string& base, int t, const NdSbp& layout) {
+  if (laid_out_as(graph, t, layout)) return t;
   LogicalOp op;
   op.schema = &OpRegistry::global().find("reshape");
   op.name = graph.unique_name(base);
@@ -77,8 +78,8 @@ int laid_out(Graph& graph, const Site& site, const std::string& base, int t, con
 
 bool laid_out_as(const Graph& graph, int t, const NdSbp& layout) {
   const LogicalOp& producer = graph.op(graph.tensor(t).producer);
-  return producer.schema->name() == "reshape" && producer.output_sbp_hints.size() == 1 &&
-         producer.output_sbp_hints[0] == layout;
+  return producer.kind == OpKind::kCompute && producer.schema->name() == "reshape" &&
+         producer.output_sbp_hints.size() == 1 && producer.output_sbp_hints[0] == layout;
 }
 
 int in_variable_layout(Graph& graph, const Site& site, const std::string& base, const Update& u) {
@@ -93,7 +94,6 @@ int in_variable_layout(Graph& graph, const Site& site, const std::string& base, 
   }
   if (var.output_sbp_hints.empty() || var.output_sbp_hints[0].empty()) return u.grad;
   const NdSbp layout = var.output_sbp_hints[0];  // a copy: laid_out appends an op
-  if (laid_out_as(graph, u.grad, layout)) return u.grad;
   return laid_out(graph, site, base + "/reduced", u.grad, layout);
 }
 

@@ -43,7 +43,8 @@ struct Update {
 };
 
 // `t` as a new tensor laid out as `layout` (an identity reshape with that output hint: SBP
-// inference boxes `t` into it).
+// inference boxes `t` into it), or `t` itself when it is one already: a second layout reshape
+// would copy it (an accumulated gradient is not viewed across rates).
 int laid_out(Graph& graph, const Site& site, const std::string& base, int t, const NdSbp& layout);
 
 // Whether tensor t is the output of a layout reshape (laid_out) to `layout`.
