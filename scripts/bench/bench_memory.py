@@ -27,11 +27,15 @@ def main():
     p.add_argument("--steps", type=int, default=3)
     p.add_argument("--micro-batches", type=int, default=1,
                    help="gradient accumulation over this many micro-batches per step")
+    p.add_argument("--n-layer", type=int, default=4)
+    p.add_argument("--n-embd", type=int, default=256)
+    p.add_argument("--n-head", type=int, default=4)
     a = p.parse_args()
-    args = train.parse(["--n-layer", "4", "--n-embd", "256", "--n-head", "4", "--block-size",
-                        "64", "--batch-size", "16", "--dp", "2", "--zero", str(a.zero),
-                        "--micro-batches", str(a.micro_batches), "--quiet"])
-    config = train.GPTConfig(block_size=64, n_layer=4, n_head=4, n_embd=256)
+    args = train.parse(["--n-layer", str(a.n_layer), "--n-embd", str(a.n_embd), "--n-head",
+                        str(a.n_head), "--block-size", "64", "--batch-size", "16", "--dp", "2",
+                        "--zero", str(a.zero), "--micro-batches", str(a.micro_batches),
+                        "--quiet"])
+    config = train.GPTConfig(block_size=64, n_layer=a.n_layer, n_head=a.n_head, n_embd=a.n_embd)
     model = trainer.build(args, lambda: train.GPT(config))
     opt, schedule = trainer.make_optimizer(args, model)
     graph = trainer.TrainGraph(model, opt, schedule, a.micro_batches, a.zero)
