@@ -26,7 +26,8 @@ int64_t align_up(int64_t value) {
 
 bool simulating_cuda(const RuntimeOptions& options) {
   const char* env = std::getenv("OFL_SIMULATE_CUDA");
-  return options.simulate_cuda || (env != nullptr && std::string(env) == "1");
+  return options.simulate_cuda || (env != nullptr && std::string(env) == "1") ||
+         simulated_cuda_devices() > 0;  // Note [Simulated CUDA devices]
 }
 
 }  // namespace

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <vector>
 
 #include "oneflowlike/common/error.h"
 #include "oneflowlike/cuda/device.h"
@@ -19,8 +20,11 @@ void Allocator::count_allocation(size_t bytes) {
 
 namespace {
 
+// Host memory: the CPU's, or a simulated CUDA device's (Note [Simulated CUDA devices]), counted
+// per device.
 class CpuAllocator final : public Allocator {
  public:
+  explicit CpuAllocator(Device device) : device_(device) {}
   void* allocate(size_t bytes) override {
     // Large blocks are 2 MiB aligned and their whole 2 MiB pages asked to be backed by huge
     // pages: first touches then fault 512x less often, which is most of the cost of a fresh
@@ -36,8 +40,8 @@ class CpuAllocator final : public Allocator {
     void* p = nullptr;
     if (posix_memalign(&p, align, rounded) != 0) p = nullptr;
     if (p != nullptr && huge) madvise(p, rounded / kHugePage * kHugePage, MADV_HUGEPAGE);
-    OFL_CHECK_CODE(p != nullptr, ErrorCode::kUnavailable,
-                   "[cpu allocator] out of memory: could not allocate ", bytes, " bytes (",
+    OFL_CHECK_CODE(p != nullptr, ErrorCode::kUnavailable, "[", device_.to_string(),
+                   " allocator] out of memory: could not allocate ", bytes, " bytes (",
                    live_bytes(), " bytes live).");
     count_allocation(bytes);
     return p;
@@ -46,17 +50,36 @@ class CpuAllocator final : public Allocator {
     std::free(ptr);
     count_deallocation(bytes);
   }
-  Device device() const override { return Device::cpu(); }
+  Device device() const override { return device_; }
+
+ private:
+  Device device_;
 };
+
+Allocator* simulated_cuda_allocator(int index) {
+  static const std::vector<CpuAllocator*> allocators = [] {
+    std::vector<CpuAllocator*> all;  // never destroyed, as the CPU's
+    for (int i = 0; i < simulated_cuda_devices(); ++i) {
+      all.push_back(new CpuAllocator(Device{DeviceType::kCUDA, i}));
+    }
+    return all;
+  }();
+  OFL_CHECK_CODE(index >= 0 && index < static_cast<int>(allocators.size()), ErrorCode::kUnavailable,
+                 "[cuda] no CUDA device ", index, ": this process has ", allocators.size(),
+                 " simulated CUDA devices (OFL_SIMULATE_CUDA_DEVICES).");
+  return allocators[index];
+}
 
 }  // namespace
 
 Allocator* cpu_allocator() {
-  static CpuAllocator* allocator = new CpuAllocator();  // never destroyed: outlives all tensors
+  static CpuAllocator* allocator =
+      new CpuAllocator(Device::cpu());  // never destroyed: outlives all tensors
   return allocator;
 }
 
 Allocator* allocator_for(Device device) {
+  if (is_simulated(device)) return simulated_cuda_allocator(device.index);
   if (device.type == DeviceType::kCUDA) return cuda::allocator(device.index);  // or raises
   return cpu_allocator();
 }

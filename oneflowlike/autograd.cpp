@@ -1,6 +1,5 @@
 #include "oneflowlike/autograd.h"
 
-#include <cstring>
 #include <unordered_map>
 
 #include "oneflowlike/eager.h"
@@ -184,7 +183,8 @@ void assign_(const Tensor& dst, const Tensor& src, const char* op) {
                    src.describe(),
                    ". Use an out-of-place op (y = x.clone()), or write under flow.no_grad().");
   }
-  if (dst.raw_data() != src.raw_data()) std::memcpy(dst.raw_data(), src.raw_data(), src.nbytes());
+  // Between any two devices (torch's copy_), on the GPU's compute stream where one is involved.
+  if (dst.raw_data() != src.raw_data()) dst.copy_from(src);
   dst.impl()->storage->bump_version();
 }
 
@@ -207,8 +207,11 @@ void backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads
                      "[backward] grad can be implicitly created only for one-element outputs. "
                      "However, got ",
                      root.describe(), ".");
-      g = Tensor::scalar(1.0, root.dtype()).view(root.shape());
+      g = Tensor::scalar(1.0, root.dtype(), root.device()).view(root.shape());
     }
+    OFL_CHECK(g.device() == root.device(),
+              "[backward] the gradient must be on the output's device. However, got gradient ",
+              g.describe(), " for output ", root.describe(), ".");
     OFL_CHECK_TYPE(g.dtype() == root.dtype(),
                    "[backward] the gradient must have the output's dtype. However, got gradient ",
                    g.describe(), " for output ", root.describe(), ".");

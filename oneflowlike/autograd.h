@@ -65,7 +65,8 @@ class NoGradGuard {
 void record_autograd(const OpSchema& op, const AnyParams& params, const std::vector<Tensor>& inputs,
                      std::vector<Tensor>& outputs);
 
-/// Writes `src`'s values into `dst`'s storage (same shape and dtype) and bumps its version
+/// Writes `src`'s values into `dst`'s storage (same shape and dtype; any two devices, as torch's
+/// copy_) and bumps its version
 /// (Note [Versions]). Refused, naming `op`, for a lazy `dst` and, while grad mode is on, when
 /// either requires grad: an in-place write autograd cannot follow would give wrong gradients.
 void assign_(const Tensor& dst, const Tensor& src, const char* op);

@@ -1,8 +1,11 @@
 #include "oneflowlike/device.h"
 
 #include <charconv>
+#include <cstdlib>
+#include <string>
 
 #include "oneflowlike/common/error.h"
+#include "oneflowlike/cuda/device.h"
 
 namespace ofl {
 
@@ -27,6 +30,27 @@ Device Device::parse(std::string_view spec) {
               spec, "'.");
   }
   return d;
+}
+
+int simulated_cuda_devices() {
+  static const int count = [] {
+    const char* env = std::getenv("OFL_SIMULATE_CUDA_DEVICES");
+    if (env == nullptr || *env == '\0') return 0;
+    const std::string_view text(env);
+    int n = -1;
+    auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), n);
+    OFL_CHECK(ec == std::errc() && ptr == text.data() + text.size() && n >= 0 && n <= 64,
+              "[cuda] OFL_SIMULATE_CUDA_DEVICES must be a count of simulated devices from 0 to "
+              "64. However, got '",
+              text, "'.");
+    return n;
+  }();
+  return count;
+}
+
+int cuda_devices() {
+  const int simulated = simulated_cuda_devices();
+  return simulated > 0 ? simulated : cuda::device_count();
 }
 
 std::string Device::to_string() const { return str_cat(device_type_name(type), ":", index); }

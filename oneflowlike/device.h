@@ -24,4 +24,31 @@ struct Device {
   bool operator!=(const Device& o) const { return !(*this == o); }
 };
 
+// Note [Simulated CUDA devices]: OFL_SIMULATE_CUDA_DEVICES=N (read once, at first use) gives
+// this process N CUDA devices backed by host memory. Their tensors are allocated and counted per
+// device as on a GPU, copies between them and the host are memcpys, and their ops run the CPU
+// kernels. What it checks without a GPU is everything above the kernels: that values land on
+// the device asked for, that autograd, modules and optimizers follow them, and that mixing
+// devices is refused as it is with a GPU (tests/python/cuda_eager_cases.py). The CUDA kernels
+// themselves only run on a GPU (tests/python/test_cuda*.py), and so does nothing here.
+// Plans on CUDA placements run simulated too (RuntimeOptions::simulate_cuda).
+
+/// N from OFL_SIMULATE_CUDA_DEVICES, 0 when unset. Raises naming the variable when it is not a
+/// count from 0 to 64.
+int simulated_cuda_devices();
+/// Whether `device` is a simulated CUDA device.
+inline bool is_simulated(Device device) {
+  return device.type == DeviceType::kCUDA && simulated_cuda_devices() > 0;
+}
+/// Whether `device`'s memory is host memory (the CPU, or a simulated CUDA device).
+inline bool in_host_memory(Device device) {
+  return device.type == DeviceType::kCPU || is_simulated(device);
+}
+/// The device type whose kernels run `device`'s ops: the CPU's for a simulated CUDA device.
+inline DeviceType kernel_device_type(Device device) {
+  return in_host_memory(device) ? DeviceType::kCPU : device.type;
+}
+/// The CUDA devices this process can use: the simulated ones, else the GPUs it sees.
+int cuda_devices();
+
 }  // namespace ofl

@@ -1,5 +1,8 @@
 #include "oneflowlike/eager.h"
 
+#include <algorithm>
+#include <optional>
+
 #include "oneflowlike/autocast.h"
 #include "oneflowlike/autograd.h"
 #include "oneflowlike/lazy.h"
@@ -38,6 +41,35 @@ std::vector<Tensor> apply_autocast(const OpSchema& op, const AnyParams& params,
   return apply_op(op, params, cast_inputs);
 }
 
+// Note [CPU scalars on a device]: as in torch, a 0-d CPU tensor (a number an op made into a
+// tensor: a fill value, a scale, an ignore index) goes with tensors on another device, which it
+// is copied to. Not one that requires grad or that the op writes in place: its gradient or the
+// write would land on the copy, so those keep the one-device check. nullopt: nothing to move.
+std::optional<std::vector<Tensor>> scalars_moved(const OpSchema& op, const AnyParams& params,
+                                                 const std::vector<Tensor>& inputs) {
+  if (inputs.size() < 2) return std::nullopt;
+  const Tensor* on_device = nullptr;
+  for (const Tensor& t : inputs) {
+    if (t.defined() && t.device().type != DeviceType::kCPU) {
+      on_device = &t;
+      break;
+    }
+  }
+  if (on_device == nullptr) return std::nullopt;
+  const std::vector<int> written = mutated_inputs(op, params, static_cast<int>(inputs.size()));
+  std::optional<std::vector<Tensor>> moved;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const Tensor& t = inputs[i];
+    if (!t.defined() || t.device().type != DeviceType::kCPU || t.ndim() != 0 || t.requires_grad() ||
+        std::find(written.begin(), written.end(), static_cast<int>(i)) != written.end()) {
+      continue;
+    }
+    if (!moved) moved = inputs;
+    (*moved)[i] = t.to(on_device->device());
+  }
+  return moved;
+}
+
 }  // namespace
 
 std::vector<Tensor> apply_op(const OpSchema& op, const AnyParams& params,
@@ -59,6 +91,9 @@ std::vector<Tensor> apply_op(const OpSchema& op, const AnyParams& params,
                    device_if_no_inputs.to_string(), ".");
     return tracer->trace(op, params, inputs);
   }
+  if (std::optional<std::vector<Tensor>> moved = scalars_moved(op, params, inputs)) {
+    return apply_op(op, params, *moved, device_if_no_inputs);
+  }
   std::vector<TensorMeta> metas;
   metas.reserve(inputs.size());
   Device device = device_if_no_inputs;
@@ -77,17 +112,20 @@ std::vector<Tensor> apply_op(const OpSchema& op, const AnyParams& params,
   if (const int* view_of = op.get<TViewOfInput>()) {
     outputs.push_back(inputs[*view_of].view(out_metas[0].shape));
   } else {
+    const FOutputDevice::type* output_device = op.get<FOutputDevice>();
+    const Device out_device = output_device ? (*output_device)(params) : device;
     for (const TensorMeta& m : out_metas)
-      outputs.push_back(Tensor::empty(m.shape, m.dtype, device));
+      outputs.push_back(Tensor::empty(m.shape, m.dtype, out_device));
     std::vector<DataType> input_dtypes;
     for (const Tensor& t : inputs) input_dtypes.push_back(t.dtype());
     const DataType kernel_dtype = op.kernel_dtype(
         input_dtypes,
         out_metas.empty() ? std::nullopt : std::optional<DataType>(out_metas[0].dtype));
-    KernelFn kernel = op.find_kernel(device.type, kernel_dtype);
-    OFL_CHECK_TYPE(kernel != nullptr, "[", op.name(), "] has no ", device_type_name(device.type),
+    const DeviceType kernel_device = kernel_device_type(device);
+    KernelFn kernel = op.find_kernel(kernel_device, kernel_dtype);
+    OFL_CHECK_TYPE(kernel != nullptr, "[", op.name(), "] has no ", device_type_name(kernel_device),
                    " kernel for dtype ", dtype_name(kernel_dtype), " (kernels exist for ",
-                   op.kernel_dtypes(device.type), ").");
+                   op.kernel_dtypes(kernel_device), ").");
     std::unique_ptr<Storage> temp;
     if (const TempBytesFn* temp_bytes = op.get<FTempBytes>()) {
       const size_t bytes = (*temp_bytes)(InferContext(op, params, metas));

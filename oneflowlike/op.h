@@ -161,6 +161,11 @@ struct FMutatedInputs {
 struct TViewOfInput {
   using type = int;
 };
+/// Eager mode: the device the outputs are made on, given the params (to_device), instead of the
+/// inputs' device; the kernel is the inputs' device's. In a graph the placement decides.
+struct FOutputDevice {
+  using type = std::function<Device(const AnyParams&)>;
+};
 /// The op pairs up the pieces of its tensors split by one placement dimension (attention's
 /// query heads with their key/value heads under grouped-query attention): where two of them are
 /// split along axes of different extents, the pieces correspond only when each extent divides

@@ -31,10 +31,11 @@ namespace {
 // -1 for host memory, else the CUDA device index (cuda::copy's convention).
 int cuda_index(Device device) { return device.type == DeviceType::kCUDA ? device.index : -1; }
 
-// Copies bytes between any two devices; host to host is a memcpy, the rest is the CUDA layer's.
+// Copies bytes between any two devices; host memory to host memory (simulated CUDA devices
+// included) is a memcpy, the rest is the CUDA layer's.
 void copy_bytes(void* dst, Device dst_device, const void* src, Device src_device, size_t bytes) {
   if (bytes == 0) return;
-  if (dst_device.type == DeviceType::kCPU && src_device.type == DeviceType::kCPU) {
+  if (in_host_memory(dst_device) && in_host_memory(src_device)) {
     std::memcpy(dst, src, bytes);
   } else {
     cuda::copy(dst, cuda_index(dst_device), src, cuda_index(src_device), bytes);
@@ -45,7 +46,7 @@ void copy_bytes(void* dst, Device dst_device, const void* src, Device src_device
 
 Tensor Tensor::zeros(const Shape& shape, DataType dtype, Device device) {
   Tensor t = empty(shape, dtype, device);
-  if (device.type == DeviceType::kCUDA) {
+  if (!in_host_memory(device)) {
     cuda::zero(t.raw_data(), device.index, t.nbytes());
   } else {
     std::memset(t.raw_data(), 0, t.nbytes());
@@ -123,6 +124,17 @@ Tensor Tensor::detach() const {
   auto impl = std::make_shared<TensorImpl>(*impl_);
   impl->autograd = nullptr;
   return Tensor(std::move(impl));
+}
+
+void Tensor::set_data(const Tensor& src) const {
+  OFL_CHECK(!impl_->lazy && !src.is_lazy(),
+            "[data] a traced value (inside nn.Graph.build()) has no data to replace. However, "
+            "got ",
+            describe(), " and ", src.describe(), ".");
+  impl_->storage = src.impl_->storage;
+  impl_->offset_bytes = src.impl_->offset_bytes;
+  impl_->shape = src.impl_->shape;
+  impl_->dtype = src.impl_->dtype;
 }
 
 Tensor Tensor::clone() const {

@@ -98,6 +98,10 @@ class Tensor {
   /// This tensor on `device`: itself when it is there, else a copy (no autograd history).
   /// Copies to or from a CUDA device return once the copy is done.
   Tensor to(Device device) const;
+  /// Makes this tensor hold `src`'s storage, shape and dtype (torch's `t.data = src`), keeping
+  /// its autograd state: Module.to moves a parameter this way, so whoever holds it (an
+  /// optimizer) sees the moved values. Refused for a traced value.
+  void set_data(const Tensor& src) const;
   /// Copies the bytes of `src` (same dtype and element count, both contiguous) into this
   /// tensor, between any two devices; returns once the copy is done.
   void copy_from(const Tensor& src) const;

@@ -1,4 +1,4 @@
-// Creation ops (fill, arange) and cast.
+// Creation ops (fill, arange), cast and to_device.
 
 #include "oneflowlike/ops/creation.h"
 
@@ -63,6 +63,30 @@ void cast_gradient(GradBuilder& g) {
   g.set_input_grad(0, g.apply1("cast", CastParams{g.meta(g.input(0)).dtype}, {dy}));
 }
 
+// The same layouts in and out: a copy keeps whatever it is given, partial sums included.
+std::vector<SbpSignature> copy_signatures(const InferContext& ctx) {
+  std::vector<SbpSignature> sigs;
+  for (int i = 0; i < ctx.shape(0).ndim(); ++i) sigs.push_back({{S(i)}, {S(i)}});
+  sigs.push_back({{B()}, {B()}});
+  sigs.push_back({{P()}, {P()}});
+  return sigs;
+}
+
+// One kernel for both device types: Tensor::copy_from moves bytes between any two devices (a
+// memcpy between host memories, else on the CUDA device's compute stream, where the kernels
+// before it ran).
+template <class T>
+struct ToDeviceKernel {
+  static void run(const KernelContext& ctx) { ctx.out(0).copy_from(ctx.in(0)); }
+};
+
+void to_device_gradient(GradBuilder& g) {
+  const GradBuilder::Value dy = g.output_grad(0);
+  if (dy == GradBuilder::kNone || !g.needs_input_grad(0)) return;
+  const auto& p = g.params<ToDeviceParams>();
+  g.set_input_grad(0, g.apply1("to_device", ToDeviceParams{p.from, p.to}, {dy}));
+}
+
 }  // namespace
 
 OFL_REGISTER_OP("fill")
@@ -94,6 +118,24 @@ OFL_REGISTER_OP("cast")
     .set<FSbpSignatures>(cast_signatures)
     .set<FGradient>(cast_gradient);
 
+OFL_REGISTER_OP("to_device")
+    .inputs({"x"})
+    .outputs({"out"})
+    .set<TUnderAmp>(AmpCategory::kFollow)
+    .params<ToDeviceParams>()
+    .set<FInferMeta>([](const InferContext& ctx) {
+      return std::vector<TensorMeta>{TensorMeta{ctx.shape(0), ctx.dtype(0)}};
+    })
+    .set<FSbpSignatures>(copy_signatures)
+    .set<FOutputDevice>([](const AnyParams& params) {
+      return Device::parse(params.as<ToDeviceParams>().to);
+    })
+    .set<FGradient>(to_device_gradient);
+OFL_REGISTER_KERNEL("to_device", kCPU, ToDeviceKernel, float, double, float16, bfloat16, int8_t,
+                    int32_t, int64_t, bool);
+OFL_REGISTER_KERNEL("to_device", kCUDA, ToDeviceKernel, float, double, float16, bfloat16, int8_t,
+                    int32_t, int64_t, bool);
+
 namespace functional {
 
 Tensor fill(const Shape& shape, DataType dtype, double value, const Device& device) {
@@ -110,6 +152,12 @@ Tensor cast(const Tensor& x, DataType dtype) {
 Tensor arange(double start, double end, double step, DataType dtype, const Device& device) {
   static OpHandle op("arange");
   return op.call1_on(device, ArangeParams{start, end, step, dtype});
+}
+
+Tensor to_device(const Tensor& x, const Device& device) {
+  static OpHandle op("to_device");
+  if (x.device() == device) return x;
+  return op.call1(ToDeviceParams{device.to_string(), x.device().to_string()}, {x});
 }
 
 }  // namespace functional

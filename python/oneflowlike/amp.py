@@ -31,8 +31,9 @@ class autocast:  # noqa: N801 (torch's name)
                              f"{device_type!r}.")
         if dtype is None:
             dtype = _C.dtype.bfloat16
-        if not isinstance(dtype, _C.dtype) or dtype not in (_C.dtype.bfloat16,
-                                                           _C.dtype.float16):
+        # A disabled scope takes any dtype, as torch's: `autocast(dtype=d, enabled=d != float32)`.
+        if enabled and (not isinstance(dtype, _C.dtype)
+                        or dtype not in (_C.dtype.bfloat16, _C.dtype.float16)):
             raise TypeError("[autocast] dtype must be flow.bfloat16 (or flow.float16). However, "
                             f"got {dtype!r}.")
         self.dtype = dtype if enabled else _C.dtype.float32

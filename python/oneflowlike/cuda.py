@@ -1,13 +1,13 @@
 """flow.cuda: the CUDA devices this process sees (torch.cuda's and OneFlow's names).
 
-The CUDA backend builds where nvcc is installed. Eager tensors can live on a GPU, and graphs
-run on CUDA placements (docs/cuda.md says what has run on a GPU).
+The CUDA backend builds where nvcc is installed. Eager tensors and modules can live on a GPU,
+and graphs run on CUDA placements (docs/cuda.md says what has run on a GPU).
 """
 
 from oneflowlike import _C
 
 __all__ = ["is_available", "device_count", "why_unavailable", "check_device_supported",
-           "synchronize"]
+           "synchronize", "is_simulated"]
 
 
 def is_available():
@@ -29,15 +29,20 @@ def synchronize(device=None):
     _C.cuda_synchronize(index)
 
 
+def is_simulated():
+    """Whether the CUDA devices are simulated in host memory, running the CPU kernels
+    (OFL_SIMULATE_CUDA_DEVICES=N; Note [Simulated CUDA devices] in oneflowlike/device.h)."""
+    return _C.cuda_simulated()
+
+
 def why_unavailable():
     """Why no CUDA device can be used ('' when one can): the driver's words, or the build's."""
     return _C.cuda_why_no_device()
 
 
-def check_device_supported(op, device, *, runs_cuda=True):
+def check_device_supported(op, device):
     """Raises unless ``device`` ("cpu", "cuda:1", a flow.device, or None) can hold tensors in this
-    build: a CUDA device without one says why, and so does a missing index. ``runs_cuda`` False
-    is for what cannot run on CUDA yet (modules built on a device): it says so."""
+    build: a CUDA device without one says why, and so does a missing index."""
     if device is None:
         return
     kind = str(device).partition(":")[0]
@@ -51,7 +56,3 @@ def check_device_supported(op, device, *, runs_cuda=True):
     if _C.device(str(device)).index >= device_count():
         raise RuntimeError(f"[{op}] device {device} does not exist: this process sees "
                            f"{device_count()} CUDA device(s) (cuda:0 to cuda:{device_count() - 1}).")
-    if not runs_cuda:
-        raise NotImplementedError(f"[{op}] does not run on CUDA yet: eager CUDA tensors, their "
-                                  "kernels and graphs on CUDA placements do; modules built on a "
-                                  "GPU do not (issue 15).")

@@ -27,7 +27,8 @@ class placement:  # noqa: N801 (OneFlow's name)
             raise ValueError(f"[placement] type must be 'cpu' or 'cuda'. However, got {type!r}.")
         if type == "cuda" and os.environ.get("OFL_SIMULATE_CUDA") != "1":
             # OFL_SIMULATE_CUDA=1: the runtime runs GPU tasks on the host (RuntimeOptions::
-            # simulate_cuda), so a CUDA plan can be checked without a GPU.
+            # simulate_cuda), so a CUDA plan can be checked without a GPU (with
+            # OFL_SIMULATE_CUDA_DEVICES the check below passes: Note [Simulated CUDA devices]).
             from oneflowlike import cuda
 
             cuda.check_device_supported("placement", "cuda")

@@ -7,13 +7,23 @@ namespace ofl::python {
 
 void init_cuda(py::module_& m) {
   m.def("cuda_built", &cuda::built_with_cuda, "Whether this build has the CUDA backend.");
-  m.def("cuda_device_count", &cuda::device_count,
-        "How many CUDA devices this process sees (0 without a driver or a GPU).");
-  m.def("cuda_why_no_device", &cuda::why_no_device,
-        "Why there is no CUDA device ('' when there is one).");
-  m.def("cuda_synchronize", &cuda::synchronize, py::arg("device"),
-        py::call_guard<py::gil_scoped_release>(),
-        "Waits until every stream of the device has finished its work.");
+  m.def("cuda_device_count", &cuda_devices,
+        "How many CUDA devices this process sees (0 without a driver or a GPU; the simulated "
+        "ones under OFL_SIMULATE_CUDA_DEVICES).");
+  m.def(
+      "cuda_simulated", [] { return simulated_cuda_devices() > 0; },
+      "Whether the CUDA devices are simulated in host memory (Note [Simulated CUDA devices]).");
+  m.def(
+      "cuda_why_no_device",
+      [] { return simulated_cuda_devices() > 0 ? std::string() : cuda::why_no_device(); },
+      "Why there is no CUDA device ('' when there is one).");
+  m.def(
+      "cuda_synchronize",
+      [](int device) {
+        if (simulated_cuda_devices() == 0) cuda::synchronize(device);  // else nothing queues
+      },
+      py::arg("device"), py::call_guard<py::gil_scoped_release>(),
+      "Waits until every stream of the device has finished its work.");
 }
 
 }  // namespace ofl::python

@@ -537,10 +537,11 @@ void init_graph(py::module_& m) {
   py::class_<actor::Runtime>(m, "Runtime", "Runs a plan on the actor runtime.")
       .def(py::init([](const PyPlan& plan, std::vector<int64_t> ranks,
                        std::shared_ptr<comm::Transport> transport, double watchdog_seconds,
-                       bool trace, double spin_microseconds, bool caller_runs) {
+                       bool trace, double spin_microseconds, bool caller_runs, int first_gpu) {
              actor::RuntimeOptions options;
              if (spin_microseconds >= 0) options.spin_microseconds = spin_microseconds;
              options.caller_runs = caller_runs;
+             options.first_gpu = first_gpu;
              options.ranks = std::move(ranks);
              options.transport = std::move(transport);
              options.watchdog_seconds = watchdog_seconds;
@@ -550,7 +551,8 @@ void init_graph(py::module_& m) {
            }),
            py::arg("plan"), py::arg("ranks"), py::arg("transport") = nullptr,
            py::arg("watchdog_seconds") = 60.0, py::arg("trace") = false,
-           py::arg("spin_microseconds") = -1.0, py::arg("caller_runs") = false)
+           py::arg("spin_microseconds") = -1.0, py::arg("caller_runs") = false,
+           py::arg("first_gpu") = -1)
       .def("chrome_trace", &actor::Runtime::chrome_trace,
            "The acts recorded since the last call (trace=True), as Chrome trace JSON.")
       .def("initialize_variables", &actor::Runtime::initialize_variables,

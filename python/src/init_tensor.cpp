@@ -116,6 +116,10 @@ void init_tensor(py::module_& m) {
           "_to_device",
           [](const Tensor& t, const std::string& device) { return t.to(Device::parse(device)); },
           "A copy on another device (itself when already there); no autograd history.")
+      .def_property(
+          "data", &Tensor::detach, [](const Tensor& t, const Tensor& src) { t.set_data(src); },
+          "The tensor without autograd history; assigning one replaces this tensor's storage, "
+          "shape, dtype and device, its autograd state kept (as torch's .data).")
       .def("item", &Tensor::item, "The value of a one-element tensor.")
       .def("detach", &Tensor::detach)
       .def("clone", &Tensor::clone)

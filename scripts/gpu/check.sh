@@ -145,7 +145,7 @@ if [[ $python_module == ON ]]; then
   wants pytest_cuda && stage pytest_cuda 110 "${pytest[@]}" --timeout=90 tests/python/test_cuda.py \
     tests/python/test_cuda_matmul.py tests/python/test_cuda_reductions.py \
     tests/python/test_cuda_data_movement.py tests/python/test_cuda_random_optim_fused.py \
-    tests/python/test_cuda_index_sort.py \
+    tests/python/test_cuda_index_sort.py tests/python/cuda_eager_cases.py \
     tests/python/test_creation.py || failures pytest_cuda 40
   wants pytest_gpu_training && stage pytest_gpu_training 160 "${pytest[@]}" --timeout=140 \
     tests/python/test_gpt_example.py tests/python/test_llama_example.py \

@@ -11,9 +11,9 @@ import pytest
 
 import oneflowlike as flow
 from oneflowlike import _C
+from gpus import NEEDS_GPU
 
-pytestmark = pytest.mark.skipif(not flow.cuda.is_available(),
-                                reason=f"no CUDA device: {flow.cuda.why_unavailable()}")
+pytestmark = NEEDS_GPU
 
 LOW = [flow.float16, flow.bfloat16]
 # Sizes around the 256-thread blocks, a size-1 axis, a scalar, and a large tensor.

@@ -8,6 +8,7 @@ import pytest
 
 import oneflowlike as flow
 from launching import launch as _launch
+from gpus import NEEDS_GPU
 
 
 @pytest.mark.parametrize("nproc", [1, 2, 4])
@@ -53,8 +54,7 @@ def test_eager_training_on_global_tensors_matches_one_device(model, layout, npro
 # of a rank]), registers crossing processes device -> host -> UCX -> host -> device.
 @pytest.mark.parametrize("where", [
     pytest.param({"OFL_SIMULATE_CUDA": "1"}, id="simulated"),
-    pytest.param({"OFL_CUDA_DEVICE": "0"}, id="gpu", marks=pytest.mark.skipif(
-        not flow.cuda.is_available(), reason=f"no CUDA device: {flow.cuda.why_unavailable()}")),
+    pytest.param({"OFL_CUDA_DEVICE": "0"}, id="gpu", marks=NEEDS_GPU),
 ])
 @pytest.mark.parametrize("model,layout,nproc",
                          [("mlp", "dp2tp2", 4), ("gpt", "dp2zero", 2), ("gpt", "pp2", 2)])

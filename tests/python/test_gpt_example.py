@@ -15,6 +15,7 @@ import pytest
 import example_runs
 import oneflowlike as flow
 from tolerances import LOSS_RTOL
+from gpus import NEEDS_GPU
 
 _ROOT = pathlib.Path(__file__).resolve().parents[2]
 _TRAIN = _ROOT / "examples" / "gpt" / "train.py"
@@ -102,8 +103,7 @@ def test_two_hosts_over_tcp_give_the_single_device_curve(tmp_path, single, two_h
     np.testing.assert_allclose(_losses(records), _losses(single), rtol=1e-4)
 
 
-_NEEDS_GPU = pytest.mark.skipif(not flow.cuda.is_available(),
-                                reason=f"no CUDA device: {flow.cuda.why_unavailable()}")
+_NEEDS_GPU = NEEDS_GPU
 
 
 @_NEEDS_GPU

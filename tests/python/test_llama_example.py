@@ -14,6 +14,7 @@ import pytest
 import example_runs
 import oneflowlike as flow
 from tolerances import LOSS_RTOL
+from gpus import NEEDS_GPU
 
 _ROOT = pathlib.Path(__file__).resolve().parents[2]
 _TRAIN = _ROOT / "examples" / "llama" / "train.py"
@@ -63,8 +64,7 @@ def test_bfloat16_follows_float32_and_tp2_reproduces_one_rank(tmp_path, single, 
                                rtol=LOSS_RTOL["bfloat16"])
 
 
-_NEEDS_GPU = pytest.mark.skipif(not flow.cuda.is_available(),
-                                reason=f"no CUDA device: {flow.cuda.why_unavailable()}")
+_NEEDS_GPU = NEEDS_GPU
 
 
 @_NEEDS_GPU

@@ -188,6 +188,47 @@ def test_state_dict_round_trip_resumes_identically():
     assert not np.array_equal(optimizer.state[params[0]]["exp_avg"].numpy(), saved_exp_avg)
 
 
+def test_a_checkpoint_of_model_and_optimizer_resumes_identically(tmp_path):
+    # Note [Nested entries] in framework/checkpoint.py: torch.save's usual argument.
+    def make():
+        flow.manual_seed(4)
+        model = flow.nn.Sequential(flow.nn.Linear(3, 5), flow.nn.GELU(), flow.nn.Linear(5, 2))
+        return model, flow.optim.AdamW(model.parameters(), lr=0.05, weight_decay=0.1)
+
+    def step(model, optimizer, k):
+        x = flow.tensor(np.linspace(-1, 1, 12).reshape(4, 3) * (k + 1), dtype=flow.float32)
+        loss = (model(x) ** 2).mean()
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+        return loss.item()
+
+    model, optimizer = make()
+    for k in range(3):
+        step(model, optimizer, k)
+    flow.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(), "step": 3,
+               "pair": (1, "a")}, str(tmp_path / "ck"))
+    want = [step(model, optimizer, k) for k in range(3, 6)]
+
+    loaded = flow.load(str(tmp_path / "ck"))
+    assert loaded["step"] == 3 and loaded["pair"] == (1, "a")  # kinds kept: a tuple
+    assert sorted(loaded["optimizer"]["state"]) == [0, 1, 2, 3]
+    assert loaded["optimizer"]["state"][0]["step"] == 3  # int keys and values stay ints
+    again, resumed = make()
+    again.load_state_dict(loaded["model"])
+    resumed.load_state_dict(loaded["optimizer"])
+    assert [step(again, resumed, k) for k in range(3, 6)] == want
+
+    layouts = flow.load(str(tmp_path / "ck"), like={"optimizer": resumed.state_dict()})
+    assert list(layouts) == ["optimizer"]
+    exp_avg = layouts["optimizer"]["state"][1]["exp_avg"]
+    assert tuple(exp_avg.shape) == (5,)
+    with pytest.raises(TypeError, match=r"\[save\] 'bad' has a key of type tuple"):
+        flow.save({"bad": {(1, 2): flow.ones(1)}}, str(tmp_path / "bad"))
+    with pytest.raises(ValueError, match=r"'m.w' names both an entry and a tensor nested in 'm'"):
+        flow.save({"m": {"w": flow.ones(1)}, "m.w": flow.ones(1)}, str(tmp_path / "clash"))
+
+
 def test_load_state_dict_rejects_mismatched_groups():
     _, _, params = _setup()
     saved = flow.optim.SGD(params, lr=0.1).state_dict()

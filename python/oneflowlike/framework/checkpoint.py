@@ -4,9 +4,10 @@ parallel and read back onto any placement and SBP.
 Layout of a checkpoint directory:
 
     manifest.json          the commit marker, written last by rank 0: every tensor's logical
-                           shape, dtype, placement and SBP, the world size, and the entries
+                           shape, dtype, placement and SBP, the world size, the entries
                            that are not tensors (an optimizer's step count, an LR
-                           scheduler's state: numbers, strings, lists and dicts, as JSON)
+                           scheduler's state: numbers, strings, lists and dicts, as JSON),
+                           and the shape of nested entries (Note [Nested entries])
     rank<r>.json           rank r's pieces: per tensor, the region of the logical tensor it
                            holds, its file and the file's SHA-256
     rank<r>/<i>.npy        the pieces themselves
@@ -77,16 +78,88 @@ def _check_json_value(name, value):
                         f"{e}.") from None
 
 
+# Note [Nested entries]
+# An entry may nest tensors in dicts, lists and tuples, as torch.save's users write
+# {"model": model.state_dict(), "optimizer": opt.state_dict(), "step": n}. Each nested tensor
+# is saved as a tensor of its own under its path ("optimizer.state.0.exp_avg"), and the
+# manifest's "trees" keeps the entry's shape as JSON, with {"__tensor__": path} where a tensor
+# was, dicts as {"__dict__": [[key, value], ...]} (keys stay ints where they were: an
+# optimizer's parameter indices) and tuples as {"__tuple__": [...]}. load() rebuilds the entry.
+# Every dict, list and tuple entry is kept so, with or without tensors, so what comes back has
+# the kinds that were saved. Checkpoints from before keep such entries in "values" as plain
+# JSON, which load() still reads.
+_TENSOR, _DICT, _TUPLE = "__tensor__", "__dict__", "__tuple__"
+_KEY_TYPES = (str, int, float, bool, type(None))
+
+
+def _is_tensor(value):
+    return isinstance(value, (_gt.GlobalTensor, _C.Tensor))
+
+
+def _tree(path, value, tensors):
+    """``value``'s shape as JSON, each tensor replaced by its path; appends (path, tensor) to
+    ``tensors``."""
+    if _is_tensor(value):
+        tensors.append((path, value))
+        return {_TENSOR: path}
+    if isinstance(value, dict):
+        items = []
+        for key, v in value.items():
+            if not isinstance(key, _KEY_TYPES):
+                raise TypeError(f"[save] '{path}' has a key of type {type(key).__name__}: keys "
+                                "must be strings, numbers, bools or None.")
+            items.append([key, _tree(f"{path}.{key}", v, tensors)])
+        return {_DICT: items}
+    if isinstance(value, (list, tuple)):
+        items = [_tree(f"{path}.{i}", v, tensors) for i, v in enumerate(value)]
+        return {_TUPLE: items} if isinstance(value, tuple) else items
+    _check_json_value(path, value)
+    return value
+
+
+def _rebuild(tree, tensor):
+    """The entry ``tree`` describes, each tensor from tensor(path)."""
+    if isinstance(tree, list):
+        return [_rebuild(v, tensor) for v in tree]
+    if isinstance(tree, dict):
+        if _TENSOR in tree:
+            return tensor(tree[_TENSOR])
+        if _TUPLE in tree:
+            return tuple(_rebuild(v, tensor) for v in tree[_TUPLE])
+        if _DICT in tree:
+            return {key: _rebuild(v, tensor) for key, v in tree[_DICT]}
+    return tree
+
+
+def _leaves(value, path):
+    """{path: tensor} of the tensors nested in ``value`` (a load target's layouts)."""
+    tensors = []
+    _tree(path, value, tensors)
+    return dict(tensors)
+
+
 def save(state, path):
     """Writes ``state`` (a dict of name -> Tensor or global tensor, e.g. graph.state_dict() or
     module.state_dict(); entries that are not tensors, such as graph.state_dict()'s optimizer
-    step and LR scheduler state, are kept as JSON) to directory ``path``. Every rank of the job
-    must call it."""
+    step and LR scheduler state, are kept as JSON; entries may nest tensors in dicts, lists and
+    tuples, e.g. an optimizer's state_dict(): Note [Nested entries]) to directory ``path``.
+    Every rank of the job must call it."""
     if not isinstance(state, dict):
         raise TypeError(f"[save] expects a dict of tensors. However, got {type(state).__name__}.")
+    entries, trees = {}, {}  # name -> tensor or JSON value; name -> nested entry's tree
     for name, value in state.items():
-        if not isinstance(value, (_gt.GlobalTensor, _C.Tensor)):
-            _check_json_value(name, value)
+        if isinstance(value, (dict, list, tuple)):
+            nested = []
+            trees[name] = _tree(name, value, nested)
+            for inner, tensor in nested:
+                if inner in state or inner in entries:
+                    raise ValueError(f"[save] '{inner}' names both an entry and a tensor nested "
+                                     f"in '{name}'. Rename one of them.")
+                entries[inner] = tensor
+        else:
+            if not _is_tensor(value):
+                _check_json_value(name, value)
+            entries[name] = value
     rank, world = env.get_rank(), env.get_world_size()
     os.makedirs(os.path.join(path, f"rank{rank}"), exist_ok=True)
     # Overwriting a checkpoint: its manifest goes first (and every rank waits for that), so a
@@ -94,12 +167,13 @@ def save(state, path):
     if rank == 0 and os.path.exists(os.path.join(path, "manifest.json")):
         os.remove(os.path.join(path, "manifest.json"))
     _agreement.count_ok(True)
-    manifest = {"format": _FORMAT, "world_size": world, "tensors": {}, "values": {}}
+    manifest = {"format": _FORMAT, "world_size": world, "tensors": {}, "values": {},
+                "trees": trees}
     pieces = {}
     ok = True
     error = None
     try:
-        for i, (name, value) in enumerate(sorted(state.items())):
+        for i, (name, value) in enumerate(sorted(entries.items())):
             if isinstance(value, _gt.GlobalTensor):
                 if _sbp.summed(value.sbp) != tuple(value.sbp):
                     value = value.to_global(sbp=_sbp.summed(value.sbp))
@@ -224,52 +298,67 @@ def load(path, like=None):
     state_dict of the model or graph to restore), every tensor comes back in the layout of its
     entry in ``like`` — any placement and SBP, whatever the saving layout — each rank reading only
     the pieces it needs. Without ``like``, every tensor comes back whole as a local tensor.
-    Entries saved as JSON values (not tensors) come back as they were saved."""
+    Entries saved as JSON values (not tensors) come back as they were saved, and nested entries
+    as they were nested (Note [Nested entries]; with ``like``, a nested tensor takes the layout
+    of the tensor at the same place in ``like``'s entry)."""
     manifest, saved = _read_manifest(path)
     reader = _Reader(path)
     values = manifest.get("values", {})
-    names = list(manifest["tensors"]) + list(values) if like is None else list(like)
+    trees = manifest.get("trees", {})
+    nested = set()  # the paths of the tensors nested in entries
+    for tree in trees.values():
+        _rebuild(tree, nested.add)
+    tops = [n for n in manifest["tensors"] if n not in nested] + list(values) + list(trees)
+    names = tops if like is None else list(like)
     out = {}
-    rank = env.get_rank()
     for name in names:
+        target = None if like is None else like[name]
+        if name in trees:
+            targets = {} if target is None else _leaves(target, name)
+            out[name] = _rebuild(trees[name], lambda inner: _load_tensor(
+                path, manifest, saved, reader, inner, targets.get(inner)))
+            continue
         if like is not None and name not in values and name not in manifest["tensors"] \
-                and not isinstance(like[name], (_gt.GlobalTensor, _C.Tensor)):
+                and not _is_tensor(target):
             continue  # a value the checkpoint predates (a graph's step count): the caller decides
         if name in values:
-            if like is not None and isinstance(like[name], (_gt.GlobalTensor, _C.Tensor)):
+            if _is_tensor(target):
                 raise ValueError(f"[load] '{name}' was saved as a value, not a tensor. However, "
                                  "the target is a tensor.")
             out[name] = values[name]
             continue
-        entry = manifest["tensors"].get(name)
-        if entry is None:
-            raise KeyError(f"[load] checkpoint '{path}' has no entry '{name}'.")
-        shape = tuple(entry["shape"])
-        if entry["dtype"] not in _NUMPY:
-            raise NotImplementedError(f"[load] dtype {entry['dtype']} of '{name}'.")
-        numpy_dtype = _NUMPY[entry["dtype"]]
-        target = None if like is None else like[name]
-        if target is not None and not isinstance(target, (_gt.GlobalTensor, _C.Tensor)):
+        if target is not None and not _is_tensor(target):
             raise ValueError(f"[load] '{name}' was saved as a tensor. However, the target is "
                              f"a {type(target).__name__}.")
-        if target is not None and tuple(target.shape) != shape:
-            raise ValueError(f"[load] '{name}' was saved with shape {shape}. However, the "
-                             f"target has shape {tuple(target.shape)}.")
-        if target is not None and _dtype_name(target.dtype) != entry["dtype"]:
-            raise ValueError(f"[load] '{name}' was saved as {entry['dtype']}. However, the "
-                             f"target is {_dtype_name(target.dtype)}.")
-        pieces = saved.get(name, [])
-        if isinstance(target, _gt.GlobalTensor):
-            local = None
-            if rank in target.placement:
-                region = _gt._region(shape, target.placement, target.sbp, rank)
-                array = _assemble(reader, pieces, shape, region, numpy_dtype)
-                if _gt.holds_zero_addend(target.placement, target.sbp, rank):
-                    array = np.zeros_like(array)  # a partial sum: the first coordinate holds it
-                local = _to_tensor(array, entry["dtype"])
-            out[name] = _gt.GlobalTensor(local, shape, target.dtype, target.placement, target.sbp)
-        else:
-            whole = tuple(slice(0, d) for d in shape)
-            out[name] = _to_tensor(_assemble(reader, pieces, shape, whole, numpy_dtype),
-                                   entry["dtype"])
+        out[name] = _load_tensor(path, manifest, saved, reader, name, target)
     return out
+
+
+def _load_tensor(path, manifest, saved, reader, name, target):
+    """Tensor ``name`` of the checkpoint: in ``target``'s layout, or whole and local."""
+    entry = manifest["tensors"].get(name)
+    if entry is None:
+        raise KeyError(f"[load] checkpoint '{path}' has no entry '{name}'.")
+    shape = tuple(entry["shape"])
+    if entry["dtype"] not in _NUMPY:
+        raise NotImplementedError(f"[load] dtype {entry['dtype']} of '{name}'.")
+    numpy_dtype = _NUMPY[entry["dtype"]]
+    if target is not None and tuple(target.shape) != shape:
+        raise ValueError(f"[load] '{name}' was saved with shape {shape}. However, the "
+                         f"target has shape {tuple(target.shape)}.")
+    if target is not None and _dtype_name(target.dtype) != entry["dtype"]:
+        raise ValueError(f"[load] '{name}' was saved as {entry['dtype']}. However, the "
+                         f"target is {_dtype_name(target.dtype)}.")
+    pieces = saved.get(name, [])
+    if isinstance(target, _gt.GlobalTensor):
+        rank = env.get_rank()
+        local = None
+        if rank in target.placement:
+            region = _gt._region(shape, target.placement, target.sbp, rank)
+            array = _assemble(reader, pieces, shape, region, numpy_dtype)
+            if _gt.holds_zero_addend(target.placement, target.sbp, rank):
+                array = np.zeros_like(array)  # a partial sum: the first coordinate holds it
+            local = _to_tensor(array, entry["dtype"])
+        return _gt.GlobalTensor(local, shape, target.dtype, target.placement, target.sbp)
+    whole = tuple(slice(0, d) for d in shape)
+    return _to_tensor(_assemble(reader, pieces, shape, whole, numpy_dtype), entry["dtype"])

@@ -81,7 +81,7 @@ def as_addend(piece, placement, nd_sbp):
     """``piece`` of a whole value as this rank holds it under ``nd_sbp``: zeros where it is a
     zero addend (holds_zero_addend), else ``piece`` itself; None stays None."""
     if piece is not None and holds_zero_addend(placement, nd_sbp, env.get_rank()):
-        return _C.fill(tuple(piece.shape), piece.dtype, 0.0)
+        return _C.fill(tuple(piece.shape), piece.dtype, 0.0, piece.device)
     return piece
 
 
@@ -269,6 +269,17 @@ class GlobalTensor:
         the pieces."""
         local = None if self._local is None else self._local.detach()
         return GlobalTensor(local, self._shape, self._dtype, self._placement, self._sbp)
+
+    @property
+    def data(self):
+        """The same values without autograd history (torch's .data)."""
+        return self.detach()
+
+    @data.setter
+    def data(self, value):
+        raise NotImplementedError(
+            "[Tensor.data] a global tensor's data cannot be replaced in place: its placement and "
+            "SBP say where its pieces live. Make a new one with to_global(placement, sbp).")
 
     def clone(self):
         """A copy in the same layout: each rank copies its piece (no communication)."""

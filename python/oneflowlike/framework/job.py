@@ -40,10 +40,12 @@ class Job:
             self._sessions = _C.TransportSessions(self._transport, [self.rank])
             _exit_at_once_on_error()
 
-    def runtime(self, plan, trace=False, caller_runs=False):
+    def runtime(self, plan, trace=False, caller_runs=False, gpu=-1):
         """A runtime of ``plan`` (compiled for this rank) hosting this process's rank; with
         ``trace``, it records every act (chrome_trace()); with ``caller_runs`` (a host plan),
-        run() acts for its actors on the calling thread (Note [Caller-run runtimes])."""
+        run() acts for its actors on the calling thread (Note [Caller-run runtimes]); ``gpu``
+        (>= 0) is the GPU of the rank's CUDA tasks instead of LOCAL_RANK's (Note [The GPU of a
+        rank])."""
         self.connect()
         transport = None
         session = None
@@ -55,7 +57,8 @@ class Job:
             transport = self._sessions.open(session)
         spin = float(os.environ.get("OFL_SPIN_US", -1))  # how long idle actor threads spin
         holder = RuntimeHolder(_C.Runtime(plan, [self.rank], transport, trace=trace,
-                                          spin_microseconds=spin, caller_runs=caller_runs),
+                                          spin_microseconds=spin, caller_runs=caller_runs,
+                                          first_gpu=gpu),
                                session)
         self._runtimes.append(holder)
         return holder

@@ -213,6 +213,7 @@ class Graph:
         self._stages = []  # (module, stage, placement, input sbp)
         self._recomputed = []  # modules whose activations are recomputed
         self._compiled = False
+        self._local_device = "cpu:0"  # Note [Local graphs on a GPU]
         self._plan = None
         self._runtime = None
         self._step = 0
@@ -317,7 +318,34 @@ class Graph:
         for *_, value, _ in self._named_variables():
             if isinstance(value, _gt.GlobalTensor):
                 return value.placement, True
-        return _placement("cpu", [env.get_rank()]), False
+        self._local_device = self._device_of_local_tensors(args)
+        kind = "cpu" if self._local_device == "cpu:0" else "cuda"
+        return _placement(kind, [env.get_rank()]), False
+
+    # Note [Local graphs on a GPU]
+    # A graph of local tensors runs where they are: on this rank's CPU, or, when its inputs,
+    # parameters and buffers are on one CUDA device, on a CUDA placement of this rank whose
+    # plan takes that GPU (the runtime's first_gpu). The runtime takes and gives local pieces
+    # in host memory (its copy tasks move them to and from the GPU), so inputs are handed over
+    # on the host and results and state_dict() come back on the device (_on_host,
+    # _on_local_device). Tensors on two devices are refused, naming one on each; a module moved
+    # after the trace is refused at the next call (_held_as in the fingerprint).
+    def _device_of_local_tensors(self, args):
+        """The device of every local input and variable ("cpu:0" without any)."""
+        where = {}
+        for i, a in enumerate(args):
+            if isinstance(a, _C.Tensor):
+                where.setdefault(str(a.device), f"input {i}")
+        for full, *_, value, _ in self._named_variables():
+            if isinstance(value, _C.Tensor):
+                where.setdefault(str(value.device), f"'{full}'")
+        if len(where) > 1:
+            (d1, t1), (d2, t2) = list(where.items())[:2]
+            raise ValueError(
+                f"[nn.Graph] {type(self).__name__}'s local inputs and parameters must be on one "
+                f"device. However, {t1} is on {d1} and {t2} on {d2}: move the module and the "
+                "inputs to one device (module.to(device)).")
+        return next(iter(where), "cpu:0")
 
     def _input_names(self, count):
         """build()'s parameter names, for messages ("input 'x'")."""
@@ -521,7 +549,10 @@ class Graph:
             if self._debug >= 1:
                 print(f"[nn.Graph] rank {rank}: {self._plan.summary()}")
             self.timings["compile_seconds"] = time.perf_counter() - traced
-            self._runtime = _job.current().runtime(self._plan, trace=self.config.trace)
+            gpu = -1  # Note [Local graphs on a GPU]
+            if not self._is_global and self._local_device != "cpu:0":
+                gpu = _C.device(self._local_device).index
+            self._runtime = _job.current().runtime(self._plan, trace=self.config.trace, gpu=gpu)
             self._local_variables = set(self._runtime.variable_names())
             self._variable_sbp = self._plan.variable_sbp
             self._hyper_inputs = self._plan.hyper_inputs  # read once: a new dict per access
@@ -642,7 +673,14 @@ class Graph:
             if name in self._local_variables:
                 self._runtime.write_variable_pieces(name, {env.get_rank(): value.to_local()})
         elif name in self._local_variables:
-            self._runtime.write_variable(name, value.detach() if value.requires_grad else value)
+            self._runtime.write_variable(name, _on_host(value))
+
+    def _on_local_device(self, local):
+        """A local graph's result on the device its tensors are on (Note [Local graphs on a
+        GPU]); the runtime hands results over in host memory."""
+        if local is None or self._local_device == "cpu:0":
+            return local
+        return local._to_device(self._local_device)
 
     # --- every call ----------------------------------------------------------------------------
     def __call__(self, *args):
@@ -679,7 +717,7 @@ class Graph:
                 if isinstance(a, _gt.GlobalTensor) and a._local is None:
                     continue
                 local = a.to_local() if isinstance(a, _gt.GlobalTensor) else a
-                pieces[name] = {rank: local.detach() if local.requires_grad else local}
+                pieces[name] = {rank: _on_host(local)}
             for name, dtype in self._hyper_inputs.items():
                 value = self._hyper_value(name, step)
                 array = np.asarray(value, dtype=np.float64 if dtype == _C.dtype.float64 else np.float32)
@@ -689,7 +727,7 @@ class Graph:
             for name, p, shape, dtype in self._fetches:
                 local = fetched.get(name, {}).get(rank)
                 if not self._is_global:
-                    outputs.append(local)
+                    outputs.append(self._on_local_device(local))
                     continue
                 nd = tuple(_sbp.sbp(s) for s in self._output_sbp.get(name, ["B"] * len(p.hierarchy)))
                 assert tuple(self._output_shapes.get(name, shape)) == shape, (name, shape)
@@ -730,7 +768,7 @@ class Graph:
         """What decides the plan's variables and which of them train: the objects the modules
         hold, their requires_grad, and the optimizer's parameters. One pass, compared each
         call."""
-        held = tuple((full, id(value), value.requires_grad)
+        held = tuple((full, id(value), value.requires_grad, _held_as(value))
                      for full, _, _, _, value, _ in self._named_variables())
         optimized = tuple((g, id(p)) for g, group in enumerate(self._optimizers[0].param_groups)
                           for p in group["params"]) if self._optimizers else ()
@@ -752,6 +790,15 @@ class Graph:
                     f"removed or replaced after {type(self).__name__} traced them: the graph "
                     "keeps its own copies. Lay the model out before the first call, or build a "
                     "new graph.")
+            traced_as = {f: h for f, _, _, h in self._traced_fingerprint[0]}
+            moved = sorted(full for full, value, *_ in self._variables
+                           if _held_as(value) != traced_as.get(full))
+            if moved:
+                raise RuntimeError(
+                    f"[nn.Graph] the modules' parameters or buffers {moved[:8]} moved to another "
+                    f"device or dtype (module.to) after {type(self).__name__} traced them: the "
+                    "graph keeps its own copies where it compiled them. Move the model before "
+                    "the first call, or build a new graph.")
             trained = self._trained_parameters()
             changed = sorted(full for full, value, _, registry_name, _ in self._variables
                              if registry_name == "_parameters"
@@ -826,7 +873,7 @@ class Graph:
                 placement, sbp = self._plan_layout(name, value)
                 out[name] = _gt.GlobalTensor(local, value.shape, value.dtype, placement, sbp)
             else:
-                out[name] = local
+                out[name] = self._on_local_device(local)
         out.update(self._training_state())
         return out
 
@@ -1115,20 +1162,34 @@ def _zeros_like(value):
     if isinstance(value, _gt.GlobalTensor):
         local = None if value._local is None else _C.fill(tuple(value._local.shape), value.dtype, 0.0)
         return _gt.GlobalTensor(local, value.shape, value.dtype, value.placement, value.sbp)
-    return _C.fill(tuple(value.shape), value.dtype, 0.0)
+    return _C.fill(tuple(value.shape), value.dtype, 0.0, value.device)
 
 
 def _signature(a):
     if isinstance(a, _gt.GlobalTensor):
         return ("global", tuple(a.shape), a.dtype, a.placement, a.sbp)
-    return ("local", tuple(a.shape), a.dtype)
+    return ("local", tuple(a.shape), a.dtype, str(a.device))
 
 
 def _describe(signature):
     if signature[0] == "global":
         _, shape, dtype, placement, sbp = signature
         return f"a global tensor {shape} {dtype!r} on {placement!r} with sbp {sbp}"
-    return f"a local tensor {signature[1]} {signature[2]!r}"
+    return f"a local tensor {signature[1]} {signature[2]!r} on {signature[3]}"
+
+
+def _held_as(value):
+    """(dtype, device) of a module's local tensor, which Module.to changes in place."""
+    if isinstance(value, _C.Tensor):
+        return (value.dtype, str(value.device))
+    return None
+
+
+def _on_host(t):
+    """A local tensor as the runtime takes it: in host memory (the plan's copy tasks move it to
+    its GPU), without autograd history."""
+    t = t.detach() if t.requires_grad else t
+    return t if str(t.device) == "cpu:0" else t._to_device("cpu")
 
 
 def _placement_from_c(c):

@@ -9,6 +9,7 @@ creation]). On a meta tensor it records the draw (Note [Meta tensors]).
 import math
 
 from oneflowlike import _C
+from oneflowlike.ops.core import device_of
 from oneflowlike.autograd import no_grad
 from oneflowlike.framework import meta
 
@@ -72,10 +73,11 @@ def constant_(tensor, value):
         local = tensor.to_local_or_none()
         if local is not None:
             with no_grad():
-                _C._assign_(local, _C.fill(tuple(local.shape), tensor.dtype, float(value)),
-                            "nn.init")
+                _C._assign_(local, _C.fill(tuple(local.shape), tensor.dtype, float(value),
+                                           local.device), "nn.init")
         return tensor
-    return _fill(tensor, _C.fill(tuple(tensor.shape), tensor.dtype, float(value)))
+    return _fill(tensor, _C.fill(tuple(tensor.shape), tensor.dtype, float(value),
+                                 device_of(tensor)))
 
 
 def zeros_(tensor):

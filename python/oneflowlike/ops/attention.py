@@ -22,8 +22,8 @@ def _float_mask(attn_mask, dtype):
                           sbp=attn_mask.sbp)
         return flow.where(attn_mask, zero, float("-inf"))
     if attn_mask.dtype == _C.dtype.bool:
-        zero = _C.fill(tuple(attn_mask.shape), dtype, 0.0)
-        hidden = _C.fill(tuple(attn_mask.shape), dtype, float("-inf"))
+        zero = _C.fill(tuple(attn_mask.shape), dtype, 0.0, attn_mask.device)
+        hidden = _C.fill(tuple(attn_mask.shape), dtype, float("-inf"), attn_mask.device)
         return _C.where(attn_mask, zero, hidden)
     return attn_mask
 

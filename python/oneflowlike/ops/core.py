@@ -21,6 +21,13 @@ def _numpy_dtype(dtype):
     }.get(dtype)
 
 
+def device_of(t):
+    """The device of the tensors an op makes for ``t`` (a weight, a mask, a fill): a local
+    tensor's, the CPU for a traced value (its graph's placement decides) and for anything else
+    (a global tensor's ops place their own)."""
+    return t.device if isinstance(t, _C.Tensor) else _C.device("cpu")
+
+
 def tensor(data, dtype=None, device=None, requires_grad=False):
     """A new tensor holding a copy of ``data`` (nested lists, numbers, numpy arrays, tensors).
 
@@ -85,6 +92,8 @@ def _repr(self):
         return self._describe()
     body = np.array2string(self.numpy(), separator=", ", precision=4, prefix="tensor(")
     extras = [f"dtype={self.dtype!r}"]
+    if self.device.type != "cpu":  # as torch, which names only devices other than the CPU
+        extras.append(f"device='{self.device}'")
     if self.requires_grad:
         extras.append("requires_grad=True")
     return f"tensor({body}, {', '.join(extras)})"

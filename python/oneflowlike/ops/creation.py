@@ -132,13 +132,12 @@ def _to(self, *args, **kwargs):
     target = str(_C.device(str(device)))  # "cuda" -> "cuda:0"
     if str(out.device) == target:
         return out
-    if out.requires_grad:
-        # A copy without history would leave the source's gradient silently unset.
-        raise NotImplementedError(
-            f"[to] moving a tensor that requires grad between devices ({out.device} -> {target}) "
-            "keeps no autograd history yet; move the leaf tensor before using it, "
-            "e.g. flow.tensor(data, device='cuda', requires_grad=True).")
-    return out._to_device(target)
+    if out.is_lazy:
+        raise ValueError(
+            f"[to] inside nn.Graph.build() the placement decides where values live: a traced "
+            f"value cannot move to {target}. Run the graph on flow.placement('cuda', ...) "
+            "instead.")
+    return _C.to_device(out, target)  # autograd follows it (Note [Device copies])
 
 
 TENSOR_METHODS = {

@@ -106,10 +106,10 @@ def fill_(self, value):
         local = self._local
         if local is not None:  # a partial-sum piece off the first coordinate holds zeros
             zero = _gt.holds_zero_addend(self.placement, self.sbp, env.get_rank())
-            _C._assign_(local, _C.fill(tuple(local.shape), local.dtype, 0.0 if zero else value),
-                        "fill_")
+            _C._assign_(local, _C.fill(tuple(local.shape), local.dtype, 0.0 if zero else value,
+                                       local.device), "fill_")
         return self
-    _C._assign_(self, _C.fill(tuple(self.shape), self.dtype, value), "fill_")
+    _C._assign_(self, _C.fill(tuple(self.shape), self.dtype, value, self.device), "fill_")
     return self
 
 

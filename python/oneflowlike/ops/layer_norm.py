@@ -3,6 +3,7 @@
 import numbers
 
 from oneflowlike import _C
+from oneflowlike.ops.core import device_of
 
 __all__ = []
 
@@ -36,9 +37,9 @@ def layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-5):  # no
     normalized_shape = _normalized_shape("layer_norm", input, normalized_shape)
     # Fill ops, not tensors from data: inside a trace they are part of the graph, not constants.
     if weight is None:
-        weight = _C.fill(normalized_shape, input.dtype, 1.0)
+        weight = _C.fill(normalized_shape, input.dtype, 1.0, device_of(input))
     if bias is None:
-        bias = _C.fill(normalized_shape, input.dtype, 0.0)
+        bias = _C.fill(normalized_shape, input.dtype, 0.0, device_of(input))
     begin = len(input.shape) - len(normalized_shape)
     return _C.layer_norm(input, weight, bias, begin, float(eps))[0]
 
@@ -54,7 +55,7 @@ def rms_norm(input, normalized_shape, weight=None, eps=None):  # noqa: A002
                             f"{input.dtype}.")
         eps = _MACHINE_EPSILON[input.dtype]
     if weight is None:
-        weight = _C.fill(normalized_shape, input.dtype, 1.0)
+        weight = _C.fill(normalized_shape, input.dtype, 1.0, device_of(input))
     begin = len(input.shape) - len(normalized_shape)
     return _C.rms_norm(input, weight, begin, float(eps))[0]
 

@@ -7,6 +7,7 @@ those ops' (a split of the indices splits the result alike); it has no gradient 
 import builtins
 
 from oneflowlike import _C
+from oneflowlike.ops.core import device_of
 
 __all__ = []
 
@@ -34,7 +35,7 @@ def one_hot(tensor, num_classes=-1):
         if low < 0 or high >= num_classes:
             raise ValueError(f"[one_hot] class indices must lie in [0, {num_classes}). However, "
                              f"got values in [{low}, {high}].")
-    classes = _C.arange(0.0, float(num_classes), 1.0, _C.dtype.int64)
+    classes = _C.arange(0.0, float(num_classes), 1.0, _C.dtype.int64, device_of(tensor))
     hits = _C.eq(_C.reshape(tensor, tuple(tensor.shape) + (1,)), classes)
     return _C.cast(hits, _C.dtype.int64)
 

@@ -6,6 +6,7 @@ import numbers
 import operator
 
 from oneflowlike import _C
+from oneflowlike.ops.core import device_of
 
 __all__ = ["transpose", "permute", "cat", "concat", "split", "chunk", "narrow", "stack",
            "unbind"]
@@ -255,7 +256,8 @@ def index_put(input, index, value):  # noqa: A002 (torch's names)
     (the tensor's shape, or its leading dims) takes a number or a one-element tensor."""
     if isinstance(value, numbers.Number) and not isinstance(value, _C.Tensor):
         value = _C.fill((), input.dtype if not isinstance(value, float) or
-                        input.dtype.is_floating_point else _C.dtype.float32, float(value))
+                        input.dtype.is_floating_point else _C.dtype.float32, float(value),
+                        device_of(input))
     if not isinstance(value, _C.Tensor):
         raise TypeError(f"[setitem] the value must be a number or a tensor. However, got "
                         f"{type(value).__name__}.")
@@ -283,7 +285,8 @@ def index_put(input, index, value):  # noqa: A002 (torch's names)
     value = _reshape(value, region)
     like = tuple(input.shape)
     placed = _C.slice_grad(value, like, starts, stops, steps)
-    inside = _C.slice_grad(_C.fill(tuple(region), _C.dtype.bool, 1.0), like, starts, stops, steps)
+    inside = _C.slice_grad(_C.fill(tuple(region), _C.dtype.bool, 1.0, device_of(input)), like,
+                           starts, stops, steps)
     return _C.where(inside, placed, input)
 
 

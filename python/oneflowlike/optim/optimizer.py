@@ -40,8 +40,10 @@ def _numpy_dtype(param):
 
 
 def _on_device_of(t, param):
-    """t (made on the CPU) on param's device: the update ops take all their inputs on one."""
-    return t if param.device.type == "cpu" else t._to_device(str(param.device))
+    """t on param's device (itself when it is there, or when param has none: a meta or global
+    parameter): the update ops take all their inputs on one."""
+    device = getattr(param, "device", None) if isinstance(param, _C.Tensor) else None
+    return t if device is None or t.device == device else t._to_device(str(device))
 
 
 def scalar_like(value, param):
@@ -79,7 +81,11 @@ def _restored(value, param):
     if getattr(param, "is_global", False) and isinstance(value, _C.Tensor):
         raise TypeError("[optim] the saved state is of a local parameter, and this optimizer's "
                         "parameter is global: save it from the global model.")
-    return value.clone() if isinstance(value, _C.Tensor) else value
+    if not isinstance(value, _C.Tensor):
+        return value
+    # A copy, on the parameter's device (a checkpoint loads on the CPU): the update reads both.
+    moved = _on_device_of(value, param)
+    return value.clone() if moved is value else moved
 
 
 class Optimizer:

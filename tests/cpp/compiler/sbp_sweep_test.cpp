@@ -250,6 +250,9 @@ std::vector<OpCase> sweep_cases() {
       {"arange", "arange", ArangeParams{1.0, 6.5, 0.5, DataType::kFloat32}, {}},
       {"cast_to_float64", "cast", CastParams{DataType::kFloat64}, {floats(m)}},
       {"cast_to_int64", "cast", CastParams{DataType::kInt64}, {floats(m, -3.0, 3.0)}},
+      // In a plan the placement decides devices, so a device copy is a copy (Note [Device
+      // copies]).
+      {"to_device", "to_device", ToDeviceParams{"cpu:0", "cpu:0"}, {floats(m)}},
       {"sparse_softmax_cross_entropy",
        "sparse_softmax_cross_entropy",
        NoParams{},

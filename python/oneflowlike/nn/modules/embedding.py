@@ -2,7 +2,7 @@
 
 from oneflowlike.framework import meta
 from oneflowlike.nn import functional as F
-from oneflowlike.nn.modules.module import Module, factory_dtype
+from oneflowlike.nn.modules.module import Module, factory_dtype, to_factory_device
 from oneflowlike.nn.parameter import Parameter
 from oneflowlike.ops.embedding import _padding_row
 
@@ -27,6 +27,7 @@ class Embedding(Module):
         if self.padding_idx is not None:
             weight[self.padding_idx] = 0.0
         self.weight = Parameter(weight)
+        to_factory_device(self, device)
 
     def forward(self, input):  # noqa: A002 (torch's name)
         return F.embedding(input, self.weight, padding_idx=self.padding_idx)

@@ -4,7 +4,7 @@ import numbers
 
 import oneflowlike as flow
 from oneflowlike.nn import functional as F
-from oneflowlike.nn.modules.module import Module, factory_dtype
+from oneflowlike.nn.modules.module import Module, factory_dtype, to_factory_device
 from oneflowlike.nn.parameter import Parameter
 
 
@@ -34,11 +34,12 @@ class LayerNorm(Module):
         else:
             self.register_parameter("weight", None)
             self.register_parameter("bias", None)
+        to_factory_device(self, device)
 
     def forward(self, input):  # noqa: A002 (torch's name)
         # The functional makes its default weight and bias with numpy; pass them from ops (on a
         # global input's placement, replicated, when it is trained eagerly on global tensors).
-        where = {}
+        where = {"device": input.device} if isinstance(input, flow.Tensor) else {}
         if getattr(input, "is_global", False):
             where = {"placement": input.placement,
                      "sbp": (flow.sbp.broadcast,) * len(input.placement.hierarchy)}

@@ -4,7 +4,7 @@ import math
 
 from oneflowlike.framework import meta
 from oneflowlike.nn import functional as F
-from oneflowlike.nn.modules.module import Module, factory_dtype
+from oneflowlike.nn.modules.module import Module, factory_dtype, to_factory_device
 from oneflowlike.nn.parameter import Parameter
 
 
@@ -30,6 +30,7 @@ class Linear(Module):
             self.bias = Parameter(meta.uniform_or_tensor(-bound, bound, (out_features,), dtype))
         else:
             self.register_parameter("bias", None)
+        to_factory_device(self, device)
 
     def forward(self, input):  # noqa: A002 (torch's name)
         return F.linear(input, self.weight, self.bias)  # (..., in) -> (..., out)

@@ -40,7 +40,37 @@ def _shape(t):
 
 
 def _zeros_like(t):
-    return _C.fill(_shape(t), t.dtype, 0.0)
+    return _C.fill(_shape(t), t.dtype, 0.0, t.device)
+
+
+_FLOATING = (_C.dtype.float16, _C.dtype.bfloat16, _C.dtype.float32, _C.dtype.float64)
+
+
+def _move_arguments(args, kwargs):
+    """(device, dtype) of Module.to's torch forms: to(device), to(dtype), to(device, dtype),
+    to(tensor) (its device and dtype), and the keywords device=, dtype=, non_blocking=."""
+    device, dtype = kwargs.pop("device", None), kwargs.pop("dtype", None)
+    kwargs.pop("non_blocking", None)  # the copies return once done
+    if kwargs:
+        raise TypeError(f"[Module.to] unexpected keyword arguments {sorted(kwargs)}.")
+    for a in args:
+        if isinstance(a, _C.dtype):
+            dtype = a
+        elif isinstance(a, (str, _C.device)):
+            device = a
+        elif isinstance(a, _C.Tensor):
+            device, dtype = a.device, a.dtype
+        else:
+            raise TypeError(f"[Module.to] expected a device, a dtype or a tensor. However, got "
+                            f"{a!r}.")
+    if dtype is not None and dtype not in _FLOATING:
+        raise TypeError(f"[Module.to] a module's dtype must be floating (its parameters are). "
+                        f"However, got {dtype}.")
+    if device is not None:
+        from oneflowlike.ops.creation import resolve_device
+
+        device = str(resolve_device("Module.to", device))  # checked; "cuda" -> "cuda:0"
+    return device, dtype
 
 
 class Module:
@@ -312,6 +342,76 @@ class Module:
         fn(self)
         return self
 
+    # ---- devices and dtypes ------------------------------------------------------------------
+
+    def to(self, *args, **kwargs):
+        """Moves and/or casts every parameter and buffer, as torch.nn.Module.to: ``to(device)``,
+        ``to(dtype)`` (floating ones only), ``to(device, dtype)``, ``to(tensor)``. The tensors
+        keep their identity (their data is replaced), so an optimizer built before sees them
+        moved; gradients move with them. Returns self."""
+        device, dtype = _move_arguments(args, kwargs)
+
+        def move(t):
+            if dtype is not None and t.dtype in _FLOATING:
+                t = _C.cast(t, dtype)
+            return t if device is None else _C.to_device(t, device)
+
+        return self._apply(move, "to")
+
+    def cuda(self, device=None):
+        """Every parameter and buffer on CUDA device ``device`` (an index, "cuda:i" or a
+        flow.device; cuda:0 by default)."""
+        if device is None or isinstance(device, int):
+            device = "cuda" if device is None else f"cuda:{device}"
+        return self.to(device)
+
+    def cpu(self):
+        return self.to("cpu")
+
+    def float(self):  # noqa: A003 (torch's name)
+        return self.to(_C.dtype.float32)
+
+    def double(self):
+        return self.to(_C.dtype.float64)
+
+    def half(self):
+        return self.to(_C.dtype.float16)
+
+    def bfloat16(self):
+        return self.to(_C.dtype.bfloat16)
+
+    def _apply(self, fn, op):
+        """Replaces the values of every parameter and buffer t (and of its gradient) by fn(t), in
+        place (``t.data = ...``): the objects stay, so whoever holds them sees the new values."""
+        tensors = {}  # id -> (name, tensor): a shared tensor once
+        for prefix, module in self.named_modules():
+            for registry in (module._parameters, module._buffers):
+                for name, t in registry.items():
+                    if t is not None:
+                        tensors.setdefault(id(t), (prefix + ("." if prefix else "") + name, t))
+        # Every tensor is checked before any moves, so a refusal leaves the module as it was.
+        for full, t in tensors.values():
+            if getattr(t, "is_meta", False):
+                raise NotImplementedError(
+                    f"[Module.{op}] '{full}' was built on the meta device and has no values to "
+                    "move: lay the module out with to_global(placement, sbp), which makes each "
+                    "value from its initialiser (Note [Meta tensors]).")
+            if getattr(t, "is_global", False):
+                raise NotImplementedError(
+                    f"[Module.{op}] '{full}' is a global tensor: its placement says where it "
+                    "lives; move it with to_global(placement=flow.placement('cuda', ...)) "
+                    "instead.")
+        with no_grad():
+            for _, t in tensors.values():
+                new = fn(t)
+                if new is not t:
+                    t.data = new
+                if t.grad is not None:
+                    moved = fn(t.grad)
+                    if moved is not t.grad:
+                        t.grad = moved
+        return self
+
     # ---- state dict --------------------------------------------------------------------------
 
     def _local_state(self):
@@ -437,10 +537,18 @@ def _copy_into(value, source):
     _C._assign_(value, source, "load_state_dict")
 
 
+def to_factory_device(module, device):
+    """A layer built with ``device=`` (torch's factory argument) moved there: its values are made
+    on the CPU, as the CPU would make them, then copied (nothing to do for the CPU, also under
+    the meta device)."""
+    if device is not None and str(_C.device(str(device))) != "cpu:0":
+        module.to(device)
+
+
 def factory_dtype(op, device, dtype):
-    """The dtype for a module's new parameters (float32 by default); ``device`` must be cpu, the
-    only device that runs yet (the factory arguments of torch's layers)."""
+    """The dtype for a module's new parameters (float32 by default); ``device`` is checked here
+    and applied by to_factory_device (the factory arguments of torch's layers)."""
     from oneflowlike import cuda
 
-    cuda.check_device_supported(op, device, runs_cuda=False)
+    cuda.check_device_supported(op, device)
     return _C.dtype.float32 if dtype is None else dtype

@@ -5,7 +5,7 @@ import numbers
 
 import oneflowlike as flow
 from oneflowlike.nn import functional as F
-from oneflowlike.nn.modules.module import Module, factory_dtype
+from oneflowlike.nn.modules.module import Module, factory_dtype, to_factory_device
 from oneflowlike.nn.parameter import Parameter
 
 
@@ -30,6 +30,7 @@ class RMSNorm(Module):
             self.weight = Parameter(flow.ones(self.normalized_shape, dtype=dtype))
         else:
             self.register_parameter("weight", None)
+        to_factory_device(self, device)
 
     def forward(self, input):  # noqa: A002 (torch's name)
         return F.rms_norm(input, self.normalized_shape, self.weight, self.eps)

@@ -27,14 +27,15 @@ def clip_grad_norm_(parameters, max_norm, norm_type=2.0, error_if_nonfinite=Fals
     if not params:
         return flow.zeros(())
     grads = [p.grad for p in params]
-    # Global gradients (eager global autograd) may lie on several placements (pipeline
-    # stages): each part is reduced where its gradient is and moved to the first one's.
+    # Gradients may lie on several placements (pipeline stages trained eagerly on global
+    # tensors) or devices (a model split over GPUs, as torch's): each part is reduced where its
+    # gradient is and moved to the first one's placement or device.
     is_global = getattr(grads[0], "is_global", False)
-    home = grads[0].placement if is_global else None
+    home = grads[0].placement if is_global else grads[0].device
 
     def gathered(part):
         if not is_global:
-            return part
+            return part.to(home)
         return part.to_global(placement=home, sbp=_broadcast(home))
 
     if math.isinf(norm_type):
@@ -68,13 +69,15 @@ def clip_grad_norm_(parameters, max_norm, norm_type=2.0, error_if_nonfinite=Fals
     if is_global:
         one = flow.ones((), dtype=coef.dtype, placement=home, sbp=_broadcast(home))
     else:
-        one = flow.ones((), dtype=coef.dtype)
+        one = flow.ones((), dtype=coef.dtype, device=home)
     coef = flow.where(coef < one, coef, one)  # min(coef, 1) without reading the value
     for p in params:
         g = p.grad
         c = coef if coef.dtype == g.dtype else coef.to(g.dtype)
         if is_global and g.placement != home:
             c = c.to_global(placement=g.placement, sbp=_broadcast(g.placement))
+        elif not is_global and g.device != home:
+            c = c.to(g.device)
         p.grad = g * c
     return total
 
