@@ -11,6 +11,7 @@
 #include "actor/collective_engine.h"
 #include "actor/device_collectives.h"
 #include "actor/pieces.h"
+#include "oneflowlike/cuda/device.h"
 
 namespace ofl::actor {
 
@@ -234,18 +235,33 @@ class ZerosActor final : public TaskActor {
 
 // COPY and REPEAT: the same bytes into the output slot (REPEAT copies so that a micro-batch
 // writing its input in place cannot change the once value); COPY_H2D and COPY_D2H: the same
-// between a rank's host and GPU memory (Note [Devices in a plan]). A copy to or from a GPU
-// returns once it is done, so it holds the actor thread for its duration: pinned staging
-// buffers and copies gated by events like the kernels are the next step.
+// between a rank's host and GPU memory (Note [Devices in a plan]). On the GPU's event-gated
+// stream a host/GPU copy is queued like a kernel (cuda::copy_queued): its readers, and the
+// producer waiting for the input's release, hear of it only once the stream has run it (Note
+// [Event-gated acts]), and from the rank's pinned host block (Note [Pinned host blocks]) it
+// overlaps the host's work. Without a stream (deterministic mode) it returns once done.
 // A COPY marked a view (Note [Slice views]; on the host or a GPU) hands out the input piece under
 // the output's shape and keeps it until the consumers are done, as a SLICE view does.
 class CopyActor final : public TaskActor {
  public:
   CopyActor(const PlanIndex& index, int task, int priority)
-      : TaskActor(index, task, priority), view_(info_.proto.view()) {}
+      : TaskActor(index, task, priority),
+        view_(info_.proto.view()),
+        host_gpu_(info_.proto.kind() == proto::TaskProto::COPY_H2D ||
+                  info_.proto.kind() == proto::TaskProto::COPY_D2H) {}
 
  private:
+  static int cuda_index(const Tensor& t) {
+    return t.device().type == DeviceType::kCUDA ? t.device().index : -1;
+  }
   Work work(ActorHost&, std::vector<Tensor> inputs, std::vector<Tensor> outputs) override {
+    if (!view_ && host_gpu_ && stream() != nullptr &&
+        (cuda_index(inputs[0]) >= 0 || cuda_index(outputs[0]) >= 0)) {
+      return [in = inputs[0], out = outputs[0]] {
+        cuda::copy_queued(out.raw_data(), cuda_index(out), in.raw_data(), cuda_index(in),
+                          out.nbytes());
+      };
+    }
     if (!view_) return [in = inputs[0], out = outputs[0]] { out.copy_from(in); };
     OutputRegister& out = this->outputs()[0];
     const PlanIndex::RegisterInfo& reg = index_.reg(info_.outputs[0]);
@@ -254,6 +270,7 @@ class CopyActor final : public TaskActor {
   }
   bool keeps_inputs_until_output_acked() const override { return view_; }
   bool view_;
+  bool host_gpu_;
 };
 
 // Rows [k * r0, (k + 1) * r0) of the whole batch for micro-batch k.

@@ -44,6 +44,7 @@
 #include "actor/plan_index.h"
 #include "actor/plan_runner.h"
 #include "comm/transport.h"
+#include "oneflowlike/cuda/device.h"
 
 namespace ofl::actor {
 
@@ -229,7 +230,10 @@ class Runtime final : public PlanRunner, private ActorHost {
   // After threads_: streams end first, so no stream posts to a thread that is gone.
   std::vector<std::unique_ptr<ActStream>> streams_;
   std::map<std::pair<int64_t, int64_t>, Tensor> blocks_;  // (rank, block id) -> memory
-  std::map<int64_t, int> gpu_of_rank_;                    // hosted ranks with GPU tasks
+  // Note [Pinned host blocks]: the host blocks of ranks with GPU tasks; after blocks_, so they
+  // are unlocked before their memory goes.
+  std::vector<std::unique_ptr<cuda::PinnedRange>> pinned_;
+  std::map<int64_t, int> gpu_of_rank_;  // hosted ranks with GPU tasks
 
   int64_t iteration_ = 0;
   int64_t acts_per_iteration_ = 0;

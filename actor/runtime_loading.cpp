@@ -90,6 +90,19 @@ Runtime::Runtime(const proto::PlanProto& plan, RuntimeOptions options)
   for (const auto& [key, block] : index_.memory_blocks()) {  // once, when the plan loads
     blocks_[key] =
         Tensor::zeros(Shape{block.bytes}, DataType::kInt8, device_of(key.first, block.device));
+    // Note [Pinned host blocks] (cuda/device.h): a rank with GPU tasks copies between its host
+    // block and its GPU (inputs, outputs, boxing through the host), queued (CopyActor).
+    const Tensor& memory = blocks_[key];
+    if (!options_.simulate_cuda && gpu_of_rank_.count(key.first) &&
+        memory.device().type == DeviceType::kCPU && memory.nbytes() > 0) {
+      pinned_.push_back(std::make_unique<cuda::PinnedRange>(memory.raw_data(), memory.nbytes()));
+      if (!pinned_.back()->pinned()) {
+        LOG(WARNING) << kTag << "rank " << key.first << "'s host block of " << memory.nbytes()
+                     << " bytes stays pageable (its copies to and from the GPU are staged by "
+                        "the driver): "
+                     << pinned_.back()->why_not();
+      }
+    }
   }
   for (int64_t rank : ranks_) allocate_registers(rank);
   int next_virtual = 0;

@@ -116,6 +116,31 @@ void call_when_done(const Stream& stream, std::function<void(std::exception_ptr)
 /// ordered before the later work of that stream. `dst_device` / `src_device` are -1 for host
 /// memory.
 void copy(void* dst, int dst_device, const void* src, int src_device, size_t bytes);
+/// As copy, but a copy to or from the host only queues on the device's compute stream and
+/// returns: for an act gated by an event recorded after it on that stream (Note [Event-gated
+/// acts] in actor/act_stream.h), whose readers and writers of both buffers wait for the event.
+/// From page-locked host memory (PinnedRange) the copy then overlaps the host's work.
+void copy_queued(void* dst, int dst_device, const void* src, int src_device, size_t bytes);
+
+/// Note [Pinned host blocks]: page-locks a range of host memory for its lifetime
+/// (cudaHostRegister), so copies between it and a GPU are DMA transfers that run asynchronously
+/// and at full speed (from pageable memory the driver stages them, and a device-to-host copy
+/// returns only once done). A range that cannot be locked (a limit on locked memory) stays
+/// pageable: pinned() says so and why_not() why; copies from it remain correct.
+class PinnedRange {
+ public:
+  PinnedRange(void* ptr, size_t bytes);
+  ~PinnedRange();
+  PinnedRange(const PinnedRange&) = delete;
+  PinnedRange& operator=(const PinnedRange&) = delete;
+  bool pinned() const { return pinned_; }
+  const std::string& why_not() const { return why_not_; }
+
+ private:
+  void* ptr_ = nullptr;
+  bool pinned_ = false;
+  std::string why_not_;
+};
 /// Sets `bytes` of device memory to zero on `device`'s compute stream (asynchronous).
 void zero(void* dst, int device, size_t bytes);
 

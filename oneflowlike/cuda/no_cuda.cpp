@@ -43,7 +43,12 @@ void call_when_done(const Stream& stream, std::function<void(std::exception_ptr)
 void copy(void*, int dst_device, const void*, int src_device, size_t) {
   no_device(dst_device >= 0 ? dst_device : src_device);
 }
+void copy_queued(void*, int dst_device, const void*, int src_device, size_t) {
+  no_device(dst_device >= 0 ? dst_device : src_device);
+}
 void zero(void*, int device, size_t) { no_device(device); }
+PinnedRange::PinnedRange(void*, size_t) : why_not_("this build has no CUDA") {}
+PinnedRange::~PinnedRange() = default;
 
 Allocator* allocator(int index) { no_device(index); }
 size_t cached_bytes(int) { return 0; }

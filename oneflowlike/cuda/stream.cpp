@@ -80,7 +80,13 @@ void Event::block(const Stream& stream) const {
         "cudaStreamWaitEvent", device_);
 }
 
-void copy(void* dst, int dst_device, const void* src, int src_device, size_t bytes) {
+namespace {
+
+// Queues the copy on the compute stream of the device involved (the destination's between two
+// devices, after the source's work); with `wait_for_host`, a copy to or from the host (or
+// between two devices) returns once done.
+void copy_on_stream(void* dst, int dst_device, const void* src, int src_device, size_t bytes,
+                    bool wait_for_host) {
   OFL_ASSERT(dst_device >= 0 || src_device >= 0) << "a host-to-host copy is no CUDA copy";
   // A copy between two devices runs on the destination's stream after the source's work.
   const int device = dst_device >= 0 ? dst_device : src_device;
@@ -97,7 +103,37 @@ void copy(void* dst, int dst_device, const void* src, int src_device, size_t byt
   // Within one device the copy is ordered like a kernel on the compute stream, which every
   // reader of either buffer uses: nothing to wait for on the host (an actor's act is then gated
   // by its event as a kernel's is; waiting here cost a GPU COPY act 15.7 us on an H100).
-  if (dst_device != src_device) s.synchronize();
+  const bool between_gpus = dst_device >= 0 && src_device >= 0 && dst_device != src_device;
+  if (between_gpus || (wait_for_host && dst_device != src_device)) s.synchronize();
+}
+
+}  // namespace
+
+void copy(void* dst, int dst_device, const void* src, int src_device, size_t bytes) {
+  copy_on_stream(dst, dst_device, src, src_device, bytes, /*wait_for_host=*/true);
+}
+
+void copy_queued(void* dst, int dst_device, const void* src, int src_device, size_t bytes) {
+  copy_on_stream(dst, dst_device, src, src_device, bytes, /*wait_for_host=*/false);
+}
+
+PinnedRange::PinnedRange(void* ptr, size_t bytes) {
+  if (ptr == nullptr || bytes == 0) {
+    why_not_ = "nothing to lock";
+    return;
+  }
+  const cudaError_t status = cudaHostRegister(ptr, bytes, cudaHostRegisterDefault);
+  if (status == cudaSuccess) {
+    ptr_ = ptr;
+    pinned_ = true;
+  } else {
+    cudaGetLastError();  // clear the error, so that no later call reports it
+    why_not_ = str_cat("cudaHostRegister of ", bytes, " bytes: ", cudaGetErrorString(status));
+  }
+}
+
+PinnedRange::~PinnedRange() {
+  if (pinned_) cudaHostUnregister(ptr_);
 }
 
 void zero(void* dst, int device, size_t bytes) {
