@@ -65,6 +65,19 @@ def test_graph_training_on_cuda_placements_matches_one_device(model, layout, npr
     assert "FAILED" not in out
 
 
+# Eager global training on CUDA placements: each op's one-op plan runs on the rank's GPU
+# (simulated here as above; on a GPU every rank shares GPU 0).
+@pytest.mark.parametrize("where", [
+    pytest.param({"OFL_SIMULATE_CUDA": "1"}, id="simulated"),
+    pytest.param({"OFL_CUDA_DEVICE": "0"}, id="gpu", marks=NEEDS_GPU),
+])
+def test_eager_training_on_cuda_placements_matches_one_device(where):
+    out = _launch(2, "graph_worker.py", "--model", "gpt", "--layout", "tp2", "--eager",
+                  "--device", "cuda", **where)
+    assert out.count(" OK") == 2, out
+    assert "FAILED" not in out
+
+
 def test_checkpoint_saved_on_dp2tp2_resumes_on_pp2_and_one_rank(tmp_path):
     out = _launch(4, "checkpoint_worker.py", OFL_TEST_CHECKPOINT=str(tmp_path / "ckpt"))
     assert out.count("checkpoint OK") == 4, out
