@@ -79,8 +79,17 @@ def _restored(value, param):
         piece = value.to_global(placement=param.placement, sbp=param.sbp).to_local_or_none()
         return None if piece is None else piece.clone()
     if getattr(param, "is_global", False) and isinstance(value, _C.Tensor):
-        raise TypeError("[optim] the saved state is of a local parameter, and this optimizer's "
-                        "parameter is global: save it from the global model.")
+        # A whole value every rank holds (flow.load without `like` gives them so, whatever
+        # ranks saved it): each rank keeps its piece, as Module.load_state_dict does.
+        if value.ndim > 0 and tuple(value.shape) != tuple(param.shape):
+            raise ValueError(f"[optim] a saved state value of shape {tuple(value.shape)} does not "
+                             f"fit its global parameter of shape {tuple(param.shape)}.")
+        if value.ndim == 0:  # a per-parameter scalar (none today): every rank keeps it
+            return value.clone()
+        from oneflowlike.framework.global_tensor import from_logical
+
+        piece = from_logical(value, param.placement, param.sbp).to_local_or_none()
+        return None if piece is None else piece.clone()
     if not isinstance(value, _C.Tensor):
         return value
     # A copy, on the parameter's device (a checkpoint loads on the CPU): the update reads both.
