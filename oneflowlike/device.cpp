@@ -1,5 +1,6 @@
 #include "oneflowlike/device.h"
 
+#include <atomic>
 #include <charconv>
 #include <cstdlib>
 #include <string>
@@ -22,7 +23,9 @@ Device Device::parse(std::string_view spec) {
   Device d;
   const size_t colon = spec.find(':');
   d.type = device_type_from_name(spec.substr(0, colon));
-  if (colon != std::string_view::npos) {
+  if (colon == std::string_view::npos && d.type == DeviceType::kCUDA) {
+    d.index = current_cuda_device();
+  } else if (colon != std::string_view::npos) {
     std::string_view digits = spec.substr(colon + 1);
     auto [ptr, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), d.index);
     OFL_CHECK(ec == std::errc() && ptr == digits.data() + digits.size() && d.index >= 0,
@@ -51,6 +54,21 @@ int simulated_cuda_devices() {
 int cuda_devices() {
   const int simulated = simulated_cuda_devices();
   return simulated > 0 ? simulated : cuda::device_count();
+}
+
+namespace {
+std::atomic<int> current_cuda{0};
+}  // namespace
+
+int current_cuda_device() { return current_cuda.load(std::memory_order_relaxed); }
+
+void set_current_cuda_device(int index) {
+  const int count = cuda_devices();
+  OFL_CHECK_CODE(index >= 0 && index < count, ErrorCode::kUnavailable, "[cuda] no CUDA device ",
+                 index, ": this process sees ", count, " CUDA device(s)",
+                 count == 0 ? std::string(" (") + cuda::why_no_device() + ")" : std::string(),
+                 ".");
+  current_cuda.store(index, std::memory_order_relaxed);
 }
 
 std::string Device::to_string() const { return str_cat(device_type_name(type), ":", index); }

@@ -17,7 +17,7 @@ struct Device {
   int index = 0;
 
   static Device cpu() { return Device{}; }
-  /// "cpu", "cpu:0", "cuda", "cuda:1".
+  /// "cpu", "cpu:0", "cuda", "cuda:1"; "cuda" alone is the current CUDA device.
   static Device parse(std::string_view spec);
   std::string to_string() const;
   bool operator==(const Device& o) const { return type == o.type && index == o.index; }
@@ -50,5 +50,9 @@ inline DeviceType kernel_device_type(Device device) {
 }
 /// The CUDA devices this process can use: the simulated ones, else the GPUs it sees.
 int cuda_devices();
+/// The device "cuda" names (torch.cuda.current_device; 0 until set), for the whole process.
+int current_cuda_device();
+/// Sets it (torch.cuda.set_device); raises naming `index` when there is no such device.
+void set_current_cuda_device(int index);
 
 }  // namespace ofl

@@ -7,7 +7,10 @@ and graphs run on CUDA placements (docs/cuda.md says what has run on a GPU).
 from oneflowlike import _C
 
 __all__ = ["is_available", "device_count", "why_unavailable", "check_device_supported",
-           "synchronize", "is_simulated"]
+           "synchronize", "is_simulated", "current_device", "set_device", "memory_allocated",
+           "max_memory_allocated", "memory_reserved", "reset_peak_memory_stats", "empty_cache",
+           "get_device_name", "get_device_properties", "get_device_capability",
+           "is_bf16_supported", "manual_seed", "manual_seed_all"]
 
 
 def is_available():
@@ -20,13 +23,98 @@ def device_count():
     return _C.cuda_device_count()
 
 
+def _index(device):
+    """The index of ``device`` (None: the current device; an int, "cuda:i" or a flow.device)."""
+    if device is None:
+        return _C.cuda_current_device()
+    if isinstance(device, int):
+        return device
+    if not str(device).startswith("cuda"):
+        raise ValueError(f"[cuda] expected a CUDA device. However, got {device!r}.")
+    return _C.device(str(device)).index
+
+
 def synchronize(device=None):
-    """Waits until every stream of ``device`` (default cuda:0; an index, "cuda:i" or a
-    flow.device) has finished the work queued on it, as torch.cuda.synchronize does."""
-    index = 0
-    if device is not None:
-        index = device if isinstance(device, int) else _C.device(str(device)).index
-    _C.cuda_synchronize(index)
+    """Waits until every stream of ``device`` (default: the current device; an index, "cuda:i"
+    or a flow.device) has finished the work queued on it, as torch.cuda.synchronize does."""
+    _C.cuda_synchronize(_index(device))
+
+
+def current_device():
+    """The index of the device "cuda" names (0 until set_device), as torch's."""
+    return _C.cuda_current_device()
+
+
+def set_device(device):
+    """Makes "cuda" name ``device`` (an index, "cuda:i" or a flow.device) in this process: what a
+    process of a multi-GPU job calls first, set_device(LOCAL_RANK), as in torch."""
+    _C.cuda_set_device(_index(device))
+
+
+def memory_allocated(device=None):
+    """Bytes of tensors live on ``device`` (its caching allocator's count)."""
+    return _C.cuda_memory_stats(_index(device))[0]
+
+
+def max_memory_allocated(device=None):
+    """The most bytes live on ``device`` since the start or reset_peak_memory_stats()."""
+    return _C.cuda_memory_stats(_index(device))[1]
+
+
+def memory_reserved(device=None):
+    """Bytes the allocator holds on ``device``: live plus cached for reuse."""
+    return _C.cuda_memory_stats(_index(device))[2]
+
+
+def reset_peak_memory_stats(device=None):
+    _C.cuda_reset_peak(_index(device))
+
+
+def empty_cache():
+    """Returns the cached blocks of every device to CUDA (live tensors keep theirs)."""
+    _C.cuda_empty_cache()
+
+
+class _DeviceProperties:
+    def __init__(self, d):
+        self.name = d["name"]
+        self.major, self.minor = d["major"], d["minor"]
+        self.total_memory = d["total_memory"]
+        self.multi_processor_count = d["multi_processor_count"]
+
+    def __repr__(self):
+        return (f"_CudaDeviceProperties(name='{self.name}', major={self.major}, "
+                f"minor={self.minor}, total_memory={self.total_memory // 2**20}MB, "
+                f"multi_processor_count={self.multi_processor_count})")
+
+
+def get_device_properties(device=None):
+    return _DeviceProperties(_C.cuda_properties(_index(device)))
+
+
+def get_device_name(device=None):
+    return get_device_properties(device).name
+
+
+def get_device_capability(device=None):
+    p = get_device_properties(device)
+    return p.major, p.minor
+
+
+def is_bf16_supported():
+    """Whether the current device computes in bfloat16 (compute capability 8.0 and up)."""
+    return is_available() and get_device_capability()[0] >= 8
+
+
+def manual_seed(seed):
+    """The seed of every device: random values are counter-based and the same on the CPU and
+    on GPUs (Note [Random values on every device]), so this is flow.manual_seed."""
+    import oneflowlike as flow  # noqa: PLC0415
+
+    flow.manual_seed(seed)
+
+
+manual_seed_all = manual_seed
 
 
 def is_simulated():

@@ -75,6 +75,34 @@ def test_backward_starts_on_the_losss_device():
         y.backward(flow.tensor([1.0, 1.0]))
 
 
+def test_the_current_device_and_its_memory_as_torch_cuda():
+    start = flow.cuda.current_device()
+    last = flow.cuda.device_count() - 1
+    try:
+        flow.cuda.set_device(last)
+        assert flow.cuda.current_device() == last
+        assert str(flow.zeros(2, device="cuda").device) == f"cuda:{last}"
+        assert str(nn.Linear(2, 2).cuda().weight.device) == f"cuda:{last}"
+        with pytest.raises(RuntimeError, match=rf"no CUDA device {last + 1}: this process sees"):
+            flow.cuda.set_device(last + 1)
+    finally:
+        flow.cuda.set_device(start)
+    flow.cuda.synchronize()
+    before = flow.cuda.memory_allocated(0)
+    flow.cuda.reset_peak_memory_stats(0)
+    t = flow.zeros(1024, 256, device="cuda:0")
+    assert flow.cuda.memory_allocated(0) >= before + 1024 * 1024
+    assert flow.cuda.max_memory_allocated("cuda:0") >= before + 1024 * 1024
+    assert flow.cuda.memory_reserved(0) >= flow.cuda.memory_allocated(0)
+    del t
+    assert flow.cuda.memory_allocated(0) == before
+    assert flow.cuda.max_memory_allocated(0) >= before + 1024 * 1024
+    flow.cuda.empty_cache()
+    props = flow.cuda.get_device_properties(0)
+    assert props.major >= 7 and props.total_memory > 0 and flow.cuda.get_device_name(0)
+    assert flow.cuda.is_bf16_supported() == (props.major >= 8)
+
+
 def test_mixing_devices_in_one_op_names_both():
     with pytest.raises(ValueError, match=r"\[mul\] all inputs must be on one device. However, "
                                          r"got input 0 on cuda:0 and input 1 on cpu:0"):

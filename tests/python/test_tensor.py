@@ -47,6 +47,11 @@ def test_device_is_cpu_and_cuda_is_refused_clearly():
             flow.tensor([1.0], device="cuda")
         with pytest.raises(RuntimeError, match=r"\[to\] device cuda:1 needs a CUDA device"):
             flow.tensor([1.0]).cuda(1)
+        with pytest.raises(RuntimeError, match=r"\[cuda\] no CUDA device 0: this process sees 0"):
+            flow.cuda.set_device(0)
+        with pytest.raises(RuntimeError, match=r"no CUDA device 0"):
+            flow.cuda.memory_allocated()
+        assert flow.cuda.current_device() == 0 and not flow.cuda.is_bf16_supported()
     with pytest.raises(ValueError, match=r"\[tensor\] device must be 'cpu' or 'cuda\[:index\]'"):
         flow.tensor([1.0], device="tpu")
 
