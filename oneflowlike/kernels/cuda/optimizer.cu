@@ -9,6 +9,7 @@
 
 #include "oneflowlike/kernels/cuda/common.cuh"
 #include "oneflowlike/kernels/cuda/reduce.cuh"
+#include "oneflowlike/kernels/cuda/tensor_list.cuh"
 #include "oneflowlike/kernels/optimizer_update.h"
 
 namespace ofl::cuda_kernels {
@@ -86,11 +87,55 @@ struct AdamUpdateKernel {
   }
 };
 
-// Note [Multi-tensor updates]: each tensor's update is the single-tensor kernel, launched from
-// one act; the optional scalars are device pointers, so the host never waits for them.
+// Note [Multi-tensor updates]: one launch per list of up to kListTensors tensors (Note [One
+// launch per tensor list] in tensor_list.cuh), each element updated by the one-tensor kernels'
+// math; the optional scalars are device pointers, so the host never waits for them.
 template <class T>
 const T* optional_input(const KernelContext& ctx, int index) {
   return index >= 0 ? data<T>(ctx.in(index)) : nullptr;
+}
+
+constexpr int64_t kUpdatePiece = int64_t{kBlock} * 4;
+
+template <class T>
+__global__ void multi_sgd_update_kernel(TensorList<T, 3> list,
+                                        optimizer_update::SgdCoefficients<T> c, const T* lr,
+                                        const T* skip, const T* scale) {
+  if (skip != nullptr && *skip != T(0)) return;
+  const T learning_rate = *lr;
+  int64_t begin = 0, end = 0;
+  const int j = tensor_of_block(list, blockIdx.x, kUpdatePiece, &begin, &end);
+  T* param = list.data[0][j];
+  const T* grad = list.data[1][j];
+  T* buffer = list.data[2][j];
+  for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) {
+    const T g = scale != nullptr ? grad[i] * *scale : grad[i];
+    optimizer_update::sgd_element(c, learning_rate, g, param[i], buffer[i]);
+  }
+}
+
+template <class T>
+__global__ void multi_adam_update_kernel(TensorList<T, 4> list,
+                                         optimizer_update::AdamHyperparameters h, const T* lr,
+                                         const T* step, const T* skip, const T* scale) {
+  if (skip != nullptr && *skip != T(0)) return;  // the whole grid: before any __syncthreads
+  __shared__ optimizer_update::AdamCoefficients<T> shared;
+  if (threadIdx.x == 0) {
+    shared = optimizer_update::adam_coefficients<T>(h, static_cast<double>(*lr),
+                                                    static_cast<double>(*step));
+  }
+  __syncthreads();  // every thread reaches it: no thread returns before
+  const optimizer_update::AdamCoefficients<T> c = shared;
+  int64_t begin = 0, end = 0;
+  const int j = tensor_of_block(list, blockIdx.x, kUpdatePiece, &begin, &end);
+  T* param = list.data[0][j];
+  const T* grad = list.data[1][j];
+  T* exp_avg = list.data[2][j];
+  T* exp_avg_sq = list.data[3][j];
+  for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) {
+    const T g = scale != nullptr ? grad[i] * *scale : grad[i];
+    optimizer_update::adam_element(c, g, param[i], exp_avg[i], exp_avg_sq[i]);
+  }
 }
 
 template <class T>
@@ -99,15 +144,16 @@ struct MultiSgdUpdateKernel {
     const auto& p = ctx.p<MultiSgdParams>();
     const MultiUpdateInputs m = MultiUpdateInputs::of(p);
     const auto c = optimizer_update::sgd_coefficients<T>(p.sgd());
-    for (int j = 0; j < m.num_tensors(static_cast<int>(ctx.inputs.size())); ++j) {
-      const int64_t n = ctx.in(m.tensor(j, 0)).numel();
-      if (n == 0) continue;
-      sgd_update_kernel<T><<<blocks_for(n), kBlock, 0, stream_of(ctx)>>>(
-          n, c, data<T>(ctx.in(m.lr)), data<T>(ctx.in(m.tensor(j, 1))),
-          data<T>(ctx.in(m.tensor(j, 0))), data<T>(ctx.in(m.tensor(j, 2))),
-          optional_input<T>(ctx, m.skip), optional_input<T>(ctx, m.grad_scale));
-      cuda::check(cudaGetLastError(), "multi_tensor_sgd_update", device_of(ctx));
-    }
+    for_each_tensor_list<T, 3>(
+        m.num_tensors(static_cast<int>(ctx.inputs.size())), kUpdatePiece,
+        [&](int j) { return ctx.in(m.tensor(j, 0)).numel(); },
+        [&](int j, int k) { return data<T>(ctx.in(m.tensor(j, k))); },
+        [&](const TensorList<T, 3>& list, int64_t blocks) {
+          multi_sgd_update_kernel<T><<<static_cast<unsigned>(blocks), kBlock, 0, stream_of(ctx)>>>(
+              list, c, data<T>(ctx.in(m.lr)), optional_input<T>(ctx, m.skip),
+              optional_input<T>(ctx, m.grad_scale));
+          cuda::check(cudaGetLastError(), "multi_tensor_sgd_update", device_of(ctx));
+        });
   }
 };
 
@@ -117,16 +163,16 @@ struct MultiAdamUpdateKernel {
     const auto& p = ctx.p<MultiAdamParams>();
     const MultiUpdateInputs m = MultiUpdateInputs::of(p);
     const auto h = optimizer_update::adam_hyperparameters(p.adam());
-    for (int j = 0; j < m.num_tensors(static_cast<int>(ctx.inputs.size())); ++j) {
-      const int64_t n = ctx.in(m.tensor(j, 0)).numel();
-      if (n == 0) continue;
-      adam_update_kernel<T><<<blocks_for(n), kBlock, 0, stream_of(ctx)>>>(
-          n, h, data<T>(ctx.in(m.lr)), data<T>(ctx.in(m.step)), data<T>(ctx.in(m.tensor(j, 1))),
-          data<T>(ctx.in(m.tensor(j, 0))), data<T>(ctx.in(m.tensor(j, 2))),
-          data<T>(ctx.in(m.tensor(j, 3))), optional_input<T>(ctx, m.skip),
-          optional_input<T>(ctx, m.grad_scale));
-      cuda::check(cudaGetLastError(), "multi_tensor_adam_update", device_of(ctx));
-    }
+    for_each_tensor_list<T, 4>(
+        m.num_tensors(static_cast<int>(ctx.inputs.size())), kUpdatePiece,
+        [&](int j) { return ctx.in(m.tensor(j, 0)).numel(); },
+        [&](int j, int k) { return data<T>(ctx.in(m.tensor(j, k))); },
+        [&](const TensorList<T, 4>& list, int64_t blocks) {
+          multi_adam_update_kernel<T><<<static_cast<unsigned>(blocks), kBlock, 0, stream_of(ctx)>>>(
+              list, h, data<T>(ctx.in(m.lr)), data<T>(ctx.in(m.step)),
+              optional_input<T>(ctx, m.skip), optional_input<T>(ctx, m.grad_scale));
+          cuda::check(cudaGetLastError(), "multi_tensor_adam_update", device_of(ctx));
+        });
   }
 };
 
@@ -147,10 +193,11 @@ __device__ T block_total(T mine) {
   return partial[0];
 }
 
+// One block per piece of each tensor of the list, in order: pieces[b] = the piece's sum.
 template <class T>
-__global__ void sum_squares_pieces_kernel(int64_t n, const T* x, T* pieces) {
-  const int64_t begin = blockIdx.x * kSquaresPiece;
-  const int64_t end = min(n, begin + kSquaresPiece);
+__global__ void sum_squares_pieces_kernel(TensorList<T, 1> list, T* pieces) {
+  int64_t begin = 0, end = 0;
+  const T* x = list.data[0][tensor_of_block(list, blockIdx.x, kSquaresPiece, &begin, &end)];
   T mine = 0;
   for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) mine += x[i] * x[i];
   const T sum = block_total(mine);
@@ -165,6 +212,7 @@ __global__ void sum_pieces_kernel(int64_t count, const T* pieces, T* out) {
   if (threadIdx.x == 0) *out = sum;
 }
 
+// The pieces of every tensor (one launch per list), then one block adding them in order.
 template <class T>
 struct MultiSumSquaresKernel {
   static void run(const KernelContext& ctx) {
@@ -173,14 +221,15 @@ struct MultiSumSquaresKernel {
     Scratch scratch(ctx, static_cast<size_t>(std::max<int64_t>(count, 1)) * sizeof(T));
     T* pieces = scratch.as<T>();
     int64_t offset = 0;
-    for (const Tensor& x : ctx.inputs) {
-      const int64_t blocks = (x.numel() + kSquaresPiece - 1) / kSquaresPiece;
-      if (blocks == 0) continue;
-      sum_squares_pieces_kernel<T><<<static_cast<unsigned>(blocks), kBlock, 0, stream_of(ctx)>>>(
-          x.numel(), data<T>(x), pieces + offset);
-      cuda::check(cudaGetLastError(), "multi_tensor_sum_squares", device_of(ctx));
-      offset += blocks;
-    }
+    for_each_tensor_list<T, 1>(
+        static_cast<int>(ctx.inputs.size()), kSquaresPiece,
+        [&](int j) { return ctx.in(j).numel(); }, [&](int j, int) { return data<T>(ctx.in(j)); },
+        [&](const TensorList<T, 1>& list, int64_t blocks) {
+          sum_squares_pieces_kernel<T>
+              <<<static_cast<unsigned>(blocks), kBlock, 0, stream_of(ctx)>>>(list, pieces + offset);
+          cuda::check(cudaGetLastError(), "multi_tensor_sum_squares", device_of(ctx));
+          offset += blocks;
+        });
     sum_pieces_kernel<T><<<1, kBlock, 0, stream_of(ctx)>>>(count, pieces, data<T>(ctx.out(0)));
     cuda::check(cudaGetLastError(), "multi_tensor_sum_squares", device_of(ctx));
   }
@@ -211,20 +260,47 @@ struct CountNonfiniteKernel {
   }
 };
 
-// Each tensor's count into its slot of the scratch, then the slots added in order.
+// One block per piece of each tensor of the list: counts[b] = the piece's count (exact: small
+// integers in float32, so the order of the sums does not matter).
+template <class N>
+__global__ void count_nonfinite_pieces_kernel(TensorList<N, 1> list, float* counts) {
+  __shared__ float partial[kBlock];
+  int64_t begin = 0, end = 0;
+  const N* x = list.data[0][tensor_of_block(list, blockIdx.x, kSquaresPiece, &begin, &end)];
+  float mine = 0;
+  for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) {
+    mine += isfinite(load(x, i)) ? 0.f : 1.f;
+  }
+  partial[threadIdx.x] = mine;
+  __syncthreads();
+  for (int half = blockDim.x / 2; half > 0; half /= 2) {
+    if (static_cast<int>(threadIdx.x) < half) partial[threadIdx.x] += partial[threadIdx.x + half];
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) counts[blockIdx.x] = partial[0];
+}
+
+// Each piece's count into its slot of the scratch (one launch per list), then the slots added.
 template <class T>
 struct MultiCountNonfiniteKernel {
   static void run(const KernelContext& ctx) {
-    const int64_t n = static_cast<int64_t>(ctx.inputs.size());
-    Scratch scratch(ctx, static_cast<size_t>(n) * sizeof(float));
+    using N = native_t<T>;
+    int64_t count = 0;
+    for (const Tensor& x : ctx.inputs) count += (x.numel() + kSquaresPiece - 1) / kSquaresPiece;
+    Scratch scratch(ctx, static_cast<size_t>(std::max<int64_t>(count, 1)) * sizeof(float));
     float* counts = scratch.as<float>();
-    for (int64_t j = 0; j < n; ++j) {
-      count_nonfinite_kernel<<<1, kBlock, 0, stream_of(ctx)>>>(
-          ctx.in(static_cast<int>(j)).numel(), data<T>(ctx.in(static_cast<int>(j))), counts + j);
-      cuda::check(cudaGetLastError(), "multi_tensor_count_nonfinite", device_of(ctx));
-    }
-    sum_pieces_kernel<float>
-        <<<1, kBlock, 0, stream_of(ctx)>>>(n, counts, static_cast<float*>(ctx.out(0).raw_data()));
+    int64_t offset = 0;
+    for_each_tensor_list<N, 1>(
+        static_cast<int>(ctx.inputs.size()), kSquaresPiece,
+        [&](int j) { return ctx.in(j).numel(); }, [&](int j, int) { return data<T>(ctx.in(j)); },
+        [&](const TensorList<N, 1>& list, int64_t blocks) {
+          count_nonfinite_pieces_kernel<N>
+              <<<static_cast<unsigned>(blocks), kBlock, 0, stream_of(ctx)>>>(list, counts + offset);
+          cuda::check(cudaGetLastError(), "multi_tensor_count_nonfinite", device_of(ctx));
+          offset += blocks;
+        });
+    sum_pieces_kernel<float><<<1, kBlock, 0, stream_of(ctx)>>>(
+        count, counts, static_cast<float*>(ctx.out(0).raw_data()));
     cuda::check(cudaGetLastError(), "multi_tensor_count_nonfinite", device_of(ctx));
   }
 };

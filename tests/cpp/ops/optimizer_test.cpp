@@ -501,6 +501,54 @@ TEST(MultiTensorUpdateCuda, TheKernelsDoWhatTheCpusDo) {
   }
 }
 
+// Note [One launch per tensor list]: more tensors than one launch takes (kListTensors), some
+// without elements, of sizes around the pieces: the CPU's results, the sums in the same order.
+TEST(MultiTensorUpdateCuda, ManyTensorsInFewLaunchesDoWhatTheCpusDo) {
+  if (cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device: " << cuda::why_no_device();
+  static OpHandle adam("multi_tensor_adam_update"), sgd("multi_tensor_sgd_update"),
+      sum_squares("multi_tensor_sum_squares"), count("multi_tensor_count_nonfinite");
+  const Device gpu{DeviceType::kCUDA, 0};
+  std::vector<Shape> shapes;
+  for (int j = 0; j < 80; ++j) {
+    const int64_t sizes[] = {0, 1, 1023, 1024, 1025, 16385, 3 * j + 7};
+    shapes.push_back(Shape{sizes[j % 7]});
+  }
+  std::map<DeviceType, std::vector<std::vector<double>>> after;
+  for (Device device : {Device::cpu(), gpu}) {
+    std::vector<Tensor> a_in{Tensor::scalar(0.01, DataType::kFloat32).to(device),
+                             Tensor::scalar(4.0, DataType::kFloat32).to(device)};
+    std::vector<Tensor> s_in{Tensor::scalar(0.1, DataType::kFloat32).to(device)};
+    std::vector<Tensor> grads;
+    for (size_t j = 0; j < shapes.size(); ++j) {
+      for (int k = 0; k < 4; ++k) {  // exp_avg_sq (k = 3) not negative
+        a_in.push_back(k == 3 ? random_tensor(shapes[j], DataType::kFloat32, 100 * j + k, 0.1, 0.5)
+                              : random_tensor(shapes[j], DataType::kFloat32, 100 * j + k));
+        a_in.back() = a_in.back().to(device);
+      }
+      for (int k = 0; k < 3; ++k) {
+        s_in.push_back(random_tensor(shapes[j], DataType::kFloat32, 100 * j + 10 + k).to(device));
+      }
+      grads.push_back(a_in[a_in.size() - 3]);
+    }
+    adam(MultiAdamParams{0.9, 0.99, 1e-8, 0.01, true, false, false}, a_in);
+    sgd(MultiSgdParams{0.9, 0.0, 0.0, false, false, false}, s_in);
+    for (const Tensor& t : a_in) after[device.type].push_back(values_of(t.to(Device::cpu())));
+    for (const Tensor& t : s_in) after[device.type].push_back(values_of(t.to(Device::cpu())));
+    after[device.type].push_back(values_of(sum_squares.call1(NoParams{}, grads).to(Device::cpu())));
+    after[device.type].push_back(values_of(count.call1(NoParams{}, grads).to(Device::cpu())));
+  }
+  const auto& want = after[DeviceType::kCPU];
+  const auto& got = after[DeviceType::kCUDA];
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t k = 0; k < want.size(); ++k) {
+    ASSERT_EQ(got[k].size(), want[k].size()) << "list " << k;
+    for (size_t i = 0; i < want[k].size(); ++i) {
+      EXPECT_NEAR(got[k][i], want[k][i], 1e-5 * (1 + std::abs(want[k][i])))
+          << "list " << k << " element " << i;
+    }
+  }
+}
+
 // The loss-scaling kernels on a GPU do what the CPU's do (float16 training on CUDA
 // placements: Note [Dynamic loss scaling]).
 TEST(DynamicLossScaleCuda, TheKernelsDoWhatTheCpusDo) {
