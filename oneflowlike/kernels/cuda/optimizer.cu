@@ -16,80 +16,16 @@ namespace ofl::cuda_kernels {
 
 namespace {
 
-// `scale`, when not null, multiplies each gradient element first (Note [Multi-tensor updates]).
-template <class T>
-__global__ void sgd_update_kernel(int64_t n, optimizer_update::SgdCoefficients<T> c, const T* lr,
-                                  const T* grad, T* param, T* buffer, const T* skip,
-                                  const T* scale) {
-  if (skip != nullptr && *skip != T(0)) return;  // Note [Dynamic loss scaling]
-  const T learning_rate = *lr;
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
-       i += int64_t{blockDim.x} * gridDim.x) {
-    const T g = scale != nullptr ? grad[i] * *scale : grad[i];
-    optimizer_update::sgd_element(c, learning_rate, g, param[i], buffer[i]);
-  }
-}
-
-template <class T>
-__global__ void adam_update_kernel(int64_t n, optimizer_update::AdamHyperparameters h, const T* lr,
-                                   const T* step, const T* grad, T* param, T* exp_avg,
-                                   T* exp_avg_sq, const T* skip, const T* scale) {
-  if (skip != nullptr && *skip != T(0)) return;  // the whole grid: before any __syncthreads
-  __shared__ optimizer_update::AdamCoefficients<T> shared;
-  if (threadIdx.x == 0) {
-    shared = optimizer_update::adam_coefficients<T>(h, static_cast<double>(*lr),
-                                                    static_cast<double>(*step));
-  }
-  __syncthreads();  // every thread reaches it: no thread returns before
-  const optimizer_update::AdamCoefficients<T> c = shared;
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
-       i += int64_t{blockDim.x} * gridDim.x) {
-    const T g = scale != nullptr ? grad[i] * *scale : grad[i];
-    optimizer_update::adam_element(c, g, param[i], exp_avg[i], exp_avg_sq[i]);
-  }
-}
-
-unsigned blocks_for(int64_t n) {
-  return static_cast<unsigned>(std::min<int64_t>((n + kBlock - 1) / kBlock, int64_t{65535} * 8));
-}
-
 // The skippable updates' last input, or null.
 template <class T>
 const T* skip_flag(const KernelContext& ctx, size_t inputs) {
   return ctx.inputs.size() > inputs ? data<T>(ctx.in(static_cast<int>(inputs))) : nullptr;
 }
 
-// Inputs: param, grad, momentum_buffer, lr () [, skip ()].
-template <class T>
-struct SgdUpdateKernel {
-  static void run(const KernelContext& ctx) {
-    const int64_t n = ctx.in(0).numel();
-    if (n == 0) return;
-    sgd_update_kernel<T><<<blocks_for(n), kBlock, 0, stream_of(ctx)>>>(
-        n, optimizer_update::sgd_coefficients<T>(ctx.p<SgdParams>()), data<T>(ctx.in(3)),
-        data<T>(ctx.in(1)), data<T>(ctx.in(0)), data<T>(ctx.in(2)), skip_flag<T>(ctx, 4),
-        /*scale=*/nullptr);
-    cuda::check(cudaGetLastError(), "sgd_update", device_of(ctx));
-  }
-};
-
-// Inputs: param, grad, exp_avg, exp_avg_sq, lr (), step () [, skip ()].
-template <class T>
-struct AdamUpdateKernel {
-  static void run(const KernelContext& ctx) {
-    const int64_t n = ctx.in(0).numel();
-    if (n == 0) return;
-    adam_update_kernel<T><<<blocks_for(n), kBlock, 0, stream_of(ctx)>>>(
-        n, optimizer_update::adam_hyperparameters(ctx.p<AdamParams>()), data<T>(ctx.in(4)),
-        data<T>(ctx.in(5)), data<T>(ctx.in(1)), data<T>(ctx.in(0)), data<T>(ctx.in(2)),
-        data<T>(ctx.in(3)), skip_flag<T>(ctx, 6), /*scale=*/nullptr);
-    cuda::check(cudaGetLastError(), "adam_update", device_of(ctx));
-  }
-};
-
 // Note [Multi-tensor updates]: one launch per list of up to kListTensors tensors (Note [One
-// launch per tensor list] in tensor_list.cuh), each element updated by the one-tensor kernels'
-// math; the optional scalars are device pointers, so the host never waits for them.
+// launch per tensor list] in tensor_list.cuh), each element updated by optimizer_update.h's
+// math, as on the CPU; the optional scalars are device pointers, so the host never waits for
+// them. The one-tensor updates are lists of one.
 template <class T>
 const T* optional_input(const KernelContext& ctx, int index) {
   return index >= 0 ? data<T>(ctx.in(index)) : nullptr;
@@ -172,6 +108,40 @@ struct MultiAdamUpdateKernel {
               list, h, data<T>(ctx.in(m.lr)), data<T>(ctx.in(m.step)),
               optional_input<T>(ctx, m.skip), optional_input<T>(ctx, m.grad_scale));
           cuda::check(cudaGetLastError(), "multi_tensor_adam_update", device_of(ctx));
+        });
+  }
+};
+
+// The one-tensor updates: a list of one (Note [One launch per tensor list]).
+// Inputs: param, grad, momentum_buffer, lr () [, skip ()].
+template <class T>
+struct SgdUpdateKernel {
+  static void run(const KernelContext& ctx) {
+    const auto c = optimizer_update::sgd_coefficients<T>(ctx.p<SgdParams>());
+    for_each_tensor_list<T, 3>(
+        1, kUpdatePiece, [&](int) { return ctx.in(0).numel(); },
+        [&](int, int k) { return data<T>(ctx.in(k)); },
+        [&](const TensorList<T, 3>& list, int64_t blocks) {
+          multi_sgd_update_kernel<T><<<static_cast<unsigned>(blocks), kBlock, 0, stream_of(ctx)>>>(
+              list, c, data<T>(ctx.in(3)), skip_flag<T>(ctx, 4), /*scale=*/nullptr);
+          cuda::check(cudaGetLastError(), "sgd_update", device_of(ctx));
+        });
+  }
+};
+
+// Inputs: param, grad, exp_avg, exp_avg_sq, lr (), step () [, skip ()].
+template <class T>
+struct AdamUpdateKernel {
+  static void run(const KernelContext& ctx) {
+    const auto h = optimizer_update::adam_hyperparameters(ctx.p<AdamParams>());
+    for_each_tensor_list<T, 4>(
+        1, kUpdatePiece, [&](int) { return ctx.in(0).numel(); },
+        [&](int, int k) { return data<T>(ctx.in(k)); },
+        [&](const TensorList<T, 4>& list, int64_t blocks) {
+          multi_adam_update_kernel<T><<<static_cast<unsigned>(blocks), kBlock, 0, stream_of(ctx)>>>(
+              list, h, data<T>(ctx.in(4)), data<T>(ctx.in(5)), skip_flag<T>(ctx, 6),
+              /*scale=*/nullptr);
+          cuda::check(cudaGetLastError(), "adam_update", device_of(ctx));
         });
   }
 };

@@ -6,8 +6,9 @@
 // every CUDA version takes), and one launch covers them all: each tensor is cut into pieces of
 // `piece` elements, the grid has one block per piece, dealt out in tensor order, and a block
 // finds its tensor by a binary search over the tensors' first blocks. Every element gets the
-// same math as in the one-tensor kernels, so the results are the same bit for bit; a list of
-// more tensors takes one launch per kListTensors.
+// same math as one tensor alone, and sums are cut into the same pieces in the same order, so
+// the results do not depend on how tensors are grouped; more tensors take one launch per
+// kListTensors.
 
 #include <algorithm>
 #include <cstdint>
