@@ -126,6 +126,30 @@ Tensor Tensor::detach() const {
   return Tensor(std::move(impl));
 }
 
+Tensor Tensor::pin_memory() const {
+  OFL_CHECK(device().type == DeviceType::kCPU,
+            "[pin_memory] only a CPU tensor can be page-locked. However, got ", describe(), ".");
+  if (is_pinned()) return *this;
+  OFL_CHECK_CODE(cuda_devices() > 0, ErrorCode::kUnavailable,
+                 "[pin_memory] page-locked memory is for copies to a CUDA device. However, there "
+                 "is none: ",
+                 cuda::why_no_device(), ".");
+  Allocator* allocator =
+      simulated_cuda_devices() > 0 ? cpu_allocator() : cuda::pinned_host_allocator();  // raises
+  auto impl = std::make_shared<TensorImpl>();
+  impl->storage = std::make_shared<Storage>(nbytes(), allocator);
+  impl->shape = shape();
+  impl->dtype = dtype();
+  Tensor t(std::move(impl));
+  copy_bytes(t.raw_data(), Device::cpu(), raw_data(), Device::cpu(), nbytes());
+  return t;
+}
+
+bool Tensor::is_pinned() const {
+  return !is_lazy() && device().type == DeviceType::kCPU && cuda::device_count() > 0 &&
+         impl_->storage->allocator() == cuda::pinned_host_allocator();
+}
+
 void Tensor::set_data(const Tensor& src) const {
   OFL_CHECK(!impl_->lazy && !src.is_lazy(),
             "[data] a traced value (inside nn.Graph.build()) has no data to replace. However, "

@@ -22,6 +22,7 @@ class Storage {
   void* data() const { return data_; }
   size_t bytes() const { return bytes_; }
   Device device() const { return allocator_->device(); }
+  Allocator* allocator() const { return allocator_; }
 
   /// Note [Versions]: how many in-place writes the storage has had (assign_, optimizer
   /// updates). Autograd records it for every tensor it saves and refuses a backward that would
@@ -95,6 +96,12 @@ class Tensor {
   Tensor detach() const;
   /// A deep copy (no autograd history).
   Tensor clone() const;
+  /// A copy in page-locked host memory (cuda::pinned_host_allocator; torch's pin_memory), or
+  /// itself when it is there. Raises without a CUDA device; on simulated devices (host memory,
+  /// nothing to lock) a copy in ordinary memory.
+  Tensor pin_memory() const;
+  /// Whether its memory is page-locked host memory (pin_memory).
+  bool is_pinned() const;
   /// This tensor on `device`: itself when it is there, else a copy (no autograd history).
   /// Copies to or from a CUDA device return once the copy is done.
   Tensor to(Device device) const;

@@ -6,6 +6,8 @@
 // the CPU allocator counts its own; cached_bytes() the kept ones. No managed memory. A block is
 // reused as soon as it is freed, so whoever frees it must know that the work using it on other
 // streams has finished (a runtime's registers live as long as the runtime).
+// The same cache holds page-locked host memory (cudaHostAlloc, portable to every device) for
+// Tensor.pin_memory(): host tensors whose copies to and from GPUs are DMA transfers.
 
 #include <cuda_runtime_api.h>
 
@@ -25,7 +27,8 @@ constexpr size_t kRound = 512;
 
 class CachingAllocator final : public Allocator {
  public:
-  explicit CachingAllocator(int device) : device_(device) {}
+  // `pinned_host`: page-locked host memory (made in device `device`'s context) instead.
+  CachingAllocator(int device, bool pinned_host) : device_(device), pinned_host_(pinned_host) {}
 
   void* allocate(size_t bytes) override {
     const size_t size = (std::max<size_t>(bytes, 1) + kRound - 1) / kRound * kRound;
@@ -40,21 +43,25 @@ class CachingAllocator final : public Allocator {
     }
     DeviceGuard guard(device_);
     void* p = nullptr;
-    cudaError_t status = cudaMalloc(&p, size);
+    auto get = [&] {
+      return pinned_host_ ? cudaHostAlloc(&p, size, cudaHostAllocPortable) : cudaMalloc(&p, size);
+    };
+    cudaError_t status = get();
     size_t released = 0;
     if (status == cudaErrorMemoryAllocation) {
       cudaGetLastError();
       released = release_cached();
-      status = cudaMalloc(&p, size);
+      status = get();
     }
     if (status == cudaErrorMemoryAllocation) {
       cudaGetLastError();
       throw_error(ErrorCode::kUnavailable,
-                  str_cat("[cuda allocator] out of memory on cuda:", device_,
-                          ": could not allocate ", bytes, " bytes (", live_bytes(), " bytes live; ",
-                          released, " cached bytes were freed and the allocation tried again)."));
+                  str_cat("[cuda allocator] out of ", pinned_host_ ? "page-locked host" : "",
+                          " memory on cuda:", device_, ": could not allocate ", bytes, " bytes (",
+                          live_bytes(), " bytes live; ", released,
+                          " cached bytes were freed and the allocation tried again)."));
     }
-    check(status, "cudaMalloc", device_);
+    check(status, pinned_host_ ? "cudaHostAlloc" : "cudaMalloc", device_);
     hand_out(p, size);
     return p;
   }
@@ -69,7 +76,9 @@ class CachingAllocator final : public Allocator {
     in_use_.erase(it);
   }
 
-  Device device() const override { return Device{DeviceType::kCUDA, device_}; }
+  Device device() const override {
+    return pinned_host_ ? Device::cpu() : Device{DeviceType::kCUDA, device_};
+  }
 
   size_t cached() {
     std::lock_guard<std::mutex> lock(mu_);
@@ -80,7 +89,7 @@ class CachingAllocator final : public Allocator {
   size_t release_cached() {
     DeviceGuard guard(device_);
     const size_t released = cached_;
-    for (const auto& [size, p] : free_) cudaFree(p);
+    for (const auto& [size, p] : free_) pinned_host_ ? cudaFreeHost(p) : cudaFree(p);
     free_.clear();
     cached_ = 0;
     return released;
@@ -98,6 +107,7 @@ class CachingAllocator final : public Allocator {
   }
 
   const int device_;
+  const bool pinned_host_;
   std::mutex mu_;
   std::multimap<size_t, void*> free_;         // size -> cached block; GUARDED_BY(mu_)
   std::unordered_map<void*, size_t> in_use_;  // block -> size; GUARDED_BY(mu_)
@@ -116,13 +126,21 @@ CachingAllocator* caching_allocator(int index) {
   std::lock_guard<std::mutex> lock(allocators_mu);
   auto& all = allocators();
   if (all.size() <= static_cast<size_t>(index)) all.resize(index + 1, nullptr);
-  if (all[index] == nullptr) all[index] = new CachingAllocator(index);
+  if (all[index] == nullptr) all[index] = new CachingAllocator(index, /*pinned_host=*/false);
   return all[index];
+}
+
+CachingAllocator* pinned_allocator() {
+  check_device(0);
+  static CachingAllocator* pinned = new CachingAllocator(0, /*pinned_host=*/true);  // never freed
+  return pinned;
 }
 
 }  // namespace
 
 Allocator* allocator(int index) { return caching_allocator(index); }
+
+Allocator* pinned_host_allocator() { return pinned_allocator(); }
 
 size_t cached_bytes(int index) {
   return device_count() > index ? caching_allocator(index)->cached() : 0;
@@ -130,6 +148,7 @@ size_t cached_bytes(int index) {
 
 void empty_cache() {
   for (int d = 0; d < device_count(); ++d) caching_allocator(d)->empty();
+  if (device_count() > 0) pinned_allocator()->empty();
 }
 
 }  // namespace ofl::cuda

@@ -147,6 +147,9 @@ void zero(void* dst, int device, size_t bytes);
 /// Device `index`'s caching allocator (Note [CUDA caching allocator] in allocator.cpp); raises
 /// as check_device does when the device does not exist.
 Allocator* allocator(int index);
+/// Page-locked host memory (Tensor.pin_memory), cached as device memory is; its tensors are CPU
+/// tensors. Raises as check_device(0) does without a device.
+Allocator* pinned_host_allocator();
 /// Bytes the allocator of device `index` keeps for reuse (not live).
 size_t cached_bytes(int index);
 /// Returns every cached block of every device to CUDA (cudaFree).

@@ -51,6 +51,7 @@ PinnedRange::PinnedRange(void*, size_t) : why_not_("this build has no CUDA") {}
 PinnedRange::~PinnedRange() = default;
 
 Allocator* allocator(int index) { no_device(index); }
+Allocator* pinned_host_allocator() { no_device(0); }
 size_t cached_bytes(int) { return 0; }
 void empty_cache() {}
 

@@ -120,6 +120,18 @@ void init_tensor(py::module_& m) {
           "data", &Tensor::detach, [](const Tensor& t, const Tensor& src) { t.set_data(src); },
           "The tensor without autograd history; assigning one replaces this tensor's storage, "
           "shape, dtype and device, its autograd state kept (as torch's .data).")
+      .def("pin_memory", &Tensor::pin_memory,
+           "A copy in page-locked host memory (itself when it is there): its copies to and from "
+           "GPUs are DMA transfers. Needs a CUDA device.")
+      .def("is_pinned", &Tensor::is_pinned, "Whether its memory is page-locked host memory.")
+      .def_property_readonly(
+          "is_cuda", [](const Tensor& t) { return t.device().type == DeviceType::kCUDA; })
+      .def(
+          "get_device",
+          [](const Tensor& t) {
+            return t.device().type == DeviceType::kCUDA ? t.device().index : -1;
+          },
+          "The CUDA device's index, -1 on the CPU (torch's get_device).")
       .def("item", &Tensor::item, "The value of a one-element tensor.")
       .def("detach", &Tensor::detach)
       .def("clone", &Tensor::clone)

@@ -103,6 +103,24 @@ def test_the_current_device_and_its_memory_as_torch_cuda():
     assert flow.cuda.is_bf16_supported() == (props.major >= 8)
 
 
+def test_tensor_helpers_follow_the_device():
+    x = flow.ones(2, 3, device="cuda")
+    assert x.is_cuda and x.get_device() == 0 and not flow.ones(1).is_cuda
+    assert str(x.new_zeros(4).device) == "cuda:0" and x.new_full((2,), 3.0).is_cuda
+    assert str(x.new_tensor([1.0]).device) == "cuda:0"
+    host = flow.arange(6, dtype=flow.float32)
+    pinned = host.pin_memory()
+    assert pinned.is_pinned() == (not SIMULATED)  # simulated devices lock nothing
+    assert pinned.pin_memory() is pinned or SIMULATED
+    assert_same(pinned.to("cuda", non_blocking=True).numpy(), host.numpy())
+    from oneflowlike.utils.data import DataLoader
+
+    loader = DataLoader([np.float32(i) for i in range(4)], batch_size=2, pin_memory=True)
+    batches = [b for b in loader]
+    assert [b.numpy().tolist() for b in batches] == [[0.0, 1.0], [2.0, 3.0]]
+    assert all(b.is_pinned() == (not SIMULATED) for b in batches)
+
+
 def test_mixing_devices_in_one_op_names_both():
     with pytest.raises(ValueError, match=r"\[mul\] all inputs must be on one device. However, "
                                          r"got input 0 on cuda:0 and input 1 on cpu:0"):

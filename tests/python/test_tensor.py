@@ -52,8 +52,24 @@ def test_device_is_cpu_and_cuda_is_refused_clearly():
         with pytest.raises(RuntimeError, match=r"no CUDA device 0"):
             flow.cuda.memory_allocated()
         assert flow.cuda.current_device() == 0 and not flow.cuda.is_bf16_supported()
+        with pytest.raises(RuntimeError, match=r"\[pin_memory\] page-locked memory is for "
+                                               r"copies to a CUDA device. However, there is none"):
+            flow.ones(2).pin_memory()
     with pytest.raises(ValueError, match=r"\[tensor\] device must be 'cpu' or 'cuda\[:index\]'"):
         flow.tensor([1.0], device="tpu")
+
+
+def test_torch_tensor_helpers_for_devices_and_new_tensors():
+    t = flow.ones(2, 3, dtype=flow.float64)
+    assert not t.is_cuda and t.get_device() == -1 and not t.is_pinned()
+    z = t.new_zeros(4, 5)
+    assert z.dtype == flow.float64 and tuple(z.shape) == (4, 5) and not z.numpy().any()
+    assert t.new_ones((2,), dtype=flow.int64).numpy().tolist() == [1, 1]
+    assert t.new_full((3,), 7).numpy().tolist() == [7.0, 7.0, 7.0]
+    assert t.new_full((3,), 7).dtype == flow.float64  # self's dtype, as torch
+    assert t.new_tensor([1, 2]).dtype == flow.float64
+    assert t.new_empty(0).numel() == 0
+    assert t.new_zeros(2, requires_grad=True).requires_grad
 
 
 def test_autograd_backward_no_grad_and_leaf_flags():

@@ -264,6 +264,34 @@ class GlobalTensor:
     def is_lazy(self):
         return False
 
+    @property
+    def is_cuda(self):
+        return self.placement.type == "cuda"
+
+    def get_device(self):
+        """-1 on a CPU placement; on a CUDA one, the GPU its plans run this rank's part on (Note
+        [The GPU of a rank]: OFL_CUDA_DEVICE, else LOCAL_RANK)."""
+        if not self.is_cuda:
+            return -1
+        import os  # noqa: PLC0415
+
+        return int(os.environ.get("OFL_CUDA_DEVICE", os.environ.get("LOCAL_RANK", "0")))
+
+    def is_pinned(self):
+        """False: the pieces of global tensors live in the runtime's memory, not page-locked."""
+        return False
+
+    def new_tensor(self, data, dtype=None, device=None, requires_grad=False):
+        """A new tensor of ``data`` on this one's placement, replicated (B on every dimension)."""
+        if device is not None:
+            raise ValueError("[new_tensor] a global tensor's new tensor goes on its placement: "
+                             f"device= does not apply. However, got device={device!r}.")
+        import oneflowlike as flow  # noqa: PLC0415
+
+        return flow.tensor(data, dtype=dtype or self.dtype, placement=self.placement,
+                           sbp=(_sbp.broadcast,) * len(self.placement.hierarchy),
+                           requires_grad=requires_grad)
+
     def detach(self):
         """The same global tensor without autograd history (it has none): a new tensor sharing
         the pieces."""

@@ -140,7 +140,35 @@ def _to(self, *args, **kwargs):
     return _C.to_device(out, target)  # autograd follows it (Note [Device copies])
 
 
+def _new_factory(op, value):
+    """Tensor.new_zeros / new_ones / new_empty (torch's): a new tensor of ``size`` with this
+    tensor's dtype and device unless ``dtype`` or ``device`` say otherwise."""
+    def method(self, *size, dtype=None, device=None, requires_grad=False):
+        return _make(op, _size(size), value, dtype or self.dtype, requires_grad,
+                     self.device if device is None else device)
+
+    method.__name__ = op
+    return method
+
+
+def _new_full(self, size, fill_value, dtype=None, device=None, requires_grad=False):
+    return _make("new_full", tuple(size), fill_value, dtype or self.dtype, requires_grad,
+                 self.device if device is None else device)
+
+
+def _new_tensor(self, data, dtype=None, device=None, requires_grad=False):
+    from oneflowlike.ops.core import tensor
+
+    return tensor(data, dtype=dtype or self.dtype,
+                  device=self.device if device is None else device, requires_grad=requires_grad)
+
+
 TENSOR_METHODS = {
+    "new_zeros": _new_factory("new_zeros", 0.0),
+    "new_ones": _new_factory("new_ones", 1.0),
+    "new_empty": _new_factory("new_empty", 0.0),  # zeros: no uninitialised memory reaches users
+    "new_full": _new_full,
+    "new_tensor": _new_tensor,
     "to": _to,
     "cpu": lambda self: _to(self, "cpu"),
     "cuda": lambda self, device=None: _to(self, "cuda" if device is None else f"cuda:{device}"),

@@ -22,6 +22,10 @@ class DataLoader:
     ``iter()`` is one epoch; a sampler with ``set_epoch`` (RandomSampler, DistributedSampler) gets
     the epoch first.
 
+    ``pin_memory=True`` puts each batch's tensors in page-locked host memory (Tensor.pin_memory)
+    as it is made, on the worker threads, so their copies to a GPU are DMA transfers; without a
+    real GPU it does nothing (torch only warns there too).
+
     Note [Loader position]: ``state_dict()`` is {"epoch", "batches_done"}: the epoch under way and
     the batches handed out of it. An ``iter()`` continues from there (a loop left early resumes
     where it stopped, as torchdata's StatefulDataLoader), so a run that saves the state with its
@@ -29,7 +33,8 @@ class DataLoader:
     """
 
     def __init__(self, dataset, batch_size=1, shuffle=False, sampler=None, drop_last=False,
-                 collate_fn=None, num_workers=0, prefetch_factor=2, seed=0):
+                 collate_fn=None, num_workers=0, prefetch_factor=2, seed=0, pin_memory=False,
+                 persistent_workers=False):
         def integer(name, value, least=None):
             if isinstance(value, bool) or not isinstance(value, numbers.Integral):
                 raise TypeError(f"[DataLoader] {name} must be an int. However, got "
@@ -39,7 +44,9 @@ class DataLoader:
                                  f"{value}.")
             return int(value)
 
-        for name, value in (("shuffle", shuffle), ("drop_last", drop_last)):
+        for name, value in (("shuffle", shuffle), ("drop_last", drop_last),
+                            ("pin_memory", pin_memory),
+                            ("persistent_workers", persistent_workers)):
             if not isinstance(value, (bool, np.bool_)):
                 raise TypeError(f"[DataLoader] {name} must be a bool. However, got {value!r} "
                                 f"({type(value).__name__}).")
@@ -55,6 +62,11 @@ class DataLoader:
         self.drop_last = bool(drop_last)
         self.collate_fn = default_collate if collate_fn is None else collate_fn
         self.num_workers, self.prefetch_factor = int(num_workers), int(prefetch_factor)
+        # Worker threads cost nothing to keep between epochs, so persistent_workers changes
+        # nothing here; pinning needs a real GPU (simulated devices have no locked memory).
+        from oneflowlike import cuda
+
+        self.pin_memory = bool(pin_memory) and cuda.is_available() and not cuda.is_simulated()
         if sampler is None:
             sampler = RandomSampler(dataset, seed) if shuffle else SequentialSampler(dataset)
         self.sampler = sampler
@@ -85,7 +97,8 @@ class DataLoader:
         return batches
 
     def _fetch(self, indices):
-        return self.collate_fn([self.dataset[i] for i in indices])
+        batch = self.collate_fn([self.dataset[i] for i in indices])
+        return _pinned(batch) if self.pin_memory else batch
 
     def __iter__(self):
         batches = self._batches_of_epoch()
@@ -111,3 +124,17 @@ class DataLoader:
                 pool.shutdown(wait=False, cancel_futures=True)
         self.epoch += 1
         self.batches_done = 0
+
+
+def _pinned(batch):
+    """``batch`` with every CPU tensor in it (nested in tuples, lists, dicts) page-locked."""
+    from oneflowlike import _C
+
+    if isinstance(batch, _C.Tensor):
+        return batch.pin_memory() if batch.device.type == "cpu" else batch
+    if isinstance(batch, dict):
+        return {k: _pinned(v) for k, v in batch.items()}
+    if isinstance(batch, (list, tuple)):
+        items = [_pinned(v) for v in batch]
+        return type(batch)(items) if not hasattr(batch, "_fields") else type(batch)(*items)
+    return batch
