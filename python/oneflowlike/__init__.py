@@ -34,6 +34,7 @@ _ops.attach_tensor_methods(Tensor)
 from oneflowlike import env  # noqa: E402,F401
 from oneflowlike import distributed  # noqa: E402,F401
 from oneflowlike import cuda  # noqa: E402,F401
+from oneflowlike import comm  # noqa: E402,F401
 from oneflowlike import amp  # noqa: E402,F401
 from oneflowlike import utils  # noqa: E402,F401
 from oneflowlike.amp import autocast  # noqa: E402,F401

@@ -87,3 +87,22 @@ def backward(tensors, grad_tensors=None, retain_graph=False):
         tensors = [tensors]
     grads = list(grad_tensors) if grad_tensors is not None else []
     _C.autograd_backward(list(tensors), grads, retain_graph)
+    run_after_backward()
+
+
+# Note [After backward]: work that must follow a whole backward pass of eager local autograd,
+# once every gradient has accumulated (DistributedDataParallel's gradient all-reduce, torch's
+# queue_callback): queued by key, so several forwards queue one run; run, and cleared, by
+# Tensor.backward and flow.autograd.backward when the pass is done.
+_after_backward = {}
+
+
+def queue_after_backward(key, fn):
+    """Runs ``fn()`` once after the next backward pass (the last ``fn`` queued under ``key``)."""
+    _after_backward[key] = fn
+
+
+def run_after_backward():
+    while _after_backward:
+        key = next(iter(_after_backward))
+        _after_backward.pop(key)()

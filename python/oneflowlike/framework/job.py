@@ -63,6 +63,12 @@ class Job:
         self._runtimes.append(holder)
         return holder
 
+    def barrier(self):
+        """Returns once every process of the job has called it (flow.comm.barrier)."""
+        self.connect()
+        if self._transport is not None:
+            self._transport.barrier()
+
     def shutdown(self):
         """Ends every runtime, then leaves the job. This process first tells the others how far
         it got (Note [Departures]: one still waiting for it ends at once, naming it), then all

@@ -45,7 +45,11 @@ def _backward(self, *args, **kwargs):
         if owner is not None:
             owner.loss_marked = True
         return None
-    return _eager_backward(self, *args, **kwargs)
+    _eager_backward(self, *args, **kwargs)
+    from oneflowlike.autograd import run_after_backward  # noqa: PLC0415
+
+    run_after_backward()
+    return None
 
 
 def _module_to_global(self, placement, sbp, keep_split=False, sbp_for=None):

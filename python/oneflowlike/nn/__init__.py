@@ -17,3 +17,4 @@ from oneflowlike.nn.modules import *  # noqa: F401,F403
 from oneflowlike.nn import utils  # noqa: F401
 from oneflowlike.nn.graph import Graph, GraphConfig  # noqa: F401,E402
 from oneflowlike.nn import init  # noqa: F401,E402
+from oneflowlike.nn import parallel  # noqa: F401,E402

@@ -1,0 +1,94 @@
+"""flow.comm: collectives on local tensors, as OneFlow's flow.comm and torch.distributed name
+them (flow.distributed re-exports them with torch's names).
+
+Note [Local collectives]: a local tensor of each rank is made a piece of a global tensor over
+every rank of the job (a partial sum for all_reduce, a split for all_gather, one rank's value
+for broadcast) and laid out again as broadcast: the eager global op's compiled one-op graph, so
+the bytes move through the same boxing and collective tasks as every other communication (no
+second path, DESIGN.md "Eager global tensors"), and the compiled graph is cached by shape. Every
+rank of the job must call each collective, in the same order, with tensors of the same shape
+and dtype. The pieces go through host memory: a CUDA tensor is copied to the host and back.
+"""
+
+from oneflowlike import _C
+from oneflowlike import env
+from oneflowlike import sbp as _sbp
+from oneflowlike.autograd import no_grad
+
+__all__ = ["all_reduce", "broadcast", "all_gather", "barrier"]
+
+
+def _host_piece(op, tensor):
+    if not isinstance(tensor, _C.Tensor) or tensor.is_lazy:
+        raise TypeError(f"[{op}] needs a local tensor (each rank's own). However, got "
+                        f"{type(tensor).__name__}{' (a traced value)' if getattr(tensor, 'is_lazy', False) else ''}.")
+    t = tensor.detach()
+    return t if t.device.type == "cpu" else t._to_device("cpu")
+
+
+def _everyone():
+    return env.all_device_placement("cpu")
+
+
+def _write(tensor, value):
+    """The result into the caller's tensor, in place, on its device."""
+    with no_grad():
+        tensor.copy_(value if tensor.dtype == value.dtype else value.to(tensor.dtype))
+    return tensor
+
+
+def all_reduce(tensor):
+    """Every rank's ``tensor`` becomes the sum over the ranks, in place (torch's default op)."""
+    from oneflowlike.framework import global_tensor as gt
+
+    piece = _host_piece("all_reduce", tensor)
+    if env.get_world_size() == 1:
+        return tensor
+    summed = gt.local_to_global(piece, _everyone(), _sbp.partial_sum)
+    return _write(tensor, summed.to_global(sbp=_sbp.broadcast).to_local())
+
+
+def broadcast(tensor, src):
+    """Every rank's ``tensor`` becomes rank ``src``'s, in place."""
+    from oneflowlike.framework import global_tensor as gt
+    from oneflowlike.placement import placement
+
+    piece = _host_piece("broadcast", tensor)
+    world = env.get_world_size()
+    if not isinstance(src, int) or not 0 <= src < world:
+        raise ValueError(f"[broadcast] src must be a rank in [0, {world}). However, got {src!r}.")
+    if world == 1:
+        return tensor
+    source = gt.local_to_global(piece, placement("cpu", ranks=[src]), _sbp.broadcast)
+    return _write(tensor, source.to_global(placement=_everyone(), sbp=_sbp.broadcast).to_local())
+
+
+def all_gather(tensor_list, tensor):
+    """``tensor_list[r]`` becomes rank r's ``tensor``, on every rank (one tensor per rank, each
+    of ``tensor``'s shape and dtype)."""
+    from oneflowlike.framework import global_tensor as gt
+
+    world = env.get_world_size()
+    piece = _host_piece("all_gather", tensor)
+    if not isinstance(tensor_list, list) or len(tensor_list) != world:
+        raise ValueError(f"[all_gather] tensor_list must be a list of {world} tensors (one per "
+                         f"rank). However, got {type(tensor_list).__name__} of "
+                         f"{len(tensor_list) if hasattr(tensor_list, '__len__') else '?'}.")
+    for r, t in enumerate(tensor_list):
+        if not isinstance(t, _C.Tensor) or tuple(t.shape) != tuple(tensor.shape):
+            raise ValueError(f"[all_gather] tensor_list[{r}] must have the tensor's shape "
+                             f"{tuple(tensor.shape)}. However, got "
+                             f"{tuple(getattr(t, 'shape', ())) if isinstance(t, _C.Tensor) else type(t).__name__}.")
+    rows = piece.reshape((1,) + tuple(piece.shape))
+    whole = gt.local_to_global(rows, _everyone(), _sbp.split(0))
+    gathered = whole.to_global(sbp=_sbp.broadcast).to_local()
+    for r, t in enumerate(tensor_list):
+        _write(t, gathered[r])
+    return tensor_list
+
+
+def barrier():
+    """Returns once every rank of the job has called it."""
+    from oneflowlike.framework import job
+
+    job.current().barrier()

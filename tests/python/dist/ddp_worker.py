@@ -1,0 +1,97 @@
+"""Run by test_ddp.py on 2 processes: collectives on local tensors (flow.comm, and
+flow.distributed's torch names) and DistributedDataParallel, against what one process computes.
+Prints "ddp OK" per rank."""
+
+import numpy as np
+
+import oneflowlike as flow
+import oneflowlike.distributed as dist
+import oneflowlike.nn as nn
+import oneflowlike.nn.functional as F
+
+dist.init_process_group("nccl")
+rank, world = dist.get_rank(), dist.get_world_size()
+assert world == 2
+
+# Collectives: each rank's own values, the results every rank computes alone.
+mine = np.arange(6, dtype=np.float32).reshape(2, 3) * (rank + 1)
+t = flow.tensor(mine)
+dist.all_reduce(t)
+np.testing.assert_array_equal(t.numpy(), np.arange(6).reshape(2, 3) * 3)
+b = flow.tensor(mine)
+flow.comm.broadcast(b, 1)
+np.testing.assert_array_equal(b.numpy(), np.arange(6).reshape(2, 3) * 2)
+gathered = [flow.zeros(2, 3), flow.zeros(2, 3)]
+dist.all_gather(gathered, flow.tensor(mine))
+for r in range(2):
+    np.testing.assert_array_equal(gathered[r].numpy(), np.arange(6).reshape(2, 3) * (r + 1))
+counts = flow.tensor([rank + 1], dtype=flow.int64)
+flow.comm.all_reduce(counts)
+assert counts.numpy().tolist() == [3]
+try:
+    dist.all_reduce(t, op="max")
+    raise AssertionError("a max all-reduce was accepted")
+except NotImplementedError as e:
+    assert "sum only" in str(e)
+dist.barrier()
+
+# DDP: each rank trains on its half of every batch; the weights must be those of one process
+# trained on the whole batches (the mean loss of two equal halves is the mean of their means).
+rng = np.random.default_rng(0)
+xs = rng.standard_normal((4, 8, 6)).astype(np.float32)
+ys = rng.integers(0, 3, (4, 8))
+
+
+def build(seed):
+    flow.manual_seed(seed)
+    return nn.Sequential(nn.Linear(6, 16), nn.GELU(), nn.LayerNorm(16), nn.Linear(16, 3))
+
+
+def train(model, params, x_of, y_of, steps, accumulate=1):
+    opt = flow.optim.AdamW(params, lr=0.05, weight_decay=0.1)
+    for step in range(steps):
+        for k in range(accumulate):
+            last = k == accumulate - 1
+            context = model.no_sync() if hasattr(model, "no_sync") and not last else _nothing()
+            with context:
+                loss = F.cross_entropy(model(x_of(step, k)), y_of(step, k)) / accumulate
+                loss.backward()
+        nn.utils.clip_grad_norm_(params, 1.0)
+        opt.step()
+        opt.zero_grad()
+
+
+class _nothing:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+half = slice(4 * rank, 4 * rank + 4)
+reference = build(0)
+train(reference, list(reference.parameters()), lambda s, k: flow.tensor(xs[s]),
+      lambda s, k: flow.tensor(ys[s]), 4)
+# Every rank built its model with another seed: the wrapper starts them all from rank 0's.
+local = build(rank)
+ddp = nn.parallel.DistributedDataParallel(local)
+train(ddp, list(ddp.parameters()), lambda s, k: flow.tensor(xs[s][half]),
+      lambda s, k: flow.tensor(ys[s][half]), 4)
+for (name, want), got in zip(reference.state_dict().items(), local.state_dict().values()):
+    np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=2e-5, atol=2e-6, err_msg=name)
+
+# no_sync: two micro-batches per step, each rank half of each, one average per step.
+quarter = [slice(4 * rank, 4 * rank + 2), slice(4 * rank + 2, 4 * rank + 4)]
+reference = build(0)
+train(reference, list(reference.parameters()),
+      lambda s, k: flow.tensor(xs[s][[0, 1, 4, 5] if k == 0 else [2, 3, 6, 7]]),
+      lambda s, k: flow.tensor(ys[s][[0, 1, 4, 5] if k == 0 else [2, 3, 6, 7]]), 3, accumulate=2)
+local = build(0)
+ddp = nn.parallel.DistributedDataParallel(local)
+train(ddp, list(ddp.parameters()), lambda s, k: flow.tensor(xs[s][quarter[k]]),
+      lambda s, k: flow.tensor(ys[s][quarter[k]]), 3, accumulate=2)
+for (name, want), got in zip(reference.state_dict().items(), local.state_dict().values()):
+    np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=2e-5, atol=2e-6,
+                               err_msg=f"no_sync {name}")
+print(f"rank {rank}: ddp OK", flush=True)

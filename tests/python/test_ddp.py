@@ -1,0 +1,39 @@
+"""flow.comm / flow.distributed collectives on local tensors and DistributedDataParallel (Note
+[Local collectives] in comm.py, Note [Eager DDP on local tensors] in nn/parallel.py) on two
+processes (dist/ddp_worker.py); their refusals in one process below."""
+
+import pytest
+
+import oneflowlike as flow
+from launching import launch as _launch
+
+
+def test_collectives_and_ddp_on_two_processes_match_one():
+    out = _launch(2, "ddp_worker.py")
+    assert out.count("ddp OK") == 2, out
+
+
+def test_ddp_and_collectives_refuse_what_they_do_not_do():
+    with pytest.raises(TypeError, match=r"\[DistributedDataParallel\] wraps a flow.nn.Module"):
+        flow.nn.parallel.DistributedDataParallel(lambda x: x)
+    with flow.device("meta"):
+        meta = flow.nn.Linear(2, 2)
+    with pytest.raises(TypeError, match=r"'weight' is a meta tensor"):
+        flow.nn.parallel.DistributedDataParallel(meta)
+    with pytest.raises(TypeError, match=r"unexpected argument 'gradient_as_bucket_view'"):
+        flow.nn.parallel.DistributedDataParallel(flow.nn.Linear(2, 2),
+                                                 gradient_as_bucket_view=True)
+    with pytest.raises(TypeError, match=r"\[all_reduce\] needs a local tensor"):
+        flow.comm.all_reduce([1.0])
+    with pytest.raises(ValueError, match=r"\[broadcast\] src must be a rank in \[0, 1\)"):
+        flow.comm.broadcast(flow.ones(2), 3)
+    with pytest.raises(NotImplementedError, match=r"async_op=True is not supported"):
+        flow.distributed.all_reduce(flow.ones(2), async_op=True)
+    with pytest.raises(ValueError, match=r"world_size=4 differs from the launcher's 1"):
+        flow.distributed.init_process_group("gloo", world_size=4)
+    # One process: the wrapper trains as the module alone.
+    flow.manual_seed(1)
+    model = flow.nn.Linear(3, 2)
+    ddp = flow.nn.parallel.DistributedDataParallel(model)
+    ddp(flow.ones(4, 3)).sum().backward()
+    assert model.weight.grad is not None and tuple(model.weight.grad.shape) == (2, 3)
