@@ -16,8 +16,9 @@
 4. Trace + compile time of the plan and the time to the end of the first step.
 5. (--only eager) Eager data parallel on 2 processes x 1 thread: the model laid out with
    Module.to_global and trained eagerly on global tensors (loss.backward(), clip_grad_norm_,
-   flow.optim.AdamW), against PyTorch DDP over gloo (the eager data parallelism a user picks)
-   and our nn.Graph DP2 of the same model, batch and optimizer.
+   flow.optim.AdamW), and the local model wrapped in our DistributedDataParallel (Note [Eager
+   DDP on local tensors]), against PyTorch DDP over gloo (the eager data parallelism a user
+   picks) and our nn.Graph DP2 of the same model, batch and optimizer.
 
 Runs are interleaved and repeated (--repeats) and medians reported: the machine is shared.
 """
@@ -157,6 +158,38 @@ def part_eager(args):
                           "clip_and_step_ms": medians[2]}), flush=True)
 
 
+def part_ddp(args):
+    """Under the launcher: the local model in flow.nn.parallel.DistributedDataParallel, each rank
+    on its own batch, as torch's DDP part; rank 0 prints the median step time."""
+    import oneflowlike as flow
+    import train
+    from model import GPT, GPTConfig
+
+    targs = train.parse(MODEL + ["--batch-size", str(args.batch_size), "--steps", str(args.steps)])
+    config = GPTConfig(block_size=targs.block_size, n_layer=targs.n_layer, n_head=targs.n_head,
+                       n_embd=targs.n_embd)
+    flow.manual_seed(0)
+    model = flow.nn.parallel.DistributedDataParallel(GPT(config))
+    opt = flow.optim.AdamW(model.parameters(), lr=targs.lr, betas=(0.9, 0.95),
+                           weight_decay=targs.weight_decay)
+    data = train.ByteData(targs.data, targs.block_size, targs.seed)
+    rank = flow.env.get_rank()
+    times = []
+    for step in range(1, args.steps + 1):
+        tokens, targets = data.batch(step * 101 + rank, args.batch_size)
+        t0 = time.perf_counter()
+        opt.zero_grad()
+        loss = model(flow.tensor(tokens), flow.tensor(targets))
+        loss.backward()
+        flow.nn.utils.clip_grad_norm_(model.parameters(), targs.grad_clip)
+        opt.step()
+        times.append(time.perf_counter() - t0)
+        loss.numpy()
+    if rank == 0:
+        print(json.dumps({"first_step_s": times[0],
+                          "median_ms": 1e3 * statistics.median(times[1:])}), flush=True)
+
+
 def part_pipeline(args):
     """Under the launcher: pp 2 with m micro-batches, the act trace of a few steps; each rank
     prints its compute thread's busy fraction over the steps and its planned peak."""
@@ -221,11 +254,14 @@ def last_json(out):
 
 def eager_data_parallel(args):
     """5.: eager DP2 on global tensors against PyTorch DDP and our nn.Graph DP2, interleaved."""
-    eager, ddp, graph = [], [], []
+    eager, ddp, graph, ours_ddp = [], [], [], []
     for _ in range(args.repeats):
         eager.append(last_json(run(launch(2, __file__, "--part", "eager", "--model", MODEL_NAME,
                                           "--batch-size", str(args.batch_size), "--steps",
                                           str(args.steps)), 1)))
+        ours_ddp.append(last_json(run(launch(2, __file__, "--part", "ddp", "--model", MODEL_NAME,
+                                             "--batch-size", str(args.batch_size), "--steps",
+                                             str(args.steps)), 1)))
         ddp.append(last_json(run(launch(2, __file__, "--part", "torch", "--model", MODEL_NAME,
                                         "--threads", "1", "--batch-size", str(args.batch_size),
                                         "--steps", str(args.steps)), 1)))
@@ -233,12 +269,15 @@ def eager_data_parallel(args):
                                            "--batch-size", str(2 * args.batch_size), "--steps",
                                            str(args.steps), "--quiet", "--warmup-steps", "1"),
                                     1)))
-    e, d, g = (statistics.median(r["median_ms"] for r in runs) for runs in (eager, ddp, graph))
+    e, d, g, o = (statistics.median(r["median_ms"] for r in runs)
+                  for runs in (eager, ddp, graph, ours_ddp))
     print(f"eager data parallel 2 x 1 thread, batch {args.batch_size} per rank: ours eager on "
           f"global tensors {e:.1f} ms/step (first step "
           f"{statistics.median(r['first_step_s'] for r in eager):.2f} s), PyTorch DDP (gloo) "
           f"{d:.1f} ms/step, ours nn.Graph {g:.1f} ms/step; eager ours/DDP speed {d / e:.2f}, "
           f"eager/graph time {e / g:.2f}")
+    print(f"  ours DistributedDataParallel on local tensors {o:.1f} ms/step; ours DDP/PyTorch "
+          f"DDP speed {d / o:.2f}")
 
 
 def torch_single(threads, batch, steps, compile_=False):
@@ -271,6 +310,8 @@ def main():
         return part_pipeline(args)
     if args.part == "eager":
         return part_eager(args)
+    if args.part == "ddp":
+        return part_ddp(args)
 
     tokens = args.batch_size * int(MODEL[MODEL.index("--block-size") + 1])
     print(f"# GPT benchmarks ({' '.join(MODEL)}, {DTYPE}, batch {args.batch_size} per rank, "
