@@ -251,8 +251,9 @@ class CopyActor final : public TaskActor {
                   info_.proto.kind() == proto::TaskProto::COPY_D2H) {}
 
  private:
+  // -1 for host memory (the CPU's, or a simulated GPU's), else the GPU (cuda::copy's convention).
   static int cuda_index(const Tensor& t) {
-    return t.device().type == DeviceType::kCUDA ? t.device().index : -1;
+    return in_host_memory(t.device()) ? -1 : t.device().index;
   }
   Work work(ActorHost&, std::vector<Tensor> inputs, std::vector<Tensor> outputs) override {
     if (!view_ && host_gpu_ && stream() != nullptr &&

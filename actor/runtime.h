@@ -217,6 +217,14 @@ class Runtime final : public PlanRunner, private ActorHost {
   RuntimeOptions options_;
   std::shared_ptr<comm::Transport> transport_;
   std::vector<int64_t> ranks_;  // hosted, ascending
+  // Note [Pinned host blocks]: the host blocks of ranks with GPU tasks, page-locked. Before
+  // every member that can run work (actors, threads, streams): destroyed after them, so no copy
+  // is in flight when a block is unlocked; each keeps its memory until then.
+  struct PinnedBlock {
+    Tensor memory;
+    std::unique_ptr<cuda::PinnedRange> range;  // after memory: unlocked before it is dropped
+  };
+  std::vector<PinnedBlock> pinned_;
   std::vector<std::unique_ptr<Actor>> actors_;
   std::vector<Actor*> actor_of_task_;  // by task index; null when not hosted
   std::unordered_map<int64_t, Actor*> actor_by_id_;
@@ -230,10 +238,7 @@ class Runtime final : public PlanRunner, private ActorHost {
   // After threads_: streams end first, so no stream posts to a thread that is gone.
   std::vector<std::unique_ptr<ActStream>> streams_;
   std::map<std::pair<int64_t, int64_t>, Tensor> blocks_;  // (rank, block id) -> memory
-  // Note [Pinned host blocks]: the host blocks of ranks with GPU tasks; after blocks_, so they
-  // are unlocked before their memory goes.
-  std::vector<std::unique_ptr<cuda::PinnedRange>> pinned_;
-  std::map<int64_t, int> gpu_of_rank_;  // hosted ranks with GPU tasks
+  std::map<int64_t, int> gpu_of_rank_;                    // hosted ranks with GPU tasks
 
   int64_t iteration_ = 0;
   int64_t acts_per_iteration_ = 0;

@@ -95,12 +95,14 @@ Runtime::Runtime(const proto::PlanProto& plan, RuntimeOptions options)
     const Tensor& memory = blocks_[key];
     if (!options_.simulate_cuda && gpu_of_rank_.count(key.first) &&
         memory.device().type == DeviceType::kCPU && memory.nbytes() > 0) {
-      pinned_.push_back(std::make_unique<cuda::PinnedRange>(memory.raw_data(), memory.nbytes()));
-      if (!pinned_.back()->pinned()) {
+      pinned_.push_back(
+          {memory, std::make_unique<cuda::PinnedRange>(memory.raw_data(), memory.nbytes(),
+                                                       gpu_of_rank_.at(key.first))});
+      if (!pinned_.back().range->pinned()) {
         LOG(WARNING) << kTag << "rank " << key.first << "'s host block of " << memory.nbytes()
                      << " bytes stays pageable (its copies to and from the GPU are staged by "
                         "the driver): "
-                     << pinned_.back()->why_not();
+                     << pinned_.back().range->why_not();
       }
     }
   }

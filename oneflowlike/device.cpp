@@ -66,8 +66,8 @@ void set_current_cuda_device(int index) {
   const int count = cuda_devices();
   OFL_CHECK_CODE(index >= 0 && index < count, ErrorCode::kUnavailable, "[cuda] no CUDA device ",
                  index, ": this process sees ", count, " CUDA device(s)",
-                 count == 0 ? std::string(" (") + cuda::why_no_device() + ")" : std::string(),
-                 ".");
+                 count == 0 ? std::string(" (") + cuda::why_no_device() + ")" : std::string(), ".");
+  if (simulated_cuda_devices() == 0) cuda::set_device(index);  // contexts go there from now
   current_cuda.store(index, std::memory_order_relaxed);
 }
 

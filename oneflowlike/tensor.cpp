@@ -146,8 +146,7 @@ Tensor Tensor::pin_memory() const {
 }
 
 bool Tensor::is_pinned() const {
-  return !is_lazy() && device().type == DeviceType::kCPU && cuda::device_count() > 0 &&
-         impl_->storage->allocator() == cuda::pinned_host_allocator();
+  return !is_lazy() && cuda::is_pinned_host_allocator(impl_->storage->allocator());
 }
 
 void Tensor::set_data(const Tensor& src) const {

@@ -130,9 +130,17 @@ CachingAllocator* caching_allocator(int index) {
   return all[index];
 }
 
+CachingAllocator*& pinned_slot() {
+  static CachingAllocator* pinned = nullptr;  // never freed: its blocks outlive every tensor
+  return pinned;
+}
+
 CachingAllocator* pinned_allocator() {
-  check_device(0);
-  static CachingAllocator* pinned = new CachingAllocator(0, /*pinned_host=*/true);  // never freed
+  const int device = current_cuda_device();
+  check_device(device);
+  std::lock_guard<std::mutex> lock(allocators_mu);
+  CachingAllocator*& pinned = pinned_slot();
+  if (pinned == nullptr) pinned = new CachingAllocator(device, /*pinned_host=*/true);
   return pinned;
 }
 
@@ -142,13 +150,26 @@ Allocator* allocator(int index) { return caching_allocator(index); }
 
 Allocator* pinned_host_allocator() { return pinned_allocator(); }
 
+bool is_pinned_host_allocator(const Allocator* allocator) {
+  std::lock_guard<std::mutex> lock(allocators_mu);
+  return allocator != nullptr && allocator == pinned_slot();
+}
+
 size_t cached_bytes(int index) {
   return device_count() > index ? caching_allocator(index)->cached() : 0;
 }
 
 void empty_cache() {
-  for (int d = 0; d < device_count(); ++d) caching_allocator(d)->empty();
-  if (device_count() > 0) pinned_allocator()->empty();
+  // Only the allocators made: a device guard on another device would make its context.
+  std::vector<CachingAllocator*> made;
+  {
+    std::lock_guard<std::mutex> lock(allocators_mu);
+    for (CachingAllocator* a : allocators()) {
+      if (a != nullptr) made.push_back(a);
+    }
+    if (pinned_slot() != nullptr) made.push_back(pinned_slot());
+  }
+  for (CachingAllocator* a : made) a->empty();
 }
 
 }  // namespace ofl::cuda

@@ -47,6 +47,11 @@ void check_device(int index) {
                  "; CUDA_VISIBLE_DEVICES chooses which).");
 }
 
+void set_device(int index) {
+  check_device(index);
+  check(cudaSetDevice(index), "cudaSetDevice", index);
+}
+
 DeviceProperties properties(int index) {
   check_device(index);
   cudaDeviceProp p{};

@@ -26,6 +26,9 @@ int device_count();
 std::string why_no_device();
 /// Raises ofl::Error (kUnavailable) naming `index` and why, unless device `index` exists.
 void check_device(int index);
+/// Makes `index` the calling thread's current device (cudaSetDevice): where its contexts and
+/// untargeted calls go (torch.cuda.set_device).
+void set_device(int index);
 
 struct DeviceProperties {
   std::string name;
@@ -129,7 +132,8 @@ void copy_queued(void* dst, int dst_device, const void* src, int src_device, siz
 /// pageable: pinned() says so and why_not() why; copies from it remain correct.
 class PinnedRange {
  public:
-  PinnedRange(void* ptr, size_t bytes);
+  /// Locked in device `device`'s context (the GPU that copies from and to it).
+  PinnedRange(void* ptr, size_t bytes, int device);
   ~PinnedRange();
   PinnedRange(const PinnedRange&) = delete;
   PinnedRange& operator=(const PinnedRange&) = delete;
@@ -147,9 +151,12 @@ void zero(void* dst, int device, size_t bytes);
 /// Device `index`'s caching allocator (Note [CUDA caching allocator] in allocator.cpp); raises
 /// as check_device does when the device does not exist.
 Allocator* allocator(int index);
-/// Page-locked host memory (Tensor.pin_memory), cached as device memory is; its tensors are CPU
-/// tensors. Raises as check_device(0) does without a device.
+/// Page-locked host memory (Tensor.pin_memory), cached as device memory is and portable to every
+/// device (made in the current device's context at first use); its tensors are CPU tensors.
+/// Raises as check_device does without a device.
 Allocator* pinned_host_allocator();
+/// Whether `allocator` is pinned_host_allocator() (without making it).
+bool is_pinned_host_allocator(const Allocator* allocator);
 /// Bytes the allocator of device `index` keeps for reuse (not live).
 size_t cached_bytes(int index);
 /// Returns every cached block of every device to CUDA (cudaFree).

@@ -47,11 +47,13 @@ void copy_queued(void*, int dst_device, const void*, int src_device, size_t) {
   no_device(dst_device >= 0 ? dst_device : src_device);
 }
 void zero(void*, int device, size_t) { no_device(device); }
-PinnedRange::PinnedRange(void*, size_t) : why_not_("this build has no CUDA") {}
+PinnedRange::PinnedRange(void*, size_t, int) : why_not_("this build has no CUDA") {}
+void set_device(int index) { no_device(index); }
 PinnedRange::~PinnedRange() = default;
 
 Allocator* allocator(int index) { no_device(index); }
 Allocator* pinned_host_allocator() { no_device(0); }
+bool is_pinned_host_allocator(const Allocator*) { return false; }
 size_t cached_bytes(int) { return 0; }
 void empty_cache() {}
 

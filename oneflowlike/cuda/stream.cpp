@@ -117,11 +117,12 @@ void copy_queued(void* dst, int dst_device, const void* src, int src_device, siz
   copy_on_stream(dst, dst_device, src, src_device, bytes, /*wait_for_host=*/false);
 }
 
-PinnedRange::PinnedRange(void* ptr, size_t bytes) {
+PinnedRange::PinnedRange(void* ptr, size_t bytes, int device) {
   if (ptr == nullptr || bytes == 0) {
     why_not_ = "nothing to lock";
     return;
   }
+  DeviceGuard guard(device);
   const cudaError_t status = cudaHostRegister(ptr, bytes, cudaHostRegisterDefault);
   if (status == cudaSuccess) {
     ptr_ = ptr;

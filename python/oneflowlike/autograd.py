@@ -86,14 +86,15 @@ def backward(tensors, grad_tensors=None, retain_graph=False):
     if not isinstance(tensors, (list, tuple)):
         tensors = [tensors]
     grads = list(grad_tensors) if grad_tensors is not None else []
-    _C.autograd_backward(list(tensors), grads, retain_graph)
-    run_after_backward()
+    with after_backward():
+        _C.autograd_backward(list(tensors), grads, retain_graph)
 
 
 # Note [After backward]: work that must follow a whole backward pass of eager local autograd,
 # once every gradient has accumulated (DistributedDataParallel's gradient all-reduce, torch's
 # queue_callback): queued by key, so several forwards queue one run; run, and cleared, by
-# Tensor.backward and flow.autograd.backward when the pass is done.
+# Tensor.backward and flow.autograd.backward when the pass is done. A pass that raises clears
+# the queue: its work must not attach to a later, unrelated pass.
 _after_backward = {}
 
 
@@ -102,7 +103,18 @@ def queue_after_backward(key, fn):
     _after_backward[key] = fn
 
 
-def run_after_backward():
-    while _after_backward:
-        key = next(iter(_after_backward))
-        _after_backward.pop(key)()
+class after_backward:  # noqa: N801 (a context manager, used as a statement)
+    """Around one backward pass: runs the queued work after it, or drops it if the pass
+    raises."""
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, kind, *exc):
+        if kind is not None:
+            _after_backward.clear()
+            return False
+        while _after_backward:
+            key = next(iter(_after_backward))
+            _after_backward.pop(key)()
+        return False

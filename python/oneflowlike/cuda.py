@@ -108,7 +108,9 @@ def is_bf16_supported():
 
 def manual_seed(seed):
     """The seed of every device: random values are counter-based and the same on the CPU and
-    on GPUs (Note [Random values on every device]), so this is flow.manual_seed."""
+    on GPUs (Note [Random values on every device]), so this is flow.manual_seed, and it seeds
+    the CPU's draws too (torch keeps a generator per device: a script seeding its GPUs apart
+    from its CPU seeds both here)."""
     import oneflowlike as flow  # noqa: PLC0415
 
     flow.manual_seed(seed)

@@ -45,10 +45,10 @@ def _backward(self, *args, **kwargs):
         if owner is not None:
             owner.loss_marked = True
         return None
-    _eager_backward(self, *args, **kwargs)
-    from oneflowlike.autograd import run_after_backward  # noqa: PLC0415
+    from oneflowlike.autograd import after_backward  # noqa: PLC0415
 
-    run_after_backward()
+    with after_backward():
+        _eager_backward(self, *args, **kwargs)
     return None
 
 

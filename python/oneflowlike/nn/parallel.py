@@ -7,10 +7,12 @@ training mode queues, for after the backward pass (Note [After backward] in auto
 average of every parameter's gradient over the ranks: the gradients of each dtype and device
 are joined into buckets of about ``bucket_cap_mb`` and all-reduced with flow.comm (Note [Local
 collectives]), so the optimizer steps the same values on every rank, those a one-process run on
-the whole batch would step when every rank's part has the same size. Every parameter that
-requires grad takes part on every rank, a zero gradient where the backward did not reach it, so
-the ranks' buckets always match (torch needs find_unused_parameters for that). ``no_sync()``
-accumulates locally, as torch's.
+the whole batch would step when every rank's part has the same size. The sync follows every
+forward with grad enabled (in eval mode too, as torch's), not inside ``no_sync()``, which
+accumulates locally. Which parameters have a gradient is agreed first (one small all-reduce of
+a mask): a parameter no rank's backward reached keeps no gradient, as torch leaves it, and one
+that some rank's did gets zeros where the others' did not, so every rank's buckets match
+(torch needs find_unused_parameters for that).
 
 The global-tensor alternative (LiBai's, OneFlow's nn.Graph) lays the model out with to_global
 and is what tensor and pipeline parallelism use; this wrapper is for code that stays local.
@@ -23,6 +25,7 @@ from oneflowlike import comm
 from oneflowlike import env
 from oneflowlike.autograd import no_grad, queue_after_backward
 from oneflowlike.nn.modules.module import Module
+from oneflowlike.ops.core import tensor as flow_tensor
 from oneflowlike.ops.shape_ops import cat
 
 __all__ = ["DistributedDataParallel"]
@@ -56,7 +59,7 @@ class DistributedDataParallel(Module):
             _broadcast_all([p for p in module.parameters()] + [b for b in module.buffers()])
 
     def forward(self, *args, **kwargs):
-        if (self.training and _C.is_grad_enabled() and self._sync
+        if (_C.is_grad_enabled() and self._sync
                 and not any(getattr(a, "is_lazy", False) for a in args)):
             if self.broadcast_buffers:
                 with no_grad():
@@ -75,11 +78,14 @@ class DistributedDataParallel(Module):
             self._sync = previous
 
     def _average_gradients(self):
-        params = [p for p in self.module.parameters() if p.requires_grad]
+        trained = [p for p in self.module.parameters() if p.requires_grad]
         world = env.get_world_size()
         with no_grad():
+            used = flow_tensor([0.0 if p.grad is None else 1.0 for p in trained])
+            comm.all_reduce(used)
+            params = [p for p, n in zip(trained, used.numpy()) if n > 0]
             for p in params:
-                if p.grad is None:  # not reached on this rank: zeros, so every rank's buckets match
+                if p.grad is None:  # reached on another rank: zeros, so the buckets match
                     p.grad = _C.fill(tuple(p.shape), p.dtype, 0.0, p.device)
             for bucket in _buckets(params, self._bucket_bytes):
                 flat = cat([p.grad.reshape(-1) for p in bucket], 0)

@@ -94,4 +94,28 @@ train(ddp, list(ddp.parameters()), lambda s, k: flow.tensor(xs[s][quarter[k]]),
 for (name, want), got in zip(reference.state_dict().items(), local.state_dict().values()):
     np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=2e-5, atol=2e-6,
                                err_msg=f"no_sync {name}")
+# A parameter used on one rank only gets the average with zeros from the others; one no rank
+# used keeps no gradient (as torch leaves it). In eval mode the gradients are averaged too.
+class Branchy(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a, self.b, self.never = nn.Linear(3, 3), nn.Linear(3, 3), nn.Linear(3, 3)
+
+    def forward(self, x, use_b):
+        y = self.a(x)
+        return self.b(y) if use_b else y
+
+
+flow.manual_seed(3)
+branchy = nn.parallel.DistributedDataParallel(Branchy()).eval()
+x = flow.tensor(np.full((2, 3), rank + 1.0, np.float32))
+branchy(x, use_b=rank == 0).sum().backward()
+assert branchy.module.never.weight.grad is None
+grads = [flow.zeros(3, 3), flow.zeros(3, 3)]
+dist.all_gather(grads, branchy.module.b.weight.grad)
+np.testing.assert_array_equal(grads[0].numpy(), grads[1].numpy())  # the same average on both
+flow.manual_seed(3)
+alone = Branchy()
+alone(flow.tensor(np.full((2, 3), 1.0, np.float32)), use_b=True).sum().backward()
+np.testing.assert_allclose(grads[0].numpy(), alone.b.weight.grad.numpy() / 2, rtol=1e-6)
 print(f"rank {rank}: ddp OK", flush=True)
