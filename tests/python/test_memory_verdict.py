@@ -83,6 +83,8 @@ def test_a_plan_over_the_limit_is_refused_before_it_runs_naming_what_fills_it():
     assert "every rank must fit the memory limit of 64.00 KiB (65536 bytes)" in text
     assert "rank 0 plans a peak of" in text and "parameters" in text
     assert "optimizer state" in text and "Other remedies" in text
+    # Nothing this model can change fits 64 KiB: the verdict says so.
+    assert "No change tried here fits the limit of 64.00 KiB on these ranks." in text
     fits = _Train(_model(), limit="64MiB")
     fits(*_batch())  # within the limit: compiles and runs
     with pytest.raises(ValueError, match=r"set_memory_limit must be a size"):

@@ -1056,6 +1056,9 @@ class Graph:
             text += "\nChanges that give a smaller peak (recompiled):\n" + "\n".join(
                 f"  - {what}: peak {format_bytes(peak)} on the largest rank"
                 f"{' (fits)' if peak <= limit else ''}" for what, peak in fits)
+        if not any(peak <= limit for _, peak in fits):
+            text += (f"\nNo change tried here fits the limit of {format_bytes(limit)} on these "
+                     "ranks.")
         text += "\nOther remedies: " + ("" if getattr(self, "_candidate_ranges", []) else
                                         "activation checkpointing (set_activation_checkpointing), ") \
             + "more tensor or pipeline parallelism, or a larger limit."
