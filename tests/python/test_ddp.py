@@ -5,11 +5,23 @@ processes (dist/ddp_worker.py); their refusals in one process below."""
 import pytest
 
 import oneflowlike as flow
+from gpus import NEEDS_GPU
 from launching import launch as _launch
 
 
 def test_collectives_and_ddp_on_two_processes_match_one():
     out = _launch(2, "ddp_worker.py")
+    assert out.count("ddp OK") == 2, out
+
+
+# The same with every tensor on each process's GPU: simulated in CI (Note [Simulated CUDA
+# devices]), on the GPU itself (both processes sharing it) where there is one.
+@pytest.mark.parametrize("where", [
+    pytest.param({"OFL_SIMULATE_CUDA_DEVICES": "1"}, id="simulated"),
+    pytest.param({}, id="gpu", marks=NEEDS_GPU),
+])
+def test_collectives_and_ddp_of_tensors_on_gpus(where):
+    out = _launch(2, "ddp_worker.py", "--device", "cuda", **where)
     assert out.count("ddp OK") == 2, out
 
 

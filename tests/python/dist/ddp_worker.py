@@ -1,6 +1,9 @@
 """Run by test_ddp.py on 2 processes: collectives on local tensors (flow.comm, and
-flow.distributed's torch names) and DistributedDataParallel, against what one process computes.
-Prints "ddp OK" per rank."""
+flow.distributed's torch names) and DistributedDataParallel, against what one process computes;
+with --device cuda the tensors and models are on each process's GPU (simulated in CI). Prints
+"ddp OK" per rank."""
+
+import sys
 
 import numpy as np
 
@@ -12,17 +15,24 @@ import oneflowlike.nn.functional as F
 dist.init_process_group("nccl")
 rank, world = dist.get_rank(), dist.get_world_size()
 assert world == 2
+device = sys.argv[sys.argv.index("--device") + 1] if "--device" in sys.argv else "cpu"
+
+
+def on(array, **kwargs):
+    return flow.tensor(array, device=device, **kwargs)
+
 
 # Collectives: each rank's own values, the results every rank computes alone.
 mine = np.arange(6, dtype=np.float32).reshape(2, 3) * (rank + 1)
-t = flow.tensor(mine)
+t = on(mine)
 dist.all_reduce(t)
+assert str(t.device) == str(flow.device(device))
 np.testing.assert_array_equal(t.numpy(), np.arange(6).reshape(2, 3) * 3)
-b = flow.tensor(mine)
+b = on(mine)
 flow.comm.broadcast(b, 1)
 np.testing.assert_array_equal(b.numpy(), np.arange(6).reshape(2, 3) * 2)
-gathered = [flow.zeros(2, 3), flow.zeros(2, 3)]
-dist.all_gather(gathered, flow.tensor(mine))
+gathered = [flow.zeros(2, 3, device=device), flow.zeros(2, 3, device=device)]
+dist.all_gather(gathered, on(mine))
 for r in range(2):
     np.testing.assert_array_equal(gathered[r].numpy(), np.arange(6).reshape(2, 3) * (r + 1))
 counts = flow.tensor([rank + 1], dtype=flow.int64)
@@ -44,7 +54,8 @@ ys = rng.integers(0, 3, (4, 8))
 
 def build(seed):
     flow.manual_seed(seed)
-    return nn.Sequential(nn.Linear(6, 16), nn.GELU(), nn.LayerNorm(16), nn.Linear(16, 3))
+    return nn.Sequential(nn.Linear(6, 16), nn.GELU(), nn.LayerNorm(16),
+                         nn.Linear(16, 3)).to(device)
 
 
 def train(model, params, x_of, y_of, steps, accumulate=1):
@@ -71,13 +82,13 @@ class _nothing:
 
 half = slice(4 * rank, 4 * rank + 4)
 reference = build(0)
-train(reference, list(reference.parameters()), lambda s, k: flow.tensor(xs[s]),
-      lambda s, k: flow.tensor(ys[s]), 4)
+train(reference, list(reference.parameters()), lambda s, k: on(xs[s]),
+      lambda s, k: on(ys[s]), 4)
 # Every rank built its model with another seed: the wrapper starts them all from rank 0's.
 local = build(rank)
 ddp = nn.parallel.DistributedDataParallel(local)
-train(ddp, list(ddp.parameters()), lambda s, k: flow.tensor(xs[s][half]),
-      lambda s, k: flow.tensor(ys[s][half]), 4)
+train(ddp, list(ddp.parameters()), lambda s, k: on(xs[s][half]),
+      lambda s, k: on(ys[s][half]), 4)
 for (name, want), got in zip(reference.state_dict().items(), local.state_dict().values()):
     np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=2e-5, atol=2e-6, err_msg=name)
 
@@ -85,12 +96,12 @@ for (name, want), got in zip(reference.state_dict().items(), local.state_dict().
 quarter = [slice(4 * rank, 4 * rank + 2), slice(4 * rank + 2, 4 * rank + 4)]
 reference = build(0)
 train(reference, list(reference.parameters()),
-      lambda s, k: flow.tensor(xs[s][[0, 1, 4, 5] if k == 0 else [2, 3, 6, 7]]),
-      lambda s, k: flow.tensor(ys[s][[0, 1, 4, 5] if k == 0 else [2, 3, 6, 7]]), 3, accumulate=2)
+      lambda s, k: on(xs[s][[0, 1, 4, 5] if k == 0 else [2, 3, 6, 7]]),
+      lambda s, k: on(ys[s][[0, 1, 4, 5] if k == 0 else [2, 3, 6, 7]]), 3, accumulate=2)
 local = build(0)
 ddp = nn.parallel.DistributedDataParallel(local)
-train(ddp, list(ddp.parameters()), lambda s, k: flow.tensor(xs[s][quarter[k]]),
-      lambda s, k: flow.tensor(ys[s][quarter[k]]), 3, accumulate=2)
+train(ddp, list(ddp.parameters()), lambda s, k: on(xs[s][quarter[k]]),
+      lambda s, k: on(ys[s][quarter[k]]), 3, accumulate=2)
 for (name, want), got in zip(reference.state_dict().items(), local.state_dict().values()):
     np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=2e-5, atol=2e-6,
                                err_msg=f"no_sync {name}")
@@ -107,11 +118,11 @@ class Branchy(nn.Module):
 
 
 flow.manual_seed(3)
-branchy = nn.parallel.DistributedDataParallel(Branchy()).eval()
-x = flow.tensor(np.full((2, 3), rank + 1.0, np.float32))
+branchy = nn.parallel.DistributedDataParallel(Branchy().to(device)).eval()
+x = on(np.full((2, 3), rank + 1.0, np.float32))
 branchy(x, use_b=rank == 0).sum().backward()
 assert branchy.module.never.weight.grad is None
-grads = [flow.zeros(3, 3), flow.zeros(3, 3)]
+grads = [flow.zeros(3, 3, device=device), flow.zeros(3, 3, device=device)]
 dist.all_gather(grads, branchy.module.b.weight.grad)
 np.testing.assert_array_equal(grads[0].numpy(), grads[1].numpy())  # the same average on both
 flow.manual_seed(3)
