@@ -15,7 +15,8 @@ from oneflowlike import env
 from oneflowlike import sbp as _sbp
 from oneflowlike.autograd import no_grad
 
-__all__ = ["all_reduce", "broadcast", "all_gather", "barrier"]
+__all__ = ["all_reduce", "broadcast", "all_gather", "all_gather_into_tensor",
+           "reduce_scatter_tensor", "barrier"]
 
 
 def _host_piece(op, tensor):
@@ -85,6 +86,38 @@ def all_gather(tensor_list, tensor):
     for r, t in enumerate(tensor_list):
         _write(t, gathered[r])
     return tensor_list
+
+
+def all_gather_into_tensor(output, tensor):
+    """``output`` (the ranks' ``tensor`` joined along axis 0, in rank order) on every rank, in
+    place: torch's all_gather_into_tensor."""
+    from oneflowlike.framework import global_tensor as gt
+
+    piece = _host_piece("all_gather_into_tensor", tensor)
+    _check_joined("all_gather_into_tensor", output, tensor, "output")
+    whole = gt.local_to_global(piece, _everyone(), _sbp.split(0))
+    return _write(output, whole.to_global(sbp=_sbp.broadcast).to_local())
+
+
+def reduce_scatter_tensor(output, tensor):
+    """Rank r's ``output`` becomes part r (along axis 0) of the sum of the ranks' ``tensor``, in
+    place: torch's reduce_scatter_tensor (what ZeRO's gradient sharding does)."""
+    from oneflowlike.framework import global_tensor as gt
+
+    piece = _host_piece("reduce_scatter_tensor", tensor)
+    _check_joined("reduce_scatter_tensor", tensor, output, "input")
+    summed = gt.local_to_global(piece, _everyone(), _sbp.partial_sum)
+    return _write(output, summed.to_global(sbp=_sbp.split(0)).to_local())
+
+
+def _check_joined(op, whole, part, name):
+    """``whole`` must be the world's ``part`` joined along axis 0."""
+    world = env.get_world_size()
+    want = (part.shape[0] * world,) + tuple(part.shape[1:]) if part.ndim else None
+    if want is None or tuple(whole.shape) != want:
+        raise ValueError(f"[{op}] the {name} must be the {world} ranks' parts joined along axis "
+                         f"0, shape {want}. However, got {tuple(whole.shape)} for parts of "
+                         f"{tuple(part.shape)}.")
 
 
 def barrier():

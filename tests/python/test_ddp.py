@@ -39,6 +39,9 @@ def test_ddp_and_collectives_refuse_what_they_do_not_do():
         flow.comm.all_reduce([1.0])
     with pytest.raises(ValueError, match=r"\[broadcast\] src must be a rank in \[0, 1\)"):
         flow.comm.broadcast(flow.ones(2), 3)
+    with pytest.raises(ValueError, match=r"\[reduce_scatter_tensor\] the input must be the 1 "
+                                         r"ranks' parts joined along axis 0, shape \(2, 3\)"):
+        flow.distributed.reduce_scatter_tensor(flow.zeros(2, 3), flow.zeros(3, 3))
     with pytest.raises(NotImplementedError, match=r"async_op=True is not supported"):
         flow.distributed.all_reduce(flow.ones(2), async_op=True)
     with pytest.raises(ValueError, match=r"world_size=4 differs from the launcher's 1"):

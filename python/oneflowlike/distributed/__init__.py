@@ -6,8 +6,8 @@ its collectives on local tensors (flow.comm's: Note [Local collectives])."""
 from oneflowlike.distributed.env import launch_env
 
 __all__ = ["launch_env", "get_rank", "get_world_size", "init_process_group", "is_initialized",
-           "destroy_process_group", "all_reduce", "broadcast", "all_gather", "barrier",
-           "ReduceOp"]
+           "destroy_process_group", "all_reduce", "broadcast", "all_gather",
+           "all_gather_into_tensor", "reduce_scatter_tensor", "barrier", "ReduceOp"]
 
 
 class ReduceOp:
@@ -58,6 +58,21 @@ def all_gather(tensor_list, tensor, group=None, async_op=False):
     from oneflowlike import comm
 
     return comm.all_gather(tensor_list, tensor)
+
+
+def all_gather_into_tensor(output_tensor, input_tensor, group=None, async_op=False):
+    _torch_arguments("all_gather_into_tensor", ReduceOp.SUM, group, async_op)
+    from oneflowlike import comm
+
+    return comm.all_gather_into_tensor(output_tensor, input_tensor)
+
+
+def reduce_scatter_tensor(output, input, op=ReduceOp.SUM, group=None,  # noqa: A002 (torch's)
+                          async_op=False):
+    _torch_arguments("reduce_scatter_tensor", op, group, async_op)
+    from oneflowlike import comm
+
+    return comm.reduce_scatter_tensor(output, input)
 
 
 def barrier(group=None, async_op=False):

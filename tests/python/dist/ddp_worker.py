@@ -35,6 +35,13 @@ gathered = [flow.zeros(2, 3, device=device), flow.zeros(2, 3, device=device)]
 dist.all_gather(gathered, on(mine))
 for r in range(2):
     np.testing.assert_array_equal(gathered[r].numpy(), np.arange(6).reshape(2, 3) * (r + 1))
+joined = flow.zeros(4, 3, device=device)
+dist.all_gather_into_tensor(joined, on(mine))
+np.testing.assert_array_equal(joined.numpy(), np.concatenate([np.arange(6).reshape(2, 3) * (r + 1)
+                                                              for r in range(2)]))
+part = flow.zeros(1, 3, device=device)
+dist.reduce_scatter_tensor(part, on(mine))  # rows of the sum (3 x mine): row `rank`
+np.testing.assert_array_equal(part.numpy(), (np.arange(6).reshape(2, 3) * 3)[rank:rank + 1])
 counts = flow.tensor([rank + 1], dtype=flow.int64)
 flow.comm.all_reduce(counts)
 assert counts.numpy().tolist() == [3]
