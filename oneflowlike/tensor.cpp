@@ -14,13 +14,16 @@ Storage::Storage(size_t bytes, Allocator* allocator)
 Storage::~Storage() { allocator_->deallocate(data_, bytes_); }
 
 Tensor Tensor::empty(const Shape& shape, DataType dtype, Device device) {
+  return empty(shape, dtype, allocator_for(device));
+}
+
+Tensor Tensor::empty(const Shape& shape, DataType dtype, Allocator* allocator) {
   for (int64_t d : shape.dims()) {
     OFL_CHECK(d >= 0, "[empty] every extent must be non-negative. However, got shape ",
               shape.to_string(), ".");
   }
   auto impl = std::make_shared<TensorImpl>();
-  impl->storage =
-      std::make_shared<Storage>(shape.numel() * dtype_size(dtype), allocator_for(device));
+  impl->storage = std::make_shared<Storage>(shape.numel() * dtype_size(dtype), allocator);
   impl->shape = shape;
   impl->dtype = dtype;
   return Tensor(std::move(impl));
@@ -136,11 +139,7 @@ Tensor Tensor::pin_memory() const {
                  cuda::why_no_device(), ".");
   Allocator* allocator =
       simulated_cuda_devices() > 0 ? cpu_allocator() : cuda::pinned_host_allocator();  // raises
-  auto impl = std::make_shared<TensorImpl>();
-  impl->storage = std::make_shared<Storage>(nbytes(), allocator);
-  impl->shape = shape();
-  impl->dtype = dtype();
-  Tensor t(std::move(impl));
+  Tensor t = empty(shape(), dtype(), allocator);
   copy_bytes(t.raw_data(), Device::cpu(), raw_data(), Device::cpu(), nbytes());
   return t;
 }

@@ -61,6 +61,8 @@ class Tensor {
 
   /// Uninitialised memory.
   static Tensor empty(const Shape& shape, DataType dtype, Device device = Device::cpu());
+  /// The same in memory from `allocator` (its device's).
+  static Tensor empty(const Shape& shape, DataType dtype, Allocator* allocator);
   static Tensor zeros(const Shape& shape, DataType dtype, Device device = Device::cpu());
   /// Copies `bytes` from host memory.
   static Tensor from_host(const void* data, const Shape& shape, DataType dtype,

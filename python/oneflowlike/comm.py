@@ -14,6 +14,7 @@ from oneflowlike import _C
 from oneflowlike import env
 from oneflowlike import sbp as _sbp
 from oneflowlike.autograd import no_grad
+from oneflowlike.ops.core import on_host
 
 __all__ = ["all_reduce", "broadcast", "all_gather", "all_gather_into_tensor",
            "reduce_scatter_tensor", "barrier"]
@@ -23,8 +24,7 @@ def _host_piece(op, tensor):
     if not isinstance(tensor, _C.Tensor) or tensor.is_lazy:
         raise TypeError(f"[{op}] needs a local tensor (each rank's own). However, got "
                         f"{type(tensor).__name__}{' (a traced value)' if getattr(tensor, 'is_lazy', False) else ''}.")
-    t = tensor.detach()
-    return t if t.device.type == "cpu" else t._to_device("cpu")
+    return on_host(tensor)
 
 
 def _everyone():

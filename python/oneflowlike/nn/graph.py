@@ -38,6 +38,7 @@ from oneflowlike import sbp as _sbp
 from oneflowlike.framework import agreement as _agreement
 from oneflowlike.framework import global_tensor as _gt
 from oneflowlike.framework import job as _job
+from oneflowlike.ops.core import on_host
 from oneflowlike.placement import placement as _placement
 
 __all__ = ["Graph", "GraphConfig"]
@@ -327,7 +328,7 @@ class Graph:
     # parameters and buffers are on one CUDA device, on a CUDA placement of this rank whose
     # plan takes that GPU (the runtime's first_gpu). The runtime takes and gives local pieces
     # in host memory (its copy tasks move them to and from the GPU), so inputs are handed over
-    # on the host and results and state_dict() come back on the device (_on_host,
+    # on the host and results and state_dict() come back on the device (on_host,
     # _on_local_device). Tensors on two devices are refused, naming one on each; a module moved
     # after the trace is refused at the next call (_held_as in the fingerprint).
     def _device_of_local_tensors(self, args):
@@ -673,7 +674,7 @@ class Graph:
             if name in self._local_variables:
                 self._runtime.write_variable_pieces(name, {env.get_rank(): value.to_local()})
         elif name in self._local_variables:
-            self._runtime.write_variable(name, _on_host(value))
+            self._runtime.write_variable(name, on_host(value))
 
     def _on_local_device(self, local):
         """A local graph's result on the device its tensors are on (Note [Local graphs on a
@@ -717,7 +718,7 @@ class Graph:
                 if isinstance(a, _gt.GlobalTensor) and a._local is None:
                     continue
                 local = a.to_local() if isinstance(a, _gt.GlobalTensor) else a
-                pieces[name] = {rank: _on_host(local)}
+                pieces[name] = {rank: on_host(local)}
             for name, dtype in self._hyper_inputs.items():
                 value = self._hyper_value(name, step)
                 array = np.asarray(value, dtype=np.float64 if dtype == _C.dtype.float64 else np.float32)
@@ -1184,15 +1185,8 @@ def _describe(signature):
 def _held_as(value):
     """(dtype, device) of a module's local tensor, which Module.to changes in place."""
     if isinstance(value, _C.Tensor):
-        return (value.dtype, str(value.device))
+        return (value.dtype, value.device)
     return None
-
-
-def _on_host(t):
-    """A local tensor as the runtime takes it: in host memory (the plan's copy tasks move it to
-    its GPU), without autograd history."""
-    t = t.detach() if t.requires_grad else t
-    return t if str(t.device) == "cpu:0" else t._to_device("cpu")
 
 
 def _placement_from_c(c):

@@ -56,14 +56,15 @@ class DistributedDataParallel(Module):
         self._bucket_bytes = int(bucket_cap_mb * 2**20)
         self._sync = True
         with no_grad():
-            _broadcast_all([p for p in module.parameters()] + [b for b in module.buffers()])
+            _broadcast_all([p for p in module.parameters()] + [b for b in module.buffers()],
+                           self._bucket_bytes)
 
     def forward(self, *args, **kwargs):
         if (_C.is_grad_enabled() and self._sync
                 and not any(getattr(a, "is_lazy", False) for a in args)):
             if self.broadcast_buffers:
                 with no_grad():
-                    _broadcast_all(list(self.module.buffers()))
+                    _broadcast_all(list(self.module.buffers()), self._bucket_bytes)
             queue_after_backward(id(self), self._average_gradients)
         return self.module(*args, **kwargs)
 
@@ -114,11 +115,11 @@ def _buckets(tensors, cap):
     return out
 
 
-def _broadcast_all(tensors):
-    """Rank 0's values of ``tensors`` into every rank's, bucket by bucket."""
+def _broadcast_all(tensors, cap):
+    """Rank 0's values of ``tensors`` into every rank's, in buckets of at most ``cap`` bytes."""
     if env.get_world_size() == 1 or not tensors:
         return
-    for bucket in _buckets(tensors, 25 * 2**20):
+    for bucket in _buckets(tensors, cap):
         flat = cat([t.reshape(-1) for t in bucket], 0)
         comm.broadcast(flat, 0)
         offset = 0

@@ -28,6 +28,13 @@ def device_of(t):
     return t.device if isinstance(t, _C.Tensor) else _C.device("cpu")
 
 
+def on_host(t):
+    """A local tensor as a runtime or a collective takes it: in host memory (a GPU tensor
+    copied), without autograd history."""
+    t = t.detach() if t.requires_grad else t
+    return t if t.device.type == "cpu" else t._to_device("cpu")
+
+
 def tensor(data, dtype=None, device=None, requires_grad=False):
     """A new tensor holding a copy of ``data`` (nested lists, numbers, numpy arrays, tensors).
 
