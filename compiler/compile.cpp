@@ -23,6 +23,7 @@ PassManager default_pass_manager() {
   pm.add(make_shape_inference_pass());
   pm.add(make_amp_pass());
   pm.add(make_autograd_pass());
+  pm.add(make_cast_folding_pass());
   pm.add(make_checkpointing_pass());
   pm.add(make_zero_pass());
   pm.add(make_optimizer_pass());

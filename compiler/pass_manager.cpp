@@ -1,8 +1,10 @@
 #include "compiler/pass_manager.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <fstream>
 #include <set>
+#include <sstream>
 
 namespace ofl::compiler {
 
@@ -23,11 +25,45 @@ std::vector<std::string> PassManager::pass_names() const {
   return names;
 }
 
+namespace {
+
+// options.skip_passes and OFL_SKIP_PASSES, each checked against the passes there are.
+std::set<std::string> passes_to_skip(const CompileOptions& options,
+                                     const std::vector<std::unique_ptr<Pass>>& passes) {
+  std::vector<std::string> names = options.skip_passes;
+  if (const char* env = std::getenv("OFL_SKIP_PASSES")) {
+    std::stringstream list(env);
+    for (std::string name; std::getline(list, name, ',');) {
+      if (!name.empty()) names.push_back(name);
+    }
+  }
+  std::string known;
+  for (const auto& pass : passes) known += (known.empty() ? "" : ", ") + pass->name();
+  std::set<std::string> skip;
+  for (const std::string& name : names) {
+    auto it = std::find_if(passes.begin(), passes.end(),
+                           [&](const auto& pass) { return pass->name() == name; });
+    OFL_CHECK(it != passes.end(), "[pass manager] cannot skip pass '", name,
+              "' (OFL_SKIP_PASSES or CompileOptions::skip_passes): there is no such pass. The "
+              "passes are: ",
+              known, ".");
+    OFL_CHECK((*it)->provides().empty(), "[pass manager] cannot skip pass '", name,
+              "' (OFL_SKIP_PASSES or CompileOptions::skip_passes): later passes need what it "
+              "provides ('",
+              (*it)->provides().front(), "').");
+    skip.insert(name);
+  }
+  return skip;
+}
+
+}  // namespace
+
 void PassManager::run(Graph& graph, const CompileOptions& options) const {
   check_order();
+  const std::set<std::string> skip = passes_to_skip(options, passes_);
   int index = 0;
   for (const auto& pass : passes_) {
-    pass->run(graph, options);
+    if (!skip.count(pass->name())) pass->run(graph, options);
     ++index;
     const auto& dump = options.dump_after;
     if (std::find(dump.begin(), dump.end(), "all") != dump.end() ||

@@ -16,6 +16,10 @@ struct CompileOptions {
   std::vector<std::string> dump_after;
   /// Where dumps go ("<dir>/<index>_<pass>.txt" and ".dot").
   std::string dump_dir = ".";
+  /// Passes not to run, by name, with those the environment's OFL_SKIP_PASSES lists (commas):
+  /// for debugging and for measuring what a pass gives. Only a pass no other pass needs (it
+  /// provides nothing) may be skipped; naming another, or no pass, is an error.
+  std::vector<std::string> skip_passes;
   /// Record, for every op, the cost of each SBP candidate (LogicalOp::sbp_reason).
   bool explain_sbp = false;
   /// Per-rank memory limit in bytes for the static check (0: none).

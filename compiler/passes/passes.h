@@ -27,6 +27,9 @@ std::unique_ptr<Pass> make_zero_pass();
 /// Gradient clipping, optimizer state variables and update ops (needs "gradients"; provides
 /// "optimizer").
 std::unique_ptr<Pass> make_optimizer_pass();
+/// Makes a cast to float32 of a 16-bit product's output the product itself, writing float32
+/// (needs "gradients"; run dead-code elimination after it). Note [Casts folded into products].
+std::unique_ptr<Pass> make_cast_folding_pass();
 /// Removes ops that no fetch, loss or in-place update depends on (needs "shapes").
 std::unique_ptr<Pass> make_dead_code_elimination_pass();
 /// Merges compute ops with equal type, params, inputs and placement (needs "shapes").

@@ -5,6 +5,7 @@
 
 #include "oneflowlike/eager.h"
 #include "oneflowlike/op.h"
+#include "oneflowlike/ops/creation.h"
 #include "oneflowlike/ops/elementwise.h"
 #include "oneflowlike/ops/grad_util.h"
 #include "oneflowlike/ops/reshape.h"
@@ -17,19 +18,22 @@ namespace {
 std::string describe_operands(const InferContext& ctx) {
   const auto& p = ctx.params<MatmulParams>();
   std::string s = ctx.describe_inputs();
-  if (p.transpose_a && p.transpose_b) {
-    s += " with transpose_a=true, transpose_b=true";
-  } else if (p.transpose_a) {
-    s += " with transpose_a=true";
-  } else if (p.transpose_b) {
-    s += " with transpose_b=true";
-  }
-  return s;
+  std::string flags;
+  if (p.transpose_a) flags += "transpose_a=true";
+  if (p.transpose_b) flags += std::string(flags.empty() ? "" : ", ") + "transpose_b=true";
+  if (p.float32_out) flags += std::string(flags.empty() ? "" : ", ") + "float32_out=true";
+  return flags.empty() ? s : s + " with " + flags;
 }
 
-void check_same_dtype(const InferContext& ctx) {
+// Both operands' dtype, which the product is written in unless float32_out asks for float32.
+DataType out_dtype(const InferContext& ctx) {
   OFL_CHECK_TYPE(ctx.dtype(0) == ctx.dtype(1), "[", ctx.op_name(),
                  "] both operands must have one dtype. However, got ", ctx.describe_inputs(), ".");
+  if (!ctx.params<MatmulParams>().float32_out) return ctx.dtype(0);
+  OFL_CHECK_TYPE(ctx.dtype(0) == DataType::kBFloat16 || ctx.dtype(0) == DataType::kFloat16, "[",
+                 ctx.op_name(), "] float32_out is for float16 or bfloat16 operands. However, got ",
+                 describe_operands(ctx), ".");
+  return DataType::kFloat32;
 }
 
 // Axes of the (M, K) and (K, N) roles in an operand of `ndim` axes, after the transpose flag.
@@ -45,7 +49,7 @@ std::vector<TensorMeta> infer_matmul(const InferContext& ctx) {
   const auto& p = ctx.params<MatmulParams>();
   const Shape& a = ctx.shape(0);
   const Shape& b = ctx.shape(1);
-  check_same_dtype(ctx);
+  const DataType dtype = out_dtype(ctx);
   OFL_CHECK(a.ndim() >= 2, "[matmul] a must have at least 2 axes (M, K). However, got ",
             describe_operands(ctx), ".");
   OFL_CHECK(b.ndim() == 2,
@@ -63,14 +67,14 @@ std::vector<TensorMeta> infer_matmul(const InferContext& ctx) {
   std::vector<int64_t> out(a.dims().begin(), a.dims().end() - 2);
   out.push_back(a[aa.rows]);
   out.push_back(b[ba.cols]);
-  return {TensorMeta{Shape(std::move(out)), ctx.dtype(0)}};
+  return {TensorMeta{Shape(std::move(out)), dtype}};
 }
 
 std::vector<TensorMeta> infer_batch_matmul(const InferContext& ctx) {
   const auto& p = ctx.params<MatmulParams>();
   const Shape& a = ctx.shape(0);
   const Shape& b = ctx.shape(1);
-  check_same_dtype(ctx);
+  const DataType dtype = out_dtype(ctx);
   OFL_CHECK(a.ndim() >= 3 && b.ndim() == a.ndim(),
             "[batch_matmul] a and b must have the same number of axes, at least 3 (..., M, K) "
             "x (..., K, N). However, got ",
@@ -87,7 +91,7 @@ std::vector<TensorMeta> infer_batch_matmul(const InferContext& ctx) {
   std::vector<int64_t> out(a.dims().begin(), a.dims().end() - 2);
   out.push_back(a[aa.rows]);
   out.push_back(b[ba.cols]);
-  return {TensorMeta{Shape(std::move(out)), ctx.dtype(0)}};
+  return {TensorMeta{Shape(std::move(out)), dtype}};
 }
 
 // The worked example in sbp.h, with axes moved by the transpose flags. An N-d a is folded into
@@ -137,9 +141,16 @@ Value matmul_op(GradBuilder& g, std::string_view op, Value a, Value b, bool tran
 //   da = matmul(b, dy, ta=tb, tb=true)   (a transposed)
 //   db = matmul(a, dy, ta=!ta)           (b not transposed)
 //   db = matmul(dy, a, ta=true, tb=ta)   (b transposed)
-// An N-d a (matmul only) is folded to 2-D rows first for db.
-void matmul_gradient(GradBuilder& g) {
+// An N-d a (matmul only) is folded to 2-D rows first for db. Under float32_out the float32 dy
+// is cast to the operands' dtype first, as the gradient of a cast after the product would be.
+Value product_dy(GradBuilder& g) {
   const Value dy = g.output_grad(0);
+  if (dy == GradBuilder::kNone || !g.params<MatmulParams>().float32_out) return dy;
+  return g.apply1("cast", CastParams{g.meta(g.input(0)).dtype}, {dy});
+}
+
+void matmul_gradient(GradBuilder& g) {
+  const Value dy = product_dy(g);
   if (dy == GradBuilder::kNone) return;
   const auto& p = g.params<MatmulParams>();
   const bool ta = p.transpose_a, tb = p.transpose_b;
@@ -163,7 +174,7 @@ void matmul_gradient(GradBuilder& g) {
 }
 
 void batch_matmul_gradient(GradBuilder& g) {
-  const Value dy = g.output_grad(0);
+  const Value dy = product_dy(g);
   if (dy == GradBuilder::kNone) return;
   const auto& p = g.params<MatmulParams>();
   const bool ta = p.transpose_a, tb = p.transpose_b;

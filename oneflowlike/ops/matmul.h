@@ -1,7 +1,9 @@
 #pragma once
 // Matrix products: matmul (2-D, or N-d a folded into rows against a 2-D b) and batch_matmul
 // (identical batch dims). Both compute out = alpha * op(a) @ op(b), where op transposes the
-// last two axes when its flag is set.
+// last two axes when its flag is set. With float32_out, 16-bit operands give a float32 out: the
+// float32 sums are written as they are, not rounded to the operands' dtype (Note [Casts folded
+// into products] in compiler/passes/cast_folding.cpp makes such products).
 
 #include "oneflowlike/params.h"
 #include "oneflowlike/tensor.h"
@@ -12,7 +14,8 @@ struct MatmulParams {
   bool transpose_a = false;
   bool transpose_b = false;
   double alpha = 1.0;
-  OFL_PARAMS(MatmulParams, transpose_a, transpose_b, alpha)
+  bool float32_out = false;  // float16 or bfloat16 operands only
+  OFL_PARAMS(MatmulParams, transpose_a, transpose_b, alpha, float32_out)
 };
 
 namespace functional {

@@ -45,15 +45,17 @@ MODEL, MODEL_NAME = MODELS["small"], "small"
 DTYPE = "float32"  # --dtype bfloat16: ours with enable_amp, PyTorch under torch.autocast
 
 
-def env(threads):
+def env(threads, extra=None):
     e = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "OFL_")) and k not in
          ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")}
     e["OMP_NUM_THREADS"] = str(threads)
+    e.update(extra or {})
     return e
 
 
-def run(command, threads):
-    out = subprocess.run(command, env=env(threads), capture_output=True, text=True, timeout=900)
+def run(command, threads, extra_env=None):
+    out = subprocess.run(command, env=env(threads, extra_env), capture_output=True, text=True,
+                         timeout=900)
     if out.returncode != 0:
         raise RuntimeError(f"{' '.join(command)} failed:\n{out.stdout[-2000:]}{out.stderr[-2000:]}")
     return out.stdout
@@ -230,9 +232,10 @@ def part_pipeline(args):
 
 
 # --- the driver --------------------------------------------------------------------------------
-def ours_single(threads, batch, steps):
+def ours_single(threads, batch, steps, skip_passes=None):
     out = run([sys.executable, os.path.join(GPT, "train.py"), *MODEL, "--batch-size", str(batch),
-               "--steps", str(steps), "--quiet", "--warmup-steps", "1", "--dtype", DTYPE], threads)
+               "--steps", str(steps), "--quiet", "--warmup-steps", "1", "--dtype", DTYPE], threads,
+              {"OFL_SKIP_PASSES": skip_passes} if skip_passes else None)
     return parse_done(out)
 
 
@@ -301,6 +304,9 @@ def main():
     p.add_argument("--compile", action="store_true",
                    help="one process: also PyTorch's model torch.compile'd (its first step, "
                         "which compiles, left out as ours is)")
+    p.add_argument("--without-pass", metavar="PASS",
+                   help="one process: also ours with compiler pass PASS skipped "
+                        "(OFL_SKIP_PASSES), interleaved with the rest, to measure what it gives")
     args = p.parse_args()
     global MODEL, MODEL_NAME, DTYPE
     MODEL, MODEL_NAME, DTYPE = MODELS[args.model], args.model, args.dtype
@@ -318,17 +324,24 @@ def main():
           f"{args.steps} steps, {args.repeats} repeats; {time.strftime('%Y-%m-%d')})")
     # 1. One process, same threads.
     for threads in (1, 2) if args.only in (None, "single") else ():
-        ours, theirs, compiled = [], [], []
+        ours, theirs, compiled, without = [], [], [], []
         for _ in range(args.repeats):
             ours.append(ours_single(threads, args.batch_size, args.steps))
             theirs.append(torch_single(threads, args.batch_size, args.steps))
             if args.compile:
                 compiled.append(torch_single(threads, args.batch_size, args.steps, True))
+            if args.without_pass:
+                without.append(ours_single(threads, args.batch_size, args.steps,
+                                           args.without_pass))
         o = statistics.median(r["median_ms"] for r in ours)
         t = statistics.median(r["median_ms"] for r in theirs)
         print(f"single process, {threads} thread(s): ours {o:.1f} ms/step "
               f"({tokens / o * 1e3:.0f} tokens/s), PyTorch eager {t:.1f} ms/step "
               f"({tokens / t * 1e3:.0f} tokens/s); ours/PyTorch speed {t / o:.2f}")
+        if without:
+            w = statistics.median(r["median_ms"] for r in without)
+            print(f"single process, {threads} thread(s): ours without pass {args.without_pass} "
+                  f"{w:.1f} ms/step; with it {w / o:.2f}x the speed")
         if compiled:
             c = statistics.median(r["median_ms"] for r in compiled)
             print(f"single process, {threads} thread(s): PyTorch torch.compile {c:.1f} ms/step; "
@@ -341,6 +354,8 @@ def main():
                   f"compile {r['compile_s']:.3f} s), PyTorch {torch_first:.3f} s")
     if args.only == "eager":
         return eager_data_parallel(args)
+    if args.only == "single":
+        return
     # 2. Data-parallel scaling at 1 thread per process.
     ours1, ours2, torch1, torch2 = [], [], [], []
     for _ in range(args.repeats if args.only in (None, "dp") else 0):

@@ -61,7 +61,7 @@ struct MatmulKernel {
         matmul_product(/*batched=*/false, ctx.in(0).shape(), ctx.in(1).shape(), ctx.out(0).shape(),
                        ctx.p<MatmulParams>());
     if constexpr (uses_onednn_matmul(/*batched=*/false, dtype_of<T>())) {
-      onednn_matmul(ctx.out(0).dtype(), product, ctx.in(0).raw_data(), ctx.in(1).raw_data(),
+      onednn_matmul(ctx.in(0).dtype(), product, ctx.in(0).raw_data(), ctx.in(1).raw_data(),
                     ctx.out(0).raw_data());
     } else {
       gemm(gemm_of(product), ctx.in(0).data<T>(), ctx.in(1).data<T>(), ctx.out(0).data<T>(),
@@ -79,7 +79,7 @@ struct BatchMatmulKernel {
         matmul_product(/*batched=*/true, ctx.in(0).shape(), ctx.in(1).shape(), ctx.out(0).shape(),
                        ctx.p<MatmulParams>());
     if constexpr (uses_onednn_matmul(/*batched=*/true, dtype_of<T>())) {
-      onednn_matmul(ctx.out(0).dtype(), product, ctx.in(0).raw_data(), ctx.in(1).raw_data(),
+      onednn_matmul(ctx.in(0).dtype(), product, ctx.in(0).raw_data(), ctx.in(1).raw_data(),
                     ctx.out(0).raw_data());
       return;
     } else {

@@ -32,10 +32,11 @@ struct Key {
   int64_t batches, m, n, k;
   float alpha;
   int threads;
+  bool float32_out;
   bool operator<(const Key& o) const {
-    return std::tie(dtype, transpose_a, transpose_b, batches, m, n, k, alpha, threads) <
-           std::tie(o.dtype, o.transpose_a, o.transpose_b, o.batches, o.m, o.n, o.k, o.alpha,
-                    o.threads);
+    return std::tie(dtype, transpose_a, transpose_b, batches, m, n, k, alpha, threads,
+                    float32_out) < std::tie(o.dtype, o.transpose_a, o.transpose_b, o.batches, o.m,
+                                            o.n, o.k, o.alpha, o.threads, o.float32_out);
   }
 };
 
@@ -80,9 +81,10 @@ std::shared_ptr<Primitive> primitive(const Key& key) {
                                                                  : memory::data_type::f16;
   std::shared_ptr<Primitive> made;
   try {
-    const dnnl::matmul::desc desc(matrix(dt, key.batches, key.m, key.k, key.transpose_a),
-                                  matrix(dt, key.batches, key.k, key.n, key.transpose_b),
-                                  matrix(dt, key.batches, key.m, key.n, false));
+    const dnnl::matmul::desc desc(
+        matrix(dt, key.batches, key.m, key.k, key.transpose_a),
+        matrix(dt, key.batches, key.k, key.n, key.transpose_b),
+        matrix(key.float32_out ? memory::data_type::f32 : dt, key.batches, key.m, key.n, false));
     dnnl::primitive_attr attr;
     if (key.alpha != 1.0f) attr.set_output_scales(0, {key.alpha});
     // Each call brings its own scratchpad, so threads may run one cached primitive at once.
@@ -130,13 +132,17 @@ void sgemm_products(const Key& key, const float* a, const float* b, float* c) {
   }
 }
 
-// Products and sums in float32, the result rounded once.
+// Products and sums in float32, the result rounded once (or kept, under float32_out).
 template <class T>
 void through_float32(const Key& key, const void* a, const void* b, void* c) {
-  std::vector<float> fa(key.batches * key.m * key.k), fb(key.batches * key.k * key.n),
-      fc(key.batches * key.m * key.n);
+  std::vector<float> fa(key.batches * key.m * key.k), fb(key.batches * key.k * key.n), fc;
   widen<T>(a, fa.data(), static_cast<int64_t>(fa.size()));
   widen<T>(b, fb.data(), static_cast<int64_t>(fb.size()));
+  if (key.float32_out) {
+    sgemm_products(key, fa.data(), fb.data(), static_cast<float*>(c));
+    return;
+  }
+  fc.resize(key.batches * key.m * key.n);
   sgemm_products(key, fa.data(), fb.data(), fc.data());
   narrow<T>(fc.data(), c, static_cast<int64_t>(fc.size()));
 }
@@ -150,7 +156,8 @@ Key key_of(DataType dtype, const MatmulProduct& p) {
              p.n,
              p.k,
              static_cast<float>(p.alpha),
-             omp_get_max_threads()};
+             omp_get_max_threads(),
+             p.float32_out && dtype != DataType::kFloat32};
 }
 
 }  // namespace
@@ -159,6 +166,7 @@ MatmulProduct matmul_product(bool batched, const Shape& a, const Shape& b, const
                              const MatmulParams& p) {
   MatmulProduct product{p.transpose_a, p.transpose_b};
   product.alpha = p.alpha;
+  product.float32_out = p.float32_out;
   const int nd = out.ndim();
   product.n = out[nd - 1];
   if (batched) {  // a (batch..., M, K), b (batch..., K, N): one product per batch

@@ -8,7 +8,8 @@
 // primitives are cached by (dtype, shapes, transposes, alpha) for the life of the process.
 // float16: this machine's oneDNN (2.6) has no f16 matmul on CPUs; where oneDNN refuses a
 // dtype, the operands are widened to float32, multiplied by sgemm and rounded once, which is
-// the same arithmetic (products and sums in float32) at float32 speed.
+// the same arithmetic (products and sums in float32) at float32 speed. Under float32_out the
+// float32 result is written as it is (oneDNN's bf16 primitive with an f32 destination).
 //
 // Note [oneDNN matmul scratchpad]: float32 matmul went through dnnl_sgemm, which mallocs its
 // packing buffers inside every call, on every OpenMP thread. glibc kept those freed megabytes in
@@ -34,7 +35,8 @@ struct MatmulProduct {
   bool transpose_a = false;
   bool transpose_b = false;
   int64_t batches = 1, m = 0, n = 0, k = 0;
-  double alpha = 1.0;  // oneDNN takes it as a float
+  double alpha = 1.0;        // oneDNN takes it as a float
+  bool float32_out = false;  // C is float32 for 16-bit A and B (MatmulParams::float32_out)
 };
 
 /// The product of a matmul (batched: batch_matmul) with operand b and result out.
@@ -48,7 +50,7 @@ constexpr bool uses_onednn_matmul(bool batched, DataType dtype) {
 }
 
 /// The product through oneDNN's primitive; `dtype` is kFloat32, kBFloat16 or kFloat16 and the
-/// raw pointers hold that type.
+/// raw pointers hold that type (c float32 under product.float32_out).
 void onednn_matmul(DataType dtype, const MatmulProduct& product, const void* a, const void* b,
                    void* c);
 

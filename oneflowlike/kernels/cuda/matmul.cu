@@ -39,7 +39,8 @@ std::string describe_operands(const KernelContext& ctx) {
   return str_cat("a ", a.shape().to_string(), " ", dtype_name(a.dtype()), ", b ",
                  b.shape().to_string(), " ", dtype_name(b.dtype()), " on ", a.device().to_string(),
                  " with transpose_a=", p.transpose_a ? "true" : "false",
-                 ", transpose_b=", p.transpose_b ? "true" : "false", ", alpha=", p.alpha);
+                 ", transpose_b=", p.transpose_b ? "true" : "false", ", alpha=", p.alpha,
+                 p.float32_out ? ", float32_out=true" : "");
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -433,12 +434,21 @@ OFL_INSTANTIATE(bfloat16, float)
 
 namespace {
 
-// out = alpha * op(in 0) @ op(in 1), the product's operands as the context holds them.
+// out = alpha * op(in 0) @ op(in 1), the product's operands as the context holds them; out in
+// float32 for 16-bit operands under MatmulParams::float32_out.
 template <class T>
 void product(const KernelContext& ctx, const char* op, const gemm::RowMajorProduct& p,
              int64_t batches, double alpha) {
+  const DescribeOperands describe = [&] { return describe_operands(ctx); };
+  if constexpr (std::is_same_v<T, float16> || std::is_same_v<T, bfloat16>) {
+    if (ctx.out(0).dtype() == DataType::kFloat32) {
+      batched_product<T, float>(ctx, op, p, batches, data<T>(ctx.in(0)), data<T>(ctx.in(1)),
+                                data<float>(ctx.out(0)), alpha, describe);
+      return;
+    }
+  }
   batched_product<T>(ctx, op, p, batches, data<T>(ctx.in(0)), data<T>(ctx.in(1)),
-                     data<T>(ctx.out(0)), alpha, [&] { return describe_operands(ctx); });
+                     data<T>(ctx.out(0)), alpha, describe);
 }
 
 // a (rows..., K) or (K, M), b (K, N) or (N, K): the N-d a is one tall matrix (as on the CPU).

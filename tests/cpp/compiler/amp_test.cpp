@@ -70,24 +70,29 @@ TEST(Amp, MatmulsRunInBfloat16ActivationsFollowAndReductionsRunInFloat32) {
   Model m(DataType::kBFloat16);
   Graph& g = m.b.graph();
   run_logical_passes(g);
+  // mm1 writes bfloat16 for relu; mm2 and mm3, read only by float32 reductions, write their
+  // float32 sums instead of a cast after them (Note [Casts folded into products]).
   for (const char* name : {"mm1", "mm2", "mm3"}) {
     const LogicalOp& op = op_named(g, name);
     for (int in : op.inputs) EXPECT_EQ(g.tensor(in).meta.dtype, DataType::kBFloat16) << name;
-    EXPECT_EQ(g.tensor(op.outputs[0]).meta.dtype, DataType::kBFloat16) << name;
+    const bool folded = std::string(name) != "mm1";
+    EXPECT_EQ(op.params.as<MatmulParams>().float32_out, folded) << name;
+    EXPECT_EQ(g.tensor(op.outputs[0]).meta.dtype, folded ? DataType::kFloat32 : DataType::kBFloat16)
+        << name;
   }
   // relu reads mm1's bfloat16 output as it is and mm2 reads relu's, with no cast between.
   const LogicalOp& relu = op_named(g, "relu");
   EXPECT_EQ(relu.inputs[0], op_named(g, "mm1").outputs[0]);
   EXPECT_EQ(g.tensor(relu.outputs[0]).meta.dtype, DataType::kBFloat16);
   EXPECT_EQ(op_named(g, "mm2").inputs[0], relu.outputs[0]);
-  // The reductions read their matmul's output cast up, and the loss is float32.
+  // The reductions read their matmul's float32 output, and the loss is float32.
   for (const char* name : {"mm2", "mm3"}) {
     const std::vector<const LogicalOp*> read = readers(g, op_named(g, name).outputs[0]);
     ASSERT_FALSE(read.empty()) << name;
     for (const LogicalOp* r : read) {
-      if (r->role != OpRole::kForward) continue;
-      EXPECT_EQ(r->schema->name(), "cast") << name;
-      EXPECT_EQ(g.tensor(r->outputs[0]).meta.dtype, DataType::kFloat32) << name;
+      if (r->role == OpRole::kForward) {
+        EXPECT_EQ(r->schema->name(), "reduce_mean") << name;
+      }
     }
   }
   EXPECT_EQ(g.tensor(g.train.loss).meta.dtype, DataType::kFloat32);
@@ -98,21 +103,83 @@ TEST(Amp, MatmulsRunInBfloat16ActivationsFollowAndReductionsRunInFloat32) {
   }
   EXPECT_EQ(casts_of_w1, 1);
   EXPECT_EQ(g.tensor(m.w1).meta.dtype, DataType::kFloat32);
-  // Every variable's gradient is float32 (what the optimizer applies to float32 weights).
+  // Every variable's gradient is float32 (what the optimizer applies to float32 weights), made
+  // by a product of bfloat16 operands writing float32: no cast after it.
   ASSERT_FALSE(g.variable_grads.empty());
   for (const auto& [variable, grad] : g.variable_grads) {
     EXPECT_EQ(g.tensor(grad).meta.dtype, DataType::kFloat32) << g.op(variable).name;
   }
-  // The backward matmuls are bfloat16 too.
+  // The backward matmuls read bfloat16 operands too.
   int backward_bf16_matmuls = 0;
   for (int i = 0; i < g.num_ops(); ++i) {
     const LogicalOp& op = g.op(i);
     if (op.role == OpRole::kBackward && op.schema != nullptr && op.schema->name() == "matmul" &&
-        g.tensor(op.outputs[0]).meta.dtype == DataType::kBFloat16) {
+        g.tensor(op.inputs[0]).meta.dtype == DataType::kBFloat16) {
       ++backward_bf16_matmuls;
     }
   }
   EXPECT_GE(backward_bf16_matmuls, 4);
+}
+
+// Note [Casts folded into products]: only a cast that is its product's one reader folds; what
+// is fetched stays as traced; a weight's gradient comes out of its product in float32.
+TEST(Amp, CastsAfterProductsFoldIntoThemWhereTheCastIsTheOnlyReader) {
+  const auto casts_to_float32 = [](const Graph& g) {
+    int n = 0;
+    for (int i = 0; i < g.num_ops(); ++i) {
+      const LogicalOp& op = g.op(i);
+      if (op.kind == OpKind::kCompute && op.schema->name() == "cast" &&
+          g.tensor(op.outputs[0]).meta.dtype == DataType::kFloat32) {
+        ++n;
+      }
+    }
+    return n;
+  };
+  {
+    Model m(DataType::kBFloat16);
+    Graph& g = m.b.graph();
+    run_logical_passes(g);
+    // mm2 and mm3 forward and w2's gradient fold; w1's gradient is the bfloat16 sum of its two
+    // matmuls' (an add), cast up as before: the one cast to float32 left.
+    EXPECT_EQ(casts_to_float32(g), 1);
+    const auto grad_maker = [&](const std::string& variable) -> const LogicalOp& {
+      for (const auto& [v, grad] : g.variable_grads) {
+        if (g.op(v).name == variable) return g.op(g.tensor(grad).producer);
+      }
+      ADD_FAILURE() << "no gradient of " << variable;
+      return g.op(0);
+    };
+    const LogicalOp& w2_grad = grad_maker("w2");
+    EXPECT_EQ(w2_grad.schema->name(), "matmul");
+    EXPECT_TRUE(w2_grad.params.as<MatmulParams>().float32_out);
+    const LogicalOp& w1_grad = grad_maker("w1");
+    EXPECT_EQ(w1_grad.schema->name(), "cast");
+    EXPECT_EQ(g.op(g.tensor(w1_grad.inputs[0]).producer).schema->name(), "add");
+  }
+  {
+    // mm2's output fetched: the cast the fetch reads (the traced float32) is mm2 writing float32.
+    Model m(DataType::kBFloat16);
+    m.b.fetch(m.y);
+    Graph& g = m.b.graph();
+    run_logical_passes(g);
+    const int fetched = g.fetches.at(0);
+    EXPECT_EQ(g.tensor(fetched).meta.dtype, DataType::kFloat32);
+    EXPECT_EQ(&g.op(g.tensor(fetched).producer), &op_named(g, "mm2"));
+    EXPECT_TRUE(op_named(g, "mm2").params.as<MatmulParams>().float32_out);
+  }
+  {
+    // mm2's bfloat16 output also read by relu: the cast stays, and mm2 writes bfloat16.
+    Model m(DataType::kBFloat16);
+    m.b.fetch(m.b.op1("relu", NoParams{}, {m.y}, "relu_of_mm2"));
+    Graph& g = m.b.graph();
+    run_logical_passes(g);
+    const LogicalOp& mm2 = op_named(g, "mm2");
+    EXPECT_FALSE(mm2.params.as<MatmulParams>().float32_out);
+    int casts = 0;
+    for (const LogicalOp* r : readers(g, mm2.outputs[0])) casts += r->schema->name() == "cast";
+    EXPECT_EQ(casts, 1);
+    EXPECT_EQ(op_named(g, "relu_of_mm2").inputs.at(0), mm2.outputs[0]);
+  }
 }
 
 // Note [Mixed precision policy]: the one function graphs and eager autocast share.

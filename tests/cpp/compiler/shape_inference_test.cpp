@@ -3,7 +3,9 @@
 #include <fstream>
 
 #include "compiler/builder.h"
+#include "compiler/compile.h"
 #include "compiler/passes/passes.h"
+#include "oneflowlike/ops/creation.h"
 #include "oneflowlike/ops/matmul.h"
 #include "oneflowlike/proto/job.pb.h"
 
@@ -73,6 +75,49 @@ TEST(PassManager, DumpsTheGraphAfterARequestedPass) {
   EXPECT_NE(all.find("act = relu"), std::string::npos);
   EXPECT_NE(all.find("sbp B -> B"), std::string::npos) << all;
   EXPECT_FALSE(std::ifstream(options.dump_dir + "/1_shape_inference.txt").good());
+}
+
+// CompileOptions::skip_passes: a pass nothing needs is left out (the casts stay where folding
+// would have removed them); one that others need, or a name of no pass, is refused by name.
+TEST(PassManager, SkipsOnlyPassesNoOtherPassNeeds) {
+  const auto graph = [] {
+    GraphBuilder b;
+    const int x = b.op1("cast", CastParams{DataType::kBFloat16}, {b.input("x", Shape{2, 3})});
+    const int w = b.op1("cast", CastParams{DataType::kBFloat16}, {b.input("w", Shape{3, 4})});
+    b.fetch(b.op1("cast", CastParams{DataType::kFloat32}, {b.op1("matmul", MatmulParams{}, {x, w})},
+                  "up"));
+    return b;
+  };
+  const auto product_of = [](const Graph& g) {  // what makes the fetched value
+    return g.op(g.tensor(g.fetches.at(0)).producer).schema->name();
+  };
+  GraphBuilder folded = graph();
+  run_logical_passes(folded.graph());
+  EXPECT_EQ(product_of(folded.graph()), "matmul");
+  GraphBuilder kept = graph();
+  CompileOptions options;
+  options.skip_passes = {"cast_folding"};
+  run_logical_passes(kept.graph(), options);
+  EXPECT_EQ(product_of(kept.graph()), "cast");
+  for (const auto& [name, phrase] : std::vector<std::pair<std::string, std::string>>{
+           {"autograd",
+            "cannot skip pass 'autograd' (OFL_SKIP_PASSES or "
+            "CompileOptions::skip_passes): later passes need what it provides "
+            "('gradients')"},
+           {"folding",
+            "cannot skip pass 'folding' (OFL_SKIP_PASSES or "
+            "CompileOptions::skip_passes): there is no such pass. The passes are: "
+            "shape_inference, amp, autograd, cast_folding"}}) {
+    GraphBuilder b = graph();
+    options.skip_passes = {name};
+    try {
+      run_logical_passes(b.graph(), options);
+      ADD_FAILURE() << name;
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
+      EXPECT_NE(std::string(e.what()).find(phrase), std::string::npos) << e.what();
+    }
+  }
 }
 
 }  // namespace

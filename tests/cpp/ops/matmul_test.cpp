@@ -2,9 +2,12 @@
 
 #include <string>
 
+#include "oneflowlike/autograd.h"
 #include "oneflowlike/cuda/device.h"
+#include "oneflowlike/eager.h"
 #include "oneflowlike/kernels/cuda/gemm_layout.h"
 #include "oneflowlike/op.h"
+#include "oneflowlike/ops/creation.h"
 #include "tests/cpp/ops/test_util.h"
 
 namespace ofl {
@@ -226,6 +229,94 @@ TEST(Matmul, SixteenBitDtypesMatchTheProductOfTheirOperands) {
       }
     }
   }
+}
+
+// MatmulParams::float32_out (Note [Casts folded into products]): 16-bit operands, the float32
+// sums written as they are. Products of bf16 or f16 values are exact in float32, so the result is
+// the float64 product within float32 rounding of the sums, far inside the 16-bit tolerance the
+// rounded result meets; every transpose flag, plain and batched.
+TEST(Matmul, Float32OutKeepsTheFloat32Sums) {
+  static OpHandle matmul("matmul"), batch_matmul("batch_matmul");
+  for (DataType dtype : {DataType::kBFloat16, DataType::kFloat16}) {
+    for (bool ta : {false, true}) {
+      for (bool tb : {false, true}) {
+        SCOPED_TRACE(str_cat(dtype_name(dtype), ta ? " a^T" : "", tb ? " b^T" : ""));
+        const int64_t m = 37, k = 70, n = 45;
+        const MatmulParams params{ta, tb, 0.5, /*float32_out=*/true};
+        const Tensor a = random_tensor(ta ? Shape{k, m} : Shape{m, k}, dtype, 1);
+        const Tensor b = random_tensor(tb ? Shape{n, k} : Shape{k, n}, dtype, 2);
+        const Tensor y = matmul.call1(params, {a, b});
+        EXPECT_EQ(y.dtype(), DataType::kFloat32);
+        expect_close(y, reference_matmul(a, b, ta, tb, m, k, n, 0.5), Shape{m, n}, 1e-5, 1e-5);
+        const Tensor ba = random_tensor(ta ? Shape{3, k, m} : Shape{3, m, k}, dtype, 3);
+        const Tensor bb = random_tensor(tb ? Shape{3, n, k} : Shape{3, k, n}, dtype, 4);
+        MatmulParams batched = params;
+        batched.alpha = 1.0;
+        const Tensor by = batch_matmul.call1(batched, {ba, bb});
+        EXPECT_EQ(by.dtype(), DataType::kFloat32);
+        expect_close(by, reference_batch(ba, bb, ta, tb, 3, m, k, n), Shape{3, m, n}, 1e-5, 1e-5);
+      }
+    }
+  }
+}
+
+// Needs a GPU (skipped without one, as in CI): float32_out through cuBLASLt (a 16-bit a and b,
+// a float32 D) against the float64 product, as the CPU's test above.
+TEST(MatmulCuda, Float32OutKeepsTheFloat32Sums) {
+  if (cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device: " << cuda::why_no_device();
+  static OpHandle matmul("matmul"), batch_matmul("batch_matmul");
+  const Device gpu{DeviceType::kCUDA, 0};
+  for (DataType dtype : {DataType::kBFloat16, DataType::kFloat16}) {
+    for (bool tb : {false, true}) {
+      SCOPED_TRACE(str_cat(dtype_name(dtype), tb ? " b^T" : ""));
+      const int64_t m = 37, k = 70, n = 45;
+      const Tensor a = random_tensor({m, k}, dtype, 1);
+      const Tensor b = random_tensor(tb ? Shape{n, k} : Shape{k, n}, dtype, 2);
+      const Tensor y = matmul.call1(MatmulParams{false, tb, 0.5, true}, {a.to(gpu), b.to(gpu)});
+      EXPECT_EQ(y.dtype(), DataType::kFloat32);
+      expect_close(y.to(Device::cpu()), reference_matmul(a, b, false, tb, m, k, n, 0.5),
+                   Shape{m, n}, 1e-5, 1e-5);
+      const Tensor ba = random_tensor({3, m, k}, dtype, 3);
+      const Tensor bb = random_tensor(tb ? Shape{3, n, k} : Shape{3, k, n}, dtype, 4);
+      const Tensor by =
+          batch_matmul.call1(MatmulParams{false, tb, 1.0, true}, {ba.to(gpu), bb.to(gpu)});
+      expect_close(by.to(Device::cpu()), reference_batch(ba, bb, false, tb, 3, m, k, n),
+                   Shape{3, m, n}, 1e-5, 1e-5);
+    }
+  }
+}
+
+// A float32_out product's gradient casts dy to the operands' dtype first: the same gradients,
+// bit for bit, as the cast after a 16-bit product it replaces (Note [Casts folded into
+// products]).
+TEST(Matmul, Float32OutGradientsEqualThoseOfACastAfterTheProduct) {
+  static OpHandle matmul("matmul");
+  const Tensor dy = random_tensor({5, 3}, DataType::kFloat32, 9);
+  const auto grads = [&](bool folded) {
+    Tensor a = random_tensor({5, 4}, DataType::kBFloat16, 7);
+    Tensor b = random_tensor({3, 4}, DataType::kBFloat16, 8);
+    a.set_requires_grad(true);
+    b.set_requires_grad(true);
+    const Tensor y =
+        folded ? matmul.call1(MatmulParams{false, true, 1.0, true}, {a, b})
+               : functional::cast(functional::matmul(a, b, false, true), DataType::kFloat32);
+    backward({y}, {dy});
+    return std::vector<std::vector<double>>{values_of(a.grad()), values_of(b.grad())};
+  };
+  EXPECT_EQ(grads(true), grads(false));
+}
+
+TEST(Matmul, Float32OutOfFloat32OperandsIsRefused) {
+  static OpHandle matmul("matmul");
+  const Tensor a = random_tensor({2, 3}, DataType::kFloat32, 1);
+  const Tensor b = random_tensor({3, 4}, DataType::kFloat32, 2);
+  expect_error(
+      [&] {
+        matmul.call1(MatmulParams{false, false, 1.0, true}, {a, b});
+      },
+      ErrorCode::kTypeError,
+      "[matmul] float32_out is for float16 or bfloat16 operands. However, got a (2, 3) "
+      "float32, b (3, 4) float32 with float32_out=true.");
 }
 
 TEST(BatchMatmul, Float64MatchesReference) {
