@@ -12,9 +12,19 @@
 #include <mutex>
 #include <thread>
 
+#include "oneflowlike/common/error.h"
 #include "oneflowlike/cuda/device.h"
 
 namespace ofl::actor {
+
+void ActStream::enqueue(std::function<void()> /*work*/, Origin /*origin*/) {
+  OFL_ASSERT(false) << "stream '" << name() << "' cannot enqueue work without a callback";
+}
+
+void ActStream::report(const Origin& origin, std::exception_ptr error) const {
+  OFL_ASSERT(failed_) << "stream '" << name() << "' has no failure handler for enqueued work";
+  failed_(origin, error);
+}
 
 namespace {
 
@@ -37,12 +47,17 @@ class CpuWorkerStream final : public ActStream {
   const std::string& name() const override { return name_; }
 
   void launch(std::function<void()> work, Done done) override {
-    in_flight_.fetch_add(1, std::memory_order_relaxed);
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      queue_.push_back(Item{std::move(work), std::move(done)});
-    }
-    cv_.notify_one();
+    push(Item{std::move(work), std::move(done), Origin()});
+  }
+
+  bool enqueues() const override { return true; }
+  void enqueue(std::function<void()> work, Origin origin) override {
+    push(Item{std::move(work), nullptr, origin});
+  }
+
+  void synchronize() override {
+    std::unique_lock<std::mutex> lock(mu_);
+    idle_cv_.wait(lock, [&] { return in_flight_.load(std::memory_order_acquire) == 0; });
   }
 
   bool busy() const override { return in_flight_.load(std::memory_order_relaxed) > 0; }
@@ -50,8 +65,18 @@ class CpuWorkerStream final : public ActStream {
  private:
   struct Item {
     std::function<void()> work;
-    Done done;
+    Done done;      // null: enqueued (Note [Acts without events])
+    Origin origin;  // enqueued work's act
   };
+
+  void push(Item item) {
+    in_flight_.fetch_add(1, std::memory_order_relaxed);
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      queue_.push_back(std::move(item));
+    }
+    cv_.notify_one();
+  }
 
   void loop() {
     if (kernel_threads_ > 0) omp_set_num_threads(kernel_threads_);
@@ -70,8 +95,12 @@ class CpuWorkerStream final : public ActStream {
       } catch (...) {
         error = std::current_exception();
       }
-      in_flight_.fetch_sub(1, std::memory_order_relaxed);
-      item.done(error);
+      if (!item.done && error) report(item.origin, error);  // before synchronize() returns
+      if (in_flight_.fetch_sub(1, std::memory_order_acq_rel) == 1) {
+        std::lock_guard<std::mutex> lock(mu_);
+        idle_cv_.notify_all();
+      }
+      if (item.done) item.done(error);
     }
   }
 
@@ -79,8 +108,9 @@ class CpuWorkerStream final : public ActStream {
   int kernel_threads_;
   std::mutex mu_;
   std::condition_variable cv_;
-  std::deque<Item> queue_;  // GUARDED_BY(mu_)
-  bool stop_ = false;       // GUARDED_BY(mu_)
+  std::condition_variable idle_cv_;  // in_flight_ reached 0
+  std::deque<Item> queue_;           // GUARDED_BY(mu_)
+  bool stop_ = false;                // GUARDED_BY(mu_)
   std::atomic<int64_t> in_flight_{0};
   std::thread thread_;
 };
@@ -114,6 +144,19 @@ class CudaActStream final : public ActStream {
   }
 
   bool busy() const override { return in_flight_.load(std::memory_order_relaxed) > 0; }
+
+  // The kernels go on the stream with no event after them: what launching them throws is
+  // reported at once; what the device reports later comes with synchronize() or a later event.
+  bool enqueues() const override { return true; }
+  void enqueue(std::function<void()> work, Origin origin) override {
+    try {
+      if (work) work();
+    } catch (...) {
+      report(origin, std::current_exception());
+    }
+  }
+
+  void synchronize() override { stream_.synchronize(); }
 
  private:
   std::string name_;

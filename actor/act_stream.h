@@ -15,9 +15,21 @@
 // Nothing blocks the actor's thread: it may act again while earlier acts are in flight, as far
 // as its register slots allow.
 //
+// Note [Acts without events]: most acts on a GPU send every message at the act (their readers
+// and their producers share the stream), so their end tells no one anything but the count of
+// the iteration. Such an act only enqueues its work (ActStream::enqueue): no event, no poll, no
+// act-done message back to the actor's thread; it is counted at once. What the count stood for
+// comes back at the end of the iteration: the runtime waits for its streams
+// (ActStream::synchronize) before run() returns, so an iteration is still over only when its
+// work has run. What such work throws reaches the runtime through the stream's failure handler,
+// naming the act, as a launched act's error does. Acts with a message for another stream,
+// thread or rank are launched as above; a stream that cannot enqueue (the collective engine's)
+// launches everything.
+//
 // The CPU has the same protocol as an option (RuntimeOptions::async_cpu_streams: a worker
 // thread per stream), so it runs in CI, where there is no GPU.
 
+#include <cstdint>
 #include <exception>
 #include <functional>
 #include <memory>
@@ -25,10 +37,19 @@
 
 namespace ofl::actor {
 
+class Actor;
+
 class ActStream {
  public:
   /// Called once the work has finished (on the stream's own thread), with what it threw.
   using Done = std::function<void(std::exception_ptr error)>;
+  /// Whose act enqueued work was (Note [Acts without events]), for the report when it throws.
+  struct Origin {
+    const Actor* actor = nullptr;
+    int64_t act = 0;
+  };
+  /// Told what enqueued work threw, on whichever thread ran it; set once, before any enqueue.
+  using Failed = std::function<void(const Origin& origin, std::exception_ptr error)>;
   virtual ~ActStream() = default;
   /// "rank 0 compute (CPU worker)", for reports.
   virtual const std::string& name() const = 0;
@@ -37,6 +58,23 @@ class ActStream {
   virtual void launch(std::function<void()> work, Done done) = 0;
   /// Whether launched work has not finished yet (the watchdog counts it as progress).
   virtual bool busy() const = 0;
+  /// Whether enqueue() may be called: work queued with no callback.
+  virtual bool enqueues() const { return false; }
+  /// Queues `work` after everything queued before, like launch() with nothing to call after it
+  /// (Note [Acts without events]); what it throws goes to the failure handler. From the
+  /// actor's thread only, and only where enqueues().
+  virtual void enqueue(std::function<void()> work, Origin origin);
+  /// Blocks until everything queued or launched so far has run; throws what the device reports
+  /// while waiting (a CUDA error).
+  virtual void synchronize() {}
+  void set_failure_handler(Failed failed) { failed_ = std::move(failed); }
+
+ protected:
+  /// Hands what enqueued work of `origin` threw to the failure handler.
+  void report(const Origin& origin, std::exception_ptr error) const;
+
+ private:
+  Failed failed_;
 };
 
 /// A worker thread that runs launched work in order; `kernel_threads` OpenMP threads for it

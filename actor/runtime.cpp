@@ -38,28 +38,36 @@ bool Runtime::iteration_done() const {
 }
 
 void Runtime::on_failure(const Actor* actor, std::exception_ptr error) {
-  std::string what = "unknown error";
-  ErrorCode code = ErrorCode::kInternal;
+  on_failure(actor, actor == nullptr ? 0 : actor->failed_act(), error);
+}
+
+std::pair<ErrorCode, std::string> error_of(std::exception_ptr error) {
   try {
     std::rethrow_exception(error);
   } catch (const Error& e) {
-    what = e.what();
-    code = e.code();
+    return {e.code(), e.what()};
   } catch (const std::exception& e) {
-    what = e.what();
+    return {ErrorCode::kInternal, e.what()};
   } catch (...) {
   }
+  return {ErrorCode::kInternal, "unknown error"};
+}
+
+void Runtime::on_failure(const Actor* actor, int64_t act, std::exception_ptr error) {
+  const std::string where =
+      actor == nullptr ? "an actor thread"
+                       : str_cat(actor->name(), " in iteration ", act / actor->acts_per_iteration(),
+                                 index_.micro_batches() > 1
+                                     ? str_cat(", micro-batch ", act % actor->acts_per_iteration())
+                                     : "");
+  const auto [code, what] = error_of(error);
+  fail(code, str_cat(kTag, where, " failed: ", what));
+}
+
+void Runtime::fail(ErrorCode code, std::string failure) {
   std::lock_guard<std::mutex> lock(done_mu_);
   if (failure_.empty()) {
-    const std::string where =
-        actor == nullptr ? "an actor thread"
-                         : str_cat(actor->name(), " in iteration ",
-                                   actor->failed_act() / actor->acts_per_iteration(),
-                                   index_.micro_batches() > 1
-                                       ? str_cat(", micro-batch ",
-                                                 actor->failed_act() % actor->acts_per_iteration())
-                                       : "");
-    failure_ = str_cat(kTag, where, " failed: ", what);
+    failure_ = std::move(failure);
     failure_code_ = code;
   }
   done_cv_.notify_all();
@@ -67,12 +75,7 @@ void Runtime::on_failure(const Actor* actor, std::exception_ptr error) {
 
 // Note [Faults] in comm/ucx_transport.h: another rank failed; the run ends naming it.
 void Runtime::on_rank_failure(int64_t rank, const std::string& why) {
-  std::lock_guard<std::mutex> lock(done_mu_);
-  if (failure_.empty()) {
-    failure_ = str_cat(kTag, "rank ", rank, " failed: ", why);
-    failure_code_ = ErrorCode::kUnavailable;
-  }
-  done_cv_.notify_all();
+  fail(ErrorCode::kUnavailable, str_cat(kTag, "rank ", rank, " failed: ", why));
 }
 
 void Runtime::on_rank_departure(int64_t rank, int64_t iterations) {

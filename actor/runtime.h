@@ -186,7 +186,9 @@ class Runtime final : public PlanRunner, private ActorHost {
   void link_slots();
   void assign_threads();
   void assign_streams();
-  void on_failure(const Actor* actor, std::exception_ptr error);
+  void on_failure(const Actor* actor, std::exception_ptr error);  // at actor->failed_act()
+  void on_failure(const Actor* actor, int64_t act, std::exception_ptr error);
+  void fail(ErrorCode code, std::string failure);  // the run's first failure wins
   void stop_threads();
   // Deterministic mode: runs the one thread and advances the collectives until neither moves.
   void run_deterministic();
@@ -202,6 +204,9 @@ class Runtime final : public PlanRunner, private ActorHost {
   std::string departure_failure(int64_t rank, int64_t iterations) const;
   void check_virtual_ids() const;
   void wait_for_iteration();
+  // Waits for every stream's queued work (Note [Acts without events]); a failure it reports
+  // becomes the run's.
+  void synchronize_streams();
   [[noreturn]] void throw_stall();
   std::string stall_report() const;
   Tensor variable_piece(int task) const;

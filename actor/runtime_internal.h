@@ -3,10 +3,19 @@
 // Note [What the runtime adds to a plan] in runtime.h. Not a public header.
 
 #include <cstdint>
+#include <exception>
+#include <string>
+#include <utility>
+
+#include "oneflowlike/common/error.h"
 
 namespace ofl::actor {
 
 inline constexpr const char* kTag = "[runtime] ";
+
+// What `error` holds: its code and message (kInternal and "unknown error" for what is not an
+// exception).
+std::pair<ErrorCode, std::string> error_of(std::exception_ptr error);
 
 // Virtual ids (Note [What the runtime adds to a plan]); plan ids stay far below them.
 inline constexpr int64_t kCallerActor = -1;  // run() and the destructor, which start and end ticks

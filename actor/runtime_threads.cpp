@@ -141,6 +141,12 @@ void Runtime::assign_streams() {
     return it != actor_by_id_.end() && actor.stream() != nullptr &&
            it->second->stream() == actor.stream();
   };
+  // Note [Acts without events]: what enqueued work throws ends the run as an act's error does.
+  for (const auto& stream : streams_) {
+    stream->set_failure_handler([this](const ActStream::Origin& origin, std::exception_ptr error) {
+      on_failure(origin.actor, origin.act, error);
+    });
+  }
   for (const auto& actor : actors_) {
     for (InputEdge& in : actor->inputs()) {
       in.producer_same_stream = shares_stream(*actor, in.producer);

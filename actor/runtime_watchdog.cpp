@@ -58,6 +58,13 @@ void Runtime::wait_for_iteration() {
       throw_stall();
     }
   }
+  if (failure_.empty()) {
+    // Note [Acts without events]: acts counted at their act had their work queued only; the
+    // iteration is over once the streams have run it.
+    lock.unlock();
+    synchronize_streams();
+    lock.lock();
+  }
   if (!failure_.empty()) {
     std::string failure = failure_;
     const ErrorCode code = failure_code_;
@@ -71,6 +78,18 @@ void Runtime::wait_for_iteration() {
     }
     stop_threads();
     throw_error(code, failure);
+  }
+}
+
+void Runtime::synchronize_streams() {
+  for (const auto& stream : streams_) {
+    try {
+      stream->synchronize();
+    } catch (...) {
+      const auto [code, what] = error_of(std::current_exception());
+      fail(code, str_cat(kTag, "stream '", stream->name(), "' failed in iteration ", iteration_,
+                         ": ", what));
+    }
   }
 }
 

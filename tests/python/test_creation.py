@@ -39,6 +39,30 @@ def test_to_and_dtype_methods():
             flow.cuda.synchronize()
 
 
+def test_to_takes_torchs_forms_and_refuses_what_it_does_not_know():
+    """Tensor.to and Module.to share one parser (to_arguments): to(other) takes its dtype, no
+    change returns the tensor itself unless copy=True, and a misspelt keyword or a stray value
+    raises naming it instead of being dropped."""
+    x = flow.tensor([1.5, -2.0])
+    assert x.to(flow.float32) is x and x.to("cpu", flow.float32, non_blocking=True) is x
+    copied = x.to(flow.float32, copy=True)
+    assert copied is not x
+    np.testing.assert_array_equal(copied.numpy(), x.numpy())
+    assert x.to(flow.tensor([1], dtype=flow.float64)).dtype == flow.float64
+    assert x.to(dtype=flow.float16).dtype == flow.float16
+    with pytest.raises(TypeError, match=r"\[Tensor.to\] unexpected keyword arguments "
+                                        r"\['dytpe'\]; it takes device, dtype, non_blocking"):
+        x.to(dytpe=flow.float16)
+    with pytest.raises(TypeError, match=r"\[Tensor.to\] expected a device, a dtype or a tensor. "
+                                        r"However, got 3"):
+        x.to(3)
+    layer = flow.nn.Linear(2, 2)
+    with pytest.raises(TypeError, match=r"\[Module.to\] unexpected keyword arguments "
+                                        r"\['devcie'\]"):
+        layer.to(devcie="cpu")
+    assert layer.to("cpu", non_blocking=True) is layer
+
+
 # ---- linspace (issue 14) -----------------------------------------------------------------------
 @pytest.mark.parametrize("start,end,steps", [(0, 1, 5), (-3.5, 2.25, 7), (2, 2, 3), (1, 0, 4),
                                              (0, 10, 1), (0, 10, 0)])

@@ -114,30 +114,56 @@ def cast(input, dtype):  # noqa: A002
     return _C.cast(input, dtype)
 
 
-def _to(self, *args, **kwargs):
-    """tensor.to(dtype), tensor.to("cuda:0"), tensor.to("cpu"), or both, as in torch."""
-    from oneflowlike import cuda
-
-    dtype = kwargs.get("dtype")
-    device = kwargs.get("device")
+def to_arguments(where, args, kwargs):
+    """(device, dtype, copy) of torch's ``to`` forms, shared by Tensor.to and Module.to:
+    to(device), to(dtype), to(device, dtype), to(tensor) (its device and dtype), then the
+    booleans non_blocking and copy, positionally or as keywords with device= and dtype=.
+    non_blocking is accepted and has no effect (the copies return once done). Anything else
+    raises TypeError naming it: a misspelt keyword must not be dropped silently."""
+    kwargs = dict(kwargs)
+    device, dtype = kwargs.pop("device", None), kwargs.pop("dtype", None)
+    flags = {"non_blocking": kwargs.pop("non_blocking", False), "copy": kwargs.pop("copy", False)}
+    if kwargs:
+        raise TypeError(f"[{where}] unexpected keyword arguments {sorted(kwargs)}; it takes "
+                        "device, dtype, non_blocking and copy.")
+    positional_flags = iter(["non_blocking", "copy"])
     for a in args:
-        if isinstance(a, _C.dtype):
+        if isinstance(a, bool):
+            name = next(positional_flags, None)
+            if name is None:
+                raise TypeError(f"[{where}] takes at most two booleans (non_blocking, copy). "
+                                f"However, got {args!r}.")
+            flags[name] = a
+        elif isinstance(a, _C.dtype):
             dtype = a
         elif isinstance(a, (str, _C.device)):
             device = a
-    out = self if dtype is None else _C.cast(self, dtype)
-    if device is None:
-        return out
-    cuda.check_device_supported("to", device)
-    target = str(_C.device(str(device)))  # "cuda" -> "cuda:0"
-    if str(out.device) == target:
-        return out
-    if out.is_lazy:
-        raise ValueError(
-            f"[to] inside nn.Graph.build() the placement decides where values live: a traced "
-            f"value cannot move to {target}. Run the graph on flow.placement('cuda', ...) "
-            "instead.")
-    return _C.to_device(out, target)  # autograd follows it (Note [Device copies])
+        elif isinstance(a, _C.Tensor):
+            device, dtype = a.device, a.dtype
+        else:
+            raise TypeError(f"[{where}] expected a device, a dtype or a tensor. However, got "
+                            f"{a!r}.")
+    return device, dtype, bool(flags["copy"])
+
+
+def _to(self, *args, **kwargs):
+    """tensor.to(dtype), tensor.to("cuda:0"), tensor.to("cpu"), tensor.to(other), or both, with
+    torch's non_blocking and copy (to_arguments)."""
+    from oneflowlike import cuda
+
+    device, dtype, copy = to_arguments("Tensor.to", args, kwargs)
+    out = self if dtype is None or dtype == self.dtype else _C.cast(self, dtype)
+    if device is not None:
+        cuda.check_device_supported("to", device)
+        target = str(_C.device(str(device)))  # "cuda" -> "cuda:0"
+        if str(out.device) != target:
+            if out.is_lazy:
+                raise ValueError(
+                    f"[to] inside nn.Graph.build() the placement decides where values live: a "
+                    f"traced value cannot move to {target}. Run the graph on "
+                    "flow.placement('cuda', ...) instead.")
+            return _C.to_device(out, target)  # autograd follows it (Note [Device copies])
+    return out.clone() if copy and out is self else out
 
 
 def _new_factory(op, value):

@@ -31,7 +31,9 @@ using ofl::testing::values_of;
 // stream's own thread, as a device would.
 class HeldStream final : public ActStream {
  public:
-  explicit HeldStream(std::string name) : name_(std::move(name)), thread_([this] { loop(); }) {}
+  // `enqueues`: also takes work with no callback (Note [Acts without events]).
+  explicit HeldStream(std::string name, bool enqueues = false)
+      : name_(std::move(name)), enqueues_(enqueues), thread_([this] { loop(); }) {}
   ~HeldStream() override {
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -43,13 +45,30 @@ class HeldStream final : public ActStream {
   const std::string& name() const override { return name_; }
   void launch(std::function<void()> work, Done done) override {
     std::lock_guard<std::mutex> lock(mu_);
-    queue_.push_back({std::move(work), std::move(done)});
+    queue_.push_back({std::move(work), std::move(done), Origin()});
     ++launched_;
     cv_.notify_all();
   }
   bool busy() const override {
     std::lock_guard<std::mutex> lock(mu_);
     return !queue_.empty();
+  }
+  bool enqueues() const override { return enqueues_; }
+  // How long each work takes once the stream is open (a slow device).
+  std::chrono::milliseconds delay{0};
+  void enqueue(std::function<void()> work, Origin origin) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    queue_.push_back({std::move(work), nullptr, origin});
+    ++enqueued_;
+    cv_.notify_all();
+  }
+  void synchronize() override {
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait(lock, [&] { return queue_.empty(); });
+  }
+  int enqueued() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return enqueued_;
   }
   void open() {
     std::lock_guard<std::mutex> lock(mu_);
@@ -76,30 +95,41 @@ class HeldStream final : public ActStream {
     for (;;) {
       cv_.wait(lock, [&] { return stop_ || (open_ && !queue_.empty()); });
       if (stop_) return;
-      auto [work, done] = std::move(queue_.front());
+      Item item = std::move(queue_.front());
       lock.unlock();
+      std::this_thread::sleep_for(delay);
       std::exception_ptr error;
       try {
-        if (work) work();
+        if (item.work) item.work();
       } catch (...) {
         error = std::current_exception();
       }
+      if (!item.done && error) report(item.origin, error);
       lock.lock();
       queue_.pop_front();
       ++finished_;
+      cv_.notify_all();
       lock.unlock();
-      done(error);
+      if (item.done) item.done(error);
       lock.lock();
     }
   }
 
+  struct Item {
+    std::function<void()> work;
+    Done done;  // null: enqueued
+    Origin origin;
+  };
+
   std::string name_;
   mutable std::mutex mu_;
   std::condition_variable cv_;
-  std::deque<std::pair<std::function<void()>, Done>> queue_;
+  std::deque<Item> queue_;
+  bool enqueues_;
   bool open_ = false;
   bool stop_ = false;
   int launched_ = 0;
+  int enqueued_ = 0;
   int finished_ = 0;
   std::thread thread_;
 };
@@ -107,11 +137,12 @@ class HeldStream final : public ActStream {
 // Hands each rank's compute thread a held stream the test keeps a pointer to.
 struct HeldStreams {
   std::map<int64_t, HeldStream*> by_rank;
+  bool enqueues = false;  // the streams made take enqueued work too
   RuntimeOptions options() {
     RuntimeOptions options;
     options.watchdog_seconds = 20;
     options.make_stream = [this](int64_t rank, std::string name) {
-      auto stream = std::make_unique<HeldStream>(std::move(name));
+      auto stream = std::make_unique<HeldStream>(std::move(name), enqueues);
       by_rank[rank] = stream.get();
       return stream;
     };
@@ -165,6 +196,72 @@ TEST(ActStream, ActsOnOneStreamRunAheadOfTheirWorkAndNothingCrossesBeforeItHasRu
   EXPECT_EQ(values_of(out.at("z")), want);
   EXPECT_EQ(zero.finished(), zero.launched());
   EXPECT_TRUE(runtime.shutdown());
+}
+
+// Note [Acts without events]: on a stream that takes work with no callback, the acts whose
+// messages all go at the act (INPUT and relu: their readers and producers share the stream)
+// only enqueue their work and are counted; the tick, which acknowledges run()'s caller, and
+// neg0, whose output goes to the SEND on another thread, are launched and send those once run. The
+// iteration still ends only once the stream has run everything: run() waits for the stream.
+TEST(ActStream, ActsWithNoMessageForAnotherStreamAreEnqueuedAndTheIterationWaitsForThem) {
+  const Shape shape{64, 16};
+  std::vector<double> xv, want;
+  for (int64_t i = 0; i < shape.numel(); ++i) {
+    xv.push_back(i % 3 ? double(i) : -double(i));
+    want.push_back(std::max(xv.back(), 0.0));
+  }
+  HeldStreams held;
+  held.enqueues = true;
+  Runtime runtime(two_rank_chain(shape), held.options());
+  held.by_rank.at(1)->open();
+  HeldStream& zero = *held.by_rank.at(0);
+  auto run = std::async(std::launch::async, [&] {
+    return runtime.run({{"x", make_tensor(xv, shape, DataType::kFloat32)}});
+  });
+  ASSERT_TRUE(zero.wait_launched(1)) << zero.launched() << " launched";
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  EXPECT_EQ(zero.enqueued(), 2);  // INPUT, relu
+  EXPECT_EQ(zero.launched(), 2);  // the tick, neg0
+  EXPECT_EQ(zero.finished(), 0);
+  EXPECT_EQ(run.wait_for(std::chrono::seconds(0)), std::future_status::timeout)
+      << "the iteration ended before its work ran";
+  zero.open();
+  EXPECT_EQ(values_of(run.get().at("z")), want);
+  EXPECT_EQ(zero.finished(), zero.launched() + zero.enqueued());
+  // The next iteration's enqueued work has run too when run() returns, though nothing waited
+  // on its acts: the stream is empty.
+  runtime.run({{"x", make_tensor(xv, shape, DataType::kFloat32)}});
+  EXPECT_EQ(zero.finished(), zero.launched() + zero.enqueued());
+  EXPECT_FALSE(zero.busy());
+  EXPECT_TRUE(runtime.shutdown());
+}
+
+// One rank, one stream: INPUT -> relu -> neg -> OUTPUT. Only the tick (it acknowledges run()'s
+// caller) is launched; the rest is enqueued, the OUTPUT's hand-over of the result included, and
+// counted at its act. A slow stream (20 ms a work) finishes the tick long before the OUTPUT's
+// work: run() still returns the result, because it waits for the stream.
+TEST(ActStream, RunWaitsForEnqueuedWorkThatNothingWaitsOn) {
+  PlanBuilder b(1);
+  const Shape shape{4};
+  const int64_t x = b.input(0, "x", shape);
+  const int64_t h = b.reg(0, "h", shape);
+  const int64_t y = b.reg(0, "y", shape);
+  b.compute(0, "relu", "relu", NoParams{}, {x}, {h});
+  b.compute(0, "neg", "neg", NoParams{}, {h}, {y});
+  b.output(0, "y", y, shape);
+  HeldStreams held;
+  held.enqueues = true;
+  Runtime runtime(b.plan(), held.options());
+  HeldStream& stream = *held.by_rank.at(0);
+  stream.delay = std::chrono::milliseconds(20);
+  stream.open();
+  for (int i = 0; i < 3; ++i) {
+    const auto out = runtime.run({{"x", make_tensor({1, -2, 3, -4}, shape, DataType::kFloat32)}});
+    EXPECT_EQ(values_of(out.at("y")), (std::vector<double>{-1, 0, -3, 0})) << "iteration " << i;
+    EXPECT_FALSE(stream.busy());
+  }
+  EXPECT_EQ(stream.launched(), 3);  // the ticks
+  EXPECT_EQ(stream.enqueued(), 12);  // INPUT, relu, neg, OUTPUT
 }
 
 TEST(ActStream, ABusyStreamIsProgressNotAStall) {

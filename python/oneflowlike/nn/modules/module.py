@@ -47,28 +47,15 @@ _FLOATING = (_C.dtype.float16, _C.dtype.bfloat16, _C.dtype.float32, _C.dtype.flo
 
 
 def _move_arguments(args, kwargs):
-    """(device, dtype) of Module.to's torch forms: to(device), to(dtype), to(device, dtype),
-    to(tensor) (its device and dtype), and the keywords device=, dtype=, non_blocking=."""
-    device, dtype = kwargs.pop("device", None), kwargs.pop("dtype", None)
-    kwargs.pop("non_blocking", None)  # the copies return once done
-    if kwargs:
-        raise TypeError(f"[Module.to] unexpected keyword arguments {sorted(kwargs)}.")
-    for a in args:
-        if isinstance(a, _C.dtype):
-            dtype = a
-        elif isinstance(a, (str, _C.device)):
-            device = a
-        elif isinstance(a, _C.Tensor):
-            device, dtype = a.device, a.dtype
-        else:
-            raise TypeError(f"[Module.to] expected a device, a dtype or a tensor. However, got "
-                            f"{a!r}.")
+    """(device, dtype) of Module.to's torch forms (to_arguments, Tensor.to's parser); the dtype
+    must be floating, as torch requires of a module's."""
+    from oneflowlike.ops.creation import resolve_device, to_arguments
+
+    device, dtype, _ = to_arguments("Module.to", args, kwargs)
     if dtype is not None and dtype not in _FLOATING:
         raise TypeError(f"[Module.to] a module's dtype must be floating (its parameters are). "
                         f"However, got {dtype}.")
     if device is not None:
-        from oneflowlike.ops.creation import resolve_device
-
         device = str(resolve_device("Module.to", device))  # checked; "cuda" -> "cuda:0"
     return device, dtype
 
