@@ -96,6 +96,7 @@ class CpuWorkerStream final : public ActStream {
         error = std::current_exception();
       }
       if (!item.done && error) report(item.origin, error);  // before synchronize() returns
+      item.work = nullptr;                                  // and the pieces it held let go
       if (in_flight_.fetch_sub(1, std::memory_order_acq_rel) == 1) {
         std::lock_guard<std::mutex> lock(mu_);
         idle_cv_.notify_all();
@@ -120,9 +121,17 @@ class CudaActStream final : public ActStream {
   CudaActStream(std::string name, int device)
       : name_(std::move(name)), stream_(cuda::stream(device, cuda::StreamKind::kCompute)) {}
 
-  // The poller's callbacks point here: wait for them (the device finishes what it was given).
+  // The poller's callbacks point here: wait for them (the device finishes what it was given),
+  // and for the enqueued work, which no callback tracks (Note [Acts without events]): the
+  // registers it writes are freed after the streams. An error here was reported, or the run is
+  // already over.
   ~CudaActStream() override {
     while (busy()) std::this_thread::sleep_for(std::chrono::microseconds(50));
+    try {
+      stream_.synchronize();
+    } catch (const std::exception& e) {
+      LOG(WARNING) << "[runtime] stream '" << name_ << "' at its end: " << e.what();
+    }
   }
 
   const std::string& name() const override { return name_; }

@@ -101,7 +101,7 @@ void Actor::act(ActorHost& host) {
       }
     }
     finish(host, later);
-  } else if (later.sends.empty() && stream_->enqueues()) {
+  } else if (enqueues_ && later.sends.empty() && stream_->enqueues()) {
     // Nothing waits on its end but the count (Note [Acts without events] in act_stream.h).
     stream_->enqueue(std::move(work), ActStream::Origin{this, later.act});
     finish(host, later);

@@ -154,6 +154,9 @@ class Actor {
   /// in act_stream.h).
   ActStream* stream() const { return stream_; }
   void set_stream(ActStream* stream) { stream_ = stream; }
+  /// false: every act is launched with a callback, none only enqueued (RuntimeOptions::
+  /// event_every_act).
+  void set_enqueues(bool enqueues) { enqueues_ = enqueues; }
   /// Acts launched on the stream that have not finished yet.
   int in_flight() const { return static_cast<int>(in_flight_.size()); }
   /// The thread's bookkeeping: whether the actor sits in its ready queue.
@@ -239,6 +242,7 @@ class Actor {
   bool retired_ = false;
   ActorThread* thread_ = nullptr;
   ActStream* stream_ = nullptr;
+  bool enqueues_ = true;
   std::deque<Deferred> in_flight_;  // launched, oldest first
   std::vector<InputEdge> inputs_;
   std::vector<OutputRegister> outputs_;

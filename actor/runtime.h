@@ -77,6 +77,10 @@ struct RuntimeOptions {
   /// [Event-gated acts] in act_stream.h). Also on when the environment has
   /// OFL_ASYNC_CPU_STREAMS=1 (to run a whole suite so). Not in deterministic mode.
   bool async_cpu_streams = false;
+  /// Every act on a stream waits for its work through the stream's callback (an event on a
+  /// GPU), as before Note [Acts without events]: to measure what that Note gives. Also on when
+  /// the environment has OFL_EVENT_EVERY_ACT=1.
+  bool event_every_act = false;
   /// Makes the stream of a rank's compute thread (tests: a stream they hold back); set, it
   /// implies async_cpu_streams.
   std::function<std::unique_ptr<ActStream>(int64_t rank, std::string name)> make_stream;

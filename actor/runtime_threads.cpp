@@ -142,6 +142,10 @@ void Runtime::assign_streams() {
            it->second->stream() == actor.stream();
   };
   // Note [Acts without events]: what enqueued work throws ends the run as an act's error does.
+  const char* every = std::getenv("OFL_EVENT_EVERY_ACT");
+  if (options_.event_every_act || (every != nullptr && std::string(every) == "1")) {
+    for (const auto& actor : actors_) actor->set_enqueues(false);
+  }
   for (const auto& stream : streams_) {
     stream->set_failure_handler([this](const ActStream::Origin& origin, std::exception_ptr error) {
       on_failure(origin.actor, origin.act, error);
@@ -283,6 +287,15 @@ bool Runtime::shutdown() {
     }
   }
   for (const auto& actor : actors_) retired = retired && actor->retired();
+  // Work the last acts enqueued (Note [Acts without events]: acts fed by another process may
+  // have acted for an iteration this one never ran) runs before what it writes goes away.
+  for (const auto& stream : streams_) {
+    try {
+      stream->synchronize();
+    } catch (const std::exception& e) {
+      LOG(ERROR) << kTag << "stream '" << stream->name() << "' at shutdown: " << e.what();
+    }
+  }
   for (int64_t rank : ranks_) transport_->stop_serving_rank(rank);
   transport_->set_fault_handler(nullptr);
   transport_->set_departure_handler(nullptr);

@@ -34,7 +34,9 @@ std::set<std::string> passes_to_skip(const CompileOptions& options,
   if (const char* env = std::getenv("OFL_SKIP_PASSES")) {
     std::stringstream list(env);
     for (std::string name; std::getline(list, name, ',');) {
-      if (!name.empty()) names.push_back(name);
+      const size_t first = name.find_first_not_of(" \t");
+      if (first == std::string::npos) continue;
+      names.push_back(name.substr(first, name.find_last_not_of(" \t") - first + 1));
     }
   }
   std::string known;
@@ -47,10 +49,12 @@ std::set<std::string> passes_to_skip(const CompileOptions& options,
               "' (OFL_SKIP_PASSES or CompileOptions::skip_passes): there is no such pass. The "
               "passes are: ",
               known, ".");
-    OFL_CHECK((*it)->provides().empty(), "[pass manager] cannot skip pass '", name,
-              "' (OFL_SKIP_PASSES or CompileOptions::skip_passes): later passes need what it "
-              "provides ('",
-              (*it)->provides().front(), "').");
+    OFL_CHECK((*it)->skippable(), "[pass manager] cannot skip pass '", name,
+              "' (OFL_SKIP_PASSES or CompileOptions::skip_passes): later passes need ",
+              (*it)->provides().empty()
+                  ? std::string("it (they leave dead ops for it)")
+                  : str_cat("what it provides ('", (*it)->provides().front(), "')"),
+              ".");
     skip.insert(name);
   }
   return skip;

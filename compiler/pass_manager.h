@@ -17,8 +17,8 @@ struct CompileOptions {
   /// Where dumps go ("<dir>/<index>_<pass>.txt" and ".dot").
   std::string dump_dir = ".";
   /// Passes not to run, by name, with those the environment's OFL_SKIP_PASSES lists (commas):
-  /// for debugging and for measuring what a pass gives. Only a pass no other pass needs (it
-  /// provides nothing) may be skipped; naming another, or no pass, is an error.
+  /// for debugging and for measuring what a pass gives. Only a skippable pass (Pass::skippable:
+  /// one no later pass needs) may be skipped; naming another, or no pass, is an error.
   std::vector<std::string> skip_passes;
   /// Record, for every op, the cost of each SBP candidate (LogicalOp::sbp_reason).
   bool explain_sbp = false;
@@ -35,6 +35,8 @@ class Pass {
   virtual std::string name() const = 0;
   virtual std::vector<std::string> needs() const { return {}; }
   virtual std::vector<std::string> provides() const { return {}; }
+  /// Whether CompileOptions::skip_passes may leave it out: a pass no later pass needs.
+  virtual bool skippable() const { return provides().empty(); }
   virtual void run(Graph& graph, const CompileOptions& options) = 0;
 };
 

@@ -19,8 +19,9 @@
 //    inputs of ops that are not forward compute ops.
 // The pass runs before autograd, so the backward follows the casts: the matmuls' gradients are
 // low-precision matmuls too, and the cast's gradient brings each weight's gradient back to
-// float32 before it is reduced and applied. Parameters stay float32 in checkpoints.
-// Not done: a low-precision gradient reduction.
+// float32 before it is reduced and applied (in float32, or bfloat16: Note [Gradient reduction
+// dtype] in optimizer.cpp). Parameters stay float32 in checkpoints. A cast belongs to its
+// input's activation-checkpointing group, so a checkpointed block stays one segment.
 
 #include <map>
 #include <tuple>
@@ -70,6 +71,11 @@ class AmpPass final : public Pass {
       op.stage = at.stage;
       op.role = at.role;
       op.location = at.location;
+      // In its input's activation-checkpointing group (Note [Activation checkpointing]): a cast
+      // between two ops of a group is part of it, or the group's path would leave it and come
+      // back; a cast of what no group made (a weight) stays outside.
+      const int producer = graph.tensor(tensor).producer;
+      if (producer >= 0) op.checkpoint_group = graph.op(producer).checkpoint_group;
       const int out = graph.add_compute_op(std::move(op)).at(0);
       cast_from[out] = tensor;
       casts.emplace(key, out);

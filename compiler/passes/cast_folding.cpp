@@ -10,10 +10,15 @@
 // over the tensor and, on a GPU, a kernel launch and an act. In the GPT step in bfloat16 these
 // are 50 of the 103 casts.
 //
+// Under mixed precision only (TrainConfig::amp_dtype; graph.config.enable_amp): elsewhere a
+// cast after a product is the user's own, or an eager op's on global tensors, which must give
+// what the same op on local tensors gives, rounding included.
+//
 // This pass makes each such cast the product itself with MatmulParams::float32_out, whose
 // kernels write the float32 sums as they are (oneDNN's and cuBLASLt's products with a float32
 // destination), when the cast is the product's only reader and the two ops run alike (placement,
-// pipeline stage, role, checkpoint group, recomputation):
+// pipeline stage, role, recomputation, and in the forward the checkpoint group; a backward fold
+// keeps the product's group, whose recomputed activations it reads):
 //  - the cast op becomes the product: its output tensor stays, so its readers, fetches and
 //    variable gradients need no rewriting, and the product takes the name and source line the
 //    user would look for;
@@ -46,6 +51,7 @@ class CastFoldingPass final : public Pass {
   std::vector<std::string> needs() const override { return {"gradients"}; }
 
   void run(Graph& graph, const CompileOptions&) override {
+    if (graph.train.amp_dtype == DataType::kFloat32) return;
     const std::set<int> pinned = pinned_tensors(graph);
     const auto consumers = graph.consumers();
     std::vector<int> folded_into(graph.num_ops(), -1);  // old product -> the folded op
@@ -115,9 +121,14 @@ class CastFoldingPass final : public Pass {
   static bool fold(Graph& graph, int producer, int i) {
     const LogicalOp& product = graph.op(producer);
     const LogicalOp& cast = graph.op(i);
+    // A backward op's group says whose recomputed activations it reads: the product's
+    // (Note [Activation checkpointing]); the cast reads only the product. Forward groups are
+    // segments of the graph, which a fold across two would change.
+    const bool groups_agree =
+        product.role == OpRole::kBackward || product.checkpoint_group == cast.checkpoint_group;
     if (product.placement != cast.placement || product.stage != cast.stage ||
-        product.role != cast.role || product.checkpoint_group != cast.checkpoint_group ||
-        product.recompute != cast.recompute || (has_hint(product) && has_hint(cast))) {
+        product.role != cast.role || !groups_agree || product.recompute != cast.recompute ||
+        (has_hint(product) && has_hint(cast))) {
       return false;
     }
     LogicalOp folded = product;

@@ -16,6 +16,8 @@ class DeadCodeEliminationPass final : public Pass {
  public:
   std::string name() const override { return "dead_code_elimination"; }
   std::vector<std::string> needs() const override { return {"shapes"}; }
+  // Cast folding and fusion leave the ops they replaced for it to drop.
+  bool skippable() const override { return false; }
 
   void run(Graph& graph, const CompileOptions&) override {
     std::vector<bool> live(graph.num_ops(), false);

@@ -24,6 +24,9 @@ Stream::~Stream() {
 }
 
 void Stream::synchronize() const {
+  // With its device current: on a thread that never chose one, the call would otherwise make
+  // device 0's context current (a stray context on a process that uses another GPU).
+  DeviceGuard guard(device_);
   check(cudaStreamSynchronize(static_cast<cudaStream_t>(native_)), "cudaStreamSynchronize",
         device_);
 }

@@ -77,12 +77,13 @@ def gpt_flops_per_token(c):
     return 6 * params + 12 * c["n_layer"] * c["n_embd"] * c["block_size"]
 
 
-def bench_gpt_ours(c, steps, dtype="float32"):
+def bench_gpt_ours(c, steps, dtype="float32", extra_env=None):
     flags = ["--n-layer", str(c["n_layer"]), "--n-embd", str(c["n_embd"]), "--n-head",
              str(c["n_head"]), "--block-size", str(c["block_size"]), "--batch-size",
              str(c["batch_size"]), "--synthetic", "--steps", str(steps), "--quiet",
              "--device", "cuda", "--dtype", dtype]
     env = {k: v for k, v in os.environ.items() if not k.startswith("OFL_")}
+    env.update(extra_env or {})
     out = subprocess.run([sys.executable, TRAIN, *flags], env=env, capture_output=True, text=True,
                          timeout=600)
     if out.returncode != 0:
@@ -177,11 +178,19 @@ def main():
     flops = gpt_flops_per_token(c) * tokens
     ours, first_loss, last_loss = bench_gpt_ours(c, args.steps)
     ours_bf16, first_bf16, last_bf16 = bench_gpt_ours(c, args.steps, "bfloat16")
+    # What two changes of 2026-11-27 give, each turned off alone (the same bf16 step): casts
+    # folded into products (Note [Casts folded into products]) and acts without events (Note
+    # [Acts without events]).
+    without = {name: bench_gpt_ours(c, args.steps, "bfloat16", {var: value})[0]
+               for name, (var, value) in {
+                   "cast_folding": ("OFL_SKIP_PASSES", "cast_folding"),
+                   "acts_without_events": ("OFL_EVENT_EVERY_ACT", "1")}.items()}
     fp32 = bench_gpt_torch(c, autocast=False)
     bf16 = bench_gpt_torch(c, autocast=True)
     gpt = {"config": c, "ours_fp32_s": ours, "ours_bf16_s": ours_bf16, "torch_fp32_s": fp32,
            "torch_bf16_autocast_s": bf16, "ours_loss": [first_loss, last_loss],
-           "ours_bf16_loss": [first_bf16, last_bf16]}
+           "ours_bf16_loss": [first_bf16, last_bf16],
+           "ours_bf16_without_s": without}
     print(f"GPT {c}: {tokens} tokens/step, {flops / 1e12:.2f} TFLOP/step")
     for name, seconds, dtype in [("ours float32 (nn.Graph)", ours, "float32"),
                                  ("ours bf16 (nn.Graph, --dtype bfloat16)", ours_bf16, "bfloat16"),
@@ -192,6 +201,9 @@ def main():
               f"MFU {100 * mfu:5.1f}% of the {dtype} peak", flush=True)
     print(f"  ours / torch float32: {fp32 / ours:.3f}x speed; ours bf16 / torch bf16 autocast: "
           f"{bf16 / ours_bf16:.3f}x")
+    for name, seconds in without.items():
+        print(f"  ours bf16 without {name}: {seconds * 1e3:8.2f} ms/step (with it "
+              f"{seconds / ours_bf16:.3f}x the speed)")
     results["gpt"] = gpt
     if args.json:
         with open(args.json, "w") as f:

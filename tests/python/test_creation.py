@@ -54,8 +54,20 @@ def test_to_takes_torchs_forms_and_refuses_what_it_does_not_know():
                                         r"\['dytpe'\]; it takes device, dtype, non_blocking"):
         x.to(dytpe=flow.float16)
     with pytest.raises(TypeError, match=r"\[Tensor.to\] expected a device, a dtype or a tensor. "
-                                        r"However, got 3"):
-        x.to(3)
+                                        r"However, got \[3\]"):
+        x.to([3])
+    if not flow.cuda.is_available():  # an index is a CUDA device, as in torch
+        with pytest.raises(RuntimeError, match=r"\[to\] device cuda:3 needs a CUDA device"):
+            x.to(3)
+    with pytest.raises(TypeError, match=r"\[Tensor.to\] got multiple values for argument "
+                                        r"'non_blocking'"):
+        x.to("cpu", True, non_blocking=False)
+    with pytest.raises(TypeError, match=r"\[Tensor.to\] the booleans non_blocking and copy "
+                                        r"come after a device"):
+        x.to(True)
+    with pytest.raises(TypeError, match=r"\[Tensor.to\] memory_format="):
+        x.to(flow.float32, memory_format="channels_last")
+    assert x.to(flow.float32, memory_format=None) is x
     layer = flow.nn.Linear(2, 2)
     with pytest.raises(TypeError, match=r"\[Module.to\] unexpected keyword arguments "
                                         r"\['devcie'\]"):

@@ -116,43 +116,65 @@ def cast(input, dtype):  # noqa: A002
 
 def to_arguments(where, args, kwargs):
     """(device, dtype, copy) of torch's ``to`` forms, shared by Tensor.to and Module.to:
-    to(device), to(dtype), to(device, dtype), to(tensor) (its device and dtype), then the
-    booleans non_blocking and copy, positionally or as keywords with device= and dtype=.
-    non_blocking is accepted and has no effect (the copies return once done). Anything else
-    raises TypeError naming it: a misspelt keyword must not be dropped silently."""
+    to(device), to(dtype), to(device, dtype), to(tensor) (its device and dtype), each followed
+    by the booleans non_blocking and copy, which may also be keywords with device= and dtype=.
+    A device may be an index (a CUDA device, as torch takes it). non_blocking is accepted and
+    has no effect (the copies return once done); memory_format only as None (tensors here are
+    contiguous). Anything else, or one argument given twice, raises TypeError naming it: a
+    misspelt keyword must not be dropped silently."""
     kwargs = dict(kwargs)
-    device, dtype = kwargs.pop("device", None), kwargs.pop("dtype", None)
-    flags = {"non_blocking": kwargs.pop("non_blocking", False), "copy": kwargs.pop("copy", False)}
-    if kwargs:
-        raise TypeError(f"[{where}] unexpected keyword arguments {sorted(kwargs)}; it takes "
-                        "device, dtype, non_blocking and copy.")
-    positional_flags = iter(["non_blocking", "copy"])
+    memory_format = kwargs.pop("memory_format", None)
+    if memory_format is not None:
+        raise TypeError(f"[{where}] memory_format={memory_format!r} is not supported: tensors "
+                        "here are contiguous (leave it out).")
+    allowed = ("device", "dtype", "non_blocking", "copy")
+    unknown = sorted(set(kwargs) - set(allowed))
+    if unknown:
+        raise TypeError(f"[{where}] unexpected keyword arguments {unknown}; it takes "
+                        f"{', '.join(allowed)}.")
+    given = {}
+
+    def give(name, value):
+        if name in given or name in kwargs:
+            raise TypeError(f"[{where}] got multiple values for argument '{name}'.")
+        given[name] = value
+
+    flags = iter(["non_blocking", "copy"])
     for a in args:
         if isinstance(a, bool):
-            name = next(positional_flags, None)
-            if name is None:
-                raise TypeError(f"[{where}] takes at most two booleans (non_blocking, copy). "
-                                f"However, got {args!r}.")
-            flags[name] = a
+            name = next(flags, None)
+            if not given or name is None:
+                raise TypeError(f"[{where}] the booleans non_blocking and copy come after a "
+                                f"device, a dtype or a tensor. However, got {args!r}.")
+            give(name, a)
+        elif given.keys() & {"non_blocking", "copy"}:
+            raise TypeError(f"[{where}] expected non_blocking and copy last. However, got "
+                            f"{args!r}.")
         elif isinstance(a, _C.dtype):
-            dtype = a
+            give("dtype", a)
         elif isinstance(a, (str, _C.device)):
-            device = a
+            give("device", a)
+        elif isinstance(a, int):
+            give("device", f"cuda:{a}")
         elif isinstance(a, _C.Tensor):
-            device, dtype = a.device, a.dtype
+            give("device", a.device)
+            give("dtype", a.dtype)
         else:
             raise TypeError(f"[{where}] expected a device, a dtype or a tensor. However, got "
                             f"{a!r}.")
-    return device, dtype, bool(flags["copy"])
+    given.update(kwargs)
+    return given.get("device"), given.get("dtype"), bool(given.get("copy", False))
 
 
 def _to(self, *args, **kwargs):
     """tensor.to(dtype), tensor.to("cuda:0"), tensor.to("cpu"), tensor.to(other), or both, with
-    torch's non_blocking and copy (to_arguments)."""
+    torch's non_blocking and copy (to_arguments). Inside nn.Graph.build() a dtype is always a
+    cast: under mixed precision the traced dtype may not be the one the graph runs in."""
     from oneflowlike import cuda
 
     device, dtype, copy = to_arguments("Tensor.to", args, kwargs)
-    out = self if dtype is None or dtype == self.dtype else _C.cast(self, dtype)
+    same_dtype = dtype is None or (dtype == self.dtype and not self.is_lazy)
+    out = self if same_dtype else _C.cast(self, dtype)
     if device is not None:
         cuda.check_device_supported("to", device)
         target = str(_C.device(str(device)))  # "cuda" -> "cuda:0"

@@ -260,8 +260,20 @@ TEST(ActStream, RunWaitsForEnqueuedWorkThatNothingWaitsOn) {
     EXPECT_EQ(values_of(out.at("y")), (std::vector<double>{-1, 0, -3, 0})) << "iteration " << i;
     EXPECT_FALSE(stream.busy());
   }
-  EXPECT_EQ(stream.launched(), 3);  // the ticks
+  EXPECT_EQ(stream.launched(), 3);   // the ticks
   EXPECT_EQ(stream.enqueued(), 12);  // INPUT, relu, neg, OUTPUT
+
+  // RuntimeOptions::event_every_act: every act launched, as before the Note (to measure it).
+  HeldStreams every;
+  every.enqueues = true;
+  RuntimeOptions options = every.options();
+  options.event_every_act = true;
+  Runtime launching(b.plan(), options);
+  every.by_rank.at(0)->open();
+  const auto out = launching.run({{"x", make_tensor({1, -2, 3, -4}, shape, DataType::kFloat32)}});
+  EXPECT_EQ(values_of(out.at("y")), (std::vector<double>{-1, 0, -3, 0}));
+  EXPECT_EQ(every.by_rank.at(0)->launched(), 5);
+  EXPECT_EQ(every.by_rank.at(0)->enqueued(), 0);
 }
 
 TEST(ActStream, ABusyStreamIsProgressNotAStall) {

@@ -14,6 +14,7 @@
 #include "oneflowlike/ops/matmul.h"
 #include "oneflowlike/ops/optimizer.h"
 #include "oneflowlike/ops/reduce.h"
+#include "oneflowlike/ops/softmax.h"
 #include "oneflowlike/ops/unary.h"
 #include "tests/cpp/ops/test_util.h"
 
@@ -179,6 +180,50 @@ TEST(Amp, CastsAfterProductsFoldIntoThemWhereTheCastIsTheOnlyReader) {
     for (const LogicalOp* r : readers(g, mm2.outputs[0])) casts += r->schema->name() == "cast";
     EXPECT_EQ(casts, 1);
     EXPECT_EQ(op_named(g, "relu_of_mm2").inputs.at(0), mm2.outputs[0]);
+  }
+}
+
+// A checkpointed block under mixed precision (it failed: the casts amp made between the block's
+// ops had no group, so the block's path left it and came back): each cast joins its input's
+// group, the block compiles, and its casts after products fold inside it too.
+TEST(Amp, CastsJoinTheirInputsCheckpointGroupAndFoldThere) {
+  GraphBuilder b{"amp_checkpointed"};
+  const int x = b.input("x", Shape{8, 4});
+  const int w1 = b.variable("w1", Shape{4, 6}, kInit);
+  const int w2 = b.variable("w2", Shape{6, 3}, kInit);
+  b.set_checkpoint_group("block");
+  // layer_norm (float32) between two matmuls: casts down after it and up before it, inside.
+  const int h = b.op1("matmul", MatmulParams{}, {x, w1}, "mm1");
+  const int n = b.op1("softmax", SoftmaxParams{}, {h}, "softmax");
+  const int y = b.op1("matmul", MatmulParams{}, {n, w2}, "mm2");
+  b.set_checkpoint_group("");
+  b.set_loss(b.op1("reduce_mean", ReduceParams{}, {y}, "loss"));
+  b.train().optimizer.kind = OptimizerConfig::Kind::kSgd;
+  b.train().amp_dtype = DataType::kBFloat16;
+  Graph& g = b.graph();
+  ASSERT_NO_THROW(run_logical_passes(g));
+  int casts_in_block = 0;
+  for (int i = 0; i < g.num_ops(); ++i) {
+    const LogicalOp& op = g.op(i);
+    if (op.kind != OpKind::kCompute || op.schema->name() != "cast" || op.role != OpRole::kForward) {
+      continue;
+    }
+    const int producer = g.tensor(op.inputs[0]).producer;
+    if (g.op(producer).kind == OpKind::kVariable) {
+      EXPECT_EQ(op.checkpoint_group, "") << op.name;  // a weight's cast
+    } else {
+      EXPECT_EQ(op.checkpoint_group, g.op(producer).checkpoint_group) << op.name;
+      casts_in_block += op.checkpoint_group == "block";
+    }
+  }
+  EXPECT_GT(casts_in_block, 0);
+  // mm1's output, read only by the cast up to float32 for softmax, is mm1 writing float32; so
+  // are the weights' gradients, whose products read the block's recomputed activations.
+  EXPECT_TRUE(op_named(g, "mm1").params.as<MatmulParams>().float32_out);
+  for (const auto& [variable, grad] : g.variable_grads) {
+    const LogicalOp& made_by = g.op(g.tensor(grad).producer);
+    EXPECT_EQ(made_by.schema->name(), "matmul") << g.op(variable).name;
+    EXPECT_EQ(made_by.checkpoint_group, "block") << g.op(variable).name;
   }
 }
 

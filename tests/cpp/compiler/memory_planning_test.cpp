@@ -667,9 +667,8 @@ TEST(MemoryPlanning, UnderAccumulationTheBucketsAreTheAccumulatorsAndAreReducedI
     // parameters, Adam's two moments and one whole gradient (all live before the update), at
     // most the live peak.
     const auto& at_peak = report.by_kind;
-    EXPECT_GE(report.model_states_peak, at_peak.at("parameters") +
-                                            at_peak.at("optimizer state") +
-                                            at_peak.at("gradients"));
+    EXPECT_GE(report.model_states_peak,
+              at_peak.at("parameters") + at_peak.at("optimizer state") + at_peak.at("gradients"));
     EXPECT_GE(report.model_states_peak, at_peak.at("parameters") * 4);
     EXPECT_LE(report.model_states_peak, report.live_peak);
     EXPECT_FALSE(report.model_states_task.empty());

@@ -77,11 +77,13 @@ TEST(PassManager, DumpsTheGraphAfterARequestedPass) {
   EXPECT_FALSE(std::ifstream(options.dump_dir + "/1_shape_inference.txt").good());
 }
 
-// CompileOptions::skip_passes: a pass nothing needs is left out (the casts stay where folding
-// would have removed them); one that others need, or a name of no pass, is refused by name.
+// CompileOptions::skip_passes: a pass nothing needs is left out (the cast stays where folding
+// would have removed it, Note [Casts folded into products]); one that others need, or a name of
+// no pass, is refused by name.
 TEST(PassManager, SkipsOnlyPassesNoOtherPassNeeds) {
   const auto graph = [] {
     GraphBuilder b;
+    b.train().amp_dtype = DataType::kBFloat16;
     const int x = b.op1("cast", CastParams{DataType::kBFloat16}, {b.input("x", Shape{2, 3})});
     const int w = b.op1("cast", CastParams{DataType::kBFloat16}, {b.input("w", Shape{3, 4})});
     b.fetch(b.op1("cast", CastParams{DataType::kFloat32}, {b.op1("matmul", MatmulParams{}, {x, w})},
@@ -99,15 +101,21 @@ TEST(PassManager, SkipsOnlyPassesNoOtherPassNeeds) {
   options.skip_passes = {"cast_folding"};
   run_logical_passes(kept.graph(), options);
   EXPECT_EQ(product_of(kept.graph()), "cast");
+  // Without mixed precision a cast after a product is the user's: it stays.
+  GraphBuilder plain = graph();
+  plain.train().amp_dtype = DataType::kFloat32;
+  run_logical_passes(plain.graph());
+  EXPECT_EQ(product_of(plain.graph()), "cast");
   for (const auto& [name, phrase] : std::vector<std::pair<std::string, std::string>>{
            {"autograd",
-            "cannot skip pass 'autograd' (OFL_SKIP_PASSES or "
-            "CompileOptions::skip_passes): later passes need what it provides "
-            "('gradients')"},
+            "cannot skip pass 'autograd' (OFL_SKIP_PASSES or CompileOptions::skip_passes): later "
+            "passes need what it provides ('gradients')"},
+           {"dead_code_elimination",
+            "cannot skip pass 'dead_code_elimination' (OFL_SKIP_PASSES or "
+            "CompileOptions::skip_passes): later passes need it (they leave dead ops for it)"},
            {"folding",
-            "cannot skip pass 'folding' (OFL_SKIP_PASSES or "
-            "CompileOptions::skip_passes): there is no such pass. The passes are: "
-            "shape_inference, amp, autograd, cast_folding"}}) {
+            "cannot skip pass 'folding' (OFL_SKIP_PASSES or CompileOptions::skip_passes): there "
+            "is no such pass. The passes are: shape_inference, amp, autograd, cast_folding"}}) {
     GraphBuilder b = graph();
     options.skip_passes = {name};
     try {
