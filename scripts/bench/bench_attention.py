@@ -70,17 +70,24 @@ def main():
     for threads in args.threads:
         env = {**os.environ, "OMP_NUM_THREADS": str(threads)}
         results = {"ours": [], "torch": []}
+        if args.dtype == "bfloat16":  # also ours on widened copies (Note [bfloat16 tile products])
+            results["ours_widened"] = []
         for _ in range(args.repeats):
             for side in results:
                 out = subprocess.run(
-                    [sys.executable, __file__, "--side", side, "--threads", str(threads),
-                     "--steps", str(args.steps), "--dtype", args.dtype, "--shape",
+                    [sys.executable, __file__, "--side", side.split("_")[0], "--threads",
+                     str(threads), "--steps", str(args.steps), "--dtype", args.dtype, "--shape",
                      *map(str, args.shape)],
-                    env=env, capture_output=True, text=True, timeout=1800, check=True)
+                    env={**env, "OFL_BF16_TILES": "0"} if side == "ours_widened" else env,
+                    capture_output=True, text=True, timeout=1800, check=True)
                 results[side].append(json.loads(out.stdout.strip().splitlines()[-1]))
         ours, theirs = (statistics.median(results[s]) for s in ("ours", "torch"))
         print(f"{threads} thread(s): ours {ours:.1f} ms, torch {theirs:.1f} ms, "
               f"torch/ours {theirs / ours:.2f}")
+        if "ours_widened" in results:
+            widened = statistics.median(results["ours_widened"])
+            print(f"{threads} thread(s): ours on widened copies (OFL_BF16_TILES=0) "
+                  f"{widened:.1f} ms: the tile products {widened / ours:.2f}x its speed")
 
 
 if __name__ == "__main__":

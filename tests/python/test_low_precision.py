@@ -54,6 +54,12 @@ CASES = {  # name: (function, inputs as numpy arrays, differentiable)
 }
 
 
+# Kernels that compute in 16 bits themselves, so round more than once (their own tests hold them
+# to the dtype's tolerance): bfloat16 attention multiplies its tiles in bfloat16 on CPUs with
+# AVX512-BF16, its probabilities rounded as the operand of p v (Note [bfloat16 tile products]).
+NOT_ROUNDED_ONCE = {("attention", "bfloat16")}
+
+
 @pytest.mark.parametrize("dtype", list(LOW))
 @pytest.mark.parametrize("case", list(CASES))
 def test_a_sixteen_bit_op_is_its_float32_kernel_rounded_once(case, dtype):
@@ -66,8 +72,12 @@ def test_a_sixteen_bit_op_is_its_float32_kernel_rounded_once(case, dtype):
         np.testing.assert_array_equal(out.numpy(), want.numpy())
         return
     assert out.dtype == low
-    np.testing.assert_array_equal(out.to(flow.float32).numpy(),
-                                  want.to(low).to(flow.float32).numpy())
+    if (case, dtype) in NOT_ROUNDED_ONCE:
+        np.testing.assert_allclose(out.to(flow.float32).numpy(), want.numpy(),
+                                   rtol=KERNEL_RTOL[dtype], atol=KERNEL_RTOL[dtype])
+    else:
+        np.testing.assert_array_equal(out.to(flow.float32).numpy(),
+                                      want.to(low).to(flow.float32).numpy())
     if not differentiable:
         return
     ours = [t.detach().requires_grad_() for t in rounded]

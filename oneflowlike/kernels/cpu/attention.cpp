@@ -12,7 +12,12 @@
 //    nothing is summed by two threads. Per (key tile, query head, query tile): p = exp(s - lse),
 //    dv += p^T dout, dp = dout v^T, ds = p (dp - D), dk += scale ds^T q, dq += scale ds k.
 // Every row's sums run in one order fixed by the tile sizes: results do not depend on threads.
-// float16 and bfloat16 run the float32 kernel on widened copies (Note [Widened kernels]).
+// bfloat16 multiplies its tiles as they are, on AVX512-BF16 (Note [bfloat16 tile products] in
+// bf16_tiles.h, Tiles below), with everything else in float32: scores, the softmax steps, the
+// accumulators of out, dq, dk and dv (rounded once at the end), and p and ds rounded to bfloat16
+// as the operands of their products, as flash attention and our CUDA kernel do. Without those
+// instructions, and for float16, the float32 kernel runs on widened copies (Note [Widened
+// kernels]).
 
 #include "oneflowlike/ops/attention.h"
 
@@ -23,6 +28,7 @@
 
 #include "oneflowlike/common/parallel.h"
 #include "oneflowlike/half.h"
+#include "oneflowlike/kernels/cpu/bf16_tiles.h"
 #include "oneflowlike/kernels/cpu/gemm.h"
 #include "oneflowlike/kernels/cpu/vec_math.h"
 #include "oneflowlike/kernels/cpu/widened.h"
@@ -59,22 +65,102 @@ HeadView<T> head_view(const KernelContext& ctx, int q_at, int mask_at, const Att
   return view;
 }
 
+// How a kernel stored in S multiplies its tiles: c = alpha * op(a) op(b) + beta * c in the
+// compute type C, `a` in S (ss) or in C (cs, the probabilities and their gradients), `b` in S.
+// float and double through cpu::gemm.
+template <class S>
+struct Tiles {
+  using C = S;
+  static void fresh() {}
+  static void ss(bool ta, bool tb, int64_t m, int64_t n, int64_t k, C alpha, const S* a,
+                 int64_t lda, const S* b, int64_t ldb, C beta, C* c, int64_t ldc) {
+    gemm<S>(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+  }
+  static void cs(bool ta, bool tb, int64_t m, int64_t n, int64_t k, C alpha, const C* a,
+                 int64_t lda, const S* b, int64_t ldb, C beta, C* c, int64_t ldc) {
+    gemm<S>(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+  }
+};
+
+// bfloat16: the tile products (needs bf16_tiles::available()), float32 results; a float32 `a`
+// is rounded to bfloat16 first. A b packed once is kept until fresh(): the key and value tiles
+// are the operands of every query tile of a head, and the query and output-gradient tiles of
+// every key tile in the backward. The kernels call fresh() when they start on other heads (the
+// inputs may be other tensors at the same addresses in the next call).
+template <>
+struct Tiles<bfloat16> {
+  using C = float;
+  struct Packed {
+    const bfloat16* b = nullptr;
+    int64_t ldb = 0, n = 0, k = 0;
+    bool tb = false;
+    bf16_tiles::PackedB packed;
+  };
+  // The packed tiles [0, used); those past it keep their memory for the next ones.
+  struct Cache {
+    std::vector<Packed> packs;
+    size_t used = 0;
+  };
+  static Cache& cache() {
+    thread_local Cache c;
+    return c;
+  }
+  static void fresh() { cache().used = 0; }
+  static const bf16_tiles::PackedB& packed(bool tb, int64_t n, int64_t k, const bfloat16* b,
+                                           int64_t ldb) {
+    constexpr size_t kKept = 64;  // a head's tiles at 8 K tokens
+    Cache& c = cache();
+    for (size_t i = 0; i < c.used; ++i) {
+      const Packed& p = c.packs[i];
+      if (p.b == b && p.ldb == ldb && p.n == n && p.k == k && p.tb == tb) return p.packed;
+    }
+    if (c.used == kKept) c.used = 0;
+    if (c.used == c.packs.size()) c.packs.emplace_back();
+    Packed& p = c.packs[c.used++];
+    p.b = b;
+    p.ldb = ldb;
+    p.n = n;
+    p.k = k;
+    p.tb = tb;
+    if (tb) {
+      bf16_tiles::pack_transposed(b, ldb, n, k, &p.packed);
+    } else {
+      bf16_tiles::pack(b, ldb, k, n, &p.packed);
+    }
+    return p.packed;
+  }
+  static void ss(bool ta, bool tb, int64_t m, int64_t n, int64_t k, C alpha, const bfloat16* a,
+                 int64_t lda, const bfloat16* b, int64_t ldb, C beta, C* c, int64_t ldc) {
+    OFL_ASSERT(!ta) << "the attention kernel reads its bfloat16 a as rows";
+    bf16_tiles::product(m, a, lda, packed(tb, n, k, b, ldb), alpha, beta, c, ldc);
+  }
+  static void cs(bool ta, bool tb, int64_t m, int64_t n, int64_t k, C alpha, const C* a,
+                 int64_t lda, const bfloat16* b, int64_t ldb, C beta, C* c, int64_t ldc) {
+    thread_local std::vector<bfloat16> rounded;
+    bf16_tiles::round_to(a, lda, m, k, ta, &rounded);
+    bf16_tiles::product(m, rounded.data(), k, packed(tb, n, k, b, ldb), alpha, beta, c, ldc);
+  }
+};
+
+template <class S>
+using compute_of = typename Tiles<S>::C;
+
 // Scores of queries [q0, q0 + nq) against keys [k0, k0 + nk) into s (nq, nk): q k^T * scale,
 // plus the mask, -inf where causal hides the key.
-template <class T>
+template <class T, class C = compute_of<T>>
 void scores(const HeadView<T>& hv, const AttentionDims& d, const AttentionParams& p, int64_t q0,
-            int64_t nq, int64_t k0, int64_t nk, T* s) {
-  gemm<T>(false, true, nq, nk, d.head_dim, static_cast<T>(p.scale), hv.q + q0 * d.head_dim,
-          d.head_dim, hv.k + k0 * d.head_dim, d.head_dim, T(0), s, nk);
+            int64_t nq, int64_t k0, int64_t nk, C* s) {
+  Tiles<T>::ss(false, true, nq, nk, d.head_dim, static_cast<C>(p.scale), hv.q + q0 * d.head_dim,
+               d.head_dim, hv.k + k0 * d.head_dim, d.head_dim, C(0), s, nk);
   for (int64_t i = 0; i < nq; ++i) {
-    T* row = s + i * nk;
+    C* row = s + i * nk;
     if (hv.mask != nullptr) {
       const T* m = hv.mask + (q0 + i) * hv.ms.query + k0 * hv.ms.key;
-      for (int64_t j = 0; j < nk; ++j) row[j] += m[j * hv.ms.key];
+      for (int64_t j = 0; j < nk; ++j) row[j] += static_cast<C>(m[j * hv.ms.key]);
     }
     if (p.is_causal) {
       for (int64_t j = std::max<int64_t>(0, q0 + i + 1 - k0); j < nk; ++j) {
-        row[j] = -std::numeric_limits<T>::infinity();
+        row[j] = -std::numeric_limits<C>::infinity();
       }
     }
   }
@@ -105,57 +191,63 @@ int64_t keys_read(const AttentionDims& d, const AttentionParams& p, int64_t q_en
 // (q, k, v[, mask]) -> (out, lse).
 template <class T>
 struct AttentionKernel {
+  using C = compute_of<T>;
   static void run(const KernelContext& ctx) {
     const AttentionDims d = attention_dims(ctx.in(0), ctx.in(1), ctx.in(2));
     const AttentionParams& p = ctx.p<AttentionParams>();
     const int mask_at = ctx.inputs.size() == 4 ? 3 : -1;
     T* out = ctx.out(0).data<T>();
-    T* lse = ctx.out(1).data<T>();
+    C* lse = ctx.out(1).data<C>();
     const int64_t tiles = (d.queries + kQueryTile - 1) / kQueryTile;
     const int64_t tasks = d.batch * d.heads * tiles;
-    const T inf = std::numeric_limits<T>::infinity();
+    const C inf = std::numeric_limits<C>::infinity();
     parallel_for(tasks, 1, [&](int64_t begin, int64_t end) {
-      std::vector<T> s(kQueryTile * kKeyTile), acc(kQueryTile * d.value_dim), m(kQueryTile),
+      std::vector<C> s(kQueryTile * kKeyTile), acc(kQueryTile * d.value_dim), m(kQueryTile),
           l(kQueryTile);
+      int64_t head = -1;  // whose tiles Tiles<T> keeps
       for (int64_t task = begin; task < end; ++task) {
         const int64_t bh = task / tiles, q0 = (task % tiles) * kQueryTile;
+        if (bh != head) {
+          Tiles<T>::fresh();
+          head = bh;
+        }
         const int64_t b = bh / d.heads, h = bh % d.heads;
         const int64_t nq = std::min(kQueryTile, d.queries - q0);
         const HeadView<T> hv = head_view<T>(ctx, 0, mask_at, d, b, h);
         std::fill(m.begin(), m.end(), -inf);
-        std::fill(l.begin(), l.end(), T(0));
-        std::fill(acc.begin(), acc.end(), T(0));
+        std::fill(l.begin(), l.end(), C(0));
+        std::fill(acc.begin(), acc.end(), C(0));
         const int64_t last = keys_read(d, p, q0 + nq);
         for (int64_t k0 = 0; k0 < last; k0 += kKeyTile) {
           const int64_t nk = std::min(kKeyTile, d.keys - k0);
           scores(hv, d, p, q0, nq, k0, nk, s.data());
           for (int64_t i = 0; i < nq; ++i) {
-            T* row = s.data() + i * nk;
-            T top = m[i];
+            C* row = s.data() + i * nk;
+            C top = m[i];
             for (int64_t j = 0; j < nk; ++j) top = std::max(top, row[j]);
             if (top == -inf) {  // nothing seen yet in this row: no mass, nothing to rescale
-              std::fill(row, row + nk, T(0));
+              std::fill(row, row + nk, C(0));
               continue;
             }
-            const T rescale = std::exp(m[i] - top);
+            const C rescale = std::exp(m[i] - top);
             exp_shifted(row, nk, top);
-            T sum = 0;
+            C sum = 0;
             for (int64_t j = 0; j < nk; ++j) sum += row[j];
             l[i] = l[i] * rescale + sum;
             m[i] = top;
-            if (rescale != T(1)) {
-              T* a = acc.data() + i * d.value_dim;
+            if (rescale != C(1)) {
+              C* a = acc.data() + i * d.value_dim;
               for (int64_t c = 0; c < d.value_dim; ++c) a[c] *= rescale;
             }
           }
-          gemm<T>(false, false, nq, d.value_dim, nk, T(1), s.data(), nk, hv.v + k0 * d.value_dim,
-                  d.value_dim, T(1), acc.data(), d.value_dim);
+          Tiles<T>::cs(false, false, nq, d.value_dim, nk, C(1), s.data(), nk,
+                       hv.v + k0 * d.value_dim, d.value_dim, C(1), acc.data(), d.value_dim);
         }
         T* o = out + (bh * d.queries + q0) * d.value_dim;
         for (int64_t i = 0; i < nq; ++i) {
           // A row that sees no key is 0 / 0: NaN, as softmax over nothing is in PyTorch.
           for (int64_t c = 0; c < d.value_dim; ++c) {
-            o[i * d.value_dim + c] = acc[i * d.value_dim + c] / l[i];
+            o[i * d.value_dim + c] = static_cast<T>(acc[i * d.value_dim + c] / l[i]);
           }
           lse[bh * d.queries + q0 + i] = m[i] + std::log(l[i]);
         }
@@ -164,49 +256,93 @@ struct AttentionKernel {
   }
 };
 
+// What a backward task sums dq, dk and dv into: the outputs themselves when they are in the
+// compute type (zeroed first), else float32 buffers of the task's heads, rounded into the
+// outputs once the task is done.
+template <class T>
+struct GradSums {
+  using C = compute_of<T>;
+  static constexpr bool kDirect = std::is_same_v<T, C>;
+  C* dq = nullptr;  // the task's group of query heads: (group, L, E)
+  C* dk = nullptr;  // (S, E)
+  C* dv = nullptr;  // (S, Ev)
+  std::vector<C> buffer;
+  void start(T* dq_out, T* dk_out, T* dv_out, const AttentionDims& d) {
+    if constexpr (kDirect) {
+      dq = dq_out;
+      dk = dk_out;
+      dv = dv_out;
+    } else {
+      const int64_t nq = d.group() * d.queries * d.head_dim, nk = d.keys * d.head_dim;
+      buffer.assign(nq + nk + d.keys * d.value_dim, C(0));
+      dq = buffer.data();
+      dk = dq + nq;
+      dv = dk + nk;
+    }
+  }
+  void finish(T* dq_out, T* dk_out, T* dv_out, const AttentionDims& d) const {
+    if constexpr (!kDirect) {
+      const auto round = [](const C* from, T* to, int64_t n) {
+        for (int64_t i = 0; i < n; ++i) to[i] = static_cast<T>(from[i]);
+      };
+      round(dq, dq_out, d.group() * d.queries * d.head_dim);
+      round(dk, dk_out, d.keys * d.head_dim);
+      round(dv, dv_out, d.keys * d.value_dim);
+    }
+  }
+};
+
 // (dout, q, k, v, out, lse[, mask]) -> (dq, dk, dv).
 template <class T>
 struct AttentionGradKernel {
+  using C = compute_of<T>;
   static void run(const KernelContext& ctx) {
     const AttentionDims d = attention_dims(ctx.in(1), ctx.in(2), ctx.in(3));
     const AttentionParams& p = ctx.p<AttentionParams>();
     const int mask_at = ctx.inputs.size() == 7 ? 6 : -1;
     const T* dout = ctx.in(0).data<T>();
     const T* out = ctx.in(4).data<T>();
-    const T* lse = ctx.in(5).data<T>();
+    const C* lse = ctx.in(5).data<C>();
     T* dq = ctx.out(0).data<T>();
     T* dk = ctx.out(1).data<T>();
     T* dv = ctx.out(2).data<T>();
-    std::fill(dq, dq + ctx.out(0).numel(), T(0));
-    std::fill(dk, dk + ctx.out(1).numel(), T(0));
-    std::fill(dv, dv + ctx.out(2).numel(), T(0));
+    if constexpr (GradSums<T>::kDirect) {
+      std::fill(dq, dq + ctx.out(0).numel(), T(0));
+      std::fill(dk, dk + ctx.out(1).numel(), T(0));
+      std::fill(dv, dv + ctx.out(2).numel(), T(0));
+    }
     // D_i = sum_c dout_ic out_ic, one per query row.
     const int64_t rows = d.batch * d.heads * d.queries;
-    std::vector<T> dsum(rows);
+    std::vector<C> dsum(rows);
     parallel_for(rows, std::max<int64_t>(1, kParallelGrain / std::max<int64_t>(1, d.value_dim)),
                  [&](int64_t begin, int64_t end) {
                    for (int64_t r = begin; r < end; ++r) {
-                     T acc = 0;
+                     C acc = 0;
                      for (int64_t c = 0; c < d.value_dim; ++c) {
-                       acc += dout[r * d.value_dim + c] * out[r * d.value_dim + c];
+                       acc += static_cast<C>(dout[r * d.value_dim + c]) *
+                              static_cast<C>(out[r * d.value_dim + c]);
                      }
                      dsum[r] = acc;
                    }
                  });
-    const T scale = static_cast<T>(p.scale);
+    const C scale = static_cast<C>(p.scale);
     parallel_for(d.batch * d.kv_heads, 1, [&](int64_t begin, int64_t end) {
-      std::vector<T> s(kQueryTile * kKeyTile), dp(kQueryTile * kKeyTile);
+      std::vector<C> s(kQueryTile * kKeyTile), dp(kQueryTile * kKeyTile);
+      GradSums<T> sums;
       for (int64_t task = begin; task < end; ++task) {
         const int64_t b = task / d.kv_heads, kv = task % d.kv_heads;
+        T* dq_group = dq + (b * d.heads + kv * d.group()) * d.queries * d.head_dim;
         T* dk_head = dk + task * d.keys * d.head_dim;
         T* dv_head = dv + task * d.keys * d.value_dim;
+        sums.start(dq_group, dk_head, dv_head, d);
+        Tiles<T>::fresh();
         for (int64_t k0 = 0; k0 < d.keys; k0 += kKeyTile) {
           const int64_t nk = std::min(kKeyTile, d.keys - k0);
           for (int64_t h = kv * d.group(); h < (kv + 1) * d.group(); ++h) {
             const HeadView<T> hv = head_view<T>(ctx, 1, mask_at, d, b, h);
             const int64_t bh = b * d.heads + h;
             const T* dout_head = dout + bh * d.queries * d.value_dim;
-            T* dq_head = dq + bh * d.queries * d.head_dim;
+            C* dq_head = sums.dq + (h - kv * d.group()) * d.queries * d.head_dim;
             // Under is_causal, query tiles ending at or before k0 see none of these keys.
             const int64_t first = p.is_causal ? k0 / kQueryTile * kQueryTile : 0;
             for (int64_t q0 = first; q0 < d.queries; q0 += kQueryTile) {
@@ -216,26 +352,29 @@ struct AttentionGradKernel {
                 exp_shifted(s.data() + i * nk, nk, lse[bh * d.queries + q0 + i]);
               }
               // dv += p^T dout; dp = dout v^T.
-              gemm<T>(true, false, nk, d.value_dim, nq, T(1), s.data(), nk,
-                      dout_head + q0 * d.value_dim, d.value_dim, T(1), dv_head + k0 * d.value_dim,
-                      d.value_dim);
-              gemm<T>(false, true, nq, nk, d.value_dim, T(1), dout_head + q0 * d.value_dim,
-                      d.value_dim, hv.v + k0 * d.value_dim, d.value_dim, T(0), dp.data(), nk);
+              Tiles<T>::cs(true, false, nk, d.value_dim, nq, C(1), s.data(), nk,
+                           dout_head + q0 * d.value_dim, d.value_dim, C(1),
+                           sums.dv + k0 * d.value_dim, d.value_dim);
+              Tiles<T>::ss(false, true, nq, nk, d.value_dim, C(1), dout_head + q0 * d.value_dim,
+                           d.value_dim, hv.v + k0 * d.value_dim, d.value_dim, C(0), dp.data(), nk);
               // ds = p (dp - D), kept in s.
               for (int64_t i = 0; i < nq; ++i) {
-                const T di = dsum[bh * d.queries + q0 + i];
+                const C di = dsum[bh * d.queries + q0 + i];
                 for (int64_t j = 0; j < nk; ++j) {
                   s[i * nk + j] *= dp[i * nk + j] - di;
                 }
               }
               // dk += scale ds^T q; dq += scale ds k.
-              gemm<T>(true, false, nk, d.head_dim, nq, scale, s.data(), nk, hv.q + q0 * d.head_dim,
-                      d.head_dim, T(1), dk_head + k0 * d.head_dim, d.head_dim);
-              gemm<T>(false, false, nq, d.head_dim, nk, scale, s.data(), nk, hv.k + k0 * d.head_dim,
-                      d.head_dim, T(1), dq_head + q0 * d.head_dim, d.head_dim);
+              Tiles<T>::cs(true, false, nk, d.head_dim, nq, scale, s.data(), nk,
+                           hv.q + q0 * d.head_dim, d.head_dim, C(1), sums.dk + k0 * d.head_dim,
+                           d.head_dim);
+              Tiles<T>::cs(false, false, nq, d.head_dim, nk, scale, s.data(), nk,
+                           hv.k + k0 * d.head_dim, d.head_dim, C(1), dq_head + q0 * d.head_dim,
+                           d.head_dim);
             }
           }
         }
+        sums.finish(dq_group, dk_head, dv_head, d);
       }
     });
   }
@@ -248,10 +387,38 @@ OFL_REGISTER_KERNEL("scaled_dot_product_attention_masked", kCPU, AttentionKernel
 OFL_REGISTER_KERNEL("scaled_dot_product_attention_grad", kCPU, AttentionGradKernel, float, double);
 OFL_REGISTER_KERNEL("scaled_dot_product_attention_masked_grad", kCPU, AttentionGradKernel, float,
                     double);
-// float16 and bfloat16 through the float32 kernels (Note [Widened kernels] in widened.h).
-OFL_REGISTER_WIDENED_KERNEL("scaled_dot_product_attention", AttentionKernel);
-OFL_REGISTER_WIDENED_KERNEL("scaled_dot_product_attention_masked", AttentionKernel);
-OFL_REGISTER_WIDENED_KERNEL("scaled_dot_product_attention_grad", AttentionGradKernel);
-OFL_REGISTER_WIDENED_KERNEL("scaled_dot_product_attention_masked_grad", AttentionGradKernel);
+namespace {
+
+// float16 through the float32 kernels (Note [Widened kernels] in widened.h); bfloat16 on the
+// tile products where the CPU has them, else as float16.
+template <template <class> class Kernel>
+struct Bf16Tiled {
+  static void run(const KernelContext& ctx) {
+    if (bf16_tiles::available()) {
+      Kernel<bfloat16>::run(ctx);
+    } else {
+      Widened<bfloat16, Kernel>::run(ctx);
+    }
+  }
+};
+
+template <template <class> class Kernel>
+bool register_16_bit(const char* name) {
+  OpSchema& op = OpRegistry::global().get_or_create(name);
+  op.add_kernel(DeviceType::kCPU, DataType::kFloat16, &Widened<float16, Kernel>::run);
+  op.add_kernel(DeviceType::kCPU, DataType::kBFloat16, &Bf16Tiled<Kernel>::run);
+  note_widened_kernel(&Widened<float16, Kernel>::run);
+  // The memory report counts the widening arena where the fallback widens.
+  if (!bf16_tiles::available()) note_widened_kernel(&Bf16Tiled<Kernel>::run);
+  return true;
+}
+
+[[maybe_unused]] const bool kRegistered16Bit =
+    register_16_bit<AttentionKernel>("scaled_dot_product_attention") &&
+    register_16_bit<AttentionKernel>("scaled_dot_product_attention_masked") &&
+    register_16_bit<AttentionGradKernel>("scaled_dot_product_attention_grad") &&
+    register_16_bit<AttentionGradKernel>("scaled_dot_product_attention_masked_grad");
+
+}  // namespace
 
 }  // namespace ofl::cpu

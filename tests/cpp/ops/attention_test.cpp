@@ -9,7 +9,9 @@
 #include <limits>
 #include <string>
 
+#include "oneflowlike/kernels/cpu/bf16_tiles.h"
 #include "oneflowlike/op.h"
+#include "oneflowlike/ops/creation.h"
 #include "tests/cpp/ops/test_util.h"
 
 namespace ofl {
@@ -132,6 +134,44 @@ TEST(Attention, SixteenBitDtypesMatchTheAttentionOfTheirInputs) {
       const auto grads = functional::scaled_dot_product_attention_grad(out[0], q, k, v, out[0],
                                                                        out[1], mask, 0.4, c.causal);
       EXPECT_EQ(grads[0].dtype(), dtype);
+    }
+  }
+}
+
+// bfloat16's backward (Note [bfloat16 tile products] where the CPU has AVX512-BF16: p and ds
+// rounded to bfloat16 as operands, float32 sums; else the float32 kernel on widened copies)
+// against the float32 kernel on the same values: within the dtype's tolerance, relative to the
+// gradient's largest magnitude.
+TEST(Attention, BfloatSixteenGradientsMatchTheFloat32Kernel) {
+  int seed = 70;
+  for (const Case& c : cases()) {
+    SCOPED_TRACE(str_cat("q ", c.q.to_string(), " k ", c.k.to_string(), c.causal ? " causal" : "",
+                         " mask ", c.mask.to_string(),
+                         cpu::bf16_tiles::available() ? " (tile products)" : " (widened)"));
+    const DataType bf16 = DataType::kBFloat16;
+    const Tensor q = random_tensor(c.q, bf16, ++seed);
+    const Tensor k = random_tensor(c.k, bf16, ++seed);
+    const Tensor v = random_tensor(c.v, bf16, ++seed);
+    const Tensor mask = c.mask.ndim() > 0 ? random_tensor(c.mask, bf16, ++seed) : Tensor();
+    const Tensor dout = random_tensor(Shape{c.q[0], c.q[1], c.q[2], c.v[3]}, bf16, ++seed);
+    const auto up = [](const Tensor& t) {
+      return t.defined() ? functional::cast(t, DataType::kFloat32) : Tensor();
+    };
+    const auto fwd = functional::scaled_dot_product_attention(q, k, v, mask, 0.4, c.causal);
+    const auto grads = functional::scaled_dot_product_attention_grad(dout, q, k, v, fwd[0], fwd[1],
+                                                                     mask, 0.4, c.causal);
+    const auto fwd32 =
+        functional::scaled_dot_product_attention(up(q), up(k), up(v), up(mask), 0.4, c.causal);
+    const auto want = functional::scaled_dot_product_attention_grad(
+        up(dout), up(q), up(k), up(v), fwd32[0], fwd32[1], up(mask), 0.4, c.causal);
+    for (int i = 0; i < 3; ++i) {
+      SCOPED_TRACE(std::string("d") + "qkv"[i]);
+      ASSERT_EQ(grads[i].dtype(), bf16);
+      const std::vector<double> expected = values_of(want[i]);
+      double largest = 0;
+      for (double x : expected) largest = std::max(largest, std::abs(x));
+      const double tol = testing::dtype_tolerance(bf16);
+      expect_close(grads[i], expected, want[i].shape(), tol, tol * largest);
     }
   }
 }

@@ -1,0 +1,180 @@
+// bfloat16 tile products on AVX512-BF16 (Note [bfloat16 tile products] in the header).
+
+#include "oneflowlike/kernels/cpu/bf16_tiles.h"
+
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+namespace ofl::cpu::bf16_tiles {
+
+namespace {
+
+constexpr int64_t kLanes = 16;  // float32 lanes of a register, and columns of a block half
+
+int64_t round_up(int64_t x, int64_t to) { return (x + to - 1) / to * to; }
+
+// Sizes `out` for B (k, n) and returns the packed pairs, as 32-bit words (a pair per column).
+uint32_t* shape(PackedB* out, int64_t k, int64_t n) {
+  out->k = k;
+  out->n = n;
+  out->n_padded = round_up(std::max<int64_t>(n, 1), kLanes);
+  out->data.resize(static_cast<size_t>((k + 1) / 2 * out->n_padded * 2));
+  return reinterpret_cast<uint32_t*>(out->data.data());
+}
+
+// The pair (lo, hi) as the lane reads it: lo in the low half.
+uint32_t pair(uint16_t lo, uint16_t hi) { return static_cast<uint32_t>(lo) | (uint32_t{hi} << 16); }
+
+// R rows x (Two ? 32 : 16) columns of C from row block `a` (R rows, stride lda) and the packed
+// pairs starting at column j0; `cols` of the block are stored (masked), `full` pairs are read as
+// 32-bit words and an odd k's last element alone (never past the row's end).
+template <int R, bool Two>
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16"))) void block(
+    const uint16_t* a, int64_t lda, const PackedB& b, int64_t j0, int64_t cols, float alpha,
+    float beta, float* c, int64_t ldc) {
+  const int64_t pairs = (b.k + 1) / 2, full = b.k / 2;
+  const uint32_t* packed = reinterpret_cast<const uint32_t*>(b.data.data());
+  __m512 acc[R][2];
+  for (int r = 0; r < R; ++r) acc[r][0] = acc[r][1] = _mm512_setzero_ps();
+  for (int64_t p = 0; p < pairs; ++p) {
+    const uint32_t* row = packed + p * b.n_padded + j0;
+    const __m512bh b0 = (__m512bh)_mm512_loadu_si512(row);
+    const __m512bh b1 = Two ? (__m512bh)_mm512_loadu_si512(row + kLanes) : b0;
+    for (int r = 0; r < R; ++r) {
+      const uint16_t* ar = a + r * lda + 2 * p;
+      uint32_t word;
+      if (p < full) {
+        std::memcpy(&word, ar, sizeof(word));
+      } else {
+        word = ar[0];
+      }
+      const __m512bh av = (__m512bh)_mm512_set1_epi32(static_cast<int>(word));
+      acc[r][0] = _mm512_dpbf16_ps(acc[r][0], av, b0);
+      if (Two) acc[r][1] = _mm512_dpbf16_ps(acc[r][1], av, b1);
+    }
+  }
+  const __m512 va = _mm512_set1_ps(alpha), vb = _mm512_set1_ps(beta);
+  const auto mask = [](int64_t n) -> __mmask16 {
+    return n >= kLanes ? __mmask16(0xffff) : __mmask16((1u << std::max<int64_t>(n, 0)) - 1);
+  };
+  const __mmask16 m0 = mask(cols), m1 = mask(cols - kLanes);
+  for (int r = 0; r < R; ++r) {
+    float* cr = c + r * ldc + j0;
+    for (int h = 0; h < (Two ? 2 : 1); ++h) {
+      const __mmask16 m = h == 0 ? m0 : m1;
+      __m512 v = _mm512_mul_ps(acc[r][h], va);
+      if (beta != 0.0f) v = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, cr + h * kLanes), vb, v);
+      _mm512_mask_storeu_ps(cr + h * kLanes, m, v);
+    }
+  }
+}
+
+// Rows [i0, i0 + R) of C, every column block.
+template <int R>
+void rows(const uint16_t* a, int64_t lda, const PackedB& b, float alpha, float beta, float* c,
+          int64_t ldc) {
+  int64_t j0 = 0;
+  for (; b.n - j0 > kLanes; j0 += 2 * kLanes) {  // up to 32 columns
+    block<R, true>(a, lda, b, j0, b.n - j0, alpha, beta, c, ldc);
+  }
+  if (j0 < b.n) block<R, false>(a, lda, b, j0, b.n - j0, alpha, beta, c, ldc);
+}
+
+}  // namespace
+
+bool available() {
+  static const bool cpu = [] {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+           __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512bf16");
+  }();
+  const char* env = std::getenv("OFL_BF16_TILES");
+  return cpu && (env == nullptr || std::string(env) != "0");
+}
+
+void pack(const bfloat16* x, int64_t ld, int64_t k, int64_t n, PackedB* out) {
+  uint32_t* dst = shape(out, k, n);
+  for (int64_t p = 0; p < (k + 1) / 2; ++p) {
+    const bfloat16* lo = x + 2 * p * ld;
+    const bfloat16* hi = 2 * p + 1 < k ? lo + ld : nullptr;
+    uint32_t* d = dst + p * out->n_padded;
+    for (int64_t j = 0; j < n; ++j) d[j] = pair(lo[j].bits, hi != nullptr ? hi[j].bits : 0);
+    std::fill(d + n, d + out->n_padded, 0u);
+  }
+}
+
+void pack_transposed(const bfloat16* x, int64_t ld, int64_t n, int64_t k, PackedB* out) {
+  uint32_t* dst = shape(out, k, n);
+  const int64_t pairs = (k + 1) / 2, full = k / 2;
+  for (int64_t j = 0; j < n; ++j) {  // row j of x is column j of B: its pairs are adjacent
+    const bfloat16* row = x + j * ld;
+    for (int64_t p = 0; p < full; ++p)
+      dst[p * out->n_padded + j] = pair(row[2 * p].bits, row[2 * p + 1].bits);
+    if (full < pairs) dst[full * out->n_padded + j] = pair(row[k - 1].bits, 0);
+  }
+  for (int64_t p = 0; p < pairs; ++p) {
+    std::fill(dst + p * out->n_padded + n, dst + (p + 1) * out->n_padded, 0u);
+  }
+}
+
+namespace {
+
+// 16 float32 values (n of them, masked) rounded to nearest even, as bfloat16 bits.
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16"))) __m256i rounded16(const float* x,
+                                                                                  int64_t n) {
+  const __mmask16 m = n >= kLanes ? __mmask16(0xffff) : __mmask16((1u << n) - 1);
+  return (__m256i)_mm512_cvtneps_pbh(_mm512_maskz_loadu_ps(m, x));
+}
+
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16"))) void round_rows(
+    const float* x, int64_t ld, int64_t m, int64_t k, uint16_t* y) {
+  for (int64_t i = 0; i < m; ++i) {
+    for (int64_t j = 0; j < k; j += kLanes) {
+      const int64_t n = std::min(kLanes, k - j);
+      _mm256_mask_storeu_epi16(y + i * k + j, n >= kLanes ? 0xffff : (1u << n) - 1,
+                               rounded16(x + i * ld + j, n));
+    }
+  }
+}
+
+// y (m, k) = x^T, x (k, m): 16 consecutive values of a row of x become a column of y.
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16"))) void round_columns(
+    const float* x, int64_t ld, int64_t m, int64_t k, uint16_t* y) {
+  alignas(32) uint16_t lanes[kLanes];
+  for (int64_t j = 0; j < k; ++j) {
+    for (int64_t i = 0; i < m; i += kLanes) {
+      const int64_t n = std::min(kLanes, m - i);
+      _mm256_store_si256(reinterpret_cast<__m256i*>(lanes), rounded16(x + j * ld + i, n));
+      for (int64_t t = 0; t < n; ++t) y[(i + t) * k + j] = lanes[t];
+    }
+  }
+}
+
+}  // namespace
+
+void round_to(const float* x, int64_t ld, int64_t m, int64_t k, bool transpose,
+              std::vector<bfloat16>* out) {
+  out->resize(static_cast<size_t>(m * k));
+  uint16_t* y = reinterpret_cast<uint16_t*>(out->data());
+  if (transpose) {
+    round_columns(x, ld, m, k, y);
+  } else {
+    round_rows(x, ld, m, k, y);
+  }
+}
+
+void product(int64_t m, const bfloat16* a, int64_t lda, const PackedB& b, float alpha, float beta,
+             float* c, int64_t ldc) {
+  if (m == 0 || b.n == 0) return;
+  const uint16_t* bits = reinterpret_cast<const uint16_t*>(a);
+  int64_t i = 0;
+  for (; i + 8 <= m; i += 8) rows<8>(bits + i * lda, lda, b, alpha, beta, c + i * ldc, ldc);
+  for (; i + 4 <= m; i += 4) rows<4>(bits + i * lda, lda, b, alpha, beta, c + i * ldc, ldc);
+  for (; i < m; ++i) rows<1>(bits + i * lda, lda, b, alpha, beta, c + i * ldc, ldc);
+}
+
+}  // namespace ofl::cpu::bf16_tiles

@@ -1,0 +1,61 @@
+#pragma once
+// Small matrix products of bfloat16 operands with float32 results, for kernels that multiply
+// tiles (fused attention).
+//
+// Note [bfloat16 tile products]
+// -----------------------------
+// AVX512-BF16's VDPBF16PS multiplies 16 pairs of bfloat16 and adds each pair's two products
+// into a float32 lane: twice the products of a float32 FMA per instruction, from operands half
+// the size. A product C (m, n) = alpha * A (m, k) @ B (k, n) + beta * C runs as follows:
+//  - B is packed first: the pairs (B[2p][j], B[2p+1][j]) side by side for every column j (what
+//    one lane multiplies), k padded to even and n to a multiple of 16 with zeros;
+//  - A's rows are read as they are: a pair of consecutive elements is one 32-bit value,
+//    broadcast to all 16 lanes;
+//  - 8 rows x 32 columns of C stay in 16 registers over the whole sum (a 16-column block at the
+//    right edge), stored masked at the edges.
+// Each element of C sums its k products in one order fixed by k (pairs in order, each pair's
+// two products added as the instruction does), on any thread count, so results are
+// reproducible. The instruction's products are exact in float32 and it rounds to nearest even
+// with denormals flushed to zero: a product differs from the float32 sgemm of the same
+// bfloat16 values by float32 rounding of the sums.
+// Operands in float32 (attention's probabilities) are rounded to bfloat16 first (round_to),
+// which is where a kernel using these loses precision against its float32 twin.
+// The products need the instructions: available() says whether this CPU has them (the build
+// targets generic x86-64; these functions are compiled for AVX-512 alone and chosen at run
+// time).
+
+#include <cstdint>
+#include <vector>
+
+#include "oneflowlike/half.h"
+
+namespace ofl::cpu::bf16_tiles {
+
+/// Whether this CPU runs the products (AVX512-BF16), and OFL_BF16_TILES is not 0 (to measure
+/// or test the kernels' fallbacks).
+bool available();
+
+/// B (k, n) packed for product(): see the Note. Reused across calls to keep its memory.
+struct PackedB {
+  std::vector<bfloat16> data;
+  int64_t k = 0, n = 0;
+  int64_t n_padded = 0;  // columns stored per pair of rows (a multiple of 16)
+};
+
+/// Packs B = x, x (k, n) row-major with row stride ld.
+void pack(const bfloat16* x, int64_t ld, int64_t k, int64_t n, PackedB* out);
+/// Packs B = x^T, x (n, k) row-major with row stride ld.
+void pack_transposed(const bfloat16* x, int64_t ld, int64_t n, int64_t k, PackedB* out);
+
+/// Rounds x (m, k) (row stride ld), or x^T when `transpose` (x then (k, m)), into `out`
+/// row-major (m, k) with row stride k: the A of a product from float32 values. To nearest even,
+/// 16 at a time (VCVTNEPS2BF16, which reads denormal inputs as zero); needs available().
+void round_to(const float* x, int64_t ld, int64_t m, int64_t k, bool transpose,
+              std::vector<bfloat16>* out);
+
+/// C (m, b.n) = alpha * A (m, b.k) @ B + beta * C (beta 0: C is not read). A row-major with row
+/// stride lda, C float32 with row stride ldc. Needs available().
+void product(int64_t m, const bfloat16* a, int64_t lda, const PackedB& b, float alpha, float beta,
+             float* c, int64_t ldc);
+
+}  // namespace ofl::cpu::bf16_tiles
