@@ -83,7 +83,9 @@ struct Tiles {
 };
 
 // bfloat16: the tile products (needs bf16_tiles::available()), float32 results; a float32 `a`
-// is rounded to bfloat16 first. A b packed once is kept until fresh(): the key and value tiles
+// is rounded to bfloat16 first. A b packed once is kept until fresh() (per thread, at most 64
+// tiles: about 1 MiB at head_dim 64, which the memory report does not count as workspace): the
+// key and value tiles
 // are the operands of every query tile of a head, and the query and output-gradient tiles of
 // every key tile in the backward. The kernels call fresh() when they start on other heads (the
 // inputs may be other tensors at the same addresses in the next call).
