@@ -170,8 +170,10 @@ void scores(const HeadView<T>& hv, const AttentionDims& d, const AttentionParams
 
 // row[j] = exp(row[j] - shift), and 0 where row[j] is -inf (a hidden key), also when shift is
 // -inf (a row that sees no key). vec_math's exp and a bit-mask select for float, so GCC
-// vectorises the loop: <cmath>'s exp never is, and it was most of this kernel's time.
-inline void exp_shifted(float* row, int64_t n, float shift) {
+// vectorises the loop: <cmath>'s exp never is, and it was most of this kernel's time. Compiled
+// twice, for the build's target and for AVX-512 (16 lanes), the CPU choosing at load time.
+__attribute__((target_clones("default", "arch=x86-64-v4"))) void exp_shifted(float* row, int64_t n,
+                                                                             float shift) {
   constexpr float kHidden = -std::numeric_limits<float>::infinity();
   for (int64_t j = 0; j < n; ++j) {
     const float x = row[j];
