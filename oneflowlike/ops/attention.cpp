@@ -83,6 +83,9 @@ std::vector<TensorMeta> infer_attention_grad(const InferContext& ctx) {
   }
   OFL_CHECK(ctx.shape(5) == Shape({out[0], out[1], out[2]}), "[", ctx.op_name(),
             "] lse must be (batch, heads, L). However, got ", ctx.describe_inputs(), ".");
+  OFL_CHECK_TYPE(ctx.dtype(5) == lse_dtype(ctx.dtype(1)), "[", ctx.op_name(), "] lse must be ",
+                 dtype_name(lse_dtype(ctx.dtype(1))), " (what the forward op gives for ",
+                 dtype_name(ctx.dtype(1)), "). However, got ", ctx.describe_inputs(), ".");
   return {ctx.input(1), ctx.input(2), ctx.input(3)};
 }
 

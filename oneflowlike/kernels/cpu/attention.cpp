@@ -24,6 +24,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <unordered_map>
 #include <vector>
 
 #include "oneflowlike/common/parallel.h"
@@ -83,12 +84,14 @@ struct Tiles {
 };
 
 // bfloat16: the tile products (needs bf16_tiles::available()), float32 results; a float32 `a`
-// is rounded to bfloat16 first. A b packed once is kept until fresh() (per thread, at most 64
-// tiles: about 1 MiB at head_dim 64, which the memory report does not count as workspace): the
-// key and value tiles
+// is rounded to bfloat16 first. A b packed once is kept until fresh(): the key and value tiles
 // are the operands of every query tile of a head, and the query and output-gradient tiles of
 // every key tile in the backward. The kernels call fresh() when they start on other heads (the
-// inputs may be other tensors at the same addresses in the next call).
+// inputs may be other tensors at the same addresses in the next call), so what is kept is at
+// most a packed copy of one head's k and v (forward), or of a key/value head's k and v and its
+// query heads' q and dout (backward), per thread; the memory report does not count it, nor the
+// backward's float32 sums of dq, dk and dv (GradSums), 4 (G L E + S (E + Ev)) bytes per thread
+// during a call.
 template <>
 struct Tiles<bfloat16> {
   using C = float;
@@ -98,37 +101,43 @@ struct Tiles<bfloat16> {
     bool tb = false;
     bf16_tiles::PackedB packed;
   };
-  // The packed tiles [0, used); those past it keep their memory for the next ones.
+  // The packed tiles [0, used), found by address; those past `used` keep their memory for the
+  // next ones.
   struct Cache {
     std::vector<Packed> packs;
     size_t used = 0;
+    std::unordered_multimap<const bfloat16*, size_t> at;
   };
   static Cache& cache() {
     thread_local Cache c;
     return c;
   }
-  static void fresh() { cache().used = 0; }
+  static void fresh() {
+    Cache& c = cache();
+    c.used = 0;
+    c.at.clear();
+  }
   static const bf16_tiles::PackedB& packed(bool tb, int64_t n, int64_t k, const bfloat16* b,
                                            int64_t ldb) {
-    constexpr size_t kKept = 64;  // a head's tiles at 8 K tokens
     Cache& c = cache();
-    for (size_t i = 0; i < c.used; ++i) {
-      const Packed& p = c.packs[i];
-      if (p.b == b && p.ldb == ldb && p.n == n && p.k == k && p.tb == tb) return p.packed;
+    const auto [first, last] = c.at.equal_range(b);
+    for (auto it = first; it != last; ++it) {
+      const Packed& p = c.packs[it->second];
+      if (p.ldb == ldb && p.n == n && p.k == k && p.tb == tb) return p.packed;
     }
-    if (c.used == kKept) c.used = 0;
     if (c.used == c.packs.size()) c.packs.emplace_back();
-    Packed& p = c.packs[c.used++];
-    p.b = b;
-    p.ldb = ldb;
-    p.n = n;
-    p.k = k;
-    p.tb = tb;
+    Packed& p = c.packs[c.used];
     if (tb) {
       bf16_tiles::pack_transposed(b, ldb, n, k, &p.packed);
     } else {
       bf16_tiles::pack(b, ldb, k, n, &p.packed);
     }
+    p.b = b;  // the key once the pack is whole
+    p.ldb = ldb;
+    p.n = n;
+    p.k = k;
+    p.tb = tb;
+    c.at.emplace(b, c.used++);
     return p.packed;
   }
   static void ss(bool ta, bool tb, int64_t m, int64_t n, int64_t k, C alpha, const bfloat16* a,
@@ -145,11 +154,11 @@ struct Tiles<bfloat16> {
 };
 
 template <class S>
-using compute_of = typename Tiles<S>::C;
+using tile_compute_t = typename Tiles<S>::C;
 
 // Scores of queries [q0, q0 + nq) against keys [k0, k0 + nk) into s (nq, nk): q k^T * scale,
 // plus the mask, -inf where causal hides the key.
-template <class T, class C = compute_of<T>>
+template <class T, class C = tile_compute_t<T>>
 void scores(const HeadView<T>& hv, const AttentionDims& d, const AttentionParams& p, int64_t q0,
             int64_t nq, int64_t k0, int64_t nk, C* s) {
   Tiles<T>::ss(false, true, nq, nk, d.head_dim, static_cast<C>(p.scale), hv.q + q0 * d.head_dim,
@@ -195,7 +204,7 @@ int64_t keys_read(const AttentionDims& d, const AttentionParams& p, int64_t q_en
 // (q, k, v[, mask]) -> (out, lse).
 template <class T>
 struct AttentionKernel {
-  using C = compute_of<T>;
+  using C = tile_compute_t<T>;
   static void run(const KernelContext& ctx) {
     const AttentionDims d = attention_dims(ctx.in(0), ctx.in(1), ctx.in(2));
     const AttentionParams& p = ctx.p<AttentionParams>();
@@ -208,12 +217,12 @@ struct AttentionKernel {
     parallel_for(tasks, 1, [&](int64_t begin, int64_t end) {
       std::vector<C> s(kQueryTile * kKeyTile), acc(kQueryTile * d.value_dim), m(kQueryTile),
           l(kQueryTile);
-      int64_t head = -1;  // whose tiles Tiles<T> keeps
+      int64_t kv_head = -1;  // whose key and value tiles Tiles<T> keeps (query heads share them)
       for (int64_t task = begin; task < end; ++task) {
         const int64_t bh = task / tiles, q0 = (task % tiles) * kQueryTile;
-        if (bh != head) {
+        if (bh / d.group() != kv_head) {
           Tiles<T>::fresh();
-          head = bh;
+          kv_head = bh / d.group();
         }
         const int64_t b = bh / d.heads, h = bh % d.heads;
         const int64_t nq = std::min(kQueryTile, d.queries - q0);
@@ -265,7 +274,7 @@ struct AttentionKernel {
 // outputs once the task is done.
 template <class T>
 struct GradSums {
-  using C = compute_of<T>;
+  using C = tile_compute_t<T>;
   static constexpr bool kDirect = std::is_same_v<T, C>;
   C* dq = nullptr;  // the task's group of query heads: (group, L, E)
   C* dk = nullptr;  // (S, E)
@@ -299,7 +308,7 @@ struct GradSums {
 // (dout, q, k, v, out, lse[, mask]) -> (dq, dk, dv).
 template <class T>
 struct AttentionGradKernel {
-  using C = compute_of<T>;
+  using C = tile_compute_t<T>;
   static void run(const KernelContext& ctx) {
     const AttentionDims d = attention_dims(ctx.in(1), ctx.in(2), ctx.in(3));
     const AttentionParams& p = ctx.p<AttentionParams>();

@@ -87,13 +87,15 @@ void rows(const uint16_t* a, int64_t lda, const PackedB& b, float alpha, float b
 }  // namespace
 
 bool available() {
-  static const bool cpu = [] {
+  // Decided once (kernels register by it when the library loads, and choose by it per call).
+  static const bool yes = [] {
     __builtin_cpu_init();
+    const char* env = std::getenv("OFL_BF16_TILES");
     return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-           __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512bf16");
+           __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512bf16") &&
+           (env == nullptr || std::string(env) != "0");
   }();
-  const char* env = std::getenv("OFL_BF16_TILES");
-  return cpu && (env == nullptr || std::string(env) != "0");
+  return yes;
 }
 
 void pack(const bfloat16* x, int64_t ld, int64_t k, int64_t n, PackedB* out) {

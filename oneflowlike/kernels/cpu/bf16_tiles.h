@@ -13,16 +13,17 @@
 //    broadcast to all 16 lanes;
 //  - 8 rows x 32 columns of C stay in 16 registers over the whole sum (a 16-column block at the
 //    right edge), stored masked at the edges.
-// Each element of C sums its k products in one order fixed by k (pairs in order, each pair's
-// two products added as the instruction does), on any thread count, so results are
-// reproducible. The instruction's products are exact in float32 and it rounds to nearest even
-// with denormals flushed to zero: a product differs from the float32 sgemm of the same
-// bfloat16 values by float32 rounding of the sums.
+// Each element of C sums its k products in one order fixed by k (pairs in order; within a pair
+// the instruction adds the odd element's product, then the even one's, rounding after each), on
+// any thread count, so results are reproducible. The products of two bfloat16 values are exact
+// in float32 (short of overflow and underflow); the instruction rounds to nearest even and
+// reads denormal inputs and accumulators as zero. So a product differs from the float32 sgemm of
+// the same bfloat16 values by the order and rounding of its float32 sums and by flushed
+// denormals.
 // Operands in float32 (attention's probabilities) are rounded to bfloat16 first (round_to),
 // which is where a kernel using these loses precision against its float32 twin.
-// The products need the instructions: available() says whether this CPU has them (the build
-// targets generic x86-64; these functions are compiled for AVX-512 alone and chosen at run
-// time).
+// The products need the instructions: available() says whether this CPU has them (the library
+// targets x86-64-v3; these functions alone are compiled for AVX-512 and chosen at run time).
 
 #include <cstdint>
 #include <vector>
@@ -31,8 +32,8 @@
 
 namespace ofl::cpu::bf16_tiles {
 
-/// Whether this CPU runs the products (AVX512-BF16), and OFL_BF16_TILES is not 0 (to measure
-/// or test the kernels' fallbacks).
+/// Whether this CPU runs the products (AVX512-BF16), and OFL_BF16_TILES was not 0 when first
+/// asked (to measure or test the kernels' fallbacks): decided once per process.
 bool available();
 
 /// B (k, n) packed for product(): see the Note. Reused across calls to keep its memory.

@@ -112,8 +112,9 @@ TEST(Attention, MatchesAttentionWrittenOut) {
   }
 }
 
-// The 16-bit dtypes (widened to float32 inside): against the float64 attention of the same
-// rounded inputs, within a few roundings of the outputs (Note [Low-precision tolerances]).
+// The 16-bit dtypes (bfloat16's tiles multiplied in bfloat16 where the CPU can, Note [bfloat16
+// tile products], else widened to float32; float16 widened): against the float64 attention of the
+// same rounded inputs, within a few roundings of the outputs (Note [Low-precision tolerances]).
 TEST(Attention, SixteenBitDtypesMatchTheAttentionOfTheirInputs) {
   for (DataType dtype : {DataType::kBFloat16, DataType::kFloat16}) {
     int seed = 40;
@@ -144,7 +145,11 @@ TEST(Attention, SixteenBitDtypesMatchTheAttentionOfTheirInputs) {
 // gradient's largest magnitude.
 TEST(Attention, BfloatSixteenGradientsMatchTheFloat32Kernel) {
   int seed = 70;
-  for (const Case& c : cases()) {
+  std::vector<Case> all = cases();
+  // An odd head_dim (the products' last pair has one element), GQA over several key tiles.
+  all.push_back({{1, 2, 70, 5}, {1, 2, 140, 5}, {1, 2, 140, 3}, true});
+  all.push_back({{1, 4, 130, 8}, {1, 2, 130, 8}, {1, 2, 130, 8}, true});
+  for (const Case& c : all) {
     SCOPED_TRACE(str_cat("q ", c.q.to_string(), " k ", c.k.to_string(), c.causal ? " causal" : "",
                          " mask ", c.mask.to_string(),
                          cpu::bf16_tiles::available() ? " (tile products)" : " (widened)"));
@@ -300,6 +305,18 @@ TEST(Attention, BadShapesAndDtypesRaiseNamingThem) {
             q, random_tensor({2, 4, 6, 8}, DataType::kFloat64, 6), k, Tensor(), 1.0, false);
       },
       ErrorCode::kTypeError, "q, k and v must have one floating dtype");
+  // A bfloat16 backward reads its lse in float32 (what the forward gives): another dtype is
+  // refused, not read as float32.
+  const auto bf16 = DataType::kBFloat16;
+  const Tensor qb = random_tensor({1, 2, 5, 8}, bf16, 7);
+  expect_error(
+      [&] {
+        functional::scaled_dot_product_attention_grad(
+            qb, qb, qb, qb, qb, random_tensor({1, 2, 5}, bf16, 8), Tensor(), 1.0, false);
+      },
+      ErrorCode::kTypeError,
+      "[scaled_dot_product_attention_grad] lse must be float32 (what the forward op gives for "
+      "bfloat16)");
 }
 
 TEST(Attention, SbpSignaturesSplitBatchesAndHeads) {
