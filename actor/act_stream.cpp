@@ -152,7 +152,11 @@ class CudaActStream final : public ActStream {
     });
   }
 
-  bool busy() const override { return in_flight_.load(std::memory_order_relaxed) > 0; }
+  // Enqueued work has no event: the stream itself says whether it still runs (the watchdog
+  // takes a long kernel for progress, as it did when every act had an event).
+  bool busy() const override {
+    return in_flight_.load(std::memory_order_relaxed) > 0 || !stream_.idle();
+  }
 
   // The kernels go on the stream with no event after them: what launching them throws is
   // reported at once; what the device reports later comes with synchronize() or a later event.

@@ -24,7 +24,9 @@
 // work has run. What such work throws reaches the runtime through the stream's failure handler,
 // naming the act, as a launched act's error does; a fault the device reports later (a CUDA
 // kernel's) names the stream, or the next launched act, instead. The runtime also waits for its
-// streams before it frees registers (shutdown, and a CUDA stream's end). Acts with a message for
+// streams before it frees registers (shutdown, and a CUDA stream's end), and a CUDA stream is
+// busy (progress, for the watchdog) while the device still runs what it was given. Acts with a
+// message for
 // another stream,
 // thread or rank are launched as above; a stream that cannot enqueue (the collective engine's)
 // launches everything.

@@ -71,6 +71,9 @@ class Stream {
   void* native() const { return native_; }
   /// Waits until every piece of work queued so far has finished.
   void synchronize() const;
+  /// Whether every piece of work queued so far has finished (cudaStreamQuery; an error the
+  /// stream reports counts as finished: synchronize() raises it).
+  bool idle() const;
 
  private:
   int device_;

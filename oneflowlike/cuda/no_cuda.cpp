@@ -27,6 +27,7 @@ DeviceProperties properties(int index) { no_device(index); }
 Stream::Stream(int device, StreamKind kind) : device_(device), kind_(kind) { no_device(device); }
 Stream::~Stream() = default;
 void Stream::synchronize() const { no_device(device_); }
+bool Stream::idle() const { no_device(device_); }
 Stream& stream(int device, StreamKind) { no_device(device); }
 void synchronize(int device) { no_device(device); }
 

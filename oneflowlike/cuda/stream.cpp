@@ -31,6 +31,11 @@ void Stream::synchronize() const {
         device_);
 }
 
+bool Stream::idle() const {
+  DeviceGuard guard(device_);
+  return cudaStreamQuery(static_cast<cudaStream_t>(native_)) != cudaErrorNotReady;
+}
+
 Stream& stream(int device, StreamKind kind) {
   check_device(device);
   static std::mutex mu;
