@@ -26,10 +26,8 @@
 // kernel's) names the stream, or the next launched act, instead. The runtime also waits for its
 // streams before it frees registers (shutdown, and a CUDA stream's end), and a CUDA stream is
 // busy (progress, for the watchdog) while the device still runs what it was given. Acts with a
-// message for
-// another stream,
-// thread or rank are launched as above; a stream that cannot enqueue (the collective engine's)
-// launches everything.
+// message for another stream, thread or rank are launched as above; a stream that cannot
+// enqueue (the collective engine's) launches everything.
 //
 // The CPU has the same protocol as an option (RuntimeOptions::async_cpu_streams: a worker
 // thread per stream), so it runs in CI, where there is no GPU.
