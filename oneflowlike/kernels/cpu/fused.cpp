@@ -17,10 +17,24 @@ namespace {
 
 constexpr int64_t kBlock = 1024;
 
-// f flattened into the loop (Note [Vectorisable math] in vec_math.h).
+// f flattened into the loop (Note [Vectorisable math] in vec_math.h), in the copy the unary
+// kernels run (Note [AVX-512 loops] in unary_functions.h), so a fused chain gives the bits of
+// its ops one by one on any CPU.
 template <class T, class F>
-[[gnu::flatten]] void apply(T* v, int64_t n, F f) {
+[[gnu::flatten]] void apply_default(T* v, int64_t n, F f) {
   for (int64_t i = 0; i < n; ++i) v[i] = f(v[i]);
+}
+template <class T, class F>
+[[gnu::flatten, gnu::target("arch=x86-64-v4")]] void apply_v4(T* v, int64_t n, F f) {
+  for (int64_t i = 0; i < n; ++i) v[i] = f(v[i]);
+}
+template <class T, class F>
+void apply(T* v, int64_t n, F f) {
+  if (avx512_loops()) {
+    apply_v4(v, n, f);
+  } else {
+    apply_default(v, n, f);
+  }
 }
 
 template <class T>

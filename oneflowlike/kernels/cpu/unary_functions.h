@@ -24,7 +24,8 @@ template <class T, class F>
 }
 
 // Note [AVX-512 loops]: the library targets x86-64-v3 (8 float lanes); the unary ops' loops
-// (and their backward ops', and the fused attention's softmax steps) also have a copy compiled
+// (and their backward ops', the fused elementwise chains' steps, so that a chain keeps the bits
+// of its ops one by one, and the fused attention's softmax steps) also have a copy compiled
 // for x86-64-v4 (16 lanes), which runs where the CPU has AVX-512 (avx512_loops()): gelu and its
 // gradient 1.9-2.2x faster on this VM. GCC vectorises vec_math's formulas a little differently
 // for 16 lanes, so the copies can round exp, tanh and sigmoid one unit in the last place apart
