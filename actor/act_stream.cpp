@@ -126,7 +126,9 @@ class CudaActStream final : public ActStream {
   // registers it writes are freed after the streams. An error here was reported, or the run is
   // already over.
   ~CudaActStream() override {
-    while (busy()) std::this_thread::sleep_for(std::chrono::microseconds(50));
+    while (in_flight_.load(std::memory_order_relaxed) > 0) {
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
+    }
     try {
       stream_.synchronize();
     } catch (const std::exception& e) {

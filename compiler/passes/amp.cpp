@@ -73,9 +73,16 @@ class AmpPass final : public Pass {
       op.location = at.location;
       // In its input's activation-checkpointing group (Note [Activation checkpointing]): a cast
       // between two ops of a group is part of it, or the group's path would leave it and come
-      // back; a cast of what no group made (a weight) stays outside.
+      // back. A cast of what no compute op made (a weight, an input) stays outside, and so
+      // does one on another placement or pipeline stage than its input (a group stays on one).
       const int producer = graph.tensor(tensor).producer;
-      if (producer >= 0) op.checkpoint_group = graph.op(producer).checkpoint_group;
+      if (producer >= 0) {
+        const LogicalOp& made_by = graph.op(producer);
+        if (made_by.kind == OpKind::kCompute && made_by.placement == at.placement &&
+            made_by.stage == at.stage) {
+          op.checkpoint_group = made_by.checkpoint_group;
+        }
+      }
       const int out = graph.add_compute_op(std::move(op)).at(0);
       cast_from[out] = tensor;
       casts.emplace(key, out);

@@ -72,7 +72,7 @@ class Stream {
   /// Waits until every piece of work queued so far has finished.
   void synchronize() const;
   /// Whether every piece of work queued so far has finished (cudaStreamQuery; an error the
-  /// stream reports counts as finished: synchronize() raises it).
+  /// stream reports counts as finished: synchronize() raises it). Never throws.
   bool idle() const;
 
  private:

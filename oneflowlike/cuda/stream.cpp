@@ -24,16 +24,15 @@ Stream::~Stream() {
 }
 
 void Stream::synchronize() const {
-  // With its device current: on a thread that never chose one, the call would otherwise make
-  // device 0's context current (a stray context on a process that uses another GPU).
-  DeviceGuard guard(device_);
   check(cudaStreamSynchronize(static_cast<cudaStream_t>(native_)), "cudaStreamSynchronize",
         device_);
 }
 
 bool Stream::idle() const {
-  DeviceGuard guard(device_);
-  return cudaStreamQuery(static_cast<cudaStream_t>(native_)) != cudaErrorNotReady;
+  const cudaError_t status = cudaStreamQuery(static_cast<cudaStream_t>(native_));
+  if (status == cudaErrorNotReady) return false;
+  if (status != cudaSuccess) cudaGetLastError();  // not left for an unrelated check to report
+  return true;
 }
 
 Stream& stream(int device, StreamKind kind) {

@@ -57,8 +57,10 @@ def test_to_takes_torchs_forms_and_refuses_what_it_does_not_know():
                                         r"However, got \[3\]"):
         x.to([3])
     if not flow.cuda.is_available():  # an index is a CUDA device, as in torch
-        with pytest.raises(RuntimeError, match=r"\[to\] device cuda:3 needs a CUDA device"):
-            x.to(3)
+        for index in ({"args": (3,)}, {"kwargs": {"device": 3}},
+                      {"args": (np.int64(3),)}):
+            with pytest.raises(RuntimeError, match=r"\[to\] device cuda:3 needs a CUDA device"):
+                x.to(*index.get("args", ()), **index.get("kwargs", {}))
     with pytest.raises(TypeError, match=r"\[Tensor.to\] got multiple values for argument "
                                         r"'non_blocking'"):
         x.to("cpu", True, non_blocking=False)

@@ -181,7 +181,7 @@ void scores(const HeadView<T>& hv, const AttentionDims& d, const AttentionParams
 // -inf (a row that sees no key). vec_math's exp and a bit-mask select for float, so GCC
 // vectorises the loop: <cmath>'s exp never is, and it was most of this kernel's time. Compiled
 // twice, for the build's target and for AVX-512 (16 lanes), the CPU choosing at load time
-// (Note [AVX-512 loops] in unary_functions.h: the two may differ by a unit in the last place).
+// (Note [AVX-512 loops] in unary_functions.h).
 __attribute__((target_clones("default", "arch=x86-64-v4"))) void exp_shifted(float* row, int64_t n,
                                                                              float shift) {
   constexpr float kHidden = -std::numeric_limits<float>::infinity();

@@ -24,15 +24,14 @@ template <class T, class F>
 }
 
 // Note [AVX-512 loops]: the library targets x86-64-v3 (8 float lanes); the unary ops' loops
-// (and their backward ops', the fused elementwise chains' steps, so that a chain keeps the bits
-// of its ops one by one, and the fused attention's softmax steps) also have a copy compiled
-// for x86-64-v4 (16 lanes), which runs where the CPU has AVX-512 (avx512_loops()): gelu and its
-// gradient 1.9-2.2x faster on this VM. GCC vectorises vec_math's formulas a little differently
-// for 16 lanes, so the copies can round exp, tanh and sigmoid one unit in the last place apart
-// (tests/cpp/ops/vec_math_test.cpp, Avx512Loops, measures and bounds it), within the accuracy
-// vec_math states plus that unit. One machine always runs the same copy, so a job's layouts
-// and runs stay bit-identical to each other there; CPUs with and without AVX-512 may differ in
-// the last bit, as oneDNN's products already do between CPU kinds.
+// (and their backward ops', the fused elementwise chains' steps, and the fused attention's
+// softmax steps) also have a copy compiled for x86-64-v4 (16 lanes), which runs where the CPU
+// has AVX-512 (avx512_loops()): gelu and its gradient 1.9-2.2x faster on this VM. Each
+// element's arithmetic is the same in both copies (vec_math's branch-free formulas, FMA in
+// both): with this compiler (GCC 12) the copies give the same bits for every transcendental
+// the kernels use, tested with the library's own flags (tests/cpp/ops/avx512_loops_test.cpp),
+// so results do not depend on whether a CPU has AVX-512. A compiler that vectorised the
+// formulas differently for 16 lanes could break that; the test would say so.
 bool avx512_loops();
 
 template <class T, class F>

@@ -1,6 +1,7 @@
 """Creation: zeros, ones, full, arange, *_like, and dtype conversion."""
 
 import builtins
+import operator
 
 from oneflowlike import _C
 
@@ -154,8 +155,8 @@ def to_arguments(where, args, kwargs):
             give("dtype", a)
         elif isinstance(a, (str, _C.device)):
             give("device", a)
-        elif isinstance(a, int):
-            give("device", f"cuda:{a}")
+        elif _is_index(a):
+            give("device", f"cuda:{operator.index(a)}")
         elif isinstance(a, _C.Tensor):
             give("device", a.device)
             give("dtype", a.dtype)
@@ -163,7 +164,20 @@ def to_arguments(where, args, kwargs):
             raise TypeError(f"[{where}] expected a device, a dtype or a tensor. However, got "
                             f"{a!r}.")
     given.update(kwargs)
+    if _is_index(given.get("device")):  # device=1, as torch takes it
+        given["device"] = f"cuda:{operator.index(given['device'])}"
     return given.get("device"), given.get("dtype"), bool(given.get("copy", False))
+
+
+def _is_index(x):
+    """An integer that is not a bool (numpy's integers too): a CUDA device index."""
+    if isinstance(x, bool) or x is None or isinstance(x, (str, _C.dtype, _C.device)):
+        return False
+    try:
+        operator.index(x)
+    except TypeError:
+        return False
+    return type(x).__name__ != "bool_"  # numpy.bool_
 
 
 def _to(self, *args, **kwargs):

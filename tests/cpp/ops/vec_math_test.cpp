@@ -9,14 +9,12 @@
 #include <bit>
 #include <cmath>
 #include <cstdint>
-#include <cstdio>
 #include <limits>
 #include <numbers>
 #include <sstream>
 #include <string>
 #include <vector>
 
-#include "oneflowlike/kernels/cpu/unary_functions.h"
 #include "oneflowlike/ops/unary.h"
 #include "tests/cpp/ops/test_util.h"
 
@@ -318,70 +316,3 @@ TEST(VecMath, Float32GeluTanhAndGeluGradientsAreWithinAbsoluteBounds) {
 
 }  // namespace
 }  // namespace ofl
-
-// Note [AVX-512 loops] in kernels/cpu/unary_functions.h: the loop copy compiled for x86-64-v4
-// against the x86-64-v3 one, for every transcendental the unary kernels use, over a sweep that
-// crosses each function's branches (tails, zero, infinities, NaN).
-namespace ofl::cpu {
-namespace {
-
-TEST(Avx512Loops, DifferFromTheDefaultLoopsByARoundingOfTheirFunctions) {
-  if (!avx512_loops()) GTEST_SKIP() << "this CPU has no AVX-512 (x86-64-v4): one loop runs";
-  std::vector<float> x;
-  for (float v = -120.0f; v < 120.0f; v += 0.0137f) x.push_back(v);
-  for (float v : {0.0f, -0.0f, std::numeric_limits<float>::infinity(),
-                  -std::numeric_limits<float>::infinity(), std::numeric_limits<float>::quiet_NaN(),
-                  1e-40f, -1e-40f, 88.72f, -103.9f}) {
-    x.push_back(v);
-  }
-  const int64_t n = static_cast<int64_t>(x.size());
-  std::vector<float> narrow(n), wide(n);
-  // GCC vectorises the formulas differently for 16 lanes, and exp, tanh and sigmoid may round
-  // one unit in the last place apart; what is built on them carries that unit: gelu's tanh form
-  // and gelu's gradient subtract numbers near 1, so there it is an absolute unit of max(1, |x|)
-  // (a unit of tanh), many units of a small result.
-  const auto same = [&](const char* name, auto f, int64_t max_ulp, bool absolute) {
-    unary_loop(x.data(), narrow.data(), 0, n, f);
-    unary_loop_v4(x.data(), wide.data(), 0, n, f);
-    int64_t worst = 0;
-    float at = 0;
-    for (int64_t i = 0; i < n; ++i) {
-      if (std::isnan(narrow[i]) || std::isnan(wide[i])) {
-        ASSERT_EQ(std::isnan(narrow[i]), std::isnan(wide[i])) << name << "(" << x[i] << ")";
-        continue;
-      }
-      if (narrow[i] == wide[i]) continue;  // infinities too
-      const float big = absolute ? std::max(1.0f, std::abs(x[i]))
-                                 : std::max({std::abs(narrow[i]), std::abs(wide[i]),
-                                             std::numeric_limits<float>::min()});
-      const float ulp = std::nextafter(big, std::numeric_limits<float>::infinity()) - big;
-      const int64_t ulps = static_cast<int64_t>(std::ceil(std::abs(narrow[i] - wide[i]) / ulp));
-      if (ulps > worst) {
-        worst = ulps;
-        at = x[i];
-      }
-    }
-    EXPECT_LE(worst, max_ulp) << name << ", worst at " << at;
-    std::printf("%s: the copies differ by at most %ld ulp%s (at %g)\n", name,
-                static_cast<long>(worst), absolute ? " of max(1, |x|)" : "", at);
-  };
-  same(
-      "exp", [](auto v) { return unary_fn::exp(v); }, 1, false);
-  same(
-      "tanh", [](auto v) { return unary_fn::tanh(v); }, 1, false);
-  same(
-      "sigmoid", [](auto v) { return unary_fn::sigmoid(v); }, 1, false);
-  same(
-      "silu", [](auto v) { return unary_fn::silu(v); }, 2, false);
-  same(
-      "gelu", [](auto v) { return unary_fn::gelu(v); }, 2, true);
-  same(
-      "gelu_tanh", [](auto v) { return unary_fn::gelu_tanh(v); }, 2, true);
-  same(
-      "gelu_grad",
-      [](auto v) { return unary_math::gelu_grad<unary_fn::VecMath>(v, decltype(v)(0.75)); }, 2,
-      true);
-}
-
-}  // namespace
-}  // namespace ofl::cpu
