@@ -1,6 +1,7 @@
 """Creation: zeros, ones, full, arange, *_like, and dtype conversion."""
 
 import builtins
+import numbers
 import operator
 
 from oneflowlike import _C
@@ -156,7 +157,7 @@ def to_arguments(where, args, kwargs):
         elif isinstance(a, (str, _C.device)):
             give("device", a)
         elif _is_index(a):
-            give("device", f"cuda:{operator.index(a)}")
+            give("device", a)  # an index: made "cuda:N" below, with device=N's
         elif isinstance(a, _C.Tensor):
             give("device", a.device)
             give("dtype", a.dtype)
@@ -171,13 +172,7 @@ def to_arguments(where, args, kwargs):
 
 def _is_index(x):
     """An integer that is not a bool (numpy's integers too): a CUDA device index."""
-    if isinstance(x, bool) or x is None or isinstance(x, (str, _C.dtype, _C.device)):
-        return False
-    try:
-        operator.index(x)
-    except TypeError:
-        return False
-    return type(x).__name__ != "bool_"  # numpy.bool_
+    return isinstance(x, numbers.Integral) and not isinstance(x, bool)
 
 
 def _to(self, *args, **kwargs):
