@@ -24,6 +24,9 @@
 #include <vector>
 
 #include "compiler/compile.h"
+#ifdef OFL_HUGE_PAGE_HEAP
+#include "compiler/huge_page_heap.h"
+#endif
 #include "compiler/models/gpt.h"
 #include "compiler/physical/memory_report.h"
 #include "compiler/plan_dump.h"
@@ -328,6 +331,9 @@ int run(const Arguments& arguments) {
 
 int main(int argc, char** argv) {
   ofl::init_logging(argv[0]);  // Note [Logging]
+#ifdef OFL_HUGE_PAGE_HEAP
+  ofl::compiler::use_huge_page_heap();
+#endif
   std::vector<std::string> args(argv + 1, argv + argc);
   for (const std::string& arg : args) {
     if (arg == "-h" || arg == "--help") {

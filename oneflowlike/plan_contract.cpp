@@ -1,10 +1,10 @@
 #include "oneflowlike/plan_contract.h"
 
 #include <algorithm>
-#include <map>
 #include <set>
 #include <string>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "oneflowlike/collective.h"
@@ -79,6 +79,45 @@ bool same_collective(const proto::CollectiveProto& a, const CollectiveFacts& a_f
   return a.collective_id() == b.collective_id() && a.op() == b.op() && a.axis() == b.axis() &&
          a.out_axis() == b.out_axis() && a.algorithm() == b.algorithm() && a.root() == b.root() &&
          a_facts.dtype == b_facts.dtype && (a_facts.count == b_facts.count || is_send_recv(a));
+}
+
+// The distinct member lists of a plan's collectives. A 1,024-rank job's collective tasks name a
+// few lists (one per data- or tensor-parallel group) hundreds of thousands of times, up to 128
+// ranks each: a list is compared with the ones seen (a hash, then its elements, without an
+// allocation) and checked once, where copying it into an ordered map's key and a set per task
+// grew with ranks squared and was most of this check on 1,024 ranks (docs/benchmarks.md,
+// "Collectives" (b)).
+class CommunicatorLists {
+ public:
+  /// The index of `members` among the lists seen, adding it when new (`*fresh` then true).
+  int find_or_add(const google::protobuf::RepeatedField<int64_t>& members, bool* fresh) {
+    uint64_t hash = static_cast<uint64_t>(members.size());
+    for (int64_t m : members) hash = (hash ^ static_cast<uint64_t>(m)) * 0x100000001b3ULL;
+    const auto [first, last] = by_hash_.equal_range(hash);
+    for (auto it = first; it != last; ++it) {
+      const std::vector<int64_t>& list = lists_[it->second];
+      if (std::equal(list.begin(), list.end(), members.begin(), members.end())) {
+        *fresh = false;
+        return it->second;
+      }
+    }
+    *fresh = true;
+    lists_.emplace_back(members.begin(), members.end());
+    by_hash_.emplace(hash, static_cast<int>(lists_.size()) - 1);
+    return static_cast<int>(lists_.size()) - 1;
+  }
+  const std::vector<int64_t>& members(int index) const { return lists_[index]; }
+  int size() const { return static_cast<int>(lists_.size()); }
+
+ private:
+  std::vector<std::vector<int64_t>> lists_;
+  std::unordered_multimap<uint64_t, int> by_hash_;
+};
+
+// Whether `members` names at least two ranks, none twice.
+bool distinct_members(std::vector<int64_t> members) {
+  std::sort(members.begin(), members.end());
+  return members.size() >= 2 && std::adjacent_find(members.begin(), members.end()) == members.end();
 }
 
 }  // namespace
@@ -213,10 +252,15 @@ void check_plan_contract(const proto::PlanProto& plan, const PlanContractOptions
                    recv.task->peer(), ".");
   }
   // Collectives (Note [Collective order] in the header).
-  std::unordered_map<int, CollectiveFacts> facts;             // task position -> its collective
+  std::vector<CollectiveFacts> facts;           // of the collective tasks
+  std::vector<int> facts_at(tasks.size(), -1);  // task position -> facts index
+  auto facts_of = [&](int i) -> const CollectiveFacts& { return facts[facts_at[i]]; };
   std::unordered_map<int64_t, std::vector<int>> collectives;  // collective id -> task positions
   std::vector<int64_t> collective_ids;                        // in plan order
-  std::map<std::vector<int64_t>, std::vector<int>> communicators;  // members -> task positions
+  CommunicatorLists communicators;
+  std::vector<bool> distinct;                          // by communicator: distinct_members()
+  std::vector<std::vector<int>> communicator_tasks;    // by communicator: task positions
+  std::vector<int> communicator_of(tasks.size(), -1);  // task position -> communicator
   for (int i = 0; i < static_cast<int>(tasks.size()); ++i) {
     const TaskRef& ref = tasks[i];
     if (ref.task->kind() != proto::TaskProto::COLLECTIVE) continue;
@@ -262,20 +306,26 @@ void check_plan_contract(const proto::PlanProto& plan, const PlanContractOptions
                    "if it is a broadcast. However, it is ",
                    collective_op_name(c.op()), " by ", collective_algorithm_name(c.algorithm()),
                    ".");
-    const std::set<int64_t> distinct(c.members().begin(), c.members().end());
-    OFL_PLAN_CHECK(c.members_size() >= 2 && static_cast<int>(distinct.size()) == c.members_size() &&
-                       distinct.count(ref.rank),
-                   "collective ", describe(ref),
+    bool fresh = false;
+    const int communicator = communicators.find_or_add(c.members(), &fresh);
+    if (fresh) {
+      distinct.push_back(distinct_members(communicators.members(communicator)));
+      communicator_tasks.emplace_back();
+    }
+    OFL_PLAN_CHECK(distinct[communicator] && member < c.members_size(), "collective ",
+                   describe(ref),
                    " must run on at least two distinct member ranks, its own among them. However, "
                    "its members are ",
                    rank_list(c.members()), ".");
     const Shape whole = collective_whole(c, in != nullptr ? from_proto(in->shape()) : Shape{},
                                          from_proto(out->shape()));
-    facts[i] = CollectiveFacts{out->dtype(), whole.numel()};
+    facts_at[i] = static_cast<int>(facts.size());
+    facts.push_back(CollectiveFacts{out->dtype(), whole.numel()});
     std::vector<int>& members = collectives[c.collective_id()];
     if (members.empty()) collective_ids.push_back(c.collective_id());
     members.push_back(i);
-    communicators[std::vector<int64_t>(c.members().begin(), c.members().end())].push_back(i);
+    communicator_of[i] = communicator;
+    communicator_tasks[communicator].push_back(i);
   }
   // The tasks of one collective: one per member rank, all naming the same members and running
   // the same op on the same data.
@@ -287,21 +337,19 @@ void check_plan_contract(const proto::PlanProto& plan, const PlanContractOptions
     for (int i : members) {
       const TaskRef& t = tasks[i];
       const proto::CollectiveProto& b = t.task->collective();
-      OFL_PLAN_CHECK(std::equal(a.members().begin(), a.members().end(), b.members().begin(),
-                                b.members().end()),
-                     "the tasks of collective ", id,
-                     " must name the same members in the same order. However, ", describe(first),
-                     " names ", rank_list(a.members()), " and ", describe(t), " names ",
-                     rank_list(b.members()), ".");
+      OFL_PLAN_CHECK(communicator_of[i] == communicator_of[members[0]], "the tasks of collective ",
+                     id, " must name the same members in the same order. However, ",
+                     describe(first), " names ", rank_list(a.members()), " and ", describe(t),
+                     " names ", rank_list(b.members()), ".");
       auto [it, fresh] = by_rank.emplace(t.rank, i);
       OFL_PLAN_CHECK(fresh, "collective ", id, " on ", describe_communicator(a),
                      " must have one task on each member. However, rank ", t.rank, " has ",
                      describe(tasks[it->second]), " and ", describe(t), ".");
-      OFL_PLAN_CHECK(same_collective(a, facts[members[0]], b, facts[i]),
+      OFL_PLAN_CHECK(same_collective(a, facts_of(members[0]), b, facts_of(i)),
                      "the members of collective ", id, " on ", describe_communicator(a),
                      " must run one op over one dtype and element count (and axis). However, rank ",
-                     first.rank, " runs ", describe_collective(first, facts[members[0]]),
-                     " and rank ", t.rank, " runs ", describe_collective(t, facts[i]), ".");
+                     first.rank, " runs ", describe_collective(first, facts_of(members[0])),
+                     " and rank ", t.rank, " runs ", describe_collective(t, facts_of(i)), ".");
     }
   }
   // A grouped send/recv (Note [Grouped send/recv] in oneflowlike/collective.h): every block one
@@ -346,20 +394,23 @@ void check_plan_contract(const proto::PlanProto& plan, const PlanContractOptions
               match != theirs.end() && numel(*match) == numel(b), "collective ", id, " on ",
               describe_communicator(a), ": rank ", t.rank, " ", sends ? "sends" : "receives", " ",
               numel(b), " elements ", sends ? "to" : "from", " rank ", u.rank, " (",
-              describe_collective(t, facts[by_member[m]]), "), but rank ", u.rank,
+              describe_collective(t, facts_of(by_member[m])), "), but rank ", u.rank,
               match == theirs.end()
                   ? str_cat(sends ? " receives nothing from it" : " sends it nothing")
                   : str_cat(sends ? " receives " : " sends ", numel(*match), " elements"),
-              " (", describe_collective(u, facts[by_member[b.member]]), ").");
+              " (", describe_collective(u, facts_of(by_member[b.member])), ").");
         }
       }
-      OFL_PLAN_CHECK(received == facts[by_member[m]].count, "collective ", describe(t), " on ",
+      OFL_PLAN_CHECK(received == facts_of(by_member[m]).count, "collective ", describe(t), " on ",
                      describe_communicator(a), " must receive every element of its output (",
-                     facts[by_member[m]].count, "). However, its blocks receive ", received, ".");
+                     facts_of(by_member[m]).count, "). However, its blocks receive ", received,
+                     ".");
     }
   }
   // Every member present runs the same collectives in the same order on each communicator.
-  for (const auto& [members, positions] : communicators) {
+  for (int index = 0; index < communicators.size(); ++index) {
+    const std::vector<int64_t>& members = communicators.members(index);
+    const std::vector<int>& positions = communicator_tasks[index];
     const proto::CollectiveProto& communicator = tasks[positions[0]].task->collective();
     std::unordered_map<int64_t, std::vector<int>> by_rank;  // rank -> its tasks, by sequence
     for (int i : positions) by_rank[tasks[i].rank].push_back(i);
@@ -379,16 +430,16 @@ void check_plan_contract(const proto::PlanProto& plan, const PlanContractOptions
       for (size_t p = 0; p < list.size(); ++p) {
         if (sequence(list[p]) == static_cast<int64_t>(p)) continue;
         const bool twice = p > 0 && sequence(list[p]) == sequence(list[p - 1]);
-        OFL_PLAN_CHECK(false, "the collectives of rank ", rank, " on ",
-                       describe_communicator(communicator),
-                       " must have the sequence numbers 0, 1, ... once each. However, ",
-                       twice ? str_cat(describe_collective(tasks[list[p - 1]], facts[list[p - 1]]),
-                                       " and ", describe_collective(tasks[list[p]], facts[list[p]]),
-                                       " both have sequence ", sequence(list[p]))
-                             : str_cat("it has none with sequence ", p, ": the next, ",
-                                       describe_collective(tasks[list[p]], facts[list[p]]),
-                                       ", has sequence ", sequence(list[p])),
-                       ".");
+        OFL_PLAN_CHECK(
+            false, "the collectives of rank ", rank, " on ", describe_communicator(communicator),
+            " must have the sequence numbers 0, 1, ... once each. However, ",
+            twice ? str_cat(describe_collective(tasks[list[p - 1]], facts_of(list[p - 1])), " and ",
+                            describe_collective(tasks[list[p]], facts_of(list[p])),
+                            " both have sequence ", sequence(list[p]))
+                  : str_cat("it has none with sequence ", p, ": the next, ",
+                            describe_collective(tasks[list[p]], facts_of(list[p])),
+                            ", has sequence ", sequence(list[p])),
+            ".");
       }
       if (reference == nullptr) {
         reference = &list;
@@ -398,12 +449,12 @@ void check_plan_contract(const proto::PlanProto& plan, const PlanContractOptions
       for (size_t p = 0; p < std::max(list.size(), reference->size()); ++p) {
         const bool both = p < list.size() && p < reference->size();
         if (both &&
-            same_collective(tasks[(*reference)[p]].task->collective(), facts[(*reference)[p]],
-                            tasks[list[p]].task->collective(), facts[list[p]])) {
+            same_collective(tasks[(*reference)[p]].task->collective(), facts_of((*reference)[p]),
+                            tasks[list[p]].task->collective(), facts_of(list[p]))) {
           continue;
         }
         auto runs = [&](const std::vector<int>& on) {
-          return p < on.size() ? describe_collective(tasks[on[p]], facts[on[p]])
+          return p < on.size() ? describe_collective(tasks[on[p]], facts_of(on[p]))
                                : str_cat("nothing (it runs ", on.size(),
                                          on.size() == 1 ? " collective" : " collectives",
                                          " on this communicator)");
@@ -421,19 +472,17 @@ void check_plan_contract(const proto::PlanProto& plan, const PlanContractOptions
   // lead to it and it leads to its members' tasks (each waits for every member's input).
   const int n = static_cast<int>(tasks.size());
   const int nodes = n + static_cast<int>(collective_ids.size());
-  std::vector<std::vector<int>> next(nodes);
-  std::vector<int> pending(nodes, 0);
-  auto edge = [&](int from, int to) {
-    next[from].push_back(to);
-    ++pending[to];
-  };
+  // The edges as (from, to), then grouped by `from` (compressed rows: two allocations where a
+  // list per node made millions on 1,024 ranks).
+  std::vector<std::pair<int, int>> edges;
+  edges.reserve(static_cast<size_t>(n) * 3);
   for (size_t k = 0; k < collective_ids.size(); ++k) {
     for (int i : collectives[collective_ids[k]]) {
       if (tasks[i].task->inputs_size() == 1) {
         const proto::RegisterProto* in = find_register(tasks[i].task->inputs(0));
-        edge(position_of(in->producer()), n + static_cast<int>(k));
+        edges.emplace_back(position_of(in->producer()), n + static_cast<int>(k));
       }
-      edge(n + static_cast<int>(k), i);
+      edges.emplace_back(n + static_cast<int>(k), i);
     }
   }
   for (int i = 0; i < n; ++i) {
@@ -442,18 +491,31 @@ void check_plan_contract(const proto::PlanProto& plan, const PlanContractOptions
       const proto::RegisterProto* reg = find_register(r);
       OFL_PLAN_CHECK(reg != nullptr, "task ", describe(t), " reads register ", r,
                      ", which does not exist.");
-      edge(position_of(reg->producer()), i);  // the producer exists: checked above
+      edges.emplace_back(position_of(reg->producer()), i);  // the producer exists: checked above
     }
     for (int64_t c : t.task->control_inputs()) {
       const int from = task_index.find(c);
       OFL_PLAN_CHECK(from >= 0, "task ", describe(t), " waits for task ", c,
                      ", which does not exist.");
-      edge(from, i);
+      edges.emplace_back(from, i);
     }
     if (t.task->kind() == proto::TaskProto::RECV && present.count(t.task->peer())) {
-      edge(sends[t.task->transfer_id()][0], i);
+      edges.emplace_back(sends[t.task->transfer_id()][0], i);
     }
   }
+  std::vector<int> first(nodes + 1, 0),
+      pending(nodes, 0);  // node i's edges: [first[i], first[i+1])
+  for (const auto& [from, to] : edges) {
+    ++first[from + 1];
+    ++pending[to];
+  }
+  for (int i = 0; i < nodes; ++i) first[i + 1] += first[i];
+  std::vector<int> next(edges.size());
+  {
+    std::vector<int> filled(first.begin(), first.end() - 1);
+    for (const auto& [from, to] : edges) next[filled[from]++] = to;
+  }
+  edges = {};
   std::vector<int> ready;
   for (int i = 0; i < nodes; ++i) {
     if (pending[i] == 0) ready.push_back(i);
@@ -463,8 +525,8 @@ void check_plan_contract(const proto::PlanProto& plan, const PlanContractOptions
     const int i = ready.back();
     ready.pop_back();
     if (i < n) ++done;
-    for (int j : next[i]) {
-      if (--pending[j] == 0) ready.push_back(j);
+    for (int e = first[i]; e < first[i + 1]; ++e) {
+      if (--pending[next[e]] == 0) ready.push_back(next[e]);
     }
   }
   if (done == n) return;
