@@ -2,6 +2,8 @@
 
 #include "compiler/physical/memory_report.h"
 
+#include <omp.h>
+
 #include <algorithm>
 #include <iomanip>
 #include <optional>
@@ -9,6 +11,7 @@
 
 #include "compiler/physical/memory_planning.h"
 #include "oneflowlike/common/id_index.h"
+#include "oneflowlike/kernels/cpu/attention.h"
 #include "oneflowlike/kernels/cpu/onednn_matmul.h"
 #include "oneflowlike/kernels/cpu/widened.h"
 #include "oneflowlike/op.h"
@@ -123,6 +126,22 @@ int64_t scratchpad_of(const proto::TaskProto& task, const TaskRegisters& regs) {
   return cpu::onednn_matmul_scratchpad_bytes(dtype, product);
 }
 
+// What a host attention task takes on its threads (Note [Attention workspace] in
+// oneflowlike/kernels/cpu/attention.h); 0 otherwise.
+int64_t attention_of(const proto::TaskProto& task, const TaskRegisters& regs) {
+  static const std::string kPrefix = "scaled_dot_product_attention";
+  const std::string& op = task.op_type();
+  if (!is_host_compute(task) || op.compare(0, kPrefix.size(), kPrefix) != 0) return 0;
+  const bool backward = op.size() >= 5 && op.compare(op.size() - 5, 5, "_grad") == 0;
+  const size_t q = backward ? 1 : 0;  // the grad reads (dout, q, k, v, ...)
+  if (regs.ins.size() < q + 3) return 0;
+  const AttentionDims d =
+      attention_dims(from_proto(regs.ins[q]->shape()), from_proto(regs.ins[q + 1]->shape()),
+                     from_proto(regs.ins[q + 2]->shape()));
+  return cpu::attention_workspace_bytes(backward, dtype_from_name(regs.ins[q]->dtype()), d,
+                                        omp_get_max_threads());
+}
+
 RankMemoryReport report_rank(const proto::RankPlanProto& rank_plan,
                              const std::map<std::string, std::string>& kinds) {
   RankMemoryReport out;
@@ -138,7 +157,7 @@ RankMemoryReport report_rank(const proto::RankPlanProto& rank_plan,
   // The chain: thread-0 tasks in plan order (memory planning's order).
   std::vector<int> chain;  // task positions
   // What the compute thread keeps for its largest call: the widened copies, the scratchpad.
-  int64_t widening = 0, scratchpad = 0;
+  int64_t widening = 0, scratchpad = 0, attention = 0;
   for (int i = 0; i < rank_plan.tasks_size(); ++i) {
     const proto::TaskProto& task = rank_plan.tasks(i);
     if (task.thread() != 0) continue;
@@ -147,9 +166,10 @@ RankMemoryReport report_rank(const proto::RankPlanProto& rank_plan,
     if (const auto regs = registers_of(task, registers, rank_plan)) {
       widening = std::max(widening, widening_of(task, *regs));
       scratchpad = std::max(scratchpad, scratchpad_of(task, *regs));
+      attention = std::max(attention, attention_of(task, *regs));
     }
   }
-  out.workspace += widening + scratchpad;
+  out.workspace += widening + scratchpad + attention;
 
   // Each register's kind, in plan order so that a boxing task sees its input's kind first.
   std::vector<std::string> kind(rank_plan.registers_size());

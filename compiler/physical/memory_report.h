@@ -14,7 +14,9 @@
 // compute thread keeps for its largest call: the float32 copies of a host 16-bit task without a
 // native kernel (Note [Widening arena] in oneflowlike/kernels/cpu/widened.h) and oneDNN's
 // scratchpad of a host matmul (Note [oneDNN matmul scratchpad] in
-// oneflowlike/kernels/cpu/onednn_matmul.h). The planned peak
+// oneflowlike/kernels/cpu/onednn_matmul.h), and a host attention's tiles on each of this
+// process's kernel threads (Note [Attention workspace] in oneflowlike/kernels/cpu/attention.h).
+// The planned peak
 // (blocks as laid out, so it also counts fragmentation) is reported beside the live peak.
 
 #include <cstdint>

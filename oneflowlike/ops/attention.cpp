@@ -156,8 +156,11 @@ void attention_gradient(GradBuilder& g) {
 }  // namespace
 
 AttentionDims attention_dims(const Tensor& q, const Tensor& k, const Tensor& v) {
-  return {q.shape()[0], q.shape()[1], k.shape()[1], q.shape()[2],
-          k.shape()[2], q.shape()[3], v.shape()[3]};
+  return attention_dims(q.shape(), k.shape(), v.shape());
+}
+
+AttentionDims attention_dims(const Shape& q, const Shape& k, const Shape& v) {
+  return {q[0], q[1], k[1], q[2], k[2], q[3], v[3]};
 }
 
 MaskStrides attention_mask_strides(const Shape& m) {

@@ -29,6 +29,8 @@ struct AttentionDims {
   int64_t group() const { return kv_heads == 0 ? 1 : heads / kv_heads; }
 };
 AttentionDims attention_dims(const Tensor& q, const Tensor& k, const Tensor& v);
+/// The same from the shapes of q (B, H, L, E), k (B, Hkv, S, E) and v (B, Hkv, S, Ev).
+AttentionDims attention_dims(const Shape& q, const Shape& k, const Shape& v);
 
 /// Element strides of a mask of `mask_shape` broadcast to (B, H, L, S): 0 along broadcast axes.
 struct MaskStrides {

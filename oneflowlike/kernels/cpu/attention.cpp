@@ -19,7 +19,7 @@
 // instructions, and for float16, the float32 kernel runs on widened copies (Note [Widened
 // kernels]).
 
-#include "oneflowlike/ops/attention.h"
+#include "oneflowlike/kernels/cpu/attention.h"
 
 #include <algorithm>
 #include <cmath>
@@ -89,9 +89,8 @@ struct Tiles {
 // every key tile in the backward. The kernels call fresh() when they start on other heads (the
 // inputs may be other tensors at the same addresses in the next call), so what is kept is at
 // most a packed copy of one head's k and v (forward), or of a key/value head's k and v and its
-// query heads' q and dout (backward), per thread; the memory report does not count it, nor the
-// backward's float32 sums of dq, dk and dv (GradSums), 4 (G L E + S (E + Ev)) bytes per thread
-// during a call.
+// query heads' q and dout (backward), per thread; the memory report counts it (Note [Attention
+// workspace] in attention.h).
 template <>
 struct Tiles<bfloat16> {
   using C = float;
@@ -111,6 +110,11 @@ struct Tiles<bfloat16> {
   static Cache& cache() {
     thread_local Cache c;
     return c;
+  }
+  // The float32 `a` of cs() rounded to bfloat16.
+  static std::vector<bfloat16>& rounded() {
+    thread_local std::vector<bfloat16> r;
+    return r;
   }
   static void fresh() {
     Cache& c = cache();
@@ -147,9 +151,9 @@ struct Tiles<bfloat16> {
   }
   static void cs(bool ta, bool tb, int64_t m, int64_t n, int64_t k, C alpha, const C* a,
                  int64_t lda, const bfloat16* b, int64_t ldb, C beta, C* c, int64_t ldc) {
-    thread_local std::vector<bfloat16> rounded;
-    bf16_tiles::round_to(a, lda, m, k, ta, &rounded);
-    bf16_tiles::product(m, rounded.data(), k, packed(tb, n, k, b, ldb), alpha, beta, c, ldc);
+    std::vector<bfloat16>& a16 = rounded();
+    bf16_tiles::round_to(a, lda, m, k, ta, &a16);
+    bf16_tiles::product(m, a16.data(), k, packed(tb, n, k, b, ldb), alpha, beta, c, ldc);
   }
 };
 
@@ -434,5 +438,58 @@ bool register_16_bit(const char* name) {
     register_16_bit<AttentionGradKernel>("scaled_dot_product_attention_masked_grad");
 
 }  // namespace
+
+int64_t attention_thread_cache_bytes() {
+  const auto& cache = Tiles<bfloat16>::cache();
+  int64_t bytes = static_cast<int64_t>(Tiles<bfloat16>::rounded().capacity() * sizeof(bfloat16));
+  for (const auto& p : cache.packs) {
+    bytes += static_cast<int64_t>(p.packed.data.capacity() * sizeof(bfloat16));
+  }
+  return bytes;
+}
+
+// Note [Attention workspace] in the header; the sizes of what the kernels above allocate.
+int64_t attention_workspace_bytes(bool backward, DataType dtype, const AttentionDims& d,
+                                  int threads) {
+  const bool tiles = dtype == DataType::kBFloat16 && bf16_tiles::available();
+  const int64_t c = dtype == DataType::kFloat64 ? 8 : 4;  // the compute type
+  const int64_t query_tiles = (d.queries + kQueryTile - 1) / kQueryTile;
+  const int64_t tasks = backward ? d.batch * d.kv_heads : d.batch * d.heads * query_tiles;
+  const int64_t used = std::max<int64_t>(1, std::min<int64_t>(threads, tasks));
+  // Packed B operands over all tiles of `length` rows, cut in tiles of `tile` rows, as the
+  // kernels pack them: rows along the product's k (`along_k`) or its n.
+  auto packs = [&](int64_t length, int64_t tile, int64_t width, bool along_k) {
+    int64_t bytes = 0;
+    for (int64_t at = 0; at < length; at += tile) {
+      const int64_t rows = std::min(tile, length - at);
+      bytes +=
+          along_k ? bf16_tiles::packed_bytes(rows, width) : bf16_tiles::packed_bytes(width, rows);
+    }
+    return bytes;
+  };
+  const int64_t rounded =  // the largest probability tile, (queries, keys) or transposed
+      tiles ? std::min(kQueryTile, d.queries) * std::min(kKeyTile, d.keys) * 2 : 0;
+  if (!backward) {
+    int64_t per_thread = (kQueryTile * kKeyTile + kQueryTile * d.value_dim + 2 * kQueryTile) * c;
+    if (tiles) {
+      // k^T (scores: n = keys of the tile, k = head_dim) and v (k = keys, n = value_dim).
+      per_thread += packs(d.keys, kKeyTile, d.head_dim, false) +
+                    packs(d.keys, kKeyTile, d.value_dim, true) + rounded;
+    }
+    return used * per_thread;
+  }
+  int64_t per_thread = 2 * kQueryTile * kKeyTile * c;  // scores and their gradients
+  if (tiles) {
+    // k^T (the scores again), v^T (dp = dout v^T), k (dq += ds k), and per query head q
+    // (dk += ds^T q) and dout (dv += p^T dout); GradSums in float32.
+    per_thread +=
+        packs(d.keys, kKeyTile, d.head_dim, false) + packs(d.keys, kKeyTile, d.value_dim, false) +
+        packs(d.keys, kKeyTile, d.head_dim, true) +
+        d.group() * (packs(d.queries, kQueryTile, d.head_dim, true) +
+                     packs(d.queries, kQueryTile, d.value_dim, true)) +
+        rounded + 4 * (d.group() * d.queries * d.head_dim + d.keys * (d.head_dim + d.value_dim));
+  }
+  return d.batch * d.heads * d.queries * c + used * per_thread;
+}
 
 }  // namespace ofl::cpu

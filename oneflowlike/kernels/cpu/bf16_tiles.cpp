@@ -17,12 +17,14 @@ constexpr int64_t kLanes = 16;  // float32 lanes of a register, and columns of a
 
 int64_t round_up(int64_t x, int64_t to) { return (x + to - 1) / to * to; }
 
+int64_t padded_columns(int64_t n) { return round_up(std::max<int64_t>(n, 1), kLanes); }
+
 // Sizes `out` for B (k, n) and returns the packed pairs, as 32-bit words (a pair per column).
 uint32_t* shape(PackedB* out, int64_t k, int64_t n) {
   out->k = k;
   out->n = n;
-  out->n_padded = round_up(std::max<int64_t>(n, 1), kLanes);
-  out->data.resize(static_cast<size_t>((k + 1) / 2 * out->n_padded * 2));
+  out->n_padded = padded_columns(n);
+  out->data.resize(static_cast<size_t>(packed_bytes(k, n)) / sizeof(bfloat16));
   return reinterpret_cast<uint32_t*>(out->data.data());
 }
 
@@ -85,6 +87,10 @@ void rows(const uint16_t* a, int64_t lda, const PackedB& b, float alpha, float b
 }
 
 }  // namespace
+
+int64_t packed_bytes(int64_t k, int64_t n) {
+  return (k + 1) / 2 * padded_columns(n) * 2 * static_cast<int64_t>(sizeof(bfloat16));
+}
 
 bool available() {
   // Decided once (kernels register by it when the library loads, and choose by it per call).

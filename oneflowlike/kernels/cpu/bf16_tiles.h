@@ -43,6 +43,9 @@ struct PackedB {
   int64_t n_padded = 0;  // columns stored per pair of rows (a multiple of 16)
 };
 
+/// The bytes of B (k, n) packed (k padded to even, n to a multiple of 16).
+int64_t packed_bytes(int64_t k, int64_t n);
+
 /// Packs B = x, x (k, n) row-major with row stride ld.
 void pack(const bfloat16* x, int64_t ld, int64_t k, int64_t n, PackedB* out);
 /// Packs B = x^T, x (n, k) row-major with row stride ld.
