@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <cstdlib>
+#include <limits>
 #include <string>
 
 namespace ofl::compiler {
@@ -19,14 +20,20 @@ constexpr size_t kChunk = size_t{64} << 20;  // reserved from the kernel at a ti
 size_t round_up(size_t n, size_t to) { return (n + to - 1) / to * to; }
 
 // tcmalloc's source of memory: bump allocation from 2 MiB-aligned chunks advised for huge
-// pages; tcmalloc calls it under its page-heap lock, so no locking of its own. What it cannot
-// serve (mmap failed) goes to tcmalloc's own allocator.
+// pages. tcmalloc serialises its calls (TCMalloc_SystemAlloc's lock), so no locking of its own.
+// What it cannot serve (mmap failed, a size that would overflow) goes to tcmalloc's own
+// allocator; the tail of a chunk too short for a request is left untouched (address space, not
+// memory).
 class HugePageAllocator : public SysAllocator {
  public:
   explicit HugePageAllocator(SysAllocator* fallback) : fallback_(fallback) {}
 
   void* Alloc(size_t size, size_t* actual_size, size_t alignment) override {
     const size_t align = alignment > kHugePage ? alignment : kHugePage;
+    // What rounding up would overflow (a malloc near SIZE_MAX) is the fallback's to refuse.
+    if (size > std::numeric_limits<size_t>::max() / 2 - align - kChunk) {
+      return fallback_->Alloc(size, actual_size, alignment);
+    }
     const size_t bytes = round_up(size, kHugePage);
     uintptr_t at = round_up(next_, align);
     if (next_ == 0 || at + bytes > end_) {

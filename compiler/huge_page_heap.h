@@ -10,9 +10,10 @@
 // about 2.5 us each at 256 ranks, 9 us at 1,024 (docs/benchmarks.md, "Collectives" (b)). The
 // tool therefore gives tcmalloc a system allocator that maps memory in 2 MiB-aligned chunks
 // advised for transparent huge pages (MADV_HUGEPAGE: Debian's default THP mode, "madvise",
-// honours it), so the same heap takes about 3,000 faults. Memory is never returned (tcmalloc's
-// default allocator does not unmap either). Only this tool: the runtime and the Python module
-// keep their process's allocator.
+// honours it), so the same heap takes about 30,000 faults. Nothing is unmapped (tcmalloc's
+// default allocator does not unmap either; its scavenger may still release freed spans' pages,
+// which splits their huge pages). Only this tool: the runtime and the Python module keep their
+// process's allocator.
 
 namespace ofl::compiler {
 

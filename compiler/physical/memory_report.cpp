@@ -138,7 +138,9 @@ int64_t attention_of(const proto::TaskProto& task, const TaskRegisters& regs) {
   const AttentionDims d =
       attention_dims(from_proto(regs.ins[q]->shape()), from_proto(regs.ins[q + 1]->shape()),
                      from_proto(regs.ins[q + 2]->shape()));
-  return cpu::attention_workspace_bytes(backward, dtype_from_name(regs.ins[q]->dtype()), d,
+  const OpSchema& schema = OpRegistry::global().find(op);
+  const bool causal = params_from_proto(schema, task.params()).as<AttentionParams>().is_causal;
+  return cpu::attention_workspace_bytes(backward, dtype_from_name(regs.ins[q]->dtype()), d, causal,
                                         omp_get_max_threads());
 }
 

@@ -73,6 +73,7 @@ template <class S>
 struct Tiles {
   using C = S;
   static void fresh() {}
+  static void release() {}
   static void ss(bool ta, bool tb, int64_t m, int64_t n, int64_t k, C alpha, const S* a,
                  int64_t lda, const S* b, int64_t ldb, C beta, C* c, int64_t ldc) {
     gemm<S>(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
@@ -86,10 +87,11 @@ struct Tiles {
 // bfloat16: the tile products (needs bf16_tiles::available()), float32 results; a float32 `a`
 // is rounded to bfloat16 first. A b packed once is kept until fresh(): the key and value tiles
 // are the operands of every query tile of a head, and the query and output-gradient tiles of
-// every key tile in the backward. The kernels call fresh() when they start on other heads (the
-// inputs may be other tensors at the same addresses in the next call), so what is kept is at
-// most a packed copy of one head's k and v (forward), or of a key/value head's k and v and its
-// query heads' q and dout (backward), per thread; the memory report counts it (Note [Attention
+// every key tile in the backward. The kernels call fresh() when they start on other heads, so
+// what is kept is at most a packed copy of one head's k and v (forward), or of a key/value
+// head's k (twice: transposed for the scores, as is for dq), v, and its query heads' q and dout
+// (backward), per thread; release() frees it when the thread's part of a call ends, so what a
+// thread holds is its largest call's, which the memory report counts (Note [Attention
 // workspace] in attention.h).
 template <>
 struct Tiles<bfloat16> {
@@ -101,25 +103,35 @@ struct Tiles<bfloat16> {
     bf16_tiles::PackedB packed;
   };
   // The packed tiles [0, used), found by address; those past `used` keep their memory for the
-  // next ones.
+  // next ones. `held`: bytes of the packs and the rounded a; `peak`: the most held at once.
   struct Cache {
     std::vector<Packed> packs;
     size_t used = 0;
     std::unordered_multimap<const bfloat16*, size_t> at;
+    std::vector<bfloat16> rounded;  // the float32 `a` of cs() rounded to bfloat16
+    int64_t held = 0, peak = 0;
+    // Counts the growth of a buffer from `before` elements of capacity.
+    void grew(size_t before, const std::vector<bfloat16>& now) {
+      held += static_cast<int64_t>((now.capacity() - before) * sizeof(bfloat16));
+      peak = std::max(peak, held);
+    }
   };
   static Cache& cache() {
     thread_local Cache c;
     return c;
   }
-  // The float32 `a` of cs() rounded to bfloat16.
-  static std::vector<bfloat16>& rounded() {
-    thread_local std::vector<bfloat16> r;
-    return r;
-  }
   static void fresh() {
     Cache& c = cache();
     c.used = 0;
     c.at.clear();
+  }
+  static void release() {
+    Cache& c = cache();
+    std::vector<Packed>().swap(c.packs);
+    std::vector<bfloat16>().swap(c.rounded);
+    c.at.clear();
+    c.used = 0;
+    c.held = 0;
   }
   static const bf16_tiles::PackedB& packed(bool tb, int64_t n, int64_t k, const bfloat16* b,
                                            int64_t ldb) {
@@ -131,11 +143,13 @@ struct Tiles<bfloat16> {
     }
     if (c.used == c.packs.size()) c.packs.emplace_back();
     Packed& p = c.packs[c.used];
+    const size_t before = p.packed.data.capacity();
     if (tb) {
       bf16_tiles::pack_transposed(b, ldb, n, k, &p.packed);
     } else {
       bf16_tiles::pack(b, ldb, k, n, &p.packed);
     }
+    c.grew(before, p.packed.data);
     p.b = b;  // the key once the pack is whole
     p.ldb = ldb;
     p.n = n;
@@ -151,9 +165,11 @@ struct Tiles<bfloat16> {
   }
   static void cs(bool ta, bool tb, int64_t m, int64_t n, int64_t k, C alpha, const C* a,
                  int64_t lda, const bfloat16* b, int64_t ldb, C beta, C* c, int64_t ldc) {
-    std::vector<bfloat16>& a16 = rounded();
-    bf16_tiles::round_to(a, lda, m, k, ta, &a16);
-    bf16_tiles::product(m, a16.data(), k, packed(tb, n, k, b, ldb), alpha, beta, c, ldc);
+    Cache& cached = cache();
+    const size_t before = cached.rounded.capacity();
+    bf16_tiles::round_to(a, lda, m, k, ta, &cached.rounded);
+    cached.grew(before, cached.rounded);
+    bf16_tiles::product(m, cached.rounded.data(), k, packed(tb, n, k, b, ldb), alpha, beta, c, ldc);
   }
 };
 
@@ -270,6 +286,7 @@ struct AttentionKernel {
           lse[bh * d.queries + q0 + i] = m[i] + std::log(l[i]);
         }
       }
+      Tiles<T>::release();
     });
   }
 };
@@ -394,6 +411,7 @@ struct AttentionGradKernel {
         }
         sums.finish(dq_group, dk_head, dv_head, d);
       }
+      Tiles<T>::release();
     });
   }
 };
@@ -439,42 +457,42 @@ bool register_16_bit(const char* name) {
 
 }  // namespace
 
-int64_t attention_thread_cache_bytes() {
-  const auto& cache = Tiles<bfloat16>::cache();
-  int64_t bytes = static_cast<int64_t>(Tiles<bfloat16>::rounded().capacity() * sizeof(bfloat16));
-  for (const auto& p : cache.packs) {
-    bytes += static_cast<int64_t>(p.packed.data.capacity() * sizeof(bfloat16));
-  }
-  return bytes;
+int64_t attention_thread_peak_bytes() {
+  Tiles<bfloat16>::Cache& cache = Tiles<bfloat16>::cache();
+  const int64_t peak = cache.peak;
+  cache.peak = cache.held;
+  return peak;
 }
 
 // Note [Attention workspace] in the header; the sizes of what the kernels above allocate.
 int64_t attention_workspace_bytes(bool backward, DataType dtype, const AttentionDims& d,
-                                  int threads) {
+                                  bool causal, int threads) {
   const bool tiles = dtype == DataType::kBFloat16 && bf16_tiles::available();
   const int64_t c = dtype == DataType::kFloat64 ? 8 : 4;  // the compute type
   const int64_t query_tiles = (d.queries + kQueryTile - 1) / kQueryTile;
   const int64_t tasks = backward ? d.batch * d.kv_heads : d.batch * d.heads * query_tiles;
   const int64_t used = std::max<int64_t>(1, std::min<int64_t>(threads, tasks));
-  // Packed B operands over all tiles of `length` rows, cut in tiles of `tile` rows, as the
-  // kernels pack them: rows along the product's k (`along_k`) or its n.
-  auto packs = [&](int64_t length, int64_t tile, int64_t width, bool along_k) {
+  // Packed B operands of the tiles starting before `limit` of `length` rows, cut in tiles of
+  // `tile` rows, as the kernels pack them: rows along the product's k (`along_k`) or its n.
+  auto packs = [&](int64_t length, int64_t limit, int64_t tile, int64_t width, bool along_k) {
     int64_t bytes = 0;
-    for (int64_t at = 0; at < length; at += tile) {
+    for (int64_t at = 0; at < std::min(length, limit); at += tile) {
       const int64_t rows = std::min(tile, length - at);
       bytes +=
           along_k ? bf16_tiles::packed_bytes(rows, width) : bf16_tiles::packed_bytes(width, rows);
     }
     return bytes;
   };
+  // Under is_causal no query reads a key tile starting at or after the last query (keys_read).
+  const int64_t key_limit = causal ? d.queries : d.keys;
   const int64_t rounded =  // the largest probability tile, (queries, keys) or transposed
       tiles ? std::min(kQueryTile, d.queries) * std::min(kKeyTile, d.keys) * 2 : 0;
   if (!backward) {
     int64_t per_thread = (kQueryTile * kKeyTile + kQueryTile * d.value_dim + 2 * kQueryTile) * c;
     if (tiles) {
       // k^T (scores: n = keys of the tile, k = head_dim) and v (k = keys, n = value_dim).
-      per_thread += packs(d.keys, kKeyTile, d.head_dim, false) +
-                    packs(d.keys, kKeyTile, d.value_dim, true) + rounded;
+      per_thread += packs(d.keys, key_limit, kKeyTile, d.head_dim, false) +
+                    packs(d.keys, key_limit, kKeyTile, d.value_dim, true) + rounded;
     }
     return used * per_thread;
   }
@@ -482,12 +500,13 @@ int64_t attention_workspace_bytes(bool backward, DataType dtype, const Attention
   if (tiles) {
     // k^T (the scores again), v^T (dp = dout v^T), k (dq += ds k), and per query head q
     // (dk += ds^T q) and dout (dv += p^T dout); GradSums in float32.
-    per_thread +=
-        packs(d.keys, kKeyTile, d.head_dim, false) + packs(d.keys, kKeyTile, d.value_dim, false) +
-        packs(d.keys, kKeyTile, d.head_dim, true) +
-        d.group() * (packs(d.queries, kQueryTile, d.head_dim, true) +
-                     packs(d.queries, kQueryTile, d.value_dim, true)) +
-        rounded + 4 * (d.group() * d.queries * d.head_dim + d.keys * (d.head_dim + d.value_dim));
+    per_thread += packs(d.keys, key_limit, kKeyTile, d.head_dim, false) +
+                  packs(d.keys, key_limit, kKeyTile, d.value_dim, false) +
+                  packs(d.keys, key_limit, kKeyTile, d.head_dim, true) +
+                  d.group() * (packs(d.queries, d.queries, kQueryTile, d.head_dim, true) +
+                               packs(d.queries, d.queries, kQueryTile, d.value_dim, true)) +
+                  rounded +
+                  4 * (d.group() * d.queries * d.head_dim + d.keys * (d.head_dim + d.value_dim));
   }
   return d.batch * d.heads * d.queries * c + used * per_thread;
 }

@@ -7,12 +7,14 @@
 // and their gradients (backward), in the compute type. The backward's caller keeps D (one value
 // per query row). bfloat16 on the tile products (Note [bfloat16 tile products]) also keeps, per
 // thread, the packed tiles of the key/value head it works on (forward: its k and v; backward:
-// k, v and its query heads' q and dout), the rounded probabilities, and in the backward the
-// float32 sums of dq, dk and dv; the packed tiles stay allocated between calls, at the largest
-// head seen. The memory report counts the largest call of a rank's compute thread as kernel
-// workspace (Note [Memory report]), with the threads this process's kernels use. float16, and
-// bfloat16 without AVX512-BF16, run the float32 kernel on widened copies: its scratch here, the
-// copies in the widening arena (Note [Widening arena]).
+// k twice, v, and its query heads' q and dout; under is_causal not the key tiles no query
+// reads), the rounded probabilities, and in the backward the float32 sums of dq, dk and dv; a
+// thread frees them when its part of the call ends. The memory report counts the largest call
+// of a rank's compute thread as kernel workspace (Note [Memory report]), on the threads this
+// process's kernels use (omp_get_max_threads() where the report is made: `oneflowlike-plan` on
+// another machine may count another number). float16, and bfloat16 without AVX512-BF16, run
+// the float32 kernel on widened copies: its scratch here, the copies in the widening arena
+// (Note [Widening arena]).
 
 #include <cstdint>
 
@@ -21,13 +23,13 @@
 
 namespace ofl::cpu {
 
-/// The bytes a CPU attention call of `dtype` over `d` takes on `threads` threads (the
-/// backward's when `backward`).
+/// The bytes a CPU attention call of `dtype` over `d` (causal or not) takes on `threads`
+/// threads (the backward's when `backward`).
 int64_t attention_workspace_bytes(bool backward, DataType dtype, const AttentionDims& d,
-                                  int threads);
+                                  bool causal, int threads);
 
-/// The bytes the calling thread's bfloat16 attention keeps between calls (its packed tiles and
-/// rounded probabilities), to test the count above.
-int64_t attention_thread_cache_bytes();
+/// The most bytes the calling thread's bfloat16 attention has held at once (packed tiles and
+/// rounded probabilities) since it last asked, to test the count above.
+int64_t attention_thread_peak_bytes();
 
 }  // namespace ofl::cpu

@@ -696,33 +696,40 @@ TEST(MemoryPlanning, ExceedingTheMemoryLimitNamesTheRankAndItsLargestRegisters) 
 }
 
 // Note [Attention workspace]: a host attention's tiles on this process's kernel threads are
-// kernel workspace, its backward's (the larger here) in the dtype the kernels run: float32, and
-// bfloat16 under mixed precision (the grad reads dout, q, k, v: q is its second input).
+// kernel workspace, the larger of its forward's and its backward's, in the dtype the kernels
+// run: float32, and bfloat16 under mixed precision; also with a mask (the grads read dout, q,
+// k, v, ...: q is their second input; the mask comes last).
 TEST(MemoryReport, AHostAttentionsTilesAreKernelWorkspace) {
   const Shape qs{2, 4, 130, 8}, ks{2, 2, 200, 8}, vs{2, 2, 200, 6};
   const Initializer init{Initializer::Kind::kNormal, 0, 0.1, 1};
   for (const DataType amp : {DataType::kFloat32, DataType::kBFloat16}) {
-    GraphBuilder b("attention");
-    const int q = b.variable("q", qs, init), k = b.variable("k", ks, init),
-              v = b.variable("v", vs, init);
-    const std::vector<int> out =
-        b.op("scaled_dot_product_attention", AttentionParams{0.3, true}, {q, k, v}, "attention");
-    b.set_loss(b.op1("reduce_mean", ReduceParams{}, {out[0]}));
-    b.train().optimizer.kind = OptimizerConfig::Kind::kSgd;
-    b.train().amp_dtype = amp;  // float32: no mixed precision
-    Graph logical;
-    const proto::PlanProto plan = compile_graph(std::move(b.graph()), {}, &logical);
-    const RankMemoryReport report = memory_report(plan, memory_kinds(logical)).at(0);
-    const AttentionDims d = attention_dims(qs, ks, vs);
-    const int threads = omp_get_max_threads();
-    const int64_t attention = std::max(cpu::attention_workspace_bytes(false, amp, d, threads),
-                                       cpu::attention_workspace_bytes(true, amp, d, threads));
-    EXPECT_GT(attention, cpu::attention_workspace_bytes(false, amp, d, threads));
-    // Nothing else in this plan takes workspace but the widening arena where bfloat16 widens.
-    if (amp == DataType::kFloat32 || cpu::bf16_tiles::available()) {
-      EXPECT_EQ(report.workspace, attention) << dtype_name(amp);
-    } else {
-      EXPECT_GT(report.workspace, attention) << "widened";
+    for (const bool masked : {false, true}) {
+      GraphBuilder b("attention");
+      const int q = b.variable("q", qs, init), k = b.variable("k", ks, init),
+                v = b.variable("v", vs, init);
+      std::vector<int> inputs = {q, k, v};
+      if (masked) inputs.push_back(b.input("mask", Shape{130, 200}));
+      const std::vector<int> out =
+          b.op(masked ? "scaled_dot_product_attention_masked" : "scaled_dot_product_attention",
+               AttentionParams{0.3, !masked}, inputs, "attention");
+      b.set_loss(b.op1("reduce_mean", ReduceParams{}, {out[0]}));
+      b.train().optimizer.kind = OptimizerConfig::Kind::kSgd;
+      b.train().amp_dtype = amp;  // float32: no mixed precision
+      Graph logical;
+      const proto::PlanProto plan = compile_graph(std::move(b.graph()), {}, &logical);
+      const RankMemoryReport report = memory_report(plan, memory_kinds(logical)).at(0);
+      const AttentionDims d = attention_dims(qs, ks, vs);
+      const int threads = omp_get_max_threads();
+      const int64_t attention =
+          std::max(cpu::attention_workspace_bytes(false, amp, d, !masked, threads),
+                   cpu::attention_workspace_bytes(true, amp, d, !masked, threads));
+      const std::string what = str_cat(dtype_name(amp), masked ? " masked" : "");
+      // Nothing else in this plan takes workspace but the widening arena where bfloat16 widens.
+      if (amp == DataType::kFloat32 || cpu::bf16_tiles::available()) {
+        EXPECT_EQ(report.workspace, attention) << what;
+      } else {
+        EXPECT_GT(report.workspace, attention) << what << " (widened)";
+      }
     }
   }
 }
