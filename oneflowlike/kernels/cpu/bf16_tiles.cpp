@@ -3,6 +3,8 @@
 #include "oneflowlike/kernels/cpu/bf16_tiles.h"
 
 #include <immintrin.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstdlib>
@@ -19,13 +21,21 @@ int64_t round_up(int64_t x, int64_t to) { return (x + to - 1) / to * to; }
 
 int64_t padded_columns(int64_t n) { return round_up(std::max<int64_t>(n, 1), kLanes); }
 
+// Pairs of rows stored: a multiple of an AMX tile's 16 rows (zeros past (k + 1) / 2), so a tile
+// load never reads past the packing (Note [AMX tile products]).
+constexpr int64_t kTileRows = 16;
+int64_t padded_pairs(int64_t k) { return round_up(std::max<int64_t>((k + 1) / 2, 1), kTileRows); }
+
 // Sizes `out` for B (k, n) and returns the packed pairs, as 32-bit words (a pair per column).
 uint32_t* shape(PackedB* out, int64_t k, int64_t n) {
   out->k = k;
   out->n = n;
   out->n_padded = padded_columns(n);
   out->data.resize(static_cast<size_t>(packed_bytes(k, n)) / sizeof(bfloat16));
-  return reinterpret_cast<uint32_t*>(out->data.data());
+  uint32_t* words = reinterpret_cast<uint32_t*>(out->data.data());
+  // The padding pairs are zeros (the buffer may hold an earlier packing).
+  std::fill(words + (k + 1) / 2 * out->n_padded, words + padded_pairs(k) * out->n_padded, 0u);
+  return words;
 }
 
 // The pair (lo, hi) as the lane reads it: lo in the low half.
@@ -89,7 +99,7 @@ void rows(const uint16_t* a, int64_t lda, const PackedB& b, float alpha, float b
 }  // namespace
 
 int64_t packed_bytes(int64_t k, int64_t n) {
-  return (k + 1) / 2 * padded_columns(n) * 2 * static_cast<int64_t>(sizeof(bfloat16));
+  return padded_pairs(k) * padded_columns(n) * 2 * static_cast<int64_t>(sizeof(bfloat16));
 }
 
 bool available() {
@@ -177,12 +187,167 @@ void round_to(const float* x, int64_t ld, int64_t m, int64_t k, bool transpose,
 
 void product(int64_t m, const bfloat16* a, int64_t lda, const PackedB& b, float alpha, float beta,
              float* c, int64_t ldc) {
+  if (amx_available()) {
+    product_amx(m, a, lda, b, alpha, beta, c, ldc);
+  } else {
+    product_avx512(m, a, lda, b, alpha, beta, c, ldc);
+  }
+}
+
+void product_avx512(int64_t m, const bfloat16* a, int64_t lda, const PackedB& b, float alpha,
+                    float beta, float* c, int64_t ldc) {
   if (m == 0 || b.n == 0) return;
   const uint16_t* bits = reinterpret_cast<const uint16_t*>(a);
   int64_t i = 0;
   for (; i + 8 <= m; i += 8) rows<8>(bits + i * lda, lda, b, alpha, beta, c + i * ldc, ldc);
   for (; i + 4 <= m; i += 4) rows<4>(bits + i * lda, lda, b, alpha, beta, c + i * ldc, ldc);
   for (; i < m; ++i) rows<1>(bits + i * lda, lda, b, alpha, beta, c + i * ldc, ldc);
+}
+
+// Note [AMX tile products] in the header.
+namespace {
+
+// Linux lends the AMX tile registers to a process that asks (kernel 5.16 and later).
+bool request_amx() {
+  constexpr int kReqXcompPerm = 0x1023;  // ARCH_REQ_XCOMP_PERM
+  constexpr int kXtiledata = 18;         // XFEATURE_XTILEDATA
+  return syscall(SYS_arch_prctl, kReqXcompPerm, kXtiledata) == 0;
+}
+
+// Palette 1, every tile 16 rows of 64 bytes: C 16 x 16 float32, A 16 rows x 32 bfloat16, B 16
+// pairs x 16 columns.
+struct alignas(64) TileConfig {
+  uint8_t palette = 1;
+  uint8_t start_row = 0;
+  uint8_t reserved[14] = {};
+  uint16_t colsb[16] = {};
+  uint8_t rows[16] = {};
+  TileConfig() {
+    for (int t = 0; t < 8; ++t) {
+      colsb[t] = 64;
+      rows[t] = 16;
+    }
+  }
+};
+
+// A 16 x 16 float32 tile of products into C rows [i, i + rows), columns [j, j + cols):
+// C = alpha * tile + beta * C.
+__attribute__((target("avx512f"))) void combine(const float* tile, int64_t rows, int64_t cols,
+                                                float alpha, float beta, float* c, int64_t ldc) {
+  const __mmask16 m = cols >= kLanes ? __mmask16(0xffff) : __mmask16((1u << cols) - 1);
+  const __m512 va = _mm512_set1_ps(alpha), vb = _mm512_set1_ps(beta);
+  for (int64_t r = 0; r < rows; ++r) {
+    __m512 v = _mm512_mul_ps(_mm512_loadu_ps(tile + r * kLanes), va);
+    if (beta != 0.0f) v = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, c + r * ldc), vb, v);
+    _mm512_mask_storeu_ps(c + r * ldc, m, v);
+  }
+}
+
+// TA (1 or 2) row tiles of A against TB (1 or 2) column tiles of B, over kp (a multiple of 32)
+// columns of A: C tiles 0-3, A tiles 4-5, B tiles 6-7. `a` rows of stride lda elements, `b` the
+// packed pairs from column j0; the products go to `out` (TA x TB tiles of 16 x 16).
+template <int TA, int TB>
+__attribute__((target("amx-tile,amx-bf16"))) void tile_block(const uint16_t* a, int64_t lda,
+                                                             int64_t kp, const uint32_t* b,
+                                                             int64_t n_padded, float* out) {
+  _tile_zero(0);
+  if (TB == 2) _tile_zero(1);
+  if (TA == 2) _tile_zero(2);
+  if (TA == 2 && TB == 2) _tile_zero(3);
+  const int64_t a_stride = lda * 2, b_stride = n_padded * 4;
+  for (int64_t chunk = 0; chunk < kp / 32; ++chunk) {
+    _tile_loadd(4, a + chunk * 32, a_stride);
+    if (TA == 2) _tile_loadd(5, a + 16 * lda + chunk * 32, a_stride);
+    const uint32_t* rows = b + chunk * kTileRows * n_padded;
+    _tile_loadd(6, rows, b_stride);
+    if (TB == 2) _tile_loadd(7, rows + kLanes, b_stride);
+    _tile_dpbf16ps(0, 4, 6);
+    if (TB == 2) _tile_dpbf16ps(1, 4, 7);
+    if (TA == 2) _tile_dpbf16ps(2, 5, 6);
+    if (TA == 2 && TB == 2) _tile_dpbf16ps(3, 5, 7);
+  }
+  constexpr int64_t kTile = kLanes * kLanes;
+  _tile_stored(0, out, 64);
+  if (TB == 2) _tile_stored(1, out + kTile, 64);
+  if (TA == 2) _tile_stored(2, out + 2 * kTile, 64);
+  if (TA == 2 && TB == 2) _tile_stored(3, out + 3 * kTile, 64);
+}
+
+__attribute__((target("amx-tile"))) void load_tile_config(const TileConfig& config) {
+  _tile_loadconfig(&config);
+}
+
+__attribute__((target("amx-tile"))) void release_tiles() { _tile_release(); }
+
+// The calling thread's copy of an A whose tiles are not whole (product_amx).
+std::vector<uint16_t>& padded_rows() {
+  thread_local std::vector<uint16_t> rows;
+  return rows;
+}
+
+}  // namespace
+
+bool amx_available() {
+  static const bool yes = [] {
+    __builtin_cpu_init();
+    const char* env = std::getenv("OFL_BF16_AMX");
+    return available() && __builtin_cpu_supports("amx-tile") &&
+           __builtin_cpu_supports("amx-bf16") && (env == nullptr || std::string(env) != "0") &&
+           request_amx();
+  }();
+  return yes;
+}
+
+void product_amx(int64_t m, const bfloat16* a, int64_t lda, const PackedB& b, float alpha,
+                 float beta, float* c, int64_t ldc) {
+  if (m == 0 || b.n == 0) return;
+  // A as it is when its tiles are whole (m a multiple of 16 rows, k of 32 columns: attention's
+  // tiles at the usual head sizes); else its rows copied to such a size, zeros around them, so
+  // every tile load reads inside the copy (an odd k's last pair, rows past m).
+  const int64_t kp = padded_pairs(b.k) * 2, mp = round_up(m, kTileRows);
+  const uint16_t* bits = reinterpret_cast<const uint16_t*>(a);
+  int64_t a_ld = lda;
+  if (mp != m || kp != b.k) {
+    std::vector<uint16_t>& rows = padded_rows();
+    rows.assign(static_cast<size_t>(mp * kp), 0);
+    for (int64_t i = 0; i < m; ++i) {
+      std::memcpy(rows.data() + i * kp, bits + i * lda, static_cast<size_t>(b.k) * 2);
+    }
+    bits = rows.data();
+    a_ld = kp;
+  }
+  const uint32_t* packed = reinterpret_cast<const uint32_t*>(b.data.data());
+  // Another user of the tiles on this thread (oneDNN) may have loaded its own configuration.
+  static const TileConfig kConfig;
+  load_tile_config(kConfig);
+  alignas(64) float out[4 * kLanes * kLanes];
+  for (int64_t i0 = 0; i0 < mp; i0 += 2 * kTileRows) {
+    const bool two_a = mp - i0 > kTileRows;
+    for (int64_t j0 = 0; j0 < b.n; j0 += 2 * kLanes) {
+      const bool two_b = b.n - j0 > kLanes;
+      const uint16_t* ar = bits + i0 * a_ld;
+      const uint32_t* bc = packed + j0;
+      if (two_a && two_b) {
+        tile_block<2, 2>(ar, a_ld, kp, bc, b.n_padded, out);
+      } else if (two_a) {
+        tile_block<2, 1>(ar, a_ld, kp, bc, b.n_padded, out);
+      } else if (two_b) {
+        tile_block<1, 2>(ar, a_ld, kp, bc, b.n_padded, out);
+      } else {
+        tile_block<1, 1>(ar, a_ld, kp, bc, b.n_padded, out);
+      }
+      for (int ta = 0; ta < (two_a ? 2 : 1); ++ta) {
+        for (int tb = 0; tb < (two_b ? 2 : 1); ++tb) {
+          const int64_t i = i0 + ta * kTileRows, j = j0 + tb * kLanes;
+          if (i >= m) continue;
+          const float* tile = out + (ta * 2 + tb) * kLanes * kLanes;
+          combine(tile, std::min(kTileRows, m - i), std::min(kLanes, b.n - j), alpha, beta,
+                  c + i * ldc + j, ldc);
+        }
+      }
+    }
+  }
+  release_tiles();
 }
 
 }  // namespace ofl::cpu::bf16_tiles

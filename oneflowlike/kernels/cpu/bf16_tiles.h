@@ -8,7 +8,8 @@
 // into a float32 lane: twice the products of a float32 FMA per instruction, from operands half
 // the size. A product C (m, n) = alpha * A (m, k) @ B (k, n) + beta * C runs as follows:
 //  - B is packed first: the pairs (B[2p][j], B[2p+1][j]) side by side for every column j (what
-//    one lane multiplies), k padded to even and n to a multiple of 16 with zeros;
+//    one lane multiplies), k padded to even (and its pairs to a multiple of 16, for the AMX
+//    tiles below) and n to a multiple of 16 with zeros;
 //  - A's rows are read as they are: a pair of consecutive elements is one 32-bit value,
 //    broadcast to all 16 lanes;
 //  - 8 rows x 32 columns of C stay in 16 registers over the whole sum (a 16-column block at the
@@ -24,6 +25,22 @@
 // which is where a kernel using these loses precision against its float32 twin.
 // The products need the instructions: available() says whether this CPU has them (the library
 // targets x86-64-v3; these functions alone are compiled for AVX-512 and chosen at run time).
+//
+// Note [AMX tile products]
+// ------------------------
+// Where the CPU also has AMX (Sapphire Rapids and later) and Linux lends the process its tile
+// registers (arch_prctl(ARCH_REQ_XCOMP_PERM)), product() runs on the tiles instead: TDPBF16PS
+// multiplies a 16 x 32 tile of A by a 16-pair x 16-column tile of B into a 16 x 16 float32
+// tile, the pairs laid out exactly as the packing above (VNNI), so the same PackedB serves both.
+// B is packed with its pairs padded to a multiple of 16 (zeros) and A's rows are copied to a
+// multiple of 16 rows and 32 columns (zeros), so every tile load reads whole tiles; 2 x 2 tiles
+// of C are summed over k at a time and combined into C with alpha and beta. Each element sums
+// its pairs in one order fixed by k, so results do not depend on threads; they may differ from
+// the AVX512-BF16 loop's in the last bits (the tile sums a chunk of 16 pairs its own way), and
+// both are tested against the float64 product. The tile configuration is loaded at each call
+// and the tiles released after it, since oneDNN loads its own on the same threads.
+// OFL_BF16_AMX=0 keeps the AVX512-BF16 loop (to measure it). Measured in docs/benchmarks.md,
+// "Fused attention".
 
 #include <cstdint>
 #include <vector>
@@ -43,7 +60,8 @@ struct PackedB {
   int64_t n_padded = 0;  // columns stored per pair of rows (a multiple of 16)
 };
 
-/// The bytes of B (k, n) packed (k padded to even, n to a multiple of 16).
+/// The bytes of B (k, n) packed (its (k + 1) / 2 pairs padded to a multiple of 16, n to a
+/// multiple of 16).
 int64_t packed_bytes(int64_t k, int64_t n);
 
 /// Packs B = x, x (k, n) row-major with row stride ld.
@@ -58,8 +76,19 @@ void round_to(const float* x, int64_t ld, int64_t m, int64_t k, bool transpose,
               std::vector<bfloat16>* out);
 
 /// C (m, b.n) = alpha * A (m, b.k) @ B + beta * C (beta 0: C is not read). A row-major with row
-/// stride lda, C float32 with row stride ldc. Needs available().
+/// stride lda, C float32 with row stride ldc. Needs available(); on AMX where amx_available().
 void product(int64_t m, const bfloat16* a, int64_t lda, const PackedB& b, float alpha, float beta,
              float* c, int64_t ldc);
+
+/// Whether product() runs on AMX tiles (Note [AMX tile products]): the CPU has them, Linux lent
+/// them, and OFL_BF16_AMX was not 0; decided once per process.
+bool amx_available();
+
+/// product() on the AVX512-BF16 loop, and on AMX tiles (needs amx_available()): for tests and
+/// benchmarks of each.
+void product_avx512(int64_t m, const bfloat16* a, int64_t lda, const PackedB& b, float alpha,
+                    float beta, float* c, int64_t ldc);
+void product_amx(int64_t m, const bfloat16* a, int64_t lda, const PackedB& b, float alpha,
+                 float beta, float* c, int64_t ldc);
 
 }  // namespace ofl::cpu::bf16_tiles

@@ -8,6 +8,7 @@
 
 #include <cmath>
 #include <random>
+#include <utility>
 #include <vector>
 
 namespace ofl::cpu {
@@ -31,47 +32,54 @@ TEST(Bf16Tiles, ProductsEqualTheFloat64ProductOfTheSameValues) {
   };
   bf16_tiles::PackedB packed;  // reused across shapes, as the kernels do
   std::vector<float> c;
-  for (const Case s : {Case{1, 1, 1}, Case{8, 16, 2}, Case{64, 128, 64}, Case{13, 37, 9},
-                       Case{5, 17, 64}, Case{9, 33, 1}, Case{64, 64, 127}, Case{3, 48, 3}}) {
-    for (bool transposed : {false, true}) {
-      for (float beta : {0.0f, 1.0f}) {
-        SCOPED_TRACE(testing::Message() << "m " << s.m << ", n " << s.n << ", k " << s.k
-                                        << (transposed ? ", B given transposed" : "")
-                                        << ", beta " << beta);
-        const int64_t lda = s.k + 3, ldb = (transposed ? s.k : s.n) + 2, ldc = s.n + 5;
-        const std::vector<bfloat16> a = random_bf16(s.m * lda, 1);
-        // B (k, n) as given: x = B (k rows of n), or x = B^T (n rows of k).
-        const std::vector<bfloat16> x = random_bf16((transposed ? s.n : s.k) * ldb, 2);
-        const auto b = [&](int64_t p, int64_t j) {
-          return static_cast<double>(
-              static_cast<float>(transposed ? x[j * ldb + p] : x[p * ldb + j]));
-        };
-        if (transposed) {
-          bf16_tiles::pack_transposed(x.data(), ldb, s.n, s.k, &packed);
-        } else {
-          bf16_tiles::pack(x.data(), ldb, s.k, s.n, &packed);
-        }
-        c.assign(s.m * ldc, 0.5f);  // what beta 1 adds, and what must stay past each row's n
-        bf16_tiles::product(s.m, a.data(), lda, packed, 0.75f, beta, c.data(), ldc);
-        for (int64_t i = 0; i < s.m; ++i) {
-          for (int64_t j = 0; j < ldc; ++j) {
-            if (j >= s.n) {
-              ASSERT_EQ(c[i * ldc + j], 0.5f) << "wrote past column " << s.n << " of row " << i;
-              continue;
+  // Every engine this CPU has (Note [AMX tile products]).
+  std::vector<std::pair<const char*, decltype(&bf16_tiles::product)>> engines = {
+      {"AVX512-BF16", &bf16_tiles::product_avx512}};
+  if (bf16_tiles::amx_available()) engines.emplace_back("AMX", &bf16_tiles::product_amx);
+  for (const auto& [engine, product] : engines)
+    for (const Case s :
+         {Case{1, 1, 1}, Case{8, 16, 2}, Case{64, 128, 64}, Case{13, 37, 9}, Case{5, 17, 64},
+          Case{9, 33, 1}, Case{64, 64, 127}, Case{3, 48, 3}, Case{40, 40, 40}, Case{33, 80, 70}}) {
+      for (bool transposed : {false, true}) {
+        for (float beta : {0.0f, 1.0f}) {
+          SCOPED_TRACE(testing::Message()
+                       << engine << ": m " << s.m << ", n " << s.n << ", k " << s.k
+                       << (transposed ? ", B given transposed" : "") << ", beta " << beta);
+          const int64_t lda = s.k + 3, ldb = (transposed ? s.k : s.n) + 2, ldc = s.n + 5;
+          const std::vector<bfloat16> a = random_bf16(s.m * lda, 1);
+          // B (k, n) as given: x = B (k rows of n), or x = B^T (n rows of k).
+          const std::vector<bfloat16> x = random_bf16((transposed ? s.n : s.k) * ldb, 2);
+          const auto b = [&](int64_t p, int64_t j) {
+            return static_cast<double>(
+                static_cast<float>(transposed ? x[j * ldb + p] : x[p * ldb + j]));
+          };
+          if (transposed) {
+            bf16_tiles::pack_transposed(x.data(), ldb, s.n, s.k, &packed);
+          } else {
+            bf16_tiles::pack(x.data(), ldb, s.k, s.n, &packed);
+          }
+          c.assign(s.m * ldc, 0.5f);  // what beta 1 adds, and what must stay past each row's n
+          product(s.m, a.data(), lda, packed, 0.75f, beta, c.data(), ldc);
+          for (int64_t i = 0; i < s.m; ++i) {
+            for (int64_t j = 0; j < ldc; ++j) {
+              if (j >= s.n) {
+                ASSERT_EQ(c[i * ldc + j], 0.5f) << "wrote past column " << s.n << " of row " << i;
+                continue;
+              }
+              double want = 0, scale = 0;
+              for (int64_t p = 0; p < s.k; ++p) {
+                const double t = static_cast<float>(a[i * lda + p]) * b(p, j);
+                want += t;
+                scale += std::abs(t);
+              }
+              want = 0.75 * want + beta * 0.5;
+              ASSERT_NEAR(c[i * ldc + j], want, 1e-6 * (scale + 1))
+                  << "C(" << i << ", " << j << ")";
             }
-            double want = 0, scale = 0;
-            for (int64_t p = 0; p < s.k; ++p) {
-              const double t = static_cast<float>(a[i * lda + p]) * b(p, j);
-              want += t;
-              scale += std::abs(t);
-            }
-            want = 0.75 * want + beta * 0.5;
-            ASSERT_NEAR(c[i * ldc + j], want, 1e-6 * (scale + 1)) << "C(" << i << ", " << j << ")";
           }
         }
       }
     }
-  }
 }
 
 TEST(Bf16Tiles, RoundingGivesRowsOrTheTranspose) {
