@@ -14,7 +14,8 @@
 // process's kernels use (omp_get_max_threads() where the report is made: `oneflowlike-plan` on
 // another machine may count another number). float16, and bfloat16 without AVX512-BF16, run
 // the float32 kernel on widened copies: its scratch here, the copies in the widening arena
-// (Note [Widening arena]).
+// (Note [Widening arena]). Not counted: on AMX, the padded copy of a product's A whose tiles are
+// not whole (Note [AMX tile products]; at head sizes that are multiples of 32 there is none).
 
 #include <cstdint>
 
