@@ -129,6 +129,7 @@ struct Tiles<bfloat16> {
     Cache& c = cache();
     std::vector<Packed>().swap(c.packs);
     std::vector<bfloat16>().swap(c.rounded);
+    bf16_tiles::release_thread_buffers();
     c.at.clear();
     c.used = 0;
     c.held = 0;

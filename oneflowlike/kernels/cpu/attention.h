@@ -15,7 +15,9 @@
 // another machine may count another number). float16, and bfloat16 without AVX512-BF16, run
 // the float32 kernel on widened copies: its scratch here, the copies in the widening arena
 // (Note [Widening arena]). Not counted: on AMX, the padded copy of a product's A whose tiles are
-// not whole (Note [AMX tile products]; at head sizes that are multiples of 32 there is none).
+// not whole (Note [AMX tile products]: a query or key tile at the end of a sequence whose length
+// is not a multiple of 16 rows or 32 columns, or a head size not a multiple of 32; at most a few
+// tens of KiB per thread, freed with the rest when the thread's part of the call ends).
 
 #include <cstdint>
 

@@ -250,6 +250,9 @@ template <int TA, int TB>
 __attribute__((target("amx-tile,amx-bf16"))) void tile_block(const uint16_t* a, int64_t lda,
                                                              int64_t kp, const uint32_t* b,
                                                              int64_t n_padded, float* out) {
+  // GCC's tile loads are asm without a memory clobber: the stores of A's padded copy must be
+  // done before them, which this makes explicit (not only the call boundary).
+  asm volatile("" ::: "memory");
   _tile_zero(0);
   if (TB == 2) _tile_zero(1);
   if (TA == 2) _tile_zero(2);
@@ -286,6 +289,8 @@ std::vector<uint16_t>& padded_rows() {
 }
 
 }  // namespace
+
+void release_thread_buffers() { std::vector<uint16_t>().swap(padded_rows()); }
 
 bool amx_available() {
   static const bool yes = [] {

@@ -84,6 +84,9 @@ void product(int64_t m, const bfloat16* a, int64_t lda, const PackedB& b, float 
 /// them, and OFL_BF16_AMX was not 0; decided once per process.
 bool amx_available();
 
+/// Frees the calling thread's padded copy of A (product_amx), kept between calls otherwise.
+void release_thread_buffers();
+
 /// product() on the AVX512-BF16 loop, and on AMX tiles (needs amx_available()): for tests and
 /// benchmarks of each.
 void product_avx512(int64_t m, const bfloat16* a, int64_t lda, const PackedB& b, float alpha,
