@@ -159,17 +159,66 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16"))) void round_rows(
   }
 }
 
-// y (m, k) = x^T, x (k, m): 16 consecutive values of a row of x become a column of y.
-__attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16"))) void round_columns(
-    const float* x, int64_t ld, int64_t m, int64_t k, uint16_t* y) {
+// Columns [i0, m) of rows [j0, j1) of x into y (m, k) = x^T: 16 consecutive values of a row of
+// x become a column of y, stored one by one.
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16"))) void round_columns_scalar(
+    const float* x, int64_t ld, int64_t j0, int64_t j1, int64_t i0, int64_t m, int64_t k,
+    uint16_t* y) {
   alignas(32) uint16_t lanes[kLanes];
-  for (int64_t j = 0; j < k; ++j) {
-    for (int64_t i = 0; i < m; i += kLanes) {
+  for (int64_t j = j0; j < j1; ++j) {
+    for (int64_t i = i0; i < m; i += kLanes) {
       const int64_t n = std::min(kLanes, m - i);
       _mm256_store_si256(reinterpret_cast<__m256i*>(lanes), rounded16(x + j * ld + i, n));
       for (int64_t t = 0; t < n; ++t) y[(i + t) * k + j] = lanes[t];
     }
   }
+}
+
+// r[t] (16 values each) -> r[c] = (r[0][c], ..., r[15][c]): 16-bit interleaves within 128-bit
+// lanes (pairs of rows, then fours, then eights), then the lanes of rows 0-7 and 8-15 joined.
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16"))) void transpose16(__m256i r[16]) {
+  __m256i lo[8], hi[8];  // rows 2p, 2p+1: elements {0-3 | 8-11} and {4-7 | 12-15}
+  for (int p = 0; p < 8; ++p) {
+    lo[p] = _mm256_unpacklo_epi16(r[2 * p], r[2 * p + 1]);
+    hi[p] = _mm256_unpackhi_epi16(r[2 * p], r[2 * p + 1]);
+  }
+  __m256i four[4][4];  // rows 4q..4q+3: elements {0,1 | 8,9}, {2,3 | 10,11}, {4,5 | ..}, {6,7 | ..}
+  for (int q = 0; q < 4; ++q) {
+    four[q][0] = _mm256_unpacklo_epi32(lo[2 * q], lo[2 * q + 1]);
+    four[q][1] = _mm256_unpackhi_epi32(lo[2 * q], lo[2 * q + 1]);
+    four[q][2] = _mm256_unpacklo_epi32(hi[2 * q], hi[2 * q + 1]);
+    four[q][3] = _mm256_unpackhi_epi32(hi[2 * q], hi[2 * q + 1]);
+  }
+  __m256i eight[2][8];  // rows 8o..8o+7: element c | element c + 8
+  for (int o = 0; o < 2; ++o) {
+    for (int g = 0; g < 4; ++g) {
+      eight[o][2 * g] = _mm256_unpacklo_epi64(four[2 * o][g], four[2 * o + 1][g]);
+      eight[o][2 * g + 1] = _mm256_unpackhi_epi64(four[2 * o][g], four[2 * o + 1][g]);
+    }
+  }
+  for (int c = 0; c < 8; ++c) {
+    r[c] = _mm256_permute2x128_si256(eight[0][c], eight[1][c], 0x20);
+    r[c + 8] = _mm256_permute2x128_si256(eight[0][c], eight[1][c], 0x31);
+  }
+}
+
+// y (m, k) = x^T, x (k, m): blocks of 16 x 16 rounded row by row and transposed in registers
+// (what the attention backward's p^T and ds^T take), the edges one by one.
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16"))) void round_columns(
+    const float* x, int64_t ld, int64_t m, int64_t k, uint16_t* y) {
+  const int64_t whole_j = k / kLanes * kLanes, whole_i = m / kLanes * kLanes;
+  __m256i r[kLanes];
+  for (int64_t j = 0; j < whole_j; j += kLanes) {
+    for (int64_t i = 0; i < whole_i; i += kLanes) {
+      for (int t = 0; t < kLanes; ++t) r[t] = rounded16(x + (j + t) * ld + i, kLanes);
+      transpose16(r);
+      for (int c = 0; c < kLanes; ++c) {
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(y + (i + c) * k + j), r[c]);
+      }
+    }
+    round_columns_scalar(x, ld, j, j + kLanes, whole_i, m, k, y);
+  }
+  round_columns_scalar(x, ld, whole_j, k, 0, m, k, y);
 }
 
 }  // namespace

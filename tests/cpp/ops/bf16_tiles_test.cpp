@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include <array>
 #include <cmath>
 #include <iostream>
 #include <limits>
@@ -113,19 +114,23 @@ TEST(Bf16Tiles, RoundingGivesRowsOrTheTranspose) {
   // Off every 16-lane edge, both ways, bit for bit the scalar rounding (bfloat16(float)).
   std::mt19937_64 gen(3);
   std::normal_distribution<float> dist(0.0f, 100.0f);
-  const int64_t rows = 37, cols = 29, ld = 31;
-  std::vector<float> y(rows * ld);
-  for (float& v : y) v = dist(gen);
-  bf16_tiles::round_to(y.data(), ld, rows, cols, false, &out);
-  for (int64_t i = 0; i < rows; ++i) {
-    for (int64_t j = 0; j < cols; ++j) {
-      ASSERT_EQ(out[i * cols + j].bits, bfloat16(y[i * ld + j]).bits) << i << ", " << j;
+  // Whole 16 x 16 blocks (transposed in registers) and edges in both directions.
+  for (const auto [rows, cols, ld] :
+       {std::array<int64_t, 3>{37, 29, 31}, std::array<int64_t, 3>{70, 50, 53},
+        std::array<int64_t, 3>{64, 128, 128}}) {
+    std::vector<float> y(rows * ld);
+    for (float& v : y) v = dist(gen);
+    bf16_tiles::round_to(y.data(), ld, rows, cols, false, &out);
+    for (int64_t i = 0; i < rows; ++i) {
+      for (int64_t j = 0; j < cols; ++j) {
+        ASSERT_EQ(out[i * cols + j].bits, bfloat16(y[i * ld + j]).bits) << i << ", " << j;
+      }
     }
-  }
-  bf16_tiles::round_to(y.data(), ld, cols, rows, true, &out);  // (cols, rows) = y^T
-  for (int64_t i = 0; i < cols; ++i) {
-    for (int64_t j = 0; j < rows; ++j) {
-      ASSERT_EQ(out[i * rows + j].bits, bfloat16(y[j * ld + i]).bits) << i << ", " << j;
+    bf16_tiles::round_to(y.data(), ld, cols, rows, true, &out);  // (cols, rows) = y^T
+    for (int64_t i = 0; i < cols; ++i) {
+      for (int64_t j = 0; j < rows; ++j) {
+        ASSERT_EQ(out[i * rows + j].bits, bfloat16(y[j * ld + i]).bits) << i << ", " << j;
+      }
     }
   }
 }
