@@ -217,6 +217,41 @@ inline void exp_shifted(double* row, int64_t n, double shift) {
   }
 }
 
+// The largest value of row[0, n) (-inf for none) and the sum of row[0, n), each over 16 partial
+// lanes (element j in lane j % 16) combined in a fixed tree: GCC vectorises the lanes, and the
+// order of the sums is the same whatever the ISA the loop is compiled for (Note [AVX-512
+// loops]) and the thread count. A NaN is passed over as std::max passes over it.
+template <class C>
+C lanes_max(const C* row, int64_t n) {
+  constexpr int kLanes = 16;
+  C lane[kLanes];
+  std::fill(lane, lane + kLanes, -std::numeric_limits<C>::infinity());
+  int64_t j = 0;
+  for (; j + kLanes <= n; j += kLanes) {
+    for (int t = 0; t < kLanes; ++t) lane[t] = lane[t] < row[j + t] ? row[j + t] : lane[t];
+  }
+  for (int t = 0; j + t < n; ++t) lane[t] = std::max(lane[t], row[j + t]);
+  for (int width = kLanes / 2; width > 0; width /= 2) {
+    for (int t = 0; t < width; ++t) lane[t] = std::max(lane[t], lane[t + width]);
+  }
+  return lane[0];
+}
+
+template <class C>
+C lanes_sum(const C* row, int64_t n) {
+  constexpr int kLanes = 16;
+  C lane[kLanes] = {};
+  int64_t j = 0;
+  for (; j + kLanes <= n; j += kLanes) {
+    for (int t = 0; t < kLanes; ++t) lane[t] += row[j + t];
+  }
+  for (int t = 0; j + t < n; ++t) lane[t] += row[j + t];
+  for (int width = kLanes / 2; width > 0; width /= 2) {
+    for (int t = 0; t < width; ++t) lane[t] += lane[t + width];
+  }
+  return lane[0];
+}
+
 // The key tiles a query tile ending (exclusive) at q_end reads: all, or under is_causal those
 // starting at or before its last query.
 int64_t keys_read(const AttentionDims& d, const AttentionParams& p, int64_t q_end) {
@@ -258,17 +293,14 @@ struct AttentionKernel {
           scores(hv, d, p, q0, nq, k0, nk, s.data());
           for (int64_t i = 0; i < nq; ++i) {
             C* row = s.data() + i * nk;
-            C top = m[i];
-            for (int64_t j = 0; j < nk; ++j) top = std::max(top, row[j]);
+            const C top = std::max(m[i], lanes_max(row, nk));
             if (top == -inf) {  // nothing seen yet in this row: no mass, nothing to rescale
               std::fill(row, row + nk, C(0));
               continue;
             }
             const C rescale = std::exp(m[i] - top);
             exp_shifted(row, nk, top);
-            C sum = 0;
-            for (int64_t j = 0; j < nk; ++j) sum += row[j];
-            l[i] = l[i] * rescale + sum;
+            l[i] = l[i] * rescale + lanes_sum(row, nk);
             m[i] = top;
             if (rescale != C(1)) {
               C* a = acc.data() + i * d.value_dim;
