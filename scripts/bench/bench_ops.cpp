@@ -1,6 +1,6 @@
 // Op benchmarks, each against a reference measured in the same run (the machine is shared and
 // noisy, so only ratios mean much):
-//   matmul n^3 through the framework  vs  dnnl_sgemm called directly
+//   matmul n^3 and the GPT's products through the framework  vs  dnnl_sgemm called directly
 //   bf16 matmul n^3 (framework)       vs  oneDNN's bf16 matmul primitive made and run directly
 //   add on 64 MiB tensors             vs  memcpy of the same bytes (bandwidth)
 //   eager dispatch of tiny ops        (microseconds per op)
@@ -15,6 +15,7 @@
 #include <functional>
 #include <oneapi/dnnl/dnnl.hpp>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "oneflowlike/half.h"
@@ -44,17 +45,21 @@ ofl::Tensor filled(const ofl::Shape& shape, float value) {
   return t;
 }
 
-void bench_matmul(int64_t n, int repeats) {
-  ofl::Tensor a = filled({n, n}, 0.5f), b = filled({n, n}, 0.25f);
-  std::vector<float> c(n * n);
-  const double flops = 2.0 * n * n * n;
+// (m, k) @ (k, n) in float32 through the framework (oneDNN's matmul primitive, Note [oneDNN
+// matmul scratchpad]) against dnnl_sgemm.
+void bench_matmul(int64_t m, int64_t k, int64_t n, int repeats) {
+  ofl::Tensor a = filled({m, k}, 0.5f), b = filled({k, n}, 0.25f);
+  std::vector<float> c(m * n);
+  const double flops = 2.0 * m * n * k;
   const double direct = best_seconds(repeats, [&] {
-    dnnl_sgemm('N', 'N', n, n, n, 1.0f, a.data<float>(), n, b.data<float>(), n, 0.0f, c.data(), n);
+    dnnl_sgemm('N', 'N', m, n, k, 1.0f, a.data<float>(), k, b.data<float>(), n, 0.0f, c.data(), n);
   });
   const double framework =
       best_seconds(repeats, [&] { ofl::functional::matmul(a, b, false, false); });
-  std::printf("matmul %ld^3: framework %.1f GFLOP/s, dnnl_sgemm %.1f GFLOP/s, ratio %.3f\n", n,
-              flops / framework / 1e9, flops / direct / 1e9, direct / framework);
+  std::printf(
+      "matmul (%ld, %ld) @ (%ld, %ld): framework %.1f GFLOP/s, dnnl_sgemm %.1f GFLOP/s, "
+      "ratio %.3f\n",
+      m, k, k, n, flops / framework / 1e9, flops / direct / 1e9, direct / framework);
 }
 
 // The framework's bfloat16 matmul (Note [Low-precision matmul on the CPU]) against the
@@ -110,8 +115,14 @@ void bench_dispatch(int iterations) {
 
 int main(int argc, char** argv) {
   const bool quick = argc > 1 && std::string(argv[1]) == "--quick";
-  bench_matmul(1024, quick ? 2 : 10);
-  if (!quick) bench_matmul(2048, 5);
+  bench_matmul(1024, 1024, 1024, quick ? 2 : 10);
+  if (!quick) bench_matmul(2048, 2048, 2048, 5);
+  // The medium GPT's products (1,024 tokens, 384 channels; docs/benchmarks.md, "Fused
+  // attention" (c2)).
+  for (const auto& [k, n] :
+       {std::pair<int64_t, int64_t>{384, 1152}, {384, 1536}, {1536, 384}, {384, 384}}) {
+    bench_matmul(1024, k, n, quick ? 2 : 20);
+  }
   bench_matmul_bf16(1024, quick ? 2 : 20);
   if (!quick) bench_matmul_bf16(2048, 10);
   bench_add(quick ? 2 : 10);

@@ -96,8 +96,7 @@ struct Tiles {
 template <>
 struct Tiles<bfloat16> {
   using C = float;
-  struct Packed {
-    const bfloat16* b = nullptr;
+  struct Packed {  // found by b's address in Cache::at
     int64_t ldb = 0, n = 0, k = 0;
     bool tb = false;
     bf16_tiles::PackedB packed;
@@ -126,12 +125,11 @@ struct Tiles<bfloat16> {
     c.at.clear();
   }
   static void release() {
+    fresh();
     Cache& c = cache();
     std::vector<Packed>().swap(c.packs);
     std::vector<bfloat16>().swap(c.rounded);
     bf16_tiles::release_thread_buffers();
-    c.at.clear();
-    c.used = 0;
     c.held = 0;
   }
   static const bf16_tiles::PackedB& packed(bool tb, int64_t n, int64_t k, const bfloat16* b,
@@ -151,7 +149,6 @@ struct Tiles<bfloat16> {
       bf16_tiles::pack(b, ldb, k, n, &p.packed);
     }
     c.grew(before, p.packed.data);
-    p.b = b;  // the key once the pack is whole
     p.ldb = ldb;
     p.n = n;
     p.k = k;
@@ -217,39 +214,35 @@ inline void exp_shifted(double* row, int64_t n, double shift) {
   }
 }
 
-// The largest value of row[0, n) (-inf for none) and the sum of row[0, n), each over 16 partial
-// lanes (element j in lane j % 16) combined in a fixed tree: GCC vectorises the lanes, and the
-// order of the sums is the same whatever the ISA the loop is compiled for (Note [AVX-512
-// loops]) and the thread count. A NaN is passed over as std::max passes over it.
-template <class C>
-C lanes_max(const C* row, int64_t n) {
+// op over row[0, n) from `start`, over 16 partial lanes (element j in lane j % 16) combined in a
+// fixed tree: GCC vectorises the lanes, and the order of the steps is the same whatever the ISA
+// the loop is compiled for (Note [AVX-512 loops]) and the thread count.
+template <class C, class Op>
+C lanes_reduce(const C* row, int64_t n, C start, Op op) {
   constexpr int kLanes = 16;
   C lane[kLanes];
-  std::fill(lane, lane + kLanes, -std::numeric_limits<C>::infinity());
+  std::fill(lane, lane + kLanes, start);
   int64_t j = 0;
   for (; j + kLanes <= n; j += kLanes) {
-    for (int t = 0; t < kLanes; ++t) lane[t] = lane[t] < row[j + t] ? row[j + t] : lane[t];
+    for (int t = 0; t < kLanes; ++t) lane[t] = op(lane[t], row[j + t]);
   }
-  for (int t = 0; j + t < n; ++t) lane[t] = std::max(lane[t], row[j + t]);
+  for (int t = 0; j + t < n; ++t) lane[t] = op(lane[t], row[j + t]);
   for (int width = kLanes / 2; width > 0; width /= 2) {
-    for (int t = 0; t < width; ++t) lane[t] = std::max(lane[t], lane[t + width]);
+    for (int t = 0; t < width; ++t) lane[t] = op(lane[t], lane[t + width]);
   }
   return lane[0];
 }
 
+// The largest value of row[0, n) (-inf for none; a NaN is passed over, as std::max passes over
+// it) and its sum.
+template <class C>
+C lanes_max(const C* row, int64_t n) {
+  return lanes_reduce(row, n, -std::numeric_limits<C>::infinity(),
+                      [](C a, C b) { return a < b ? b : a; });
+}
 template <class C>
 C lanes_sum(const C* row, int64_t n) {
-  constexpr int kLanes = 16;
-  C lane[kLanes] = {};
-  int64_t j = 0;
-  for (; j + kLanes <= n; j += kLanes) {
-    for (int t = 0; t < kLanes; ++t) lane[t] += row[j + t];
-  }
-  for (int t = 0; j + t < n; ++t) lane[t] += row[j + t];
-  for (int width = kLanes / 2; width > 0; width /= 2) {
-    for (int t = 0; t < width; ++t) lane[t] += lane[t + width];
-  }
-  return lane[0];
+  return lanes_reduce(row, n, C(0), [](C a, C b) { return a + b; });
 }
 
 // The key tiles a query tile ending (exclusive) at q_end reads: all, or under is_causal those
@@ -335,6 +328,10 @@ struct GradSums {
   C* dk = nullptr;  // (S, E)
   C* dv = nullptr;  // (S, Ev)
   std::vector<C> buffer;
+  // The buffer's elements (unless kDirect): dq of the group, dk and dv.
+  static int64_t size(const AttentionDims& d) {
+    return d.group() * d.queries * d.head_dim + d.keys * (d.head_dim + d.value_dim);
+  }
   void start(T* dq_out, T* dk_out, T* dv_out, const AttentionDims& d) {
     if constexpr (kDirect) {
       dq = dq_out;
@@ -342,7 +339,7 @@ struct GradSums {
       dv = dv_out;
     } else {
       const int64_t nq = d.group() * d.queries * d.head_dim, nk = d.keys * d.head_dim;
-      buffer.assign(nq + nk + d.keys * d.value_dim, C(0));
+      buffer.assign(size(d), C(0));
       dq = buffer.data();
       dk = dq + nq;
       dv = dk + nk;
@@ -516,8 +513,8 @@ int64_t attention_workspace_bytes(bool backward, DataType dtype, const Attention
     }
     return bytes;
   };
-  // Under is_causal no query reads a key tile starting at or after the last query (keys_read).
-  const int64_t key_limit = causal ? d.queries : d.keys;
+  // Under is_causal no query reads a key tile starting at or after the last query.
+  const int64_t key_limit = keys_read(d, AttentionParams{1.0, causal}, d.queries);
   const int64_t rounded =  // the largest probability tile, (queries, keys) or transposed
       tiles ? std::min(kQueryTile, d.queries) * std::min(kKeyTile, d.keys) * 2 : 0;
   if (!backward) {
@@ -538,8 +535,7 @@ int64_t attention_workspace_bytes(bool backward, DataType dtype, const Attention
                   packs(d.keys, key_limit, kKeyTile, d.head_dim, true) +
                   d.group() * (packs(d.queries, d.queries, kQueryTile, d.head_dim, true) +
                                packs(d.queries, d.queries, kQueryTile, d.value_dim, true)) +
-                  rounded +
-                  4 * (d.group() * d.queries * d.head_dim + d.keys * (d.head_dim + d.value_dim));
+                  rounded + GradSums<bfloat16>::size(d) * static_cast<int64_t>(sizeof(float));
   }
   return d.batch * d.heads * d.queries * c + used * per_thread;
 }

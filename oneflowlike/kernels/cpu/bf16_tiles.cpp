@@ -19,6 +19,17 @@ constexpr int64_t kLanes = 16;  // float32 lanes of a register, and columns of a
 
 int64_t round_up(int64_t x, int64_t to) { return (x + to - 1) / to * to; }
 
+// The first n of 16 lanes (all for n >= 16, none for n <= 0).
+__mmask16 first_lanes(int64_t n) {
+  return n >= kLanes ? __mmask16(0xffff) : __mmask16((1u << std::max<int64_t>(n, 0)) - 1);
+}
+
+// Whether environment variable `name` turns a path off (set to 0).
+bool turned_off(const char* name) {
+  const char* env = std::getenv(name);
+  return env != nullptr && std::string(env) == "0";
+}
+
 int64_t padded_columns(int64_t n) { return round_up(std::max<int64_t>(n, 1), kLanes); }
 
 // Pairs of rows stored: a multiple of an AMX tile's 16 rows (zeros past (k + 1) / 2), so a tile
@@ -70,10 +81,7 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16"))) void block(
     }
   }
   const __m512 va = _mm512_set1_ps(alpha), vb = _mm512_set1_ps(beta);
-  const auto mask = [](int64_t n) -> __mmask16 {
-    return n >= kLanes ? __mmask16(0xffff) : __mmask16((1u << std::max<int64_t>(n, 0)) - 1);
-  };
-  const __mmask16 m0 = mask(cols), m1 = mask(cols - kLanes);
+  const __mmask16 m0 = first_lanes(cols), m1 = first_lanes(cols - kLanes);
   for (int r = 0; r < R; ++r) {
     float* cr = c + r * ldc + j0;
     for (int h = 0; h < (Two ? 2 : 1); ++h) {
@@ -106,10 +114,9 @@ bool available() {
   // Decided once (kernels register by it when the library loads, and choose by it per call).
   static const bool yes = [] {
     __builtin_cpu_init();
-    const char* env = std::getenv("OFL_BF16_TILES");
     return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
            __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512bf16") &&
-           (env == nullptr || std::string(env) != "0");
+           !turned_off("OFL_BF16_TILES");
   }();
   return yes;
 }
@@ -144,8 +151,7 @@ namespace {
 // 16 float32 values (n of them, masked) rounded to nearest even, as bfloat16 bits.
 __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16"))) __m256i rounded16(const float* x,
                                                                                   int64_t n) {
-  const __mmask16 m = n >= kLanes ? __mmask16(0xffff) : __mmask16((1u << n) - 1);
-  return (__m256i)_mm512_cvtneps_pbh(_mm512_maskz_loadu_ps(m, x));
+  return (__m256i)_mm512_cvtneps_pbh(_mm512_maskz_loadu_ps(first_lanes(n), x));
 }
 
 __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16"))) void round_rows(
@@ -153,8 +159,7 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16"))) void round_rows(
   for (int64_t i = 0; i < m; ++i) {
     for (int64_t j = 0; j < k; j += kLanes) {
       const int64_t n = std::min(kLanes, k - j);
-      _mm256_mask_storeu_epi16(y + i * k + j, n >= kLanes ? 0xffff : (1u << n) - 1,
-                               rounded16(x + i * ld + j, n));
+      _mm256_mask_storeu_epi16(y + i * k + j, first_lanes(n), rounded16(x + i * ld + j, n));
     }
   }
 }
@@ -283,7 +288,7 @@ struct alignas(64) TileConfig {
 // C = alpha * tile + beta * C.
 __attribute__((target("avx512f"))) void combine(const float* tile, int64_t rows, int64_t cols,
                                                 float alpha, float beta, float* c, int64_t ldc) {
-  const __mmask16 m = cols >= kLanes ? __mmask16(0xffff) : __mmask16((1u << cols) - 1);
+  const __mmask16 m = first_lanes(cols);
   const __m512 va = _mm512_set1_ps(alpha), vb = _mm512_set1_ps(beta);
   for (int64_t r = 0; r < rows; ++r) {
     __m512 v = _mm512_mul_ps(_mm512_loadu_ps(tile + r * kLanes), va);
@@ -344,10 +349,8 @@ void release_thread_buffers() { std::vector<uint16_t>().swap(padded_rows()); }
 bool amx_available() {
   static const bool yes = [] {
     __builtin_cpu_init();
-    const char* env = std::getenv("OFL_BF16_AMX");
     return available() && __builtin_cpu_supports("amx-tile") &&
-           __builtin_cpu_supports("amx-bf16") && (env == nullptr || std::string(env) != "0") &&
-           request_amx();
+           __builtin_cpu_supports("amx-bf16") && !turned_off("OFL_BF16_AMX") && request_amx();
   }();
   return yes;
 }
