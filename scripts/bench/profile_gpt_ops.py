@@ -3,9 +3,10 @@
 
     OMP_NUM_THREADS=1 .venv/bin/python scripts/bench/profile_gpt_ops.py [--dtype bfloat16]
 
-The model is bench_gpt.py's "medium" one (6 layers, 384 channels, 6 heads, block 128, batch 8,
-AdamW); bfloat16 is enable_amp. Prints the step's span, the busy time, and the largest op types
-(microseconds per step, tasks per step). The multi-tensor AdamW update is one task, named after
+The model is bench_gpt.py's "medium" one (6 layers, 384 channels, 6 heads, block 128, batch 8)
+and the step train.py's (AdamW in two groups, clipping, the schedule); bfloat16 is enable_amp.
+Prints the step's span, the busy time, and the largest op types (microseconds per step, tasks
+per step). The multi-tensor AdamW update is one task, named after
 its list's first parameter.
 """
 
@@ -22,6 +23,7 @@ sys.path.insert(0, os.path.join(ROOT, "examples"))
 
 import oneflowlike as flow  # noqa: E402
 import train  # noqa: E402
+from common import trainer  # noqa: E402
 from model import GPT, GPTConfig  # noqa: E402
 
 
@@ -37,7 +39,10 @@ def main():
                        n_embd=targs.n_embd)
     flow.manual_seed(1)
     model = GPT(config)
-    graph = train.TrainGraph(model, flow.optim.AdamW(model.parameters(), lr=1e-3), None, 1, False)
+    # The optimizer of train.py, which bench_gpt.py times: AdamW in two groups, clipped by one
+    # global norm, on the warmup-cosine schedule.
+    optimizer, scheduler = trainer.make_optimizer(targs, model)
+    graph = train.TrainGraph(model, optimizer, scheduler, 1, False)
     if args.dtype == "bfloat16":
         graph.config.enable_amp(True, dtype=flow.bfloat16)
     graph.config.enable_trace()

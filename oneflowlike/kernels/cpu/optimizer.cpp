@@ -199,7 +199,10 @@ void for_each_piece(const KernelContext& ctx, const MultiUpdateInputs& m, const 
   });
 }
 
-// The gradient scale of a scaled update, else 1.
+// The gradient scale of a scaled update, else 1. The update loops multiply by it either way
+// (exact for 1): a choice made per element kept them from vectorising, which doubled AdamW's
+// time on the GPT once clipping scaled its gradients. The tensors an update reads and writes
+// are distinct registers, hence __restrict.
 template <class T>
 T grad_scale(const KernelContext& ctx, const MultiUpdateInputs& m) {
   return m.grad_scale >= 0 ? *ctx.in(m.grad_scale).data<T>() : T(1);
@@ -219,15 +222,14 @@ struct MultiSgdUpdateKernel {
     const auto coefficients = optimizer_update::sgd_coefficients<T>(p.sgd());
     const T lr = *ctx.in(m.lr).data<T>();
     const T scale = grad_scale<T>(ctx, m);
-    const bool scaled = m.grad_scale >= 0;
     for_each_piece(ctx, m, [&](int j, int64_t begin, int64_t end) {
       const auto c = coefficients;  // a local copy: stores to param cannot alias it
-      T* param = ctx.in(m.tensor(j, 0)).data<T>();
-      const T* grad = ctx.in(m.tensor(j, 1)).data<T>();
-      T* buffer = ctx.in(m.tensor(j, 2)).data<T>();
+      T* __restrict param = ctx.in(m.tensor(j, 0)).data<T>();
+      const T* __restrict grad = ctx.in(m.tensor(j, 1)).data<T>();
+      T* __restrict buffer = ctx.in(m.tensor(j, 2)).data<T>();
+      const T s = scale;
       for (int64_t i = begin; i < end; ++i) {
-        const T g = scaled ? grad[i] * scale : grad[i];
-        optimizer_update::sgd_element(c, lr, g, param[i], buffer[i]);
+        optimizer_update::sgd_element(c, lr, grad[i] * s, param[i], buffer[i]);
       }
     });
   }
@@ -244,16 +246,15 @@ struct MultiAdamUpdateKernel {
         /*lr=*/static_cast<double>(*ctx.in(m.lr).data<T>()),
         /*step=*/static_cast<double>(*ctx.in(m.step).data<T>()));
     const T scale = grad_scale<T>(ctx, m);
-    const bool scaled = m.grad_scale >= 0;
     for_each_piece(ctx, m, [&](int j, int64_t begin, int64_t end) {
       const auto c = coefficients;
-      T* param = ctx.in(m.tensor(j, 0)).data<T>();
-      const T* grad = ctx.in(m.tensor(j, 1)).data<T>();
-      T* exp_avg = ctx.in(m.tensor(j, 2)).data<T>();
-      T* exp_avg_sq = ctx.in(m.tensor(j, 3)).data<T>();
+      T* __restrict param = ctx.in(m.tensor(j, 0)).data<T>();
+      const T* __restrict grad = ctx.in(m.tensor(j, 1)).data<T>();
+      T* __restrict exp_avg = ctx.in(m.tensor(j, 2)).data<T>();
+      T* __restrict exp_avg_sq = ctx.in(m.tensor(j, 3)).data<T>();
+      const T s = scale;
       for (int64_t i = begin; i < end; ++i) {
-        const T g = scaled ? grad[i] * scale : grad[i];
-        optimizer_update::adam_element(c, g, param[i], exp_avg[i], exp_avg_sq[i]);
+        optimizer_update::adam_element(c, grad[i] * s, param[i], exp_avg[i], exp_avg_sq[i]);
       }
     });
   }
