@@ -26,6 +26,9 @@
 
 namespace ofl::actor {
 
+/// What every error of the plan checks starts with.
+inline constexpr const char* kPlanTag = "[plan] ";
+
 struct PlanIndexOptions {
   /// Reject plans with a cycle through data, control inputs, transfers or collectives. The
   /// watchdog tests turn it off to run such a plan.
