@@ -139,7 +139,7 @@ class GlobalTensor:
         return self._sbp
 
     # Note [Trainable global tensors]: a global parameter's requires_grad says whether nn.Graph
-    # trains it (graph._trains reads it) and whether eager ops record autograd for it.
+    # trains it (graph_optimizer._trains reads it) and whether eager ops record autograd for it.
     @property
     def requires_grad(self):
         return getattr(self, "_ofl_trainable", False)

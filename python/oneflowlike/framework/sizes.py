@@ -26,8 +26,8 @@ def parse_bytes(text, what):
 
 
 def parse_limit(text, what):
-    """A memory limit (Note [Memory limit] in nn/graph.py): ``text`` as parse_bytes reads it, or
-    0, meaning no limit, for None, "" and 0 (the launcher's --memory-per-rank,
+    """A memory limit (Note [Memory limit] in nn/graph_memory.py): ``text`` as parse_bytes
+    reads it, or 0, meaning no limit, for None, "" and 0 (the launcher's --memory-per-rank,
     OFL_MEMORY_PER_RANK and set_memory_limit all read it here)."""
     if text is None or (isinstance(text, str) and text.strip() in ("", "0")):
         return 0

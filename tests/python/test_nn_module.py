@@ -1,0 +1,345 @@
+"""flow.nn: Parameter, Module bookkeeping and state_dict, and containers."""
+
+import collections
+
+import numpy as np
+import pytest
+
+import oneflowlike as flow
+from oneflowlike import nn
+
+
+# ---- Parameter ---------------------------------------------------------------------------------
+
+
+def test_parameter_is_a_leaf_tensor_sharing_storage_that_requires_grad():
+    data = flow.tensor([[1.0, 2.0], [3.0, 4.0]])
+    p = nn.Parameter(data)
+    assert isinstance(p, flow.Tensor) and isinstance(p, nn.Parameter)
+    assert p.requires_grad and p.is_leaf
+    assert p._shares_storage_with(data)
+    assert not nn.Parameter(data, requires_grad=False).requires_grad
+    assert repr(p).startswith("Parameter containing:\ntensor([[1., 2.],")
+    (p * p).sum().backward()
+    np.testing.assert_array_equal(p.grad.numpy(), [[2.0, 4.0], [6.0, 8.0]])
+    assert type(p * 2) is flow.Tensor  # ops return plain tensors
+
+
+def test_parameter_from_a_computed_tensor_drops_its_history():
+    x = flow.tensor([1.0, 2.0], requires_grad=True)
+    p = nn.Parameter(x * 3)
+    assert p.is_leaf and p.requires_grad
+    (p * p).sum().backward()
+    np.testing.assert_array_equal(p.grad.numpy(), [6.0, 12.0])
+    assert x.grad is None
+
+
+def test_parameter_rejects_non_tensors():
+    with pytest.raises(TypeError, match=r"\[Parameter\] data must be a Tensor"):
+        nn.Parameter([1.0, 2.0])
+
+
+# ---- Module bookkeeping ------------------------------------------------------------------------
+
+
+class _Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc1 = nn.Linear(4, 3)
+        self.act = nn.ReLU()
+        self.fc2 = nn.Linear(3, 2, bias=False)
+        self.scale = nn.Parameter(flow.ones(2))
+        self.register_buffer("steps", flow.zeros((), dtype=flow.int64))
+        self.register_buffer("cache", flow.zeros(2), persistent=False)
+
+    def forward(self, x):
+        return self.fc2(self.act(self.fc1(x))) * self.scale
+
+
+def test_attribute_assignment_registers_parameters_buffers_and_children():
+    net = _Net()
+    assert [n for n, _ in net.named_parameters()] == ["scale", "fc1.weight", "fc1.bias",
+                                                      "fc2.weight"]
+    assert [tuple(p.shape) for p in net.parameters()] == [(2,), (3, 4), (3,), (2, 3)]
+    assert [n for n, _ in net.named_buffers()] == ["steps", "cache"]
+    assert len(list(net.buffers())) == 2
+    assert [n for n, _ in net.named_children()] == ["fc1", "act", "fc2"]
+    assert list(net.children()) == [net.fc1, net.act, net.fc2]
+    assert [n for n, _ in net.named_modules()] == ["", "fc1", "act", "fc2"]
+    assert list(net.modules())[0] is net
+    assert [n for n, _ in net.named_parameters(recurse=False)] == ["scale"]
+    assert net.fc2.bias is None
+    assert "fc1" in dir(net) and "scale" in dir(net)
+
+
+def test_reassigning_and_deleting_attributes_moves_them_between_registries():
+    net = _Net()
+    net.fc1 = None
+    assert net.fc1 is None and [n for n, _ in net.named_children()] == ["act", "fc2"]
+    net.scale = nn.Parameter(flow.zeros(2))
+    np.testing.assert_array_equal(net.scale.numpy(), [0.0, 0.0])
+    net.steps = flow.ones((), dtype=flow.int64)
+    assert net.steps.item() == 1
+    del net.scale
+    assert "scale" not in dict(net.named_parameters())
+    with pytest.raises(AttributeError, match="'_Net' object has no attribute 'scale'"):
+        net.scale
+    net.plain = 3
+    assert net.plain == 3 and "plain" not in dict(net.named_parameters())
+
+
+def test_shared_parameters_and_modules_are_listed_once():
+    class Tied(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.wte = nn.Embedding(5, 3)
+            self.head = nn.Linear(3, 5, bias=False)
+            self.head.weight = self.wte.weight
+            self.again = self.head
+
+    tied = Tied()
+    assert [n for n, _ in tied.named_parameters()] == ["wte.weight"]
+    assert [n for n, _ in tied.named_modules()] == ["", "wte", "head"]
+    # state_dict lists a tied weight under every name, as torch does
+    assert list(tied.state_dict()) == ["wte.weight", "head.weight", "again.weight"]
+
+
+def test_registration_errors_name_the_problem():
+    net = _Net()
+    with pytest.raises(TypeError, match="cannot assign an object of type Tensor to parameter"):
+        net.scale = flow.ones(2)
+    with pytest.raises(TypeError, match=r"flow.nn.Parameter or None.*Parameter\(tensor\)"):
+        net.register_parameter("w", flow.ones(2))
+    with pytest.raises(KeyError, match="attribute 'fc1' already exists"):
+        net.register_parameter("fc1", nn.Parameter(flow.ones(1)))
+    with pytest.raises(KeyError, match='contain no "."'):
+        net.register_buffer("a.b", flow.ones(1))
+    with pytest.raises(TypeError, match="must be a Tensor or None"):
+        net.register_buffer("b", [1.0])
+    with pytest.raises(TypeError, match="type int to child module 'fc1': a Module or None"):
+        net.fc1 = 3
+    with pytest.raises(TypeError, match="type list to buffer 'steps': a Tensor or None"):
+        net.steps = [1]
+
+    class Early(nn.Module):
+        def __init__(self):
+            self.w = nn.Parameter(flow.ones(1))
+            super().__init__()
+
+    with pytest.raises(AttributeError, match=r"before Module.__init__\(\) is called"):
+        Early()
+    with pytest.raises(NotImplementedError, match="Module must define forward"):
+        nn.Module()(flow.ones(1))
+
+
+def test_train_eval_zero_grad_apply_and_requires_grad():
+    net = _Net()
+    assert net.training and net.fc1.training
+    assert net.eval() is net
+    assert not net.training and not net.fc1.training and not net.act.training
+    net.train()
+    assert net.fc2.training
+    with pytest.raises(ValueError, match="mode must be a bool"):
+        net.train("no")
+
+    net(flow.randn(5, 4)).sum().backward()
+    assert all(p.grad is not None for p in net.parameters())
+    net.zero_grad(set_to_none=False)
+    assert all(np.all(p.grad.numpy() == 0) for p in net.parameters())
+    net.zero_grad()
+    assert all(p.grad is None for p in net.parameters())
+
+    visited = []
+    assert net.apply(lambda m: visited.append(type(m).__name__)) is net
+    assert visited == ["Linear", "ReLU", "Linear", "_Net"]
+    net.requires_grad_(False)
+    assert not any(p.requires_grad for p in net.parameters())
+
+
+def test_repr_matches_torch_layout():
+    net = nn.Sequential(nn.Linear(4, 8), nn.GELU(approximate="tanh"), nn.Dropout(0.1),
+                        nn.LayerNorm(8), nn.Embedding(10, 3), nn.ReLU(),
+                        nn.CrossEntropyLoss())
+    assert repr(net) == (
+        "Sequential(\n"
+        "  (0): Linear(in_features=4, out_features=8, bias=True)\n"
+        "  (1): GELU(approximate='tanh')\n"
+        "  (2): Dropout(p=0.1, inplace=False)\n"
+        "  (3): LayerNorm((8,), eps=1e-05, elementwise_affine=True)\n"
+        "  (4): Embedding(10, 3)\n"
+        "  (5): ReLU()\n"
+        "  (6): CrossEntropyLoss()\n"
+        ")"
+    )
+    assert repr(nn.Sequential(nn.Sequential(nn.ReLU()))) == (
+        "Sequential(\n  (0): Sequential(\n    (0): ReLU()\n  )\n)")
+
+
+def test_get_submodule_walks_dotted_paths():
+    net = nn.Sequential(collections.OrderedDict(block=nn.ModuleList([nn.ReLU(), nn.GELU()])))
+    assert isinstance(net.get_submodule("block.1"), nn.GELU)
+    assert net.get_submodule("") is net
+    with pytest.raises(AttributeError, match="block has no submodule '7'"):
+        net.get_submodule("block.7")
+
+
+# ---- state_dict --------------------------------------------------------------------------------
+
+
+def test_state_dict_round_trip_copies_values_into_the_same_parameters():
+    flow.manual_seed(1)
+    source = _Net()
+    flow.manual_seed(2)
+    target = _Net()
+    state = source.state_dict()
+    assert list(state) == ["scale", "steps", "fc1.weight", "fc1.bias", "fc2.weight"]
+    assert not isinstance(state["fc1.weight"], nn.Parameter)
+    assert not state["fc1.weight"].requires_grad
+    assert state["fc1.weight"]._shares_storage_with(source.fc1.weight)
+    assert isinstance(source.state_dict(keep_vars=True)["fc1.weight"], nn.Parameter)
+
+    before = {n: p for n, p in target.named_parameters()}
+    optimizer = flow.optim.SGD(target.parameters(), lr=0.1)
+    source.steps = flow.full((), 7)
+    result = target.load_state_dict(source.state_dict())
+    assert result.missing_keys == [] and result.unexpected_keys == []
+    assert repr(result) == "<All keys matched successfully>"
+    for name, p in target.named_parameters():
+        assert p is before[name]  # loaded in place: the optimizer still holds them
+        np.testing.assert_array_equal(p.numpy(), dict(source.named_parameters())[name].numpy())
+    assert target.steps.item() == 7
+    x = flow.randn(3, 4)
+    np.testing.assert_array_equal(target(x).numpy(), source(x).numpy())
+    assert not target.fc1.weight._shares_storage_with(source.fc1.weight)
+
+    target(x).sum().backward()
+    optimizer.step()
+    assert not np.array_equal(target.fc1.weight.numpy(), source.fc1.weight.numpy())
+
+
+def test_loading_a_modules_own_state_dict_keeps_its_values():
+    net = _Net()
+    before = {k: v.numpy().copy() for k, v in net.state_dict().items()}
+    net.load_state_dict(net.state_dict())
+    for k, v in net.state_dict().items():
+        np.testing.assert_array_equal(v.numpy(), before[k])
+
+
+def test_load_state_dict_casts_dtype_and_accepts_numpy_arrays():
+    layer = nn.Linear(2, 2)
+    weight = np.array([[1.5, -2.0], [0.25, 3.0]])
+    layer.load_state_dict({"weight": weight, "bias": flow.tensor([1, 2])})
+    assert layer.weight.dtype == flow.float32 and layer.bias.dtype == flow.float32
+    np.testing.assert_array_equal(layer.weight.numpy(), weight.astype(np.float32))
+    np.testing.assert_array_equal(layer.bias.numpy(), [1.0, 2.0])
+
+
+def test_load_state_dict_reports_missing_and_unexpected_keys():
+    net = _Net()
+    state = net.state_dict()
+    del state["fc1.bias"]
+    state["fc3.weight"] = flow.zeros(1)
+    with pytest.raises(RuntimeError) as info:
+        net.load_state_dict(state)
+    message = str(info.value)
+    assert "[load_state_dict] Error(s) in loading state_dict for _Net" in message
+    assert 'Missing key(s) in state_dict: "fc1.bias".' in message
+    assert 'Unexpected key(s) in state_dict: "fc3.weight".' in message
+    assert "HINT: strict=False" in message
+
+    original = net.fc1.weight.numpy().copy()
+    state["fc1.weight"] = flow.zeros(3, 4)
+    result = net.load_state_dict(state, strict=False)
+    assert result.missing_keys == ["fc1.bias"] and result.unexpected_keys == ["fc3.weight"]
+    np.testing.assert_array_equal(net.fc1.weight.numpy(), 0.0)
+    assert not np.array_equal(original, 0.0)
+
+
+def test_load_state_dict_reports_shape_mismatches_and_copies_nothing():
+    net = _Net()
+    state = net.state_dict()
+    state["fc1.weight"] = flow.zeros(4, 3)
+    state["scale"] = flow.full((2,), 5.0)
+    for strict in (True, False):
+        with pytest.raises(RuntimeError, match=(
+                r"size mismatch for fc1.weight: copying a param with shape \(4, 3\) from "
+                r"checkpoint, the shape in current model is \(3, 4\)")):
+            net.load_state_dict(state, strict=strict)
+    np.testing.assert_array_equal(net.scale.numpy(), [1.0, 1.0])  # checks come before copies
+    with pytest.raises(TypeError, match='the value of "scale" must be a Tensor'):
+        net.load_state_dict({**net.state_dict(), "scale": [1.0, 2.0]})
+    with pytest.raises(TypeError, match="state_dict must be a mapping"):
+        net.load_state_dict([("scale", flow.ones(2))])
+
+
+def test_loading_into_a_non_finite_parameter_overwrites_it_in_place():
+    layer = nn.Linear(2, 1)
+    layer.weight = nn.Parameter(flow.tensor([[float("nan"), 1.0]]))
+    old = layer.weight
+    layer.load_state_dict({"weight": flow.tensor([[2.0, 3.0]]), "bias": flow.zeros(1)})
+    assert layer.weight is old and layer.weight.requires_grad
+    np.testing.assert_array_equal(layer.weight.numpy(), [[2.0, 3.0]])
+
+
+# ---- containers --------------------------------------------------------------------------------
+
+
+def test_sequential_indexes_slices_iterates_and_chains():
+    layers = [nn.Linear(3, 4), nn.ReLU(), nn.Linear(4, 2)]
+    seq = nn.Sequential(*layers)
+    assert len(seq) == 3 and list(seq) == layers
+    assert seq[0] is layers[0] and seq[-1] is layers[2]
+    assert isinstance(seq[1:], nn.Sequential) and list(seq[1:]) == layers[1:]
+    x = flow.randn(5, 3)
+    np.testing.assert_array_equal(seq(x).numpy(), layers[2](layers[1](layers[0](x))).numpy())
+    named = nn.Sequential(collections.OrderedDict(fc=nn.Linear(3, 3), act=nn.GELU()))
+    assert [n for n, _ in named.named_parameters()] == ["fc.weight", "fc.bias"]
+    seq.append(nn.ReLU())
+    assert len(seq) == 4
+    seq[3] = nn.GELU()
+    assert isinstance(seq[3], nn.GELU)
+    with pytest.raises(IndexError, match="index 4 is out of range for 4 modules"):
+        seq[4]
+    with pytest.raises(TypeError, match="expects Modules. However, got int"):
+        nn.Sequential(nn.ReLU(), 3)
+
+
+def test_module_list_registers_its_modules():
+    blocks = nn.ModuleList([nn.Linear(2, 2) for _ in range(2)])
+    blocks.append(nn.Linear(2, 3))
+    blocks.extend([nn.ReLU()])
+    blocks.insert(0, nn.GELU())
+    assert len(blocks) == 5
+    assert [type(m).__name__ for m in blocks] == ["GELU", "Linear", "Linear", "Linear", "ReLU"]
+    assert blocks[-1] is list(blocks)[4] and isinstance(blocks[1:3], nn.ModuleList)
+    assert [n for n, _ in blocks.named_parameters()][:2] == ["1.weight", "1.bias"]
+    assert len(list(blocks.parameters())) == 6
+
+    class Tower(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.blocks = nn.ModuleList([nn.Linear(2, 2), nn.Linear(2, 2)])
+
+        def forward(self, x):
+            for block in self.blocks:
+                x = block(x)
+            return x
+
+    tower = Tower()
+    assert list(tower.state_dict()) == ["blocks.0.weight", "blocks.0.bias", "blocks.1.weight",
+                                        "blocks.1.bias"]
+    assert tuple(tower(flow.randn(3, 2)).shape) == (3, 2)
+    with pytest.raises(NotImplementedError, match="iterate over it"):
+        blocks(flow.ones(1))
+
+
+def test_module_dict_maps_names_to_modules():
+    d = nn.ModuleDict({"a": nn.Linear(2, 2), "b": nn.ReLU()})
+    d["c"] = nn.GELU()
+    assert list(d) == ["a", "b", "c"] and len(d) == 3 and "b" in d
+    assert list(d.keys()) == ["a", "b", "c"] and isinstance(d["c"], nn.GELU)
+    assert [n for n, _ in d.named_parameters()] == ["a.weight", "a.bias"]
+    assert isinstance(d.pop("b"), nn.ReLU) and list(d) == ["a", "c"]
+    del d["c"]
+    d.update([("e", nn.ReLU())])
+    assert [k for k, _ in d.items()] == ["a", "e"] and len(list(d.values())) == 2
