@@ -77,7 +77,8 @@ struct KernelContext {
   void* temp = nullptr;  // FTempBytes bytes of scratch memory
   size_t temp_bytes = 0;
   // The part of the logical tensor that output 0 holds, for kernels whose values depend on the
-  // logical position (random numbers, arange): one range per axis. Empty means "all of it".
+  // logical position (random numbers, arange; their ops have TPositionDependent): one range per
+  // axis. Empty means "all of it".
   const std::vector<Range>* output_region = nullptr;
   // Logical shape of output 0 when output_region is set.
   const Shape* logical_output_shape = nullptr;
@@ -156,6 +157,13 @@ struct TMutatedInputs {
 /// The same for a variadic op, given its params and number of inputs (the multi-tensor updates).
 struct FMutatedInputs {
   using type = std::function<std::vector<int>(const AnyParams& params, int num_inputs)>;
+};
+/// The kernel's values depend on where its output piece lies in the logical tensor (random draws
+/// counted by logical position, arange's values): it reads KernelContext::output_region and
+/// logical_output_shape, which a plan gives only the tasks of such ops (the other compute tasks
+/// would carry about 150 bytes each for nothing; docs/benchmarks.md, "Collectives" (b)).
+struct TPositionDependent {
+  using type = bool;
 };
 /// Output 0 is a view of this input (reshape): no kernel, no copy.
 struct TViewOfInput {

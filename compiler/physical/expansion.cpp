@@ -596,7 +596,7 @@ class Expander {
       for (size_t k = 0; k < op.outputs.size(); ++k) {
         const LogicalTensor& tensor = graph_.tensor(op.outputs[k]);
         const NdSbp& sbp = output_sbp(op, k);
-        if (k == 0 && kept) {
+        if (k == 0 && kept && op.schema->has<TPositionDependent>()) {
           add_ranges(logical_region(tensor.meta.shape, sbp, op.placement, pid),
                      task->mutable_output_region());
           to_proto(tensor.meta.shape, task->mutable_logical_output_shape());

@@ -102,6 +102,7 @@ OFL_REGISTER_OP("fill")
 OFL_REGISTER_OP("arange")
     .inputs({})
     .outputs({"out"})
+    .set<TPositionDependent>(true)
     .params<ArangeParams>()
     .set<FInferMeta>(infer_arange)
     .set<FSbpSignatures>([](const InferContext& ctx) {

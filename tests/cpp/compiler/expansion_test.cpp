@@ -12,6 +12,7 @@
 #include "oneflowlike/common/error.h"
 #include "oneflowlike/ops/matmul.h"
 #include "oneflowlike/ops/optimizer.h"
+#include "oneflowlike/ops/random.h"
 #include "oneflowlike/ops/reshape.h"
 #include "oneflowlike/proto_convert.h"
 
@@ -142,8 +143,9 @@ TEST(Expansion, RegistersHaveUnevenPhysicalShapesAndBelongToTheirProducersRank) 
     EXPECT_EQ(mm.op_type(), "matmul");
     EXPECT_EQ(mm.params().type(), "MatmulParams");
     EXPECT_EQ(mm.logical_op(), "mm");
-    EXPECT_EQ(from_proto(mm.logical_output_shape()), (Shape{5, 3}));
-    EXPECT_EQ(region_of(mm), (std::vector<Range>{balanced_range(5, 3, rank), Range{0, 3}}));
+    // A matmul's values do not depend on where its piece lies: no region (TPositionDependent).
+    EXPECT_FALSE(mm.has_logical_output_shape());
+    EXPECT_EQ(mm.output_region_size(), 0);
     EXPECT_EQ(region_of(input), (std::vector<Range>{balanced_range(5, 3, rank), Range{0, 4}}));
     EXPECT_EQ(from_proto(input.sbp()), NdSbp{S(0)});
     EXPECT_TRUE(input.contributes());
@@ -151,6 +153,25 @@ TEST(Expansion, RegistersHaveUnevenPhysicalShapesAndBelongToTheirProducersRank) 
     EXPECT_DOUBLE_EQ(variable.initializer().b(), 0.1);
     EXPECT_EQ(variable.initializer().seed(), 5);
     EXPECT_EQ(from_proto(variable.logical_output_shape()), (Shape{4, 3}));
+  }
+}
+
+// Note TPositionDependent in op.h: a random draw's task carries its piece's place in the logical
+// tensor, so each rank draws its own elements of the one logical tensor.
+TEST(Expansion, APositionDependentOpsTasksCarryTheirPiecesRegion) {
+  GraphBuilder b("noise");
+  b.set_placement(Placement(DeviceType::kCPU, {0, 1, 2}));
+  const int noise = b.op1(
+      "random_normal", RandomParams{Shape{5, 3}, DataType::kFloat32, 0.0, 1.0, 7, 0}, {}, "noise");
+  b.fetch(noise);
+  Graph graph = b.graph();
+  set_signature(graph, producer(graph, noise), {}, {{S(0)}});
+  const proto::PlanProto plan = expand_to_plan(graph);
+  for (int64_t rank = 0; rank < 3; ++rank) {
+    const proto::TaskProto& draw =
+        only_task(rank_plan(plan, rank), proto::TaskProto::COMPUTE, "noise");
+    EXPECT_EQ(from_proto(draw.logical_output_shape()), (Shape{5, 3}));
+    EXPECT_EQ(region_of(draw), (std::vector<Range>{balanced_range(5, 3, rank), Range{0, 3}}));
   }
 }
 
