@@ -12,6 +12,7 @@
 #include "actor/device_collectives.h"
 #include "actor/pieces.h"
 #include "oneflowlike/cuda/device.h"
+#include "oneflowlike/plan_task.h"
 
 namespace ofl::actor {
 
@@ -91,7 +92,7 @@ class InputActor final : public TaskActor {
   // in (Note [Fed pieces are handed in] in compiler/physical/in_place_boxing.h) is the caller's
   // piece itself where it fits, otherwise new memory the feed is copied into.
   Work work(ActorHost& host, std::vector<Tensor>, std::vector<Tensor> outputs) override {
-    const Tensor* piece = host.input_piece(info_.proto.logical_op(), rank());
+    const Tensor* piece = host.input_piece(logical_op_of(info_.proto), rank());
     if (handed_in_) {
       OutputRegister& out = this->outputs()[0];
       const PlanIndex::RegisterInfo& reg = index_.reg(info_.outputs[0]);

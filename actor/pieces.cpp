@@ -7,6 +7,7 @@
 
 #include "oneflowlike/op.h"
 #include "oneflowlike/ops/random.h"
+#include "oneflowlike/plan_task.h"
 
 namespace ofl::actor {
 
@@ -179,7 +180,7 @@ void check_fed_inputs(const PlanIndex& index, const std::map<std::string, Tensor
 void check_fed_piece(const PlanIndex& index, int t,
                      const std::map<std::string, std::map<int64_t, Tensor>>& pieces) {
   const PlanIndex::TaskInfo& task = index.task(t);
-  const std::string& name = task.proto.logical_op();
+  const std::string& name = logical_op_of(task.proto);
   auto by_rank = pieces.find(name);
   OFL_CHECK(by_rank != pieces.end(), kTag, "run needs the pieces of input '", name, "' (read by ",
             index.describe_task(t), ").");
@@ -201,7 +202,7 @@ const Tensor& check_fed_input(const PlanIndex& index, int t,
                               const std::map<std::string, Tensor>& inputs) {
   const PlanIndex::TaskInfo& task = index.task(t);
   const int m = index.micro_batches();
-  const std::string& name = task.proto.logical_op();
+  const std::string& name = logical_op_of(task.proto);
   auto it = inputs.find(name);
   OFL_CHECK(it != inputs.end(), kTag, "run needs input '", name, "' (read by ",
             index.describe_task(t), "). However, got ", names_of(inputs), ".");

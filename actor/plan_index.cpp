@@ -13,6 +13,7 @@
 #include "actor/pieces.h"
 #include "oneflowlike/collective.h"
 #include "oneflowlike/plan_contract.h"
+#include "oneflowlike/plan_task.h"
 #include "oneflowlike/proto_convert.h"
 
 namespace ofl::actor {
@@ -439,9 +440,6 @@ std::string PlanIndex::describe_register(int reg) const {
                  ")");
 }
 
-std::string PlanIndex::output_name(const TaskInfo& task) const {
-  return task.proto.logical_op().empty() ? registers_[task.inputs[0]].proto.name()
-                                         : task.proto.logical_op();
-}
+std::string PlanIndex::output_name(const TaskInfo& task) const { return logical_op_of(task.proto); }
 
 }  // namespace ofl::actor

@@ -7,6 +7,7 @@
 #include "actor/pieces.h"
 #include "actor/plan_index.h"
 #include "oneflowlike/collective.h"
+#include "oneflowlike/plan_task.h"
 #include "oneflowlike/proto_convert.h"
 
 namespace ofl::actor {
@@ -112,7 +113,6 @@ void PlanIndex::check_task(int index) {
     case proto::TaskProto::INPUT:
     case proto::TaskProto::VARIABLE:
       arity(0, 1);
-      OFL_CHECK(!p.logical_op().empty(), kTag, who, " must name its logical op.");
       read_region();
       if (p.kind() == proto::TaskProto::INPUT) {
         for (int64_t consumer : reg(task.outputs[0]).proto.consumers()) {
@@ -134,7 +134,7 @@ void PlanIndex::check_task(int index) {
         same_shape(region_shape(task.region), task.outputs[0], "the size of its output_region");
       }
       if (p.kind() == proto::TaskProto::INPUT) {
-        inputs_by_name_[p.logical_op()].push_back(index);
+        inputs_by_name_[logical_op_of(p)].push_back(index);
       } else {
         OFL_CHECK(reg(task.outputs[0]).proto.persistent(), kTag, who, " must write a persistent ",
                   "register. However, ", describe_register(task.outputs[0]), " is not.");
@@ -147,7 +147,7 @@ void PlanIndex::check_task(int index) {
                     " must hold a split or broadcast variable. However, got ",
                     nd_sbp_to_string(from_proto(p.sbp())), ".");
         }
-        variables_by_name_[p.logical_op()].push_back(index);
+        variables_by_name_[logical_op_of(p)].push_back(index);
       }
       break;
     case proto::TaskProto::OUTPUT:

@@ -9,6 +9,7 @@
 #include "compiler/physical/memory_planning.h"
 #include "oneflowlike/collective.h"
 #include "oneflowlike/common/error.h"
+#include "oneflowlike/plan_task.h"
 #include "oneflowlike/proto_convert.h"
 
 namespace ofl::compiler {
@@ -235,8 +236,8 @@ std::string plan_to_text(const proto::PlanProto& plan) {
       if (task.kind() == proto::TaskProto::SEND) os << " to rank " << task.peer();
       if (task.kind() == proto::TaskProto::RECV) os << " from rank " << task.peer();
       if (is_transfer(task)) os << " transfer " << task.transfer_id();
-      if (!task.logical_op().empty() && task.logical_op() != task.name()) {
-        os << " (op '" << task.logical_op() << "')";
+      if (logical_op_of(task) != task.name()) {
+        os << " (op '" << logical_op_of(task) << "')";
       }
       os << "\n";
       for (int64_t id : task.inputs()) write_register(os, "in ", id, registers, borrowed);

@@ -10,6 +10,7 @@
 #include "oneflowlike/collective.h"
 #include "oneflowlike/common/error.h"
 #include "oneflowlike/common/id_index.h"
+#include "oneflowlike/plan_task.h"
 #include "oneflowlike/proto_convert.h"
 
 namespace ofl {
@@ -59,19 +60,19 @@ bool is_send_recv(const proto::CollectiveProto& c) {
 // "all_reduce float32 x 1024 (collective 3, task 'b/all_reduce3' from 'grad_w_boxing')"
 std::string describe_collective(const TaskRef& t, const CollectiveFacts& facts) {
   const proto::CollectiveProto& c = t.task->collective();
-  return str_cat(
-      collective_op_name(c.op()), " ", facts.dtype, " x ", facts.count,
-      c.axis() >= 0 ? str_cat(" along axis ", c.axis()) : std::string(),
-      c.op() == proto::CollectiveProto::ALL_TO_ALL ? str_cat(" to axis ", c.out_axis())
-                                                   : std::string(),
-      c.op() == proto::CollectiveProto::BROADCAST ? str_cat(" from member ", c.root())
-                                                  : std::string(),
-      c.algorithm() == proto::CollectiveProto::RING
-          ? std::string()
-          : str_cat(" by ", collective_algorithm_name(c.algorithm())),
-      " (collective ", c.collective_id(), ", task '", t.task->name(), "'",
-      t.task->logical_op().empty() ? std::string() : str_cat(" from '", t.task->logical_op(), "'"),
-      t.task->location().empty() ? std::string() : str_cat(" at ", t.task->location()), ")");
+  return str_cat(collective_op_name(c.op()), " ", facts.dtype, " x ", facts.count,
+                 c.axis() >= 0 ? str_cat(" along axis ", c.axis()) : std::string(),
+                 c.op() == proto::CollectiveProto::ALL_TO_ALL ? str_cat(" to axis ", c.out_axis())
+                                                              : std::string(),
+                 c.op() == proto::CollectiveProto::BROADCAST ? str_cat(" from member ", c.root())
+                                                             : std::string(),
+                 c.algorithm() == proto::CollectiveProto::RING
+                     ? std::string()
+                     : str_cat(" by ", collective_algorithm_name(c.algorithm())),
+                 " (collective ", c.collective_id(), ", task '", t.task->name(), "' from '",
+                 logical_op_of(*t.task), "'",
+                 t.task->location().empty() ? std::string() : str_cat(" at ", t.task->location()),
+                 ")");
 }
 
 bool same_collective(const proto::CollectiveProto& a, const CollectiveFacts& a_facts,

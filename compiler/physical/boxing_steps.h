@@ -17,6 +17,7 @@
 #include "compiler/physical/boxing.h"
 #include "oneflowlike/collective.h"
 #include "oneflowlike/common/error.h"
+#include "oneflowlike/plan_task.h"
 #include "oneflowlike/proto_convert.h"
 
 namespace ofl::compiler::physical {
@@ -229,7 +230,7 @@ class StepEmitter {
     proto::TaskProto* t = builder_.add_task(
         rank, kind, kept ? str_cat(name_, "/", what, counter_) : std::string(), thread);
     ++counter_;
-    if (kept) t->set_logical_op(name_);
+    if (kept) set_logical_op(t, name_);
     return t;
   }
   int64_t output(proto::TaskProto* t, const Shape& shape) {

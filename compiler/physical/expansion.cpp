@@ -8,6 +8,7 @@
 #include "oneflowlike/collective.h"
 #include "oneflowlike/common/error.h"
 #include "oneflowlike/ops/shape_ops.h"
+#include "oneflowlike/plan_task.h"
 #include "oneflowlike/proto_convert.h"
 
 namespace ofl::compiler::physical {
@@ -141,7 +142,7 @@ int64_t PlanBuilder::on_device(int64_t register_id, proto::PlanDevice device) {
       add_task(register_ranks_[register_id],
                to_device ? proto::TaskProto::COPY_H2D : proto::TaskProto::COPY_D2H, name, 0);
   if (registers_[register_id] != nullptr) {
-    copy->set_logical_op(tasks_.at(registers_[register_id]->producer())->logical_op());
+    set_logical_op(copy, logical_op_of(*tasks_.at(registers_[register_id]->producer())));
   }
   copy->add_inputs(register_id);  // not add_input: the copy is where the devices meet
   if (registers_[register_id] != nullptr) registers_[register_id]->add_consumers(copy->id());
@@ -449,7 +450,7 @@ class Expander {
     proto::TaskProto* task =
         builder_.add_task(rank, per_micro ? proto::TaskProto::REPEAT : proto::TaskProto::ACCUMULATE,
                           name + (per_micro ? "/repeat" : "/accumulate"), /*thread=*/0);
-    task->set_logical_op(graph_.op(graph_.tensor(t).producer).name);
+    set_logical_op(task, graph_.op(graph_.tensor(t).producer).name);
     builder_.add_input(task, reg);
     const int64_t out = builder_.add_output(task, task->name(), builder_.register_shape(reg),
                                             builder_.register_dtype(reg));
@@ -484,7 +485,7 @@ class Expander {
           op.placement.rank(pid), variable ? proto::TaskProto::VARIABLE : proto::TaskProto::INPUT,
           op.name, /*thread=*/0);
       builder_.set_device(proto::PLAN_DEVICE_CPU);
-      task->set_logical_op(op.name);
+      set_logical_op(task, op.name);
       describe_piece(tensor.meta, sbp, op.placement, pid, task);
       if (variable) {
         initializer_to_proto(op.initializer, task->mutable_initializer());
@@ -509,7 +510,7 @@ class Expander {
       const int64_t fed = builder_.add_output(task, tensor.name, all, tensor.meta.dtype);
       proto::TaskProto* unpack = builder_.add_task(op.placement.rank(pid), proto::TaskProto::UNPACK,
                                                    tensor.name + "/unpack", /*thread=*/0);
-      unpack->set_logical_op(op.name);
+      set_logical_op(unpack, op.name);
       builder_.add_input(unpack, fed);
       regs.push_back(builder_.add_output(unpack, unpack->name(), shape, tensor.meta.dtype));
       op_tasks_[&op - &graph_.op(0)].push_back(unpack->id());
@@ -591,7 +592,7 @@ class Expander {
         for (const auto* regs : inputs) builder_.add_input(task, (*regs)[pid]);
         for (int m : mutated) task->add_mutated_inputs(m);
       }
-      task->set_logical_op(op.name);
+      set_logical_op(task, op.name);
       op_tasks_[&op - &graph_.op(0)].push_back(task->id());
       for (size_t k = 0; k < op.outputs.size(); ++k) {
         const LogicalTensor& tensor = graph_.tensor(op.outputs[k]);
@@ -641,7 +642,7 @@ class Expander {
         builder_.set_per_micro_batch(true);
         proto::TaskProto* pack =
             builder_.add_task(rank, proto::TaskProto::PACK, str_cat(tensor.name, "/pack"), 0);
-        pack->set_logical_op(tensor.name);
+        set_logical_op(pack, tensor.name);
         builder_.add_input(pack, reg);
         std::vector<int64_t> dims = builder_.register_shape(reg).dims();
         dims.insert(dims.begin(), micro_batches_);
@@ -651,7 +652,7 @@ class Expander {
       builder_.set_after_micro_batches(packed || after_micro_[tensor.producer]);
       proto::TaskProto* task = builder_.add_task(rank, proto::TaskProto::OUTPUT,
                                                  str_cat(tensor.name, "/output"), /*thread=*/0);
-      task->set_logical_op(tensor.name);  // fetches are named by tensor: an op may have several
+      set_logical_op(task, tensor.name);  // fetches are named by tensor: an op may have several
       builder_.add_input(task, reg);
       describe_piece(tensor.meta, sbp, producer.placement, pid, task);
       if (packed) {

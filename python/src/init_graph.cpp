@@ -18,6 +18,7 @@
 #include "compiler/physical/memory_report.h"
 #include "compiler/plan_dump.h"
 #include "oneflowlike/autograd.h"
+#include "oneflowlike/plan_task.h"
 #include "oneflowlike/proto/job.pb.h"
 #include "oneflowlike/proto_convert.h"
 #include "python/src/bindings.h"
@@ -198,7 +199,7 @@ void init_graph(py::module_& m) {
             for (const auto& rank : p.plan.ranks()) {
               for (const auto& task : rank.tasks()) {
                 if (task.kind() == proto::TaskProto::OUTPUT) {
-                  out[task.logical_op()] = from_proto(task.logical_output_shape());
+                  out[logical_op_of(task)] = from_proto(task.logical_output_shape());
                 }
               }
             }

@@ -16,6 +16,7 @@
 #include "oneflowlike/ops/reduce.h"
 #include "oneflowlike/ops/softmax.h"
 #include "oneflowlike/ops/unary.h"
+#include "oneflowlike/plan_task.h"
 #include "tests/cpp/ops/test_util.h"
 
 namespace ofl::compiler {
@@ -285,11 +286,11 @@ TEST(Amp, AWeightIsCastOncePerStepUnderGradientAccumulation) {
   const proto::PlanProto plan = compile_graph(m.b.graph());
   int weight_casts = 0, matmuls_per_micro = 0;
   for (const auto& task : plan.ranks(0).tasks()) {
-    if (task.op_type() == "cast" && task.logical_op() == "w1.bfloat16") {  // the forward cast
+    if (task.op_type() == "cast" && logical_op_of(task) == "w1.bfloat16") {  // the forward cast
       ++weight_casts;
       EXPECT_FALSE(task.per_micro_batch()) << task.name();
     }
-    const std::string& op = task.logical_op();
+    const std::string& op = logical_op_of(task);
     if (task.op_type() == "matmul" && (op == "mm1" || op == "mm2" || op == "mm3")) {
       matmuls_per_micro += task.per_micro_batch();
     }

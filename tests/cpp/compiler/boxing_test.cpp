@@ -19,6 +19,7 @@
 #include "oneflowlike/common/error.h"
 #include "oneflowlike/ops/reduce.h"
 #include "oneflowlike/plan_contract.h"
+#include "oneflowlike/plan_task.h"
 #include "oneflowlike/proto_convert.h"
 
 namespace ofl::compiler::physical {
@@ -641,7 +642,7 @@ TEST(Collectives, SequenceNumbersCountTheCollectivesOfEachCommunicator) {
   for (int64_t id = 0; id < builder.num_tasks(); ++id) {
     const proto::TaskProto& task = builder.task(id);
     if (task.kind() == proto::TaskProto::COLLECTIVE && task.rank() == 1) {
-      seen.emplace_back(task.logical_op(), task.collective().sequence());
+      seen.emplace_back(logical_op_of(task), task.collective().sequence());
     }
   }
   EXPECT_EQ(seen, (std::vector<std::pair<std::string, int64_t>>{{"a", 0}, {"c", 1}}));

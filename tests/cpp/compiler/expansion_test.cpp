@@ -14,6 +14,7 @@
 #include "oneflowlike/ops/optimizer.h"
 #include "oneflowlike/ops/random.h"
 #include "oneflowlike/ops/reshape.h"
+#include "oneflowlike/plan_task.h"
 #include "oneflowlike/proto_convert.h"
 
 namespace ofl::compiler::physical {
@@ -142,7 +143,7 @@ TEST(Expansion, RegistersHaveUnevenPhysicalShapesAndBelongToTheirProducersRank) 
               std::vector<int64_t>{mm.id()});
     EXPECT_EQ(mm.op_type(), "matmul");
     EXPECT_EQ(mm.params().type(), "MatmulParams");
-    EXPECT_EQ(mm.logical_op(), "mm");
+    EXPECT_EQ(logical_op_of(mm), "mm");
     // A matmul's values do not depend on where its piece lies: no region (TPositionDependent).
     EXPECT_FALSE(mm.has_logical_output_shape());
     EXPECT_EQ(mm.output_region_size(), 0);
@@ -269,7 +270,7 @@ TEST(Expansion, ABoxingOpBecomesItsStepsAndAFetchReadsTheBoxedRegister) {
         EXPECT_EQ(t.thread(), 1);
       }
       if (t.kind() != proto::TaskProto::INPUT && t.kind() != proto::TaskProto::OUTPUT) {
-        EXPECT_EQ(t.logical_op(), "x.boxing");
+        EXPECT_EQ(logical_op_of(t), "x.boxing");
       }
     }
     ASSERT_NE(gather, nullptr);

@@ -27,6 +27,7 @@
 #include "compiler/compile.h"
 #include "oneflowlike/eager.h"
 #include "oneflowlike/ops/reduce.h"
+#include "oneflowlike/plan_task.h"
 #include "oneflowlike/proto_convert.h"
 #include "tests/cpp/compiler/sbp_sweep_cases.h"
 #include "tests/cpp/ops/test_util.h"
@@ -360,7 +361,7 @@ class CandidateCheck {
         const bool kernel_or_move =
             task.kind() == proto::TaskProto::COMPUTE || task.kind() == proto::TaskProto::COPY ||
             task.kind() == proto::TaskProto::SLICE || task.kind() == proto::TaskProto::CONCAT;
-        if (task.logical_op() != "target" || !kernel_or_move) continue;
+        if (logical_op_of(task) != "target" || !kernel_or_move) continue;
         ++tasks;
         const auto pid = placement_.parallel_id_of(task.rank());
         ASSERT_TRUE(pid.has_value()) << where_ << ": a task on rank " << task.rank();
@@ -398,9 +399,9 @@ class CandidateCheck {
     for (auto& rank : *plan.mutable_ranks()) {
       for (auto& task : *rank.mutable_tasks()) {
         if (task.kind() != proto::TaskProto::OUTPUT) continue;
-        const std::string name = str_cat(task.logical_op(), "#", task.rank());
+        const std::string name = str_cat(logical_op_of(task), "#", task.rank());
         pieces[name] =
-            Piece{task.logical_op(), task.rank(), from_proto(task.sbp()), task.contributes()};
+            Piece{logical_op_of(task), task.rank(), from_proto(task.sbp()), task.contributes()};
         task.set_logical_op(name);
         task.set_contributes(true);
       }
