@@ -42,7 +42,7 @@ PlanIndex::PlanIndex(const proto::PlanProto& plan, PlanIndexOptions options) {
   pipeline_depth_ = std::max(1, plan.pipeline_depth());
   check_plan_contract(plan, PlanContractOptions{options.check_acyclic});
   index_plan(plan);
-  for (int t = 0; t < num_tasks(); ++t) check_task(t);
+  for (int t = 0; t < num_tasks(); ++t) check_task(plan, t);
   link_transfers();
   link_collectives();
   check_pieces(inputs_by_name_, "INPUT");

@@ -142,7 +142,7 @@ class PlanIndex {
 
  private:
   void index_plan(const proto::PlanProto& plan);
-  void check_task(int index);
+  void check_task(const proto::PlanProto& plan, int index);
   void link_transfers();
   void link_collectives();
   void check_pieces(const NameIndex& pieces, const char* kind) const;

@@ -30,7 +30,7 @@ bool region_fits(const std::vector<Range>& region, const Shape& shape) {
 }  // namespace
 
 // The registers each kind needs, and their shapes.
-void PlanIndex::check_task(int index) {
+void PlanIndex::check_task(const proto::PlanProto& plan, int index) {
   TaskInfo& task = tasks_[index];
   const proto::TaskProto& p = task.proto;
   const std::string who = describe_task(index);
@@ -169,7 +169,7 @@ void PlanIndex::check_task(int index) {
       OFL_CHECK(op.has_variadic_outputs() || task.outputs.size() == op.output_names().size(), kTag,
                 who, " must write the ", op.output_names().size(), " outputs of '", op.name(),
                 "'. However, got ", task.outputs.size(), ".");
-      task.params = params_from_proto(op, p.params());
+      task.params = params_from_proto(op, params_of(plan, p));
       OFL_CHECK(!task.inputs.empty() || !task.outputs.empty(), kTag, who,
                 " must read or write a register.");
       std::vector<DataType> input_dtypes;

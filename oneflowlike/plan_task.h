@@ -7,9 +7,13 @@
 //  - logical_op, the logical op a task came from, is empty where it equals the task's name (a
 //    compute task, an input, a variable); logical_op_of() reads it, set_logical_op() writes it;
 //  - output_region and logical_output_shape are given to compute tasks only where the kernel
-//    reads them (TPositionDependent in op.h).
-// Measured on the 64-rank GPT plan, 894 -> 738 bytes a task (docs/benchmarks.md, "Collectives"
-// (b)).
+//    reads them (TPositionDependent in op.h);
+//  - a compute task's params are its logical op's, the same on every rank: the plan holds them
+//    once (PlanProto.op_params) and the task their index (params_index); params_of() reads
+//    either form (hand-built plans may set TaskProto.params).
+// Measured on the 64-rank GPT plan (protobuf's SpaceUsedLong), 894 bytes a task before, 778
+// without the regions, 738 without the repeated names, 635 with the params held once
+// (docs/benchmarks.md, "Collectives" (b)).
 
 #include <string>
 
@@ -21,6 +25,10 @@ namespace ofl {
 inline const std::string& logical_op_of(const proto::TaskProto& task) {
   return task.logical_op().empty() ? task.name() : task.logical_op();
 }
+
+/// The params of compute task `task` of `plan` (Note [Implicit plan fields]). Raises where the
+/// index lies outside the plan's table.
+const proto::ParamsProto& params_of(const proto::PlanProto& plan, const proto::TaskProto& task);
 
 /// Records that `task`, whose name is set, came from `logical_op` (Note [Implicit plan fields]).
 inline void set_logical_op(proto::TaskProto* task, const std::string& logical_op) {

@@ -295,6 +295,7 @@ class Expander {
         per_micro_(graph.num_ops(), false),
         after_micro_(graph.num_ops(), false),
         op_tasks_(graph.num_ops()),
+        params_index_(graph.num_ops(), 0),
         boxing_tasks_(graph.num_ops(), {0, 0}) {}
 
   proto::PlanProto run() {
@@ -326,6 +327,17 @@ class Expander {
   }
 
  private:
+  // The entry of `op`'s params in PlanProto.op_params, plus one, added at its first task: every
+  // rank's task of the op shares it (Note [Implicit plan fields] in oneflowlike/plan_task.h).
+  int params_index(const LogicalOp& op) {
+    int& index = params_index_[&op - &graph_.op(0)];
+    if (index == 0) {
+      params_to_proto(*op.schema, op.params, builder_.plan().add_op_params());
+      index = builder_.plan().op_params_size();
+    }
+    return index;
+  }
+
   // Which ops act once per micro-batch: inputs fed per batch and everything computed from them,
   // except the optimizer's ops and inputs (once per iteration). A boxing op whose consumers are
   // all optimizer ops converts the accumulated value once instead of every micro-batch (boxing
@@ -587,8 +599,9 @@ class Expander {
       } else {
         task = builder_.add_task(rank, proto::TaskProto::COMPUTE, op.name, /*thread=*/0);
         task->set_op_type(op.schema->name());
-        // A rank not compiled here only needs its ids counted (Note [Compiling per rank]).
-        if (kept) params_to_proto(*op.schema, op.params, task->mutable_params());
+        // The params' index is taken on every rank, kept or not, so a rank's own compile has the
+        // whole plan's indexes and table (Note [Compiling per rank] in compile.cpp).
+        task->set_params_index(params_index(op));
         for (const auto* regs : inputs) builder_.add_input(task, (*regs)[pid]);
         for (int m : mutated) task->add_mutated_inputs(m);
       }
@@ -682,6 +695,7 @@ class Expander {
   std::map<int64_t, int64_t> accumulated_;      // register -> its ACCUMULATE output
   std::vector<std::vector<int>> consumers_;     // by tensor: consuming ops
   std::vector<std::vector<int64_t>> op_tasks_;  // by op, then parallel id (not boxing ops)
+  std::vector<int> params_index_;  // by op: its entry in PlanProto.op_params, plus one; 0: none
   std::vector<std::pair<int64_t, int64_t>> boxing_tasks_;  // by boxing op: [first, end) task ids
 };
 

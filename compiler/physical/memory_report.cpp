@@ -15,6 +15,7 @@
 #include "oneflowlike/kernels/cpu/onednn_matmul.h"
 #include "oneflowlike/kernels/cpu/widened.h"
 #include "oneflowlike/op.h"
+#include "oneflowlike/plan_task.h"
 #include "oneflowlike/proto_convert.h"
 
 namespace ofl::compiler::physical {
@@ -41,8 +42,8 @@ bool is_boxing(proto::TaskProto::Kind kind) {
 
 // The FTempBytes of a compute task, as its actor will allocate it (actor/pieces.cpp's
 // kernel_temp_bytes, from the plan instead of the runtime's index).
-int64_t workspace_of(const proto::TaskProto& task, const IdIndex& registers,
-                     const proto::RankPlanProto& rank_plan) {
+int64_t workspace_of(const proto::PlanProto& plan, const proto::TaskProto& task,
+                     const IdIndex& registers, const proto::RankPlanProto& rank_plan) {
   if (task.kind() != proto::TaskProto::COMPUTE) return 0;
   const OpSchema& op = OpRegistry::global().find(task.op_type());
   const TempBytesFn* temp = op.get<FTempBytes>();
@@ -55,7 +56,7 @@ int64_t workspace_of(const proto::TaskProto& task, const IdIndex& registers,
     metas.push_back(TensorMeta{from_proto(reg.shape()), dtype_from_name(reg.dtype())});
   }
   return static_cast<int64_t>(
-      (*temp)(InferContext(op, params_from_proto(op, task.params()), metas)));
+      (*temp)(InferContext(op, params_from_proto(op, params_of(plan, task)), metas)));
 }
 
 // A task's input and output registers; empty when one is not in the rank's plan.
@@ -108,7 +109,8 @@ int64_t widening_of(const proto::TaskProto& task, const TaskRegisters& regs) {
 
 // The scratchpad a host matmul on oneDNN's primitive takes in its thread's buffer (Note [oneDNN
 // matmul scratchpad] in kernels/cpu/onednn_matmul.h); 0 otherwise.
-int64_t scratchpad_of(const proto::TaskProto& task, const TaskRegisters& regs) {
+int64_t scratchpad_of(const proto::PlanProto& plan, const proto::TaskProto& task,
+                      const TaskRegisters& regs) {
   const bool batched = task.op_type() == "batch_matmul";
   if (!is_host_compute(task) || (task.op_type() != "matmul" && !batched) || regs.ins.size() != 2 ||
       regs.outs.size() != 1) {
@@ -119,7 +121,7 @@ int64_t scratchpad_of(const proto::TaskProto& task, const TaskRegisters& regs) {
       {dtype_from_name(regs.ins[0]->dtype()), dtype_from_name(regs.ins[1]->dtype())},
       dtype_from_name(regs.outs[0]->dtype()));
   if (!cpu::uses_onednn_matmul(batched, dtype)) return 0;
-  const auto params = params_from_proto(op, task.params());
+  const auto params = params_from_proto(op, params_of(plan, task));
   const cpu::MatmulProduct product = cpu::matmul_product(
       batched, from_proto(regs.ins[0]->shape()), from_proto(regs.ins[1]->shape()),
       from_proto(regs.outs[0]->shape()), params.as<MatmulParams>());
@@ -128,7 +130,8 @@ int64_t scratchpad_of(const proto::TaskProto& task, const TaskRegisters& regs) {
 
 // What a host attention task takes on its threads (Note [Attention workspace] in
 // oneflowlike/kernels/cpu/attention.h); 0 otherwise.
-int64_t attention_of(const proto::TaskProto& task, const TaskRegisters& regs) {
+int64_t attention_of(const proto::PlanProto& plan, const proto::TaskProto& task,
+                     const TaskRegisters& regs) {
   static const std::string kPrefix = "scaled_dot_product_attention";
   const std::string& op = task.op_type();
   if (!is_host_compute(task) || op.compare(0, kPrefix.size(), kPrefix) != 0) return 0;
@@ -139,12 +142,13 @@ int64_t attention_of(const proto::TaskProto& task, const TaskRegisters& regs) {
       attention_dims(from_proto(regs.ins[q]->shape()), from_proto(regs.ins[q + 1]->shape()),
                      from_proto(regs.ins[q + 2]->shape()));
   const OpSchema& schema = OpRegistry::global().find(op);
-  const bool causal = params_from_proto(schema, task.params()).as<AttentionParams>().is_causal;
+  const bool causal =
+      params_from_proto(schema, params_of(plan, task)).as<AttentionParams>().is_causal;
   return cpu::attention_workspace_bytes(backward, dtype_from_name(regs.ins[q]->dtype()), d, causal,
                                         omp_get_max_threads());
 }
 
-RankMemoryReport report_rank(const proto::RankPlanProto& rank_plan,
+RankMemoryReport report_rank(const proto::PlanProto& plan, const proto::RankPlanProto& rank_plan,
                              const std::map<std::string, std::string>& kinds) {
   RankMemoryReport out;
   out.rank = rank_plan.rank();
@@ -164,11 +168,11 @@ RankMemoryReport report_rank(const proto::RankPlanProto& rank_plan,
     const proto::TaskProto& task = rank_plan.tasks(i);
     if (task.thread() != 0) continue;
     chain.push_back(i);
-    out.workspace += workspace_of(task, registers, rank_plan);
+    out.workspace += workspace_of(plan, task, registers, rank_plan);
     if (const auto regs = registers_of(task, registers, rank_plan)) {
       widening = std::max(widening, widening_of(task, *regs));
-      scratchpad = std::max(scratchpad, scratchpad_of(task, *regs));
-      attention = std::max(attention, attention_of(task, *regs));
+      scratchpad = std::max(scratchpad, scratchpad_of(plan, task, *regs));
+      attention = std::max(attention, attention_of(plan, task, *regs));
     }
   }
   out.workspace += widening + scratchpad + attention;
@@ -333,7 +337,7 @@ std::vector<RankMemoryReport> memory_report(const proto::PlanProto& plan,
                                             const std::map<std::string, std::string>& kinds) {
   std::vector<RankMemoryReport> out;
   for (const proto::RankPlanProto& rank_plan : plan.ranks()) {
-    out.push_back(report_rank(rank_plan, kinds));
+    out.push_back(report_rank(plan, rank_plan, kinds));
   }
   return out;
 }

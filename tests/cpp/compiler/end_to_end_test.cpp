@@ -141,6 +141,11 @@ TEST(EndToEnd, CompilingOneRankGivesThatRanksPartOfTheWholePlan) {
       ASSERT_EQ(one.ranks_size(), 1) << layout.name;
       EXPECT_EQ(one.ranks(0).SerializeAsString(), part.SerializeAsString())
           << layout.name << " rank " << part.rank();
+      // The params its tasks index (Note [Implicit plan fields] in oneflowlike/plan_task.h).
+      ASSERT_EQ(one.op_params_size(), whole.op_params_size()) << layout.name;
+      for (int i = 0; i < whole.op_params_size(); ++i) {
+        EXPECT_EQ(one.op_params(i).SerializeAsString(), whole.op_params(i).SerializeAsString());
+      }
     }
   }
   CompileOptions bad;

@@ -142,7 +142,12 @@ TEST(Expansion, RegistersHaveUnevenPhysicalShapesAndBelongToTheirProducersRank) 
     EXPECT_EQ(std::vector<int64_t>(x.consumers().begin(), x.consumers().end()),
               std::vector<int64_t>{mm.id()});
     EXPECT_EQ(mm.op_type(), "matmul");
-    EXPECT_EQ(mm.params().type(), "MatmulParams");
+    EXPECT_EQ(params_of(plan, mm).type(), "MatmulParams");
+    // The op's params are held once for its three tasks (Note [Implicit plan fields]).
+    EXPECT_FALSE(mm.has_params());
+    EXPECT_EQ(mm.params_index(),
+              only_task(rank_plan(plan, 0), proto::TaskProto::COMPUTE, "mm").params_index());
+    EXPECT_EQ(plan.op_params_size(), 1);
     EXPECT_EQ(logical_op_of(mm), "mm");
     // A matmul's values do not depend on where its piece lies: no region (TPositionDependent).
     EXPECT_FALSE(mm.has_logical_output_shape());

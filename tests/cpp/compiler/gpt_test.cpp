@@ -248,6 +248,11 @@ TEST(GptModel, EachRanksOwnCompileEqualsItsPartOfTheWholePlan) {
       EXPECT_EQ(one.world_size(), whole.world_size());
       EXPECT_EQ(one.ranks(0).SerializeAsString(), part.SerializeAsString())
           << "stage " << stage << " rank " << part.rank();
+      // The params its tasks index (Note [Implicit plan fields] in oneflowlike/plan_task.h).
+      ASSERT_EQ(one.op_params_size(), whole.op_params_size());
+      for (int i = 0; i < whole.op_params_size(); ++i) {
+        EXPECT_EQ(one.op_params(i).SerializeAsString(), whole.op_params(i).SerializeAsString());
+      }
     }
     // Stage 3: the gathers placed next to their readers; stage 1: the gathers of updated
     // shards, after the update (Note [ZeRO stages 1 and 2]).
