@@ -131,8 +131,8 @@ class PlanIndex {
   /// whose predecessors in `member` acted. Shorter than the members when they hold a cycle.
   std::vector<int> order_tasks(const std::vector<bool>& member) const;
 
-  /// The name under which an OUTPUT task's piece is fetched: its logical_op, or the name of the
-  /// register it reads when that is empty.
+  /// The name under which an OUTPUT task's piece is fetched: its logical op (logical_op_of, the
+  /// task's name where logical_op is empty).
   std::string output_name(const TaskInfo& task) const;
 
   /// "task 'a' (id 3, rank 0, COMPUTE relu)", "task 'b' (id 5, rank 1, COLLECTIVE all_reduce)"

@@ -21,8 +21,7 @@ class PlanRunner {
 
   /// One iteration: feeds `inputs` (logical tensors by the INPUT tasks' logical_op), runs every
   /// task (per-micro-batch tasks once per micro-batch) and returns the fetched logical tensors by
-  /// the OUTPUT tasks' logical_op (or, when that is empty, by the name of the register the OUTPUT
-  /// reads).
+  /// the OUTPUT tasks' logical op (logical_op_of: the task's name where logical_op is empty).
   virtual std::map<std::string, Tensor> run(const std::map<std::string, Tensor>& inputs) = 0;
 
   /// The logical value of a variable (by its VARIABLE tasks' logical_op), assembled from pieces.

@@ -63,8 +63,8 @@ class ReferenceExecutor : public PlanRunner {
   void initialize_variables() override;
 
   /// One iteration: feeds `inputs` (logical tensors by the INPUT tasks' logical_op), runs every
-  /// task once and returns the fetched logical tensors by the OUTPUT tasks' logical_op (or, when
-  /// that is empty, by the name of the register the OUTPUT consumes).
+  /// task once and returns the fetched logical tensors by the OUTPUT tasks' logical op
+  /// (logical_op_of: the task's name where logical_op is empty).
   std::map<std::string, Tensor> run(const std::map<std::string, Tensor>& inputs) override;
 
   /// The logical value of a variable (by its VARIABLE tasks' logical_op), assembled from pieces.

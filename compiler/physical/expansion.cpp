@@ -210,6 +210,13 @@ bool contributes(const NdSbp& sbp, const Placement& placement, int64_t parallel_
   return true;
 }
 
+/// Whether `op`'s kernel reads its output piece's place in the logical tensor (TPositionDependent
+/// in op.h).
+bool position_dependent(const LogicalOp& op) {
+  const bool* set = op.schema->get<TPositionDependent>();
+  return set != nullptr && *set;
+}
+
 /// Region, logical shape and SBP of a source or sink task's tensor.
 void describe_piece(const TensorMeta& meta, const NdSbp& sbp, const Placement& placement,
                     int64_t parallel_id, proto::TaskProto* task) {
@@ -610,7 +617,7 @@ class Expander {
       for (size_t k = 0; k < op.outputs.size(); ++k) {
         const LogicalTensor& tensor = graph_.tensor(op.outputs[k]);
         const NdSbp& sbp = output_sbp(op, k);
-        if (k == 0 && kept && op.schema->has<TPositionDependent>()) {
+        if (k == 0 && kept && position_dependent(op)) {
           add_ranges(logical_region(tensor.meta.shape, sbp, op.placement, pid),
                      task->mutable_output_region());
           to_proto(tensor.meta.shape, task->mutable_logical_output_shape());
