@@ -73,10 +73,9 @@ OFL_HOST_DEVICE inline double uniform_double(uint32_t a, uint32_t b) {
   return static_cast<double>(bits) * 0x1.0p-53;
 }
 
-/// Standard uniform in [0, 1) of element `index`, as T (float or double precision).
+/// Standard uniform in [0, 1) from an element's bits `r`, as T (float or double precision).
 template <class T>
-OFL_HOST_DEVICE T uniform(uint64_t seed, uint64_t offset, uint64_t index) {
-  const Block r = element_bits(seed, offset, index);
+OFL_HOST_DEVICE T uniform_from_bits(const Block& r) {
   if constexpr (sizeof(T) == sizeof(double)) {
     return uniform_double(r[0], r[1]);
   } else {
@@ -84,12 +83,17 @@ OFL_HOST_DEVICE T uniform(uint64_t seed, uint64_t offset, uint64_t index) {
   }
 }
 
-/// Standard normal of element `index` by Box-Muller (the cosine half) from two uniforms:
+/// Standard uniform in [0, 1) of element `index`, as T (float or double precision).
+template <class T>
+OFL_HOST_DEVICE T uniform(uint64_t seed, uint64_t offset, uint64_t index) {
+  return uniform_from_bits<T>(element_bits(seed, offset, index));
+}
+
+/// Standard normal by Box-Muller (the cosine half) from an element's bits `r`: two uniforms,
 /// u1 in (0, 1] so that log(u1) is finite, u2 in [0, 1). In T's precision (logf and cosf for
 /// float): Note [Random values on every device].
 template <class T>
-OFL_HOST_DEVICE T normal(uint64_t seed, uint64_t offset, uint64_t index) {
-  const Block r = element_bits(seed, offset, index);
+OFL_HOST_DEVICE T normal_from_bits(const Block& r) {
   T u1, u2;
   if constexpr (sizeof(T) == sizeof(double)) {
     u1 = 1.0 - uniform_double(r[0], r[1]);
@@ -102,29 +106,29 @@ OFL_HOST_DEVICE T normal(uint64_t seed, uint64_t offset, uint64_t index) {
   return host_device::sqrt(T(-2) * host_device::log(u1)) * host_device::cos(kTwoPi * u2);
 }
 
-// The values of the random ops' elements (ops/random.h), shared by their CPU and CUDA kernels.
+// The values of the random ops' elements (ops/random.h), shared by their CPU and CUDA kernels:
+// each from the element's bits (element_bits, or the CPU's element_bits_lanes in
+// kernels/cpu/philox_lanes.h, which gives the same bits sixteen elements at a time).
 
-/// Element `index` of random_normal: mean + std * normal, with one rounding (an fma).
+/// random_normal from an element's bits: mean + std * normal, with one rounding (an fma).
 template <class T>
-OFL_HOST_DEVICE T normal_value(uint64_t seed, uint64_t offset, uint64_t index, T mean, T std) {
-  return host_device::fma(std, normal<T>(seed, offset, index), mean);
+OFL_HOST_DEVICE T normal_value(const Block& bits, T mean, T std) {
+  return host_device::fma(std, normal_from_bits<T>(bits), mean);
 }
 
-/// Element `index` of random_uniform in [low, high): low + (high - low) * u with one rounding
-/// (an fma); a value that rounds up to high becomes below_high, the largest T below high (low
-/// when high <= low).
+/// random_uniform in [low, high) from an element's bits: low + (high - low) * u with one
+/// rounding (an fma); a value that rounds up to high becomes below_high, the largest T below
+/// high (low when high <= low).
 template <class T>
-OFL_HOST_DEVICE T uniform_value(uint64_t seed, uint64_t offset, uint64_t index, T low, T high,
-                                T below_high) {
-  const T v = host_device::fma(high - low, uniform<T>(seed, offset, index), low);
+OFL_HOST_DEVICE T uniform_value(const Block& bits, T low, T high, T below_high) {
+  const T v = host_device::fma(high - low, uniform_from_bits<T>(bits), low);
   return v < high ? v : below_high;
 }
 
-/// Whether dropout with probability p keeps element `index`. The mask uses 53-bit uniforms
-/// whatever the tensor's dtype, so every dtype drops the same elements.
-OFL_HOST_DEVICE inline bool dropout_keeps(uint64_t seed, uint64_t offset, uint64_t index,
-                                          double p) {
-  return uniform<double>(seed, offset, index) >= p;
+/// Whether dropout with probability p keeps the element of these bits. The mask uses 53-bit
+/// uniforms whatever the tensor's dtype, so every dtype drops the same elements.
+OFL_HOST_DEVICE inline bool dropout_keeps(const Block& bits, double p) {
+  return uniform_from_bits<double>(bits) >= p;
 }
 
 }  // namespace ofl::philox

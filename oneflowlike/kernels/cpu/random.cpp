@@ -5,11 +5,14 @@
 
 #include "oneflowlike/ops/random.h"
 
+#include <algorithm>
 #include <cmath>
 #include <type_traits>
 
 #include "oneflowlike/common/parallel.h"
 #include "oneflowlike/half.h"
+#include "oneflowlike/kernels/cpu/philox_lanes.h"
+#include "oneflowlike/kernels/cpu/unary_functions.h"
 #include "oneflowlike/op.h"
 #include "oneflowlike/philox.h"
 
@@ -59,6 +62,48 @@ void for_each_logical_run(const KernelContext& ctx, F fn) {
   });
 }
 
+// fn(i, bits) for i in [begin, end), bits the Philox block of logical element logical + (i -
+// begin), computed sixteen at a time (Note [Philox in lanes]).
+template <class F>
+[[gnu::always_inline]] inline void bits_loop(uint64_t seed, uint64_t offset, int64_t begin,
+                                             int64_t end, int64_t logical, const F& fn) {
+  PhiloxLanes lanes;
+  for (int64_t i = begin; i < end; i += kPhiloxLanes) {
+    element_bits_lanes(seed, offset, static_cast<uint64_t>(logical + (i - begin)), lanes);
+    const int n = static_cast<int>(std::min<int64_t>(kPhiloxLanes, end - i));
+    for (int l = 0; l < n; ++l) fn(i + l, lanes.block(l));
+  }
+}
+
+template <class F>
+[[gnu::flatten]] void bits_run(uint64_t seed, uint64_t offset, int64_t begin, int64_t end,
+                               int64_t logical, const F& fn) {
+  bits_loop(seed, offset, begin, end, logical, fn);
+}
+
+// The same compiled for AVX-512 (Note [AVX-512 loops] in unary_functions.h): integer rounds, so
+// the same bits either way.
+template <class F>
+[[gnu::flatten, gnu::target("arch=x86-64-v4")]] void bits_run_v4(uint64_t seed, uint64_t offset,
+                                                                 int64_t begin, int64_t end,
+                                                                 int64_t logical, const F& fn) {
+  bits_loop(seed, offset, begin, end, logical, fn);
+}
+
+// fn(i, bits) for every element i of output 0, bits its Philox block (Note [Random element
+// counters]), over the cores.
+template <class F>
+void for_each_element_bits(const KernelContext& ctx, uint64_t seed, uint64_t offset, const F& fn) {
+  const bool wide = avx512_loops();
+  for_each_logical_run(ctx, [&](int64_t begin, int64_t end, int64_t logical) {
+    if (wide) {
+      bits_run_v4(seed, offset, begin, end, logical, fn);
+    } else {
+      bits_run(seed, offset, begin, end, logical, fn);
+    }
+  });
+}
+
 // Note [16-bit random values] in ops/random.h: 16-bit draws are float32 draws, rounded.
 template <class T>
 using DrawType = std::conditional_t<std::is_same_v<T, double>, double, float>;
@@ -74,10 +119,8 @@ struct RandomNormalKernel {
     const auto seed = static_cast<uint64_t>(p.seed), offset = stream_offset(ctx, p.offset);
     const D mean = static_cast<D>(p.a), std = static_cast<D>(p.b);
     T* y = ctx.out(0).data<T>();
-    for_each_logical_run(ctx, [&](int64_t begin, int64_t end, int64_t logical) {
-      for (int64_t i = begin; i < end; ++i) {
-        y[i] = T(philox::normal_value<D>(seed, offset, logical + (i - begin), mean, std));
-      }
+    for_each_element_bits(ctx, seed, offset, [&](int64_t i, const philox::Block& bits) {
+      y[i] = T(philox::normal_value<D>(bits, mean, std));
     });
   }
 };
@@ -94,16 +137,13 @@ struct RandomUniformKernel {
     T top{};  // 16 bits: the largest T below high, for a draw that rounds up to it
     if constexpr (kSixteenBits<T>) top = T(low < high ? largest_below<T>(high) : low);
     T* y = ctx.out(0).data<T>();
-    for_each_logical_run(ctx, [&](int64_t begin, int64_t end, int64_t logical) {
-      for (int64_t i = begin; i < end; ++i) {
-        const D v =
-            philox::uniform_value<D>(seed, offset, logical + (i - begin), low, high, below_high);
-        if constexpr (kSixteenBits<T>) {
-          const T r(v);
-          y[i] = low < high && static_cast<float>(r) >= high ? top : r;
-        } else {
-          y[i] = v;
-        }
+    for_each_element_bits(ctx, seed, offset, [&](int64_t i, const philox::Block& bits) {
+      const D v = philox::uniform_value<D>(bits, low, high, below_high);
+      if constexpr (kSixteenBits<T>) {
+        const T r(v);
+        y[i] = low < high && static_cast<float>(r) >= high ? top : r;
+      } else {
+        y[i] = v;
       }
     });
   }
@@ -119,11 +159,8 @@ struct DropoutKernel {
     const Acc scale = drop < 1.0 ? static_cast<Acc>(1.0 / (1.0 - drop)) : Acc(0);
     const T* x = ctx.in(0).data<T>();
     T* y = ctx.out(0).data<T>();
-    for_each_logical_run(ctx, [&](int64_t begin, int64_t end, int64_t logical) {
-      for (int64_t i = begin; i < end; ++i) {
-        const bool keep = philox::dropout_keeps(seed, offset, logical + (i - begin), drop);
-        y[i] = T(keep ? static_cast<Acc>(x[i]) * scale : Acc(0));
-      }
+    for_each_element_bits(ctx, seed, offset, [&](int64_t i, const philox::Block& bits) {
+      y[i] = T(philox::dropout_keeps(bits, drop) ? static_cast<Acc>(x[i]) * scale : Acc(0));
     });
   }
 };

@@ -75,7 +75,8 @@ struct RandomNormalKernel {
     const LogicalIndex logical = logical_index(ctx, "random_normal");
     native_t<T>* y = data<T>(ctx.out(0));
     launch_for_each(ctx, "random_normal", ctx.out(0).numel(), [=] __device__(int64_t i) {
-      store(y, i, philox::normal_value<D>(seed, offset, logical(i), mean, stddev));
+      store(y, i,
+            philox::normal_value<D>(philox::element_bits(seed, offset, logical(i)), mean, stddev));
     });
   }
 };
@@ -98,7 +99,9 @@ struct RandomUniformKernel {
     const LogicalIndex logical = logical_index(ctx, "random_uniform");
     native_t<T>* y = data<T>(ctx.out(0));
     launch_for_each(ctx, "random_uniform", ctx.out(0).numel(), [=] __device__(int64_t i) {
-      store(y, i, philox::uniform_value<D>(seed, offset, logical(i), low, high, below_high));
+      store(y, i,
+            philox::uniform_value<D>(philox::element_bits(seed, offset, logical(i)), low, high,
+                                     below_high));
       if (clamp && load(y, i) >= high) store(y, i, top);
     });
   }
@@ -118,7 +121,7 @@ struct DropoutKernel {
     const N* x = data<T>(ctx.in(0));
     N* y = data<T>(ctx.out(0));
     launch_for_each(ctx, "dropout", ctx.out(0).numel(), [=] __device__(int64_t i) {
-      const bool keep = philox::dropout_keeps(seed, offset, logical(i), drop);
+      const bool keep = philox::dropout_keeps(philox::element_bits(seed, offset, logical(i)), drop);
       store(y, i, keep ? static_cast<Acc>(load(x, i)) * scale : Acc(0));
     });
   }

@@ -4,10 +4,13 @@
 
 #include <cmath>
 #include <numeric>
+#include <tuple>
+#include <vector>
 
 #include "oneflowlike/autograd.h"
 #include "oneflowlike/cuda/device.h"
 #include "oneflowlike/eager.h"
+#include "oneflowlike/kernels/cpu/philox_lanes.h"
 #include "oneflowlike/op.h"
 #include "oneflowlike/ops/creation.h"
 #include "oneflowlike/philox.h"
@@ -73,6 +76,37 @@ TEST(Philox, MatchesTheRandom123KnownAnswers) {
   EXPECT_EQ(philox::philox4x32({0x243f6a88u, 0x85a308d3u, 0x13198a2eu, 0x03707344u}, 0xa4093822u,
                                0x299f31d0u),
             (Block{0xd16cfe09u, 0x94fdccebu, 0x5001e420u, 0x24126ea1u}));
+}
+
+// Note [Philox in lanes]: sixteen counters at once give each element's own block, also where
+// the counter wraps past 2^64.
+TEST(Philox, LanesGiveEveryElementItsOwnBits) {
+  const uint64_t wraps = ~uint64_t{0} - 5;
+  for (const auto& [seed, offset, index] : std::vector<std::tuple<uint64_t, uint64_t, uint64_t>>{
+           {0, 0, 0}, {42, 7, 1000003}, {~uint64_t{0}, wraps, 0}, {0x123456789abcdefull, 99, 3}}) {
+    cpu::PhiloxLanes lanes;
+    cpu::element_bits_lanes(seed, offset, index, lanes);
+    for (int i = 0; i < cpu::kPhiloxLanes; ++i) {
+      EXPECT_EQ(lanes.block(i), philox::element_bits(seed, offset, index + i))
+          << "seed " << seed << " offset " << offset << " lane " << i;
+    }
+  }
+}
+
+// The CPU kernels draw sixteen elements' bits at once; every element, those of a last partial
+// group included, has the value the per-element definition gives (what the CUDA kernels use).
+TEST(RandomUniform, EveryElementHasItsDefinedValue) {
+  const int64_t n = 37;  // two groups of sixteen and five more
+  const Tensor u = functional::random_uniform({n}, DataType::kFloat32, -1.0, 3.0, 11, 5);
+  const Tensor g = functional::random_normal({n}, DataType::kFloat64, 0.5, 2.0, 13, 17);
+  const std::vector<double> uv = values_of(u), gv = values_of(g);
+  const float below = std::nextafter(3.0f, -1.0f);
+  for (int64_t i = 0; i < n; ++i) {
+    EXPECT_EQ(static_cast<float>(uv[i]),
+              philox::uniform_value<float>(philox::element_bits(11, 5, i), -1.0f, 3.0f, below))
+        << i;
+    EXPECT_EQ(gv[i], philox::normal_value<double>(philox::element_bits(13, 17, i), 0.5, 2.0)) << i;
+  }
 }
 
 TEST(Philox, UniformsStayInsideTheUnitInterval) {
