@@ -298,7 +298,7 @@ std::map<std::string, Tensor> assemble_outputs(const PlanIndex& index,
   for (const auto& [t, piece] : fetched) {
     const PlanIndex::TaskInfo& task = index.task(t);
     if (task.proto.contributes()) {
-      add_region(piece, whole_region(piece.shape()), results.at(index.output_name(task)),
+      add_region(piece, whole_region(piece.shape()), results.at(logical_op_of(task.proto)),
                  task.region);
     }
   }

@@ -440,6 +440,4 @@ std::string PlanIndex::describe_register(int reg) const {
                  ")");
 }
 
-std::string PlanIndex::output_name(const TaskInfo& task) const { return logical_op_of(task.proto); }
-
 }  // namespace ofl::actor

@@ -131,10 +131,6 @@ class PlanIndex {
   /// whose predecessors in `member` acted. Shorter than the members when they hold a cycle.
   std::vector<int> order_tasks(const std::vector<bool>& member) const;
 
-  /// The name under which an OUTPUT task's piece is fetched: its logical op (logical_op_of, the
-  /// task's name where logical_op is empty).
-  std::string output_name(const TaskInfo& task) const;
-
   /// "task 'a' (id 3, rank 0, COMPUTE relu)", "task 'b' (id 5, rank 1, COLLECTIVE all_reduce)"
   std::string describe_task(int task) const;
   std::string describe_register(int reg) const;  // "register 'r' (id 3)"

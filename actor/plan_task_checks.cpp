@@ -154,7 +154,7 @@ void PlanIndex::check_task(const proto::PlanProto& plan, int index) {
       arity(1, 0);
       read_region();
       same_shape(region_shape(task.region), task.inputs[0], "the size of its output_region");
-      outputs_by_name_[output_name(task)].push_back(index);
+      outputs_by_name_[logical_op_of(p)].push_back(index);
       break;
     case proto::TaskProto::COMPUTE: {
       task.op = OpRegistry::global().try_find(p.op_type());

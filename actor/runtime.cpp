@@ -12,6 +12,7 @@
 #include "actor/pieces.h"
 #include "actor/runtime_internal.h"
 #include "oneflowlike/common/parallel.h"
+#include "oneflowlike/plan_task.h"
 
 namespace ofl::actor {
 
@@ -169,7 +170,7 @@ std::map<std::string, Tensor> Runtime::run(const std::map<std::string, Tensor>& 
 Runtime::Pieces Runtime::run_local(const Pieces& inputs) {
   Pieces out;
   for (auto& [t, piece] : run_iteration(nullptr, &inputs)) {
-    out[index_.output_name(index_.task(t))][index_.task(t).proto.rank()] = std::move(piece);
+    out[logical_op_of(index_.task(t).proto)][index_.task(t).proto.rank()] = std::move(piece);
   }
   return out;
 }

@@ -83,12 +83,6 @@ OFL_HOST_DEVICE T uniform_from_bits(const Block& r) {
   }
 }
 
-/// Standard uniform in [0, 1) of element `index`, as T (float or double precision).
-template <class T>
-OFL_HOST_DEVICE T uniform(uint64_t seed, uint64_t offset, uint64_t index) {
-  return uniform_from_bits<T>(element_bits(seed, offset, index));
-}
-
 /// Standard normal by Box-Muller (the cosine half) from an element's bits `r`: two uniforms,
 /// u1 in (0, 1] so that log(u1) is finite, u2 in [0, 1). In T's precision (logf and cosf for
 /// float): Note [Random values on every device].

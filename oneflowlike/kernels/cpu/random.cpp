@@ -23,9 +23,6 @@ namespace {
 // A Philox block costs about as much as a few dozen adds, so smaller chunks pay off.
 constexpr int64_t kRandomGrain = kParallelGrain / 8;
 
-// Calls fn(begin, end, logical_begin) on runs [begin, end) of output 0's physical flat indices
-// whose logical flat indices are logical_begin, logical_begin + 1, ... (a run is one row of the
-// last axis when the output is a region of a larger tensor, else everything).
 // The counter offset of this draw: the op's own offset, moved on by one logical output per
 // KernelContext::random_stream.
 uint64_t stream_offset(const KernelContext& ctx, int64_t offset) {
@@ -34,6 +31,9 @@ uint64_t stream_offset(const KernelContext& ctx, int64_t offset) {
   return static_cast<uint64_t>(offset) + ctx.random_stream * static_cast<uint64_t>(numel);
 }
 
+// Calls fn(begin, end, logical_begin) on runs [begin, end) of output 0's physical flat indices
+// whose logical flat indices are logical_begin, logical_begin + 1, ... (a run is one row of the
+// last axis when the output is a region of a larger tensor, else everything).
 template <class F>
 void for_each_logical_run(const KernelContext& ctx, F fn) {
   const Shape& shape = ctx.out(0).shape();

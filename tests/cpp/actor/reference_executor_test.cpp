@@ -361,6 +361,21 @@ TEST(ReferenceExecutor, ComputeTaskWithUnknownOpOrWrongArityIsAValidationError) 
                        {"task 'mm'", "'no_such_op'"});
 }
 
+// Note [Implicit plan fields]: a compute task's params may sit in the plan's table; an index the
+// table does not hold is refused naming the task, not read past the table.
+TEST(ReferenceExecutor, ParamsIndexOutsideThePlansTableIsAValidationError) {
+  PlanBuilder b(1);
+  const int64_t x = b.input(0, "x", Shape{2, 2});
+  const int64_t w = b.input(0, "w", Shape{2, 2});
+  const int64_t y = b.reg(0, "y", Shape{2, 2});
+  proto::TaskProto* t = b.compute(0, "mm", "matmul", MatmulParams{}, {x, w}, {y});
+  b.output(0, "y", y, Shape{2, 2});
+  t->clear_params();
+  t->set_params_index(3);
+  expect_error_phrases([&] { ReferenceExecutor executor(b.plan()); }, ErrorCode::kInvalidArgument,
+                       {"task 'mm'", "params_index is 3", "the plan holds 0"});
+}
+
 // Note [Micro-batches]: x (4, 3) fed as m = 2 micro-batches of (2, 3); per micro-batch
 // y = reduce_sum(relu(x_k)), packed into (2,).
 proto::PlanProto micro_batch_sum_plan() {
