@@ -97,7 +97,7 @@ void PlanIndex::index_plan(const proto::PlanProto& plan) {
     for (const proto::RegisterProto& reg : rank->registers()) {
       OFL_CHECK(register_index_.emplace(reg.id(), registers_.size()).second, kTag,
                 "register ids must be unique. However, got id ", reg.id(), " twice (register '",
-                reg.name(), "' on rank ", rank->rank(), ").");
+                register_name_of(*rank, reg), "' on rank ", rank->rank(), ").");
       RegisterInfo info;
       info.proto = reg;
       info.rank = rank->rank();
@@ -105,34 +105,38 @@ void PlanIndex::index_plan(const proto::PlanProto& plan) {
       try {
         info.dtype = dtype_from_name(reg.dtype());
       } catch (const Error& e) {
-        throw_error(e.code(), str_cat(kTag, "register '", reg.name(), "' (id ", reg.id(),
-                                      ") needs a known dtype. ", e.what()));
+        throw_error(e.code(), str_cat(kTag, "register '", register_name_of(*rank, reg), "' (id ",
+                                      reg.id(), ") needs a known dtype. ", e.what()));
       }
       // Slot numbers travel in ActorMessage::slot (16 bits).
       OFL_CHECK(reg.register_num() <= std::numeric_limits<int16_t>::max(), kTag, "register '",
-                reg.name(), "' may have at most ", std::numeric_limits<int16_t>::max(),
-                " slots. However, it has ", reg.register_num(), ".");
+                register_name_of(*rank, reg), "' may have at most ",
+                std::numeric_limits<int16_t>::max(), " slots. However, it has ", reg.register_num(),
+                ".");
       for (int64_t d : info.shape.dims()) {
-        OFL_CHECK(d >= 0, kTag, "register '", reg.name(),
+        OFL_CHECK(d >= 0, kTag, "register '", register_name_of(*rank, reg),
                   "' must have a non-negative shape. However, got ", info.shape.to_string(), ".");
       }
       const int64_t needed = info.shape.numel() * static_cast<int64_t>(dtype_size(info.dtype));
-      OFL_CHECK(reg.bytes() == 0 || reg.bytes() >= needed, kTag, "register '", reg.name(),
+      OFL_CHECK(reg.bytes() == 0 || reg.bytes() >= needed, kTag, "register '",
+                register_name_of(*rank, reg),
                 "' must have room for its shape. However, got bytes=", reg.bytes(), " for ",
                 info.shape.to_string(), " ", dtype_name(info.dtype), " (", needed, " bytes).");
       if (reg.memory_block() >= 0) {  // shares a block: one slot, inside the block
         auto block = memory_blocks_.find({rank->rank(), reg.memory_block()});
-        OFL_CHECK(block != memory_blocks_.end(), kTag, "register '", reg.name(),
+        OFL_CHECK(block != memory_blocks_.end(), kTag, "register '", register_name_of(*rank, reg),
                   "' must be in a memory block of its rank. However, rank ", rank->rank(),
                   " has no block ", reg.memory_block(), ".");
-        OFL_CHECK(reg.register_num() <= 1, kTag, "register '", reg.name(),
+        OFL_CHECK(reg.register_num() <= 1, kTag, "register '", register_name_of(*rank, reg),
                   "' must have one slot to share memory block ", reg.memory_block(),
                   ". However, it has ", reg.register_num(), ".");
         OFL_CHECK(reg.offset() >= 0 && reg.offset() + needed <= block->second.bytes, kTag,
-                  "register '", reg.name(), "' must lie inside memory block ", reg.memory_block(),
-                  " (", block->second.bytes, " bytes). However, it takes bytes [", reg.offset(),
-                  ", ", reg.offset() + needed, ").");
-        OFL_CHECK(reg.device() == block->second.device, kTag, "register '", reg.name(),
+                  "register '", register_name_of(*rank, reg), "' must lie inside memory block ",
+                  reg.memory_block(), " (", block->second.bytes,
+                  " bytes). However, it takes bytes [", reg.offset(), ", ", reg.offset() + needed,
+                  ").");
+        OFL_CHECK(reg.device() == block->second.device, kTag, "register '",
+                  register_name_of(*rank, reg),
                   "' must share a memory block of its own device. However, it is in ",
                   proto::PlanDevice_Name(reg.device()), " memory and block ", reg.memory_block(),
                   " in ", proto::PlanDevice_Name(block->second.device), " memory.");
@@ -436,7 +440,9 @@ std::string PlanIndex::describe_edge(int task, const Edge& edge) const {
 }
 
 std::string PlanIndex::describe_register(int reg) const {
-  return str_cat("register '", registers_[reg].proto.name(), "' (id ", registers_[reg].proto.id(),
+  const RegisterInfo& info = registers_[reg];
+  const proto::TaskProto* producer = info.producer >= 0 ? &tasks_[info.producer].proto : nullptr;
+  return str_cat("register '", register_name_of(producer, info.proto), "' (id ", info.proto.id(),
                  ")");
 }
 

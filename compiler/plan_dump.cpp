@@ -15,11 +15,21 @@
 namespace ofl::compiler {
 namespace {
 
-using RegisterMap = std::unordered_map<int64_t, const proto::RegisterProto*>;
+struct NamedRegister {
+  const proto::RegisterProto* proto;
+  std::string name;  // register_name_of (Note [Implicit plan fields])
+};
+using RegisterMap = std::unordered_map<int64_t, NamedRegister>;
 
 RegisterMap registers_of(const proto::RankPlanProto& rank_plan) {
+  std::unordered_map<int64_t, const proto::TaskProto*> tasks;
+  for (const proto::TaskProto& task : rank_plan.tasks()) tasks[task.id()] = &task;
   RegisterMap registers;
-  for (const proto::RegisterProto& reg : rank_plan.registers()) registers[reg.id()] = &reg;
+  for (const proto::RegisterProto& reg : rank_plan.registers()) {
+    const auto producer = tasks.find(reg.producer());
+    registers[reg.id()] = {
+        &reg, register_name_of(producer == tasks.end() ? nullptr : producer->second, reg)};
+  }
   return registers;
 }
 
@@ -53,8 +63,8 @@ void write_register(std::ostream& os, const char* direction, int64_t id,
     os << " (not on this rank)\n";
     return;
   }
-  const proto::RegisterProto& reg = *it->second;
-  os << " '" << reg.name() << "' " << shape_string(reg.shape()) << " " << reg.dtype() << " "
+  const proto::RegisterProto& reg = *it->second.proto;
+  os << " '" << it->second.name << "' " << shape_string(reg.shape()) << " " << reg.dtype() << " "
      << physical::register_slot_bytes(reg) << " B";
   if (reg.register_num() > 1) os << " x" << reg.register_num() << " slots";
   if (reg.persistent()) os << " persistent";
@@ -139,8 +149,9 @@ void collective_bytes(const proto::TaskProto& task, const RegisterMap& registers
   const int64_t m = member - c.members().begin();
   auto out = registers.find(task.outputs(0));
   if (out == registers.end()) return;
-  const int64_t element = static_cast<int64_t>(dtype_size(dtype_from_name(out->second->dtype())));
-  const Shape output = from_proto(out->second->shape());
+  const int64_t element =
+      static_cast<int64_t>(dtype_size(dtype_from_name(out->second.proto->dtype())));
+  const Shape output = from_proto(out->second.proto->shape());
   if (c.op() == proto::CollectiveProto::BROADCAST) {  // the tensor from its parent, to children
     if (c.root() < 0 || c.root() >= n) return;
     const int64_t v = (m - c.root() + n) % n;
@@ -155,7 +166,7 @@ void collective_bytes(const proto::TaskProto& task, const RegisterMap& registers
   }
   auto in = task.inputs_size() == 1 ? registers.find(task.inputs(0)) : registers.end();
   if (in == registers.end() && c.op() != proto::CollectiveProto::SEND_RECV) return;
-  const Shape input = in == registers.end() ? Shape{} : from_proto(in->second->shape());
+  const Shape input = in == registers.end() ? Shape{} : from_proto(in->second.proto->shape());
   if (c.op() == proto::CollectiveProto::SEND_RECV ||
       c.op() == proto::CollectiveProto::ALL_TO_ALL) {  // every block but its own
     if (c.op() == proto::CollectiveProto::ALL_TO_ALL &&
@@ -280,8 +291,9 @@ std::string plan_to_dot(const proto::PlanProto& plan) {
     os << "  }\n";
   }
   for (const proto::RankPlanProto& rank_plan : plan.ranks()) {
+    const RegisterMap named = registers_of(rank_plan);
     for (const proto::RegisterProto& reg : rank_plan.registers()) {
-      const std::string label = reg.name() + " " + shape_string(reg.shape());
+      const std::string label = named.at(reg.id()).name + " " + shape_string(reg.shape());
       for (int64_t consumer : reg.consumers()) {
         os << "  " << task_node(reg.producer()) << " -> " << task_node(consumer)
            << " [label=" << quoted(label) << "];\n";
@@ -317,7 +329,7 @@ PlanSummary summarize_plan(const proto::PlanProto& plan) {
     const RegisterMap registers = registers_of(rank_plan);
     auto bytes_of = [&](int64_t id) {
       auto it = registers.find(id);
-      return it == registers.end() ? int64_t{0} : physical::register_slot_bytes(*it->second);
+      return it == registers.end() ? int64_t{0} : physical::register_slot_bytes(*it->second.proto);
     };
     RankSummary rank;
     rank.rank = rank_plan.rank();

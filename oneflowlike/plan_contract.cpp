@@ -156,17 +156,21 @@ void check_plan_contract(const proto::PlanProto& plan, const PlanContractOptions
     const int i = register_index.find(id);
     return i < 0 ? nullptr : registers[i].first;
   };
+  auto register_name = [&](const proto::RegisterProto& reg) {
+    const TaskRef* producer = find_task(reg.producer());
+    return register_name_of(producer != nullptr ? producer->task : nullptr, reg);
+  };
   // Registers stay on their rank.
   for (const auto& [reg, rank] : registers) {
-    OFL_PLAN_CHECK(reg->register_num() >= 1, "register '", reg->name(), "' on rank ", rank,
+    OFL_PLAN_CHECK(reg->register_num() >= 1, "register '", register_name(*reg), "' on rank ", rank,
                    " has no slot (register_num ", reg->register_num(), ").");
     const TaskRef* producer = find_task(reg->producer());
-    OFL_PLAN_CHECK(producer != nullptr && producer->rank == rank, "register '", reg->name(),
+    OFL_PLAN_CHECK(producer != nullptr && producer->rank == rank, "register '", register_name(*reg),
                    "' on rank ", rank, " is not produced by a task of its rank.");
     for (int64_t c : reg->consumers()) {
       const TaskRef* consumer = find_task(c);
-      OFL_PLAN_CHECK(consumer != nullptr && consumer->rank == rank, "register '", reg->name(),
-                     "' on rank ", rank, " is read by task ", c,
+      OFL_PLAN_CHECK(consumer != nullptr && consumer->rank == rank, "register '",
+                     register_name(*reg), "' on rank ", rank, " is read by task ", c,
                      ", which is not on its rank: data crosses ranks only by SEND/RECV.");
     }
   }
@@ -195,14 +199,14 @@ void check_plan_contract(const proto::PlanProto& plan, const PlanContractOptions
       const proto::RegisterProto* reg = find_register(r);
       OFL_PLAN_CHECK(reg == nullptr || reg->device() == in_device, "task ", describe(ref),
                      " must read registers in ", proto::PlanDevice_Name(in_device),
-                     " memory. However, it reads '", reg->name(), "' in ",
+                     " memory. However, it reads '", register_name(*reg), "' in ",
                      proto::PlanDevice_Name(reg->device()), " memory.");
     }
     for (int64_t r : t.outputs()) {
       const proto::RegisterProto* reg = find_register(r);
       OFL_PLAN_CHECK(reg == nullptr || reg->device() == out_device, "task ", describe(ref),
                      " must write registers in ", proto::PlanDevice_Name(out_device),
-                     " memory. However, it writes '", reg->name(), "' in ",
+                     " memory. However, it writes '", register_name(*reg), "' in ",
                      proto::PlanDevice_Name(reg->device()), " memory.");
     }
   }
@@ -544,7 +548,8 @@ void check_plan_contract(const proto::PlanProto& plan, const PlanContractOptions
     };
     for (int64_t r : t.task->inputs()) {
       const int from = position_of(find_register(r)->producer());
-      wait(from, str_cat("register '", find_register(r)->name(), "' from ", describe(tasks[from])));
+      wait(from, str_cat("register '", register_name(*find_register(r)), "' from ",
+                         describe(tasks[from])));
     }
     for (int64_t c : t.task->control_inputs()) {
       wait(position_of(c), "control input " + describe(tasks[position_of(c)]));

@@ -10,10 +10,14 @@
 //    reads them (TPositionDependent in op.h);
 //  - a compute task's params are its logical op's, the same on every rank: the plan holds them
 //    once (PlanProto.op_params) and the task their index (params_index); params_of() reads
-//    either form (hand-built plans may set TaskProto.params).
+//    either form (hand-built plans may set TaskProto.params);
+//  - a register's name is empty where it is its producer's default: "<producer>/out<k>" for
+//    output k of a compute task (the logical tensor's default name, Graph::add_op), the
+//    producer's name for any other task (a variable, an input, a boxing step); register_name_of()
+//    reads it, set_register_name() writes it. Only messages, dumps and reports read it.
 // Measured on the 64-rank GPT plan (protobuf's SpaceUsedLong), 894 bytes a task before, 778
 // without the regions, 738 without the repeated names, 635 with the params held once
-// (docs/benchmarks.md, "Collectives" (b)).
+// (docs/benchmarks.md, "Collectives" (b)); each register's name averaged 70 bytes more.
 
 #include <string>
 
@@ -38,5 +42,20 @@ inline void set_logical_op(proto::TaskProto* task, const std::string& logical_op
     task->set_logical_op(logical_op);
   }
 }
+
+/// The name of register `reg`, an output of `producer` (Note [Implicit plan fields]). Where the
+/// producer is unknown (null: a malformed plan) and the name implicit, the register is named by
+/// its id.
+std::string register_name_of(const proto::TaskProto* producer, const proto::RegisterProto& reg);
+
+/// The name of register `reg` of `rank_plan`, its producer looked up there (a scan: for
+/// messages and dumps). A register whose producer the plan lacks is named by its id.
+std::string register_name_of(const proto::RankPlanProto& rank_plan,
+                             const proto::RegisterProto& reg);
+
+/// Records that register `reg`, already among `producer`'s outputs, is named `name` (Note
+/// [Implicit plan fields]).
+void set_register_name(proto::RegisterProto* reg, const proto::TaskProto& producer,
+                       const std::string& name);
 
 }  // namespace ofl

@@ -104,7 +104,7 @@ int64_t PlanBuilder::add_output(proto::TaskProto* task, const std::string& name,
   }
   proto::RegisterProto* reg = rank_plan(rank).add_registers();
   reg->set_id(id);
-  reg->set_name(name);
+  set_register_name(reg, *task, name);
   to_proto(shape, reg->mutable_shape());
   reg->set_dtype(dtype_name(dtype));
   reg->set_producer(task->id());
@@ -136,8 +136,7 @@ int64_t PlanBuilder::on_device(int64_t register_id, proto::PlanDevice device) {
   std::tie(per_micro_batch_, after_micro_batches_) = copy_rates_[register_id];
   device_ = device;
   const bool to_device = device == proto::PLAN_DEVICE_CUDA;
-  const std::string name =
-      str_cat(register_proto(register_id).name(), to_device ? "/to_cuda" : "/to_host");
+  const std::string name = str_cat(register_name(register_id), to_device ? "/to_cuda" : "/to_host");
   proto::TaskProto* copy =
       add_task(register_ranks_[register_id],
                to_device ? proto::TaskProto::COPY_H2D : proto::TaskProto::COPY_D2H, name, 0);
@@ -167,9 +166,10 @@ proto::TaskProto& PlanBuilder::mutable_task(int64_t id) {
   return tasks_[id] != nullptr ? *tasks_[id] : *scratch_task();
 }
 
-const proto::RegisterProto& PlanBuilder::register_proto(int64_t id) const {
+std::string PlanBuilder::register_name(int64_t id) const {
   OFL_ASSERT(id >= 0 && id < num_registers());
-  return registers_[id] != nullptr ? *registers_[id] : scratch_register_;
+  const proto::RegisterProto* reg = registers_[id];
+  return reg == nullptr ? std::string() : register_name_of(tasks_.at(reg->producer()), *reg);
 }
 
 int64_t PlanBuilder::register_rank(int64_t id) const {
@@ -465,7 +465,7 @@ class Expander {
     const bool saved = per_micro_scope_;
     builder_.set_per_micro_batch(true);  // REPEAT and ACCUMULATE act every micro-batch
     const int64_t rank = builder_.register_rank(reg);
-    const std::string& name = builder_.register_proto(reg).name();
+    const std::string name = builder_.register_name(reg);
     proto::TaskProto* task =
         builder_.add_task(rank, per_micro ? proto::TaskProto::REPEAT : proto::TaskProto::ACCUMULATE,
                           name + (per_micro ? "/repeat" : "/accumulate"), /*thread=*/0);

@@ -91,7 +91,8 @@ class PlanBuilder {
 
   const proto::TaskProto& task(int64_t id) const;
   proto::TaskProto& mutable_task(int64_t id);
-  const proto::RegisterProto& register_proto(int64_t id) const;
+  /// Register `id`'s name; empty on ranks this build leaves out.
+  std::string register_name(int64_t id) const;
   int64_t register_rank(int64_t id) const;
   Shape register_shape(int64_t id) const;
   DataType register_dtype(int64_t id) const;
@@ -132,7 +133,6 @@ class PlanBuilder {
   // keeps a pointer valid while the caller builds the next few tasks.
   std::array<proto::TaskProto, 16> scratch_tasks_;
   size_t next_scratch_ = 0;
-  proto::RegisterProto scratch_register_;
   int64_t next_transfer_id_ = 0;
   int64_t next_collective_id_ = 0;
   int64_t new_collective_id_block(int64_t ids);  // the first of `ids` fresh collective ids

@@ -13,6 +13,7 @@
 #include "oneflowlike/common/parallel.h"
 #include "oneflowlike/dtype.h"
 #include "oneflowlike/plan_contract.h"
+#include "oneflowlike/plan_task.h"
 #include "oneflowlike/proto_convert.h"
 
 // Note [Memory reuse and the chain]
@@ -409,8 +410,9 @@ std::string largest_registers(const proto::RankPlanProto& rank_plan, size_t coun
   std::ostringstream os;
   for (size_t i = 0; i < registers.size() && i < count; ++i) {
     const proto::RegisterProto& reg = *registers[i];
-    os << (i ? ", " : "") << "'" << reg.name() << "' " << from_proto(reg.shape()).to_string() << " "
-       << reg.dtype() << " " << reg.bytes() << " bytes";
+    os << (i ? ", " : "") << "'" << register_name_of(rank_plan, reg) << "' "
+       << from_proto(reg.shape()).to_string() << " " << reg.dtype() << " " << reg.bytes()
+       << " bytes";
     if (reg.register_num() > 1) os << " x " << reg.register_num() << " slots";
     if (reg.persistent()) os << " (persistent)";
   }

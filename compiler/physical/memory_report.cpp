@@ -181,8 +181,9 @@ RankMemoryReport report_rank(const proto::PlanProto& plan, const proto::RankPlan
   std::vector<std::string> kind(rank_plan.registers_size());
   for (int r = 0; r < rank_plan.registers_size(); ++r) {
     const proto::RegisterProto& reg = rank_plan.registers(r);
-    const auto named = kinds.find(reg.name());
     const int producer = tasks.find(reg.producer());
+    const auto named =
+        kinds.find(register_name_of(producer >= 0 ? &rank_plan.tasks(producer) : nullptr, reg));
     if (named != kinds.end()) {
       kind[r] = named->second;
       continue;

@@ -11,6 +11,7 @@
 #include "compiler/compile.h"
 #include "oneflowlike/ops/creation.h"
 #include "oneflowlike/ops/random.h"
+#include "oneflowlike/plan_task.h"
 #include "tests/cpp/models/mlp_training.h"
 #include "tests/cpp/ops/test_util.h"
 
@@ -85,14 +86,19 @@ TEST(EndToEnd, ZeroShardsStateAndTrainsLikeOneRank) {
     MlpLayout dp2 = all[1];
     dp2.zero_stage = stage;
     const proto::PlanProto plan = compile_graph(build_mlp(dp2, OptimizerConfig::Kind::kAdamW));
+    int seen = 0;
     for (const auto& reg : plan.ranks(0).registers()) {
-      if (reg.name() == "w1") {
+      const std::string name = register_name_of(plan.ranks(0), reg);
+      if (name == "w1") {
         EXPECT_EQ(reg.shape().dims(0), stage == 3 ? kMlpIn / 2 : kMlpIn) << "stage " << stage;
+        ++seen;
       }
-      if (reg.name() == "w1.exp_avg" || reg.name() == "w1.exp_avg_sq") {
-        EXPECT_EQ(reg.shape().dims(0), kMlpIn / 2) << reg.name() << " stage " << stage;
+      if (name == "w1.exp_avg" || name == "w1.exp_avg_sq") {
+        EXPECT_EQ(reg.shape().dims(0), kMlpIn / 2) << name << " stage " << stage;
+        ++seen;
       }
     }
+    EXPECT_EQ(seen, 3) << "stage " << stage;
   }
 }
 

@@ -7,6 +7,9 @@
 
 #include <map>
 #include <set>
+#include <string>
+#include <tuple>
+#include <vector>
 
 #include "compiler/builder.h"
 #include "oneflowlike/common/error.h"
@@ -149,6 +152,12 @@ TEST(Expansion, RegistersHaveUnevenPhysicalShapesAndBelongToTheirProducersRank) 
               only_task(rank_plan(plan, 0), proto::TaskProto::COMPUTE, "mm").params_index());
     EXPECT_EQ(plan.op_params_size(), 1);
     EXPECT_EQ(logical_op_of(mm), "mm");
+    // Registers named as their producers imply leave the name out (Note [Implicit plan fields]).
+    EXPECT_TRUE(y.name().empty());
+    EXPECT_TRUE(w.name().empty());
+    EXPECT_EQ(register_name_of(&mm, y), "mm/out0");
+    EXPECT_EQ(register_name_of(r, w), "w");
+    EXPECT_EQ(register_name_of(r, x), "x");
     // A matmul's values do not depend on where its piece lies: no region (TPositionDependent).
     EXPECT_FALSE(mm.has_logical_output_shape());
     EXPECT_EQ(mm.output_region_size(), 0);
@@ -160,6 +169,44 @@ TEST(Expansion, RegistersHaveUnevenPhysicalShapesAndBelongToTheirProducersRank) 
     EXPECT_EQ(variable.initializer().seed(), 5);
     EXPECT_EQ(from_proto(variable.logical_output_shape()), (Shape{4, 3}));
   }
+}
+
+// Note [Implicit plan fields]: a register keeps its name only where its producer does not imply
+// it, and reading it gives the name either way.
+TEST(Expansion, ARegisterKeepsItsNameOnlyWhereItsProducerDoesNotImplyIt) {
+  proto::TaskProto mm;
+  mm.set_id(3);
+  mm.set_name("mm");
+  mm.set_kind(proto::TaskProto::COMPUTE);
+  mm.add_outputs(7);
+  mm.add_outputs(8);
+  proto::TaskProto w;
+  w.set_id(4);
+  w.set_name("w");
+  w.set_kind(proto::TaskProto::VARIABLE);
+  w.add_outputs(9);
+  auto named = [](const proto::TaskProto& producer, int64_t id, const std::string& name) {
+    proto::RegisterProto reg;
+    reg.set_id(id);
+    reg.set_producer(producer.id());
+    set_register_name(&reg, producer, name);
+    return reg;
+  };
+  EXPECT_EQ(named(mm, 8, "mm/out1").name(), "");
+  EXPECT_EQ(named(mm, 8, "mm/out0").name(), "mm/out0");  // not its output 0
+  EXPECT_EQ(named(mm, 8, "mm/out10").name(), "mm/out10");
+  EXPECT_EQ(named(mm, 8, "mm").name(), "mm");
+  EXPECT_EQ(named(mm, 8, "logits").name(), "logits");  // a tensor named by the user
+  EXPECT_EQ(named(w, 9, "w").name(), "");
+  EXPECT_EQ(named(w, 9, "w/out0").name(), "w/out0");
+  EXPECT_EQ(named(w, 9, "ww").name(), "ww");
+  for (const auto& [producer, id, name] :
+       std::vector<std::tuple<proto::TaskProto, int64_t, std::string>>{
+           {mm, 8, "mm/out1"}, {mm, 8, "logits"}, {w, 9, "w"}, {w, 9, "w/out0"}}) {
+    EXPECT_EQ(register_name_of(&producer, named(producer, id, name)), name);
+  }
+  // Without its producer an implied name reads as the register's id.
+  EXPECT_EQ(register_name_of(nullptr, named(w, 9, "w")), "#9");
 }
 
 // Note TPositionDependent in op.h: a random draw's task carries its piece's place in the logical

@@ -197,7 +197,8 @@ TEST(InPlaceConcats, PiecesThatTileTheOutputInRunsAreWrittenInPlace) {
     const proto::RegisterProto& r = register_of(plan, later);
     ASSERT_GE(r.memory_block(), 0);
     EXPECT_TRUE(r.offset() + r.bytes() <= out.offset() || out.offset() + out.bytes() <= r.offset())
-        << r.name() << " at " << r.offset() << " inside " << out.name() << " at " << out.offset();
+        << "register " << r.id() << " at " << r.offset() << " inside register " << out.id()
+        << " at " << out.offset();
   }
 }
 

@@ -21,6 +21,7 @@
 #include "oneflowlike/kernels/cpu/bf16_tiles.h"
 #include "oneflowlike/ops/reduce.h"
 #include "oneflowlike/plan_contract.h"
+#include "oneflowlike/plan_task.h"
 #include "tests/cpp/models/gpt_training.h"
 
 namespace ofl::compiler::physical {
@@ -168,7 +169,7 @@ int count_overlap_violations(const proto::PlanProto& plan) {
     for (const auto& r : rp.registers()) {
       if (r.memory_block() < 0) continue;
       if (r.offset() % kMemoryAlignment != 0) {
-        ADD_FAILURE() << r.name() << " has unaligned offset " << r.offset();
+        ADD_FAILURE() << register_name_of(rp, r) << " has unaligned offset " << r.offset();
         ++violations;
       }
       std::vector<int64_t> holders{r.id()};  // registers whose bytes are r's
@@ -195,11 +196,13 @@ int count_overlap_violations(const proto::PlanProto& plan) {
         }
       }
       if (!placed) {
-        ADD_FAILURE() << r.name() << " shares memory but a task off the chain touches it";
+        ADD_FAILURE() << register_name_of(rp, r)
+                      << " shares memory but a task off the chain touches it";
         ++violations;
         continue;
       }
-      shared.push_back({r.name(), r.memory_block(), r.offset(), r.bytes(), begin, end});
+      shared.push_back(
+          {register_name_of(rp, r), r.memory_block(), r.offset(), r.bytes(), begin, end});
     }
     // Note [Collective scratch]: a collective's scratch in the block lives for its window, and
     // only a collective whose registers have one slot (no micro-batches in flight) has one.
