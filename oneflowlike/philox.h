@@ -13,15 +13,17 @@
 // CUDA kernels of the random ops both compute their elements with the *_value functions at the
 // end, so a draw gives the same values on either device. The bits and the uniforms are integer
 // arithmetic and exact scalings: bit-identical. uniform_value and dropout_keeps are too (one
-// fma, exact compares). normal_value goes through log and cos, which the host's libm and CUDA's
-// compute with different last-ulp errors (CUDA: logf 1 ulp, cosf 2 ulp, log 1 ulp, cos 2 ulp;
-// sqrt and the fma are exact on both): a CUDA normal may differ from the CPU's by a few ulp,
-// about 5e-7 relative in float32 (tests/python/test_cuda_random_optim_fused.py allows
-// rtol 2e-6 plus atol 1e-6 * std, and 1e-13 in float64).
+// fma, exact compares), and so is normal_value in float32 (and the 16-bit dtypes, which round
+// it): its log and cos are polynomials in operations both round alike (Note [Box-Muller in
+// float arithmetic] in box_muller.h). In float64 it goes through libm's log and cos, which the
+// host's libm and CUDA's compute with different last-ulp errors (CUDA: log 1 ulp, cos 2 ulp):
+// a CUDA float64 normal may differ from the CPU's by a few ulp
+// (tests/python/test_cuda_random_optim_fused.py allows 1e-13 in float64).
 
 #include <cstdint>
 #include <numbers>
 
+#include "oneflowlike/box_muller.h"
 #include "oneflowlike/common/host_device.h"
 
 namespace ofl::philox {
@@ -84,20 +86,20 @@ OFL_HOST_DEVICE T uniform_from_bits(const Block& r) {
 }
 
 /// Standard normal by Box-Muller (the cosine half) from an element's bits `r`: two uniforms,
-/// u1 in (0, 1] so that log(u1) is finite, u2 in [0, 1). In T's precision (logf and cosf for
-/// float): Note [Random values on every device].
+/// u1 in (0, 1] so that log(u1) is finite, u2 in [0, 1). In T's precision: float through
+/// Note [Box-Muller in float arithmetic], double through libm's log and cos (Note [Random
+/// values on every device]).
 template <class T>
-OFL_HOST_DEVICE T normal_from_bits(const Block& r) {
-  T u1, u2;
+OFL_HOST_DEVICE OFL_INLINE T normal_from_bits(const Block& r) {
   if constexpr (sizeof(T) == sizeof(double)) {
-    u1 = 1.0 - uniform_double(r[0], r[1]);
-    u2 = uniform_double(r[2], r[3]);
+    const double u1 = 1.0 - uniform_double(r[0], r[1]);
+    const double u2 = uniform_double(r[2], r[3]);
+    constexpr double kTwoPi = 2 * std::numbers::pi;
+    return host_device::sqrt(-2.0 * host_device::log(u1)) * host_device::cos(kTwoPi * u2);
   } else {
-    u1 = 1.0f - uniform_float(r[0]);
-    u2 = uniform_float(r[1]);
+    const float u1 = 1.0f - uniform_float(r[0]);  // u2 = (r[1] >> 8) 2^-24, as uniform_float
+    return host_device::sqrt(-2.0f * log_of_unit(u1)) * cos_two_pi(r[1] >> 8);
   }
-  constexpr T kTwoPi = static_cast<T>(2 * std::numbers::pi);
-  return host_device::sqrt(T(-2) * host_device::log(u1)) * host_device::cos(kTwoPi * u2);
 }
 
 // The values of the random ops' elements (ops/random.h), shared by their CPU and CUDA kernels:
@@ -106,7 +108,7 @@ OFL_HOST_DEVICE T normal_from_bits(const Block& r) {
 
 /// random_normal from an element's bits: mean + std * normal, with one rounding (an fma).
 template <class T>
-OFL_HOST_DEVICE T normal_value(const Block& bits, T mean, T std) {
+OFL_HOST_DEVICE OFL_INLINE T normal_value(const Block& bits, T mean, T std) {
   return host_device::fma(std, normal_from_bits<T>(bits), mean);
 }
 
