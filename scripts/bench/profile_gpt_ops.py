@@ -2,9 +2,10 @@
 (graph.config.enable_trace(), graph.chrome_trace()) summed per op type over a few steps.
 
     OMP_NUM_THREADS=1 .venv/bin/python scripts/bench/profile_gpt_ops.py [--dtype bfloat16]
+        [--model small]
 
 The model is bench_gpt.py's "medium" one (6 layers, 384 channels, 6 heads, block 128, batch 8)
-and the step train.py's (AdamW in two groups, clipping, the schedule); bfloat16 is enable_amp.
+or its "small" one (4 layers, 128 channels, 4 heads, block 64, batch 16), and the step train.py's (AdamW in two groups, clipping, the schedule); bfloat16 is enable_amp.
 Prints the step's span, the busy time, and the largest op types (microseconds per step, tasks
 per step). The multi-tensor AdamW update is one task, named after
 its list's first parameter.
@@ -32,9 +33,13 @@ def main():
     p.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32")
     p.add_argument("--steps", type=int, default=5, help="steps measured, after 3 warm-up ones")
     p.add_argument("--top", type=int, default=20)
+    p.add_argument("--model", choices=["medium", "small"], default="medium")
     args = p.parse_args()
-    targs = train.parse(["--n-layer", "6", "--n-embd", "384", "--n-head", "6", "--block-size",
-                         "128", "--batch-size", "8", "--dtype", args.dtype])
+    sizes = {"medium": ["--n-layer", "6", "--n-embd", "384", "--n-head", "6", "--block-size",
+                        "128", "--batch-size", "8"],
+             "small": ["--n-layer", "4", "--n-embd", "128", "--n-head", "4", "--block-size",
+                       "64", "--batch-size", "16"]}
+    targs = train.parse(sizes[args.model] + ["--dtype", args.dtype])
     config = GPTConfig(block_size=targs.block_size, n_layer=targs.n_layer, n_head=targs.n_head,
                        n_embd=targs.n_embd)
     flow.manual_seed(1)
@@ -49,7 +54,7 @@ def main():
     data = train.ByteData(targs.data, targs.block_size, targs.seed)
     total, count, span = collections.Counter(), collections.Counter(), 0.0
     for step in range(1, args.steps + 4):
-        tokens, targets = data.batch(step, 8)
+        tokens, targets = data.batch(step, targs.batch_size)
         graph.chrome_trace()  # drop what came before
         graph(flow.tensor(tokens), flow.tensor(targets))
         if step <= 3:
@@ -63,7 +68,7 @@ def main():
             count[key] += 1
     steps = args.steps
     busy = sum(total.values()) / steps
-    print(f"# medium GPT, {args.dtype}, {os.environ.get('OMP_NUM_THREADS', 'default')} thread(s): "
+    print(f"# {args.model} GPT, {args.dtype}, {os.environ.get('OMP_NUM_THREADS', 'default')} thread(s): "
           f"step {span / steps / 1e3:.1f} ms, compute thread busy {busy / 1e3:.1f} ms")
     for key, us in total.most_common(args.top):
         print(f"{us / steps / 1e3:9.2f} ms {100 * us / steps / busy:5.1f}% {count[key] // steps:4d}"

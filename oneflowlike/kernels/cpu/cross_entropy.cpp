@@ -1,12 +1,12 @@
-// CPU kernels of sparse_softmax_cross_entropy and its backward: one pass per row for
-// log(sum(exp)) (and one more for the gradient).
+// CPU kernels of sparse_softmax_cross_entropy and its backward: two vectorised passes per row
+// for log(sum(exp)) (and one more for the gradient).
 
 #include <algorithm>
 #include <cmath>
 
 #include "oneflowlike/common/parallel.h"
+#include "oneflowlike/kernels/cpu/vec_math.h"
 #include "oneflowlike/kernels/cpu/widened.h"
-#include "oneflowlike/kernels/online_softmax.h"
 #include "oneflowlike/op.h"
 
 namespace ofl::cpu {
@@ -24,14 +24,25 @@ void check_labels(const char* op, const I* labels, int64_t n, int64_t num_classe
   }
 }
 
-// Row max and log(sum(exp(x - max))) in one pass (Note [Online softmax], the CUDA kernels'
-// math), in double for float32 too.
+// A row's max m and s = sum(exp(x - m)), as the softmax kernels compute them (softmax.cpp): the
+// max exact, the exponentials vectorised (vec_math::exp, 1 ulp in float32), summed in double.
+// Non-finite rows come out as Note [Online softmax] says: NaN or +inf anywhere, or only -inf,
+// make s NaN.
 template <class T>
-void row_logsumexp(const T* x, int64_t c, double* max_out, double* log_sum_out) {
-  OnlineSoftmax<double> state = OnlineSoftmax<double>::empty();
-  for (int64_t j = 0; j < c; ++j) state.add(static_cast<double>(x[j]));
-  *max_out = state.max;
-  *log_sum_out = std::log(state.sum);
+struct RowExpSum {
+  T max;
+  double sum;
+};
+
+template <class T>
+RowExpSum<T> row_exp_sum(const T* x, int64_t c) {
+  T m = c > 0 ? x[0] : T(0);
+#pragma omp simd reduction(max : m)
+  for (int64_t j = 1; j < c; ++j) m = std::max(m, x[j]);
+  double sum = 0;
+#pragma omp simd reduction(+ : sum)
+  for (int64_t j = 0; j < c; ++j) sum += vec_math::exp(x[j] - m);
+  return {m, sum};
 }
 
 template <class T, class I>
@@ -46,9 +57,9 @@ void loss_rows(const Tensor& logits, const Tensor& labels, const Tensor& loss) {
   parallel_for(rows, grain, [&](int64_t begin, int64_t end) {
     for (int64_t r = begin; r < end; ++r) {
       const T* row = x + r * c;
-      double m, log_sum;
-      row_logsumexp(row, c, &m, &log_sum);
-      y[r] = static_cast<T>(log_sum + m - static_cast<double>(row[label[r]]));
+      const RowExpSum<T> e = row_exp_sum(row, c);
+      y[r] = static_cast<T>(std::log(e.sum) + static_cast<double>(e.max) -
+                            static_cast<double>(row[label[r]]));
     }
   });
 }
@@ -79,14 +90,14 @@ void loss_grad_rows(const Tensor& logits, const Tensor& labels, const Tensor& dl
     for (int64_t r = begin; r < end; ++r) {
       const T* row = x + r * c;
       T* out = dx + r * c;
-      double m, log_sum;
-      row_logsumexp(row, c, &m, &log_sum);
-      const double g = dy[r];
+      const RowExpSum<T> e = row_exp_sum(row, c);
+      const T m = e.max, inv_sum = static_cast<T>(1.0 / e.sum), g = dy[r];
+      // softmax(x) - onehot(target), times the loss's gradient; the target's term after the
+      // loop, so that the loop has no branch.
+#pragma omp simd
+      for (int64_t j = 0; j < c; ++j) out[j] = vec_math::exp(row[j] - m) * inv_sum * g;
       const int64_t target = label[r];
-      for (int64_t j = 0; j < c; ++j) {
-        const double p = std::exp(static_cast<double>(row[j]) - m - log_sum);
-        out[j] = static_cast<T>((j == target ? p - 1.0 : p) * g);
-      }
+      out[target] = (vec_math::exp(row[target] - m) * inv_sum - T(1)) * g;
     }
   });
 }
