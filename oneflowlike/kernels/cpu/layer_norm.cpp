@@ -4,10 +4,12 @@
 #include "oneflowlike/ops/layer_norm.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <vector>
 
 #include "oneflowlike/common/parallel.h"
+#include "oneflowlike/kernels/cpu/blocked_sum.h"
 #include "oneflowlike/kernels/cpu/row_blocks.h"
 #include "oneflowlike/kernels/cpu/widened.h"
 #include "oneflowlike/op.h"
@@ -32,16 +34,14 @@ struct LayerNormKernel {
       for (int64_t r = begin; r < end; ++r) {
         const T* xr = x + r * cols;
         T* yr = y + r * cols;
-        double sum = 0;
-#pragma omp simd reduction(+ : sum)
-        for (int64_t c = 0; c < cols; ++c) sum += xr[c];
+        const double sum = lane_sums<1>(
+            cols, [&](int64_t c) { return std::array<double, 1>{static_cast<double>(xr[c])}; })[0];
         const double mu = cols > 0 ? sum / cols : 0.0;
-        double sq = 0;  // two passes: no cancellation for large means
-#pragma omp simd reduction(+ : sq)
-        for (int64_t c = 0; c < cols; ++c) {
+        // Two passes: no cancellation for large means.
+        const double sq = lane_sums<1>(cols, [&](int64_t c) {
           const double d = xr[c] - mu;
-          sq += d * d;
-        }
+          return std::array<double, 1>{d * d};
+        })[0];
         const double var = cols > 0 ? sq / cols : 0.0;
         const T m = static_cast<T>(mu);
         const T is = static_cast<T>(1.0 / std::sqrt(var + eps));
@@ -72,13 +72,10 @@ struct LayerNormGradKernel {
         const T* xr = x + r * cols;
         T* dxr = dx + r * cols;
         const T m = mean[r], is = inv_std[r];
-        double sum_g = 0, sum_g_xhat = 0;
-#pragma omp simd reduction(+ : sum_g, sum_g_xhat)
-        for (int64_t c = 0; c < cols; ++c) {
+        const auto [sum_g, sum_g_xhat] = lane_sums<2>(cols, [&](int64_t c) {
           const double g = dyr[c] * w[c];
-          sum_g += g;
-          sum_g_xhat += g * ((xr[c] - m) * is);
-        }
+          return std::array<double, 2>{g, g * ((xr[c] - m) * is)};
+        });
         const T mean_g = static_cast<T>(sum_g / cols);
         const T mean_g_xhat = static_cast<T>(sum_g_xhat / cols);
 #pragma omp simd
