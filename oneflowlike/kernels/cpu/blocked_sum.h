@@ -10,6 +10,10 @@
 
 #include <array>
 #include <cstdint>
+#include <cstring>
+#include <type_traits>
+
+#include "oneflowlike/kernels/cpu/vec_math.h"
 
 namespace ofl::cpu {
 
@@ -47,6 +51,43 @@ std::array<double, kTerms> lane_sums(int64_t n, F term) {
     for (double lane : lanes[t]) sums[t] += lane;
   }
   return sums;
+}
+
+/// max(a, b) as a bit select, which GCC vectorises where it leaves a ?: (or std::max) on floats
+/// scalar under -ftrapping-math: a NaN b is passed over, a NaN a kept.
+template <class T>
+[[gnu::always_inline]] inline T lane_max_of(T a, T b) {
+  if constexpr (std::is_same_v<T, float>) {
+    return vec_math::detail::select(a < b, b, a);
+  } else {
+    return a < b ? b : a;
+  }
+}
+
+/// The largest of x[0..n), n >= 1, in sixteen interleaved lanes. A NaN at x[0] makes it NaN;
+/// elsewhere a NaN is passed over (callers that must see it, softmax and cross-entropy, meet it
+/// again in exp(x - max)). Float lanes are GCC vectors (a ?: on vectors is a compare and a blend;
+/// GCC vectorised neither an omp simd max reduction nor an array of selects here).
+template <class T>
+T lane_max(const T* x, int64_t n) {
+  int64_t i = 0;
+  T m = x[0];
+  if constexpr (std::is_same_v<T, float>) {
+    // Two vectors of eight (one AVX2 register each): the sixteen lanes stay in registers.
+    using Lanes = float __attribute__((vector_size(8 * sizeof(float))));
+    Lanes lo, hi;
+    for (int k = 0; k < 8; ++k) lo[k] = hi[k] = x[0];
+    for (; i + 16 <= n; i += 16) {
+      Lanes a, b;
+      std::memcpy(&a, x + i, sizeof(a));
+      std::memcpy(&b, x + i + 8, sizeof(b));
+      lo = lo < a ? a : lo;
+      hi = hi < b ? b : hi;
+    }
+    for (int k = 0; k < 8; ++k) m = lane_max_of(lane_max_of(m, lo[k]), hi[k]);
+  }
+  for (; i < n; ++i) m = lane_max_of(m, x[i]);
+  return m;
 }
 
 /// sum of f(x[i]) over one block (at most kSumBlock elements), in double.

@@ -2,9 +2,11 @@
 // for log(sum(exp)) (and one more for the gradient).
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 
 #include "oneflowlike/common/parallel.h"
+#include "oneflowlike/kernels/cpu/blocked_sum.h"
 #include "oneflowlike/kernels/cpu/vec_math.h"
 #include "oneflowlike/kernels/cpu/widened.h"
 #include "oneflowlike/op.h"
@@ -25,7 +27,8 @@ void check_labels(const char* op, const I* labels, int64_t n, int64_t num_classe
 }
 
 // A row's max m and s = sum(exp(x - m)), as the softmax kernels compute them (softmax.cpp): the
-// max exact, the exponentials vectorised (vec_math::exp, 1 ulp in float32), summed in double.
+// max exact, the exponentials vectorised (vec_math::exp, 1 ulp in float32), both in lanes
+// (lane_max, lane_sums: Note [Blocked sums]), the sum in double.
 // Non-finite rows come out as Note [Online softmax] says: NaN or +inf anywhere, or only -inf,
 // make s NaN.
 template <class T>
@@ -36,12 +39,10 @@ struct RowExpSum {
 
 template <class T>
 RowExpSum<T> row_exp_sum(const T* x, int64_t c) {
-  T m = c > 0 ? x[0] : T(0);
-#pragma omp simd reduction(max : m)
-  for (int64_t j = 1; j < c; ++j) m = std::max(m, x[j]);
-  double sum = 0;
-#pragma omp simd reduction(+ : sum)
-  for (int64_t j = 0; j < c; ++j) sum += vec_math::exp(x[j] - m);
+  const T m = c > 0 ? lane_max(x, c) : T(0);
+  const double sum = lane_sums<1>(c, [&](int64_t j) {
+    return std::array<double, 1>{static_cast<double>(vec_math::exp(x[j] - m))};
+  })[0];
   return {m, sum};
 }
 

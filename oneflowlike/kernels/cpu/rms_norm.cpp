@@ -4,10 +4,12 @@
 #include "oneflowlike/ops/rms_norm.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <vector>
 
 #include "oneflowlike/common/parallel.h"
+#include "oneflowlike/kernels/cpu/blocked_sum.h"
 #include "oneflowlike/kernels/cpu/row_blocks.h"
 #include "oneflowlike/kernels/cpu/widened.h"
 #include "oneflowlike/op.h"
@@ -30,9 +32,9 @@ struct RmsNormKernel {
       for (int64_t r = begin; r < end; ++r) {
         const T* xr = x + r * cols;
         T* yr = y + r * cols;
-        double sq = 0;
-#pragma omp simd reduction(+ : sq)
-        for (int64_t c = 0; c < cols; ++c) sq += static_cast<double>(xr[c]) * xr[c];
+        const double sq = lane_sums<1>(cols, [&](int64_t c) {
+          return std::array<double, 1>{static_cast<double>(xr[c]) * xr[c]};
+        })[0];
         const double mean_sq = cols > 0 ? sq / cols : 0.0;
         const T ir = static_cast<T>(1.0 / std::sqrt(mean_sq + eps));
         inv_rms[r] = ir;
@@ -59,11 +61,9 @@ struct RmsNormGradKernel {
         const T* xr = x + r * cols;
         T* dxr = dx + r * cols;
         const T ir = inv_rms[r];
-        double sum_g_xhat = 0;
-#pragma omp simd reduction(+ : sum_g_xhat)
-        for (int64_t c = 0; c < cols; ++c) {
-          sum_g_xhat += static_cast<double>(dyr[c] * w[c]) * (xr[c] * ir);
-        }
+        const double sum_g_xhat = lane_sums<1>(cols, [&](int64_t c) {
+          return std::array<double, 1>{static_cast<double>(dyr[c] * w[c]) * (xr[c] * ir)};
+        })[0];
         const T mean_g_xhat = static_cast<T>(sum_g_xhat / cols);
 #pragma omp simd
         for (int64_t c = 0; c < cols; ++c) {

@@ -10,6 +10,7 @@
 #include <type_traits>
 
 #include "oneflowlike/common/parallel.h"
+#include "oneflowlike/kernels/cpu/blocked_sum.h"
 #include "oneflowlike/kernels/cpu/vec_math.h"
 #include "oneflowlike/kernels/cpu/widened.h"
 #include "oneflowlike/op.h"
@@ -61,25 +62,22 @@ void for_each_row(const AxisView& v, F&& fn) {
                });
 }
 
+// A row's sums in double lanes, its max in lanes too (lane_sums, lane_max: Note [Blocked sums]).
 template <class T, bool kLog>
 void softmax_row(const T* x, T* y, int64_t n) {
-  T row_max = x[0];
-#pragma omp simd reduction(max : row_max)
-  for (int64_t j = 1; j < n; ++j) row_max = std::max(row_max, x[j]);
-  const T max = row_max;
-  Acc<T> sum = 0;
+  const T max = lane_max(x, n);
   if constexpr (kLog) {
-#pragma omp simd reduction(+ : sum)
-    for (int64_t j = 0; j < n; ++j) sum += vec_math::exp(x[j] - max);
+    const double sum = lane_sums<1>(n, [&](int64_t j) {
+      return std::array<double, 1>{static_cast<double>(vec_math::exp(x[j] - max))};
+    })[0];
     const T shift = max + static_cast<T>(std::log(sum));
 #pragma omp simd
     for (int64_t j = 0; j < n; ++j) y[j] = x[j] - shift;
   } else {
-#pragma omp simd reduction(+ : sum)
-    for (int64_t j = 0; j < n; ++j) {
+    const double sum = lane_sums<1>(n, [&](int64_t j) {
       y[j] = vec_math::exp(x[j] - max);
-      sum += y[j];
-    }
+      return std::array<double, 1>{static_cast<double>(y[j])};
+    })[0];
     const T inv = static_cast<T>(1 / sum);
 #pragma omp simd
     for (int64_t j = 0; j < n; ++j) y[j] *= inv;
@@ -88,9 +86,9 @@ void softmax_row(const T* x, T* y, int64_t n) {
 
 template <class T, bool kLog>
 void softmax_backward_row(const T* y, const T* dy, T* dx, int64_t n) {
-  Acc<T> acc = 0;
-#pragma omp simd reduction(+ : acc)
-  for (int64_t j = 0; j < n; ++j) acc += kLog ? dy[j] : dy[j] * y[j];
+  const double acc = lane_sums<1>(n, [&](int64_t j) {
+    return std::array<double, 1>{static_cast<double>(kLog ? dy[j] : dy[j] * y[j])};
+  })[0];
   const T s = static_cast<T>(acc);
 #pragma omp simd
   for (int64_t j = 0; j < n; ++j)
@@ -116,7 +114,7 @@ struct SoftmaxKernel {
       std::array<Acc<T>, kBlock> sum{};
       std::copy(xb, xb + count, max.begin());
       for (int64_t j = 1; j < v.extent; ++j) {
-        for (int64_t c = 0; c < count; ++c) max[c] = std::max(max[c], xb[j * st + c]);
+        for (int64_t c = 0; c < count; ++c) max[c] = lane_max_of(max[c], xb[j * st + c]);
       }
       for (int64_t j = 0; j < v.extent; ++j) {
         for (int64_t c = 0; c < count; ++c) {
