@@ -126,7 +126,7 @@ class CudaActStream final : public ActStream {
   // registers it writes are freed after the streams. An error here was reported, or the run is
   // already over.
   ~CudaActStream() override {
-    while (in_flight_.load(std::memory_order_relaxed) > 0) {
+    while (in_flight_.load(std::memory_order_acquire) > 0) {
       std::this_thread::sleep_for(std::chrono::microseconds(50));
     }
     try {
@@ -148,10 +148,19 @@ class CudaActStream final : public ActStream {
       error = std::current_exception();
     }
     in_flight_.fetch_add(1, std::memory_order_relaxed);
-    cuda::call_when_done(stream_, [this, error, done = std::move(done)](std::exception_ptr e) {
-      in_flight_.fetch_sub(1, std::memory_order_relaxed);
-      done(error ? error : e);
-    });
+    try {
+      // Counted down after `done` returns, which the destructor waits for.
+      cuda::call_when_done(stream_, [this, error, done](std::exception_ptr e) {
+        done(error ? error : e);
+        in_flight_.fetch_sub(1, std::memory_order_release);
+      });
+    } catch (...) {
+      // No event to wait for (after a sticky device error recording one fails too): the act
+      // ends now, with the first error, rather than leave the count up and the run waiting.
+      std::exception_ptr recording = std::current_exception();
+      in_flight_.fetch_sub(1, std::memory_order_release);
+      done(error ? error : recording);
+    }
   }
 
   // Enqueued work has no event: the stream itself says whether it still runs (the watchdog

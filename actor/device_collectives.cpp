@@ -44,19 +44,25 @@ const char* device_collective_backend_name(DeviceCollectiveBackend backend) {
   return "unknown";
 }
 
-DeviceCollectiveBackend choose_device_collective_backend(bool simulate_cuda) {
+DeviceCollectiveBackend choose_device_collective_backend(bool simulate_cuda, bool deterministic) {
   if (simulate_cuda) return DeviceCollectiveBackend::kSimulated;
   const char* chosen = std::getenv("OFL_CUDA_COLLECTIVES");
   if (chosen != nullptr && *chosen != '\0') {
     const std::string value = chosen;
     OFL_CHECK(value == "nccl" || value == "host", kTag,
               "OFL_CUDA_COLLECTIVES must be 'nccl' or 'host'. However, got '", value, "'.");
+    OFL_CHECK(value == "host" || !deterministic, kTag,
+              "OFL_CUDA_COLLECTIVES=nccl cannot run in deterministic mode: its GPU tasks end "
+              "when their kernels are queued, so NCCL's stream could read a register before the "
+              "kernel writing it ran. Use the threaded runtime, or OFL_CUDA_COLLECTIVES=host.");
     OFL_CHECK_CODE(value == "host" || cuda::built_with_nccl(), ErrorCode::kUnavailable, kTag,
                    "OFL_CUDA_COLLECTIVES=nccl needs NCCL. However, this build has none.");
     return value == "nccl" ? DeviceCollectiveBackend::kNccl : DeviceCollectiveBackend::kHost;
   }
   const char* shared_gpu = std::getenv("OFL_CUDA_DEVICE");
-  if (shared_gpu != nullptr || !cuda::nccl_available()) return DeviceCollectiveBackend::kHost;
+  if (deterministic || shared_gpu != nullptr || !cuda::nccl_available()) {
+    return DeviceCollectiveBackend::kHost;
+  }
   return DeviceCollectiveBackend::kNccl;
 }
 
@@ -327,7 +333,12 @@ class NcclJob final : public CollectiveJob, public std::enable_shared_from_this<
         for (const auto& job : jobs) job->finish();
       }
     }
-    return event_ != nullptr && event_->done();
+    if (event_ == nullptr) return false;
+    if (event_->done()) return true;
+    // While it runs: an error NCCL found (a peer gone, a broken link) ends the act now, naming
+    // the collective, rather than at the next collective, which a stuck one never reaches.
+    comm_.nccl->check_async(spec_.name);
+    return false;
   }
 
  private:

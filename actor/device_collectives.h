@@ -11,7 +11,7 @@
 //  - host: the input is copied to the host, the CPU engine's job runs it (Note [Ring
 //    collectives]) and the result is copied back. For ranks sharing one GPU
 //    (OFL_CUDA_DEVICE, Note [The GPU of a rank]), which NCCL refuses (one GPU per member of a
-//    communicator), and for OFL_CUDA_COLLECTIVES=host.
+//    communicator), for OFL_CUDA_COLLECTIVES=host, and in deterministic mode.
 //  - simulated (RuntimeOptions::simulate_cuda, no GPU, CI): registers are in host memory and
 //    the CPU engine's job runs, but as NCCL would: in member 0's order (below), one at a time
 //    per communicator. So the bootstrap and the order protocol run in CI.
@@ -65,9 +65,12 @@ const char* device_collective_backend_name(DeviceCollectiveBackend backend);
 
 /// This process's backend (Note [Device collectives]): simulated when simulating CUDA;
 /// otherwise OFL_CUDA_COLLECTIVES ("nccl" or "host"; anything else is refused naming it) when
-/// set; otherwise host when NCCL does not load (cuda::nccl_available) or OFL_CUDA_DEVICE puts
-/// ranks on one GPU, else nccl.
-DeviceCollectiveBackend choose_device_collective_backend(bool simulate_cuda);
+/// set; otherwise host when NCCL does not load (cuda::nccl_available), OFL_CUDA_DEVICE puts
+/// ranks on one GPU or the runtime is deterministic, else nccl. Deterministic mode refuses
+/// nccl: its GPU tasks have no events (Runtime::assign_streams), so only the host backend's
+/// copies, which wait for the compute stream, order a collective after its input's kernel.
+DeviceCollectiveBackend choose_device_collective_backend(bool simulate_cuda,
+                                                         bool deterministic = false);
 
 /// One hosted member of one GPU communicator: its bootstrap and its place in member 0's order.
 /// Used by the collective engine's jobs only, one at a time (the engine advances one job at a

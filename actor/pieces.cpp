@@ -5,6 +5,7 @@
 #include <cstring>
 #include <type_traits>
 
+#include "oneflowlike/cuda/device.h"
 #include "oneflowlike/op.h"
 #include "oneflowlike/ops/random.h"
 #include "oneflowlike/plan_task.h"
@@ -346,6 +347,13 @@ void run_kernel(const PlanIndex::TaskInfo& task, const std::vector<Tensor>& inpu
     ctx.output_region = &task.region;
     ctx.logical_output_shape = &task.logical_shape;
   }
+  if (!task.cuda_kernel) {
+    task.kernel(ctx);
+    return;
+  }
+  // Its GPU current while it launches (Note [Current devices] in oneflowlike/cuda/device.h).
+  const Tensor& any = outputs.empty() ? inputs.at(0) : outputs[0];
+  cuda::DeviceGuard guard(any.device().index);
   task.kernel(ctx);
 }
 

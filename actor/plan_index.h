@@ -59,6 +59,7 @@ class PlanIndex {
     const OpSchema* op = nullptr;
     AnyParams params;
     KernelFn kernel = nullptr;
+    bool cuda_kernel = false;  // kernel runs on the GPU of its tensors (Note [Current devices])
     // SLICE: the one region to copy; CONCAT: where each input goes.
     std::vector<std::vector<Range>> regions;
     int send = -1;  // RECV: the matching SEND task

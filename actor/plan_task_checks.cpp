@@ -181,6 +181,7 @@ void PlanIndex::check_task(const proto::PlanProto& plan, int index) {
                                     ? DeviceType::kCUDA
                                     : DeviceType::kCPU;
       task.kernel = op.find_kernel(device, dtype);
+      task.cuda_kernel = device == DeviceType::kCUDA;
       OFL_CHECK_TYPE(task.kernel != nullptr, kTag, who, " needs a ", device_type_name(device),
                      " kernel of '", op.name(), "' for dtype ", dtype_name(dtype),
                      ". However, kernels exist for ", op.kernel_dtypes(device), ".");

@@ -212,7 +212,8 @@ void Runtime::make_device_collectives() {
   if (!any) return;
   device_collectives_ = std::make_unique<DeviceCollectives>(
       *transport_, index_, ranks_, gpu_of_rank_,
-      choose_device_collective_backend(options_.simulate_cuda), options_.watchdog_seconds);
+      choose_device_collective_backend(options_.simulate_cuda, options_.deterministic),
+      options_.watchdog_seconds);
 }
 
 Device Runtime::device_of(int64_t rank, proto::PlanDevice device) const {

@@ -5,6 +5,7 @@
 
 #include "oneflowlike/autocast.h"
 #include "oneflowlike/autograd.h"
+#include "oneflowlike/cuda/device.h"
 #include "oneflowlike/lazy.h"
 #include "oneflowlike/ops/creation.h"
 
@@ -136,6 +137,9 @@ std::vector<Tensor> apply_op(const OpSchema& op, const AnyParams& params,
       ctx.temp = temp->data();
       ctx.temp_bytes = temp->bytes();
     }
+    // A CUDA kernel launches with its device current (Note [Current devices]).
+    std::optional<cuda::DeviceGuard> on_device;
+    if (kernel_device == DeviceType::kCUDA) on_device.emplace(device.index);
     kernel(ctx);
     for (int i : mutated_inputs(op, params, static_cast<int>(inputs.size()))) {
       inputs.at(i).impl()->storage->bump_version();  // Note [Versions]

@@ -4,6 +4,7 @@
 #include <cuda_runtime_api.h>
 
 #include "oneflowlike/common/error.h"
+#include "oneflowlike/cuda/device.h"  // DeviceGuard, which CUDA files take from here too
 
 namespace ofl::cuda {
 
@@ -19,20 +20,5 @@ inline void check(cudaError_t status, const char* what, int device) {
               str_cat("[cuda] ", what, " on cuda:", device, " failed: ", cudaGetErrorString(status),
                       " (", cudaGetErrorName(status), ")."));
 }
-
-/// Makes `device` current for its lifetime, then restores the device that was.
-class DeviceGuard {
- public:
-  explicit DeviceGuard(int device) {
-    check(cudaGetDevice(&previous_), "cudaGetDevice", device);
-    if (previous_ != device) check(cudaSetDevice(device), "cudaSetDevice", device);
-  }
-  ~DeviceGuard() { cudaSetDevice(previous_); }
-  DeviceGuard(const DeviceGuard&) = delete;
-  DeviceGuard& operator=(const DeviceGuard&) = delete;
-
- private:
-  int previous_ = 0;
-};
 
 }  // namespace ofl::cuda

@@ -47,9 +47,28 @@ void check_device(int index) {
                  "; CUDA_VISIBLE_DEVICES chooses which).");
 }
 
+namespace {
+thread_local bool chose_device = false;  // Note [Current devices]
+}  // namespace
+
 void set_device(int index) {
   check_device(index);
   check(cudaSetDevice(index), "cudaSetDevice", index);
+  chose_device = true;
+}
+
+DeviceGuard::DeviceGuard(int device) {
+  int current = -1;
+  check(cudaGetDevice(&current), "cudaGetDevice", device);
+  if (current != device) {
+    check(cudaSetDevice(device), "cudaSetDevice", device);
+    if (chose_device) previous_ = current;  // else adopted: Note [Current devices]
+  }
+  chose_device = true;
+}
+
+DeviceGuard::~DeviceGuard() {
+  if (previous_ >= 0) cudaSetDevice(previous_);  // the device was current: nothing to report
 }
 
 DeviceProperties properties(int index) {

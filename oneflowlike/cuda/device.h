@@ -27,8 +27,36 @@ std::string why_no_device();
 /// Raises ofl::Error (kUnavailable) naming `index` and why, unless device `index` exists.
 void check_device(int index);
 /// Makes `index` the calling thread's current device (cudaSetDevice): where its contexts and
-/// untargeted calls go (torch.cuda.set_device).
+/// untargeted calls go (torch.cuda.set_device). The thread has then chosen a device (Note
+/// [Current devices]).
 void set_device(int index);
+
+// Note [Current devices]
+// ~~~~~~~~~~~~~~~~~~~~~~
+// A kernel launch, an event record and a cuBLAS call act on the calling thread's current
+// device, and a stream of another device is an error there (invalid resource handle). The
+// launcher gives rank r of a host GPU r (Note [The GPU of a rank] in actor/runtime_loading.cpp)
+// without hiding the others, so every thread that works for a GPU makes it current first:
+// kernels run inside a DeviceGuard for their tensors' device (run_kernel in op.h), streams,
+// events, copies and NCCL calls inside one for theirs, and each device's event poller chooses
+// its device when it starts.
+// A thread that never chose a device reports device 0 without having touched it. Since CUDA 12
+// cudaSetDevice creates the device's primary context (hundreds of MiB), so switching such a
+// thread back to "its" device 0 would put a context on GPU 0 in every process of a node. A
+// DeviceGuard on a thread that has not chosen a device therefore adopts its device and leaves
+// it current (as PyTorch's MaybeSetDevice avoids contexts on devices a process does not use);
+// on a thread that has (set_device, or an earlier guard), it restores the one that was.
+class DeviceGuard {
+ public:
+  /// Makes `device` current (raising kUnavailable where it does not exist).
+  explicit DeviceGuard(int device);
+  ~DeviceGuard();
+  DeviceGuard(const DeviceGuard&) = delete;
+  DeviceGuard& operator=(const DeviceGuard&) = delete;
+
+ private:
+  int previous_ = -1;  // the device to restore; -1: none
+};
 
 struct DeviceProperties {
   std::string name;

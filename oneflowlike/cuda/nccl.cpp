@@ -21,6 +21,7 @@
 
 #include <cuda_runtime_api.h>
 #include <dlfcn.h>
+#include <glog/logging.h>
 #include <nccl.h>
 
 #include <cstring>
@@ -277,7 +278,14 @@ NcclCommunicator::NcclCommunicator(void* comm, int64_t member, int64_t size, int
 
 NcclCommunicator::~NcclCommunicator() {
   if (comm_ == nullptr) return;
-  DeviceGuard guard(device_);
+  // After a sticky CUDA error cudaSetDevice fails too; a destructor must not throw, and the
+  // NCCL calls below name their communicator, not a device.
+  std::unique_ptr<DeviceGuard> guard;
+  try {
+    guard = std::make_unique<DeviceGuard>(device_);
+  } catch (const std::exception& e) {
+    LOG(WARNING) << "[nccl] communicator '" << name_ << "' at its end: " << e.what();
+  }
   // After an asynchronous error ncclCommDestroy may wait forever on kernels that never end.
   ncclResult_t async = ncclSuccess;
   const bool failed =
@@ -295,19 +303,21 @@ std::vector<std::unique_ptr<NcclCommunicator>> NcclCommunicator::create(
   ncclUniqueId uid;
   std::memcpy(&uid, id.data(), sizeof(uid));
   std::vector<ncclComm_t> comms(hosted.size(), nullptr);
-  int previous = 0;
-  check(cudaGetDevice(&previous), "cudaGetDevice", hosted.empty() ? 0 : hosted[0].device);
+  OFL_CHECK(!hosted.empty(), "[nccl] communicator '", name, "' needs a member in this process.");
+  // Each member's init runs with its GPU current; the guard gives the caller back its device
+  // (Note [Current devices]).
+  std::vector<std::unique_ptr<DeviceGuard>> guards;
   // Several members in one process join in one group, or the first would wait for the others.
   nccl_check(nccl().ncclGroupStart(), "ncclGroupStart", name, "creating it");
   for (size_t i = 0; i < hosted.size(); ++i) {
     check_device(hosted[i].device);
-    check(cudaSetDevice(hosted[i].device), "cudaSetDevice", hosted[i].device);
+    guards.push_back(std::make_unique<DeviceGuard>(hosted[i].device));
     nccl_check(nccl().ncclCommInitRank(&comms[i], static_cast<int>(size), uid,
                                        static_cast<int>(hosted[i].member)),
                "ncclCommInitRank", name, str_cat("member ", hosted[i].member));
   }
   const ncclResult_t ended = nccl().ncclGroupEnd();
-  cudaSetDevice(previous);
+  while (!guards.empty()) guards.pop_back();  // the guards restore in reverse order
   nccl_check(ended, "ncclGroupEnd", name, "creating it");
   std::vector<std::unique_ptr<NcclCommunicator>> out;
   for (size_t i = 0; i < hosted.size(); ++i) {
@@ -341,13 +351,14 @@ NcclCommunicator::Queued NcclCommunicator::collective(const proto::CollectivePro
   // Note [Collective scratch]: the caching allocator hands back blocks freed by kernels whose
   // work may still be queued on the compute stream (Note [Kernel scratch]), and this stream is
   // another: before it touches fresh scratch it waits for what the compute stream has queued.
+  // The event is recorded after the allocation: a block the rank's actor thread frees is freed
+  // after the kernels using it were queued, so if this allocation got it, those kernels are
+  // behind the event (recorded before the allocation, a block freed in between was not).
   auto packed = [&](int64_t numel) {
-    if (queued.scratch.empty()) {
-      Event ready(device_);
-      ready.record(cuda::stream(device_, StreamKind::kCompute));
-      ready.block(*stream_);
-    }
     queued.scratch.push_back(Tensor::empty(Shape{numel}, output.dtype(), gpu));
+    Event ready(device_);
+    ready.record(cuda::stream(device_, StreamKind::kCompute));
+    ready.block(*stream_);
     return queued.scratch.back();
   };
   // A group this call opens is ended if NCCL raises inside it (nested groups launch at the

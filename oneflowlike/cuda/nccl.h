@@ -81,10 +81,12 @@ class NcclCommunicator {
   [[nodiscard]] Queued collective(const proto::CollectiveProto& collective, const Tensor& input,
                                   const Tensor& output, const std::string& what);
 
+  /// Raises ofl::Error naming `what` when NCCL reports an asynchronous error on this
+  /// communicator (a peer gone, a broken link): polled while a collective runs.
+  void check_async(const std::string& what) const;
+
  private:
   NcclCommunicator(void* comm, int64_t member, int64_t size, int device, std::string name);
-  // Raises when NCCL reports an asynchronous error on this communicator.
-  void check_async(const std::string& what) const;
 
   void* comm_ = nullptr;  // ncclComm_t
   int64_t member_ = 0;

@@ -50,6 +50,8 @@ void copy_queued(void*, int dst_device, const void*, int src_device, size_t) {
 void zero(void*, int device, size_t) { no_device(device); }
 PinnedRange::PinnedRange(void*, size_t, int) : why_not_("this build has no CUDA") {}
 void set_device(int index) { no_device(index); }
+DeviceGuard::DeviceGuard(int device) { no_device(device); }
+DeviceGuard::~DeviceGuard() = default;
 PinnedRange::~PinnedRange() = default;
 
 Allocator* allocator(int index) { no_device(index); }
@@ -73,5 +75,6 @@ NcclCommunicator::Queued NcclCommunicator::collective(const proto::CollectivePro
                                                       const Tensor&, const std::string&) {
   no_device(device_);
 }
+void NcclCommunicator::check_async(const std::string&) const { no_device(device_); }
 
 }  // namespace ofl::cuda

@@ -2,6 +2,8 @@
 // recorded events in order and calls back when each is done, so no actor thread ever blocks on
 // the GPU (Note [Event-gated acts] in actor/act_stream.h).
 
+#include <glog/logging.h>
+
 #include <chrono>
 #include <condition_variable>
 #include <deque>
@@ -47,6 +49,12 @@ class Poller {
   // microseconds), then sleeps in short steps; parks while nothing waits. Never exits: the
   // poller lives as long as the process (like the streams).
   void loop() {
+    // Queries and records on this thread are for this device (Note [Current devices]).
+    try {
+      set_device(device_);
+    } catch (const std::exception& e) {
+      LOG(WARNING) << "[cuda] the event poller of cuda:" << device_ << ": " << e.what();
+    }
     int idle_polls = 0;
     for (;;) {
       std::unique_lock<std::mutex> lock(mu_);

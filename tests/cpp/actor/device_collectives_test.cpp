@@ -255,6 +255,28 @@ TEST(DeviceCollectivesBackend, ChosenFromTheEnvironment) {
     EXPECT_EQ(choose_device_collective_backend(false), DeviceCollectiveBackend::kHost);
   }
   {
+    // Deterministic mode's GPU tasks have no events: only the host backend waits for the
+    // compute stream before reading a register.
+    ScopedEnv choice("OFL_CUDA_COLLECTIVES", nullptr);
+    ScopedEnv shared("OFL_CUDA_DEVICE", nullptr);
+    EXPECT_EQ(choose_device_collective_backend(false, /*deterministic=*/true),
+              DeviceCollectiveBackend::kHost);
+    EXPECT_EQ(choose_device_collective_backend(true, /*deterministic=*/true),
+              DeviceCollectiveBackend::kSimulated);
+  }
+  {
+    ScopedEnv choice("OFL_CUDA_COLLECTIVES", "nccl");
+    try {
+      choose_device_collective_backend(false, /*deterministic=*/true);
+      ADD_FAILURE() << "nccl was accepted in deterministic mode";
+    } catch (const Error& e) {
+      EXPECT_NE(
+          std::string(e.what()).find("OFL_CUDA_COLLECTIVES=nccl cannot run in deterministic mode"),
+          std::string::npos)
+          << e.what();
+    }
+  }
+  {
     ScopedEnv choice("OFL_CUDA_COLLECTIVES", "gloo");
     try {
       choose_device_collective_backend(false);
