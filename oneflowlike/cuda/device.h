@@ -163,7 +163,8 @@ void copy_queued(void* dst, int dst_device, const void* src, int src_device, siz
 /// pageable: pinned() says so and why_not() why; copies from it remain correct.
 class PinnedRange {
  public:
-  /// Locked in device `device`'s context (the GPU that copies from and to it).
+  /// Locked for every device's context (portable), registered with `device` current (the GPU
+  /// that copies from and to it).
   PinnedRange(void* ptr, size_t bytes, int device);
   ~PinnedRange();
   PinnedRange(const PinnedRange&) = delete;

@@ -1,6 +1,7 @@
 // CUDA streams and events (device.h).
 
 #include <cuda_runtime_api.h>
+#include <glog/logging.h>
 
 #include <array>
 #include <map>
@@ -130,7 +131,9 @@ PinnedRange::PinnedRange(void* ptr, size_t bytes, int device) {
     return;
   }
   DeviceGuard guard(device);
-  const cudaError_t status = cudaHostRegister(ptr, bytes, cudaHostRegisterDefault);
+  // Portable: locked for every context, so unlocking it does not depend on which device is
+  // current on the thread that drops it.
+  const cudaError_t status = cudaHostRegister(ptr, bytes, cudaHostRegisterPortable);
   if (status == cudaSuccess) {
     ptr_ = ptr;
     pinned_ = true;
@@ -141,7 +144,13 @@ PinnedRange::PinnedRange(void* ptr, size_t bytes, int device) {
 }
 
 PinnedRange::~PinnedRange() {
-  if (pinned_) cudaHostUnregister(ptr_);
+  if (!pinned_) return;
+  const cudaError_t status = cudaHostUnregister(ptr_);
+  if (status != cudaSuccess) {
+    cudaGetLastError();  // a later call must not report it
+    LOG(WARNING) << "[cuda] unlocking a pinned host block failed: " << cudaGetErrorString(status)
+                 << "; its pages may stay locked.";
+  }
 }
 
 void zero(void* dst, int device, size_t bytes) {
