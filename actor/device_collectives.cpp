@@ -439,6 +439,12 @@ DeviceCollectives::DeviceCollectives(comm::Transport& transport, const PlanIndex
 
 DeviceCollectives::~DeviceCollectives() = default;
 
+void DeviceCollectives::abort() noexcept {
+  for (auto& [key, comm] : communicators_) {
+    if (comm->nccl != nullptr) comm->nccl->abort();
+  }
+}
+
 DeviceCommunicator& DeviceCollectives::communicator(int64_t rank, int64_t control_id) {
   auto it = communicators_.find({rank, control_id});
   OFL_ASSERT(it != communicators_.end()) << "rank " << rank << " control id " << control_id;

@@ -5,6 +5,7 @@
 // where built_with_nccl() is false and everything else raises.
 
 #include <array>
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -55,6 +56,10 @@ class NcclCommunicator {
       const std::string& name);
   ~NcclCommunicator();
   NcclCommunicator(const NcclCommunicator&) = delete;
+  /// Ends the communicator at once (ncclCommAbort): its queued and running collectives stop, so
+  /// streams waiting on them can drain. For a run that failed, when a peer may never join
+  /// again; ncclCommDestroy would wait for them. Later collectives raise. Never throws.
+  void abort() noexcept;
   NcclCommunicator& operator=(const NcclCommunicator&) = delete;
 
   int device() const { return device_; }
@@ -88,7 +93,9 @@ class NcclCommunicator {
  private:
   NcclCommunicator(void* comm, int64_t member, int64_t size, int device, std::string name);
 
-  void* comm_ = nullptr;  // ncclComm_t
+  // ncclComm_t; null once aborted, which a failing run's watchdog may do while the collective
+  // engine's thread still uses it (ncclCommAbort is for that).
+  std::atomic<void*> comm_{nullptr};
   int64_t member_ = 0;
   int64_t size_ = 0;
   int device_ = 0;
