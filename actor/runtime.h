@@ -211,7 +211,8 @@ class Runtime final : public PlanRunner, private ActorHost {
   // Waits for every stream's queued work (Note [Acts without events]); a failure it reports
   // becomes the run's.
   void synchronize_streams();
-  [[noreturn]] void throw_stall();
+  // Ends the run with the stall report; `why`: what StallClock::check said.
+  [[noreturn]] void throw_stall(const std::string& why = "no actor made progress");
   std::string stall_report() const;
   Tensor variable_piece(int task) const;
   static void write_through_host(const Tensor& piece,

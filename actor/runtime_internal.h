@@ -25,4 +25,38 @@ inline constexpr int64_t kVirtualRegisterBase = int64_t{1} << 58;
 inline constexpr int64_t kTransferRegisterBase = int64_t{1} << 57;
 inline constexpr int64_t kFirstVirtualId = int64_t{1} << 56;  // plan ids stay below
 
+// Note [Watchdog] in runtime_watchdog.cpp: the watchdog's clock, one rule for the threaded and
+// the caller-run loops. An act finishing or a message moving is progress. Work under way (an
+// act, a stream's kernels, a collective) keeps the run alive too, but only for
+// kBusyLimitFactor watchdog periods without anything finishing: a GPU kernel or an NCCL
+// collective that never ends (a peer that never joins) is then a stall as well.
+class StallClock {
+ public:
+  static constexpr double kBusyLimitFactor = 10;
+
+  StallClock(double watchdog_seconds, int64_t now)
+      : timeout_ns_(static_cast<int64_t>(watchdog_seconds * 1e9)),
+        last_progress_(now),
+        last_moved_(now) {}
+
+  /// Why the run stalled at `now` ("" while it has not): `moved`, something finished;
+  /// `busy`, work under way.
+  std::string check(bool moved, bool busy, int64_t now) {
+    if (moved) last_moved_ = now;
+    if (moved || busy) last_progress_ = now;
+    if (now - last_progress_ > timeout_ns_) return "no actor made progress";
+    if (busy && static_cast<double>(now - last_moved_) > kBusyLimitFactor * timeout_ns_) {
+      return str_cat("work was under way but nothing finished for ", kBusyLimitFactor,
+                     " times the watchdog's limit (a kernel or a collective that does not end: "
+                     "a peer that never joins?)");
+    }
+    return "";
+  }
+
+ private:
+  int64_t timeout_ns_;
+  int64_t last_progress_;  // something moved or was under way
+  int64_t last_moved_;     // something finished
+};
+
 }  // namespace ofl::actor

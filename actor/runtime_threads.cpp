@@ -178,10 +178,9 @@ void Runtime::assign_streams() {
 // the same as with threads (nothing moved for watchdog_seconds: a stall report). Host plans
 // only: a plan with GPU tasks keeps the threads and event-gated streams of the threaded mode.
 void Runtime::run_on_caller(const std::function<bool()>& done) {
-  const int64_t timeout_ns = static_cast<int64_t>(options_.watchdog_seconds * 1e9);
   const int64_t spin_ns = static_cast<int64_t>(std::max(options_.spin_microseconds, 0.0) * 1e3);
-  int64_t last_progress = now_ns();    // for the watchdog
-  int64_t last_moved = last_progress;  // for spinning, then napping
+  int64_t last_moved = now_ns();  // for spinning, then napping
+  StallClock clock(options_.watchdog_seconds, last_moved);
   for (;;) {
     int64_t acts = 0;
     for (auto& thread : threads_) acts += thread->run_inline();
@@ -195,12 +194,12 @@ void Runtime::run_on_caller(const std::function<bool()>& done) {
     if (done()) return;
     const int64_t now = now_ns();
     // As in the threaded mode's watchdog, a collective with work under way (waiting for a slow
-    // peer) is progress: only nothing at all for watchdog_seconds is a stall.
+    // peer) is progress, for a while (StallClock).
     bool busy = false;
     for (const auto& stream : streams_) busy = busy || stream->busy();
     if (moved) last_moved = now;
-    if (moved || busy) last_progress = now;
-    if (now - last_progress > timeout_ns) throw_stall();
+    const std::string stalled = clock.check(moved, busy, now);
+    if (!stalled.empty()) throw_stall(stalled);
     if (now - last_moved > spin_ns) {
       std::this_thread::sleep_for(std::chrono::microseconds(20));
     } else {

@@ -14,8 +14,11 @@ namespace ofl::actor {
 // Note [Watchdog]: the iteration ends when every actor has acted its share. If for
 // watchdog_seconds no actor acts (and none is in the middle of an act, nor has work running on
 // its stream: a long kernel is progress), every waiting actor is reported with the registers it
-// lacks and from whom, and the cycle among them, if there is one. In deterministic mode a stall
-// shows at once: no message is pending and no actor can act.
+// lacks and from whom, and the cycle among them, if there is one. Work under way counts for at
+// most StallClock::kBusyLimitFactor periods with nothing finishing (runtime_internal.h): a
+// kernel or an NCCL collective that never ends is a stall too, reported with what was under
+// way. In deterministic mode a stall shows at once: no message is pending and no actor can
+// act.
 void Runtime::wait_for_iteration() {
   if (options_.deterministic) {
     run_deterministic();
@@ -38,9 +41,8 @@ void Runtime::wait_for_iteration() {
   if (options_.caller_runs) {
     run_on_caller([this] { return iteration_done(); });
   }
-  const int64_t timeout_ns = static_cast<int64_t>(options_.watchdog_seconds * 1e9);
   int64_t last_remaining = acts_per_iteration_ - acts_done_[iteration_ % kIterationSlots].load();
-  int64_t last_progress = now_ns();
+  StallClock clock(options_.watchdog_seconds, now_ns());
   std::unique_lock<std::mutex> lock(done_mu_);
   while (!iteration_done() && failure_.empty()) {
     done_cv_.wait_for(lock, std::chrono::milliseconds(20));
@@ -49,13 +51,11 @@ void Runtime::wait_for_iteration() {
     bool acting = false;
     for (const auto& thread : threads_) acting = acting || thread->acting() != nullptr;
     for (const auto& stream : streams_) acting = acting || stream->busy();
-    const int64_t now = now_ns();
-    if (remaining != last_remaining || acting) {
-      last_remaining = remaining;
-      last_progress = now;
-    } else if (now - last_progress > timeout_ns) {
+    const std::string stalled = clock.check(remaining != last_remaining, acting, now_ns());
+    last_remaining = remaining;
+    if (!stalled.empty()) {
       lock.unlock();
-      throw_stall();
+      throw_stall(stalled);
     }
   }
   if (failure_.empty()) {
@@ -93,14 +93,22 @@ void Runtime::synchronize_streams() {
   }
 }
 
-void Runtime::throw_stall() {
-  const std::string report = stall_report();
+void Runtime::throw_stall(const std::string& why) {
+  std::string report = stall_report();
+  // What was under way, for a stall of work that does not end.
+  std::string busy;
+  for (const auto& thread : threads_) {
+    if (const Actor* actor = thread->acting()) busy += str_cat(" '", actor->name(), "' acting;");
+  }
+  for (const auto& stream : streams_) {
+    if (stream->busy()) busy += str_cat(" stream '", stream->name(), "' busy;");
+  }
+  if (!busy.empty()) report = str_cat("\n  Under way:", busy, report);
   const int64_t done = acts_done_[iteration_ % kIterationSlots].load();
   stop_threads();
-  throw_error(
-      ErrorCode::kDeadlineExceeded,
-      str_cat(kTag, "no actor made progress for ", options_.watchdog_seconds, " s in iteration ",
-              iteration_, " (", done, " of ", acts_per_iteration_, " acts done).", report));
+  throw_error(ErrorCode::kDeadlineExceeded,
+              str_cat(kTag, why, " (watchdog ", options_.watchdog_seconds, " s) in iteration ",
+                      iteration_, " (", done, " of ", acts_per_iteration_, " acts done).", report));
 }
 
 std::string Runtime::stall_report() const {

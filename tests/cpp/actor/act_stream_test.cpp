@@ -295,6 +295,34 @@ TEST(ActStream, ABusyStreamIsProgressNotAStall) {
   EXPECT_NO_THROW(run.get());
 }
 
+// Note [Watchdog]: work under way keeps a run alive for StallClock::kBusyLimitFactor watchdog
+// periods with nothing finishing, not for ever: a kernel or an NCCL collective that never ends
+// (a peer that never joins) is reported, with the stream that held it.
+TEST(ActStream, WorkThatNeverEndsIsAStallAfterTheBusyLimit) {
+  const Shape shape{2, 3};
+  HeldStreams held;
+  RuntimeOptions options = held.options();
+  options.watchdog_seconds = 0.1;  // the busy limit: 1 s
+  Runtime runtime(two_rank_chain(shape), options);
+  held.by_rank.at(1)->open();  // rank 0's stream never runs its work
+  const auto start = std::chrono::steady_clock::now();
+  try {
+    runtime.run({{"x", Tensor::zeros(shape, DataType::kFloat32)}});
+    ADD_FAILURE() << "work that never ends must stop the run";
+  } catch (const Error& e) {
+    const double waited =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    const std::string what = e.what();
+    EXPECT_EQ(e.code(), ErrorCode::kDeadlineExceeded) << what;
+    EXPECT_NE(what.find("nothing finished for 10 times the watchdog's limit"), std::string::npos)
+        << what;
+    EXPECT_NE(what.find("Under way:"), std::string::npos) << what;
+    EXPECT_NE(what.find("busy"), std::string::npos) << what;
+    EXPECT_GE(waited, 0.9) << "not before the busy limit";
+    EXPECT_LT(waited, 10.0);
+  }
+}
+
 TEST(ActStream, AFailingWorkOnAStreamEndsTheRunNamingItsTaskAndIteration) {
   PlanBuilder b(1);
   const int64_t logits = b.input(0, "logits", Shape{2, 3});
