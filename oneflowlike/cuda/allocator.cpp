@@ -32,15 +32,20 @@ class CachingAllocator final : public Allocator {
 
   void* allocate(size_t bytes) override {
     const size_t size = (std::max<size_t>(bytes, 1) + kRound - 1) / kRound * kRound;
-    std::lock_guard<std::mutex> lock(mu_);
-    auto it = free_.lower_bound(size);
-    if (it != free_.end() && it->first <= 2 * size) {
-      void* p = it->second;
-      hand_out(p, it->first);
-      cached_ -= it->first;
-      free_.erase(it);
-      return p;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      auto it = free_.lower_bound(size);
+      if (it != free_.end() && it->first <= 2 * size) {
+        void* p = it->second;
+        hand_out(p, it->first);
+        cached_ -= it->first;
+        free_.erase(it);
+        return p;
+      }
     }
+    // Outside the lock: cudaMalloc and cudaFree may wait for the device, which may be running an
+    // NCCL collective that waits for a peer, which may wait for this process's collective
+    // engine, which allocates its scratch here.
     DeviceGuard guard(device_);
     void* p = nullptr;
     auto get = [&] {
@@ -55,6 +60,7 @@ class CachingAllocator final : public Allocator {
     }
     if (status == cudaErrorMemoryAllocation) {
       cudaGetLastError();
+      std::lock_guard<std::mutex> lock(mu_);
       throw_error(ErrorCode::kUnavailable,
                   str_cat("[cuda allocator] out of ", pinned_host_ ? "page-locked host" : "",
                           " memory on cuda:", device_, ": could not allocate ", bytes, " bytes (",
@@ -62,6 +68,7 @@ class CachingAllocator final : public Allocator {
                           " cached bytes were freed and the allocation tried again)."));
     }
     check(status, pinned_host_ ? "cudaHostAlloc" : "cudaMalloc", device_);
+    std::lock_guard<std::mutex> lock(mu_);
     hand_out(p, size);
     return p;
   }
@@ -85,20 +92,23 @@ class CachingAllocator final : public Allocator {
     return cached_;
   }
 
-  // Every cached block back to CUDA; returns how many bytes. Under mu_.
+  // Every cached block back to CUDA; returns how many bytes. Takes mu_ only to empty the
+  // cache: the frees run outside it (see allocate).
   size_t release_cached() {
+    std::multimap<size_t, void*> blocks;
+    size_t released = 0;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      blocks.swap(free_);
+      released = cached_;
+      cached_ = 0;
+    }
     DeviceGuard guard(device_);
-    const size_t released = cached_;
-    for (const auto& [size, p] : free_) pinned_host_ ? cudaFreeHost(p) : cudaFree(p);
-    free_.clear();
-    cached_ = 0;
+    for (const auto& [size, p] : blocks) pinned_host_ ? cudaFreeHost(p) : cudaFree(p);
     return released;
   }
 
-  void empty() {
-    std::lock_guard<std::mutex> lock(mu_);
-    release_cached();
-  }
+  void empty() { release_cached(); }
 
  private:
   void hand_out(void* p, size_t size) {
