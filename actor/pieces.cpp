@@ -351,9 +351,20 @@ void run_kernel(const PlanIndex::TaskInfo& task, const std::vector<Tensor>& inpu
     task.kernel(ctx);
     return;
   }
-  // Its GPU current while it launches (Note [Current devices] in oneflowlike/cuda/device.h).
-  const Tensor& any = outputs.empty() ? inputs.at(0) : outputs[0];
-  cuda::DeviceGuard guard(any.device().index);
+  // Its GPU current while it launches (Note [Current devices] in oneflowlike/cuda/device.h):
+  // that of its first tensor on a GPU (a few inputs, such as an update's step, may be on the
+  // host).
+  int gpu = -1;
+  for (const auto* tensors : {&outputs, &inputs}) {
+    for (const Tensor& t : *tensors) {
+      if (gpu < 0 && t.defined() && t.device().type == DeviceType::kCUDA) gpu = t.device().index;
+    }
+  }
+  if (gpu < 0) {
+    task.kernel(ctx);
+    return;
+  }
+  cuda::DeviceGuard guard(gpu);
   task.kernel(ctx);
 }
 
