@@ -119,7 +119,9 @@ class CpuWorkerStream final : public ActStream {
 class CudaActStream final : public ActStream {
  public:
   CudaActStream(std::string name, int device)
-      : name_(std::move(name)), stream_(cuda::stream(device, cuda::StreamKind::kCompute)) {}
+      : name_(std::move(name)),
+        device_(device),
+        stream_(cuda::stream(device, cuda::StreamKind::kCompute)) {}
 
   // The poller's callbacks point here: wait for them (the device finishes what it was given),
   // and for the enqueued work, which no callback tracks (Note [Acts without events]): the
@@ -143,6 +145,7 @@ class CudaActStream final : public ActStream {
   void launch(std::function<void()> work, Done done) override {
     std::exception_ptr error;
     try {
+      choose_device();
       if (work) work();
     } catch (...) {
       error = std::current_exception();
@@ -156,8 +159,13 @@ class CudaActStream final : public ActStream {
       });
     } catch (...) {
       // No event to wait for (after a sticky device error recording one fails too): the act
-      // ends now, with the first error, rather than leave the count up and the run waiting.
+      // ends with the first error rather than leave the count up and the run waiting, but
+      // after the earlier acts' callbacks (the actor pairs each done with its oldest act in
+      // flight), which the poller delivers without this thread.
       std::exception_ptr recording = std::current_exception();
+      while (in_flight_.load(std::memory_order_acquire) > 1) {
+        std::this_thread::sleep_for(std::chrono::microseconds(50));
+      }
       in_flight_.fetch_sub(1, std::memory_order_release);
       done(error ? error : recording);
     }
@@ -174,6 +182,7 @@ class CudaActStream final : public ActStream {
   bool enqueues() const override { return true; }
   void enqueue(std::function<void()> work, Origin origin) override {
     try {
+      choose_device();
       if (work) work();
     } catch (...) {
       report(origin, std::current_exception());
@@ -183,7 +192,18 @@ class CudaActStream final : public ActStream {
   void synchronize() override { stream_.synchronize(); }
 
  private:
+  // Note [Current devices] in oneflowlike/cuda/device.h: the rank's compute thread chooses its
+  // GPU at its first act here, before anything (a pinned allocation, say) could make it adopt
+  // another; the guards of its kernels are then no-ops.
+  void choose_device() {
+    thread_local int chosen = -1;
+    if (chosen == device_) return;
+    cuda::set_device(device_);
+    chosen = device_;
+  }
+
   std::string name_;
+  int device_;
   cuda::Stream& stream_;
   std::atomic<int64_t> in_flight_{0};
 };

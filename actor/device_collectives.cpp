@@ -336,8 +336,19 @@ class NcclJob final : public CollectiveJob, public std::enable_shared_from_this<
     if (event_ == nullptr) return false;
     if (event_->done()) return true;
     // While it runs: an error NCCL found (a peer gone, a broken link) ends the act now, naming
-    // the collective, rather than at the next collective, which a stuck one never reaches.
-    comm_.nccl->check_async(spec_.name);
+    // the collective, rather than at the next collective, which a stuck one never reaches. Its
+    // kernels may still write the scratch, so the scratch is never given back (a failed run's
+    // last megabytes; the caching allocator would hand them to the next tensor).
+    try {
+      comm_.nccl->check_async(spec_.name);
+    } catch (...) {
+      static auto* kept = new std::vector<Tensor>();  // GUARDED_BY(kept_mu)
+      static std::mutex kept_mu;
+      std::lock_guard<std::mutex> lock(kept_mu);
+      for (Tensor& t : queued_.scratch) kept->push_back(std::move(t));
+      queued_.scratch.clear();
+      throw;
+    }
     return false;
   }
 
@@ -438,12 +449,6 @@ DeviceCollectives::DeviceCollectives(comm::Transport& transport, const PlanIndex
 }
 
 DeviceCollectives::~DeviceCollectives() = default;
-
-void DeviceCollectives::abort() noexcept {
-  for (auto& [key, comm] : communicators_) {
-    if (comm->nccl != nullptr) comm->nccl->abort();
-  }
-}
 
 DeviceCommunicator& DeviceCollectives::communicator(int64_t rank, int64_t control_id) {
   auto it = communicators_.find({rank, control_id});

@@ -153,9 +153,6 @@ class DeviceCollectives {
   ~DeviceCollectives();
 
   DeviceCollectiveBackend backend() const { return backend_; }
-  /// After a failed run: aborts every NCCL communicator (NcclCommunicator::abort), so that no
-  /// collective waits on a peer that will not come and the streams behind them drain.
-  void abort() noexcept;
   /// The hosted member `rank` of the communicator whose control id is `control_id`.
   DeviceCommunicator& communicator(int64_t rank, int64_t control_id);
   /// The job of one act of a GPU COLLECTIVE task of `rank` (`spec`, its control id): what the

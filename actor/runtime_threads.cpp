@@ -235,9 +235,6 @@ void Runtime::deliver(const ActorMessage& message) {
 // throws, and variables are read afterwards. Stops every thread (each finishes its current act).
 void Runtime::stop_threads() {
   for (auto& thread : threads_) thread->stop();
-  // NCCL collectives waiting on a peer (the failure may be that peer) stop, or the streams
-  // below, which wait for them, would never drain.
-  if (device_collectives_ != nullptr) device_collectives_->abort();
   // And the work launched on streams (dropped if not started): nothing may write a register
   // once run() has thrown.
   for (const auto& actor : actors_) actor->set_stream(nullptr);

@@ -7,10 +7,11 @@
 // libm's logf and cosf it cost two scalar calls an element (randn at a third of PyTorch's
 // speed) and CUDA's logf and cosf round differently from the host's. Here both are polynomials
 // over exact reductions, made only of the operations IEEE 754 rounds once on every device:
-// integer arithmetic, products, sums, fmaf and (in the caller) sqrtf. Every product that feeds
-// a sum is an explicit fma, so neither GCC's nor nvcc's contraction of a * b + c has anything to
-// fuse, and the x86-64-v3, AVX-512 and CUDA builds give the same bits; the loops calling them
-// vectorise.
+// integer arithmetic, products, sums, fmaf and (in the caller) sqrtf. Every sum is an explicit
+// fma or adds no product (a rounded product may be an fma's addend), so neither GCC's nor
+// nvcc's contraction of a * b + c has anything to fuse, and the x86-64-v3, AVX-512 and CUDA
+// builds give the same bits (the build uses no fast-math, which could reassociate); the loops
+// calling them vectorise.
 //  - log_of_unit(x): x = 2^e m with m in [sqrt(1/2), sqrt(2)) from x's bits, f = m - 1 exactly
 //    (Sterbenz), log x = e ln2 + f - f^2/2 + f^3 P(f), ln2 split in two so that e ln2_hi is
 //    exact (Cephes' split).

@@ -566,7 +566,8 @@ void check_plan_contract(const proto::PlanProto& plan, const PlanContractOptions
         const int from = position_of(in->producer());
         wait(from, str_cat("collective ", c.collective_id(), " (", collective_op_name(c.op()),
                            " on ranks ", rank_list(c.members()), ") with ", describe(tasks[u]),
-                           ", whose input '", in->name(), "' comes from ", describe(tasks[from])));
+                           ", whose input '", register_name(*in), "' comes from ",
+                           describe(tasks[from])));
       }
     }
     stuck += str_cat("\n  ", describe(t), " waits for ", waits);

@@ -37,9 +37,11 @@ void set_device(int index);
 // device, and a stream of another device is an error there (invalid resource handle). The
 // launcher gives rank r of a host GPU r (Note [The GPU of a rank] in actor/runtime_loading.cpp)
 // without hiding the others, so every thread that works for a GPU makes it current first:
-// kernels run inside a DeviceGuard for their tensors' device (run_kernel in op.h), streams,
-// events, copies and NCCL calls inside one for theirs, and each device's event poller chooses
-// its device when it starts.
+// kernels run inside a DeviceGuard for their tensors' device (run_kernel in actor/pieces.cpp,
+// eager dispatch), stream and event creation, copies and NCCL calls inside one for theirs (an
+// event record or a copy on another device's stream is allowed without), a rank's compute
+// thread chooses its GPU at its first act (CudaActStream), and each device's event poller
+// chooses its device when it starts.
 // A thread that never chose a device reports device 0 without having touched it. Since CUDA 12
 // cudaSetDevice creates the device's primary context (hundreds of MiB), so switching such a
 // thread back to "its" device 0 would put a context on GPU 0 in every process of a node. A

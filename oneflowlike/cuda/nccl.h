@@ -57,8 +57,9 @@ class NcclCommunicator {
   ~NcclCommunicator();
   NcclCommunicator(const NcclCommunicator&) = delete;
   /// Ends the communicator at once (ncclCommAbort): its queued and running collectives stop, so
-  /// streams waiting on them can drain. For a run that failed, when a peer may never join
-  /// again; ncclCommDestroy would wait for them. Later collectives raise. Never throws.
+  /// streams waiting on them can drain; later collectives raise. Never throws. Not yet called
+  /// by the runtime: no thread may be inside collective() or check_async() meanwhile (they
+  /// hold the raw communicator), which needs the collective engine stopped first.
   void abort() noexcept;
   NcclCommunicator& operator=(const NcclCommunicator&) = delete;
 

@@ -29,8 +29,9 @@ void check_labels(const char* op, const I* labels, int64_t n, int64_t num_classe
 // A row's max m and s = sum(exp(x - m)), as the softmax kernels compute them (softmax.cpp): the
 // max exact, the exponentials vectorised (vec_math::exp, 1 ulp in float32), both in lanes
 // (lane_max, lane_sums: Note [Blocked sums]), the sum in double.
-// Non-finite rows come out as Note [Online softmax] says: NaN or +inf anywhere, or only -inf,
-// make s NaN.
+// Non-finite rows: NaN or +inf anywhere makes s NaN, as in Note [Online softmax]; a row of only
+// -inf makes it NaN too (exp(-inf - -inf)) where that Note keeps 0; the loss and its gradient
+// are NaN either way.
 template <class T>
 struct RowExpSum {
   T max;
