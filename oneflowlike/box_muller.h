@@ -9,9 +9,10 @@
 // over exact reductions, made only of the operations IEEE 754 rounds once on every device:
 // integer arithmetic, products, sums, fmaf and (in the caller) sqrtf. Every sum is an explicit
 // fma or adds no product (a rounded product may be an fma's addend), so neither GCC's nor
-// nvcc's contraction of a * b + c has anything to fuse, and the x86-64-v3, AVX-512 and CUDA
-// builds give the same bits (the build uses no fast-math, which could reassociate); the loops
-// calling them vectorise.
+// nvcc's contraction of a * b + c has anything to fuse: the x86-64, x86-64-v3 and AVX-512
+// builds give the same bits (checked over every input) and the CUDA build should too (its test,
+// RandomCuda, has not run on a GPU yet); the build uses no fast-math, which could reassociate.
+// The loops calling them vectorise.
 //  - log_of_unit(x): x = 2^e m with m in [sqrt(1/2), sqrt(2)) from x's bits, f = m - 1 exactly
 //    (Sterbenz), log x = e ln2 + f - f^2/2 + f^3 P(f), ln2 split in two so that e ln2_hi is
 //    exact (Cephes' split).

@@ -15,10 +15,10 @@
 // arithmetic and exact scalings: bit-identical. uniform_value and dropout_keeps are too (one
 // fma, exact compares), and so is normal_value in float32 (and the 16-bit dtypes, which round
 // it): its log and cos are polynomials in operations both round alike (Note [Box-Muller in
-// float arithmetic] in box_muller.h). In float64 it goes through libm's log and cos, which the
-// host's libm and CUDA's compute with different last-ulp errors (CUDA: log 1 ulp, cos 2 ulp):
-// a CUDA float64 normal may differ from the CPU's by a few ulp
-// (tests/python/test_cuda_random_optim_fused.py allows 1e-13 in float64).
+// float arithmetic] in box_muller.h; checked across the CPU builds, not yet on a GPU). In float64
+// it goes through libm's log and cos, which the host's libm and CUDA's compute with different
+// last-ulp errors (CUDA: log 1 ulp, cos 2 ulp): a CUDA float64 normal may differ from the CPU's by
+// a few ulp (tests/python/test_cuda_random_optim_fused.py allows 1e-13 in float64).
 
 #include <cstdint>
 #include <numbers>

@@ -297,17 +297,6 @@ NcclCommunicator::~NcclCommunicator() {
   }
 }
 
-void NcclCommunicator::abort() noexcept {
-  void* comm = comm_.exchange(nullptr);
-  if (comm == nullptr) return;
-  try {
-    DeviceGuard guard(device_);
-    nccl().ncclCommAbort(native(comm));
-  } catch (const std::exception& e) {
-    LOG(WARNING) << "[nccl] aborting communicator '" << name_ << "': " << e.what();
-  }
-}
-
 std::vector<std::unique_ptr<NcclCommunicator>> NcclCommunicator::create(
     const NcclUniqueId& id, int64_t size, const std::vector<HostedMember>& hosted,
     const std::string& name) {
@@ -339,8 +328,6 @@ std::vector<std::unique_ptr<NcclCommunicator>> NcclCommunicator::create(
 }
 
 void NcclCommunicator::check_async(const std::string& what) const {
-  OFL_CHECK_CODE(comm_ != nullptr, ErrorCode::kFailedPrecondition, "[nccl] communicator '", name_,
-                 "' was aborted after an earlier failure, so ", what, " cannot run on it.");
   ncclResult_t async = ncclSuccess;
   nccl_check(nccl().ncclCommGetAsyncError(native(comm_), &async), "ncclCommGetAsyncError", name_,
              what);

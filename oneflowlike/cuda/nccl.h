@@ -5,7 +5,6 @@
 // where built_with_nccl() is false and everything else raises.
 
 #include <array>
-#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -56,11 +55,6 @@ class NcclCommunicator {
       const std::string& name);
   ~NcclCommunicator();
   NcclCommunicator(const NcclCommunicator&) = delete;
-  /// Ends the communicator at once (ncclCommAbort): its queued and running collectives stop, so
-  /// streams waiting on them can drain; later collectives raise. Never throws. Not yet called
-  /// by the runtime: no thread may be inside collective() or check_async() meanwhile (they
-  /// hold the raw communicator), which needs the collective engine stopped first.
-  void abort() noexcept;
   NcclCommunicator& operator=(const NcclCommunicator&) = delete;
 
   int device() const { return device_; }
@@ -94,9 +88,7 @@ class NcclCommunicator {
  private:
   NcclCommunicator(void* comm, int64_t member, int64_t size, int device, std::string name);
 
-  // ncclComm_t; null once aborted, which a failing run's watchdog may do while the collective
-  // engine's thread still uses it (ncclCommAbort is for that).
-  std::atomic<void*> comm_{nullptr};
+  void* comm_ = nullptr;  // ncclComm_t
   int64_t member_ = 0;
   int64_t size_ = 0;
   int device_ = 0;

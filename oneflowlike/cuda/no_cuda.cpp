@@ -76,6 +76,5 @@ NcclCommunicator::Queued NcclCommunicator::collective(const proto::CollectivePro
   no_device(device_);
 }
 void NcclCommunicator::check_async(const std::string&) const { no_device(device_); }
-void NcclCommunicator::abort() noexcept {}
 
 }  // namespace ofl::cuda

@@ -58,7 +58,7 @@ std::array<double, kTerms> lane_sums(int64_t n, F term) {
 template <class T>
 [[gnu::always_inline]] inline T lane_max_of(T a, T b) {
   if constexpr (std::is_same_v<T, float>) {
-    return vec_math::detail::select(a < b, b, a);
+    return vec_math::detail::at_least(a, b);
   } else {
     return a < b ? b : a;
   }
@@ -88,6 +88,26 @@ T lane_max(const T* x, int64_t n) {
   }
   for (; i < n; ++i) m = lane_max_of(m, x[i]);
   return m;
+}
+
+/// A row's max and the sum of exp(x - max) over it, for log_softmax and cross-entropy: the max
+/// exact (lane_max), the exponentials vectorised (vec_math::exp, 1 ulp in float32), summed in
+/// double lanes. NaN or +inf anywhere in the row makes the sum NaN, and so does a row of only
+/// -inf (exp(-inf - -inf)), where Note [Online softmax] keeps 0: a loss or log_softmax made from
+/// it is NaN either way.
+template <class T>
+struct RowExpSum {
+  T max;
+  double sum;
+};
+
+template <class T>
+RowExpSum<T> row_exp_sum(const T* x, int64_t n) {
+  const T m = n > 0 ? lane_max(x, n) : T(0);
+  const double sum = lane_sums<1>(n, [&](int64_t j) {
+    return std::array<double, 1>{static_cast<double>(vec_math::exp(x[j] - m))};
+  })[0];
+  return {m, sum};
 }
 
 /// sum of f(x[i]) over one block (at most kSumBlock elements), in double.

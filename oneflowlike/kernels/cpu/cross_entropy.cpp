@@ -2,7 +2,6 @@
 // for log(sum(exp)) (and one more for the gradient).
 
 #include <algorithm>
-#include <array>
 #include <cmath>
 
 #include "oneflowlike/common/parallel.h"
@@ -24,27 +23,6 @@ void check_labels(const char* op, const I* labels, int64_t n, int64_t num_classe
                     " classes. However, got label ", static_cast<int64_t>(labels[i]),
                     " at position ", i, ".");
   }
-}
-
-// A row's max m and s = sum(exp(x - m)), as the softmax kernels compute them (softmax.cpp): the
-// max exact, the exponentials vectorised (vec_math::exp, 1 ulp in float32), both in lanes
-// (lane_max, lane_sums: Note [Blocked sums]), the sum in double.
-// Non-finite rows: NaN or +inf anywhere makes s NaN, as in Note [Online softmax]; a row of only
-// -inf makes it NaN too (exp(-inf - -inf)) where that Note keeps 0; the loss and its gradient
-// are NaN either way.
-template <class T>
-struct RowExpSum {
-  T max;
-  double sum;
-};
-
-template <class T>
-RowExpSum<T> row_exp_sum(const T* x, int64_t c) {
-  const T m = c > 0 ? lane_max(x, c) : T(0);
-  const double sum = lane_sums<1>(c, [&](int64_t j) {
-    return std::array<double, 1>{static_cast<double>(vec_math::exp(x[j] - m))};
-  })[0];
-  return {m, sum};
 }
 
 template <class T, class I>

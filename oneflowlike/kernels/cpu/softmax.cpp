@@ -65,15 +65,13 @@ void for_each_row(const AxisView& v, F&& fn) {
 // A row's sums in double lanes, its max in lanes too (lane_sums, lane_max: Note [Blocked sums]).
 template <class T, bool kLog>
 void softmax_row(const T* x, T* y, int64_t n) {
-  const T max = lane_max(x, n);
   if constexpr (kLog) {
-    const double sum = lane_sums<1>(n, [&](int64_t j) {
-      return std::array<double, 1>{static_cast<double>(vec_math::exp(x[j] - max))};
-    })[0];
-    const T shift = max + static_cast<T>(std::log(sum));
+    const RowExpSum<T> e = row_exp_sum(x, n);
+    const T shift = e.max + static_cast<T>(std::log(e.sum));
 #pragma omp simd
     for (int64_t j = 0; j < n; ++j) y[j] = x[j] - shift;
   } else {
+    const T max = lane_max(x, n);
     const double sum = lane_sums<1>(n, [&](int64_t j) {
       y[j] = vec_math::exp(x[j] - max);
       return std::array<double, 1>{static_cast<double>(y[j])};
