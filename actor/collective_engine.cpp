@@ -130,13 +130,17 @@ CollectiveEngine::CollectiveEngine(std::string name, bool threaded) : name_(std:
   if (threaded) thread_ = std::thread([this] { loop(); });
 }
 
-CollectiveEngine::~CollectiveEngine() {
+CollectiveEngine::~CollectiveEngine() { stop(); }
+
+void CollectiveEngine::stop() {
   {
     std::lock_guard<std::mutex> lock(mu_);
     stop_ = true;
   }
   cv_.notify_all();
-  if (thread_.joinable()) thread_.join();
+  if (thread_.joinable() && thread_.get_id() != std::this_thread::get_id()) thread_.join();
+  // Without a thread (or from it), a pass under way on another thread ends before this returns.
+  std::lock_guard<std::mutex> advancing(advance_mu_);
 }
 
 std::unique_ptr<ActStream> CollectiveEngine::make_stream(std::string name) {
@@ -165,6 +169,7 @@ bool CollectiveEngine::advance() {
   std::vector<Stream*> streams;
   {
     std::lock_guard<std::mutex> lock(mu_);
+    if (stop_) return false;
     streams = active_;
   }
   bool progressed = false;

@@ -116,8 +116,12 @@ class CollectiveEngine {
 
   /// The stream of one collective actor: it takes CollectiveWork (and null work: a fence).
   std::unique_ptr<ActStream> make_stream(std::string name);
-  /// Advances every launched collective once; whether anything happened.
+  /// Advances every launched collective once; whether anything happened. Nothing after stop().
   bool advance();
+  /// Ends the engine's thread (joined; its current pass finishes) and every later advance():
+  /// after a failure, before the communicators its jobs use are aborted. Streams made by it may
+  /// still be destroyed.
+  void stop();
 
  private:
   class Stream;

@@ -310,8 +310,12 @@ class NcclJob final : public CollectiveJob, public std::enable_shared_from_this<
       : comm_(comm), spec_(spec), input_(std::move(input)), output_(std::move(output)) {}
   bool advance(bool* progressed) override {
     if (!turn_) {
+      // Note [Nonblocking communicators] in cuda/nccl.h: one call in the background at a time
+      // per communicator, so the member's last collective has been queued for good first.
+      if (comm_.launching || !comm_.nccl->ready(spec_.name)) return false;
       if (!comm_.take_turn(spec_.collective_id)) return false;
       turn_ = true;
+      comm_.launching = true;
       *progressed = true;
       DeviceCommunicator::HostedMembers& hosted = *comm_.hosted;
       std::vector<std::shared_ptr<CollectiveJob>>& ready = hosted.waiting[spec_.collective_id];
@@ -328,19 +332,25 @@ class NcclJob final : public CollectiveJob, public std::enable_shared_from_this<
           throw;
         }
         if (jobs.size() > 1) cuda::nccl_group_end();
-        // After the group: inside one, NCCL has queued nothing yet, so the unpacking and the
-        // event come now.
-        for (const auto& job : jobs) job->finish();
+        for (const auto& job : jobs) job->sent_ = true;
       }
     }
-    if (event_ == nullptr) return false;
-    if (event_->done()) return true;
-    // While it runs: an error NCCL found (a peer gone, a broken link) ends the act now, naming
-    // the collective, rather than at the next collective, which a stuck one never reaches. Its
-    // kernels may still write the scratch, so the scratch is never given back (a failed run's
-    // last megabytes; the caching allocator would hand them to the next tensor).
+    if (!sent_) return false;  // the process's other members of it have not had their turn
+    // While it launches and runs: an error NCCL found (a peer gone, a broken link) ends the act
+    // now, naming the collective, rather than at the next collective, which a stuck one never
+    // reaches. Its kernels may still write the scratch, so the scratch is never given back (a
+    // failed run's last megabytes; the caching allocator would hand them to the next tensor).
     try {
-      comm_.nccl->check_async(spec_.name);
+      if (event_ == nullptr) {
+        // Launched in the background until ready (Note [Nonblocking communicators]); then the
+        // unpacking and the event go on its stream, and the member may take its next turn.
+        if (!comm_.nccl->ready(spec_.name)) return false;
+        finish();
+        comm_.launching = false;
+        *progressed = true;
+      }
+      if (event_->done()) return true;
+      (void)comm_.nccl->ready(spec_.name);  // raises on an error; in progress: the next one
     } catch (...) {
       static auto* kept = new std::vector<Tensor>();  // GUARDED_BY(kept_mu)
       static std::mutex kept_mu;
@@ -366,6 +376,7 @@ class NcclJob final : public CollectiveJob, public std::enable_shared_from_this<
   CollectiveSpec spec_;
   Tensor input_, output_;
   bool turn_ = false;
+  bool sent_ = false;  // queued to NCCL (maybe still launching in the background)
   cuda::NcclCommunicator::Queued queued_;  // the scratch the queued work uses, its unpacking
   std::unique_ptr<cuda::Event> event_;
 };
@@ -442,13 +453,25 @@ DeviceCollectives::DeviceCollectives(comm::Transport& transport, const PlanIndex
       members.push_back({comm->member(), gpu_of_rank_.at(comm->rank())});
       comm->hosted = hosted;
     }
-    std::vector<std::unique_ptr<cuda::NcclCommunicator>> made =
-        cuda::NcclCommunicator::create(id, static_cast<int64_t>(c.members.size()), members, c.name);
+    std::vector<std::unique_ptr<cuda::NcclCommunicator>> made = cuda::NcclCommunicator::create(
+        id, static_cast<int64_t>(c.members.size()), members, c.name, timeout_s);
     for (size_t i = 0; i < mine.size(); ++i) mine[i]->nccl = std::move(made[i]);
   }
 }
 
-DeviceCollectives::~DeviceCollectives() = default;
+// Every communicator starts its finalisation before any is destroyed (a finalisation may wait
+// for the process's other members of its communicator).
+DeviceCollectives::~DeviceCollectives() {
+  for (const auto& [key, comm] : communicators_) {
+    if (comm->nccl != nullptr) comm->nccl->finalize();
+  }
+}
+
+void DeviceCollectives::abort() {
+  for (const auto& [key, comm] : communicators_) {
+    if (comm->nccl != nullptr) comm->nccl->abort();
+  }
+}
 
 DeviceCommunicator& DeviceCollectives::communicator(int64_t rank, int64_t control_id) {
   auto it = communicators_.find({rank, control_id});

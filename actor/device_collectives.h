@@ -19,7 +19,9 @@
 // Communicators. When the plan loads, before any actor runs, the runtime makes one per
 // (communicator, hosted member) of its GPU collectives, in ascending order of the
 // communicator's control id (CollectiveProto.control_id), the same order on every rank: NCCL's
-// creation blocks until every member has joined, and one global order cannot wait in a cycle.
+// creation waits until every member has joined (at most the watchdog's period: Note
+// [Nonblocking communicators] in cuda/nccl.h), and one global order cannot wait in a cycle. A
+// failed run aborts them (DeviceCollectives::abort) once the collective engine has stopped.
 // Member 0 makes the NCCL unique id and sends it, with its backend, to every other member as a
 // tagged transfer under the control id (collective_tag(control_id, member)): the UCX bootstrap
 // the job already has. A member whose backend differs refuses, naming both ranks, and tells
@@ -98,6 +100,9 @@ class DeviceCommunicator {
   bool take_turn(int64_t collective_id);
   /// The collective this member runs now (simulated backend: one at a time), -1 if none.
   int64_t running = -1;
+  /// NCCL: from the turn of a collective until it has been queued for good (Note [Nonblocking
+  /// communicators] in cuda/nccl.h); the member takes no other turn meanwhile.
+  bool launching = false;
   /// The NCCL backend's communicator.
   std::unique_ptr<cuda::NcclCommunicator> nccl;
   /// NCCL: the members of this communicator this process hosts, shared by them. One thread
@@ -145,12 +150,17 @@ class DeviceCollectives {
  public:
   /// Makes the communicators of every GPU COLLECTIVE task of `hosted` ranks (Note [Device
   /// collectives], "Communicators"); blocks until member 0 of each has been heard from (at most
-  /// `timeout_s`) and, with NCCL, until every member has joined. `gpu_of_rank`: the GPU of each
-  /// hosted rank with GPU tasks.
+  /// `timeout_s`) and, with NCCL, until every member has joined (at most `timeout_s` again).
+  /// `gpu_of_rank`: the GPU of each hosted rank with GPU tasks.
   DeviceCollectives(comm::Transport& transport, const PlanIndex& index,
                     const std::vector<int64_t>& hosted, const std::map<int64_t, int>& gpu_of_rank,
                     DeviceCollectiveBackend backend, double timeout_s);
   ~DeviceCollectives();
+
+  /// After a failed run, with the collective engine stopped: aborts every NCCL communicator
+  /// (cuda::NcclCommunicator::abort), so no stream waits for a collective whose peer never
+  /// comes. The other backends have nothing to abort.
+  void abort();
 
   DeviceCollectiveBackend backend() const { return backend_; }
   /// The hosted member `rank` of the communicator whose control id is `control_id`.

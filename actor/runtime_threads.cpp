@@ -235,6 +235,11 @@ void Runtime::deliver(const ActorMessage& message) {
 // throws, and variables are read afterwards. Stops every thread (each finishes its current act).
 void Runtime::stop_threads() {
   for (auto& thread : threads_) thread->stop();
+  // The collectives: the engine first, so no thread is inside a communicator, then the NCCL
+  // communicators are aborted (Note [Nonblocking communicators] in cuda/nccl.h), or a GPU
+  // stream below could wait for ever for a collective whose peer never comes.
+  if (collectives_ != nullptr) collectives_->stop();
+  if (device_collectives_ != nullptr) device_collectives_->abort();
   // And the work launched on streams (dropped if not started): nothing may write a register
   // once run() has thrown.
   for (const auto& actor : actors_) actor->set_stream(nullptr);

@@ -24,8 +24,10 @@
 #include <glog/logging.h>
 #include <nccl.h>
 
+#include <chrono>
 #include <cstring>
 #include <mutex>
+#include <thread>
 
 #include "oneflowlike/collective.h"
 #include "oneflowlike/cuda/check.h"
@@ -49,7 +51,8 @@ struct NcclApi {
 // clang-format off
 #define OFL_NCCL_FUNCTIONS(_)                                                                \
   _(ncclGetErrorString) _(ncclGetLastError) _(ncclGetVersion) _(ncclGetUniqueId)            \
-  _(ncclCommInitRank) _(ncclCommDestroy) _(ncclCommAbort) _(ncclCommGetAsyncError)          \
+  _(ncclCommInitRankConfig) _(ncclCommFinalize) _(ncclCommDestroy) _(ncclCommAbort)          \
+  _(ncclCommGetAsyncError)                                                                    \
   _(ncclGroupStart) _(ncclGroupEnd) _(ncclAllReduce) _(ncclReduceScatter) _(ncclReduce)      \
   _(ncclAllGather) _(ncclBroadcast) _(ncclSend) _(ncclRecv)
 // clang-format on
@@ -89,9 +92,11 @@ const NcclApi& nccl() {
 
 ncclComm_t native(void* comm) { return static_cast<ncclComm_t>(comm); }
 
+// ncclInProgress passes: every communicator is nonblocking, and the caller polls ready() (Note
+// [Nonblocking communicators] in nccl.h).
 void nccl_check(ncclResult_t result, const char* call, const std::string& communicator,
                 const std::string& what) {
-  if (result == ncclSuccess) [[likely]] {
+  if (result == ncclSuccess || result == ncclInProgress) [[likely]] {
     return;
   }
   const char* last = nccl().ncclGetLastError(nullptr);
@@ -277,7 +282,7 @@ NcclCommunicator::NcclCommunicator(void* comm, int64_t member, int64_t size, int
       stream_(std::make_unique<Stream>(device, StreamKind::kCollective)) {}
 
 NcclCommunicator::~NcclCommunicator() {
-  if (comm_ == nullptr) return;
+  if (comm_ == nullptr) return;  // aborted
   // After a sticky CUDA error cudaSetDevice fails too; a destructor must not throw, and the
   // NCCL calls below name their communicator, not a device.
   std::unique_ptr<DeviceGuard> guard;
@@ -286,39 +291,125 @@ NcclCommunicator::~NcclCommunicator() {
   } catch (const std::exception& e) {
     LOG(WARNING) << "[nccl] communicator '" << name_ << "' at its end: " << e.what();
   }
-  // After an asynchronous error ncclCommDestroy may wait forever on kernels that never end.
-  ncclResult_t async = ncclSuccess;
-  const bool failed =
-      nccl().ncclCommGetAsyncError(native(comm_), &async) != ncclSuccess || async != ncclSuccess;
-  if (failed) {
-    nccl().ncclCommAbort(native(comm_));
-  } else {
-    nccl().ncclCommDestroy(native(comm_));
+  // After an error ncclCommDestroy may wait for ever on kernels that never end; so may a
+  // finalisation whose peers never finalise.
+  finalize();  // unless DeviceCollectives already did
+  ncclResult_t state = ncclSuccess;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  for (;;) {
+    if (nccl().ncclCommGetAsyncError(native(comm_), &state) != ncclSuccess) state = ncclSystemError;
+    if (state != ncclInProgress || !finalizing_) break;
+    if (std::chrono::steady_clock::now() > deadline) {
+      LOG(WARNING) << "[nccl] communicator '" << name_ << "' (member " << member_ << " of " << size_
+                   << ") did not finalise within 10 s; aborting it.";
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::microseconds(100));
   }
+  if (state == ncclSuccess) {
+    nccl().ncclCommDestroy(native(comm_));
+  } else {
+    nccl().ncclCommAbort(native(comm_));
+  }
+}
+
+void NcclCommunicator::finalize() {
+  if (comm_ == nullptr || finalizing_) return;
+  ncclResult_t state = ncclSuccess;
+  if (nccl().ncclCommGetAsyncError(native(comm_), &state) != ncclSuccess || state != ncclSuccess) {
+    return;  // failed: the destructor aborts it
+  }
+  try {
+    DeviceGuard guard(device_);
+    finalizing_ = nccl().ncclCommFinalize(native(comm_)) == ncclInProgress;
+  } catch (const std::exception& e) {
+    LOG(WARNING) << "[nccl] communicator '" << name_ << "' at its end: " << e.what();
+  }
+}
+
+void NcclCommunicator::abort() {
+  if (comm_ == nullptr) return;
+  try {
+    DeviceGuard guard(device_);
+    nccl().ncclCommAbort(native(comm_));
+  } catch (const std::exception& e) {
+    LOG(WARNING) << "[nccl] communicator '" << name_ << "' aborting: " << e.what();
+  }
+  comm_ = nullptr;
 }
 
 std::vector<std::unique_ptr<NcclCommunicator>> NcclCommunicator::create(
     const NcclUniqueId& id, int64_t size, const std::vector<HostedMember>& hosted,
-    const std::string& name) {
+    const std::string& name, double timeout_s) {
   ncclUniqueId uid;
   std::memcpy(&uid, id.data(), sizeof(uid));
-  std::vector<ncclComm_t> comms(hosted.size(), nullptr);
   OFL_CHECK(!hosted.empty(), "[nccl] communicator '", name, "' needs a member in this process.");
-  // Each member's init runs with its GPU current; the guard gives the caller back its device
-  // (Note [Current devices]).
-  std::vector<std::unique_ptr<DeviceGuard>> guards;
-  // Several members in one process join in one group, or the first would wait for the others.
-  nccl_check(nccl().ncclGroupStart(), "ncclGroupStart", name, "creating it");
-  for (size_t i = 0; i < hosted.size(); ++i) {
-    check_device(hosted[i].device);
-    guards.push_back(std::make_unique<DeviceGuard>(hosted[i].device));
-    nccl_check(nccl().ncclCommInitRank(&comms[i], static_cast<int>(size), uid,
-                                       static_cast<int>(hosted[i].member)),
-               "ncclCommInitRank", name, str_cat("member ", hosted[i].member));
+  std::vector<ncclComm_t> comms(hosted.size(), nullptr);
+  std::string members;  // for errors
+  for (const HostedMember& m : hosted) {
+    members += str_cat(members.empty() ? "" : ", ", "member ", m.member, " on cuda:", m.device);
   }
-  const ncclResult_t ended = nccl().ncclGroupEnd();
-  while (!guards.empty()) guards.pop_back();  // the guards restore in reverse order
-  nccl_check(ended, "ncclGroupEnd", name, "creating it");
+  // Until they are handed out, a failure aborts the ones made.
+  auto abort_all = [&] {
+    for (size_t i = 0; i < comms.size(); ++i) {
+      if (comms[i] == nullptr) continue;
+      try {
+        DeviceGuard guard(hosted[i].device);
+        nccl().ncclCommAbort(comms[i]);
+      } catch (const std::exception& e) {
+        LOG(WARNING) << "[nccl] aborting '" << name << "': " << e.what();
+      }
+    }
+  };
+  try {
+    // Each member's init runs with its GPU current; the guard gives the caller back its device
+    // (Note [Current devices]).
+    std::vector<std::unique_ptr<DeviceGuard>> guards;
+    // Several members in one process join in one group, or the first would wait for the others.
+    nccl_check(nccl().ncclGroupStart(), "ncclGroupStart", name, "creating it");
+    ncclResult_t ended = ncclSuccess;
+    try {
+      for (size_t i = 0; i < hosted.size(); ++i) {
+        check_device(hosted[i].device);
+        guards.push_back(std::make_unique<DeviceGuard>(hosted[i].device));
+        ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+        config.blocking = 0;  // Note [Nonblocking communicators]
+        nccl_check(nccl().ncclCommInitRankConfig(&comms[i], static_cast<int>(size), uid,
+                                                 static_cast<int>(hosted[i].member), &config),
+                   "ncclCommInitRankConfig", name, str_cat("member ", hosted[i].member));
+      }
+    } catch (...) {
+      nccl().ncclGroupEnd();
+      throw;
+    }
+    ended = nccl().ncclGroupEnd();
+    while (!guards.empty()) guards.pop_back();  // the guards restore in reverse order
+    nccl_check(ended, "ncclGroupEnd", name, "creating it");
+    // Joined when no member is in progress any more; a member that never comes (it died after
+    // the bootstrap) is a deadline, not a hang.
+    const auto start = std::chrono::steady_clock::now();
+    const auto deadline = start + std::chrono::duration<double>(timeout_s);
+    for (size_t i = 0; i < comms.size(); ++i) {
+      for (;;) {
+        ncclResult_t state = ncclSuccess;
+        nccl_check(nccl().ncclCommGetAsyncError(comms[i], &state), "ncclCommGetAsyncError", name,
+                   str_cat("member ", hosted[i].member, " joining"));
+        if (state != ncclInProgress) {
+          nccl_check(state, "ncclCommInitRankConfig", name,
+                     str_cat("member ", hosted[i].member, " joining"));
+          break;
+        }
+        OFL_CHECK_CODE(std::chrono::steady_clock::now() < deadline, ErrorCode::kDeadlineExceeded,
+                       "[nccl] communicator '", name, "' of ", size,
+                       " members was not made within ", timeout_s, " s (this process's ", members,
+                       "): a member has not joined; its rank has failed, or runs another plan.");
+        std::this_thread::sleep_for(std::chrono::microseconds(200));
+      }
+    }
+  } catch (...) {
+    abort_all();
+    throw;
+  }
   std::vector<std::unique_ptr<NcclCommunicator>> out;
   for (size_t i = 0; i < hosted.size(); ++i) {
     out.push_back(std::unique_ptr<NcclCommunicator>(
@@ -327,11 +418,15 @@ std::vector<std::unique_ptr<NcclCommunicator>> NcclCommunicator::create(
   return out;
 }
 
-void NcclCommunicator::check_async(const std::string& what) const {
-  ncclResult_t async = ncclSuccess;
-  nccl_check(nccl().ncclCommGetAsyncError(native(comm_), &async), "ncclCommGetAsyncError", name_,
+bool NcclCommunicator::ready(const std::string& what) const {
+  OFL_CHECK_CODE(comm_ != nullptr, ErrorCode::kUnavailable, "[nccl] ", what, " on ", name_,
+                 ": the communicator was aborted.");
+  ncclResult_t state = ncclSuccess;
+  nccl_check(nccl().ncclCommGetAsyncError(native(comm_), &state), "ncclCommGetAsyncError", name_,
              what);
-  nccl_check(async, "an earlier collective", name_, what);
+  if (state == ncclInProgress) return false;
+  nccl_check(state, "an earlier call", name_, what);
+  return true;
 }
 
 NcclCommunicator::Queued NcclCommunicator::collective(const proto::CollectiveProto& collective,
@@ -339,7 +434,9 @@ NcclCommunicator::Queued NcclCommunicator::collective(const proto::CollectivePro
                                                       const std::string& what) {
   const Op::Op op = collective.op();
   const int axis = collective.axis();
-  check_async(what);
+  OFL_CHECK(ready(what), "[nccl] ", what, " was queued on ", name_,
+            " before the communicator's last call had finished in the background (Note "
+            "[Nonblocking communicators]).");
   DeviceGuard guard(device_);
   const cudaStream_t s = static_cast<cudaStream_t>(stream_->native());
   ncclComm_t comm = native(comm_);

@@ -39,6 +39,18 @@ NcclUniqueId nccl_unique_id();
 void nccl_group_start();
 void nccl_group_end();
 
+// Note [Nonblocking communicators]: every communicator is made nonblocking (ncclConfig_t's
+// blocking = 0), so no NCCL call waits for a peer: creation, a collective's launch (its
+// connections are set up on first use) and the finalisation return ncclInProgress while NCCL
+// works in the background, and the caller polls ready() without holding its thread. That gives
+// creation a deadline (a member that died after the bootstrap would otherwise keep the others
+// in ncclCommInitRank for ever), and it is what lets a failed run abort its communicators: the
+// collective engine's thread, never stuck inside NCCL, stops first, then abort() runs with no
+// other thread in the communicator. NCCL's rule for such communicators: after a call returned
+// ncclInProgress, no NCCL call and no work on the communicator's stream until ready() says so;
+// so a collective's unpacking (Queued::finish) and its event come once ready() is true, and the
+// next collective starts only then.
+
 /// One member's NCCL communicator, with a stream of its own for its collectives.
 class NcclCommunicator {
  public:
@@ -48,11 +60,12 @@ class NcclCommunicator {
     int device = 0;
   };
   /// Creates the hosted members' communicators for `id` over `size` members, in one NCCL group
-  /// (so one process may host several members). Blocks until every member has joined. `name`
-  /// ("dimension 0 of cuda:[0, 1]") is for errors.
+  /// (so one process may host several members). Waits until every member has joined, at most
+  /// `timeout_s`: then it aborts them and raises (kDeadlineExceeded) naming the communicator
+  /// and the hosted members. `name` ("dimension 0 of cuda:[0, 1]") is for errors.
   static std::vector<std::unique_ptr<NcclCommunicator>> create(
       const NcclUniqueId& id, int64_t size, const std::vector<HostedMember>& hosted,
-      const std::string& name);
+      const std::string& name, double timeout_s);
   ~NcclCommunicator();
   NcclCommunicator(const NcclCommunicator&) = delete;
   NcclCommunicator& operator=(const NcclCommunicator&) = delete;
@@ -81,9 +94,20 @@ class NcclCommunicator {
   [[nodiscard]] Queued collective(const proto::CollectiveProto& collective, const Tensor& input,
                                   const Tensor& output, const std::string& what);
 
-  /// Raises ofl::Error naming `what` when NCCL reports an asynchronous error on this
-  /// communicator (a peer gone, a broken link): polled while a collective runs.
-  void check_async(const std::string& what) const;
+  /// Whether the last call's background work is done (Note [Nonblocking communicators]): the
+  /// communicator takes the next call, and what follows a queued collective on stream() may be
+  /// queued. Raises ofl::Error naming `what` when NCCL reports an error on this communicator
+  /// (a peer gone, a broken link): also polled while a collective runs.
+  bool ready(const std::string& what) const;
+
+  /// Starts the orderly end (ncclCommFinalize: flushes what was queued). The destructor waits
+  /// for it, at most 10 s, before it frees the communicator; finalise every communicator of a
+  /// process first, then destroy them, so none waits on another.
+  void finalize();
+  /// Ends the communicator now, whatever is queued or running on it (ncclCommAbort): after a
+  /// failed run, so no stream waits on a collective whose peer never comes. Only when no other
+  /// thread can call into it (the collective engine stopped). The destructor then does nothing.
+  void abort();
 
  private:
   NcclCommunicator(void* comm, int64_t member, int64_t size, int device, std::string name);
@@ -94,6 +118,7 @@ class NcclCommunicator {
   int device_ = 0;
   std::string name_;
   std::unique_ptr<Stream> stream_;
+  bool finalizing_ = false;
 };
 
 }  // namespace ofl::cuda

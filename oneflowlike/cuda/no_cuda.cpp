@@ -67,7 +67,8 @@ NcclUniqueId nccl_unique_id() { no_device(0); }
 void nccl_group_start() { no_device(0); }
 void nccl_group_end() { no_device(0); }
 std::vector<std::unique_ptr<NcclCommunicator>> NcclCommunicator::create(
-    const NcclUniqueId&, int64_t, const std::vector<HostedMember>& hosted, const std::string&) {
+    const NcclUniqueId&, int64_t, const std::vector<HostedMember>& hosted, const std::string&,
+    double) {
   no_device(hosted.empty() ? 0 : hosted[0].device);
 }
 NcclCommunicator::~NcclCommunicator() = default;
@@ -75,6 +76,8 @@ NcclCommunicator::Queued NcclCommunicator::collective(const proto::CollectivePro
                                                       const Tensor&, const std::string&) {
   no_device(device_);
 }
-void NcclCommunicator::check_async(const std::string&) const { no_device(device_); }
+bool NcclCommunicator::ready(const std::string&) const { no_device(device_); }
+void NcclCommunicator::finalize() {}
+void NcclCommunicator::abort() {}
 
 }  // namespace ofl::cuda

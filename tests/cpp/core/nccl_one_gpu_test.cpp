@@ -8,9 +8,12 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <numeric>
+#include <thread>
 #include <vector>
 
+#include "oneflowlike/common/error.h"
 #include "oneflowlike/cuda/device.h"
 #include "oneflowlike/cuda/nccl.h"
 #include "oneflowlike/tensor.h"
@@ -35,7 +38,7 @@ TEST(NcclOneGpu, EveryOpOfAOneMemberCommunicatorGivesItsInput) {
   if (cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device: " << cuda::why_no_device();
   ASSERT_TRUE(cuda::nccl_available()) << "NCCL does not load in this process";
   auto comms = cuda::NcclCommunicator::create(cuda::nccl_unique_id(), 1, {{0, 0}},
-                                              "one member on cuda:0 (test)");
+                                              "one member on cuda:0 (test)", /*timeout_s=*/60);
   ASSERT_EQ(comms.size(), 1u);
   cuda::NcclCommunicator& comm = *comms[0];
   EXPECT_EQ(comm.size(), 1);
@@ -53,6 +56,12 @@ TEST(NcclOneGpu, EveryOpOfAOneMemberCommunicatorGivesItsInput) {
       const Tensor output = Tensor::zeros(shape, DataType::kFloat32, gpu);
       cuda::NcclCommunicator::Queued queued =
           comm.collective(one_member(op, axis), input, output, "the test's collective");
+      // Note [Nonblocking communicators]: nothing more on its stream until it is ready.
+      const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+      while (!comm.ready("the test's collective")) {
+        ASSERT_LT(std::chrono::steady_clock::now(), deadline) << "the collective never launched";
+        std::this_thread::yield();
+      }
       if (queued.finish) queued.finish();
       cuda::Event done(0);
       done.record(comm.stream());
@@ -61,6 +70,45 @@ TEST(NcclOneGpu, EveryOpOfAOneMemberCommunicatorGivesItsInput) {
       EXPECT_EQ(std::vector<float>(host.data<float>(), host.data<float>() + host.numel()), values);
     }
   }
+}
+
+// Note [Nonblocking communicators]: a member that never joins is a deadline, not a hang, and
+// the member that did join is aborted (a second communicator on the GPU is made afterwards).
+TEST(NcclOneGpu, AMemberThatNeverJoinsEndsCreationAtItsDeadline) {
+  if (cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device: " << cuda::why_no_device();
+  ASSERT_TRUE(cuda::nccl_available()) << "NCCL does not load in this process";
+  const auto start = std::chrono::steady_clock::now();
+  try {
+    (void)cuda::NcclCommunicator::create(cuda::nccl_unique_id(), 2, {{0, 0}},
+                                         "two members, one never comes (test)", /*timeout_s=*/2);
+    FAIL() << "a communicator missing a member was made";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kDeadlineExceeded) << e.what();
+    EXPECT_NE(std::string(e.what()).find("two members, one never comes (test)"), std::string::npos)
+        << e.what();
+    EXPECT_NE(std::string(e.what()).find("member 0 on cuda:0"), std::string::npos) << e.what();
+  }
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(30));
+  auto comms = cuda::NcclCommunicator::create(cuda::nccl_unique_id(), 1, {{0, 0}},
+                                              "one member after the failure (test)", 60);
+  EXPECT_EQ(comms.size(), 1u);
+}
+
+// A communicator aborted with a collective queued ends at once, and its destructor does not
+// touch it again.
+TEST(NcclOneGpu, AbortEndsACommunicatorWithWorkQueued) {
+  if (cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device: " << cuda::why_no_device();
+  ASSERT_TRUE(cuda::nccl_available()) << "NCCL does not load in this process";
+  auto comms = cuda::NcclCommunicator::create(cuda::nccl_unique_id(), 1, {{0, 0}},
+                                              "one member, aborted (test)", 60);
+  const Device gpu{DeviceType::kCUDA, 0};
+  const Tensor input = Tensor::zeros(Shape{1 << 20}, DataType::kFloat32, gpu);
+  const Tensor output = Tensor::zeros(Shape{1 << 20}, DataType::kFloat32, gpu);
+  cuda::NcclCommunicator::Queued queued =
+      comms[0]->collective(one_member(Op::ALL_REDUCE, -1), input, output, "the test's collective");
+  comms[0]->abort();
+  EXPECT_THROW(comms[0]->ready("after the abort"), Error);
+  comms.clear();
 }
 
 }  // namespace
