@@ -138,8 +138,10 @@ void CollectiveEngine::stop() {
     stop_ = true;
   }
   cv_.notify_all();
-  if (thread_.joinable() && thread_.get_id() != std::this_thread::get_id()) thread_.join();
-  // Without a thread (or from it), a pass under way on another thread ends before this returns.
+  // From the engine's own thread it would wait for itself (its callbacks run inside advance()).
+  OFL_ASSERT(!thread_.joinable() || thread_.get_id() != std::this_thread::get_id());
+  if (thread_.joinable()) thread_.join();
+  // Without a thread, a pass under way on another thread ends before this returns.
   std::lock_guard<std::mutex> advancing(advance_mu_);
 }
 

@@ -119,8 +119,8 @@ class CollectiveEngine {
   /// Advances every launched collective once; whether anything happened. Nothing after stop().
   bool advance();
   /// Ends the engine's thread (joined; its current pass finishes) and every later advance():
-  /// after a failure, before the communicators its jobs use are aborted. Streams made by it may
-  /// still be destroyed.
+  /// after a failure, before the communicators its jobs use are aborted. Not from the engine's
+  /// thread (a done callback). Streams made by it may still be destroyed.
   void stop();
 
  private:

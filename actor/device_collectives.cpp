@@ -324,14 +324,16 @@ class NcclJob final : public CollectiveJob, public std::enable_shared_from_this<
         std::vector<std::shared_ptr<NcclJob>> jobs;
         for (const auto& job : ready) jobs.push_back(std::static_pointer_cast<NcclJob>(job));
         hosted.waiting.erase(spec_.collective_id);
-        if (jobs.size() > 1) cuda::nccl_group_start();
+        const std::string group =
+            str_cat(spec_.name, " (collective ", spec_.collective_id, " of ", comm_.name(), ")");
+        if (jobs.size() > 1) cuda::nccl_group_start(group);
         try {
           for (const auto& job : jobs) job->queue();
         } catch (...) {
-          if (jobs.size() > 1) cuda::nccl_group_end();
+          if (jobs.size() > 1) cuda::nccl_group_end(group);
           throw;
         }
-        if (jobs.size() > 1) cuda::nccl_group_end();
+        if (jobs.size() > 1) cuda::nccl_group_end(group);
         for (const auto& job : jobs) job->sent_ = true;
       }
     }
@@ -460,10 +462,21 @@ DeviceCollectives::DeviceCollectives(comm::Transport& transport, const PlanIndex
 }
 
 // Every communicator starts its finalisation before any is destroyed (a finalisation may wait
-// for the process's other members of its communicator).
+// for the process's other members of its communicator), and all of them wait under one
+// deadline; those still finalising after it are aborted by their destructors.
 DeviceCollectives::~DeviceCollectives() {
   for (const auto& [key, comm] : communicators_) {
     if (comm->nccl != nullptr) comm->nccl->finalize();
+  }
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  for (const auto& [key, comm] : communicators_) {
+    while (comm->nccl != nullptr && comm->nccl->finalizing()) {
+      if (std::chrono::steady_clock::now() > deadline) {
+        comm->nccl->abort();
+        break;
+      }
+      std::this_thread::sleep_for(std::chrono::microseconds(100));
+    }
   }
 }
 

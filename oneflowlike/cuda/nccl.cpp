@@ -255,12 +255,12 @@ std::string nccl_version() {
   return str_cat(v / 10000, ".", v % 10000 / 100, ".", v % 100);
 }
 
-void nccl_group_start() {
-  nccl_check(nccl().ncclGroupStart(), "ncclGroupStart", "this process's members", "a group");
+void nccl_group_start(const std::string& what) {
+  nccl_check(nccl().ncclGroupStart(), "ncclGroupStart", "this process's members", what);
 }
 
-void nccl_group_end() {
-  nccl_check(nccl().ncclGroupEnd(), "ncclGroupEnd", "this process's members", "a group");
+void nccl_group_end(const std::string& what) {
+  nccl_check(nccl().ncclGroupEnd(), "ncclGroupEnd", "this process's members", what);
 }
 
 NcclUniqueId nccl_unique_id() {
@@ -292,39 +292,51 @@ NcclCommunicator::~NcclCommunicator() {
     LOG(WARNING) << "[nccl] communicator '" << name_ << "' at its end: " << e.what();
   }
   // After an error ncclCommDestroy may wait for ever on kernels that never end; so may a
-  // finalisation whose peers never finalise.
-  finalize();  // unless DeviceCollectives already did
-  ncclResult_t state = ncclSuccess;
+  // finalisation whose peers never finalise (DeviceCollectives waits for all of them under one
+  // deadline first; alone, a communicator waits 10 s).
+  finalize();
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-  for (;;) {
-    if (nccl().ncclCommGetAsyncError(native(comm_), &state) != ncclSuccess) state = ncclSystemError;
-    if (state != ncclInProgress || !finalizing_) break;
-    if (std::chrono::steady_clock::now() > deadline) {
-      LOG(WARNING) << "[nccl] communicator '" << name_ << "' (member " << member_ << " of " << size_
-                   << ") did not finalise within 10 s; aborting it.";
-      break;
-    }
+  while (finalizing() && std::chrono::steady_clock::now() < deadline) {
     std::this_thread::sleep_for(std::chrono::microseconds(100));
   }
+  ncclResult_t state = ncclSuccess;
+  if (nccl().ncclCommGetAsyncError(native(comm_), &state) != ncclSuccess) state = ncclSystemError;
   if (state == ncclSuccess) {
     nccl().ncclCommDestroy(native(comm_));
-  } else {
-    nccl().ncclCommAbort(native(comm_));
+    return;
   }
+  LOG(WARNING) << "[nccl] communicator '" << name_ << "' (member " << member_ << " of " << size_
+               << ") did not end in order ("
+               << (state == ncclInProgress ? "still finalising after 10 s"
+                                           : nccl().ncclGetErrorString(state))
+               << "); aborting it.";
+  nccl().ncclCommAbort(native(comm_));
 }
 
 void NcclCommunicator::finalize() {
-  if (comm_ == nullptr || finalizing_) return;
+  if (comm_ == nullptr || finalize_called_) return;
   ncclResult_t state = ncclSuccess;
   if (nccl().ncclCommGetAsyncError(native(comm_), &state) != ncclSuccess || state != ncclSuccess) {
-    return;  // failed: the destructor aborts it
+    return;  // failed or busy: the destructor aborts it
   }
+  finalize_called_ = true;
   try {
     DeviceGuard guard(device_);
-    finalizing_ = nccl().ncclCommFinalize(native(comm_)) == ncclInProgress;
+    const ncclResult_t result = nccl().ncclCommFinalize(native(comm_));
+    if (result != ncclSuccess && result != ncclInProgress) {
+      LOG(WARNING) << "[nccl] communicator '" << name_ << "' (member " << member_
+                   << "): ncclCommFinalize failed: " << nccl().ncclGetErrorString(result);
+    }
   } catch (const std::exception& e) {
     LOG(WARNING) << "[nccl] communicator '" << name_ << "' at its end: " << e.what();
   }
+}
+
+bool NcclCommunicator::finalizing() const {
+  if (comm_ == nullptr || !finalize_called_) return false;
+  ncclResult_t state = ncclSuccess;
+  return nccl().ncclCommGetAsyncError(native(comm_), &state) == ncclSuccess &&
+         state == ncclInProgress;
 }
 
 void NcclCommunicator::abort() {
@@ -332,8 +344,11 @@ void NcclCommunicator::abort() {
   try {
     DeviceGuard guard(device_);
     nccl().ncclCommAbort(native(comm_));
+    comm_ = nullptr;
+    stream_->synchronize();  // the unpacking queued behind an aborted collective
   } catch (const std::exception& e) {
-    LOG(WARNING) << "[nccl] communicator '" << name_ << "' aborting: " << e.what();
+    LOG(WARNING) << "[nccl] communicator '" << name_ << "' (member " << member_
+                 << ") aborting: " << e.what();
   }
   comm_ = nullptr;
 }
@@ -406,26 +421,30 @@ std::vector<std::unique_ptr<NcclCommunicator>> NcclCommunicator::create(
         std::this_thread::sleep_for(std::chrono::microseconds(200));
       }
     }
+    std::vector<std::unique_ptr<NcclCommunicator>> out;
+    for (size_t i = 0; i < hosted.size(); ++i) {
+      out.push_back(std::unique_ptr<NcclCommunicator>(
+          new NcclCommunicator(comms[i], hosted[i].member, size, hosted[i].device, name)));
+      comms[i] = nullptr;  // its destructor ends it from here on
+    }
+    return out;
   } catch (...) {
     abort_all();
     throw;
   }
-  std::vector<std::unique_ptr<NcclCommunicator>> out;
-  for (size_t i = 0; i < hosted.size(); ++i) {
-    out.push_back(std::unique_ptr<NcclCommunicator>(
-        new NcclCommunicator(comms[i], hosted[i].member, size, hosted[i].device, name)));
-  }
-  return out;
 }
 
 bool NcclCommunicator::ready(const std::string& what) const {
-  OFL_CHECK_CODE(comm_ != nullptr, ErrorCode::kUnavailable, "[nccl] ", what, " on ", name_,
+  const std::string where =
+      str_cat(name_, " (member ", member_, " of ", size_, ", cuda:", device_, ")");
+  OFL_CHECK_CODE(comm_ != nullptr, ErrorCode::kUnavailable, "[nccl] ", what, " on ", where,
                  ": the communicator was aborted.");
   ncclResult_t state = ncclSuccess;
-  nccl_check(nccl().ncclCommGetAsyncError(native(comm_), &state), "ncclCommGetAsyncError", name_,
+  nccl_check(nccl().ncclCommGetAsyncError(native(comm_), &state), "ncclCommGetAsyncError", where,
              what);
   if (state == ncclInProgress) return false;
-  nccl_check(state, "an earlier call", name_, what);
+  // The error may belong to this collective or to one queued before it on the communicator.
+  nccl_check(state, "the communicator's collectives", where, what);
   return true;
 }
 

@@ -36,8 +36,9 @@ NcclUniqueId nccl_unique_id();
 /// ncclGroupStart / ncclGroupEnd: the calls between them are one launch. A thread driving
 /// several members of one communicator must put their calls for one collective in one group,
 /// or the first call may wait for the others forever (NCCL's "group calls").
-void nccl_group_start();
-void nccl_group_end();
+/// `what` (the collective and its communicator) names them in errors.
+void nccl_group_start(const std::string& what);
+void nccl_group_end(const std::string& what);
 
 // Note [Nonblocking communicators]: every communicator is made nonblocking (ncclConfig_t's
 // blocking = 0), so no NCCL call waits for a peer: creation, a collective's launch (its
@@ -100,13 +101,18 @@ class NcclCommunicator {
   /// (a peer gone, a broken link): also polled while a collective runs.
   bool ready(const std::string& what) const;
 
-  /// Starts the orderly end (ncclCommFinalize: flushes what was queued). The destructor waits
-  /// for it, at most 10 s, before it frees the communicator; finalise every communicator of a
-  /// process first, then destroy them, so none waits on another.
+  /// Starts the orderly end (ncclCommFinalize: flushes what was queued), once; the
+  /// destructor then frees the communicator when NCCL is done, or aborts it when it failed or is
+  /// still finalising. Callers ending several communicators finalise all of them, wait with
+  /// finalizing() under one deadline, then destroy them, so none waits on another.
   void finalize();
-  /// Ends the communicator now, whatever is queued or running on it (ncclCommAbort): after a
-  /// failed run, so no stream waits on a collective whose peer never comes. Only when no other
-  /// thread can call into it (the collective engine stopped). The destructor then does nothing.
+  /// Whether a finalize() is still under way in the background (false once done or failed).
+  bool finalizing() const;
+  /// Ends the communicator now, whatever is queued or running on it (ncclCommAbort), then
+  /// waits for its stream (the unpacking copies behind an aborted collective): after a failed
+  /// run, so no stream waits on a collective whose peer never comes and nothing writes a
+  /// register afterwards. Only when no other thread can call into it (the collective engine
+  /// stopped). The destructor then does nothing.
   void abort();
 
  private:
@@ -118,7 +124,7 @@ class NcclCommunicator {
   int device_ = 0;
   std::string name_;
   std::unique_ptr<Stream> stream_;
-  bool finalizing_ = false;
+  bool finalize_called_ = false;  // ncclCommFinalize is called at most once
 };
 
 }  // namespace ofl::cuda

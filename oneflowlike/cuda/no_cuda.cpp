@@ -64,8 +64,8 @@ bool built_with_nccl() { return false; }
 bool nccl_available() { return false; }
 std::string nccl_version() { return ""; }
 NcclUniqueId nccl_unique_id() { no_device(0); }
-void nccl_group_start() { no_device(0); }
-void nccl_group_end() { no_device(0); }
+void nccl_group_start(const std::string&) { no_device(0); }
+void nccl_group_end(const std::string&) { no_device(0); }
 std::vector<std::unique_ptr<NcclCommunicator>> NcclCommunicator::create(
     const NcclUniqueId&, int64_t, const std::vector<HostedMember>& hosted, const std::string&,
     double) {

@@ -94,20 +94,31 @@ TEST(NcclOneGpu, AMemberThatNeverJoinsEndsCreationAtItsDeadline) {
   EXPECT_EQ(comms.size(), 1u);
 }
 
-// A communicator aborted with a collective queued ends at once, and its destructor does not
-// touch it again.
+// A communicator aborted right after a collective was queued (still launching in the
+// background, or running) ends at once: abort() returns with its stream drained, and the
+// communicator refuses work after it, naming itself; its destructor does not touch it again.
 TEST(NcclOneGpu, AbortEndsACommunicatorWithWorkQueued) {
   if (cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device: " << cuda::why_no_device();
   ASSERT_TRUE(cuda::nccl_available()) << "NCCL does not load in this process";
   auto comms = cuda::NcclCommunicator::create(cuda::nccl_unique_id(), 1, {{0, 0}},
                                               "one member, aborted (test)", 60);
   const Device gpu{DeviceType::kCUDA, 0};
-  const Tensor input = Tensor::zeros(Shape{1 << 20}, DataType::kFloat32, gpu);
-  const Tensor output = Tensor::zeros(Shape{1 << 20}, DataType::kFloat32, gpu);
+  const Tensor input = Tensor::zeros(Shape{1 << 24}, DataType::kFloat32, gpu);
+  const Tensor output = Tensor::zeros(Shape{1 << 24}, DataType::kFloat32, gpu);
   cuda::NcclCommunicator::Queued queued =
       comms[0]->collective(one_member(Op::ALL_REDUCE, -1), input, output, "the test's collective");
+  const auto start = std::chrono::steady_clock::now();
   comms[0]->abort();
-  EXPECT_THROW(comms[0]->ready("after the abort"), Error);
+  EXPECT_TRUE(comms[0]->stream().idle()) << "abort() returned with work on its stream";
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(30));
+  try {
+    comms[0]->ready("after the abort");
+    FAIL() << "an aborted communicator took work";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("one member, aborted (test) (member 0 of 1, cuda:0)"),
+              std::string::npos)
+        << e.what();
+  }
   comms.clear();
 }
 
