@@ -22,6 +22,7 @@ PassManager default_pass_manager() {
   PassManager pm;
   pm.add(make_shape_inference_pass());
   pm.add(make_amp_pass());
+  pm.add(make_attention_layout_pass());
   pm.add(make_autograd_pass());
   pm.add(make_cast_folding_pass());
   pm.add(make_checkpointing_pass());

@@ -97,6 +97,21 @@ std::string Graph::unique_name(const std::string& base) {
   return name;
 }
 
+std::set<int> Graph::pinned_tensors() const {
+  std::set<int> pinned(fetches.begin(), fetches.end());
+  if (train.loss >= 0) pinned.insert(train.loss);
+  if (loss_scale_tensor >= 0) pinned.insert(loss_scale_tensor);
+  for (const auto& [var, grad] : variable_grads) pinned.insert(grad);
+  for (const auto& [t, grad] : output_grads) pinned.insert({t, grad});
+  for (const std::string& name : backward_reads) {
+    if (auto t = find_tensor(name)) pinned.insert(*t);
+  }
+  for (const auto& [name, fed] : given_values) {
+    if (auto t = find_tensor(name)) pinned.insert(*t);
+  }
+  return pinned;
+}
+
 std::vector<std::vector<int>> Graph::consumers() const {
   std::vector<std::vector<int>> out(tensors_.size());
   for (int i = 0; i < num_ops(); ++i) {

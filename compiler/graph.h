@@ -170,6 +170,10 @@ class Graph {
 
   /// Consumers (op indices) of every tensor, recomputed on each call.
   std::vector<std::vector<int>> consumers() const;
+  /// Tensors whose producer a rewrite must leave what it is: handed back, the loss and the
+  /// loss scale, gradients the graph keeps by index, and the values named for saving or
+  /// feeding.
+  std::set<int> pinned_tensors() const;
   /// Op indices with every producer (and control input) before its consumers; raises on a cycle
   /// naming its ops.
   std::vector<int> topological_order() const;

@@ -52,7 +52,7 @@ class CastFoldingPass final : public Pass {
 
   void run(Graph& graph, const CompileOptions&) override {
     if (graph.train.amp_dtype == DataType::kFloat32) return;
-    const std::set<int> pinned = pinned_tensors(graph);
+    const std::set<int> pinned = graph.pinned_tensors();
     const auto consumers = graph.consumers();
     std::vector<int> folded_into(graph.num_ops(), -1);  // old product -> the folded op
     bool any = false;
@@ -77,23 +77,6 @@ class CastFoldingPass final : public Pass {
   }
 
  private:
-  // Tensors whose producer must stay what it is: handed back, the loss, gradients the graph
-  // keeps by index, and the values named for saving or feeding.
-  static std::set<int> pinned_tensors(const Graph& graph) {
-    std::set<int> pinned(graph.fetches.begin(), graph.fetches.end());
-    if (graph.train.loss >= 0) pinned.insert(graph.train.loss);
-    if (graph.loss_scale_tensor >= 0) pinned.insert(graph.loss_scale_tensor);
-    for (const auto& [var, grad] : graph.variable_grads) pinned.insert(grad);
-    for (const auto& [t, grad] : graph.output_grads) pinned.insert({t, grad});
-    for (const std::string& name : graph.backward_reads) {
-      if (auto t = graph.find_tensor(name)) pinned.insert(*t);
-    }
-    for (const auto& [name, fed] : graph.given_values) {
-      if (auto t = graph.find_tensor(name)) pinned.insert(*t);
-    }
-    return pinned;
-  }
-
   // The product op whose 16-bit output op `i` casts to float32, or -1.
   static int product_before(const Graph& graph, int i) {
     const LogicalOp& cast = graph.op(i);

@@ -14,6 +14,10 @@ std::unique_ptr<Pass> make_shape_inference_pass();
 /// (amp_input_dtypes) when TrainConfig::amp_dtype is bfloat16 or float16 (needs "shapes"; run
 /// before autograd, whose backward then follows the casts). Note [Mixed precision] in amp.cpp.
 std::unique_ptr<Pass> make_amp_pass();
+/// Folds the swaps of axes 1 and 2 around fused attention into the op, which then runs
+/// sequence-first (needs "shapes"; run before autograd and dead-code elimination after it).
+/// Note [Attention layout folding].
+std::unique_ptr<Pass> make_attention_layout_pass();
 /// Backward ops from each op's FGradient, from the loss to every trainable variable (needs
 /// "shapes"; provides "gradients"). Fills Graph::variable_grads.
 std::unique_ptr<Pass> make_autograd_pass();

@@ -22,33 +22,42 @@ DataType lse_dtype(DataType dtype) {
   return dtype == DataType::kFloat64 ? DataType::kFloat64 : DataType::kFloat32;
 }
 
+// (B, L, H, E) as (B, H, L, E) and back (Note [Sequence-first attention]); other shapes as they
+// are.
+Shape swap_heads_and_sequence(const Shape& s, bool sequence_first) {
+  if (!sequence_first || s.ndim() != 4) return s;
+  return Shape{s[0], s[2], s[1], s[3]};
+}
+
 // Checks q, k, v (inputs q_at..q_at+2) and the mask (input mask_at, -1: none); returns the out
-// shape (B, H, L, Ev).
+// shape, (B, H, L, Ev) or sequence-first (B, L, H, Ev).
 Shape check_attention_inputs(const InferContext& ctx, int q_at, int mask_at) {
-  const Shape& q = ctx.shape(q_at);
-  const Shape& k = ctx.shape(q_at + 1);
-  const Shape& v = ctx.shape(q_at + 2);
+  const bool sequence_first = ctx.params<AttentionParams>().sequence_first;
+  // Read as (B, H, L, E); errors show the inputs as they are.
+  const Shape q = swap_heads_and_sequence(ctx.shape(q_at), sequence_first);
+  const Shape k = swap_heads_and_sequence(ctx.shape(q_at + 1), sequence_first);
+  const Shape v = swap_heads_and_sequence(ctx.shape(q_at + 2), sequence_first);
   for (int i = q_at; i < q_at + 3; ++i) {
     OFL_CHECK_TYPE(ctx.dtype(i) == ctx.dtype(q_at) && is_floating(ctx.dtype(i)), "[", ctx.op_name(),
                    "] q, k and v must have one floating dtype. However, got ",
                    ctx.describe_inputs(), ".");
   }
-  OFL_CHECK(q.ndim() == 4 && k.ndim() == 4 && v.ndim() == 4, "[", ctx.op_name(),
-            "] q, k and v must be 4-d, (batch, heads, sequence, head_dim). However, got q ",
-            q.to_string(), ", k ", k.to_string(), ", v ", v.to_string(), ".");
+  OFL_CHECK(
+      q.ndim() == 4 && k.ndim() == 4 && v.ndim() == 4, "[", ctx.op_name(),
+      "] q, k and v must be 4-d, ",
+      sequence_first ? "(batch, sequence, heads, head_dim)" : "(batch, heads, sequence, head_dim)",
+      ". However, got ", ctx.describe_inputs(), ".");
   OFL_CHECK(q[0] == k[0] && k[0] == v[0], "[", ctx.op_name(),
-            "] q, k and v must have one batch size. However, got q ", q.to_string(), ", k ",
-            k.to_string(), ", v ", v.to_string(), ".");
+            "] q, k and v must have one batch size. However, got ", ctx.describe_inputs(), ".");
   OFL_CHECK(k[1] == v[1] && k[1] > 0 && q[1] % k[1] == 0, "[", ctx.op_name(),
             "] k and v must have one number of heads, dividing q's (grouped-query attention). "
-            "However, got q ",
-            q.to_string(), ", k ", k.to_string(), ", v ", v.to_string(), ".");
+            "However, got ",
+            ctx.describe_inputs(), ".");
   OFL_CHECK(k[2] == v[2], "[", ctx.op_name(),
-            "] k and v must have one sequence length. However, got k ", k.to_string(), ", v ",
-            v.to_string(), ".");
+            "] k and v must have one sequence length. However, got ", ctx.describe_inputs(), ".");
   OFL_CHECK(q[3] == k[3], "[", ctx.op_name(),
-            "] q and k must have one head_dim (the last axis). However, got q ", q.to_string(),
-            ", k ", k.to_string(), ".");
+            "] q and k must have one head_dim (the last axis). However, got ",
+            ctx.describe_inputs(), ".");
   const Shape out{q[0], q[1], q[2], v[3]};
   if (mask_at >= 0) {
     const Shape& m = ctx.shape(mask_at);
@@ -63,14 +72,20 @@ Shape check_attention_inputs(const InferContext& ctx, int q_at, int mask_at) {
                    "] a float attn_mask must have q's dtype ", dtype_name(ctx.dtype(q_at)),
                    ". However, got ", dtype_name(ctx.dtype(mask_at)), ".");
   }
-  return out;
+  return swap_heads_and_sequence(out, sequence_first);
+}
+
+// The heads' axis of q, k, v and out (lse's is 1).
+int heads_axis(const InferContext& ctx) {
+  return ctx.params<AttentionParams>().sequence_first ? 2 : 1;
 }
 
 // (q, k, v[, mask]) -> (out, lse).
 std::vector<TensorMeta> infer_attention(const InferContext& ctx) {
   const Shape out = check_attention_inputs(ctx, 0, ctx.num_inputs() == 4 ? 3 : -1);
   const DataType dtype = ctx.dtype(0);
-  return {TensorMeta{out, dtype}, TensorMeta{Shape{out[0], out[1], out[2]}, lse_dtype(dtype)}};
+  const int h = heads_axis(ctx);
+  return {TensorMeta{out, dtype}, TensorMeta{Shape{out[0], out[h], out[3 - h]}, lse_dtype(dtype)}};
 }
 
 // (dout, q, k, v, out, lse[, mask]) -> (dq, dk, dv).
@@ -81,7 +96,8 @@ std::vector<TensorMeta> infer_attention_grad(const InferContext& ctx) {
               ctx.input_name(i), " must be shaped like the attention's output ", out.to_string(),
               " with q's dtype. However, got ", ctx.describe_inputs(), ".");
   }
-  OFL_CHECK(ctx.shape(5) == Shape({out[0], out[1], out[2]}), "[", ctx.op_name(),
+  const int h = heads_axis(ctx);
+  OFL_CHECK(ctx.shape(5) == Shape({out[0], out[h], out[3 - h]}), "[", ctx.op_name(),
             "] lse must be (batch, heads, L). However, got ", ctx.describe_inputs(), ".");
   OFL_CHECK_TYPE(ctx.dtype(5) == lse_dtype(ctx.dtype(1)), "[", ctx.op_name(), "] lse must be ",
                  dtype_name(lse_dtype(ctx.dtype(1))), " (what the forward op gives for ",
@@ -102,13 +118,16 @@ Sbp mask_sbp(const InferContext& ctx, int mask_at, int axis) {
 // reads the matching piece of the key/value heads, which holds for even splits only: the ops
 // are TAlignedSplits (Note [Aligned splits] in compiler/passes/sbp_inference.cpp). Not linear
 // in q, k or v: no P.
+// `axis` is the split's axis in (B, H, L, E) terms: q, k, v and out are split along theirs
+// (heads_axis for the heads), lse and the mask along their own.
 std::vector<SbpSignature> attention_signatures(const InferContext& ctx) {
   const bool masked = ctx.num_inputs() == 4;
   std::vector<SbpSignature> sigs;
   auto add = [&](int axis) {
-    std::vector<Sbp> in{S(axis), S(axis), S(axis)};
+    const int t = axis == 0 ? 0 : heads_axis(ctx);
+    std::vector<Sbp> in{S(t), S(t), S(t)};
     if (masked) in.push_back(mask_sbp(ctx, 3, axis));
-    sigs.push_back({in, {S(axis), S(axis)}});
+    sigs.push_back({in, {S(t), S(axis)}});
   };
   add(0);
   add(1);
@@ -122,9 +141,11 @@ std::vector<SbpSignature> attention_grad_signatures(const InferContext& ctx) {
   const bool masked = ctx.num_inputs() == 7;
   std::vector<SbpSignature> sigs;
   auto add = [&](int axis) {
-    std::vector<Sbp> in(6, S(axis));
+    const int t = axis == 0 ? 0 : heads_axis(ctx);
+    std::vector<Sbp> in(6, S(t));
+    in[5] = S(axis);  // lse
     if (masked) in.push_back(mask_sbp(ctx, 6, axis));
-    sigs.push_back({in, {S(axis), S(axis), S(axis)}});
+    sigs.push_back({in, {S(t), S(t), S(t)}});
   };
   add(0);
   add(1);
@@ -155,12 +176,35 @@ void attention_gradient(GradBuilder& g) {
 
 }  // namespace
 
-AttentionDims attention_dims(const Tensor& q, const Tensor& k, const Tensor& v) {
-  return attention_dims(q.shape(), k.shape(), v.shape());
+AttentionDims attention_dims(const Tensor& q, const Tensor& k, const Tensor& v,
+                             bool sequence_first) {
+  return attention_dims(q.shape(), k.shape(), v.shape(), sequence_first);
 }
 
-AttentionDims attention_dims(const Shape& q, const Shape& k, const Shape& v) {
-  return {q[0], q[1], k[1], q[2], k[2], q[3], v[3]};
+AttentionDims attention_dims(const Shape& q_shape, const Shape& k_shape, const Shape& v_shape,
+                             bool sequence_first) {
+  const Shape q = swap_heads_and_sequence(q_shape, sequence_first);
+  const Shape k = swap_heads_and_sequence(k_shape, sequence_first);
+  const Shape v = swap_heads_and_sequence(v_shape, sequence_first);
+  AttentionDims d;
+  d.batch = q[0];
+  d.heads = q[1];
+  d.kv_heads = k[1];
+  d.queries = q[2];
+  d.keys = k[2];
+  d.head_dim = q[3];
+  d.value_dim = v[3];
+  d.sequence_first = sequence_first;
+  // A (B, heads, rows, width) tensor, or sequence-first (B, rows, heads, width).
+  auto strides = [&](int64_t heads, int64_t rows, int64_t width) {
+    if (sequence_first) return AttentionStrides{rows * heads * width, width, heads * width};
+    return AttentionStrides{heads * rows * width, rows * width, width};
+  };
+  d.q = strides(d.heads, d.queries, d.head_dim);
+  d.k = strides(d.kv_heads, d.keys, d.head_dim);
+  d.v = strides(d.kv_heads, d.keys, d.value_dim);
+  d.out = strides(d.heads, d.queries, d.value_dim);
+  return d;
 }
 
 MaskStrides attention_mask_strides(const Shape& m) {
@@ -214,9 +258,10 @@ OFL_REGISTER_OP(kAttentionMaskedGrad)
 namespace functional {
 
 std::vector<Tensor> scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v,
-                                                 const Tensor& mask, double scale, bool is_causal) {
+                                                 const Tensor& mask, double scale, bool is_causal,
+                                                 bool sequence_first) {
   static OpHandle plain(kAttention), masked(kAttentionMasked);
-  const AttentionParams params{scale, is_causal};
+  const AttentionParams params{scale, is_causal, sequence_first};
   if (!mask.defined()) return plain(params, {q, k, v});
   return masked(params, {q, k, v, mask});
 }
@@ -225,9 +270,9 @@ std::vector<Tensor> scaled_dot_product_attention_grad(const Tensor& dout, const 
                                                       const Tensor& k, const Tensor& v,
                                                       const Tensor& out, const Tensor& lse,
                                                       const Tensor& mask, double scale,
-                                                      bool is_causal) {
+                                                      bool is_causal, bool sequence_first) {
   static OpHandle plain(kAttentionGrad), masked(kAttentionMaskedGrad);
-  const AttentionParams params{scale, is_causal};
+  const AttentionParams params{scale, is_causal, sequence_first};
   if (!mask.defined()) return plain(params, {dout, q, k, v, out, lse});
   return masked(params, {dout, q, k, v, out, lse, mask});
 }

@@ -9,6 +9,14 @@
 // log of each row's softmax denominator, kept for the backward op. The kernels never make the
 // L x S matrix: they walk key tiles with the online softmax (kernels/online_softmax.h), and the
 // backward op recomputes the probabilities of a tile from lse.
+//
+// Note [Sequence-first attention]: with AttentionParams::sequence_first, q, k, v and out (and
+// dout, dq, dk, dv) are (B, L, H, E) instead of (B, H, L, E): flash-attn's layout, and what a
+// model has before it moves the heads forward (q = qkv.reshape(B, T, H, 3D).split(...)
+// .transpose(1, 2)). The kernels read and write rows at a stride of H * E (AttentionStrides),
+// so the transposes into heads and back are not made at all; lse stays (B, H, L). nn.Graph
+// folds those transposes into the op (compiler/passes/attention_layout.cpp); eager calls keep
+// PyTorch's layout. Results are the same bits in either layout (the same sums in one order).
 
 #include <vector>
 
@@ -20,17 +28,31 @@ namespace ofl {
 struct AttentionParams {
   double scale = 1.0;  // the caller resolves PyTorch's default 1 / sqrt(E)
   bool is_causal = false;
-  OFL_PARAMS(AttentionParams, scale, is_causal)
+  bool sequence_first = false;  // Note [Sequence-first attention]
+  OFL_PARAMS(AttentionParams, scale, is_causal, sequence_first)
 };
 
-/// The sizes a fused-attention kernel works with, from q, k, v (the caller's part).
+/// Where row i of head h of batch b of one attention tensor starts: b * batch + h * head +
+/// i * row elements (its last axis contiguous).
+struct AttentionStrides {
+  int64_t batch = 0, head = 0, row = 0;
+  int64_t at(int64_t b, int64_t h, int64_t i) const { return b * batch + h * head + i * row; }
+};
+
+/// The sizes a fused-attention kernel works with, from q, k, v (the caller's part), and the
+/// strides of q (and dq), k (dk), v (dv) and out (dout) in the op's layout.
 struct AttentionDims {
   int64_t batch = 0, heads = 0, kv_heads = 0, queries = 0, keys = 0, head_dim = 0, value_dim = 0;
+  bool sequence_first = false;
+  AttentionStrides q, k, v, out;
   int64_t group() const { return kv_heads == 0 ? 1 : heads / kv_heads; }
 };
-AttentionDims attention_dims(const Tensor& q, const Tensor& k, const Tensor& v);
-/// The same from the shapes of q (B, H, L, E), k (B, Hkv, S, E) and v (B, Hkv, S, Ev).
-AttentionDims attention_dims(const Shape& q, const Shape& k, const Shape& v);
+AttentionDims attention_dims(const Tensor& q, const Tensor& k, const Tensor& v,
+                             bool sequence_first = false);
+/// The same from the shapes of q (B, H, L, E), k (B, Hkv, S, E) and v (B, Hkv, S, Ev), or with
+/// `sequence_first` q (B, L, H, E), k (B, S, Hkv, E) and v (B, S, Hkv, Ev).
+AttentionDims attention_dims(const Shape& q, const Shape& k, const Shape& v,
+                             bool sequence_first = false);
 
 /// Element strides of a mask of `mask_shape` broadcast to (B, H, L, S): 0 along broadcast axes.
 struct MaskStrides {
@@ -41,13 +63,14 @@ MaskStrides attention_mask_strides(const Shape& mask_shape);
 namespace functional {
 /// {out, lse}; `mask` may be an undefined Tensor (no mask).
 std::vector<Tensor> scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v,
-                                                 const Tensor& mask, double scale, bool is_causal);
+                                                 const Tensor& mask, double scale, bool is_causal,
+                                                 bool sequence_first = false);
 /// {dq, dk, dv} from dout and the forward's inputs and outputs.
 std::vector<Tensor> scaled_dot_product_attention_grad(const Tensor& dout, const Tensor& q,
                                                       const Tensor& k, const Tensor& v,
                                                       const Tensor& out, const Tensor& lse,
                                                       const Tensor& mask, double scale,
-                                                      bool is_causal);
+                                                      bool is_causal, bool sequence_first = false);
 }  // namespace functional
 
 }  // namespace ofl

@@ -137,7 +137,7 @@ def test_bad_inputs_raise_naming_them():
     q = flow.tensor(rand(2, 4, 5, 8))
     k = flow.tensor(rand(2, 4, 6, 8))
     with pytest.raises(ValueError, match=r"q and k must have one head_dim .* However, got q "
-                                         r"\(2, 4, 5, 8\), k \(2, 4, 6, 7\)"):
+                                         r"\(2, 4, 5, 8\) float32, k \(2, 4, 6, 7\) float32"):
         F.scaled_dot_product_attention(q, flow.tensor(rand(2, 4, 6, 7)), k)
     with pytest.raises(ValueError, match=r"must all be 4-d .* However, got query \(2, 4, 5, 8\), "
                                          r"key \(4, 6, 8\)"):
@@ -160,3 +160,72 @@ def test_a_mask_that_requires_grad_is_refused_not_ignored():
     out = F.scaled_dot_product_attention(q, q, q, attn_mask=mask)
     with pytest.raises(NotImplementedError, match=r"attn_mask requires grad"):
         out.sum().backward()
+
+
+class _AttentionModel(flow.nn.Module):
+    def __init__(self):
+        super().__init__()
+        flow.manual_seed(3)
+        self.attn = flow.nn.CausalSelfAttention(32, 4, 16, bias=True)
+        self.head = flow.nn.Linear(32, 7)
+
+    def forward(self, x):
+        return self.head(self.attn(x))
+
+
+class _AttentionGraph(flow.nn.Graph):
+    def __init__(self, model, fetch_q=False):
+        super().__init__()
+        self.model = model
+        self.fetch_q = fetch_q
+        self.add_optimizer(flow.optim.SGD(model.parameters(), lr=0.1))
+
+    def build(self, x, y):
+        if not self.fetch_q:
+            loss = F.cross_entropy(self.model(x).reshape(-1, 7), y.reshape(-1))
+            loss.backward()
+            return loss
+        # CausalSelfAttention written out, handing back its transposed q: a fetched value keeps
+        # its transpose, so the fold leaves this attention alone.
+        attn = self.model.attn
+        qkv = attn.c_attn(x).reshape(2, 16, 4, 24)
+        q, k, v = (t.transpose(1, 2) for t in qkv.split(8, dim=-1))
+        out = F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=1.0 / math.sqrt(8))
+        out = attn.c_proj(out.transpose(1, 2).reshape(2, 16, 32))
+        loss = F.cross_entropy(self.model.head(out).reshape(-1, 7), y.reshape(-1))
+        loss.backward()
+        return loss, q
+
+
+def _train_attention(tmp_path, tag, steps=3, fetch_q=False):
+    graph = _AttentionGraph(_AttentionModel(), fetch_q)
+    x = flow.tensor(rand(2, 16, 32, seed=5))
+    y = flow.tensor(np.random.default_rng(6).integers(0, 7, size=(2, 16)))
+    losses = []
+    for _ in range(steps):
+        out = graph(x, y)
+        losses.append((out[0] if fetch_q else out).numpy())
+    dot = tmp_path / f"{tag}.dot"
+    graph.write_dot(str(dot))
+    computes = dot.read_text().count("COMPUTE transpose")
+    return np.array(losses), computes, [p.numpy() for p in graph.model.parameters()]
+
+
+def test_graph_folds_the_head_transposes_into_attention(tmp_path, monkeypatch):
+    # Note [Attention layout folding]: the 4 swaps around the forward op and the 4 of the
+    # backward are gone; the step gives the same bits as the graph without the pass.
+    losses, transposes, params = _train_attention(tmp_path, "folded")
+    assert transposes == 0
+    monkeypatch.setenv("OFL_SKIP_PASSES", "attention_layout")
+    kept_losses, kept_transposes, kept_params = _train_attention(tmp_path, "kept")
+    assert kept_transposes == 8
+    np.testing.assert_array_equal(losses, kept_losses)
+    for a, b in zip(params, kept_params):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_a_fetched_transpose_keeps_the_fold_off(tmp_path):
+    losses, transposes, _ = _train_attention(tmp_path, "fetched", fetch_q=True)
+    plain, _, _ = _train_attention(tmp_path, "plain")
+    assert transposes == 8
+    np.testing.assert_array_equal(losses, plain)

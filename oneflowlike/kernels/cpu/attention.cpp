@@ -42,7 +42,8 @@ namespace {
 constexpr int64_t kQueryTile = 64;
 constexpr int64_t kKeyTile = 128;
 
-// Where the inputs of one (batch, query head) start, and the mask.
+// Where the inputs of one (batch, query head) start, and the mask. Rows of q, k and v are
+// d.q.row, d.k.row and d.v.row elements apart (Note [Sequence-first attention]).
 template <class T>
 struct HeadView {
   const T* q;               // (L, E)
@@ -56,9 +57,9 @@ template <class T>
 HeadView<T> head_view(const KernelContext& ctx, int q_at, int mask_at, const AttentionDims& d,
                       int64_t b, int64_t h) {
   const int64_t kv = h / d.group();
-  HeadView<T> view{ctx.in(q_at).data<T>() + (b * d.heads + h) * d.queries * d.head_dim,
-                   ctx.in(q_at + 1).data<T>() + (b * d.kv_heads + kv) * d.keys * d.head_dim,
-                   ctx.in(q_at + 2).data<T>() + (b * d.kv_heads + kv) * d.keys * d.value_dim};
+  HeadView<T> view{ctx.in(q_at).data<T>() + d.q.at(b, h, 0),
+                   ctx.in(q_at + 1).data<T>() + d.k.at(b, kv, 0),
+                   ctx.in(q_at + 2).data<T>() + d.v.at(b, kv, 0)};
   if (mask_at >= 0) {
     view.ms = attention_mask_strides(ctx.in(mask_at).shape());
     view.mask = ctx.in(mask_at).data<T>() + b * view.ms.batch + h * view.ms.head;
@@ -179,8 +180,8 @@ using tile_compute_t = typename Tiles<S>::C;
 template <class T, class C = tile_compute_t<T>>
 void scores(const HeadView<T>& hv, const AttentionDims& d, const AttentionParams& p, int64_t q0,
             int64_t nq, int64_t k0, int64_t nk, C* s) {
-  Tiles<T>::ss(false, true, nq, nk, d.head_dim, static_cast<C>(p.scale), hv.q + q0 * d.head_dim,
-               d.head_dim, hv.k + k0 * d.head_dim, d.head_dim, C(0), s, nk);
+  Tiles<T>::ss(false, true, nq, nk, d.head_dim, static_cast<C>(p.scale), hv.q + q0 * d.q.row,
+               d.q.row, hv.k + k0 * d.k.row, d.k.row, C(0), s, nk);
   for (int64_t i = 0; i < nq; ++i) {
     C* row = s + i * nk;
     if (hv.mask != nullptr) {
@@ -256,8 +257,8 @@ template <class T>
 struct AttentionKernel {
   using C = tile_compute_t<T>;
   static void run(const KernelContext& ctx) {
-    const AttentionDims d = attention_dims(ctx.in(0), ctx.in(1), ctx.in(2));
     const AttentionParams& p = ctx.p<AttentionParams>();
+    const AttentionDims d = attention_dims(ctx.in(0), ctx.in(1), ctx.in(2), p.sequence_first);
     const int mask_at = ctx.inputs.size() == 4 ? 3 : -1;
     T* out = ctx.out(0).data<T>();
     C* lse = ctx.out(1).data<C>();
@@ -300,14 +301,14 @@ struct AttentionKernel {
               for (int64_t c = 0; c < d.value_dim; ++c) a[c] *= rescale;
             }
           }
-          Tiles<T>::cs(false, false, nq, d.value_dim, nk, C(1), s.data(), nk,
-                       hv.v + k0 * d.value_dim, d.value_dim, C(1), acc.data(), d.value_dim);
+          Tiles<T>::cs(false, false, nq, d.value_dim, nk, C(1), s.data(), nk, hv.v + k0 * d.v.row,
+                       d.v.row, C(1), acc.data(), d.value_dim);
         }
-        T* o = out + (bh * d.queries + q0) * d.value_dim;
+        T* o = out + d.out.at(b, h, q0);
         for (int64_t i = 0; i < nq; ++i) {
           // A row that sees no key is 0 / 0: NaN, as softmax over nothing is in PyTorch.
           for (int64_t c = 0; c < d.value_dim; ++c) {
-            o[i * d.value_dim + c] = static_cast<T>(acc[i * d.value_dim + c] / l[i]);
+            o[i * d.out.row + c] = static_cast<T>(acc[i * d.value_dim + c] / l[i]);
           }
           lse[bh * d.queries + q0 + i] = m[i] + std::log(l[i]);
         }
@@ -318,15 +319,16 @@ struct AttentionKernel {
 };
 
 // What a backward task sums dq, dk and dv into: the outputs themselves when they are in the
-// compute type (zeroed first), else float32 buffers of the task's heads, rounded into the
-// outputs once the task is done.
+// compute type (zeroed first), at the outputs' strides, else float32 buffers of the task's
+// heads, rounded into the outputs once the task is done.
 template <class T>
 struct GradSums {
   using C = tile_compute_t<T>;
   static constexpr bool kDirect = std::is_same_v<T, C>;
-  C* dq = nullptr;  // the task's group of query heads: (group, L, E)
-  C* dk = nullptr;  // (S, E)
-  C* dv = nullptr;  // (S, Ev)
+  C* dq = nullptr;  // the task's group of query heads: head j's row i at j * dq_head + i * dq_row
+  C* dk = nullptr;  // row j at j * dk_row
+  C* dv = nullptr;  // row j at j * dv_row
+  int64_t dq_head = 0, dq_row = 0, dk_row = 0, dv_row = 0;
   std::vector<C> buffer;
   // The buffer's elements (unless kDirect): dq of the group, dk and dv.
   static int64_t size(const AttentionDims& d) {
@@ -337,22 +339,35 @@ struct GradSums {
       dq = dq_out;
       dk = dk_out;
       dv = dv_out;
+      dq_head = d.q.head;
+      dq_row = d.q.row;
+      dk_row = d.k.row;
+      dv_row = d.v.row;
     } else {
       const int64_t nq = d.group() * d.queries * d.head_dim, nk = d.keys * d.head_dim;
       buffer.assign(size(d), C(0));
       dq = buffer.data();
       dk = dq + nq;
       dv = dk + nk;
+      dq_head = d.queries * d.head_dim;
+      dq_row = dk_row = d.head_dim;
+      dv_row = d.value_dim;
     }
   }
   void finish(T* dq_out, T* dk_out, T* dv_out, const AttentionDims& d) const {
     if constexpr (!kDirect) {
-      const auto round = [](const C* from, T* to, int64_t n) {
-        for (int64_t i = 0; i < n; ++i) to[i] = static_cast<T>(from[i]);
+      // `rows` rows of `width` from the packed buffer into rows `to_row` apart.
+      const auto round = [](const C* from, T* to, int64_t rows, int64_t width, int64_t to_row) {
+        for (int64_t r = 0; r < rows; ++r) {
+          for (int64_t c = 0; c < width; ++c) to[r * to_row + c] = static_cast<T>(from[c]);
+          from += width;
+        }
       };
-      round(dq, dq_out, d.group() * d.queries * d.head_dim);
-      round(dk, dk_out, d.keys * d.head_dim);
-      round(dv, dv_out, d.keys * d.value_dim);
+      for (int64_t j = 0; j < d.group(); ++j) {
+        round(dq + j * dq_head, dq_out + j * d.q.head, d.queries, d.head_dim, d.q.row);
+      }
+      round(dk, dk_out, d.keys, d.head_dim, d.k.row);
+      round(dv, dv_out, d.keys, d.value_dim, d.v.row);
     }
   }
 };
@@ -362,8 +377,8 @@ template <class T>
 struct AttentionGradKernel {
   using C = tile_compute_t<T>;
   static void run(const KernelContext& ctx) {
-    const AttentionDims d = attention_dims(ctx.in(1), ctx.in(2), ctx.in(3));
     const AttentionParams& p = ctx.p<AttentionParams>();
+    const AttentionDims d = attention_dims(ctx.in(1), ctx.in(2), ctx.in(3), p.sequence_first);
     const int mask_at = ctx.inputs.size() == 7 ? 6 : -1;
     const T* dout = ctx.in(0).data<T>();
     const T* out = ctx.in(4).data<T>();
@@ -382,10 +397,12 @@ struct AttentionGradKernel {
     parallel_for(rows, std::max<int64_t>(1, kParallelGrain / std::max<int64_t>(1, d.value_dim)),
                  [&](int64_t begin, int64_t end) {
                    for (int64_t r = begin; r < end; ++r) {
+                     // Row r of (B, H, L): query r % L of head r / L % H of batch r / (H L).
+                     const int64_t at = d.out.at(r / (d.heads * d.queries), r / d.queries % d.heads,
+                                                 r % d.queries);
                      C acc = 0;
                      for (int64_t c = 0; c < d.value_dim; ++c) {
-                       acc += static_cast<C>(dout[r * d.value_dim + c]) *
-                              static_cast<C>(out[r * d.value_dim + c]);
+                       acc += static_cast<C>(dout[at + c]) * static_cast<C>(out[at + c]);
                      }
                      dsum[r] = acc;
                    }
@@ -396,9 +413,9 @@ struct AttentionGradKernel {
       GradSums<T> sums;
       for (int64_t task = begin; task < end; ++task) {
         const int64_t b = task / d.kv_heads, kv = task % d.kv_heads;
-        T* dq_group = dq + (b * d.heads + kv * d.group()) * d.queries * d.head_dim;
-        T* dk_head = dk + task * d.keys * d.head_dim;
-        T* dv_head = dv + task * d.keys * d.value_dim;
+        T* dq_group = dq + d.q.at(b, kv * d.group(), 0);
+        T* dk_head = dk + d.k.at(b, kv, 0);
+        T* dv_head = dv + d.v.at(b, kv, 0);
         sums.start(dq_group, dk_head, dv_head, d);
         Tiles<T>::fresh();
         for (int64_t k0 = 0; k0 < d.keys; k0 += kKeyTile) {
@@ -406,8 +423,8 @@ struct AttentionGradKernel {
           for (int64_t h = kv * d.group(); h < (kv + 1) * d.group(); ++h) {
             const HeadView<T> hv = head_view<T>(ctx, 1, mask_at, d, b, h);
             const int64_t bh = b * d.heads + h;
-            const T* dout_head = dout + bh * d.queries * d.value_dim;
-            C* dq_head = sums.dq + (h - kv * d.group()) * d.queries * d.head_dim;
+            const T* dout_head = dout + d.out.at(b, h, 0);
+            C* dq_head = sums.dq + (h - kv * d.group()) * sums.dq_head;
             // Under is_causal, query tiles ending at or before k0 see none of these keys.
             const int64_t first = p.is_causal ? k0 / kQueryTile * kQueryTile : 0;
             for (int64_t q0 = first; q0 < d.queries; q0 += kQueryTile) {
@@ -418,10 +435,10 @@ struct AttentionGradKernel {
               }
               // dv += p^T dout; dp = dout v^T.
               Tiles<T>::cs(true, false, nk, d.value_dim, nq, C(1), s.data(), nk,
-                           dout_head + q0 * d.value_dim, d.value_dim, C(1),
-                           sums.dv + k0 * d.value_dim, d.value_dim);
-              Tiles<T>::ss(false, true, nq, nk, d.value_dim, C(1), dout_head + q0 * d.value_dim,
-                           d.value_dim, hv.v + k0 * d.value_dim, d.value_dim, C(0), dp.data(), nk);
+                           dout_head + q0 * d.out.row, d.out.row, C(1), sums.dv + k0 * sums.dv_row,
+                           sums.dv_row);
+              Tiles<T>::ss(false, true, nq, nk, d.value_dim, C(1), dout_head + q0 * d.out.row,
+                           d.out.row, hv.v + k0 * d.v.row, d.v.row, C(0), dp.data(), nk);
               // ds = p (dp - D), kept in s.
               for (int64_t i = 0; i < nq; ++i) {
                 const C di = dsum[bh * d.queries + q0 + i];
@@ -431,11 +448,11 @@ struct AttentionGradKernel {
               }
               // dk += scale ds^T q; dq += scale ds k.
               Tiles<T>::cs(true, false, nk, d.head_dim, nq, scale, s.data(), nk,
-                           hv.q + q0 * d.head_dim, d.head_dim, C(1), sums.dk + k0 * d.head_dim,
-                           d.head_dim);
+                           hv.q + q0 * d.q.row, d.q.row, C(1), sums.dk + k0 * sums.dk_row,
+                           sums.dk_row);
               Tiles<T>::cs(false, false, nq, d.head_dim, nk, scale, s.data(), nk,
-                           hv.k + k0 * d.head_dim, d.head_dim, C(1), dq_head + q0 * d.head_dim,
-                           d.head_dim);
+                           hv.k + k0 * d.k.row, d.k.row, C(1), dq_head + q0 * sums.dq_row,
+                           sums.dq_row);
             }
           }
         }

@@ -24,11 +24,16 @@
 // are rounded to the 16-bit dtype first, as flash attention does; the CPU kernels keep them in
 // float32 and divide by the sum after the product, so the two differ by those roundings (the
 // tests' tolerance).
+// Sequence-first operands (Note [Sequence-first attention]) are moved to (B, H, L, E) scratch
+// first, and the outputs back, by one kernel each (SwapMiddleAxes): the grouped-query batches
+// above need a group's heads adjacent. That is still one act instead of four transposes' acts
+// each way.
 // Rows whose keys are all masked give out = 0/0 = NaN and lse = -inf, and add nothing to any
 // gradient, as on the CPU. Every sum has one order (cuBLASLt with a fixed plan, one row per
 // team): results are the same every run.
 
 #include <algorithm>
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <type_traits>
@@ -187,6 +192,32 @@ struct RowDot {
   }
 };
 
+// (B, X, Y, units) -> (B, Y, X, units), units of U.
+template <class U>
+void swap_middle_axes_of(const KernelContext& ctx, const char* what, const U* in, U* out, int64_t b,
+                         int64_t x, int64_t y, int64_t units) {
+  launch_for_each(ctx, what, b * x * y * units, [=] __device__(int64_t e) {
+    const int64_t u = e % units, r = e / units;  // row r of `out`: (batch, y, x)
+    const int64_t xi = r % x, yi = r / x % y, bi = r / (x * y);
+    out[e] = in[((bi * x + xi) * y + yi) * units + u];
+  });
+}
+
+// (B, X, Y, D) -> (B, Y, X, D), rows of D elements moved whole: 16-byte units where the rows
+// allow, else elements. One launch.
+template <class N>
+void swap_middle_axes(const KernelContext& ctx, const char* what, const N* from, N* to, int64_t b,
+                      int64_t x, int64_t y, int64_t d) {
+  const auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
+  const int64_t bytes = d * static_cast<int64_t>(sizeof(N));
+  if (bytes % 16 == 0 && aligned(from) && aligned(to)) {
+    swap_middle_axes_of(ctx, what, reinterpret_cast<const uint4*>(from),
+                        reinterpret_cast<uint4*>(to), b, x, y, bytes / 16);
+  } else {
+    swap_middle_axes_of(ctx, what, from, to, b, x, y, d);
+  }
+}
+
 // What one forward or backward call works with: sizes, the chunking of the B*Hk groups, the
 // operands' description for errors.
 template <class T>
@@ -205,8 +236,9 @@ struct Attention {
 
   Attention(const KernelContext& c, int q_at, int mask_at, const char* name)
       : ctx(c), qat(q_at), op(name) {
-    d = attention_dims(ctx.in(q_at), ctx.in(q_at + 1), ctx.in(q_at + 2));
     const auto& p = ctx.p<AttentionParams>();
+    // Sizes only: the products below read (B, H, L, E) operands (staged(), for sequence-first).
+    d = attention_dims(ctx.in(q_at), ctx.in(q_at + 1), ctx.in(q_at + 2), p.sequence_first);
     scale = p.scale;
     causal = p.is_causal;
     if (mask_at >= 0) {
@@ -236,6 +268,31 @@ struct Attention {
     batched_product<T, Out>(ctx, op, p, count, a, b, out, alpha, [this] { return describe(); });
   }
   ScoreRows rows_from(int64_t first_group) const { return {d, first_group * group_rows}; }
+
+  // A (B, H, rows, width) copy of a sequence-first operand (B, rows, H, width) in `scratch`;
+  // the operand itself otherwise.
+  const N* staged(const Tensor& t, int64_t heads, int64_t rows, int64_t width,
+                  std::optional<Scratch>* scratch) const {
+    if (!d.sequence_first) return data<T>(t);
+    scratch->emplace(ctx, static_cast<size_t>(std::max<int64_t>(t.numel(), 1)) * sizeof(N));
+    N* to = scratch->value().template as<N>();
+    swap_middle_axes(ctx, "scaled_dot_product_attention (to heads first)", data<T>(t), to, d.batch,
+                     rows, heads, width);
+    return to;
+  }
+  // Where a (B, H, rows, width) result goes: `t` itself, or scratch moved into it by
+  // unstage() once written.
+  N* result(const Tensor& t, std::optional<Scratch>* scratch) const {
+    if (!d.sequence_first) return data<T>(t);
+    scratch->emplace(ctx, static_cast<size_t>(std::max<int64_t>(t.numel(), 1)) * sizeof(N));
+    return scratch->value().template as<N>();
+  }
+  void unstage(const Tensor& t, int64_t heads, int64_t rows, int64_t width,
+               const std::optional<Scratch>& scratch) const {
+    if (!d.sequence_first) return;
+    swap_middle_axes(ctx, "scaled_dot_product_attention (to sequence first)",
+                     scratch.value().template as<N>(), data<T>(t), d.batch, heads, rows, width);
+  }
 };
 
 template <class T>
@@ -247,10 +304,11 @@ struct AttentionKernel {
     using L = calc_t<T>;
     const A a(ctx, 0, ctx.inputs.size() == 4 ? 3 : -1, "scaled_dot_product_attention");
     const AttentionDims& d = a.d;
-    const N* q = data<T>(ctx.in(0));
-    const N* k = data<T>(ctx.in(1));
-    const N* v = data<T>(ctx.in(2));
-    N* out = data<T>(ctx.out(0));
+    std::optional<Scratch> q_heads, k_heads, v_heads, out_heads;
+    const N* q = a.staged(ctx.in(0), d.heads, d.queries, d.head_dim, &q_heads);
+    const N* k = a.staged(ctx.in(1), d.kv_heads, d.keys, d.head_dim, &k_heads);
+    const N* v = a.staged(ctx.in(2), d.kv_heads, d.keys, d.value_dim, &v_heads);
+    N* out = a.result(ctx.out(0), &out_heads);
     L* lse = static_cast<L*>(ctx.out(1).raw_data());
     const int64_t chunk_rows = a.chunk * a.group_rows;
     Scratch scores(ctx, static_cast<size_t>(std::max<int64_t>(chunk_rows * d.keys, 1)) * sizeof(C));
@@ -266,6 +324,7 @@ struct AttentionKernel {
       a.product(false, false, a.group_rows, d.value_dim, d.keys, count, p.at,
                 v + g0 * d.keys * d.value_dim, out + row0 * d.value_dim, 1.0);
     }
+    a.unstage(ctx.out(0), d.heads, d.queries, d.value_dim, out_heads);
   }
 };
 
@@ -280,16 +339,19 @@ struct AttentionGradKernel {
     const AttentionDims& d = a.d;
     const int64_t all_rows = d.batch * d.heads * d.queries;
     const L* lse = static_cast<const L*>(ctx.in(5).raw_data());
+    std::optional<Scratch> dout_heads, out_heads, q_heads, k_heads, v_heads, dq_heads, dk_heads,
+        dv_heads;
+    const N* dout = a.staged(ctx.in(0), d.heads, d.queries, d.value_dim, &dout_heads);
+    const N* out = a.staged(ctx.in(4), d.heads, d.queries, d.value_dim, &out_heads);
     Scratch dsum(ctx, static_cast<size_t>(std::max<int64_t>(all_rows, 1)) * sizeof(L));
     launch_rows(ctx, "scaled_dot_product_attention_grad (D)", all_rows, d.value_dim,
-                RowDot<N, L>{data<T>(ctx.in(0)), data<T>(ctx.in(4)), dsum.as<L>(), d.value_dim});
-    const N* dout = data<T>(ctx.in(0));
-    const N* q = data<T>(ctx.in(1));
-    const N* k = data<T>(ctx.in(2));
-    const N* v = data<T>(ctx.in(3));
-    N* dq = data<T>(ctx.out(0));
-    N* dk = data<T>(ctx.out(1));
-    N* dv = data<T>(ctx.out(2));
+                RowDot<N, L>{dout, out, dsum.as<L>(), d.value_dim});
+    const N* q = a.staged(ctx.in(1), d.heads, d.queries, d.head_dim, &q_heads);
+    const N* k = a.staged(ctx.in(2), d.kv_heads, d.keys, d.head_dim, &k_heads);
+    const N* v = a.staged(ctx.in(3), d.kv_heads, d.keys, d.value_dim, &v_heads);
+    N* dq = a.result(ctx.out(0), &dq_heads);
+    N* dk = a.result(ctx.out(1), &dk_heads);
+    N* dv = a.result(ctx.out(2), &dv_heads);
     const int64_t chunk_elements = std::max<int64_t>(a.chunk * a.group_rows * d.keys, 1);
     Scratch probabilities(ctx, static_cast<size_t>(chunk_elements) * sizeof(C));
     Scratch gradients(ctx, static_cast<size_t>(chunk_elements) * sizeof(C));
@@ -321,6 +383,9 @@ struct AttentionGradKernel {
       a.product(true, false, d.keys, d.head_dim, a.group_rows, count, ds, qg,
                 dk + key0 * d.head_dim, 1.0);
     }
+    a.unstage(ctx.out(0), d.heads, d.queries, d.head_dim, dq_heads);
+    a.unstage(ctx.out(1), d.kv_heads, d.keys, d.head_dim, dk_heads);
+    a.unstage(ctx.out(2), d.kv_heads, d.keys, d.value_dim, dv_heads);
   }
 };
 

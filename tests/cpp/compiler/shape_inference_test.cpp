@@ -115,7 +115,8 @@ TEST(PassManager, SkipsOnlyPassesNoOtherPassNeeds) {
             "CompileOptions::skip_passes): later passes need it (they leave dead ops for it)"},
            {"folding",
             "cannot skip pass 'folding' (OFL_SKIP_PASSES or CompileOptions::skip_passes): there "
-            "is no such pass. The passes are: shape_inference, amp, autograd, cast_folding"}}) {
+            "is no such pass. The passes are: shape_inference, amp, attention_layout, autograd, "
+            "cast_folding"}}) {
     GraphBuilder b = graph();
     options.skip_passes = {name};
     try {

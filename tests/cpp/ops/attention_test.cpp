@@ -16,6 +16,7 @@
 #include "oneflowlike/kernels/cpu/bf16_tiles.h"
 #include "oneflowlike/op.h"
 #include "oneflowlike/ops/creation.h"
+#include "oneflowlike/ops/shape_ops.h"
 #include "tests/cpp/ops/test_util.h"
 
 namespace ofl {
@@ -23,6 +24,7 @@ namespace {
 
 using testing::expect_close;
 using testing::expect_error;
+using testing::expect_error_phrases;
 using testing::expect_gradients_match;
 using testing::random_tensor;
 using testing::values_of;
@@ -336,8 +338,8 @@ TEST(Attention, BadShapesAndDtypesRaiseNamingThem) {
                                                  Tensor(), 1.0, false);
       },
       ErrorCode::kInvalidArgument,
-      "q and k must have one head_dim (the last axis). However, got q (2, 4, 5, 8), k (2, 4, 6, "
-      "7)");
+      "q and k must have one head_dim (the last axis). However, got q (2, 4, 5, 8) float32, k "
+      "(2, 4, 6, 7) float32");
   expect_error(
       [&] {
         functional::scaled_dot_product_attention(q, random_tensor({2, 3, 6, 8}, f32, 3),
@@ -412,6 +414,75 @@ TEST(Attention, SbpSignaturesSplitBatchesAndHeads) {
                                       "S(1) x S(1) x S(1) x S(1) x S(1) x S(1) -> S(1), S(1), S(1)",
                                       "P x B x B x B x B x B -> P, P, P",
                                       "B x B x B x B x B x B -> B, B, B"}));
+}
+
+// Note [Sequence-first attention]: q, k, v as (B, L, H, E) give the heads-first op's results
+// transposed, bit for bit (the kernels' sums run in one order whatever the strides), forward
+// and backward, in every dtype, with grouped-query heads, masks, causal and uneven tiles.
+TEST(Attention, SequenceFirstGivesTheHeadsFirstResultsBitForBit) {
+  const auto swap = [](const Tensor& t) { return functional::transpose(t, {0, 2, 1, 3}); };
+  for (DataType dtype :
+       {DataType::kFloat32, DataType::kFloat64, DataType::kBFloat16, DataType::kFloat16}) {
+    int seed = 100;
+    for (const Case& c : cases()) {
+      SCOPED_TRACE(str_cat(dtype_name(dtype), " q ", c.q.to_string(), " k ", c.k.to_string(),
+                           c.causal ? " causal" : "", " mask ", c.mask.to_string()));
+      const Tensor q = random_tensor(c.q, dtype, ++seed);
+      const Tensor k = random_tensor(c.k, dtype, ++seed);
+      const Tensor v = random_tensor(c.v, dtype, ++seed);
+      const Tensor mask = c.mask.ndim() > 0 ? random_tensor(c.mask, dtype, ++seed) : Tensor();
+      const double scale = 0.3;
+      const auto heads = functional::scaled_dot_product_attention(q, k, v, mask, scale, c.causal);
+      const auto rows = functional::scaled_dot_product_attention(swap(q), swap(k), swap(v), mask,
+                                                                 scale, c.causal, true);
+      ASSERT_EQ(rows[0].shape(), swap(heads[0]).shape());
+      EXPECT_EQ(values_of(rows[0]), values_of(swap(heads[0])));
+      EXPECT_EQ(values_of(rows[1]), values_of(heads[1]));  // lse stays (B, H, L)
+      const Tensor dout = random_tensor(heads[0].shape(), dtype, ++seed);
+      const auto grads = functional::scaled_dot_product_attention_grad(
+          dout, q, k, v, heads[0], heads[1], mask, scale, c.causal);
+      const auto row_grads = functional::scaled_dot_product_attention_grad(
+          swap(dout), swap(q), swap(k), swap(v), rows[0], rows[1], mask, scale, c.causal, true);
+      for (int i = 0; i < 3; ++i) {
+        EXPECT_EQ(values_of(row_grads[i]), values_of(swap(grads[i]))) << "gradient " << i;
+      }
+    }
+  }
+}
+
+TEST(Attention, SequenceFirstShapesAreCheckedAsTheyAre) {
+  const Tensor q = random_tensor(Shape{2, 5, 4, 8}, DataType::kFloat32, 1);  // (B, L, H, E)
+  const Tensor k = random_tensor(Shape{2, 7, 2, 8}, DataType::kFloat32, 2);
+  const Tensor v = random_tensor(Shape{2, 7, 2, 6}, DataType::kFloat32, 3);
+  const auto out = functional::scaled_dot_product_attention(q, k, v, Tensor(), 0.5, false, true);
+  EXPECT_EQ(out[0].shape(), Shape({2, 5, 4, 6}));
+  EXPECT_EQ(out[1].shape(), Shape({2, 4, 5}));
+  // Three key heads do not divide four query heads: the error shows the shapes as given.
+  const Tensor k3 = random_tensor(Shape{2, 7, 3, 8}, DataType::kFloat32, 4);
+  expect_error_phrases(
+      [&] { functional::scaled_dot_product_attention(q, k3, k3, Tensor(), 0.5, false, true); },
+      ErrorCode::kInvalidArgument, {"dividing q's", Shape({2, 7, 3, 8}).to_string()});
+}
+
+TEST(Attention, SequenceFirstSbpSignaturesSplitTheHeadsAxis) {
+  const OpSchema& op = OpRegistry::global().find("scaled_dot_product_attention");
+  const AnyParams params = AttentionParams{0.5, true, /*sequence_first=*/true};
+  const TensorMeta x{Shape{2, 5, 4, 8}, DataType::kFloat32};
+  std::vector<std::string> got;
+  for (const auto& s : (*op.get<FSbpSignatures>())(InferContext(op, params, {x, x, x}))) {
+    got.push_back(s.to_string());
+  }
+  EXPECT_EQ(got,
+            (std::vector<std::string>{"S(0) x S(0) x S(0) -> S(0), S(0)",
+                                      "S(2) x S(2) x S(2) -> S(2), S(1)", "B x B x B -> B, B"}));
+  const OpSchema& grad = OpRegistry::global().find("scaled_dot_product_attention_grad");
+  const TensorMeta lse{Shape{2, 4, 5}, DataType::kFloat32};
+  got.clear();
+  for (const auto& s :
+       (*grad.get<FSbpSignatures>())(InferContext(grad, params, {x, x, x, x, x, lse}))) {
+    got.push_back(s.to_string());
+  }
+  EXPECT_EQ(got[1], "S(2) x S(2) x S(2) x S(2) x S(2) x S(1) -> S(2), S(2), S(2)");
 }
 
 }  // namespace
