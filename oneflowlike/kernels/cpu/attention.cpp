@@ -396,15 +396,22 @@ struct AttentionGradKernel {
     std::vector<C> dsum(rows);
     parallel_for(rows, std::max<int64_t>(1, kParallelGrain / std::max<int64_t>(1, d.value_dim)),
                  [&](int64_t begin, int64_t end) {
+                   // Row r of (B, H, L): query i of head h of batch b, stepped along (no
+                   // division per row).
+                   int64_t i = begin % d.queries, h = begin / d.queries % d.heads,
+                           b = begin / (d.queries * d.heads);
                    for (int64_t r = begin; r < end; ++r) {
-                     // Row r of (B, H, L): query r % L of head r / L % H of batch r / (H L).
-                     const int64_t at = d.out.at(r / (d.heads * d.queries), r / d.queries % d.heads,
-                                                 r % d.queries);
+                     const T* dout_row = dout + d.out.at(b, h, i);
+                     const T* out_row = out + d.out.at(b, h, i);
                      C acc = 0;
                      for (int64_t c = 0; c < d.value_dim; ++c) {
-                       acc += static_cast<C>(dout[at + c]) * static_cast<C>(out[at + c]);
+                       acc += static_cast<C>(dout_row[c]) * static_cast<C>(out_row[c]);
                      }
                      dsum[r] = acc;
+                     if (++i == d.queries) {
+                       i = 0;
+                       if (++h == d.heads) h = 0, ++b;
+                     }
                    }
                  });
     const C scale = static_cast<C>(p.scale);
