@@ -97,16 +97,30 @@ std::vector<Case> cases() {
   };
 }
 
+// Random q, k, v and the mask (undefined where the case has none), seeds ++*seed on.
+struct Inputs {
+  Tensor q, k, v, mask;
+};
+Inputs random_inputs(const Case& c, DataType dtype, int* seed) {
+  Inputs in;
+  in.q = random_tensor(c.q, dtype, ++*seed);
+  in.k = random_tensor(c.k, dtype, ++*seed);
+  in.v = random_tensor(c.v, dtype, ++*seed);
+  if (c.mask.ndim() > 0) in.mask = random_tensor(c.mask, dtype, ++*seed);
+  return in;
+}
+
+std::string describe(const Case& c, DataType dtype) {
+  return str_cat(dtype_name(dtype), " q ", c.q.to_string(), " k ", c.k.to_string(),
+                 c.causal ? " causal" : "", " mask ", c.mask.to_string());
+}
+
 TEST(Attention, MatchesAttentionWrittenOut) {
   for (DataType dtype : {DataType::kFloat32, DataType::kFloat64}) {
     int seed = 1;
     for (const Case& c : cases()) {
-      SCOPED_TRACE(str_cat(dtype_name(dtype), " q ", c.q.to_string(), " k ", c.k.to_string(),
-                           c.causal ? " causal" : "", " mask ", c.mask.to_string()));
-      const Tensor q = random_tensor(c.q, dtype, ++seed);
-      const Tensor k = random_tensor(c.k, dtype, ++seed);
-      const Tensor v = random_tensor(c.v, dtype, ++seed);
-      const Tensor mask = c.mask.ndim() > 0 ? random_tensor(c.mask, dtype, ++seed) : Tensor();
+      SCOPED_TRACE(describe(c, dtype));
+      const auto [q, k, v, mask] = random_inputs(c, dtype, &seed);
       const double scale = 1.0 / std::sqrt(static_cast<double>(c.q[3]));
       const auto out = functional::scaled_dot_product_attention(q, k, v, mask, scale, c.causal);
       ASSERT_EQ(out.size(), 2u);
@@ -126,10 +140,7 @@ TEST(Attention, SixteenBitDtypesMatchTheAttentionOfTheirInputs) {
     int seed = 40;
     for (const Case& c : cases()) {
       SCOPED_TRACE(str_cat(dtype_name(dtype), " q ", c.q.to_string(), c.causal ? " causal" : ""));
-      const Tensor q = random_tensor(c.q, dtype, ++seed);
-      const Tensor k = random_tensor(c.k, dtype, ++seed);
-      const Tensor v = random_tensor(c.v, dtype, ++seed);
-      const Tensor mask = c.mask.ndim() > 0 ? random_tensor(c.mask, dtype, ++seed) : Tensor();
+      const auto [q, k, v, mask] = random_inputs(c, dtype, &seed);
       const auto out = functional::scaled_dot_product_attention(q, k, v, mask, 0.4, c.causal);
       EXPECT_EQ(out[0].dtype(), dtype);
       EXPECT_EQ(out[1].dtype(), DataType::kFloat32);
@@ -160,10 +171,7 @@ TEST(Attention, BfloatSixteenGradientsMatchTheFloat32Kernel) {
                          " mask ", c.mask.to_string(),
                          cpu::bf16_tiles::available() ? " (tile products)" : " (widened)"));
     const DataType bf16 = DataType::kBFloat16;
-    const Tensor q = random_tensor(c.q, bf16, ++seed);
-    const Tensor k = random_tensor(c.k, bf16, ++seed);
-    const Tensor v = random_tensor(c.v, bf16, ++seed);
-    const Tensor mask = c.mask.ndim() > 0 ? random_tensor(c.mask, bf16, ++seed) : Tensor();
+    const auto [q, k, v, mask] = random_inputs(c, bf16, &seed);
     const Tensor dout = random_tensor(Shape{c.q[0], c.q[1], c.q[2], c.v[3]}, bf16, ++seed);
     const auto up = [](const Tensor& t) {
       return t.defined() ? functional::cast(t, DataType::kFloat32) : Tensor();
@@ -425,12 +433,8 @@ TEST(Attention, SequenceFirstGivesTheHeadsFirstResultsBitForBit) {
        {DataType::kFloat32, DataType::kFloat64, DataType::kBFloat16, DataType::kFloat16}) {
     int seed = 100;
     for (const Case& c : cases()) {
-      SCOPED_TRACE(str_cat(dtype_name(dtype), " q ", c.q.to_string(), " k ", c.k.to_string(),
-                           c.causal ? " causal" : "", " mask ", c.mask.to_string()));
-      const Tensor q = random_tensor(c.q, dtype, ++seed);
-      const Tensor k = random_tensor(c.k, dtype, ++seed);
-      const Tensor v = random_tensor(c.v, dtype, ++seed);
-      const Tensor mask = c.mask.ndim() > 0 ? random_tensor(c.mask, dtype, ++seed) : Tensor();
+      SCOPED_TRACE(describe(c, dtype));
+      const auto [q, k, v, mask] = random_inputs(c, dtype, &seed);
       const double scale = 0.3;
       const auto heads = functional::scaled_dot_product_attention(q, k, v, mask, scale, c.causal);
       const auto rows = functional::scaled_dot_product_attention(swap(q), swap(k), swap(v), mask,
