@@ -19,9 +19,16 @@
 // Folded where every one of q, k and v is a swap of axes 1 and 2 of a 4-d tensor, the output's
 // only reader is such a swap, and all of them run alike (placement, stage, role, checkpoint
 // group, recomputation) with no SBP hint and no pinned tensor among them (a fetched
-// transposed value keeps its transpose). The swap after the attention becomes the attention
-// itself (its output tensor, and so its readers, stay); the old attention op, read by nobody,
-// goes with dead-code elimination, and the swaps before it too unless something else reads
+// transposed value keeps its transpose).
+//
+// On CPU placements only, for now. The CUDA kernels' batched products need a group's heads
+// adjacent, so sequence-first operands are staged through (B, H, L, E) scratch inside the op:
+// four swaps forward and eight backward (the saved q, k, v and out again, besides dout, dq, dk
+// and dv) in place of eight transposes, and scratch the plan does not count. That trades acts
+// for kernels and memory, and it has not run on a GPU; strided products, or the staging
+// measured against the acts it saves, decide it there. The swap after the attention becomes the
+// attention itself (its output tensor, and so its readers, stay); the old attention op, read by
+// nobody, goes with dead-code elimination, and the swaps before it too unless something else reads
 // them.
 
 #include <set>
@@ -36,6 +43,7 @@ namespace {
 
 bool is_attention(const LogicalOp& op) {
   return op.kind == OpKind::kCompute && op.schema != nullptr &&
+         op.placement.device_type() == DeviceType::kCPU &&
          (op.schema->name() == "scaled_dot_product_attention" ||
           op.schema->name() == "scaled_dot_product_attention_masked") &&
          !op.params.as<AttentionParams>().sequence_first;

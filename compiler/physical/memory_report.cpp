@@ -138,14 +138,14 @@ int64_t attention_of(const proto::PlanProto& plan, const proto::TaskProto& task,
   const bool backward = op.size() >= 5 && op.compare(op.size() - 5, 5, "_grad") == 0;
   const size_t q = backward ? 1 : 0;  // the grad reads (dout, q, k, v, ...)
   if (regs.ins.size() < q + 3) return 0;
+  const OpSchema& schema = OpRegistry::global().find(op);
+  const AttentionParams params =
+      params_from_proto(schema, params_of(plan, task)).as<AttentionParams>();
   const AttentionDims d =
       attention_dims(from_proto(regs.ins[q]->shape()), from_proto(regs.ins[q + 1]->shape()),
-                     from_proto(regs.ins[q + 2]->shape()));
-  const OpSchema& schema = OpRegistry::global().find(op);
-  const bool causal =
-      params_from_proto(schema, params_of(plan, task)).as<AttentionParams>().is_causal;
-  return cpu::attention_workspace_bytes(backward, dtype_from_name(regs.ins[q]->dtype()), d, causal,
-                                        omp_get_max_threads());
+                     from_proto(regs.ins[q + 2]->shape()), params.sequence_first);
+  return cpu::attention_workspace_bytes(backward, dtype_from_name(regs.ins[q]->dtype()), d,
+                                        params.is_causal, omp_get_max_threads());
 }
 
 RankMemoryReport report_rank(const proto::PlanProto& plan, const proto::RankPlanProto& rank_plan,

@@ -379,3 +379,31 @@ def test_attention_forward_and_backward_match_the_cpu(dtype, q_shape, kv_shape, 
     tol = TOLERANCE[dtype] * (4 if dtype in LOW else 10)  # sums over keys and queries
     for w, g in zip(want, got):
         np.testing.assert_allclose(g, w, rtol=tol, atol=tol)
+
+
+# Note [Sequence-first attention]: (B, L, H, E) operands, staged through (B, H, L, E) scratch
+# on the GPU, against the CPU kernels reading them at their strides.
+@pytest.mark.parametrize("dtype", [flow.float32, flow.bfloat16], ids=str)
+@pytest.mark.parametrize("q_shape,kv_shape,causal,mask_shape", ATTENTION_CASES)
+def test_sequence_first_attention_matches_the_cpu(dtype, q_shape, kv_shape, causal, mask_shape):
+    def swapped(shape):
+        return (shape[0], shape[2], shape[1], shape[3])
+
+    rng = np.random.default_rng(4)
+    shapes = [swapped(q_shape), swapped(kv_shape), swapped(kv_shape),
+              swapped(q_shape[:3] + (kv_shape[3],))]
+    arrays = [rng.standard_normal(s).astype(np.float32) for s in shapes]
+    if mask_shape is not None:
+        arrays.append(rng.standard_normal(mask_shape).astype(np.float32))
+
+    def fn(q, k, v, dout, *mask):
+        m = mask[0] if mask else None
+        out, lse = _C.scaled_dot_product_attention(q, k, v, m, 0.3, causal, True)
+        return [out, lse.to(out.dtype),
+                *_C.scaled_dot_product_attention_grad(dout, q, k, v, out, lse, m, 0.3, causal,
+                                                      True)]
+
+    want, got = reference_and_cuda(fn, arrays, dtype)
+    tol = TOLERANCE[dtype] * (4 if dtype in LOW else 10)
+    for w, g in zip(want, got):
+        np.testing.assert_allclose(g, w, rtol=tol, atol=tol)

@@ -701,20 +701,24 @@ TEST(MemoryPlanning, ExceedingTheMemoryLimitNamesTheRankAndItsLargestRegisters) 
 // Note [Attention workspace]: a host attention's tiles on this process's kernel threads are
 // kernel workspace, the larger of its forward's and its backward's, in the dtype the kernels
 // run: float32, and bfloat16 under mixed precision; also with a mask (the grads read dout, q,
-// k, v, ...: q is their second input; the mask comes last).
+// k, v, ...: q is their second input; the mask comes last); sequence-first too, whose shapes
+// are read in its layout (Note [Sequence-first attention]).
 TEST(MemoryReport, AHostAttentionsTilesAreKernelWorkspace) {
   const Shape qs{2, 4, 130, 8}, ks{2, 2, 200, 8}, vs{2, 2, 200, 6};
+  const auto swapped = [](const Shape& s) { return Shape{s[0], s[2], s[1], s[3]}; };
   const Initializer init{Initializer::Kind::kNormal, 0, 0.1, 1};
   for (const DataType amp : {DataType::kFloat32, DataType::kBFloat16}) {
-    for (const bool masked : {false, true}) {
+    for (const int variant : {0, 1, 2}) {
+      const bool masked = variant == 1, sequence_first = variant == 2;
       GraphBuilder b("attention");
-      const int q = b.variable("q", qs, init), k = b.variable("k", ks, init),
-                v = b.variable("v", vs, init);
+      const auto layout = [&](const Shape& s) { return sequence_first ? swapped(s) : s; };
+      const int q = b.variable("q", layout(qs), init), k = b.variable("k", layout(ks), init),
+                v = b.variable("v", layout(vs), init);
       std::vector<int> inputs = {q, k, v};
       if (masked) inputs.push_back(b.input("mask", Shape{130, 200}));
       const std::vector<int> out =
           b.op(masked ? "scaled_dot_product_attention_masked" : "scaled_dot_product_attention",
-               AttentionParams{0.3, !masked}, inputs, "attention");
+               AttentionParams{0.3, !masked, sequence_first}, inputs, "attention");
       b.set_loss(b.op1("reduce_mean", ReduceParams{}, {out[0]}));
       b.train().optimizer.kind = OptimizerConfig::Kind::kSgd;
       b.train().amp_dtype = amp;  // float32: no mixed precision
@@ -726,7 +730,8 @@ TEST(MemoryReport, AHostAttentionsTilesAreKernelWorkspace) {
       const int64_t attention =
           std::max(cpu::attention_workspace_bytes(false, amp, d, !masked, threads),
                    cpu::attention_workspace_bytes(true, amp, d, !masked, threads));
-      const std::string what = str_cat(dtype_name(amp), masked ? " masked" : "");
+      const std::string what = str_cat(dtype_name(amp), masked ? " masked" : "",
+                                       sequence_first ? " sequence-first" : "");
       // Nothing else in this plan takes workspace but the widening arena where bfloat16 widens.
       if (amp == DataType::kFloat32 || cpu::bf16_tiles::available()) {
         EXPECT_EQ(report.workspace, attention) << what;
