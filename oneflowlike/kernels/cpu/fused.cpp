@@ -25,7 +25,9 @@ template <class T, class F>
   for (int64_t i = 0; i < n; ++i) v[i] = f(v[i]);
 }
 template <class T, class F>
-[[gnu::flatten, gnu::target("arch=x86-64-v4")]] void apply_v4(T* v, int64_t n, F f) {
+[[gnu::flatten, gnu::target("arch=x86-64-v4,prefer-vector-width=512")]] void apply_v4(T* v,
+                                                                                      int64_t n,
+                                                                                      F f) {
   for (int64_t i = 0; i < n; ++i) v[i] = f(v[i]);
 }
 template <class T, class F>

@@ -84,9 +84,8 @@ template <class F>
 // The same compiled for AVX-512 (Note [AVX-512 loops] in unary_functions.h): integer rounds, so
 // the same bits either way.
 template <class F>
-[[gnu::flatten, gnu::target("arch=x86-64-v4")]] void bits_run_v4(uint64_t seed, uint64_t offset,
-                                                                 int64_t begin, int64_t end,
-                                                                 int64_t logical, const F& fn) {
+[[gnu::flatten, gnu::target("arch=x86-64-v4,prefer-vector-width=512")]] void bits_run_v4(
+    uint64_t seed, uint64_t offset, int64_t begin, int64_t end, int64_t logical, const F& fn) {
   bits_loop(seed, offset, begin, end, logical, fn);
 }
 

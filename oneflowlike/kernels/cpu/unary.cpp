@@ -43,9 +43,8 @@ template <class T, class F>
 
 // Also compiled for x86-64-v4 (Note [AVX-512 loops] in unary_functions.h).
 template <class T, class F>
-[[gnu::flatten, gnu::target("arch=x86-64-v4")]] void backward_loop_v4(const T* a, const T* dy,
-                                                                      T* dx, int64_t begin,
-                                                                      int64_t end, const F& f) {
+[[gnu::flatten, gnu::target("arch=x86-64-v4,prefer-vector-width=512")]] void backward_loop_v4(
+    const T* a, const T* dy, T* dx, int64_t begin, int64_t end, const F& f) {
   using C = compute_of<T>;
   for (int64_t i = begin; i < end; ++i) {
     dx[i] = static_cast<T>(f(static_cast<C>(a[i]), static_cast<C>(dy[i])));

@@ -118,6 +118,20 @@ OFL_VEC_MATH float sigmoid(float x) {
   return detail::select(x < 0.0f, e, 1.0f) / (1.0f + e);
 }
 
+/// sigmoid(x) and sigmoid(-x) = 1 - sigmoid(x), each with its relative accuracy (neither as
+/// 1 minus the other), from one e^-|x| and one division.
+OFL_VEC_MATH void sigmoids(float x, float* s, float* rest) {
+  const float e = detail::exp_in_range(detail::at_least(-std::fabs(x), -104.0f));
+  const float inv = 1.0f / (1.0f + e);
+  *s = detail::select(x < 0.0f, e, 1.0f) * inv;
+  *rest = detail::select(x < 0.0f, 1.0f, e) * inv;
+}
+inline void sigmoids(double x, double* s, double* rest) {
+  const double e = std::exp(-std::fabs(x));
+  *s = (x < 0 ? e : 1.0) / (1.0 + e);
+  *rest = (x < 0 ? 1.0 : e) / (1.0 + e);
+}
+
 namespace detail {
 
 /// Below these |x|, erf and erfc use erf_small, above them erfc_tail. erfc switches earlier

@@ -30,6 +30,19 @@ struct DeviceMath {
       return ::normcdf(x);
     }
   }
+  /// sigmoid(x) and sigmoid(-x), each with its relative accuracy, from one exponential.
+  template <class V>
+  __device__ static void sigmoids(V x, V* s, V* rest) {
+    V e;
+    if constexpr (std::is_same_v<V, float>) {
+      e = ::expf(-::fabsf(x));
+    } else {
+      e = ::exp(-::fabs(x));
+    }
+    const V inv = V(1) / (V(1) + e);
+    *s = (x < V(0) ? e : V(1)) * inv;
+    *rest = (x < V(0) ? V(1) : e) * inv;
+  }
   /// e^(-x^2/2) / sqrt(2 pi).
   template <class V>
   __device__ static V normal_pdf(V x) {

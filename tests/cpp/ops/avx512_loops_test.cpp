@@ -34,6 +34,9 @@ TEST(Avx512Loops, GiveTheBitsOfTheLibrarysDefaultLoops) {
     unary_loop(x.data(), narrow.data(), 0, n, f);
     unary_loop_v4(x.data(), wide.data(), 0, n, f);
     for (int64_t i = 0; i < n; ++i) {
+      // A NaN's sign and payload depend on which operand an instruction passed on: any NaN
+      // for a NaN.
+      if (std::isnan(narrow[i]) && std::isnan(wide[i])) continue;
       ASSERT_EQ(std::bit_cast<uint32_t>(narrow[i]), std::bit_cast<uint32_t>(wide[i]))
           << name << "(" << x[i] << ")";
     }
@@ -46,6 +49,9 @@ TEST(Avx512Loops, GiveTheBitsOfTheLibrarysDefaultLoops) {
   same("gelu_tanh", [](auto v) { return unary_fn::gelu_tanh(v); });
   same("gelu_grad",
        [](auto v) { return unary_math::gelu_grad<unary_fn::VecMath>(v, decltype(v)(0.75)); });
+  same("gelu_tanh_grad",
+       [](auto v) { return unary_math::gelu_tanh_grad<unary_fn::VecMath>(v, decltype(v)(0.75)); });
+  same("silu_grad", [](auto v) { return unary_fn::silu_grad(v, decltype(v)(0.75)); });
 }
 
 }  // namespace
