@@ -1,4 +1,4 @@
-"""GELU's forward on the CPU, float32 and bfloat16: best of 5 rounds of 50 calls over 12.6 M
+"""GELU's forward on the CPU, float32 and bfloat16: best of 5 rounds of 50 calls over 1.57 M
 elements (the medium GPT's MLP activations), after 5 warm-up calls. Run with OMP_NUM_THREADS
 set. Note [AVX-512 loops] in oneflowlike/kernels/cpu/unary_functions.h; docs/benchmarks.md."""
 
