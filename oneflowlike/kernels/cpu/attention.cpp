@@ -12,6 +12,14 @@
 //    nothing is summed by two threads. Per (key tile, query head, query tile): p = exp(s - lse),
 //    dv += p^T dout, dp = dout v^T, ds = p (dp - D), dk += scale ds^T q, dq += scale ds k.
 // Every row's sums run in one order fixed by the tile sizes: results do not depend on threads.
+//
+// Note [Visible keys]: under is_causal a query tile's last key tile is partly hidden (the
+// diagonal), and with short sequences that is most of the work: at L = S = 128 each head's
+// two query tiles read one 128-key tile, half of it hidden. The products still run over the
+// whole tile (they are cheap on the tile instructions), but the softmax steps (the row's max,
+// exp, sum, the mask) run over the keys each row sees, and the rest of the row is set to 0, the
+// probability exp(-inf) gave it before. The same bits: the lanes of the sums add +0 for those
+// entries, and the max passed over -inf.
 // bfloat16 multiplies its tiles as they are, on AVX512-BF16 (Note [bfloat16 tile products] in
 // bf16_tiles.h, Tiles below), with everything else in float32: scores, the softmax steps, the
 // accumulators of out, dq, dk and dv (rounded once at the end), and p and ds rounded to bfloat16
@@ -23,6 +31,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <unordered_map>
 #include <vector>
@@ -31,6 +40,7 @@
 #include "oneflowlike/half.h"
 #include "oneflowlike/kernels/cpu/bf16_tiles.h"
 #include "oneflowlike/kernels/cpu/gemm.h"
+#include "oneflowlike/kernels/cpu/unary_functions.h"
 #include "oneflowlike/kernels/cpu/vec_math.h"
 #include "oneflowlike/kernels/cpu/widened.h"
 #include "oneflowlike/op.h"
@@ -175,38 +185,60 @@ struct Tiles<bfloat16> {
 template <class S>
 using tile_compute_t = typename Tiles<S>::C;
 
+// How many of the keys [k0, k0 + nk) query q sees: all, or under is_causal those up to q.
+// The kernels' softmax steps run over these only, and give the rest of a row probability 0
+// (what exp of -inf gave them before: the same sums, since the lanes add +0; Note [Visible
+// keys]).
+int64_t visible_keys(const AttentionParams& p, int64_t q, int64_t k0, int64_t nk) {
+  return p.is_causal ? std::clamp<int64_t>(q + 1 - k0, 0, nk) : nk;
+}
+
+// n rounded up to whole 16-lane vectors, at most `limit`: exp_shifted over a row's visible keys
+// also takes the few after them (overwritten with 0 next), so that no key runs through the
+// loop's scalar remainder, which for rows of tens of keys had been most of exp's time.
+int64_t whole_vectors(int64_t n, int64_t limit) { return std::min(limit, (n + 15) / 16 * 16); }
+
 // Scores of queries [q0, q0 + nq) against keys [k0, k0 + nk) into s (nq, nk): q k^T * scale,
-// plus the mask, -inf where causal hides the key.
+// plus the mask over each row's visible keys (the entries past them are left as they are).
 template <class T, class C = tile_compute_t<T>>
 void scores(const HeadView<T>& hv, const AttentionDims& d, const AttentionParams& p, int64_t q0,
             int64_t nq, int64_t k0, int64_t nk, C* s) {
   Tiles<T>::ss(false, true, nq, nk, d.head_dim, static_cast<C>(p.scale), hv.q + q0 * d.q.row,
                d.q.row, hv.k + k0 * d.k.row, d.k.row, C(0), s, nk);
+  if (hv.mask == nullptr) return;
   for (int64_t i = 0; i < nq; ++i) {
     C* row = s + i * nk;
-    if (hv.mask != nullptr) {
-      const T* m = hv.mask + (q0 + i) * hv.ms.query + k0 * hv.ms.key;
-      for (int64_t j = 0; j < nk; ++j) row[j] += static_cast<C>(m[j * hv.ms.key]);
-    }
-    if (p.is_causal) {
-      for (int64_t j = std::max<int64_t>(0, q0 + i + 1 - k0); j < nk; ++j) {
-        row[j] = -std::numeric_limits<C>::infinity();
-      }
-    }
+    const T* m = hv.mask + (q0 + i) * hv.ms.query + k0 * hv.ms.key;
+    const int64_t visible = visible_keys(p, q0 + i, k0, nk);
+    for (int64_t j = 0; j < visible; ++j) row[j] += static_cast<C>(m[j * hv.ms.key]);
   }
 }
 
-// row[j] = exp(row[j] - shift), and 0 where row[j] is -inf (a hidden key), also when shift is
+// row[j] = exp(row[j] - shift), and 0 where row[j] is -inf (a masked key), also when shift is
 // -inf (a row that sees no key). vec_math's exp and a bit-mask select for float, so GCC
 // vectorises the loop: <cmath>'s exp never is, and it was most of this kernel's time. Compiled
-// twice, for the build's target and for AVX-512 (16 lanes), the CPU choosing at load time
+// twice, for the build's target and for AVX-512 at 16 lanes, the CPU choosing at run time
 // (Note [AVX-512 loops] in unary_functions.h).
-__attribute__((target_clones("default", "arch=x86-64-v4"))) void exp_shifted(float* row, int64_t n,
-                                                                             float shift) {
+[[gnu::flatten]] void exp_shifted_v3(float* row, int64_t n, float shift) {
   constexpr float kHidden = -std::numeric_limits<float>::infinity();
   for (int64_t j = 0; j < n; ++j) {
     const float x = row[j];
     row[j] = vec_math::detail::select(x == kHidden, 0.0f, vec_math::exp(x - shift));
+  }
+}
+[[gnu::flatten, gnu::target("arch=x86-64-v4,prefer-vector-width=512")]] void exp_shifted_v4(
+    float* row, int64_t n, float shift) {
+  constexpr float kHidden = -std::numeric_limits<float>::infinity();
+  for (int64_t j = 0; j < n; ++j) {
+    const float x = row[j];
+    row[j] = vec_math::detail::select(x == kHidden, 0.0f, vec_math::exp(x - shift));
+  }
+}
+void exp_shifted(float* row, int64_t n, float shift) {
+  if (avx512_loops()) {
+    exp_shifted_v4(row, n, shift);
+  } else {
+    exp_shifted_v3(row, n, shift);
   }
 }
 inline void exp_shifted(double* row, int64_t n, double shift) {
@@ -234,16 +266,43 @@ C lanes_reduce(const C* row, int64_t n, C start, Op op) {
   return lane[0];
 }
 
+// The same for float with the lanes as two GCC vectors of eight: GCC had left the array of
+// lanes scalar for the max (a ?: on floats is not if-converted) and the sum alike, a fifth of
+// the forward's time at L = 128. Element j still goes to lane j % 16 and the tail and the tree
+// are the scalar ones, so the bits are those of the template above.
+template <class Op>
+float lanes_reduce(const float* row, int64_t n, float start, Op op) {
+  using Lanes = float __attribute__((vector_size(8 * sizeof(float))));
+  Lanes lo, hi;
+  for (int t = 0; t < 8; ++t) lo[t] = hi[t] = start;
+  int64_t j = 0;
+  for (; j + 16 <= n; j += 16) {
+    Lanes a, b;
+    std::memcpy(&a, row + j, sizeof(a));
+    std::memcpy(&b, row + j + 8, sizeof(b));
+    lo = op(lo, a);
+    hi = op(hi, b);
+  }
+  float lane[16];
+  std::memcpy(lane, &lo, sizeof(lo));
+  std::memcpy(lane + 8, &hi, sizeof(hi));
+  for (int t = 0; j + t < n; ++t) lane[t] = op(lane[t], row[j + t]);
+  for (int width = 8; width > 0; width /= 2) {
+    for (int t = 0; t < width; ++t) lane[t] = op(lane[t], lane[t + width]);
+  }
+  return lane[0];
+}
+
 // The largest value of row[0, n) (-inf for none; a NaN is passed over, as std::max passes over
 // it) and its sum.
 template <class C>
 C lanes_max(const C* row, int64_t n) {
   return lanes_reduce(row, n, -std::numeric_limits<C>::infinity(),
-                      [](C a, C b) { return a < b ? b : a; });
+                      [](auto a, auto b) { return a < b ? b : a; });
 }
 template <class C>
 C lanes_sum(const C* row, int64_t n) {
-  return lanes_reduce(row, n, C(0), [](C a, C b) { return a + b; });
+  return lanes_reduce(row, n, C(0), [](auto a, auto b) { return a + b; });
 }
 
 // The key tiles a query tile ending (exclusive) at q_end reads: all, or under is_causal those
@@ -287,14 +346,17 @@ struct AttentionKernel {
           scores(hv, d, p, q0, nq, k0, nk, s.data());
           for (int64_t i = 0; i < nq; ++i) {
             C* row = s.data() + i * nk;
-            const C top = std::max(m[i], lanes_max(row, nk));
+            const int64_t visible = visible_keys(p, q0 + i, k0, nk);
+            std::fill(row + visible, row + nk, C(0));  // no probability for hidden keys
+            const C top = std::max(m[i], lanes_max(row, visible));
             if (top == -inf) {  // nothing seen yet in this row: no mass, nothing to rescale
-              std::fill(row, row + nk, C(0));
+              std::fill(row, row + visible, C(0));
               continue;
             }
             const C rescale = std::exp(m[i] - top);
-            exp_shifted(row, nk, top);
-            l[i] = l[i] * rescale + lanes_sum(row, nk);
+            exp_shifted(row, whole_vectors(visible, nk), top);
+            std::fill(row + visible, row + nk, C(0));
+            l[i] = l[i] * rescale + lanes_sum(row, visible);
             m[i] = top;
             if (rescale != C(1)) {
               C* a = acc.data() + i * d.value_dim;
@@ -438,7 +500,10 @@ struct AttentionGradKernel {
               const int64_t nq = std::min(kQueryTile, d.queries - q0);
               scores(hv, d, p, q0, nq, k0, nk, s.data());
               for (int64_t i = 0; i < nq; ++i) {
-                exp_shifted(s.data() + i * nk, nk, lse[bh * d.queries + q0 + i]);
+                C* row = s.data() + i * nk;
+                const int64_t visible = visible_keys(p, q0 + i, k0, nk);
+                exp_shifted(row, whole_vectors(visible, nk), lse[bh * d.queries + q0 + i]);
+                std::fill(row + visible, row + nk, C(0));
               }
               // dv += p^T dout; dp = dout v^T.
               Tiles<T>::cs(true, false, nk, d.value_dim, nq, C(1), s.data(), nk,
@@ -446,10 +511,11 @@ struct AttentionGradKernel {
                            sums.dv_row);
               Tiles<T>::ss(false, true, nq, nk, d.value_dim, C(1), dout_head + q0 * d.out.row,
                            d.out.row, hv.v + k0 * d.v.row, d.v.row, C(0), dp.data(), nk);
-              // ds = p (dp - D), kept in s.
+              // ds = p (dp - D), kept in s; 0 where p is (hidden keys: Note [Visible keys]).
               for (int64_t i = 0; i < nq; ++i) {
                 const C di = dsum[bh * d.queries + q0 + i];
-                for (int64_t j = 0; j < nk; ++j) {
+                const int64_t visible = visible_keys(p, q0 + i, k0, nk);
+                for (int64_t j = 0; j < visible; ++j) {
                   s[i * nk + j] *= dp[i * nk + j] - di;
                 }
               }
