@@ -29,7 +29,7 @@ template <class T, class F>
 // (avx512_loops()): gelu's forward 1.9x (float32) to 2.2x (bf16) faster here. GCC's x86-64-v4
 // still prefers 256-bit vectors, so those copies also ask for prefer-vector-width=512 (16
 // lanes: gelu's tanh form a further 1.15x in float32 and 1.4x in bf16 on the Sapphire Rapids
-// VM; the attention's exp_shifted, a target_clones function, cannot ask and stays 8). Each
+// VM). Each
 // element's arithmetic is the same in both copies (vec_math's branch-free formulas, FMA in
 // both): with this compiler (GCC 12) the copies give the same bits for every transcendental
 // the kernels use, tested with the library's own flags (tests/cpp/ops/avx512_loops_test.cpp),
