@@ -97,7 +97,9 @@ OFL_HOST_DEVICE OFL_INLINE T gelu_tanh_grad(T x, T dy) {
   T s, rest;
   Math::sigmoids(gelu_tanh_argument(x), &s, &rest);
   const T du = kSqrt2OverPi<T> * (T(1) + T(3) * kGeluCubic<T> * x * x);
-  return dy * s * (T(1) + T(2) * x * rest * du);
+  // s rest before x: for very negative x both are 0 and 1, and 2 x du alone would overflow
+  // (x below -1.2e13 in float), making 0 * inf.
+  return dy * (s + T(2) * x * (s * rest) * du);
 }
 
 }  // namespace ofl::unary_math

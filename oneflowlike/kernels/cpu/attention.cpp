@@ -511,11 +511,12 @@ struct AttentionGradKernel {
                            sums.dv_row);
               Tiles<T>::ss(false, true, nq, nk, d.value_dim, C(1), dout_head + q0 * d.out.row,
                            d.out.row, hv.v + k0 * d.v.row, d.v.row, C(0), dp.data(), nk);
-              // ds = p (dp - D), kept in s; 0 where p is (hidden keys: Note [Visible keys]).
+              // ds = p (dp - D), kept in s; over the whole row, hidden keys included (their p is
+              // 0, but a NaN D, from a row whose keys are all masked, makes their ds NaN, as the
+              // CUDA kernel's does).
               for (int64_t i = 0; i < nq; ++i) {
                 const C di = dsum[bh * d.queries + q0 + i];
-                const int64_t visible = visible_keys(p, q0 + i, k0, nk);
-                for (int64_t j = 0; j < visible; ++j) {
+                for (int64_t j = 0; j < nk; ++j) {
                   s[i * nk + j] *= dp[i * nk + j] - di;
                 }
               }

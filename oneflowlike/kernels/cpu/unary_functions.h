@@ -33,7 +33,8 @@ template <class T, class F>
 // element's arithmetic is the same in both copies (vec_math's branch-free formulas, FMA in
 // both): with this compiler (GCC 12) the copies give the same bits for every transcendental
 // the kernels use, tested with the library's own flags (tests/cpp/ops/avx512_loops_test.cpp),
-// so results do not depend on whether a CPU has AVX-512. A compiler that vectorised the
+// so results do not depend on whether a CPU has AVX-512 (a NaN's sign and payload excepted:
+// they follow which operand an instruction passed on). A compiler that vectorised the
 // formulas differently for 16 lanes could break that; the test would say so.
 bool avx512_loops();
 
