@@ -27,6 +27,13 @@ std::string LogicalOp::describe() const {
   return s + "]";
 }
 
+bool LogicalOp::has_output_sbp_hint() const {
+  for (const NdSbp& hint : output_sbp_hints) {
+    if (!hint.empty()) return true;
+  }
+  return false;
+}
+
 int Graph::add_tensor(const std::string& name, const TensorMeta& meta) {
   OFL_CHECK(tensor_by_name_.count(name) == 0, "[graph] tensor name '", name,
             "' is used twice; every tensor needs a unique name.");

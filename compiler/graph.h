@@ -95,6 +95,8 @@ struct LogicalOp {
 
   /// "[op 'fc1.matmul' (matmul) at model.py:12]" for error messages.
   std::string describe() const;
+  /// Whether an SBP hint is set on any of its outputs.
+  bool has_output_sbp_hint() const;
 };
 
 struct OptimizerConfig {

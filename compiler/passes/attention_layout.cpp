@@ -19,17 +19,17 @@
 // Folded where every one of q, k and v is a swap of axes 1 and 2 of a 4-d tensor, the output's
 // only reader is such a swap, and all of them run alike (placement, stage, role, checkpoint
 // group, recomputation) with no SBP hint and no pinned tensor among them (a fetched
-// transposed value keeps its transpose).
+// transposed value keeps its transpose). The swap after the attention becomes the attention
+// itself (its output tensor, and so its readers, stay); the old attention op, read by nobody,
+// goes with dead-code elimination, and the swaps before it too unless something else reads
+// them.
 //
 // On CPU placements only, for now. The CUDA kernels' batched products need a group's heads
 // adjacent, so sequence-first operands are staged through (B, H, L, E) scratch inside the op:
 // four swaps forward and eight backward (the saved q, k, v and out again, besides dout, dq, dk
 // and dv) in place of eight transposes, and scratch the plan does not count. That trades acts
 // for kernels and memory, and it has not run on a GPU; strided products, or the staging
-// measured against the acts it saves, decide it there. The swap after the attention becomes the
-// attention itself (its output tensor, and so its readers, stay); the old attention op, read by
-// nobody, goes with dead-code elimination, and the swaps before it too unless something else reads
-// them.
+// measured against the acts it saves, decide it there.
 
 #include <set>
 
@@ -67,13 +67,6 @@ bool runs_alike(const LogicalOp& a, const LogicalOp& b) {
          a.checkpoint_group == b.checkpoint_group && a.recompute == b.recompute;
 }
 
-bool has_hint(const LogicalOp& op) {
-  for (const NdSbp& hint : op.output_sbp_hints) {
-    if (!hint.empty()) return true;
-  }
-  return false;
-}
-
 class AttentionLayoutPass final : public Pass {
  public:
   std::string name() const override { return "attention_layout"; }
@@ -86,7 +79,7 @@ class AttentionLayoutPass final : public Pass {
     std::vector<int> folded_into(ops, -1);  // old attention op -> the folded one
     for (int i = 0; i < ops; ++i) {
       const LogicalOp& attention = graph.op(i);
-      if (!is_attention(attention) || has_hint(attention)) continue;
+      if (!is_attention(attention) || attention.has_output_sbp_hint()) continue;
       const int out = attention.outputs[0], lse = attention.outputs[1];
       if (consumers[out].size() != 1 || !consumers[lse].empty() || pinned.count(out) ||
           pinned.count(lse)) {
@@ -125,7 +118,7 @@ class AttentionLayoutPass final : public Pass {
   static bool fits(const Graph& graph, const LogicalOp& attention, int j,
                    const std::set<int>& pinned) {
     const LogicalOp& op = graph.op(j);
-    return runs_alike(attention, op) && !has_hint(op) && !pinned.count(op.outputs[0]);
+    return runs_alike(attention, op) && !op.has_output_sbp_hint() && !pinned.count(op.outputs[0]);
   }
 
   // Attention op `i` over `sources`, sequence-first, in the place of swap op `after`.

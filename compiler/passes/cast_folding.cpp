@@ -96,10 +96,6 @@ class CastFoldingPass final : public Pass {
     return producer;
   }
 
-  static bool has_hint(const LogicalOp& op) {
-    return !op.output_sbp_hints.empty() && !op.output_sbp_hints[0].empty();
-  }
-
   // Makes cast op `i` the product `producer` with float32_out; false when the two run apart.
   static bool fold(Graph& graph, int producer, int i) {
     const LogicalOp& product = graph.op(producer);
@@ -111,7 +107,7 @@ class CastFoldingPass final : public Pass {
         product.role == OpRole::kBackward || product.checkpoint_group == cast.checkpoint_group;
     if (product.placement != cast.placement || product.stage != cast.stage ||
         product.role != cast.role || !groups_agree || product.recompute != cast.recompute ||
-        (has_hint(product) && has_hint(cast))) {
+        (product.has_output_sbp_hint() && cast.has_output_sbp_hint())) {
       return false;
     }
     LogicalOp folded = product;
@@ -119,7 +115,7 @@ class CastFoldingPass final : public Pass {
     params.float32_out = true;
     folded.params = params;
     folded.outputs = cast.outputs;
-    if (!has_hint(product)) folded.output_sbp_hints = cast.output_sbp_hints;
+    if (!product.has_output_sbp_hint()) folded.output_sbp_hints = cast.output_sbp_hints;
     folded.schedule_early = product.schedule_early || cast.schedule_early;
     std::set<int> control(product.control_inputs.begin(), product.control_inputs.end());
     control.insert(cast.control_inputs.begin(), cast.control_inputs.end());

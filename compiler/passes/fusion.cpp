@@ -35,7 +35,7 @@ class FusionPass final : public Pass {
       while (true) {
         const LogicalOp& last = graph.op(chain.back());
         const int out = last.outputs[0];
-        if (pinned.count(out) || consumers[out].size() != 1 || has_hint(last)) break;
+        if (pinned.count(out) || consumers[out].size() != 1 || last.has_output_sbp_hint()) break;
         const int next = consumers[out][0];
         const LogicalOp& n = graph.op(next);
         if (fused[next] || step(graph, next).empty() || n.placement != last.placement ||
@@ -99,9 +99,6 @@ class FusionPass final : public Pass {
     const DataType dtype = graph.tensor(op.outputs[0]).meta.dtype;
     if (dtype != DataType::kFloat32 && dtype != DataType::kFloat64) return "";
     return fused_step_text(op.schema->name(), op.params);
-  }
-  static bool has_hint(const LogicalOp& op) {
-    return !op.output_sbp_hints.empty() && !op.output_sbp_hints[0].empty();
   }
 };
 

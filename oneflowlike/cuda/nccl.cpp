@@ -344,7 +344,6 @@ void NcclCommunicator::abort() {
   try {
     DeviceGuard guard(device_);
     nccl().ncclCommAbort(native(comm_));
-    comm_ = nullptr;
     stream_->synchronize();  // the unpacking queued behind an aborted collective
   } catch (const std::exception& e) {
     LOG(WARNING) << "[nccl] communicator '" << name_ << "' (member " << member_
@@ -434,17 +433,23 @@ std::vector<std::unique_ptr<NcclCommunicator>> NcclCommunicator::create(
   }
 }
 
+// Polled by the collective engine while collectives run: the communicator's description is made
+// only for an error.
 bool NcclCommunicator::ready(const std::string& what) const {
-  const std::string where =
-      str_cat(name_, " (member ", member_, " of ", size_, ", cuda:", device_, ")");
-  OFL_CHECK_CODE(comm_ != nullptr, ErrorCode::kUnavailable, "[nccl] ", what, " on ", where,
+  const auto where = [&] {
+    return str_cat(name_, " (member ", member_, " of ", size_, ", cuda:", device_, ")");
+  };
+  OFL_CHECK_CODE(comm_ != nullptr, ErrorCode::kUnavailable, "[nccl] ", what, " on ", where(),
                  ": the communicator was aborted.");
   ncclResult_t state = ncclSuccess;
-  nccl_check(nccl().ncclCommGetAsyncError(native(comm_), &state), "ncclCommGetAsyncError", where,
-             what);
+  const ncclResult_t polled = nccl().ncclCommGetAsyncError(native(comm_), &state);
+  if (polled == ncclSuccess && state == ncclSuccess) [[likely]] {
+    return true;
+  }
+  nccl_check(polled, "ncclCommGetAsyncError", where(), what);
   if (state == ncclInProgress) return false;
   // The error may belong to this collective or to one queued before it on the communicator.
-  nccl_check(state, "the communicator's collectives", where, what);
+  nccl_check(state, "the communicator's collectives", where(), what);
   return true;
 }
 

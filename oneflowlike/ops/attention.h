@@ -14,9 +14,10 @@
 // dout, dq, dk, dv) are (B, L, H, E) instead of (B, H, L, E): flash-attn's layout, and what a
 // model has before it moves the heads forward (q = qkv.reshape(B, T, H, 3D).split(...)
 // .transpose(1, 2)). The kernels read and write rows at a stride of H * E (AttentionStrides),
-// so the transposes into heads and back are not made at all; lse stays (B, H, L). nn.Graph
-// folds those transposes into the op (compiler/passes/attention_layout.cpp); eager calls keep
-// PyTorch's layout. Results are the same bits in either layout (the same sums in one order).
+// so the transposes into heads and back are not made at all; lse stays (B, H, L). On CPU
+// placements nn.Graph folds those transposes into the op (compiler/passes/attention_layout.cpp);
+// eager calls keep PyTorch's layout. Results are the same bits in either layout (the same sums in
+// one order).
 
 #include <vector>
 

@@ -347,15 +347,14 @@ struct AttentionKernel {
           for (int64_t i = 0; i < nq; ++i) {
             C* row = s.data() + i * nk;
             const int64_t visible = visible_keys(p, q0 + i, k0, nk);
-            std::fill(row + visible, row + nk, C(0));  // no probability for hidden keys
             const C top = std::max(m[i], lanes_max(row, visible));
             if (top == -inf) {  // nothing seen yet in this row: no mass, nothing to rescale
-              std::fill(row, row + visible, C(0));
+              std::fill(row, row + nk, C(0));
               continue;
             }
             const C rescale = std::exp(m[i] - top);
             exp_shifted(row, whole_vectors(visible, nk), top);
-            std::fill(row + visible, row + nk, C(0));
+            std::fill(row + visible, row + nk, C(0));  // no probability for hidden keys
             l[i] = l[i] * rescale + lanes_sum(row, visible);
             m[i] = top;
             if (rescale != C(1)) {
