@@ -1,7 +1,9 @@
 // Elementwise fusion: a chain of unary elementwise ops (each intermediate read only by the next
-// op, on one placement, neither fetched nor hinted) becomes one fused_elementwise op, which reads
-// and writes memory once instead of once per op. Consumers of the chain's last tensor are
-// pointed at the fused output; dead-code elimination then drops the chain.
+// op, on one placement, neither pinned nor hinted) becomes one fused_elementwise op, which reads
+// and writes memory once instead of once per op. The fused op takes over the chain's last
+// tensor (its index and name), so whatever reads, fetches or keeps that tensor by index or name
+// gets it from the fused op; the chain's last op is left producing a fresh tensor nobody reads,
+// and dead-code elimination drops the chain.
 
 #include <set>
 
@@ -19,12 +21,8 @@ class FusionPass final : public Pass {
 
   void run(Graph& graph, const CompileOptions&) override {
     const auto consumers = graph.consumers();
-    std::set<int> pinned(graph.fetches.begin(), graph.fetches.end());  // must stay as they are
-    if (graph.train.loss >= 0) pinned.insert(graph.train.loss);
-    for (const auto& [var, grad] : graph.variable_grads) pinned.insert(grad);
+    const std::set<int> pinned = graph.pinned_tensors();  // must stay as they are
     std::vector<bool> fused(graph.num_ops(), false);
-    std::vector<int> replacement(graph.num_tensors());
-    for (int t = 0; t < graph.num_tensors(); ++t) replacement[t] = t;
     const int num_ops = graph.num_ops();
     std::vector<int> op_replacement(num_ops);  // chain member -> its fused op (control inputs)
     for (int i = 0; i < num_ops; ++i) op_replacement[i] = i;
@@ -56,7 +54,7 @@ class FusionPass final : public Pass {
       op.name = graph.unique_name(tail.name + ".fused");
       op.schema = &OpRegistry::global().find("fused_elementwise");
       op.params = FusedElementwiseParams{steps};
-      op.inputs = {replacement[head.inputs[0]]};
+      op.inputs = {head.inputs[0]};
       op.placement = tail.placement;
       op.output_sbp_hints = tail.output_sbp_hints;
       op.location = tail.location;
@@ -71,19 +69,22 @@ class FusionPass final : public Pass {
       }
       for (int member : chain) control.erase(member);
       op.control_inputs.assign(control.begin(), control.end());
+      const int tail_index = chain.back();
       const int tail_out = tail.outputs[0];
       const TensorMeta meta = graph.tensor(tail_out).meta;
       const int index = graph.add_op(std::move(op), 1);
-      const int out = graph.op(index).outputs[0];
-      graph.tensor(out).meta = meta;
+      const int fresh = graph.op(index).outputs[0];
+      // The fused op produces the chain's last tensor; the chain's last op the fresh one.
+      graph.op(index).outputs[0] = tail_out;
+      graph.tensor(tail_out).producer = index;
+      graph.op(tail_index).outputs[0] = fresh;
+      graph.tensor(fresh).producer = tail_index;
+      graph.tensor(fresh).meta = meta;
       for (int member : chain) op_replacement[member] = index;
-      replacement.push_back(out);
-      replacement[tail_out] = out;
     }
     op_replacement.resize(graph.num_ops());
     for (int i = num_ops; i < graph.num_ops(); ++i) op_replacement[i] = i;
     for (int i = 0; i < graph.num_ops(); ++i) {
-      for (int& t : graph.op(i).inputs) t = replacement[t];
       std::set<int> control;
       for (int c : graph.op(i).control_inputs) {
         if (op_replacement[c] != i) control.insert(op_replacement[c]);

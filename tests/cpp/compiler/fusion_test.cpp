@@ -70,5 +70,29 @@ TEST(ElementwiseFusion, KeepsIntermediatesThatOthersRead) {
   EXPECT_EQ(ops_of_type(g, "tanh").size(), 1u);
 }
 
+// A chain whose last tensor is both fetched and read by another op is computed once: the fused
+// op produces the fetched tensor itself (it keeps its name), rather than the chain being kept
+// for the fetch beside a fused copy for the reader.
+TEST(ElementwiseFusion, FetchedTailIsComputedOnce) {
+  GraphBuilder b;
+  const int x = b.input("x", Shape{4, 3});
+  const int w = b.variable("w", Shape{3, 2}, Initializer{Initializer::Kind::kNormal, 0, 0.5, 3});
+  const int y = b.op1("exp", NoParams{}, {b.op1("tanh", NoParams{}, {x}, "t")}, "e");
+  b.fetch(y);
+  b.fetch(b.op1("matmul", MatmulParams{}, {y, w}, "out"));
+  Graph g;
+  actor::ReferenceExecutor executor(compile_graph(std::move(b.graph()), {}, &g));
+  EXPECT_EQ(ops_of_type(g, "fused_elementwise").size(), 1u);
+  EXPECT_TRUE(ops_of_type(g, "tanh").empty());
+  EXPECT_TRUE(ops_of_type(g, "exp").empty());
+  ASSERT_TRUE(g.find_tensor("e/out0").has_value());
+  EXPECT_EQ(g.op(g.tensor(*g.find_tensor("e/out0")).producer).schema->name(), "fused_elementwise");
+  executor.initialize_variables();
+  const Tensor xv = testing::random_tensor(Shape{4, 3}, DataType::kFloat32, 5);
+  const auto got = executor.run({{"x", xv}});
+  const Tensor want = functional::exp(functional::tanh(xv));
+  testing::expect_close(got.at("e/out0"), testing::values_of(want), want.shape(), 1e-6, 1e-7);
+}
+
 }  // namespace
 }  // namespace ofl::compiler
