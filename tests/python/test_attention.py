@@ -43,6 +43,8 @@ CASES = {
     "cross": dict(q=(2, 2, 9, 8), kv=(2, 2, 140, 8)),
     "scaled": dict(q=(2, 3, 17, 8), kv=(2, 3, 17, 8), scale=0.05),
     "three_d": dict(q=(3, 17, 8), kv=(3, 17, 8), is_causal=True),
+    # No keys at all: torch's product over none gives 0 (not the NaN of a fully masked row).
+    "no_keys": dict(q=(2, 3, 5, 8), kv=(2, 3, 0, 8)),
 }
 
 

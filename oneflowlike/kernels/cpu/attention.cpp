@@ -367,9 +367,11 @@ struct AttentionKernel {
         }
         T* o = out + d.out.at(b, h, q0);
         for (int64_t i = 0; i < nq; ++i) {
-          // A row that sees no key is 0 / 0: NaN, as softmax over nothing is in PyTorch.
+          // A row whose keys are all hidden is 0 / 0: NaN, as softmax over nothing is in
+          // PyTorch. Without keys at all (S = 0) PyTorch's product over no keys gives 0.
+          const C sum = d.keys == 0 ? C(1) : l[i];
           for (int64_t c = 0; c < d.value_dim; ++c) {
-            o[i * d.out.row + c] = static_cast<T>(acc[i * d.value_dim + c] / l[i]);
+            o[i * d.out.row + c] = static_cast<T>(acc[i * d.value_dim + c] / sum);
           }
           lse[bh * d.queries + q0 + i] = m[i] + std::log(l[i]);
         }

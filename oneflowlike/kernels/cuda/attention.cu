@@ -13,9 +13,11 @@
 //  - backward: D_i = dout_i . out_i; s recomputed, p = exp(s - lse); dv = p^T dout;
 //    dp = dout v^T; ds = p (dp - D) scale; dq = ds k; dk = ds^T q. The sum over a group's query
 //    heads that dk and dv need is the product's own sum over its G*L rows.
-// The score matrices exist for a chunk of groups at a time, at most kScoreBytes per matrix, so
-// long sequences cost time, not unbounded memory; the flash-style kernels that never make them
-// (and cuDNN's fused attention) are not written yet.
+// The score matrices exist for a chunk of groups at a time, at most kScoreBytes per matrix
+// where one group's (G*L, S) fits in it; a single larger group is made whole (G 8 at L = S =
+// 8192: 2 GiB a matrix, two in the backward): the chunking bounds the memory of many groups,
+// not of one long sequence. The flash-style kernels that never make them (and cuDNN's fused
+// attention) are not written yet, and this scratch is not in the plan's memory report.
 // Precision: every product accumulates in float32 (CUBLAS_COMPUTE_32F, no TF32); the scores
 // and dp are float32, and out, dq, dk and dv are rounded once into the outputs' dtype by the
 // products themselves. The softmax steps compute in float32. With float16 and bfloat16 operands
@@ -28,9 +30,11 @@
 // first, and the outputs back, by one kernel each (SwapMiddleAxes): the grouped-query batches
 // above need a group's heads adjacent. That is still one act instead of four transposes' acts
 // each way.
-// Rows whose keys are all masked give out = 0/0 = NaN and lse = -inf, and add nothing to any
-// gradient, as on the CPU. Every sum has one order (cuBLASLt with a fixed plan, one row per
-// team): results are the same every run.
+// Rows whose keys are all masked give out = 0/0 = NaN and lse = -inf, as on the CPU; in the
+// backward that NaN reaches the row's dq and, through ds, every dk of its group, as on the
+// CPU (where is_causal and a mask come together the CPU leaves the key tiles after the row's
+// own finite). Without keys (S = 0) out is 0, as in PyTorch and on the CPU. Every sum has one
+// order (cuBLASLt with a fixed plan, one row per team): results are the same every run.
 
 #include <algorithm>
 #include <cstdint>

@@ -39,9 +39,15 @@ struct DeviceMath {
     } else {
       e = ::exp(-::fabs(x));
     }
-    const V inv = V(1) / (V(1) + e);
-    *s = (x < V(0) ? e : V(1)) * inv;
-    *rest = (x < V(0) ? V(1) : e) * inv;
+    // As vec_math::sigmoids: float multiplies by the reciprocal, double divides.
+    if constexpr (std::is_same_v<V, float>) {
+      const V inv = V(1) / (V(1) + e);
+      *s = (x < V(0) ? e : V(1)) * inv;
+      *rest = (x < V(0) ? V(1) : e) * inv;
+    } else {
+      *s = (x < V(0) ? e : V(1)) / (V(1) + e);
+      *rest = (x < V(0) ? V(1) : e) / (V(1) + e);
+    }
   }
   /// e^(-x^2/2) / sqrt(2 pi).
   template <class V>

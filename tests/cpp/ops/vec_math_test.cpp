@@ -342,10 +342,16 @@ TEST(VecMath, Float32GeluTanhAndGeluGradientsAreWithinAbsoluteBounds) {
   };
   w = worst_kernel_error(F::gelu(x, "tanh"), xs, gelu_sigmoid, relative);
   EXPECT_LE(w.error, 4.0) << "gelu tanh, relative: " << where(w);
-  // Far out the gradient is 0 or dy, not 0 * inf: 2 x du alone overflows below x = -1.2e13.
-  const Tensor far = make_tensor({-1e15, -1e13, 1e13, 1e15}, Shape({4}));
-  const Tensor dy = make_tensor({0.75, 0.75, 0.75, 0.75}, Shape({4}));
-  EXPECT_EQ(values_of(F::gelu_grad(far, dy, "tanh")), (std::vector<double>{0, 0, 0.75, 0.75}));
+  // Far out the gradient is 0 or dy, not 0 * inf: 2 x du overflows beyond |x| = 1.2e13, du
+  // itself beyond 5e19, and x^2 beyond 1.8e19.
+  for (DataType dtype : {DataType::kFloat32, DataType::kBFloat16, DataType::kFloat64}) {
+    const Tensor far =
+        make_tensor({-3e38, -1e20, -1e15, -1e13, 1e13, 1e15, 1e20, 3e38}, Shape({8}), dtype);
+    const Tensor dy = make_tensor(std::vector<double>(8, 0.75), Shape({8}), dtype);
+    EXPECT_EQ(values_of(F::gelu_grad(far, dy, "tanh")),
+              (std::vector<double>{0, 0, 0, 0, 0.75, 0.75, 0.75, 0.75}))
+        << dtype_name(dtype);
+  }
   w = worst_kernel_error(F::gelu_grad(x, ones), xs, gelu_grad, scaled);
   EXPECT_LE(w.error, 3e-7) << "gelu_grad: " << where(w);
   w = worst_kernel_error(F::gelu_grad(x, ones, "tanh"), xs, gelu_tanh_grad, scaled);
