@@ -40,6 +40,7 @@
 #include "oneflowlike/half.h"
 #include "oneflowlike/kernels/cpu/bf16_tiles.h"
 #include "oneflowlike/kernels/cpu/gemm.h"
+#include "oneflowlike/kernels/cpu/row_exp.h"
 #include "oneflowlike/kernels/cpu/unary_functions.h"
 #include "oneflowlike/kernels/cpu/vec_math.h"
 #include "oneflowlike/kernels/cpu/widened.h"
@@ -214,39 +215,6 @@ void scores(const HeadView<T>& hv, const AttentionDims& d, const AttentionParams
   }
 }
 
-// row[j] = exp(row[j] - shift), and 0 where row[j] is -inf (a masked key), also when shift is
-// -inf (a row that sees no key). vec_math's exp and a bit-mask select for float, so GCC
-// vectorises the loop: <cmath>'s exp never is, and it was most of this kernel's time. Compiled
-// twice, for the build's target and for AVX-512 at 16 lanes, the CPU choosing at run time
-// (Note [AVX-512 loops] in unary_functions.h).
-[[gnu::flatten]] void exp_shifted_v3(float* row, int64_t n, float shift) {
-  constexpr float kHidden = -std::numeric_limits<float>::infinity();
-  for (int64_t j = 0; j < n; ++j) {
-    const float x = row[j];
-    row[j] = vec_math::detail::select(x == kHidden, 0.0f, vec_math::exp(x - shift));
-  }
-}
-[[gnu::flatten, gnu::target("arch=x86-64-v4,prefer-vector-width=512")]] void exp_shifted_v4(
-    float* row, int64_t n, float shift) {
-  constexpr float kHidden = -std::numeric_limits<float>::infinity();
-  for (int64_t j = 0; j < n; ++j) {
-    const float x = row[j];
-    row[j] = vec_math::detail::select(x == kHidden, 0.0f, vec_math::exp(x - shift));
-  }
-}
-void exp_shifted(float* row, int64_t n, float shift) {
-  if (avx512_loops()) {
-    exp_shifted_v4(row, n, shift);
-  } else {
-    exp_shifted_v3(row, n, shift);
-  }
-}
-inline void exp_shifted(double* row, int64_t n, double shift) {
-  for (int64_t j = 0; j < n; ++j) {
-    row[j] = row[j] == -std::numeric_limits<double>::infinity() ? 0.0 : std::exp(row[j] - shift);
-  }
-}
-
 // op over row[0, n) from `start`, over 16 partial lanes (element j in lane j % 16) combined in a
 // fixed tree: GCC vectorises the lanes, and the order of the steps is the same whatever the ISA
 // the loop is compiled for (Note [AVX-512 loops]) and the thread count.
@@ -353,7 +321,7 @@ struct AttentionKernel {
               continue;
             }
             const C rescale = std::exp(m[i] - top);
-            exp_shifted(row, whole_vectors(visible, nk), top);
+            exp_shifted(row, row, whole_vectors(visible, nk), top);
             std::fill(row + visible, row + nk, C(0));  // no probability for hidden keys
             l[i] = l[i] * rescale + lanes_sum(row, visible);
             m[i] = top;
@@ -503,7 +471,7 @@ struct AttentionGradKernel {
               for (int64_t i = 0; i < nq; ++i) {
                 C* row = s.data() + i * nk;
                 const int64_t visible = visible_keys(p, q0 + i, k0, nk);
-                exp_shifted(row, whole_vectors(visible, nk), lse[bh * d.queries + q0 + i]);
+                exp_shifted(row, row, whole_vectors(visible, nk), lse[bh * d.queries + q0 + i]);
                 std::fill(row + visible, row + nk, C(0));
               }
               // dv += p^T dout; dp = dout v^T.

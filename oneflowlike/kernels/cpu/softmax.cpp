@@ -11,6 +11,7 @@
 
 #include "oneflowlike/common/parallel.h"
 #include "oneflowlike/kernels/cpu/blocked_sum.h"
+#include "oneflowlike/kernels/cpu/row_exp.h"
 #include "oneflowlike/kernels/cpu/vec_math.h"
 #include "oneflowlike/kernels/cpu/widened.h"
 #include "oneflowlike/op.h"
@@ -63,9 +64,25 @@ void for_each_row(const AxisView& v, F&& fn) {
 }
 
 // A row's sums in double lanes, its max in lanes too (lane_sums, lane_max: Note [Blocked sums]).
+// In float the exponentials go through exp_shifted, at 16 lanes on AVX-512, in a loop of their
+// own: inside lane_sums' term they ran at 8 (softmax over (4096, 768) 3.1 -> 2.3 ms here).
 template <class T, bool kLog>
 void softmax_row(const T* x, T* y, int64_t n) {
-  if constexpr (kLog) {
+  if constexpr (std::is_same_v<T, float>) {
+    const float max = lane_max(x, n);
+    exp_shifted(x, y, n, max);  // for log_softmax only to sum them; y is overwritten below
+    const double sum = lane_sums<1>(
+        n, [&](int64_t j) { return std::array<double, 1>{static_cast<double>(y[j])}; })[0];
+    if constexpr (kLog) {
+      const float shift = max + static_cast<float>(std::log(sum));
+#pragma omp simd
+      for (int64_t j = 0; j < n; ++j) y[j] = x[j] - shift;
+    } else {
+      const float inv = static_cast<float>(1 / sum);
+#pragma omp simd
+      for (int64_t j = 0; j < n; ++j) y[j] *= inv;
+    }
+  } else if constexpr (kLog) {
     const RowExpSum<T> e = row_exp_sum(x, n);
     const T shift = e.max + static_cast<T>(std::log(e.sum));
 #pragma omp simd

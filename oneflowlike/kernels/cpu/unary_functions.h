@@ -24,18 +24,18 @@ template <class T, class F>
 }
 
 // Note [AVX-512 loops]: the library targets x86-64-v3 (8 float lanes); the unary ops' loops
-// (and their backward ops', the fused elementwise chains' steps, and the fused attention's
-// softmax steps) also have a copy compiled for x86-64-v4, which runs where the CPU has AVX-512
-// (avx512_loops()): gelu's forward 1.9x (float32) to 2.2x (bf16) faster here. GCC's x86-64-v4
-// still prefers 256-bit vectors, so those copies also ask for prefer-vector-width=512 (16
-// lanes: gelu's tanh form a further 1.15x in float32 and 1.4x in bf16 on the Sapphire Rapids
-// VM). Each
-// element's arithmetic is the same in both copies (vec_math's branch-free formulas, FMA in
-// both): with this compiler (GCC 12) the copies give the same bits for every transcendental
-// the kernels use, tested with the library's own flags (tests/cpp/ops/avx512_loops_test.cpp),
-// so results do not depend on whether a CPU has AVX-512 (a NaN's sign and payload excepted:
-// they follow which operand an instruction passed on). A compiler that vectorised the
-// formulas differently for 16 lanes could break that; the test would say so.
+// (and their backward ops', the fused elementwise chains' steps, and the exponentials of
+// softmax rows and of the fused attention's softmax steps, row_exp.h) also have a copy compiled
+// for x86-64-v4, which runs where the CPU has AVX-512 (avx512_loops()): gelu's forward 1.9x
+// (float32) to 2.2x (bf16) faster here. GCC's x86-64-v4 still prefers 256-bit vectors, so those
+// copies also ask for prefer-vector-width=512 (16 lanes: gelu's tanh form a further 1.15x in
+// float32 and 1.4x in bf16 on the Sapphire Rapids VM). Each element's arithmetic is the same in
+// both copies (vec_math's branch-free formulas, FMA in both): with this compiler (GCC 12) the
+// copies give the same bits for every transcendental the kernels use, tested with the library's
+// own flags (tests/cpp/ops/avx512_loops_test.cpp), so results do not depend on whether a CPU
+// has AVX-512 (a NaN's sign and payload excepted: they follow which operand an instruction
+// passed on). A compiler that vectorised the formulas differently for 16 lanes could break
+// that; the test would say so.
 bool avx512_loops();
 
 template <class T, class F>

@@ -14,6 +14,7 @@
 #include <limits>
 #include <vector>
 
+#include "oneflowlike/kernels/cpu/row_exp.h"
 #include "oneflowlike/kernels/cpu/unary_functions.h"
 
 namespace ofl::cpu {
@@ -52,6 +53,31 @@ TEST(Avx512Loops, GiveTheBitsOfTheLibrarysDefaultLoops) {
   same("gelu_tanh_grad",
        [](auto v) { return unary_math::gelu_tanh_grad<unary_fn::VecMath>(v, decltype(v)(0.75)); });
   same("silu_grad", [](auto v) { return unary_fn::silu_grad(v, decltype(v)(0.75)); });
+}
+
+// Softmax's and attention's exponentials (row_exp.h): the copy for x86-64-v4 gives the bits of
+// the library's default one, masked entries (-inf) and a -inf shift included.
+TEST(Avx512Loops, ShiftedExponentialsGiveTheBitsOfTheDefaultLoop) {
+  if (!avx512_loops()) GTEST_SKIP() << "this CPU has no AVX-512 (x86-64-v4): one loop runs";
+  constexpr float kInf = std::numeric_limits<float>::infinity();
+  std::vector<float> x;
+  for (float v = -150.0f; v < 100.0f; v += 0.0173f) x.push_back(v);
+  for (float v : {0.0f, -0.0f, kInf, -kInf, std::numeric_limits<float>::quiet_NaN(), 1e-40f}) {
+    x.push_back(v);
+  }
+  const int64_t n = static_cast<int64_t>(x.size());
+  for (float shift : {0.0f, 3.5f, -20.0f, 88.0f, -kInf}) {
+    std::vector<float> narrow(n), wide(n);
+    exp_shifted_v3(x.data(), narrow.data(), n, shift);
+    exp_shifted_v4(x.data(), wide.data(), n, shift);
+    for (int64_t i = 0; i < n; ++i) {
+      if (std::isnan(narrow[i]) && std::isnan(wide[i])) continue;
+      ASSERT_EQ(std::bit_cast<uint32_t>(narrow[i]), std::bit_cast<uint32_t>(wide[i]))
+          << "exp(" << x[i] << " - " << shift << ")";
+    }
+    // Masked entries are exactly 0, whatever the shift.
+    EXPECT_EQ(std::bit_cast<uint32_t>(narrow[n - 3]), 0u) << shift;
+  }
 }
 
 }  // namespace

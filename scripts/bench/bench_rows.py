@@ -1,0 +1,81 @@
+"""Row-normalising ops on the CPU against torch's, in one process (issue 17): softmax,
+log_softmax and layer_norm over the last axis, forward alone and forward + backward (eager
+autograd of sum(y * g)), float32 and bfloat16.
+
+    OMP_NUM_THREADS=1 .venv/bin/python scripts/bench/bench_rows.py [--shape 4096 768]
+
+torch.set_num_threads follows OMP_NUM_THREADS. Prints ms per call, the best of 7 rounds (each of
+`--calls` calls after warming up), ours and torch's alternating by round, and torch / ours (> 1:
+ours faster)."""
+
+import argparse
+import os
+import time
+
+import numpy as np
+import torch
+
+import oneflowlike as flow
+
+
+def best_ms(fns, calls, rounds=7):
+    """The best ms per call of each function, measured in alternating rounds."""
+    for fn in fns:
+        fn()
+    best = [float("inf")] * len(fns)
+    for _ in range(rounds):
+        for i, fn in enumerate(fns):
+            start = time.perf_counter()
+            for _ in range(calls):
+                fn()
+            best[i] = min(best[i], (time.perf_counter() - start) / calls * 1e3)
+    return best
+
+
+def cases(lib, x, w, b, g):
+    F = lib.nn.functional
+    rows = x.shape[-1]
+
+    def backward(fn):
+        def step():
+            (fn() * g).sum().backward()
+        return step
+
+    return {
+        "softmax": lambda: F.softmax(x, dim=-1),
+        "log_softmax": lambda: F.log_softmax(x, dim=-1),
+        "layer_norm": lambda: F.layer_norm(x, (rows,), w, b),
+        "softmax fwd+bwd": backward(lambda: F.softmax(x, dim=-1)),
+        "layer_norm fwd+bwd": backward(lambda: F.layer_norm(x, (rows,), w, b)),
+    }
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--shape", type=int, nargs=2, default=[4096, 768])
+    p.add_argument("--calls", type=int, default=20)
+    args = p.parse_args()
+    torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
+    rng = np.random.default_rng(0)
+    r, c = args.shape
+    arrays = [rng.standard_normal(s).astype(np.float32) for s in [(r, c), (c,), (c,), (r, c)]]
+    print(f"# rows ops, shape {tuple(args.shape)}, {os.environ.get('OMP_NUM_THREADS', '1')} "
+          f"thread(s), {time.strftime('%Y-%m-%d')}")
+    print("| op | dtype | ours ms | torch ms | torch / ours |")
+    print("| --- | --- | --- | --- | --- |")
+    for name, ours_dtype, torch_dtype in [("float32", flow.float32, torch.float32),
+                                          ("bfloat16", flow.bfloat16, torch.bfloat16)]:
+        ours_in = [flow.tensor(a).to(ours_dtype) for a in arrays]
+        theirs_in = [torch.tensor(a).to(torch_dtype) for a in arrays]
+        for t in ours_in[:3]:
+            t.requires_grad = True
+        for t in theirs_in[:3]:
+            t.requires_grad_(True)
+        ours, theirs = cases(flow, *ours_in), cases(torch, *theirs_in)
+        for op in ours:
+            a, b = best_ms([ours[op], theirs[op]], args.calls)
+            print(f"| {op} | {name} | {a:.3f} | {b:.3f} | {b / a:.2f} |", flush=True)
+
+
+if __name__ == "__main__":
+    main()
