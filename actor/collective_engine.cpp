@@ -116,7 +116,12 @@ class CollectiveEngine::Stream final : public ActStream {
     in_flight.fetch_add(1, std::memory_order_relaxed);
     engine_->launch(this, Item{std::move(job), std::move(done)});
   }
-  bool busy() const override { return in_flight.load(std::memory_order_relaxed) > 0; }
+  // Once the engine has stopped nothing of this stream runs again: not busy, whatever was left
+  // (Note [Hung streams] in runtime_threads.cpp waits only for work that may still run).
+  bool busy() const override {
+    return in_flight.load(std::memory_order_relaxed) > 0 &&
+           !engine_->stopped_.load(std::memory_order_acquire);
+  }
 
   std::deque<Item> queue;  // GUARDED_BY(engine_->mu_)
   std::atomic<int64_t> in_flight{0};
@@ -143,6 +148,7 @@ void CollectiveEngine::stop() {
   if (thread_.joinable()) thread_.join();
   // Without a thread, a pass under way on another thread ends before this returns.
   std::lock_guard<std::mutex> advancing(advance_mu_);
+  stopped_.store(true, std::memory_order_release);
 }
 
 std::unique_ptr<ActStream> CollectiveEngine::make_stream(std::string name) {

@@ -25,6 +25,7 @@
 // on to the next member as soon as it has been received and added, and receives are posted up
 // to two steps ahead, so sends, receives and adds of one collective overlap.
 
+#include <atomic>
 #include <condition_variable>
 #include <deque>
 #include <memory>
@@ -136,9 +137,10 @@ class CollectiveEngine {
   std::string name_;
   std::mutex mu_;
   std::condition_variable cv_;
-  std::vector<Stream*> active_;  // streams with launched items; GUARDED_BY(mu_)
-  bool stop_ = false;            // GUARDED_BY(mu_)
-  std::mutex advance_mu_;        // one advance() at a time
+  std::vector<Stream*> active_;       // streams with launched items; GUARDED_BY(mu_)
+  bool stop_ = false;                 // GUARDED_BY(mu_)
+  std::atomic<bool> stopped_{false};  // stop_, for the streams' busy() without the lock
+  std::mutex advance_mu_;             // one advance() at a time
   std::thread thread_;
 };
 

@@ -48,6 +48,8 @@
 
 namespace ofl::actor {
 
+class StallClock;  // runtime_internal.h
+
 struct RuntimeOptions {
   /// Ranks of the plan this runtime hosts; empty: all of them (the in-process cluster).
   std::vector<int64_t> ranks;
@@ -208,9 +210,16 @@ class Runtime final : public PlanRunner, private ActorHost {
   std::string departure_failure(int64_t rank, int64_t iterations) const;
   void check_virtual_ids() const;
   void wait_for_iteration();
+  // Waits until no stream is busy, under the watchdog's `clock` (Note [Watchdog]): throws the
+  // stall report if their work does not end. Returns early on a failure.
+  void await_streams(StallClock& clock);
   // Waits for every stream's queued work (Note [Acts without events]); a failure it reports
   // becomes the run's.
   void synchronize_streams();
+  // Note [Hung streams] in runtime_threads.cpp: after a failed run, gives the streams the
+  // watchdog's period to finish, and leaves everything their work could touch allocated if one
+  // has not.
+  void abandon_if_streams_hang();
   // Ends the run with the stall report; `why`: what StallClock::check said.
   [[noreturn]] void throw_stall(const std::string& why = "no actor made progress");
   std::string stall_report() const;

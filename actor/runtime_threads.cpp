@@ -243,9 +243,59 @@ void Runtime::stop_threads() {
   // And the work launched on streams (dropped if not started): nothing may write a register
   // once run() has thrown.
   for (const auto& actor : actors_) actor->set_stream(nullptr);
+  abandon_if_streams_hang();
   streams_.clear();
   broken_ = true;
   inputs_ = nullptr;
+}
+
+// Note [Hung streams]: a stream whose work never ends (a kernel that hangs) cannot be waited
+// for, and its registers cannot be freed while the device may still write them. So after a
+// failed run the streams get the watchdog's period (at least 1 s) to finish; if one has not,
+// the runtime logs it and abandons what that work could touch or call back into: its streams,
+// actors, threads, collectives and memory stay allocated for the life of the process (a failed
+// job's leak, instead of a hang in the destructor or a write into freed memory).
+void Runtime::abandon_if_streams_hang() {
+  if (streams_.empty()) return;
+  const auto deadline = std::chrono::steady_clock::now() +
+                        std::chrono::duration<double>(std::max(options_.watchdog_seconds, 1.0));
+  std::string hung;
+  for (const auto& stream : streams_) {
+    while (stream->busy() && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    if (stream->busy()) hung += str_cat(" '", stream->name(), "'");
+  }
+  if (hung.empty()) return;
+  LOG(ERROR) << kTag << "stream(s)" << hung << " still ran work "
+             << std::max(options_.watchdog_seconds, 1.0)
+             << " s after the run stopped: this runtime's memory, streams and threads are left "
+                "allocated, as that work may still use them (Note [Hung streams]).";
+  struct Abandoned {
+    std::vector<std::unique_ptr<ActStream>> streams;
+    std::vector<std::unique_ptr<Actor>> actors;
+    std::vector<std::unique_ptr<ActorThread>> threads;
+    std::unique_ptr<CollectiveEngine> collectives;
+    std::unique_ptr<DeviceCollectives> device_collectives;
+    std::map<std::pair<int64_t, int64_t>, Tensor> blocks;
+    std::vector<PinnedBlock> pinned;
+  };
+  static std::mutex mu;
+  static auto* abandoned = new std::vector<Abandoned>();  // never freed, by design
+  Abandoned a{std::move(streams_),
+              std::move(actors_),
+              std::move(threads_),
+              std::move(collectives_),
+              std::move(device_collectives_),
+              std::move(blocks_),
+              std::move(pinned_)};
+  std::lock_guard<std::mutex> lock(mu);
+  abandoned->push_back(std::move(a));
+  streams_.clear();
+  actors_.clear();
+  threads_.clear();
+  blocks_.clear();
+  pinned_.clear();
 }
 
 bool Runtime::shutdown() {

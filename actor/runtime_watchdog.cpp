@@ -4,6 +4,7 @@
 #include <chrono>
 #include <map>
 #include <set>
+#include <thread>
 
 #include "actor/runtime.h"
 #include "actor/runtime_internal.h"
@@ -60,8 +61,10 @@ void Runtime::wait_for_iteration() {
   }
   if (failure_.empty()) {
     // Note [Acts without events]: acts counted at their act had their work queued only; the
-    // iteration is over once the streams have run it.
+    // iteration is over once the streams have run it. Under the same watchdog: work that
+    // never ends (a hung kernel) is a stall here too, not a run() that never returns.
     lock.unlock();
+    await_streams(clock);
     synchronize_streams();
     lock.lock();
   }
@@ -78,6 +81,30 @@ void Runtime::wait_for_iteration() {
     }
     stop_threads();
     throw_error(code, failure);
+  }
+}
+
+void Runtime::await_streams(StallClock& clock) {
+  const auto busy_streams = [&] {
+    int busy = 0;
+    for (const auto& stream : streams_) busy += stream->busy() ? 1 : 0;
+    return busy;
+  };
+  int busy = busy_streams();
+  // Polled, as a CUDA stream has no timed wait: 2 us doubling to at most 256 us between looks,
+  // so the end of a GPU step is seen within a quarter of a millisecond.
+  std::chrono::microseconds pause(2);
+  while (busy > 0) {
+    std::this_thread::sleep_for(pause);
+    pause = std::min(pause * 2, std::chrono::microseconds(256));
+    {
+      std::lock_guard<std::mutex> lock(done_mu_);
+      if (!failure_.empty()) return;
+    }
+    const int now_busy = busy_streams();
+    const std::string stalled = clock.check(now_busy<busy, now_busy> 0, now_ns());
+    busy = now_busy;
+    if (!stalled.empty()) throw_stall(stalled);
   }
 }
 

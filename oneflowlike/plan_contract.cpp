@@ -189,6 +189,17 @@ void check_plan_contract(const proto::PlanProto& plan, const PlanContractOptions
     OFL_PLAN_CHECK(t.device() == proto::PLAN_DEVICE_CPU || may_run_on_gpu, "task ", describe(ref),
                    " of kind ", proto::TaskProto::Kind_Name(t.kind()),
                    " must run on the host. However, it is placed on a GPU.");
+    // The GPU's stream and its events belong to the rank's compute thread (Note [Event-gated
+    // acts]): GPU work on another thread would tell its readers it was done when only queued.
+    const bool gpu_work =
+        h2d || d2h ||
+        (t.device() == proto::PLAN_DEVICE_CUDA &&
+         (t.kind() == proto::TaskProto::COMPUTE || t.kind() == proto::TaskProto::COPY));
+    OFL_PLAN_CHECK(!gpu_work || t.thread() == 0, "task ", describe(ref), " of kind ",
+                   proto::TaskProto::Kind_Name(t.kind()),
+                   " works on a GPU, so it must be on the rank's compute thread (0). However, it "
+                   "is on thread ",
+                   t.thread(), ".");
     const proto::PlanDevice in_device = h2d   ? proto::PLAN_DEVICE_CPU
                                         : d2h ? proto::PLAN_DEVICE_CUDA
                                               : t.device();

@@ -75,6 +75,13 @@ class HeldStream final : public ActStream {
     open_ = true;
     cv_.notify_all();
   }
+  // Opens the stream for `n` works, after which it holds the rest for ever (a hung kernel).
+  void open_for(int n) {
+    std::lock_guard<std::mutex> lock(mu_);
+    open_ = true;
+    runs_left_ = n;
+    cv_.notify_all();
+  }
   int launched() const {
     std::lock_guard<std::mutex> lock(mu_);
     return launched_;
@@ -93,8 +100,9 @@ class HeldStream final : public ActStream {
   void loop() {
     std::unique_lock<std::mutex> lock(mu_);
     for (;;) {
-      cv_.wait(lock, [&] { return stop_ || (open_ && !queue_.empty()); });
+      cv_.wait(lock, [&] { return stop_ || (open_ && runs_left_ != 0 && !queue_.empty()); });
       if (stop_) return;
+      if (runs_left_ > 0) --runs_left_;
       Item item = std::move(queue_.front());
       lock.unlock();
       std::this_thread::sleep_for(delay);
@@ -127,6 +135,7 @@ class HeldStream final : public ActStream {
   std::deque<Item> queue_;
   bool enqueues_;
   bool open_ = false;
+  int runs_left_ = -1;  // -1: no limit
   bool stop_ = false;
   int launched_ = 0;
   int enqueued_ = 0;
@@ -321,6 +330,48 @@ TEST(ActStream, WorkThatNeverEndsIsAStallAfterTheBusyLimit) {
     EXPECT_GE(waited, 0.9) << "not before the busy limit";
     EXPECT_LT(waited, 10.0);
   }
+}
+
+// Note [Acts without events] and Note [Hung streams]: once every act is counted, run() waits for
+// the streams' enqueued work under the same watchdog. Here the stream runs the tick, then holds
+// the enqueued INPUT, relu, neg and OUTPUT for ever: run() raises the stall naming the busy
+// stream (it used to wait in the stream's synchronize for ever), and the runtime, which cannot
+// free what that work may still write, leaves it allocated and still ends.
+TEST(ActStream, EnqueuedWorkThatNeverEndsIsAStallNotAHang) {
+  PlanBuilder b(1);
+  const Shape shape{4};
+  const int64_t x = b.input(0, "x", shape);
+  const int64_t h = b.reg(0, "h", shape);
+  const int64_t y = b.reg(0, "y", shape);
+  b.compute(0, "relu", "relu", NoParams{}, {x}, {h});
+  b.compute(0, "neg", "neg", NoParams{}, {h}, {y});
+  b.output(0, "y", y, shape);
+  HeldStreams held;
+  held.enqueues = true;
+  RuntimeOptions options = held.options();
+  options.watchdog_seconds = 0.1;  // the busy limit: 1 s
+  auto runtime = std::make_unique<Runtime>(b.plan(), options);
+  HeldStream& stream = *held.by_rank.at(0);
+  stream.open_for(1);
+  const auto start = std::chrono::steady_clock::now();
+  try {
+    runtime->run({{"x", make_tensor({1, -2, 3, -4}, shape, DataType::kFloat32)}});
+    ADD_FAILURE() << "work that never ends must stop the run";
+  } catch (const Error& e) {
+    const double waited =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    const std::string what = e.what();
+    EXPECT_EQ(e.code(), ErrorCode::kDeadlineExceeded) << what;
+    EXPECT_NE(what.find("nothing finished for 10 times the watchdog's limit"), std::string::npos)
+        << what;
+    EXPECT_NE(what.find("stream '" + stream.name() + "' busy"), std::string::npos) << what;
+    EXPECT_NE(what.find("(5 of 5 acts done)"), std::string::npos) << what;  // the tick too
+    EXPECT_GE(waited, 0.9) << "not before the busy limit";
+    EXPECT_LT(waited, 10.0);
+  }
+  EXPECT_EQ(stream.finished(), 1);
+  EXPECT_TRUE(stream.busy());
+  runtime.reset();  // returns: the held stream is abandoned, not waited for
 }
 
 TEST(ActStream, AFailingWorkOnAStreamEndsTheRunNamingItsTaskAndIteration) {

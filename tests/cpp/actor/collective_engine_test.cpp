@@ -60,10 +60,13 @@ TEST(CollectiveEngine, NoJobAdvancesAfterStopWithoutAThread) {
   launch(*stream, job, &done);
   EXPECT_FALSE(engine.advance());
   EXPECT_EQ(job->advances.load(), 1);
+  EXPECT_TRUE(stream->busy());
   engine.stop();
   EXPECT_FALSE(engine.advance());
   EXPECT_EQ(job->advances.load(), 1);
-  EXPECT_TRUE(stream->busy());
+  // Its job never ends, but nothing of it runs again: not busy (Note [Hung streams]).
+  EXPECT_FALSE(stream->busy());
+  EXPECT_FALSE(done.load());
   stream.reset();
 }
 

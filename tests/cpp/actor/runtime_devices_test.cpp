@@ -244,6 +244,38 @@ TEST(DevicePlans, TheContractRefusesAHostTaskReadingGpuMemory) {
   }
 }
 
+// GPU work off the compute thread would run without the stream's events: its readers would
+// hear of it when it was only queued. The contract refuses it, naming the task and thread.
+TEST(DevicePlans, TheContractRefusesGpuWorkOffTheComputeThread) {
+  const MlpLayout layout = all_on_cuda(testing::mlp_layouts()[0]);
+  proto::PlanProto plan =
+      compiler::compile_graph(testing::build_mlp(layout, OptimizerConfig::Kind::kSgd));
+  check_plan_contract(plan);
+  for (const auto kind : {proto::TaskProto::COMPUTE, proto::TaskProto::COPY_H2D}) {
+    proto::PlanProto moved = plan;
+    std::string name;
+    for (auto& task : *moved.mutable_ranks(0)->mutable_tasks()) {
+      if (task.kind() == kind) {
+        task.set_thread(1);
+        name = task.name();
+        break;
+      }
+    }
+    ASSERT_FALSE(name.empty()) << proto::TaskProto::Kind_Name(kind);
+    try {
+      check_plan_contract(moved);
+      ADD_FAILURE() << "the plan was accepted with " << name << " on thread 1";
+    } catch (const Error& e) {
+      const std::string what = e.what();
+      EXPECT_EQ(e.code(), ErrorCode::kFailedPrecondition);
+      EXPECT_NE(what.find("must be on the rank's compute thread (0). However, it is on thread 1"),
+                std::string::npos)
+          << what;
+      EXPECT_NE(what.find(name), std::string::npos) << what;
+    }
+  }
+}
+
 TEST(DevicePlans, WithoutAGpuLoadingAGpuPlanFailsNamingTheRank) {
   if (cuda::device_count() > 0) GTEST_SKIP() << "this machine has a GPU";
   const MlpLayout layout = all_on_cuda(find_layout(testing::mlp_layouts(), "dp2"));
