@@ -167,7 +167,8 @@ Runtime::Runtime(const proto::PlanProto& plan, RuntimeOptions options)
 // ranks (the in-process cluster) gives them consecutive GPUs. Every GPU is checked when the
 // plan loads, so a missing driver or too few GPUs fail before anything runs, naming the rank.
 // OFL_CUDA_DEVICE=i overrides LOCAL_RANK: every process of the job then starts at GPU i, which
-// is how several ranks share one GPU (a DP2 check on a one-GPU machine).
+// is how several ranks share one GPU (a DP2 check on a one-GPU machine). Eager "cuda" starts at
+// the same GPU (current_cuda_device in oneflowlike/device.h).
 void Runtime::choose_gpus() {
   int next = options_.first_gpu;
   if (next < 0) {

@@ -57,10 +57,38 @@ int cuda_devices() {
 }
 
 namespace {
-std::atomic<int> current_cuda{0};
+
+// OFL_CUDA_DEVICE, else LOCAL_RANK, where that GPU is one this process sees; else 0 (as
+// before: a process that sees one GPU, CUDA_VISIBLE_DEVICES per rank, or a value that is not a
+// GPU index, which the runtime refuses naming the variable when a plan needs the GPU).
+int launcher_gpu() {
+  for (const char* name : {"OFL_CUDA_DEVICE", "LOCAL_RANK"}) {
+    const char* env = std::getenv(name);
+    if (env == nullptr || *env == '\0') continue;
+    const std::string_view text(env);
+    int index = -1;
+    auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), index);
+    if (ec != std::errc() || ptr != text.data() + text.size() || index < 0) return 0;
+    return index > 0 && index < cuda_devices() ? index : 0;
+  }
+  return 0;
+}
+
+constexpr int kUnset = -1;
+std::atomic<int> current_cuda{kUnset};
+
 }  // namespace
 
-int current_cuda_device() { return current_cuda.load(std::memory_order_relaxed); }
+int current_cuda_device() {
+  int index = current_cuda.load(std::memory_order_relaxed);
+  if (index != kUnset) return index;
+  // First asked: counting devices starts the CUDA runtime, so not at load. Two threads asking
+  // at once compute the same value.
+  index = launcher_gpu();
+  int unset = kUnset;
+  current_cuda.compare_exchange_strong(unset, index, std::memory_order_relaxed);
+  return current_cuda.load(std::memory_order_relaxed);
+}
 
 void set_current_cuda_device(int index) {
   const int count = cuda_devices();

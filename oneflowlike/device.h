@@ -50,7 +50,11 @@ inline DeviceType kernel_device_type(Device device) {
 }
 /// The CUDA devices this process can use: the simulated ones, else the GPUs it sees.
 int cuda_devices();
-/// The device "cuda" names (torch.cuda.current_device; 0 until set), for the whole process.
+/// The device "cuda" names (torch.cuda.current_device), for the whole process. Until set, the
+/// GPU the launcher gave this process, as the runtime takes it for plans (Note [The GPU of a
+/// rank] in actor/runtime_loading.cpp): OFL_CUDA_DEVICE, else LOCAL_RANK, where this process
+/// sees that GPU; else 0. So eager tensors, pinned memory and plans of a launched rank meet on
+/// one GPU, and no process of a node makes a context on GPU 0 unless it is its own.
 int current_cuda_device();
 /// Sets it (torch.cuda.set_device); raises naming `index` when there is no such device.
 void set_current_cuda_device(int index);
