@@ -91,6 +91,36 @@ def test_a_sixteen_bit_op_is_its_float32_kernel_rounded_once(case, dtype):
                                    atol=tol)
 
 
+NORM_KERNELS = {  # name: (kernel, input shapes by position; "rows" is (rows, 300), "row" (300,))
+    "layer_norm": (flow._C.layer_norm, ["rows", "row", "row"]),
+    "layer_norm_grad": (flow._C.layer_norm_grad, ["rows", "rows", "stats", "stats", "row"]),
+    "layer_norm_param_grad": (flow._C.layer_norm_param_grad, ["rows", "rows", "stats", "stats"]),
+    "rms_norm": (flow._C.rms_norm, ["rows", "row"]),
+    "rms_norm_grad": (flow._C.rms_norm_grad, ["rows", "rows", "stats", "row"]),
+    "rms_norm_param_grad": (flow._C.rms_norm_param_grad, ["rows", "rows", "stats"]),
+}
+
+
+@pytest.mark.parametrize("dtype", list(LOW))
+@pytest.mark.parametrize("kernel", list(NORM_KERNELS))
+def test_every_norm_kernel_is_its_float32_kernel_rounded_once(kernel, dtype):
+    """Each output of the norms' 16-bit kernels, forward and backward (bfloat16's read its rows
+    into float32 scratch, Note [Native bfloat16 rows]), is the float32 kernel's on the same
+    rounded inputs, rounded once: bit for bit, over rows longer than a vector's lanes."""
+    fn, kinds = NORM_KERNELS[kernel]
+    shapes = {"rows": (37, 300), "row": (300,), "stats": (37,)}
+    arrays = [rand(*shapes[k], seed=i, positive=(k == "stats")) for i, k in enumerate(kinds)]
+    low = LOW[dtype]
+    rounded = [flow.tensor(a).to(low) for a in arrays]
+    got = fn(*rounded)
+    want = fn(*[t.to(flow.float32) for t in rounded])
+    got, want = (got, want) if isinstance(got, (list, tuple)) else ([got], [want])
+    for g, w in zip(got, want):
+        assert g.dtype == low
+        np.testing.assert_array_equal(g.to(flow.float32).numpy(),
+                                      w.to(low).to(flow.float32).numpy())
+
+
 @pytest.mark.parametrize("dtype", list(LOW))
 def test_losses_take_integer_labels_as_they_are(dtype):
     low = LOW[dtype]

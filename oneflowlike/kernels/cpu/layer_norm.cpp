@@ -1,5 +1,6 @@
 // CPU kernels of layer_norm and its backward ops. x is viewed as (rows, cols) with rows the
-// number of elements of mean; statistics accumulate in double.
+// number of elements of mean; statistics accumulate in double. bfloat16 runs the float32 row
+// functions on widened rows (Note [Native bfloat16 rows] in bf16_rows.h).
 
 #include "oneflowlike/ops/layer_norm.h"
 
@@ -9,6 +10,7 @@
 #include <vector>
 
 #include "oneflowlike/common/parallel.h"
+#include "oneflowlike/kernels/cpu/bf16_rows.h"
 #include "oneflowlike/kernels/cpu/blocked_sum.h"
 #include "oneflowlike/kernels/cpu/row_blocks.h"
 #include "oneflowlike/kernels/cpu/widened.h"
@@ -17,6 +19,55 @@
 namespace ofl::cpu {
 
 namespace {
+
+// One row: y, and the row's mean and inv_std.
+template <class T>
+void forward_row(const T* xr, const T* w, const T* bias, T* yr, T* mean, T* inv_std, int64_t cols,
+                 double eps) {
+  const double sum = lane_sums<1>(
+      cols, [&](int64_t c) { return std::array<double, 1>{static_cast<double>(xr[c])}; })[0];
+  const double mu = cols > 0 ? sum / cols : 0.0;
+  // Two passes: no cancellation for large means.
+  const double sq = lane_sums<1>(cols, [&](int64_t c) {
+    const double d = xr[c] - mu;
+    return std::array<double, 1>{d * d};
+  })[0];
+  const double var = cols > 0 ? sq / cols : 0.0;
+  const T m = static_cast<T>(mu);
+  const T is = static_cast<T>(1.0 / std::sqrt(var + eps));
+  *mean = m;
+  *inv_std = is;
+#pragma omp simd
+  for (int64_t c = 0; c < cols; ++c) yr[c] = (xr[c] - m) * is * w[c] + bias[c];
+}
+
+// One row of dx. With g = dy * weight and xhat the normalised x:
+//   dx = inv_std * (g - mean(g) - xhat * mean(g * xhat)).
+template <class T>
+void input_grad_row(const T* dyr, const T* xr, T m, T is, const T* w, T* dxr, int64_t cols) {
+  const auto [sum_g, sum_g_xhat] = lane_sums<2>(cols, [&](int64_t c) {
+    const double g = dyr[c] * w[c];
+    return std::array<double, 2>{g, g * ((xr[c] - m) * is)};
+  });
+  const T mean_g = static_cast<T>(sum_g / cols);
+  const T mean_g_xhat = static_cast<T>(sum_g_xhat / cols);
+#pragma omp simd
+  for (int64_t c = 0; c < cols; ++c) {
+    const T xhat = (xr[c] - m) * is;
+    dxr[c] = is * (dyr[c] * w[c] - mean_g - xhat * mean_g_xhat);
+  }
+}
+
+// One row's terms of the parameter gradients: acc[c] += dy * xhat, acc[cols + c] += dy.
+template <class T>
+void param_grad_row(const T* dyr, const T* xr, T m, T is, int64_t cols, double* acc) {
+  double* acc_b = acc + cols;
+#pragma omp simd
+  for (int64_t c = 0; c < cols; ++c) {
+    acc[c] += dyr[c] * ((xr[c] - m) * is);
+    acc_b[c] += dyr[c];
+  }
+}
 
 // Inputs (x, weight, bias) -> (y, mean, inv_std).
 template <class T>
@@ -31,31 +82,28 @@ struct LayerNormKernel {
     const auto [rows, cols] = layer_norm_rows_cols(ctx.in(0), ctx.out(1));
     const double eps = ctx.p<LayerNormParams>().epsilon;
     parallel_for(rows, items_per_grain(cols), [&](int64_t begin, int64_t end) {
-      for (int64_t r = begin; r < end; ++r) {
-        const T* xr = x + r * cols;
-        T* yr = y + r * cols;
-        const double sum = lane_sums<1>(
-            cols, [&](int64_t c) { return std::array<double, 1>{static_cast<double>(xr[c])}; })[0];
-        const double mu = cols > 0 ? sum / cols : 0.0;
-        // Two passes: no cancellation for large means.
-        const double sq = lane_sums<1>(cols, [&](int64_t c) {
-          const double d = xr[c] - mu;
-          return std::array<double, 1>{d * d};
-        })[0];
-        const double var = cols > 0 ? sq / cols : 0.0;
-        const T m = static_cast<T>(mu);
-        const T is = static_cast<T>(1.0 / std::sqrt(var + eps));
-        mean[r] = m;
-        inv_std[r] = is;
-#pragma omp simd
-        for (int64_t c = 0; c < cols; ++c) yr[c] = (xr[c] - m) * is * w[c] + bias[c];
+      if constexpr (std::is_same_v<T, bfloat16>) {
+        const float* wf = BFloat16Rows::widened(0, w, cols);
+        const float* bf = BFloat16Rows::widened(1, bias, cols);
+        float* yf = BFloat16Rows::row(2, cols);
+        for (int64_t r = begin; r < end; ++r) {
+          const float* xf = BFloat16Rows::widened(3, x + r * cols, cols);
+          float m, is;
+          forward_row<float>(xf, wf, bf, yf, &m, &is, cols, eps);
+          BFloat16Rows::round(yf, y + r * cols, cols);
+          mean[r] = bfloat16(m);
+          inv_std[r] = bfloat16(is);
+        }
+      } else {
+        for (int64_t r = begin; r < end; ++r) {
+          forward_row<T>(x + r * cols, w, bias, y + r * cols, mean + r, inv_std + r, cols, eps);
+        }
       }
     });
   }
 };
 
-// Inputs (dy, x, mean, inv_std, weight) -> dx. With g = dy * weight and xhat the normalised x:
-//   dx = inv_std * (g - mean(g) - xhat * mean(g * xhat)).
+// Inputs (dy, x, mean, inv_std, weight) -> dx.
 template <class T>
 struct LayerNormGradKernel {
   static void run(const KernelContext& ctx) {
@@ -67,21 +115,20 @@ struct LayerNormGradKernel {
     T* dx = ctx.out(0).data<T>();
     const auto [rows, cols] = layer_norm_rows_cols(ctx.in(1), ctx.in(2));
     parallel_for(rows, items_per_grain(cols), [&](int64_t begin, int64_t end) {
-      for (int64_t r = begin; r < end; ++r) {
-        const T* dyr = dy + r * cols;
-        const T* xr = x + r * cols;
-        T* dxr = dx + r * cols;
-        const T m = mean[r], is = inv_std[r];
-        const auto [sum_g, sum_g_xhat] = lane_sums<2>(cols, [&](int64_t c) {
-          const double g = dyr[c] * w[c];
-          return std::array<double, 2>{g, g * ((xr[c] - m) * is)};
-        });
-        const T mean_g = static_cast<T>(sum_g / cols);
-        const T mean_g_xhat = static_cast<T>(sum_g_xhat / cols);
-#pragma omp simd
-        for (int64_t c = 0; c < cols; ++c) {
-          const T xhat = (xr[c] - m) * is;
-          dxr[c] = is * (dyr[c] * w[c] - mean_g - xhat * mean_g_xhat);
+      if constexpr (std::is_same_v<T, bfloat16>) {
+        const float* wf = BFloat16Rows::widened(0, w, cols);
+        float* dxf = BFloat16Rows::row(1, cols);
+        for (int64_t r = begin; r < end; ++r) {
+          const float* dyf = BFloat16Rows::widened(2, dy + r * cols, cols);
+          const float* xf = BFloat16Rows::widened(3, x + r * cols, cols);
+          input_grad_row<float>(dyf, xf, static_cast<float>(mean[r]),
+                                static_cast<float>(inv_std[r]), wf, dxf, cols);
+          BFloat16Rows::round(dxf, dx + r * cols, cols);
+        }
+      } else {
+        for (int64_t r = begin; r < end; ++r) {
+          input_grad_row<T>(dy + r * cols, x + r * cols, mean[r], inv_std[r], w, dx + r * cols,
+                            cols);
         }
       }
     });
@@ -102,32 +149,34 @@ struct LayerNormParamGradKernel {
     const auto [rows, cols] = layer_norm_rows_cols(ctx.in(1), ctx.in(2));
     const std::vector<double> sums =
         row_blocked_column_sums(rows, cols, /*terms=*/2, [&](int64_t r, double* acc) {
-          const T* dyr = dy + r * cols;
-          const T* xr = x + r * cols;
-          const T m = mean[r], is = inv_std[r];
-          double* acc_b = acc + cols;
-#pragma omp simd
-          for (int64_t c = 0; c < cols; ++c) {
-            acc[c] += dyr[c] * ((xr[c] - m) * is);
-            acc_b[c] += dyr[c];
+          if constexpr (std::is_same_v<T, bfloat16>) {
+            const float* dyf = BFloat16Rows::widened(0, dy + r * cols, cols);
+            const float* xf = BFloat16Rows::widened(1, x + r * cols, cols);
+            param_grad_row<float>(dyf, xf, static_cast<float>(mean[r]),
+                                  static_cast<float>(inv_std[r]), cols, acc);
+          } else {
+            param_grad_row<T>(dy + r * cols, x + r * cols, mean[r], inv_std[r], cols, acc);
           }
         });
+    // bfloat16 through float, as the Widened kernel rounded the float32 kernel's outputs.
+    using Out = std::conditional_t<std::is_same_v<T, bfloat16>, float, T>;
     for (int64_t c = 0; c < cols; ++c) {
-      dw[c] = static_cast<T>(sums[c]);
-      db[c] = static_cast<T>(sums[cols + c]);
+      dw[c] = static_cast<T>(static_cast<Out>(sums[c]));
+      db[c] = static_cast<T>(static_cast<Out>(sums[cols + c]));
     }
   }
 };
 
 }  // namespace
 
-OFL_REGISTER_KERNEL("layer_norm", kCPU, LayerNormKernel, float, double);
-OFL_REGISTER_KERNEL("layer_norm_grad", kCPU, LayerNormGradKernel, float, double);
-OFL_REGISTER_KERNEL("layer_norm_param_grad", kCPU, LayerNormParamGradKernel, float, double);
+OFL_REGISTER_KERNEL("layer_norm", kCPU, LayerNormKernel, float, double, bfloat16);
+OFL_REGISTER_KERNEL("layer_norm_grad", kCPU, LayerNormGradKernel, float, double, bfloat16);
+OFL_REGISTER_KERNEL("layer_norm_param_grad", kCPU, LayerNormParamGradKernel, float, double,
+                    bfloat16);
 
-// float16 and bfloat16 through the float32 kernels (Note [Widened kernels] in widened.h).
-OFL_REGISTER_WIDENED_KERNEL("layer_norm", LayerNormKernel);
-OFL_REGISTER_WIDENED_KERNEL("layer_norm_grad", LayerNormGradKernel);
-OFL_REGISTER_WIDENED_KERNEL("layer_norm_param_grad", LayerNormParamGradKernel);
+// float16 through the float32 kernels (Note [Widened kernels] in widened.h).
+OFL_REGISTER_WIDENED_FLOAT16_KERNEL("layer_norm", LayerNormKernel);
+OFL_REGISTER_WIDENED_FLOAT16_KERNEL("layer_norm_grad", LayerNormGradKernel);
+OFL_REGISTER_WIDENED_FLOAT16_KERNEL("layer_norm_param_grad", LayerNormParamGradKernel);
 
 }  // namespace ofl::cpu

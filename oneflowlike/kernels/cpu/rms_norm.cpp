@@ -1,5 +1,6 @@
 // CPU kernels of rms_norm and its backward ops. x is viewed as (rows, cols) with rows the
-// number of elements of inv_rms; sums accumulate in double, as layer_norm's do.
+// number of elements of inv_rms; sums accumulate in double, as layer_norm's do. bfloat16 runs
+// the float32 row functions on widened rows (Note [Native bfloat16 rows] in bf16_rows.h).
 
 #include "oneflowlike/ops/rms_norm.h"
 
@@ -9,6 +10,7 @@
 #include <vector>
 
 #include "oneflowlike/common/parallel.h"
+#include "oneflowlike/kernels/cpu/bf16_rows.h"
 #include "oneflowlike/kernels/cpu/blocked_sum.h"
 #include "oneflowlike/kernels/cpu/row_blocks.h"
 #include "oneflowlike/kernels/cpu/widened.h"
@@ -17,6 +19,39 @@
 namespace ofl::cpu {
 
 namespace {
+
+// One row: y and the row's inv_rms.
+template <class T>
+void forward_row(const T* xr, const T* w, T* yr, T* inv_rms, int64_t cols, double eps) {
+  const double sq = lane_sums<1>(cols, [&](int64_t c) {
+    return std::array<double, 1>{static_cast<double>(xr[c]) * xr[c]};
+  })[0];
+  const double mean_sq = cols > 0 ? sq / cols : 0.0;
+  const T ir = static_cast<T>(1.0 / std::sqrt(mean_sq + eps));
+  *inv_rms = ir;
+#pragma omp simd
+  for (int64_t c = 0; c < cols; ++c) yr[c] = xr[c] * ir * w[c];
+}
+
+// One row of dx = inv_rms * (g - xhat * mean(g * xhat)), g = dy * w.
+template <class T>
+void input_grad_row(const T* dyr, const T* xr, T ir, const T* w, T* dxr, int64_t cols) {
+  const double sum_g_xhat = lane_sums<1>(cols, [&](int64_t c) {
+    return std::array<double, 1>{static_cast<double>(dyr[c] * w[c]) * (xr[c] * ir)};
+  })[0];
+  const T mean_g_xhat = static_cast<T>(sum_g_xhat / cols);
+#pragma omp simd
+  for (int64_t c = 0; c < cols; ++c) {
+    dxr[c] = ir * (dyr[c] * w[c] - (xr[c] * ir) * mean_g_xhat);
+  }
+}
+
+// One row's dy * xhat, added into acc.
+template <class T>
+void param_grad_row(const T* dyr, const T* xr, T ir, int64_t cols, double* acc) {
+#pragma omp simd
+  for (int64_t c = 0; c < cols; ++c) acc[c] += dyr[c] * (xr[c] * ir);
+}
 
 // Inputs (x, weight) -> (y, inv_rms).
 template <class T>
@@ -29,23 +64,26 @@ struct RmsNormKernel {
     const auto [rows, cols] = layer_norm_rows_cols(ctx.in(0), ctx.out(1));
     const double eps = ctx.p<LayerNormParams>().epsilon;
     parallel_for(rows, items_per_grain(cols), [&](int64_t begin, int64_t end) {
-      for (int64_t r = begin; r < end; ++r) {
-        const T* xr = x + r * cols;
-        T* yr = y + r * cols;
-        const double sq = lane_sums<1>(cols, [&](int64_t c) {
-          return std::array<double, 1>{static_cast<double>(xr[c]) * xr[c]};
-        })[0];
-        const double mean_sq = cols > 0 ? sq / cols : 0.0;
-        const T ir = static_cast<T>(1.0 / std::sqrt(mean_sq + eps));
-        inv_rms[r] = ir;
-#pragma omp simd
-        for (int64_t c = 0; c < cols; ++c) yr[c] = xr[c] * ir * w[c];
+      if constexpr (std::is_same_v<T, bfloat16>) {
+        const float* wf = BFloat16Rows::widened(0, w, cols);
+        float* yf = BFloat16Rows::row(1, cols);
+        for (int64_t r = begin; r < end; ++r) {
+          const float* xf = BFloat16Rows::widened(2, x + r * cols, cols);
+          float ir;
+          forward_row<float>(xf, wf, yf, &ir, cols, eps);
+          BFloat16Rows::round(yf, y + r * cols, cols);
+          inv_rms[r] = bfloat16(ir);
+        }
+      } else {
+        for (int64_t r = begin; r < end; ++r) {
+          forward_row<T>(x + r * cols, w, y + r * cols, inv_rms + r, cols, eps);
+        }
       }
     });
   }
 };
 
-// Inputs (dy, x, inv_rms, weight) -> dx = inv_rms * (g - xhat * mean(g * xhat)), g = dy * w.
+// Inputs (dy, x, inv_rms, weight) -> dx.
 template <class T>
 struct RmsNormGradKernel {
   static void run(const KernelContext& ctx) {
@@ -56,26 +94,26 @@ struct RmsNormGradKernel {
     T* dx = ctx.out(0).data<T>();
     const auto [rows, cols] = layer_norm_rows_cols(ctx.in(1), ctx.in(2));
     parallel_for(rows, items_per_grain(cols), [&](int64_t begin, int64_t end) {
-      for (int64_t r = begin; r < end; ++r) {
-        const T* dyr = dy + r * cols;
-        const T* xr = x + r * cols;
-        T* dxr = dx + r * cols;
-        const T ir = inv_rms[r];
-        const double sum_g_xhat = lane_sums<1>(cols, [&](int64_t c) {
-          return std::array<double, 1>{static_cast<double>(dyr[c] * w[c]) * (xr[c] * ir)};
-        })[0];
-        const T mean_g_xhat = static_cast<T>(sum_g_xhat / cols);
-#pragma omp simd
-        for (int64_t c = 0; c < cols; ++c) {
-          dxr[c] = ir * (dyr[c] * w[c] - (xr[c] * ir) * mean_g_xhat);
+      if constexpr (std::is_same_v<T, bfloat16>) {
+        const float* wf = BFloat16Rows::widened(0, w, cols);
+        float* dxf = BFloat16Rows::row(1, cols);
+        for (int64_t r = begin; r < end; ++r) {
+          const float* dyf = BFloat16Rows::widened(2, dy + r * cols, cols);
+          const float* xf = BFloat16Rows::widened(3, x + r * cols, cols);
+          input_grad_row<float>(dyf, xf, static_cast<float>(inv_rms[r]), wf, dxf, cols);
+          BFloat16Rows::round(dxf, dx + r * cols, cols);
+        }
+      } else {
+        for (int64_t r = begin; r < end; ++r) {
+          input_grad_row<T>(dy + r * cols, x + r * cols, inv_rms[r], w, dx + r * cols, cols);
         }
       }
     });
   }
 };
 
-// Inputs (dy, x, inv_rms) -> dweight, the column sums of dy * xhat. Parallel over blocks of
-// columns; each walks all rows, so writes never collide.
+// Inputs (dy, x, inv_rms) -> dweight, the column sums of dy * xhat, by row blocks (Note
+// [Row-blocked column sums]).
 template <class T>
 struct RmsNormParamGradKernel {
   static void run(const KernelContext& ctx) {
@@ -84,28 +122,31 @@ struct RmsNormParamGradKernel {
     const T* inv_rms = ctx.in(2).data<T>();
     T* dw = ctx.out(0).data<T>();
     const auto [rows, cols] = layer_norm_rows_cols(ctx.in(1), ctx.in(2));
-    // Note [Row-blocked column sums].
     const std::vector<double> sums =
         row_blocked_column_sums(rows, cols, /*terms=*/1, [&](int64_t r, double* acc) {
-          const T* dyr = dy + r * cols;
-          const T* xr = x + r * cols;
-          const T ir = inv_rms[r];
-#pragma omp simd
-          for (int64_t c = 0; c < cols; ++c) acc[c] += dyr[c] * (xr[c] * ir);
+          if constexpr (std::is_same_v<T, bfloat16>) {
+            const float* dyf = BFloat16Rows::widened(0, dy + r * cols, cols);
+            const float* xf = BFloat16Rows::widened(1, x + r * cols, cols);
+            param_grad_row<float>(dyf, xf, static_cast<float>(inv_rms[r]), cols, acc);
+          } else {
+            param_grad_row<T>(dy + r * cols, x + r * cols, inv_rms[r], cols, acc);
+          }
         });
-    for (int64_t c = 0; c < cols; ++c) dw[c] = static_cast<T>(sums[c]);
+    // bfloat16 through float, as the Widened kernel rounded the float32 kernel's outputs.
+    using Out = std::conditional_t<std::is_same_v<T, bfloat16>, float, T>;
+    for (int64_t c = 0; c < cols; ++c) dw[c] = static_cast<T>(static_cast<Out>(sums[c]));
   }
 };
 
 }  // namespace
 
-OFL_REGISTER_KERNEL("rms_norm", kCPU, RmsNormKernel, float, double);
-OFL_REGISTER_KERNEL("rms_norm_grad", kCPU, RmsNormGradKernel, float, double);
-OFL_REGISTER_KERNEL("rms_norm_param_grad", kCPU, RmsNormParamGradKernel, float, double);
+OFL_REGISTER_KERNEL("rms_norm", kCPU, RmsNormKernel, float, double, bfloat16);
+OFL_REGISTER_KERNEL("rms_norm_grad", kCPU, RmsNormGradKernel, float, double, bfloat16);
+OFL_REGISTER_KERNEL("rms_norm_param_grad", kCPU, RmsNormParamGradKernel, float, double, bfloat16);
 
-// float16 and bfloat16 through the float32 kernels (Note [Widened kernels] in widened.h).
-OFL_REGISTER_WIDENED_KERNEL("rms_norm", RmsNormKernel);
-OFL_REGISTER_WIDENED_KERNEL("rms_norm_grad", RmsNormGradKernel);
-OFL_REGISTER_WIDENED_KERNEL("rms_norm_param_grad", RmsNormParamGradKernel);
+// float16 through the float32 kernels (Note [Widened kernels] in widened.h).
+OFL_REGISTER_WIDENED_FLOAT16_KERNEL("rms_norm", RmsNormKernel);
+OFL_REGISTER_WIDENED_FLOAT16_KERNEL("rms_norm_grad", RmsNormGradKernel);
+OFL_REGISTER_WIDENED_FLOAT16_KERNEL("rms_norm_param_grad", RmsNormParamGradKernel);
 
 }  // namespace ofl::cpu

@@ -149,12 +149,13 @@ using compute_of = std::conditional_t<std::is_same_v<T, bfloat16>, float, T>;
 
 /// Registers Widened<float16, Kernel> for op `name` on the CPU, for ops whose bfloat16 kernel is
 /// native (Note [Native bfloat16 loops]).
-#define OFL_REGISTER_WIDENED_FLOAT16_KERNEL(name, Kernel)                              \
-  [[maybe_unused]] static const bool OFL_CONCAT(ofl_widened_half_, __COUNTER__) = [] { \
-    ::ofl::OpRegistry::global().get_or_create(name).add_kernel(                        \
-        ::ofl::DeviceType::kCPU, ::ofl::DataType::kFloat16,                            \
-        &::ofl::cpu::Widened<::ofl::float16, Kernel>::run);                            \
-    return true;                                                                       \
+#define OFL_REGISTER_WIDENED_FLOAT16_KERNEL(name, Kernel)                               \
+  [[maybe_unused]] static const bool OFL_CONCAT(ofl_widened_half_, __COUNTER__) = [] {  \
+    ::ofl::OpRegistry::global().get_or_create(name).add_kernel(                         \
+        ::ofl::DeviceType::kCPU, ::ofl::DataType::kFloat16,                             \
+        &::ofl::cpu::Widened<::ofl::float16, Kernel>::run);                             \
+    ::ofl::cpu::note_widened_kernel(&::ofl::cpu::Widened<::ofl::float16, Kernel>::run); \
+    return true;                                                                        \
   }()
 
 /// Registers Widened<float16, Kernel> and Widened<bfloat16, Kernel> for op `name` on the CPU.
