@@ -122,6 +122,30 @@ def test_every_norm_kernel_is_its_float32_kernel_rounded_once(kernel, dtype):
 
 
 @pytest.mark.parametrize("dtype", list(LOW))
+@pytest.mark.parametrize("name", ["softmax", "log_softmax"])
+@pytest.mark.parametrize("shape,dim", [((37, 300), -1), ((300, 70), 0), ((3, 2000, 5), 1),
+                                       ((4, 9, 6), 1)])
+def test_softmax_kernels_are_their_float32_kernels_rounded_once(name, shape, dim, dtype):
+    """softmax, log_softmax and their gradients in 16 bits (bfloat16 on widened rows, or lines
+    of a non-last axis a few at a time where the axis is long: Note [Native bfloat16 rows]) are
+    the float32 kernels on the same rounded inputs, rounded once: bit for bit."""
+    low = LOW[dtype]
+    forward, backward = getattr(flow._C, name), getattr(flow._C, name + "_grad")
+    x = flow.tensor(rand(*shape)).to(low)
+    y = forward(x, dim)
+    want = forward(x.to(flow.float32), dim)
+    assert y.dtype == low
+    np.testing.assert_array_equal(y.to(flow.float32).numpy(),
+                                  want.to(low).to(flow.float32).numpy())
+    dy = flow.tensor(rand(*shape, seed=3)).to(low)
+    dx = backward(y, dy, dim)
+    want = backward(y.to(flow.float32), dy.to(flow.float32), dim)
+    assert dx.dtype == low
+    np.testing.assert_array_equal(dx.to(flow.float32).numpy(),
+                                  want.to(low).to(flow.float32).numpy())
+
+
+@pytest.mark.parametrize("dtype", list(LOW))
 def test_losses_take_integer_labels_as_they_are(dtype):
     low = LOW[dtype]
     logits = flow.tensor(rand(6, 5)).to(low)

@@ -1,7 +1,9 @@
 #pragma once
-// Note [Native bfloat16 rows]: the norms' bfloat16 kernels (layer_norm, rms_norm and their
-// backward ops) read each bfloat16 row into a float32 row of per-thread scratch, run the float32
-// kernel's own row function on it, and round each output once. The arithmetic is the Widened
+// Note [Native bfloat16 rows]: the norms' and softmax's bfloat16 kernels (layer_norm, rms_norm,
+// softmax, log_softmax and their backward ops) read each bfloat16 row into a float32 row of
+// per-thread scratch, run the float32 kernel's own row function on it, and round each output
+// once (softmax over a non-last axis: a few lines of a block at a time, at most 16 K floats or
+// one line). The arithmetic is the Widened
 // kernel's (Note [Widened kernels] in widened.h), so the results are its bits; but the copies
 // are one row each, in the thread's cache, instead of every operand copied whole into the
 // widening arena and the outputs copied back: layer_norm over (4096, 768) bf16 took twice the

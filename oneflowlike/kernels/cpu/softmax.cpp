@@ -1,5 +1,7 @@
 // CPU kernels of softmax, log_softmax and their backward ops. The tensor is viewed as
-// (outer, axis, inner) and processed in blocks of adjacent lines (see for_each_block).
+// (outer, axis, inner) and processed in blocks of adjacent lines (see for_each_block). bfloat16
+// runs the float32 row and block functions on widened lines (Note [Native bfloat16 rows] in
+// bf16_rows.h).
 
 #include "oneflowlike/ops/softmax.h"
 
@@ -10,6 +12,7 @@
 #include <type_traits>
 
 #include "oneflowlike/common/parallel.h"
+#include "oneflowlike/kernels/cpu/bf16_rows.h"
 #include "oneflowlike/kernels/cpu/blocked_sum.h"
 #include "oneflowlike/kernels/cpu/row_exp.h"
 #include "oneflowlike/kernels/cpu/vec_math.h"
@@ -110,6 +113,88 @@ void softmax_backward_row(const T* y, const T* dy, T* dx, int64_t n) {
     dx[j] = kLog ? dy[j] - vec_math::exp(y[j]) * s : y[j] * (dy[j] - s);
 }
 
+// `count` adjacent lines of a non-last axis: line c has element j at j * st + c.
+template <class T, bool kLog>
+void softmax_block(const T* xb, T* yb, int64_t extent, int64_t st, int64_t count) {
+  std::array<T, kBlock> max;
+  std::array<Acc<T>, kBlock> sum{};
+  std::copy(xb, xb + count, max.begin());
+  for (int64_t j = 1; j < extent; ++j) {
+    for (int64_t c = 0; c < count; ++c) max[c] = lane_max_of(max[c], xb[j * st + c]);
+  }
+  for (int64_t j = 0; j < extent; ++j) {
+    for (int64_t c = 0; c < count; ++c) {
+      const T e = vec_math::exp(xb[j * st + c] - max[c]);
+      if constexpr (!kLog) yb[j * st + c] = e;
+      sum[c] += e;
+    }
+  }
+  if constexpr (kLog) {
+    std::array<T, kBlock> shift;  // log(sum(exp(x))) = max + log(sum(exp(x - max)))
+    for (int64_t c = 0; c < count; ++c) shift[c] = max[c] + static_cast<T>(std::log(sum[c]));
+    for (int64_t j = 0; j < extent; ++j) {
+      for (int64_t c = 0; c < count; ++c) yb[j * st + c] = xb[j * st + c] - shift[c];
+    }
+  } else {
+    std::array<T, kBlock> inv;
+    for (int64_t c = 0; c < count; ++c) inv[c] = static_cast<T>(1 / sum[c]);
+    for (int64_t j = 0; j < extent; ++j) {
+      for (int64_t c = 0; c < count; ++c) yb[j * st + c] *= inv[c];
+    }
+  }
+}
+
+// softmax_grad:      dx = y * (dy - sum(dy * y)).
+// log_softmax_grad:  dx = dy - exp(y) * sum(dy).
+template <class T, bool kLog>
+void softmax_backward_block(const T* y, const T* dy, T* dx, int64_t extent, int64_t st,
+                            int64_t count) {
+  std::array<Acc<T>, kBlock> acc{};
+  for (int64_t j = 0; j < extent; ++j) {
+    for (int64_t c = 0; c < count; ++c) {
+      const int64_t k = j * st + c;
+      if constexpr (kLog) {
+        acc[c] += dy[k];
+      } else {
+        acc[c] += dy[k] * y[k];
+      }
+    }
+  }
+  std::array<T, kBlock> s;
+  for (int64_t c = 0; c < count; ++c) s[c] = static_cast<T>(acc[c]);
+  for (int64_t j = 0; j < extent; ++j) {
+    for (int64_t c = 0; c < count; ++c) {
+      const int64_t k = j * st + c;
+      if constexpr (kLog) {
+        dx[k] = dy[k] - vec_math::exp(y[k]) * s[c];
+      } else {
+        dx[k] = y[k] * (dy[k] - s[c]);
+      }
+    }
+  }
+}
+
+// bfloat16 (Note [Native bfloat16 rows] in bf16_rows.h): `lines` lines of a block, widened into
+// scratch slot `slot` as lines side by side (element j of line c at j * lines + c).
+const float* widened_lines(int slot, const bfloat16* x, int64_t extent, int64_t st, int64_t lines) {
+  float* out = BFloat16Rows::row(slot, extent * lines);
+  for (int64_t j = 0; j < extent; ++j) {
+    for (int64_t c = 0; c < lines; ++c) out[j * lines + c] = static_cast<float>(x[j * st + c]);
+  }
+  return out;
+}
+void round_lines(const float* x, bfloat16* y, int64_t extent, int64_t st, int64_t lines) {
+  for (int64_t j = 0; j < extent; ++j) {
+    for (int64_t c = 0; c < lines; ++c) y[j * st + c] = bfloat16(x[j * lines + c]);
+  }
+}
+// Lines of a block widened at a time: at most one line's worth of 16 K floats where the axis is
+// long, up to the whole block where it is short (each line's arithmetic is its own, so the
+// grouping does not change a bit).
+int64_t lines_at_once(int64_t extent) {
+  return std::clamp<int64_t>(16384 / std::max<int64_t>(extent, 1), 1, kBlock);
+}
+
 template <class T, bool kLog>
 struct SoftmaxKernel {
   static void run(const KernelContext& ctx) {
@@ -118,38 +203,30 @@ struct SoftmaxKernel {
     const AxisView v = axis_view(ctx.in(0).shape(), ctx.p<SoftmaxParams>().axis);
     if (v.extent == 0) return;
     if (v.inner == 1) {  // the last axis: contiguous rows
-      for_each_row(v, [&](int64_t base) { softmax_row<T, kLog>(x + base, y + base, v.extent); });
+      for_each_row(v, [&](int64_t base) {
+        if constexpr (std::is_same_v<T, bfloat16>) {
+          const float* xf = BFloat16Rows::widened(0, x + base, v.extent);
+          float* yf = BFloat16Rows::row(1, v.extent);
+          softmax_row<float, kLog>(xf, yf, v.extent);
+          BFloat16Rows::round(yf, y + base, v.extent);
+        } else {
+          softmax_row<T, kLog>(x + base, y + base, v.extent);
+        }
+      });
       return;
     }
-    const int64_t st = v.inner;
     for_each_block(v, [&](int64_t base, int64_t count) {
-      const T* xb = x + base;
-      T* yb = y + base;
-      std::array<T, kBlock> max;
-      std::array<Acc<T>, kBlock> sum{};
-      std::copy(xb, xb + count, max.begin());
-      for (int64_t j = 1; j < v.extent; ++j) {
-        for (int64_t c = 0; c < count; ++c) max[c] = lane_max_of(max[c], xb[j * st + c]);
-      }
-      for (int64_t j = 0; j < v.extent; ++j) {
-        for (int64_t c = 0; c < count; ++c) {
-          const T e = vec_math::exp(xb[j * st + c] - max[c]);
-          if constexpr (!kLog) yb[j * st + c] = e;
-          sum[c] += e;
-        }
-      }
-      if constexpr (kLog) {
-        std::array<T, kBlock> shift;  // log(sum(exp(x))) = max + log(sum(exp(x - max)))
-        for (int64_t c = 0; c < count; ++c) shift[c] = max[c] + static_cast<T>(std::log(sum[c]));
-        for (int64_t j = 0; j < v.extent; ++j) {
-          for (int64_t c = 0; c < count; ++c) yb[j * st + c] = xb[j * st + c] - shift[c];
+      if constexpr (std::is_same_v<T, bfloat16>) {
+        const int64_t step = lines_at_once(v.extent);
+        for (int64_t c0 = 0; c0 < count; c0 += step) {
+          const int64_t lines = std::min(step, count - c0);
+          const float* xf = widened_lines(0, x + base + c0, v.extent, v.inner, lines);
+          float* yf = BFloat16Rows::row(1, v.extent * lines);
+          softmax_block<float, kLog>(xf, yf, v.extent, lines, lines);
+          round_lines(yf, y + base + c0, v.extent, v.inner, lines);
         }
       } else {
-        std::array<T, kBlock> inv;
-        for (int64_t c = 0; c < count; ++c) inv[c] = static_cast<T>(1 / sum[c]);
-        for (int64_t j = 0; j < v.extent; ++j) {
-          for (int64_t c = 0; c < count; ++c) yb[j * st + c] *= inv[c];
-        }
+        softmax_block<T, kLog>(x + base, y + base, v.extent, v.inner, count);
       }
     });
   }
@@ -160,8 +237,6 @@ using SoftmaxForward = SoftmaxKernel<T, false>;
 template <class T>
 using LogSoftmaxForward = SoftmaxKernel<T, true>;
 
-// softmax_grad:      dx = y * (dy - sum(dy * y)).
-// log_softmax_grad:  dx = dy - exp(y) * sum(dy).
 template <class T, bool kLog>
 struct SoftmaxBackwardKernel {
   static void run(const KernelContext& ctx) {
@@ -171,34 +246,31 @@ struct SoftmaxBackwardKernel {
     const AxisView v = axis_view(ctx.in(0).shape(), ctx.p<SoftmaxParams>().axis);
     if (v.inner == 1) {
       for_each_row(v, [&](int64_t base) {
-        softmax_backward_row<T, kLog>(y + base, dy + base, dx + base, v.extent);
+        if constexpr (std::is_same_v<T, bfloat16>) {
+          const float* yf = BFloat16Rows::widened(0, y + base, v.extent);
+          const float* dyf = BFloat16Rows::widened(1, dy + base, v.extent);
+          float* dxf = BFloat16Rows::row(2, v.extent);
+          softmax_backward_row<float, kLog>(yf, dyf, dxf, v.extent);
+          BFloat16Rows::round(dxf, dx + base, v.extent);
+        } else {
+          softmax_backward_row<T, kLog>(y + base, dy + base, dx + base, v.extent);
+        }
       });
       return;
     }
-    const int64_t st = v.inner;
     for_each_block(v, [&](int64_t base, int64_t count) {
-      std::array<Acc<T>, kBlock> acc{};
-      for (int64_t j = 0; j < v.extent; ++j) {
-        for (int64_t c = 0; c < count; ++c) {
-          const int64_t k = base + j * st + c;
-          if constexpr (kLog) {
-            acc[c] += dy[k];
-          } else {
-            acc[c] += dy[k] * y[k];
-          }
+      if constexpr (std::is_same_v<T, bfloat16>) {
+        const int64_t step = lines_at_once(v.extent);
+        for (int64_t c0 = 0; c0 < count; c0 += step) {
+          const int64_t lines = std::min(step, count - c0);
+          const float* yf = widened_lines(0, y + base + c0, v.extent, v.inner, lines);
+          const float* dyf = widened_lines(1, dy + base + c0, v.extent, v.inner, lines);
+          float* dxf = BFloat16Rows::row(2, v.extent * lines);
+          softmax_backward_block<float, kLog>(yf, dyf, dxf, v.extent, lines, lines);
+          round_lines(dxf, dx + base + c0, v.extent, v.inner, lines);
         }
-      }
-      std::array<T, kBlock> s;
-      for (int64_t c = 0; c < count; ++c) s[c] = static_cast<T>(acc[c]);
-      for (int64_t j = 0; j < v.extent; ++j) {
-        for (int64_t c = 0; c < count; ++c) {
-          const int64_t k = base + j * st + c;
-          if constexpr (kLog) {
-            dx[k] = dy[k] - vec_math::exp(y[k]) * s[c];
-          } else {
-            dx[k] = y[k] * (dy[k] - s[c]);
-          }
-        }
+      } else {
+        softmax_backward_block<T, kLog>(y + base, dy + base, dx + base, v.extent, v.inner, count);
       }
     });
   }
@@ -211,15 +283,15 @@ using LogSoftmaxGradKernel = SoftmaxBackwardKernel<T, true>;
 
 }  // namespace
 
-OFL_REGISTER_KERNEL("softmax", kCPU, SoftmaxForward, float, double);
-OFL_REGISTER_KERNEL("log_softmax", kCPU, LogSoftmaxForward, float, double);
-OFL_REGISTER_KERNEL("softmax_grad", kCPU, SoftmaxGradKernel, float, double);
-OFL_REGISTER_KERNEL("log_softmax_grad", kCPU, LogSoftmaxGradKernel, float, double);
+OFL_REGISTER_KERNEL("softmax", kCPU, SoftmaxForward, float, double, bfloat16);
+OFL_REGISTER_KERNEL("log_softmax", kCPU, LogSoftmaxForward, float, double, bfloat16);
+OFL_REGISTER_KERNEL("softmax_grad", kCPU, SoftmaxGradKernel, float, double, bfloat16);
+OFL_REGISTER_KERNEL("log_softmax_grad", kCPU, LogSoftmaxGradKernel, float, double, bfloat16);
 
-// float16 and bfloat16 through the float32 kernels (Note [Widened kernels] in widened.h).
-OFL_REGISTER_WIDENED_KERNEL("softmax", SoftmaxForward);
-OFL_REGISTER_WIDENED_KERNEL("log_softmax", LogSoftmaxForward);
-OFL_REGISTER_WIDENED_KERNEL("softmax_grad", SoftmaxGradKernel);
-OFL_REGISTER_WIDENED_KERNEL("log_softmax_grad", LogSoftmaxGradKernel);
+// float16 through the float32 kernels (Note [Widened kernels] in widened.h).
+OFL_REGISTER_WIDENED_FLOAT16_KERNEL("softmax", SoftmaxForward);
+OFL_REGISTER_WIDENED_FLOAT16_KERNEL("log_softmax", LogSoftmaxForward);
+OFL_REGISTER_WIDENED_FLOAT16_KERNEL("softmax_grad", SoftmaxGradKernel);
+OFL_REGISTER_WIDENED_FLOAT16_KERNEL("log_softmax_grad", LogSoftmaxGradKernel);
 
 }  // namespace ofl::cpu
