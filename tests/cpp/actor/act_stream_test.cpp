@@ -245,22 +245,28 @@ TEST(ActStream, ActsWithNoMessageForAnotherStreamAreEnqueuedAndTheIterationWaits
   EXPECT_TRUE(runtime.shutdown());
 }
 
-// One rank, one stream: INPUT -> relu -> neg -> OUTPUT. Only the tick (it acknowledges run()'s
-// caller) is launched; the rest is enqueued, the OUTPUT's hand-over of the result included, and
-// counted at its act. A slow stream (20 ms a work) finishes the tick long before the OUTPUT's
-// work: run() still returns the result, because it waits for the stream.
-TEST(ActStream, RunWaitsForEnqueuedWorkThatNothingWaitsOn) {
+// One rank: INPUT x -> relu -> neg -> OUTPUT y.
+proto::PlanProto relu_neg_chain(const Shape& shape) {
   PlanBuilder b(1);
-  const Shape shape{4};
   const int64_t x = b.input(0, "x", shape);
   const int64_t h = b.reg(0, "h", shape);
   const int64_t y = b.reg(0, "y", shape);
   b.compute(0, "relu", "relu", NoParams{}, {x}, {h});
   b.compute(0, "neg", "neg", NoParams{}, {h}, {y});
   b.output(0, "y", y, shape);
+  return b.plan();
+}
+
+// One rank, one stream: INPUT -> relu -> neg -> OUTPUT. Only the tick (it acknowledges run()'s
+// caller) is launched; the rest is enqueued, the OUTPUT's hand-over of the result included, and
+// counted at its act. A slow stream (20 ms a work) finishes the tick long before the OUTPUT's
+// work: run() still returns the result, because it waits for the stream.
+TEST(ActStream, RunWaitsForEnqueuedWorkThatNothingWaitsOn) {
+  const Shape shape{4};
+  const proto::PlanProto plan = relu_neg_chain(shape);
   HeldStreams held;
   held.enqueues = true;
-  Runtime runtime(b.plan(), held.options());
+  Runtime runtime(plan, held.options());
   HeldStream& stream = *held.by_rank.at(0);
   stream.delay = std::chrono::milliseconds(20);
   stream.open();
@@ -277,7 +283,7 @@ TEST(ActStream, RunWaitsForEnqueuedWorkThatNothingWaitsOn) {
   every.enqueues = true;
   RuntimeOptions options = every.options();
   options.event_every_act = true;
-  Runtime launching(b.plan(), options);
+  Runtime launching(plan, options);
   every.by_rank.at(0)->open();
   const auto out = launching.run({{"x", make_tensor({1, -2, 3, -4}, shape, DataType::kFloat32)}});
   EXPECT_EQ(values_of(out.at("y")), (std::vector<double>{-1, 0, -3, 0}));
@@ -338,19 +344,13 @@ TEST(ActStream, WorkThatNeverEndsIsAStallAfterTheBusyLimit) {
 // stream (it used to wait in the stream's synchronize for ever), and the runtime, which cannot
 // free what that work may still write, leaves it allocated and still ends.
 TEST(ActStream, EnqueuedWorkThatNeverEndsIsAStallNotAHang) {
-  PlanBuilder b(1);
   const Shape shape{4};
-  const int64_t x = b.input(0, "x", shape);
-  const int64_t h = b.reg(0, "h", shape);
-  const int64_t y = b.reg(0, "y", shape);
-  b.compute(0, "relu", "relu", NoParams{}, {x}, {h});
-  b.compute(0, "neg", "neg", NoParams{}, {h}, {y});
-  b.output(0, "y", y, shape);
+  const proto::PlanProto plan = relu_neg_chain(shape);
   HeldStreams held;
   held.enqueues = true;
   RuntimeOptions options = held.options();
   options.watchdog_seconds = 0.1;  // the busy limit: 1 s
-  auto runtime = std::make_unique<Runtime>(b.plan(), options);
+  auto runtime = std::make_unique<Runtime>(plan, options);
   HeldStream& stream = *held.by_rank.at(0);
   stream.open_for(1);
   const auto start = std::chrono::steady_clock::now();
