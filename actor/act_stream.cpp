@@ -62,6 +62,25 @@ class CpuWorkerStream final : public ActStream {
 
   bool busy() const override { return in_flight_.load(std::memory_order_relaxed) > 0; }
 
+  void drop_pending() override {
+    std::lock_guard<std::mutex> lock(mu_);
+    const auto dropped = static_cast<int64_t>(queue_.size());
+    queue_.clear();
+    if (dropped > 0 && in_flight_.fetch_sub(dropped, std::memory_order_acq_rel) == dropped) {
+      idle_cv_.notify_all();
+    }
+  }
+
+  // The work under way may end one day; nothing after it runs (stop_) and it calls nothing.
+  void abandon() override {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      abandoned_.store(true, std::memory_order_release);
+      stop_ = true;
+    }
+    cv_.notify_one();
+  }
+
  private:
   struct Item {
     std::function<void()> work;
@@ -95,8 +114,9 @@ class CpuWorkerStream final : public ActStream {
       } catch (...) {
         error = std::current_exception();
       }
-      if (!item.done && error) report(item.origin, error);  // before synchronize() returns
-      item.work = nullptr;                                  // and the pieces it held let go
+      if (abandoned_.load(std::memory_order_acquire)) return;  // Note [Hung streams]
+      if (!item.done && error) report(item.origin, error);     // before synchronize() returns
+      item.work = nullptr;                                     // and the pieces it held let go
       if (in_flight_.fetch_sub(1, std::memory_order_acq_rel) == 1) {
         std::lock_guard<std::mutex> lock(mu_);
         idle_cv_.notify_all();
@@ -112,6 +132,7 @@ class CpuWorkerStream final : public ActStream {
   std::condition_variable idle_cv_;  // in_flight_ reached 0
   std::deque<Item> queue_;           // GUARDED_BY(mu_)
   bool stop_ = false;                // GUARDED_BY(mu_)
+  std::atomic<bool> abandoned_{false};
   std::atomic<int64_t> in_flight_{0};
   std::thread thread_;
 };
@@ -154,7 +175,7 @@ class CudaActStream final : public ActStream {
     try {
       // Counted down after `done` returns, which the destructor waits for.
       cuda::call_when_done(stream_, [this, error, done](std::exception_ptr e) {
-        done(error ? error : e);
+        if (!abandoned_.load(std::memory_order_acquire)) done(error ? error : e);
         in_flight_.fetch_sub(1, std::memory_order_release);
       });
     } catch (...) {
@@ -191,6 +212,8 @@ class CudaActStream final : public ActStream {
 
   void synchronize() override { stream_.synchronize(); }
 
+  void abandon() override { abandoned_.store(true, std::memory_order_release); }
+
  private:
   // Note [Current devices] in oneflowlike/cuda/device.h: the rank's compute thread chooses its
   // GPU at its first act here, before anything (a pinned allocation, say) could make it adopt
@@ -205,6 +228,7 @@ class CudaActStream final : public ActStream {
   std::string name_;
   int device_;
   cuda::Stream& stream_;
+  std::atomic<bool> abandoned_{false};
   std::atomic<int64_t> in_flight_{0};
 };
 

@@ -70,6 +70,12 @@ class ActStream {
   /// Blocks until everything queued or launched so far has run; throws what the device reports
   /// while waiting (a CUDA error).
   virtual void synchronize() {}
+  /// After a failed run (Note [Hung streams] in runtime_threads.cpp): drops the work not started
+  /// yet, where the stream can (a CPU worker's queue; a device's queued kernels cannot be).
+  virtual void drop_pending() {}
+  /// The runtime gives the stream up (Note [Hung streams]): work that ends from now on calls no
+  /// callback (its done, the failure handler), as nothing that would hear of it may remain.
+  virtual void abandon() {}
   void set_failure_handler(Failed failed) { failed_ = std::move(failed); }
 
  protected:

@@ -211,8 +211,8 @@ class Runtime final : public PlanRunner, private ActorHost {
   void check_virtual_ids() const;
   void wait_for_iteration();
   // Waits until no stream is busy, under the watchdog's `clock` (Note [Watchdog]): throws the
-  // stall report if their work does not end. Returns early on a failure.
-  void await_streams(StallClock& clock);
+  // stall report if their work does not end. Returns false, early, on a failure.
+  bool await_streams(StallClock& clock);
   // Waits for every stream's queued work (Note [Acts without events]); a failure it reports
   // becomes the run's.
   void synchronize_streams();

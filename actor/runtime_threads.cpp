@@ -251,12 +251,17 @@ void Runtime::stop_threads() {
 
 // Note [Hung streams]: a stream whose work never ends (a kernel that hangs) cannot be waited
 // for, and its registers cannot be freed while the device may still write them. So after a
-// failed run the streams get the watchdog's period (at least 1 s) to finish; if one has not,
-// the runtime logs it and abandons what that work could touch or call back into: its streams,
-// actors, threads, collectives and memory stay allocated for the life of the process (a failed
-// job's leak, instead of a hang in the destructor or a write into freed memory).
+// failed run each stream drops the work it has not started (a CPU worker's queue; kernels
+// already on a device stay), and the work under way gets the watchdog's period (at least 1 s)
+// to finish. If some has not, the runtime logs it, tells every stream that nothing may be
+// called back from work that ends later (ActStream::abandon: no done, no failure report), and
+// leaves what that work could touch allocated for the life of the process: its streams,
+// actors, threads, collectives and memory (a failed job's leak, instead of a hang in the
+// destructor or a write into freed memory). A kernel that hangs is assumed not to read the
+// plan's index again should it ever end: the index goes with the runtime.
 void Runtime::abandon_if_streams_hang() {
   if (streams_.empty()) return;
+  for (const auto& stream : streams_) stream->drop_pending();
   const auto deadline = std::chrono::steady_clock::now() +
                         std::chrono::duration<double>(std::max(options_.watchdog_seconds, 1.0));
   std::string hung;
@@ -267,6 +272,7 @@ void Runtime::abandon_if_streams_hang() {
     if (stream->busy()) hung += str_cat(" '", stream->name(), "'");
   }
   if (hung.empty()) return;
+  for (const auto& stream : streams_) stream->abandon();
   LOG(ERROR) << kTag << "stream(s)" << hung << " still ran work "
              << std::max(options_.watchdog_seconds, 1.0)
              << " s after the run stopped: this runtime's memory, streams and threads are left "

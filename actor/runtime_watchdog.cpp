@@ -64,8 +64,7 @@ void Runtime::wait_for_iteration() {
     // iteration is over once the streams have run it. Under the same watchdog: work that
     // never ends (a hung kernel) is a stall here too, not a run() that never returns.
     lock.unlock();
-    await_streams(clock);
-    synchronize_streams();
+    if (await_streams(clock)) synchronize_streams();  // else a failure came: reported below
     lock.lock();
   }
   if (!failure_.empty()) {
@@ -84,7 +83,7 @@ void Runtime::wait_for_iteration() {
   }
 }
 
-void Runtime::await_streams(StallClock& clock) {
+bool Runtime::await_streams(StallClock& clock) {
   const auto busy_streams = [&] {
     int busy = 0;
     for (const auto& stream : streams_) busy += stream->busy() ? 1 : 0;
@@ -99,13 +98,14 @@ void Runtime::await_streams(StallClock& clock) {
     pause = std::min(pause * 2, std::chrono::microseconds(256));
     {
       std::lock_guard<std::mutex> lock(done_mu_);
-      if (!failure_.empty()) return;
+      if (!failure_.empty()) return false;
     }
     const int now_busy = busy_streams();
     const std::string stalled = clock.check(now_busy<busy, now_busy> 0, now_ns());
     busy = now_busy;
     if (!stalled.empty()) throw_stall(stalled);
   }
+  return true;
 }
 
 void Runtime::synchronize_streams() {

@@ -8,7 +8,8 @@
 // are one row each, in the thread's cache, instead of every operand copied whole into the
 // widening arena and the outputs copied back: layer_norm over (4096, 768) bf16 took twice the
 // float32 kernel's time that way. The scratch is BFloat16Rows::kSlots rows per thread, as long
-// as the longest row seen (a few KiB for a model's hidden size), kept for the thread's life.
+// as the longest row seen (a few KiB for a model's hidden size), kept for the thread's life up
+// to 4 MiB a row (longer ones are freed when the kernel's work on the thread ends, trim()).
 
 #include <cstdint>
 #include <vector>
@@ -20,13 +21,23 @@ namespace ofl::cpu {
 class BFloat16Rows {
  public:
   static constexpr int kSlots = 5;
+  static constexpr int64_t kKeptFloats = int64_t{1} << 20;  // 4 MiB a row
 
   /// Row `slot` of this thread's scratch, at least `n` floats.
   static float* row(int slot, int64_t n) {
-    thread_local std::vector<float> rows[kSlots];
-    std::vector<float>& r = rows[slot];
+    std::vector<float>& r = rows()[slot];
     if (static_cast<int64_t>(r.size()) < n) r.resize(static_cast<size_t>(n));
     return r.data();
+  }
+  /// Frees this thread's rows longer than kKeptFloats, at the end of a kernel's work on the
+  /// thread: a very long row (a softmax over 10^8 elements) is not kept for the thread's life.
+  static void trim() {
+    std::vector<float>* all = rows();
+    for (int slot = 0; slot < kSlots; ++slot) {
+      if (static_cast<int64_t>(all[slot].capacity()) > kKeptFloats) {
+        std::vector<float>().swap(all[slot]);
+      }
+    }
   }
   /// x[0, n) widened into row `slot`.
   static const float* widened(int slot, const bfloat16* x, int64_t n) {
@@ -37,6 +48,12 @@ class BFloat16Rows {
   /// x[0, n) rounded (to nearest even) into y.
   static void round(const float* x, bfloat16* y, int64_t n) {
     for (int64_t i = 0; i < n; ++i) y[i] = bfloat16(x[i]);
+  }
+
+ private:
+  static std::vector<float>* rows() {
+    thread_local std::vector<float> rows[kSlots];
+    return rows;
   }
 };
 

@@ -94,6 +94,7 @@ struct LayerNormKernel {
           mean[r] = bfloat16(m);
           inv_std[r] = bfloat16(is);
         }
+        BFloat16Rows::trim();
       } else {
         for (int64_t r = begin; r < end; ++r) {
           forward_row<T>(x + r * cols, w, bias, y + r * cols, mean + r, inv_std + r, cols, eps);
@@ -125,6 +126,7 @@ struct LayerNormGradKernel {
                                 static_cast<float>(inv_std[r]), wf, dxf, cols);
           BFloat16Rows::round(dxf, dx + r * cols, cols);
         }
+        BFloat16Rows::trim();
       } else {
         for (int64_t r = begin; r < end; ++r) {
           input_grad_row<T>(dy + r * cols, x + r * cols, mean[r], inv_std[r], w, dx + r * cols,

@@ -74,6 +74,7 @@ struct RmsNormKernel {
           BFloat16Rows::round(yf, y + r * cols, cols);
           inv_rms[r] = bfloat16(ir);
         }
+        BFloat16Rows::trim();
       } else {
         for (int64_t r = begin; r < end; ++r) {
           forward_row<T>(x + r * cols, w, y + r * cols, inv_rms + r, cols, eps);
@@ -103,6 +104,7 @@ struct RmsNormGradKernel {
           input_grad_row<float>(dyf, xf, static_cast<float>(inv_rms[r]), wf, dxf, cols);
           BFloat16Rows::round(dxf, dx + r * cols, cols);
         }
+        BFloat16Rows::trim();
       } else {
         for (int64_t r = begin; r < end; ++r) {
           input_grad_row<T>(dy + r * cols, x + r * cols, inv_rms[r], w, dx + r * cols, cols);

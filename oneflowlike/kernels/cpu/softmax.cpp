@@ -69,6 +69,7 @@ void for_each_row(const AxisView& v, F&& fn) {
 // A row's sums in double lanes, its max in lanes too (lane_sums, lane_max: Note [Blocked sums]).
 // In float the exponentials go through exp_shifted, at 16 lanes on AVX-512, in a loop of their
 // own: inside lane_sums' term they ran at 8 (softmax over (4096, 768) 3.1 -> 2.3 ms here).
+// x and y must not overlap: log_softmax keeps the exponentials in y while it still reads x.
 template <class T, bool kLog>
 void softmax_row(const T* x, T* y, int64_t n) {
   if constexpr (std::is_same_v<T, float>) {
@@ -209,6 +210,7 @@ struct SoftmaxKernel {
           float* yf = BFloat16Rows::row(1, v.extent);
           softmax_row<float, kLog>(xf, yf, v.extent);
           BFloat16Rows::round(yf, y + base, v.extent);
+          BFloat16Rows::trim();
         } else {
           softmax_row<T, kLog>(x + base, y + base, v.extent);
         }
@@ -225,6 +227,7 @@ struct SoftmaxKernel {
           softmax_block<float, kLog>(xf, yf, v.extent, lines, lines);
           round_lines(yf, y + base + c0, v.extent, v.inner, lines);
         }
+        BFloat16Rows::trim();
       } else {
         softmax_block<T, kLog>(x + base, y + base, v.extent, v.inner, count);
       }
@@ -252,6 +255,7 @@ struct SoftmaxBackwardKernel {
           float* dxf = BFloat16Rows::row(2, v.extent);
           softmax_backward_row<float, kLog>(yf, dyf, dxf, v.extent);
           BFloat16Rows::round(dxf, dx + base, v.extent);
+          BFloat16Rows::trim();
         } else {
           softmax_backward_row<T, kLog>(y + base, dy + base, dx + base, v.extent);
         }
@@ -269,6 +273,7 @@ struct SoftmaxBackwardKernel {
           softmax_backward_block<float, kLog>(yf, dyf, dxf, v.extent, lines, lines);
           round_lines(dxf, dx + base + c0, v.extent, v.inner, lines);
         }
+        BFloat16Rows::trim();
       } else {
         softmax_backward_block<T, kLog>(y + base, dy + base, dx + base, v.extent, v.inner, count);
       }

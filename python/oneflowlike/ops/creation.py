@@ -186,7 +186,7 @@ def _to(self, *args, **kwargs):
     out = self if same_dtype else _C.cast(self, dtype)
     if device is not None:
         cuda.check_device_supported("to", device)
-        target = str(_C.device(str(device)))  # "cuda" -> "cuda:0"
+        target = str(_C.device(str(device)))  # "cuda" -> "cuda:<current device>"
         if str(out.device) != target:
             if out.is_lazy:
                 raise ValueError(

@@ -8,6 +8,7 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <deque>
@@ -396,6 +397,60 @@ TEST(ActStream, AFailingWorkOnAStreamEndsTheRunNamingItsTaskAndIteration) {
   expect_error([&] { runtime.run(feed(9)); }, ErrorCode::kOutOfRange,
                "rank 0, COMPUTE sparse_softmax_cross_entropy) in iteration 1 failed: "
                "[sparse_softmax_cross_entropy] every label must be in");
+}
+
+}  // namespace
+}  // namespace ofl::actor
+
+namespace ofl::actor {
+namespace {
+
+// Note [Hung streams] on the CPU worker stream: after a failed run it drops the work it has not
+// started (a backlog is not run once the run is over), and once abandoned the work under way
+// calls nothing back when it ends.
+TEST(CpuWorkerStream, DropsWorkNotStartedAndAnAbandonedOneCallsNothingBack) {
+  std::unique_ptr<ActStream> stream = make_cpu_worker_stream("test worker", 1);
+  std::promise<void> release;
+  std::shared_future<void> released = release.get_future().share();
+  std::promise<void> started;
+  std::atomic<int> ran{0}, done{0};
+  stream->launch(
+      [&] {
+        started.set_value();
+        released.wait();
+      },
+      [&](std::exception_ptr) { ++done; });
+  for (int i = 0; i < 3; ++i) {
+    stream->launch([&] { ++ran; }, [&](std::exception_ptr) { ++done; });
+  }
+  started.get_future().wait();
+  stream->drop_pending();
+  EXPECT_TRUE(stream->busy()) << "the work under way is still running";
+  release.set_value();
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (stream->busy() && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  EXPECT_FALSE(stream->busy());
+  EXPECT_EQ(ran.load(), 0) << "dropped work ran";
+  EXPECT_EQ(done.load(), 1);
+
+  // Abandoned while its work runs: when the work ends, no done is called.
+  std::promise<void> release2;
+  std::shared_future<void> released2 = release2.get_future().share();
+  std::promise<void> started2;
+  stream->launch(
+      [&] {
+        started2.set_value();
+        released2.wait();
+      },
+      [&](std::exception_ptr) { ++done; });
+  started2.get_future().wait();
+  stream->abandon();
+  release2.set_value();
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  EXPECT_EQ(done.load(), 1) << "an abandoned stream called back";
+  stream.release();  // abandoned streams are never destroyed (the runtime leaks them)
 }
 
 }  // namespace

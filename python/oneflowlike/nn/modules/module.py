@@ -56,7 +56,7 @@ def _move_arguments(args, kwargs):
         raise TypeError(f"[Module.to] a module's dtype must be floating (its parameters are). "
                         f"However, got {dtype}.")
     if device is not None:
-        device = str(resolve_device("Module.to", device))  # checked; "cuda" -> "cuda:0"
+        device = str(resolve_device("Module.to", device))  # checked; "cuda" -> "cuda:<current>"
     return device, dtype
 
 
