@@ -172,15 +172,10 @@ Runtime::Runtime(const proto::PlanProto& plan, RuntimeOptions options)
 void Runtime::choose_gpus() {
   int next = options_.first_gpu;
   if (next < 0) {
-    const char* chosen = std::getenv("OFL_CUDA_DEVICE");
-    const char* local_rank = std::getenv("LOCAL_RANK");
-    const char* text = chosen != nullptr ? chosen : local_rank;
-    char* end = nullptr;
-    const long value = text != nullptr ? std::strtol(text, &end, 10) : 0;
-    OFL_CHECK(text == nullptr || (*text != '\0' && *end == '\0' && value >= 0 && value < 1 << 20),
-              kTag, chosen != nullptr ? "OFL_CUDA_DEVICE" : "LOCAL_RANK",
-              " must be a GPU index (an integer >= 0). However, got '", text, "'.");
-    next = static_cast<int>(value);
+    const LauncherGpu launcher = launcher_gpu();
+    OFL_CHECK(launcher.variable == nullptr || launcher.index >= 0, kTag, launcher.variable,
+              " must be a GPU index (an integer >= 0). However, got '", launcher.text, "'.");
+    next = launcher.variable == nullptr ? 0 : launcher.index;
   }
   std::set<int64_t> on_gpu;  // ranks with GPU tasks
   for (int t = 0; t < index_.num_tasks(); ++t) {

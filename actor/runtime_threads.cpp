@@ -262,8 +262,8 @@ void Runtime::stop_threads() {
 void Runtime::abandon_if_streams_hang() {
   if (streams_.empty()) return;
   for (const auto& stream : streams_) stream->drop_pending();
-  const auto deadline = std::chrono::steady_clock::now() +
-                        std::chrono::duration<double>(std::max(options_.watchdog_seconds, 1.0));
+  const double limit_s = std::max(options_.watchdog_seconds, 1.0);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(limit_s);
   std::string hung;
   for (const auto& stream : streams_) {
     while (stream->busy() && std::chrono::steady_clock::now() < deadline) {
@@ -273,8 +273,7 @@ void Runtime::abandon_if_streams_hang() {
   }
   if (hung.empty()) return;
   for (const auto& stream : streams_) stream->abandon();
-  LOG(ERROR) << kTag << "stream(s)" << hung << " still ran work "
-             << std::max(options_.watchdog_seconds, 1.0)
+  LOG(ERROR) << kTag << "stream(s)" << hung << " still ran work " << limit_s
              << " s after the run stopped: this runtime's memory, streams and threads are left "
                 "allocated, as that work may still use them (Note [Hung streams]).";
   struct Abandoned {

@@ -101,8 +101,9 @@ bool Runtime::await_streams(StallClock& clock) {
       if (!failure_.empty()) return false;
     }
     const int now_busy = busy_streams();
-    const std::string stalled = clock.check(now_busy<busy, now_busy> 0, now_ns());
+    const bool finished = now_busy < busy;  // a stream went idle
     busy = now_busy;
+    const std::string stalled = clock.check(finished, /*busy=*/busy > 0, now_ns());
     if (!stalled.empty()) throw_stall(stalled);
   }
   return true;

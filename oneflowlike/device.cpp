@@ -56,22 +56,31 @@ int cuda_devices() {
   return simulated > 0 ? simulated : cuda::device_count();
 }
 
-namespace {
-
-// OFL_CUDA_DEVICE, else LOCAL_RANK, where that GPU is one this process sees; else 0 (as
-// before: a process that sees one GPU, CUDA_VISIBLE_DEVICES per rank, or a value that is not a
-// GPU index, which the runtime refuses naming the variable when a plan needs the GPU).
-int launcher_gpu() {
+LauncherGpu launcher_gpu() {
+  LauncherGpu out;
   for (const char* name : {"OFL_CUDA_DEVICE", "LOCAL_RANK"}) {
     const char* env = std::getenv(name);
-    if (env == nullptr || *env == '\0') continue;
-    const std::string_view text(env);
-    int index = -1;
-    auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), index);
-    if (ec != std::errc() || ptr != text.data() + text.size() || index < 0) return 0;
-    return index > 0 && index < cuda_devices() ? index : 0;
+    if (env == nullptr) continue;
+    out.variable = name;
+    out.text = env;
+    char* end = nullptr;
+    const long value = std::strtol(env, &end, 10);
+    if (*env != '\0' && *end == '\0' && value >= 0 && value < 1 << 20) {
+      out.index = static_cast<int>(value);
+    }
+    break;
   }
-  return 0;
+  return out;
+}
+
+namespace {
+
+// The launcher's GPU where this process sees it; else 0 (as before: a process that sees one GPU,
+// CUDA_VISIBLE_DEVICES per rank, or a value that is not a GPU index, which the runtime refuses
+// naming the variable when a plan needs the GPU).
+int default_cuda_device() {
+  const int index = launcher_gpu().index;
+  return index > 0 && index < cuda_devices() ? index : 0;
 }
 
 constexpr int kUnset = -1;
@@ -84,7 +93,7 @@ int current_cuda_device() {
   if (index != kUnset) return index;
   // First asked: counting devices starts the CUDA runtime, so not at load. Two threads asking
   // at once compute the same value.
-  index = launcher_gpu();
+  index = default_cuda_device();
   int unset = kUnset;
   current_cuda.compare_exchange_strong(unset, index, std::memory_order_relaxed);
   return current_cuda.load(std::memory_order_relaxed);

@@ -50,6 +50,15 @@ inline DeviceType kernel_device_type(Device device) {
 }
 /// The CUDA devices this process can use: the simulated ones, else the GPUs it sees.
 int cuda_devices();
+/// The GPU the launcher named for this process (Note [The GPU of a rank] in
+/// actor/runtime_loading.cpp): OFL_CUDA_DEVICE if set, else LOCAL_RANK. `variable` is null when
+/// neither is set; `index` is -1 when the value is not a GPU index (an integer from 0).
+struct LauncherGpu {
+  const char* variable = nullptr;
+  std::string text;
+  int index = -1;
+};
+LauncherGpu launcher_gpu();
 /// The device "cuda" names (torch.cuda.current_device), for the whole process. Until set, the
 /// GPU the launcher gave this process, as the runtime takes it for plans (Note [The GPU of a
 /// rank] in actor/runtime_loading.cpp): OFL_CUDA_DEVICE, else LOCAL_RANK, where this process

@@ -12,6 +12,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <deque>
+#include <functional>
 #include <future>
 #include <mutex>
 #include <thread>
@@ -311,6 +312,28 @@ TEST(ActStream, ABusyStreamIsProgressNotAStall) {
   EXPECT_NO_THROW(run.get());
 }
 
+// Runs `run` (a runtime with a 0.1 s watchdog whose work never ends) and returns the stall's
+// message, having checked that it came as the busy limit's deadline error, not before that limit
+// (1 s) and not long after.
+std::string stall_after_the_busy_limit(const std::function<void()>& run) {
+  const auto start = std::chrono::steady_clock::now();
+  try {
+    run();
+  } catch (const Error& e) {
+    const double waited =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    const std::string what = e.what();
+    EXPECT_EQ(e.code(), ErrorCode::kDeadlineExceeded) << what;
+    EXPECT_NE(what.find("nothing finished for 10 times the watchdog's limit"), std::string::npos)
+        << what;
+    EXPECT_GE(waited, 0.9) << "not before the busy limit";
+    EXPECT_LT(waited, 10.0);
+    return what;
+  }
+  ADD_FAILURE() << "work that never ends must stop the run";
+  return "";
+}
+
 // Note [Watchdog]: work under way keeps a run alive for StallClock::kBusyLimitFactor watchdog
 // periods with nothing finishing, not for ever: a kernel or an NCCL collective that never ends
 // (a peer that never joins) is reported, with the stream that held it.
@@ -321,22 +344,11 @@ TEST(ActStream, WorkThatNeverEndsIsAStallAfterTheBusyLimit) {
   options.watchdog_seconds = 0.1;  // the busy limit: 1 s
   Runtime runtime(two_rank_chain(shape), options);
   held.by_rank.at(1)->open();  // rank 0's stream never runs its work
-  const auto start = std::chrono::steady_clock::now();
-  try {
+  const std::string what = stall_after_the_busy_limit([&] {
     runtime.run({{"x", Tensor::zeros(shape, DataType::kFloat32)}});
-    ADD_FAILURE() << "work that never ends must stop the run";
-  } catch (const Error& e) {
-    const double waited =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    const std::string what = e.what();
-    EXPECT_EQ(e.code(), ErrorCode::kDeadlineExceeded) << what;
-    EXPECT_NE(what.find("nothing finished for 10 times the watchdog's limit"), std::string::npos)
-        << what;
-    EXPECT_NE(what.find("Under way:"), std::string::npos) << what;
-    EXPECT_NE(what.find("busy"), std::string::npos) << what;
-    EXPECT_GE(waited, 0.9) << "not before the busy limit";
-    EXPECT_LT(waited, 10.0);
-  }
+  });
+  EXPECT_NE(what.find("Under way:"), std::string::npos) << what;
+  EXPECT_NE(what.find("busy"), std::string::npos) << what;
 }
 
 // Note [Acts without events] and Note [Hung streams]: once every act is counted, run() waits for
@@ -354,22 +366,11 @@ TEST(ActStream, EnqueuedWorkThatNeverEndsIsAStallNotAHang) {
   auto runtime = std::make_unique<Runtime>(plan, options);
   HeldStream& stream = *held.by_rank.at(0);
   stream.open_for(1);
-  const auto start = std::chrono::steady_clock::now();
-  try {
+  const std::string what = stall_after_the_busy_limit([&] {
     runtime->run({{"x", make_tensor({1, -2, 3, -4}, shape, DataType::kFloat32)}});
-    ADD_FAILURE() << "work that never ends must stop the run";
-  } catch (const Error& e) {
-    const double waited =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    const std::string what = e.what();
-    EXPECT_EQ(e.code(), ErrorCode::kDeadlineExceeded) << what;
-    EXPECT_NE(what.find("nothing finished for 10 times the watchdog's limit"), std::string::npos)
-        << what;
-    EXPECT_NE(what.find("stream '" + stream.name() + "' busy"), std::string::npos) << what;
-    EXPECT_NE(what.find("(5 of 5 acts done)"), std::string::npos) << what;  // the tick too
-    EXPECT_GE(waited, 0.9) << "not before the busy limit";
-    EXPECT_LT(waited, 10.0);
-  }
+  });
+  EXPECT_NE(what.find("stream '" + stream.name() + "' busy"), std::string::npos) << what;
+  EXPECT_NE(what.find("(5 of 5 acts done)"), std::string::npos) << what;  // the tick too
   EXPECT_EQ(stream.finished(), 1);
   EXPECT_TRUE(stream.busy());
   runtime.reset();  // returns: the held stream is abandoned, not waited for
