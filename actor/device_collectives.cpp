@@ -21,7 +21,7 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-enum ControlKind : int64_t { kBootstrap = 1, kTurn = 2, kReply = 3 };
+enum ControlKind : int64_t { kBootstrap = 1, kTurn = 2, kReply = 3, kVerdict = 4 };
 
 cuda::NcclUniqueId random_id() {
   std::random_device device;
@@ -72,10 +72,10 @@ DeviceCollectiveBackend choose_device_collective_backend(bool simulate_cuda, boo
 // Every control message has this one size (tagged transfers match sizes).
 struct DeviceCommunicator::Control {
   int64_t kind = 0;
-  int64_t collective_id = -1;  // kTurn
-  int32_t backend = 0;         // kBootstrap
-  int32_t unused = 0;
-  cuda::NcclUniqueId id{};  // kBootstrap
+  int64_t collective_id = -1;  // kTurn; kReply: who, and whether it agrees; kVerdict: reuse
+  int32_t backend = 0;         // kBootstrap, kReply
+  int32_t kept = 0;            // kBootstrap: offered; kReply: keeps the offered one
+  cuda::NcclUniqueId id{};     // kBootstrap, kVerdict
 };
 
 struct DeviceCommunicator::Pending {
@@ -135,50 +135,81 @@ void DeviceCommunicator::post_receive() {
 }
 
 void DeviceCommunicator::send_bootstrap(const cuda::NcclUniqueId& id,
-                                        DeviceCollectiveBackend backend) {
+                                        DeviceCollectiveBackend backend, bool offered) {
   OFL_ASSERT(member_ == 0);
   Control message;
   message.kind = kBootstrap;
   message.backend = static_cast<int32_t>(backend);
+  message.kept = offered ? 1 : 0;
   message.id = id;
   unique_id_ = id;
   send_to_others(message);
 }
 
-DeviceCollectiveBackend DeviceCommunicator::receive_bootstrap(double timeout_s) {
-  OFL_ASSERT(member_ > 0);
-  post_receive();
+void DeviceCommunicator::await_receive(double timeout_s, const char* what) {
   const auto deadline = Clock::now() + std::chrono::duration<double>(timeout_s);
   while (!transport_.test(receive_)) {
     OFL_CHECK_CODE(Clock::now() < deadline, ErrorCode::kDeadlineExceeded, kTag, "rank ", rank(),
                    " waited ", timeout_s, " s for member 0 (rank ", members_[0], ") of ", name_,
-                   " to send the communicator's id; that rank has not loaded its part of the "
-                   "plan, or has failed.");
+                   " to send ", what,
+                   "; that rank has not loaded its part of the plan, or has "
+                   "failed.");
     std::this_thread::sleep_for(std::chrono::microseconds(50));
   }
+}
+
+DeviceCommunicator::Bootstrap DeviceCommunicator::receive_bootstrap(double timeout_s) {
+  OFL_ASSERT(member_ > 0);
+  post_receive();
+  await_receive(timeout_s, "the communicator's id");
   OFL_CHECK_CODE(incoming_->kind == kBootstrap, ErrorCode::kInternal, kTag, "rank ", rank(),
                  " expected the bootstrap of ", name_, " from rank ", members_[0],
                  ". However, got control message kind ", incoming_->kind, ".");
   unique_id_ = incoming_->id;
-  const auto backend = static_cast<DeviceCollectiveBackend>(incoming_->backend);
-  post_receive();  // the first turn
-  return backend;
+  const Bootstrap bootstrap{static_cast<DeviceCollectiveBackend>(incoming_->backend),
+                            incoming_->kept != 0};
+  post_receive();  // the verdict after an offer, else the first turn
+  return bootstrap;
 }
 
-void DeviceCommunicator::send_reply(bool agrees, DeviceCollectiveBackend mine) {
+void DeviceCommunicator::send_reply(bool agrees, DeviceCollectiveBackend mine, bool keeps) {
   OFL_ASSERT(member_ > 0);
   auto pending = std::make_unique<Pending>();
   pending->message.kind = kReply;
   pending->message.collective_id = agrees ? rank() : -1 - rank();  // who, and whether
   pending->message.backend = static_cast<int32_t>(mine);
+  pending->message.kept = keeps ? 1 : 0;
   pending->requests.push_back(transport_.send_tagged(members_[0], collective_tag(control_id_, 0),
                                                      &pending->message, sizeof(Control)));
   pending_.push_back(std::move(pending));
 }
 
-// The replies share one tag (to member 0) and match whatever their sender: each names its rank.
-void DeviceCommunicator::await_replies(DeviceCollectiveBackend mine, double timeout_s) {
+void DeviceCommunicator::send_verdict(bool reuse, const cuda::NcclUniqueId& id) {
   OFL_ASSERT(member_ == 0);
+  Control message;
+  message.kind = kVerdict;
+  message.collective_id = reuse ? 1 : 0;
+  message.id = id;
+  unique_id_ = id;
+  send_to_others(message);
+}
+
+bool DeviceCommunicator::receive_verdict(double timeout_s) {
+  OFL_ASSERT(member_ > 0);
+  await_receive(timeout_s, "whether its kept communicator is used");
+  OFL_CHECK_CODE(incoming_->kind == kVerdict, ErrorCode::kInternal, kTag, "rank ", rank(),
+                 " expected the verdict of ", name_, " from rank ", members_[0],
+                 ". However, got control message kind ", incoming_->kind, ".");
+  unique_id_ = incoming_->id;
+  const bool reuse = incoming_->collective_id == 1;
+  post_receive();  // the first turn
+  return reuse;
+}
+
+// The replies share one tag (to member 0) and match whatever their sender: each names its rank.
+bool DeviceCommunicator::await_replies(DeviceCollectiveBackend mine, double timeout_s) {
+  OFL_ASSERT(member_ == 0);
+  bool all_keep = true;
   const auto deadline = Clock::now() + std::chrono::duration<double>(timeout_s);
   for (size_t m = 1; m < members_.size(); ++m) {
     Control reply;
@@ -202,8 +233,10 @@ void DeviceCommunicator::await_replies(DeviceCollectiveBackend mine, double time
                 device_collective_backend_name(mine),
                 ": every member must run them one way (OFL_CUDA_COLLECTIVES, OFL_CUDA_DEVICE).");
     }
+    all_keep = all_keep && reply.kept != 0;
   }
   test_sends();
+  return all_keep;
 }
 
 bool DeviceCommunicator::take_turn(int64_t collective_id) {
@@ -431,59 +464,105 @@ DeviceCollectives::DeviceCollectives(comm::Transport& transport, const PlanIndex
     // Member 0 first, so members it shares this process with find its id waiting.
     std::stable_partition(mine.begin(), mine.end(),
                           [](const DeviceCommunicator* comm) { return comm->member() == 0; });
-    cuda::NcclUniqueId id{};
+    // Note [Communicators kept per process]: what this process keeps of it, if anything.
+    CommunicatorKey key{transport.network(), backend, c.members, {}};
+    for (const DeviceCommunicator* comm : mine) {
+      key.hosted.emplace_back(comm->member(), backend == DeviceCollectiveBackend::kNccl
+                                                  ? gpu_of_rank_.at(comm->rank())
+                                                  : -1);
+    }
+    const bool keeps = backend != DeviceCollectiveBackend::kHost;  // nothing worth keeping
+    std::shared_ptr<SharedCommunicator> kept =
+        keeps ? CommunicatorCache::process().find(key) : nullptr;
+    auto fresh_id = [&] {
+      return backend == DeviceCollectiveBackend::kNccl ? cuda::nccl_unique_id() : random_id();
+    };
+    const bool member_zero = mine[0]->member() == 0;
+    bool offered = false;
     for (DeviceCommunicator* comm : mine) {
       if (comm->member() == 0) {
-        id = backend == DeviceCollectiveBackend::kNccl ? cuda::nccl_unique_id() : random_id();
-        comm->send_bootstrap(id, backend);
+        offered = kept != nullptr;
+        comm->send_bootstrap(offered ? kept->id() : fresh_id(), backend, offered);
         continue;
       }
-      const DeviceCollectiveBackend theirs = comm->receive_bootstrap(timeout_s);
-      comm->send_reply(theirs == backend, backend);
-      OFL_CHECK(theirs == backend, kTag, "rank ", comm->rank(), " runs the collectives of ", c.name,
-                " with ", device_collective_backend_name(backend), ", but rank ", c.members[0],
-                " with ", device_collective_backend_name(theirs),
+      const DeviceCommunicator::Bootstrap theirs = comm->receive_bootstrap(timeout_s);
+      offered = theirs.offered;
+      comm->send_reply(theirs.backend == backend, backend,
+                       kept != nullptr && kept->id() == comm->unique_id());
+      OFL_CHECK(theirs.backend == backend, kTag, "rank ", comm->rank(), " runs the collectives of ",
+                c.name, " with ", device_collective_backend_name(backend), ", but rank ",
+                c.members[0], " with ", device_collective_backend_name(theirs.backend),
                 ": every member must run them one way (OFL_CUDA_COLLECTIVES, OFL_CUDA_DEVICE).");
-      id = comm->unique_id();
     }
-    if (mine[0]->member() == 0) mine[0]->await_replies(backend, timeout_s);
-    if (backend != DeviceCollectiveBackend::kNccl) continue;
-    std::vector<cuda::NcclCommunicator::HostedMember> members;
+    bool reuse = false;
+    if (member_zero) {
+      const bool all_keep = mine[0]->await_replies(backend, timeout_s);
+      if (offered) {
+        reuse = all_keep;
+        mine[0]->send_verdict(reuse, reuse ? kept->id() : fresh_id());
+      }
+    }
+    if (offered) {
+      for (DeviceCommunicator* comm : mine) {
+        if (comm->member() != 0) reuse = comm->receive_verdict(timeout_s);
+      }
+    }
+    const cuda::NcclUniqueId id = mine[0]->unique_id();
+    if (reuse) {
+      OFL_CHECK_CODE(kept != nullptr && kept->id() == id, ErrorCode::kInternal, kTag,
+                     "the members of ", c.name,
+                     " chose to reuse a communicator this process "
+                     "does not keep.");
+      VLOG(1) << kTag << "reuses the GPU communicator of " << c.name;
+    } else if (keeps) {
+      std::vector<std::unique_ptr<cuda::NcclCommunicator>> made;
+      if (backend == DeviceCollectiveBackend::kNccl) {
+        std::vector<cuda::NcclCommunicator::HostedMember> members;
+        for (const auto& [member, device] : key.hosted) members.push_back({member, device});
+        made = cuda::NcclCommunicator::create(id, static_cast<int64_t>(c.members.size()), members,
+                                              c.name, timeout_s);
+      }
+      kept = std::make_shared<SharedCommunicator>(key, c.name, id, std::move(made));
+      CommunicatorCache::process().keep(kept);
+    }
+    if (!keeps) continue;
+    shared_[control_id] = kept;
     auto hosted = std::make_shared<DeviceCommunicator::HostedMembers>();
     hosted->count = static_cast<int64_t>(mine.size());
-    for (DeviceCommunicator* comm : mine) {
-      members.push_back({comm->member(), gpu_of_rank_.at(comm->rank())});
-      comm->hosted = hosted;
+    for (size_t i = 0; i < mine.size(); ++i) {
+      mine[i]->nccl = kept->nccl(i);
+      mine[i]->hosted = hosted;
     }
-    std::vector<std::unique_ptr<cuda::NcclCommunicator>> made = cuda::NcclCommunicator::create(
-        id, static_cast<int64_t>(c.members.size()), members, c.name, timeout_s);
-    for (size_t i = 0; i < mine.size(); ++i) mine[i]->nccl = std::move(made[i]);
   }
 }
 
-// Every communicator starts its finalisation before any is destroyed (a finalisation may wait
-// for the process's other members of its communicator), and all of them wait under one
-// deadline; those still finalising after it are aborted by their destructors.
-DeviceCollectives::~DeviceCollectives() {
-  for (const auto& [key, comm] : communicators_) {
-    if (comm->nccl != nullptr) comm->nccl->finalize();
-  }
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-  for (const auto& [key, comm] : communicators_) {
-    while (comm->nccl != nullptr && comm->nccl->finalizing()) {
-      if (std::chrono::steady_clock::now() > deadline) {
-        comm->nccl->abort();
-        break;
-      }
-      std::this_thread::sleep_for(std::chrono::microseconds(100));
-    }
-  }
-}
+// The communicators end with the last runtime holding them (SharedCommunicator's destructor).
+DeviceCollectives::~DeviceCollectives() = default;
 
 void DeviceCollectives::abort() {
-  for (const auto& [key, comm] : communicators_) {
-    if (comm->nccl != nullptr) comm->nccl->abort();
+  for (const auto& [control_id, comm] : shared_) comm->abort();
+}
+
+DeviceCollectives::Lease::~Lease() {
+  for (SharedCommunicator* comm : held_) comm->run_mutex().unlock();
+}
+
+// In one order (by address) in every runtime, so two runs sharing several never wait in a
+// cycle.
+DeviceCollectives::Lease DeviceCollectives::lease() {
+  Lease lease;
+  for (const auto& [control_id, comm] : shared_) lease.held_.push_back(comm.get());
+  std::sort(lease.held_.begin(), lease.held_.end());
+  for (size_t i = 0; i < lease.held_.size(); ++i) {
+    lease.held_[i]->run_mutex().lock();
+    if (!lease.held_[i]->aborted()) continue;
+    const std::string name = lease.held_[i]->name();
+    lease.held_.resize(i + 1);  // the destructor unlocks these
+    OFL_CHECK_CODE(false, ErrorCode::kFailedPrecondition, kTag, "the GPU communicator of ", name,
+                   " was aborted after a failed run of another graph in this process, so this "
+                   "graph cannot run its collectives any more.");
   }
+  return lease;
 }
 
 DeviceCommunicator& DeviceCollectives::communicator(int64_t rank, int64_t control_id) {

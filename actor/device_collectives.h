@@ -16,9 +16,11 @@
 //    the CPU engine's job runs, but as NCCL would: in member 0's order (below), one at a time
 //    per communicator. So the bootstrap and the order protocol run in CI.
 //
-// Communicators. When the plan loads, before any actor runs, the runtime makes one per
+// Communicators. When the plan loads, before any actor runs, the runtime takes one per
 // (communicator, hosted member) of its GPU collectives, in ascending order of the
-// communicator's control id (CollectiveProto.control_id), the same order on every rank: NCCL's
+// communicator's control id (CollectiveProto.control_id), the same order on every rank: the one
+// this process keeps from an earlier runtime when every member keeps it (Note [Communicators
+// kept per process] in communicator_cache.h), else a new one. NCCL's
 // creation waits until every member has joined (at most the watchdog's period: Note
 // [Nonblocking communicators] in cuda/nccl.h), and one global order cannot wait in a cycle. A
 // failed run aborts them (DeviceCollectives::abort) once the collective engine has stopped.
@@ -26,7 +28,8 @@
 // tagged transfer under the control id (collective_tag(control_id, member)): the UCX bootstrap
 // the job already has. A member whose backend differs refuses, naming both ranks, and tells
 // member 0, which waits for every member's answer before NCCL's creation (that could otherwise
-// wait for the refusing member forever): two ranks never run one collective two ways. Several
+// wait for the refusing member forever): two ranks never run one collective two ways. The
+// answers also say whether each member keeps the communicator member 0 offered to reuse. Several
 // hosted members of one communicator join it in one NCCL group.
 //
 // Order. NCCL runs a communicator's collectives in the order its members queue them; members
@@ -54,13 +57,12 @@
 #include <vector>
 
 #include "actor/collective_engine.h"
+#include "actor/communicator_cache.h"
 #include "actor/plan_index.h"
 #include "comm/transport.h"
 #include "oneflowlike/cuda/nccl.h"
 
 namespace ofl::actor {
-
-enum class DeviceCollectiveBackend : int32_t { kNccl = 1, kHost = 2, kSimulated = 3 };
 
 /// "nccl", "host", "simulated".
 const char* device_collective_backend_name(DeviceCollectiveBackend backend);
@@ -90,8 +92,8 @@ class DeviceCommunicator {
   int64_t member() const { return member_; }
   int64_t rank() const { return members_[member_]; }
   int64_t control_id() const { return control_id_; }
-  /// What member 0 sent at the bootstrap: the NCCL unique id (random bytes for the other
-  /// backends) and its backend.
+  /// What member 0 sent at the bootstrap (or in its verdict): the NCCL unique id (random bytes
+  /// for the other backends).
   const cuda::NcclUniqueId& unique_id() const { return unique_id_; }
 
   /// Note [Device collectives], "Order": whether this member may queue collective
@@ -103,8 +105,8 @@ class DeviceCommunicator {
   /// NCCL: from the turn of a collective until it has been queued for good (Note [Nonblocking
   /// communicators] in cuda/nccl.h); the member takes no other turn meanwhile.
   bool launching = false;
-  /// The NCCL backend's communicator.
-  std::unique_ptr<cuda::NcclCommunicator> nccl;
+  /// The NCCL backend's communicator (owned by the process's SharedCommunicator).
+  cuda::NcclCommunicator* nccl = nullptr;
   /// NCCL: the members of this communicator this process hosts, shared by them. One thread
   /// (the collective engine) queues all their calls, so the calls of one collective go in one
   /// NCCL group, made when the last of them has its turn (Note [Device collectives], "Order").
@@ -118,15 +120,27 @@ class DeviceCommunicator {
   friend class DeviceCollectives;
   struct Control;  // one control message
   struct Pending;  // member 0's sends not yet done
-  // Bootstrap: member 0 sends `id` and `backend` to every other member.
-  void send_bootstrap(const cuda::NcclUniqueId& id, DeviceCollectiveBackend backend);
-  // Bootstrap: the other members wait for member 0's (at most `timeout_s`); returns its backend.
-  DeviceCollectiveBackend receive_bootstrap(double timeout_s);
-  // Bootstrap, second half: the other members tell member 0 whether they agree on the backend;
-  // member 0 waits for all of them (at most `timeout_s`) before it blocks in NCCL's creation,
-  // and raises naming a member that refused.
-  void send_reply(bool agrees, DeviceCollectiveBackend mine);
-  void await_replies(DeviceCollectiveBackend mine, double timeout_s);
+  // Bootstrap: member 0 sends `id` and `backend` to every other member; `offered`: the id is
+  // that of a communicator it keeps (Note [Communicators kept per process]).
+  void send_bootstrap(const cuda::NcclUniqueId& id, DeviceCollectiveBackend backend, bool offered);
+  // Bootstrap: the other members wait for member 0's (at most `timeout_s`).
+  struct Bootstrap {
+    DeviceCollectiveBackend backend;
+    bool offered;
+  };
+  Bootstrap receive_bootstrap(double timeout_s);
+  // Bootstrap, second half: the other members tell member 0 whether they agree on the backend
+  // and whether they keep the offered communicator; member 0 waits for all of them (at most
+  // `timeout_s`) before it blocks in NCCL's creation, raises naming a member that refused, and
+  // returns whether every member keeps it.
+  void send_reply(bool agrees, DeviceCollectiveBackend mine, bool keeps);
+  bool await_replies(DeviceCollectiveBackend mine, double timeout_s);
+  // After an offer: member 0 tells every member whether they take the kept communicator, or
+  // else the id of a new one; the others wait for it (at most `timeout_s`) and return it.
+  void send_verdict(bool reuse, const cuda::NcclUniqueId& id);
+  bool receive_verdict(double timeout_s);
+  // Waits for the receive posted last (at most `timeout_s`, `what`: the message awaited).
+  void await_receive(double timeout_s, const char* what);
   void send_to_others(const Control& message);
   void test_sends();
   // Posts the receive of member 0's next control message.
@@ -159,8 +173,23 @@ class DeviceCollectives {
 
   /// After a failed run, with the collective engine stopped: aborts every NCCL communicator
   /// (cuda::NcclCommunicator::abort), so no stream waits for a collective whose peer never
-  /// comes. The other backends have nothing to abort.
+  /// comes, and the process forgets them (Note [Communicators kept per process]).
   void abort();
+
+  /// The communicators a run uses, held for its length (Note [Communicators kept per process],
+  /// "One run at a time"): waits while another runtime's run holds one. Raises ofl::Error
+  /// naming the communicator when one was aborted (a failed run of another runtime).
+  class Lease {
+   public:
+    Lease(Lease&&) = default;
+    ~Lease();
+
+   private:
+    friend class DeviceCollectives;
+    Lease() = default;
+    std::vector<SharedCommunicator*> held_;
+  };
+  [[nodiscard]] Lease lease();
 
   DeviceCollectiveBackend backend() const { return backend_; }
   /// The hosted member `rank` of the communicator whose control id is `control_id`.
@@ -176,6 +205,8 @@ class DeviceCollectives {
   std::map<int64_t, int> gpu_of_rank_;
   std::map<std::pair<int64_t, int64_t>, std::unique_ptr<DeviceCommunicator>>
       communicators_;  // by (rank, control id)
+  // What the process keeps for them (not for the host backend), by control id.
+  std::map<int64_t, std::shared_ptr<SharedCommunicator>> shared_;
 };
 
 }  // namespace ofl::actor

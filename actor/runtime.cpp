@@ -201,6 +201,10 @@ std::vector<std::pair<int, Tensor>> Runtime::run_iteration(
       }
     }
   }
+  // Note [Communicators kept per process]: the run holds the GPU communicators it shares with
+  // other runtimes of this process until it ends.
+  std::optional<DeviceCollectives::Lease> communicators;
+  if (device_collectives_ != nullptr) communicators.emplace(device_collectives_->lease());
   {
     std::lock_guard<std::mutex> lock(done_mu_);
     for (const auto& [rank, ran] : departed_) {

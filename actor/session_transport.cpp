@@ -29,6 +29,8 @@ class SessionTransport final : public comm::Transport {
       : sessions_(std::move(sessions)), session_(session) {}
   ~SessionTransport() override { sessions_->close(session_); }
 
+  const comm::Transport* network() const override { return sessions_->base().network(); }
+
   void serve_rank(int64_t rank, comm::MessageHandler handler) override {
     sessions_->serve(session_, rank, std::move(handler));
   }

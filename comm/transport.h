@@ -37,6 +37,11 @@ class Transport {
  public:
   virtual ~Transport() = default;
 
+  /// The transport this one sends through: itself, or for a view of one (a runtime's session,
+  /// actor/session_transport.h) the one under it. Runtimes of one process over one network
+  /// belong to one job (Note [Communicators kept per process] in actor/communicator_cache.h).
+  virtual const Transport* network() const { return this; }
+
   /// Routes messages for `rank` to `handler` from now on (a runtime hosting `rank` calls it when
   /// it loads). Raises ofl::Error if the rank is already served.
   virtual void serve_rank(int64_t rank, MessageHandler handler) = 0;
