@@ -441,7 +441,7 @@ class CollectiveActor final : public TaskActor {
       DeviceCollectives* device = host.device_collectives();
       OFL_ASSERT(device != nullptr) << name() << ": the runtime made no GPU communicators";
       return CollectiveWork{device->make_job(host.transport(), spec_, rank(), c.control_id(),
-                                             std::move(input), outputs[0], &scratch_)};
+                                             iteration(), std::move(input), outputs[0], &scratch_)};
     }
     return CollectiveWork{
         make_collective_job(host.transport(), spec_, std::move(input), outputs[0], &scratch_)};

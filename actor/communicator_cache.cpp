@@ -48,6 +48,17 @@ bool SharedCommunicator::aborted() const {
   return aborted_;
 }
 
+void SharedCommunicator::set_holder(const void* owner, int64_t iteration) {
+  std::lock_guard<std::mutex> lock(mu_);
+  holder_ = owner;
+  holder_iteration_ = iteration;
+}
+
+bool SharedCommunicator::held_by(const void* owner, int64_t iteration) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return holder_ == owner && holder_iteration_ == iteration;
+}
+
 CommunicatorCache& CommunicatorCache::process() {
   static auto* cache = new CommunicatorCache();  // never destroyed: runtimes may outlive statics
   return *cache;

@@ -22,15 +22,22 @@
 //
 // One run at a time. NCCL runs a communicator's collectives in the order they are queued, and
 // only member 0's order within one runtime keeps members in step. So a runtime's run holds each
-// shared communicator it uses for the whole run (DeviceCollectives::lease): the runs of one
-// process that share communicators take turns, in the order the program started them, and
-// every process of an SPMD program queues them in that same order. A nonblocking communicator
-// (Note [Nonblocking communicators]) is ready again when a run ends, since a run waits for
-// its collectives' events.
+// shared communicator it uses for the whole run (DeviceCollectives::lease), and a collective
+// starts only while the run of its own iteration holds it: an actor fed from another process
+// may act for iteration i + 1 before this process starts that run (Note [Iterations across
+// processes] in actor/runtime.cpp), while another runtime's run holds the communicator, or
+// while run i still does (and would hand it on with the collective in flight); such a
+// collective waits for its run. The runs of one process that share communicators take turns,
+// in the order one thread starts them, and every process of an SPMD program queues them in
+// that same order. A nonblocking communicator (Note [Nonblocking communicators]) is ready
+// again when a run ends, since a run waits for its collectives' events.
 //
 // Failure. A failed run aborts its communicators, kept ones included (a peer may be gone): the
 // process forgets them, and another runtime holding one is refused at its next run, naming the
-// communicator, instead of calling into an aborted communicator.
+// communicator, instead of calling into an aborted communicator; that runtime is then unusable
+// (Runtime::usable). An eager op whose runtime is unusable is compiled and loaded again at its
+// next call (framework/global_tensor.py), which makes a new communicator. Member 0 that refuses
+// at load (a member's backend differs) tells the members waiting for its verdict.
 
 #include <cstdint>
 #include <map>
@@ -81,6 +88,10 @@ class SharedCommunicator {
   /// Held by a run for its whole length (Note [Communicators kept per process], "One run at a
   /// time").
   std::mutex& run_mutex() { return run_mu_; }
+  /// The run holding run_mutex(): its runtime (`owner`) and iteration; null and -1 between runs.
+  void set_holder(const void* owner, int64_t iteration);
+  /// Whether a collective of `owner`'s iteration `iteration` may start.
+  bool held_by(const void* owner, int64_t iteration) const;
   /// After a failed run (no thread inside it): aborts the NCCL communicators, and the process
   /// forgets this one. Idempotent.
   void abort();
@@ -93,7 +104,9 @@ class SharedCommunicator {
   std::vector<std::unique_ptr<cuda::NcclCommunicator>> nccl_;
   std::mutex run_mu_;
   mutable std::mutex mu_;
-  bool aborted_ = false;  // GUARDED_BY(mu_)
+  bool aborted_ = false;           // GUARDED_BY(mu_)
+  const void* holder_ = nullptr;   // GUARDED_BY(mu_)
+  int64_t holder_iteration_ = -1;  // GUARDED_BY(mu_)
 };
 
 /// The process's communicators (Note [Communicators kept per process]).

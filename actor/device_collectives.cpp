@@ -194,12 +194,25 @@ void DeviceCommunicator::send_verdict(bool reuse, const cuda::NcclUniqueId& id) 
   send_to_others(message);
 }
 
+void DeviceCommunicator::send_refusal() {
+  OFL_ASSERT(member_ == 0);
+  Control message;
+  message.kind = kVerdict;
+  message.collective_id = -1;
+  send_to_others(message);
+  test_sends();
+}
+
 bool DeviceCommunicator::receive_verdict(double timeout_s) {
   OFL_ASSERT(member_ > 0);
   await_receive(timeout_s, "whether its kept communicator is used");
   OFL_CHECK_CODE(incoming_->kind == kVerdict, ErrorCode::kInternal, kTag, "rank ", rank(),
                  " expected the verdict of ", name_, " from rank ", members_[0],
                  ". However, got control message kind ", incoming_->kind, ".");
+  OFL_CHECK_CODE(incoming_->collective_id >= 0, ErrorCode::kFailedPrecondition, kTag, "rank ",
+                 rank(), ": member 0 (rank ", members_[0], ") of ", name_,
+                 " refused to make it; its error says why (a member running the collectives "
+                 "another way, or one that never answered).");
   unique_id_ = incoming_->id;
   const bool reuse = incoming_->collective_id == 1;
   post_receive();  // the first turn
@@ -269,16 +282,20 @@ namespace {
 class SimulatedJob final : public CollectiveJob {
  public:
   SimulatedJob(DeviceCommunicator& comm, comm::Transport& transport, const CollectiveSpec& spec,
-               Tensor input, Tensor output, CollectiveScratch* scratch)
+               int64_t iteration, Tensor input, Tensor output, CollectiveScratch* scratch)
       : comm_(comm),
         transport_(transport),
         spec_(spec),
+        iteration_(iteration),
         input_(std::move(input)),
         output_(std::move(output)),
         scratch_(scratch) {}
   bool advance(bool* progressed) override {
     if (inner_ == nullptr) {
-      if (comm_.running >= 0 || !comm_.take_turn(spec_.collective_id)) return false;
+      if (comm_.running >= 0 || !comm_.may_start(iteration_) ||
+          !comm_.take_turn(spec_.collective_id)) {
+        return false;
+      }
       comm_.running = spec_.collective_id;
       inner_ = make_collective_job(transport_, spec_, input_, output_, scratch_);
       *progressed = true;
@@ -292,6 +309,7 @@ class SimulatedJob final : public CollectiveJob {
   DeviceCommunicator& comm_;
   comm::Transport& transport_;
   CollectiveSpec spec_;
+  int64_t iteration_;
   Tensor input_, output_;
   CollectiveScratch* scratch_;
   std::shared_ptr<CollectiveJob> inner_;
@@ -339,13 +357,20 @@ class HostStagedJob final : public CollectiveJob {
 // has completed.
 class NcclJob final : public CollectiveJob, public std::enable_shared_from_this<NcclJob> {
  public:
-  NcclJob(DeviceCommunicator& comm, const CollectiveSpec& spec, Tensor input, Tensor output)
-      : comm_(comm), spec_(spec), input_(std::move(input)), output_(std::move(output)) {}
+  NcclJob(DeviceCommunicator& comm, const CollectiveSpec& spec, int64_t iteration, Tensor input,
+          Tensor output)
+      : comm_(comm),
+        spec_(spec),
+        iteration_(iteration),
+        input_(std::move(input)),
+        output_(std::move(output)) {}
   bool advance(bool* progressed) override {
     if (!turn_) {
       // Note [Nonblocking communicators] in cuda/nccl.h: one call in the background at a time
       // per communicator, so the member's last collective has been queued for good first.
-      if (comm_.launching || !comm_.nccl->ready(spec_.name)) return false;
+      if (comm_.launching || !comm_.may_start(iteration_) || !comm_.nccl->ready(spec_.name)) {
+        return false;
+      }
       if (!comm_.take_turn(spec_.collective_id)) return false;
       turn_ = true;
       comm_.launching = true;
@@ -409,6 +434,7 @@ class NcclJob final : public CollectiveJob, public std::enable_shared_from_this<
 
   DeviceCommunicator& comm_;
   CollectiveSpec spec_;
+  int64_t iteration_;
   Tensor input_, output_;
   bool turn_ = false;
   bool sent_ = false;  // queued to NCCL (maybe still launching in the background)
@@ -496,7 +522,14 @@ DeviceCollectives::DeviceCollectives(comm::Transport& transport, const PlanIndex
     }
     bool reuse = false;
     if (member_zero) {
-      const bool all_keep = mine[0]->await_replies(backend, timeout_s);
+      bool all_keep = false;
+      try {
+        all_keep = mine[0]->await_replies(backend, timeout_s);
+      } catch (const Error&) {
+        // The members waiting for a verdict hear of the refusal instead of waiting it out.
+        if (offered) mine[0]->send_refusal();
+        throw;
+      }
       if (offered) {
         reuse = all_keep;
         mine[0]->send_verdict(reuse, reuse ? kept->id() : fresh_id());
@@ -513,6 +546,10 @@ DeviceCollectives::DeviceCollectives(comm::Transport& transport, const PlanIndex
                      "the members of ", c.name,
                      " chose to reuse a communicator this process "
                      "does not keep.");
+      OFL_CHECK_CODE(!kept->aborted(), ErrorCode::kFailedPrecondition, kTag,
+                     "the GPU communicator of ", c.name,
+                     " was aborted by a failed run of another "
+                     "graph while this one loaded; load it again.");
       VLOG(1) << kTag << "reuses the GPU communicator of " << c.name;
     } else if (keeps) {
       std::vector<std::unique_ptr<cuda::NcclCommunicator>> made;
@@ -531,6 +568,8 @@ DeviceCollectives::DeviceCollectives(comm::Transport& transport, const PlanIndex
     hosted->count = static_cast<int64_t>(mine.size());
     for (size_t i = 0; i < mine.size(); ++i) {
       mine[i]->nccl = kept->nccl(i);
+      mine[i]->shared = kept.get();
+      mine[i]->owner = this;
       mine[i]->hosted = hosted;
     }
   }
@@ -544,17 +583,21 @@ void DeviceCollectives::abort() {
 }
 
 DeviceCollectives::Lease::~Lease() {
-  for (SharedCommunicator* comm : held_) comm->run_mutex().unlock();
+  for (SharedCommunicator* comm : held_) {
+    comm->set_holder(nullptr, -1);
+    comm->run_mutex().unlock();
+  }
 }
 
 // In one order (by address) in every runtime, so two runs sharing several never wait in a
 // cycle.
-DeviceCollectives::Lease DeviceCollectives::lease() {
+DeviceCollectives::Lease DeviceCollectives::lease(int64_t iteration) {
   Lease lease;
   for (const auto& [control_id, comm] : shared_) lease.held_.push_back(comm.get());
-  std::sort(lease.held_.begin(), lease.held_.end());
+  std::sort(lease.held_.begin(), lease.held_.end(), std::less<>());
   for (size_t i = 0; i < lease.held_.size(); ++i) {
     lease.held_[i]->run_mutex().lock();
+    lease.held_[i]->set_holder(this, iteration);
     if (!lease.held_[i]->aborted()) continue;
     const std::string name = lease.held_[i]->name();
     lease.held_.resize(i + 1);  // the destructor unlocks these
@@ -573,19 +616,19 @@ DeviceCommunicator& DeviceCollectives::communicator(int64_t rank, int64_t contro
 
 std::shared_ptr<CollectiveJob> DeviceCollectives::make_job(comm::Transport& transport,
                                                            const CollectiveSpec& spec, int64_t rank,
-                                                           int64_t control_id, Tensor input,
-                                                           Tensor output,
+                                                           int64_t control_id, int64_t iteration,
+                                                           Tensor input, Tensor output,
                                                            CollectiveScratch* scratch) {
   DeviceCommunicator& comm = communicator(rank, control_id);
   switch (backend_) {
     case DeviceCollectiveBackend::kSimulated:
-      return std::make_shared<SimulatedJob>(comm, transport, spec, std::move(input),
+      return std::make_shared<SimulatedJob>(comm, transport, spec, iteration, std::move(input),
                                             std::move(output), scratch);
     case DeviceCollectiveBackend::kHost:
       return std::make_shared<HostStagedJob>(transport, spec, gpu_of_rank_.at(rank),
                                              std::move(input), std::move(output), scratch);
     case DeviceCollectiveBackend::kNccl:
-      return std::make_shared<NcclJob>(comm, spec, std::move(input), std::move(output));
+      return std::make_shared<NcclJob>(comm, spec, iteration, std::move(input), std::move(output));
   }
   OFL_ASSERT(false);
   return nullptr;

@@ -107,6 +107,14 @@ class DeviceCommunicator {
   bool launching = false;
   /// The NCCL backend's communicator (owned by the process's SharedCommunicator).
   cuda::NcclCommunicator* nccl = nullptr;
+  /// What the process keeps of it (null for the host backend), and the runtime's collectives.
+  SharedCommunicator* shared = nullptr;
+  const void* owner = nullptr;
+  /// Note [Communicators kept per process], "One run at a time": whether a collective of
+  /// iteration `iteration` may start now.
+  bool may_start(int64_t iteration) const {
+    return shared == nullptr || shared->held_by(owner, iteration);
+  }
   /// NCCL: the members of this communicator this process hosts, shared by them. One thread
   /// (the collective engine) queues all their calls, so the calls of one collective go in one
   /// NCCL group, made when the last of them has its turn (Note [Device collectives], "Order").
@@ -138,6 +146,8 @@ class DeviceCommunicator {
   // After an offer: member 0 tells every member whether they take the kept communicator, or
   // else the id of a new one; the others wait for it (at most `timeout_s`) and return it.
   void send_verdict(bool reuse, const cuda::NcclUniqueId& id);
+  // Member 0, raising in await_replies after an offer: tells the members waiting for a verdict.
+  void send_refusal();
   bool receive_verdict(double timeout_s);
   // Waits for the receive posted last (at most `timeout_s`, `what`: the message awaited).
   void await_receive(double timeout_s, const char* what);
@@ -176,9 +186,10 @@ class DeviceCollectives {
   /// comes, and the process forgets them (Note [Communicators kept per process]).
   void abort();
 
-  /// The communicators a run uses, held for its length (Note [Communicators kept per process],
-  /// "One run at a time"): waits while another runtime's run holds one. Raises ofl::Error
-  /// naming the communicator when one was aborted (a failed run of another runtime).
+  /// The communicators run `iteration` uses, held for its length (Note [Communicators kept per
+  /// process], "One run at a time"): waits while another runtime's run holds one. Raises
+  /// ofl::Error naming the communicator when one was aborted (a failed run of another
+  /// runtime).
   class Lease {
    public:
     Lease(Lease&&) = default;
@@ -189,16 +200,16 @@ class DeviceCollectives {
     Lease() = default;
     std::vector<SharedCommunicator*> held_;
   };
-  [[nodiscard]] Lease lease();
+  [[nodiscard]] Lease lease(int64_t iteration);
 
   DeviceCollectiveBackend backend() const { return backend_; }
   /// The hosted member `rank` of the communicator whose control id is `control_id`.
   DeviceCommunicator& communicator(int64_t rank, int64_t control_id);
-  /// The job of one act of a GPU COLLECTIVE task of `rank` (`spec`, its control id): what the
-  /// collective engine advances.
+  /// The job of one act of a GPU COLLECTIVE task of `rank` (`spec`, its control id) in
+  /// iteration `iteration`: what the collective engine advances.
   std::shared_ptr<CollectiveJob> make_job(comm::Transport& transport, const CollectiveSpec& spec,
-                                          int64_t rank, int64_t control_id, Tensor input,
-                                          Tensor output, CollectiveScratch* scratch);
+                                          int64_t rank, int64_t control_id, int64_t iteration,
+                                          Tensor input, Tensor output, CollectiveScratch* scratch);
 
  private:
   DeviceCollectiveBackend backend_;

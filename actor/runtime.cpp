@@ -203,8 +203,16 @@ std::vector<std::pair<int, Tensor>> Runtime::run_iteration(
   }
   // Note [Communicators kept per process]: the run holds the GPU communicators it shares with
   // other runtimes of this process until it ends.
+  // A refusal (a communicator aborted by another runtime's failed run) is for good.
   std::optional<DeviceCollectives::Lease> communicators;
-  if (device_collectives_ != nullptr) communicators.emplace(device_collectives_->lease());
+  if (device_collectives_ != nullptr) {
+    try {
+      communicators.emplace(device_collectives_->lease(iteration_));
+    } catch (const Error&) {
+      broken_ = true;
+      throw;
+    }
+  }
   {
     std::lock_guard<std::mutex> lock(done_mu_);
     for (const auto& [rank, ran] : departed_) {

@@ -117,6 +117,9 @@ class Runtime final : public PlanRunner, private ActorHost {
   /// returns the fetched logical tensors. Raises ofl::Error when a kernel fails (naming the task
   /// and rank) or when the watchdog finds no progress (naming what each actor waits for).
   std::map<std::string, Tensor> run(const std::map<std::string, Tensor>& inputs) override;
+  /// Whether run() may be called again: false after a failed run, a refused one (a GPU
+  /// communicator aborted by another runtime's failure) or shutdown.
+  bool usable() const { return !broken_; }
   Tensor read_variable(const std::string& name) const override;
   void write_variable(const std::string& name, const Tensor& value) override;
 

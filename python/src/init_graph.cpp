@@ -561,6 +561,8 @@ void init_graph(py::module_& m) {
       .def("run", &actor::Runtime::run, py::arg("inputs"), py::call_guard<py::gil_scoped_release>())
       .def("run_local", &actor::Runtime::run_local, py::arg("inputs"),
            py::call_guard<py::gil_scoped_release>())
+      .def_property_readonly("usable", &actor::Runtime::usable,
+                             "Whether it can run again (false after a failed or refused run).")
       .def("read_variable", &actor::Runtime::read_variable, py::arg("name"))
       .def("write_variable", &actor::Runtime::write_variable, py::arg("name"), py::arg("value"))
       .def("read_variable_pieces", &actor::Runtime::read_variable_pieces, py::arg("name"))

@@ -484,6 +484,7 @@ class _Compiled:
         self.outputs = outputs  # (placement, shape, dtype) per fetch
         self.constants = tracer.constants()
         self.runtime = None
+        self.broken = False  # its runtime failed: the cache compiles the op again
         self.output_sbp = {}
         self.missing = set()  # positions of grads_of without a gradient
         ranks = tracer.c.ranks()
@@ -506,7 +507,15 @@ class _Compiled:
 
     def run(self, pieces):
         rank = self.rank
-        fetched = self.runtime.run_local(pieces) if self.runtime is not None else {}
+        try:
+            fetched = self.runtime.run_local(pieces) if self.runtime is not None else {}
+        except Exception:
+            # A failed run leaves its runtime unusable (and aborts the GPU communicators it
+            # shares with other ops: Note [Communicators kept per process]); the next call of
+            # the op, on every rank alike, compiles and loads it again.
+            if not self.runtime.usable:
+                self.broken = True
+            raise
         results = []
         for k, (name, (placement, shape, dtype)) in enumerate(zip(self.fetches, self.outputs)):
             if k in self.missing:
@@ -547,7 +556,7 @@ def reshard_many(items):
     key = ("to_global_many",) + tuple((x.shape, x.dtype, x.placement, x.sbp, p, s)
                                       for x, p, s in items)
     compiled = _cache.get(key)
-    if compiled is None:
+    if compiled is None or compiled.broken:
         tracer = _Tracer("to_global_many", source)
         names, metas = [], []
         with tracing(tracer.c, tracer):
@@ -705,7 +714,7 @@ def apply(fn, args, kwargs, *, name):
     saves = global_autograd.saves_of(key) if recording else ()
     cache_key = key + (("saving",) + saves,) if saves else key
     compiled = _cache.get(cache_key)
-    if compiled is None:
+    if compiled is None or compiled.broken:
         tracer = _Tracer("global_op", placement)
         tracer.set_constants_allowed(False)
         with tracing(tracer.c, tracer):

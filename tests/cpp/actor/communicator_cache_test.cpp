@@ -66,6 +66,14 @@ struct Loaded {
   std::unique_ptr<DeviceCollectives> c0, c1;
 };
 
+// The communicators first: they send through the transports.
+void unload(Loaded& l) {
+  l.c0.reset();
+  l.c1.reset();
+  l.t0.reset();
+  l.t1.reset();
+}
+
 Loaded load(Job& job, const PlanIndex& index, uint32_t session) {
   Loaded l;
   l.t0 = job.rank0->open(session);
@@ -102,7 +110,7 @@ TEST(CommunicatorCache, RuntimesOfOneJobShareTheirCommunicators) {
   EXPECT_EQ(CommunicatorCache::process().made(), before + 4);
   EXPECT_NE(elsewhere.c0->communicator(0, control).unique_id(), id);
   // Once no runtime holds it, the communicator ends and the next runtime makes a new one.
-  first = Loaded{};
+  unload(first);
   Loaded third = load(job, index, 3);
   EXPECT_EQ(CommunicatorCache::process().made(), before + 6);
   EXPECT_NE(third.c0->communicator(0, control).unique_id(), id);
@@ -127,9 +135,9 @@ TEST(CommunicatorCache, AMemberLackingTheKeptCommunicatorMakesEveryMemberMakeANe
   EXPECT_NE(made, id);
   EXPECT_EQ(second.c1->communicator(1, control).unique_id(), made);
   // Rank 0's first runtime still runs on the old one; rank 1's is refused, naming it.
-  EXPECT_NO_THROW(first.c0->lease());
+  EXPECT_NO_THROW(first.c0->lease(0));
   try {
-    (void)first.c1->lease();
+    (void)first.c1->lease(0);
     ADD_FAILURE() << "an aborted communicator was leased";
   } catch (const Error& e) {
     EXPECT_EQ(e.code(), ErrorCode::kFailedPrecondition);
@@ -153,14 +161,40 @@ TEST(CommunicatorCache, RunsSharingACommunicatorTakeTurns) {
   Loaded b = load(job, index, 2);
   std::future<void> waiting;
   {
-    DeviceCollectives::Lease held = a.c0->lease();
-    waiting = std::async(std::launch::async, [&] { (void)b.c0->lease(); });
+    DeviceCollectives::Lease held = a.c0->lease(0);
+    waiting = std::async(std::launch::async, [&] { (void)b.c0->lease(0); });
     EXPECT_EQ(waiting.wait_for(std::chrono::milliseconds(200)), std::future_status::timeout)
         << "a second run started while the first held the communicator";
     // Another process's runtime holds its own.
-    EXPECT_NO_THROW(b.c1->lease());
+    EXPECT_NO_THROW(b.c1->lease(0));
   }
   EXPECT_EQ(waiting.wait_for(std::chrono::seconds(30)), std::future_status::ready);
+}
+
+// A collective starts only in the run of its own iteration, holding its communicator: an act
+// fed early by another process (iteration i + 1 before this process's run i + 1) waits, as one
+// of another runtime does.
+TEST(CommunicatorCache, ACollectiveStartsOnlyInTheRunOfItsIteration) {
+  const proto::PlanProto plan = dp2_on_cuda();
+  const PlanIndex index(plan, PlanIndexOptions{.cpu_kernels = true});
+  const int64_t control = control_id(plan);
+  Job job;
+  Loaded a = load(job, index, 1);
+  Loaded b = load(job, index, 2);
+  const DeviceCommunicator& mine = a.c0->communicator(0, control);
+  const DeviceCommunicator& theirs = b.c0->communicator(0, control);
+  EXPECT_FALSE(mine.may_start(0)) << "between runs";
+  {
+    DeviceCollectives::Lease run = a.c0->lease(4);
+    EXPECT_TRUE(mine.may_start(4));
+    EXPECT_FALSE(mine.may_start(5)) << "the next iteration, before its run";
+    EXPECT_FALSE(theirs.may_start(4)) << "another runtime's";
+    EXPECT_FALSE(a.c1->communicator(1, control).may_start(4)) << "another process's, not run";
+  }
+  EXPECT_FALSE(mine.may_start(4)) << "after the run";
+  DeviceCollectives::Lease next = b.c0->lease(0);
+  EXPECT_TRUE(theirs.may_start(0));
+  EXPECT_FALSE(mine.may_start(0));
 }
 
 // Two runtimes (two graphs) of one process over one network train on simulated GPUs through one
