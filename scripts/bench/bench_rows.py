@@ -1,8 +1,9 @@
 """Row-normalising ops on the CPU against torch's, in one process (issue 17): softmax,
 log_softmax and layer_norm over the last axis, forward alone and forward + backward (eager
-autograd of sum(y * g)), float32 and bfloat16.
+autograd of sum(y * g)), and cross_entropy (mean over rows, the last axis the classes) forward
+and forward + backward, float32 and bfloat16.
 
-    OMP_NUM_THREADS=1 .venv/bin/python scripts/bench/bench_rows.py [--shape 4096 768]
+    OMP_NUM_THREADS=1 .venv/bin/python scripts/bench/bench_rows.py [--shape 4096 768] [--only OP]
 
 torch.set_num_threads follows OMP_NUM_THREADS. Prints ms per call, the best of 7 rounds (each of
 `--calls` calls after warming up), ours and torch's alternating by round, and torch / ours (> 1:
@@ -32,7 +33,7 @@ def best_ms(fns, calls, rounds=7):
     return best
 
 
-def cases(lib, x, w, b, g):
+def cases(lib, x, w, b, g, labels):
     F = lib.nn.functional
     rows = x.shape[-1]
 
@@ -47,6 +48,8 @@ def cases(lib, x, w, b, g):
         "layer_norm": lambda: F.layer_norm(x, (rows,), w, b),
         "softmax fwd+bwd": backward(lambda: F.softmax(x, dim=-1)),
         "layer_norm fwd+bwd": backward(lambda: F.layer_norm(x, (rows,), w, b)),
+        "cross_entropy": lambda: F.cross_entropy(x, labels),
+        "cross_entropy fwd+bwd": lambda: F.cross_entropy(x, labels).backward(),
     }
 
 
@@ -54,6 +57,7 @@ def main():
     p = argparse.ArgumentParser()
     p.add_argument("--shape", type=int, nargs=2, default=[4096, 768])
     p.add_argument("--calls", type=int, default=20)
+    p.add_argument("--only", default="", help="only the ops whose name contains this")
     args = p.parse_args()
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
     rng = np.random.default_rng(0)
@@ -71,8 +75,10 @@ def main():
             t.requires_grad = True
         for t in theirs_in[:3]:
             t.requires_grad_(True)
-        ours, theirs = cases(flow, *ours_in), cases(torch, *theirs_in)
-        for op in ours:
+        labels = rng.integers(0, c, r)
+        ours = cases(flow, *ours_in, flow.tensor(labels))
+        theirs = cases(torch, *theirs_in, torch.tensor(labels))
+        for op in [op for op in ours if args.only in op]:
             a, b = best_ms([ours[op], theirs[op]], args.calls)
             print(f"| {op} | {name} | {a:.3f} | {b:.3f} | {b / a:.2f} |", flush=True)
 

@@ -304,3 +304,14 @@ def test_a_composite_function_saves_what_its_backward_reads():
         for g, l in zip(*grads):
             np.testing.assert_allclose(g, l, rtol=1e-4, atol=1e-5)
     assert any(k[1] == "F.scaled_dot_product_attention" for k in global_autograd._saves)
+
+
+def test_an_eager_op_whose_run_failed_runs_again():
+    """A failed run leaves its runtime unusable (and would have left the op's cached graph so for
+    the life of the process): the next call compiles the op again."""
+    w = flow.tensor(np.arange(12, dtype=np.float32).reshape(4, 3), placement=P, sbp=B)
+    with pytest.raises(IndexError, match=r"\[embedding\] every index must be in \[0, "
+                                         r"num_embeddings\) with num_embeddings = 4"):
+        F.embedding(flow.tensor(np.array([0, 7]), placement=P, sbp=B), w)
+    got = F.embedding(flow.tensor(np.array([0, 3]), placement=P, sbp=B), w)
+    np.testing.assert_array_equal(got.numpy(), [[0, 1, 2], [9, 10, 11]])

@@ -146,6 +146,29 @@ def test_softmax_kernels_are_their_float32_kernels_rounded_once(name, shape, dim
 
 
 @pytest.mark.parametrize("dtype", list(LOW))
+@pytest.mark.parametrize("label_dtype", [np.int32, np.int64])
+def test_cross_entropy_kernels_are_their_float32_kernels_rounded_once(label_dtype, dtype):
+    """The loss and its gradient in 16 bits (bfloat16 on widened rows: Note [Native bfloat16
+    rows]) are the float32 kernels on the same rounded inputs, rounded once: bit for bit, over
+    rows longer than a vector's lanes and a vocabulary that is not a multiple of them."""
+    low = LOW[dtype]
+    rows, classes = 37, 1003
+    logits = flow.tensor(rand(rows, classes) * 4).to(low)
+    labels = flow.tensor(np.random.default_rng(5).integers(0, classes, rows).astype(label_dtype))
+    dloss = flow.tensor(rand(rows, seed=4)).to(low)
+    forward = flow._C.sparse_softmax_cross_entropy
+    backward = flow._C.sparse_softmax_cross_entropy_grad
+    for got, want in [(forward(logits, labels), forward(logits.to(flow.float32), labels)),
+                      (backward(logits, labels, dloss),
+                       backward(logits.to(flow.float32), labels, dloss.to(flow.float32)))]:
+        assert got.dtype == low
+        np.testing.assert_array_equal(got.to(flow.float32).numpy(),
+                                      want.to(low).to(flow.float32).numpy())
+    with pytest.raises(IndexError, match=r"every label must be in \[0, C\) with C = 1003"):
+        forward(logits, flow.tensor(np.full(rows, classes, dtype=label_dtype)))
+
+
+@pytest.mark.parametrize("dtype", list(LOW))
 def test_losses_take_integer_labels_as_they_are(dtype):
     low = LOW[dtype]
     logits = flow.tensor(rand(6, 5)).to(low)

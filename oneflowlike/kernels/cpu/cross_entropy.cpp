@@ -1,10 +1,15 @@
 // CPU kernels of sparse_softmax_cross_entropy and its backward: two vectorised passes per row
-// for log(sum(exp)) (and one more for the gradient).
+// for log(sum(exp)) (and one more for the gradient). bfloat16 runs the float32 rows on widened
+// copies of one row each (Note [Native bfloat16 rows] in bf16_rows.h): the Widened kernel's
+// bits without the whole (rows, classes) float32 copies of the logits and their gradient, which
+// for a language model's vocabulary are the largest operands of the step.
 
 #include <algorithm>
 #include <cmath>
+#include <type_traits>
 
 #include "oneflowlike/common/parallel.h"
+#include "oneflowlike/kernels/cpu/bf16_rows.h"
 #include "oneflowlike/kernels/cpu/blocked_sum.h"
 #include "oneflowlike/kernels/cpu/vec_math.h"
 #include "oneflowlike/kernels/cpu/widened.h"
@@ -25,8 +30,23 @@ void check_labels(const char* op, const I* labels, int64_t n, int64_t num_classe
   }
 }
 
+// The type a row is computed in: bfloat16 rows in float32 scratch.
+template <class T>
+using Compute = std::conditional_t<std::is_same_v<T, bfloat16>, float, T>;
+
+// Row `x` of `c` values as Compute<T>: itself, or bfloat16 widened into scratch row `slot`.
+template <class T>
+const Compute<T>* compute_row(const T* x, int64_t c, int slot) {
+  if constexpr (std::is_same_v<T, bfloat16>) {
+    return BFloat16Rows::widened(slot, x, c);
+  } else {
+    return x;
+  }
+}
+
 template <class T, class I>
 void loss_rows(const Tensor& logits, const Tensor& labels, const Tensor& loss) {
+  using C = Compute<T>;
   const int64_t c = logits.shape()[logits.ndim() - 1];
   const int64_t rows = labels.numel();
   const I* label = labels.data<I>();
@@ -36,11 +56,13 @@ void loss_rows(const Tensor& logits, const Tensor& labels, const Tensor& loss) {
   const int64_t grain = std::max<int64_t>(1, kParallelGrain / c);
   parallel_for(rows, grain, [&](int64_t begin, int64_t end) {
     for (int64_t r = begin; r < end; ++r) {
-      const T* row = x + r * c;
-      const RowExpSum<T> e = row_exp_sum(row, c);
-      y[r] = static_cast<T>(std::log(e.sum) + static_cast<double>(e.max) -
-                            static_cast<double>(row[label[r]]));
+      const C* row = compute_row(x + r * c, c, 0);
+      const RowExpSum<C> e = row_exp_sum(row, c);
+      // Rounded to C first, as the Widened kernel's float32 output was.
+      y[r] = static_cast<T>(static_cast<C>(std::log(e.sum) + static_cast<double>(e.max) -
+                                           static_cast<double>(row[label[r]])));
     }
+    if constexpr (std::is_same_v<T, bfloat16>) BFloat16Rows::trim();
   });
 }
 
@@ -62,23 +84,31 @@ void loss_grad_rows(const Tensor& logits, const Tensor& labels, const Tensor& dl
   const int64_t rows = labels.numel();
   const I* label = labels.data<I>();
   check_labels("sparse_softmax_cross_entropy_grad", label, rows, c);
+  using C = Compute<T>;
   const T* x = logits.data<T>();
   const T* dy = dloss.data<T>();
   T* dx = dlogits.data<T>();
   const int64_t grain = std::max<int64_t>(1, kParallelGrain / c);
   parallel_for(rows, grain, [&](int64_t begin, int64_t end) {
     for (int64_t r = begin; r < end; ++r) {
-      const T* row = x + r * c;
-      T* out = dx + r * c;
-      const RowExpSum<T> e = row_exp_sum(row, c);
-      const T m = e.max, inv_sum = static_cast<T>(1.0 / e.sum), g = dy[r];
+      const C* row = compute_row(x + r * c, c, 0);
+      C* out = nullptr;
+      if constexpr (std::is_same_v<T, bfloat16>) {
+        out = BFloat16Rows::row(1, c);
+      } else {
+        out = dx + r * c;
+      }
+      const RowExpSum<C> e = row_exp_sum(row, c);
+      const C m = e.max, inv_sum = static_cast<C>(1.0 / e.sum), g = static_cast<C>(dy[r]);
       // softmax(x) - onehot(target), times the loss's gradient; the target's term after the
       // loop, so that the loop has no branch.
 #pragma omp simd
       for (int64_t j = 0; j < c; ++j) out[j] = vec_math::exp(row[j] - m) * inv_sum * g;
       const int64_t target = label[r];
-      out[target] = (vec_math::exp(row[target] - m) * inv_sum - T(1)) * g;
+      out[target] = (vec_math::exp(row[target] - m) * inv_sum - C(1)) * g;
+      if constexpr (std::is_same_v<T, bfloat16>) BFloat16Rows::round(out, dx + r * c, c);
     }
+    if constexpr (std::is_same_v<T, bfloat16>) BFloat16Rows::trim();
   });
 }
 
@@ -96,13 +126,14 @@ struct SparseSoftmaxCrossEntropyGradKernel {
 }  // namespace
 
 OFL_REGISTER_KERNEL("sparse_softmax_cross_entropy", kCPU, SparseSoftmaxCrossEntropyKernel, float,
-                    double);
+                    double, bfloat16);
 OFL_REGISTER_KERNEL("sparse_softmax_cross_entropy_grad", kCPU, SparseSoftmaxCrossEntropyGradKernel,
-                    float, double);
+                    float, double, bfloat16);
 
-// float16 and bfloat16 through the float32 kernels (Note [Widened kernels] in widened.h).
-OFL_REGISTER_WIDENED_KERNEL("sparse_softmax_cross_entropy", SparseSoftmaxCrossEntropyKernel);
-OFL_REGISTER_WIDENED_KERNEL("sparse_softmax_cross_entropy_grad",
-                            SparseSoftmaxCrossEntropyGradKernel);
+// float16 through the float32 kernels (Note [Widened kernels] in widened.h).
+OFL_REGISTER_WIDENED_FLOAT16_KERNEL("sparse_softmax_cross_entropy",
+                                    SparseSoftmaxCrossEntropyKernel);
+OFL_REGISTER_WIDENED_FLOAT16_KERNEL("sparse_softmax_cross_entropy_grad",
+                                    SparseSoftmaxCrossEntropyGradKernel);
 
 }  // namespace ofl::cpu
