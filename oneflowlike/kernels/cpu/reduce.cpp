@@ -1,7 +1,9 @@
 // CPU kernels of the reductions. Axes are coalesced into alternating kept/reduced groups
 // (kernels/reduce_groups.h); the common patterns (reduce the trailing axes, reduce the leading
 // axes, reduce a middle block) become three nested loops, anything else walks the reduced
-// sub-space per output element.
+// sub-space per output element. bfloat16 reads its values as float32 where it loads them and
+// runs the float32 kernel's arithmetic in the same order, rounding each result once: the Widened
+// kernel's bits (Note [Widened kernels] in widened.h) without a float32 copy of the input.
 
 #include "oneflowlike/ops/reduce.h"
 
@@ -12,6 +14,7 @@
 #include <vector>
 
 #include "oneflowlike/common/parallel.h"
+#include "oneflowlike/half.h"
 #include "oneflowlike/kernels/cpu/blocked_sum.h"
 #include "oneflowlike/kernels/cpu/widened.h"
 #include "oneflowlike/kernels/reduce_groups.h"
@@ -23,37 +26,50 @@ namespace {
 
 enum class Reduction { kSum, kMean, kMax, kMin };
 
-// Floats accumulate sums in double: a long row of float32 keeps its precision.
+// The type a stored value is computed in: bfloat16 as float32, the others as they are.
 template <class T>
-using Accumulator = std::conditional_t<std::is_floating_point_v<T>, double, T>;
+using Value = std::conditional_t<std::is_same_v<T, bfloat16>, float, T>;
+
+struct ValueOf {
+  template <class T>
+  Value<T> operator()(T x) const {
+    return static_cast<Value<T>>(x);
+  }
+};
+
+// Floats accumulate sums in double: a long row of float32 keeps its precision.
+template <class V>
+using Accumulator = std::conditional_t<std::is_floating_point_v<V>, double, V>;
 
 template <class T, Reduction R>
 struct Reducer {
+  using V = Value<T>;
   static constexpr bool kExtremum = R == Reduction::kMax || R == Reduction::kMin;
-  using Acc = std::conditional_t<kExtremum, T, Accumulator<T>>;
+  using Acc = std::conditional_t<kExtremum, V, Accumulator<V>>;
   static Acc init() {
     if constexpr (R == Reduction::kMax) {
-      if constexpr (std::is_same_v<T, bool>) {
+      if constexpr (std::is_same_v<V, bool>) {
         return false;
       } else {
-        return std::numeric_limits<T>::has_infinity ? -std::numeric_limits<T>::infinity()
-                                                    : std::numeric_limits<T>::lowest();
+        return std::numeric_limits<V>::has_infinity ? -std::numeric_limits<V>::infinity()
+                                                    : std::numeric_limits<V>::lowest();
       }
     } else if constexpr (R == Reduction::kMin) {
-      if constexpr (std::is_same_v<T, bool>) {
+      if constexpr (std::is_same_v<V, bool>) {
         return true;
       } else {
-        return std::numeric_limits<T>::has_infinity ? std::numeric_limits<T>::infinity()
-                                                    : std::numeric_limits<T>::max();
+        return std::numeric_limits<V>::has_infinity ? std::numeric_limits<V>::infinity()
+                                                    : std::numeric_limits<V>::max();
       }
     } else {
       return Acc(0);
     }
   }
-  static Acc combine(Acc a, T x) {
+  static Acc combine(Acc a, T stored) {
+    const V x = static_cast<V>(stored);
     if constexpr (kExtremum) {
       const bool better = R == Reduction::kMax ? x > a : x < a;
-      if constexpr (std::is_floating_point_v<T>) {
+      if constexpr (std::is_floating_point_v<V>) {
         return (better || std::isnan(x)) ? x : a;  // NaN wins, as in numpy
       } else {
         return better ? x : a;
@@ -62,11 +78,12 @@ struct Reducer {
       return a + static_cast<Acc>(x);
     }
   }
+  // Rounded to V first, as the float32 kernel's output was before the Widened kernel rounded it.
   static T finish(Acc a, int64_t count) {
     if constexpr (R == Reduction::kMean) {
-      return static_cast<T>(a / static_cast<Acc>(count));
+      return static_cast<T>(static_cast<V>(a / static_cast<Acc>(count)));
     } else {
-      return static_cast<T>(a);
+      return static_cast<T>(static_cast<V>(a));
     }
   }
 };
@@ -79,7 +96,7 @@ void blocked_row_sums(const T* src, T* dst, int64_t rows, int64_t length) {
   if (blocks <= 1) {
     parallel_for(rows, items_per_grain(length), [&](int64_t begin, int64_t end) {
       for (int64_t o = begin; o < end; ++o) {
-        dst[o] = Red::finish(block_sum(src + o * length, length), length);
+        dst[o] = Red::finish(block_sum(src + o * length, length, ValueOf{}), length);
       }
     });
     return;
@@ -88,7 +105,8 @@ void blocked_row_sums(const T* src, T* dst, int64_t rows, int64_t length) {
   parallel_for(rows * blocks, items_per_grain(kSumBlock), [&](int64_t begin, int64_t end) {
     for (int64_t b = begin; b < end; ++b) {
       const int64_t o = b / blocks, start = (b % blocks) * kSumBlock;
-      partial[b] = block_sum(src + o * length + start, std::min(kSumBlock, length - start));
+      partial[b] =
+          block_sum(src + o * length + start, std::min(kSumBlock, length - start), ValueOf{});
     }
   });
   for (int64_t o = 0; o < rows; ++o) {
@@ -115,7 +133,7 @@ void reduce_kernel(const KernelContext& ctx) {
   if (g.reduced_groups() <= 1) {
     const ReduceView v = reduce_view(g);
     const int64_t outer = v.outer, middle = v.middle, inner = v.inner;
-    if constexpr (std::is_floating_point_v<T> && !Red::kExtremum) {
+    if constexpr (std::is_floating_point_v<Value<T>> && !Red::kExtremum) {
       if (inner == 1) {
         blocked_row_sums<T, R>(src, dst, outer, middle);
         return;
@@ -209,15 +227,18 @@ struct MinKernel {
 
 }  // namespace
 
-OFL_REGISTER_KERNEL("reduce_sum", kCPU, SumKernel, float, double, int8_t, int32_t, int64_t);
-OFL_REGISTER_KERNEL("reduce_mean", kCPU, MeanKernel, float, double);
-OFL_REGISTER_KERNEL("reduce_max", kCPU, MaxKernel, float, double, int8_t, int32_t, int64_t, bool);
-OFL_REGISTER_KERNEL("reduce_min", kCPU, MinKernel, float, double, int8_t, int32_t, int64_t, bool);
+OFL_REGISTER_KERNEL("reduce_sum", kCPU, SumKernel, float, double, bfloat16, int8_t, int32_t,
+                    int64_t);
+OFL_REGISTER_KERNEL("reduce_mean", kCPU, MeanKernel, float, double, bfloat16);
+OFL_REGISTER_KERNEL("reduce_max", kCPU, MaxKernel, float, double, bfloat16, int8_t, int32_t,
+                    int64_t, bool);
+OFL_REGISTER_KERNEL("reduce_min", kCPU, MinKernel, float, double, bfloat16, int8_t, int32_t,
+                    int64_t, bool);
 
-// float16 and bfloat16 through the float32 kernels (Note [Widened kernels] in widened.h).
-OFL_REGISTER_WIDENED_KERNEL("reduce_sum", SumKernel);
-OFL_REGISTER_WIDENED_KERNEL("reduce_mean", MeanKernel);
-OFL_REGISTER_WIDENED_KERNEL("reduce_max", MaxKernel);
-OFL_REGISTER_WIDENED_KERNEL("reduce_min", MinKernel);
+// float16 through the float32 kernels (Note [Widened kernels] in widened.h).
+OFL_REGISTER_WIDENED_FLOAT16_KERNEL("reduce_sum", SumKernel);
+OFL_REGISTER_WIDENED_FLOAT16_KERNEL("reduce_mean", MeanKernel);
+OFL_REGISTER_WIDENED_FLOAT16_KERNEL("reduce_max", MaxKernel);
+OFL_REGISTER_WIDENED_FLOAT16_KERNEL("reduce_min", MinKernel);
 
 }  // namespace ofl::cpu
