@@ -245,6 +245,7 @@ void Actor::on_message(const ActorMessage& message, ActorHost& host) {
     }
     case ActorMessage::Kind::kDepartureProgress:
     case ActorMessage::Kind::kDeparture:  // TransportSessions takes these (Note [Departures])
+    case ActorMessage::Kind::kRunFailed:  // the runtime takes these (Runtime::on_message)
       OFL_ASSERT(false) << name_ << " got a message meant for the process: " << message.to_string();
       break;
   }

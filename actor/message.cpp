@@ -33,6 +33,8 @@ const char* message_kind_name(ActorMessage::Kind kind) {
       return "departure";
     case ActorMessage::Kind::kActDone:
       return "act_done";
+    case ActorMessage::Kind::kRunFailed:
+      return "run_failed";
   }
   return "unknown";
 }
@@ -84,6 +86,13 @@ ActorMessage ActorMessage::departure(int64_t src_rank, int64_t dst_rank) {
 
 ActorMessage ActorMessage::act_done(Endpoint actor) {
   return make(Kind::kActDone, actor, actor, 0, 0);
+}
+
+ActorMessage ActorMessage::run_failed(int64_t src_rank, int64_t dst_rank, int64_t iteration,
+                                      int64_t code) {
+  ActorMessage m = make(Kind::kRunFailed, {0, src_rank}, {0, dst_rank}, /*register_id=*/code, 0);
+  m.piece = iteration;
+  return m;
 }
 
 comm::MessageBytes to_bytes(const ActorMessage& message) {

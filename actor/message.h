@@ -33,6 +33,9 @@ struct ActorMessage {
     // From an actor's stream to the actor: its oldest launched act has finished (Note
     // [Event-gated acts] in actor/act_stream.h). Never leaves the process.
     kActDone = 5,
+    // Between the runtimes of one session: the sender's run failed (Note [Failed runs across
+    // processes] in actor/runtime.cpp).
+    kRunFailed = 6,
   };
 
   Kind kind = Kind::kRegisterReady;
@@ -63,6 +66,10 @@ struct ActorMessage {
                                          int64_t iterations);
   static ActorMessage departure(int64_t src_rank, int64_t dst_rank);
   static ActorMessage act_done(Endpoint actor);
+  /// Note [Failed runs across processes]: `src_rank`'s run of iteration `iteration` failed with
+  /// an error of `code` (an ErrorCode).
+  static ActorMessage run_failed(int64_t src_rank, int64_t dst_rank, int64_t iteration,
+                                 int64_t code);
 
   /// "register_ready{slot=0 src_actor=3 dst_actor=4 ...}": every field, from one list.
   std::string to_string() const;

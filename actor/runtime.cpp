@@ -76,7 +76,67 @@ void Runtime::fail(ErrorCode code, std::string failure) {
 
 // Note [Faults] in comm/ucx_transport.h: another rank failed; the run ends naming it.
 void Runtime::on_rank_failure(int64_t rank, const std::string& why) {
+  {
+    std::lock_guard<std::mutex> lock(done_mu_);
+    if (failure_.empty()) failure_from_peer_ = true;
+  }
   fail(ErrorCode::kUnavailable, str_cat(kTag, "rank ", rank, " failed: ", why));
+}
+
+// Note [Failed runs across processes]
+// -----------------------------------
+// A run can fail on one rank alone: a kernel's error (an index out of range in its piece), a
+// stall of its own. Its peers would then wait for it until their watchdogs fire, or, having
+// finished the iteration first, run the next one against a runtime that is gone. So a runtime
+// whose run failed for a reason of its own tells every peer of the session which iteration
+// failed and how (kRunFailed; the text stays on the failing rank). A peer running that
+// iteration or a later one ends its run at once naming the rank; one that has not reached it
+// refuses the run of that iteration when it comes. Either way every member of the session is
+// then unusable (Runtime::usable): no rank goes on alone with a runtime whose peer has gone,
+// and an eager op on global tensors compiles again on every rank at its next call, so their
+// sessions stay in step (Note [Session ids] in actor/session_transport.h).
+void Runtime::on_message(const ActorMessage& message) {
+  if (message.kind == ActorMessage::Kind::kRunFailed) {
+    on_peer_run_failure(message.src_rank, message.piece,
+                        static_cast<ErrorCode>(message.register_id));
+    return;
+  }
+  deliver(message);
+}
+
+std::string Runtime::peer_run_failure(int64_t rank, int64_t iteration, ErrorCode code) const {
+  return str_cat(kTag, "rank ", rank, "'s run of '", job_name_, "' failed in iteration ", iteration,
+                 " (", error_code_name(code),
+                 "; its error on that rank says why), so this rank's cannot finish and the graph "
+                 "cannot run again here.");
+}
+
+void Runtime::on_peer_run_failure(int64_t rank, int64_t iteration, ErrorCode code) {
+  std::lock_guard<std::mutex> lock(done_mu_);
+  peer_failures_.try_emplace(rank, iteration, code);
+  if (running_ && iteration_ >= iteration && failure_.empty()) {
+    failure_ = peer_run_failure(rank, iteration, code);
+    failure_code_ = ErrorCode::kUnavailable;
+    failure_from_peer_ = true;
+  }
+  done_cv_.notify_all();
+}
+
+void Runtime::tell_peers_of_failure() {
+  ErrorCode code;
+  {
+    std::lock_guard<std::mutex> lock(done_mu_);
+    if (failure_from_peer_ || failed_by_departure_) return;
+    code = failure_.empty() ? ErrorCode::kDeadlineExceeded : failure_code_;  // else a stall
+  }
+  for (int64_t peer : peers_) {
+    try {
+      transport_->send(peer, to_bytes(ActorMessage::run_failed(ranks_.front(), peer, iteration_,
+                                                               static_cast<int64_t>(code))));
+    } catch (const std::exception& e) {
+      VLOG(1) << kTag << "could not tell rank " << peer << " of the failed run: " << e.what();
+    }
+  }
 }
 
 void Runtime::on_rank_departure(int64_t rank, int64_t iterations) {
@@ -217,6 +277,11 @@ std::vector<std::pair<int, Tensor>> Runtime::run_iteration(
     std::lock_guard<std::mutex> lock(done_mu_);
     for (const auto& [rank, ran] : departed_) {
       if (iteration_ >= ran) throw_error(ErrorCode::kUnavailable, departure_failure(rank, ran));
+    }
+    for (const auto& [rank, failed] : peer_failures_) {
+      if (iteration_ < failed.first) continue;
+      broken_ = true;  // Note [Failed runs across processes]
+      throw_error(ErrorCode::kUnavailable, peer_run_failure(rank, failed.first, failed.second));
     }
     running_ = true;
   }

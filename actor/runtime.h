@@ -211,6 +211,12 @@ class Runtime final : public PlanRunner, private ActorHost {
   void on_rank_departure(int64_t rank, int64_t iterations);
   // Why rank `rank`, gone after `iterations` iterations, stops this one. Under done_mu_.
   std::string departure_failure(int64_t rank, int64_t iterations) const;
+  // Note [Failed runs across processes] in runtime.cpp: a message from the transport, and a
+  // peer's failed run; tell_peers_of_failure sends this process's.
+  void on_message(const ActorMessage& message);
+  void on_peer_run_failure(int64_t rank, int64_t iteration, ErrorCode code);
+  std::string peer_run_failure(int64_t rank, int64_t iteration, ErrorCode code) const;
+  void tell_peers_of_failure();
   void check_virtual_ids() const;
   void wait_for_iteration();
   // Waits until no stream is busy, under the watchdog's `clock` (Note [Watchdog]): throws the
@@ -275,9 +281,13 @@ class Runtime final : public PlanRunner, private ActorHost {
   bool running_ = false;                 // an iteration is under way; GUARDED_BY(done_mu_)
   std::map<int64_t, int64_t> departed_;  // rank -> iterations it ran; GUARDED_BY(done_mu_)
   bool failed_by_departure_ = false;     // GUARDED_BY(done_mu_)
-  std::string failure_;                  // GUARDED_BY(done_mu_)
-  ErrorCode failure_code_ = ErrorCode::kInternal;  // GUARDED_BY(done_mu_)
-  bool broken_ = false;                            // a run failed: the actors' state is unusable
+  // Note [Failed runs across processes]: peers' failed runs (rank -> iteration, error code),
+  // and whether this run's failure came from another rank (it tells no one then).
+  std::map<int64_t, std::pair<int64_t, ErrorCode>> peer_failures_;  // GUARDED_BY(done_mu_)
+  bool failure_from_peer_ = false;                                  // GUARDED_BY(done_mu_)
+  std::string failure_;                                             // GUARDED_BY(done_mu_)
+  ErrorCode failure_code_ = ErrorCode::kInternal;                   // GUARDED_BY(done_mu_)
+  bool broken_ = false;  // a run failed: the actors' state is unusable
   bool shut_down_ = false;
   bool all_retired_ = false;  // what shutdown() found
   std::vector<std::string> message_log_;

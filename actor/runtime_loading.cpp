@@ -142,7 +142,8 @@ Runtime::Runtime(const proto::PlanProto& plan, RuntimeOptions options)
   std::vector<int64_t> served;
   try {
     for (int64_t rank : ranks_) {
-      transport_->serve_rank(rank, [this](const comm::MessageBytes& m) { deliver(from_bytes(m)); });
+      transport_->serve_rank(rank,
+                             [this](const comm::MessageBytes& m) { on_message(from_bytes(m)); });
       served.push_back(rank);
     }
     make_device_collectives();

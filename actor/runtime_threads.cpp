@@ -234,6 +234,7 @@ void Runtime::deliver(const ActorMessage& message) {
 // After a failure or a stall no actor may act on: the caller's inputs go away when run()
 // throws, and variables are read afterwards. Stops every thread (each finishes its current act).
 void Runtime::stop_threads() {
+  tell_peers_of_failure();
   for (auto& thread : threads_) thread->stop();
   // The collectives: the engine first, so no thread is inside a communicator, then the NCCL
   // communicators are aborted (Note [Nonblocking communicators] in cuda/nccl.h), or a GPU

@@ -122,7 +122,8 @@ class OpNode(_Node):
                tuple((name, sbp) for name, _, sbp in saved))
         compiled = gt._cache.get(key)
         placement = self.inputs[0].placement
-        if compiled is None:
+        if compiled is None or compiled.broken:
+            gt.retire(compiled)
             compiled = gt._cache[key] = _compile_vjp(self, given, dys, placement, saved)
         if not saved and compiled.backward_reads and self.key not in _saves:
             _saves[self.key] = tuple(compiled.backward_reads)  # saved from the next forward on

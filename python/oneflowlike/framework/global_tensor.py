@@ -471,6 +471,14 @@ def sliced_locally(value, sbp):
 _cache = {}
 
 
+def retire(compiled):
+    """Ends the runtime of a cached graph that is compiled again because it broke (Note [Failed
+    runs across processes] in actor/runtime.cpp: every rank of it broke alike)."""
+    if compiled is not None and compiled.runtime is not None:
+        compiled.runtime.shutdown()
+        compiled.runtime = None
+
+
 class _Compiled:
     """A traced and compiled small graph with its runtime (None when this rank has no part)."""
 
@@ -510,9 +518,10 @@ class _Compiled:
         try:
             fetched = self.runtime.run_local(pieces) if self.runtime is not None else {}
         except Exception:
-            # A failed run leaves its runtime unusable (and aborts the GPU communicators it
-            # shares with other ops: Note [Communicators kept per process]); the next call of
-            # the op, on every rank alike, compiles and loads it again.
+            # A failed run leaves its runtime unusable on every rank of the op (Note [Failed
+            # runs across processes] in actor/runtime.cpp), and aborts the GPU communicators it
+            # shares with other ops (Note [Communicators kept per process]); the next call of
+            # the op compiles and loads it again, on every rank alike.
             if not self.runtime.usable:
                 self.broken = True
             raise
@@ -557,6 +566,7 @@ def reshard_many(items):
                                       for x, p, s in items)
     compiled = _cache.get(key)
     if compiled is None or compiled.broken:
+        retire(compiled)
         tracer = _Tracer("to_global_many", source)
         names, metas = [], []
         with tracing(tracer.c, tracer):
@@ -715,6 +725,7 @@ def apply(fn, args, kwargs, *, name):
     cache_key = key + (("saving",) + saves,) if saves else key
     compiled = _cache.get(cache_key)
     if compiled is None or compiled.broken:
+        retire(compiled)
         tracer = _Tracer("global_op", placement)
         tracer.set_constants_allowed(False)
         with tracing(tracer.c, tracer):

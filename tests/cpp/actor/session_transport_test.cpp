@@ -14,6 +14,7 @@
 #include "compiler/compile.h"
 #include "compiler/graph_tracer.h"
 #include "oneflowlike/eager.h"
+#include "oneflowlike/ops/embedding.h"
 #include "oneflowlike/ops/reduce.h"
 #include "tests/cpp/ops/test_util.h"
 
@@ -99,6 +100,80 @@ proto::PlanProto job_b(int64_t rank) {
   compiler::CompileOptions options;
   options.ranks = {rank};
   return compiler::compile_graph(t.builder().graph(), options);
+}
+
+// Job C: rows of a table w (4, 2), broadcast, looked up by ids (4,) split over ranks 0 and 1;
+// `gather_first`: the ids are all-gathered and fetched, and each rank's lookup of its own ids
+// fetched as it is (no rank needs another's lookup), else the looked-up rows are all-gathered.
+proto::PlanProto job_c(int64_t rank, bool gather_first) {
+  const Placement both(DeviceType::kCPU, {0, 1});
+  compiler::GraphTracer t("c", both);
+  TracingScope scope(&t);
+  const Tensor w = t.input("w", Shape{4, 2}, DataType::kFloat32, both, {B()});
+  const Tensor ids = t.input("ids", Shape{4}, DataType::kInt64, both, {S(0)});
+  const OpSchema& embedding = OpRegistry::global().find("embedding");
+  if (gather_first) {
+    t.fetch(t.to_global(ids, both, {B()}));
+    t.fetch(apply_op1(embedding, EmbeddingParams{}, {w, ids}));
+  } else {
+    t.fetch(t.to_global(apply_op1(embedding, EmbeddingParams{}, {w, ids}), both, {B()}));
+  }
+  compiler::CompileOptions options;
+  options.ranks = {rank};
+  return compiler::compile_graph(t.builder().graph(), options);
+}
+
+Runtime::Pieces lookup_feed(int64_t rank, double id) {
+  return {{"w", {{rank, make_tensor({0, 1, 2, 3, 4, 5, 6, 7}, Shape{4, 2}, DataType::kFloat32)}}},
+          {"ids", {{rank, make_tensor({0, id}, Shape{2}, DataType::kInt64)}}}};
+}
+
+// Note [Failed runs across processes]: rank 1's lookup fails (an id out of range in its piece).
+// Rank 0, waiting for rank 1's rows or done with the iteration first, ends that run or refuses
+// its next one at once, naming rank 1, not at its watchdog (30 s here); neither runtime runs
+// again.
+TEST(TransportSessions, ARunThatFailsOnOneRankEndsItsPeersRunsAtOnce) {
+  for (bool gather_first : {false, true}) {
+    SCOPED_TRACE(gather_first ? "rank 0 finishes first" : "rank 0 waits for rank 1");
+    TwoProcesses p;
+    RuntimeOptions options;
+    options.watchdog_seconds = 30;
+    options.ranks = {1};
+    options.transport = p.rank1->open(1);
+    Runtime c1(job_c(1, gather_first), options);
+    options.ranks = {0};
+    options.transport = p.rank0->open(1);
+    Runtime c0(job_c(0, gather_first), options);
+    const auto start = std::chrono::steady_clock::now();
+    std::thread one([&] {
+      c1.run_local(lookup_feed(1, 3));  // a good iteration first
+      expect_error([&] { c1.run_local(lookup_feed(1, 9)); }, ErrorCode::kOutOfRange,
+                   "every index must be in [0, num_embeddings)");
+      EXPECT_FALSE(c1.usable());
+    });
+    c0.run_local(lookup_feed(0, 1));
+    const std::string refused = "rank 1's run of 'c' failed in iteration 1 (OutOfRange";
+    if (gather_first) {
+      // Rank 0's iteration 1 needs nothing of rank 1's failed lookup: it may finish; its next
+      // one is refused.
+      bool finished = true;
+      try {
+        c0.run_local(lookup_feed(0, 1));
+      } catch (const Error& e) {  // the notice came while it ran
+        finished = false;
+        EXPECT_NE(std::string(e.what()).find(refused), std::string::npos) << e.what();
+      }
+      one.join();
+      if (finished) {
+        expect_error([&] { c0.run_local(lookup_feed(0, 1)); }, ErrorCode::kUnavailable, refused);
+      }
+    } else {
+      expect_error([&] { c0.run_local(lookup_feed(0, 1)); }, ErrorCode::kUnavailable, refused);
+      one.join();
+    }
+    EXPECT_FALSE(c0.usable());
+    EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), 10);
+  }
 }
 
 TEST(TransportSessions, RuntimesOfTwoJobsShareOneTransport) {
