@@ -1,6 +1,7 @@
 #pragma once
-// Note [Native bfloat16 rows]: the norms' and softmax's bfloat16 kernels (layer_norm, rms_norm,
-// softmax, log_softmax and their backward ops) read each bfloat16 row into a float32 row of
+// Note [Native bfloat16 rows]: the norms', softmax's and cross-entropy's bfloat16 kernels
+// (layer_norm, rms_norm, softmax, log_softmax, sparse_softmax_cross_entropy and their backward
+// ops) read each bfloat16 row into a float32 row of
 // per-thread scratch, run the float32 kernel's own row function on it, and round each output
 // once (softmax over a non-last axis: a few lines of a block at a time, at most 16 K floats or
 // one line). The arithmetic is the Widened

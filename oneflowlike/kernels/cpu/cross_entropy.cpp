@@ -53,7 +53,7 @@ void loss_rows(const Tensor& logits, const Tensor& labels, const Tensor& loss) {
   check_labels("sparse_softmax_cross_entropy", label, rows, c);
   const T* x = logits.data<T>();
   T* y = loss.data<T>();
-  const int64_t grain = std::max<int64_t>(1, kParallelGrain / c);
+  const int64_t grain = std::max<int64_t>(1, kParallelGrain / std::max<int64_t>(c, 1));
   parallel_for(rows, grain, [&](int64_t begin, int64_t end) {
     for (int64_t r = begin; r < end; ++r) {
       const C* row = compute_row(x + r * c, c, 0);
@@ -88,7 +88,7 @@ void loss_grad_rows(const Tensor& logits, const Tensor& labels, const Tensor& dl
   const T* x = logits.data<T>();
   const T* dy = dloss.data<T>();
   T* dx = dlogits.data<T>();
-  const int64_t grain = std::max<int64_t>(1, kParallelGrain / c);
+  const int64_t grain = std::max<int64_t>(1, kParallelGrain / std::max<int64_t>(c, 1));
   parallel_for(rows, grain, [&](int64_t begin, int64_t end) {
     for (int64_t r = begin; r < end; ++r) {
       const C* row = compute_row(x + r * c, c, 0);
