@@ -1,10 +1,13 @@
 // CPU kernel of fused_elementwise: blocks of elements stay in cache while every step of the
-// chain runs over them, one vectorisable loop per step.
+// chain runs over them, one vectorisable loop per step. bfloat16 widens each block into a
+// float32 block on the stack, runs the float32 steps and rounds once: the Widened kernel's bits
+// (the whole chain in float32) without whole-tensor copies.
 
 #include "oneflowlike/ops/fused.h"
 
 #include <algorithm>
 #include <cmath>
+#include <type_traits>
 
 #include "oneflowlike/common/parallel.h"
 #include "oneflowlike/kernels/cpu/unary_functions.h"
@@ -85,8 +88,17 @@ struct FusedElementwiseKernel {
                  [&](int64_t begin, int64_t end) {
                    for (int64_t b = begin; b < end; ++b) {
                      const int64_t first = b * kBlock, count = std::min(kBlock, n - first);
-                     std::copy(x + first, x + first + count, y + first);
-                     for (const FusedStep& step : steps) run_step(step, y + first, count);
+                     if constexpr (std::is_same_v<T, bfloat16>) {
+                       float block[kBlock];
+                       for (int64_t i = 0; i < count; ++i) {
+                         block[i] = static_cast<float>(x[first + i]);
+                       }
+                       for (const FusedStep& step : steps) run_step(step, block, count);
+                       for (int64_t i = 0; i < count; ++i) y[first + i] = bfloat16(block[i]);
+                     } else {
+                       std::copy(x + first, x + first + count, y + first);
+                       for (const FusedStep& step : steps) run_step(step, y + first, count);
+                     }
                    }
                  });
   }
@@ -94,9 +106,9 @@ struct FusedElementwiseKernel {
 
 }  // namespace
 
-OFL_REGISTER_KERNEL("fused_elementwise", kCPU, FusedElementwiseKernel, float, double);
+OFL_REGISTER_KERNEL("fused_elementwise", kCPU, FusedElementwiseKernel, float, double, bfloat16);
 
-// float16 and bfloat16 through the float32 kernels (Note [Widened kernels] in widened.h).
-OFL_REGISTER_WIDENED_KERNEL("fused_elementwise", FusedElementwiseKernel);
+// float16 through the float32 kernels (Note [Widened kernels] in widened.h).
+OFL_REGISTER_WIDENED_FLOAT16_KERNEL("fused_elementwise", FusedElementwiseKernel);
 
 }  // namespace ofl::cpu

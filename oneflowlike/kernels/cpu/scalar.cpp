@@ -14,24 +14,28 @@ namespace {
 // pow is ~20x an add, so it pays for a thread sooner.
 constexpr int64_t kPowGrain = kParallelGrain / 16;
 
+// The scalar in the type the tensor computes in (compute_of: float32 for bfloat16, Note
+// [Native bfloat16 loops] in widened.h, as the Widened kernel's float32 kernel had it).
 template <class T>
-T scalar_as(const KernelContext& ctx) {
-  return static_cast<T>(ctx.p<ScalarParams>().scalar);
+compute_of<T> scalar_as(const KernelContext& ctx) {
+  return static_cast<compute_of<T>>(ctx.p<ScalarParams>().scalar);
 }
 
 template <class T>
 struct ScalarAddKernel {
   static void run(const KernelContext& ctx) {
-    const T s = scalar_as<T>(ctx);
-    unary_kernel<T>(ctx, kParallelGrain, [s](T x) { return static_cast<T>(x + s); });
+    using C = compute_of<T>;
+    const C s = scalar_as<T>(ctx);
+    unary_kernel<T>(ctx, kParallelGrain, [s](C x) { return static_cast<C>(x + s); });
   }
 };
 
 template <class T>
 struct ScalarMulKernel {
   static void run(const KernelContext& ctx) {
-    const T s = scalar_as<T>(ctx);
-    unary_kernel<T>(ctx, kParallelGrain, [s](T x) { return static_cast<T>(x * s); });
+    using C = compute_of<T>;
+    const C s = scalar_as<T>(ctx);
+    unary_kernel<T>(ctx, kParallelGrain, [s](C x) { return static_cast<C>(x * s); });
   }
 };
 
@@ -39,19 +43,20 @@ struct ScalarMulKernel {
 template <class T>
 struct ScalarPowKernel {
   static void run(const KernelContext& ctx) {
-    const T s = scalar_as<T>(ctx);
-    if (s == T(2)) {
-      unary_kernel<T>(ctx, kParallelGrain, [](T x) { return x * x; });
-    } else if (s == T(3)) {
-      unary_kernel<T>(ctx, kParallelGrain, [](T x) { return x * x * x; });
-    } else if (s == T(1)) {
-      unary_kernel<T>(ctx, kParallelGrain, [](T x) { return x; });
-    } else if (s == T(0.5)) {
-      unary_kernel<T>(ctx, kParallelGrain, [](T x) { return std::sqrt(x); });
-    } else if (s == T(-1)) {
-      unary_kernel<T>(ctx, kParallelGrain, [](T x) { return T(1) / x; });
+    using C = compute_of<T>;
+    const C s = scalar_as<T>(ctx);
+    if (s == C(2)) {
+      unary_kernel<T>(ctx, kParallelGrain, [](C x) { return x * x; });
+    } else if (s == C(3)) {
+      unary_kernel<T>(ctx, kParallelGrain, [](C x) { return x * x * x; });
+    } else if (s == C(1)) {
+      unary_kernel<T>(ctx, kParallelGrain, [](C x) { return x; });
+    } else if (s == C(0.5)) {
+      unary_kernel<T>(ctx, kParallelGrain, [](C x) { return std::sqrt(x); });
+    } else if (s == C(-1)) {
+      unary_kernel<T>(ctx, kParallelGrain, [](C x) { return C(1) / x; });
     } else {
-      unary_kernel<T>(ctx, kPowGrain, [s](T x) { return std::pow(x, s); });
+      unary_kernel<T>(ctx, kPowGrain, [s](C x) { return std::pow(x, s); });
     }
   }
 };
@@ -59,22 +64,26 @@ struct ScalarPowKernel {
 template <class T>
 struct ScalarRpowKernel {
   static void run(const KernelContext& ctx) {
-    const T s = scalar_as<T>(ctx);
-    unary_kernel<T>(ctx, kPowGrain, [s](T x) { return std::pow(s, x); });
+    using C = compute_of<T>;
+    const C s = scalar_as<T>(ctx);
+    unary_kernel<T>(ctx, kPowGrain, [s](C x) { return std::pow(s, x); });
   }
 };
 
 }  // namespace
 
-OFL_REGISTER_KERNEL("scalar_add", kCPU, ScalarAddKernel, float, double, int8_t, int32_t, int64_t);
-OFL_REGISTER_KERNEL("scalar_mul", kCPU, ScalarMulKernel, float, double, int8_t, int32_t, int64_t);
-OFL_REGISTER_KERNEL("scalar_pow", kCPU, ScalarPowKernel, float, double);
-OFL_REGISTER_KERNEL("scalar_rpow", kCPU, ScalarRpowKernel, float, double);
+OFL_REGISTER_KERNEL("scalar_add", kCPU, ScalarAddKernel, float, double, bfloat16, int8_t, int32_t,
+                    int64_t);
+OFL_REGISTER_KERNEL("scalar_mul", kCPU, ScalarMulKernel, float, double, bfloat16, int8_t, int32_t,
+                    int64_t);
+OFL_REGISTER_KERNEL("scalar_pow", kCPU, ScalarPowKernel, float, double, bfloat16);
+OFL_REGISTER_KERNEL("scalar_rpow", kCPU, ScalarRpowKernel, float, double, bfloat16);
 
-// float16 and bfloat16 through the float32 kernels (Note [Widened kernels] in widened.h).
-OFL_REGISTER_WIDENED_KERNEL("scalar_add", ScalarAddKernel);
-OFL_REGISTER_WIDENED_KERNEL("scalar_mul", ScalarMulKernel);
-OFL_REGISTER_WIDENED_KERNEL("scalar_pow", ScalarPowKernel);
-OFL_REGISTER_WIDENED_KERNEL("scalar_rpow", ScalarRpowKernel);
+// float16 through the float32 kernels (Note [Widened kernels] in widened.h); bfloat16 in its
+// own loops (Note [Native bfloat16 loops]).
+OFL_REGISTER_WIDENED_FLOAT16_KERNEL("scalar_add", ScalarAddKernel);
+OFL_REGISTER_WIDENED_FLOAT16_KERNEL("scalar_mul", ScalarMulKernel);
+OFL_REGISTER_WIDENED_FLOAT16_KERNEL("scalar_pow", ScalarPowKernel);
+OFL_REGISTER_WIDENED_FLOAT16_KERNEL("scalar_rpow", ScalarRpowKernel);
 
 }  // namespace ofl::cpu

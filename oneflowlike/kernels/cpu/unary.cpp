@@ -69,55 +69,55 @@ void backward_kernel(const KernelContext& ctx, int64_t grain, F f) {
 template <class T>
 struct NegKernel {
   static void run(const KernelContext& ctx) {
-    unary_kernel<T>(ctx, kParallelGrain, [](T x) { return unary_fn::neg(x); });
+    unary_kernel<T>(ctx, kParallelGrain, [](auto x) { return unary_fn::neg(x); });
   }
 };
 template <class T>
 struct AbsKernel {
   static void run(const KernelContext& ctx) {
-    unary_kernel<T>(ctx, kParallelGrain, [](T x) { return unary_math::abs(x); });
+    unary_kernel<T>(ctx, kParallelGrain, [](auto x) { return unary_math::abs(x); });
   }
 };
 template <class T>
 struct ExpKernel {
   static void run(const KernelContext& ctx) {
-    unary_kernel<T>(ctx, kTranscendentalGrain, [](T x) { return unary_fn::exp(x); });
+    unary_kernel<T>(ctx, kTranscendentalGrain, [](auto x) { return unary_fn::exp(x); });
   }
 };
 template <class T>
 struct LogKernel {
   static void run(const KernelContext& ctx) {
-    unary_kernel<T>(ctx, kTranscendentalGrain, [](T x) { return unary_fn::log(x); });
+    unary_kernel<T>(ctx, kTranscendentalGrain, [](auto x) { return unary_fn::log(x); });
   }
 };
 template <class T>
 struct SqrtKernel {
   static void run(const KernelContext& ctx) {
-    unary_kernel<T>(ctx, kParallelGrain, [](T x) { return unary_fn::sqrt(x); });
+    unary_kernel<T>(ctx, kParallelGrain, [](auto x) { return unary_fn::sqrt(x); });
   }
 };
 template <class T>
 struct RsqrtKernel {
   static void run(const KernelContext& ctx) {
-    unary_kernel<T>(ctx, kParallelGrain, [](T x) { return unary_fn::rsqrt(x); });
+    unary_kernel<T>(ctx, kParallelGrain, [](auto x) { return unary_fn::rsqrt(x); });
   }
 };
 template <class T>
 struct TanhKernel {
   static void run(const KernelContext& ctx) {
-    unary_kernel<T>(ctx, kTranscendentalGrain, [](T x) { return unary_fn::tanh(x); });
+    unary_kernel<T>(ctx, kTranscendentalGrain, [](auto x) { return unary_fn::tanh(x); });
   }
 };
 template <class T>
 struct ReluKernel {
   static void run(const KernelContext& ctx) {
-    unary_kernel<T>(ctx, kParallelGrain, [](T x) { return unary_fn::relu(x); });
+    unary_kernel<T>(ctx, kParallelGrain, [](auto x) { return unary_fn::relu(x); });
   }
 };
 template <class T>
 struct SigmoidKernel {
   static void run(const KernelContext& ctx) {
-    unary_kernel<T>(ctx, kTranscendentalGrain, [](T x) { return unary_fn::sigmoid(x); });
+    unary_kernel<T>(ctx, kTranscendentalGrain, [](auto x) { return unary_fn::sigmoid(x); });
   }
 };
 template <class T>
@@ -148,26 +148,29 @@ struct GeluKernel {
 template <class T>
 struct TanhGradKernel {
   static void run(const KernelContext& ctx) {
-    backward_kernel<T>(ctx, kParallelGrain, [](T y, T dy) { return unary_math::tanh_grad(y, dy); });
+    backward_kernel<T>(ctx, kParallelGrain,
+                       [](auto y, auto dy) { return unary_math::tanh_grad(y, dy); });
   }
 };
 template <class T>
 struct SigmoidGradKernel {
   static void run(const KernelContext& ctx) {
     backward_kernel<T>(ctx, kParallelGrain,
-                       [](T y, T dy) { return unary_math::sigmoid_grad(y, dy); });
+                       [](auto y, auto dy) { return unary_math::sigmoid_grad(y, dy); });
   }
 };
 template <class T>
 struct ReluGradKernel {
   static void run(const KernelContext& ctx) {
-    backward_kernel<T>(ctx, kParallelGrain, [](T y, T dy) { return unary_math::relu_grad(y, dy); });
+    backward_kernel<T>(ctx, kParallelGrain,
+                       [](auto y, auto dy) { return unary_math::relu_grad(y, dy); });
   }
 };
 template <class T>
 struct AbsGradKernel {
   static void run(const KernelContext& ctx) {
-    backward_kernel<T>(ctx, kParallelGrain, [](T x, T dy) { return unary_math::abs_grad(x, dy); });
+    backward_kernel<T>(ctx, kParallelGrain,
+                       [](auto x, auto dy) { return unary_math::abs_grad(x, dy); });
   }
 };
 
@@ -196,41 +199,41 @@ struct GeluGradKernel {
 
 }  // namespace
 
-OFL_REGISTER_KERNEL("neg", kCPU, NegKernel, float, double, int8_t, int32_t, int64_t);
-OFL_REGISTER_KERNEL("abs", kCPU, AbsKernel, float, double, int8_t, int32_t, int64_t);
-OFL_REGISTER_KERNEL("exp", kCPU, ExpKernel, float, double);
-OFL_REGISTER_KERNEL("log", kCPU, LogKernel, float, double);
-OFL_REGISTER_KERNEL("sqrt", kCPU, SqrtKernel, float, double);
-OFL_REGISTER_KERNEL("rsqrt", kCPU, RsqrtKernel, float, double);
-OFL_REGISTER_KERNEL("tanh", kCPU, TanhKernel, float, double);
-OFL_REGISTER_KERNEL("relu", kCPU, ReluKernel, float, double);
-OFL_REGISTER_KERNEL("sigmoid", kCPU, SigmoidKernel, float, double);
+OFL_REGISTER_KERNEL("neg", kCPU, NegKernel, float, double, bfloat16, int8_t, int32_t, int64_t);
+OFL_REGISTER_KERNEL("abs", kCPU, AbsKernel, float, double, bfloat16, int8_t, int32_t, int64_t);
+OFL_REGISTER_KERNEL("exp", kCPU, ExpKernel, float, double, bfloat16);
+OFL_REGISTER_KERNEL("log", kCPU, LogKernel, float, double, bfloat16);
+OFL_REGISTER_KERNEL("sqrt", kCPU, SqrtKernel, float, double, bfloat16);
+OFL_REGISTER_KERNEL("rsqrt", kCPU, RsqrtKernel, float, double, bfloat16);
+OFL_REGISTER_KERNEL("tanh", kCPU, TanhKernel, float, double, bfloat16);
+OFL_REGISTER_KERNEL("relu", kCPU, ReluKernel, float, double, bfloat16);
+OFL_REGISTER_KERNEL("sigmoid", kCPU, SigmoidKernel, float, double, bfloat16);
 OFL_REGISTER_KERNEL("gelu", kCPU, GeluKernel, float, double, bfloat16);
 OFL_REGISTER_KERNEL("silu", kCPU, SiluKernel, float, double, bfloat16);
-OFL_REGISTER_KERNEL("tanh_grad", kCPU, TanhGradKernel, float, double);
-OFL_REGISTER_KERNEL("sigmoid_grad", kCPU, SigmoidGradKernel, float, double);
-OFL_REGISTER_KERNEL("relu_grad", kCPU, ReluGradKernel, float, double);
-OFL_REGISTER_KERNEL("abs_grad", kCPU, AbsGradKernel, float, double);
+OFL_REGISTER_KERNEL("tanh_grad", kCPU, TanhGradKernel, float, double, bfloat16);
+OFL_REGISTER_KERNEL("sigmoid_grad", kCPU, SigmoidGradKernel, float, double, bfloat16);
+OFL_REGISTER_KERNEL("relu_grad", kCPU, ReluGradKernel, float, double, bfloat16);
+OFL_REGISTER_KERNEL("abs_grad", kCPU, AbsGradKernel, float, double, bfloat16);
 OFL_REGISTER_KERNEL("gelu_grad", kCPU, GeluGradKernel, float, double, bfloat16);
 OFL_REGISTER_KERNEL("silu_grad", kCPU, SiluGradKernel, float, double, bfloat16);
 
-// float16 and bfloat16 through the float32 kernels (Note [Widened kernels] in widened.h); gelu,
-// silu and their gradients have native bfloat16 loops (Note [Native bfloat16 loops]).
-OFL_REGISTER_WIDENED_KERNEL("neg", NegKernel);
-OFL_REGISTER_WIDENED_KERNEL("abs", AbsKernel);
-OFL_REGISTER_WIDENED_KERNEL("exp", ExpKernel);
-OFL_REGISTER_WIDENED_KERNEL("log", LogKernel);
-OFL_REGISTER_WIDENED_KERNEL("sqrt", SqrtKernel);
-OFL_REGISTER_WIDENED_KERNEL("rsqrt", RsqrtKernel);
-OFL_REGISTER_WIDENED_KERNEL("tanh", TanhKernel);
-OFL_REGISTER_WIDENED_KERNEL("relu", ReluKernel);
-OFL_REGISTER_WIDENED_KERNEL("sigmoid", SigmoidKernel);
+// float16 through the float32 kernels (Note [Widened kernels] in widened.h); bfloat16 in its
+// own loops (Note [Native bfloat16 loops]).
+OFL_REGISTER_WIDENED_FLOAT16_KERNEL("neg", NegKernel);
+OFL_REGISTER_WIDENED_FLOAT16_KERNEL("abs", AbsKernel);
+OFL_REGISTER_WIDENED_FLOAT16_KERNEL("exp", ExpKernel);
+OFL_REGISTER_WIDENED_FLOAT16_KERNEL("log", LogKernel);
+OFL_REGISTER_WIDENED_FLOAT16_KERNEL("sqrt", SqrtKernel);
+OFL_REGISTER_WIDENED_FLOAT16_KERNEL("rsqrt", RsqrtKernel);
+OFL_REGISTER_WIDENED_FLOAT16_KERNEL("tanh", TanhKernel);
+OFL_REGISTER_WIDENED_FLOAT16_KERNEL("relu", ReluKernel);
+OFL_REGISTER_WIDENED_FLOAT16_KERNEL("sigmoid", SigmoidKernel);
 OFL_REGISTER_WIDENED_FLOAT16_KERNEL("gelu", GeluKernel);
 OFL_REGISTER_WIDENED_FLOAT16_KERNEL("silu", SiluKernel);
-OFL_REGISTER_WIDENED_KERNEL("tanh_grad", TanhGradKernel);
-OFL_REGISTER_WIDENED_KERNEL("sigmoid_grad", SigmoidGradKernel);
-OFL_REGISTER_WIDENED_KERNEL("relu_grad", ReluGradKernel);
-OFL_REGISTER_WIDENED_KERNEL("abs_grad", AbsGradKernel);
+OFL_REGISTER_WIDENED_FLOAT16_KERNEL("tanh_grad", TanhGradKernel);
+OFL_REGISTER_WIDENED_FLOAT16_KERNEL("sigmoid_grad", SigmoidGradKernel);
+OFL_REGISTER_WIDENED_FLOAT16_KERNEL("relu_grad", ReluGradKernel);
+OFL_REGISTER_WIDENED_FLOAT16_KERNEL("abs_grad", AbsGradKernel);
 OFL_REGISTER_WIDENED_FLOAT16_KERNEL("gelu_grad", GeluGradKernel);
 OFL_REGISTER_WIDENED_FLOAT16_KERNEL("silu_grad", SiluGradKernel);
 
