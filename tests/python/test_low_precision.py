@@ -252,6 +252,24 @@ def test_losses_take_integer_labels_as_they_are(dtype):
 
 
 @pytest.mark.parametrize("dtype", list(LOW))
+@pytest.mark.parametrize("interleaved", [False, True])
+@pytest.mark.parametrize("inverse", [False, True])
+def test_rotary_embedding_is_its_float32_kernel_rounded_once(inverse, interleaved, dtype):
+    """rotary_embedding in 16 bits (bfloat16 rotating in float32 in its own loop) is the float32
+    kernel on the same rounded inputs, rounded once, forward and inverse, both pairings."""
+    low = LOW[dtype]
+    x = flow.tensor(rand(2, 3, 5, 8) * 2).to(low)
+    angles = np.outer(np.arange(5), 1.0 / 10000 ** (np.arange(4) / 4)).astype(np.float32)
+    cos, sin = flow.tensor(np.cos(angles)).to(low), flow.tensor(np.sin(angles)).to(low)
+    got = flow._C.rotary_embedding(x, cos, sin, -2, interleaved, inverse)
+    want = flow._C.rotary_embedding(x.to(flow.float32), cos.to(flow.float32),
+                                    sin.to(flow.float32), -2, interleaved, inverse)
+    assert got.dtype == low
+    np.testing.assert_array_equal(got.to(flow.float32).numpy(),
+                                  want.to(low).to(flow.float32).numpy())
+
+
+@pytest.mark.parametrize("dtype", list(LOW))
 def test_embedding_gathers_and_its_gradient_sums_in_float32(dtype):
     low = LOW[dtype]
     weight = flow.tensor(rand(7, 3)).to(low).requires_grad_()

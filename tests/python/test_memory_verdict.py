@@ -53,26 +53,31 @@ def test_the_report_counts_parameters_and_adam_state_by_kind():
 
 
 def test_the_widening_arena_and_the_matmul_scratchpad_are_kernel_workspace():
-    # Note [Widening arena]: a host 16-bit op without a native loop (relu here) computes on
-    # float32 copies its thread keeps; the report counts the largest call's copies (relu's
-    # gradient: y, dy and dx, 32 x 256 each) as workspace. Note [oneDNN matmul scratchpad]: the
-    # thread's scratchpad for its largest matmul is workspace too, in both dtypes; the same
+    # Note [Widening arena]: a host 16-bit op without a native loop (relu in float16 here)
+    # computes on float32 copies its thread keeps; the report counts the largest call's copies
+    # (relu's gradient: y, dy and dx, 32 x 256 each) as workspace; bfloat16's relu has a loop of
+    # its own (Note [Native bfloat16 loops]) and takes none. Note [oneDNN matmul scratchpad]: the
+    # thread's scratchpad for its largest matmul is workspace too, in every dtype; the same
     # matmuls without the relu between them take the same scratchpad.
     def workspace(amp, relu):
         flow.manual_seed(0)
         model = nn.Sequential(nn.Linear(64, 256, bias=False), nn.ReLU() if relu else nn.Identity(),
                               nn.Linear(256, 10, bias=False))
         graph = _Train(model)
-        if amp:
-            graph.config.enable_amp(True, dtype=flow.bfloat16)
+        if amp is not None:
+            graph.config.enable_amp(True, dtype=amp)
+        if amp == flow.float16:
+            graph.set_grad_scaler(flow.amp.GradScaler())
         graph(*_batch())
         report, plan = graph.memory_report()[0]["workspace"], graph.workspace_bytes()
         assert report == plan
         return report
 
-    scratchpad = workspace(False, relu=True)
-    assert 0 < scratchpad < 2**20 and workspace(False, relu=False) == scratchpad
-    assert workspace(True, relu=True) - workspace(True, relu=False) == 3 * 32 * 256 * 4
+    scratchpad = workspace(None, relu=True)
+    assert 0 < scratchpad < 2**20 and workspace(None, relu=False) == scratchpad
+    assert workspace(flow.float16, relu=True) - workspace(flow.float16, relu=False) == (
+        3 * 32 * 256 * 4)
+    assert workspace(flow.bfloat16, relu=True) == workspace(flow.bfloat16, relu=False)
 
 
 def test_a_plan_over_the_limit_is_refused_before_it_runs_naming_what_fills_it():

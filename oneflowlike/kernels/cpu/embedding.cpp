@@ -60,11 +60,13 @@ struct EmbeddingGradKernel {
 
 }  // namespace
 
-OFL_REGISTER_KERNEL("embedding", kCPU, EmbeddingKernel, float, double);
+// The lookup copies rows, so 16-bit tables are copied as they are: the Widened kernel's bits
+// without a float32 copy of the whole table on every call.
+OFL_REGISTER_KERNEL("embedding", kCPU, EmbeddingKernel, float, double, float16, bfloat16);
 OFL_REGISTER_KERNEL("embedding_grad", kCPU, EmbeddingGradKernel, float, double);
 
-// float16 and bfloat16 through the float32 kernels (Note [Widened kernels] in widened.h).
-OFL_REGISTER_WIDENED_KERNEL("embedding", EmbeddingKernel);
+// The gradient's sums in float32 for float16 and bfloat16 (Note [Widened kernels] in
+// widened.h).
 OFL_REGISTER_WIDENED_KERNEL("embedding_grad", EmbeddingGradKernel);
 
 }  // namespace ofl::cpu

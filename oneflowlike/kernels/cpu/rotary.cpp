@@ -14,7 +14,8 @@ namespace ofl::cpu {
 
 namespace {
 
-// Inputs (x, cos, sin) -> y.
+// Inputs (x, cos, sin) -> y. bfloat16 rotates in float32 and rounds each result once (the
+// Widened kernel's bits, Note [Native bfloat16 loops] in widened.h).
 template <class T>
 struct RotaryKernel {
   static void run(const KernelContext& ctx) {
@@ -25,7 +26,8 @@ struct RotaryKernel {
     const T* sin = ctx.in(2).data<T>();
     T* y = ctx.out(0).data<T>();
     const int64_t half = d.head_dim / 2;
-    const T sign = p.inverse ? T(-1) : T(1);
+    using C = compute_of<T>;
+    const C sign = p.inverse ? C(-1) : C(1);
     const int64_t grain = std::max<int64_t>(1, kParallelGrain / std::max<int64_t>(d.head_dim, 1));
     parallel_for(d.rows(), grain, [&](int64_t begin, int64_t end) {
       for (int64_t r = begin; r < end; ++r) {
@@ -35,7 +37,11 @@ struct RotaryKernel {
         const T* s = sin + d.position(r) * half;
         for (int64_t i = 0; i < half; ++i) {
           const auto [a, b] = rotary_math::pair_offsets(i, d.head_dim, p.interleaved);
-          rotary_math::rotate(xr[a], xr[b], c[i], sign * s[i], &yr[a], &yr[b]);
+          C ya, yb;
+          rotary_math::rotate(static_cast<C>(xr[a]), static_cast<C>(xr[b]), static_cast<C>(c[i]),
+                              sign * static_cast<C>(s[i]), &ya, &yb);
+          yr[a] = static_cast<T>(ya);
+          yr[b] = static_cast<T>(yb);
         }
       }
     });
@@ -44,8 +50,8 @@ struct RotaryKernel {
 
 }  // namespace
 
-OFL_REGISTER_KERNEL("rotary_embedding", kCPU, RotaryKernel, float, double);
-// float16 and bfloat16 through the float32 kernel (Note [Widened kernels] in widened.h).
-OFL_REGISTER_WIDENED_KERNEL("rotary_embedding", RotaryKernel);
+OFL_REGISTER_KERNEL("rotary_embedding", kCPU, RotaryKernel, float, double, bfloat16);
+// float16 through the float32 kernel (Note [Widened kernels] in widened.h).
+OFL_REGISTER_WIDENED_FLOAT16_KERNEL("rotary_embedding", RotaryKernel);
 
 }  // namespace ofl::cpu
