@@ -50,6 +50,13 @@ int64_t control_id(const proto::PlanProto& plan) {
   return -1;
 }
 
+// The dp2 plan on CUDA placements, indexed, and its one communicator's control id.
+struct Dp2Plan {
+  proto::PlanProto plan = dp2_on_cuda();
+  PlanIndex index{plan, PlanIndexOptions{.cpu_kernels = true}};
+  int64_t control = control_id(plan);
+};
+
 // One job of two processes (one rank each) over one in-process network; each runtime opens
 // a session of its own, as every nn.Graph does.
 struct Job {
@@ -89,9 +96,9 @@ Loaded load(Job& job, const PlanIndex& index, uint32_t session) {
 }
 
 TEST(CommunicatorCache, RuntimesOfOneJobShareTheirCommunicators) {
-  const proto::PlanProto plan = dp2_on_cuda();
-  const PlanIndex index(plan, PlanIndexOptions{.cpu_kernels = true});
-  const int64_t control = control_id(plan);
+  const Dp2Plan dp2;
+  const PlanIndex& index = dp2.index;
+  const int64_t control = dp2.control;
   Job job;
   const int64_t before = CommunicatorCache::process().made();
   Loaded first = load(job, index, 1);
@@ -121,9 +128,9 @@ TEST(CommunicatorCache, RuntimesOfOneJobShareTheirCommunicators) {
 // A member that no longer keeps the communicator member 0 offers (aborted after a failure
 // there) makes every member make a new one, and both agree on it.
 TEST(CommunicatorCache, AMemberLackingTheKeptCommunicatorMakesEveryMemberMakeANewOne) {
-  const proto::PlanProto plan = dp2_on_cuda();
-  const PlanIndex index(plan, PlanIndexOptions{.cpu_kernels = true});
-  const int64_t control = control_id(plan);
+  const Dp2Plan dp2;
+  const PlanIndex& index = dp2.index;
+  const int64_t control = dp2.control;
   Job job;
   Loaded first = load(job, index, 1);
   const cuda::NcclUniqueId id = first.c0->communicator(0, control).unique_id();
@@ -154,8 +161,8 @@ TEST(CommunicatorCache, AMemberLackingTheKeptCommunicatorMakesEveryMemberMakeANe
 
 // Note [Communicators kept per process], "One run at a time".
 TEST(CommunicatorCache, RunsSharingACommunicatorTakeTurns) {
-  const proto::PlanProto plan = dp2_on_cuda();
-  const PlanIndex index(plan, PlanIndexOptions{.cpu_kernels = true});
+  const Dp2Plan dp2;
+  const PlanIndex& index = dp2.index;
   Job job;
   Loaded a = load(job, index, 1);
   Loaded b = load(job, index, 2);
@@ -175,9 +182,9 @@ TEST(CommunicatorCache, RunsSharingACommunicatorTakeTurns) {
 // fed early by another process (iteration i + 1 before this process's run i + 1) waits, as one
 // of another runtime does.
 TEST(CommunicatorCache, ACollectiveStartsOnlyInTheRunOfItsIteration) {
-  const proto::PlanProto plan = dp2_on_cuda();
-  const PlanIndex index(plan, PlanIndexOptions{.cpu_kernels = true});
-  const int64_t control = control_id(plan);
+  const Dp2Plan dp2;
+  const PlanIndex& index = dp2.index;
+  const int64_t control = dp2.control;
   Job job;
   Loaded a = load(job, index, 1);
   Loaded b = load(job, index, 2);
