@@ -76,11 +76,13 @@ void Runtime::fail(ErrorCode code, std::string failure) {
 
 // Note [Faults] in comm/ucx_transport.h: another rank failed; the run ends naming it.
 void Runtime::on_rank_failure(int64_t rank, const std::string& why) {
-  {
-    std::lock_guard<std::mutex> lock(done_mu_);
-    if (failure_.empty()) failure_from_peer_ = true;
+  std::lock_guard<std::mutex> lock(done_mu_);
+  if (failure_.empty()) {
+    failure_ = str_cat(kTag, "rank ", rank, " failed: ", why);
+    failure_code_ = ErrorCode::kUnavailable;
+    failure_from_fault_ = true;
   }
-  fail(ErrorCode::kUnavailable, str_cat(kTag, "rank ", rank, " failed: ", why));
+  done_cv_.notify_all();
 }
 
 // Note [Failed runs across processes]
@@ -91,10 +93,15 @@ void Runtime::on_rank_failure(int64_t rank, const std::string& why) {
 // whose run failed for a reason of its own tells every peer of the session which iteration
 // failed and how (kRunFailed; the text stays on the failing rank). A peer running that
 // iteration or a later one ends its run at once naming the rank; one that has not reached it
-// refuses the run of that iteration when it comes. Either way every member of the session is
-// then unusable (Runtime::usable): no rank goes on alone with a runtime whose peer has gone,
-// and an eager op on global tensors compiles again on every rank at its next call, so their
-// sessions stay in step (Note [Session ids] in actor/session_transport.h).
+// refuses the run of that iteration when it comes. Ending or refusing so, a peer passes the
+// notice on to its own peers (naming the rank it came from), so a pipeline's far stages hear
+// of it too; each runtime tells its peers once. Either way every member of the session is then
+// unusable (Runtime::usable) and has aborted its GPU communicators (a refused run stops as a
+// failed one does), so ranks sharing a runtime's communicators abort the same ones: no rank
+// goes on alone with a runtime whose peer has gone, and an eager op on global tensors compiles
+// again on every rank at its next call, so their sessions stay in step (Note [Session ids] in
+// actor/session_transport.h). A run refused because another runtime aborted its communicator
+// (Note [Communicators kept per process]) tells its peers the same way.
 void Runtime::on_message(const ActorMessage& message) {
   if (message.kind == ActorMessage::Kind::kRunFailed) {
     on_peer_run_failure(message.src_rank, message.piece,
@@ -104,35 +111,44 @@ void Runtime::on_message(const ActorMessage& message) {
   deliver(message);
 }
 
-std::string Runtime::peer_run_failure(int64_t rank, int64_t iteration, ErrorCode code) const {
-  return str_cat(kTag, "rank ", rank, "'s run of '", job_name_, "' failed in iteration ", iteration,
-                 " (", error_code_name(code),
+std::string Runtime::peer_run_failure(const PeerFailure& f) const {
+  return str_cat(kTag, "rank ", f.rank, "'s run of '", job_name_, "' failed in iteration ",
+                 f.iteration, " (", error_code_name(f.code),
                  "; its error on that rank says why), so this rank's cannot finish and the graph "
                  "cannot run again here.");
 }
 
 void Runtime::on_peer_run_failure(int64_t rank, int64_t iteration, ErrorCode code) {
   std::lock_guard<std::mutex> lock(done_mu_);
-  peer_failures_.try_emplace(rank, iteration, code);
+  const PeerFailure failure{rank, iteration, code};
+  peer_failures_.try_emplace(rank, failure);
   if (running_ && iteration_ >= iteration && failure_.empty()) {
-    failure_ = peer_run_failure(rank, iteration, code);
+    failure_ = peer_run_failure(failure);
     failure_code_ = ErrorCode::kUnavailable;
-    failure_from_peer_ = true;
+    failure_origin_ = failure;
   }
   done_cv_.notify_all();
 }
 
+// From stop_threads, on the runtime's own thread (never a transport's), once.
 void Runtime::tell_peers_of_failure() {
-  ErrorCode code;
+  PeerFailure told;
   {
     std::lock_guard<std::mutex> lock(done_mu_);
-    if (failure_from_peer_ || failed_by_departure_) return;
-    code = failure_.empty() ? ErrorCode::kDeadlineExceeded : failure_code_;  // else a stall
+    if (shut_down_ || failure_from_fault_ || failed_by_departure_) return;
+    if (failure_origin_.has_value()) {
+      told = *failure_origin_;  // passed on
+    } else {
+      told.rank = ranks_.front();
+      told.iteration = iteration_;
+      told.code = failure_.empty() ? ErrorCode::kDeadlineExceeded : failure_code_;  // a stall
+    }
   }
   for (int64_t peer : peers_) {
+    if (peer == told.rank) continue;
     try {
-      transport_->send(peer, to_bytes(ActorMessage::run_failed(ranks_.front(), peer, iteration_,
-                                                               static_cast<int64_t>(code))));
+      transport_->send(peer, to_bytes(ActorMessage::run_failed(told.rank, peer, told.iteration,
+                                                               static_cast<int64_t>(told.code))));
     } catch (const std::exception& e) {
       VLOG(1) << kTag << "could not tell rank " << peer << " of the failed run: " << e.what();
     }
@@ -261,28 +277,40 @@ std::vector<std::pair<int, Tensor>> Runtime::run_iteration(
       }
     }
   }
+  {
+    std::unique_lock<std::mutex> lock(done_mu_);
+    for (const auto& [rank, ran] : departed_) {
+      if (iteration_ >= ran) throw_error(ErrorCode::kUnavailable, departure_failure(rank, ran));
+    }
+    for (const auto& [rank, failed] : peer_failures_) {
+      if (iteration_ < failed.iteration) continue;
+      // Note [Failed runs across processes]: refused for good, stopped as a failed run is.
+      const std::string why = peer_run_failure(failed);
+      failure_origin_ = failed;
+      lock.unlock();
+      stop_threads();
+      throw_error(ErrorCode::kUnavailable, why);
+    }
+  }
   // Note [Communicators kept per process]: the run holds the GPU communicators it shares with
-  // other runtimes of this process until it ends.
-  // A refusal (a communicator aborted by another runtime's failed run) is for good.
+  // other runtimes of this process until it ends. A refusal (a communicator aborted by another
+  // runtime's failed run) is for good, and the peers hear of it.
   std::optional<DeviceCollectives::Lease> communicators;
   if (device_collectives_ != nullptr) {
     try {
       communicators.emplace(device_collectives_->lease(iteration_));
-    } catch (const Error&) {
-      broken_ = true;
+    } catch (const Error& e) {
+      {
+        std::lock_guard<std::mutex> lock(done_mu_);
+        failure_ = e.what();
+        failure_code_ = e.code();
+      }
+      stop_threads();
       throw;
     }
   }
   {
     std::lock_guard<std::mutex> lock(done_mu_);
-    for (const auto& [rank, ran] : departed_) {
-      if (iteration_ >= ran) throw_error(ErrorCode::kUnavailable, departure_failure(rank, ran));
-    }
-    for (const auto& [rank, failed] : peer_failures_) {
-      if (iteration_ < failed.first) continue;
-      broken_ = true;  // Note [Failed runs across processes]
-      throw_error(ErrorCode::kUnavailable, peer_run_failure(rank, failed.first, failed.second));
-    }
     running_ = true;
   }
   // Not running once this returns or throws (Note [Departures] reads iteration_ only then).

@@ -32,6 +32,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <string>
 #include <unordered_map>
@@ -212,10 +213,16 @@ class Runtime final : public PlanRunner, private ActorHost {
   // Why rank `rank`, gone after `iterations` iterations, stops this one. Under done_mu_.
   std::string departure_failure(int64_t rank, int64_t iterations) const;
   // Note [Failed runs across processes] in runtime.cpp: a message from the transport, and a
-  // peer's failed run; tell_peers_of_failure sends this process's.
+  // peer's failed run (the rank it failed on, its iteration and its error's kind);
+  // tell_peers_of_failure sends this process's, or passes a peer's on.
+  struct PeerFailure {
+    int64_t rank = -1;
+    int64_t iteration = 0;
+    ErrorCode code = ErrorCode::kInternal;
+  };
   void on_message(const ActorMessage& message);
   void on_peer_run_failure(int64_t rank, int64_t iteration, ErrorCode code);
-  std::string peer_run_failure(int64_t rank, int64_t iteration, ErrorCode code) const;
+  std::string peer_run_failure(const PeerFailure& failure) const;
   void tell_peers_of_failure();
   void check_virtual_ids() const;
   void wait_for_iteration();
@@ -281,13 +288,15 @@ class Runtime final : public PlanRunner, private ActorHost {
   bool running_ = false;                 // an iteration is under way; GUARDED_BY(done_mu_)
   std::map<int64_t, int64_t> departed_;  // rank -> iterations it ran; GUARDED_BY(done_mu_)
   bool failed_by_departure_ = false;     // GUARDED_BY(done_mu_)
-  // Note [Failed runs across processes]: peers' failed runs (rank -> iteration, error code),
-  // and whether this run's failure came from another rank (it tells no one then).
-  std::map<int64_t, std::pair<int64_t, ErrorCode>> peer_failures_;  // GUARDED_BY(done_mu_)
-  bool failure_from_peer_ = false;                                  // GUARDED_BY(done_mu_)
-  std::string failure_;                                             // GUARDED_BY(done_mu_)
-  ErrorCode failure_code_ = ErrorCode::kInternal;                   // GUARDED_BY(done_mu_)
-  bool broken_ = false;  // a run failed: the actors' state is unusable
+  // Note [Failed runs across processes]: peers' failed runs (origin rank -> iteration, error
+  // code); whether this run's failure came from another rank's fault (Note [Faults]), which is
+  // told no one; and the peer failure that ended or refused this runtime, which is passed on.
+  std::map<int64_t, PeerFailure> peer_failures_;   // GUARDED_BY(done_mu_)
+  bool failure_from_fault_ = false;                // GUARDED_BY(done_mu_)
+  std::optional<PeerFailure> failure_origin_;      // GUARDED_BY(done_mu_)
+  std::string failure_;                            // GUARDED_BY(done_mu_)
+  ErrorCode failure_code_ = ErrorCode::kInternal;  // GUARDED_BY(done_mu_)
+  bool broken_ = false;                            // a run failed: the actors' state is unusable
   bool shut_down_ = false;
   bool all_retired_ = false;  // what shutdown() found
   std::vector<std::string> message_log_;

@@ -511,7 +511,12 @@ void Runtime::add_ticks(int* next_virtual) {
         if (first_micro < 0) first_micro = t;
         last_micro = t;
       }
-      if (!actor->inputs().empty()) continue;
+      // An INPUT reads the caller's feed of its iteration, which exists only once this
+      // process's run of it has started: it waits for the tick even where the plan orders it
+      // after other tasks (a control input), whose data may come early from another process
+      // (Note [Iterations across processes]). Without it such an INPUT read a feed not there.
+      const bool input = index_.task(t).proto.kind() == proto::TaskProto::INPUT;
+      if (!actor->inputs().empty() && !input) continue;
       const int64_t id = kVirtualRegisterBase + (*next_virtual)++;
       OutputRegister out;
       out.register_id = id;

@@ -307,6 +307,12 @@ void Runtime::abandon_if_streams_hang() {
 bool Runtime::shutdown() {
   if (shut_down_) return all_retired_;
   shut_down_ = true;
+  {
+    // Note [Failed runs across processes]: a peer's runtime has gone; the end of stream would
+    // wait for it in vain.
+    std::lock_guard<std::mutex> lock(done_mu_);
+    if (!peer_failures_.empty()) broken_ = true;
+  }
   bool retired = !broken_;
   if (!broken_) {
     for (Actor* tick : ticks_) {

@@ -74,8 +74,7 @@ class Job:
         it got (Note [Departures]: one still waiting for it ends at once, naming it), then all
         processes meet, so none ends a runtime it shares with a process still using it."""
         if self._transport is not None and not self._left:
-            progress = {h.session: h.runtime.iterations for h in self._runtimes
-                        if h.session is not None and h.runtime is not None}
+            progress = {h.session: h.iterations for h in self._runtimes if h.session is not None}
             self._sessions.announce_departure(progress, list(range(self.world_size)))
             self._transport.barrier()
         for holder in self._runtimes:
@@ -92,9 +91,18 @@ class RuntimeHolder:
     def __init__(self, runtime, session=None):
         self.runtime = runtime
         self.session = session  # the transport session (None in a one-process job)
+        self._iterations = 0  # kept once the runtime has ended
+
+    @property
+    def iterations(self):
+        """The iterations its runtime ran (Note [Departures]), also after it ended early (an
+        eager op compiled again: global_tensor.retire)."""
+        runtime = self.__dict__.get("runtime")
+        return runtime.iterations if runtime is not None else self._iterations
 
     def shutdown(self):
         if self.runtime is not None:
+            self._iterations = self.runtime.iterations
             self.runtime.shutdown()
             self.runtime = None
 

@@ -176,6 +176,111 @@ TEST(TransportSessions, ARunThatFailsOnOneRankEndsItsPeersRunsAtOnce) {
   }
 }
 
+// Job P, a pipeline over ranks 0 -> 1 -> 2 and back: x on rank 0, relu on rank 1, on rank 2
+// the rows of w looked up by ids added to it, the sum fetched on rank 0 through rank 1 (or on
+// rank 2: `fetch_on_rank_2`). Rank 0 exchanges data with rank 1 only.
+proto::PlanProto job_p(int64_t rank, bool fetch_on_rank_2 = false) {
+  const Placement r0(DeviceType::kCPU, {0}), r1(DeviceType::kCPU, {1}), r2(DeviceType::kCPU, {2});
+  compiler::GraphTracer t("p", r0);
+  TracingScope scope(&t);
+  const Tensor x = t.input("x", Shape{2}, DataType::kFloat32, r0, {B()});
+  const Tensor w = t.input("w", Shape{4, 2}, DataType::kFloat32, r2, {B()});
+  const Tensor ids = t.input("ids", Shape{1}, DataType::kInt64, r2, {B()});
+  const Tensor h =
+      apply_op1(OpRegistry::global().find("relu"), NoParams{}, {t.to_global(x, r1, {B()})});
+  const Tensor rows =
+      apply_op1(OpRegistry::global().find("embedding"), EmbeddingParams{}, {w, ids});
+  const Tensor sum =
+      apply_op1(OpRegistry::global().find("add"), NoParams{}, {t.to_global(h, r2, {B()}), rows});
+  if (fetch_on_rank_2) {
+    t.fetch(sum);
+  } else {
+    t.fetch(t.to_global(t.to_global(sum, r1, {B()}), r0, {B()}));
+  }
+  compiler::CompileOptions options;
+  options.ranks = {rank};
+  return compiler::compile_graph(t.builder().graph(), options);
+}
+
+// Note [Failed runs across processes], passed on: rank 2's lookup fails; rank 1 ends or refuses
+// its run and tells rank 0, which never exchanges data with rank 2, so rank 0's next run ends
+// at once naming rank 2 instead of at its watchdog (30 s here).
+TEST(TransportSessions, AFailedRunIsPassedOnToRanksTwoHopsAway) {
+  auto base = std::make_shared<comm::InProcessTransport>();
+  std::vector<std::shared_ptr<TransportSessions>> sessions;
+  std::vector<std::unique_ptr<Runtime>> runtimes;
+  for (int64_t r = 0; r < 3; ++r) {
+    sessions.push_back(std::make_shared<TransportSessions>(base, std::vector<int64_t>{r}));
+    RuntimeOptions options;
+    options.watchdog_seconds = 30;
+    options.ranks = {r};
+    options.transport = sessions[r]->open(1);
+    runtimes.push_back(std::make_unique<Runtime>(job_p(r), options));
+  }
+  auto feed = [](int64_t rank, double id) -> Runtime::Pieces {
+    if (rank == 0) return {{"x", {{0, make_tensor({1, -1}, Shape{2}, DataType::kFloat32)}}}};
+    if (rank == 1) return {};
+    return {{"w", {{2, make_tensor({0, 1, 2, 3, 4, 5, 6, 7}, Shape{4, 2}, DataType::kFloat32)}}},
+            {"ids", {{2, make_tensor({id}, Shape{1}, DataType::kInt64)}}}};
+  };
+  const auto start = std::chrono::steady_clock::now();
+  std::vector<std::string> errors(3);
+  std::vector<std::thread> ranks;
+  for (int64_t r = 0; r < 3; ++r) {
+    ranks.emplace_back([&, r] {
+      try {
+        runtimes[r]->run_local(feed(r, 9));  // rank 2's id is out of range
+        runtimes[r]->run_local(feed(r, 1));
+      } catch (const Error& e) {
+        errors[r] = e.what();
+      }
+    });
+  }
+  for (auto& thread : ranks) thread.join();
+  EXPECT_NE(errors[2].find("[embedding] every index must be in [0, num_embeddings)"),
+            std::string::npos)
+      << errors[2];
+  for (int64_t r : {0, 1}) {
+    EXPECT_NE(errors[r].find("rank 2's run of 'p' failed in iteration 0 (OutOfRange"),
+              std::string::npos)
+        << "rank " << r << ": " << errors[r];
+    EXPECT_FALSE(runtimes[r]->usable()) << r;
+  }
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), 10);
+}
+
+// Rank 2's plan orders its INPUT w after a task fed by rank 1 (a control input): when rank 1's
+// data comes before rank 2's run starts, the INPUT still waits for that run's feed (it read a
+// feed that was not there, and crashed, before it waited for the tick too).
+TEST(TransportSessions, AnInputOrderedAfterAnotherRanksDataWaitsForItsRun) {
+  const proto::PlanProto plan2 = job_p(2, /*fetch_on_rank_2=*/true);
+  bool ordered = false;
+  for (const auto& task : plan2.ranks(0).tasks()) {
+    ordered = ordered || (task.kind() == proto::TaskProto::INPUT && task.control_inputs_size() > 0);
+  }
+  EXPECT_TRUE(ordered) << "the plan no longer orders an INPUT after other tasks: find another";
+  auto base = std::make_shared<comm::InProcessTransport>();
+  std::vector<std::unique_ptr<Runtime>> runtimes;
+  std::vector<std::shared_ptr<TransportSessions>> sessions;
+  for (int64_t r = 0; r < 3; ++r) {
+    sessions.push_back(std::make_shared<TransportSessions>(base, std::vector<int64_t>{r}));
+    RuntimeOptions options;
+    options.ranks = {r};
+    options.transport = sessions[r]->open(1);
+    runtimes.push_back(std::make_unique<Runtime>(r == 2 ? plan2 : job_p(r, true), options));
+  }
+  std::thread early([&] {
+    runtimes[0]->run_local({{"x", {{0, make_tensor({1, -1}, Shape{2}, DataType::kFloat32)}}}});
+    runtimes[1]->run_local({});
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // rank 1's data is there first
+  const auto out = runtimes[2]->run_local(
+      {{"w", {{2, make_tensor({0, 1, 2, 3, 4, 5, 6, 7}, Shape{4, 2}, DataType::kFloat32)}}},
+       {"ids", {{2, make_tensor({3}, Shape{1}, DataType::kInt64)}}}});
+  early.join();
+  EXPECT_EQ(values_of(out.begin()->second.at(2)), (std::vector<double>{7, 7}));  // [6, 7] + [1, 0]
+}
+
 TEST(TransportSessions, RuntimesOfTwoJobsShareOneTransport) {
   TwoProcesses p;
   std::vector<double> a_results[2], b_results[2];
