@@ -582,6 +582,16 @@ void DeviceCollectives::abort() {
   for (const auto& [control_id, comm] : shared_) comm->abort();
 }
 
+void DeviceCollectives::abort_when_free() {
+  std::vector<SharedCommunicator*> all;
+  for (const auto& [control_id, comm] : shared_) all.push_back(comm.get());
+  std::sort(all.begin(), all.end(), std::less<>());  // lease()'s order
+  for (SharedCommunicator* comm : all) {
+    std::lock_guard<std::mutex> lock(comm->run_mutex());
+    comm->abort();
+  }
+}
+
 DeviceCollectives::Lease::~Lease() {
   for (SharedCommunicator* comm : held_) {
     comm->set_holder(nullptr, -1);

@@ -185,6 +185,9 @@ class DeviceCollectives {
   /// (cuda::NcclCommunicator::abort), so no stream waits for a collective whose peer never
   /// comes, and the process forgets them (Note [Communicators kept per process]).
   void abort();
+  /// abort() by a runtime that holds no lease (a refused run): each communicator once no other
+  /// runtime's run holds it, as NCCL allows no call beside an abort.
+  void abort_when_free();
 
   /// The communicators run `iteration` uses, held for its length (Note [Communicators kept per
   /// process], "One run at a time"): waits while another runtime's run holds one. Raises

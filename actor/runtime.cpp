@@ -119,6 +119,8 @@ std::string Runtime::peer_run_failure(const PeerFailure& f) const {
 }
 
 void Runtime::on_peer_run_failure(int64_t rank, int64_t iteration, ErrorCode code) {
+  // Passed on back to a process hosting the rank it came from.
+  if (std::binary_search(ranks_.begin(), ranks_.end(), rank)) return;
   std::lock_guard<std::mutex> lock(done_mu_);
   const PeerFailure failure{rank, iteration, code};
   peer_failures_.try_emplace(rank, failure);
@@ -288,6 +290,7 @@ std::vector<std::pair<int, Tensor>> Runtime::run_iteration(
       const std::string why = peer_run_failure(failed);
       failure_origin_ = failed;
       lock.unlock();
+      if (device_collectives_ != nullptr) device_collectives_->abort_when_free();
       stop_threads();
       throw_error(ErrorCode::kUnavailable, why);
     }
@@ -305,6 +308,7 @@ std::vector<std::pair<int, Tensor>> Runtime::run_iteration(
         failure_ = e.what();
         failure_code_ = e.code();
       }
+      device_collectives_->abort_when_free();  // holds no lease any more
       stop_threads();
       throw;
     }

@@ -512,11 +512,13 @@ void Runtime::add_ticks(int* next_virtual) {
         last_micro = t;
       }
       // An INPUT reads the caller's feed of its iteration, which exists only once this
-      // process's run of it has started: it waits for the tick even where the plan orders it
-      // after other tasks (a control input), whose data may come early from another process
-      // (Note [Iterations across processes]). Without it such an INPUT read a feed not there.
-      const bool input = index_.task(t).proto.kind() == proto::TaskProto::INPUT;
-      if (!actor->inputs().empty() && !input) continue;
+      // process's run of it has started, and a VARIABLE hands out state the caller reads and
+      // writes between runs: they wait for the tick even where the plan orders them after
+      // other tasks (control inputs), whose data may come early from another process (Note
+      // [Iterations across processes]). Without it such an INPUT read a feed not there.
+      const proto::TaskProto::Kind kind = index_.task(t).proto.kind();
+      const bool per_run = kind == proto::TaskProto::INPUT || kind == proto::TaskProto::VARIABLE;
+      if (!actor->inputs().empty() && !per_run) continue;
       const int64_t id = kVirtualRegisterBase + (*next_virtual)++;
       OutputRegister out;
       out.register_id = id;

@@ -178,6 +178,24 @@ TEST(CommunicatorCache, RunsSharingACommunicatorTakeTurns) {
   EXPECT_EQ(waiting.wait_for(std::chrono::seconds(30)), std::future_status::ready);
 }
 
+// A refused run, which holds no lease, aborts its communicators only once no other run holds
+// them (NCCL allows no call beside an abort).
+TEST(CommunicatorCache, ARefusedRunAbortsSharedCommunicatorsOnlyWhenFree) {
+  const Dp2Plan dp2;
+  Job job;
+  Loaded a = load(job, dp2.index, 1);
+  Loaded b = load(job, dp2.index, 2);
+  std::future<void> aborting;
+  {
+    DeviceCollectives::Lease running = a.c0->lease(0);
+    aborting = std::async(std::launch::async, [&] { b.c0->abort_when_free(); });
+    EXPECT_EQ(aborting.wait_for(std::chrono::milliseconds(200)), std::future_status::timeout)
+        << "aborted under a run";
+  }
+  EXPECT_EQ(aborting.wait_for(std::chrono::seconds(30)), std::future_status::ready);
+  EXPECT_THROW((void)a.c0->lease(1), Error) << "the shared communicator is aborted";
+}
+
 // A collective starts only in the run of its own iteration, holding its communicator: an act
 // fed early by another process (iteration i + 1 before this process's run i + 1) waits, as one
 // of another runtime does.
