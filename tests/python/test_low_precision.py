@@ -170,6 +170,44 @@ def test_unary_kernels_are_their_float32_kernels_rounded_once(name, dtype):
                                   want.to(low).to(flow.float32).numpy())
 
 
+@pytest.mark.parametrize("dtype", list(LOW))
+@pytest.mark.parametrize("name", ["eq", "gt", "lt"])
+def test_comparisons_compare_the_values(name, dtype):
+    """equal, greater and less in 16 bits (bfloat16 comparing its float32 values in its own loop)
+    give the float32 comparisons of the same values, broadcast, NaN unequal to everything."""
+    low = LOW[dtype]
+    a = np.round(rand(6, 9, seed=2) * 2) / 2
+    a[0, :3] = [np.nan, np.inf, -0.0]
+    b = np.round(rand(9, seed=3) * 2) / 2
+    b[:3] = [np.nan, np.inf, 0.0]
+    x, y = flow.tensor(a).to(low), flow.tensor(b).to(low)
+    fn = {"eq": lambda u, v: u == v, "gt": lambda u, v: u > v, "lt": lambda u, v: u < v}[name]
+    got = fn(x, y)
+    assert got.dtype == flow.bool
+    np.testing.assert_array_equal(got.numpy(), fn(x.to(flow.float32), y.to(flow.float32)).numpy())
+
+
+@pytest.mark.parametrize("dtype", list(LOW))
+@pytest.mark.parametrize("name", ["max", "min", "topk", "topk_smallest", "sort", "sort_desc"])
+def test_orders_are_the_float32_orders(name, dtype):
+    """max/min over a dim, topk and sort in 16 bits (bfloat16 comparing its float32 values in
+    its own loops) give the float32 kernels' values and indices: ties to the smaller index, NaN
+    largest (Note [Orders and ties])."""
+    low = LOW[dtype]
+    a = np.round(rand(5, 40, seed=4) * 2) / 2  # many ties once rounded
+    a[1, 3], a[2, 7], a[3, 0] = np.nan, np.inf, -np.inf
+    x = flow.tensor(a).to(low)
+    fn = {"max": lambda t: flow.max(t, 1), "min": lambda t: flow.min(t, 1),
+          "topk": lambda t: flow.topk(t, 7), "topk_smallest": lambda t: flow.topk(t, 7,
+                                                                               largest=False),
+          "sort": lambda t: flow.sort(t, 1), "sort_desc": lambda t: flow.sort(t, 1,
+                                                                           descending=True)}[name]
+    got, want = fn(x), fn(x.to(flow.float32))
+    assert got.values.dtype == low
+    np.testing.assert_array_equal(got.values.to(flow.float32).numpy(), want.values.numpy())
+    np.testing.assert_array_equal(got.indices.numpy(), want.indices.numpy())
+
+
 SCALAR_CASES = {
     "add": lambda x: x + 0.1, "mul": lambda x: x * 0.1, "pow2": lambda x: x ** 2,
     "pow3": lambda x: x ** 3, "sqrt": lambda x: x ** 0.5, "reciprocal": lambda x: x ** -1,

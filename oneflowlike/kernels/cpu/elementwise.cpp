@@ -75,19 +75,19 @@ struct DivKernel {
 template <class T>
 struct EqualKernel {
   static void run(const KernelContext& ctx) {
-    binary_kernel<T, bool>(ctx, [](T x, T y) { return x == y; });
+    binary_kernel<T, bool>(ctx, [](auto x, auto y) { return x == y; });
   }
 };
 template <class T>
 struct GreaterKernel {
   static void run(const KernelContext& ctx) {
-    binary_kernel<T, bool>(ctx, [](T x, T y) { return x > y; });
+    binary_kernel<T, bool>(ctx, [](auto x, auto y) { return x > y; });
   }
 };
 template <class T>
 struct LessKernel {
   static void run(const KernelContext& ctx) {
-    binary_kernel<T, bool>(ctx, [](T x, T y) { return x < y; });
+    binary_kernel<T, bool>(ctx, [](auto x, auto y) { return x < y; });
   }
 };
 
@@ -97,18 +97,20 @@ OFL_REGISTER_KERNEL("add", kCPU, AddKernel, float, double, int8_t, int32_t, int6
 OFL_REGISTER_KERNEL("sub", kCPU, SubKernel, float, double, int8_t, int32_t, int64_t, bfloat16);
 OFL_REGISTER_KERNEL("mul", kCPU, MulKernel, float, double, int8_t, int32_t, int64_t, bfloat16);
 OFL_REGISTER_KERNEL("div", kCPU, DivKernel, float, double, bfloat16);
-OFL_REGISTER_KERNEL("equal", kCPU, EqualKernel, float, double, int8_t, int32_t, int64_t, bool);
-OFL_REGISTER_KERNEL("greater", kCPU, GreaterKernel, float, double, int8_t, int32_t, int64_t);
-OFL_REGISTER_KERNEL("less", kCPU, LessKernel, float, double, int8_t, int32_t, int64_t);
+OFL_REGISTER_KERNEL("equal", kCPU, EqualKernel, float, double, int8_t, int32_t, int64_t, bool,
+                    bfloat16);
+OFL_REGISTER_KERNEL("greater", kCPU, GreaterKernel, float, double, int8_t, int32_t, int64_t,
+                    bfloat16);
+OFL_REGISTER_KERNEL("less", kCPU, LessKernel, float, double, int8_t, int32_t, int64_t, bfloat16);
 
-// float16 and bfloat16 through the float32 kernels (Note [Widened kernels] in widened.h); the
-// arithmetic ops have native bfloat16 loops (Note [Native bfloat16 loops]).
+// float16 through the float32 kernels (Note [Widened kernels] in widened.h); bfloat16 in its
+// own loops (Note [Native bfloat16 loops]; the comparisons compare the float32 values).
 OFL_REGISTER_WIDENED_FLOAT16_KERNEL("add", AddKernel);
 OFL_REGISTER_WIDENED_FLOAT16_KERNEL("sub", SubKernel);
 OFL_REGISTER_WIDENED_FLOAT16_KERNEL("mul", MulKernel);
 OFL_REGISTER_WIDENED_FLOAT16_KERNEL("div", DivKernel);
-OFL_REGISTER_WIDENED_KERNEL("equal", EqualKernel);
-OFL_REGISTER_WIDENED_KERNEL("greater", GreaterKernel);
-OFL_REGISTER_WIDENED_KERNEL("less", LessKernel);
+OFL_REGISTER_WIDENED_FLOAT16_KERNEL("equal", EqualKernel);
+OFL_REGISTER_WIDENED_FLOAT16_KERNEL("greater", GreaterKernel);
+OFL_REGISTER_WIDENED_FLOAT16_KERNEL("less", LessKernel);
 
 }  // namespace ofl::cpu

@@ -20,19 +20,26 @@ namespace ofl::cpu {
 
 namespace {
 
+// Values are compared as compute_of<T> (bfloat16's as float32, exactly: Note [Native bfloat16
+// loops] in widened.h) and copied as they are.
 template <class T>
 bool is_nan(T v) {
-  if constexpr (std::is_floating_point_v<T>) {
-    return std::isnan(v);
+  if constexpr (std::is_floating_point_v<compute_of<T>>) {
+    return std::isnan(static_cast<compute_of<T>>(v));
   } else {
     return false;
   }
 }
 
+template <class T>
+bool value_less(T a, T b) {
+  return static_cast<compute_of<T>>(a) < static_cast<compute_of<T>>(b);
+}
+
 // The order of sort and topk: NaN after every number.
 template <class T>
 bool order_less(T a, T b) {
-  return (!is_nan(a) && is_nan(b)) || a < b;
+  return (!is_nan(a) && is_nan(b)) || value_less(a, b);
 }
 
 AxisExtents view_of(const Tensor& x, int64_t dim, const char* op) {
@@ -55,7 +62,7 @@ void dim_reduce(const KernelContext& ctx) {
       int64_t at = 0;
       for (int64_t t = 1; t < v.extent && !is_nan(best); ++t) {
         const T c = p[t * v.inner];
-        if (is_nan(c) || (kMax ? c > best : c < best)) {
+        if (is_nan(c) || (kMax ? value_less(best, c) : value_less(c, best))) {
           best = c;
           at = t;
         }
@@ -132,16 +139,18 @@ struct SortKernel {
 
 }  // namespace
 
-OFL_REGISTER_KERNEL("max_dim", kCPU, MaxDimKernel, float, double, int8_t, int32_t, int64_t);
-OFL_REGISTER_KERNEL("min_dim", kCPU, MinDimKernel, float, double, int8_t, int32_t, int64_t);
-OFL_REGISTER_KERNEL("topk", kCPU, TopkKernel, float, double, int8_t, int32_t, int64_t);
-OFL_REGISTER_KERNEL("sort", kCPU, SortKernel, float, double, int8_t, int32_t, int64_t);
+OFL_REGISTER_KERNEL("max_dim", kCPU, MaxDimKernel, float, double, bfloat16, int8_t, int32_t,
+                    int64_t);
+OFL_REGISTER_KERNEL("min_dim", kCPU, MinDimKernel, float, double, bfloat16, int8_t, int32_t,
+                    int64_t);
+OFL_REGISTER_KERNEL("topk", kCPU, TopkKernel, float, double, bfloat16, int8_t, int32_t, int64_t);
+OFL_REGISTER_KERNEL("sort", kCPU, SortKernel, float, double, bfloat16, int8_t, int32_t, int64_t);
 
-// float16 and bfloat16 through the float32 kernels (Note [Widened kernels] in widened.h): the
-// values come back exactly, as they are values of x.
-OFL_REGISTER_WIDENED_KERNEL("max_dim", MaxDimKernel);
-OFL_REGISTER_WIDENED_KERNEL("min_dim", MinDimKernel);
-OFL_REGISTER_WIDENED_KERNEL("topk", TopkKernel);
-OFL_REGISTER_WIDENED_KERNEL("sort", SortKernel);
+// float16 through the float32 kernels (Note [Widened kernels] in widened.h): the values come
+// back exactly, as they are values of x.
+OFL_REGISTER_WIDENED_FLOAT16_KERNEL("max_dim", MaxDimKernel);
+OFL_REGISTER_WIDENED_FLOAT16_KERNEL("min_dim", MinDimKernel);
+OFL_REGISTER_WIDENED_FLOAT16_KERNEL("topk", TopkKernel);
+OFL_REGISTER_WIDENED_FLOAT16_KERNEL("sort", SortKernel);
 
 }  // namespace ofl::cpu
