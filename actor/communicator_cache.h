@@ -29,7 +29,8 @@
 // while run i still does (and would hand it on with the collective in flight); such a
 // collective waits for its run. The runs of one process that share communicators take turns,
 // in the order one thread starts them, and every process of an SPMD program queues them in
-// that same order. A nonblocking communicator (Note [Nonblocking communicators]) is ready
+// that same order. A run waits for another's lease without a deadline of its own: the holding
+// run's watchdog ends it if it stalls. A nonblocking communicator (Note [Nonblocking communicators]) is ready
 // again when a run ends, since a run waits for its collectives' events.
 //
 // Failure. A failed run aborts its communicators, kept ones included (a peer may be gone): the

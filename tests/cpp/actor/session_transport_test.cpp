@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <functional>
 #include <thread>
 
 #include "actor/message.h"
@@ -202,21 +203,30 @@ proto::PlanProto job_p(int64_t rank, bool fetch_on_rank_2 = false) {
   return compiler::compile_graph(t.builder().graph(), options);
 }
 
+// Three processes of one rank each over one in-process network, each running its rank's plan
+// (`plan_of`) in session 1, with a 30 s watchdog.
+struct ThreeProcesses {
+  explicit ThreeProcesses(const std::function<proto::PlanProto(int64_t)>& plan_of) {
+    for (int64_t r = 0; r < 3; ++r) {
+      sessions.push_back(std::make_shared<TransportSessions>(base, std::vector<int64_t>{r}));
+      RuntimeOptions options;
+      options.watchdog_seconds = 30;
+      options.ranks = {r};
+      options.transport = sessions[r]->open(1);
+      runtimes.push_back(std::make_unique<Runtime>(plan_of(r), options));
+    }
+  }
+  std::shared_ptr<comm::InProcessTransport> base = std::make_shared<comm::InProcessTransport>();
+  std::vector<std::shared_ptr<TransportSessions>> sessions;
+  std::vector<std::unique_ptr<Runtime>> runtimes;  // last: they go first
+};
+
 // Note [Failed runs across processes], passed on: rank 2's lookup fails; rank 1 ends or refuses
 // its run and tells rank 0, which never exchanges data with rank 2, so rank 0's next run ends
 // at once naming rank 2 instead of at its watchdog (30 s here).
 TEST(TransportSessions, AFailedRunIsPassedOnToRanksTwoHopsAway) {
-  auto base = std::make_shared<comm::InProcessTransport>();
-  std::vector<std::shared_ptr<TransportSessions>> sessions;
-  std::vector<std::unique_ptr<Runtime>> runtimes;
-  for (int64_t r = 0; r < 3; ++r) {
-    sessions.push_back(std::make_shared<TransportSessions>(base, std::vector<int64_t>{r}));
-    RuntimeOptions options;
-    options.watchdog_seconds = 30;
-    options.ranks = {r};
-    options.transport = sessions[r]->open(1);
-    runtimes.push_back(std::make_unique<Runtime>(job_p(r), options));
-  }
+  ThreeProcesses p([](int64_t r) { return job_p(r); });
+  std::vector<std::unique_ptr<Runtime>>& runtimes = p.runtimes;
   auto feed = [](int64_t rank, double id) -> Runtime::Pieces {
     if (rank == 0) return {{"x", {{0, make_tensor({1, -1}, Shape{2}, DataType::kFloat32)}}}};
     if (rank == 1) return {};
@@ -259,16 +269,8 @@ TEST(TransportSessions, AnInputOrderedAfterAnotherRanksDataWaitsForItsRun) {
     ordered = ordered || (task.kind() == proto::TaskProto::INPUT && task.control_inputs_size() > 0);
   }
   EXPECT_TRUE(ordered) << "the plan no longer orders an INPUT after other tasks: find another";
-  auto base = std::make_shared<comm::InProcessTransport>();
-  std::vector<std::unique_ptr<Runtime>> runtimes;
-  std::vector<std::shared_ptr<TransportSessions>> sessions;
-  for (int64_t r = 0; r < 3; ++r) {
-    sessions.push_back(std::make_shared<TransportSessions>(base, std::vector<int64_t>{r}));
-    RuntimeOptions options;
-    options.ranks = {r};
-    options.transport = sessions[r]->open(1);
-    runtimes.push_back(std::make_unique<Runtime>(r == 2 ? plan2 : job_p(r, true), options));
-  }
+  ThreeProcesses p([&](int64_t r) { return r == 2 ? plan2 : job_p(r, true); });
+  std::vector<std::unique_ptr<Runtime>>& runtimes = p.runtimes;
   std::thread early([&] {
     runtimes[0]->run_local({{"x", {{0, make_tensor({1, -1}, Shape{2}, DataType::kFloat32)}}}});
     runtimes[1]->run_local({});
