@@ -30,8 +30,8 @@
 // collective waits for its run. The runs of one process that share communicators take turns,
 // in the order one thread starts them, and every process of an SPMD program queues them in
 // that same order. A run waits for another's lease without a deadline of its own: the holding
-// run's watchdog ends it if it stalls. A nonblocking communicator (Note [Nonblocking communicators]) is ready
-// again when a run ends, since a run waits for its collectives' events.
+// run's watchdog ends it if it stalls. A nonblocking communicator (Note [Nonblocking
+// communicators]) is ready again when a run ends, since a run waits for its collectives' events.
 //
 // Failure. A failed run aborts its communicators, kept ones included (a peer may be gone): the
 // process forgets them, and another runtime holding one is refused at its next run, naming the
