@@ -30,13 +30,10 @@ void check_labels(const char* op, const I* labels, int64_t n, int64_t num_classe
   }
 }
 
-// The type a row is computed in: bfloat16 rows in float32 scratch.
+// Row `x` of `c` values in the type it is computed in (compute_of, Note [Native bfloat16 loops]
+// in widened.h): itself, or bfloat16 widened into scratch row `slot`.
 template <class T>
-using Compute = std::conditional_t<std::is_same_v<T, bfloat16>, float, T>;
-
-// Row `x` of `c` values as Compute<T>: itself, or bfloat16 widened into scratch row `slot`.
-template <class T>
-const Compute<T>* compute_row(const T* x, int64_t c, int slot) {
+const compute_of<T>* compute_row(const T* x, int64_t c, int slot) {
   if constexpr (std::is_same_v<T, bfloat16>) {
     return BFloat16Rows::widened(slot, x, c);
   } else {
@@ -46,7 +43,7 @@ const Compute<T>* compute_row(const T* x, int64_t c, int slot) {
 
 template <class T, class I>
 void loss_rows(const Tensor& logits, const Tensor& labels, const Tensor& loss) {
-  using C = Compute<T>;
+  using C = compute_of<T>;
   const int64_t c = logits.shape()[logits.ndim() - 1];
   const int64_t rows = labels.numel();
   const I* label = labels.data<I>();
@@ -84,7 +81,7 @@ void loss_grad_rows(const Tensor& logits, const Tensor& labels, const Tensor& dl
   const int64_t rows = labels.numel();
   const I* label = labels.data<I>();
   check_labels("sparse_softmax_cross_entropy_grad", label, rows, c);
-  using C = Compute<T>;
+  using C = compute_of<T>;
   const T* x = logits.data<T>();
   const T* dy = dloss.data<T>();
   T* dx = dlogits.data<T>();

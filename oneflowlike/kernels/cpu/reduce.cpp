@@ -26,14 +26,12 @@ namespace {
 
 enum class Reduction { kSum, kMean, kMax, kMin };
 
-// The type a stored value is computed in: bfloat16 as float32, the others as they are.
-template <class T>
-using Value = std::conditional_t<std::is_same_v<T, bfloat16>, float, T>;
-
+// A stored value as the type it is computed in (compute_of: bfloat16 as float32, Note [Native
+// bfloat16 loops] in widened.h).
 struct ValueOf {
   template <class T>
-  Value<T> operator()(T x) const {
-    return static_cast<Value<T>>(x);
+  compute_of<T> operator()(T x) const {
+    return static_cast<compute_of<T>>(x);
   }
 };
 
@@ -43,7 +41,7 @@ using Accumulator = std::conditional_t<std::is_floating_point_v<V>, double, V>;
 
 template <class T, Reduction R>
 struct Reducer {
-  using V = Value<T>;
+  using V = compute_of<T>;
   static constexpr bool kExtremum = R == Reduction::kMax || R == Reduction::kMin;
   using Acc = std::conditional_t<kExtremum, V, Accumulator<V>>;
   static Acc init() {
@@ -133,7 +131,7 @@ void reduce_kernel(const KernelContext& ctx) {
   if (g.reduced_groups() <= 1) {
     const ReduceView v = reduce_view(g);
     const int64_t outer = v.outer, middle = v.middle, inner = v.inner;
-    if constexpr (std::is_floating_point_v<Value<T>> && !Red::kExtremum) {
+    if constexpr (std::is_floating_point_v<compute_of<T>> && !Red::kExtremum) {
       if (inner == 1) {
         blocked_row_sums<T, R>(src, dst, outer, middle);
         return;
