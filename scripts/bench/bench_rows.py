@@ -1,9 +1,11 @@
 """Row-normalising ops on the CPU against torch's, in one process (issue 17): softmax,
 log_softmax and layer_norm over the last axis, forward alone and forward + backward (eager
-autograd of sum(y * g)), and cross_entropy (mean over rows, the last axis the classes) forward
-and forward + backward, float32 and bfloat16.
+autograd of sum(y * g)), cross_entropy (mean over rows, the last axis the classes) forward
+and forward + backward, and embedding forward + backward (the (rows, cols) input as the table,
+looked up at `rows` random indices), in float32, bfloat16 and float16.
 
     OMP_NUM_THREADS=1 .venv/bin/python scripts/bench/bench_rows.py [--shape 4096 768] [--only OP]
+        [--dtype float32 bfloat16 float16]
 
 torch.set_num_threads follows OMP_NUM_THREADS. Prints ms per call, the best of 7 rounds (each of
 `--calls` calls after warming up), ours and torch's alternating by round, and torch / ours (> 1:
@@ -33,7 +35,7 @@ def best_ms(fns, calls, rounds=7):
     return best
 
 
-def cases(lib, x, w, b, g, labels):
+def cases(lib, x, w, b, g, labels, indices):
     F = lib.nn.functional
     rows = x.shape[-1]
 
@@ -50,6 +52,7 @@ def cases(lib, x, w, b, g, labels):
         "layer_norm fwd+bwd": backward(lambda: F.layer_norm(x, (rows,), w, b)),
         "cross_entropy": lambda: F.cross_entropy(x, labels),
         "cross_entropy fwd+bwd": lambda: F.cross_entropy(x, labels).backward(),
+        "embedding fwd+bwd": backward(lambda: F.embedding(indices, x)),
     }
 
 
@@ -58,6 +61,8 @@ def main():
     p.add_argument("--shape", type=int, nargs=2, default=[4096, 768])
     p.add_argument("--calls", type=int, default=20)
     p.add_argument("--only", default="", help="only the ops whose name contains this")
+    p.add_argument("--dtype", nargs="+", default=["float32", "bfloat16"],
+                   choices=["float32", "bfloat16", "float16"])
     args = p.parse_args()
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
     rng = np.random.default_rng(0)
@@ -67,17 +72,17 @@ def main():
           f"thread(s), {time.strftime('%Y-%m-%d')}")
     print("| op | dtype | ours ms | torch ms | torch / ours |")
     print("| --- | --- | --- | --- | --- |")
-    for name, ours_dtype, torch_dtype in [("float32", flow.float32, torch.float32),
-                                          ("bfloat16", flow.bfloat16, torch.bfloat16)]:
+    for name in args.dtype:
+        ours_dtype, torch_dtype = getattr(flow, name), getattr(torch, name)
         ours_in = [flow.tensor(a).to(ours_dtype) for a in arrays]
         theirs_in = [torch.tensor(a).to(torch_dtype) for a in arrays]
         for t in ours_in[:3]:
             t.requires_grad = True
         for t in theirs_in[:3]:
             t.requires_grad_(True)
-        labels = rng.integers(0, c, r)
-        ours = cases(flow, *ours_in, flow.tensor(labels))
-        theirs = cases(torch, *theirs_in, torch.tensor(labels))
+        labels, indices = rng.integers(0, c, r), rng.integers(0, r, r)
+        ours = cases(flow, *ours_in, flow.tensor(labels), flow.tensor(indices))
+        theirs = cases(torch, *theirs_in, torch.tensor(labels), torch.tensor(indices))
         for op in [op for op in ours if args.only in op]:
             a, b = best_ms([ours[op], theirs[op]], args.calls)
             print(f"| {op} | {name} | {a:.3f} | {b:.3f} | {b / a:.2f} |", flush=True)

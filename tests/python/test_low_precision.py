@@ -325,6 +325,46 @@ def test_embedding_gathers_and_its_gradient_sums_in_float32(dtype):
                                   flow.tensor(want).to(low).to(flow.float32).numpy())
 
 
+SCATTER_ADDS = {  # name: (kernel on (dy, index), dy's shape, index, its dtype)
+    # Repeated rows, a row no index names, a padding row, int32 and int64 indices.
+    "embedding_grad": (lambda dy, i: flow._C.embedding_grad(dy, i, 11),
+                       (3, 7, 300), [[4, 0, 4, 9, 4, 2, 0]] * 3, np.int64),
+    "embedding_grad_padding": (lambda dy, i: flow._C.embedding_grad(dy, i, 11, 9),
+                               (21, 300), [4, 0, 4, 9, 4, 2, 0] * 3, np.int32),
+    # Over a middle dim (outer 3, inner 5), slices repeated.
+    "index_select_grad": (lambda dy, i: flow._C.index_select_grad(dy, i, 1, [3, 6, 5]),
+                          (3, 9, 5), [5, 0, 5, 5, 2, 0, 3, 5, 1], np.int64),
+    # Along dim 1 and along dim 0, the index narrower than the input off dim.
+    "gather_grad": (lambda dy, i: flow._C.gather_grad(dy, i, 1, [6, 40]),
+                    (5, 30), [[(7 * r + c) % 13 for c in range(30)] for r in range(5)],
+                    np.int64),
+    "gather_grad_dim0": (lambda dy, i: flow._C.gather_grad(dy, i, 0, [4, 9]),
+                         (7, 8), [[(r + c) % 4 for c in range(8)] for r in range(7)], np.int32),
+}
+
+
+@pytest.mark.parametrize("dtype", list(LOW))
+@pytest.mark.parametrize("name", list(SCATTER_ADDS))
+def test_scatter_adds_sum_in_float32_rounded_once(name, dtype):
+    """The embedding, index_select and gather gradients in 16 bits (Note [16-bit scatter-adds]:
+    each touched row or line summed in float32 scratch) are the float32 kernels on the same
+    rounded inputs, rounded once: bit for bit, with zeros, infinities and NaN among the terms."""
+    fn, shape, index, index_dtype = SCATTER_ADDS[name]
+    low = LOW[dtype]
+    values = rand(*shape, seed=3) * 1000
+    flat = values.reshape(-1)
+    flat[[0, 5, 17]] = [0.0, np.inf, np.nan]
+    flat[1] = -0.0
+    dy = flow.tensor(values).to(low)
+    index = flow.tensor(np.array(index, dtype=index_dtype))
+    got = fn(dy, index)
+    want = fn(dy.to(flow.float32), index)
+    assert got.dtype == low
+    np.testing.assert_array_equal(got.to(flow.float32).numpy(),
+                                  want.to(low).to(flow.float32).numpy())
+    assert np.isnan(got.to(flow.float32).numpy()).any()
+
+
 def test_an_op_without_a_kernel_for_a_dtype_names_op_and_dtype():
     x = flow.tensor(np.ones((2, 2), dtype=np.int8))
     with pytest.raises(TypeError, match=r"\[matmul\] has no cpu kernel for dtype int8 \(kernels "

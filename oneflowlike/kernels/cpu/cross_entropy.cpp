@@ -1,6 +1,6 @@
 // CPU kernels of sparse_softmax_cross_entropy and its backward: two vectorised passes per row
-// for log(sum(exp)) (and one more for the gradient). bfloat16 runs the float32 rows on widened
-// copies of one row each (Note [Native bfloat16 rows] in bf16_rows.h): the Widened kernel's
+// for log(sum(exp)) (and one more for the gradient). float16 and bfloat16 run the float32 rows on
+// widened copies of one row each (Note [Native bfloat16 rows] in wide_rows.h): the Widened kernel's
 // bits without the whole (rows, classes) float32 copies of the logits and their gradient, which
 // for a language model's vocabulary are the largest operands of the step.
 
@@ -9,10 +9,9 @@
 #include <type_traits>
 
 #include "oneflowlike/common/parallel.h"
-#include "oneflowlike/kernels/cpu/bf16_rows.h"
 #include "oneflowlike/kernels/cpu/blocked_sum.h"
 #include "oneflowlike/kernels/cpu/vec_math.h"
-#include "oneflowlike/kernels/cpu/widened.h"
+#include "oneflowlike/kernels/cpu/wide_rows.h"
 #include "oneflowlike/op.h"
 
 namespace ofl::cpu {
@@ -30,12 +29,12 @@ void check_labels(const char* op, const I* labels, int64_t n, int64_t num_classe
   }
 }
 
-// Row `x` of `c` values in the type it is computed in (compute_of, Note [Native bfloat16 loops]
-// in widened.h): itself, or bfloat16 widened into scratch row `slot`.
+// Row `x` of `c` values in the type it is computed in (row_compute_of, wide_rows.h): itself, or a
+// 16-bit row widened into scratch row `slot`.
 template <class T>
-const compute_of<T>* compute_row(const T* x, int64_t c, int slot) {
-  if constexpr (std::is_same_v<T, bfloat16>) {
-    return BFloat16Rows::widened(slot, x, c);
+const row_compute_of<T>* compute_row(const T* x, int64_t c, int slot) {
+  if constexpr (is_16bit_float<T>) {
+    return WideRows::widened(slot, x, c);
   } else {
     return x;
   }
@@ -43,7 +42,7 @@ const compute_of<T>* compute_row(const T* x, int64_t c, int slot) {
 
 template <class T, class I>
 void loss_rows(const Tensor& logits, const Tensor& labels, const Tensor& loss) {
-  using C = compute_of<T>;
+  using C = row_compute_of<T>;
   const int64_t c = logits.shape()[logits.ndim() - 1];
   const int64_t rows = labels.numel();
   const I* label = labels.data<I>();
@@ -59,7 +58,7 @@ void loss_rows(const Tensor& logits, const Tensor& labels, const Tensor& loss) {
       y[r] = static_cast<T>(static_cast<C>(std::log(e.sum) + static_cast<double>(e.max) -
                                            static_cast<double>(row[label[r]])));
     }
-    if constexpr (std::is_same_v<T, bfloat16>) BFloat16Rows::trim();
+    if constexpr (is_16bit_float<T>) WideRows::trim();
   });
 }
 
@@ -81,7 +80,7 @@ void loss_grad_rows(const Tensor& logits, const Tensor& labels, const Tensor& dl
   const int64_t rows = labels.numel();
   const I* label = labels.data<I>();
   check_labels("sparse_softmax_cross_entropy_grad", label, rows, c);
-  using C = compute_of<T>;
+  using C = row_compute_of<T>;
   const T* x = logits.data<T>();
   const T* dy = dloss.data<T>();
   T* dx = dlogits.data<T>();
@@ -90,8 +89,8 @@ void loss_grad_rows(const Tensor& logits, const Tensor& labels, const Tensor& dl
     for (int64_t r = begin; r < end; ++r) {
       const C* row = compute_row(x + r * c, c, 0);
       C* out = nullptr;
-      if constexpr (std::is_same_v<T, bfloat16>) {
-        out = BFloat16Rows::row(1, c);
+      if constexpr (is_16bit_float<T>) {
+        out = WideRows::row(1, c);
       } else {
         out = dx + r * c;
       }
@@ -103,9 +102,9 @@ void loss_grad_rows(const Tensor& logits, const Tensor& labels, const Tensor& dl
       for (int64_t j = 0; j < c; ++j) out[j] = vec_math::exp(row[j] - m) * inv_sum * g;
       const int64_t target = label[r];
       out[target] = (vec_math::exp(row[target] - m) * inv_sum - C(1)) * g;
-      if constexpr (std::is_same_v<T, bfloat16>) BFloat16Rows::round(out, dx + r * c, c);
+      if constexpr (is_16bit_float<T>) WideRows::round(out, dx + r * c, c);
     }
-    if constexpr (std::is_same_v<T, bfloat16>) BFloat16Rows::trim();
+    if constexpr (is_16bit_float<T>) WideRows::trim();
   });
 }
 
@@ -123,14 +122,8 @@ struct SparseSoftmaxCrossEntropyGradKernel {
 }  // namespace
 
 OFL_REGISTER_KERNEL("sparse_softmax_cross_entropy", kCPU, SparseSoftmaxCrossEntropyKernel, float,
-                    double, bfloat16);
+                    double, float16, bfloat16);
 OFL_REGISTER_KERNEL("sparse_softmax_cross_entropy_grad", kCPU, SparseSoftmaxCrossEntropyGradKernel,
-                    float, double, bfloat16);
-
-// float16 through the float32 kernels (Note [Widened kernels] in widened.h).
-OFL_REGISTER_WIDENED_FLOAT16_KERNEL("sparse_softmax_cross_entropy",
-                                    SparseSoftmaxCrossEntropyKernel);
-OFL_REGISTER_WIDENED_FLOAT16_KERNEL("sparse_softmax_cross_entropy_grad",
-                                    SparseSoftmaxCrossEntropyGradKernel);
+                    float, double, float16, bfloat16);
 
 }  // namespace ofl::cpu

@@ -7,7 +7,6 @@
 #include <algorithm>
 
 #include "oneflowlike/kernels/cpu/index_slices.h"
-#include "oneflowlike/kernels/cpu/widened.h"
 #include "oneflowlike/op.h"
 
 namespace ofl::cpu {
@@ -43,7 +42,7 @@ void scatter_add_rows(const Tensor& dy, const Tensor& indices, const Tensor& dwe
   scatter_add_slices("embedding_grad", "num_embeddings", dy.data<T>(), v, indices.data<I>(),
                      indices.numel(), dw);
   if (padding_idx >= 0)
-    std::fill(dw + padding_idx * v.inner, dw + (padding_idx + 1) * v.inner, T(0));
+    std::fill(dw + padding_idx * v.inner, dw + (padding_idx + 1) * v.inner, T(0.0f));
 }
 
 template <class T>
@@ -63,10 +62,8 @@ struct EmbeddingGradKernel {
 // The lookup copies rows, so 16-bit tables are copied as they are: the Widened kernel's bits
 // without a float32 copy of the whole table on every call.
 OFL_REGISTER_KERNEL("embedding", kCPU, EmbeddingKernel, float, double, float16, bfloat16);
-OFL_REGISTER_KERNEL("embedding_grad", kCPU, EmbeddingGradKernel, float, double);
-
-// The gradient's sums in float32 for float16 and bfloat16 (Note [Widened kernels] in
-// widened.h).
-OFL_REGISTER_WIDENED_KERNEL("embedding_grad", EmbeddingGradKernel);
+// The gradient's sums in float32 for float16 and bfloat16, each rounded once (Note [16-bit
+// scatter-adds] in index_slices.h).
+OFL_REGISTER_KERNEL("embedding_grad", kCPU, EmbeddingGradKernel, float, double, float16, bfloat16);
 
 }  // namespace ofl::cpu

@@ -10,7 +10,7 @@
 
 #include "oneflowlike/common/parallel.h"
 #include "oneflowlike/kernels/cpu/index_slices.h"
-#include "oneflowlike/kernels/cpu/widened.h"
+#include "oneflowlike/kernels/cpu/wide_rows.h"
 #include "oneflowlike/op.h"
 
 namespace ofl::cpu {
@@ -89,17 +89,37 @@ void gather_grad(const KernelContext& ctx) {
                       dx.ndim() == 0 ? 1 : dx.shape()[dim]);
   const T* g = dy.data<T>();
   T* out = dx.data<T>();
-  std::fill(out, out + dx.numel(), T(0));
-  parallel_for(lines.count, items_per_grain(lines.length), [&](int64_t begin, int64_t end) {
-    for (int64_t l = begin; l < end; ++l) {
-      int64_t ib = 0, xb = 0;
-      lines.bases(l, &ib, &xb);
-      for (int64_t t = 0; t < lines.length; ++t) {
-        const int64_t at = ib + t * lines.index_step;
-        out[xb + static_cast<int64_t>(idx[at]) * lines.x_step] += g[at];
+  std::fill(out, out + dx.numel(), T(0.0f));
+  if constexpr (is_16bit_float<T>) {
+    // Each line's sums in a float32 line of scratch, rounded once (Note [16-bit scatter-adds]
+    // in index_slices.h): the Widened kernel's bits without a float32 copy of dx.
+    const int64_t extent = dx.ndim() == 0 ? 1 : dx.shape()[dim];
+    parallel_for(lines.count, items_per_grain(lines.length), [&](int64_t begin, int64_t end) {
+      float* acc = WideRows::row(0, extent);
+      for (int64_t l = begin; l < end; ++l) {
+        int64_t ib = 0, xb = 0;
+        lines.bases(l, &ib, &xb);
+        std::fill(acc, acc + extent, 0.0f);
+        for (int64_t t = 0; t < lines.length; ++t) {
+          const int64_t at = ib + t * lines.index_step;
+          acc[static_cast<int64_t>(idx[at])] += static_cast<float>(g[at]);
+        }
+        for (int64_t j = 0; j < extent; ++j) out[xb + j * lines.x_step] = T(acc[j]);
       }
-    }
-  });
+      WideRows::trim();
+    });
+  } else {
+    parallel_for(lines.count, items_per_grain(lines.length), [&](int64_t begin, int64_t end) {
+      for (int64_t l = begin; l < end; ++l) {
+        int64_t ib = 0, xb = 0;
+        lines.bases(l, &ib, &xb);
+        for (int64_t t = 0; t < lines.length; ++t) {
+          const int64_t at = ib + t * lines.index_step;
+          out[xb + static_cast<int64_t>(idx[at]) * lines.x_step] += g[at];
+        }
+      }
+    });
+  }
 }
 
 // x (or dx) viewed around dim for the slice kernels.
@@ -145,10 +165,10 @@ OFL_REGISTER_KERNEL("gather", kCPU, GatherKernel, float, double, float16, bfloat
                     int64_t, bool);
 OFL_REGISTER_KERNEL("index_select", kCPU, IndexSelectKernel, float, double, float16, bfloat16,
                     int8_t, int32_t, int64_t, bool);
-// The scatter-adds sum: float16 and bfloat16 in float32, rounded once (Note [Widened kernels]).
-OFL_REGISTER_KERNEL("gather_grad", kCPU, GatherGradKernel, float, double);
-OFL_REGISTER_KERNEL("index_select_grad", kCPU, IndexSelectGradKernel, float, double);
-OFL_REGISTER_WIDENED_KERNEL("gather_grad", GatherGradKernel);
-OFL_REGISTER_WIDENED_KERNEL("index_select_grad", IndexSelectGradKernel);
+// The scatter-adds sum: float16 and bfloat16 in float32, rounded once (Note [16-bit
+// scatter-adds] in index_slices.h).
+OFL_REGISTER_KERNEL("gather_grad", kCPU, GatherGradKernel, float, double, float16, bfloat16);
+OFL_REGISTER_KERNEL("index_select_grad", kCPU, IndexSelectGradKernel, float, double, float16,
+                    bfloat16);
 
 }  // namespace ofl::cpu

@@ -1,6 +1,6 @@
 // CPU kernels of layer_norm and its backward ops. x is viewed as (rows, cols) with rows the
-// number of elements of mean; statistics accumulate in double. bfloat16 runs the float32 row
-// functions on widened rows (Note [Native bfloat16 rows] in bf16_rows.h).
+// number of elements of mean; statistics accumulate in double. float16 and bfloat16 run the
+// float32 row functions on widened rows (Note [Native bfloat16 rows] in wide_rows.h).
 
 #include "oneflowlike/ops/layer_norm.h"
 
@@ -10,10 +10,9 @@
 #include <vector>
 
 #include "oneflowlike/common/parallel.h"
-#include "oneflowlike/kernels/cpu/bf16_rows.h"
 #include "oneflowlike/kernels/cpu/blocked_sum.h"
 #include "oneflowlike/kernels/cpu/row_blocks.h"
-#include "oneflowlike/kernels/cpu/widened.h"
+#include "oneflowlike/kernels/cpu/wide_rows.h"
 #include "oneflowlike/op.h"
 
 namespace ofl::cpu {
@@ -82,19 +81,19 @@ struct LayerNormKernel {
     const auto [rows, cols] = layer_norm_rows_cols(ctx.in(0), ctx.out(1));
     const double eps = ctx.p<LayerNormParams>().epsilon;
     parallel_for(rows, items_per_grain(cols), [&](int64_t begin, int64_t end) {
-      if constexpr (std::is_same_v<T, bfloat16>) {
-        const float* wf = BFloat16Rows::widened(0, w, cols);
-        const float* bf = BFloat16Rows::widened(1, bias, cols);
-        float* yf = BFloat16Rows::row(2, cols);
+      if constexpr (is_16bit_float<T>) {
+        const float* wf = WideRows::widened(0, w, cols);
+        const float* bf = WideRows::widened(1, bias, cols);
+        float* yf = WideRows::row(2, cols);
         for (int64_t r = begin; r < end; ++r) {
-          const float* xf = BFloat16Rows::widened(3, x + r * cols, cols);
+          const float* xf = WideRows::widened(3, x + r * cols, cols);
           float m, is;
           forward_row<float>(xf, wf, bf, yf, &m, &is, cols, eps);
-          BFloat16Rows::round(yf, y + r * cols, cols);
-          mean[r] = bfloat16(m);
-          inv_std[r] = bfloat16(is);
+          WideRows::round(yf, y + r * cols, cols);
+          mean[r] = T(m);
+          inv_std[r] = T(is);
         }
-        BFloat16Rows::trim();
+        WideRows::trim();
       } else {
         for (int64_t r = begin; r < end; ++r) {
           forward_row<T>(x + r * cols, w, bias, y + r * cols, mean + r, inv_std + r, cols, eps);
@@ -116,17 +115,17 @@ struct LayerNormGradKernel {
     T* dx = ctx.out(0).data<T>();
     const auto [rows, cols] = layer_norm_rows_cols(ctx.in(1), ctx.in(2));
     parallel_for(rows, items_per_grain(cols), [&](int64_t begin, int64_t end) {
-      if constexpr (std::is_same_v<T, bfloat16>) {
-        const float* wf = BFloat16Rows::widened(0, w, cols);
-        float* dxf = BFloat16Rows::row(1, cols);
+      if constexpr (is_16bit_float<T>) {
+        const float* wf = WideRows::widened(0, w, cols);
+        float* dxf = WideRows::row(1, cols);
         for (int64_t r = begin; r < end; ++r) {
-          const float* dyf = BFloat16Rows::widened(2, dy + r * cols, cols);
-          const float* xf = BFloat16Rows::widened(3, x + r * cols, cols);
+          const float* dyf = WideRows::widened(2, dy + r * cols, cols);
+          const float* xf = WideRows::widened(3, x + r * cols, cols);
           input_grad_row<float>(dyf, xf, static_cast<float>(mean[r]),
                                 static_cast<float>(inv_std[r]), wf, dxf, cols);
-          BFloat16Rows::round(dxf, dx + r * cols, cols);
+          WideRows::round(dxf, dx + r * cols, cols);
         }
-        BFloat16Rows::trim();
+        WideRows::trim();
       } else {
         for (int64_t r = begin; r < end; ++r) {
           input_grad_row<T>(dy + r * cols, x + r * cols, mean[r], inv_std[r], w, dx + r * cols,
@@ -151,17 +150,17 @@ struct LayerNormParamGradKernel {
     const auto [rows, cols] = layer_norm_rows_cols(ctx.in(1), ctx.in(2));
     const std::vector<double> sums =
         row_blocked_column_sums(rows, cols, /*terms=*/2, [&](int64_t r, double* acc) {
-          if constexpr (std::is_same_v<T, bfloat16>) {
-            const float* dyf = BFloat16Rows::widened(0, dy + r * cols, cols);
-            const float* xf = BFloat16Rows::widened(1, x + r * cols, cols);
+          if constexpr (is_16bit_float<T>) {
+            const float* dyf = WideRows::widened(0, dy + r * cols, cols);
+            const float* xf = WideRows::widened(1, x + r * cols, cols);
             param_grad_row<float>(dyf, xf, static_cast<float>(mean[r]),
                                   static_cast<float>(inv_std[r]), cols, acc);
           } else {
             param_grad_row<T>(dy + r * cols, x + r * cols, mean[r], inv_std[r], cols, acc);
           }
         });
-    // bfloat16 through float, as the Widened kernel rounded the float32 kernel's outputs.
-    using Out = std::conditional_t<std::is_same_v<T, bfloat16>, float, T>;
+    // 16-bit types through float, as the Widened kernel rounded the float32 kernel's outputs.
+    using Out = row_compute_of<T>;
     for (int64_t c = 0; c < cols; ++c) {
       dw[c] = static_cast<T>(static_cast<Out>(sums[c]));
       db[c] = static_cast<T>(static_cast<Out>(sums[cols + c]));
@@ -171,14 +170,9 @@ struct LayerNormParamGradKernel {
 
 }  // namespace
 
-OFL_REGISTER_KERNEL("layer_norm", kCPU, LayerNormKernel, float, double, bfloat16);
-OFL_REGISTER_KERNEL("layer_norm_grad", kCPU, LayerNormGradKernel, float, double, bfloat16);
-OFL_REGISTER_KERNEL("layer_norm_param_grad", kCPU, LayerNormParamGradKernel, float, double,
+OFL_REGISTER_KERNEL("layer_norm", kCPU, LayerNormKernel, float, double, float16, bfloat16);
+OFL_REGISTER_KERNEL("layer_norm_grad", kCPU, LayerNormGradKernel, float, double, float16, bfloat16);
+OFL_REGISTER_KERNEL("layer_norm_param_grad", kCPU, LayerNormParamGradKernel, float, double, float16,
                     bfloat16);
-
-// float16 through the float32 kernels (Note [Widened kernels] in widened.h).
-OFL_REGISTER_WIDENED_FLOAT16_KERNEL("layer_norm", LayerNormKernel);
-OFL_REGISTER_WIDENED_FLOAT16_KERNEL("layer_norm_grad", LayerNormGradKernel);
-OFL_REGISTER_WIDENED_FLOAT16_KERNEL("layer_norm_param_grad", LayerNormParamGradKernel);
 
 }  // namespace ofl::cpu

@@ -1,6 +1,7 @@
 // CPU kernels of rms_norm and its backward ops. x is viewed as (rows, cols) with rows the
-// number of elements of inv_rms; sums accumulate in double, as layer_norm's do. bfloat16 runs
-// the float32 row functions on widened rows (Note [Native bfloat16 rows] in bf16_rows.h).
+// number of elements of inv_rms; sums accumulate in double, as layer_norm's do. float16 and
+// bfloat16 run the float32 row functions on widened rows (Note [Native bfloat16 rows] in
+// wide_rows.h).
 
 #include "oneflowlike/ops/rms_norm.h"
 
@@ -10,10 +11,9 @@
 #include <vector>
 
 #include "oneflowlike/common/parallel.h"
-#include "oneflowlike/kernels/cpu/bf16_rows.h"
 #include "oneflowlike/kernels/cpu/blocked_sum.h"
 #include "oneflowlike/kernels/cpu/row_blocks.h"
-#include "oneflowlike/kernels/cpu/widened.h"
+#include "oneflowlike/kernels/cpu/wide_rows.h"
 #include "oneflowlike/op.h"
 
 namespace ofl::cpu {
@@ -64,17 +64,17 @@ struct RmsNormKernel {
     const auto [rows, cols] = layer_norm_rows_cols(ctx.in(0), ctx.out(1));
     const double eps = ctx.p<LayerNormParams>().epsilon;
     parallel_for(rows, items_per_grain(cols), [&](int64_t begin, int64_t end) {
-      if constexpr (std::is_same_v<T, bfloat16>) {
-        const float* wf = BFloat16Rows::widened(0, w, cols);
-        float* yf = BFloat16Rows::row(1, cols);
+      if constexpr (is_16bit_float<T>) {
+        const float* wf = WideRows::widened(0, w, cols);
+        float* yf = WideRows::row(1, cols);
         for (int64_t r = begin; r < end; ++r) {
-          const float* xf = BFloat16Rows::widened(2, x + r * cols, cols);
+          const float* xf = WideRows::widened(2, x + r * cols, cols);
           float ir;
           forward_row<float>(xf, wf, yf, &ir, cols, eps);
-          BFloat16Rows::round(yf, y + r * cols, cols);
-          inv_rms[r] = bfloat16(ir);
+          WideRows::round(yf, y + r * cols, cols);
+          inv_rms[r] = T(ir);
         }
-        BFloat16Rows::trim();
+        WideRows::trim();
       } else {
         for (int64_t r = begin; r < end; ++r) {
           forward_row<T>(x + r * cols, w, y + r * cols, inv_rms + r, cols, eps);
@@ -95,16 +95,16 @@ struct RmsNormGradKernel {
     T* dx = ctx.out(0).data<T>();
     const auto [rows, cols] = layer_norm_rows_cols(ctx.in(1), ctx.in(2));
     parallel_for(rows, items_per_grain(cols), [&](int64_t begin, int64_t end) {
-      if constexpr (std::is_same_v<T, bfloat16>) {
-        const float* wf = BFloat16Rows::widened(0, w, cols);
-        float* dxf = BFloat16Rows::row(1, cols);
+      if constexpr (is_16bit_float<T>) {
+        const float* wf = WideRows::widened(0, w, cols);
+        float* dxf = WideRows::row(1, cols);
         for (int64_t r = begin; r < end; ++r) {
-          const float* dyf = BFloat16Rows::widened(2, dy + r * cols, cols);
-          const float* xf = BFloat16Rows::widened(3, x + r * cols, cols);
+          const float* dyf = WideRows::widened(2, dy + r * cols, cols);
+          const float* xf = WideRows::widened(3, x + r * cols, cols);
           input_grad_row<float>(dyf, xf, static_cast<float>(inv_rms[r]), wf, dxf, cols);
-          BFloat16Rows::round(dxf, dx + r * cols, cols);
+          WideRows::round(dxf, dx + r * cols, cols);
         }
-        BFloat16Rows::trim();
+        WideRows::trim();
       } else {
         for (int64_t r = begin; r < end; ++r) {
           input_grad_row<T>(dy + r * cols, x + r * cols, inv_rms[r], w, dx + r * cols, cols);
@@ -126,29 +126,25 @@ struct RmsNormParamGradKernel {
     const auto [rows, cols] = layer_norm_rows_cols(ctx.in(1), ctx.in(2));
     const std::vector<double> sums =
         row_blocked_column_sums(rows, cols, /*terms=*/1, [&](int64_t r, double* acc) {
-          if constexpr (std::is_same_v<T, bfloat16>) {
-            const float* dyf = BFloat16Rows::widened(0, dy + r * cols, cols);
-            const float* xf = BFloat16Rows::widened(1, x + r * cols, cols);
+          if constexpr (is_16bit_float<T>) {
+            const float* dyf = WideRows::widened(0, dy + r * cols, cols);
+            const float* xf = WideRows::widened(1, x + r * cols, cols);
             param_grad_row<float>(dyf, xf, static_cast<float>(inv_rms[r]), cols, acc);
           } else {
             param_grad_row<T>(dy + r * cols, x + r * cols, inv_rms[r], cols, acc);
           }
         });
-    // bfloat16 through float, as the Widened kernel rounded the float32 kernel's outputs.
-    using Out = std::conditional_t<std::is_same_v<T, bfloat16>, float, T>;
+    // 16-bit types through float, as the Widened kernel rounded the float32 kernel's outputs.
+    using Out = row_compute_of<T>;
     for (int64_t c = 0; c < cols; ++c) dw[c] = static_cast<T>(static_cast<Out>(sums[c]));
   }
 };
 
 }  // namespace
 
-OFL_REGISTER_KERNEL("rms_norm", kCPU, RmsNormKernel, float, double, bfloat16);
-OFL_REGISTER_KERNEL("rms_norm_grad", kCPU, RmsNormGradKernel, float, double, bfloat16);
-OFL_REGISTER_KERNEL("rms_norm_param_grad", kCPU, RmsNormParamGradKernel, float, double, bfloat16);
-
-// float16 through the float32 kernels (Note [Widened kernels] in widened.h).
-OFL_REGISTER_WIDENED_FLOAT16_KERNEL("rms_norm", RmsNormKernel);
-OFL_REGISTER_WIDENED_FLOAT16_KERNEL("rms_norm_grad", RmsNormGradKernel);
-OFL_REGISTER_WIDENED_FLOAT16_KERNEL("rms_norm_param_grad", RmsNormParamGradKernel);
+OFL_REGISTER_KERNEL("rms_norm", kCPU, RmsNormKernel, float, double, float16, bfloat16);
+OFL_REGISTER_KERNEL("rms_norm_grad", kCPU, RmsNormGradKernel, float, double, float16, bfloat16);
+OFL_REGISTER_KERNEL("rms_norm_param_grad", kCPU, RmsNormParamGradKernel, float, double, float16,
+                    bfloat16);
 
 }  // namespace ofl::cpu

@@ -1,7 +1,7 @@
 // CPU kernels of softmax, log_softmax and their backward ops. The tensor is viewed as
-// (outer, axis, inner) and processed in blocks of adjacent lines (see for_each_block). bfloat16
-// runs the float32 row and block functions on widened lines (Note [Native bfloat16 rows] in
-// bf16_rows.h).
+// (outer, axis, inner) and processed in blocks of adjacent lines (see for_each_block). float16
+// and bfloat16 run the float32 row and block functions on widened lines (Note [Native bfloat16
+// rows] in wide_rows.h).
 
 #include "oneflowlike/ops/softmax.h"
 
@@ -12,11 +12,10 @@
 #include <type_traits>
 
 #include "oneflowlike/common/parallel.h"
-#include "oneflowlike/kernels/cpu/bf16_rows.h"
 #include "oneflowlike/kernels/cpu/blocked_sum.h"
 #include "oneflowlike/kernels/cpu/row_exp.h"
 #include "oneflowlike/kernels/cpu/vec_math.h"
-#include "oneflowlike/kernels/cpu/widened.h"
+#include "oneflowlike/kernels/cpu/wide_rows.h"
 #include "oneflowlike/op.h"
 
 namespace ofl::cpu {
@@ -175,18 +174,20 @@ void softmax_backward_block(const T* y, const T* dy, T* dx, int64_t extent, int6
   }
 }
 
-// bfloat16 (Note [Native bfloat16 rows] in bf16_rows.h): `lines` lines of a block, widened into
+// 16-bit types (Note [Native bfloat16 rows] in wide_rows.h): `lines` lines of a block, widened into
 // scratch slot `slot` as lines side by side (element j of line c at j * lines + c).
-const float* widened_lines(int slot, const bfloat16* x, int64_t extent, int64_t st, int64_t lines) {
-  float* out = BFloat16Rows::row(slot, extent * lines);
+template <class T>
+const float* widened_lines(int slot, const T* x, int64_t extent, int64_t st, int64_t lines) {
+  float* out = WideRows::row(slot, extent * lines);
   for (int64_t j = 0; j < extent; ++j) {
     for (int64_t c = 0; c < lines; ++c) out[j * lines + c] = static_cast<float>(x[j * st + c]);
   }
   return out;
 }
-void round_lines(const float* x, bfloat16* y, int64_t extent, int64_t st, int64_t lines) {
+template <class T>
+void round_lines(const float* x, T* y, int64_t extent, int64_t st, int64_t lines) {
   for (int64_t j = 0; j < extent; ++j) {
-    for (int64_t c = 0; c < lines; ++c) y[j * st + c] = bfloat16(x[j * lines + c]);
+    for (int64_t c = 0; c < lines; ++c) y[j * st + c] = T(x[j * lines + c]);
   }
 }
 // Lines of a block widened at a time: at most one line's worth of 16 K floats where the axis is
@@ -205,12 +206,12 @@ struct SoftmaxKernel {
     if (v.extent == 0) return;
     if (v.inner == 1) {  // the last axis: contiguous rows
       for_each_row(v, [&](int64_t base) {
-        if constexpr (std::is_same_v<T, bfloat16>) {
-          const float* xf = BFloat16Rows::widened(0, x + base, v.extent);
-          float* yf = BFloat16Rows::row(1, v.extent);
+        if constexpr (is_16bit_float<T>) {
+          const float* xf = WideRows::widened(0, x + base, v.extent);
+          float* yf = WideRows::row(1, v.extent);
           softmax_row<float, kLog>(xf, yf, v.extent);
-          BFloat16Rows::round(yf, y + base, v.extent);
-          BFloat16Rows::trim();
+          WideRows::round(yf, y + base, v.extent);
+          WideRows::trim();
         } else {
           softmax_row<T, kLog>(x + base, y + base, v.extent);
         }
@@ -218,16 +219,16 @@ struct SoftmaxKernel {
       return;
     }
     for_each_block(v, [&](int64_t base, int64_t count) {
-      if constexpr (std::is_same_v<T, bfloat16>) {
+      if constexpr (is_16bit_float<T>) {
         const int64_t step = lines_at_once(v.extent);
         for (int64_t c0 = 0; c0 < count; c0 += step) {
           const int64_t lines = std::min(step, count - c0);
           const float* xf = widened_lines(0, x + base + c0, v.extent, v.inner, lines);
-          float* yf = BFloat16Rows::row(1, v.extent * lines);
+          float* yf = WideRows::row(1, v.extent * lines);
           softmax_block<float, kLog>(xf, yf, v.extent, lines, lines);
           round_lines(yf, y + base + c0, v.extent, v.inner, lines);
         }
-        BFloat16Rows::trim();
+        WideRows::trim();
       } else {
         softmax_block<T, kLog>(x + base, y + base, v.extent, v.inner, count);
       }
@@ -249,13 +250,13 @@ struct SoftmaxBackwardKernel {
     const AxisView v = axis_view(ctx.in(0).shape(), ctx.p<SoftmaxParams>().axis);
     if (v.inner == 1) {
       for_each_row(v, [&](int64_t base) {
-        if constexpr (std::is_same_v<T, bfloat16>) {
-          const float* yf = BFloat16Rows::widened(0, y + base, v.extent);
-          const float* dyf = BFloat16Rows::widened(1, dy + base, v.extent);
-          float* dxf = BFloat16Rows::row(2, v.extent);
+        if constexpr (is_16bit_float<T>) {
+          const float* yf = WideRows::widened(0, y + base, v.extent);
+          const float* dyf = WideRows::widened(1, dy + base, v.extent);
+          float* dxf = WideRows::row(2, v.extent);
           softmax_backward_row<float, kLog>(yf, dyf, dxf, v.extent);
-          BFloat16Rows::round(dxf, dx + base, v.extent);
-          BFloat16Rows::trim();
+          WideRows::round(dxf, dx + base, v.extent);
+          WideRows::trim();
         } else {
           softmax_backward_row<T, kLog>(y + base, dy + base, dx + base, v.extent);
         }
@@ -263,17 +264,17 @@ struct SoftmaxBackwardKernel {
       return;
     }
     for_each_block(v, [&](int64_t base, int64_t count) {
-      if constexpr (std::is_same_v<T, bfloat16>) {
+      if constexpr (is_16bit_float<T>) {
         const int64_t step = lines_at_once(v.extent);
         for (int64_t c0 = 0; c0 < count; c0 += step) {
           const int64_t lines = std::min(step, count - c0);
           const float* yf = widened_lines(0, y + base + c0, v.extent, v.inner, lines);
           const float* dyf = widened_lines(1, dy + base + c0, v.extent, v.inner, lines);
-          float* dxf = BFloat16Rows::row(2, v.extent * lines);
+          float* dxf = WideRows::row(2, v.extent * lines);
           softmax_backward_block<float, kLog>(yf, dyf, dxf, v.extent, lines, lines);
           round_lines(dxf, dx + base + c0, v.extent, v.inner, lines);
         }
-        BFloat16Rows::trim();
+        WideRows::trim();
       } else {
         softmax_backward_block<T, kLog>(y + base, dy + base, dx + base, v.extent, v.inner, count);
       }
@@ -288,15 +289,10 @@ using LogSoftmaxGradKernel = SoftmaxBackwardKernel<T, true>;
 
 }  // namespace
 
-OFL_REGISTER_KERNEL("softmax", kCPU, SoftmaxForward, float, double, bfloat16);
-OFL_REGISTER_KERNEL("log_softmax", kCPU, LogSoftmaxForward, float, double, bfloat16);
-OFL_REGISTER_KERNEL("softmax_grad", kCPU, SoftmaxGradKernel, float, double, bfloat16);
-OFL_REGISTER_KERNEL("log_softmax_grad", kCPU, LogSoftmaxGradKernel, float, double, bfloat16);
-
-// float16 through the float32 kernels (Note [Widened kernels] in widened.h).
-OFL_REGISTER_WIDENED_FLOAT16_KERNEL("softmax", SoftmaxForward);
-OFL_REGISTER_WIDENED_FLOAT16_KERNEL("log_softmax", LogSoftmaxForward);
-OFL_REGISTER_WIDENED_FLOAT16_KERNEL("softmax_grad", SoftmaxGradKernel);
-OFL_REGISTER_WIDENED_FLOAT16_KERNEL("log_softmax_grad", LogSoftmaxGradKernel);
+OFL_REGISTER_KERNEL("softmax", kCPU, SoftmaxForward, float, double, float16, bfloat16);
+OFL_REGISTER_KERNEL("log_softmax", kCPU, LogSoftmaxForward, float, double, float16, bfloat16);
+OFL_REGISTER_KERNEL("softmax_grad", kCPU, SoftmaxGradKernel, float, double, float16, bfloat16);
+OFL_REGISTER_KERNEL("log_softmax_grad", kCPU, LogSoftmaxGradKernel, float, double, float16,
+                    bfloat16);
 
 }  // namespace ofl::cpu

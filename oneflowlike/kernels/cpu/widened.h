@@ -135,13 +135,17 @@ struct Widened {
   }
 };
 
-// Note [Native bfloat16 loops]: the cheapest and most frequent elementwise kernels under mixed
-// precision (add, sub, mul, div; gelu, silu and their gradients) read and write bfloat16
-// themselves: each element is widened to float32 in a register (a shift), computed by the same
-// float32 function, and rounded once, so the results are the Widened kernel's bit for bit
-// without its two extra passes over memory. Their loops take elements through compute_of<T>;
+// Note [Native bfloat16 loops]: the elementwise kernels (the binary arithmetic, every unary op
+// and its backward, the tensor-scalar ops, fused chains), the reductions (sum, mean, max, min),
+// rotary embedding, the comparisons and the orders (max/min over a dim, topk, sort) read and
+// write bfloat16 themselves: each element is widened to float32 in a register (a shift),
+// computed by the same float32 function, and rounded once, so the results are the Widened
+// kernel's bit for bit without its two extra passes over memory. (Kernels that only move values,
+// the orders' values and the gathers, copy the stored bits: a signalling NaN keeps its quiet
+// bit clear where the Widened round trip set it.) Their loops take elements through compute_of<T>;
 // float16 keeps the Widened path, whose conversions are vectorised with F16C (a scalar float16
-// conversion is ~10x slower).
+// conversion is ~10x slower), except in the row kernels (Note [Native bfloat16 rows] in
+// wide_rows.h), which convert a row at a time with F16C.
 template <class T>
 using compute_of = std::conditional_t<std::is_same_v<T, bfloat16>, float, T>;
 
