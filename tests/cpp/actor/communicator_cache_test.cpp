@@ -9,6 +9,8 @@
 
 #include <chrono>
 #include <future>
+#include <string>
+#include <vector>
 
 #include "actor/device_collectives.h"
 #include "actor/runtime.h"
@@ -25,16 +27,18 @@ using compiler::OptimizerConfig;
 
 constexpr auto kSimulated = DeviceCollectiveBackend::kSimulated;
 
-testing::MlpLayout dp2_layout_on_cuda() {
+testing::MlpLayout layout_on_cuda(const std::string& name) {
   for (testing::MlpLayout layout : testing::mlp_layouts()) {
-    if (layout.name != "dp2") continue;
+    if (layout.name != name) continue;
     layout.placement =
         Placement(DeviceType::kCUDA, layout.placement.ranks(), layout.placement.hierarchy());
     return layout;
   }
-  ADD_FAILURE() << "no layout dp2";
+  ADD_FAILURE() << "no layout " << name;
   return testing::mlp_layouts()[0];
 }
+
+testing::MlpLayout dp2_layout_on_cuda() { return layout_on_cuda("dp2"); }
 
 proto::PlanProto dp2_on_cuda() {
   return compiler::compile_graph(
@@ -157,6 +161,63 @@ TEST(CommunicatorCache, AMemberLackingTheKeptCommunicatorMakesEveryMemberMakeANe
   Loaded third = load(job, index, 3);
   EXPECT_EQ(CommunicatorCache::process().made(), before + 2);
   EXPECT_EQ(third.c1->communicator(1, control).unique_id(), made);
+}
+
+// A member running the collectives another way makes member 0 refuse the load after offering
+// its kept communicator; a member that answered and waits for the verdict hears of the refusal,
+// naming member 0, instead of waiting out its own timeout.
+TEST(CommunicatorCache, MembersWaitingForAVerdictHearOfARefusal) {
+  const proto::PlanProto plan = compiler::compile_graph(
+      testing::build_mlp(layout_on_cuda("dp3_uneven"), OptimizerConfig::Kind::kSgd));
+  const PlanIndex index{plan, PlanIndexOptions{.cpu_kernels = true}};
+  auto base = std::make_shared<comm::InProcessTransport>();
+  std::vector<std::shared_ptr<TransportSessions>> ranks;
+  for (int64_t r = 0; r < 3; ++r) {
+    ranks.push_back(std::make_shared<TransportSessions>(base, std::vector<int64_t>{r}));
+  }
+  // Each rank's communicators of session `session` with `backends[rank]`, loaded at once; the
+  // error of each rank that failed, and how long each took.
+  struct Outcome {
+    std::shared_ptr<comm::Transport> transport;
+    std::unique_ptr<DeviceCollectives> collectives;
+    std::string error;
+    double seconds = 0;
+  };
+  auto load3 = [&](uint32_t session, std::vector<DeviceCollectiveBackend> backends,
+                   double timeout_s) {
+    std::vector<Outcome> out(3);
+    std::vector<std::future<void>> loads;
+    for (int64_t r = 0; r < 3; ++r) {
+      out[r].transport = ranks[r]->open(session);
+      loads.push_back(std::async(std::launch::async, [&, r] {
+        const auto start = std::chrono::steady_clock::now();
+        try {
+          out[r].collectives =
+              std::make_unique<DeviceCollectives>(*out[r].transport, index, std::vector<int64_t>{r},
+                                                  std::map<int64_t, int>{}, backends[r], timeout_s);
+        } catch (const Error& e) {
+          out[r].error = e.what();
+        }
+        out[r].seconds =
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      }));
+    }
+    for (auto& l : loads) l.get();
+    return out;
+  };
+  const std::vector<Outcome> first = load3(1, {kSimulated, kSimulated, kSimulated}, 30);
+  for (const Outcome& o : first) ASSERT_EQ(o.error, "");
+  const int64_t before = CommunicatorCache::process().made();
+  const std::vector<Outcome> second =
+      load3(2, {kSimulated, DeviceCollectiveBackend::kHost, kSimulated}, 30);
+  EXPECT_NE(second[0].error.find("rank 1 runs the collectives of"), std::string::npos)
+      << second[0].error;
+  EXPECT_NE(second[1].error.find("every member must run them one way"), std::string::npos)
+      << second[1].error;
+  EXPECT_NE(second[2].error.find("member 0 (rank 0) of"), std::string::npos) << second[2].error;
+  EXPECT_NE(second[2].error.find("refused to make it"), std::string::npos) << second[2].error;
+  EXPECT_LT(second[2].seconds, 10) << "rank 2 waited out its timeout";
+  EXPECT_EQ(CommunicatorCache::process().made(), before) << "a refused load made none";
 }
 
 // Note [Communicators kept per process], "One run at a time".
