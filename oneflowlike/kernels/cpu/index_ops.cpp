@@ -53,6 +53,15 @@ struct Lines {
     *index_base = ib;
     *x_base = xb;
   }
+  // fn(index_base, x_base) for lines [begin, end).
+  template <class F>
+  void walk(int64_t begin, int64_t end, F&& fn) const {
+    for (int64_t l = begin; l < end; ++l) {
+      int64_t ib = 0, xb = 0;
+      bases(l, &ib, &xb);
+      fn(ib, xb);
+    }
+  }
 };
 
 const char* const kDimBound = "x.shape[dim]";
@@ -67,14 +76,12 @@ void gather(const KernelContext& ctx) {
   const T* src = x.data<T>();
   T* out = ctx.out(0).data<T>();
   parallel_for(lines.count, items_per_grain(lines.length), [&](int64_t begin, int64_t end) {
-    for (int64_t l = begin; l < end; ++l) {
-      int64_t ib = 0, xb = 0;
-      lines.bases(l, &ib, &xb);
+    lines.walk(begin, end, [&](int64_t ib, int64_t xb) {
       for (int64_t t = 0; t < lines.length; ++t) {
         const int64_t at = ib + t * lines.index_step;
         out[at] = src[xb + static_cast<int64_t>(idx[at]) * lines.x_step];
       }
-    }
+    });
   });
 }
 
@@ -96,28 +103,24 @@ void gather_grad(const KernelContext& ctx) {
     const int64_t extent = dx.ndim() == 0 ? 1 : dx.shape()[dim];
     parallel_for(lines.count, items_per_grain(lines.length), [&](int64_t begin, int64_t end) {
       float* acc = WideRows::row(0, extent);
-      for (int64_t l = begin; l < end; ++l) {
-        int64_t ib = 0, xb = 0;
-        lines.bases(l, &ib, &xb);
+      lines.walk(begin, end, [&](int64_t ib, int64_t xb) {
         std::fill(acc, acc + extent, 0.0f);
         for (int64_t t = 0; t < lines.length; ++t) {
           const int64_t at = ib + t * lines.index_step;
           acc[static_cast<int64_t>(idx[at])] += static_cast<float>(g[at]);
         }
         for (int64_t j = 0; j < extent; ++j) out[xb + j * lines.x_step] = T(acc[j]);
-      }
+      });
       WideRows::trim();
     });
   } else {
     parallel_for(lines.count, items_per_grain(lines.length), [&](int64_t begin, int64_t end) {
-      for (int64_t l = begin; l < end; ++l) {
-        int64_t ib = 0, xb = 0;
-        lines.bases(l, &ib, &xb);
+      lines.walk(begin, end, [&](int64_t ib, int64_t xb) {
         for (int64_t t = 0; t < lines.length; ++t) {
           const int64_t at = ib + t * lines.index_step;
           out[xb + static_cast<int64_t>(idx[at]) * lines.x_step] += g[at];
         }
-      }
+      });
     });
   }
 }
