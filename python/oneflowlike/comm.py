@@ -38,12 +38,47 @@ def _write(tensor, value):
     return tensor
 
 
+def _prepare(op, tensor, check=True, validate=None, **extra):
+    """``tensor``'s piece on the host, once every rank has checked that all pass a tensor of one
+    shape and dtype (and the same ``extra``: a root) and that every rank's arguments are valid
+    (``validate(piece)`` raises ValueError where not): Note [Ranks agree] in
+    framework/agreement.py. A rank's bad argument ends the call on every rank, naming it,
+    instead of leaving the others waiting in the collective. None in a one-rank job (nothing
+    to move). ``check`` False skips the all-reduce where the caller knows the ranks agree (DDP's
+    buckets, made from a model checked when it was wrapped)."""
+    single = env.get_world_size() == 1
+    piece, error = None, None
+    try:
+        piece = _host_piece(op, tensor)
+        if validate is not None:
+            validate(piece)
+    except (TypeError, ValueError) as e:
+        if single or not check:
+            raise
+        error = e
+    if single:
+        return None
+    if check:
+        from oneflowlike.framework import agreement
+
+        fields = {"shape": str(tuple(piece.shape)) if piece is not None else "?",
+                  "dtype": str(piece.dtype) if piece is not None else "?"}
+        fields.update({k: str(v) for k, v in extra.items()})
+        agreement.agree(op, fields, "every rank must call it with a tensor of one shape and dtype"
+                        + (" and the same " + ", ".join(extra) if extra else ""), error)
+    return piece
+
+
 def all_reduce(tensor):
     """Every rank's ``tensor`` becomes the sum over the ranks, in place (torch's default op)."""
+    return _all_reduce(tensor, check=True)
+
+
+def _all_reduce(tensor, check):
     from oneflowlike.framework import global_tensor as gt
 
-    piece = _host_piece("all_reduce", tensor)
-    if env.get_world_size() == 1:
+    piece = _prepare("all_reduce", tensor, check)
+    if piece is None:
         return tensor
     summed = gt.local_to_global(piece, _everyone(), _sbp.partial_sum)
     return _write(tensor, summed.to_global(sbp=_sbp.broadcast).to_local())
@@ -54,11 +89,15 @@ def broadcast(tensor, src):
     from oneflowlike.framework import global_tensor as gt
     from oneflowlike.placement import placement
 
-    piece = _host_piece("broadcast", tensor)
     world = env.get_world_size()
-    if not isinstance(src, int) or not 0 <= src < world:
-        raise ValueError(f"[broadcast] src must be a rank in [0, {world}). However, got {src!r}.")
-    if world == 1:
+
+    def validate(piece):
+        if not isinstance(src, int) or not 0 <= src < world:
+            raise ValueError(f"[broadcast] src must be a rank in [0, {world}). However, got "
+                             f"{src!r}.")
+
+    piece = _prepare("broadcast", tensor, validate=validate, src=src)
+    if piece is None:
         return tensor
     source = gt.local_to_global(piece, placement("cpu", ranks=[src]), _sbp.broadcast)
     return _write(tensor, source.to_global(placement=_everyone(), sbp=_sbp.broadcast).to_local())
@@ -70,16 +109,22 @@ def all_gather(tensor_list, tensor):
     from oneflowlike.framework import global_tensor as gt
 
     world = env.get_world_size()
-    piece = _host_piece("all_gather", tensor)
-    if not isinstance(tensor_list, list) or len(tensor_list) != world:
-        raise ValueError(f"[all_gather] tensor_list must be a list of {world} tensors (one per "
-                         f"rank). However, got {type(tensor_list).__name__} of "
-                         f"{len(tensor_list) if hasattr(tensor_list, '__len__') else '?'}.")
-    for r, t in enumerate(tensor_list):
-        if not isinstance(t, _C.Tensor) or tuple(t.shape) != tuple(tensor.shape):
-            raise ValueError(f"[all_gather] tensor_list[{r}] must have the tensor's shape "
-                             f"{tuple(tensor.shape)}. However, got "
-                             f"{tuple(getattr(t, 'shape', ())) if isinstance(t, _C.Tensor) else type(t).__name__}.")
+
+    def validate(piece):
+        if not isinstance(tensor_list, list) or len(tensor_list) != world:
+            raise ValueError(f"[all_gather] tensor_list must be a list of {world} tensors (one "
+                             f"per rank). However, got {type(tensor_list).__name__} of "
+                             f"{len(tensor_list) if hasattr(tensor_list, '__len__') else '?'}.")
+        for r, t in enumerate(tensor_list):
+            if not isinstance(t, _C.Tensor) or tuple(t.shape) != tuple(piece.shape):
+                raise ValueError(f"[all_gather] tensor_list[{r}] must have the tensor's shape "
+                                 f"{tuple(piece.shape)}. However, got "
+                                 f"{tuple(getattr(t, 'shape', ())) if isinstance(t, _C.Tensor) else type(t).__name__}.")
+
+    piece = _prepare("all_gather", tensor, validate=validate)
+    if piece is None:
+        _write(tensor_list[0], tensor)
+        return tensor_list
     rows = piece.reshape((1,) + tuple(piece.shape))
     whole = gt.local_to_global(rows, _everyone(), _sbp.split(0))
     gathered = whole.to_global(sbp=_sbp.broadcast).to_local()
@@ -93,8 +138,10 @@ def all_gather_into_tensor(output, tensor):
     place: torch's all_gather_into_tensor."""
     from oneflowlike.framework import global_tensor as gt
 
-    piece = _host_piece("all_gather_into_tensor", tensor)
-    _check_joined("all_gather_into_tensor", output, tensor, "output")
+    piece = _prepare("all_gather_into_tensor", tensor, validate=lambda piece: _check_joined(
+        "all_gather_into_tensor", output, piece, "output"))
+    if piece is None:
+        return _write(output, tensor)
     whole = gt.local_to_global(piece, _everyone(), _sbp.split(0))
     return _write(output, whole.to_global(sbp=_sbp.broadcast).to_local())
 
@@ -104,8 +151,10 @@ def reduce_scatter_tensor(output, tensor):
     place: torch's reduce_scatter_tensor (what ZeRO's gradient sharding does)."""
     from oneflowlike.framework import global_tensor as gt
 
-    piece = _host_piece("reduce_scatter_tensor", tensor)
-    _check_joined("reduce_scatter_tensor", tensor, output, "input")
+    piece = _prepare("reduce_scatter_tensor", tensor, validate=lambda piece: _check_joined(
+        "reduce_scatter_tensor", piece, output, "input"))
+    if piece is None:
+        return _write(output, tensor)
     summed = gt.local_to_global(piece, _everyone(), _sbp.partial_sum)
     return _write(output, summed.to_global(sbp=_sbp.split(0)).to_local())
 

@@ -36,7 +36,11 @@ class placement:  # noqa: N801 (OneFlow's name)
             raise TypeError("[placement] needs ranks, e.g. flow.placement('cpu', ranks=[0, 1]).")
         if isinstance(ranks, numbers.Integral):
             ranks = [ranks]
-        array = np.asarray(ranks)
+        try:
+            array = np.asarray(ranks)
+        except ValueError:  # rows of different lengths
+            raise ValueError(f"[placement] ranks must be a list of ints or a grid of them (rows "
+                             f"of one length). However, got {ranks!r}.") from None
         if array.size == 0 or array.dtype.kind not in "iu":
             raise ValueError(
                 f"[placement] ranks must be a non-empty (nested) list of ints. However, got {ranks!r}."

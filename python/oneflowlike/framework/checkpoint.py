@@ -143,7 +143,25 @@ def save(state, path):
     module.state_dict(); entries that are not tensors, such as graph.state_dict()'s optimizer
     step and LR scheduler state, are kept as JSON; entries may nest tensors in dicts, lists and
     tuples, e.g. an optimizer's state_dict(): Note [Nested entries]) to directory ``path``.
-    Every rank of the job must call it."""
+    Every rank of the job must call it, with the same path (Note [Ranks agree] in agreement.py:
+    else every rank raises, naming each rank's)."""
+    try:
+        entries, trees = _entries(state)
+        error = None
+    except (TypeError, ValueError) as e:
+        if env.get_world_size() == 1:
+            raise
+        entries, trees, error = {}, {}, e
+    # The entries may differ: a rank outside a tensor's placement holds none of it (an
+    # optimizer's state there is empty).
+    _agreement.agree("save", {"path": os.path.normpath(str(path))},
+                     "every rank must save to one path (a directory every rank can write)",
+                     error)
+    _save(entries, trees, path)
+
+
+def _entries(state):
+    """The tensors and JSON values of ``state`` by name, and the nested entries' trees."""
     if not isinstance(state, dict):
         raise TypeError(f"[save] expects a dict of tensors. However, got {type(state).__name__}.")
     entries, trees = {}, {}  # name -> tensor or JSON value; name -> nested entry's tree
@@ -160,6 +178,10 @@ def save(state, path):
             if not _is_tensor(value):
                 _check_json_value(name, value)
             entries[name] = value
+    return entries, trees
+
+
+def _save(entries, trees, path):
     rank, world = env.get_rank(), env.get_world_size()
     os.makedirs(os.path.join(path, f"rank{rank}"), exist_ok=True)
     # Overwriting a checkpoint: its manifest goes first (and every rank waits for that), so a
@@ -289,7 +311,7 @@ _NUMPY = {"float32": np.float32, "float64": np.float64, "int64": np.int64, "int3
 
 def _to_tensor(array, dtype_name):
     """A local tensor of the saved dtype from an assembled array."""
-    tensor = _C.from_numpy(np.ascontiguousarray(array))
+    tensor = _C.from_numpy(np.require(array, requirements="C"))  # 0-d stays 0-d
     return _C.cast(tensor, _C.dtype.bfloat16) if dtype_name == "bfloat16" else tensor
 
 

@@ -390,13 +390,48 @@ GlobalTensor.__hash__ = object.__hash__
 
 
 # --- making global tensors ---------------------------------------------------------------------
-def local_to_global(local, placement, sbp, shape=None):
+_TO_GLOBAL_RULE = ("every rank must pass to_global the same placement and sbp, and pieces of one "
+                   "logical shape and dtype (pieces of different sizes, an uneven split, need "
+                   "shape=, the logical shape)")
+
+
+def local_to_global(local, placement, sbp, shape=None, check_meta=False, refuse_grad=False):
     """A global tensor whose piece on this rank is ``local`` (every rank of ``placement`` gives
     its own). The logical shape is ``shape``, or the local shape times the split counts (an
-    even split)."""
+    even split). With ``check_meta`` (Tensor.to_global's default, OneFlow's name), every rank
+    of ``placement`` checks that all agree on the logical shape, dtype, placement and sbp, and
+    that every piece fits (Note [Ranks agree] in agreement.py), or every one of them raises: one
+    collective call of the placement's ranks.
+    ``refuse_grad`` (Tensor.to_global) refuses a local tensor that requires grad."""
+    if not check_meta or env.get_world_size() == 1 or not isinstance(placement, _placement):
+        return _local_to_global(local, placement, sbp, shape, {}, refuse_grad)
+    from oneflowlike.framework import agreement
+
+    fields = {"logical shape": "?", "dtype": str(local.dtype), "placement": repr(placement),
+              "sbp": "?"}
+    result, error = None, None
+    try:
+        result = _local_to_global(local, placement, sbp, shape, fields, refuse_grad)
+    except (TypeError, ValueError, RuntimeError) as e:
+        error = e
+    agreement.agree("to_global", fields, _TO_GLOBAL_RULE, error, ranks=placement.flat_ranks)
+    return result
+
+
+def _local_to_global(local, placement, sbp, shape, fields, refuse_grad):
+    """local_to_global; what the ranks must agree on goes into ``fields`` as it is known."""
+    if refuse_grad and local.requires_grad and _C.is_grad_enabled():
+        # A gradient would stop at the global tensor and never reach this one: refused rather
+        # than training without it.
+        raise RuntimeError(
+            "[to_global] the local tensor requires grad, but gradients do not flow from a "
+            "global tensor back to a local one: make the global tensor the leaf instead "
+            "(t.detach().to_global(placement, sbp).requires_grad_()), or lay a module out with "
+            "Module.to_global")
     if not isinstance(placement, _placement):
         raise TypeError(f"[to_global] placement must be a flow.placement. However, got {placement!r}.")
     nd_sbp = _sbp.normalize(sbp, placement, "to_global")
+    fields["sbp"] = str(tuple(str(s) for s in nd_sbp))
     rank = env.get_rank()
     if shape is None:
         dims = list(local.shape)
@@ -410,6 +445,7 @@ def local_to_global(local, placement, sbp, shape=None):
                 dims[s.axis] *= n
         shape = tuple(dims)
     shape = tuple(int(d) for d in shape)
+    fields["logical shape"] = str(shape)
     _check(shape, placement, nd_sbp, "to_global")
     if rank not in placement:
         return GlobalTensor(None, shape, local.dtype, placement, nd_sbp)

@@ -12,9 +12,12 @@ from oneflowlike.nn.parameter import record_replacement
 from oneflowlike.placement import placement as _placement
 
 
-def _tensor_to_global(self, placement=None, sbp=None, shape=None):
+def _tensor_to_global(self, placement=None, sbp=None, shape=None, check_meta=True):
     """This rank's piece as part of a global tensor (every rank of ``placement`` gives its
-    own); inside nn.Graph.build, the traced value laid out as ``sbp`` on ``placement``."""
+    own); inside nn.Graph.build, the traced value laid out as ``sbp`` on ``placement``. With
+    ``check_meta`` (OneFlow's name) the ranks first check that they agree on the logical shape,
+    dtype, placement and sbp (Note [Ranks agree] in agreement.py): one small all-reduce; False
+    skips it where every rank is known to pass the same."""
     tracer = _gt.current_tracer()
     if tracer is not None:
         if placement is None:
@@ -29,7 +32,8 @@ def _tensor_to_global(self, placement=None, sbp=None, shape=None):
         return tracer.to_global(self, placement._c, _gt._strings(nd))
     if placement is None or sbp is None:
         raise ValueError("[to_global] a local tensor needs both placement and sbp.")
-    return _gt.local_to_global(self, placement, sbp, shape)
+    return _gt.local_to_global(self, placement, sbp, shape, check_meta=check_meta,
+                               refuse_grad=True)
 
 
 _eager_backward = _C.Tensor.backward
@@ -62,7 +66,11 @@ def _module_to_global(self, placement, sbp, keep_split=False, sbp_for=None):
     initialisers (Note [Meta tensors]). Returns the module."""
     if not isinstance(placement, _placement):
         raise TypeError(f"[to_global] placement must be a flow.placement. However, got {placement!r}.")
+    from oneflowlike import env
+    from oneflowlike.framework import agreement
+
     nd = _sbp.normalize(sbp, placement, "Module.to_global")
+    held = {}  # name -> the shape, dtype and values digest of a local value every rank gives
     for sub_name, sub in self.named_modules():
         for registry in (sub._parameters, sub._buffers):
             for key, value in list(registry.items()):
@@ -82,11 +90,21 @@ def _module_to_global(self, placement, sbp, keep_split=False, sbp_for=None):
                     g = value.to_global(placement=placement, sbp=target)  # a move, if any
                 else:
                     trainable = value.requires_grad
-                    g = _gt.from_logical(value.detach().numpy(), placement, target)
+                    whole = value.detach().numpy()
+                    if env.get_world_size() > 1:
+                        held[f"{sub_name}.{key}" if sub_name else key] = (
+                            f"{tuple(whole.shape)} {whole.dtype} {agreement.digest(whole)}")
+                    g = _gt.from_logical(whole, placement, target)
                 g._ofl_trainable = trainable
                 if registry is sub._parameters:
                     record_replacement(value, g)
                 registry[key] = g
+    # Note [Ranks agree]: each rank keeps its piece of the values it holds, so ranks holding
+    # different values (built without one seed) would train a model no rank has.
+    agreement.agree("Module.to_global", held,
+                    "every rank must hold the same values of a module it lays out with "
+                    "to_global (build it after flow.manual_seed with one seed on every rank, or "
+                    "load one checkpoint)", ranks=placement.flat_ranks)
     return self
 
 
@@ -108,13 +126,50 @@ def _with_placement(fn):
             return fn(*args, **kwargs)
         if sbp is None:
             raise ValueError(f"[{fn.__name__}] a placement needs an sbp.")
-        if fn.__name__ in _SHARDED:
-            from oneflowlike.framework import sharded_creation
-
-            return sharded_creation.make(fn.__name__, fn, args, dict(kwargs), placement, sbp)
-        return _gt.from_logical(fn(*args, **kwargs), placement, sbp)
+        return _agreed_creation(fn, args, kwargs, placement, sbp)
 
     return wrapper
+
+
+def _agreed_creation(fn, args, kwargs, placement, sbp):
+    """``fn``'s global tensor, checked to be the same on every rank of ``placement`` (Note
+    [Ranks agree] in agreement.py): its logical shape, dtype, placement and sbp, and for a value
+    every rank gives whole (flow.tensor, arange, linspace), the values."""
+    from oneflowlike import env
+    from oneflowlike.framework import agreement
+
+    name = fn.__name__
+    if not isinstance(placement, _placement):
+        raise TypeError(f"[{name}] placement must be a flow.placement. However, got "
+                        f"{placement!r}.")
+    fields = {"logical shape": "?", "dtype": "?", "placement": repr(placement),
+              "sbp": str(sbp)}
+    result, error = None, None
+    try:
+        if name in _SHARDED:
+            from oneflowlike.framework import sharded_creation
+
+            result = sharded_creation.make(name, fn, args, dict(kwargs), placement, sbp)
+        else:
+            requires_grad = kwargs.pop("requires_grad", False)
+            value = fn(*args, **kwargs)
+            if env.get_world_size() > 1:
+                fields["values"] = agreement.digest(value.numpy())
+            result = _gt.from_logical(value, placement, sbp)
+            if requires_grad:
+                result.requires_grad = True
+        fields["logical shape"] = str(tuple(result.shape))
+        fields["dtype"] = str(result.dtype)
+    except (TypeError, ValueError, RuntimeError) as e:
+        if env.get_world_size() == 1:
+            raise
+        error = e
+    fields.setdefault("values", "")
+    agreement.agree(name, fields, f"every rank must make the same global tensor: {name} takes "
+                    "the whole logical value, alike on every rank (to give each rank its own "
+                    "piece, use flow.tensor(piece).to_global(placement, sbp))", error,
+                    ranks=placement.flat_ranks)
+    return result
 
 
 def _is_tensor(obj):

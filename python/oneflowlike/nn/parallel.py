@@ -83,14 +83,14 @@ class DistributedDataParallel(Module):
         world = env.get_world_size()
         with no_grad():
             used = flow_tensor([0.0 if p.grad is None else 1.0 for p in trained])
-            comm.all_reduce(used)
+            comm._all_reduce(used, check=False)  # one entry per parameter, agreed at wrap
             params = [p for p, n in zip(trained, used.numpy()) if n > 0]
             for p in params:
                 if p.grad is None:  # reached on another rank: zeros, so the buckets match
                     p.grad = _C.fill(tuple(p.shape), p.dtype, 0.0, p.device)
             for bucket in _buckets(params, self._bucket_bytes):
                 flat = cat([p.grad.reshape(-1) for p in bucket], 0)
-                comm.all_reduce(flat)
+                comm._all_reduce(flat, check=False)
                 flat = flat / world
                 offset = 0
                 for p in bucket:

@@ -72,7 +72,9 @@ if world == 4:
     big = flow.randn(1024, 1024, placement=flow.placement("cpu", ranks=[0, 1, 2, 3]), sbp=S0)
     grown = _C.cpu_memory_live_bytes() - before
     peak = _C.cpu_memory_peak_bytes() - before
-    if grown != 256 * 1024 * 4 or peak != grown:
+    # The peak may pass the piece by the few bytes of the ranks' agreement on what they made
+    # (Note [Ranks agree]), never by the 4 MiB of the whole tensor.
+    if grown != 256 * 1024 * 4 or peak > grown + 4096:
         print(f"rank {rank}: ALLOCATED {grown} bytes (peak {peak}) for a 256 x 1024 float32 "
               "piece")
         sys.exit(1)
@@ -91,7 +93,7 @@ if world == 4:
     lazy.to_global(flow.placement("cpu", ranks=[0, 1, 2, 3]), B,
                    sbp_for=lambda name: S0 if name == "weight" else None)
     peak = _C.cpu_memory_peak_bytes() - before
-    if peak != (256 * 1024 + 1024) * 4:
+    if not (256 * 1024 + 1024) * 4 <= peak <= (256 * 1024 + 1024) * 4 + 4096:  # agreement's bytes
         print(f"rank {rank}: META LAYOUT PEAK {peak} bytes for a 256 x 1024 piece and a bias")
         sys.exit(1)
     for name in ("weight", "bias"):
