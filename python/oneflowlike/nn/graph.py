@@ -42,6 +42,7 @@ from oneflowlike.framework import job as _job
 from oneflowlike.nn.graph_config import GraphConfig
 from oneflowlike.nn.graph_memory import GraphMemoryMixin
 from oneflowlike.nn.graph_optimizer import GraphOptimizerMixin, _optimizer_setup, _trains
+from oneflowlike.nn import graph_sharing
 from oneflowlike.nn.graph_refusals import GraphRefusalsMixin
 from oneflowlike.nn.graph_state import GraphStateMixin
 from oneflowlike.ops.core import on_host
@@ -93,6 +94,9 @@ class Graph(GraphStateMixin, GraphMemoryMixin, GraphRefusalsMixin, GraphOptimize
         self.timings = {}
         self._local_variables = set()
         self._variable_sbp = {}
+        # Variable name -> graph_sharing.stamp of its module tensor when this graph last wrote
+        # or read it (Note [Graphs sharing modules]).
+        self._seen_stamps = {}
 
     def __setattr__(self, name, value):
         from oneflowlike.nn.modules.module import Module
@@ -367,11 +371,16 @@ class Graph(GraphStateMixin, GraphMemoryMixin, GraphRefusalsMixin, GraphOptimize
                 self._runtime.write_variable(name, value)
             _gt.write_captured(tracer, self._runtime, self._local_variables)
         self._compiled = True
+        self.config._compiled = True
+        # Note [Graphs sharing modules]: the values another graph trained, then all of them.
+        graph_sharing.release([value for _, value, *_ in self._variables], reader=self)
         for full, value, *_ in self._variables:
             self._write_variable(full, value)
+            self._seen_stamps[full] = graph_sharing.stamp(value)
         if self._pending_state is not None:
             state, self._pending_state = self._pending_state, None
             self._write_state(state)
+            graph_sharing.claim(self)
         if self._pending_scaler_state is not None and self._runtime is not None:
             saved, self._pending_scaler_state = self._pending_scaler_state, None
             self._write_scaler_state(saved)
@@ -466,6 +475,7 @@ class Graph(GraphStateMixin, GraphMemoryMixin, GraphRefusalsMixin, GraphOptimize
                     f"{_describe(traced)}. However, got {_describe(_signature(a))}."
                 )
         self._check_unchanged_since_trace()
+        graph_sharing.before_call(self)
         rank = env.get_rank()
         step = self._step + 1
         if self._runtime is None:
@@ -495,6 +505,8 @@ class Graph(GraphStateMixin, GraphMemoryMixin, GraphRefusalsMixin, GraphOptimize
                 assert tuple(self._output_shapes.get(name, shape)) == shape, (name, shape)
                 outputs.append(_gt.GlobalTensor(local, shape, dtype, p, nd))
         self._step = step
+        if self._optimizers:
+            graph_sharing.claim(self)  # its runtime now holds the newest values
         for scheduler in self._lr_schedulers:
             scheduler.step()
         return outputs[0] if self._single else tuple(outputs)

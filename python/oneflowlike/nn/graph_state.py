@@ -177,6 +177,9 @@ class GraphStateMixin:
             self._pending_state = state
             return
         self._write_state(state)
+        from oneflowlike.nn import graph_sharing
+
+        graph_sharing.claim(self)  # Note [Graphs sharing modules]: newer than the modules
 
     def _check_local_values_agree(self, state):
         """Note [Local and global do not mix in a graph], for loaded values: a local tensor
@@ -200,9 +203,22 @@ class GraphStateMixin:
                 self._write_variable(name, state[name])
 
     def sync_to_modules(self):
-        """Copies the trained values into the modules' parameters and buffers."""
+        """Copies the trained values into the modules' parameters and buffers (other graphs on
+        the same modules, and eager calls of them, do it when they need to: Note [Graphs
+        sharing modules] in graph_sharing.py)."""
+        self._sync_variables(None)
+
+    def _sync_variables(self, names):
+        """sync_to_modules for the variables ``names`` (None: all)."""
+        from oneflowlike.nn import graph_sharing
+
+        if not self._compiled:
+            return
         current = self._state_dict()
         for full, value, owner, registry_name, key in self._variables:
+            if names is not None and full not in names:
+                continue
+            graph_sharing._holders.pop(id(value), None)
             new = current[full]
             if isinstance(value, _gt.GlobalTensor):
                 if new.placement != value.placement or new.sbp != value.sbp:
@@ -213,6 +229,7 @@ class GraphStateMixin:
 
                 with no_grad():  # as an optimizer's step writes them
                     _C._assign_(value, new, "sync_to_modules")
+            self._seen_stamps[full] = graph_sharing.stamp(value)  # the runtime holds these
 
 
 def _zeros_like(value):

@@ -80,6 +80,12 @@ class Module:
         )
 
     def __call__(self, *args, **kwargs):
+        from oneflowlike.framework.global_tensor import current_tracer
+        from oneflowlike.nn import graph_sharing
+
+        if graph_sharing._holders and current_tracer() is None:
+            # Note [Graphs sharing modules]: values a graph trained, before an eager call.
+            graph_sharing.release(graph_sharing.module_values(self))
         return self.forward(*args, **kwargs)
 
     # ---- registration ------------------------------------------------------------------------
@@ -421,6 +427,10 @@ class Module:
     def state_dict(self, *, destination=None, prefix="", keep_vars=False):
         """{dotted name: tensor} of parameters and persistent buffers. The tensors share the
         module's storage, detached (``keep_vars=True`` returns the parameters themselves)."""
+        from oneflowlike.nn import graph_sharing
+
+        if graph_sharing._holders:
+            graph_sharing.release(graph_sharing.module_values(self))  # values a graph trained
         if destination is None:
             destination = collections.OrderedDict()
         for owner_prefix, owner in self._state_owners(prefix):
