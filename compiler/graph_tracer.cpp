@@ -95,6 +95,13 @@ int GraphTracer::constant(const Tensor& value, const std::string& user) {
                  "): each rank would use its own value as the one replicated value. Make it "
                  "global: t.to_global(placement=..., sbp=flow.sbp.broadcast)",
                  location_ ? str_cat(" [at ", location_(), "]") : std::string(), ".");
+  // A tensor that requires grad is something to train (a parameter of a module the graph does
+  // not hold): as a constant it would keep its traced value, never trained, never updated.
+  OFL_CHECK(!value.requires_grad(), "[", user, "] got a local tensor ", value.describe(),
+            " that requires grad but is not a parameter or buffer of the graph's modules: the "
+            "graph would take its value now as a constant, never train it and never see it "
+            "change. Make its module an attribute of the graph (self.m = m), or detach() it",
+            location_ ? str_cat(" [at ", location_(), "]") : std::string(), ".");
   const std::string name = builder_.graph().unique_name("constant");
   const int t =
       builder_.variable(name, value.shape(), Initializer{}, NdSbp(current_.hierarchy().ndim(), B()),

@@ -166,9 +166,11 @@ void assign_(const Tensor& dst, const Tensor& src, const char* op) {
             ": write x = x + y (or "
             "masked_fill, where) instead.");
   OFL_CHECK(!dst.impl()->storage->indexed_copy(), "[", op, "] cannot write ", dst.describe(),
-            ": it is a copy that indexing made (t[...] copies here unless it selects the whole "
-            "tensor; torch would give a view), so the write would not reach the indexed tensor. "
-            "Write through item assignment (t[index] = value), or clone() it to write a copy.");
+            ": it is a copy that indexing or a view-like op made (t[...], transpose, permute, "
+            "t(), narrow, split, chunk, unbind and expand copy here, where torch gives views), "
+            "so the write would not reach the tensor it came from. Write into that tensor "
+            "(item assignment t[index] = value, or compute out of place), or clone() it to "
+            "write a copy.");
   OFL_CHECK(dst.shape() == src.shape() && dst.dtype() == src.dtype(), "[", op,
             "] needs a value of the target's shape and dtype. However, got ", src.describe(),
             " for ", dst.describe(), ".");

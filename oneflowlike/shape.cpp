@@ -10,7 +10,14 @@ int64_t Shape::numel() const { return count(0, ndim()); }
 
 int64_t Shape::count(int begin, int end) const {
   int64_t n = 1;
-  for (int i = begin; i < end; ++i) n *= dims_[i];
+  for (int i = begin; i < end; ++i) {
+    // A product past int64 wrapped around (to 0, or a small count) and gave a tensor without
+    // storage that kernels then read and wrote past: refused, naming the shape.
+    int64_t next = 0;
+    OFL_CHECK(!__builtin_mul_overflow(n, dims_[i], &next), "[tensor] shape ", to_string(),
+              " has more elements than an int64 counts; no tensor of it can exist.");
+    n = next;
+  }
   return n;
 }
 

@@ -22,8 +22,12 @@ Tensor Tensor::empty(const Shape& shape, DataType dtype, Allocator* allocator) {
     OFL_CHECK(d >= 0, "[empty] every extent must be non-negative. However, got shape ",
               shape.to_string(), ".");
   }
+  int64_t bytes = 0;
+  OFL_CHECK(!__builtin_mul_overflow(shape.numel(), dtype_size(dtype), &bytes), "[empty] shape ",
+            shape.to_string(), " of ", dtype_name(dtype),
+            " has more bytes than an int64 counts; no tensor of it can exist.");
   auto impl = std::make_shared<TensorImpl>();
-  impl->storage = std::make_shared<Storage>(shape.numel() * dtype_size(dtype), allocator);
+  impl->storage = std::make_shared<Storage>(bytes, allocator);
   impl->shape = shape;
   impl->dtype = dtype;
   return Tensor(std::move(impl));

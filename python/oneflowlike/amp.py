@@ -124,6 +124,7 @@ class GradScaler:
         self._growth_tracker = 0
         self._found_inf = {}  # id(optimizer) -> whether its gradients had an inf or nan
         self._stepped = set()  # id(optimizer) of those stepped since the last update()
+        self._scaled = False  # scale() was called since the last update()
 
     def is_enabled(self):
         return self._enabled
@@ -140,6 +141,7 @@ class GradScaler:
         if not isinstance(outputs, (_C.Tensor, _global_tensor_type())):
             raise TypeError("[GradScaler] scale() takes a tensor or a list of tensors. However, "
                             f"got {type(outputs).__name__}.")
+        self._scaled = True
         return outputs * self._scale
 
     def unscale_(self, optimizer):
@@ -150,6 +152,13 @@ class GradScaler:
         if id(optimizer) in self._found_inf:
             raise RuntimeError("[GradScaler] unscale_() was already called on this optimizer "
                                "since the last update().")
+        if not self._scaled:
+            # The gradients came from an unscaled loss: dividing them by the scale would make
+            # the update that many times too small, silently.
+            raise RuntimeError(f"[GradScaler] unscale_() or step() without scale() since the "
+                               f"last update(): the gradients were not scaled, so dividing them "
+                               f"by the scale ({self._scale:g}) would shrink the update as much. "
+                               f"Call scaler.scale(loss).backward() before scaler.step().")
         inverse = 1.0 / self._scale
         grads = []
         for group in optimizer.param_groups:
@@ -168,9 +177,9 @@ class GradScaler:
         if id(optimizer) in self._stepped:
             raise RuntimeError("[GradScaler] step() was already called on this optimizer since "
                                "the last update().")
-        self._stepped.add(id(optimizer))
         if id(optimizer) not in self._found_inf:
             self.unscale_(optimizer)
+        self._stepped.add(id(optimizer))
         if self._found_inf[id(optimizer)]:
             return None
         return optimizer.step(*args, **kwargs)
@@ -184,6 +193,9 @@ class GradScaler:
             raise RuntimeError("[GradScaler] update() needs a step() or unscale_() since the "
                                "last update(): no gradients were checked for inf or nan.")
         if new_scale is not None:
+            if not (isinstance(new_scale, (int, float)) and 0 < float(new_scale) < float("inf")):
+                raise ValueError(f"[GradScaler] update(new_scale) needs a positive finite scale. "
+                                 f"However, got {new_scale!r}.")
             self._scale = float(new_scale)
         elif any(self._found_inf.values()):
             self._scale *= self._backoff_factor
@@ -195,6 +207,7 @@ class GradScaler:
                 self._growth_tracker = 0
         self._found_inf = {}
         self._stepped = set()
+        self._scaled = False
 
     def state_dict(self):
         if not self._enabled:

@@ -244,6 +244,9 @@ def test_scaler_state_round_trips_and_misuse_is_refused():
     model = _Mlp()
     opt = flow.optim.SGD(model.parameters(), lr=0.1)
     (model(flow.tensor(rand(2, 16))) ** 2).mean().backward()
+    with pytest.raises(RuntimeError, match=r"without scale\(\) since the last update"):
+        scaler.unscale_(opt)  # the gradients were not scaled
+    scaler.scale((model(flow.tensor(rand(2, 16))) ** 2).mean()).backward()
     scaler.unscale_(opt)
     with pytest.raises(RuntimeError, match=r"unscale_\(\) was already called"):
         scaler.unscale_(opt)

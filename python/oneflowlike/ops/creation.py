@@ -220,7 +220,20 @@ def _new_tensor(self, data, dtype=None, device=None, requires_grad=False):
                   device=self.device if device is None else device, requires_grad=requires_grad)
 
 
+_raw_clone = _C.Tensor.clone
+
+
+def _clone(self):
+    """A copy of the values in new memory; where autograd records (self requires grad), a node
+    of it, so the gradient flows back to self, as torch's clone (a plain copy had none: the
+    gradient through it was silently lost)."""
+    if self.requires_grad and _C.is_grad_enabled() and not self.is_lazy:
+        return self * 1.0  # scalar_mul: the same values bit for bit, and its gradient is dy
+    return _raw_clone(self)
+
+
 TENSOR_METHODS = {
+    "clone": _clone,
     "new_zeros": _new_factory("new_zeros", 0.0),
     "new_ones": _new_factory("new_ones", 1.0),
     "new_empty": _new_factory("new_empty", 0.0),  # zeros: no uninitialised memory reaches users

@@ -53,11 +53,15 @@ def unsqueeze(input, dim):  # noqa: A002
 
 
 def expand(input, *sizes):  # noqa: A002
-    return _C.expand(input, _shape_args(sizes))
+    from oneflowlike.ops.shape_ops import copy_not_view
+
+    return copy_not_view(_C.expand(input, _shape_args(sizes)), input)
 
 
 def broadcast_to(input, shape):  # noqa: A002
-    return _C.expand(input, tuple(shape))
+    from oneflowlike.ops.shape_ops import copy_not_view
+
+    return copy_not_view(_C.expand(input, tuple(shape)), input)
 
 
 TENSOR_METHODS = {
@@ -67,7 +71,7 @@ TENSOR_METHODS = {
     "squeeze": squeeze,
     "unsqueeze": unsqueeze,
     "expand": expand,
-    "expand_as": lambda self, other: _C.expand(self, other.shape),
+    "expand_as": lambda self, other: expand(self, *other.shape),
     "reshape_as": lambda self, other: _C.reshape(self, other.shape),
     "view_as": lambda self, other: _C.reshape(self, other.shape),
 }

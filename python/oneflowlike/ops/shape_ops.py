@@ -33,6 +33,16 @@ def _reshape(x, shape):
     return _C.reshape(x, shape)
 
 
+def copy_not_view(out, source):
+    """Note [Copies where torch gives views]: ``out`` as an op made it from ``source``; where it
+    is a copy (transposes, slices, pieces and expansions copy here, where torch gives views
+    sharing the source's memory), in-place writes into it are refused, since they would never
+    reach ``source`` (they used to vanish silently). Returns ``out``."""
+    if not out.is_lazy and not out._shares_storage_with(source):
+        _C._mark_indexed_copy(out)
+    return out
+
+
 def transpose(input, dim0, dim1):
     """``input`` with axes dim0 and dim1 swapped."""
     ndim = input.ndim
@@ -40,26 +50,26 @@ def transpose(input, dim0, dim1):
     perm = list(range(ndim))
     if ndim > 0:
         perm[d0], perm[d1] = perm[d1], perm[d0]
-    return _C.transpose(input, perm)
+    return copy_not_view(_C.transpose(input, perm), input)
 
 
 def permute(input, *dims):
     """``input`` with axes reordered: output axis j is input axis dims[j]."""
     if len(dims) == 1 and isinstance(dims[0], (tuple, list)):
         dims = dims[0]
-    return _C.transpose(input, [operator.index(d) for d in dims])
+    return copy_not_view(_C.transpose(input, [operator.index(d) for d in dims]), input)
 
 
 def _t(self):
     """The 2-d transpose (1-d and 0-d tensors come back unchanged), as torch.Tensor.t()."""
     if self.ndim > 2:
         raise ValueError(f"[t] expects a tensor with at most 2 dims. However, got {self.ndim}.")
-    return _C.transpose(self, list(range(self.ndim))[::-1])
+    return copy_not_view(_C.transpose(self, list(range(self.ndim))[::-1]), self)
 
 
 def _T(self):
     """All axes reversed."""
-    return _C.transpose(self, list(range(self.ndim))[::-1])
+    return copy_not_view(_C.transpose(self, list(range(self.ndim))[::-1]), self)
 
 
 def cat(tensors, dim=0):
@@ -91,7 +101,7 @@ def split(tensor, split_size_or_sections, dim=0):
             sizes = [0]
     else:
         sizes = [operator.index(s) for s in split_size_or_sections]
-    return tuple(_C.split(tensor, d, sizes))
+    return tuple(copy_not_view(piece, tensor) for piece in _C.split(tensor, d, sizes))
 
 
 def chunk(input, chunks, dim=0):
@@ -103,7 +113,7 @@ def chunk(input, chunks, dim=0):
     extent = input.shape[d]
     size = max(1, -(-extent // chunks)) if extent else 0
     if size == 0:
-        return tuple(_C.split(input, d, [0] * chunks))
+        return tuple(copy_not_view(piece, input) for piece in _C.split(input, d, [0] * chunks))
     return split(input, size, d)
 
 
@@ -132,7 +142,7 @@ def narrow(input, dim, start, length):
             f"[narrow] start + length must lie within dim {dim} of size {extent}. However, got "
             f"start {start} and length {length}."
         )
-    return _slice_along(input, d, start, start + length)
+    return copy_not_view(_slice_along(input, d, start, start + length), input)
 
 
 def stack(tensors, dim=0):
@@ -295,7 +305,8 @@ def unbind(input, dim=0):  # noqa: A002
     d = _dim(dim, input.ndim, "unbind")
     shape = tuple(input.shape)
     rest = shape[:d] + shape[d + 1:]
-    return tuple(_reshape(piece, rest) for piece in _C.split(input, d, [1] * shape[d]))
+    return tuple(copy_not_view(_reshape(piece, rest), input)
+                 for piece in _C.split(input, d, [1] * shape[d]))
 
 
 TENSOR_METHODS = {

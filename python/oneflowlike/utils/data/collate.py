@@ -6,20 +6,24 @@ import numpy as np
 
 
 def _stack(values):
-    from oneflowlike import tensor
+    from oneflowlike import _C, stack, tensor
 
+    if all(isinstance(v, _C.Tensor) for v in values):
+        return stack(values)  # their dtype, bfloat16 and float64 included, as torch
     array = np.stack([v.numpy() if hasattr(v, "numpy") else np.asarray(v) for v in values])
     if array.dtype == np.float64:
-        array = array.astype(np.float32)  # as torch: Python floats batch to the default dtype
+        # Python floats and numpy's default float64 arrays batch to the default dtype, so a
+        # dataset of np.random arrays feeds a float32 model as it is.
+        array = array.astype(np.float32)
     elif array.dtype.kind in "ui" and array.dtype != np.int32:
-        array = array.astype(np.int64)
+        array = array.astype(np.int64)  # token ids (uint16 files) batch to what embedding takes
     return tensor(array)
 
 
 def default_collate(batch):
     """As torch.utils.data.default_collate: samples that are tensors, arrays or numbers stack
-    into one tensor (integers to int64, floats to float32); tuples and lists collate each
-    position, dicts each key."""
+    into one tensor (tensors keep their dtype; arrays and numbers: integers other than int32 to
+    int64, float64 to float32); tuples and lists collate each position, dicts each key."""
     if not batch:
         raise ValueError("[default_collate] got an empty batch.")
     first = batch[0]

@@ -1,0 +1,181 @@
+"""Misuses of the local API that used to crash, or to train the wrong thing without a word
+(found by exploring the API as a user would, 2026-11-28): each now raises naming what was
+wrong, or does what torch does."""
+
+import numpy as np
+import pytest
+
+import oneflowlike as flow
+import oneflowlike.nn as nn
+from oneflowlike.utils.data.collate import default_collate
+
+
+@pytest.mark.parametrize("make", [lambda: flow.zeros(2**31, 2**33), lambda: flow.arange(2**61),
+                                  lambda: flow.ones(2**32, 2**32).sum(),
+                                  lambda: nn.Embedding(2**32, 2**32),
+                                  lambda: nn.Linear(2**32, 2**32)])
+def test_a_shape_past_int64_is_refused_not_a_crash(make):
+    # The element (or byte) count wrapped around: a tensor without storage, then a segfault.
+    with pytest.raises(ValueError, match=r"more (elements|bytes) than an int64 counts"):
+        make()
+
+
+def test_clone_passes_the_gradient_on():
+    x = flow.tensor([1.0, 2.0, 3.0], requires_grad=True)
+    y = x.clone()
+    assert y.requires_grad
+    (y * x).sum().backward()
+    np.testing.assert_array_equal(x.grad.numpy(), [2.0, 4.0, 6.0])  # was [1, 2, 3]
+    with flow.no_grad():
+        y.add_(1)  # its own memory
+    np.testing.assert_array_equal(x.detach().numpy(), [1.0, 2.0, 3.0])
+
+
+@pytest.mark.parametrize("write", [lambda x: x.narrow(1, 0, 2).fill_(7),
+                                   lambda x: x.t().add_(1), lambda x: x.T.copy_(flow.ones(3, 2)),
+                                   lambda x: x.transpose(0, 1).mul_(2),
+                                   lambda x: x.permute(1, 0).zero_(),
+                                   lambda x: x.split(1)[0].fill_(1),
+                                   lambda x: x.chunk(2, 1)[0].fill_(1),
+                                   lambda x: x.unbind(0)[1].fill_(1),
+                                   lambda x: x[:1].expand(2, 3).fill_(1)])
+def test_writes_into_a_copy_where_torch_gives_a_view_are_refused(write):
+    x = flow.zeros(2, 3)
+    with pytest.raises(ValueError, match="copy that indexing or a view-like op made"):
+        write(x)
+    np.testing.assert_array_equal(x.numpy(), np.zeros((2, 3), np.float32))
+    # Reshapes are views: writes through them land.
+    x.reshape(3, 2).fill_(4)
+    np.testing.assert_array_equal(x.numpy(), np.full((2, 3), 4, np.float32))
+
+
+def test_grad_scaler_refuses_a_step_without_scale_and_a_bad_scale():
+    model = nn.Linear(2, 1)
+    opt = flow.optim.SGD(model.parameters(), lr=0.1)
+    scaler = flow.amp.GradScaler()
+    model(flow.ones(1, 2)).sum().backward()  # no scale(): the step would be 65536x too small
+    with pytest.raises(RuntimeError, match=r"without scale\(\) since the last update"):
+        scaler.step(opt)
+    for bad in (0, -5, float("inf")):
+        with pytest.raises(ValueError, match="positive finite scale"):
+            scaler.update(new_scale=bad)
+    opt.zero_grad()
+    before = model.weight.detach().numpy().copy()
+    scaler.scale(model(flow.ones(1, 2)).sum()).backward()
+    scaler.step(opt)
+    scaler.update()
+    assert not np.array_equal(model.weight.detach().numpy(), before)
+
+
+def test_graph_config_changes_after_the_first_call_are_refused():
+    model = nn.Linear(3, 2)
+
+    class Step(nn.Graph):
+        def __init__(self):
+            super().__init__()
+            self.model = model
+
+        def build(self, x):
+            return self.model(x)
+
+    g = Step()
+    g(flow.ones(4, 3))
+    for change in (lambda: g.config.enable_amp(True, dtype=flow.bfloat16),
+                   lambda: g.config.set_gradient_accumulation_steps(2),
+                   lambda: g.config.enable_zero(True)):
+        with pytest.raises(RuntimeError, match="must come before the first call"):
+            change()
+
+
+def test_a_checkpoint_keeps_zero_d_tensors_zero_d(tmp_path):
+    class M(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.temperature = nn.Parameter(flow.tensor(1.0))
+            self.register_buffer("count", flow.tensor(5.0))
+
+    flow.save(M().state_dict(), str(tmp_path / "ck"))
+    state = flow.load(str(tmp_path / "ck"))
+    assert tuple(state["temperature"].shape) == () and tuple(state["count"].shape) == ()
+    M().load_state_dict(state)  # was a size mismatch, (1,) against ()
+
+
+def test_default_collate_keeps_tensor_and_array_dtypes():
+    assert default_collate([flow.ones(2, dtype=flow.bfloat16)] * 3).dtype == flow.bfloat16
+    assert default_collate([flow.ones(2, dtype=flow.float64)] * 2).dtype == flow.float64
+    assert default_collate([np.ones(2)] * 2).dtype == flow.float32  # numpy's default float64
+    assert default_collate([1.0, 2.0]).dtype == flow.float32
+    assert default_collate([np.arange(3, dtype=np.uint16)] * 2).dtype == flow.int64
+
+
+def test_a_ragged_placement_names_the_placement():
+    with pytest.raises(ValueError, match=r"\[placement\] ranks must be a list of ints or a grid"):
+        flow.placement("cpu", ranks=[[0, 1], [1]])
+
+
+def test_graphs_and_eager_calls_on_one_model_see_its_trained_values(tmp_path):
+    """Note [Graphs sharing modules]: an evaluation graph built on a model a training graph
+    trained, the eager model and its state_dict see the trained values (they saw the initial
+    ones); an eager write into the model reaches the training graph's next step."""
+    F = nn.functional
+    flow.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 3))
+    initial = {k: v.numpy().copy() for k, v in model.state_dict().items()}
+    x = flow.tensor(np.random.default_rng(0).standard_normal((16, 4)).astype(np.float32))
+    y = flow.tensor(np.random.default_rng(1).integers(0, 3, 16))
+
+    class Train(nn.Graph):
+        def __init__(self):
+            super().__init__()
+            self.model = model
+            self.add_optimizer(flow.optim.SGD(model.parameters(), lr=0.5))
+
+        def build(self, x, y):
+            loss = F.cross_entropy(self.model(x), y)
+            loss.backward()
+            return loss
+
+    class Evaluate(nn.Graph):
+        def __init__(self):
+            super().__init__()
+            self.model = model
+
+        def build(self, x, y):
+            return F.cross_entropy(self.model(x), y)
+
+    train = Train()
+    for _ in range(10):
+        train(x, y)
+    trained = {k: v.numpy() for k, v in train.state_dict().items() if k in initial}
+    model.eval()
+    evaluated = Evaluate()(x, y).numpy()
+    eager = F.cross_entropy(model(x), y).numpy()
+    np.testing.assert_allclose(evaluated, eager, rtol=1e-6)
+    state = model.state_dict()
+    for k, v in trained.items():
+        np.testing.assert_array_equal(state[k].numpy(), v)
+        assert not np.array_equal(v, initial[k])
+    model.train()
+    with flow.no_grad():
+        for p in model.parameters():
+            p.fill_(0.0)
+    np.testing.assert_allclose(train(x, y).numpy(), np.log(3.0), rtol=1e-6)  # zero logits
+
+
+def test_a_graph_refuses_a_tensor_to_train_that_its_modules_do_not_hold():
+    held, outside = nn.Linear(2, 2), nn.Linear(2, 2)
+
+    class Step(nn.Graph):
+        def __init__(self):
+            super().__init__()
+            self.held = held
+            self.add_optimizer(flow.optim.SGD(held.parameters(), lr=0.1))
+
+        def build(self, x):
+            loss = outside(self.held(x)).sum()  # `outside` would never train
+            loss.backward()
+            return loss
+
+    with pytest.raises(ValueError, match="requires grad but is not a parameter or buffer of the "
+                                         "graph's modules"):
+        Step()(flow.ones(3, 2))
