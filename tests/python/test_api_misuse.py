@@ -179,3 +179,22 @@ def test_a_graph_refuses_a_tensor_to_train_that_its_modules_do_not_hold():
     with pytest.raises(ValueError, match="requires grad but is not a parameter or buffer of the "
                                          "graph's modules"):
         Step()(flow.ones(3, 2))
+
+
+def test_small_misuses_name_what_was_wrong(tmp_path):
+    # any/all over nothing, as torch: False and True (a max over nothing was refused).
+    assert not flow.any(flow.ones(0) > 0).item() and flow.all(flow.ones(0) > 0).item()
+    assert flow.all(flow.ones(2, 0) > 0, 1).numpy().tolist() == [True, True]
+    assert flow.allclose(flow.ones(0), flow.ones(0))
+    # A corrupt manifest names the checkpoint (a bare JSONDecodeError before).
+    flow.save({"w": flow.ones(2)}, str(tmp_path / "ck"))
+    (tmp_path / "ck" / "manifest.json").write_text('{"format": ')
+    with pytest.raises(ValueError, match=r"checkpoint '.*ck' is corrupt: manifest.json is not valid"):
+        flow.load(str(tmp_path / "ck"))
+
+    class NoInit(nn.Graph):
+        def __init__(self):
+            self.model = nn.Linear(2, 2)  # before super().__init__()
+
+    with pytest.raises(RuntimeError, match=r"call super\(\).__init__\(\) first in NoInit"):
+        NoInit()

@@ -253,8 +253,7 @@ def _read_manifest(path):
                                     "holds no manifest.json and no rank pieces.")
         raise FileNotFoundError(f"[load] '{path}' is not a complete checkpoint: it has pieces but "
                                 "no manifest.json (a save did not finish).")
-    with open(file) as f:
-        manifest = json.load(f)
+    manifest = _read_json(file, path)
     if manifest.get("format") != _FORMAT:
         raise ValueError(f"[load] '{file}' is not a {_FORMAT} manifest.")
     saved = {}  # name -> list of (region, file, sha256)
@@ -262,10 +261,24 @@ def _read_manifest(path):
         rank_file = os.path.join(path, f"rank{r}.json")
         if not os.path.exists(rank_file):
             raise FileNotFoundError(f"[load] checkpoint '{path}' lacks {os.path.basename(rank_file)}.")
-        with open(rank_file) as f:
-            for name, piece in json.load(f)["pieces"].items():
-                saved.setdefault(name, []).append(piece)
+        for name, piece in _read_json(rank_file, path).get("pieces", {}).items():
+            saved.setdefault(name, []).append(piece)
     return manifest, saved
+
+
+def _read_json(file, path):
+    """A checkpoint's JSON file, or a ValueError naming it where it is not JSON (cut short or
+    overwritten)."""
+    with open(file) as f:
+        try:
+            value = json.load(f)
+        except json.JSONDecodeError as e:
+            raise ValueError(f"[load] checkpoint '{path}' is corrupt: "
+                             f"{os.path.basename(file)} is not valid JSON ({e}).") from None
+    if not isinstance(value, dict):
+        raise ValueError(f"[load] checkpoint '{path}' is corrupt: {os.path.basename(file)} "
+                         "does not hold a JSON object.")
+    return value
 
 
 class _Reader:

@@ -102,6 +102,10 @@ class Graph(GraphStateMixin, GraphMemoryMixin, GraphRefusalsMixin, GraphOptimize
         from oneflowlike.nn.modules.module import Module
 
         if isinstance(value, Module):
+            if "_modules" not in self.__dict__:
+                raise RuntimeError(f"[nn.Graph] cannot hold module '{name}' before "
+                                   f"nn.Graph.__init__() has run: call super().__init__() first "
+                                   f"in {type(self).__name__}.__init__.")
             self.__dict__["_modules"][name] = value
         object.__setattr__(self, name, value)
 

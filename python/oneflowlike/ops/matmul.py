@@ -12,7 +12,9 @@ def _check_tensors(op, input, other):
 
             raise _no_data(f"'{op}'")
         if not isinstance(t, _C.Tensor):
-            raise TypeError(f"[{op}] {name} must be a Tensor. However, got {type(t).__name__}.")
+            kind = type(t)
+            raise TypeError(f"[{op}] {name} must be a flow Tensor. However, got "
+                            f"{kind.__module__}.{kind.__name__}.")
 
 
 def matmul(input, other):

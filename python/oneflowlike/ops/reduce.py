@@ -124,13 +124,36 @@ def _as_bool(input):
     return _C.eq(_C.eq(input, _C.fill((), input.dtype, 0.0)), _false())
 
 
+def _over_nothing(input, dim, keepdim, value):
+    """any/all over an empty axis, as torch: False / True (a max over nothing is refused)."""
+    axes = _axes(dim)
+    shape = list(input.shape)
+    if not shape or builtins.any(not isinstance(a, int) or not -len(shape) <= a < len(shape)
+                        for a in axes):
+        return None  # 0-d, or a bad dim: the reduction's own checks speak
+    reduced = set(range(len(shape))) if not axes else {a % len(shape) for a in axes}
+    if builtins.all(shape[a] != 0 for a in reduced):
+        return None
+    if keepdim:
+        out = [1 if a in reduced else n for a, n in enumerate(shape)]
+    else:
+        out = [n for a, n in enumerate(shape) if a not in reduced]
+    return _C.fill(tuple(out), _C.dtype.bool, float(value))
+
+
 def any(input, dim=None, keepdim=False):  # noqa: A001,A002
     """Whether some element (over ``dim``) is nonzero; a bool tensor."""
+    empty = _over_nothing(input, dim, keepdim, False)
+    if empty is not None:
+        return empty
     return _C.reduce_max(_as_bool(input), _axes(dim), keepdim)
 
 
 def all(input, dim=None, keepdim=False):  # noqa: A001,A002
     """Whether every element (over ``dim``) is nonzero; a bool tensor."""
+    empty = _over_nothing(input, dim, keepdim, True)
+    if empty is not None:
+        return empty
     some_false = _C.reduce_max(_C.eq(_as_bool(input), _false()), _axes(dim), keepdim)
     return _C.eq(some_false, _false())
 
