@@ -43,9 +43,41 @@ CASES = {
     "cross": dict(q=(2, 2, 9, 8), kv=(2, 2, 140, 8)),
     "scaled": dict(q=(2, 3, 17, 8), kv=(2, 3, 17, 8), scale=0.05),
     "three_d": dict(q=(3, 17, 8), kv=(3, 17, 8), is_causal=True),
-    # No keys at all: torch's product over none gives 0 (not the NaN of a fully masked row).
+    # No keys at all: torch's product over none gives 0.
     "no_keys": dict(q=(2, 3, 5, 8), kv=(2, 3, 0, 8)),
 }
+
+
+@pytest.mark.parametrize("kind", ["bool", "additive"])
+def test_a_row_whose_keys_are_all_masked_attends_to_nothing_as_in_torch(kind):
+    """Note [Rows with every key masked]: out 0 for the row, its dq 0, nothing from it in dk and
+    dv (PyTorch 2.15's SDPA; softmax alone gives NaN), where ours gave NaN; also with the causal
+    mask, and in the written-out form (dropout's path) with its gradients."""
+    q, k, v = rand(2, 3, 6, 8, seed=1), rand(2, 3, 7, 8, seed=2), rand(2, 3, 7, 8, seed=3)
+    visible = np.ones((6, 7), bool)
+    visible[0] = False  # row 0 sees no key
+    visible[3, 2:] = False
+    mask = visible if kind == "bool" else np.where(visible, 0.0, -np.inf).astype(np.float32)
+    for causal in (False, True):
+        if causal and kind == "bool":
+            continue  # torch takes no mask with is_causal
+        for ours, theirs in run_both(q, k, v, mask=None if causal else mask, grad_seed=4,
+                                     is_causal=causal):
+            assert not np.isnan(ours).any()
+            np.testing.assert_allclose(ours, theirs, rtol=1e-5, atol=1e-5)
+    from oneflowlike.ops.attention import _written_out
+
+    additive = np.where(visible, 0.0, -np.inf).astype(np.float32)
+    fused_in = [flow.tensor(x, requires_grad=True) for x in (q, k, v)]
+    written_in = [flow.tensor(x, requires_grad=True) for x in (q, k, v)]
+    fused = F.scaled_dot_product_attention(*fused_in, attn_mask=flow.tensor(additive))
+    written = _written_out(*written_in, flow.tensor(additive), 0.0, False, 1 / math.sqrt(8))
+    g = flow.tensor(rand(2, 3, 6, 8, seed=5))
+    (fused * g).sum().backward()
+    (written * g).sum().backward()
+    for a, b in [(fused, written)] + [(x.grad, y.grad) for x, y in zip(fused_in, written_in)]:
+        assert not np.isnan(b.numpy()).any()
+        np.testing.assert_allclose(a.detach().numpy(), b.detach().numpy(), rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.parametrize("case", CASES, ids=list(CASES))

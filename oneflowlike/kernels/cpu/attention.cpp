@@ -335,13 +335,17 @@ struct AttentionKernel {
         }
         T* o = out + d.out.at(b, h, q0);
         for (int64_t i = 0; i < nq; ++i) {
-          // A row whose keys are all hidden is 0 / 0: NaN, as softmax over nothing is in
-          // PyTorch. Without keys at all (S = 0) PyTorch's product over no keys gives 0.
-          const C sum = d.keys == 0 ? C(1) : l[i];
+          // Note [Rows with every key masked]: such a row attends to nothing, so out is 0 (as
+          // PyTorch's SDPA gives; its softmax alone would give NaN) and lse is +inf, which makes
+          // every p of the row exp(s - lse) = 0 in the backward: a dq of 0, nothing added to dk
+          // and dv. Without keys at all (S = 0) out is 0 too.
+          const bool nothing = l[i] == C(0);
+          const C sum = nothing ? C(1) : l[i];
           for (int64_t c = 0; c < d.value_dim; ++c) {
             o[i * d.out.row + c] = static_cast<T>(acc[i * d.value_dim + c] / sum);
           }
-          lse[bh * d.queries + q0 + i] = m[i] + std::log(l[i]);
+          lse[bh * d.queries + q0 + i] =
+              nothing ? std::numeric_limits<C>::infinity() : m[i] + std::log(l[i]);
         }
       }
       Tiles<T>::release();

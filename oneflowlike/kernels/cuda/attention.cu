@@ -30,10 +30,10 @@
 // first, and the outputs back, by one kernel each (SwapMiddleAxes): the grouped-query batches
 // above need a group's heads adjacent. That is still one act instead of four transposes' acts
 // each way.
-// Rows whose keys are all masked give out = 0/0 = NaN and lse = -inf, as on the CPU; in the
-// backward that NaN reaches the row's dq and, through ds, every dk of its group, as on the
-// CPU (where is_causal and a mask come together the CPU leaves the key tiles after the row's
-// own finite). Without keys (S = 0) out is 0, as in PyTorch and on the CPU. Every sum has one
+// Rows whose keys are all masked give out = 0 and lse = +inf, as on the CPU and in PyTorch's
+// SDPA (Note [Rows with every key masked] in kernels/cpu/attention.cpp): their p is 0, so the
+// backward gives the row a dq of 0 and adds nothing to dk and dv. Without keys (S = 0) out is
+// 0, as in PyTorch and on the CPU. Every sum has one
 // order (cuBLASLt with a fixed plan, one row per team): results are the same every run.
 
 #include <algorithm>
@@ -100,8 +100,8 @@ struct MaskView {
 };
 
 // Forward, one score row per team: s += mask, causal entries out; p = exp(s - max) / sum (0
-// where s is -inf; NaN throughout a row whose keys are all masked, as on the CPU, where out =
-// (p v) / sum = 0/0) in the operands' dtype, and lse per row.
+// where s is -inf, and throughout a row whose keys are all masked, whose lse is +inf) in the
+// operands' dtype, and lse per row.
 template <class C, class N, class L>
 struct SoftmaxRow {
   const C* s;
@@ -125,9 +125,11 @@ struct SoftmaxRow {
     for (int64_t j = team.rank(); j < keys; j += team.size()) {
       const C x = j < last ? row[j] + static_cast<C>(mask.at(b, h, i, j)) : -C(INFINITY);
       const C e = x == -C(INFINITY) ? C(0) : OnlineSoftmax<C>::exp_of(x - state.max);
-      store(p, r * keys + j, e / state.sum);
+      store(p, r * keys + j, state.sum > C(0) ? e / state.sum : C(0));
     }
-    if (team.rank() == 0) lse[r] = static_cast<L>(state.log_sum_exp());
+    if (team.rank() == 0) {
+      lse[r] = static_cast<L>(state.sum > C(0) ? state.log_sum_exp() : C(INFINITY));
+    }
   }
 };
 

@@ -98,8 +98,12 @@ def _written_out(q, k, v, mask, dropout_p, is_causal, scale):
         att = att.masked_fill(key_at > query_at, float("-inf"))
     if mask is not None:
         att = att + mask
-    att = dropout(softmax(att, dim=-1), p=dropout_p, training=True)
-    return matmul(att, v)
+    # A row whose keys are all masked attends to nothing: 0, as PyTorch's SDPA and the fused
+    # kernels (Note [Rows with every key masked]). Its scores become 0 before the softmax, so
+    # neither the softmax nor its gradient sees a row of -inf (a NaN), and its weights 0 after.
+    hidden = att.amax(dim=-1, keepdim=True) == float("-inf")
+    weights = softmax(att.masked_fill(hidden, 0.0), dim=-1).masked_fill(hidden, 0.0)
+    return matmul(dropout(weights, p=dropout_p, training=True), v)
 
 
 def _eager_global(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,

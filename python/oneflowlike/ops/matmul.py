@@ -12,9 +12,10 @@ def _check_tensors(op, input, other):
 
             raise _no_data(f"'{op}'")
         if not isinstance(t, _C.Tensor):
-            kind = type(t)
-            raise TypeError(f"[{op}] {name} must be a flow Tensor. However, got "
-                            f"{kind.__module__}.{kind.__name__}.")
+            kind = type(t)  # another library's tensor is named with its module (torch.Tensor)
+            shown = (kind.__name__ if kind.__module__.startswith(("oneflowlike", "builtins"))
+                     else f"{kind.__module__}.{kind.__name__}")
+            raise TypeError(f"[{op}] {name} must be a Tensor. However, got {shown}.")
 
 
 def matmul(input, other):
