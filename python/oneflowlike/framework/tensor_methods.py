@@ -126,15 +126,34 @@ def _with_placement(fn):
             return fn(*args, **kwargs)
         if sbp is None:
             raise ValueError(f"[{fn.__name__}] a placement needs an sbp.")
-        return _agreed_creation(fn, args, kwargs, placement, sbp)
+        if fn.__name__ == "tensor":
+            return _agreed_creation(fn, args, kwargs, placement, sbp)
+        return _created(fn, args, kwargs, placement, sbp)
 
     return wrapper
 
 
+def _created(fn, args, kwargs, placement, sbp):
+    """``fn``'s global tensor: made piece by piece (Note [Sharded creation]) or sliced from the
+    whole value ``fn`` gives every rank alike (arange, linspace)."""
+    if fn.__name__ in _SHARDED:
+        from oneflowlike.framework import sharded_creation
+
+        return sharded_creation.make(fn.__name__, fn, args, dict(kwargs), placement, sbp)
+    requires_grad = kwargs.pop("requires_grad", False)
+    result = _gt.from_logical(fn(*args, **kwargs), placement, sbp)
+    if requires_grad:
+        result.requires_grad = True
+    return result
+
+
 def _agreed_creation(fn, args, kwargs, placement, sbp):
-    """``fn``'s global tensor, checked to be the same on every rank of ``placement`` (Note
-    [Ranks agree] in agreement.py): its logical shape, dtype, placement and sbp, and for a value
-    every rank gives whole (flow.tensor, arange, linspace), the values."""
+    """flow.tensor's global tensor, checked to be the same on every rank of ``placement`` (Note
+    [Ranks agree] in agreement.py): its logical shape, dtype, placement and sbp, and the values,
+    which every rank gives whole. The other creation functions take only sizes and scalars,
+    computed alike by a program that runs alike, and run in models' hot loops (a position
+    arange per step), so they are not checked: each check is a small all-reduce that also
+    waits for the slowest rank."""
     from oneflowlike import env
     from oneflowlike.framework import agreement
 
@@ -146,18 +165,13 @@ def _agreed_creation(fn, args, kwargs, placement, sbp):
               "sbp": str(sbp)}
     result, error = None, None
     try:
-        if name in _SHARDED:
-            from oneflowlike.framework import sharded_creation
-
-            result = sharded_creation.make(name, fn, args, dict(kwargs), placement, sbp)
-        else:
-            requires_grad = kwargs.pop("requires_grad", False)
-            value = fn(*args, **kwargs)
-            if env.get_world_size() > 1:
-                fields["values"] = agreement.digest(value.numpy())
-            result = _gt.from_logical(value, placement, sbp)
-            if requires_grad:
-                result.requires_grad = True
+        requires_grad = kwargs.pop("requires_grad", False)
+        value = fn(*args, **kwargs)
+        if env.get_world_size() > 1:
+            fields["values"] = agreement.digest(value.numpy())
+        result = _gt.from_logical(value, placement, sbp)
+        if requires_grad:
+            result.requires_grad = True
         fields["logical shape"] = str(tuple(result.shape))
         fields["dtype"] = str(result.dtype)
     except (TypeError, ValueError, RuntimeError) as e:

@@ -72,9 +72,7 @@ if world == 4:
     big = flow.randn(1024, 1024, placement=flow.placement("cpu", ranks=[0, 1, 2, 3]), sbp=S0)
     grown = _C.cpu_memory_live_bytes() - before
     peak = _C.cpu_memory_peak_bytes() - before
-    # The peak may pass the piece by the few bytes of the ranks' agreement on what they made
-    # (Note [Ranks agree]), never by the 4 MiB of the whole tensor.
-    if grown != 256 * 1024 * 4 or peak > grown + 4096:
+    if grown != 256 * 1024 * 4 or peak != grown:
         print(f"rank {rank}: ALLOCATED {grown} bytes (peak {peak}) for a 256 x 1024 float32 "
               "piece")
         sys.exit(1)
