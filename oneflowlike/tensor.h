@@ -33,7 +33,7 @@ class Storage {
   /// The storage holds a copy that indexing made (t[...] where torch would give a view):
   /// in-place writes into it are refused, since they would not reach the indexed tensor.
   bool indexed_copy() const { return indexed_copy_; }
-  void set_indexed_copy() { indexed_copy_ = true; }
+  void set_indexed_copy(bool copy = true) { indexed_copy_ = copy; }
 
  private:
   void* data_;

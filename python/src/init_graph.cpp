@@ -148,6 +148,18 @@ void init_graph(py::module_& m) {
         if (!t.is_lazy()) t.impl()->storage->set_indexed_copy();
       },
       py::arg("tensor"), "Marks a copy made by indexing: in-place writes into it are refused.");
+  m.def(
+      "_is_indexed_copy",
+      [](const Tensor& t) { return !t.is_lazy() && t.impl()->storage->indexed_copy(); },
+      py::arg("tensor"), "Whether in-place writes into the tensor's storage are refused.");
+  m.def(
+      "_unmark_indexed_copy",
+      [](const Tensor& t) {
+        if (!t.is_lazy()) t.impl()->storage->set_indexed_copy(false);
+      },
+      py::arg("tensor"),
+      "Lifts the mark of _mark_indexed_copy: the storage becomes a tensor of its own (a "
+      "Parameter made of it).");
   m.def("_is_lazy", [](const Tensor& t) { return t.defined() && t.is_lazy(); });
   m.def("sbp_parse", [](const std::string& s) { return Sbp::parse(s).to_string(); });
   m.def(

@@ -198,3 +198,59 @@ def test_small_misuses_name_what_was_wrong(tmp_path):
 
     with pytest.raises(RuntimeError, match=r"call super\(\).__init__\(\) first in NoInit"):
         NoInit()
+
+
+def test_a_write_after_a_graph_step_is_the_newest_value():
+    """Note [Graphs sharing modules]: load_state_dict or an eager write after a training graph's
+    step is newer than the graph's copy: it is what state_dict, eager calls and the graph's next
+    step see (a sync from the graph overwrote it)."""
+    import gc
+
+    from oneflowlike.nn import graph_sharing
+
+    F = nn.functional
+    flow.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 3))
+    initial = {k: v.numpy().copy() for k, v in model.state_dict().items()}
+    x = flow.tensor(np.random.default_rng(0).standard_normal((16, 4)).astype(np.float32))
+    y = flow.tensor(np.random.default_rng(1).integers(0, 3, 16))
+
+    class Train(nn.Graph):
+        def __init__(self):
+            super().__init__()
+            self.model = model
+            self.add_optimizer(flow.optim.SGD(model.parameters(), lr=0.5))
+
+        def build(self, x, y):
+            loss = F.cross_entropy(self.model(x), y)
+            loss.backward()
+            return loss
+
+    train = Train()
+    for _ in range(3):
+        train(x, y)
+    model.load_state_dict({k: flow.tensor(v) for k, v in initial.items()})
+    for k, v in model.state_dict().items():
+        np.testing.assert_array_equal(v.numpy(), initial[k])
+    train(x, y)
+    with flow.no_grad():
+        for p in model.parameters():
+            p.fill_(0.0)
+    np.testing.assert_array_equal(model(x).numpy(), np.zeros((16, 3), np.float32))
+    # A graph that has gone holds nothing.
+    train(x, y)
+    assert graph_sharing._holders
+    del train
+    gc.collect()
+    assert not graph_sharing._holders
+
+
+def test_a_copy_made_contiguous_or_a_parameter_is_writable():
+    w = flow.ones(3, 2)
+    fresh = w.t().contiguous()
+    fresh.add_(1)  # its own memory, as torch's contiguous() of a transpose
+    np.testing.assert_array_equal(w.numpy(), np.ones((3, 2), np.float32))
+    m = nn.Linear(3, 2)
+    m.weight = nn.Parameter(w.t())  # a GPT-2 Conv1D weight turned around
+    m.load_state_dict({"weight": flow.zeros(2, 3), "bias": flow.zeros(2)})
+    np.testing.assert_array_equal(m.weight.detach().numpy(), np.zeros((2, 3), np.float32))

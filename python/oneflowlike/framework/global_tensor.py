@@ -100,6 +100,17 @@ class GlobalTensor:
     _grad_fn = None
     _output_index = 0
     _grad = None
+    _generation = 0  # pieces assigned to it (Note [Graphs sharing modules]: stamp)
+
+    @property
+    def _local(self):
+        """This rank's piece (None outside the placement)."""
+        return self._piece
+
+    @_local.setter
+    def _local(self, piece):
+        self._piece = piece
+        self._generation += 1
 
     def __init__(self, local, shape, dtype, placement, sbp):
         self._local = local

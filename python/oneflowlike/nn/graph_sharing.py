@@ -11,34 +11,56 @@ So the module's tensor stays the one value every user of it sees, brought up to 
   the modules' tensors (sync), and every variable whose module tensor changed since this graph
   last wrote or read it (that sync, load_state_dict, an eager write) is written into this
   graph's runtime;
-- eager reads through the module (calling it outside a graph, state_dict) sync first.
+- eager reads through the module (calling it outside a graph, state_dict) sync first;
+- a module tensor written since its holder last saw it (load_state_dict, an eager write after
+  a step) is newer than the holder's copy: the hold ends without a copy, and the holder takes
+  the written value at its next call.
 A copy happens only when another user of a value needs it, so a training loop of one graph
 copies nothing. Reads of a parameter tensor itself (model.weight.numpy()) between graph steps
-do not sync: graph.sync_to_modules() does that explicitly.
+do not sync: graph.sync_to_modules() does that explicitly. Where the graph lays a value out
+otherwise than its module (ZeRO), the copy is a collective: after such a graph trained, an
+eager call or state_dict() of its modules must be made on every rank.
 """
 
 import weakref
 
 from oneflowlike.framework import global_tensor as _gt
 
-# id(module tensor) -> (the holding graph (weak), its variable name, the tensor).
+# id(module tensor) -> (the holding graph (weak), its variable name, the tensor: kept, so that
+# its id names no other tensor while the entry lives). A graph's entries go when it does.
 _holders = {}
+# Bumped at every claim: a module released at the current epoch has nothing held (module_call).
+_epoch = 0
 
 
 def stamp(value):
-    """What changes when a module tensor's values are written (in place, or, for a global
-    tensor, its piece replaced)."""
+    """What changes when a module tensor's values are written: its storage version, and for a
+    global tensor which piece it holds (a counter, not an id: a freed piece's id comes back)."""
     if isinstance(value, _gt.GlobalTensor):
         local = value._local
-        return (id(local), -1 if local is None else local._version)
-    return (id(value), value._version)
+        return (value._generation, -1 if local is None else local._version)
+    return value._version
+
+
+def _forget(graph_id, ids):
+    """A graph has gone: its holds end (the values stay as the modules hold them)."""
+    for key in ids:
+        held = _holders.get(key)
+        if held is not None and held[0]() is None:
+            del _holders[key]
 
 
 def claim(graph):
     """After a call of ``graph`` that changed its variables: it holds their newest values."""
+    global _epoch
     ref = weakref.ref(graph)
+    ids = []
     for full, value, *_ in graph._variables:
         _holders[id(value)] = (ref, full, value)
+        ids.append(id(value))
+    if "_sharing_forget" not in graph.__dict__:
+        graph.__dict__["_sharing_forget"] = weakref.finalize(graph, _forget, id(graph), ids)
+    _epoch += 1
 
 
 def release(values, reader=None):
@@ -52,9 +74,14 @@ def release(values, reader=None):
         if held is None or held[2] is not value:
             continue
         graph = held[0]()
-        if graph is None or graph is reader:
+        if graph is None:
+            del _holders[id(value)]
+            continue
+        if graph is reader:
             continue
         del _holders[id(value)]
+        if stamp(value) != graph._seen_stamps.get(held[1]):
+            continue  # written since the holder saw it: the module's value is the newer one
         by_graph.setdefault(id(graph), (graph, []))[1].append(held[1])
     for graph, names in by_graph.values():
         graph._sync_variables(set(names))
@@ -69,6 +96,21 @@ def before_call(graph):
         if graph._seen_stamps.get(full) != now:
             graph._write_variable(full, value)
             graph._seen_stamps[full] = now
+            held = _holders.get(id(value))
+            if held is not None and held[0]() is graph:
+                del _holders[id(value)]  # the runtime now holds the module's value
+
+
+def module_call(module):
+    """Before an eager call of ``module``: the values graphs hold of it and its submodules,
+    once per claim (its submodules' calls inside it find them released)."""
+    if module.__dict__.get("_sharing_epoch") == _epoch:
+        return
+    modules = list(module.modules())
+    release([t for m in modules for registry in (m._parameters, m._buffers)
+             for t in registry.values() if t is not None])
+    for m in modules:
+        m.__dict__["_sharing_epoch"] = _epoch
 
 
 def module_values(module):

@@ -26,6 +26,9 @@ class Parameter(_C.Tensor):
                 f"[Parameter] data must be a Tensor. However, got {type(data).__name__}."
             )
         super().__init__(data)
+        # A parameter made of a copy that indexing or a view-like op made (nn.Parameter(w.t()))
+        # is a tensor of its own: loading and initialising write into it.
+        _C._unmark_indexed_copy(self)
         if requires_grad:
             self.requires_grad = True
 

@@ -242,7 +242,9 @@ TENSOR_METHODS = {
     "to": _to,
     "cpu": lambda self: _to(self, "cpu"),
     "cuda": lambda self, device=None: _to(self, "cuda" if device is None else f"cuda:{device}"),
-    "contiguous": lambda self: self,
+    # A copy that indexing or a view-like op made (writes into it refused) becomes a tensor of
+    # its own, as torch's contiguous() copies a non-contiguous view.
+    "contiguous": lambda self: _raw_clone(self) if _C._is_indexed_copy(self) else self,
     "float": lambda self: _C.cast(self, _C.dtype.float32),
     "double": lambda self: _C.cast(self, _C.dtype.float64),
     "half": lambda self: _C.cast(self, _C.dtype.float16),

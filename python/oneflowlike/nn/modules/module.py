@@ -85,7 +85,7 @@ class Module:
 
         if graph_sharing._holders and current_tracer() is None:
             # Note [Graphs sharing modules]: values a graph trained, before an eager call.
-            graph_sharing.release(graph_sharing.module_values(self))
+            graph_sharing.module_call(self)
         return self.forward(*args, **kwargs)
 
     # ---- registration ------------------------------------------------------------------------
