@@ -113,11 +113,8 @@ def test_a_ragged_placement_names_the_placement():
         flow.placement("cpu", ranks=[[0, 1], [1]])
 
 
-def test_graphs_and_eager_calls_on_one_model_see_its_trained_values(tmp_path):
-    """Note [Graphs sharing modules]: an evaluation graph built on a model a training graph
-    trained, the eager model and its state_dict see the trained values (they saw the initial
-    ones); an eager write into the model reaches the training graph's next step."""
-    F = nn.functional
+def _model_and_training_graph():
+    """A small classifier, its initial values, a batch, and a graph training it with SGD."""
     flow.manual_seed(0)
     model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 3))
     initial = {k: v.numpy().copy() for k, v in model.state_dict().items()}
@@ -131,9 +128,19 @@ def test_graphs_and_eager_calls_on_one_model_see_its_trained_values(tmp_path):
             self.add_optimizer(flow.optim.SGD(model.parameters(), lr=0.5))
 
         def build(self, x, y):
-            loss = F.cross_entropy(self.model(x), y)
+            loss = nn.functional.cross_entropy(self.model(x), y)
             loss.backward()
             return loss
+
+    return model, initial, x, y, Train()
+
+
+def test_graphs_and_eager_calls_on_one_model_see_its_trained_values(tmp_path):
+    """Note [Graphs sharing modules]: an evaluation graph built on a model a training graph
+    trained, the eager model and its state_dict see the trained values (they saw the initial
+    ones); an eager write into the model reaches the training graph's next step."""
+    F = nn.functional
+    model, initial, x, y, train = _model_and_training_graph()
 
     class Evaluate(nn.Graph):
         def __init__(self):
@@ -143,7 +150,6 @@ def test_graphs_and_eager_calls_on_one_model_see_its_trained_values(tmp_path):
         def build(self, x, y):
             return F.cross_entropy(self.model(x), y)
 
-    train = Train()
     for _ in range(10):
         train(x, y)
     trained = {k: v.numpy() for k, v in train.state_dict().items() if k in initial}
@@ -208,25 +214,7 @@ def test_a_write_after_a_graph_step_is_the_newest_value():
 
     from oneflowlike.nn import graph_sharing
 
-    F = nn.functional
-    flow.manual_seed(0)
-    model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 3))
-    initial = {k: v.numpy().copy() for k, v in model.state_dict().items()}
-    x = flow.tensor(np.random.default_rng(0).standard_normal((16, 4)).astype(np.float32))
-    y = flow.tensor(np.random.default_rng(1).integers(0, 3, 16))
-
-    class Train(nn.Graph):
-        def __init__(self):
-            super().__init__()
-            self.model = model
-            self.add_optimizer(flow.optim.SGD(model.parameters(), lr=0.5))
-
-        def build(self, x, y):
-            loss = F.cross_entropy(self.model(x), y)
-            loss.backward()
-            return loss
-
-    train = Train()
+    model, initial, x, y, train = _model_and_training_graph()
     for _ in range(3):
         train(x, y)
     model.load_state_dict({k: flow.tensor(v) for k, v in initial.items()})

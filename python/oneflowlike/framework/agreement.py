@@ -54,9 +54,15 @@ def _gather_texts(texts, ranks):
             for per_rank in rows]
 
 
+def _sha256(array):
+    """The SHA-256 of an array's (or bytes') bytes."""
+    data = array if isinstance(array, bytes) else np.ascontiguousarray(array).tobytes()
+    return hashlib.sha256(data)
+
+
 def digest(array):
     """A short hex digest of an array's bytes, for agree() to compare values across ranks."""
-    return hashlib.sha256(np.ascontiguousarray(array).tobytes()).hexdigest()[:16]
+    return _sha256(array).hexdigest()[:16]
 
 
 def agree(op, fields, rule, error=None, ranks=None):
@@ -116,8 +122,7 @@ def count_ok(ok):
 def _digest(array):
     """Four 16-bit pieces of the SHA-256 of the array's (or bytes') bytes (exact in float64
     sums)."""
-    data = array if isinstance(array, bytes) else np.ascontiguousarray(array).tobytes()
-    raw = hashlib.sha256(data).digest()[:8]
+    raw = _sha256(array).digest()[:8]
     return [float(int.from_bytes(raw[i:i + 2], "little")) for i in range(0, 8, 2)]
 
 

@@ -106,10 +106,8 @@ def module_call(module):
     once per claim (its submodules' calls inside it find them released)."""
     if module.__dict__.get("_sharing_epoch") == _epoch:
         return
-    modules = list(module.modules())
-    release([t for m in modules for registry in (m._parameters, m._buffers)
-             for t in registry.values() if t is not None])
-    for m in modules:
+    release(module_values(module))
+    for m in module.modules():
         m.__dict__["_sharing_epoch"] = _epoch
 
 
