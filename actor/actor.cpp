@@ -244,8 +244,9 @@ void Actor::on_message(const ActorMessage& message, ActorHost& host) {
       break;
     }
     case ActorMessage::Kind::kDepartureProgress:
-    case ActorMessage::Kind::kDeparture:  // TransportSessions takes these (Note [Departures])
-    case ActorMessage::Kind::kRunFailed:  // the runtime takes these (Runtime::on_message)
+    case ActorMessage::Kind::kDeparture:    // TransportSessions takes these (Note [Departures])
+    case ActorMessage::Kind::kRunPosition:  // and these (Note [Program positions])
+    case ActorMessage::Kind::kRunFailed:    // the runtime takes these (Runtime::on_message)
       OFL_ASSERT(false) << name_ << " got a message meant for the process: " << message.to_string();
       break;
   }

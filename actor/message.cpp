@@ -35,6 +35,8 @@ const char* message_kind_name(ActorMessage::Kind kind) {
       return "act_done";
     case ActorMessage::Kind::kRunFailed:
       return "run_failed";
+    case ActorMessage::Kind::kRunPosition:
+      return "run_position";
   }
   return "unknown";
 }
@@ -92,6 +94,15 @@ ActorMessage ActorMessage::run_failed(int64_t src_rank, int64_t dst_rank, int64_
                                       int64_t code) {
   ActorMessage m = make(Kind::kRunFailed, {0, src_rank}, {0, dst_rank}, /*register_id=*/code, 0);
   m.piece = iteration;
+  return m;
+}
+
+ActorMessage ActorMessage::run_position(int64_t src_rank, int64_t dst_rank, uint32_t session,
+                                        uint64_t ranks_digest, int64_t position) {
+  ActorMessage m = make(Kind::kRunPosition, {0, src_rank}, {0, dst_rank}, 0, 0);
+  m.session = session;
+  m.address = ranks_digest;
+  m.piece = position;
   return m;
 }
 

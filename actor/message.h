@@ -22,8 +22,8 @@
 namespace ofl::actor {
 
 struct ActorMessage {
-  // kDepartureProgress and kDeparture go between processes, not actors: Note [Departures] in
-  // actor/session_transport.h.
+  // kDepartureProgress, kDeparture and kRunPosition go between processes, not actors: Notes
+  // [Departures] and [Program positions] in actor/session_transport.h.
   enum class Kind : int16_t {
     kRegisterReady = 0,
     kRegisterAck = 1,
@@ -36,6 +36,9 @@ struct ActorMessage {
     // Between the runtimes of one session: the sender's run failed (Note [Failed runs across
     // processes] in actor/runtime.cpp).
     kRunFailed = 6,
+    // Between processes: the sender starts its run at a program position (Note [Program
+    // positions] in actor/session_transport.h).
+    kRunPosition = 7,
   };
 
   Kind kind = Kind::kRegisterReady;
@@ -70,6 +73,10 @@ struct ActorMessage {
   /// an error of `code` (an ErrorCode).
   static ActorMessage run_failed(int64_t src_rank, int64_t dst_rank, int64_t iteration,
                                  int64_t code);
+  /// Note [Program positions]: `src_rank` starts the run of `session` as run `position` (from
+  /// 0) over the ranks whose digest is `ranks_digest`.
+  static ActorMessage run_position(int64_t src_rank, int64_t dst_rank, uint32_t session,
+                                   uint64_t ranks_digest, int64_t position);
 
   /// "register_ready{slot=0 src_actor=3 dst_actor=4 ...}": every field, from one list.
   std::string to_string() const;

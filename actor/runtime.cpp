@@ -169,6 +169,17 @@ void Runtime::on_rank_departure(int64_t rank, int64_t iterations) {
   done_cv_.notify_all();
 }
 
+void Runtime::on_position_difference(const std::string& why) {
+  std::lock_guard<std::mutex> lock(done_mu_);
+  // Not running: that run finished (it needed nothing of the rank that differs); the next run
+  // over these ranks is refused (TransportSessions::begin_run).
+  if (running_ && failure_.empty()) {
+    failure_ = why;
+    failure_code_ = ErrorCode::kFailedPrecondition;
+  }
+  done_cv_.notify_all();
+}
+
 std::string Runtime::departure_failure(int64_t rank, int64_t iterations) const {
   std::string hosted;
   for (int64_t r : ranks_) hosted += str_cat(hosted.empty() ? "" : ", ", r);
@@ -279,6 +290,32 @@ std::vector<std::pair<int, Tensor>> Runtime::run_iteration(
       }
     }
   }
+  // Running from here, so a difference of program positions found while this run starts ends it
+  // (Runtime::on_position_difference). Not running once this returns or throws (Note
+  // [Departures] reads iteration_ only then).
+  {
+    std::lock_guard<std::mutex> lock(done_mu_);
+    running_ = true;
+  }
+  struct NotRunning {
+    explicit NotRunning(Runtime* r) : runtime(r) {}
+    NotRunning(const NotRunning&) = delete;
+    ~NotRunning() {
+      std::lock_guard<std::mutex> lock(runtime->done_mu_);
+      runtime->running_ = false;
+    }
+    Runtime* runtime;
+  };
+  std::optional<NotRunning> running;
+  running.emplace(this);
+  // Note [Program positions]: counted before the refusals below, so a run refused here still
+  // takes its position, as its peers' runs (failed or refused alike) do.
+  const std::string position_refused =
+      members_.empty() ? std::string() : transport_->begin_run(members_);
+  if (!position_refused.empty()) {
+    fail(ErrorCode::kFailedPrecondition, position_refused);
+    wait_for_iteration();  // ends it as a failed run: raises
+  }
   {
     std::unique_lock<std::mutex> lock(done_mu_);
     for (const auto& [rank, ran] : departed_) {
@@ -313,28 +350,17 @@ std::vector<std::pair<int, Tensor>> Runtime::run_iteration(
       throw;
     }
   }
-  {
-    std::lock_guard<std::mutex> lock(done_mu_);
-    running_ = true;
-  }
-  // Not running once this returns or throws (Note [Departures] reads iteration_ only then).
-  struct NotRunning {
-    explicit NotRunning(Runtime* r) : runtime(r) {}
-    NotRunning(const NotRunning&) = delete;
-    ~NotRunning() {
-      std::lock_guard<std::mutex> lock(runtime->done_mu_);
-      runtime->running_ = false;
-    }
-    Runtime* runtime;
-  };
-  std::optional<NotRunning> running;
-  running.emplace(this);
   inputs_ = inputs != nullptr ? inputs : &kNoInputs;
   input_pieces_ = pieces;
   // The caller only waits from here: its kernel threads would throttle the compute threads'
   // ones (Note [One OpenMP pool at a time]). In deterministic mode the caller runs the kernels.
   if (!on_caller() && thread_kernel_threads_ != 1) release_kernel_threads();
-  for (Actor* tick : ticks_) {
+  bool start = true;  // not after a failure: the run ends at once (wait_for_iteration)
+  {
+    std::lock_guard<std::mutex> lock(done_mu_);
+    start = failure_.empty();
+  }
+  for (Actor* tick : start ? ticks_ : std::vector<Actor*>()) {
     deliver(ActorMessage::register_ready({kCallerActor, tick->rank()}, {tick->id(), tick->rank()},
                                          kRunRegisterBase + tick->rank(), /*slot=*/0, iteration_));
   }

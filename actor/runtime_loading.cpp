@@ -139,6 +139,9 @@ Runtime::Runtime(const proto::PlanProto& plan, RuntimeOptions options)
   for (int64_t r : ranks_) peers_.erase(r);
   transport_->set_departure_handler(
       [this](int64_t rank, int64_t iterations) { on_rank_departure(rank, iterations); });
+  members_.assign(plan.job_ranks().begin(), plan.job_ranks().end());
+  transport_->set_position_handler([this](const std::string& why) { on_position_difference(why); },
+                                   job_name_);
   std::vector<int64_t> served;
   try {
     for (int64_t rank : ranks_) {
@@ -156,6 +159,7 @@ Runtime::Runtime(const proto::PlanProto& plan, RuntimeOptions options)
     for (int64_t rank : served) transport_->stop_serving_rank(rank);
     transport_->set_fault_handler(nullptr);
     transport_->set_departure_handler(nullptr);
+    transport_->set_position_handler(nullptr);
     throw;
   }
 }

@@ -365,6 +365,7 @@ bool Runtime::shutdown() {
   for (int64_t rank : ranks_) transport_->stop_serving_rank(rank);
   transport_->set_fault_handler(nullptr);
   transport_->set_departure_handler(nullptr);
+  transport_->set_position_handler(nullptr);
   broken_ = true;  // nothing runs after this
   all_retired_ = retired;
   return retired;

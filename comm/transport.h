@@ -13,6 +13,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 namespace ofl::comm {
 
@@ -110,6 +111,22 @@ class Transport {
   /// once, naming it. Transports without sessions never call it.
   using DepartureHandler = std::function<void(int64_t rank, int64_t iterations)>;
   virtual void set_departure_handler(DepartureHandler handler) { (void)handler; }
+
+  /// Note [Program positions] in actor/session_transport.h: the receiving runtime starts a run
+  /// that ranks `members` (ascending; the ranks of its job) run together. Returns why it must
+  /// not ("" when it may): another of them ran something else at this position. Transports
+  /// without sessions return "".
+  virtual std::string begin_run(const std::vector<int64_t>& members) {
+    (void)members;
+    return {};
+  }
+  /// Called (on a transport thread) when a member of the receiving runtime's latest run turns
+  /// out to have run something else at that position, with why; `job` names the runtime's job
+  /// in such errors, here and on its peers.
+  using PositionHandler = std::function<void(const std::string& why)>;
+  virtual void set_position_handler(PositionHandler handler, const std::string& job = "") {
+    (void)handler, (void)job;
+  }
 };
 
 }  // namespace ofl::comm

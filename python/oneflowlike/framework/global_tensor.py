@@ -502,13 +502,19 @@ def sliced_locally(value, sbp):
     nd = _sbp.normalize(sbp, value.placement, "to_global")
     if any(str(s) == "P" for s in tuple(value.sbp) + tuple(nd)):
         return None
+    # Decided over every rank of the placement, so all of them take the same path (Note
+    # [Program positions] in actor/session_transport.h): under (B, S(0)) -> (S(0), S(0)) on 2x2,
+    # ranks 0 and 3 keep part of their own piece where ranks 1 and 2 need another's.
+    for r in value.placement.flat_ranks:
+        old = _region(value.shape, value.placement, value.sbp, r)
+        new = _region(value.shape, value.placement, nd, r)
+        if any(n.start < o.start or n.stop > o.stop for n, o in zip(new, old)):
+            return None  # a rank needs another rank's data
     rank = env.get_rank()
     if rank not in value.placement:
         return GlobalTensor(None, value.shape, value.dtype, value.placement, nd)
     old = _region(value.shape, value.placement, value.sbp, rank)
     new = _region(value.shape, value.placement, nd, rank)
-    if any(n.start < o.start or n.stop > o.stop for n, o in zip(new, old)):
-        return None  # needs another rank's data; the same test holds on every rank alike
     local = value._local[tuple(slice(n.start - o.start, n.stop - o.start)
                                for n, o in zip(new, old))] if new != old else value._local
     return GlobalTensor(local, value.shape, value.dtype, value.placement, nd)
@@ -614,7 +620,7 @@ def reshard_many(items):
     compiled = _cache.get(key)
     if compiled is None or compiled.broken:
         retire(compiled)
-        tracer = _Tracer("to_global_many", source)
+        tracer = _Tracer("to_global", source)
         names, metas = [], []
         with tracing(tracer.c, tracer):
             for k, (x, placement, nd_sbp) in enumerate(items):
@@ -773,7 +779,7 @@ def apply(fn, args, kwargs, *, name):
     compiled = _cache.get(cache_key)
     if compiled is None or compiled.broken:
         retire(compiled)
-        tracer = _Tracer("global_op", placement)
+        tracer = _Tracer(op, placement)  # names the op in errors (Note [Program positions])
         tracer.set_constants_allowed(False)
         with tracing(tracer.c, tracer):
             lazies = [tracer.input(f"in{i}", t.shape, t.dtype, placement._c, _strings(t.sbp))

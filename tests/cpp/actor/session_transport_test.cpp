@@ -399,6 +399,147 @@ TEST(TransportSessions, ARunWaitingForARankThatDepartsEndsAtOnceListingWhatItWai
   one.join();
 }
 
+// Note [Program positions]: rank 0 runs job b where rank 1 runs job a, their second run over
+// ranks {0, 1}. Both runs end at once (the watchdog is 30 s), naming both ranks and the jobs
+// each knows of; every later run over those ranks is refused on both.
+TEST(TransportSessions, RanksRunningDifferentJobsAtOnePositionEndAtOnce) {
+  TwoProcesses p;
+  std::string errors[2];
+  std::string refusals[2];
+  auto process = [&](int64_t rank, std::shared_ptr<TransportSessions> sessions) {
+    RuntimeOptions options;
+    options.watchdog_seconds = 30;
+    options.ranks = {rank};
+    options.transport = sessions->open(1);
+    Runtime a(job_a(rank), options);
+    options.transport = sessions->open(2);
+    Runtime b(job_b(rank), options);
+    const Runtime::Pieces y = {{"y", {{rank, Tensor::zeros(Shape{2, 3}, DataType::kFloat32)}}}};
+    a.run_local(pieces_of_x(rank));
+    try {
+      rank == 0 ? b.run_local(y) : a.run_local(pieces_of_x(rank));
+      ADD_FAILURE() << "rank " << rank << "'s second run finished";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::kFailedPrecondition) << e.what();
+      errors[rank] = e.what();
+    }
+    try {  // the runtime that did not fail, refused
+      rank == 0 ? a.run_local(pieces_of_x(rank)) : b.run_local(y);
+      ADD_FAILURE() << "rank " << rank << "'s third run was not refused";
+    } catch (const Error& e) {
+      refusals[rank] = e.what();
+    }
+  };
+  const auto start = std::chrono::steady_clock::now();
+  std::thread one(process, 1, p.rank1);
+  process(0, p.rank0);
+  one.join();
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), 10);
+  EXPECT_NE(errors[0].find("ranks 0 and 1 run different things as run 2 over ranks {0, 1}: rank 0 "
+                           "runs 'b', rank 1 runs 'a'"),
+            std::string::npos)
+      << errors[0];
+  EXPECT_NE(errors[1].find("ranks 1 and 0 run different things as run 2 over ranks {0, 1}: rank 1 "
+                           "runs 'a', rank 0 runs 'b'"),
+            std::string::npos)
+      << errors[1];
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_NE(refusals[r].find("run different things as run 2 over ranks {0, 1}"),
+              std::string::npos)
+        << "rank " << r << ": " << refusals[r];
+  }
+}
+
+// Job L: x (4,) split over ranks 0 and 1, doubled and fetched as it is: each rank's run needs
+// nothing of the other's.
+proto::PlanProto job_l(int64_t rank) {
+  const Placement both(DeviceType::kCPU, {0, 1});
+  compiler::GraphTracer t("l", both);
+  TracingScope scope(&t);
+  const Tensor x = t.input("x", Shape{4}, DataType::kFloat32, both, {S(0)});
+  t.fetch(apply_op1(OpRegistry::global().find("add"), NoParams{}, {x, x}));
+  compiler::CompileOptions options;
+  options.ranks = {rank};
+  return compiler::compile_graph(t.builder().graph(), options);
+}
+
+// A run that needs nothing of the rank that differs (rank 0's L, where rank 1 runs a) finishes
+// when it comes first; rank 1's a is then refused at its start, as is rank 0's next run over the
+// two ranks. When rank 1's a comes first and waits for rank 0, rank 0's L is refused at its
+// start and rank 1's a ends at once.
+TEST(TransportSessions, ADifferenceFoundAfterARunFinishedRefusesTheNextRun) {
+  for (bool l_first : {true, false}) {
+    SCOPED_TRACE(l_first ? "L first" : "a first");
+    TwoProcesses p;
+    RuntimeOptions options;
+    options.watchdog_seconds = 30;
+    options.ranks = {1};
+    options.transport = p.rank1->open(1);
+    Runtime a1(job_a(1), options);
+    options.ranks = {0};
+    options.transport = p.rank0->open(1);
+    Runtime a0(job_a(0), options);
+    options.transport = p.rank0->open(3);
+    Runtime l0(job_l(0), options);
+    const auto start = std::chrono::steady_clock::now();
+    const Runtime::Pieces x = {{"x", {{0, make_tensor({1, 2}, Shape{2}, DataType::kFloat32)}}}};
+    const std::string rank1_says =
+        "rank 1 runs 'a', rank 0 runs a graph or op that rank 1 has not "
+        "loaded (rank 0's error names it)";
+    const std::string rank0_says = "rank 0 runs 'l', rank 1 runs 'a'";
+    if (l_first) {
+      EXPECT_EQ(values_of(l0.run_local(x).begin()->second.at(0)), (std::vector<double>{2, 4}));
+      expect_error([&] { a1.run_local(pieces_of_x(1)); }, ErrorCode::kFailedPrecondition,
+                   rank1_says);
+    } else {
+      std::thread one([&] {
+        expect_error([&] { a1.run_local(pieces_of_x(1)); }, ErrorCode::kFailedPrecondition,
+                     rank1_says);
+      });
+      std::this_thread::sleep_for(std::chrono::milliseconds(300));  // rank 1 waits for rank 0
+      expect_error([&] { l0.run_local(x); }, ErrorCode::kFailedPrecondition, rank0_says);
+      one.join();
+    }
+    expect_error([&] { a0.run_local(pieces_of_x(0)); }, ErrorCode::kFailedPrecondition, rank0_says);
+    EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), 10);
+  }
+}
+
+// Job S: a job of rank `rank` alone. Positions are counted per set of ranks: rank 0 running
+// one-rank jobs between the runs it shares with rank 1 changes nothing of theirs.
+proto::PlanProto job_s(int64_t rank) {
+  const Placement one(DeviceType::kCPU, {rank});
+  compiler::GraphTracer t("s", one);
+  t.fetch(t.input("x", Shape{3}, DataType::kFloat32, one, {B()}));
+  compiler::CompileOptions options;
+  options.ranks = {rank};
+  return compiler::compile_graph(t.builder().graph(), options);
+}
+
+TEST(TransportSessions, RunsOverOtherRanksTakeNoPositionOfTheirs) {
+  TwoProcesses p;
+  std::vector<double> results[2];
+  auto process = [&](int64_t rank, std::shared_ptr<TransportSessions> sessions) {
+    RuntimeOptions options;
+    options.watchdog_seconds = 30;
+    options.ranks = {rank};
+    options.transport = sessions->open(1);
+    Runtime a(job_a(rank), options);
+    options.transport = sessions->open(10 + rank);
+    Runtime solo(job_s(rank), options);
+    const Runtime::Pieces x = {{"x", {{rank, Tensor::zeros(Shape{3}, DataType::kFloat32)}}}};
+    for (int round = 0; round < 3; ++round) {
+      for (int k = 0; k < (rank == 0 ? round : 2 - round); ++k) solo.run_local(x);
+      results[rank].push_back(
+          values_of(a.run_local(pieces_of_x(rank)).begin()->second.at(rank))[0]);
+    }
+  };
+  std::thread one(process, 1, p.rank1);
+  process(0, p.rank0);
+  one.join();
+  for (int r = 0; r < 2; ++r) EXPECT_EQ(results[r], (std::vector<double>{36, 36, 36})) << r;
+}
+
 TEST(TransportSessions, PiecesMustMatchTheRegister) {
   RuntimeOptions options;
   options.ranks = {0};
