@@ -23,7 +23,7 @@ namespace ofl::actor {
 
 struct ActorMessage {
   // kDepartureProgress, kDeparture and kRunPosition go between processes, not actors: Notes
-  // [Departures] and [Program positions] in actor/session_transport.h.
+  // [Departures] in actor/session_transport.h and [Program positions] in actor/program_positions.h.
   enum class Kind : int16_t {
     kRegisterReady = 0,
     kRegisterAck = 1,
@@ -73,10 +73,13 @@ struct ActorMessage {
   /// an error of `code` (an ErrorCode).
   static ActorMessage run_failed(int64_t src_rank, int64_t dst_rank, int64_t iteration,
                                  int64_t code);
-  /// Note [Program positions]: `src_rank` starts the run of `session` as run `position` (from
-  /// 0) over the ranks whose digest is `ranks_digest`.
-  static ActorMessage run_position(int64_t src_rank, int64_t dst_rank, uint32_t session,
-                                   uint64_t ranks_digest, int64_t position);
+  /// Note [Program positions] in actor/program_positions.h: `src_rank` starts its run
+  /// `iteration` of `session` (in register_id) as run `position` (from 0) over the ranks whose
+  /// digest is `ranks_digest` (in address), with `chain` (in bytes); an `answer` (slot 1) to
+  /// another rank's message is not answered.
+  static ActorMessage run_position(int64_t src_rank, int64_t dst_rank, uint64_t ranks_digest,
+                                   int64_t position, uint32_t session, int64_t iteration,
+                                   uint64_t chain, bool answer);
 
   /// "register_ready{slot=0 src_actor=3 dst_actor=4 ...}": every field, from one list.
   std::string to_string() const;

@@ -140,6 +140,7 @@ Runtime::Runtime(const proto::PlanProto& plan, RuntimeOptions options)
   transport_->set_departure_handler(
       [this](int64_t rank, int64_t iterations) { on_rank_departure(rank, iterations); });
   members_.assign(plan.job_ranks().begin(), plan.job_ranks().end());
+  announced_to_.assign(peers_.begin(), peers_.end());
   transport_->set_position_handler([this](const std::string& why) { on_position_difference(why); },
                                    job_name_);
   std::vector<int64_t> served;

@@ -13,27 +13,6 @@ namespace {
 
 constexpr const char* kTag = "[transport sessions] ";
 
-// How many past positions of a set of members are kept to compare with late announcements; a
-// peer further behind than that is not checked (Note [Program positions]).
-constexpr size_t kKeptPositions = 4096;
-
-uint64_t digest_of(const std::vector<int64_t>& members) {
-  uint64_t h = 0xcbf29ce484222325ull;  // FNV-1a over the ranks
-  for (int64_t r : members) {
-    for (int b = 0; b < 8; ++b) {
-      h ^= (static_cast<uint64_t>(r) >> (8 * b)) & 0xff;
-      h *= 0x100000001b3ull;
-    }
-  }
-  return h;
-}
-
-std::string rank_list(const std::vector<int64_t>& ranks) {
-  std::string s = "{";
-  for (size_t i = 0; i < ranks.size(); ++i) s += str_cat(i ? ", " : "", ranks[i]);
-  return s + "}";
-}
-
 // Transfer tags of a session: the 32-bit session above the plan's transfer id (below 2^32).
 constexpr int kSessionShift = 32;
 
@@ -92,8 +71,9 @@ class SessionTransport final : public comm::Transport {
   void set_departure_handler(DepartureHandler handler) override {
     sessions_->set_departure_handler(session_, std::move(handler));
   }
-  std::string begin_run(const std::vector<int64_t>& members) override {
-    return sessions_->begin_run(session_, members);
+  std::string begin_run(const std::vector<int64_t>& members,
+                        const std::vector<int64_t>& peers) override {
+    return sessions_->begin_run(session_, members, peers);
   }
   void set_position_handler(PositionHandler handler, const std::string& job) override {
     sessions_->set_position_handler(session_, std::move(handler), job);
@@ -192,7 +172,7 @@ void TransportSessions::set_position_handler(uint32_t session,
                                              comm::Transport::PositionHandler handler,
                                              const std::string& job) {
   std::lock_guard<std::recursive_mutex> lock(mu_);
-  if (!job.empty()) names_[session] = job;  // kept after the session closes
+  if (!job.empty()) positions_.name(session, job);
   if (handler) {
     position_handlers_[session] = std::move(handler);
   } else {
@@ -200,95 +180,61 @@ void TransportSessions::set_position_handler(uint32_t session,
   }
 }
 
-std::string TransportSessions::begin_run(uint32_t session, const std::vector<int64_t>& members) {
-  const uint64_t digest = digest_of(members);
-  int64_t position = 0;
-  int64_t from = -1;
-  std::vector<int64_t> peers;
+std::string TransportSessions::begin_run(uint32_t session, const std::vector<int64_t>& members,
+                                         const std::vector<int64_t>& peers) {
+  const uint64_t digest = ranks_digest(members);
+  int64_t from = -1;  // the hosted member that speaks for this process
+  std::set<int64_t> told;
+  ProgramPositions::Start start;
   {
     std::lock_guard<std::recursive_mutex> lock(mu_);
-    Positions& p = positions_[digest];
-    if (!p.failure.empty()) return p.failure;
-    p.members = members;
-    position = p.next++;
-    p.mine.push_back(session);
-    if (p.mine.size() > kKeptPositions) p.mine.pop_front();
+    const std::string& failure = positions_.failure(digest);
+    if (!failure.empty()) return failure;
     for (int64_t r : members) {
-      if (base_ranks_.count(r) == 0) {
-        peers.push_back(r);
-      } else if (from < 0) {
+      if (base_ranks_.count(r)) {
         from = r;
+        break;
       }
     }
-    auto it = p.theirs.find(position);  // announcements that came first
-    if (it != p.theirs.end()) {
-      for (const auto& [rank, theirs] : it->second) {
-        if (theirs != session && p.failure.empty() && from >= 0) {
-          p.failure = position_difference(members, position, from, session, rank, theirs);
-        }
-      }
-      p.theirs.erase(it);
+    if (from < 0) return {};  // not a run of this process's ranks: nothing to compare
+    start = positions_.start(digest, members, from, session);
+    for (int64_t r : peers) {
+      if (base_ranks_.count(r) == 0) told.insert(r);
     }
+    told.insert(start.differing.begin(), start.differing.end());
   }
   // Sent outside the lock: in one process, a peer's sessions may be sending to these at once.
-  if (from >= 0) {
-    for (int64_t peer : peers) {
-      try {
-        base_->send(peer,
-                    to_bytes(ActorMessage::run_position(from, peer, session, digest, position)));
-      } catch (const Error& e) {  // a peer gone: its fault or departure ends the run
-        VLOG(1) << kTag << "no run position sent to rank " << peer << ": " << e.what();
-      }
+  for (int64_t peer : told) {
+    try {
+      base_->send(peer, to_bytes(ActorMessage::run_position(from, peer, digest, start.position,
+                                                            start.run.session, start.run.iteration,
+                                                            start.run.chain, /*answer=*/false)));
+    } catch (const Error& e) {  // a peer gone: its fault or departure ends the run
+      VLOG(1) << kTag << "no run position sent to rank " << peer << ": " << e.what();
     }
   }
   std::lock_guard<std::recursive_mutex> lock(mu_);
-  return positions_[digest].failure;
+  return positions_.failure(digest);
 }
 
-void TransportSessions::on_run_position(const ActorMessage& message) {
-  Positions& p = positions_[message.address];
-  const int64_t position = message.piece;
-  if (position >= p.next) {  // ahead of this process: compared when it gets there
-    auto& at = p.theirs[position];
-    at[message.src_rank] = message.session;
-    if (p.theirs.size() > kKeptPositions) p.theirs.erase(p.theirs.begin());
-    return;
+std::optional<ActorMessage> TransportSessions::on_run_position(const ActorMessage& message) {
+  const uint64_t digest = message.address;
+  const bool failed = !positions_.failure(digest).empty();
+  const auto mine =
+      positions_.hear(digest, message.src_rank, message.piece,
+                      {message.session, message.register_id, static_cast<uint64_t>(message.bytes)});
+  if (!mine.has_value()) return std::nullopt;
+  if (!failed) {
+    // The run at the latest position may be waiting for that rank: it ends now.
+    auto handler = position_handlers_.find(positions_.latest(digest));
+    if (handler != position_handlers_.end()) handler->second(positions_.failure(digest));
   }
-  const int64_t oldest = p.next - static_cast<int64_t>(p.mine.size());
-  if (position < oldest) return;  // too far behind to check
-  const uint32_t mine = p.mine[position - oldest];
-  if (mine == message.session || !p.failure.empty()) return;
-  int64_t rank = -1;
-  for (int64_t r : p.members) {
-    if (base_ranks_.count(r)) {
-      rank = r;
-      break;
-    }
-  }
-  p.failure =
-      position_difference(p.members, position, rank, mine, message.src_rank, message.session);
-  // The run at the latest position may be waiting for that rank: it ends now.
-  auto handler = position_handlers_.find(p.mine.back());
-  if (handler != position_handlers_.end()) handler->second(p.failure);
-}
-
-std::string TransportSessions::position_difference(const std::vector<int64_t>& members,
-                                                   int64_t position, int64_t rank, uint32_t session,
-                                                   int64_t peer, uint32_t peer_session) const {
-  const auto what = [&](uint32_t s, int64_t runner) {
-    auto it = names_.find(s);
-    if (it != names_.end()) return str_cat("'", it->second, "'");
-    return str_cat("a graph or op that rank ", rank, " has not loaded (rank ", runner,
-                   "'s error names it)");
-  };
-  return str_cat(
-      "[runtime] ranks ", rank, " and ", peer, " run different things as run ", position + 1,
-      " over ranks ", rank_list(members), ": rank ", rank, " runs ", what(session, rank), ", rank ",
-      peer, " runs ", what(peer_session, peer),
-      ". Every rank of a placement must run the same graphs and ops on global tensors in the "
-      "same order (a branch on the rank, an op run on one rank only, or an exception caught on "
-      "one rank only?). Ranks ",
-      rank_list(members), " run nothing more together in this process (Note [Program positions]).");
+  // The sender may be waiting for this process, which announces only runs that exchange data
+  // with it: the answer ends that wait. Answers are not answered.
+  if (message.slot != 0) return std::nullopt;
+  return ActorMessage::run_position(message.dst_rank, message.src_rank, digest, mine->position,
+                                    mine->run.session, mine->run.iteration, mine->run.chain,
+                                    /*answer=*/true);
 }
 
 void TransportSessions::announce_departure(const std::map<uint32_t, int64_t>& iterations,
@@ -353,14 +299,26 @@ void TransportSessions::close(uint32_t session) {
 void TransportSessions::dispatch(int64_t rank, const comm::MessageBytes& message) {
   const ActorMessage decoded = from_bytes(message);
   const uint32_t session = decoded.session;
+  if (decoded.kind == ActorMessage::Kind::kRunPosition) {
+    std::optional<ActorMessage> answer;
+    {
+      std::lock_guard<std::recursive_mutex> lock(mu_);
+      answer = on_run_position(decoded);
+    }
+    if (answer.has_value()) {  // outside the lock, as begin_run sends
+      try {
+        base_->send(answer->dst_rank, to_bytes(*answer));
+      } catch (const Error& e) {
+        VLOG(1) << kTag << "no run position answered to rank " << answer->dst_rank << ": "
+                << e.what();
+      }
+    }
+    return;
+  }
   std::lock_guard<std::recursive_mutex> lock(mu_);
   if (decoded.kind == ActorMessage::Kind::kDepartureProgress ||
       decoded.kind == ActorMessage::Kind::kDeparture) {
     on_departure(message);
-    return;
-  }
-  if (decoded.kind == ActorMessage::Kind::kRunPosition) {
-    on_run_position(decoded);
     return;
   }
   auto it = handlers_.find({rank, session});

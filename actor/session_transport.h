@@ -23,32 +23,20 @@
 // of waiting for its watchdog. Sessions the departed rank never opened count as 0 iterations.
 // A departure that comes before a session's runtime asks is handed to it when it does.
 //
-// Note [Program positions]: the ranks of a job (the ranks of its placements) must start its runs
-// (an nn.Graph call, an eager op on global tensors) in the same order relative to the other
-// jobs over those same ranks: the k-th run that ranks {0, 1} start together is one job's on
-// both. Ranks that disagree (a branch on the rank, an op run on one rank only, an exception
-// caught on one rank only) would otherwise each wait in a different session for data the other
-// never sends, until the watchdog's report minutes later. So each process counts the runs it
-// starts over each set of members, and at the start of each tells every member hosted
-// elsewhere which session it runs at that position (kRunPosition, one message per peer, not
-// waited for). Whichever comes first, its own start or the peer's message, the two are
-// compared: on a difference, the run at the latest position over those ranks ends at once, and
-// every later run over them in this process is refused, with an error naming both ranks and
-// what each runs; the peer finds the same difference and ends its own. Limit: a run that one
-// rank adds of the same job as the others' next one still pairs with it; the difference shows
-// at the next position where the programs differ (or at the program's end: Note
-// [Departures]).
+// Program positions (Note [Program positions] in actor/program_positions.h): begin_run and the
+// kRunPosition messages.
 
 #include <cstdint>
-#include <deque>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
 
 #include "actor/message.h"
+#include "actor/program_positions.h"
 #include "comm/transport.h"
 
 namespace ofl::actor {
@@ -72,8 +60,9 @@ class TransportSessions : public std::enable_shared_from_this<TransportSessions>
   void announce_departure(const std::map<uint32_t, int64_t>& iterations,
                           const std::vector<int64_t>& ranks);
   /// Note [Program positions]: session `session`'s runtime starts a run over `members`
-  /// (ascending, some hosted here). Returns why it must not, or "".
-  std::string begin_run(uint32_t session, const std::vector<int64_t>& members);
+  /// (ascending, some hosted here), exchanging data with `peers`. Returns why it must not, or "".
+  std::string begin_run(uint32_t session, const std::vector<int64_t>& members,
+                        const std::vector<int64_t>& peers);
 
   /// Sessions whose messages arrived before they opened, and messages dropped as late: for
   /// tests and diagnostics.
@@ -89,12 +78,9 @@ class TransportSessions : public std::enable_shared_from_this<TransportSessions>
                             const std::string& job);
   // A departure message from another process (Note [Departures]); called under mu_.
   void on_departure(const comm::MessageBytes& message);
-  // A peer's kRunPosition (Note [Program positions]); called under mu_.
-  void on_run_position(const ActorMessage& message);
-  // What two different sessions at `position` over `members` mean, for the error.
-  std::string position_difference(const std::vector<int64_t>& members, int64_t position,
-                                  int64_t rank, uint32_t session, int64_t peer,
-                                  uint32_t peer_session) const;
+  // A peer's kRunPosition (Note [Program positions]); called under mu_. Returns the answer to
+  // send it, if any.
+  std::optional<ActorMessage> on_run_position(const ActorMessage& message);
   void close(uint32_t session);
   void dispatch(int64_t rank, const comm::MessageBytes& message);
 
@@ -110,17 +96,7 @@ class TransportSessions : public std::enable_shared_from_this<TransportSessions>
   // By departed rank: the iterations it ran of each session (Note [Departures]).
   std::map<int64_t, std::map<uint32_t, int64_t>> departure_progress_;
   std::set<int64_t> departed_;
-  // Note [Program positions], by digest of the members.
-  struct Positions {
-    std::vector<int64_t> members;
-    int64_t next = 0;                                       // runs started here over them
-    std::deque<uint32_t> mine;                              // the last sessions started
-    std::map<int64_t, std::map<int64_t, uint32_t>> theirs;  // peers ahead: position -> rank ->
-                                                            // session
-    std::string failure;                                    // a difference: refuses the rest
-  };
-  std::map<uint64_t, Positions> positions_;
-  std::map<uint32_t, std::string> names_;  // by session: its runtime's job, for errors
+  ProgramPositions positions_;
   std::map<uint32_t, comm::Transport::PositionHandler> position_handlers_;
   size_t dropped_ = 0;
 };

@@ -112,12 +112,13 @@ class Transport {
   using DepartureHandler = std::function<void(int64_t rank, int64_t iterations)>;
   virtual void set_departure_handler(DepartureHandler handler) { (void)handler; }
 
-  /// Note [Program positions] in actor/session_transport.h: the receiving runtime starts a run
-  /// that ranks `members` (ascending; the ranks of its job) run together. Returns why it must
-  /// not ("" when it may): another of them ran something else at this position. Transports
-  /// without sessions return "".
-  virtual std::string begin_run(const std::vector<int64_t>& members) {
-    (void)members;
+  /// Note [Program positions] in actor/program_positions.h: the receiving runtime starts a run
+  /// that ranks `members` (ascending; the ranks of its job) run together, exchanging data with
+  /// `peers`. Returns why it must not ("" when it may): another of them ran something else at
+  /// this position. Transports without sessions return "".
+  virtual std::string begin_run(const std::vector<int64_t>& members,
+                                const std::vector<int64_t>& peers) {
+    (void)members, (void)peers;
     return {};
   }
   /// Called (on a transport thread) when a member of the receiving runtime's latest run turns

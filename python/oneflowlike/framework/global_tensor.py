@@ -503,7 +503,7 @@ def sliced_locally(value, sbp):
     if any(str(s) == "P" for s in tuple(value.sbp) + tuple(nd)):
         return None
     # Decided over every rank of the placement, so all of them take the same path (Note
-    # [Program positions] in actor/session_transport.h): under (B, S(0)) -> (S(0), S(0)) on 2x2,
+    # [Program positions] in actor/program_positions.h): under (B, S(0)) -> (S(0), S(0)) on 2x2,
     # ranks 0 and 3 keep part of their own piece where ranks 1 and 2 need another's.
     for r in value.placement.flat_ranks:
         old = _region(value.shape, value.placement, value.sbp, r)

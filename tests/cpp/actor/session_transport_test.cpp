@@ -399,6 +399,26 @@ TEST(TransportSessions, ARunWaitingForARankThatDepartsEndsAtOnceListingWhatItWai
   one.join();
 }
 
+// Options of a runtime of `rank` in session `session` of `sessions`, with a 30 s watchdog.
+RuntimeOptions session_options(int64_t rank, TransportSessions& sessions, uint32_t session) {
+  RuntimeOptions options;
+  options.watchdog_seconds = 30;
+  options.ranks = {rank};
+  options.transport = sessions.open(session);
+  return options;
+}
+
+// Runs `process` for rank 1 on a thread and rank 0 on this one; both end within 10 s (the
+// watchdog is 30 s).
+void run_ranks(TwoProcesses& p,
+               const std::function<void(int64_t, std::shared_ptr<TransportSessions>)>& process) {
+  const auto start = std::chrono::steady_clock::now();
+  std::thread one(process, 1, p.rank1);
+  process(0, p.rank0);
+  one.join();
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), 10);
+}
+
 // Note [Program positions]: rank 0 runs job b where rank 1 runs job a, their second run over
 // ranks {0, 1}. Both runs end at once (the watchdog is 30 s), naming both ranks and the jobs
 // each knows of; every later run over those ranks is refused on both.
@@ -407,13 +427,8 @@ TEST(TransportSessions, RanksRunningDifferentJobsAtOnePositionEndAtOnce) {
   std::string errors[2];
   std::string refusals[2];
   auto process = [&](int64_t rank, std::shared_ptr<TransportSessions> sessions) {
-    RuntimeOptions options;
-    options.watchdog_seconds = 30;
-    options.ranks = {rank};
-    options.transport = sessions->open(1);
-    Runtime a(job_a(rank), options);
-    options.transport = sessions->open(2);
-    Runtime b(job_b(rank), options);
+    Runtime a(job_a(rank), session_options(rank, *sessions, 1));
+    Runtime b(job_b(rank), session_options(rank, *sessions, 2));
     const Runtime::Pieces y = {{"y", {{rank, Tensor::zeros(Shape{2, 3}, DataType::kFloat32)}}}};
     a.run_local(pieces_of_x(rank));
     try {
@@ -430,11 +445,7 @@ TEST(TransportSessions, RanksRunningDifferentJobsAtOnePositionEndAtOnce) {
       refusals[rank] = e.what();
     }
   };
-  const auto start = std::chrono::steady_clock::now();
-  std::thread one(process, 1, p.rank1);
-  process(0, p.rank0);
-  one.join();
-  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), 10);
+  run_ranks(p, process);
   EXPECT_NE(errors[0].find("ranks 0 and 1 run different things as run 2 over ranks {0, 1}: rank 0 "
                            "runs 'b', rank 1 runs 'a'"),
             std::string::npos)
@@ -450,18 +461,26 @@ TEST(TransportSessions, RanksRunningDifferentJobsAtOnePositionEndAtOnce) {
   }
 }
 
-// Job L: x (4,) split over ranks 0 and 1, doubled and fetched as it is: each rank's run needs
-// nothing of the other's.
-proto::PlanProto job_l(int64_t rank) {
+// Job L (or M: `op` "mul"): x (4,) split over ranks 0 and 1, added to (multiplied by) itself
+// and fetched as it is: each rank's run needs nothing of the other's.
+proto::PlanProto job_l(int64_t rank, const std::string& op = "add") {
   const Placement both(DeviceType::kCPU, {0, 1});
-  compiler::GraphTracer t("l", both);
+  compiler::GraphTracer t(op == "add" ? "l" : "m", both);
   TracingScope scope(&t);
   const Tensor x = t.input("x", Shape{4}, DataType::kFloat32, both, {S(0)});
-  t.fetch(apply_op1(OpRegistry::global().find("add"), NoParams{}, {x, x}));
+  t.fetch(apply_op1(OpRegistry::global().find(op), NoParams{}, {x, x}));
   compiler::CompileOptions options;
   options.ranks = {rank};
   return compiler::compile_graph(t.builder().graph(), options);
 }
+
+// Rank 1's runtime of job a, and rank 0's of jobs a and L (session 3), with a 30 s watchdog.
+struct JobsAAndL {
+  TwoProcesses p;
+  Runtime a1{job_a(1), session_options(1, *p.rank1, 1)};
+  Runtime a0{job_a(0), session_options(0, *p.rank0, 1)};
+  Runtime l0{job_l(0), session_options(0, *p.rank0, 3)};
+};
 
 // A run that needs nothing of the rank that differs (rank 0's L, where rank 1 runs a) finishes
 // when it comes first; rank 1's a is then refused at its start, as is rank 0's next run over the
@@ -470,17 +489,8 @@ proto::PlanProto job_l(int64_t rank) {
 TEST(TransportSessions, ADifferenceFoundAfterARunFinishedRefusesTheNextRun) {
   for (bool l_first : {true, false}) {
     SCOPED_TRACE(l_first ? "L first" : "a first");
-    TwoProcesses p;
-    RuntimeOptions options;
-    options.watchdog_seconds = 30;
-    options.ranks = {1};
-    options.transport = p.rank1->open(1);
-    Runtime a1(job_a(1), options);
-    options.ranks = {0};
-    options.transport = p.rank0->open(1);
-    Runtime a0(job_a(0), options);
-    options.transport = p.rank0->open(3);
-    Runtime l0(job_l(0), options);
+    JobsAAndL jobs;
+    Runtime &a1 = jobs.a1, &a0 = jobs.a0, &l0 = jobs.l0;
     const auto start = std::chrono::steady_clock::now();
     const Runtime::Pieces x = {{"x", {{0, make_tensor({1, 2}, Shape{2}, DataType::kFloat32)}}}};
     const std::string rank1_says =
@@ -505,6 +515,59 @@ TEST(TransportSessions, ADifferenceFoundAfterARunFinishedRefusesTheNextRun) {
   }
 }
 
+// Runs needing no other process announce nothing, but their sessions are in the chain of every
+// later position: rank 0's L and rank 1's M, then job a on both, fail at a's start on both
+// ranks, before a takes any data, each naming what it ran since they last agreed.
+TEST(TransportSessions, RanksDifferingInRunsThatNeedNoPeerAreStoppedAtTheNextExchange) {
+  TwoProcesses p;
+  std::string errors[2];
+  auto process = [&](int64_t rank, std::shared_ptr<TransportSessions> sessions) {
+    Runtime a(job_a(rank), session_options(rank, *sessions, 1));
+    Runtime local(job_l(rank, rank == 0 ? "add" : "mul"),
+                  session_options(rank, *sessions, 3 + rank));
+    a.run_local(pieces_of_x(rank));
+    local.run_local({{"x", {{rank, make_tensor({1, 2}, Shape{2}, DataType::kFloat32)}}}});
+    try {
+      a.run_local(pieces_of_x(rank));
+      ADD_FAILURE() << "rank " << rank << "'s a ran";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::kFailedPrecondition) << e.what();
+      errors[rank] = e.what();
+    }
+  };
+  run_ranks(p, process);
+  for (int r = 0; r < 2; ++r) {
+    const std::string said = str_cat("ranks ", r, " and ", 1 - r,
+                                     " ran different things before run 3 over ranks {0, 1}, where "
+                                     "both run 'a': since run 2 rank ",
+                                     r, " ran '", r == 0 ? "l" : "m", "'");
+    EXPECT_NE(errors[r].find(said), std::string::npos) << errors[r];
+  }
+}
+
+// Rank 0 runs L before a, rank 1 runs a alone: the two start a's first run as different runs
+// over ranks {0, 1}. Rank 0's a, started first, announces it; rank 1's a is refused at its
+// start (rank 0's data for it may be there already), and rank 0's ends at once.
+TEST(TransportSessions, OneIterationOfAJobStartedAtDifferentPositionsIsRefused) {
+  JobsAAndL jobs;
+  Runtime &a1 = jobs.a1, &a0 = jobs.a0, &l0 = jobs.l0;
+  l0.run_local({{"x", {{0, make_tensor({1, 2}, Shape{2}, DataType::kFloat32)}}}});
+  const auto start = std::chrono::steady_clock::now();
+  std::thread zero([&] {
+    expect_error([&] { a0.run_local(pieces_of_x(0)); }, ErrorCode::kFailedPrecondition,
+                 "ranks 0 and 1 run 'a' at different points of their programs over ranks {0, 1}: "
+                 "rank 0 as its run 2 there, rank 1 as its run 1 (the run 1 of it on both): since "
+                 "run 1 rank 0 ran 'l'");
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // rank 0's a waits for rank 1
+  expect_error([&] { a1.run_local(pieces_of_x(1)); }, ErrorCode::kFailedPrecondition,
+               "ranks 1 and 0 run 'a' at different points of their programs over ranks {0, 1}: "
+               "rank 1 as its run 1 there, rank 0 as its run 2 (the run 1 of it on both): since "
+               "run 1 rank 1 ran nothing");
+  zero.join();
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), 10);
+}
+
 // Job S: a job of rank `rank` alone. Positions are counted per set of ranks: rank 0 running
 // one-rank jobs between the runs it shares with rank 1 changes nothing of theirs.
 proto::PlanProto job_s(int64_t rank) {
@@ -520,13 +583,8 @@ TEST(TransportSessions, RunsOverOtherRanksTakeNoPositionOfTheirs) {
   TwoProcesses p;
   std::vector<double> results[2];
   auto process = [&](int64_t rank, std::shared_ptr<TransportSessions> sessions) {
-    RuntimeOptions options;
-    options.watchdog_seconds = 30;
-    options.ranks = {rank};
-    options.transport = sessions->open(1);
-    Runtime a(job_a(rank), options);
-    options.transport = sessions->open(10 + rank);
-    Runtime solo(job_s(rank), options);
+    Runtime a(job_a(rank), session_options(rank, *sessions, 1));
+    Runtime solo(job_s(rank), session_options(rank, *sessions, 10 + rank));
     const Runtime::Pieces x = {{"x", {{rank, Tensor::zeros(Shape{3}, DataType::kFloat32)}}}};
     for (int round = 0; round < 3; ++round) {
       for (int k = 0; k < (rank == 0 ? round : 2 - round); ++k) solo.run_local(x);
@@ -534,9 +592,7 @@ TEST(TransportSessions, RunsOverOtherRanksTakeNoPositionOfTheirs) {
           values_of(a.run_local(pieces_of_x(rank)).begin()->second.at(rank))[0]);
     }
   };
-  std::thread one(process, 1, p.rank1);
-  process(0, p.rank0);
-  one.join();
+  run_ranks(p, process);
   for (int r = 0; r < 2; ++r) EXPECT_EQ(results[r], (std::vector<double>{36, 36, 36})) << r;
 }
 

@@ -1,5 +1,5 @@
 """Run by test_program_positions.py on 2 processes (Note [Program positions] in
-actor/session_transport.h): the ranks run their ops on global tensors in different orders, as
+actor/program_positions.h): the ranks run their ops on global tensors in different orders, as
 argv[1] says, and every rank must raise at once naming both ranks and both ops, then refuse
 every later op over the two ranks. Prints "rank R: refused N" at the end."""
 
@@ -18,9 +18,9 @@ case = sys.argv[1]
 
 def program():
     if case == "different ops":
-        # A branch on the rank: rank 0 sums where rank 1 takes the mean; each waited for the
-        # other until the watchdog (minutes). The sum of rank 0's piece needs nothing of rank 1's
-        # and may finish; then item() is refused, naming the sum and the mean all the same.
+        # A branch on the rank: rank 0 sums where rank 1 takes the mean, then both lay the result
+        # out whole (item()): the same all-reduce of different values gave a wrong value and no
+        # error.
         return (y.sum() if rank == 0 else y.mean()).item()
     # "extra op": rank 0 runs one more sum than rank 1, the same op as rank 1's next. It pairs
     # with rank 1's (the limit of Note [Program positions]); the next op, where the programs
@@ -37,13 +37,25 @@ try:
     program()
     raise AssertionError(f"rank {rank}: the ops ran")
 except RuntimeError as e:
-    assert "run different things as run" in str(e), str(e)
     assert f"ranks {rank} and {1 - rank}" in str(e), str(e)
     if case == "different ops":
-        # Rank 1 has loaded the sum (a run that agreed), rank 0 never the mean.
-        said = ("rank 0 runs 'Tensor.sum', rank 1 runs a graph or op that rank 0 has not loaded"
-                if rank == 0 else "rank 1 runs 'Tensor.mean', rank 0 runs 'Tensor.sum'")
-        assert said in str(e), str(e)
+        # Found where the ranks first announce a run to each other: at the mean when it sends
+        # rank 1's piece (the sum needs nothing of rank 1), or, when the mean's data went with
+        # its message and it finished, at the all-reduce after it, before it takes any data;
+        # each rank names what it ran there or since the ranks last agreed.
+        own = "'Tensor.sum'" if rank == 0 else "'Tensor.mean'"
+        said = own
+        assert ("run different things as run 6" in str(e) or
+                f"before run 7 over ranks {{0, 1}}, where both run 'to_global': since run 6 "
+                f"rank {rank} ran {own}" in str(e)), str(e)
+    else:
+        # Found at rank 0's second sum (which rank 1 runs the all-reduce against), or at the
+        # all-reduce, which the two ranks start as different runs over them: before it takes
+        # any data.
+        said = "'Tensor.sum'" if rank == 0 else "'to_global'"
+        assert ("run different things as run 7 over ranks {0, 1}" in str(e) or
+                "run 'to_global' at different points of their programs" in str(e)), str(e)
+    assert said in str(e), str(e)
     print(f"rank {rank}: {e}", flush=True)
     refusals += 1
 assert time.monotonic() - start < 20, time.monotonic() - start
