@@ -97,15 +97,12 @@ ActorMessage ActorMessage::run_failed(int64_t src_rank, int64_t dst_rank, int64_
   return m;
 }
 
-ActorMessage ActorMessage::run_position(int64_t src_rank, int64_t dst_rank, uint64_t ranks_digest,
-                                        int64_t position, uint32_t session, int64_t iteration,
-                                        uint64_t chain, bool answer) {
+ActorMessage ActorMessage::run_position(int64_t src_rank, int64_t dst_rank, int64_t position,
+                                        uint32_t session, int64_t iteration, bool answer) {
   ActorMessage m =
       make(Kind::kRunPosition, {0, src_rank}, {0, dst_rank}, iteration, answer ? 1 : 0);
   m.session = session;
-  m.address = ranks_digest;
   m.piece = position;
-  m.bytes = static_cast<int64_t>(chain);
   return m;
 }
 

@@ -37,7 +37,7 @@ struct ActorMessage {
     // processes] in actor/runtime.cpp).
     kRunFailed = 6,
     // Between processes: the sender starts its run at a program position (Note [Program
-    // positions] in actor/session_transport.h).
+    // positions] in actor/program_positions.h).
     kRunPosition = 7,
   };
 
@@ -74,12 +74,11 @@ struct ActorMessage {
   static ActorMessage run_failed(int64_t src_rank, int64_t dst_rank, int64_t iteration,
                                  int64_t code);
   /// Note [Program positions] in actor/program_positions.h: `src_rank` starts its run
-  /// `iteration` of `session` (in register_id) as run `position` (from 0) over the ranks whose
-  /// digest is `ranks_digest` (in address), with `chain` (in bytes); an `answer` (slot 1) to
-  /// another rank's message is not answered.
-  static ActorMessage run_position(int64_t src_rank, int64_t dst_rank, uint64_t ranks_digest,
-                                   int64_t position, uint32_t session, int64_t iteration,
-                                   uint64_t chain, bool answer);
+  /// `iteration` (in register_id) of `session` as its run `position` (from 0, in piece)
+  /// exchanging data with `dst_rank`; an `answer` (slot 1) to another rank's message is not
+  /// answered.
+  static ActorMessage run_position(int64_t src_rank, int64_t dst_rank, int64_t position,
+                                   uint32_t session, int64_t iteration, bool answer);
 
   /// "register_ready{slot=0 src_actor=3 dst_actor=4 ...}": every field, from one list.
   std::string to_string() const;

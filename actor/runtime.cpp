@@ -310,8 +310,7 @@ std::vector<std::pair<int, Tensor>> Runtime::run_iteration(
   running.emplace(this);
   // Note [Program positions]: counted before the refusals below, so a run refused here still
   // takes its position, as its peers' runs (failed or refused alike) do.
-  const std::string position_refused =
-      members_.empty() ? std::string() : transport_->begin_run(members_, announced_to_);
+  const std::string position_refused = transport_->begin_run(announced_to_);
   if (!position_refused.empty()) {
     fail(ErrorCode::kFailedPrecondition, position_refused);
     wait_for_iteration();  // ends it as a failed run: raises

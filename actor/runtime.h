@@ -308,8 +308,7 @@ class Runtime final : public PlanRunner, private ActorHost {
   // members of its collectives (a plan compiled for some ranks holds only theirs) and the
   // plan's other ranks.
   std::set<int64_t> peers_;
-  std::vector<int64_t> members_;       // the plan's job_ranks (Note [Program positions])
-  std::vector<int64_t> announced_to_;  // peers_, for begin_run
+  std::vector<int64_t> announced_to_;  // peers_, for begin_run (Note [Program positions])
   int64_t trace_origin_ns_ = 0;
   int thread_kernel_threads_ = 0;  // OpenMP threads of each compute thread (and its stream)
 };

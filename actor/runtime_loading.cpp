@@ -139,7 +139,6 @@ Runtime::Runtime(const proto::PlanProto& plan, RuntimeOptions options)
   for (int64_t r : ranks_) peers_.erase(r);
   transport_->set_departure_handler(
       [this](int64_t rank, int64_t iterations) { on_rank_departure(rank, iterations); });
-  members_.assign(plan.job_ranks().begin(), plan.job_ranks().end());
   announced_to_.assign(peers_.begin(), peers_.end());
   transport_->set_position_handler([this](const std::string& why) { on_position_difference(why); },
                                    job_name_);

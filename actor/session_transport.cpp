@@ -71,9 +71,8 @@ class SessionTransport final : public comm::Transport {
   void set_departure_handler(DepartureHandler handler) override {
     sessions_->set_departure_handler(session_, std::move(handler));
   }
-  std::string begin_run(const std::vector<int64_t>& members,
-                        const std::vector<int64_t>& peers) override {
-    return sessions_->begin_run(session_, members, peers);
+  std::string begin_run(const std::vector<int64_t>& peers) override {
+    return sessions_->begin_run(session_, peers);
   }
   void set_position_handler(PositionHandler handler, const std::string& job) override {
     sessions_->set_position_handler(session_, std::move(handler), job);
@@ -180,61 +179,58 @@ void TransportSessions::set_position_handler(uint32_t session,
   }
 }
 
-std::string TransportSessions::begin_run(uint32_t session, const std::vector<int64_t>& members,
-                                         const std::vector<int64_t>& peers) {
-  const uint64_t digest = ranks_digest(members);
-  int64_t from = -1;  // the hosted member that speaks for this process
-  std::set<int64_t> told;
+std::string TransportSessions::begin_run(uint32_t session, const std::vector<int64_t>& peers) {
+  int64_t from = -1;  // the hosted rank that speaks for this process
+  std::vector<int64_t> told;
   ProgramPositions::Start start;
   {
     std::lock_guard<std::recursive_mutex> lock(mu_);
-    const std::string& failure = positions_.failure(digest);
-    if (!failure.empty()) return failure;
-    for (int64_t r : members) {
-      if (base_ranks_.count(r)) {
-        from = r;
-        break;
+    for (int64_t peer : peers) {
+      if (base_ranks_.count(peer)) continue;
+      const std::string& failure = positions_.failure(peer);
+      if (!failure.empty()) {
+        return str_cat("[runtime] refused: this run exchanges data with rank ", peer,
+                       ", and an earlier one found: ", failure.substr(failure.find(']') + 2));
       }
+      told.push_back(peer);
     }
-    if (from < 0) return {};  // not a run of this process's ranks: nothing to compare
-    start = positions_.start(digest, members, from, session);
-    for (int64_t r : peers) {
-      if (base_ranks_.count(r) == 0) told.insert(r);
-    }
-    told.insert(start.differing.begin(), start.differing.end());
+    if (told.empty() || base_ranks_.empty()) return {};
+    from = *base_ranks_.begin();
+    start = positions_.start(from, session, told);
   }
   // Sent outside the lock: in one process, a peer's sessions may be sending to these at once.
   for (int64_t peer : told) {
     try {
-      base_->send(peer, to_bytes(ActorMessage::run_position(from, peer, digest, start.position,
-                                                            start.run.session, start.run.iteration,
-                                                            start.run.chain, /*answer=*/false)));
+      base_->send(peer, to_bytes(ActorMessage::run_position(from, peer, start.positions.at(peer),
+                                                            session, start.run.iteration,
+                                                            /*answer=*/false)));
     } catch (const Error& e) {  // a peer gone: its fault or departure ends the run
       VLOG(1) << kTag << "no run position sent to rank " << peer << ": " << e.what();
     }
   }
   std::lock_guard<std::recursive_mutex> lock(mu_);
-  return positions_.failure(digest);
+  for (int64_t peer : told) {
+    const std::string& failure = positions_.failure(peer);
+    if (!failure.empty()) return failure;
+  }
+  return {};
 }
 
 std::optional<ActorMessage> TransportSessions::on_run_position(const ActorMessage& message) {
-  const uint64_t digest = message.address;
-  const bool failed = !positions_.failure(digest).empty();
-  const auto mine =
-      positions_.hear(digest, message.src_rank, message.piece,
-                      {message.session, message.register_id, static_cast<uint64_t>(message.bytes)});
+  const int64_t peer = message.src_rank;
+  const bool failed = !positions_.failure(peer).empty();
+  const auto mine = positions_.hear(peer, message.piece, {message.session, message.register_id});
   if (!mine.has_value()) return std::nullopt;
   if (!failed) {
-    // The run at the latest position may be waiting for that rank: it ends now.
-    auto handler = position_handlers_.find(positions_.latest(digest));
-    if (handler != position_handlers_.end()) handler->second(positions_.failure(digest));
+    // The latest run with that rank may be waiting for it: it ends now.
+    auto handler = position_handlers_.find(positions_.latest(peer));
+    if (handler != position_handlers_.end()) handler->second(positions_.failure(peer));
   }
-  // The sender may be waiting for this process, which announces only runs that exchange data
-  // with it: the answer ends that wait. Answers are not answered.
+  // The sender may be waiting for this process: the answer ends that wait. Answers are not
+  // answered.
   if (message.slot != 0) return std::nullopt;
-  return ActorMessage::run_position(message.dst_rank, message.src_rank, digest, mine->position,
-                                    mine->run.session, mine->run.iteration, mine->run.chain,
-                                    /*answer=*/true);
+  return ActorMessage::run_position(message.dst_rank, peer, mine->position, mine->run.session,
+                                    mine->run.iteration, /*answer=*/true);
 }
 
 void TransportSessions::announce_departure(const std::map<uint32_t, int64_t>& iterations,

@@ -59,10 +59,9 @@ class TransportSessions : public std::enable_shared_from_this<TransportSessions>
   /// has ended after `iterations` iterations of each session (sessions not listed: none).
   void announce_departure(const std::map<uint32_t, int64_t>& iterations,
                           const std::vector<int64_t>& ranks);
-  /// Note [Program positions]: session `session`'s runtime starts a run over `members`
-  /// (ascending, some hosted here), exchanging data with `peers`. Returns why it must not, or "".
-  std::string begin_run(uint32_t session, const std::vector<int64_t>& members,
-                        const std::vector<int64_t>& peers);
+  /// Note [Program positions]: session `session`'s runtime starts a run exchanging data with
+  /// `peers`. Returns why it must not, or "".
+  std::string begin_run(uint32_t session, const std::vector<int64_t>& peers);
 
   /// Sessions whose messages arrived before they opened, and messages dropped as late: for
   /// tests and diagnostics.

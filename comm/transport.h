@@ -113,16 +113,14 @@ class Transport {
   virtual void set_departure_handler(DepartureHandler handler) { (void)handler; }
 
   /// Note [Program positions] in actor/program_positions.h: the receiving runtime starts a run
-  /// that ranks `members` (ascending; the ranks of its job) run together, exchanging data with
-  /// `peers`. Returns why it must not ("" when it may): another of them ran something else at
-  /// this position. Transports without sessions return "".
-  virtual std::string begin_run(const std::vector<int64_t>& members,
-                                const std::vector<int64_t>& peers) {
-    (void)members, (void)peers;
+  /// exchanging data with `peers`. Returns why it must not ("" when it may): one of them ran
+  /// something else at this point. Transports without sessions return "".
+  virtual std::string begin_run(const std::vector<int64_t>& peers) {
+    (void)peers;
     return {};
   }
-  /// Called (on a transport thread) when a member of the receiving runtime's latest run turns
-  /// out to have run something else at that position, with why; `job` names the runtime's job
+  /// Called (on a transport thread) when a peer of the receiving runtime's latest run turns out
+  /// to have run something else at that point, with why; `job` names the runtime's job
   /// in such errors, here and on its peers.
   using PositionHandler = std::function<void(const std::string& why)>;
   virtual void set_position_handler(PositionHandler handler, const std::string& job = "") {

@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <optional>
-#include <set>
 #include <tuple>
 
 #include "compiler/physical/boxing.h"
@@ -27,8 +26,6 @@ PlanBuilder::PlanBuilder(const std::vector<int64_t>& ranks, const std::vector<in
   }
   plan_.set_world_size(world_size);
   plan_.set_pipeline_depth(1);
-  std::set<int64_t> job_ranks(ranks.begin(), ranks.end());
-  for (int64_t rank : job_ranks) plan_.add_job_ranks(rank);
 }
 
 proto::RankPlanProto& PlanBuilder::rank_plan(int64_t rank) {

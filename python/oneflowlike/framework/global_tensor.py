@@ -620,7 +620,10 @@ def reshard_many(items):
     compiled = _cache.get(key)
     if compiled is None or compiled.broken:
         retire(compiled)
-        tracer = _Tracer("to_global", source)
+        # Named by its layouts, which tell one move from another in errors (Note [Program
+        # positions] in actor/program_positions.h).
+        moves = [f"{','.join(_strings(x.sbp))}->{','.join(_strings(s))}" for x, _, s in items[:2]]
+        tracer = _Tracer(f"to_global {' '.join(moves)}{' ...' if len(items) > 2 else ''}", source)
         names, metas = [], []
         with tracing(tracer.c, tracer):
             for k, (x, placement, nd_sbp) in enumerate(items):

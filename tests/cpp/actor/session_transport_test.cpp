@@ -419,9 +419,9 @@ void run_ranks(TwoProcesses& p,
   EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), 10);
 }
 
-// Note [Program positions]: rank 0 runs job b where rank 1 runs job a, their second run over
-// ranks {0, 1}. Both runs end at once (the watchdog is 30 s), naming both ranks and the jobs
-// each knows of; every later run over those ranks is refused on both.
+// Note [Program positions]: rank 0 runs job b where rank 1 runs job a, their second run
+// exchanging data. Both runs end at once (the watchdog is 30 s), naming both ranks and the
+// jobs; every later run with the other rank is refused on both.
 TEST(TransportSessions, RanksRunningDifferentJobsAtOnePositionEndAtOnce) {
   TwoProcesses p;
   std::string errors[2];
@@ -446,16 +446,18 @@ TEST(TransportSessions, RanksRunningDifferentJobsAtOnePositionEndAtOnce) {
     }
   };
   run_ranks(p, process);
-  EXPECT_NE(errors[0].find("ranks 0 and 1 run different things as run 2 over ranks {0, 1}: rank 0 "
-                           "runs 'b', rank 1 runs 'a'"),
+  EXPECT_NE(errors[0].find("ranks 0 and 1 run different things as their run 2 exchanging data "
+                           "with each other: rank 0 runs 'b', rank 1 runs 'a'."),
             std::string::npos)
       << errors[0];
-  EXPECT_NE(errors[1].find("ranks 1 and 0 run different things as run 2 over ranks {0, 1}: rank 1 "
-                           "runs 'a', rank 0 runs 'b'"),
+  EXPECT_NE(errors[1].find("ranks 1 and 0 run different things as their run 2 exchanging data "
+                           "with each other: rank 1 runs 'a', rank 0 runs 'b'."),
             std::string::npos)
       << errors[1];
   for (int r = 0; r < 2; ++r) {
-    EXPECT_NE(refusals[r].find("run different things as run 2 over ranks {0, 1}"),
+    EXPECT_NE(refusals[r].find(str_cat("refused: this run exchanges data with rank ", 1 - r,
+                                       ", and an earlier one found: ranks ", r, " and ", 1 - r,
+                                       " run different things as their run 2")),
               std::string::npos)
         << "rank " << r << ": " << refusals[r];
   }
@@ -474,126 +476,70 @@ proto::PlanProto job_l(int64_t rank, const std::string& op = "add") {
   return compiler::compile_graph(t.builder().graph(), options);
 }
 
-// Rank 1's runtime of job a, and rank 0's of jobs a and L (session 3), with a 30 s watchdog.
-struct JobsAAndL {
-  TwoProcesses p;
-  Runtime a1{job_a(1), session_options(1, *p.rank1, 1)};
-  Runtime a0{job_a(0), session_options(0, *p.rank0, 1)};
-  Runtime l0{job_l(0), session_options(0, *p.rank0, 3)};
-};
-
-// A run that needs nothing of the rank that differs (rank 0's L, where rank 1 runs a) finishes
-// when it comes first; rank 1's a is then refused at its start, as is rank 0's next run over the
-// two ranks. When rank 1's a comes first and waits for rank 0, rank 0's L is refused at its
-// start and rank 1's a ends at once.
-TEST(TransportSessions, ADifferenceFoundAfterARunFinishedRefusesTheNextRun) {
-  for (bool l_first : {true, false}) {
-    SCOPED_TRACE(l_first ? "L first" : "a first");
-    JobsAAndL jobs;
-    Runtime &a1 = jobs.a1, &a0 = jobs.a0, &l0 = jobs.l0;
-    const auto start = std::chrono::steady_clock::now();
-    const Runtime::Pieces x = {{"x", {{0, make_tensor({1, 2}, Shape{2}, DataType::kFloat32)}}}};
-    const std::string rank1_says =
-        "rank 1 runs 'a', rank 0 runs a graph or op that rank 1 has not "
-        "loaded (rank 0's error names it)";
-    const std::string rank0_says = "rank 0 runs 'l', rank 1 runs 'a'";
-    if (l_first) {
-      EXPECT_EQ(values_of(l0.run_local(x).begin()->second.at(0)), (std::vector<double>{2, 4}));
-      expect_error([&] { a1.run_local(pieces_of_x(1)); }, ErrorCode::kFailedPrecondition,
-                   rank1_says);
-    } else {
-      std::thread one([&] {
-        expect_error([&] { a1.run_local(pieces_of_x(1)); }, ErrorCode::kFailedPrecondition,
-                     rank1_says);
-      });
-      std::this_thread::sleep_for(std::chrono::milliseconds(300));  // rank 1 waits for rank 0
-      expect_error([&] { l0.run_local(x); }, ErrorCode::kFailedPrecondition, rank0_says);
-      one.join();
-    }
-    expect_error([&] { a0.run_local(pieces_of_x(0)); }, ErrorCode::kFailedPrecondition, rank0_says);
-    EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), 10);
-  }
-}
-
-// Runs needing no other process announce nothing, but their sessions are in the chain of every
-// later position: rank 0's L and rank 1's M, then job a on both, fail at a's start on both
-// ranks, before a takes any data, each naming what it ran since they last agreed.
-TEST(TransportSessions, RanksDifferingInRunsThatNeedNoPeerAreStoppedAtTheNextExchange) {
-  TwoProcesses p;
-  std::string errors[2];
-  auto process = [&](int64_t rank, std::shared_ptr<TransportSessions> sessions) {
-    Runtime a(job_a(rank), session_options(rank, *sessions, 1));
-    Runtime local(job_l(rank, rank == 0 ? "add" : "mul"),
-                  session_options(rank, *sessions, 3 + rank));
-    a.run_local(pieces_of_x(rank));
-    local.run_local({{"x", {{rank, make_tensor({1, 2}, Shape{2}, DataType::kFloat32)}}}});
-    try {
-      a.run_local(pieces_of_x(rank));
-      ADD_FAILURE() << "rank " << rank << "'s a ran";
-    } catch (const Error& e) {
-      EXPECT_EQ(e.code(), ErrorCode::kFailedPrecondition) << e.what();
-      errors[rank] = e.what();
-    }
-  };
-  run_ranks(p, process);
-  for (int r = 0; r < 2; ++r) {
-    const std::string said = str_cat("ranks ", r, " and ", 1 - r,
-                                     " ran different things before run 3 over ranks {0, 1}, where "
-                                     "both run 'a': since run 2 rank ",
-                                     r, " ran '", r == 0 ? "l" : "m", "'");
-    EXPECT_NE(errors[r].find(said), std::string::npos) << errors[r];
-  }
-}
-
-// Rank 0 runs L before a, rank 1 runs a alone: the two start a's first run as different runs
-// over ranks {0, 1}. Rank 0's a, started first, announces it; rank 1's a is refused at its
-// start (rank 0's data for it may be there already), and rank 0's ends at once.
-TEST(TransportSessions, OneIterationOfAJobStartedAtDifferentPositionsIsRefused) {
-  JobsAAndL jobs;
-  Runtime &a1 = jobs.a1, &a0 = jobs.a0, &l0 = jobs.l0;
-  l0.run_local({{"x", {{0, make_tensor({1, 2}, Shape{2}, DataType::kFloat32)}}}});
-  const auto start = std::chrono::steady_clock::now();
-  std::thread zero([&] {
-    expect_error([&] { a0.run_local(pieces_of_x(0)); }, ErrorCode::kFailedPrecondition,
-                 "ranks 0 and 1 run 'a' at different points of their programs over ranks {0, 1}: "
-                 "rank 0 as its run 2 there, rank 1 as its run 1 (the run 1 of it on both): since "
-                 "run 1 rank 0 ran 'l'");
-  });
-  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // rank 0's a waits for rank 1
-  expect_error([&] { a1.run_local(pieces_of_x(1)); }, ErrorCode::kFailedPrecondition,
-               "ranks 1 and 0 run 'a' at different points of their programs over ranks {0, 1}: "
-               "rank 1 as its run 1 there, rank 0 as its run 2 (the run 1 of it on both): since "
-               "run 1 rank 1 ran nothing");
-  zero.join();
-  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), 10);
-}
-
-// Job S: a job of rank `rank` alone. Positions are counted per set of ranks: rank 0 running
-// one-rank jobs between the runs it shares with rank 1 changes nothing of theirs.
+// Job S: a job of rank `rank` alone.
 proto::PlanProto job_s(int64_t rank) {
   const Placement one(DeviceType::kCPU, {rank});
   compiler::GraphTracer t("s", one);
-  t.fetch(t.input("x", Shape{3}, DataType::kFloat32, one, {B()}));
+  t.fetch(t.input("x", Shape{2}, DataType::kFloat32, one, {B()}));
   compiler::CompileOptions options;
   options.ranks = {rank};
   return compiler::compile_graph(t.builder().graph(), options);
 }
 
-TEST(TransportSessions, RunsOverOtherRanksTakeNoPositionOfTheirs) {
+// Runs that exchange no data take no position (Note [Program positions]): rank 0 logging a
+// value (its own L) between two runs of a, the ranks running different such jobs (L on rank
+// 0, M on rank 1), or one-rank jobs as often as each likes, is no difference.
+TEST(TransportSessions, RunsThatExchangeNoDataMayDifferBetweenRanks) {
   TwoProcesses p;
   std::vector<double> results[2];
-  auto process = [&](int64_t rank, std::shared_ptr<TransportSessions> sessions) {
+  run_ranks(p, [&](int64_t rank, std::shared_ptr<TransportSessions> sessions) {
     Runtime a(job_a(rank), session_options(rank, *sessions, 1));
+    Runtime local(job_l(rank, rank == 0 ? "add" : "mul"), session_options(rank, *sessions, 3));
     Runtime solo(job_s(rank), session_options(rank, *sessions, 10 + rank));
-    const Runtime::Pieces x = {{"x", {{rank, Tensor::zeros(Shape{3}, DataType::kFloat32)}}}};
+    const Runtime::Pieces x = {{"x", {{rank, make_tensor({1, 2}, Shape{2}, DataType::kFloat32)}}}};
     for (int round = 0; round < 3; ++round) {
+      if (rank == 0 || round == 1) local.run_local(x);
       for (int k = 0; k < (rank == 0 ? round : 2 - round); ++k) solo.run_local(x);
       results[rank].push_back(
           values_of(a.run_local(pieces_of_x(rank)).begin()->second.at(rank))[0]);
     }
-  };
-  run_ranks(p, process);
+  });
   for (int r = 0; r < 2; ++r) EXPECT_EQ(results[r], (std::vector<double>{36, 36, 36})) << r;
+}
+
+// Job F: x (2,) on rank 0, moved to rank 1 and fetched there: rank 0's part sends it with its
+// message (Note [Small transfers travel with their message]) and needs nothing of rank 1.
+proto::PlanProto job_f(int64_t rank) {
+  const Placement r0(DeviceType::kCPU, {0}), r1(DeviceType::kCPU, {1});
+  compiler::GraphTracer t("f", r0);
+  t.fetch(t.to_global(t.input("x", Shape{2}, DataType::kFloat32, r0, {B()}), r1, {B()}));
+  compiler::CompileOptions options;
+  options.ranks = {rank};
+  return compiler::compile_graph(t.builder().graph(), options);
+}
+
+// Rank 0 runs F (alone: it finishes) and then a; rank 1 runs a only. Rank 0's a is its second
+// run with rank 1 and rank 1's its first: rank 1's a is refused at its start (rank 0's data for
+// that iteration of a may be there already, and it must not pair), and rank 0's ends at once.
+TEST(TransportSessions, OneIterationOfAJobStartedAtDifferentPointsIsRefused) {
+  TwoProcesses p;
+  Runtime a1(job_a(1), session_options(1, *p.rank1, 1));
+  Runtime a0(job_a(0), session_options(0, *p.rank0, 1));
+  Runtime f0(job_f(0), session_options(0, *p.rank0, 4));
+  f0.run_local({{"x", {{0, make_tensor({1, 2}, Shape{2}, DataType::kFloat32)}}}});
+  const auto start = std::chrono::steady_clock::now();
+  std::thread zero([&] {
+    expect_error([&] { a0.run_local(pieces_of_x(0)); }, ErrorCode::kFailedPrecondition,
+                 "ranks 0 and 1 run 'a' at different points of their programs: rank 0 as its run "
+                 "2 exchanging data with rank 1, rank 1 as its run 1 (the run 1 of it on both). "
+                 "Before it, since they last agreed, rank 0 ran 'f' with rank 1.");
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // rank 0's a waits for rank 1
+  expect_error([&] { a1.run_local(pieces_of_x(1)); }, ErrorCode::kFailedPrecondition,
+               "ranks 1 and 0 run different things as their run 1 exchanging data with each "
+               "other: rank 1 runs 'a', rank 0 runs a graph or op that rank 1 has not loaded");
+  zero.join();
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), 10);
 }
 
 TEST(TransportSessions, PiecesMustMatchTheRegister) {
