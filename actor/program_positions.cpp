@@ -51,8 +51,29 @@ ProgramPositions::Start ProgramPositions::start(int64_t rank, uint32_t session,
   return out;
 }
 
+void ProgramPositions::abandon(uint32_t session, int64_t iteration,
+                               const std::vector<int64_t>& peers) {
+  auto [it, fresh] = abandoned_.emplace(session, iteration);
+  if (!fresh) it->second = std::min(it->second, iteration);
+  const auto gone = [&](const Run& run) {
+    return run.session == session && run.iteration > iteration;
+  };
+  for (int64_t peer : peers) {
+    Peer& p = peers_[peer];
+    while (!p.mine.empty() && gone(p.mine.back())) {
+      p.mine.pop_back();
+      --p.next;
+    }
+    for (auto at = p.theirs.begin(); at != p.theirs.end();) {
+      at = gone(at->second) ? p.theirs.erase(at) : std::next(at);
+    }
+  }
+}
+
 std::optional<ProgramPositions::Mine> ProgramPositions::hear(int64_t peer, int64_t position,
                                                              const Run& theirs) {
+  auto abandoned = abandoned_.find(theirs.session);
+  if (abandoned != abandoned_.end() && theirs.iteration > abandoned->second) return std::nullopt;
   Peer& p = peers_[peer];
   const int64_t oldest = p.next - static_cast<int64_t>(p.mine.size());
   // Where this rank started the same iteration of the same session, if it did: the newest
@@ -124,8 +145,8 @@ void ProgramPositions::differ(Peer& p, int64_t peer, int64_t position, const Run
   }
   p.failure += str_cat(
       " Every rank must run the graphs and ops on global tensors it shares with others in the "
-      "same order (a branch on the rank, an op run on one rank only, or an exception caught on "
-      "one rank only?). Rank ",
+      "same order (a branch on the rank, an op run on one rank only, an exception caught on one "
+      "rank only, or ops on global tensors from two threads at once?). Rank ",
       rank, " runs nothing more with rank ", peer, " in this process (Note [Program positions]).");
 }
 

@@ -28,6 +28,11 @@
 // The first version chained every run, and refused exactly that (and announcing every run made
 // the eager DP2 GPT step 8% slower: docs/benchmarks.md).
 //
+// Runs that fail (Note [Failed runs across processes] in runtime.cpp) keep the ranks in step: a
+// run after a peer's failed iteration is refused before it takes a position, and one started
+// before the notice came is taken back (abandon), as the failed rank ignores announcements of
+// runs after its failed one.
+//
 // Limits:
 //  - A run that one rank adds of the same job as the others' next one pairs with it; the
 //    difference shows at the next run with those ranks where the programs differ (or at the
@@ -35,8 +40,12 @@
 //  - Different values from rank-dependent runs that exchange no data (`y * 2` on one rank,
 //    `y * 3` on the other, then the same all-reduce of the results) are not seen: the
 //    all-reduce is the same run on both.
-//  - Runs over one rank pair are taken one at a time per process (Python's; a C++ program
-//    running two runtimes over the same ranks on two threads makes positions depend on timing).
+//  - Runs with one rank start one at a time per process: ops on global tensors from two threads
+//    at once (Runtime::run lets go of the GIL) start in an order that differs between ranks, and
+//    are refused (as collectives from two threads are unsafe in PyTorch and NCCL).
+//  - An order that every pair of ranks agrees on can still form a cycle over three ranks (0
+//    waits for 1, 1 for 2, 2 for 0): the watchdog reports it.
+//  - One rank per process (UCX's): the lowest hosted rank speaks for a process hosting several.
 //  - The announcement is an active message and is handled before the run's data only as far as
 //    UCX keeps its order on a connection: active messages do; tagged transfers (collectives)
 //    and NCCL's GPU transfers do not promise to come after it.
@@ -47,6 +56,8 @@
 #include <optional>
 #include <string>
 #include <vector>
+
+#include "oneflowlike/common/error.h"
 
 namespace ofl::actor {
 
@@ -60,6 +71,10 @@ class ProgramPositions {
 
   /// Names session `session`'s job in errors.
   void name(uint32_t session, const std::string& job) { names_[session] = job; }
+  std::string name_of(uint32_t session) const {
+    auto it = names_.find(session);
+    return it == names_.end() ? str_cat("session ", session) : it->second;
+  }
 
   /// Hosted rank `rank` starts a run of `session` exchanging data with `peers` (ranks of other
   /// processes). Returns the position with each peer and this run's entry; a difference with an
@@ -79,6 +94,12 @@ class ProgramPositions {
     Run run;
   };
   std::optional<Mine> hear(int64_t peer, int64_t position, const Run& theirs);
+
+  /// Note [Failed runs across processes] in runtime.cpp: the runs of `session` after
+  /// `iteration` never happen on some rank (it failed there). This process's latest start with
+  /// each of `peers`, if it is one of them, is taken back, and peers' announcements of them are
+  /// ignored, so the ranks' positions stay in step.
+  void abandon(uint32_t session, int64_t iteration, const std::vector<int64_t>& peers);
 
   /// Why no more runs exchanging data with `peer` may start, or "".
   const std::string& failure(int64_t peer) { return peers_[peer].failure; }
@@ -105,6 +126,7 @@ class ProgramPositions {
 
   std::map<int64_t, Peer> peers_;
   std::map<uint32_t, int64_t> started_;    // by session: its runs started here
+  std::map<uint32_t, int64_t> abandoned_;  // by session: runs after this iteration (abandon)
   std::map<uint32_t, std::string> names_;  // kept after a session closes
 };
 

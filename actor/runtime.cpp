@@ -146,6 +146,9 @@ void Runtime::tell_peers_of_failure() {
       told.code = failure_.empty() ? ErrorCode::kDeadlineExceeded : failure_code_;  // a stall
     }
   }
+  // Note [Program positions]: no rank runs this session after the failed iteration; a start of
+  // a later one here (a peer's failure heard while it ran) is taken back.
+  transport_->abandon_runs_after(told.iteration, announced_to_);
   for (int64_t peer : peers_) {
     if (peer == told.rank) continue;
     try {
@@ -308,6 +311,22 @@ std::vector<std::pair<int, Tensor>> Runtime::run_iteration(
   };
   std::optional<NotRunning> running;
   running.emplace(this);
+  // Note [Failed runs across processes]: refused for good, stopped as a failed run is. A run
+  // after a peer's failed one is refused before it takes a program position (the failed rank
+  // never starts it); the run of the failed iteration itself after (the failed rank started it).
+  const auto refuse_after_peer_failure = [&](bool later_only) {
+    std::unique_lock<std::mutex> lock(done_mu_);
+    for (const auto& [rank, failed] : peer_failures_) {
+      if (iteration_ < failed.iteration || (later_only && iteration_ == failed.iteration)) continue;
+      const std::string why = peer_run_failure(failed);
+      failure_origin_ = failed;
+      lock.unlock();
+      if (device_collectives_ != nullptr) device_collectives_->abort_when_free();
+      stop_threads();
+      throw_error(ErrorCode::kUnavailable, why);
+    }
+  };
+  refuse_after_peer_failure(/*later_only=*/true);
   // Note [Program positions]: counted before the refusals below, so a run refused here still
   // takes its position, as its peers' runs (failed or refused alike) do.
   const std::string position_refused = transport_->begin_run(announced_to_);
@@ -320,17 +339,8 @@ std::vector<std::pair<int, Tensor>> Runtime::run_iteration(
     for (const auto& [rank, ran] : departed_) {
       if (iteration_ >= ran) throw_error(ErrorCode::kUnavailable, departure_failure(rank, ran));
     }
-    for (const auto& [rank, failed] : peer_failures_) {
-      if (iteration_ < failed.iteration) continue;
-      // Note [Failed runs across processes]: refused for good, stopped as a failed run is.
-      const std::string why = peer_run_failure(failed);
-      failure_origin_ = failed;
-      lock.unlock();
-      if (device_collectives_ != nullptr) device_collectives_->abort_when_free();
-      stop_threads();
-      throw_error(ErrorCode::kUnavailable, why);
-    }
   }
+  refuse_after_peer_failure(/*later_only=*/false);
   // Note [Communicators kept per process]: the run holds the GPU communicators it shares with
   // other runtimes of this process until it ends. A refusal (a communicator aborted by another
   // runtime's failed run) is for good, and the peers hear of it.

@@ -74,6 +74,9 @@ class SessionTransport final : public comm::Transport {
   std::string begin_run(const std::vector<int64_t>& peers) override {
     return sessions_->begin_run(session_, peers);
   }
+  void abandon_runs_after(int64_t iteration, const std::vector<int64_t>& peers) override {
+    sessions_->abandon_runs_after(session_, iteration, peers);
+  }
   void set_position_handler(PositionHandler handler, const std::string& job) override {
     sessions_->set_position_handler(session_, std::move(handler), job);
   }
@@ -182,20 +185,24 @@ void TransportSessions::set_position_handler(uint32_t session,
 std::string TransportSessions::begin_run(uint32_t session, const std::vector<int64_t>& peers) {
   int64_t from = -1;  // the hosted rank that speaks for this process
   std::vector<int64_t> told;
+  std::string refused;
   ProgramPositions::Start start;
   {
     std::lock_guard<std::recursive_mutex> lock(mu_);
     for (int64_t peer : peers) {
       if (base_ranks_.count(peer)) continue;
       const std::string& failure = positions_.failure(peer);
-      if (!failure.empty()) {
-        return str_cat("[runtime] refused: this run exchanges data with rank ", peer,
-                       ", and an earlier one found: ", failure.substr(failure.find(']') + 2));
+      if (failure.empty()) {
+        told.push_back(peer);
+      } else if (refused.empty()) {
+        refused = str_cat("[runtime] refused: '", positions_.name_of(session),
+                          "' exchanges data with rank ", peer,
+                          ", and an earlier run found: ", failure.substr(failure.find(']') + 2));
       }
-      told.push_back(peer);
     }
-    if (told.empty() || base_ranks_.empty()) return {};
+    if (told.empty() || base_ranks_.empty()) return refused;
     from = *base_ranks_.begin();
+    // Refused or not, the run takes its position with the other peers, which count theirs.
     start = positions_.start(from, session, told);
   }
   // Sent outside the lock: in one process, a peer's sessions may be sending to these at once.
@@ -208,12 +215,19 @@ std::string TransportSessions::begin_run(uint32_t session, const std::vector<int
       VLOG(1) << kTag << "no run position sent to rank " << peer << ": " << e.what();
     }
   }
+  if (!refused.empty()) return refused;
   std::lock_guard<std::recursive_mutex> lock(mu_);
   for (int64_t peer : told) {
     const std::string& failure = positions_.failure(peer);
     if (!failure.empty()) return failure;
   }
   return {};
+}
+
+void TransportSessions::abandon_runs_after(uint32_t session, int64_t iteration,
+                                           const std::vector<int64_t>& peers) {
+  std::lock_guard<std::recursive_mutex> lock(mu_);
+  positions_.abandon(session, iteration, peers);
 }
 
 std::optional<ActorMessage> TransportSessions::on_run_position(const ActorMessage& message) {

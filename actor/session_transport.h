@@ -62,6 +62,8 @@ class TransportSessions : public std::enable_shared_from_this<TransportSessions>
   /// Note [Program positions]: session `session`'s runtime starts a run exchanging data with
   /// `peers`. Returns why it must not, or "".
   std::string begin_run(uint32_t session, const std::vector<int64_t>& peers);
+  /// ProgramPositions::abandon for session `session`'s runtime.
+  void abandon_runs_after(uint32_t session, int64_t iteration, const std::vector<int64_t>& peers);
 
   /// Sessions whose messages arrived before they opened, and messages dropped as late: for
   /// tests and diagnostics.

@@ -119,6 +119,11 @@ class Transport {
     (void)peers;
     return {};
   }
+  /// Note [Program positions]: the receiving runtime's runs after `iteration` never happen on
+  /// some rank (a run failed); its start of one with `peers`, if any, is taken back.
+  virtual void abandon_runs_after(int64_t iteration, const std::vector<int64_t>& peers) {
+    (void)iteration, (void)peers;
+  }
   /// Called (on a transport thread) when a peer of the receiving runtime's latest run turns out
   /// to have run something else at that point, with why; `job` names the runtime's job
   /// in such errors, here and on its peers.

@@ -52,6 +52,14 @@ def _strings(nd_sbp):
     return [str(s) for s in nd_sbp]
 
 
+def _ranks_text(placement):
+    """A placement's ranks in a graph's name: "ranks 0-3", "ranks 0,2"."""
+    ranks = list(placement.flat_ranks)
+    if ranks == list(range(ranks[0], ranks[-1] + 1)) and len(ranks) > 2:
+        return f"ranks {ranks[0]}-{ranks[-1]}"
+    return "ranks " + ",".join(str(r) for r in ranks)
+
+
 def _region(shape, placement, nd_sbp, rank):
     pid = placement._c.parallel_id_of(rank)
     return tuple(
@@ -622,8 +630,10 @@ def reshard_many(items):
         retire(compiled)
         # Named by its layouts, which tell one move from another in errors (Note [Program
         # positions] in actor/program_positions.h).
-        moves = [f"{','.join(_strings(x.sbp))}->{','.join(_strings(s))}" for x, _, s in items[:2]]
-        tracer = _Tracer(f"to_global {' '.join(moves)}{' ...' if len(items) > 2 else ''}", source)
+        moves = [f"{','.join(_strings(x.sbp))}->{','.join(_strings(s))} {tuple(x.shape)}"
+                 for x, _, s in items[:2]]
+        tracer = _Tracer(f"to_global {' '.join(moves)}{' ...' if len(items) > 2 else ''}"
+                         f" on {_ranks_text(source)}", source)
         names, metas = [], []
         with tracing(tracer.c, tracer):
             for k, (x, placement, nd_sbp) in enumerate(items):
@@ -782,7 +792,8 @@ def apply(fn, args, kwargs, *, name):
     compiled = _cache.get(cache_key)
     if compiled is None or compiled.broken:
         retire(compiled)
-        tracer = _Tracer(op, placement)  # names the op in errors (Note [Program positions])
+        # Named by the op and its first tensor's shape in errors (Note [Program positions]).
+        tracer = _Tracer(f"{op} {tuple(globals_[0].shape)} on {_ranks_text(placement)}", placement)
         tracer.set_constants_allowed(False)
         with tracing(tracer.c, tracer):
             lazies = [tracer.input(f"in{i}", t.shape, t.dtype, placement._c, _strings(t.sbp))

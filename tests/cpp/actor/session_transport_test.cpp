@@ -129,6 +129,15 @@ Runtime::Pieces lookup_feed(int64_t rank, double id) {
           {"ids", {{rank, make_tensor({0, id}, Shape{2}, DataType::kInt64)}}}};
 }
 
+// Options of a runtime of `rank` in session `session` of `sessions`, with a 30 s watchdog.
+RuntimeOptions session_options(int64_t rank, TransportSessions& sessions, uint32_t session) {
+  RuntimeOptions options;
+  options.watchdog_seconds = 30;
+  options.ranks = {rank};
+  options.transport = sessions.open(session);
+  return options;
+}
+
 // Note [Failed runs across processes]: rank 1's lookup fails (an id out of range in its piece).
 // Rank 0, waiting for rank 1's rows or done with the iteration first, ends that run or refuses
 // its next one at once, naming rank 1, not at its watchdog (30 s here); neither runtime runs
@@ -174,6 +183,18 @@ TEST(TransportSessions, ARunThatFailsOnOneRankEndsItsPeersRunsAtOnce) {
     }
     EXPECT_FALSE(c0.usable());
     EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), 10);
+    // Their program positions stayed in step (Note [Program positions]: a run refused after
+    // the failed iteration takes none, one started before the notice is taken back): a later
+    // job runs on both.
+    Runtime b1(job_b(1), session_options(1, *p.rank1, 2));
+    Runtime b0(job_b(0), session_options(0, *p.rank0, 2));
+    const auto y = [](int64_t rank) -> Runtime::Pieces {
+      return {{"y", {{rank, make_tensor({1, 1, 1, 1, 1, 1}, Shape{2, 3}, DataType::kFloat32)}}}};
+    };
+    std::thread b([&] { b1.run_local(y(1)); });
+    EXPECT_EQ(values_of(b0.run_local(y(0)).begin()->second.at(0)),
+              (std::vector<double>{2, 2, 2, 2, 2, 2}));
+    b.join();
   }
 }
 
@@ -399,15 +420,6 @@ TEST(TransportSessions, ARunWaitingForARankThatDepartsEndsAtOnceListingWhatItWai
   one.join();
 }
 
-// Options of a runtime of `rank` in session `session` of `sessions`, with a 30 s watchdog.
-RuntimeOptions session_options(int64_t rank, TransportSessions& sessions, uint32_t session) {
-  RuntimeOptions options;
-  options.watchdog_seconds = 30;
-  options.ranks = {rank};
-  options.transport = sessions.open(session);
-  return options;
-}
-
 // Runs `process` for rank 1 on a thread and rank 0 on this one; both end within 10 s (the
 // watchdog is 30 s).
 void run_ranks(TwoProcesses& p,
@@ -455,10 +467,11 @@ TEST(TransportSessions, RanksRunningDifferentJobsAtOnePositionEndAtOnce) {
             std::string::npos)
       << errors[1];
   for (int r = 0; r < 2; ++r) {
-    EXPECT_NE(refusals[r].find(str_cat("refused: this run exchanges data with rank ", 1 - r,
-                                       ", and an earlier one found: ranks ", r, " and ", 1 - r,
-                                       " run different things as their run 2")),
-              std::string::npos)
+    EXPECT_NE(
+        refusals[r].find(str_cat("refused: '", r == 0 ? "a" : "b", "' exchanges data with rank ",
+                                 1 - r, ", and an earlier run found: ranks ", r, " and ", 1 - r,
+                                 " run different things as their run 2")),
+        std::string::npos)
         << "rank " << r << ": " << refusals[r];
   }
 }
