@@ -174,8 +174,8 @@ void Runtime::on_rank_departure(int64_t rank, int64_t iterations) {
 
 void Runtime::on_position_difference(const std::string& why) {
   std::lock_guard<std::mutex> lock(done_mu_);
-  // Not running: that run finished (it needed nothing of the rank that differs); the next run
-  // over these ranks is refused (TransportSessions::begin_run).
+  // Not running: that run finished (it needed nothing more of the rank that differs); the next
+  // run with that rank is refused (TransportSessions::begin_run).
   if (running_ && failure_.empty()) {
     failure_ = why;
     failure_code_ = ErrorCode::kFailedPrecondition;
@@ -369,9 +369,12 @@ std::vector<std::pair<int, Tensor>> Runtime::run_iteration(
     std::lock_guard<std::mutex> lock(done_mu_);
     start = failure_.empty();
   }
-  for (Actor* tick : start ? ticks_ : std::vector<Actor*>()) {
-    deliver(ActorMessage::register_ready({kCallerActor, tick->rank()}, {tick->id(), tick->rank()},
-                                         kRunRegisterBase + tick->rank(), /*slot=*/0, iteration_));
+  if (start) {
+    for (Actor* tick : ticks_) {
+      deliver(ActorMessage::register_ready({kCallerActor, tick->rank()}, {tick->id(), tick->rank()},
+                                           kRunRegisterBase + tick->rank(), /*slot=*/0,
+                                           iteration_));
+    }
   }
   wait_for_iteration();
   running.reset();

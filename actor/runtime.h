@@ -212,8 +212,8 @@ class Runtime final : public PlanRunner, private ActorHost {
   void on_rank_departure(int64_t rank, int64_t iterations);
   // Why rank `rank`, gone after `iterations` iterations, stops this one. Under done_mu_.
   std::string departure_failure(int64_t rank, int64_t iterations) const;
-  // Note [Program positions] in actor/program_positions.h: a member ran something else at this
-  // runtime's latest position.
+  // Note [Program positions] in actor/program_positions.h: a peer ran something else where
+  // this runtime's latest run is in its program.
   void on_position_difference(const std::string& why);
   // Note [Failed runs across processes] in runtime.cpp: a message from the transport, and a
   // peer's failed run (the rank it failed on, its iteration and its error's kind);
@@ -308,7 +308,9 @@ class Runtime final : public PlanRunner, private ActorHost {
   // members of its collectives (a plan compiled for some ranks holds only theirs) and the
   // plan's other ranks.
   std::set<int64_t> peers_;
-  std::vector<int64_t> announced_to_;  // peers_, for begin_run (Note [Program positions])
+  // peers_ as begin_run takes them, made once at load, not at every run (Note [Program
+  // positions]).
+  std::vector<int64_t> announced_to_;
   int64_t trace_origin_ns_ = 0;
   int thread_kernel_threads_ = 0;  // OpenMP threads of each compute thread (and its stream)
 };

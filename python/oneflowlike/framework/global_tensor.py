@@ -513,16 +513,16 @@ def sliced_locally(value, sbp):
     # Decided over every rank of the placement, so all of them take the same path (Note
     # [Program positions] in actor/program_positions.h): under (B, S(0)) -> (S(0), S(0)) on 2x2,
     # ranks 0 and 3 keep part of their own piece where ranks 1 and 2 need another's.
-    for r in value.placement.flat_ranks:
-        old = _region(value.shape, value.placement, value.sbp, r)
-        new = _region(value.shape, value.placement, nd, r)
+    regions = {r: (_region(value.shape, value.placement, value.sbp, r),
+                   _region(value.shape, value.placement, nd, r))
+               for r in value.placement.flat_ranks}
+    for old, new in regions.values():
         if any(n.start < o.start or n.stop > o.stop for n, o in zip(new, old)):
             return None  # a rank needs another rank's data
     rank = env.get_rank()
     if rank not in value.placement:
         return GlobalTensor(None, value.shape, value.dtype, value.placement, nd)
-    old = _region(value.shape, value.placement, value.sbp, rank)
-    new = _region(value.shape, value.placement, nd, rank)
+    old, new = regions[rank]
     local = value._local[tuple(slice(n.start - o.start, n.stop - o.start)
                                for n, o in zip(new, old))] if new != old else value._local
     return GlobalTensor(local, value.shape, value.dtype, value.placement, nd)
