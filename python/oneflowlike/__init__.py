@@ -47,5 +47,8 @@ from oneflowlike.framework import tensor_methods as _tensor_methods  # noqa: E40
 import sys as _sys  # noqa: E402
 
 _tensor_methods.install(_sys.modules[__name__])
+from oneflowlike.framework import tensor_copy as _tensor_copy  # noqa: E402
+
+_tensor_copy.install()
 
 __version__ = "0.1.0"

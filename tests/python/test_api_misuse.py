@@ -225,12 +225,74 @@ def test_a_write_after_a_graph_step_is_the_newest_value():
         for p in model.parameters():
             p.fill_(0.0)
     np.testing.assert_array_equal(model(x).numpy(), np.zeros((16, 3), np.float32))
-    # A graph that has gone holds nothing.
-    train(x, y)
-    assert graph_sharing._holders
+
+
+def test_a_trained_graph_dropped_before_its_model_is_read_leaves_its_values():
+    """Note [Graphs sharing modules]: `del graph` after training, then model.state_dict(), gives
+    the trained values (the graph went with them, and state_dict gave the initial ones); the
+    graph's memory goes once they are taken, and a model and its graph dropped together go
+    whatever the collector's timing."""
+    import gc
+    import weakref
+
+    from oneflowlike.nn import graph_sharing
+
+    model, initial, x, y, train = _model_and_training_graph()
+    twin, _, _, _, twin_train = _model_and_training_graph()  # the same seed: the same values
+    for _ in range(2):
+        train(x, y)
+        twin_train(x, y)
+    twin_train.sync_to_modules()
+    trained = {k: v.numpy().copy() for k, v in twin.state_dict().items()}
+    assert any(not np.array_equal(trained[k], initial[k]) for k in initial)
+    gone = weakref.ref(train)
     del train
     gc.collect()
-    assert not graph_sharing._holders
+    assert gone() is not None  # its model keeps it while it holds the newest values
+    for k, v in model.state_dict().items():
+        np.testing.assert_array_equal(v.numpy(), trained[k])
+    gc.collect()
+    assert gone() is None  # the values taken, nothing keeps it
+    # sync_to_modules, then del: it goes at once; with its model, the same.
+    gone = weakref.ref(twin_train)
+    twin_train(x, y)
+    twin_train.sync_to_modules()
+    del twin_train
+    gc.collect()
+    assert gone() is None
+    model, _, x, y, train = _model_and_training_graph()
+    train(x, y)
+    gone = weakref.ref(train)
+    del model, train
+    gc.collect()
+    assert gone() is None and not graph_sharing._holders
+
+
+def test_sync_to_modules_of_a_graph_another_one_trained_after_gives_the_newest_values():
+    """graph.sync_to_modules() copies the newest values: those of the graph that trained last,
+    not its own older copy (it overwrote the other graph's training)."""
+    model, initial, x, y, first = _model_and_training_graph()
+
+    class Second(nn.Graph):
+        def __init__(self):
+            super().__init__()
+            self.model = model
+            self.add_optimizer(flow.optim.SGD(model.parameters(), lr=0.5))
+
+        def build(self, x, y):
+            loss = nn.functional.cross_entropy(self.model(x), y)
+            loss.backward()
+            return loss
+
+    second = Second()
+    first(x, y)
+    second(x, y)
+    second(x, y)
+    newest = {k: v.numpy().copy() for k, v in second.state_dict().items() if k in
+              {f"model.{name}" for name in initial}}
+    first.sync_to_modules()
+    for k, v in model.state_dict().items():
+        np.testing.assert_array_equal(v.numpy(), newest[f"model.{k}"])
 
 
 def test_a_copy_made_contiguous_or_a_parameter_is_writable():

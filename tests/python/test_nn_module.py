@@ -343,3 +343,89 @@ def test_module_dict_maps_names_to_modules():
     del d["c"]
     d.update([("e", nn.ReLU())])
     assert [k for k, _ in d.items()] == ["a", "e"] and len(list(d.values())) == 2
+
+
+# ---- copy.deepcopy (Note [Deep copies] in framework/tensor_copy.py) ----------------------------
+
+
+def test_deepcopy_of_a_model_and_its_state_dict_has_its_own_storage():
+    import copy
+
+    model = nn.Sequential(nn.Linear(3, 4), nn.LayerNorm(4), nn.Linear(4, 3))
+    model[0].weight.grad = flow.ones(4, 3)
+    model[1].weight.requires_grad = False
+    x = flow.tensor(np.random.default_rng(0).standard_normal((2, 3)).astype(np.float32))
+    copied = copy.deepcopy(model)
+    best = copy.deepcopy(model.state_dict())
+    np.testing.assert_array_equal(copied(x).numpy(), model(x).numpy())
+    assert type(copied[0].weight) is nn.Parameter and copied[0].weight.requires_grad
+    assert not copied[1].weight.requires_grad
+    np.testing.assert_array_equal(copied[0].weight.grad.numpy(), np.ones((4, 3), np.float32))
+    before = model[0].weight.numpy().copy()
+    with flow.no_grad():
+        copied[0].weight.fill_(5.0)
+        copied[0].weight.grad.fill_(2.0)
+        model[2].bias.fill_(7.0)
+    np.testing.assert_array_equal(model[0].weight.numpy(), before)
+    np.testing.assert_array_equal(model[0].weight.grad.numpy(), np.ones((4, 3), np.float32))
+    assert not np.any(best["2.bias"].numpy() == 7.0)
+    bf = copy.deepcopy(flow.ones(2, dtype=flow.bfloat16))
+    assert bf.dtype == flow.bfloat16
+
+
+def test_deepcopy_keeps_a_tied_weight_tied_and_refuses_a_computed_tensor():
+    import copy
+
+    embed = nn.Embedding(5, 4)
+    head = nn.Linear(4, 5, bias=False)
+    head.weight = embed.weight
+    model = nn.ModuleList([embed, head])
+    copied = copy.deepcopy(model)
+    assert copied[0].weight is copied[1].weight and copied[0].weight is not embed.weight
+    x = flow.ones(2, requires_grad=True)
+    with pytest.raises(RuntimeError, match=r"only tensors made directly .*shape \(2,\)"):
+        copy.deepcopy(x * 2)
+    assert copy.deepcopy((x * 2).detach()).is_leaf
+
+
+def test_deepcopy_of_a_global_tensor_copies_this_ranks_piece_in_its_layout():
+    import copy
+
+    p = flow.placement("cpu", ranks=[0])
+    w = flow.tensor([[1.0, 2.0], [3.0, 4.0]], placement=p, sbp=flow.sbp.split(0),
+                    requires_grad=True)
+    c = copy.deepcopy(w)
+    assert c.placement == p and c.sbp == w.sbp and c.requires_grad
+    with flow.no_grad():
+        c.fill_(0.0)
+    np.testing.assert_array_equal(w.to_local().numpy(), [[1.0, 2.0], [3.0, 4.0]])
+    np.testing.assert_array_equal(c.to_local().numpy(), np.zeros((2, 2), np.float32))
+
+
+def test_deepcopy_of_a_model_a_graph_trained_has_the_trained_values():
+    """Note [Graphs sharing modules]: the module's tensors are brought up to date first."""
+    import copy
+
+    model = nn.Linear(3, 2)
+    opt = flow.optim.SGD(model.parameters(), lr=0.5)
+
+    class Train(nn.Graph):
+        def __init__(self):
+            super().__init__()
+            self.model = model
+            self.add_optimizer(opt)
+
+        def build(self, x):
+            loss = self.model(x).sum()
+            loss.backward()
+            return loss
+
+    train = Train()
+    x = flow.ones(4, 3)
+    initial = model.weight.numpy().copy()
+    train(x)
+    copied = copy.deepcopy(model)
+    assert "_anchors" not in copied.__dict__
+    trained = model.weight.numpy()
+    assert not np.array_equal(trained, initial)
+    np.testing.assert_array_equal(copied.weight.numpy(), trained)

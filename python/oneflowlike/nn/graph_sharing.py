@@ -20,6 +20,14 @@ copies nothing. Reads of a parameter tensor itself (model.weight.numpy()) betwee
 do not sync: graph.sync_to_modules() does that explicitly. Where the graph lays a value out
 otherwise than its module (ZeRO), the copy is a collective: after such a graph trained, an
 eager call or state_dict() of its modules must be made on every rank.
+
+A graph holding values lives as long as any of its modules does (each module keeps it, in
+_anchors): `del graph` after training, then model.state_dict(), gives the trained values (the
+graph went with its hold, and state_dict gave the initial ones, without a word). Its memory
+goes once its holds end (that state_dict, or graph.sync_to_modules() before the del). The
+anchor is on the modules, not in this file's tables, so a model and its graph dropped together
+are still collected; and whether a graph is alive never depends on when the garbage collector
+ran, which differs between ranks, so every rank syncs (and, under ZeRO, gathers) alike.
 """
 
 import weakref
@@ -27,7 +35,8 @@ import weakref
 from oneflowlike.framework import global_tensor as _gt
 
 # id(module tensor) -> (the holding graph (weak), its variable name, the tensor: kept, so that
-# its id names no other tensor while the entry lives). A graph's entries go when it does.
+# its id names no other tensor while the entry lives). A graph's entries go when it does, which
+# its modules' anchors put off until they go too.
 _holders = {}
 # Bumped at every claim: a module released at the current epoch has nothing held (module_call).
 _epoch = 0
@@ -56,11 +65,46 @@ def claim(graph):
     ref = weakref.ref(graph)
     ids = []
     for full, value, *_ in graph._variables:
+        before = _holders.get(id(value))
+        if before is not None and before[0]() is not graph:
+            end_hold(value)  # load_state_dict's values replace another graph's
         _holders[id(value)] = (ref, full, value)
         ids.append(id(value))
+    held = graph.__dict__.setdefault("_sharing_held", set())
+    if not held:
+        _anchor(graph)
+    held.update(ids)
     if "_sharing_forget" not in graph.__dict__:
         graph.__dict__["_sharing_forget"] = weakref.finalize(graph, _forget, id(graph), ids)
     _epoch += 1
+
+
+def end_hold(value):
+    """The hold on module tensor ``value`` ends (its module or the reading graph has the value
+    now); a graph holding nothing more is no longer kept by its modules."""
+    held = _holders.pop(id(value), None)
+    if held is None or held[2] is not value:
+        if held is not None:
+            _holders[id(value)] = held  # another tensor's entry under a reused id
+        return
+    graph = held[0]()
+    if graph is None:
+        return
+    ids = graph.__dict__.get("_sharing_held")
+    if ids:
+        ids.discard(id(value))
+        if not ids:
+            for m in graph.__dict__.pop("_sharing_anchored", ()):
+                m.__dict__.get("_anchors", {}).pop(id(graph), None)
+
+
+def _anchor(graph):
+    """Every module of ``graph`` keeps it alive (until end_hold ends its last hold)."""
+    anchored = graph.__dict__.setdefault("_sharing_anchored", [])
+    for module in graph._modules.values():
+        for m in module.modules():
+            m.__dict__.setdefault("_anchors", {})[id(graph)] = graph
+            anchored.append(m)
 
 
 def release(values, reader=None):
@@ -79,7 +123,7 @@ def release(values, reader=None):
             continue
         if graph is reader:
             continue
-        del _holders[id(value)]
+        end_hold(value)
         if stamp(value) != graph._seen_stamps.get(held[1]):
             continue  # written since the holder saw it: the module's value is the newer one
         by_graph.setdefault(id(graph), (graph, []))[1].append(held[1])
@@ -98,7 +142,7 @@ def before_call(graph):
             graph._seen_stamps[full] = now
             held = _holders.get(id(value))
             if held is not None and held[0]() is graph:
-                del _holders[id(value)]  # the runtime now holds the module's value
+                end_hold(value)  # the runtime now holds the module's value
 
 
 def module_call(module):

@@ -203,22 +203,27 @@ class GraphStateMixin:
                 self._write_variable(name, state[name])
 
     def sync_to_modules(self):
-        """Copies the trained values into the modules' parameters and buffers (other graphs on
-        the same modules, and eager calls of them, do it when they need to: Note [Graphs
-        sharing modules] in graph_sharing.py)."""
-        self._sync_variables(None)
+        """Copies the newest values of this graph's variables into the modules' parameters and
+        buffers (other graphs on the same modules, and eager calls of them, do it when they need
+        to: Note [Graphs sharing modules] in graph_sharing.py). The newest: where another graph
+        trained the modules since this one ran, its values, not this graph's older copy."""
+        from oneflowlike.nn import graph_sharing
+
+        if self._compiled:
+            graph_sharing.release([value for _, value, *_ in self._variables])
 
     def _sync_variables(self, names):
-        """sync_to_modules for the variables ``names`` (None: all)."""
+        """Copies this graph's values of the variables ``names``, which it holds, into their
+        module tensors (graph_sharing.release calls it)."""
         from oneflowlike.nn import graph_sharing
 
         if not self._compiled:
             return
         current = self._state_dict()
         for full, value, owner, registry_name, key in self._variables:
-            if names is not None and full not in names:
+            if full not in names:
                 continue
-            graph_sharing._holders.pop(id(value), None)
+            graph_sharing.end_hold(value)
             new = current[full]
             if isinstance(value, _gt.GlobalTensor):
                 if new.placement != value.placement or new.sbp != value.sbp:
