@@ -210,11 +210,19 @@ def test_embedding_grad_sums_like_the_cpu_and_the_same_every_run(dtype, index_dt
 
 
 @pytest.mark.parametrize("op", ["embedding", "embedding_grad"])
-def test_an_out_of_range_index_on_the_gpu_says_which_and_stops_the_device(op):
-    # The kernel traps (Note [Device index errors] in kernels/cuda/embedding.cu), which spoils
-    # the device for the process: run it in a child process.
+@pytest.mark.parametrize("dim", [4, 0])
+def test_an_out_of_range_index_on_the_gpu_says_which_and_stops_the_device(op, dim):
+    # The kernel traps (Note [Device index errors] in kernels/cuda/index_slices.cuh), which
+    # spoils the device for the process: run it in a child process. With rows of 0 elements the
+    # result is empty, and the indices are checked all the same, as on the CPU.
+    with pytest.raises(IndexError, match="got index 7 at position 1"):
+        i = flow.tensor(np.array([1, 7, 2]))
+        if op == "embedding":
+            _C.embedding(flow.tensor(np.ones((5, dim), np.float32)), i)
+        else:
+            _C.embedding_grad(flow.tensor(np.ones((3, dim), np.float32)), i, 5)
     call = ("_C.embedding(w, i)" if op == "embedding"
-            else "_C.embedding_grad(flow.tensor(np.ones((3, 4), np.float32)).cuda(), i, 5)")
+            else f"_C.embedding_grad(flow.tensor(np.ones((3, {dim}), np.float32)).cuda(), i, 5)")
     # The device's printf reaches the C library's stdout buffer: flush it before the process
     # can die in teardown on the spoiled device.
     script = textwrap.dedent(f"""
@@ -222,7 +230,7 @@ def test_an_out_of_range_index_on_the_gpu_says_which_and_stops_the_device(op):
         import numpy as np
         import oneflowlike as flow
         from oneflowlike import _C
-        w = flow.tensor(np.ones((5, 4), np.float32)).cuda()
+        w = flow.tensor(np.ones((5, {dim}), np.float32)).cuda()
         i = flow.tensor(np.array([1, 7, 2])).cuda()
         try:
             {call}.numpy()

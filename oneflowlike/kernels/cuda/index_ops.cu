@@ -72,7 +72,14 @@ void gather_grad(const KernelContext& ctx) {
   const Geometry g =
       geometry("gather_grad", index.shape(), dx.shape(), ctx.p<IndexGradParams>().dim);
   const int64_t total = dx.numel();
-  if (total == 0) return;
+  if (total == 0) {  // nothing to sum into, but the indices are checked as on the CPU
+    const I* idx = static_cast<const I*>(index.raw_data());
+    launch_for_each(ctx, "gather_grad", index.numel(), [=] __device__(int64_t e) {
+      const I v = idx[e];
+      if (!index_in_range(v, g.rows)) trap_bad_index("gather_grad", "x.shape[dim]", v, e, g.rows);
+    });
+    return;
+  }
   Scratch scratch(ctx, kWiden ? total * sizeof(A) : 0);
   A* sums = kWiden ? scratch.as<A>() : reinterpret_cast<A*>(data<T>(dx));
   cuda::check(cudaMemsetAsync(sums, 0, total * sizeof(A), stream_of(ctx)), "gather_grad",

@@ -101,13 +101,25 @@ void gather_slices_in(const KernelContext& ctx, SliceOp op, const void* src, con
   cuda::check(cudaGetLastError(), host_name(op), device_of(ctx));
 }
 
+/// Only the range check of the n indices, where nothing is moved (an empty result): the CPU
+/// checks them all the same, and so must the GPU (Note [Device index errors]).
+template <class I>
+void check_slice_indices(const KernelContext& ctx, SliceOp op, const I* index, int64_t n,
+                         int64_t rows) {
+  if (n == 0) return;
+  launch_for_each(ctx, host_name(op), n, [=] __device__(int64_t t) {
+    const I v = index[t];
+    if (!index_in_range(v, rows)) trap_bad_slice_index(op, v, t, rows);
+  });
+}
+
 /// out (outer, n, inner) = src (outer, rows, inner) at index along the middle axis; elements of
 /// `elem_bytes` bytes (values are only moved).
 template <class I>
 void gather_slices(const KernelContext& ctx, SliceOp op, const void* src, const I* index, void* out,
                    int64_t outer, int64_t rows, int64_t n, int64_t inner, int64_t elem_bytes) {
   const int64_t row_bytes = inner * elem_bytes;
-  if (outer * n == 0 || row_bytes == 0) return;
+  if (outer * n == 0 || row_bytes == 0) return check_slice_indices(ctx, op, index, n, rows);
   const auto fits = [&](size_t unit) {
     return row_bytes % static_cast<int64_t>(unit) == 0 && is_aligned(src, unit) &&
            is_aligned(out, unit);
@@ -190,7 +202,9 @@ void scatter_add_slices(const KernelContext& ctx, SliceOp op, const Tensor& src,
   using N = native_t<T>;
   using A = compute_t<N>;
   const int64_t total = out.numel();
-  if (total == 0) return;
+  if (total == 0) return check_slice_indices(ctx, op, index, n, rows);
+  OFL_CHECK(n <= std::numeric_limits<int>::max(), "[", host_name(op), "] at most ",
+            std::numeric_limits<int>::max(), " indices on CUDA. However, got ", n, ".");
   const int device = device_of(ctx);
   const cudaStream_t stream = stream_of(ctx);
   const size_t pair_bytes = static_cast<size_t>(std::max<int64_t>(n, 1)) * sizeof(int64_t);
@@ -205,8 +219,6 @@ void scatter_add_slices(const KernelContext& ctx, SliceOp op, const Tensor& src,
     // Only the bits that can differ among indices in [0, rows).
     int end_bit = 1;
     while (end_bit < 63 && (int64_t{1} << end_bit) < rows) ++end_bit;
-    OFL_CHECK(n <= std::numeric_limits<int>::max(), "[", host_name(op), "] at most ",
-              std::numeric_limits<int>::max(), " indices on CUDA. However, got ", n, ".");
     size_t temp_bytes = 0;
     cuda::check(cub::DeviceRadixSort::SortPairs(nullptr, temp_bytes, keys.as<int64_t>(),
                                                 sorted_keys.as<int64_t>(), positions.as<int64_t>(),

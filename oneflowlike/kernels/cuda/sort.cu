@@ -66,7 +66,7 @@ struct ExtremumLine {
     best = team.all_reduce(best, PickExtremum<kMax>{});
     if (line.active && team.rank() == 0) {
       const int64_t out = line.base / (v.extent * v.inner) * v.inner + line.base % v.inner;
-      store(values, out, best.value);
+      values[out] = x[line.at(best.index)];  // the element's bits (a NaN's sign and payload)
       indices[out] = best.index;
     }
   }
