@@ -96,7 +96,9 @@ def test_label_out_of_range_raises_index_error():
     with pytest.raises(IndexError, match="got label 3 at position 1"):
         F.cross_entropy(logits, flow.tensor([0, 3]))
     with pytest.raises(IndexError, match="C = 3 classes"):
-        F.cross_entropy(logits, flow.tensor([-100, 0]))
+        F.cross_entropy(logits, flow.tensor([-100, 0]), ignore_index=None)
+    with pytest.raises(IndexError, match="got label -1 at position 0"):
+        F.cross_entropy(logits, flow.tensor([-1, 0]))  # only ignore_index is ignored
 
 
 def test_bad_shapes_and_arguments_raise():
@@ -109,5 +111,89 @@ def test_bad_shapes_and_arguments_raise():
         F.cross_entropy(logits, flow.tensor([0.0, 1.0]))
     with pytest.raises(ValueError, match="reduction must be one of"):
         F.cross_entropy(logits, flow.tensor([0, 1]), reduction="avg")
-    with pytest.raises(NotImplementedError, match="label smoothing"):
-        F.cross_entropy(logits, flow.tensor([0, 1]), label_smoothing=0.1)
+    with pytest.raises(ValueError, match=r"label_smoothing must be in \[0, 1\]. However, got 1.5"):
+        F.cross_entropy(logits, flow.tensor([0, 1]), label_smoothing=1.5)
+    with pytest.raises(ValueError, match=r"weight must have shape \(3,\).*got \(4,\)"):
+        F.cross_entropy(logits, flow.tensor([0, 1]), flow.ones(4))
+
+
+@pytest.mark.parametrize("kwargs", [
+    {}, {"reduction": "sum"}, {"reduction": "none"}, {"label_smoothing": 0.1},
+    {"weight": True}, {"weight": True, "label_smoothing": 0.2},
+    {"weight": True, "label_smoothing": 0.3, "reduction": "none"},
+    {"weight": True, "label_smoothing": 0.3, "reduction": "sum"},
+    {"ignore_index": 4}, {"ignore_index": 4, "label_smoothing": 0.5}, {"ignore_index": None},
+])
+def test_ignore_index_weights_and_label_smoothing_match_torch(kwargs):
+    """Note [Ignored targets]: torch's default ignore_index (-100), another one, class weights
+    and label smoothing, alone and together, forward and backward, over (N, C, d) too."""
+    torch = pytest.importorskip("torch")
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((6, 5, 3)).astype(np.float32)
+    t = rng.integers(0, 5, (6, 3))
+    if kwargs.get("ignore_index", -100) == -100:
+        t[[1, 4], [0, 2]] = -100
+    w = rng.random(5).astype(np.float32) + 0.5
+    ours = {k: (flow.tensor(w) if k == "weight" else v) for k, v in kwargs.items()}
+    theirs = {k: (torch.tensor(w) if k == "weight" else v) for k, v in kwargs.items()}
+    if theirs.get("ignore_index", 0) is None:
+        del theirs["ignore_index"]
+    xt = torch.tensor(x, requires_grad=True)
+    want = torch.nn.functional.cross_entropy(xt, torch.tensor(t), **theirs)
+    want.sum().backward()
+    xf = flow.tensor(x, requires_grad=True)
+    got = F.cross_entropy(xf, flow.tensor(t), **ours)
+    got.sum().backward()
+    np.testing.assert_allclose(got.numpy(), want.detach().numpy(), rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(xf.grad.numpy(), xt.grad.numpy(), rtol=1e-6, atol=1e-7)
+    module = flow.nn.CrossEntropyLoss(**ours)
+    np.testing.assert_array_equal(module(flow.tensor(x), flow.tensor(t)).numpy(), got.numpy())
+
+
+def test_every_target_ignored_gives_nan_mean_as_torch_and_no_gradient():
+    x = flow.tensor(np.ones((2, 3), np.float32), requires_grad=True)
+    loss = F.cross_entropy(x, flow.tensor([-100, -100]))
+    assert np.isnan(loss.numpy())
+    F.cross_entropy(x, flow.tensor([-100, -100]), reduction="sum").backward()
+    np.testing.assert_array_equal(x.grad.numpy(), np.zeros((2, 3), np.float32))
+
+
+def test_ignored_targets_weights_and_smoothing_train_alike_in_a_graph_and_eagerly():
+    rng = np.random.default_rng(1)
+    x = flow.tensor(rng.standard_normal((8, 4)).astype(np.float32))
+    t = rng.integers(0, 3, 8)
+    t[[2, 5]] = -100
+    t = flow.tensor(t)
+    w = flow.tensor(np.array([0.5, 1.0, 2.0], np.float32))
+
+    def make():
+        flow.manual_seed(0)
+        model = flow.nn.Linear(4, 3)
+        return model, flow.optim.SGD(model.parameters(), lr=0.5)
+
+    loss_fn = flow.nn.CrossEntropyLoss(weight=w, label_smoothing=0.1)
+    eager, opt = make()
+    eager_losses = []
+    for _ in range(3):
+        loss = loss_fn(eager(x), t)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        eager_losses.append(float(loss.numpy()))
+    model, opt = make()
+
+    class Train(flow.nn.Graph):
+        def __init__(self):
+            super().__init__()
+            self.model = model
+            self.add_optimizer(opt)
+
+        def build(self, x, t):
+            loss = loss_fn(self.model(x), t)
+            loss.backward()
+            return loss
+
+    train = Train()
+    graph_losses = [float(train(x, t).numpy()) for _ in range(3)]
+    np.testing.assert_allclose(graph_losses, eager_losses, rtol=1e-6)
+    assert graph_losses[2] < graph_losses[0]
