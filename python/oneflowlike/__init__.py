@@ -50,5 +50,6 @@ _tensor_methods.install(_sys.modules[__name__])
 from oneflowlike.framework import tensor_copy as _tensor_copy  # noqa: E402
 
 _tensor_copy.install()
+from oneflowlike import linalg  # noqa: E402,F401
 
 __version__ = "0.1.0"

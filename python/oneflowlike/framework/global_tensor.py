@@ -226,6 +226,11 @@ class GlobalTensor:
     def __float__(self):
         return float(self.item())
 
+    def __format__(self, spec):
+        from oneflowlike.ops.core import format_tensor
+
+        return format_tensor(self, spec)
+
     def __int__(self):
         return int(self.item())
 

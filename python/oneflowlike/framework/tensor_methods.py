@@ -276,7 +276,8 @@ def _global_aware(fn, name):
 
 # Tensor methods that take no tensor operand, or must not be redirected.
 _NOT_OPS = {"__repr__", "__str__", "__len__", "__array__", "__float__", "__int__", "__bool__",
-            "__hash__", "tolist", "is_lazy", "allclose"}
+            "__hash__", "tolist", "is_lazy", "allclose", "__format__", "stride",
+            "is_contiguous"}
 
 # flow functions that take no tensor, make their own placement, or (allclose) call the
 # global-aware functions themselves.

@@ -27,6 +27,10 @@ _FAMILIES = [
     "mse_loss",
     "index_ops",
     "sorting",
+    "triangular",
+    "nonfinite",
+    "norm",
+    "rearrange",
 ]
 
 __all__ = []

@@ -137,6 +137,33 @@ def _tolist(self):
     return self.numpy().tolist()
 
 
+def format_tensor(self, spec):
+    """format(t, spec) / f"{t:.4f}": a 0-d tensor formats as its value, as in torch (the usual
+    way to print a loss); any other takes no format spec."""
+    if self.ndim == 0:
+        return format(self.item(), spec)
+    if spec:
+        raise TypeError(f"[format] a tensor of shape {tuple(self.shape)} takes no format spec "
+                        f"({spec!r}); only a 0-d tensor (a loss, t.sum()) formats as a number.")
+    return str(self)
+
+
+def _stride(self, dim=None):
+    """The strides in elements: a local tensor is contiguous (row-major)."""
+    strides, step = [], 1
+    for extent in reversed(self.shape):
+        strides.append(step)
+        step *= max(extent, 1)
+    strides = tuple(reversed(strides))
+    if dim is None:
+        return strides
+    if isinstance(dim, bool) or not isinstance(dim, int) or not -len(strides) <= dim < max(
+            len(strides), 1):
+        raise IndexError(f"[stride] dim must be an int in [{-len(strides)}, "
+                         f"{len(strides) - 1}]. However, got {dim!r}.")
+    return strides[dim] if strides else 1
+
+
 TENSOR_METHODS = {
     "is_lazy": property(_C._is_lazy),
     "__repr__": _repr,
@@ -147,4 +174,7 @@ TENSOR_METHODS = {
     "__int__": _int,
     "__bool__": _bool,
     "tolist": _tolist,
+    "__format__": format_tensor,
+    "stride": _stride,
+    "is_contiguous": lambda self, memory_format=None: True,
 }

@@ -10,7 +10,8 @@ from oneflowlike import _C
 from oneflowlike.ops import scalar as _scalar
 
 __all__ = ["add", "sub", "subtract", "mul", "multiply", "div", "divide", "true_divide", "eq",
-           "ne", "gt", "lt", "ge", "le", "clamp", "clip", "isclose", "allclose"]
+           "ne", "gt", "lt", "ge", "le", "clamp", "clip", "clamp_min", "clamp_max", "isclose",
+           "allclose"]
 
 
 def _is_number(x):
@@ -148,6 +149,16 @@ def clamp(input, min=None, max=None):  # noqa: A001,A002 (torch's names)
 clip = clamp
 
 
+def clamp_min(input, min):  # noqa: A001,A002
+    """clamp(input, min=min)."""
+    return clamp(input, min=min)
+
+
+def clamp_max(input, max):  # noqa: A001,A002
+    """clamp(input, max=max)."""
+    return clamp(input, max=max)
+
+
 def isclose(input, other, rtol=1e-05, atol=1e-08, equal_nan=False):  # noqa: A002
     """Elementwise input == other or |input - other| <= atol + rtol * |other| (torch's
     formula); NaNs are close to each other only with ``equal_nan``. A bool tensor."""
@@ -187,6 +198,8 @@ def _reverse(fn):
 TENSOR_METHODS = {
     "clamp": clamp,
     "clip": clamp,
+    "clamp_min": clamp_min,
+    "clamp_max": clamp_max,
     "isclose": isclose,
     "allclose": allclose,
     "add": add,

@@ -2,7 +2,7 @@
 
 from oneflowlike import _C
 
-__all__ = ["matmul", "bmm"]
+__all__ = ["matmul", "bmm", "outer", "addmm"]
 
 
 def _check_tensors(op, input, other):
@@ -54,6 +54,28 @@ def bmm(input, mat2):
     return _C.batch_matmul(input, mat2)
 
 
+def outer(input, vec2):  # noqa: A002 (torch's names)
+    """The outer product of two 1-d tensors: (N,) x (M,) -> (N, M)."""
+    if input.ndim != 1 or vec2.ndim != 1:
+        raise ValueError(f"[outer] takes two 1-d tensors. However, got {tuple(input.shape)} and "
+                         f"{tuple(vec2.shape)}.")
+    return _C.mul(_C.reshape(input, (input.shape[0], 1)), vec2)
+
+
+def addmm(input, mat1, mat2, *, beta=1, alpha=1):  # noqa: A002
+    """beta * input + alpha * (mat1 @ mat2), with mat1 (N, K), mat2 (K, M) and input
+    broadcasting to (N, M)."""
+    if mat1.ndim != 2 or mat2.ndim != 2:
+        raise ValueError(f"[addmm] mat1 and mat2 must be 2-d. However, got "
+                         f"{tuple(mat1.shape)} and {tuple(mat2.shape)}.")
+    product = matmul(mat1, mat2)
+    if alpha != 1:
+        product = _C.scalar_mul(product, float(alpha))
+    if beta == 0:  # as torch: input is ignored, NaN and infinities included
+        return product
+    return _C.add(_C.scalar_mul(input, float(beta)) if beta != 1 else input, product)
+
+
 def linear(input, weight, bias=None):
     """torch.nn.functional.linear: input @ weight.T + bias, with weight (out, in)."""
     return _C.linear(input, weight, bias)
@@ -63,6 +85,8 @@ TENSOR_METHODS = {
     "matmul": matmul,
     "__matmul__": matmul,
     "bmm": bmm,
+    "outer": outer,
+    "addmm": addmm,
 }
 
 NN_FUNCTIONAL = {

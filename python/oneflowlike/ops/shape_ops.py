@@ -72,6 +72,13 @@ def _T(self):
     return copy_not_view(_C.transpose(self, list(range(self.ndim))[::-1]), self)
 
 
+def _mT(self):
+    """The last two axes swapped (torch's Tensor.mT: a batch of matrices transposed)."""
+    if self.ndim < 2:
+        raise ValueError(f"[mT] expects a tensor of at least 2 dims. However, got {self.ndim}.")
+    return transpose(self, -2, -1)
+
+
 def cat(tensors, dim=0):
     """Concatenates ``tensors`` along ``dim`` (mixed dtypes are promoted)."""
     tensors = list(tensors)
@@ -314,6 +321,7 @@ TENSOR_METHODS = {
     "transpose": transpose,
     "t": _t,
     "T": property(_T),
+    "mT": property(_mT),
     "split": _split_method,
     "chunk": chunk,
     "narrow": narrow,

@@ -1,10 +1,10 @@
 """Elementwise functions of one tensor: neg, abs, exp, log, sqrt, rsqrt, tanh, relu, sigmoid,
-silu, gelu (also as tensor methods and in flow.nn.functional)."""
+silu, gelu, square (also as tensor methods and in flow.nn.functional)."""
 
 from oneflowlike import _C
 
 __all__ = ["neg", "negative", "abs", "exp", "log", "sqrt", "rsqrt", "tanh", "relu", "sigmoid",
-           "silu", "gelu"]
+           "silu", "gelu", "square"]
 
 
 def neg(input):  # noqa: A002 (torch's names)
@@ -69,6 +69,11 @@ def gelu(input, approximate="none"):  # noqa: A002
 
 negative = neg
 
+
+def square(input):  # noqa: A002
+    """input * input."""
+    return _C.mul(input, input)
+
 TENSOR_METHODS = {
     "neg": neg,
     "negative": neg,
@@ -81,6 +86,7 @@ TENSOR_METHODS = {
     "relu": lambda self: relu(self),
     "sigmoid": sigmoid,
     "silu": lambda self: silu(self),
+    "square": square,
     "__neg__": neg,
     "__abs__": abs,
 }

@@ -1,0 +1,79 @@
+"""Rearrangements with torch's names: flip, roll and repeat.
+
+Composed of index_select, slices, cat, expand and reshape, so their SBP signatures, CUDA kernels
+and gradients are those ops'. Each result is a copy (torch's flip and repeat copy too; torch's
+roll as well).
+"""
+
+import operator
+
+from oneflowlike import _C
+from oneflowlike.ops.core import device_of
+from oneflowlike.ops.shape_ops import _dim, _slice_along
+
+__all__ = ["flip", "roll"]
+
+
+def _dims(op, dims, ndim):
+    if isinstance(dims, int):
+        dims = (dims,)
+    dims = [_dim(d, max(ndim, 1), op) for d in dims]
+    if len(set(dims)) != len(dims):
+        raise ValueError(f"[{op}] dims must differ. However, got {tuple(dims)}.")
+    return dims
+
+
+def flip(input, dims):  # noqa: A002 (torch's names)
+    """``input`` with the order of its elements reversed along each of ``dims``."""
+    out = input
+    for d in _dims("flip", dims, input.ndim):
+        n = input.shape[d] if input.ndim else 1
+        if n > 1:
+            reverse = _C.arange(float(n - 1), -1.0, -1.0, _C.dtype.int64, device_of(input))
+            out = _C.index_select(out, d, reverse)
+    return out if out is not input else _C.reshape(input, tuple(input.shape))
+
+
+def roll(input, shifts, dims=None):  # noqa: A002
+    """Elements shifted by ``shifts`` along ``dims``, those leaving one end coming back at the
+    other; without dims, over the flattened tensor, keeping its shape."""
+    if dims is None:
+        if not isinstance(shifts, int):
+            raise ValueError(f"[roll] without dims takes one int shift. However, got {shifts!r}.")
+        flat = _C.reshape(input, (input.numel(),))
+        return _C.reshape(roll(flat, shifts, 0), tuple(input.shape))
+    shifts = (shifts,) if isinstance(shifts, int) else tuple(shifts)
+    dims = _dims("roll", dims, input.ndim)
+    if len(shifts) != len(dims):
+        raise ValueError(f"[roll] takes one shift per dim. However, got shifts {shifts} and "
+                         f"dims {tuple(dims)}.")
+    out = input
+    for shift, d in zip(shifts, dims):
+        n = input.shape[d]
+        s = operator.index(shift) % n if n else 0
+        if s:
+            out = _C.concat([_slice_along(out, d, n - s, n), _slice_along(out, d, 0, n - s)], d)
+    return out if out is not input else _C.reshape(input, tuple(input.shape))
+
+
+def repeat(self, *sizes):
+    """Tensor.repeat: ``self`` tiled ``sizes[i]`` times along each axis (leading sizes add
+    axes), as torch's."""
+    if len(sizes) == 1 and isinstance(sizes[0], (tuple, list)):
+        sizes = tuple(sizes[0])
+    sizes = tuple(operator.index(s) for s in sizes)
+    if len(sizes) < self.ndim:
+        raise ValueError(f"[repeat] takes at least one size per dim of the {self.ndim}-d tensor. "
+                         f"However, got {sizes}.")
+    if any(s < 0 for s in sizes):
+        raise ValueError(f"[repeat] sizes must be non-negative. However, got {sizes}.")
+    shape = (1,) * (len(sizes) - self.ndim) + tuple(self.shape)
+    # (r0, s0, r1, s1, ...) from (1, s0, 1, s1, ...), then the pairs merged.
+    spread = tuple(v for s in shape for v in (1, s))
+    tiled = tuple(v for r, s in zip(sizes, shape) for v in (r, s))
+    out = _C.expand(_C.reshape(self, spread), tiled)
+    return _C.reshape(out, tuple(r * s for r, s in zip(sizes, shape)))
+
+
+TENSOR_METHODS = {"flip": lambda self, *dims: flip(self, dims[0] if len(dims) == 1 else dims),
+                  "roll": roll, "repeat": repeat}

@@ -1,0 +1,147 @@
+"""Ops composed of others, against torch forward and backward: tril/triu, isnan/isinf/isfinite/
+nan_to_num, norm/linalg.vector_norm, flip/roll/repeat, outer/addmm, square, clamp_min/clamp_max,
+Tensor.mT; format() of a 0-d tensor and Tensor.stride(). Their SBP signatures and kernels are
+their parts': each also runs on a global tensor (eagerly, one compiled graph) and in nn.Graph."""
+
+import math
+
+import numpy as np
+import pytest
+
+import oneflowlike as flow
+
+torch = pytest.importorskip("torch")
+
+CASES = {
+    "tril": (lambda m, x: m.tril(x), (4, 5)),
+    "tril k=1": (lambda m, x: m.tril(x, 1), (2, 4, 5)),
+    "triu k=-2": (lambda m, x: m.triu(x, -2), (5, 4)),
+    "triu": (lambda m, x: x.triu(), (3, 3)),
+    "nan_to_num": (lambda m, x: m.nan_to_num(x, nan=1.5), (3, 4)),
+    "nan_to_num bounds": (lambda m, x: x.nan_to_num(posinf=7.0, neginf=-8.0), (3, 4)),
+    "norm": (lambda m, x: m.norm(x), (3, 4)),
+    "norm dim": (lambda m, x: x.norm(dim=1, keepdim=True), (3, 4)),
+    "norm p=1 dims": (lambda m, x: m.norm(x, p=1, dim=(0, 2)), (2, 3, 4)),
+    "norm p=3": (lambda m, x: m.norm(x, p=3, dim=-1), (3, 4)),
+    "vector_norm inf": (lambda m, x: m.linalg.vector_norm(x, math.inf, dim=0), (3, 4)),
+    "vector_norm -inf": (lambda m, x: m.linalg.vector_norm(x, -math.inf), (3, 4)),
+    "flip": (lambda m, x: m.flip(x, (0, 2)), (2, 3, 4)),
+    "flip method": (lambda m, x: x.flip(-1), (3, 4)),
+    "roll": (lambda m, x: m.roll(x, 2, 1), (3, 5)),
+    "roll dims": (lambda m, x: m.roll(x, (1, -3), (0, 1)), (3, 5)),
+    "roll flat": (lambda m, x: m.roll(x, 4), (3, 5)),
+    "repeat": (lambda m, x: x.repeat(2, 3), (2, 3)),
+    "repeat new dims": (lambda m, x: x.repeat(2, 1, 2), (3,)),
+    "square": (lambda m, x: m.square(x), (3, 4)),
+    "clamp_min": (lambda m, x: x.clamp_min(0.1), (3, 4)),
+    "clamp_max": (lambda m, x: m.clamp_max(x, -0.2), (3, 4)),
+    "mT": (lambda m, x: x.mT, (2, 3, 4)),
+}
+
+
+def _values(shape, special=False):
+    x = np.random.default_rng(sum(shape)).standard_normal(shape)
+    if special:
+        flat = x.reshape(-1)
+        flat[::5] = np.nan
+        flat[1::7] = np.inf
+        flat[2::9] = -np.inf
+    return x
+
+
+@pytest.mark.parametrize("name", list(CASES))
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_composite_op_matches_torch_forward_and_backward(name, dtype):
+    fn, shape = CASES[name]
+    x = _values(shape, special="nan_to_num" in name).astype(dtype)
+    xt = torch.tensor(x, requires_grad=True)
+    want = fn(torch, xt)
+    xf = flow.tensor(x, requires_grad=True)
+    got = fn(flow, xf)
+    assert tuple(got.shape) == tuple(want.shape) and got.dtype.name == dtype
+    tol = 1e-6 if dtype == "float32" else 1e-12
+    np.testing.assert_allclose(got.numpy(), want.detach().numpy(), rtol=tol, atol=tol)
+    seed = torch.tensor(_values(tuple(want.shape) or (1,)).reshape(want.shape).astype(dtype))
+    (want * seed).sum().backward()
+    (got * flow.tensor(seed.numpy())).sum().backward()
+    np.testing.assert_allclose(xf.grad.numpy(), xt.grad.numpy(), rtol=tol, atol=tol)
+
+
+def test_the_2_norm_of_zeros_has_a_zero_gradient_as_torch():
+    x = flow.zeros(3, requires_grad=True)
+    n = flow.norm(x)
+    n.backward()
+    assert float(n.numpy()) == 0.0
+    np.testing.assert_array_equal(x.grad.numpy(), np.zeros(3, np.float32))
+
+
+def test_nonfinite_checks_match_torch_on_every_dtype():
+    x = _values((4, 5), special=True)
+    for dtype in ("float32", "float64", "float16", "bfloat16", "int64"):
+        t = torch.tensor(x).to(getattr(torch, dtype)) if dtype != "int64" else \
+            torch.tensor(np.nan_to_num(x, nan=0, posinf=9, neginf=-9).astype(np.int64))
+        f = flow.tensor(t.float().numpy() if dtype == "bfloat16" else t.numpy()).to(
+            getattr(flow, dtype))
+        for op in ("isnan", "isinf", "isfinite"):
+            got, want = getattr(flow, op)(f), getattr(torch, op)(t)
+            assert got.dtype == flow.bool, (op, dtype)
+            np.testing.assert_array_equal(got.numpy(), want.numpy(), err_msg=f"{op} {dtype}")
+        if dtype != "int64":
+            got = flow.nan_to_num(f).to(flow.float64).numpy()
+            want = torch.nan_to_num(t).double().numpy()
+            np.testing.assert_array_equal(got, want, err_msg=f"nan_to_num {dtype}")
+
+
+def test_outer_and_addmm_match_torch():
+    a, b = _values((3,)), _values((4,))
+    np.testing.assert_allclose(flow.outer(flow.tensor(a), flow.tensor(b)).numpy(),
+                               np.outer(a, b), rtol=1e-12)
+    inp, m1, m2 = _values((1, 4)), _values((3, 5)), _values((5, 4))
+    want = torch.addmm(*(torch.tensor(v) for v in (inp, m1, m2)), beta=0.5, alpha=2.0)
+    got = flow.addmm(*(flow.tensor(v) for v in (inp, m1, m2)), beta=0.5, alpha=2.0)
+    np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-12)
+    nan = flow.tensor(np.full((3, 4), np.nan))
+    assert not np.isnan(flow.addmm(nan, flow.tensor(m1), flow.tensor(m2), beta=0).numpy()).any()
+
+
+def test_format_and_stride_as_torch():
+    loss = flow.tensor(1.23456)
+    assert f"{loss:.3f}" == "1.235" and f"{loss}" == f"{torch.tensor(1.23456).item()}"
+    assert f"{flow.ones(2)}" == str(flow.ones(2))
+    with pytest.raises(TypeError, match=r"shape \(2,\) takes no format spec"):
+        f"{flow.ones(2):.2f}"
+    assert flow.ones(2, 3, 4).stride() == torch.ones(2, 3, 4).stride()
+    assert flow.ones(2, 3).stride(0) == 3 and flow.ones(2, 3).is_contiguous()
+
+
+def test_bad_arguments_name_the_op():
+    with pytest.raises(ValueError, match=r"\[tril\] needs a tensor of at least 2 dims"):
+        flow.tril(flow.ones(3))
+    with pytest.raises(ValueError, match=r"\[roll\] takes one shift per dim"):
+        flow.roll(flow.ones(3, 3), (1, 2), 0)
+    with pytest.raises(ValueError, match=r"\[repeat\] takes at least one size per dim"):
+        flow.ones(2, 3).repeat(2)
+    with pytest.raises(IndexError, match=r"\[flip\] dimension out of range"):
+        flow.flip(flow.ones(2, 3), 2)
+    with pytest.raises(NotImplementedError, match=r"\[norm\] p='nuc'"):
+        flow.norm(flow.ones(2, 2), p="nuc")
+
+
+def test_composite_ops_on_a_global_tensor_and_in_a_graph():
+    p = flow.placement("cpu", ranks=[0])
+    x = _values((4, 6)).astype(np.float32)
+    g = flow.tensor(x, placement=p, sbp=flow.sbp.split(0))
+    for name in ("tril k=1", "roll dims", "flip method", "norm dim", "nan_to_num", "repeat"):
+        fn, _ = CASES[name]
+        got = fn(flow, g)
+        want = fn(torch, torch.tensor(x))
+        assert got.is_global
+        np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-6, err_msg=name)
+
+    class Graph(flow.nn.Graph):
+        def build(self, t):
+            return flow.tril(t, -1) + t.flip(0).roll(1, 1) + t.norm(dim=0)
+
+    want = (torch.tril(torch.tensor(x), -1) + torch.tensor(x).flip(0).roll(1, 1)
+            + torch.tensor(x).norm(dim=0))
+    np.testing.assert_allclose(Graph()(flow.tensor(x)).numpy(), want.numpy(), rtol=1e-6)
