@@ -429,3 +429,99 @@ def test_deepcopy_of_a_model_a_graph_trained_has_the_trained_values():
     trained = model.weight.numpy()
     assert not np.array_equal(trained, initial)
     np.testing.assert_array_equal(copied.weight.numpy(), trained)
+
+
+# ---- forward hooks, get_parameter, parameter containers, Flatten, nn.utils ----------------------
+
+
+def test_forward_hooks_see_and_replace_inputs_and_outputs_in_order_and_go_when_removed():
+    model = nn.Sequential(nn.Linear(3, 2), nn.ReLU())
+    seen = []
+    pre = model[0].register_forward_pre_hook(lambda m, args: (args[0] * 2,))
+    post = model[0].register_forward_hook(lambda m, args, out: seen.append(("post", out.shape)))
+    first = model[0].register_forward_hook(lambda m, args, out: seen.append(("first", None)),
+                                           prepend=True)
+    double = model.register_forward_hook(lambda m, args, out: out * 10)
+    x = flow.ones(4, 3)
+    plain = flow.relu(model[0].forward(x * 2))
+    np.testing.assert_allclose(model(x).numpy(), plain.numpy() * 10, rtol=1e-6)
+    assert seen == [("first", None), ("post", (4, 2))]
+    with_kwargs = model[1].register_forward_pre_hook(
+        lambda m, args, kwargs: ((args[0] - 100,), kwargs), with_kwargs=True)
+    assert not model(x).numpy().any()  # every input of the ReLU below zero
+    for handle in (pre, post, first, double, with_kwargs):
+        handle.remove()
+    handle.remove()  # twice is harmless
+    np.testing.assert_array_equal(model(x).numpy(), model.forward(x).numpy())
+    with pytest.raises(TypeError, match=r"\[register_forward_hook\] hook must be callable"):
+        model.register_forward_hook(3)
+
+
+def test_a_forward_hook_runs_while_a_graph_traces_and_its_result_is_part_of_the_plan():
+    model = nn.Linear(3, 2)
+    model.register_forward_hook(lambda m, args, out: out + 1.0)
+
+    class Graph(nn.Graph):
+        def __init__(self):
+            super().__init__()
+            self.model = model
+
+        def build(self, x):
+            return self.model(x)
+
+    x = flow.ones(2, 3)
+    np.testing.assert_allclose(Graph()(x).numpy(), model(x).numpy(), rtol=1e-6)
+    np.testing.assert_allclose(model(x).numpy(), model.forward(x).numpy() + 1.0, rtol=1e-6)
+
+
+def test_get_parameter_get_buffer_and_parameter_containers():
+    model = nn.Sequential(nn.Linear(2, 2), nn.LayerNorm(2))
+    assert model.get_parameter("0.weight") is model[0].weight
+    with pytest.raises(AttributeError, match=r"\[get_parameter\] 0 has no parameter 'scale'"):
+        model.get_parameter("0.scale")
+    with pytest.raises(AttributeError, match=r"\[get_buffer\]"):
+        model.get_buffer("1.weight")
+
+    class Mixture(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.scales = nn.ParameterList([flow.ones(2), nn.Parameter(flow.zeros(2))])
+            self.biases = nn.ParameterDict({"a": flow.ones(3)})
+            self.scales.append(flow.full((2,), 2.0))
+            self.biases["b"] = flow.zeros(3)
+
+        def forward(self, x):
+            return sum(s * x for s in self.scales) + self.biases["a"][:2]
+
+    m = Mixture()
+    names = [n for n, _ in m.named_parameters()]
+    assert names == ["scales.0", "scales.1", "scales.2", "biases.a", "biases.b"]
+    assert all(isinstance(p, nn.Parameter) and p.requires_grad for p in m.parameters())
+    assert len(m.scales) == 3 and list(m.biases) == ["a", "b"] and "b" in m.biases
+    m(flow.ones(2)).sum().backward()
+    np.testing.assert_array_equal(m.scales[0].grad.numpy(), [1.0, 1.0])
+    assert set(m.state_dict()) == set(names)
+    with pytest.raises(TypeError, match=r"\[ParameterList\] holds parameters"):
+        nn.ParameterList([3])
+
+
+def test_flatten_unflatten_and_nn_utils_match_torch():
+    torch = pytest.importorskip("torch")
+    x = np.random.default_rng(0).standard_normal((2, 3, 4, 5)).astype(np.float32)
+    assert nn.Flatten()(flow.tensor(x)).shape == torch.nn.Flatten()(torch.tensor(x)).shape
+    assert nn.Flatten(0, 2)(flow.tensor(x)).shape == (24, 5)
+    assert nn.Unflatten(-1, (5, 1))(flow.tensor(x)).shape == (2, 3, 4, 5, 1)
+    model = nn.Linear(4, 3)
+    for p in model.parameters():
+        p.grad = flow.tensor(np.linspace(-2, 2, p.numel()).reshape(tuple(p.shape))
+                             .astype(np.float32))
+    nn.utils.clip_grad_value_(model.parameters(), 0.5)
+    assert float(model.weight.grad.numpy().max()) == 0.5
+    assert float(model.bias.grad.numpy().min()) == -0.5
+    vec = nn.utils.parameters_to_vector(model.parameters())
+    assert tuple(vec.shape) == (15,)
+    nn.utils.vector_to_parameters(vec * 2, model.parameters())
+    np.testing.assert_allclose(nn.utils.parameters_to_vector(model.parameters()).numpy(),
+                               vec.numpy() * 2)
+    with pytest.raises(ValueError, match=r"\[vector_to_parameters\] vec must be 1-d"):
+        nn.utils.vector_to_parameters(vec[:3], model.parameters())

@@ -2,9 +2,11 @@
 
 from oneflowlike.nn.modules.activation import GELU, Identity, ReLU, SiLU, Softmax, Tanh
 from oneflowlike.nn.modules.attention import CausalSelfAttention
-from oneflowlike.nn.modules.container import ModuleDict, ModuleList, Sequential
+from oneflowlike.nn.modules.container import (ModuleDict, ModuleList, ParameterDict,
+                                              ParameterList, Sequential)
 from oneflowlike.nn.modules.dropout import Dropout
 from oneflowlike.nn.modules.embedding import Embedding
+from oneflowlike.nn.modules.flatten import Flatten, Unflatten
 from oneflowlike.nn.modules.layer_norm import LayerNorm
 from oneflowlike.nn.modules.linear import Linear
 from oneflowlike.nn.modules.loss import CrossEntropyLoss, MSELoss
@@ -15,4 +17,5 @@ from oneflowlike.nn.modules.rotary import RotaryEmbedding
 __all__ = ["Module", "Linear", "Embedding", "LayerNorm", "RMSNorm", "Dropout", "GELU", "ReLU",
            "SiLU", "Tanh",
            "Softmax", "Identity", "Sequential", "ModuleList", "ModuleDict", "CrossEntropyLoss",
-           "MSELoss", "CausalSelfAttention", "RotaryEmbedding"]
+           "MSELoss", "CausalSelfAttention", "RotaryEmbedding", "ParameterList", "ParameterDict",
+           "Flatten", "Unflatten"]

@@ -1,4 +1,4 @@
-"""Containers: Sequential, ModuleList and ModuleDict (torch.nn's)."""
+"""Containers: Sequential, ModuleList, ModuleDict, ParameterList and ParameterDict (torch.nn's)."""
 
 import collections.abc
 import operator
@@ -161,3 +161,103 @@ class ModuleDict(Module):
     def forward(self, *args, **kwargs):
         raise NotImplementedError(
             "[ModuleDict] has no forward(): look modules up by name and call them.")
+
+
+def _as_parameter(op, value):
+    """A Parameter as it is; a tensor made one (as torch's containers do)."""
+    from oneflowlike import _C
+    from oneflowlike.nn.parameter import Parameter
+
+    if isinstance(value, Parameter) or getattr(value, "_param", False) is True:
+        return value
+    if isinstance(value, _C.Tensor):
+        return Parameter(value)
+    raise TypeError(f"[{op}] holds parameters (tensors). However, got {type(value).__name__}.")
+
+
+class ParameterList(Module):
+    """A list of parameters that belong to the owner; names are "0", "1", ... (tensors given
+    become Parameters)."""
+
+    def __init__(self, values=None):
+        super().__init__()
+        if values is not None:
+            self.extend(values)
+
+    def __getitem__(self, idx):
+        if isinstance(idx, slice):
+            return ParameterList(list(self._parameters.values())[idx])
+        return self._parameters[str(_index("ParameterList", idx, len(self)))]
+
+    def __setitem__(self, idx, value):
+        key = str(_index("ParameterList", idx, len(self)))
+        self._parameters[key] = _as_parameter("ParameterList", value)
+
+    def __len__(self):
+        return len(self._parameters)
+
+    def __iter__(self):
+        return iter(self._parameters.values())
+
+    def append(self, value):
+        self.register_parameter(str(len(self)), _as_parameter("ParameterList", value))
+        return self
+
+    def extend(self, values):
+        if not isinstance(values, collections.abc.Iterable):
+            raise TypeError(f"[ParameterList] extend expects an iterable of tensors. However, "
+                            f"got {type(values).__name__}.")
+        for value in values:
+            self.append(value)
+        return self
+
+    def forward(self, *args, **kwargs):
+        raise NotImplementedError("[ParameterList] has no forward(): index it.")
+
+
+class ParameterDict(Module):
+    """A dict of parameters by str key that belong to the owner (tensors given become
+    Parameters)."""
+
+    def __init__(self, values=None):
+        super().__init__()
+        if values is not None:
+            self.update(values)
+
+    def __getitem__(self, key):
+        return self._parameters[key]
+
+    def __setitem__(self, key, value):
+        if key in self._parameters:
+            self._parameters[key] = _as_parameter("ParameterDict", value)
+        else:
+            self.register_parameter(key, _as_parameter("ParameterDict", value))
+
+    def __delitem__(self, key):
+        del self._parameters[key]
+
+    def __len__(self):
+        return len(self._parameters)
+
+    def __iter__(self):
+        return iter(self._parameters)
+
+    def __contains__(self, key):
+        return key in self._parameters
+
+    def keys(self):
+        return self._parameters.keys()
+
+    def values(self):
+        return self._parameters.values()
+
+    def items(self):
+        return self._parameters.items()
+
+    def update(self, values):
+        items = values.items() if isinstance(values, collections.abc.Mapping) else values
+        for key, value in items:
+            self[key] = value
+
+    def forward(self, *args, **kwargs):
+        raise NotImplementedError("[ParameterDict] has no forward(): index it.")

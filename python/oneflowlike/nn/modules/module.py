@@ -13,6 +13,7 @@ import numpy as np
 from oneflowlike import _C
 from oneflowlike.autograd import no_grad
 from oneflowlike.nn.parameter import Parameter, record_replacement
+from oneflowlike.nn.modules import hooks
 
 
 class _IncompatibleKeys(
@@ -86,7 +87,19 @@ class Module:
         if graph_sharing._holders and current_tracer() is None:
             # Note [Graphs sharing modules]: values a graph trained, before an eager call.
             graph_sharing.module_call(self)
+        if "_forward_pre_hooks" in self.__dict__ or "_forward_hooks" in self.__dict__:
+            return hooks.call_with_hooks(self, args, kwargs)
         return self.forward(*args, **kwargs)
+
+    def register_forward_pre_hook(self, hook, *, prepend=False, with_kwargs=False):
+        """hook(module, args) before each forward (Note in nn/modules/hooks.py)."""
+        return hooks.register(self, "_forward_pre_hooks", hook, with_kwargs, prepend,
+                              "register_forward_pre_hook")
+
+    def register_forward_hook(self, hook, *, prepend=False, with_kwargs=False):
+        """hook(module, args, output) after each forward (Note in nn/modules/hooks.py)."""
+        return hooks.register(self, "_forward_hooks", hook, with_kwargs, prepend,
+                              "register_forward_hook")
 
     # ---- registration ------------------------------------------------------------------------
 
@@ -224,6 +237,22 @@ class Module:
     def __dir__(self):
         return sorted(set(super().__dir__()) | set(self._parameters) | set(self._buffers)
                       | set(self._modules))
+
+    def get_parameter(self, target):
+        """The parameter at a dotted path such as "blocks.0.attn.weight"."""
+        return self._get_member(target, "_parameters", "parameter", "get_parameter")
+
+    def get_buffer(self, target):
+        """The buffer at a dotted path such as "norm.running_mean"."""
+        return self._get_member(target, "_buffers", "buffer", "get_buffer")
+
+    def _get_member(self, target, registry, kind, op):
+        path, _, name = target.rpartition(".")
+        owner = self.get_submodule(path)
+        if name not in getattr(owner, registry):
+            raise AttributeError(f"[{op}] {path or type(self).__name__} has no {kind} {name!r} "
+                                 f"(looking up {target!r}).")
+        return getattr(owner, registry)[name]
 
     def get_submodule(self, target):
         """The module at a dotted path such as "blocks.0.attn" ("" is the module itself)."""

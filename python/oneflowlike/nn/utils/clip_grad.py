@@ -84,3 +84,18 @@ def clip_grad_norm_(parameters, max_norm, norm_type=2.0, error_if_nonfinite=Fals
 
 def _broadcast(placement):
     return (flow.sbp.broadcast,) * len(placement.hierarchy)
+
+
+@no_grad()
+def clip_grad_value_(parameters, clip_value):
+    """Limits every gradient element of ``parameters`` to [-clip_value, clip_value] (the
+    gradients are replaced, as clip_grad_norm_ does)."""
+    if isinstance(parameters, _C.Tensor) or getattr(parameters, "is_global", False):
+        parameters = [parameters]
+    clip_value = float(clip_value)
+    if not clip_value >= 0:
+        raise ValueError(f"[clip_grad_value_] clip_value must be non-negative. However, got "
+                         f"{clip_value}.")
+    for p in parameters:
+        if p.grad is not None:
+            p.grad = p.grad.clamp(-clip_value, clip_value)
