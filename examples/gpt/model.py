@@ -52,10 +52,15 @@ class Embeddings(nn.Module):
         self.wpe = nn.Embedding(c.block_size, c.n_embd)
 
     def forward(self, idx):
-        pos = flow.arange(0, self.block_size)
+        t = idx.shape[-1]  # block_size in training; shorter when sampling from a prompt
+        if t > self.block_size:
+            raise ValueError(f"[GPT] takes at most block_size = {self.block_size} tokens. "
+                             f"However, got {t}.")
         if idx.is_global:  # trained eagerly on global tensors: the positions are global too
-            pos = flow.arange(0, self.block_size, placement=idx.placement,
+            pos = flow.arange(0, t, placement=idx.placement,
                               sbp=(flow.sbp.broadcast,) * len(idx.placement.hierarchy))
+        else:
+            pos = flow.arange(0, t, device=idx.device)
         return self.wte(idx) + self.wpe(pos)
 
 
@@ -70,12 +75,14 @@ class Head(nn.Module):
         self.loss = nn.CrossEntropyLoss()
         object.__setattr__(self, "tied_to", None)
 
-    def forward(self, x, targets):
+    def forward(self, x, targets=None):
         x = self.ln_f(x)
         if self.tied_to is not None:
             logits = flow.nn.functional.linear(x, self.tied_to.weight)
         else:
             logits = self.lm_head(x)
+        if targets is None:
+            return logits
         return self.loss(logits.reshape(-1, self.vocab_size), targets.reshape(-1))
 
 
@@ -103,7 +110,8 @@ class GPT(nn.Module):
             elif name.endswith(".bias"):
                 nn.init.zeros_(p)
 
-    def forward(self, idx, targets):
+    def forward(self, idx, targets=None):
+        """The mean loss against ``targets``; without them, the logits (B, T, vocab_size)."""
         x = self.embed(idx)
         for block in self.blocks:
             x = block(x)

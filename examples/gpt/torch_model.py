@@ -65,11 +65,13 @@ def torch_gpt(c):
             self.blocks = nn.ModuleList([Block() for _ in range(c.n_layer)])
             self.head = Head()
 
-        def forward(self, idx, targets):
+        def forward(self, idx, targets=None):
             x = self.embed.wte(idx) + self.embed.wpe(torch.arange(idx.shape[1]))
             for block in self.blocks:
                 x = block(x)
             logits = self.head.lm_head(self.head.ln_f(x))
+            if targets is None:
+                return logits
             return F.cross_entropy(logits.reshape(-1, c.vocab_size), targets.reshape(-1))
 
     return Gpt()

@@ -155,6 +155,16 @@ def test_ops_make_their_own_tensors_on_the_inputs_device():
             t(q), t(q), t(q), attn_mask=t(mask)),
         "cross_entropy with ignore_index": lambda t, d: nn.CrossEntropyLoss(ignore_index=1)(
             t(data[0]), t(labels[0])),
+        "cross_entropy with weights and smoothing": lambda t, d: F.cross_entropy(
+            t(data[0]), t(labels[0]), t(np.array([0.5, 1.0, 2.0, 1.5], np.float32)),
+            label_smoothing=0.1),
+        "tril": lambda t, d: flow.tril(t(data), -1),
+        "nan_to_num": lambda t, d: flow.nan_to_num(t(data) / 0.0),
+        "norm": lambda t, d: t(data).norm(dim=-1),
+        "flip, roll, repeat": lambda t, d: t(data).flip(0).roll(1, 2).repeat(1, 2, 1),
+        # Draws follow the seed alike on both devices (the CPU's counter-based values).
+        "multinomial": lambda t, d: (flow.manual_seed(3),
+                                     flow.multinomial(t(np.abs(data[0])), 3))[1],
     }
     for name, fn in cases.items():
         want = fn(lambda a: flow.tensor(a), "cpu")

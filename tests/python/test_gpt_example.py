@@ -263,3 +263,70 @@ def test_a_rank_killed_mid_training_ends_the_job_naming_it():
     # The launcher names the killed rank. (A survivor that reads the dead rank's memory first
     # names it too, Note [A peer's death inside UCX]; the launcher usually stops it before.)
     assert "[launch] rank 1" in output and "SIGKILL" in output, output[-3000:]
+
+
+# --- sampling (examples/gpt/sample.py) ---------------------------------------------------------
+@pytest.fixture(scope="module")
+def saved_tp2(tmp_path_factory):
+    """A checkpoint of 10 TP2 steps: sample.py loads it whole on one device."""
+    path = tmp_path_factory.mktemp("saved")
+    _train(path, 2, "--tp", "2", "--save", str(path / "ckpt"))
+    return path / "ckpt"
+
+
+def _sample_module():
+    sys.path.insert(0, str(_TRAIN.parent))
+    import sample
+
+    return sample
+
+
+def test_greedy_sampling_takes_the_byte_pytorch_finds_likeliest_with_the_same_weights(saved_tp2):
+    """Greedy (top-k 1) continuation of a prompt from the TP2 checkpoint: each new byte is the
+    argmax of the PyTorch twin's logits on the same sequence (teacher-forced, so a near tie
+    cannot make the two sequences drift apart); the model's logits equal the twin's."""
+    torch = pytest.importorskip("torch", reason="torch is not installed (pip install torch)")
+    sample = _sample_module()
+    from torch_model import torch_gpt
+
+    model = sample.load_model(str(saved_tp2))
+    twin = torch_gpt(model.config)
+    twin.load_state_dict({k: torch.from_numpy(v.numpy().copy())
+                          for k, v in model.state_dict().items()})
+    prompt = list(b"And God said")
+    out = sample.generate(model, flow.tensor([prompt], dtype=flow.int64), 24, top_k=1)
+    tokens = out.numpy()[0]
+    assert list(tokens[:len(prompt)]) == prompt and len(tokens) == len(prompt) + 24
+    block = model.config.block_size
+    with torch.no_grad():
+        for t in range(len(prompt), len(tokens)):
+            context = torch.from_numpy(tokens[max(0, t - block):t][None].copy())
+            logits = twin(context)[0, -1]
+            ours = model(flow.tensor(context.numpy()))[0, -1].numpy()
+            np.testing.assert_allclose(ours, logits.numpy(), rtol=1e-4, atol=1e-4)
+            assert float(logits[tokens[t]]) >= float(logits.max()) - 1e-4, t
+
+
+def test_sampling_draws_among_the_top_k_and_is_seeded(saved_tp2):
+    sample = _sample_module()
+    model = sample.load_model(str(saved_tp2))
+    prompt = flow.tensor([list(b"In the beginning")] * 3, dtype=flow.int64)
+
+    def draw(seed):
+        flow.manual_seed(seed)
+        return sample.generate(model, prompt, 20, temperature=1.5, top_k=3).numpy()
+
+    first = draw(5)
+    np.testing.assert_array_equal(draw(5), first)
+    assert not np.array_equal(draw(6), first)
+    for row in first:
+        for t in range(prompt.shape[1], len(row)):
+            block = model.config.block_size
+            logits = model(flow.tensor(row[None, max(0, t - block):t].copy()))[0, -1].numpy()
+            assert row[t] in np.argsort(logits)[-3:], t
+    command = [sys.executable, str(_TRAIN.parent / "sample.py"), str(saved_tp2), "--prompt",
+               "Let there be", "--tokens", "30", "--samples", "2"]
+    result = subprocess.run(command, env=_env(), capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr[-2000:]
+    texts = result.stdout.split("---\n")
+    assert len(texts) == 3 and all(t.startswith("Let there be") for t in texts[:2]), texts

@@ -237,3 +237,49 @@ def test_randint_forms_and_bounds():
         flow.randint(0, 300, (2,), dtype=flow.int8)
     with pytest.raises(ValueError, match=r"must lie within \[-2\*\*53, 2\*\*53\]"):
         flow.randint(2 ** 60, 2 ** 60 + 5, (2,))
+
+
+# ---- multinomial (Note [Gumbel sampling] in ops/sampling.py) -----------------------------------
+
+
+def test_multinomial_draws_follow_the_weights():
+    flow.manual_seed(0)
+    weights = np.array([1.0, 2.0, 0.0, 5.0, 2.0])
+    n = 40000
+    draws = flow.multinomial(flow.tensor(np.tile(weights, (n, 1))), 1).numpy()
+    assert draws.shape == (n, 1) and draws.dtype == np.int64
+    freq = np.bincount(draws.ravel(), minlength=5) / n
+    p = weights / weights.sum()
+    # Four standard deviations of each frequency; a zero weight is never drawn.
+    np.testing.assert_array_less(np.abs(freq - p), 4 * np.sqrt(p * (1 - p) / n) + 1e-12)
+    assert freq[2] == 0
+
+
+def test_multinomial_without_replacement_draws_distinct_indices_in_weight_order():
+    flow.manual_seed(1)
+    weights = flow.tensor(np.tile([4.0, 1.0, 0.0, 2.0], (5000, 1)))
+    draws = flow.multinomial(weights, 3).numpy()
+    assert all(sorted(row) == [0, 1, 3] for row in draws)  # every positive weight, once
+    first = np.bincount(draws[:, 0], minlength=4) / len(draws)
+    np.testing.assert_allclose(first, [4 / 7, 1 / 7, 0, 2 / 7], atol=0.03)
+    flow.manual_seed(1)
+    np.testing.assert_array_equal(flow.multinomial(weights, 3).numpy(), draws)
+    with_replacement = flow.multinomial(flow.tensor([0.0, 1.0]), 6, replacement=True)
+    np.testing.assert_array_equal(with_replacement.numpy(), [1] * 6)
+
+
+def test_multinomial_refuses_what_torch_refuses():
+    with pytest.raises(ValueError, match=r"finite and non-negative"):
+        flow.multinomial(flow.tensor([0.5, -0.1]), 1)
+    with pytest.raises(ValueError, match=r"finite and non-negative"):
+        flow.multinomial(flow.tensor([0.5, float("nan")]), 1)
+    with pytest.raises(ValueError, match=r"every row needs a positive weight"):
+        flow.multinomial(flow.tensor([[1.0, 0.0], [0.0, 0.0]]), 1)
+    with pytest.raises(ValueError, match=r"only 1 positive weights"):
+        flow.multinomial(flow.tensor([1.0, 0.0, 0.0]), 2)
+    with pytest.raises(ValueError, match=r"cannot draw 4 of 3 categories"):
+        flow.multinomial(flow.tensor([1.0, 1.0, 1.0]), 4)
+    with pytest.raises(TypeError, match=r"takes floating weights"):
+        flow.multinomial(flow.tensor([1, 2]), 1)
+    with pytest.raises(ValueError, match=r"shape \(C,\) or \(N, C\)"):
+        flow.multinomial(flow.ones(2, 2, 2), 1)

@@ -31,6 +31,7 @@ _FAMILIES = [
     "nonfinite",
     "norm",
     "rearrange",
+    "sampling",
 ]
 
 __all__ = []
