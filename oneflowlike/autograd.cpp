@@ -1,5 +1,7 @@
 #include "oneflowlike/autograd.h"
 
+#include <algorithm>
+#include <atomic>
 #include <unordered_map>
 
 #include "oneflowlike/eager.h"
@@ -156,7 +158,78 @@ class EagerGradBuilder final : public GradBuilder {
 
 void accumulate_leaf(AutogradMeta& leaf, const Tensor& g) { leaf.grad = accumulate(leaf.grad, g); }
 
+// Note [Gradient hooks]: `g` through `hooks` in order; a hook's replacement must look like it.
+Tensor run_hooks(const GradHooks& hooks, Tensor g, const Tensor& like) {
+  const GradHooks copy = hooks;  // a hook may remove hooks
+  for (const auto& [id, hook] : copy) {
+    Tensor r = hook(g);
+    if (!r.defined()) continue;
+    OFL_CHECK(r.shape() == like.shape() && r.dtype() == like.dtype() && r.device() == like.device(),
+              "[register_hook] a hook must return None or a gradient of the tensor's shape, "
+              "dtype and device (",
+              like.describe(), "). However, hook ", id, " returned ", r.describe(), ".");
+    g = r;
+  }
+  return g;
+}
+
+int64_t next_hook_id() {
+  static std::atomic<int64_t> next{0};
+  return next++;
+}
+
 }  // namespace
+
+int64_t register_grad_hook(const Tensor& t, GradHook hook) {
+  OFL_CHECK_CODE(t.requires_grad(), ErrorCode::kFailedPrecondition,
+                 "[register_hook] cannot register a hook on a tensor that does not require grad "
+                 "(",
+                 t.describe(), ").");
+  const auto& meta = meta_of(t);
+  const int64_t id = next_hook_id();
+  if (!meta->grad_fn) {
+    meta->hooks.emplace_back(id, std::move(hook));
+    return id;
+  }
+  AutogradNode& node = *meta->grad_fn;
+  node.output_hooks.resize(node.num_outputs);
+  node.output_hooks[meta->output_index].emplace_back(id, std::move(hook));
+  return id;
+}
+
+void remove_grad_hook(const Tensor& t, int64_t id) {
+  const auto& meta = meta_of(t);
+  if (!meta) return;
+  GradHooks* hooks = &meta->hooks;
+  if (meta->grad_fn) {
+    auto& per_output = meta->grad_fn->output_hooks;
+    if (per_output.size() <= static_cast<size_t>(meta->output_index)) return;
+    hooks = &per_output[meta->output_index];
+  }
+  hooks->erase(std::remove_if(hooks->begin(), hooks->end(),
+                              [id](const auto& entry) { return entry.first == id; }),
+               hooks->end());
+}
+
+void retain_grad(const Tensor& t) {
+  OFL_CHECK_CODE(t.requires_grad(), ErrorCode::kFailedPrecondition,
+                 "[retain_grad] cannot retain the gradient of a tensor that does not require "
+                 "grad (",
+                 t.describe(), ").");
+  const auto& meta = meta_of(t);
+  if (!meta->grad_fn) return;  // a leaf keeps its gradient anyway
+  AutogradNode& node = *meta->grad_fn;
+  node.retained.resize(node.num_outputs);
+  node.retained[meta->output_index] = meta;
+}
+
+bool retains_grad(const Tensor& t) {
+  const auto& meta = meta_of(t);
+  if (!meta || !meta->grad_fn) return false;
+  const auto& retained = meta->grad_fn->retained;
+  return retained.size() > static_cast<size_t>(meta->output_index) &&
+         retained[meta->output_index].lock() == meta;
+}
 
 void assign_(const Tensor& dst, const Tensor& src, const char* op) {
   OFL_CHECK(!dst.is_lazy(), "[", op,
@@ -196,6 +269,14 @@ void backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads
   std::unordered_map<AutogradNode*, std::vector<Tensor>> pending;  // output grads per node
   std::unordered_map<AutogradNode*, int> dependencies;
   std::vector<std::shared_ptr<AutogradNode>> stack;
+  // Note [Gradient hooks]: leaves with hooks get the sum of this backward's contributions once.
+  std::unordered_map<AutogradMeta*, std::pair<std::shared_ptr<AutogradMeta>, Tensor>> hooked;
+  auto to_leaf = [&hooked](const std::shared_ptr<AutogradMeta>& leaf, const Tensor& g) {
+    if (leaf->hooks.empty()) return accumulate_leaf(*leaf, g);
+    auto& [owner, sum] = hooked[leaf.get()];
+    owner = leaf;
+    sum = accumulate(sum, g);
+  };
 
   // Seed the roots.
   for (size_t r = 0; r < roots.size(); ++r) {
@@ -223,7 +304,7 @@ void backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads
               g.describe(), " for output ", root.describe(), ".");
     const auto& meta = meta_of(root);
     if (!meta->grad_fn) {
-      accumulate_leaf(*meta, g);
+      to_leaf(meta, g);
       continue;
     }
     AutogradNode* node = meta->grad_fn.get();
@@ -277,13 +358,23 @@ void backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads
     std::vector<Tensor> output_grads = std::move(pending[node.get()]);
     pending.erase(node.get());
     output_grads.resize(node->num_outputs);
+    for (size_t i = 0; i < node->output_hooks.size(); ++i) {
+      if (output_grads[i].defined() && !node->output_hooks[i].empty()) {
+        output_grads[i] = run_hooks(node->output_hooks[i], output_grads[i], node->outputs[i]);
+      }
+    }
+    for (size_t i = 0; i < node->retained.size(); ++i) {
+      if (auto meta = node->retained[i].lock(); meta && output_grads[i].defined()) {
+        meta->grad = accumulate(meta->grad, output_grads[i]);
+      }
+    }
     EagerGradBuilder builder(*node, output_grads);
     (*node->op->get<FGradient>())(builder);
     std::vector<Tensor>& input_grads = builder.input_grads();
     for (size_t i = 0; i < node->next.size(); ++i) {
       const AutogradEdge& e = node->next[i];
       if (e.leaf) {
-        if (input_grads[i].defined()) accumulate_leaf(*e.leaf, input_grads[i]);
+        if (input_grads[i].defined()) to_leaf(e.leaf, input_grads[i]);
       } else if (e.node) {
         auto& slots = pending[e.node.get()];
         slots.resize(e.node->num_outputs);
@@ -298,6 +389,10 @@ void backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads
       node->outputs.clear();
       node->released = true;
     }
+  }
+  for (auto& [key, entry] : hooked) {
+    auto& [leaf, sum] = entry;
+    accumulate_leaf(*leaf, run_hooks(leaf->hooks, sum, sum));
   }
 }
 

@@ -7,7 +7,9 @@
 // over eager tensors and the compiler implements over graph values, so every gradient has one
 // definition.
 
+#include <functional>
 #include <memory>
+#include <utility>
 #include <vector>
 
 #include "oneflowlike/op.h"
@@ -17,11 +19,21 @@ namespace ofl {
 
 struct AutogradNode;
 
+// Note [Gradient hooks]: a hook sees a tensor's gradient once backward has summed every
+// contribution to it and may replace it (an undefined result keeps it), as torch's
+// Tensor.register_hook. A leaf's hooks live on the tensor's meta and run on the sum of one
+// backward's contributions before it is added to .grad; a computed tensor's hooks live on the
+// node that made it (like torch's, they outlive the tensor) and run before the node's gradient
+// reads its output gradients. retain_grad keeps a computed tensor's gradient in its .grad.
+using GradHook = std::function<Tensor(const Tensor&)>;
+using GradHooks = std::vector<std::pair<int64_t, GradHook>>;  // by id, in registration order
+
 struct AutogradMeta {
   bool requires_grad = false;
-  Tensor grad;                            // accumulated gradient of a leaf
+  Tensor grad;                            // accumulated gradient of a leaf (or a retained one)
   std::shared_ptr<AutogradNode> grad_fn;  // producer; null for a leaf
   int output_index = 0;                   // which output of grad_fn this tensor is
+  GradHooks hooks;                        // a leaf's (Note [Gradient hooks])
 };
 
 /// Where the gradient of one input of a node goes: into another node's output, or a leaf.
@@ -41,6 +53,10 @@ struct AutogradNode {
   std::vector<AutogradEdge> next;  // one per input
   size_t num_outputs = 0;
   bool released = false;  // saved tensors freed by a backward without retain_graph
+  // Note [Gradient hooks]: per output, its hooks, and the meta of a tensor that retains its
+  // gradient (empty when none does; weak: the tensor may go).
+  std::vector<GradHooks> output_hooks;
+  std::vector<std::weak_ptr<AutogradMeta>> retained;
 };
 
 /// Whether ops record autograd nodes on this thread.
@@ -70,6 +86,16 @@ void record_autograd(const OpSchema& op, const AnyParams& params, const std::vec
 /// (Note [Versions]). Refused, naming `op`, for a lazy `dst` and, while grad mode is on, when
 /// either requires grad: an in-place write autograd cannot follow would give wrong gradients.
 void assign_(const Tensor& dst, const Tensor& src, const char* op);
+
+/// Adds `hook` to the tensor's gradient hooks (Note [Gradient hooks]); returns its id. Refused
+/// for a tensor that does not require grad.
+int64_t register_grad_hook(const Tensor& t, GradHook hook);
+/// Removes hook `id` of the tensor (nothing when it has gone already).
+void remove_grad_hook(const Tensor& t, int64_t id);
+/// A computed tensor keeps its gradient in .grad from the next backward on (a leaf always does).
+void retain_grad(const Tensor& t);
+/// Whether retain_grad was called on the (computed) tensor.
+bool retains_grad(const Tensor& t);
 
 /// Accumulates d(roots)/d(leaf) * grads into every leaf's .grad. A missing grad for a
 /// one-element root means 1. Raises when a root does not require grad or the graph was freed.

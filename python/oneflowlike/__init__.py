@@ -50,6 +50,9 @@ _tensor_methods.install(_sys.modules[__name__])
 from oneflowlike.framework import tensor_copy as _tensor_copy  # noqa: E402
 
 _tensor_copy.install()
+from oneflowlike.framework import grad_hooks as _grad_hooks  # noqa: E402
+
+_grad_hooks.install()
 from oneflowlike import linalg  # noqa: E402,F401
 
 __version__ = "0.1.0"

@@ -124,8 +124,8 @@ void init_tensor(py::module_& m) {
            "A copy in page-locked host memory (itself when it is there): its copies to and from "
            "GPUs are DMA transfers. Needs a CUDA device.")
       .def("is_pinned", &Tensor::is_pinned, "Whether its memory is page-locked host memory.")
-      .def_property_readonly(
-          "is_cuda", [](const Tensor& t) { return t.device().type == DeviceType::kCUDA; })
+      .def_property_readonly("is_cuda",
+                             [](const Tensor& t) { return t.device().type == DeviceType::kCUDA; })
       .def(
           "get_device",
           [](const Tensor& t) {
@@ -153,6 +153,38 @@ void init_tensor(py::module_& m) {
       .def_property_readonly("is_leaf", &Tensor::is_leaf)
       .def_property_readonly("_version", &Tensor::version,
                              "How many in-place writes its storage has had (torch's _version).")
+      .def(
+          "_register_hook",
+          [](const Tensor& t, py::function fn) {
+            // Note [Gradient hooks]: the node may go on any thread; the callable goes under
+            // the GIL.
+            std::shared_ptr<py::object> hook(new py::object(std::move(fn)), [](py::object* o) {
+              py::gil_scoped_acquire gil;
+              delete o;
+            });
+            return register_grad_hook(t, [hook](const Tensor& g) -> Tensor {
+              py::gil_scoped_acquire gil;
+              py::object r = (*hook)(g);
+              if (r.is_none()) return Tensor();
+              if (!py::isinstance<Tensor>(r)) {
+                throw py::type_error(
+                    "[register_hook] a hook must return None or a tensor. However, got " +
+                    std::string(py::str(r.get_type().attr("__name__"))) + ".");
+              }
+              return r.cast<Tensor>();
+            });
+          },
+          py::arg("hook"))
+      .def("_remove_hook", &remove_grad_hook, py::arg("id"))
+      .def("retain_grad", &retain_grad,
+           "Keeps this computed tensor's gradient in .grad from the next backward on.")
+      .def_property_readonly("retains_grad", &retains_grad)
+      .def_property_readonly("_grad_fn_name",
+                             [](const Tensor& t) -> py::object {
+                               const auto& meta = t.impl()->autograd;
+                               if (!meta || !meta->grad_fn) return py::none();
+                               return py::str(std::string(meta->grad_fn->op->name()));
+                             })
       .def("_shares_storage_with", &Tensor::shares_storage_with)
       .def("_describe", &Tensor::describe)
       .def(

@@ -28,6 +28,32 @@ TEST(Autograd, GradientsAccumulateAcrossBackwardCalls) {
   EXPECT_EQ(values_of(x.grad()), (std::vector<double>{2, 2}));
 }
 
+TEST(Autograd, HooksSeeSummedGradientsAndMayReplaceThem) {
+  // Note [Gradient hooks]: y = x * x; loss = sum(y + x). x's hook sees 2x + 1 once (both
+  // contributions summed); y's hook doubles dloss/dy, so x's gradient is 2 * 2x + 1.
+  Tensor x = make_tensor({1, -2, 3}, Shape{3});
+  x.set_requires_grad(true);
+  std::vector<std::vector<double>> seen;
+  register_grad_hook(x, [&seen](const Tensor& g) {
+    seen.push_back(values_of(g));
+    return Tensor();
+  });
+  Tensor y = functional::mul(x, x);
+  register_grad_hook(y, [](const Tensor& g) { return functional::add(g, g); });
+  const int64_t removed = register_grad_hook(y, [](const Tensor&) -> Tensor {
+    ADD_FAILURE() << "a removed hook ran";
+    return Tensor();
+  });
+  remove_grad_hook(y, removed);
+  retain_grad(y);
+  EXPECT_TRUE(retains_grad(y));
+  backward({functional::reduce_sum(functional::add(y, x), {}, false)}, {});
+  ASSERT_EQ(seen.size(), 1u);
+  EXPECT_EQ(seen[0], (std::vector<double>{5, -7, 13}));
+  EXPECT_EQ(values_of(x.grad()), (std::vector<double>{5, -7, 13}));
+  EXPECT_EQ(values_of(y.grad()), (std::vector<double>{2, 2, 2}));
+}
+
 TEST(Autograd, NoGradRecordsNothing) {
   Tensor x = make_tensor({1, 2}, Shape{2});
   x.set_requires_grad(true);
