@@ -145,3 +145,79 @@ def test_composite_ops_on_a_global_tensor_and_in_a_graph():
     want = (torch.tril(torch.tensor(x), -1) + torch.tensor(x).flip(0).roll(1, 1)
             + torch.tensor(x).norm(dim=0))
     np.testing.assert_allclose(Graph()(flow.tensor(x)).numpy(), want.numpy(), rtol=1e-6)
+
+
+def _probabilities(shape, seed):
+    return 1.0 / (1.0 + np.exp(-np.random.default_rng(seed).standard_normal(shape)))
+
+
+LOSSES = {
+    "l1_loss": (lambda F, x, y: F.l1_loss(x, y), "real"),
+    "l1_loss sum": (lambda F, x, y: F.l1_loss(x, y, reduction="sum"), "real"),
+    "smooth_l1_loss": (lambda F, x, y: F.smooth_l1_loss(x, y, beta=0.5), "real"),
+    "smooth_l1_loss beta 0": (lambda F, x, y: F.smooth_l1_loss(x, y, beta=0.0), "real"),
+    "huber_loss none": (lambda F, x, y: F.huber_loss(x, y, reduction="none", delta=0.7), "real"),
+    "bce_with_logits": (lambda F, x, y: F.binary_cross_entropy_with_logits(x, y), "prob"),
+    "bce_with_logits weights": (lambda F, x, y: F.binary_cross_entropy_with_logits(
+        x, y, weight=y.detach() * 0 + 0.5, pos_weight=y[0].detach() * 0 + 3.0), "prob"),
+    "bce": (lambda F, x, y: F.binary_cross_entropy(F.sigmoid(x), y), "prob"),
+    "kl_div batchmean": (lambda F, x, y: F.kl_div(F.log_softmax(x, -1), y / y.sum(-1, keepdim=True),
+                                                  reduction="batchmean"), "prob"),
+    "kl_div log_target": (lambda F, x, y: F.kl_div(F.log_softmax(x, -1), F.log_softmax(y, -1),
+                                                   reduction="sum", log_target=True), "real"),
+    "normalize": (lambda F, x, y: F.normalize(x, dim=-1) + y, "real"),
+    "cosine_similarity": (lambda F, x, y: F.cosine_similarity(x, y, dim=1), "real"),
+}
+
+
+@pytest.mark.parametrize("name", list(LOSSES))
+def test_losses_and_similarities_match_torch_forward_and_backward(name):
+    fn, kind = LOSSES[name]
+    x = _values((4, 5)).astype(np.float64)
+    y = _probabilities((4, 5), 3) if kind == "prob" else _values((4, 5)).astype(np.float64) * 0.7
+    xt, yt = torch.tensor(x, requires_grad=True), torch.tensor(y, requires_grad=True)
+    want = fn(torch.nn.functional, xt, yt)
+    xf, yf = flow.tensor(x, requires_grad=True), flow.tensor(y, requires_grad=True)
+    got = fn(flow.nn.functional, xf, yf)
+    np.testing.assert_allclose(got.numpy(), want.detach().numpy(), rtol=1e-10, atol=1e-12)
+    want.sum().backward()
+    got.sum().backward()
+    np.testing.assert_allclose(xf.grad.numpy(), xt.grad.numpy(), rtol=1e-9, atol=1e-12)
+    if yt.grad is not None and name not in ("kl_div batchmean",):
+        np.testing.assert_allclose(yf.grad.numpy(), yt.grad.numpy(), rtol=1e-9, atol=1e-12)
+
+
+@pytest.mark.parametrize("kwargs", [{}, {"reduction": "sum"}, {"reduction": "none"},
+                                    {"ignore_index": 2}, {"weight": True}])
+def test_nll_loss_matches_torch_with_ignored_targets_and_weights(kwargs):
+    x = np.log(_probabilities((6, 4, 3), 5))
+    t = np.random.default_rng(6).integers(0, 4, (6, 3))
+    t[1, 2] = -100
+    w = np.array([0.5, 1.0, 2.0, 1.5])
+    ours = {k: (flow.tensor(w) if k == "weight" else v) for k, v in kwargs.items()}
+    theirs = {k: (torch.tensor(w) if k == "weight" else v) for k, v in kwargs.items()}
+    if "ignore_index" in kwargs:
+        t[1, 2] = 2
+    xt = torch.tensor(x, requires_grad=True)
+    want = torch.nn.functional.nll_loss(xt, torch.tensor(t), **theirs)
+    xf = flow.tensor(x, requires_grad=True)
+    got = flow.nn.functional.nll_loss(xf, flow.tensor(t), **ours)
+    np.testing.assert_allclose(got.numpy(), want.detach().numpy(), rtol=1e-12)
+    want.sum().backward()
+    got.sum().backward()
+    np.testing.assert_allclose(xf.grad.numpy(), xt.grad.numpy(), rtol=1e-12, atol=1e-15)
+    module = flow.nn.NLLLoss(**ours)
+    np.testing.assert_allclose(module(flow.tensor(x), flow.tensor(t)).numpy(), got.numpy())
+
+
+def test_loss_modules_take_torchs_arguments():
+    x, y = flow.tensor(_values((3, 2))), flow.tensor(_probabilities((3, 2), 1))
+    assert float(flow.nn.L1Loss(reduction="sum")(x, y).numpy()) == pytest.approx(
+        float(flow.nn.functional.l1_loss(x, y, reduction="sum").numpy()))
+    assert float(flow.nn.HuberLoss(delta=0.5)(x, y).numpy()) == pytest.approx(
+        float(flow.nn.functional.huber_loss(x, y, delta=0.5).numpy()))
+    assert flow.nn.BCEWithLogitsLoss(pos_weight=flow.tensor(2.0)).pos_weight is not None
+    with pytest.raises(TypeError, match=r"\[L1Loss\] takes \['reduction'\]"):
+        flow.nn.L1Loss(beta=1.0)
+    with pytest.raises(ValueError, match=r"\[l1_loss\] input and target must have one shape"):
+        flow.nn.functional.l1_loss(x, y[:1])

@@ -280,6 +280,17 @@ class GlobalTensor:
     def grad_fn(self):
         return self._grad_fn
 
+    # Note [Gradient hooks] covers local tensors only.
+    retains_grad = False
+
+    def register_hook(self, hook):
+        raise NotImplementedError("[register_hook] gradient hooks on global tensors are not "
+                                  "supported; register them on local tensors.")
+
+    def retain_grad(self):
+        raise NotImplementedError("[retain_grad] is not supported on global tensors; a global "
+                                  "leaf keeps its gradient in .grad.")
+
     @property
     def is_leaf(self):
         return self._grad_fn is None

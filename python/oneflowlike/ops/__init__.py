@@ -32,6 +32,7 @@ _FAMILIES = [
     "norm",
     "rearrange",
     "sampling",
+    "losses",
 ]
 
 __all__ = []

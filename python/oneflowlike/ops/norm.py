@@ -63,4 +63,18 @@ def norm(input, p="fro", dim=None, keepdim=False, dtype=None):  # noqa: A002
     return vector_norm(input, p, dim, keepdim, dtype=dtype)
 
 
+def normalize(input, p=2.0, dim=1, eps=1e-12):  # noqa: A002
+    """input / max(||input||_p over dim, eps) (torch.nn.functional.normalize)."""
+    n = vector_norm(input, p, dim, keepdim=True)
+    return _C.div(input, _C.where(_C.lt(n, _C.fill((), n.dtype, eps, device_of(n))),
+                                  _C.fill((), n.dtype, eps, device_of(n)), n))
+
+
+def cosine_similarity(x1, x2, dim=1, eps=1e-8):
+    """The cosine of the angle between x1 and x2 along dim (they broadcast), each normalised
+    by max(its 2-norm, eps) first, as torch."""
+    return (normalize(x1, 2.0, dim, eps) * normalize(x2, 2.0, dim, eps)).sum(dim)
+
+
 TENSOR_METHODS = {"norm": norm}
+NN_FUNCTIONAL = {"normalize": normalize, "cosine_similarity": cosine_similarity}

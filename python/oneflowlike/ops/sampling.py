@@ -9,7 +9,6 @@ no cumulative sum or search, and the same values on every device that draws the 
 A zero weight has log w = -inf and is never drawn.
 """
 
-from oneflowlike import _C
 
 __all__ = ["multinomial"]
 

@@ -9,7 +9,8 @@ from oneflowlike.nn.modules.embedding import Embedding
 from oneflowlike.nn.modules.flatten import Flatten, Unflatten
 from oneflowlike.nn.modules.layer_norm import LayerNorm
 from oneflowlike.nn.modules.linear import Linear
-from oneflowlike.nn.modules.loss import CrossEntropyLoss, MSELoss
+from oneflowlike.nn.modules.loss import (BCELoss, BCEWithLogitsLoss, CrossEntropyLoss, HuberLoss,
+                                         KLDivLoss, L1Loss, MSELoss, NLLLoss, SmoothL1Loss)
 from oneflowlike.nn.modules.module import Module
 from oneflowlike.nn.modules.rms_norm import RMSNorm
 from oneflowlike.nn.modules.rotary import RotaryEmbedding
@@ -18,4 +19,5 @@ __all__ = ["Module", "Linear", "Embedding", "LayerNorm", "RMSNorm", "Dropout", "
            "SiLU", "Tanh",
            "Softmax", "Identity", "Sequential", "ModuleList", "ModuleDict", "CrossEntropyLoss",
            "MSELoss", "CausalSelfAttention", "RotaryEmbedding", "ParameterList", "ParameterDict",
-           "Flatten", "Unflatten"]
+           "Flatten", "Unflatten", "L1Loss", "SmoothL1Loss", "HuberLoss", "BCELoss",
+           "BCEWithLogitsLoss", "NLLLoss", "KLDivLoss"]
