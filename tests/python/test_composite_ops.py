@@ -217,7 +217,44 @@ def test_loss_modules_take_torchs_arguments():
     assert float(flow.nn.HuberLoss(delta=0.5)(x, y).numpy()) == pytest.approx(
         float(flow.nn.functional.huber_loss(x, y, delta=0.5).numpy()))
     assert flow.nn.BCEWithLogitsLoss(pos_weight=flow.tensor(2.0)).pos_weight is not None
-    with pytest.raises(TypeError, match=r"\[L1Loss\] takes \['reduction'\]"):
+    with pytest.raises(TypeError, match=r"\[L1Loss\] takes \['size_average', 'reduce', "
+                                        r"'reduction'\]"):
         flow.nn.L1Loss(beta=1.0)
+    with pytest.raises(ValueError, match=r"\[MSELoss\] size_average is deprecated in torch"):
+        flow.nn.MSELoss(True)
+    with pytest.raises(ValueError, match=r"\[NLLLoss\] reduction must be one of"):
+        flow.nn.NLLLoss(reduction="avg")
+    # torch's positions: (weight, size_average, ignore_index, ...); weight is a buffer.
+    w = flow.tensor([0.5, 1.0])
+    loss = flow.nn.CrossEntropyLoss(w, None, 1)
+    assert loss.ignore_index == 1 and loss.weight is w
+    assert list(loss.state_dict()) == ["weight"]
+    holder = flow.nn.Sequential(flow.nn.Linear(2, 2))
+    holder.loss = flow.nn.BCEWithLogitsLoss(pos_weight=flow.tensor([2.0, 3.0]))
+    assert "loss.pos_weight" in holder.state_dict()
+    assert holder.double().loss.pos_weight.dtype == flow.float64
     with pytest.raises(ValueError, match=r"\[l1_loss\] input and target must have one shape"):
         flow.nn.functional.l1_loss(x, y[:1])
+
+
+def test_edges_from_a_review_behave_as_torch():
+    # 16-bit norms are summed in float32 (300^2 overflowed float16).
+    assert float(flow.norm(flow.full((4,), 300.0).to(flow.float16)).numpy()) == 600.0
+    big = np.random.default_rng(0).standard_normal(20000).astype(np.float16) * 3
+    np.testing.assert_allclose(float(flow.norm(flow.tensor(big)).numpy()),
+                               float(torch.norm(torch.tensor(big)).item()), rtol=1e-3)
+    # Copies where nothing moved: writes into the result leave the input alone.
+    for fn in (lambda t: t.flip(0), lambda t: flow.roll(t, 0, 1), lambda t: flow.roll(t, 3, 1)):
+        x = flow.ones(1, 3)
+        fn(x).add_(1)
+        np.testing.assert_array_equal(x.numpy(), np.ones((1, 3), np.float32))
+    ints = flow.ones(2, dtype=flow.int64)
+    assert flow.nan_to_num(ints) is not ints
+    assert f"{flow.tensor(5):03d}" == "005" and f"{flow.tensor(True)}" == "True"
+    with pytest.raises(IndexError, match=r"\[stride\] a 0-d tensor has no dim 0"):
+        flow.tensor(1.0).stride(0)
+    z = flow.ones(3, requires_grad=True)
+    flow.norm(z, p=0).backward()  # a count: zero gradient, as torch's
+    np.testing.assert_array_equal(z.grad.numpy(), np.zeros(3, np.float32))
+    assert tuple(flow.roll(flow.ones(2, 3), (1,)).shape) == (2, 3)
+    assert tuple(flow.multinomial(flow.zeros(0, 3), 1).shape) == (0, 1)

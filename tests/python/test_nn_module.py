@@ -382,6 +382,11 @@ def test_deepcopy_keeps_a_tied_weight_tied_and_refuses_a_computed_tensor():
     model = nn.ModuleList([embed, head])
     copied = copy.deepcopy(model)
     assert copied[0].weight is copied[1].weight and copied[0].weight is not embed.weight
+    a = flow.tensor([1.0, 2.0], requires_grad=True)
+    b = copy.deepcopy(a)  # a leaf of its own: its gradient stays its own
+    assert b.is_leaf and b.grad_fn is None and b.requires_grad
+    (b * 2).sum().backward()
+    assert a.grad is None and b.grad.numpy().tolist() == [2.0, 2.0]
     x = flow.ones(2, requires_grad=True)
     with pytest.raises(RuntimeError, match=r"only tensors made directly .*shape \(2,\)"):
         copy.deepcopy(x * 2)
@@ -503,6 +508,7 @@ def test_get_parameter_get_buffer_and_parameter_containers():
     assert set(m.state_dict()) == set(names)
     with pytest.raises(TypeError, match=r"\[ParameterList\] holds parameters"):
         nn.ParameterList([3])
+    assert list(nn.ParameterDict(m.biases).keys()) == ["a", "b"]
 
 
 def test_flatten_unflatten_and_nn_utils_match_torch():
@@ -525,3 +531,28 @@ def test_flatten_unflatten_and_nn_utils_match_torch():
                                vec.numpy() * 2)
     with pytest.raises(ValueError, match=r"\[vector_to_parameters\] vec must be 1-d"):
         nn.utils.vector_to_parameters(vec[:3], model.parameters())
+
+
+def test_a_graph_refuses_hooks_registered_or_removed_after_its_trace():
+    model = nn.Linear(3, 2)
+
+    class Graph(nn.Graph):
+        def __init__(self):
+            super().__init__()
+            self.model = model
+
+        def build(self, x):
+            return self.model(x)
+
+    x = flow.ones(2, 3)
+    graph = Graph()
+    graph(x)
+    handle = model.register_forward_hook(lambda m, args, out: out * 0)
+    with pytest.raises(RuntimeError, match=r"forward hooks of \['model'\] were registered or "
+                                           r"removed after Graph traced them"):
+        graph(x)
+    traced = Graph()
+    np.testing.assert_array_equal(traced(x).numpy(), np.zeros((2, 2), np.float32))
+    handle.remove()
+    with pytest.raises(RuntimeError, match=r"forward hooks of \['model'\]"):
+        traced(x)

@@ -9,7 +9,8 @@ refused, as torch does: the copy could not carry its history. A global tensor co
 rank's piece and keeps its placement and SBP, with no communication (every rank copies its
 own). A module brings in the values a graph trained first (Note [Graphs sharing modules]), so
 the copy has the newest ones, not the copy the module's tensors held before; the graphs its
-modules keep alive are not copied. Views of one storage become tensors of their own.
+modules keep alive are not copied; under ZeRO that is collective, as state_dict() is, so every
+rank deep-copies the module. Views of one storage become tensors of their own.
 """
 
 import copy
@@ -37,22 +38,23 @@ def _copy_grad(tensor, new, memo):
 
 def _local_deepcopy(self, memo):
     _refuse_non_leaf(self)
-    data = _C.Tensor.clone(self)
+    data = self.detach().clone()  # a leaf of its own: no history back to self
     if type(self) is _C.Tensor:
         new = data
         new.requires_grad = self.requires_grad
+        memo[id(self)] = new
     else:  # a Parameter, or another subclass taking (data, requires_grad)
         new = type(self)(data, requires_grad=self.requires_grad)
+        memo[id(self)] = new
         for key, value in self.__dict__.items():
             new.__dict__[key] = copy.deepcopy(value, memo)
-    memo[id(self)] = new
     _copy_grad(self, new, memo)
     return new
 
 
 def _global_deepcopy(self, memo):
     _refuse_non_leaf(self)
-    local = None if self._local is None else _C.Tensor.clone(self._local)
+    local = None if self._local is None else self._local.detach().clone()
     new = _gt.GlobalTensor(local, self.shape, self.dtype, self.placement, self.sbp)
     new.requires_grad = self.requires_grad
     memo[id(self)] = new

@@ -54,13 +54,29 @@ class GraphRefusalsMixin:
                      for full, _, _, _, value, _ in self._named_variables())
         optimized = tuple((g, id(p)) for g, group in enumerate(self._optimizers[0].param_groups)
                           for p in group["params"]) if self._optimizers else ()
-        return held, optimized
+        return held, optimized, self._hooks_fingerprint()
+
+    def _hooks_fingerprint(self):
+        """The forward hooks of every module (nn/modules/hooks.py), which the trace ran."""
+        return tuple((name, tuple(m.__dict__.get("_forward_pre_hooks", ())),
+                      tuple(m.__dict__.get("_forward_hooks", ())))
+                     for attr, module in self._modules.items()
+                     for name, m in module.named_modules(prefix=attr)
+                     if m.__dict__.get("_forward_pre_hooks") or m.__dict__.get("_forward_hooks"))
 
     def _check_unchanged_since_trace(self):
         """The plan holds what the trace saw: the modules' train/eval modes (dropout), their
         parameters and which of them train, the optimizer's kind and hyper-parameters but lr.
         A change would be silently ignored: refuse it."""
         fingerprint = self._fingerprint()
+        if fingerprint[2] != self._traced_fingerprint[2]:
+            now, then = dict((n, h) for n, *h in fingerprint[2]), dict(
+                (n, h) for n, *h in self._traced_fingerprint[2])
+            changed = sorted(n for n in set(now) | set(then) if now.get(n) != then.get(n))
+            raise RuntimeError(
+                f"[nn.Graph] forward hooks of {changed[:8]} were registered or removed after "
+                f"{type(self).__name__} traced them: the plan runs the hooks the trace ran "
+                "(and no others). Register hooks before the first call, or build a new graph.")
         if fingerprint != self._traced_fingerprint:
             held = {full: value for full, _, _, _, value, _ in self._named_variables()}
             traced = {full: value for full, value, *_ in self._variables}

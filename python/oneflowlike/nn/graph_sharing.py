@@ -21,22 +21,25 @@ do not sync: graph.sync_to_modules() does that explicitly. Where the graph lays 
 otherwise than its module (ZeRO), the copy is a collective: after such a graph trained, an
 eager call or state_dict() of its modules must be made on every rank.
 
-A graph holding values lives as long as any of its modules does (each module keeps it, in
-_anchors): `del graph` after training, then model.state_dict(), gives the trained values (the
-graph went with its hold, and state_dict gave the initial ones, without a word). Its memory
-goes once its holds end (that state_dict, or graph.sync_to_modules() before the del). The
-anchor is on the modules, not in this file's tables, so a model and its graph dropped together
-are still collected; and whether a graph is alive never depends on when the garbage collector
-ran, which differs between ranks, so every rank syncs (and, under ZeRO, gathers) alike.
+What a graph holds outlives the graph as long as any of its modules lives: a _Holder (the
+runtime, the variables' names, layouts and module tensors; nothing that leads back to a
+module or the graph) is kept by every module of the graph (in _anchors) while it holds
+values. So `del graph` after training, then model.state_dict(), gives the trained values (the
+graph went with its hold, and state_dict gave the initial ones, without a word); the runtime
+goes once the holds end (that state_dict, or graph.sync_to_modules() before the del), and a
+model and its graph dropped together go at once, by reference counts, no cycle waiting for the
+collector. Whether values are held never depends on when a rank's collector ran, so every rank
+syncs (and, under ZeRO, gathers) alike.
 """
 
 import weakref
 
+from oneflowlike import _C, env
+from oneflowlike.autograd import no_grad
 from oneflowlike.framework import global_tensor as _gt
 
-# id(module tensor) -> (the holding graph (weak), its variable name, the tensor: kept, so that
-# its id names no other tensor while the entry lives). A graph's entries go when it does, which
-# its modules' anchors put off until they go too.
+# id(module tensor) -> (its holder (weak), its variable name, the tensor: kept, so that its id
+# names no other tensor while the entry lives). A holder's entries go when it does.
 _holders = {}
 # Bumped at every claim: a module released at the current epoch has nothing held (module_call).
 _epoch = 0
@@ -51,97 +54,141 @@ def stamp(value):
     return value._version
 
 
-def _forget(graph_id, ids):
-    """A graph has gone: its holds end (the values stay as the modules hold them)."""
+class _Holder:
+    """What a graph's sync to its modules needs, and nothing that leads back to a module or to
+    the graph: its runtime, its variables' layouts and module tensors, and its record of what
+    it last saw (the graph's own dict, shared)."""
+
+    def __init__(self, graph):
+        self.runtime = graph._runtime
+        self.rank = env.get_rank()
+        self.local_variables = graph._local_variables
+        self.local_device = graph._local_device
+        self.seen = graph._seen_stamps
+        self.values = {full: value for full, value, *_ in graph._variables}
+        self.layouts = {full: graph._plan_layout(full, value)
+                        for full, value in self.values.items()
+                        if isinstance(value, _gt.GlobalTensor)}
+        self.held = set()  # ids of the module tensors it holds
+        self.anchored = []  # weak references to the modules keeping it
+        weakref.finalize(self, _forget, [id(value) for value in self.values.values()])
+
+    def sync(self, names):
+        """The runtime's values of the variables ``names`` into their module tensors."""
+        for full in names:
+            value = self.values[full]
+            end_hold(value)
+            local = None
+            if full in self.local_variables:
+                local = self.runtime.read_variable_pieces(full).get(self.rank)
+            if isinstance(value, _gt.GlobalTensor):
+                placement, sbp = self.layouts[full]
+                new = _gt.GlobalTensor(local, value.shape, value.dtype, placement, sbp)
+                if placement != value.placement or sbp != value.sbp:
+                    new = new.to_global(placement=value.placement, sbp=value.sbp)
+                value._local = new._local
+            elif local is not None:
+                if self.local_device != "cpu:0":  # Note [Local graphs on a GPU]
+                    local = local._to_device(self.local_device)
+                with no_grad():  # as an optimizer's step writes them
+                    _C._assign_(value, local, "sync_to_modules")
+            self.seen[full] = stamp(value)  # the runtime holds these
+
+
+def _forget(ids):
+    """A holder has gone: its holds end (the values stay as the modules hold them)."""
     for key in ids:
         held = _holders.get(key)
         if held is not None and held[0]() is None:
             del _holders[key]
 
 
+def holder_of(graph):
+    """The graph's holder for its current runtime."""
+    holder = graph.__dict__.get("_sharing_holder")
+    if holder is None or holder.runtime is not graph._runtime:
+        holder = graph.__dict__["_sharing_holder"] = _Holder(graph)
+    return holder
+
+
 def claim(graph):
     """After a call of ``graph`` that changed its variables: it holds their newest values."""
     global _epoch
-    ref = weakref.ref(graph)
+    holder = holder_of(graph)
+    ref = weakref.ref(holder)
     ids = []
-    for full, value, *_ in graph._variables:
+    for full, value in holder.values.items():
         before = _holders.get(id(value))
-        if before is not None and before[0]() is not graph:
+        if before is not None and before[0]() is not holder:
             end_hold(value)  # load_state_dict's values replace another graph's
         _holders[id(value)] = (ref, full, value)
         ids.append(id(value))
-    held = graph.__dict__.setdefault("_sharing_held", set())
-    if not held:
-        _anchor(graph)
-    held.update(ids)
-    if "_sharing_forget" not in graph.__dict__:
-        graph.__dict__["_sharing_forget"] = weakref.finalize(graph, _forget, id(graph), ids)
+    if not holder.held:
+        for module in graph._modules.values():
+            for m in module.modules():
+                m.__dict__.setdefault("_anchors", {})[id(holder)] = holder
+                holder.anchored.append(weakref.ref(m))
+    holder.held.update(ids)
     _epoch += 1
 
 
 def end_hold(value):
     """The hold on module tensor ``value`` ends (its module or the reading graph has the value
-    now); a graph holding nothing more is no longer kept by its modules."""
+    now); a holder holding nothing more is no longer kept by its modules."""
     held = _holders.pop(id(value), None)
     if held is None or held[2] is not value:
         if held is not None:
             _holders[id(value)] = held  # another tensor's entry under a reused id
         return
-    graph = held[0]()
-    if graph is None:
+    holder = held[0]()
+    if holder is None:
         return
-    ids = graph.__dict__.get("_sharing_held")
-    if ids:
-        ids.discard(id(value))
-        if not ids:
-            for m in graph.__dict__.pop("_sharing_anchored", ()):
-                m.__dict__.get("_anchors", {}).pop(id(graph), None)
-
-
-def _anchor(graph):
-    """Every module of ``graph`` keeps it alive (until end_hold ends its last hold)."""
-    anchored = graph.__dict__.setdefault("_sharing_anchored", [])
-    for module in graph._modules.values():
-        for m in module.modules():
-            m.__dict__.setdefault("_anchors", {})[id(graph)] = graph
-            anchored.append(m)
+    holder.held.discard(id(value))
+    if not holder.held:
+        for ref in holder.anchored:
+            m = ref()
+            if m is not None:
+                m.__dict__.get("_anchors", {}).pop(id(holder), None)
+        holder.anchored.clear()
 
 
 def release(values, reader=None):
     """Brings the module tensors ``values`` up to date from the graphs holding newer values
-    (other than ``reader``, which holds its own)."""
+    (other than graph ``reader``, which holds its own)."""
     if not _holders:
         return
-    by_graph = {}
+    mine = None if reader is None else reader.__dict__.get("_sharing_holder")
+    by_holder = {}
     for value in values:
         held = _holders.get(id(value))
         if held is None or held[2] is not value:
             continue
-        graph = held[0]()
-        if graph is None:
+        holder = held[0]()
+        if holder is None:
             del _holders[id(value)]
             continue
-        if graph is reader:
+        if holder is mine:
             continue
         end_hold(value)
-        if stamp(value) != graph._seen_stamps.get(held[1]):
+        if stamp(value) != holder.seen.get(held[1]):
             continue  # written since the holder saw it: the module's value is the newer one
-        by_graph.setdefault(id(graph), (graph, []))[1].append(held[1])
-    for graph, names in by_graph.values():
-        graph._sync_variables(set(names))
+        by_holder.setdefault(id(holder), (holder, []))[1].append(held[1])
+    for holder, names in by_holder.values():
+        holder.sync(names)
 
 
 def before_call(graph):
     """Before ``graph`` runs: the values other graphs hold, then every module tensor changed
     since ``graph`` last saw it, into its runtime."""
     release([value for _, value, *_ in graph._variables], reader=graph)
+    mine = graph.__dict__.get("_sharing_holder")
     for full, value, *_ in graph._variables:
         now = stamp(value)
         if graph._seen_stamps.get(full) != now:
             graph._write_variable(full, value)
             graph._seen_stamps[full] = now
             held = _holders.get(id(value))
-            if held is not None and held[0]() is graph:
+            if held is not None and mine is not None and held[0]() is mine:
                 end_hold(value)  # the runtime now holds the module's value
 
 

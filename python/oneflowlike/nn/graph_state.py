@@ -212,30 +212,6 @@ class GraphStateMixin:
         if self._compiled:
             graph_sharing.release([value for _, value, *_ in self._variables])
 
-    def _sync_variables(self, names):
-        """Copies this graph's values of the variables ``names``, which it holds, into their
-        module tensors (graph_sharing.release calls it)."""
-        from oneflowlike.nn import graph_sharing
-
-        if not self._compiled:
-            return
-        current = self._state_dict()
-        for full, value, owner, registry_name, key in self._variables:
-            if full not in names:
-                continue
-            graph_sharing.end_hold(value)
-            new = current[full]
-            if isinstance(value, _gt.GlobalTensor):
-                if new.placement != value.placement or new.sbp != value.sbp:
-                    new = new.to_global(placement=value.placement, sbp=value.sbp)
-                value._local = new._local
-            elif new is not None:
-                from oneflowlike.autograd import no_grad
-
-                with no_grad():  # as an optimizer's step writes them
-                    _C._assign_(value, new, "sync_to_modules")
-            self._seen_stamps[full] = graph_sharing.stamp(value)  # the runtime holds these
-
 
 def _zeros_like(value):
     if isinstance(value, _gt.GlobalTensor):

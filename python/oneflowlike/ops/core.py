@@ -28,6 +28,13 @@ def device_of(t):
     return t.device if isinstance(t, _C.Tensor) else _C.device("cpu")
 
 
+def own_copy(t):
+    """``t``'s values in memory of their own, for an op whose result equals its input (a flip
+    of length 1): torch returns a copy, which writes must not reach ``t`` through. A traced
+    value (nn.Graph.build, an op on global tensors) is an op's own output already."""
+    return t if _C._is_lazy(t) else t.clone()
+
+
 def on_host(t):
     """A local tensor as a runtime or a collective takes it: in host memory (a GPU tensor
     copied), without autograd history."""
@@ -141,7 +148,7 @@ def format_tensor(self, spec):
     """format(t, spec) / f"{t:.4f}": a 0-d tensor formats as its value, as in torch (the usual
     way to print a loss); any other takes no format spec."""
     if self.ndim == 0:
-        return format(self.item(), spec)
+        return format(self.tolist(), spec)  # an int stays one: f"{correct:d}"
     if spec:
         raise TypeError(f"[format] a tensor of shape {tuple(self.shape)} takes no format spec "
                         f"({spec!r}); only a 0-d tensor (a loss, t.sum()) formats as a number.")
@@ -157,11 +164,12 @@ def _stride(self, dim=None):
     strides = tuple(reversed(strides))
     if dim is None:
         return strides
-    if isinstance(dim, bool) or not isinstance(dim, int) or not -len(strides) <= dim < max(
-            len(strides), 1):
+    if isinstance(dim, bool) or not isinstance(dim, int) or not -len(strides) <= dim < len(
+            strides):
         raise IndexError(f"[stride] dim must be an int in [{-len(strides)}, "
-                         f"{len(strides) - 1}]. However, got {dim!r}.")
-    return strides[dim] if strides else 1
+                         f"{len(strides) - 1}]. However, got {dim!r}." if strides else
+                         f"[stride] a 0-d tensor has no dim {dim!r}.")
+    return strides[dim]
 
 
 TENSOR_METHODS = {

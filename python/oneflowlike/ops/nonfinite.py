@@ -9,7 +9,7 @@ to the elements it keeps. Integer tensors hold no NaN or infinity.
 import numpy as np
 
 from oneflowlike import _C
-from oneflowlike.ops.core import device_of
+from oneflowlike.ops.core import device_of, own_copy
 from oneflowlike.ops.elementwise import ne
 
 __all__ = ["isnan", "isinf", "isfinite", "nan_to_num"]
@@ -52,7 +52,7 @@ def nan_to_num(input, nan=0.0, posinf=None, neginf=None):  # noqa: A002
     """``input`` with NaN replaced by ``nan``, +inf by ``posinf`` and -inf by ``neginf`` (by
     default the dtype's largest finite value and its negative)."""
     if not _floating(input):
-        return input
+        return own_copy(input)  # a copy, as torch's
     largest = _LARGEST[input.dtype.name]
     device = device_of(input)
     inf = _C.fill((), input.dtype, float("inf"), device)

@@ -31,6 +31,10 @@ def vector_norm(x, ord=2, dim=None, keepdim=False, *, dtype=None):  # noqa: A002
         raise TypeError(f"[vector_norm] ord must be a number. However, got {ord!r}.")
     if dtype is not None:
         x = _C.cast(x, dtype)
+    if x.dtype in (_C.dtype.float16, _C.dtype.bfloat16):
+        # As torch: 16-bit values are summed in float32 (their squares overflow float16 from
+        # 256 on), and the norm rounded back once.
+        return _C.cast(vector_norm(_C.cast(x, _C.dtype.float32), ord, dim, keepdim), x.dtype)
     axes = _axes(dim, x.ndim)
     a = _C.abs(x)
     if ord == math.inf:
@@ -38,8 +42,9 @@ def vector_norm(x, ord=2, dim=None, keepdim=False, *, dtype=None):  # noqa: A002
     if ord == -math.inf:
         return _C.reduce_min(a, axes, keepdim)
     zero = _C.fill((), x.dtype, 0.0, device_of(x))
-    if ord == 0:
-        return _C.reduce_sum(_C.cast(ne(x, zero), x.dtype), axes, keepdim)
+    if ord == 0:  # a count: its gradient is zero (torch's), through the product by 0
+        count = _C.reduce_sum(_C.cast(ne(x, zero), x.dtype), axes, keepdim)
+        return _C.add(count, _C.reduce_sum(_C.scalar_mul(a, 0.0), axes, keepdim))
     if ord == 1:
         return _C.reduce_sum(a, axes, keepdim)
     if ord == 2:

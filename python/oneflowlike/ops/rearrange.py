@@ -8,7 +8,7 @@ roll as well).
 import operator
 
 from oneflowlike import _C
-from oneflowlike.ops.core import device_of
+from oneflowlike.ops.core import device_of, own_copy
 from oneflowlike.ops.shape_ops import _dim, _slice_along
 
 __all__ = ["flip", "roll"]
@@ -31,13 +31,15 @@ def flip(input, dims):  # noqa: A002 (torch's names)
         if n > 1:
             reverse = _C.arange(float(n - 1), -1.0, -1.0, _C.dtype.int64, device_of(input))
             out = _C.index_select(out, d, reverse)
-    return out if out is not input else _C.reshape(input, tuple(input.shape))
+    return out if out is not input else own_copy(input)  # a copy, as torch's
 
 
 def roll(input, shifts, dims=None):  # noqa: A002
     """Elements shifted by ``shifts`` along ``dims``, those leaving one end coming back at the
     other; without dims, over the flattened tensor, keeping its shape."""
     if dims is None:
+        if isinstance(shifts, (tuple, list)) and len(shifts) == 1:
+            shifts = shifts[0]
         if not isinstance(shifts, int):
             raise ValueError(f"[roll] without dims takes one int shift. However, got {shifts!r}.")
         flat = _C.reshape(input, (input.numel(),))
@@ -53,7 +55,7 @@ def roll(input, shifts, dims=None):  # noqa: A002
         s = operator.index(shift) % n if n else 0
         if s:
             out = _C.concat([_slice_along(out, d, n - s, n), _slice_along(out, d, 0, n - s)], d)
-    return out if out is not input else _C.reshape(input, tuple(input.shape))
+    return out if out is not input else own_copy(input)  # a copy, as torch's
 
 
 def repeat(self, *sizes):

@@ -55,7 +55,7 @@ def multinomial(input, num_samples, replacement=False, *, generator=None):  # no
     if not replacement and num_samples > classes:
         raise ValueError(f"[multinomial] cannot draw {num_samples} of {classes} categories "
                          "without replacement.")
-    if not input.is_lazy:
+    if not input.is_lazy and input.numel():
         _check_weights(input, num_samples, replacement)
     dtype = flow.float64 if input.dtype == flow.float64 else flow.float32
     log_w = flow.log(input.to(dtype))

@@ -255,7 +255,7 @@ class ParameterDict(Module):
         return self._parameters.items()
 
     def update(self, values):
-        items = values.items() if isinstance(values, collections.abc.Mapping) else values
+        items = values.items() if hasattr(values, "items") else values  # a ParameterDict too
         for key, value in items:
             self[key] = value
 

@@ -137,7 +137,8 @@ class Module:
         state_dict."""
         self._check_initialised("buffers")
         self._check_new_name("register_buffer", name, self._buffers)
-        if tensor is not None and not isinstance(tensor, _C.Tensor):
+        if tensor is not None and not isinstance(tensor, _C.Tensor) and not getattr(
+                tensor, "is_global", False):
             raise TypeError(f"[register_buffer] {name!r} must be a Tensor or None. However, got "
                             f"{type(tensor).__name__}.")
         self._buffers[name] = tensor
