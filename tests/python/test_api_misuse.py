@@ -287,19 +287,7 @@ def test_sync_to_modules_of_a_graph_another_one_trained_after_gives_the_newest_v
     """graph.sync_to_modules() copies the newest values: those of the graph that trained last,
     not its own older copy (it overwrote the other graph's training)."""
     model, initial, x, y, first = _model_and_training_graph()
-
-    class Second(nn.Graph):
-        def __init__(self):
-            super().__init__()
-            self.model = model
-            self.add_optimizer(flow.optim.SGD(model.parameters(), lr=0.5))
-
-        def build(self, x, y):
-            loss = nn.functional.cross_entropy(self.model(x), y)
-            loss.backward()
-            return loss
-
-    second = Second()
+    second = _TrainOf(model, flow.optim.SGD(model.parameters(), lr=0.5))
     first(x, y)
     second(x, y)
     second(x, y)

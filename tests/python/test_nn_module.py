@@ -462,20 +462,23 @@ def test_forward_hooks_see_and_replace_inputs_and_outputs_in_order_and_go_when_r
         model.register_forward_hook(3)
 
 
+class _Calls(nn.Graph):
+    """A graph calling ``model``."""
+
+    def __init__(self, model):
+        super().__init__()
+        self.model = model
+
+    def build(self, x):
+        return self.model(x)
+
+
 def test_a_forward_hook_runs_while_a_graph_traces_and_its_result_is_part_of_the_plan():
     model = nn.Linear(3, 2)
     model.register_forward_hook(lambda m, args, out: out + 1.0)
 
-    class Graph(nn.Graph):
-        def __init__(self):
-            super().__init__()
-            self.model = model
-
-        def build(self, x):
-            return self.model(x)
-
     x = flow.ones(2, 3)
-    np.testing.assert_allclose(Graph()(x).numpy(), model(x).numpy(), rtol=1e-6)
+    np.testing.assert_allclose(_Calls(model)(x).numpy(), model(x).numpy(), rtol=1e-6)
     np.testing.assert_allclose(model(x).numpy(), model.forward(x).numpy() + 1.0, rtol=1e-6)
 
 
@@ -536,22 +539,14 @@ def test_flatten_unflatten_and_nn_utils_match_torch():
 def test_a_graph_refuses_hooks_registered_or_removed_after_its_trace():
     model = nn.Linear(3, 2)
 
-    class Graph(nn.Graph):
-        def __init__(self):
-            super().__init__()
-            self.model = model
-
-        def build(self, x):
-            return self.model(x)
-
     x = flow.ones(2, 3)
-    graph = Graph()
+    graph = _Calls(model)
     graph(x)
     handle = model.register_forward_hook(lambda m, args, out: out * 0)
     with pytest.raises(RuntimeError, match=r"forward hooks of \['model'\] were registered or "
-                                           r"removed after Graph traced them"):
+                                           r"removed after _Calls traced them"):
         graph(x)
-    traced = Graph()
+    traced = _Calls(model)
     np.testing.assert_array_equal(traced(x).numpy(), np.zeros((2, 2), np.float32))
     handle.remove()
     with pytest.raises(RuntimeError, match=r"forward hooks of \['model'\]"):
