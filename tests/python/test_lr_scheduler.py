@@ -204,3 +204,87 @@ def test_schedulers_check_their_arguments():
         lr_scheduler.CosineAnnealingLR(_optimizer(), T_max=0)
     with pytest.raises(TypeError, match="lr_lambda must be callable"):
         lr_scheduler.LambdaLR(_optimizer(), 0.5)
+
+
+# ---- against torch, step by step: every group's lr and momentum ------------------------------
+
+def _pair(kind, groups=2):
+    """(ours, torch's) optimizers of ``kind`` over the same ``groups`` param groups (lrs 1, 0.5,
+    ...)."""
+    torch = pytest.importorskip("torch")
+    ours = [flow.nn.Parameter(flow.zeros(2)) for _ in range(groups)]
+    theirs = [torch.nn.Parameter(torch.zeros(2)) for _ in range(groups)]
+    make = {"sgd": lambda lib, ps: lib.optim.SGD(
+                [{"params": [p], "lr": 1.0 / (k + 1)} for k, p in enumerate(ps)], lr=1.0,
+                momentum=0.9),
+            "adam": lambda lib, ps: lib.optim.Adam(
+                [{"params": [p], "lr": 1.0 / (k + 1)} for k, p in enumerate(ps)], lr=1.0)}[kind]
+    return make(flow, ours), make(torch, theirs), torch
+
+
+SCHEDULES = {
+    "ExponentialLR": ("sgd", lambda s, o: s.ExponentialLR(o, gamma=0.9), 8),
+    "ConstantLR": ("sgd", lambda s, o: s.ConstantLR(o, factor=0.5, total_iters=3), 6),
+    "PolynomialLR": ("sgd", lambda s, o: s.PolynomialLR(o, total_iters=4, power=2.0), 7),
+    "CosineAnnealingWarmRestarts": ("sgd", lambda s, o: s.CosineAnnealingWarmRestarts(
+        o, T_0=3, eta_min=0.01), 10),
+    "CosineAnnealingWarmRestarts T_mult": ("sgd", lambda s, o: s.CosineAnnealingWarmRestarts(
+        o, T_0=2, T_mult=2, eta_min=0.05), 20),
+    "OneCycleLR": ("sgd", lambda s, o: s.OneCycleLR(o, max_lr=[1.0, 0.3], total_steps=12), 12),
+    "OneCycleLR linear three-phase adam": ("adam", lambda s, o: s.OneCycleLR(
+        o, max_lr=0.5, epochs=3, steps_per_epoch=5, anneal_strategy="linear",
+        three_phase=True), 15),
+    "OneCycleLR no momentum": ("adam", lambda s, o: s.OneCycleLR(
+        o, max_lr=0.5, total_steps=10, pct_start=0.5, cycle_momentum=False), 10),
+}
+
+
+@pytest.mark.parametrize("name", list(SCHEDULES))
+def test_schedulers_give_torchs_lrs_and_momenta(name):
+    kind, make, steps = SCHEDULES[name]
+    ours_opt, theirs_opt, torch = _pair(kind)
+    ours, theirs = make(lr_scheduler, ours_opt), make(torch.optim.lr_scheduler, theirs_opt)
+    for step in range(steps):
+        for a, b in zip(ours_opt.param_groups, theirs_opt.param_groups):
+            assert a["lr"] == pytest.approx(b["lr"], rel=1e-12, abs=1e-15), (step, a["lr"])
+            for key in ("momentum", "betas"):
+                if key in b:
+                    assert a[key] == pytest.approx(b[key], rel=1e-12), (step, key)
+        ours_opt.step()  # the order torch expects (no gradients: nothing moves)
+        theirs_opt.step()
+        ours.step()
+        theirs.step()
+
+
+def test_reduce_lr_on_plateau_follows_torch_and_a_graph_refuses_it_as_lr_sch():
+    ours_opt, theirs_opt, torch = _pair("sgd")
+    kwargs = dict(mode="min", factor=0.5, patience=2, threshold=0.01, cooldown=1,
+                  min_lr=[0.1, 0.2])
+    ours = lr_scheduler.ReduceLROnPlateau(ours_opt, **kwargs)
+    theirs = torch.optim.lr_scheduler.ReduceLROnPlateau(theirs_opt, **kwargs)
+    metrics = [5, 4, 4, 4, 4, 4, 3.99, 4, 4, 4, 4, 4, 4, 4, 1, 1, 1, 1, 1, 1]
+    for metric in metrics:
+        ours.step(metric)
+        theirs.step(metric)
+        assert ours.get_last_lr() == pytest.approx(theirs.get_last_lr(), rel=1e-12)
+    assert ours.get_last_lr()[0] < 1.0  # it did reduce
+    maximise = lr_scheduler.ReduceLROnPlateau(_optimizer(), mode="max", patience=0,
+                                              threshold_mode="abs")
+    maximise.step(1.0)
+    maximise.step(0.5)
+    assert maximise.get_last_lr() == [0.1]
+
+    model = flow.nn.Linear(2, 2)
+    optimizer = flow.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+
+    class Graph(flow.nn.Graph):
+        def __init__(self, scheduler):
+            super().__init__()
+            self.model = model
+            self.add_optimizer(optimizer, lr_sch=scheduler)
+
+    with pytest.raises(TypeError, match=r"ReduceLROnPlateau steps on a metric"):
+        Graph(lr_scheduler.ReduceLROnPlateau(optimizer))
+    with pytest.raises(ValueError, match=r"OneCycleLR with cycle_momentum=True"):
+        Graph(lr_scheduler.OneCycleLR(optimizer, max_lr=0.1, total_steps=5))
+    Graph(lr_scheduler.OneCycleLR(optimizer, max_lr=0.1, total_steps=5, cycle_momentum=False))

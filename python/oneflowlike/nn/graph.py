@@ -146,6 +146,19 @@ class Graph(GraphStateMixin, GraphMemoryMixin, GraphRefusalsMixin, GraphOptimize
             raise RuntimeError("[nn.Graph] add_optimizer must come before the first call.")
         if self._optimizers:
             raise NotImplementedError("[nn.Graph] one optimizer per graph is supported.")
+        if lr_sch is not None:
+            from oneflowlike.optim import lr_scheduler
+
+            if isinstance(lr_sch, lr_scheduler.ReduceLROnPlateau):
+                raise TypeError(
+                    "[nn.Graph] ReduceLROnPlateau steps on a metric, which a graph's call does "
+                    "not have: pass no lr_sch, and call scheduler.step(metric) yourself (the "
+                    "graph reads each group's lr at every call).")
+            if isinstance(lr_sch, lr_scheduler.OneCycleLR) and lr_sch.cycle_momentum:
+                raise ValueError(
+                    "[nn.Graph] OneCycleLR with cycle_momentum=True changes the optimizer's "
+                    "momentum (betas) every step, and a graph compiles it once: pass "
+                    "cycle_momentum=False (the lr still cycles).")
         self._optimizers.append(optimizer)
         if lr_sch is not None:
             self._lr_schedulers.append(lr_sch)

@@ -15,7 +15,8 @@ import types
 from oneflowlike.optim.optimizer import Optimizer
 
 __all__ = ["LRScheduler", "StepLR", "MultiStepLR", "CosineAnnealingLR", "LinearLR", "LambdaLR",
-           "SequentialLR"]
+           "SequentialLR", "ExponentialLR", "ConstantLR", "PolynomialLR",
+           "CosineAnnealingWarmRestarts", "OneCycleLR", "ReduceLROnPlateau"]
 
 
 class LRScheduler:
@@ -144,6 +145,64 @@ class LinearLR(LRScheduler):
         return base_lr * (self.start_factor + (self.end_factor - self.start_factor) * progress)
 
 
+class ExponentialLR(LRScheduler):
+    """lr = base_lr * gamma ** epoch."""
+
+    def __init__(self, optimizer, gamma, last_epoch=-1):
+        self.gamma = gamma
+        super().__init__(optimizer, last_epoch)
+
+    def lr_at(self, base_lr, epoch):
+        return base_lr * self.gamma ** epoch
+
+
+class ConstantLR(LRScheduler):
+    """lr = base_lr * factor before epoch total_iters, base_lr from there on."""
+
+    def __init__(self, optimizer, factor=1.0 / 3, total_iters=5, last_epoch=-1):
+        if not 0 <= factor <= 1:
+            raise ValueError(f"[ConstantLR] factor must be in [0, 1]. However, got {factor}.")
+        self.factor = factor
+        self.total_iters = total_iters
+        super().__init__(optimizer, last_epoch)
+
+    def lr_at(self, base_lr, epoch):
+        return base_lr * (self.factor if epoch < self.total_iters else 1.0)
+
+
+class PolynomialLR(LRScheduler):
+    """lr = base_lr * (1 - min(epoch, total_iters) / total_iters) ** power."""
+
+    def __init__(self, optimizer, total_iters=5, power=1.0, last_epoch=-1):
+        _check_positive_int("PolynomialLR", "total_iters", total_iters)
+        self.total_iters = total_iters
+        self.power = power
+        super().__init__(optimizer, last_epoch)
+
+    def lr_at(self, base_lr, epoch):
+        return base_lr * (1.0 - min(epoch, self.total_iters) / self.total_iters) ** self.power
+
+
+class CosineAnnealingWarmRestarts(LRScheduler):
+    """Cosine annealing from base_lr to eta_min over T_0 epochs, restarting at base_lr; each
+    cycle T_mult times longer than the one before (SGDR)."""
+
+    def __init__(self, optimizer, T_0, T_mult=1, eta_min=0.0, last_epoch=-1):  # noqa: N803
+        _check_positive_int("CosineAnnealingWarmRestarts", "T_0", T_0)
+        _check_positive_int("CosineAnnealingWarmRestarts", "T_mult", T_mult)
+        self.T_0, self.T_mult, self.eta_min = T_0, T_mult, eta_min
+        super().__init__(optimizer, last_epoch)
+
+    def lr_at(self, base_lr, epoch):
+        if self.T_mult == 1:
+            t_cur, t_i = epoch % self.T_0, self.T_0
+        else:
+            n = int(math.log(epoch / self.T_0 * (self.T_mult - 1) + 1, self.T_mult))
+            t_cur = epoch - self.T_0 * (self.T_mult ** n - 1) // (self.T_mult - 1)
+            t_i = self.T_0 * self.T_mult ** n
+        return self.eta_min + (base_lr - self.eta_min) * (1 + math.cos(math.pi * t_cur / t_i)) / 2
+
+
 class LambdaLR(LRScheduler):
     """lr = base_lr * lr_lambda(epoch); one function, or a list with one per param group."""
 
@@ -244,3 +303,7 @@ class SequentialLR(LRScheduler):
         self.__dict__.update(state)
         for scheduler, scheduler_state in zip(self._schedulers, saved):
             scheduler.load_state_dict(scheduler_state)
+
+
+from oneflowlike.optim.one_cycle import OneCycleLR  # noqa: E402
+from oneflowlike.optim.plateau import ReduceLROnPlateau  # noqa: E402
