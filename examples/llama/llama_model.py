@@ -45,6 +45,14 @@ class LlamaConfig:
                              f"for rotary embeddings.")
 
 
+def config_from_flags(flags):
+    """The LlamaConfig of train.py's flags (a dict, as a checkpoint's train_state.json keeps
+    them)."""
+    return LlamaConfig(block_size=flags["block_size"], n_layer=flags["n_layer"],
+                       n_head=flags["n_head"], n_kv_head=flags["n_kv_head"],
+                       n_embd=flags["n_embd"], tied_head=flags["tied_head"])
+
+
 class Attention(nn.Module):
     """Causal self-attention with rotary positions on q and k and n_kv_head key/value heads.
     wq, wk and wv are separate projections, so tensor parallelism splits each by heads."""
@@ -118,12 +126,14 @@ class Head(nn.Module):
         self.loss = nn.CrossEntropyLoss()
         object.__setattr__(self, "tied_to", None)
 
-    def forward(self, x, targets):
+    def forward(self, x, targets=None):
         x = self.norm(x)
         if self.tied_to is not None:
             logits = F.linear(x, self.tied_to.weight)
         else:
             logits = self.output(x)
+        if targets is None:
+            return logits
         return self.loss(logits.reshape(-1, self.vocab_size), targets.reshape(-1))
 
 
@@ -150,7 +160,8 @@ class Llama(nn.Module):
                     std = 0.02 / (2 * self.config.n_layer) ** 0.5
                 nn.init.normal_(p, 0.0, std)
 
-    def forward(self, idx, targets):
+    def forward(self, idx, targets=None):
+        """The mean loss against ``targets``; without them, the logits (B, T, vocab_size)."""
         x = self.embed(idx)
         for block in self.blocks:
             x = block(x)

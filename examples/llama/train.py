@@ -23,7 +23,7 @@ from common import trainer  # noqa: E402
 from common.data import ByteData  # noqa: E402,F401 (tests reach it as train.ByteData)
 from common.layout import Layout  # noqa: E402
 from common.trainer import lr_lambda  # noqa: E402,F401
-from llama_model import Llama, LlamaConfig  # noqa: E402
+from llama_model import Llama, config_from_flags  # noqa: E402
 
 # Megatron's splits along the tensor-parallel dimension: q, k, v and SwiGLU's two input
 # projections column-parallel (whole heads, whole hidden units per rank), the attention output
@@ -47,8 +47,7 @@ def parse(argv=None):
 
 
 def config_of(args):
-    return LlamaConfig(block_size=args.block_size, n_layer=args.n_layer, n_head=args.n_head,
-                       n_kv_head=args.n_kv_head, n_embd=args.n_embd, tied_head=args.tied_head)
+    return config_from_flags(vars(args))
 
 
 def main(argv=None):

@@ -3,6 +3,7 @@ the launcher, and reading its --log-json curve: shared by the example tests."""
 
 import json
 import os
+import pathlib
 import re
 import subprocess
 import sys
@@ -79,3 +80,42 @@ def torch_curve(torch, ours, model, train, args, steps=10, autocast=False):
         schedule.step()
         losses.append(loss.float().item())
     return losses
+
+
+def load_script(path, name):
+    """The example script at ``path`` as module ``name`` (two examples' sample.py would both be
+    "sample" on sys.path)."""
+    import importlib.util
+
+    sys.path.insert(0, str(pathlib.Path(path).parent))
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def check_greedy_sampling(torch, sample, checkpoint, twin_of, tokens=24):
+    """Greedy (top-k 1) continuation of a prompt from ``checkpoint`` by ``sample`` (an example's
+    sample.py): each new byte is the argmax of the PyTorch twin's logits (``twin_of(config)``,
+    the same weights) on the same sequence, teacher-forced so that a near tie cannot make the
+    two sequences drift apart; the model's logits equal the twin's."""
+    import numpy as np
+
+    import oneflowlike as flow
+
+    model = sample.load_model(str(checkpoint))
+    twin = twin_of(model.config)
+    twin.load_state_dict({k: torch.from_numpy(v.numpy().copy())
+                          for k, v in model.state_dict().items()})
+    prompt = list(b"And God said")
+    out = sample.generate(model, flow.tensor([prompt], dtype=flow.int64), tokens, top_k=1)
+    row = out.numpy()[0]
+    assert list(row[:len(prompt)]) == prompt and len(row) == len(prompt) + tokens
+    block = model.config.block_size
+    with torch.no_grad():
+        for t in range(len(prompt), len(row)):
+            context = torch.from_numpy(row[max(0, t - block):t][None].copy())
+            logits = twin(context)[0, -1]
+            ours = model(flow.tensor(context.numpy()))[0, -1].numpy()
+            np.testing.assert_allclose(ours, logits.numpy(), rtol=1e-4, atol=1e-4)
+            assert float(logits[row[t]]) >= float(logits.max()) - 1e-4, t

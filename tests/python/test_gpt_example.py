@@ -275,36 +275,15 @@ def saved_tp2(tmp_path_factory):
 
 
 def _sample_module():
-    sys.path.insert(0, str(_TRAIN.parent))
-    import sample
-
-    return sample
+    return example_runs.load_script(_TRAIN.parent / "sample.py", "gpt_sample")
 
 
 def test_greedy_sampling_takes_the_byte_pytorch_finds_likeliest_with_the_same_weights(saved_tp2):
-    """Greedy (top-k 1) continuation of a prompt from the TP2 checkpoint: each new byte is the
-    argmax of the PyTorch twin's logits on the same sequence (teacher-forced, so a near tie
-    cannot make the two sequences drift apart); the model's logits equal the twin's."""
     torch = pytest.importorskip("torch", reason="torch is not installed (pip install torch)")
-    sample = _sample_module()
+    sample = _sample_module()  # puts examples/gpt on sys.path
     from torch_model import torch_gpt
 
-    model = sample.load_model(str(saved_tp2))
-    twin = torch_gpt(model.config)
-    twin.load_state_dict({k: torch.from_numpy(v.numpy().copy())
-                          for k, v in model.state_dict().items()})
-    prompt = list(b"And God said")
-    out = sample.generate(model, flow.tensor([prompt], dtype=flow.int64), 24, top_k=1)
-    tokens = out.numpy()[0]
-    assert list(tokens[:len(prompt)]) == prompt and len(tokens) == len(prompt) + 24
-    block = model.config.block_size
-    with torch.no_grad():
-        for t in range(len(prompt), len(tokens)):
-            context = torch.from_numpy(tokens[max(0, t - block):t][None].copy())
-            logits = twin(context)[0, -1]
-            ours = model(flow.tensor(context.numpy()))[0, -1].numpy()
-            np.testing.assert_allclose(ours, logits.numpy(), rtol=1e-4, atol=1e-4)
-            assert float(logits[tokens[t]]) >= float(logits.max()) - 1e-4, t
+    example_runs.check_greedy_sampling(torch, sample, saved_tp2, torch_gpt)
 
 
 def test_sampling_draws_among_the_top_k_and_is_seeded(saved_tp2):

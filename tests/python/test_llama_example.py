@@ -217,3 +217,14 @@ def test_a_resumed_run_sees_the_batches_of_the_uninterrupted_one(tmp_path, token
                   str(token_file), "--resume", str(ckpt), tag="rest")
     np.testing.assert_allclose(_losses(first) + _losses(rest), _losses(single_bin),
                                rtol=LOSS_RTOL["float32"])
+
+
+def test_greedy_sampling_from_a_dp2_checkpoint_takes_what_pytorch_finds_likeliest(tmp_path):
+    """examples/llama/sample.py (common/sampling.py) against the PyTorch twin with the same
+    weights, from a checkpoint of another layout."""
+    torch = pytest.importorskip("torch", reason="torch is not installed (pip install torch)")
+    _train(tmp_path, 2, "--dp", "2", "--save", str(tmp_path / "ckpt"))
+    sample = example_runs.load_script(_TRAIN.parent / "sample.py", "llama_sample")
+    from llama_torch import torch_llama
+
+    example_runs.check_greedy_sampling(torch, sample, tmp_path / "ckpt", torch_llama)

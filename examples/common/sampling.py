@@ -1,0 +1,77 @@
+"""Text from a checkpoint that an example's train.py saved (--save DIR), as nanoGPT's sample.py:
+the examples' sample.py scripts are this file with their model.
+
+The checkpoint may come from any layout (dp, tp, pp, ZeRO): flow.load without like= gives every
+tensor whole. Each new byte is drawn from the softmax of the last position's logits divided by
+--temperature, among the --top-k most likely (1: greedy), with flow.multinomial; the context is
+the last block_size bytes. Eager, on one device (--device cuda for the GPU).
+"""
+
+import argparse
+import json
+import os
+
+import oneflowlike as flow
+
+# The graph attribute the examples' TrainGraph keeps the model under (common/trainer.py).
+_PREFIX = "model."
+
+
+def parse(description, argv=None):
+    p = argparse.ArgumentParser(description=description)
+    p.add_argument("checkpoint", help="the directory train.py --save wrote")
+    p.add_argument("--prompt", default="\n", help="the text to continue (bytes of UTF-8)")
+    p.add_argument("--tokens", type=int, default=200, help="bytes to generate")
+    p.add_argument("--temperature", type=float, default=0.8)
+    p.add_argument("--top-k", type=int, default=40, help="sample among the k likeliest (1: greedy)")
+    p.add_argument("--samples", type=int, default=1, help="independent continuations")
+    p.add_argument("--seed", type=int, default=1337)
+    p.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    args = p.parse_args(argv)
+    if args.temperature <= 0:
+        p.error(f"--temperature must be positive. However, got {args.temperature}.")
+    if args.top_k < 1 or args.tokens < 0 or args.samples < 1:
+        p.error("--top-k and --samples must be at least 1, --tokens at least 0.")
+    return args
+
+
+def load(checkpoint, build, device="cpu"):
+    """The model ``build(saved train.py args)`` makes, with the checkpoint's trained weights, in
+    eval mode."""
+    with open(os.path.join(checkpoint, "train_state.json")) as f:
+        model = build(json.load(f)["args"])
+    state = flow.load(checkpoint)
+    wanted = model.state_dict()
+    missing = sorted(name for name in wanted if _PREFIX + name not in state)
+    if missing:
+        raise SystemExit(f"[sample] {checkpoint} lacks {missing[:4]}: is it a train.py "
+                         "checkpoint of this model?")
+    model.load_state_dict({name: state[_PREFIX + name] for name in wanted})
+    return model.to(device).eval()
+
+
+@flow.no_grad()
+def generate(model, idx, tokens, temperature=1.0, top_k=None):
+    """``idx`` (B, T) continued by ``tokens`` new ones, each drawn from the last position's
+    distribution (top_k: among its k likeliest)."""
+    block = model.config.block_size
+    for _ in range(tokens):
+        logits = model(idx[:, -block:])[:, -1, :] / temperature
+        if top_k is not None and top_k < logits.shape[-1]:
+            kth = flow.topk(logits, top_k, dim=-1).values[:, -1:]
+            logits = flow.where(logits < kth, float("-inf"), logits)
+        probs = flow.nn.functional.softmax(logits, dim=-1)
+        idx = flow.cat([idx, flow.multinomial(probs, 1)], dim=1)
+    return idx
+
+
+def main(build, argv=None):
+    args = parse(__doc__.split("\n\n")[0], argv)
+    flow.manual_seed(args.seed)
+    model = load(args.checkpoint, build, args.device)
+    prompt = list(args.prompt.encode("utf-8")) or [10]
+    idx = flow.tensor([prompt] * args.samples, dtype=flow.int64, device=args.device)
+    out = generate(model, idx, args.tokens, args.temperature, args.top_k)
+    for row in out.cpu().numpy():
+        print(bytes(int(b) for b in row).decode("utf-8", errors="replace"))
+        print("---")
