@@ -41,15 +41,12 @@ void Tensor::set_grad(const Tensor& grad) {
   impl_->autograd->grad = grad;
 }
 
-void record_autograd(const OpSchema& op, const AnyParams& params, const std::vector<Tensor>& inputs,
-                     std::vector<Tensor>& outputs) {
-  if (!GradMode::enabled()) return;
-  bool any = false;
-  for (const Tensor& t : inputs) any = any || t.requires_grad();
-  if (!any || !op.has<FGradient>()) return;
-  auto node = std::make_shared<AutogradNode>();
-  node->op = &op;
-  node->params = params;
+namespace {
+
+// The node's edges to its inputs and the outputs' autograd metas (record_autograd and
+// record_function).
+void connect(const std::shared_ptr<AutogradNode>& node, const std::vector<Tensor>& inputs,
+             std::vector<Tensor>& outputs) {
   node->inputs.reserve(inputs.size());
   node->next.resize(inputs.size());
   node->num_outputs = outputs.size();
@@ -75,6 +72,52 @@ void record_autograd(const OpSchema& op, const AnyParams& params, const std::vec
     meta->output_index = static_cast<int>(i);
     outputs[i].impl()->autograd = std::move(meta);
   }
+}
+
+const std::string& node_name(const AutogradNode& node) {
+  return node.op != nullptr ? node.op->name() : node.custom_name;
+}
+
+}  // namespace
+
+void record_autograd(const OpSchema& op, const AnyParams& params, const std::vector<Tensor>& inputs,
+                     std::vector<Tensor>& outputs) {
+  if (!GradMode::enabled()) return;
+  bool any = false;
+  for (const Tensor& t : inputs) any = any || t.requires_grad();
+  if (!any || !op.has<FGradient>()) return;
+  auto node = std::make_shared<AutogradNode>();
+  node->op = &op;
+  node->params = params;
+  connect(node, inputs, outputs);
+}
+
+bool record_function(const std::vector<Tensor>& inputs, std::vector<Tensor>& outputs,
+                     CustomBackward backward, std::string name) {
+  if (!GradMode::enabled()) return false;
+  bool any = false;
+  for (const Tensor& t : inputs) any = any || t.requires_grad();
+  if (!any) return false;
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    for (size_t j = 0; j < i; ++j) {
+      OFL_CHECK(outputs[i].impl() != outputs[j].impl(), "[autograd.Function] ", name,
+                " returns one tensor twice (outputs ", j, " and ", i, "): return a clone.");
+    }
+    for (const Tensor& t : inputs) {
+      OFL_CHECK(outputs[i].impl() != t.impl(), "[autograd.Function] ", name,
+                " returns its input as output ", i, ": return a clone (x.clone()) instead.");
+    }
+  }
+  auto node = std::make_shared<AutogradNode>();
+  node->custom = std::move(backward);
+  node->custom_name = std::move(name);
+  connect(node, inputs, outputs);
+  return true;
+}
+
+std::string grad_fn_name(const Tensor& t) {
+  const auto& meta = t.impl()->autograd;
+  return meta && meta->grad_fn ? node_name(*meta->grad_fn) : std::string();
 }
 
 namespace {
@@ -171,6 +214,25 @@ Tensor run_hooks(const GradHooks& hooks, Tensor g, const Tensor& like) {
     g = r;
   }
   return g;
+}
+
+// Note [Custom backward]: the node's function, its results checked against the inputs.
+std::vector<Tensor> custom_gradients(const AutogradNode& node,
+                                     const std::vector<Tensor>& output_grads) {
+  std::vector<Tensor> grads = node.custom(output_grads);
+  OFL_CHECK(grads.size() == node.inputs.size(), "[autograd.Function] ", node.custom_name,
+            ".backward must return one gradient per tensor input (", node.inputs.size(),
+            "). However, it returned ", grads.size(), ".");
+  for (size_t i = 0; i < grads.size(); ++i) {
+    if (!grads[i].defined()) continue;
+    const Tensor& x = node.inputs[i];
+    OFL_CHECK(grads[i].shape() == x.shape() && grads[i].dtype() == x.dtype() &&
+                  grads[i].device() == x.device(),
+              "[autograd.Function] ", node.custom_name, ".backward returned ", grads[i].describe(),
+              " as the gradient of input ", i, ", ", x.describe(),
+              ": it must have the input's shape, dtype and device.");
+  }
+  return grads;
 }
 
 int64_t next_hook_id() {
@@ -352,7 +414,7 @@ void backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads
     OFL_CHECK_CODE(!node->released, ErrorCode::kFailedPrecondition,
                    "[backward] trying to backward "
                    "through the graph a second time (through op '",
-                   node->op->name(),
+                   node_name(*node),
                    "'); its saved tensors were freed. Pass retain_graph=True to the first "
                    "backward to keep them.");
     std::vector<Tensor> output_grads = std::move(pending[node.get()]);
@@ -368,9 +430,14 @@ void backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads
         meta->grad = accumulate(meta->grad, output_grads[i]);
       }
     }
-    EagerGradBuilder builder(*node, output_grads);
-    (*node->op->get<FGradient>())(builder);
-    std::vector<Tensor>& input_grads = builder.input_grads();
+    std::vector<Tensor> input_grads;
+    if (node->custom) {
+      input_grads = custom_gradients(*node, output_grads);
+    } else {
+      EagerGradBuilder builder(*node, output_grads);
+      (*node->op->get<FGradient>())(builder);
+      input_grads = std::move(builder.input_grads());
+    }
     for (size_t i = 0; i < node->next.size(); ++i) {
       const AutogradEdge& e = node->next[i];
       if (e.leaf) {

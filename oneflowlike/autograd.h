@@ -9,6 +9,7 @@
 
 #include <functional>
 #include <memory>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -44,8 +45,15 @@ struct AutogradEdge {
   bool connected() const { return node != nullptr || leaf != nullptr; }
 };
 
+// Note [Custom backward]: a node made by record_function (flow.autograd.Function) has no op;
+// its gradient is a function from the outputs' gradients (undefined where none reached them)
+// to the inputs' (undefined for none), which the engine calls where it would apply FGradient.
+using CustomBackward = std::function<std::vector<Tensor>(const std::vector<Tensor>&)>;
+
 struct AutogradNode {
-  const OpSchema* op = nullptr;
+  const OpSchema* op = nullptr;  // null for a custom node
+  CustomBackward custom;
+  std::string custom_name;
   AnyParams params;
   std::vector<Tensor> inputs;      // detached
   std::vector<Tensor> outputs;     // detached
@@ -86,6 +94,14 @@ void record_autograd(const OpSchema& op, const AnyParams& params, const std::vec
 /// (Note [Versions]). Refused, naming `op`, for a lazy `dst` and, while grad mode is on, when
 /// either requires grad: an in-place write autograd cannot follow would give wrong gradients.
 void assign_(const Tensor& dst, const Tensor& src, const char* op);
+
+/// Note [Custom backward]: records a node of `name` from `inputs` to `outputs` whose gradient
+/// is `backward`, when grad mode is on and some input requires grad (outputs that are floating
+/// then require grad). Returns whether it recorded one.
+bool record_function(const std::vector<Tensor>& inputs, std::vector<Tensor>& outputs,
+                     CustomBackward backward, std::string name);
+/// The name of the op (or custom function) that made a computed tensor; empty for a leaf.
+std::string grad_fn_name(const Tensor& t);
 
 /// Adds `hook` to the tensor's gradient hooks (Note [Gradient hooks]); returns its id. Refused
 /// for a tensor that does not require grad.

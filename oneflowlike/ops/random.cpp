@@ -117,6 +117,15 @@ RandomState reserve_random(int64_t count) {
 
 int64_t next_offset(int64_t count) { return reserve_random(count).offset; }
 
+RandomState random_state() { return reserve_random(0); }
+
+void set_random_state(const RandomState& state) {
+  GlobalGenerator& gen = global_generator();
+  std::lock_guard<std::mutex> lock(gen.mu);
+  gen.seed = static_cast<uint64_t>(state.seed);
+  gen.offset = static_cast<uint64_t>(state.offset);
+}
+
 void check_dropout_probability(double p) {
   OFL_CHECK(p >= 0.0 && p <= 1.0, "[dropout] p must be a probability in [0, 1]. However, got p=", p,
             ".");

@@ -58,6 +58,10 @@ struct RandomState {
   int64_t offset = 0;
 };
 RandomState reserve_random(int64_t count);
+/// The global generator's seed and next counter, without reserving any (get_rng_state).
+RandomState random_state();
+/// Puts the global generator back at `state` (set_rng_state): the draws after it repeat.
+void set_random_state(const RandomState& state);
 
 /// Raises ValueError unless 0 <= p <= 1 (shared by the op and its functional form).
 void check_dropout_probability(double p);

@@ -118,3 +118,12 @@ class after_backward:  # noqa: N801 (a context manager, used as a statement)
             key = next(iter(_after_backward))
             _after_backward.pop(key)()
         return False
+
+
+def __getattr__(name):
+    # flow.autograd.Function lives in framework/custom_function.py, which imports this module.
+    if name in ("Function", "FunctionCtx"):
+        from oneflowlike.framework import custom_function
+
+        return getattr(custom_function, name)
+    raise AttributeError(f"module 'oneflowlike.autograd' has no attribute {name!r}")

@@ -29,6 +29,19 @@ void init_random(py::module_& m) {
       py::arg("count"),
       "Reserves `count` counters of the global generator: (seed, first offset), as a draw of "
       "that many values would.");
+  m.def(
+      "random_state",
+      [] {
+        const RandomState s = random_state();
+        return std::make_pair(s.seed, s.offset);
+      },
+      "The global generator's (seed, next counter), reserving none.");
+  m.def(
+      "set_random_state",
+      [](int64_t seed, int64_t offset) {
+        set_random_state(RandomState{seed, offset});
+      },
+      py::arg("seed"), py::arg("offset"), "Puts the global generator back at (seed, offset).");
   m.def("normal_region", &functional::normal_region, py::arg("mean"), py::arg("std"),
         py::arg("size"), py::arg("dtype"), py::arg("region"),
         "The piece `region` ((begin, end) per axis) of a normal draw of `size`, reserving the "

@@ -181,9 +181,9 @@ void init_tensor(py::module_& m) {
       .def_property_readonly("retains_grad", &retains_grad)
       .def_property_readonly("_grad_fn_name",
                              [](const Tensor& t) -> py::object {
-                               const auto& meta = t.impl()->autograd;
-                               if (!meta || !meta->grad_fn) return py::none();
-                               return py::str(std::string(meta->grad_fn->op->name()));
+                               const std::string name = grad_fn_name(t);
+                               if (name.empty()) return py::none();
+                               return py::str(name);
                              })
       .def("_shares_storage_with", &Tensor::shares_storage_with)
       .def("_describe", &Tensor::describe)
@@ -205,6 +205,34 @@ void init_tensor(py::module_& m) {
         backward(roots, grads, retain_graph);
       },
       py::arg("tensors"), py::arg("grad_tensors"), py::arg("retain_graph") = false);
+  m.def(
+      "_record_function",
+      [](const std::vector<Tensor>& inputs, std::vector<Tensor> outputs, py::function backward,
+         const std::string& name) {
+        // Note [Custom backward]; the callable goes under the GIL, as a hook does.
+        std::shared_ptr<py::object> fn(new py::object(std::move(backward)), [](py::object* o) {
+          py::gil_scoped_acquire gil;
+          delete o;
+        });
+        return record_function(
+            inputs, outputs,
+            [fn](const std::vector<Tensor>& grads) {
+              py::gil_scoped_acquire gil;
+              py::list given;
+              for (const Tensor& g : grads) {
+                given.append(g.defined() ? py::cast(g) : py::none());
+              }
+              std::vector<Tensor> out;
+              for (py::handle r : py::iter((*fn)(given))) {
+                out.push_back(r.is_none() ? Tensor() : r.cast<Tensor>());
+              }
+              return out;
+            },
+            name);
+      },
+      py::arg("inputs"), py::arg("outputs"), py::arg("backward"), py::arg("name"),
+      "Note [Custom backward]: records `backward` (output grads -> input grads, None for "
+      "none) as the gradient of `outputs` with respect to `inputs`; whether it recorded.");
   m.def("is_grad_enabled", &GradMode::enabled);
   m.def("set_grad_enabled", &GradMode::set_enabled, py::arg("mode"));
   m.def("cpu_memory_live_bytes", [] { return cpu_allocator()->live_bytes(); });

@@ -35,6 +35,8 @@ class GradFn:
         self._op = op
 
     def name(self):
+        if self._op[:1].isupper():  # an autograd.Function's class name, as it is
+            return self._op + "Backward"
         return "".join(part.capitalize() for part in self._op.split("_")) + "Backward"
 
     def __repr__(self):

@@ -10,7 +10,7 @@ import numbers
 from oneflowlike import _C
 from oneflowlike.ops.creation import resolve_device
 
-__all__ = ["manual_seed", "seed", "initial_seed", "randn", "rand", "randint", "normal",
+__all__ = ["manual_seed", "seed", "initial_seed", "get_rng_state", "set_rng_state", "randn", "rand", "randint", "normal",
            "randn_like", "rand_like", "dropout"]
 
 _UINT64_MASK = (1 << 64) - 1
@@ -40,6 +40,26 @@ def manual_seed(seed):
     if not -(1 << 63) <= seed <= _UINT64_MASK:
         raise ValueError(f"[manual_seed] seed must be in [-2**63, 2**64). However, got {seed}.")
     _C.manual_seed(seed & _UINT64_MASK)
+
+
+def get_rng_state():
+    """The global generator's state: an int64 tensor of its seed (as int64 bits) and next
+    counter (torch gives a ByteTensor; both are opaque). set_rng_state puts it back, and the
+    draws after it repeat."""
+    import numpy as np
+
+    return _C.from_numpy(np.array(_C.random_state(), dtype=np.int64))
+
+
+def set_rng_state(new_state):
+    """Puts the global generator back at a state get_rng_state returned."""
+    import numpy as np
+
+    data = np.asarray(new_state.numpy() if hasattr(new_state, "numpy") else new_state)
+    if data.dtype != np.int64 or data.shape != (2,):
+        raise ValueError(f"[set_rng_state] takes the state get_rng_state returns (2 int64 "
+                         f"values). However, got {data.dtype} of shape {data.shape}.")
+    _C.set_random_state(int(data[0]), int(data[1]))
 
 
 def initial_seed():

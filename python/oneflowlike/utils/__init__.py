@@ -1,3 +1,4 @@
-"""flow.utils: data loading (flow.utils.data), with torch.utils's names."""
+"""flow.utils: data loading (flow.utils.data) and activation checkpointing
+(flow.utils.checkpoint), with torch.utils's names."""
 
-from oneflowlike.utils import data  # noqa: F401
+from oneflowlike.utils import checkpoint, data  # noqa: F401

@@ -54,6 +54,27 @@ TEST(Autograd, HooksSeeSummedGradientsAndMayReplaceThem) {
   EXPECT_EQ(values_of(y.grad()), (std::vector<double>{2, 2, 2}));
 }
 
+TEST(Autograd, CustomBackwardGetsOutputGradientsAndGivesInputGradients) {
+  // Note [Custom backward]: y = x (computed outside autograd), with a gradient of 3 dy; the
+  // second output reaches no loss and comes undefined.
+  Tensor x = make_tensor({1, 2}, Shape{2});
+  x.set_requires_grad(true);
+  std::vector<Tensor> outputs = {make_tensor({1, 2}, Shape{2}), make_tensor({0, 0}, Shape{2})};
+  int calls = 0;
+  ASSERT_TRUE(record_function(
+      {x}, outputs,
+      [&calls](const std::vector<Tensor>& grads) {
+        ++calls;
+        EXPECT_FALSE(grads[1].defined());
+        return std::vector<Tensor>{functional::add(functional::add(grads[0], grads[0]), grads[0])};
+      },
+      "Triple"));
+  EXPECT_EQ(grad_fn_name(outputs[0]), "Triple");
+  backward({functional::reduce_sum(functional::mul(outputs[0], outputs[0]), {}, false)}, {});
+  EXPECT_EQ(calls, 1);
+  EXPECT_EQ(values_of(x.grad()), (std::vector<double>{6, 12}));
+}
+
 TEST(Autograd, NoGradRecordsNothing) {
   Tensor x = make_tensor({1, 2}, Shape{2});
   x.set_requires_grad(true);

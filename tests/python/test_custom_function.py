@@ -1,0 +1,136 @@
+"""flow.autograd.Function (Note [Custom backward]), flow.utils.checkpoint.checkpoint (Note
+[Eager checkpoints]) and get_rng_state/set_rng_state, against torch and against the
+unchecked run."""
+
+import numpy as np
+import pytest
+
+import oneflowlike as flow
+
+torch = pytest.importorskip("torch")
+
+
+def _scaled_exp(lib):
+    class ScaledExp(lib.autograd.Function):
+        @staticmethod
+        def forward(ctx, x, w, k):
+            y = (x * w).exp()
+            ctx.save_for_backward(y, x, w)
+            ctx.k = k
+            return y * k, y, (x * 0).sum()  # the last output reaches no loss
+
+        @staticmethod
+        def backward(ctx, dy, dy2, unused):
+            y, x, w = ctx.saved_tensors
+            assert float(unused.sum()) == 0.0  # materialised zeros, as torch's
+            g = (dy * ctx.k + dy2) * y
+            return g * w, g * x, None
+
+    return ScaledExp
+
+
+def test_a_function_with_several_outputs_and_a_number_matches_torch():
+    results = []
+    for lib in (flow, torch):
+        x = lib.tensor([0.1, 0.2, -0.3], requires_grad=True)
+        w = lib.tensor([1.0, 2.0, 3.0], requires_grad=True)
+        a, b, _ = _scaled_exp(lib).apply(x, w, 3.0)
+        (a.sum() + (b * b).sum()).backward()
+        results.append((a.detach().numpy(), x.grad.numpy(), w.grad.numpy()))
+    for ours, theirs in zip(*results):
+        np.testing.assert_allclose(ours, theirs, rtol=1e-6)
+
+
+def test_a_function_names_its_node_and_records_nothing_without_grad():
+    fn = _scaled_exp(flow)
+    x = flow.ones(2, requires_grad=True)
+    a, _, _ = fn.apply(x, flow.ones(2), 1.0)
+    assert a.grad_fn.name() == "ScaledExpBackward"
+    plain, _, _ = fn.apply(flow.ones(2), flow.ones(2), 1.0)
+    assert plain.grad_fn is None and not plain.requires_grad
+    with flow.no_grad():
+        assert fn.apply(x, flow.ones(2), 1.0)[0].grad_fn is None
+
+
+def test_bad_functions_are_refused_naming_them():
+    class Identity(flow.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            return x
+
+    with pytest.raises(Exception, match=r"Identity returns its input as output 0"):
+        Identity.apply(flow.ones(2, requires_grad=True))
+
+    class WrongCount(flow.autograd.Function):
+        @staticmethod
+        def forward(ctx, x, y):
+            return x * y
+
+        @staticmethod
+        def backward(ctx, g):
+            return g
+
+    with pytest.raises(ValueError, match=r"WrongCount.backward returned 1 gradients; forward "
+                                         r"took 2"):
+        WrongCount.apply(flow.ones(2, requires_grad=True), flow.ones(2)).sum().backward()
+
+    class WrongShape(flow.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            return x * 2
+
+        @staticmethod
+        def backward(ctx, g):
+            return g.sum()
+
+    with pytest.raises(Exception, match=r"WrongShape.backward returned .* as the gradient of "
+                                        r"input 0"):
+        WrongShape.apply(flow.ones(2, requires_grad=True)).sum().backward()
+
+    class Doubles(flow.nn.Graph):
+        def build(self, x):
+            return WrongShape.apply(x)
+
+    with pytest.raises(NotImplementedError, match=r"WrongShape runs on local tensors eagerly"):
+        Doubles()(flow.ones(2))
+
+
+def test_rng_state_round_trips():
+    flow.manual_seed(7)
+    state = flow.get_rng_state()
+    first = flow.rand(5).numpy()
+    flow.set_rng_state(state)
+    np.testing.assert_array_equal(flow.rand(5).numpy(), first)
+    with pytest.raises(ValueError, match=r"\[set_rng_state\] takes the state get_rng_state "
+                                         r"returns"):
+        flow.set_rng_state(flow.ones(3))
+
+
+def test_checkpoint_gives_the_unchecked_gradients_with_dropout_and_keeps_no_intermediates():
+    nn = flow.nn
+    flow.manual_seed(0)
+    block = nn.Sequential(nn.Linear(8, 16), nn.GELU(), nn.Dropout(0.3), nn.Linear(16, 8))
+    x0 = flow.randn(4, 8)
+
+    def run(checkpointed):
+        for p in block.parameters():
+            p.grad = None
+        x = x0.clone()
+        x.requires_grad = True
+        flow.manual_seed(5)
+        h = x * 2
+        if checkpointed:
+            y = flow.utils.checkpoint.checkpoint(block, h, use_reentrant=False)
+        else:
+            y = block(h)
+        (y * y).sum().backward()
+        return [x.grad.numpy()] + [p.grad.numpy() for p in block.parameters()], y
+
+    plain, _ = run(False)
+    checked, y = run(True)
+    for a, b in zip(plain, checked):
+        np.testing.assert_array_equal(a, b)
+    # The output's node is the checkpoint's: the block's ops recorded nothing in forward.
+    assert y.grad_fn.name() == "CheckpointFunctionBackward"
+    with pytest.raises(TypeError, match=r"\[checkpoint\] function must be callable"):
+        flow.utils.checkpoint.checkpoint(3, x0)
