@@ -325,16 +325,39 @@ void assign_(const Tensor& dst, const Tensor& src, const char* op) {
   dst.impl()->storage->bump_version();
 }
 
-void backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads,
-              bool retain_graph) {
+namespace {
+
+// Note [Gradients of inputs]: backward's walk; with `wrt`, the gradients of those tensors go
+// into `*out` (one each, undefined for none) and no leaf's .grad or retained gradient changes
+// (autograd.grad), else every leaf accumulates its gradient into .grad.
+void run_backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads,
+                  bool retain_graph, const std::vector<Tensor>* wrt, std::vector<Tensor>* out) {
   NoGradGuard no_grad;
   std::unordered_map<AutogradNode*, std::vector<Tensor>> pending;  // output grads per node
   std::unordered_map<AutogradNode*, int> dependencies;
   std::vector<std::shared_ptr<AutogradNode>> stack;
-  // Note [Gradient hooks]: leaves with hooks get the sum of this backward's contributions once.
+  // Which of `wrt` each leaf meta and each (node, output) is.
+  std::unordered_map<const AutogradMeta*, size_t> wrt_leaves;
+  std::unordered_map<const AutogradNode*, std::vector<std::pair<int, size_t>>> wrt_outputs;
+  if (wrt != nullptr) {
+    out->assign(wrt->size(), Tensor());
+    for (size_t k = 0; k < wrt->size(); ++k) {
+      const Tensor& t = (*wrt)[k];
+      OFL_CHECK_CODE(t.requires_grad(), ErrorCode::kFailedPrecondition, "[autograd.grad] input ", k,
+                     " does not require grad: ", t.describe(), ".");
+      const auto& meta = meta_of(t);
+      if (meta->grad_fn) {
+        wrt_outputs[meta->grad_fn.get()].emplace_back(meta->output_index, k);
+      } else {
+        wrt_leaves[meta.get()] = k;
+      }
+    }
+  }
+  // Note [Gradient hooks]: leaves with hooks get the sum of this backward's contributions once
+  // (and under autograd.grad every leaf does, into *out or nowhere).
   std::unordered_map<AutogradMeta*, std::pair<std::shared_ptr<AutogradMeta>, Tensor>> hooked;
-  auto to_leaf = [&hooked](const std::shared_ptr<AutogradMeta>& leaf, const Tensor& g) {
-    if (leaf->hooks.empty()) return accumulate_leaf(*leaf, g);
+  auto to_leaf = [&hooked, wrt](const std::shared_ptr<AutogradMeta>& leaf, const Tensor& g) {
+    if (wrt == nullptr && leaf->hooks.empty()) return accumulate_leaf(*leaf, g);
     auto& [owner, sum] = hooked[leaf.get()];
     owner = leaf;
     sum = accumulate(sum, g);
@@ -420,12 +443,17 @@ void backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads
     std::vector<Tensor> output_grads = std::move(pending[node.get()]);
     pending.erase(node.get());
     output_grads.resize(node->num_outputs);
+    if (wrt != nullptr) {  // a computed input's gradient before its hooks, as torch's
+      if (auto it = wrt_outputs.find(node.get()); it != wrt_outputs.end()) {
+        for (const auto& [index, k] : it->second) (*out)[k] = output_grads[index];
+      }
+    }
     for (size_t i = 0; i < node->output_hooks.size(); ++i) {
       if (output_grads[i].defined() && !node->output_hooks[i].empty()) {
         output_grads[i] = run_hooks(node->output_hooks[i], output_grads[i], node->outputs[i]);
       }
     }
-    for (size_t i = 0; i < node->retained.size(); ++i) {
+    for (size_t i = 0; wrt == nullptr && i < node->retained.size(); ++i) {
       if (auto meta = node->retained[i].lock(); meta && output_grads[i].defined()) {
         meta->grad = accumulate(meta->grad, output_grads[i]);
       }
@@ -459,8 +487,26 @@ void backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads
   }
   for (auto& [key, entry] : hooked) {
     auto& [leaf, sum] = entry;
-    accumulate_leaf(*leaf, run_hooks(leaf->hooks, sum, sum));
+    if (wrt == nullptr) {
+      accumulate_leaf(*leaf, run_hooks(leaf->hooks, sum, sum));
+    } else if (auto it = wrt_leaves.find(leaf.get()); it != wrt_leaves.end()) {
+      (*out)[it->second] = run_hooks(leaf->hooks, sum, sum);
+    }
   }
+}
+
+}  // namespace
+
+void backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads,
+              bool retain_graph) {
+  run_backward(roots, grads, retain_graph, nullptr, nullptr);
+}
+
+std::vector<Tensor> grad(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads,
+                         const std::vector<Tensor>& inputs, bool retain_graph) {
+  std::vector<Tensor> out;
+  run_backward(roots, grads, retain_graph, &inputs, &out);
+  return out;
 }
 
 }  // namespace ofl

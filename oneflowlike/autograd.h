@@ -113,6 +113,13 @@ void retain_grad(const Tensor& t);
 /// Whether retain_grad was called on the (computed) tensor.
 bool retains_grad(const Tensor& t);
 
+/// Note [Gradients of inputs]: d(roots)/d(input) * grads for each of `inputs` (leaves or
+/// computed tensors; undefined where none reaches it), leaving every .grad as it is
+/// (torch.autograd.grad without create_graph). As torch's, a leaf's comes after its hooks, a
+/// computed tensor's before them (they still change what flows on).
+std::vector<Tensor> grad(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads,
+                         const std::vector<Tensor>& inputs, bool retain_graph = false);
+
 /// Accumulates d(roots)/d(leaf) * grads into every leaf's .grad. A missing grad for a
 /// one-element root means 1. Raises when a root does not require grad or the graph was freed.
 void backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads,

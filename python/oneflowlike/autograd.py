@@ -90,6 +90,37 @@ def backward(tensors, grad_tensors=None, retain_graph=False):
         _C.autograd_backward(list(tensors), grads, retain_graph)
 
 
+def grad(outputs, inputs, grad_outputs=None, retain_graph=None, create_graph=False,
+         allow_unused=None, materialize_grads=False):
+    """torch.autograd.grad on local tensors (Note [Gradients of inputs] in autograd.h): the
+    gradients of ``outputs`` (weighted by ``grad_outputs``) with respect to each of ``inputs``,
+    as a tuple, leaving every .grad as it is. An input the outputs do not reach is an error
+    unless allow_unused (then None, or zeros with materialize_grads)."""
+    if create_graph:
+        raise NotImplementedError("[autograd.grad] create_graph=True (double backward) is not "
+                                  "supported: gradients are computed without history.")
+    outputs = list(outputs) if isinstance(outputs, (list, tuple)) else [outputs]
+    single = not isinstance(inputs, (list, tuple))
+    inputs = [inputs] if single else list(inputs)
+    grads = [] if grad_outputs is None else (
+        list(grad_outputs) if isinstance(grad_outputs, (list, tuple)) else [grad_outputs])
+    for t in outputs + inputs:
+        if not isinstance(t, _C.Tensor) or _C._is_lazy(t):
+            raise TypeError(f"[autograd.grad] takes local tensors outside nn.Graph.build. "
+                            f"However, got {getattr(t, 'shape', type(t).__name__)!r} "
+                            f"({type(t).__name__}).")
+    result = _C.autograd_grad(outputs, [g for g in grads], inputs, bool(retain_graph))
+    if materialize_grads:
+        allow_unused = True
+    for k, (g, x) in enumerate(zip(result, inputs)):
+        if g is None and not allow_unused:
+            raise RuntimeError(f"[autograd.grad] input {k} (shape {tuple(x.shape)}) is not "
+                               "reached from the outputs: pass allow_unused=True to get None.")
+        if g is None and materialize_grads:
+            result[k] = _C.fill(tuple(x.shape), x.dtype, 0.0, x.device)
+    return tuple(result)
+
+
 # Note [After backward]: work that must follow a whole backward pass of eager local autograd,
 # once every gradient has accumulated (DistributedDataParallel's gradient all-reduce, torch's
 # queue_callback): queued by key, so several forwards queue one run; run, and cleared, by

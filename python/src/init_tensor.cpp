@@ -233,6 +233,19 @@ void init_tensor(py::module_& m) {
       py::arg("inputs"), py::arg("outputs"), py::arg("backward"), py::arg("name"),
       "Note [Custom backward]: records `backward` (output grads -> input grads, None for "
       "none) as the gradient of `outputs` with respect to `inputs`; whether it recorded.");
+  m.def(
+      "autograd_grad",
+      [](const std::vector<Tensor>& outputs, const std::vector<Tensor>& grads,
+         const std::vector<Tensor>& inputs, bool retain_graph) {
+        py::list result;
+        for (const Tensor& g : grad(outputs, grads, inputs, retain_graph)) {
+          result.append(g.defined() ? py::cast(g) : py::none());
+        }
+        return result;
+      },
+      py::arg("outputs"), py::arg("grad_outputs"), py::arg("inputs"),
+      py::arg("retain_graph") = false,
+      "Note [Gradients of inputs]: the gradients of `inputs` (None where unreached).");
   m.def("is_grad_enabled", &GradMode::enabled);
   m.def("set_grad_enabled", &GradMode::set_enabled, py::arg("mode"));
   m.def("cpu_memory_live_bytes", [] { return cpu_allocator()->live_bytes(); });

@@ -134,3 +134,37 @@ def test_checkpoint_gives_the_unchecked_gradients_with_dropout_and_keeps_no_inte
     assert y.grad_fn.name() == "CheckpointFunctionBackward"
     with pytest.raises(TypeError, match=r"\[checkpoint\] function must be callable"):
         flow.utils.checkpoint.checkpoint(3, x0)
+
+
+def test_autograd_grad_matches_torch_and_leaves_dot_grad_alone():
+    results = []
+    for lib in (flow, torch):
+        x = lib.tensor([1.0, 2.0, 3.0], requires_grad=True)
+        w = lib.tensor([0.5, -1.0, 2.0], requires_grad=True)
+        y = x * w
+        y.register_hook(lambda g: g * 2)  # hooks run under autograd.grad too: a computed
+        x.register_hook(lambda g: g * 3)  # input's gradient comes before them, a leaf's after
+        z = (y * y).sum() + x.sum()
+        gx, gy = lib.autograd.grad(z, [x, y], retain_graph=True)
+        (gw,) = lib.autograd.grad([z], [w], grad_outputs=[lib.tensor(2.0)])
+        assert x.grad is None and w.grad is None
+        results.append([gx.numpy(), gy.numpy(), gw.numpy()])
+    for ours, theirs in zip(*results):
+        np.testing.assert_allclose(ours, theirs, rtol=1e-6)
+
+
+def test_autograd_grad_refuses_unreached_inputs_unless_allowed():
+    x = flow.ones(2, requires_grad=True)
+    unused = flow.ones(3, requires_grad=True)
+    z = (x * 2).sum()
+    with pytest.raises(RuntimeError, match=r"\[autograd.grad\] input 1 \(shape \(3,\)\) is not "
+                                           r"reached"):
+        flow.autograd.grad(z, [x, unused], retain_graph=True)
+    gx, gu = flow.autograd.grad(z, [x, unused], allow_unused=True, retain_graph=True)
+    assert gu is None and gx.numpy().tolist() == [2.0, 2.0]
+    _, zeros = flow.autograd.grad(z, [x, unused], materialize_grads=True)
+    assert zeros.numpy().tolist() == [0.0, 0.0, 0.0]
+    with pytest.raises(NotImplementedError, match=r"create_graph=True"):
+        flow.autograd.grad((x * 2).sum(), x, create_graph=True)
+    with pytest.raises(Exception, match=r"\[autograd.grad\] input 0 does not require grad"):
+        flow.autograd.grad((x * 2).sum(), flow.ones(2))

@@ -75,6 +75,18 @@ TEST(Autograd, CustomBackwardGetsOutputGradientsAndGivesInputGradients) {
   EXPECT_EQ(values_of(x.grad()), (std::vector<double>{6, 12}));
 }
 
+TEST(Autograd, GradOfInputsLeavesDotGradAlone) {
+  // Note [Gradients of inputs]: z = sum(y * y) with y = x * x: dz/dy = 2y, dz/dx = 4x^3.
+  Tensor x = make_tensor({1, 2}, Shape{2});
+  x.set_requires_grad(true);
+  Tensor y = functional::mul(x, x);
+  Tensor z = functional::reduce_sum(functional::mul(y, y), {}, false);
+  const std::vector<Tensor> g = grad({z}, {}, {x, y});
+  EXPECT_EQ(values_of(g[0]), (std::vector<double>{4, 32}));
+  EXPECT_EQ(values_of(g[1]), (std::vector<double>{2, 8}));
+  EXPECT_FALSE(x.grad().defined());
+}
+
 TEST(Autograd, NoGradRecordsNothing) {
   Tensor x = make_tensor({1, 2}, Shape{2});
   x.set_requires_grad(true);
