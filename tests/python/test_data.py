@@ -167,3 +167,22 @@ def test_loader_arguments_of_the_wrong_type_or_range_are_refused_naming_them():
             (dict(seed="x"), TypeError, r"seed must be an int")]:
         with pytest.raises(error, match=rf"\[DataLoader\] {phrase}"):
             data.DataLoader(dataset, **kwargs)
+
+
+def test_two_live_iterators_of_one_loader_are_refused_not_interleaved():
+    """Note [Loader position]: the newest iterator owns the position; an older one raises at
+    its next batch instead of seeing every other batch."""
+    data = flow.utils.data
+    for workers in (0, 2):
+        loader = data.DataLoader(data.TensorDataset(flow.arange(10)), batch_size=2,
+                                 num_workers=workers)
+        with pytest.raises(RuntimeError, match=r"a newer iterator of this DataLoader took over"):
+            list(zip(loader, loader))
+        loader.load_state_dict({"epoch": 0, "batches_done": 0})
+        first = iter(loader)
+        next(first)
+        rest = [b[0].numpy().tolist() for b in loader]  # the newest continues the position
+        assert rest == [[2, 3], [4, 5], [6, 7], [8, 9]]
+        with pytest.raises(RuntimeError, match=r"took over its position"):
+            next(first)
+        assert [b[0].numpy().tolist() for b in loader][0] == [0, 1]  # the next epoch

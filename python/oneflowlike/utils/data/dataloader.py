@@ -30,6 +30,9 @@ class DataLoader:
     the batches handed out of it. An ``iter()`` continues from there (a loop left early resumes
     where it stopped, as torchdata's StatefulDataLoader), so a run that saves the state with its
     checkpoint and loads it on resume sees the batches an uninterrupted run would have seen.
+    The position is the loader's, so the newest iterator owns it: an older one still iterating
+    raises at its next batch (zip(loader, loader), or a loop nested in one over the same loader,
+    would each have seen every other batch), where torch's iterators are independent.
     """
 
     def __init__(self, dataset, batch_size=1, shuffle=False, sampler=None, drop_last=False,
@@ -72,6 +75,7 @@ class DataLoader:
         self.sampler = sampler
         self.epoch = 0
         self.batches_done = 0
+        self._iterators = 0  # iterators made: the newest owns the position
 
     def __len__(self):
         n = len(self.sampler)
@@ -101,10 +105,22 @@ class DataLoader:
         return _pinned(batch) if self.pin_memory else batch
 
     def __iter__(self):
+        self._iterators += 1
+        return self._iterate(self._iterators)
+
+    def _check_owner(self, mine):
+        if self._iterators != mine:
+            raise RuntimeError(
+                "[DataLoader] a newer iterator of this DataLoader took over its position (Note "
+                "[Loader position]): two live iterators would each see every other batch. "
+                "Finish or drop one loop before starting another, or use two DataLoaders.")
+
+    def _iterate(self, mine):
         batches = self._batches_of_epoch()
         start = self.batches_done
         if self.num_workers == 0:
             for k in range(start, len(batches)):
+                self._check_owner(mine)
                 batch = self._fetch(batches[k])
                 self.batches_done = k + 1
                 yield batch
@@ -114,6 +130,7 @@ class DataLoader:
             pending = {}
             try:
                 for k in range(start, len(batches)):
+                    self._check_owner(mine)
                     for ahead in range(k, min(k + window, len(batches))):
                         if ahead not in pending:
                             pending[ahead] = pool.submit(self._fetch, batches[ahead])
@@ -122,6 +139,7 @@ class DataLoader:
                     yield batch
             finally:
                 pool.shutdown(wait=False, cancel_futures=True)
+        self._check_owner(mine)
         self.epoch += 1
         self.batches_done = 0
 
