@@ -543,11 +543,56 @@ def test_a_graph_refuses_hooks_registered_or_removed_after_its_trace():
     graph = _Calls(model)
     graph(x)
     handle = model.register_forward_hook(lambda m, args, out: out * 0)
-    with pytest.raises(RuntimeError, match=r"forward hooks of \['model'\] were registered or "
+    with pytest.raises(RuntimeError, match=r"hooks of \['model'\] were registered or "
                                            r"removed after _Calls traced them"):
         graph(x)
     traced = _Calls(model)
     np.testing.assert_array_equal(traced(x).numpy(), np.zeros((2, 2), np.float32))
     handle.remove()
-    with pytest.raises(RuntimeError, match=r"forward hooks of \['model'\]"):
+    with pytest.raises(RuntimeError, match=r"hooks of \['model'\]"):
         traced(x)
+
+
+def test_module_backward_hooks_match_torch():
+    """Note [Module backward hooks]: a pre-hook doubling grad_output, a hook tripling
+    grad_input, a module whose inputs need no gradient (grad_input all None)."""
+    torch = pytest.importorskip("torch")
+    results = []
+    for lib in (flow, torch):
+        m = lib.nn.Linear(3, 2)
+        with lib.no_grad():
+            m.weight.copy_(lib.tensor([[1.0, 2.0, 3.0], [-1.0, 0.5, 2.0]]))
+            m.bias.copy_(lib.tensor([0.1, -0.2]))
+        seen = []
+        m.register_full_backward_pre_hook(lambda mod, go: (go[0] * 2,))
+
+        def hook(mod, gi, go, seen=seen):
+            seen.append((gi[0].numpy().copy(), go[0].numpy().copy()))
+            return (gi[0] * 3,)
+
+        handle = m.register_full_backward_hook(hook)
+        x = lib.tensor([[1.0, 2.0, 3.0], [0.5, -1.0, 2.0]], requires_grad=True)
+        (m(x) ** 2).sum().backward()
+        handle.remove()
+        (m(x) ** 2).sum().backward()  # the pre-hook only now
+        nothing = []
+        m.register_full_backward_hook(lambda mod, gi, go: nothing.append(gi))
+        import warnings
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # torch warns that no input needs a gradient
+            m(lib.ones(1, 3)).sum().backward()
+        results.append([x.grad.numpy(), m.weight.grad.numpy(), seen[0][0], seen[0][1],
+                        len(seen), nothing])
+    ours, theirs = results
+    for a, b in zip(ours[:4], theirs[:4]):
+        np.testing.assert_allclose(a, b, rtol=1e-6)
+    assert ours[4] == theirs[4] == 1 and ours[5] == theirs[5] == [(None,)]
+
+
+def test_a_graph_refuses_a_module_with_backward_hooks():
+    model = nn.Linear(3, 2)
+    model.register_full_backward_hook(lambda m, gi, go: None)
+    with pytest.raises(NotImplementedError, match=r"\[register_full_backward_hook\] Linear has "
+                                                  r"backward hooks"):
+        _Calls(model)(flow.ones(2, 3))

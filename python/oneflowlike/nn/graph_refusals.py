@@ -57,12 +57,13 @@ class GraphRefusalsMixin:
         return held, optimized, self._hooks_fingerprint()
 
     def _hooks_fingerprint(self):
-        """The forward hooks of every module (nn/modules/hooks.py), which the trace ran."""
-        return tuple((name, tuple(m.__dict__.get("_forward_pre_hooks", ())),
-                      tuple(m.__dict__.get("_forward_hooks", ())))
+        """The hooks of every module (nn/modules/hooks.py), which the trace ran or refused."""
+        from oneflowlike.nn.modules.hooks import ATTRIBUTES
+
+        return tuple((name,) + tuple(tuple(m.__dict__.get(a, ())) for a in ATTRIBUTES)
                      for attr, module in self._modules.items()
                      for name, m in module.named_modules(prefix=attr)
-                     if m.__dict__.get("_forward_pre_hooks") or m.__dict__.get("_forward_hooks"))
+                     if any(m.__dict__.get(a) for a in ATTRIBUTES))
 
     def _check_unchanged_since_trace(self):
         """The plan holds what the trace saw: the modules' train/eval modes (dropout), their
@@ -74,7 +75,7 @@ class GraphRefusalsMixin:
                 (n, h) for n, *h in self._traced_fingerprint[2])
             changed = sorted(n for n in set(now) | set(then) if now.get(n) != then.get(n))
             raise RuntimeError(
-                f"[nn.Graph] forward hooks of {changed[:8]} were registered or removed after "
+                f"[nn.Graph] hooks of {changed[:8]} were registered or removed after "
                 f"{type(self).__name__} traced them: the plan runs the hooks the trace ran "
                 "(and no others). Register hooks before the first call, or build a new graph.")
         if fingerprint != self._traced_fingerprint:

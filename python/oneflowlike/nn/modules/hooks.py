@@ -7,12 +7,16 @@ returns a handle whose remove() unregisters it.
 
 Inside nn.Graph.build the hooks run while the graph is traced, on its traced values: what they
 compute becomes part of the plan, and a hook that keeps a value keeps a traced one (it has data
-only as a graph output). Backward hooks on modules are not supported.
+only as a graph output). Backward hooks: backward_hooks.py.
 """
 
 import itertools
 
+from oneflowlike.nn.modules import backward_hooks
+
 _ids = itertools.count()
+# Where a module keeps its hooks (by handle id); a module with none of them is called directly.
+ATTRIBUTES = ("_forward_pre_hooks", "_forward_hooks", "_backward_pre_hooks", "_backward_hooks")
 
 
 class RemovableHandle:
@@ -64,7 +68,11 @@ def call_with_hooks(module, args, kwargs):
             result = hook(module, args)
             if result is not None:
                 args = result if isinstance(result, tuple) else (result,)
-    output = module.forward(*args, **kwargs)
+    if backward_hooks.wanted(module):
+        output = backward_hooks.call(module, args, kwargs,
+                                     lambda a, k: module.forward(*a, **k))
+    else:
+        output = module.forward(*args, **kwargs)
     for hook, with_kwargs in list(module.__dict__.get("_forward_hooks", {}).values()):
         result = hook(module, args, kwargs, output) if with_kwargs else hook(module, args, output)
         if result is not None:

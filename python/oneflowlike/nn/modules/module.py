@@ -87,7 +87,7 @@ class Module:
         if graph_sharing._holders and current_tracer() is None:
             # Note [Graphs sharing modules]: values a graph trained, before an eager call.
             graph_sharing.module_call(self)
-        if "_forward_pre_hooks" in self.__dict__ or "_forward_hooks" in self.__dict__:
+        if any(name in self.__dict__ for name in hooks.ATTRIBUTES):
             return hooks.call_with_hooks(self, args, kwargs)
         return self.forward(*args, **kwargs)
 
@@ -95,6 +95,18 @@ class Module:
         """hook(module, args) before each forward (Note in nn/modules/hooks.py)."""
         return hooks.register(self, "_forward_pre_hooks", hook, with_kwargs, prepend,
                               "register_forward_pre_hook")
+
+    def register_full_backward_pre_hook(self, hook, prepend=False):
+        """hook(module, grad_output) once the outputs' gradients are known (Note [Module
+        backward hooks] in nn/modules/backward_hooks.py)."""
+        return hooks.register(self, "_backward_pre_hooks", hook, False, prepend,
+                              "register_full_backward_pre_hook")
+
+    def register_full_backward_hook(self, hook, prepend=False):
+        """hook(module, grad_input, grad_output) once the inputs' gradients are known (Note
+        [Module backward hooks] in nn/modules/backward_hooks.py)."""
+        return hooks.register(self, "_backward_hooks", hook, False, prepend,
+                              "register_full_backward_hook")
 
     def register_forward_hook(self, hook, *, prepend=False, with_kwargs=False):
         """hook(module, args, output) after each forward (Note in nn/modules/hooks.py)."""
