@@ -199,7 +199,17 @@ class EagerGradBuilder final : public GradBuilder {
   std::vector<Tensor> input_grads_;
 };
 
-void accumulate_leaf(AutogradMeta& leaf, const Tensor& g) { leaf.grad = accumulate(leaf.grad, g); }
+// A gradient kept in .grad has storage of its own: the engine hands one tensor to several
+// places (add's gradient is its output's for both inputs; a root's seed is the caller's), and
+// an in-place change of one .grad (p.grad.div_(2)) must not reach the others, as torch's
+// AccumulateGrad copies.
+Tensor owned(const Tensor& g) { return g.clone(); }
+
+void accumulate_leaf(AutogradMeta& leaf, const Tensor& g) {
+  leaf.grad = leaf.grad.defined() ? accumulate(leaf.grad, g) : owned(g);
+}
+
+thread_local int gradients_of_inputs = 0;  // autograd.grad calls under way on this thread
 
 // Note [Gradient hooks]: `g` through `hooks` in order; a hook's replacement must look like it.
 Tensor run_hooks(const GradHooks& hooks, Tensor g, const Tensor& like) {
@@ -257,20 +267,6 @@ int64_t register_grad_hook(const Tensor& t, GradHook hook) {
   node.output_hooks.resize(node.num_outputs);
   node.output_hooks[meta->output_index].emplace_back(id, std::move(hook));
   return id;
-}
-
-void remove_grad_hook(const Tensor& t, int64_t id) {
-  const auto& meta = meta_of(t);
-  if (!meta) return;
-  GradHooks* hooks = &meta->hooks;
-  if (meta->grad_fn) {
-    auto& per_output = meta->grad_fn->output_hooks;
-    if (per_output.size() <= static_cast<size_t>(meta->output_index)) return;
-    hooks = &per_output[meta->output_index];
-  }
-  hooks->erase(std::remove_if(hooks->begin(), hooks->end(),
-                              [id](const auto& entry) { return entry.first == id; }),
-               hooks->end());
 }
 
 void retain_grad(const Tensor& t) {
@@ -354,14 +350,26 @@ void run_backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& g
     }
   }
   // Note [Gradient hooks]: leaves with hooks get the sum of this backward's contributions once
-  // (and under autograd.grad every leaf does, into *out or nowhere).
-  std::unordered_map<AutogradMeta*, std::pair<std::shared_ptr<AutogradMeta>, Tensor>> hooked;
-  auto to_leaf = [&hooked, wrt](const std::shared_ptr<AutogradMeta>& leaf, const Tensor& g) {
+  // (and under autograd.grad every leaf does, into *out or nowhere), in the order of their
+  // first contributions: the same on every rank running the same program (hooks may launch
+  // collectives), not the order of their addresses.
+  std::vector<std::pair<std::shared_ptr<AutogradMeta>, Tensor>> hooked;
+  std::unordered_map<const AutogradMeta*, size_t> hooked_at;
+  auto to_leaf = [&hooked, &hooked_at, wrt](const std::shared_ptr<AutogradMeta>& leaf,
+                                            const Tensor& g) {
     if (wrt == nullptr && leaf->hooks.empty()) return accumulate_leaf(*leaf, g);
-    auto& [owner, sum] = hooked[leaf.get()];
-    owner = leaf;
+    auto [at, fresh] = hooked_at.emplace(leaf.get(), hooked.size());
+    if (fresh) hooked.emplace_back(leaf, Tensor());
+    Tensor& sum = hooked[at->second].second;
     sum = accumulate(sum, g);
   };
+  if (wrt != nullptr) ++gradients_of_inputs;
+  struct Leave {
+    bool active;
+    ~Leave() {
+      if (active) --gradients_of_inputs;
+    }
+  } leave{wrt != nullptr};
 
   // Seed the roots.
   for (size_t r = 0; r < roots.size(); ++r) {
@@ -455,7 +463,8 @@ void run_backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& g
     }
     for (size_t i = 0; wrt == nullptr && i < node->retained.size(); ++i) {
       if (auto meta = node->retained[i].lock(); meta && output_grads[i].defined()) {
-        meta->grad = accumulate(meta->grad, output_grads[i]);
+        meta->grad =
+            meta->grad.defined() ? accumulate(meta->grad, output_grads[i]) : owned(output_grads[i]);
       }
     }
     std::vector<Tensor> input_grads;
@@ -482,11 +491,11 @@ void run_backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& g
     if (!retain_graph) {
       node->inputs.clear();
       node->outputs.clear();
+      node->custom = nullptr;  // what a custom function saved goes with it
       node->released = true;
     }
   }
-  for (auto& [key, entry] : hooked) {
-    auto& [leaf, sum] = entry;
+  for (auto& [leaf, sum] : hooked) {
     if (wrt == nullptr) {
       accumulate_leaf(*leaf, run_hooks(leaf->hooks, sum, sum));
     } else if (auto it = wrt_leaves.find(leaf.get()); it != wrt_leaves.end()) {
@@ -500,6 +509,33 @@ void run_backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& g
 void backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads,
               bool retain_graph) {
   run_backward(roots, grads, retain_graph, nullptr, nullptr);
+}
+
+bool computing_gradients_of_inputs() { return gradients_of_inputs > 0; }
+
+std::function<void()> grad_hook_remover(const Tensor& t, int64_t id) {
+  const auto& meta = meta_of(t);
+  if (!meta) return [] {};
+  std::weak_ptr<AutogradMeta> leaf;
+  std::weak_ptr<AutogradNode> node;
+  if (meta->grad_fn) {
+    node = meta->grad_fn;
+  } else {
+    leaf = meta;
+  }
+  const int index = meta->output_index;
+  return [leaf, node, index, id] {
+    GradHooks* hooks = nullptr;
+    if (auto m = leaf.lock()) {
+      hooks = &m->hooks;
+    } else if (auto n = node.lock(); n && n->output_hooks.size() > static_cast<size_t>(index)) {
+      hooks = &n->output_hooks[index];
+    }
+    if (hooks == nullptr) return;
+    hooks->erase(std::remove_if(hooks->begin(), hooks->end(),
+                                [id](const auto& entry) { return entry.first == id; }),
+                 hooks->end());
+  };
 }
 
 std::vector<Tensor> grad(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads,

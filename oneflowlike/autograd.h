@@ -106,8 +106,12 @@ std::string grad_fn_name(const Tensor& t);
 /// Adds `hook` to the tensor's gradient hooks (Note [Gradient hooks]); returns its id. Refused
 /// for a tensor that does not require grad.
 int64_t register_grad_hook(const Tensor& t, GradHook hook);
-/// Removes hook `id` of the tensor (nothing when it has gone already).
-void remove_grad_hook(const Tensor& t, int64_t id);
+/// What removes hook `id` of the tensor, even once the tensor has gone (a computed tensor's
+/// hooks live on its node); nothing when the hook or its node has gone already.
+std::function<void()> grad_hook_remover(const Tensor& t, int64_t id);
+/// Whether an autograd.grad call is under way on this thread (a checkpoint's recomputation,
+/// which accumulates into .grad, refuses to run inside one).
+bool computing_gradients_of_inputs();
 /// A computed tensor keeps its gradient in .grad from the next backward on (a leaf always does).
 void retain_grad(const Tensor& t);
 /// Whether retain_grad was called on the (computed) tensor.

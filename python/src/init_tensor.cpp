@@ -1,5 +1,6 @@
 // The Tensor class, dtypes, devices, autograd entry points and numpy interop.
 
+#include <pybind11/functional.h>
 #include <pybind11/numpy.h>
 #include <pybind11/stl.h>
 
@@ -175,7 +176,7 @@ void init_tensor(py::module_& m) {
             });
           },
           py::arg("hook"))
-      .def("_remove_hook", &remove_grad_hook, py::arg("id"))
+      .def("_hook_remover", &grad_hook_remover, py::arg("id"))
       .def("retain_grad", &retain_grad,
            "Keeps this computed tensor's gradient in .grad from the next backward on.")
       .def_property_readonly("retains_grad", &retains_grad)
@@ -246,6 +247,7 @@ void init_tensor(py::module_& m) {
       py::arg("outputs"), py::arg("grad_outputs"), py::arg("inputs"),
       py::arg("retain_graph") = false,
       "Note [Gradients of inputs]: the gradients of `inputs` (None where unreached).");
+  m.def("_computing_gradients_of_inputs", &computing_gradients_of_inputs);
   m.def("is_grad_enabled", &GradMode::enabled);
   m.def("set_grad_enabled", &GradMode::set_enabled, py::arg("mode"));
   m.def("cpu_memory_live_bytes", [] { return cpu_allocator()->live_bytes(); });

@@ -168,3 +168,121 @@ def test_autograd_grad_refuses_unreached_inputs_unless_allowed():
         flow.autograd.grad((x * 2).sum(), x, create_graph=True)
     with pytest.raises(Exception, match=r"\[autograd.grad\] input 0 does not require grad"):
         flow.autograd.grad((x * 2).sum(), flow.ones(2))
+
+
+# ---- from a review ---------------------------------------------------------------------------
+
+
+def test_checkpoint_of_a_block_fed_plain_data_gives_its_parameters_gradients():
+    for lib in (flow, torch):
+        lib.manual_seed(0)
+    results = []
+    for checkpointed in (False, True):
+        flow.manual_seed(0)
+        l1, l2 = flow.nn.Linear(3, 4), flow.nn.Linear(4, 1)
+        x = flow.ones(2, 3)  # data: needs no gradient
+        h = flow.utils.checkpoint.checkpoint(l1, x) if checkpointed else l1(x)
+        l2(h).sum().backward()
+        results.append(l1.weight.grad.numpy())
+    np.testing.assert_array_equal(results[0], results[1])
+
+
+def test_checkpoint_and_function_take_tensors_by_keyword_and_non_tensor_outputs():
+    a = flow.tensor([1.0, 2.0], requires_grad=True)
+    y = flow.utils.checkpoint.checkpoint(lambda x, w=None: (3, x * 2 * w),
+                                         flow.ones(2, requires_grad=True), w=a * 3)
+    y[1].sum().backward()
+    assert y[0] == 3 and a.grad.numpy().tolist() == [6.0, 6.0]
+
+    class Scale(flow.autograd.Function):
+        @staticmethod
+        def forward(ctx, x, w):
+            ctx.save_for_backward(x, w)
+            return "label", x * w
+
+        @staticmethod
+        def backward(ctx, none, g):
+            assert none is None  # one gradient per output, None for a non-tensor
+            x, w = ctx.saved_tensors
+            return g * w, g * x
+
+    x, w = flow.ones(2, requires_grad=True), flow.tensor([3.0, 4.0], requires_grad=True)
+    Scale.apply(x, w=w)[1].sum().backward()
+    assert x.grad.numpy().tolist() == [3.0, 4.0] and w.grad.numpy().tolist() == [1.0, 1.0]
+
+
+def test_gradients_in_dot_grad_have_storage_of_their_own():
+    a, b = flow.ones(2, requires_grad=True), flow.ones(2, requires_grad=True)
+    (a + b).sum().backward()
+    a.grad.div_(2)
+    assert b.grad.numpy().tolist() == [1.0, 1.0]
+    x, g = flow.ones(2, requires_grad=True), flow.ones(2)
+    x.backward(g)
+    g.mul_(7)
+    assert x.grad.numpy().tolist() == [1.0, 1.0]
+    z = x + 1
+    z.retain_grad()
+    z.sum().backward()
+    z.grad.zero_()
+    assert x.grad.numpy().tolist() == [2.0, 2.0]
+
+
+def test_a_function_refuses_a_saved_tensor_written_in_place_and_frees_what_it_saved():
+    class Square(flow.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            y = x * x
+            ctx.save_for_backward(x, y)
+            return y
+
+        @staticmethod
+        def backward(ctx, g):
+            x, _ = ctx.saved_tensors
+            return 2 * x * g
+
+    c = flow.ones(2, requires_grad=True) * 1.0
+    out = Square.apply(c)
+    with flow.no_grad():
+        c.add_(10)
+    with pytest.raises(RuntimeError, match=r"Square: saved tensor 0 .* was modified by an "
+                                           r"in-place operation"):
+        out.sum().backward()
+    import gc
+
+    gc.collect()
+    before = flow._C.cpu_memory_live_bytes()
+    for _ in range(5):
+        Square.apply(flow.ones(1000, 1000, requires_grad=True))  # saves its output
+    gc.collect()
+    assert flow._C.cpu_memory_live_bytes() - before < 1 << 20
+
+
+def test_hooks_go_when_removed_after_their_tensor_and_leaf_hooks_run_in_use_order():
+    x = flow.ones(2, requires_grad=True)
+    y = x * 2
+    calls = []
+    handle = y.register_hook(lambda g: calls.append(1))
+    loss = (y * y).sum()
+    del y
+    handle.remove()
+    loss.backward()
+    assert calls == []
+    leaves = [flow.ones(1, requires_grad=True) for _ in range(12)]
+    order = []
+    for k, leaf in enumerate(leaves):
+        leaf.register_hook(lambda g, k=k: order.append(k))
+    total = leaves[7] * 1
+    for k in (3, 11, 0, 5, 1, 2, 4, 6, 8, 9, 10):
+        total = total + leaves[k]
+    total.sum().backward()
+    # First contributions in backward order: the last sum's leaf first, leaves[7] last.
+    assert order == [10, 9, 8, 6, 4, 2, 1, 5, 0, 11, 3, 7]
+
+
+def test_checkpoint_refuses_to_recompute_inside_autograd_grad():
+    lin = flow.nn.Linear(2, 2)
+    x = flow.ones(1, 2, requires_grad=True)
+    y = flow.utils.checkpoint.checkpoint(lin, x)
+    with pytest.raises(RuntimeError, match=r"\[checkpoint\] cannot recompute inside "
+                                           r"flow.autograd.grad"):
+        flow.autograd.grad(y.sum(), [x])

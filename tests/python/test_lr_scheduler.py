@@ -230,6 +230,8 @@ SCHEDULES = {
         o, T_0=3, eta_min=0.01), 10),
     "CosineAnnealingWarmRestarts T_mult": ("sgd", lambda s, o: s.CosineAnnealingWarmRestarts(
         o, T_0=2, T_mult=2, eta_min=0.05), 20),
+    "CosineAnnealingWarmRestarts T_0 1 T_mult 3": ("sgd", lambda s, o: s.CosineAnnealingWarmRestarts(
+        o, T_0=1, T_mult=3), 130),
     "OneCycleLR": ("sgd", lambda s, o: s.OneCycleLR(o, max_lr=[1.0, 0.3], total_steps=12), 12),
     "OneCycleLR linear three-phase adam": ("adam", lambda s, o: s.OneCycleLR(
         o, max_lr=0.5, epochs=3, steps_per_epoch=5, anneal_strategy="linear",

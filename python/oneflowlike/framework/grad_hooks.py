@@ -2,23 +2,19 @@
 oneflowlike/autograd.h): hook(grad) sees the tensor's gradient, summed over the backward, and
 may return a replacement; Tensor.retain_grad() and retains_grad come from the C++ binding."""
 
-import weakref
-
 from oneflowlike import _C
 
 
 class RemovableHandle:
-    """What register_hook returns: remove() takes the hook out (again is harmless). It does not
-    keep the tensor alive."""
+    """What register_hook returns: remove() takes the hook out (again is harmless), also once
+    the tensor has gone (a computed tensor's hooks live on its node). It keeps nothing alive."""
 
     def __init__(self, tensor, hook_id):
-        self._tensor = weakref.ref(tensor)
+        self._remove = tensor._hook_remover(hook_id)
         self.id = hook_id
 
     def remove(self):
-        tensor = self._tensor()
-        if tensor is not None:
-            tensor._remove_hook(self.id)
+        self._remove()
 
     def __enter__(self):
         return self

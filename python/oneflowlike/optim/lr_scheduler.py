@@ -194,12 +194,10 @@ class CosineAnnealingWarmRestarts(LRScheduler):
         super().__init__(optimizer, last_epoch)
 
     def lr_at(self, base_lr, epoch):
-        if self.T_mult == 1:
-            t_cur, t_i = epoch % self.T_0, self.T_0
-        else:
-            n = int(math.log(epoch / self.T_0 * (self.T_mult - 1) + 1, self.T_mult))
-            t_cur = epoch - self.T_0 * (self.T_mult ** n - 1) // (self.T_mult - 1)
-            t_i = self.T_0 * self.T_mult ** n
+        t_cur, t_i = epoch, self.T_0
+        while t_cur >= t_i:  # whole cycles, counted exactly (a float log missed restarts)
+            t_cur -= t_i
+            t_i *= self.T_mult
         return self.eta_min + (base_lr - self.eta_min) * (1 + math.cos(math.pi * t_cur / t_i)) / 2
 
 

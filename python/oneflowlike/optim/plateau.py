@@ -44,9 +44,9 @@ class ReduceLROnPlateau:
             return a < (self.best * (1.0 - self.threshold) if rel else self.best - self.threshold)
         return a > (self.best * (1.0 + self.threshold) if rel else self.best + self.threshold)
 
-    def step(self, metrics):
+    def step(self, metrics, epoch=None):
         current = float(metrics)
-        self.last_epoch += 1
+        self.last_epoch = self.last_epoch + 1 if epoch is None else int(epoch)
         if self._is_better(current):
             self.best = current
             self.num_bad_epochs = 0

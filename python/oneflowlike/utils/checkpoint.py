@@ -6,7 +6,10 @@ Note [Eager checkpoints]: an autograd.Function (Note [Custom backward]) whose fo
 function without recording history and whose backward recomputes it with history from the
 saved inputs (detached, requiring grad where they did) and runs a backward pass of its own
 from the outputs. The parameters the function uses are leaves of that recomputation, so their
-gradients accumulate into .grad there, as torch's reentrant checkpoint does. In nn.Graph,
+gradients accumulate into .grad there, as torch's reentrant checkpoint does (so it refuses to
+run inside flow.autograd.grad, which must leave .grad alone). The random state is the process's
+one generator: draws on other threads between the forward and the recomputation shift it. In
+nn.Graph,
 checkpointing is the graph's config (graph.config.activation_checkpointing per module).
 """
 
@@ -19,12 +22,14 @@ __all__ = ["checkpoint"]
 
 class CheckpointFunction(Function):
     @staticmethod
-    def forward(ctx, function, preserve_rng_state, kwargs, *args):
+    def forward(ctx, function, preserve_rng_state, keys, count, *values):
         import oneflowlike as flow
 
-        ctx.function, ctx.kwargs = function, kwargs
+        ctx.function, ctx.keys, ctx.count = function, keys, count
         ctx.rng_state = flow.get_rng_state() if preserve_rng_state else None
-        ctx.save_for_backward(*args)
+        ctx.values = values  # tensors among them are saved too (checked against writes)
+        ctx.save_for_backward(*[v for v in values if isinstance(v, _C.Tensor)])
+        args, kwargs = _split(values, keys, count)
         outputs = function(*args, **kwargs)
         ctx.single = not isinstance(outputs, tuple)
         return outputs
@@ -33,39 +38,64 @@ class CheckpointFunction(Function):
     def backward(ctx, *grads):
         import oneflowlike as flow
 
-        inputs = []
-        for a in ctx.saved_tensors:
-            if isinstance(a, _C.Tensor):
-                d = a.detach()
-                d.requires_grad = a.requires_grad
-                a = d
-            inputs.append(a)
+        if _C._computing_gradients_of_inputs():
+            raise RuntimeError("[checkpoint] cannot recompute inside flow.autograd.grad: its "
+                               "recomputation accumulates into .grad. Use backward(), or "
+                               "no checkpoint.")
+        saved = iter(ctx.saved_tensors)  # checks that no input was written since
+        values = []
+        for v in ctx.values:
+            if isinstance(v, _C.Tensor):
+                next(saved)
+                d = v.detach()
+                d.requires_grad = v.requires_grad
+                v = d
+            values.append(v)
+        args, kwargs = _split(values, ctx.keys, ctx.count)
         now = flow.get_rng_state()
         if ctx.rng_state is not None:
             flow.set_rng_state(ctx.rng_state)
         try:
             with enable_grad():
-                outputs = ctx.function(*inputs, **ctx.kwargs)
+                outputs = ctx.function(*args, **kwargs)
         finally:
             flow.set_rng_state(now)
         outputs = [outputs] if ctx.single else list(outputs)
         roots, seeds = [], []
-        for out, g in zip(outputs, grads):
+        for out, g in zip(outputs, grads):  # one gradient per output, None for non-tensors
             if isinstance(out, _C.Tensor) and out.requires_grad and g is not None:
                 roots.append(out)
                 seeds.append(g)
         if roots:
             _C.autograd_backward(roots, seeds, False)  # not flow.autograd.backward: no
             # after-backward work (DDP's all-reduce) belongs to this inner pass
-        return (None, None, None) + tuple(
-            a.grad if isinstance(a, _C.Tensor) and a.requires_grad else None for a in inputs)
+        return (None, None, None, None) + tuple(
+            v.grad if isinstance(v, _C.Tensor) and v.requires_grad else None for v in values)
+
+
+def _split(values, keys, count):
+    """(args, kwargs) of the flat ``values``: ``count`` positional ones, then ``keys``'."""
+    return tuple(values[:count]), dict(zip(keys, values[count:]))
 
 
 def checkpoint(function, *args, use_reentrant=None, preserve_rng_state=True, **kwargs):
     """function(*args, **kwargs), keeping only its inputs for backward (Note [Eager
-    checkpoints]). use_reentrant is accepted for torch's signature; both forms behave alike
-    here."""
+    checkpoints]); tensors passed by keyword are inputs too. use_reentrant is accepted for
+    torch's signature; both forms behave alike here: the function's parameters get their
+    gradients even where no input needs one."""
     if not callable(function):
         raise TypeError(f"[checkpoint] function must be callable. However, got "
                         f"{type(function).__name__}.")
-    return CheckpointFunction.apply(function, preserve_rng_state, kwargs, *args)
+    keys = tuple(kwargs)
+    values = tuple(args) + tuple(kwargs.values())
+    if _C.is_grad_enabled() and not any(
+            isinstance(v, _C.Tensor) and v.requires_grad for v in values):
+        # The node must exist for backward to recompute (the parameters inside need their
+        # gradients): an empty input that requires grad makes it, and gets none.
+        anchor = _C.fill((0,), _C.dtype.float32, 0.0)
+        anchor.requires_grad = True
+        outputs = CheckpointFunction.apply(
+            lambda *a, _anchor=None, **k: function(*a, **k), preserve_rng_state,
+            keys + ("_anchor",), len(args), *values, anchor)
+        return outputs
+    return CheckpointFunction.apply(function, preserve_rng_state, keys, len(args), *values)

@@ -44,7 +44,7 @@ TEST(Autograd, HooksSeeSummedGradientsAndMayReplaceThem) {
     ADD_FAILURE() << "a removed hook ran";
     return Tensor();
   });
-  remove_grad_hook(y, removed);
+  grad_hook_remover(y, removed)();
   retain_grad(y);
   EXPECT_TRUE(retains_grad(y));
   backward({functional::reduce_sum(functional::add(y, x), {}, false)}, {});
