@@ -421,3 +421,20 @@ def test_a_device_move_inside_build_is_refused():
     with pytest.raises(ValueError, match=r"\[to\] inside nn.Graph.build\(\) the placement "
                                          r"decides where values live"):
         Moves()(flow.randn(2))
+
+
+def test_a_global_tensor_moves_between_cpu_and_cuda_placements_with_its_gradient():
+    """GlobalTensor.cpu(), .cuda() and .to(device): the placement of the same ranks on the
+    other device type, SBP kept (they returned the tensor itself: a cuda tensor stayed there)."""
+    p = flow.placement("cuda", ranks=[0])
+    g = flow.tensor([1.0, 2.0], placement=p, sbp=flow.sbp.broadcast, requires_grad=True)
+    c = g.cpu()
+    assert c.placement == flow.placement("cpu", ranks=[0]) and c.sbp == g.sbp
+    assert_same(c.to_local().numpy(), [1.0, 2.0])
+    back = c.to("cuda", flow.float64)
+    assert back.placement == p and back.dtype == flow.float64
+    assert c.cuda().placement == p and g.cpu().cpu().placement == c.placement
+    (g.cpu() * 2).sum().backward()
+    assert_same(g.grad.to_local().numpy(), [2.0, 2.0])
+    with pytest.raises(ValueError, match=r"\[to\] a global tensor moves to a placement type"):
+        g.to("cuda:1")

@@ -371,8 +371,41 @@ class GlobalTensor:
             ".placement, or to_local() for this rank's piece.")
 
     def cpu(self):
-        """Itself: global tensors of this build live on cpu placements."""
-        return self
+        """The same value on the cpu placement of the same ranks and hierarchy (itself when it
+        is there), as OneFlow's."""
+        return self._on_type("cpu")
+
+    def cuda(self, device=None):
+        """The same value on the cuda placement of the same ranks (each rank's GPU is the one
+        the launcher gave it)."""
+        if device is not None:
+            raise ValueError(f"[cuda] a global tensor moves to a placement, whose ranks' GPUs "
+                             f"the launcher chose: call cuda() without a device. However, got "
+                             f"{device!r}.")
+        return self._on_type("cuda")
+
+    def to(self, *args, **kwargs):
+        """tensor.to(dtype), .to("cpu") / .to("cuda") (the placement of the same ranks and
+        hierarchy on that device type, SBP kept), or both; copy=True always copies."""
+        from oneflowlike.ops.creation import to_arguments
+
+        device, dtype, copy = to_arguments("Tensor.to", args, kwargs)
+        out = self
+        if dtype is not None and dtype != self._dtype:
+            out = _C.Tensor.to(self, dtype)  # one compiled cast over the pieces
+        if device is not None:
+            text = str(device)
+            if ":" in text:
+                raise ValueError(f"[to] a global tensor moves to a placement type ('cpu' or "
+                                 f"'cuda'), whose ranks' devices the launcher chose. However, "
+                                 f"got {text!r}.")
+            out = out._on_type(text)
+        return out.clone() if copy and out is self else out
+
+    def _on_type(self, kind):
+        if self._placement.type == kind:
+            return self
+        return self.to_global(placement=_placement(kind, self._placement.ranks), sbp=self._sbp)
 
     def contiguous(self):
         return self
