@@ -386,9 +386,16 @@ class GlobalTensor:
 
     def to(self, *args, **kwargs):
         """tensor.to(dtype), .to("cpu") / .to("cuda") (the placement of the same ranks and
-        hierarchy on that device type, SBP kept), or both; copy=True always copies."""
+        hierarchy on that device type, SBP kept), or both, or .to(other) (its placement and
+        dtype); copy=True always copies."""
         from oneflowlike.ops.creation import to_arguments
 
+        other = next((a for a in args if isinstance(a, GlobalTensor)), None)
+        if other is not None:  # to(other): its placement and dtype
+            args = tuple(other.dtype if a is other else a for a in args)
+            sbp = self._sbp if len(self._sbp) == len(other.placement.hierarchy) else (
+                (_sbp.broadcast,) * len(other.placement.hierarchy))
+            return self.to_global(placement=other.placement, sbp=sbp).to(*args, **kwargs)
         device, dtype, copy = to_arguments("Tensor.to", args, kwargs)
         out = self
         if dtype is not None and dtype != self._dtype:
