@@ -408,11 +408,14 @@ void run_backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& g
   }
 
   // Count, for every reachable node, how many edges lead into it.
-  std::vector<std::shared_ptr<AutogradNode>> order;
+  std::vector<AutogradNode*> reached;
   {
     std::unordered_map<AutogradNode*, bool> seen;
     std::vector<std::shared_ptr<AutogradNode>> walk = stack;
-    for (auto& n : walk) seen[n.get()] = true;
+    for (auto& n : walk) {
+      if (!seen[n.get()]) reached.push_back(n.get());
+      seen[n.get()] = true;
+    }
     while (!walk.empty()) {
       auto node = walk.back();
       walk.pop_back();
@@ -421,8 +424,39 @@ void run_backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& g
         ++dependencies[e.node.get()];
         if (!seen[e.node.get()]) {
           seen[e.node.get()] = true;
+          reached.push_back(e.node.get());
           walk.push_back(e.node);
         }
+      }
+    }
+  }
+  // Note [Gradients of inputs]: under autograd.grad only the nodes on a path to one of `wrt`
+  // run (as torch's): a checkpoint or a hook elsewhere in the graph is left alone.
+  std::unordered_map<const AutogradNode*, bool> needed;
+  if (wrt != nullptr) {
+    // Children before parents: a post-order walk from every reached node.
+    std::vector<std::pair<AutogradNode*, size_t>> path;
+    for (AutogradNode* start : reached) {
+      if (needed.count(start)) continue;
+      path.emplace_back(start, 0);
+      needed[start] = false;
+      while (!path.empty()) {
+        auto& [node, next] = path.back();
+        if (next < node->next.size()) {
+          AutogradNode* child = node->next[next++].node.get();
+          if (child != nullptr && !needed.count(child)) {
+            needed[child] = false;
+            path.emplace_back(child, 0);
+          }
+          continue;
+        }
+        bool is_needed = wrt_outputs.count(node) > 0;
+        for (const AutogradEdge& e : node->next) {
+          is_needed = is_needed || (e.leaf && wrt_leaves.count(e.leaf.get())) ||
+                      (e.node && needed[e.node.get()]);
+        }
+        needed[node] = is_needed;
+        path.pop_back();
       }
     }
   }
@@ -442,6 +476,13 @@ void run_backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& g
   while (!ready.empty()) {
     std::shared_ptr<AutogradNode> node = ready.back();
     ready.pop_back();
+    if (wrt != nullptr && !needed[node.get()]) {  // on no path to `wrt`: only its edges count
+      pending.erase(node.get());
+      for (const AutogradEdge& e : node->next) {
+        if (e.node && --dependencies[e.node.get()] == 0) ready.push_back(e.node);
+      }
+      continue;
+    }
     OFL_CHECK_CODE(!node->released, ErrorCode::kFailedPrecondition,
                    "[backward] trying to backward "
                    "through the graph a second time (through op '",

@@ -437,4 +437,8 @@ def test_a_global_tensor_moves_between_cpu_and_cuda_placements_with_its_gradient
     (g.cpu() * 2).sum().backward()
     assert_same(g.grad.to_local().numpy(), [2.0, 2.0])
     with pytest.raises(ValueError, match=r"\[to\] a global tensor moves to a placement type"):
-        g.to("cuda:1")
+        g.to("cuda:7")
+    copied = g.to(flow.device("cuda"), copy=True)  # a copy autograd follows
+    assert copied is not g and copied.requires_grad
+    (copied * 3).sum().backward()
+    assert_same(g.grad.to_local().numpy(), [5.0, 5.0])

@@ -186,3 +186,16 @@ def test_two_live_iterators_of_one_loader_are_refused_not_interleaved():
         with pytest.raises(RuntimeError, match=r"took over its position"):
             next(first)
         assert [b[0].numpy().tolist() for b in loader][0] == [0, 1]  # the next epoch
+
+
+def test_an_epoch_taken_whole_without_its_end_is_followed_by_the_next_and_idle_iterators_take_nothing():
+    import itertools
+
+    data = flow.utils.data
+    loader = data.DataLoader(data.TensorDataset(flow.arange(6)), batch_size=2)
+    for epoch in range(3):
+        got = [b[0].numpy().tolist() for b in itertools.islice(loader, len(loader))]
+        assert got == [[0, 1], [2, 3], [4, 5]], (epoch, got)
+    idle = iter(loader)  # never advanced
+    assert [b[0].numpy().tolist() for b in loader] == [[0, 1], [2, 3], [4, 5]]
+    del idle

@@ -596,3 +596,48 @@ def test_a_graph_refuses_a_module_with_backward_hooks():
     with pytest.raises(NotImplementedError, match=r"\[register_full_backward_hook\] Linear has "
                                                   r"backward hooks"):
         _Calls(model)(flow.ones(2, 3))
+
+
+def test_module_backward_hooks_follow_torch_at_the_edges():
+    """From a review: an output no loss uses gets no gradient (its weights stay None, not
+    zeros a weight decay would move), grad_input has one entry per positional argument, an
+    output that needs no gradient stays so, grad_output is the gradient of what the forward
+    hooks returned, and the hooks are those registered when the module ran."""
+    torch = pytest.importorskip("torch")
+    results = []
+    for lib in (flow, torch):
+        class TwoHeads(lib.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.main, self.aux = lib.nn.Linear(2, 2), lib.nn.Linear(2, 2)
+                self.register_buffer("scale", lib.ones(2))
+
+            def forward(self, x, mask, y):
+                return self.main(x) + y, self.aux(x), self.scale * 3
+
+        m = TwoHeads()
+        seen = {}
+        m.register_full_backward_pre_hook(lambda mod, go: seen.setdefault("pre", go) and None)
+        m.register_full_backward_hook(
+            lambda mod, gi, go: seen.setdefault("full", (len(gi), gi[1] is None,
+                                                         gi[2].numpy().tolist())) and None)
+        m.register_forward_hook(lambda mod, args, out: (out[0] * 10, out[1], out[2]))
+        x = lib.ones(1, 2, requires_grad=True)
+        y = lib.ones(1, 2, requires_grad=True)
+        a, _, scale = m(x, None, y)
+        late = m.register_full_backward_hook(lambda mod, gi, go: seen.setdefault("late", 1))
+        (a * lib.tensor([1.0, 2.0])).sum().backward()
+        late.remove()
+        results.append((m.aux.weight.grad is None, scale.requires_grad, seen["pre"][1] is None,
+                        seen["pre"][0].numpy().tolist(), seen["full"], "late" in seen))
+    assert results[0] == results[1]
+    assert results[0] == (True, False, True, [[1.0, 2.0]], (3, True, [[10.0, 20.0]]), False)
+
+
+def test_autograd_grad_runs_only_the_nodes_on_a_path_to_its_inputs():
+    block, head = nn.Linear(3, 3), nn.Linear(3, 1)
+    x = flow.ones(2, 3, requires_grad=True)
+    h = flow.utils.checkpoint.checkpoint(block, x)  # off the path to head.weight
+    (g,) = flow.autograd.grad(head(h).sum(), [head.weight])
+    np.testing.assert_allclose(g.numpy(), h.detach().sum(0, keepdim=True).numpy(), rtol=1e-6)
+    assert block.weight.grad is None

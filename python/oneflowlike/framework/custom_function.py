@@ -115,6 +115,13 @@ class Function:
         inputs = [args[k] for k in positions]
         if not recorded or not inputs or not _C.is_grad_enabled():
             return outputs
+        # An input returned as it is comes back as a new tensor on the same storage (torch's
+        # view), which the node can make its output.
+        for k in places:
+            if any(outs[k] is a for a in args):
+                outs[k] = outs[k].detach()
+        recorded = [outs[k] for k in places]
+        outputs = outs[0] if single else tuple(outs)
         # A saved output is kept without its history: ctx -> output -> its node -> backward ->
         # ctx would be a cycle through C++ that no collector sees.
         ctx._saved = tuple(t.detach() if any(t is o for o in recorded) else t

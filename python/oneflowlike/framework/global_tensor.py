@@ -401,13 +401,11 @@ class GlobalTensor:
         if dtype is not None and dtype != self._dtype:
             out = _C.Tensor.to(self, dtype)  # one compiled cast over the pieces
         if device is not None:
-            text = str(device)
-            if ":" in text:
-                raise ValueError(f"[to] a global tensor moves to a placement type ('cpu' or "
-                                 f"'cuda'), whose ranks' devices the launcher chose. However, "
-                                 f"got {text!r}.")
-            out = out._on_type(text)
-        return out.clone() if copy and out is self else out
+            out = out._on_type(_device_type(device))
+        if copy and out is self:  # a copy that autograd follows, as the local clone
+            grads = self.requires_grad and global_autograd_enabled()
+            return out * 1 if grads else out.clone()
+        return out
 
     def _on_type(self, kind):
         if self._placement.type == kind:
@@ -439,6 +437,33 @@ class GlobalTensor:
         if piece._local is not None:
             _C._mark_indexed_copy(piece._local)
         return piece
+
+
+def global_autograd_enabled():
+    from oneflowlike.framework import global_autograd
+
+    return global_autograd.grad_enabled()
+
+
+def _device_type(device):
+    """"cpu" or "cuda" of a device a global tensor moves to: a flow.device, or a string whose
+    index, if any, is this rank's GPU (the launcher chose each rank's; a placement names no
+    other)."""
+    if isinstance(device, _C.device):
+        return device.type
+    text = str(device)
+    kind, _, index = text.partition(":")
+    if kind == "cuda" and index:
+        from oneflowlike import cuda
+
+        if int(index) != cuda.current_device():
+            raise ValueError(f"[to] a global tensor moves to a placement type ('cpu' or "
+                             f"'cuda'), each rank on the GPU the launcher gave it (here "
+                             f"cuda:{cuda.current_device()}). However, got {text!r}.")
+    if kind not in ("cpu", "cuda") or (kind == "cpu" and index):
+        raise ValueError(f"[to] a global tensor moves to 'cpu' or 'cuda'. However, got "
+                         f"{text!r}.")
+    return kind
 
 
 def _operator(name):

@@ -194,10 +194,15 @@ class CosineAnnealingWarmRestarts(LRScheduler):
         super().__init__(optimizer, last_epoch)
 
     def lr_at(self, base_lr, epoch):
+        if self.T_mult == 1:
+            return self._cosine(base_lr, epoch % self.T_0, self.T_0)
         t_cur, t_i = epoch, self.T_0
-        while t_cur >= t_i:  # whole cycles, counted exactly (a float log missed restarts)
-            t_cur -= t_i
+        while t_cur >= t_i:  # whole cycles, counted exactly (a float log missed restarts);
+            t_cur -= t_i  # they grow geometrically, so few
             t_i *= self.T_mult
+        return self._cosine(base_lr, t_cur, t_i)
+
+    def _cosine(self, base_lr, t_cur, t_i):
         return self.eta_min + (base_lr - self.eta_min) * (1 + math.cos(math.pi * t_cur / t_i)) / 2
 
 

@@ -22,11 +22,9 @@ __all__ = ["checkpoint"]
 
 class CheckpointFunction(Function):
     @staticmethod
-    def forward(ctx, function, preserve_rng_state, keys, count, *values):
-        import oneflowlike as flow
-
+    def forward(ctx, function, rng_state, keys, count, *values):
         ctx.function, ctx.keys, ctx.count = function, keys, count
-        ctx.rng_state = flow.get_rng_state() if preserve_rng_state else None
+        ctx.rng_state = rng_state
         ctx.values = values  # tensors among them are saved too (checked against writes)
         ctx.save_for_backward(*[v for v in values if isinstance(v, _C.Tensor)])
         args, kwargs = _split(values, keys, count)
@@ -83,19 +81,36 @@ def checkpoint(function, *args, use_reentrant=None, preserve_rng_state=True, **k
     checkpoints]); tensors passed by keyword are inputs too. use_reentrant is accepted for
     torch's signature; both forms behave alike here: the function's parameters get their
     gradients even where no input needs one."""
+    import oneflowlike as flow
+
     if not callable(function):
         raise TypeError(f"[checkpoint] function must be callable. However, got "
                         f"{type(function).__name__}.")
     keys = tuple(kwargs)
     values = tuple(args) + tuple(kwargs.values())
-    if _C.is_grad_enabled() and not any(
+    rng_state = flow.get_rng_state() if preserve_rng_state else None
+    if not _C.is_grad_enabled() or any(
             isinstance(v, _C.Tensor) and v.requires_grad for v in values):
-        # The node must exist for backward to recompute (the parameters inside need their
-        # gradients): an empty input that requires grad makes it, and gets none.
-        anchor = _C.fill((0,), _C.dtype.float32, 0.0)
-        anchor.requires_grad = True
-        outputs = CheckpointFunction.apply(
-            lambda *a, _anchor=None, **k: function(*a, **k), preserve_rng_state,
-            keys + ("_anchor",), len(args), *values, anchor)
-        return outputs
-    return CheckpointFunction.apply(function, preserve_rng_state, keys, len(args), *values)
+        return CheckpointFunction.apply(function, rng_state, keys, len(args), *values)
+    # Nothing given needs a gradient: whether the result does (through the function's
+    # parameters) shows only by running it with history. That run's outputs are kept without
+    # it; an empty input that requires grad gives the node backward recomputes from.
+    with enable_grad():
+        probe = function(*args, **kwargs)
+    outs = probe if isinstance(probe, tuple) else (probe,)
+    if not any(isinstance(o, _C.Tensor) and o.requires_grad for o in outs):
+        return probe
+    kept = [tuple(o.detach() if isinstance(o, _C.Tensor) else o for o in outs)]
+    single = not isinstance(probe, tuple)
+    del probe, outs
+
+    def first_then_again(*a, _anchor=None, **k):
+        if kept:
+            done = kept.pop()
+            return done[0] if single else done
+        return function(*a, **k)
+
+    anchor = _C.fill((0,), _C.dtype.float32, 0.0)
+    anchor.requires_grad = True
+    return CheckpointFunction.apply(first_then_again, rng_state, keys + ("_anchor",), len(args),
+                                    *values, anchor)

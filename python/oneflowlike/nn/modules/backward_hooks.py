@@ -2,16 +2,20 @@
 register_full_backward_pre_hook(hook):
 
 - a pre-hook runs hook(module, grad_output) once the gradients of the module's outputs are
-  known, and may return replacements;
-- a hook runs hook(module, grad_input, grad_output) once the gradients of its positional tensor
-  inputs are (None for an input that needs none), and may return replacements for grad_input.
+  known (None for an output no gradient reached), and may return replacements;
+- a hook runs hook(module, grad_input, grad_output) once the gradients of its positional inputs
+  are (one per positional argument, None where it is not a tensor or needs none), and may
+  return replacements for grad_input.
 
 Note [Module backward hooks]: as torch's BackwardHook, the call wraps the inputs that require
-grad and the outputs in identity autograd Functions (Note [Custom backward]) whose backwards
-see those gradients: the outputs' first, then, after the module's own ops, the inputs'. Where no
-input requires grad, the hooks run with the outputs' gradients and grad_input all None. Each
-identity is a copy of the tensors it wraps. Local tensors, eagerly: inside nn.Graph.build the
-compiler differentiates the graph and would not call them, so a graph refuses them.
+grad and, after the forward hooks, the outputs that require grad in identity autograd
+Functions (Note [Custom backward]) whose backwards see those gradients: the outputs' first,
+then, after the module's own ops, the inputs'. The identities alias what they wrap (in-place
+writes into tensors that require grad are refused anyway). The hooks are the ones registered
+when the module ran, as torch's. Where no input requires grad, the hooks run with the outputs'
+gradients and grad_input all None; where no gradient reached the outputs, they do not run.
+Local tensors, eagerly: inside nn.Graph.build the compiler differentiates the graph and would
+not call them, so a graph refuses them.
 """
 
 from oneflowlike import _C
@@ -21,9 +25,11 @@ from oneflowlike.framework.custom_function import Function
 class _State:
     def __init__(self, module, count, inputs_need_grad):
         self.module = module
-        self.count = count  # positional tensor inputs
+        self.count = count  # positional arguments
         self.inputs_need_grad = inputs_need_grad
         self.grad_output = None
+        self.pre_hooks = _hooks(module, "_backward_pre_hooks")
+        self.hooks = _hooks(module, "_backward_hooks")
 
 
 def _hooks(module, attribute):
@@ -31,7 +37,7 @@ def _hooks(module, attribute):
 
 
 def _run_full_hooks(state, grad_input):
-    for hook in _hooks(state.module, "_backward_hooks"):
+    for hook in state.hooks:
         result = hook(state.module, grad_input, state.grad_output)
         if result is not None:
             result = tuple(result) if isinstance(result, (tuple, list)) else (result,)
@@ -46,12 +52,13 @@ class _OutputGradients(Function):
     @staticmethod
     def forward(ctx, state, *outputs):
         ctx.state = state
-        return tuple(o.clone() for o in outputs)
+        ctx.set_materialize_grads(False)  # an output no gradient reached stays None, as torch
+        return tuple(o.detach() for o in outputs)
 
     @staticmethod
     def backward(ctx, *grads):
         state = ctx.state
-        for hook in _hooks(state.module, "_backward_pre_hooks"):
+        for hook in state.pre_hooks:
             result = hook(state.module, grads)
             if result is not None:
                 grads = tuple(result) if isinstance(result, (tuple, list)) else (result,)
@@ -65,14 +72,18 @@ class _InputGradients(Function):
     @staticmethod
     def forward(ctx, state, places, *inputs):
         ctx.state, ctx.places = state, places
-        return tuple(x.clone() for x in inputs)
+        ctx.set_materialize_grads(False)
+        return tuple(x.detach() for x in inputs)
 
     @staticmethod
     def backward(ctx, *grads):
-        grad_input = [None] * ctx.state.count
+        state = ctx.state
+        if state.grad_output is None:  # reached without passing the outputs: no hooks, as torch
+            return (None, None) + grads
+        grad_input = [None] * state.count
         for place, g in zip(ctx.places, grads):
             grad_input[place] = g
-        grad_input = _run_full_hooks(ctx.state, tuple(grad_input))
+        grad_input = _run_full_hooks(state, tuple(grad_input))
         return (None, None) + tuple(grad_input[place] for place in ctx.places)
 
 
@@ -81,8 +92,9 @@ def wanted(module):
                 module.__dict__.get("_backward_pre_hooks"))
 
 
-def call(module, args, kwargs, forward):
-    """forward(args, kwargs) with the module's backward hooks wrapped around it."""
+def wrap_inputs(module, args, kwargs):
+    """(state, args): the positional inputs that require grad wrapped (Note [Module backward
+    hooks]); state None where grad mode is off."""
     for a in list(args) + list(kwargs.values()):
         if getattr(a, "is_global", False) or (isinstance(a, _C.Tensor) and _C._is_lazy(a)):
             raise NotImplementedError(
@@ -90,26 +102,30 @@ def call(module, args, kwargs, forward):
                 "which run on local tensors eagerly: inside nn.Graph.build and on global "
                 "tensors the compiler differentiates the graph and would not call them.")
     if not _C.is_grad_enabled():
-        return forward(args, kwargs)
-    tensor_places = [k for k, a in enumerate(args) if isinstance(a, _C.Tensor)]
-    places = [k for k in tensor_places if args[k].requires_grad]
-    state = _State(module, len(tensor_places), bool(places))
+        return None, args
+    places = [k for k, a in enumerate(args) if isinstance(a, _C.Tensor) and a.requires_grad]
+    state = _State(module, len(args), bool(places))
     if places:
-        # grad_input follows the positional tensor inputs; ``places`` index into them.
-        wrapped = _InputGradients.apply(state, [tensor_places.index(k) for k in places],
-                                        *[args[k] for k in places])
+        wrapped = _InputGradients.apply(state, places, *[args[k] for k in places])
         args = list(args)
         for k, w in zip(places, wrapped):
             args[k] = w
         args = tuple(args)
-    output = forward(args, kwargs)
+    return state, args
+
+
+def wrap_outputs(state, output):
+    """``output`` with its tensors that require grad wrapped (after the forward hooks)."""
     single = isinstance(output, _C.Tensor)
     outs = [output] if single else list(output) if isinstance(output, tuple) else None
-    if outs is None or not all(isinstance(o, _C.Tensor) for o in outs):
-        raise TypeError(f"[register_full_backward_hook] {type(module).__name__} must return a "
-                        f"tensor or a tuple of tensors. However, it returned "
+    if outs is None:
+        raise TypeError(f"[register_full_backward_hook] {type(state.module).__name__} must "
+                        f"return a tensor or a tuple. However, it returned "
                         f"{type(output).__name__}.")
-    if not any(o.requires_grad for o in outs):
+    places = [k for k, o in enumerate(outs) if isinstance(o, _C.Tensor) and o.requires_grad]
+    if not places:
         return output
-    wrapped = _OutputGradients.apply(state, *outs)
-    return wrapped[0] if single else tuple(wrapped)
+    wrapped = _OutputGradients.apply(state, *[outs[k] for k in places])
+    for k, w in zip(places, wrapped):
+        outs[k] = w
+    return outs[0] if single else tuple(outs)

@@ -68,13 +68,14 @@ def call_with_hooks(module, args, kwargs):
             result = hook(module, args)
             if result is not None:
                 args = result if isinstance(result, tuple) else (result,)
+    state = None
     if backward_hooks.wanted(module):
-        output = backward_hooks.call(module, args, kwargs,
-                                     lambda a, k: module.forward(*a, **k))
-    else:
-        output = module.forward(*args, **kwargs)
+        state, args = backward_hooks.wrap_inputs(module, args, kwargs)
+    output = module.forward(*args, **kwargs)
     for hook, with_kwargs in list(module.__dict__.get("_forward_hooks", {}).values()):
         result = hook(module, args, kwargs, output) if with_kwargs else hook(module, args, output)
         if result is not None:
             output = result
+    if state is not None:
+        output = backward_hooks.wrap_outputs(state, output)
     return output

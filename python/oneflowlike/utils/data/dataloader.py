@@ -30,9 +30,11 @@ class DataLoader:
     the batches handed out of it. An ``iter()`` continues from there (a loop left early resumes
     where it stopped, as torchdata's StatefulDataLoader), so a run that saves the state with its
     checkpoint and loads it on resume sees the batches an uninterrupted run would have seen.
-    The position is the loader's, so the newest iterator owns it: an older one still iterating
-    raises at its next batch (zip(loader, loader), or a loop nested in one over the same loader,
-    would each have seen every other batch), where torch's iterators are independent.
+    The position is the loader's, so the newest iterator owns it (from its first batch): an
+    older one still iterating raises at its next batch (zip(loader, loader), or a loop nested in
+    one over the same loader, would each have seen every other batch), where torch's iterators
+    are independent. A loop that took every batch of an epoch without reaching its end leaves
+    the next iter() at the next epoch.
     """
 
     def __init__(self, dataset, batch_size=1, shuffle=False, sampler=None, drop_last=False,
@@ -105,8 +107,7 @@ class DataLoader:
         return _pinned(batch) if self.pin_memory else batch
 
     def __iter__(self):
-        self._iterators += 1
-        return self._iterate(self._iterators)
+        return self._iterate()
 
     def _check_owner(self, mine):
         if self._iterators != mine:
@@ -115,8 +116,18 @@ class DataLoader:
                 "[Loader position]): two live iterators would each see every other batch. "
                 "Finish or drop one loop before starting another, or use two DataLoaders.")
 
-    def _iterate(self, mine):
+    def _iterate(self):
+        # The position is taken at the first batch asked for, not at iter(): an iterator made
+        # and never advanced takes nothing from a loop running.
+        self._iterators += 1
+        mine = self._iterators
         batches = self._batches_of_epoch()
+        if batches and self.batches_done >= len(batches):
+            # Every batch of the epoch was handed out by a loop that stopped before the end
+            # (islice(loader, len(loader))): the next epoch begins, not an empty one.
+            self.epoch += 1
+            self.batches_done = 0
+            batches = self._batches_of_epoch()
         start = self.batches_done
         if self.num_workers == 0:
             for k in range(start, len(batches)):
