@@ -82,7 +82,7 @@ def test_lambda_lr_with_one_function_per_group():
     assert scheduler.base_lrs == [2.0, 10.0]
     shared = lr_scheduler.LambdaLR(_optimizer(lr=1.0, groups=2), lambda e: e + 1)
     assert shared.get_last_lr() == [1.0, 1.0]
-    with pytest.raises(ValueError, match=r"one function per param group \(2\). However, got 1"):
+    with pytest.raises(ValueError, match=r"one value per param group \(2\). However, got 1"):
         lr_scheduler.LambdaLR(_optimizer(groups=2), [lambda e: 1.0])
 
 

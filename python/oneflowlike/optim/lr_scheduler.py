@@ -78,6 +78,17 @@ def _check_positive_int(scheduler, name, value):
         raise ValueError(f"[{scheduler}] {name} must be a positive int. However, got {value!r}.")
 
 
+def per_group(scheduler, name, value, groups):
+    """``value`` for each of ``groups`` param groups: a list or tuple holds one each, anything
+    else is every group's."""
+    if isinstance(value, (list, tuple)):
+        if len(value) != groups:
+            raise ValueError(f"[{scheduler}] {name} must hold one value per param group "
+                             f"({groups}). However, got {len(value)}.")
+        return list(value)
+    return [value] * groups
+
+
 _LRScheduler = LRScheduler  # torch's older name
 
 
@@ -211,13 +222,7 @@ class LambdaLR(LRScheduler):
 
     def __init__(self, optimizer, lr_lambda, last_epoch=-1):
         groups = len(optimizer.param_groups) if isinstance(optimizer, Optimizer) else 0
-        if isinstance(lr_lambda, (list, tuple)):
-            if len(lr_lambda) != groups:
-                raise ValueError(f"[LambdaLR] lr_lambda must hold one function per param group "
-                                 f"({groups}). However, got {len(lr_lambda)}.")
-            self.lr_lambdas = list(lr_lambda)
-        else:
-            self.lr_lambdas = [lr_lambda] * groups
+        self.lr_lambdas = per_group("LambdaLR", "lr_lambda", lr_lambda, groups)
         for fn in self.lr_lambdas:
             if not callable(fn):
                 raise TypeError(f"[LambdaLR] lr_lambda must be callable. However, got {fn!r}.")

@@ -5,16 +5,7 @@ to the initial lr before the final descent. Computed per step in closed form, as
 
 import math
 
-from oneflowlike.optim.lr_scheduler import LRScheduler
-
-
-def _per_group(name, value, groups):
-    if isinstance(value, (list, tuple)):
-        if len(value) != groups:
-            raise ValueError(f"[OneCycleLR] {name} must hold one value per param group "
-                             f"({groups}). However, got {len(value)}.")
-        return list(value)
-    return [value] * groups
+from oneflowlike.optim.lr_scheduler import LRScheduler, per_group
 
 
 class OneCycleLR(LRScheduler):
@@ -51,7 +42,7 @@ class OneCycleLR(LRScheduler):
                              "max_momentum")]
         groups = optimizer.param_groups
         if last_epoch == -1:
-            for group, peak in zip(groups, _per_group("max_lr", max_lr, len(groups))):
+            for group, peak in zip(groups, per_group("OneCycleLR", "max_lr", max_lr, len(groups))):
                 group["initial_lr"] = peak / div_factor
                 group["max_lr"] = peak
                 group["min_lr"] = group["initial_lr"] / final_div_factor
@@ -61,8 +52,8 @@ class OneCycleLR(LRScheduler):
                 raise ValueError("[OneCycleLR] cycle_momentum needs an optimizer with momentum "
                                  "or betas. However, the optimizer has neither: pass "
                                  "cycle_momentum=False.")
-            bases = _per_group("base_momentum", base_momentum, len(groups))
-            maxes = _per_group("max_momentum", max_momentum, len(groups))
+            bases = per_group("OneCycleLR", "base_momentum", base_momentum, len(groups))
+            maxes = per_group("OneCycleLR", "max_momentum", max_momentum, len(groups))
             if last_epoch == -1:
                 for group, low, high in zip(groups, bases, maxes):
                     self._set_momentum(group, high)

@@ -20,14 +20,10 @@ class ReduceLROnPlateau:
             raise ValueError(f"[ReduceLROnPlateau] mode must be 'min' or 'max' and "
                              f"threshold_mode 'rel' or 'abs'. However, got {mode!r}, "
                              f"{threshold_mode!r}.")
-        groups = len(optimizer.param_groups)
-        if isinstance(min_lr, (list, tuple)):
-            if len(min_lr) != groups:
-                raise ValueError(f"[ReduceLROnPlateau] min_lr must hold one value per param "
-                                 f"group ({groups}). However, got {len(min_lr)}.")
-            self.min_lrs = list(min_lr)
-        else:
-            self.min_lrs = [min_lr] * groups
+        from oneflowlike.optim.lr_scheduler import per_group
+
+        self.min_lrs = per_group("ReduceLROnPlateau", "min_lr", min_lr,
+                                 len(optimizer.param_groups))
         self.optimizer = optimizer
         self.mode, self.factor, self.patience = mode, factor, patience
         self.threshold, self.threshold_mode = threshold, threshold_mode
