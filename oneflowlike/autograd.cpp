@@ -15,6 +15,22 @@ std::shared_ptr<AutogradMeta>& meta_of(const Tensor& t) { return t.impl()->autog
 
 }  // namespace
 
+AutogradNode::~AutogradNode() {
+  std::vector<std::shared_ptr<AutogradNode>> doomed;
+  for (AutogradEdge& e : next) {
+    if (e.node) doomed.push_back(std::move(e.node));
+  }
+  while (!doomed.empty()) {
+    std::shared_ptr<AutogradNode> node = std::move(doomed.back());
+    doomed.pop_back();
+    if (node.use_count() == 1) {  // the last keeper: its own edges go on the list first
+      for (AutogradEdge& e : node->next) {
+        if (e.node) doomed.push_back(std::move(e.node));
+      }
+    }
+  }  // each node is freed here with no node edges left, so no destructor recurses
+}
+
 bool GradMode::enabled() { return grad_mode_enabled; }
 void GradMode::set_enabled(bool enabled) { grad_mode_enabled = enabled; }
 
@@ -433,6 +449,14 @@ void run_backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& g
   // Note [Gradients of inputs]: under autograd.grad only the nodes on a path to one of `wrt`
   // run (as torch's): a checkpoint or a hook elsewhere in the graph is left alone.
   std::unordered_map<const AutogradNode*, bool> needed;
+  auto is_wrt_output = [&wrt_outputs](const AutogradEdge& e) {
+    auto it = wrt_outputs.find(e.node.get());
+    if (it == wrt_outputs.end()) return false;
+    for (const auto& [index, k] : it->second) {
+      if (index == e.output_index) return true;
+    }
+    return false;
+  };
   if (wrt != nullptr) {
     // Children before parents: a post-order walk from every reached node.
     std::vector<std::pair<AutogradNode*, size_t>> path;
@@ -450,10 +474,12 @@ void run_backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& g
           }
           continue;
         }
-        bool is_needed = wrt_outputs.count(node) > 0;
+        // Made one of `wrt` is not enough: its gradient is taken where it arrives, and only a
+        // path on to another of them makes the node's own backward run.
+        bool is_needed = false;
         for (const AutogradEdge& e : node->next) {
           is_needed = is_needed || (e.leaf && wrt_leaves.count(e.leaf.get())) ||
-                      (e.node && needed[e.node.get()]);
+                      (e.node && (needed[e.node.get()] || is_wrt_output(e)));
         }
         needed[node] = is_needed;
         path.pop_back();
@@ -476,6 +502,16 @@ void run_backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& g
   while (!ready.empty()) {
     std::shared_ptr<AutogradNode> node = ready.back();
     ready.pop_back();
+    if (wrt != nullptr) {  // a computed input's gradient before its hooks, as torch's
+      if (auto it = wrt_outputs.find(node.get()); it != wrt_outputs.end()) {
+        auto slots = pending.find(node.get());
+        for (const auto& [index, k] : it->second) {
+          if (slots != pending.end() && slots->second.size() > static_cast<size_t>(index)) {
+            (*out)[k] = slots->second[index];
+          }
+        }
+      }
+    }
     if (wrt != nullptr && !needed[node.get()]) {  // on no path to `wrt`: only its edges count
       pending.erase(node.get());
       for (const AutogradEdge& e : node->next) {
@@ -492,11 +528,6 @@ void run_backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& g
     std::vector<Tensor> output_grads = std::move(pending[node.get()]);
     pending.erase(node.get());
     output_grads.resize(node->num_outputs);
-    if (wrt != nullptr) {  // a computed input's gradient before its hooks, as torch's
-      if (auto it = wrt_outputs.find(node.get()); it != wrt_outputs.end()) {
-        for (const auto& [index, k] : it->second) (*out)[k] = output_grads[index];
-      }
-    }
     for (size_t i = 0; i < node->output_hooks.size(); ++i) {
       if (output_grads[i].defined() && !node->output_hooks[i].empty()) {
         output_grads[i] = run_hooks(node->output_hooks[i], output_grads[i], node->outputs[i]);

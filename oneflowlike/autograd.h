@@ -65,6 +65,10 @@ struct AutogradNode {
   // gradient (empty when none does; weak: the tensor may go).
   std::vector<GradHooks> output_hooks;
   std::vector<std::weak_ptr<AutogradMeta>> retained;
+
+  // Note [Long chains]: releases the nodes only this one keeps one after another, not by
+  // recursion (200,000 ops in a row overflowed the stack when their graph went).
+  ~AutogradNode();
 };
 
 /// Whether ops record autograd nodes on this thread.

@@ -438,6 +438,9 @@ def test_a_global_tensor_moves_between_cpu_and_cuda_placements_with_its_gradient
     assert_same(g.grad.to_local().numpy(), [2.0, 2.0])
     with pytest.raises(ValueError, match=r"\[to\] a global tensor moves to a placement type"):
         g.to("cuda:7")
+    with pytest.raises(ValueError, match=r"However, got cuda:7"):
+        g.to(flow.device("cuda:7"))
+    assert g.to("cpu:0").placement == c.placement
     copied = g.to(flow.device("cuda"), copy=True)  # a copy autograd follows
     assert copied is not g and copied.requires_grad
     (copied * 3).sum().backward()

@@ -293,3 +293,29 @@ def test_checkpoint_refuses_to_recompute_inside_autograd_grad():
     with pytest.raises(RuntimeError, match=r"\[checkpoint\] cannot recompute inside "
                                            r"flow.autograd.grad"):
         flow.autograd.grad(y.sum(), [x])
+
+
+def test_autograd_grad_of_a_computed_tensor_does_not_run_the_node_that_made_it():
+    """A checkpoint's output as the input: its recomputation is not needed (it was refused),
+    and a Function making the input does not run its backward (torch's)."""
+    lin = flow.nn.Linear(2, 2)
+    h = flow.utils.checkpoint.checkpoint(lin, flow.ones(1, 2, requires_grad=True))
+    (g,) = flow.autograd.grad((h * 2).sum(), [h])
+    assert g.numpy().tolist() == [[2.0, 2.0]]
+    ran = []
+
+    class Twice(flow.autograd.Function):
+        @staticmethod
+        def forward(ctx, x, *, tag):
+            return x * 2, tag
+
+        @staticmethod
+        def backward(ctx, g, _):
+            ran.append(1)
+            return g * 2
+
+    tag = flow.ones(2)
+    y, same = Twice.apply(flow.ones(2, requires_grad=True), tag=tag)
+    assert same is not tag and tag.is_leaf and not tag.requires_grad
+    flow.autograd.grad((y * 3).sum(), [y])
+    assert ran == []

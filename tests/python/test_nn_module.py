@@ -641,3 +641,21 @@ def test_autograd_grad_runs_only_the_nodes_on_a_path_to_its_inputs():
     (g,) = flow.autograd.grad(head(h).sum(), [head.weight])
     np.testing.assert_allclose(g.numpy(), h.detach().sum(0, keepdim=True).numpy(), rtol=1e-6)
     assert block.weight.grad is None
+
+
+def test_a_later_backward_reaching_a_hooked_modules_input_alone_runs_no_hook():
+    class Keeps(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = nn.Linear(2, 2)
+
+        def forward(self, x):
+            self.cache = x
+            return self.lin(x)
+
+    m = Keeps()
+    calls = []
+    m.register_full_backward_hook(lambda mod, gi, go: calls.append(1))
+    m(flow.ones(1, 2, requires_grad=True)).sum().backward(retain_graph=True)
+    (m.cache * 2).sum().backward()  # through the input wrapper, not the outputs
+    assert calls == [1]

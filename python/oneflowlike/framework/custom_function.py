@@ -117,8 +117,9 @@ class Function:
             return outputs
         # An input returned as it is comes back as a new tensor on the same storage (torch's
         # view), which the node can make its output.
+        given = list(args) + list(kwargs.values())
         for k in places:
-            if any(outs[k] is a for a in args):
+            if any(outs[k] is a for a in given):
                 outs[k] = outs[k].detach()
         recorded = [outs[k] for k in places]
         outputs = outs[0] if single else tuple(outs)

@@ -446,23 +446,25 @@ def global_autograd_enabled():
 
 
 def _device_type(device):
-    """"cpu" or "cuda" of a device a global tensor moves to: a flow.device, or a string whose
-    index, if any, is this rank's GPU (the launcher chose each rank's; a placement names no
-    other)."""
+    """"cpu" or "cuda" of a device a global tensor moves to (a flow.device, a string or a CUDA
+    index), whose index, if any, must be this rank's (the launcher chose each rank's GPU; a
+    placement names no other)."""
     if isinstance(device, _C.device):
-        return device.type
-    text = str(device)
-    kind, _, index = text.partition(":")
-    if kind == "cuda" and index:
+        kind, index = device.type, device.index
+    else:
+        text = str(device)
+        kind, _, digits = text.partition(":")
+        if kind not in ("cpu", "cuda") or (digits and not digits.isdigit()):
+            raise ValueError(f"[to] a global tensor moves to 'cpu' or 'cuda'. However, got "
+                             f"{text!r}.")
+        index = int(digits) if digits else None
+    if kind == "cuda" and index is not None:
         from oneflowlike import cuda
 
-        if int(index) != cuda.current_device():
+        if index != cuda.current_device():
             raise ValueError(f"[to] a global tensor moves to a placement type ('cpu' or "
                              f"'cuda'), each rank on the GPU the launcher gave it (here "
-                             f"cuda:{cuda.current_device()}). However, got {text!r}.")
-    if kind not in ("cpu", "cuda") or (kind == "cpu" and index):
-        raise ValueError(f"[to] a global tensor moves to 'cpu' or 'cuda'. However, got "
-                         f"{text!r}.")
+                             f"cuda:{cuda.current_device()}). However, got cuda:{index}.")
     return kind
 
 

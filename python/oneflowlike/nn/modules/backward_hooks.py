@@ -84,6 +84,7 @@ class _InputGradients(Function):
         for place, g in zip(ctx.places, grads):
             grad_input[place] = g
         grad_input = _run_full_hooks(state, tuple(grad_input))
+        state.grad_output = None  # a later backward reaching the inputs alone runs no hooks
         return (None, None) + tuple(grad_input[place] for place in ctx.places)
 
 
