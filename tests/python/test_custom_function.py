@@ -319,3 +319,22 @@ def test_autograd_grad_of_a_computed_tensor_does_not_run_the_node_that_made_it()
     assert same is not tag and tag.is_leaf and not tag.requires_grad
     flow.autograd.grad((y * 3).sum(), [y])
     assert ran == []
+
+
+def test_a_checkpoint_returning_a_list_gives_gradients_and_a_function_refuses_one():
+    lin = flow.nn.Linear(2, 2)
+    x = flow.ones(1, 2, requires_grad=True)
+    out = flow.utils.checkpoint.checkpoint(lambda t: [lin(t), t * 2], x)
+    assert isinstance(out, list) and out[0].requires_grad
+    (out[0].sum() + out[1].sum()).backward()
+    np.testing.assert_allclose(x.grad.numpy(), lin.weight.detach().sum(0, keepdim=True).numpy()
+                               + 2, rtol=1e-6)
+    assert lin.weight.grad is not None
+
+    class Listed(flow.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            return [x * 2]
+
+    with pytest.raises(TypeError, match=r"Listed.forward returned a list"):
+        Listed.apply(flow.ones(2, requires_grad=True))

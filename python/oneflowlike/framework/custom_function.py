@@ -107,6 +107,10 @@ class Function:
         ctx = FunctionCtx(name, tuple(_is_local(a) and a.requires_grad for a in args))
         with no_grad():
             outputs = cls.forward(ctx, *args, **kwargs)
+        if isinstance(outputs, list) and any(_is_local(o) for o in outputs):
+            raise TypeError(f"[autograd.Function] {name}.forward returned a list: return a "
+                            "tensor or a tuple of them (a list is one value without a "
+                            "gradient, and its tensors would get none).")
         single = not isinstance(outputs, tuple)
         outs = [outputs] if single else list(outputs)
         places = [k for k, o in enumerate(outs) if _is_local(o)]

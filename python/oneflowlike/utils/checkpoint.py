@@ -78,14 +78,28 @@ def _split(values, keys, count):
 
 def checkpoint(function, *args, use_reentrant=None, preserve_rng_state=True, **kwargs):
     """function(*args, **kwargs), keeping only its inputs for backward (Note [Eager
-    checkpoints]); tensors passed by keyword are inputs too. use_reentrant is accepted for
-    torch's signature; both forms behave alike here: the function's parameters get their
-    gradients even where no input needs one."""
-    import oneflowlike as flow
-
+    checkpoints]); tensors passed by keyword are inputs too, and a list of outputs comes back a
+    list. use_reentrant is accepted for torch's signature; both forms behave alike here: the
+    function's parameters get their gradients even where no input needs one."""
     if not callable(function):
         raise TypeError(f"[checkpoint] function must be callable. However, got "
                         f"{type(function).__name__}.")
+    listed = []
+
+    def as_tuple(*a, **k):  # a list of outputs goes through as a tuple, and comes back a list
+        out = function(*a, **k)
+        if isinstance(out, list):
+            listed.append(True)
+            return tuple(out)
+        return out
+
+    out = _checkpoint(as_tuple, args, kwargs, preserve_rng_state)
+    return list(out) if listed else out
+
+
+def _checkpoint(function, args, kwargs, preserve_rng_state):
+    import oneflowlike as flow
+
     keys = tuple(kwargs)
     values = tuple(args) + tuple(kwargs.values())
     rng_state = flow.get_rng_state() if preserve_rng_state else None
