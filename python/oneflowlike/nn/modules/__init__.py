@@ -14,10 +14,13 @@ from oneflowlike.nn.modules.loss import (BCELoss, BCEWithLogitsLoss, CrossEntrop
 from oneflowlike.nn.modules.module import Module
 from oneflowlike.nn.modules.rms_norm import RMSNorm
 from oneflowlike.nn.modules.rotary import RotaryEmbedding
+from oneflowlike.nn.modules.transformer import (MultiheadAttention, TransformerEncoder,
+                                                TransformerEncoderLayer)
 
 __all__ = ["Module", "Linear", "Embedding", "LayerNorm", "RMSNorm", "Dropout", "GELU", "ReLU",
            "SiLU", "Tanh",
            "Softmax", "Identity", "Sequential", "ModuleList", "ModuleDict", "CrossEntropyLoss",
            "MSELoss", "CausalSelfAttention", "RotaryEmbedding", "ParameterList", "ParameterDict",
            "Flatten", "Unflatten", "L1Loss", "SmoothL1Loss", "HuberLoss", "BCELoss",
-           "BCEWithLogitsLoss", "NLLLoss", "KLDivLoss"]
+           "BCEWithLogitsLoss", "NLLLoss", "KLDivLoss", "MultiheadAttention",
+           "TransformerEncoderLayer", "TransformerEncoder"]

@@ -1,0 +1,134 @@
+"""nn.MultiheadAttention, TransformerEncoderLayer and TransformerEncoder against torch's with the
+same weights (Note [Attention weights] in nn/modules/transformer.py), forward and backward, and
+in a graph against eager."""
+
+import numpy as np
+import pytest
+
+import oneflowlike as flow
+
+torch = pytest.importorskip("torch")
+
+L, N, E = 5, 3, 8
+
+
+def _same_weights(ours, theirs):
+    ours.load_state_dict({k: flow.tensor(v.detach().numpy()) for k, v in
+                          theirs.state_dict().items()})
+
+
+def _masks(kind):
+    rng = np.random.default_rng(1)
+    if kind == "bool causal":
+        return np.triu(np.ones((L, L), bool), 1), None
+    if kind == "float":
+        return rng.standard_normal((L, L)).astype(np.float32), None
+    if kind == "padding":
+        pad = np.zeros((N, L), bool)
+        pad[0, -2:] = True
+        return None, pad
+    if kind == "per head":
+        return rng.standard_normal((N * 2, L, L)).astype(np.float32), None
+    return None, None
+
+
+@pytest.mark.parametrize("batch_first", [False, True])
+@pytest.mark.parametrize("need_weights,average", [(True, True), (True, False), (False, True)])
+@pytest.mark.parametrize("masks", ["none", "bool causal", "float", "padding", "per head"])
+def test_multihead_attention_matches_torch(batch_first, need_weights, average, masks):
+    torch.manual_seed(0)
+    theirs = torch.nn.MultiheadAttention(E, 2, batch_first=batch_first)
+    ours = flow.nn.MultiheadAttention(E, 2, batch_first=batch_first)
+    _same_weights(ours, theirs)
+    shape = (N, L, E) if batch_first else (L, N, E)
+    x = np.random.default_rng(0).standard_normal(shape).astype(np.float32)
+    attn, pad = _masks(masks)
+    kwargs = dict(need_weights=need_weights, average_attn_weights=average)
+    xt, xf = torch.tensor(x, requires_grad=True), flow.tensor(x, requires_grad=True)
+    yt, wt = theirs(xt, xt, xt, attn_mask=None if attn is None else torch.tensor(attn),
+                    key_padding_mask=None if pad is None else torch.tensor(pad), **kwargs)
+    yf, wf = ours(xf, xf, xf, attn_mask=None if attn is None else flow.tensor(attn),
+                  key_padding_mask=None if pad is None else flow.tensor(pad), **kwargs)
+    np.testing.assert_allclose(yf.numpy(), yt.detach().numpy(), rtol=1e-5, atol=1e-6)
+    assert (wf is None) == (wt is None)
+    if wt is not None:
+        np.testing.assert_allclose(wf.numpy(), wt.detach().numpy(), rtol=1e-5, atol=1e-6)
+    yt.sum().backward()
+    yf.sum().backward()
+    np.testing.assert_allclose(xf.grad.numpy(), xt.grad.numpy(), rtol=1e-4, atol=1e-6)
+    np.testing.assert_allclose(ours.in_proj_weight.grad.numpy(),
+                               theirs.in_proj_weight.grad.numpy(), rtol=1e-4, atol=1e-6)
+
+
+@pytest.mark.parametrize("norm_first", [False, True])
+@pytest.mark.parametrize("activation", ["relu", "gelu"])
+def test_transformer_encoder_matches_torch(norm_first, activation):
+    torch.manual_seed(0)
+    layer = torch.nn.TransformerEncoderLayer(E, 2, dim_feedforward=16, dropout=0.0,
+                                             activation=activation, batch_first=True,
+                                             norm_first=norm_first)
+    theirs = torch.nn.TransformerEncoder(layer, 2, enable_nested_tensor=False)
+    ours = flow.nn.TransformerEncoder(
+        flow.nn.TransformerEncoderLayer(E, 2, dim_feedforward=16, dropout=0.0,
+                                        activation=activation, batch_first=True,
+                                        norm_first=norm_first), 2)
+    assert set(ours.state_dict()) == set(theirs.state_dict())
+    _same_weights(ours, theirs)
+    x = np.random.default_rng(0).standard_normal((N, L, E)).astype(np.float32)
+    pad = np.zeros((N, L), bool)
+    pad[1, -1] = True
+    xt, xf = torch.tensor(x, requires_grad=True), flow.tensor(x, requires_grad=True)
+    yt = theirs(xt, src_key_padding_mask=torch.tensor(pad))
+    yf = ours(xf, src_key_padding_mask=flow.tensor(pad))
+    np.testing.assert_allclose(yf.numpy(), yt.detach().numpy(), rtol=1e-5, atol=1e-5)
+    yt.sum().backward()
+    yf.sum().backward()
+    np.testing.assert_allclose(xf.grad.numpy(), xt.grad.numpy(), rtol=1e-4, atol=1e-5)
+
+
+def test_an_encoder_trains_alike_in_a_graph_and_eagerly():
+    def make():
+        flow.manual_seed(0)
+        model = flow.nn.TransformerEncoder(
+            flow.nn.TransformerEncoderLayer(E, 2, dim_feedforward=16, dropout=0.0,
+                                            batch_first=True), 2)
+        return model, flow.optim.SGD(model.parameters(), lr=0.1)
+
+    x = flow.tensor(np.random.default_rng(0).standard_normal((N, L, E)).astype(np.float32))
+    eager, opt = make()
+    eager_losses = []
+    for _ in range(3):
+        loss = (eager(x, is_causal=True) ** 2).mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        eager_losses.append(float(loss.numpy()))
+    model, opt = make()
+
+    class Train(flow.nn.Graph):
+        def __init__(self):
+            super().__init__()
+            self.model = model
+            self.add_optimizer(opt)
+
+        def build(self, x):
+            loss = (self.model(x, is_causal=True) ** 2).mean()
+            loss.backward()
+            return loss
+
+    train = Train()
+    np.testing.assert_allclose([float(train(x).numpy()) for _ in range(3)], eager_losses,
+                               rtol=1e-5)
+
+
+def test_bad_arguments_are_named():
+    with pytest.raises(ValueError, match=r"\[MultiheadAttention\] embed_dim must be a positive "
+                                         r"multiple of num_heads"):
+        flow.nn.MultiheadAttention(10, 3)
+    with pytest.raises(NotImplementedError, match=r"add_bias_kv"):
+        flow.nn.MultiheadAttention(8, 2, add_bias_kv=True)
+    m = flow.nn.MultiheadAttention(8, 2)
+    with pytest.raises(ValueError, match=r"query, key and value must be"):
+        m(flow.ones(5, 3, 6), flow.ones(5, 3, 6), flow.ones(5, 3, 6))
+    with pytest.raises(ValueError, match=r"activation must be 'relu', 'gelu' or a callable"):
+        flow.nn.TransformerEncoderLayer(8, 2, activation="tanh")
