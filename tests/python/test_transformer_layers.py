@@ -132,3 +132,45 @@ def test_bad_arguments_are_named():
         m(flow.ones(5, 3, 6), flow.ones(5, 3, 6), flow.ones(5, 3, 6))
     with pytest.raises(ValueError, match=r"activation must be 'relu', 'gelu' or a callable"):
         flow.nn.TransformerEncoderLayer(8, 2, activation="tanh")
+
+
+def test_multihead_attention_edges_from_a_review():
+    """Cross-attention and unbatched inputs equal torch's; is_causal with a padding mask stays
+    causal; the returned weights are those after dropout; masks of a wrong shape are refused;
+    a global tensor with is_causal alone works."""
+    torch.manual_seed(0)
+    theirs = torch.nn.MultiheadAttention(E, 2)
+    ours = flow.nn.MultiheadAttention(E, 2)
+    _same_weights(ours, theirs)
+    rng = np.random.default_rng(0)
+    q, kv = rng.standard_normal((L, N, E)).astype(np.float32), \
+        rng.standard_normal((7, N, E)).astype(np.float32)
+    yt, wt = theirs(torch.tensor(q), torch.tensor(kv), torch.tensor(kv))
+    yf, wf = ours(flow.tensor(q), flow.tensor(kv), flow.tensor(kv))
+    np.testing.assert_allclose(yf.numpy(), yt.detach().numpy(), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(wf.numpy(), wt.detach().numpy(), rtol=1e-5, atol=1e-6)
+    yt, _ = theirs(torch.tensor(q[:, 0]), torch.tensor(q[:, 0]), torch.tensor(q[:, 0]))
+    yf, _ = ours(flow.tensor(q[:, 0]), flow.tensor(q[:, 0]), flow.tensor(q[:, 0]))
+    np.testing.assert_allclose(yf.numpy(), yt.detach().numpy(), rtol=1e-5, atol=1e-6)
+    pad = np.zeros((N, L), bool)
+    pad[0, -1] = True
+    causal = np.triu(np.ones((L, L), bool), 1)
+    yt, _ = theirs(*(torch.tensor(q),) * 3, key_padding_mask=torch.tensor(pad),
+                   attn_mask=torch.tensor(causal), need_weights=False)
+    yf, _ = ours(*(flow.tensor(q),) * 3, key_padding_mask=flow.tensor(pad), is_causal=True,
+                 need_weights=False)
+    np.testing.assert_allclose(yf.numpy(), yt.detach().numpy(), rtol=1e-5, atol=1e-6)
+    dropping = flow.nn.MultiheadAttention(E, 2, dropout=0.5).train()
+    _, w = dropping(*(flow.tensor(q),) * 3, average_attn_weights=False)
+    assert (w.numpy() == 0).mean() > 0.2  # dropped out, as torch returns them
+    with pytest.raises(ValueError, match=r"key_padding_mask must be \(N, S\)"):
+        ours(*(flow.tensor(q),) * 3, key_padding_mask=flow.tensor(pad.T.copy()))
+    with pytest.raises(ValueError, match=r"attn_mask must be \(5, 7\) or \(6, 5, 7\)"):
+        ours(flow.tensor(q), flow.tensor(kv), flow.tensor(kv),
+             attn_mask=flow.ones(6, 7, 5, dtype=flow.bool))
+    p = flow.placement("cpu", ranks=[0])
+    ours.to_global(p, flow.sbp.broadcast)
+    g = flow.tensor(q, placement=p, sbp=flow.sbp.broadcast)
+    for need_weights in (False, True):
+        y, _ = ours(g, g, g, is_causal=True, need_weights=need_weights)
+        assert y.is_global and tuple(y.shape) == (L, N, E)

@@ -7,7 +7,10 @@ Note [Attention weights]: need_weights=True (torch's default) asks for the atten
 probabilities, which the fused kernel never forms: the call then writes attention out (scores,
 softmax, dropout, product) and returns them averaged over heads (or per head). With
 need_weights=False it is the fused kernel. Masks as torch's: a bool attn_mask or
-key_padding_mask is True where attention is NOT allowed, a float one is added to the scores.
+key_padding_mask is True where attention is NOT allowed, a float one is added to the scores,
+and their shapes are checked (a transposed mask would reshape into a wrong one). is_causal
+without an attn_mask makes the causal mask (torch asks for one with the hint), also with a
+key_padding_mask; returned weights are those after dropout, as torch's.
 """
 
 import copy
@@ -33,6 +36,19 @@ def _additive(mask, dtype, op):
     if not mask.dtype.is_floating_point:
         raise TypeError(f"[{op}] masks must be bool or floating. However, got {mask.dtype!r}.")
     return mask.to(dtype)
+
+
+def _causal(length, source, like):
+    """(L, S) bool, True above the diagonal (where attention is not allowed), where ``like``
+    is: its device, or for a global tensor its placement, replicated."""
+    import oneflowlike as flow
+
+    if getattr(like, "is_global", False):
+        ones = flow.ones(length, source, dtype=flow.bool, placement=like.placement,
+                         sbp=(flow.sbp.broadcast,) * len(like.placement.hierarchy))
+    else:
+        ones = flow.ones(length, source, dtype=flow.bool, device=like.device)
+    return ones.triu(1)
 
 
 class MultiheadAttention(Module):
@@ -93,32 +109,47 @@ class MultiheadAttention(Module):
 
         q, k, v = split(query, w_q, b_q, length), split(key, w_k, b_k, source), \
             split(value, w_v, b_v, source)
+        op = "MultiheadAttention"
         mask = None
         if attn_mask is not None:
-            mask = _additive(attn_mask, q.dtype, "MultiheadAttention")
+            allowed = [(length, source), (batch * heads, length, source)]
+            if not batched:
+                allowed[1] = (heads, length, source)
+            if tuple(attn_mask.shape) not in allowed:
+                raise ValueError(f"[{op}] attn_mask must be {allowed[0]} or {allowed[1]} "
+                                 f"(L, S from query and key). However, got "
+                                 f"{tuple(attn_mask.shape)}.")
+            mask = _additive(attn_mask, q.dtype, op)
             if mask.ndim == 3:  # (N * heads, L, S)
                 mask = mask.reshape(batch, heads, length, source)
+        elif is_causal and (need_weights or key_padding_mask is not None):
+            # torch asks for the mask with the hint; here the hint makes it (Note [Attention
+            # weights]).
+            mask = _additive(_causal(length, source, q), q.dtype, op)
         if key_padding_mask is not None:
-            padding = _additive(key_padding_mask, q.dtype, "MultiheadAttention")
+            if tuple(key_padding_mask.shape) != (batch, source):
+                raise ValueError(f"[{op}] key_padding_mask must be (N, S) = "
+                                 f"{(batch, source) if batched else (source,)}. However, got "
+                                 f"{tuple(key_padding_mask.shape) if batched else tuple(key_padding_mask.shape[1:])}.")
+            padding = _additive(key_padding_mask, q.dtype, op)
             padding = padding.reshape(batch, 1, 1, source)
             mask = padding if mask is None else mask + padding
-        if is_causal and mask is None:
-            causal = flow.ones(length, source, dtype=flow.bool, device=q.device).triu(1)
-            mask = _additive(causal, q.dtype, "MultiheadAttention")
         p = self.dropout if self.training else 0.0
         weights = None
         if need_weights:
             scores = q.matmul(k.transpose(-2, -1)) * (1.0 / math.sqrt(d))
             if mask is not None:
                 scores = scores + mask
-            weights = F.softmax(scores, -1)
-            y = F.dropout(weights, p, self.training).matmul(v)
+            weights = F.dropout(F.softmax(scores, -1), p, self.training)  # torch returns them
+            y = weights.matmul(v)  # after dropout
             if average_attn_weights:
                 weights = weights.mean(1)
             if not batched:
                 weights = weights.squeeze(0)
         else:
-            y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p)
+            causal_only = is_causal and mask is None
+            y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p,
+                                               is_causal=causal_only)
         y = self.out_proj(y.permute(2, 0, 1, 3).reshape(length, batch, embed))
         if not batched:
             y = y.squeeze(1)
