@@ -81,8 +81,6 @@ class MultiheadAttention(Module):
 
     def forward(self, query, key, value, key_padding_mask=None, need_weights=True,
                 attn_mask=None, average_attn_weights=True, is_causal=False):
-        import oneflowlike as flow
-
         batched = query.ndim == 3
         if not batched:
             query, key, value = (t.unsqueeze(1) for t in (query, key, value))
