@@ -3,6 +3,7 @@ import pytest
 
 import gradcheck
 import oneflowlike as flow
+from train_graph import eager_and_graph_losses
 
 F = flow.nn.functional
 
@@ -172,28 +173,7 @@ def test_ignored_targets_weights_and_smoothing_train_alike_in_a_graph_and_eagerl
         return model, flow.optim.SGD(model.parameters(), lr=0.5)
 
     loss_fn = flow.nn.CrossEntropyLoss(weight=w, label_smoothing=0.1)
-    eager, opt = make()
-    eager_losses = []
-    for _ in range(3):
-        loss = loss_fn(eager(x), t)
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-        eager_losses.append(float(loss.numpy()))
-    model, opt = make()
-
-    class Train(flow.nn.Graph):
-        def __init__(self):
-            super().__init__()
-            self.model = model
-            self.add_optimizer(opt)
-
-        def build(self, x, t):
-            loss = loss_fn(self.model(x), t)
-            loss.backward()
-            return loss
-
-    train = Train()
-    graph_losses = [float(train(x, t).numpy()) for _ in range(3)]
+    eager_losses, graph_losses = eager_and_graph_losses(
+        make, lambda model, x, t: loss_fn(model(x), t), (x, t))
     np.testing.assert_allclose(graph_losses, eager_losses, rtol=1e-6)
     assert graph_losses[2] < graph_losses[0]

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 import oneflowlike as flow
+from train_graph import eager_and_graph_losses
 
 torch = pytest.importorskip("torch")
 
@@ -95,30 +96,9 @@ def test_an_encoder_trains_alike_in_a_graph_and_eagerly():
         return model, flow.optim.SGD(model.parameters(), lr=0.1)
 
     x = flow.tensor(np.random.default_rng(0).standard_normal((N, L, E)).astype(np.float32))
-    eager, opt = make()
-    eager_losses = []
-    for _ in range(3):
-        loss = (eager(x, is_causal=True) ** 2).mean()
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-        eager_losses.append(float(loss.numpy()))
-    model, opt = make()
-
-    class Train(flow.nn.Graph):
-        def __init__(self):
-            super().__init__()
-            self.model = model
-            self.add_optimizer(opt)
-
-        def build(self, x):
-            loss = (self.model(x, is_causal=True) ** 2).mean()
-            loss.backward()
-            return loss
-
-    train = Train()
-    np.testing.assert_allclose([float(train(x).numpy()) for _ in range(3)], eager_losses,
-                               rtol=1e-5)
+    eager, graph = eager_and_graph_losses(
+        make, lambda model, x: (model(x, is_causal=True) ** 2).mean(), (x,))
+    np.testing.assert_allclose(graph, eager, rtol=1e-5)
 
 
 def test_bad_arguments_are_named():

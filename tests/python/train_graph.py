@@ -14,3 +14,34 @@ class TrainGraph(nn.Graph):
         loss = nn.functional.cross_entropy(self.model(x), y)
         loss.backward()
         return loss
+
+
+class LossGraph(nn.Graph):
+    """A training graph of ``loss_of(model, *inputs)``."""
+
+    def __init__(self, model, opt, loss_of):
+        super().__init__()
+        self.model = model
+        self.add_optimizer(opt)
+        self._loss_of = loss_of
+
+    def build(self, *inputs):
+        loss = self._loss_of(self.model, *inputs)
+        loss.backward()
+        return loss
+
+
+def eager_and_graph_losses(make, loss_of, inputs, steps=3):
+    """The losses of ``steps`` training steps eagerly and in a graph, each from ``make()``'s
+    (model, optimizer), with the loss ``loss_of(model, *inputs)``."""
+    model, opt = make()
+    eager = []
+    for _ in range(steps):
+        loss = loss_of(model, *inputs)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        eager.append(float(loss.numpy()))
+    model, opt = make()
+    graph = LossGraph(model, opt, loss_of)
+    return eager, [float(graph(*inputs).numpy()) for _ in range(steps)]
