@@ -154,3 +154,33 @@ def test_multihead_attention_edges_from_a_review():
     for need_weights in (False, True):
         y, _ = ours(g, g, g, is_causal=True, need_weights=need_weights)
         assert y.is_global and tuple(y.shape) == (L, N, E)
+
+
+@pytest.mark.parametrize("norm_first", [False, True])
+def test_transformer_decoder_matches_torch(norm_first):
+    torch.manual_seed(0)
+    layer = torch.nn.TransformerDecoderLayer(E, 2, dim_feedforward=16, dropout=0.0,
+                                             activation="gelu", batch_first=True,
+                                             norm_first=norm_first)
+    theirs = torch.nn.TransformerDecoder(layer, 2, norm=torch.nn.LayerNorm(E))
+    ours = flow.nn.TransformerDecoder(
+        flow.nn.TransformerDecoderLayer(E, 2, dim_feedforward=16, dropout=0.0,
+                                        activation="gelu", batch_first=True,
+                                        norm_first=norm_first), 2, norm=flow.nn.LayerNorm(E))
+    assert set(ours.state_dict()) == set(theirs.state_dict())
+    _same_weights(ours, theirs)
+    rng = np.random.default_rng(0)
+    tgt = rng.standard_normal((N, L, E)).astype(np.float32)
+    memory = rng.standard_normal((N, 7, E)).astype(np.float32)
+    pad = np.zeros((N, 7), bool)
+    pad[2, -3:] = True
+    causal = np.triu(np.ones((L, L), bool), 1)
+    tt, mt = torch.tensor(tgt, requires_grad=True), torch.tensor(memory, requires_grad=True)
+    tf, mf = flow.tensor(tgt, requires_grad=True), flow.tensor(memory, requires_grad=True)
+    yt = theirs(tt, mt, tgt_mask=torch.tensor(causal), memory_key_padding_mask=torch.tensor(pad))
+    yf = ours(tf, mf, tgt_mask=flow.tensor(causal), memory_key_padding_mask=flow.tensor(pad))
+    np.testing.assert_allclose(yf.numpy(), yt.detach().numpy(), rtol=1e-5, atol=1e-5)
+    yt.sum().backward()
+    yf.sum().backward()
+    np.testing.assert_allclose(tf.grad.numpy(), tt.grad.numpy(), rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(mf.grad.numpy(), mt.grad.numpy(), rtol=1e-4, atol=1e-5)

@@ -14,7 +14,8 @@ from oneflowlike.nn.modules.loss import (BCELoss, BCEWithLogitsLoss, CrossEntrop
 from oneflowlike.nn.modules.module import Module
 from oneflowlike.nn.modules.rms_norm import RMSNorm
 from oneflowlike.nn.modules.rotary import RotaryEmbedding
-from oneflowlike.nn.modules.transformer import (MultiheadAttention, TransformerEncoder,
+from oneflowlike.nn.modules.transformer import (MultiheadAttention, TransformerDecoder,
+                                                TransformerDecoderLayer, TransformerEncoder,
                                                 TransformerEncoderLayer)
 
 __all__ = ["Module", "Linear", "Embedding", "LayerNorm", "RMSNorm", "Dropout", "GELU", "ReLU",
@@ -23,4 +24,5 @@ __all__ = ["Module", "Linear", "Embedding", "LayerNorm", "RMSNorm", "Dropout", "
            "MSELoss", "CausalSelfAttention", "RotaryEmbedding", "ParameterList", "ParameterDict",
            "Flatten", "Unflatten", "L1Loss", "SmoothL1Loss", "HuberLoss", "BCELoss",
            "BCEWithLogitsLoss", "NLLLoss", "KLDivLoss", "MultiheadAttention",
-           "TransformerEncoderLayer", "TransformerEncoder"]
+           "TransformerEncoderLayer", "TransformerEncoder", "TransformerDecoderLayer",
+           "TransformerDecoder"]

@@ -1,4 +1,5 @@
-"""nn.MultiheadAttention, nn.TransformerEncoderLayer and nn.TransformerEncoder, with torch's
+"""nn.MultiheadAttention, nn.TransformerEncoderLayer, nn.TransformerEncoder,
+nn.TransformerDecoderLayer and nn.TransformerDecoder, with torch's
 parameters (names, shapes, initialisation), arguments and masks, composed of linear, the fused
 attention (F.scaled_dot_product_attention) and layer norm, so every device, layout and graph
 has them.
@@ -159,7 +160,27 @@ class MultiheadAttention(Module):
         return f"embed_dim={self.embed_dim}, num_heads={self.num_heads}"
 
 
-class TransformerEncoderLayer(Module):
+class _Layer(Module):
+    """What torch's encoder and decoder layers share: the feed-forward block (linear1,
+    activation, dropout, linear2) and the activation's choice."""
+
+    def _feed_forward_parts(self, op, d_model, dim_feedforward, dropout, activation, bias,
+                            factory):
+        self.linear1 = Linear(d_model, dim_feedforward, bias=bias, **factory)
+        self.dropout = Dropout(dropout)
+        self.linear2 = Linear(dim_feedforward, d_model, bias=bias, **factory)
+        if isinstance(activation, str):
+            if activation not in ("relu", "gelu"):
+                raise ValueError(f"[{op}] activation must be 'relu', 'gelu' or a callable. "
+                                 f"However, got {activation!r}.")
+            activation = F.relu if activation == "relu" else F.gelu
+        self.activation = activation
+
+    def _feed_forward(self, x, out_dropout):
+        return out_dropout(self.linear2(self.dropout(self.activation(self.linear1(x)))))
+
+
+class TransformerEncoderLayer(_Layer):
     """torch.nn.TransformerEncoderLayer: self-attention and a feed-forward block, each with a
     residual, dropout and layer norm after (norm_first: before)."""
 
@@ -170,35 +191,72 @@ class TransformerEncoderLayer(Module):
         factory = {"device": device, "dtype": dtype}
         self.self_attn = MultiheadAttention(d_model, nhead, dropout=dropout, bias=bias,
                                             batch_first=batch_first, **factory)
-        self.linear1 = Linear(d_model, dim_feedforward, bias=bias, **factory)
-        self.dropout = Dropout(dropout)
-        self.linear2 = Linear(dim_feedforward, d_model, bias=bias, **factory)
+        self._feed_forward_parts("TransformerEncoderLayer", d_model, dim_feedforward, dropout,
+                                 activation, bias, factory)
         self.norm_first = norm_first
         self.norm1 = LayerNorm(d_model, eps=layer_norm_eps, bias=bias, **factory)
         self.norm2 = LayerNorm(d_model, eps=layer_norm_eps, bias=bias, **factory)
         self.dropout1, self.dropout2 = Dropout(dropout), Dropout(dropout)
-        if isinstance(activation, str):
-            if activation not in ("relu", "gelu"):
-                raise ValueError(f"[TransformerEncoderLayer] activation must be 'relu', 'gelu' "
-                                 f"or a callable. However, got {activation!r}.")
-            activation = F.relu if activation == "relu" else F.gelu
-        self.activation = activation
 
     def forward(self, src, src_mask=None, src_key_padding_mask=None, is_causal=False):
         x = src
         if self.norm_first:
             x = x + self._attend(self.norm1(x), src_mask, src_key_padding_mask, is_causal)
-            return x + self._feed_forward(self.norm2(x))
+            return x + self._feed_forward(self.norm2(x), self.dropout2)
         x = self.norm1(x + self._attend(x, src_mask, src_key_padding_mask, is_causal))
-        return self.norm2(x + self._feed_forward(x))
+        return self.norm2(x + self._feed_forward(x, self.dropout2))
 
     def _attend(self, x, mask, padding, is_causal):
         y, _ = self.self_attn(x, x, x, attn_mask=mask, key_padding_mask=padding,
                               need_weights=False, is_causal=is_causal)
         return self.dropout1(y)
 
-    def _feed_forward(self, x):
-        return self.dropout2(self.linear2(self.dropout(self.activation(self.linear1(x)))))
+
+class TransformerDecoderLayer(_Layer):
+    """torch.nn.TransformerDecoderLayer: self-attention over the target, attention to the
+    encoder's memory, and a feed-forward block, each with a residual, dropout and layer norm
+    after (norm_first: before)."""
+
+    def __init__(self, d_model, nhead, dim_feedforward=2048, dropout=0.1, activation="relu",
+                 layer_norm_eps=1e-5, batch_first=False, norm_first=False, bias=True,
+                 device=None, dtype=None):
+        super().__init__()
+        factory = {"device": device, "dtype": dtype}
+        self.self_attn = MultiheadAttention(d_model, nhead, dropout=dropout, bias=bias,
+                                            batch_first=batch_first, **factory)
+        self.multihead_attn = MultiheadAttention(d_model, nhead, dropout=dropout, bias=bias,
+                                                 batch_first=batch_first, **factory)
+        self._feed_forward_parts("TransformerDecoderLayer", d_model, dim_feedforward, dropout,
+                                 activation, bias, factory)
+        self.norm_first = norm_first
+        self.norm1 = LayerNorm(d_model, eps=layer_norm_eps, bias=bias, **factory)
+        self.norm2 = LayerNorm(d_model, eps=layer_norm_eps, bias=bias, **factory)
+        self.norm3 = LayerNorm(d_model, eps=layer_norm_eps, bias=bias, **factory)
+        self.dropout1, self.dropout2 = Dropout(dropout), Dropout(dropout)
+        self.dropout3 = Dropout(dropout)
+
+    def forward(self, tgt, memory, tgt_mask=None, memory_mask=None, tgt_key_padding_mask=None,
+                memory_key_padding_mask=None, tgt_is_causal=False, memory_is_causal=False):
+        def own(x):
+            y, _ = self.self_attn(x, x, x, attn_mask=tgt_mask,
+                                  key_padding_mask=tgt_key_padding_mask, need_weights=False,
+                                  is_causal=tgt_is_causal)
+            return self.dropout1(y)
+
+        def cross(x):
+            y, _ = self.multihead_attn(x, memory, memory, attn_mask=memory_mask,
+                                       key_padding_mask=memory_key_padding_mask,
+                                       need_weights=False, is_causal=memory_is_causal)
+            return self.dropout2(y)
+
+        x = tgt
+        if self.norm_first:
+            x = x + own(self.norm1(x))
+            x = x + cross(self.norm2(x))
+            return x + self._feed_forward(self.norm3(x), self.dropout3)
+        x = self.norm1(x + own(x))
+        x = self.norm2(x + cross(x))
+        return self.norm3(x + self._feed_forward(x, self.dropout3))
 
 
 class TransformerEncoder(Module):
@@ -220,3 +278,24 @@ class TransformerEncoder(Module):
         return self.norm(x) if self.norm is not None else x
 
 
+
+
+class TransformerDecoder(Module):
+    """torch.nn.TransformerDecoder: ``num_layers`` copies of ``decoder_layer`` in turn over the
+    target, each attending to ``memory``, then ``norm`` if given."""
+
+    def __init__(self, decoder_layer, num_layers, norm=None):
+        super().__init__()
+        self.layers = ModuleList([copy.deepcopy(decoder_layer) for _ in range(num_layers)])
+        self.num_layers = num_layers
+        self.norm = norm
+
+    def forward(self, tgt, memory, tgt_mask=None, memory_mask=None, tgt_key_padding_mask=None,
+                memory_key_padding_mask=None, tgt_is_causal=None, memory_is_causal=False):
+        x = tgt
+        for layer in self.layers:
+            x = layer(x, memory, tgt_mask=tgt_mask, memory_mask=memory_mask,
+                      tgt_key_padding_mask=tgt_key_padding_mask,
+                      memory_key_padding_mask=memory_key_padding_mask,
+                      tgt_is_causal=bool(tgt_is_causal), memory_is_causal=memory_is_causal)
+        return self.norm(x) if self.norm is not None else x
