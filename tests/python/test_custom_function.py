@@ -338,3 +338,30 @@ def test_a_checkpoint_returning_a_list_gives_gradients_and_a_function_refuses_on
 
     with pytest.raises(TypeError, match=r"Listed.forward returned a list"):
         Listed.apply(flow.ones(2, requires_grad=True))
+
+
+def test_mark_non_differentiable_and_a_checkpoints_outputs_that_need_no_gradient():
+    results = []
+    for lib in (flow, torch):
+        class Halves(lib.autograd.Function):
+            @staticmethod
+            def forward(ctx, x):
+                mask = (x > 0).to(x.dtype)  # floating, but no gradient meant
+                ctx.mark_non_differentiable(mask)
+                return x * 0.5, mask
+
+            @staticmethod
+            def backward(ctx, g, g_mask):
+                assert float(g_mask.abs().sum()) == 0.0  # zeros, as torch gives
+                return g * 0.5
+
+        x = lib.tensor([1.0, -2.0], requires_grad=True)
+        y, mask = Halves.apply(x)
+        (y.sum() + mask.sum()).backward() if mask.requires_grad else y.sum().backward()
+        results.append((mask.requires_grad, y.requires_grad, x.grad.numpy().tolist()))
+    assert results[0] == results[1] == (False, True, [0.5, 0.5])
+    lin = flow.nn.Linear(2, 2)
+    a, b = flow.utils.checkpoint.checkpoint(lambda t: (lin(t), t.sum(1)), flow.ones(1, 2))
+    assert a.requires_grad and not b.requires_grad
+    a.sum().backward()
+    assert lin.weight.grad is not None

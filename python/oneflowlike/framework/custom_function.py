@@ -38,6 +38,7 @@ class FunctionCtx:
         self.needs_input_grad = needs_input_grad
         self._saved = ()
         self._versions = ()
+        self._non_differentiable = set()
         self.materialize_grads = True
 
     def save_for_backward(self, *tensors):
@@ -64,9 +65,9 @@ class FunctionCtx:
         self.materialize_grads = bool(value)
 
     def mark_non_differentiable(self, *tensors):
-        raise NotImplementedError("[autograd.Function] mark_non_differentiable is not supported: "
-                                  "integer outputs never require grad; detach() a floating "
-                                  "output returned for show.")
+        """These outputs need no gradient (indices, masks): they come back not requiring one,
+        and backward gets zeros for them (None without materialize_grads), as torch's."""
+        self._non_differentiable = {id(t) for t in tensors}
 
 
 def _is_local(x):
@@ -113,7 +114,8 @@ class Function:
                             "gradient, and its tensors would get none).")
         single = not isinstance(outputs, tuple)
         outs = [outputs] if single else list(outputs)
-        places = [k for k, o in enumerate(outs) if _is_local(o)]
+        tensor_places = [k for k, o in enumerate(outs) if _is_local(o)]
+        places = [k for k in tensor_places if id(outs[k]) not in ctx._non_differentiable]
         recorded = [outs[k] for k in places]
         positions = [k for k, a in enumerate(args) if _is_local(a) and a.requires_grad]
         inputs = [args[k] for k in positions]
@@ -131,7 +133,8 @@ class Function:
         # ctx would be a cycle through C++ that no collector sees.
         ctx._saved = tuple(t.detach() if any(t is o for o in recorded) else t
                            for t in ctx._saved)
-        metas = [(tuple(t.shape), t.dtype, t.device) for t in recorded]
+        metas = {k: (tuple(outs[k].shape), outs[k].dtype, outs[k].device)
+                 for k in tensor_places}
         # What backward needs, and no tensor: the node keeps backward, and an output it kept
         # would keep the node (a cycle through C++).
         n_outputs = len(outs)
@@ -139,10 +142,12 @@ class Function:
 
         def backward(grads):
             full = [None] * n_outputs
-            for k, g, (shape, dtype, device) in zip(places, grads, metas):
-                if g is None and ctx.materialize_grads:
-                    g = _C.fill(shape, dtype, 0.0, device)
+            for k, g in zip(places, grads):
                 full[k] = g
+            if ctx.materialize_grads:  # zeros for tensors no gradient reached, as torch's
+                for k, (shape, dtype, device) in metas.items():
+                    if full[k] is None:
+                        full[k] = _C.fill(shape, dtype, 0.0, device)
             result = cls.backward(ctx, *full)
             result = result if isinstance(result, tuple) else (result,)
             if len(result) != len(arg_kinds):

@@ -30,6 +30,10 @@ class CheckpointFunction(Function):
         args, kwargs = _split(values, keys, count)
         outputs = function(*args, **kwargs)
         ctx.single = not isinstance(outputs, tuple)
+        # Outputs the first run found needing no gradient stay so (checkpoint's probe).
+        listed = (outputs,) if ctx.single else outputs
+        ctx.mark_non_differentiable(*[listed[k] for k in getattr(function, "no_grad_outputs",
+                                                                 ())])
         return outputs
 
     @staticmethod
@@ -116,6 +120,8 @@ def _checkpoint(function, args, kwargs, preserve_rng_state):
         return probe
     kept = [tuple(o.detach() if isinstance(o, _C.Tensor) else o for o in outs)]
     single = not isinstance(probe, tuple)
+    no_grad_outputs = [k for k, o in enumerate(outs)
+                       if isinstance(o, _C.Tensor) and not o.requires_grad]
     del probe, outs
 
     def first_then_again(*a, _anchor=None, **k):
@@ -124,6 +130,7 @@ def _checkpoint(function, args, kwargs, preserve_rng_state):
             return done[0] if single else done
         return function(*a, **k)
 
+    first_then_again.no_grad_outputs = no_grad_outputs
     anchor = _C.fill((0,), _C.dtype.float32, 0.0)
     anchor.requires_grad = True
     return CheckpointFunction.apply(first_then_again, rng_state, keys + ("_anchor",), len(args),
