@@ -70,6 +70,14 @@ def _default_input_sbp(placement):
     return (_sbp.split(0),) + (_sbp.broadcast,) * (len(placement.hierarchy) - 1)
 
 
+def on_local_device(local, device):
+    """A local graph's result on ``device``, the one its tensors are on (Note [Local graphs on
+    a GPU]); the runtime hands results over in host memory."""
+    if local is None or device == "cpu:0":
+        return local
+    return local._to_device(device)
+
+
 class Graph(GraphStateMixin, GraphMemoryMixin, GraphRefusalsMixin, GraphOptimizerMixin):
     """Base class of compiled training and inference steps (OneFlow's nn.Graph)."""
 
@@ -464,11 +472,7 @@ class Graph(GraphStateMixin, GraphMemoryMixin, GraphRefusalsMixin, GraphOptimize
             self._runtime.write_variable(name, on_host(value))
 
     def _on_local_device(self, local):
-        """A local graph's result on the device its tensors are on (Note [Local graphs on a
-        GPU]); the runtime hands results over in host memory."""
-        if local is None or self._local_device == "cpu:0":
-            return local
-        return local._to_device(self._local_device)
+        return on_local_device(local, self._local_device)
 
     # --- every call ----------------------------------------------------------------------------
     def __call__(self, *args):

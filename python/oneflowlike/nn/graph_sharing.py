@@ -88,8 +88,9 @@ class _Holder:
                     new = new.to_global(placement=value.placement, sbp=value.sbp)
                 value._local = new._local
             elif local is not None:
-                if self.local_device != "cpu:0":  # Note [Local graphs on a GPU]
-                    local = local._to_device(self.local_device)
+                from oneflowlike.nn.graph import on_local_device
+
+                local = on_local_device(local, self.local_device)
                 with no_grad():  # as an optimizer's step writes them
                     _C._assign_(value, local, "sync_to_modules")
             self.seen[full] = stamp(value)  # the runtime holds these

@@ -33,21 +33,7 @@ def cross_entropy(input, target, weight=None, *, ignore_index=-100,  # noqa: A00
     if not 0.0 <= label_smoothing <= 1.0:
         raise ValueError(f"[cross_entropy] label_smoothing must be in [0, 1]. However, got "
                          f"{label_smoothing!r}.")
-    classes = input.shape[-1] if input.ndim < 2 else input.shape[1]
-    if weight is not None and tuple(weight.shape) != (classes,):
-        raise ValueError(f"[cross_entropy] weight must have shape ({classes},), one value per "
-                         f"class of input {tuple(input.shape)}. However, got "
-                         f"{tuple(weight.shape)}.")
-    if input.ndim > 2:
-        expected = (input.shape[0],) + tuple(input.shape[2:])
-        if tuple(target.shape) != expected:
-            raise ValueError(
-                f"[cross_entropy] target must have shape {expected} (input without its class "
-                f"axis 1). However, got input {tuple(input.shape)}, target {tuple(target.shape)}.")
-        # (N, C, d1, ...) -> (N, d1, ..., C): the op reduces over the last axis.
-        import oneflowlike as flow
-
-        input = flow.permute(input, [0] + list(range(2, input.ndim)) + [1])  # noqa: A001
+    input = classes_last("cross_entropy", input, target, weight)  # noqa: A001
     if ignore_index is None and weight is None and label_smoothing == 0.0:
         loss = _C.sparse_softmax_cross_entropy(input, target)
         if reduction == "sum":
@@ -55,22 +41,45 @@ def cross_entropy(input, target, weight=None, *, ignore_index=-100,  # noqa: A00
         if reduction == "mean":
             return _C.reduce_mean(loss, [], False)
         return loss
-    return _masked_cross_entropy(input, target, weight, ignore_index, reduction,
-                                 label_smoothing)
+    return class_loss(_C.sparse_softmax_cross_entropy, input, target, weight, ignore_index,
+                      reduction, label_smoothing)
 
 
-def _masked_cross_entropy(input, target, weight, ignore_index, reduction, smoothing):  # noqa: A002
-    """Note [Ignored targets]: the loss of the rows whose target counts, each scaled by its
-    class's weight, written with the ops that exist, so that every device, layout and graph has
-    it and its gradient. The fused op takes classes in [0, C) only: an ignored row computes the
-    loss of class 0, and where() (not a product: that row's loss may be inf) makes it 0."""
+def classes_last(op, input, target, weight, rows_too=False):  # noqa: A002
+    """``input`` with its class axis last ((N, C, d1, ...) -> (N, d1, ..., C)), after checking
+    that ``target`` is the input without its class axis (for 2-d inputs too with ``rows_too``;
+    else the op checks those) and that ``weight`` holds one value per class."""
+    classes = input.shape[-1] if input.ndim < 2 else input.shape[1]
+    if weight is not None and tuple(weight.shape) != (classes,):
+        raise ValueError(f"[{op}] weight must have shape ({classes},), one value per class of "
+                         f"input {tuple(input.shape)}. However, got {tuple(weight.shape)}.")
+    if input.ndim > 2 or (rows_too and input.ndim == 2):
+        expected = (input.shape[0],) + tuple(input.shape[2:])
+        if tuple(target.shape) != expected:
+            raise ValueError(
+                f"[{op}] target must have shape {expected} (input without its class axis 1). "
+                f"However, got input {tuple(input.shape)}, target {tuple(target.shape)}.")
+    if input.ndim > 2:
+        import oneflowlike as flow
+
+        input = flow.permute(input, [0] + list(range(2, input.ndim)) + [1])  # noqa: A001
+    return input
+
+
+def class_loss(row_loss, input, target, weight, ignore_index, reduction, smoothing=0.0):  # noqa: A002
+    """Note [Ignored targets]: ``row_loss(input, target)`` of the rows whose target counts,
+    each scaled by its class's weight, written with the ops that exist, so that every device,
+    layout and graph has it and its gradient (cross_entropy's and nll_loss's). The row losses
+    take classes in [0, C) only: an ignored row computes the loss of class 0, and where() (not
+    a product: that row's loss may be inf) makes it 0. "mean" divides by the weights of the
+    rows that count, as torch."""
     import oneflowlike as flow
 
     keep = None
     if ignore_index is not None:
         keep = target != ignore_index
         target = flow.where(keep, target, 0)
-    loss = _C.sparse_softmax_cross_entropy(input, target)
+    loss = row_loss(input, target)
     scale = None  # per row: its class's weight (what "mean" divides by, with the kept rows)
     if weight is not None:
         scale = flow.index_select(weight, 0, target.reshape(-1)).reshape(tuple(target.shape))

@@ -4,6 +4,7 @@ binary_cross_entropy, binary_cross_entropy_with_logits, nll_loss and kl_div. cro
 and mse_loss have files of their own."""
 
 import oneflowlike as flow
+from oneflowlike.ops.cross_entropy import class_loss, classes_last
 
 __all__ = []
 
@@ -88,26 +89,9 @@ def nll_loss(input, target, weight=None, ignore_index=-100, reduction="mean"):  
                          f"{reduction!r}.")
     if input.ndim == 1:
         input, target = input.unsqueeze(0), target.unsqueeze(0)  # noqa: A001
-    expected = (input.shape[0],) + tuple(input.shape[2:])
-    if tuple(target.shape) != expected:
-        raise ValueError(f"[nll_loss] target must have shape {expected} (input without its "
-                         f"class axis 1). However, got input {tuple(input.shape)}, target "
-                         f"{tuple(target.shape)}.")
-    if input.ndim > 2:
-        input = flow.permute(input, [0] + list(range(2, input.ndim)) + [1])  # noqa: A001
-    keep = target != ignore_index
-    safe = flow.where(keep, target, 0)
-    picked = -flow.gather(input, -1, safe.unsqueeze(-1)).squeeze(-1)
-    scale = keep.to(input.dtype)
-    if weight is not None:
-        scale = flow.where(keep, flow.index_select(weight, 0, safe.reshape(-1))
-                           .reshape(tuple(safe.shape)).to(input.dtype), 0.0)
-    loss = flow.where(keep, picked * scale, 0.0)
-    if reduction == "none":
-        return loss
-    if reduction == "sum":
-        return loss.sum()
-    return loss.sum() / scale.sum()
+    input = classes_last("nll_loss", input, target, weight, rows_too=True)  # noqa: A001
+    return class_loss(lambda x, t: -flow.gather(x, -1, t.unsqueeze(-1)).squeeze(-1), input,
+                      target, weight, ignore_index, reduction)
 
 
 def kl_div(input, target, reduction="mean", log_target=False):  # noqa: A002

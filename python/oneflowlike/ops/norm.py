@@ -12,14 +12,9 @@ import math
 from oneflowlike import _C
 from oneflowlike.ops.core import device_of
 from oneflowlike.ops.elementwise import ne
+from oneflowlike.ops.reduce import _axes
 
 __all__ = ["norm"]
-
-
-def _axes(dim, ndim):
-    if dim is None:
-        return []
-    return [dim] if isinstance(dim, int) else list(dim)
 
 
 def vector_norm(x, ord=2, dim=None, keepdim=False, *, dtype=None):  # noqa: A002 (torch's names)
@@ -35,7 +30,7 @@ def vector_norm(x, ord=2, dim=None, keepdim=False, *, dtype=None):  # noqa: A002
         # As torch: 16-bit values are summed in float32 (their squares overflow float16 from
         # 256 on), and the norm rounded back once.
         return _C.cast(vector_norm(_C.cast(x, _C.dtype.float32), ord, dim, keepdim), x.dtype)
-    axes = _axes(dim, x.ndim)
+    axes = _axes(dim)
     a = _C.abs(x)
     if ord == math.inf:
         return _C.reduce_max(a, axes, keepdim)

@@ -161,14 +161,29 @@ class MultiheadAttention(Module):
 
 
 class _Layer(Module):
-    """What torch's encoder and decoder layers share: the feed-forward block (linear1,
-    activation, dropout, linear2) and the activation's choice."""
+    """What torch's encoder and decoder layers share: ``blocks`` residual blocks (attention to
+    itself, attention to a memory for the decoder, the feed-forward block), each with its
+    dropout (dropout1, ...) and layer norm (norm1, ...) after it (norm_first: before), in
+    torch's names and registration order."""
 
-    def _feed_forward_parts(self, op, d_model, dim_feedforward, dropout, activation, bias,
-                            factory):
+    def __init__(self, op, blocks, d_model, nhead, dim_feedforward, dropout, activation,
+                 layer_norm_eps, batch_first, norm_first, bias, device, dtype):
+        super().__init__()
+        factory = {"device": device, "dtype": dtype}
+        self.self_attn = MultiheadAttention(d_model, nhead, dropout=dropout, bias=bias,
+                                            batch_first=batch_first, **factory)
+        if blocks == 3:
+            self.multihead_attn = MultiheadAttention(d_model, nhead, dropout=dropout, bias=bias,
+                                                     batch_first=batch_first, **factory)
         self.linear1 = Linear(d_model, dim_feedforward, bias=bias, **factory)
         self.dropout = Dropout(dropout)
         self.linear2 = Linear(dim_feedforward, d_model, bias=bias, **factory)
+        self.norm_first = norm_first
+        for k in range(1, blocks + 1):
+            setattr(self, f"norm{k}", LayerNorm(d_model, eps=layer_norm_eps, bias=bias,
+                                                **factory))
+        for k in range(1, blocks + 1):
+            setattr(self, f"dropout{k}", Dropout(dropout))
         if isinstance(activation, str):
             if activation not in ("relu", "gelu"):
                 raise ValueError(f"[{op}] activation must be 'relu', 'gelu' or a callable. "
@@ -176,8 +191,23 @@ class _Layer(Module):
             activation = F.relu if activation == "relu" else F.gelu
         self.activation = activation
 
-    def _feed_forward(self, x, out_dropout):
-        return out_dropout(self.linear2(self.dropout(self.activation(self.linear1(x)))))
+    def _residual(self, x, k, block):
+        """Block ``k`` (1-based) with its residual, dropout and norm."""
+        norm, dropout = getattr(self, f"norm{k}"), getattr(self, f"dropout{k}")
+        if self.norm_first:
+            return x + dropout(block(norm(x)))
+        return norm(x + dropout(block(x)))
+
+    def _attention(self, attention, memory, mask, padding, is_causal):
+        def block(x):
+            source = x if memory is None else memory
+            return attention(x, source, source, attn_mask=mask, key_padding_mask=padding,
+                             need_weights=False, is_causal=is_causal)[0]
+
+        return block
+
+    def _feed_forward(self, x):
+        return self.linear2(self.dropout(self.activation(self.linear1(x))))
 
 
 class TransformerEncoderLayer(_Layer):
@@ -187,29 +217,14 @@ class TransformerEncoderLayer(_Layer):
     def __init__(self, d_model, nhead, dim_feedforward=2048, dropout=0.1, activation="relu",
                  layer_norm_eps=1e-5, batch_first=False, norm_first=False, bias=True,
                  device=None, dtype=None):
-        super().__init__()
-        factory = {"device": device, "dtype": dtype}
-        self.self_attn = MultiheadAttention(d_model, nhead, dropout=dropout, bias=bias,
-                                            batch_first=batch_first, **factory)
-        self._feed_forward_parts("TransformerEncoderLayer", d_model, dim_feedforward, dropout,
-                                 activation, bias, factory)
-        self.norm_first = norm_first
-        self.norm1 = LayerNorm(d_model, eps=layer_norm_eps, bias=bias, **factory)
-        self.norm2 = LayerNorm(d_model, eps=layer_norm_eps, bias=bias, **factory)
-        self.dropout1, self.dropout2 = Dropout(dropout), Dropout(dropout)
+        super().__init__("TransformerEncoderLayer", 2, d_model, nhead, dim_feedforward, dropout,
+                         activation, layer_norm_eps, batch_first, norm_first, bias, device,
+                         dtype)
 
     def forward(self, src, src_mask=None, src_key_padding_mask=None, is_causal=False):
-        x = src
-        if self.norm_first:
-            x = x + self._attend(self.norm1(x), src_mask, src_key_padding_mask, is_causal)
-            return x + self._feed_forward(self.norm2(x), self.dropout2)
-        x = self.norm1(x + self._attend(x, src_mask, src_key_padding_mask, is_causal))
-        return self.norm2(x + self._feed_forward(x, self.dropout2))
-
-    def _attend(self, x, mask, padding, is_causal):
-        y, _ = self.self_attn(x, x, x, attn_mask=mask, key_padding_mask=padding,
-                              need_weights=False, is_causal=is_causal)
-        return self.dropout1(y)
+        x = self._residual(src, 1, self._attention(self.self_attn, None, src_mask,
+                                                   src_key_padding_mask, is_causal))
+        return self._residual(x, 2, self._feed_forward)
 
 
 class TransformerDecoderLayer(_Layer):
@@ -220,43 +235,17 @@ class TransformerDecoderLayer(_Layer):
     def __init__(self, d_model, nhead, dim_feedforward=2048, dropout=0.1, activation="relu",
                  layer_norm_eps=1e-5, batch_first=False, norm_first=False, bias=True,
                  device=None, dtype=None):
-        super().__init__()
-        factory = {"device": device, "dtype": dtype}
-        self.self_attn = MultiheadAttention(d_model, nhead, dropout=dropout, bias=bias,
-                                            batch_first=batch_first, **factory)
-        self.multihead_attn = MultiheadAttention(d_model, nhead, dropout=dropout, bias=bias,
-                                                 batch_first=batch_first, **factory)
-        self._feed_forward_parts("TransformerDecoderLayer", d_model, dim_feedforward, dropout,
-                                 activation, bias, factory)
-        self.norm_first = norm_first
-        self.norm1 = LayerNorm(d_model, eps=layer_norm_eps, bias=bias, **factory)
-        self.norm2 = LayerNorm(d_model, eps=layer_norm_eps, bias=bias, **factory)
-        self.norm3 = LayerNorm(d_model, eps=layer_norm_eps, bias=bias, **factory)
-        self.dropout1, self.dropout2 = Dropout(dropout), Dropout(dropout)
-        self.dropout3 = Dropout(dropout)
+        super().__init__("TransformerDecoderLayer", 3, d_model, nhead, dim_feedforward, dropout,
+                         activation, layer_norm_eps, batch_first, norm_first, bias, device,
+                         dtype)
 
     def forward(self, tgt, memory, tgt_mask=None, memory_mask=None, tgt_key_padding_mask=None,
                 memory_key_padding_mask=None, tgt_is_causal=False, memory_is_causal=False):
-        def own(x):
-            y, _ = self.self_attn(x, x, x, attn_mask=tgt_mask,
-                                  key_padding_mask=tgt_key_padding_mask, need_weights=False,
-                                  is_causal=tgt_is_causal)
-            return self.dropout1(y)
-
-        def cross(x):
-            y, _ = self.multihead_attn(x, memory, memory, attn_mask=memory_mask,
-                                       key_padding_mask=memory_key_padding_mask,
-                                       need_weights=False, is_causal=memory_is_causal)
-            return self.dropout2(y)
-
-        x = tgt
-        if self.norm_first:
-            x = x + own(self.norm1(x))
-            x = x + cross(self.norm2(x))
-            return x + self._feed_forward(self.norm3(x), self.dropout3)
-        x = self.norm1(x + own(x))
-        x = self.norm2(x + cross(x))
-        return self.norm3(x + self._feed_forward(x, self.dropout3))
+        x = self._residual(tgt, 1, self._attention(self.self_attn, None, tgt_mask,
+                                                   tgt_key_padding_mask, tgt_is_causal))
+        x = self._residual(x, 2, self._attention(self.multihead_attn, memory, memory_mask,
+                                                 memory_key_padding_mask, memory_is_causal))
+        return self._residual(x, 3, self._feed_forward)
 
 
 class TransformerEncoder(Module):
@@ -276,8 +265,6 @@ class TransformerEncoder(Module):
             x = layer(x, src_mask=mask, src_key_padding_mask=src_key_padding_mask,
                       is_causal=bool(is_causal))
         return self.norm(x) if self.norm is not None else x
-
-
 
 
 class TransformerDecoder(Module):
