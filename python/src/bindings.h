@@ -33,6 +33,7 @@ void init_fused(py::module_& m);
 void init_attention(py::module_& m);
 void init_index_ops(py::module_& m);
 void init_sort(py::module_& m);
+void init_scan(py::module_& m);
 void init_autocast(py::module_& m);
 void init_graph(py::module_& m);
 void init_cuda(py::module_& m);

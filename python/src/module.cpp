@@ -28,6 +28,7 @@ PYBIND11_MODULE(_C, m) {
   init_attention(m);
   init_index_ops(m);
   init_sort(m);
+  init_scan(m);
   init_autocast(m);
   init_graph(m);
   init_cuda(m);

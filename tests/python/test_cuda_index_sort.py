@@ -1,10 +1,11 @@
 """The CUDA kernels of the index ops (kernels/cuda/index_ops.cu, embedding's slice kernels in
-index_slices.cuh) and of the orders (kernels/cuda/sort.cu) against the CPU kernels.
+index_slices.cuh), of the orders (kernels/cuda/sort.cu) and of the running sums
+(kernels/cuda/scan.cu) against the CPU kernels.
 
 Every test here needs a GPU and is skipped without one (CI has none). Gathers and orders move
 values, so they must be equal bit for bit (ties and NaN included: Note [Orders and ties]); the
 scatter-adds sum in index order on both devices (float32 for the 16-bit dtypes), so they are
-equal too. Line lengths straddle the warp/block limit of the max/min reductions (1024).
+equal too, and so are the running sums (double on both, Note [Running sums]). Line lengths straddle the warp/block limit of the max/min reductions (1024).
 """
 
 import numpy as np
@@ -65,3 +66,13 @@ def test_gather_index_select_and_their_gradients_equal_the_cpu(dtype):
     same(lambda d, i: _C.gather_grad(d, i, 1, (4, 300, 5)), dy, index)
     dz = values((4, 900, 5), dtype, seed=5)
     same(lambda d, i: _C.index_select_grad(d, i, 1, (4, 300, 5)), dz, select)
+
+
+@pytest.mark.parametrize("dtype", DTYPES + [flow.int32])
+def test_cumsum_both_ways_equals_the_cpu(dtype):
+    x = values((3, 1500, 4), dtype, seed=4)
+    if dtype == flow.int32:
+        x = flow.tensor(np.random.default_rng(5).integers(-9, 9, size=(3, 1500, 4))).to(dtype)
+    for dim in (1, -1, 0):
+        same(lambda t: _C.cumsum(t, dim), x)
+        same(lambda t: _C.cumsum(t, dim, True), x)  # the gradient's direction

@@ -27,6 +27,7 @@ _FAMILIES = [
     "mse_loss",
     "index_ops",
     "sorting",
+    "scan",
     "triangular",
     "nonfinite",
     "norm",

@@ -15,6 +15,7 @@
 #include "oneflowlike/ops/reshape.h"
 #include "oneflowlike/ops/rotary.h"
 #include "oneflowlike/ops/scalar.h"
+#include "oneflowlike/ops/scan.h"
 #include "oneflowlike/ops/shape_ops.h"
 #include "oneflowlike/ops/softmax.h"
 #include "oneflowlike/ops/sort.h"
@@ -224,6 +225,8 @@ std::vector<OpCase> sweep_cases() {
       {"min_dim_keepdim", "min_dim", DimReduceParams{-1, true}, {floats(t)}},
       {"topk", "topk", TopkParams{3, 1, true, true}, {floats(t)}},
       {"sort_descending", "sort", SortParams{-1, true, false}, {floats(t)}},
+      {"cumsum", "cumsum", CumsumParams{1, false}, {floats(t)}},
+      {"cumsum_reverse", "cumsum", CumsumParams{-1, true}, {floats(t)}},
       {"fill", "fill", FillParams{m, DataType::kFloat32, 2.5}, {}},
       {"arange", "arange", ArangeParams{1.0, 6.5, 0.5, DataType::kFloat32}, {}},
       {"cast_to_float64", "cast", CastParams{DataType::kFloat64}, {floats(m)}},
