@@ -346,6 +346,7 @@ PlanSummary summarize_plan(const proto::PlanProto& plan) {
         for (int64_t id : task.outputs()) rank.bytes_received += times * bytes_of(id);
       }
       if (task.kind() == proto::TaskProto::COLLECTIVE) {
+        ++rank.collectives_by_op[proto::CollectiveProto::Op_Name(task.collective().op())];
         int64_t sent = 0, received = 0;
         collective_bytes(task, registers, &sent, &received);
         rank.bytes_sent += times * sent;
@@ -408,8 +409,13 @@ std::string summary_to_text(const PlanSummary& summary) {
     }
     char reduction[32];
     std::snprintf(reduction, sizeof(reduction), "%.1f%%", rank.reduction_percent);
-    os << "), " << rank.num_registers << " registers\n"
-       << "  per iteration: sent " << format_bytes(rank.bytes_sent) << ", received "
+    os << "), " << rank.num_registers << " registers\n";
+    if (!rank.collectives_by_op.empty()) {
+      os << "  collectives:";
+      for (const auto& [op, count] : rank.collectives_by_op) os << " " << op << " " << count;
+      os << "\n";
+    }
+    os << "  per iteration: sent " << format_bytes(rank.bytes_sent) << ", received "
        << format_bytes(rank.bytes_received) << "\n"
        << "  memory: peak " << format_bytes(rank.peak_bytes)
        << (rank.device_peak_bytes > 0

@@ -27,6 +27,8 @@ struct RankSummary {
   int64_t num_registers = 0;
   /// Task kind name ("COMPUTE", "SEND", ...) -> count.
   std::map<std::string, int64_t> tasks_by_kind;
+  /// Collective op name ("ALL_REDUCE", "ALL_TO_ALL", ...) -> COLLECTIVE tasks running it.
+  std::map<std::string, int64_t> collectives_by_op;
   /// Per iteration: bytes of the registers SEND tasks read / RECV tasks write.
   int64_t bytes_sent = 0;
   int64_t bytes_received = 0;

@@ -5,7 +5,11 @@ pp contiguous stages, the first n_layer % pp stages getting one more) and ``head
 Stage s of pp runs on ranks [s * dp * tp, (s + 1) * dp * tp): a 2-D placement (dp, tp) when both
 are above one, else 1-d. Tensor parallelism follows Megatron: parameters whose names end with one
 of ``column`` are split by output features (S(0) of a Linear weight), those ending with one of
-``row`` by input features (S(1)); the compiler inserts the all-reduces.
+``row`` by input features (S(1)); the compiler inserts the all-reduces. Expert parallelism
+(Note [Expert parallelism as SBP] in examples/llama/moe.py) splits the parameters named in
+``experts`` (suffix -> the axis tensor parallelism splits) over the data-parallel ranks on
+their expert axis, and has each mixture-of-experts layer exchange its tokens between the
+layouts.
 """
 
 import oneflowlike as flow
@@ -14,7 +18,7 @@ B = flow.sbp.broadcast
 
 
 class Layout:
-    def __init__(self, dp=1, tp=1, pp=1, device="cpu", column=(), row=()):
+    def __init__(self, dp=1, tp=1, pp=1, device="cpu", column=(), row=(), experts=None):
         for name, v in (("dp", dp), ("tp", tp), ("pp", pp)):
             if v < 1:
                 raise ValueError(f"--{name} must be at least 1. However, got {v}.")
@@ -22,6 +26,7 @@ class Layout:
         self.world_size = dp * tp * pp
         self.device = device  # the placements' type: every stage computes there
         self.column, self.row = tuple(column), tuple(row)
+        self.experts = dict(experts or {})
 
     def placement(self, stage):
         n = self.dp * self.tp
@@ -64,12 +69,20 @@ class Layout:
         if batch_size % (self.dp * micro_batches):
             raise ValueError(f"--batch-size {batch_size} must divide into --dp {self.dp} x "
                              f"--micro-batches {micro_batches}.")
+        n_experts = getattr(config, "n_experts", 0)
+        if n_experts and n_experts % self.dp:
+            raise ValueError(f"--dp {self.dp} must divide --n-experts {n_experts} (each "
+                             f"data-parallel rank holds n_experts / dp experts).")
         if config.tied_head and self.pp > 1:
             raise ValueError("--tied-head needs the embedding and the head on one stage: use "
                              "--pp 1.")
 
-    def tp_sbp(self, name):
-        """The SBP of parameter ``name`` under tensor parallelism (None: replicated)."""
+    def param_sbp(self, name):
+        """The SBP of parameter ``name`` under tensor and expert parallelism (None:
+        replicated)."""
+        for suffix, axis in self.experts.items():
+            if name.endswith(suffix):
+                return self.sbp(flow.sbp.split(0), flow.sbp.split(axis))
         if self.tp > 1 and name.endswith(self.column):
             return self.sbp(B, flow.sbp.split(0))
         if self.tp > 1 and name.endswith(self.row):
@@ -85,6 +98,10 @@ class Layout:
             p = self.placement(stage)
             # Each parameter laid out once, in its final SBP: a model built on the meta device
             # makes only its pieces.
-            module.to_global(p, self.sbp(B, B), sbp_for=self.tp_sbp)
+            module.to_global(p, self.sbp(B, B), sbp_for=self.param_sbp)
             if self.pp > 1:
                 graph.set_stage(module, stage, p, input_sbp=self.data_sbp())
+        if self.dp > 1:
+            for module in model.modules():
+                if hasattr(module, "lay_out_tokens"):
+                    module.lay_out_tokens(self.data_sbp(), self.sbp(flow.sbp.split(1), B))

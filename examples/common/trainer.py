@@ -160,7 +160,10 @@ def rss_mib():
 def check(args, layout, config):
     """Refuses flags that cannot run, before anything is built."""
     world = flow.env.get_world_size()
-    layout.check(config, args.batch_size, args.micro_batches)
+    try:
+        layout.check(config, args.batch_size, args.micro_batches)
+    except ValueError as e:
+        raise SystemExit(f"[train] {e}") from None
     if args.steps < 1:
         raise SystemExit(f"[train] --steps must be at least 1. However, got {args.steps}.")
     if args.zero and args.dp == 1 and args.tp == 1:

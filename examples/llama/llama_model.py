@@ -1,6 +1,7 @@
 """A LLaMA-style decoder written once with flow.nn: RMSNorm, rotary position embedding,
-grouped-query attention through the fused SDPA, a SwiGLU MLP, no biases. How it is laid out
-over ranks is decided elsewhere (train.py's Megatron splits, common/layout.py), only with
+grouped-query attention through the fused SDPA, a SwiGLU MLP (or, with n_experts, Mixtral's
+mixture of SwiGLU experts, moe.py), no biases. How it is laid out over ranks is decided
+elsewhere (train.py's Megatron splits and expert parallelism, common/layout.py), only with
 placements and SBP."""
 
 import math
@@ -8,6 +9,7 @@ from dataclasses import dataclass
 
 import oneflowlike.nn as nn
 import oneflowlike.nn.functional as F
+from moe import MoEFeedForward
 
 
 @dataclass
@@ -22,6 +24,10 @@ class LlamaConfig:
     norm_eps: float = 1e-5
     rope_base: float = 10000.0
     tied_head: bool = False  # the output head reuses the token embedding
+    n_experts: int = 0  # > 0: Mixtral's mixture of experts instead of the SwiGLU MLP (moe.py)
+    top_k: int = 2  # experts per token
+    capacity_factor: float = 1.25  # Note [Expert capacity]
+    aux_loss_coef: float = 0.01  # Note [Load-balancing loss]
 
     @property
     def head_dim(self):
@@ -43,14 +49,27 @@ class LlamaConfig:
         if self.head_dim % 2:
             raise ValueError(f"the head size (--n-embd / --n-head = {self.head_dim}) must be even "
                              f"for rotary embeddings.")
+        if self.n_experts < 0 or self.n_experts == 1:
+            raise ValueError(f"--n-experts must be 0 (a dense MLP) or at least 2. However, got "
+                             f"{self.n_experts}.")
+        if self.n_experts and not 1 <= self.top_k <= self.n_experts:
+            raise ValueError(f"--top-k must lie in [1, --n-experts {self.n_experts}]. However, "
+                             f"got {self.top_k}.")
+        if self.n_experts and self.capacity_factor <= 0:
+            raise ValueError(f"--capacity-factor must be positive. However, got "
+                             f"{self.capacity_factor}.")
 
 
 def config_from_flags(flags):
     """The LlamaConfig of train.py's flags (a dict, as a checkpoint's train_state.json keeps
     them)."""
+    # Checkpoints from before the experts have no expert flags: dense.
     return LlamaConfig(block_size=flags["block_size"], n_layer=flags["n_layer"],
                        n_head=flags["n_head"], n_kv_head=flags["n_kv_head"],
-                       n_embd=flags["n_embd"], tied_head=flags["tied_head"])
+                       n_embd=flags["n_embd"], tied_head=flags["tied_head"],
+                       n_experts=flags.get("n_experts", 0), top_k=flags.get("top_k", 2),
+                       capacity_factor=flags.get("capacity_factor", 1.25),
+                       aux_loss_coef=flags.get("aux_loss_coef", 0.01))
 
 
 class Attention(nn.Module):
@@ -92,18 +111,24 @@ class FeedForward(nn.Module):
 
 
 class Block(nn.Module):
-    """Pre-norm block: x + attn(norm(x)), then x + mlp(norm(x))."""
+    """Pre-norm block: x + attn(norm(x)), then x + mlp(norm(x)). With experts it also takes and
+    gives the groups' summed load-balancing losses (Note [Load-balancing loss]): forward(x,
+    aux=None) -> (x, aux)."""
 
     def __init__(self, c):
         super().__init__()
+        self.moe = c.n_experts > 0
         self.attn_norm = nn.RMSNorm(c.n_embd, eps=c.norm_eps)
         self.attn = Attention(c)
         self.mlp_norm = nn.RMSNorm(c.n_embd, eps=c.norm_eps)
-        self.mlp = FeedForward(c)
+        self.mlp = MoEFeedForward(c) if self.moe else FeedForward(c)
 
-    def forward(self, x):
+    def forward(self, x, aux=None):
         x = x + self.attn(self.attn_norm(x))
-        return x + self.mlp(self.mlp_norm(x))
+        if not self.moe:
+            return x + self.mlp(self.mlp_norm(x))
+        y, balance = self.mlp(self.mlp_norm(x))
+        return x + y, balance if aux is None else aux + balance
 
 
 class Embeddings(nn.Module):
@@ -121,12 +146,15 @@ class Head(nn.Module):
     def __init__(self, c):
         super().__init__()
         self.vocab_size = c.vocab_size
+        self.aux_weight = c.aux_loss_coef / c.n_layer  # the mean over layers
         self.norm = nn.RMSNorm(c.n_embd, eps=c.norm_eps)
         self.output = nn.Linear(c.n_embd, c.vocab_size, bias=False)
         self.loss = nn.CrossEntropyLoss()
         object.__setattr__(self, "tied_to", None)
 
-    def forward(self, x, targets=None):
+    def forward(self, x, targets=None, aux=None):
+        """The loss (plus the weighted load-balancing losses ``aux`` (B,) of an expert model),
+        or without targets the logits."""
         x = self.norm(x)
         if self.tied_to is not None:
             logits = F.linear(x, self.tied_to.weight)
@@ -134,7 +162,8 @@ class Head(nn.Module):
             logits = self.output(x)
         if targets is None:
             return logits
-        return self.loss(logits.reshape(-1, self.vocab_size), targets.reshape(-1))
+        loss = self.loss(logits.reshape(-1, self.vocab_size), targets.reshape(-1))
+        return loss if aux is None else loss + self.aux_weight * aux.mean()
 
 
 class Llama(nn.Module):
@@ -151,21 +180,28 @@ class Llama(nn.Module):
         self._init_weights()
 
     def _init_weights(self):
-        # normal(0, 0.02) for every matrix, the residual projections scaled by depth (as the
-        # GPT example and torchtitan); norms start at one.
+        # normal(0, 0.02) for every matrix (each expert's too), the residual projections scaled
+        # by depth (as the GPT example and torchtitan); norms start at one.
         for name, p in self.named_parameters():
-            if p.ndim == 2:
+            if p.ndim >= 2:
                 std = 0.02
-                if name.endswith(("attn.wo.weight", "mlp.w2.weight")):
+                if name.endswith(("attn.wo.weight", "mlp.w2.weight", "mlp.w2")):
                     std = 0.02 / (2 * self.config.n_layer) ** 0.5
                 nn.init.normal_(p, 0.0, std)
 
     def forward(self, idx, targets=None):
         """The mean loss against ``targets``; without them, the logits (B, T, vocab_size)."""
         x = self.embed(idx)
-        for block in self.blocks:
-            x = block(x)
-        return self.head(x, targets)
+        if not self.config.n_experts:
+            for block in self.blocks:
+                x = block(x)
+            return self.head(x, targets)
+        # The load-balancing losses travel with x, as positional inputs, so that pipeline
+        # stages move them as they move x (Note [Load-balancing loss]).
+        x, aux = self.blocks[0](x)
+        for block in self.blocks[1:]:
+            x, aux = block(x, aux)
+        return self.head(x, targets, aux) if targets is not None else self.head(x)
 
     def num_parameters(self):
         return sum(int(p.numel()) for p in self.parameters())

@@ -56,17 +56,53 @@ def torch_llama(c):
         def forward(self, x):
             return self.w2(F.silu(self.w1(x)) * self.w3(x))
 
+    class MoEFeedForward(nn.Module):
+        """moe.py's layer as a PyTorch user writes GShard's dispatch: top-k routing, capacity
+        queues by a running sum, einsum dispatch and combine, batched expert products."""
+
+        def __init__(self):
+            super().__init__()
+            e, d, h = c.n_experts, c.n_embd, c.ffn_hidden
+            self.router = nn.Linear(d, e, bias=False)
+            self.w1 = nn.Parameter(torch.empty(e, d, h))
+            self.w3 = nn.Parameter(torch.empty(e, d, h))
+            self.w2 = nn.Parameter(torch.empty(e, h, d))
+
+        def forward(self, x):
+            b, t, d = x.shape
+            e, k = c.n_experts, c.top_k
+            cap = min(t, math.ceil(k * t * c.capacity_factor / e))
+            probs = F.softmax(self.router(x), dim=-1)
+            top, chosen = torch.topk(probs, k, dim=-1)
+            gates = top / top.sum(-1, keepdim=True)
+            choice = F.one_hot(chosen, e).to(probs.dtype)  # (b, t, k, e)
+            queued = choice.transpose(1, 2).reshape(b, k * t, e)
+            slot = ((torch.cumsum(queued, 1) - 1) * queued).sum(-1)
+            slots = F.one_hot(slot.clamp(max=cap - 1).long(), cap).to(probs.dtype)
+            slots = slots * (slot < cap).to(probs.dtype).unsqueeze(-1)
+            per_choice = (queued.unsqueeze(-1) * slots.unsqueeze(2)).reshape(b, k, t, e, cap)
+            dispatch = per_choice.sum(1)
+            combine = (per_choice * gates.transpose(1, 2).reshape(b, k, t, 1, 1)).sum(1)
+            tokens = torch.einsum("btec,btd->ebcd", dispatch, x).reshape(e, b * cap, d)
+            hidden = F.silu(tokens @ self.w1) * (tokens @ self.w3)
+            out = (hidden @ self.w2).reshape(e, b, cap, d)
+            aux = (choice.mean(1) * probs.mean(1).unsqueeze(1)).sum((1, 2)) * e
+            return torch.einsum("btec,ebcd->btd", combine, out), aux
+
     class Block(nn.Module):
         def __init__(self):
             super().__init__()
             self.attn_norm = nn.RMSNorm(c.n_embd, eps=c.norm_eps)
             self.attn = Attention()
             self.mlp_norm = nn.RMSNorm(c.n_embd, eps=c.norm_eps)
-            self.mlp = FeedForward()
+            self.mlp = MoEFeedForward() if c.n_experts else FeedForward()
 
-        def forward(self, x):
+        def forward(self, x):  # (x, the groups' load-balancing losses) with experts
             x = x + self.attn(self.attn_norm(x))
-            return x + self.mlp(self.mlp_norm(x))
+            if not c.n_experts:
+                return x + self.mlp(self.mlp_norm(x)), None
+            y, aux = self.mlp(self.mlp_norm(x))
+            return x + y, aux
 
     class Embed(nn.Module):
         def __init__(self):
@@ -88,11 +124,16 @@ def torch_llama(c):
 
         def forward(self, idx, targets=None):
             x = self.embed.tok(idx)
+            balance = []
             for block in self.blocks:
-                x = block(x)
+                x, aux = block(x)
+                balance.append(aux)
             logits = self.head.output(self.head.norm(x))
             if targets is None:
                 return logits
-            return F.cross_entropy(logits.reshape(-1, c.vocab_size), targets.reshape(-1))
+            loss = F.cross_entropy(logits.reshape(-1, c.vocab_size), targets.reshape(-1))
+            if c.n_experts:  # the mean over layers and sequences, weighted
+                loss = loss + c.aux_loss_coef * torch.stack(balance).mean()
+            return loss
 
     return Llama()

@@ -7,6 +7,9 @@ One device:
 Four ranks, data x tensor parallel:
     .venv/bin/python -m oneflowlike.distributed.launch --nproc_per_node 4 examples/llama/train.py \\
         --dp 2 --tp 2
+Mixtral-style experts (8 experts, 2 per token), split over two data-parallel ranks:
+    .venv/bin/python -m oneflowlike.distributed.launch --nproc_per_node 2 examples/llama/train.py \\
+        --dp 2 --n-experts 8
 
 The model (llama_model.py) is written once; common/layout.py lays it out with placements and SBP, and
 common/trainer.py runs the loop shared with examples/gpt.
@@ -30,9 +33,13 @@ from llama_model import Llama, config_from_flags  # noqa: E402
 # and the MLP's w2 row-parallel.
 COLUMN = ("attn.wq.weight", "attn.wk.weight", "attn.wv.weight", "mlp.w1.weight", "mlp.w3.weight")
 ROW = ("attn.wo.weight", "mlp.w2.weight")
+# Expert weights (moe.py): split over the data-parallel ranks by expert, and along the axis
+# named here over the tensor-parallel ones (w1, w3 (E, D, H) by hidden units, w2 (E, H, D) too).
+EXPERTS = {"mlp.w1": 2, "mlp.w3": 2, "mlp.w2": 1}
 
 # What must match between a checkpoint's run and the run that resumes it.
-MODEL_FLAGS = ("n_layer", "n_embd", "n_head", "n_kv_head", "block_size", "tied_head")
+MODEL_FLAGS = ("n_layer", "n_embd", "n_head", "n_kv_head", "block_size", "tied_head",
+               "n_experts", "top_k", "capacity_factor")
 
 
 def parse(argv=None):
@@ -43,6 +50,14 @@ def parse(argv=None):
     p.add_argument("--n-kv-head", type=int, default=2, help="key/value heads (GQA)")
     p.add_argument("--block-size", type=int, default=64)
     p.add_argument("--tied-head", action="store_true", help="output head = token embedding")
+    p.add_argument("--n-experts", type=int, default=0,
+                   help="Mixtral-style mixture of experts instead of the MLP (0: dense); the "
+                        "experts are split over the data-parallel ranks")
+    p.add_argument("--top-k", type=int, default=2, help="experts per token")
+    p.add_argument("--capacity-factor", type=float, default=1.25,
+                   help="tokens an expert takes per sequence, over the even share")
+    p.add_argument("--aux-loss-coef", type=float, default=0.01,
+                   help="weight of the experts' load-balancing loss")
     return p.parse_args(argv)
 
 
@@ -57,13 +72,16 @@ def main(argv=None):
         config.check()
     except ValueError as e:
         raise SystemExit(f"[train] {e}")
-    layout = Layout(args.dp, args.tp, args.pp, args.device, column=COLUMN, row=ROW)
+    layout = Layout(args.dp, args.tp, args.pp, args.device, column=COLUMN, row=ROW,
+                    experts=EXPERTS)
     trainer.check(args, layout, config)
     model = trainer.build(args, lambda: Llama(config))
     trainer.run(args, model, layout, MODEL_FLAGS,
                 lambda m: f"llama: {m.num_parameters()} parameters, {args.n_layer} layers, "
                           f"{args.n_embd} channels, {args.n_head} heads ({args.n_kv_head} "
-                          f"key/value), block {args.block_size}")
+                          f"key/value), block {args.block_size}"
+                          + (f", {args.n_experts} experts (top {args.top_k})"
+                             if args.n_experts else ""))
 
 
 if __name__ == "__main__":

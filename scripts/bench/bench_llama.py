@@ -7,7 +7,10 @@ One process at 1 and 2 threads, float32 and bfloat16: our nn.Graph step
 (examples/llama/llama_torch.py: nn.RMSNorm, F.silu, F.scaled_dot_product_attention with
 enable_gqa, fused AdamW over the same two groups, clipping) eager, under torch.autocast("cpu",
 bfloat16) for bf16, and with --compile also torch.compile'd. About 25M parameters by default
-(8 layers, 512 channels, 8 query and 4 key/value heads, block 256).
+(8 layers, 512 channels, 8 query and 4 key/value heads, block 256). With --experts, the
+Mixtral-style model (examples/llama/moe.py) instead: 4 layers, 384 channels, 6 query and 2
+key/value heads, block 256, 8 experts of which 2 per token (about 42M parameters, of which each
+token uses about 14M), against the twin's same layer written with torch ops.
 
 Ours reads its batches through flow.utils.data (--data-bin: a memory-mapped token file, a
 DistributedSampler and a DataLoader prefetching on a thread); the summary's "waiting for data"
@@ -34,6 +37,8 @@ PREPARE = os.path.join(ROOT, "examples", "common", "prepare_tokens.py")
 CORPUS = os.path.join(ROOT, "examples", "data", "kjv-genesis-deuteronomy.txt")
 MODEL = ["--n-layer", "8", "--n-embd", "512", "--n-head", "8", "--n-kv-head", "4",
          "--block-size", "256"]
+MOE_MODEL = ["--n-layer", "4", "--n-embd", "384", "--n-head", "6", "--n-kv-head", "2",
+             "--block-size", "256", "--n-experts", "8", "--top-k", "2"]
 
 
 def load_train():
@@ -52,7 +57,7 @@ def part_torch(args):
     from llama_torch import torch_llama
 
     torch.set_num_threads(args.threads)
-    targs = train.parse(MODEL + ["--batch-size", str(args.batch_size), "--steps",
+    targs = train.parse(model_flags(args) + ["--batch-size", str(args.batch_size), "--steps",
                                  str(args.steps)])
     with train.flow.device("meta"):  # shapes only: the parameter names of the two groups
         skip = train.trainer.no_decay_names(train.Llama(train.config_of(targs)))
@@ -77,8 +82,12 @@ def part_torch(args):
                       "parameters": sum(p.numel() for p in model.parameters())}))
 
 
-def ours(threads, dtype, batch, steps, token_file):
-    out = run([sys.executable, TRAIN, *MODEL, "--batch-size", str(batch), "--steps", str(steps),
+def model_flags(args):
+    return MOE_MODEL if args.experts else MODEL
+
+
+def ours(args, threads, dtype, batch, steps, token_file):
+    out = run([sys.executable, TRAIN, *model_flags(args), "--batch-size", str(batch), "--steps", str(steps),
                "--quiet", "--warmup-steps", "1", "--dtype", dtype, "--data-bin", token_file],
               threads)
     done = re.search(r"then ([\d.]+) ms/step median, .* waiting for data ([\d.]+)% of the time",
@@ -86,10 +95,11 @@ def ours(threads, dtype, batch, steps, token_file):
     return {"median_ms": float(done.group(1)), "data_wait": float(done.group(2)) / 100}
 
 
-def theirs(threads, dtype, batch, steps, compile_):
+def theirs(args, threads, dtype, batch, steps, compile_):
     out = run([sys.executable, __file__, "--part", "torch", "--threads", str(threads), "--dtype",
                dtype, "--batch-size", str(batch), "--steps", str(steps)]
-              + (["--compile"] if compile_ else []), threads)
+              + (["--compile"] if compile_ else []) + (["--experts"] if args.experts else []),
+              threads)
     return json.loads(out.strip().splitlines()[-1])
 
 
@@ -104,28 +114,30 @@ def main():
     p.add_argument("--dtypes", default="float32,bfloat16", help="the driver's dtypes")
     p.add_argument("--thread-counts", default="1,2", help="the driver's thread counts")
     p.add_argument("--compile", action="store_true", help="also torch.compile'd PyTorch")
+    p.add_argument("--experts", action="store_true", help="the mixture-of-experts model")
     args = p.parse_args()
     if args.part == "torch":
         sys.path.insert(0, os.path.dirname(TRAIN))
         return part_torch(args)
 
-    tokens = args.batch_size * int(MODEL[MODEL.index("--block-size") + 1])
+    model = model_flags(args)
+    tokens = args.batch_size * int(model[model.index("--block-size") + 1])
     with tempfile.TemporaryDirectory() as tmp:
         token_file = os.path.join(tmp, "tokens.bin")
         run([sys.executable, PREPARE, CORPUS, token_file], 1)
-        print(f"# LLaMA benchmark ({' '.join(MODEL)}, batch {args.batch_size}, {args.steps} "
+        print(f"# LLaMA benchmark ({' '.join(model)}, batch {args.batch_size}, {args.steps} "
               f"steps, {args.repeats} repeats; {time.strftime('%Y-%m-%d')})", flush=True)
         for dtype in args.dtypes.split(","):
             for threads in (int(t) for t in args.thread_counts.split(",")):
                 rows = {"ours": [], "torch": [], "torch.compile": []}
                 for _ in range(args.repeats):
-                    rows["ours"].append(ours(threads, dtype, args.batch_size, args.steps,
+                    rows["ours"].append(ours(args, threads, dtype, args.batch_size, args.steps,
                                              token_file))
-                    rows["torch"].append(theirs(threads, dtype, args.batch_size, args.steps,
-                                                False))
+                    rows["torch"].append(theirs(args, threads, dtype, args.batch_size,
+                                                args.steps, False))
                     if args.compile:
-                        rows["torch.compile"].append(theirs(threads, dtype, args.batch_size,
-                                                            args.steps, True))
+                        rows["torch.compile"].append(theirs(args, threads, dtype,
+                                                            args.batch_size, args.steps, True))
                 o = statistics.median(r["median_ms"] for r in rows["ours"])
                 wait = statistics.median(r["data_wait"] for r in rows["ours"])
                 line = (f"{dtype}, {threads} thread(s), {rows['torch'][0]['parameters'] / 1e6:.1f}M "

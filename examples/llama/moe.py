@@ -1,0 +1,101 @@
+"""A mixture-of-experts feed-forward layer as Mixtral has it (a router picks the top k of E
+SwiGLU experts for each token and mixes their outputs by the renormalised router
+probabilities), in GShard's dense-dispatch form, so that every shape is fixed before the run and
+expert parallelism is only a layout.
+
+Note [Expert capacity]: each sequence is one routing group. Within it every expert takes at most
+C = ceil(k * T * capacity_factor / E) tokens (T at most), queued as GShard queues them: every
+token's first choice before any token's second, and in token order within a choice (a running
+sum of the choices). A choice that finds its expert full is dropped: that expert adds nothing to
+the token, whose residual carries it on. The routing is a function of one sequence alone, so
+it is the same whatever the batch is split into (data parallel ranks, micro-batches).
+
+Note [Expert parallelism as SBP]: the experts' weights (E, ...) are split over the
+data-parallel ranks on their expert axis (common/layout.py), each rank holding E / dp experts
+whole (or, with tensor parallelism as well, Megatron's column / row halves of each). The
+dispatched tokens (E, B * C, D) arrive split over the batch (the data-parallel layout); the
+layer asks for them split over experts instead, which the compiler carries out as one
+all-to-all, and asks for the experts' outputs split over the batch again, the second all-to-all.
+Nothing else changes: the expert weights' gradients are already whole on the rank that holds
+the expert (no all-reduce), the router's are reduced as every replicated weight's.
+
+Note [Load-balancing loss]: Switch / Mixtral's auxiliary loss, E * sum_e f_e * p_e per group
+(f_e: the fraction of the group's choices that picked expert e, summed over the k choices; p_e:
+the group's mean router probability of e), is 1 per choice when the load is even. Each block
+adds its groups' losses to a (B,) vector that travels with the activations (so pipeline stages
+move it as they move them); the head adds aux_loss_coef times its mean over groups and layers
+to the cross-entropy.
+"""
+
+import math
+
+import oneflowlike as flow
+import oneflowlike.nn as nn
+import oneflowlike.nn.functional as F
+
+
+def expert_capacity(c, tokens):
+    """C of Note [Expert capacity] for a group of ``tokens`` tokens."""
+    return min(tokens, math.ceil(c.top_k * tokens * c.capacity_factor / c.n_experts))
+
+
+def route(probs, top_k, capacity):
+    """(dispatch, combine, choice) of Note [Expert capacity] for router probabilities ``probs``
+    (B, T, E): dispatch (B, T, E, C) is 1 where a token takes slot c of expert e, combine the
+    same weighted by the token's renormalised probability of e, choice (B, T, K, E) the one-hot
+    choices (kept or dropped)."""
+    B, T, E = probs.shape
+    top, chosen = flow.topk(probs, top_k, dim=-1)  # (B, T, K)
+    gates = top / top.sum(-1, keepdim=True)
+    choice = F.one_hot(chosen, E).to(probs.dtype)
+    # Choice-major queue: (B, K * T, E), every first choice ahead of every second.
+    queued = choice.transpose(1, 2).reshape(B, top_k * T, E)
+    slot = ((flow.cumsum(queued, 1) - 1) * queued).sum(-1)  # (B, K * T): place in the queue
+    kept = (slot < capacity).to(probs.dtype)
+    slots = F.one_hot(slot.clamp(max=capacity - 1).to(flow.int64), capacity).to(probs.dtype)
+    slots = slots * kept.unsqueeze(-1)  # (B, K * T, C)
+    per_choice = (queued.unsqueeze(-1) * slots.unsqueeze(2)).reshape(B, top_k, T, E, capacity)
+    dispatch = per_choice.sum(1)  # a token's k choices name k different experts: no overlap
+    combine = (per_choice * gates.transpose(1, 2).reshape(B, top_k, T, 1, 1)).sum(1)
+    return dispatch, combine, choice
+
+
+def balance_loss(probs, choice):
+    """Note [Load-balancing loss] of each group: (B,)."""
+    E = probs.shape[-1]
+    picked = choice.mean(1)  # (B, K, E): the fraction of the group's k-th choices per expert
+    return (picked * probs.mean(1).unsqueeze(1)).sum(-1).sum(-1) * E
+
+
+class MoEFeedForward(nn.Module):
+    """n_experts SwiGLU experts (w1, w3: (E, D, H); w2: (E, H, D)) behind a linear router;
+    forward gives (output, the groups' load-balancing losses (B,))."""
+
+    def __init__(self, c):
+        super().__init__()
+        self.config = c
+        E, D, H = c.n_experts, c.n_embd, c.ffn_hidden
+        self.router = nn.Linear(D, E, bias=False)
+        self.w1 = nn.Parameter(flow.zeros(E, D, H))
+        self.w3 = nn.Parameter(flow.zeros(E, D, H))
+        self.w2 = nn.Parameter(flow.zeros(E, H, D))
+        self.expert_sbp = self.group_sbp = None  # Note [Expert parallelism as SBP]
+
+    def lay_out_tokens(self, expert_sbp, group_sbp):
+        """The layouts the dispatched tokens (E, B * C, D) and the experts' outputs
+        (E, B, C, D) take (common/layout.py: split over experts, then over the batch)."""
+        self.expert_sbp, self.group_sbp = expert_sbp, group_sbp
+
+    def forward(self, x):
+        B, T, D = x.shape
+        E, C = self.config.n_experts, expert_capacity(self.config, T)
+        probs = F.softmax(self.router(x), dim=-1)
+        dispatch, combine, choice = route(probs, self.config.top_k, C)
+        tokens = flow.einsum("btec,btd->ebcd", dispatch, x).reshape(E, B * C, D)
+        if self.expert_sbp is not None:
+            tokens = tokens.to_global(sbp=self.expert_sbp)  # all-to-all
+        h = F.silu(flow.matmul(tokens, self.w1)) * flow.matmul(tokens, self.w3)
+        out = flow.matmul(h, self.w2).reshape(E, B, C, D)
+        if self.group_sbp is not None:
+            out = out.to_global(sbp=self.group_sbp)  # all-to-all back
+        return flow.einsum("btec,ebcd->btd", combine, out), balance_loss(probs, choice)

@@ -1,0 +1,176 @@
+"""examples/llama/train.py --n-experts: Mixtral-style experts (examples/llama/moe.py) give one
+loss curve on one rank and with the experts split over two data-parallel ranks (expert
+parallelism: the tokens cross by all-to-all), under TP2, PP2 and DP2 x TP2, in float32 and
+bfloat16; a run resumed on another layout continues it; the PyTorch twin from the same weights
+gives the same curve; and the routing's pieces (capacity queues, drops, the load-balancing loss)
+do what the notes in moe.py say."""
+
+import json
+import math
+import pathlib
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import example_runs
+import oneflowlike as flow
+from tolerances import LOSS_RTOL
+
+_ROOT = pathlib.Path(__file__).resolve().parents[2]
+_TRAIN = _ROOT / "examples" / "llama" / "train.py"
+sys.path.insert(0, str(_TRAIN.parent))
+import moe  # noqa: E402
+from llama_model import LlamaConfig  # noqa: E402
+
+# Four experts, two per token; capacity 10 of 16 tokens per expert and sequence.
+_SMALL = ["--n-layer", "2", "--n-embd", "32", "--n-head", "4", "--n-kv-head", "2",
+          "--block-size", "16", "--batch-size", "8", "--warmup-steps", "2", "--n-experts", "4",
+          "--quiet"]
+_losses = example_runs.losses
+
+
+def _train(tmp_path, nproc, *flags, tag="run", **kw):
+    return example_runs.train(_TRAIN, _SMALL, tmp_path, nproc, *flags, tag=tag, **kw)
+
+
+@pytest.fixture(scope="module")
+def single(tmp_path_factory):
+    return _train(tmp_path_factory.mktemp("single"), 1)
+
+
+@pytest.mark.parametrize("nproc,flags", [
+    (2, ["--dp", "2"]),
+    (2, ["--tp", "2"]),
+    (2, ["--pp", "2", "--micro-batches", "4"]),
+    (4, ["--dp", "2", "--tp", "2"]),
+    (4, ["--dp", "2", "--pp", "2", "--micro-batches", "2", "--zero"]),
+], ids=["ep2", "tp2", "pp2_m4", "ep2_tp2", "ep2_pp2_zero"])
+def test_layouts_reproduce_the_single_device_loss_curve(tmp_path, single, nproc, flags):
+    records = _train(tmp_path, nproc, *flags)
+    np.testing.assert_allclose(_losses(records), _losses(single), rtol=LOSS_RTOL["float32"])
+    assert _losses(single)[-1] < _losses(single)[0]
+
+
+def _collectives(stdout, rank):
+    """{op: count} of the plan summary's collectives line of ``rank``."""
+    lines = stdout.splitlines()
+    at = next(i for i, line in enumerate(lines) if f"] rank {rank}: " in line and "tasks (" in line)
+    words = lines[at + 1].split("collectives:")[1].split() if "collectives:" in lines[at + 1] else []
+    return {op: int(n) for op, n in zip(words[::2], words[1::2])}
+
+
+def test_experts_are_split_over_data_parallel_ranks_and_tokens_cross_by_all_to_all(tmp_path):
+    ckpt = tmp_path / "ckpt"
+    _, out = _train(tmp_path, 2, "--dp", "2", "--plan-summary", "--save", str(ckpt), steps=2,
+                    output=True)
+    # Two all-to-alls per layer forward (to the experts, back) and two in backward, on each rank.
+    for rank in (0, 1):
+        assert _collectives(out, rank).get("ALL_TO_ALL") == 8, out
+    tensors = json.loads((ckpt / "manifest.json").read_text())["tensors"]
+    for name in ("w1", "w3", "w2"):
+        entry = tensors[f"model.blocks.0.mlp.{name}"]
+        assert entry["sbp"] == ["S(0)"] and entry["shape"][0] == 4, entry
+        assert tensors[f"model.blocks.0.mlp.{name}.exp_avg"]["sbp"] == ["S(0)"]
+    assert tensors["model.blocks.0.mlp.router.weight"]["sbp"] == ["B"]
+    # The dense model on the same layout exchanges no tokens.
+    _, dense = example_runs.train(_TRAIN, _SMALL[:-3] + ["--quiet"], tmp_path, 2, "--dp", "2",
+                                  "--plan-summary", steps=2, tag="dense", output=True)
+    assert "ALL_TO_ALL" not in dense
+
+
+def test_bfloat16_follows_float32_and_ep2_reproduces_one_rank(tmp_path, single):
+    one = _train(tmp_path, 1, "--dtype", "bfloat16", tag="bf16")
+    np.testing.assert_allclose(_losses(one), _losses(single), rtol=LOSS_RTOL["bfloat16"])
+    assert _losses(one) != _losses(single), "the bf16 run computed nothing in bf16"
+    two = _train(tmp_path, 2, "--dp", "2", "--dtype", "bfloat16", tag="bf16_ep2")
+    np.testing.assert_allclose(_losses(two), _losses(one), rtol=LOSS_RTOL["bfloat16"])
+
+
+def test_resume_on_another_layout_continues_the_curve(tmp_path, single):
+    # Experts saved split over two ranks, loaded whole on each rank of TP2 (split by hidden
+    # units there).
+    ckpt = tmp_path / "ckpt"
+    first = _train(tmp_path, 2, "--dp", "2", "--save", str(ckpt), "--stop-after", "5",
+                   tag="first")
+    rest = _train(tmp_path, 2, "--tp", "2", "--resume", str(ckpt), tag="rest")
+    assert [r["step"] for r in rest] == list(range(6, 11))
+    np.testing.assert_allclose(_losses(first) + _losses(rest), _losses(single),
+                               rtol=LOSS_RTOL["float32"])
+
+
+def test_pytorch_twin_gives_the_same_loss_curve(single):
+    torch = pytest.importorskip("torch", reason="torch is not installed (pip install torch)")
+    train = example_runs.load_script(_TRAIN, "llama_train")
+    from llama_model import Llama
+    from llama_torch import torch_llama
+
+    args = train.parse([*_SMALL, "--steps", "10"])
+    config = train.config_of(args)
+    flow.manual_seed(args.seed)  # train.py's initial weights
+    ours = Llama(config)
+    torch.set_num_threads(1)
+    losses = example_runs.torch_curve(torch, ours, torch_llama(config), train, args)
+    np.testing.assert_allclose(_losses(single), losses, rtol=LOSS_RTOL["float32"])
+
+
+def test_routing_queues_first_choices_first_and_drops_what_overflows():
+    # One sequence of 4 tokens, 2 experts, top-1, capacity 2: tokens 0, 1 and 3 pick expert 0,
+    # token 2 expert 1. Expert 0 takes tokens 0 and 1 in order and drops token 3.
+    probs = flow.tensor([[[0.9, 0.1], [0.8, 0.2], [0.3, 0.7], [0.6, 0.4]]])
+    dispatch, combine, choice = moe.route(probs, 1, 2)
+    d = dispatch.numpy()[0]  # (T, E, C)
+    assert d.shape == (4, 2, 2)
+    assert d[0, 0, 0] == 1 and d[1, 0, 1] == 1 and d[2, 1, 0] == 1
+    assert d[3].sum() == 0  # dropped
+    assert d.sum() == 3
+    np.testing.assert_array_equal(combine.numpy()[0], d)  # top-1 gates renormalise to 1
+    # Top-2: every first choice queues before any second choice.
+    dispatch, combine, _ = moe.route(probs, 2, 3)
+    d, c = dispatch.numpy()[0], combine.numpy()[0]
+    assert d[:, 0].sum() == 3 and d[:, 1].sum() == 3  # 4 first + 4 second choices, 2 dropped
+    # Expert 0 queues tokens 0, 1, 3 (first choices), then token 2's second choice: dropped.
+    assert d[3, 0, 2] == 1 and d[2, 0].sum() == 0
+    # Expert 1 queues token 2 (first), then tokens 0, 1, 3 (second): token 3's dropped.
+    assert d[2, 1, 0] == 1 and d[0, 1, 1] == 1 and d[1, 1, 2] == 1 and d[3, 1].sum() == 0
+    p = probs.numpy()[0]
+    np.testing.assert_allclose(c[0, 0, 0], p[0, 0] / p[0].sum(), rtol=1e-6)
+    np.testing.assert_allclose(c[1, 1].sum(), p[1, 1], rtol=1e-6)
+
+
+def test_balance_loss_is_one_per_choice_when_the_load_is_even():
+    even = flow.tensor([[[0.5, 0.5], [0.5, 0.5]]])
+    choice = flow.tensor([[[[1.0, 0.0]], [[0.0, 1.0]]]])  # (B, T, K, E)
+    np.testing.assert_allclose(moe.balance_loss(even, choice).numpy(), [1.0], rtol=1e-6)
+    skewed = flow.tensor([[[0.9, 0.1], [0.9, 0.1]]])
+    both_first = flow.tensor([[[[1.0, 0.0]], [[1.0, 0.0]]]])
+    np.testing.assert_allclose(moe.balance_loss(skewed, both_first).numpy(), [1.8], rtol=1e-6)
+
+
+def test_capacity_follows_gshard():
+    c = LlamaConfig(n_experts=8, top_k=2, capacity_factor=1.25)
+    assert moe.expert_capacity(c, 64) == math.ceil(2 * 64 * 1.25 / 8) == 20
+    assert moe.expert_capacity(LlamaConfig(n_experts=2, top_k=2, capacity_factor=4.0), 8) == 8
+
+
+def test_bad_expert_flags_are_refused_naming_them():
+    for flags, phrase in ((["--n-experts", "3", "--top-k", "4"],
+                           "--top-k must lie in [1, --n-experts 3]"),
+                          (["--n-experts", "1"], "--n-experts must be 0 (a dense MLP) or at least 2"),
+                          (["--n-experts", "3", "--dp", "2"], "--dp 2 must divide --n-experts 3")):
+        result = subprocess.run([sys.executable, str(_TRAIN), *_SMALL[:-3], *flags, "--steps",
+                                 "1"], env=example_runs.clean_env(), capture_output=True,
+                                text=True, timeout=120)
+        assert result.returncode != 0
+        assert phrase in result.stderr, result.stderr
+        assert "Traceback" not in result.stderr, result.stderr
+
+
+def test_greedy_sampling_from_an_ep2_checkpoint_takes_what_pytorch_finds_likeliest(tmp_path):
+    torch = pytest.importorskip("torch", reason="torch is not installed (pip install torch)")
+    _train(tmp_path, 2, "--dp", "2", "--save", str(tmp_path / "ckpt"))
+    sample = example_runs.load_script(_TRAIN.parent / "sample.py", "llama_sample")
+    from llama_torch import torch_llama
+
+    example_runs.check_greedy_sampling(torch, sample, tmp_path / "ckpt", torch_llama)
