@@ -71,8 +71,8 @@ class Layout:
                              f"--micro-batches {micro_batches}.")
         n_experts = getattr(config, "n_experts", 0)
         if n_experts and n_experts % self.dp:
-            raise ValueError(f"--dp {self.dp} must divide --n-experts {n_experts} (each "
-                             f"data-parallel rank holds n_experts / dp experts).")
+            raise ValueError(f"--dp {self.dp} must divide --n-experts (each data-parallel rank "
+                             f"holds n_experts / dp experts). However, got {n_experts}.")
         if config.tied_head and self.pp > 1:
             raise ValueError("--tied-head needs the embedding and the head on one stage: use "
                              "--pp 1.")
@@ -102,6 +102,9 @@ class Layout:
             if self.pp > 1:
                 graph.set_stage(module, stage, p, input_sbp=self.data_sbp())
         if self.dp > 1:
+            # The dispatched tokens (E, B * C, D) split over experts (axis 0), the experts'
+            # outputs (E, B, C, D) over the batch (axis 1), both whole over tensor parallelism.
             for module in model.modules():
                 if hasattr(module, "lay_out_tokens"):
-                    module.lay_out_tokens(self.data_sbp(), self.sbp(flow.sbp.split(1), B))
+                    module.lay_out_tokens(self.sbp(flow.sbp.split(0), B),
+                                          self.sbp(flow.sbp.split(1), B))

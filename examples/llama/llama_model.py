@@ -67,9 +67,10 @@ def config_from_flags(flags):
     return LlamaConfig(block_size=flags["block_size"], n_layer=flags["n_layer"],
                        n_head=flags["n_head"], n_kv_head=flags["n_kv_head"],
                        n_embd=flags["n_embd"], tied_head=flags["tied_head"],
-                       n_experts=flags.get("n_experts", 0), top_k=flags.get("top_k", 2),
-                       capacity_factor=flags.get("capacity_factor", 1.25),
-                       aux_loss_coef=flags.get("aux_loss_coef", 0.01))
+                       n_experts=flags.get("n_experts", 0),
+                       top_k=flags.get("top_k", LlamaConfig.top_k),
+                       capacity_factor=flags.get("capacity_factor", LlamaConfig.capacity_factor),
+                       aux_loss_coef=flags.get("aux_loss_coef", LlamaConfig.aux_loss_coef))
 
 
 class Attention(nn.Module):

@@ -71,18 +71,19 @@ def torch_llama(c):
         def forward(self, x):
             b, t, d = x.shape
             e, k = c.n_experts, c.top_k
-            cap = min(t, math.ceil(k * t * c.capacity_factor / e))
+            cap = min(c.block_size, math.ceil(k * c.block_size * c.capacity_factor / e))
             probs = F.softmax(self.router(x), dim=-1)
             top, chosen = torch.topk(probs, k, dim=-1)
             gates = top / top.sum(-1, keepdim=True)
-            choice = F.one_hot(chosen, e).to(probs.dtype)  # (b, t, k, e)
-            queued = choice.transpose(1, 2).reshape(b, k * t, e)
+            picks = F.one_hot(chosen, e)  # (b, t, k, e) int64
+            queued = picks.reshape(b, t * k, e)  # token-major, so the routing is causal
             slot = ((torch.cumsum(queued, 1) - 1) * queued).sum(-1)
-            slots = F.one_hot(slot.clamp(max=cap - 1).long(), cap).to(probs.dtype)
-            slots = slots * (slot < cap).to(probs.dtype).unsqueeze(-1)
-            per_choice = (queued.unsqueeze(-1) * slots.unsqueeze(2)).reshape(b, k, t, e, cap)
-            dispatch = per_choice.sum(1)
-            combine = (per_choice * gates.transpose(1, 2).reshape(b, k, t, 1, 1)).sum(1)
+            slots = F.one_hot(slot.clamp(max=cap - 1), cap) * (slot < cap).long().unsqueeze(-1)
+            per_choice = queued.to(probs.dtype).unsqueeze(-1) * slots.to(probs.dtype).unsqueeze(2)
+            per_choice = per_choice.reshape(b, t, k, e, cap)
+            dispatch = per_choice.sum(2)
+            combine = (per_choice * gates.reshape(b, t, k, 1, 1)).sum(2)
+            choice = picks.to(probs.dtype)
             tokens = torch.einsum("btec,btd->ebcd", dispatch, x).reshape(e, b * cap, d)
             hidden = F.silu(tokens @ self.w1) * (tokens @ self.w3)
             out = (hidden @ self.w2).reshape(e, b, cap, d)

@@ -26,7 +26,7 @@ from common import trainer  # noqa: E402
 from common.data import ByteData  # noqa: E402,F401 (tests reach it as train.ByteData)
 from common.layout import Layout  # noqa: E402
 from common.trainer import lr_lambda  # noqa: E402,F401
-from llama_model import Llama, config_from_flags  # noqa: E402
+from llama_model import Llama, LlamaConfig, config_from_flags  # noqa: E402
 
 # Megatron's splits along the tensor-parallel dimension: q, k, v and SwiGLU's two input
 # projections column-parallel (whole heads, whole hidden units per rank), the attention output
@@ -53,10 +53,10 @@ def parse(argv=None):
     p.add_argument("--n-experts", type=int, default=0,
                    help="Mixtral-style mixture of experts instead of the MLP (0: dense); the "
                         "experts are split over the data-parallel ranks")
-    p.add_argument("--top-k", type=int, default=2, help="experts per token")
-    p.add_argument("--capacity-factor", type=float, default=1.25,
+    p.add_argument("--top-k", type=int, default=LlamaConfig.top_k, help="experts per token")
+    p.add_argument("--capacity-factor", type=float, default=LlamaConfig.capacity_factor,
                    help="tokens an expert takes per sequence, over the even share")
-    p.add_argument("--aux-loss-coef", type=float, default=0.01,
+    p.add_argument("--aux-loss-coef", type=float, default=LlamaConfig.aux_loss_coef,
                    help="weight of the experts' load-balancing loss")
     return p.parse_args(argv)
 

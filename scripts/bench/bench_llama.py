@@ -9,8 +9,8 @@ enable_gqa, fused AdamW over the same two groups, clipping) eager, under torch.a
 bfloat16) for bf16, and with --compile also torch.compile'd. About 25M parameters by default
 (8 layers, 512 channels, 8 query and 4 key/value heads, block 256). With --experts, the
 Mixtral-style model (examples/llama/moe.py) instead: 4 layers, 384 channels, 6 query and 2
-key/value heads, block 256, 8 experts of which 2 per token (about 42M parameters, of which each
-token uses about 14M), against the twin's same layer written with torch ops.
+key/value heads, block 256, 8 experts of which 2 per token (39.5M parameters, of which each
+token uses about 11M), against the twin's same layer written with torch ops.
 
 Ours reads its batches through flow.utils.data (--data-bin: a memory-mapped token file, a
 DistributedSampler and a DataLoader prefetching on a thread); the summary's "waiting for data"

@@ -5,7 +5,8 @@ index_slices.cuh), of the orders (kernels/cuda/sort.cu) and of the running sums
 Every test here needs a GPU and is skipped without one (CI has none). Gathers and orders move
 values, so they must be equal bit for bit (ties and NaN included: Note [Orders and ties]); the
 scatter-adds sum in index order on both devices (float32 for the 16-bit dtypes), so they are
-equal too, and so are the running sums (double on both, Note [Running sums]). Line lengths straddle the warp/block limit of the max/min reductions (1024).
+equal too, and so are the running sums (double on both, Note [Running sums]). Line
+lengths straddle the warp/block limit of the max/min reductions (1024).
 """
 
 import numpy as np

@@ -65,9 +65,11 @@ def test_experts_are_split_over_data_parallel_ranks_and_tokens_cross_by_all_to_a
     ckpt = tmp_path / "ckpt"
     _, out = _train(tmp_path, 2, "--dp", "2", "--plan-summary", "--save", str(ckpt), steps=2,
                     output=True)
-    # Two all-to-alls per layer forward (to the experts, back) and two in backward, on each rank.
+    # At least the forward's two per layer (the tokens to their experts and back); which of the
+    # backward's exchanges are all-to-alls the compiler's costs decide (a reduce-scatter of the
+    # input's gradient is cheaper than the dispatched tokens' all-to-all at this size).
     for rank in (0, 1):
-        assert _collectives(out, rank).get("ALL_TO_ALL") == 8, out
+        assert _collectives(out, rank).get("ALL_TO_ALL", 0) >= 4, out
     tensors = json.loads((ckpt / "manifest.json").read_text())["tensors"]
     for name in ("w1", "w3", "w2"):
         entry = tensors[f"model.blocks.0.mlp.{name}"]
@@ -115,7 +117,7 @@ def test_pytorch_twin_gives_the_same_loss_curve(single):
     np.testing.assert_allclose(_losses(single), losses, rtol=LOSS_RTOL["float32"])
 
 
-def test_routing_queues_first_choices_first_and_drops_what_overflows():
+def test_routing_queues_tokens_in_order_and_drops_what_overflows():
     # One sequence of 4 tokens, 2 experts, top-1, capacity 2: tokens 0, 1 and 3 pick expert 0,
     # token 2 expert 1. Expert 0 takes tokens 0 and 1 in order and drops token 3.
     probs = flow.tensor([[[0.9, 0.1], [0.8, 0.2], [0.3, 0.7], [0.6, 0.4]]])
@@ -126,39 +128,66 @@ def test_routing_queues_first_choices_first_and_drops_what_overflows():
     assert d[3].sum() == 0  # dropped
     assert d.sum() == 3
     np.testing.assert_array_equal(combine.numpy()[0], d)  # top-1 gates renormalise to 1
-    # Top-2: every first choice queues before any second choice.
-    dispatch, combine, _ = moe.route(probs, 2, 3)
-    d, c = dispatch.numpy()[0], combine.numpy()[0]
-    assert d[:, 0].sum() == 3 and d[:, 1].sum() == 3  # 4 first + 4 second choices, 2 dropped
-    # Expert 0 queues tokens 0, 1, 3 (first choices), then token 2's second choice: dropped.
-    assert d[3, 0, 2] == 1 and d[2, 0].sum() == 0
-    # Expert 1 queues token 2 (first), then tokens 0, 1, 3 (second): token 3's dropped.
-    assert d[2, 1, 0] == 1 and d[0, 1, 1] == 1 and d[1, 1, 2] == 1 and d[3, 1].sum() == 0
-    p = probs.numpy()[0]
-    np.testing.assert_allclose(c[0, 0, 0], p[0, 0] / p[0].sum(), rtol=1e-6)
-    np.testing.assert_allclose(c[1, 1].sum(), p[1, 1], rtol=1e-6)
+    # Top-2, capacity 3: each token's two choices queue before the next token's, so tokens 0-2
+    # fill both experts and token 3 (whatever it prefers) finds them full.
+    d = moe.route(probs, 2, 3)[0].numpy()[0]
+    for t in range(3):
+        assert d[t, 0, t] == 1 and d[t, 1, t] == 1
+    assert d[3].sum() == 0 and d.sum() == 6
+
+
+def test_gates_are_the_chosen_probabilities_renormalised():
+    probs = flow.tensor([[[0.5, 0.3, 0.2], [0.1, 0.2, 0.7]]])  # 3 experts, top-2
+    combine = moe.route(probs, 2, 2)[1].numpy()[0]  # (T, E, C)
+    np.testing.assert_allclose(combine[0].sum(-1), [0.5 / 0.8, 0.3 / 0.8, 0.0], rtol=1e-6)
+    np.testing.assert_allclose(combine[1].sum(-1), [0.0, 0.2 / 0.9, 0.7 / 0.9], rtol=1e-6)
 
 
 def test_balance_loss_is_one_per_choice_when_the_load_is_even():
     even = flow.tensor([[[0.5, 0.5], [0.5, 0.5]]])
     choice = flow.tensor([[[[1.0, 0.0]], [[0.0, 1.0]]]])  # (B, T, K, E)
     np.testing.assert_allclose(moe.balance_loss(even, choice).numpy(), [1.0], rtol=1e-6)
+    both = flow.tensor([[[[1.0, 0.0], [0.0, 1.0]], [[0.0, 1.0], [1.0, 0.0]]]])  # top-2
+    np.testing.assert_allclose(moe.balance_loss(even, both).numpy(), [2.0], rtol=1e-6)
     skewed = flow.tensor([[[0.9, 0.1], [0.9, 0.1]]])
     both_first = flow.tensor([[[[1.0, 0.0]], [[1.0, 0.0]]]])
     np.testing.assert_allclose(moe.balance_loss(skewed, both_first).numpy(), [1.8], rtol=1e-6)
 
 
-def test_capacity_follows_gshard():
-    c = LlamaConfig(n_experts=8, top_k=2, capacity_factor=1.25)
-    assert moe.expert_capacity(c, 64) == math.ceil(2 * 64 * 1.25 / 8) == 20
-    assert moe.expert_capacity(LlamaConfig(n_experts=2, top_k=2, capacity_factor=4.0), 8) == 8
+def test_capacity_follows_gshard_at_the_block_size():
+    c = LlamaConfig(block_size=64, n_experts=8, top_k=2, capacity_factor=1.25)
+    assert moe.expert_capacity(c) == math.ceil(2 * 64 * 1.25 / 8) == 20
+    assert moe.expert_capacity(LlamaConfig(block_size=8, n_experts=2, capacity_factor=4.0)) == 8
+
+
+def test_routing_is_causal_and_a_prefix_routes_as_the_whole_sequence():
+    # Capacity 4 of 16 tokens x 2 choices over 4 experts: at least half the choices are
+    # dropped, so which tokens keep their experts is decided all along the sequence.
+    from llama_model import Llama
+
+    config = LlamaConfig(block_size=16, n_layer=2, n_head=4, n_kv_head=2, n_embd=32,
+                         n_experts=4, capacity_factor=0.5)
+    assert moe.expert_capacity(config) == 4
+    flow.manual_seed(3)
+    model = Llama(config)
+    rng = np.random.default_rng(4)
+    tokens = rng.integers(0, 256, size=(2, 16))
+    changed = tokens.copy()
+    changed[:, 8:] = rng.integers(0, 256, size=(2, 8))
+    with flow.no_grad():
+        whole = model(flow.tensor(tokens)).numpy()
+        other_future = model(flow.tensor(changed)).numpy()
+        prefix = model(flow.tensor(tokens[:, :6])).numpy()
+    np.testing.assert_allclose(other_future[:, :8], whole[:, :8], rtol=1e-6, atol=1e-6)
+    assert not np.allclose(other_future[:, 8:], whole[:, 8:])
+    np.testing.assert_allclose(prefix, whole[:, :6], rtol=1e-6, atol=1e-6)
 
 
 def test_bad_expert_flags_are_refused_naming_them():
     for flags, phrase in ((["--n-experts", "3", "--top-k", "4"],
                            "--top-k must lie in [1, --n-experts 3]"),
                           (["--n-experts", "1"], "--n-experts must be 0 (a dense MLP) or at least 2"),
-                          (["--n-experts", "3", "--dp", "2"], "--dp 2 must divide --n-experts 3")):
+                          (["--n-experts", "3", "--dp", "2"], "--dp 2 must divide --n-experts")):
         result = subprocess.run([sys.executable, str(_TRAIN), *_SMALL[:-3], *flags, "--steps",
                                  "1"], env=example_runs.clean_env(), capture_output=True,
                                 text=True, timeout=120)
