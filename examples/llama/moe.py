@@ -83,9 +83,9 @@ class MoEFeedForward(nn.Module):
         self.config = c
         E, D, H = c.n_experts, c.n_embd, c.ffn_hidden
         self.router = nn.Linear(D, E, bias=False)
-        self.w1 = nn.Parameter(flow.zeros(E, D, H))
-        self.w3 = nn.Parameter(flow.zeros(E, D, H))
-        self.w2 = nn.Parameter(flow.zeros(E, H, D))
+        self.w1 = nn.Parameter(flow.empty(E, D, H))
+        self.w3 = nn.Parameter(flow.empty(E, D, H))
+        self.w2 = nn.Parameter(flow.empty(E, H, D))
         self.expert_sbp = self.group_sbp = None  # Note [Expert parallelism as SBP]
 
     def lay_out_tokens(self, expert_sbp, group_sbp):

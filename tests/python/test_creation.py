@@ -16,6 +16,24 @@ def test_zeros_ones_full_like():
     assert flow.zeros(2, requires_grad=True).requires_grad
 
 
+def test_empty_and_empty_like_as_torch_with_zeros_for_values():
+    # torch leaves the values unspecified; here they are zeros, as new_empty's: no uninitialised
+    # memory reaches users.
+    e = flow.empty(2, 3)
+    assert e.shape == (2, 3) and e.dtype == flow.float32
+    np.testing.assert_array_equal(e.numpy(), np.zeros((2, 3)))
+    assert flow.empty((4,), dtype=flow.int64).dtype == flow.int64
+    assert flow.empty(2, requires_grad=True).requires_grad
+    like = flow.empty_like(flow.tensor([[1, 2]]))
+    assert like.shape == (1, 2) and like.dtype == flow.int64
+    with flow.device("meta"):  # a layer's weights declared empty, then initialised
+        assert flow.empty(3, 5).shape == (3, 5)
+    one = flow.placement("cpu", ranks=[0])
+    g = flow.empty(4, 2, placement=one, sbp=flow.sbp.split(0))
+    assert g.is_global and g.shape == (4, 2) and g.sbp == (flow.sbp.split(0),)
+    assert flow.empty_like(g).is_global
+
+
 def test_arange_like_torch():
     np.testing.assert_array_equal(flow.arange(5).numpy(), np.arange(5))
     assert flow.arange(5).dtype == flow.int64

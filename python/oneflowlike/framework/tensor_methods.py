@@ -110,7 +110,7 @@ def _module_to_global(self, placement, sbp, keep_split=False, sbp_for=None):
 
 # Note [Sharded creation]: these make only this rank's piece (framework/sharded_creation.py);
 # the others (tensor, arange, linspace) slice the whole value every rank is given or computes.
-_SHARDED = {"randn", "rand", "randint", "normal", "zeros", "ones", "full"}
+_SHARDED = {"randn", "rand", "randint", "normal", "zeros", "ones", "full", "empty"}
 
 
 def _with_placement(fn):
@@ -281,7 +281,7 @@ _NOT_OPS = {"__repr__", "__str__", "__len__", "__array__", "__float__", "__int__
 
 # flow functions that take no tensor, make their own placement, or (allclose) call the
 # global-aware functions themselves.
-_NOT_WRAPPED = {"randn", "rand", "randint", "zeros", "ones", "full", "tensor", "arange",
+_NOT_WRAPPED = {"randn", "rand", "randint", "zeros", "ones", "full", "empty", "tensor", "arange",
                 "linspace", "manual_seed", "seed", "initial_seed", "from_numpy", "is_tensor",
                 "normal", "as_tensor_like", "allclose"}
 
@@ -301,7 +301,7 @@ def install(flow):
     for name, fn in inplace.TENSOR_METHODS.items():  # in place on global tensors too
         setattr(_gt.GlobalTensor, name, fn)
     flow.is_tensor = _is_tensor
-    for name in ("randn", "rand", "randint", "normal", "zeros", "ones", "full", "tensor",
+    for name in ("randn", "rand", "randint", "normal", "zeros", "ones", "full", "empty", "tensor",
                  "arange", "linspace"):
         setattr(flow, name, _with_placement(getattr(flow, name)))
     from oneflowlike import ops

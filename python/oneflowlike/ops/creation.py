@@ -6,8 +6,8 @@ import operator
 
 from oneflowlike import _C
 
-__all__ = ["zeros", "ones", "full", "zeros_like", "ones_like", "full_like", "arange", "linspace",
-           "cast"]
+__all__ = ["zeros", "ones", "full", "empty", "zeros_like", "ones_like", "full_like", "empty_like",
+           "arange", "linspace", "cast"]
 
 
 def _size(size):
@@ -59,6 +59,12 @@ def ones(*size, dtype=None, device=None, requires_grad=False):
     return _make("ones", _size(size), 1.0, dtype, requires_grad, device)
 
 
+def empty(*size, dtype=None, device=None, requires_grad=False):
+    """torch.empty: a tensor whose values the caller will overwrite. Here it holds zeros, as
+    Tensor.new_empty does: no uninitialised memory reaches users."""
+    return _make("empty", _size(size), 0.0, dtype, requires_grad, device)
+
+
 def full(size, fill_value, dtype=None, device=None, requires_grad=False):
     if dtype is None:
         dtype = _C.dtype.int64 if isinstance(fill_value, builtins.int) and not isinstance(
@@ -74,6 +80,12 @@ def zeros_like(input, dtype=None, device=None, requires_grad=False):  # noqa: A0
 
 def ones_like(input, dtype=None, device=None, requires_grad=False):  # noqa: A002
     return _make("ones_like", input.shape, 1.0, dtype or input.dtype, requires_grad, device,
+                 like=input)
+
+
+def empty_like(input, dtype=None, device=None, requires_grad=False):  # noqa: A002
+    """torch.empty_like, holding zeros (empty)."""
+    return _make("empty_like", input.shape, 0.0, dtype or input.dtype, requires_grad, device,
                  like=input)
 
 
