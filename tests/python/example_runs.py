@@ -82,6 +82,24 @@ def torch_curve(torch, ours, model, train, args, steps=10, autocast=False):
     return losses
 
 
+def llama_twin_losses(torch, flags, steps=10):
+    """The PyTorch twin's curve (examples/llama/llama_torch.py) from the initial weights
+    examples/llama/train.py builds with ``flags``, through ``torch_curve``."""
+    import oneflowlike as flow
+
+    train = load_script(pathlib.Path(__file__).resolve().parents[2] / "examples" / "llama"
+                        / "train.py", "llama_train")
+    from llama_model import Llama
+    from llama_torch import torch_llama
+
+    args = train.parse([*flags, "--steps", str(steps)])
+    config = train.config_of(args)
+    flow.manual_seed(args.seed)  # train.py's initial weights
+    ours = Llama(config)
+    torch.set_num_threads(1)
+    return torch_curve(torch, ours, torch_llama(config), train, args, steps)
+
+
 def load_script(path, name):
     """The example script at ``path`` as module ``name`` (two examples' sample.py would both be
     "sample" on sys.path)."""

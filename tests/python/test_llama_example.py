@@ -12,7 +12,6 @@ import numpy as np
 import pytest
 
 import example_runs
-import oneflowlike as flow
 from tolerances import LOSS_RTOL
 from gpus import NEEDS_GPU
 
@@ -161,22 +160,7 @@ def test_bad_flags_are_reported():
 
 def test_pytorch_twin_gives_the_same_loss_curve(single):
     torch = pytest.importorskip("torch", reason="torch is not installed (pip install torch)")
-    import importlib.util
-
-
-    # By path, under a name of its own: the GPT example's train.py is "train" in this process.
-    spec = importlib.util.spec_from_file_location("llama_train", _TRAIN)
-    train = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(train)
-    from llama_model import Llama
-    from llama_torch import torch_llama
-
-    args = train.parse([*_SMALL, "--steps", "10"])
-    config = train.config_of(args)
-    flow.manual_seed(args.seed)  # train.py's initial weights
-    ours = Llama(config)
-    torch.set_num_threads(1)
-    losses = example_runs.torch_curve(torch, ours, torch_llama(config), train, args)
+    losses = example_runs.llama_twin_losses(torch, _SMALL)
     np.testing.assert_allclose(_losses(single), losses, rtol=LOSS_RTOL["float32"])
 
 

@@ -104,16 +104,7 @@ def test_resume_on_another_layout_continues_the_curve(tmp_path, single):
 
 def test_pytorch_twin_gives_the_same_loss_curve(single):
     torch = pytest.importorskip("torch", reason="torch is not installed (pip install torch)")
-    train = example_runs.load_script(_TRAIN, "llama_train")
-    from llama_model import Llama
-    from llama_torch import torch_llama
-
-    args = train.parse([*_SMALL, "--steps", "10"])
-    config = train.config_of(args)
-    flow.manual_seed(args.seed)  # train.py's initial weights
-    ours = Llama(config)
-    torch.set_num_threads(1)
-    losses = example_runs.torch_curve(torch, ours, torch_llama(config), train, args)
+    losses = example_runs.llama_twin_losses(torch, _SMALL)
     np.testing.assert_allclose(_losses(single), losses, rtol=LOSS_RTOL["float32"])
 
 
