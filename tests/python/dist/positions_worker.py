@@ -48,7 +48,14 @@ try:
     program()
     raise AssertionError(f"rank {rank}: the ops ran")
 except RuntimeError as e:
-    assert f"ranks {rank} and {1 - rank} run different things as their run" in str(e), str(e)
+    # Either the differing runs meet (each rank names both), or one of them needed nothing from
+    # the other rank (rank 1's mean only sends its partial sum to rank 0) and finished before
+    # the other's announcement came: then the next run with that rank is refused, naming where
+    # each rank is (Note [Program positions]). A loaded machine gave the second now and then.
+    met = f"ranks {rank} and {1 - rank} run different things as their run" in str(e)
+    later = (f"ranks {rank} and {1 - rank} run '" in str(e)
+             and "at different points of their programs" in str(e))
+    assert met or later, str(e)
     print(f"rank {rank}: {e}", flush=True)
     refusals += 1
 assert time.monotonic() - start < 20, time.monotonic() - start
@@ -56,6 +63,10 @@ try:
     (y + 1).to_global(sbp=flow.sbp.broadcast)  # the same on both ranks, but too late
     raise AssertionError(f"rank {rank}: an op ran after the difference")
 except RuntimeError as e:
-    assert f"' exchanges data with rank {1 - rank}, and an earlier run found" in str(e), str(e)
+    # Refused here, or on the other rank first, whose notice of its refused run can come before
+    # this rank's own refusal (Note [Failed runs across processes] in actor/runtime.cpp).
+    own = f"' exchanges data with rank {1 - rank}, and an earlier run found" in str(e)
+    told = f"rank {1 - rank}'s run of '" in str(e) and "failed in iteration" in str(e)
+    assert own or told, str(e)
     refusals += 1
 print(f"rank {rank}: refused {refusals}", flush=True)
