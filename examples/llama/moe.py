@@ -60,11 +60,13 @@ def route(probs, top_k, capacity):
     slot = ((flow.cumsum(queued, 1) - 1) * queued).sum(-1)  # (B, T * K): place in the queue
     kept = (slot < capacity).to(flow.int64)
     slots = F.one_hot(slot.clamp(max=capacity - 1), capacity) * kept.unsqueeze(-1)
-    per_choice = queued.to(probs.dtype).unsqueeze(-1) * slots.to(probs.dtype).unsqueeze(2)
-    per_choice = per_choice.reshape(B, T, top_k, E, capacity)
-    dispatch = per_choice.sum(2)  # a token's k choices name k different experts: no overlap
-    combine = (per_choice * gates.reshape(B, T, top_k, 1, 1)).sum(2)
-    return dispatch, combine, picks.to(probs.dtype)
+    slots = slots.reshape(B, T, top_k, capacity).to(probs.dtype)
+    choice = picks.to(probs.dtype)
+    # Summed over the k choices as products, never as a (B, T, K, E, C) tensor: a token's k
+    # choices name k different experts, so each (e, c) takes one term at most.
+    dispatch = flow.einsum("btke,btkc->btec", choice, slots)
+    combine = flow.einsum("btke,btkc->btec", choice * gates.unsqueeze(-1), slots)
+    return dispatch, combine, choice
 
 
 def balance_loss(probs, choice):
