@@ -16,6 +16,7 @@ import pytest
 
 import example_runs
 import oneflowlike as flow
+from gpus import NEEDS_GPU
 from tolerances import LOSS_RTOL
 
 _ROOT = pathlib.Path(__file__).resolve().parents[2]
@@ -59,6 +60,17 @@ def _collectives(stdout, rank):
     at = next(i for i, line in enumerate(lines) if f"] rank {rank}: " in line and "tasks (" in line)
     words = lines[at + 1].split("collectives:")[1].split() if "collectives:" in lines[at + 1] else []
     return {op: int(n) for op, n in zip(words[::2], words[1::2])}
+
+
+@NEEDS_GPU
+def test_one_gpu_gives_the_cpu_curve_in_float32_and_bfloat16(tmp_path, single):
+    # The CUDA kernels of the routing (topk, one_hot's comparison, cumsum, the batched expert
+    # products) in training, against the CPU kernels' curve; the discrete routing must agree.
+    records = _train(tmp_path, 1, "--device", "cuda", tag="fp32")
+    np.testing.assert_allclose(_losses(records), _losses(single), rtol=2e-4)
+    cpu_bf16 = _train(tmp_path, 1, "--dtype", "bfloat16", tag="cpu_bf16")
+    records = _train(tmp_path, 1, "--device", "cuda", "--dtype", "bfloat16", tag="bf16")
+    np.testing.assert_allclose(_losses(records), _losses(cpu_bf16), rtol=LOSS_RTOL["bfloat16"])
 
 
 def test_experts_are_split_over_data_parallel_ranks_and_tokens_cross_by_all_to_all(tmp_path):
