@@ -62,6 +62,13 @@ def _collectives(stdout, rank):
     return {op: int(n) for op, n in zip(words[::2], words[1::2])}
 
 
+def test_ep2_on_cuda_placements_gives_the_curve_simulated(tmp_path, single):
+    # --device cuda with the runtime running the GPU tasks on the host (OFL_SIMULATE_CUDA=1): the
+    # all-to-alls of GPU registers, through the plan's host copies, keep the curve.
+    records = _train(tmp_path, 2, "--dp", "2", "--device", "cuda", env={"OFL_SIMULATE_CUDA": "1"})
+    np.testing.assert_allclose(_losses(records), _losses(single), rtol=1e-4)
+
+
 @NEEDS_GPU
 def test_one_gpu_gives_the_cpu_curve_in_float32_and_bfloat16(tmp_path, single):
     # The CUDA kernels of the routing (topk, one_hot's comparison, cumsum, the batched expert
