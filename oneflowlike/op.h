@@ -169,6 +169,11 @@ struct TPositionDependent {
 struct TViewOfInput {
   using type = int;
 };
+/// No gradient flows through the op's outputs (stop_gradient: a traced tensor's detach()); the
+/// compiler's autograd pass treats them as constants.
+struct TStopsGradient {
+  using type = bool;
+};
 /// Eager mode: the device the outputs are made on, given the params (to_device), instead of the
 /// inputs' device; the kernel is the inputs' device's. In a graph the placement decides.
 struct FOutputDevice {

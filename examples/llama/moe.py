@@ -12,7 +12,8 @@ that order lets a later token take an earlier token's place, so a token's output
 on the tokens after it, which a decoder must not see (a review measured 8.5e-3 on the logits).
 In token order a token's slots depend only on the tokens before it, and with C fixed by
 block_size rather than by the length at hand, a prefix (sampling) routes as the whole sequence
-did. The routing is a function of one sequence alone, so it is the same whatever the batch is
+did. The price: the drops fall on a sequence's last tokens, and a token's second choice can
+take the slot a later token's first choice wanted, which GShard's order prevents. The routing is a function of one sequence alone, so it is the same whatever the batch is
 split into (data parallel ranks, micro-batches).
 
 Note [Expert parallelism as SBP]: the experts' weights (E, ...) are split over the

@@ -140,7 +140,35 @@ OFL_REGISTER_OP("expand")
     .set<FSbpSignatures>(expand_signatures)
     .set<FGradient>(expand_gradient);
 
+// Note [Detach in a graph]: a traced tensor's detach() is this op, x's values under another
+// name, which the autograd pass treats as a constant (TStopsGradient): gradients reach x only
+// through its other readers. (Tensor::detach copies the tensor's handle, which a trace cannot
+// name.) Every layout passes through unchanged.
+std::vector<TensorMeta> infer_stop_gradient(const InferContext& ctx) { return {ctx.input(0)}; }
+
+std::vector<SbpSignature> stop_gradient_signatures(const InferContext& ctx) {
+  std::vector<SbpSignature> sigs;
+  for (int i = 0; i < ctx.shape(0).ndim(); ++i) sigs.push_back({{S(i)}, {S(i)}});
+  sigs.push_back({{B()}, {B()}});
+  sigs.push_back({{P()}, {P()}});
+  return sigs;
+}
+
+OFL_REGISTER_OP("stop_gradient")
+    .inputs({"x"})
+    .outputs({"out"})
+    .set<TUnderAmp>(AmpCategory::kFollow)
+    .set<FInferMeta>(infer_stop_gradient)
+    .set<FSbpSignatures>(stop_gradient_signatures)
+    .set<TViewOfInput>(0)
+    .set<TStopsGradient>(true);
+
 namespace functional {
+
+Tensor stop_gradient(const Tensor& x) {
+  static OpHandle op("stop_gradient");
+  return op.call1(NoParams{}, {x});
+}
 
 Tensor reshape(const Tensor& x, const Shape& shape) {
   static OpHandle op("reshape");

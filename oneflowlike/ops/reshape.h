@@ -1,5 +1,6 @@
 #pragma once
 // reshape: a view with a new shape (one extent may be -1). expand: broadcast to a shape.
+// stop_gradient: a view of x through which no gradient flows (a traced tensor's detach()).
 
 #include "oneflowlike/params.h"
 #include "oneflowlike/tensor.h"
@@ -19,6 +20,7 @@ struct ExpandParams {
 namespace functional {
 Tensor reshape(const Tensor& x, const Shape& shape);
 Tensor expand(const Tensor& x, const Shape& shape);
+Tensor stop_gradient(const Tensor& x);
 }  // namespace functional
 
 }  // namespace ofl

@@ -8,6 +8,7 @@
 #include <optional>
 
 #include "oneflowlike/autograd.h"
+#include "oneflowlike/ops/reshape.h"
 #include "oneflowlike/tensor.h"
 #include "python/src/bindings.h"
 
@@ -134,7 +135,14 @@ void init_tensor(py::module_& m) {
           },
           "The CUDA device's index, -1 on the CPU (torch's get_device).")
       .def("item", &Tensor::item, "The value of a one-element tensor.")
-      .def("detach", &Tensor::detach)
+      .def(
+          "detach",
+          [](const Tensor& t) {
+            // Note [Detach in a graph]: a traced tensor's detach is an op of the trace.
+            return t.defined() && t.is_lazy() ? functional::stop_gradient(t) : t.detach();
+          },
+          "The same values, outside autograd (in nn.Graph.build, a value no gradient flows "
+          "through).")
       .def("clone", &Tensor::clone)
       .def_property("requires_grad", &Tensor::requires_grad, &Tensor::set_requires_grad)
       .def(

@@ -147,7 +147,7 @@ if [[ $python_module == ON ]]; then
     tests/python/test_cuda_data_movement.py tests/python/test_cuda_random_optim_fused.py \
     tests/python/test_cuda_index_sort.py tests/python/cuda_eager_cases.py \
     tests/python/test_creation.py || failures pytest_cuda 40
-  wants pytest_gpu_training && stage pytest_gpu_training 160 "${pytest[@]}" --timeout=140 \
+  wants pytest_gpu_training && stage pytest_gpu_training 260 "${pytest[@]}" --timeout=140 \
     tests/python/test_gpt_example.py tests/python/test_llama_example.py \
     tests/python/test_moe_example.py tests/python/test_distributed_frontend.py tests/python/test_ddp.py -k "gpu and not simulated" ||
     failures pytest_gpu_training 40

@@ -136,6 +136,8 @@ def test_creation_functions_make_their_tensor_on_the_device():
         "zeros_like": lambda **kw: flow.zeros_like(x, **kw),
         "ones_like": lambda **kw: flow.ones_like(x, dtype=flow.float64, **kw),
         "full_like": lambda **kw: flow.full_like(x, 2.5, **kw),
+        "empty": lambda **kw: flow.empty(2, 3, **kw),
+        "empty_like": lambda **kw: flow.empty_like(x, **kw),
         "arange": lambda **kw: flow.arange(1, 10, 2, **kw),
         "arange_float": lambda **kw: flow.arange(0, 1, 0.125, **kw),
         "linspace": lambda **kw: flow.linspace(-1, 1, 9, **kw),

@@ -72,7 +72,9 @@ def test_ep2_on_cuda_placements_gives_the_curve_simulated(tmp_path, single):
 @NEEDS_GPU
 def test_one_gpu_gives_the_cpu_curve_in_float32_and_bfloat16(tmp_path, single):
     # The CUDA kernels of the routing (topk, one_hot's comparison, cumsum, the batched expert
-    # products) in training, against the CPU kernels' curve; the discrete routing must agree.
+    # products) in training, against the CPU kernels' curve. The curves agree only where the
+    # discrete routing does: if this fails, compare the routing before any tolerance (a near
+    # tie of router logits rounded differently by the two devices' matmuls).
     records = _train(tmp_path, 1, "--device", "cuda", tag="fp32")
     np.testing.assert_allclose(_losses(records), _losses(single), rtol=2e-4)
     cpu_bf16 = _train(tmp_path, 1, "--dtype", "bfloat16", tag="cpu_bf16")

@@ -141,3 +141,26 @@ def test_clip_grad_norm_errors():
         nn.utils.clip_grad_norm_(params, 1.0, error_if_nonfinite=True)
     with pytest.raises(ValueError, match="norm_type must be positive or inf"):
         nn.utils.clip_grad_norm_(params, 1.0, norm_type=0)
+
+
+def test_detach_in_a_graph_stops_the_gradient_as_in_eager():
+    # Note [Detach in a graph]: a traced tensor's detach() is a value the gradient does not flow
+    # through (it raised "a value of another graph's build()"): y * y.detach() trains with
+    # gradient y, where y * y would with 2y.
+    from train_graph import eager_and_graph_losses
+
+    x = flow.tensor(np.random.default_rng(12).standard_normal((5, 4)).astype(np.float32))
+
+    def make():
+        flow.manual_seed(13)
+        model = flow.nn.Linear(4, 3)
+        return model, flow.optim.SGD(model.parameters(), lr=0.5)
+
+    def detached(model, t):
+        y = model(t)
+        return (y * y.detach()).mean()
+
+    eager, graph = eager_and_graph_losses(make, detached, (x,))
+    np.testing.assert_allclose(graph, eager, rtol=1e-6)
+    _, undetached = eager_and_graph_losses(make, lambda m, t: (m(t) * m(t)).mean(), (x,))
+    assert undetached[0] == pytest.approx(graph[0]) and undetached[1] != pytest.approx(graph[1])

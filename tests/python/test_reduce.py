@@ -112,3 +112,55 @@ def test_var_and_std_take_unbiased_in_the_dim_position_as_torch():
     with pytest.raises(TypeError, match=r"\[reduce\] dim must be an int"):
         flow.sum(flow.tensor(a), True)
     assert flow.tensor(3.0).var(-1, unbiased=False).item() == 0.0
+
+
+@pytest.mark.parametrize("dim", [1, (0, 2), -1])
+@pytest.mark.parametrize("keepdim", [False, True])
+def test_logsumexp_matches_torch_without_overflow(dim, keepdim):
+    torch = pytest.importorskip("torch")
+    x = np.random.default_rng(7).standard_normal((3, 4, 5)).astype(np.float32) * 40
+    out = flow.logsumexp(flow.tensor(x), dim, keepdim=keepdim)
+    want = torch.logsumexp(torch.from_numpy(x), dim, keepdim=keepdim).numpy()
+    assert out.shape == want.shape
+    np.testing.assert_allclose(out.numpy(), want, rtol=1e-6)
+    np.testing.assert_allclose(flow.tensor(x).logsumexp(dim, keepdim).numpy(), want, rtol=1e-6)
+
+
+def test_logsumexp_of_infinite_and_nan_slices_and_integers_as_torch():
+    torch = pytest.importorskip("torch")
+    y = np.array([[-np.inf, -np.inf], [np.inf, 1.0], [np.nan, 1.0], [3e38, 3e38]],
+                 dtype=np.float32)
+    np.testing.assert_array_equal(flow.logsumexp(flow.tensor(y), 1).numpy(),
+                                  torch.logsumexp(torch.from_numpy(y), 1).numpy())
+    ints = flow.logsumexp(flow.tensor([1, 2, 3]), 0)
+    assert ints.dtype == flow.float32
+    np.testing.assert_allclose(ints.numpy(), np.log(np.exp([1, 2, 3]).sum()), rtol=1e-6)
+
+
+def test_logsumexp_gradient_is_softmax():
+    torch = pytest.importorskip("torch")
+    x = np.random.default_rng(8).standard_normal((3, 6)).astype(np.float64) * 5
+    a = flow.tensor(x, requires_grad=True)
+    dy = np.random.default_rng(9).standard_normal(3)
+    flow.logsumexp(a, 1).backward(flow.tensor(dy))
+    b = torch.from_numpy(x).requires_grad_()
+    torch.logsumexp(b, 1).backward(torch.from_numpy(dy))
+    np.testing.assert_allclose(a.grad.numpy(), b.grad.numpy(), rtol=1e-12)
+    check_gradients(lambda t: flow.logsumexp(t, (0, 1)), x)
+
+
+def test_logsumexp_in_a_training_graph_equals_eager():
+    from train_graph import eager_and_graph_losses
+
+    x = flow.tensor(np.random.default_rng(10).standard_normal((4, 6)).astype(np.float32))
+
+    def make():
+        flow.manual_seed(11)
+        model = flow.nn.Linear(6, 5)
+        return model, flow.optim.SGD(model.parameters(), lr=0.1)
+
+    def z_loss(model, t):  # the router z-loss of ST-MoE
+        return (flow.logsumexp(model(t), -1) ** 2).mean()
+
+    eager, graph = eager_and_graph_losses(make, z_loss, (x,))
+    np.testing.assert_allclose(graph, eager, rtol=1e-5)

@@ -10,7 +10,7 @@ from launching import launch
 @pytest.mark.parametrize("nproc", [1, 2, 4])
 def test_every_sbp_gives_the_one_device_values_from_pieces_only(nproc):
     out = launch(nproc, "creation_worker.py")
-    counts = {1: 28, 2: 56, 4: 112 + 112 + 1}  # rank 0 is in every placement
+    counts = {1: 32, 2: 64, 4: 128 + 128 + 1}  # rank 0 is in every placement
     assert f"rank 0: {counts[nproc]} creation checks passed" in out, out
     assert out.count("creation checks passed") == nproc, out
 

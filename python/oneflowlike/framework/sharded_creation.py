@@ -1,4 +1,4 @@
-"""Note [Sharded creation] (ops/random.h): flow.randn / rand / randint / zeros / ones / full
+"""Note [Sharded creation] (ops/random.h): flow.randn / rand / randint / zeros / ones / full / empty
 with ``placement=`` and ``sbp=`` compute only this rank's piece, never the whole logical tensor.
 
 A creation function asks ``current()`` for the request while it runs: it reports the logical

@@ -1,4 +1,4 @@
-"""Creation: zeros, ones, full, arange, *_like, and dtype conversion."""
+"""Creation: zeros, ones, full, empty, arange, *_like, and dtype conversion."""
 
 import builtins
 import numbers

@@ -1,8 +1,9 @@
-"""Reductions: sum, mean, amax/amin, max/min, var/std, all/any (over all axes or some); max/min
-with a dim give (values, indices) through the max_dim/min_dim ops (oneflowlike/ops/sort.h).
+"""Reductions: sum, mean, amax/amin, max/min, var/std, logsumexp, all/any (over all axes or
+some); max/min with a dim give (values, indices) through the max_dim/min_dim ops
+(oneflowlike/ops/sort.h).
 
-var, std, all, any and the elementwise forms of max/min are composed of the reduction ops and
-elementwise ops, so their shapes, SBP signatures and gradients are those ops'.
+var, std, logsumexp, all, any and the elementwise forms of max/min are composed of the
+reduction ops and elementwise ops, so their shapes, SBP signatures and gradients are those ops'.
 """
 
 import builtins
@@ -11,7 +12,7 @@ import numbers
 from oneflowlike import _C
 from oneflowlike import return_types
 
-__all__ = ["sum", "mean", "amax", "amin", "max", "min", "var", "std", "all", "any"]
+__all__ = ["sum", "mean", "amax", "amin", "max", "min", "var", "std", "logsumexp", "all", "any"]
 
 
 def _axes(dim):
@@ -113,6 +114,23 @@ def std(input, dim=None, unbiased=None, keepdim=False, *, correction=None):  # n
     return _C.sqrt(var(input, dim, unbiased, keepdim, correction=correction))
 
 
+def logsumexp(input, dim, keepdim=False):  # noqa: A002
+    """log(sum(exp(input))) over ``dim`` (an int or a sequence), without overflow: each slice is
+    shifted by its maximum first, a constant for autograd, so the gradient is softmax(input),
+    as torch's. A slice whose maximum is infinite is not shifted (all -inf gives -inf, a +inf
+    gives +inf); integers sum as float32, as torch."""
+    from oneflowlike.ops.nonfinite import isinf
+    from oneflowlike.ops.where import masked_fill
+
+    if not input.dtype.is_floating_point:
+        input = _C.cast(input, _C.dtype.float32)  # noqa: A001
+    axes = _axes(dim)
+    shift = _C.reduce_max(input, axes, True).detach()
+    shift = masked_fill(shift, isinf(shift), 0.0)
+    out = _C.add(_C.log(_C.reduce_sum(_C.exp(_C.sub(input, shift)), axes, True)), shift)
+    return out if keepdim else _C.reduce_sum(out, axes, False)  # drops the kept size-1 axes
+
+
 def _false():
     return _C.fill((), _C.dtype.bool, 0.0)
 
@@ -159,4 +177,5 @@ def all(input, dim=None, keepdim=False):  # noqa: A001,A002
 
 
 TENSOR_METHODS = {"sum": sum, "mean": mean, "amax": amax, "amin": amin, "max": max, "min": min,
+                  "logsumexp": logsumexp,
                   "var": var, "std": std, "all": all, "any": any}

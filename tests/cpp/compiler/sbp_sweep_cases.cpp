@@ -226,6 +226,7 @@ std::vector<OpCase> sweep_cases() {
       {"topk", "topk", TopkParams{3, 1, true, true}, {floats(t)}},
       {"sort_descending", "sort", SortParams{-1, true, false}, {floats(t)}},
       {"cumsum", "cumsum", CumsumParams{1, false}, {floats(t)}},
+      {"stop_gradient", "stop_gradient", NoParams{}, {floats(t)}},
       {"cumsum_reverse", "cumsum", CumsumParams{-1, true}, {floats(t)}},
       {"fill", "fill", FillParams{m, DataType::kFloat32, 2.5}, {}},
       {"arange", "arange", ArangeParams{1.0, 6.5, 0.5, DataType::kFloat32}, {}},

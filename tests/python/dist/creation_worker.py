@@ -22,6 +22,7 @@ MAKERS = {
     "rand": lambda **kw: flow.rand(SHAPE, dtype=flow.float64, **kw),
     "randint": lambda **kw: flow.randint(-3, 9, SHAPE, **kw),
     "zeros": lambda **kw: flow.zeros(*SHAPE, **kw),
+    "empty": lambda **kw: flow.empty(*SHAPE, **kw),
     "ones": lambda **kw: flow.ones(SHAPE, dtype=flow.float64, **kw),
     "full": lambda **kw: flow.full(SHAPE, 2.5, **kw),
     "normal": lambda **kw: flow.normal(1.5, 0.5, SHAPE, **kw),

@@ -2,7 +2,8 @@
 actor/program_positions.h). argv[1] names what the ranks do differently:
 
 - "different ops", "extra op": runs that exchange data, in different orders on the two ranks.
-  Every rank must raise at once naming both ranks and what each runs, then refuse every later
+  Every rank must raise at once naming both ranks (and what each runs, or where each is when
+  one rank's differing run needed nothing of the other and finished), then refuse every later
   op with the other rank. Prints "rank R: refused 2".
 - "local log": rank 0 alone runs ops that exchange no data (logging a replicated value), which
   is no difference: the ops after it give the right values. Prints "rank R: ok".
@@ -49,7 +50,7 @@ try:
     raise AssertionError(f"rank {rank}: the ops ran")
 except RuntimeError as e:
     # Either the differing runs meet (each rank names both), or one of them needed nothing from
-    # the other rank (rank 1's mean only sends its partial sum to rank 0) and finished before
+    # the other rank (rank 1's mean only sends its rows of y to rank 0) and finished before
     # the other's announcement came: then the next run with that rank is refused, naming where
     # each rank is (Note [Program positions]). A loaded machine gave the second now and then.
     met = f"ranks {rank} and {1 - rank} run different things as their run" in str(e)
