@@ -331,8 +331,20 @@ std::vector<std::pair<int, Tensor>> Runtime::run_iteration(
   // takes its position, as its peers' runs (failed or refused alike) do.
   const std::string position_refused = transport_->begin_run(announced_to_);
   if (!position_refused.empty()) {
-    fail(ErrorCode::kFailedPrecondition, position_refused);
-    wait_for_iteration();  // ends it as a failed run: raises
+    {
+      // The refusal is this rank's own account of the difference, given whatever else came
+      // since running_ was set: a peer's notice of its refused run of this iteration (the same
+      // difference, seen from there) arrives at a time the machine's load decides, and the
+      // error must not depend on it. A fault or a departure still names itself.
+      std::lock_guard<std::mutex> lock(done_mu_);
+      if (!failure_from_fault_ && !failed_by_departure_) {
+        failure_ = position_refused;
+        failure_code_ = ErrorCode::kFailedPrecondition;
+        failure_origin_.reset();
+      }
+    }
+    fail(ErrorCode::kFailedPrecondition, position_refused);  // wakes the waiters
+    wait_for_iteration();                                    // ends it as a failed run: raises
   }
   {
     std::unique_lock<std::mutex> lock(done_mu_);
