@@ -147,14 +147,10 @@ def test_detach_in_a_graph_stops_the_gradient_as_in_eager():
     # Note [Detach in a graph]: a traced tensor's detach() is a value the gradient does not flow
     # through (it raised "a value of another graph's build()"): y * y.detach() trains with
     # gradient y, where y * y would with 2y.
-    from train_graph import eager_and_graph_losses
+    from train_graph import eager_and_graph_losses, seeded_linear
 
     x = flow.tensor(np.random.default_rng(12).standard_normal((5, 4)).astype(np.float32))
-
-    def make():
-        flow.manual_seed(13)
-        model = flow.nn.Linear(4, 3)
-        return model, flow.optim.SGD(model.parameters(), lr=0.5)
+    make = seeded_linear(4, 3, lr=0.5, seed=13)
 
     def detached(model, t):
         y = model(t)

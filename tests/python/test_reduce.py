@@ -150,14 +150,10 @@ def test_logsumexp_gradient_is_softmax():
 
 
 def test_logsumexp_in_a_training_graph_equals_eager():
-    from train_graph import eager_and_graph_losses
+    from train_graph import eager_and_graph_losses, seeded_linear
 
     x = flow.tensor(np.random.default_rng(10).standard_normal((4, 6)).astype(np.float32))
-
-    def make():
-        flow.manual_seed(11)
-        model = flow.nn.Linear(6, 5)
-        return model, flow.optim.SGD(model.parameters(), lr=0.1)
+    make = seeded_linear(6, 5, lr=0.1, seed=11)
 
     def z_loss(model, t):  # the router z-loss of ST-MoE
         return (flow.logsumexp(model(t), -1) ** 2).mean()

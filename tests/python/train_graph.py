@@ -1,6 +1,7 @@
 """The smallest training graph the nn.Graph tests build: cross-entropy of the model's output,
 one optimizer (and optionally an LR scheduler)."""
 
+import oneflowlike as flow
 import oneflowlike.nn as nn
 
 
@@ -29,6 +30,18 @@ class LossGraph(nn.Graph):
         loss = self._loss_of(self.model, *inputs)
         loss.backward()
         return loss
+
+
+def seeded_linear(n_in, n_out, lr, seed):
+    """A ``make`` for eager_and_graph_losses: nn.Linear(n_in, n_out) built after
+    manual_seed(seed), so both runs start from the same weights, with SGD at ``lr``."""
+
+    def make():
+        flow.manual_seed(seed)
+        model = nn.Linear(n_in, n_out)
+        return model, flow.optim.SGD(model.parameters(), lr=lr)
+
+    return make
 
 
 def eager_and_graph_losses(make, loss_of, inputs, steps=3):
