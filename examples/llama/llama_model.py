@@ -28,6 +28,7 @@ class LlamaConfig:
     top_k: int = 2  # experts per token
     capacity_factor: float = 1.25  # Note [Expert capacity]
     aux_loss_coef: float = 0.01  # Note [Load-balancing loss]
+    router_z_loss_coef: float = 0.0  # ST-MoE's router z-loss (0: off)
 
     @property
     def head_dim(self):
@@ -70,7 +71,9 @@ def config_from_flags(flags):
                        n_experts=flags.get("n_experts", 0),
                        top_k=flags.get("top_k", LlamaConfig.top_k),
                        capacity_factor=flags.get("capacity_factor", LlamaConfig.capacity_factor),
-                       aux_loss_coef=flags.get("aux_loss_coef", LlamaConfig.aux_loss_coef))
+                       aux_loss_coef=flags.get("aux_loss_coef", LlamaConfig.aux_loss_coef),
+                       router_z_loss_coef=flags.get("router_z_loss_coef",
+                                                    LlamaConfig.router_z_loss_coef))
 
 
 class Attention(nn.Module):
@@ -147,7 +150,7 @@ class Head(nn.Module):
     def __init__(self, c):
         super().__init__()
         self.vocab_size = c.vocab_size
-        self.aux_weight = c.aux_loss_coef / c.n_layer  # the mean over layers
+        self.n_layer = c.n_layer
         self.norm = nn.RMSNorm(c.n_embd, eps=c.norm_eps)
         self.output = nn.Linear(c.n_embd, c.vocab_size, bias=False)
         self.loss = nn.CrossEntropyLoss()
@@ -164,7 +167,8 @@ class Head(nn.Module):
         if targets is None:
             return logits
         loss = self.loss(logits.reshape(-1, self.vocab_size), targets.reshape(-1))
-        return loss if aux is None else loss + self.aux_weight * aux.mean()
+        # aux: the groups' weighted auxiliary losses summed over layers; their mean over both.
+        return loss if aux is None else loss + aux.mean() / self.n_layer
 
 
 class Llama(nn.Module):

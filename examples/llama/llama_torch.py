@@ -72,7 +72,8 @@ def torch_llama(c):
             b, t, d = x.shape
             e, k = c.n_experts, c.top_k
             cap = min(c.block_size, math.ceil(k * c.block_size * c.capacity_factor / e))
-            probs = F.softmax(self.router(x), dim=-1)
+            logits = self.router(x)
+            probs = F.softmax(logits, dim=-1)
             top, chosen = torch.topk(probs, k, dim=-1)
             gates = top / top.sum(-1, keepdim=True)
             picks = F.one_hot(chosen, e)  # (b, t, k, e) int64
@@ -86,7 +87,10 @@ def torch_llama(c):
             tokens = torch.einsum("btec,btd->ebcd", dispatch, x).reshape(e, b * cap, d)
             hidden = F.silu(tokens @ self.w1) * (tokens @ self.w3)
             out = (hidden @ self.w2).reshape(e, b, cap, d)
-            aux = (choice.mean(1) * probs.mean(1).unsqueeze(1)).sum((1, 2)) * e
+            aux = (choice.mean(1) * probs.mean(1).unsqueeze(1)).sum((1, 2)) * e * c.aux_loss_coef
+            if c.router_z_loss_coef:
+                z = (torch.logsumexp(logits, -1) ** 2).mean(-1)
+                aux = aux + z * c.router_z_loss_coef
             return torch.einsum("btec,ebcd->btd", combine, out), aux
 
     class Block(nn.Module):
@@ -132,8 +136,8 @@ def torch_llama(c):
             if targets is None:
                 return logits
             loss = F.cross_entropy(logits.reshape(-1, c.vocab_size), targets.reshape(-1))
-            if c.n_experts:  # the mean over layers and sequences, weighted
-                loss = loss + c.aux_loss_coef * torch.stack(balance).mean()
+            if c.n_experts:  # the weighted auxiliary losses' mean over layers and sequences
+                loss = loss + torch.stack(balance).mean()
             return loss
 
     return Llama()

@@ -30,10 +30,12 @@ the expert (no all-reduce), the router's are reduced as every replicated weight'
 
 Note [Load-balancing loss]: Switch / Mixtral's auxiliary loss, E * sum_e f_e * p_e per group
 (f_e: the fraction of the group's choices that picked expert e, summed over the k choices; p_e:
-the group's mean router probability of e), is 1 per choice when the load is even. Each block
-adds its groups' losses to a (B,) vector that travels with the activations (so pipeline stages
-move it as they move them); the head adds aux_loss_coef times its mean over groups and layers
-to the cross-entropy.
+the group's mean router probability of e), is 1 per choice when the load is even. ST-MoE's
+router z-loss, the group's mean of logsumexp(router logits)^2, keeps the logits small (off
+unless router_z_loss_coef is set). Each block adds its groups' weighted losses (aux_loss_coef
+times the balance loss, plus router_z_loss_coef times the z-loss) to a (B,) vector that travels
+with the activations (so pipeline stages move it as they move them); the head adds its mean
+over groups and layers to the cross-entropy.
 """
 
 import math
@@ -70,6 +72,11 @@ def route(probs, top_k, capacity):
     return dispatch, combine, choice
 
 
+def router_z_loss(logits):
+    """ST-MoE's router z-loss of each group (Note [Load-balancing loss]): (B,)."""
+    return (flow.logsumexp(logits, -1) ** 2).mean(-1)
+
+
 def balance_loss(probs, choice):
     """Note [Load-balancing loss] of each group: (B,)."""
     E = probs.shape[-1]
@@ -79,7 +86,7 @@ def balance_loss(probs, choice):
 
 class MoEFeedForward(nn.Module):
     """n_experts SwiGLU experts (w1, w3: (E, D, H); w2: (E, H, D)) behind a linear router;
-    forward gives (output, the groups' load-balancing losses (B,))."""
+    forward gives (output, the groups' weighted auxiliary losses (B,))."""
 
     def __init__(self, c):
         super().__init__()
@@ -99,7 +106,8 @@ class MoEFeedForward(nn.Module):
     def forward(self, x):
         B, T, D = x.shape
         E, C = self.config.n_experts, expert_capacity(self.config)
-        probs = F.softmax(self.router(x), dim=-1)
+        logits = self.router(x)
+        probs = F.softmax(logits, dim=-1)
         dispatch, combine, choice = route(probs, self.config.top_k, C)
         tokens = flow.einsum("btec,btd->ebcd", dispatch, x).reshape(E, B * C, D)
         if self.expert_sbp is not None:
@@ -108,4 +116,7 @@ class MoEFeedForward(nn.Module):
         out = flow.matmul(h, self.w2).reshape(E, B, C, D)
         if self.group_sbp is not None:
             out = out.to_global(sbp=self.group_sbp)  # all-to-all back
-        return flow.einsum("btec,ebcd->btd", combine, out), balance_loss(probs, choice)
+        aux = balance_loss(probs, choice) * self.config.aux_loss_coef
+        if self.config.router_z_loss_coef:
+            aux = aux + router_z_loss(logits) * self.config.router_z_loss_coef
+        return flow.einsum("btec,ebcd->btd", combine, out), aux

@@ -58,6 +58,8 @@ def parse(argv=None):
                    help="tokens an expert takes per sequence, over the even share")
     p.add_argument("--aux-loss-coef", type=float, default=LlamaConfig.aux_loss_coef,
                    help="weight of the experts' load-balancing loss")
+    p.add_argument("--router-z-loss-coef", type=float, default=LlamaConfig.router_z_loss_coef,
+                   help="weight of ST-MoE's router z-loss (0: off; ST-MoE uses 0.001)")
     return p.parse_args(argv)
 
 

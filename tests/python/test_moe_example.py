@@ -129,6 +129,22 @@ def test_pytorch_twin_gives_the_same_loss_curve(single):
     np.testing.assert_allclose(_losses(single), losses, rtol=LOSS_RTOL["float32"])
 
 
+def test_router_z_loss_joins_the_loss_and_the_pytorch_twin_gives_that_curve_too(tmp_path,
+                                                                                single):
+    torch = pytest.importorskip("torch", reason="torch is not installed (pip install torch)")
+    z = ["--router-z-loss-coef", "0.001"]
+    ours = _losses(_train(tmp_path, 1, *z, tag="z"))
+    assert not np.allclose(ours, _losses(single), rtol=1e-4)  # it changed the loss
+    np.testing.assert_allclose(example_runs.llama_twin_losses(torch, [*_SMALL, *z]), ours,
+                               rtol=LOSS_RTOL["float32"])
+
+
+def test_router_z_loss_is_each_groups_mean_squared_logsumexp():
+    logits = np.random.default_rng(5).standard_normal((2, 3, 4)).astype(np.float32)
+    want = (np.log(np.exp(logits).sum(-1)) ** 2).mean(-1)
+    np.testing.assert_allclose(moe.router_z_loss(flow.tensor(logits)).numpy(), want, rtol=1e-5)
+
+
 def test_routing_queues_tokens_in_order_and_drops_what_overflows():
     # One sequence of 4 tokens, 2 experts, top-1, capacity 2: tokens 0, 1 and 3 pick expert 0,
     # token 2 expert 1. Expert 0 takes tokens 0 and 1 in order and drops token 3.
