@@ -343,8 +343,8 @@ std::vector<std::pair<int, Tensor>> Runtime::run_iteration(
         failure_origin_.reset();
       }
     }
-    fail(ErrorCode::kFailedPrecondition, position_refused);  // wakes the waiters
-    wait_for_iteration();                                    // ends it as a failed run: raises
+    done_cv_.notify_all();
+    wait_for_iteration();  // ends it as a failed run: raises
   }
   {
     std::unique_lock<std::mutex> lock(done_mu_);

@@ -127,8 +127,8 @@ def logsumexp(input, dim, keepdim=False):  # noqa: A002
     axes = _axes(dim)
     shift = _C.reduce_max(input, axes, True).detach()
     shift = masked_fill(shift, isinf(shift), 0.0)
-    out = _C.add(_C.log(_C.reduce_sum(_C.exp(_C.sub(input, shift)), axes, True)), shift)
-    return out if keepdim else _C.reduce_sum(out, axes, False)  # drops the kept size-1 axes
+    total = _C.reduce_sum(_C.exp(_C.sub(input, shift)), axes, keepdim)
+    return _C.add(_C.log(total), shift if keepdim else _C.reshape(shift, tuple(total.shape)))
 
 
 def _false():
