@@ -4,8 +4,8 @@ Note [Meta tensors]: under ``with flow.device("meta"):`` the creation functions 
 normal, zeros, ones, full, empty) and the layers' parameter initialisation make MetaTensors: a
 shape, a dtype and how the values would be made (an Init), nothing allocated. A random Init
 reserves its counters of the global generator when it is made, exactly as the eager call would
-have, so the same code after the same ``manual_seed`` records the same draws. ``nn.init`` functions replace a
-meta tensor's Init (reserving as they would eagerly). ``Module.to_global`` (or
+have, so the same code after the same ``manual_seed`` records the same draws. ``nn.init``
+functions replace a meta tensor's Init (reserving as they would eagerly). ``Module.to_global`` (or
 ``t.to_global``) then makes each rank's piece directly from the Init (Note [Sharded creation]):
 the values equal an eager one-device initialisation, and no rank ever holds a whole tensor.
 Nothing reads or computes on a meta tensor: ops, numpy() and graphs refuse it, naming it.
