@@ -89,7 +89,8 @@ class CastFoldingPass final : public Pass {
     if (producer < 0) return -1;
     const LogicalOp& product = graph.op(producer);
     if (product.kind != OpKind::kCompute ||
-        (product.schema->name() != "matmul" && product.schema->name() != "batch_matmul") ||
+        (product.schema->name() != "matmul" && product.schema->name() != "batch_matmul" &&
+         product.schema->name() != "broadcast_matmul_grad_b") ||
         product.params.as<MatmulParams>().float32_out) {
       return -1;
     }

@@ -112,8 +112,9 @@ int64_t widening_of(const proto::TaskProto& task, const TaskRegisters& regs) {
 int64_t scratchpad_of(const proto::PlanProto& plan, const proto::TaskProto& task,
                       const TaskRegisters& regs) {
   const bool batched = task.op_type() == "batch_matmul";
-  if (!is_host_compute(task) || (task.op_type() != "matmul" && !batched) || regs.ins.size() != 2 ||
-      regs.outs.size() != 1) {
+  const bool rows = task.op_type() == "broadcast_matmul_grad_b";  // Note [Products over rows]
+  if (!is_host_compute(task) || (task.op_type() != "matmul" && !batched && !rows) ||
+      regs.ins.size() != 2 || regs.outs.size() != 1) {
     return 0;
   }
   const OpSchema& op = OpRegistry::global().find(task.op_type());
@@ -122,9 +123,11 @@ int64_t scratchpad_of(const proto::PlanProto& plan, const proto::TaskProto& task
       dtype_from_name(regs.outs[0]->dtype()));
   if (!cpu::uses_onednn_matmul(batched, dtype)) return 0;
   const auto params = params_from_proto(op, params_of(plan, task));
-  const cpu::MatmulProduct product = cpu::matmul_product(
-      batched, from_proto(regs.ins[0]->shape()), from_proto(regs.ins[1]->shape()),
-      from_proto(regs.outs[0]->shape()), params.as<MatmulParams>());
+  const Shape a = from_proto(regs.ins[0]->shape()), b = from_proto(regs.ins[1]->shape());
+  const cpu::MatmulProduct product =
+      rows ? cpu::rows_product(a, b, params.as<MatmulParams>())
+           : cpu::matmul_product(batched, a, b, from_proto(regs.outs[0]->shape()),
+                                 params.as<MatmulParams>());
   return cpu::onednn_matmul_scratchpad_bytes(dtype, product);
 }
 
@@ -141,9 +144,12 @@ int64_t attention_of(const proto::PlanProto& plan, const proto::TaskProto& task,
   const OpSchema& schema = OpRegistry::global().find(op);
   const AttentionParams params =
       params_from_proto(schema, params_of(plan, task)).as<AttentionParams>();
-  const AttentionDims d =
+  AttentionDims d =
       attention_dims(from_proto(regs.ins[q]->shape()), from_proto(regs.ins[q + 1]->shape()),
                      from_proto(regs.ins[q + 2]->shape()), params.sequence_first);
+  // A piece of a sequence-split causal attention reads the keys up to its last query.
+  d.query_offset = attention_query_offset(
+      ranges_from_proto(task.output_region(), 0, task.output_region_size()), params.sequence_first);
   return cpu::attention_workspace_bytes(backward, dtype_from_name(regs.ins[q]->dtype()), d,
                                         params.is_causal, omp_get_max_threads());
 }

@@ -1,51 +1,89 @@
-"""How an example model is laid out over dp x tp x pp ranks, with placements and SBP only.
+"""How an example model is laid out over dp x cp x tp x pp ranks, with placements and SBP only.
 
 The model has three kinds of parts: ``embed`` (first stage), ``blocks`` (a ModuleList cut into
 pp contiguous stages, the first n_layer % pp stages getting one more) and ``head`` (last stage).
-Stage s of pp runs on ranks [s * dp * tp, (s + 1) * dp * tp): a 2-D placement (dp, tp) when both
-are above one, else 1-d. Tensor parallelism follows Megatron: parameters whose names end with one
-of ``column`` are split by output features (S(0) of a Linear weight), those ending with one of
-``row`` by input features (S(1)); the compiler inserts the all-reduces. Expert parallelism
+Stage s of pp runs on the n = dp * cp * tp ranks [s * n, (s + 1) * n), a placement whose
+dimensions are those of dp, cp and tp above one, in that order (tensor-parallel ranks adjacent,
+as Megatron orders them). Tensor parallelism follows Megatron: parameters whose names end with
+one of ``column`` are split by output features (S(0) of a Linear weight), those ending with one
+of ``row`` by input features (S(1)); the compiler inserts the all-reduces. Expert parallelism
 (Note [Expert parallelism as SBP] in examples/llama/moe.py) splits the parameters named in
 ``experts`` (suffix -> the axis tensor parallelism splits) over the data-parallel ranks on
 their expert axis, and has each mixture-of-experts layer exchange its tokens between the
 layouts.
+
+Note [Context parallelism as SBP]: Llama 3's context parallelism is a layout of the tokens,
+nothing more. Over a placement dimension of its own (``cp``) the tokens, and so the activations
+(B, T, C), are split along the sequence (T, axis 1), and the parameters are replicated there (their
+gradients summed over the cp ranks as over the data-parallel ones). Attention is the one op whose
+rows need other ranks' tokens, and the compiler's SBP inference picks, per attention, the
+cheapest of the layouts that give them: an all-to-all of q, k and v into a split of the batch
+(where it divides), or of the heads (DeepSpeed-Ulysses, where they divide), or the queries kept
+split along the sequence with k and v gathered whole (Note [Sequence-split attention] in
+oneflowlike/ops/attention.h; always possible: an MQA model with one sequence per rank takes it).
+No model code changes, and no hint: the layouts after the attention are the compiler's too.
+Megatron's sequence parallelism needs no flag either: tensor parallelism already reduce-scatters
+a row-parallel product's partial sums and computes the norms and residual adds on the pieces
+(the batch's, or the sequence's where the batch does not divide), then all-gathers before the
+next column-parallel product, because that costs half of an all-reduce.
 """
 
 import oneflowlike as flow
 
 B = flow.sbp.broadcast
+S1 = flow.sbp.split(1)  # along the sequence of (B, T) tokens and (B, T, C) activations
+
+
+def _nested(ranks, shape):
+    """``ranks`` as nested lists of ``shape``, row-major (a flat list for one dimension)."""
+    if len(shape) == 1:
+        return ranks
+    step = len(ranks) // shape[0]
+    return [_nested(ranks[i * step:(i + 1) * step], shape[1:]) for i in range(shape[0])]
 
 
 class Layout:
-    def __init__(self, dp=1, tp=1, pp=1, device="cpu", column=(), row=(), experts=None):
-        for name, v in (("dp", dp), ("tp", tp), ("pp", pp)):
+    def __init__(self, dp=1, tp=1, pp=1, device="cpu", column=(), row=(), experts=None, cp=1):
+        for name, v in (("dp", dp), ("cp", cp), ("tp", tp), ("pp", pp)):
             if v < 1:
                 raise ValueError(f"--{name} must be at least 1. However, got {v}.")
-        self.dp, self.tp, self.pp = dp, tp, pp
-        self.world_size = dp * tp * pp
+        self.dp, self.cp, self.tp, self.pp = dp, cp, tp, pp
+        self.world_size = dp * cp * tp * pp
         self.device = device  # the placements' type: every stage computes there
         self.column, self.row = tuple(column), tuple(row)
         self.experts = dict(experts or {})
 
-    def placement(self, stage):
-        n = self.dp * self.tp
-        ranks = list(range(stage * n, (stage + 1) * n))
-        if self.dp > 1 and self.tp > 1:
-            ranks = [ranks[i * self.tp:(i + 1) * self.tp] for i in range(self.dp)]
-        return flow.placement(self.device, ranks=ranks)
+    def _dims(self):
+        """The placement's dimensions: (name, size) of dp, cp and tp above one (dp alone when
+        none is)."""
+        dims = [(n, v) for n, v in (("dp", self.dp), ("cp", self.cp), ("tp", self.tp)) if v > 1]
+        return dims or [("dp", 1)]
 
-    def sbp(self, over_dp, over_tp):
-        """One SBP per placement dimension: ``over_dp`` on the data-parallel one, ``over_tp``
-        on the tensor-parallel one (only the dimensions the placement has)."""
-        if self.dp > 1 and self.tp > 1:
-            return (over_dp, over_tp)
-        if self.tp > 1:
-            return (over_tp,)
-        return (over_dp,)
+    def placement(self, stage):
+        n = self.dp * self.cp * self.tp
+        return flow.placement(self.device, ranks=_nested(list(range(stage * n, (stage + 1) * n)),
+                                                         [v for _, v in self._dims()]))
+
+    def dp_index(self, rank):
+        """Which data-parallel shard ``rank`` reads."""
+        return (rank % (self.dp * self.cp * self.tp)) // (self.cp * self.tp)
+
+    def sbp(self, over_dp, over_tp, over_cp=B):
+        """One SBP per placement dimension: ``over_dp`` on the data-parallel one, ``over_cp``
+        on the context-parallel one, ``over_tp`` on the tensor-parallel one (only the
+        dimensions the placement has)."""
+        over = {"dp": over_dp, "cp": over_cp, "tp": over_tp}
+        return tuple(over[n] for n, _ in self._dims())
 
     def data_sbp(self):
-        return self.sbp(flow.sbp.split(0), B)
+        """The tokens' and targets' (B, T): split by batch over dp and along the sequence over
+        cp (Note [Context parallelism as SBP])."""
+        return self.sbp(flow.sbp.split(0), B, S1)
+
+    def stage_input_sbp(self, x):
+        """What a pipeline stage's input takes: tokens and activations as the data, a vector per
+        sequence (the experts' losses) split by batch only."""
+        return self.data_sbp() if x.ndim >= 2 else self.sbp(flow.sbp.split(0), B)
 
     def stage_of_block(self, i, n_layer):
         per, extra = divmod(n_layer, self.pp)
@@ -69,6 +107,9 @@ class Layout:
         if batch_size % (self.dp * micro_batches):
             raise ValueError(f"--batch-size {batch_size} must divide into --dp {self.dp} x "
                              f"--micro-batches {micro_batches}.")
+        if self.cp > config.block_size:
+            raise ValueError(f"--cp {self.cp} splits the sequence: it must be at most "
+                             f"--block-size {config.block_size}.")
         n_experts = getattr(config, "n_experts", 0)
         if n_experts and n_experts % self.dp:
             raise ValueError(f"--dp {self.dp} must divide --n-experts (each data-parallel rank "
@@ -100,7 +141,7 @@ class Layout:
             # makes only its pieces.
             module.to_global(p, self.sbp(B, B), sbp_for=self.param_sbp)
             if self.pp > 1:
-                graph.set_stage(module, stage, p, input_sbp=self.data_sbp())
+                graph.set_stage(module, stage, p, input_sbp=self.stage_input_sbp)
         if self.dp > 1:
             # The dispatched tokens (E, B * C, D) split over experts (axis 0), the experts'
             # outputs (E, B, C, D) over the batch (axis 1), both whole over tensor parallelism.
@@ -108,3 +149,4 @@ class Layout:
                 if hasattr(module, "lay_out_tokens"):
                     module.lay_out_tokens(self.sbp(flow.sbp.split(0), B),
                                           self.sbp(flow.sbp.split(1), B))
+

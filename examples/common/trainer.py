@@ -32,6 +32,9 @@ def parser(description):
     p.add_argument("--dp", type=int, default=1, help="data-parallel ranks")
     p.add_argument("--tp", type=int, default=1, help="tensor-parallel ranks (Megatron)")
     p.add_argument("--pp", type=int, default=1, help="pipeline stages")
+    p.add_argument("--cp", type=int, default=1,
+                   help="context-parallel ranks: each takes a piece of every sequence (Note "
+                        "[Context parallelism as SBP] in common/layout.py)")
     p.add_argument("--micro-batches", type=int, default=1, help="micro-batches per step")
     p.add_argument("--device", choices=["cpu", "cuda"], default="cpu",
                    help="where every stage computes (cuda: each rank's GPU LOCAL_RANK)")
@@ -170,8 +173,9 @@ def check(args, layout, config):
         print("[train] warning: --zero has nothing to shard over with --dp 1 and --tp 1",
               file=sys.stderr)
     if layout.world_size != world:
-        raise SystemExit(f"[train] --dp x --tp x --pp = {layout.world_size} ranks. However, the "
-                         f"job has {world} (start it with --nproc_per_node {layout.world_size}).")
+        raise SystemExit(f"[train] --dp x --cp x --tp x --pp = {layout.world_size} ranks. However, "
+                         f"the job has {world} (start it with --nproc_per_node "
+                         f"{layout.world_size}).")
 
 
 def no_decay_names(model):
@@ -239,9 +243,8 @@ def run(args, model, layout, model_flags, describe):
         layout.apply(model, graph)
     block_size = model.config.block_size
     if args.data_bin:
-        dp_index = (rank % (layout.dp * layout.tp)) // layout.tp
-        data = TokenBatches(args.data_bin, block_size, args.batch_size, layout.dp, dp_index,
-                            args.seed)
+        data = TokenBatches(args.data_bin, block_size, args.batch_size, layout.dp,
+                            layout.dp_index(rank), args.seed)
     else:
         data = ByteData(args.data, block_size, args.seed, args.synthetic)
     first = 1
@@ -260,8 +263,9 @@ def run(args, model, layout, model_flags, describe):
     rank0 = flow.placement("cpu", ranks=[0]) if distributed else None
     log = open_log(args.log_json, first) if args.log_json and rank == 0 else None
     if rank == 0 and not args.quiet:
-        print(f"{describe(model)}, batch {args.batch_size} on {world} ranks (dp {args.dp} x tp "
-              f"{args.tp} x pp {args.pp}, {args.micro_batches} micro-batches"
+        print(f"{describe(model)}, batch {args.batch_size} on {world} ranks (dp {args.dp} x "
+              f"{f'cp {args.cp} x ' if args.cp > 1 else ''}tp {args.tp} x pp {args.pp}, "
+              f"{args.micro_batches} micro-batches"
               f"{f', ZeRO-{args.zero}' if args.zero else ''}"
               f"{', activation checkpointing' if args.checkpoint_activations else ''}, "
               f"{args.dtype})", flush=True)

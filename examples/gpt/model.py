@@ -72,7 +72,6 @@ class Head(nn.Module):
         self.vocab_size = c.vocab_size
         self.ln_f = nn.LayerNorm(c.n_embd, bias=c.bias)
         self.lm_head = nn.Linear(c.n_embd, c.vocab_size, bias=False)
-        self.loss = nn.CrossEntropyLoss()
         object.__setattr__(self, "tied_to", None)
 
     def forward(self, x, targets=None):
@@ -83,7 +82,11 @@ class Head(nn.Module):
             logits = self.lm_head(x)
         if targets is None:
             return logits
-        return self.loss(logits.reshape(-1, self.vocab_size), targets.reshape(-1))
+        # The mean cross-entropy over the vocabulary axis as it lies (OneFlow's
+        # sparse_softmax_cross_entropy): cross_entropy's value on the flattened (B * T, V),
+        # without the flattening, which a layout splitting the sequence could not keep (Note
+        # [Context parallelism as SBP] in common/layout.py).
+        return flow.nn.functional.sparse_softmax_cross_entropy(logits, targets).mean()
 
 
 class GPT(nn.Module):

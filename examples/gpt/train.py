@@ -46,7 +46,7 @@ def parse(argv=None):
 
 
 def make_layout(args):
-    return Layout(args.dp, args.tp, args.pp, args.device, column=COLUMN, row=ROW)
+    return Layout(args.dp, args.tp, args.pp, args.device, column=COLUMN, row=ROW, cp=args.cp)
 
 
 def main(argv=None):

@@ -153,7 +153,6 @@ class Head(nn.Module):
         self.n_layer = c.n_layer
         self.norm = nn.RMSNorm(c.n_embd, eps=c.norm_eps)
         self.output = nn.Linear(c.n_embd, c.vocab_size, bias=False)
-        self.loss = nn.CrossEntropyLoss()
         object.__setattr__(self, "tied_to", None)
 
     def forward(self, x, targets=None, aux=None):
@@ -166,7 +165,8 @@ class Head(nn.Module):
             logits = self.output(x)
         if targets is None:
             return logits
-        loss = self.loss(logits.reshape(-1, self.vocab_size), targets.reshape(-1))
+        # Over the vocabulary axis as it lies, not flattened (as the GPT example's head).
+        loss = F.sparse_softmax_cross_entropy(logits, targets).mean()
         # aux: the groups' weighted auxiliary losses summed over layers; their mean over both.
         return loss if aux is None else loss + aux.mean() / self.n_layer
 

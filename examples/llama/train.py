@@ -75,7 +75,7 @@ def main(argv=None):
     except ValueError as e:
         raise SystemExit(f"[train] {e}")
     layout = Layout(args.dp, args.tp, args.pp, args.device, column=COLUMN, row=ROW,
-                    experts=EXPERTS)
+                    experts=EXPERTS, cp=args.cp)
     trainer.check(args, layout, config)
     model = trainer.build(args, lambda: Llama(config))
     trainer.run(args, model, layout, MODEL_FLAGS,

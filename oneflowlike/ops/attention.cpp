@@ -105,8 +105,9 @@ std::vector<TensorMeta> infer_attention_grad(const InferContext& ctx) {
   return {ctx.input(1), ctx.input(2), ctx.input(3)};
 }
 
-// The mask's SBP when q, k and v are split along `axis` (0: batch, 1: heads): split along its
-// own axis for it where it has one of full size, else broadcast.
+// The mask's SBP when q (and, but for the sequence, k and v) is split along `axis` (0: batch,
+// 1: heads, 2: the queries): split along its own axis for it where it has one of full size, else
+// broadcast.
 Sbp mask_sbp(const InferContext& ctx, int mask_at, int axis) {
   const Shape& m = ctx.shape(mask_at);
   const int own = m.ndim() - 4 + axis;
@@ -114,41 +115,55 @@ Sbp mask_sbp(const InferContext& ctx, int mask_at, int axis) {
   return B();
 }
 
+// The axis of q, k, v and out that is `axis` in (B, H, L, E) terms.
+int layout_axis(const InferContext& ctx, int axis) {
+  const bool sequence_first = ctx.params<AttentionParams>().sequence_first;
+  if (!sequence_first || axis == 0) return axis;
+  return axis == 1 ? 2 : 1;
+}
+
 // Batches and heads are independent. Under grouped-query attention a piece of the query heads
 // reads the matching piece of the key/value heads, which holds for even splits only: the ops
-// are TAlignedSplits (Note [Aligned splits] in compiler/passes/sbp_inference.cpp). Not linear
-// in q, k or v: no P.
+// are TAlignedSplits (Note [Aligned splits] in compiler/passes/sbp_inference.cpp). Queries are
+// independent too, given every key (Note [Sequence-split attention]): q, out and lse split along
+// the sequence, k and v whole. Not linear in q, k or v: no P.
 // `axis` is the split's axis in (B, H, L, E) terms: q, k, v and out are split along theirs
-// (heads_axis for the heads), lse and the mask along their own.
+// (layout_axis), lse and the mask along their own.
 std::vector<SbpSignature> attention_signatures(const InferContext& ctx) {
   const bool masked = ctx.num_inputs() == 4;
   std::vector<SbpSignature> sigs;
   auto add = [&](int axis) {
-    const int t = axis == 0 ? 0 : heads_axis(ctx);
-    std::vector<Sbp> in{S(t), S(t), S(t)};
+    const int t = layout_axis(ctx, axis);
+    const Sbp keys = axis == 2 ? B() : S(t);
+    std::vector<Sbp> in{S(t), keys, keys};
     if (masked) in.push_back(mask_sbp(ctx, 3, axis));
     sigs.push_back({in, {S(t), S(axis)}});
   };
   add(0);
   add(1);
+  add(2);
   std::vector<Sbp> all(ctx.num_inputs(), B());
   sigs.push_back({all, {B(), B()}});
   return sigs;
 }
 
-// The gradients split as the forward does, and are linear in dout.
+// The gradients split as the forward does, and are linear in dout; split along the sequence,
+// each piece of queries adds its part to every key's gradient (dk, dv P).
 std::vector<SbpSignature> attention_grad_signatures(const InferContext& ctx) {
   const bool masked = ctx.num_inputs() == 7;
   std::vector<SbpSignature> sigs;
   auto add = [&](int axis) {
-    const int t = axis == 0 ? 0 : heads_axis(ctx);
+    const int t = layout_axis(ctx, axis);
     std::vector<Sbp> in(6, S(t));
     in[5] = S(axis);  // lse
+    if (axis == 2) in[2] = in[3] = B();
     if (masked) in.push_back(mask_sbp(ctx, 6, axis));
-    sigs.push_back({in, {S(t), S(t), S(t)}});
+    const Sbp keys = axis == 2 ? P() : S(t);
+    sigs.push_back({in, {S(t), keys, keys}});
   };
   add(0);
   add(1);
+  add(2);
   std::vector<Sbp> partial(ctx.num_inputs(), B());
   partial[0] = P();
   sigs.push_back({partial, {P(), P(), P()}});
@@ -207,6 +222,21 @@ AttentionDims attention_dims(const Shape& q_shape, const Shape& k_shape, const S
   return d;
 }
 
+AttentionDims attention_dims(const KernelContext& ctx, int q_at) {
+  const bool sequence_first = ctx.p<AttentionParams>().sequence_first;
+  AttentionDims d =
+      attention_dims(ctx.in(q_at), ctx.in(q_at + 1), ctx.in(q_at + 2), sequence_first);
+  if (ctx.output_region != nullptr) {
+    d.query_offset = attention_query_offset(*ctx.output_region, sequence_first);
+  }
+  return d;
+}
+
+int64_t attention_query_offset(const std::vector<Range>& region, bool sequence_first) {
+  const size_t axis = sequence_first ? 1 : 2;
+  return region.size() > axis ? region[axis].begin : 0;
+}
+
 MaskStrides attention_mask_strides(const Shape& m) {
   // Right-aligned against (B, H, L, S); a size-1 or missing axis is broadcast (stride 0).
   int64_t strides[4] = {0, 0, 0, 0};
@@ -227,6 +257,7 @@ OFL_REGISTER_OP(kAttention)
     .set<FInferMeta>(infer_attention)
     .set<FSbpSignatures>(attention_signatures)
     .set<TAlignedSplits>(true)
+    .set<TPositionDependent>(true)
     .set<FGradient>(attention_gradient);
 
 OFL_REGISTER_OP(kAttentionMasked)
@@ -237,6 +268,7 @@ OFL_REGISTER_OP(kAttentionMasked)
     .set<FInferMeta>(infer_attention)
     .set<FSbpSignatures>(attention_signatures)
     .set<TAlignedSplits>(true)
+    .set<TPositionDependent>(true)
     .set<FGradient>(attention_gradient);
 
 OFL_REGISTER_OP(kAttentionGrad)
@@ -245,7 +277,8 @@ OFL_REGISTER_OP(kAttentionGrad)
     .params<AttentionParams>()
     .set<FInferMeta>(infer_attention_grad)
     .set<FSbpSignatures>(attention_grad_signatures)
-    .set<TAlignedSplits>(true);
+    .set<TAlignedSplits>(true)
+    .set<TPositionDependent>(true);
 
 OFL_REGISTER_OP(kAttentionMaskedGrad)
     .inputs({"dout", "q", "k", "v", "out", "lse", "attn_mask"})
@@ -253,7 +286,8 @@ OFL_REGISTER_OP(kAttentionMaskedGrad)
     .params<AttentionParams>()
     .set<FInferMeta>(infer_attention_grad)
     .set<FSbpSignatures>(attention_grad_signatures)
-    .set<TAlignedSplits>(true);
+    .set<TAlignedSplits>(true)
+    .set<TPositionDependent>(true);
 
 namespace functional {
 

@@ -18,13 +18,27 @@
 // placements nn.Graph folds those transposes into the op (compiler/passes/attention_layout.cpp);
 // eager calls keep PyTorch's layout. Results are the same bits in either layout (the same sums in
 // one order).
+//
+// Note [Sequence-split attention]: context parallelism in SBP terms. q, out and lse may be split
+// along the sequence (the queries) while k and v are whole (broadcast): each rank's queries
+// attend to every key, so the ranks of a sequence-split model gather k and v (the compiler's
+// all-gather, Llama 3's context parallelism) and their gradients come back as partial sums (dk
+// and dv P, reduced onto the keys' layout by the compiler). Under is_causal a piece's rows are
+// queries [o, o + L) of the logical sequence, so query i sees keys up to o + i: the kernels read
+// o from the region of their output 0 (out, or dq) along the sequence (the ops are
+// TPositionDependent), through attention_dims(ctx, q_at), into AttentionDims::query_offset. The
+// split is contiguous, so with is_causal the ranks of later pieces do more of the work (their
+// queries see more keys); balancing that (Megatron's zigzag order of the sequence) is not done.
 
 #include <vector>
 
 #include "oneflowlike/params.h"
+#include "oneflowlike/sbp.h"
 #include "oneflowlike/tensor.h"
 
 namespace ofl {
+
+struct KernelContext;
 
 struct AttentionParams {
   double scale = 1.0;  // the caller resolves PyTorch's default 1 / sqrt(E)
@@ -44,6 +58,9 @@ struct AttentionStrides {
 /// strides of q (and dq), k (dk), v (dv) and out (dout) in the op's layout.
 struct AttentionDims {
   int64_t batch = 0, heads = 0, kv_heads = 0, queries = 0, keys = 0, head_dim = 0, value_dim = 0;
+  // Where the queries start in the logical sequence (Note [Sequence-split attention]): under
+  // is_causal query i sees keys [0, query_offset + i].
+  int64_t query_offset = 0;
   bool sequence_first = false;
   AttentionStrides q, k, v, out;
   int64_t group() const { return kv_heads == 0 ? 1 : heads / kv_heads; }
@@ -54,6 +71,13 @@ AttentionDims attention_dims(const Tensor& q, const Tensor& k, const Tensor& v,
 /// `sequence_first` q (B, L, H, E), k (B, S, Hkv, E) and v (B, S, Hkv, Ev).
 AttentionDims attention_dims(const Shape& q, const Shape& k, const Shape& v,
                              bool sequence_first = false);
+
+/// The same for a kernel whose q, k and v are inputs q_at..q_at + 2, with query_offset from the
+/// region of its output 0 (Note [Sequence-split attention]).
+AttentionDims attention_dims(const KernelContext& ctx, int q_at);
+/// The first query of a piece whose output 0 covers `region` of the logical tensor (empty: all
+/// of it): the start of its sequence axis.
+int64_t attention_query_offset(const std::vector<Range>& region, bool sequence_first);
 
 /// Element strides of a mask of `mask_shape` broadcast to (B, H, L, S): 0 along broadcast axes.
 struct MaskStrides {

@@ -8,11 +8,12 @@
 #include "oneflowlike/ops/creation.h"
 #include "oneflowlike/ops/elementwise.h"
 #include "oneflowlike/ops/grad_util.h"
-#include "oneflowlike/ops/reshape.h"
 
 namespace ofl {
 
 namespace {
+
+constexpr const char* kGradB = "broadcast_matmul_grad_b";
 
 // "a (4, 8) float32, b (6, 5) float32 with transpose_b=true" for messages.
 std::string describe_operands(const InferContext& ctx) {
@@ -94,6 +95,38 @@ std::vector<TensorMeta> infer_batch_matmul(const InferContext& ctx) {
   return {TensorMeta{Shape(std::move(out)), dtype}};
 }
 
+// a (..., K), b (..., N) with equal leading axes -> (K, N) (Note [Products over rows]).
+std::vector<TensorMeta> infer_grad_b(const InferContext& ctx) {
+  const auto& p = ctx.params<MatmulParams>();
+  const Shape& a = ctx.shape(0);
+  const Shape& b = ctx.shape(1);
+  const DataType dtype = out_dtype(ctx);
+  OFL_CHECK(!p.transpose_a && !p.transpose_b, "[", ctx.op_name(),
+            "] takes no transpose flags (it contracts the rows of both operands). However, got ",
+            describe_operands(ctx), ".");
+  bool same = a.ndim() >= 2 && a.ndim() == b.ndim();
+  for (int i = 0; same && i < a.ndim() - 1; ++i) same = a[i] == b[i];
+  OFL_CHECK(same, "[", ctx.op_name(),
+            "] a (..., K) and b (..., N) must have the same leading axes, at least one. However, "
+            "got ",
+            describe_operands(ctx), ".");
+  return {TensorMeta{Shape{a[a.ndim() - 1], b[b.ndim() - 1]}, dtype}};
+}
+
+// Any leading axis splits both operands' rows: partial sums. a's columns give out's rows, b's
+// its columns.
+std::vector<SbpSignature> grad_b_signatures(const InferContext& ctx) {
+  const int nd = ctx.shape(0).ndim();
+  std::vector<SbpSignature> sigs;
+  for (int i = 0; i < nd - 1; ++i) sigs.push_back({{S(i), S(i)}, {P()}});
+  sigs.push_back({{S(nd - 1), B()}, {S(0)}});
+  sigs.push_back({{B(), S(nd - 1)}, {S(1)}});
+  sigs.push_back({{P(), B()}, {P()}});
+  sigs.push_back({{B(), P()}, {P()}});
+  sigs.push_back({{B(), B()}, {B()}});
+  return sigs;
+}
+
 // The worked example in sbp.h, with axes moved by the transpose flags. An N-d a is folded into
 // rows, so any of its leading axes splits like M.
 std::vector<SbpSignature> matmul_signatures(const InferContext& ctx) {
@@ -141,8 +174,9 @@ Value matmul_op(GradBuilder& g, std::string_view op, Value a, Value b, bool tran
 //   da = matmul(b, dy, ta=tb, tb=true)   (a transposed)
 //   db = matmul(a, dy, ta=!ta)           (b not transposed)
 //   db = matmul(dy, a, ta=true, tb=ta)   (b transposed)
-// An N-d a (matmul only) is folded to 2-D rows first for db. Under float32_out the float32 dy
-// is cast to the operands' dtype first, as the gradient of a cast after the product would be.
+// For an N-d a (matmul only) db is one product over the rows of a and dy (Note [Products over
+// rows]). Under float32_out the float32 dy is cast to the operands' dtype first, as the
+// gradient of a cast after the product would be.
 Value product_dy(GradBuilder& g) {
   const Value dy = g.output_grad(0);
   if (dy == GradBuilder::kNone || !g.params<MatmulParams>().float32_out) return dy;
@@ -154,22 +188,20 @@ void matmul_gradient(GradBuilder& g) {
   if (dy == GradBuilder::kNone) return;
   const auto& p = g.params<MatmulParams>();
   const bool ta = p.transpose_a, tb = p.transpose_b;
-  Value a = g.input(0);
+  const Value a = g.input(0);
   const Value b = g.input(1);
   if (g.needs_input_grad(0)) {
     g.set_input_grad(0, ta ? matmul_op(g, "matmul", b, dy, tb, true, p.alpha)
                            : matmul_op(g, "matmul", dy, b, false, !tb, p.alpha));
   }
   if (g.needs_input_grad(1)) {
-    Value dy2 = dy;
-    const Shape a_shape = g.meta(a).shape;
-    if (a_shape.ndim() > 2) {  // (..., M, K) -> (rows, K)
-      a = g.apply1("reshape", ReshapeParams{Shape{-1, a_shape[a_shape.ndim() - 1]}}, {a});
-      const Shape dy_shape = g.meta(dy).shape;
-      dy2 = g.apply1("reshape", ReshapeParams{Shape{-1, dy_shape[dy_shape.ndim() - 1]}}, {dy});
+    if (g.meta(a).shape.ndim() > 2) {  // a (..., K) is never transposed
+      g.set_input_grad(1, tb ? matmul_op(g, kGradB, dy, a, false, false, p.alpha)
+                             : matmul_op(g, kGradB, a, dy, false, false, p.alpha));
+      return;
     }
-    g.set_input_grad(1, tb ? matmul_op(g, "matmul", dy2, a, true, ta, p.alpha)
-                           : matmul_op(g, "matmul", a, dy2, !ta, false, p.alpha));
+    g.set_input_grad(1, tb ? matmul_op(g, "matmul", dy, a, true, ta, p.alpha)
+                           : matmul_op(g, "matmul", a, dy, !ta, false, p.alpha));
   }
 }
 
@@ -186,6 +218,20 @@ void batch_matmul_gradient(GradBuilder& g) {
   if (g.needs_input_grad(1)) {
     g.set_input_grad(1, tb ? matmul_op(g, "batch_matmul", dy, a, true, ta, p.alpha)
                            : matmul_op(g, "batch_matmul", a, dy, !ta, false, p.alpha));
+  }
+}
+
+// out = alpha a^T b: da = alpha b dout^T (..., K), db = alpha a dout (..., N), each a matmul of
+// the N-d operand with the 2-D dout.
+void grad_b_gradient(GradBuilder& g) {
+  const Value dout = product_dy(g);
+  if (dout == GradBuilder::kNone) return;
+  const double alpha = g.params<MatmulParams>().alpha;
+  if (g.needs_input_grad(0)) {
+    g.set_input_grad(0, matmul_op(g, "matmul", g.input(1), dout, false, true, alpha));
+  }
+  if (g.needs_input_grad(1)) {
+    g.set_input_grad(1, matmul_op(g, "matmul", g.input(0), dout, false, false, alpha));
   }
 }
 
@@ -209,6 +255,15 @@ OFL_REGISTER_OP("batch_matmul")
     .set<FSbpSignatures>(batch_matmul_signatures)
     .set<FGradient>(batch_matmul_gradient);
 
+OFL_REGISTER_OP(kGradB)
+    .inputs({"a", "b"})
+    .outputs({"out"})
+    .params<MatmulParams>()
+    .set<FInferMeta>(infer_grad_b)
+    .set<TUnderAmp>(AmpCategory::kLowPrecision)
+    .set<FSbpSignatures>(grad_b_signatures)
+    .set<FGradient>(grad_b_gradient);
+
 namespace functional {
 
 Tensor matmul(const Tensor& a, const Tensor& b, bool transpose_a, bool transpose_b, double alpha) {
@@ -220,6 +275,11 @@ Tensor batch_matmul(const Tensor& a, const Tensor& b, bool transpose_a, bool tra
                     double alpha) {
   static OpHandle op("batch_matmul");
   return op.call1(MatmulParams{transpose_a, transpose_b, alpha}, {a, b});
+}
+
+Tensor broadcast_matmul_grad_b(const Tensor& a, const Tensor& b, double alpha) {
+  static OpHandle op(kGradB);
+  return op.call1(MatmulParams{false, false, alpha}, {a, b});
 }
 
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {

@@ -1,4 +1,4 @@
-// matmul, batch_matmul and linear.
+// matmul, broadcast_matmul_grad_b, batch_matmul and linear.
 
 #include <optional>
 
@@ -14,6 +14,10 @@ void init_matmul(py::module_& m) {
   m.def("batch_matmul", &functional::batch_matmul, py::arg("input"), py::arg("other"),
         py::arg("transpose_a") = false, py::arg("transpose_b") = false, py::arg("alpha") = 1.0,
         "alpha * op(input) @ op(other) per batch: (..., M, K) x (..., K, N) -> (..., M, N).");
+  m.def("broadcast_matmul_grad_b", &functional::broadcast_matmul_grad_b, py::arg("input"),
+        py::arg("other"), py::arg("alpha") = 1.0,
+        "alpha * input^T @ other over all rows: (..., K) x (..., N) -> (K, N) (a matmul's weight "
+        "gradient).");
   m.def(
       "linear",
       [](const Tensor& input, const Tensor& weight, const std::optional<Tensor>& bias) {

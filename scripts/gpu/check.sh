@@ -149,7 +149,8 @@ if [[ $python_module == ON ]]; then
     tests/python/test_creation.py || failures pytest_cuda 40
   wants pytest_gpu_training && stage pytest_gpu_training 260 "${pytest[@]}" --timeout=140 \
     tests/python/test_gpt_example.py tests/python/test_llama_example.py \
-    tests/python/test_moe_example.py tests/python/test_distributed_frontend.py tests/python/test_ddp.py -k "gpu and not simulated" ||
+    tests/python/test_moe_example.py tests/python/test_context_parallel.py \
+    tests/python/test_distributed_frontend.py tests/python/test_ddp.py -k "gpu and not simulated" ||
     failures pytest_gpu_training 40
   wants bench_cuda && stage bench_cuda 170 "$py" scripts/bench/bench_cuda.py --json "$OUT/bench_cuda.json" &&
     cat "$logs/bench_cuda.log"

@@ -47,6 +47,14 @@ def planned_peaks_mib(stdout):
     return peaks
 
 
+def collectives(stdout, rank):
+    """{op: count} of rank ``rank``'s plan-summary collectives line (--plan-summary)."""
+    lines = stdout.splitlines()
+    at = next(i for i, line in enumerate(lines) if f"] rank {rank}: " in line and "tasks (" in line)
+    words = lines[at + 1].split("collectives:")[1].split() if "collectives:" in lines[at + 1] else []
+    return {op: int(n) for op, n in zip(words[::2], words[1::2])}
+
+
 def losses(records):
     return [r["loss"] for r in records]
 

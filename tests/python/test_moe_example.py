@@ -54,14 +54,6 @@ def test_layouts_reproduce_the_single_device_loss_curve(tmp_path, single, nproc,
     assert _losses(single)[-1] < _losses(single)[0]
 
 
-def _collectives(stdout, rank):
-    """{op: count} of the plan summary's collectives line of ``rank``."""
-    lines = stdout.splitlines()
-    at = next(i for i, line in enumerate(lines) if f"] rank {rank}: " in line and "tasks (" in line)
-    words = lines[at + 1].split("collectives:")[1].split() if "collectives:" in lines[at + 1] else []
-    return {op: int(n) for op, n in zip(words[::2], words[1::2])}
-
-
 def test_ep2_on_cuda_placements_gives_the_curve_simulated(tmp_path, single):
     # --device cuda with the runtime running the GPU tasks on the host (OFL_SIMULATE_CUDA=1): the
     # all-to-alls of GPU registers, through the plan's host copies, keep the curve.
@@ -90,7 +82,7 @@ def test_experts_are_split_over_data_parallel_ranks_and_tokens_cross_by_all_to_a
     # backward's exchanges are all-to-alls the compiler's costs decide (a reduce-scatter of the
     # input's gradient is cheaper than the dispatched tokens' all-to-all at this size).
     for rank in (0, 1):
-        assert _collectives(out, rank).get("ALL_TO_ALL", 0) >= 4, out
+        assert example_runs.collectives(out, rank).get("ALL_TO_ALL", 0) >= 4, out
     tensors = json.loads((ckpt / "manifest.json").read_text())["tensors"]
     for name in ("w1", "w3", "w2"):
         entry = tensors[f"model.blocks.0.mlp.{name}"]

@@ -186,12 +186,14 @@ struct Tiles<bfloat16> {
 template <class S>
 using tile_compute_t = typename Tiles<S>::C;
 
-// How many of the keys [k0, k0 + nk) query q sees: all, or under is_causal those up to q.
+// How many of the keys [k0, k0 + nk) query q sees: all, or under is_causal those up to q (q
+// counted in the logical sequence: Note [Sequence-split attention]).
 // The kernels' softmax steps run over these only, and give the rest of a row probability 0
 // (what exp of -inf gave them before: the same sums, since the lanes add +0; Note [Visible
 // keys]).
-int64_t visible_keys(const AttentionParams& p, int64_t q, int64_t k0, int64_t nk) {
-  return p.is_causal ? std::clamp<int64_t>(q + 1 - k0, 0, nk) : nk;
+int64_t visible_keys(const AttentionDims& d, const AttentionParams& p, int64_t q, int64_t k0,
+                     int64_t nk) {
+  return p.is_causal ? std::clamp<int64_t>(d.query_offset + q + 1 - k0, 0, nk) : nk;
 }
 
 // n rounded up to whole 16-lane vectors, at most `limit`: exp_shifted over a row's visible keys
@@ -210,7 +212,7 @@ void scores(const HeadView<T>& hv, const AttentionDims& d, const AttentionParams
   for (int64_t i = 0; i < nq; ++i) {
     C* row = s + i * nk;
     const T* m = hv.mask + (q0 + i) * hv.ms.query + k0 * hv.ms.key;
-    const int64_t visible = visible_keys(p, q0 + i, k0, nk);
+    const int64_t visible = visible_keys(d, p, q0 + i, k0, nk);
     for (int64_t j = 0; j < visible; ++j) row[j] += static_cast<C>(m[j * hv.ms.key]);
   }
 }
@@ -276,7 +278,7 @@ C lanes_sum(const C* row, int64_t n) {
 // The key tiles a query tile ending (exclusive) at q_end reads: all, or under is_causal those
 // starting at or before its last query.
 int64_t keys_read(const AttentionDims& d, const AttentionParams& p, int64_t q_end) {
-  return p.is_causal ? std::min(d.keys, q_end) : d.keys;
+  return p.is_causal ? std::min(d.keys, d.query_offset + q_end) : d.keys;
 }
 
 // (q, k, v[, mask]) -> (out, lse).
@@ -285,7 +287,7 @@ struct AttentionKernel {
   using C = tile_compute_t<T>;
   static void run(const KernelContext& ctx) {
     const AttentionParams& p = ctx.p<AttentionParams>();
-    const AttentionDims d = attention_dims(ctx.in(0), ctx.in(1), ctx.in(2), p.sequence_first);
+    const AttentionDims d = attention_dims(ctx, 0);
     const int mask_at = ctx.inputs.size() == 4 ? 3 : -1;
     T* out = ctx.out(0).data<T>();
     C* lse = ctx.out(1).data<C>();
@@ -314,7 +316,7 @@ struct AttentionKernel {
           scores(hv, d, p, q0, nq, k0, nk, s.data());
           for (int64_t i = 0; i < nq; ++i) {
             C* row = s.data() + i * nk;
-            const int64_t visible = visible_keys(p, q0 + i, k0, nk);
+            const int64_t visible = visible_keys(d, p, q0 + i, k0, nk);
             const C top = std::max(m[i], lanes_max(row, visible));
             if (top == -inf) {  // nothing seen yet in this row: no mass, nothing to rescale
               std::fill(row, row + nk, C(0));
@@ -413,7 +415,7 @@ struct AttentionGradKernel {
   using C = tile_compute_t<T>;
   static void run(const KernelContext& ctx) {
     const AttentionParams& p = ctx.p<AttentionParams>();
-    const AttentionDims d = attention_dims(ctx.in(1), ctx.in(2), ctx.in(3), p.sequence_first);
+    const AttentionDims d = attention_dims(ctx, 1);
     const int mask_at = ctx.inputs.size() == 7 ? 6 : -1;
     const T* dout = ctx.in(0).data<T>();
     const T* out = ctx.in(4).data<T>();
@@ -468,13 +470,15 @@ struct AttentionGradKernel {
             const T* dout_head = dout + d.out.at(b, h, 0);
             C* dq_head = sums.dq + (h - kv * d.group()) * sums.dq_head;
             // Under is_causal, query tiles ending at or before k0 see none of these keys.
-            const int64_t first = p.is_causal ? k0 / kQueryTile * kQueryTile : 0;
+            const int64_t first =
+                p.is_causal ? std::max<int64_t>(0, k0 - d.query_offset) / kQueryTile * kQueryTile
+                            : 0;
             for (int64_t q0 = first; q0 < d.queries; q0 += kQueryTile) {
               const int64_t nq = std::min(kQueryTile, d.queries - q0);
               scores(hv, d, p, q0, nq, k0, nk, s.data());
               for (int64_t i = 0; i < nq; ++i) {
                 C* row = s.data() + i * nk;
-                const int64_t visible = visible_keys(p, q0 + i, k0, nk);
+                const int64_t visible = visible_keys(d, p, q0 + i, k0, nk);
                 exp_shifted(row, row, whole_vectors(visible, nk), lse[bh * d.queries + q0 + i]);
                 std::fill(row + visible, row + nk, C(0));
               }

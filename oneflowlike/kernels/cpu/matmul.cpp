@@ -1,6 +1,7 @@
-// CPU kernels of matmul and batch_matmul: oneDNN's matmul primitive for float32 matmul and the
-// 16-bit dtypes (onednn_matmul.h); cpu::gemm (gemm.h) for the rest: oneDNN's sgemm for float32
-// batch_matmul, a plain row-by-row loop for float64 (the gradient checks) and the integers.
+// CPU kernels of matmul, broadcast_matmul_grad_b and batch_matmul: oneDNN's matmul primitive for
+// float32 matmul and the 16-bit dtypes (onednn_matmul.h); cpu::gemm (gemm.h) for the rest: oneDNN's
+// sgemm for float32 batch_matmul, a plain row-by-row loop for float64 (the gradient checks) and the
+// integers.
 
 #include "oneflowlike/ops/matmul.h"
 
@@ -53,20 +54,33 @@ void gemm(const Gemm& gm, const T* a, const T* b, T* c, bool may_parallelise) {
                });
 }
 
+// One unbatched product of the kernel's operands and output.
+template <class T>
+void run_product(const KernelContext& ctx, const MatmulProduct& product) {
+  if constexpr (uses_onednn_matmul(/*batched=*/false, dtype_of<T>())) {
+    onednn_matmul(ctx.in(0).dtype(), product, ctx.in(0).raw_data(), ctx.in(1).raw_data(),
+                  ctx.out(0).raw_data());
+  } else {
+    gemm(gemm_of(product), ctx.in(0).data<T>(), ctx.in(1).data<T>(), ctx.out(0).data<T>(),
+         /*may_parallelise=*/true);
+  }
+}
+
 // a (rows..., K) or (K, M), b (K, N) or (N, K): the N-d a is one tall matrix.
 template <class T>
 struct MatmulKernel {
   static void run(const KernelContext& ctx) {
-    const MatmulProduct product =
-        matmul_product(/*batched=*/false, ctx.in(0).shape(), ctx.in(1).shape(), ctx.out(0).shape(),
-                       ctx.p<MatmulParams>());
-    if constexpr (uses_onednn_matmul(/*batched=*/false, dtype_of<T>())) {
-      onednn_matmul(ctx.in(0).dtype(), product, ctx.in(0).raw_data(), ctx.in(1).raw_data(),
-                    ctx.out(0).raw_data());
-    } else {
-      gemm(gemm_of(product), ctx.in(0).data<T>(), ctx.in(1).data<T>(), ctx.out(0).data<T>(),
-           /*may_parallelise=*/true);
-    }
+    run_product<T>(ctx, matmul_product(/*batched=*/false, ctx.in(0).shape(), ctx.in(1).shape(),
+                                       ctx.out(0).shape(), ctx.p<MatmulParams>()));
+  }
+};
+
+// a (rows..., K), b (rows..., N): a^T b over the rows, the stored a read transposed (Note
+// [Products over rows] in ops/matmul.h).
+template <class T>
+struct RowsProductKernel {
+  static void run(const KernelContext& ctx) {
+    run_product<T>(ctx, rows_product(ctx.in(0).shape(), ctx.in(1).shape(), ctx.p<MatmulParams>()));
   }
 };
 
@@ -112,6 +126,8 @@ struct BatchMatmulKernel {
 
 OFL_REGISTER_KERNEL("matmul", kCPU, MatmulKernel, float, double, float16, bfloat16, int32_t,
                     int64_t);
+OFL_REGISTER_KERNEL("broadcast_matmul_grad_b", kCPU, RowsProductKernel, float, double, float16,
+                    bfloat16, int32_t, int64_t);
 OFL_REGISTER_KERNEL("batch_matmul", kCPU, BatchMatmulKernel, float, double, float16, bfloat16,
                     int32_t, int64_t);
 

@@ -180,6 +180,16 @@ MatmulProduct matmul_product(bool batched, const Shape& a, const Shape& b, const
   return product;
 }
 
+MatmulProduct rows_product(const Shape& a, const Shape& b, const MatmulParams& p) {
+  MatmulProduct product{/*transpose_a=*/true, /*transpose_b=*/false};
+  product.alpha = p.alpha;
+  product.float32_out = p.float32_out;
+  product.m = a[a.ndim() - 1];
+  product.n = b[b.ndim() - 1];
+  product.k = a.count(0, a.ndim() - 1);
+  return product;
+}
+
 void onednn_matmul(DataType dtype, const MatmulProduct& product, const void* a, const void* b,
                    void* c) {
   OFL_ASSERT(dtype == DataType::kBFloat16 || dtype == DataType::kFloat16 ||

@@ -43,6 +43,10 @@ struct MatmulProduct {
 MatmulProduct matmul_product(bool batched, const Shape& a, const Shape& b, const Shape& out,
                              const MatmulParams& p);
 
+/// The product of broadcast_matmul_grad_b (Note [Products over rows] in ops/matmul.h): a
+/// (rows..., K) and b (rows..., N) as the (K, N) product a^T b over the rows.
+MatmulProduct rows_product(const Shape& a, const Shape& b, const MatmulParams& p);
+
 /// Whether the CPU kernel of matmul (batched: batch_matmul) runs `dtype` on oneDNN's primitive.
 constexpr bool uses_onednn_matmul(bool batched, DataType dtype) {
   return dtype == DataType::kBFloat16 || dtype == DataType::kFloat16 ||

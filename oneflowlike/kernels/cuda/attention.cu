@@ -83,9 +83,11 @@ struct ScoreRows {
     *h = g / d.queries % d.heads;
     *b = g / (d.queries * d.heads);
   }
-  // Keys query i sees: all, or those up to i under is_causal.
+  // Keys query i sees: all, or under is_causal those up to i, counted in the logical sequence
+  // (Note [Sequence-split attention]).
   __device__ int64_t keys_of(int64_t i, bool causal) const {
-    return causal ? (i + 1 < d.keys ? i + 1 : d.keys) : d.keys;
+    const int64_t seen = d.query_offset + i + 1;
+    return causal ? (seen < d.keys ? seen : d.keys) : d.keys;
   }
 };
 
@@ -244,7 +246,7 @@ struct Attention {
       : ctx(c), qat(q_at), op(name) {
     const auto& p = ctx.p<AttentionParams>();
     // Sizes only: the products below read (B, H, L, E) operands (staged(), for sequence-first).
-    d = attention_dims(ctx.in(q_at), ctx.in(q_at + 1), ctx.in(q_at + 2), p.sequence_first);
+    d = attention_dims(ctx, q_at);
     scale = p.scale;
     causal = p.is_causal;
     if (mask_at >= 0) {

@@ -466,6 +466,21 @@ struct MatmulKernel {
   }
 };
 
+// a (rows..., K), b (rows..., N): out (K, N) = alpha a^T b over the rows, a read transposed
+// (Note [Products over rows] in ops/matmul.h).
+template <class T>
+struct RowsProductKernel {
+  static void run(const KernelContext& ctx) {
+    const auto& params = ctx.p<MatmulParams>();
+    const Shape& a = ctx.in(0).shape();
+    gemm::RowMajorProduct p{/*transpose_a=*/true, /*transpose_b=*/false};
+    p.m = a[a.ndim() - 1];
+    p.n = ctx.out(0).shape()[1];
+    p.k = a.count(0, a.ndim() - 1);
+    product<T>(ctx, "broadcast_matmul_grad_b", p, /*batches=*/1, params.alpha);
+  }
+};
+
 // a (batch..., M, K), b (batch..., K, N) with identical batch dims: one product per batch.
 template <class T>
 struct BatchMatmulKernel {
@@ -486,6 +501,8 @@ struct BatchMatmulKernel {
 
 OFL_REGISTER_KERNEL("matmul", kCUDA, MatmulKernel, float, float16, bfloat16, double, int32_t,
                     int64_t);
+OFL_REGISTER_KERNEL("broadcast_matmul_grad_b", kCUDA, RowsProductKernel, float, float16, bfloat16,
+                    double, int32_t, int64_t);
 OFL_REGISTER_KERNEL("batch_matmul", kCUDA, BatchMatmulKernel, float, float16, bfloat16, double,
                     int32_t, int64_t);
 

@@ -174,11 +174,17 @@ class Graph(GraphStateMixin, GraphMemoryMixin, GraphRefusalsMixin, GraphOptimize
     def set_stage(self, module, stage_id, placement, input_sbp=None):
         """Runs ``module`` as pipeline stage ``stage_id`` on ``placement``: its parameters move
         there and its tensor inputs are moved there with ``input_sbp`` (default: split(0) over
-        the first placement dimension, broadcast over the others)."""
+        the first placement dimension, broadcast over the others), or, where ``input_sbp`` is a
+        function, with ``input_sbp(x)`` for each input x (inputs of different ranks may need
+        different layouts)."""
         if not isinstance(placement, _placement):
             raise TypeError(f"[nn.Graph] set_stage needs a flow.placement. However, got {placement!r}.")
-        sbp = _default_input_sbp(placement) if input_sbp is None else _sbp.normalize(
-            input_sbp, placement, "set_stage")
+        if input_sbp is None:
+            sbp = _default_input_sbp(placement)
+        elif callable(input_sbp):
+            sbp = input_sbp
+        else:
+            sbp = _sbp.normalize(input_sbp, placement, "set_stage")
         self._stages.append((module, int(stage_id), placement, sbp))
         module.to_global(placement, (_sbp.broadcast,) * len(placement.hierarchy), keep_split=True)
 
@@ -420,7 +426,7 @@ class Graph(GraphStateMixin, GraphMemoryMixin, GraphRefusalsMixin, GraphOptimize
 
             def staged(*xs, _forward=forward, _at=placement, _layout=sbp, _stage=stage, **kw):
                 moved = [
-                    x.to_global(placement=_at, sbp=_layout)
+                    x.to_global(placement=_at, sbp=_layout(x) if callable(_layout) else _layout)
                     if isinstance(x, _C.Tensor) and x.is_lazy else x
                     for x in xs
                 ]

@@ -257,6 +257,11 @@ std::vector<OpCase> sweep_cases() {
        MatmulParams{true, false, 1.0},
        {floats(Shape{4, 5}), floats(Shape{4, 6})}},
       {"batch_matmul", "batch_matmul", MatmulParams{}, {floats(t), floats(Shape{4, 6, 5})}},
+      // A weight gradient over (B 4, T 5) rows: either leading axis splits both into partials.
+      {"broadcast_matmul_grad_b",
+       "broadcast_matmul_grad_b",
+       MatmulParams{false, false, 0.5},
+       {floats(Shape{4, 5, 6}), floats(Shape{4, 5, 7})}},
       {"transpose", "transpose", TransposeParams{{2, 0, 1}}, {floats(t)}},
       {"slice", "slice", SliceParams{{0, 1}, {5, 6}, {1, 2}}, {floats(Shape{5, 6})}},
       {"slice_grad",

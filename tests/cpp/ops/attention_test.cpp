@@ -22,6 +22,7 @@
 namespace ofl {
 namespace {
 
+using testing::dtype_tolerance;
 using testing::expect_close;
 using testing::expect_error;
 using testing::expect_error_phrases;
@@ -391,7 +392,9 @@ TEST(Attention, BadShapesAndDtypesRaiseNamingThem) {
       "bfloat16)");
 }
 
-TEST(Attention, SbpSignaturesSplitBatchesAndHeads) {
+// Batches, heads and queries split; split along the queries, k and v are whole and their
+// gradients partial (Note [Sequence-split attention]).
+TEST(Attention, SbpSignaturesSplitBatchesHeadsAndQueries) {
   auto signatures = [](const char* name, std::vector<TensorMeta> metas) {
     const OpSchema& op = OpRegistry::global().find(name);
     const AnyParams params = AttentionParams{0.5, true};
@@ -404,26 +407,111 @@ TEST(Attention, SbpSignaturesSplitBatchesAndHeads) {
   const TensorMeta x{Shape{2, 4, 5, 8}, DataType::kFloat32};
   EXPECT_EQ(signatures("scaled_dot_product_attention", {x, x, x}),
             (std::vector<std::string>{"S(0) x S(0) x S(0) -> S(0), S(0)",
-                                      "S(1) x S(1) x S(1) -> S(1), S(1)", "B x B x B -> B, B"}));
+                                      "S(1) x S(1) x S(1) -> S(1), S(1)",
+                                      "S(2) x B x B -> S(2), S(2)", "B x B x B -> B, B"}));
   // Grouped-query heads split too: the op is TAlignedSplits, so SBP inference takes S(1) only
   // where both head counts divide evenly (Note [Aligned splits]; the SBP sweep checks it).
   const TensorMeta kv{Shape{2, 2, 5, 8}, DataType::kFloat32};
   EXPECT_EQ(signatures("scaled_dot_product_attention", {x, kv, kv}),
             (std::vector<std::string>{"S(0) x S(0) x S(0) -> S(0), S(0)",
-                                      "S(1) x S(1) x S(1) -> S(1), S(1)", "B x B x B -> B, B"}));
+                                      "S(1) x S(1) x S(1) -> S(1), S(1)",
+                                      "S(2) x B x B -> S(2), S(2)", "B x B x B -> B, B"}));
   EXPECT_TRUE(OpRegistry::global().find("scaled_dot_product_attention").has<TAlignedSplits>());
   // A key-padding mask (batch, 1, 1, S) splits with the batch and stays whole across heads.
   const TensorMeta pad{Shape{2, 1, 1, 5}, DataType::kFloat32};
-  EXPECT_EQ(
-      signatures("scaled_dot_product_attention_masked", {x, x, x, pad}),
-      (std::vector<std::string>{"S(0) x S(0) x S(0) x S(0) -> S(0), S(0)",
-                                "S(1) x S(1) x S(1) x B -> S(1), S(1)", "B x B x B x B -> B, B"}));
+  EXPECT_EQ(signatures("scaled_dot_product_attention_masked", {x, x, x, pad}),
+            (std::vector<std::string>{"S(0) x S(0) x S(0) x S(0) -> S(0), S(0)",
+                                      "S(1) x S(1) x S(1) x B -> S(1), S(1)",
+                                      "S(2) x B x B x B -> S(2), S(2)", "B x B x B x B -> B, B"}));
+  // A mask per query row splits with the queries.
+  const TensorMeta rows{Shape{5, 5}, DataType::kFloat32};
+  EXPECT_EQ(signatures("scaled_dot_product_attention_masked", {x, x, x, rows})[2],
+            "S(2) x B x B x S(0) -> S(2), S(2)");
   const TensorMeta lse{Shape{2, 4, 5}, DataType::kFloat32};
   EXPECT_EQ(signatures("scaled_dot_product_attention_grad", {x, x, x, x, x, lse}),
             (std::vector<std::string>{"S(0) x S(0) x S(0) x S(0) x S(0) x S(0) -> S(0), S(0), S(0)",
                                       "S(1) x S(1) x S(1) x S(1) x S(1) x S(1) -> S(1), S(1), S(1)",
+                                      "S(2) x S(2) x B x B x S(2) x S(2) -> S(2), P, P",
                                       "P x B x B x B x B x B -> P, P, P",
                                       "B x B x B x B x B x B -> B, B, B"}));
+}
+
+// Runs the CPU kernel of `op` on `inputs` as the task of the piece `region` of output 0 (the
+// compiler's position-dependent tasks get their region so); outputs shaped `shapes`.
+std::vector<Tensor> run_piece(const char* op, const AttentionParams& params,
+                              const std::vector<Tensor>& inputs, const std::vector<Shape>& shapes,
+                              const std::vector<DataType>& dtypes, const std::vector<Range>& region,
+                              const Shape& logical) {
+  const OpSchema& schema = OpRegistry::global().find(op);
+  const KernelFn kernel = schema.find_kernel(DeviceType::kCPU, inputs[0].dtype());
+  std::vector<Tensor> outputs;
+  for (size_t i = 0; i < shapes.size(); ++i) outputs.push_back(Tensor::empty(shapes[i], dtypes[i]));
+  const AnyParams any = params;
+  KernelContext ctx{any, inputs, outputs};
+  ctx.output_region = &region;
+  ctx.logical_output_shape = &logical;
+  kernel(ctx);
+  return outputs;
+}
+
+// Note [Sequence-split attention]: causal attention computed by pieces of the queries (uneven,
+// across query and key tiles), each kernel told its piece's place, gives the rows of the whole
+// op, forward and dq, and dk and dv as the sum of the pieces' partial gradients: within the
+// dtype's tolerance, not bit for bit, since a tile's products block their sums by its number of
+// rows. Heads-first and sequence-first, grouped-query heads, float32, float64 and bfloat16
+// (tiles where the CPU has them). Without the offsets a piece's rows would see the wrong keys.
+TEST(Attention, CausalPiecesOfTheQueriesGiveTheWholeOpsRows) {
+  const int64_t L = 200;
+  const std::vector<std::pair<int64_t, int64_t>> pieces{{0, 70}, {70, 130}, {130, 200}};
+  for (DataType dtype : {DataType::kFloat32, DataType::kFloat64, DataType::kBFloat16}) {
+    for (bool sequence_first : {false, true}) {
+      SCOPED_TRACE(str_cat(dtype_name(dtype), sequence_first ? " sequence-first" : ""));
+      const int axis = sequence_first ? 1 : 2;  // the queries' axis of q, out, dq
+      auto shaped = [&](int64_t heads, int64_t rows, int64_t width) {
+        return sequence_first ? Shape{2, rows, heads, width} : Shape{2, heads, rows, width};
+      };
+      const Tensor q = random_tensor(shaped(4, L, 8), dtype, 1);
+      const Tensor k = random_tensor(shaped(2, L, 8), dtype, 2);
+      const Tensor v = random_tensor(shaped(2, L, 6), dtype, 3);
+      const AttentionParams params{0.3, true, sequence_first};
+      const auto whole =
+          functional::scaled_dot_product_attention(q, k, v, Tensor(), 0.3, true, sequence_first);
+      const Tensor dout = random_tensor(whole[0].shape(), dtype, 4);
+      const auto grads = functional::scaled_dot_product_attention_grad(
+          dout, q, k, v, whole[0], whole[1], Tensor(), 0.3, true, sequence_first);
+      std::vector<double> dk(values_of(grads[1]).size()), dv(values_of(grads[2]).size());
+      for (const auto& [begin, end] : pieces) {
+        SCOPED_TRACE(str_cat("queries [", begin, ", ", end, ")"));
+        auto rows = [&](const Tensor& t, int at) {
+          std::vector<int64_t> start(t.shape().ndim(), 0), stop = t.shape().dims();
+          start[at] = begin;
+          stop[at] = end;
+          return functional::slice(t, start, stop, std::vector<int64_t>(t.shape().ndim(), 1));
+        };
+        std::vector<Range> region;
+        for (int64_t n : whole[0].shape().dims()) region.push_back({0, n});
+        region[axis] = {begin, end};
+        const Tensor qp = rows(q, axis), doutp = rows(dout, axis);
+        const auto out = run_piece("scaled_dot_product_attention", params, {qp, k, v},
+                                   {rows(whole[0], axis).shape(), rows(whole[1], 2).shape()},
+                                   {dtype, whole[1].dtype()}, region, whole[0].shape());
+        const double tol = dtype_tolerance(dtype);
+        expect_close(out[0], values_of(rows(whole[0], axis)), out[0].shape(), tol, tol);
+        expect_close(out[1], values_of(rows(whole[1], 2)), out[1].shape(), tol, tol);
+        const auto g = run_piece(
+            "scaled_dot_product_attention_grad", params, {doutp, qp, k, v, out[0], out[1]},
+            {qp.shape(), k.shape(), v.shape()}, {dtype, dtype, dtype}, region, q.shape());
+        expect_close(g[0], values_of(rows(grads[0], axis)), g[0].shape(), tol, tol);
+        const std::vector<double> gk = values_of(g[1]), gv = values_of(g[2]);
+        for (size_t i = 0; i < dk.size(); ++i) dk[i] += gk[i];
+        for (size_t i = 0; i < dv.size(); ++i) dv[i] += gv[i];
+      }
+      // Each piece's partial sums were rounded once.
+      const double tol = 4 * dtype_tolerance(dtype);
+      expect_close(grads[1], dk, k.shape(), tol, tol);
+      expect_close(grads[2], dv, v.shape(), tol, tol);
+    }
+  }
 }
 
 // Note [Sequence-first attention]: q, k, v as (B, L, H, E) give the heads-first op's results
@@ -470,7 +558,7 @@ TEST(Attention, SequenceFirstShapesAreCheckedAsTheyAre) {
       ErrorCode::kInvalidArgument, {"dividing q's", Shape({2, 7, 3, 8}).to_string()});
 }
 
-TEST(Attention, SequenceFirstSbpSignaturesSplitTheHeadsAxis) {
+TEST(Attention, SequenceFirstSbpSignaturesSplitItsAxes) {
   const OpSchema& op = OpRegistry::global().find("scaled_dot_product_attention");
   const AnyParams params = AttentionParams{0.5, true, /*sequence_first=*/true};
   const TensorMeta x{Shape{2, 5, 4, 8}, DataType::kFloat32};
@@ -478,9 +566,9 @@ TEST(Attention, SequenceFirstSbpSignaturesSplitTheHeadsAxis) {
   for (const auto& s : (*op.get<FSbpSignatures>())(InferContext(op, params, {x, x, x}))) {
     got.push_back(s.to_string());
   }
-  EXPECT_EQ(got,
-            (std::vector<std::string>{"S(0) x S(0) x S(0) -> S(0), S(0)",
-                                      "S(2) x S(2) x S(2) -> S(2), S(1)", "B x B x B -> B, B"}));
+  EXPECT_EQ(got, (std::vector<std::string>{"S(0) x S(0) x S(0) -> S(0), S(0)",
+                                           "S(2) x S(2) x S(2) -> S(2), S(1)",
+                                           "S(1) x B x B -> S(1), S(2)", "B x B x B -> B, B"}));
   const OpSchema& grad = OpRegistry::global().find("scaled_dot_product_attention_grad");
   const TensorMeta lse{Shape{2, 4, 5}, DataType::kFloat32};
   got.clear();
@@ -489,6 +577,7 @@ TEST(Attention, SequenceFirstSbpSignaturesSplitTheHeadsAxis) {
     got.push_back(s.to_string());
   }
   EXPECT_EQ(got[1], "S(2) x S(2) x S(2) x S(2) x S(2) x S(1) -> S(2), S(2), S(2)");
+  EXPECT_EQ(got[2], "S(1) x S(1) x B x B x S(1) x S(2) -> S(1), P, P");
 }
 
 }  // namespace

@@ -475,6 +475,98 @@ TEST(Matmul, CudaKernelAddressingMatchesTheCpuKernelForEveryTransposeFlag) {
   }
 }
 
+// Note [Products over rows]: (..., K) x (..., N) -> (K, N), a^T b over every leading index, in
+// float32, float64 and the 16-bit dtypes (float32_out too), and its gradients.
+TEST(BroadcastMatmulGradB, SumsTheProductsOfEveryRow) {
+  const int64_t k = 6, n = 7;
+  for (DataType dtype :
+       {DataType::kFloat32, DataType::kFloat64, DataType::kBFloat16, DataType::kFloat16}) {
+    SCOPED_TRACE(dtype_name(dtype));
+    const double tol = testing::dtype_tolerance(dtype);
+    const Tensor a = random_tensor({3, 5, k}, dtype, 1);
+    const Tensor b = random_tensor({3, 5, n}, dtype, 2);
+    const Tensor y = functional::broadcast_matmul_grad_b(a, b, 0.5);
+    EXPECT_EQ(y.dtype(), dtype);
+    // a's rows (15, K) read transposed: the (K, 15) matrix.
+    expect_close(y, reference_matmul(a, b, true, false, k, 15, n, 0.5), Shape{k, n}, tol, tol);
+    if (dtype == DataType::kBFloat16 || dtype == DataType::kFloat16) {
+      static OpHandle op("broadcast_matmul_grad_b");
+      const Tensor wide = op.call1(MatmulParams{false, false, 0.5, true}, {a, b});
+      EXPECT_EQ(wide.dtype(), DataType::kFloat32);
+      expect_close(wide, reference_matmul(a, b, true, false, k, 15, n, 0.5), Shape{k, n}, 1e-5,
+                   1e-5);
+    }
+  }
+  expect_gradients_match(
+      [](const std::vector<Tensor>& in) {
+        return std::vector<Tensor>{functional::broadcast_matmul_grad_b(in[0], in[1], 1.5)};
+      },
+      {random_tensor({2, 3, 4}, DataType::kFloat64, 3),
+       random_tensor({2, 3, 5}, DataType::kFloat64, 4)});
+}
+
+// A matmul's weight gradient of an N-d input is this op (no reshapes, which would undo a split
+// of a leading axis), and equals the 2-D product of the folded rows.
+TEST(BroadcastMatmulGradB, IsTheWeightGradientOfAnNdMatmul) {
+  for (bool tb : {false, true}) {
+    Tensor a = random_tensor({2, 3, 4}, DataType::kFloat64, 5);
+    Tensor w = random_tensor(tb ? Shape{5, 4} : Shape{4, 5}, DataType::kFloat64, 6);
+    w.set_requires_grad(true);
+    const Tensor dy = random_tensor({2, 3, 5}, DataType::kFloat64, 7);
+    backward({functional::matmul(a, w, false, tb)}, {dy});
+    const Tensor rows = a.view({6, 4}), dy_rows = dy.view({6, 5});
+    const Tensor want = tb ? functional::matmul(dy_rows, rows, true, false)
+                           : functional::matmul(rows, dy_rows, true);
+    expect_close(w.grad(), values_of(want), want.shape(), 1e-12, 1e-12);
+  }
+}
+
+TEST(BroadcastMatmulGradB, MismatchedRowsAndFlagsRaiseNamingThem) {
+  const Tensor a = random_tensor({2, 3, 4}, DataType::kFloat32, 1);
+  testing::expect_error_phrases(
+      [&] {
+        functional::broadcast_matmul_grad_b(a, random_tensor({2, 4, 5}, DataType::kFloat32, 2));
+      },
+      ErrorCode::kInvalidArgument,
+      {"[broadcast_matmul_grad_b] a (..., K) and b (..., N) must have the same leading axes",
+       "(2, 4, 5)"});
+  static OpHandle op("broadcast_matmul_grad_b");
+  expect_error(
+      [&] {
+        op.call1(MatmulParams{true, false, 1.0}, {a, a});
+      },
+      ErrorCode::kInvalidArgument, "takes no transpose flags");
+}
+
+TEST(BroadcastMatmulGradB, EveryLeadingAxisSplitsBothIntoPartialSums) {
+  const OpSchema& op = OpRegistry::global().find("broadcast_matmul_grad_b");
+  const AnyParams params = MatmulParams{};
+  const std::vector<TensorMeta> metas{{Shape{2, 3, 4}, DataType::kFloat32},
+                                      {Shape{2, 3, 5}, DataType::kFloat32}};
+  std::vector<std::string> got;
+  for (const auto& sig : (*op.get<FSbpSignatures>())(InferContext(op, params, metas))) {
+    got.push_back(sig.to_string());
+  }
+  EXPECT_EQ(got, (std::vector<std::string>{"S(0) x S(0) -> P", "S(1) x S(1) -> P",
+                                           "S(2) x B -> S(0)", "B x S(2) -> S(1)", "P x B -> P",
+                                           "B x P -> P", "B x B -> B"}));
+}
+
+// Needs a GPU (skipped without one, as in CI): the CUDA kernel against the CPU's.
+TEST(BroadcastMatmulGradBCuda, MatchesTheCpuKernel) {
+  if (cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device: " << cuda::why_no_device();
+  const Device gpu{DeviceType::kCUDA, 0};
+  for (DataType dtype : {DataType::kFloat32, DataType::kFloat64, DataType::kBFloat16}) {
+    SCOPED_TRACE(dtype_name(dtype));
+    const Tensor a = random_tensor({3, 50, 33}, dtype, 1);
+    const Tensor b = random_tensor({3, 50, 17}, dtype, 2);
+    const Tensor want = functional::broadcast_matmul_grad_b(a, b, 0.5);
+    const Tensor got = functional::broadcast_matmul_grad_b(a.to(gpu), b.to(gpu), 0.5);
+    const double tol = testing::dtype_tolerance(dtype);
+    expect_close(got.to(Device::cpu()), values_of(want), want.shape(), tol, tol);
+  }
+}
+
 TEST(Linear, AddsBiasToProductWithTransposedWeight) {
   const Tensor x = random_tensor({2, 3, 4}, DataType::kFloat32, 17);
   const Tensor w = random_tensor({5, 4}, DataType::kFloat32, 18);
