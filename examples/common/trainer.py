@@ -17,6 +17,7 @@ import numpy as np
 
 import oneflowlike as flow
 from common.data import ByteData, TokenBatches
+from oneflowlike.framework import global_tensor
 
 DEFAULT_DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "data",
                             "kjv-genesis-deuteronomy.txt")
@@ -169,8 +170,8 @@ def check(args, layout, config):
         raise SystemExit(f"[train] {e}") from None
     if args.steps < 1:
         raise SystemExit(f"[train] --steps must be at least 1. However, got {args.steps}.")
-    if args.zero and args.dp == 1 and args.tp == 1:
-        print("[train] warning: --zero has nothing to shard over with --dp 1 and --tp 1",
+    if args.zero and args.dp == 1 and args.tp == 1 and args.cp == 1:
+        print("[train] warning: --zero has nothing to shard over with --dp 1, --cp 1 and --tp 1",
               file=sys.stderr)
     if layout.world_size != world:
         raise SystemExit(f"[train] --dp x --cp x --tp x --pp = {layout.world_size} ranks. However, "
@@ -202,13 +203,21 @@ def make_optimizer(args, model):
 
 def feed(args, layout, data, tokens, targets, block_size):
     """The step's global inputs: tokens on the first stage, targets on the last, split over the
-    data-parallel ranks. From --data-bin each rank holds its rows already; from ByteData every
-    rank has the whole batch and keeps its rows."""
+    data-parallel ranks (and along the sequence over the context-parallel ones). From
+    --data-bin each rank holds its rows already, whole sequences, and keeps its piece of them;
+    from ByteData every rank has the whole batch and keeps its piece."""
     first, last = layout.placement(0), layout.placement(args.pp - 1)
     if args.data_bin:
         shape = (args.batch_size, block_size)
-        return (tokens.to_global(first, layout.data_sbp(), shape=shape),
-                targets.to_global(last, layout.data_sbp(), shape=shape))
+
+        def piece(rows, placement):
+            region = global_tensor.local_region(shape, placement, layout.data_sbp())
+            if region is None or layout.cp == 1:  # not a rank of this stage; whole sequences
+                return rows
+            return rows[:, region[1][0]:region[1][1]].contiguous()
+
+        return (piece(tokens, first).to_global(first, layout.data_sbp(), shape=shape),
+                piece(targets, last).to_global(last, layout.data_sbp(), shape=shape))
     return (data.to_global(tokens, first, layout.data_sbp()),
             data.to_global(targets, last, layout.data_sbp()))
 

@@ -184,9 +184,12 @@ def single_bin(tmp_path_factory, token_file):
     return _train(tmp_path_factory.mktemp("single_bin"), 1, "--data-bin", str(token_file))
 
 
+@pytest.mark.parametrize("layout", [["--dp", "2", "--tp", "2"], ["--dp", "2", "--cp", "2"]],
+                         ids=["dp2_tp2", "dp2_cp2"])
 def test_each_data_parallel_rank_loading_its_shard_gives_the_one_rank_curve(tmp_path, token_file,
-                                                                           single_bin):
-    records = _train(tmp_path, 4, "--dp", "2", "--tp", "2", "--data-bin", str(token_file))
+                                                                           single_bin, layout):
+    # Under context parallelism each rank keeps its piece of its shard's sequences.
+    records = _train(tmp_path, 4, *layout, "--data-bin", str(token_file))
     np.testing.assert_allclose(_losses(records), _losses(single_bin), rtol=LOSS_RTOL["float32"])
 
 

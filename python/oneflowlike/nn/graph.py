@@ -426,7 +426,9 @@ class Graph(GraphStateMixin, GraphMemoryMixin, GraphRefusalsMixin, GraphOptimize
 
             def staged(*xs, _forward=forward, _at=placement, _layout=sbp, _stage=stage, **kw):
                 moved = [
-                    x.to_global(placement=_at, sbp=_layout(x) if callable(_layout) else _layout)
+                    x.to_global(placement=_at,
+                                sbp=_sbp.normalize(_layout(x), _at, "set_stage")
+                                if callable(_layout) else _layout)
                     if isinstance(x, _C.Tensor) and x.is_lazy else x
                     for x in xs
                 ]

@@ -462,7 +462,9 @@ std::vector<Tensor> run_piece(const char* op, const AttentionParams& params,
 // (tiles where the CPU has them). Without the offsets a piece's rows would see the wrong keys.
 TEST(Attention, CausalPiecesOfTheQueriesGiveTheWholeOpsRows) {
   const int64_t L = 200;
-  const std::vector<std::pair<int64_t, int64_t>> pieces{{0, 70}, {70, 130}, {130, 200}};
+  // Offsets 40 and 170: the backward's first query tile of a later key tile is then neither 0
+  // nor the tile of the key itself.
+  const std::vector<std::pair<int64_t, int64_t>> pieces{{0, 40}, {40, 170}, {170, 200}};
   for (DataType dtype : {DataType::kFloat32, DataType::kFloat64, DataType::kBFloat16}) {
     for (bool sequence_first : {false, true}) {
       SCOPED_TRACE(str_cat(dtype_name(dtype), sequence_first ? " sequence-first" : ""));
