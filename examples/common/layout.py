@@ -20,12 +20,13 @@ rows need other ranks' tokens, and the compiler's SBP inference picks, per atten
 cheapest of the layouts that give them: an all-to-all of q, k and v into a split of the batch
 (where it divides), or of the heads (DeepSpeed-Ulysses, where they divide), or the queries kept
 split along the sequence with k and v gathered whole (Note [Sequence-split attention] in
-oneflowlike/ops/attention.h; always possible: an MQA model with one sequence per rank takes it).
+oneflowlike/ops/attention.h; always possible, and the cheapest where k and v are small beside
+q, as with one key/value head).
 No model code changes, and no hint: the layouts after the attention are the compiler's too.
 Megatron's sequence parallelism needs no flag either: tensor parallelism already reduce-scatters
 a row-parallel product's partial sums and computes the norms and residual adds on the pieces
-(the batch's, or the sequence's where the batch does not divide), then all-gathers before the
-next column-parallel product, because that costs half of an all-reduce.
+(of the batch, in the plans checked), then all-gathers before the next column-parallel product,
+because that costs half of an all-reduce.
 """
 
 import oneflowlike as flow

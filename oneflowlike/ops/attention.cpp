@@ -75,16 +75,18 @@ Shape check_attention_inputs(const InferContext& ctx, int q_at, int mask_at) {
   return swap_heads_and_sequence(out, sequence_first);
 }
 
-// The heads' axis of q, k, v and out (lse's is 1).
-int heads_axis(const InferContext& ctx) {
-  return ctx.params<AttentionParams>().sequence_first ? 2 : 1;
+// The axis of q, k, v and out that is `axis` in (B, H, L, E) terms.
+int layout_axis(const InferContext& ctx, int axis) {
+  const bool sequence_first = ctx.params<AttentionParams>().sequence_first;
+  if (!sequence_first || axis == 0) return axis;
+  return axis == 1 ? 2 : 1;
 }
 
 // (q, k, v[, mask]) -> (out, lse).
 std::vector<TensorMeta> infer_attention(const InferContext& ctx) {
   const Shape out = check_attention_inputs(ctx, 0, ctx.num_inputs() == 4 ? 3 : -1);
   const DataType dtype = ctx.dtype(0);
-  const int h = heads_axis(ctx);
+  const int h = layout_axis(ctx, 1);  // the heads' (lse's is 1)
   return {TensorMeta{out, dtype}, TensorMeta{Shape{out[0], out[h], out[3 - h]}, lse_dtype(dtype)}};
 }
 
@@ -96,7 +98,7 @@ std::vector<TensorMeta> infer_attention_grad(const InferContext& ctx) {
               ctx.input_name(i), " must be shaped like the attention's output ", out.to_string(),
               " with q's dtype. However, got ", ctx.describe_inputs(), ".");
   }
-  const int h = heads_axis(ctx);
+  const int h = layout_axis(ctx, 1);  // the heads' (lse's is 1)
   OFL_CHECK(ctx.shape(5) == Shape({out[0], out[h], out[3 - h]}), "[", ctx.op_name(),
             "] lse must be (batch, heads, L). However, got ", ctx.describe_inputs(), ".");
   OFL_CHECK_TYPE(ctx.dtype(5) == lse_dtype(ctx.dtype(1)), "[", ctx.op_name(), "] lse must be ",
@@ -113,13 +115,6 @@ Sbp mask_sbp(const InferContext& ctx, int mask_at, int axis) {
   const int own = m.ndim() - 4 + axis;
   if (own >= 0 && m[own] > 1) return S(own);
   return B();
-}
-
-// The axis of q, k, v and out that is `axis` in (B, H, L, E) terms.
-int layout_axis(const InferContext& ctx, int axis) {
-  const bool sequence_first = ctx.params<AttentionParams>().sequence_first;
-  if (!sequence_first || axis == 0) return axis;
-  return axis == 1 ? 2 : 1;
 }
 
 // Batches and heads are independent. Under grouped-query attention a piece of the query heads

@@ -22,9 +22,8 @@ _GPT = _ROOT / "examples" / "gpt" / "train.py"
 _LLAMA = _ROOT / "examples" / "llama" / "train.py"
 _GPT_SMALL = ["--n-layer", "2", "--n-embd", "32", "--n-head", "4", "--block-size", "32",
               "--batch-size", "8", "--warmup-steps", "2", "--quiet"]
-# Multi-query attention (one key/value head) with two sequences: neither the key/value heads
-# nor one sequence per rank divide over two ranks, so the queries stay split and k and v are
-# gathered.
+# Multi-query attention (one key/value head): k and v are a quarter of q's size, so gathering
+# them costs less than moving q, k and v by all-to-all, and the queries stay split.
 _MQA = ["--n-layer", "2", "--n-embd", "32", "--n-head", "4", "--n-kv-head", "1",
         "--block-size", "64", "--batch-size", "2", "--warmup-steps", "2", "--quiet"]
 _losses = example_runs.losses

@@ -505,8 +505,9 @@ TEST(BroadcastMatmulGradB, SumsTheProductsOfEveryRow) {
        random_tensor({2, 3, 5}, DataType::kFloat64, 4)});
 }
 
-// A matmul's weight gradient of an N-d input is this op (no reshapes, which would undo a split
-// of a leading axis), and equals the 2-D product of the folded rows.
+// A matmul's weight gradient of an N-d input equals the 2-D product of the folded rows. (That it
+// is this op, without reshapes that would undo a split of a leading axis, is what keeps the
+// context-parallel plans free of all-to-alls: tests/python/test_context_parallel.py.)
 TEST(BroadcastMatmulGradB, IsTheWeightGradientOfAnNdMatmul) {
   for (bool tb : {false, true}) {
     Tensor a = random_tensor({2, 3, 4}, DataType::kFloat64, 5);
