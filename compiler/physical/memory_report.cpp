@@ -148,8 +148,7 @@ int64_t attention_of(const proto::PlanProto& plan, const proto::TaskProto& task,
       attention_dims(from_proto(regs.ins[q]->shape()), from_proto(regs.ins[q + 1]->shape()),
                      from_proto(regs.ins[q + 2]->shape()), params.sequence_first);
   // A piece of a sequence-split causal attention reads the keys up to its last query.
-  d.query_offset = attention_query_offset(
-      ranges_from_proto(task.output_region(), 0, task.output_region_size()), params.sequence_first);
+  place_queries(&d, params, ranges_from_proto(task.output_region(), 0, task.output_region_size()));
   return cpu::attention_workspace_bytes(backward, dtype_from_name(regs.ins[q]->dtype()), d,
                                         params.is_causal, omp_get_max_threads());
 }

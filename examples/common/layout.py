@@ -22,7 +22,13 @@ cheapest of the layouts that give them: an all-to-all of q, k and v into a split
 split along the sequence with k and v gathered whole (Note [Sequence-split attention] in
 oneflowlike/ops/attention.h; always possible, and the cheapest where k and v are small beside
 q, as with one key/value head).
-No model code changes, and no hint: the layouts after the attention are the compiler's too.
+No hint: the layouts after the attention are the compiler's too. Split contiguously, the
+causal attention of later pieces has more keys to see (the last of n pieces about 2n - 1 times
+the first's work), so by default (``cp_order`` "zigzag") the sequences come in the order that
+balances it, piece i holding chunks i and 2n-1-i of 2n (Note [Zigzag order] in
+oneflowlike/ops/attention.h): the tokens and targets are fed in that order (``in_order``), and
+the model's one change is to be told it (config.zigzag), for its positions and its attention.
+The loss, a mean over tokens, does not depend on the order.
 Megatron's sequence parallelism needs no flag either: tensor parallelism already reduce-scatters
 a row-parallel product's partial sums and computes the norms and residual adds on the pieces
 (of the batch, in the plans checked), then all-gathers before the next column-parallel product,
@@ -44,11 +50,18 @@ def _nested(ranks, shape):
 
 
 class Layout:
-    def __init__(self, dp=1, tp=1, pp=1, device="cpu", column=(), row=(), experts=None, cp=1):
+    def __init__(self, dp=1, tp=1, pp=1, device="cpu", column=(), row=(), experts=None, cp=1,
+                 cp_order="zigzag"):
         for name, v in (("dp", dp), ("cp", cp), ("tp", tp), ("pp", pp)):
             if v < 1:
                 raise ValueError(f"--{name} must be at least 1. However, got {v}.")
+        if cp_order not in ("zigzag", "contiguous"):
+            raise ValueError(f"--cp-order must be zigzag or contiguous. However, got "
+                             f"{cp_order!r}.")
         self.dp, self.cp, self.tp, self.pp = dp, cp, tp, pp
+        self.cp_order = cp_order
+        # What the model's config.zigzag gets: the pieces its sequences are ordered for.
+        self.zigzag = cp if cp > 1 and cp_order == "zigzag" else 0
         self.world_size = dp * cp * tp * pp
         self.device = device  # the placements' type: every stage computes there
         self.column, self.row = tuple(column), tuple(row)
@@ -81,6 +94,16 @@ class Layout:
         cp (Note [Context parallelism as SBP])."""
         return self.sbp(flow.sbp.split(0), B, S1)
 
+    def in_order(self, rows):
+        """(batch, block_size) tokens or targets (numpy or a tensor) in the sequence order
+        the model is told (Note [Zigzag order]): F.zigzag's where the layout balances causal
+        attention."""
+        if not self.zigzag:
+            return rows
+        if isinstance(rows, flow.Tensor):
+            return flow.nn.functional.zigzag(rows, 1, self.zigzag)
+        return flow.nn.functional.zigzag(flow.tensor(rows), 1, self.zigzag).numpy()
+
     def stage_input_sbp(self, x):
         """What a pipeline stage's input takes: tokens and activations as the data, a vector per
         sequence (the experts' losses) split by batch only."""
@@ -111,7 +134,17 @@ class Layout:
         if self.cp > config.block_size:
             raise ValueError(f"--cp {self.cp} splits the sequence: it must be at most "
                              f"--block-size {config.block_size}.")
+        if self.zigzag and config.block_size % (2 * self.cp):
+            raise ValueError(f"--cp {self.cp} in the zigzag order cuts each sequence in "
+                             f"{2 * self.cp} chunks: --block-size {config.block_size} must be a "
+                             f"multiple of {2 * self.cp} (or use --cp-order contiguous).")
         n_experts = getattr(config, "n_experts", 0)
+        if self.zigzag and n_experts:
+            raise ValueError("--cp-order zigzag with --n-experts: the experts' capacity queues a "
+                             "sequence's tokens in the order they come (Note [Expert capacity] "
+                             "in examples/llama/moe.py), so in the zigzag order a token could "
+                             "take the place of an earlier one and its output depend on later "
+                             "tokens. Use --cp-order contiguous.")
         if n_experts and n_experts % self.dp:
             raise ValueError(f"--dp {self.dp} must divide --n-experts (each data-parallel rank "
                              f"holds n_experts / dp experts). However, got {n_experts}.")

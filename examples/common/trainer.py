@@ -36,6 +36,11 @@ def parser(description):
     p.add_argument("--cp", type=int, default=1,
                    help="context-parallel ranks: each takes a piece of every sequence (Note "
                         "[Context parallelism as SBP] in common/layout.py)")
+    p.add_argument("--cp-order", choices=["zigzag", "contiguous"], default=None,
+                   help="how --cp cuts the sequences: zigzag (the default; chunks i and 2cp-1-i "
+                        "of 2cp on rank i, which balances causal attention's work) or "
+                        "contiguous (the default with --n-experts, which zigzag would make "
+                        "non-causal)")
     p.add_argument("--micro-batches", type=int, default=1, help="micro-batches per step")
     p.add_argument("--device", choices=["cpu", "cuda"], default="cpu",
                    help="where every stage computes (cuda: each rank's GPU LOCAL_RANK)")
@@ -201,12 +206,21 @@ def make_optimizer(args, model):
     return optimizer, flow.optim.lr_scheduler.LambdaLR(optimizer, lr_lambda(args))
 
 
+def cp_order(args):
+    """--cp-order, or its default: zigzag but with experts (Layout.check says why)."""
+    if args.cp_order:
+        return args.cp_order
+    return "contiguous" if getattr(args, "n_experts", 0) else "zigzag"
+
+
 def feed(args, layout, data, tokens, targets, block_size):
     """The step's global inputs: tokens on the first stage, targets on the last, split over the
     data-parallel ranks (and along the sequence over the context-parallel ones). From
     --data-bin each rank holds its rows already, whole sequences, and keeps its piece of them;
-    from ByteData every rank has the whole batch and keeps its piece."""
+    from ByteData every rank has the whole batch and keeps its piece. Either way the sequences
+    come in the order the model is told (Layout.in_order)."""
     first, last = layout.placement(0), layout.placement(args.pp - 1)
+    tokens, targets = layout.in_order(tokens), layout.in_order(targets)
     if args.data_bin:
         shape = (args.batch_size, block_size)
 
@@ -273,7 +287,8 @@ def run(args, model, layout, model_flags, describe):
     log = open_log(args.log_json, first) if args.log_json and rank == 0 else None
     if rank == 0 and not args.quiet:
         print(f"{describe(model)}, batch {args.batch_size} on {world} ranks (dp {args.dp} x "
-              f"{f'cp {args.cp} x ' if args.cp > 1 else ''}tp {args.tp} x pp {args.pp}, "
+              f"{f'cp {args.cp} ({layout.cp_order}) x ' if args.cp > 1 else ''}tp {args.tp} x "
+              f"pp {args.pp}, "
               f"{args.micro_batches} micro-batches"
               f"{f', ZeRO-{args.zero}' if args.zero else ''}"
               f"{', activation checkpointing' if args.checkpoint_activations else ''}, "

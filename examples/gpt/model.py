@@ -16,6 +16,9 @@ class GPTConfig:
     n_embd: int = 64
     bias: bool = False  # in Linear and LayerNorm, as nanoGPT's default
     tied_head: bool = False  # the output head reuses the token embedding
+    # > 0: sequences come in F.zigzag's order over this many context-parallel pieces (Note
+    # [Zigzag order] in oneflowlike/ops/attention.h; common/layout.py sets it)
+    zigzag: int = 0
 
 
 class MLP(nn.Module):
@@ -35,7 +38,8 @@ class Block(nn.Module):
     def __init__(self, c):
         super().__init__()
         self.ln_1 = nn.LayerNorm(c.n_embd, bias=c.bias)
-        self.attn = nn.CausalSelfAttention(c.n_embd, c.n_head, c.block_size, bias=c.bias)
+        self.attn = nn.CausalSelfAttention(c.n_embd, c.n_head, c.block_size, bias=c.bias,
+                                           zigzag=c.zigzag)
         self.ln_2 = nn.LayerNorm(c.n_embd, bias=c.bias)
         self.mlp = MLP(c)
 
@@ -47,7 +51,7 @@ class Block(nn.Module):
 class Embeddings(nn.Module):
     def __init__(self, c):
         super().__init__()
-        self.block_size = c.block_size
+        self.block_size, self.zigzag = c.block_size, c.zigzag
         self.wte = nn.Embedding(c.vocab_size, c.n_embd)
         self.wpe = nn.Embedding(c.block_size, c.n_embd)
 
@@ -61,6 +65,8 @@ class Embeddings(nn.Module):
                               sbp=(flow.sbp.broadcast,) * len(idx.placement.hierarchy))
         else:
             pos = flow.arange(0, t, device=idx.device)
+        if self.zigzag:  # the positions in the order the tokens come in
+            pos = flow.nn.functional.zigzag(pos, 0, self.zigzag)
         return self.wte(idx) + self.wpe(pos)
 
 

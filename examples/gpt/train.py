@@ -46,7 +46,8 @@ def parse(argv=None):
 
 
 def make_layout(args):
-    return Layout(args.dp, args.tp, args.pp, args.device, column=COLUMN, row=ROW, cp=args.cp)
+    return Layout(args.dp, args.tp, args.pp, args.device, column=COLUMN, row=ROW, cp=args.cp,
+                  cp_order=trainer.cp_order(args))
 
 
 def main(argv=None):
@@ -54,6 +55,7 @@ def main(argv=None):
     config = GPTConfig(block_size=args.block_size, n_layer=args.n_layer, n_head=args.n_head,
                        n_embd=args.n_embd, bias=args.bias, tied_head=args.tied_head)
     layout = make_layout(args)
+    config.zigzag = layout.zigzag  # the order the sequences come in
     trainer.check(args, layout, config)
     model = trainer.build(args, lambda: GPT(config))
     trainer.run(args, model, layout, MODEL_FLAGS,

@@ -29,6 +29,9 @@ class LlamaConfig:
     capacity_factor: float = 1.25  # Note [Expert capacity]
     aux_loss_coef: float = 0.01  # Note [Load-balancing loss]
     router_z_loss_coef: float = 0.0  # ST-MoE's router z-loss (0: off)
+    # > 0: sequences come in F.zigzag's order over this many context-parallel pieces (Note
+    # [Zigzag order] in oneflowlike/ops/attention.h; common/layout.py sets it)
+    zigzag: int = 0
 
     @property
     def head_dim(self):
@@ -87,7 +90,9 @@ class Attention(nn.Module):
         self.wk = nn.Linear(c.n_embd, c.n_kv_head * c.head_dim, bias=False)
         self.wv = nn.Linear(c.n_embd, c.n_kv_head * c.head_dim, bias=False)
         self.wo = nn.Linear(c.n_head * c.head_dim, c.n_embd, bias=False)
-        self.rope = nn.RotaryEmbedding(c.head_dim, c.block_size, base=c.rope_base)
+        self.zigzag = c.zigzag
+        self.rope = nn.RotaryEmbedding(c.head_dim, c.block_size, base=c.rope_base,
+                                       zigzag=c.zigzag)
 
     def forward(self, x):
         B, T, _ = x.shape
@@ -97,7 +102,8 @@ class Attention(nn.Module):
         v = self.wv(x).reshape(B, T, self.n_kv_head, D).transpose(1, 2)
         q, k = self.rope(q), self.rope(k)
         y = F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=1.0 / math.sqrt(D),
-                                           enable_gqa=self.n_kv_head != self.n_head)
+                                           enable_gqa=self.n_kv_head != self.n_head,
+                                           zigzag=self.zigzag)
         return self.wo(y.transpose(1, 2).reshape(B, T, self.n_head * D))
 
 

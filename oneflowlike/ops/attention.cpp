@@ -4,6 +4,8 @@
 
 #include "oneflowlike/ops/attention.h"
 
+#include <algorithm>
+
 #include "oneflowlike/eager.h"
 #include "oneflowlike/op.h"
 #include "oneflowlike/ops/grad_util.h"
@@ -58,6 +60,19 @@ Shape check_attention_inputs(const InferContext& ctx, int q_at, int mask_at) {
   OFL_CHECK(q[3] == k[3], "[", ctx.op_name(),
             "] q and k must have one head_dim (the last axis). However, got ",
             ctx.describe_inputs(), ".");
+  const AttentionParams& params = ctx.params<AttentionParams>();
+  if (params.zigzag != 0) {
+    OFL_CHECK(params.zigzag > 0 && params.is_causal && mask_at < 0, "[", ctx.op_name(),
+              "] zigzag (Note [Zigzag order]) orders causal attention's queries over zigzag "
+              "pieces: it must be at least 1, with is_causal and no attn_mask. However, got "
+              "zigzag ",
+              params.zigzag, ", is_causal ", params.is_causal ? "true" : "false",
+              mask_at >= 0 ? " and a mask" : " and no mask", ".");
+    OFL_CHECK(q[2] == k[2] && q[2] % (2 * params.zigzag) == 0, "[", ctx.op_name(), "] zigzag ",
+              params.zigzag, " cuts the sequence in ", 2 * params.zigzag,
+              " chunks: q and k must have one sequence length that it divides. However, got ",
+              ctx.describe_inputs(), ".");
+  }
   const Shape out{q[0], q[1], q[2], v[3]};
   if (mask_at >= 0) {
     const Shape& m = ctx.shape(mask_at);
@@ -218,18 +233,30 @@ AttentionDims attention_dims(const Shape& q_shape, const Shape& k_shape, const S
 }
 
 AttentionDims attention_dims(const KernelContext& ctx, int q_at) {
-  const bool sequence_first = ctx.p<AttentionParams>().sequence_first;
+  const AttentionParams& params = ctx.p<AttentionParams>();
   AttentionDims d =
-      attention_dims(ctx.in(q_at), ctx.in(q_at + 1), ctx.in(q_at + 2), sequence_first);
-  if (ctx.output_region != nullptr) {
-    d.query_offset = attention_query_offset(*ctx.output_region, sequence_first);
-  }
+      attention_dims(ctx.in(q_at), ctx.in(q_at + 1), ctx.in(q_at + 2), params.sequence_first);
+  place_queries(&d, params,
+                ctx.output_region != nullptr ? *ctx.output_region : std::vector<Range>{});
   return d;
 }
 
-int64_t attention_query_offset(const std::vector<Range>& region, bool sequence_first) {
-  const size_t axis = sequence_first ? 1 : 2;
-  return region.size() > axis ? region[axis].begin : 0;
+void place_queries(AttentionDims* d, const AttentionParams& params,
+                   const std::vector<Range>& region) {
+  const size_t axis = params.sequence_first ? 1 : 2;
+  d->query_offset = region.size() > axis ? region[axis].begin : 0;
+  d->zigzag = params.zigzag;
+}
+
+int64_t AttentionDims::last_query_position(int64_t i0, int64_t i1) const {
+  if (zigzag == 0) return query_offset + i1 - 1;
+  int64_t last = -1;
+  for (int64_t i = i0; i < i1;) {
+    const int64_t end = std::min(i1, ((query_offset + i) / chunk() + 1) * chunk() - query_offset);
+    last = std::max(last, query_position(end - 1));
+    i = end;
+  }
+  return last;
 }
 
 MaskStrides attention_mask_strides(const Shape& m) {
@@ -288,9 +315,9 @@ namespace functional {
 
 std::vector<Tensor> scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v,
                                                  const Tensor& mask, double scale, bool is_causal,
-                                                 bool sequence_first) {
+                                                 bool sequence_first, int64_t zigzag) {
   static OpHandle plain(kAttention), masked(kAttentionMasked);
-  const AttentionParams params{scale, is_causal, sequence_first};
+  const AttentionParams params{scale, is_causal, sequence_first, zigzag};
   if (!mask.defined()) return plain(params, {q, k, v});
   return masked(params, {q, k, v, mask});
 }
@@ -299,9 +326,10 @@ std::vector<Tensor> scaled_dot_product_attention_grad(const Tensor& dout, const 
                                                       const Tensor& k, const Tensor& v,
                                                       const Tensor& out, const Tensor& lse,
                                                       const Tensor& mask, double scale,
-                                                      bool is_causal, bool sequence_first) {
+                                                      bool is_causal, bool sequence_first,
+                                                      int64_t zigzag) {
   static OpHandle plain(kAttentionGrad), masked(kAttentionMaskedGrad);
-  const AttentionParams params{scale, is_causal, sequence_first};
+  const AttentionParams params{scale, is_causal, sequence_first, zigzag};
   if (!mask.defined()) return plain(params, {dout, q, k, v, out, lse});
   return masked(params, {dout, q, k, v, out, lse, mask});
 }

@@ -28,10 +28,27 @@
 // o from the region of their output 0 (out, or dq) along the sequence (the ops are
 // TPositionDependent), through attention_dims(ctx, q_at), into AttentionDims::query_offset. The
 // split is contiguous, so with is_causal the ranks of later pieces do more of the work (their
-// queries see more keys); balancing that (Megatron's zigzag order of the sequence) is not done.
+// queries see more keys): Note [Zigzag order] balances it.
+//
+// Note [Zigzag order]: with AttentionParams::zigzag = n > 0 the sequence of q, k, v (and out,
+// lse and the gradients) is stored in the order that balances causal attention over n sequence
+// pieces (Megatron's and Llama 3's context parallelism): cut in 2n chunks of T / 2n, stored as
+// chunks 0, 2n-1, 1, 2n-2, ..., n-1, n, so the i-th of n contiguous pieces holds chunks i and
+// 2n-1-i, and every piece's queries see about as many keys. The op's signatures are the same
+// (the queries split along the stored sequence with k and v whole); a row's place in the sequence
+// is AttentionDims::position of its stored index, and everything causal asks it. The CPU kernels
+// walk the keys in the sequence's order, in tiles cut at chunk edges, so that each key tile is
+// rows of one chunk read where they are stored (AttentionDims::key_row) and what a query sees of
+// it is still a prefix; the key tiles a query tile reads end at the largest position among its
+// rows (positions rise within a chunk only), and the backward skips the query tiles that see none
+// of a key tile. The CUDA kernel, which makes whole score rows, hides key j from query i where
+// position(j) > position(i). Only is_causal attention without a mask has an order (without
+// causality the order of the rows does not matter; a mask would have to come in one order or the
+// other), over sequences of one length that 2n divides. n = 1 is the sequence's own order.
 
 #include <vector>
 
+#include "oneflowlike/common/host_device.h"
 #include "oneflowlike/params.h"
 #include "oneflowlike/sbp.h"
 #include "oneflowlike/tensor.h"
@@ -44,7 +61,8 @@ struct AttentionParams {
   double scale = 1.0;  // the caller resolves PyTorch's default 1 / sqrt(E)
   bool is_causal = false;
   bool sequence_first = false;  // Note [Sequence-first attention]
-  OFL_PARAMS(AttentionParams, scale, is_causal, sequence_first)
+  int64_t zigzag = 0;           // Note [Zigzag order]: n > 0, the queries in its order
+  OFL_PARAMS(AttentionParams, scale, is_causal, sequence_first, zigzag)
 };
 
 /// Where row i of head h of batch b of one attention tensor starts: b * batch + h * head +
@@ -58,12 +76,32 @@ struct AttentionStrides {
 /// strides of q (and dq), k (dk), v (dv) and out (dout) in the op's layout.
 struct AttentionDims {
   int64_t batch = 0, heads = 0, kv_heads = 0, queries = 0, keys = 0, head_dim = 0, value_dim = 0;
-  // Where the queries start in the logical sequence (Note [Sequence-split attention]): under
-  // is_causal query i sees keys [0, query_offset + i].
+  // Where the queries start in the stored sequence (Note [Sequence-split attention]), and the
+  // order it is stored in (Note [Zigzag order]; 0: the sequence's own). Under is_causal query i
+  // sees the keys at positions [0, query_position(i)].
   int64_t query_offset = 0;
+  int64_t zigzag = 0;
   bool sequence_first = false;
   AttentionStrides q, k, v, out;
-  int64_t group() const { return kv_heads == 0 ? 1 : heads / kv_heads; }
+  OFL_HOST_DEVICE int64_t group() const { return kv_heads == 0 ? 1 : heads / kv_heads; }
+  // The zigzag order's chunk (its sequences are as long as the keys).
+  OFL_HOST_DEVICE int64_t chunk() const { return keys / (2 * zigzag); }
+  // The position in the sequence of stored row `stored` (of the whole sequence).
+  OFL_HOST_DEVICE int64_t position(int64_t stored) const {
+    if (zigzag == 0) return stored;
+    const int64_t c = stored / chunk();
+    return (c % 2 == 0 ? c / 2 : 2 * zigzag - 1 - c / 2) * chunk() + stored % chunk();
+  }
+  OFL_HOST_DEVICE int64_t query_position(int64_t i) const { return position(query_offset + i); }
+  // Where the key at `position` is stored: position's inverse.
+  OFL_HOST_DEVICE int64_t key_row(int64_t at) const {
+    if (zigzag == 0) return at;
+    const int64_t c = at / chunk();
+    return (c < zigzag ? 2 * c : 2 * (2 * zigzag - 1 - c) + 1) * chunk() + at % chunk();
+  }
+  // The largest position among queries [i0, i1) (i0 < i1): the last row of each chunk they
+  // cross, positions rising within a chunk.
+  int64_t last_query_position(int64_t i0, int64_t i1) const;
 };
 AttentionDims attention_dims(const Tensor& q, const Tensor& k, const Tensor& v,
                              bool sequence_first = false);
@@ -72,12 +110,14 @@ AttentionDims attention_dims(const Tensor& q, const Tensor& k, const Tensor& v,
 AttentionDims attention_dims(const Shape& q, const Shape& k, const Shape& v,
                              bool sequence_first = false);
 
-/// The same for a kernel whose q, k and v are inputs q_at..q_at + 2, with query_offset from the
-/// region of its output 0 (Note [Sequence-split attention]).
+/// The same for a kernel whose q, k and v are inputs q_at..q_at + 2, with its queries placed
+/// by place_queries.
 AttentionDims attention_dims(const KernelContext& ctx, int q_at);
-/// The first query of a piece whose output 0 covers `region` of the logical tensor (empty: all
-/// of it): the start of its sequence axis.
-int64_t attention_query_offset(const std::vector<Range>& region, bool sequence_first);
+/// Tells `d` where its queries are in the sequence: the piece whose output 0 covers `region` of
+/// the logical tensor (empty: all of it) starts at the start of its sequence axis (Note
+/// [Sequence-split attention]), in the order `params` gives (Note [Zigzag order]).
+void place_queries(AttentionDims* d, const AttentionParams& params,
+                   const std::vector<Range>& region);
 
 /// Element strides of a mask of `mask_shape` broadcast to (B, H, L, S): 0 along broadcast axes.
 struct MaskStrides {
@@ -89,13 +129,14 @@ namespace functional {
 /// {out, lse}; `mask` may be an undefined Tensor (no mask).
 std::vector<Tensor> scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v,
                                                  const Tensor& mask, double scale, bool is_causal,
-                                                 bool sequence_first = false);
+                                                 bool sequence_first = false, int64_t zigzag = 0);
 /// {dq, dk, dv} from dout and the forward's inputs and outputs.
 std::vector<Tensor> scaled_dot_product_attention_grad(const Tensor& dout, const Tensor& q,
                                                       const Tensor& k, const Tensor& v,
                                                       const Tensor& out, const Tensor& lse,
                                                       const Tensor& mask, double scale,
-                                                      bool is_causal, bool sequence_first = false);
+                                                      bool is_causal, bool sequence_first = false,
+                                                      int64_t zigzag = 0);
 }  // namespace functional
 
 }  // namespace ofl

@@ -1,7 +1,8 @@
 """Context parallelism (--cp, Note [Context parallelism as SBP] in examples/common/layout.py) on
 the LLaMA example with one long sequence per step: each rank's planned peak, the collectives
 its plan runs, and the step time, for cp = 1 (one process with every thread) and the cp values
-asked for (cp processes of threads / cp each: the same cores), in one invocation.
+asked for (cp processes of threads / cp each: the same cores), each in the zigzag order and the
+contiguous one (Note [Zigzag order] in oneflowlike/ops/attention.h), in one invocation.
 
     .venv/bin/python scripts/bench/bench_context.py --cp 2 4
 """
@@ -20,11 +21,11 @@ _ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__
 _TRAIN = os.path.join(_ROOT, "examples", "llama", "train.py")
 
 
-def run(cp, flags, threads, steps):
+def run(cp, flags, threads, steps, order="zigzag"):
     with tempfile.TemporaryDirectory() as tmp:
         log = os.path.join(tmp, "log.jsonl")
-        args = [_TRAIN, *flags, "--cp", str(cp), "--steps", str(steps), "--log-json", log,
-                "--plan-summary", "--quiet"]
+        args = [_TRAIN, *flags, "--cp", str(cp), "--cp-order", order, "--steps", str(steps),
+                "--log-json", log, "--plan-summary", "--quiet"]
         command = [sys.executable, *args] if cp == 1 else [
             sys.executable, "-m", "oneflowlike.distributed.launch", "--nproc_per_node", str(cp),
             *args]
@@ -35,7 +36,7 @@ def run(cp, flags, threads, steps):
         ms = [json.loads(line)["ms"] for line in open(log)][1:]  # the first step compiles
     peaks = [float(m) for m in re.findall(r"planned peak ([\d.]+) MiB", out.stdout)]
     collectives = re.search(r"collectives: (.*)", out.stdout)
-    return {"cp": cp, "planned_peak_mib": max(peaks), "ms": float(np.median(ms)),
+    return {"cp": cp, "order": order, "planned_peak_mib": max(peaks), "ms": float(np.median(ms)),
             "collectives": collectives.group(1) if collectives else ""}
 
 
@@ -49,6 +50,8 @@ def main():
     p.add_argument("--n-kv-head", type=int, default=1)
     p.add_argument("--threads", type=int, default=os.cpu_count())
     p.add_argument("--steps", type=int, default=6)
+    p.add_argument("--orders", nargs="+", choices=["zigzag", "contiguous"],
+                   default=["zigzag", "contiguous"])
     a = p.parse_args()
     flags = ["--block-size", str(a.block_size), "--n-layer", str(a.n_layer), "--n-embd",
              str(a.n_embd), "--n-head", str(a.n_head), "--n-kv-head", str(a.n_kv_head),
@@ -56,8 +59,10 @@ def main():
     print(f"llama {a.n_layer} x {a.n_embd}, {a.n_head} heads ({a.n_kv_head} key/value), one "
           f"sequence of {a.block_size}, {a.threads} threads in all", flush=True)
     base = run(1, flags, a.threads, a.steps)
-    for r in [base] + [run(cp, flags, a.threads, a.steps) for cp in a.cp]:
-        print(f"cp {r['cp']}: planned peak per rank {r['planned_peak_mib']:.1f} MiB "
+    runs = [run(cp, flags, a.threads, a.steps, order) for cp in a.cp for order in a.orders]
+    for r in [base] + runs:
+        name = f"cp {r['cp']} ({r['order']})" if r["cp"] > 1 else "cp 1"
+        print(f"{name}: planned peak per rank {r['planned_peak_mib']:.1f} MiB "
               f"({r['planned_peak_mib'] / base['planned_peak_mib']:.2f} of one rank's), step "
               f"{r['ms']:.1f} ms ({base['ms'] / r['ms']:.2f}x one rank's speed); collectives "
               f"{r['collectives'] or 'none'}", flush=True)

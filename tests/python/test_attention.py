@@ -263,3 +263,66 @@ def test_a_fetched_transpose_keeps_the_fold_off(tmp_path):
     plain, _, _ = _train_attention(tmp_path, "plain")
     assert transposes == 8
     np.testing.assert_array_equal(losses, plain)
+
+
+def _zigzag_np(x, axis, n):
+    """Note [Zigzag order] in numpy: axis cut in 2n chunks, stored 0, 2n-1, 1, 2n-2, ..."""
+    chunks = np.split(x, 2 * n, axis=axis)
+    return np.concatenate([chunks[s // 2 if s % 2 == 0 else 2 * n - 1 - s // 2]
+                           for s in range(2 * n)], axis=axis)
+
+
+@pytest.mark.parametrize("n", [1, 2, 3])
+def test_zigzag_orders_chunks_and_unzigzag_undoes_it(n):
+    x = rand(2, 12, 3, seed=n)
+    ordered = F.zigzag(flow.tensor(x), 1, n)
+    np.testing.assert_array_equal(ordered.numpy(), _zigzag_np(x, 1, n))
+    np.testing.assert_array_equal(F.unzigzag(ordered, -2, n).numpy(), x)
+    if n == 2:  # piece i of 2 holds chunks i and 3 - i
+        np.testing.assert_array_equal(ordered.numpy()[:, :6], np.concatenate(
+            [x[:, 0:3], x[:, 9:12]], axis=1))
+
+
+@pytest.mark.parametrize("dropout_path", [False, True], ids=["fused", "written_out"])
+@pytest.mark.parametrize("n", [2, 3])
+def test_zigzag_attention_gives_torchs_rows_in_that_order(n, dropout_path):
+    """Note [Zigzag order]: q, k, v and the result in the zigzag order over n pieces give torch's
+    causal attention of the sequence, reordered, forward and backward; so does the written-out
+    form that dropout_p > 0 takes (called here with p = 0, to compare)."""
+    from oneflowlike.ops import attention as ours
+
+    q, k, v = (rand(2, 3, 36, 8, seed=s) for s in (1, 2, 3))
+    g = rand(2, 3, 36, 8, seed=4)
+    theirs_in = [torch.tensor(x, requires_grad=True) for x in (q, k, v)]
+    theirs = torch.nn.functional.scaled_dot_product_attention(*theirs_in, is_causal=True)
+    (theirs * torch.tensor(g)).sum().backward()
+    ours_in = [flow.tensor(_zigzag_np(x, 2, n), requires_grad=True) for x in (q, k, v)]
+    if dropout_path:
+        out = ours._written_out(*ours_in, None, 0.0, True, 1.0 / math.sqrt(8), zigzag=n)
+    else:
+        out = F.scaled_dot_product_attention(*ours_in, is_causal=True, zigzag=n)
+    np.testing.assert_allclose(out.numpy(), _zigzag_np(theirs.detach().numpy(), 2, n),
+                               rtol=1e-5, atol=1e-5)
+    (out * flow.tensor(_zigzag_np(g, 2, n))).sum().backward()
+    for a, b in zip(ours_in, theirs_in):
+        np.testing.assert_allclose(a.grad.numpy(), _zigzag_np(b.grad.numpy(), 2, n),
+                                   rtol=1e-4, atol=1e-5)
+
+
+def test_zigzag_attention_refuses_what_it_cannot_order():
+    q = flow.tensor(rand(1, 2, 12, 4))
+    with pytest.raises(ValueError, match=r"zigzag orders the queries of causal attention: it "
+                                         r"needs is_causal=True"):
+        F.scaled_dot_product_attention(q, q, q, zigzag=2)
+    with pytest.raises(ValueError, match=r"zigzag=4 cuts the sequence in 8 chunks: query and key "
+                                         r"must have one length L that 8 divides. However, got "
+                                         r"query \(1, 2, 12, 4\)"):
+        F.scaled_dot_product_attention(q, q, q, is_causal=True, zigzag=4)
+    with pytest.raises(ValueError, match=r"zigzag must be an int >= 0. However, got -1"):
+        F.scaled_dot_product_attention(q, q, q, is_causal=True, zigzag=-1)
+    with pytest.raises(ValueError, match=r"\[zigzag\] n = 5 cuts dim 1 in 10 chunks: its size "
+                                         r"must be a multiple of 10. However, got shape \(1, 12\)"):
+        F.zigzag(flow.tensor(rand(1, 12)), 1, 5)
+    with pytest.raises(ValueError, match=r"\[unzigzag\] n \(the pieces the order balances\) must "
+                                         r"be an int >= 1. However, got 0"):
+        F.unzigzag(q, 2, 0)

@@ -4,7 +4,9 @@ whichever way the compiler lets attention see the other ranks' tokens (an all-to
 batch or a head split, or the queries kept split with k and v gathered: Note [Sequence-split
 attention]), alone and with tensor, pipeline, data and expert parallelism; each rank plans less
 memory; and tensor parallelism computes the norms on pieces between a reduce-scatter and an
-all-gather (Megatron's sequence parallelism) without being asked."""
+all-gather (Megatron's sequence parallelism) without being asked. By default the sequences come
+in the zigzag order that balances causal attention over the cp ranks (Note [Zigzag order] in
+oneflowlike/ops/attention.h), which gives the same curve; the contiguous order is tested too."""
 
 import pathlib
 import subprocess
@@ -60,9 +62,14 @@ def test_one_sequence_over_cp2_gives_its_one_rank_curve(tmp_path):
     assert ops.get("ALL_TO_ALL", 0) >= 4 and "ALL_GATHER" not in ops, ops
 
 
-def test_mqa_over_cp2_gathers_keys_and_values_and_plans_less(tmp_path, mqa_single):
-    records, out = example_runs.train(_LLAMA, _MQA, tmp_path, 2, "--cp", "2", "--plan-summary",
-                                      output=True)
+@pytest.mark.parametrize("order", ["zigzag", "contiguous"])
+def test_mqa_over_cp2_gathers_keys_and_values_and_plans_less(tmp_path, mqa_single, order):
+    # In either order (Note [Zigzag order]: the sequence stored so that each rank's causal
+    # attention has as many keys to see; the one-rank run keeps the sequence's order).
+    loud = [f for f in _MQA if f != "--quiet"]  # rank 0 names the layout
+    records, out = example_runs.train(_LLAMA, loud, tmp_path, 2, "--cp", "2", "--cp-order",
+                                      order, "--plan-summary", output=True)
+    assert f"cp 2 ({order})" in out
     _curves_agree(records, mqa_single[0])
     # Per layer k and v are gathered, and their gradients reduce-scattered; nothing moves by
     # all-to-all (the loss is taken on each rank's tokens, not flattened).
@@ -115,6 +122,31 @@ def test_tensor_parallelism_computes_the_norms_on_pieces(tmp_path):
     ops = example_runs.collectives(out, 0)
     assert ops.get("ALL_REDUCE") == 1, ops
     assert ops.get("REDUCE_SCATTER", 0) >= 2 * 2 and ops.get("ALL_GATHER", 0) >= 2 * 2, ops
+
+
+def test_the_zigzag_order_over_cp4_gives_the_one_rank_curve(tmp_path, gpt_single):
+    # 8 chunks of 4 tokens: each rank's queries are two chunks, one from each half.
+    loud = [f for f in _GPT_SMALL if f != "--quiet"]
+    records, out = example_runs.train(_GPT, loud, tmp_path, 4, "--cp", "4", output=True)
+    assert "cp 4 (zigzag)" in out
+    _curves_agree(records, gpt_single)
+
+
+@pytest.mark.parametrize("flags,message", [
+    (["--block-size", "36", "--cp", "4"],
+     "--cp 4 in the zigzag order cuts each sequence in 8 chunks: --block-size 36 must be a "
+     "multiple of 8 (or use --cp-order contiguous)."),
+    (["--n-experts", "4", "--cp", "2", "--cp-order", "zigzag"],
+     "--cp-order zigzag with --n-experts: the experts' capacity queues a sequence's tokens in "
+     "the order they come"),
+], ids=["block", "experts"])
+def test_what_the_zigzag_order_cannot_take_is_refused_naming_the_flags(flags, message):
+    result = subprocess.run([sys.executable, str(_LLAMA), *_MQA, *flags],
+                            env=example_runs.clean_env(), capture_output=True, text=True,
+                            timeout=120)
+    assert result.returncode != 0
+    assert message in result.stderr
+    assert "Traceback" not in result.stderr
 
 
 def test_cp_beyond_the_block_is_refused_naming_the_flags():

@@ -186,14 +186,23 @@ struct Tiles<bfloat16> {
 template <class S>
 using tile_compute_t = typename Tiles<S>::C;
 
-// How many of the keys [k0, k0 + nk) query q sees: all, or under is_causal those up to q (q
-// counted in the logical sequence: Note [Sequence-split attention]).
+// How many of the keys [k0, k0 + nk) query q sees: all, or under is_causal those up to q's
+// position (Note [Sequence-split attention], Note [Zigzag order]).
 // The kernels' softmax steps run over these only, and give the rest of a row probability 0
 // (what exp of -inf gave them before: the same sums, since the lanes add +0; Note [Visible
 // keys]).
 int64_t visible_keys(const AttentionDims& d, const AttentionParams& p, int64_t q, int64_t k0,
                      int64_t nk) {
-  return p.is_causal ? std::clamp<int64_t>(d.query_offset + q + 1 - k0, 0, nk) : nk;
+  return p.is_causal ? std::clamp<int64_t>(d.query_position(q) + 1 - k0, 0, nk) : nk;
+}
+
+// The length of the key tile at position k0: kKeyTile keys, cut at the end of the keys and, in
+// the zigzag order, of k0's chunk (Note [Zigzag order]: a tile is then rows of one chunk, stored
+// contiguously from d.key_row(k0)).
+int64_t key_tile(const AttentionDims& d, int64_t k0) {
+  int64_t end = std::min(d.keys, k0 + kKeyTile);
+  if (d.zigzag > 0 && d.keys > 0) end = std::min(end, (k0 / d.chunk() + 1) * d.chunk());
+  return end - k0;
 }
 
 // n rounded up to whole 16-lane vectors, at most `limit`: exp_shifted over a row's visible keys
@@ -201,17 +210,18 @@ int64_t visible_keys(const AttentionDims& d, const AttentionParams& p, int64_t q
 // loop's scalar remainder, which for rows of tens of keys had been most of exp's time.
 int64_t whole_vectors(int64_t n, int64_t limit) { return std::min(limit, (n + 15) / 16 * 16); }
 
-// Scores of queries [q0, q0 + nq) against keys [k0, k0 + nk) into s (nq, nk): q k^T * scale,
-// plus the mask over each row's visible keys (the entries past them are left as they are).
+// Scores of queries [q0, q0 + nq) against the keys at positions [k0, k0 + nk), stored from row
+// kr, into s (nq, nk): q k^T * scale, plus the mask over each row's visible keys (the entries
+// past them are left as they are).
 template <class T, class C = tile_compute_t<T>>
 void scores(const HeadView<T>& hv, const AttentionDims& d, const AttentionParams& p, int64_t q0,
-            int64_t nq, int64_t k0, int64_t nk, C* s) {
+            int64_t nq, int64_t k0, int64_t kr, int64_t nk, C* s) {
   Tiles<T>::ss(false, true, nq, nk, d.head_dim, static_cast<C>(p.scale), hv.q + q0 * d.q.row,
-               d.q.row, hv.k + k0 * d.k.row, d.k.row, C(0), s, nk);
+               d.q.row, hv.k + kr * d.k.row, d.k.row, C(0), s, nk);
   if (hv.mask == nullptr) return;
   for (int64_t i = 0; i < nq; ++i) {
     C* row = s + i * nk;
-    const T* m = hv.mask + (q0 + i) * hv.ms.query + k0 * hv.ms.key;
+    const T* m = hv.mask + (q0 + i) * hv.ms.query + kr * hv.ms.key;
     const int64_t visible = visible_keys(d, p, q0 + i, k0, nk);
     for (int64_t j = 0; j < visible; ++j) row[j] += static_cast<C>(m[j * hv.ms.key]);
   }
@@ -275,10 +285,10 @@ C lanes_sum(const C* row, int64_t n) {
   return lanes_reduce(row, n, C(0), [](auto a, auto b) { return a + b; });
 }
 
-// The key tiles a query tile ending (exclusive) at q_end reads: all, or under is_causal those
-// starting at or before its last query.
-int64_t keys_read(const AttentionDims& d, const AttentionParams& p, int64_t q_end) {
-  return p.is_causal ? std::min(d.keys, d.query_offset + q_end) : d.keys;
+// The keys the query tile [q0, q_end) reads: all, or under is_causal those up to the largest
+// position among its queries.
+int64_t keys_read(const AttentionDims& d, const AttentionParams& p, int64_t q0, int64_t q_end) {
+  return p.is_causal ? std::min(d.keys, d.last_query_position(q0, q_end) + 1) : d.keys;
 }
 
 // (q, k, v[, mask]) -> (out, lse).
@@ -310,10 +320,11 @@ struct AttentionKernel {
         std::fill(m.begin(), m.end(), -inf);
         std::fill(l.begin(), l.end(), C(0));
         std::fill(acc.begin(), acc.end(), C(0));
-        const int64_t last = keys_read(d, p, q0 + nq);
-        for (int64_t k0 = 0; k0 < last; k0 += kKeyTile) {
-          const int64_t nk = std::min(kKeyTile, d.keys - k0);
-          scores(hv, d, p, q0, nq, k0, nk, s.data());
+        const int64_t last = keys_read(d, p, q0, q0 + nq);
+        for (int64_t k0 = 0, nk = 0; k0 < last; k0 += nk) {
+          nk = key_tile(d, k0);
+          const int64_t kr = d.key_row(k0);
+          scores(hv, d, p, q0, nq, k0, kr, nk, s.data());
           for (int64_t i = 0; i < nq; ++i) {
             C* row = s.data() + i * nk;
             const int64_t visible = visible_keys(d, p, q0 + i, k0, nk);
@@ -332,7 +343,7 @@ struct AttentionKernel {
               for (int64_t c = 0; c < d.value_dim; ++c) a[c] *= rescale;
             }
           }
-          Tiles<T>::cs(false, false, nq, d.value_dim, nk, C(1), s.data(), nk, hv.v + k0 * d.v.row,
+          Tiles<T>::cs(false, false, nq, d.value_dim, nk, C(1), s.data(), nk, hv.v + kr * d.v.row,
                        d.v.row, C(1), acc.data(), d.value_dim);
         }
         T* o = out + d.out.at(b, h, q0);
@@ -462,20 +473,20 @@ struct AttentionGradKernel {
         T* dv_head = dv + d.v.at(b, kv, 0);
         sums.start(dq_group, dk_head, dv_head, d);
         Tiles<T>::fresh();
-        for (int64_t k0 = 0; k0 < d.keys; k0 += kKeyTile) {
-          const int64_t nk = std::min(kKeyTile, d.keys - k0);
+        for (int64_t k0 = 0, nk = 0; k0 < d.keys; k0 += nk) {
+          nk = key_tile(d, k0);
+          const int64_t kr = d.key_row(k0);
           for (int64_t h = kv * d.group(); h < (kv + 1) * d.group(); ++h) {
             const HeadView<T> hv = head_view<T>(ctx, 1, mask_at, d, b, h);
             const int64_t bh = b * d.heads + h;
             const T* dout_head = dout + d.out.at(b, h, 0);
             C* dq_head = sums.dq + (h - kv * d.group()) * sums.dq_head;
-            // Under is_causal, query tiles ending at or before k0 see none of these keys.
-            const int64_t first =
-                p.is_causal ? std::max<int64_t>(0, k0 - d.query_offset) / kQueryTile * kQueryTile
-                            : 0;
-            for (int64_t q0 = first; q0 < d.queries; q0 += kQueryTile) {
+            for (int64_t q0 = 0; q0 < d.queries; q0 += kQueryTile) {
               const int64_t nq = std::min(kQueryTile, d.queries - q0);
-              scores(hv, d, p, q0, nq, k0, nk, s.data());
+              // Under is_causal a query tile whose positions are all before k0 sees none of
+              // these keys.
+              if (keys_read(d, p, q0, q0 + nq) <= k0) continue;
+              scores(hv, d, p, q0, nq, k0, kr, nk, s.data());
               for (int64_t i = 0; i < nq; ++i) {
                 C* row = s.data() + i * nk;
                 const int64_t visible = visible_keys(d, p, q0 + i, k0, nk);
@@ -484,10 +495,10 @@ struct AttentionGradKernel {
               }
               // dv += p^T dout; dp = dout v^T.
               Tiles<T>::cs(true, false, nk, d.value_dim, nq, C(1), s.data(), nk,
-                           dout_head + q0 * d.out.row, d.out.row, C(1), sums.dv + k0 * sums.dv_row,
+                           dout_head + q0 * d.out.row, d.out.row, C(1), sums.dv + kr * sums.dv_row,
                            sums.dv_row);
               Tiles<T>::ss(false, true, nq, nk, d.value_dim, C(1), dout_head + q0 * d.out.row,
-                           d.out.row, hv.v + k0 * d.v.row, d.v.row, C(0), dp.data(), nk);
+                           d.out.row, hv.v + kr * d.v.row, d.v.row, C(0), dp.data(), nk);
               // ds = p (dp - D), kept in s; over the whole row, hidden keys included (their p is
               // 0, but a NaN D, from a row whose keys are all masked, makes their ds NaN, as the
               // CUDA kernel's does).
@@ -499,10 +510,10 @@ struct AttentionGradKernel {
               }
               // dk += scale ds^T q; dq += scale ds k.
               Tiles<T>::cs(true, false, nk, d.head_dim, nq, scale, s.data(), nk,
-                           hv.q + q0 * d.q.row, d.q.row, C(1), sums.dk + k0 * sums.dk_row,
+                           hv.q + q0 * d.q.row, d.q.row, C(1), sums.dk + kr * sums.dk_row,
                            sums.dk_row);
               Tiles<T>::cs(false, false, nq, d.head_dim, nk, scale, s.data(), nk,
-                           hv.k + k0 * d.k.row, d.k.row, C(1), dq_head + q0 * sums.dq_row,
+                           hv.k + kr * d.k.row, d.k.row, C(1), dq_head + q0 * sums.dq_row,
                            sums.dq_row);
             }
           }
@@ -570,27 +581,35 @@ int64_t attention_workspace_bytes(bool backward, DataType dtype, const Attention
   const int64_t query_tiles = (d.queries + kQueryTile - 1) / kQueryTile;
   const int64_t tasks = backward ? d.batch * d.kv_heads : d.batch * d.heads * query_tiles;
   const int64_t used = std::max<int64_t>(1, std::min<int64_t>(threads, tasks));
-  // Packed B operands of the tiles starting before `limit` of `length` rows, cut in tiles of
-  // `tile` rows, as the kernels pack them: rows along the product's k (`along_k`) or its n.
-  auto packs = [&](int64_t length, int64_t limit, int64_t tile, int64_t width, bool along_k) {
+  // Packed B operands of tiles of `rows` rows: rows along the product's k (`along_k`) or its n.
+  auto pack = [](int64_t rows, int64_t width, bool along_k) {
+    return along_k ? bf16_tiles::packed_bytes(rows, width) : bf16_tiles::packed_bytes(width, rows);
+  };
+  // Under is_causal no query reads a key tile starting after the last query's position.
+  const int64_t key_limit = keys_read(d, AttentionParams{1.0, causal}, 0, d.queries);
+  // Those of the key tiles the kernels read, cut as they cut them, and of the query tiles.
+  auto key_packs = [&](int64_t width, bool along_k) {
     int64_t bytes = 0;
-    for (int64_t at = 0; at < std::min(length, limit); at += tile) {
-      const int64_t rows = std::min(tile, length - at);
-      bytes +=
-          along_k ? bf16_tiles::packed_bytes(rows, width) : bf16_tiles::packed_bytes(width, rows);
+    for (int64_t at = 0, rows = 0; at < key_limit; at += rows) {
+      rows = key_tile(d, at);
+      bytes += pack(rows, width, along_k);
     }
     return bytes;
   };
-  // Under is_causal no query reads a key tile starting at or after the last query.
-  const int64_t key_limit = keys_read(d, AttentionParams{1.0, causal}, d.queries);
+  auto query_packs = [&](int64_t width) {
+    int64_t bytes = 0;
+    for (int64_t at = 0; at < d.queries; at += kQueryTile) {
+      bytes += pack(std::min(kQueryTile, d.queries - at), width, true);
+    }
+    return bytes;
+  };
   const int64_t rounded =  // the largest probability tile, (queries, keys) or transposed
-      tiles ? std::min(kQueryTile, d.queries) * std::min(kKeyTile, d.keys) * 2 : 0;
+      tiles ? std::min(kQueryTile, d.queries) * key_tile(d, 0) * 2 : 0;
   if (!backward) {
     int64_t per_thread = (kQueryTile * kKeyTile + kQueryTile * d.value_dim + 2 * kQueryTile) * c;
     if (tiles) {
       // k^T (scores: n = keys of the tile, k = head_dim) and v (k = keys, n = value_dim).
-      per_thread += packs(d.keys, key_limit, kKeyTile, d.head_dim, false) +
-                    packs(d.keys, key_limit, kKeyTile, d.value_dim, true) + rounded;
+      per_thread += key_packs(d.head_dim, false) + key_packs(d.value_dim, true) + rounded;
     }
     return used * per_thread;
   }
@@ -598,12 +617,10 @@ int64_t attention_workspace_bytes(bool backward, DataType dtype, const Attention
   if (tiles) {
     // k^T (the scores again), v^T (dp = dout v^T), k (dq += ds k), and per query head q
     // (dk += ds^T q) and dout (dv += p^T dout); GradSums in float32.
-    per_thread += packs(d.keys, key_limit, kKeyTile, d.head_dim, false) +
-                  packs(d.keys, key_limit, kKeyTile, d.value_dim, false) +
-                  packs(d.keys, key_limit, kKeyTile, d.head_dim, true) +
-                  d.group() * (packs(d.queries, d.queries, kQueryTile, d.head_dim, true) +
-                               packs(d.queries, d.queries, kQueryTile, d.value_dim, true)) +
-                  rounded + GradSums<bfloat16>::size(d) * static_cast<int64_t>(sizeof(float));
+    per_thread += key_packs(d.head_dim, false) + key_packs(d.value_dim, false) +
+                  key_packs(d.head_dim, true) +
+                  d.group() * (query_packs(d.head_dim) + query_packs(d.value_dim)) + rounded +
+                  GradSums<bfloat16>::size(d) * static_cast<int64_t>(sizeof(float));
   }
   return d.batch * d.heads * d.queries * c + used * per_thread;
 }

@@ -83,11 +83,17 @@ struct ScoreRows {
     *h = g / d.queries % d.heads;
     *b = g / (d.queries * d.heads);
   }
-  // Keys query i sees: all, or under is_causal those up to i, counted in the logical sequence
-  // (Note [Sequence-split attention]).
+  // The keys a walk of query i's row goes through: all, or under is_causal, in the sequence's
+  // order, those up to its position (Note [Sequence-split attention]); in the zigzag order all,
+  // sees() hiding the later ones.
   __device__ int64_t keys_of(int64_t i, bool causal) const {
-    const int64_t seen = d.query_offset + i + 1;
+    const int64_t seen = d.zigzag > 0 ? d.keys : d.query_position(i) + 1;
     return causal ? (seen < d.keys ? seen : d.keys) : d.keys;
+  }
+  // Whether query i sees key j (j < keys_of(i)): under is_causal, where j is at or before its
+  // position (Note [Zigzag order]: both stored in that order).
+  __device__ bool sees(int64_t i, int64_t j, bool causal) const {
+    return !causal || d.zigzag == 0 || d.position(j) <= d.query_position(i);
   }
 };
 
@@ -121,11 +127,12 @@ struct SoftmaxRow {
     const C* row = s + r * keys;
     OnlineSoftmax<C> state = OnlineSoftmax<C>::empty();
     for (int64_t j = team.rank(); j < last; j += team.size()) {
-      state.add(row[j] + static_cast<C>(mask.at(b, h, i, j)));
+      if (rows.sees(i, j, causal)) state.add(row[j] + static_cast<C>(mask.at(b, h, i, j)));
     }
     state = team.all_reduce(state, CombineSoftmax{});
     for (int64_t j = team.rank(); j < keys; j += team.size()) {
-      const C x = j < last ? row[j] + static_cast<C>(mask.at(b, h, i, j)) : -C(INFINITY);
+      const C x = j < last && rows.sees(i, j, causal) ? row[j] + static_cast<C>(mask.at(b, h, i, j))
+                                                      : -C(INFINITY);
       const C e = x == -C(INFINITY) ? C(0) : OnlineSoftmax<C>::exp_of(x - state.max);
       store(p, r * keys + j, state.sum > C(0) ? e / state.sum : C(0));
     }
@@ -154,7 +161,8 @@ struct Probability {
     const C row_lse = static_cast<C>(lse[rows.row0 + r]);
     for (int64_t j = team.rank(); j < keys; j += team.size()) {
       const int64_t e = r * keys + j;
-      const C x = j < last ? s[e] + static_cast<C>(mask.at(b, h, i, j)) : -C(INFINITY);
+      const C x = j < last && rows.sees(i, j, causal) ? s[e] + static_cast<C>(mask.at(b, h, i, j))
+                                                      : -C(INFINITY);
       const C p = x == -C(INFINITY) ? C(0) : OnlineSoftmax<C>::exp_of(x - row_lse);
       s[e] = p;
       store(p16, e, p);

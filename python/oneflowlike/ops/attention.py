@@ -29,7 +29,7 @@ def _float_mask(attn_mask, dtype):
 
 
 def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.0,
-                                 is_causal=False, scale=None, enable_gqa=False):
+                                 is_causal=False, scale=None, enable_gqa=False, *, zigzag=0):
     """torch.nn.functional.scaled_dot_product_attention: softmax(query key^T * scale + mask)
     value over the last two axes of (batch, heads, L, E) inputs (or (heads, L, E)).
 
@@ -38,6 +38,11 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
     ``scale`` defaults to 1 / sqrt(E); ``enable_gqa`` lets key and value have fewer heads than
     query (a divisor). With ``dropout_p`` > 0 the attention weights are dropped out, which the
     fused kernel does not do: it is then written out as matmul, softmax, dropout and matmul.
+
+    ``zigzag`` (ours, keyword only; 0: off): the sequence axis of query, key, value and the
+    result is in F.zigzag's order over that many pieces, which balances causal attention over
+    context-parallel ranks (Note [Zigzag order] in oneflowlike/ops/attention.h). Needs
+    is_causal, and L = S a multiple of 2 * zigzag.
     """
     q, k, v = query, key, value
     if not (q.ndim == k.ndim == v.ndim and q.ndim in (3, 4)):
@@ -54,6 +59,17 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
     if not 0.0 <= float(dropout_p) < 1.0:
         raise ValueError(f"[scaled_dot_product_attention] dropout_p must be in [0, 1). However, "
                          f"got {dropout_p}.")
+    if zigzag:
+        if isinstance(zigzag, bool) or not isinstance(zigzag, int) or zigzag < 0:
+            raise ValueError(f"[scaled_dot_product_attention] zigzag must be an int >= 0. "
+                             f"However, got {zigzag!r}.")
+        if not is_causal:
+            raise ValueError("[scaled_dot_product_attention] zigzag orders the queries of "
+                             "causal attention: it needs is_causal=True.")
+        if q.shape[-2] != k.shape[-2] or q.shape[-2] % (2 * zigzag):
+            raise ValueError(f"[scaled_dot_product_attention] zigzag={zigzag} cuts the sequence "
+                             f"in {2 * zigzag} chunks: query and key must have one length L that "
+                             f"{2 * zigzag} divides. However, got {_shapes(q, k, v)}.")
     if scale is None:
         scale = 1.0 / math.sqrt(q.shape[-1]) if q.shape[-1] > 0 else 1.0
     mask = None if attn_mask is None else _float_mask(attn_mask, q.dtype)
@@ -61,13 +77,15 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
     if three_d:
         q, k, v = (t.unsqueeze(0) for t in (q, k, v))
     if float(dropout_p) > 0.0:
-        out = _written_out(q, k, v, mask, float(dropout_p), bool(is_causal), float(scale))
+        out = _written_out(q, k, v, mask, float(dropout_p), bool(is_causal), float(scale),
+                           zigzag)
     else:
-        out = _C.scaled_dot_product_attention(q, k, v, mask, float(scale), bool(is_causal))[0]
+        out = _C.scaled_dot_product_attention(q, k, v, mask, float(scale), bool(is_causal),
+                                              zigzag=zigzag)[0]
     return out.squeeze(0) if three_d else out
 
 
-def _written_out(q, k, v, mask, dropout_p, is_causal, scale):
+def _written_out(q, k, v, mask, dropout_p, is_causal, scale, zigzag=0):
     """Attention as matmul, softmax, dropout and matmul (what the fused kernel computes, plus
     dropout of the weights). The library's functions, which take global tensors too: eagerly on
     global tensors each is an op of its own (_eager_global)."""
@@ -93,8 +111,12 @@ def _written_out(q, k, v, mask, dropout_p, is_causal, scale):
     att = matmul(q, k.transpose(-2, -1)) * scale
     if is_causal:
         length, keys = q.shape[2], k.shape[2]
-        query_at = arange(length).reshape(length, 1)
-        key_at = arange(keys).reshape(1, keys)
+        query_at, key_at = arange(length), arange(keys)
+        if zigzag:  # the positions of the rows, as they are stored
+            from oneflowlike.ops.rearrange import zigzag as order  # noqa: PLC0415
+
+            query_at, key_at = order(query_at, 0, zigzag), order(key_at, 0, zigzag)
+        query_at, key_at = query_at.reshape(length, 1), key_at.reshape(1, keys)
         att = att.masked_fill(key_at > query_at, float("-inf"))
     if mask is not None:
         att = att + mask
@@ -107,7 +129,7 @@ def _written_out(q, k, v, mask, dropout_p, is_causal, scale):
 
 
 def _eager_global(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
-                  enable_gqa=False):
+                  enable_gqa=False, *, zigzag=0):
     """The eager form on global tensors (outside a trace). Note [Eager global dropout] in
     framework/global_dropout.py: a compiled op that draws random numbers cannot be
     differentiated by recomputing it, so with dropout_p > 0 attention runs op by op, written out,
@@ -117,7 +139,7 @@ def _eager_global(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=Fa
 
     args = (query, key, value)
     kwargs = {"attn_mask": attn_mask, "dropout_p": dropout_p, "is_causal": is_causal,
-              "scale": scale, "enable_gqa": enable_gqa}
+              "scale": scale, "enable_gqa": enable_gqa, "zigzag": zigzag}
     if isinstance(dropout_p, (int, float)) and float(dropout_p) > 0.0:
         return scaled_dot_product_attention(*args, **kwargs)
     return global_tensor.apply(scaled_dot_product_attention, args, kwargs,

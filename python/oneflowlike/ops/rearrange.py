@@ -1,4 +1,5 @@
-"""Rearrangements with torch's names: flip, roll and repeat.
+"""Rearrangements with torch's names: flip, roll and repeat; and the zigzag order of a sequence
+that balances causal attention over context-parallel ranks (F.zigzag, F.unzigzag).
 
 Composed of index_select, slices, cat, expand and reshape, so their SBP signatures, CUDA kernels
 and gradients are those ops'. Each result is a copy (torch's flip and repeat copy too; torch's
@@ -76,6 +77,42 @@ def repeat(self, *sizes):
     out = _C.expand(_C.reshape(self, spread), tiled)
     return _C.reshape(out, tuple(r * s for r, s in zip(sizes, shape)))
 
+
+def _zigzag_chunks(op, input, dim, n):
+    """(axis, chunk length) of ``input``'s ``dim`` cut in 2n chunks, checked."""
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise ValueError(f"[{op}] n (the pieces the order balances) must be an int >= 1. "
+                         f"However, got {n!r}.")
+    d = _dim(dim, input.ndim, op)
+    if input.shape[d] % (2 * n):
+        raise ValueError(f"[{op}] n = {n} cuts dim {dim} in {2 * n} chunks: its size must be a "
+                         f"multiple of {2 * n}. However, got shape {tuple(input.shape)}.")
+    return d, input.shape[d] // (2 * n)
+
+
+def _chunks_in_order(input, d, chunk, order):
+    return _C.concat([_slice_along(input, d, c * chunk, (c + 1) * chunk) for c in order], d)
+
+
+def zigzag(input, dim, n):  # noqa: A002
+    """``input`` with axis ``dim`` (a sequence) in the order that balances causal attention over
+    ``n`` contiguous pieces (Note [Zigzag order] in oneflowlike/ops/attention.h): cut in 2n
+    chunks, stored as chunks 0, 2n-1, 1, 2n-2, ..., n-1, n, so piece i holds chunks i and
+    2n-1-i. n = 1 keeps the order (a copy). Slices and a concat: their SBP, kernels and
+    gradients."""
+    d, chunk = _zigzag_chunks("zigzag", input, dim, n)
+    order = [s // 2 if s % 2 == 0 else 2 * n - 1 - s // 2 for s in range(2 * n)]
+    return _chunks_in_order(input, d, chunk, order)
+
+
+def unzigzag(input, dim, n):  # noqa: A002
+    """The inverse of ``zigzag``: axis ``dim`` back in the sequence's order."""
+    d, chunk = _zigzag_chunks("unzigzag", input, dim, n)
+    stored_at = [2 * c if c < n else 2 * (2 * n - 1 - c) + 1 for c in range(2 * n)]
+    return _chunks_in_order(input, d, chunk, stored_at)
+
+
+NN_FUNCTIONAL = {"zigzag": zigzag, "unzigzag": unzigzag}
 
 TENSOR_METHODS = {"flip": lambda self, *dims: flip(self, dims[0] if len(dims) == 1 else dims),
                   "roll": roll, "repeat": repeat}

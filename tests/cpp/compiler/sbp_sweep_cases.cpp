@@ -132,6 +132,17 @@ std::vector<OpCase> sweep_cases() {
        {floats(Shape{4, 2, 5, 2}), floats(Shape{4, 2, 5, 3}), floats(Shape{4, 2, 6, 3}),
         floats(Shape{4, 2, 6, 2}), floats(Shape{4, 2, 5, 2}), positive(Shape{4, 2, 5}),
         floats(Shape{5, 6})}},
+      // The zigzag order over 2 pieces (Note [Zigzag order]): L = S = 8 in 4 chunks of 2, so
+      // the sweep's sequence splits cut chunks and take pieces of each order.
+      {"scaled_dot_product_attention_zigzag",
+       "scaled_dot_product_attention",
+       AttentionParams{0.5, true, false, 2},
+       {floats(Shape{4, 2, 8, 3}), floats(Shape{4, 2, 8, 3}), floats(Shape{4, 2, 8, 2})}},
+      {"scaled_dot_product_attention_grad_zigzag",
+       "scaled_dot_product_attention_grad",
+       AttentionParams{0.5, true, false, 2},
+       {floats(Shape{4, 2, 8, 2}), floats(Shape{4, 2, 8, 3}), floats(Shape{4, 2, 8, 3}),
+        floats(Shape{4, 2, 8, 2}), floats(Shape{4, 2, 8, 2}), positive(Shape{4, 2, 8})}},
       // Sequence-first (Note [Sequence-first attention]): (B 4, L 5, H 4, E 3), heads split on
       // axis 2, lse (B, H, L) on axis 1; grouped-query, masked.
       {"scaled_dot_product_attention_sequence_first",

@@ -226,6 +226,7 @@ TEST(Attention, WorkspaceCountsWhatTheBfloatSixteenKernelHolds) {
   struct Shapes {
     Shape q, k, v;
     bool causal;
+    int64_t zigzag = 0;
   };
   for (const Shapes& c :
        std::vector<Shapes>{{{1, 4, 130, 8}, {1, 2, 200, 8}, {1, 2, 200, 6}, false},
@@ -233,24 +234,32 @@ TEST(Attention, WorkspaceCountsWhatTheBfloatSixteenKernelHolds) {
                            {{1, 3, 40, 16}, {1, 3, 40, 16}, {1, 3, 40, 16}, true},
                            // Causal with fewer queries than keys: the key tiles past the last query
                            // are never read, so never packed.
-                           {{1, 2, 70, 8}, {1, 2, 300, 8}, {1, 2, 300, 8}, true}}) {
+                           {{1, 2, 70, 8}, {1, 2, 300, 8}, {1, 2, 300, 8}, true},
+                           // The zigzag order over 2 pieces: key tiles cut at the 60-row chunks'
+                           // edges (Note [Zigzag order]).
+                           {{1, 2, 240, 8}, {1, 2, 240, 8}, {1, 2, 240, 8}, true, 2}}) {
     SCOPED_TRACE(str_cat("q ", c.q.to_string(), " k ", c.k.to_string(), " v ", c.v.to_string(),
-                         c.causal ? " causal" : ""));
+                         c.causal ? " causal" : "", " zigzag ", c.zigzag));
     const Tensor q = random_tensor(c.q, bf16, 1), k = random_tensor(c.k, bf16, 2),
                  v = random_tensor(c.v, bf16, 3);
     const Tensor dout = random_tensor(Shape{c.q[0], c.q[1], c.q[2], c.v[3]}, bf16, 4);
-    const AttentionDims d = attention_dims(q, k, v);
-    const auto fwd = functional::scaled_dot_product_attention(q, k, v, Tensor(), 0.4, c.causal);
+    AttentionDims d = attention_dims(q, k, v);
+    d.zigzag = c.zigzag;
+    auto forward_op = [&] {
+      return functional::scaled_dot_product_attention(q, k, v, Tensor(), 0.4, c.causal, false,
+                                                      c.zigzag);
+    };
+    const auto fwd = forward_op();
     int64_t forward = 0, backward = 0, forward_again = 0;
     std::thread([&] {
       omp_set_num_threads(1);
       cpu::attention_thread_peak_bytes();  // from here
-      functional::scaled_dot_product_attention(q, k, v, Tensor(), 0.4, c.causal);
+      forward_op();
       forward = cpu::attention_thread_peak_bytes();
       functional::scaled_dot_product_attention_grad(dout, q, k, v, fwd[0], fwd[1], Tensor(), 0.4,
-                                                    c.causal);
+                                                    c.causal, false, c.zigzag);
       backward = cpu::attention_thread_peak_bytes();
-      functional::scaled_dot_product_attention(q, k, v, Tensor(), 0.4, c.causal);
+      forward_op();
       forward_again = cpu::attention_thread_peak_bytes();
     }).join();
     auto extra = [&](bool grad) {
@@ -514,6 +523,136 @@ TEST(Attention, CausalPiecesOfTheQueriesGiveTheWholeOpsRows) {
       expect_close(grads[2], dv, v.shape(), tol, tol);
     }
   }
+}
+
+// `t` with axis `axis` cut in 2n chunks put in Note [Zigzag order]'s order (chunks 0, 2n-1, 1,
+// 2n-2, ...), or with `back` returned to the sequence's order.
+Tensor zigzag_rows(const Tensor& t, int axis, int64_t n, bool back = false) {
+  const int64_t chunk = t.shape()[axis] / (2 * n);
+  std::vector<Tensor> chunks;
+  for (int64_t s = 0; s < 2 * n; ++s) {
+    const int64_t c =
+        back ? (s < n ? 2 * s : 2 * (2 * n - 1 - s) + 1) : (s % 2 == 0 ? s / 2 : 2 * n - 1 - s / 2);
+    std::vector<int64_t> start(t.shape().ndim(), 0), stop = t.shape().dims();
+    start[axis] = c * chunk;
+    stop[axis] = (c + 1) * chunk;
+    chunks.push_back(functional::slice(t, start, stop, std::vector<int64_t>(t.shape().ndim(), 1)));
+  }
+  return functional::concat(chunks, axis);
+}
+
+// Note [Zigzag order]: q, k and v stored in the zigzag order over n pieces give the rows of
+// attention in the sequence's order, put in that order: whole, and by contiguous pieces of the
+// stored queries (the n pieces context parallelism gives them, and cuts inside chunks and
+// tiles), forward and backward, dk and dv the pieces' sums. Chunks of 60 and 40 rows straddle
+// the 64-row query tiles and the 128-row key tiles. Without the positions mapped back a stored
+// row would see the keys of its stored index.
+TEST(Attention, ZigzagOrderedQueriesGiveTheSequencesRowsInThatOrder) {
+  const int64_t L = 240;
+  for (DataType dtype : {DataType::kFloat32, DataType::kFloat64, DataType::kBFloat16}) {
+    for (bool sequence_first : {false, true}) {
+      for (int64_t n : {2, 3}) {
+        SCOPED_TRACE(
+            str_cat(dtype_name(dtype), sequence_first ? " sequence-first" : "", " zigzag ", n));
+        const int axis = sequence_first ? 1 : 2;  // the queries' axis of q, out, dq
+        auto shaped = [&](int64_t heads, int64_t width) {
+          return sequence_first ? Shape{2, L, heads, width} : Shape{2, heads, L, width};
+        };
+        const Tensor q = random_tensor(shaped(4, 8), dtype, 1);
+        const Tensor k = random_tensor(shaped(2, 8), dtype, 2);
+        const Tensor v = random_tensor(shaped(2, 6), dtype, 3);
+        const auto whole =
+            functional::scaled_dot_product_attention(q, k, v, Tensor(), 0.3, true, sequence_first);
+        const Tensor dout = random_tensor(whole[0].shape(), dtype, 4);
+        const auto grads = functional::scaled_dot_product_attention_grad(
+            dout, q, k, v, whole[0], whole[1], Tensor(), 0.3, true, sequence_first);
+        const Tensor qz = zigzag_rows(q, axis, n), doutz = zigzag_rows(dout, axis, n);
+        const Tensor kz = zigzag_rows(k, axis, n), vz = zigzag_rows(v, axis, n);
+        const std::vector<double> dk_z = values_of(zigzag_rows(grads[1], axis, n)),
+                                  dv_z = values_of(zigzag_rows(grads[2], axis, n));
+        const double tol = dtype_tolerance(dtype);
+        // The whole op.
+        const auto outz = functional::scaled_dot_product_attention(qz, kz, vz, Tensor(), 0.3, true,
+                                                                   sequence_first, n);
+        expect_close(outz[0], values_of(zigzag_rows(whole[0], axis, n)), outz[0].shape(), tol, tol);
+        expect_close(outz[1], values_of(zigzag_rows(whole[1], 2, n)), outz[1].shape(), tol, tol);
+        const auto gz = functional::scaled_dot_product_attention_grad(
+            doutz, qz, kz, vz, outz[0], outz[1], Tensor(), 0.3, true, sequence_first, n);
+        expect_close(zigzag_rows(gz[0], axis, n, /*back=*/true), values_of(grads[0]), q.shape(),
+                     tol, tol);
+        expect_close(gz[1], dk_z, k.shape(), 4 * tol, 4 * tol);
+        expect_close(gz[2], dv_z, v.shape(), 4 * tol, 4 * tol);
+        // By pieces of the stored queries: the n even ones, and uneven cuts.
+        const AttentionParams params{0.3, true, sequence_first, n};
+        std::vector<std::vector<int64_t>> cuts{{0}, {0, 37, 170}};
+        for (int64_t i = 1; i < n; ++i) cuts[0].push_back(i * L / n);
+        for (std::vector<int64_t> starts : cuts) {
+          starts.push_back(L);
+          std::vector<double> dk(values_of(k).size()), dv(values_of(v).size());
+          for (size_t p = 0; p + 1 < starts.size(); ++p) {
+            const int64_t begin = starts[p], end = starts[p + 1];
+            SCOPED_TRACE(str_cat("stored queries [", begin, ", ", end, ")"));
+            auto rows = [&](const Tensor& t, int at) {
+              std::vector<int64_t> start(t.shape().ndim(), 0), stop = t.shape().dims();
+              start[at] = begin;
+              stop[at] = end;
+              return functional::slice(t, start, stop, std::vector<int64_t>(t.shape().ndim(), 1));
+            };
+            std::vector<Range> region;
+            for (int64_t size : whole[0].shape().dims()) region.push_back({0, size});
+            region[axis] = {begin, end};
+            const Tensor qp = rows(qz, axis);
+            const auto out = run_piece("scaled_dot_product_attention", params, {qp, kz, vz},
+                                       {rows(outz[0], axis).shape(), rows(outz[1], 2).shape()},
+                                       {dtype, outz[1].dtype()}, region, whole[0].shape());
+            expect_close(out[0], values_of(rows(outz[0], axis)), out[0].shape(), tol, tol);
+            expect_close(out[1], values_of(rows(outz[1], 2)), out[1].shape(), tol, tol);
+            const auto g = run_piece("scaled_dot_product_attention_grad", params,
+                                     {rows(doutz, axis), qp, kz, vz, out[0], out[1]},
+                                     {qp.shape(), k.shape(), v.shape()}, {dtype, dtype, dtype},
+                                     region, q.shape());
+            expect_close(g[0], values_of(rows(gz[0], axis)), g[0].shape(), tol, tol);
+            const std::vector<double> gk = values_of(g[1]), gv = values_of(g[2]);
+            for (size_t i = 0; i < dk.size(); ++i) dk[i] += gk[i];
+            for (size_t i = 0; i < dv.size(); ++i) dv[i] += gv[i];
+          }
+          expect_close(zigzag_rows(grads[1], axis, n), dk, k.shape(), 4 * tol, 4 * tol);
+          expect_close(zigzag_rows(grads[2], axis, n), dv, v.shape(), 4 * tol, 4 * tol);
+        }
+      }
+    }
+  }
+}
+
+// The zigzag order is causal attention's, over sequences 2n divides, without a mask: anything
+// else is refused naming it.
+TEST(Attention, ZigzagOrderRefusesWhatItCannotOrder) {
+  const Tensor q = random_tensor({1, 2, 12, 8}, DataType::kFloat32, 1);
+  expect_error(
+      [&] { functional::scaled_dot_product_attention(q, q, q, Tensor(), 1.0, false, false, 2); },
+      ErrorCode::kInvalidArgument,
+      "[scaled_dot_product_attention] zigzag (Note [Zigzag order]) orders causal attention's "
+      "queries over zigzag pieces: it must be at least 1, with is_causal and no attn_mask. "
+      "However, got zigzag 2, is_causal false and no mask.");
+  expect_error(
+      [&] {
+        functional::scaled_dot_product_attention(
+            q, q, q, random_tensor({12, 12}, DataType::kFloat32, 2), 1.0, true, false, 2);
+      },
+      ErrorCode::kInvalidArgument, "is_causal true and a mask.");
+  expect_error(
+      [&] { functional::scaled_dot_product_attention(q, q, q, Tensor(), 1.0, true, false, -1); },
+      ErrorCode::kInvalidArgument, "However, got zigzag -1");
+  expect_error_phrases(
+      [&] { functional::scaled_dot_product_attention(q, q, q, Tensor(), 1.0, true, false, 4); },
+      ErrorCode::kInvalidArgument,
+      {"[scaled_dot_product_attention] zigzag 4 cuts the sequence in 8 chunks: q and k must have "
+       "one sequence length that it divides.",
+       "(1, 2, 12, 8)"});
+  const Tensor k = random_tensor({1, 2, 8, 8}, DataType::kFloat32, 3);
+  expect_error(
+      [&] { functional::scaled_dot_product_attention(q, k, k, Tensor(), 1.0, true, false, 1); },
+      ErrorCode::kInvalidArgument, "q and k must have one sequence length");
 }
 
 // Note [Sequence-first attention]: q, k, v as (B, L, H, E) give the heads-first op's results

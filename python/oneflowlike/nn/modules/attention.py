@@ -15,11 +15,12 @@ class CausalSelfAttention(Module):
     ordered (head, q/k/v, head_dim), so splitting them by head gives each shard whole heads
     (tensor parallelism). ``c_proj`` (n_embd -> n_embd) mixes the heads' outputs. ``dropout``
     applies to the attention weights and to the output. Input and output: (B, T, n_embd) with
-    T <= block_size.
+    T <= block_size. ``zigzag`` (ours; 0: off): T is in F.zigzag's order over that many pieces
+    (Note [Zigzag order] in oneflowlike/ops/attention.h).
     """
 
     def __init__(self, n_embd, n_head, block_size, dropout=0.0, bias=True, device=None,
-                 dtype=None):
+                 dtype=None, zigzag=0):
         super().__init__()
         if n_head <= 0 or n_embd % n_head != 0:
             raise ValueError(f"[CausalSelfAttention] n_embd must be a multiple of n_head. "
@@ -28,6 +29,7 @@ class CausalSelfAttention(Module):
         self.n_head = n_head
         self.head_dim = n_embd // n_head
         self.block_size = block_size
+        self.zigzag = zigzag
         self.c_attn = Linear(n_embd, 3 * n_embd, bias=bias, device=device, dtype=dtype)
         self.c_proj = Linear(n_embd, n_embd, bias=bias, device=device, dtype=dtype)
         self.attn_dropout = Dropout(dropout)
@@ -46,7 +48,8 @@ class CausalSelfAttention(Module):
         # on the attention weights (training with dropout > 0) writes the attention out.
         dropout_p = self.attn_dropout.p if self.training else 0.0
         y = F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, is_causal=True,
-                                           scale=1.0 / math.sqrt(D))  # (B, H, T, D)
+                                           scale=1.0 / math.sqrt(D),
+                                           zigzag=self.zigzag)  # (B, H, T, D)
         y = y.transpose(1, 2).reshape(B, T, C)  # heads side by side again
         return self.resid_dropout(self.c_proj(y))
 

@@ -12,9 +12,12 @@ class RotaryEmbedding(Module):
     angle(t, i) = t * base^(-2i / head_dim) for t < max_seq_len, i < head_dim / 2, made once in
     float64 and held as non-persistent float32 buffers (they are derived, not state, so they stay
     out of checkpoints; laying the module out moves them as any buffer). ``seq_dim`` is the
-    position axis of the inputs: -2 for (B, H, T, D), 1 for (B, T, H, D)."""
+    position axis of the inputs: -2 for (B, H, T, D), 1 for (B, T, H, D). ``zigzag`` (ours; 0:
+    off): the inputs' positions are in F.zigzag's order over that many pieces, and the tables
+    are taken in it (Note [Zigzag order] in oneflowlike/ops/attention.h)."""
 
-    def __init__(self, head_dim, max_seq_len, base=10000.0, interleaved=False, seq_dim=-2):
+    def __init__(self, head_dim, max_seq_len, base=10000.0, interleaved=False, seq_dim=-2,
+                 zigzag=0):
         super().__init__()
         if head_dim <= 0 or head_dim % 2:
             raise ValueError(f"[RotaryEmbedding] head_dim must be positive and even. However, "
@@ -23,7 +26,7 @@ class RotaryEmbedding(Module):
             raise ValueError(f"[RotaryEmbedding] max_seq_len must be positive. However, got "
                              f"{max_seq_len}.")
         self.head_dim, self.max_seq_len, self.base = head_dim, max_seq_len, base
-        self.interleaved, self.seq_dim = interleaved, seq_dim
+        self.interleaved, self.seq_dim, self.zigzag = interleaved, seq_dim, zigzag
         inv_freq = base ** (-np.arange(0, head_dim, 2, dtype=np.float64) / head_dim)
         angles = np.outer(np.arange(max_seq_len, dtype=np.float64), inv_freq)
         self.register_buffer("cos", flow.tensor(np.cos(angles).astype(np.float32)),
@@ -39,10 +42,13 @@ class RotaryEmbedding(Module):
         cos, sin = self.cos, self.sin
         if seq < self.max_seq_len:
             cos, sin = cos[:seq], sin[:seq]
+        if self.zigzag:
+            cos, sin = F.zigzag(cos, 0, self.zigzag), F.zigzag(sin, 0, self.zigzag)
         if cos.dtype != x.dtype:
             cos, sin = cos.to(x.dtype), sin.to(x.dtype)
         return F.rotary_embedding(x, cos, sin, seq_dim=self.seq_dim, interleaved=self.interleaved)
 
     def extra_repr(self):
         return (f"head_dim={self.head_dim}, max_seq_len={self.max_seq_len}, base={self.base}, "
-                f"interleaved={self.interleaved}")
+                f"interleaved={self.interleaved}"
+                + (f", zigzag={self.zigzag}" if self.zigzag else ""))
