@@ -293,6 +293,63 @@ def test_a_rank_that_ignores_sigterm_gets_sigkill_after_the_grace_period(tmp_pat
     assert "rank 0 still running 0.5 s after SIGTERM; sending SIGKILL" in result.stderr
 
 
+# Note [Restarts]: a worker that says which attempt it is, and fails (rank 1) until attempt
+# OFL_TEST_SUCCEED_AT; rank 0 waits to be stopped.
+_FLAKY = """
+    import os, sys, time
+    attempt = int(os.environ["OFL_RESTART_COUNT"])
+    print(f"attempt {attempt} of {os.environ['OFL_MAX_RESTARTS']} port {os.environ['MASTER_PORT']}",
+          flush=True)
+    if attempt >= int(os.environ["OFL_TEST_SUCCEED_AT"]):
+        sys.exit(0)
+    if os.environ["RANK"] == "1":
+        time.sleep(0.2)
+        sys.exit(5)
+    time.sleep(60)
+    """
+
+
+def test_max_restarts_starts_a_failed_job_again_with_the_restart_count(tmp_path):
+    script = _script(tmp_path, _FLAKY)
+    result = _launch("--nproc_per_node", "2", "--max_restarts", "3", script,
+                     env=_clean_env(OFL_TEST_SUCCEED_AT="2"))
+    assert result.returncode == 0, result.stderr
+    lines = _rank_lines(result.stdout)
+    for rank in (0, 1):
+        assert [line.split(" port")[0] for line in lines[rank]] == [
+            "attempt 0 of 3", "attempt 1 of 3", "attempt 2 of 3"]
+    assert result.stderr.count("failed with exit code 5; stopping the other ranks") == 2
+    assert "[launch] restarting the job: restart 1 of 3 (OFL_RESTART_COUNT=1)" in result.stderr
+    assert "[launch] restarting the job: restart 2 of 3 (OFL_RESTART_COUNT=2)" in result.stderr
+    assert "restart 3" not in result.stderr
+    # Each attempt's ranks meet at a port of their own (the last one's may be in TIME_WAIT).
+    assert len({line.split(" port ")[1] for line in lines[0]}) == 3
+
+
+def test_a_job_that_keeps_failing_exits_with_its_code_after_the_last_restart(tmp_path):
+    script = _script(tmp_path, _FLAKY)
+    result = _launch("--nproc_per_node", "2", "--max_restarts", "1", script,
+                     env=_clean_env(OFL_TEST_SUCCEED_AT="9"))
+    assert result.returncode == 5
+    assert result.stderr.count("failed with exit code 5") == 2
+    assert ("[launch] the job failed after 1 restart (--max_restarts 1); exiting with code 5"
+            in result.stderr)
+    # Without --max_restarts nothing starts again.
+    result = _launch("--nproc_per_node", "2", script, env=_clean_env(OFL_TEST_SUCCEED_AT="9"))
+    assert result.returncode == 5 and "restart" not in result.stderr
+    assert [line.split(" port")[0] for line in _rank_lines(result.stdout)[1]] == ["attempt 0 of 0"]
+
+
+def test_a_signal_to_the_launcher_stops_the_job_without_a_restart(tmp_path):
+    process, pids = _start_sleepers(tmp_path, 2, "--max_restarts", "2")
+    process.send_signal(signal.SIGTERM)
+    stdout, stderr = process.communicate(timeout=5)
+    assert process.returncode == 143
+    assert "restarting" not in stderr
+    assert "ready pid" not in stdout  # (the first attempt's were read): no rank started again
+    assert stdout.count("caught SIGTERM") == 2
+
+
 def test_sigterm_to_the_launcher_stops_every_rank_and_exits_143(tmp_path):
     process, pids = _start_sleepers(tmp_path, 2)
     process.send_signal(signal.SIGTERM)
@@ -337,6 +394,7 @@ def test_ranks_die_with_a_launcher_killed_by_sigkill(tmp_path):
     (["--fault_timeout", "-1"], "--fault_timeout must be a positive number of seconds"),
     (["--nnodes", "2"], "--secret (or OFL_JOB_SECRET) must be given when --nnodes > 1"),
     (["--secret", ""], "must not be empty"),
+    (["--max_restarts", "-1"], "--max_restarts must be at least 0. However, got -1"),
 ])
 def test_bad_flags_are_rejected_with_the_flag_and_value(args, phrase):
     with pytest.raises(launch.LaunchError) as error:

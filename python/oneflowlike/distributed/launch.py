@@ -24,6 +24,15 @@ master_addr come from SLURM_NNODES, SLURM_NODEID and the first host of the node 
 When a rank fails, the launcher stops the others (SIGTERM, then SIGKILL after the grace
 period) and exits with that rank's exit code (128 + signal for a signal). SIGINT or SIGTERM to
 the launcher stops every rank the same way and exits 130 or 143. See Note [Process groups].
+
+With --max_restarts N (torchrun's flag) a failed job is started again, every rank of this node,
+up to N times: each attempt's ranks see OFL_RESTART_COUNT (0 for the first) and
+OFL_MAX_RESTARTS, and a script continues from its last checkpoint (the examples' --save DIR
+--save-every K --resume auto). Note [Restarts]: the job restarts as a whole, since a rank's
+state is only consistent with its peers' at a checkpoint; on several nodes each node's
+launcher restarts its ranks (the others' ranks fail too, naming the rank that died, so every
+launcher sees the failure) and they meet again at MASTER_ADDR:MASTER_PORT, so give every node
+the same --max_restarts. A signal to the launcher stops the job without a restart.
 """
 
 import argparse
@@ -75,6 +84,8 @@ class LaunchConfig:
     no_python: bool
     verbose: bool  # OFL_VERBOSE=1 for the ranks (Note [Logging] in oneflowlike/common/logging.h)
     memory_per_rank: int  # bytes, 0: no limit (OFL_MEMORY_PER_RANK, Note [Memory limit])
+    max_restarts: int  # Note [Restarts]
+    free_port: bool  # master_port was picked free here: pick again for a restart
     script: str
     script_args: list
     from_slurm: bool  # nnodes, node_rank (and maybe master_addr) came from Slurm
@@ -114,6 +125,10 @@ _FLAGS = [
      dict(default=None, metavar="SIZE",
           help="every rank's memory limit (e.g. 6GiB; 0: none): graphs whose plan does not fit "
                "refuse to compile on every rank, saying what would fit (OFL_MEMORY_PER_RANK)")),
+    (("--max_restarts", "--max-restarts"),
+     dict(type=int, default=0, metavar="N",
+          help="start the whole job again after a failure, up to N times (default 0); the "
+               "ranks see OFL_RESTART_COUNT and resume from their checkpoints")),
     (("--grace_period", "--grace-period"),
      dict(type=float, default=5.0, metavar="SECONDS",
           help="wait this long after SIGTERM before SIGKILL when stopping ranks (default 5)")),
@@ -179,12 +194,15 @@ def parse_config(argv, environ=os.environ):
     if not 0 <= node_rank < nnodes:
         raise LaunchError(f"--node_rank must be in [0, --nnodes) = [0, {nnodes}). However, got "
                           f"--node_rank {node_rank}.")
+    free_port = args.master_port is None and nnodes == 1
     if args.master_port is None:
         # One node: any free port (a port a finished run used may still be in TIME_WAIT, which
         # UCX's listener cannot reuse). Several nodes must agree on one: 29500 as torchrun.
         args.master_port = _free_port() if nnodes == 1 else 29500
     if not 1 <= args.master_port <= 65535:
         raise LaunchError(f"--master_port must be in [1, 65535]. However, got {args.master_port}.")
+    if args.max_restarts < 0:
+        raise LaunchError(f"--max_restarts must be at least 0. However, got {args.max_restarts}.")
     if not master_addr.strip():
         raise LaunchError(f"--master_addr must name a host. However, got {master_addr!r}.")
     for flag, seconds in (("--timeout", args.timeout), ("--fault_timeout", args.fault_timeout),
@@ -230,7 +248,9 @@ def parse_config(argv, environ=os.environ):
         master_addr=master_addr.strip(), master_port=args.master_port, secret=secret,
         bootstrap_timeout=args.timeout, fault_timeout=args.fault_timeout,
         grace_period=args.grace_period, logdir=args.logdir, no_python=args.no_python,
-        verbose=args.verbose, memory_per_rank=memory_per_rank, script=args.script, script_args=args.script_args, from_slurm=from_slurm)
+        verbose=args.verbose, memory_per_rank=memory_per_rank, max_restarts=args.max_restarts,
+        free_port=free_port, script=args.script, script_args=args.script_args,
+        from_slurm=from_slurm)
 
 
 def _slurm_int(environ, name, minimum):
@@ -246,8 +266,9 @@ def _slurm_int(environ, name, minimum):
     return number
 
 
-def worker_env(config, local_rank, environ=os.environ):
-    """The environment of local rank ``local_rank``: the launcher's plus the env contract."""
+def worker_env(config, local_rank, environ=os.environ, restart=0):
+    """The environment of local rank ``local_rank`` in restart ``restart`` (0: the first
+    attempt): the launcher's plus the env contract."""
     env = dict(environ)
     env.update({
         "RANK": str(config.node_rank * config.nproc_per_node + local_rank),
@@ -260,6 +281,8 @@ def worker_env(config, local_rank, environ=os.environ):
         "OFL_JOB_SECRET": config.secret,
         "OFL_BOOTSTRAP_TIMEOUT": f"{config.bootstrap_timeout:g}",
         "OFL_FAULT_TIMEOUT": f"{config.fault_timeout:g}",
+        "OFL_RESTART_COUNT": str(restart),
+        "OFL_MAX_RESTARTS": str(config.max_restarts),
     })
     if config.verbose:
         env["OFL_VERBOSE"] = "1"
@@ -481,11 +504,35 @@ def _log_path(logdir, rank):
 
 
 def run(config):
-    """Starts the ranks of ``config``, relays their output and returns the exit code."""
+    """Starts the ranks of ``config``, relays their output and returns the exit code; a failed
+    attempt starts again up to config.max_restarts times (Note [Restarts])."""
     output = _Output()
     signals = _Signals()
     signals.install()
     prctl = _load_prctl()
+    try:
+        restart = 0
+        while True:
+            code = _attempt(config, restart, output, signals, prctl)
+            if code == 0 or signals.first is not None:
+                return code
+            if restart == config.max_restarts:
+                if config.max_restarts:
+                    output.message(f"the job failed after {restart} restart"
+                                   f"{'s' if restart > 1 else ''} (--max_restarts "
+                                   f"{config.max_restarts}); exiting with code {code}")
+                return code
+            restart += 1
+            if config.free_port:  # the last attempt's port may still be in TIME_WAIT
+                config = dataclasses.replace(config, master_port=_free_port())
+            output.message(f"restarting the job: restart {restart} of {config.max_restarts} "
+                           f"(OFL_RESTART_COUNT={restart})")
+    finally:
+        signals.restore()
+
+
+def _attempt(config, restart, output, signals, prctl):
+    """One start of this node's ranks; returns the exit code."""
     ranks = []
     try:
         # Every rank is started before any pump thread exists, so forking with a
@@ -494,10 +541,10 @@ def run(config):
             rank = config.node_rank * config.nproc_per_node + local_rank
             log = None
             try:
-                if config.logdir is not None:
-                    log = open(_log_path(config.logdir, rank), "wb")
+                if config.logdir is not None:  # a restart's output follows the last attempt's
+                    log = open(_log_path(config.logdir, rank), "ab" if restart else "wb")
                 process = subprocess.Popen(
-                    worker_command(config), env=worker_env(config, local_rank),
+                    worker_command(config), env=worker_env(config, local_rank, restart=restart),
                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
                     preexec_fn=_child_setup(os.getpid(), prctl))
             except OSError as error:
@@ -522,7 +569,6 @@ def run(config):
                 thread.join(timeout=config.grace_period)
             if rank.log is not None:
                 output.close_log(rank.log)
-        signals.restore()
 
 
 def main(argv=None):
