@@ -134,6 +134,12 @@ class Layout:
         if self.cp > config.block_size:
             raise ValueError(f"--cp {self.cp} splits the sequence: it must be at most "
                              f"--block-size {config.block_size}.")
+        if getattr(config, "zigzag", 0) != self.zigzag:
+            # The tokens come in this layout's order (feed): a model not told it would take
+            # wrong positions and let rows see later tokens, training without an error.
+            raise ValueError(f"the model's config.zigzag ({getattr(config, 'zigzag', 0)}) must "
+                             f"be the layout's ({self.zigzag}: --cp {self.cp}, --cp-order "
+                             f"{self.cp_order}): set config.zigzag = layout.zigzag.")
         if self.zigzag and config.block_size % (2 * self.cp):
             raise ValueError(f"--cp {self.cp} in the zigzag order cuts each sequence in "
                              f"{2 * self.cp} chunks: --block-size {config.block_size} must be a "

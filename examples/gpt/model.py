@@ -66,6 +66,10 @@ class Embeddings(nn.Module):
         else:
             pos = flow.arange(0, t, device=idx.device)
         if self.zigzag:  # the positions in the order the tokens come in
+            if t % (2 * self.zigzag):
+                raise ValueError(f"[GPT] zigzag={self.zigzag} orders the positions in "
+                                 f"{2 * self.zigzag} chunks: the {t} tokens must be a multiple "
+                                 "of that.")
             pos = flow.nn.functional.zigzag(pos, 0, self.zigzag)
         return self.wte(idx) + self.wpe(pos)
 

@@ -318,11 +318,37 @@ def test_zigzag_attention_refuses_what_it_cannot_order():
                                          r"must have one length L that 8 divides. However, got "
                                          r"query \(1, 2, 12, 4\)"):
         F.scaled_dot_product_attention(q, q, q, is_causal=True, zigzag=4)
-    with pytest.raises(ValueError, match=r"zigzag must be an int >= 0. However, got -1"):
+    with pytest.raises(ValueError, match=r"zigzag \(the pieces the order balances\) must be "
+                                         r"an int >= 0. However, got -1"):
         F.scaled_dot_product_attention(q, q, q, is_causal=True, zigzag=-1)
+    with pytest.raises(ValueError, match=r"must be an int >= 0. However, got 2.0"):
+        F.scaled_dot_product_attention(q, q, q, is_causal=True, zigzag=2.0)
     with pytest.raises(ValueError, match=r"\[zigzag\] n = 5 cuts dim 1 in 10 chunks: its size "
                                          r"must be a multiple of 10. However, got shape \(1, 12\)"):
         F.zigzag(flow.tensor(rand(1, 12)), 1, 5)
-    with pytest.raises(ValueError, match=r"\[unzigzag\] n \(the pieces the order balances\) must "
-                                         r"be an int >= 1. However, got 0"):
+    with pytest.raises(ValueError, match=r"\[unzigzag\] zigzag \(the pieces the order balances\) "
+                                         r"must be an int >= 1. However, got 0"):
         F.unzigzag(q, 2, 0)
+    rope = flow.nn.RotaryEmbedding(4, 12, zigzag=2)
+    with pytest.raises(ValueError, match=r"\[RotaryEmbedding\] zigzag=2 orders the positions in 4 "
+                                         r"chunks: the input's 10 positions along dim -2 must be "
+                                         r"a multiple of that"):
+        rope(flow.tensor(rand(1, 2, 10, 4)))
+    # numpy's integers are integers.
+    np.testing.assert_array_equal(F.zigzag(q, 2, np.int64(2)).numpy(), F.zigzag(q, 2, 2).numpy())
+
+
+def test_zigzag_attention_with_dropout_runs_on_eager_global_tensors():
+    # The written-out form dropout takes orders its positions with F.zigzag, which takes global
+    # tensors (the raw function raised TypeError on them). Row 0 (position 0) sees key 0 only:
+    # its output is v's row 0, dropped out (0) or scaled by 1 / (1 - p).
+    placement = flow.placement("cpu", ranks=[0])
+    q = flow.tensor(rand(1, 2, 8, 4, seed=1), placement=placement, sbp=flow.sbp.broadcast,
+                    requires_grad=True)
+    flow.manual_seed(0)
+    out = F.scaled_dot_product_attention(q, q, q, is_causal=True, zigzag=2, dropout_p=0.5)
+    row, v0 = out.numpy()[0, :, 0], q.numpy()[0, :, 0]
+    for h in range(2):
+        assert np.allclose(row[h], 0) or np.allclose(row[h], 2 * v0[h], rtol=1e-5)
+    out.sum().backward()
+    assert np.isfinite(q.grad.numpy()).all()

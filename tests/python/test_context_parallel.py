@@ -149,6 +149,20 @@ def test_what_the_zigzag_order_cannot_take_is_refused_naming_the_flags(flags, me
     assert "Traceback" not in result.stderr
 
 
+def test_a_model_not_told_the_zigzag_order_is_refused():
+    # The tokens are fed in the layout's order: a model built without config.zigzag would train
+    # on wrong positions with rows seeing later tokens, and no error; the layout refuses it.
+    train = example_runs.load_script(_GPT, "gpt_train_for_layout")
+    args = train.parse(["--cp", "2", *_GPT_SMALL])
+    layout = train.make_layout(args)
+    config = train.GPTConfig(block_size=32, n_layer=2, n_head=4, n_embd=32)
+    with pytest.raises(ValueError, match=r"the model's config.zigzag \(0\) must be the layout's "
+                                         r"\(2: --cp 2, --cp-order zigzag\)"):
+        layout.check(config, 8, 1)
+    config.zigzag = layout.zigzag
+    layout.check(config, 8, 1)
+
+
 def test_cp_beyond_the_block_is_refused_naming_the_flags():
     result = subprocess.run([sys.executable, str(_GPT), *_GPT_SMALL, "--cp", "64"],
                             env=example_runs.clean_env(), capture_output=True, text=True,

@@ -2,6 +2,7 @@
 oneflowlike/ops/attention.h)."""
 
 import math
+import operator
 
 from oneflowlike import _C
 
@@ -10,6 +11,20 @@ __all__ = []
 
 def _shapes(q, k, v):
     return f"query {tuple(q.shape)}, key {tuple(k.shape)}, value {tuple(v.shape)}"
+
+
+def _zigzag_pieces(op, n, least=0):
+    """``n`` as an int >= least (numpy's integers too), or ValueError naming the op."""
+    try:
+        if isinstance(n, bool):
+            raise TypeError
+        pieces = operator.index(n)
+    except TypeError:
+        pieces = None
+    if pieces is None or pieces < least:
+        raise ValueError(f"[{op}] zigzag (the pieces the order balances) must be an int >= "
+                         f"{least}. However, got {n!r}.")
+    return pieces
 
 
 def _float_mask(attn_mask, dtype):
@@ -60,9 +75,7 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
         raise ValueError(f"[scaled_dot_product_attention] dropout_p must be in [0, 1). However, "
                          f"got {dropout_p}.")
     if zigzag:
-        if isinstance(zigzag, bool) or not isinstance(zigzag, int) or zigzag < 0:
-            raise ValueError(f"[scaled_dot_product_attention] zigzag must be an int >= 0. "
-                             f"However, got {zigzag!r}.")
+        zigzag = _zigzag_pieces("scaled_dot_product_attention", zigzag)
         if not is_causal:
             raise ValueError("[scaled_dot_product_attention] zigzag orders the queries of "
                              "causal attention: it needs is_causal=True.")
@@ -112,9 +125,8 @@ def _written_out(q, k, v, mask, dropout_p, is_causal, scale, zigzag=0):
     if is_causal:
         length, keys = q.shape[2], k.shape[2]
         query_at, key_at = arange(length), arange(keys)
-        if zigzag:  # the positions of the rows, as they are stored
-            from oneflowlike.ops.rearrange import zigzag as order  # noqa: PLC0415
-
+        if zigzag:  # the positions of the rows, as they are stored (global tensors too)
+            order = flow.nn.functional.zigzag
             query_at, key_at = order(query_at, 0, zigzag), order(key_at, 0, zigzag)
         query_at, key_at = query_at.reshape(length, 1), key_at.reshape(1, keys)
         att = att.masked_fill(key_at > query_at, float("-inf"))

@@ -80,9 +80,9 @@ def repeat(self, *sizes):
 
 def _zigzag_chunks(op, input, dim, n):
     """(axis, chunk length) of ``input``'s ``dim`` cut in 2n chunks, checked."""
-    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-        raise ValueError(f"[{op}] n (the pieces the order balances) must be an int >= 1. "
-                         f"However, got {n!r}.")
+    from oneflowlike.ops.attention import _zigzag_pieces  # noqa: PLC0415  one check of n
+
+    n = _zigzag_pieces(op, n, least=1)
     d = _dim(dim, input.ndim, op)
     if input.shape[d] % (2 * n):
         raise ValueError(f"[{op}] n = {n} cuts dim {dim} in {2 * n} chunks: its size must be a "

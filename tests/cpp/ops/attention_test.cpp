@@ -545,8 +545,8 @@ Tensor zigzag_rows(const Tensor& t, int axis, int64_t n, bool back = false) {
 // attention in the sequence's order, put in that order: whole, and by contiguous pieces of the
 // stored queries (the n pieces context parallelism gives them, and cuts inside chunks and
 // tiles), forward and backward, dk and dv the pieces' sums. Chunks of 60 and 40 rows straddle
-// the 64-row query tiles and the 128-row key tiles. Without the positions mapped back a stored
-// row would see the keys of its stored index.
+// the 64-row query tiles; chunks of 150 make key tiles cut at 128 rows and at a chunk's end.
+// Without the positions mapped back a stored row would see the keys of its stored index.
 TEST(Attention, ZigzagOrderedQueriesGiveTheSequencesRowsInThatOrder) {
   const int64_t L = 240;
   for (DataType dtype : {DataType::kFloat32, DataType::kFloat64, DataType::kBFloat16}) {

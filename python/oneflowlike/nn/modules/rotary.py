@@ -43,6 +43,10 @@ class RotaryEmbedding(Module):
         if seq < self.max_seq_len:
             cos, sin = cos[:seq], sin[:seq]
         if self.zigzag:
+            if seq % (2 * self.zigzag):
+                raise ValueError(f"[RotaryEmbedding] zigzag={self.zigzag} orders the positions "
+                                 f"in {2 * self.zigzag} chunks: the input's {seq} positions "
+                                 f"along dim {self.seq_dim} must be a multiple of that.")
             cos, sin = F.zigzag(cos, 0, self.zigzag), F.zigzag(sin, 0, self.zigzag)
         if cos.dtype != x.dtype:
             cos, sin = cos.to(x.dtype), sin.to(x.dtype)
