@@ -16,6 +16,7 @@ import time
 import numpy as np
 
 import oneflowlike as flow
+from common import checkpoints
 from common.data import ByteData, TokenBatches
 from oneflowlike.framework import global_tensor
 
@@ -82,7 +83,13 @@ def parser(description):
     p.add_argument("--plan-summary", action="store_true",
                    help="each rank prints its plan's summary (tasks by kind, memory) at the end")
     p.add_argument("--save", help="checkpoint directory written at the end")
-    p.add_argument("--resume", help="checkpoint directory to start from")
+    p.add_argument("--save-every", type=int, default=0, metavar="N",
+                   help="with --save: also write the checkpoint every N steps, the last one "
+                        "replaced only once the new one is complete (common/checkpoints.py)")
+    p.add_argument("--resume",
+                   help="checkpoint directory to start from; auto: --save's newest complete "
+                        "checkpoint if there is one, else step 1 (for the launcher's "
+                        "--max_restarts, which runs the same command again)")
     p.add_argument("--quiet", action="store_true", help="only the summary")
     return p
 
@@ -175,6 +182,12 @@ def check(args, layout, config):
         raise SystemExit(f"[train] {e}") from None
     if args.steps < 1:
         raise SystemExit(f"[train] --steps must be at least 1. However, got {args.steps}.")
+    if args.save_every < 0 or (args.save_every and not args.save):
+        raise SystemExit(f"[train] --save-every takes a number of steps >= 0 and --save DIR. "
+                         f"However, got --save-every {args.save_every} and --save {args.save}.")
+    if args.resume == "auto" and not args.save:
+        raise SystemExit("[train] --resume auto resumes from --save's checkpoint. However, no "
+                         "--save was given.")
     if args.zero and args.dp == 1 and args.tp == 1 and args.cp == 1:
         print("[train] warning: --zero has nothing to shard over with --dp 1, --cp 1 and --tp 1",
               file=sys.stderr)
@@ -271,9 +284,21 @@ def run(args, model, layout, model_flags, describe):
     else:
         data = ByteData(args.data, block_size, args.seed, args.synthetic)
     first = 1
-    if args.resume:
-        with open(os.path.join(args.resume, "train_state.json")) as f:
+    resume = args.resume
+    if resume == "auto":  # Note [Checkpoints that survive a crash]
+        resume = checkpoints.latest(args.save)
+        if rank == 0:
+            print(f"[train] --resume auto: "
+                  f"{f'from {resume}' if resume else f'no checkpoint in {args.save} yet, step 1'}"
+                  f" (restart {os.environ.get('OFL_RESTART_COUNT', 0)})", flush=True)
+    if resume:
+        with open(os.path.join(resume, "train_state.json")) as f:
             saved = json.load(f)
+        if args.resume == "auto" and saved["step"] >= args.steps:
+            if rank == 0:
+                print(f"[train] {resume} is at step {saved['step']} of {args.steps}: nothing "
+                      "left to run", flush=True)
+            return
         check_resume(args, saved, rank, model_flags)
         if args.data_bin:
             if "loader" not in saved:
@@ -281,7 +306,7 @@ def run(args, model, layout, model_flags, describe):
                                  "checkpoint has none (it was saved without --data-bin).")
             data.load_state_dict(saved["loader"])
         # The step count and the schedule's position come back with the state.
-        graph.load_state_dict(flow.load(args.resume, like=graph.state_dict()))
+        graph.load_state_dict(flow.load(resume, like=graph.state_dict()))
         first = graph.step_count + 1
     rank0 = flow.placement("cpu", ranks=[0]) if distributed else None
     log = open_log(args.log_json, first) if args.log_json and rank == 0 else None
@@ -323,29 +348,27 @@ def run(args, model, layout, model_flags, describe):
         else:
             value = float(np.mean(loss.numpy()))
         times.append(ms)
-        if rank != 0:
-            continue
-        losses.append(value)
-        tokens_per_s = args.batch_size * block_size / (ms / 1e3)
-        if not args.quiet:
-            scale = graph.loss_scale  # float16: the dynamic loss scale, where this rank has it
-            print(f"step {step:4d} | loss {value:.4f} | lr {lr:.2e} | "
-                  f"{f'scale {scale:.0f} | ' if scale is not None else ''}{ms:7.1f} ms | "
-                  f"{tokens_per_s:8.0f} tokens/s | rss {peak_rss_mib():.0f} MiB", flush=True)
-        if log:
-            log.write(json.dumps({"step": step, "loss": value, "lr": lr, "ms": round(ms, 3),
-                                  "data_ms": round(waits[-1], 3),
-                                  "tokens_per_s": round(tokens_per_s, 1)}) + "\n")
-            log.flush()
+        if rank == 0:
+            losses.append(value)
+            tokens_per_s = args.batch_size * block_size / (ms / 1e3)
+            if not args.quiet:
+                scale = graph.loss_scale  # float16: the dynamic loss scale, where rank 0 has it
+                print(f"step {step:4d} | loss {value:.4f} | lr {lr:.2e} | "
+                      f"{f'scale {scale:.0f} | ' if scale is not None else ''}{ms:7.1f} ms | "
+                      f"{tokens_per_s:8.0f} tokens/s | rss {peak_rss_mib():.0f} MiB", flush=True)
+            if log:
+                log.write(json.dumps({"step": step, "loss": value, "lr": lr, "ms": round(ms, 3),
+                                      "data_ms": round(waits[-1], 3),
+                                      "tokens_per_s": round(tokens_per_s, 1)}) + "\n")
+                log.flush()
+        if args.save and args.save_every and step % args.save_every == 0 and step < last:
+            # Every rank: a restarted job (--resume auto) loses at most save_every steps.
+            checkpoints.save(args.save, graph, step, args,
+                             data.state_dict() if args.data_bin else None)
     total = time.perf_counter() - start_all
     if args.save:
-        flow.save(graph.state_dict(), args.save)
-        if rank == 0:
-            state = {"step": last, "args": vars(args)}
-            if args.data_bin:
-                state["loader"] = data.state_dict()  # the same on every rank
-            with open(os.path.join(args.save, "train_state.json"), "w") as f:
-                json.dump(state, f, indent=1)
+        checkpoints.save(args.save, graph, last, args,
+                         data.state_dict() if args.data_bin else None)
     if log:
         log.close()
     steady = times[1:] or times

@@ -1,0 +1,90 @@
+"""A job that loses a rank is started again by the launcher (--max_restarts, Note [Restarts] in
+oneflowlike/distributed/launch.py) and continues from its last checkpoint (the examples'
+--save-every and --resume auto, Note [Checkpoints that survive a crash] in
+examples/common/checkpoints.py), giving the curve of a run that was never interrupted."""
+
+import json
+import pathlib
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import example_runs
+
+_ROOT = pathlib.Path(__file__).resolve().parents[2]
+_GPT = _ROOT / "examples" / "gpt" / "train.py"
+_FAULT = pathlib.Path(__file__).resolve().parent / "dist" / "fault_worker.py"
+_SMALL = ["--n-layer", "2", "--n-embd", "32", "--n-head", "4", "--block-size", "32",
+          "--batch-size", "8", "--warmup-steps", "2", "--quiet", "--dp", "2"]
+sys.path.insert(0, str(_ROOT / "examples"))
+
+from common import checkpoints  # noqa: E402
+
+
+@pytest.mark.parametrize("data,dies", [("bytes", 1), ("data_bin", 0)])
+def test_a_job_whose_rank_dies_restarts_and_gives_the_uninterrupted_curve(tmp_path, data, dies):
+    # From --data-bin the checkpoint of step 4 holds the loaders' position, and rank 0 (the
+    # one that bootstraps the job) is the one lost.
+    flags = list(_SMALL)
+    if data == "data_bin":
+        text = tmp_path / "text.txt"
+        text.write_bytes((_ROOT / "examples" / "data" / "kjv-genesis-deuteronomy.txt")
+                         .read_bytes()[:100000])
+        subprocess.run([sys.executable, str(_ROOT / "examples" / "common" / "prepare_tokens.py"),
+                        str(text), str(tmp_path / "tokens.bin")], check=True,
+                       capture_output=True)
+        flags += ["--data-bin", str(tmp_path / "tokens.bin")]
+    whole = example_runs.train(_GPT, flags, tmp_path, 2, steps=7, tag="whole")
+    ckpt, log = tmp_path / "ckpt", tmp_path / "restarted.jsonl"
+    command = [sys.executable, "-m", "oneflowlike.distributed.launch", "--nproc_per_node", "2",
+               "--max_restarts", "1", str(_FAULT), *flags, "--steps", "7", "--log-json",
+               str(log), "--save", str(ckpt), "--save-every", "2", "--resume", "auto"]
+    env = {**example_runs.clean_env(), "OFL_TEST_DIE_RANK": str(dies),
+           "OFL_TEST_DIE_AT_STEP": "6"}
+    result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert f"rank {dies} dies before step 6" in result.stdout
+    assert "was killed by SIGKILL" in result.stderr
+    assert "[launch] restarting the job: restart 1 of 1" in result.stderr
+    assert f"--resume auto: no checkpoint in {ckpt} yet, step 1 (restart 0)" in result.stdout
+    assert f"--resume auto: from {ckpt} (restart 1)" in result.stdout
+    # Steps 5 and 6 ran twice (after the step-4 checkpoint); the log keeps each step once.
+    records = [json.loads(line) for line in log.read_text().splitlines()]
+    assert [r["step"] for r in records] == list(range(1, 8))
+    np.testing.assert_array_equal(example_runs.losses(records), example_runs.losses(whole))
+    assert checkpoints.latest(str(ckpt)) == str(ckpt)
+    assert json.loads((ckpt / "train_state.json").read_text())["step"] == 7
+    assert not any(pathlib.Path(f"{ckpt}{s}").exists() for s in (".next", ".prev"))
+    # Run again (one process: the checkpoint loads onto any layout), the finished job has
+    # nothing left to do.
+    one_rank = [*_SMALL[:-2], *flags[len(_SMALL):]]  # without --dp 2
+    again = subprocess.run([sys.executable, str(_GPT), *one_rank, "--steps", "7", "--save",
+                            str(ckpt), "--resume", "auto"], env=example_runs.clean_env(),
+                           capture_output=True, text=True, timeout=120)
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert f"{ckpt} is at step 7 of 7: nothing left to run" in again.stdout
+
+
+def _fake_checkpoint(path, step, manifest=True):
+    path.mkdir()
+    (path / "train_state.json").write_text(json.dumps({"step": step}))
+    if manifest:
+        (path / "manifest.json").write_text("{}")
+
+
+def test_the_newest_complete_checkpoint_survives_a_save_cut_short(tmp_path):
+    ckpt = tmp_path / "ckpt"
+    assert checkpoints.latest(str(ckpt)) is None
+    # Cut short while writing DIR.next: DIR stands.
+    _fake_checkpoint(ckpt, 4)
+    _fake_checkpoint(pathlib.Path(f"{ckpt}.next"), 6, manifest=False)
+    assert checkpoints.latest(str(ckpt)) == str(ckpt)
+    # Cut short between the renames: DIR moved to DIR.prev, DIR.next complete and newer.
+    ckpt.rename(f"{ckpt}.prev")
+    (pathlib.Path(f"{ckpt}.next") / "manifest.json").write_text("{}")
+    assert checkpoints.latest(str(ckpt)) == f"{ckpt}.next"
+    # A train_state.json without a manifest (flow.save's commit marker) is not a checkpoint.
+    pathlib.Path(f"{ckpt}.next", "manifest.json").unlink()
+    assert checkpoints.latest(str(ckpt)) == f"{ckpt}.prev"
