@@ -89,3 +89,14 @@ def test_refusals_name_the_problem():
     y = F.rotary_embedding(flow.randn(1, 2, 4, 8), c, sin)
     with pytest.raises(Exception, match=r"gradients with respect to cos and sin"):
         y.sum().backward()
+
+
+@pytest.mark.parametrize("seq", [16, 8])
+def test_rotary_embedding_in_the_zigzag_order_rotates_each_row_by_its_position(seq):
+    # Note [Zigzag order]: rows stored in the zigzag order over 2 pieces get the rotation of
+    # their position in the sequence: the tables kept in that order (a whole sequence), or
+    # reordered (a shorter one).
+    x = np.random.default_rng(1).standard_normal((2, 3, seq, 8)).astype(np.float32)
+    plain = flow.nn.RotaryEmbedding(8, 16)(flow.tensor(x))
+    ordered = flow.nn.RotaryEmbedding(8, 16, zigzag=2)(F.zigzag(flow.tensor(x), 2, 2))
+    np.testing.assert_array_equal(ordered.numpy(), F.zigzag(plain, 2, 2).numpy())

@@ -33,6 +33,10 @@ class RotaryEmbedding(Module):
                              persistent=False)
         self.register_buffer("sin", flow.tensor(np.sin(angles).astype(np.float32)),
                              persistent=False)
+        if zigzag:  # the tables of whole sequences in their order, made once
+            for name in ("cos", "sin"):
+                self.register_buffer(f"{name}_zigzag", F.zigzag(getattr(self, name), 0, zigzag),
+                                     persistent=False)
 
     def forward(self, x):
         seq = x.shape[self.seq_dim]
@@ -40,13 +44,15 @@ class RotaryEmbedding(Module):
             raise ValueError(f"[RotaryEmbedding] the input has {seq} positions along dim "
                              f"{self.seq_dim}, more than max_seq_len {self.max_seq_len}.")
         cos, sin = self.cos, self.sin
-        if seq < self.max_seq_len:
+        if self.zigzag and seq % (2 * self.zigzag):
+            raise ValueError(f"[RotaryEmbedding] zigzag={self.zigzag} orders the positions in "
+                             f"{2 * self.zigzag} chunks: the input's {seq} positions along dim "
+                             f"{self.seq_dim} must be a multiple of that.")
+        if self.zigzag and seq == self.max_seq_len:
+            cos, sin = self.cos_zigzag, self.sin_zigzag
+        elif seq < self.max_seq_len:
             cos, sin = cos[:seq], sin[:seq]
-        if self.zigzag:
-            if seq % (2 * self.zigzag):
-                raise ValueError(f"[RotaryEmbedding] zigzag={self.zigzag} orders the positions "
-                                 f"in {2 * self.zigzag} chunks: the input's {seq} positions "
-                                 f"along dim {self.seq_dim} must be a multiple of that.")
+        if self.zigzag and seq < self.max_seq_len:
             cos, sin = F.zigzag(cos, 0, self.zigzag), F.zigzag(sin, 0, self.zigzag)
         if cos.dtype != x.dtype:
             cos, sin = cos.to(x.dtype), sin.to(x.dtype)
