@@ -8,6 +8,16 @@ the bytes move through the same boxing and collective tasks as every other commu
 second path, DESIGN.md "Eager global tensors"), and the compiled graph is cached by shape. Every
 rank of the job must call each collective, in the same order, with tensors of the same shape
 and dtype. The pieces go through host memory: a CUDA tensor is copied to the host and back.
+
+Note [Reductions and groups]: a sum (and torch's avg, the sum over the group's size) is a
+partial sum laid out again, which the compiler reduces in place. Max, min and product have no
+SBP of their own (a partial value is a sum), so each rank's piece becomes a row of a tensor
+split over the ranks, gathered, and reduced on each rank: (n - 1) times the tensor's bytes
+instead of an all-reduce's 2 (n - 1) / n, fine for what they are used for (flags, norms,
+counts). A group (torch's new_group) is a subset of the job's ranks: its collectives run on the
+placement of those ranks, and only its members call them (a rank outside it is refused at once,
+on that rank only: the members do not wait for it). reduce, gather and scatter lay the pieces
+out on one rank's placement, or from it, so only the bytes that rank needs move.
 """
 
 from oneflowlike import _C
@@ -17,7 +27,58 @@ from oneflowlike.autograd import no_grad
 from oneflowlike.ops.core import on_host
 
 __all__ = ["all_reduce", "broadcast", "all_gather", "all_gather_into_tensor",
-           "reduce_scatter_tensor", "barrier"]
+           "reduce_scatter_tensor", "reduce", "gather", "scatter", "barrier", "ProcessGroup",
+           "REDUCE_OPS"]
+
+# torch.distributed.ReduceOp's that these collectives take (Note [Reductions and groups]).
+REDUCE_OPS = ("sum", "avg", "product", "min", "max")
+
+
+class ProcessGroup:
+    """Some of the job's ranks, which collectives given ``group=`` run over (torch's
+    new_group); every rank of the job may make it, only its members use it."""
+
+    def __init__(self, ranks):
+        world = env.get_world_size()
+        ranks = list(ranks)
+        if (not ranks or len(set(ranks)) != len(ranks)
+                or not all(isinstance(r, int) and 0 <= r < world for r in ranks)):
+            raise ValueError(f"[new_group] ranks must be distinct ranks of the job, in [0, "
+                             f"{world}). However, got {ranks!r}.")
+        self.ranks = sorted(ranks)
+
+    def rank(self):
+        """This process's rank within the group (-1 outside it), as torch's get_rank(group)."""
+        me = env.get_rank()
+        return self.ranks.index(me) if me in self.ranks else -1
+
+    def size(self):
+        return len(self.ranks)
+
+    def __repr__(self):
+        return f"ProcessGroup(ranks={self.ranks})"
+
+
+def _members(op, group):
+    """The ranks ``group`` (None: the job) holds; refuses a rank outside it."""
+    if group is None:
+        return list(range(env.get_world_size()))
+    if not isinstance(group, ProcessGroup):
+        raise TypeError(f"[{op}] group must be a group from new_group (or None: every rank). "
+                        f"However, got {type(group).__name__}.")
+    if env.get_rank() not in group.ranks:
+        raise ValueError(f"[{op}] rank {env.get_rank()} is not in the group of ranks "
+                         f"{group.ranks}: only the group's members call its collectives.")
+    return group.ranks
+
+
+def _check_reduce(op, reduce_op, dtype):
+    if reduce_op not in REDUCE_OPS:
+        raise ValueError(f"[{op}] op must be one of {', '.join(REDUCE_OPS)} (torch's ReduceOp). "
+                         f"However, got {reduce_op!r}.")
+    if reduce_op == "avg" and not dtype.is_floating_point:
+        raise TypeError(f"[{op}] op avg needs a floating tensor (the sum divided by the "
+                        f"group's size). However, got {dtype}.")
 
 
 def _host_piece(op, tensor):
@@ -27,8 +88,35 @@ def _host_piece(op, tensor):
     return on_host(tensor)
 
 
-def _everyone():
-    return env.all_device_placement("cpu")
+def _on(ranks):
+    from oneflowlike.placement import placement
+
+    return placement("cpu", ranks=list(ranks))
+
+
+def _rows(piece, ranks, to=None):
+    """Every rank's piece as row r of a (len(ranks), ...) tensor laid out whole on ``to``'s
+    ranks (all of them by default); the local rows there, None elsewhere."""
+    from oneflowlike.framework import global_tensor as gt
+
+    rows = piece.reshape((1,) + tuple(piece.shape))
+    whole = gt.local_to_global(rows, _on(ranks), _sbp.split(0))
+    whole = whole.to_global(placement=_on(to or ranks), sbp=_sbp.broadcast)
+    return whole.to_local() if env.get_rank() in (to or ranks) else None
+
+
+def _reduced(rows, reduce_op):
+    """The rows (n, ...) reduced along axis 0 by max, min or product."""
+    import oneflowlike as flow
+
+    if reduce_op == "max":
+        return flow.amax(rows, 0)
+    if reduce_op == "min":
+        return flow.amin(rows, 0)
+    out = rows[0]
+    for r in range(1, rows.shape[0]):
+        out = out * rows[r]
+    return out
 
 
 def _write(tensor, value):
@@ -38,18 +126,18 @@ def _write(tensor, value):
     return tensor
 
 
-def _prepare(op, tensor, check=True, validate=None, **extra):
+def _prepare(caller, tensor, check=True, validate=None, ranks=None, **extra):
     """``tensor``'s piece on the host, once every rank has checked that all pass a tensor of one
     shape and dtype (and the same ``extra``: a root) and that every rank's arguments are valid
     (``validate(piece)`` raises ValueError where not): Note [Ranks agree] in
     framework/agreement.py. A rank's bad argument ends the call on every rank, naming it,
     instead of leaving the others waiting in the collective. None in a one-rank job (nothing
-    to move). ``check`` False skips the all-reduce where the caller knows the ranks agree (DDP's
-    buckets, made from a model checked when it was wrapped)."""
-    single = env.get_world_size() == 1
+    to do). ``check`` False skips the all-reduce where the caller knows the ranks agree (DDP's
+    buckets, made from a model checked when it was wrapped). ``ranks``: the group's (all)."""
+    single = (env.get_world_size() if ranks is None else len(ranks)) == 1
     piece, error = None, None
     try:
-        piece = _host_piece(op, tensor)
+        piece = _host_piece(caller, tensor)
         if validate is not None:
             validate(piece)
     except (TypeError, ValueError) as e:
@@ -64,104 +152,193 @@ def _prepare(op, tensor, check=True, validate=None, **extra):
         fields = {"shape": str(tuple(piece.shape)) if piece is not None else "?",
                   "dtype": str(piece.dtype) if piece is not None else "?"}
         fields.update({k: str(v) for k, v in extra.items()})
-        agreement.agree(op, fields, "every rank must call it with a tensor of one shape and dtype"
-                        + (" and the same " + ", ".join(extra) if extra else ""), error)
+        agreement.agree(caller, fields, "every rank must call it with a tensor of one shape and dtype"
+                        + (" and the same " + ", ".join(extra) if extra else ""), error,
+                        ranks=ranks)
     return piece
 
 
-def all_reduce(tensor):
-    """Every rank's ``tensor`` becomes the sum over the ranks, in place (torch's default op)."""
-    return _all_reduce(tensor, check=True)
+def all_reduce(tensor, op="sum", group=None):
+    """Every rank's ``tensor`` becomes the reduction over the ranks (of ``group``) by ``op``
+    (sum, torch's default; avg, product, min, max: Note [Reductions and groups]), in place."""
+    return _all_reduce(tensor, check=True, reduce_op=op, group=group)
 
 
-def _all_reduce(tensor, check):
+def _all_reduce(tensor, check, reduce_op="sum", group=None):
     from oneflowlike.framework import global_tensor as gt
 
-    piece = _prepare("all_reduce", tensor, check)
+    ranks = _members("all_reduce", group)
+    piece = _prepare("all_reduce", tensor, check, ranks=ranks, op=reduce_op,
+                     validate=lambda piece: _check_reduce("all_reduce", reduce_op, piece.dtype))
     if piece is None:
         return tensor
-    summed = gt.local_to_global(piece, _everyone(), _sbp.partial_sum)
-    return _write(tensor, summed.to_global(sbp=_sbp.broadcast).to_local())
+    if reduce_op in ("sum", "avg"):
+        summed = gt.local_to_global(piece, _on(ranks), _sbp.partial_sum)
+        result = summed.to_global(sbp=_sbp.broadcast).to_local()
+        return _write(tensor, result / len(ranks) if reduce_op == "avg" else result)
+    return _write(tensor, _reduced(_rows(piece, ranks), reduce_op))
 
 
-def broadcast(tensor, src):
+def reduce(tensor, dst, op="sum", group=None):
+    """Rank ``dst``'s ``tensor`` becomes the reduction over the ranks by ``op``, in place; the
+    others' are left as they are (torch's reduce)."""
+    from oneflowlike.framework import global_tensor as gt
+
+    ranks = _members("reduce", group)
+
+    def validate(piece):
+        _check_reduce("reduce", op, piece.dtype)
+        _check_root("reduce", "dst", dst, ranks)
+
+    piece = _prepare("reduce", tensor, ranks=ranks, validate=validate, dst=dst, op=op)
+    if piece is None:
+        return tensor
+    if op in ("sum", "avg"):
+        summed = gt.local_to_global(piece, _on(ranks), _sbp.partial_sum)
+        result = summed.to_global(placement=_on([dst]), sbp=_sbp.broadcast)
+        if env.get_rank() == dst:
+            result = result.to_local()
+            _write(tensor, result / len(ranks) if op == "avg" else result)
+        return tensor
+    rows = _rows(piece, ranks, to=[dst])
+    return _write(tensor, _reduced(rows, op)) if rows is not None else tensor
+
+
+def _check_root(op, name, root, ranks):
+    if isinstance(root, bool) or not isinstance(root, int) or root not in ranks:
+        raise ValueError(f"[{op}] {name} must be a rank of the group {ranks}. However, got "
+                         f"{root!r}.")
+
+
+def broadcast(tensor, src, group=None):
     """Every rank's ``tensor`` becomes rank ``src``'s, in place."""
     from oneflowlike.framework import global_tensor as gt
-    from oneflowlike.placement import placement
 
-    world = env.get_world_size()
-
-    def validate(piece):
-        if not isinstance(src, int) or not 0 <= src < world:
-            raise ValueError(f"[broadcast] src must be a rank in [0, {world}). However, got "
-                             f"{src!r}.")
-
-    piece = _prepare("broadcast", tensor, validate=validate, src=src)
+    ranks = _members("broadcast", group)
+    piece = _prepare("broadcast", tensor, ranks=ranks, src=src,
+                     validate=lambda piece: _check_root("broadcast", "src", src, ranks))
     if piece is None:
         return tensor
-    source = gt.local_to_global(piece, placement("cpu", ranks=[src]), _sbp.broadcast)
-    return _write(tensor, source.to_global(placement=_everyone(), sbp=_sbp.broadcast).to_local())
+    source = gt.local_to_global(piece, _on([src]), _sbp.broadcast)
+    return _write(tensor, source.to_global(placement=_on(ranks), sbp=_sbp.broadcast).to_local())
 
 
-def all_gather(tensor_list, tensor):
-    """``tensor_list[r]`` becomes rank r's ``tensor``, on every rank (one tensor per rank, each
-    of ``tensor``'s shape and dtype)."""
-    from oneflowlike.framework import global_tensor as gt
+def _check_list(op, name, tensors, piece, count):
+    """``tensors`` must be a list of ``count`` tensors of ``piece``'s shape."""
+    if not isinstance(tensors, list) or len(tensors) != count:
+        raise ValueError(f"[{op}] {name} must be a list of {count} tensors (one per rank). "
+                         f"However, got {type(tensors).__name__} of "
+                         f"{len(tensors) if hasattr(tensors, '__len__') else '?'}.")
+    for r, t in enumerate(tensors):
+        if not isinstance(t, _C.Tensor) or tuple(t.shape) != tuple(piece.shape):
+            got = tuple(t.shape) if isinstance(t, _C.Tensor) else type(t).__name__
+            raise ValueError(f"[{op}] {name}[{r}] must have the tensor's shape "
+                             f"{tuple(piece.shape)}. However, got {got}.")
 
-    world = env.get_world_size()
 
-    def validate(piece):
-        if not isinstance(tensor_list, list) or len(tensor_list) != world:
-            raise ValueError(f"[all_gather] tensor_list must be a list of {world} tensors (one "
-                             f"per rank). However, got {type(tensor_list).__name__} of "
-                             f"{len(tensor_list) if hasattr(tensor_list, '__len__') else '?'}.")
-        for r, t in enumerate(tensor_list):
-            if not isinstance(t, _C.Tensor) or tuple(t.shape) != tuple(piece.shape):
-                raise ValueError(f"[all_gather] tensor_list[{r}] must have the tensor's shape "
-                                 f"{tuple(piece.shape)}. However, got "
-                                 f"{tuple(getattr(t, 'shape', ())) if isinstance(t, _C.Tensor) else type(t).__name__}.")
-
-    piece = _prepare("all_gather", tensor, validate=validate)
+def all_gather(tensor_list, tensor, group=None):
+    """``tensor_list[r]`` becomes rank r's ``tensor`` (the r-th of the group), on every rank (one
+    tensor per rank, each of ``tensor``'s shape and dtype)."""
+    ranks = _members("all_gather", group)
+    piece = _prepare("all_gather", tensor, ranks=ranks, validate=lambda piece: _check_list(
+        "all_gather", "tensor_list", tensor_list, piece, len(ranks)))
     if piece is None:
         _write(tensor_list[0], tensor)
         return tensor_list
-    rows = piece.reshape((1,) + tuple(piece.shape))
-    whole = gt.local_to_global(rows, _everyone(), _sbp.split(0))
-    gathered = whole.to_global(sbp=_sbp.broadcast).to_local()
+    gathered = _rows(piece, ranks)
     for r, t in enumerate(tensor_list):
         _write(t, gathered[r])
     return tensor_list
 
 
-def all_gather_into_tensor(output, tensor):
+def gather(tensor, gather_list=None, dst=0, group=None):
+    """On rank ``dst``, ``gather_list[r]`` becomes rank r's ``tensor``; the other ranks pass no
+    list (torch's gather)."""
+    ranks = _members("gather", group)
+
+    def validate(piece):
+        _check_root("gather", "dst", dst, ranks)
+        if env.get_rank() == dst:
+            _check_list("gather", "gather_list", gather_list, piece, len(ranks))
+
+    piece = _prepare("gather", tensor, ranks=ranks, validate=validate, dst=dst)
+    if piece is None:
+        _write(gather_list[0], tensor)
+        return gather_list
+    rows = _rows(piece, ranks, to=[dst])
+    if rows is not None:
+        for r, t in enumerate(gather_list):
+            _write(t, rows[r])
+    return gather_list
+
+
+def scatter(tensor, scatter_list=None, src=0, group=None):
+    """Each rank's ``tensor`` becomes ``scatter_list[r]`` of rank ``src`` (r its place in the
+    group); the other ranks pass no list (torch's scatter)."""
+    import oneflowlike as flow
+    from oneflowlike.framework import global_tensor as gt
+
+    ranks = _members("scatter", group)
+
+    def validate(piece):
+        _check_root("scatter", "src", src, ranks)
+        if env.get_rank() == src:
+            _check_list("scatter", "scatter_list", scatter_list, piece, len(ranks))
+
+    piece = _prepare("scatter", tensor, ranks=ranks, validate=validate, src=src)
+    if piece is None:
+        return _write(tensor, scatter_list[0])
+    if env.get_rank() == src:
+        rows = flow.stack([_host_piece("scatter", t) for t in scatter_list])
+    else:  # only src's rows are read
+        rows = _C.fill((len(ranks),) + tuple(piece.shape), piece.dtype, 0.0, piece.device)
+    whole = gt.local_to_global(rows, _on([src]), _sbp.broadcast)
+    mine = whole.to_global(placement=_on(ranks), sbp=_sbp.split(0)).to_local()
+    return _write(tensor, mine[0])
+
+
+def all_gather_into_tensor(output, tensor, group=None):
     """``output`` (the ranks' ``tensor`` joined along axis 0, in rank order) on every rank, in
     place: torch's all_gather_into_tensor."""
     from oneflowlike.framework import global_tensor as gt
 
-    piece = _prepare("all_gather_into_tensor", tensor, validate=lambda piece: _check_joined(
-        "all_gather_into_tensor", output, piece, "output"))
+    ranks = _members("all_gather_into_tensor", group)
+    piece = _prepare("all_gather_into_tensor", tensor, ranks=ranks,
+                     validate=lambda piece: _check_joined("all_gather_into_tensor", output,
+                                                          piece, "output", len(ranks)))
     if piece is None:
         return _write(output, tensor)
-    whole = gt.local_to_global(piece, _everyone(), _sbp.split(0))
+    whole = gt.local_to_global(piece, _on(ranks), _sbp.split(0))
     return _write(output, whole.to_global(sbp=_sbp.broadcast).to_local())
 
 
-def reduce_scatter_tensor(output, tensor):
-    """Rank r's ``output`` becomes part r (along axis 0) of the sum of the ranks' ``tensor``, in
-    place: torch's reduce_scatter_tensor (what ZeRO's gradient sharding does)."""
+def reduce_scatter_tensor(output, tensor, op="sum", group=None):
+    """Rank r's ``output`` becomes part r (along axis 0) of the reduction by ``op`` of the
+    ranks' ``tensor``, in place: torch's reduce_scatter_tensor (what ZeRO's gradient sharding
+    does)."""
     from oneflowlike.framework import global_tensor as gt
 
-    piece = _prepare("reduce_scatter_tensor", tensor, validate=lambda piece: _check_joined(
-        "reduce_scatter_tensor", piece, output, "input"))
+    ranks = _members("reduce_scatter_tensor", group)
+
+    def validate(piece):
+        _check_reduce("reduce_scatter_tensor", op, piece.dtype)
+        _check_joined("reduce_scatter_tensor", piece, output, "input", len(ranks))
+
+    piece = _prepare("reduce_scatter_tensor", tensor, ranks=ranks, validate=validate, op=op)
     if piece is None:
         return _write(output, tensor)
-    summed = gt.local_to_global(piece, _everyone(), _sbp.partial_sum)
-    return _write(output, summed.to_global(sbp=_sbp.split(0)).to_local())
+    if op in ("sum", "avg"):
+        summed = gt.local_to_global(piece, _on(ranks), _sbp.partial_sum)
+        part = summed.to_global(sbp=_sbp.split(0)).to_local()
+        return _write(output, part / len(ranks) if op == "avg" else part)
+    whole = _reduced(_rows(piece, ranks), op)
+    k = output.shape[0]
+    at = ranks.index(env.get_rank()) * k
+    return _write(output, whole[at:at + k])
 
 
-def _check_joined(op, whole, part, name):
-    """``whole`` must be the world's ``part`` joined along axis 0."""
-    world = env.get_world_size()
+def _check_joined(op, whole, part, name, world):
+    """``whole`` must be the ``world`` ranks' ``part`` joined along axis 0."""
     want = (part.shape[0] * world,) + tuple(part.shape[1:]) if part.ndim else None
     if want is None or tuple(whole.shape) != want:
         raise ValueError(f"[{op}] the {name} must be the {world} ranks' parts joined along axis "
@@ -169,8 +346,13 @@ def _check_joined(op, whole, part, name):
                          f"{tuple(part.shape)}.")
 
 
-def barrier():
-    """Returns once every rank of the job has called it."""
-    from oneflowlike.framework import job
+def barrier(group=None):
+    """Returns once every rank of the job (of ``group``) has called it."""
+    if group is None:
+        from oneflowlike.framework import job
 
-    job.current().barrier()
+        job.current().barrier()
+        return
+    import oneflowlike as flow
+
+    _all_reduce(flow.zeros(1), check=False, group=group)

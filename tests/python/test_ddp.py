@@ -25,6 +25,11 @@ def test_collectives_and_ddp_of_tensors_on_gpus(where):
     assert out.count("ddp OK") == 2, out
 
 
+def test_reductions_groups_and_objects_on_three_processes_match_one():
+    out = _launch(3, "collectives_worker.py")
+    assert out.count("collectives OK") == 3, out
+
+
 def test_ddp_and_collectives_refuse_what_they_do_not_do():
     with pytest.raises(TypeError, match=r"\[DistributedDataParallel\] wraps a flow.nn.Module"):
         flow.nn.parallel.DistributedDataParallel(lambda x: x)
@@ -37,13 +42,20 @@ def test_ddp_and_collectives_refuse_what_they_do_not_do():
                                                  gradient_as_bucket_view=True)
     with pytest.raises(TypeError, match=r"\[all_reduce\] needs a local tensor"):
         flow.comm.all_reduce([1.0])
-    with pytest.raises(ValueError, match=r"\[broadcast\] src must be a rank in \[0, 1\)"):
+    with pytest.raises(ValueError, match=r"\[broadcast\] src must be a rank of the group \[0\]"):
         flow.comm.broadcast(flow.ones(2), 3)
     with pytest.raises(ValueError, match=r"\[reduce_scatter_tensor\] the input must be the 1 "
                                          r"ranks' parts joined along axis 0, shape \(2, 3\)"):
         flow.distributed.reduce_scatter_tensor(flow.zeros(2, 3), flow.zeros(3, 3))
-    with pytest.raises(NotImplementedError, match=r"async_op=True is not supported"):
-        flow.distributed.all_reduce(flow.ones(2), async_op=True)
+    work = flow.distributed.all_reduce(flow.ones(2), async_op=True)  # done already
+    assert work.wait() and work.is_completed()
+    with pytest.raises(TypeError, match=r"\[all_reduce\] group must be a group from new_group"):
+        flow.distributed.all_reduce(flow.ones(2), group=[0])
+    with pytest.raises(ValueError, match=r"\[new_group\] ranks must be distinct ranks of the "
+                                         r"job, in \[0, 1\). However, got \[0, 3\]"):
+        flow.distributed.new_group([0, 3])
+    with pytest.raises(ValueError, match=r"op must be one of sum, avg, product, min, max"):
+        flow.distributed.all_reduce(flow.ones(2), op="mean")
     with pytest.raises(ValueError, match=r"world_size=4 differs from the launcher's 1"):
         flow.distributed.init_process_group("gloo", world_size=4)
     # One process: the wrapper trains as the module alone.

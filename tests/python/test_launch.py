@@ -319,11 +319,24 @@ def test_max_restarts_starts_a_failed_job_again_with_the_restart_count(tmp_path)
         assert [line.split(" port")[0] for line in lines[rank]] == [
             "attempt 0 of 3", "attempt 1 of 3", "attempt 2 of 3"]
     assert result.stderr.count("failed with exit code 5; stopping the other ranks") == 2
-    assert "[launch] restarting the job: restart 1 of 3 (OFL_RESTART_COUNT=1)" in result.stderr
-    assert "[launch] restarting the job: restart 2 of 3 (OFL_RESTART_COUNT=2)" in result.stderr
+    assert "[launch] restarting the job: restart 1 of 3 (OFL_RESTART_COUNT=1, MASTER_PORT=" in \
+        result.stderr
+    assert "[launch] restarting the job: restart 2 of 3 (OFL_RESTART_COUNT=2, MASTER_PORT=" in \
+        result.stderr
     assert "restart 3" not in result.stderr
     # Each attempt's ranks meet at a port of their own (the last one's may be in TIME_WAIT).
     assert len({line.split(" port ")[1] for line in lines[0]}) == 3
+
+
+def test_a_given_master_port_moves_up_by_one_per_restart(tmp_path):
+    # What the launchers of several nodes compute alike (Note [Restarts]).
+    script = _script(tmp_path, _FLAKY)
+    port = launch._free_port()
+    result = _launch("--nproc_per_node", "2", "--max_restarts", "2", "--master_port",
+                     str(port), script, env=_clean_env(OFL_TEST_SUCCEED_AT="2"))
+    assert result.returncode == 0, result.stderr
+    assert [line.split(" port ")[1] for line in _rank_lines(result.stdout)[0]] == [
+        str(port), str(port + 1), str(port + 2)]
 
 
 def test_a_job_that_keeps_failing_exits_with_its_code_after_the_last_restart(tmp_path):
@@ -395,6 +408,9 @@ def test_ranks_die_with_a_launcher_killed_by_sigkill(tmp_path):
     (["--nnodes", "2"], "--secret (or OFL_JOB_SECRET) must be given when --nnodes > 1"),
     (["--secret", ""], "must not be empty"),
     (["--max_restarts", "-1"], "--max_restarts must be at least 0. However, got -1"),
+    (["--master_port", "65535", "--max_restarts", "1"],
+     "--master_port + --max_restarts must be at most 65535 (restart k uses port MASTER_PORT + "
+     "k). However, got 65535 + 1"),
 ])
 def test_bad_flags_are_rejected_with_the_flag_and_value(args, phrase):
     with pytest.raises(launch.LaunchError) as error:

@@ -6,14 +6,45 @@ its collectives on local tensors (flow.comm's: Note [Local collectives])."""
 from oneflowlike.distributed.env import launch_env
 
 __all__ = ["launch_env", "get_rank", "get_world_size", "init_process_group", "is_initialized",
-           "destroy_process_group", "all_reduce", "broadcast", "all_gather",
-           "all_gather_into_tensor", "reduce_scatter_tensor", "barrier", "ReduceOp"]
+           "destroy_process_group", "new_group", "all_reduce", "broadcast", "all_gather",
+           "all_gather_into_tensor", "reduce_scatter_tensor", "reduce", "gather", "scatter",
+           "barrier", "all_gather_object", "broadcast_object_list", "ReduceOp", "Work"]
 
 
 class ReduceOp:
-    """torch.distributed.ReduceOp: SUM, the only one the collectives take."""
+    """torch.distributed.ReduceOp: how all_reduce, reduce and reduce_scatter_tensor combine the
+    ranks' tensors (Note [Reductions and groups] in comm.py)."""
 
     SUM = "sum"
+    AVG = "avg"
+    PRODUCT = "product"
+    MIN = "min"
+    MAX = "max"
+
+
+class Work:
+    """What a collective called with async_op=True returns, as torch's: these collectives
+    return once done, so it is complete already and wait() returns at once."""
+
+    def __init__(self, result):
+        self._result = result
+
+    def wait(self, timeout=None):
+        del timeout
+        return True
+
+    def is_completed(self):
+        return True
+
+    def is_success(self):
+        return True
+
+    def result(self):
+        return self._result
+
+
+def _done(async_op, result):
+    return Work([result]) if async_op else result
 
 
 def init_process_group(backend=None, init_method=None, world_size=-1, rank=-1, **kwargs):
@@ -35,73 +66,100 @@ def is_initialized():
     return True
 
 
-def destroy_process_group():
+def destroy_process_group(group=None):
     """Nothing to undo: the job's transport ends with the process."""
+    del group
+
+
+def new_group(ranks=None, timeout=None, backend=None, **kwargs):
+    """A group of ``ranks`` (all by default) for the collectives' ``group=``: a placement of
+    those ranks (Note [Reductions and groups] in comm.py). As torch's, every rank may call it;
+    only the members use the group."""
+    del timeout, backend, kwargs
+    from oneflowlike import comm
+
+    return comm.ProcessGroup(range(get_world_size()) if ranks is None else ranks)
 
 
 def all_reduce(tensor, op=ReduceOp.SUM, group=None, async_op=False):
-    _torch_arguments("all_reduce", op, group, async_op)
     from oneflowlike import comm
 
-    return comm.all_reduce(tensor)
+    return _done(async_op, comm.all_reduce(tensor, op, group))
+
+
+def reduce(tensor, dst, op=ReduceOp.SUM, group=None, async_op=False):
+    from oneflowlike import comm
+
+    return _done(async_op, comm.reduce(tensor, dst, op, group))
 
 
 def broadcast(tensor, src, group=None, async_op=False):
-    _torch_arguments("broadcast", ReduceOp.SUM, group, async_op)
     from oneflowlike import comm
 
-    return comm.broadcast(tensor, src)
+    return _done(async_op, comm.broadcast(tensor, src, group))
 
 
 def all_gather(tensor_list, tensor, group=None, async_op=False):
-    _torch_arguments("all_gather", ReduceOp.SUM, group, async_op)
     from oneflowlike import comm
 
-    return comm.all_gather(tensor_list, tensor)
+    return _done(async_op, comm.all_gather(tensor_list, tensor, group))
+
+
+def gather(tensor, gather_list=None, dst=0, group=None, async_op=False):
+    from oneflowlike import comm
+
+    return _done(async_op, comm.gather(tensor, gather_list, dst, group))
+
+
+def scatter(tensor, scatter_list=None, src=0, group=None, async_op=False):
+    from oneflowlike import comm
+
+    return _done(async_op, comm.scatter(tensor, scatter_list, src, group))
 
 
 def all_gather_into_tensor(output_tensor, input_tensor, group=None, async_op=False):
-    _torch_arguments("all_gather_into_tensor", ReduceOp.SUM, group, async_op)
     from oneflowlike import comm
 
-    return comm.all_gather_into_tensor(output_tensor, input_tensor)
+    return _done(async_op, comm.all_gather_into_tensor(output_tensor, input_tensor, group))
 
 
 def reduce_scatter_tensor(output, input, op=ReduceOp.SUM, group=None,  # noqa: A002 (torch's)
                           async_op=False):
-    _torch_arguments("reduce_scatter_tensor", op, group, async_op)
     from oneflowlike import comm
 
-    return comm.reduce_scatter_tensor(output, input)
+    return _done(async_op, comm.reduce_scatter_tensor(output, input, op, group))
 
 
-def barrier(group=None, async_op=False):
-    _torch_arguments("barrier", ReduceOp.SUM, group, async_op)
+def barrier(group=None, async_op=False, device_ids=None):
+    del device_ids
     from oneflowlike import comm
 
-    comm.barrier()
+    comm.barrier(group)
+    return _done(async_op, None)
 
 
-def _torch_arguments(op, reduce_op, group, async_op):
-    """Refuses what these collectives do not do, rather than doing something else."""
-    if reduce_op != ReduceOp.SUM:
-        raise NotImplementedError(f"[{op}] reduces by sum only. However, got op={reduce_op!r}.")
-    if group is not None:
-        raise NotImplementedError(f"[{op}] runs over every rank of the job: process groups are "
-                                  "placements here (flow.placement). However, got a group.")
-    if async_op:
-        raise NotImplementedError(f"[{op}] returns once done: async_op=True is not supported.")
+def all_gather_object(object_list, obj, group=None):
+    from oneflowlike.distributed import objects
+
+    return objects.all_gather_object(object_list, obj, group)
 
 
-def get_rank():
-    """This process's rank (flow.env.get_rank)."""
+def broadcast_object_list(object_list, src=0, group=None, device=None):
+    del device
+    from oneflowlike.distributed import objects
+
+    return objects.broadcast_object_list(object_list, src, group)
+
+
+def get_rank(group=None):
+    """This process's rank (flow.env.get_rank), or its place in ``group`` (-1 outside it)."""
     from oneflowlike import env  # not at import: flow.env itself reads launch_env from here
 
-    return env.get_rank()
+    return env.get_rank() if group is None else group.rank()
 
 
-def get_world_size():
-    """How many ranks the job has (flow.env.get_world_size)."""
+def get_world_size(group=None):
+    """How many ranks the job (``group``) has (flow.env.get_world_size)."""
     from oneflowlike import env
 
-    return env.get_world_size()
+    return env.get_world_size() if group is None else group.size()

@@ -31,8 +31,9 @@ OFL_MAX_RESTARTS, and a script continues from its last checkpoint (the examples'
 --save-every K --resume auto). Note [Restarts]: the job restarts as a whole, since a rank's
 state is only consistent with its peers' at a checkpoint; on several nodes each node's
 launcher restarts its ranks (the others' ranks fail too, naming the rank that died, so every
-launcher sees the failure) and they meet again at MASTER_ADDR:MASTER_PORT, so give every node
-the same --max_restarts. A signal to the launcher stops the job without a restart.
+launcher sees the failure) and they meet again at MASTER_ADDR:MASTER_PORT + k for restart k
+(the last port may still be in TIME_WAIT; one node picks a free port instead), so give every
+node the same --max_restarts. A signal to the launcher stops the job without a restart.
 """
 
 import argparse
@@ -203,6 +204,10 @@ def parse_config(argv, environ=os.environ):
         raise LaunchError(f"--master_port must be in [1, 65535]. However, got {args.master_port}.")
     if args.max_restarts < 0:
         raise LaunchError(f"--max_restarts must be at least 0. However, got {args.max_restarts}.")
+    if not free_port and args.master_port + args.max_restarts > 65535:
+        raise LaunchError(f"--master_port + --max_restarts must be at most 65535 (restart k "
+                          f"uses port MASTER_PORT + k). However, got {args.master_port} + "
+                          f"{args.max_restarts}.")
     if not master_addr.strip():
         raise LaunchError(f"--master_addr must name a host. However, got {master_addr!r}.")
     for flag, seconds in (("--timeout", args.timeout), ("--fault_timeout", args.fault_timeout),
@@ -510,6 +515,7 @@ def run(config):
     signals = _Signals()
     signals.install()
     prctl = _load_prctl()
+    first_port = config.master_port
     try:
         restart = 0
         while True:
@@ -523,10 +529,13 @@ def run(config):
                                    f"{config.max_restarts}); exiting with code {code}")
                 return code
             restart += 1
-            if config.free_port:  # the last attempt's port may still be in TIME_WAIT
-                config = dataclasses.replace(config, master_port=_free_port())
+            # The last attempt's port may still be in TIME_WAIT, which UCX's listener cannot
+            # reuse: one node picks a free one; several take the next one, which every node's
+            # launcher computes alike.
+            port = _free_port() if config.free_port else first_port + restart
+            config = dataclasses.replace(config, master_port=port)
             output.message(f"restarting the job: restart {restart} of {config.max_restarts} "
-                           f"(OFL_RESTART_COUNT={restart})")
+                           f"(OFL_RESTART_COUNT={restart}, MASTER_PORT={port})")
     finally:
         signals.restore()
 

@@ -1,0 +1,109 @@
+"""Run by test_ddp.py on 3 processes: torch.distributed's reductions (sum, avg, product, min,
+max), reduce / gather / scatter to and from one rank, groups of some of the ranks, async_op's
+Work and the object collectives (Note [Reductions and groups] in comm.py), against what one
+process computes from every rank's values; and their refusals, raised on every rank (or, for a
+rank outside a group, on that rank alone). Prints "collectives OK" per rank."""
+
+import numpy as np
+
+import oneflowlike as flow
+import oneflowlike.distributed as dist
+
+rank, world = dist.get_rank(), dist.get_world_size()
+assert world == 3
+
+
+def values(r, dtype=np.float32):
+    return (np.arange(6).reshape(2, 3) - 2).astype(dtype) * (r + 1)
+
+
+every = np.stack([values(r) for r in range(world)])
+expect = {"sum": every.sum(0), "avg": every.sum(0) / world, "product": every.prod(0),
+          "min": every.min(0), "max": every.max(0)}
+for op, want in expect.items():
+    t = flow.tensor(values(rank))
+    work = dist.all_reduce(t, op=op, async_op=op == "avg")
+    if op == "avg":
+        assert work.wait() and work.is_completed() and work.result()[0] is t
+    np.testing.assert_allclose(t.numpy(), want, rtol=1e-6, err_msg=op)
+    # Integers too (avg aside: refused below).
+    if op != "avg":
+        i = flow.tensor(values(rank, np.int64))
+        dist.all_reduce(i, op=getattr(dist.ReduceOp, op.upper()))
+        np.testing.assert_array_equal(i.numpy(), want.astype(np.int64), err_msg=op)
+
+# To and from one rank: the others' tensors stay as they were.
+for op in ("sum", "max"):
+    t = flow.tensor(values(rank))
+    dist.reduce(t, dst=1, op=op)
+    np.testing.assert_allclose(t.numpy(), expect[op] if rank == 1 else values(rank), rtol=1e-6)
+gathered = [flow.zeros(2, 3) for _ in range(world)] if rank == 2 else None
+dist.gather(flow.tensor(values(rank)), gathered, dst=2)
+if rank == 2:
+    for r in range(world):
+        np.testing.assert_array_equal(gathered[r].numpy(), values(r))
+mine = flow.zeros(2, 3)
+dist.scatter(mine, [flow.tensor(values(r) * 10) for r in range(world)] if rank == 0 else None,
+             src=0)
+np.testing.assert_array_equal(mine.numpy(), values(rank) * 10)
+part = flow.zeros(2, 3)
+dist.reduce_scatter_tensor(part, flow.tensor(np.concatenate([values(rank) + r for r in range(3)])),
+                           op="max")
+np.testing.assert_array_equal(part.numpy(), np.max([values(r) + rank for r in range(3)], 0))
+
+# A group of ranks 0 and 2: its collectives run over them; rank 1 is refused alone.
+group = dist.new_group([0, 2])
+assert dist.get_rank(group) == {0: 0, 1: -1, 2: 1}[rank] and dist.get_world_size(group) == 2
+if rank == 1:
+    try:
+        dist.all_reduce(flow.ones(2), group=group)
+        raise AssertionError("a rank outside the group ran its collective")
+    except ValueError as e:
+        assert "rank 1 is not in the group of ranks [0, 2]" in str(e), e
+else:
+    t = flow.tensor(values(rank))
+    dist.all_reduce(t, group=group)
+    np.testing.assert_array_equal(t.numpy(), values(0) + values(2))
+    b = flow.tensor(values(rank))
+    dist.broadcast(b, src=2, group=group)
+    np.testing.assert_array_equal(b.numpy(), values(2))
+    pair = [flow.zeros(2, 3), flow.zeros(2, 3)]
+    dist.all_gather(pair, flow.tensor(values(rank)), group=group)
+    np.testing.assert_array_equal(np.stack([p.numpy() for p in pair]),
+                                  np.stack([values(0), values(2)]))
+    names = [None, None]
+    dist.all_gather_object(names, f"rank {rank}", group=group)
+    assert names == ["rank 0", "rank 2"], names
+    dist.barrier(group)
+
+# Objects.
+seen = [None] * world
+dist.all_gather_object(seen, {"rank": rank, "loss": [0.5 * rank] * (rank + 1)})
+assert seen == [{"rank": r, "loss": [0.5 * r] * (r + 1)} for r in range(world)], seen
+config = [{"lr": 3e-4, "name": "run"}, None] if rank == 1 else [None, None]
+dist.broadcast_object_list(config, src=1)
+assert config == [{"lr": 3e-4, "name": "run"}, None], config
+
+
+def refused(call, error, phrase):
+    try:
+        call()
+    except error as e:
+        assert phrase in str(e), e
+    else:
+        raise AssertionError(f"not refused: {phrase}")
+
+
+# Every rank raises, none waits: a bad op, avg of integers, ranks that differ in op.
+refused(lambda: dist.all_reduce(flow.ones(2), op="mean"), ValueError,
+        "op must be one of sum, avg, product, min, max (torch's ReduceOp). However, got 'mean'")
+refused(lambda: dist.all_reduce(flow.ones(2, dtype=flow.int64), op="avg"), TypeError,
+        "op avg needs a floating tensor")
+refused(lambda: dist.all_reduce(flow.ones(2), op="max" if rank == 0 else "sum"), ValueError,
+        "and the same op. However, op: rank 0 max, rank 1 sum, rank 2 sum.")
+refused(lambda: dist.reduce(flow.ones(2), dst=5), ValueError,
+        "dst must be a rank of the group [0, 1, 2]. However, got 5")
+refused(lambda: dist.all_gather_object([None] * (2 if rank == 0 else 3), rank), ValueError,
+        "object_list must be a list of 3 entries")
+dist.barrier()
+print("collectives OK", flush=True)
