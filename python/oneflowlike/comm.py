@@ -251,16 +251,21 @@ def all_gather(tensor_list, tensor, group=None):
     return tensor_list
 
 
+def _rooted_list(op, root_name, root, list_name, tensors, ranks):
+    """A _prepare validation: ``root`` is a rank of the group, and there its list of tensors
+    is one per rank of the piece's shape (the other ranks pass none)."""
+    def validate(piece):
+        _check_root(op, root_name, root, ranks)
+        if env.get_rank() == root:
+            _check_list(op, list_name, tensors, piece, len(ranks))
+    return validate
+
+
 def gather(tensor, gather_list=None, dst=0, group=None):
     """On rank ``dst``, ``gather_list[r]`` becomes rank r's ``tensor``; the other ranks pass no
     list (torch's gather)."""
     ranks = _members("gather", group)
-
-    def validate(piece):
-        _check_root("gather", "dst", dst, ranks)
-        if env.get_rank() == dst:
-            _check_list("gather", "gather_list", gather_list, piece, len(ranks))
-
+    validate = _rooted_list("gather", "dst", dst, "gather_list", gather_list, ranks)
     piece = _prepare("gather", tensor, ranks=ranks, validate=validate, dst=dst)
     if piece is None:
         _write(gather_list[0], tensor)
@@ -279,12 +284,7 @@ def scatter(tensor, scatter_list=None, src=0, group=None):
     from oneflowlike.framework import global_tensor as gt
 
     ranks = _members("scatter", group)
-
-    def validate(piece):
-        _check_root("scatter", "src", src, ranks)
-        if env.get_rank() == src:
-            _check_list("scatter", "scatter_list", scatter_list, piece, len(ranks))
-
+    validate = _rooted_list("scatter", "src", src, "scatter_list", scatter_list, ranks)
     piece = _prepare("scatter", tensor, ranks=ranks, validate=validate, src=src)
     if piece is None:
         return _write(tensor, scatter_list[0])

@@ -37,6 +37,33 @@ def train(script, base_flags, tmp_path, nproc, *flags, steps=10, tag="run", env=
     return (records, result.stdout) if output else records
 
 
+def launch_on_hosts(hosts, script, script_args, launcher_flags=(), env=None, timeout=120):
+    """``script`` launched on two network-namespace hosts (conftest's two_hosts), one rank each,
+    UCX over TCP on their veth pair only; returns each launcher's (exit code, output)."""
+    import secrets
+
+    secret = secrets.token_hex(16)
+    launchers = []
+    try:
+        for node_rank, host in enumerate(hosts):
+            command = ["ip", "netns", "exec", host.namespace, sys.executable, "-m",
+                       "oneflowlike.distributed.launch", "--nnodes", "2", "--node_rank",
+                       str(node_rank), "--nproc_per_node", "1", "--master_addr",
+                       hosts[0].address, "--secret", secret, *launcher_flags, str(script),
+                       *script_args]
+            launcher_env = {**clean_env(), **(env or {}), "UCX_TLS": "tcp,self",
+                            "UCX_NET_DEVICES": host.device}
+            launchers.append(subprocess.Popen(command, env=launcher_env, stdout=subprocess.PIPE,
+                                              stderr=subprocess.STDOUT, text=True))
+        outputs = [launcher.communicate(timeout=timeout)[0] for launcher in launchers]
+    finally:
+        for launcher in launchers:
+            if launcher.poll() is None:
+                launcher.kill()
+                launcher.wait()
+    return [(launcher.returncode, output) for launcher, output in zip(launchers, outputs)]
+
+
 def planned_peaks_mib(stdout):
     """Each rank's planned peak from the trainer's summary lines, by rank."""
     peaks = {}

@@ -77,28 +77,10 @@ def test_resume_on_another_layout_continues_the_curve(tmp_path, single):
 
 def test_two_hosts_over_tcp_give_the_single_device_curve(tmp_path, single, two_hosts):
     """DP2 across two network namespaces (one rank each, UCX over TCP on the veth pair only)."""
-    import secrets
-
     log = tmp_path / "two_hosts.jsonl"
-    secret = secrets.token_hex(16)
-    launchers = []
-    try:
-        for node_rank, host in enumerate(two_hosts):
-            command = ["ip", "netns", "exec", host.namespace, sys.executable, "-m",
-                       "oneflowlike.distributed.launch", "--nnodes", "2", "--node_rank",
-                       str(node_rank), "--nproc_per_node", "1", "--master_addr",
-                       two_hosts[0].address, "--secret", secret, str(_TRAIN), *_SMALL,
-                       "--steps", "10", "--dp", "2", "--log-json", str(log)]
-            env = dict(_env(), UCX_TLS="tcp,self", UCX_NET_DEVICES=host.device)
-            launchers.append(subprocess.Popen(command, env=env, stdout=subprocess.PIPE,
-                                              stderr=subprocess.STDOUT, text=True))
-        outputs = [launcher.communicate(timeout=120)[0] for launcher in launchers]
-    finally:
-        for launcher in launchers:
-            if launcher.poll() is None:
-                launcher.kill()
-                launcher.wait()
-    assert [launcher.returncode for launcher in launchers] == [0, 0], "\n".join(outputs)
+    results = example_runs.launch_on_hosts(
+        two_hosts, _TRAIN, [*_SMALL, "--steps", "10", "--dp", "2", "--log-json", str(log)])
+    assert [code for code, _ in results] == [0, 0], "\n".join(out for _, out in results)
     records = [json.loads(line) for line in log.read_text().splitlines()]
     np.testing.assert_allclose(_losses(records), _losses(single), rtol=1e-4)
 

@@ -71,33 +71,15 @@ def test_two_hosts_restart_together_after_one_loses_its_rank(tmp_path, two_hosts
     """DP2 across two network namespaces, one rank each: rank 1's host loses it (SIGKILL); rank
     0 sees its peer die and fails too, so both launchers restart, meet at MASTER_PORT + 1, and
     continue from the step-4 checkpoint to the uninterrupted curve."""
-    import secrets
-
     whole = example_runs.train(_GPT, _SMALL, tmp_path, 2, steps=7, tag="whole")
     ckpt, log = tmp_path / "ckpt", tmp_path / "restarted.jsonl"
-    secret = secrets.token_hex(16)
-    launchers = []
-    try:
-        for node_rank, host in enumerate(two_hosts):
-            command = ["ip", "netns", "exec", host.namespace, sys.executable, "-m",
-                       "oneflowlike.distributed.launch", "--nnodes", "2", "--node_rank",
-                       str(node_rank), "--nproc_per_node", "1", "--master_addr",
-                       two_hosts[0].address, "--secret", secret, "--max_restarts", "1",
-                       "--fault_timeout", "3", str(_FAULT), *_SMALL, "--steps", "7",
-                       "--log-json", str(log), "--save", str(ckpt), "--save-every", "2",
-                       "--resume", "auto"]
-            env = {**example_runs.clean_env(), "UCX_TLS": "tcp,self",
-                   "UCX_NET_DEVICES": host.device, "OFL_TEST_DIE_RANK": "1",
-                   "OFL_TEST_DIE_AT_STEP": "6"}
-            launchers.append(subprocess.Popen(command, env=env, stdout=subprocess.PIPE,
-                                              stderr=subprocess.STDOUT, text=True))
-        outputs = [launcher.communicate(timeout=240)[0] for launcher in launchers]
-    finally:
-        for launcher in launchers:
-            if launcher.poll() is None:
-                launcher.kill()
-                launcher.wait()
-    assert [launcher.returncode for launcher in launchers] == [0, 0], "\n".join(outputs)
+    results = example_runs.launch_on_hosts(
+        two_hosts, _FAULT, [*_SMALL, "--steps", "7", "--log-json", str(log), "--save", str(ckpt),
+                            "--save-every", "2", "--resume", "auto"],
+        launcher_flags=["--max_restarts", "1", "--fault_timeout", "3"],
+        env={"OFL_TEST_DIE_RANK": "1", "OFL_TEST_DIE_AT_STEP": "6"}, timeout=240)
+    outputs = [output for _, output in results]
+    assert [code for code, _ in results] == [0, 0], "\n".join(outputs)
     for output in outputs:
         assert "restarting the job: restart 1 of 1 (OFL_RESTART_COUNT=1, MASTER_PORT=29501)" \
             in output, output

@@ -445,6 +445,22 @@ TEST(Attention, SbpSignaturesSplitBatchesHeadsAndQueries) {
                                       "B x B x B x B x B x B -> B, B, B"}));
 }
 
+// Rows [begin, end) of `t` along `axis`.
+Tensor rows_between(const Tensor& t, int axis, int64_t begin, int64_t end) {
+  std::vector<int64_t> start(t.shape().ndim(), 0), stop = t.shape().dims();
+  start[axis] = begin;
+  stop[axis] = end;
+  return functional::slice(t, start, stop, std::vector<int64_t>(t.shape().ndim(), 1));
+}
+
+// The region of `shape` a piece of rows [begin, end) along `axis` covers.
+std::vector<Range> piece_region(const Shape& shape, int axis, int64_t begin, int64_t end) {
+  std::vector<Range> region;
+  for (int64_t n : shape.dims()) region.push_back({0, n});
+  region[axis] = {begin, end};
+  return region;
+}
+
 // Runs the CPU kernel of `op` on `inputs` as the task of the piece `region` of output 0 (the
 // compiler's position-dependent tasks get their region so); outputs shaped `shapes`.
 std::vector<Tensor> run_piece(const char* op, const AttentionParams& params,
@@ -493,15 +509,8 @@ TEST(Attention, CausalPiecesOfTheQueriesGiveTheWholeOpsRows) {
       std::vector<double> dk(values_of(grads[1]).size()), dv(values_of(grads[2]).size());
       for (const auto& [begin, end] : pieces) {
         SCOPED_TRACE(str_cat("queries [", begin, ", ", end, ")"));
-        auto rows = [&](const Tensor& t, int at) {
-          std::vector<int64_t> start(t.shape().ndim(), 0), stop = t.shape().dims();
-          start[at] = begin;
-          stop[at] = end;
-          return functional::slice(t, start, stop, std::vector<int64_t>(t.shape().ndim(), 1));
-        };
-        std::vector<Range> region;
-        for (int64_t n : whole[0].shape().dims()) region.push_back({0, n});
-        region[axis] = {begin, end};
+        auto rows = [&](const Tensor& t, int at) { return rows_between(t, at, begin, end); };
+        const std::vector<Range> region = piece_region(whole[0].shape(), axis, begin, end);
         const Tensor qp = rows(q, axis), doutp = rows(dout, axis);
         const auto out = run_piece("scaled_dot_product_attention", params, {qp, k, v},
                                    {rows(whole[0], axis).shape(), rows(whole[1], 2).shape()},
@@ -533,10 +542,7 @@ Tensor zigzag_rows(const Tensor& t, int axis, int64_t n, bool back = false) {
   for (int64_t s = 0; s < 2 * n; ++s) {
     const int64_t c =
         back ? (s < n ? 2 * s : 2 * (2 * n - 1 - s) + 1) : (s % 2 == 0 ? s / 2 : 2 * n - 1 - s / 2);
-    std::vector<int64_t> start(t.shape().ndim(), 0), stop = t.shape().dims();
-    start[axis] = c * chunk;
-    stop[axis] = (c + 1) * chunk;
-    chunks.push_back(functional::slice(t, start, stop, std::vector<int64_t>(t.shape().ndim(), 1)));
+    chunks.push_back(rows_between(t, axis, c * chunk, (c + 1) * chunk));
   }
   return functional::concat(chunks, axis);
 }
@@ -592,15 +598,8 @@ TEST(Attention, ZigzagOrderedQueriesGiveTheSequencesRowsInThatOrder) {
           for (size_t p = 0; p + 1 < starts.size(); ++p) {
             const int64_t begin = starts[p], end = starts[p + 1];
             SCOPED_TRACE(str_cat("stored queries [", begin, ", ", end, ")"));
-            auto rows = [&](const Tensor& t, int at) {
-              std::vector<int64_t> start(t.shape().ndim(), 0), stop = t.shape().dims();
-              start[at] = begin;
-              stop[at] = end;
-              return functional::slice(t, start, stop, std::vector<int64_t>(t.shape().ndim(), 1));
-            };
-            std::vector<Range> region;
-            for (int64_t size : whole[0].shape().dims()) region.push_back({0, size});
-            region[axis] = {begin, end};
+            auto rows = [&](const Tensor& t, int at) { return rows_between(t, at, begin, end); };
+            const std::vector<Range> region = piece_region(whole[0].shape(), axis, begin, end);
             const Tensor qp = rows(qz, axis);
             const auto out = run_piece("scaled_dot_product_attention", params, {qp, kz, vz},
                                        {rows(outz[0], axis).shape(), rows(outz[1], 2).shape()},
