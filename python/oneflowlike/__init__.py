@@ -41,7 +41,7 @@ from oneflowlike.amp import autocast  # noqa: E402,F401
 from oneflowlike import sbp  # noqa: E402,F401
 from oneflowlike.placement import placement  # noqa: E402,F401
 from oneflowlike.framework.global_tensor import GlobalTensor  # noqa: E402,F401
-from oneflowlike.framework.checkpoint import load, save  # noqa: E402,F401
+from oneflowlike.framework.checkpoint import async_save, load, save  # noqa: E402,F401
 from oneflowlike.framework.meta import device  # noqa: E402,F401,F811 ("meta", else _C.device)
 from oneflowlike.framework import tensor_methods as _tensor_methods  # noqa: E402
 import sys as _sys  # noqa: E402

@@ -21,6 +21,26 @@ def test_resume_gives_the_uninterrupted_curve(tmp_path, nproc, layouts, cross):
     assert out.count(f"resume OK ({runs} runs)") == nproc, out
 
 
+def test_async_save_writes_the_values_at_the_call_while_the_program_goes_on(tmp_path):
+    out = launch(2, "async_save_worker.py", OFL_TEST_CHECKPOINT=str(tmp_path))
+    assert out.count("async save OK") == 2, out
+
+
+def test_async_save_in_one_process_and_its_handle(tmp_path):
+    model = flow.nn.Linear(4, 3)
+    before = model.weight.numpy().copy()
+    handle = flow.async_save(model.state_dict(), str(tmp_path / "ckpt"))
+    with flow.no_grad():
+        model.weight.add_(1.0)
+    assert handle.wait() == str(tmp_path / "ckpt") and handle.done()
+    assert handle.wait() == str(tmp_path / "ckpt")  # again: nothing more to do
+    assert (flow.load(str(tmp_path / "ckpt"))["weight"].numpy() == before).all()
+    # Not waited for, a save is not a checkpoint yet: no manifest, refused by load.
+    flow.async_save(model.state_dict(), str(tmp_path / "pending"))
+    with pytest.raises((ValueError, FileNotFoundError), match="manifest"):
+        flow.load(str(tmp_path / "pending"))
+
+
 class _Square(flow.nn.Graph):
     def __init__(self, model, opt, schedule=None):
         super().__init__()

@@ -35,7 +35,7 @@ from oneflowlike import sbp as _sbp
 from oneflowlike.framework import agreement as _agreement
 from oneflowlike.framework import global_tensor as _gt
 
-__all__ = ["save", "load"]
+__all__ = ["save", "async_save", "load"]
 
 _FORMAT = "oneflowlike-checkpoint-1"
 
@@ -157,7 +157,76 @@ def save(state, path):
     _agreement.agree("save", {"path": os.path.normpath(str(path))},
                      "every rank must save to one path (a directory every rank can write)",
                      error)
-    _save(entries, trees, path)
+    _start(entries, trees, path).wait()
+
+
+class SaveHandle:
+    """What flow.async_save returns: the save's files are written on a thread of their own while
+    the caller trains on (Note [Asynchronous saves]); ``wait()`` finishes it."""
+
+    def __init__(self, path, manifest, write, background):
+        self.path = path
+        self._manifest = manifest
+        self._error = None
+        self._thread = None
+        self._waited = False
+        if background:
+            import threading
+
+            self._thread = threading.Thread(target=self._run, args=(write,),
+                                            name="flow.async_save", daemon=True)
+            self._thread.start()
+        else:
+            self._run(write)
+
+    def _run(self, write):
+        try:
+            write()
+        except Exception as e:  # reported by wait(), on every rank
+            self._error = e
+
+    def done(self):
+        """Whether this rank's files are written (wait() still commits the checkpoint)."""
+        return self._thread is None or not self._thread.is_alive()
+
+    def wait(self):
+        """Waits for this rank's files, then commits the checkpoint once every rank has written
+        its own (rank 0 writes manifest.json). Collective: every rank calls it, at the same point
+        of its program; raises on every rank if any rank failed to write."""
+        if self._waited:
+            return self.path
+        self._waited = True
+        if self._thread is not None:
+            self._thread.join()
+        everyone_ok = _agreement.count_ok(self._error is None) == env.get_world_size()
+        if self._error is not None:
+            raise self._error
+        if not everyone_ok:
+            raise RuntimeError(f"[save] another rank failed to write its pieces of "
+                               f"'{self.path}'; the checkpoint is incomplete (no manifest.json).")
+        if env.get_rank() == 0:
+            body = json.dumps(self._manifest, indent=1).encode()
+            _atomic_write(os.path.join(self.path, "manifest.json"), lambda f: f.write(body))
+        _agreement.count_ok(True)
+        return self.path
+
+
+def async_save(state, path):
+    """flow.save, with the files written on a thread of their own (torch's
+    dcp.async_save; Note [Asynchronous saves]): returns once each rank's pieces are copied to
+    host memory, so training may change the tensors at once; ``handle.wait()`` (every rank, at
+    one point of the program) commits the checkpoint, which is complete only after it."""
+    try:
+        entries, trees = _entries(state)
+        error = None
+    except (TypeError, ValueError) as e:
+        if env.get_world_size() == 1:
+            raise
+        entries, trees, error = {}, {}, e
+    _agreement.agree("async_save", {"path": os.path.normpath(str(path))},
+                     "every rank must save to one path (a directory every rank can write)",
+                     error)
+    return _start(entries, trees, path, background=True)
 
 
 def _entries(state):
@@ -181,18 +250,31 @@ def _entries(state):
     return entries, trees
 
 
-def _save(entries, trees, path):
+def _start(entries, trees, path, background=False):
+    """Note [Asynchronous saves]: what needs the other ranks happens here, in the caller's
+    program order: the old manifest goes (every rank waits for that), partial sums are laid out
+    again, and each rank's pieces are copied to host memory (numpy() copies). Only file writes
+    are left to the handle, on a thread when ``background``: a second thread running collectives
+    would interleave with the training's (Note [Program positions]). wait() then agrees that
+    every rank wrote its files and commits."""
     rank, world = env.get_rank(), env.get_world_size()
-    os.makedirs(os.path.join(path, f"rank{rank}"), exist_ok=True)
-    # Overwriting a checkpoint: its manifest goes first (and every rank waits for that), so a
-    # save that fails half-way leaves an incomplete checkpoint, never a mixed one.
-    if rank == 0 and os.path.exists(os.path.join(path, "manifest.json")):
-        os.remove(os.path.join(path, "manifest.json"))
-    _agreement.count_ok(True)
+    try:
+        os.makedirs(os.path.join(path, f"rank{rank}"), exist_ok=True)
+        # Overwriting a checkpoint: its manifest goes first (and every rank waits for that), so
+        # a save that fails half-way leaves an incomplete checkpoint, never a mixed one.
+        if rank == 0 and os.path.exists(os.path.join(path, "manifest.json")):
+            os.remove(os.path.join(path, "manifest.json"))
+        made = None
+    except OSError as e:  # on every rank, or the others would wait for this one
+        made = e
+    if _agreement.count_ok(made is None) != world:
+        if made is not None:
+            raise made
+        raise RuntimeError(f"[save] another rank could not make its directory in '{path}'; "
+                           "nothing was saved.")
     manifest = {"format": _FORMAT, "world_size": world, "tensors": {}, "values": {},
                 "trees": trees}
-    pieces = {}
-    ok = True
+    arrays = []  # (name, file, region, array) this rank writes
     error = None
     try:
         for i, (name, value) in enumerate(sorted(entries.items())):
@@ -220,25 +302,23 @@ def _save(entries, trees, path):
                 continue
             manifest["tensors"][name] = entry
             if local is not None:
-                file = os.path.join(f"rank{rank}", f"{i}.npy")
-                array = local.numpy()
-                _atomic_write(os.path.join(path, file), lambda f: np.save(f, array))
-                pieces[name] = {"region": region, "file": file,
-                                "sha256": _sha256(os.path.join(path, file))}
+                arrays.append((name, os.path.join(f"rank{rank}", f"{i}.npy"), region,
+                               local.numpy()))
+    except Exception as e:  # every rank must reach wait()'s agreement, or the others would hang
+        error = e
+
+    def write():
+        if error is not None:
+            raise error
+        pieces = {}
+        for name, file, region, array in arrays:
+            _atomic_write(os.path.join(path, file), lambda f: np.save(f, array))
+            pieces[name] = {"region": region, "file": file,
+                            "sha256": _sha256(os.path.join(path, file))}
         body = json.dumps({"rank": rank, "pieces": pieces}, indent=1).encode()
         _atomic_write(os.path.join(path, f"rank{rank}.json"), lambda f: f.write(body))
-    except Exception as e:  # every rank must reach the barrier, or the others would hang
-        ok, error = False, e
-    everyone_ok = _agreement.count_ok(ok) == world
-    if error is not None:
-        raise error
-    if not everyone_ok:
-        raise RuntimeError(f"[save] another rank failed to write its pieces of '{path}'; the "
-                           "checkpoint is incomplete (no manifest.json).")
-    if rank == 0:
-        body = json.dumps(manifest, indent=1).encode()
-        _atomic_write(os.path.join(path, "manifest.json"), lambda f: f.write(body))
-    _agreement.count_ok(True)
+
+    return SaveHandle(path, manifest, write, background)
 
 
 def _read_manifest(path):
