@@ -10,11 +10,15 @@ DIR.prev removed. Every moment of that leaves a complete checkpoint in DIR, DIR.
 DIR.prev, and ``latest`` takes the newest complete one. A rank cannot start writing the next
 save's pieces before rank 0 has swapped: flow.save begins with an agreement of every rank,
 which rank 0 reaches only after the swap. The directory is shared by the ranks (as flow.save
-needs), so on several nodes it must be on a shared file system.
+needs), so on several nodes it must be on a shared file system. DIR is taken through any symlink
+(the staging directories go beside the real one), and holds a checkpoint's files only: the swap
+replaces the whole directory, so anything else in it is refused before training (``check``). A
+directory is discarded markers first, so one cut short while being removed is not complete.
 """
 
 import json
 import os
+import re
 import shutil
 
 import oneflowlike as flow
@@ -32,21 +36,72 @@ def _complete(path):
     return step if os.path.exists(os.path.join(path, "manifest.json")) else None
 
 
+# What a checkpoint directory holds: flow.save's files (and their temporaries) and ours.
+_OWN = re.compile(r"(manifest\.json|train_state\.json|rank\d+(\.json)?)(\.tmp\d*)?$")
+
+
+def _real(path):
+    return os.path.realpath(path)
+
+
+def check(path):
+    """Refuses a --save directory holding files that are not a checkpoint's (ValueError): each
+    save replaces the directory whole."""
+    path = _real(path)
+    if not os.path.isdir(path):
+        if os.path.exists(path):
+            raise ValueError(f"--save {path} is a file: it must be a directory (or not exist).")
+        return
+    others = sorted(name for name in os.listdir(path) if not _OWN.match(name))
+    if others:
+        shown = ", ".join(others[:4]) + (", ..." if len(others) > 4 else "")
+        raise ValueError(f"--save {path} holds files that are not a checkpoint's ({shown}): each "
+                         "save replaces the directory whole. Use an empty or new directory.")
+
+
+def _discard(path):
+    """Removes a checkpoint directory, its markers first."""
+    for marker in (_STATE, "manifest.json"):
+        try:
+            os.remove(os.path.join(path, marker))
+        except FileNotFoundError:
+            pass
+    shutil.rmtree(path)
+
+
 def latest(path):
     """The newest complete checkpoint among ``path`` and its staging directories (a save cut
     short leaves one of them), or None."""
+    path = _real(path)
     found = [(step, candidate) for candidate in (path, path + ".next", path + ".prev")
              if (step := _complete(candidate)) is not None]
     return max(found)[1] if found else None
 
 
+def agreed_latest(path):
+    """latest(path) and its step, the same on every rank: each rank looks for itself, and they
+    compare (a stale file system could show ranks different checkpoints); a difference ends the
+    job on every rank, naming what each saw."""
+    found = latest(path)
+    choice = (found, _complete(found)) if found else None
+    if flow.env.get_world_size() > 1:
+        seen = [None] * flow.env.get_world_size()
+        flow.distributed.all_gather_object(seen, choice)
+        if any(other != seen[0] for other in seen):
+            raise SystemExit(f"[train] --resume auto: the ranks see different checkpoints in "
+                             f"{path}: " + ", ".join(f"rank {r}: {c}" for r, c in enumerate(seen))
+                             + ". Is the directory on a file system every rank shares?")
+    return choice
+
+
 def save(path, graph, step, args, loader_state=None):
     """Writes the checkpoint of ``step`` to ``path``, replacing the one there only once the new
     one is complete (Note [Checkpoints that survive a crash]). Every rank calls it."""
+    path = _real(path)
     staging, previous = path + ".next", path + ".prev"
     rank = flow.env.get_rank()
     if rank == 0 and os.path.exists(staging):
-        shutil.rmtree(staging)  # a save cut short; nobody writes there before the agreement
+        _discard(staging)  # a save cut short; nobody writes there before the agreement
     flow.save(graph.state_dict(), staging)
     if rank != 0:
         return
@@ -60,8 +115,9 @@ def save(path, graph, step, args, loader_state=None):
         os.fsync(f.fileno())
     os.replace(tmp, os.path.join(staging, _STATE))
     if os.path.exists(previous):
-        shutil.rmtree(previous)
+        _discard(previous)
     if os.path.exists(path):
         os.rename(path, previous)
     os.rename(staging, path)
-    shutil.rmtree(previous, ignore_errors=True)
+    if os.path.exists(previous):
+        _discard(previous)

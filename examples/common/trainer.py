@@ -188,6 +188,11 @@ def check(args, layout, config):
     if args.resume == "auto" and not args.save:
         raise SystemExit("[train] --resume auto resumes from --save's checkpoint. However, no "
                          "--save was given.")
+    if args.save:
+        try:
+            checkpoints.check(args.save)
+        except ValueError as e:
+            raise SystemExit(f"[train] {e}") from None
     if args.zero and args.dp == 1 and args.tp == 1 and args.cp == 1:
         print("[train] warning: --zero has nothing to shard over with --dp 1, --cp 1 and --tp 1",
               file=sys.stderr)
@@ -286,11 +291,13 @@ def run(args, model, layout, model_flags, describe):
     first = 1
     resume = args.resume
     if resume == "auto":  # Note [Checkpoints that survive a crash]
-        resume = checkpoints.latest(args.save)
+        resume = checkpoints.agreed_latest(args.save)
         if rank == 0:
-            print(f"[train] --resume auto: "
-                  f"{f'from {resume}' if resume else f'no checkpoint in {args.save} yet, step 1'}"
-                  f" (restart {os.environ.get('OFL_RESTART_COUNT', 0)})", flush=True)
+            where = (f"from {resume[0]} (step {resume[1]}, " if resume
+                     else f"no checkpoint in {args.save} yet, step 1 (")
+            print(f"[train] --resume auto: {where}restart "
+                  f"{os.environ.get('OFL_RESTART_COUNT', 0)})", flush=True)
+        resume = resume[0] if resume else None
     if resume:
         with open(os.path.join(resume, "train_state.json")) as f:
             saved = json.load(f)

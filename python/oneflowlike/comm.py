@@ -46,6 +46,12 @@ class ProcessGroup:
             raise ValueError(f"[new_group] ranks must be distinct ranks of the job, in [0, "
                              f"{world}). However, got {ranks!r}.")
         self.ranks = sorted(ranks)
+        # Every process joins the job here (as torch has every rank call new_group): a rank
+        # that then runs nothing with the others must not leave the group's members waiting
+        # for it in the bootstrap.
+        from oneflowlike.framework import job
+
+        job.current().connect()
 
     def rank(self):
         """This process's rank within the group (-1 outside it), as torch's get_rank(group)."""
@@ -230,10 +236,12 @@ def _check_list(op, name, tensors, piece, count):
                          f"However, got {type(tensors).__name__} of "
                          f"{len(tensors) if hasattr(tensors, '__len__') else '?'}.")
     for r, t in enumerate(tensors):
-        if not isinstance(t, _C.Tensor) or tuple(t.shape) != tuple(piece.shape):
-            got = tuple(t.shape) if isinstance(t, _C.Tensor) else type(t).__name__
-            raise ValueError(f"[{op}] {name}[{r}] must have the tensor's shape "
-                             f"{tuple(piece.shape)}. However, got {got}.")
+        if (not isinstance(t, _C.Tensor) or tuple(t.shape) != tuple(piece.shape)
+                or t.dtype != piece.dtype):
+            got = (f"{tuple(t.shape)} {t.dtype}" if isinstance(t, _C.Tensor)
+                   else type(t).__name__)
+            raise ValueError(f"[{op}] {name}[{r}] must have the tensor's shape and dtype "
+                             f"{tuple(piece.shape)} {piece.dtype}. However, got {got}.")
 
 
 def all_gather(tensor_list, tensor, group=None):
@@ -355,4 +363,5 @@ def barrier(group=None):
         return
     import oneflowlike as flow
 
+    _members("barrier", group)
     _all_reduce(flow.zeros(1), check=False, group=group)

@@ -30,6 +30,11 @@ def test_reductions_groups_and_objects_on_three_processes_match_one():
     assert out.count("collectives OK") == 3, out
 
 
+def test_a_groups_collectives_need_nothing_from_the_ranks_outside_it():
+    out = _launch(3, "group_first_worker.py", timeout=120, OFL_BOOTSTRAP_TIMEOUT="20")
+    assert out.count("group first OK") == 3, out
+
+
 def test_ddp_and_collectives_refuse_what_they_do_not_do():
     with pytest.raises(TypeError, match=r"\[DistributedDataParallel\] wraps a flow.nn.Module"):
         flow.nn.parallel.DistributedDataParallel(lambda x: x)

@@ -339,6 +339,17 @@ def test_a_given_master_port_moves_up_by_one_per_restart(tmp_path):
         str(port), str(port + 1), str(port + 2)]
 
 
+def test_each_restarts_output_follows_the_last_ones_in_the_rank_logs(tmp_path):
+    script = _script(tmp_path, _FLAKY)
+    logs = tmp_path / "logs"
+    result = _launch("--nproc_per_node", "2", "--max_restarts", "1", "--logdir", str(logs),
+                     script, env=_clean_env(OFL_TEST_SUCCEED_AT="1"))
+    assert result.returncode == 0, result.stderr
+    for rank in (0, 1):
+        lines = (logs / f"rank_{rank}.log").read_text().splitlines()
+        assert [line.split(" port")[0] for line in lines] == ["attempt 0 of 1", "attempt 1 of 1"]
+
+
 def test_a_job_that_keeps_failing_exits_with_its_code_after_the_last_restart(tmp_path):
     script = _script(tmp_path, _FLAKY)
     result = _launch("--nproc_per_node", "2", "--max_restarts", "1", script,

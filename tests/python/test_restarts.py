@@ -49,7 +49,7 @@ def test_a_job_whose_rank_dies_restarts_and_gives_the_uninterrupted_curve(tmp_pa
     assert "was killed by SIGKILL" in result.stderr
     assert "[launch] restarting the job: restart 1 of 1" in result.stderr
     assert f"--resume auto: no checkpoint in {ckpt} yet, step 1 (restart 0)" in result.stdout
-    assert f"--resume auto: from {ckpt} (restart 1)" in result.stdout
+    assert f"--resume auto: from {ckpt} (step 4, restart 1)" in result.stdout
     # Steps 5 and 6 ran twice (after the step-4 checkpoint); the log keeps each step once.
     records = [json.loads(line) for line in log.read_text().splitlines()]
     assert [r["step"] for r in records] == list(range(1, 8))
@@ -83,7 +83,7 @@ def test_two_hosts_restart_together_after_one_loses_its_rank(tmp_path, two_hosts
     for output in outputs:
         assert "restarting the job: restart 1 of 1 (OFL_RESTART_COUNT=1, MASTER_PORT=29501)" \
             in output, output
-    assert f"--resume auto: from {ckpt} (restart 1)" in outputs[0]
+    assert f"--resume auto: from {ckpt} (step 4, restart 1)" in outputs[0]
     records = [json.loads(line) for line in log.read_text().splitlines()]
     np.testing.assert_array_equal(example_runs.losses(records), example_runs.losses(whole))
 
@@ -109,3 +109,54 @@ def test_the_newest_complete_checkpoint_survives_a_save_cut_short(tmp_path):
     # A train_state.json without a manifest (flow.save's commit marker) is not a checkpoint.
     pathlib.Path(f"{ckpt}.next", "manifest.json").unlink()
     assert checkpoints.latest(str(ckpt)) == f"{ckpt}.prev"
+
+
+def test_the_last_checkpoint_is_discarded_markers_first(tmp_path, monkeypatch):
+    # A removal cut short (here: rmtree fails) leaves an incomplete directory, never one that
+    # latest() would take with its pieces gone.
+    ckpt = tmp_path / "ckpt"
+    _fake_checkpoint(ckpt, 4)
+    (ckpt / "rank0.json").write_text("{}")
+
+    def cut_short(path, *args, **kwargs):
+        raise OSError("cut short")
+
+    monkeypatch.setattr(checkpoints.shutil, "rmtree", cut_short)
+    with pytest.raises(OSError):
+        checkpoints._discard(str(ckpt))
+    assert checkpoints.latest(str(ckpt)) is None
+
+
+def _train_one(tmp_path, save, *extra, steps=3):
+    return subprocess.run([sys.executable, str(_GPT), *_SMALL[:-2], "--steps", str(steps),
+                           "--save", save, "--save-every", "1", *extra],
+                          env=example_runs.clean_env(), capture_output=True, text=True,
+                          timeout=120)
+
+
+def test_a_save_directory_is_taken_through_slashes_and_symlinks(tmp_path):
+    # A trailing slash: the staging directories go beside DIR, not inside it.
+    result = _train_one(tmp_path, f"{tmp_path / 'slash'}/")
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert checkpoints.latest(str(tmp_path / "slash")) == str(tmp_path / "slash")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["slash"]
+    # A symlink stays one, to the directory that holds the newest checkpoint.
+    (tmp_path / "real").mkdir()
+    (tmp_path / "link").symlink_to(tmp_path / "real")
+    result = _train_one(tmp_path, str(tmp_path / "link"))
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert (tmp_path / "link").is_symlink()
+    assert json.loads((tmp_path / "link" / "train_state.json").read_text())["step"] == 3
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["link", "real", "slash"]
+
+
+def test_a_save_directory_holding_other_files_is_refused(tmp_path):
+    # Each save replaces the directory whole: a user's files there would go with it.
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "NOTES.txt").write_text("mine")
+    result = _train_one(tmp_path, str(run))
+    assert result.returncode != 0 and "Traceback" not in result.stderr
+    assert (f"--save {run} holds files that are not a checkpoint's (NOTES.txt): each save "
+            "replaces the directory whole" in result.stderr)
+    assert (run / "NOTES.txt").read_text() == "mine"

@@ -24,7 +24,7 @@ class ReduceOp:
 
 class Work:
     """What a collective called with async_op=True returns, as torch's: these collectives
-    return once done, so it is complete already and wait() returns at once."""
+    return once done, so it is complete already and wait() returns at once (no get_future())."""
 
     def __init__(self, result):
         self._result = result
@@ -59,6 +59,9 @@ def init_process_group(backend=None, init_method=None, world_size=-1, rank=-1, *
             raise ValueError(f"[init_process_group] {name}={given} differs from the launcher's "
                              f"{actual}: start the job with python -m "
                              "oneflowlike.distributed.launch --nproc_per_node N.")
+    from oneflowlike.framework import job
+
+    job.current().connect()  # every process joins here, as in torch
 
 
 def is_initialized():
@@ -162,4 +165,6 @@ def get_world_size(group=None):
     """How many ranks the job (``group``) has (flow.env.get_world_size)."""
     from oneflowlike import env
 
-    return env.get_world_size() if group is None else group.size()
+    if group is None:
+        return env.get_world_size()
+    return group.size() if group.rank() >= 0 else -1  # torch's, outside the group

@@ -33,7 +33,12 @@ state is only consistent with its peers' at a checkpoint; on several nodes each 
 launcher restarts its ranks (the others' ranks fail too, naming the rank that died, so every
 launcher sees the failure) and they meet again at MASTER_ADDR:MASTER_PORT + k for restart k
 (the last port may still be in TIME_WAIT; one node picks a free port instead), so give every
-node the same --max_restarts. A signal to the launcher stops the job without a restart.
+node the same --max_restarts. Each launcher counts k from its own failures, so the nodes must
+see a failure within one bootstrap timeout (--timeout) of each other: a node that learns of it
+later (its ranks busy that long without talking to the others) restarts after the others'
+attempt has timed out and moved on to the next port, and the two never meet again. A
+rendezvous that hands out the port would remove that limit; it is not built. A signal to the
+launcher stops the job without a restart.
 """
 
 import argparse

@@ -25,6 +25,15 @@ def _agreed(op, group, error, **fields):
     return ranks
 
 
+def _pickled(op, obj):
+    """(obj's bytes, None), or (None, the error) for the ranks to agree on: an object one rank
+    cannot pickle must end the call on every rank."""
+    try:
+        return np.frombuffer(pickle.dumps(obj), np.uint8), None
+    except Exception as e:  # pickle raises many kinds
+        return None, TypeError(f"[{op}] cannot pickle {type(obj).__name__}: {e}")
+
+
 def _tensor(raw):
     """Bytes (a uint8 array) as an int8 tensor, the dtype collectives move."""
     import oneflowlike as flow
@@ -42,12 +51,14 @@ def all_gather_object(object_list, obj, group=None):
 
     error = None
     ranks = comm._members("all_gather_object", group)
+    data = None
     if not isinstance(object_list, list) or len(object_list) != len(ranks):
         error = ValueError(f"[all_gather_object] object_list must be a list of {len(ranks)} "
                            f"entries (one per rank). However, got {type(object_list).__name__} "
                            f"of {len(object_list) if hasattr(object_list, '__len__') else '?'}.")
+    else:
+        data, error = _pickled("all_gather_object", obj)
     _agreed("all_gather_object", group, error)
-    data = np.frombuffer(pickle.dumps(obj), np.uint8)
     lengths = [flow.zeros(1, dtype=flow.int64) for _ in ranks]
     comm.all_gather(lengths, flow.tensor([data.size], dtype=flow.int64), group)
     lengths = [int(t.numpy()[0]) for t in lengths]
@@ -70,14 +81,16 @@ def broadcast_object_list(object_list, src=0, group=None):
     if not isinstance(object_list, list):
         error = TypeError(f"[broadcast_object_list] object_list must be a list. However, got "
                           f"{type(object_list).__name__}.")
+    mine, data = flow.env.get_rank() == src, None
+    if error is None and mine:
+        data, error = _pickled("broadcast_object_list", list(object_list))
     _agreed("broadcast_object_list", group, error, src=src,
-            length=len(object_list) if error is None else "?")
-    mine = flow.env.get_rank() == src
-    data = np.frombuffer(pickle.dumps(list(object_list)), np.uint8) if mine else None
+            length=len(object_list) if isinstance(object_list, list) else "?")
     length = flow.tensor([data.size if mine else 0], dtype=flow.int64)
     comm.broadcast(length, src, group)
     raw = data if mine else np.zeros(int(length.numpy()[0]), np.uint8)
     moved = _tensor(raw)
     comm.broadcast(moved, src, group)
-    object_list[:] = pickle.loads(_raw(moved).tobytes())
+    if not mine:  # src keeps its own objects, as torch's
+        object_list[:] = pickle.loads(_raw(moved).tobytes())
     return object_list

@@ -53,7 +53,8 @@ np.testing.assert_array_equal(part.numpy(), np.max([values(r) + rank for r in ra
 
 # A group of ranks 0 and 2: its collectives run over them; rank 1 is refused alone.
 group = dist.new_group([0, 2])
-assert dist.get_rank(group) == {0: 0, 1: -1, 2: 1}[rank] and dist.get_world_size(group) == 2
+assert dist.get_rank(group) == {0: 0, 1: -1, 2: 1}[rank]
+assert dist.get_world_size(group) == (-1 if rank == 1 else 2)  # torch's, outside the group
 if rank == 1:
     try:
         dist.all_reduce(flow.ones(2), group=group)
@@ -105,5 +106,10 @@ refused(lambda: dist.reduce(flow.ones(2), dst=5), ValueError,
         "dst must be a rank of the group [0, 1, 2]. However, got 5")
 refused(lambda: dist.all_gather_object([None] * (2 if rank == 0 else 3), rank), ValueError,
         "object_list must be a list of 3 entries")
+refused(lambda: dist.all_gather_object([None] * 3, (lambda: 0) if rank == 2 else rank),
+        TypeError if rank == 2 else ValueError, "cannot pickle" if rank == 2 else "rank 2")
+refused(lambda: dist.scatter(flow.zeros(2), [flow.zeros(2, dtype=flow.float64)] * 3
+                             if rank == 0 else None, src=0), ValueError,
+        "scatter_list[0] must have the tensor's shape and dtype (2,) oneflowlike.float32")
 dist.barrier()
 print("collectives OK", flush=True)
