@@ -8,8 +8,8 @@ each save goes to DIR.next (cleared first), rank 0 adds train_state.json (the st
 the data loader's position), and only then swaps it in: DIR to DIR.prev, DIR.next to DIR,
 DIR.prev removed. Every moment of that leaves a complete checkpoint in DIR, DIR.next or
 DIR.prev, and ``latest`` takes the newest complete one. A rank cannot start writing the next
-save's pieces before rank 0 has swapped: flow.save begins with an agreement of every rank,
-which rank 0 reaches only after the swap. The directory is shared by the ranks (as flow.save
+save's pieces before rank 0 has swapped: a save begins with an agreement of every rank, which
+rank 0 reaches only after the swap. The directory is shared by the ranks (as flow.save
 needs), so on several nodes it must be on a shared file system. DIR is taken through any symlink
 (the staging directories go beside the real one), and holds a checkpoint's files only: the swap
 replaces the whole directory, so anything else in it is refused before training (``check``). A
@@ -94,30 +94,50 @@ def agreed_latest(path):
     return choice
 
 
-def save(path, graph, step, args, loader_state=None):
-    """Writes the checkpoint of ``step`` to ``path``, replacing the one there only once the new
-    one is complete (Note [Checkpoints that survive a crash]). Every rank calls it."""
-    path = _real(path)
-    staging, previous = path + ".next", path + ".prev"
-    rank = flow.env.get_rank()
-    if rank == 0 and os.path.exists(staging):
-        _discard(staging)  # a save cut short; nobody writes there before the agreement
-    flow.save(graph.state_dict(), staging)
-    if rank != 0:
-        return
-    state = {"step": step, "args": vars(args)}
-    if loader_state is not None:
-        state["loader"] = loader_state  # the same on every rank
-    tmp = os.path.join(staging, _STATE + ".tmp")
-    with open(tmp, "w") as f:
-        json.dump(state, f, indent=1)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, os.path.join(staging, _STATE))
-    if os.path.exists(previous):
-        _discard(previous)
-    if os.path.exists(path):
-        os.rename(path, previous)
-    os.rename(staging, path)
-    if os.path.exists(previous):
-        _discard(previous)
+class Saver:
+    """The checkpoints of one --save directory (Note [Checkpoints that survive a crash]). A save
+    returns once every rank's pieces are copied to the host, the files are written while
+    training goes on (flow.async_save, Note [Asynchronous saves]), and the save is committed
+    and swapped in by ``finish()`` (the examples call it after the next step) or the next save.
+    Every rank calls both, at the same steps."""
+
+    def __init__(self, path):
+        self.path = _real(path)
+        self._pending = None  # (handle, the train_state.json it gets)
+
+    def save(self, graph, step, args, loader_state=None, wait=False):
+        """Starts the checkpoint of ``step`` (with ``wait``, also finishes it)."""
+        self.finish()  # the last one is swapped in before its staging directory is reused
+        staging = self.path + ".next"
+        if flow.env.get_rank() == 0 and os.path.exists(staging):
+            _discard(staging)  # a save cut short; nobody writes there before the agreement
+        state = {"step": step, "args": vars(args)}
+        if loader_state is not None:
+            state["loader"] = loader_state  # the same on every rank
+        self._pending = (flow.async_save(graph.state_dict(), staging), state)
+        if wait:
+            self.finish()
+
+    def finish(self):
+        """Commits the save in flight (every rank) and swaps it in (rank 0)."""
+        if self._pending is None:
+            return
+        handle, state = self._pending
+        self._pending = None
+        staging = handle.wait()
+        if flow.env.get_rank() != 0:
+            return
+        tmp = os.path.join(staging, _STATE + ".tmp")
+        with open(tmp, "w") as f:
+            json.dump(state, f, indent=1)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, os.path.join(staging, _STATE))
+        previous = self.path + ".prev"
+        if os.path.exists(previous):
+            _discard(previous)
+        if os.path.exists(self.path):
+            os.rename(self.path, previous)
+        os.rename(staging, self.path)
+        if os.path.exists(previous):
+            _discard(previous)

@@ -84,8 +84,9 @@ def parser(description):
                    help="each rank prints its plan's summary (tasks by kind, memory) at the end")
     p.add_argument("--save", help="checkpoint directory written at the end")
     p.add_argument("--save-every", type=int, default=0, metavar="N",
-                   help="with --save: also write the checkpoint every N steps, the last one "
-                        "replaced only once the new one is complete (common/checkpoints.py)")
+                   help="with --save: also write the checkpoint every N steps, its files "
+                        "while the next step runs, the last one replaced only once the new one "
+                        "is complete (common/checkpoints.py)")
     p.add_argument("--resume",
                    help="checkpoint directory to start from; auto: --save's newest complete "
                         "checkpoint if there is one, else step 1 (for the launcher's "
@@ -315,6 +316,7 @@ def run(args, model, layout, model_flags, describe):
         # The step count and the schedule's position come back with the state.
         graph.load_state_dict(flow.load(resume, like=graph.state_dict()))
         first = graph.step_count + 1
+    saver = checkpoints.Saver(args.save) if args.save else None
     rank0 = flow.placement("cpu", ranks=[0]) if distributed else None
     log = open_log(args.log_json, first) if args.log_json and rank == 0 else None
     if rank == 0 and not args.quiet:
@@ -368,14 +370,15 @@ def run(args, model, layout, model_flags, describe):
                                       "data_ms": round(waits[-1], 3),
                                       "tokens_per_s": round(tokens_per_s, 1)}) + "\n")
                 log.flush()
+        if saver:  # the last step's save, written during this one, is committed (every rank)
+            saver.finish()
         if args.save and args.save_every and step % args.save_every == 0 and step < last:
-            # Every rank: a restarted job (--resume auto) loses at most save_every steps.
-            checkpoints.save(args.save, graph, step, args,
-                             data.state_dict() if args.data_bin else None)
+            # Every rank: its files are written during the next step, so a restarted job
+            # (--resume auto) loses at most save_every + 1 steps.
+            saver.save(graph, step, args, data.state_dict() if args.data_bin else None)
     total = time.perf_counter() - start_all
     if args.save:
-        checkpoints.save(args.save, graph, last, args,
-                         data.state_dict() if args.data_bin else None)
+        saver.save(graph, last, args, data.state_dict() if args.data_bin else None, wait=True)
     if log:
         log.close()
     steady = times[1:] or times
