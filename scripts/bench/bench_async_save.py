@@ -1,7 +1,7 @@
 """The cost of a checkpoint every step, written by flow.save (the step waits for the files) and
 by flow.async_save (the files written while the next step runs, committed after it, as the
 examples' --save-every does), against steps without checkpoints: one process, the GPT of
-examples/gpt with AdamW, in one invocation.
+examples/gpt with AdamW, in one invocation, the three interleaved --repeats times (medians).
 
     .venv/bin/python scripts/bench/bench_async_save.py --n-layer 6 --n-embd 384
 """
@@ -58,13 +58,18 @@ def main():
     p.add_argument("--block-size", type=int, default=128)
     p.add_argument("--batch-size", type=int, default=8)
     p.add_argument("--steps", type=int, default=12)
+    p.add_argument("--repeats", type=int, default=3)
     args = p.parse_args()
     directory = tempfile.mkdtemp(prefix="bench_async_save_")
+    runs = {"none": [], "sync": [], "async": []}
     try:
-        results = {mode: steps(mode, args, directory) for mode in ("none", "sync", "async")}
+        for _ in range(args.repeats):
+            for mode, times in runs.items():
+                ms, params = steps(mode, args, directory)
+                times.append(ms)
     finally:
         shutil.rmtree(directory)
-    params = results["none"][1]
+    results = {mode: (float(np.median(times)), params) for mode, times in runs.items()}
     print(f"gpt {args.n_layer} x {args.n_embd}, {params / 1e6:.1f} M parameters (checkpoint "
           f"{params * 12 / 2**20:.0f} MiB with AdamW's state), batch {args.batch_size} x "
           f"{args.block_size}, {flow.env.get_world_size()} process")

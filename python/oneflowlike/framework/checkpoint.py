@@ -24,6 +24,7 @@ its checksum first.
 """
 
 import hashlib
+import io
 import json
 import os
 
@@ -47,6 +48,19 @@ def _atomic_write(path, write):
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, path)
+
+
+def _write_npy(f, array):
+    """np.save's bytes of ``array`` into file ``f``; returns their SHA-256, hashed from memory
+    as they are written (reading the file back to hash it had cost as much as writing it)."""
+    h = hashlib.sha256()
+    array = np.ascontiguousarray(array)
+    header = io.BytesIO()
+    np.lib.format.write_array_header_1_0(header, np.lib.format.header_data_from_array_1_0(array))
+    for chunk in (header.getvalue(), memoryview(array).cast("B")):
+        h.update(chunk)
+        f.write(chunk)
+    return h.hexdigest()
 
 
 def _sha256(path):
@@ -312,9 +326,9 @@ def _start(entries, trees, path, background=False):
             raise error
         pieces = {}
         for name, file, region, array in arrays:
-            _atomic_write(os.path.join(path, file), lambda f: np.save(f, array))
-            pieces[name] = {"region": region, "file": file,
-                            "sha256": _sha256(os.path.join(path, file))}
+            digest = []
+            _atomic_write(os.path.join(path, file), lambda f: digest.append(_write_npy(f, array)))
+            pieces[name] = {"region": region, "file": file, "sha256": digest[0]}
         body = json.dumps({"rank": rank, "pieces": pieces}, indent=1).encode()
         _atomic_write(os.path.join(path, f"rank{rank}.json"), lambda f: f.write(body))
 
