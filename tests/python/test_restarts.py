@@ -23,10 +23,16 @@ sys.path.insert(0, str(_ROOT / "examples"))
 from common import checkpoints  # noqa: E402
 
 
-@pytest.mark.parametrize("data,dies", [("bytes", 1), ("data_bin", 0)])
-def test_a_job_whose_rank_dies_restarts_and_gives_the_uninterrupted_curve(tmp_path, data, dies):
-    # From --data-bin the checkpoint of step 4 holds the loaders' position, and rank 0 (the
-    # one that bootstraps the job) is the one lost.
+@pytest.mark.parametrize("data,dies,at,resumed", [
+    ("bytes", 1, 6, 4),
+    # From --data-bin the checkpoint of step 4 holds the loaders' position, and rank 0 (the one
+    # that bootstraps the job) is the one lost.
+    ("data_bin", 0, 6, 4),
+    # Lost while step 4's checkpoint is being written (it commits after step 5): step 2's.
+    ("bytes", 1, 5, 2),
+])
+def test_a_job_whose_rank_dies_restarts_and_gives_the_uninterrupted_curve(tmp_path, data, dies,
+                                                                           at, resumed):
     flags = list(_SMALL)
     if data == "data_bin":
         text = tmp_path / "text.txt"
@@ -42,15 +48,15 @@ def test_a_job_whose_rank_dies_restarts_and_gives_the_uninterrupted_curve(tmp_pa
                "--max_restarts", "1", str(_FAULT), *flags, "--steps", "7", "--log-json",
                str(log), "--save", str(ckpt), "--save-every", "2", "--resume", "auto"]
     env = {**example_runs.clean_env(), "OFL_TEST_DIE_RANK": str(dies),
-           "OFL_TEST_DIE_AT_STEP": "6"}
+           "OFL_TEST_DIE_AT_STEP": str(at)}
     result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    assert f"rank {dies} dies before step 6" in result.stdout
+    assert f"rank {dies} dies before step {at}" in result.stdout
     assert "was killed by SIGKILL" in result.stderr
     assert "[launch] restarting the job: restart 1 of 1" in result.stderr
     assert f"--resume auto: no checkpoint in {ckpt} yet, step 1 (restart 0)" in result.stdout
-    assert f"--resume auto: from {ckpt} (step 4, restart 1)" in result.stdout
-    # Steps 5 and 6 ran twice (after the step-4 checkpoint); the log keeps each step once.
+    assert f"--resume auto: from {ckpt} (step {resumed}, restart 1)" in result.stdout
+    # The steps after the checkpoint ran twice; the log keeps each step once.
     records = [json.loads(line) for line in log.read_text().splitlines()]
     assert [r["step"] for r in records] == list(range(1, 8))
     np.testing.assert_array_equal(example_runs.losses(records), example_runs.losses(whole))
