@@ -41,6 +41,46 @@ def test_async_save_in_one_process_and_its_handle(tmp_path):
         flow.load(str(tmp_path / "pending"))
 
 
+def test_pieces_are_written_as_np_save_writes_them():
+    # Hashed as they are written (Note [Asynchronous saves]): the bytes of np.save, 0-d, empty
+    # and strided arrays included (an empty piece is what a rank holds of a short split).
+    import hashlib
+    import io
+
+    import numpy as np
+
+    from oneflowlike.framework import checkpoint
+
+    for array in (np.array(2.5, np.float32), np.zeros((0, 3), np.float32),
+                  np.zeros((3, 0, 2), np.int8), np.arange(12).reshape(3, 4)[:, ::2],
+                  np.array(True), np.zeros(0, np.float16)):
+        ours, theirs = io.BytesIO(), io.BytesIO()
+        digest = checkpoint._write_npy(ours, array)
+        np.save(theirs, array)
+        assert ours.getvalue() == theirs.getvalue(), array.shape
+        assert digest == hashlib.sha256(theirs.getvalue()).hexdigest()
+
+
+def test_a_second_save_to_a_path_commits_the_first_and_a_failed_one_stays_failed(
+        tmp_path, monkeypatch):
+    from oneflowlike.framework import checkpoint
+
+    path = str(tmp_path / "ckpt")
+    first = flow.async_save({"x": flow.ones(1000)}, path)
+    second = flow.async_save({"x": flow.zeros(1000)}, path)  # waits for the first
+    assert first.done() and second.wait() == path
+    assert (flow.load(path)["x"].numpy() == 0).all()
+
+    def broken(f, array):
+        raise OSError(5, "Input/output error")
+
+    monkeypatch.setattr(checkpoint, "_write_npy", broken)
+    failed = flow.async_save({"x": flow.ones(3)}, str(tmp_path / "failed"))
+    for _ in range(2):
+        with pytest.raises(OSError, match="Input/output error"):
+            failed.wait()
+
+
 class _Square(flow.nn.Graph):
     def __init__(self, model, opt, schedule=None):
         super().__init__()

@@ -54,10 +54,11 @@ def _write_npy(f, array):
     """np.save's bytes of ``array`` into file ``f``; returns their SHA-256, hashed from memory
     as they are written (reading the file back to hash it had cost as much as writing it)."""
     h = hashlib.sha256()
-    array = np.ascontiguousarray(array)
+    array = np.require(array, requirements="C")  # keeps 0-d arrays 0-d
     header = io.BytesIO()
     np.lib.format.write_array_header_1_0(header, np.lib.format.header_data_from_array_1_0(array))
-    for chunk in (header.getvalue(), memoryview(array).cast("B")):
+    # As a flat array: a memoryview of a shape with a zero in it cannot be cast.
+    for chunk in (header.getvalue(), memoryview(array.reshape(-1)).cast("B")):
         h.update(chunk)
         f.write(chunk)
     return h.hexdigest()
@@ -171,7 +172,21 @@ def save(state, path):
     _agreement.agree("save", {"path": os.path.normpath(str(path))},
                      "every rank must save to one path (a directory every rank can write)",
                      error)
+    _after_pending(path)
     _start(entries, trees, path).wait()
+
+
+# Saves not waited for yet, by real path: a second save to the path commits the first before
+# it starts (two sets of files written at once into one directory would mix).
+_pending = {}
+
+
+def _after_pending(path):
+    """Commits an earlier save to ``path`` not waited for yet (collective: every rank saves in
+    one order, so every rank has it)."""
+    prior = _pending.get(os.path.realpath(path))
+    if prior is not None:
+        prior.wait()
 
 
 class SaveHandle:
@@ -184,6 +199,9 @@ class SaveHandle:
         self._error = None
         self._thread = None
         self._waited = False
+        self._outcome = None  # the error wait() raised
+        self._key = os.path.realpath(path)
+        _pending[self._key] = self
         if background:
             import threading
 
@@ -208,8 +226,19 @@ class SaveHandle:
         its own (rank 0 writes manifest.json). Collective: every rank calls it, at the same point
         of its program; raises on every rank if any rank failed to write."""
         if self._waited:
+            if self._outcome is not None:
+                raise self._outcome  # a failed save stays failed
             return self.path
         self._waited = True
+        _pending.pop(self._key, None)
+        try:
+            self._commit()
+        except Exception as e:
+            self._outcome = e
+            raise
+        return self.path
+
+    def _commit(self):
         if self._thread is not None:
             self._thread.join()
         everyone_ok = _agreement.count_ok(self._error is None) == env.get_world_size()
@@ -218,18 +247,27 @@ class SaveHandle:
         if not everyone_ok:
             raise RuntimeError(f"[save] another rank failed to write its pieces of "
                                f"'{self.path}'; the checkpoint is incomplete (no manifest.json).")
+        committed = None
         if env.get_rank() == 0:
             body = json.dumps(self._manifest, indent=1).encode()
-            _atomic_write(os.path.join(self.path, "manifest.json"), lambda f: f.write(body))
-        _agreement.count_ok(True)
-        return self.path
+            try:
+                _atomic_write(os.path.join(self.path, "manifest.json"), lambda f: f.write(body))
+            except OSError as e:  # every rank learns of it, none waits
+                committed = e
+        if _agreement.count_ok(committed is None) != env.get_world_size():
+            if committed is not None:
+                raise committed
+            raise RuntimeError(f"[save] rank 0 could not write the manifest of '{self.path}'; "
+                               "the checkpoint is incomplete (no manifest.json).")
 
 
 def async_save(state, path):
     """flow.save, with the files written on a thread of their own (torch's
     dcp.async_save; Note [Asynchronous saves]): returns once each rank's pieces are copied to
     host memory, so training may change the tensors at once; ``handle.wait()`` (every rank, at
-    one point of the program) commits the checkpoint, which is complete only after it."""
+    one point of the program) commits the checkpoint, which is complete only after it: a process
+    that ends without waiting leaves no checkpoint at ``path`` (and the one there before is gone,
+    its manifest removed at the call). A later save to the same path waits for this one first."""
     try:
         entries, trees = _entries(state)
         error = None
@@ -240,6 +278,7 @@ def async_save(state, path):
     _agreement.agree("async_save", {"path": os.path.normpath(str(path))},
                      "every rank must save to one path (a directory every rank can write)",
                      error)
+    _after_pending(path)
     return _start(entries, trees, path, background=True)
 
 
@@ -290,11 +329,15 @@ def _start(entries, trees, path, background=False):
                 "trees": trees}
     arrays = []  # (name, file, region, array) this rank writes
     error = None
-    try:
-        for i, (name, value) in enumerate(sorted(entries.items())):
+    for i, (name, value) in enumerate(sorted(entries.items())):
+        if isinstance(value, _gt.GlobalTensor) and _sbp.summed(value.sbp) != tuple(value.sbp):
+            # Collective: every rank lays each partial sum out again, whatever failed on it
+            # before, so the ranks' runs stay in one order.
+            value = value.to_global(sbp=_sbp.summed(value.sbp))
+        if error is not None:
+            continue
+        try:  # this rank's own work: an error is reported by wait(), on every rank
             if isinstance(value, _gt.GlobalTensor):
-                if _sbp.summed(value.sbp) != tuple(value.sbp):
-                    value = value.to_global(sbp=_sbp.summed(value.sbp))
                 entry = {"shape": list(value.shape), "dtype": _dtype_name(value.dtype),
                          "placement": value.placement.flat_ranks,
                          "hierarchy": list(value.placement.hierarchy),
@@ -318,8 +361,8 @@ def _start(entries, trees, path, background=False):
             if local is not None:
                 arrays.append((name, os.path.join(f"rank{rank}", f"{i}.npy"), region,
                                local.numpy()))
-    except Exception as e:  # every rank must reach wait()'s agreement, or the others would hang
-        error = e
+        except Exception as e:
+            error = e
 
     def write():
         if error is not None:

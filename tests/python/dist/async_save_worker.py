@@ -51,4 +51,40 @@ except (OSError, RuntimeError) as e:
     assert ("rank1" in str(e)) if rank == 1 else ("another rank could not make its directory"
                                                     in str(e)), e
 assert not os.path.exists(os.path.join(blocked, "manifest.json"))
+
+# A rank failing while it copies its pieces (before a partial sum, which every rank still lays
+# out again), and rank 0 failing to write the manifest: both ranks raise, none waits, and the
+# ranks go on running together.
+from oneflowlike.framework import checkpoint  # noqa: E402
+
+real_writes_piece, real_atomic_write = checkpoint._writes_piece, checkpoint._atomic_write
+
+
+def failing_piece(t, r):
+    raise MemoryError("no host memory for the copy")
+
+
+def failing_manifest(target, write):
+    if target.endswith("manifest.json"):
+        raise OSError(28, "No space left on device")
+    return real_atomic_write(target, write)
+
+
+for name, patch in (("piece", ("_writes_piece", failing_piece, 1)),
+                    ("manifest", ("_atomic_write", failing_manifest, 0))):
+    attribute, replacement, failing_rank = patch
+    if rank == failing_rank:
+        setattr(checkpoint, attribute, replacement)
+    try:
+        flow.async_save({"a": state["copy"], "b": flow.ones(2).to_global(P, PS)},
+                        os.path.join(root, name)).wait()
+        raise AssertionError(f"a save whose {name} failed was committed")
+    except (MemoryError, OSError, RuntimeError) as e:
+        if rank == failing_rank:
+            assert "no host memory" in str(e) or "No space left" in str(e), e
+        else:
+            assert "another rank failed" in str(e) or "could not write the manifest" in str(e), e
+    finally:
+        checkpoint._writes_piece, checkpoint._atomic_write = real_writes_piece, real_atomic_write
+    flow.comm.barrier()
 print("async save OK", flush=True)
