@@ -160,6 +160,12 @@ def save(state, path):
     tuples, e.g. an optimizer's state_dict(): Note [Nested entries]) to directory ``path``.
     Every rank of the job must call it, with the same path (Note [Ranks agree] in agreement.py:
     else every rank raises, naming each rank's)."""
+    _begin("save", state, path).wait()
+
+
+def _begin(op, state, path, background=False):
+    """The save's handle, once the ranks agree on ``path`` and every earlier save to it is
+    committed."""
     try:
         entries, trees = _entries(state)
         error = None
@@ -169,11 +175,11 @@ def save(state, path):
         entries, trees, error = {}, {}, e
     # The entries may differ: a rank outside a tensor's placement holds none of it (an
     # optimizer's state there is empty).
-    _agreement.agree("save", {"path": os.path.normpath(str(path))},
+    _agreement.agree(op, {"path": os.path.normpath(str(path))},
                      "every rank must save to one path (a directory every rank can write)",
                      error)
     _after_pending(path)
-    _start(entries, trees, path).wait()
+    return _start(entries, trees, path, background)
 
 
 # Saves not waited for yet, by real path: a second save to the path commits the first before
@@ -268,18 +274,7 @@ def async_save(state, path):
     one point of the program) commits the checkpoint, which is complete only after it: a process
     that ends without waiting leaves no checkpoint at ``path`` (and the one there before is gone,
     its manifest removed at the call). A later save to the same path waits for this one first."""
-    try:
-        entries, trees = _entries(state)
-        error = None
-    except (TypeError, ValueError) as e:
-        if env.get_world_size() == 1:
-            raise
-        entries, trees, error = {}, {}, e
-    _agreement.agree("async_save", {"path": os.path.normpath(str(path))},
-                     "every rank must save to one path (a directory every rank can write)",
-                     error)
-    _after_pending(path)
-    return _start(entries, trees, path, background=True)
+    return _begin("async_save", state, path, background=True)
 
 
 def _entries(state):
