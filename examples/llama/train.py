@@ -7,8 +7,8 @@ One device:
 Four ranks, data x tensor parallel:
     .venv/bin/python -m oneflowlike.distributed.launch --nproc_per_node 4 examples/llama/train.py \\
         --dp 2 --tp 2
-Every sequence split over two context-parallel ranks (Note [Context parallelism as SBP] in
-common/layout.py):
+Every sequence split over two context-parallel ranks, in the zigzag order that balances causal
+attention (Note [Context parallelism as SBP] in common/layout.py):
     .venv/bin/python -m oneflowlike.distributed.launch --nproc_per_node 2 examples/llama/train.py \\
         --cp 2
 Mixtral-style experts (8 experts, 2 per token), split over two data-parallel ranks:
