@@ -145,12 +145,6 @@ class Layout:
                              f"{2 * self.cp} chunks: --block-size {config.block_size} must be a "
                              f"multiple of {2 * self.cp} (or use --cp-order contiguous).")
         n_experts = getattr(config, "n_experts", 0)
-        if self.zigzag and n_experts:
-            raise ValueError("--cp-order zigzag with --n-experts: the experts' capacity queues a "
-                             "sequence's tokens in the order they come (Note [Expert capacity] "
-                             "in examples/llama/moe.py), so in the zigzag order a token could "
-                             "take the place of an earlier one and its output depend on later "
-                             "tokens. Use --cp-order contiguous.")
         if n_experts and n_experts % self.dp:
             raise ValueError(f"--dp {self.dp} must divide --n-experts (each data-parallel rank "
                              f"holds n_experts / dp experts). However, got {n_experts}.")

@@ -37,11 +37,9 @@ def parser(description):
     p.add_argument("--cp", type=int, default=1,
                    help="context-parallel ranks: each takes a piece of every sequence (Note "
                         "[Context parallelism as SBP] in common/layout.py)")
-    p.add_argument("--cp-order", choices=["zigzag", "contiguous"], default=None,
-                   help="how --cp cuts the sequences: zigzag (the default; chunks i and 2cp-1-i "
-                        "of 2cp on rank i, which balances causal attention's work) or "
-                        "contiguous (the default with --n-experts, which zigzag would make "
-                        "non-causal)")
+    p.add_argument("--cp-order", choices=["zigzag", "contiguous"], default="zigzag",
+                   help="how --cp cuts the sequences: zigzag (chunks i and 2cp-1-i of 2cp on "
+                        "rank i, which balances causal attention's work) or contiguous")
     p.add_argument("--micro-batches", type=int, default=1, help="micro-batches per step")
     p.add_argument("--device", choices=["cpu", "cuda"], default="cpu",
                    help="where every stage computes (cuda: each rank's GPU LOCAL_RANK)")
@@ -223,13 +221,6 @@ def make_optimizer(args, model):
     optimizer = flow.optim.AdamW(groups, lr=args.lr, betas=(0.9, 0.95),
                                  weight_decay=args.weight_decay)
     return optimizer, flow.optim.lr_scheduler.LambdaLR(optimizer, lr_lambda(args))
-
-
-def cp_order(args):
-    """--cp-order, or its default: zigzag but with experts (Layout.check says why)."""
-    if args.cp_order:
-        return args.cp_order
-    return "contiguous" if getattr(args, "n_experts", 0) else "zigzag"
 
 
 def feed(args, layout, data, tokens, targets, block_size):

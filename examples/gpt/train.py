@@ -47,7 +47,7 @@ def parse(argv=None):
 
 def make_layout(args):
     return Layout(args.dp, args.tp, args.pp, args.device, column=COLUMN, row=ROW, cp=args.cp,
-                  cp_order=trainer.cp_order(args))
+                  cp_order=args.cp_order)
 
 
 def main(argv=None):

@@ -14,7 +14,11 @@ In token order a token's slots depend only on the tokens before it, and with C f
 block_size rather than by the length at hand, a prefix (sampling) routes as the whole sequence
 did. The price: the drops fall on a sequence's last tokens, and a token's second choice can
 take the slot a later token's first choice wanted, which GShard's order prevents. The routing is a function of one sequence alone, so it is the same whatever the batch is
-split into (data parallel ranks, micro-batches).
+split into (data parallel ranks, micro-batches). With the sequence stored in the zigzag order
+(Note [Zigzag order] in oneflowlike/ops/attention.h) the queue is still the sequence's order:
+the choices (K * E integers a token) are put back in it for the running sum, and the slots
+(K a token) into the stored order after it, so the routing is the one of the sequence's own
+order and stays causal.
 
 Note [Expert parallelism as SBP]: the experts' weights (E, ...) are split over the
 data-parallel ranks on their expert axis (common/layout.py), each rank holding E / dp experts
@@ -50,17 +54,22 @@ def expert_capacity(c):
     return min(c.block_size, math.ceil(c.top_k * c.block_size * c.capacity_factor / c.n_experts))
 
 
-def route(probs, top_k, capacity):
+def route(probs, top_k, capacity, zigzag=0):
     """(dispatch, combine, choice) of Note [Expert capacity] for router probabilities ``probs``
     (B, T, E): dispatch (B, T, E, C) is 1 where a token takes slot c of expert e, combine the
     same weighted by the token's renormalised probability of e, choice (B, T, K, E) the one-hot
-    choices (kept or dropped)."""
+    choices (kept or dropped). ``zigzag``: T is stored in that order, queued in the sequence's."""
     B, T, E = probs.shape
     top, chosen = flow.topk(probs, top_k, dim=-1)  # (B, T, K)
     gates = top / top.sum(-1, keepdim=True)
     picks = F.one_hot(chosen, E)  # int64: counts stay exact in any dtype
-    queued = picks.reshape(B, T * top_k, E)  # token-major: a token's k choices, then the next's
+    in_order = picks.reshape(B, T, top_k * E)
+    if zigzag:
+        in_order = F.unzigzag(in_order, 1, zigzag)
+    queued = in_order.reshape(B, T * top_k, E)  # token-major: a token's k choices, then the next
     slot = ((flow.cumsum(queued, 1) - 1) * queued).sum(-1)  # (B, T * K): place in the queue
+    if zigzag:
+        slot = F.zigzag(slot.reshape(B, T, top_k), 1, zigzag).reshape(B, T * top_k)
     kept = (slot < capacity).to(flow.int64)
     slots = F.one_hot(slot.clamp(max=capacity - 1), capacity) * kept.unsqueeze(-1)
     slots = slots.reshape(B, T, top_k, capacity).to(probs.dtype)
@@ -108,7 +117,7 @@ class MoEFeedForward(nn.Module):
         E, C = self.config.n_experts, expert_capacity(self.config)
         logits = self.router(x)
         probs = F.softmax(logits, dim=-1)
-        dispatch, combine, choice = route(probs, self.config.top_k, C)
+        dispatch, combine, choice = route(probs, self.config.top_k, C, self.config.zigzag)
         tokens = flow.einsum("btec,btd->ebcd", dispatch, x).reshape(E, B * C, D)
         if self.expert_sbp is not None:
             tokens = tokens.to_global(sbp=self.expert_sbp)  # all-to-all

@@ -79,7 +79,7 @@ def main(argv=None):
     except ValueError as e:
         raise SystemExit(f"[train] {e}")
     layout = Layout(args.dp, args.tp, args.pp, args.device, column=COLUMN, row=ROW,
-                    experts=EXPERTS, cp=args.cp, cp_order=trainer.cp_order(args))
+                    experts=EXPERTS, cp=args.cp, cp_order=args.cp_order)
     config.zigzag = layout.zigzag  # the order the sequences come in
     trainer.check(args, layout, config)
     model = trainer.build(args, lambda: Llama(config))

@@ -180,7 +180,7 @@ def test_capacity_follows_gshard_at_the_block_size():
     assert moe.expert_capacity(LlamaConfig(block_size=8, n_experts=2, capacity_factor=4.0)) == 8
 
 
-def test_routing_is_causal_and_a_prefix_routes_as_the_whole_sequence():
+def test_routing_is_causal_and_a_prefix_routes_as_the_whole_sequence_in_either_order():
     # Capacity 4 of 16 tokens x 2 choices over 4 experts: at least half the choices are
     # dropped, so which tokens keep their experts is decided all along the sequence.
     from llama_model import Llama
@@ -201,6 +201,20 @@ def test_routing_is_causal_and_a_prefix_routes_as_the_whole_sequence():
     np.testing.assert_allclose(other_future[:, :8], whole[:, :8], rtol=1e-6, atol=1e-6)
     assert not np.allclose(other_future[:, 8:], whole[:, 8:])
     np.testing.assert_allclose(prefix, whole[:, :6], rtol=1e-6, atol=1e-6)
+    # Stored in the zigzag order over 2 pieces (context parallelism's), the sequence is queued
+    # in its own order: the same routing and logits, so still causal (queued as stored, the
+    # last chunk's tokens would take slots before the second's).
+    config.zigzag = 2
+    flow.manual_seed(3)
+    ordered = Llama(config)
+    F = flow.nn.functional
+    with flow.no_grad():
+        stored = ordered(F.zigzag(flow.tensor(tokens), 1, 2))
+        back = F.unzigzag(stored, 1, 2).numpy()
+        stored_other = ordered(F.zigzag(flow.tensor(changed), 1, 2))
+        back_other = F.unzigzag(stored_other, 1, 2).numpy()
+    np.testing.assert_allclose(back, whole, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(back_other[:, :8], back[:, :8], rtol=1e-6, atol=1e-6)
 
 
 def test_bad_expert_flags_are_refused_naming_them():
