@@ -328,15 +328,25 @@ def test_max_restarts_starts_a_failed_job_again_with_the_restart_count(tmp_path)
     assert len({line.split(" port ")[1] for line in lines[0]}) == 3
 
 
-def test_a_given_master_port_moves_up_by_one_per_restart(tmp_path):
-    # What the launchers of several nodes compute alike (Note [Restarts]).
-    script = _script(tmp_path, _FLAKY)
+def test_a_given_master_port_is_listened_on_again_at_once_after_a_restart(tmp_path):
+    # What the launchers of several nodes meet at (Note [Restarts]): the port the last attempt
+    # used, its connections perhaps in TIME_WAIT (UCX_TCP_CM_REUSEADDR). The workers connect,
+    # so rank 0's UCX listener binds the port each time.
+    script = _script(tmp_path, """
+        import os, time
+        import oneflowlike as flow
+        flow.comm.barrier()  # rank 0 listened, rank 1 connected
+        attempt = int(os.environ["OFL_RESTART_COUNT"])
+        print(f"attempt {attempt} port {os.environ['MASTER_PORT']}", flush=True)
+        if attempt < 2 and os.environ["RANK"] == "1":
+            os._exit(5)  # lost (a clean exit would wait for rank 0 at the job's end)
+        time.sleep(0 if attempt == 2 else 60)
+        """)
     port = launch._free_port()
     result = _launch("--nproc_per_node", "2", "--max_restarts", "2", "--master_port",
-                     str(port), script, env=_clean_env(OFL_TEST_SUCCEED_AT="2"))
+                     str(port), script, env=_clean_env(OFL_TEST_SUCCEED_AT="2"), timeout=60)
     assert result.returncode == 0, result.stderr
-    assert [line.split(" port ")[1] for line in _rank_lines(result.stdout)[0]] == [
-        str(port), str(port + 1), str(port + 2)]
+    assert [line.split(" port ")[1] for line in _rank_lines(result.stdout)[0]] == [str(port)] * 3
 
 
 def test_each_restarts_output_follows_the_last_ones_in_the_rank_logs(tmp_path):
@@ -419,9 +429,6 @@ def test_ranks_die_with_a_launcher_killed_by_sigkill(tmp_path):
     (["--nnodes", "2"], "--secret (or OFL_JOB_SECRET) must be given when --nnodes > 1"),
     (["--secret", ""], "must not be empty"),
     (["--max_restarts", "-1"], "--max_restarts must be at least 0. However, got -1"),
-    (["--master_port", "65535", "--max_restarts", "1"],
-     "--master_port + --max_restarts must be at most 65535 (restart k uses port MASTER_PORT + "
-     "k). However, got 65535 + 1"),
 ])
 def test_bad_flags_are_rejected_with_the_flag_and_value(args, phrase):
     with pytest.raises(launch.LaunchError) as error:

@@ -75,7 +75,7 @@ def test_a_job_whose_rank_dies_restarts_and_gives_the_uninterrupted_curve(tmp_pa
 
 def test_two_hosts_restart_together_after_one_loses_its_rank(tmp_path, two_hosts):
     """DP2 across two network namespaces, one rank each: rank 1's host loses it (SIGKILL); rank
-    0 sees its peer die and fails too, so both launchers restart, meet at MASTER_PORT + 1, and
+    0 sees its peer die and fails too, so both launchers restart, meet at MASTER_PORT again, and
     continue from the step-4 checkpoint to the uninterrupted curve."""
     whole = example_runs.train(_GPT, _SMALL, tmp_path, 2, steps=7, tag="whole")
     ckpt, log = tmp_path / "ckpt", tmp_path / "restarted.jsonl"
@@ -87,7 +87,7 @@ def test_two_hosts_restart_together_after_one_loses_its_rank(tmp_path, two_hosts
     outputs = [output for _, output in results]
     assert [code for code, _ in results] == [0, 0], "\n".join(outputs)
     for output in outputs:
-        assert "restarting the job: restart 1 of 1 (OFL_RESTART_COUNT=1, MASTER_PORT=29501)" \
+        assert "restarting the job: restart 1 of 1 (OFL_RESTART_COUNT=1, MASTER_PORT=29500)" \
             in output, output
     assert f"--resume auto: from {ckpt} (step 4, restart 1)" in outputs[0]
     records = [json.loads(line) for line in log.read_text().splitlines()]

@@ -31,14 +31,13 @@ OFL_MAX_RESTARTS, and a script continues from its last checkpoint (the examples'
 --save-every K --resume auto). Note [Restarts]: the job restarts as a whole, since a rank's
 state is only consistent with its peers' at a checkpoint; on several nodes each node's
 launcher restarts its ranks (the others' ranks fail too, naming the rank that died, so every
-launcher sees the failure) and they meet again at MASTER_ADDR:MASTER_PORT + k for restart k
-(the last port may still be in TIME_WAIT; one node picks a free port instead), so give every
-node the same --max_restarts. Each launcher counts k from its own failures, so the nodes must
-see a failure within one bootstrap timeout (--timeout) of each other: a node that learns of it
-later (its ranks busy that long without talking to the others) restarts after the others'
-attempt has timed out and moved on to the next port, and the two never meet again. A
-rendezvous that hands out the port would remove that limit; it is not built. A signal to the
-launcher stops the job without a restart.
+launcher sees the failure) and they meet again at MASTER_ADDR:MASTER_PORT, the same port: the
+ranks' UCX listeners take it though the last attempt's connections may hold it in TIME_WAIT
+(UCX_TCP_CM_REUSEADDR=y, which the launcher sets unless given; an address still listened on
+stays refused). A node that learns of the failure later than the others' bootstrap timeout
+(--timeout) costs them an attempt (each waits, fails, restarts on the same port), so give every
+node the same --max_restarts, and a timeout longer than a step. One node picks a fresh free port
+for each attempt anyway. A signal to the launcher stops the job without a restart.
 """
 
 import argparse
@@ -209,10 +208,6 @@ def parse_config(argv, environ=os.environ):
         raise LaunchError(f"--master_port must be in [1, 65535]. However, got {args.master_port}.")
     if args.max_restarts < 0:
         raise LaunchError(f"--max_restarts must be at least 0. However, got {args.max_restarts}.")
-    if not free_port and args.master_port + args.max_restarts > 65535:
-        raise LaunchError(f"--master_port + --max_restarts must be at most 65535 (restart k "
-                          f"uses port MASTER_PORT + k). However, got {args.master_port} + "
-                          f"{args.max_restarts}.")
     if not master_addr.strip():
         raise LaunchError(f"--master_addr must name a host. However, got {master_addr!r}.")
     for flag, seconds in (("--timeout", args.timeout), ("--fault_timeout", args.fault_timeout),
@@ -299,6 +294,8 @@ def worker_env(config, local_rank, environ=os.environ, restart=0):
     if config.memory_per_rank:
         env["OFL_MEMORY_PER_RANK"] = str(config.memory_per_rank)
     env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // config.nproc_per_node)))
+    # Rank 0 listens on MASTER_PORT again after a restart (Note [Restarts]).
+    env.setdefault("UCX_TCP_CM_REUSEADDR", "y")
     # A rank stopped by SIGTERM would lose block-buffered output, often the part that explains.
     env.setdefault("PYTHONUNBUFFERED", "1")
     return env
@@ -520,7 +517,6 @@ def run(config):
     signals = _Signals()
     signals.install()
     prctl = _load_prctl()
-    first_port = config.master_port
     try:
         restart = 0
         while True:
@@ -534,10 +530,8 @@ def run(config):
                                    f"{config.max_restarts}); exiting with code {code}")
                 return code
             restart += 1
-            # The last attempt's port may still be in TIME_WAIT, which UCX's listener cannot
-            # reuse: one node picks a free one; several take the next one, which every node's
-            # launcher computes alike.
-            port = _free_port() if config.free_port else first_port + restart
+            # Several nodes meet at the one port they were given (Note [Restarts]).
+            port = _free_port() if config.free_port else config.master_port
             config = dataclasses.replace(config, master_port=port)
             output.message(f"restarting the job: restart {restart} of {config.max_restarts} "
                            f"(OFL_RESTART_COUNT={restart}, MASTER_PORT={port})")
