@@ -52,8 +52,12 @@ def test_ddp_and_collectives_refuse_what_they_do_not_do():
     with pytest.raises(ValueError, match=r"\[reduce_scatter_tensor\] the input must be the 1 "
                                          r"ranks' parts joined along axis 0, shape \(2, 3\)"):
         flow.distributed.reduce_scatter_tensor(flow.zeros(2, 3), flow.zeros(3, 3))
-    work = flow.distributed.all_reduce(flow.ones(2), async_op=True)  # done already
+    t = flow.ones(2)
+    work = flow.distributed.all_reduce(t, async_op=True)  # done already
     assert work.wait() and work.is_completed()
+    future = work.get_future()
+    assert future.done() and future.wait()[0] is t and future.value()[0] is t
+    assert future.then(lambda f: f.value()[0].numpy().sum()).wait() == 2.0
     with pytest.raises(TypeError, match=r"\[all_reduce\] group must be a group from new_group"):
         flow.distributed.all_reduce(flow.ones(2), group=[0])
     with pytest.raises(ValueError, match=r"\[new_group\] ranks must be distinct ranks of the "

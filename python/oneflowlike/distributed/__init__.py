@@ -8,7 +8,8 @@ from oneflowlike.distributed.env import launch_env
 __all__ = ["launch_env", "get_rank", "get_world_size", "init_process_group", "is_initialized",
            "destroy_process_group", "new_group", "all_reduce", "broadcast", "all_gather",
            "all_gather_into_tensor", "reduce_scatter_tensor", "reduce", "gather", "scatter",
-           "barrier", "all_gather_object", "broadcast_object_list", "ReduceOp", "Work"]
+           "barrier", "all_gather_object", "broadcast_object_list", "ReduceOp", "Work",
+           "Future"]
 
 
 class ReduceOp:
@@ -22,12 +23,36 @@ class ReduceOp:
     MAX = "max"
 
 
+class Future:
+    """torch.futures.Future of a value that is there already: what Work.get_future() gives."""
+
+    def __init__(self, value):
+        self._value = value
+
+    def done(self):
+        return True
+
+    def wait(self):
+        return self._value
+
+    def value(self):
+        return self._value
+
+    def then(self, callback):
+        """callback(this future), run at once; a Future of what it returns."""
+        return Future(callback(self))
+
+
 class Work:
     """What a collective called with async_op=True returns, as torch's: these collectives
-    return once done, so it is complete already and wait() returns at once (no get_future())."""
+    return once done, so it is complete already and wait() returns at once."""
 
     def __init__(self, result):
         self._result = result
+
+    def get_future(self):
+        """A Future of the collective's output tensors (torch's)."""
+        return Future(self._result)
 
     def wait(self, timeout=None):
         del timeout
