@@ -69,21 +69,26 @@ def _discard(path):
     shutil.rmtree(path)
 
 
-def latest(path):
-    """The newest complete checkpoint among ``path`` and its staging directories (a save cut
-    short leaves one of them), or None."""
+def _newest(path):
+    """(path, step) of the newest complete checkpoint among ``path`` and its staging
+    directories (a save cut short leaves one of them), or None."""
     path = _real(path)
     found = [(step, candidate) for candidate in (path, path + ".next", path + ".prev")
              if (step := _complete(candidate)) is not None]
-    return max(found)[1] if found else None
+    return max(found)[::-1] if found else None
+
+
+def latest(path):
+    """The newest complete checkpoint among ``path`` and its staging directories, or None."""
+    found = _newest(path)
+    return found[0] if found else None
 
 
 def agreed_latest(path):
     """latest(path) and its step, the same on every rank: each rank looks for itself, and they
     compare (a stale file system could show ranks different checkpoints); a difference ends the
     job on every rank, naming what each saw."""
-    found = latest(path)
-    choice = (found, _complete(found)) if found else None
+    choice = _newest(path)
     if flow.env.get_world_size() > 1:
         seen = [None] * flow.env.get_world_size()
         flow.distributed.all_gather_object(seen, choice)

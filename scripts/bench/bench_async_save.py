@@ -32,22 +32,29 @@ def steps(mode, args, directory):
     graph = TrainGraph(model, opt, flow.optim.lr_scheduler.LambdaLR(opt, lr_lambda(flags)), 1, 0)
     rng = np.random.default_rng(0)
     x = flow.tensor(rng.integers(0, 256, (args.batch_size, args.block_size)))
-    times, pending = [], None
+    times, parts, pending = [], {"train": [], "commit": [], "call": []}, None
     for step in range(args.steps):
         start = time.perf_counter()
         graph(x, x)
+        trained = time.perf_counter()
         if pending is not None:
             pending.wait()
             pending = None
+        committed = time.perf_counter()
         path = os.path.join(directory, f"{mode}{step % 2}")
         if mode == "sync":
             flow.save(graph.state_dict(), path)
         elif mode == "async":
             pending = flow.async_save(graph.state_dict(), path)
-        times.append((time.perf_counter() - start) * 1e3)
+        end = time.perf_counter()
+        times.append((end - start) * 1e3)
+        for part, ms in (("train", trained - start), ("commit", committed - trained),
+                         ("call", end - committed)):
+            parts[part].append(ms * 1e3)
     if pending is not None:
         pending.wait()
-    return float(np.median(times[2:])), sum(p.numel() for p in model.parameters())
+    return (float(np.median(times[2:])), sum(p.numel() for p in model.parameters()),
+            {part: float(np.median(ms[2:])) for part, ms in parts.items()})
 
 
 def main():
@@ -62,11 +69,13 @@ def main():
     args = p.parse_args()
     directory = tempfile.mkdtemp(prefix="bench_async_save_")
     runs = {"none": [], "sync": [], "async": []}
+    parts = {mode: [] for mode in runs}
     try:
         for _ in range(args.repeats):
             for mode, times in runs.items():
-                ms, params = steps(mode, args, directory)
+                ms, params, split = steps(mode, args, directory)
                 times.append(ms)
+                parts[mode].append(split)
     finally:
         shutil.rmtree(directory)
     results = {mode: (float(np.median(times)), params) for mode, times in runs.items()}
@@ -76,7 +85,11 @@ def main():
     none = results["none"][0]
     for mode in ("none", "sync", "async"):
         ms = results[mode][0]
-        print(f"{mode:>5}: {ms:7.1f} ms a step (a checkpoint every step adds {ms - none:6.1f} ms)")
+        split = {part: float(np.median([p[part] for p in parts[mode]]))
+                 for part in ("train", "commit", "call")}
+        print(f"{mode:>5}: {ms:7.1f} ms a step (a checkpoint every step adds {ms - none:6.1f} "
+              f"ms): the step's graph {split['train']:.1f} ms, waiting for the last save "
+              f"{split['commit']:.1f} ms, the save's call {split['call']:.1f} ms", flush=True)
     hidden = 1 - (results["async"][0] - none) / max(1e-9, results["sync"][0] - none)
     print(f"async_save hides {hidden:.0%} of the save's time")
 

@@ -166,3 +166,19 @@ def test_a_save_directory_holding_other_files_is_refused(tmp_path):
     assert (f"--save {run} holds files that are not a checkpoint's (NOTES.txt): each save "
             "replaces the directory whole" in result.stderr)
     assert (run / "NOTES.txt").read_text() == "mine"
+
+
+@pytest.mark.parametrize("flags,message", [
+    (["--save-every", "2"], "--save-every takes a number of steps >= 0 and --save DIR. However, "
+                            "got --save-every 2 and --save None."),
+    (["--save-every", "-1", "--save", "ckpt"], "However, got --save-every -1 and --save ckpt."),
+    (["--resume", "auto"], "--resume auto resumes from --save's checkpoint. However, no --save "
+                           "was given."),
+], ids=["no_save", "negative", "auto_without_save"])
+def test_periodic_saves_and_auto_resume_refuse_what_they_cannot_do(tmp_path, flags, message):
+    result = subprocess.run([sys.executable, str(_GPT), *_SMALL[:-2], "--steps", "2", *flags],
+                            env=example_runs.clean_env(), capture_output=True, text=True,
+                            timeout=120, cwd=tmp_path)
+    assert result.returncode != 0 and "Traceback" not in result.stderr
+    assert message in result.stderr
+    assert not (tmp_path / "ckpt").exists()

@@ -10,19 +10,17 @@ import numpy as np
 from oneflowlike import comm
 
 
-def _agreed(op, group, error, **fields):
-    """The group's ranks; every one of them learns whether one has a bad argument, and each
+def _agreed(op, ranks, error, **fields):
+    """Every one of the group's ``ranks`` learns whether one has a bad argument, and each
     raises it (Note [Ranks agree] in framework/agreement.py): none is left waiting in the
     collectives."""
     from oneflowlike.framework import agreement
 
-    ranks = comm._members(op, group)
     if len(ranks) > 1:
         agreement.agree(op, {k: str(v) for k, v in fields.items()},
                         "every rank must call it with the same arguments", error, ranks=ranks)
     elif error is not None:
         raise error
-    return ranks
 
 
 def _pickled(op, obj):
@@ -58,7 +56,7 @@ def all_gather_object(object_list, obj, group=None):
                            f"of {len(object_list) if hasattr(object_list, '__len__') else '?'}.")
     else:
         data, error = _pickled("all_gather_object", obj)
-    _agreed("all_gather_object", group, error)
+    _agreed("all_gather_object", ranks, error)
     lengths = [flow.zeros(1, dtype=flow.int64) for _ in ranks]
     comm.all_gather(lengths, flow.tensor([data.size], dtype=flow.int64), group)
     lengths = [int(t.numpy()[0]) for t in lengths]
@@ -78,13 +76,14 @@ def broadcast_object_list(object_list, src=0, group=None):
     import oneflowlike as flow
 
     error = None
+    ranks = comm._members("broadcast_object_list", group)
     if not isinstance(object_list, list):
         error = TypeError(f"[broadcast_object_list] object_list must be a list. However, got "
                           f"{type(object_list).__name__}.")
     mine, data = flow.env.get_rank() == src, None
     if error is None and mine:
         data, error = _pickled("broadcast_object_list", list(object_list))
-    _agreed("broadcast_object_list", group, error, src=src,
+    _agreed("broadcast_object_list", ranks, error, src=src,
             length=len(object_list) if isinstance(object_list, list) else "?")
     length = flow.tensor([data.size if mine else 0], dtype=flow.int64)
     comm.broadcast(length, src, group)
