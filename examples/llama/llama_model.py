@@ -32,10 +32,21 @@ class LlamaConfig:
     # > 0: sequences come in F.zigzag's order over this many context-parallel pieces (Note
     # [Zigzag order] in oneflowlike/ops/attention.h; common/layout.py sets it)
     zigzag: int = 0
+    # > 0: sliding-window attention, each position sees its `window` latest (Mistral; Note
+    # [Sliding window]); with global_every = K, every K-th layer sees the whole prefix instead
+    # (Gemma 2's alternation is K = 2, Gemma 3's five local layers to one global K = 6).
+    window: int = 0
+    global_every: int = 0
 
     @property
     def head_dim(self):
         return self.n_embd // self.n_head
+
+    def layer_window(self, layer):
+        """The window of layer `layer` (0: it attends to the whole prefix)."""
+        if self.global_every and (layer + 1) % self.global_every == 0:
+            return 0
+        return self.window
 
     @property
     def ffn_hidden(self):
@@ -53,6 +64,10 @@ class LlamaConfig:
         if self.head_dim % 2:
             raise ValueError(f"the head size (--n-embd / --n-head = {self.head_dim}) must be even "
                              f"for rotary embeddings.")
+        if self.window < 0 or self.global_every < 0 or (self.global_every and not self.window):
+            raise ValueError(f"--window must be >= 0 (0: whole prefix) and --global-every >= 0, "
+                             f"and only with a window. However, got --window {self.window}, "
+                             f"--global-every {self.global_every}.")
         if self.n_experts < 0 or self.n_experts == 1:
             raise ValueError(f"--n-experts must be 0 (a dense MLP) or at least 2. However, got "
                              f"{self.n_experts}.")
@@ -76,21 +91,23 @@ def config_from_flags(flags):
                        capacity_factor=flags.get("capacity_factor", LlamaConfig.capacity_factor),
                        aux_loss_coef=flags.get("aux_loss_coef", LlamaConfig.aux_loss_coef),
                        router_z_loss_coef=flags.get("router_z_loss_coef",
-                                                    LlamaConfig.router_z_loss_coef))
+                                                    LlamaConfig.router_z_loss_coef),
+                       window=flags.get("window", 0), global_every=flags.get("global_every", 0))
 
 
 class Attention(nn.Module):
-    """Causal self-attention with rotary positions on q and k and n_kv_head key/value heads.
-    wq, wk and wv are separate projections, so tensor parallelism splits each by heads."""
+    """Causal self-attention with rotary positions on q and k and n_kv_head key/value heads,
+    over the whole prefix or the `window` latest positions. wq, wk and wv are separate
+    projections, so tensor parallelism splits each by heads."""
 
-    def __init__(self, c):
+    def __init__(self, c, window=0):
         super().__init__()
         self.n_head, self.n_kv_head, self.head_dim = c.n_head, c.n_kv_head, c.head_dim
         self.wq = nn.Linear(c.n_embd, c.n_head * c.head_dim, bias=False)
         self.wk = nn.Linear(c.n_embd, c.n_kv_head * c.head_dim, bias=False)
         self.wv = nn.Linear(c.n_embd, c.n_kv_head * c.head_dim, bias=False)
         self.wo = nn.Linear(c.n_head * c.head_dim, c.n_embd, bias=False)
-        self.zigzag = c.zigzag
+        self.zigzag, self.window = c.zigzag, window
         self.rope = nn.RotaryEmbedding(c.head_dim, c.block_size, base=c.rope_base,
                                        zigzag=c.zigzag)
 
@@ -103,7 +120,7 @@ class Attention(nn.Module):
         q, k = self.rope(q), self.rope(k)
         y = F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=1.0 / math.sqrt(D),
                                            enable_gqa=self.n_kv_head != self.n_head,
-                                           zigzag=self.zigzag)
+                                           zigzag=self.zigzag, window=self.window)
         return self.wo(y.transpose(1, 2).reshape(B, T, self.n_head * D))
 
 
@@ -125,11 +142,11 @@ class Block(nn.Module):
     gives the groups' summed load-balancing losses (Note [Load-balancing loss]): forward(x,
     aux=None) -> (x, aux)."""
 
-    def __init__(self, c):
+    def __init__(self, c, layer=0):
         super().__init__()
         self.moe = c.n_experts > 0
         self.attn_norm = nn.RMSNorm(c.n_embd, eps=c.norm_eps)
-        self.attn = Attention(c)
+        self.attn = Attention(c, c.layer_window(layer))
         self.mlp_norm = nn.RMSNorm(c.n_embd, eps=c.norm_eps)
         self.mlp = MoEFeedForward(c) if self.moe else FeedForward(c)
 
@@ -183,7 +200,7 @@ class Llama(nn.Module):
         c.check()
         self.config = c
         self.embed = Embeddings(c)
-        self.blocks = nn.ModuleList([Block(c) for _ in range(c.n_layer)])
+        self.blocks = nn.ModuleList([Block(c, i) for i in range(c.n_layer)])
         self.head = Head(c)
         if c.tied_head:
             object.__setattr__(self.head, "tied_to", self.embed.tok)

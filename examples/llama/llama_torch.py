@@ -25,9 +25,15 @@ def torch_llama(c):
         rotated = torch.cat([-x[..., half:], x[..., :half]], dim=-1)
         return x * cos + rotated * sin
 
+    @functools.lru_cache(maxsize=None)
+    def window_mask(seq, window):  # query i sees keys (i - window, i], as Mistral's
+        i, j = torch.arange(seq).unsqueeze(1), torch.arange(seq).unsqueeze(0)
+        return (j <= i) & (j > i - window)
+
     class Attention(nn.Module):
-        def __init__(self):
+        def __init__(self, window):
             super().__init__()
+            self.window = window
             self.wq = nn.Linear(c.n_embd, c.n_head * c.head_dim, bias=False)
             self.wk = nn.Linear(c.n_embd, c.n_kv_head * c.head_dim, bias=False)
             self.wv = nn.Linear(c.n_embd, c.n_kv_head * c.head_dim, bias=False)
@@ -41,7 +47,8 @@ def torch_llama(c):
             v = self.wv(x).view(b, t, c.n_kv_head, d).transpose(1, 2)
             cos, sin = rope_tables(t)
             q, k = rotate(q, cos, sin), rotate(k, cos, sin)
-            y = F.scaled_dot_product_attention(q, k, v, is_causal=True,
+            mask = window_mask(t, self.window) if self.window else None
+            y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=mask is None,
                                                scale=1.0 / math.sqrt(d),
                                                enable_gqa=c.n_kv_head != c.n_head)
             return self.wo(y.transpose(1, 2).reshape(b, t, c.n_head * d))
@@ -94,10 +101,10 @@ def torch_llama(c):
             return torch.einsum("btec,ebcd->btd", combine, out), aux
 
     class Block(nn.Module):
-        def __init__(self):
+        def __init__(self, layer):
             super().__init__()
             self.attn_norm = nn.RMSNorm(c.n_embd, eps=c.norm_eps)
-            self.attn = Attention()
+            self.attn = Attention(c.layer_window(layer))
             self.mlp_norm = nn.RMSNorm(c.n_embd, eps=c.norm_eps)
             self.mlp = MoEFeedForward() if c.n_experts else FeedForward()
 
@@ -123,7 +130,7 @@ def torch_llama(c):
         def __init__(self):
             super().__init__()
             self.embed = Embed()
-            self.blocks = nn.ModuleList([Block() for _ in range(c.n_layer)])
+            self.blocks = nn.ModuleList([Block(i) for i in range(c.n_layer)])
             self.head = Head()
 
         def forward(self, idx, targets=None):

@@ -43,7 +43,7 @@ EXPERTS = {"mlp.w1": 2, "mlp.w3": 2, "mlp.w2": 1}
 
 # What must match between a checkpoint's run and the run that resumes it.
 MODEL_FLAGS = ("n_layer", "n_embd", "n_head", "n_kv_head", "block_size", "tied_head",
-               "n_experts", "top_k", "capacity_factor")
+               "n_experts", "top_k", "capacity_factor", "window", "global_every")
 
 
 def parse(argv=None):
@@ -54,6 +54,12 @@ def parse(argv=None):
     p.add_argument("--n-kv-head", type=int, default=2, help="key/value heads (GQA)")
     p.add_argument("--block-size", type=int, default=64)
     p.add_argument("--tied-head", action="store_true", help="output head = token embedding")
+    p.add_argument("--window", type=int, default=0,
+                   help="sliding-window attention: each position sees its WINDOW latest "
+                        "(Mistral; 0: the whole prefix)")
+    p.add_argument("--global-every", type=int, default=0,
+                   help="with --window, every K-th layer sees the whole prefix (Gemma 2: 2, "
+                        "Gemma 3: 6)")
     p.add_argument("--n-experts", type=int, default=0,
                    help="Mixtral-style mixture of experts instead of the MLP (0: dense); the "
                         "experts are split over the data-parallel ranks")
@@ -88,7 +94,10 @@ def main(argv=None):
                           f"{args.n_embd} channels, {args.n_head} heads ({args.n_kv_head} "
                           f"key/value), block {args.block_size}"
                           + (f", {args.n_experts} experts (top {args.top_k})"
-                             if args.n_experts else ""))
+                             if args.n_experts else "")
+                          + (f", window {args.window}" if args.window else "")
+                          + (f" (every {args.global_every}th layer global)"
+                             if args.global_every else ""))
 
 
 if __name__ == "__main__":

@@ -73,6 +73,13 @@ Shape check_attention_inputs(const InferContext& ctx, int q_at, int mask_at) {
               " chunks: q and k must have one sequence length that it divides. However, got ",
               ctx.describe_inputs(), ".");
   }
+  OFL_CHECK(params.window == 0 || (params.window > 0 && params.is_causal && mask_at < 0), "[",
+            ctx.op_name(),
+            "] window (Note [Sliding window]) is how many of the latest keys each query of causal "
+            "attention sees: it must be at least 1, with is_causal and no attn_mask. However, got "
+            "window ",
+            params.window, ", is_causal ", params.is_causal ? "true" : "false",
+            mask_at >= 0 ? " and a mask" : " and no mask", ".");
   const Shape out{q[0], q[1], q[2], v[3]};
   if (mask_at >= 0) {
     const Shape& m = ctx.shape(mask_at);
@@ -246,6 +253,7 @@ void place_queries(AttentionDims* d, const AttentionParams& params,
   const size_t axis = params.sequence_first ? 1 : 2;
   d->query_offset = region.size() > axis ? region[axis].begin : 0;
   d->zigzag = params.zigzag;
+  d->window = params.window;
 }
 
 int64_t AttentionDims::last_query_position(int64_t i0, int64_t i1) const {
@@ -315,9 +323,10 @@ namespace functional {
 
 std::vector<Tensor> scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v,
                                                  const Tensor& mask, double scale, bool is_causal,
-                                                 bool sequence_first, int64_t zigzag) {
+                                                 bool sequence_first, int64_t zigzag,
+                                                 int64_t window) {
   static OpHandle plain(kAttention), masked(kAttentionMasked);
-  const AttentionParams params{scale, is_causal, sequence_first, zigzag};
+  const AttentionParams params{scale, is_causal, sequence_first, zigzag, window};
   if (!mask.defined()) return plain(params, {q, k, v});
   return masked(params, {q, k, v, mask});
 }
@@ -327,9 +336,9 @@ std::vector<Tensor> scaled_dot_product_attention_grad(const Tensor& dout, const 
                                                       const Tensor& out, const Tensor& lse,
                                                       const Tensor& mask, double scale,
                                                       bool is_causal, bool sequence_first,
-                                                      int64_t zigzag) {
+                                                      int64_t zigzag, int64_t window) {
   static OpHandle plain(kAttentionGrad), masked(kAttentionMaskedGrad);
-  const AttentionParams params{scale, is_causal, sequence_first, zigzag};
+  const AttentionParams params{scale, is_causal, sequence_first, zigzag, window};
   if (!mask.defined()) return plain(params, {dout, q, k, v, out, lse});
   return masked(params, {dout, q, k, v, out, lse, mask});
 }

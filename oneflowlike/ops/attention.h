@@ -45,6 +45,17 @@
 // position(j) > position(i). Only is_causal attention without a mask has an order (without
 // causality the order of the rows does not matter; a mask would have to come in one order or the
 // other), over sequences of one length that 2n divides. n = 1 is the sequence's own order.
+//
+// Note [Sliding window]: with AttentionParams::window = w > 0 (is_causal only) each query sees
+// the w latest keys, itself included: query i sees the keys at positions (position(i) - w,
+// position(i)], Mistral's and Gemma's local attention (flash-attn's window_size (w - 1, 0)). A
+// row's keys are then an interval, not a prefix: AttentionDims::first_key gives its start. The
+// CPU kernels skip the key tiles wholly before a query tile's first key (forward) and the query
+// tiles that see none of a key tile (backward), so a step costs O(L w), not O(L^2); the tiles
+// they still read are the ones a plain causal call reads, cut in the same places, so a row's sums
+// run in the same order and a window covering the sequence gives causal attention's bits. The
+// window is by position, so it composes with the sequence split and the zigzag order unchanged,
+// and the SBP signatures are those of causal attention.
 
 #include <vector>
 
@@ -62,7 +73,8 @@ struct AttentionParams {
   bool is_causal = false;
   bool sequence_first = false;  // Note [Sequence-first attention]
   int64_t zigzag = 0;           // Note [Zigzag order]: n > 0, the queries in its order
-  OFL_PARAMS(AttentionParams, scale, is_causal, sequence_first, zigzag)
+  int64_t window = 0;           // Note [Sliding window]: w > 0, the keys each query sees
+  OFL_PARAMS(AttentionParams, scale, is_causal, sequence_first, zigzag, window)
 };
 
 /// Where row i of head h of batch b of one attention tensor starts: b * batch + h * head +
@@ -81,6 +93,7 @@ struct AttentionDims {
   // sees the keys at positions [0, query_position(i)].
   int64_t query_offset = 0;
   int64_t zigzag = 0;
+  int64_t window = 0;  // Note [Sliding window]: 0, or the keys each query sees
   bool sequence_first = false;
   AttentionStrides q, k, v, out;
   OFL_HOST_DEVICE int64_t group() const { return kv_heads == 0 ? 1 : heads / kv_heads; }
@@ -93,6 +106,12 @@ struct AttentionDims {
     return (c % 2 == 0 ? c / 2 : 2 * zigzag - 1 - c / 2) * chunk() + stored % chunk();
   }
   OFL_HOST_DEVICE int64_t query_position(int64_t i) const { return position(query_offset + i); }
+  // The position of the first key query i may see under is_causal: 0, or with a window the
+  // start of its w latest (Note [Sliding window]).
+  OFL_HOST_DEVICE int64_t first_key(int64_t i) const {
+    const int64_t first = window > 0 ? query_position(i) - window + 1 : 0;
+    return first > 0 ? first : 0;
+  }
   // Where the key at `position` is stored: position's inverse.
   OFL_HOST_DEVICE int64_t key_row(int64_t at) const {
     if (zigzag == 0) return at;
@@ -129,14 +148,15 @@ namespace functional {
 /// {out, lse}; `mask` may be an undefined Tensor (no mask).
 std::vector<Tensor> scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v,
                                                  const Tensor& mask, double scale, bool is_causal,
-                                                 bool sequence_first = false, int64_t zigzag = 0);
+                                                 bool sequence_first = false, int64_t zigzag = 0,
+                                                 int64_t window = 0);
 /// {dq, dk, dv} from dout and the forward's inputs and outputs.
 std::vector<Tensor> scaled_dot_product_attention_grad(const Tensor& dout, const Tensor& q,
                                                       const Tensor& k, const Tensor& v,
                                                       const Tensor& out, const Tensor& lse,
                                                       const Tensor& mask, double scale,
                                                       bool is_causal, bool sequence_first = false,
-                                                      int64_t zigzag = 0);
+                                                      int64_t zigzag = 0, int64_t window = 0);
 }  // namespace functional
 
 }  // namespace ofl

@@ -9,6 +9,12 @@ torch.nn.functional.scaled_dot_product_attention (its CPU flash-attention kernel
 count runs in a fresh process of each side (OMP_NUM_THREADS and torch.set_num_threads), the two
 interleaved; medians of the repeats are reported as ms and the ratio torch / ours (> 1: ours
 faster).
+
+With ``--window W`` the attention is sliding-window (each query sees its W latest keys, Note
+[Sliding window]): ours with ``window=W``, also timed with the whole causal prefix (what the
+window saves); torch's is SDPA with the window's boolean mask, the way a PyTorch user trains it
+on a CPU (FlexAttention, which skips hidden blocks, has no CPU backward: "FlexAttention does not
+support backward on CPU" in torch 2.15).
 """
 
 import argparse
@@ -20,7 +26,7 @@ import sys
 import time
 
 
-def measure(side, shape, threads, steps, dtype):
+def measure(side, shape, threads, steps, dtype, window=0):
     import numpy as np
 
     rng = np.random.default_rng(0)
@@ -34,6 +40,12 @@ def measure(side, shape, threads, steps, dtype):
         q, k, v = (torch.tensor(a).to(low).requires_grad_() for a in arrays[:3])
         g = torch.tensor(arrays[3]).to(low)
         sdpa = torch.nn.functional.scaled_dot_product_attention
+        if window:
+            i, j = torch.arange(t).unsqueeze(1), torch.arange(t).unsqueeze(0)
+            mask = (j <= i) & (j > i - window)
+
+            def sdpa(q, k, v, is_causal, f=sdpa):  # noqa: ARG001  the mask says it
+                return f(q, k, v, attn_mask=mask)
     else:
         import oneflowlike as flow
 
@@ -41,6 +53,9 @@ def measure(side, shape, threads, steps, dtype):
         q, k, v = (flow.tensor(a).to(low).requires_grad_() for a in arrays[:3])
         g = flow.tensor(arrays[3]).to(low)
         sdpa = flow.nn.functional.scaled_dot_product_attention
+        if window:
+            def sdpa(q, k, v, is_causal, f=sdpa):
+                return f(q, k, v, is_causal=is_causal, window=window)
     times = []
     for _ in range(steps + 1):
         for x in (q, k, v):
@@ -61,23 +76,29 @@ def main():
     p.add_argument("--steps", type=int, default=5)
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32")
+    p.add_argument("--window", type=int, default=0, help="sliding window (0: causal prefix)")
     args = p.parse_args()
     if args.side:
-        print(json.dumps(measure(args.side, args.shape, args.threads[0], args.steps, args.dtype)))
+        print(json.dumps(measure(args.side, args.shape, args.threads[0], args.steps, args.dtype,
+                                 args.window)))
         return
-    print(f"# attention fwd+bwd, causal, {args.dtype}, shape {tuple(args.shape)}, {args.steps} steps, "
-          f"{args.repeats} repeats; {time.strftime('%Y-%m-%d')}")
+    kind = f"sliding window {args.window}" if args.window else "causal"
+    print(f"# attention fwd+bwd, {kind}, {args.dtype}, shape {tuple(args.shape)}, {args.steps} "
+          f"steps, {args.repeats} repeats; {time.strftime('%Y-%m-%d')}")
     for threads in args.threads:
         env = {**os.environ, "OMP_NUM_THREADS": str(threads)}
         results = {"ours": [], "torch": []}
         if args.dtype == "bfloat16":  # also ours on widened copies (Note [bfloat16 tile products])
             results["ours_widened"] = []
+        if args.window:  # and ours over the whole prefix, what the window saves
+            results["ours_prefix"] = []
         for _ in range(args.repeats):
             for side in results:
                 out = subprocess.run(
                     [sys.executable, __file__, "--side", side.split("_")[0], "--threads",
                      str(threads), "--steps", str(args.steps), "--dtype", args.dtype, "--shape",
-                     *map(str, args.shape)],
+                     *map(str, args.shape),
+                     "--window", "0" if side == "ours_prefix" else str(args.window)],
                     env={**env, "OFL_BF16_TILES": "0"} if side == "ours_widened" else env,
                     capture_output=True, text=True, timeout=1800, check=True)
                 results[side].append(json.loads(out.stdout.strip().splitlines()[-1]))
@@ -88,6 +109,10 @@ def main():
             widened = statistics.median(results["ours_widened"])
             print(f"{threads} thread(s): ours on widened copies (OFL_BF16_TILES=0) "
                   f"{widened:.1f} ms: the tile products {widened / ours:.2f}x its speed")
+        if "ours_prefix" in results:
+            prefix = statistics.median(results["ours_prefix"])
+            print(f"{threads} thread(s): ours over the whole causal prefix {prefix:.1f} ms: the "
+                  f"window {prefix / ours:.2f}x its speed")
 
 
 if __name__ == "__main__":

@@ -352,3 +352,77 @@ def test_zigzag_attention_with_dropout_runs_on_eager_global_tensors():
         assert np.allclose(row[h], 0) or np.allclose(row[h], 2 * v0[h], rtol=1e-5)
     out.sum().backward()
     assert np.isfinite(q.grad.numpy()).all()
+
+
+def _window_mask(length, window):
+    """torch's boolean mask of sliding-window attention: query i sees keys (i - window, i]."""
+    i, j = np.arange(length)[:, None], np.arange(length)[None, :]
+    return torch.tensor((j <= i) & (j > i - window))
+
+
+@pytest.mark.parametrize("path", ["fused", "written_out", "zigzag", "bfloat16"])
+@pytest.mark.parametrize("window", [1, 9, 100])
+def test_sliding_window_gives_torchs_attention_of_that_mask(window, path):
+    """Note [Sliding window]: each query sees its `window` latest keys, as torch's SDPA with the
+    boolean mask of them, forward and backward: fused, written out (the form dropout_p > 0
+    takes, called with p = 0), in the zigzag order over 2 pieces, and in bfloat16 (within its
+    tolerance); grouped-query heads. A window longer than the sequence is causal attention."""
+    from oneflowlike.ops import attention as ours
+
+    n = 2 if path == "zigzag" else 0
+    order = (lambda x: _zigzag_np(x, 2, n)) if n else (lambda x: x)
+    q, g = rand(2, 4, 72, 8, seed=1), rand(2, 4, 72, 8, seed=4)
+    k, v = rand(2, 2, 72, 8, seed=2), rand(2, 2, 72, 8, seed=3)
+    dtype = torch.bfloat16 if path == "bfloat16" else torch.float32
+    theirs_in = [torch.tensor(x).to(dtype).requires_grad_() for x in (q, k, v)]
+    theirs = torch.nn.functional.scaled_dot_product_attention(
+        *theirs_in, attn_mask=_window_mask(72, window), enable_gqa=True)
+    (theirs.float() * torch.tensor(g)).sum().backward()
+    ours_in = [flow.tensor(order(x), requires_grad=True) for x in (q, k, v)]
+    if path == "bfloat16":
+        cast = [x.to(flow.bfloat16) for x in ours_in]
+    else:
+        cast = ours_in
+    if path == "written_out":
+        out = ours._written_out(*cast, None, 0.0, True, 1.0 / math.sqrt(8), window=window)
+    else:
+        out = F.scaled_dot_product_attention(*cast, is_causal=True, enable_gqa=True, zigzag=n,
+                                             window=window)
+    tol = (2e-2, 2e-2) if path == "bfloat16" else (1e-5, 1e-5)
+    np.testing.assert_allclose(out.float().numpy(), order(theirs.detach().float().numpy()),
+                               rtol=tol[0], atol=tol[1])
+    (out.float() * flow.tensor(order(g))).sum().backward()
+    for a, b in zip(ours_in, theirs_in):
+        np.testing.assert_allclose(a.grad.numpy(), order(b.grad.float().numpy()),
+                                   rtol=10 * tol[0], atol=10 * tol[1] if n or path != "fused" else 1e-5)
+    if window == 100 and path == "fused":  # nothing hidden but the later keys: causal
+        causal = F.scaled_dot_product_attention(*(flow.tensor(x) for x in (q, k, v)),
+                                                is_causal=True, enable_gqa=True)
+        np.testing.assert_array_equal(out.numpy(), causal.numpy())
+
+
+def test_sliding_window_refuses_what_is_not_causal_attention():
+    q = flow.tensor(rand(1, 2, 12, 4))
+    with pytest.raises(ValueError, match=r"\[scaled_dot_product_attention\] window counts the "
+                                         r"latest keys a query of causal attention sees: it needs "
+                                         r"is_causal=True"):
+        F.scaled_dot_product_attention(q, q, q, window=4)
+    with pytest.raises(ValueError, match=r"window \(the latest keys each query sees\) must be an "
+                                         r"int >= 0. However, got -2"):
+        F.scaled_dot_product_attention(q, q, q, is_causal=True, window=-2)
+    with pytest.raises(ValueError, match=r"\[CausalSelfAttention\] window .* However, got 2.5"):
+        flow.nn.CausalSelfAttention(8, 2, 12, window=2.5)
+
+
+def test_causal_self_attention_with_a_window_sees_only_its_latest_positions():
+    """Changing the input at position 3 changes the outputs at positions 3 .. 3 + window - 1
+    and leaves every other one as it was."""
+    flow.manual_seed(0)
+    attn = flow.nn.CausalSelfAttention(16, 4, 32, window=5)
+    assert "window=5" in repr(attn)
+    x = rand(1, 32, 16, seed=7)
+    y = x.copy()
+    y[0, 3] += 1.0
+    a, b = attn(flow.tensor(x)).numpy(), attn(flow.tensor(y)).numpy()
+    changed = np.abs(a - b).max(axis=-1)[0] > 1e-6
+    np.testing.assert_array_equal(np.flatnonzero(changed), np.arange(3, 8))

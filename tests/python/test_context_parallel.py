@@ -104,7 +104,10 @@ def test_mqa_over_cp2_on_one_gpu_gives_the_cpu_curve(tmp_path, mqa_single):
     # The experts' loss vector (one value per sequence) crosses the stage boundary split by
     # batch only, the activations along the sequence too (set_stage's input_sbp per input).
     (_LLAMA, [*_MQA, "--n-experts", "4"], ["--cp", "2", "--pp", "2", "--micro-batches", "2"]),
-], ids=["llama_cp2_tp2", "gpt_cp2_pp2_m2", "moe_ep2_cp2", "moe_cp2_pp2_m2"])
+    # Note [Sliding window]: windows of 12 positions in the zigzag order over 4 ranks (chunks of
+    # 8), every other layer global.
+    (_LLAMA, [*_MQA, "--window", "12", "--global-every", "2"], ["--cp", "4"]),
+], ids=["llama_cp2_tp2", "gpt_cp2_pp2_m2", "moe_ep2_cp2", "moe_cp2_pp2_m2", "window_cp4"])
 def test_cp_with_other_layouts_gives_the_one_rank_curve(tmp_path, script, model, layout):
     single = example_runs.train(script, model, tmp_path, 1, tag="single")
     _curves_agree(example_runs.train(script, model, tmp_path, 4, *layout), single)

@@ -411,19 +411,22 @@ def test_sequence_first_attention_matches_the_cpu(dtype, q_shape, kv_shape, caus
 
 # Note [Zigzag order]: q, k and v stored in the zigzag order over 2 and 3 pieces; the CUDA
 # kernel hides key j from query i by both rows' positions, the CPU's walks the keys in the
-# sequence's order.
+# sequence's order. With a window of 20 keys too (Note [Sliding window]), and the window in the
+# sequence's order (zigzag 1).
 @pytest.mark.parametrize("dtype", [flow.float32, flow.bfloat16], ids=str)
-@pytest.mark.parametrize("zigzag", [2, 3])
-def test_zigzag_attention_matches_the_cpu(dtype, zigzag):
+@pytest.mark.parametrize("zigzag", [1, 2, 3])
+@pytest.mark.parametrize("window", [0, 20], ids=lambda w: f"window{w}")
+def test_zigzag_attention_matches_the_cpu(dtype, zigzag, window):
     rng = np.random.default_rng(5)
     arrays = [rng.standard_normal(s).astype(np.float32)
               for s in ((2, 4, 72, 16), (2, 2, 72, 16), (2, 2, 72, 16), (2, 4, 72, 16))]
 
     def fn(q, k, v, dout):
-        out, lse = _C.scaled_dot_product_attention(q, k, v, None, 0.3, True, zigzag=zigzag)
+        out, lse = _C.scaled_dot_product_attention(q, k, v, None, 0.3, True, zigzag=zigzag,
+                                                   window=window)
         return [out, lse.to(out.dtype),
                 *_C.scaled_dot_product_attention_grad(dout, q, k, v, out, lse, None, 0.3, True,
-                                                      zigzag=zigzag)]
+                                                      zigzag=zigzag, window=window)]
 
     want, got = reference_and_cuda(fn, arrays, dtype)
     tol = TOLERANCE[dtype] * (4 if dtype in LOW else 10)

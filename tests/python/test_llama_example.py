@@ -150,7 +150,10 @@ def test_the_fit_test_a_limit_one_rank_exceeds_trains_on_dp2_tp2_with_zero(tmp_p
 
 def test_bad_flags_are_reported():
     for flags, message in [(["--tp", "4"], "--tp 4 must divide --n-kv-head 2"),
-                           (["--n-kv-head", "3"], "--n-head 4 must be a multiple of --n-kv-head 3")]:
+                           (["--n-kv-head", "3"], "--n-head 4 must be a multiple of --n-kv-head 3"),
+                           (["--global-every", "2"], "--window must be >= 0 (0: whole prefix) and "
+                            "--global-every >= 0, and only with a window. However, got --window "
+                            "0, --global-every 2")]:
         result = subprocess.run([sys.executable, str(_TRAIN), *_SMALL, *flags],
                                 env=example_runs.clean_env(), capture_output=True, text=True,
                                 timeout=120)
@@ -162,6 +165,18 @@ def test_pytorch_twin_gives_the_same_loss_curve(single):
     torch = pytest.importorskip("torch", reason="torch is not installed (pip install torch)")
     losses = example_runs.llama_twin_losses(torch, _SMALL)
     np.testing.assert_allclose(_losses(single), losses, rtol=LOSS_RTOL["float32"])
+
+
+def test_sliding_window_layers_give_the_pytorch_twins_curve(tmp_path, single):
+    # Note [Sliding window]: --window 5 --global-every 2 (Gemma 2's alternation): layer 0 sees
+    # each position's 5 latest, layer 1 the whole prefix; the twin masks layer 0's scores with
+    # torch's SDPA and a boolean mask. The window changes the curve (it is not ignored).
+    torch = pytest.importorskip("torch", reason="torch is not installed (pip install torch)")
+    window = ["--window", "5", "--global-every", "2"]
+    records = _train(tmp_path, 1, *window)
+    losses = example_runs.llama_twin_losses(torch, [*_SMALL, *window])
+    np.testing.assert_allclose(_losses(records), losses, rtol=LOSS_RTOL["float32"])
+    assert not np.allclose(_losses(records)[1:], _losses(single)[1:], rtol=1e-4)
 
 
 # --- data through flow.utils.data (--data-bin) ------------------------------------------------

@@ -6,7 +6,8 @@
 //    (q k^T * scale + mask, causal entries -inf) update each row's running maximum m and sum l
 //    (Note [Online softmax] in kernels/online_softmax.h) and the accumulator acc += p v, whose
 //    older terms are rescaled by exp(m_old - m). Key tiles wholly after the tile's last query
-//    are skipped under is_causal. out = acc / l and lse = m + log(l).
+//    are skipped under is_causal, and with a window those wholly before its first query's first
+//    key (Note [Sliding window] in ops/attention.h). out = acc / l and lse = m + log(l).
 //  - Backward: D_i = sum(dout_i * out_i) per query row first; then one task per (batch,
 //    key/value head), which owns its dk and dv and, through its query heads, their dq rows, so
 //    nothing is summed by two threads. Per (key tile, query head, query tile): p = exp(s - lse),
@@ -19,7 +20,9 @@
 // whole tile (they are cheap on the tile instructions), but the softmax steps (the row's max,
 // exp, sum, the mask) run over the keys each row sees, and the rest of the row is set to 0, the
 // probability exp(-inf) gave it before. The same bits: the lanes of the sums add +0 for those
-// entries, and the max passed over -inf.
+// entries, and the max passed over -inf. With a window the keys a row sees in a tile are an
+// interval [from, to) (SeenKeys): the max and exp run over it, the sum over [0, to) with the
+// zeros before it, so each key stays in its lane.
 // bfloat16 multiplies its tiles as they are, on AVX512-BF16 (Note [bfloat16 tile products] in
 // bf16_tiles.h, Tiles below), with everything else in float32: scores, the softmax steps, the
 // accumulators of out, dq, dk and dv (rounded once at the end), and p and ds rounded to bfloat16
@@ -186,14 +189,20 @@ struct Tiles<bfloat16> {
 template <class S>
 using tile_compute_t = typename Tiles<S>::C;
 
-// How many of the keys [k0, k0 + nk) query q sees: all, or under is_causal those up to q's
-// position (Note [Sequence-split attention], Note [Zigzag order]).
+// Which of the keys [k0, k0 + nk) query q sees, as indexes into the tile [from, to): all, or
+// under is_causal those up to q's position (Note [Sequence-split attention], Note [Zigzag
+// order]) and, with a window, from its first key on (Note [Sliding window]).
 // The kernels' softmax steps run over these only, and give the rest of a row probability 0
 // (what exp of -inf gave them before: the same sums, since the lanes add +0; Note [Visible
 // keys]).
-int64_t visible_keys(const AttentionDims& d, const AttentionParams& p, int64_t q, int64_t k0,
-                     int64_t nk) {
-  return p.is_causal ? std::clamp<int64_t>(d.query_position(q) + 1 - k0, 0, nk) : nk;
+struct SeenKeys {
+  int64_t from = 0, to = 0;
+};
+SeenKeys seen_keys(const AttentionDims& d, const AttentionParams& p, int64_t q, int64_t k0,
+                   int64_t nk) {
+  if (!p.is_causal) return {0, nk};
+  const int64_t to = std::clamp<int64_t>(d.query_position(q) + 1 - k0, 0, nk);
+  return {std::clamp<int64_t>(d.first_key(q) - k0, 0, to), to};
 }
 
 // The length of the key tile at position k0: kKeyTile keys, cut at the end of the keys and, in
@@ -203,6 +212,14 @@ int64_t key_tile(const AttentionDims& d, int64_t k0) {
   int64_t end = std::min(d.keys, k0 + kKeyTile);
   if (d.zigzag > 0 && d.keys > 0) end = std::min(end, (k0 / d.chunk() + 1) * d.chunk());
   return end - k0;
+}
+
+// The start of the key tile holding position `at`, on the grid key_tile cuts from position 0:
+// the kernels that skip the tiles before a window start there, and so cut every later tile
+// where a walk from 0 does (the same sums in the same order, Note [Sliding window]).
+int64_t key_tile_start(const AttentionDims& d, int64_t at) {
+  const int64_t chunk_start = d.zigzag > 0 && d.keys > 0 ? at / d.chunk() * d.chunk() : 0;
+  return chunk_start + (at - chunk_start) / kKeyTile * kKeyTile;
 }
 
 // n rounded up to whole 16-lane vectors, at most `limit`: exp_shifted over a row's visible keys
@@ -222,8 +239,8 @@ void scores(const HeadView<T>& hv, const AttentionDims& d, const AttentionParams
   for (int64_t i = 0; i < nq; ++i) {
     C* row = s + i * nk;
     const T* m = hv.mask + (q0 + i) * hv.ms.query + kr * hv.ms.key;
-    const int64_t visible = visible_keys(d, p, q0 + i, k0, nk);
-    for (int64_t j = 0; j < visible; ++j) row[j] += static_cast<C>(m[j * hv.ms.key]);
+    const SeenKeys seen = seen_keys(d, p, q0 + i, k0, nk);
+    for (int64_t j = seen.from; j < seen.to; ++j) row[j] += static_cast<C>(m[j * hv.ms.key]);
   }
 }
 
@@ -291,6 +308,16 @@ int64_t keys_read(const AttentionDims& d, const AttentionParams& p, int64_t q0, 
   return p.is_causal ? std::min(d.keys, d.last_query_position(q0, q_end) + 1) : d.keys;
 }
 
+// The first key position any query of [q0, q_end) sees: 0, or with a window the least of their
+// first keys (a scan of the tile's rows: in the zigzag order positions fall at chunk edges).
+int64_t first_key_read(const AttentionDims& d, const AttentionParams& p, int64_t q0,
+                       int64_t q_end) {
+  if (!p.is_causal || d.window == 0) return 0;
+  int64_t first = d.keys;
+  for (int64_t i = q0; i < q_end; ++i) first = std::min(first, d.first_key(i));
+  return first;
+}
+
 // (q, k, v[, mask]) -> (out, lse).
 template <class T>
 struct AttentionKernel {
@@ -321,21 +348,23 @@ struct AttentionKernel {
         std::fill(l.begin(), l.end(), C(0));
         std::fill(acc.begin(), acc.end(), C(0));
         const int64_t last = keys_read(d, p, q0, q0 + nq);
-        for (int64_t k0 = 0, nk = 0; k0 < last; k0 += nk) {
+        const int64_t first = key_tile_start(d, first_key_read(d, p, q0, q0 + nq));
+        for (int64_t k0 = first, nk = 0; k0 < last; k0 += nk) {
           nk = key_tile(d, k0);
           const int64_t kr = d.key_row(k0);
           scores(hv, d, p, q0, nq, k0, kr, nk, s.data());
           for (int64_t i = 0; i < nq; ++i) {
             C* row = s.data() + i * nk;
-            const int64_t visible = visible_keys(d, p, q0 + i, k0, nk);
-            const C top = std::max(m[i], lanes_max(row, visible));
+            const auto [from, visible] = seen_keys(d, p, q0 + i, k0, nk);
+            const C top = std::max(m[i], lanes_max(row + from, visible - from));
             if (top == -inf) {  // nothing seen yet in this row: no mass, nothing to rescale
               std::fill(row, row + nk, C(0));
               continue;
             }
             const C rescale = std::exp(m[i] - top);
-            exp_shifted(row, row, whole_vectors(visible, nk), top);
-            std::fill(row + visible, row + nk, C(0));  // no probability for hidden keys
+            exp_shifted(row + from, row + from, whole_vectors(visible - from, nk - from), top);
+            std::fill(row, row + from, C(0));  // no probability for hidden keys
+            std::fill(row + visible, row + nk, C(0));
             l[i] = l[i] * rescale + lanes_sum(row, visible);
             m[i] = top;
             if (rescale != C(1)) {
@@ -484,13 +513,18 @@ struct AttentionGradKernel {
             for (int64_t q0 = 0; q0 < d.queries; q0 += kQueryTile) {
               const int64_t nq = std::min(kQueryTile, d.queries - q0);
               // Under is_causal a query tile whose positions are all before k0 sees none of
-              // these keys.
-              if (keys_read(d, p, q0, q0 + nq) <= k0) continue;
+              // these keys, nor one whose first keys (with a window) are all after them.
+              if (keys_read(d, p, q0, q0 + nq) <= k0 ||
+                  first_key_read(d, p, q0, q0 + nq) >= k0 + nk) {
+                continue;
+              }
               scores(hv, d, p, q0, nq, k0, kr, nk, s.data());
               for (int64_t i = 0; i < nq; ++i) {
                 C* row = s.data() + i * nk;
-                const int64_t visible = visible_keys(d, p, q0 + i, k0, nk);
-                exp_shifted(row, row, whole_vectors(visible, nk), lse[bh * d.queries + q0 + i]);
+                const auto [from, visible] = seen_keys(d, p, q0 + i, k0, nk);
+                exp_shifted(row + from, row + from, whole_vectors(visible - from, nk - from),
+                            lse[bh * d.queries + q0 + i]);
+                std::fill(row, row + from, C(0));
                 std::fill(row + visible, row + nk, C(0));
               }
               // dv += p^T dout; dp = dout v^T.

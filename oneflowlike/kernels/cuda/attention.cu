@@ -91,9 +91,12 @@ struct ScoreRows {
     return causal ? (seen < d.keys ? seen : d.keys) : d.keys;
   }
   // Whether query i sees key j (j < keys_of(i)): under is_causal, where j is at or before its
-  // position (Note [Zigzag order]: both stored in that order).
+  // position (Note [Zigzag order]: both stored in that order) and, with a window, at or after
+  // its first key (Note [Sliding window]).
   __device__ bool sees(int64_t i, int64_t j, bool causal) const {
-    return !causal || d.zigzag == 0 || d.position(j) <= d.query_position(i);
+    if (!causal || (d.zigzag == 0 && d.window == 0)) return true;
+    const int64_t at = d.position(j);
+    return at <= d.query_position(i) && at >= d.first_key(i);
   }
 };
 

@@ -13,18 +13,29 @@ def _shapes(q, k, v):
     return f"query {tuple(q.shape)}, key {tuple(k.shape)}, value {tuple(v.shape)}"
 
 
-def _zigzag_pieces(op, n, least=0):
-    """``n`` as an int >= least (numpy's integers too), or ValueError naming the op."""
+def _count(op, name, what, n, least=0):
+    """``n`` as an int >= least (numpy's integers too), or ValueError naming the op and the
+    argument ``name`` (``what`` it counts)."""
     try:
         if isinstance(n, bool):
             raise TypeError
-        pieces = operator.index(n)
+        count = operator.index(n)
     except TypeError:
-        pieces = None
-    if pieces is None or pieces < least:
-        raise ValueError(f"[{op}] zigzag (the pieces the order balances) must be an int >= "
-                         f"{least}. However, got {n!r}.")
-    return pieces
+        count = None
+    if count is None or count < least:
+        raise ValueError(f"[{op}] {name} ({what}) must be an int >= {least}. However, got "
+                         f"{n!r}.")
+    return count
+
+
+def _zigzag_pieces(op, n, least=0):
+    """``n`` as an int >= least, or ValueError naming the op."""
+    return _count(op, "zigzag", "the pieces the order balances", n, least)
+
+
+def _window_keys(op, w, least=0):
+    """``w`` as an int >= least, or ValueError naming the op."""
+    return _count(op, "window", "the latest keys each query sees", w, least)
 
 
 def _float_mask(attn_mask, dtype):
@@ -44,7 +55,8 @@ def _float_mask(attn_mask, dtype):
 
 
 def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.0,
-                                 is_causal=False, scale=None, enable_gqa=False, *, zigzag=0):
+                                 is_causal=False, scale=None, enable_gqa=False, *, zigzag=0,
+                                 window=0):
     """torch.nn.functional.scaled_dot_product_attention: softmax(query key^T * scale + mask)
     value over the last two axes of (batch, heads, L, E) inputs (or (heads, L, E)).
 
@@ -58,6 +70,11 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
     result is in F.zigzag's order over that many pieces, which balances causal attention over
     context-parallel ranks (Note [Zigzag order] in oneflowlike/ops/attention.h). Needs
     is_causal, and L = S a multiple of 2 * zigzag.
+
+    ``window`` (ours, keyword only; 0: off): sliding-window attention, each query sees its
+    ``window`` latest keys, itself included (Mistral's and Gemma's local attention; flash-attn's
+    ``window_size=(window - 1, 0)``), at a cost linear in the sequence (Note [Sliding window]).
+    Needs is_causal.
     """
     q, k, v = query, key, value
     if not (q.ndim == k.ndim == v.ndim and q.ndim in (3, 4)):
@@ -83,6 +100,11 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
             raise ValueError(f"[scaled_dot_product_attention] zigzag={zigzag} cuts the sequence "
                              f"in {2 * zigzag} chunks: query and key must have one length L that "
                              f"{2 * zigzag} divides. However, got {_shapes(q, k, v)}.")
+    if window:
+        window = _window_keys("scaled_dot_product_attention", window)
+        if not is_causal:
+            raise ValueError("[scaled_dot_product_attention] window counts the latest keys a "
+                             "query of causal attention sees: it needs is_causal=True.")
     if scale is None:
         scale = 1.0 / math.sqrt(q.shape[-1]) if q.shape[-1] > 0 else 1.0
     mask = None if attn_mask is None else _float_mask(attn_mask, q.dtype)
@@ -91,14 +113,14 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
         q, k, v = (t.unsqueeze(0) for t in (q, k, v))
     if float(dropout_p) > 0.0:
         out = _written_out(q, k, v, mask, float(dropout_p), bool(is_causal), float(scale),
-                           zigzag)
+                           zigzag, window)
     else:
         out = _C.scaled_dot_product_attention(q, k, v, mask, float(scale), bool(is_causal),
-                                              zigzag=zigzag)[0]
+                                              zigzag=zigzag, window=window)[0]
     return out.squeeze(0) if three_d else out
 
 
-def _written_out(q, k, v, mask, dropout_p, is_causal, scale, zigzag=0):
+def _written_out(q, k, v, mask, dropout_p, is_causal, scale, zigzag=0, window=0):
     """Attention as matmul, softmax, dropout and matmul (what the fused kernel computes, plus
     dropout of the weights). The library's functions, which take global tensors too: eagerly on
     global tensors each is an op of its own (_eager_global)."""
@@ -130,6 +152,8 @@ def _written_out(q, k, v, mask, dropout_p, is_causal, scale, zigzag=0):
             query_at, key_at = order(query_at, 0, zigzag), order(key_at, 0, zigzag)
         query_at, key_at = query_at.reshape(length, 1), key_at.reshape(1, keys)
         att = att.masked_fill(key_at > query_at, float("-inf"))
+        if window:  # and the keys before the query's `window` latest
+            att = att.masked_fill(key_at <= query_at - window, float("-inf"))
     if mask is not None:
         att = att + mask
     # A row whose keys are all masked attends to nothing: 0, as PyTorch's SDPA and the fused
@@ -141,7 +165,7 @@ def _written_out(q, k, v, mask, dropout_p, is_causal, scale, zigzag=0):
 
 
 def _eager_global(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
-                  enable_gqa=False, *, zigzag=0):
+                  enable_gqa=False, *, zigzag=0, window=0):
     """The eager form on global tensors (outside a trace). Note [Eager global dropout] in
     framework/global_dropout.py: a compiled op that draws random numbers cannot be
     differentiated by recomputing it, so with dropout_p > 0 attention runs op by op, written out,
@@ -151,7 +175,7 @@ def _eager_global(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=Fa
 
     args = (query, key, value)
     kwargs = {"attn_mask": attn_mask, "dropout_p": dropout_p, "is_causal": is_causal,
-              "scale": scale, "enable_gqa": enable_gqa, "zigzag": zigzag}
+              "scale": scale, "enable_gqa": enable_gqa, "zigzag": zigzag, "window": window}
     if isinstance(dropout_p, (int, float)) and float(dropout_p) > 0.0:
         return scaled_dot_product_attention(*args, **kwargs)
     return global_tensor.apply(scaled_dot_product_attention, args, kwargs,

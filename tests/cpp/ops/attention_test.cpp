@@ -27,6 +27,7 @@ using testing::expect_close;
 using testing::expect_error;
 using testing::expect_error_phrases;
 using testing::expect_gradients_match;
+using testing::make_tensor;
 using testing::random_tensor;
 using testing::values_of;
 
@@ -621,6 +622,120 @@ TEST(Attention, ZigzagOrderedQueriesGiveTheSequencesRowsInThatOrder) {
       }
     }
   }
+}
+
+// Note [Sliding window]: causal attention whose queries see their w latest keys gives the
+// attention of a mask hiding the others (the masked op, not causal), forward and backward:
+// windows of one key, inside one tile, across key tiles, and longer than the sequence; in the
+// sequence's order and the zigzag order (whole, and by uneven pieces of the stored queries);
+// float32, float64 and bfloat16, heads-first and sequence-first. A window as long as the
+// sequence is causal attention, bit for bit. Without the rows' first keys the rows would see
+// the hidden keys too.
+TEST(Attention, SlidingWindowIsTheMaskOfItsLatestKeys) {
+  const int64_t L = 240;
+  const double inf = std::numeric_limits<double>::infinity();
+  for (DataType dtype : {DataType::kFloat32, DataType::kFloat64, DataType::kBFloat16}) {
+    for (bool sequence_first : {false, true}) {
+      const int axis = sequence_first ? 1 : 2;  // the queries' axis of q, out, dq
+      auto shaped = [&](int64_t heads, int64_t width) {
+        return sequence_first ? Shape{2, L, heads, width} : Shape{2, heads, L, width};
+      };
+      const Tensor q = random_tensor(shaped(4, 8), dtype, 1);
+      const Tensor k = random_tensor(shaped(2, 8), dtype, 2);
+      const Tensor v = random_tensor(shaped(2, 6), dtype, 3);
+      const auto causal =
+          functional::scaled_dot_product_attention(q, k, v, Tensor(), 0.3, true, sequence_first);
+      const Tensor dout = random_tensor(causal[0].shape(), dtype, 4);
+      const double tol = dtype_tolerance(dtype);
+      for (int64_t w : {1, 50, 130, 300}) {
+        SCOPED_TRACE(str_cat(dtype_name(dtype), sequence_first ? " sequence-first" : "",
+                             " window ", w));
+        std::vector<double> hidden(L * L, 0.0);
+        for (int64_t i = 0; i < L; ++i) {
+          for (int64_t j = 0; j < L; ++j) {
+            if (j > i || j <= i - w) hidden[i * L + j] = -inf;
+          }
+        }
+        const Tensor mask = make_tensor(hidden, Shape{L, L}, dtype);
+        const auto masked = functional::scaled_dot_product_attention(q, k, v, mask, 0.3, false,
+                                                                     sequence_first);
+        const auto masked_grads = functional::scaled_dot_product_attention_grad(
+            dout, q, k, v, masked[0], masked[1], mask, 0.3, false, sequence_first);
+        for (int64_t n : {0, 2}) {
+          SCOPED_TRACE(str_cat("zigzag ", n));
+          // In the zigzag order the inputs are stored in it, and the results compared in it.
+          auto stored = [&](const Tensor& t, int at) { return n ? zigzag_rows(t, at, n) : t; };
+          const Tensor qz = stored(q, axis), kz = stored(k, axis), vz = stored(v, axis);
+          const Tensor doutz = stored(dout, axis);
+          const auto out = functional::scaled_dot_product_attention(qz, kz, vz, Tensor(), 0.3,
+                                                                    true, sequence_first, n, w);
+          expect_close(out[0], values_of(stored(masked[0], axis)), out[0].shape(), tol, tol);
+          expect_close(out[1], values_of(stored(masked[1], 2)), out[1].shape(), tol, tol);
+          const auto grads = functional::scaled_dot_product_attention_grad(
+              doutz, qz, kz, vz, out[0], out[1], Tensor(), 0.3, true, sequence_first, n, w);
+          for (int i = 0; i < 3; ++i) {
+            expect_close(grads[i], values_of(stored(masked_grads[i], axis)), grads[i].shape(),
+                         4 * tol, 4 * tol);
+          }
+          if (w >= L && n == 0) {  // no key hidden but the later ones: causal attention's bits
+            EXPECT_EQ(values_of(out[0]), values_of(causal[0]));
+            EXPECT_EQ(values_of(out[1]), values_of(causal[1]));
+          }
+          if (n == 0 || w != 50) continue;
+          // By uneven pieces of the stored queries, each told its place.
+          const AttentionParams params{0.3, true, sequence_first, n, w};
+          std::vector<double> dk(values_of(k).size()), dv(values_of(v).size());
+          for (const auto& [begin, end] : std::vector<std::pair<int64_t, int64_t>>{
+                   {0, 37}, {37, 170}, {170, L}}) {
+            SCOPED_TRACE(str_cat("stored queries [", begin, ", ", end, ")"));
+            auto rows = [&](const Tensor& t, int at) { return rows_between(t, at, begin, end); };
+            const std::vector<Range> region = piece_region(out[0].shape(), axis, begin, end);
+            const Tensor qp = rows(qz, axis);
+            const auto piece = run_piece("scaled_dot_product_attention", params, {qp, kz, vz},
+                                         {rows(out[0], axis).shape(), rows(out[1], 2).shape()},
+                                         {dtype, out[1].dtype()}, region, out[0].shape());
+            expect_close(piece[0], values_of(rows(out[0], axis)), piece[0].shape(), tol, tol);
+            expect_close(piece[1], values_of(rows(out[1], 2)), piece[1].shape(), tol, tol);
+            const auto g = run_piece("scaled_dot_product_attention_grad", params,
+                                     {rows(doutz, axis), qp, kz, vz, piece[0], piece[1]},
+                                     {qp.shape(), k.shape(), v.shape()}, {dtype, dtype, dtype},
+                                     region, q.shape());
+            expect_close(g[0], values_of(rows(grads[0], axis)), g[0].shape(), tol, tol);
+            const std::vector<double> gk = values_of(g[1]), gv = values_of(g[2]);
+            for (size_t i = 0; i < dk.size(); ++i) dk[i] += gk[i];
+            for (size_t i = 0; i < dv.size(); ++i) dv[i] += gv[i];
+          }
+          expect_close(grads[1], dk, k.shape(), 4 * tol, 4 * tol);
+          expect_close(grads[2], dv, v.shape(), 4 * tol, 4 * tol);
+        }
+      }
+    }
+  }
+}
+
+// A window is how many keys a causal query sees: anything else is refused naming it.
+TEST(Attention, SlidingWindowRefusesWhatIsNotCausalAttention) {
+  const Tensor q = random_tensor({1, 2, 12, 8}, DataType::kFloat32, 1);
+  const Tensor lse = random_tensor({1, 2, 12}, DataType::kFloat32, 2);
+  expect_error(
+      [&] {
+        functional::scaled_dot_product_attention(q, q, q, Tensor(), 1.0, false, false, 0, 4);
+      },
+      ErrorCode::kInvalidArgument,
+      "[scaled_dot_product_attention] window (Note [Sliding window]) is how many of the latest "
+      "keys each query of causal attention sees: it must be at least 1, with is_causal and no "
+      "attn_mask. However, got window 4, is_causal false and no mask.");
+  expect_error(
+      [&] {
+        functional::scaled_dot_product_attention(q, q, q, Tensor(), 1.0, true, false, 0, -3);
+      },
+      ErrorCode::kInvalidArgument, "However, got window -3");
+  expect_error(
+      [&] {
+        functional::scaled_dot_product_attention_grad(q, q, q, q, q, lse, Tensor(), 1.0, false,
+                                                      false, 0, 2);
+      },
+      ErrorCode::kInvalidArgument, "[scaled_dot_product_attention_grad] window");
 }
 
 // The zigzag order is causal attention's, over sequences 2n divides, without a mask: anything

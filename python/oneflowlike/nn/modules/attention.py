@@ -3,6 +3,7 @@
 import math
 
 from oneflowlike.nn import functional as F
+from oneflowlike.ops.attention import _window_keys
 from oneflowlike.nn.modules.dropout import Dropout
 from oneflowlike.nn.modules.linear import Linear
 from oneflowlike.nn.modules.module import Module
@@ -16,11 +17,13 @@ class CausalSelfAttention(Module):
     (tensor parallelism). ``c_proj`` (n_embd -> n_embd) mixes the heads' outputs. ``dropout``
     applies to the attention weights and to the output. Input and output: (B, T, n_embd) with
     T <= block_size. ``zigzag`` (ours; 0: off): T is in F.zigzag's order over that many pieces
-    (Note [Zigzag order] in oneflowlike/ops/attention.h).
+    (Note [Zigzag order] in oneflowlike/ops/attention.h). ``window`` (ours; 0: off): position t
+    attends to its ``window`` latest positions only, t - window < s <= t (sliding-window
+    attention, Note [Sliding window]).
     """
 
     def __init__(self, n_embd, n_head, block_size, dropout=0.0, bias=True, device=None,
-                 dtype=None, zigzag=0):
+                 dtype=None, zigzag=0, window=0):
         super().__init__()
         if n_head <= 0 or n_embd % n_head != 0:
             raise ValueError(f"[CausalSelfAttention] n_embd must be a multiple of n_head. "
@@ -30,6 +33,7 @@ class CausalSelfAttention(Module):
         self.head_dim = n_embd // n_head
         self.block_size = block_size
         self.zigzag = zigzag
+        self.window = _window_keys("CausalSelfAttention", window)
         self.c_attn = Linear(n_embd, 3 * n_embd, bias=bias, device=device, dtype=dtype)
         self.c_proj = Linear(n_embd, n_embd, bias=bias, device=device, dtype=dtype)
         self.attn_dropout = Dropout(dropout)
@@ -49,9 +53,11 @@ class CausalSelfAttention(Module):
         dropout_p = self.attn_dropout.p if self.training else 0.0
         y = F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, is_causal=True,
                                            scale=1.0 / math.sqrt(D),
-                                           zigzag=self.zigzag)  # (B, H, T, D)
+                                           zigzag=self.zigzag,
+                                           window=self.window)  # (B, H, T, D)
         y = y.transpose(1, 2).reshape(B, T, C)  # heads side by side again
         return self.resid_dropout(self.c_proj(y))
 
     def extra_repr(self):
-        return f"n_embd={self.n_embd}, n_head={self.n_head}, block_size={self.block_size}"
+        return (f"n_embd={self.n_embd}, n_head={self.n_head}, block_size={self.block_size}"
+                + (f", window={self.window}" if self.window else ""))
