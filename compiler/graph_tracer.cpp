@@ -110,12 +110,45 @@ int GraphTracer::constant(const Tensor& value, const std::string& user) {
   return t;
 }
 
+bool GraphTracer::is_fill(const Tensor& x) const {
+  const Graph& g = const_cast<GraphTracer*>(this)->builder_.graph();
+  const LogicalOp& op = g.op(g.tensor(index_of(x)).producer);
+  return op.schema != nullptr && op.schema->name() == "fill" && op.inputs.empty();
+}
+
+Tensor GraphTracer::fill_on(const Tensor& x, const Placement& placement) {
+  const Graph& g = builder_.graph();
+  const AnyParams params = g.op(g.tensor(index_of(x)).producer).params;
+  enter(placement);
+  return lazy(builder_.op("fill", params, {}).at(0));
+}
+
 std::vector<Tensor> GraphTracer::trace(const OpSchema& op, const AnyParams& params,
-                                       const std::vector<Tensor>& inputs) {
+                                       const std::vector<Tensor>& given) {
+  // Note [Fills follow their users]: a number operand (x == 10, x.ge(0)) is a fill op without
+  // inputs, traced where the op before it ran (the rule in graph_tracer.h), which under pipeline
+  // stages may be another stage than x's. The op's placement is then that of its other lazy
+  // inputs, and each fill elsewhere is traced again there (a constant: the same values).
+  std::vector<Tensor> inputs = given;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    OFL_CHECK(inputs[i].defined(), "[", op.name(), "] input ", i, " is an undefined tensor.");
+  }
+  const Placement* others = nullptr;
+  for (const Tensor& t : inputs) {
+    if (t.is_lazy() && !is_fill(t)) {
+      others = &placement_of(t);
+      break;
+    }
+  }
+  if (others != nullptr) {
+    const Placement target = *others;
+    for (Tensor& t : inputs) {
+      if (t.is_lazy() && is_fill(t) && placement_of(t) != target) t = fill_on(t, target);
+    }
+  }
   const Placement* placement = nullptr;
   int first_lazy = -1;
   for (size_t i = 0; i < inputs.size(); ++i) {
-    OFL_CHECK(inputs[i].defined(), "[", op.name(), "] input ", i, " is an undefined tensor.");
     if (!inputs[i].is_lazy()) continue;
     const Placement& p = placement_of(inputs[i]);
     if (placement == nullptr) {

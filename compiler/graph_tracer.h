@@ -67,6 +67,10 @@ class GraphTracer final : public OpTracer {
  private:
   Tensor lazy(int tensor);
   void enter(const Placement& placement);
+  // Whether `x` is the output of a fill op without inputs (a number operand), and that fill
+  // traced again on `placement` (Note [Fills follow their users] in graph_tracer.cpp).
+  bool is_fill(const Tensor& x) const;
+  Tensor fill_on(const Tensor& x, const Placement& placement);
   // `value` as a constant variable; `user` names the op that reads it, for the refusal.
   int constant(const Tensor& value, const std::string& user);
 

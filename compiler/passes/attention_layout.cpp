@@ -45,7 +45,8 @@ bool is_attention(const LogicalOp& op) {
   return op.kind == OpKind::kCompute && op.schema != nullptr &&
          op.placement.device_type() == DeviceType::kCPU &&
          (op.schema->name() == "scaled_dot_product_attention" ||
-          op.schema->name() == "scaled_dot_product_attention_masked") &&
+          op.schema->name() == "scaled_dot_product_attention_masked" ||
+          op.schema->name() == "scaled_dot_product_attention_documents") &&
          !op.params.as<AttentionParams>().sequence_first;
 }
 

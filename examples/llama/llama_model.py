@@ -7,6 +7,7 @@ placements and SBP."""
 import math
 from dataclasses import dataclass
 
+import oneflowlike as flow
 import oneflowlike.nn as nn
 import oneflowlike.nn.functional as F
 from moe import MoEFeedForward
@@ -37,6 +38,9 @@ class LlamaConfig:
     # (Gemma 2's alternation is K = 2, Gemma 3's five local layers to one global K = 6).
     window: int = 0
     global_every: int = 0
+    # >= 0: the token that ends each document of the packed sequences; a position then attends
+    # within its own document only (Llama 3's document mask; Note [Packed documents]).
+    doc_sep: int = -1
 
     @property
     def head_dim(self):
@@ -68,6 +72,9 @@ class LlamaConfig:
             raise ValueError(f"--window must be >= 0 (0: whole prefix) and --global-every >= 0, "
                              f"and only with a window. However, got --window {self.window}, "
                              f"--global-every {self.global_every}.")
+        if not -1 <= self.doc_sep < self.vocab_size:
+            raise ValueError(f"--doc-sep must be a token id in [0, {self.vocab_size}) (or -1: "
+                             f"no documents). However, got {self.doc_sep}.")
         if self.n_experts < 0 or self.n_experts == 1:
             raise ValueError(f"--n-experts must be 0 (a dense MLP) or at least 2. However, got "
                              f"{self.n_experts}.")
@@ -92,7 +99,8 @@ def config_from_flags(flags):
                        aux_loss_coef=flags.get("aux_loss_coef", LlamaConfig.aux_loss_coef),
                        router_z_loss_coef=flags.get("router_z_loss_coef",
                                                     LlamaConfig.router_z_loss_coef),
-                       window=flags.get("window", 0), global_every=flags.get("global_every", 0))
+                       window=flags.get("window", 0), global_every=flags.get("global_every", 0),
+                       doc_sep=flags.get("doc_sep", -1))
 
 
 class Attention(nn.Module):
@@ -111,7 +119,7 @@ class Attention(nn.Module):
         self.rope = nn.RotaryEmbedding(c.head_dim, c.block_size, base=c.rope_base,
                                        zigzag=c.zigzag)
 
-    def forward(self, x):
+    def forward(self, x, documents=None):
         B, T, _ = x.shape
         D = self.head_dim
         q = self.wq(x).reshape(B, T, self.n_head, D).transpose(1, 2)  # (B, H, T, D)
@@ -120,7 +128,8 @@ class Attention(nn.Module):
         q, k = self.rope(q), self.rope(k)
         y = F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=1.0 / math.sqrt(D),
                                            enable_gqa=self.n_kv_head != self.n_head,
-                                           zigzag=self.zigzag, window=self.window)
+                                           zigzag=self.zigzag, window=self.window,
+                                           document_ids=documents)
         return self.wo(y.transpose(1, 2).reshape(B, T, self.n_head * D))
 
 
@@ -150,8 +159,8 @@ class Block(nn.Module):
         self.mlp_norm = nn.RMSNorm(c.n_embd, eps=c.norm_eps)
         self.mlp = MoEFeedForward(c) if self.moe else FeedForward(c)
 
-    def forward(self, x, aux=None):
-        x = x + self.attn(self.attn_norm(x))
+    def forward(self, x, aux=None, documents=None):
+        x = x + self.attn(self.attn_norm(x), documents)
         if not self.moe:
             return x + self.mlp(self.mlp_norm(x))
         y, balance = self.mlp(self.mlp_norm(x))
@@ -217,18 +226,31 @@ class Llama(nn.Module):
                     std = 0.02 / (2 * self.config.n_layer) ** 0.5
                 nn.init.normal_(p, 0.0, std)
 
+    def documents(self, idx):
+        """Each position's document (B, T) int32 (config.doc_sep >= 0): the separators before
+        it, the separator itself ending its document. Counted in the sequence's order, and given
+        in the order idx comes in (Note [Zigzag order])."""
+        c = self.config
+        ends = (idx == c.doc_sep).to(flow.int32)
+        if c.zigzag:
+            ends = F.unzigzag(ends, 1, c.zigzag)
+        ids = flow.cumsum(ends, dim=1) - ends
+        return F.zigzag(ids, 1, c.zigzag) if c.zigzag else ids
+
     def forward(self, idx, targets=None):
         """The mean loss against ``targets``; without them, the logits (B, T, vocab_size)."""
+        # Passed to every block as a positional input, so that pipeline stages move it there.
+        docs = self.documents(idx) if self.config.doc_sep >= 0 else None
         x = self.embed(idx)
         if not self.config.n_experts:
             for block in self.blocks:
-                x = block(x)
+                x = block(x, None, docs)
             return self.head(x, targets)
         # The load-balancing losses travel with x, as positional inputs, so that pipeline
         # stages move them as they move x (Note [Load-balancing loss]).
-        x, aux = self.blocks[0](x)
+        x, aux = self.blocks[0](x, None, docs)
         for block in self.blocks[1:]:
-            x, aux = block(x, aux)
+            x, aux = block(x, aux, docs)
         return self.head(x, targets, aux) if targets is not None else self.head(x)
 
     def num_parameters(self):

@@ -39,7 +39,7 @@ def torch_llama(c):
             self.wv = nn.Linear(c.n_embd, c.n_kv_head * c.head_dim, bias=False)
             self.wo = nn.Linear(c.n_head * c.head_dim, c.n_embd, bias=False)
 
-        def forward(self, x):
+        def forward(self, x, same=None):  # same: (B, T, T) True within a document
             b, t, _ = x.shape
             d = c.head_dim
             q = self.wq(x).view(b, t, c.n_head, d).transpose(1, 2)
@@ -48,6 +48,10 @@ def torch_llama(c):
             cos, sin = rope_tables(t)
             q, k = rotate(q, cos, sin), rotate(k, cos, sin)
             mask = window_mask(t, self.window) if self.window else None
+            if same is not None:  # the document mask, with the causal one (and the window)
+                seen = window_mask(t, self.window) if self.window else torch.ones(
+                    t, t, dtype=torch.bool).tril()
+                mask = (same & seen).unsqueeze(1)
             y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=mask is None,
                                                scale=1.0 / math.sqrt(d),
                                                enable_gqa=c.n_kv_head != c.n_head)
@@ -108,8 +112,8 @@ def torch_llama(c):
             self.mlp_norm = nn.RMSNorm(c.n_embd, eps=c.norm_eps)
             self.mlp = MoEFeedForward() if c.n_experts else FeedForward()
 
-        def forward(self, x):  # (x, the groups' load-balancing losses) with experts
-            x = x + self.attn(self.attn_norm(x))
+        def forward(self, x, same=None):  # (x, the groups' load-balancing losses) with experts
+            x = x + self.attn(self.attn_norm(x), same)
             if not c.n_experts:
                 return x + self.mlp(self.mlp_norm(x)), None
             y, aux = self.mlp(self.mlp_norm(x))
@@ -135,9 +139,14 @@ def torch_llama(c):
 
         def forward(self, idx, targets=None):
             x = self.embed.tok(idx)
+            same = None
+            if c.doc_sep >= 0:  # each position's document: the separators before it
+                ends = (idx == c.doc_sep).long()
+                docs = ends.cumsum(1) - ends
+                same = docs.unsqueeze(2) == docs.unsqueeze(1)
             balance = []
             for block in self.blocks:
-                x, aux = block(x)
+                x, aux = block(x, same)
                 balance.append(aux)
             logits = self.head.output(self.head.norm(x))
             if targets is None:

@@ -43,7 +43,7 @@ EXPERTS = {"mlp.w1": 2, "mlp.w3": 2, "mlp.w2": 1}
 
 # What must match between a checkpoint's run and the run that resumes it.
 MODEL_FLAGS = ("n_layer", "n_embd", "n_head", "n_kv_head", "block_size", "tied_head",
-               "n_experts", "top_k", "capacity_factor", "window", "global_every")
+               "n_experts", "top_k", "capacity_factor", "window", "global_every", "doc_sep")
 
 
 def parse(argv=None):
@@ -60,6 +60,10 @@ def parse(argv=None):
     p.add_argument("--global-every", type=int, default=0,
                    help="with --window, every K-th layer sees the whole prefix (Gemma 2: 2, "
                         "Gemma 3: 6)")
+    p.add_argument("--doc-sep", type=int, default=-1,
+                   help="the token that ends each document of the packed sequences (10: each "
+                        "line of the corpus); a position attends within its document only (-1: "
+                        "no documents)")
     p.add_argument("--n-experts", type=int, default=0,
                    help="Mixtral-style mixture of experts instead of the MLP (0: dense); the "
                         "experts are split over the data-parallel ranks")
@@ -97,7 +101,9 @@ def main(argv=None):
                              if args.n_experts else "")
                           + (f", window {args.window}" if args.window else "")
                           + (f" (every {args.global_every}th layer global)"
-                             if args.global_every else ""))
+                             if args.global_every else "")
+                          + (f", documents ending at token {args.doc_sep}"
+                             if args.doc_sep >= 0 else ""))
 
 
 if __name__ == "__main__":

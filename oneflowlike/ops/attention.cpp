@@ -1,10 +1,11 @@
 // Fused attention (Note [Fused attention] in attention.h): inference, SBP signatures and the
-// gradient. Two op names per direction, without and with the mask, so every op has a fixed list
-// of inputs.
+// gradient. Three op names per direction, without a mask, with one, and with document ids (Note
+// [Packed documents]), so every op has a fixed list of inputs.
 
 #include "oneflowlike/ops/attention.h"
 
 #include <algorithm>
+#include <string_view>
 
 #include "oneflowlike/eager.h"
 #include "oneflowlike/op.h"
@@ -18,6 +19,15 @@ constexpr const char* kAttention = "scaled_dot_product_attention";
 constexpr const char* kAttentionMasked = "scaled_dot_product_attention_masked";
 constexpr const char* kAttentionGrad = "scaled_dot_product_attention_grad";
 constexpr const char* kAttentionMaskedGrad = "scaled_dot_product_attention_masked_grad";
+constexpr const char* kAttentionDocuments = "scaled_dot_product_attention_documents";
+constexpr const char* kAttentionDocumentsGrad = "scaled_dot_product_attention_documents_grad";
+
+// What an attention op's input after q, k, v (and for the backward op out and lse) is.
+enum class Extra { kNone, kMask, kDocuments };
+Extra extra_input(const InferContext& ctx, int at) {
+  if (ctx.num_inputs() <= at) return Extra::kNone;
+  return ctx.input_name(at) == "document_ids" ? Extra::kDocuments : Extra::kMask;
+}
 
 // The log-sum-exp's dtype: float32 for the 16-bit dtypes and float32, float64 for float64.
 DataType lse_dtype(DataType dtype) {
@@ -31,9 +41,11 @@ Shape swap_heads_and_sequence(const Shape& s, bool sequence_first) {
   return Shape{s[0], s[2], s[1], s[3]};
 }
 
-// Checks q, k, v (inputs q_at..q_at+2) and the mask (input mask_at, -1: none); returns the out
-// shape, (B, H, L, Ev) or sequence-first (B, L, H, Ev).
-Shape check_attention_inputs(const InferContext& ctx, int q_at, int mask_at) {
+// Checks q, k, v (inputs q_at..q_at+2) and the mask or document ids (input extra_at, if the op
+// has it); returns the out shape, (B, H, L, Ev) or sequence-first (B, L, H, Ev).
+Shape check_attention_inputs(const InferContext& ctx, int q_at, int extra_at) {
+  const Extra extra = extra_input(ctx, extra_at);
+  const int mask_at = extra == Extra::kMask ? extra_at : -1;
   const bool sequence_first = ctx.params<AttentionParams>().sequence_first;
   // Read as (B, H, L, E); errors show the inputs as they are.
   const Shape q = swap_heads_and_sequence(ctx.shape(q_at), sequence_first);
@@ -81,6 +93,18 @@ Shape check_attention_inputs(const InferContext& ctx, int q_at, int mask_at) {
             params.window, ", is_causal ", params.is_causal ? "true" : "false",
             mask_at >= 0 ? " and a mask" : " and no mask", ".");
   const Shape out{q[0], q[1], q[2], v[3]};
+  if (extra == Extra::kDocuments) {
+    const Shape& ids = ctx.shape(extra_at);
+    OFL_CHECK(q[2] == k[2] && ids == Shape({q[0], k[2]}), "[", ctx.op_name(),
+              "] document_ids (Note [Packed documents]) give each position of self-attention "
+              "its document: q and k must have one sequence length L and document_ids must be "
+              "(batch, L) ",
+              Shape({q[0], k[2]}).to_string(), ". However, got ", ctx.describe_inputs(), ".");
+    OFL_CHECK_TYPE(
+        ctx.dtype(extra_at) == DataType::kInt32 || ctx.dtype(extra_at) == DataType::kInt64, "[",
+        ctx.op_name(), "] document_ids must be int32 or int64. However, got ",
+        dtype_name(ctx.dtype(extra_at)), ".");
+  }
   if (mask_at >= 0) {
     const Shape& m = ctx.shape(mask_at);
     const Shape full{q[0], q[1], q[2], k[2]};
@@ -106,7 +130,7 @@ int layout_axis(const InferContext& ctx, int axis) {
 
 // (q, k, v[, mask]) -> (out, lse).
 std::vector<TensorMeta> infer_attention(const InferContext& ctx) {
-  const Shape out = check_attention_inputs(ctx, 0, ctx.num_inputs() == 4 ? 3 : -1);
+  const Shape out = check_attention_inputs(ctx, 0, 3);
   const DataType dtype = ctx.dtype(0);
   const int h = layout_axis(ctx, 1);  // the heads' (lse's is 1)
   return {TensorMeta{out, dtype}, TensorMeta{Shape{out[0], out[h], out[3 - h]}, lse_dtype(dtype)}};
@@ -114,7 +138,7 @@ std::vector<TensorMeta> infer_attention(const InferContext& ctx) {
 
 // (dout, q, k, v, out, lse[, mask]) -> (dq, dk, dv).
 std::vector<TensorMeta> infer_attention_grad(const InferContext& ctx) {
-  const Shape out = check_attention_inputs(ctx, 1, ctx.num_inputs() == 7 ? 6 : -1);
+  const Shape out = check_attention_inputs(ctx, 1, 6);
   for (int i : {0, 4}) {
     OFL_CHECK(ctx.shape(i) == out && ctx.dtype(i) == ctx.dtype(1), "[", ctx.op_name(), "] ",
               ctx.input_name(i), " must be shaped like the attention's output ", out.to_string(),
@@ -139,6 +163,14 @@ Sbp mask_sbp(const InferContext& ctx, int mask_at, int axis) {
   return B();
 }
 
+// The SBP of input `at`, the mask or the document ids (B, S), when q is split along `axis` in
+// (B, H, L, E) terms: the ids split with the batch, else whole, as k (every query's row needs
+// its keys' documents).
+Sbp extra_sbp(const InferContext& ctx, int at, int axis) {
+  if (extra_input(ctx, at) == Extra::kMask) return mask_sbp(ctx, at, axis);
+  return axis == 0 ? S(0) : B();
+}
+
 // Batches and heads are independent. Under grouped-query attention a piece of the query heads
 // reads the matching piece of the key/value heads, which holds for even splits only: the ops
 // are TAlignedSplits (Note [Aligned splits] in compiler/passes/sbp_inference.cpp). Queries are
@@ -147,13 +179,12 @@ Sbp mask_sbp(const InferContext& ctx, int mask_at, int axis) {
 // `axis` is the split's axis in (B, H, L, E) terms: q, k, v and out are split along theirs
 // (layout_axis), lse and the mask along their own.
 std::vector<SbpSignature> attention_signatures(const InferContext& ctx) {
-  const bool masked = ctx.num_inputs() == 4;
   std::vector<SbpSignature> sigs;
   auto add = [&](int axis) {
     const int t = layout_axis(ctx, axis);
     const Sbp keys = axis == 2 ? B() : S(t);
     std::vector<Sbp> in{S(t), keys, keys};
-    if (masked) in.push_back(mask_sbp(ctx, 3, axis));
+    if (ctx.num_inputs() == 4) in.push_back(extra_sbp(ctx, 3, axis));
     sigs.push_back({in, {S(t), S(axis)}});
   };
   add(0);
@@ -167,14 +198,13 @@ std::vector<SbpSignature> attention_signatures(const InferContext& ctx) {
 // The gradients split as the forward does, and are linear in dout; split along the sequence,
 // each piece of queries adds its part to every key's gradient (dk, dv P).
 std::vector<SbpSignature> attention_grad_signatures(const InferContext& ctx) {
-  const bool masked = ctx.num_inputs() == 7;
   std::vector<SbpSignature> sigs;
   auto add = [&](int axis) {
     const int t = layout_axis(ctx, axis);
     std::vector<Sbp> in(6, S(t));
     in[5] = S(axis);  // lse
     if (axis == 2) in[2] = in[3] = B();
-    if (masked) in.push_back(mask_sbp(ctx, 6, axis));
+    if (ctx.num_inputs() == 7) in.push_back(extra_sbp(ctx, 6, axis));
     const Sbp keys = axis == 2 ? P() : S(t);
     sigs.push_back({in, {S(t), keys, keys}});
   };
@@ -189,18 +219,19 @@ std::vector<SbpSignature> attention_grad_signatures(const InferContext& ctx) {
   return sigs;
 }
 
-void attention_gradient(GradBuilder& g) {
+// The gradient of the op whose backward op is `grad_op` (the mask's or the document ids' passed
+// on as its last input).
+void attention_gradient(GradBuilder& g, const char* grad_op) {
   const Value dout = g.output_grad(0);
   if (dout == GradBuilder::kNone) return;
-  const bool masked = g.num_inputs() == 4;
+  const bool masked = grad_op == std::string_view(kAttentionMaskedGrad);
   OFL_CHECK_CODE(!masked || !g.needs_input_grad(3), ErrorCode::kUnimplemented,
                  "[scaled_dot_product_attention] attn_mask requires grad, and fused attention "
                  "computes no gradient for the mask. Detach it, or write the attention out.");
   if (!g.needs_input_grad(0) && !g.needs_input_grad(1) && !g.needs_input_grad(2)) return;
   std::vector<Value> inputs{dout, g.input(0), g.input(1), g.input(2), g.output(0), g.output(1)};
-  if (masked) inputs.push_back(g.input(3));
-  const std::vector<Value> grads =
-      g.apply(masked ? kAttentionMaskedGrad : kAttentionGrad, g.any_params(), inputs);
+  if (g.num_inputs() == 4) inputs.push_back(g.input(3));
+  const std::vector<Value> grads = g.apply(grad_op, g.any_params(), inputs);
   for (int i = 0; i < 3; ++i) {
     if (g.needs_input_grad(i)) g.set_input_grad(i, grads.at(i));
   }
@@ -267,6 +298,12 @@ int64_t AttentionDims::last_query_position(int64_t i0, int64_t i1) const {
   return last;
 }
 
+DocumentIds document_ids_of(const KernelContext& ctx, int at) {
+  if (static_cast<int>(ctx.inputs.size()) <= at || is_floating(ctx.in(at).dtype())) return {};
+  const Tensor& ids = ctx.in(at);
+  return {ids.raw_data(), ids.dtype() == DataType::kInt64, ids.shape()[1]};
+}
+
 MaskStrides attention_mask_strides(const Shape& m) {
   // Right-aligned against (B, H, L, S); a size-1 or missing axis is broadcast (stride 0).
   int64_t strides[4] = {0, 0, 0, 0};
@@ -288,7 +325,7 @@ OFL_REGISTER_OP(kAttention)
     .set<FSbpSignatures>(attention_signatures)
     .set<TAlignedSplits>(true)
     .set<TPositionDependent>(true)
-    .set<FGradient>(attention_gradient);
+    .set<FGradient>([](GradBuilder& g) { attention_gradient(g, kAttentionGrad); });
 
 OFL_REGISTER_OP(kAttentionMasked)
     .inputs({"q", "k", "v", "attn_mask"})
@@ -299,7 +336,18 @@ OFL_REGISTER_OP(kAttentionMasked)
     .set<FSbpSignatures>(attention_signatures)
     .set<TAlignedSplits>(true)
     .set<TPositionDependent>(true)
-    .set<FGradient>(attention_gradient);
+    .set<FGradient>([](GradBuilder& g) { attention_gradient(g, kAttentionMaskedGrad); });
+
+OFL_REGISTER_OP(kAttentionDocuments)
+    .inputs({"q", "k", "v", "document_ids"})
+    .outputs({"out", "lse"})
+    .set<TUnderAmp>(AmpCategory::kLowPrecision)
+    .params<AttentionParams>()
+    .set<FInferMeta>(infer_attention)
+    .set<FSbpSignatures>(attention_signatures)
+    .set<TAlignedSplits>(true)
+    .set<TPositionDependent>(true)
+    .set<FGradient>([](GradBuilder& g) { attention_gradient(g, kAttentionDocumentsGrad); });
 
 OFL_REGISTER_OP(kAttentionGrad)
     .inputs({"dout", "q", "k", "v", "out", "lse"})
@@ -319,26 +367,51 @@ OFL_REGISTER_OP(kAttentionMaskedGrad)
     .set<TAlignedSplits>(true)
     .set<TPositionDependent>(true);
 
+OFL_REGISTER_OP(kAttentionDocumentsGrad)
+    .inputs({"dout", "q", "k", "v", "out", "lse", "document_ids"})
+    .outputs({"dq", "dk", "dv"})
+    .params<AttentionParams>()
+    .set<FInferMeta>(infer_attention_grad)
+    .set<FSbpSignatures>(attention_grad_signatures)
+    .set<TAlignedSplits>(true)
+    .set<TPositionDependent>(true);
+
 namespace functional {
+
+namespace {
+
+// A mask and document ids are two ops' inputs; one op takes either (a mask can say what the
+// documents do).
+void check_one_extra(const Tensor& mask, const Tensor& document_ids) {
+  OFL_CHECK(!mask.defined() || !document_ids.defined(),
+            "[scaled_dot_product_attention] takes an attn_mask or document_ids, not both (fold "
+            "the documents into the mask). However, got attn_mask ",
+            mask.shape().to_string(), " and document_ids ", document_ids.shape().to_string(), ".");
+}
+
+}  // namespace
 
 std::vector<Tensor> scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v,
                                                  const Tensor& mask, double scale, bool is_causal,
                                                  bool sequence_first, int64_t zigzag,
-                                                 int64_t window) {
-  static OpHandle plain(kAttention), masked(kAttentionMasked);
+                                                 int64_t window, const Tensor& document_ids) {
+  static OpHandle plain(kAttention), masked(kAttentionMasked), documents(kAttentionDocuments);
   const AttentionParams params{scale, is_causal, sequence_first, zigzag, window};
+  check_one_extra(mask, document_ids);
+  if (document_ids.defined()) return documents(params, {q, k, v, document_ids});
   if (!mask.defined()) return plain(params, {q, k, v});
   return masked(params, {q, k, v, mask});
 }
 
-std::vector<Tensor> scaled_dot_product_attention_grad(const Tensor& dout, const Tensor& q,
-                                                      const Tensor& k, const Tensor& v,
-                                                      const Tensor& out, const Tensor& lse,
-                                                      const Tensor& mask, double scale,
-                                                      bool is_causal, bool sequence_first,
-                                                      int64_t zigzag, int64_t window) {
-  static OpHandle plain(kAttentionGrad), masked(kAttentionMaskedGrad);
+std::vector<Tensor> scaled_dot_product_attention_grad(
+    const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
+    const Tensor& lse, const Tensor& mask, double scale, bool is_causal, bool sequence_first,
+    int64_t zigzag, int64_t window, const Tensor& document_ids) {
+  static OpHandle plain(kAttentionGrad), masked(kAttentionMaskedGrad),
+      documents(kAttentionDocumentsGrad);
   const AttentionParams params{scale, is_causal, sequence_first, zigzag, window};
+  check_one_extra(mask, document_ids);
+  if (document_ids.defined()) return documents(params, {dout, q, k, v, out, lse, document_ids});
   if (!mask.defined()) return plain(params, {dout, q, k, v, out, lse});
   return masked(params, {dout, q, k, v, out, lse, mask});
 }

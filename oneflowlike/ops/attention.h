@@ -56,6 +56,17 @@
 // run in the same order and a window covering the sequence gives causal attention's bits. The
 // window is by position, so it composes with the sequence split and the zigzag order unchanged,
 // and the SBP signatures are those of causal attention.
+//
+// Note [Packed documents]: pretraining packs several documents into one sequence, and a token
+// should not attend to the documents before its own (Llama 3; flash-attn's varlen cu_seqlens,
+// FlexAttention's document mask). The ops named *_documents take document_ids (B, S) of int32 or
+// int64, self-attention's (L = S), in the order q, k and v are stored (the zigzag order too):
+// query i sees key j only where their ids are equal, with is_causal (and a window) on top. The
+// ids need not rise along the sequence; where they do (packing), the CPU kernels skip each pair
+// of a query tile and a key tile whose ranges of ids do not meet, so the keys a row reads are
+// its own document's plus those of the tiles it straddles. Under the query split the ids are
+// whole, as k and v (every row needs its keys' ids), and split with the batch otherwise. Every
+// row sees at least its own key, so none attends to nothing.
 
 #include <vector>
 
@@ -138,6 +149,22 @@ AttentionDims attention_dims(const KernelContext& ctx, int q_at);
 void place_queries(AttentionDims* d, const AttentionParams& params,
                    const std::vector<Range>& region);
 
+/// The document ids of Note [Packed documents] as a kernel reads them (host or device memory).
+struct DocumentIds {
+  const void* data = nullptr;  // (B, S) int32 or int64; null: none (every key may be seen)
+  bool wide = false;           // int64
+  int64_t keys = 0;            // S
+  OFL_HOST_DEVICE bool present() const { return data != nullptr; }
+  // The document of stored row `row` of sequence b.
+  OFL_HOST_DEVICE int64_t of(int64_t b, int64_t row) const {
+    const int64_t at = b * keys + row;
+    return wide ? static_cast<const int64_t*>(data)[at] : static_cast<const int32_t*>(data)[at];
+  }
+};
+/// The ids of the input `at` of a kernel whose op is one of the *_documents ops (an integer
+/// input there; a float one is a mask): none otherwise.
+DocumentIds document_ids_of(const KernelContext& ctx, int at);
+
 /// Element strides of a mask of `mask_shape` broadcast to (B, H, L, S): 0 along broadcast axes.
 struct MaskStrides {
   int64_t batch = 0, head = 0, query = 0, key = 0;
@@ -145,18 +172,21 @@ struct MaskStrides {
 MaskStrides attention_mask_strides(const Shape& mask_shape);
 
 namespace functional {
-/// {out, lse}; `mask` may be an undefined Tensor (no mask).
+/// {out, lse}; `mask` and `document_ids` (Note [Packed documents]) may be undefined Tensors
+/// (none), and at most one is defined.
 std::vector<Tensor> scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v,
                                                  const Tensor& mask, double scale, bool is_causal,
                                                  bool sequence_first = false, int64_t zigzag = 0,
-                                                 int64_t window = 0);
+                                                 int64_t window = 0,
+                                                 const Tensor& document_ids = Tensor());
 /// {dq, dk, dv} from dout and the forward's inputs and outputs.
 std::vector<Tensor> scaled_dot_product_attention_grad(const Tensor& dout, const Tensor& q,
                                                       const Tensor& k, const Tensor& v,
                                                       const Tensor& out, const Tensor& lse,
                                                       const Tensor& mask, double scale,
                                                       bool is_causal, bool sequence_first = false,
-                                                      int64_t zigzag = 0, int64_t window = 0);
+                                                      int64_t zigzag = 0, int64_t window = 0,
+                                                      const Tensor& document_ids = Tensor());
 }  // namespace functional
 
 }  // namespace ofl

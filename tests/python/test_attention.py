@@ -426,3 +426,87 @@ def test_causal_self_attention_with_a_window_sees_only_its_latest_positions():
     a, b = attn(flow.tensor(x)).numpy(), attn(flow.tensor(y)).numpy()
     changed = np.abs(a - b).max(axis=-1)[0] > 1e-6
     np.testing.assert_array_equal(np.flatnonzero(changed), np.arange(3, 8))
+
+
+def _documents(length):
+    """Two rows of document ids: packed documents of 20, 3, 30 and 19 positions, and two ids in
+    turn (ids need not rise)."""
+    packed = np.repeat([0, 1, 2, 3], [20, 3, 30, 19])
+    return np.stack([packed[:length], (np.arange(length) // 9) % 2])
+
+
+@pytest.mark.parametrize("path", ["fused", "written_out", "zigzag", "bfloat16", "not_causal",
+                                  "window", "int32"])
+def test_document_ids_give_torchs_attention_of_the_document_mask(path):
+    """Note [Packed documents]: a query sees only its own document's keys, as torch's SDPA with
+    the boolean document mask (and the causal mask, and a window of 7 keys), forward and
+    backward: fused, written out (dropout_p > 0's form, called with p = 0), in the zigzag order
+    over 2 pieces (the ids in it too), bfloat16, not causal, int32 ids; grouped-query heads."""
+    from oneflowlike.ops import attention as ours
+
+    n = 2 if path == "zigzag" else 0
+    order = (lambda x, axis=2: _zigzag_np(x, axis, n)) if n else (lambda x, axis=2: x)
+    causal, window = path != "not_causal", 7 if path == "window" else 0
+    q, g = rand(2, 4, 72, 8, seed=1), rand(2, 4, 72, 8, seed=4)
+    k, v = rand(2, 2, 72, 8, seed=2), rand(2, 2, 72, 8, seed=3)
+    ids = _documents(72)
+    same = ids[:, :, None] == ids[:, None, :]
+    i, j = np.arange(72)[:, None], np.arange(72)[None, :]
+    seen = same & ((j <= i) if causal else True) & ((j > i - window) if window else True)
+    dtype = torch.bfloat16 if path == "bfloat16" else torch.float32
+    theirs_in = [torch.tensor(x).to(dtype).requires_grad_() for x in (q, k, v)]
+    theirs = torch.nn.functional.scaled_dot_product_attention(
+        *theirs_in, attn_mask=torch.tensor(seen[:, None]), enable_gqa=True)
+    (theirs.float() * torch.tensor(g)).sum().backward()
+    ours_in = [flow.tensor(order(x), requires_grad=True) for x in (q, k, v)]
+    cast = [x.to(flow.bfloat16) for x in ours_in] if path == "bfloat16" else ours_in
+    docs = flow.tensor(order(ids, 1).astype(np.int32 if path == "int32" else np.int64))
+    if path == "written_out":
+        out = ours._written_out(*cast, None, 0.0, causal, 1.0 / math.sqrt(8),
+                                document_ids=docs)
+    else:
+        out = F.scaled_dot_product_attention(*cast, is_causal=causal, enable_gqa=True, zigzag=n,
+                                             window=window, document_ids=docs)
+    tol = 2e-2 if path == "bfloat16" else 1e-5
+    np.testing.assert_allclose(out.float().numpy(), order(theirs.detach().float().numpy()),
+                               rtol=tol, atol=tol)
+    (out.float() * flow.tensor(order(g))).sum().backward()
+    for a, b in zip(ours_in, theirs_in):
+        np.testing.assert_allclose(a.grad.numpy(), order(b.grad.float().numpy()),
+                                   rtol=10 * tol, atol=10 * tol if path == "bfloat16" else 1e-5)
+
+
+def test_document_ids_are_refused_naming_what_is_wrong():
+    q = flow.tensor(rand(2, 2, 12, 4))
+    ids = flow.tensor(np.zeros((2, 12), np.int64))
+    with pytest.raises(ValueError, match=r"takes an attn_mask or document_ids, not both"):
+        F.scaled_dot_product_attention(q, q, q, attn_mask=flow.ones(12, 12),
+                                       document_ids=ids)
+    with pytest.raises(TypeError, match=r"document_ids must be int32 or int64. However, got "
+                                        r"oneflowlike.float32"):
+        F.scaled_dot_product_attention(q, q, q, document_ids=flow.zeros(2, 12))
+    with pytest.raises(ValueError, match=r"document_ids the shape \(2, 12\). However, got query "
+                                         r"\(2, 2, 12, 4\).*document_ids \(12,\)"):
+        F.scaled_dot_product_attention(q, q, q, document_ids=flow.tensor(np.zeros(12, np.int64)))
+    k = flow.tensor(rand(2, 2, 10, 4))
+    with pytest.raises(ValueError, match=r"query and key must have one length L"):
+        F.scaled_dot_product_attention(q, k, k, document_ids=ids)
+    # 3-d inputs take (L,) ids.
+    q3 = flow.tensor(rand(2, 12, 4))
+    out = F.scaled_dot_product_attention(q3, q3, q3, is_causal=True,
+                                         document_ids=flow.tensor(np.zeros(12, np.int64)))
+    np.testing.assert_allclose(out.numpy(), F.scaled_dot_product_attention(
+        q3, q3, q3, is_causal=True).numpy(), rtol=1e-6, atol=1e-6)
+
+
+def test_causal_self_attention_keeps_each_document_to_itself():
+    """Changing a position of the first document changes none of the second's outputs."""
+    flow.manual_seed(0)
+    attn = flow.nn.CausalSelfAttention(16, 4, 32)
+    ids = flow.tensor(np.repeat([[0, 1]], 16, axis=1).astype(np.int64))  # positions 0-15, 16-31
+    x = rand(1, 32, 16, seed=7)
+    y = x.copy()
+    y[0, 3] += 1.0
+    a, b = (attn(flow.tensor(t), document_ids=ids).numpy() for t in (x, y))
+    changed = np.abs(a - b).max(axis=-1)[0] > 1e-6
+    np.testing.assert_array_equal(np.flatnonzero(changed), np.arange(3, 16))

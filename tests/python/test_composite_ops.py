@@ -1,6 +1,7 @@
 """Ops composed of others, against torch forward and backward: tril/triu, isnan/isinf/isfinite/
-nan_to_num, norm/linalg.vector_norm, flip/roll/repeat, outer/addmm, square, clamp_min/clamp_max,
-Tensor.mT; format() of a 0-d tensor and Tensor.stride(). Their SBP signatures and kernels are
+nan_to_num, norm/linalg.vector_norm, flip/roll/repeat/repeat_interleave, outer/addmm, square,
+clamp_min/clamp_max, Tensor.mT; the logical ops and the &, |, ^, ~ of masks; format() of a 0-d
+tensor and Tensor.stride(). Their SBP signatures and kernels are
 their parts': each also runs on a global tensor (eagerly, one compiled graph) and in nn.Graph."""
 
 import math
@@ -32,6 +33,9 @@ CASES = {
     "roll flat": (lambda m, x: m.roll(x, 4), (3, 5)),
     "repeat": (lambda m, x: x.repeat(2, 3), (2, 3)),
     "repeat new dims": (lambda m, x: x.repeat(2, 1, 2), (3,)),
+    "repeat_interleave": (lambda m, x: m.repeat_interleave(x, 3, dim=1), (2, 3, 4)),
+    "repeat_interleave flat": (lambda m, x: x.repeat_interleave(2), (2, 3)),
+    "repeat_interleave last": (lambda m, x: x.repeat_interleave(2, -1), (2, 3)),
     "square": (lambda m, x: m.square(x), (3, 4)),
     "clamp_min": (lambda m, x: x.clamp_min(0.1), (3, 4)),
     "clamp_max": (lambda m, x: m.clamp_max(x, -0.2), (3, 4)),
@@ -131,7 +135,8 @@ def test_composite_ops_on_a_global_tensor_and_in_a_graph():
     p = flow.placement("cpu", ranks=[0])
     x = _values((4, 6)).astype(np.float32)
     g = flow.tensor(x, placement=p, sbp=flow.sbp.split(0))
-    for name in ("tril k=1", "roll dims", "flip method", "norm dim", "nan_to_num", "repeat"):
+    for name in ("tril k=1", "roll dims", "flip method", "norm dim", "nan_to_num", "repeat",
+                 "repeat_interleave"):
         fn, _ = CASES[name]
         got = fn(flow, g)
         want = fn(torch, torch.tensor(x))
@@ -145,6 +150,53 @@ def test_composite_ops_on_a_global_tensor_and_in_a_graph():
     want = (torch.tril(torch.tensor(x), -1) + torch.tensor(x).flip(0).roll(1, 1)
             + torch.tensor(x).norm(dim=0))
     np.testing.assert_allclose(Graph()(flow.tensor(x)).numpy(), want.numpy(), rtol=1e-6)
+
+
+def test_logical_ops_and_mask_operators_match_torch():
+    rng = np.random.default_rng(3)
+    a, b = rng.random((3, 4)) > 0.5, rng.random((4,)) > 0.5
+    n = rng.integers(-2, 3, (3, 4))
+    ours = {k: flow.tensor(v) for k, v in (("a", a), ("b", b), ("n", n))}
+    theirs = {k: torch.tensor(v) for k, v in (("a", a), ("b", b), ("n", n))}
+    cases = [lambda m, t: t["a"] & t["b"], lambda m, t: t["a"] | t["b"],
+             lambda m, t: t["a"] ^ t["b"], lambda m, t: ~t["a"], lambda m, t: t["a"] & True,
+             lambda m, t: False | t["b"], lambda m, t: m.logical_and(t["n"], t["b"]),
+             lambda m, t: m.logical_or(t["n"], t["n"] * 0), lambda m, t: m.logical_xor(t["n"], t["a"]),
+             lambda m, t: m.logical_not(t["n"]), lambda m, t: t["n"].logical_not()]
+    for i, fn in enumerate(cases):
+        got, want = fn(flow, ours), fn(torch, theirs)
+        assert got.dtype == flow.bool, i
+        np.testing.assert_array_equal(got.numpy(), want.numpy(), err_msg=str(i))
+    # Integer &, |, ^, ~ are torch's bitwise operations: refused, not run as logical ones.
+    with pytest.raises(TypeError, match=r"\[__and__\] works on bool tensors \(masks\) only: "
+                                        r"bitwise operations on other dtypes are not supported. "
+                                        r"However, got oneflowlike.int64"):
+        ours["n"] & ours["n"]
+    with pytest.raises(TypeError, match=r"\[__or__\].*However, got int"):
+        ours["a"] | 1
+    with pytest.raises(TypeError, match=r"\[__invert__\] ~ works on bool tensors"):
+        ~ours["n"]
+    # On a global tensor, and in a graph.
+    p = flow.placement("cpu", ranks=[0])
+    g = flow.tensor(a, placement=p, sbp=flow.sbp.split(0))
+    got = (g & flow.tensor(b, placement=p, sbp=flow.sbp.broadcast)) | ~g
+    assert got.is_global
+    np.testing.assert_array_equal(got.numpy(), (a & b) | ~a)
+
+    class Graph(flow.nn.Graph):
+        def build(self, x, y):
+            return (x ^ y) | ~x
+
+    np.testing.assert_array_equal(Graph()(flow.tensor(a), flow.tensor(b)).numpy(), (a ^ b) | ~a)
+
+
+def test_repeat_interleave_refuses_what_it_does_not_do():
+    with pytest.raises(TypeError, match=r"\[repeat_interleave\] repeats must be an int \(a tensor "
+                                        r"of repeats per element is not supported\). However, "
+                                        r"got Tensor"):
+        flow.ones(3).repeat_interleave(flow.tensor([1, 2, 3]))
+    with pytest.raises(ValueError, match=r"repeats must be non-negative. However, got -1"):
+        flow.repeat_interleave(flow.ones(3), -1)
 
 
 def _probabilities(shape, seed):

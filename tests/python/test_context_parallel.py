@@ -107,7 +107,11 @@ def test_mqa_over_cp2_on_one_gpu_gives_the_cpu_curve(tmp_path, mqa_single):
     # Note [Sliding window]: windows of 12 positions in the zigzag order over 4 ranks (chunks of
     # 8), every other layer global.
     (_LLAMA, [*_MQA, "--window", "12", "--global-every", "2"], ["--cp", "4"]),
-], ids=["llama_cp2_tp2", "gpt_cp2_pp2_m2", "moe_ep2_cp2", "moe_cp2_pp2_m2", "window_cp4"])
+    # Note [Packed documents]: the ids counted in the sequence's order (unzigzagged, summed,
+    # zigzagged back), gathered whole for the attention, and moved to the second stage.
+    (_LLAMA, [*_MQA, "--doc-sep", "32"], ["--cp", "2", "--pp", "2", "--micro-batches", "2"]),
+], ids=["llama_cp2_tp2", "gpt_cp2_pp2_m2", "moe_ep2_cp2", "moe_cp2_pp2_m2", "window_cp4",
+        "documents_cp2_pp2_m2"])
 def test_cp_with_other_layouts_gives_the_one_rank_curve(tmp_path, script, model, layout):
     single = example_runs.train(script, model, tmp_path, 1, tag="single")
     _curves_agree(example_runs.train(script, model, tmp_path, 4, *layout), single)

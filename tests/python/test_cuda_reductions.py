@@ -432,3 +432,32 @@ def test_zigzag_attention_matches_the_cpu(dtype, zigzag, window):
     tol = TOLERANCE[dtype] * (4 if dtype in LOW else 10)
     for w, g in zip(want, got):
         np.testing.assert_allclose(g, w, rtol=tol, atol=tol)
+
+
+# Note [Packed documents]: document ids (int64 and int32, packed and repeating), causal in the
+# zigzag order with and without a window, and not causal; the CUDA kernel hides the keys of
+# other documents by both rows' ids, the CPU's also skip the tiles whose ids do not meet.
+@pytest.mark.parametrize("dtype", [flow.float32, flow.bfloat16], ids=str)
+@pytest.mark.parametrize("kind", ["causal", "window", "not_causal", "int32"])
+def test_document_attention_matches_the_cpu(dtype, kind):
+    rng = np.random.default_rng(6)
+    arrays = [rng.standard_normal(s).astype(np.float32)
+              for s in ((2, 4, 72, 16), (2, 2, 72, 16), (2, 2, 72, 16), (2, 4, 72, 16))]
+    packed = np.repeat([0, 1, 2, 3], [20, 3, 30, 19])
+    ids = np.stack([packed, (np.arange(72) // 9) % 2])
+    arrays.append(ids.astype(np.int32 if kind == "int32" else np.int64))
+    causal, window, zigzag = kind != "not_causal", 7 if kind == "window" else 0, 0
+    if causal:
+        zigzag = 2  # the rows stored in that order: the ids too, as they come
+
+    def fn(q, k, v, dout, docs):
+        args = {"zigzag": zigzag, "window": window, "document_ids": docs}
+        out, lse = _C.scaled_dot_product_attention(q, k, v, None, 0.3, causal, **args)
+        return [out, lse.to(out.dtype),
+                *_C.scaled_dot_product_attention_grad(dout, q, k, v, out, lse, None, 0.3, causal,
+                                                      **args)]
+
+    want, got = reference_and_cuda(fn, arrays, dtype)
+    tol = TOLERANCE[dtype] * (4 if dtype in LOW else 10)
+    for w, g in zip(want, got):
+        np.testing.assert_allclose(g, w, rtol=tol, atol=tol)

@@ -151,6 +151,8 @@ def test_the_fit_test_a_limit_one_rank_exceeds_trains_on_dp2_tp2_with_zero(tmp_p
 def test_bad_flags_are_reported():
     for flags, message in [(["--tp", "4"], "--tp 4 must divide --n-kv-head 2"),
                            (["--n-kv-head", "3"], "--n-head 4 must be a multiple of --n-kv-head 3"),
+                           (["--doc-sep", "256"], "--doc-sep must be a token id in [0, 256) (or -1: "
+                            "no documents). However, got 256."),
                            (["--global-every", "2"], "--window must be >= 0 (0: whole prefix) and "
                             "--global-every >= 0, and only with a window. However, got --window "
                             "0, --global-every 2")]:
@@ -177,6 +179,33 @@ def test_sliding_window_layers_give_the_pytorch_twins_curve(tmp_path, single):
     losses = example_runs.llama_twin_losses(torch, [*_SMALL, *window])
     np.testing.assert_allclose(_losses(records), losses, rtol=LOSS_RTOL["float32"])
     assert not np.allclose(_losses(records)[1:], _losses(single)[1:], rtol=1e-4)
+
+
+@pytest.fixture(scope="module")
+def single_documents(tmp_path_factory):
+    return _train(tmp_path_factory.mktemp("single_documents"), 1, *_DOCUMENTS)
+
+
+# Note [Packed documents]: each word of the corpus a document (the space ends it), so every
+# sequence packs several and the mask shapes every layer.
+_DOCUMENTS = ["--doc-sep", "32"]
+
+
+def test_packed_documents_give_the_pytorch_twins_curve(single, single_documents):
+    # The twin masks every layer's scores with torch's SDPA and the boolean document mask
+    # (causal too). The documents change the curve (they are not ignored).
+    torch = pytest.importorskip("torch", reason="torch is not installed (pip install torch)")
+    losses = example_runs.llama_twin_losses(torch, [*_SMALL, *_DOCUMENTS])
+    np.testing.assert_allclose(_losses(single_documents), losses, rtol=LOSS_RTOL["float32"])
+    assert not np.allclose(_losses(single_documents)[1:], _losses(single)[1:], rtol=1e-4)
+
+
+def test_packed_documents_over_dp2_tp2_pp2_give_the_one_rank_curve(tmp_path, single_documents):
+    # The ids are made once from the tokens and reach the second stage's blocks as a stage input.
+    records = _train(tmp_path, 8, *_DOCUMENTS, "--dp", "2", "--tp", "2", "--pp", "2",
+                     "--micro-batches", "2")
+    np.testing.assert_allclose(_losses(records), _losses(single_documents),
+                               rtol=LOSS_RTOL["float32"])
 
 
 # --- data through flow.utils.data (--data-bin) ------------------------------------------------

@@ -6,8 +6,9 @@
 //    (q k^T * scale + mask, causal entries -inf) update each row's running maximum m and sum l
 //    (Note [Online softmax] in kernels/online_softmax.h) and the accumulator acc += p v, whose
 //    older terms are rescaled by exp(m_old - m). Key tiles wholly after the tile's last query
-//    are skipped under is_causal, and with a window those wholly before its first query's first
-//    key (Note [Sliding window] in ops/attention.h). out = acc / l and lse = m + log(l).
+//    are skipped under is_causal, with a window those wholly before its first query's first
+//    key (Note [Sliding window] in ops/attention.h), and with document ids those whose ids do not
+//    meet the query tile's (Note [Packed documents]). out = acc / l and lse = m + log(l).
 //  - Backward: D_i = sum(dout_i * out_i) per query row first; then one task per (batch,
 //    key/value head), which owns its dk and dv and, through its query heads, their dq rows, so
 //    nothing is summed by two threads. Per (key tile, query head, query tile): p = exp(s - lse),
@@ -56,8 +57,8 @@ namespace {
 constexpr int64_t kQueryTile = 64;
 constexpr int64_t kKeyTile = 128;
 
-// Where the inputs of one (batch, query head) start, and the mask. Rows of q, k and v are
-// d.q.row, d.k.row and d.v.row elements apart (Note [Sequence-first attention]).
+// Where the inputs of one (batch, query head) start, and the mask or the document ids. Rows of
+// q, k and v are d.q.row, d.k.row and d.v.row elements apart (Note [Sequence-first attention]).
 template <class T>
 struct HeadView {
   const T* q;               // (L, E)
@@ -65,20 +66,46 @@ struct HeadView {
   const T* v;               // (S, Ev)
   const T* mask = nullptr;  // element (i, j) at mask[i * ms.query + j * ms.key]
   MaskStrides ms = MaskStrides();
+  DocumentIds docs = DocumentIds();  // Note [Packed documents]
+  int64_t b = 0;                     // the batch row, for docs
 };
 
+// The head view of (b, h) for a kernel whose q is input q_at and whose input extra_at, if it
+// has one, is a mask or document ids.
 template <class T>
-HeadView<T> head_view(const KernelContext& ctx, int q_at, int mask_at, const AttentionDims& d,
+HeadView<T> head_view(const KernelContext& ctx, int q_at, int extra_at, const AttentionDims& d,
                       int64_t b, int64_t h) {
   const int64_t kv = h / d.group();
   HeadView<T> view{ctx.in(q_at).data<T>() + d.q.at(b, h, 0),
                    ctx.in(q_at + 1).data<T>() + d.k.at(b, kv, 0),
                    ctx.in(q_at + 2).data<T>() + d.v.at(b, kv, 0)};
-  if (mask_at >= 0) {
-    view.ms = attention_mask_strides(ctx.in(mask_at).shape());
-    view.mask = ctx.in(mask_at).data<T>() + b * view.ms.batch + h * view.ms.head;
+  view.b = b;
+  view.docs = document_ids_of(ctx, extra_at);
+  if (static_cast<int>(ctx.inputs.size()) > extra_at && !view.docs.present()) {
+    view.ms = attention_mask_strides(ctx.in(extra_at).shape());
+    view.mask = ctx.in(extra_at).data<T>() + b * view.ms.batch + h * view.ms.head;
   }
   return view;
+}
+
+// Whether any of the queries [q0, q0 + nq) may share a document with the keys stored in rows
+// [kr, kr + nk) (Note [Packed documents]): their ranges of ids meet. Always without ids.
+template <class T>
+bool documents_meet(const HeadView<T>& hv, const AttentionDims& d, int64_t q0, int64_t nq,
+                    int64_t kr, int64_t nk) {
+  if (!hv.docs.present()) return true;
+  auto range = [&](int64_t first, int64_t n) {
+    int64_t lo = hv.docs.of(hv.b, first), hi = lo;
+    for (int64_t r = first + 1; r < first + n; ++r) {
+      const int64_t id = hv.docs.of(hv.b, r);
+      lo = std::min(lo, id);
+      hi = std::max(hi, id);
+    }
+    return std::pair<int64_t, int64_t>{lo, hi};
+  };
+  const auto [q_lo, q_hi] = range(d.query_offset + q0, nq);
+  const auto [k_lo, k_hi] = range(kr, nk);
+  return q_lo <= k_hi && k_lo <= q_hi;
 }
 
 // How a kernel stored in S multiplies its tiles: c = alpha * op(a) op(b) + beta * c in the
@@ -228,13 +255,23 @@ int64_t key_tile_start(const AttentionDims& d, int64_t at) {
 int64_t whole_vectors(int64_t n, int64_t limit) { return std::min(limit, (n + 15) / 16 * 16); }
 
 // Scores of queries [q0, q0 + nq) against the keys at positions [k0, k0 + nk), stored from row
-// kr, into s (nq, nk): q k^T * scale, plus the mask over each row's visible keys (the entries
-// past them are left as they are).
+// kr, into s (nq, nk): q k^T * scale, plus the mask over each row's visible keys, or -inf where
+// a visible key is of another document (the entries past them are left as they are).
 template <class T, class C = tile_compute_t<T>>
 void scores(const HeadView<T>& hv, const AttentionDims& d, const AttentionParams& p, int64_t q0,
             int64_t nq, int64_t k0, int64_t kr, int64_t nk, C* s) {
   Tiles<T>::ss(false, true, nq, nk, d.head_dim, static_cast<C>(p.scale), hv.q + q0 * d.q.row,
                d.q.row, hv.k + kr * d.k.row, d.k.row, C(0), s, nk);
+  if (hv.docs.present()) {
+    for (int64_t i = 0; i < nq; ++i) {
+      C* row = s + i * nk;
+      const int64_t own = hv.docs.of(hv.b, d.query_offset + q0 + i);
+      const SeenKeys seen = seen_keys(d, p, q0 + i, k0, nk);
+      for (int64_t j = seen.from; j < seen.to; ++j) {
+        if (hv.docs.of(hv.b, kr + j) != own) row[j] = -std::numeric_limits<C>::infinity();
+      }
+    }
+  }
   if (hv.mask == nullptr) return;
   for (int64_t i = 0; i < nq; ++i) {
     C* row = s + i * nk;
@@ -325,7 +362,6 @@ struct AttentionKernel {
   static void run(const KernelContext& ctx) {
     const AttentionParams& p = ctx.p<AttentionParams>();
     const AttentionDims d = attention_dims(ctx, 0);
-    const int mask_at = ctx.inputs.size() == 4 ? 3 : -1;
     T* out = ctx.out(0).data<T>();
     C* lse = ctx.out(1).data<C>();
     const int64_t tiles = (d.queries + kQueryTile - 1) / kQueryTile;
@@ -343,7 +379,7 @@ struct AttentionKernel {
         }
         const int64_t b = bh / d.heads, h = bh % d.heads;
         const int64_t nq = std::min(kQueryTile, d.queries - q0);
-        const HeadView<T> hv = head_view<T>(ctx, 0, mask_at, d, b, h);
+        const HeadView<T> hv = head_view<T>(ctx, 0, 3, d, b, h);
         std::fill(m.begin(), m.end(), -inf);
         std::fill(l.begin(), l.end(), C(0));
         std::fill(acc.begin(), acc.end(), C(0));
@@ -352,6 +388,7 @@ struct AttentionKernel {
         for (int64_t k0 = first, nk = 0; k0 < last; k0 += nk) {
           nk = key_tile(d, k0);
           const int64_t kr = d.key_row(k0);
+          if (!documents_meet(hv, d, q0, nq, kr, nk)) continue;
           scores(hv, d, p, q0, nq, k0, kr, nk, s.data());
           for (int64_t i = 0; i < nq; ++i) {
             C* row = s.data() + i * nk;
@@ -456,7 +493,6 @@ struct AttentionGradKernel {
   static void run(const KernelContext& ctx) {
     const AttentionParams& p = ctx.p<AttentionParams>();
     const AttentionDims d = attention_dims(ctx, 1);
-    const int mask_at = ctx.inputs.size() == 7 ? 6 : -1;
     const T* dout = ctx.in(0).data<T>();
     const T* out = ctx.in(4).data<T>();
     const C* lse = ctx.in(5).data<C>();
@@ -506,16 +542,18 @@ struct AttentionGradKernel {
           nk = key_tile(d, k0);
           const int64_t kr = d.key_row(k0);
           for (int64_t h = kv * d.group(); h < (kv + 1) * d.group(); ++h) {
-            const HeadView<T> hv = head_view<T>(ctx, 1, mask_at, d, b, h);
+            const HeadView<T> hv = head_view<T>(ctx, 1, 6, d, b, h);
             const int64_t bh = b * d.heads + h;
             const T* dout_head = dout + d.out.at(b, h, 0);
             C* dq_head = sums.dq + (h - kv * d.group()) * sums.dq_head;
             for (int64_t q0 = 0; q0 < d.queries; q0 += kQueryTile) {
               const int64_t nq = std::min(kQueryTile, d.queries - q0);
               // Under is_causal a query tile whose positions are all before k0 sees none of
-              // these keys, nor one whose first keys (with a window) are all after them.
+              // these keys, nor one whose first keys (with a window) are all after them, nor
+              // one whose documents are not theirs.
               if (keys_read(d, p, q0, q0 + nq) <= k0 ||
-                  first_key_read(d, p, q0, q0 + nq) >= k0 + nk) {
+                  first_key_read(d, p, q0, q0 + nq) >= k0 + nk ||
+                  !documents_meet(hv, d, q0, nq, kr, nk)) {
                 continue;
               }
               scores(hv, d, p, q0, nq, k0, kr, nk, s.data());
@@ -566,6 +604,9 @@ OFL_REGISTER_KERNEL("scaled_dot_product_attention_masked", kCPU, AttentionKernel
 OFL_REGISTER_KERNEL("scaled_dot_product_attention_grad", kCPU, AttentionGradKernel, float, double);
 OFL_REGISTER_KERNEL("scaled_dot_product_attention_masked_grad", kCPU, AttentionGradKernel, float,
                     double);
+OFL_REGISTER_KERNEL("scaled_dot_product_attention_documents", kCPU, AttentionKernel, float, double);
+OFL_REGISTER_KERNEL("scaled_dot_product_attention_documents_grad", kCPU, AttentionGradKernel, float,
+                    double);
 namespace {
 
 // float16 through the float32 kernels (Note [Widened kernels] in widened.h); bfloat16 on the
@@ -596,7 +637,9 @@ bool register_16_bit(const char* name) {
     register_16_bit<AttentionKernel>("scaled_dot_product_attention") &&
     register_16_bit<AttentionKernel>("scaled_dot_product_attention_masked") &&
     register_16_bit<AttentionGradKernel>("scaled_dot_product_attention_grad") &&
-    register_16_bit<AttentionGradKernel>("scaled_dot_product_attention_masked_grad");
+    register_16_bit<AttentionGradKernel>("scaled_dot_product_attention_masked_grad") &&
+    register_16_bit<AttentionKernel>("scaled_dot_product_attention_documents") &&
+    register_16_bit<AttentionGradKernel>("scaled_dot_product_attention_documents_grad");
 
 }  // namespace
 

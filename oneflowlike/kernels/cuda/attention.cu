@@ -77,6 +77,7 @@ struct Operand {
 struct ScoreRows {
   AttentionDims d;
   int64_t row0;
+  DocumentIds docs;  // Note [Packed documents]
   __device__ void locate(int64_t r, int64_t* b, int64_t* h, int64_t* i) const {
     const int64_t g = row0 + r;
     *i = g % d.queries;
@@ -90,10 +91,12 @@ struct ScoreRows {
     const int64_t seen = d.zigzag > 0 ? d.keys : d.query_position(i) + 1;
     return causal ? (seen < d.keys ? seen : d.keys) : d.keys;
   }
-  // Whether query i sees key j (j < keys_of(i)): under is_causal, where j is at or before its
+  // Whether query i of sequence b sees key j (j < keys_of(i)): with document ids, where they
+  // are of one document (Note [Packed documents]); under is_causal, where j is at or before its
   // position (Note [Zigzag order]: both stored in that order) and, with a window, at or after
   // its first key (Note [Sliding window]).
-  __device__ bool sees(int64_t i, int64_t j, bool causal) const {
+  __device__ bool sees(int64_t b, int64_t i, int64_t j, bool causal) const {
+    if (docs.present() && docs.of(b, j) != docs.of(b, d.query_offset + i)) return false;
     if (!causal || (d.zigzag == 0 && d.window == 0)) return true;
     const int64_t at = d.position(j);
     return at <= d.query_position(i) && at >= d.first_key(i);
@@ -130,12 +133,13 @@ struct SoftmaxRow {
     const C* row = s + r * keys;
     OnlineSoftmax<C> state = OnlineSoftmax<C>::empty();
     for (int64_t j = team.rank(); j < last; j += team.size()) {
-      if (rows.sees(i, j, causal)) state.add(row[j] + static_cast<C>(mask.at(b, h, i, j)));
+      if (rows.sees(b, i, j, causal)) state.add(row[j] + static_cast<C>(mask.at(b, h, i, j)));
     }
     state = team.all_reduce(state, CombineSoftmax{});
     for (int64_t j = team.rank(); j < keys; j += team.size()) {
-      const C x = j < last && rows.sees(i, j, causal) ? row[j] + static_cast<C>(mask.at(b, h, i, j))
-                                                      : -C(INFINITY);
+      const C x = j < last && rows.sees(b, i, j, causal)
+                      ? row[j] + static_cast<C>(mask.at(b, h, i, j))
+                      : -C(INFINITY);
       const C e = x == -C(INFINITY) ? C(0) : OnlineSoftmax<C>::exp_of(x - state.max);
       store(p, r * keys + j, state.sum > C(0) ? e / state.sum : C(0));
     }
@@ -164,8 +168,9 @@ struct Probability {
     const C row_lse = static_cast<C>(lse[rows.row0 + r]);
     for (int64_t j = team.rank(); j < keys; j += team.size()) {
       const int64_t e = r * keys + j;
-      const C x = j < last && rows.sees(i, j, causal) ? s[e] + static_cast<C>(mask.at(b, h, i, j))
-                                                      : -C(INFINITY);
+      const C x = j < last && rows.sees(b, i, j, causal)
+                      ? s[e] + static_cast<C>(mask.at(b, h, i, j))
+                      : -C(INFINITY);
       const C p = x == -C(INFINITY) ? C(0) : OnlineSoftmax<C>::exp_of(x - row_lse);
       s[e] = p;
       store(p16, e, p);
@@ -249,19 +254,23 @@ struct Attention {
   double scale;
   bool causal;
   MaskView<N> mask{nullptr, {}};
+  DocumentIds docs;                               // Note [Packed documents]
   int64_t groups = 0, group_rows = 0, chunk = 1;  // chunk: groups per pass
   int qat;                                        // where q is among the inputs
   const char* op;
 
-  Attention(const KernelContext& c, int q_at, int mask_at, const char* name)
+  // extra_at: where the mask or the document ids are among the inputs, if the op has them.
+  Attention(const KernelContext& c, int q_at, int extra_at, const char* name)
       : ctx(c), qat(q_at), op(name) {
     const auto& p = ctx.p<AttentionParams>();
     // Sizes only: the products below read (B, H, L, E) operands (staged(), for sequence-first).
     d = attention_dims(ctx, q_at);
     scale = p.scale;
     causal = p.is_causal;
-    if (mask_at >= 0) {
-      mask = MaskView<N>{data<T>(ctx.in(mask_at)), attention_mask_strides(ctx.in(mask_at).shape())};
+    docs = document_ids_of(ctx, extra_at);
+    if (static_cast<int>(ctx.inputs.size()) > extra_at && !docs.present()) {
+      mask =
+          MaskView<N>{data<T>(ctx.in(extra_at)), attention_mask_strides(ctx.in(extra_at).shape())};
     }
     groups = d.batch * d.kv_heads;
     group_rows = d.group() * d.queries;
@@ -286,7 +295,7 @@ struct Attention {
     p.k = k;
     batched_product<T, Out>(ctx, op, p, count, a, b, out, alpha, [this] { return describe(); });
   }
-  ScoreRows rows_from(int64_t first_group) const { return {d, first_group * group_rows}; }
+  ScoreRows rows_from(int64_t first_group) const { return {d, first_group * group_rows, docs}; }
 
   // A (B, H, rows, width) copy of a sequence-first operand (B, rows, H, width) in `scratch`;
   // the operand itself otherwise.
@@ -321,7 +330,7 @@ struct AttentionKernel {
     using C = typename A::C;
     using N = typename A::N;
     using L = calc_t<T>;
-    const A a(ctx, 0, ctx.inputs.size() == 4 ? 3 : -1, "scaled_dot_product_attention");
+    const A a(ctx, 0, 3, "scaled_dot_product_attention");
     const AttentionDims& d = a.d;
     std::optional<Scratch> q_heads, k_heads, v_heads, out_heads;
     const N* q = a.staged(ctx.in(0), d.heads, d.queries, d.head_dim, &q_heads);
@@ -354,7 +363,7 @@ struct AttentionGradKernel {
     using C = typename A::C;
     using N = typename A::N;
     using L = calc_t<T>;
-    const A a(ctx, 1, ctx.inputs.size() == 7 ? 6 : -1, "scaled_dot_product_attention_grad");
+    const A a(ctx, 1, 6, "scaled_dot_product_attention_grad");
     const AttentionDims& d = a.d;
     const int64_t all_rows = d.batch * d.heads * d.queries;
     const L* lse = static_cast<const L*>(ctx.in(5).raw_data());
@@ -415,6 +424,9 @@ OFL_REGISTER_KERNEL("scaled_dot_product_attention", kCUDA, AttentionKernel, OFL_
 OFL_REGISTER_KERNEL("scaled_dot_product_attention_masked", kCUDA, AttentionKernel, OFL_FLOATS);
 OFL_REGISTER_KERNEL("scaled_dot_product_attention_grad", kCUDA, AttentionGradKernel, OFL_FLOATS);
 OFL_REGISTER_KERNEL("scaled_dot_product_attention_masked_grad", kCUDA, AttentionGradKernel,
+                    OFL_FLOATS);
+OFL_REGISTER_KERNEL("scaled_dot_product_attention_documents", kCUDA, AttentionKernel, OFL_FLOATS);
+OFL_REGISTER_KERNEL("scaled_dot_product_attention_documents_grad", kCUDA, AttentionGradKernel,
                     OFL_FLOATS);
 #undef OFL_FLOATS
 

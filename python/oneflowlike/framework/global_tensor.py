@@ -478,7 +478,8 @@ def _operator(name):
 
 _OPERATORS = ("__add__", "__radd__", "__sub__", "__rsub__", "__mul__", "__rmul__", "__truediv__",
               "__rtruediv__", "__matmul__", "__rmatmul__", "__pow__", "__rpow__", "__gt__",
-              "__lt__", "__ge__", "__le__", "__eq__", "__ne__", "__neg__", "__abs__")
+              "__lt__", "__ge__", "__le__", "__eq__", "__ne__", "__neg__", "__abs__", "__and__",
+              "__rand__", "__or__", "__ror__", "__xor__", "__rxor__", "__invert__")
 
 
 def install_operators():

@@ -56,7 +56,7 @@ def _float_mask(attn_mask, dtype):
 
 def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.0,
                                  is_causal=False, scale=None, enable_gqa=False, *, zigzag=0,
-                                 window=0):
+                                 window=0, document_ids=None):
     """torch.nn.functional.scaled_dot_product_attention: softmax(query key^T * scale + mask)
     value over the last two axes of (batch, heads, L, E) inputs (or (heads, L, E)).
 
@@ -75,6 +75,13 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
     ``window`` latest keys, itself included (Mistral's and Gemma's local attention; flash-attn's
     ``window_size=(window - 1, 0)``), at a cost linear in the sequence (Note [Sliding window]).
     Needs is_causal.
+
+    ``document_ids`` (ours, keyword only): an int32 or int64 tensor (batch, L) (or (L,) for 3-d
+    inputs) giving each position of self-attention (L = S) its document, as sequences packed
+    from several documents have: a query sees only the keys of its own document (flash-attn's
+    varlen attention, FlexAttention's document mask; Note [Packed documents]), with is_causal
+    and window on top. In the order the sequence is stored in (F.zigzag's under ``zigzag``).
+    ``attn_mask`` or ``document_ids``, not both.
     """
     q, k, v = query, key, value
     if not (q.ndim == k.ndim == v.ndim and q.ndim in (3, 4)):
@@ -105,22 +112,46 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
         if not is_causal:
             raise ValueError("[scaled_dot_product_attention] window counts the latest keys a "
                              "query of causal attention sees: it needs is_causal=True.")
+    if document_ids is not None:
+        _check_documents(q, k, v, attn_mask, document_ids)
     if scale is None:
         scale = 1.0 / math.sqrt(q.shape[-1]) if q.shape[-1] > 0 else 1.0
     mask = None if attn_mask is None else _float_mask(attn_mask, q.dtype)
     three_d = q.ndim == 3
     if three_d:
         q, k, v = (t.unsqueeze(0) for t in (q, k, v))
+        if document_ids is not None:
+            document_ids = document_ids.unsqueeze(0)
     if float(dropout_p) > 0.0:
         out = _written_out(q, k, v, mask, float(dropout_p), bool(is_causal), float(scale),
-                           zigzag, window)
+                           zigzag, window, document_ids)
     else:
         out = _C.scaled_dot_product_attention(q, k, v, mask, float(scale), bool(is_causal),
-                                              zigzag=zigzag, window=window)[0]
+                                              zigzag=zigzag, window=window,
+                                              document_ids=document_ids)[0]
     return out.squeeze(0) if three_d else out
 
 
-def _written_out(q, k, v, mask, dropout_p, is_causal, scale, zigzag=0, window=0):
+def _check_documents(q, k, v, attn_mask, ids):
+    """Refuses document ids that cannot be the documents of q's positions (ValueError,
+    TypeError for their dtype), naming them; the op checks the rest."""
+    if attn_mask is not None:
+        raise ValueError("[scaled_dot_product_attention] takes an attn_mask or document_ids, not "
+                         "both (fold the documents into the mask). However, got attn_mask "
+                         f"{tuple(attn_mask.shape)} and document_ids {tuple(ids.shape)}.")
+    if ids.dtype not in (_C.dtype.int32, _C.dtype.int64):
+        raise TypeError("[scaled_dot_product_attention] document_ids must be int32 or int64. "
+                        f"However, got {ids.dtype}.")
+    want = (*q.shape[:-3], q.shape[-2])
+    if tuple(ids.shape) != want or q.shape[-2] != k.shape[-2]:
+        raise ValueError("[scaled_dot_product_attention] document_ids give each position of "
+                         "self-attention its document: query and key must have one length L, "
+                         f"document_ids the shape {want}. However, got {_shapes(q, k, v)}, "
+                         f"document_ids {tuple(ids.shape)}.")
+
+
+def _written_out(q, k, v, mask, dropout_p, is_causal, scale, zigzag=0, window=0,
+                 document_ids=None):
     """Attention as matmul, softmax, dropout and matmul (what the fused kernel computes, plus
     dropout of the weights). The library's functions, which take global tensors too: eagerly on
     global tensors each is an op of its own (_eager_global)."""
@@ -156,6 +187,9 @@ def _written_out(q, k, v, mask, dropout_p, is_causal, scale, zigzag=0, window=0)
             att = att.masked_fill(key_at <= query_at - window, float("-inf"))
     if mask is not None:
         att = att + mask
+    if document_ids is not None:  # (B, 1, L, S): True where the key is of another document
+        other = document_ids.unsqueeze(2) != document_ids.unsqueeze(1)
+        att = att.masked_fill(other.unsqueeze(1), float("-inf"))
     # A row whose keys are all masked attends to nothing: 0, as PyTorch's SDPA and the fused
     # kernels (Note [Rows with every key masked]). Its scores become 0 before the softmax, so
     # neither the softmax nor its gradient sees a row of -inf (a NaN), and its weights 0 after.
@@ -165,7 +199,7 @@ def _written_out(q, k, v, mask, dropout_p, is_causal, scale, zigzag=0, window=0)
 
 
 def _eager_global(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
-                  enable_gqa=False, *, zigzag=0, window=0):
+                  enable_gqa=False, *, zigzag=0, window=0, document_ids=None):
     """The eager form on global tensors (outside a trace). Note [Eager global dropout] in
     framework/global_dropout.py: a compiled op that draws random numbers cannot be
     differentiated by recomputing it, so with dropout_p > 0 attention runs op by op, written out,
@@ -175,7 +209,8 @@ def _eager_global(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=Fa
 
     args = (query, key, value)
     kwargs = {"attn_mask": attn_mask, "dropout_p": dropout_p, "is_causal": is_causal,
-              "scale": scale, "enable_gqa": enable_gqa, "zigzag": zigzag, "window": window}
+              "scale": scale, "enable_gqa": enable_gqa, "zigzag": zigzag, "window": window,
+              "document_ids": document_ids}
     if isinstance(dropout_p, (int, float)) and float(dropout_p) > 0.0:
         return scaled_dot_product_attention(*args, **kwargs)
     return global_tensor.apply(scaled_dot_product_attention, args, kwargs,

@@ -11,7 +11,7 @@ from oneflowlike.ops import scalar as _scalar
 
 __all__ = ["add", "sub", "subtract", "mul", "multiply", "div", "divide", "true_divide", "eq",
            "ne", "gt", "lt", "ge", "le", "clamp", "clip", "clamp_min", "clamp_max", "isclose",
-           "allclose"]
+           "allclose", "logical_and", "logical_or", "logical_xor", "logical_not"]
 
 
 def _is_number(x):
@@ -185,6 +185,61 @@ def allclose(input, other, rtol=1e-05, atol=1e-08, equal_nan=False):  # noqa: A0
     return bool(flow.all(flow.isclose(input, other, rtol=rtol, atol=atol, equal_nan=equal_nan)))
 
 
+def _truth(x):
+    """``x`` as a bool tensor: itself, x != 0 for other dtypes (torch's logical ops), or a
+    number's truth."""
+    if _is_number(x):
+        return _C.fill((), _C.dtype.bool, float(bool(x)))
+    return x if x.dtype == _C.dtype.bool else ne(x, 0)
+
+
+def logical_and(input, other):  # noqa: A002
+    """Elementwise ``input and other`` (nonzero is true), broadcast; a bool tensor."""
+    a, b = _truth(input), _truth(other)
+    return _C.where(a, b, _C.fill((), _C.dtype.bool, 0.0))
+
+
+def logical_or(input, other):  # noqa: A002
+    """Elementwise ``input or other`` (nonzero is true), broadcast; a bool tensor."""
+    a, b = _truth(input), _truth(other)
+    return _C.where(a, _C.fill((), _C.dtype.bool, 1.0), b)
+
+
+def logical_xor(input, other):  # noqa: A002
+    """Elementwise: exactly one of input and other is true (nonzero); a bool tensor."""
+    return ne(_truth(input), _truth(other))
+
+
+def logical_not(input):  # noqa: A002
+    """Elementwise ``not input`` (nonzero is true); a bool tensor."""
+    return _C.eq(_truth(input), _C.fill((), _C.dtype.bool, 0.0))
+
+
+def _bool_operator(name, fn):
+    """The operator ``name`` (&, |, ^) of bool tensors: ``fn``; on other dtypes torch's bitwise
+    operation, which this library does not have, is refused naming the dtype rather than run as
+    a logical one (3 & 6 is 2, not True)."""
+    def operator(self, other):
+        for x in (self, other):
+            dtype = bool if _is_number(x) and isinstance(x, bool) else getattr(x, "dtype", None)
+            if dtype not in (bool, _C.dtype.bool):
+                got = type(x).__name__ if dtype is None else dtype
+                raise TypeError(f"[{name}] works on bool tensors (masks) only: bitwise operations "
+                                f"on other dtypes are not supported. However, got {got}. Compare "
+                                f"first (x != 0), or use flow.logical_and/or/xor.")
+        return fn(self, other)
+
+    return operator
+
+
+def _invert(self):
+    if self.dtype != _C.dtype.bool:
+        raise TypeError(f"[__invert__] ~ works on bool tensors (masks) only: bitwise not of "
+                        f"other dtypes is not supported. However, got {self.dtype}. Use "
+                        f"flow.logical_not.")
+    return logical_not(self)
+
+
 subtract = sub
 multiply = mul
 divide = div
@@ -227,4 +282,15 @@ TENSOR_METHODS = {
     "__ge__": ge,
     "__le__": le,
     "__hash__": lambda self: id(self),
+    "logical_and": logical_and,
+    "logical_or": logical_or,
+    "logical_xor": logical_xor,
+    "logical_not": logical_not,
+    "__and__": _bool_operator("__and__", logical_and),
+    "__rand__": _bool_operator("__rand__", logical_and),
+    "__or__": _bool_operator("__or__", logical_or),
+    "__ror__": _bool_operator("__ror__", logical_or),
+    "__xor__": _bool_operator("__xor__", logical_xor),
+    "__rxor__": _bool_operator("__rxor__", logical_xor),
+    "__invert__": _invert,
 }

@@ -1,4 +1,4 @@
-"""Rearrangements with torch's names: flip, roll and repeat; and the zigzag order of a sequence
+"""Rearrangements with torch's names: flip, roll, repeat and repeat_interleave; and the zigzag order of a sequence
 that balances causal attention over context-parallel ranks (F.zigzag, F.unzigzag).
 
 Composed of index_select, slices, cat, expand and reshape, so their SBP signatures, CUDA kernels
@@ -12,7 +12,7 @@ from oneflowlike import _C
 from oneflowlike.ops.core import device_of, own_copy
 from oneflowlike.ops.shape_ops import _dim, _slice_along
 
-__all__ = ["flip", "roll"]
+__all__ = ["flip", "roll", "repeat_interleave"]
 
 
 def _dims(op, dims, ndim):
@@ -78,6 +78,33 @@ def repeat(self, *sizes):
     return _C.reshape(out, tuple(r * s for r, s in zip(sizes, shape)))
 
 
+def repeat_interleave(input, repeats, dim=None):  # noqa: A002
+    """torch.repeat_interleave with an int ``repeats``: each element repeated that many times in
+    a row along ``dim`` (without dim, of the flattened tensor), e.g. key/value heads spread
+    over the query heads of grouped-query attention. Per-element repeats (a tensor) are not
+    supported."""
+    try:
+        if isinstance(repeats, bool):
+            raise TypeError
+        r = operator.index(repeats)
+    except TypeError:
+        raise TypeError(f"[repeat_interleave] repeats must be an int (a tensor of repeats per "
+                        f"element is not supported). However, got {type(repeats).__name__}."
+                        ) from None
+    if r < 0:
+        raise ValueError(f"[repeat_interleave] repeats must be non-negative. However, got {r}.")
+    if dim is None:
+        input, d = _C.reshape(input, (input.numel(),)), 0
+    else:
+        d = _dim(dim, max(input.ndim, 1), "repeat_interleave")
+        if input.ndim == 0:
+            input = _C.reshape(input, (1,))
+    shape = tuple(input.shape)
+    spread = _C.reshape(input, shape[:d + 1] + (1,) + shape[d + 1:])
+    out = _C.expand(spread, shape[:d + 1] + (r,) + shape[d + 1:])
+    return _C.reshape(out, shape[:d] + (shape[d] * r,) + shape[d + 1:])
+
+
 def _zigzag_chunks(op, input, dim, n):
     """(axis, chunk length) of ``input``'s ``dim`` cut in 2n chunks, checked."""
     from oneflowlike.ops.attention import _zigzag_pieces  # noqa: PLC0415  one check of n
@@ -115,4 +142,4 @@ def unzigzag(input, dim, n):  # noqa: A002
 NN_FUNCTIONAL = {"zigzag": zigzag, "unzigzag": unzigzag}
 
 TENSOR_METHODS = {"flip": lambda self, *dims: flip(self, dims[0] if len(dims) == 1 else dims),
-                  "roll": roll, "repeat": repeat}
+                  "roll": roll, "repeat": repeat, "repeat_interleave": repeat_interleave}

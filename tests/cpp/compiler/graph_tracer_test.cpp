@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include "oneflowlike/eager.h"
+#include "oneflowlike/ops/creation.h"
 #include "oneflowlike/ops/matmul.h"
 #include "tests/cpp/ops/test_util.h"
 
@@ -62,6 +63,37 @@ TEST(GraphTracer, EachPlacementIsAStageAndInputsMustAgree) {
   GraphTracer other("h", first);
   expect_error([&] { other.index_of(x); }, ErrorCode::kInvalidArgument,
                "is a value of another graph's build()");
+}
+
+// Note [Fills follow their users]: a number operand traced while another stage was current (a
+// fill op without inputs) is traced again on the placement of the op that reads it, so x == 10
+// works on any stage; lazy inputs that are not fills must still agree.
+TEST(GraphTracer, ANumberOperandFollowsTheTensorItMeets) {
+  const Placement first(DeviceType::kCPU, {0});
+  const Placement second(DeviceType::kCPU, {1});
+  GraphTracer t("g", first);
+  TracingScope scope(&t);
+  const Tensor x = t.input("x", Shape{3}, DataType::kInt64, first, {});
+  const Tensor y = t.input("y", Shape{3}, DataType::kInt64, second, {});  // current: second
+  const Tensor ten = apply_op1(op("fill"), FillParams{Shape{}, DataType::kInt64, 10.0}, {});
+  EXPECT_EQ(t.placement_of(ten), second);
+  const Tensor same = apply_op1(op("equal"), NoParams{}, {x, ten});
+  EXPECT_EQ(t.placement_of(same), first);
+  const Graph& g = t.builder().graph();
+  const LogicalOp& eq = g.op(g.tensor(t.index_of(same)).producer);
+  const LogicalOp& fill = g.op(g.tensor(eq.inputs[1]).producer);
+  EXPECT_EQ(fill.schema->name(), "fill");
+  EXPECT_EQ(fill.placement, first);
+  EXPECT_EQ(fill.params.as<FillParams>().value, 10.0);
+  // The fill where it was serves its own stage as it is.
+  const Tensor there = apply_op1(op("equal"), NoParams{}, {ten, y});
+  EXPECT_EQ(g.tensor(t.index_of(there)).producer, g.num_ops() - 1);
+  EXPECT_EQ(g.op(g.tensor(t.index_of(there)).producer).inputs[0], t.index_of(ten));
+  expect_error(
+      [&] {
+        apply_op1(op("equal"), NoParams{}, {x, y});
+      },
+      ErrorCode::kInvalidArgument, "all inputs must be on one placement");
 }
 
 }  // namespace

@@ -143,6 +143,30 @@ std::vector<OpCase> sweep_cases() {
        AttentionParams{0.5, true, false, 2},
        {floats(Shape{4, 2, 8, 2}), floats(Shape{4, 2, 8, 3}), floats(Shape{4, 2, 8, 3}),
         floats(Shape{4, 2, 8, 2}), floats(Shape{4, 2, 8, 2}), positive(Shape{4, 2, 8})}},
+      // A window of 3 keys in the zigzag order (Note [Sliding window]): the sweep's sequence
+      // splits cut the windows too.
+      {"scaled_dot_product_attention_window",
+       "scaled_dot_product_attention",
+       AttentionParams{0.5, true, false, 2, 3},
+       {floats(Shape{4, 2, 8, 3}), floats(Shape{4, 2, 8, 3}), floats(Shape{4, 2, 8, 2})}},
+      {"scaled_dot_product_attention_grad_window",
+       "scaled_dot_product_attention_grad",
+       AttentionParams{0.5, true, false, 2, 3},
+       {floats(Shape{4, 2, 8, 2}), floats(Shape{4, 2, 8, 3}), floats(Shape{4, 2, 8, 3}),
+        floats(Shape{4, 2, 8, 2}), floats(Shape{4, 2, 8, 2}), positive(Shape{4, 2, 8})}},
+      // Document ids (B 4, S 8) of 3 documents (Note [Packed documents]): causal in the zigzag
+      // order, and not causal; the ids split with the batch, else whole.
+      {"scaled_dot_product_attention_documents",
+       "scaled_dot_product_attention_documents",
+       AttentionParams{0.5, true, false, 2},
+       {floats(Shape{4, 2, 8, 3}), floats(Shape{4, 2, 8, 3}), floats(Shape{4, 2, 8, 2}),
+        integers(Shape{4, 8}, 3)}},
+      {"scaled_dot_product_attention_documents_grad",
+       "scaled_dot_product_attention_documents_grad",
+       AttentionParams{0.5, false},
+       {floats(Shape{4, 2, 8, 2}), floats(Shape{4, 2, 8, 3}), floats(Shape{4, 2, 8, 3}),
+        floats(Shape{4, 2, 8, 2}), floats(Shape{4, 2, 8, 2}), positive(Shape{4, 2, 8}),
+        integers(Shape{4, 8}, 3)}},
       // Sequence-first (Note [Sequence-first attention]): (B 4, L 5, H 4, E 3), heads split on
       // axis 2, lse (B, H, L) on axis 1; grouped-query, masked.
       {"scaled_dot_product_attention_sequence_first",

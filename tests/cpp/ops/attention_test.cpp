@@ -624,6 +624,46 @@ TEST(Attention, ZigzagOrderedQueriesGiveTheSequencesRowsInThatOrder) {
   }
 }
 
+// Runs `op` and its gradient op ("<op>_grad") on the stored queries [0, 37), [37, 170) and
+// [170, L) of qkvd = {q, k, v, dout} (each piece told its place, `extra` inputs whole), and
+// checks each piece's out, lse and dq against the rows of the whole op's `out` and `grads`, and
+// the pieces' dk and dv summed against the whole's. `axis`: the queries' axis of q.
+void expect_pieces_give_the_whole(const std::string& op, const AttentionParams& params,
+                                  const std::vector<Tensor>& qkvd, const std::vector<Tensor>& extra,
+                                  const std::vector<Tensor>& out, const std::vector<Tensor>& grads,
+                                  int axis) {
+  const Tensor &q = qkvd[0], &k = qkvd[1], &v = qkvd[2], &dout = qkvd[3];
+  const DataType dtype = q.dtype();
+  const double tol = dtype_tolerance(dtype);
+  const int64_t L = q.shape()[axis];
+  std::vector<double> dk(values_of(k).size()), dv(values_of(v).size());
+  for (const auto& [begin, end] :
+       std::vector<std::pair<int64_t, int64_t>>{{0, 37}, {37, 170}, {170, L}}) {
+    SCOPED_TRACE(str_cat("stored queries [", begin, ", ", end, ")"));
+    auto rows = [&](const Tensor& t, int at) { return rows_between(t, at, begin, end); };
+    const std::vector<Range> region = piece_region(out[0].shape(), axis, begin, end);
+    const Tensor qp = rows(q, axis);
+    std::vector<Tensor> inputs{qp, k, v};
+    inputs.insert(inputs.end(), extra.begin(), extra.end());
+    const auto piece =
+        run_piece(op.c_str(), params, inputs, {rows(out[0], axis).shape(), rows(out[1], 2).shape()},
+                  {dtype, out[1].dtype()}, region, out[0].shape());
+    expect_close(piece[0], values_of(rows(out[0], axis)), piece[0].shape(), tol, tol);
+    expect_close(piece[1], values_of(rows(out[1], 2)), piece[1].shape(), tol, tol);
+    std::vector<Tensor> grad_inputs{rows(dout, axis), qp, k, v, piece[0], piece[1]};
+    grad_inputs.insert(grad_inputs.end(), extra.begin(), extra.end());
+    const auto g =
+        run_piece((op + "_grad").c_str(), params, grad_inputs, {qp.shape(), k.shape(), v.shape()},
+                  {dtype, dtype, dtype}, region, q.shape());
+    expect_close(g[0], values_of(rows(grads[0], axis)), g[0].shape(), tol, tol);
+    const std::vector<double> gk = values_of(g[1]), gv = values_of(g[2]);
+    for (size_t i = 0; i < dk.size(); ++i) dk[i] += gk[i];
+    for (size_t i = 0; i < dv.size(); ++i) dv[i] += gv[i];
+  }
+  expect_close(grads[1], dk, k.shape(), 4 * tol, 4 * tol);
+  expect_close(grads[2], dv, v.shape(), 4 * tol, 4 * tol);
+}
+
 // Note [Sliding window]: causal attention whose queries see their w latest keys gives the
 // attention of a mask hiding the others (the masked op, not causal), forward and backward:
 // windows of one key, inside one tile, across key tiles, and longer than the sequence; in the
@@ -648,8 +688,8 @@ TEST(Attention, SlidingWindowIsTheMaskOfItsLatestKeys) {
       const Tensor dout = random_tensor(causal[0].shape(), dtype, 4);
       const double tol = dtype_tolerance(dtype);
       for (int64_t w : {1, 50, 130, 300}) {
-        SCOPED_TRACE(str_cat(dtype_name(dtype), sequence_first ? " sequence-first" : "",
-                             " window ", w));
+        SCOPED_TRACE(
+            str_cat(dtype_name(dtype), sequence_first ? " sequence-first" : "", " window ", w));
         std::vector<double> hidden(L * L, 0.0);
         for (int64_t i = 0; i < L; ++i) {
           for (int64_t j = 0; j < L; ++j) {
@@ -657,8 +697,8 @@ TEST(Attention, SlidingWindowIsTheMaskOfItsLatestKeys) {
           }
         }
         const Tensor mask = make_tensor(hidden, Shape{L, L}, dtype);
-        const auto masked = functional::scaled_dot_product_attention(q, k, v, mask, 0.3, false,
-                                                                     sequence_first);
+        const auto masked =
+            functional::scaled_dot_product_attention(q, k, v, mask, 0.3, false, sequence_first);
         const auto masked_grads = functional::scaled_dot_product_attention_grad(
             dout, q, k, v, masked[0], masked[1], mask, 0.3, false, sequence_first);
         for (int64_t n : {0, 2}) {
@@ -667,8 +707,8 @@ TEST(Attention, SlidingWindowIsTheMaskOfItsLatestKeys) {
           auto stored = [&](const Tensor& t, int at) { return n ? zigzag_rows(t, at, n) : t; };
           const Tensor qz = stored(q, axis), kz = stored(k, axis), vz = stored(v, axis);
           const Tensor doutz = stored(dout, axis);
-          const auto out = functional::scaled_dot_product_attention(qz, kz, vz, Tensor(), 0.3,
-                                                                    true, sequence_first, n, w);
+          const auto out = functional::scaled_dot_product_attention(qz, kz, vz, Tensor(), 0.3, true,
+                                                                    sequence_first, n, w);
           expect_close(out[0], values_of(stored(masked[0], axis)), out[0].shape(), tol, tol);
           expect_close(out[1], values_of(stored(masked[1], 2)), out[1].shape(), tol, tol);
           const auto grads = functional::scaled_dot_product_attention_grad(
@@ -683,34 +723,131 @@ TEST(Attention, SlidingWindowIsTheMaskOfItsLatestKeys) {
           }
           if (n == 0 || w != 50) continue;
           // By uneven pieces of the stored queries, each told its place.
-          const AttentionParams params{0.3, true, sequence_first, n, w};
-          std::vector<double> dk(values_of(k).size()), dv(values_of(v).size());
-          for (const auto& [begin, end] : std::vector<std::pair<int64_t, int64_t>>{
-                   {0, 37}, {37, 170}, {170, L}}) {
-            SCOPED_TRACE(str_cat("stored queries [", begin, ", ", end, ")"));
-            auto rows = [&](const Tensor& t, int at) { return rows_between(t, at, begin, end); };
-            const std::vector<Range> region = piece_region(out[0].shape(), axis, begin, end);
-            const Tensor qp = rows(qz, axis);
-            const auto piece = run_piece("scaled_dot_product_attention", params, {qp, kz, vz},
-                                         {rows(out[0], axis).shape(), rows(out[1], 2).shape()},
-                                         {dtype, out[1].dtype()}, region, out[0].shape());
-            expect_close(piece[0], values_of(rows(out[0], axis)), piece[0].shape(), tol, tol);
-            expect_close(piece[1], values_of(rows(out[1], 2)), piece[1].shape(), tol, tol);
-            const auto g = run_piece("scaled_dot_product_attention_grad", params,
-                                     {rows(doutz, axis), qp, kz, vz, piece[0], piece[1]},
-                                     {qp.shape(), k.shape(), v.shape()}, {dtype, dtype, dtype},
-                                     region, q.shape());
-            expect_close(g[0], values_of(rows(grads[0], axis)), g[0].shape(), tol, tol);
-            const std::vector<double> gk = values_of(g[1]), gv = values_of(g[2]);
-            for (size_t i = 0; i < dk.size(); ++i) dk[i] += gk[i];
-            for (size_t i = 0; i < dv.size(); ++i) dv[i] += gv[i];
-          }
-          expect_close(grads[1], dk, k.shape(), 4 * tol, 4 * tol);
-          expect_close(grads[2], dv, v.shape(), 4 * tol, 4 * tol);
+          expect_pieces_give_the_whole("scaled_dot_product_attention",
+                                       AttentionParams{0.3, true, sequence_first, n, w},
+                                       {qz, kz, vz, doutz}, {}, out, grads, axis);
         }
       }
     }
   }
+}
+
+// Note [Packed documents]: document ids give the attention of a mask that hides every key of
+// another document (the masked op), forward and backward: causal, causal with a window, and not
+// causal; batch row 0 packs documents of 70, 5, 100 and 65 positions (across query and key
+// tiles), row 1 repeats two ids in turn (ids need not rise: the tiles' ranges of ids meet
+// everywhere); int32 and int64 ids; in the zigzag order (ids stored in it too), whole and by
+// uneven pieces of the stored queries; float32, float64 and bfloat16, both layouts. Without the
+// ids' mask, or with a tile skipped whose ids meet the queries', the rows would differ.
+TEST(Attention, DocumentIdsAreTheMaskOfEachTokensDocument) {
+  const int64_t L = 240;
+  const double inf = std::numeric_limits<double>::infinity();
+  std::vector<double> ids(2 * L);
+  for (int64_t j = 0; j < L; ++j) {
+    ids[j] = j < 70 ? 0 : j < 75 ? 1 : j < 175 ? 2 : 3;
+    ids[L + j] = (j / 30) % 2;
+  }
+  struct Kind {
+    bool causal;
+    int64_t window;
+  };
+  for (DataType dtype : {DataType::kFloat32, DataType::kFloat64, DataType::kBFloat16}) {
+    for (bool sequence_first : {false, true}) {
+      const int axis = sequence_first ? 1 : 2;  // the queries' axis of q, out, dq
+      auto shaped = [&](int64_t heads, int64_t width) {
+        return sequence_first ? Shape{2, L, heads, width} : Shape{2, heads, L, width};
+      };
+      const Tensor q = random_tensor(shaped(4, 8), dtype, 1);
+      const Tensor k = random_tensor(shaped(2, 8), dtype, 2);
+      const Tensor v = random_tensor(shaped(2, 6), dtype, 3);
+      const Tensor dout = random_tensor(shaped(4, 6), dtype, 4);
+      const double tol = dtype_tolerance(dtype);
+      for (const Kind kind : {Kind{true, 0}, Kind{true, 50}, Kind{false, 0}}) {
+        SCOPED_TRACE(str_cat(dtype_name(dtype), sequence_first ? " sequence-first" : "",
+                             kind.causal ? " causal" : "", " window ", kind.window));
+        std::vector<double> hidden(2 * L * L, 0.0);
+        for (int64_t b = 0; b < 2; ++b) {
+          for (int64_t i = 0; i < L; ++i) {
+            for (int64_t j = 0; j < L; ++j) {
+              const bool seen = ids[b * L + i] == ids[b * L + j] && (!kind.causal || j <= i) &&
+                                (kind.window == 0 || j > i - kind.window);
+              if (!seen) hidden[(b * L + i) * L + j] = -inf;
+            }
+          }
+        }
+        const Tensor mask = make_tensor(hidden, Shape{2, 1, L, L}, dtype);
+        const auto masked =
+            functional::scaled_dot_product_attention(q, k, v, mask, 0.3, false, sequence_first);
+        const auto masked_grads = functional::scaled_dot_product_attention_grad(
+            dout, q, k, v, masked[0], masked[1], mask, 0.3, false, sequence_first);
+        for (int64_t n : {0, 2}) {
+          if (n && !kind.causal) continue;
+          for (DataType id_type : {DataType::kInt64, DataType::kInt32}) {
+            SCOPED_TRACE(str_cat("zigzag ", n, " ids ", dtype_name(id_type)));
+            auto stored = [&](const Tensor& t, int at) { return n ? zigzag_rows(t, at, n) : t; };
+            const Tensor qz = stored(q, axis), kz = stored(k, axis), vz = stored(v, axis);
+            const Tensor doutz = stored(dout, axis);
+            const Tensor docs = stored(make_tensor(ids, Shape{2, L}, id_type), 1);
+            const auto out = functional::scaled_dot_product_attention(
+                qz, kz, vz, Tensor(), 0.3, kind.causal, sequence_first, n, kind.window, docs);
+            expect_close(out[0], values_of(stored(masked[0], axis)), out[0].shape(), tol, tol);
+            expect_close(out[1], values_of(stored(masked[1], 2)), out[1].shape(), tol, tol);
+            const auto grads = functional::scaled_dot_product_attention_grad(
+                doutz, qz, kz, vz, out[0], out[1], Tensor(), 0.3, kind.causal, sequence_first, n,
+                kind.window, docs);
+            for (int i = 0; i < 3; ++i) {
+              expect_close(grads[i], values_of(stored(masked_grads[i], axis)), grads[i].shape(),
+                           4 * tol, 4 * tol);
+            }
+            if (n == 0 || id_type == DataType::kInt32) continue;
+            // By uneven pieces of the stored queries, each told its place; the ids whole.
+            expect_pieces_give_the_whole(
+                "scaled_dot_product_attention_documents",
+                AttentionParams{0.3, kind.causal, sequence_first, n, kind.window},
+                {qz, kz, vz, doutz}, {docs}, out, grads, axis);
+          }
+        }
+      }
+    }
+  }
+}
+
+// Document ids of another shape or dtype, or with a mask, are refused naming them.
+TEST(Attention, DocumentIdsAreCheckedAsTheyAre) {
+  const Tensor q = random_tensor({2, 2, 12, 8}, DataType::kFloat32, 1);
+  const Tensor ids = make_tensor(std::vector<double>(24, 0.0), Shape{2, 12}, DataType::kInt64);
+  expect_error_phrases(
+      [&] {
+        functional::scaled_dot_product_attention(
+            q, q, q, Tensor(), 1.0, true, false, 0, 0,
+            make_tensor(std::vector<double>(12, 0.0), Shape{12}, DataType::kInt64));
+      },
+      ErrorCode::kInvalidArgument,
+      {"[scaled_dot_product_attention_documents] document_ids (Note [Packed documents]) give "
+       "each position of self-attention its document: q and k must have one sequence length L "
+       "and document_ids must be (batch, L) (2, 12). However, got",
+       "document_ids (12,) int64"});
+  const Tensor k = random_tensor({2, 2, 10, 8}, DataType::kFloat32, 2);
+  expect_error(
+      [&] {
+        functional::scaled_dot_product_attention(q, k, k, Tensor(), 1.0, false, false, 0, 0, ids);
+      },
+      ErrorCode::kInvalidArgument, "q and k must have one sequence length L");
+  expect_error(
+      [&] {
+        functional::scaled_dot_product_attention(
+            q, q, q, Tensor(), 1.0, true, false, 0, 0,
+            make_tensor(std::vector<double>(24, 0.0), Shape{2, 12}, DataType::kFloat32));
+      },
+      ErrorCode::kTypeError, "document_ids must be int32 or int64. However, got float32.");
+  expect_error(
+      [&] {
+        functional::scaled_dot_product_attention(
+            q, q, q, random_tensor({12, 12}, DataType::kFloat32, 3), 1.0, false, false, 0, 0, ids);
+      },
+      ErrorCode::kInvalidArgument,
+      "takes an attn_mask or document_ids, not both (fold the documents into the mask). "
+      "However, got attn_mask (12, 12) and document_ids (2, 12).");
 }
 
 // A window is how many keys a causal query sees: anything else is refused naming it.
@@ -718,17 +855,13 @@ TEST(Attention, SlidingWindowRefusesWhatIsNotCausalAttention) {
   const Tensor q = random_tensor({1, 2, 12, 8}, DataType::kFloat32, 1);
   const Tensor lse = random_tensor({1, 2, 12}, DataType::kFloat32, 2);
   expect_error(
-      [&] {
-        functional::scaled_dot_product_attention(q, q, q, Tensor(), 1.0, false, false, 0, 4);
-      },
+      [&] { functional::scaled_dot_product_attention(q, q, q, Tensor(), 1.0, false, false, 0, 4); },
       ErrorCode::kInvalidArgument,
       "[scaled_dot_product_attention] window (Note [Sliding window]) is how many of the latest "
       "keys each query of causal attention sees: it must be at least 1, with is_causal and no "
       "attn_mask. However, got window 4, is_causal false and no mask.");
   expect_error(
-      [&] {
-        functional::scaled_dot_product_attention(q, q, q, Tensor(), 1.0, true, false, 0, -3);
-      },
+      [&] { functional::scaled_dot_product_attention(q, q, q, Tensor(), 1.0, true, false, 0, -3); },
       ErrorCode::kInvalidArgument, "However, got window -3");
   expect_error(
       [&] {

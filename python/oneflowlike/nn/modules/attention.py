@@ -19,7 +19,9 @@ class CausalSelfAttention(Module):
     T <= block_size. ``zigzag`` (ours; 0: off): T is in F.zigzag's order over that many pieces
     (Note [Zigzag order] in oneflowlike/ops/attention.h). ``window`` (ours; 0: off): position t
     attends to its ``window`` latest positions only, t - window < s <= t (sliding-window
-    attention, Note [Sliding window]).
+    attention, Note [Sliding window]). ``forward(x, document_ids=None)``: with (B, T) integer
+    ids of each position's document (sequences packed from several documents), a position
+    attends within its own document only (Note [Packed documents]).
     """
 
     def __init__(self, n_embd, n_head, block_size, dropout=0.0, bias=True, device=None,
@@ -39,7 +41,7 @@ class CausalSelfAttention(Module):
         self.attn_dropout = Dropout(dropout)
         self.resid_dropout = Dropout(dropout)
 
-    def forward(self, x):
+    def forward(self, x, document_ids=None):
         if x.ndim != 3 or x.shape[2] != self.n_embd or x.shape[1] > self.block_size:
             raise ValueError(
                 f"[CausalSelfAttention] input must be (B, T, {self.n_embd}) with T <= "
@@ -53,8 +55,8 @@ class CausalSelfAttention(Module):
         dropout_p = self.attn_dropout.p if self.training else 0.0
         y = F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, is_causal=True,
                                            scale=1.0 / math.sqrt(D),
-                                           zigzag=self.zigzag,
-                                           window=self.window)  # (B, H, T, D)
+                                           zigzag=self.zigzag, window=self.window,
+                                           document_ids=document_ids)  # (B, H, T, D)
         y = y.transpose(1, 2).reshape(B, T, C)  # heads side by side again
         return self.resid_dropout(self.c_proj(y))
 
