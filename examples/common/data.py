@@ -38,7 +38,9 @@ class TokenBatches:
     """Training batches from a flat token file (prepare_tokens.py writes one) through
     flow.utils.data: a TokenDataset of block_size windows, a DistributedSampler giving this
     rank's data-parallel index its shard (ranks that differ only in tp or pp share it), and a
-    DataLoader prefetching on a background thread. Each rank loads only its rows. The loader's
+    DataLoader prefetching on a background thread (slicing a memory map releases the GIL: a
+    worker process would cost more than it saves, docs/benchmarks.md). Each rank loads only its
+    rows. The loader's
     position goes into checkpoints (Note [Loader position] in flow.utils.data.DataLoader)."""
 
     def __init__(self, path, block_size, batch_size, dp, dp_index, seed):
@@ -47,7 +49,8 @@ class TokenBatches:
         sampler = data.DistributedSampler(dataset, num_replicas=dp, rank=dp_index, shuffle=True,
                                           seed=seed, drop_last=True)
         self.loader = data.DataLoader(dataset, batch_size=batch_size // dp, sampler=sampler,
-                                      drop_last=True, num_workers=1)
+                                      drop_last=True, num_workers=1,
+                                      worker_type="thread")
         if len(self.loader) == 0:
             raise ValueError(f"the token file {path!r} has {len(dataset)} windows of "
                              f"{block_size}: fewer than one batch of {batch_size}.")

@@ -2,6 +2,7 @@
 
 from oneflowlike import _C
 from oneflowlike._C import Tensor, device, dtype
+from oneflowlike._C import get_num_threads, set_num_threads  # noqa: F401 (torch's names)
 
 _DTYPE_NAMES = {value.value: name for name, value in dtype.__members__.items()}
 dtype.__repr__ = dtype.__str__ = lambda self: f"oneflowlike.{_DTYPE_NAMES[self.value]}"

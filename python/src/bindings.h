@@ -27,6 +27,7 @@ void init_rotary(py::module_& m);
 void init_embedding(py::module_& m);
 void init_cross_entropy(py::module_& m);
 void init_random(py::module_& m);
+void init_threads(py::module_& m);
 void init_optimizer(py::module_& m);
 void init_shape_ops(py::module_& m);
 void init_fused(py::module_& m);

@@ -22,6 +22,7 @@ PYBIND11_MODULE(_C, m) {
   init_embedding(m);
   init_cross_entropy(m);
   init_random(m);
+  init_threads(m);
   init_optimizer(m);
   init_shape_ops(m);
   init_fused(m);

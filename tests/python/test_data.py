@@ -1,10 +1,14 @@
 """flow.utils.data: datasets, samplers, DataLoader (batching, seeded shuffling, drop_last,
-prefetch threads, collation, a resumable position), DistributedSampler against torch's rule,
+worker processes, collation, a resumable position), DistributedSampler against torch's rule,
 the memory-mapped TokenDataset and the tokenizing script."""
 
+import os
 import pathlib
+import pickle
+import signal
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -51,27 +55,263 @@ def test_shuffling_is_seeded_per_epoch_and_covers_every_sample():
     assert _values(data.DataLoader(ds, batch_size=5, shuffle=True, seed=4)) != epoch0
 
 
-def test_prefetch_threads_hand_batches_over_in_order():
+@pytest.mark.parametrize("worker_type", ["process", "thread"])
+def test_workers_hand_batches_over_in_order(worker_type):
     ds = data.TensorDataset(np.arange(50))
     plain = _values(data.DataLoader(ds, batch_size=3, shuffle=True, seed=1))
-    threaded = _values(data.DataLoader(ds, batch_size=3, shuffle=True, seed=1, num_workers=3,
-                                       prefetch_factor=2))
-    assert plain == threaded
+    loaded = _values(data.DataLoader(ds, batch_size=3, shuffle=True, seed=1, num_workers=3,
+                                     prefetch_factor=2, worker_type=worker_type))
+    assert plain == loaded
 
 
-def test_a_workers_error_reaches_the_consumer():
-    class Broken(data.Dataset):
+# Datasets of the worker tests: at module level, so that they pickle (Note [Worker processes]).
+class Broken(data.Dataset):
+    def __len__(self):
+        return 8
+
+    def __getitem__(self, i):
+        if i == 5:
+            raise KeyError(f"sample {i} is missing")
+        return np.float32(i)
+
+
+class WhoLoads(data.Dataset):
+    """Each sample: the loading worker's id, its pid, a draw of numpy's generator and the
+    worker_init_fn's mark."""
+
+    def __len__(self):
+        return 12
+
+    def __getitem__(self, i):
+        info = data.get_worker_info()
+        return np.array([info.id, os.getpid(), np.random.randint(1 << 30), MARK.get("mark", -1)])
+
+
+MARK = {}
+
+
+def mark_worker(worker_id):
+    MARK["mark"] = 100 + worker_id
+
+
+class Dies(data.Dataset):
+    def __len__(self):
+        return 8
+
+    def __getitem__(self, i):
+        if i == 4:
+            os.kill(os.getpid(), signal.SIGKILL)
+        return np.float32(i)
+
+
+class Slow(data.Dataset):
+    def __len__(self):
+        return 4
+
+    def __getitem__(self, i):
+        if i == 2:
+            time.sleep(30)
+        return np.float32(i)
+
+
+class Fast(Slow):
+    """Slow for a thread: sleeps 2 s on sample 2 (a thread cannot be stopped)."""
+
+    def __getitem__(self, i):
+        if i == 2:
+            time.sleep(2)
+        return np.float32(i)
+
+
+class Unpicklable(data.Dataset):
+    """Sample 3 holds a lambda: its batch cannot cross to the loop; sample 5 raises an error of a
+    class defined in a function (which does not pickle either)."""
+
+    def __len__(self):
+        return 8
+
+    def __getitem__(self, i):
+        if i == 3:
+            return {"x": np.float32(i), "f": lambda: i}
+        if i == 5:
+            class LocalError(Exception):
+                pass
+
+            raise LocalError(f"sample {i}")
+        return {"x": np.float32(i), "f": None}
+
+
+def unpicklable_collate(samples):
+    return samples  # the lambda reaches the batch
+
+
+class Big(data.Dataset):
+    """Samples of 1 MiB, so that unread batches fill a pipe."""
+
+    def __len__(self):
+        return 64
+
+    def __getitem__(self, i):
+        return np.full(1 << 18, i, np.float32)
+
+
+class TimesOut(data.Dataset):
+    def __len__(self):
+        return 2
+
+    def __getitem__(self, i):
+        raise TimeoutError(f"sample {i}'s server did not answer")
+
+
+def fails_to_start(worker_id):
+    raise OSError(f"worker {worker_id} cannot open its shard")
+
+
+def test_a_workers_error_reaches_the_consumer_with_its_traceback():
+    with pytest.raises(KeyError, match=r"sample 5 is missing"):  # a thread's: the exception itself
+        _values(data.DataLoader(Broken(), batch_size=2, num_workers=2, worker_type="thread"))
+    loader = data.DataLoader(Broken(), batch_size=2, num_workers=2)
+    with pytest.raises(KeyError, match=r"caught KeyError in worker process 0 loading batch 2"
+                                       r"(.|\n)*in __getitem__(.|\n)*sample 5 is missing"):
+        _values(loader)
+    with pytest.raises(OSError, match=r"in worker_init_fn(.|\n)*cannot open its shard"):
+        _values(data.DataLoader(Broken(), batch_size=2, num_workers=2,
+                                worker_init_fn=fails_to_start))
+
+
+def test_what_cannot_cross_to_the_loop_is_an_error_not_a_hang():
+    loader = data.DataLoader(Unpicklable(), batch_size=2, num_workers=2,
+                             collate_fn=unpicklable_collate)
+    with pytest.raises(Exception, match=r"caught \w+ in worker process 1 sending batch 1"
+                                        r"(.|\n)*lambda"):
+        list(loader)
+    loader = data.DataLoader(Unpicklable(), batch_size=2, num_workers=2,
+                             collate_fn=unpicklable_collate)
+    loader.load_state_dict({"epoch": 0, "batches_done": 2})
+    with pytest.raises(RuntimeError, match=r"caught LocalError in worker process 0 loading "
+                                           r"batch 2(.|\n)*sample 5"):
+        list(loader)
+    # A thread's own TimeoutError is the dataset's, not the loader's timeout.
+    with pytest.raises(TimeoutError, match=r"sample 0's server did not answer"):
+        list(data.DataLoader(TimesOut(), num_workers=1, worker_type="thread"))
+
+
+def test_a_loop_left_early_ends_its_workers_at_once():
+    for persistent in (False, True):
+        loader = data.DataLoader(Big(), batch_size=4, num_workers=2, persistent_workers=persistent)
+        batches = iter(loader)
+        next(batches)
+        time.sleep(1.0)  # the workers fill the result pipe with unread megabytes
+        start = time.monotonic()
+        batches.close()
+        if persistent:
+            loader._pool.shutdown()
+        assert time.monotonic() - start < 2.5, persistent
+
+
+def test_workers_are_processes_seeded_by_loader_and_epoch_with_their_info():
+    def loads(loader):
+        return np.concatenate([b.numpy() for b in loader])
+
+    loader = data.DataLoader(WhoLoads(), batch_size=2, num_workers=3, seed=5,
+                             worker_init_fn=mark_worker)
+    first = loads(loader)
+    assert data.get_worker_info() is None  # in the main process
+    ids, pids, draws, marks = first.T
+    assert np.array_equal(ids, np.repeat([0, 1, 2, 0, 1, 2], 2))  # batch k on worker k % 3
+    assert os.getpid() not in set(pids) and len(set(pids)) == 3
+    assert np.array_equal(marks, 100 + ids)
+    # The same seed and epoch draw the same numbers in a new run; the next epoch others.
+    again = loads(data.DataLoader(WhoLoads(), batch_size=2, num_workers=3, seed=5))
+    assert np.array_equal(again[:, 2], draws)
+    assert not np.array_equal(loads(loader)[:, 2], draws)
+
+
+def test_persistent_workers_outlive_the_epoch_and_others_do_not():
+    persistent = data.DataLoader(WhoLoads(), batch_size=3, num_workers=2, persistent_workers=True)
+    fresh = data.DataLoader(WhoLoads(), batch_size=3, num_workers=2)
+    for loader, same in ((persistent, True), (fresh, False)):
+        pids = [set(np.concatenate([b.numpy() for b in loader])[:, 1]) for _ in range(2)]
+        assert (pids[0] == pids[1]) is same
+    # A loop left early: its batches still in flight are not handed to the next one.
+    for batch in persistent:
+        break
+    assert [b.numpy()[:, 0].tolist() for b in persistent][0] == [1, 1, 1]  # batch 1 of 4
+
+
+def test_a_dead_worker_or_a_late_batch_ends_the_loop_naming_it():
+    with pytest.raises(RuntimeError, match=r"\[DataLoader\] worker process 0 \(pid \d+\) exited "
+                                           r"unexpectedly \(killed by signal 9;"):
+        _values(data.DataLoader(Dies(), batch_size=2, num_workers=2))
+    start = time.monotonic()
+    with pytest.raises(RuntimeError, match=r"timed out after 1.0 s waiting for batch 1 from "
+                                           r"worker process 1"):
+        _values(data.DataLoader(Slow(), batch_size=2, num_workers=2, timeout=1))
+    assert time.monotonic() - start < 15  # the sleeping worker is stopped, not waited for
+    with pytest.raises(RuntimeError, match=r"timed out after 0.5 s waiting for batch 1"):
+        _values(data.DataLoader(Fast(), batch_size=2, num_workers=1, timeout=0.5,
+                                worker_type="thread"))
+
+
+def test_workers_started_afresh_need_what_they_get_to_pickle():
+    class Local(data.Dataset):
         def __len__(self):
-            return 8
+            return 4
 
         def __getitem__(self, i):
-            if i == 5:
-                raise KeyError(f"sample {i} is missing")
             return np.float32(i)
 
-    loader = data.DataLoader(Broken(), batch_size=2, num_workers=2)
-    with pytest.raises(KeyError, match="sample 5 is missing"):
-        _values(loader)
+    with pytest.raises(AttributeError, match=r"num_workers=2 starts worker processes \(forkserver"
+                                             r"(.|\n)*Can't pickle local object(.|\n)*Define them "
+                                             r"at module level"):
+        _values(data.DataLoader(Local(), batch_size=2, num_workers=2,
+                                multiprocessing_context="forkserver"))
+    forked = data.DataLoader(Local(), batch_size=2, num_workers=2)  # fork, as torch on Linux
+    assert [b.numpy().tolist() for b in forked] == [[0.0, 1.0], [2.0, 3.0]]
+    fresh = data.DataLoader(WhoLoads(), batch_size=4, num_workers=2,
+                            multiprocessing_context="spawn")
+    assert len(set(np.concatenate([b.numpy() for b in fresh])[:, 1])) == 2
+
+
+def test_tensors_pickle_as_their_values():
+    for t in (flow.tensor([1.5, -2.0]).to(flow.bfloat16), flow.arange(6).reshape(2, 3),
+              flow.tensor([True, False]), flow.ones(2, 2, requires_grad=True)):
+        back = pickle.loads(pickle.dumps(t))
+        assert back.dtype == t.dtype and back.requires_grad == t.requires_grad
+        np.testing.assert_array_equal(back.numpy(), t.detach().numpy())
+
+    with pytest.raises(RuntimeError, match=r"\[pickle\] a tensor computed from others that "
+                                           r"requires grad would lose its graph"):
+        pickle.dumps(flow.ones(2, requires_grad=True) * 2)
+
+    class Graph(flow.nn.Graph):
+        def build(self, x):
+            pickle.dumps(x)
+            return x
+
+    with pytest.raises(TypeError, match=r"\[pickle\] a value of nn.Graph's build\(\) has no data"):
+        Graph()(flow.ones(2))
+
+
+def test_a_token_dataset_pickles_as_its_path(tmp_path):
+    path = tmp_path / "tokens.bin"
+    np.arange(100000, dtype=np.uint16).tofile(path)
+    ds = data.TokenDataset(str(path), 8)
+    copy = pickle.loads(pickle.dumps(ds))
+    assert len(pickle.dumps(ds)) < 1000
+    np.testing.assert_array_equal(copy[3][0], ds[3][0])
+
+
+def test_kernel_threads_are_set_and_read_as_in_torch():
+    before = flow.get_num_threads()
+    try:
+        flow.set_num_threads(1)
+        assert flow.get_num_threads() == 1
+        with pytest.raises(ValueError, match=r"\[set_num_threads\] the CPU kernels need at least "
+                                             r"one thread. However, got 0"):
+            flow.set_num_threads(0)
+    finally:
+        flow.set_num_threads(before)
 
 
 @pytest.mark.parametrize("num_workers", [0, 2])
@@ -164,7 +404,15 @@ def test_loader_arguments_of_the_wrong_type_or_range_are_refused_naming_them():
             (dict(drop_last=1), TypeError, r"drop_last must be a bool"),
             (dict(num_workers=-1), ValueError, r"num_workers must be >= 0"),
             (dict(prefetch_factor=0), ValueError, r"prefetch_factor must be >= 1"),
-            (dict(seed="x"), TypeError, r"seed must be an int")]:
+            (dict(seed="x"), TypeError, r"seed must be an int"),
+            (dict(timeout=-1), ValueError, r"timeout must be a number of seconds >= 0"),
+            (dict(worker_init_fn=3), TypeError, r"worker_init_fn must be callable"),
+            (dict(multiprocessing_context="threads"), ValueError,
+             r"multiprocessing_context must be one of \('fork', 'spawn', 'forkserver'\)"),
+            (dict(worker_type="greenlet"), ValueError,
+             r"worker_type must be 'process' or 'thread'. However, got 'greenlet'"),
+            (dict(worker_type="thread", worker_init_fn=print), ValueError,
+             r"worker_init_fn and multiprocessing_context are for worker processes")]:
         with pytest.raises(error, match=rf"\[DataLoader\] {phrase}"):
             data.DataLoader(dataset, **kwargs)
 
@@ -199,3 +447,43 @@ def test_an_epoch_taken_whole_without_its_end_is_followed_by_the_next_and_idle_i
     idle = iter(loader)  # never advanced
     assert [b[0].numpy().tolist() for b in loader] == [[0, 1], [2, 3], [4, 5]]
     del idle
+
+
+def test_workers_of_a_killed_loader_end_by_themselves(tmp_path):
+    # No shutdown reaches them: each sees its loader's process gone and ends within a second
+    # (Note [Worker processes]) instead of waiting for tasks forever.
+    script = tmp_path / "killed.py"
+    script.write_text(
+        "import os, sys\n"
+        f"sys.path.insert(0, {str(pathlib.Path(__file__).parent)!r})\n"
+        "import numpy as np\n"
+        "import oneflowlike as flow\n"
+        "from test_data import WhoLoads\n"
+        "if __name__ == '__main__':\n"
+        "    loader = flow.utils.data.DataLoader(WhoLoads(), batch_size=2, num_workers=2,\n"
+        "                                        persistent_workers=True)\n"
+        "    pids = set(np.concatenate([b.numpy() for b in loader])[:, 1].tolist())\n"
+        "    from test_data import Big\n"  # and a pool whose unread batches fill its pipe
+        "    big = iter(flow.utils.data.DataLoader(Big(), batch_size=4, num_workers=2))\n"
+        "    next(big)\n"
+        "    pids |= set(p.pid for p in big.gi_frame.f_locals['pool'].workers)\n"
+        "    import time; time.sleep(1.0)\n"
+        "    print(' '.join(map(str, sorted(pids))), flush=True)\n"
+        "    os.kill(os.getpid(), 9)\n")
+    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == -9, out.stderr[-2000:]
+    pids = [int(p) for p in out.stdout.split()]
+    assert len(pids) == 4
+
+    def alive(pid):
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        return True
+
+    deadline = time.monotonic() + 10
+    while any(alive(p) for p in pids) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not any(alive(p) for p in pids), pids

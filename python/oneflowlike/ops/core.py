@@ -172,7 +172,34 @@ def _stride(self, dim=None):
     return strides[dim]
 
 
+def _rebuild(array, dtype_name, requires_grad):
+    """The tensor _reduce pickled."""
+    t = tensor(array)
+    dtype = getattr(_C.dtype, dtype_name)
+    if t.dtype != dtype:  # bfloat16 travels as float32 (numpy has no bfloat16), exactly
+        t = _C.cast(t, dtype)
+    return t.requires_grad_() if requires_grad else t
+
+
+def _reduce(self):
+    """Pickling (torch's tensors pickle; a DataLoader worker process sends its batches so): a
+    CPU tensor as its values, dtype and requires_grad. Lazy tensors (a graph's values) and
+    tensors on other devices are refused naming what to do."""
+    if _C._is_lazy(self):
+        raise TypeError("[pickle] a value of nn.Graph's build() has no data to pickle: return it "
+                        "from build() first.")
+    if self.requires_grad and not self.is_leaf:
+        raise RuntimeError("[pickle] a tensor computed from others that requires grad would "
+                           "lose its graph: pickle its .detach() (or the leaf it comes from).")
+    if self.device.type != "cpu":
+        raise TypeError(f"[pickle] only CPU tensors pickle. However, got a tensor on "
+                        f"{self.device}: move it with .cpu() first.")
+    name = next(n for n, v in _C.dtype.__members__.items() if v == self.dtype)
+    return _rebuild, (self.detach().numpy(), name, bool(self.requires_grad))
+
+
 TENSOR_METHODS = {
+    "__reduce__": _reduce,
     "is_lazy": property(_C._is_lazy),
     "__repr__": _repr,
     "__str__": _repr,

@@ -1,14 +1,16 @@
-"""DataLoader: batches of a dataset in a sampler's order, prefetched on background threads, with
+"""DataLoader: batches of a dataset in a sampler's order, loaded ahead by worker processes, with
 a position that a checkpoint can carry."""
 
 import math
 import numbers
-from concurrent.futures import ThreadPoolExecutor
+import weakref
+from concurrent.futures import ThreadPoolExecutor, wait
 
 import numpy as np
 
 from oneflowlike.utils.data.collate import default_collate
 from oneflowlike.utils.data.sampler import RandomSampler, SequentialSampler
+from oneflowlike.utils.data.worker import WorkerPool, worker_seed
 
 
 class DataLoader:
@@ -16,15 +18,23 @@ class DataLoader:
     sampler's order (``shuffle=True``: a RandomSampler seeded by ``seed``), the last partial batch
     kept or dropped (``drop_last``), collated to tensors (``collate_fn``, default_collate).
 
-    ``num_workers`` > 0 loads batches on that many background threads, ``prefetch_factor`` per
-    thread ahead of the consumer, handed over in order (threads, not processes: reading a
-    memory-mapped file and numpy slicing release the GIL, and nothing needs pickling). Each
-    ``iter()`` is one epoch; a sampler with ``set_epoch`` (RandomSampler, DistributedSampler) gets
-    the epoch first.
+    ``num_workers`` > 0 loads and collates batches in that many worker processes,
+    ``prefetch_factor`` per worker ahead of the consumer, handed over in order, as torch's
+    (Note [Worker processes] in worker.py: started by ``multiprocessing_context``, fork by
+    default as torch's on Linux, forkserver or spawn on request; ``worker_init_fn(worker_id)`` and
+    ``get_worker_info()`` as torch's; ``timeout`` > 0 bounds the wait for a batch; a worker's
+    exception, or its death, is raised in the loop; ``persistent_workers=True`` keeps them
+    between epochs). ``worker_type="thread"`` (ours) loads on threads of this process instead:
+    for datasets whose work releases the GIL (a memory-mapped TokenDataset, numpy slicing), no
+    process starts and nothing is pickled (the examples' token loader waits 0.3% of a step
+    so, against 1.5% without workers and 2.2% with a worker process on two cores;
+    docs/benchmarks.md). Each ``iter()``
+    is one epoch; a sampler with ``set_epoch`` (RandomSampler, DistributedSampler) gets the
+    epoch first.
 
     ``pin_memory=True`` puts each batch's tensors in page-locked host memory (Tensor.pin_memory)
-    as it is made, on the worker threads, so their copies to a GPU are DMA transfers; without a
-    real GPU it does nothing (torch only warns there too).
+    as it is handed out, so their copies to a GPU are DMA transfers; without a real GPU it does
+    nothing (torch only warns there too).
 
     Note [Loader position]: ``state_dict()`` is {"epoch", "batches_done"}: the epoch under way and
     the batches handed out of it. An ``iter()`` continues from there (a loop left early resumes
@@ -39,7 +49,8 @@ class DataLoader:
 
     def __init__(self, dataset, batch_size=1, shuffle=False, sampler=None, drop_last=False,
                  collate_fn=None, num_workers=0, prefetch_factor=2, seed=0, pin_memory=False,
-                 persistent_workers=False):
+                 persistent_workers=False, worker_init_fn=None, multiprocessing_context=None,
+                 timeout=0, worker_type="process"):
         def integer(name, value, least=None):
             if isinstance(value, bool) or not isinstance(value, numbers.Integral):
                 raise TypeError(f"[DataLoader] {name} must be an int. However, got "
@@ -59,6 +70,23 @@ class DataLoader:
         num_workers = integer("num_workers", num_workers, 0)
         prefetch_factor = integer("prefetch_factor", prefetch_factor, 1)
         seed = integer("seed", seed)
+        if isinstance(timeout, bool) or not isinstance(timeout, numbers.Real) or timeout < 0:
+            raise ValueError(f"[DataLoader] timeout must be a number of seconds >= 0 (0: wait "
+                             f"as long as it takes). However, got {timeout!r}.")
+        if worker_init_fn is not None and not callable(worker_init_fn):
+            raise TypeError(f"[DataLoader] worker_init_fn must be callable. However, got "
+                            f"{worker_init_fn!r}.")
+        methods = ("fork", "spawn", "forkserver")
+        if isinstance(multiprocessing_context, str) and multiprocessing_context not in methods:
+            raise ValueError(f"[DataLoader] multiprocessing_context must be one of {methods} or a "
+                             f"multiprocessing context. However, got {multiprocessing_context!r}.")
+        if worker_type not in ("process", "thread"):
+            raise ValueError(f"[DataLoader] worker_type must be 'process' or 'thread'. However, "
+                             f"got {worker_type!r}.")
+        if worker_type == "thread" and (worker_init_fn is not None
+                                        or multiprocessing_context is not None):
+            raise ValueError("[DataLoader] worker_init_fn and multiprocessing_context are for "
+                             "worker processes: worker_type='thread' takes neither.")
         if sampler is not None and shuffle:
             raise ValueError("[DataLoader] sampler and shuffle=True are mutually exclusive: the "
                              "sampler decides the order.")
@@ -67,8 +95,11 @@ class DataLoader:
         self.drop_last = bool(drop_last)
         self.collate_fn = default_collate if collate_fn is None else collate_fn
         self.num_workers, self.prefetch_factor = int(num_workers), int(prefetch_factor)
-        # Worker threads cost nothing to keep between epochs, so persistent_workers changes
-        # nothing here; pinning needs a real GPU (simulated devices have no locked memory).
+        self.seed, self.timeout, self.worker_type = seed, float(timeout), worker_type
+        self.worker_init_fn, self.multiprocessing_context = worker_init_fn, multiprocessing_context
+        self.persistent_workers = bool(persistent_workers) and self.num_workers > 0
+        self._pool = None  # the persistent workers, once started
+        # Pinning needs a real GPU (simulated devices have no locked memory).
         from oneflowlike import cuda
 
         self.pin_memory = bool(pin_memory) and cuda.is_available() and not cuda.is_simulated()
@@ -135,7 +166,7 @@ class DataLoader:
                 batch = self._fetch(batches[k])
                 self.batches_done = k + 1
                 yield batch
-        else:
+        elif self.worker_type == "thread":
             pool = ThreadPoolExecutor(self.num_workers, thread_name_prefix="ofl-dataloader")
             window = self.num_workers * self.prefetch_factor
             pending = {}
@@ -145,14 +176,48 @@ class DataLoader:
                     for ahead in range(k, min(k + window, len(batches))):
                         if ahead not in pending:
                             pending[ahead] = pool.submit(self._fetch, batches[ahead])
-                    batch = pending.pop(k).result()  # in order; a worker's error raises here
+                    future = pending.pop(k)
+                    if not wait([future], timeout=self.timeout or None).done:
+                        raise RuntimeError(f"[DataLoader] timed out after {self.timeout} s "
+                                           f"waiting for batch {k} (timeout=).")
+                    batch = future.result()  # in order; a worker's error raises here
                     self.batches_done = k + 1
                     yield batch
             finally:
                 pool.shutdown(wait=False, cancel_futures=True)
+        else:
+            pool = self._workers()
+            window = self.num_workers * self.prefetch_factor
+            sent = start
+            try:
+                for k in range(start, len(batches)):
+                    self._check_owner(mine)
+                    while sent < min(k + window, len(batches)):
+                        pool.put(mine, sent, batches[sent])
+                        sent += 1
+                    batch = pool.get(mine, k)  # in order; a worker's error raises here
+                    if self.pin_memory:
+                        batch = _pinned(batch)
+                    self.batches_done = k + 1
+                    yield batch
+            finally:
+                if not self.persistent_workers:
+                    pool.shutdown()
         self._check_owner(mine)
         self.epoch += 1
         self.batches_done = 0
+
+
+    def _workers(self):
+        """The worker processes of this iteration: the persistent ones, or new ones seeded for
+        the epoch."""
+        if self._pool is not None:
+            return self._pool
+        pool = WorkerPool(self, worker_seed(self.seed, self.epoch), self.multiprocessing_context)
+        if self.persistent_workers:
+            self._pool = pool
+            weakref.finalize(self, pool.shutdown)
+        return pool
 
 
 def _pinned(batch):

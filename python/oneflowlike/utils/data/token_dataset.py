@@ -27,6 +27,19 @@ class TokenDataset(Dataset):
                              f"than one window of block_size + 1 = {self.block_size + 1}.")
         self.n = (len(self.tokens) - self.block_size - 1) // self.stride + 1
 
+    def __getstate__(self):
+        # A worker process (Note [Worker processes]) maps the file again: pickling the memory map
+        # would copy the whole file into the pickle.
+        state = dict(self.__dict__)
+        state["tokens"] = None
+        state["dtype"] = self.tokens.dtype.str
+        return state
+
+    def __setstate__(self, state):
+        dtype = state.pop("dtype")
+        self.__dict__.update(state)
+        self.tokens = np.memmap(self.path, dtype=np.dtype(dtype), mode="r")
+
     def __len__(self):
         return self.n
 
