@@ -89,6 +89,63 @@ void GraphTracer::differentiable(const Tensor& x) {
   op.trainable = true;
 }
 
+void GraphTracer::write_variable(const Tensor& variable, const Tensor& value,
+                                 const std::string& op) {
+  const Graph& g = builder_.graph();
+  int var = -1;
+  const auto known = variable_of_.find(variable.impl());
+  if (known != variable_of_.end()) {
+    var = known->second;
+  } else {
+    var = index_of(variable);
+    const LogicalOp& producer = g.op(g.tensor(var).producer);
+    OFL_CHECK(producer.kind == OpKind::kVariable && !producer.trainable, "[", op,
+              "] in-place ops inside nn.Graph.build() may change a module's buffers (running "
+              "statistics) only. However, got ",
+              producer.kind == OpKind::kVariable ? "parameter '" + producer.name + "'"
+                                                 : "a traced value " + variable.describe(),
+              producer.kind == OpKind::kVariable
+                  ? ", which changes through its optimizer (or write it under a buffer)"
+                  : ": write x = x + y (or masked_fill, where) instead",
+              location_ ? str_cat(" [at ", location_(), "]") : std::string(), ".");
+  }
+  const LogicalOp& var_op = g.op(g.tensor(var).producer);
+  OFL_CHECK(value.shape() == variable.shape() && value.dtype() == variable.dtype(), "[", op,
+            "] the value written into buffer '", var_op.name, "' must have its shape ",
+            variable.shape().to_string(), " and dtype ", dtype_name(variable.dtype()),
+            ". However, got ", value.describe(), ".");
+  OFL_CHECK(!finished_writes_, "[", op, "] buffer '", var_op.name,
+            "' is written after build() returned.");
+  Tensor v = value;
+  const Placement where = var_op.placement;
+  if (!v.is_lazy() || placement_of(v) != where) {  // a constant, or computed elsewhere
+    const NdSbp sbp = var_op.output_sbp_hints.empty() ? NdSbp(where.hierarchy().ndim(), B())
+                                                      : var_op.output_sbp_hints[0];
+    v = to_global(v, where, sbp);
+  }
+  writes_[var] = index_of(v);
+  variable_of_[variable.impl()] = var;
+  index_[variable.impl()] = index_of(v);  // later reads see the new value
+}
+
+void GraphTracer::finish_writes() {
+  if (finished_writes_) return;
+  finished_writes_ = true;
+  for (const auto& [var, value] : writes_) {
+    const Graph& g = builder_.graph();
+    const LogicalOp& var_op = g.op(g.tensor(var).producer);
+    enter(var_op.placement);
+    builder_.op("assign", NoParams{}, {var, value});
+  }
+}
+
+std::vector<std::string> GraphTracer::written_variables() const {
+  std::vector<std::string> names;
+  const Graph& g = const_cast<GraphTracer*>(this)->builder_.graph();
+  for (const auto& [var, value] : writes_) names.push_back(g.op(g.tensor(var).producer).name);
+  return names;
+}
+
 int GraphTracer::constant(const Tensor& value, const std::string& user) {
   OFL_CHECK_TYPE(constants_allowed_, "[", user, "] got a local tensor ", value.describe(),
                  " in a graph over global tensors (placed on ", current_.to_string(),

@@ -39,6 +39,23 @@ class GraphTracer final : public OpTracer {
   /// passes/autograd.cpp).
   void differentiable(const Tensor& x);
 
+  /// Note [Buffers written in build]: an in-place op on a module's buffer inside build()
+  /// (BatchNorm's running statistics, buf.copy_(v), buf.mul_(m).add_(x)). `value` (of the
+  /// buffer's shape and dtype) is what later reads of `variable` in the trace see, and the plan
+  /// writes the last such value into the variable at the end of each iteration (one assign op
+  /// per buffer, added by finish_writes()). Only variables the graph does not train (buffers,
+  /// frozen parameters) may be written: a trained parameter changes through its optimizer, an
+  /// activation is data flow; both are refused naming `op`. The Python side writes the value
+  /// detached: no gradient flows through a buffer (as eagerly, where such writes are made under
+  /// no_grad). Every module holding the buffer sees the write (nn/graph.py swaps each holder's
+  /// entry); a view or alias taken before the write keeps the value it had (a graph has no
+  /// storage to share): read the buffer again after writing it.
+  void write_variable(const Tensor& variable, const Tensor& value, const std::string& op);
+  /// Adds the assign ops of the buffers written (once, after build()).
+  void finish_writes();
+  /// The names of the buffers build() wrote.
+  std::vector<std::string> written_variables() const;
+
   std::vector<Tensor> trace(const OpSchema& op, const AnyParams& params,
                             const std::vector<Tensor>& inputs) override;
 
@@ -76,6 +93,11 @@ class GraphTracer final : public OpTracer {
 
   GraphBuilder builder_;
   std::map<const TensorImpl*, int> index_;
+  // Note [Buffers written in build]: the variable each written buffer tensor was, and the newest
+  // value of each written variable (tensor indexes).
+  std::map<const TensorImpl*, int> variable_of_;
+  std::map<int, int> writes_;
+  bool finished_writes_ = false;
   std::vector<Tensor> lazies_;  // keeps the impls (the keys of index_) alive
   std::vector<Placement> stages_;
   int fixed_stage_ = -1;

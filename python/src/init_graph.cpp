@@ -320,6 +320,12 @@ void init_graph(py::module_& m) {
           py::arg("x"), py::arg("placement"), py::arg("sbp"))
       .def("fetch", [](PyTracer& t, const Tensor& x) { return t.tracer->fetch(x); })
       .def("differentiable", [](PyTracer& t, const Tensor& x) { t.tracer->differentiable(x); })
+      .def("write_variable",
+           [](PyTracer& t, const Tensor& variable, const Tensor& value, const std::string& op) {
+             t.tracer->write_variable(variable, value, op);
+           })
+      .def("finish_writes", [](PyTracer& t) { t.tracer->finish_writes(); })
+      .def("written_variables", [](PyTracer& t) { return t.tracer->written_variables(); })
       .def(
           "fetch_named",
           [](PyTracer& t, const std::string& name) {

@@ -267,7 +267,8 @@ OFL_REGISTER_KERNEL("multi_tensor_count_nonfinite", kCPU, MultiCountNonfiniteKer
                     float16, bfloat16);
 OFL_REGISTER_KERNEL("multi_tensor_sgd_update", kCPU, MultiSgdUpdateKernel, float, double);
 OFL_REGISTER_KERNEL("multi_tensor_adam_update", kCPU, MultiAdamUpdateKernel, float, double);
-OFL_REGISTER_KERNEL("assign", kCPU, AssignKernel, float, double);
+OFL_REGISTER_KERNEL("assign", kCPU, AssignKernel, float, double, float16, bfloat16, int8_t, int32_t,
+                    int64_t, bool);
 OFL_REGISTER_KERNEL("sgd_update", kCPU, SgdUpdateKernel, float, double);
 OFL_REGISTER_KERNEL("adam_update", kCPU, AdamUpdateKernel, float, double);
 OFL_REGISTER_KERNEL("sgd_update_skippable", kCPU, SgdUpdateKernel, float, double);

@@ -312,7 +312,8 @@ OFL_REGISTER_KERNEL("multi_tensor_count_nonfinite", kCUDA, MultiCountNonfiniteKe
                     float16, bfloat16);
 OFL_REGISTER_KERNEL("multi_tensor_sgd_update", kCUDA, MultiSgdUpdateKernel, float, double);
 OFL_REGISTER_KERNEL("multi_tensor_adam_update", kCUDA, MultiAdamUpdateKernel, float, double);
-OFL_REGISTER_KERNEL("assign", kCUDA, AssignKernel, float, double);
+OFL_REGISTER_KERNEL("assign", kCUDA, AssignKernel, float, double, float16, bfloat16, int8_t,
+                    int32_t, int64_t, bool);
 OFL_REGISTER_KERNEL("sgd_update", kCUDA, SgdUpdateKernel, float, double);
 OFL_REGISTER_KERNEL("adam_update", kCUDA, AdamUpdateKernel, float, double);
 OFL_REGISTER_KERNEL("sgd_update_skippable", kCUDA, SgdUpdateKernel, float, double);

@@ -2,8 +2,8 @@
 
 - ``Parameter``: a tensor registered as a module weight (requires grad).
 - ``Module``: the base class: parameters, buffers, children, train()/eval(), state_dict().
-- Layers: ``Linear``, ``Embedding``, ``LayerNorm``, ``RMSNorm``, ``Dropout``, ``GELU``,
-  ``SiLU``, ``ReLU``,
+- Layers: ``Linear``, ``Embedding``, ``LayerNorm``, ``RMSNorm``, ``BatchNorm1d/2d/3d``,
+  ``Dropout``, ``GELU``, ``SiLU``, ``ReLU``,
   ``CausalSelfAttention`` (GPT-2's), and ``CrossEntropyLoss``.
 - Containers: ``Sequential``, ``ModuleList``, ``ModuleDict``.
 - ``flow.nn.functional``: the functional forms; ``flow.nn.utils.clip_grad_norm_``.

@@ -85,6 +85,7 @@ class Graph(GraphStateMixin, GraphMemoryMixin, GraphRefusalsMixin, GraphOptimize
         object.__setattr__(self, "_modules", {})
         self.config = GraphConfig()
         self._optimizers = []
+        self._written_buffers = []  # Note [Buffers written in build]: what build() writes
         self._lr_schedulers = []
         self._grad_scaler = None  # set_grad_scaler
         self._pending_scaler_state = None  # a loaded scaler state, written once compiled
@@ -202,6 +203,21 @@ class Graph(GraphStateMixin, GraphMemoryMixin, GraphRefusalsMixin, GraphOptimize
         self._debug = v_level
 
     # --- the first call: trace and compile --------------------------------------------------
+    def _holders_of(self):
+        """id(tensor) -> every (module, registry name, key) holding it: a tensor registered in
+        two modules (a buffer shared between layers) is one variable, and each holder must see
+        its traced value (Note [Buffers written in build])."""
+        holders = {}
+        for module in self._modules.values():
+            for sub in module.modules():
+                for registry_name in ("_parameters", "_buffers"):
+                    for name, value in getattr(sub, registry_name).items():
+                        if value is not None:
+                            entry = (sub, registry_name, name)
+                            if entry not in holders.setdefault(id(value), []):
+                                holders[id(value)].append(entry)
+        return holders
+
     def _named_variables(self):
         seen = set()
         for attr, module in self._modules.items():
@@ -291,8 +307,10 @@ class Graph(GraphStateMixin, GraphMemoryMixin, GraphRefusalsMixin, GraphOptimize
         self._variables = []  # (name, value at trace time, owner, registry name, key)
         self._compiled_trains = {}  # name -> whether the plan trains it
         swapped = []
+        holders = self._holders_of()
         try:
-            for full, owner, registry_name, key, value, trainable in self._named_variables():
+            # A list first: the swaps below change what a walk of the modules would see.
+            for full, owner, registry_name, key, value, trainable in list(self._named_variables()):
                 if getattr(value, "is_meta", False):
                     raise RuntimeError(
                         f"[nn.Graph] '{full}' is a meta tensor (shape {tuple(value.shape)}, no "
@@ -308,12 +326,15 @@ class Graph(GraphStateMixin, GraphMemoryMixin, GraphRefusalsMixin, GraphOptimize
                 lazy = tracer.variable(full, tuple(value.shape), value.dtype, vp._c, _gt._strings(vsbp),
                                        trainable)
                 self._variables.append((full, value, owner, registry_name, key))
-                getattr(owner, registry_name)[key] = lazy
-                swapped.append((owner, registry_name, key, value))
+                for holder, holder_registry, holder_key in holders.get(
+                        id(value), [(owner, registry_name, key)]):
+                    getattr(holder, holder_registry)[holder_key] = lazy
+                    swapped.append((holder, holder_registry, holder_key, value))
             restores = self._wrap_stages(tracer) + self._wrap_candidates(tracer)
             try:
                 with _gt.tracing(tracer.c, tracer):
                     outputs = self.build(*lazy_args)
+                tracer.finish_writes()  # Note [Buffers written in build]
             finally:
                 for module, forward in restores:
                     if forward is None:
@@ -359,6 +380,14 @@ class Graph(GraphStateMixin, GraphMemoryMixin, GraphRefusalsMixin, GraphOptimize
             if "group_weight_decay" in hyper:
                 tracer.set_param_groups(list(hyper["group_weight_decay"]), self._group_of())
             self._compiled_optimizer = (kind, {k: v for k, v in hyper.items() if k != "lr"})
+        self._written_buffers = list(tracer.written_variables())
+        if self._written_buffers and self.config.gradient_accumulation_steps > 1:
+            raise ValueError(
+                f"[nn.Graph] build() writes buffers in place ({', '.join(self._written_buffers)}"
+                f"), once per iteration; with {self.config.gradient_accumulation_steps} "
+                "micro-batches (gradient accumulation, pipeline stages) each would need its own "
+                "write, which is not supported: use one micro-batch, or keep the buffers out of "
+                "the graph (BatchNorm: track_running_stats=False).")
         tracer.set_gradient_accumulation_steps(self.config.gradient_accumulation_steps)
         tracer.set_zero_stage(self.config.zero_stage)
         scaler = self._grad_scaler
@@ -534,7 +563,7 @@ class Graph(GraphStateMixin, GraphMemoryMixin, GraphRefusalsMixin, GraphOptimize
                 assert tuple(self._output_shapes.get(name, shape)) == shape, (name, shape)
                 outputs.append(_gt.GlobalTensor(local, shape, dtype, p, nd))
         self._step = step
-        if self._optimizers:
+        if self._optimizers or self._written_buffers:
             graph_sharing.claim(self)  # its runtime now holds the newest values
         for scheduler in self._lr_schedulers:
             scheduler.step()

@@ -8,8 +8,10 @@ torch, the value broadcasts to the tensor's shape and is cast to its dtype (arit
 a floating result for an integer or bool tensor; copies and assignments cast). A tensor that
 requires grad is written only under no_grad, and a copy that indexing made (torch would give a
 view) is not written at all: the write would not reach the indexed tensor. On a global tensor the new value is one compiled op over its placement,
-laid out as the tensor and written piece by piece; traced values (inside nn.Graph.build) are
-never written in place: the graph is data flow.
+laid out as the tensor and written piece by piece. Inside nn.Graph.build() only a module's
+buffers are written in place (BatchNorm's running statistics): later reads in the trace see the
+new value and the plan writes it at the end of each iteration (Note [Buffers written in build]
+in compiler/graph_tracer.h); other traced values are data flow, and refused.
 """
 
 import numbers
@@ -56,6 +58,24 @@ def _write_global(target, value, op):
         _C._assign_(target._local, value._local, op)
 
 
+def _write_traced(target, value, op):
+    """A buffer written inside nn.Graph.build() (Note [Buffers written in build]): as an eager
+    write, refused for a value that requires grad outside no_grad, and carrying no gradient
+    (detached: later reads of the buffer are constants to autograd, as eager's are)."""
+    from oneflowlike import autograd
+    from oneflowlike.framework import global_tensor as _gt
+
+    tracer = _gt.current_tracer()
+    if tracer is None:  # a traced value outside its trace: let the runtime refuse it
+        _C._assign_(target, value, op)
+        return
+    if value.requires_grad and autograd.is_grad_enabled():
+        raise RuntimeError(f"[{op}] cannot write a value that requires grad in place: autograd "
+                           f"would lose its history. However, got {value._describe()}. Use an "
+                           f"out-of-place op (y = x.clone()), or write under flow.no_grad().")
+    tracer.write_variable(target, value.detach(), op)
+
+
 def _refuse_in_a_trace(op):
     from oneflowlike.framework import global_tensor as _gt
 
@@ -78,6 +98,8 @@ def _in_place(op, compute, any_dtype=False):
                 return _conform(op, target, compute(target, *a, **k), any_dtype)
 
             _write_global(self, _gt.apply(new_value, (self,) + args, kwargs, name=op), op)
+        elif _C._is_lazy(self):
+            _write_traced(self, _conform(op, self, compute(self, *args, **kwargs), any_dtype), op)
         else:
             _C._assign_(self, _conform(op, self, compute(self, *args, **kwargs), any_dtype), op)
         return self
@@ -108,6 +130,9 @@ def fill_(self, value):
             zero = _gt.holds_zero_addend(self.placement, self.sbp, env.get_rank())
             _C._assign_(local, _C.fill(tuple(local.shape), local.dtype, 0.0 if zero else value,
                                        local.device), "fill_")
+        return self
+    if _C._is_lazy(self):
+        _write_traced(self, _C.fill(tuple(self.shape), self.dtype, value, self.device), "fill_")
         return self
     _C._assign_(self, _C.fill(tuple(self.shape), self.dtype, value, self.device), "fill_")
     return self

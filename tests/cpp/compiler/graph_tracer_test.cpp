@@ -96,5 +96,52 @@ TEST(GraphTracer, ANumberOperandFollowsTheTensorItMeets) {
       ErrorCode::kInvalidArgument, "all inputs must be on one placement");
 }
 
+// Note [Buffers written in build]: a buffer written twice in a trace is read as its newest value
+// after each write, and the graph gets one assign of the last value into the variable; writes
+// to a parameter or an activation, or of another shape, are refused naming them.
+TEST(GraphTracer, ABufferWrittenInTheTraceIsAssignedItsLastValue) {
+  const Placement one(DeviceType::kCPU, {0});
+  GraphTracer t("g", one);
+  TracingScope scope(&t);
+  const Tensor x = t.input("x", Shape{3}, DataType::kFloat32, one, {});
+  const Tensor w = t.variable("w", Shape{3}, DataType::kFloat32, one, {B()}, /*trainable=*/true);
+  const Tensor buf =
+      t.variable("buf", Shape{3}, DataType::kFloat32, one, {B()}, /*trainable=*/false);
+  const int original = t.index_of(buf);
+  const Tensor first = apply_op1(op("add"), NoParams{}, {buf, x});
+  t.write_variable(buf, first, "add_");
+  EXPECT_EQ(t.index_of(buf), t.index_of(first));  // later reads see the write
+  const Tensor second = apply_op1(op("mul"), NoParams{}, {buf, x});
+  t.write_variable(buf, second, "mul_");
+  EXPECT_EQ(t.written_variables(), (std::vector<std::string>{"buf"}));
+  t.finish_writes();
+  const Graph& g = t.builder().graph();
+  int assigns = 0;
+  for (int i = 0; i < g.num_ops(); ++i) {
+    const LogicalOp& o = g.op(i);
+    if (o.schema == nullptr || o.schema->name() != "assign") continue;
+    ++assigns;
+    EXPECT_EQ(o.inputs, (std::vector<int>{original, t.index_of(second)}));
+  }
+  EXPECT_EQ(assigns, 1);
+  expect_error([&] { t.write_variable(buf, second, "add_"); }, ErrorCode::kInvalidArgument,
+               "is written after build() returned");
+
+  GraphTracer u("h", one);
+  TracingScope other(&u);
+  const Tensor y = u.input("y", Shape{3}, DataType::kFloat32, one, {});
+  const Tensor p = u.variable("p", Shape{3}, DataType::kFloat32, one, {B()}, true);
+  const Tensor b = u.variable("b", Shape{3}, DataType::kFloat32, one, {B()}, false);
+  expect_error([&] { u.write_variable(y, y, "add_"); }, ErrorCode::kInvalidArgument,
+               "[add_] in-place ops inside nn.Graph.build() may change a module's buffers "
+               "(running statistics) only. However, got a traced value");
+  expect_error([&] { u.write_variable(p, y, "mul_"); }, ErrorCode::kInvalidArgument,
+               "However, got parameter 'p', which changes through its optimizer");
+  const Tensor wide = u.input("wide", Shape{4}, DataType::kFloat32, one, {});
+  expect_error([&] { u.write_variable(b, wide, "copy_"); }, ErrorCode::kInvalidArgument,
+               "[copy_] the value written into buffer 'b' must have its shape (3,)");
+  (void)w;
+}
+
 }  // namespace
 }  // namespace ofl::compiler

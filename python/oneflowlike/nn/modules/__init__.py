@@ -2,6 +2,7 @@
 
 from oneflowlike.nn.modules.activation import GELU, Identity, ReLU, SiLU, Softmax, Tanh
 from oneflowlike.nn.modules.attention import CausalSelfAttention
+from oneflowlike.nn.modules.batch_norm import BatchNorm1d, BatchNorm2d, BatchNorm3d
 from oneflowlike.nn.modules.container import (ModuleDict, ModuleList, ParameterDict,
                                               ParameterList, Sequential)
 from oneflowlike.nn.modules.dropout import Dropout
@@ -25,4 +26,4 @@ __all__ = ["Module", "Linear", "Embedding", "LayerNorm", "RMSNorm", "Dropout", "
            "Flatten", "Unflatten", "L1Loss", "SmoothL1Loss", "HuberLoss", "BCELoss",
            "BCEWithLogitsLoss", "NLLLoss", "KLDivLoss", "MultiheadAttention",
            "TransformerEncoderLayer", "TransformerEncoder", "TransformerDecoderLayer",
-           "TransformerDecoder"]
+           "TransformerDecoder", "BatchNorm1d", "BatchNorm2d", "BatchNorm3d"]
