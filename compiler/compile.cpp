@@ -228,6 +228,9 @@ void set_pipeline_depth(proto::PlanProto* plan, int stages) {
 // task order, memory planning and the checks then see those alone.
 void check_ranks(const Graph& graph, const std::vector<int64_t>& ranks) {
   const std::vector<int64_t> all = graph.all_ranks();
+  OFL_CHECK(!all.empty(),
+            "[compile] the job has no ops left to run: nothing is fetched, and no gradient or "
+            "update needs an op (a gradient asked of values the outputs do not depend on?).");
   for (int64_t r : ranks) {
     OFL_CHECK(std::binary_search(all.begin(), all.end(), r), "[compile] rank ", r,
               " is not in the job: its ops are placed on ranks ", all.front(), "..", all.back(),

@@ -83,6 +83,9 @@ struct LogicalOp {
   /// Set on the copies of forward ops that the checkpointing pass recomputes for the backward;
   /// CSE must not merge them back into the originals.
   bool recompute = false;
+  /// Traced under no_grad (torch's): its outputs are constants to autograd, as a
+  /// stop_gradient's (Note [No grad in a trace] in graph_tracer.cpp).
+  bool no_grad = false;
   /// Ops (indices) that must act before this one in the same iteration, on the same placement,
   /// without passing data: physical expansion makes them TaskProto.control_inputs between the
   /// two ops' tasks on each rank. Graph::topological_order honours them; passes that renumber

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "oneflowlike/autograd.h"
 #include "oneflowlike/ops/reshape.h"
 
 namespace ofl::compiler {
@@ -167,17 +168,39 @@ int GraphTracer::constant(const Tensor& value, const std::string& user) {
   return t;
 }
 
+namespace {
+
+// The fill op without inputs that `t` is, or the cast of one (autocast casts a number operand):
+// {the fill, the cast or null}; {null, null} otherwise.
+std::pair<const LogicalOp*, const LogicalOp*> fill_of(const Graph& g, int t) {
+  const LogicalOp* op = &g.op(g.tensor(t).producer);
+  const LogicalOp* cast = nullptr;
+  if (op->schema != nullptr && op->schema->name() == "cast" && op->inputs.size() == 1) {
+    cast = op;
+    op = &g.op(g.tensor(op->inputs[0]).producer);
+  }
+  if (op->schema == nullptr || op->schema->name() != "fill" || !op->inputs.empty()) {
+    return {nullptr, nullptr};
+  }
+  return {op, cast};
+}
+
+}  // namespace
+
 bool GraphTracer::is_fill(const Tensor& x) const {
   const Graph& g = const_cast<GraphTracer*>(this)->builder_.graph();
-  const LogicalOp& op = g.op(g.tensor(index_of(x)).producer);
-  return op.schema != nullptr && op.schema->name() == "fill" && op.inputs.empty();
+  return fill_of(g, index_of(x)).first != nullptr;
 }
 
 Tensor GraphTracer::fill_on(const Tensor& x, const Placement& placement) {
   const Graph& g = builder_.graph();
-  const AnyParams params = g.op(g.tensor(index_of(x)).producer).params;
+  const auto [fill, cast] = fill_of(g, index_of(x));
+  const AnyParams fill_params = fill->params;
+  const AnyParams cast_params = cast != nullptr ? cast->params : AnyParams();
+  const bool casts = cast != nullptr;
   enter(placement);
-  return lazy(builder_.op("fill", params, {}).at(0));
+  const int value = builder_.op("fill", fill_params, {}).at(0);
+  return lazy(casts ? builder_.op("cast", cast_params, {value}).at(0) : value);
 }
 
 std::vector<Tensor> GraphTracer::trace(const OpSchema& op, const AnyParams& params,
@@ -185,7 +208,8 @@ std::vector<Tensor> GraphTracer::trace(const OpSchema& op, const AnyParams& para
   // Note [Fills follow their users]: a number operand (x == 10, x.ge(0)) is a fill op without
   // inputs, traced where the op before it ran (the rule in graph_tracer.h), which under pipeline
   // stages may be another stage than x's. The op's placement is then that of its other lazy
-  // inputs, and each fill elsewhere is traced again there (a constant: the same values).
+  // inputs, and each fill elsewhere (or its cast, which autocast adds) is traced again there (a
+  // constant: the same values).
   std::vector<Tensor> inputs = given;
   for (size_t i = 0; i < inputs.size(); ++i) {
     OFL_CHECK(inputs[i].defined(), "[", op.name(), "] input ", i, " is an undefined tensor.");
@@ -224,6 +248,15 @@ std::vector<Tensor> GraphTracer::trace(const OpSchema& op, const AnyParams& para
   for (const Tensor& t : inputs) ids.push_back(t.is_lazy() ? index_of(t) : constant(t, op.name()));
   enter(where);  // constant() may have moved the location on
   const std::vector<int> outs = builder_.op(op.name(), params, ids);
+  // Note [No grad in a trace]: `with flow.no_grad(): t = teacher(x)` inside nn.Graph.build()
+  // makes t a constant, as eagerly: without this the graph would train what eager does not
+  // (the teacher of a distillation), silently. Only where the trace is the user's program
+  // (follows_no_grad, nn.Graph's): the library traces the gradients of eager global ops under
+  // no_grad itself (framework/global_autograd.py), and those must be differentiated. The op is
+  // the one builder_.op just added.
+  if (follows_no_grad_ && !GradMode::enabled()) {
+    builder_.graph().op(builder_.graph().num_ops() - 1).no_grad = true;
+  }
   std::vector<Tensor> result;
   result.reserve(outs.size());
   for (int t : outs) result.push_back(lazy(t));

@@ -71,6 +71,9 @@ class GraphTracer final : public OpTracer {
     location_ = std::move(provider);
   }
   void set_checkpoint_group(const std::string& group) { builder_.set_checkpoint_group(group); }
+  /// Whether ops traced under no_grad are constants to autograd (Note [No grad in a trace] in
+  /// graph_tracer.cpp): nn.Graph's traces, not the library's own.
+  void set_follows_no_grad(bool follows) { follows_no_grad_ = follows; }
   /// Pins the pipeline stage of ops traced from now on (-1: by placement, the default).
   void set_stage(int stage) { fixed_stage_ = stage; }
   /// Whether ordinary (local) tensors may become constants; when not, using one raises a
@@ -84,8 +87,9 @@ class GraphTracer final : public OpTracer {
  private:
   Tensor lazy(int tensor);
   void enter(const Placement& placement);
-  // Whether `x` is the output of a fill op without inputs (a number operand), and that fill
-  // traced again on `placement` (Note [Fills follow their users] in graph_tracer.cpp).
+  // Whether `x` is the output of a fill op without inputs (a number operand), or of its cast
+  // (autocast's), and that fill (and cast) traced again on `placement` (Note [Fills follow their
+  // users] in graph_tracer.cpp).
   bool is_fill(const Tensor& x) const;
   Tensor fill_on(const Tensor& x, const Placement& placement);
   // `value` as a constant variable; `user` names the op that reads it, for the refusal.
@@ -98,6 +102,7 @@ class GraphTracer final : public OpTracer {
   std::map<const TensorImpl*, int> variable_of_;
   std::map<int, int> writes_;
   bool finished_writes_ = false;
+  bool follows_no_grad_ = false;
   std::vector<Tensor> lazies_;  // keeps the impls (the keys of index_) alive
   std::vector<Placement> stages_;
   int fixed_stage_ = -1;

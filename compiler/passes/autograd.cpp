@@ -272,8 +272,9 @@ class AutogradPass final : public Pass {
     for (int i : order) {
       const LogicalOp& op = graph.op(i);
       bool any = (op.kind == OpKind::kVariable || op.kind == OpKind::kInput) && op.trainable;
-      // Note [Detach in a graph] (ops/reshape.cpp): a stop_gradient's output is a constant.
-      if (op.kind == OpKind::kCompute && !op.schema->has<TStopsGradient>()) {
+      // Note [Detach in a graph] (ops/reshape.cpp): a stop_gradient's output is a constant, and
+      // so is that of an op traced under no_grad (Note [No grad in a trace]).
+      if (op.kind == OpKind::kCompute && !op.schema->has<TStopsGradient>() && !op.no_grad) {
         for (int t : op.inputs) any = any || requires_grad[t];
       }
       for (int t : op.outputs) requires_grad[t] = any && is_floating(graph.tensor(t).meta.dtype);

@@ -325,6 +325,8 @@ void init_graph(py::module_& m) {
              t.tracer->write_variable(variable, value, op);
            })
       .def("finish_writes", [](PyTracer& t) { t.tracer->finish_writes(); })
+      .def("set_follows_no_grad",
+           [](PyTracer& t, bool follows) { t.tracer->set_follows_no_grad(follows); })
       .def("written_variables", [](PyTracer& t) { return t.tracer->written_variables(); })
       .def(
           "fetch_named",

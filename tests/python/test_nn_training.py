@@ -160,3 +160,24 @@ def test_detach_in_a_graph_stops_the_gradient_as_in_eager():
     np.testing.assert_allclose(graph, eager, rtol=1e-6)
     _, undetached = eager_and_graph_losses(make, lambda m, t: (m(t) * m(t)).mean(), (x,))
     assert undetached[0] == pytest.approx(graph[0]) and undetached[1] != pytest.approx(graph[1])
+
+
+def test_no_grad_in_a_graph_stops_the_gradient_as_in_eager():
+    # Note [No grad in a trace]: a teacher run under no_grad inside build() is not trained
+    # through its output, as eagerly (the graph used to differentiate it: the teacher's
+    # weights moved, silently).
+    from train_graph import eager_and_graph_losses, seeded_linear
+
+    x = flow.tensor(np.random.default_rng(14).standard_normal((5, 4)).astype(np.float32))
+    make = seeded_linear(4, 3, lr=0.5, seed=15)
+
+    def distilled(model, t):
+        with flow.no_grad():
+            target = model(t) * 0.5  # the model as its own teacher: no gradient through it
+        return ((model(t) - target) ** 2).mean()
+
+    eager, graph = eager_and_graph_losses(make, distilled, (x,))
+    np.testing.assert_allclose(graph, eager, rtol=1e-6)
+    _, through = eager_and_graph_losses(make, lambda m, t: ((m(t) - m(t) * 0.5) ** 2).mean(),
+                                        (x,))
+    assert through[0] == pytest.approx(graph[0]) and through[1] != pytest.approx(graph[1])

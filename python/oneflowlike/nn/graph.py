@@ -277,6 +277,7 @@ class Graph(GraphStateMixin, GraphMemoryMixin, GraphRefusalsMixin, GraphOptimize
         tracer = _gt._Tracer(type(self).__name__, placement)
         tracer.set_location_provider(_user_location)
         tracer.set_constants_allowed(not is_global)
+        tracer.set_follows_no_grad(True)  # Note [No grad in a trace]: build() is the user's code
         self._inputs = []  # (name, is_global)
         lazy_args = []
         m = self.config.gradient_accumulation_steps

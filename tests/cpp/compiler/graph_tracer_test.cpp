@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include "compiler/compile.h"
 #include "oneflowlike/eager.h"
 #include "oneflowlike/ops/creation.h"
 #include "oneflowlike/ops/matmul.h"
@@ -85,6 +86,15 @@ TEST(GraphTracer, ANumberOperandFollowsTheTensorItMeets) {
   EXPECT_EQ(fill.schema->name(), "fill");
   EXPECT_EQ(fill.placement, first);
   EXPECT_EQ(fill.params.as<FillParams>().value, 10.0);
+  // Its cast (autocast's) follows too: the fill and the cast traced again.
+  const Tensor ten32 = apply_op1(op("cast"), CastParams{DataType::kInt32}, {ten});
+  const Tensor x32 = apply_op1(op("cast"), CastParams{DataType::kInt32}, {x});
+  const Tensor same32 = apply_op1(op("equal"), NoParams{}, {x32, ten32});
+  const LogicalOp& eq32 = g.op(g.tensor(t.index_of(same32)).producer);
+  const LogicalOp& cast = g.op(g.tensor(eq32.inputs[1]).producer);
+  EXPECT_EQ(cast.schema->name(), "cast");
+  EXPECT_EQ(cast.placement, first);
+  EXPECT_EQ(g.op(g.tensor(cast.inputs[0]).producer).schema->name(), "fill");
   // The fill where it was serves its own stage as it is.
   const Tensor there = apply_op1(op("equal"), NoParams{}, {ten, y});
   EXPECT_EQ(g.tensor(t.index_of(there)).producer, g.num_ops() - 1);
@@ -141,6 +151,22 @@ TEST(GraphTracer, ABufferWrittenInTheTraceIsAssignedItsLastValue) {
   expect_error([&] { u.write_variable(b, wide, "copy_"); }, ErrorCode::kInvalidArgument,
                "[copy_] the value written into buffer 'b' must have its shape (3,)");
   (void)w;
+}
+
+// A graph whose passes leave no op (an output gradient given for values that do not depend on
+// the differentiable input) is refused with a message; it had read the first rank of an empty
+// job.
+TEST(GraphTracer, AGraphWithNothingToRunIsRefusedNotCrashed) {
+  const Placement one(DeviceType::kCPU, {0});
+  GraphTracer t("g", one);
+  TracingScope scope(&t);
+  const Tensor x = t.input("x", Shape{3}, DataType::kFloat32, one, {});
+  t.differentiable(x);
+  (void)t.input("z", Shape{3}, DataType::kFloat32, one, {});
+  CompileOptions options;
+  options.ranks = {0};
+  expect_error([&] { compile_graph(t.builder().graph(), options); }, ErrorCode::kInvalidArgument,
+               "[compile] the job has no ops left to run");
 }
 
 }  // namespace
