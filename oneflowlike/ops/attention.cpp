@@ -316,65 +316,50 @@ MaskStrides attention_mask_strides(const Shape& m) {
   return {strides[0], strides[1], strides[2], strides[3]};
 }
 
-OFL_REGISTER_OP(kAttention)
-    .inputs({"q", "k", "v"})
-    .outputs({"out", "lse"})
-    .set<TUnderAmp>(AmpCategory::kLowPrecision)
-    .params<AttentionParams>()
-    .set<FInferMeta>(infer_attention)
-    .set<FSbpSignatures>(attention_signatures)
-    .set<TAlignedSplits>(true)
-    .set<TPositionDependent>(true)
-    .set<FGradient>([](GradBuilder& g) { attention_gradient(g, kAttentionGrad); });
+// The three op pairs differ only in the input after q, k and v (and the backward's out and
+// lse): none, the mask, or the document ids.
+struct AttentionOps {
+  const char* forward;
+  const char* grad;
+  const char* extra;  // null: none
+};
+constexpr AttentionOps kAttentionOps[] = {
+    {kAttention, kAttentionGrad, nullptr},
+    {kAttentionMasked, kAttentionMaskedGrad, "attn_mask"},
+    {kAttentionDocuments, kAttentionDocumentsGrad, "document_ids"},
+};
 
-OFL_REGISTER_OP(kAttentionMasked)
-    .inputs({"q", "k", "v", "attn_mask"})
-    .outputs({"out", "lse"})
-    .set<TUnderAmp>(AmpCategory::kLowPrecision)
-    .params<AttentionParams>()
-    .set<FInferMeta>(infer_attention)
-    .set<FSbpSignatures>(attention_signatures)
-    .set<TAlignedSplits>(true)
-    .set<TPositionDependent>(true)
-    .set<FGradient>([](GradBuilder& g) { attention_gradient(g, kAttentionMaskedGrad); });
-
-OFL_REGISTER_OP(kAttentionDocuments)
-    .inputs({"q", "k", "v", "document_ids"})
-    .outputs({"out", "lse"})
-    .set<TUnderAmp>(AmpCategory::kLowPrecision)
-    .params<AttentionParams>()
-    .set<FInferMeta>(infer_attention)
-    .set<FSbpSignatures>(attention_signatures)
-    .set<TAlignedSplits>(true)
-    .set<TPositionDependent>(true)
-    .set<FGradient>([](GradBuilder& g) { attention_gradient(g, kAttentionDocumentsGrad); });
-
-OFL_REGISTER_OP(kAttentionGrad)
-    .inputs({"dout", "q", "k", "v", "out", "lse"})
-    .outputs({"dq", "dk", "dv"})
-    .params<AttentionParams>()
-    .set<FInferMeta>(infer_attention_grad)
-    .set<FSbpSignatures>(attention_grad_signatures)
-    .set<TAlignedSplits>(true)
-    .set<TPositionDependent>(true);
-
-OFL_REGISTER_OP(kAttentionMaskedGrad)
-    .inputs({"dout", "q", "k", "v", "out", "lse", "attn_mask"})
-    .outputs({"dq", "dk", "dv"})
-    .params<AttentionParams>()
-    .set<FInferMeta>(infer_attention_grad)
-    .set<FSbpSignatures>(attention_grad_signatures)
-    .set<TAlignedSplits>(true)
-    .set<TPositionDependent>(true);
-
-OFL_REGISTER_OP(kAttentionDocumentsGrad)
-    .inputs({"dout", "q", "k", "v", "out", "lse", "document_ids"})
-    .outputs({"dq", "dk", "dv"})
-    .params<AttentionParams>()
-    .set<FInferMeta>(infer_attention_grad)
-    .set<FSbpSignatures>(attention_grad_signatures)
-    .set<TAlignedSplits>(true)
-    .set<TPositionDependent>(true);
+[[maybe_unused]] const bool kAttentionOpsRegistered = [] {
+  for (const AttentionOps& ops : kAttentionOps) {
+    std::vector<std::string> in{"q", "k", "v"}, grad_in{"dout", "q", "k", "v", "out", "lse"};
+    if (ops.extra != nullptr) {
+      in.push_back(ops.extra);
+      grad_in.push_back(ops.extra);
+    }
+    const char* grad = ops.grad;
+    OpRegistry::global()
+        .get_or_create(ops.forward)
+        .inputs(in)
+        .outputs({"out", "lse"})
+        .set<TUnderAmp>(AmpCategory::kLowPrecision)
+        .params<AttentionParams>()
+        .set<FInferMeta>(infer_attention)
+        .set<FSbpSignatures>(attention_signatures)
+        .set<TAlignedSplits>(true)
+        .set<TPositionDependent>(true)
+        .set<FGradient>([grad](GradBuilder& g) { attention_gradient(g, grad); });
+    OpRegistry::global()
+        .get_or_create(ops.grad)
+        .inputs(grad_in)
+        .outputs({"dq", "dk", "dv"})
+        .params<AttentionParams>()
+        .set<FInferMeta>(infer_attention_grad)
+        .set<FSbpSignatures>(attention_grad_signatures)
+        .set<TAlignedSplits>(true)
+        .set<TPositionDependent>(true);
+  }
+  return true;
+}();
 
 namespace functional {
 
