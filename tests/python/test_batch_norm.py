@@ -245,3 +245,20 @@ def test_a_buffer_write_in_a_graph_carries_no_gradient_and_reaches_every_holder(
         want = (eager[1](eager[0](flow.tensor(x))) ** 2).sum().item()
         np.testing.assert_allclose(got, want, rtol=1e-5)
     np.testing.assert_array_equal(traced.state_dict()["0.lin.weight"].numpy(), before)
+
+
+def test_a_state_dict_without_the_batch_count_loads_as_in_torch():
+    # torch's BatchNorm fills in num_batches_tracked where a checkpoint lacks it; any other
+    # missing entry is still missing.
+    theirs = torch.nn.BatchNorm1d(3)
+    theirs(torch.randn(4, 3))
+    state = {k: flow.tensor(v.numpy()) for k, v in theirs.state_dict().items()
+             if k != "num_batches_tracked"}
+    ours = nn.BatchNorm1d(3)
+    ours(flow.ones(4, 3) * flow.arange(4).reshape(4, 1))
+    result = ours.load_state_dict(state)
+    assert list(result.missing_keys) == [] and int(ours.num_batches_tracked) == 0
+    np.testing.assert_allclose(ours.running_mean.numpy(), theirs.running_mean.numpy(), rtol=1e-6)
+    del state["running_var"]
+    with pytest.raises(RuntimeError, match=r'Missing key\(s\) in state_dict: "running_var"'):
+        nn.BatchNorm1d(3).load_state_dict(state)

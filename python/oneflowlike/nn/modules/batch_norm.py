@@ -56,6 +56,12 @@ class _BatchNorm(Module):
             self.register_buffer("num_batches_tracked", None)
         to_factory_device(self, device)
 
+    def _default_state(self, name):
+        # torch's BatchNorm fills in a missing count (checkpoints from before it was saved).
+        if name == "num_batches_tracked" and self.track_running_stats:
+            return flow.zeros((), dtype=flow.int64)
+        return None
+
     def reset_running_stats(self):
         if self.track_running_stats:
             with flow.no_grad():

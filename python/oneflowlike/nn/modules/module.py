@@ -458,6 +458,12 @@ class Module:
             if buffer is not None and name not in self._non_persistent_buffers:
                 yield name, self._buffers, buffer
 
+    def _default_state(self, name):
+        """The value load_state_dict takes for this module's entry ``name`` when a state dict
+        lacks it, or None (missing). BatchNorm's num_batches_tracked, which torch checkpoints
+        from before it existed lack, as torch's _load_from_state_dict fills it in."""
+        return None
+
     def _state_owners(self, prefix=""):
         """(key prefix, module) for self and every descendant, shared ones under every name
         (as torch's state_dict lists a tied weight under each of its names)."""
@@ -495,10 +501,13 @@ class Module:
             for name, registry, value in owner._local_state():
                 key = owner_prefix + name
                 expected.add(key)
-                if key not in state_dict:
-                    missing.append(key)
-                    continue
-                source = state_dict[key]
+                if key in state_dict:
+                    source = state_dict[key]
+                else:
+                    source = owner._default_state(name)
+                    if source is None:
+                        missing.append(key)
+                        continue
                 if isinstance(source, np.ndarray):
                     source = _C.from_numpy(np.require(source, requirements="C"))
                 if not (isinstance(source, _C.Tensor) or getattr(source, "is_global", False)):
