@@ -164,6 +164,20 @@ def _prepare(caller, tensor, check=True, validate=None, ranks=None, **extra):
     return piece
 
 
+def _summed(piece, ranks, op, sbp, to=None):
+    """The ranks' pieces summed as a partial sum laid out as ``sbp`` on the ranks ``to`` (all
+    of them by default), divided by their number for avg: this rank's local piece of it, or
+    None on a rank outside ``to``."""
+    from oneflowlike.framework import global_tensor as gt
+
+    summed = gt.local_to_global(piece, _on(ranks), _sbp.partial_sum)
+    result = summed.to_global(placement=_on(ranks if to is None else to), sbp=sbp)
+    if env.get_rank() not in result.placement.flat_ranks:
+        return None
+    local = result.to_local()
+    return local / len(ranks) if op == "avg" else local
+
+
 def all_reduce(tensor, op="sum", group=None):
     """Every rank's ``tensor`` becomes the reduction over the ranks (of ``group``) by ``op``
     (sum, torch's default; avg, product, min, max: Note [Reductions and groups]), in place."""
@@ -171,25 +185,19 @@ def all_reduce(tensor, op="sum", group=None):
 
 
 def _all_reduce(tensor, check, reduce_op="sum", group=None):
-    from oneflowlike.framework import global_tensor as gt
-
     ranks = _members("all_reduce", group)
     piece = _prepare("all_reduce", tensor, check, ranks=ranks, op=reduce_op,
                      validate=lambda piece: _check_reduce("all_reduce", reduce_op, piece.dtype))
     if piece is None:
         return tensor
     if reduce_op in ("sum", "avg"):
-        summed = gt.local_to_global(piece, _on(ranks), _sbp.partial_sum)
-        result = summed.to_global(sbp=_sbp.broadcast).to_local()
-        return _write(tensor, result / len(ranks) if reduce_op == "avg" else result)
+        return _write(tensor, _summed(piece, ranks, reduce_op, _sbp.broadcast))
     return _write(tensor, _reduced(_rows(piece, ranks), reduce_op))
 
 
 def reduce(tensor, dst, op="sum", group=None):
     """Rank ``dst``'s ``tensor`` becomes the reduction over the ranks by ``op``, in place; the
     others' are left as they are (torch's reduce)."""
-    from oneflowlike.framework import global_tensor as gt
-
     ranks = _members("reduce", group)
 
     def validate(piece):
@@ -200,12 +208,8 @@ def reduce(tensor, dst, op="sum", group=None):
     if piece is None:
         return tensor
     if op in ("sum", "avg"):
-        summed = gt.local_to_global(piece, _on(ranks), _sbp.partial_sum)
-        result = summed.to_global(placement=_on([dst]), sbp=_sbp.broadcast)
-        if env.get_rank() == dst:
-            result = result.to_local()
-            _write(tensor, result / len(ranks) if op == "avg" else result)
-        return tensor
+        result = _summed(piece, ranks, op, _sbp.broadcast, to=[dst])
+        return _write(tensor, result) if result is not None else tensor
     rows = _rows(piece, ranks, to=[dst])
     return _write(tensor, _reduced(rows, op)) if rows is not None else tensor
 
@@ -324,8 +328,6 @@ def reduce_scatter_tensor(output, tensor, op="sum", group=None):
     """Rank r's ``output`` becomes part r (along axis 0) of the reduction by ``op`` of the
     ranks' ``tensor``, in place: torch's reduce_scatter_tensor (what ZeRO's gradient sharding
     does)."""
-    from oneflowlike.framework import global_tensor as gt
-
     ranks = _members("reduce_scatter_tensor", group)
 
     def validate(piece):
@@ -336,9 +338,7 @@ def reduce_scatter_tensor(output, tensor, op="sum", group=None):
     if piece is None:
         return _write(output, tensor)
     if op in ("sum", "avg"):
-        summed = gt.local_to_global(piece, _on(ranks), _sbp.partial_sum)
-        part = summed.to_global(sbp=_sbp.split(0)).to_local()
-        return _write(output, part / len(ranks) if op == "avg" else part)
+        return _write(output, _summed(piece, ranks, op, _sbp.split(0)))
     whole = _reduced(_rows(piece, ranks), op)
     k = output.shape[0]
     at = ranks.index(env.get_rank()) * k

@@ -8,19 +8,11 @@ import pickle
 import numpy as np
 
 from oneflowlike import comm
+from oneflowlike.framework import agreement
 
-
-def _agreed(op, ranks, error, **fields):
-    """Every one of the group's ``ranks`` learns whether one has a bad argument, and each
-    raises it (Note [Ranks agree] in framework/agreement.py): none is left waiting in the
-    collectives."""
-    from oneflowlike.framework import agreement
-
-    if len(ranks) > 1:
-        agreement.agree(op, {k: str(v) for k, v in fields.items()},
-                        "every rank must call it with the same arguments", error, ranks=ranks)
-    elif error is not None:
-        raise error
+# Every one of a group's ranks learns whether one has a bad argument, and each raises it (Note
+# [Ranks agree] in framework/agreement.py): none is left waiting in the collectives.
+_SAME_ARGUMENTS = "every rank must call it with the same arguments"
 
 
 def _pickled(op, obj):
@@ -56,7 +48,7 @@ def all_gather_object(object_list, obj, group=None):
                            f"of {len(object_list) if hasattr(object_list, '__len__') else '?'}.")
     else:
         data, error = _pickled("all_gather_object", obj)
-    _agreed("all_gather_object", ranks, error)
+    agreement.agree("all_gather_object", {}, _SAME_ARGUMENTS, error, ranks=ranks)
     lengths = [flow.zeros(1, dtype=flow.int64) for _ in ranks]
     comm.all_gather(lengths, flow.tensor([data.size], dtype=flow.int64), group)
     lengths = [int(t.numpy()[0]) for t in lengths]
@@ -83,8 +75,9 @@ def broadcast_object_list(object_list, src=0, group=None):
     mine, data = flow.env.get_rank() == src, None
     if error is None and mine:
         data, error = _pickled("broadcast_object_list", list(object_list))
-    _agreed("broadcast_object_list", ranks, error, src=src,
-            length=len(object_list) if isinstance(object_list, list) else "?")
+    agreement.agree("broadcast_object_list",
+                    {"src": src, "length": len(object_list) if isinstance(object_list, list)
+                     else "?"}, _SAME_ARGUMENTS, error, ranks=ranks)
     length = flow.tensor([data.size if mine else 0], dtype=flow.int64)
     comm.broadcast(length, src, group)
     raw = data if mine else np.zeros(int(length.numpy()[0]), np.uint8)

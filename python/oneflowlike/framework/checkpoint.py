@@ -42,17 +42,20 @@ _FORMAT = "oneflowlike-checkpoint-1"
 
 
 def _atomic_write(path, write):
+    """write(f) into a temporary file, synced, then renamed to ``path``; returns what write
+    returned."""
     tmp = f"{path}.tmp{os.getpid()}"
     with open(tmp, "wb") as f:
-        write(f)
+        result = write(f)
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, path)
+    return result
 
 
 def _write_npy(f, array):
     """np.save's bytes of ``array`` into file ``f``; returns their SHA-256, hashed from memory
-    as they are written (reading the file back to hash it had cost as much as writing it)."""
+    as they are written (not read back from the file: that would read every byte again)."""
     h = hashlib.sha256()
     array = np.require(array, requirements="C")  # keeps 0-d arrays 0-d
     header = io.BytesIO()
@@ -364,9 +367,8 @@ def _start(entries, trees, path, background=False):
             raise error
         pieces = {}
         for name, file, region, array in arrays:
-            digest = []
-            _atomic_write(os.path.join(path, file), lambda f: digest.append(_write_npy(f, array)))
-            pieces[name] = {"region": region, "file": file, "sha256": digest[0]}
+            digest = _atomic_write(os.path.join(path, file), lambda f: _write_npy(f, array))
+            pieces[name] = {"region": region, "file": file, "sha256": digest}
         body = json.dumps({"rank": rank, "pieces": pieces}, indent=1).encode()
         _atomic_write(os.path.join(path, f"rank{rank}.json"), lambda f: f.write(body))
 

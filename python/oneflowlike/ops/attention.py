@@ -33,9 +33,9 @@ def _zigzag_pieces(op, n, least=0):
     return _count(op, "zigzag", "the pieces the order balances", n, least)
 
 
-def _window_keys(op, w, least=0):
-    """``w`` as an int >= least, or ValueError naming the op."""
-    return _count(op, "window", "the latest keys each query sees", w, least)
+def _window_keys(op, w):
+    """``w`` as an int >= 0, or ValueError naming the op."""
+    return _count(op, "window", "the latest keys each query sees", w)
 
 
 def _float_mask(attn_mask, dtype):

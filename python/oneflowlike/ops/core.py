@@ -194,7 +194,9 @@ def _reduce(self):
     if self.device.type != "cpu":
         raise TypeError(f"[pickle] only CPU tensors pickle. However, got a tensor on "
                         f"{self.device}: move it with .cpu() first.")
-    name = next(n for n, v in _C.dtype.__members__.items() if v == self.dtype)
+    from oneflowlike import _DTYPE_NAMES  # noqa: PLC0415  the package's own table
+
+    name = _DTYPE_NAMES[self.dtype.value]
     return _rebuild, (self.detach().numpy(), name, bool(self.requires_grad))
 
 

@@ -59,20 +59,16 @@ def _write_global(target, value, op):
 
 
 def _write_traced(target, value, op):
-    """A buffer written inside nn.Graph.build() (Note [Buffers written in build]): as an eager
-    write, refused for a value that requires grad outside no_grad, and carrying no gradient
-    (detached: later reads of the buffer are constants to autograd, as eager's are)."""
-    from oneflowlike import autograd
+    """A buffer written inside nn.Graph.build() (Note [Buffers written in build]), carrying no
+    gradient: the value is detached, so later reads of the buffer are constants to autograd, as
+    an eager write's under no_grad. (Traced values carry no requires_grad, so the refusal of an
+    eager write outside no_grad has nothing to see here: such a write is taken as under it.)"""
     from oneflowlike.framework import global_tensor as _gt
 
     tracer = _gt.current_tracer()
     if tracer is None:  # a traced value outside its trace: let the runtime refuse it
         _C._assign_(target, value, op)
         return
-    if value.requires_grad and autograd.is_grad_enabled():
-        raise RuntimeError(f"[{op}] cannot write a value that requires grad in place: autograd "
-                           f"would lose its history. However, got {value._describe()}. Use an "
-                           f"out-of-place op (y = x.clone()), or write under flow.no_grad().")
     tracer.write_variable(target, value.detach(), op)
 
 
