@@ -67,6 +67,7 @@ NdSbp GraphTracer::sbp_hint_of(const Tensor& x) const {
 }
 
 Tensor GraphTracer::to_global(const Tensor& x, const Placement& placement, const NdSbp& sbp) {
+  if (x.is_lazy()) refresh(x);
   const int in = x.is_lazy() ? index_of(x) : constant(x, "to_global");
   enter(placement);
   const Shape shape = builder_.meta(in).shape;
@@ -75,6 +76,7 @@ Tensor GraphTracer::to_global(const Tensor& x, const Placement& placement, const
 }
 
 std::string GraphTracer::fetch(const Tensor& x) {
+  refresh(x);
   const int t = index_of(x);
   builder_.fetch(t);
   return builder_.graph().tensor(t).name;
@@ -92,6 +94,17 @@ void GraphTracer::differentiable(const Tensor& x) {
 
 void GraphTracer::write_variable(const Tensor& variable, const Tensor& value,
                                  const std::string& op) {
+  const auto view = views_.find(variable.impl());
+  if (view != views_.end()) {  // Note [Views of buffers]: the write goes to the buffer
+    const Tensor parent = view->second.parent;
+    OFL_CHECK(value.shape() == variable.shape() && value.dtype() == variable.dtype(), "[", op,
+              "] the value written into ", variable.describe(), " must have its shape ",
+              variable.shape().to_string(), " and dtype ", dtype_name(variable.dtype()),
+              ". However, got ", value.describe(), ".");
+    static const OpSchema& reshape = OpRegistry::global().find("reshape");
+    write_variable(parent, trace(reshape, ReshapeParams{parent.shape()}, {value}).at(0), op);
+    return;
+  }
   const Graph& g = builder_.graph();
   int var = -1;
   const auto known = variable_of_.find(variable.impl());
@@ -118,6 +131,7 @@ void GraphTracer::write_variable(const Tensor& variable, const Tensor& value,
   OFL_CHECK(!finished_writes_, "[", op, "] buffer '", var_op.name,
             "' is written after build() returned.");
   Tensor v = value;
+  if (v.is_lazy()) refresh(v);
   const Placement where = var_op.placement;
   if (!v.is_lazy() || placement_of(v) != where) {  // a constant, or computed elsewhere
     const NdSbp sbp = var_op.output_sbp_hints.empty() ? NdSbp(where.hierarchy().ndim(), B())
@@ -213,6 +227,7 @@ std::vector<Tensor> GraphTracer::trace(const OpSchema& op, const AnyParams& para
   std::vector<Tensor> inputs = given;
   for (size_t i = 0; i < inputs.size(); ++i) {
     OFL_CHECK(inputs[i].defined(), "[", op.name(), "] input ", i, " is an undefined tensor.");
+    if (inputs[i].is_lazy()) refresh(inputs[i]);
   }
   const Placement* others = nullptr;
   for (const Tensor& t : inputs) {
@@ -260,7 +275,41 @@ std::vector<Tensor> GraphTracer::trace(const OpSchema& op, const AnyParams& para
   std::vector<Tensor> result;
   result.reserve(outs.size());
   for (int t : outs) result.push_back(lazy(t));
+  const int* view_of = op.get<TViewOfInput>();
+  if (view_of != nullptr && is_buffer_or_view(inputs[*view_of])) {
+    views_[result.at(0).impl()] = BufferView{inputs[*view_of], &op, params, ids[*view_of]};
+  }
   return result;
+}
+
+// Note [Views of buffers]: eagerly a view of a buffer (buf.view(-1), reshape, detach: the ops
+// marked TViewOfInput) shares its storage, so after `buf.mul_(m)` it reads the new values. A
+// trace has no storage: the view is the op that made it, from the value the buffer had then.
+// So each view of a buffer remembers its parent (the buffer or another view), its op and the
+// parent's tensor index it was traced from; read after the parent moved on (a write, Note
+// [Buffers written in build]), it is traced again from the parent's new value, parents first.
+// Without this a graph would read the old statistics where eager reads the new ones,
+// silently. A write into a view writes the buffer, reshaped back (every such view has the
+// buffer's elements in order). Views of anything else cannot go stale: only buffers are
+// written in a trace.
+bool GraphTracer::is_buffer_or_view(const Tensor& x) const {
+  if (!x.is_lazy()) return false;
+  if (views_.count(x.impl()) > 0 || variable_of_.count(x.impl()) > 0) return true;
+  const Graph& g = const_cast<GraphTracer*>(this)->builder_.graph();
+  const LogicalOp& producer = g.op(g.tensor(index_of(x)).producer);
+  return producer.kind == OpKind::kVariable && !producer.trainable;
+}
+
+void GraphTracer::refresh(const Tensor& x) {
+  const auto it = views_.find(x.impl());
+  if (it == views_.end()) return;
+  BufferView& view = it->second;
+  refresh(view.parent);
+  const int parent = index_of(view.parent);
+  if (parent == view.from) return;
+  enter(placement_of(view.parent));
+  index_[x.impl()] = builder_.op(view.op->name(), view.params, {parent}).at(0);
+  view.from = parent;
 }
 
 }  // namespace ofl::compiler

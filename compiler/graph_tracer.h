@@ -49,7 +49,9 @@ class GraphTracer final : public OpTracer {
   /// detached: no gradient flows through a buffer (as eagerly, where such writes are made under
   /// no_grad). Every module holding the buffer sees the write (nn/graph.py swaps each holder's
   /// entry); a view or alias taken before the write keeps the value it had (a graph has no
-  /// storage to share): read the buffer again after writing it.
+  /// storage to share): views of it (reshape, view, detach: the ops that are views eagerly)
+  /// are traced again from its new value when read (Note [Views of buffers] in
+  /// graph_tracer.cpp), and a write into such a view writes the buffer.
   void write_variable(const Tensor& variable, const Tensor& value, const std::string& op);
   /// Adds the assign ops of the buffers written (once, after build()).
   void finish_writes();
@@ -94,6 +96,11 @@ class GraphTracer final : public OpTracer {
   Tensor fill_on(const Tensor& x, const Placement& placement);
   // `value` as a constant variable; `user` names the op that reads it, for the refusal.
   int constant(const Tensor& value, const std::string& user);
+  // Note [Views of buffers]: whether `x` is a buffer (a variable the graph does not train) or a
+  // view of one; and `x`, when a view whose buffer was written since it was traced, traced
+  // again from the buffer's value (its index_ entry moved).
+  bool is_buffer_or_view(const Tensor& x) const;
+  void refresh(const Tensor& x);
 
   GraphBuilder builder_;
   std::map<const TensorImpl*, int> index_;
@@ -101,6 +108,13 @@ class GraphTracer final : public OpTracer {
   // value of each written variable (tensor indexes).
   std::map<const TensorImpl*, int> variable_of_;
   std::map<int, int> writes_;
+  struct BufferView {
+    Tensor parent;  // the buffer, or a view of it
+    const OpSchema* op;
+    AnyParams params;
+    int from;  // the tensor index of the parent this view was traced from
+  };
+  std::map<const TensorImpl*, BufferView> views_;
   bool finished_writes_ = false;
   bool follows_no_grad_ = false;
   std::vector<Tensor> lazies_;  // keeps the impls (the keys of index_) alive

@@ -247,6 +247,46 @@ def test_a_buffer_write_in_a_graph_carries_no_gradient_and_reaches_every_holder(
     np.testing.assert_array_equal(traced.state_dict()["0.lin.weight"].numpy(), before)
 
 
+def test_views_of_a_buffer_read_its_writes_in_a_graph_as_eagerly():
+    """Note [Views of buffers] in compiler/graph_tracer.cpp: eagerly a view (view, reshape,
+    unsqueeze, detach) shares the buffer's storage, so a view taken before a write reads the
+    new value after it, and a write through a view writes the buffer. A graph must give those
+    values too (it gave the old ones, silently)."""
+
+    class Views(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.register_buffer("stat", flow.arange(6, dtype=flow.float32))
+
+        def forward(self, x):
+            col = self.stat.view(2, 3).unsqueeze(0)   # a view of a view, taken before the write
+            same = self.stat.detach()
+            early = x * col                          # read before: the old value
+            self.stat.mul_(0.5).add_(x.mean())       # the buffer written
+            late = x * col + same.reshape(2, 3)      # read after: the new value, twice
+            col.squeeze(0).add_(1.0)                 # a write through a view writes the buffer
+            return early.sum() + late.sum() + (x * col).sum() + self.stat.sum()
+
+    traced, eager = Views(), Views()
+
+    class Forward(nn.Graph):
+        def __init__(self):
+            super().__init__()
+            self.m = traced
+
+        def build(self, x):
+            return self.m(x)
+
+    forward = Forward()
+    rng = np.random.default_rng(0)
+    for _ in range(3):
+        x = rng.standard_normal((4, 2, 3)).astype(np.float32)
+        np.testing.assert_allclose(forward(flow.tensor(x)).item(), eager(flow.tensor(x)).item(),
+                                   rtol=1e-5)
+        np.testing.assert_allclose(traced.state_dict()["stat"].numpy(), eager.stat.numpy(),
+                                   rtol=1e-6)
+
+
 def test_a_state_dict_without_the_batch_count_loads_as_in_torch():
     # torch's BatchNorm fills in num_batches_tracked where a checkpoint lacks it; any other
     # missing entry is still missing.
