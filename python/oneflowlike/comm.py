@@ -65,13 +65,18 @@ class ProcessGroup:
         return f"ProcessGroup(ranks={self.ranks})"
 
 
-def _members(op, group):
-    """The ranks ``group`` (None: the job) holds; refuses a rank outside it."""
-    if group is None:
-        return list(range(env.get_world_size()))
-    if not isinstance(group, ProcessGroup):
+def check_group(op, group):
+    """``group`` when it is one of new_group's (None: the job), else TypeError naming ``op``."""
+    if group is not None and not isinstance(group, ProcessGroup):
         raise TypeError(f"[{op}] group must be a group from new_group (or None: every rank). "
                         f"However, got {type(group).__name__}.")
+    return group
+
+
+def _members(op, group):
+    """The ranks ``group`` (None: the job) holds; refuses a rank outside it."""
+    if check_group(op, group) is None:
+        return list(range(env.get_world_size()))
     if env.get_rank() not in group.ranks:
         raise ValueError(f"[{op}] rank {env.get_rank()} is not in the group of ranks "
                          f"{group.ranks}: only the group's members call its collectives.")

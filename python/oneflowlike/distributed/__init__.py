@@ -9,7 +9,7 @@ __all__ = ["launch_env", "get_rank", "get_world_size", "init_process_group", "is
            "destroy_process_group", "new_group", "all_reduce", "broadcast", "all_gather",
            "all_gather_into_tensor", "reduce_scatter_tensor", "reduce", "gather", "scatter",
            "barrier", "all_gather_object", "broadcast_object_list", "ReduceOp", "Work",
-           "Future"]
+           "Future", "get_process_group_ranks", "get_global_rank", "get_group_rank"]
 
 
 class ReduceOp:
@@ -181,15 +181,42 @@ def broadcast_object_list(object_list, src=0, group=None, device=None):
 
 def get_rank(group=None):
     """This process's rank (flow.env.get_rank), or its place in ``group`` (-1 outside it)."""
-    from oneflowlike import env  # not at import: flow.env itself reads launch_env from here
+    from oneflowlike import comm, env  # not at import: flow.env reads launch_env from here
 
-    return env.get_rank() if group is None else group.rank()
+    return env.get_rank() if comm.check_group("get_rank", group) is None else group.rank()
 
 
 def get_world_size(group=None):
     """How many ranks the job (``group``) has (flow.env.get_world_size)."""
-    from oneflowlike import env
+    from oneflowlike import comm, env
 
-    if group is None:
+    if comm.check_group("get_world_size", group) is None:
         return env.get_world_size()
     return group.size() if group.rank() >= 0 else -1  # torch's, outside the group
+
+
+def get_process_group_ranks(group):
+    """The job's ranks ``group`` holds, in its order (torch's)."""
+    from oneflowlike import comm
+
+    if comm.check_group("get_process_group_ranks", group) is None:
+        return list(range(get_world_size()))
+    return list(group.ranks)
+
+
+def get_global_rank(group, group_rank):
+    """The job's rank of ``group``'s rank ``group_rank`` (torch's)."""
+    ranks = get_process_group_ranks(group)
+    if not isinstance(group_rank, int) or not 0 <= group_rank < len(ranks):
+        raise ValueError(f"[get_global_rank] group_rank must be in [0, {len(ranks)}) for "
+                         f"{group!r}. However, got {group_rank!r}.")
+    return ranks[group_rank]
+
+
+def get_group_rank(group, global_rank):
+    """``global_rank``'s rank within ``group`` (torch's); ValueError outside it."""
+    ranks = get_process_group_ranks(group)
+    if global_rank not in ranks:
+        raise ValueError(f"[get_group_rank] rank {global_rank!r} is not in {group!r} (ranks "
+                         f"{ranks}).")
+    return ranks.index(global_rank)

@@ -55,6 +55,19 @@ np.testing.assert_array_equal(part.numpy(), np.max([values(r) + rank for r in ra
 group = dist.new_group([0, 2])
 assert dist.get_rank(group) == {0: 0, 1: -1, 2: 1}[rank]
 assert dist.get_world_size(group) == (-1 if rank == 1 else 2)  # torch's, outside the group
+assert dist.get_process_group_ranks(group) == [0, 2] and dist.get_global_rank(group, 1) == 2
+assert dist.get_group_rank(group, 2) == 1 and dist.get_process_group_ranks(None) == [0, 1, 2]
+for bad in (lambda: dist.get_group_rank(group, 1), lambda: dist.get_global_rank(group, 2)):
+    try:
+        bad()
+        raise AssertionError("a rank outside the group was accepted")
+    except ValueError as e:
+        assert "ProcessGroup(ranks=[0, 2])" in str(e), e
+try:
+    dist.get_rank([0, 2])
+    raise AssertionError("a list was taken for a group")
+except TypeError as e:
+    assert "[get_rank] group must be a group from new_group" in str(e), e
 if rank == 1:
     try:
         dist.all_reduce(flow.ones(2), group=group)
