@@ -3,22 +3,77 @@
 #include "oneflowlike/autocast.h"
 
 #include <algorithm>
+#include <map>
 
+#include "oneflowlike/autograd.h"
 #include "oneflowlike/op.h"
 
 namespace ofl {
 
 namespace {
 thread_local DataType current = DataType::kFloat32;
+
+// Note [Autocast weight cache].
+struct CachedCast {
+  Tensor weight;  // kept alive, so that its impl's address names no other tensor
+  const Storage* storage;
+  size_t offset_bytes;
+  int64_t version;
+  Tensor cast;
+};
+thread_local std::map<const TensorImpl*, CachedCast> weight_casts;
+thread_local bool cache_enabled = true;
+
+bool cacheable(const Tensor& weight) {
+  return cache_enabled && !GradMode::enabled() && !weight.is_lazy() &&
+         weight.dtype() == DataType::kFloat32 && weight.requires_grad() && weight.is_leaf();
+}
+
+// Leaving the outermost region (to float32 from a low dtype) ends the cache's life.
+void set_current(DataType dtype) {
+  if (dtype == DataType::kFloat32 && current != DataType::kFloat32) weight_casts.clear();
+  current = dtype;
+}
 }  // namespace
 
 DataType autocast_dtype() { return current; }
 
-void set_autocast_dtype(DataType dtype) { current = dtype; }
+void set_autocast_dtype(DataType dtype) { set_current(dtype); }
 
 AutocastScope::AutocastScope(DataType dtype) : previous_(current) { current = dtype; }
 
-AutocastScope::~AutocastScope() { current = previous_; }
+AutocastScope::~AutocastScope() { set_current(previous_); }
+
+Tensor cached_weight_cast(const Tensor& weight, DataType dtype) {
+  if (!cacheable(weight)) return Tensor();
+  const auto it = weight_casts.find(weight.impl());
+  if (it == weight_casts.end()) return Tensor();
+  const CachedCast& entry = it->second;
+  if (entry.storage != weight.impl()->storage.get() ||
+      entry.offset_bytes != weight.impl()->offset_bytes || entry.version != weight.version() ||
+      entry.cast.dtype() != dtype) {
+    weight_casts.erase(it);
+    return Tensor();
+  }
+  return entry.cast;
+}
+
+void cache_weight_cast(const Tensor& weight, const Tensor& cast) {
+  if (!cacheable(weight)) return;
+  weight_casts[weight.impl()] = CachedCast{weight, weight.impl()->storage.get(),
+                                           weight.impl()->offset_bytes, weight.version(), cast};
+}
+
+bool autocast_cache_enabled() { return cache_enabled; }
+
+void set_autocast_cache_enabled(bool enabled) {
+  cache_enabled = enabled;
+  if (!enabled) weight_casts.clear();
+}
+
+void clear_autocast_cache() { weight_casts.clear(); }
+
+size_t autocast_cache_size() { return weight_casts.size(); }
 
 std::vector<DataType> amp_input_dtypes(const OpSchema& op, std::vector<DataType> inputs,
                                        DataType low) {

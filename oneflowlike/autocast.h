@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "oneflowlike/dtype.h"
+#include "oneflowlike/tensor.h"
 
 namespace ofl {
 
@@ -39,6 +40,28 @@ class AutocastScope {
 };
 
 /// Sets this thread's autocast dtype (for the Python context manager, which restores it).
+/// Turning autocast off empties the weight-cast cache.
 void set_autocast_dtype(DataType dtype);
+
+/// Note [Autocast weight cache]: as torch.autocast's cache_enabled, a float32 weight (a leaf
+/// that requires grad) cast to the low dtype for an op is cast once per autocast region, not
+/// once per use: generation runs every weight once per token, and the casts read 1.5 times the
+/// weights' bytes again. Unlike torch's, only while gradients are off (no_grad, inference):
+/// this autograd frees every node a backward passes (retain_graph=False), so a cast shared by
+/// two forward passes would refuse the second backward. An entry is the weight's tensor, its
+/// storage and version when cast, and the cast; a write into the weight (an optimizer step),
+/// a changed storage (`.data =`) or another dtype casts again. The cache is per thread and is
+/// emptied when the thread's outermost autocast region ends.
+/// The cached cast of `weight` to `dtype`, or an undefined tensor (not cached, or stale).
+Tensor cached_weight_cast(const Tensor& weight, DataType dtype);
+/// Caches `cast` as `weight` cast to its dtype; does nothing for a tensor the cache does not
+/// take (not a float32 leaf requiring grad, gradients on, the cache off).
+void cache_weight_cast(const Tensor& weight, const Tensor& cast);
+/// Whether autocast regions on this thread cache weight casts (default true).
+bool autocast_cache_enabled();
+void set_autocast_cache_enabled(bool enabled);
+void clear_autocast_cache();
+/// The weights cached on this thread (for tests).
+size_t autocast_cache_size();
 
 }  // namespace ofl

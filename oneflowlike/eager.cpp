@@ -36,8 +36,16 @@ std::vector<Tensor> apply_autocast(const OpSchema& op, const AnyParams& params,
   std::vector<Tensor> cast_inputs;
   for (size_t k = 0; k < inputs.size(); ++k) {
     const Tensor& t = inputs[k];
-    cast_inputs.push_back(
-        t.defined() && t.dtype() != dtypes[k] ? apply_op1(cast, CastParams{dtypes[k]}, {t}) : t);
+    if (!t.defined() || t.dtype() == dtypes[k]) {
+      cast_inputs.push_back(t);
+      continue;
+    }
+    Tensor cast_t = cached_weight_cast(t, dtypes[k]);  // Note [Autocast weight cache]
+    if (!cast_t.defined()) {
+      cast_t = apply_op1(cast, CastParams{dtypes[k]}, {t});
+      cache_weight_cast(t, cast_t);
+    }
+    cast_inputs.push_back(cast_t);
   }
   return apply_op(op, params, cast_inputs);
 }

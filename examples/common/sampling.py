@@ -5,11 +5,18 @@ The checkpoint may come from any layout (dp, tp, pp, ZeRO): flow.load without li
 tensor whole. Each new byte is drawn from the softmax of the last position's logits divided by
 --temperature, among the --top-k most likely (1: greedy), with flow.multinomial; the context is
 the last block_size bytes. Eager, on one device (--device cuda for the GPU).
+
+Each layer keeps its keys and values in a flow.nn.KVCache (Note [KV cache]), so a new byte
+runs one position through the model, not the whole context; once the context is block_size
+long it slides, the positions restart at its first byte and the caches are filled again (as
+the model sees it without caches, which --no-cache runs). A model the caches cannot serve
+(experts, packed documents) runs without them, saying so.
 """
 
 import argparse
 import json
 import os
+import sys
 
 import oneflowlike as flow
 
@@ -27,6 +34,8 @@ def parse(description, argv=None):
     p.add_argument("--samples", type=int, default=1, help="independent continuations")
     p.add_argument("--seed", type=int, default=1337)
     p.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    p.add_argument("--no-cache", action="store_true",
+                   help="run the whole context for every byte (no KV caches)")
     args = p.parse_args(argv)
     if args.temperature <= 0:
         p.error(f"--temperature must be positive. However, got {args.temperature}.")
@@ -51,17 +60,26 @@ def load(checkpoint, build, device="cpu"):
 
 
 @flow.no_grad()
-def generate(model, idx, tokens, temperature=1.0, top_k=None):
+def generate(model, idx, tokens, temperature=1.0, top_k=None, use_cache=True):
     """``idx`` (B, T) continued by ``tokens`` new ones, each drawn from the last position's
-    distribution (top_k: among its k likeliest)."""
+    distribution (top_k: among its k likeliest). ``use_cache``: through the model's KV caches
+    (model.make_caches(), which refuses a model they cannot serve)."""
     block = model.config.block_size
+    caches = model.make_caches() if use_cache else None
+    context = idx[:, -block:]  # what the model runs next
     for _ in range(tokens):
-        logits = model(idx[:, -block:])[:, -1, :] / temperature
+        if caches is not None and caches[0].position + context.shape[1] > block:
+            for cache in caches:  # the context slides: its positions restart at its first byte
+                cache.reset()
+            context = idx[:, -block:]
+        logits = model(context, caches=caches)[:, -1, :] / temperature
         if top_k is not None and top_k < logits.shape[-1]:
             kth = flow.topk(logits, top_k, dim=-1).values[:, -1:]
             logits = flow.where(logits < kth, float("-inf"), logits)
         probs = flow.nn.functional.softmax(logits, dim=-1)
-        idx = flow.cat([idx, flow.multinomial(probs, 1)], dim=1)
+        drawn = flow.multinomial(probs, 1)
+        idx = flow.cat([idx, drawn], dim=1)
+        context = drawn if caches is not None else idx[:, -block:]
     return idx
 
 
@@ -71,7 +89,14 @@ def main(build, argv=None):
     model = load(args.checkpoint, build, args.device)
     prompt = list(args.prompt.encode("utf-8")) or [10]
     idx = flow.tensor([prompt] * args.samples, dtype=flow.int64, device=args.device)
-    out = generate(model, idx, args.tokens, args.temperature, args.top_k)
+    use_cache = not args.no_cache
+    if use_cache:
+        try:
+            model.make_caches()
+        except ValueError as e:
+            print(f"[sample] without KV caches: {e}", file=sys.stderr)
+            use_cache = False
+    out = generate(model, idx, args.tokens, args.temperature, args.top_k, use_cache)
     for row in out.cpu().numpy():
         print(bytes(int(b) for b in row).decode("utf-8", errors="replace"))
         print("---")

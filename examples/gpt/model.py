@@ -43,8 +43,8 @@ class Block(nn.Module):
         self.ln_2 = nn.LayerNorm(c.n_embd, bias=c.bias)
         self.mlp = MLP(c)
 
-    def forward(self, x):
-        x = x + self.attn(self.ln_1(x))
+    def forward(self, x, cache=None):
+        x = x + self.attn(self.ln_1(x), cache=cache)
         return x + self.mlp(self.ln_2(x))
 
 
@@ -55,16 +55,18 @@ class Embeddings(nn.Module):
         self.wte = nn.Embedding(c.vocab_size, c.n_embd)
         self.wpe = nn.Embedding(c.block_size, c.n_embd)
 
-    def forward(self, idx):
+    def forward(self, idx, offset=0):
+        """The embeddings of tokens ``idx`` at positions [offset, offset + T)."""
         t = idx.shape[-1]  # block_size in training; shorter when sampling from a prompt
-        if t > self.block_size:
+        if offset + t > self.block_size:
             raise ValueError(f"[GPT] takes at most block_size = {self.block_size} tokens. "
-                             f"However, got {t}.")
+                             f"However, got {t}" + (f" after {offset} cached" if offset else "")
+                             + ".")
         if idx.is_global:  # trained eagerly on global tensors: the positions are global too
-            pos = flow.arange(0, t, placement=idx.placement,
+            pos = flow.arange(offset, offset + t, placement=idx.placement,
                               sbp=(flow.sbp.broadcast,) * len(idx.placement.hierarchy))
         else:
-            pos = flow.arange(0, t, device=idx.device)
+            pos = flow.arange(offset, offset + t, device=idx.device)
         if self.zigzag:  # the positions in the order the tokens come in
             if t % (2 * self.zigzag):
                 raise ValueError(f"[GPT] zigzag={self.zigzag} orders the positions in "
@@ -123,12 +125,19 @@ class GPT(nn.Module):
             elif name.endswith(".bias"):
                 nn.init.zeros_(p)
 
-    def forward(self, idx, targets=None):
-        """The mean loss against ``targets``; without them, the logits (B, T, vocab_size)."""
-        x = self.embed(idx)
-        for block in self.blocks:
-            x = block(x)
+    def forward(self, idx, targets=None, caches=None):
+        """The mean loss against ``targets``; without them, the logits (B, T, vocab_size).
+        ``caches`` (make_caches()): idx continues the positions they hold, and they take its
+        keys and values (generation, Note [KV cache])."""
+        nn.KVCache.check_layers("GPT", caches, self.config.n_layer)
+        x = self.embed(idx, caches[0].position if caches else 0)
+        for i, block in enumerate(self.blocks):
+            x = block(x, caches[i] if caches else None)
         return self.head(x, targets)
+
+    def make_caches(self):
+        """One empty flow.nn.KVCache per block, for forward(caches=)."""
+        return [nn.KVCache() for _ in self.blocks]
 
     def num_parameters(self):
         return sum(int(p.numel()) for p in self.parameters())

@@ -119,17 +119,22 @@ class Attention(nn.Module):
         self.rope = nn.RotaryEmbedding(c.head_dim, c.block_size, base=c.rope_base,
                                        zigzag=c.zigzag)
 
-    def forward(self, x, documents=None):
+    def forward(self, x, documents=None, cache=None):
         B, T, _ = x.shape
         D = self.head_dim
         q = self.wq(x).reshape(B, T, self.n_head, D).transpose(1, 2)  # (B, H, T, D)
         k = self.wk(x).reshape(B, T, self.n_kv_head, D).transpose(1, 2)  # (B, Hk, T, D)
         v = self.wv(x).reshape(B, T, self.n_kv_head, D).transpose(1, 2)
-        q, k = self.rope(q), self.rope(k)
-        y = F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=1.0 / math.sqrt(D),
-                                           enable_gqa=self.n_kv_head != self.n_head,
-                                           zigzag=self.zigzag, window=self.window,
-                                           document_ids=documents)
+        gqa = self.n_kv_head != self.n_head
+        if cache is not None:  # generation: x continues the cached positions (Note [KV cache])
+            q, k = self.rope(q, cache.position), self.rope(k, cache.position)
+            y = cache.attend(q, k, v, scale=1.0 / math.sqrt(D), enable_gqa=gqa)
+        else:
+            q, k = self.rope(q), self.rope(k)
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=True,
+                                               scale=1.0 / math.sqrt(D), enable_gqa=gqa,
+                                               zigzag=self.zigzag, window=self.window,
+                                               document_ids=documents)
         return self.wo(y.transpose(1, 2).reshape(B, T, self.n_head * D))
 
 
@@ -159,8 +164,8 @@ class Block(nn.Module):
         self.mlp_norm = nn.RMSNorm(c.n_embd, eps=c.norm_eps)
         self.mlp = MoEFeedForward(c) if self.moe else FeedForward(c)
 
-    def forward(self, x, aux=None, documents=None):
-        x = x + self.attn(self.attn_norm(x), documents)
+    def forward(self, x, aux=None, documents=None, cache=None):
+        x = x + self.attn(self.attn_norm(x), documents, cache)
         if not self.moe:
             return x + self.mlp(self.mlp_norm(x))
         y, balance = self.mlp(self.mlp_norm(x))
@@ -237,14 +242,19 @@ class Llama(nn.Module):
         ids = flow.cumsum(ends, dim=1) - ends
         return F.zigzag(ids, 1, c.zigzag) if c.zigzag else ids
 
-    def forward(self, idx, targets=None):
-        """The mean loss against ``targets``; without them, the logits (B, T, vocab_size)."""
+    def forward(self, idx, targets=None, caches=None):
+        """The mean loss against ``targets``; without them, the logits (B, T, vocab_size).
+        ``caches`` (make_caches()): idx continues the positions they hold, and they take its
+        keys and values (generation, Note [KV cache])."""
+        if caches is not None:
+            self._check_cacheable()
+            nn.KVCache.check_layers("Llama", caches, self.config.n_layer)
         # Passed to every block as a positional input, so that pipeline stages move it there.
         docs = self.documents(idx) if self.config.doc_sep >= 0 else None
         x = self.embed(idx)
         if not self.config.n_experts:
-            for block in self.blocks:
-                x = block(x, None, docs)
+            for i, block in enumerate(self.blocks):
+                x = block(x, None, docs, caches[i] if caches else None)
             return self.head(x, targets)
         # The load-balancing losses travel with x, as positional inputs, so that pipeline
         # stages move them as they move x (Note [Load-balancing loss]).
@@ -252,6 +262,23 @@ class Llama(nn.Module):
         for block in self.blocks[1:]:
             x, aux = block(x, aux, docs)
         return self.head(x, targets, aux) if targets is not None else self.head(x)
+
+    def make_caches(self):
+        """One empty flow.nn.KVCache per block (with its layer's window), for
+        forward(caches=)."""
+        self._check_cacheable()
+        return [nn.KVCache(window=block.attn.window) for block in self.blocks]
+
+    def _check_cacheable(self):
+        # Expert capacity queues each sequence's tokens through a running count (Note [Expert
+        # capacity]) and packed documents need each cached key's document: neither is in the
+        # cache yet, and generating without them would give other tokens than the model's.
+        c = self.config
+        if c.n_experts or c.doc_sep >= 0 or c.zigzag:
+            raise ValueError(f"[Llama] a KV cache holds only keys and values: it cannot generate "
+                             f"for experts (their capacity queues), packed documents or the "
+                             f"zigzag order. However, got n_experts {c.n_experts}, doc_sep "
+                             f"{c.doc_sep}, zigzag {c.zigzag}: generate without caches.")
 
     def num_parameters(self):
         return sum(int(p.numel()) for p in self.parameters())

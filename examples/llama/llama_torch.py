@@ -39,12 +39,15 @@ def torch_llama(c):
             self.wv = nn.Linear(c.n_embd, c.n_kv_head * c.head_dim, bias=False)
             self.wo = nn.Linear(c.n_head * c.head_dim, c.n_embd, bias=False)
 
-        def forward(self, x, same=None):  # same: (B, T, T) True within a document
+        def forward(self, x, same=None, cache=None):  # same: (B, T, T) True within a document
             b, t, _ = x.shape
             d = c.head_dim
             q = self.wq(x).view(b, t, c.n_head, d).transpose(1, 2)
             k = self.wk(x).view(b, t, c.n_kv_head, d).transpose(1, 2)
             v = self.wv(x).view(b, t, c.n_kv_head, d).transpose(1, 2)
+            if cache is not None:  # generation: {"k", "v"} of the positions before x
+                return self.wo(self.cached(q, k, v, cache).transpose(1, 2).reshape(
+                    b, t, c.n_head * d))
             cos, sin = rope_tables(t)
             q, k = rotate(q, cos, sin), rotate(k, cos, sin)
             mask = window_mask(t, self.window) if self.window else None
@@ -56,6 +59,23 @@ def torch_llama(c):
                                                scale=1.0 / math.sqrt(d),
                                                enable_gqa=c.n_kv_head != c.n_head)
             return self.wo(y.transpose(1, 2).reshape(b, t, c.n_head * d))
+
+        def cached(self, q, k, v, cache):
+            # A KV cache as LLaMA codebases write one: keys and values concatenated, queries
+            # at the positions after the cached ones (the lower-right causal mask).
+            past, t = (0 if "k" not in cache else cache["k"].shape[2]), q.shape[2]
+            cos, sin = rope_tables(past + t)
+            q, k = rotate(q, cos[past:], sin[past:]), rotate(k, cos[past:], sin[past:])
+            if "k" in cache:
+                k, v = torch.cat([cache["k"], k], dim=2), torch.cat([cache["v"], v], dim=2)
+            cache["k"], cache["v"] = k, v
+            mask = None
+            if t > 1 or self.window:
+                mask = (window_mask(past + t, self.window) if self.window else torch.ones(
+                    past + t, past + t, dtype=torch.bool).tril())[past:]
+            return F.scaled_dot_product_attention(q, k, v, attn_mask=mask,
+                                                  scale=1.0 / math.sqrt(c.head_dim),
+                                                  enable_gqa=c.n_kv_head != c.n_head)
 
     class FeedForward(nn.Module):
         def __init__(self):
@@ -112,8 +132,8 @@ def torch_llama(c):
             self.mlp_norm = nn.RMSNorm(c.n_embd, eps=c.norm_eps)
             self.mlp = MoEFeedForward() if c.n_experts else FeedForward()
 
-        def forward(self, x, same=None):  # (x, the groups' load-balancing losses) with experts
-            x = x + self.attn(self.attn_norm(x), same)
+        def forward(self, x, same=None, cache=None):  # (x, the load-balancing losses)
+            x = x + self.attn(self.attn_norm(x), same, cache)
             if not c.n_experts:
                 return x + self.mlp(self.mlp_norm(x)), None
             y, aux = self.mlp(self.mlp_norm(x))
@@ -137,8 +157,13 @@ def torch_llama(c):
             self.blocks = nn.ModuleList([Block(i) for i in range(c.n_layer)])
             self.head = Head()
 
-        def forward(self, idx, targets=None):
+        def forward(self, idx, targets=None, caches=None):
+            """caches: one dict per block, {} at first, for generation (no documents)."""
             x = self.embed.tok(idx)
+            if caches is not None:
+                for block, cache in zip(self.blocks, caches):
+                    x, _ = block(x, None, cache)
+                return self.head.output(self.head.norm(x))
             same = None
             if c.doc_sep >= 0:  # each position's document: the separators before it
                 ends = (idx == c.doc_sep).long()

@@ -22,10 +22,13 @@ class autocast:  # noqa: N801 (torch's name)
     backward and the step (float16's range loses small gradients otherwise). One difference
     from torch: ``F.linear`` with a bias adds the float32 bias after the low-precision product,
     so it returns float32 (torch rounds the bias and returns ``dtype``). Usable as a decorator.
+    ``cache_enabled`` (default True, as torch's): a weight (a float32 leaf that requires grad)
+    is cast once per region rather than once per use, but only while gradients are off
+    (no_grad, generation; Note [Autocast weight cache] in oneflowlike/autocast.h): a write into
+    it casts again, and the cache empties when the outermost region ends.
     """
 
     def __init__(self, device_type, dtype=None, enabled=True, cache_enabled=None):
-        del cache_enabled  # torch's weight-cast cache: casts here are ops, freed with the graph
         if device_type not in ("cpu", "cuda"):
             raise ValueError("[autocast] device_type must be 'cpu' or 'cuda'. However, got "
                              f"{device_type!r}.")
@@ -37,15 +40,21 @@ class autocast:  # noqa: N801 (torch's name)
             raise TypeError("[autocast] dtype must be flow.bfloat16 (or flow.float16). However, "
                             f"got {dtype!r}.")
         self.dtype = dtype if enabled else _C.dtype.float32
+        # torch's weight-cast cache (Note [Autocast weight cache] in oneflowlike/autocast.h):
+        # each float32 weight is cast once per region while gradients are off.
+        self.cache_enabled = True if cache_enabled is None else bool(cache_enabled)
         self._previous = []
 
     def __enter__(self):
-        self._previous.append(_C.autocast_dtype())
+        self._previous.append((_C.autocast_dtype(), _C.autocast_cache_enabled()))
+        _C.set_autocast_cache_enabled(self.cache_enabled)
         _C.set_autocast_dtype(self.dtype)
         return self
 
     def __exit__(self, *exc):
-        _C.set_autocast_dtype(self._previous.pop())
+        dtype, cache_enabled = self._previous.pop()
+        _C.set_autocast_dtype(dtype)
+        _C.set_autocast_cache_enabled(cache_enabled)
         return False
 
     def __call__(self, fn):

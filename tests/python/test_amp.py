@@ -383,3 +383,40 @@ def test_an_overflow_skips_the_step_on_every_rank(layout, eager):
 
     out = launch(2, "loss_scale_worker.py", "--layout", layout, *(["--eager"] if eager else []))
     assert out.count(" OK") == 2, out
+
+
+def test_weights_are_cast_once_per_region_while_gradients_are_off():
+    """Note [Autocast weight cache] in oneflowlike/autocast.h, as torch's cache_enabled."""
+    from oneflowlike import _C
+
+    flow.manual_seed(0)
+    layer = flow.nn.Linear(8, 8)
+    x = flow.randn(4, 8)
+    with flow.no_grad():
+        plain = [layer(x).numpy()]
+        with flow.autocast("cpu", cache_enabled=False):
+            uncached = layer(x).numpy()
+            assert _C._autocast_cache_size() == 0
+        with flow.autocast("cpu"):
+            first = layer(x).numpy()
+            assert _C._autocast_cache_size() == 1  # the weight; the bias is added in float32
+            np.testing.assert_array_equal(layer(x).numpy(), first)
+            layer.weight.mul_(2.0)  # a write casts again: the version moved
+            doubled = layer(x).numpy()
+            with flow.autocast("cpu"):  # a nested region shares the outer one's cache
+                np.testing.assert_array_equal(layer(x).numpy(), doubled)
+            assert _C._autocast_cache_size() == 1
+        assert _C._autocast_cache_size() == 0  # the outermost region ended
+        plain.append(layer(x).numpy())
+    np.testing.assert_array_equal(first, uncached)
+    np.testing.assert_allclose(first, plain[0], rtol=2e-2, atol=2e-2)
+    np.testing.assert_allclose(doubled - layer.bias.numpy(),
+                               2 * (first - layer.bias.numpy()), rtol=1e-2, atol=1e-2)
+    np.testing.assert_allclose(doubled, plain[1], rtol=2e-2, atol=2e-2)
+    # With gradients on nothing is cached: each backward has casts of its own to free.
+    with flow.autocast("cpu"):
+        for _ in range(2):
+            layer(x).sum().backward()
+            assert _C._autocast_cache_size() == 0
+    np.testing.assert_allclose(layer.weight.grad.numpy(),
+                               2 * np.tile(x.numpy().sum(0), (8, 1)), rtol=2e-2)

@@ -8,6 +8,7 @@ from oneflowlike.nn.modules.container import (ModuleDict, ModuleList, ParameterD
 from oneflowlike.nn.modules.dropout import Dropout
 from oneflowlike.nn.modules.embedding import Embedding
 from oneflowlike.nn.modules.flatten import Flatten, Unflatten
+from oneflowlike.nn.modules.kv_cache import KVCache
 from oneflowlike.nn.modules.layer_norm import LayerNorm
 from oneflowlike.nn.modules.linear import Linear
 from oneflowlike.nn.modules.loss import (BCELoss, BCEWithLogitsLoss, CrossEntropyLoss, HuberLoss,
@@ -26,4 +27,4 @@ __all__ = ["Module", "Linear", "Embedding", "LayerNorm", "RMSNorm", "Dropout", "
            "Flatten", "Unflatten", "L1Loss", "SmoothL1Loss", "HuberLoss", "BCELoss",
            "BCEWithLogitsLoss", "NLLLoss", "KLDivLoss", "MultiheadAttention",
            "TransformerEncoderLayer", "TransformerEncoder", "TransformerDecoderLayer",
-           "TransformerDecoder", "BatchNorm1d", "BatchNorm2d", "BatchNorm3d"]
+           "TransformerDecoder", "BatchNorm1d", "BatchNorm2d", "BatchNorm3d", "KVCache"]

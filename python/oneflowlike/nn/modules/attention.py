@@ -21,7 +21,9 @@ class CausalSelfAttention(Module):
     attends to its ``window`` latest positions only, t - window < s <= t (sliding-window
     attention, Note [Sliding window]). ``forward(x, document_ids=None)``: with (B, T) integer
     ids of each position's document (sequences packed from several documents), a position
-    attends within its own document only (Note [Packed documents]).
+    attends within its own document only (Note [Packed documents]). ``forward(x,
+    cache=kv_cache)``: x holds the next T positions after those a flow.nn.KVCache has seen, and
+    attends over the cached keys too (generation; Note [KV cache]).
     """
 
     def __init__(self, n_embd, n_head, block_size, dropout=0.0, bias=True, device=None,
@@ -41,11 +43,23 @@ class CausalSelfAttention(Module):
         self.attn_dropout = Dropout(dropout)
         self.resid_dropout = Dropout(dropout)
 
-    def forward(self, x, document_ids=None):
-        if x.ndim != 3 or x.shape[2] != self.n_embd or x.shape[1] > self.block_size:
+    def forward(self, x, document_ids=None, cache=None):
+        seen = 0 if cache is None else cache.position
+        if x.ndim != 3 or x.shape[2] != self.n_embd or seen + x.shape[1] > self.block_size:
             raise ValueError(
                 f"[CausalSelfAttention] input must be (B, T, {self.n_embd}) with T <= "
-                f"block_size {self.block_size}. However, got {tuple(x.shape)}.")
+                f"block_size {self.block_size}"
+                + (f" - the {seen} positions cached" if cache is not None else "")
+                + f". However, got {tuple(x.shape)}.")
+        if cache is not None and (document_ids is not None or self.zigzag):
+            raise ValueError("[CausalSelfAttention] a KV cache generates in the sequence's "
+                             "order, one document: it takes no document_ids and no zigzag "
+                             f"order. However, got document_ids {document_ids is not None}, "
+                             f"zigzag {self.zigzag}.")
+        if cache is not None and cache.window != self.window:
+            raise ValueError(f"[CausalSelfAttention] the KV cache keeps a window of "
+                             f"{cache.window} keys, the layer attends over {self.window} (0: "
+                             f"all): make it KVCache(window={self.window}).")
         B, T, C = x.shape
         H, D = self.n_head, self.head_dim
         qkv = self.c_attn(x).reshape(B, T, H, 3 * D)  # (B, T, H, 3D): per head q | k | v
@@ -53,10 +67,13 @@ class CausalSelfAttention(Module):
         # Fused causal attention: query t sees keys s <= t, no (T, T) matrix is made. Dropout
         # on the attention weights (training with dropout > 0) writes the attention out.
         dropout_p = self.attn_dropout.p if self.training else 0.0
-        y = F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, is_causal=True,
-                                           scale=1.0 / math.sqrt(D),
-                                           zigzag=self.zigzag, window=self.window,
-                                           document_ids=document_ids)  # (B, H, T, D)
+        if cache is not None:
+            y = cache.attend(q, k, v, scale=1.0 / math.sqrt(D), dropout_p=dropout_p)
+        else:
+            y = F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, is_causal=True,
+                                               scale=1.0 / math.sqrt(D),
+                                               zigzag=self.zigzag, window=self.window,
+                                               document_ids=document_ids)  # (B, H, T, D)
         y = y.transpose(1, 2).reshape(B, T, C)  # heads side by side again
         return self.resid_dropout(self.c_proj(y))
 

@@ -14,7 +14,9 @@ class RotaryEmbedding(Module):
     out of checkpoints; laying the module out moves them as any buffer). ``seq_dim`` is the
     position axis of the inputs: -2 for (B, H, T, D), 1 for (B, T, H, D). ``zigzag`` (ours; 0:
     off): the inputs' positions are in F.zigzag's order over that many pieces, and the tables
-    are taken in it (Note [Zigzag order] in oneflowlike/ops/attention.h)."""
+    are taken in it (Note [Zigzag order] in oneflowlike/ops/attention.h). ``forward(x,
+    offset)``: x holds the positions [offset, offset + T) (generation after a KV cache's
+    ``position`` ones; Note [KV cache])."""
 
     def __init__(self, head_dim, max_seq_len, base=10000.0, interleaved=False, seq_dim=-2,
                  zigzag=0):
@@ -38,19 +40,29 @@ class RotaryEmbedding(Module):
                 self.register_buffer(f"{name}_zigzag", F.zigzag(getattr(self, name), 0, zigzag),
                                      persistent=False)
 
-    def forward(self, x):
+    def forward(self, x, offset=0):
         seq = x.shape[self.seq_dim]
-        if seq > self.max_seq_len:
+        if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
+            raise ValueError(f"[RotaryEmbedding] offset (the first position of x) must be an int "
+                             f">= 0. However, got {offset!r}.")
+        if offset + seq > self.max_seq_len:
             raise ValueError(f"[RotaryEmbedding] the input has {seq} positions along dim "
-                             f"{self.seq_dim}, more than max_seq_len {self.max_seq_len}.")
+                             f"{self.seq_dim}"
+                             + (f" from position {offset}" if offset else "")
+                             + f", more than max_seq_len {self.max_seq_len}.")
+        if offset and self.zigzag:
+            raise ValueError(f"[RotaryEmbedding] an offset takes positions in the sequence's "
+                             f"order, not zigzag={self.zigzag}'s. However, got offset {offset}.")
         cos, sin = self.cos, self.sin
+        if offset:
+            cos, sin = cos[offset:offset + seq], sin[offset:offset + seq]
         if self.zigzag and seq % (2 * self.zigzag):
             raise ValueError(f"[RotaryEmbedding] zigzag={self.zigzag} orders the positions in "
                              f"{2 * self.zigzag} chunks: the input's {seq} positions along dim "
                              f"{self.seq_dim} must be a multiple of that.")
         if self.zigzag and seq == self.max_seq_len:
             cos, sin = self.cos_zigzag, self.sin_zigzag
-        elif seq < self.max_seq_len:
+        elif seq < self.max_seq_len and not offset:
             cos, sin = cos[:seq], sin[:seq]
         if self.zigzag and seq < self.max_seq_len:
             cos, sin = F.zigzag(cos, 0, self.zigzag), F.zigzag(sin, 0, self.zigzag)
