@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <map>
+#include <memory>
 
 #include "oneflowlike/autograd.h"
 #include "oneflowlike/op.h"
@@ -16,11 +17,19 @@ thread_local DataType current = DataType::kFloat32;
 // Note [Autocast weight cache].
 struct CachedCast {
   Tensor weight;  // kept alive, so that its impl's address names no other tensor
-  const Storage* storage;
+  // The storage cast from, weakly: `.data =` may free it, and a new storage at its address
+  // (with version 0 again) must not pass for it; a weak_ptr compares by control block, which
+  // it keeps from being reused.
+  std::weak_ptr<Storage> storage;
   size_t offset_bytes;
+  Shape shape;
   int64_t version;
   Tensor cast;
 };
+
+bool same_storage(const std::weak_ptr<Storage>& cached, const std::shared_ptr<Storage>& now) {
+  return !cached.owner_before(now) && !now.owner_before(cached) && !cached.expired();
+}
 thread_local std::map<const TensorImpl*, CachedCast> weight_casts;
 thread_local bool cache_enabled = true;
 
@@ -49,9 +58,9 @@ Tensor cached_weight_cast(const Tensor& weight, DataType dtype) {
   const auto it = weight_casts.find(weight.impl());
   if (it == weight_casts.end()) return Tensor();
   const CachedCast& entry = it->second;
-  if (entry.storage != weight.impl()->storage.get() ||
-      entry.offset_bytes != weight.impl()->offset_bytes || entry.version != weight.version() ||
-      entry.cast.dtype() != dtype) {
+  if (!same_storage(entry.storage, weight.impl()->storage) ||
+      entry.offset_bytes != weight.impl()->offset_bytes || entry.shape != weight.shape() ||
+      entry.version != weight.version() || entry.cast.dtype() != dtype) {
     weight_casts.erase(it);
     return Tensor();
   }
@@ -60,8 +69,9 @@ Tensor cached_weight_cast(const Tensor& weight, DataType dtype) {
 
 void cache_weight_cast(const Tensor& weight, const Tensor& cast) {
   if (!cacheable(weight)) return;
-  weight_casts[weight.impl()] = CachedCast{weight, weight.impl()->storage.get(),
-                                           weight.impl()->offset_bytes, weight.version(), cast};
+  weight_casts[weight.impl()] =
+      CachedCast{weight,         weight.impl()->storage, weight.impl()->offset_bytes,
+                 weight.shape(), weight.version(),       cast};
 }
 
 bool autocast_cache_enabled() { return cache_enabled; }

@@ -60,12 +60,19 @@ def load(checkpoint, build, device="cpu"):
 
 
 @flow.no_grad()
-def generate(model, idx, tokens, temperature=1.0, top_k=None, use_cache=True):
+def generate(model, idx, tokens, temperature=1.0, top_k=None, use_cache=None):
     """``idx`` (B, T) continued by ``tokens`` new ones, each drawn from the last position's
-    distribution (top_k: among its k likeliest). ``use_cache``: through the model's KV caches
-    (model.make_caches(), which refuses a model they cannot serve)."""
+    distribution (top_k: among its k likeliest). ``use_cache``: True through the model's KV
+    caches (model.make_caches(), which refuses a model they cannot serve), False without, None
+    through them where the model can be served."""
     block = model.config.block_size
-    caches = model.make_caches() if use_cache else None
+    caches = None
+    if use_cache or (use_cache is None and hasattr(model, "make_caches")):
+        try:
+            caches = model.make_caches()
+        except ValueError:
+            if use_cache:
+                raise
     context = idx[:, -block:]  # what the model runs next
     for _ in range(tokens):
         if caches is not None and caches[0].position + context.shape[1] > block:
@@ -96,7 +103,7 @@ def main(build, argv=None):
         except ValueError as e:
             print(f"[sample] without KV caches: {e}", file=sys.stderr)
             use_cache = False
-    out = generate(model, idx, args.tokens, args.temperature, args.top_k, use_cache)
+    out = generate(model, idx, args.tokens, args.temperature, args.top_k, use_cache=use_cache)
     for row in out.cpu().numpy():
         print(bytes(int(b) for b in row).decode("utf-8", errors="replace"))
         print("---")

@@ -137,6 +137,9 @@ class GPT(nn.Module):
 
     def make_caches(self):
         """One empty flow.nn.KVCache per block, for forward(caches=)."""
+        if self.config.zigzag:
+            raise ValueError(f"[GPT] a KV cache generates in the sequence's order, not "
+                             f"zigzag={self.config.zigzag}'s: generate without caches.")
         return [nn.KVCache() for _ in self.blocks]
 
     def num_parameters(self):

@@ -119,7 +119,11 @@ void init_tensor(py::module_& m) {
           [](const Tensor& t, const std::string& device) { return t.to(Device::parse(device)); },
           "A copy on another device (itself when already there); no autograd history.")
       .def_property(
-          "data", &Tensor::detach, [](const Tensor& t, const Tensor& src) { t.set_data(src); },
+          "data",
+          [](const Tensor& t) {  // as detach(): in a trace, an op of it (Note [Detach in a graph])
+            return t.defined() && t.is_lazy() ? functional::stop_gradient(t) : t.detach();
+          },
+          [](const Tensor& t, const Tensor& src) { t.set_data(src); },
           "The tensor without autograd history; assigning one replaces this tensor's storage, "
           "shape, dtype and device, its autograd state kept (as torch's .data).")
       .def("pin_memory", &Tensor::pin_memory,

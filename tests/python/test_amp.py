@@ -420,3 +420,20 @@ def test_weights_are_cast_once_per_region_while_gradients_are_off():
             assert _C._autocast_cache_size() == 0
     np.testing.assert_allclose(layer.weight.grad.numpy(),
                                2 * np.tile(x.numpy().sum(0), (8, 1)), rtol=2e-2)
+
+
+def test_a_weight_given_new_storage_is_cast_again():
+    """A storage freed by `.data =` and another made at its address (version 0 again) must not
+    pass for the cached one (found by review: the cache compared addresses)."""
+    layer = flow.nn.Linear(8, 8, bias=False)
+    x = flow.randn(2, 8)
+    ones = x.numpy() @ np.ones((8, 8), np.float32).T
+    with flow.no_grad(), flow.autocast("cpu"):
+        for _ in range(20):
+            layer.weight.data = flow.randn(8, 8)
+            layer(x)
+            layer.weight.data = flow.zeros(8, 8)
+            layer.weight.data = flow.ones(8, 8)
+            np.testing.assert_allclose(layer(x).float().numpy(), ones, rtol=2e-2, atol=2e-2)
+        layer.weight.data = flow.ones(4, 8)  # another shape, same elements' memory or not
+        assert tuple(layer(x).shape) == (2, 4)

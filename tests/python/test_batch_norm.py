@@ -287,6 +287,40 @@ def test_views_of_a_buffer_read_its_writes_in_a_graph_as_eagerly():
                                    rtol=1e-6)
 
 
+def test_data_of_a_buffer_in_a_graph_and_buffers_sharing_memory():
+    """``buf.data`` inside build() is a detach of the trace, as ``buf.detach()`` (it raised "a
+    value of another graph's build()"); a written buffer whose memory another buffer shares (one
+    registered as a view of the other) is refused: the graph would keep the other's old value."""
+
+    class Data(nn.Module):
+        def __init__(self, shared=False):
+            super().__init__()
+            self.register_buffer("a", flow.arange(6, dtype=flow.float32))
+            if shared:
+                self.register_buffer("b", self.a.view(2, 3))
+
+        def forward(self, x):
+            before = self.a.data
+            self.a.add_(1.0)
+            return x * before.sum() + (self.b.sum() if hasattr(self, "b") else 0.0)
+
+    class Forward(nn.Graph):
+        def __init__(self, m):
+            super().__init__()
+            self.m = m
+
+        def build(self, x):
+            return self.m(x)
+
+    traced, eager = Data(), Data()
+    for _ in range(2):
+        np.testing.assert_allclose(Forward(traced)(flow.ones(1)).numpy(),
+                                   eager(flow.ones(1)).numpy())
+    with pytest.raises(ValueError, match=r"\[nn.Graph\] build\(\) writes buffer 'm.a', whose "
+                                         r"memory 'm.b' shares"):
+        Forward(Data(shared=True))(flow.ones(1))
+
+
 def test_a_state_dict_without_the_batch_count_loads_as_in_torch():
     # torch's BatchNorm fills in num_batches_tracked where a checkpoint lacks it; any other
     # missing entry is still missing.

@@ -121,7 +121,7 @@ def test_generation_takes_the_same_bytes_with_and_without_caches(make):
     model = make()
     prompt = flow.tensor(np.random.default_rng(5).integers(0, 32, (3, 6)), dtype=flow.int64)
     flow.manual_seed(9)
-    cached = generate(model, prompt, 40, temperature=0.7, top_k=5).numpy()
+    cached = generate(model, prompt, 40, temperature=0.7, top_k=5, use_cache=True).numpy()
     flow.manual_seed(9)
     plain = generate(model, prompt, 40, temperature=0.7, top_k=5, use_cache=False).numpy()
     np.testing.assert_array_equal(cached, plain)

@@ -207,7 +207,8 @@ def get_process_group_ranks(group):
 def get_global_rank(group, group_rank):
     """The job's rank of ``group``'s rank ``group_rank`` (torch's)."""
     ranks = get_process_group_ranks(group)
-    if not isinstance(group_rank, int) or not 0 <= group_rank < len(ranks):
+    if (isinstance(group_rank, bool) or not isinstance(group_rank, int)
+            or not 0 <= group_rank < len(ranks)):
         raise ValueError(f"[get_global_rank] group_rank must be in [0, {len(ranks)}) for "
                          f"{group!r}. However, got {group_rank!r}.")
     return ranks[group_rank]

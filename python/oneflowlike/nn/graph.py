@@ -382,6 +382,7 @@ class Graph(GraphStateMixin, GraphMemoryMixin, GraphRefusalsMixin, GraphOptimize
                 tracer.set_param_groups(list(hyper["group_weight_decay"]), self._group_of())
             self._compiled_optimizer = (kind, {k: v for k, v in hyper.items() if k != "lr"})
         self._written_buffers = list(tracer.written_variables())
+        _refuse_shared_writes(self._written_buffers, self._variables)
         if self._written_buffers and self.config.gradient_accumulation_steps > 1:
             raise ValueError(
                 f"[nn.Graph] build() writes buffers in place ({', '.join(self._written_buffers)}"
@@ -600,6 +601,21 @@ class Graph(GraphStateMixin, GraphMemoryMixin, GraphRefusalsMixin, GraphOptimize
 
     def __repr__(self):
         return f"{type(self).__name__}(compiled={self._compiled}, modules={list(self._modules)})"
+
+
+def _refuse_shared_writes(written, variables):
+    """Refuses a written buffer whose storage another variable shares (a buffer registered as
+    a view of another): eagerly the write reaches both, in a graph each is a variable of its
+    own, and the other would keep its old value without a word (ValueError naming both)."""
+    values = {name: value for name, value, *_ in variables if isinstance(value, _C.Tensor)}
+    for name in written:
+        for other, value in values.items():
+            if other != name and name in values and value._shares_storage_with(values[name]):
+                raise ValueError(
+                    f"[nn.Graph] build() writes buffer '{name}', whose memory '{other}' shares "
+                    f"(one registered as a view of the other): a graph keeps each as a variable "
+                    f"of its own, so '{other}' would not see the write. Register one tensor, or "
+                    f"derive the other from it in forward().")
 
 
 def _signature(a):
