@@ -14,6 +14,17 @@ from launching import launch
 torch = pytest.importorskip("torch")
 
 
+class _Forward(nn.Graph):
+    """A graph of module m's forward alone (no optimizer)."""
+
+    def __init__(self, m):
+        super().__init__()
+        self.m = m
+
+    def build(self, x):
+        return self.m(x)
+
+
 @pytest.mark.parametrize("cls,shape", [("BatchNorm1d", (8, 4)), ("BatchNorm1d", (6, 4, 5)),
                                        ("BatchNorm2d", (4, 3, 5, 5)),
                                        ("BatchNorm3d", (3, 2, 3, 4, 2))])
@@ -132,15 +143,7 @@ def test_a_graph_without_an_optimizer_still_hands_over_what_it_wrote():
     # Statistics gathered by forward passes alone (a calibration pass) in a graph.
     traced, eager = _model(), _model()
 
-    class Forward(nn.Graph):
-        def __init__(self):
-            super().__init__()
-            self.m = traced
-
-        def build(self, x):
-            return self.m(x)
-
-    forward = Forward()
+    forward = _Forward(traced)
     for x, _ in _data(3):
         forward(flow.tensor(x))
         eager(flow.tensor(x))
@@ -269,15 +272,7 @@ def test_views_of_a_buffer_read_its_writes_in_a_graph_as_eagerly():
 
     traced, eager = Views(), Views()
 
-    class Forward(nn.Graph):
-        def __init__(self):
-            super().__init__()
-            self.m = traced
-
-        def build(self, x):
-            return self.m(x)
-
-    forward = Forward()
+    forward = _Forward(traced)
     rng = np.random.default_rng(0)
     for _ in range(3):
         x = rng.standard_normal((4, 2, 3)).astype(np.float32)
@@ -304,21 +299,13 @@ def test_data_of_a_buffer_in_a_graph_and_buffers_sharing_memory():
             self.a.add_(1.0)
             return x * before.sum() + (self.b.sum() if hasattr(self, "b") else 0.0)
 
-    class Forward(nn.Graph):
-        def __init__(self, m):
-            super().__init__()
-            self.m = m
-
-        def build(self, x):
-            return self.m(x)
-
     traced, eager = Data(), Data()
     for _ in range(2):
-        np.testing.assert_allclose(Forward(traced)(flow.ones(1)).numpy(),
+        np.testing.assert_allclose(_Forward(traced)(flow.ones(1)).numpy(),
                                    eager(flow.ones(1)).numpy())
     with pytest.raises(ValueError, match=r"\[nn.Graph\] build\(\) writes buffer 'm.a', whose "
                                          r"memory 'm.b' shares"):
-        Forward(Data(shared=True))(flow.ones(1))
+        _Forward(Data(shared=True))(flow.ones(1))
 
 
 def test_a_state_dict_without_the_batch_count_loads_as_in_torch():
