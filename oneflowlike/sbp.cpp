@@ -82,6 +82,11 @@ std::string SbpSignature::to_string() const {
 
 std::optional<int64_t> contiguous_offset(const Shape& shape, const std::vector<Range>& region) {
   OFL_ASSERT(static_cast<int>(region.size()) == shape.ndim());
+  // An empty region (a rank's piece of an axis split into more parts than it has indexes) is a
+  // run of nothing, at the start: its begins may lie past the piece's end.
+  for (const Range& r : region) {
+    if (r.size() == 0) return 0;
+  }
   int64_t offset = 0;
   bool wide = false;  // an earlier axis spans more than one index
   for (int d = 0; d < shape.ndim(); ++d) {

@@ -83,7 +83,7 @@ struct Range {
 
 /// Where `region` of a row-major tensor of `shape` starts (in elements) when it is one
 /// contiguous run of the tensor's memory, else nullopt: when every axis after the first one
-/// that spans more than one index is whole.
+/// that spans more than one index is whole. An empty region is the run of nothing at 0.
 std::optional<int64_t> contiguous_offset(const Shape& shape, const std::vector<Range>& region);
 
 /// The piece `index` of `n` items cut into `parts`: the first n % parts pieces get one more.

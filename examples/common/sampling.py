@@ -11,6 +11,11 @@ runs one position through the model, not the whole context; once the context is 
 long it slides, the positions restart at its first byte and the caches are filled again (as
 the model sees it without caches, which --no-cache runs). A model the caches cannot serve
 (experts, packed documents) runs without them, saying so.
+
+With --tp N, launched on N processes (python -m oneflowlike.distributed.launch --nproc_per_node
+N sample.py ... --tp N), the model is laid out tensor-parallel as train.py lays it out (Megatron's
+splits, on global tensors) and generates eagerly across the processes: the same bytes as one
+device from the same seed, for a model one process need not hold whole.
 """
 
 import argparse
@@ -19,6 +24,7 @@ import os
 import sys
 
 import oneflowlike as flow
+from common.layout import Layout
 
 # The graph attribute the examples' TrainGraph keeps the model under (common/trainer.py).
 _PREFIX = "model."
@@ -36,11 +42,17 @@ def parse(description, argv=None):
     p.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     p.add_argument("--no-cache", action="store_true",
                    help="run the whole context for every byte (no KV caches)")
+    p.add_argument("--tp", type=int, default=1,
+                   help="tensor-parallel over this many processes (launch that many)")
     args = p.parse_args(argv)
     if args.temperature <= 0:
         p.error(f"--temperature must be positive. However, got {args.temperature}.")
-    if args.top_k < 1 or args.tokens < 0 or args.samples < 1:
-        p.error("--top-k and --samples must be at least 1, --tokens at least 0.")
+    if args.top_k < 1 or args.tokens < 0 or args.samples < 1 or args.tp < 1:
+        p.error("--top-k, --samples and --tp must be at least 1, --tokens at least 0.")
+    if args.tp != flow.env.get_world_size():
+        p.error(f"--tp {args.tp} lays the model out over that many processes: launch them "
+                f"(python -m oneflowlike.distributed.launch --nproc_per_node {args.tp} ...). "
+                f"However, this job has {flow.env.get_world_size()}.")
     return args
 
 
@@ -90,12 +102,24 @@ def generate(model, idx, tokens, temperature=1.0, top_k=None, use_cache=None):
     return idx
 
 
-def main(build, argv=None):
+def main(build, argv=None, column=(), row=()):
+    """``column`` and ``row``: the parameter names train.py splits by output and by input
+    features under tensor parallelism."""
     args = parse(__doc__.split("\n\n")[0], argv)
     flow.manual_seed(args.seed)
-    model = load(args.checkpoint, build, args.device)
-    prompt = list(args.prompt.encode("utf-8")) or [10]
-    idx = flow.tensor([prompt] * args.samples, dtype=flow.int64, device=args.device)
+    model = load(args.checkpoint, build, "cpu" if args.tp > 1 else args.device)
+    prompt = [list(args.prompt.encode("utf-8")) or [10]] * args.samples
+    if args.tp > 1:
+        layout = Layout(1, args.tp, 1, args.device, column=column, row=row)
+        try:
+            layout.check(model.config, args.samples, 1)
+        except ValueError as e:
+            raise SystemExit(f"[sample] {e}") from None
+        layout.apply(model, None)
+        idx = flow.tensor(prompt, dtype=flow.int64, placement=layout.placement(0),
+                          sbp=flow.sbp.broadcast)
+    else:
+        idx = flow.tensor(prompt, dtype=flow.int64, device=args.device)
     use_cache = not args.no_cache
     if use_cache:
         try:
@@ -104,6 +128,8 @@ def main(build, argv=None):
             print(f"[sample] without KV caches: {e}", file=sys.stderr)
             use_cache = False
     out = generate(model, idx, args.tokens, args.temperature, args.top_k, use_cache=use_cache)
-    for row in out.cpu().numpy():
-        print(bytes(int(b) for b in row).decode("utf-8", errors="replace"))
-        print("---")
+    out = out.numpy() if args.tp > 1 else out.cpu().numpy()  # global: gathered on every rank
+    if flow.env.get_rank() == 0:
+        for text in out:
+            print(bytes(int(b) for b in text).decode("utf-8", errors="replace"))
+            print("---")

@@ -25,4 +25,6 @@ def load_model(checkpoint, device="cpu"):
 
 
 if __name__ == "__main__":
-    sampling.main(build)
+    from train import COLUMN, ROW  # noqa: E402  train.py's tensor-parallel splits
+
+    sampling.main(build, column=COLUMN, row=ROW)

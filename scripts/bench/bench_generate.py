@@ -10,7 +10,9 @@ flow.nn.KVCache (model.make_caches()) and without caches (the whole context ever
 sample.py did before); PyTorch eager through the twin's KV cache (examples/llama/llama_torch.py:
 keys and values concatenated, F.scaled_dot_product_attention), under torch.inference_mode, as
 LLaMA codebases decode on a CPU. Reported: the prompt's time, then milliseconds per new token
-(median of --repeats runs), and whether the sides chose the same tokens.
+(median of --repeats runs), and whether the sides chose the same tokens. With --tp2, also ours
+laid out tensor-parallel over two processes of one thread each (the example's Megatron splits
+on global tensors, eagerly; `sample.py --tp 2`), once per float32 row.
 """
 
 import argparse
@@ -59,6 +61,15 @@ def part_ours(args):
     model = Llama(config()).eval()
     model.load_state_dict({k: flow.tensor(v) for k, v in np.load(args.weights).items()})
     prompt = flow.tensor(np.load(args.prompt_file), dtype=flow.int64)
+    if args.tp > 1:
+        sys.path.insert(0, os.path.join(ROOT, "examples"))
+        from common.layout import Layout
+        from train import COLUMN, ROW
+
+        layout = Layout(1, args.tp, 1, "cpu", column=COLUMN, row=ROW)
+        layout.apply(model, None)
+        prompt = flow.tensor(prompt.numpy(), dtype=flow.int64, placement=layout.placement(0),
+                             sbp=flow.sbp.broadcast)
     state = {}
 
     def step(context, first):
@@ -98,22 +109,29 @@ def part_torch(args):
 
 
 def report(result):
+    import oneflowlike as flow
+
     prompt_s, per_token, chosen = result
+    if flow.env.get_rank() != 0:
+        return
     print(json.dumps({"prompt_ms": 1e3 * prompt_s, "token_ms": 1e3 * per_token,
                       "tokens": chosen.tolist()}))
 
 
-def run(part, args, threads, dtype, weights, prompt_file, cache=True):
+def run(part, args, threads, dtype, weights, prompt_file, cache=True, tp=1):
     import subprocess
 
     env = dict(os.environ, OMP_NUM_THREADS=str(threads))
-    command = [sys.executable, __file__, "--part", part, "--threads", str(threads), "--dtype",
-               dtype, "--tokens", str(args.tokens), "--weights", weights, "--prompt-file",
-               prompt_file] + ([] if cache else ["--no-cache"])
+    launch = [] if tp == 1 else ["-m", "oneflowlike.distributed.launch", "--nproc_per_node",
+                                 str(tp)]
+    command = [sys.executable, *launch, __file__, "--part", part, "--threads", str(threads),
+               "--dtype", dtype, "--tokens", str(args.tokens), "--weights", weights,
+               "--prompt-file", prompt_file, "--tp", str(tp)] + ([] if cache else ["--no-cache"])
     out = subprocess.run(command, env=env, capture_output=True, text=True, check=False)
     if out.returncode:
         raise SystemExit(f"{' '.join(command)} failed:\n{out.stderr[-3000:]}")
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    last = out.stdout.strip().splitlines()[-1]
+    return json.loads(last[last.index("{"):])  # the launcher prefixes "[rank 0] "
 
 
 def main():
@@ -124,6 +142,8 @@ def main():
     p.add_argument("--weights")
     p.add_argument("--prompt-file")
     p.add_argument("--no-cache", dest="cache", action="store_false")
+    p.add_argument("--tp", type=int, default=1)
+    p.add_argument("--tp2", action="store_true", help="also ours tensor-parallel on 2 processes")
     p.add_argument("--batch-size", type=int, default=1)
     p.add_argument("--prompt", type=int, default=64, help="prompt tokens")
     p.add_argument("--tokens", type=int, default=256, help="new tokens")
@@ -160,6 +180,9 @@ def main():
                                                            prompt_file, cache=False))
                     rows["torch"].append(run("torch", args, threads, dtype, weights,
                                              prompt_file))
+                if args.tp2 and threads == 1 and dtype == "float32":
+                    rows["ours TP2"] = [run("ours", args, 1, dtype, weights, prompt_file, tp=2)
+                                        for _ in range(args.repeats)]
                 med = {name: statistics.median(r["token_ms"] for r in runs)
                        for name, runs in rows.items()}
                 prompt_ms = {name: statistics.median(r["prompt_ms"] for r in runs)
@@ -176,6 +199,12 @@ def main():
                       f"{prompt_ms['torch']:.0f} ms), ours/its speed "
                       f"{med['torch'] / med['ours']:.2f}; tokens equal to PyTorch's: "
                       f"{same:.0%}", flush=True)
+                if "ours TP2" in rows:
+                    tp_same = np.array_equal(rows["ours TP2"][0]["tokens"],
+                                             rows["ours"][0]["tokens"])
+                    print(f"  ours TP2 (2 processes x 1 thread): {med['ours TP2']:.2f} ms/token "
+                          f"(prompt {prompt_ms['ours TP2']:.0f} ms), same tokens as one "
+                          f"process: {tp_same}", flush=True)
 
 
 if __name__ == "__main__":

@@ -268,6 +268,28 @@ def test_greedy_sampling_takes_the_byte_pytorch_finds_likeliest_with_the_same_we
     example_runs.check_greedy_sampling(torch, sample, saved_tp2, torch_gpt)
 
 
+def test_sampling_over_two_processes_with_tp_writes_one_devices_text(saved_tp2):
+    """sample.py --tp 2 on two processes lays the checkpoint out tensor-parallel and generates
+    through KV caches on global tensors: the same text as one process (Note [KV cache])."""
+    flags = [str(saved_tp2), "--prompt", "And God", "--tokens", "40", "--samples", "2",
+             "--temperature", "0.9", "--top-k", "5"]
+    sample = str(_TRAIN.parent / "sample.py")
+    one = subprocess.run([sys.executable, sample, *flags], env=_env(), capture_output=True,
+                         text=True, timeout=120)
+    assert one.returncode == 0, one.stderr[-2000:]
+    two = subprocess.run([sys.executable, "-m", "oneflowlike.distributed.launch",
+                          "--nproc_per_node", "2", sample, *flags, "--tp", "2"], env=_env(),
+                         capture_output=True, text=True, timeout=240)
+    assert two.returncode == 0, two.stderr[-2000:]
+    texts = [line[len("[rank 0] "):] for line in two.stdout.splitlines()
+             if line.startswith("[rank 0] ")]
+    assert texts == one.stdout.splitlines() and texts[0].startswith("And God"), (texts, one.stdout)
+    wrong = subprocess.run([sys.executable, sample, *flags, "--tp", "2"], env=_env(),
+                           capture_output=True, text=True, timeout=120)
+    assert wrong.returncode != 0 and "--tp 2 lays the model out over that many processes: " \
+        "launch them" in wrong.stderr, wrong.stderr[-2000:]
+
+
 def test_sampling_draws_among_the_top_k_and_is_seeded(saved_tp2):
     sample = _sample_module()
     model = sample.load_model(str(saved_tp2))

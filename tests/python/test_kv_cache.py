@@ -3,7 +3,8 @@ over cached keys gives the rows of attention over the whole sequence, however th
 come (a prompt, one token, several after a prefix), with sliding windows and grouped-query
 heads, against torch's SDPA with the lower-right causal mask too; the examples' GPT and LLaMA
 give their whole-sequence logits step by step and generate the same bytes with and without
-caches, the context sliding past block_size; what a cache cannot serve is refused naming it."""
+caches, the context sliding past block_size, on one device and tensor-parallel over two
+processes; what a cache cannot serve is refused naming it."""
 
 import pathlib
 import sys
@@ -160,7 +161,7 @@ def test_what_a_cache_cannot_serve_is_refused_naming_it():
         def build(self, x):
             return self.layer(x, cache=nn.KVCache(window=2))
 
-    with pytest.raises(TypeError, match=r"\[KVCache\] attend takes local eager tensors .* "
+    with pytest.raises(TypeError, match=r"\[KVCache\] attend takes eager tensors .* "
                                         r"q is a traced value"):
         Step()(flow.randn(1, 3, 8))
 
@@ -195,3 +196,12 @@ def test_llama_step_by_step_matches_the_torch_twins_cache(kwargs):
             got = model(piece, caches=caches).numpy()
             want = twin(torch.from_numpy(piece.numpy()), caches=twin_caches).numpy()
             np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+
+
+def test_tensor_parallel_generation_on_two_processes_draws_one_devices_bytes():
+    """dist/kv_cache_worker.py: the examples laid out tensor-parallel on global tensors generate
+    through caches what one device generates (and two bugs found on the way stay fixed)."""
+    from launching import launch
+
+    out = launch(2, "kv_cache_worker.py", timeout=600)
+    assert out.count("kv cache OK") == 2, out

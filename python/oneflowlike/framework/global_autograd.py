@@ -28,7 +28,7 @@ _eager_global); a random op compiled into another op's graph is refused at backw
 from oneflowlike import _C
 from oneflowlike import sbp as _sbp
 
-_RANDOM_OPS = {"dropout", "random_normal", "random_uniform"}  # op types
+RANDOM_OPS = {"dropout", "random_normal", "random_uniform"}  # op types
 
 # Note [Saved forward values] in compiler/passes/autograd.cpp: forward key (global_tensor.apply)
 # -> the names of the forward tensors its backward reads, learnt from the first VJP graph
@@ -86,7 +86,7 @@ class OpNode(_Node):
     def __init__(self, fn, structure, leaves, key, name, outputs, op_types, saved=None):
         super().__init__(leaves, outputs)
         self.fn, self.structure, self.key, self.name = fn, structure, key, name
-        self.random = bool(_RANDOM_OPS & set(op_types))
+        self.random = bool(RANDOM_OPS & set(op_types))
         self.autocast = key[-1]  # the forward's autocast dtype (global_tensor.apply's key)
         # Note [Saved forward values]: (name, this rank's piece, layout) of each value the
         # forward fetched, and the piece's version. Pieces, not the global tensors: an output

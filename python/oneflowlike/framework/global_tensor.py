@@ -918,6 +918,12 @@ def apply(fn, args, kwargs, *, name):
     pieces = {f"in{i}": {rank: t._local} for i, t in enumerate(leaves) if t._local is not None}
     everything = compiled.run(pieces)
     results = everything[:compiled.num_outputs]
+    if compiled.op_types & global_autograd.RANDOM_OPS:
+        # Note [Eager global draws]: a random op's counters are fixed when it is traced (the
+        # trace reserves them from the generator, as a local draw of that shape would); a
+        # cached graph run again would draw from its own stream, not after manual_seed and
+        # the draws since. So such an op is traced again at every call, as the local op draws.
+        retire(_cache.pop(cache_key))
     if recording:
         global_autograd.OpNode(fn, structure, leaves, key, op, results, compiled.op_types,
                                {name: everything[i] for name, i in compiled.saved})

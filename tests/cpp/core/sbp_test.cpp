@@ -36,6 +36,9 @@ TEST(Sbp, ContiguousOffsetFindsRegionsThatAreOneRunOfMemory) {
   EXPECT_EQ(offset({{1, 3}, {0, 2}, {0, 2}}), std::nullopt);  // two rows, part of each
   EXPECT_EQ(offset({{0, 4}, {0, 3}, {0, 1}}), std::nullopt);  // a column
   EXPECT_EQ(offset({{1, 2}, {0, 2}, {1, 2}}), std::nullopt);  // strided inside one row
+  EXPECT_EQ(offset({{2, 2}, {1, 3}, {0, 2}}), 0);             // nothing: at the start
+  // An empty piece (an axis of 1 split in 2) sliced past its end: still nothing at the start.
+  EXPECT_EQ(contiguous_offset(Shape{0, 8, 6}, {{0, 0}, {7, 8}, {0, 6}}), 0);
 }
 
 // Exhaustive over small cases: the pieces of every split tile the logical tensor exactly once,

@@ -17,8 +17,9 @@ only several tokens after a cached prefix (a second prompt, speculative drafts) 
 the lower-right causal one. With ``window`` the cache keeps only the window - 1 latest keys
 (Mistral's rolling buffer): that is all a later query can see, so memory stays O(window).
 
-Eager only, on local tensors (one device): a cache grows every step, which a compiled graph's
-fixed shapes cannot follow.
+Eager only: a cache grows every step, which a compiled graph's fixed shapes cannot follow. On
+one device, or on global tensors (a model laid out over ranks, tensor-parallel: each step's ops
+are eager global ops, the cache's keys and values laid out as the compiler chose for them).
 """
 
 import oneflowlike as flow
@@ -27,6 +28,23 @@ from oneflowlike.nn import functional as F
 from oneflowlike.ops.attention import _window_keys
 
 __all__ = ["KVCache"]
+
+
+def _is_global(t):
+    return getattr(t, "is_global", False) is True
+
+
+def _where(t):
+    """A tensor's device, or a global tensor's placement."""
+    return t.placement if _is_global(t) else t.device
+
+
+def _arange(start, end, like):
+    """arange(start, end) where ``like`` is: on its device, or replicated on its placement."""
+    if _is_global(like):
+        return flow.arange(start, end, placement=like.placement,
+                           sbp=(flow.sbp.broadcast,) * len(like.placement.hierarchy))
+    return flow.arange(start, end, device=like.device)
 
 
 class KVCache:
@@ -63,8 +81,8 @@ class KVCache:
         elif steps == 1:  # one query after the cache: every key held is visible
             out = F.scaled_dot_product_attention(q, keys, values, **kwargs)
         else:  # several after a cached prefix: causal from the lower right, then the window
-            query_at = flow.arange(held - steps, held, device=q.device).reshape(steps, 1)
-            key_at = flow.arange(0, held, device=q.device).reshape(1, held)
+            query_at = _arange(held - steps, held, q).reshape(steps, 1)
+            key_at = _arange(0, held, q).reshape(1, held)
             visible = key_at <= query_at
             if self.window:
                 visible = visible & (key_at > query_at - self.window)
@@ -78,8 +96,8 @@ class KVCache:
 
     def _check(self, q, k, v):
         for name, t in (("q", q), ("k", k), ("v", v)):
-            if not isinstance(t, _C.Tensor) or t.is_lazy:
-                raise TypeError(f"[KVCache] attend takes local eager tensors (a cache grows every "
+            if not (isinstance(t, _C.Tensor) or _is_global(t)) or getattr(t, "is_lazy", False):
+                raise TypeError(f"[KVCache] attend takes eager tensors (a cache grows every "
                                 f"step, which a compiled graph cannot follow). However, {name} is "
                                 f"{'a traced value' if getattr(t, 'is_lazy', False) else type(t).__name__}.")
             if t.ndim != 4:
@@ -93,11 +111,11 @@ class KVCache:
         if self.k is not None and (tuple(self.k.shape[:2]) != tuple(k.shape[:2])
                                    or self.k.shape[-1] != k.shape[-1]
                                    or self.v.shape[-1] != v.shape[-1]
-                                   or self.k.dtype != k.dtype or self.k.device != k.device):
-            raise ValueError(f"[KVCache] the new keys {tuple(k.shape)} {k.dtype} on {k.device} "
-                             f"must match the cached {tuple(self.k.shape)} {self.k.dtype} on "
-                             f"{self.k.device} but for their positions: reset() the cache for "
-                             f"another batch or model.")
+                                   or self.k.dtype != k.dtype or _where(self.k) != _where(k)):
+            raise ValueError(f"[KVCache] the new keys {tuple(k.shape)} {k.dtype} on "
+                             f"{_where(k)} must match the cached {tuple(self.k.shape)} "
+                             f"{self.k.dtype} on {_where(self.k)} but for their positions: "
+                             f"reset() the cache for another batch or model.")
 
     @staticmethod
     def check_layers(model, caches, layers):
