@@ -15,7 +15,8 @@ the model sees it without caches, which --no-cache runs). A model the caches can
 With --tp N, launched on N processes (python -m oneflowlike.distributed.launch --nproc_per_node
 N sample.py ... --tp N), the model is laid out tensor-parallel as train.py lays it out (Megatron's
 splits, on global tensors) and generates eagerly across the processes: the same bytes as one
-device from the same seed, for a model one process need not hold whole.
+device from the same seed, each process then keeping its part of every split weight and of
+the caches (the checkpoint is read whole first).
 """
 
 import argparse
@@ -49,10 +50,14 @@ def parse(description, argv=None):
         p.error(f"--temperature must be positive. However, got {args.temperature}.")
     if args.top_k < 1 or args.tokens < 0 or args.samples < 1 or args.tp < 1:
         p.error("--top-k, --samples and --tp must be at least 1, --tokens at least 0.")
-    if args.tp != flow.env.get_world_size():
+    world = flow.env.get_world_size()
+    if args.tp != world and args.tp == 1:
+        p.error(f"this job has {world} processes: pass --tp {world} to lay the model out over "
+                f"them (or run one process).")
+    if args.tp != world:
         p.error(f"--tp {args.tp} lays the model out over that many processes: launch them "
                 f"(python -m oneflowlike.distributed.launch --nproc_per_node {args.tp} ...). "
-                f"However, this job has {flow.env.get_world_size()}.")
+                f"However, this job has {world}.")
     return args
 
 
@@ -85,21 +90,27 @@ def generate(model, idx, tokens, temperature=1.0, top_k=None, use_cache=None):
         except ValueError:
             if use_cache:
                 raise
-    context = idx[:, -block:]  # what the model runs next
+    # The last block_size bytes, and every piece of the result, joined once at the end: on
+    # global tensors each new shape of an op is a graph compiled and kept, so no tensor here
+    # grows without bound.
+    recent = idx[:, -block:]
+    pieces = [idx]
+    context = recent  # what the model runs next
     for _ in range(tokens):
         if caches is not None and caches[0].position + context.shape[1] > block:
             for cache in caches:  # the context slides: its positions restart at its first byte
                 cache.reset()
-            context = idx[:, -block:]
+            context = recent
         logits = model(context, caches=caches)[:, -1, :] / temperature
         if top_k is not None and top_k < logits.shape[-1]:
             kth = flow.topk(logits, top_k, dim=-1).values[:, -1:]
             logits = flow.where(logits < kth, float("-inf"), logits)
         probs = flow.nn.functional.softmax(logits, dim=-1)
         drawn = flow.multinomial(probs, 1)
-        idx = flow.cat([idx, drawn], dim=1)
-        context = drawn if caches is not None else idx[:, -block:]
-    return idx
+        pieces.append(drawn)
+        recent = flow.cat([recent, drawn], dim=1)[:, -block:]
+        context = drawn if caches is not None else recent
+    return flow.cat(pieces, dim=1)
 
 
 def main(build, argv=None, column=(), row=()):

@@ -627,9 +627,10 @@ def retire(compiled):
 class _Compiled:
     """A traced and compiled small graph with its runtime (None when this rank has no part)."""
 
-    def __init__(self, tracer, fetches, outputs, grads_of=None):
+    def __init__(self, tracer, fetches, outputs, grads_of=None, session_name=None):
         """``grads_of``: instead of ``fetches``, the fetched gradients of these differentiable
-        inputs (Note [Input gradients]); None where no gradient reaches one."""
+        inputs (Note [Input gradients]); None where no gradient reaches one. ``session_name``:
+        what names its transport session instead of the plan's bytes (Job.runtime)."""
         # This process's rank, read once: an eager op runs its graph on every call, and reading
         # the launcher's environment took longer than handing the pieces to the runtime.
         self.rank = rank = env.get_rank()
@@ -652,7 +653,8 @@ class _Compiled:
         self.backward_reads = list(plan.backward_reads)  # Note [Saved forward values]
         if rank in ranks:
             # Note [Caller-run runtimes]: one op's work, run on the calling thread.
-            self.runtime = _job.current().runtime(plan, caller_runs=True)
+            self.runtime = _job.current().runtime(plan, caller_runs=True,
+                                                  session_name=session_name)
             self.runtime.initialize_variables()
             for name, value in self.constants.items():
                 self.runtime.write_variable(name, value)
@@ -907,7 +909,13 @@ def apply(fn, args, kwargs, *, name):
             fetches.append(saved_name)
             meta.append((placement, tuple(shape), dtype))
             saved.append((saved_name, len(fetches) - 1))
-        compiled = _cache[cache_key] = _Compiled(tracer, fetches, meta)
+        # Note [Eager global draws]: an op drawing random numbers is traced at every call, each
+        # trace's plan with other counters: its sessions are named by the op and its operands
+        # (the same on every rank), numbered by the Job, not by a new plan's bytes each time.
+        draws = bool(set(tracer.op_types()) & global_autograd.RANDOM_OPS)
+        compiled = _cache[cache_key] = _Compiled(
+            tracer, fetches, meta,
+            session_name=f"draws {op} {placement!r} {signature!r}" if draws else None)
         compiled.num_outputs = len(outs)
         compiled.saved = saved
         compiled.single = single
@@ -916,14 +924,19 @@ def apply(fn, args, kwargs, *, name):
         compiled.named = type(out) if hasattr(type(out), "_fields") else None
     rank = compiled.rank
     pieces = {f"in{i}": {rank: t._local} for i, t in enumerate(leaves) if t._local is not None}
-    everything = compiled.run(pieces)
-    results = everything[:compiled.num_outputs]
-    if compiled.op_types & global_autograd.RANDOM_OPS:
+    try:
+        everything = compiled.run(pieces)
+    finally:
         # Note [Eager global draws]: a random op's counters are fixed when it is traced (the
         # trace reserves them from the generator, as a local draw of that shape would); a
         # cached graph run again would draw from its own stream, not after manual_seed and
-        # the draws since. So such an op is traced again at every call, as the local op draws.
-        retire(_cache.pop(cache_key))
+        # the draws since. So such an op is traced again at every call (also after a failed
+        # run), as the local op draws. The library's own draws avoid this: flow.rand with a
+        # placement makes each rank's piece, and dropout and multinomial draw through it
+        # (_EAGER_GLOBAL_FORMS in tensor_methods.py); this is for the rest.
+        if compiled.op_types & global_autograd.RANDOM_OPS and _cache.get(cache_key) is compiled:
+            retire(_cache.pop(cache_key))
+    results = everything[:compiled.num_outputs]
     if recording:
         global_autograd.OpNode(fn, structure, leaves, key, op, results, compiled.op_types,
                                {name: everything[i] for name, i in compiled.saved})

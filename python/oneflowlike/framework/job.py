@@ -40,17 +40,18 @@ class Job:
             self._sessions = _C.TransportSessions(self._transport, [self.rank])
             _exit_at_once_on_error()
 
-    def runtime(self, plan, trace=False, caller_runs=False, gpu=-1):
+    def runtime(self, plan, trace=False, caller_runs=False, gpu=-1, session_name=None):
         """A runtime of ``plan`` (compiled for this rank) hosting this process's rank; with
         ``trace``, it records every act (chrome_trace()); with ``caller_runs`` (a host plan),
         run() acts for its actors on the calling thread (Note [Caller-run runtimes]); ``gpu``
         (>= 0) is the GPU of the rank's CUDA tasks instead of LOCAL_RANK's (Note [The GPU of a
-        rank])."""
+        rank]). ``session_name`` (the same on every rank) names the transport session instead
+        of the plan's bytes, for plans that differ at every call (Note [Eager global draws])."""
         self.connect()
         transport = None
         session = None
         if self._sessions is not None:
-            crc = zlib.crc32(plan.job_bytes())
+            crc = zlib.crc32(session_name.encode() if session_name else plan.job_bytes())
             count = self._session_counts.get(crc, 0)
             self._session_counts[crc] = count + 1
             session = (crc + count * 0x9E3779B1) & 0xFFFFFFFF

@@ -240,11 +240,13 @@ def arguments_error(name, fn, args, kwargs):
 def _eager_global_forms():
     """Functions whose eager global form is not their one-op graph (outside a trace)."""
     from oneflowlike.framework import global_dropout
-    from oneflowlike.ops import attention, random
+    from oneflowlike.ops import attention, random, sampling
 
-    # Note [Eager global dropout]: dropout, and attention with dropout_p, draw as F.dropout.
+    # Note [Eager global dropout]: dropout, and attention with dropout_p, draw as F.dropout;
+    # multinomial draws its uniforms as flow.rand with a placement (Note [Eager global draws]).
     return {random.dropout: global_dropout.dropout,
-            attention.scaled_dot_product_attention: attention._eager_global}
+            attention.scaled_dot_product_attention: attention._eager_global,
+            sampling.multinomial: sampling._eager_global}
 
 
 _EAGER_GLOBAL_FORMS = {}

@@ -40,6 +40,13 @@ def multinomial(input, num_samples, replacement=False, *, generator=None):  # no
     follow flow.manual_seed (Note [Gumbel sampling])."""
     import oneflowlike as flow
 
+    _check(input, num_samples, replacement, generator)
+    return _draw(input, num_samples, replacement,
+                 lambda shape, dtype: flow.rand(*shape, dtype=dtype, device=input.device))
+
+
+def _check(input, num_samples, replacement, generator):  # noqa: A002
+    """torch's refusals of multinomial's arguments, naming them."""
     if generator is not None:
         raise NotImplementedError("[multinomial] generator= is not supported: draws follow "
                                   "flow.manual_seed.")
@@ -55,14 +62,36 @@ def multinomial(input, num_samples, replacement=False, *, generator=None):  # no
     if not replacement and num_samples > classes:
         raise ValueError(f"[multinomial] cannot draw {num_samples} of {classes} categories "
                          "without replacement.")
-    if not input.is_lazy and input.numel():
+    if not getattr(input, "is_lazy", False) and input.numel():
         _check_weights(input, num_samples, replacement)
+
+
+def _eager_global(input, num_samples, replacement=False, *, generator=None):  # noqa: A002
+    """multinomial of a global tensor, outside a trace: the uniforms drawn as flow.rand with a
+    placement draws them (Note [Sharded creation]: the one-device values, reserved from the
+    generator at each call), the rest eager global ops. Traced whole, the draw would be a random
+    op inside a compiled graph, which is traced again at every call to follow the generator
+    (Note [Eager global draws] in framework/global_tensor.py)."""
+    import oneflowlike as flow
+
+    _check(input, num_samples, replacement, generator)
+    replicated = (flow.sbp.broadcast,) * len(input.placement.hierarchy)
+    return _draw(input, num_samples, replacement,
+                 lambda shape, dtype: flow.rand(*shape, dtype=dtype, placement=input.placement,
+                                                sbp=replicated))
+
+
+def _draw(input, num_samples, replacement, uniform):  # noqa: A002
+    """Note [Gumbel sampling] with the uniforms ``uniform(shape, dtype)`` makes."""
+    import oneflowlike as flow
+
+    classes = input.shape[-1]
     dtype = flow.float64 if input.dtype == flow.float64 else flow.float32
     log_w = flow.log(input.to(dtype))
     rows = tuple(input.shape[:-1])
     draws = 1 if not replacement else num_samples
     shape = rows + ((draws, classes) if replacement else (classes,))
-    u = flow.rand(*shape, dtype=dtype, device=input.device)
+    u = uniform(shape, dtype)
     gumbel = -flow.log(-flow.log(u))
     if not replacement:
         return flow.topk(log_w + gumbel, num_samples, dim=-1).indices

@@ -47,13 +47,28 @@ def check_reseeded_draws():
     draws = []
     for _ in range(3):
         flow.manual_seed(11)
-        draws.append((flow.multinomial(p, 2).numpy(), flow.randn(5, placement=P,
-                                                                 sbp=flow.sbp.broadcast).numpy()))
+        draws.append((flow.multinomial(p, 2).numpy(), p.multinomial(3, True).numpy(),
+                      flow.randn(5, placement=P, sbp=flow.sbp.broadcast).numpy()))
     flow.manual_seed(11)
-    local = (flow.multinomial(flow.tensor(weights), 2).numpy(), flow.randn(5).numpy())
+    local = (flow.multinomial(flow.tensor(weights), 2).numpy(),
+             flow.tensor(weights).multinomial(3, True).numpy(), flow.randn(5).numpy())
     for got in draws:
         for a, b in zip(got, local):
             np.testing.assert_array_equal(a, b)
+    # A function drawing inside its compiled graph (the fallback: traced at every call).
+    from oneflowlike.framework import global_tensor as gt
+
+    def noisy(x):
+        return x + flow.rand(*x.shape)
+
+    noise = []
+    for _ in range(3):
+        flow.manual_seed(5)
+        noise.append(gt.apply(noisy, (p,), {}, name="noisy").numpy())
+    flow.manual_seed(5)
+    want = noisy(flow.tensor(weights)).numpy()
+    for got in noise:
+        np.testing.assert_array_equal(got, want)
 
 
 def check_generation(make, train, vocab):
