@@ -445,3 +445,30 @@ def test_a_global_tensor_moves_between_cpu_and_cuda_placements_with_its_gradient
     assert copied is not g and copied.requires_grad
     (copied * 3).sum().backward()
     assert_same(g.grad.to_local().numpy(), [5.0, 5.0])
+
+
+# ---- generation --------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("autocast", [False, True], ids=["float32", "bf16-autocast"])
+def test_generation_through_kv_caches_on_the_gpu_gives_the_cpu_logits(autocast):
+    """A decoder layer fed a prompt, single tokens and several after a prefix through a
+    flow.nn.KVCache on the GPU (Note [KV cache]), under bf16 autocast with its weight-cast cache
+    too (Note [Autocast weight cache]): the CPU's rows."""
+    flow.manual_seed(0)
+    layer = nn.CausalSelfAttention(32, 4, block_size=32, window=5).eval()
+    x = flow.randn(2, 12, 32)
+
+    def steps(device):
+        moved = layer.to(device)
+        cache = nn.KVCache(window=5)
+        with flow.no_grad(), flow.autocast(device, dtype=flow.bfloat16, enabled=autocast):
+            rows = [moved(x[:, a:b].to(device), cache=cache)
+                    for a, b in ((0, 5), (5, 6), (6, 9), (9, 10), (10, 12))]
+        return flow.cat([r.float().cpu() for r in rows], dim=1).numpy()
+
+    want = steps("cpu")
+    got = steps("cuda")
+    if autocast:
+        np.testing.assert_allclose(got, want, rtol=3e-2, atol=3e-2)
+    else:
+        assert_same(got, want, rtol=1e-4, atol=1e-5)
