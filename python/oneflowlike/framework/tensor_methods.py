@@ -246,7 +246,9 @@ def _eager_global_forms():
     # multinomial draws its uniforms as flow.rand with a placement (Note [Eager global draws]).
     return {random.dropout: global_dropout.dropout,
             attention.scaled_dot_product_attention: attention._eager_global,
-            sampling.multinomial: sampling._eager_global}
+            sampling.multinomial: sampling._eager_global,
+            random.randn_like: random._eager_global_like("randn_like", "randn"),
+            random.rand_like: random._eager_global_like("rand_like", "rand")}
 
 
 _EAGER_GLOBAL_FORMS = {}

@@ -193,6 +193,27 @@ def rand_like(input, dtype=None, device=None, requires_grad=False):  # noqa: A00
     return _finish(t, requires_grad)
 
 
+def _eager_global_like(name, draw):
+    """randn_like / rand_like of a global tensor, outside a trace: flow.``draw`` (randn,
+    rand) with the input's placement, each rank its piece of the one-device draw (Note
+    [Sharded creation]), laid out as the input (a partial sum's ranks each hold it whole). Traced
+    as an op of the input, it would be a random op in a compiled graph, drawn anew at each call
+    and taken for a function of the input by autograd, which refuses to differentiate it (Note
+    [Eager global draws] in framework/global_tensor.py)."""
+    def like(input, dtype=None, device=None, requires_grad=False):  # noqa: A002
+        import oneflowlike as flow  # the global-aware creation functions, once installed
+        from oneflowlike import sbp as _sbp
+
+        if device is not None:
+            raise ValueError(f"[{name}] a global tensor has a placement, not a device: its "
+                             f"values go where it is. However, got device={device!r}.")
+        t = getattr(flow, draw)(*input.shape, dtype=dtype or input.dtype,
+                                placement=input.placement, sbp=_sbp.summed(input.sbp))
+        return _finish(t, requires_grad)
+
+    return like
+
+
 def refuse_inplace_dropout(inplace):
     """Ops here never write their inputs: dropout's (and its global form's) inplace=True."""
     if inplace:

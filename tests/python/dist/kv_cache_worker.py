@@ -6,7 +6,8 @@ empty piece (batch 1 over two ranks) gives numpy's values (it aborted the proces
 an empty piece had its view placed past the piece's end); and an eager random op on global
 tensors called again after the same manual_seed draws what it drew the first time, as a local
 draw does (a cached graph drew from its own stream: Note [Eager global draws] in
-framework/global_tensor.py). Prints "kv cache OK" per rank."""
+framework/global_tensor.py), and randn_like of a global tensor that requires grad is a constant
+to autograd (its backward was refused). Prints "kv cache OK" per rank."""
 
 import importlib.util
 import pathlib
@@ -55,6 +56,16 @@ def check_reseeded_draws():
     for got in draws:
         for a, b in zip(got, local):
             np.testing.assert_array_equal(a, b)
+    # randn_like / rand_like draw the one-device values and are constants to autograd (they
+    # were traced as ops of x, whose backward refused to differentiate a draw).
+    x = flow.tensor(weights, placement=P, sbp=flow.sbp.split(0)).requires_grad_()
+    flow.manual_seed(3)
+    noise = flow.randn_like(x)
+    (x * noise + flow.rand_like(x)).sum().backward()
+    flow.manual_seed(3)
+    want = flow.randn_like(flow.tensor(weights))
+    np.testing.assert_array_equal(noise.numpy(), want.numpy())
+    np.testing.assert_array_equal(x.grad.numpy(), want.numpy())
     # A function drawing inside its compiled graph (the fallback: traced at every call).
     from oneflowlike.framework import global_tensor as gt
 
