@@ -110,7 +110,7 @@ def generate(model, idx, tokens, temperature=1.0, top_k=None, use_cache=None):
         pieces.append(drawn)
         recent = flow.cat([recent, drawn], dim=1)[:, -block:]
         context = drawn if caches is not None else recent
-    return flow.cat(pieces, dim=1)
+    return flow.cat(pieces, dim=1) if len(pieces) > 1 else idx
 
 
 def main(build, argv=None, column=(), row=()):

@@ -450,10 +450,10 @@ def test_a_global_tensor_moves_between_cpu_and_cuda_placements_with_its_gradient
 # ---- generation --------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("autocast", [False, True], ids=["float32", "bf16-autocast"])
-def test_generation_through_kv_caches_on_the_gpu_gives_the_cpu_logits(autocast):
-    """A decoder layer fed a prompt, single tokens and several after a prefix through a
-    flow.nn.KVCache on the GPU (Note [KV cache]), under bf16 autocast with its weight-cast cache
-    too (Note [Autocast weight cache]): the CPU's rows."""
+def test_attention_through_a_kv_cache_on_the_gpu_gives_the_cpus_rows(autocast):
+    """An attention layer fed a prompt, single tokens and several after a prefix through a
+    flow.nn.KVCache on the GPU (Note [KV cache]), and under bf16 autocast with its weight-cast
+    cache (Note [Autocast weight cache]; against the CPU's bf16 rows): the CPU's rows."""
     flow.manual_seed(0)
     layer = nn.CausalSelfAttention(32, 4, block_size=32, window=5).eval()
     x = flow.randn(2, 12, 32)

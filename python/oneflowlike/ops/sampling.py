@@ -13,18 +13,28 @@ A zero weight has log w = -inf and is never drawn.
 __all__ = ["multinomial"]
 
 
-def _check_weights(input, num_samples, replacement):  # noqa: A002
-    """torch's checks: finite, non-negative weights, each row with a positive sum (and enough
-    positive weights to draw num_samples without replacement). They read the values: one
-    reduction to a few numbers."""
+def _weight_stats(input):  # noqa: A002
+    """(2,) float64: whether every weight is finite and non-negative (1 or 0), and the fewest
+    positive weights in a row."""
     import oneflowlike as flow
 
     rows = input.reshape(-1, input.shape[-1]).to(flow.float64)
-    if not bool(flow.isfinite(rows).all()) or float(rows.min()) < 0:
+    valid = (flow.isfinite(rows) & (rows >= 0)).all().to(flow.float64)
+    fewest = (rows > 0).to(flow.float64).sum(-1).min()
+    return flow.stack([valid, fewest])
+
+
+def _check_weights(input, num_samples, replacement, stats=None):  # noqa: A002
+    """torch's checks: finite, non-negative weights, each row with a positive sum (and enough
+    positive weights to draw num_samples without replacement). They read the values: one
+    reduction to two numbers (``stats``: _weight_stats's, when given)."""
+    stats = _weight_stats(input) if stats is None else stats
+    valid, fewest = (stats.numpy() if getattr(stats, "is_global", False)
+                     else stats.cpu().numpy()).tolist()
+    if not valid:
         raise ValueError("[multinomial] weights must be finite and non-negative. However, got "
                          "a negative, infinite or NaN weight.")
-    positive = (rows > 0).to(flow.int64).sum(-1)
-    fewest = int(positive.min())
+    fewest = int(fewest)
     if fewest == 0:
         raise ValueError("[multinomial] every row needs a positive weight. However, a row has "
                          "none.")
@@ -62,8 +72,23 @@ def _check(input, num_samples, replacement, generator):  # noqa: A002
     if not replacement and num_samples > classes:
         raise ValueError(f"[multinomial] cannot draw {num_samples} of {classes} categories "
                          "without replacement.")
-    if not getattr(input, "is_lazy", False) and input.numel():
+    if getattr(input, "is_global", False):
+        _check_global_weights(input, num_samples, replacement)
+    elif not input.is_lazy and input.numel():
         _check_weights(input, num_samples, replacement)
+
+
+def _check_global_weights(input, num_samples, replacement):  # noqa: A002
+    """_check_weights of a global tensor: its statistics one compiled op over the placement,
+    read on its ranks (the others hold none of it, and cannot tell)."""
+    from oneflowlike import env
+    from oneflowlike.framework import global_tensor as gt
+
+    if not input.numel():
+        return
+    stats = gt.apply(_weight_stats, (input,), {}, name="multinomial")
+    if env.get_rank() in input.placement.flat_ranks:
+        _check_weights(input, num_samples, replacement, stats)
 
 
 def _eager_global(input, num_samples, replacement=False, *, generator=None):  # noqa: A002

@@ -56,6 +56,13 @@ def check_reseeded_draws():
     for got in draws:
         for a, b in zip(got, local):
             np.testing.assert_array_equal(a, b)
+    # A draw on a placement without this rank: the others draw, this one goes on (review).
+    alone = flow.tensor(weights, placement=flow.placement("cpu", ranks=[0]),
+                        sbp=flow.sbp.broadcast)
+    flow.manual_seed(11)
+    drawn = flow.multinomial(alone, 2)
+    if flow.env.get_rank() == 0:
+        np.testing.assert_array_equal(drawn.numpy(), local[0])
     # randn_like / rand_like draw the one-device values and are constants to autograd (they
     # were traced as ops of x, whose backward refused to differentiate a draw).
     x = flow.tensor(weights, placement=P, sbp=flow.sbp.split(0)).requires_grad_()
