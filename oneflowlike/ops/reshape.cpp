@@ -54,7 +54,12 @@ std::vector<SbpSignature> reshape_signatures(const InferContext& ctx) {
   const Shape y = resolve_reshape(ctx);
   std::vector<SbpSignature> sigs;
   for (int i = 0; i < x.ndim(); ++i) {
-    if (x[i] <= 1) continue;
+    // An axis of one element (or none) matches many of y's; the same shape keeps each axis,
+    // and a split of it may leave ranks empty pieces (to_global(sbp=S(0)) of a batch of 1).
+    if (x[i] <= 1) {
+      if (x == y) sigs.push_back({{S(i)}, {S(i)}});
+      continue;
+    }
     for (int j = 0; j < y.ndim(); ++j) {
       if (y[j] <= 1 || x.count(0, i) != y.count(0, j)) continue;
       if (x[i] % y[j] == 0 || y[j] % x[i] == 0) sigs.push_back({{S(i)}, {S(j)}});

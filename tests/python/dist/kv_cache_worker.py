@@ -1,13 +1,17 @@
-"""Run by test_kv_cache.py on 2 processes: generation through KV caches on a model laid out
-tensor-parallel on global tensors (the examples' Megatron layout, eagerly) draws the bytes one
-device draws from the same weights and seed, for the LLaMA (grouped-query heads, windowed
-layers) and the GPT, batch 1 and 2; and slicing a global tensor whose split gives a rank an
-empty piece (batch 1 over two ranks) gives numpy's values (it aborted the process: a slice of
-an empty piece had its view placed past the piece's end); and an eager random op on global
-tensors called again after the same manual_seed draws what it drew the first time, as a local
-draw does (a cached graph drew from its own stream: Note [Eager global draws] in
-framework/global_tensor.py), and randn_like of a global tensor that requires grad is a constant
-to autograd (its backward was refused). Prints "kv cache OK" per rank."""
+"""Run by test_kv_cache.py on 2 processes. Prints "kv cache OK" per rank.
+
+- Generation through KV caches on a model laid out tensor-parallel on global tensors (the
+  examples' Megatron layout, eagerly) draws the bytes one device draws from the same weights and
+  seed: the LLaMA (grouped-query heads, windowed layers) and the GPT, batch 1 and 2.
+- Slicing a global tensor whose split gives a rank an empty piece (batch 1 over two ranks)
+  gives numpy's values (it aborted the process: a slice of an empty piece had its view placed
+  past the piece's end), and to_global makes such a split (it had no SBP signature).
+- An eager random op on global tensors called again after the same manual_seed draws what it
+  drew the first time, as a local draw does (a cached graph drew from its own stream: Note
+  [Eager global draws] in framework/global_tensor.py); a draw on a placement without this rank
+  lets it go on; randn_like of a global tensor that requires grad is a constant to autograd
+  (its backward was refused).
+"""
 
 import importlib.util
 import pathlib
@@ -40,6 +44,13 @@ def check_slices():
         g = flow.tensor(a, placement=P, sbp=sbp)
         for key in ((slice(None), -1), (slice(None), slice(-2, None)), (0, 3)):
             np.testing.assert_array_equal(g[key].numpy(), a[key], err_msg=f"{sbp} {key}")
+    # A move into a split of an axis of one element (it had "no SBP signature"): rank 1's
+    # piece is empty.
+    g = flow.tensor(a, placement=P, sbp=flow.sbp.broadcast).to_global(sbp=flow.sbp.split(0))
+    assert tuple(g.to_local().shape) == ((1, 8, 6) if flow.env.get_rank() == 0 else (0, 8, 6))
+    np.testing.assert_array_equal(g.numpy(), a)
+    np.testing.assert_array_equal((g * 2).to_global(sbp=flow.sbp.broadcast).to_local().numpy(),
+                                  a * 2)
 
 
 def check_reseeded_draws():
