@@ -16,6 +16,7 @@
 #include "oneflowlike/common/parallel.h"
 #include "oneflowlike/half.h"
 #include "oneflowlike/kernels/cpu/gemm.h"
+#include "oneflowlike/kernels/cpu/row_products.h"
 
 namespace ofl::cpu {
 
@@ -147,6 +148,11 @@ void through_float32(const Key& key, const void* a, const void* b, void* c) {
   narrow<T>(fc.data(), c, static_cast<int64_t>(fc.size()));
 }
 
+// Note [One-row products]: float32, one row against a weight stored (n, k) (a linear layer's).
+bool one_row(DataType dtype, const MatmulProduct& p) {
+  return dtype == DataType::kFloat32 && p.batches == 1 && p.m == 1 && p.transpose_b && p.k > 0;
+}
+
 Key key_of(DataType dtype, const MatmulProduct& p) {
   return Key{dtype,
              p.transpose_a,
@@ -195,6 +201,12 @@ void onednn_matmul(DataType dtype, const MatmulProduct& product, const void* a, 
   OFL_ASSERT(dtype == DataType::kBFloat16 || dtype == DataType::kFloat16 ||
              dtype == DataType::kFloat32);
   if (product.batches == 0 || product.m == 0 || product.n == 0) return;
+  if (one_row(dtype, product)) {
+    one_row_product(static_cast<const float*>(a), static_cast<const float*>(b),
+                    static_cast<float*>(c), product.n, product.k,
+                    static_cast<float>(product.alpha));
+    return;
+  }
   const Key key = key_of(dtype, product);
   const std::shared_ptr<Primitive> prim = product.k > 0 ? primitive(key) : nullptr;
   if (prim == nullptr) {
@@ -228,6 +240,7 @@ void onednn_matmul(DataType dtype, const MatmulProduct& product, const void* a, 
 
 int64_t onednn_matmul_scratchpad_bytes(DataType dtype, const MatmulProduct& product) {
   if (product.batches == 0 || product.m == 0 || product.n == 0 || product.k == 0) return 0;
+  if (one_row(dtype, product)) return 0;
   const std::shared_ptr<Primitive> prim = primitive(key_of(dtype, product));
   return prim == nullptr ? 0 : static_cast<int64_t>(prim->pd.scratchpad_desc().get_size());
 }
