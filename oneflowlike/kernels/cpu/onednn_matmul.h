@@ -53,8 +53,9 @@ constexpr bool uses_onednn_matmul(bool batched, DataType dtype) {
          (dtype == DataType::kFloat32 && !batched);
 }
 
-/// The product through oneDNN's primitive; `dtype` is kFloat32, kBFloat16 or kFloat16 and the
-/// raw pointers hold that type (c float32 under product.float32_out).
+/// The product through oneDNN's primitive (a float32 product of one row by a weight stored
+/// (n, k): row_products.h's kernel, Note [One-row products]); `dtype` is kFloat32, kBFloat16 or
+/// kFloat16 and the raw pointers hold that type (c float32 under product.float32_out).
 void onednn_matmul(DataType dtype, const MatmulProduct& product, const void* a, const void* b,
                    void* c);
 

@@ -4,11 +4,12 @@
 // layer's product. oneDNN's matmul primitive reads a weight held in cache at about 25 GB/s for
 // that shape on the test VM (512 x 512: 42 us, where torch's takes 26); it is tuned for
 // products with many rows. Here each output is the dot product of x with one contiguous row of
-// W, four rows at a time sharing x's loads: 75 GB/s in cache, and the memory's bandwidth out of
+// W, four rows at a time sharing x's loads: 60-75 GB/s in cache, and the memory's bandwidth out of
 // it. The sums run in 16 lanes (element i of a row into lane i % 16, by fused multiply-adds),
 // then the lanes are added in one fixed tree and the tail with std::fma, so the AVX-512 and the
 // AVX2 copies give the same bits (the AVX2 copy holds the 16 lanes in two registers). Other
-// products with one row (x @ W with W (k, n)) stay on oneDNN.
+// products with one row (x @ W with W (k, n)) stay on oneDNN. The work is split over rows, so a
+// product with at most four outputs (a dot product) runs on one thread.
 
 #include <cstdint>
 

@@ -1,8 +1,8 @@
 // Note [One-row products] in kernels/cpu/row_products.h: the one-row float32 product against a
 // double reference over row counts and lengths that leave partial groups of rows and tails
 // shorter than the 16 lanes, with alpha; the AVX-512 and AVX2 copies give the same bits; and
-// matmul of one row through the kernel gives oneDNN's product of two rows' first row to float
-// tolerance.
+// matmul of one row (a stored either way) is this kernel, bit for bit, and oneDNN's product of
+// two rows' first row to float tolerance.
 
 #include "oneflowlike/kernels/cpu/row_products.h"
 
@@ -48,8 +48,8 @@ TEST(OneRowProduct, TheAvx512AndAvx2CopiesGiveTheSameBits) {
     const int64_t n = 301;
     const std::vector<float> x = random_values(k, 3), w = random_values(n * k, 4);
     std::vector<float> wide(static_cast<size_t>(n)), narrow(static_cast<size_t>(n));
-    one_row_product(x.data(), w.data(), wide.data(), n, k, 1.0f, /*avx512=*/true);
-    one_row_product(x.data(), w.data(), narrow.data(), n, k, 1.0f, /*avx512=*/false);
+    one_row_product(x.data(), w.data(), wide.data(), n, k, -0.37f, /*avx512=*/true);
+    one_row_product(x.data(), w.data(), narrow.data(), n, k, -0.37f, /*avx512=*/false);
     EXPECT_EQ(wide, narrow) << k;
   }
 }
@@ -62,6 +62,13 @@ TEST(OneRowProduct, IsWhatMatmulOfOneRowRuns) {
   product.m = 1, product.n = n, product.k = k, product.alpha = 2.0;
   EXPECT_EQ(onednn_matmul_scratchpad_bytes(DataType::kFloat32, product), 0);
   onednn_matmul(DataType::kFloat32, product, a.data(), b.data(), one.data());
+  std::vector<float> kernel(static_cast<size_t>(n)), transposed(static_cast<size_t>(n));
+  one_row_product(a.data(), b.data(), kernel.data(), n, k, 2.0f);
+  EXPECT_EQ(one, kernel);      // the routing: matmul of one row is this kernel, bit for bit
+  product.transpose_a = true;  // a stored (k, 1): the same k floats
+  onednn_matmul(DataType::kFloat32, product, a.data(), b.data(), transposed.data());
+  EXPECT_EQ(transposed, kernel);
+  product.transpose_a = false;
   product.m = 2;  // oneDNN's primitive
   onednn_matmul(DataType::kFloat32, product, a.data(), b.data(), two.data());
   for (int64_t j = 0; j < n; ++j) EXPECT_NEAR(one[j], two[j], 1e-5f) << j;
