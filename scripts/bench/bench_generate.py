@@ -84,7 +84,7 @@ def part_ours(args):
                                        enabled=args.dtype == "bfloat16"):
         result = decode(step, prompt, args.tokens, lambda x: x.argmax(-1).reshape(-1, 1),
                         lambda xs: flow.cat(xs, dim=1).numpy())
-    report(result)
+    report(result, flow.env.get_rank())
 
 
 def part_torch(args):
@@ -108,11 +108,11 @@ def part_torch(args):
     report(result)
 
 
-def report(result):
-    import oneflowlike as flow
-
+def report(result, rank=0):
+    """Prints the result as JSON on rank 0. (The torch side passes no rank: importing
+    oneflowlike into its process would put a second library's threads beside torch's.)"""
     prompt_s, per_token, chosen = result
-    if flow.env.get_rank() != 0:
+    if rank != 0:
         return
     print(json.dumps({"prompt_ms": 1e3 * prompt_s, "token_ms": 1e3 * per_token,
                       "tokens": chosen.tolist()}))

@@ -205,3 +205,24 @@ def test_tensor_parallel_generation_on_two_processes_draws_one_devices_bytes():
 
     out = launch(2, "kv_cache_worker.py", timeout=600)
     assert out.count("kv cache OK") == 2, out
+
+
+def test_more_of_what_a_cache_cannot_serve_is_refused_naming_it():
+    with pytest.raises(ValueError, match=r"\[KVCache\] q, k and v must be 4-d .* q has shape "
+                                         r"\(2, 3, 4\)"):
+        nn.KVCache().attend(flow.randn(2, 3, 4), flow.randn(2, 3, 4), flow.randn(2, 3, 4))
+    with pytest.raises(ValueError, match=r"\[CausalSelfAttention\] a KV cache generates in the "
+                                         r"sequence's order, one document: it takes no "
+                                         r"document_ids"):
+        nn.CausalSelfAttention(8, 2, 8)(flow.randn(1, 3, 8), flow.zeros(1, 3, dtype=flow.int64),
+                                        cache=nn.KVCache())
+    with pytest.raises(ValueError, match=r"\[RotaryEmbedding\] an offset takes positions in the "
+                                         r"sequence's order, not zigzag=1's"):
+        nn.RotaryEmbedding(8, 12, zigzag=1)(flow.randn(1, 2, 2, 8), 4)
+    _example("gpt")
+    from model import GPT, GPTConfig
+
+    with pytest.raises(ValueError, match=r"\[GPT\] a KV cache generates in the sequence's order, "
+                                         r"not zigzag=2's"):
+        GPT(GPTConfig(vocab_size=32, block_size=16, n_layer=1, n_head=2, n_embd=16,
+                      zigzag=2)).make_caches()

@@ -912,14 +912,15 @@ def apply(fn, args, kwargs, *, name):
         # Note [Eager global draws]: an op drawing random numbers is traced at every call, each
         # trace's plan with other counters: its sessions are named by the op and its operands
         # (the same on every rank), numbered by the Job, not by a new plan's bytes each time.
-        draws = bool(set(tracer.op_types()) & global_autograd.RANDOM_OPS)
+        op_types = set(tracer.op_types())
+        draws = bool(op_types & global_autograd.RANDOM_OPS)
         compiled = _cache[cache_key] = _Compiled(
             tracer, fetches, meta,
             session_name=f"draws {op} {placement!r} {signature!r}" if draws else None)
         compiled.num_outputs = len(outs)
         compiled.saved = saved
         compiled.single = single
-        compiled.op_types = set(tracer.op_types())
+        compiled.op_types = op_types
         # A named tuple (flow.max(x, dim), topk, sort) comes back as the same named tuple.
         compiled.named = type(out) if hasattr(type(out), "_fields") else None
     rank = compiled.rank

@@ -84,6 +84,11 @@ def check_reseeded_draws():
     want = flow.randn_like(flow.tensor(weights))
     np.testing.assert_array_equal(noise.numpy(), want.numpy())
     np.testing.assert_array_equal(x.grad.numpy(), want.numpy())
+    try:
+        flow.randn_like(x, device="cpu")
+        raise AssertionError("a device was taken for a global tensor's draw")
+    except ValueError as e:
+        assert "[randn_like] a global tensor has a placement, not a device" in str(e), e
     # A function drawing inside its compiled graph (the fallback: traced at every call).
     from oneflowlike.framework import global_tensor as gt
 

@@ -26,12 +26,9 @@ import oneflowlike as flow
 from oneflowlike import _C
 from oneflowlike.nn import functional as F
 from oneflowlike.ops.attention import _window_keys
+from oneflowlike.ops.inplace import _is_global
 
 __all__ = ["KVCache"]
-
-
-def _is_global(t):
-    return getattr(t, "is_global", False) is True
 
 
 def _where(t):
