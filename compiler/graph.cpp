@@ -45,6 +45,12 @@ int Graph::add_tensor(const std::string& name, const TensorMeta& meta) {
   return num_tensors() - 1;
 }
 
+void Graph::swap_tensor_names(int a, int b) {
+  std::swap(tensors_.at(a).name, tensors_.at(b).name);
+  tensor_by_name_[tensors_[a].name] = a;
+  tensor_by_name_[tensors_[b].name] = b;
+}
+
 int Graph::add_op(LogicalOp op, int num_outputs, const std::vector<std::string>& output_names) {
   OFL_CHECK(op_names_.insert(op.name).second, "[graph] op name '", op.name,
             "' is used twice; every op needs a unique name.");

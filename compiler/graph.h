@@ -172,6 +172,9 @@ class Graph {
   std::optional<int> find_tensor(const std::string& name) const;
   /// Makes a name unique in the graph by appending a counter.
   std::string unique_name(const std::string& base);
+  /// Tensors a and b trade names (a pass putting another tensor where the user fetches one
+  /// keeps the name the user's plan looks it up by).
+  void swap_tensor_names(int a, int b);
 
   /// Consumers (op indices) of every tensor, recomputed on each call.
   std::vector<std::vector<int>> consumers() const;

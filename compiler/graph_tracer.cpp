@@ -158,7 +158,58 @@ std::vector<std::string> GraphTracer::written_variables() const {
   std::vector<std::string> names;
   const Graph& g = const_cast<GraphTracer*>(this)->builder_.graph();
   for (const auto& [var, value] : writes_) names.push_back(g.op(g.tensor(var).producer).name);
+  for (const auto& [var, writer] : in_place_) {
+    if (writes_.count(var) == 0) names.push_back(g.op(g.tensor(var).producer).name);
+  }
   return names;
+}
+
+// Note [Buffers written in place in build]: an op whose kernel writes an input in place (the
+// cached attention's caches, Note [Cached attention]) may write a module's buffer inside
+// build(): the buffer's variable itself is its input, and the kernel writes the variable's
+// memory, with no copy and no assign (Note [Buffers written in build] makes a new value and
+// assigns it). The plan runs such a write after every other read of the variable in its
+// iteration (Note [In-place updates wait for readers] in compiler/compile.cpp), which is the
+// program's order only when nothing reads the buffer after the write: so a buffer written in
+// place is not read (or written) again in the same build(), and anything else, a parameter, an
+// activation, a view or an already written buffer, is refused as the written input, each naming
+// the op and the buffer.
+void GraphTracer::check_in_place_writes(const OpSchema& op, const AnyParams& params,
+                                        const std::vector<Tensor>& inputs,
+                                        const std::vector<int>& ids) {
+  const Graph& g = builder_.graph();
+  const std::string at = location_ ? str_cat(" [at ", location_(), "]") : std::string();
+  for (int id : ids) {
+    const auto written = in_place_.find(id);
+    OFL_CHECK(written == in_place_.end(), "[", op.name(), "] reads buffer '",
+              g.op(g.tensor(id).producer).name, "' after ", written->second,
+              " wrote it in place in the same build(): a graph runs that write after every "
+              "read of the buffer in its iteration, so this read would see the old value. Read "
+              "the buffer before the write, or write it once per step",
+              at, ".");
+  }
+  if (!writes_inputs(op)) return;
+  for (int m : mutated_inputs(op, params, static_cast<int>(inputs.size()))) {
+    const int id = ids.at(m);
+    const LogicalOp& producer = g.op(g.tensor(id).producer);
+    const bool buffer = inputs[m].is_lazy() && views_.count(inputs[m].impl()) == 0 &&
+                        producer.kind == OpKind::kVariable && !producer.trainable &&
+                        constants_.count(producer.name) == 0;
+    OFL_CHECK(
+        buffer, "[", op.name(), "] writes its input '",
+        m < static_cast<int>(op.input_names().size()) ? op.input_names()[m] : str_cat("input ", m),
+        "' in place: in a traced graph that must be a module's buffer (a variable the "
+        "graph does not train), not a view of one or a value computed in build() (on "
+        "global tensors outside nn.Graph there is no such variable). However, got ",
+        producer.kind == OpKind::kVariable ? "variable '" + producer.name + "'"
+                                           : inputs[m].describe(),
+        at, ".");
+    OFL_CHECK(writes_.count(id) == 0, "[", op.name(), "] writes buffer '", producer.name,
+              "' in place after an in-place op of build() gave it a new value; write it one way "
+              "per step",
+              at, ".");
+    in_place_.emplace(id, op.name());
+  }
 }
 
 int GraphTracer::constant(const Tensor& value, const std::string& user) {
@@ -262,6 +313,7 @@ std::vector<Tensor> GraphTracer::trace(const OpSchema& op, const AnyParams& para
   ids.reserve(inputs.size());
   for (const Tensor& t : inputs) ids.push_back(t.is_lazy() ? index_of(t) : constant(t, op.name()));
   enter(where);  // constant() may have moved the location on
+  check_in_place_writes(op, params, inputs, ids);
   const std::vector<int> outs = builder_.op(op.name(), params, ids);
   // Note [No grad in a trace]: `with flow.no_grad(): t = teacher(x)` inside nn.Graph.build()
   // makes t a constant, as eagerly: without this the graph would train what eager does not

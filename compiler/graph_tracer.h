@@ -55,7 +55,8 @@ class GraphTracer final : public OpTracer {
   void write_variable(const Tensor& variable, const Tensor& value, const std::string& op);
   /// Adds the assign ops of the buffers written (once, after build()).
   void finish_writes();
-  /// The names of the buffers build() wrote.
+  /// The names of the buffers build() wrote, by write_variable or in place by an op that writes
+  /// its input (Note [Buffers written in place in build] in graph_tracer.cpp).
   std::vector<std::string> written_variables() const;
 
   std::vector<Tensor> trace(const OpSchema& op, const AnyParams& params,
@@ -101,6 +102,10 @@ class GraphTracer final : public OpTracer {
   // again from the buffer's value (its index_ entry moved).
   bool is_buffer_or_view(const Tensor& x) const;
   void refresh(const Tensor& x);
+  // Note [Buffers written in place in build]: refuses reads of a buffer written in place earlier
+  // and in-place writes of anything but a buffer, and records the buffers op `op` writes.
+  void check_in_place_writes(const OpSchema& op, const AnyParams& params,
+                             const std::vector<Tensor>& inputs, const std::vector<int>& ids);
 
   GraphBuilder builder_;
   std::map<const TensorImpl*, int> index_;
@@ -108,6 +113,8 @@ class GraphTracer final : public OpTracer {
   // value of each written variable (tensor indexes).
   std::map<const TensorImpl*, int> variable_of_;
   std::map<int, int> writes_;
+  // Variables (tensor indexes) an op wrote in place, with the op's name.
+  std::map<int, std::string> in_place_;
   struct BufferView {
     Tensor parent;  // the buffer, or a view of it
     const OpSchema* op;

@@ -87,6 +87,17 @@ size_t autocast_cache_size() { return weight_casts.size(); }
 
 std::vector<DataType> amp_input_dtypes(const OpSchema& op, std::vector<DataType> inputs,
                                        DataType low) {
+  // An op writing a tensor in place gets it as it is (a cast would write a copy), and its other
+  // floating operands in that tensor's dtype (Note [Cached attention]: a cache's dtype is fixed).
+  if (const std::vector<int>* written = op.get<TMutatedInputs>();
+      written != nullptr && !written->empty() &&
+      written->front() < static_cast<int>(inputs.size())) {
+    const DataType to = inputs[written->front()];
+    for (DataType& d : inputs) {
+      if (is_floating(to) && (d == DataType::kFloat32 || d == low)) d = to;
+    }
+    return inputs;
+  }
   const AmpCategory* marked = op.get<TUnderAmp>();
   const AmpCategory category = marked == nullptr ? AmpCategory::kFloat32 : *marked;
   DataType to = DataType::kFloat32;

@@ -24,6 +24,7 @@
 // input's activation-checkpointing group, so a checkpointed block stays one segment.
 
 #include <map>
+#include <set>
 #include <tuple>
 
 #include "compiler/passes/passes.h"
@@ -120,7 +121,15 @@ class AmpPass final : public Pass {
       if (graph.tensor(t).meta.dtype == traced.at(t)) return t;
       return in_dtype(graph.op(graph.tensor(t).producer), t, traced.at(t));
     };
-    for (int& f : graph.fetches) f = as_traced(f);
+    // A fetch's cast takes the fetched tensor's name: the caller looks its value up by the
+    // name it traced (nn.Graph's outputs; a bf16 product without a bias was handed back as
+    // None).
+    std::set<int> renamed;
+    for (int& f : graph.fetches) {
+      const int cast = as_traced(f);
+      if (cast != f && renamed.insert(f).second) graph.swap_tensor_names(f, cast);
+      f = cast;
+    }
     if (graph.train.loss >= 0) graph.train.loss = as_traced(graph.train.loss);
     for (auto& [t, grad] : graph.output_grads) t = as_traced(t);
   }

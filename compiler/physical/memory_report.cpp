@@ -137,6 +137,14 @@ int64_t attention_of(const proto::PlanProto& plan, const proto::TaskProto& task,
                      const TaskRegisters& regs) {
   static const std::string kPrefix = "scaled_dot_product_attention";
   const std::string& op = task.op_type();
+  if (is_host_compute(task) && op == "cached_attention" && regs.ins.size() == 6) {
+    // Note [Cached attention]: the forward over the caches' rows, at most all of them.
+    const AttentionDims d =
+        attention_dims(from_proto(regs.ins[0]->shape()), from_proto(regs.ins[3]->shape()),
+                       from_proto(regs.ins[4]->shape()));
+    return cpu::attention_workspace_bytes(false, dtype_from_name(regs.ins[0]->dtype()), d, true,
+                                          omp_get_max_threads());
+  }
   if (!is_host_compute(task) || op.compare(0, kPrefix.size(), kPrefix) != 0) return 0;
   const bool backward = op.size() >= 5 && op.compare(op.size() - 5, 5, "_grad") == 0;
   const size_t q = backward ? 1 : 0;  // the grad reads (dout, q, k, v, ...)

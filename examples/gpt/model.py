@@ -58,15 +58,14 @@ class Embeddings(nn.Module):
     def forward(self, idx, offset=0):
         """The embeddings of tokens ``idx`` at positions [offset, offset + T)."""
         t = idx.shape[-1]  # block_size in training; shorter when sampling from a prompt
-        if offset + t > self.block_size:
+        # A StaticKVCache's position is a tensor, which its cache checks against max_len.
+        at = offset if isinstance(offset, int) else 0
+        if at + t > self.block_size:
             raise ValueError(f"[GPT] takes at most block_size = {self.block_size} tokens. "
-                             f"However, got {t}" + (f" after {offset} cached" if offset else "")
-                             + ".")
-        if idx.is_global:  # trained eagerly on global tensors: the positions are global too
-            pos = flow.arange(offset, offset + t, placement=idx.placement,
-                              sbp=(flow.sbp.broadcast,) * len(idx.placement.hierarchy))
-        else:
-            pos = flow.arange(offset, offset + t, device=idx.device)
+                             f"However, got {t}" + (f" after {at} cached" if at else "") + ".")
+        pos = self._positions(idx, at, t)
+        if not isinstance(offset, int):
+            pos = pos + offset
         if self.zigzag:  # the positions in the order the tokens come in
             if t % (2 * self.zigzag):
                 raise ValueError(f"[GPT] zigzag={self.zigzag} orders the positions in "
@@ -74,6 +73,13 @@ class Embeddings(nn.Module):
                                  "of that.")
             pos = flow.nn.functional.zigzag(pos, 0, self.zigzag)
         return self.wte(idx) + self.wpe(pos)
+
+    @staticmethod
+    def _positions(idx, offset, t):
+        if idx.is_global:  # trained eagerly on global tensors: the positions are global too
+            return flow.arange(offset, offset + t, placement=idx.placement,
+                               sbp=(flow.sbp.broadcast,) * len(idx.placement.hierarchy))
+        return flow.arange(offset, offset + t, device=idx.device)
 
 
 class Head(nn.Module):
@@ -135,12 +141,20 @@ class GPT(nn.Module):
             x = block(x, caches[i] if caches else None)
         return self.head(x, targets)
 
-    def make_caches(self):
-        """One empty flow.nn.KVCache per block, for forward(caches=)."""
-        if self.config.zigzag:
+    def make_caches(self, batch_size=None, max_len=None, dtype=None):
+        """One empty flow.nn.KVCache per block, for forward(caches=); with ``batch_size``, one
+        flow.nn.StaticKVCache of ``max_len`` positions (None: block_size) per block instead,
+        laid out as the block's keys (a graph's caches, Note [Static KV cache]); ``dtype``
+        (None: the weights') is the keys' dtype."""
+        c = self.config
+        if c.zigzag:
             raise ValueError(f"[GPT] a KV cache generates in the sequence's order, not "
-                             f"zigzag={self.config.zigzag}'s: generate without caches.")
-        return [nn.KVCache() for _ in self.blocks]
+                             f"zigzag={c.zigzag}'s: generate without caches.")
+        if batch_size is None:
+            return [nn.KVCache() for _ in self.blocks]
+        return [nn.StaticKVCache.for_keys_of(b.attn.c_attn.weight, batch_size, c.n_head,
+                                             max_len or c.block_size, c.n_embd // c.n_head,
+                                             dtype=dtype) for b in self.blocks]
 
     def num_parameters(self):
         return sum(int(p.numel()) for p in self.parameters())

@@ -263,11 +263,19 @@ class Llama(nn.Module):
             x, aux = block(x, aux, docs)
         return self.head(x, targets, aux) if targets is not None else self.head(x)
 
-    def make_caches(self):
+    def make_caches(self, batch_size=None, max_len=None, dtype=None):
         """One empty flow.nn.KVCache per block (with its layer's window), for
-        forward(caches=)."""
+        forward(caches=); with ``batch_size``, one flow.nn.StaticKVCache of ``max_len``
+        positions (None: block_size) per block instead, laid out as the block's keys (a graph's
+        caches, Note [Static KV cache]); ``dtype`` (None: the weights') is the keys' dtype."""
         self._check_cacheable()
-        return [nn.KVCache(window=block.attn.window) for block in self.blocks]
+        c = self.config
+        if batch_size is None:
+            return [nn.KVCache(window=block.attn.window) for block in self.blocks]
+        return [nn.StaticKVCache.for_keys_of(b.attn.wk.weight, batch_size, c.n_kv_head,
+                                             max_len or c.block_size, c.head_dim,
+                                             window=b.attn.window, dtype=dtype)
+                for b in self.blocks]
 
     def _check_cacheable(self):
         # Expert capacity queues each sequence's tokens through a running count (Note [Expert

@@ -32,6 +32,7 @@ void init_optimizer(py::module_& m);
 void init_shape_ops(py::module_& m);
 void init_fused(py::module_& m);
 void init_attention(py::module_& m);
+void init_cached_attention(py::module_& m);
 void init_index_ops(py::module_& m);
 void init_sort(py::module_& m);
 void init_scan(py::module_& m);

@@ -27,6 +27,7 @@ PYBIND11_MODULE(_C, m) {
   init_shape_ops(m);
   init_fused(m);
   init_attention(m);
+  init_cached_attention(m);
   init_index_ops(m);
   init_sort(m);
   init_scan(m);

@@ -10,9 +10,12 @@ flow.nn.KVCache (model.make_caches()) and without caches (the whole context ever
 sample.py did before); PyTorch eager through the twin's KV cache (examples/llama/llama_torch.py:
 keys and values concatenated, F.scaled_dot_product_attention), under torch.inference_mode, as
 LLaMA codebases decode on a CPU. Reported: the prompt's time, then milliseconds per new token
-(median of --repeats runs), and whether the sides chose the same tokens. With --tp2, also ours
-laid out tensor-parallel over two processes of one thread each (the example's Megatron splits
-on global tensors, eagerly; `sample.py --tp 2`), once per float32 row.
+after the first (median of --repeats runs), and whether the sides chose the same tokens. Also
+ours through a compiled graph (common/sampling.py's StepGraph over flow.nn.StaticKVCache, Note
+[Static KV cache]; the prompt eagerly, the first new token apart, as it compiles the graph),
+in float32. With --tp2, also ours laid out tensor-parallel over two processes of one thread
+each (the example's Megatron splits on global tensors; `sample.py --tp 2`), eagerly and
+through the graph, once per float32 row.
 """
 
 import argparse
@@ -39,17 +42,22 @@ def config():
 
 
 def decode(step, prompt, tokens, argmax, cat):
-    """``step(context)`` -> logits, greedily; returns (prompt s, s per new token, tokens)."""
+    """``step(context)`` -> logits, greedily; returns (prompt s, s per new token after the
+    first, the first's s, tokens). The first new token is timed apart: a graph compiles at its
+    first call, as torch.compile does."""
     start = time.perf_counter()
     logits = step(prompt, first=True)
     prompt_s = time.perf_counter() - start
     chosen, start = [], time.perf_counter()
+    first_s = None
     for _ in range(tokens):
         nxt = argmax(logits)
         chosen.append(nxt)
         logits = step(nxt, first=False)
-    per_token = (time.perf_counter() - start) / tokens
-    return prompt_s, per_token, cat(chosen)
+        if first_s is None:
+            first_s, start = time.perf_counter() - start, time.perf_counter()
+    per_token = (time.perf_counter() - start) / max(tokens - 1, 1)
+    return prompt_s, per_token, first_s, cat(chosen)
 
 
 def part_ours(args):
@@ -61,8 +69,8 @@ def part_ours(args):
     model = Llama(config()).eval()
     model.load_state_dict({k: flow.tensor(v) for k, v in np.load(args.weights).items()})
     prompt = flow.tensor(np.load(args.prompt_file), dtype=flow.int64)
+    sys.path.insert(0, os.path.join(ROOT, "examples"))
     if args.tp > 1:
-        sys.path.insert(0, os.path.join(ROOT, "examples"))
         from common.layout import Layout
         from train import COLUMN, ROW
 
@@ -73,6 +81,15 @@ def part_ours(args):
     state = {}
 
     def step(context, first):
+        if args.graph:  # static caches; the prompt eagerly, each new token through the graph
+            if first:
+                from common.sampling import StepGraph
+
+                state["caches"] = model.make_caches(batch_size=context.shape[0],
+                                                    max_len=context.shape[1] + args.tokens)
+                state["graph"] = StepGraph(model, state["caches"])
+                return model(context, caches=state["caches"])[:, -1]
+            return state["graph"](context)
         if args.cache:
             if first:
                 state["caches"] = model.make_caches()
@@ -111,14 +128,14 @@ def part_torch(args):
 def report(result, rank=0):
     """Prints the result as JSON on rank 0. (The torch side passes no rank: importing
     oneflowlike into its process would put a second library's threads beside torch's.)"""
-    prompt_s, per_token, chosen = result
+    prompt_s, per_token, first_s, chosen = result
     if rank != 0:
         return
     print(json.dumps({"prompt_ms": 1e3 * prompt_s, "token_ms": 1e3 * per_token,
-                      "tokens": chosen.tolist()}))
+                      "first_token_ms": 1e3 * first_s, "tokens": chosen.tolist()}))
 
 
-def run(part, args, threads, dtype, weights, prompt_file, cache=True, tp=1):
+def run(part, args, threads, dtype, weights, prompt_file, cache=True, tp=1, graph=False):
     import subprocess
 
     env = dict(os.environ, OMP_NUM_THREADS=str(threads))
@@ -127,6 +144,7 @@ def run(part, args, threads, dtype, weights, prompt_file, cache=True, tp=1):
     command = [sys.executable, *launch, __file__, "--part", part, "--threads", str(threads),
                "--dtype", dtype, "--tokens", str(args.tokens), "--weights", weights,
                "--prompt-file", prompt_file, "--tp", str(tp)] + ([] if cache else ["--no-cache"])
+    command += ["--graph"] if graph else []
     out = subprocess.run(command, env=env, capture_output=True, text=True, check=False)
     if out.returncode:
         raise SystemExit(f"{' '.join(command)} failed:\n{out.stderr[-3000:]}")
@@ -142,6 +160,7 @@ def main():
     p.add_argument("--weights")
     p.add_argument("--prompt-file")
     p.add_argument("--no-cache", dest="cache", action="store_false")
+    p.add_argument("--graph", action="store_true")
     p.add_argument("--tp", type=int, default=1)
     p.add_argument("--tp2", action="store_true", help="also ours tensor-parallel on 2 processes")
     p.add_argument("--batch-size", type=int, default=1)
@@ -173,9 +192,12 @@ def main():
               flush=True)
         for dtype in args.dtypes.split(","):
             for threads in (int(t) for t in args.thread_counts.split(",")):
-                rows = {"ours": [], "ours without caches": [], "torch": []}
+                rows = {"ours": [], "ours graph": [], "ours without caches": [], "torch": []}
                 for _ in range(args.repeats):
                     rows["ours"].append(run("ours", args, threads, dtype, weights, prompt_file))
+                    if dtype == "float32":  # a graph's autocast is enable_amp: not measured
+                        rows["ours graph"].append(run("ours", args, threads, dtype, weights,
+                                                      prompt_file, graph=True))
                     rows["ours without caches"].append(run("ours", args, threads, dtype, weights,
                                                            prompt_file, cache=False))
                     rows["torch"].append(run("torch", args, threads, dtype, weights,
@@ -183,6 +205,10 @@ def main():
                 if args.tp2 and threads == 1 and dtype == "float32":
                     rows["ours TP2"] = [run("ours", args, 1, dtype, weights, prompt_file, tp=2)
                                         for _ in range(args.repeats)]
+                    rows["ours TP2 graph"] = [run("ours", args, 1, dtype, weights, prompt_file,
+                                                  tp=2, graph=True)
+                                              for _ in range(args.repeats)]
+                rows = {name: runs for name, runs in rows.items() if runs}
                 med = {name: statistics.median(r["token_ms"] for r in runs)
                        for name, runs in rows.items()}
                 prompt_ms = {name: statistics.median(r["prompt_ms"] for r in runs)
@@ -199,11 +225,24 @@ def main():
                       f"{prompt_ms['torch']:.0f} ms), ours/its speed "
                       f"{med['torch'] / med['ours']:.2f}; tokens equal to PyTorch's: "
                       f"{same:.0%}", flush=True)
+                if "ours graph" in rows:
+                    graph_same = np.array_equal(rows["ours graph"][0]["tokens"],
+                                                rows["ours"][0]["tokens"])
+                    first = statistics.median(r["first_token_ms"] for r in rows["ours graph"])
+                    print(f"  ours through a StepGraph (static caches): {med['ours graph']:.2f} "
+                          f"ms/token (the first, which compiles: {first:.0f} ms), ours/PyTorch "
+                          f"speed {med['torch'] / med['ours graph']:.2f}, same tokens as eager: "
+                          f"{graph_same}", flush=True)
                 if "ours TP2" in rows:
                     tp_same = np.array_equal(rows["ours TP2"][0]["tokens"],
                                              rows["ours"][0]["tokens"])
                     print(f"  ours TP2 (2 processes x 1 thread): {med['ours TP2']:.2f} ms/token "
                           f"(prompt {prompt_ms['ours TP2']:.0f} ms), same tokens as one "
+                          f"process: {tp_same}", flush=True)
+                    tp_same = np.array_equal(rows["ours TP2 graph"][0]["tokens"],
+                                             rows["ours"][0]["tokens"])
+                    print(f"  ours TP2 through a StepGraph: {med['ours TP2 graph']:.2f} ms/token "
+                          f"(prompt {prompt_ms['ours TP2 graph']:.0f} ms), same tokens as one "
                           f"process: {tp_same}", flush=True)
 
 

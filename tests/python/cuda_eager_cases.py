@@ -472,3 +472,32 @@ def test_attention_through_a_kv_cache_on_the_gpu_gives_the_cpus_rows(autocast):
         np.testing.assert_allclose(got, want, rtol=3e-2, atol=3e-2)
     else:
         assert_same(got, want, rtol=1e-4, atol=1e-5)
+
+
+def test_a_static_cache_on_the_gpu_eagerly_and_through_a_graph_gives_the_cpus_rows():
+    """flow.nn.StaticKVCache on the GPU (Note [Static KV cache]): a prompt and several tokens
+    eagerly, single tokens through a graph writing the cache's buffers: the CPU's rows."""
+    flow.manual_seed(0)
+    layer = nn.CausalSelfAttention(32, 4, block_size=32, window=5).eval()
+    x = flow.randn(2, 12, 32)
+
+    class Step(nn.Graph):
+        def __init__(self, moved, cache):
+            super().__init__()
+            self.layer, self.cache = moved, cache
+
+        def build(self, piece):
+            return self.layer(piece, cache=self.cache)
+
+    def steps(device):
+        moved = layer.to(device)
+        cache = nn.StaticKVCache(2, 4, 16, 8, window=5, device=device)
+        step = Step(moved, cache)
+        rows = []
+        with flow.no_grad():
+            for a, b in ((0, 5), (5, 6), (6, 9), (9, 10), (10, 11), (11, 12)):
+                piece = x[:, a:b].to(device)
+                rows.append(step(piece) if b - a == 1 else moved(piece, cache=cache))
+        return flow.cat([r.cpu() for r in rows], dim=1).numpy()
+
+    assert_same(steps("cuda"), steps("cpu"), rtol=1e-4, atol=1e-5)

@@ -437,3 +437,30 @@ def test_a_weight_given_new_storage_is_cast_again():
             np.testing.assert_allclose(layer(x).float().numpy(), ones, rtol=2e-2, atol=2e-2)
         layer.weight.data = flow.ones(4, 8)  # another shape, same elements' memory or not
         assert tuple(layer(x).shape) == (2, 4)
+
+
+def test_an_amp_graph_hands_back_a_bfloat16_products_output_in_float32():
+    """The amp pass casts what build() returns back to the traced dtype; the cast took the
+    fetched tensor's place but not its name, so a graph ending in a product without a bias (a
+    language model's logits) returned None."""
+    flow.manual_seed(0)
+    head = flow.nn.Linear(8, 5, bias=False)
+
+    class Logits(flow.nn.Graph):
+        def __init__(self):
+            super().__init__()
+            self.head = head
+
+        def build(self, x):
+            return self.head(x), self.head(x) * 2.0
+
+    graph = Logits()
+    graph.config.enable_amp(True, dtype=flow.bfloat16)
+    x = flow.randn(2, 3, 8)
+    with flow.no_grad():
+        got, doubled = graph(x)
+        with flow.autocast("cpu", dtype=flow.bfloat16):
+            want = head(x).float().numpy()
+    assert got.dtype == flow.float32 and doubled.dtype == flow.float32
+    np.testing.assert_allclose(got.numpy(), want, rtol=1e-2, atol=1e-2)
+    np.testing.assert_allclose(doubled.numpy(), 2 * got.numpy(), rtol=1e-2, atol=1e-2)

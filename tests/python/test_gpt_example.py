@@ -270,7 +270,8 @@ def test_greedy_sampling_takes_the_byte_pytorch_finds_likeliest_with_the_same_we
 
 def test_sampling_over_two_processes_with_tp_writes_one_devices_text(saved_tp2):
     """sample.py --tp 2 on two processes lays the checkpoint out tensor-parallel and generates
-    through KV caches on global tensors: the same text as one process (Note [KV cache])."""
+    through KV caches on global tensors, eagerly and through a graph (--graph): the same text as
+    one process (Note [KV cache])."""
     flags = [str(saved_tp2), "--prompt", "And God", "--tokens", "40", "--samples", "2",
              "--temperature", "0.9", "--top-k", "5"]
     sample = str(_TRAIN.parent / "sample.py")
@@ -284,6 +285,13 @@ def test_sampling_over_two_processes_with_tp_writes_one_devices_text(saved_tp2):
     texts = [line[len("[rank 0] "):] for line in two.stdout.splitlines()
              if line.startswith("[rank 0] ")]
     assert texts == one.stdout.splitlines() and texts[0].startswith("And God"), (texts, one.stdout)
+    # --graph: each byte through one compiled graph over static caches (Note [Static KV cache]).
+    graph = subprocess.run([sys.executable, "-m", "oneflowlike.distributed.launch",
+                            "--nproc_per_node", "2", sample, *flags, "--tp", "2", "--graph"],
+                           env=_env(), capture_output=True, text=True, timeout=240)
+    assert graph.returncode == 0, graph.stderr[-2000:]
+    assert [line[len("[rank 0] "):] for line in graph.stdout.splitlines()
+            if line.startswith("[rank 0] ")] == texts, graph.stdout
     wrong = subprocess.run([sys.executable, sample, *flags, "--tp", "2"], env=_env(),
                            capture_output=True, text=True, timeout=120)
     assert wrong.returncode != 0 and "--tp 2 lays the model out over that many processes: " \

@@ -111,18 +111,22 @@ def test_the_examples_give_their_whole_sequence_logits_step_by_step(make):
     np.testing.assert_allclose(got, whole, rtol=1e-4, atol=1e-5)
 
 
+@pytest.mark.parametrize("graph", [False, True], ids=["eager", "graph"])
 @pytest.mark.parametrize("make", [_gpt, lambda: _llama(window=3, global_every=2)],
                          ids=["gpt", "llama-window"])
-def test_generation_takes_the_same_bytes_with_and_without_caches(make):
+def test_generation_takes_the_same_bytes_with_and_without_caches(make, graph):
     """40 new bytes after 6: the context reaches block_size (16) and slides, the caches are
-    refilled, as the model sees the context without them."""
+    refilled, as the model sees the context without them; eagerly, and through a graph over
+    static caches (Note [Static KV cache]: the refill runs eagerly, the graph goes on from
+    there)."""
     _example("")  # examples/, where common/ is
     from common.sampling import generate
 
     model = make()
     prompt = flow.tensor(np.random.default_rng(5).integers(0, 32, (3, 6)), dtype=flow.int64)
     flow.manual_seed(9)
-    cached = generate(model, prompt, 40, temperature=0.7, top_k=5, use_cache=True).numpy()
+    cached = generate(model, prompt, 40, temperature=0.7, top_k=5, use_cache=True,
+                      graph=graph).numpy()
     flow.manual_seed(9)
     plain = generate(model, prompt, 40, temperature=0.7, top_k=5, use_cache=False).numpy()
     np.testing.assert_array_equal(cached, plain)

@@ -70,20 +70,30 @@ struct HeadView {
   int64_t b = 0;                     // the batch row, for docs
 };
 
-// The head view of (b, h) for a kernel whose q is input q_at and whose input extra_at, if it
-// has one, is a mask or document ids.
+// The inputs of a kernel whose q is input q_at and whose input extra_at, if it has one, is a
+// mask or document ids.
 template <class T>
-HeadView<T> head_view(const KernelContext& ctx, int q_at, int extra_at, const AttentionDims& d,
-                      int64_t b, int64_t h) {
+AttentionInputs<T> attention_inputs(const KernelContext& ctx, int q_at, int extra_at) {
+  AttentionInputs<T> in{ctx.in(q_at).data<T>(), ctx.in(q_at + 1).data<T>(),
+                        ctx.in(q_at + 2).data<T>()};
+  in.docs = document_ids_of(ctx, extra_at);
+  if (static_cast<int>(ctx.inputs.size()) > extra_at && !in.docs.present()) {
+    in.ms = attention_mask_strides(ctx.in(extra_at).shape());
+    in.mask = ctx.in(extra_at).data<T>();
+  }
+  return in;
+}
+
+// The head view of (b, h).
+template <class T>
+HeadView<T> head_view(const AttentionInputs<T>& in, const AttentionDims& d, int64_t b, int64_t h) {
   const int64_t kv = h / d.group();
-  HeadView<T> view{ctx.in(q_at).data<T>() + d.q.at(b, h, 0),
-                   ctx.in(q_at + 1).data<T>() + d.k.at(b, kv, 0),
-                   ctx.in(q_at + 2).data<T>() + d.v.at(b, kv, 0)};
+  HeadView<T> view{in.q + d.q.at(b, h, 0), in.k + d.k.at(b, kv, 0), in.v + d.v.at(b, kv, 0)};
   view.b = b;
-  view.docs = document_ids_of(ctx, extra_at);
-  if (static_cast<int>(ctx.inputs.size()) > extra_at && !view.docs.present()) {
-    view.ms = attention_mask_strides(ctx.in(extra_at).shape());
-    view.mask = ctx.in(extra_at).data<T>() + b * view.ms.batch + h * view.ms.head;
+  view.docs = in.docs;
+  if (in.mask != nullptr) {
+    view.ms = in.ms;
+    view.mask = in.mask + b * view.ms.batch + h * view.ms.head;
   }
   return view;
 }
@@ -355,15 +365,14 @@ int64_t first_key_read(const AttentionDims& d, const AttentionParams& p, int64_t
   return first;
 }
 
-// (q, k, v[, mask]) -> (out, lse).
+}  // namespace
+
 template <class T>
-struct AttentionKernel {
+void attention_forward(const AttentionDims& d, const AttentionParams& p,
+                       const AttentionInputs<T>& in, T* out, attention_lse_t<T>* lse) {
   using C = tile_compute_t<T>;
-  static void run(const KernelContext& ctx) {
-    const AttentionParams& p = ctx.p<AttentionParams>();
-    const AttentionDims d = attention_dims(ctx, 0);
-    T* out = ctx.out(0).data<T>();
-    C* lse = ctx.out(1).data<C>();
+  static_assert(std::is_same_v<C, attention_lse_t<T>>);
+  {
     const int64_t tiles = (d.queries + kQueryTile - 1) / kQueryTile;
     const int64_t tasks = d.batch * d.heads * tiles;
     const C inf = std::numeric_limits<C>::infinity();
@@ -379,7 +388,7 @@ struct AttentionKernel {
         }
         const int64_t b = bh / d.heads, h = bh % d.heads;
         const int64_t nq = std::min(kQueryTile, d.queries - q0);
-        const HeadView<T> hv = head_view<T>(ctx, 0, 3, d, b, h);
+        const HeadView<T> hv = head_view<T>(in, d, b, h);
         std::fill(m.begin(), m.end(), -inf);
         std::fill(l.begin(), l.end(), C(0));
         std::fill(acc.begin(), acc.end(), C(0));
@@ -429,6 +438,25 @@ struct AttentionKernel {
       }
       Tiles<T>::release();
     });
+  }
+}
+
+template void attention_forward<float>(const AttentionDims&, const AttentionParams&,
+                                       const AttentionInputs<float>&, float*, float*);
+template void attention_forward<double>(const AttentionDims&, const AttentionParams&,
+                                        const AttentionInputs<double>&, double*, double*);
+template void attention_forward<bfloat16>(const AttentionDims&, const AttentionParams&,
+                                          const AttentionInputs<bfloat16>&, bfloat16*, float*);
+
+namespace {
+
+// (q, k, v[, mask]) -> (out, lse).
+template <class T>
+struct AttentionKernel {
+  static void run(const KernelContext& ctx) {
+    attention_forward<T>(attention_dims(ctx, 0), ctx.p<AttentionParams>(),
+                         attention_inputs<T>(ctx, 0, 3), ctx.out(0).data<T>(),
+                         ctx.out(1).data<attention_lse_t<T>>());
   }
 };
 
@@ -493,6 +521,7 @@ struct AttentionGradKernel {
   static void run(const KernelContext& ctx) {
     const AttentionParams& p = ctx.p<AttentionParams>();
     const AttentionDims d = attention_dims(ctx, 1);
+    const AttentionInputs<T> inputs = attention_inputs<T>(ctx, 1, 6);
     const T* dout = ctx.in(0).data<T>();
     const T* out = ctx.in(4).data<T>();
     const C* lse = ctx.in(5).data<C>();
@@ -542,7 +571,7 @@ struct AttentionGradKernel {
           nk = key_tile(d, k0);
           const int64_t kr = d.key_row(k0);
           for (int64_t h = kv * d.group(); h < (kv + 1) * d.group(); ++h) {
-            const HeadView<T> hv = head_view<T>(ctx, 1, 6, d, b, h);
+            const HeadView<T> hv = head_view<T>(inputs, d, b, h);
             const int64_t bh = b * d.heads + h;
             const T* dout_head = dout + d.out.at(b, h, 0);
             C* dq_head = sums.dq + (h - kv * d.group()) * sums.dq_head;

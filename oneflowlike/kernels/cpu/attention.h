@@ -20,11 +20,35 @@
 // tens of KiB per thread, freed with the rest when the thread's part of the call ends).
 
 #include <cstdint>
+#include <type_traits>
 
 #include "oneflowlike/dtype.h"
 #include "oneflowlike/ops/attention.h"
 
 namespace ofl::cpu {
+
+/// Where a fused-attention call's inputs start (the strides are AttentionDims'), and its mask
+/// or document ids (at most one).
+template <class T>
+struct AttentionInputs {
+  const T* q = nullptr;
+  const T* k = nullptr;
+  const T* v = nullptr;
+  const T* mask = nullptr;  // element (b, h, i, j) at b * ms.batch + ... + j * ms.key
+  MaskStrides ms = MaskStrides();
+  DocumentIds docs = DocumentIds();  // Note [Packed documents]
+};
+
+/// The log-sum-exp's element type: float for the 16-bit dtypes, else the dtype.
+template <class T>
+using attention_lse_t = std::conditional_t<std::is_same_v<T, double>, double, float>;
+
+/// The forward kernel over `d` (strides, query offset, window as it says): out and lse (B, H, L)
+/// from `in`. For float, double, and bfloat16 where bf16_tiles::available() (others widen
+/// first). The cached attention's kernel calls it on a cache's rows (Note [Cached attention]).
+template <class T>
+void attention_forward(const AttentionDims& d, const AttentionParams& p,
+                       const AttentionInputs<T>& in, T* out, attention_lse_t<T>* lse);
 
 /// The bytes a CPU attention call of `dtype` over `d` (causal or not) takes on `threads`
 /// threads (the backward's when `backward`).

@@ -354,6 +354,7 @@ class Graph(GraphStateMixin, GraphMemoryMixin, GraphRefusalsMixin, GraphOptimize
         self._traced_modes = [(name, m, m.training) for attr, module in self._modules.items()
                               for name, m in module.named_modules(prefix=attr)]
         self._traced_fingerprint = self._fingerprint()
+        self._snapshot_modules()
         self._single = not isinstance(outputs, (tuple, list))
         outs = [outputs] if self._single else list(outputs)
         self._fetches = []
@@ -565,8 +566,10 @@ class Graph(GraphStateMixin, GraphMemoryMixin, GraphRefusalsMixin, GraphOptimize
                 assert tuple(self._output_shapes.get(name, shape)) == shape, (name, shape)
                 outputs.append(_gt.GlobalTensor(local, shape, dtype, p, nd))
         self._step = step
-        if self._optimizers or self._written_buffers:
+        if self._optimizers:
             graph_sharing.claim(self)  # its runtime now holds the newest values
+        elif self._written_buffers:
+            graph_sharing.claim(self, self._written_buffers)
         for scheduler in self._lr_schedulers:
             scheduler.step()
         return outputs[0] if self._single else tuple(outputs)

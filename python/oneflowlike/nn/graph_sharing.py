@@ -6,7 +6,9 @@ initial weights, and module.state_dict() would save them, without a word.
 
 So the module's tensor stays the one value every user of it sees, brought up to date lazily:
 - after each call, a graph that trains (it has an optimizer) becomes the holder of its
-  variables' newest values;
+  variables' newest values; one that only writes buffers (Note [Buffers written in build]),
+  of those buffers' (a decoder's step writing its KV caches leaves the weights to the modules,
+  so an eager call between steps copies the caches, not the model);
 - before a graph runs, the values another graph holds are copied from that graph's runtime into
   the modules' tensors (sync), and every variable whose module tensor changed since this graph
   last wrote or read it (that sync, load_state_dict, an eager write) is written into this
@@ -112,13 +114,16 @@ def holder_of(graph):
     return holder
 
 
-def claim(graph):
-    """After a call of ``graph`` that changed its variables: it holds their newest values."""
+def claim(graph, names=None):
+    """After a call of ``graph`` that changed its variables (``names``; None: all of them): it
+    holds their newest values."""
     global _epoch
     holder = holder_of(graph)
     ref = weakref.ref(holder)
     ids = []
     for full, value in holder.values.items():
+        if names is not None and full not in names:
+            continue
         before = _holders.get(id(value))
         if before is not None and before[0]() is not holder:
             end_hold(value)  # load_state_dict's values replace another graph's

@@ -3,6 +3,7 @@
 #include "tests/cpp/compiler/sbp_sweep_cases.h"
 
 #include "oneflowlike/ops/attention.h"
+#include "oneflowlike/ops/cached_attention.h"
 #include "oneflowlike/ops/creation.h"
 #include "oneflowlike/ops/embedding.h"
 #include "oneflowlike/ops/fused.h"
@@ -106,6 +107,19 @@ std::vector<OpCase> sweep_cases() {
        "scaled_dot_product_attention",
        AttentionParams{0.5, true},
        {floats(Shape{4, 2, 5, 3}), floats(Shape{4, 2, 6, 3}), floats(Shape{4, 2, 6, 2})}},
+      // Note [Cached attention]: a step of 2 positions into caches of 8 written in place (the
+      // sweep makes them variables), at a drawn position in [0, 6]; 4 query heads over 2
+      // key/value heads, and a window of 3.
+      {"cached_attention",
+       "cached_attention",
+       CachedAttentionParams{0.5, 0},
+       {floats(Shape{4, 4, 2, 3}), floats(Shape{4, 2, 2, 3}), floats(Shape{4, 2, 2, 2}),
+        floats(Shape{4, 2, 8, 3}), floats(Shape{4, 2, 8, 2}), integers(Shape{1}, 7)}},
+      {"cached_attention_window",
+       "cached_attention",
+       CachedAttentionParams{0.5, 3},
+       {floats(Shape{4, 4, 2, 3}), floats(Shape{4, 2, 2, 3}), floats(Shape{4, 2, 2, 2}),
+        floats(Shape{4, 2, 8, 3}), floats(Shape{4, 2, 8, 2}), integers(Shape{1}, 7)}},
       // Grouped-query attention: 4 query heads over 2 key/value heads.
       {"scaled_dot_product_attention_gqa",
        "scaled_dot_product_attention",

@@ -1,8 +1,9 @@
 """Run by test_kv_cache.py on 2 processes. Prints "kv cache OK" per rank.
 
 - Generation through KV caches on a model laid out tensor-parallel on global tensors (the
-  examples' Megatron layout, eagerly) draws the bytes one device draws from the same weights and
-  seed: the LLaMA (grouped-query heads, windowed layers) and the GPT, batch 1 and 2.
+  examples' Megatron layout, eagerly, and through a compiled graph over static caches) draws the
+  bytes one device draws from the same weights and seed: the LLaMA (grouped-query heads,
+  windowed layers) and the GPT, batch 1 and 2.
 - Slicing a global tensor whose split gives a rank an empty piece (batch 1 over two ranks)
   gives numpy's values (it aborted the process: a slice of an empty piece had its view placed
   past the piece's end), and to_global makes such a split (it had no SBP signature).
@@ -117,6 +118,10 @@ def check_generation(make, train, vocab):
         flow.manual_seed(11)
         got = generate(model, idx, 24, temperature=0.8, top_k=4, use_cache=True).numpy()
         np.testing.assert_array_equal(got, want, err_msg=f"batch {batch}")
+        # Through a compiled graph over static caches, laid out as the keys (split over heads).
+        flow.manual_seed(11)
+        got = generate(model, idx, 24, temperature=0.8, top_k=4, graph=True).numpy()
+        np.testing.assert_array_equal(got, want, err_msg=f"batch {batch}, graph")
 
 
 def llama(**kwargs):

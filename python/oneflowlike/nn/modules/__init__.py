@@ -16,6 +16,7 @@ from oneflowlike.nn.modules.loss import (BCELoss, BCEWithLogitsLoss, CrossEntrop
 from oneflowlike.nn.modules.module import Module
 from oneflowlike.nn.modules.rms_norm import RMSNorm
 from oneflowlike.nn.modules.rotary import RotaryEmbedding
+from oneflowlike.nn.modules.static_kv_cache import StaticKVCache
 from oneflowlike.nn.modules.transformer import (MultiheadAttention, TransformerDecoder,
                                                 TransformerDecoderLayer, TransformerEncoder,
                                                 TransformerEncoderLayer)
@@ -27,4 +28,5 @@ __all__ = ["Module", "Linear", "Embedding", "LayerNorm", "RMSNorm", "Dropout", "
            "Flatten", "Unflatten", "L1Loss", "SmoothL1Loss", "HuberLoss", "BCELoss",
            "BCEWithLogitsLoss", "NLLLoss", "KLDivLoss", "MultiheadAttention",
            "TransformerEncoderLayer", "TransformerEncoder", "TransformerDecoderLayer",
-           "TransformerDecoder", "BatchNorm1d", "BatchNorm2d", "BatchNorm3d", "KVCache"]
+           "TransformerDecoder", "BatchNorm1d", "BatchNorm2d", "BatchNorm3d", "KVCache",
+           "StaticKVCache"]

@@ -5,6 +5,7 @@ import math
 from oneflowlike.nn import functional as F
 from oneflowlike.ops.attention import _window_keys
 from oneflowlike.nn.modules.dropout import Dropout
+from oneflowlike.nn.modules.kv_cache import KVCache
 from oneflowlike.nn.modules.linear import Linear
 from oneflowlike.nn.modules.module import Module
 
@@ -22,8 +23,8 @@ class CausalSelfAttention(Module):
     attention, Note [Sliding window]). ``forward(x, document_ids=None)``: with (B, T) integer
     ids of each position's document (sequences packed from several documents), a position
     attends within its own document only (Note [Packed documents]). ``forward(x,
-    cache=kv_cache)``: x holds the next T positions after those a flow.nn.KVCache has seen, and
-    attends over the cached keys too (generation; Note [KV cache]).
+    cache=kv_cache)``: x holds the next T positions after those a flow.nn.KVCache (or
+    StaticKVCache) has seen, and attends over the cached keys too (generation; Note [KV cache]).
     """
 
     def __init__(self, n_embd, n_head, block_size, dropout=0.0, bias=True, device=None,
@@ -44,7 +45,8 @@ class CausalSelfAttention(Module):
         self.resid_dropout = Dropout(dropout)
 
     def forward(self, x, document_ids=None, cache=None):
-        seen = 0 if cache is None else cache.position
+        # A StaticKVCache's position is a tensor: its own attend() checks it against max_len.
+        seen = cache.position if isinstance(cache, KVCache) else 0
         if x.ndim != 3 or x.shape[2] != self.n_embd or seen + x.shape[1] > self.block_size:
             raise ValueError(
                 f"[CausalSelfAttention] input must be (B, T, {self.n_embd}) with T <= "
@@ -59,7 +61,7 @@ class CausalSelfAttention(Module):
         if cache is not None and cache.window != self.window:
             raise ValueError(f"[CausalSelfAttention] the KV cache keeps a window of "
                              f"{cache.window} keys, the layer attends over {self.window} (0: "
-                             f"all): make it KVCache(window={self.window}).")
+                             f"all): make it with window={self.window}.")
         B, T, C = x.shape
         H, D = self.n_head, self.head_dim
         qkv = self.c_attn(x).reshape(B, T, H, 3 * D)  # (B, T, H, 3D): per head q | k | v

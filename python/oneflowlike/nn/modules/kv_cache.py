@@ -17,7 +17,8 @@ only several tokens after a cached prefix (a second prompt, speculative drafts) 
 the lower-right causal one. With ``window`` the cache keeps only the window - 1 latest keys
 (Mistral's rolling buffer): that is all a later query can see, so memory stays O(window).
 
-Eager only: a cache grows every step, which a compiled graph's fixed shapes cannot follow. On
+Eager only: a cache grows every step, which a compiled graph's fixed shapes cannot follow
+(StaticKVCache, Note [Static KV cache], is the cache for graphs). On
 one device, or on global tensors (a model laid out over ranks, tensor-parallel: each step's ops
 are eager global ops, the cache's keys and values laid out as the compiler chose for them).
 """
@@ -95,7 +96,8 @@ class KVCache:
         for name, t in (("q", q), ("k", k), ("v", v)):
             if not (isinstance(t, _C.Tensor) or _is_global(t)) or getattr(t, "is_lazy", False):
                 raise TypeError(f"[KVCache] attend takes eager tensors (a cache grows every "
-                                f"step, which a compiled graph cannot follow). However, {name} is "
+                                f"step, which a compiled graph cannot follow: use flow.nn.StaticKVCache in "
+                                f"a graph). However, {name} is "
                                 f"{'a traced value' if getattr(t, 'is_lazy', False) else type(t).__name__}.")
             if t.ndim != 4:
                 raise ValueError(f"[KVCache] q, k and v must be 4-d (batch, heads, T, head_dim). "
@@ -117,14 +119,20 @@ class KVCache:
     @staticmethod
     def check_layers(model, caches, layers):
         """Refuses ``caches`` (a model's forward(caches=); None: none) unless they are one
-        KVCache per layer, all at one position (ValueError naming ``model``)."""
+        KVCache per layer, all at one position, or one StaticKVCache per layer (ValueError
+        naming ``model``)."""
         if caches is None:
             return
-        if (len(caches) != layers or not all(isinstance(c, KVCache) for c in caches)
-                or len({c.position for c in caches}) != 1):
-            got = [c if isinstance(c, KVCache) else type(c).__name__ for c in caches]
+        from oneflowlike.nn.modules.static_kv_cache import StaticKVCache
+
+        kinds = {type(c) for c in caches}
+        if (len(caches) != layers or len(kinds) != 1 or not kinds <= {KVCache, StaticKVCache}
+                or (kinds == {KVCache} and len({c.position for c in caches}) != 1)):
+            got = [c if isinstance(c, (KVCache, StaticKVCache)) else type(c).__name__
+                   for c in caches]
             raise ValueError(f"[{model}] caches must be {layers} flow.nn.KVCache (one per "
-                             f"layer) at one position. However, got {got}.")
+                             f"layer) at one position, or {layers} flow.nn.StaticKVCache. "
+                             f"However, got {got}.")
 
     def __repr__(self):
         return (f"KVCache(position={self.position}, held={len(self)}"

@@ -4,7 +4,13 @@ import numpy as np
 
 import oneflowlike as flow
 from oneflowlike.nn import functional as F
+from oneflowlike.nn.modules.kv_cache import _arange
 from oneflowlike.nn.modules.module import Module
+from oneflowlike.ops.inplace import _is_global
+
+
+def _is_tensor(x):
+    return isinstance(x, flow.Tensor) or _is_global(x)
 
 
 class RotaryEmbedding(Module):
@@ -16,7 +22,8 @@ class RotaryEmbedding(Module):
     off): the inputs' positions are in F.zigzag's order over that many pieces, and the tables
     are taken in it (Note [Zigzag order] in oneflowlike/ops/attention.h). ``forward(x,
     offset)``: x holds the positions [offset, offset + T) (generation after a KV cache's
-    ``position`` ones; Note [KV cache])."""
+    ``position`` ones; Note [KV cache]); ``offset`` may be a one-element integer tensor, a
+    StaticKVCache's position (Note [Static KV cache])."""
 
     def __init__(self, head_dim, max_seq_len, base=10000.0, interleaved=False, seq_dim=-2,
                  zigzag=0):
@@ -42,6 +49,8 @@ class RotaryEmbedding(Module):
 
     def forward(self, x, offset=0):
         seq = x.shape[self.seq_dim]
+        if _is_tensor(offset):  # a StaticKVCache's position (Note [Static KV cache])
+            return self._at_tensor(x, seq, offset)
         if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
             raise ValueError(f"[RotaryEmbedding] offset (the first position of x) must be an int "
                              f">= 0. However, got {offset!r}.")
@@ -66,6 +75,26 @@ class RotaryEmbedding(Module):
             cos, sin = cos[:seq], sin[:seq]
         if self.zigzag and seq < self.max_seq_len:
             cos, sin = F.zigzag(cos, 0, self.zigzag), F.zigzag(sin, 0, self.zigzag)
+        return self._rotate(x, cos, sin)
+
+    def _at_tensor(self, x, seq, offset):
+        """The rows [offset, offset + seq) of the tables, ``offset`` a one-element integer
+        tensor (its value is not read: a graph traces this once for every position)."""
+        if offset.numel() != 1 or offset.dtype not in (flow.int32, flow.int64):
+            raise ValueError(f"[RotaryEmbedding] a tensor offset must hold one int32/int64 "
+                             f"position. However, got {offset.dtype} of shape "
+                             f"{tuple(offset.shape)}.")
+        if self.zigzag:
+            raise ValueError(f"[RotaryEmbedding] an offset takes positions in the sequence's "
+                             f"order, not zigzag={self.zigzag}'s.")
+        if seq > self.max_seq_len:
+            raise ValueError(f"[RotaryEmbedding] the input has {seq} positions along dim "
+                             f"{self.seq_dim}, more than max_seq_len {self.max_seq_len}.")
+        rows = _arange(0, seq, x) + offset.reshape(1).to(flow.int64)
+        cos, sin = flow.index_select(self.cos, 0, rows), flow.index_select(self.sin, 0, rows)
+        return self._rotate(x, cos, sin)
+
+    def _rotate(self, x, cos, sin):
         if cos.dtype != x.dtype:
             cos, sin = cos.to(x.dtype), sin.to(x.dtype)
         return F.rotary_embedding(x, cos, sin, seq_dim=self.seq_dim, interleaved=self.interleaved)
