@@ -69,6 +69,7 @@ NdSbp GraphTracer::sbp_hint_of(const Tensor& x) const {
 Tensor GraphTracer::to_global(const Tensor& x, const Placement& placement, const NdSbp& sbp) {
   if (x.is_lazy()) refresh(x);
   const int in = x.is_lazy() ? index_of(x) : constant(x, "to_global");
+  check_readable(in, "to_global");
   enter(placement);
   const Shape shape = builder_.meta(in).shape;
   check_nd_sbp(shape, sbp, placement, builder_.graph().tensor(in).name);
@@ -78,6 +79,7 @@ Tensor GraphTracer::to_global(const Tensor& x, const Placement& placement, const
 std::string GraphTracer::fetch(const Tensor& x) {
   refresh(x);
   const int t = index_of(x);
+  check_readable(t, "nn.Graph output");
   builder_.fetch(t);
   return builder_.graph().tensor(t).name;
 }
@@ -132,6 +134,7 @@ void GraphTracer::write_variable(const Tensor& variable, const Tensor& value,
             "' is written after build() returned.");
   Tensor v = value;
   if (v.is_lazy()) refresh(v);
+  if (v.is_lazy()) check_readable(index_of(v), op);
   const Placement where = var_op.placement;
   if (!v.is_lazy() || placement_of(v) != where) {  // a constant, or computed elsewhere
     const NdSbp sbp = var_op.output_sbp_hints.empty() ? NdSbp(where.hierarchy().ndim(), B())
@@ -170,44 +173,64 @@ std::vector<std::string> GraphTracer::written_variables() const {
 // memory, with no copy and no assign (Note [Buffers written in build] makes a new value and
 // assigns it). The plan runs such a write after every other read of the variable in its
 // iteration (Note [In-place updates wait for readers] in compiler/compile.cpp), which is the
-// program's order only when nothing reads the buffer after the write: so a buffer written in
-// place is not read (or written) again in the same build(), and anything else, a parameter, an
-// activation, a view or an already written buffer, is refused as the written input, each naming
-// the op and the buffer.
+// program's order only when nothing reads the buffer after the write. So once written in place
+// a buffer is not read again in the same build(): not by an op, a to_global, a write of its
+// value into another buffer, or as an output (check_readable); and a buffer with views in the
+// trace is not written in place (a view reads the variable's memory through a register of its
+// own, which the plan does not order against the write). Anything but a buffer as the written
+// input is refused: a parameter, an activation, a view, or a buffer an in-place op of build()
+// already gave a new value (buf.mul_(...), which the plan assigns at the end). Each refusal
+// names the op and the buffer.
+void GraphTracer::check_readable(int tensor, const std::string& user) const {
+  const auto written = in_place_.find(tensor);
+  if (written == in_place_.end()) return;
+  const Graph& g = const_cast<GraphTracer*>(this)->builder_.graph();
+  OFL_CHECK(false, "[", user, "] reads buffer '", g.op(g.tensor(tensor).producer).name, "' after ",
+            written->second,
+            " wrote it in place in the same build(): a graph runs that write after every read "
+            "of the buffer in its iteration, so this read would see the old value. Read the "
+            "buffer before the write, or write it once per step",
+            location_ ? str_cat(" [at ", location_(), "]") : std::string(), ".");
+}
+
 void GraphTracer::check_in_place_writes(const OpSchema& op, const AnyParams& params,
                                         const std::vector<Tensor>& inputs,
                                         const std::vector<int>& ids) {
+  for (int id : ids) check_readable(id, op.name());
+  if (!writes_inputs(op)) return;
   const Graph& g = builder_.graph();
   const std::string at = location_ ? str_cat(" [at ", location_(), "]") : std::string();
-  for (int id : ids) {
-    const auto written = in_place_.find(id);
-    OFL_CHECK(written == in_place_.end(), "[", op.name(), "] reads buffer '",
-              g.op(g.tensor(id).producer).name, "' after ", written->second,
-              " wrote it in place in the same build(): a graph runs that write after every "
-              "read of the buffer in its iteration, so this read would see the old value. Read "
-              "the buffer before the write, or write it once per step",
-              at, ".");
-  }
-  if (!writes_inputs(op)) return;
   for (int m : mutated_inputs(op, params, static_cast<int>(inputs.size()))) {
+    const std::string input =
+        m < static_cast<int>(op.input_names().size()) ? op.input_names()[m] : str_cat("input ", m);
+    const auto rewritten = variable_of_.find(inputs[m].impl());
+    if (rewritten != variable_of_.end()) {
+      OFL_CHECK(false, "[", op.name(), "] writes buffer '",
+                g.op(g.tensor(rewritten->second).producer).name, "' (its input '", input,
+                "') in place after an in-place op of build() gave it a new value (copy_, mul_, "
+                "...): write the buffer one way per step",
+                at, ".");
+    }
     const int id = ids.at(m);
     const LogicalOp& producer = g.op(g.tensor(id).producer);
     const bool buffer = inputs[m].is_lazy() && views_.count(inputs[m].impl()) == 0 &&
                         producer.kind == OpKind::kVariable && !producer.trainable &&
                         constants_.count(producer.name) == 0;
-    OFL_CHECK(
-        buffer, "[", op.name(), "] writes its input '",
-        m < static_cast<int>(op.input_names().size()) ? op.input_names()[m] : str_cat("input ", m),
-        "' in place: in a traced graph that must be a module's buffer (a variable the "
-        "graph does not train), not a view of one or a value computed in build() (on "
-        "global tensors outside nn.Graph there is no such variable). However, got ",
-        producer.kind == OpKind::kVariable ? "variable '" + producer.name + "'"
-                                           : inputs[m].describe(),
-        at, ".");
-    OFL_CHECK(writes_.count(id) == 0, "[", op.name(), "] writes buffer '", producer.name,
-              "' in place after an in-place op of build() gave it a new value; write it one way "
-              "per step",
+    OFL_CHECK(buffer, "[", op.name(), "] writes its input '", input,
+              "' in place: in a traced graph that must be a module's buffer (a variable the "
+              "graph does not train), not a view of one or a value computed in build() (on "
+              "global tensors outside nn.Graph there is no such variable). However, got ",
+              producer.kind == OpKind::kVariable ? "variable '" + producer.name + "'"
+                                                 : inputs[m].describe(),
               at, ".");
+    for (const auto& [impl, view] : views_) {
+      const BufferView* v = &view;  // up the views to the buffer
+      while (views_.count(v->parent.impl()) > 0) v = &views_.at(v->parent.impl());
+      OFL_CHECK(index_of(v->parent) != id, "[", op.name(), "] writes buffer '", producer.name,
+                "' in place, and build() took a view of it (view, reshape, detach): the plan "
+                "would not order the view's reads against the write. Read the buffer itself",
+                at, ".");
+    }
     in_place_.emplace(id, op.name());
   }
 }

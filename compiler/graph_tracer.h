@@ -103,7 +103,9 @@ class GraphTracer final : public OpTracer {
   bool is_buffer_or_view(const Tensor& x) const;
   void refresh(const Tensor& x);
   // Note [Buffers written in place in build]: refuses reads of a buffer written in place earlier
-  // and in-place writes of anything but a buffer, and records the buffers op `op` writes.
+  // (check_readable: `user` names the reader) and in-place writes of anything but a buffer
+  // without views, and records the buffers op `op` writes.
+  void check_readable(int tensor, const std::string& user) const;
   void check_in_place_writes(const OpSchema& op, const AnyParams& params,
                              const std::vector<Tensor>& inputs, const std::vector<int>& ids);
 

@@ -87,14 +87,17 @@ size_t autocast_cache_size() { return weight_casts.size(); }
 
 std::vector<DataType> amp_input_dtypes(const OpSchema& op, std::vector<DataType> inputs,
                                        DataType low) {
-  // An op writing a tensor in place gets it as it is (a cast would write a copy), and its other
-  // floating operands in that tensor's dtype (Note [Cached attention]: a cache's dtype is fixed).
+  // An op writing tensors in place gets them as they are (a cast would take the write into a
+  // copy), and its other floating operands in the first one's dtype (Note [Cached attention]: a
+  // cache's dtype is fixed); written tensors of another dtype stay so, for the op to refuse.
   if (const std::vector<int>* written = op.get<TMutatedInputs>();
       written != nullptr && !written->empty() &&
       written->front() < static_cast<int>(inputs.size())) {
     const DataType to = inputs[written->front()];
-    for (DataType& d : inputs) {
-      if (is_floating(to) && (d == DataType::kFloat32 || d == low)) d = to;
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      const bool kept = std::count(written->begin(), written->end(), static_cast<int>(i)) > 0;
+      DataType& d = inputs[i];
+      if (!kept && is_floating(to) && (d == DataType::kFloat32 || d == low)) d = to;
     }
     return inputs;
   }

@@ -10,7 +10,10 @@
 // or a module's buffers eagerly), then out (B, H, T, Ev) is causal attention of each query over
 // the cache's rows up to its own position p + t (with `window` w > 0 only the w latest, (p + t -
 // w, p + t]), H a multiple of Hk as in fused attention. Only the rows [0, p + T) are read: a step
-// costs O((p + T) T), not O(L T), and nothing of the cache is copied but the step's rows. A step
+// costs O((p + T) T), not O(L T), and nothing of the cache is copied but the step's rows (in
+// float32, float64, and bfloat16 where the CPU has the tile instructions; float16, and bfloat16
+// without them, attend on float32 copies of q and the whole caches, O(L) a step: Note [Widened
+// kernels]). A step
 // past the cache (p + T > L, or p < 0) raises on the CPU; the CUDA kernel does not read p on
 // the host, so it writes no row outside the cache and leaves the check to the caller (the
 // Python side checks eagerly). Not differentiable: it is a generation op (a caller that needs

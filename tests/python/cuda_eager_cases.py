@@ -474,9 +474,11 @@ def test_attention_through_a_kv_cache_on_the_gpu_gives_the_cpus_rows(autocast):
         assert_same(got, want, rtol=1e-4, atol=1e-5)
 
 
-def test_a_static_cache_on_the_gpu_eagerly_and_through_a_graph_gives_the_cpus_rows():
+@pytest.mark.parametrize("slots", [16, 1100], ids=["warp-rows", "block-rows"])
+def test_a_static_cache_on_the_gpu_eagerly_and_through_a_graph_gives_the_cpus_rows(slots):
     """flow.nn.StaticKVCache on the GPU (Note [Static KV cache]): a prompt and several tokens
-    eagerly, single tokens through a graph writing the cache's buffers: the CPU's rows."""
+    eagerly, single tokens through a graph writing the cache's buffers: the CPU's rows. Caches
+    of more than 1024 slots take the CUDA kernel's block-per-row path."""
     flow.manual_seed(0)
     layer = nn.CausalSelfAttention(32, 4, block_size=32, window=5).eval()
     x = flow.randn(2, 12, 32)
@@ -491,7 +493,7 @@ def test_a_static_cache_on_the_gpu_eagerly_and_through_a_graph_gives_the_cpus_ro
 
     def steps(device):
         moved = layer.to(device)
-        cache = nn.StaticKVCache(2, 4, 16, 8, window=5, device=device)
+        cache = nn.StaticKVCache(2, 4, slots, 8, window=5, device=device)
         step = Step(moved, cache)
         rows = []
         with flow.no_grad():

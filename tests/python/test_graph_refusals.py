@@ -161,6 +161,47 @@ def test_replacing_a_parameter_after_compiling_is_refused():
         graph(*_data())
 
 
+def test_what_the_per_call_check_must_still_see_is_refused():
+    """Note [Checking a graph's modules each call]: the flat snapshot sees every change the tree
+    walk saw, the graph's own modules included (g.m = other ran the old module silently)."""
+
+    class Eval(nn.Graph):
+        def __init__(self, m):
+            super().__init__()
+            self.m = m
+
+        def build(self, x):
+            return self.m(x)
+
+    x = flow.randn(2, 4)
+    graph = Eval(_mlp())
+    graph(x)
+    graph.m = _mlp()
+    with pytest.raises(RuntimeError, match=r"\['m.0.bias', 'm.0.weight', 'm.2.bias', "
+                                           r"'m.2.weight'\] were added, removed or replaced"):
+        graph(x)
+    model = _mlp()
+    graph = Eval(model)
+    graph(x)
+    model[1] = nn.Sequential(nn.GELU(), nn.Linear(8, 8))  # a submodule added where none was
+    with pytest.raises(RuntimeError, match=r"\['m.1.1.bias', 'm.1.1.weight'\] were added"):
+        graph(x)
+    model = _mlp()
+    graph = Eval(model)
+    graph(x)
+    model.to(flow.float64)
+    with pytest.raises(RuntimeError, match=r"moved to another device or dtype"):
+        graph(x)
+    model = _mlp()
+    graph = Eval(model)
+    graph(x)
+    handle = model[0].register_forward_hook(lambda m, i, o: o * 2)
+    with pytest.raises(RuntimeError, match=r"hooks of \['m.0'\] were registered or removed"):
+        graph(x)
+    handle.remove()
+    graph(x)  # as traced again
+
+
 def test_a_bad_shape_leaves_the_graph_as_it_was():
     model = _mlp()
     graph = _Train(model, flow.optim.SGD(model.parameters(), lr=0.5))

@@ -63,16 +63,18 @@ def test_the_examples_give_their_whole_logits_eagerly_and_through_a_graph(make):
     for cache in caches:
         cache.reset()
     one_token = _Step(model, caches)
-    got = []
+    got, held = [], None
     for i, piece in enumerate(_pieces(idx)):
         by_graph = piece.shape[1] == 1 and i % 2 == 0  # steps 2 and 4; 3 and 6 eagerly
         got.append(one_token(piece) if by_graph else model(piece, caches=caches))
+        if by_graph:  # what the graph holds right after its step
+            held = set(graph_sharing._holders)
     np.testing.assert_allclose(flow.cat(got, dim=1).numpy(), whole, rtol=1e-4, atol=1e-5)
     # The graph writes the caches only: it holds them, not the weights (an eager step between
     # graph steps copies the caches back, never the model).
     assert sorted(one_token._written_buffers) == sorted(
         f"caches.{i}.{name}" for i in range(len(caches)) for name in ("k", "v", "pos"))
-    held = set(graph_sharing._holders)
+    assert {id(c.k) for c in caches} <= held
     assert not held & {id(p) for p in model.parameters()}
 
 
@@ -126,9 +128,15 @@ def test_what_a_static_cache_cannot_take_is_refused_naming_it():
         layer(flow.randn(1, 3, 8), cache=nn.StaticKVCache(1, 2, 8, 4))
     model = _gpt()
     mixed = model.make_caches()[:1] + model.make_caches(batch_size=1)[1:]
-    with pytest.raises(ValueError, match=r"\[GPT\] caches must be 2 flow.nn.KVCache \(one per "
-                                         r"layer\) at one position, or 2 flow.nn.StaticKVCache"):
+    with pytest.raises(ValueError, match=r"\[GPT\] caches must be 2 flow.nn.KVCache or 2 "
+                                         r"flow.nn.StaticKVCache \(one per layer\) at one "
+                                         r"position \(reset\(\) them together\)"):
         model(flow.zeros(1, 2, dtype=flow.int64), caches=mixed)
+    apart = model.make_caches(batch_size=1)
+    model(flow.zeros(1, 2, dtype=flow.int64), caches=apart)
+    apart[1].reset()  # one layer's alone: the model would read the first layer's position
+    with pytest.raises(ValueError, match=r"at one position \(reset\(\) them together\)"):
+        model(flow.zeros(1, 1, dtype=flow.int64), caches=apart)
 
     class Step(nn.Graph):
         def __init__(self):
@@ -176,12 +184,17 @@ def test_a_graph_under_enable_amp_keeps_float32_caches_and_follows_float32():
     caches = model.make_caches(batch_size=2)
     step = _Step(model, caches)
     step.config.enable_amp(True, dtype=flow.bfloat16)
+    eager = model.make_caches(batch_size=2)
     with flow.no_grad():
         rows = [model(idx[:, :5], caches=caches)] + [step(idx[:, t:t + 1]) for t in range(5, 9)]
+        model(idx, caches=eager)
     np.testing.assert_allclose(flow.cat(rows, dim=1).float().numpy(), whole, rtol=0.05,
                                atol=0.05)
-    assert caches[0].k.dtype == flow.float32
-    assert caches[0].position.numpy().tolist() == [9]
+    step.sync_to_modules()
+    for cache, want in zip(caches, eager):  # the graph's keys and values reached the caches
+        assert np.abs(cache.k.numpy()[:, :, 5:9]).max() > 0
+        np.testing.assert_allclose(cache.k.numpy(), want.k.numpy(), rtol=0.05, atol=0.05)
+        np.testing.assert_allclose(cache.v.numpy(), want.v.numpy(), rtol=0.05, atol=0.05)
 
 
 def test_what_a_graph_cannot_do_with_a_buffer_written_in_place_is_refused():
@@ -202,6 +215,17 @@ def test_what_a_graph_cannot_do_with_a_buffer_written_in_place_is_refused():
     def read_after(cache, x):
         return cache.attend(x, x, x) + cache.k.sum()
 
+    def returned_after(cache, x):
+        return cache.attend(x, x, x), cache.k
+
+    def viewed_before(cache, x):
+        before = cache.k.reshape(-1)
+        return cache.attend(x, x, x), before
+
+    def written_before(cache, x):
+        cache.k.mul_(0.0)
+        return cache.attend(x, x, x)
+
     def not_a_buffer(cache, x):
         made = x.repeat(1, 1, 4, 1) * 2.0
         return _C.cached_attention(x, x, x, made, made, cache.pos, 1.0)
@@ -210,6 +234,16 @@ def test_what_a_graph_cannot_do_with_a_buffer_written_in_place_is_refused():
         with pytest.raises(ValueError, match=r"reads buffer 'cache.k' after cached_attention "
                                              r"wrote it in place"):
             OneCache(read_after)(flow.randn(1, 2, 1, 4))
+        with pytest.raises(ValueError, match=r"\[nn.Graph output\] reads buffer 'cache.k' after "
+                                             r"cached_attention wrote it in place"):
+            OneCache(returned_after)(flow.randn(1, 2, 1, 4))
+        with pytest.raises(ValueError, match=r"writes buffer 'cache.k' in place, and build\(\) "
+                                             r"took a view of it"):
+            OneCache(viewed_before)(flow.randn(1, 2, 1, 4))
+        with pytest.raises(ValueError, match=r"writes buffer 'cache.k' \(its input 'k_cache'\) "
+                                             r"in place after an in-place op of build\(\) gave "
+                                             r"it a new value"):
+            OneCache(written_before)(flow.randn(1, 2, 1, 4))
         with pytest.raises(ValueError, match=r"\[cached_attention\] writes its input 'k_cache' "
                                              r"in place: in a traced graph that must be a "
                                              r"module's buffer"):

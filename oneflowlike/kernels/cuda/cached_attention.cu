@@ -1,7 +1,8 @@
 // CUDA kernel of attention over a KV cache extended in place (Note [Cached attention] in
 // ops/cached_attention.h), for a decoder's steps of a few tokens: one kernel copies the step's
 // rows into the caches, then one team (a warp, or a block for long caches) per query row makes
-// the row's scores over the keys it sees into scratch (B * H * T * L floats), folds their online
+// the row's scores over the keys it sees into scratch (L floats a row, at most kScoreBytes for
+// the rows of one launch: long prompts go in chunks of rows), folds their online
 // softmax (Note [Online softmax]) and sums the values' rows weighted by the probabilities, each
 // thread over its channels. Compute in float32 (float64 for float64), as fused attention does;
 // each sum in one order. Not the flash-decoding split over the keys, which a long cache would
@@ -35,19 +36,25 @@ __device__ __forceinline__ void team_sync() {
   }
 }
 
+// The scores of at most this many bytes at once: the rows go in chunks (a prompt of 2048
+// positions over 32 heads and 4096 slots would need 1 GiB at once).
+constexpr int64_t kScoreBytes = int64_t{64} << 20;
+
 template <class N, class C>
 struct CachedRow {
-  const N* q;   // (B, H, T, E)
-  const N* kc;  // (B, Hk, L, E)
-  const N* vc;  // (B, Hk, L, Ev)
-  N* out;       // (B, H, T, Ev)
-  C* scores;    // (B * H * T, L)
+  const N* q;    // (B, H, T, E)
+  const N* kc;   // (B, Hk, L, E)
+  const N* vc;   // (B, Hk, L, Ev)
+  N* out;        // (B, H, T, Ev)
+  C* scores;     // (rows of the chunk, L)
+  int64_t row0;  // the chunk's first row
   const int64_t* position;
   int64_t heads, kv_heads, steps, slots, head_dim, value_dim, window;
   C scale;
 
   template <class Team>
-  __device__ void operator()(const Team& team, int64_t r) const {
+  __device__ void operator()(const Team& team, int64_t chunk_row) const {
+    const int64_t r = row0 + chunk_row;
     const int64_t h = r / steps % heads, b = r / (steps * heads);
     const int64_t kv = h / (heads / kv_heads);
     const int64_t at = position[0] + r % steps;  // the query's position
@@ -56,7 +63,7 @@ struct CachedRow {
     const N* qr = q + r * head_dim;
     const N* keys = kc + (b * kv_heads + kv) * slots * head_dim;
     const N* values = vc + (b * kv_heads + kv) * slots * value_dim;
-    C* s = scores + r * slots;
+    C* s = scores + chunk_row * slots;
     OnlineSoftmax<C> state = OnlineSoftmax<C>::empty();
     for (int64_t j = first + team.rank(); j <= last; j += team.size()) {
       C dot = 0;
@@ -103,11 +110,15 @@ struct CachedAttentionKernel {
                       });
     }
     const int64_t rows = q[0] * q[1] * steps;
-    Scratch scores(ctx, static_cast<size_t>(std::max<int64_t>(rows * slots, 1)) * sizeof(C));
-    launch_rows(ctx, "cached_attention", rows, slots,
-                CachedRow<N, C>{data<T>(ctx.in(0)), data<T>(ctx.in(3)), data<T>(ctx.in(4)),
-                                data<T>(ctx.out(0)), scores.as<C>(), position, q[1], kc[1], steps,
-                                slots, q[3], vc[3], p.window, static_cast<C>(p.scale)});
+    const int64_t chunk =
+        std::max<int64_t>(1, std::min<int64_t>(rows, kScoreBytes / (slots * int64_t{sizeof(C)})));
+    Scratch scores(ctx, static_cast<size_t>(std::max<int64_t>(chunk * slots, 1)) * sizeof(C));
+    for (int64_t row0 = 0; row0 < rows; row0 += chunk) {  // in stream order: one scratch
+      launch_rows(ctx, "cached_attention", std::min(chunk, rows - row0), slots,
+                  CachedRow<N, C>{data<T>(ctx.in(0)), data<T>(ctx.in(3)), data<T>(ctx.in(4)),
+                                  data<T>(ctx.out(0)), scores.as<C>(), row0, position, q[1], kc[1],
+                                  steps, slots, q[3], vc[3], p.window, static_cast<C>(p.scale)});
+    }
   }
 };
 

@@ -73,7 +73,9 @@ class GraphRefusalsMixin:
         and device; the hooks. A call compares these by identity (no names, no generators);
         only where something differs does the full fingerprint run, to raise naming what
         changed, or to take a new snapshot where nothing that matters did."""
-        registries, variables, hooks = [], [], []
+        # The graph's own modules (g.m = other), then each module's registries.
+        registries, variables, hooks = [(self.__dict__, "_modules", self._modules,
+                                         tuple(map(id, self._modules.values())))], [], []
         for _, module, _ in self._traced_modes:
             state = module.__dict__
             for registry_name in ("_modules", "_parameters", "_buffers"):

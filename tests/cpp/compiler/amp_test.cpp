@@ -248,6 +248,16 @@ TEST(Amp, ThePolicyLowersMatmulsLetsCheapOpsFollowAndCastsTheRestUp) {
   EXPECT_EQ(dtypes("embedding", {D::kBFloat16, D::kInt64}), (V{D::kFloat32, D::kInt64}));
   EXPECT_EQ(dtypes("matmul", {D::kFloat64, D::kInt32}), (V{D::kFloat64, D::kInt32}));
   EXPECT_EQ(dtypes("softmax", {D::kFloat16}), (V{D::kFloat16}));  // not the low dtype asked
+  // An op writing inputs in place keeps them as they are (a cast would take the write into a
+  // copy) and takes its other floating operands in the first one's dtype; a second written
+  // input of another dtype stays so, for the op to refuse.
+  EXPECT_EQ(dtypes("cached_attention",
+                   {D::kBFloat16, D::kBFloat16, D::kFloat32, D::kFloat32, D::kFloat32, D::kInt64}),
+            (V{D::kFloat32, D::kFloat32, D::kFloat32, D::kFloat32, D::kFloat32, D::kInt64}));
+  EXPECT_EQ(dtypes("cached_attention",
+                   {D::kFloat32, D::kFloat32, D::kFloat32, D::kFloat32, D::kBFloat16, D::kInt64}),
+            (V{D::kFloat32, D::kFloat32, D::kFloat32, D::kFloat32, D::kBFloat16, D::kInt64}));
+  EXPECT_EQ(dtypes("assign", {D::kBFloat16, D::kFloat32}), (V{D::kBFloat16, D::kBFloat16}));
 }
 
 TEST(Amp, AMatmulReadingAMatmulTakesItsBfloat16OutputWithoutARoundTrip) {

@@ -45,6 +45,16 @@ def _arange(start, end, like):
     return flow.arange(start, end, device=like.device)
 
 
+def _positions(caches):
+    """The caches' next positions (a set): a StaticKVCache's read eagerly (one element each; in
+    a trace they are not known, and the graph's caller keeps count)."""
+    if isinstance(caches[0], KVCache):
+        return {c.position for c in caches}
+    if getattr(caches[0].pos, "is_lazy", False):
+        return {None}
+    return {c.next_position() for c in caches}
+
+
 class KVCache:
     """The keys and values (batch, kv_heads, positions, head_dim) of the positions one attention
     layer has seen. ``window`` (0: every position): keep only what a sliding window of that many
@@ -119,20 +129,20 @@ class KVCache:
     @staticmethod
     def check_layers(model, caches, layers):
         """Refuses ``caches`` (a model's forward(caches=); None: none) unless they are one
-        KVCache per layer, all at one position, or one StaticKVCache per layer (ValueError
-        naming ``model``)."""
+        KVCache or one StaticKVCache per layer, all at one position (ValueError naming
+        ``model``)."""
         if caches is None:
             return
         from oneflowlike.nn.modules.static_kv_cache import StaticKVCache
 
         kinds = {type(c) for c in caches}
         if (len(caches) != layers or len(kinds) != 1 or not kinds <= {KVCache, StaticKVCache}
-                or (kinds == {KVCache} and len({c.position for c in caches}) != 1)):
+                or len(_positions(caches)) != 1):
             got = [c if isinstance(c, (KVCache, StaticKVCache)) else type(c).__name__
                    for c in caches]
-            raise ValueError(f"[{model}] caches must be {layers} flow.nn.KVCache (one per "
-                             f"layer) at one position, or {layers} flow.nn.StaticKVCache. "
-                             f"However, got {got}.")
+            raise ValueError(f"[{model}] caches must be {layers} flow.nn.KVCache or {layers} "
+                             f"flow.nn.StaticKVCache (one per layer) at one position (reset() "
+                             f"them together). However, got {got}.")
 
     def __repr__(self):
         return (f"KVCache(position={self.position}, held={len(self)}"

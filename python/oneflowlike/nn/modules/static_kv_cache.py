@@ -94,13 +94,19 @@ class StaticKVCache(Module):
     def position(self):
         """The next position (int64, shape (1,)), the buffer ``pos``: its newest value, which a
         graph's step may hold (Note [Graphs sharing modules]; a model reads it before its
-        cache's call, for the rotary tables or the position embeddings)."""
+        cache's call, for the rotary tables or the position embeddings). Only ``pos`` comes
+        back from the graph here, not the keys and values."""
         from oneflowlike.framework.global_tensor import current_tracer
         from oneflowlike.nn import graph_sharing
 
         if graph_sharing._holders and current_tracer() is None:
-            graph_sharing.module_call(self)
+            graph_sharing.release([self.pos])
         return self.pos
+
+    def next_position(self):
+        """The next position as an int (eagerly: it reads one element)."""
+        at = self.position
+        return int((at.to_local() if _is_global(at) else at).numpy()[0])
 
     def reset(self):
         """Forgets every position (a new generation): the next step starts at position 0."""
@@ -176,8 +182,7 @@ class StaticKVCache(Module):
                 raise ValueError(f"[StaticKVCache] a step of {steps} positions does not fit "
                                  f"max_len {L}.")
             return
-        at = int((self.pos.to_local() if _is_global(self.pos) else self.pos)
-                 .numpy()[0])
+        at = self.next_position()
         if at + steps > L:
             raise ValueError(f"[StaticKVCache] {steps} new positions after the {at} held pass "
                              f"max_len {L}: reset() the cache (a new context) first.")
