@@ -73,9 +73,11 @@ class GraphRefusalsMixin:
         and device; the hooks. A call compares these by identity (no names, no generators);
         only where something differs does the full fingerprint run, to raise naming what
         changed, or to take a new snapshot where nothing that matters did."""
-        # The graph's own modules (g.m = other), then each module's registries.
-        registries, variables, hooks = [(self.__dict__, "_modules", self._modules,
-                                         tuple(map(id, self._modules.values())))], [], []
+        # Each module's registries, and the graph's own modules (g.m = other) apart: a reference
+        # to the graph's __dict__ here would make the graph a cycle, freed only by the collector
+        # (Note [Graphs sharing modules] frees a dropped graph by reference counts).
+        registries, variables, hooks = [], [], []
+        own = (self._modules, tuple(map(id, self._modules.values())))
         for _, module, _ in self._traced_modes:
             state = module.__dict__
             for registry_name in ("_modules", "_parameters", "_buffers"):
@@ -86,14 +88,16 @@ class GraphRefusalsMixin:
                     variables += [(v, v.requires_grad, _held_as(v)) for v in registry.values()
                                   if v is not None]
             hooks.append((state, _hooks_of(state) if _HOOKS & state.keys() else None))
-        self._module_snapshot = (registries, variables, hooks)
+        self._module_snapshot = (own, registries, variables, hooks)
 
     def _modules_unchanged(self):
         """Whether the snapshot still holds (Note [Checking a graph's modules each call])."""
         snapshot = self.__dict__.get("_module_snapshot")
         if snapshot is None:
             return False
-        registries, variables, hooks = snapshot
+        own, registries, variables, hooks = snapshot
+        if self._modules is not own[0] or tuple(map(id, self._modules.values())) != own[1]:
+            return False
         for state, registry_name, registry, ids in registries:
             if state[registry_name] is not registry or tuple(map(id, registry.values())) != ids:
                 return False
