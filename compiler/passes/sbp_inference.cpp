@@ -251,6 +251,7 @@ class SbpInferencePass final : public Pass {
       if (ok && op.schema->has<TAlignedSplits>()) ok = aligned_splits_are_even(graph, op, cand);
       double cost = 0;
       int boxings = 0;
+      bool scatters = false;  // a partial input taken as a split: a reduce-scatter
       for (size_t k = 0; k < op.inputs.size() && ok; ++k) {
         const LogicalTensor& t = graph.tensor(op.inputs[k]);
         const LogicalOp& producer = graph.op(t.producer);
@@ -262,16 +263,32 @@ class SbpInferencePass final : public Pass {
         if (!same) {
           ++boxings;
           cost += boxing_cost(t.meta, producer.placement, t.sbp, op.placement, cand.inputs[k]);
+          for (size_t d = 0; producer.placement == op.placement && d < t.sbp.size(); ++d) {
+            scatters = scatters || (t.sbp[d].is_partial_sum() && cand.inputs[k][d].is_split());
+          }
         }
       }
       // Note [Replicate when it costs nothing]: only small outputs; a large constant (a
       // batch-shaped fill) stays split rather than cost every rank its memory.
       int unreplicated = 0;
-      for (size_t k = 0; k < cand.outputs.size(); ++k) {
+      for (size_t k = 0; k < cand.outputs.size() && ok; ++k) {
         const NdSbp& out = cand.outputs[k];
-        if (tensor_bytes(graph.tensor(op.outputs[k]).meta) > kReplicateBytes) continue;
-        unreplicated += static_cast<int>(
+        const TensorMeta& meta = graph.tensor(op.outputs[k]).meta;
+        if (tensor_bytes(meta) > kReplicateBytes) continue;
+        const int split = static_cast<int>(
             std::count_if(out.begin(), out.end(), [](const Sbp& s) { return !s.is_broadcast(); }));
+        unreplicated += split;
+        // Note [Small outputs are gathered later]: a candidate that reduce-scatters a partial
+        // input to make a small split output (the residual add after a row-parallel product)
+        // hands its consumers an all-gather the greedy choice cannot see: such a tensor is
+        // mostly needed whole next (a norm over the split axis). The bytes match one
+        // all-reduce, but each collective is a round trip between ranks (tens of microseconds
+        // here), which a decoding step of tiny tensors paid 33 times instead of 17. So that
+        // candidate is charged the gather too. Splits that flow without a reduce-scatter (data
+        // parallelism's batch) are not.
+        if (split > 0 && scatters) {
+          cost += boxing_cost(meta, op.placement, out, op.placement, NdSbp(out.size(), B()));
+        }
       }
       if (ok) scored.push_back({{cost, boxings, unreplicated, c}, &cand});
     }

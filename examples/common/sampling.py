@@ -99,6 +99,16 @@ class StepGraph(flow.nn.Graph):
     def build(self, idx):
         return self.model(idx, caches=list(self.caches))[:, -1, :]
 
+    def __call__(self, idx):
+        # The tokens whole on every rank, however the op that chose them left them (an argmax
+        # of partial logits gives a partial index): a graph runs with its inputs laid out as
+        # at its first call.
+        if idx.is_global:
+            broadcast = (flow.sbp.broadcast,) * len(idx.placement.hierarchy)
+            if tuple(idx.sbp) != broadcast:
+                idx = idx.to_global(placement=idx.placement, sbp=broadcast)
+        return super().__call__(idx)
+
 
 @flow.no_grad()
 def generate(model, idx, tokens, temperature=1.0, top_k=None, use_cache=None, graph=False):
