@@ -70,6 +70,12 @@ Tensor GraphTracer::to_global(const Tensor& x, const Placement& placement, const
   if (x.is_lazy()) refresh(x);
   const int in = x.is_lazy() ? index_of(x) : constant(x, "to_global");
   check_readable(in, "to_global");
+  // Eagerly a move to the layout a buffer has is the buffer itself (Note [Buffers written in
+  // place in build]: its reads are not ordered against a later in-place write).
+  if (x.is_lazy() && is_buffer_or_view(x) && placement == placement_of(x) &&
+      (sbp == sbp_hint_of(x) || sbp_hint_of(x).empty())) {
+    aliased_.insert(in);
+  }
   enter(placement);
   const Shape shape = builder_.meta(in).shape;
   check_nd_sbp(shape, sbp, placement, builder_.graph().tensor(in).name);
@@ -132,6 +138,7 @@ void GraphTracer::write_variable(const Tensor& variable, const Tensor& value,
             ". However, got ", value.describe(), ".");
   OFL_CHECK(!finished_writes_, "[", op, "] buffer '", var_op.name,
             "' is written after build() returned.");
+  check_readable(var, op);  // Note [Buffers written in place in build]: one way per step
   Tensor v = value;
   if (v.is_lazy()) refresh(v);
   if (v.is_lazy()) check_readable(index_of(v), op);
@@ -175,9 +182,10 @@ std::vector<std::string> GraphTracer::written_variables() const {
 // iteration (Note [In-place updates wait for readers] in compiler/compile.cpp), which is the
 // program's order only when nothing reads the buffer after the write. So once written in place
 // a buffer is not read again in the same build(): not by an op, a to_global, a write of its
-// value into another buffer, or as an output (check_readable); and a buffer with views in the
-// trace is not written in place (a view reads the variable's memory through a register of its
-// own, which the plan does not order against the write). Anything but a buffer as the written
+// value into another buffer or of another value into it, or as an output (check_readable); and
+// a buffer with views in the trace (to_global to its own layout included: eagerly the buffer
+// itself) is not written in place (a view reads the variable through a register of its own,
+// which the plan does not order against the write). Anything but a buffer as the written
 // input is refused: a parameter, an activation, a view, or a buffer an in-place op of build()
 // already gave a new value (buf.mul_(...), which the plan assigns at the end). Each refusal
 // names the op and the buffer.
@@ -185,11 +193,11 @@ void GraphTracer::check_readable(int tensor, const std::string& user) const {
   const auto written = in_place_.find(tensor);
   if (written == in_place_.end()) return;
   const Graph& g = const_cast<GraphTracer*>(this)->builder_.graph();
-  OFL_CHECK(false, "[", user, "] reads buffer '", g.op(g.tensor(tensor).producer).name, "' after ",
+  OFL_CHECK(false, "[", user, "] uses buffer '", g.op(g.tensor(tensor).producer).name, "' after ",
             written->second,
-            " wrote it in place in the same build(): a graph runs that write after every read "
-            "of the buffer in its iteration, so this read would see the old value. Read the "
-            "buffer before the write, or write it once per step",
+            " wrote it in place in the same build(): a graph runs that write after every other "
+            "use of the buffer in its iteration, so this read would see the old value (or this "
+            "write be overwritten). Use the buffer before the write, and write it once per step",
             location_ ? str_cat(" [at ", location_(), "]") : std::string(), ".");
 }
 
@@ -223,14 +231,17 @@ void GraphTracer::check_in_place_writes(const OpSchema& op, const AnyParams& par
               producer.kind == OpKind::kVariable ? "variable '" + producer.name + "'"
                                                  : inputs[m].describe(),
               at, ".");
+    bool viewed = aliased_.count(id) > 0;
     for (const auto& [impl, view] : views_) {
       const BufferView* v = &view;  // up the views to the buffer
       while (views_.count(v->parent.impl()) > 0) v = &views_.at(v->parent.impl());
-      OFL_CHECK(index_of(v->parent) != id, "[", op.name(), "] writes buffer '", producer.name,
-                "' in place, and build() took a view of it (view, reshape, detach): the plan "
-                "would not order the view's reads against the write. Read the buffer itself",
-                at, ".");
+      viewed = viewed || index_of(v->parent) == id;
     }
+    OFL_CHECK(!viewed, "[", op.name(), "] writes buffer '", producer.name,
+              "' in place, and build() took a view of it (view, reshape, detach, to_global to "
+              "its own layout): the plan would not order the view's reads against the write. "
+              "Read the buffer itself",
+              at, ".");
     in_place_.emplace(id, op.name());
   }
 }

@@ -13,6 +13,7 @@
 
 #include <functional>
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -115,8 +116,10 @@ class GraphTracer final : public OpTracer {
   // value of each written variable (tensor indexes).
   std::map<const TensorImpl*, int> variable_of_;
   std::map<int, int> writes_;
-  // Variables (tensor indexes) an op wrote in place, with the op's name.
+  // Variables (tensor indexes) an op wrote in place, with the op's name; and the buffers (or
+  // their views) moved by to_global to their own layout, which eagerly is the buffer itself.
   std::map<int, std::string> in_place_;
+  std::set<int> aliased_;
   struct BufferView {
     Tensor parent;  // the buffer, or a view of it
     const OpSchema* op;

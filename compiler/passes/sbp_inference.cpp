@@ -251,7 +251,7 @@ class SbpInferencePass final : public Pass {
       if (ok && op.schema->has<TAlignedSplits>()) ok = aligned_splits_are_even(graph, op, cand);
       double cost = 0;
       int boxings = 0;
-      bool scatters = false;  // a partial input taken as a split: a reduce-scatter
+      std::vector<bool> scatters;  // per hierarchy dimension: a partial input taken as a split
       for (size_t k = 0; k < op.inputs.size() && ok; ++k) {
         const LogicalTensor& t = graph.tensor(op.inputs[k]);
         const LogicalOp& producer = graph.op(t.producer);
@@ -263,8 +263,9 @@ class SbpInferencePass final : public Pass {
         if (!same) {
           ++boxings;
           cost += boxing_cost(t.meta, producer.placement, t.sbp, op.placement, cand.inputs[k]);
+          scatters.resize(t.sbp.size(), false);
           for (size_t d = 0; producer.placement == op.placement && d < t.sbp.size(); ++d) {
-            scatters = scatters || (t.sbp[d].is_partial_sum() && cand.inputs[k][d].is_split());
+            if (t.sbp[d].is_partial_sum() && cand.inputs[k][d].is_split()) scatters[d] = true;
           }
         }
       }
@@ -284,10 +285,17 @@ class SbpInferencePass final : public Pass {
         // mostly needed whole next (a norm over the split axis). The bytes match one
         // all-reduce, but each collective is a round trip between ranks (tens of microseconds
         // here), which a decoding step of tiny tensors paid 33 times instead of 17. So that
-        // candidate is charged the gather too. Splits that flow without a reduce-scatter (data
-        // parallelism's batch) are not.
-        if (split > 0 && scatters) {
-          cost += boxing_cost(meta, op.placement, out, op.placement, NdSbp(out.size(), B()));
+        // candidate is charged the gather too, on the dimensions it scatters only: splits that
+        // flow without a reduce-scatter (data parallelism's batch, on its own dimension of a
+        // 2-d placement) are not, nor the backward's (gradients reduce-scattered onto the
+        // sequence or ZeRO's shards are meant to stay split). The ranking's cost (explain_sbp)
+        // includes this charge.
+        NdSbp gathered = out;
+        for (size_t d = 0; d < scatters.size() && d < out.size(); ++d) {
+          if (scatters[d] && out[d].is_split()) gathered[d] = B();
+        }
+        if (split > 0 && gathered != out && op.role == OpRole::kForward) {
+          cost += boxing_cost(meta, op.placement, out, op.placement, gathered);
         }
       }
       if (ok) scored.push_back({{cost, boxings, unreplicated, c}, &cand});

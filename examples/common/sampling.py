@@ -100,9 +100,9 @@ class StepGraph(flow.nn.Graph):
         return self.model(idx, caches=list(self.caches))[:, -1, :]
 
     def __call__(self, idx):
-        # The tokens whole on every rank, however the op that chose them left them (an argmax
-        # of partial logits gives a partial index): a graph runs with its inputs laid out as
-        # at its first call.
+        # The tokens whole on every rank, however the ops that chose them left them (an
+        # argmax of partial logits comes out split, and its reshape partial): a graph runs with
+        # its inputs laid out as at its first call.
         if idx.is_global:
             broadcast = (flow.sbp.broadcast,) * len(idx.placement.hierarchy)
             if tuple(idx.sbp) != broadcast:

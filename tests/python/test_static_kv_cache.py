@@ -222,6 +222,16 @@ def test_what_a_graph_cannot_do_with_a_buffer_written_in_place_is_refused():
         before = cache.k.reshape(-1)
         return cache.attend(x, x, x), before
 
+    def copied_after(cache, x):
+        out = cache.attend(x, x, x)
+        cache.k.copy_(flow.zeros(1, 2, 4, 4))
+        return out
+
+    def moved_before(cache, x):
+        same = cache.k.to_global(placement=flow.placement("cpu", ranks=[0]),
+                                 sbp=flow.sbp.broadcast)
+        return cache.attend(x, x, x), same
+
     def written_before(cache, x):
         cache.k.mul_(0.0)
         return cache.attend(x, x, x)
@@ -231,15 +241,22 @@ def test_what_a_graph_cannot_do_with_a_buffer_written_in_place_is_refused():
         return _C.cached_attention(x, x, x, made, made, cache.pos, 1.0)
 
     with flow.no_grad():
-        with pytest.raises(ValueError, match=r"reads buffer 'cache.k' after cached_attention "
+        with pytest.raises(ValueError, match=r"uses buffer 'cache.k' after cached_attention "
                                              r"wrote it in place"):
             OneCache(read_after)(flow.randn(1, 2, 1, 4))
-        with pytest.raises(ValueError, match=r"\[nn.Graph output\] reads buffer 'cache.k' after "
+        with pytest.raises(ValueError, match=r"\[nn.Graph output\] uses buffer 'cache.k' after "
                                              r"cached_attention wrote it in place"):
             OneCache(returned_after)(flow.randn(1, 2, 1, 4))
         with pytest.raises(ValueError, match=r"writes buffer 'cache.k' in place, and build\(\) "
                                              r"took a view of it"):
             OneCache(viewed_before)(flow.randn(1, 2, 1, 4))
+        with pytest.raises(ValueError, match=r"\[copy_\] uses buffer 'cache.k' after "
+                                             r"cached_attention wrote it in place"):
+            OneCache(copied_after)(flow.randn(1, 2, 1, 4))
+        with pytest.raises(ValueError, match=r"writes buffer 'cache.k' in place, and build\(\) "
+                                             r"took a view of it \(view, reshape, detach, "
+                                             r"to_global to its own layout\)"):
+            OneCache(moved_before)(flow.randn(1, 2, 1, 4))
         with pytest.raises(ValueError, match=r"writes buffer 'cache.k' \(its input 'k_cache'\) "
                                              r"in place after an in-place op of build\(\) gave "
                                              r"it a new value"):

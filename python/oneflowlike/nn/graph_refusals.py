@@ -78,7 +78,11 @@ class GraphRefusalsMixin:
         # (Note [Graphs sharing modules] frees a dropped graph by reference counts).
         registries, variables, hooks = [], [], []
         own = (self._modules, tuple(map(id, self._modules.values())))
-        for _, module, _ in self._traced_modes:
+        # The tree as it is now (a module swapped in since the trace, with the same names and
+        # parameters, is watched from here on), each module once.
+        modules = {id(m): m for attr, module in self._modules.items()
+                   for _, m in module.named_modules(prefix=attr)}
+        for module in modules.values():
             state = module.__dict__
             for registry_name in ("_modules", "_parameters", "_buffers"):
                 registry = state[registry_name]

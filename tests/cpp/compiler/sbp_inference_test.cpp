@@ -67,6 +67,54 @@ TEST(SbpInference, ColumnThenRowParallelGivesPartialSumWithoutBoxing) {
   EXPECT_EQ(count_boxing(g), 0);
 }
 
+// Note [Small outputs are gathered later]: an op after a row-parallel product of a decoding
+// step's one token (one that cannot take a partial sum) takes it as an all-reduce, not as a
+// reduce-scatter that the softmax over the whole row would gather again; a large one keeps its
+// rows split.
+TEST(SbpInference, ASmallPartialSumIsAllReducedNotScatteredThenGathered) {
+  for (int64_t rows : {1, 8192}) {
+    GraphBuilder b;
+    b.set_placement(Placement::parse("cpu, [0, 1]"));
+    const int x = b.input("x", Shape{rows, 4});
+    const int w1 = b.variable("w1", Shape{4, 6}, normal(), {S(1)});
+    const int w2 = b.variable("w2", Shape{6, 4}, normal(), {S(0)});
+    const int h = b.op1("matmul", MatmulParams{}, {x, w1});
+    const int y = b.op1("matmul", MatmulParams{}, {h, w2});
+    const int r = b.op1("relu", NoParams{}, {y});
+    b.op1("softmax", SoftmaxParams{-1}, {r});
+    infer(b.graph());
+    const Graph& g = b.graph();
+    SCOPED_TRACE(rows);
+    EXPECT_EQ(producer(g, y).signature.to_string(), "S(1) x S(0) -> P");
+    if (rows == 1) {
+      EXPECT_EQ(g.tensor(r).sbp, (NdSbp{B()}));
+      EXPECT_EQ(count_boxing(g), 1);  // the all-reduce
+    } else {
+      EXPECT_EQ(g.tensor(r).sbp, (NdSbp{S(0)}));  // 128 KiB: reduce-scattered, stays split
+    }
+  }
+}
+
+// The same on a 2 x 2 placement of data x tensor parallelism: the batch stays split along the
+// data-parallel dimension (no reduce-scatter made that split), the partial sum of the
+// tensor-parallel dimension is all-reduced.
+TEST(SbpInference, ASmallPartialSumOfTensorParallelismKeepsTheDataParallelSplit) {
+  GraphBuilder b;
+  b.set_placement(Placement::parse("cpu, [[0, 1], [2, 3]]"));
+  const int x = b.input("x", Shape{2, 4}, DataType::kFloat32, {S(0), B()});
+  const int w1 = b.variable("w1", Shape{4, 6}, normal(), {B(), S(1)});
+  const int w2 = b.variable("w2", Shape{6, 4}, normal(), {B(), S(0)});
+  const int h = b.op1("matmul", MatmulParams{}, {x, w1});
+  const int y = b.op1("matmul", MatmulParams{}, {h, w2});
+  const int r = b.op1("relu", NoParams{}, {y});
+  b.op1("softmax", SoftmaxParams{-1}, {r});
+  infer(b.graph());
+  const Graph& g = b.graph();
+  EXPECT_EQ(g.tensor(y).sbp, (NdSbp{S(0), P()}));
+  EXPECT_EQ(g.tensor(r).sbp, (NdSbp{S(0), B()}));
+  EXPECT_EQ(count_boxing(g), 1);
+}
+
 TEST(SbpInference, OutputHintsAreObeyedByInsertingBoxing) {
   GraphBuilder b;
   b.set_placement(Placement::parse("cpu, [0, 1, 2]"));
