@@ -240,31 +240,23 @@ def test_what_a_graph_cannot_do_with_a_buffer_written_in_place_is_refused():
         made = x.repeat(1, 1, 4, 1) * 2.0
         return _C.cached_attention(x, x, x, made, made, cache.pos, 1.0)
 
+    after_write = r"uses buffer 'cache.k' after cached_attention wrote it in place"
+    viewed = r"writes buffer 'cache.k' in place, and build\(\) took a view of it"
+    refused = [
+        (read_after, after_write),
+        (returned_after, r"\[nn.Graph output\] " + after_write),
+        (viewed_before, viewed),
+        (copied_after, r"\[copy_\] " + after_write),
+        (moved_before, viewed + r" \(view, reshape, detach, to_global to its own layout\)"),
+        (written_before, r"writes buffer 'cache.k' \(its input 'k_cache'\) in place after an "
+                         r"in-place op of build\(\) gave it a new value"),
+        (not_a_buffer, r"\[cached_attention\] writes its input 'k_cache' in place: in a traced "
+                       r"graph that must be a module's buffer"),
+    ]
     with flow.no_grad():
-        with pytest.raises(ValueError, match=r"uses buffer 'cache.k' after cached_attention "
-                                             r"wrote it in place"):
-            OneCache(read_after)(flow.randn(1, 2, 1, 4))
-        with pytest.raises(ValueError, match=r"\[nn.Graph output\] uses buffer 'cache.k' after "
-                                             r"cached_attention wrote it in place"):
-            OneCache(returned_after)(flow.randn(1, 2, 1, 4))
-        with pytest.raises(ValueError, match=r"writes buffer 'cache.k' in place, and build\(\) "
-                                             r"took a view of it"):
-            OneCache(viewed_before)(flow.randn(1, 2, 1, 4))
-        with pytest.raises(ValueError, match=r"\[copy_\] uses buffer 'cache.k' after "
-                                             r"cached_attention wrote it in place"):
-            OneCache(copied_after)(flow.randn(1, 2, 1, 4))
-        with pytest.raises(ValueError, match=r"writes buffer 'cache.k' in place, and build\(\) "
-                                             r"took a view of it \(view, reshape, detach, "
-                                             r"to_global to its own layout\)"):
-            OneCache(moved_before)(flow.randn(1, 2, 1, 4))
-        with pytest.raises(ValueError, match=r"writes buffer 'cache.k' \(its input 'k_cache'\) "
-                                             r"in place after an in-place op of build\(\) gave "
-                                             r"it a new value"):
-            OneCache(written_before)(flow.randn(1, 2, 1, 4))
-        with pytest.raises(ValueError, match=r"\[cached_attention\] writes its input 'k_cache' "
-                                             r"in place: in a traced graph that must be a "
-                                             r"module's buffer"):
-            OneCache(not_a_buffer)(flow.randn(1, 2, 1, 4))
+        for step, message in refused:
+            with pytest.raises(ValueError, match=message):
+                OneCache(step)(flow.randn(1, 2, 1, 4))
         step = OneCache(lambda cache, x: cache.attend(x, x, x))
         for _ in range(4):
             step(flow.randn(1, 2, 1, 4))

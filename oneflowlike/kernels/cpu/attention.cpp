@@ -372,73 +372,71 @@ void attention_forward(const AttentionDims& d, const AttentionParams& p,
                        const AttentionInputs<T>& in, T* out, attention_lse_t<T>* lse) {
   using C = tile_compute_t<T>;
   static_assert(std::is_same_v<C, attention_lse_t<T>>);
-  {
-    const int64_t tiles = (d.queries + kQueryTile - 1) / kQueryTile;
-    const int64_t tasks = d.batch * d.heads * tiles;
-    const C inf = std::numeric_limits<C>::infinity();
-    parallel_for(tasks, 1, [&](int64_t begin, int64_t end) {
-      std::vector<C> s(kQueryTile * kKeyTile), acc(kQueryTile * d.value_dim), m(kQueryTile),
-          l(kQueryTile);
-      int64_t kv_head = -1;  // whose key and value tiles Tiles<T> keeps (query heads share them)
-      for (int64_t task = begin; task < end; ++task) {
-        const int64_t bh = task / tiles, q0 = (task % tiles) * kQueryTile;
-        if (bh / d.group() != kv_head) {
-          Tiles<T>::fresh();
-          kv_head = bh / d.group();
-        }
-        const int64_t b = bh / d.heads, h = bh % d.heads;
-        const int64_t nq = std::min(kQueryTile, d.queries - q0);
-        const HeadView<T> hv = head_view<T>(in, d, b, h);
-        std::fill(m.begin(), m.end(), -inf);
-        std::fill(l.begin(), l.end(), C(0));
-        std::fill(acc.begin(), acc.end(), C(0));
-        const int64_t last = keys_read(d, p, q0, q0 + nq);
-        const int64_t first = key_tile_start(d, first_key_read(d, p, q0, q0 + nq));
-        for (int64_t k0 = first, nk = 0; k0 < last; k0 += nk) {
-          nk = key_tile(d, k0);
-          const int64_t kr = d.key_row(k0);
-          if (!documents_meet(hv, d, q0, nq, kr, nk)) continue;
-          scores(hv, d, p, q0, nq, k0, kr, nk, s.data());
-          for (int64_t i = 0; i < nq; ++i) {
-            C* row = s.data() + i * nk;
-            const auto [from, visible] = seen_keys(d, p, q0 + i, k0, nk);
-            const C top = std::max(m[i], lanes_max(row + from, visible - from));
-            if (top == -inf) {  // nothing seen yet in this row: no mass, nothing to rescale
-              std::fill(row, row + nk, C(0));
-              continue;
-            }
-            const C rescale = std::exp(m[i] - top);
-            exp_shifted(row + from, row + from, whole_vectors(visible - from, nk - from), top);
-            std::fill(row, row + from, C(0));  // no probability for hidden keys
-            std::fill(row + visible, row + nk, C(0));
-            l[i] = l[i] * rescale + lanes_sum(row, visible);
-            m[i] = top;
-            if (rescale != C(1)) {
-              C* a = acc.data() + i * d.value_dim;
-              for (int64_t c = 0; c < d.value_dim; ++c) a[c] *= rescale;
-            }
-          }
-          Tiles<T>::cs(false, false, nq, d.value_dim, nk, C(1), s.data(), nk, hv.v + kr * d.v.row,
-                       d.v.row, C(1), acc.data(), d.value_dim);
-        }
-        T* o = out + d.out.at(b, h, q0);
-        for (int64_t i = 0; i < nq; ++i) {
-          // Note [Rows with every key masked]: such a row attends to nothing, so out is 0 (as
-          // PyTorch's SDPA gives; its softmax alone would give NaN) and lse is +inf, which makes
-          // every p of the row exp(s - lse) = 0 in the backward: a dq of 0, nothing added to dk
-          // and dv. Without keys at all (S = 0) out is 0 too.
-          const bool nothing = l[i] == C(0);
-          const C sum = nothing ? C(1) : l[i];
-          for (int64_t c = 0; c < d.value_dim; ++c) {
-            o[i * d.out.row + c] = static_cast<T>(acc[i * d.value_dim + c] / sum);
-          }
-          lse[bh * d.queries + q0 + i] =
-              nothing ? std::numeric_limits<C>::infinity() : m[i] + std::log(l[i]);
-        }
+  const int64_t tiles = (d.queries + kQueryTile - 1) / kQueryTile;
+  const int64_t tasks = d.batch * d.heads * tiles;
+  const C inf = std::numeric_limits<C>::infinity();
+  parallel_for(tasks, 1, [&](int64_t begin, int64_t end) {
+    std::vector<C> s(kQueryTile * kKeyTile), acc(kQueryTile * d.value_dim), m(kQueryTile),
+        l(kQueryTile);
+    int64_t kv_head = -1;  // whose key and value tiles Tiles<T> keeps (query heads share them)
+    for (int64_t task = begin; task < end; ++task) {
+      const int64_t bh = task / tiles, q0 = (task % tiles) * kQueryTile;
+      if (bh / d.group() != kv_head) {
+        Tiles<T>::fresh();
+        kv_head = bh / d.group();
       }
-      Tiles<T>::release();
-    });
-  }
+      const int64_t b = bh / d.heads, h = bh % d.heads;
+      const int64_t nq = std::min(kQueryTile, d.queries - q0);
+      const HeadView<T> hv = head_view<T>(in, d, b, h);
+      std::fill(m.begin(), m.end(), -inf);
+      std::fill(l.begin(), l.end(), C(0));
+      std::fill(acc.begin(), acc.end(), C(0));
+      const int64_t last = keys_read(d, p, q0, q0 + nq);
+      const int64_t first = key_tile_start(d, first_key_read(d, p, q0, q0 + nq));
+      for (int64_t k0 = first, nk = 0; k0 < last; k0 += nk) {
+        nk = key_tile(d, k0);
+        const int64_t kr = d.key_row(k0);
+        if (!documents_meet(hv, d, q0, nq, kr, nk)) continue;
+        scores(hv, d, p, q0, nq, k0, kr, nk, s.data());
+        for (int64_t i = 0; i < nq; ++i) {
+          C* row = s.data() + i * nk;
+          const auto [from, visible] = seen_keys(d, p, q0 + i, k0, nk);
+          const C top = std::max(m[i], lanes_max(row + from, visible - from));
+          if (top == -inf) {  // nothing seen yet in this row: no mass, nothing to rescale
+            std::fill(row, row + nk, C(0));
+            continue;
+          }
+          const C rescale = std::exp(m[i] - top);
+          exp_shifted(row + from, row + from, whole_vectors(visible - from, nk - from), top);
+          std::fill(row, row + from, C(0));  // no probability for hidden keys
+          std::fill(row + visible, row + nk, C(0));
+          l[i] = l[i] * rescale + lanes_sum(row, visible);
+          m[i] = top;
+          if (rescale != C(1)) {
+            C* a = acc.data() + i * d.value_dim;
+            for (int64_t c = 0; c < d.value_dim; ++c) a[c] *= rescale;
+          }
+        }
+        Tiles<T>::cs(false, false, nq, d.value_dim, nk, C(1), s.data(), nk, hv.v + kr * d.v.row,
+                     d.v.row, C(1), acc.data(), d.value_dim);
+      }
+      T* o = out + d.out.at(b, h, q0);
+      for (int64_t i = 0; i < nq; ++i) {
+        // Note [Rows with every key masked]: such a row attends to nothing, so out is 0 (as
+        // PyTorch's SDPA gives; its softmax alone would give NaN) and lse is +inf, which makes
+        // every p of the row exp(s - lse) = 0 in the backward: a dq of 0, nothing added to dk
+        // and dv. Without keys at all (S = 0) out is 0 too.
+        const bool nothing = l[i] == C(0);
+        const C sum = nothing ? C(1) : l[i];
+        for (int64_t c = 0; c < d.value_dim; ++c) {
+          o[i * d.out.row + c] = static_cast<T>(acc[i * d.value_dim + c] / sum);
+        }
+        lse[bh * d.queries + q0 + i] =
+            nothing ? std::numeric_limits<C>::infinity() : m[i] + std::log(l[i]);
+      }
+    }
+    Tiles<T>::release();
+  });
 }
 
 template void attention_forward<float>(const AttentionDims&, const AttentionParams&,

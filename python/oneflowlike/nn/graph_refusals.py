@@ -7,6 +7,9 @@ import inspect
 from oneflowlike import _C
 from oneflowlike.framework import global_tensor as _gt
 from oneflowlike.nn.graph_optimizer import _optimizer_setup, _trains
+from oneflowlike.nn.modules.hooks import ATTRIBUTES as _HOOK_ATTRIBUTES
+
+_HOOKS = frozenset(_HOOK_ATTRIBUTES)
 
 
 class GraphRefusalsMixin:
@@ -58,18 +61,16 @@ class GraphRefusalsMixin:
 
     def _hooks_fingerprint(self):
         """The hooks of every module (nn/modules/hooks.py), which the trace ran or refused."""
-        from oneflowlike.nn.modules.hooks import ATTRIBUTES
-
-        return tuple((name,) + tuple(tuple(m.__dict__.get(a, ())) for a in ATTRIBUTES)
+        return tuple((name,) + _hooks_of(m.__dict__)
                      for attr, module in self._modules.items()
                      for name, m in module.named_modules(prefix=attr)
-                     if any(m.__dict__.get(a) for a in ATTRIBUTES))
+                     if any(m.__dict__.get(a) for a in _HOOK_ATTRIBUTES))
 
     def _snapshot_modules(self):
         """Note [Checking a graph's modules each call]: _fingerprint walks the module tree by
         name, which took 2.3 ms of a 10 ms decoding step (a 23 M-parameter LLaMA). What it
-        compares is kept here flat, over the modules the trace saw: each registry dict (the
-        module's own) and the objects it holds, in order; each variable's requires_grad, dtype
+        compares is kept here flat, over the module tree as it was when last checked: each
+        registry dict (the module's own) and the objects it holds, in order; each variable's requires_grad, dtype
         and device; the hooks. A call compares these by identity (no names, no generators);
         only where something differs does the full fingerprint run, to raise naming what
         changed, or to take a new snapshot where nothing that matters did."""
@@ -194,15 +195,7 @@ class GraphRefusalsMixin:
 
 def _hooks_of(state):
     """The hooks a module (its __dict__) holds, per kind (nn/modules/hooks.py)."""
-    from oneflowlike.nn.modules.hooks import ATTRIBUTES
-
-    return tuple(tuple(state.get(a, ())) for a in ATTRIBUTES)
-
-
-def _hook_attributes():
-    from oneflowlike.nn.modules.hooks import ATTRIBUTES
-
-    return frozenset(ATTRIBUTES)
+    return tuple(tuple(state.get(a, ())) for a in _HOOK_ATTRIBUTES)
 
 
 def _held_as(value):
@@ -210,6 +203,3 @@ def _held_as(value):
     if isinstance(value, _C.Tensor):
         return (value.dtype, value.device)
     return None
-
-
-_HOOKS = _hook_attributes()

@@ -67,6 +67,19 @@ TEST(SbpInference, ColumnThenRowParallelGivesPartialSumWithoutBoxing) {
   EXPECT_EQ(count_boxing(g), 0);
 }
 
+// x @ w1 @ w2 (w1 column-, w2 row-parallel as `w1_sbp`, `w2_sbp` say), relu, then softmax over
+// the last axis, SBP inferred: {the product, the relu}.
+std::pair<int, int> row_parallel_then_softmax(GraphBuilder& b, int x, const NdSbp& w1_sbp,
+                                              const NdSbp& w2_sbp) {
+  const int w1 = b.variable("w1", Shape{4, 6}, normal(), w1_sbp);
+  const int w2 = b.variable("w2", Shape{6, 4}, normal(), w2_sbp);
+  const int y = b.op1("matmul", MatmulParams{}, {b.op1("matmul", MatmulParams{}, {x, w1}), w2});
+  const int r = b.op1("relu", NoParams{}, {y});
+  b.op1("softmax", SoftmaxParams{-1}, {r});
+  infer(b.graph());
+  return {y, r};
+}
+
 // Note [Small outputs are gathered later]: an op after a row-parallel product of a decoding
 // step's one token (one that cannot take a partial sum) takes it as an all-reduce, not as a
 // reduce-scatter that the softmax over the whole row would gather again; a large one keeps its
@@ -75,14 +88,7 @@ TEST(SbpInference, ASmallPartialSumIsAllReducedNotScatteredThenGathered) {
   for (int64_t rows : {1, 8192}) {
     GraphBuilder b;
     b.set_placement(Placement::parse("cpu, [0, 1]"));
-    const int x = b.input("x", Shape{rows, 4});
-    const int w1 = b.variable("w1", Shape{4, 6}, normal(), {S(1)});
-    const int w2 = b.variable("w2", Shape{6, 4}, normal(), {S(0)});
-    const int h = b.op1("matmul", MatmulParams{}, {x, w1});
-    const int y = b.op1("matmul", MatmulParams{}, {h, w2});
-    const int r = b.op1("relu", NoParams{}, {y});
-    b.op1("softmax", SoftmaxParams{-1}, {r});
-    infer(b.graph());
+    const auto [y, r] = row_parallel_then_softmax(b, b.input("x", Shape{rows, 4}), {S(1)}, {S(0)});
     const Graph& g = b.graph();
     SCOPED_TRACE(rows);
     EXPECT_EQ(producer(g, y).signature.to_string(), "S(1) x S(0) -> P");
@@ -101,14 +107,8 @@ TEST(SbpInference, ASmallPartialSumIsAllReducedNotScatteredThenGathered) {
 TEST(SbpInference, ASmallPartialSumOfTensorParallelismKeepsTheDataParallelSplit) {
   GraphBuilder b;
   b.set_placement(Placement::parse("cpu, [[0, 1], [2, 3]]"));
-  const int x = b.input("x", Shape{2, 4}, DataType::kFloat32, {S(0), B()});
-  const int w1 = b.variable("w1", Shape{4, 6}, normal(), {B(), S(1)});
-  const int w2 = b.variable("w2", Shape{6, 4}, normal(), {B(), S(0)});
-  const int h = b.op1("matmul", MatmulParams{}, {x, w1});
-  const int y = b.op1("matmul", MatmulParams{}, {h, w2});
-  const int r = b.op1("relu", NoParams{}, {y});
-  b.op1("softmax", SoftmaxParams{-1}, {r});
-  infer(b.graph());
+  const auto [y, r] = row_parallel_then_softmax(
+      b, b.input("x", Shape{2, 4}, DataType::kFloat32, {S(0), B()}), {B(), S(1)}, {B(), S(0)});
   const Graph& g = b.graph();
   EXPECT_EQ(g.tensor(y).sbp, (NdSbp{S(0), P()}));
   EXPECT_EQ(g.tensor(r).sbp, (NdSbp{S(0), B()}));

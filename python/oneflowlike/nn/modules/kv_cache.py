@@ -106,8 +106,8 @@ class KVCache:
         for name, t in (("q", q), ("k", k), ("v", v)):
             if not (isinstance(t, _C.Tensor) or _is_global(t)) or getattr(t, "is_lazy", False):
                 raise TypeError(f"[KVCache] attend takes eager tensors (a cache grows every "
-                                f"step, which a compiled graph cannot follow: use flow.nn.StaticKVCache in "
-                                f"a graph). However, {name} is "
+                                f"step, which a compiled graph cannot follow: use "
+                                f"flow.nn.StaticKVCache in a graph). However, {name} is "
                                 f"{'a traced value' if getattr(t, 'is_lazy', False) else type(t).__name__}.")
             if t.ndim != 4:
                 raise ValueError(f"[KVCache] q, k and v must be 4-d (batch, heads, T, head_dim). "

@@ -47,10 +47,11 @@ __all__ = ["StaticKVCache"]
 
 class StaticKVCache(Module):
     """The keys and values (batch, kv_heads, max_len, head_dim) of one attention layer's
-    positions, in buffers of fixed shape, with the next position in the buffer ``pos``
-    (int64, shape (1,); read it as ``position``). ``dtype``, ``device``: the buffers' (the keys' dtype); ``placement``
-    and ``sbp`` lay the keys and values out as global tensors (``sbp`` for them; the position
-    is broadcast), as a tensor-parallel model's keys are laid out (split over heads)."""
+    positions, in buffers of fixed shape, with the next position in the buffer ``pos`` (int64,
+    shape (1,); read it as ``position``). ``dtype``, ``device``: the buffers' (the keys'
+    dtype); ``placement`` and ``sbp`` lay the keys and values out as global tensors (``sbp``
+    for them; the position is broadcast), as a tensor-parallel model's keys are laid out
+    (split over heads)."""
 
     def __init__(self, batch, kv_heads, max_len, head_dim, window=0, dtype=flow.float32,
                  device="cpu", placement=None, sbp=None):
