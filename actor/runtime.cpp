@@ -209,52 +209,6 @@ std::map<std::string, Tensor> Runtime::local_pieces() const {
   return pieces;
 }
 
-void Runtime::initialize_variables() {
-  OFL_CHECK_CODE(!broken_, ErrorCode::kFailedPrecondition, kTag,
-                 shut_down_ ? "the runtime was shut down and cannot be used again."
-                            : "the runtime stopped after an error and cannot be used again.");
-  for (int t = 0; t < index_.num_tasks(); ++t) {
-    if (actor_of_task_[t] != nullptr && index_.task(t).proto.kind() == proto::TaskProto::VARIABLE) {
-      write_through_host(variable_piece(t),
-                         [&](const Tensor& piece) { initialize_variable_piece(index_, t, piece); });
-    }
-  }
-}
-
-// A variable piece in GPU memory is read and written through a host copy: initializers,
-// checkpoints and the caller's tensors are on the host.
-void Runtime::write_through_host(const Tensor& piece,
-                                 const std::function<void(const Tensor&)>& write) {
-  if (piece.device().type == DeviceType::kCPU) {
-    write(piece);
-    return;
-  }
-  const Tensor staged = Tensor::empty(piece.shape(), piece.dtype());
-  write(staged);
-  piece.copy_from(staged);
-}
-
-Tensor Runtime::variable_piece(int task) const {
-  const Actor* actor = actor_of_task_[task];
-  OFL_ASSERT(actor != nullptr && !actor->outputs().empty());
-  return actor->outputs()[0].slots.at(0);
-}
-
-Tensor Runtime::read_variable(const std::string& name) const {
-  return actor::read_variable(index_, name,
-                              [this](int t) { return variable_piece(t).to(Device::cpu()); });
-}
-
-void Runtime::write_variable(const std::string& name, const Tensor& value) {
-  std::map<int, Tensor> staged;  // GPU pieces: written on the host, then copied
-  actor::write_variable(index_, name, value, [&](int t) {
-    const Tensor piece = variable_piece(t);
-    if (piece.device().type == DeviceType::kCPU) return piece;
-    return staged.emplace(t, Tensor::empty(piece.shape(), piece.dtype())).first->second;
-  });
-  for (const auto& [t, host] : staged) variable_piece(t).copy_from(host);
-}
-
 std::map<std::string, Tensor> Runtime::run(const std::map<std::string, Tensor>& inputs) {
   return assemble_outputs(index_, run_iteration(&inputs, nullptr));
 }
@@ -283,6 +237,7 @@ std::vector<std::pair<int, Tensor>> Runtime::run_iteration(
     check_fed_inputs(index_, *inputs);
   }
   static const std::map<std::string, Tensor> kNoInputs;
+  check_variables_placed(pieces);
   for (const auto& [name, tasks] : index_.inputs_by_name()) {
     for (int t : tasks) {
       if (actor_of_task_[t] == nullptr) continue;
@@ -403,48 +358,6 @@ std::vector<std::pair<int, Tensor>> Runtime::run_iteration(
   acts_done_[iteration_ % kIterationSlots].store(0, std::memory_order_release);
   ++iteration_;
   return fetched;
-}
-
-std::map<int64_t, Tensor> Runtime::read_variable_pieces(const std::string& name) const {
-  std::map<int64_t, Tensor> out;
-  for (int t : hosted_variable_tasks(name, "read_variable_pieces")) {
-    const Tensor piece = variable_piece(t);
-    out[index_.task(t).proto.rank()] =
-        piece.device().type == DeviceType::kCPU ? piece.clone() : piece.to(Device::cpu());
-  }
-  return out;
-}
-
-void Runtime::write_variable_pieces(const std::string& name,
-                                    const std::map<int64_t, Tensor>& pieces) {
-  for (int t : hosted_variable_tasks(name, "write_variable_pieces")) {
-    const Tensor target = variable_piece(t);
-    const int64_t rank = index_.task(t).proto.rank();
-    auto it = pieces.find(rank);
-    OFL_CHECK(it != pieces.end(), kTag, "write_variable_pieces of '", name,
-              "' needs the piece of rank ", rank, ". However, got none.");
-    const Tensor& piece = it->second;
-    OFL_CHECK(piece.defined() && piece.shape() == target.shape() && piece.dtype() == target.dtype(),
-              kTag, "variable '", name, "' on rank ", rank, " must be written with shape ",
-              target.shape().to_string(), " ", dtype_name(target.dtype()), ". However, got ",
-              piece.defined() ? piece.shape().to_string() + " " + dtype_name(piece.dtype())
-                              : std::string("an undefined tensor"),
-              ".");
-    write_through_host(target, [&](const Tensor& host) {
-      copy_region(piece, whole_region(piece.shape()), host, whole_region(host.shape()));
-    });
-  }
-}
-
-std::vector<int> Runtime::hosted_variable_tasks(const std::string& name, const char* caller) const {
-  auto it = index_.variables_by_name().find(name);
-  OFL_CHECK_CODE(it != index_.variables_by_name().end(), ErrorCode::kNotFound, kTag, caller,
-                 " needs a variable of the plan. However, got '", name, "'.");
-  std::vector<int> tasks;
-  for (int t : it->second) {
-    if (actor_of_task_[t] != nullptr) tasks.push_back(t);
-  }
-  return tasks;
 }
 
 }  // namespace ofl::actor

@@ -98,6 +98,11 @@ struct RuntimeOptions {
   /// blocks and event-gated handovers without a GPU (Note [Devices in a plan] in
   /// compiler/physical/expansion.h). For tests; also on with OFL_SIMULATE_CUDA=1.
   bool simulate_cuda = false;
+  /// Note [Variables bound to the caller's tensors] in runtime_variables.cpp: variables (by
+  /// name) whose hosted pieces the caller may give tensors of its own for, with
+  /// bind_variable_pieces before the first run; until then they have no memory. Names the plan
+  /// lacks are ignored (a process's part of a job holds only its ranks' variables).
+  std::set<std::string> bindable_variables;
 };
 
 class Runtime final : public PlanRunner, private ActorHost {
@@ -135,6 +140,11 @@ class Runtime final : public PlanRunner, private ActorHost {
   /// The hosted pieces of variable `name`, and writing them.
   std::map<int64_t, Tensor> read_variable_pieces(const std::string& name) const;
   void write_variable_pieces(const std::string& name, const std::map<int64_t, Tensor>& pieces);
+  /// Note [Variables bound to the caller's tensors]: makes `pieces` (by rank) the hosted pieces
+  /// of variable `name` themselves, all of them or none. Returns "" when bound; otherwise why
+  /// not, and the variable then has memory of its own (zeros) for the caller to write.
+  std::string bind_variable_pieces(const std::string& name,
+                                   const std::map<int64_t, Tensor>& pieces);
 
   /// One recorded act (trace option).
   struct Act {
@@ -250,6 +260,13 @@ class Runtime final : public PlanRunner, private ActorHost {
   void choose_gpus();
   void make_device_collectives();
   std::vector<int> hosted_variable_tasks(const std::string& name, const char* caller) const;
+  // Why `piece` cannot be the piece of VARIABLE task `task` ("" when it can); `offered`: the
+  // pieces being bound with it, by task.
+  std::string why_not_bound(int task, const Tensor& piece,
+                            const std::map<int, Tensor>& offered) const;
+  // Raises when a variable offered for binding has no memory yet, or a piece of `fed` (may be
+  // null) shares storage with a bound one.
+  void check_variables_placed(const Pieces* fed) const;
 
   PlanIndex index_;
   RuntimeOptions options_;
@@ -277,6 +294,10 @@ class Runtime final : public PlanRunner, private ActorHost {
   std::vector<std::unique_ptr<ActStream>> streams_;
   std::map<std::pair<int64_t, int64_t>, Tensor> blocks_;  // (rank, block id) -> memory
   std::map<int64_t, int> gpu_of_rank_;                    // hosted ranks with GPU tasks
+  // Note [Variables bound to the caller's tensors]: VARIABLE tasks (by index) offered for
+  // binding and not yet placed, and those whose piece is the caller's tensor.
+  std::set<int> unplaced_variables_;
+  std::set<int> bound_variables_;
 
   int64_t iteration_ = 0;
   int64_t acts_per_iteration_ = 0;

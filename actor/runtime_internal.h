@@ -7,6 +7,7 @@
 #include <string>
 #include <utility>
 
+#include "actor/plan_index.h"
 #include "oneflowlike/common/error.h"
 
 namespace ofl::actor {
@@ -24,6 +25,10 @@ inline constexpr int64_t kRunRegisterBase = int64_t{1} << 59;
 inline constexpr int64_t kVirtualRegisterBase = int64_t{1} << 58;
 inline constexpr int64_t kTransferRegisterBase = int64_t{1} << 57;
 inline constexpr int64_t kFirstVirtualId = int64_t{1} << 56;  // plan ids stay below
+
+// Note [Variables bound to the caller's tensors] (runtime_variables.cpp): why the caller's
+// tensor cannot be register `reg` of a VARIABLE task whatever tensor it is ("" when it can).
+std::string why_register_not_bound(const PlanIndex& index, const PlanIndex::RegisterInfo& reg);
 
 // Note [Watchdog] in runtime_watchdog.cpp: the watchdog's clock, one rule for the threaded and
 // the caller-run loops. An act finishing or a message moving is progress. Work under way (an

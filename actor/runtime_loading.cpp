@@ -319,6 +319,21 @@ void Runtime::allocate_registers(int64_t rank) {
                                               static_cast<int64_t>(dtype_size(out.dtype))};
     }
   }
+  // Note [Variables bound to the caller's tensors]: pieces the caller may bind get their memory
+  // when it binds them (or declines to).
+  std::set<int> bindable;  // registers
+  for (const std::string& name : options_.bindable_variables) {
+    const auto it = index_.variables_by_name().find(name);
+    if (it == index_.variables_by_name().end()) continue;  // on ranks of another process's part
+    for (int t : it->second) {
+      const int r = index_.task(t).outputs.at(0);
+      const PlanIndex::RegisterInfo& reg = index_.reg(r);
+      if (index_.task(t).proto.rank() == rank && why_register_not_bound(index_, reg).empty()) {
+        bindable.insert(r);
+        unplaced_variables_.insert(t);
+      }
+    }
+  }
   std::map<int, std::vector<Tensor>> slots;
   for (int r : order) {
     const PlanIndex::RegisterInfo& reg = index_.reg(r);
@@ -338,10 +353,11 @@ void Runtime::allocate_registers(int64_t rank) {
               kTag, index_.describe_register(r),
               " is handed in, so it must be a host INPUT task's register.");
     if (index_.task(reg.producer).proto.view() || reg.proto.fresh_each_piece() ||
-        reg.proto.handed_in()) {
+        reg.proto.handed_in() || bindable.count(r)) {
       // Note [Slice views]: each piece is a view of the SLICE's input piece, made when it acts;
       // Note [Fetched pieces are handed over]: new memory, taken when the producer claims a slot;
-      // Note [Fed pieces are handed in]: the caller's piece, or new memory, set when it acts.
+      // Note [Fed pieces are handed in]: the caller's piece, or new memory, set when it acts;
+      // Note [Variables bound to the caller's tensors]: the caller's, or memory when it declines.
       slots[r].resize(num_slots);
     } else if (!written_into.count(r)) {
       slots[r] = allocate_slots(rank, reg, num_slots);

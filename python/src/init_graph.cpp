@@ -558,8 +558,10 @@ void init_graph(py::module_& m) {
   py::class_<actor::Runtime>(m, "Runtime", "Runs a plan on the actor runtime.")
       .def(py::init([](const PyPlan& plan, std::vector<int64_t> ranks,
                        std::shared_ptr<comm::Transport> transport, double watchdog_seconds,
-                       bool trace, double spin_microseconds, bool caller_runs, int first_gpu) {
+                       bool trace, double spin_microseconds, bool caller_runs, int first_gpu,
+                       const std::vector<std::string>& bindable_variables) {
              actor::RuntimeOptions options;
+             options.bindable_variables = {bindable_variables.begin(), bindable_variables.end()};
              if (spin_microseconds >= 0) options.spin_microseconds = spin_microseconds;
              options.caller_runs = caller_runs;
              options.first_gpu = first_gpu;
@@ -573,7 +575,7 @@ void init_graph(py::module_& m) {
            py::arg("plan"), py::arg("ranks"), py::arg("transport") = nullptr,
            py::arg("watchdog_seconds") = 60.0, py::arg("trace") = false,
            py::arg("spin_microseconds") = -1.0, py::arg("caller_runs") = false,
-           py::arg("first_gpu") = -1)
+           py::arg("first_gpu") = -1, py::arg("bindable_variables") = std::vector<std::string>())
       .def("chrome_trace", &actor::Runtime::chrome_trace,
            "The acts recorded since the last call (trace=True), as Chrome trace JSON.")
       .def("initialize_variables", &actor::Runtime::initialize_variables,
@@ -588,6 +590,11 @@ void init_graph(py::module_& m) {
       .def("read_variable_pieces", &actor::Runtime::read_variable_pieces, py::arg("name"))
       .def("write_variable_pieces", &actor::Runtime::write_variable_pieces, py::arg("name"),
            py::arg("pieces"))
+      .def("bind_variable_pieces", &actor::Runtime::bind_variable_pieces, py::arg("name"),
+           py::arg("pieces"),
+           "Note [Variables bound to the caller's tensors]: makes the tensors (by rank) the "
+           "variable's pieces; '' when bound, else why not (the variable then has memory of its "
+           "own, to be written).")
       .def("variable_names",
            [](const actor::Runtime& r) {
              std::vector<std::string> names;

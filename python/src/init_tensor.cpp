@@ -166,6 +166,26 @@ void init_tensor(py::module_& m) {
       .def_property_readonly("is_leaf", &Tensor::is_leaf)
       .def_property_readonly("_version", &Tensor::version,
                              "How many in-place writes its storage has had (torch's _version).")
+      .def_property_readonly(
+          "_storage_id",
+          [](const Tensor& t) {
+            return t.is_lazy() ? 0 : reinterpret_cast<uintptr_t>(t.impl()->storage.get());
+          },
+          "Which storage it holds (the same number for tensors sharing one; 0 for a traced "
+          "value).")
+      .def_property_readonly(
+          "_data_ptr",
+          [](const Tensor& t) {
+            return t.is_lazy() ? 0 : reinterpret_cast<uintptr_t>(t.raw_data());
+          },
+          "The address of its first element (0 for a traced value).")
+      .def(
+          "_bump_version",
+          [](const Tensor& t) {
+            if (!t.is_lazy()) t.impl()->storage->bump_version();
+          },
+          "Counts an in-place write made outside its ops (Note [Versions]): a graph's run "
+          "updating the tensor it is bound to.")
       .def(
           "_register_hook",
           [](const Tensor& t, py::function fn) {

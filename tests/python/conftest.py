@@ -9,6 +9,19 @@ import pytest
 sys.path.insert(0, os.path.dirname(__file__))
 
 
+@pytest.fixture(params=["bound", "copied"])
+def variables(request, monkeypatch):
+    """How graphs keep their modules' tensors (Note [Graphs sharing modules]): "bound", the
+    module tensors themselves (host memory in the plan's layout), or "copied", a copy in the
+    graph's runtime synced when another user needs it: the path of ZeRO's shards and of GPU
+    tensors, forced here on the CPU."""
+    if request.param == "copied":
+        from oneflowlike.nn import graph_sharing
+
+        monkeypatch.setattr(graph_sharing, "bindable_pieces", lambda graph, names: {})
+    return request.param
+
+
 # Two "hosts" for multi-host tests (test_multiprocess.py, test_gpt_example.py).
 class _Host:
     def __init__(self, namespace, device, address):

@@ -135,7 +135,7 @@ def _model_and_training_graph():
     return model, initial, x, y, Train()
 
 
-def test_graphs_and_eager_calls_on_one_model_see_its_trained_values(tmp_path):
+def test_graphs_and_eager_calls_on_one_model_see_its_trained_values(tmp_path, variables):
     """Note [Graphs sharing modules]: an evaluation graph built on a model a training graph
     trained, the eager model and its state_dict see the trained values (they saw the initial
     ones); an eager write into the model reaches the training graph's next step."""
@@ -166,6 +166,7 @@ def test_graphs_and_eager_calls_on_one_model_see_its_trained_values(tmp_path):
         for p in model.parameters():
             p.fill_(0.0)
     np.testing.assert_allclose(train(x, y).numpy(), np.log(3.0), rtol=1e-6)  # zero logits
+    assert bool(train._bound) == (variables == "bound")
 
 
 def test_a_graph_refuses_a_tensor_to_train_that_its_modules_do_not_hold():
@@ -206,7 +207,7 @@ def test_small_misuses_name_what_was_wrong(tmp_path):
         NoInit()
 
 
-def test_a_write_after_a_graph_step_is_the_newest_value():
+def test_a_write_after_a_graph_step_is_the_newest_value(variables):
     """Note [Graphs sharing modules]: load_state_dict or an eager write after a training graph's
     step is newer than the graph's copy: it is what state_dict, eager calls and the graph's next
     step see (a sync from the graph overwrote it)."""
@@ -239,7 +240,7 @@ class _TrainOf(nn.Graph):
         return loss
 
 
-def test_a_trained_graph_dropped_before_its_model_is_read_leaves_its_values():
+def test_a_trained_graph_dropped_before_its_model_is_read_leaves_its_values(variables):
     """Note [Graphs sharing modules]: `del graph` after training, then model.state_dict(), gives
     the trained values (the graph went with them, and state_dict gave the initial ones); what
     holds them goes once they are taken, and a model and its graph dropped together go at once,
@@ -262,7 +263,8 @@ def test_a_trained_graph_dropped_before_its_model_is_read_leaves_its_values():
     try:
         holder = weakref.ref(train.__dict__["_sharing_holder"])
         del train
-        assert holder() is not None  # its model keeps what it holds
+        # Its model keeps what it holds; bound, the model has the values: nothing is held.
+        assert (holder() is not None) == (variables == "copied")
         for k, v in model.state_dict().items():
             np.testing.assert_array_equal(v.numpy(), trained[k])
         assert holder() is None  # the values taken, nothing keeps it
@@ -283,7 +285,7 @@ def test_a_trained_graph_dropped_before_its_model_is_read_leaves_its_values():
         gc.enable()
 
 
-def test_sync_to_modules_of_a_graph_another_one_trained_after_gives_the_newest_values():
+def test_sync_to_modules_of_a_graph_another_one_trained_after_gives_the_newest_values(variables):
     """graph.sync_to_modules() copies the newest values: those of the graph that trained last,
     not its own older copy (it overwrote the other graph's training)."""
     model, initial, x, y, first = _model_and_training_graph()

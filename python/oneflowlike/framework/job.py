@@ -40,13 +40,15 @@ class Job:
             self._sessions = _C.TransportSessions(self._transport, [self.rank])
             _exit_at_once_on_error()
 
-    def runtime(self, plan, trace=False, caller_runs=False, gpu=-1, session_name=None):
+    def runtime(self, plan, trace=False, caller_runs=False, gpu=-1, session_name=None,
+                bindable_variables=()):
         """A runtime of ``plan`` (compiled for this rank) hosting this process's rank; with
         ``trace``, it records every act (chrome_trace()); with ``caller_runs`` (a host plan),
         run() acts for its actors on the calling thread (Note [Caller-run runtimes]); ``gpu``
         (>= 0) is the GPU of the rank's CUDA tasks instead of LOCAL_RANK's (Note [The GPU of a
         rank]). ``session_name`` (the same on every rank) names the transport session instead
-        of the plan's bytes, for plans that differ at every call (Note [Eager global draws])."""
+        of the plan's bytes, for plans that differ at every call (Note [Eager global draws]).
+        ``bindable_variables``: Note [Variables bound to the caller's tensors]."""
         self.connect()
         transport = None
         session = None
@@ -59,7 +61,8 @@ class Job:
         spin = float(os.environ.get("OFL_SPIN_US", -1))  # how long idle actor threads spin
         holder = RuntimeHolder(_C.Runtime(plan, [self.rank], transport, trace=trace,
                                           spin_microseconds=spin, caller_runs=caller_runs,
-                                          first_gpu=gpu),
+                                          first_gpu=gpu,
+                                          bindable_variables=list(bindable_variables)),
                                session)
         self._runtimes.append(holder)
         return holder

@@ -106,6 +106,12 @@ class Graph(GraphStateMixin, GraphMemoryMixin, GraphRefusalsMixin, GraphOptimize
         # Variable name -> graph_sharing.stamp of its module tensor when this graph last wrote
         # or read it (Note [Graphs sharing modules]).
         self._seen_stamps = {}
+        # Note [Graphs sharing modules]: the variables whose runtime piece is the module tensor
+        # itself (name -> (its data pointer, its storage)), those storages, and what a call
+        # writes.
+        self._bound = {}
+        self._bound_storages = set()
+        self._writes = frozenset()
 
     def __setattr__(self, name, value):
         from oneflowlike.nn.modules.module import Module
@@ -412,6 +418,7 @@ class Graph(GraphStateMixin, GraphMemoryMixin, GraphRefusalsMixin, GraphOptimize
         self._tracer = tracer
         rank = env.get_rank()
         self._plan = None
+        bindable = {}  # Note [Graphs sharing modules]
         traced = time.perf_counter()
         if self.config.memory_limit:
             self._check_memory(tracer)
@@ -425,9 +432,12 @@ class Graph(GraphStateMixin, GraphMemoryMixin, GraphRefusalsMixin, GraphOptimize
             gpu = -1  # Note [Local graphs on a GPU]
             if not self._is_global and self._local_device != "cpu:0":
                 gpu = _C.device(self._local_device).index
-            self._runtime = _job.current().runtime(self._plan, trace=self.config.trace, gpu=gpu)
-            self._local_variables = set(self._runtime.variable_names())
             self._variable_sbp = self._plan.variable_sbp
+            # Note [Graphs sharing modules]: the module tensors themselves, where they can be.
+            bindable = graph_sharing.bindable_pieces(self, self._variable_sbp)
+            self._runtime = _job.current().runtime(self._plan, trace=self.config.trace, gpu=gpu,
+                                                   bindable_variables=sorted(bindable))
+            self._local_variables = set(self._runtime.variable_names())
             self._hyper_inputs = self._plan.hyper_inputs  # read once: a new dict per access
             self._runtime.initialize_variables()
             for name, value in tracer.constants().items():
@@ -437,8 +447,13 @@ class Graph(GraphStateMixin, GraphMemoryMixin, GraphRefusalsMixin, GraphOptimize
         self.config._compiled = True
         # Note [Graphs sharing modules]: the values another graph trained, then all of them.
         graph_sharing.release([value for _, value, *_ in self._variables], reader=self)
+        self._module_values = {full: value for full, value, *_ in self._variables}
+        self._writes = frozenset(self._written_buffers) | frozenset(
+            full for full, trains in self._compiled_trains.items() if trains and self._optimizers)
         for full, value, *_ in self._variables:
-            self._write_variable(full, value)
+            if not (full in bindable and full in self._local_variables
+                    and graph_sharing.bind(self, full, value)):
+                self._write_variable(full, value)
             self._seen_stamps[full] = graph_sharing.stamp(value)
         if self._pending_state is not None:
             state, self._pending_state = self._pending_state, None
@@ -510,6 +525,10 @@ class Graph(GraphStateMixin, GraphMemoryMixin, GraphRefusalsMixin, GraphOptimize
                 self._runtime.write_variable_pieces(name, {env.get_rank(): value.to_local()})
         elif name in self._local_variables:
             self._runtime.write_variable(name, on_host(value))
+        if name in self._bound:  # written into the module tensor: count it (Note [Versions])
+            module_value = self._module_values[name]
+            (module_value._local if isinstance(module_value, _gt.GlobalTensor)
+             else module_value)._bump_version()
 
     def _on_local_device(self, local):
         return on_local_device(local, self._local_device)
@@ -550,12 +569,18 @@ class Graph(GraphStateMixin, GraphMemoryMixin, GraphRefusalsMixin, GraphOptimize
                 if isinstance(a, _gt.GlobalTensor) and a._local is None:
                     continue
                 local = a.to_local() if isinstance(a, _gt.GlobalTensor) else a
+                if local._storage_id in self._bound_storages:
+                    local = local.clone()  # the run may update the variable it shares memory with
                 pieces[name] = {rank: on_host(local)}
             for name, dtype in self._hyper_inputs.items():
                 value = self._hyper_value(name, step)
                 array = np.asarray(value, dtype=np.float64 if dtype == _C.dtype.float64 else np.float32)
                 pieces[name] = {rank: _C.from_numpy(array)}
-            fetched = self._runtime.run_local(pieces)
+            try:
+                fetched = self._runtime.run_local(pieces)
+            except BaseException:
+                graph_sharing.count_writes(self)  # a failed step may have written some
+                raise
             outputs = []
             for name, p, shape, dtype in self._fetches:
                 local = fetched.get(name, {}).get(rank)

@@ -23,6 +23,19 @@ do not sync: graph.sync_to_modules() does that explicitly. Where the graph lays 
 otherwise than its module (ZeRO), the copy is a collective: after such a graph trained, an
 eager call or state_dict() of its modules must be made on every rank.
 
+Most variables need none of this: the runtime takes the module tensor itself as the variable
+(Note [Variables bound to the caller's tensors] in actor/runtime_variables.cpp), so the graph
+reads and updates the module's memory, as OneFlow's nn.Graph does, and holds no copy (a second
+copy of every weight doubled the model's memory). A graph binds each variable whose module
+tensor it can (bindable_pieces: host memory, the plan's layout, a storage of its own, no SEND
+reading it); the others (ZeRO's shards of whole module tensors, GPU tensors, tensors sharing a storage) keep a
+copy in the runtime, synced as below. A bound variable is never held: after a call, the graph
+counts its writes into the module tensors' versions (claim), which tells every other user of
+them (another graph's copy, eager autograd's saved tensors) that they changed; before a call, a
+module tensor whose memory changed (`t.data = ...`, a global tensor given a new piece) is bound
+again (refresh). So model.weight.numpy() after a step shows the step's values where the variable
+is bound, and the last synced ones where it is not (graph.sync_to_modules() gives both).
+
 What a graph holds outlives the graph as long as any of its modules lives: a _Holder (the
 runtime, the variables' names, layouts and module tensors; nothing that leads back to a
 module or the graph) is kept by every module of the graph (in _anchors) while it holds
@@ -48,12 +61,105 @@ _epoch = 0
 
 
 def stamp(value):
-    """What changes when a module tensor's values are written: its storage version, and for a
-    global tensor which piece it holds (a counter, not an id: a freed piece's id comes back)."""
+    """What changes when a module tensor's values are written: its memory (`t.data = ...`) and
+    its storage's version, and for a global tensor which piece it holds (a counter, not an id: a freed piece's
+    id comes back)."""
     if isinstance(value, _gt.GlobalTensor):
         local = value._local
-        return (value._generation, -1 if local is None else local._version)
-    return value._version
+        if local is None:
+            return (value._generation, 0, -1)
+        return (value._generation, local._data_ptr, local._version)
+    return (value._data_ptr, value._version)
+
+
+def _piece(graph, full, value):
+    """The tensor the runtime may take as this rank's piece of variable ``full`` (module tensor
+    ``value``), or None: a piece in host memory laid out as the plan lays the variable out."""
+    if isinstance(value, _gt.GlobalTensor):
+        piece = value._local
+        if piece is None or graph._plan_layout(full, value) != (value.placement, value.sbp):
+            return None  # ZeRO shards what the module holds whole
+    else:
+        piece = value
+    return piece if str(piece.device).startswith("cpu") else None
+
+
+def bindable_pieces(graph, names):
+    """The pieces of the variables ``names`` the graph's runtime may bind, by name (Note
+    [Variables bound to the caller's tensors]): those in host memory, in the plan's layout, on a
+    storage no other of them has."""
+    pieces, by_storage, declined = {}, {}, []
+    for full, value, *_ in graph._variables:
+        if full not in names:
+            continue
+        piece = _piece(graph, full, value)
+        if piece is not None:
+            pieces[full] = piece
+            by_storage.setdefault(piece._storage_id, []).append(full)
+        else:
+            declined.append(f"'{full}' (not in host memory in the plan's layout)")
+    for shared in by_storage.values():
+        if len(shared) > 1:
+            for full in shared:
+                del pieces[full]
+            declined.append(f"{shared} (one storage)")
+    if declined and graph._debug >= 1:
+        print(f"[nn.Graph] rank {env.get_rank()}: variables keeping a copy of their own: "
+              + ", ".join(declined))
+    return pieces
+
+
+def bind(graph, full, value):
+    """Makes the module tensor ``value`` the runtime's piece of variable ``full``; returns
+    whether it is (otherwise the runtime has memory of its own for it, to be written)."""
+    piece = _piece(graph, full, value)
+    # Without a piece the runtime gives the variable memory of its own (it may hold an old one).
+    why = graph._runtime.bind_variable_pieces(full, {} if piece is None else
+                                              {env.get_rank(): piece})
+    if why:
+        graph._bound.pop(full, None)
+        if graph._debug >= 1:
+            print(f"[nn.Graph] rank {env.get_rank()}: {why}")
+    else:
+        graph._bound[full] = (piece._data_ptr, piece._storage_id)
+    graph._bound_storages = {storage for _, storage in graph._bound.values()}
+    return not why
+
+
+def refresh(graph, full, value):
+    """Module tensor ``value`` of variable ``full`` changed since the graph last saw it: its
+    values into the runtime, or, bound, the runtime's piece onto its memory where that moved."""
+    if full in graph._bound:
+        if _moved(graph, full, value) and not bind(graph, full, value):
+            graph._write_variable(full, value)
+        return  # bound: the runtime reads the module's memory
+    graph._write_variable(full, value)
+
+
+def _moved(graph, full, value):
+    """Whether bound variable ``full``'s module tensor ``value`` is no longer where the runtime
+    reads it."""
+    piece = _piece(graph, full, value)
+    return piece is None or piece._data_ptr != graph._bound[full][0]
+
+
+def rebind_moved(graph):
+    """Binds again the bound variables whose module tensors moved since the graph last looked
+    (before a write into them outside a call: load_state_dict)."""
+    for full in list(graph._bound):
+        value = graph._module_values[full]
+        if _moved(graph, full, value):
+            refresh(graph, full, value)
+
+
+def count_writes(graph, names=None):
+    """Counts a call's writes into bound module tensors (Note [Versions]): of the variables
+    ``names`` (None: all) the call writes. Also after a failed call, which may have written
+    some."""
+    for full in graph._writes:
+        if full in graph._bound and (names is None or full in names):
+            value = graph._module_values[full]
+            (value._local if isinstance(value, _gt.GlobalTensor) else value)._bump_version()
 
 
 class _Holder:
@@ -118,18 +224,23 @@ def claim(graph, names=None):
     """After a call of ``graph`` that changed its variables (``names``; None: all of them): it
     holds their newest values."""
     global _epoch
+    count_writes(graph, names)
     holder = holder_of(graph)
     ref = weakref.ref(holder)
     ids = []
     for full, value in holder.values.items():
         if names is not None and full not in names:
             continue
+        if full in graph._bound:  # written in the module's memory: counted (below), not held
+            if not _moved(graph, full, value):  # else the next call binds it again
+                graph._seen_stamps[full] = stamp(value)
+            continue
         before = _holders.get(id(value))
         if before is not None and before[0]() is not holder:
             end_hold(value)  # load_state_dict's values replace another graph's
         _holders[id(value)] = (ref, full, value)
         ids.append(id(value))
-    if not holder.held:
+    if ids and not holder.held:
         for module in graph._modules.values():
             for m in module.modules():
                 m.__dict__.setdefault("_anchors", {})[id(holder)] = holder
@@ -191,7 +302,7 @@ def before_call(graph):
     for full, value, *_ in graph._variables:
         now = stamp(value)
         if graph._seen_stamps.get(full) != now:
-            graph._write_variable(full, value)
+            refresh(graph, full, value)
             graph._seen_stamps[full] = now
             held = _holders.get(id(value))
             if held is not None and mine is not None and held[0]() is mine:

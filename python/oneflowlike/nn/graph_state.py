@@ -176,10 +176,11 @@ class GraphStateMixin:
         if not self._compiled:
             self._pending_state = state
             return
-        self._write_state(state)
         from oneflowlike.nn import graph_sharing
 
-        graph_sharing.claim(self)  # Note [Graphs sharing modules]: newer than the modules
+        graph_sharing.rebind_moved(self)  # the module tensors' memory, where they moved
+        self._write_state(state)
+        graph_sharing.claim(self, set(state))  # Note [Graphs sharing modules]: the newest
 
     def _check_local_values_agree(self, state):
         """Note [Local and global do not mix in a graph], for loaded values: a local tensor

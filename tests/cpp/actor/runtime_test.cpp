@@ -19,7 +19,6 @@
 #include "comm/transport.h"
 #include "oneflowlike/ops/layer_norm.h"
 #include "oneflowlike/ops/matmul.h"
-#include "oneflowlike/ops/optimizer.h"
 #include "tests/cpp/actor/plan_builder.h"
 #include "tests/cpp/actor/run_everywhere.h"
 #include "tests/cpp/ops/test_util.h"
@@ -361,38 +360,6 @@ TEST(Runtime, MicroBatchActorsUnpackRepeatAccumulateAndPack) {
   std::vector<double> twice;
   for (double v : xv) twice.push_back(2 * v);
   EXPECT_EQ(values_of(out.at("stacked")), twice);
-}
-
-// Variables live in persistent registers: an in-place update (sgd_update mutates its first
-// input) carries over to the next iteration, and the value can be read and written between
-// iterations.
-TEST(Runtime, VariablesPersistAcrossIterationsAndCanBeReadAndWritten) {
-  PlanBuilder b(1);
-  const int64_t w = b.variable(0, "w", Shape{3}, {}, proto::InitializerProto::ONES);
-  const int64_t g = b.input(0, "g", Shape{3});
-  const int64_t lr = b.input(0, "lr", Shape{});
-  const int64_t snapshot = b.reg(0, "snapshot", Shape{3});
-  proto::TaskProto* copy = b.task(0, "copy", Kind::COPY, {w}, {snapshot});
-  b.output(0, "w_before", snapshot, Shape{3});
-  const int64_t momentum = b.variable(0, "momentum", Shape{3}, {}, proto::InitializerProto::ZEROS);
-  proto::TaskProto* update =
-      b.compute(0, "sgd", "sgd_update", SgdParams{}, {w, g, momentum, lr}, {});
-  update->add_mutated_inputs(0);
-  update->add_mutated_inputs(2);
-  update->add_control_inputs(copy->id());  // writers after readers
-
-  Runtime runtime(b.plan(), threaded());
-  runtime.initialize_variables();
-  const std::map<std::string, Tensor> feed = {
-      {"g", make_tensor({1, 2, 3}, Shape{3}, DataType::kFloat32)},
-      {"lr", Tensor::scalar(0.5, DataType::kFloat32)}};
-  EXPECT_EQ(values_of(runtime.run(feed).at("w_before")), (std::vector<double>{1, 1, 1}));
-  EXPECT_EQ(values_of(runtime.read_variable("w")), (std::vector<double>{0.5, 0, -0.5}));
-  EXPECT_EQ(values_of(runtime.run(feed).at("w_before")), (std::vector<double>{0.5, 0, -0.5}));
-  runtime.write_variable("w", make_tensor({7, 8, 9}, Shape{3}, DataType::kFloat32));
-  EXPECT_EQ(values_of(runtime.run(feed).at("w_before")), (std::vector<double>{7, 8, 9}));
-  EXPECT_EQ(runtime.iterations(), 3);
-  expect_error([&] { runtime.read_variable("nope"); }, ErrorCode::kNotFound, "'nope'");
 }
 
 // Note [Fetched pieces are handed over] and Note [Fed pieces are handed in]: a run fed by pieces
