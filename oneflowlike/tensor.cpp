@@ -9,7 +9,10 @@
 namespace ofl {
 
 Storage::Storage(size_t bytes, Allocator* allocator)
-    : data_(allocator->allocate(bytes)), bytes_(bytes), allocator_(allocator) {}
+    : data_(allocator->allocate(bytes)), bytes_(bytes), allocator_(allocator) {
+  static std::atomic<uint64_t> next_serial{1};
+  serial_ = next_serial.fetch_add(1, std::memory_order_relaxed);
+}
 
 Storage::~Storage() { allocator_->deallocate(data_, bytes_); }
 

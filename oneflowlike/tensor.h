@@ -23,6 +23,9 @@ class Storage {
   size_t bytes() const { return bytes_; }
   Device device() const { return allocator_->device(); }
   Allocator* allocator() const { return allocator_; }
+  /// A number no other storage of the process has had or will have (an address comes back once
+  /// its storage is freed): what tells a tensor given new memory from one written in place.
+  uint64_t serial() const { return serial_; }
 
   /// Note [Versions]: how many in-place writes the storage has had (assign_, optimizer
   /// updates). Autograd records it for every tensor it saves and refuses a backward that would
@@ -40,6 +43,7 @@ class Storage {
   size_t bytes_;
   Allocator* allocator_;
   std::atomic<int64_t> version_{0};
+  uint64_t serial_;
   bool indexed_copy_ = false;
 };
 

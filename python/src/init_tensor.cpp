@@ -168,17 +168,24 @@ void init_tensor(py::module_& m) {
                              "How many in-place writes its storage has had (torch's _version).")
       .def_property_readonly(
           "_storage_id",
-          [](const Tensor& t) {
-            return t.is_lazy() ? 0 : reinterpret_cast<uintptr_t>(t.impl()->storage.get());
-          },
-          "Which storage it holds (the same number for tensors sharing one; 0 for a traced "
-          "value).")
+          [](const Tensor& t) -> uint64_t { return t.is_lazy() ? 0 : t.impl()->storage->serial(); },
+          "Which storage it holds: the same number for tensors sharing one, never another's "
+          "(0 for a traced value).")
       .def_property_readonly(
           "_data_ptr",
           [](const Tensor& t) {
             return t.is_lazy() ? 0 : reinterpret_cast<uintptr_t>(t.raw_data());
           },
           "The address of its first element (0 for a traced value).")
+      .def_property_readonly(
+          "_stamp",
+          [](const Tensor& t) {
+            if (t.is_lazy()) return py::make_tuple(0, 0, 0);
+            return py::make_tuple(t.impl()->storage->serial(),
+                                  reinterpret_cast<uintptr_t>(t.raw_data()), t.version());
+          },
+          "(_storage_id, _data_ptr, _version) in one call: what changes when its values or its "
+          "memory change (Note [Graphs sharing modules]).")
       .def(
           "_bump_version",
           [](const Tensor& t) {

@@ -190,3 +190,59 @@ def test_a_bound_graph_and_a_graph_with_copies_on_one_model_see_each_others_step
         model.weight.fill_(0.0)
         model.bias.fill_(0.0)
     np.testing.assert_array_equal(evaluate(x).numpy(), np.zeros((6, 2), np.float32))
+
+
+def test_a_checkpoint_loaded_after_an_eager_write_is_what_the_next_step_trains(variables):
+    """An eager write into the module, then graph.load_state_dict: the loaded values are the
+    newest (the next step and eager reads see them, not the eager write)."""
+    flow.manual_seed(6)
+    model = nn.Linear(3, 2)
+    train = _Train(model, flow.optim.SGD(model.parameters(), lr=0.5, momentum=0.9))
+    x = flow.randn(4, 3)
+    train(x)
+    state = {k: v.clone() if flow.is_tensor(v) else v for k, v in train.state_dict().items()}
+    second = train(x).numpy()
+    with flow.no_grad():
+        model.weight.fill_(3.0)
+    train.load_state_dict(state)
+    np.testing.assert_array_equal(model.state_dict()["weight"].numpy(),
+                                  state["model.weight"].numpy())
+    np.testing.assert_array_equal(train(x).numpy(), second)
+
+
+def test_a_graph_whose_first_call_failed_while_placing_its_variables_runs_after(monkeypatch):
+    """Note [Variables bound to the caller's tensors]: an error while the first call places the
+    variables (here the second bind) leaves none without memory: the next call writes what was
+    not placed and runs."""
+    flow.manual_seed(7)
+    model = nn.Linear(3, 2)
+    reference = _Train(nn.Linear(3, 2))
+    reference.model.load_state_dict(model.state_dict())
+    x = flow.randn(4, 3)
+    bind, calls = graph_sharing.bind, []
+
+    def failing(graph, full, value):
+        calls.append(full)
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        return bind(graph, full, value)
+
+    graph = _Train(model)
+    monkeypatch.setattr(graph_sharing, "bind", failing)
+    with pytest.raises(KeyboardInterrupt):
+        graph(x)
+    monkeypatch.setattr(graph_sharing, "bind", bind)
+    np.testing.assert_array_equal(graph(x).numpy(), reference(x).numpy())
+
+
+def test_a_model_converted_after_a_graph_trained_it_keeps_the_training(variables):
+    """model.double() after graph steps converts the trained values (with copies, it converted
+    the module's older ones and the steps were lost)."""
+    flow.manual_seed(8)
+    model = nn.Linear(3, 2)
+    train = _Train(model, flow.optim.SGD(model.parameters(), lr=0.5))
+    x = flow.randn(4, 3)
+    train(x)
+    trained = train.state_dict()["model.weight"].numpy()
+    model.double()
+    np.testing.assert_array_equal(model.weight.numpy(), trained.astype(np.float64))

@@ -445,20 +445,29 @@ class Graph(GraphStateMixin, GraphMemoryMixin, GraphRefusalsMixin, GraphOptimize
             _gt.write_captured(tracer, self._runtime, self._local_variables)
         self._compiled = True
         self.config._compiled = True
-        # Note [Graphs sharing modules]: the values another graph trained, then all of them.
-        graph_sharing.release([value for _, value, *_ in self._variables], reader=self)
         self._module_values = {full: value for full, value, *_ in self._variables}
         self._writes = frozenset(self._written_buffers) | frozenset(
             full for full, trains in self._compiled_trains.items() if trains and self._optimizers)
-        for full, value, *_ in self._variables:
-            if not (full in bindable and full in self._local_variables
-                    and graph_sharing.bind(self, full, value)):
-                self._write_variable(full, value)
-            self._seen_stamps[full] = graph_sharing.stamp(value)
+        offered = [full for full in bindable if full in self._local_variables]
+        try:
+            # Note [Graphs sharing modules]: the values another graph trained, then all of them.
+            graph_sharing.release([value for _, value, *_ in self._variables], reader=self)
+            for full, value, *_ in self._variables:
+                if not (full in bindable and full in self._local_variables
+                        and graph_sharing.bind(self, full, value)):
+                    self._write_variable(full, value)
+                self._seen_stamps[full] = graph_sharing.stamp(value)
+        except BaseException:
+            # The offered variables not yet placed get memory of their own, written by the next
+            # call (it has not seen them), so the runtime stays usable.
+            for full in offered:
+                if full not in self._bound:
+                    self._runtime.bind_variable_pieces(full, {})
+            raise
         if self._pending_state is not None:
             state, self._pending_state = self._pending_state, None
             self._write_state(state)
-            graph_sharing.claim(self)
+            graph_sharing.claim(self, set(state))
         if self._pending_scaler_state is not None and self._runtime is not None:
             saved, self._pending_scaler_state = self._pending_scaler_state, None
             self._write_scaler_state(saved)
@@ -578,18 +587,10 @@ class Graph(GraphStateMixin, GraphMemoryMixin, GraphRefusalsMixin, GraphOptimize
                 pieces[name] = {rank: _C.from_numpy(array)}
             try:
                 fetched = self._runtime.run_local(pieces)
+                outputs = self._assemble(fetched, rank)
             except BaseException:
                 graph_sharing.count_writes(self)  # a failed step may have written some
                 raise
-            outputs = []
-            for name, p, shape, dtype in self._fetches:
-                local = fetched.get(name, {}).get(rank)
-                if not self._is_global:
-                    outputs.append(self._on_local_device(local))
-                    continue
-                nd = tuple(_sbp.sbp(s) for s in self._output_sbp.get(name, ["B"] * len(p.hierarchy)))
-                assert tuple(self._output_shapes.get(name, shape)) == shape, (name, shape)
-                outputs.append(_gt.GlobalTensor(local, shape, dtype, p, nd))
         self._step = step
         if self._optimizers:
             graph_sharing.claim(self)  # its runtime now holds the newest values
@@ -598,6 +599,19 @@ class Graph(GraphStateMixin, GraphMemoryMixin, GraphRefusalsMixin, GraphOptimize
         for scheduler in self._lr_schedulers:
             scheduler.step()
         return outputs[0] if self._single else tuple(outputs)
+
+    def _assemble(self, fetched, rank):
+        """The call's results from this rank's fetched pieces."""
+        outputs = []
+        for name, p, shape, dtype in self._fetches:
+            local = fetched.get(name, {}).get(rank)
+            if not self._is_global:
+                outputs.append(self._on_local_device(local))
+                continue
+            nd = tuple(_sbp.sbp(s) for s in self._output_sbp.get(name, ["B"] * len(p.hierarchy)))
+            assert tuple(self._output_shapes.get(name, shape)) == shape, (name, shape)
+            outputs.append(_gt.GlobalTensor(local, shape, dtype, p, nd))
+        return outputs
 
     @property
     def step_count(self):

@@ -61,15 +61,13 @@ _epoch = 0
 
 
 def stamp(value):
-    """What changes when a module tensor's values are written: its memory (`t.data = ...`) and
-    its storage's version, and for a global tensor which piece it holds (a counter, not an id: a freed piece's
+    """What changes when a module tensor's values are written: its memory (`t.data = ...`: the
+    storage's serial number and the address) and its storage's version, and for a global tensor which piece it holds (a counter, not an id: a freed piece's
     id comes back)."""
     if isinstance(value, _gt.GlobalTensor):
         local = value._local
-        if local is None:
-            return (value._generation, 0, -1)
-        return (value._generation, local._data_ptr, local._version)
-    return (value._data_ptr, value._version)
+        return (value._generation, None if local is None else local._stamp)
+    return value._stamp
 
 
 def _piece(graph, full, value):
@@ -231,10 +229,13 @@ def claim(graph, names=None):
     for full, value in holder.values.items():
         if names is not None and full not in names:
             continue
-        if full in graph._bound:  # written in the module's memory: counted (below), not held
+        if full in graph._bound:  # written in the module's memory: counted (above), not held
             if not _moved(graph, full, value):  # else the next call binds it again
                 graph._seen_stamps[full] = stamp(value)
             continue
+        # The runtime's value is the newest, whatever the module's tensor had become (an eager
+        # write before graph.load_state_dict is older than what it loaded).
+        graph._seen_stamps[full] = stamp(value)
         before = _holders.get(id(value))
         if before is not None and before[0]() is not holder:
             end_hold(value)  # load_state_dict's values replace another graph's

@@ -418,6 +418,10 @@ class Module:
     def _apply(self, fn, op):
         """Replaces the values of every parameter and buffer t (and of its gradient) by fn(t), in
         place (``t.data = ...``): the objects stay, so whoever holds them sees the new values."""
+        from oneflowlike.nn import graph_sharing
+
+        if graph_sharing._holders:  # values a graph trained (Note [Graphs sharing modules])
+            graph_sharing.release(graph_sharing.module_values(self))
         tensors = {}  # id -> (name, tensor): a shared tensor once
         for prefix, module in self.named_modules():
             for registry in (module._parameters, module._buffers):
