@@ -11,6 +11,7 @@ import atexit
 import os
 import sys
 import threading
+import weakref
 import zlib
 
 from oneflowlike import _C
@@ -28,7 +29,9 @@ class Job:
         self._sessions = None
         self._session_counts = {}
         # Creation order: every process ends the runtimes it shares with others in the same
-        # order, since a runtime's end passes between its ranks (Runtime::shutdown).
+        # order, since a runtime's end passes between its ranks (Runtime::shutdown). A
+        # one-process job's runtimes share nothing: weak references, so that a graph dropped
+        # frees its runtime's memory (and the module tensors bound to it) at once, not at exit.
         self._runtimes = []
         self._left = False
 
@@ -64,7 +67,10 @@ class Job:
                                           first_gpu=gpu,
                                           bindable_variables=list(bindable_variables)),
                                session)
-        self._runtimes.append(holder)
+        if session is None and len(self._runtimes) % 256 == 255:
+            self._runtimes = [h for h in self._runtimes
+                              if not isinstance(h, weakref.ref) or h() is not None]
+        self._runtimes.append(holder if session is not None else weakref.ref(holder))
         return holder
 
     def barrier(self):
@@ -77,11 +83,13 @@ class Job:
         """Ends every runtime, then leaves the job. This process first tells the others how far
         it got (Note [Departures]: one still waiting for it ends at once, naming it), then all
         processes meet, so none ends a runtime it shares with a process still using it."""
+        holders = [h() if isinstance(h, weakref.ref) else h for h in self._runtimes]
+        holders = [h for h in holders if h is not None]
         if self._transport is not None and not self._left:
-            progress = {h.session: h.iterations for h in self._runtimes if h.session is not None}
+            progress = {h.session: h.iterations for h in holders if h.session is not None}
             self._sessions.announce_departure(progress, list(range(self.world_size)))
             self._transport.barrier()
-        for holder in self._runtimes:
+        for holder in holders:
             holder.shutdown()
         if self._transport is not None and not self._left:
             self._left = True
@@ -109,6 +117,12 @@ class RuntimeHolder:
             self._iterations = self.runtime.iterations
             self.runtime.shutdown()
             self.runtime = None
+
+    def __del__(self):
+        # Dropped in a one-process job (a graph gone): ended here, through the binding that
+        # releases Python's lock while the threads are joined, not in the runtime's destructor.
+        if self.__dict__.get("runtime") is not None:
+            self.shutdown()
 
     def __getattr__(self, name):
         runtime = self.__dict__.get("runtime")
