@@ -3,7 +3,6 @@
 
 #include <algorithm>
 
-#include "actor/actor_kinds.h"
 #include "actor/pieces.h"
 #include "actor/runtime.h"
 #include "actor/runtime_internal.h"
@@ -25,13 +24,13 @@ namespace ofl::actor {
 // dtype and device; host memory (on a GPU the eager stream's work on the tensor is not ordered
 // with the runtime's streams); a register of its own (not in a planned block, not written into
 // an in-place concat's output) that no SEND reads (its receiver may read it after run() has
-// returned); and a storage no other variable piece has (two variables on
-// one storage would see each other's in-place updates in an order the plan never fixed). Where
-// one of these fails, the variable gets memory of its own and the reason comes back; the caller
-// then writes its values as before, and so after binding with no piece. A fed piece sharing
-// storage with a bound piece is refused (an input handed in would be written by the update it
-// feeds). Binding again replaces the piece: the caller does it when its tensor's memory changes.
-// Binding happens between runs, on the thread that runs them.
+// returned); and a storage no other variable piece has (two variables on one storage would see
+// each other's in-place updates in an order the plan never fixed). Where one of these fails,
+// the variable gets memory of its own and the reason comes back; the caller then writes its
+// values as before, and so after binding with no piece. A fed piece sharing storage with a
+// bound piece is refused (an input handed in would be written by the update it feeds). Binding
+// again replaces the piece: the caller does it when its tensor's memory changes. Binding
+// happens between runs, on the thread that runs them.
 
 void Runtime::initialize_variables() {
   OFL_CHECK_CODE(!broken_, ErrorCode::kFailedPrecondition, kTag,

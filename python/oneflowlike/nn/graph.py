@@ -448,13 +448,12 @@ class Graph(GraphStateMixin, GraphMemoryMixin, GraphRefusalsMixin, GraphOptimize
         self._module_values = {full: value for full, value, *_ in self._variables}
         self._writes = frozenset(self._written_buffers) | frozenset(
             full for full, trains in self._compiled_trains.items() if trains and self._optimizers)
-        offered = [full for full in bindable if full in self._local_variables]
+        offered = set(bindable) & self._local_variables
         try:
             # Note [Graphs sharing modules]: the values another graph trained, then all of them.
             graph_sharing.release([value for _, value, *_ in self._variables], reader=self)
             for full, value, *_ in self._variables:
-                if not (full in bindable and full in self._local_variables
-                        and graph_sharing.bind(self, full, value)):
+                if not (full in offered and graph_sharing.bind(self, full, value)):
                     self._write_variable(full, value)
                 self._seen_stamps[full] = graph_sharing.stamp(value)
         except BaseException:
@@ -534,10 +533,8 @@ class Graph(GraphStateMixin, GraphMemoryMixin, GraphRefusalsMixin, GraphOptimize
                 self._runtime.write_variable_pieces(name, {env.get_rank(): value.to_local()})
         elif name in self._local_variables:
             self._runtime.write_variable(name, on_host(value))
-        if name in self._bound:  # written into the module tensor: count it (Note [Versions])
-            module_value = self._module_values[name]
-            (module_value._local if isinstance(module_value, _gt.GlobalTensor)
-             else module_value)._bump_version()
+        if name in self._bound:  # written into the module tensor itself
+            graph_sharing.counted_write(self._module_values[name])
 
     def _on_local_device(self, local):
         return on_local_device(local, self._local_device)

@@ -28,12 +28,12 @@ Most variables need none of this: the runtime takes the module tensor itself as 
 reads and updates the module's memory, as OneFlow's nn.Graph does, and holds no copy (a second
 copy of every weight doubled the model's memory). A graph binds each variable whose module
 tensor it can (bindable_pieces: host memory, the plan's layout, a storage of its own, no SEND
-reading it); the others (ZeRO's shards of whole module tensors, GPU tensors, tensors sharing a storage) keep a
-copy in the runtime, synced as below. A bound variable is never held: after a call, the graph
-counts its writes into the module tensors' versions (claim), which tells every other user of
-them (another graph's copy, eager autograd's saved tensors) that they changed; before a call, a
-module tensor whose memory changed (`t.data = ...`, a global tensor given a new piece) is bound
-again (refresh). So model.weight.numpy() after a step shows the step's values where the variable
+reading it); the others (ZeRO's shards of whole module tensors, GPU tensors, tensors sharing a
+storage) keep a copy in the runtime, synced as below. A bound variable is never held: after a
+call, the graph counts its writes into the module tensors' versions (claim), which tells every
+other user of them (another graph's copy, eager autograd's saved tensors) that they changed;
+before a call, a module tensor whose memory changed (`t.data = ...`, a global tensor given a new
+piece) is bound again (refresh). So model.weight.numpy() after a step shows the step's values where the variable
 is bound, and the last synced ones where it is not (graph.sync_to_modules() gives both).
 
 What a graph holds outlives the graph as long as any of its modules lives: a _Holder (the
@@ -62,23 +62,33 @@ _epoch = 0
 
 def stamp(value):
     """What changes when a module tensor's values are written: its memory (`t.data = ...`: the
-    storage's serial number and the address) and its storage's version, and for a global tensor which piece it holds (a counter, not an id: a freed piece's
-    id comes back)."""
+    storage's serial number and the address) and its storage's version, and for a global tensor
+    which piece it holds (a counter, not an id: a freed piece's id comes back)."""
     if isinstance(value, _gt.GlobalTensor):
         local = value._local
         return (value._generation, None if local is None else local._stamp)
     return value._stamp
 
 
+def _held_here(value):
+    """What this process holds of module tensor ``value``: its local piece (None for a rank
+    outside a global tensor's placement)."""
+    return value._local if isinstance(value, _gt.GlobalTensor) else value
+
+
+def counted_write(value):
+    """Counts a write into module tensor ``value`` made outside its ops (Note [Versions]): a
+    graph's run or write into the memory it is bound to."""
+    _held_here(value)._bump_version()
+
+
 def _piece(graph, full, value):
     """The tensor the runtime may take as this rank's piece of variable ``full`` (module tensor
     ``value``), or None: a piece in host memory laid out as the plan lays the variable out."""
-    if isinstance(value, _gt.GlobalTensor):
-        piece = value._local
-        if piece is None or graph._plan_layout(full, value) != (value.placement, value.sbp):
-            return None  # ZeRO shards what the module holds whole
-    else:
-        piece = value
+    piece = _held_here(value)
+    if piece is None or (isinstance(value, _gt.GlobalTensor) and graph._plan_layout(full, value)
+                         != (value.placement, value.sbp)):
+        return None  # ZeRO shards what the module holds whole
     return piece if str(piece.device).startswith("cpu") else None
 
 
@@ -156,8 +166,7 @@ def count_writes(graph, names=None):
     some."""
     for full in graph._writes:
         if full in graph._bound and (names is None or full in names):
-            value = graph._module_values[full]
-            (value._local if isinstance(value, _gt.GlobalTensor) else value)._bump_version()
+            counted_write(graph._module_values[full])
 
 
 class _Holder:
@@ -220,7 +229,8 @@ def holder_of(graph):
 
 def claim(graph, names=None):
     """After a call of ``graph`` that changed its variables (``names``; None: all of them): it
-    holds their newest values."""
+    holds the newest values of those it keeps a copy of, and counts its writes into the bound
+    ones."""
     global _epoch
     count_writes(graph, names)
     holder = holder_of(graph)
