@@ -128,7 +128,8 @@ class OutputActor final : public TaskActor {
  public:
   OutputActor(const PlanIndex& index, int task, int priority)
       : TaskActor(index, task, priority),
-        handed_over_(index.reg(info_.inputs.at(0)).proto.fresh_each_piece()) {}
+        handed_over_(index.reg(info_.inputs.at(0)).proto.fresh_each_piece() ||
+                     index.reg(info_.inputs.at(0)).proto.donated()) {}
   Tensor take(int64_t iteration) {
     std::lock_guard<std::mutex> lock(mu_);
     auto it = fetched_.find(iteration);
@@ -142,8 +143,9 @@ class OutputActor final : public TaskActor {
  private:
   // A snapshot: a later in-place update must not change what was fetched, unless the piece is
   // new memory nobody writes again (Note [Fetched pieces are handed over] in
-  // compiler/physical/in_place_boxing.h). Kept by iteration: fed by another process, the sink
-  // may act for the next one before run() collects this one.
+  // compiler/physical/in_place_boxing.h) or memory the caller gave up (Note [Donated pieces]). Kept
+  // by iteration: fed by another process, the sink may act for the next one before run() collects
+  // this one.
   Work work(ActorHost&, std::vector<Tensor> inputs, std::vector<Tensor>) override {
     return [this, in = inputs[0], iteration = iteration(), handed_over = handed_over_] {
       Tensor snapshot = handed_over ? in : in.clone();

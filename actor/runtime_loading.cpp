@@ -352,6 +352,15 @@ void Runtime::allocate_registers(int64_t rank) {
                    reg.proto.device() == proto::PLAN_DEVICE_CPU),
               kTag, index_.describe_register(r),
               " is handed in, so it must be a host INPUT task's register.");
+    // Note [Donated pieces]: the caller's memory, fed or viewed, never the plan's.
+    const PlanIndex::TaskInfo& producer = index_.task(reg.producer);
+    OFL_CHECK(!reg.proto.donated() ||
+                  (!written_into.count(r) && ((reg.proto.handed_in() && producer.proto.donates()) ||
+                                              (producer.proto.view() && !producer.inputs.empty() &&
+                                               index_.reg(producer.inputs[0]).proto.donated()))),
+              kTag, index_.describe_register(r),
+              " is donated, so it must be a donating INPUT's handed-in register or a view of a "
+              "donated register.");
     if (index_.task(reg.producer).proto.view() || reg.proto.fresh_each_piece() ||
         reg.proto.handed_in() || bindable.count(r)) {
       // Note [Slice views]: each piece is a view of the SLICE's input piece, made when it acts;
@@ -388,7 +397,7 @@ void Runtime::allocate_registers(int64_t rank) {
       out.shape = reg.shape;
       out.dtype = reg.dtype;
     }
-    out.drops_pieces = reg.proto.fresh_each_piece() || reg.proto.handed_in();
+    out.drops_pieces = reg.proto.fresh_each_piece() || reg.proto.handed_in() || reg.proto.donated();
     std::set<int64_t> seen;  // a task reading a register twice is one consumer
     for (int64_t consumer : reg.proto.consumers()) {
       if (!seen.insert(consumer).second) continue;

@@ -37,10 +37,11 @@ int GraphBuilder::add_source(LogicalOp op, const Shape& shape, DataType dtype, c
 }
 
 int GraphBuilder::input(const std::string& name, const Shape& shape, DataType dtype,
-                        const NdSbp& sbp) {
+                        const NdSbp& sbp, bool donates) {
   LogicalOp op;
   op.name = name;
   op.kind = OpKind::kInput;
+  op.donates = donates;
   // A partial-sum input is fed by pieces (Runtime::run_local), each rank its addend.
   return add_source(std::move(op), shape, dtype, sbp, nullptr);
 }

@@ -37,8 +37,10 @@ class GraphBuilder {
   void set_location(std::string location) { location_ = std::move(location); }
 
   /// A tensor fed every iteration. `sbp` empty means B on every placement dimension.
+  /// `donates`: the caller gives its pieces up to the run (Note [Donated pieces] in
+  /// physical/in_place_boxing.h); ignored for an input fed per micro-batch.
   int input(const std::string& name, const Shape& shape, DataType dtype = DataType::kFloat32,
-            const NdSbp& sbp = {});
+            const NdSbp& sbp = {}, bool donates = false);
   /// A persistent tensor; trainable variables get gradients and optimizer updates.
   int variable(const std::string& name, const Shape& shape, const Initializer& init,
                const NdSbp& sbp = {}, bool trainable = true, DataType dtype = DataType::kFloat32);

@@ -95,6 +95,9 @@ struct LogicalOp {
   /// as soon as they are ready (TaskProto.schedule_early; Note [Pacing ZeRO-2 reductions] in
   /// passes/optimizer.cpp).
   bool schedule_early = false;
+  /// kInput: the caller gives its pieces up to the run (Note [Donated pieces] in
+  /// physical/in_place_boxing.h).
+  bool donates = false;
 
   /// "[op 'fc1.matmul' (matmul) at model.py:12]" for error messages.
   std::string describe() const;

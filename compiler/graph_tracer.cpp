@@ -31,9 +31,9 @@ void GraphTracer::enter(const Placement& placement) {
 }
 
 Tensor GraphTracer::input(const std::string& name, const Shape& shape, DataType dtype,
-                          const Placement& placement, const NdSbp& sbp) {
+                          const Placement& placement, const NdSbp& sbp, bool donates) {
   enter(placement);
-  return lazy(builder_.input(name, shape, dtype, sbp));
+  return lazy(builder_.input(name, shape, dtype, sbp, donates));
 }
 
 Tensor GraphTracer::variable(const std::string& name, const Shape& shape, DataType dtype,

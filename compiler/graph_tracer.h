@@ -26,9 +26,9 @@ class GraphTracer final : public OpTracer {
  public:
   explicit GraphTracer(std::string job_name, const Placement& placement);
 
-  /// A tensor fed every iteration, as a lazy tensor.
+  /// A tensor fed every iteration, as a lazy tensor; `donates`: GraphBuilder::input's.
   Tensor input(const std::string& name, const Shape& shape, DataType dtype,
-               const Placement& placement, const NdSbp& sbp);
+               const Placement& placement, const NdSbp& sbp, bool donates = false);
   /// A persistent tensor (a parameter or a buffer); its first value is written by the caller.
   Tensor variable(const std::string& name, const Shape& shape, DataType dtype,
                   const Placement& placement, const NdSbp& sbp, bool trainable);

@@ -81,6 +81,7 @@ void write_register(std::ostream& os, const char* direction, int64_t id,
   } else {
     os << " own allocation";
   }
+  if (reg.donated()) os << " (donated: the caller's, handed back)";
   os << "\n";
 }
 

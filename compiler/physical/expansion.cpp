@@ -513,6 +513,7 @@ class Expander {
       }
       const Shape shape = physical_shape(tensor.meta.shape, sbp, op.placement, pid);
       if (variable || !op_per_micro(op)) {
+        task->set_donates(!variable && op.donates);
         regs.push_back(builder_.add_output(task, tensor.name, shape, tensor.meta.dtype,
                                            /*persistent=*/variable));
         op_tasks_[&op - &graph_.op(0)].push_back(task->id());

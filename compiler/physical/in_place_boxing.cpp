@@ -229,22 +229,51 @@ bool handed_over(const proto::RegisterProto& reg, const RankView& rank) {
   }
 }
 
-// Note [Fed pieces are handed in].
+// Note [Fed pieces are handed in]; a donating INPUT's may be written (Note [Donated pieces]).
 bool handed_in(const proto::RegisterProto& reg, const RankView& rank) {
   const proto::TaskProto* producer = rank.task(reg.producer());
   if (producer == nullptr || producer->kind() != proto::TaskProto::INPUT || reg.persistent() ||
-      reg.device() != proto::PLAN_DEVICE_CPU || written_in_place(reg, rank) ||
-      read_by_a_send(reg, rank)) {
+      reg.device() != proto::PLAN_DEVICE_CPU || read_by_a_send(reg, rank)) {
     return false;
   }
+  const bool donated = producer->donates();
+  if (!donated && written_in_place(reg, rank)) return false;
   for (int64_t id : reg.consumers()) {
     const proto::TaskProto* consumer = rank.task(id);
     if (consumer == nullptr) return false;
-    const bool writes = (consumer->kind() == proto::TaskProto::CONCAT && consumer->in_place()) ||
-                        (consumer->kind() == proto::TaskProto::COLLECTIVE && consumer->view());
-    if (writes) return false;
+    if (consumer->kind() == proto::TaskProto::CONCAT && consumer->in_place()) return false;
+    if (consumer->kind() == proto::TaskProto::COLLECTIVE && consumer->view() && !donated) {
+      return false;
+    }
   }
   return true;
+}
+
+// Note [Donated pieces]: a donating INPUT's handed-in register, and the outputs of view tasks
+// reading a donated register, view of view included; not one a kernel writes in place (its
+// OUTPUT, which acts before the write, must still snapshot it).
+void mark_donated(proto::RankPlanProto* rank_plan, const RankView& rank) {
+  std::unordered_map<int64_t, proto::RegisterProto*> registers;
+  for (proto::RegisterProto& reg : *rank_plan->mutable_registers()) {
+    const proto::TaskProto* producer = rank.task(reg.producer());
+    reg.set_donated(reg.handed_in() && producer != nullptr && producer->donates() &&
+                    !written_in_place(reg, rank));
+    registers[reg.id()] = &reg;
+  }
+  for (bool grew = true; grew;) {
+    grew = false;
+    for (const proto::TaskProto& task : rank_plan->tasks()) {
+      if (!task.view() || task.inputs_size() != 1 || task.outputs_size() != 1) continue;
+      const auto input = registers.find(task.inputs(0));
+      const auto output = registers.find(task.outputs(0));
+      if (input == registers.end() || output == registers.end() || !input->second->donated() ||
+          output->second->donated() || written_in_place(*output->second, rank)) {
+        continue;
+      }
+      output->second->set_donated(true);
+      grew = true;
+    }
+  }
 }
 
 void mark_rank(proto::RankPlanProto* rank_plan) {
@@ -271,6 +300,7 @@ void mark_rank(proto::RankPlanProto* rank_plan) {
     reg.set_fresh_each_piece(handed_over(reg, rank));
     reg.set_handed_in(handed_in(reg, rank));
   }
+  mark_donated(rank_plan, rank);
 }
 
 }  // namespace

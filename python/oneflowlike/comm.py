@@ -8,16 +8,26 @@ the bytes move through the same boxing and collective tasks as every other commu
 second path, DESIGN.md "Eager global tensors"), and the compiled graph is cached by shape. Every
 rank of the job must call each collective, in the same order, with tensors of the same shape
 and dtype. The pieces go through host memory: a CUDA tensor is copied to the host and back.
+all_reduce's sum and avg donate the caller's tensor to the run (Note [Donated pieces] in
+compiler/physical/in_place_boxing.h): the all-reduce sums in its memory, and the result is the
+tensor itself, where it had been copied in, out and back (2.1-3.9x faster from 1 MiB on two
+processes, docs/benchmarks.md "flow.distributed all-reduces against gloo's").
 
 Note [Reductions and groups]: a sum (and torch's avg, the sum over the group's size) is a
 partial sum laid out again, which the compiler reduces in place. Max, min and product have no
 SBP of their own (a partial value is a sum), so each rank's piece becomes a row of a tensor
-split over the ranks, gathered, and reduced on each rank: (n - 1) times the tensor's bytes
-instead of an all-reduce's 2 (n - 1) / n, fine for what they are used for (flags, norms,
-counts). A group (torch's new_group) is a subset of the job's ranks: its collectives run on the
-placement of those ranks, and only its members call them (a rank outside it is refused at once,
-on that rank only: the members do not wait for it). reduce, gather and scatter lay the pieces
-out on one rank's placement, or from it, so only the bytes that rank needs move.
+split over the ranks. A small one is gathered whole and reduced on each rank: one collective,
+(n - 1) times its bytes, holding n times its memory on every rank. From kColumnsBytes up the
+rows are laid out again split by columns (an all-to-all), each rank reduces its columns, and
+the reduced columns are gathered: a reduce-scatter then an all-gather, 2 (n - 1) / n of the
+bytes as a sum's all-reduce moves (n / 2 times fewer than gathering), holding about three
+times the tensor at most (every rank's columns, then the gathered result, beside the caller's
+tensor). reduce_scatter_tensor is the first half alone ((n - 1) / n). Every rank reduces the
+rows in rank order, so all end with the same bits. A group (torch's new_group) is a subset of
+the job's ranks: its collectives run on the placement of those ranks, and only its members call
+them (a rank outside it is refused at once, on that rank only: the members do not wait for
+it). reduce, gather and scatter lay the pieces out on one rank's placement, or from it, so only
+the bytes that rank needs move.
 """
 
 from oneflowlike import _C
@@ -92,6 +102,18 @@ def _check_reduce(op, reduce_op, dtype):
                         f"group's size). However, got {dtype}.")
 
 
+def _check_writable(op, tensor):
+    """The collective writes ``tensor`` in place: refused for a copy that indexing made, whose
+    write would not reach the tensor it came from (as Tensor.copy_ refuses it), before any byte
+    moves and, through _prepare, on every rank."""
+    if _C._is_indexed_copy(tensor):
+        raise ValueError(
+            f"[{op}] cannot write the tensor in place: it is a copy that indexing or a view-like "
+            "op made (t[...], transpose, t(), narrow, split, chunk, unbind and expand copy here, "
+            "where torch gives views), so the result would not reach the tensor it came from. "
+            "Pass that tensor, or a clone() to receive the result.")
+
+
 def _host_piece(op, tensor):
     if not isinstance(tensor, _C.Tensor) or tensor.is_lazy:
         raise TypeError(f"[{op}] needs a local tensor (each rank's own). However, got "
@@ -116,6 +138,40 @@ def _rows(piece, ranks, to=None):
     return whole.to_local() if env.get_rank() in (to or ranks) else None
 
 
+# Note [Reductions and groups]: from this many bytes per rank, max, min and product reduce by
+# columns. Below it the one all-gather was mostly as fast or faster; from it the columns were
+# faster in 14 of 18 cases on 2-4 processes over two runs (docs/benchmarks.md
+# "flow.distributed all-reduces against gloo's").
+kColumnsBytes = 4 << 20
+
+
+def _by_columns(piece, ranks):
+    """Whether max, min and product of ``piece`` reduce by columns (Note [Reductions and
+    groups]); the same answer on every rank, as the ranks agreed on the shape and dtype."""
+    return (piece.numel() >= len(ranks)
+            and piece.numel() * piece.element_size() >= kColumnsBytes)
+
+
+def _reduced_columns(piece, ranks, reduce_op, to=None):
+    """The reduction by ``reduce_op`` (max, min, product) of the ranks' ``piece``, whole on the
+    ranks ``to`` (default: every rank of ``ranks``): this rank's result in ``piece``'s shape, or
+    None on a rank outside ``to``. Each rank reduces its balanced range of the flat elements
+    (an all-to-all brings every rank's), and the reduced ranges are gathered (Note [Reductions
+    and groups])."""
+    from oneflowlike.framework import global_tensor as gt
+
+    numel = piece.numel()
+    rows = gt.local_to_global(piece.reshape((1, numel)), _on(ranks), _sbp.split(0))
+    columns = rows.to_global(placement=_on(ranks), sbp=_sbp.split(1)).to_local()
+    reduced = _reduced(columns, reduce_op)
+    del rows, columns  # every rank's columns: not held through the gather
+    part = gt.local_to_global(reduced, _on(ranks), _sbp.split(0), shape=(numel,))
+    result = part.to_global(placement=_on(ranks if to is None else to), sbp=_sbp.broadcast)
+    if env.get_rank() not in result.placement.flat_ranks:
+        return None
+    return result.to_local().reshape(tuple(piece.shape))
+
+
 def _reduced(rows, reduce_op):
     """The rows (n, ...) reduced along axis 0 by max, min or product."""
     import oneflowlike as flow
@@ -131,7 +187,14 @@ def _reduced(rows, reduce_op):
 
 
 def _write(tensor, value):
-    """The result into the caller's tensor, in place, on its device."""
+    """The result into the caller's tensor, in place, on its device. Where the result already
+    is the tensor's memory (a donated piece, Note [Donated pieces] in
+    compiler/physical/in_place_boxing.h) nothing is copied: the run's write is only counted in
+    the tensor's version."""
+    if (value._storage_id == tensor._storage_id and value._data_ptr == tensor._data_ptr
+            and value.dtype == tensor.dtype and tuple(value.shape) == tuple(tensor.shape)):
+        tensor._bump_version()
+        return tensor
     with no_grad():
         tensor.copy_(value if tensor.dtype == value.dtype else value.to(tensor.dtype))
     return tensor
@@ -169,18 +232,28 @@ def _prepare(caller, tensor, check=True, validate=None, ranks=None, **extra):
     return piece
 
 
-def _summed(piece, ranks, op, sbp, to=None):
+def _summed(piece, ranks, op, sbp, to=None, donate=False):
     """The ranks' pieces summed as a partial sum laid out as ``sbp`` on the ranks ``to`` (all
     of them by default), divided by their number for avg: this rank's local piece of it, or
-    None on a rank outside ``to``."""
+    None on a rank outside ``to``. ``donate``: ``piece`` may be written, and the sum comes back
+    in it where the plan can sum in place (Note [Donated pieces] in
+    compiler/physical/in_place_boxing.h)."""
     from oneflowlike.framework import global_tensor as gt
 
     summed = gt.local_to_global(piece, _on(ranks), _sbp.partial_sum)
-    result = summed.to_global(placement=_on(ranks if to is None else to), sbp=sbp)
+    placement = _on(ranks if to is None else to)
+    if donate:  # Tensor.to_global, but the run may sum in the piece
+        result = gt.reshard_many([(summed, placement, _sbp.normalize(sbp, placement))],
+                                 donate=True)[0]
+    else:
+        result = summed.to_global(placement=placement, sbp=sbp)
     if env.get_rank() not in result.placement.flat_ranks:
         return None
     local = result.to_local()
-    return local / len(ranks) if op == "avg" else local
+    if op == "avg":  # the result is the run's or the donated piece: divided in place
+        with no_grad():
+            local.div_(len(ranks))
+    return local
 
 
 def all_reduce(tensor, op="sum", group=None):
@@ -191,12 +264,18 @@ def all_reduce(tensor, op="sum", group=None):
 
 def _all_reduce(tensor, check, reduce_op="sum", group=None):
     ranks = _members("all_reduce", group)
-    piece = _prepare("all_reduce", tensor, check, ranks=ranks, op=reduce_op,
-                     validate=lambda piece: _check_reduce("all_reduce", reduce_op, piece.dtype))
+    def validate(piece):
+        _check_reduce("all_reduce", reduce_op, piece.dtype)
+        _check_writable("all_reduce", tensor)
+
+    piece = _prepare("all_reduce", tensor, check, ranks=ranks, op=reduce_op, validate=validate)
     if piece is None:
         return tensor
     if reduce_op in ("sum", "avg"):
-        return _write(tensor, _summed(piece, ranks, reduce_op, _sbp.broadcast))
+        # The caller's tensor (its host copy for a GPU one) is donated: the sum is made in it.
+        return _write(tensor, _summed(piece, ranks, reduce_op, _sbp.broadcast, donate=True))
+    if _by_columns(piece, ranks):
+        return _write(tensor, _reduced_columns(piece, ranks, reduce_op))
     return _write(tensor, _reduced(_rows(piece, ranks), reduce_op))
 
 
@@ -208,12 +287,17 @@ def reduce(tensor, dst, op="sum", group=None):
     def validate(piece):
         _check_reduce("reduce", op, piece.dtype)
         _check_root("reduce", "dst", dst, ranks)
+        if env.get_rank() == dst:
+            _check_writable("reduce", tensor)
 
     piece = _prepare("reduce", tensor, ranks=ranks, validate=validate, dst=dst, op=op)
     if piece is None:
         return tensor
     if op in ("sum", "avg"):
         result = _summed(piece, ranks, op, _sbp.broadcast, to=[dst])
+        return _write(tensor, result) if result is not None else tensor
+    if _by_columns(piece, ranks):
+        result = _reduced_columns(piece, ranks, op, to=[dst])
         return _write(tensor, result) if result is not None else tensor
     rows = _rows(piece, ranks, to=[dst])
     return _write(tensor, _reduced(rows, op)) if rows is not None else tensor
@@ -230,8 +314,11 @@ def broadcast(tensor, src, group=None):
     from oneflowlike.framework import global_tensor as gt
 
     ranks = _members("broadcast", group)
-    piece = _prepare("broadcast", tensor, ranks=ranks, src=src,
-                     validate=lambda piece: _check_root("broadcast", "src", src, ranks))
+    def validate(piece):
+        _check_root("broadcast", "src", src, ranks)
+        _check_writable("broadcast", tensor)
+
+    piece = _prepare("broadcast", tensor, ranks=ranks, src=src, validate=validate)
     if piece is None:
         return tensor
     source = gt.local_to_global(piece, _on([src]), _sbp.broadcast)
@@ -344,10 +431,14 @@ def reduce_scatter_tensor(output, tensor, op="sum", group=None):
         return _write(output, tensor)
     if op in ("sum", "avg"):
         return _write(output, _summed(piece, ranks, op, _sbp.split(0)))
-    whole = _reduced(_rows(piece, ranks), op)
-    k = output.shape[0]
-    at = ranks.index(env.get_rank()) * k
-    return _write(output, whole[at:at + k])
+    # Rank r's columns of the rows (n, n k, ...) are its part (k, ...): one all-to-all
+    # (Note [Reductions and groups]).
+    from oneflowlike.framework import global_tensor as gt
+
+    rows = gt.local_to_global(piece.reshape((1,) + tuple(piece.shape)), _on(ranks),
+                              _sbp.split(0))
+    mine = rows.to_global(placement=_on(ranks), sbp=_sbp.split(1)).to_local()
+    return _write(output, _reduced(mine, op))
 
 
 def _check_joined(op, whole, part, name, world):

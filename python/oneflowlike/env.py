@@ -7,16 +7,16 @@ of one.
 
 import os
 
-from oneflowlike.distributed.env import launch_env
+from oneflowlike.distributed.env import process_launch_env
 
 __all__ = ["get_rank", "get_world_size", "get_local_rank", "get_node_size",
            "all_device_placement"]
 
 
 def _env():
-    if "RANK" not in os.environ and "SLURM_PROCID" not in os.environ:
+    if b"RANK" not in os.environb and b"SLURM_PROCID" not in os.environb:
         return None
-    return launch_env()  # raises ValueError naming a missing or malformed variable
+    return process_launch_env()  # raises ValueError naming a missing or malformed variable
 
 
 def get_rank():

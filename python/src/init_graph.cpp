@@ -299,10 +299,14 @@ void init_graph(py::module_& m) {
       .def(
           "input",
           [](PyTracer& t, const std::string& name, const Shape& shape, DataType dtype,
-             const Placement& placement, const std::vector<std::string>& sbp) {
-            return t.tracer->input(name, shape, dtype, placement, nd_sbp_of(sbp));
+             const Placement& placement, const std::vector<std::string>& sbp, bool donates) {
+            return t.tracer->input(name, shape, dtype, placement, nd_sbp_of(sbp), donates);
           },
-          py::arg("name"), py::arg("shape"), py::arg("dtype"), py::arg("placement"), py::arg("sbp"))
+          py::arg("name"), py::arg("shape"), py::arg("dtype"), py::arg("placement"), py::arg("sbp"),
+          py::arg("donates") = false,
+          "A fed tensor; with `donates` the caller gives each run its pieces, which the run may "
+          "write and hand back as results (Note [Donated pieces] in "
+          "compiler/physical/in_place_boxing.h).")
       .def(
           "variable",
           [](PyTracer& t, const std::string& name, const Shape& shape, DataType dtype,

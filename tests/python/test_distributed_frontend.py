@@ -355,6 +355,54 @@ def test_env_reads_the_launch_contract(monkeypatch):
         flow.env.get_world_size()
 
 
+def test_donated_pieces_must_not_share_memory():
+    # Note [Donated pieces]: two in-place writes into one buffer would mix.
+    from oneflowlike.framework import global_tensor as gt
+
+    on = flow.placement("cpu", ranks=[0])
+    t = flow.ones(4)
+    a = gt.local_to_global(t, on, flow.sbp.broadcast)
+    b = gt.local_to_global(t.reshape(2, 2), on, flow.sbp.broadcast)
+    with pytest.raises(ValueError, match="donated pieces must each have memory of their own"):
+        gt.reshard_many([(a, on, (flow.sbp.broadcast,)), (b, on, (flow.sbp.broadcast,))],
+                        donate=True)
+    (moved,) = gt.reshard_many([(a, on, (flow.sbp.broadcast,))], donate=True)
+    np.testing.assert_array_equal(moved.to_local().numpy(), np.ones(4))
+
+
+def test_the_kept_launch_contract_follows_every_variable_it_read(monkeypatch):
+    # process_launch_env parses again only when a variable its last parse read has changed:
+    # each step below must give what a fresh parse (launch_env) gives, or the same error.
+    import os
+
+    from oneflowlike.distributed.env import launch_env, process_launch_env
+
+    for name in ("SLURM_PROCID", "NODE_RANK", "MASTER_PORT", "OFL_FAULT_TIMEOUT"):
+        monkeypatch.delenv(name, raising=False)
+    steps = [("RANK", "1"), ("WORLD_SIZE", "4"), ("LOCAL_RANK", "1"), ("LOCAL_WORLD_SIZE", "2"),
+             ("MASTER_ADDR", "10.0.0.1"), ("OFL_JOB_SECRET", "s"),
+             ("SLURM_PROCID", "3"),        # not read while RANK is set: the kept parse stands
+             ("OFL_FAULT_TIMEOUT", "2.5"), ("MASTER_PORT", "70000"), ("MASTER_PORT", "1234"),
+             ("NODE_RANK", "7"), ("NODE_RANK", "1"), ("RANK", "3"), ("RANK", None),
+             ("SLURM_NTASKS", "4"), ("SLURM_LOCALID", "1"), ("SLURM_NODEID", "1"),
+             ("SLURM_TASKS_PER_NODE", "2(x2)"), ("SLURM_NODELIST", "n[1-2]")]
+    for name, value in steps:
+        if value is None:
+            monkeypatch.delenv(name)
+        else:
+            monkeypatch.setenv(name, value)
+        try:
+            want = launch_env(dict(os.environ))
+        except ValueError as e:
+            with pytest.raises(ValueError) as got:
+                process_launch_env()
+            assert str(got.value) == str(e), (name, value)
+            continue
+        assert process_launch_env() == want, (name, value)
+        assert flow.env.get_rank() == want["rank"], (name, value)
+    assert process_launch_env()["master_addr"] == "10.0.0.1"  # MASTER_ADDR beats Slurm's
+
+
 def test_bfloat16_entries_save_and_load_exactly(tmp_path):
     # numpy has no bfloat16: the pieces go to disk as float32 (exact) and come back narrowed.
     values = np.random.default_rng(3).standard_normal((4, 5)).astype(np.float32)

@@ -25,6 +25,7 @@ import itertools
 import math
 import os
 import re
+import types
 
 DEFAULT_MASTER_PORT = 29500
 DEFAULT_BOOTSTRAP_TIMEOUT = 60.0
@@ -118,6 +119,53 @@ def launch_env(environ=os.environ) -> dict:
                                                DEFAULT_BOOTSTRAP_TIMEOUT),
         "fault_timeout": _seconds_variable(environ, "OFL_FAULT_TIMEOUT", DEFAULT_FAULT_TIMEOUT),
     }
+
+
+class _Recording(dict):
+    """os.environ, noting each name read from it with its value then (as bytes, from
+    os.environb)."""
+
+    def __init__(self):
+        super().__init__()
+        self.read = {}
+
+    def _note(self, name):
+        key = name.encode()
+        self.read.setdefault(key, os.environb.get(key))
+
+    def __contains__(self, name):
+        self._note(name)
+        return name in os.environ
+
+    def __getitem__(self, name):
+        self._note(name)
+        return os.environ[name]
+
+    def get(self, name, default=None):
+        self._note(name)
+        return os.environ.get(name, default)
+
+
+_parsed = None  # (names read, as bytes; their values then; launch_env's result, read-only)
+
+
+def process_launch_env() -> dict:
+    """launch_env() of this process's environment, parsed again only when a variable the last
+    parse read has changed (compared through os.environb, without decoding). flow.env's rank and
+    world size are asked for several times per collective call, and parsing every time was 40%
+    of a small all_reduce's Python time. The result depends on nothing but the variables the
+    parse read, so it stays right when others change; a parse that raises is not kept. The
+    mapping is shared, so it is read-only."""
+    global _parsed
+    if _parsed is not None:
+        names, values, result = _parsed
+        environb = os.environb
+        if all(environb.get(n) == v for n, v in zip(names, values)):
+            return result
+    recording = _Recording()
+    result = types.MappingProxyType(launch_env(recording))
+    _parsed = (tuple(recording.read), tuple(recording.read.values()), result)
+    return result
 
 
 def expand_nodelist(nodelist: str, name: str = "SLURM_NODELIST") -> list:

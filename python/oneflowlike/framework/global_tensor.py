@@ -704,13 +704,22 @@ def _reshard(x, placement, nd_sbp):
     return reshard_many([(x, placement, nd_sbp)])[0]
 
 
-def reshard_many(items):
+def reshard_many(items, donate=False):
     """[x.to_global(placement=p, sbp=s) for x, p, s in items] as one compiled graph: its boxing
     (collectives) run together, in one run instead of one each. Every x on one placement (the
-    first's ranks trace it; the targets' ranks join)."""
+    first's ranks trace it; the targets' ranks join). ``donate``: the caller gives up the x's
+    local pieces, which the run may write and return as results (Note [Donated pieces] in
+    compiler/physical/in_place_boxing.h): an all-reduce then sums in them, copying nothing.
+    Donated pieces must not share memory with each other."""
+    if donate:
+        storages = [x._local._storage_id for x, _, _ in items if x._local is not None]
+        if len(set(storages)) != len(storages):
+            raise ValueError("[to_global] donated pieces must each have memory of their own: two "
+                             "in-place writes into one buffer would mix. However, two of the "
+                             f"{len(storages)} pieces share a storage.")
     source = items[0][0].placement
-    key = ("to_global_many",) + tuple((x.shape, x.dtype, x.placement, x.sbp, p, s)
-                                      for x, p, s in items)
+    key = ("to_global_many", donate) + tuple((x.shape, x.dtype, x.placement, x.sbp, p, s)
+                                             for x, p, s in items)
     compiled = _cache.get(key)
     if compiled is None or compiled.broken:
         retire(compiled)
@@ -724,7 +733,8 @@ def reshard_many(items):
         with tracing(tracer.c, tracer):
             for k, (x, placement, nd_sbp) in enumerate(items):
                 tracer.ranks |= set(placement.flat_ranks)
-                lx = tracer.input(f"x{k}", x.shape, x.dtype, x.placement._c, _strings(x.sbp))
+                lx = tracer.input(f"x{k}", x.shape, x.dtype, x.placement._c, _strings(x.sbp),
+                                  donates=donate)
                 names.append(tracer.fetch(tracer.to_global(lx, placement._c, _strings(nd_sbp))))
                 metas.append((placement, x.shape, x.dtype))
         compiled = _cache[key] = _Compiled(tracer, names, metas)

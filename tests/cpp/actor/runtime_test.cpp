@@ -393,6 +393,56 @@ TEST(Runtime, FedPiecesAreHandedInAndFetchedPiecesHandedOver) {
   }
 }
 
+// Note [Donated pieces]: a donating input's piece is the register, and the fetched view of it
+// is that memory itself (not a copy), which a later run does not write. (Written in place by
+// an all-reduce: tests/python/dist/collectives_worker.py.)
+TEST(Runtime, DonatedPiecesAreHandedBackAsTheyAre) {
+  for (const RuntimeOptions& options : {threaded(), deterministic()}) {
+    PlanBuilder b(1);
+    const int64_t x = b.input(0, "x", Shape{2, 2});
+    const int64_t flat = b.reg(0, "flat", Shape{4});
+    b.task(0, "flatten", proto::TaskProto::COPY, {x}, {flat})->set_view(true);
+    b.output(0, "flat", flat, Shape{4});
+    b.find_task_of(x)->set_donates(true);
+    b.find(x)->set_handed_in(true);
+    b.find(x)->set_donated(true);
+    b.find(flat)->set_donated(true);
+    Runtime runtime(b.plan(), options);
+    const Tensor first_in = make_tensor({-1, 2, -3, 4}, Shape{2, 2}, DataType::kFloat32);
+    const Tensor first = runtime.run_local({{"x", {{0, first_in}}}}).at("flat").at(0);
+    EXPECT_EQ(first.raw_data(), first_in.raw_data());
+    EXPECT_EQ(first.shape(), Shape{4});
+    const Tensor second_in = make_tensor({5, -6, 7, -8}, Shape{2, 2}, DataType::kFloat32);
+    const Tensor second = runtime.run_local({{"x", {{0, second_in}}}}).at("flat").at(0);
+    EXPECT_EQ(second.raw_data(), second_in.raw_data());
+    EXPECT_EQ(values_of(first), (std::vector<double>{-1, 2, -3, 4})) << "a later run wrote it";
+    // Without the flags the fetch is a copy: the same plan, not donating.
+    b.find_task_of(x)->set_donates(false);
+    b.find(x)->set_handed_in(false);
+    b.find(x)->set_donated(false);
+    b.find(flat)->set_donated(false);
+    Runtime copying(b.plan(), options);
+    const Tensor copied = copying.run_local({{"x", {{0, first_in}}}}).at("flat").at(0);
+    EXPECT_NE(copied.raw_data(), first_in.raw_data());
+    EXPECT_EQ(values_of(copied), (std::vector<double>{-1, 2, -3, 4}));
+    // A donated register must be the caller's memory: a view of the plan's memory (x not
+    // donated) or a copy's output is the plan's.
+    b.find(flat)->set_donated(true);
+    for (bool view : {true, false}) {
+      b.find_task_of(flat)->set_view(view);
+      try {
+        Runtime refused(b.plan(), options);
+        ADD_FAILURE() << "a donated register of the plan's memory was loaded";
+      } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find("is donated, so it must be a donating INPUT's "
+                                             "handed-in register or a view of a donated"),
+                  std::string::npos)
+            << e.what();
+      }
+    }
+  }
+}
+
 // Note [One OpenMP pool at a time]: the thread that waits for a run gives back its OpenMP
 // workers (two pools on two cores would make every worker sleep between kernels).
 TEST(Runtime, ARunGivesBackTheCallersKernelThreads) {

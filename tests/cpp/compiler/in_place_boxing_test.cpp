@@ -358,5 +358,74 @@ TEST(HandedPieces, RegistersASendReadsAreNeitherHandedInNorOver) {
   EXPECT_FALSE(register_of(plan, y).fresh_each_piece());
 }
 
+// Note [Donated pieces]: a donating INPUT is handed in under an in-place all-reduce (and a
+// kernel writing it), and the views of it are handed over when fetched, but not a register a
+// kernel writes; it is still not handed in where a SEND reads it or an in-place concat's output
+// holds it, and an input that does not donate keeps its copies.
+TEST(DonatedPieces, ADonatingInputIsSummedInPlaceAndComesBackAsTheResult) {
+  PlanBuilder b(2);
+  auto all_reduce = [&](int64_t in) {
+    const int64_t out = b.reg(0, str_cat("sum_", in), Shape{2, 3});
+    proto::TaskProto* t = b.task(0, str_cat("sum_", out), Kind::COLLECTIVE, {in}, {out});
+    t->set_thread(1);
+    t->mutable_collective()->set_op(proto::CollectiveProto::ALL_REDUCE);
+    t->mutable_collective()->add_members(0);
+    t->mutable_collective()->add_members(1);
+    return out;
+  };
+  auto input = [&](const std::string& name, bool donates) {
+    const int64_t x = b.input(0, name, Shape{2, 3});
+    b.find_task_of(x)->set_donates(donates);
+    return x;
+  };
+  auto fetch_reshaped = [&](int64_t in) {  // the eager op's reshape, a view COPY, fetched
+    const int64_t out = b.reg(0, str_cat("reshaped_", in), Shape{6});
+    b.task(0, str_cat("reshape_", in), Kind::COPY, {in}, {out});
+    b.output(0, str_cat("out_", in), out, Shape{6});
+    return out;
+  };
+  const int64_t donated = input("donated", true);
+  const int64_t summed = all_reduce(donated);
+  const int64_t fetched = fetch_reshaped(summed);
+  const int64_t kept = input("kept", false);  // the same, not donated: copied in and out
+  const int64_t kept_fetched = fetch_reshaped(all_reduce(kept));
+  // A kernel writes it in place after the OUTPUT reading it: handed in, but the OUTPUT must
+  // snapshot it, so not donated.
+  const int64_t written = input("written", true);
+  b.output(0, "written_out", written, Shape{2, 3});
+  const int64_t sink = b.reg(0, "sink", Shape{2, 3});
+  b.compute(0, "writer", "relu", NoParams{}, {written}, {sink})->add_mutated_inputs(0);
+  b.output(0, "sink", sink, Shape{2, 3});
+  const int64_t sent = input("sent", true);  // its peer reads it after the run
+  proto::TaskProto* send = b.task(0, "send", Kind::SEND, {sent}, {});
+  send->set_peer(1);
+  send->set_transfer_id(1);
+  const int64_t into_concat = input("into_concat", true);
+  const int64_t relu_in = input("relu_in", false);
+  const int64_t computed = relu(b, relu_in, Shape{2, 3});
+  int64_t stacked = 0;
+  const int64_t stack_task = concat(b, {into_concat, computed},
+                                    {{{0, 2}, {0, 3}}, {{2, 4}, {0, 3}}}, Shape{4, 3}, &stacked)
+                                 ->id();
+  b.output(0, "stacked", stacked, Shape{4, 3});
+  proto::PlanProto plan = b.plan();
+  mark_in_place_boxing(&plan);
+  EXPECT_TRUE(register_of(plan, donated).handed_in());
+  EXPECT_TRUE(register_of(plan, donated).donated());
+  EXPECT_TRUE(is_view(plan, register_of(plan, summed).producer()));
+  EXPECT_TRUE(register_of(plan, summed).donated());
+  EXPECT_TRUE(register_of(plan, fetched).donated());
+  EXPECT_FALSE(register_of(plan, kept).handed_in());
+  EXPECT_FALSE(register_of(plan, kept_fetched).donated());
+  EXPECT_TRUE(register_of(plan, written).handed_in());
+  EXPECT_FALSE(register_of(plan, written).donated());
+  EXPECT_FALSE(register_of(plan, sink).donated());  // a kernel's output: new memory
+  EXPECT_FALSE(register_of(plan, sent).handed_in());
+  EXPECT_FALSE(register_of(plan, sent).donated());
+  ASSERT_TRUE(is_in_place(plan, stack_task));
+  EXPECT_FALSE(register_of(plan, into_concat).handed_in());
+  EXPECT_FALSE(register_of(plan, into_concat).donated());
+}
+
 }  // namespace
 }  // namespace ofl::compiler::physical

@@ -32,11 +32,60 @@ for op, want in expect.items():
         dist.all_reduce(i, op=getattr(dist.ReduceOp, op.upper()))
         np.testing.assert_array_equal(i.numpy(), want.astype(np.int64), err_msg=op)
 
+# The sum and avg are made in the caller's tensor (Note [Donated pieces]): the result the run
+# hands back is the tensor's own memory, and the write is counted in its version.
+from oneflowlike import comm  # noqa: E402
+
+written, write = [], comm._write
+comm._write = lambda tensor, value: written.append(value._data_ptr == tensor._data_ptr) or write(
+    tensor, value)
+for op in ("sum", "avg"):
+    t = flow.tensor(values(rank))
+    view = t.reshape(6)  # shares its memory: sees the result
+    version = t._version
+    dist.all_reduce(t, op=op)
+    np.testing.assert_allclose(view.numpy(), expect[op].reshape(6), rtol=1e-6)
+    assert t._version > version, (op, version, t._version)
+g = flow.tensor(values(rank), requires_grad=True)
+dist.all_reduce(g)  # on a leaf's data, as torch's (no autograd)
+np.testing.assert_allclose(g.detach().numpy(), expect["sum"], rtol=1e-6)
+assert written == [True, True, True], written
+comm._write = write
+
 # To and from one rank: the others' tensors stay as they were.
 for op in ("sum", "max"):
     t = flow.tensor(values(rank))
     dist.reduce(t, dst=1, op=op)
     np.testing.assert_allclose(t.numpy(), expect[op] if rank == 1 else values(rank), rtol=1e-6)
+# From comm.kColumnsBytes up, max, min and product reduce by columns (an all-to-all, each
+# rank's columns reduced, then gathered or sent to dst), over a flat size the three ranks do not
+# divide evenly: every rank ends with one process's bits (the rows taken in rank order).
+by_columns, reduced_columns = [], comm._reduced_columns
+comm._reduced_columns = lambda *a, **k: by_columns.append(1) or reduced_columns(*a, **k)
+shape = (11, comm.kColumnsBytes // 4 // 11 + 4)
+assert np.prod(shape) % world and np.prod(shape) * 4 >= comm.kColumnsBytes
+
+
+def big(r, dtype):
+    g = np.random.default_rng(r)
+    if dtype == np.int64:
+        return g.integers(-50, 50, shape).astype(dtype)
+    return g.uniform(0.5, 1.5, shape).astype(dtype)
+
+
+for dtype in (np.float32, np.int64):
+    rows = [big(r, dtype) for r in range(world)]
+    want = {"max": np.max(rows, 0), "min": np.min(rows, 0),
+            "product": (rows[0] * rows[1]) * rows[2]}
+    for op in ("max", "min", "product"):
+        t = flow.tensor(big(rank, dtype))
+        dist.all_reduce(t, op=op)
+        np.testing.assert_array_equal(t.numpy(), want[op], err_msg=f"{op} {dtype}")
+        t = flow.tensor(big(rank, dtype))
+        dist.reduce(t, dst=2, op=op)
+        np.testing.assert_array_equal(t.numpy(), want[op] if rank == 2 else big(rank, dtype),
+                                      err_msg=f"reduce {op} {dtype}")
+assert len(by_columns) == 12, by_columns
 gathered = [flow.zeros(2, 3) for _ in range(world)] if rank == 2 else None
 dist.gather(flow.tensor(values(rank)), gathered, dst=2)
 if rank == 2:
@@ -50,6 +99,11 @@ part = flow.zeros(2, 3)
 dist.reduce_scatter_tensor(part, flow.tensor(np.concatenate([values(rank) + r for r in range(3)])),
                            op="max")
 np.testing.assert_array_equal(part.numpy(), np.max([values(r) + rank for r in range(3)], 0))
+part = flow.zeros(2, 3, dtype=flow.int64)
+dist.reduce_scatter_tensor(part, flow.tensor(np.concatenate(
+    [values(rank, np.int64) - r for r in range(3)])), op="product")
+np.testing.assert_array_equal(part.numpy(), np.prod([values(r, np.int64) - rank
+                                                     for r in range(3)], 0))
 
 # A group of ranks 0 and 2: its collectives run over them; rank 1 is refused alone.
 group = dist.new_group([0, 2])
@@ -88,7 +142,12 @@ else:
     names = [None, None]
     dist.all_gather_object(names, f"rank {rank}", group=group)
     assert names == ["rank 0", "rank 2"], names
+    t = flow.tensor(big(rank, np.float32))
+    dist.all_reduce(t, op="max", group=group)  # by columns over two ranks
+    np.testing.assert_array_equal(t.numpy(), np.maximum(big(0, np.float32), big(2, np.float32)))
     dist.barrier(group)
+assert len(by_columns) == (12 if rank == 1 else 13), by_columns
+comm._reduced_columns = reduced_columns
 
 # Objects.
 seen = [None] * world
@@ -124,5 +183,13 @@ refused(lambda: dist.all_gather_object([None] * 3, (lambda: 0) if rank == 2 else
 refused(lambda: dist.scatter(flow.zeros(2), [flow.zeros(2, dtype=flow.float64)] * 3
                              if rank == 0 else None, src=0), ValueError,
         "scatter_list[0] must have the tensor's shape and dtype (2,) oneflowlike.float32")
+# A copy that indexing made (a view in torch) would take the result where its tensor never sees
+# it: refused on every rank before anything moves, and the tensors stay as they were.
+rows = flow.zeros(4, 3)
+refused(lambda: dist.all_reduce(rows[1:3]), ValueError,
+        "[all_reduce] cannot write the tensor in place: it is a copy that indexing")
+refused(lambda: dist.broadcast(rows[1:3] if rank == 1 else flow.zeros(2, 3), src=0), ValueError,
+        "[broadcast] cannot write the tensor in place" if rank == 1 else "rank 1")
+assert float(rows.abs().sum()) == 0
 dist.barrier()
 print("collectives OK", flush=True)
