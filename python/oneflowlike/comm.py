@@ -242,27 +242,37 @@ def _summed(piece, ranks, op, sbp, to=None, donate=False):
 
     summed = gt.local_to_global(piece, _on(ranks), _sbp.partial_sum)
     placement = _on(ranks if to is None else to)
-    if donate:  # Tensor.to_global, but the run may sum in the piece
-        result = gt.reshard_many([(summed, placement, _sbp.normalize(sbp, placement))],
-                                 donate=True)[0]
-    else:
-        result = summed.to_global(placement=placement, sbp=sbp)
-    if env.get_rank() not in result.placement.flat_ranks:
-        return None
-    local = result.to_local()
-    if op == "avg":  # the result is the run's or the donated piece: divided in place
-        with no_grad():
-            local.div_(len(ranks))
-    return local
+
+    def local_of(result):
+        if env.get_rank() not in result.placement.flat_ranks:
+            return None
+        local = result.to_local()
+        if op == "avg":  # the result is the run's or the donated piece: divided in place
+            with no_grad():
+                local.div_(len(ranks))
+        return local
+
+    if not donate:
+        return local_of(summed.to_global(placement=placement, sbp=sbp))
+    # Tensor.to_global, but the run may sum in the piece.
+    layout = [(summed, placement, _sbp.normalize(sbp, placement))]
+    return local_of(gt.reshard_many(layout, donate=True)[0])
 
 
-def all_reduce(tensor, op="sum", group=None):
+def all_reduce(tensor, op="sum", group=None, async_op=False):
     """Every rank's ``tensor`` becomes the reduction over the ranks (of ``group``) by ``op``
-    (sum, torch's default; avg, product, min, max: Note [Reductions and groups]), in place."""
-    return _all_reduce(tensor, check=True, reduce_op=op, group=group)
+    (sum, torch's default; avg, product, min, max: Note [Reductions and groups]), in place.
+    ``async_op``: returns at once a Pending (framework/async_runs.py) whose wait() returns
+    ``tensor`` once it holds the result, or raises what the call raised (Note [Asynchronous
+    collectives]); ``tensor`` must not be read or written until then."""
+    return _all_reduce(tensor, check=True, reduce_op=op, group=group, async_op=async_op)
 
 
-def _all_reduce(tensor, check, reduce_op="sum", group=None):
+def _all_reduce(tensor, check, reduce_op="sum", group=None, async_op=False):
+    if async_op:  # the whole call, its ranks' agreement check included, on the runs thread
+        from oneflowlike.framework import async_runs
+
+        return async_runs.submit(lambda: _all_reduce(tensor, check, reduce_op, group))
     ranks = _members("all_reduce", group)
     def validate(piece):
         _check_reduce("all_reduce", reduce_op, piece.dtype)

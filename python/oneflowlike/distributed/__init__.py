@@ -24,47 +24,65 @@ class ReduceOp:
 
 
 class Future:
-    """torch.futures.Future of a value that is there already: what Work.get_future() gives."""
+    """torch.futures.Future: what Work.get_future() gives, of the collective's output tensors
+    (its wait() waits for the collective)."""
 
-    def __init__(self, value):
+    def __init__(self, value, work=None):
         self._value = value
+        self._work = work
 
     def done(self):
-        return True
+        return self._work is None or self._work.is_completed()
 
     def wait(self):
+        if self._work is not None:
+            self._work.wait()
         return self._value
 
     def value(self):
-        return self._value
+        return self.wait()
 
     def then(self, callback):
-        """callback(this future), run at once; a Future of what it returns."""
+        """callback(this future), run once the collective is done; a Future of what it
+        returns."""
+        self.wait()
         return Future(callback(self))
 
 
 class Work:
-    """What a collective called with async_op=True returns, as torch's: these collectives
-    return once done, so it is complete already and wait() returns at once."""
+    """What a collective called with async_op=True returns, as torch's. all_reduce runs after
+    the call returns (Note [Asynchronous collectives] in framework/async_runs.py): wait() waits
+    for the result to be in the tensor, and raises what the call raised. The other collectives
+    return once done: complete already."""
 
-    def __init__(self, result):
+    def __init__(self, result, pending=None):
         self._result = result
+        self._pending = pending
 
     def get_future(self):
         """A Future of the collective's output tensors (torch's)."""
-        return Future(self._result)
+        return Future(self._result, self)
 
     def wait(self, timeout=None):
         del timeout
+        if self._pending is not None:
+            self._pending.wait()
         return True
 
     def is_completed(self):
-        return True
+        return self._pending is None or self._pending.is_completed()
 
     def is_success(self):
+        if not self.is_completed():
+            return False
+        try:
+            self.wait()
+        except BaseException:
+            return False
         return True
 
     def result(self):
+        self.wait()
         return self._result
 
 
@@ -112,7 +130,9 @@ def new_group(ranks=None, timeout=None, backend=None, **kwargs):
 def all_reduce(tensor, op=ReduceOp.SUM, group=None, async_op=False):
     from oneflowlike import comm
 
-    return _done(async_op, comm.all_reduce(tensor, op, group))
+    if async_op:
+        return Work([tensor], comm.all_reduce(tensor, op, group, async_op=True))
+    return comm.all_reduce(tensor, op, group)
 
 
 def reduce(tensor, dst, op=ReduceOp.SUM, group=None, async_op=False):

@@ -120,7 +120,7 @@ class OpNode(_Node):
         key = ("vjp", self.key, tuple(self.diff),
                tuple((j, dys[j].dtype, dys[j].sbp) for j in given),
                tuple((name, sbp) for name, _, sbp in saved))
-        compiled = gt._cache.get(key)
+        compiled = gt.cached(key)
         placement = self.inputs[0].placement
         if compiled is None or compiled.broken:
             gt.retire(compiled)

@@ -9,23 +9,42 @@ Compiled graphs are cached by signature.
 
 import functools
 import re
+import threading
 
 import numpy as np
 
 from oneflowlike import _C
 from oneflowlike import env
 from oneflowlike import sbp as _sbp
+from oneflowlike.framework import async_runs
 from oneflowlike.framework import job as _job
 from oneflowlike.placement import placement as _placement
 
 __all__ = ["GlobalTensor", "local_to_global", "from_logical", "current_tracer", "tracing"]
 
 # The GraphTracer of the nn.Graph being built (None outside build()).
-_tracers = []
+# The running traces of this thread, innermost last: the C++ tracer of each and its _Tracer (or
+# None). Per thread, as the C++ side's current tracer is: the runs thread traces the eager ops of
+# the collectives it runs (Note [Asynchronous collectives] in async_runs.py).
+_traces = threading.local()
+
+
+def _trace_stack():
+    stack = getattr(_traces, "stack", None)
+    if stack is None:
+        stack = _traces.stack = []
+    return stack
 
 
 def current_tracer():
-    return _tracers[-1] if _tracers else None
+    stack = _trace_stack()
+    return stack[-1][0] if stack else None
+
+
+def current_tracer_object():
+    """The _Tracer of this thread's innermost running trace (None for a graph's own)."""
+    stack = _trace_stack()
+    return stack[-1][1] if stack else None
 
 
 class tracing:  # noqa: N801 (a context manager)
@@ -36,15 +55,15 @@ class tracing:  # noqa: N801 (a context manager)
         self.owner = owner
 
     def __enter__(self):
+        # Note [Asynchronous collectives]: a trace starts after the runs submitted before it.
+        async_runs.drain()
         self.tracer.__enter__()
-        _tracers.append(self.tracer)
-        _tracer_objects.append(self.owner)
+        _trace_stack().append((self.tracer, self.owner))
         return self.tracer
 
     def __exit__(self, *exc):
         self.tracer.__exit__(*exc)
-        _tracers.pop()
-        _tracer_objects.pop()
+        _trace_stack().pop()
         return False
 
 
@@ -616,6 +635,14 @@ def sliced_locally(value, sbp):
 _cache = {}
 
 
+def cached(key):
+    """The compiled graph cached under ``key`` (None), once the runs submitted before have
+    ended: a graph compiled or retired here makes or ends a runtime, which every rank must do
+    at the same point of its program (Note [Asynchronous collectives] in async_runs.py)."""
+    async_runs.drain()
+    return _cache.get(key)
+
+
 def retire(compiled):
     """Ends the runtime of a cached graph that is compiled again because it broke (Note [Failed
     runs across processes] in actor/runtime.cpp: every rank of it broke alike)."""
@@ -683,7 +710,6 @@ class _Compiled:
         return results
 
 
-_tracer_objects = []  # the _Tracer of each running trace
 
 
 class _Tracer:
@@ -720,7 +746,7 @@ def reshard_many(items, donate=False):
     source = items[0][0].placement
     key = ("to_global_many", donate) + tuple((x.shape, x.dtype, x.placement, x.sbp, p, s)
                                              for x, p, s in items)
-    compiled = _cache.get(key)
+    compiled = cached(key)
     if compiled is None or compiled.broken:
         retire(compiled)
         # Named by its layouts, which tell one move from another in errors (Note [Program
@@ -855,7 +881,7 @@ def apply(fn, args, kwargs, *, name):
     Inside a trace (nn.Graph.build), the global tensors are captured instead (_capture)."""
     leaves = []
     structure = _flatten((tuple(args), dict(kwargs)), leaves)
-    tracer_object = _tracer_objects[-1] if _tracer_objects else None
+    tracer_object = current_tracer_object()
     if current_tracer() is not None and tracer_object is not None:
         lazies = [_capture(tracer_object, t) if isinstance(t, GlobalTensor) else t for t in leaves]
         call_args, call_kwargs = _unflatten(structure, lazies)
@@ -885,7 +911,7 @@ def apply(fn, args, kwargs, *, name):
     # Note [Saved forward values]: what this op's backward reads, fetched for it.
     saves = global_autograd.saves_of(key) if recording else ()
     cache_key = key + (("saving",) + saves,) if saves else key
-    compiled = _cache.get(cache_key)
+    compiled = cached(cache_key)
     if compiled is None or compiled.broken:
         retire(compiled)
         # Named by the op and its first tensor's shape in errors (Note [Program positions]).

@@ -16,6 +16,7 @@ import zlib
 
 from oneflowlike import _C
 from oneflowlike import env
+from oneflowlike.framework import async_runs
 
 _lock = threading.Lock()
 _job = None
@@ -27,6 +28,7 @@ class Job:
         self.world_size = env.get_world_size()
         self._transport = None
         self._sessions = None
+        self._connecting = threading.Lock()
         self._session_counts = {}
         # Creation order: every process ends the runtimes it shares with others in the same
         # order, since a runtime's end passes between its ranks (Runtime::shutdown). A
@@ -37,11 +39,14 @@ class Job:
 
     def connect(self):
         """Joins the other processes (once; every process of a job must): done when the first
-        placement is made, so that ranks with nothing to run still join."""
-        if self.world_size > 1 and self._transport is None:
-            self._transport = _C.UcxTransport.connect()
-            self._sessions = _C.TransportSessions(self._transport, [self.rank])
-            _exit_at_once_on_error()
+        placement is made, so that ranks with nothing to run still join. Under a lock: the
+        runs thread may make the first placement (Note [Asynchronous collectives])."""
+        with self._connecting:
+            if self.world_size > 1 and self._transport is None:
+                transport = _C.UcxTransport.connect()
+                self._sessions = _C.TransportSessions(transport, [self.rank])
+                self._transport = transport
+                _exit_at_once_on_error()
 
     def runtime(self, plan, trace=False, caller_runs=False, gpu=-1, session_name=None,
                 bindable_variables=()):
@@ -52,6 +57,7 @@ class Job:
         rank]). ``session_name`` (the same on every rank) names the transport session instead
         of the plan's bytes, for plans that differ at every call (Note [Eager global draws]).
         ``bindable_variables``: Note [Variables bound to the caller's tensors]."""
+        async_runs.drain()  # Note [Asynchronous collectives]: made after the runs before it
         self.connect()
         transport = None
         session = None
@@ -74,7 +80,9 @@ class Job:
         return holder
 
     def barrier(self):
-        """Returns once every process of the job has called it (flow.comm.barrier)."""
+        """Returns once every process of the job has called it (flow.comm.barrier), after this
+        process's runs submitted with async_op=True (Note [Asynchronous collectives])."""
+        async_runs.drain()
         self.connect()
         if self._transport is not None:
             self._transport.barrier()
@@ -83,6 +91,11 @@ class Job:
         """Ends every runtime, then leaves the job. This process first tells the others how far
         it got (Note [Departures]: one still waiting for it ends at once, naming it), then all
         processes meet, so none ends a runtime it shares with a process still using it."""
+        try:
+            async_runs.drain()  # Note [Asynchronous collectives]: ended after they are
+        except BaseException as e:  # nobody waited for it: said here, as the job ends anyway
+            print(f"[oneflowlike] a run started with async_op=True and never waited for failed: "
+                  f"{e}", file=sys.stderr)
         holders = [h() if isinstance(h, weakref.ref) else h for h in self._runtimes]
         holders = [h for h in holders if h is not None]
         if self._transport is not None and not self._left:
@@ -123,6 +136,14 @@ class RuntimeHolder:
         # releases Python's lock while the threads are joined, not in the runtime's destructor.
         if self.__dict__.get("runtime") is not None:
             self.shutdown()
+
+    def run(self, inputs):
+        async_runs.drain()  # Note [Asynchronous collectives]: runs start in submission order
+        return self.__getattr__("run")(inputs)
+
+    def run_local(self, pieces):
+        async_runs.drain()
+        return self.__getattr__("run_local")(pieces)
 
     def __getattr__(self, name):
         runtime = self.__dict__.get("runtime")

@@ -45,7 +45,7 @@ def _backward(self, *args, **kwargs):
         if tracer is None:
             raise RuntimeError("[backward] a traced loss can only be marked inside build().")
         tracer.set_loss(self)
-        owner = _gt._tracer_objects[-1]
+        owner = _gt.current_tracer_object()
         if owner is not None:
             owner.loss_marked = True
         return None

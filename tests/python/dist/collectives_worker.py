@@ -8,6 +8,7 @@ import numpy as np
 
 import oneflowlike as flow
 import oneflowlike.distributed as dist
+from oneflowlike import comm
 
 rank, world = dist.get_rank(), dist.get_world_size()
 assert world == 3
@@ -34,8 +35,6 @@ for op, want in expect.items():
 
 # The sum and avg are made in the caller's tensor (Note [Donated pieces]): the result the run
 # hands back is the tensor's own memory, and the write is counted in its version.
-from oneflowlike import comm  # noqa: E402
-
 written, write = [], comm._write
 comm._write = lambda tensor, value: written.append(value._data_ptr == tensor._data_ptr) or write(
     tensor, value)
@@ -51,6 +50,65 @@ dist.all_reduce(g)  # on a leaf's data, as torch's (no autograd)
 np.testing.assert_allclose(g.detach().numpy(), expect["sum"], rtol=1e-6)
 assert written == [True, True, True], written
 comm._write = write
+
+# async_op=True: the call (its ranks' agreement check too) runs after it returns (Note
+# [Asynchronous collectives]). Rank 1 joins late, so on the others the call has returned while
+# the sum cannot be done yet; the caller computes meanwhile, and wait() finds the sum, its
+# write counted, in the tensor.
+import time  # noqa: E402
+
+dist.barrier()
+if rank == 1:
+    time.sleep(1.0)
+t = flow.tensor(values(rank))
+version = t._version
+work = dist.all_reduce(t, async_op=True)
+if rank != 1:
+    assert not work.is_completed(), "the sum was done before rank 1 took part"
+meanwhile = flow.ones(64, 64) @ flow.ones(64, 64)  # local work while it runs
+assert work.wait() and work.is_completed() and work.is_success()
+np.testing.assert_allclose(t.numpy(), expect["sum"], rtol=1e-6)
+assert t._version > version and work.get_future().wait()[0] is t
+for op in ("max", "sum"):  # every op, with or without the agreement check (DDP's buckets)
+    t = flow.tensor(values(rank))
+    pending = comm._all_reduce(t, check=op == "max", reduce_op=op, async_op=True)
+    assert pending.wait() is t
+    np.testing.assert_allclose(t.numpy(), expect[op], rtol=1e-6)
+# A bad call raises from wait(), on every rank, as the synchronous one raises from the call.
+bad = dist.all_reduce(flow.ones(2), op="max" if rank == 0 else "sum", async_op=True)
+try:
+    bad.wait()
+    raise AssertionError("ranks passing different ops were not refused")
+except ValueError as e:
+    assert "and the same op. However, op: rank 0 max, rank 1 sum, rank 2 sum." in str(e), e
+assert not bad.is_success()
+# An avg is whole once complete (divided by the runs thread, not by wait()); two in flight and
+# nobody waiting, then a synchronous collective: they run first, in order, on every rank.
+a, b = flow.tensor(values(rank)), flow.tensor(values(rank) * 2)
+first, second = dist.all_reduce(a, op="avg", async_op=True), dist.all_reduce(b, async_op=True)
+deadline = time.monotonic() + 60
+while not first.is_completed():
+    assert time.monotonic() < deadline, "an asynchronous avg never completed"
+    time.sleep(0.001)
+np.testing.assert_allclose(a.numpy(), expect["avg"], rtol=1e-6)
+c = flow.tensor(values(rank))
+dist.all_reduce(c)
+np.testing.assert_allclose(b.numpy(), expect["sum"] * 2, rtol=1e-6)
+np.testing.assert_allclose(c.numpy(), expect["sum"], rtol=1e-6)
+assert second.is_completed() and second.wait()
+# A shape no graph was compiled for yet, then a synchronous call of the same shape at once: the
+# runs thread compiles and runs its graphs while the caller goes on, and the caller's call
+# compiles (or finds) the same ones only after (the cache and the runtimes' transport sessions
+# are made in one order on every rank).
+for n in (5, 7, 11):
+    fresh = [flow.full((n,), float(rank + k)) for k in range(2)]
+    works = [dist.all_reduce(f, async_op=True) for f in fresh]
+    now = flow.full((n,), float(rank))
+    dist.all_reduce(now)
+    for k, f in enumerate(fresh):
+        assert works[k].wait()
+        np.testing.assert_allclose(f.numpy(), np.full(n, sum(r + k for r in range(world))))
+    np.testing.assert_allclose(now.numpy(), np.full(n, sum(range(world))))
 
 # To and from one rank: the others' tensors stay as they were.
 for op in ("sum", "max"):
