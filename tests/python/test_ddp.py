@@ -53,7 +53,7 @@ def test_ddp_and_collectives_refuse_what_they_do_not_do():
                                          r"ranks' parts joined along axis 0, shape \(2, 3\)"):
         flow.distributed.reduce_scatter_tensor(flow.zeros(2, 3), flow.zeros(3, 3))
     t = flow.ones(2)
-    work = flow.distributed.all_reduce(t, async_op=True)  # done already
+    work = flow.distributed.all_reduce(t, async_op=True)  # on the runs thread, even alone
     assert work.wait() and work.is_completed()
     future = work.get_future()
     assert future.done() and future.wait()[0] is t and future.value()[0] is t

@@ -25,7 +25,7 @@ class ReduceOp:
 
 class Future:
     """torch.futures.Future: what Work.get_future() gives, of the collective's output tensors
-    (its wait() waits for the collective)."""
+    (its wait() waits for the collective), or of a value there already."""
 
     def __init__(self, value, work=None):
         self._value = value
@@ -36,7 +36,7 @@ class Future:
 
     def wait(self):
         if self._work is not None:
-            self._work.wait()
+            return self._work.result()
         return self._value
 
     def value(self):
@@ -50,27 +50,24 @@ class Future:
 
 
 class Work:
-    """What a collective called with async_op=True returns, as torch's. all_reduce runs after
-    the call returns (Note [Asynchronous collectives] in framework/async_runs.py): wait() waits
-    for the result to be in the tensor, and raises what the call raised. The other collectives
-    return once done: complete already."""
+    """What a collective called with async_op=True returns, as torch's: the call runs after it
+    returns (Note [Asynchronous collectives] in framework/async_runs.py). wait() waits for its
+    results to be in the caller's tensors, and raises what the call raised."""
 
-    def __init__(self, result, pending=None):
-        self._result = result
+    def __init__(self, pending):
         self._pending = pending
 
     def get_future(self):
         """A Future of the collective's output tensors (torch's)."""
-        return Future(self._result, self)
+        return Future(None, self)
 
     def wait(self, timeout=None):
         del timeout
-        if self._pending is not None:
-            self._pending.wait()
+        self._pending.wait()
         return True
 
     def is_completed(self):
-        return self._pending is None or self._pending.is_completed()
+        return self._pending.is_completed()
 
     def is_success(self):
         if not self.is_completed():
@@ -82,12 +79,17 @@ class Work:
         return True
 
     def result(self):
-        self.wait()
-        return self._result
+        """The collective's outputs, once it is done."""
+        return [self._pending.wait()]
 
 
-def _done(async_op, result):
-    return Work([result]) if async_op else result
+def _launch(async_op, call):
+    """call() now, or on the runs thread with a Work for it (async_op)."""
+    if not async_op:
+        return call()
+    from oneflowlike.framework import async_runs
+
+    return Work(async_runs.submit(call))
 
 
 def init_process_group(backend=None, init_method=None, world_size=-1, rank=-1, **kwargs):
@@ -130,60 +132,58 @@ def new_group(ranks=None, timeout=None, backend=None, **kwargs):
 def all_reduce(tensor, op=ReduceOp.SUM, group=None, async_op=False):
     from oneflowlike import comm
 
-    if async_op:
-        return Work([tensor], comm.all_reduce(tensor, op, group, async_op=True))
-    return comm.all_reduce(tensor, op, group)
+    return _launch(async_op, lambda: comm.all_reduce(tensor, op, group))
 
 
 def reduce(tensor, dst, op=ReduceOp.SUM, group=None, async_op=False):
     from oneflowlike import comm
 
-    return _done(async_op, comm.reduce(tensor, dst, op, group))
+    return _launch(async_op, lambda: comm.reduce(tensor, dst, op, group))
 
 
 def broadcast(tensor, src, group=None, async_op=False):
     from oneflowlike import comm
 
-    return _done(async_op, comm.broadcast(tensor, src, group))
+    return _launch(async_op, lambda: comm.broadcast(tensor, src, group))
 
 
 def all_gather(tensor_list, tensor, group=None, async_op=False):
     from oneflowlike import comm
 
-    return _done(async_op, comm.all_gather(tensor_list, tensor, group))
+    return _launch(async_op, lambda: comm.all_gather(tensor_list, tensor, group))
 
 
 def gather(tensor, gather_list=None, dst=0, group=None, async_op=False):
     from oneflowlike import comm
 
-    return _done(async_op, comm.gather(tensor, gather_list, dst, group))
+    return _launch(async_op, lambda: comm.gather(tensor, gather_list, dst, group))
 
 
 def scatter(tensor, scatter_list=None, src=0, group=None, async_op=False):
     from oneflowlike import comm
 
-    return _done(async_op, comm.scatter(tensor, scatter_list, src, group))
+    return _launch(async_op, lambda: comm.scatter(tensor, scatter_list, src, group))
 
 
 def all_gather_into_tensor(output_tensor, input_tensor, group=None, async_op=False):
     from oneflowlike import comm
 
-    return _done(async_op, comm.all_gather_into_tensor(output_tensor, input_tensor, group))
+    return _launch(async_op,
+                   lambda: comm.all_gather_into_tensor(output_tensor, input_tensor, group))
 
 
 def reduce_scatter_tensor(output, input, op=ReduceOp.SUM, group=None,  # noqa: A002 (torch's)
                           async_op=False):
     from oneflowlike import comm
 
-    return _done(async_op, comm.reduce_scatter_tensor(output, input, op, group))
+    return _launch(async_op, lambda: comm.reduce_scatter_tensor(output, input, op, group))
 
 
 def barrier(group=None, async_op=False, device_ids=None):
     del device_ids
     from oneflowlike import comm
 
-    comm.barrier(group)
-    return _done(async_op, None)
+    return _launch(async_op, lambda: comm.barrier(group))
 
 
 def all_gather_object(object_list, obj, group=None):

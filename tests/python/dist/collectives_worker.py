@@ -74,6 +74,17 @@ for op in ("max", "sum"):  # every op, with or without the agreement check (DDP'
     pending = comm._all_reduce(t, check=op == "max", reduce_op=op, async_op=True)
     assert pending.wait() is t
     np.testing.assert_allclose(t.numpy(), expect[op], rtol=1e-6)
+# The other collectives too, in submission order, with torch's Work.
+b = flow.tensor(values(rank))
+parts = [flow.zeros(2, 3) for _ in range(world)]
+works = [dist.broadcast(b, src=2, async_op=True),
+         dist.all_gather(parts, flow.tensor(values(rank)), async_op=True),
+         dist.barrier(async_op=True)]
+assert all(w.wait() for w in works)
+np.testing.assert_array_equal(b.numpy(), values(2))
+for r in range(world):
+    np.testing.assert_array_equal(parts[r].numpy(), values(r))
+assert works[1].result()[0] is parts and works[1].get_future().then(lambda f: 1).wait() == 1
 # A bad call raises from wait(), on every rank, as the synchronous one raises from the call.
 bad = dist.all_reduce(flow.ones(2), op="max" if rank == 0 else "sum", async_op=True)
 try:
