@@ -5,16 +5,14 @@ A script started without the launcher (neither RANK nor SLURM_PROCID set) is ran
 of one.
 """
 
-import os
-
-from oneflowlike.distributed.env import process_launch_env
+from oneflowlike.distributed.env import process_is_launched, process_launch_env
 
 __all__ = ["get_rank", "get_world_size", "get_local_rank", "get_node_size",
            "all_device_placement"]
 
 
 def _env():
-    if b"RANK" not in os.environb and b"SLURM_PROCID" not in os.environb:
+    if not process_is_launched():
         return None
     return process_launch_env()  # raises ValueError naming a missing or malformed variable
 
