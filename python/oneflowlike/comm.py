@@ -140,7 +140,7 @@ def _rows(piece, ranks, to=None):
 
 # Note [Reductions and groups]: from this many bytes per rank, max, min and product reduce by
 # columns. Below it the one all-gather was mostly as fast or faster; from it the columns were
-# faster in 14 of 18 cases on 2-4 processes over two runs (docs/benchmarks.md
+# faster in 22 of 27 cases on 2-4 processes over three runs (docs/benchmarks.md
 # "flow.distributed all-reduces against gloo's").
 kColumnsBytes = 4 << 20
 

@@ -54,8 +54,9 @@ class Work:
     returns (Note [Asynchronous collectives] in framework/async_runs.py). wait() waits for its
     results to be in the caller's tensors, and raises what the call raised."""
 
-    def __init__(self, pending):
+    def __init__(self, pending, outputs):
         self._pending = pending
+        self._outputs = outputs  # the call's return value -> torch's list of output tensors
 
     def get_future(self):
         """A Future of the collective's output tensors (torch's)."""
@@ -79,17 +80,18 @@ class Work:
         return True
 
     def result(self):
-        """The collective's outputs, once it is done."""
-        return [self._pending.wait()]
+        """The collective's output tensors (torch's list), once it is done."""
+        return self._outputs(self._pending.wait())
 
 
-def _launch(async_op, call):
-    """call() now, or on the runs thread with a Work for it (async_op)."""
+def _launch(async_op, call, outputs=lambda tensor: [tensor]):
+    """call() now, or on the runs thread with a Work for it (async_op); ``outputs`` makes the
+    Work's result, torch's list of output tensors, from what call() returns."""
     if not async_op:
         return call()
     from oneflowlike.framework import async_runs
 
-    return Work(async_runs.submit(call))
+    return Work(async_runs.submit(call), outputs)
 
 
 def init_process_group(backend=None, init_method=None, world_size=-1, rank=-1, **kwargs):
@@ -150,13 +152,14 @@ def broadcast(tensor, src, group=None, async_op=False):
 def all_gather(tensor_list, tensor, group=None, async_op=False):
     from oneflowlike import comm
 
-    return _launch(async_op, lambda: comm.all_gather(tensor_list, tensor, group))
+    return _launch(async_op, lambda: comm.all_gather(tensor_list, tensor, group), list)
 
 
 def gather(tensor, gather_list=None, dst=0, group=None, async_op=False):
     from oneflowlike import comm
 
-    return _launch(async_op, lambda: comm.gather(tensor, gather_list, dst, group))
+    return _launch(async_op, lambda: comm.gather(tensor, gather_list, dst, group),
+                   lambda gathered: list(gathered) if gathered is not None else [])
 
 
 def scatter(tensor, scatter_list=None, src=0, group=None, async_op=False):
@@ -183,7 +186,7 @@ def barrier(group=None, async_op=False, device_ids=None):
     del device_ids
     from oneflowlike import comm
 
-    return _launch(async_op, lambda: comm.barrier(group))
+    return _launch(async_op, lambda: comm.barrier(group), lambda _: [])
 
 
 def all_gather_object(object_list, obj, group=None):

@@ -123,9 +123,10 @@ def launch_env(environ=os.environ) -> dict:
 
 # The environment as bytes: os.environ's own dict on POSIX CPython (a lookup there took 0.04 us
 # against 0.8 through os.environb's Mapping methods, and a collective asks for its rank about
-# ten times), else os.environb. Both see every change made through os.environ.
+# ten times), else os.environb. Both see every change made through os.environ. (POSIX only, as
+# the project is: Windows has no bytes environment.)
 _RAW = getattr(os.environ, "_data", None)
-if not isinstance(_RAW, dict):
+if not (os.supports_bytes_environ and isinstance(_RAW, dict)):
     _RAW = os.environb
 
 

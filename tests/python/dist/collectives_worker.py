@@ -84,7 +84,9 @@ assert all(w.wait() for w in works)
 np.testing.assert_array_equal(b.numpy(), values(2))
 for r in range(world):
     np.testing.assert_array_equal(parts[r].numpy(), values(r))
-assert works[1].result()[0] is parts and works[1].get_future().then(lambda f: 1).wait() == 1
+gathered = works[1].result()  # torch's list of the outputs: the gathered tensors
+assert len(gathered) == world and all(g is p for g, p in zip(gathered, parts))
+assert works[2].result() == [] and works[1].get_future().then(lambda f: 1).wait() == 1
 # A bad call raises from wait(), on every rank, as the synchronous one raises from the call.
 bad = dist.all_reduce(flow.ones(2), op="max" if rank == 0 else "sum", async_op=True)
 try:
