@@ -1,27 +1,31 @@
 """Runs started now and waited for later: torch's async_op=True, with the overlap it promises.
 
-Note [Asynchronous collectives]: `dist.all_reduce(t, async_op=True)` returns a Work while the
-sum is still being made, so that the caller computes meanwhile (DDP's buckets, gradient
-clipping's norms, a custom FSDP). The run (an eager op's compiled graph, Note [Local
-collectives] in comm.py) goes to this process's one runs thread; the caller gets a Pending and
-goes on. Its runtime releases Python's lock while it runs, so the caller's kernels and the
-collective's sends, receives and sums proceed together.
+Note [Asynchronous collectives]: `dist.all_reduce(t, async_op=True)` (any torch.distributed
+collective with async_op=True) returns a Work while the sum is still being made, so that the
+caller computes meanwhile (gradient buckets, clipping's norms, a custom FSDP). The whole call
+(the ranks' agreement check, the eager op's compiled graph of Note [Local collectives] in
+comm.py, the write into the caller's tensor) goes to this process's one runs thread; the caller
+gets a Pending and goes on. The runtime releases Python's lock while it runs, so the caller's
+kernels and the collective's sends, receives and sums proceed together.
 
-Order is what keeps the ranks paired: every rank must start its runs that exchange data in the
-same order (Note [Program positions] in actor/program_positions.h). So the runs thread takes
-runs in the order they were submitted, and any other run in this process (an nn.Graph call, an
-eager op on global tensors, a synchronous collective and the ranks' agreement checks) first
-waits for every submitted run to end (drain, called by RuntimeHolder.run and run_local, and
-before a runtime is made or the job ends). Runs submitted one after another overlap each
-other's Python and the caller's work; a run of another kind waits for them, as
-torch's NCCL collectives queue behind each other on one stream.
+Order is what keeps the ranks paired: every rank must start its runs that exchange data, and
+make its runtimes and their transport sessions, in the same order (Note [Program positions] in
+actor/program_positions.h, Note [Session ids] in actor/session_transport.h). So the runs thread
+takes calls in the order they were submitted, and anything else of this process that runs or
+compiles a graph first waits for every submitted call to end (drain): RuntimeHolder.run and
+run_local (nn.Graph calls, eager ops on global tensors, synchronous collectives), the compiled
+graph cache (global_tensor.cached), every trace, making a runtime, barrier and the job's end.
+Calls submitted one after another overlap the caller's work; anything else waits for them, as
+torch's NCCL collectives queue behind each other on one stream. The tracing stack is per thread
+(global_tensor._trace_stack), as the C++ tracer is, since the runs thread traces the eager ops
+of the calls it runs.
 
-A run that fails raises from its Pending's wait(), or, when nobody waited for it, from the next
-drain: the next run of this process, which would otherwise pair with the wrong run of a peer.
-The runs thread keeps its own grad mode and autocast state (both per thread): the collectives
-write under no_grad and cast nothing, so the caller's do not matter.
-What follows the run (an avg's division, the write into the caller's tensor) is part of what
-the runs thread does, so a Pending that is complete has its result where it belongs.
+A call that fails raises from its Pending's wait(), or, when nobody waited for it, from the
+next drain: the next run of this process, which would otherwise pair with the wrong run of a
+peer. The runs thread keeps its own grad mode and autocast state (both per thread): the
+collectives write under no_grad and cast nothing, so the caller's do not matter. What follows
+the run (an avg's division, the write into the caller's tensor) is part of what the runs thread
+does, so a Pending that is complete has its result where it belongs.
 """
 
 import os
