@@ -152,6 +152,17 @@ def _by_columns(piece, ranks):
             and piece.numel() * piece.element_size() >= kColumnsBytes)
 
 
+def _columns(piece, ranks):
+    """Every rank's ``piece`` as row r of a (n, ...) tensor split over the ranks, laid out again
+    by columns (an all-to-all): this rank's balanced range of axis 1 of every row, (n, k, ...)
+    (Note [Reductions and groups])."""
+    from oneflowlike.framework import global_tensor as gt
+
+    rows = gt.local_to_global(piece.reshape((1,) + tuple(piece.shape)), _on(ranks),
+                              _sbp.split(0))
+    return rows.to_global(placement=_on(ranks), sbp=_sbp.split(1)).to_local()
+
+
 def _reduced_columns(piece, ranks, reduce_op, to=None):
     """The reduction by ``reduce_op`` (max, min, product) of the ranks' ``piece``, whole on the
     ranks ``to`` (default: every rank of ``ranks``): this rank's result in ``piece``'s shape, or
@@ -161,10 +172,8 @@ def _reduced_columns(piece, ranks, reduce_op, to=None):
     from oneflowlike.framework import global_tensor as gt
 
     numel = piece.numel()
-    rows = gt.local_to_global(piece.reshape((1, numel)), _on(ranks), _sbp.split(0))
-    columns = rows.to_global(placement=_on(ranks), sbp=_sbp.split(1)).to_local()
-    reduced = _reduced(columns, reduce_op)
-    del rows, columns  # every rank's columns: not held through the gather
+    # Every rank's columns, reduced at once: not held through the gather.
+    reduced = _reduced(_columns(piece.reshape((numel,)), ranks), reduce_op)
     part = gt.local_to_global(reduced, _on(ranks), _sbp.split(0), shape=(numel,))
     result = part.to_global(placement=_on(ranks if to is None else to), sbp=_sbp.broadcast)
     if env.get_rank() not in result.placement.flat_ranks:
@@ -441,14 +450,8 @@ def reduce_scatter_tensor(output, tensor, op="sum", group=None):
         return _write(output, tensor)
     if op in ("sum", "avg"):
         return _write(output, _summed(piece, ranks, op, _sbp.split(0)))
-    # Rank r's columns of the rows (n, n k, ...) are its part (k, ...): one all-to-all
-    # (Note [Reductions and groups]).
-    from oneflowlike.framework import global_tensor as gt
-
-    rows = gt.local_to_global(piece.reshape((1,) + tuple(piece.shape)), _on(ranks),
-                              _sbp.split(0))
-    mine = rows.to_global(placement=_on(ranks), sbp=_sbp.split(1)).to_local()
-    return _write(output, _reduced(mine, op))
+    # Rank r's columns of the rows (n, n k, ...) are its part (k, ...): one all-to-all.
+    return _write(output, _reduced(_columns(piece, ranks), op))
 
 
 def _check_joined(op, whole, part, name, world):

@@ -258,18 +258,25 @@ TEST(InPlaceConcats, ConcatsStayCopiesWhereWritingInPlaceCouldChangeWhatSomeoneR
   EXPECT_FALSE(is_in_place(plan, outer));
 }
 
+// A host ALL_REDUCE of `in` (of shape (2, 3)) over ranks 0 and 1 into a new register `out`;
+// returns the task.
+proto::TaskProto* all_reduce_of(PlanBuilder& b, int64_t in, int64_t* out) {
+  *out = b.reg(0, str_cat("sum_", in), Shape{2, 3});
+  proto::TaskProto* t = b.task(0, str_cat("sum_", *out), Kind::COLLECTIVE, {in}, {*out});
+  t->set_thread(1);
+  t->mutable_collective()->set_op(proto::CollectiveProto::ALL_REDUCE);
+  t->mutable_collective()->add_members(0);
+  t->mutable_collective()->add_members(1);
+  return t;
+}
+
 // Note [All-reduces in place]: a host all-reduce sums into an input nobody else reads; one whose
 // input has another reader, or is a view, or lives on a GPU, writes a register of its own.
 TEST(AllReducesInPlace, OnlyAnInputNobodyElseReadsIsSummedInPlace) {
   PlanBuilder b(1);
   const int64_t x = b.input(0, "x", Shape{2, 3});
-  auto all_reduce = [&](int64_t in, int64_t* out) {
-    *out = b.reg(0, str_cat("sum_", in), Shape{2, 3});
-    proto::TaskProto* t = b.task(0, str_cat("sum_", *out), Kind::COLLECTIVE, {in}, {*out});
-    t->set_thread(1);
-    t->mutable_collective()->set_op(proto::CollectiveProto::ALL_REDUCE);
-    t->mutable_collective()->add_members(0);
-    t->mutable_collective()->add_members(1);
+  auto all_reduce = [&](int64_t in, int64_t* out) {  // its sum read by a kernel
+    proto::TaskProto* t = all_reduce_of(b, in, out);
     relu(b, *out, Shape{2, 3});
     return t;
   };
@@ -365,12 +372,8 @@ TEST(HandedPieces, RegistersASendReadsAreNeitherHandedInNorOver) {
 TEST(DonatedPieces, ADonatingInputIsSummedInPlaceAndComesBackAsTheResult) {
   PlanBuilder b(2);
   auto all_reduce = [&](int64_t in) {
-    const int64_t out = b.reg(0, str_cat("sum_", in), Shape{2, 3});
-    proto::TaskProto* t = b.task(0, str_cat("sum_", out), Kind::COLLECTIVE, {in}, {out});
-    t->set_thread(1);
-    t->mutable_collective()->set_op(proto::CollectiveProto::ALL_REDUCE);
-    t->mutable_collective()->add_members(0);
-    t->mutable_collective()->add_members(1);
+    int64_t out = 0;
+    all_reduce_of(b, in, &out);
     return out;
   };
   auto input = [&](const std::string& name, bool donates) {
