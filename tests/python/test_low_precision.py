@@ -170,6 +170,33 @@ def test_unary_kernels_are_their_float32_kernels_rounded_once(name, dtype):
                                   want.to(low).to(flow.float32).numpy())
 
 
+BINARY_OPS = {"add": lambda u, v: u + v, "sub": lambda u, v: u - v, "mul": lambda u, v: u * v,
+              "div": lambda u, v: u / v}
+
+
+@pytest.mark.parametrize("dtype", list(LOW))
+@pytest.mark.parametrize("name", list(BINARY_OPS))
+@pytest.mark.parametrize("shapes", [((1003,), (1003,)), ((7, 301), (301,)), ((7, 301), (7, 1)),
+                                    ((1, 301), (7, 1)), ((7, 1, 43), (7, 5, 1))])
+def test_binary_ops_are_their_float32_kernels_rounded_once(name, shapes, dtype):
+    """add, sub, mul and div in 16 bits (each element widened in a register and rounded once:
+    Note [Native bfloat16 loops], float16's conversions Note [Vectorisable float16 conversions])
+    are the float32 kernels on the same rounded inputs, rounded once: flat and broadcast, over
+    vector lanes and tails, with zeros, infinities, NaN, subnormal results and results that
+    overflow float16."""
+    low = LOW[dtype]
+    a = rand(*shapes[0], seed=11) * 300
+    b = rand(*shapes[1], seed=12) * 300
+    a.flat[:6] = [0.0, -0.0, np.inf, -np.inf, np.nan, 6e-5][:a.size]
+    b.flat[:3] = [1e-3, -4e-4, 3e-6][:b.size]  # subnormal float16 products and quotients
+    x, y = flow.tensor(a).to(low), flow.tensor(b).to(low)
+    got = BINARY_OPS[name](x, y)
+    want = BINARY_OPS[name](x.to(flow.float32), y.to(flow.float32))
+    assert got.dtype == low
+    np.testing.assert_array_equal(got.to(flow.float32).numpy(),
+                                  want.to(low).to(flow.float32).numpy())
+
+
 @pytest.mark.parametrize("dtype", list(LOW))
 @pytest.mark.parametrize("name", ["eq", "gt", "lt"])
 def test_comparisons_compare_the_values(name, dtype):

@@ -52,16 +52,26 @@ def test_the_report_counts_parameters_and_adam_state_by_kind():
     assert str(report).startswith("rank 0: planned peak ")
 
 
+class _SelfAttention(nn.Module):
+    """(32, 256) rows as one sequence of 32 positions, 4 heads of 64, attending causally."""
+
+    def forward(self, x):
+        heads = x.reshape(1, 32, 4, 64).transpose(1, 2)
+        y = nn.functional.scaled_dot_product_attention(heads, heads, heads, is_causal=True)
+        return y.transpose(1, 2).reshape(32, 256)
+
+
 def test_the_widening_arena_and_the_matmul_scratchpad_are_kernel_workspace():
-    # Note [Widening arena]: a host 16-bit op without a native loop (relu in float16 here)
+    # Note [Widening arena]: a host 16-bit op without a native loop (float16 attention here)
     # computes on float32 copies its thread keeps; the report counts the largest call's copies
-    # (relu's gradient: y, dy and dx, 32 x 256 each) as workspace; bfloat16's relu has a loop of
-    # its own (Note [Native bfloat16 loops]) and takes none. Note [oneDNN matmul scratchpad]: the
+    # as workspace: attention's gradient's, whose eight float16 tensors (q, k, v, the output,
+    # its gradient, and dq, dk, dv) are 32 x 256 each. relu has loops of its own in both 16-bit
+    # dtypes (Note [Native bfloat16 loops]) and takes none. Note [oneDNN matmul scratchpad]: the
     # thread's scratchpad for its largest matmul is workspace too, in every dtype; the same
-    # matmuls without the relu between them take the same scratchpad.
-    def workspace(amp, relu):
+    # matmuls without the op between them take the same scratchpad.
+    def workspace(amp, middle):
         flow.manual_seed(0)
-        model = nn.Sequential(nn.Linear(64, 256, bias=False), nn.ReLU() if relu else nn.Identity(),
+        model = nn.Sequential(nn.Linear(64, 256, bias=False), middle,
                               nn.Linear(256, 10, bias=False))
         graph = _Train(model)
         if amp is not None:
@@ -73,11 +83,16 @@ def test_the_widening_arena_and_the_matmul_scratchpad_are_kernel_workspace():
         assert report == plan
         return report
 
-    scratchpad = workspace(None, relu=True)
-    assert 0 < scratchpad < 2**20 and workspace(None, relu=False) == scratchpad
-    assert workspace(flow.float16, relu=True) - workspace(flow.float16, relu=False) == (
-        3 * 32 * 256 * 4)
-    assert workspace(flow.bfloat16, relu=True) == workspace(flow.bfloat16, relu=False)
+    scratchpad = workspace(None, nn.ReLU())
+    assert 0 < scratchpad < 2**20 and workspace(None, nn.Identity()) == scratchpad
+    # The float32 attention kernel's own tiles (Note [Attention workspace]) come on top, as
+    # in float32, where the kernel runs as it is.
+    tiles = workspace(None, _SelfAttention()) - scratchpad
+    assert tiles > 0
+    half = workspace(flow.float16, nn.Identity())
+    assert workspace(flow.float16, _SelfAttention()) - half == 8 * 32 * 256 * 4 + tiles
+    for amp in (flow.float16, flow.bfloat16):
+        assert workspace(amp, nn.ReLU()) == workspace(amp, nn.Identity())
 
 
 def test_a_plan_over_the_limit_is_refused_before_it_runs_naming_what_fills_it():

@@ -18,6 +18,26 @@ def test_sum_mean_amax_match_numpy(dim, keepdim):
                                a.max(axis=dim, keepdims=keepdim))
 
 
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float16"])
+@pytest.mark.parametrize("length", [1, 7, 16, 37, 1024, 1040, 2500])
+def test_amax_and_amin_over_rows_match_numpy_with_nan_anywhere(length, dtype):
+    """amax and amin of rows (sixteen lanes and a NaN mask; 16-bit rows widened a block at a
+    time) are numpy's on the same values: shorter than the lanes, exactly one vector, across
+    block boundaries, with NaN first, last, in the middle or nowhere, infinities and ties."""
+    rng = np.random.default_rng(length)
+    a = np.round(rng.standard_normal((6, length)) * 4).astype(np.float32)  # many ties
+    a[1, 0] = np.nan
+    a[2, -1] = np.nan
+    a[3, length // 2] = np.nan
+    a[4, :] = -np.inf
+    a[5, length // 3] = np.inf
+    x = flow.tensor(a).to(getattr(flow, dtype))
+    values = x.to(flow.float32).numpy()  # what the low-precision rows hold
+    for fn, ref in ((flow.amax, np.max), (flow.amin, np.min)):
+        got = fn(x, dim=1).to(flow.float32).numpy()
+        np.testing.assert_array_equal(got, ref(values, axis=1))
+
+
 def test_gradients():
     a = np.random.default_rng(1).standard_normal((3, 4))
     check_gradients(lambda x: x.sum(1), a)

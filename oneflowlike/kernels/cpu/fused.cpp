@@ -1,7 +1,7 @@
 // CPU kernel of fused_elementwise: blocks of elements stay in cache while every step of the
-// chain runs over them, one vectorisable loop per step. bfloat16 widens each block into a
-// float32 block on the stack, runs the float32 steps and rounds once: the Widened kernel's bits
-// (the whole chain in float32) without whole-tensor copies.
+// chain runs over them, one vectorisable loop per step. bfloat16 and float16 widen each block
+// into a float32 block on the stack, run the float32 steps and round once: the Widened kernel's
+// bits (the whole chain in float32) without whole-tensor copies.
 
 #include "oneflowlike/ops/fused.h"
 
@@ -88,13 +88,13 @@ struct FusedElementwiseKernel {
                  [&](int64_t begin, int64_t end) {
                    for (int64_t b = begin; b < end; ++b) {
                      const int64_t first = b * kBlock, count = std::min(kBlock, n - first);
-                     if constexpr (std::is_same_v<T, bfloat16>) {
+                     if constexpr (!std::is_same_v<compute_of<T>, T>) {
                        float block[kBlock];
                        for (int64_t i = 0; i < count; ++i) {
                          block[i] = static_cast<float>(x[first + i]);
                        }
                        for (const FusedStep& step : steps) run_step(step, block, count);
-                       for (int64_t i = 0; i < count; ++i) y[first + i] = bfloat16(block[i]);
+                       for (int64_t i = 0; i < count; ++i) y[first + i] = T(block[i]);
                      } else {
                        std::copy(x + first, x + first + count, y + first);
                        for (const FusedStep& step : steps) run_step(step, y + first, count);
@@ -106,9 +106,7 @@ struct FusedElementwiseKernel {
 
 }  // namespace
 
-OFL_REGISTER_KERNEL("fused_elementwise", kCPU, FusedElementwiseKernel, float, double, bfloat16);
-
-// float16 through the float32 kernels (Note [Widened kernels] in widened.h).
-OFL_REGISTER_WIDENED_FLOAT16_KERNEL("fused_elementwise", FusedElementwiseKernel);
+OFL_REGISTER_KERNEL("fused_elementwise", kCPU, FusedElementwiseKernel, float, double, bfloat16,
+                    float16);
 
 }  // namespace ofl::cpu

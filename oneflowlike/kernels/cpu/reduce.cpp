@@ -1,14 +1,16 @@
 // CPU kernels of the reductions. Axes are coalesced into alternating kept/reduced groups
 // (kernels/reduce_groups.h); the common patterns (reduce the trailing axes, reduce the leading
 // axes, reduce a middle block) become three nested loops, anything else walks the reduced
-// sub-space per output element. bfloat16 reads its values as float32 where it loads them and
-// runs the float32 kernel's arithmetic in the same order, rounding each result once: the Widened
-// kernel's bits (Note [Widened kernels] in widened.h) without a float32 copy of the input.
+// sub-space per output element. bfloat16 and float16 read their values as float32 where they
+// load them and run the float32 kernel's arithmetic in the same order, rounding each result
+// once: the Widened kernel's bits (Note [Widened kernels] in widened.h) without a float32 copy
+// of the input.
 
 #include "oneflowlike/ops/reduce.h"
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <type_traits>
 #include <vector>
@@ -26,7 +28,7 @@ namespace {
 
 enum class Reduction { kSum, kMean, kMax, kMin };
 
-// A stored value as the type it is computed in (compute_of: bfloat16 as float32, Note [Native
+// A stored value as the type it is computed in (compute_of: 16-bit floats as float32, Note [Native
 // bfloat16 loops] in widened.h).
 struct ValueOf {
   template <class T>
@@ -114,6 +116,67 @@ void blocked_row_sums(const T* src, T* dst, int64_t rows, int64_t length) {
   }
 }
 
+// The largest (kMax) or smallest of row[0..n), n >= 1, read as float32: the first NaN if the
+// row holds one, as Reducer::combine gives. Sixteen lanes of selects and a NaN mask in GCC
+// vectors (combine's NaN test kept the loop scalar: 2 ns an element, 20x torch's amax), the
+// lanes then merged in order, so the result depends on the row alone (a zero's sign may follow
+// another occurrence than combine's). 16-bit rows are widened a block at a time.
+template <bool kMax, class T>
+float row_extremum(const T* row, int64_t n) {
+  using Lanes = float __attribute__((vector_size(8 * sizeof(float))));
+  using Mask = int32_t __attribute__((vector_size(8 * sizeof(int32_t))));
+  constexpr int64_t kBlock = 1024;  // a multiple of the 16 lanes
+  const auto better = [](float x, float than) { return kMax ? x > than : x < than; };
+  const float first = static_cast<float>(row[0]);
+  Lanes lo = Lanes{} + first, hi = lo;
+  Mask nan = {};
+  float rest = first;
+  alignas(64) float block[std::is_same_v<T, float> ? 1 : kBlock];
+  for (int64_t at = 0; at < n; at += kBlock) {
+    const int64_t m = std::min(kBlock, n - at);
+    const float* x = block;
+    if constexpr (std::is_same_v<T, float>) {
+      x = row + at;
+    } else if constexpr (std::is_same_v<T, float16>) {
+      halves_to_floats(row + at, block, m);  // F16C (Note [float16 blocks] in widened.h)
+    } else {
+      for (int64_t i = 0; i < m; ++i) block[i] = static_cast<float>(row[at + i]);
+    }
+    int64_t i = 0;
+    for (; i + 16 <= m; i += 16) {
+      Lanes a, b;
+      std::memcpy(&a, x + i, sizeof(a));
+      std::memcpy(&b, x + i + 8, sizeof(b));
+      nan |= (a != a) | (b != b);
+      if constexpr (kMax) {
+        lo = a > lo ? a : lo;
+        hi = b > hi ? b : hi;
+      } else {
+        lo = a < lo ? a : lo;
+        hi = b < hi ? b : hi;
+      }
+    }
+    for (; i < m; ++i) {  // only in the last block
+      nan[0] |= x[i] != x[i] ? -1 : 0;
+      if (better(x[i], rest)) rest = x[i];
+    }
+  }
+  bool any_nan = false;
+  for (int k = 0; k < 8; ++k) any_nan |= nan[k] != 0;
+  if (any_nan) {
+    for (int64_t j = 0; j < n; ++j) {
+      const float v = static_cast<float>(row[j]);
+      if (std::isnan(v)) return v;
+    }
+  }
+  float result = lo[0];
+  for (int k = 0; k < 8; ++k) {
+    if (better(lo[k], result)) result = lo[k];
+    if (better(hi[k], result)) result = hi[k];
+  }
+  return better(rest, result) ? rest : result;
+}
+
 template <class T, Reduction R>
 void reduce_kernel(const KernelContext& ctx) {
   using Red = Reducer<T, R>;
@@ -134,6 +197,17 @@ void reduce_kernel(const KernelContext& ctx) {
     if constexpr (std::is_floating_point_v<compute_of<T>> && !Red::kExtremum) {
       if (inner == 1) {
         blocked_row_sums<T, R>(src, dst, outer, middle);
+        return;
+      }
+    }
+    if constexpr (Red::kExtremum && std::is_same_v<compute_of<T>, float>) {
+      if (inner == 1 && middle > 0) {
+        parallel_for(outer, items_per_grain(middle), [&](int64_t begin, int64_t end) {
+          for (int64_t o = begin; o < end; ++o) {
+            dst[o] =
+                Red::finish(row_extremum<R == Reduction::kMax>(src + o * middle, middle), count);
+          }
+        });
         return;
       }
     }
@@ -225,18 +299,12 @@ struct MinKernel {
 
 }  // namespace
 
-OFL_REGISTER_KERNEL("reduce_sum", kCPU, SumKernel, float, double, bfloat16, int8_t, int32_t,
-                    int64_t);
-OFL_REGISTER_KERNEL("reduce_mean", kCPU, MeanKernel, float, double, bfloat16);
-OFL_REGISTER_KERNEL("reduce_max", kCPU, MaxKernel, float, double, bfloat16, int8_t, int32_t,
-                    int64_t, bool);
-OFL_REGISTER_KERNEL("reduce_min", kCPU, MinKernel, float, double, bfloat16, int8_t, int32_t,
-                    int64_t, bool);
-
-// float16 through the float32 kernels (Note [Widened kernels] in widened.h).
-OFL_REGISTER_WIDENED_FLOAT16_KERNEL("reduce_sum", SumKernel);
-OFL_REGISTER_WIDENED_FLOAT16_KERNEL("reduce_mean", MeanKernel);
-OFL_REGISTER_WIDENED_FLOAT16_KERNEL("reduce_max", MaxKernel);
-OFL_REGISTER_WIDENED_FLOAT16_KERNEL("reduce_min", MinKernel);
+OFL_REGISTER_KERNEL("reduce_sum", kCPU, SumKernel, float, double, bfloat16, float16, int8_t,
+                    int32_t, int64_t);
+OFL_REGISTER_KERNEL("reduce_mean", kCPU, MeanKernel, float, double, bfloat16, float16);
+OFL_REGISTER_KERNEL("reduce_max", kCPU, MaxKernel, float, double, bfloat16, float16, int8_t,
+                    int32_t, int64_t, bool);
+OFL_REGISTER_KERNEL("reduce_min", kCPU, MinKernel, float, double, bfloat16, float16, int8_t,
+                    int32_t, int64_t, bool);
 
 }  // namespace ofl::cpu

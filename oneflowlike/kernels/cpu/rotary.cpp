@@ -14,8 +14,8 @@ namespace ofl::cpu {
 
 namespace {
 
-// Inputs (x, cos, sin) -> y. bfloat16 rotates in float32 and rounds each result once (the
-// Widened kernel's bits, Note [Native bfloat16 loops] in widened.h).
+// Inputs (x, cos, sin) -> y. bfloat16 and float16 rotate in float32 and rounds each result once
+// (the Widened kernel's bits, Note [Native bfloat16 loops] in widened.h).
 template <class T>
 struct RotaryKernel {
   static void run(const KernelContext& ctx) {
@@ -50,8 +50,6 @@ struct RotaryKernel {
 
 }  // namespace
 
-OFL_REGISTER_KERNEL("rotary_embedding", kCPU, RotaryKernel, float, double, bfloat16);
-// float16 through the float32 kernel (Note [Widened kernels] in widened.h).
-OFL_REGISTER_WIDENED_FLOAT16_KERNEL("rotary_embedding", RotaryKernel);
+OFL_REGISTER_KERNEL("rotary_embedding", kCPU, RotaryKernel, float, double, bfloat16, float16);
 
 }  // namespace ofl::cpu

@@ -14,7 +14,7 @@ namespace {
 // pow is ~20x an add, so it pays for a thread sooner.
 constexpr int64_t kPowGrain = kParallelGrain / 16;
 
-// The scalar in the type the tensor computes in (compute_of: float32 for bfloat16, Note
+// The scalar in the type the tensor computes in (compute_of: float32 for 16-bit types, Note
 // [Native bfloat16 loops] in widened.h, as the Widened kernel's float32 kernel had it).
 template <class T>
 compute_of<T> scalar_as(const KernelContext& ctx) {
@@ -72,18 +72,11 @@ struct ScalarRpowKernel {
 
 }  // namespace
 
-OFL_REGISTER_KERNEL("scalar_add", kCPU, ScalarAddKernel, float, double, bfloat16, int8_t, int32_t,
-                    int64_t);
-OFL_REGISTER_KERNEL("scalar_mul", kCPU, ScalarMulKernel, float, double, bfloat16, int8_t, int32_t,
-                    int64_t);
-OFL_REGISTER_KERNEL("scalar_pow", kCPU, ScalarPowKernel, float, double, bfloat16);
-OFL_REGISTER_KERNEL("scalar_rpow", kCPU, ScalarRpowKernel, float, double, bfloat16);
-
-// float16 through the float32 kernels (Note [Widened kernels] in widened.h); bfloat16 in its
-// own loops (Note [Native bfloat16 loops]).
-OFL_REGISTER_WIDENED_FLOAT16_KERNEL("scalar_add", ScalarAddKernel);
-OFL_REGISTER_WIDENED_FLOAT16_KERNEL("scalar_mul", ScalarMulKernel);
-OFL_REGISTER_WIDENED_FLOAT16_KERNEL("scalar_pow", ScalarPowKernel);
-OFL_REGISTER_WIDENED_FLOAT16_KERNEL("scalar_rpow", ScalarRpowKernel);
+OFL_REGISTER_KERNEL("scalar_add", kCPU, ScalarAddKernel, float, double, bfloat16, float16, int8_t,
+                    int32_t, int64_t);
+OFL_REGISTER_KERNEL("scalar_mul", kCPU, ScalarMulKernel, float, double, bfloat16, float16, int8_t,
+                    int32_t, int64_t);
+OFL_REGISTER_KERNEL("scalar_pow", kCPU, ScalarPowKernel, float, double, bfloat16, float16);
+OFL_REGISTER_KERNEL("scalar_rpow", kCPU, ScalarRpowKernel, float, double, bfloat16, float16);
 
 }  // namespace ofl::cpu

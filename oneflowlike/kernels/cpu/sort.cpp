@@ -20,7 +20,7 @@ namespace ofl::cpu {
 
 namespace {
 
-// Values are compared as compute_of<T> (bfloat16's as float32, exactly: Note [Native bfloat16
+// Values are compared as compute_of<T> (16-bit floats' as float32, exactly: Note [Native bfloat16
 // loops] in widened.h) and copied as they are.
 template <class T>
 bool is_nan(T v) {
@@ -139,18 +139,13 @@ struct SortKernel {
 
 }  // namespace
 
-OFL_REGISTER_KERNEL("max_dim", kCPU, MaxDimKernel, float, double, bfloat16, int8_t, int32_t,
+OFL_REGISTER_KERNEL("max_dim", kCPU, MaxDimKernel, float, double, bfloat16, float16, int8_t,
+                    int32_t, int64_t);
+OFL_REGISTER_KERNEL("min_dim", kCPU, MinDimKernel, float, double, bfloat16, float16, int8_t,
+                    int32_t, int64_t);
+OFL_REGISTER_KERNEL("topk", kCPU, TopkKernel, float, double, bfloat16, float16, int8_t, int32_t,
                     int64_t);
-OFL_REGISTER_KERNEL("min_dim", kCPU, MinDimKernel, float, double, bfloat16, int8_t, int32_t,
+OFL_REGISTER_KERNEL("sort", kCPU, SortKernel, float, double, bfloat16, float16, int8_t, int32_t,
                     int64_t);
-OFL_REGISTER_KERNEL("topk", kCPU, TopkKernel, float, double, bfloat16, int8_t, int32_t, int64_t);
-OFL_REGISTER_KERNEL("sort", kCPU, SortKernel, float, double, bfloat16, int8_t, int32_t, int64_t);
-
-// float16 through the float32 kernels (Note [Widened kernels] in widened.h): the values come
-// back exactly, as they are values of x.
-OFL_REGISTER_WIDENED_FLOAT16_KERNEL("max_dim", MaxDimKernel);
-OFL_REGISTER_WIDENED_FLOAT16_KERNEL("min_dim", MinDimKernel);
-OFL_REGISTER_WIDENED_FLOAT16_KERNEL("topk", TopkKernel);
-OFL_REGISTER_WIDENED_FLOAT16_KERNEL("sort", SortKernel);
 
 }  // namespace ofl::cpu

@@ -58,7 +58,15 @@ void backward_kernel(const KernelContext& ctx, int64_t grain, F f) {
   T* dx = ctx.out(0).data<T>();
   const bool wide = avx512_loops();
   parallel_for(ctx.out(0).numel(), grain, [&](int64_t begin, int64_t end) {
-    if (wide) {
+    if constexpr (std::is_same_v<T, float16>) {  // Note [float16 blocks] in widened.h
+      float16_blocks<2>({a, dy}, dx, begin, end, [&](auto& v, int64_t n) {
+        if (wide) {
+          backward_loop_v4(v[0], v[1], v[0], 0, n, f);
+        } else {
+          backward_loop(v[0], v[1], v[0], 0, n, f);
+        }
+      });
+    } else if (wide) {
       backward_loop_v4(a, dy, dx, begin, end, f);
     } else {
       backward_loop(a, dy, dx, begin, end, f);
@@ -199,42 +207,24 @@ struct GeluGradKernel {
 
 }  // namespace
 
-OFL_REGISTER_KERNEL("neg", kCPU, NegKernel, float, double, bfloat16, int8_t, int32_t, int64_t);
-OFL_REGISTER_KERNEL("abs", kCPU, AbsKernel, float, double, bfloat16, int8_t, int32_t, int64_t);
-OFL_REGISTER_KERNEL("exp", kCPU, ExpKernel, float, double, bfloat16);
-OFL_REGISTER_KERNEL("log", kCPU, LogKernel, float, double, bfloat16);
-OFL_REGISTER_KERNEL("sqrt", kCPU, SqrtKernel, float, double, bfloat16);
-OFL_REGISTER_KERNEL("rsqrt", kCPU, RsqrtKernel, float, double, bfloat16);
-OFL_REGISTER_KERNEL("tanh", kCPU, TanhKernel, float, double, bfloat16);
-OFL_REGISTER_KERNEL("relu", kCPU, ReluKernel, float, double, bfloat16);
-OFL_REGISTER_KERNEL("sigmoid", kCPU, SigmoidKernel, float, double, bfloat16);
-OFL_REGISTER_KERNEL("gelu", kCPU, GeluKernel, float, double, bfloat16);
-OFL_REGISTER_KERNEL("silu", kCPU, SiluKernel, float, double, bfloat16);
-OFL_REGISTER_KERNEL("tanh_grad", kCPU, TanhGradKernel, float, double, bfloat16);
-OFL_REGISTER_KERNEL("sigmoid_grad", kCPU, SigmoidGradKernel, float, double, bfloat16);
-OFL_REGISTER_KERNEL("relu_grad", kCPU, ReluGradKernel, float, double, bfloat16);
-OFL_REGISTER_KERNEL("abs_grad", kCPU, AbsGradKernel, float, double, bfloat16);
-OFL_REGISTER_KERNEL("gelu_grad", kCPU, GeluGradKernel, float, double, bfloat16);
-OFL_REGISTER_KERNEL("silu_grad", kCPU, SiluGradKernel, float, double, bfloat16);
-
-// float16 through the float32 kernels (Note [Widened kernels] in widened.h); bfloat16 in its
-// own loops (Note [Native bfloat16 loops]).
-OFL_REGISTER_WIDENED_FLOAT16_KERNEL("neg", NegKernel);
-OFL_REGISTER_WIDENED_FLOAT16_KERNEL("abs", AbsKernel);
-OFL_REGISTER_WIDENED_FLOAT16_KERNEL("exp", ExpKernel);
-OFL_REGISTER_WIDENED_FLOAT16_KERNEL("log", LogKernel);
-OFL_REGISTER_WIDENED_FLOAT16_KERNEL("sqrt", SqrtKernel);
-OFL_REGISTER_WIDENED_FLOAT16_KERNEL("rsqrt", RsqrtKernel);
-OFL_REGISTER_WIDENED_FLOAT16_KERNEL("tanh", TanhKernel);
-OFL_REGISTER_WIDENED_FLOAT16_KERNEL("relu", ReluKernel);
-OFL_REGISTER_WIDENED_FLOAT16_KERNEL("sigmoid", SigmoidKernel);
-OFL_REGISTER_WIDENED_FLOAT16_KERNEL("gelu", GeluKernel);
-OFL_REGISTER_WIDENED_FLOAT16_KERNEL("silu", SiluKernel);
-OFL_REGISTER_WIDENED_FLOAT16_KERNEL("tanh_grad", TanhGradKernel);
-OFL_REGISTER_WIDENED_FLOAT16_KERNEL("sigmoid_grad", SigmoidGradKernel);
-OFL_REGISTER_WIDENED_FLOAT16_KERNEL("relu_grad", ReluGradKernel);
-OFL_REGISTER_WIDENED_FLOAT16_KERNEL("abs_grad", AbsGradKernel);
-OFL_REGISTER_WIDENED_FLOAT16_KERNEL("gelu_grad", GeluGradKernel);
-OFL_REGISTER_WIDENED_FLOAT16_KERNEL("silu_grad", SiluGradKernel);
+OFL_REGISTER_KERNEL("neg", kCPU, NegKernel, float, double, bfloat16, float16, int8_t, int32_t,
+                    int64_t);
+OFL_REGISTER_KERNEL("abs", kCPU, AbsKernel, float, double, bfloat16, float16, int8_t, int32_t,
+                    int64_t);
+OFL_REGISTER_KERNEL("exp", kCPU, ExpKernel, float, double, bfloat16, float16);
+OFL_REGISTER_KERNEL("log", kCPU, LogKernel, float, double, bfloat16, float16);
+OFL_REGISTER_KERNEL("sqrt", kCPU, SqrtKernel, float, double, bfloat16, float16);
+OFL_REGISTER_KERNEL("rsqrt", kCPU, RsqrtKernel, float, double, bfloat16, float16);
+OFL_REGISTER_KERNEL("tanh", kCPU, TanhKernel, float, double, bfloat16, float16);
+OFL_REGISTER_KERNEL("relu", kCPU, ReluKernel, float, double, bfloat16, float16);
+OFL_REGISTER_KERNEL("sigmoid", kCPU, SigmoidKernel, float, double, bfloat16, float16);
+OFL_REGISTER_KERNEL("gelu", kCPU, GeluKernel, float, double, bfloat16, float16);
+OFL_REGISTER_KERNEL("silu", kCPU, SiluKernel, float, double, bfloat16, float16);
+OFL_REGISTER_KERNEL("tanh_grad", kCPU, TanhGradKernel, float, double, bfloat16, float16);
+OFL_REGISTER_KERNEL("sigmoid_grad", kCPU, SigmoidGradKernel, float, double, bfloat16, float16);
+OFL_REGISTER_KERNEL("relu_grad", kCPU, ReluGradKernel, float, double, bfloat16, float16);
+OFL_REGISTER_KERNEL("abs_grad", kCPU, AbsGradKernel, float, double, bfloat16, float16);
+OFL_REGISTER_KERNEL("gelu_grad", kCPU, GeluGradKernel, float, double, bfloat16, float16);
+OFL_REGISTER_KERNEL("silu_grad", kCPU, SiluGradKernel, float, double, bfloat16, float16);
 
 }  // namespace ofl::cpu

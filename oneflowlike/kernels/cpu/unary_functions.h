@@ -51,7 +51,15 @@ void unary_kernel(const KernelContext& ctx, int64_t grain, F f) {
   T* y = ctx.out(0).data<T>();
   const bool wide = avx512_loops();
   parallel_for(ctx.out(0).numel(), grain, [&](int64_t begin, int64_t end) {
-    if (wide) {
+    if constexpr (std::is_same_v<T, float16>) {  // Note [float16 blocks] in widened.h
+      float16_blocks<1>({x}, y, begin, end, [&](auto& v, int64_t n) {
+        if (wide) {
+          unary_loop_v4(v[0], v[0], 0, n, f);
+        } else {
+          unary_loop(v[0], v[0], 0, n, f);
+        }
+      });
+    } else if (wide) {
       unary_loop_v4(x, y, begin, end, f);
     } else {
       unary_loop(x, y, begin, end, f);

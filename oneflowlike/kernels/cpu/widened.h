@@ -11,6 +11,7 @@
 // vectorises for bfloat16); matmul has native bf16 (onednn_matmul.h).
 
 #include <algorithm>
+#include <array>
 #include <type_traits>
 #include <vector>
 
@@ -138,39 +139,41 @@ struct Widened {
 // Note [Native bfloat16 loops]: the elementwise kernels (the binary arithmetic, every unary op
 // and its backward, the tensor-scalar ops, fused chains), the reductions (sum, mean, max, min),
 // rotary embedding, the comparisons and the orders (max/min over a dim, topk, sort) read and
-// write bfloat16 themselves: each element is widened to float32 in a register (a shift),
+// write bfloat16 and float16 themselves: each element is widened to float32 in a register,
 // computed by the same float32 function, and rounded once, so the results are the Widened
-// kernel's bit for bit without its two extra passes over memory. (Kernels that only move values,
-// the orders' values and the gathers, copy the stored bits: a signalling NaN keeps its quiet
-// bit clear where the Widened round trip set it.) Their loops take elements through compute_of<T>;
-// float16 keeps the Widened path, whose conversions are vectorised with F16C (a scalar float16
-// conversion is ~10x slower), except in the row kernels (Note [Native bfloat16 rows] in
-// wide_rows.h), which convert a row at a time with F16C.
+// kernel's bit for bit (a NaN's payload aside) without its two extra passes over memory.
+// bfloat16's conversions are a shift and a rounding add, float16's a few masks (Note
+// [Vectorisable float16 conversions] in half.h); GCC vectorises both inside the loops. (Kernels
+// that only move values, the orders' values and the gathers, copy the stored bits: a
+// signalling NaN keeps its quiet bit clear where the Widened round trip set it.) Their loops
+// take elements through compute_of<T>. The row kernels (Note [Native bfloat16 rows] in
+// wide_rows.h) convert a row at a time into float32 scratch instead.
 template <class T>
-using compute_of = std::conditional_t<std::is_same_v<T, bfloat16>, float, T>;
+using compute_of =
+    std::conditional_t<std::is_same_v<T, bfloat16> || std::is_same_v<T, float16>, float, T>;
+
+// Note [float16 blocks]: float16's vectorised conversions (Note [Vectorisable float16
+// conversions] in half.h) cost about a nanosecond per element of a + b on this VM, where F16C's
+// bulk conversions cost a quarter of that; the conversion-bound loops (the binary arithmetic,
+// the unary ops and their backward, the tensor-scalar ops) therefore take float16 a block at a
+// time: the block's inputs widened with F16C into float32 scratch on the stack, the float32
+// loop run over the scratch, the results rounded with F16C. Both conversions give the same bits
+// (a NaN's payload aside), so the results are those of the element-wise float16 loops.
+inline constexpr int64_t kHalfBlock = 512;
+
+/// Over [begin, end) of K float16 inputs: each block of at most kHalfBlock elements widened into
+/// wide[k], `loop(wide, n)` run (writing its n results into wide[0]), and wide[0] rounded into
+/// out.
+template <size_t K, class Loop>
+void float16_blocks(const std::array<const float16*, K>& in, float16* out, int64_t begin,
+                    int64_t end, const Loop& loop) {
+  alignas(64) float wide[K][kHalfBlock];
+  for (int64_t at = begin; at < end; at += kHalfBlock) {
+    const int64_t n = std::min(kHalfBlock, end - at);
+    for (size_t k = 0; k < K; ++k) halves_to_floats(in[k] + at, wide[k], n);
+    loop(wide, n);
+    floats_to_halves(wide[0], out + at, n);
+  }
+}
 
 }  // namespace ofl::cpu
-
-/// Registers Widened<float16, Kernel> for op `name` on the CPU, for ops whose bfloat16 kernel is
-/// native (Note [Native bfloat16 loops]).
-#define OFL_REGISTER_WIDENED_FLOAT16_KERNEL(name, Kernel)                               \
-  [[maybe_unused]] static const bool OFL_CONCAT(ofl_widened_half_, __COUNTER__) = [] {  \
-    ::ofl::OpRegistry::global().get_or_create(name).add_kernel(                         \
-        ::ofl::DeviceType::kCPU, ::ofl::DataType::kFloat16,                             \
-        &::ofl::cpu::Widened<::ofl::float16, Kernel>::run);                             \
-    ::ofl::cpu::note_widened_kernel(&::ofl::cpu::Widened<::ofl::float16, Kernel>::run); \
-    return true;                                                                        \
-  }()
-
-/// Registers Widened<float16, Kernel> and Widened<bfloat16, Kernel> for op `name` on the CPU.
-#define OFL_REGISTER_WIDENED_KERNEL(name, Kernel)                                        \
-  [[maybe_unused]] static const bool OFL_CONCAT(ofl_widened_, __COUNTER__) = [] {        \
-    ::ofl::OpSchema& op = ::ofl::OpRegistry::global().get_or_create(name);               \
-    op.add_kernel(::ofl::DeviceType::kCPU, ::ofl::DataType::kFloat16,                    \
-                  &::ofl::cpu::Widened<::ofl::float16, Kernel>::run);                    \
-    op.add_kernel(::ofl::DeviceType::kCPU, ::ofl::DataType::kBFloat16,                   \
-                  &::ofl::cpu::Widened<::ofl::bfloat16, Kernel>::run);                   \
-    ::ofl::cpu::note_widened_kernel(&::ofl::cpu::Widened<::ofl::float16, Kernel>::run);  \
-    ::ofl::cpu::note_widened_kernel(&::ofl::cpu::Widened<::ofl::bfloat16, Kernel>::run); \
-    return true;                                                                         \
-  }()

@@ -10,6 +10,10 @@
 #include "oneflowlike/common/error.h"
 #include "oneflowlike/half.h"
 
+#if defined(__F16C__)
+#include <immintrin.h>
+#endif
+
 namespace ofl {
 namespace {
 
@@ -112,6 +116,47 @@ TEST(Half, BulkConversionsMatchTheScalarOnes) {
     EXPECT_EQ(bulk[i].bits, scalar.bits) << x[i];
     EXPECT_EQ(back[i], static_cast<float>(scalar)) << x[i];
   }
+}
+
+// Note [Vectorisable float16 conversions]: the branch-free scalar conversions give F16C's bits:
+// every float16 widened, and float32 values narrowed around every rounding boundary (the 13
+// dropped bits at 0, 1, halfway -1/0/+1 and all ones, with both parities, under every sign,
+// exponent and high mantissa bits), plus a stride through all of float32.
+TEST(Half, ScalarConversionsGiveF16CBits) {
+#if defined(__F16C__)
+  for (uint32_t h = 0; h < 65536; ++h) {
+    float16 v;
+    v.bits = static_cast<uint16_t>(h);
+    const float mine = static_cast<float>(v);
+    const float f16c = _cvtsh_ss(static_cast<uint16_t>(h));
+    if (std::isnan(f16c)) {
+      ASSERT_TRUE(std::isnan(mine)) << h;
+      ASSERT_EQ(std::signbit(mine), std::signbit(f16c)) << h;
+      continue;
+    }
+    uint32_t a, b;
+    std::memcpy(&a, &mine, 4);
+    std::memcpy(&b, &f16c, 4);
+    ASSERT_EQ(a, b) << std::hex << h;
+  }
+  const auto check = [](uint32_t u) {
+    float f;
+    std::memcpy(&f, &u, 4);
+    const uint16_t f16c = _cvtss_sh(f, _MM_FROUND_TO_NEAREST_INT);
+    const uint16_t mine = float16(f).bits;
+    if (std::isnan(f)) {
+      ASSERT_EQ(mine, (f16c & 0x8000u) | 0x7e00u) << std::hex << u;
+    } else {
+      ASSERT_EQ(mine, f16c) << std::hex << u;
+    }
+  };
+  for (uint32_t high = 0; high < (1u << 19); ++high) {
+    for (uint32_t low : {0x0u, 0x1u, 0xfffu, 0x1000u, 0x1001u, 0x1fffu}) check(high << 13 | low);
+  }
+  for (uint64_t u = 0; u < (uint64_t{1} << 32); u += 257) check(static_cast<uint32_t>(u));
+#else
+  GTEST_SKIP() << "built without F16C";
+#endif
 }
 
 }  // namespace
