@@ -28,9 +28,10 @@ namespace half_bits {
 // converts (as it does bfloat16's shift) and the native 16-bit loops serve float16 too (Note
 // [Native bfloat16 loops] in kernels/cpu/widened.h). GCC 12 keeps F16C's instructions scalar
 // in a loop, and the earlier branching conversion, out of line, was ~10x slower than a memcpy.
-// Both give F16C's bits (round to nearest even, subnormals kept), tested for every float32
-// and every float16 (tests/cpp/core/dtype_test.cpp); a NaN becomes float16's quiet NaN with
-// its sign, where F16C keeps some payload bits.
+// Both give F16C's bits (round to nearest even, subnormals kept), tested for every float16 and
+// for float32 values around every rounding boundary and at a stride through all of them
+// (tests/cpp/core/dtype_test.cpp; all 2^32 were compared once, outside the tests); a NaN becomes
+// float16's quiet NaN with its sign, where F16C keeps some payload bits.
 struct float16 {
   uint16_t bits = 0;
   float16() = default;

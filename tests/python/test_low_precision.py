@@ -187,8 +187,12 @@ def test_binary_ops_are_their_float32_kernels_rounded_once(name, shapes, dtype):
     low = LOW[dtype]
     a = rand(*shapes[0], seed=11) * 300
     b = rand(*shapes[1], seed=12) * 300
-    a.flat[:6] = [0.0, -0.0, np.inf, -np.inf, np.nan, 6e-5][:a.size]
-    b.flat[:3] = [1e-3, -4e-4, 3e-6][:b.size]  # subnormal float16 products and quotients
+    a.flat[:9] = [0.0, -0.0, np.inf, -np.inf, np.nan, 6e-5, 2.0, -3.0, 0.05]
+    # Subnormal float16 inputs, products and quotients where the inputs line up (flat: every
+    # position; broadcast: some), and a sum at float16's largest value.
+    b.flat[:3] = [1e-3, -4e-4, 3e-6]
+    b.flat[6:9] = [3e-6, 1e-5, 5000.0][:max(0, b.size - 6)]
+    a.flat[9], b.flat[min(9, b.size - 1)] = 65504.0, 65504.0
     x, y = flow.tensor(a).to(low), flow.tensor(b).to(low)
     got = BINARY_OPS[name](x, y)
     want = BINARY_OPS[name](x.to(flow.float32), y.to(flow.float32))

@@ -36,6 +36,11 @@ def test_amax_and_amin_over_rows_match_numpy_with_nan_anywhere(length, dtype):
     for fn, ref in ((flow.amax, np.max), (flow.amin, np.min)):
         got = fn(x, dim=1).to(flow.float32).numpy()
         np.testing.assert_array_equal(got, ref(values, axis=1))
+    # A row of -0 between values beyond it gives -0, not a +0 the row does not hold.
+    for fn, other in ((flow.amax, -1.0), (flow.amin, 1.0)):
+        row = np.where(np.arange(length) % 2 == 0, -0.0, other).astype(np.float32)[None]
+        got = fn(flow.tensor(row).to(getattr(flow, dtype)), dim=1).to(flow.float32).numpy()
+        assert got[0] == 0 and np.signbit(got[0])
 
 
 def test_gradients():

@@ -116,11 +116,12 @@ void blocked_row_sums(const T* src, T* dst, int64_t rows, int64_t length) {
   }
 }
 
-// The largest (kMax) or smallest of row[0..n), n >= 1, read as float32: the first NaN if the
+// The largest (kMax) or smallest of row[0..n), n >= 1, read as float32: the last NaN if the
 // row holds one, as Reducer::combine gives. Sixteen lanes of selects and a NaN mask in GCC
 // vectors (combine's NaN test kept the loop scalar: 2 ns an element, 20x torch's amax), the
-// lanes then merged in order, so the result depends on the row alone (a zero's sign may follow
-// another occurrence than combine's). 16-bit rows are widened a block at a time.
+// lanes then merged in lane order, so the result depends on the row alone (where +0 and -0
+// tie, the zero returned may be another occurrence than combine's first one). 16-bit rows are
+// widened a block at a time.
 template <bool kMax, class T>
 float row_extremum(const T* row, int64_t n) {
   using Lanes = float __attribute__((vector_size(8 * sizeof(float))));
@@ -128,7 +129,8 @@ float row_extremum(const T* row, int64_t n) {
   constexpr int64_t kBlock = 1024;  // a multiple of the 16 lanes
   const auto better = [](float x, float than) { return kMax ? x > than : x < than; };
   const float first = static_cast<float>(row[0]);
-  Lanes lo = Lanes{} + first, hi = lo;
+  Lanes lo, hi;  // each lane starts at row[0] itself (0 + -0 would be +0)
+  for (int k = 0; k < 8; ++k) lo[k] = hi[k] = first;
   Mask nan = {};
   float rest = first;
   alignas(64) float block[std::is_same_v<T, float> ? 1 : kBlock];
@@ -164,7 +166,7 @@ float row_extremum(const T* row, int64_t n) {
   bool any_nan = false;
   for (int k = 0; k < 8; ++k) any_nan |= nan[k] != 0;
   if (any_nan) {
-    for (int64_t j = 0; j < n; ++j) {
+    for (int64_t j = n - 1; j >= 0; --j) {
       const float v = static_cast<float>(row[j]);
       if (std::isnan(v)) return v;
     }

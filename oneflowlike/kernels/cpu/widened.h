@@ -75,7 +75,7 @@ class WideningArena {
   std::vector<Tensor> pieces_;
 };
 
-/// Whether `kernel` is a Widened one (registered by the macros below), and the bytes of the
+/// Whether `kernel` is a Widened one (noted by note_widened_kernel), and the bytes of the
 /// float32 copies such a kernel makes for a call whose 16-bit tensors have `shapes`: what the
 /// memory report counts as the thread's widening arena (Note [Widening arena]).
 bool is_widened_kernel(KernelFn kernel);
