@@ -1,7 +1,7 @@
 """Elementwise ops and reductions in 16 bits on the CPU against torch's, in one process
-(issue 17): a + b, a * b, gelu, gelu's backward, x * 0.5, a fused chain, sum over rows and amax
-over rows, in float32, bfloat16 and float16. For each 16-bit dtype "widened" also times what
-the Widened kernels did (Note [Widened kernels]): the inputs cast to float32, the float32
+(issue 17): a + b, a * b, gelu, gelu's backward, x * 0.5, a fused chain, sum over rows and
+over columns, amax over rows, in float32, bfloat16 and float16. For each 16-bit dtype
+"widened" also times what the Widened kernels did (Note [Widened kernels]): the inputs cast to float32, the float32
 kernel, the result cast back, as three eager ops.
 
     OMP_NUM_THREADS=1 .venv/bin/python scripts/bench/bench_elementwise16.py [--shape 4096 768]
@@ -34,6 +34,7 @@ def cases(lib, a, b, dy):
         "gelu": lambda: F.gelu(a),
         "gelu_grad": lambda: gelu_grad(a, dy),
         "sum rows": lambda: a.sum(dim=1),
+        "sum columns": lambda: a.sum(dim=0),  # a bias gradient
         "amax rows": lambda: a.amax(dim=1),
     }
     if fused is not None:

@@ -88,6 +88,20 @@ struct Reducer {
   }
 };
 
+// The sum of x[0..n), n <= kSumBlock, in double (Note [Blocked sums]). float16 is widened with
+// F16C into a block on the stack first (Note [float16 blocks] in widened.h): the same values,
+// so the same sum.
+template <class T>
+double sum_of_block(const T* x, int64_t n) {
+  if constexpr (std::is_same_v<T, float16>) {
+    alignas(64) float wide[kSumBlock];
+    halves_to_floats(x, wide, n);
+    return block_sum(wide, n);
+  } else {
+    return block_sum(x, n, ValueOf{});
+  }
+}
+
 // dst[o] = finish(sum of the row o of `rows` rows of `length` floats) (Note [Blocked sums]).
 template <class T, Reduction R>
 void blocked_row_sums(const T* src, T* dst, int64_t rows, int64_t length) {
@@ -96,7 +110,7 @@ void blocked_row_sums(const T* src, T* dst, int64_t rows, int64_t length) {
   if (blocks <= 1) {
     parallel_for(rows, items_per_grain(length), [&](int64_t begin, int64_t end) {
       for (int64_t o = begin; o < end; ++o) {
-        dst[o] = Red::finish(block_sum(src + o * length, length, ValueOf{}), length);
+        dst[o] = Red::finish(sum_of_block(src + o * length, length), length);
       }
     });
     return;
@@ -105,8 +119,7 @@ void blocked_row_sums(const T* src, T* dst, int64_t rows, int64_t length) {
   parallel_for(rows * blocks, items_per_grain(kSumBlock), [&](int64_t begin, int64_t end) {
     for (int64_t b = begin; b < end; ++b) {
       const int64_t o = b / blocks, start = (b % blocks) * kSumBlock;
-      partial[b] =
-          block_sum(src + o * length + start, std::min(kSumBlock, length - start), ValueOf{});
+      partial[b] = sum_of_block(src + o * length + start, std::min(kSumBlock, length - start));
     }
   });
   for (int64_t o = 0; o < rows; ++o) {
@@ -238,7 +251,17 @@ void reduce_kernel(const KernelContext& ctx) {
                      std::fill(acc.begin(), acc.begin() + len, Red::init());
                      for (int64_t r = 0; r < middle; ++r) {
                        const T* row = src + (o * middle + r) * inner + i0;
-                       for (int64_t i = 0; i < len; ++i) acc[i] = Red::combine(acc[i], row[i]);
+                       if constexpr (std::is_same_v<T, float16>) {
+                         // Widened with F16C (Note [float16 blocks] in widened.h), combined
+                         // as the same values.
+                         alignas(64) float wide[256];
+                         halves_to_floats(row, wide, len);
+                         for (int64_t i = 0; i < len; ++i) {
+                           acc[i] = Reducer<float, R>::combine(acc[i], wide[i]);
+                         }
+                       } else {
+                         for (int64_t i = 0; i < len; ++i) acc[i] = Red::combine(acc[i], row[i]);
+                       }
                      }
                      for (int64_t i = 0; i < len; ++i) {
                        dst[o * inner + i0 + i] = Red::finish(acc[i], count);
