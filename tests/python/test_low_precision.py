@@ -263,6 +263,7 @@ def test_scalar_ops_are_their_float32_kernels_rounded_once(case, dtype):
 @pytest.mark.parametrize("dtype", list(LOW))
 @pytest.mark.parametrize("name", ["sum", "mean", "amax", "amin"])
 @pytest.mark.parametrize("shape,dims", [((37, 300), (1,)), ((5, 20000), (1,)), ((300, 70), (0,)),
+                                        ((2, 1000, 600), (1,)),
                                         ((3, 40, 5), (1,)), ((4, 6, 5, 3), (0, 2)),
                                         ((6, 9), (0, 1)), ((0, 7), (0,)), ((7, 0), (1,))])
 def test_reductions_are_their_float32_kernels_rounded_once(name, shape, dims, dtype):

@@ -43,6 +43,27 @@ def test_amax_and_amin_over_rows_match_numpy_with_nan_anywhere(length, dtype):
         assert got[0] == 0 and np.signbit(got[0])
 
 
+@pytest.mark.parametrize("shape,dim", [((4099, 770), 0), ((3, 130, 300), 1), ((64, 5), 0),
+                                       ((65, 5), 0)])
+def test_sums_over_columns_are_exact_enough_and_the_same_on_any_thread_count(shape, dim):
+    """A sum over a leading axis (a bias gradient) sums chunks of rows apart and adds their
+    double sums in an order set by the shape alone: float32's correctly rounded sum within one
+    rounding, and the same bits on one thread as on two."""
+    a = np.random.default_rng(3).standard_normal(shape).astype(np.float32)
+    x = flow.tensor(a)
+    threads = flow.get_num_threads()
+    try:
+        flow.set_num_threads(1)
+        one = flow.sum(x, dim).numpy()
+        flow.set_num_threads(2)
+        two = flow.sum(x, dim).numpy()
+    finally:
+        flow.set_num_threads(threads)
+    np.testing.assert_array_equal(one, two)
+    exact = a.astype(np.float64).sum(axis=dim)
+    np.testing.assert_allclose(one, exact, rtol=2**-23, atol=1e-6)
+
+
 def test_gradients():
     a = np.random.default_rng(1).standard_normal((3, 4))
     check_gradients(lambda x: x.sum(1), a)
