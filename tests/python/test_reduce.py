@@ -43,13 +43,16 @@ def test_amax_and_amin_over_rows_match_numpy_with_nan_anywhere(length, dtype):
         assert got[0] == 0 and np.signbit(got[0])
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("shape,dim", [((4099, 770), 0), ((3, 130, 300), 1), ((64, 5), 0),
                                        ((65, 5), 0)])
-def test_sums_over_columns_are_exact_enough_and_the_same_on_any_thread_count(shape, dim):
-    """A sum over a leading axis (a bias gradient) sums chunks of rows apart and adds their
-    double sums in an order set by the shape alone: float32's correctly rounded sum within one
-    rounding, and the same bits on one thread as on two."""
-    a = np.random.default_rng(3).standard_normal(shape).astype(np.float32)
+def test_reductions_over_columns_are_exact_and_the_same_on_any_thread_count(shape, dim, dtype):
+    """A sum over a leading axis (a bias gradient) sums chunks of 64 rows apart and adds their
+    double sums in an order set by the shape alone: float32's sum within an ulp of the float64
+    one, and the same bits on one thread as on two (float64 keeps the double sums' own bits, so
+    an order that followed the threads would show there). max and min over columns are numpy's
+    in both dtypes (they are not chunked)."""
+    a = np.random.default_rng(3).standard_normal(shape).astype(dtype)
     x = flow.tensor(a)
     threads = flow.get_num_threads()
     try:
@@ -57,11 +60,15 @@ def test_sums_over_columns_are_exact_enough_and_the_same_on_any_thread_count(sha
         one = flow.sum(x, dim).numpy()
         flow.set_num_threads(2)
         two = flow.sum(x, dim).numpy()
+        extremes = flow.amax(x, dim).numpy(), flow.amin(x, dim).numpy()
     finally:
         flow.set_num_threads(threads)
     np.testing.assert_array_equal(one, two)
     exact = a.astype(np.float64).sum(axis=dim)
-    np.testing.assert_allclose(one, exact, rtol=2**-23, atol=1e-6)
+    np.testing.assert_allclose(one, exact, rtol=2**-23 if dtype == np.float32 else 1e-13,
+                               atol=1e-6 if dtype == np.float32 else 1e-12)
+    np.testing.assert_array_equal(extremes[0], a.max(axis=dim))
+    np.testing.assert_array_equal(extremes[1], a.min(axis=dim))
 
 
 def test_gradients():

@@ -246,7 +246,7 @@ void reduce_kernel(const KernelContext& ctx) {
     // own and the chunks' sums added in order after (the order depends on the shape alone,
     // never on the threads): a bias gradient has few column blocks (three over 768 columns)
     // and many rows, and two threads split three blocks badly (0.39x torch's speed).
-    constexpr bool kChunked = std::is_same_v<Acc, double>;
+    constexpr bool kChunked = !Red::kExtremum && std::is_same_v<Acc, double>;
     const int64_t per_outer = (inner + 255) / 256;
     const int64_t chunk_rows = kChunked ? kColumnChunkRows : std::max<int64_t>(middle, 1);
     const int64_t chunks = std::max<int64_t>(1, (middle + chunk_rows - 1) / chunk_rows);
