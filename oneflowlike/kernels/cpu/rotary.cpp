@@ -14,7 +14,7 @@ namespace ofl::cpu {
 
 namespace {
 
-// Inputs (x, cos, sin) -> y. bfloat16 and float16 rotate in float32 and rounds each result once
+// Inputs (x, cos, sin) -> y. bfloat16 and float16 rotate in float32 and round each result once
 // (the Widened kernel's bits, Note [Native bfloat16 loops] in widened.h).
 template <class T>
 struct RotaryKernel {

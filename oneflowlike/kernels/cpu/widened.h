@@ -17,6 +17,7 @@
 
 #include "oneflowlike/common/parallel.h"
 #include "oneflowlike/half.h"
+#include "oneflowlike/kernels/cpu/wide_rows.h"
 #include "oneflowlike/op.h"
 
 namespace ofl::cpu {
@@ -148,9 +149,9 @@ struct Widened {
 // signalling NaN keeps its quiet bit clear where the Widened round trip set it.) Their loops
 // take elements through compute_of<T>. The row kernels (Note [Native bfloat16 rows] in
 // wide_rows.h) convert a row at a time into float32 scratch instead.
+// The loops compute the 16-bit types as the row kernels do.
 template <class T>
-using compute_of =
-    std::conditional_t<std::is_same_v<T, bfloat16> || std::is_same_v<T, float16>, float, T>;
+using compute_of = row_compute_of<T>;
 
 // Note [float16 blocks]: float16's vectorised conversions (Note [Vectorisable float16
 // conversions] in half.h) cost about a nanosecond per element of a + b on this VM, where F16C's
