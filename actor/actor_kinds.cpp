@@ -175,6 +175,11 @@ class SliceActor final : public TaskActor {
 
  private:
   Work work(ActorHost&, std::vector<Tensor> inputs, std::vector<Tensor> outputs) override {
+    if (!view_ && info_.kernel != nullptr) {  // on a GPU: the slice op's kernel
+      return [&info = info_, in = inputs[0], out = outputs[0]] {
+        run_kernel(info, {in}, {out}, /*random_stream=*/0, nullptr, 0);
+      };
+    }
     if (!view_) {
       return [&region = info_.regions[0], in = inputs[0], out = outputs[0]] {
         copy_region(in, region, out, whole_region(out.shape()));
@@ -277,6 +282,10 @@ class CopyActor final : public TaskActor {
   bool host_gpu_;
 };
 
+// The micro-batch kinds run on the host or on a GPU (Note [Micro-batch tasks on a GPU] in
+// compiler/physical/expansion.h): their copies are Tensor::copy_from, a copy queued on the GPU's
+// stream there, and the sum on a GPU is the add op's kernel, queued likewise.
+
 // Rows [k * r0, (k + 1) * r0) of the whole batch for micro-batch k.
 class UnpackActor final : public TaskActor {
  public:
@@ -285,8 +294,8 @@ class UnpackActor final : public TaskActor {
  private:
   Work work(ActorHost&, std::vector<Tensor> inputs, std::vector<Tensor> outputs) override {
     return [in = inputs[0], out = outputs[0], k = micro_batch()] {
-      const size_t bytes = out.nbytes();
-      std::memcpy(out.raw_data(), static_cast<const char*>(in.raw_data()) + k * bytes, bytes);
+      out.copy_from(
+          view_of_bytes(in, k * static_cast<int64_t>(out.nbytes()), out.shape(), out.dtype()));
     };
   }
 };
@@ -298,9 +307,11 @@ class AccumulateActor final : public TaskActor {
 
  private:
   Work work(ActorHost&, std::vector<Tensor> inputs, std::vector<Tensor> outputs) override {
-    return [in = inputs[0], out = outputs[0], first = micro_batch() == 0] {
+    return [&info = info_, in = inputs[0], out = outputs[0], first = micro_batch() == 0] {
       if (first) {
-        std::memcpy(out.raw_data(), in.raw_data(), out.nbytes());
+        out.copy_from(in);
+      } else if (info.kernel != nullptr) {  // on a GPU: out = out + in
+        run_kernel(info, {out, in}, {out}, /*random_stream=*/0, nullptr, 0);
       } else {
         add_region(in, whole_region(in.shape()), out, whole_region(in.shape()));
       }
@@ -316,8 +327,8 @@ class PackActor final : public TaskActor {
  private:
   Work work(ActorHost&, std::vector<Tensor> inputs, std::vector<Tensor> outputs) override {
     return [in = inputs[0], out = outputs[0], k = micro_batch()] {
-      const size_t bytes = in.nbytes();
-      std::memcpy(static_cast<char*>(out.raw_data()) + k * bytes, in.raw_data(), bytes);
+      view_of_bytes(out, k * static_cast<int64_t>(in.nbytes()), in.shape(), in.dtype())
+          .copy_from(in);
     };
   }
 };

@@ -156,6 +156,11 @@ Tensor view_of_bytes(const Tensor& bytes, int64_t offset, const Shape& shape, Da
 void fill(const Tensor& tensor, double value) {
   char* d = static_cast<char*>(tensor.raw_data());
   const size_t bytes = tensor.nbytes();
+  if (!in_host_memory(tensor.device())) {  // queued on the GPU's stream (ZEROS on a GPU)
+    OFL_ASSERT(value == 0.0) << "a GPU register is only ever filled with zeros";
+    if (bytes > 0) cuda::zero(d, tensor.device().index, bytes);
+    return;
+  }
   if (value == 0.0) {  // every dtype's zero is all zero bits
     std::memset(d, 0, bytes);
     return;

@@ -43,7 +43,8 @@ bool regions_tile(const std::vector<std::vector<Range>>& regions, const Shape& s
 /// place in a memory block).
 Tensor view_of_bytes(const Tensor& bytes, int64_t offset, const Shape& shape, DataType dtype);
 
-/// Sets every element of `tensor` to `value`, converted to its dtype.
+/// Sets every element of `tensor` to `value`, converted to its dtype; a tensor in GPU memory
+/// only to zero (queued on the GPU's stream).
 void fill(const Tensor& tensor, double value);
 
 /// Raises ofl::Error unless every fed name is the logical_op of an INPUT task.

@@ -55,7 +55,9 @@ class PlanIndex {
     // logical tensor (the whole of it when output_region is empty).
     std::vector<Range> region;
     Shape logical_shape;
-    // COMPUTE
+    // COMPUTE; an ACCUMULATE on a GPU has the add op's kernel and a SLICE that copies on a GPU
+    // the slice op's, with no op (Note [Micro-batch tasks on a GPU] and Note [Local boxing steps
+    // on a GPU] in compiler/physical/expansion.h).
     const OpSchema* op = nullptr;
     AnyParams params;
     KernelFn kernel = nullptr;

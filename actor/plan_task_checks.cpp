@@ -7,6 +7,7 @@
 #include "actor/pieces.h"
 #include "actor/plan_index.h"
 #include "oneflowlike/collective.h"
+#include "oneflowlike/ops/shape_ops.h"
 #include "oneflowlike/plan_task.h"
 #include "oneflowlike/proto_convert.h"
 
@@ -53,6 +54,20 @@ void PlanIndex::check_task(const proto::PlanProto& plan, int index) {
     OFL_CHECK(!task.inputs.empty() && task.outputs.size() == 1, kTag, who,
               " must read at least one register and write one. However, got ", task.inputs.size(),
               " inputs and ", task.outputs.size(), " outputs.");
+  };
+  // A plan step on a GPU that runs op `name`'s kernel for `dtype` with `params` (Note
+  // [Micro-batch tasks on a GPU] and Note [Local boxing steps on a GPU] in
+  // compiler/physical/expansion.h); a simulated GPU runs the CPU's.
+  auto gpu_step_kernel = [&](const char* name, DataType dtype, AnyParams params) {
+    const DeviceType device = cpu_kernels_ ? DeviceType::kCPU : DeviceType::kCUDA;
+    const OpSchema& op = OpRegistry::global().find(name);
+    task.kernel = op.find_kernel(device, dtype);
+    task.cuda_kernel = device == DeviceType::kCUDA;
+    task.params = std::move(params);
+    OFL_CHECK_TYPE(task.kernel != nullptr, kTag, who, " runs on a GPU with the ",
+                   device_type_name(device), " kernel of '", name, "' for dtype ",
+                   dtype_name(dtype), ". However, kernels exist for ", op.kernel_dtypes(device),
+                   ".");
   };
   // The piece of the logical tensor this task holds.
   auto read_region = [&]() {
@@ -208,6 +223,15 @@ void PlanIndex::check_task(const proto::PlanProto& plan, int index) {
       OFL_CHECK(!p.view() || contiguous_offset(in, slice).has_value(), kTag, who,
                 " is a view, so its region must be one contiguous run of its input ",
                 in.to_string(), ". However, got ", region_to_string(slice), ".");
+      if (p.device() == proto::PLAN_DEVICE_CUDA && !p.view()) {
+        SliceParams params;
+        for (const Range& r : slice) {
+          params.start.push_back(r.begin);
+          params.stop.push_back(r.end);
+          params.step.push_back(1);
+        }
+        gpu_step_kernel("slice", reg(task.inputs[0]).dtype, std::move(params));
+      }
       task.regions.push_back(std::move(slice));
       break;
     }
@@ -296,6 +320,9 @@ void PlanIndex::check_task(const proto::PlanProto& plan, int index) {
       arity(1, 1);
       same_dtype(task.inputs[0], task.outputs[0]);
       same_shape(reg(task.inputs[0]).shape, task.outputs[0], "the shape of its input");
+      if (p.kind() == proto::TaskProto::ACCUMULATE && p.device() == proto::PLAN_DEVICE_CUDA) {
+        gpu_step_kernel("add", reg(task.inputs[0]).dtype, AnyParams());  // out = out + in
+      }
       break;
     case proto::TaskProto::COLLECTIVE: {  // Note [Collective tasks] in oneflowlike/collective.h
       const proto::CollectiveProto& c = p.collective();

@@ -346,6 +346,11 @@ PlanSummary summarize_plan(const proto::PlanProto& plan) {
       if (task.kind() == proto::TaskProto::RECV) {
         for (int64_t id : task.outputs()) rank.bytes_received += times * bytes_of(id);
       }
+      if (task.kind() == proto::TaskProto::COPY_H2D || task.kind() == proto::TaskProto::COPY_D2H) {
+        int64_t& copied =
+            task.kind() == proto::TaskProto::COPY_H2D ? rank.bytes_to_gpu : rank.bytes_to_host;
+        for (int64_t id : task.outputs()) copied += times * bytes_of(id);
+      }
       if (task.kind() == proto::TaskProto::COLLECTIVE) {
         ++rank.collectives_by_op[proto::CollectiveProto::Op_Name(task.collective().op())];
         int64_t sent = 0, received = 0;
@@ -417,7 +422,12 @@ std::string summary_to_text(const PlanSummary& summary) {
       os << "\n";
     }
     os << "  per iteration: sent " << format_bytes(rank.bytes_sent) << ", received "
-       << format_bytes(rank.bytes_received) << "\n"
+       << format_bytes(rank.bytes_received)
+       << (rank.bytes_to_gpu + rank.bytes_to_host > 0
+               ? str_cat("; copied to the GPU ", format_bytes(rank.bytes_to_gpu), ", to the host ",
+                         format_bytes(rank.bytes_to_host))
+               : std::string())
+       << "\n"
        << "  memory: peak " << format_bytes(rank.peak_bytes)
        << (rank.device_peak_bytes > 0
                ? str_cat(" (", format_bytes(rank.device_peak_bytes), " on the GPU)")

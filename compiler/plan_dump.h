@@ -32,6 +32,9 @@ struct RankSummary {
   /// Per iteration: bytes of the registers SEND tasks read / RECV tasks write.
   int64_t bytes_sent = 0;
   int64_t bytes_received = 0;
+  /// Per iteration: bytes copied from the host to the rank's GPU and back (COPY_H2D, COPY_D2H).
+  int64_t bytes_to_gpu = 0;
+  int64_t bytes_to_host = 0;
   /// Peak memory with reuse (memory planning) and without (every register on its own).
   int64_t peak_bytes = 0;
   int64_t bytes_without_reuse = 0;

@@ -176,25 +176,28 @@ void check_plan_contract(const proto::PlanProto& plan, const PlanContractOptions
   }
   // Devices (Note [Devices in a plan] in compiler/physical/expansion.h): a task reads and writes
   // registers of its own device, except the copies between a rank's host and its GPU; only
-  // compute, view copies, variables and collectives (Note [Device collectives] in
-  // actor/device_collectives.h) run on a GPU.
+  // compute, copies, variables, collectives (Note [Device collectives] in
+  // actor/device_collectives.h), the micro-batch tasks (Note [Micro-batch tasks on a GPU] in
+  // compiler/physical/expansion.h) and the local boxing steps (Note [Local boxing steps on a
+  // GPU] there) run on a GPU.
   for (const TaskRef& ref : tasks) {
     const proto::TaskProto& t = *ref.task;
     const bool h2d = t.kind() == proto::TaskProto::COPY_H2D;
     const bool d2h = t.kind() == proto::TaskProto::COPY_D2H;
-    const bool may_run_on_gpu = t.kind() == proto::TaskProto::COMPUTE ||
-                                t.kind() == proto::TaskProto::COPY ||
-                                t.kind() == proto::TaskProto::VARIABLE ||
+    // Kinds whose work on a GPU is queued on its stream by the rank's compute thread.
+    const bool streamed =
+        t.kind() == proto::TaskProto::COMPUTE || t.kind() == proto::TaskProto::COPY ||
+        t.kind() == proto::TaskProto::SLICE || t.kind() == proto::TaskProto::ZEROS ||
+        t.kind() == proto::TaskProto::UNPACK || t.kind() == proto::TaskProto::REPEAT ||
+        t.kind() == proto::TaskProto::ACCUMULATE || t.kind() == proto::TaskProto::PACK;
+    const bool may_run_on_gpu = streamed || t.kind() == proto::TaskProto::VARIABLE ||
                                 t.kind() == proto::TaskProto::COLLECTIVE || h2d || d2h;
     OFL_PLAN_CHECK(t.device() == proto::PLAN_DEVICE_CPU || may_run_on_gpu, "task ", describe(ref),
                    " of kind ", proto::TaskProto::Kind_Name(t.kind()),
                    " must run on the host. However, it is placed on a GPU.");
     // The GPU's stream and its events belong to the rank's compute thread (Note [Event-gated
     // acts]): GPU work on another thread would tell its readers it was done when only queued.
-    const bool gpu_work =
-        h2d || d2h ||
-        (t.device() == proto::PLAN_DEVICE_CUDA &&
-         (t.kind() == proto::TaskProto::COMPUTE || t.kind() == proto::TaskProto::COPY));
+    const bool gpu_work = h2d || d2h || (t.device() == proto::PLAN_DEVICE_CUDA && streamed);
     OFL_PLAN_CHECK(!gpu_work || t.thread() == 0, "task ", describe(ref), " of kind ",
                    proto::TaskProto::Kind_Name(t.kind()),
                    " works on a GPU, so it must be on the rank's compute thread (0). However, it "

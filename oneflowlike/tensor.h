@@ -116,7 +116,9 @@ class Tensor {
   /// optimizer) sees the moved values. Refused for a traced value.
   void set_data(const Tensor& src) const;
   /// Copies the bytes of `src` (same dtype and element count, both contiguous) into this
-  /// tensor, between any two devices; returns once the copy is done.
+  /// tensor, between any two devices; returns once the copy is done, except within one GPU,
+  /// where it is queued on the GPU's compute stream, ordered before the kernels launched after
+  /// it there (cuda::copy).
   void copy_from(const Tensor& src) const;
   bool shares_storage_with(const Tensor& other) const {
     return impl_->storage == other.impl_->storage;

@@ -74,16 +74,20 @@ std::vector<int64_t> expand_same_placement(const BoxingStep& step, const Shape& 
         for (int64_t m = 0; m < n; ++m) out[members[m]] = results[m];
         break;
       }
-      case BoxingKind::kLocalSlice: {
+      case BoxingKind::kLocalSlice: {  // Note [Local boxing steps on a GPU] in expansion.h
+        e.set_device(plan_device(placement));
         const std::vector<Region> chunks = chunks_along(in_shape, spec.out_sbp[k].axis, n);
         for (int64_t m = 0; m < n; ++m) out[members[m]] = e.slice(in[members[m]], chunks[m]);
+        e.set_device(proto::PLAN_DEVICE_CPU);
         break;
       }
       case BoxingKind::kBroadcastToPartial: {
+        e.set_device(plan_device(placement));
         out[members[0]] = e.copy(in[members[0]]);
         for (int64_t m = 1; m < n; ++m) {
           out[members[m]] = e.zeros(placement.rank(members[m]), out_shape);
         }
+        e.set_device(proto::PLAN_DEVICE_CPU);
         break;
       }
       case BoxingKind::kIdentity:

@@ -120,6 +120,14 @@ class StepEmitter {
   /// Transfers between GPUs (Note [Transfers between GPUs]) from now on.
   void set_device_transfers(bool on) { device_transfers_ = on; }
 
+  /// The steps from now on (but collectives and transfers, which say where they run) run on
+  /// `device` (Note [Local boxing steps on a GPU] in expansion.h): on a GPU on the rank's
+  /// compute thread, whose stream the GPU work is queued on.
+  void set_device(proto::PlanDevice device) {
+    builder_.set_device(device);
+    on_gpu_ = device == proto::PLAN_DEVICE_CUDA;
+  }
+
   int64_t zeros(int64_t rank, const Shape& shape) {
     return output(task(rank, proto::TaskProto::ZEROS, "zeros"), shape);
   }
@@ -224,7 +232,7 @@ class StepEmitter {
   // communication thread] in boxing.h).
   proto::TaskProto* task(int64_t rank, proto::TaskProto::Kind kind, const char* what,
                          int thread = -1) {
-    if (thread < 0) thread = thread_;
+    if (thread < 0) thread = on_gpu_ ? 0 : thread_;
     // Tasks of ranks not compiled here are only numbered: skip building their text.
     const bool kept = builder_.kept(rank);
     proto::TaskProto* t = builder_.add_task(
@@ -241,6 +249,7 @@ class StepEmitter {
   std::string name_;
   DataType dtype_;
   int thread_;
+  bool on_gpu_ = false;  // set_device
   std::string location_;
   int64_t counter_ = 0;
   bool device_transfers_ = false;

@@ -198,6 +198,11 @@ proto::PlanProto PlanBuilder::release() {
   return std::move(plan_);
 }
 
+proto::PlanDevice plan_device(const Placement& placement) {
+  return placement.device_type() == DeviceType::kCUDA ? proto::PLAN_DEVICE_CUDA
+                                                      : proto::PLAN_DEVICE_CPU;
+}
+
 namespace {
 
 /// Whether this parallel id's piece is the one counted when the logical value is assembled:
@@ -247,11 +252,6 @@ void initializer_to_proto(const Initializer& init, proto::InitializerProto* out)
   out->set_a(init.a);
   out->set_b(init.b);
   out->set_seed(init.seed);
-}
-
-proto::PlanDevice plan_device(const Placement& placement) {
-  return placement.device_type() == DeviceType::kCUDA ? proto::PLAN_DEVICE_CUDA
-                                                      : proto::PLAN_DEVICE_CPU;
 }
 
 // Note [Slices in a plan]: the region of the local piece `input` that a unit-step `slice` op
@@ -452,18 +452,25 @@ class Expander {
     return per_micro_[index];
   }
 
-  // The register of tensor t on parallel id `pid` as a consumer in scope `per_micro` sees it:
-  // a once-per-iteration value goes through REPEAT into the micro-batches, a per-micro-batch
-  // value through ACCUMULATE out of them.
-  int64_t scoped_register(int t, int64_t pid, bool per_micro) {
+  // The register of tensor t on parallel id `pid` as a consumer in scope `per_micro` on
+  // `device` sees it: a once-per-iteration value goes through REPEAT into the micro-batches, a
+  // per-micro-batch value through ACCUMULATE out of them (Note [Micro-batch tasks on a GPU] in
+  // expansion.h says where they run).
+  int64_t scoped_register(int t, int64_t pid, bool per_micro, proto::PlanDevice device) {
     const int64_t reg = registers_[t].at(pid);
     const bool produced_per_micro = per_micro_[graph_.tensor(t).producer];
     if (micro_batches_ == 1 || produced_per_micro == per_micro) return reg;
+    if (!per_micro) {
+      device = builder_.register_dtype(reg) == DataType::kBool ? proto::PLAN_DEVICE_CPU
+                                                               : builder_.register_device(reg);
+    }
     auto& cache = per_micro ? repeated_ : accumulated_;
-    auto it = cache.find(reg);
+    auto it = cache.find({reg, device});
     if (it != cache.end()) return it->second;
     const bool saved = per_micro_scope_;
+    const proto::PlanDevice saved_device = builder_.device();
     builder_.set_per_micro_batch(true);  // REPEAT and ACCUMULATE act every micro-batch
+    builder_.set_device(device);
     const int64_t rank = builder_.register_rank(reg);
     const std::string name = builder_.register_name(reg);
     proto::TaskProto* task =
@@ -474,8 +481,21 @@ class Expander {
     const int64_t out = builder_.add_output(task, task->name(), builder_.register_shape(reg),
                                             builder_.register_dtype(reg));
     builder_.set_per_micro_batch(saved);
-    cache.emplace(reg, out);
+    builder_.set_device(saved_device);
+    cache.emplace(std::make_pair(reg, device), out);
     return out;
+  }
+
+  // Whether boxing op `op` reads its input where it lives (Note [Micro-batch tasks on a GPU]):
+  // when its first step stays within the placement (a collective, a local slice, B -> P: on a
+  // CUDA placement's GPU, Note [Local boxing steps on a GPU]); otherwise it reads on the host,
+  // where the other steps run.
+  bool boxing_reads_in_place(const LogicalOp& op) const {
+    const std::vector<BoxingStep> steps =
+        plan_boxing(op.boxing, graph_.tensor(op.inputs[0]).meta.shape);
+    return steps.empty() ||
+           (steps[0].kind != BoxingKind::kGeneric && steps[0].kind != BoxingKind::kBroadcast &&
+            steps[0].kind != BoxingKind::kSendRecv);
   }
 
   const NdSbp& output_sbp(const LogicalOp& op, size_t k) const {
@@ -558,7 +578,7 @@ class Expander {
     OFL_ASSERT(static_cast<int64_t>(registers_[t].size()) == op.placement.num_ranks());
     std::vector<int64_t> regs;
     for (int64_t pid = 0; pid < op.placement.num_ranks(); ++pid) {
-      regs.push_back(scoped_register(t, pid, op_per_micro(op)));
+      regs.push_back(scoped_register(t, pid, op_per_micro(op), plan_device(op.placement)));
     }
     return regs;
   }
@@ -640,8 +660,12 @@ class Expander {
     OFL_ASSERT(op.placement == spec.out_placement);
     per_micro_scope_ = op_per_micro(op);
     std::vector<int64_t> in_regs;
+    const bool in_place = micro_batches_ > 1 && boxing_reads_in_place(op);
     for (int64_t pid = 0; pid < producer.placement.num_ranks(); ++pid) {
-      in_regs.push_back(scoped_register(op.inputs[0], pid, per_micro_scope_));
+      const int64_t reg = registers_[op.inputs[0]].at(pid);
+      in_regs.push_back(
+          scoped_register(op.inputs[0], pid, per_micro_scope_,
+                          in_place ? builder_.register_device(reg) : proto::PLAN_DEVICE_CPU));
     }
     // Note [Gradient boxing on the communication thread] in boxing.h.
     const bool gradient = producer.role == OpRole::kBackward && consumers_are_optimizer(op);
@@ -659,10 +683,12 @@ class Expander {
     for (int64_t pid = 0; pid < producer.placement.num_ranks(); ++pid) {
       const int64_t rank = producer.placement.rank(pid);
       int64_t reg = registers_[t].at(pid);
-      if (packed) {  // one row per micro-batch: (m, *shape)
+      if (packed) {  // one row per micro-batch: (m, *shape), where the rows are computed
         builder_.set_per_micro_batch(true);
+        builder_.set_device(builder_.register_device(reg));
         proto::TaskProto* pack =
             builder_.add_task(rank, proto::TaskProto::PACK, str_cat(tensor.name, "/pack"), 0);
+        builder_.set_device(proto::PLAN_DEVICE_CPU);
         set_logical_op(pack, tensor.name);
         builder_.add_input(pack, reg);
         std::vector<int64_t> dims = builder_.register_shape(reg).dims();
@@ -696,11 +722,12 @@ class Expander {
   PlanBuilder builder_;
   std::vector<std::vector<int64_t>> registers_;  // by tensor, then parallel id
   const int micro_batches_;
-  std::vector<bool> per_micro_;                 // by op: acts once per micro-batch
-  std::vector<bool> after_micro_;               // by op: acts once, after the micro-batches
-  bool per_micro_scope_ = false;                // scope of the op being expanded
-  std::map<int64_t, int64_t> repeated_;         // register -> its REPEAT output
-  std::map<int64_t, int64_t> accumulated_;      // register -> its ACCUMULATE output
+  std::vector<bool> per_micro_;    // by op: acts once per micro-batch
+  std::vector<bool> after_micro_;  // by op: acts once, after the micro-batches
+  bool per_micro_scope_ = false;   // scope of the op being expanded
+  // (register, device of the task) -> the output of its REPEAT or ACCUMULATE there.
+  std::map<std::pair<int64_t, proto::PlanDevice>, int64_t> repeated_;
+  std::map<std::pair<int64_t, proto::PlanDevice>, int64_t> accumulated_;
   std::vector<std::vector<int>> consumers_;     // by tensor: consuming ops
   std::vector<std::vector<int64_t>> op_tasks_;  // by op, then parallel id (not boxing ops)
   std::vector<int> params_index_;  // by op: its entry in PlanProto.op_params, plus one; 0: none

@@ -24,10 +24,12 @@ namespace ofl::compiler::physical {
 // ------------------------
 // A placement's device type says where its ops compute: COMPUTE tasks, the COPY of a view op
 // and VARIABLE tasks (whose persistent registers the optimizer updates in place) run on a CUDA
-// placement's GPU, and their output registers live in its memory. Everything else stays on the
-// host: INPUT and OUTPUT (fed and fetched from the host), the boxing steps (SLICE, SEND, RECV,
-// ADD, CONCAT, ZEROS: data leaves a process through UCX from host memory) and the micro-batch
-// tasks (UNPACK, REPEAT, ACCUMULATE, PACK). Where a task reads a register of the other device,
+// placement's GPU, and their output registers live in its memory, as do the micro-batch tasks
+// that touch GPU data (Note [Micro-batch tasks on a GPU] below), collectives and the local
+// boxing steps (Note [Local boxing steps on a GPU]). Everything else stays on the host: INPUT
+// and OUTPUT (fed and fetched from the host) and the other boxing steps (SLICE, SEND, RECV, ADD,
+// CONCAT, ZEROS between placements: data leaves a process through UCX from host memory). Where
+// a task reads a register of the other device,
 // the builder puts a COPY_H2D or COPY_D2H task between them, one per (register, device) however
 // many tasks read it there. A copy acts at its producer's rate, except after ACCUMULATE and PACK
 // (whose outputs are read once, after the micro-batches), where it acts once, after them.
@@ -40,6 +42,37 @@ namespace ofl::compiler::physical {
 // chain order is execution order across the two memories too: the runtime runs a rank's CUDA
 // tasks and copies on one stream, and a host task after a copy waits for the copy's work to be
 // done (Note [Event-gated acts] in actor/act_stream.h).
+
+// Note [Micro-batch tasks on a GPU]
+// ---------------------------------
+// Under gradient accumulation or pipelining (m micro-batches), the tasks that carry data into and
+// out of the micro-batches run where that data is, so that nothing of the model's size crosses
+// between the host and a GPU per micro-batch:
+//   - REPEAT runs on its readers' device: a weight on a GPU is copied there once per
+//     micro-batch (device to device), and a host value a GPU reads (an input fed once) crosses
+//     once per iteration, then repeats on the GPU. A boxing op reads on the GPU only when its
+//     first step is a collective within the placement; before other steps (host steps) the
+//     REPEAT stays on the host, so a GPU value crosses once, not once per micro-batch;
+//   - ACCUMULATE runs on its input's device: a GPU's weight gradients are summed there, and
+//     cross (to a host reader) once, after the last micro-batch. Bool values stay on the host
+//     (the sum of bools is a logical or, which has no GPU kernel). The sums then take GPU
+//     memory for the iteration, as PyTorch's accumulated .grad tensors do (they took host
+//     memory before);
+//   - PACK runs on its input's device: a fetched per-micro-batch value (the loss) leaves the
+//     GPU once, packed;
+//   - UNPACK reads the fed batch, on the host: each micro-batch's rows cross on their own.
+// Before, all four ran on the host: every weight left the GPU once and came back m times an
+// iteration, and every gradient left it m times. On a GPU, REPEAT, ACCUMULATE's first act and
+// PACK are copies queued on the GPU's stream and ACCUMULATE's later acts the `add` op's CUDA
+// kernel (actor/actor_kinds.cpp); without a GPU (simulated devices) the host's copies and sums.
+
+// Note [Local boxing steps on a GPU]
+// ----------------------------------
+// Boxing within one CUDA placement that moves no data between ranks runs on the GPU: a local
+// slice (B -> S, a SLICE: a view where its region is one contiguous run, else the slice op's
+// CUDA kernel) and B -> P (a COPY on coordinate 0, a view, and ZEROS elsewhere, a memset on the
+// GPU's stream). On the host they cost a copy of the whole tensor to the host and of the result
+// back, every time they act (every micro-batch for the loss's gradient under DP).
 
 // Note [Slices in a plan]
 // -----------------------
@@ -88,6 +121,7 @@ class PlanBuilder {
   void set_after_micro_batches(bool after) { after_micro_batches_ = after; }
   /// Tasks added from now on run on `device` (Note [Devices in a plan]); CPU until set.
   void set_device(proto::PlanDevice device) { device_ = device; }
+  proto::PlanDevice device() const { return device_; }
 
   const proto::TaskProto& task(int64_t id) const;
   proto::TaskProto& mutable_task(int64_t id);
@@ -142,6 +176,9 @@ class PlanBuilder {
   bool after_micro_batches_ = false;
   proto::PlanDevice device_ = proto::PLAN_DEVICE_CPU;
 };
+
+/// Where the ops of `placement` compute: its GPU for a CUDA placement, else the host.
+proto::PlanDevice plan_device(const Placement& placement);
 
 /// Expands `graph` (after boxing insertion: every op has its signature, every compute op's
 /// inputs come from producers on the same placement with the SBP it consumes) into a plan.

@@ -221,6 +221,83 @@ TEST(DevicePlans, GpuStagesPassActivationsGpuToGpu) {
   }
 }
 
+// Note [Micro-batch tasks on a GPU]: under gradient accumulation, and pipelining, the weights
+// repeat into the micro-batches and the gradients are summed on the GPU; per micro-batch only
+// the fed batch's rows cross to it, and the packed loss leaves it once.
+TEST(DevicePlans, UnderGradientAccumulationWeightsAndGradientsStayOnTheGpu) {
+  for (const auto& [name, parallel] : std::vector<std::pair<std::string, GptParallel>>{
+           {"micro4", {1, 1, 1, 4}}, {"dp2_micro2", {2, 1, 1, 2}}, {"pp2_micro4", {1, 1, 2, 4}}}) {
+    SCOPED_TRACE(name);
+    GptParallel on_gpu = parallel;
+    on_gpu.device = DeviceType::kCUDA;
+    const proto::PlanProto plan =
+        compiler::compile_graph(testing::build_gpt_training(testing::tiny_gpt_config(2), on_gpu));
+    ASSERT_EQ(plan.micro_batches(), parallel.micro_batches);
+    const compiler::PlanSummary summary = compiler::summarize_plan(plan);
+    std::map<int64_t, const proto::TaskProto*> tasks;
+    std::map<int64_t, const proto::RegisterProto*> registers;
+    for (const auto& rank : plan.ranks()) {
+      for (const auto& task : rank.tasks()) tasks[task.id()] = &task;
+      for (const auto& reg : rank.registers()) registers[reg.id()] = &reg;
+    }
+    std::map<proto::TaskProto::Kind, int> on_gpu_tasks;
+    for (int r = 0; r < plan.ranks_size(); ++r) {
+      const proto::RankPlanProto& rank = plan.ranks(r);
+      int64_t weights = 0, fed_per_micro = 0, packed = 0;
+      for (const auto& task : rank.tasks()) {
+        const proto::RegisterProto* out =
+            task.outputs_size() > 0 ? registers.at(task.outputs(0)) : nullptr;
+        switch (task.kind()) {
+          case proto::TaskProto::VARIABLE:
+            weights += out->bytes();
+            break;
+          case proto::TaskProto::REPEAT:
+          case proto::TaskProto::ACCUMULATE:
+          case proto::TaskProto::PACK:
+            EXPECT_EQ(task.device(), proto::PLAN_DEVICE_CUDA) << task.name();
+            ++on_gpu_tasks[task.kind()];
+            if (task.kind() == proto::TaskProto::PACK) packed += out->bytes();
+            break;
+          case proto::TaskProto::UNPACK:
+            EXPECT_EQ(task.device(), proto::PLAN_DEVICE_CPU) << task.name();  // the fed batch
+            fed_per_micro += out->bytes();
+            break;
+          case proto::TaskProto::COPY_H2D:
+          case proto::TaskProto::COPY_D2H: {
+            const proto::TaskProto& producer = *tasks.at(registers.at(task.inputs(0))->producer());
+            // Per micro-batch: the fed rows, and under DP the per-token losses, which the loss
+            // (on rank 0) gathers through the host; once: the packed loss leaves the GPU.
+            const int64_t bytes = registers.at(task.outputs(0))->bytes();
+            if (task.per_micro_batch()) {
+              EXPECT_TRUE(producer.kind() == proto::TaskProto::UNPACK || bytes <= 4096)
+                  << task.name() << " crosses between the host and the GPU every micro-batch";
+            } else if (task.kind() == proto::TaskProto::COPY_D2H) {
+              EXPECT_EQ(producer.kind(), proto::TaskProto::PACK)
+                  << task.name() << " leaves the GPU";
+            }
+            break;
+          }
+          default:
+            break;
+        }
+      }
+      // Nothing of the model's size crosses; on one rank, exactly the fed rows of every
+      // micro-batch and a few once inputs (the learning rate, Adam's step) to the GPU, and the
+      // packed loss back.
+      const compiler::RankSummary& counted = summary.ranks.at(r);
+      EXPECT_GE(counted.bytes_to_gpu, plan.micro_batches() * fed_per_micro);
+      EXPECT_LT(counted.bytes_to_gpu + counted.bytes_to_host, weights / 100);
+      if (plan.ranks_size() == 1) {
+        EXPECT_LE(counted.bytes_to_gpu, plan.micro_batches() * fed_per_micro + 64);
+        EXPECT_EQ(counted.bytes_to_host, packed);
+      }
+    }
+    EXPECT_GT(on_gpu_tasks[proto::TaskProto::REPEAT], 0) << "weights into the micro-batches";
+    EXPECT_GT(on_gpu_tasks[proto::TaskProto::ACCUMULATE], 0) << "the gradients are summed";
+    EXPECT_GT(on_gpu_tasks[proto::TaskProto::PACK], 0) << "the fetched loss";
+  }
+}
+
 TEST(DevicePlans, TheContractRefusesAHostTaskReadingGpuMemory) {
   const MlpLayout layout = all_on_cuda(testing::mlp_layouts()[0]);
   proto::PlanProto plan =
@@ -363,6 +440,7 @@ TEST(DevicePlans, GptOnGpuPlacementsTrainsLikeOneCpuRankSimulated) {
   for (const auto& [name, parallel] :
        std::vector<std::pair<std::string, GptParallel>>{{"single", {1, 1, 1, 1}},
                                                         {"dp2_tp2", {2, 2, 1, 1}},
+                                                        {"micro4", {1, 1, 1, 4}},
                                                         {"pp2_micro4", {1, 1, 2, 4}},
                                                         {"dp2_tp2_pp2_micro2", {2, 2, 2, 2}}}) {
     SCOPED_TRACE(name);
@@ -384,10 +462,13 @@ TEST(DevicePlans, GptOnOneGpuTrainsLikeOneCpuRank) {
   compiler::GptConfig config = testing::tiny_gpt_config(/*n_layer=*/2);
   config.batch_size = 8;
   const TrainingRun reference = testing::train_gpt(config, GptParallel{}, 2);
-  GptParallel on_gpu{1, 1, 1, 1};
-  on_gpu.device = DeviceType::kCUDA;
-  testing::expect_same_gpt_training(
-      reference, testing::train_gpt(config, on_gpu, 2, device_runner(false)), config, "cuda");
+  for (const auto& [name, parallel] : std::vector<std::pair<std::string, GptParallel>>{
+           {"cuda", {1, 1, 1, 1}}, {"cuda_micro4", {1, 1, 1, 4}}}) {
+    GptParallel on_gpu = parallel;
+    on_gpu.device = DeviceType::kCUDA;
+    testing::expect_same_gpt_training(
+        reference, testing::train_gpt(config, on_gpu, 2, device_runner(false)), config, name);
+  }
 }
 
 }  // namespace
