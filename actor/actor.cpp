@@ -81,7 +81,10 @@ void Actor::act(ActorHost& host) {
       ack_input(host, in, slot, &later);
     }
   }
-  if (!kept.empty()) kept_.push_back(std::move(kept));
+  // One entry per act, empty where no piece was let go (a REPEAT view's first m - 1 acts read
+  // the once piece it lets go at the last, Note [Repeated views]): each output piece freed
+  // releases its act's entry, in order.
+  if (keeps_inputs_until_output_acked()) kept_.push_back(std::move(kept));
   for (int o = 0; o < static_cast<int>(outputs_.size()); ++o) {
     OutputRegister& out = outputs_[o];
     if (++out.acts_in_piece < out.emit_every) continue;

@@ -201,7 +201,20 @@ class AddActor final : public TaskActor {
 
  private:
   Work work(ActorHost&, std::vector<Tensor> inputs, std::vector<Tensor> outputs) override {
-    return [inputs = std::move(inputs), out = outputs[0]] { sum_into(inputs, out); };
+    if (info_.kernel == nullptr) {
+      return [inputs = std::move(inputs), out = outputs[0]] { sum_into(inputs, out); };
+    }
+    // On a GPU: the add op's kernel, input after input (sum_into's order and roundings).
+    return [&info = info_, inputs = std::move(inputs), out = outputs[0]] {
+      if (inputs.size() == 1) {
+        out.copy_from(inputs[0]);
+        return;
+      }
+      run_kernel(info, {inputs[0], inputs[1]}, {out}, /*random_stream=*/0, nullptr, 0);
+      for (size_t k = 2; k < inputs.size(); ++k) {
+        run_kernel(info, {out, inputs[k]}, {out}, /*random_stream=*/0, nullptr, 0);
+      }
+    };
   }
 };
 
@@ -241,15 +254,18 @@ class ZerosActor final : public TaskActor {
   }
 };
 
-// COPY and REPEAT: the same bytes into the output slot (REPEAT copies so that a micro-batch
-// writing its input in place cannot change the once value); COPY_H2D and COPY_D2H: the same
+// COPY and REPEAT: the same bytes into the output slot (a REPEAT that is no view copies so that
+// a micro-batch writing its input in place cannot change the once value); COPY_H2D and
+// COPY_D2H: the same
 // between a rank's host and GPU memory (Note [Devices in a plan]). On the GPU's event-gated
 // stream a host/GPU copy is queued like a kernel (cuda::copy_queued): its readers, and the
 // producer waiting for the input's release, hear of it only once the stream has run it (Note
 // [Event-gated acts]), and from the rank's pinned host block (Note [Pinned host blocks]) it
 // overlaps the host's work. Without a stream (deterministic mode) it returns once done.
 // A COPY marked a view (Note [Slice views]; on the host or a GPU) hands out the input piece under
-// the output's shape and keeps it until the consumers are done, as a SLICE view does.
+// the output's shape and keeps it until the consumers are done, as a SLICE view does; a REPEAT
+// view (Note [Repeated views]) hands out the once piece every micro-batch and lets it go after
+// the last micro-batch's readers are done.
 class CopyActor final : public TaskActor {
  public:
   CopyActor(const PlanIndex& index, int task, int priority)

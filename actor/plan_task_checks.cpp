@@ -85,10 +85,11 @@ void PlanIndex::check_task(const proto::PlanProto& plan, int index) {
                                    p.device() == proto::PLAN_DEVICE_CPU &&
                                    p.collective().op() == proto::CollectiveProto::ALL_REDUCE;
   OFL_CHECK(!p.view() || p.kind() == proto::TaskProto::SLICE ||
-                p.kind() == proto::TaskProto::COPY || all_reduce_in_place,
+                p.kind() == proto::TaskProto::COPY || p.kind() == proto::TaskProto::REPEAT ||
+                all_reduce_in_place,
             kTag, who,
-            " is marked a view, which only a SLICE, a COPY or a host all-reduce can be. However, "
-            "it is a ",
+            " is marked a view, which only a SLICE, a COPY, a REPEAT or a host all-reduce can be. "
+            "However, it is a ",
             p.kind() == proto::TaskProto::COLLECTIVE
                 ? str_cat(proto::CollectiveProto::Op_Name(p.collective().op()), " on ",
                           proto::PlanDevice_Name(p.device()))
@@ -246,6 +247,9 @@ void PlanIndex::check_task(const proto::PlanProto& plan, int index) {
       for (int r : task.inputs) {
         same_dtype(r, task.outputs[0]);
         same_shape(reg(task.outputs[0]).shape, r, "the shape of its output");
+      }
+      if (p.device() == proto::PLAN_DEVICE_CUDA) {
+        gpu_step_kernel("add", reg(task.outputs[0]).dtype, AnyParams());
       }
       break;
     case proto::TaskProto::CONCAT: {

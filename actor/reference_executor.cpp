@@ -156,7 +156,8 @@ void ReferenceExecutor::act(int t, int micro_batch, const std::map<std::string, 
       break;
     }
     case proto::TaskProto::REPEAT:
-      // A copy, so that a micro-batch writing its input in place cannot change the once value.
+      // A copy, so that a micro-batch writing its input in place cannot change the once value
+      // (the runtime's REPEAT views, Note [Repeated views], are where no reader writes it).
       values_[task.outputs[0]] = values_[task.inputs[0]].clone();
       break;
     case proto::TaskProto::ACCUMULATE: {  // the running sum lives in the output register

@@ -261,15 +261,81 @@ std::vector<Tensor> Runtime::allocate_slots(int64_t rank, const PlanIndex::Regis
 
 namespace {
 
+// Note [Repeated views] in compiler/physical/in_place_boxing.h: every micro-batch reads the once
+// piece itself, so the piece must come from a variable, a kernel or a copy that is no view,
+// nothing may read it through the view and send it (the peer reads after the SEND's act), and
+// whatever writes the piece in place must wait for every reader through the view.
+void check_repeated_view(const PlanIndex& index, int t) {
+  const PlanIndex::TaskInfo& task = index.task(t);
+  const int input = task.inputs.at(0);
+  const proto::TaskProto& producer = index.task(index.reg(input).producer).proto;
+  OFL_CHECK(
+      (producer.kind() == proto::TaskProto::VARIABLE ||
+       producer.kind() == proto::TaskProto::COMPUTE || producer.kind() == proto::TaskProto::COPY) &&
+          !producer.view(),
+      kTag, index.describe_task(t),
+      " is a view, so its input must come from a VARIABLE, a kernel or a copy that is no "
+      "view. However, ",
+      index.describe_task(index.reg(input).producer), " makes it.");
+  OFL_CHECK(index.reg(input).proto.register_num() <= 1, kTag, index.describe_task(t),
+            " is a view, so its input ", index.describe_register(input),
+            " must have one slot. However, it has ", index.reg(input).proto.register_num(), ".");
+  std::vector<int> readers, pending{task.outputs.at(0)};  // through views
+  while (!pending.empty()) {
+    const int r = pending.back();
+    pending.pop_back();
+    const int64_t viewed = index.reg(r).proto.id();
+    for (int64_t consumer : index.reg(r).proto.consumers()) {
+      const int c = index.task_index(consumer);
+      const proto::TaskProto& reader = index.task(c).proto;
+      OFL_CHECK(reader.kind() != proto::TaskProto::SEND, kTag, index.describe_task(t),
+                " is a view of ", index.describe_register(input),
+                ", so no SEND may read it. However, ", index.describe_task(c), " does.");
+      for (int position : reader.mutated_inputs()) {
+        OFL_CHECK(
+            position < 0 || position >= reader.inputs_size() || reader.inputs(position) != viewed,
+            kTag, index.describe_task(t), " is a view of ", index.describe_register(input),
+            ", so nothing may write it in place. However, ", index.describe_task(c), " does.");
+      }
+      readers.push_back(c);
+      if (index.task(c).proto.view()) {
+        for (int out : index.task(c).outputs) pending.push_back(out);
+      }
+    }
+  }
+  const int64_t input_id = index.reg(input).proto.id();
+  for (int64_t consumer : index.reg(input).proto.consumers()) {
+    const proto::TaskProto& writer = index.task(index.task_index(consumer)).proto;
+    bool writes = false;
+    for (int position : writer.mutated_inputs()) {
+      writes = writes || (position >= 0 && position < writer.inputs_size() &&
+                          writer.inputs(position) == input_id);
+    }
+    if (!writes) continue;
+    for (int reader : readers) {
+      const auto& waits = writer.control_inputs();
+      if (index.task(reader).proto.id() == writer.id()) continue;
+      OFL_CHECK(std::find(waits.begin(), waits.end(), index.task(reader).proto.id()) != waits.end(),
+                kTag, index.describe_task(t), " is a view of ", index.describe_register(input),
+                ", so ", writer.name(),
+                ", which writes it in place, must wait for every reader "
+                "of the view. However, it does not wait for ",
+                index.describe_task(reader), ".");
+    }
+  }
+}
+
 // A view or an in-place concat keeps its input pieces until its output piece is read, one
 // piece per act (Note [Slice views], Note [Concats in place]): its inputs' producers must hand
 // out pieces and its output's readers act at its rate, and a view's input must not be
-// persistent. An all-reduce in place (Note [All-reduces in place]) must be its input's only
-// reader: it writes the sums there.
+// persistent; a REPEAT view (Note [Repeated views]) reads one once-per-iteration piece in
+// every micro-batch, a variable's included. An all-reduce in place (Note [All-reduces in
+// place]) must be its input's only reader: it writes the sums there.
 void check_borrowing(const PlanIndex& index, int t) {
   const PlanIndex::TaskInfo& task = index.task(t);
   if (!task.proto.view() && !task.proto.in_place()) return;
   const bool rate = index.per_micro(t);
+  const bool repeat = task.proto.kind() == proto::TaskProto::REPEAT;
   auto same_rate = [&](int other, bool other_rate, const std::string& what) {
     OFL_CHECK(other_rate == rate, kTag, index.describe_task(t), " is ",
               task.proto.view() ? "a view" : "in place", ", so ", what, " ",
@@ -278,9 +344,12 @@ void check_borrowing(const PlanIndex& index, int t) {
   };
   for (int r : task.inputs) {
     const int producer = index.reg(r).producer;
-    same_rate(producer, outputs_per_micro_batch(index.task(producer).proto), "the producer");
-    OFL_CHECK(!task.proto.view() || !index.reg(r).proto.persistent(), kTag, index.describe_task(t),
-              " is a view, so its input ", index.describe_register(r), " must not be persistent.");
+    if (!repeat) {
+      same_rate(producer, outputs_per_micro_batch(index.task(producer).proto), "the producer");
+    }
+    OFL_CHECK(!task.proto.view() || repeat || !index.reg(r).proto.persistent(), kTag,
+              index.describe_task(t), " is a view, so its input ", index.describe_register(r),
+              " must not be persistent.");
     const auto& readers = index.reg(r).proto.consumers();
     OFL_CHECK(!task.proto.view() || task.proto.kind() != proto::TaskProto::COLLECTIVE ||
                   (readers.size() == 1 && readers[0] == task.proto.id()),
@@ -291,6 +360,7 @@ void check_borrowing(const PlanIndex& index, int t) {
     const int c = index.task_index(consumer);
     same_rate(c, index.per_micro(c), "the reader");
   }
+  if (repeat) check_repeated_view(index, t);
 }
 
 }  // namespace

@@ -135,16 +135,26 @@ std::string why_register_not_bound(const PlanIndex& index, const PlanIndex::Regi
     return str_cat("its register has ", reg.proto.register_num(), " slots");
   }
   if (reg.proto.memory_block() >= 0) return "its register lies in a planned memory block";
-  for (int64_t consumer : reg.proto.consumers()) {
-    const proto::TaskProto& reader = index.task(index.task_index(consumer)).proto;
-    if (reader.in_place()) {
-      return str_cat("the in-place ", reader.name(), " holds it in its output");
-    }
-    // The receiver reads the piece when it comes to it, possibly after this rank's run has
-    // returned and the caller has written or freed its tensor (Note [Fed pieces are handed in]
-    // refuses fed pieces a SEND reads for the same reason).
-    if (reader.kind() == proto::TaskProto::SEND) {
-      return str_cat(reader.name(), " sends it to rank ", reader.peer());
+  // Its readers, and those of views of it (Note [Repeated views]).
+  std::vector<const PlanIndex::RegisterInfo*> pending{&reg};
+  while (!pending.empty()) {
+    const PlanIndex::RegisterInfo* at = pending.back();
+    pending.pop_back();
+    for (int64_t consumer : at->proto.consumers()) {
+      const PlanIndex::TaskInfo& info = index.task(index.task_index(consumer));
+      const proto::TaskProto& reader = info.proto;
+      if (reader.in_place()) {
+        return str_cat("the in-place ", reader.name(), " holds it in its output");
+      }
+      // The receiver reads the piece when it comes to it, possibly after this rank's run has
+      // returned and the caller has written or freed its tensor (Note [Fed pieces are handed in]
+      // refuses fed pieces a SEND reads for the same reason).
+      if (reader.kind() == proto::TaskProto::SEND) {
+        return str_cat(reader.name(), " sends it to rank ", reader.peer());
+      }
+      if (reader.view()) {
+        for (int out : info.outputs) pending.push_back(&index.reg(out));
+      }
     }
   }
   return "";

@@ -46,15 +46,31 @@ namespace {
 // optimizer update of a variable) must act after every other task of its rank that reads that
 // register in the same iteration, or a reader would see the updated value; except a reader
 // that itself waits for the writer (a control input), which is there to read the update (the
-// gather of an updated ZeRO shard).
+// gather of an updated ZeRO shard). Under micro-batching the readers include those reading it
+// through a REPEAT, which may be a view of it (Note [Repeated views] in
+// physical/in_place_boxing.h).
 void order_in_place_writers(proto::PlanProto* plan) {
   parallel_each(plan->ranks_size(), [&](int64_t position) {
     proto::RankPlanProto& rank = *plan->mutable_ranks(static_cast<int>(position));
     std::unordered_map<int64_t, std::vector<int64_t>> readers;  // register -> tasks reading it
     std::unordered_map<int64_t, std::set<int64_t>> waits_for;   // task -> its control inputs
+    bool repeats = false;
     for (const auto& task : rank.tasks()) {
       for (int64_t r : task.inputs()) readers[r].push_back(task.id());
       waits_for[task.id()].insert(task.control_inputs().begin(), task.control_inputs().end());
+      repeats = repeats || task.kind() == proto::TaskProto::REPEAT;
+    }
+    if (repeats) {
+      const physical::RepeatedReaders repeated(rank);
+      for (const auto& task : rank.tasks()) {
+        // A writer acting before the micro-batches (none today) keeps the REPEATs of what it
+        // writes copies: waiting for their readers could close a cycle.
+        if (!task.after_micro_batches()) continue;
+        for (int index : task.mutated_inputs()) {
+          const int64_t r = task.inputs(index);
+          for (int64_t reader : repeated.of(r)) readers[r].push_back(reader);
+        }
+      }
     }
     for (auto& task : *rank.mutable_tasks()) {
       if (task.mutated_inputs().empty()) continue;

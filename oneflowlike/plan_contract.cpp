@@ -188,8 +188,9 @@ void check_plan_contract(const proto::PlanProto& plan, const PlanContractOptions
     const bool streamed =
         t.kind() == proto::TaskProto::COMPUTE || t.kind() == proto::TaskProto::COPY ||
         t.kind() == proto::TaskProto::SLICE || t.kind() == proto::TaskProto::ZEROS ||
-        t.kind() == proto::TaskProto::UNPACK || t.kind() == proto::TaskProto::REPEAT ||
-        t.kind() == proto::TaskProto::ACCUMULATE || t.kind() == proto::TaskProto::PACK;
+        t.kind() == proto::TaskProto::ADD || t.kind() == proto::TaskProto::UNPACK ||
+        t.kind() == proto::TaskProto::REPEAT || t.kind() == proto::TaskProto::ACCUMULATE ||
+        t.kind() == proto::TaskProto::PACK;
     const bool may_run_on_gpu = streamed || t.kind() == proto::TaskProto::VARIABLE ||
                                 t.kind() == proto::TaskProto::COLLECTIVE || h2d || d2h;
     OFL_PLAN_CHECK(t.device() == proto::PLAN_DEVICE_CPU || may_run_on_gpu, "task ", describe(ref),

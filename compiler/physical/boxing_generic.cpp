@@ -60,7 +60,10 @@ std::vector<int64_t> expand_generic(const BoxingSpec& spec, const Shape& logical
     }
     const Region target = logical_region(logical, spec.out_sbp, dst, d);
     if (!receives || region_is_empty(target)) {
+      // Read where the output placement computes (Note [Local boxing steps on a GPU]).
+      e.set_device(plan_device(dst));
       out.push_back(e.zeros(rank, shape));
+      e.set_device(proto::PLAN_DEVICE_CPU);
       continue;
     }
     std::vector<std::pair<int64_t, Region>> pieces;

@@ -67,11 +67,22 @@ class StepEmitter {
     return output(recv, builder_.register_shape(reg));
   }
 
-  /// The elementwise sum of same-shaped registers on one rank.
+  /// The elementwise sum of same-shaped registers on one rank: on the GPU when they all are
+  /// there (Note [Local boxing steps on a GPU] in expansion.h; bools, whose sum is a logical or,
+  /// on the host), else on the host.
   int64_t add(const std::vector<int64_t>& regs) {
     OFL_ASSERT(!regs.empty());
     if (regs.size() == 1) return regs[0];
+    bool on_gpu = dtype_ != DataType::kBool;
+    for (int64_t reg : regs) {
+      on_gpu = on_gpu && builder_.register_device(reg) == proto::PLAN_DEVICE_CUDA;
+    }
+    const proto::PlanDevice saved = builder_.device();
+    const bool saved_on_gpu = on_gpu_;
+    if (on_gpu) set_device(proto::PLAN_DEVICE_CUDA);
     proto::TaskProto* t = task(builder_.register_rank(regs[0]), proto::TaskProto::ADD, "add");
+    builder_.set_device(saved);
+    on_gpu_ = saved_on_gpu;
     for (int64_t reg : regs) {
       OFL_ASSERT(builder_.register_shape(reg) == builder_.register_shape(regs[0]));
       builder_.add_input(t, reg);

@@ -71,8 +71,13 @@ namespace ofl::compiler::physical {
 // Boxing within one CUDA placement that moves no data between ranks runs on the GPU: a local
 // slice (B -> S, a SLICE: a view where its region is one contiguous run, else the slice op's
 // CUDA kernel) and B -> P (a COPY on coordinate 0, a view, and ZEROS elsewhere, a memset on the
-// GPU's stream). On the host they cost a copy of the whole tensor to the host and of the result
-// back, every time they act (every micro-batch for the loss's gradient under DP).
+// GPU's stream). So does an ADD of pieces that are all on the GPU (partial sums received from
+// GPU stages: the add op's CUDA kernel, input after input, as the host's sum_into adds), and
+// the zero piece boxing between placements gives a rank of a CUDA placement that holds nothing
+// of a partial sum. On
+// the host they cost a copy of each piece to the host and of the result back, every time they
+// act (every micro-batch for the loss's gradient under DP, and for an activation's gradient
+// between TP stages).
 
 // Note [Slices in a plan]
 // -----------------------

@@ -1,6 +1,7 @@
 #include "compiler/physical/in_place_boxing.h"
 
 #include <algorithm>
+#include <optional>
 #include <unordered_map>
 #include <unordered_set>
 #include <utility>
@@ -62,7 +63,48 @@ bool same_rate(const proto::RegisterProto& reg, const proto::TaskProto& task,
   return true;
 }
 
-bool is_view(const proto::TaskProto& task, const RankView& rank) {
+// Note [Repeated views]: a REPEAT whose readers write nothing in place, of a one-slot value made
+// by a variable, a kernel or a copy, whose in-place writers all wait for the value's readers
+// through REPEATs.
+bool repeats_in_place(const proto::TaskProto& task, const RankView& rank,
+                      const RepeatedReaders& repeated) {
+  if (task.inputs_size() != 1 || task.outputs_size() != 1) return false;
+  const proto::RegisterProto* input = rank.reg(task.inputs(0));
+  const proto::RegisterProto* output = rank.reg(task.outputs(0));
+  if (input == nullptr || output == nullptr || input->register_num() > 1 ||
+      !repeated.may_be_view(task) || !same_rate(*output, task, rank)) {
+    return false;
+  }
+  const proto::TaskProto* producer = rank.task(input->producer());
+  if (producer == nullptr || producer->per_micro_batch() || producer->view() ||
+      (producer->kind() != proto::TaskProto::VARIABLE &&
+       producer->kind() != proto::TaskProto::COMPUTE &&
+       producer->kind() != proto::TaskProto::COPY)) {
+    return false;
+  }
+  const std::vector<int64_t> readers = repeated.of(input->id());
+  for (int64_t id : input->consumers()) {
+    const proto::TaskProto& consumer = *rank.task(id);
+    bool writes = false;
+    for (int position : consumer.mutated_inputs()) {
+      writes = writes || (position >= 0 && position < consumer.inputs_size() &&
+                          consumer.inputs(position) == input->id());
+    }
+    if (!writes) continue;
+    for (int64_t reader : readers) {
+      const auto& waits = consumer.control_inputs();
+      if (reader != consumer.id() && std::find(waits.begin(), waits.end(), reader) == waits.end()) {
+        return false;
+      }
+    }
+  }
+  return true;
+}
+
+bool is_view(const proto::TaskProto& task, const RankView& rank, const RepeatedReaders* repeated) {
+  if (task.kind() == proto::TaskProto::REPEAT) {
+    return repeated != nullptr && repeats_in_place(task, rank, *repeated);
+  }
   const bool slice = task.kind() == proto::TaskProto::SLICE;
   // A COPY within one device (a reshape's, or a boxing copy) is the input's bytes under another
   // shape, on the host or a GPU alike.
@@ -282,7 +324,13 @@ void mark_rank(proto::RankPlanProto* rank_plan) {
     task.set_in_place(false);
   }
   const RankView rank(*rank_plan);
-  for (proto::TaskProto& task : *rank_plan->mutable_tasks()) task.set_view(is_view(task, rank));
+  std::optional<RepeatedReaders> repeated;  // only where a REPEAT is
+  for (const proto::TaskProto& task : rank_plan->tasks()) {
+    if (task.kind() == proto::TaskProto::REPEAT && !repeated) repeated.emplace(*rank_plan);
+  }
+  for (proto::TaskProto& task : *rank_plan->mutable_tasks()) {
+    task.set_view(is_view(task, rank, repeated ? &*repeated : nullptr));
+  }
   // In plan order, so that a concat feeding another is decided first (and then is not nested).
   std::unordered_set<int64_t> aliased;  // registers already written into some concat's output
   for (proto::TaskProto& task : *rank_plan->mutable_tasks()) {
@@ -304,6 +352,82 @@ void mark_rank(proto::RankPlanProto* rank_plan) {
 }
 
 }  // namespace
+
+RepeatedReaders::RepeatedReaders(const proto::RankPlanProto& rank_plan) : rank_plan_(rank_plan) {
+  for (int t = 0; t < rank_plan.tasks_size(); ++t) tasks_[rank_plan.tasks(t).id()] = t;
+  for (int r = 0; r < rank_plan.registers_size(); ++r) registers_[rank_plan.registers(r).id()] = r;
+}
+
+const proto::TaskProto* RepeatedReaders::task(int64_t id) const {
+  auto it = tasks_.find(id);
+  return it == tasks_.end() ? nullptr : &rank_plan_.tasks(it->second);
+}
+
+const proto::RegisterProto* RepeatedReaders::reg(int64_t id) const {
+  auto it = registers_.find(id);
+  return it == registers_.end() ? nullptr : &rank_plan_.registers(it->second);
+}
+
+std::vector<int64_t> RepeatedReaders::readers_of(int64_t id) const {
+  std::vector<int64_t> readers, pending{id};  // pending: registers whose readers count
+  while (!pending.empty()) {
+    const proto::RegisterProto* at = reg(pending.back());
+    pending.pop_back();
+    if (at == nullptr) continue;
+    for (int64_t consumer : at->consumers()) {
+      const proto::TaskProto* t = task(consumer);
+      if (t == nullptr) consumer = -1;
+      if (std::find(readers.begin(), readers.end(), consumer) == readers.end()) {
+        readers.push_back(consumer);
+      }
+      if (t != nullptr && t->outputs_size() == 1 &&
+          (t->kind() == proto::TaskProto::COPY || t->kind() == proto::TaskProto::SLICE)) {
+        pending.push_back(t->outputs(0));
+      }
+    }
+  }
+  return readers;
+}
+
+bool RepeatedReaders::may_be_view(const proto::TaskProto& repeat) const {
+  if (repeat.kind() != proto::TaskProto::REPEAT || repeat.inputs_size() != 1 ||
+      repeat.outputs_size() != 1) {
+    return false;
+  }
+  const proto::RegisterProto* input = reg(repeat.inputs(0));
+  const proto::RegisterProto* output = reg(repeat.outputs(0));
+  if (input == nullptr || output == nullptr || input->device() != output->device()) return false;
+  for (int64_t consumer : output->consumers()) {
+    const proto::TaskProto* t = task(consumer);
+    if (t == nullptr) return false;
+    for (int position : t->mutated_inputs()) {
+      if (position >= 0 && position < t->inputs_size() && t->inputs(position) == output->id()) {
+        return false;
+      }
+    }
+  }
+  for (int64_t reader : readers_of(output->id())) {
+    const proto::TaskProto* t = task(reader);
+    if (t == nullptr || t->kind() == proto::TaskProto::SEND) return false;
+  }
+  return true;
+}
+
+std::vector<int64_t> RepeatedReaders::of(int64_t id) const {
+  std::vector<int64_t> readers;
+  const proto::RegisterProto* r = reg(id);
+  if (r == nullptr) return readers;
+  for (int64_t consumer : r->consumers()) {
+    const proto::TaskProto* t = task(consumer);
+    if (t == nullptr || !may_be_view(*t)) continue;
+    for (int64_t reader : readers_of(t->outputs(0))) {
+      if (std::find(readers.begin(), readers.end(), reader) == readers.end()) {
+        readers.push_back(reader);
+      }
+    }
+  }
+  return readers;
+}
 
 void mark_in_place_boxing(proto::PlanProto* plan) {
   parallel_each(plan->ranks_size(),

@@ -26,6 +26,25 @@
 //  - the slice and its producer or consumers act at different rates (micro-batch boundaries),
 //    where one piece covers several acts.
 //
+// Note [Repeated views]
+// ---------------------
+// Under micro-batching a once-per-iteration value enters the micro-batches through REPEAT
+// (Note [Micro-batches] in plan.proto), which copied it every micro-batch so that a write in
+// place by one micro-batch could not reach the others. Every weight was so copied m times a
+// step and held twice: the copy lives from the forward use to the backward one, the whole
+// micro-batch. A REPEAT whose readers write nothing in place is a view of its input instead
+// (`view`, as the slices: no memory of its own, the input piece kept until the view's readers
+// are done; its actor lets the once piece go at its last act). Its input may be a variable:
+// what writes a variable in place (the optimizer's update, once the micro-batches are done)
+// waits for every task that reads it through a REPEAT, each REPEAT's readers and those of the
+// COPY and SLICE tasks after them (RepeatedReaders; Note [In-place updates wait for readers] in
+// compiler/compile.cpp adds those control inputs to writers acting after the micro-batches),
+// so no reader of the last micro-batch sees the update. Conditions: the input is one slot made by a
+// VARIABLE, a kernel or a copy that is not a view (a fed input, or a view of one, keeps its copy),
+// every in-place writer of it waits for those readers, the REPEAT's readers act per micro-batch,
+// none writes its output in place and no SEND reads it (its peer reads the bytes after the SEND has
+// acted, which the writer cannot wait for). The runtime checks the same when it loads a plan.
+
 // Note [Concats in place]
 // -----------------------
 // The converse: a CONCAT assembles pieces (the chunks a ring all-gather collects, the gradients
@@ -117,9 +136,39 @@
 // a half-made sum): reshard_many refuses that. A micro-batched input never donates (its
 // register holds every micro-batch, which UNPACK hands out).
 
+#include <cstdint>
+#include <unordered_map>
+#include <vector>
+
 #include "oneflowlike/proto/plan.pb.h"
 
 namespace ofl::compiler::physical {
+
+/// Note [Repeated views]: the tasks of one rank that may read a register's memory through a
+/// REPEAT of it.
+class RepeatedReaders {
+ public:
+  explicit RepeatedReaders(const proto::RankPlanProto& rank_plan);
+  /// Whether REPEAT task `repeat` may be a view as far as its readers go: its output is on its
+  /// input's device, none of its readers writes it in place, and none of the tasks reading it
+  /// (readers_of) is a SEND, whose peer reads the bytes after the SEND has acted.
+  bool may_be_view(const proto::TaskProto& repeat) const;
+  /// Task ids: the tasks reading register `reg` through each REPEAT of it that may be a view,
+  /// its consumers and, through the COPY and SLICE tasks among them (views, or copies reading
+  /// it), theirs. Empty when no such REPEAT reads it.
+  std::vector<int64_t> of(int64_t reg) const;
+
+ private:
+  // The consumers of `reg` and, through COPY and SLICE tasks, theirs (task ids; a consumer not
+  // on this rank is -1).
+  std::vector<int64_t> readers_of(int64_t reg) const;
+  const proto::TaskProto* task(int64_t id) const;
+  const proto::RegisterProto* reg(int64_t id) const;
+
+  const proto::RankPlanProto& rank_plan_;
+  std::unordered_map<int64_t, int> tasks_;      // id -> position
+  std::unordered_map<int64_t, int> registers_;  // id -> position
+};
 
 /// Marks the SLICE and COPY tasks of `plan` that can be views (Note [Slice views]), the host
 /// all-reduces that can sum in place (Note [All-reduces in place]) and the CONCAT tasks whose

@@ -225,8 +225,11 @@ TEST(DevicePlans, GpuStagesPassActivationsGpuToGpu) {
 // repeat into the micro-batches and the gradients are summed on the GPU; per micro-batch only
 // the fed batch's rows cross to it, and the packed loss leaves it once.
 TEST(DevicePlans, UnderGradientAccumulationWeightsAndGradientsStayOnTheGpu) {
-  for (const auto& [name, parallel] : std::vector<std::pair<std::string, GptParallel>>{
-           {"micro4", {1, 1, 1, 4}}, {"dp2_micro2", {2, 1, 1, 2}}, {"pp2_micro4", {1, 1, 2, 4}}}) {
+  for (const auto& [name, parallel] :
+       std::vector<std::pair<std::string, GptParallel>>{{"micro4", {1, 1, 1, 4}},
+                                                        {"dp2_micro2", {2, 1, 1, 2}},
+                                                        {"pp2_micro4", {1, 1, 2, 4}},
+                                                        {"dp2_tp2_pp2_micro2", {2, 2, 2, 2}}}) {
     SCOPED_TRACE(name);
     GptParallel on_gpu = parallel;
     on_gpu.device = DeviceType::kCUDA;
@@ -274,6 +277,9 @@ TEST(DevicePlans, UnderGradientAccumulationWeightsAndGradientsStayOnTheGpu) {
             } else if (task.kind() == proto::TaskProto::COPY_D2H) {
               EXPECT_EQ(producer.kind(), proto::TaskProto::PACK)
                   << task.name() << " leaves the GPU";
+            } else {
+              EXPECT_EQ(producer.kind(), proto::TaskProto::INPUT)
+                  << task.name() << " comes to the GPU";
             }
             break;
           }
@@ -281,12 +287,14 @@ TEST(DevicePlans, UnderGradientAccumulationWeightsAndGradientsStayOnTheGpu) {
             break;
         }
       }
-      // Nothing of the model's size crosses; on one rank, exactly the fed rows of every
-      // micro-batch and a few once inputs (the learning rate, Adam's step) to the GPU, and the
-      // packed loss back.
+      // Nothing of the model's size crosses (on 8 ranks each holds too few weights to say it
+      // so); on one rank, exactly the fed rows of every micro-batch and a few once inputs (the
+      // learning rate, Adam's step) to the GPU, and the packed loss back.
       const compiler::RankSummary& counted = summary.ranks.at(r);
       EXPECT_GE(counted.bytes_to_gpu, plan.micro_batches() * fed_per_micro);
-      EXPECT_LT(counted.bytes_to_gpu + counted.bytes_to_host, weights / 100);
+      if (plan.ranks_size() <= 2) {
+        EXPECT_LT(counted.bytes_to_gpu + counted.bytes_to_host, weights / 100);
+      }
       if (plan.ranks_size() == 1) {
         EXPECT_LE(counted.bytes_to_gpu, plan.micro_batches() * fed_per_micro + 64);
         EXPECT_EQ(counted.bytes_to_host, packed);

@@ -336,30 +336,54 @@ TEST(Runtime, RejectsAViewWhoseReaderActsAtAnotherRate) {
 }
 
 // Note [Micro-batches] in plan.proto: UNPACK hands micro-batch k of the whole batch, REPEAT a
-// once value to each micro-batch, ACCUMULATE sums over them and PACK stacks them.
+// once value to each micro-batch, ACCUMULATE sums over them and PACK stacks them. A REPEAT that
+// is a view (Note [Repeated views]) hands the variable itself to every micro-batch and lets it
+// go after the last one: the same values over several iterations, on every executor; one whose
+// variable's in-place writer does not wait for its readers is refused when the plan loads.
 TEST(Runtime, MicroBatchActorsUnpackRepeatAccumulateAndPack) {
-  PlanBuilder b(1);
-  b.set_micro_batches(3);
-  const int64_t x = b.batched_input(0, "x", Shape{2, 2});  // (3 * 2, 2)
-  const int64_t piece = b.micro_task(0, "unpack", Kind::UNPACK, x, Shape{2, 2});
-  const int64_t w = b.variable(0, "w", Shape{2, 2}, {}, proto::InitializerProto::CONSTANT, 2.0);
-  const int64_t w_each = b.micro_task(0, "repeat", Kind::REPEAT, w, Shape{2, 2});
-  const int64_t product = b.reg(0, "product", Shape{2, 2});
-  b.compute(0, "mul", "mul", NoParams{}, {piece, w_each}, {product})->set_per_micro_batch(true);
-  const int64_t sum = b.micro_task(0, "accumulate", Kind::ACCUMULATE, product, Shape{2, 2});
-  const int64_t stacked = b.micro_task(0, "pack", Kind::PACK, product, Shape{3, 2, 2});
-  b.output(0, "sum", sum, Shape{2, 2});
-  b.output(0, "stacked", stacked, Shape{3, 2, 2});
+  for (const bool view : {false, true}) {
+    SCOPED_TRACE(view ? "REPEAT view" : "REPEAT copy");
+    PlanBuilder b(1);
+    b.set_micro_batches(3);
+    const int64_t x = b.batched_input(0, "x", Shape{2, 2});  // (3 * 2, 2)
+    const int64_t piece = b.micro_task(0, "unpack", Kind::UNPACK, x, Shape{2, 2});
+    const int64_t w = b.variable(0, "w", Shape{2, 2}, {}, proto::InitializerProto::CONSTANT, 2.0);
+    const int64_t w_each = b.micro_task(0, "repeat", Kind::REPEAT, w, Shape{2, 2});
+    b.find_task_of(w_each)->set_view(view);
+    const int64_t product = b.reg(0, "product", Shape{2, 2});
+    b.compute(0, "mul", "mul", NoParams{}, {piece, w_each}, {product})->set_per_micro_batch(true);
+    const int64_t sum = b.micro_task(0, "accumulate", Kind::ACCUMULATE, product, Shape{2, 2});
+    const int64_t stacked = b.micro_task(0, "pack", Kind::PACK, product, Shape{3, 2, 2});
+    b.output(0, "sum", sum, Shape{2, 2});
+    b.output(0, "stacked", stacked, Shape{3, 2, 2});
 
-  std::vector<double> xv(12);
-  for (int i = 0; i < 12; ++i) xv[i] = i;
-  const auto out =
-      run_everywhere(b.plan(), {{"x", make_tensor(xv, Shape{6, 2}, DataType::kFloat32)}});
-  // Micro-batch k holds rows 2k, 2k + 1: the sum of 2 * x over k.
-  EXPECT_EQ(values_of(out.at("sum")), (std::vector<double>{24, 30, 36, 42}));
-  std::vector<double> twice;
-  for (double v : xv) twice.push_back(2 * v);
-  EXPECT_EQ(values_of(out.at("stacked")), twice);
+    std::vector<double> xv(12);
+    for (int i = 0; i < 12; ++i) xv[i] = i;
+    const Tensor fed = make_tensor(xv, Shape{6, 2}, DataType::kFloat32);
+    std::vector<double> twice;
+    for (double v : xv) twice.push_back(2 * v);
+    for (int iteration = 0; iteration < 2; ++iteration) {
+      const auto out = run_everywhere(b.plan(), {{"x", fed}});
+      // Micro-batch k holds rows 2k, 2k + 1: the sum of 2 * x over k.
+      EXPECT_EQ(values_of(out.at("sum")), (std::vector<double>{24, 30, 36, 42}));
+      EXPECT_EQ(values_of(out.at("stacked")), twice);
+    }
+    for (const RuntimeOptions& options : {threaded(), deterministic()}) {
+      Runtime runtime(b.plan(), options);
+      runtime.initialize_variables();
+      for (int iteration = 0; iteration < 3; ++iteration) {
+        EXPECT_EQ(values_of(runtime.run({{"x", fed}}).at("sum")),
+                  (std::vector<double>{24, 30, 36, 42}));
+      }
+    }
+    if (!view) continue;
+    // The variable written in place by a task that does not wait for the view's reader.
+    const int64_t w_new = b.reg(0, "w_new", Shape{2, 2});
+    b.compute(0, "update", "relu", NoParams{}, {w}, {w_new})->add_mutated_inputs(0);
+    expect_error([&] { Runtime runtime(b.plan(), deterministic()); }, ErrorCode::kInvalidArgument,
+                 "which writes it in place, must wait for every reader of the view. However, it "
+                 "does not wait for task 'mul'");
+  }
 }
 
 // Note [Fetched pieces are handed over] and Note [Fed pieces are handed in]: a run fed by pieces

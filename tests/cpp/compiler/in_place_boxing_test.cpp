@@ -5,10 +5,13 @@
 
 #include <gtest/gtest.h>
 
+#include <map>
 #include <vector>
 
+#include "compiler/compile.h"
 #include "compiler/physical/memory_planning.h"
 #include "tests/cpp/actor/plan_builder.h"
+#include "tests/cpp/models/gpt_training.h"
 
 namespace ofl::compiler::physical {
 namespace {
@@ -128,6 +131,125 @@ TEST(SliceViews, SlicesStayCopiesWhereSharingWouldChangeWhatSomeoneReads) {
   EXPECT_FALSE(is_view(plan, of_z_task));
   EXPECT_FALSE(is_view(plan, of_x_task->id()));
   EXPECT_TRUE(is_view(plan, of_x2_task));
+}
+
+// Note [Repeated views]: under gradient accumulation every weight enters the micro-batches as a
+// view of the variable; its update waits for every reader through the view, and the plan holds
+// less memory than with a copy per micro-batch.
+TEST(RepeatedViews, WeightsEnterTheMicroBatchesAsViewsTheirUpdatesWaitFor) {
+  compiler::GptParallel accumulate{1, 1, 1, 4};
+  proto::PlanProto plan = compiler::compile_graph(
+      ofl::testing::build_gpt_training(ofl::testing::tiny_gpt_config(2), accumulate));
+  const proto::RankPlanProto& rank = plan.ranks(0);
+  const RepeatedReaders repeated(rank);
+  std::map<int64_t, const proto::TaskProto*> tasks;
+  for (const auto& task : rank.tasks()) tasks[task.id()] = &task;
+  int views = 0;
+  for (const auto& task : rank.tasks()) {
+    if (task.kind() != Kind::REPEAT) continue;
+    const proto::RegisterProto& in = register_of(plan, task.inputs(0));
+    if (!in.persistent()) continue;
+    EXPECT_TRUE(task.view()) << task.name();
+    EXPECT_EQ(register_of(plan, task.outputs(0)).bytes(), 0) << task.name();
+    ++views;
+    const std::vector<int64_t> readers = repeated.of(in.id());
+    EXPECT_FALSE(readers.empty()) << task.name();
+    int writers = 0;
+    for (int64_t id : in.consumers()) {
+      const proto::TaskProto& writer = *tasks.at(id);
+      if (writer.mutated_inputs().empty()) continue;
+      ++writers;
+      for (int64_t reader : readers) {
+        EXPECT_NE(std::find(writer.control_inputs().begin(), writer.control_inputs().end(), reader),
+                  writer.control_inputs().end())
+            << writer.name() << " updates " << in.name() << " without waiting for "
+            << tasks.at(reader)->name();
+      }
+    }
+    EXPECT_GT(writers, 0) << in.name() << " is updated in place";
+  }
+  EXPECT_GT(views, 10);
+  // The same plan with every REPEAT a copy again plans more memory.
+  proto::PlanProto copies = plan;
+  for (auto& task : *copies.mutable_ranks(0)->mutable_tasks()) {
+    if (task.kind() == Kind::REPEAT) task.set_view(false);
+  }
+  plan_memory(&copies);
+  EXPECT_LT(plan.ranks(0).peak_bytes(), copies.ranks(0).peak_bytes());
+}
+
+TEST(RepeatedViews, RepeatsStayCopiesWhereSharingWouldChangeWhatSomeoneReads) {
+  PlanBuilder b(1);
+  b.set_micro_batches(2);
+  auto repeat = [&](int64_t in, const std::string& name) {
+    const int64_t out = b.reg(0, name, Shape{4, 3});
+    proto::TaskProto* t = b.task(0, name, Kind::REPEAT, {in}, {out});
+    t->set_per_micro_batch(true);
+    return std::make_pair(t->id(), out);
+  };
+  auto read = [&](int64_t in, const std::string& name, bool writes) {
+    const int64_t out = b.reg(0, name + "_out", Shape{4, 3});
+    proto::TaskProto* t = b.compute(0, name, "relu", NoParams{}, {in}, {out});
+    t->set_per_micro_batch(true);
+    if (writes) t->add_mutated_inputs(0);
+    return t;
+  };
+  // A variable whose update waits for the reader through the REPEAT: a view.
+  const int64_t w = b.variable(0, "w", Shape{4, 3}, {}, proto::InitializerProto::ONES);
+  const auto [w_repeat, w_micro] = repeat(w, "w_repeat");
+  const proto::TaskProto* w_reader = read(w_micro, "read_w", false);
+  const int64_t w_new = b.reg(0, "w_new", Shape{4, 3});
+  proto::TaskProto* w_update = b.compute(0, "update_w", "relu", NoParams{}, {w}, {w_new});
+  w_update->add_mutated_inputs(0);
+  w_update->add_control_inputs(w_reader->id());
+  // A variable whose update does not wait for that reader: a copy.
+  const int64_t v = b.variable(0, "v", Shape{4, 3}, {}, proto::InitializerProto::ONES);
+  const auto [v_repeat, v_micro] = repeat(v, "v_repeat");
+  read(v_micro, "read_v", false);
+  const int64_t v_new = b.reg(0, "v_new", Shape{4, 3});
+  b.compute(0, "update_v", "relu", NoParams{}, {v}, {v_new})->add_mutated_inputs(0);
+  // A REPEAT whose reader writes it in place: a copy.
+  const int64_t u = b.variable(0, "u", Shape{4, 3}, {}, proto::InitializerProto::ONES);
+  const auto [u_repeat, u_micro] = repeat(u, "u_repeat");
+  read(u_micro, "write_u", true);
+  // A fed input: a copy (the caller's piece).
+  const int64_t x = b.input(0, "x", Shape{4, 3});
+  const auto [x_repeat, x_micro] = repeat(x, "x_repeat");
+  read(x_micro, "read_x", false);
+  // A kernel's once output (a weight cast once per step), read through a view of the REPEAT: a
+  // view, whose readers count through the COPY.
+  const int64_t cast = b.reg(0, "cast", Shape{4, 3});
+  b.compute(0, "cast_w", "relu", NoParams{}, {x}, {cast});
+  const auto [cast_repeat, cast_micro] = repeat(cast, "cast_repeat");
+  const int64_t reshaped = b.reg(0, "reshaped", Shape{12});
+  proto::TaskProto* reshape = b.task(0, "reshape", Kind::COPY, {cast_micro}, {reshaped});
+  reshape->set_per_micro_batch(true);
+  const int64_t reshape_id = reshape->id();
+  const proto::TaskProto* cast_reader = read(reshaped, "read_reshaped", false);
+  // A REPEAT a SEND reads (through a COPY): a copy, the peer reads after the SEND's act.
+  const int64_t s = b.variable(0, "s", Shape{4, 3}, {}, proto::InitializerProto::ONES);
+  const auto [s_repeat, s_micro] = repeat(s, "s_repeat");
+  const int64_t s_flat = b.reg(0, "s_flat", Shape{12});
+  b.task(0, "s_reshape", Kind::COPY, {s_micro}, {s_flat})->set_per_micro_batch(true);
+  b.task(0, "send_s", Kind::SEND, {s_flat}, {})->set_per_micro_batch(true);
+  // A REPEAT onto another device (a GPU's readers): a copy.
+  const int64_t g = b.variable(0, "g", Shape{4, 3}, {}, proto::InitializerProto::ONES);
+  const auto [g_repeat, g_micro] = repeat(g, "g_repeat");
+  b.find(g_micro)->set_device(proto::PLAN_DEVICE_CUDA);
+  read(g_micro, "read_g", false);
+  proto::PlanProto plan = b.plan();
+  const RepeatedReaders repeated(plan.ranks(0));
+  EXPECT_EQ(repeated.of(cast), (std::vector<int64_t>{reshape_id, cast_reader->id()}))
+      << "the COPY and its reader";
+  EXPECT_TRUE(repeated.of(s).empty());
+  mark_in_place_boxing(&plan);
+  EXPECT_TRUE(is_view(plan, w_repeat));
+  EXPECT_FALSE(is_view(plan, v_repeat));
+  EXPECT_FALSE(is_view(plan, u_repeat));
+  EXPECT_FALSE(is_view(plan, x_repeat));
+  EXPECT_TRUE(is_view(plan, cast_repeat));
+  EXPECT_FALSE(is_view(plan, s_repeat));
+  EXPECT_FALSE(is_view(plan, g_repeat));
 }
 
 // x -> slice (view v) -> ... -> reader of v. A register written after the slice while v is
