@@ -13,6 +13,7 @@
 #include "oneflowlike/common/clock.h"
 #include "oneflowlike/cuda/device.h"
 #include "oneflowlike/plan_contract.h"
+#include "oneflowlike/plan_task.h"
 
 namespace ofl::actor {
 
@@ -291,12 +292,9 @@ void check_repeated_view(const PlanIndex& index, int t) {
       OFL_CHECK(reader.kind() != proto::TaskProto::SEND, kTag, index.describe_task(t),
                 " is a view of ", index.describe_register(input),
                 ", so no SEND may read it. However, ", index.describe_task(c), " does.");
-      for (int position : reader.mutated_inputs()) {
-        OFL_CHECK(
-            position < 0 || position >= reader.inputs_size() || reader.inputs(position) != viewed,
-            kTag, index.describe_task(t), " is a view of ", index.describe_register(input),
-            ", so nothing may write it in place. However, ", index.describe_task(c), " does.");
-      }
+      OFL_CHECK(!writes_in_place(reader, viewed), kTag, index.describe_task(t), " is a view of ",
+                index.describe_register(input), ", so nothing may write it in place. However, ",
+                index.describe_task(c), " does.");
       readers.push_back(c);
       if (index.task(c).proto.view()) {
         for (int out : index.task(c).outputs) pending.push_back(out);
@@ -306,12 +304,7 @@ void check_repeated_view(const PlanIndex& index, int t) {
   const int64_t input_id = index.reg(input).proto.id();
   for (int64_t consumer : index.reg(input).proto.consumers()) {
     const proto::TaskProto& writer = index.task(index.task_index(consumer)).proto;
-    bool writes = false;
-    for (int position : writer.mutated_inputs()) {
-      writes = writes || (position >= 0 && position < writer.inputs_size() &&
-                          writer.inputs(position) == input_id);
-    }
-    if (!writes) continue;
+    if (!writes_in_place(writer, input_id)) continue;
     for (int reader : readers) {
       const auto& waits = writer.control_inputs();
       if (index.task(reader).proto.id() == writer.id()) continue;

@@ -34,6 +34,16 @@ inline const std::string& logical_op_of(const proto::TaskProto& task) {
 /// index lies outside the plan's table.
 const proto::ParamsProto& params_of(const proto::PlanProto& plan, const proto::TaskProto& task);
 
+/// Whether `task` writes register `register_id` in place (one of its mutated_inputs reads it).
+inline bool writes_in_place(const proto::TaskProto& task, int64_t register_id) {
+  for (int position : task.mutated_inputs()) {
+    if (position >= 0 && position < task.inputs_size() && task.inputs(position) == register_id) {
+      return true;
+    }
+  }
+  return false;
+}
+
 /// Records that `task`, whose name is set, came from `logical_op` (Note [Implicit plan fields]).
 inline void set_logical_op(proto::TaskProto* task, const std::string& logical_op) {
   if (logical_op == task->name()) {

@@ -48,11 +48,12 @@ namespace ofl::compiler::physical {
 // Under gradient accumulation or pipelining (m micro-batches), the tasks that carry data into and
 // out of the micro-batches run where that data is, so that nothing of the model's size crosses
 // between the host and a GPU per micro-batch:
-//   - REPEAT runs on its readers' device: a weight on a GPU is copied there once per
-//     micro-batch (device to device), and a host value a GPU reads (an input fed once) crosses
-//     once per iteration, then repeats on the GPU. A boxing op reads on the GPU only when its
-//     first step is a collective within the placement; before other steps (host steps) the
-//     REPEAT stays on the host, so a GPU value crosses once, not once per micro-batch;
+//   - REPEAT runs on its readers' device: a weight on a GPU is handed to each micro-batch
+//     there (a view of it, Note [Repeated views] in in_place_boxing.h, or a device copy), and a
+//     host value a GPU reads (an input fed once) crosses once per iteration, then repeats on
+//     the GPU. A boxing op reads on the GPU only when its first step stays within the placement
+//     (a collective, a local slice, B -> P); before other steps (host steps) the REPEAT stays
+//     on the host, so a GPU value crosses once, not once per micro-batch;
 //   - ACCUMULATE runs on its input's device: a GPU's weight gradients are summed there, and
 //     cross (to a host reader) once, after the last micro-batch. Bool values stay on the host
 //     (the sum of bools is a logical or, which has no GPU kernel). The sums then take GPU
@@ -62,9 +63,10 @@ namespace ofl::compiler::physical {
 //     GPU once, packed;
 //   - UNPACK reads the fed batch, on the host: each micro-batch's rows cross on their own.
 // Before, all four ran on the host: every weight left the GPU once and came back m times an
-// iteration, and every gradient left it m times. On a GPU, REPEAT, ACCUMULATE's first act and
-// PACK are copies queued on the GPU's stream and ACCUMULATE's later acts the `add` op's CUDA
-// kernel (actor/actor_kinds.cpp); without a GPU (simulated devices) the host's copies and sums.
+// iteration, and every gradient left it m times. On a GPU, a REPEAT that is no view,
+// ACCUMULATE's first act and PACK are copies queued on the GPU's stream and ACCUMULATE's later
+// acts the `add` op's CUDA kernel (actor/actor_kinds.cpp); without a GPU (simulated devices)
+// the host's copies and sums.
 
 // Note [Local boxing steps on a GPU]
 // ----------------------------------

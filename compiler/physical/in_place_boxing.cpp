@@ -9,6 +9,7 @@
 
 #include "oneflowlike/common/parallel.h"
 #include "oneflowlike/plan_contract.h"
+#include "oneflowlike/plan_task.h"
 #include "oneflowlike/proto_convert.h"
 #include "oneflowlike/sbp.h"
 
@@ -36,13 +37,7 @@ struct RankView {
 // Whether any consumer of `reg` writes it in place.
 bool written_in_place(const proto::RegisterProto& reg, const RankView& rank) {
   for (int64_t id : reg.consumers()) {
-    const proto::TaskProto& consumer = *rank.task(id);
-    for (int position : consumer.mutated_inputs()) {
-      if (position >= 0 && position < consumer.inputs_size() &&
-          consumer.inputs(position) == reg.id()) {
-        return true;
-      }
-    }
+    if (writes_in_place(*rank.task(id), reg.id())) return true;
   }
   return false;
 }
@@ -85,12 +80,7 @@ bool repeats_in_place(const proto::TaskProto& task, const RankView& rank,
   const std::vector<int64_t> readers = repeated.of(input->id());
   for (int64_t id : input->consumers()) {
     const proto::TaskProto& consumer = *rank.task(id);
-    bool writes = false;
-    for (int position : consumer.mutated_inputs()) {
-      writes = writes || (position >= 0 && position < consumer.inputs_size() &&
-                          consumer.inputs(position) == input->id());
-    }
-    if (!writes) continue;
+    if (!writes_in_place(consumer, input->id())) continue;
     for (int64_t reader : readers) {
       const auto& waits = consumer.control_inputs();
       if (reader != consumer.id() && std::find(waits.begin(), waits.end(), reader) == waits.end()) {
@@ -399,12 +389,7 @@ bool RepeatedReaders::may_be_view(const proto::TaskProto& repeat) const {
   if (input == nullptr || output == nullptr || input->device() != output->device()) return false;
   for (int64_t consumer : output->consumers()) {
     const proto::TaskProto* t = task(consumer);
-    if (t == nullptr) return false;
-    for (int position : t->mutated_inputs()) {
-      if (position >= 0 && position < t->inputs_size() && t->inputs(position) == output->id()) {
-        return false;
-      }
-    }
+    if (t == nullptr || writes_in_place(*t, output->id())) return false;
   }
   for (int64_t reader : readers_of(output->id())) {
     const proto::TaskProto* t = task(reader);

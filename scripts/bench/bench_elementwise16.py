@@ -11,7 +11,6 @@ torch.set_num_threads follows OMP_NUM_THREADS. Prints ms per call, the best of 7
 of `--calls` calls after warming up), ours, the widened form and torch's alternating by round,
 torch / ours (> 1: ours faster) and widened / ours."""
 
-import argparse
 import os
 import time
 
@@ -19,7 +18,7 @@ import numpy as np
 import torch
 
 import oneflowlike as flow
-from bench_rows import best_ms
+from bench_rows import best_ms, parse_args
 
 
 def cases(lib, a, b, dy):
@@ -53,14 +52,7 @@ def widened(fn, dtype, inputs):
 
 
 def main():
-    p = argparse.ArgumentParser()
-    p.add_argument("--shape", type=int, nargs=2, default=[4096, 768])
-    p.add_argument("--calls", type=int, default=20)
-    p.add_argument("--only", default="", help="only the ops whose name contains this")
-    p.add_argument("--dtype", nargs="+", default=["float32", "bfloat16", "float16"],
-                   choices=["float32", "bfloat16", "float16"])
-    args = p.parse_args()
-    torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
+    args = parse_args(["float32", "bfloat16", "float16"])
     rng = np.random.default_rng(0)
     arrays = [rng.standard_normal(args.shape).astype(np.float32) for _ in range(3)]
     print(f"# elementwise ops, shape {tuple(args.shape)}, "

@@ -35,6 +35,20 @@ def best_ms(fns, calls, rounds=7):
     return best
 
 
+def parse_args(default_dtypes):
+    """The options every 16-bit op benchmark takes; sets torch's threads from OMP_NUM_THREADS,
+    which ours follow."""
+    p = argparse.ArgumentParser()
+    p.add_argument("--shape", type=int, nargs=2, default=[4096, 768])
+    p.add_argument("--calls", type=int, default=20)
+    p.add_argument("--only", default="", help="only the ops whose name contains this")
+    p.add_argument("--dtype", nargs="+", default=default_dtypes,
+                   choices=["float32", "bfloat16", "float16"])
+    args = p.parse_args()
+    torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
+    return args
+
+
 def cases(lib, x, w, b, g, labels, indices):
     F = lib.nn.functional
     rows = x.shape[-1]
@@ -57,14 +71,7 @@ def cases(lib, x, w, b, g, labels, indices):
 
 
 def main():
-    p = argparse.ArgumentParser()
-    p.add_argument("--shape", type=int, nargs=2, default=[4096, 768])
-    p.add_argument("--calls", type=int, default=20)
-    p.add_argument("--only", default="", help="only the ops whose name contains this")
-    p.add_argument("--dtype", nargs="+", default=["float32", "bfloat16"],
-                   choices=["float32", "bfloat16", "float16"])
-    args = p.parse_args()
-    torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
+    args = parse_args(["float32", "bfloat16"])
     rng = np.random.default_rng(0)
     r, c = args.shape
     arrays = [rng.standard_normal(s).astype(np.float32) for s in [(r, c), (c,), (c,), (r, c)]]
